@@ -1,0 +1,45 @@
+"""django-delayq: run functions later, reliably, on Redis.
+
+The public API is loaded lazily (PEP 562) so that importing
+``django_delayq.engine`` never imports Django.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "schedule": "django_delayq.api",
+    "schedule_many": "django_delayq.api",
+    "cancel": "django_delayq.api",
+    "run_now": "django_delayq.api",
+    "reschedule": "django_delayq.api",
+    "requeue": "django_delayq.api",
+    "get_job": "django_delayq.api",
+    "JobHandle": "django_delayq.api",
+    "current_job": "django_delayq.context",
+    "Retry": "django_delayq.exceptions",
+    "InvalidJob": "django_delayq.exceptions",
+    "DelayQError": "django_delayq.exceptions",
+    "JobNotFound": "django_delayq.exceptions",
+}
+
+__all__ = sorted(_LAZY)
+
+if TYPE_CHECKING:  # pragma: no cover
+    from django_delayq.api import (  # noqa: F401
+        JobHandle, cancel, get_job, requeue, reschedule, run_now, schedule, schedule_many,
+    )
+    from django_delayq.context import current_job  # noqa: F401
+    from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound, Retry  # noqa: F401
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError("module 'django_delayq' has no attribute %r" % name)
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,277 @@
+"""The public API: schedule, schedule_many, cancel, run_now, reschedule, requeue, get_job.
+
+``schedule()`` checks everything and raises ``InvalidJob`` naming the bad value. The
+audit row is written in the caller's transaction; the job reaches Redis on commit
+(idempotent by id). If Redis is down then, the row stays ``scheduled`` and the
+worker's reconciler enqueues it later: the row is the durable record.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.db import IntegrityError, router, transaction
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from django_delayq import ids, registry, signals, validation
+from django_delayq.conf import Settings, get_settings
+from django_delayq.connection import get_engine
+from django_delayq.engine import CancelOutcome, NewJob
+from django_delayq.engine import backoff as backoff_mod
+from django_delayq.engine.engine import MoveOutcome
+from django_delayq.engine.envelope import Envelope
+from django_delayq.exceptions import InvalidJob, JobNotFound
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec:
+    """One job of ``schedule_many``."""
+
+    args: Sequence[Any] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    delay: float | timedelta | None = None
+    at: datetime | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobHandle:
+    """What ``schedule()`` returns: the job id plus shortcuts to its audit row."""
+
+    id: str
+    queue: str
+
+    @property
+    def job(self) -> Job:
+        return get_job(self.id)
+
+    @property
+    def status(self) -> str:
+        return self.job.status
+
+    def refresh(self) -> Job:
+        return self.job
+
+    def cancel(self) -> CancelOutcome:
+        return cancel(self.id)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Common:
+    path: str
+    queue: str
+    max_attempts: int
+    backoff: Any
+
+
+def _common(fn: Any, queue: str | None, max_attempts: Any, backoff: Any, s: Settings) -> _Common:
+    path = registry.path_of(fn)
+    registry.check_schedulable(path)
+    queue = s.default_queue if queue is None else queue
+    if queue not in s.queues:
+        raise InvalidJob("unknown queue %r; DELAYQ['QUEUES'] is %r" % (queue, list(s.queues)))
+    if backoff is not None and (why := backoff_mod.validate(backoff)):
+        raise InvalidJob("backoff %r is not valid: %s" % (backoff, why))
+    if max_attempts is None:
+        is_list = isinstance(backoff, (list, tuple))
+        max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
+    validation.check_max_attempts(max_attempts)
+    if isinstance(backoff, tuple):
+        backoff = list(backoff)
+    return _Common(path=path, queue=queue, max_attempts=max_attempts, backoff=backoff)
+
+
+def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[Job, NewJob]:
+    args, kwargs = list(spec.args), dict(spec.kwargs)
+    validation.check_json(args, kwargs)
+    if spec.delay is not None and spec.at is not None:
+        raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (spec.delay, spec.at))
+    if spec.at is not None:
+        at = validation.check_at(spec.at, django_settings.USE_TZ)
+        run_at, new = at, {"at_ms": int(at.timestamp() * 1000)}
+    else:
+        seconds = validation.delay_seconds(0 if spec.delay is None else spec.delay)
+        run_at, new = now + timedelta(seconds=seconds), {"delay_ms": int(seconds * 1000)}
+    if spec.key is not None and (not isinstance(spec.key, str) or not spec.key):
+        raise InvalidJob("key must be a non-empty string, not %r" % (spec.key,))
+    job_id = ids.new_id() if spec.key is None else ids.id_for_key(c.queue, spec.key)
+    envelope = Envelope(path=c.path, args=args, kwargs=kwargs, max_attempts=c.max_attempts,
+                        backoff=c.backoff).encode()
+    if len(envelope) > s.max_payload_bytes:
+        raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d; pass "
+                         "ids instead of data" % (len(envelope), s.max_payload_bytes))
+    row = Job(id=job_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
+              key=spec.key, run_at=run_at, created_at=now, updated_at=now,
+              max_attempts=c.max_attempts, backoff=c.backoff)
+    return row, NewJob(id=job_id, envelope=envelope, **new)
+
+
+def _enqueue(queue: str, jobs: list[NewJob]) -> None:
+    try:
+        get_engine().enqueue(queue, jobs)
+    except RedisError as exc:
+        logger.warning("Redis unavailable; %d job(s) of queue %r stay in the outbox for the "
+                       "reconciler: %s", len(jobs), queue, exc)
+
+
+def _after_commit(using: str, fn: Callable[[], None]) -> None:
+    transaction.on_commit(fn, using=using, robust=True)
+
+
+def schedule(
+    fn: Callable[..., Any] | str,
+    *args: Any,
+    delay: float | timedelta | None = None,
+    at: datetime | None = None,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    backoff: Any = None,
+    key: str | None = None,
+    **kwargs: Any,
+) -> JobHandle:
+    """Run ``fn(*args, **kwargs)`` after ``delay`` (seconds or timedelta) or ``at``.
+
+    Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
+    same queue) returns the first job instead of creating another.
+    """
+    s = get_settings()
+    common = _common(fn, queue, max_attempts, backoff, s)
+    row, new = _build(common, JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key),
+                      s, timezone.now())
+    using = router.db_for_write(Job)
+    if key is not None:
+        try:
+            with transaction.atomic(using=using):
+                row.save(force_insert=True, using=using)
+        except IntegrityError:
+            return JobHandle(row.id, row.queue)  # same key: the first job stands
+    else:
+        row.save(force_insert=True, using=using)
+    signals.send(signals.job_scheduled, job_id=row.id, queue=row.queue,
+                 callable_path=row.callable_path, run_at=row.run_at)
+    if s.eager:  # unit tests: run inline after commit, no Redis involved
+        from django_delayq.testing import run_eager
+
+        _after_commit(using, lambda: run_eager(row.id))
+    else:
+        _after_commit(using, lambda: _enqueue(row.queue, [new]))
+    return JobHandle(row.id, row.queue)
+
+
+def schedule_many(
+    fn: Callable[..., Any] | str,
+    specs: Iterable[JobSpec],
+    *,
+    queue: str | None = None,
+    max_attempts: int | None = None,
+    backoff: Any = None,
+    batch_size: int = 1000,
+) -> list[str]:
+    """Schedule one job per spec with bulk inserts and one Redis call per batch.
+
+    Specs with a ``key`` whose job already exists are skipped (their id is still
+    returned), so replaying the same input never schedules a row twice.
+    """
+    s = get_settings()
+    common = _common(fn, queue, max_attempts, backoff, s)
+    now = timezone.now()
+    built = [_build(common, spec, s, now) for spec in specs]
+    using = router.db_for_write(Job)
+    keyed = [row.id for row, _ in built if row.key is not None]
+    existing: set[str] = set()
+    for i in range(0, len(keyed), batch_size):
+        chunk = keyed[i:i + batch_size]
+        existing.update(Job.objects.using(using).filter(pk__in=chunk).values_list("pk", flat=True))
+    fresh = [(row, new) for row, new in built if row.id not in existing]
+    with transaction.atomic(using=using):
+        Job.objects.using(using).bulk_create([r for r, _ in fresh], batch_size=batch_size,
+                                             ignore_conflicts=bool(keyed))
+        news = [n for _, n in fresh]
+        _after_commit(using, lambda: _enqueue(common.queue, news))
+    return [row.id for row, _ in built]
+
+
+def get_job(job_id: str) -> Job:
+    try:
+        return Job.objects.get(pk=job_id)
+    except Job.DoesNotExist:
+        raise JobNotFound("no job with id %r" % (job_id,)) from None
+
+
+def _mark_cancelled(row: Job, running: bool) -> None:
+    now = timezone.now()
+    if running:
+        Job.objects.filter(pk=row.pk).update(cancel_requested=True, updated_at=now)
+    else:
+        Job.objects.filter(pk=row.pk, status__in=LIVE_STATUSES + (JobStatus.DEAD,)).update(
+            status=JobStatus.CANCELLED, finished_at=now, updated_at=now)
+    signals.send(signals.job_cancelled, job_id=row.id, queue=row.queue,
+                 callable_path=row.callable_path, running=running)
+
+
+def cancel(job_id: str) -> CancelOutcome:
+    """Cancel a job: CANCELLED (it will never run), ALREADY_RUNNING (it runs to its end
+    but is not retried), or NOT_FOUND (it already finished)."""
+    row = get_job(job_id)
+    if row.is_final and row.status != JobStatus.DEAD:
+        return CancelOutcome.NOT_FOUND
+    outcome = get_engine().cancel(row.queue, row.id)
+    if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
+                                                             JobStatus.RETRYING):
+        # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides.
+        outcome = CancelOutcome.CANCELLED
+        queue, jid = row.queue, row.id
+        _after_commit(router.db_for_write(Job), lambda: get_engine().cancel(queue, jid))
+    if outcome is not CancelOutcome.NOT_FOUND:
+        _mark_cancelled(row, running=outcome is CancelOutcome.ALREADY_RUNNING)
+    return outcome
+
+
+def reschedule(job_id: str, *, delay: float | timedelta | None = None,
+               at: datetime | None = None) -> MoveOutcome:
+    """Move a pending job to ``at`` or ``delay`` from now; ``run_now`` is ``delay=0``."""
+    row = get_job(job_id)
+    if delay is not None and at is not None:
+        raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
+    if at is not None:
+        run_at = validation.check_at(at, django_settings.USE_TZ)
+        outcome, _ = get_engine().reschedule(row.queue, row.id, at_ms=int(run_at.timestamp() * 1e3))
+    else:
+        seconds = validation.delay_seconds(delay or 0)
+        run_at = timezone.now() + timedelta(seconds=seconds)
+        outcome, _ = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000))
+    if outcome is MoveOutcome.MOVED:
+        Job.objects.filter(pk=row.pk).update(run_at=run_at, updated_at=timezone.now())
+    return outcome
+
+
+def run_now(job_id: str) -> MoveOutcome:
+    return reschedule(job_id, delay=0)
+
+
+def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
+    """Run a finished job again. A dead job still in Redis gets fresh attempts under the
+    same id; any other finished job (or a dead one Redis trimmed) is copied to a new job."""
+    row = get_job(job_id)
+    seconds = validation.delay_seconds(delay)
+    if row.status == JobStatus.DEAD:
+        outcome, _ = get_engine().requeue(row.queue, row.id, delay_ms=int(seconds * 1000))
+        if outcome is MoveOutcome.MOVED:
+            now = timezone.now()
+            Job.objects.filter(pk=row.pk).update(
+                status=JobStatus.SCHEDULED, attempts=0, run_at=now + timedelta(seconds=seconds),
+                finished_at=None, updated_at=now)
+            return JobHandle(row.id, row.queue)
+    elif not row.is_final:
+        raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
+    return schedule(row.callable_path, *row.args, delay=seconds, queue=row.queue,
+                    max_attempts=row.max_attempts, backoff=row.backoff, **row.kwargs)

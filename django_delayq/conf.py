@@ -1,0 +1,176 @@
+"""The ``DELAYQ`` setting, parsed once into a frozen ``Settings``; never read at import.
+
+Every problem is reported by ``problems()`` (which feeds ``manage.py check``) and
+raised as ``ImproperlyConfigured`` naming the key and the value by ``get_settings()``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_delayq.engine import backoff as backoff_mod
+
+DEFAULTS: dict[str, Any] = {
+    "REDIS_URL": None,  # redis://, rediss://, unix://; env DELAYQ_REDIS_URL; else localhost
+    "CACHE_ALIAS": None,  # or reuse a django-redis cache's connection
+    "PREFIX": "delayq",
+    "QUEUES": ["default"],
+    "DEFAULT_QUEUE": "default",
+    "DEFAULT_MAX_ATTEMPTS": 3,
+    "DEFAULT_BACKOFF": backoff_mod.DEFAULT_POLICY,
+    "ALLOWED_CALLABLES": None,  # None: the packages of INSTALLED_APPS (not django.*)
+    "LEASE_SECONDS": 60.0,
+    "WAKE_INTERVAL_SECONDS": 2.0,  # cap on any idle wait: progress never hangs on one lost wake-up
+    "RECOVER_INTERVAL_SECONDS": 1.0,
+    "DEAD_MAX": 100_000,
+    "MAX_PAYLOAD_BYTES": 512 * 1024,
+    "AUDIT_FLUSH_SECONDS": 0.05,
+    "AUDIT_BATCH": 500,
+    "CLAIM_BATCH": 100,
+    "CONCURRENCY": 4,
+    "RECONCILE_INTERVAL_SECONDS": 30.0,
+    "RECONCILE_GRACE_SECONDS": 60.0,
+    "EAGER": False,  # run jobs inline at schedule() time (unit tests)
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Settings:
+    redis_url: str | None
+    cache_alias: str | None
+    prefix: str
+    queues: tuple[str, ...]
+    default_queue: str
+    default_max_attempts: int
+    default_backoff: Any
+    allowed_callables: tuple[str, ...] | None
+    lease_seconds: float
+    wake_interval_seconds: float
+    recover_interval_seconds: float
+    dead_max: int
+    max_payload_bytes: int
+    audit_flush_seconds: float
+    audit_batch: int
+    claim_batch: int
+    concurrency: int
+    reconcile_interval_seconds: float
+    reconcile_grace_seconds: float
+    eager: bool
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def lease_ms(self) -> int:
+        return int(self.lease_seconds * 1000)
+
+
+def _user_settings() -> dict[str, Any]:
+    from django.conf import settings
+
+    value = getattr(settings, "DELAYQ", {}) or {}
+    if not isinstance(value, dict):
+        raise ImproperlyConfigured("DELAYQ must be a dict, not %r" % (value,))
+    return value
+
+
+def _positive(name: str, value: Any, *, integer: bool = False) -> str | None:
+    kinds = (int,) if integer else (int, float)
+    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
+        kind = "an integer" if integer else "a number"
+        return "DELAYQ[%r] must be %s > 0, not %r" % (name, kind, value)
+    return None
+
+
+def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """Every problem of the ``DELAYQ`` setting as (key, message)."""
+    user = _user_settings() if user is None else user
+    found: list[tuple[str, str]] = []
+    for name in sorted(set(user) - set(DEFAULTS)):
+        found.append((name, "unknown DELAYQ key %r (known: %s)" % (name, ", ".join(DEFAULTS))))
+    merged = {**DEFAULTS, **user}
+    for name in ("LEASE_SECONDS", "WAKE_INTERVAL_SECONDS", "RECOVER_INTERVAL_SECONDS",
+                 "AUDIT_FLUSH_SECONDS", "RECONCILE_INTERVAL_SECONDS", "RECONCILE_GRACE_SECONDS"):
+        if msg := _positive(name, merged[name]):
+            found.append((name, msg))
+    for name in ("DEFAULT_MAX_ATTEMPTS", "DEAD_MAX", "MAX_PAYLOAD_BYTES", "AUDIT_BATCH",
+                 "CLAIM_BATCH", "CONCURRENCY"):
+        if msg := _positive(name, merged[name], integer=True):
+            found.append((name, msg))
+    queues = merged["QUEUES"]
+    if not isinstance(queues, (list, tuple)) or not queues or not all(
+        isinstance(q, str) and q and q.isprintable() and "{" not in q and "}" not in q
+        for q in queues
+    ):
+        found.append(("QUEUES", "DELAYQ['QUEUES'] must be a non-empty list of queue names "
+                                "without braces, not %r" % (queues,)))
+    elif merged["DEFAULT_QUEUE"] not in queues:
+        found.append(("DEFAULT_QUEUE", "DELAYQ['DEFAULT_QUEUE'] %r is not in QUEUES %r"
+                      % (merged["DEFAULT_QUEUE"], list(queues))))
+    if why := backoff_mod.validate(merged["DEFAULT_BACKOFF"]):
+        found.append(("DEFAULT_BACKOFF", "DELAYQ['DEFAULT_BACKOFF'] %r: %s"
+                      % (merged["DEFAULT_BACKOFF"], why)))
+    allowed = merged["ALLOWED_CALLABLES"]
+    if allowed is not None and (
+        not isinstance(allowed, (list, tuple)) or not all(isinstance(p, str) and p for p in allowed)
+    ):
+        found.append(("ALLOWED_CALLABLES", "DELAYQ['ALLOWED_CALLABLES'] must be a list of module "
+                                           "prefixes such as ['shop.tasks'], not %r" % (allowed,)))
+    url = merged["REDIS_URL"]
+    if url is not None and (not isinstance(url, str) or not url.startswith(
+            ("redis://", "rediss://", "unix://"))):
+        found.append(("REDIS_URL", "DELAYQ['REDIS_URL'] must start with redis://, rediss:// or "
+                                   "unix://, not %r" % (url,)))
+    prefix = merged["PREFIX"]
+    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
+        found.append(("PREFIX", "DELAYQ['PREFIX'] must be a non-empty string without braces, "
+                                "not %r" % (prefix,)))
+    return found
+
+
+@cache
+def get_settings() -> Settings:
+    user = _user_settings()
+    found = problems(user)
+    if found:
+        raise ImproperlyConfigured("; ".join(msg for _, msg in found))
+    m = {**DEFAULTS, **user}
+    allowed = m["ALLOWED_CALLABLES"]
+    return Settings(
+        redis_url=m["REDIS_URL"] or os.environ.get("DELAYQ_REDIS_URL") or None,
+        cache_alias=m["CACHE_ALIAS"],
+        prefix=m["PREFIX"],
+        queues=tuple(m["QUEUES"]),
+        default_queue=m["DEFAULT_QUEUE"],
+        default_max_attempts=int(m["DEFAULT_MAX_ATTEMPTS"]),
+        default_backoff=m["DEFAULT_BACKOFF"],
+        allowed_callables=None if allowed is None else tuple(allowed),
+        lease_seconds=float(m["LEASE_SECONDS"]),
+        wake_interval_seconds=float(m["WAKE_INTERVAL_SECONDS"]),
+        recover_interval_seconds=float(m["RECOVER_INTERVAL_SECONDS"]),
+        dead_max=int(m["DEAD_MAX"]),
+        max_payload_bytes=int(m["MAX_PAYLOAD_BYTES"]),
+        audit_flush_seconds=float(m["AUDIT_FLUSH_SECONDS"]),
+        audit_batch=int(m["AUDIT_BATCH"]),
+        claim_batch=int(m["CLAIM_BATCH"]),
+        concurrency=int(m["CONCURRENCY"]),
+        reconcile_interval_seconds=float(m["RECONCILE_INTERVAL_SECONDS"]),
+        reconcile_grace_seconds=float(m["RECONCILE_GRACE_SECONDS"]),
+        eager=bool(m["EAGER"]),
+        raw=dict(user),
+    )
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DELAYQ", "INSTALLED_APPS", "CACHES"):
+        get_settings.cache_clear()
+        from django_delayq import connection, registry
+
+        connection.reset()
+        registry.reset()

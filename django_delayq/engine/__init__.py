@@ -1,0 +1,27 @@
+"""Layer 0: the Redis engine. Redis and Lua only; never imports Django."""
+
+from django_delayq.engine.engine import (
+    CancelOutcome,
+    ClaimedJob,
+    ClaimResult,
+    Engine,
+    JobLocation,
+    NackOutcome,
+    NewJob,
+    QueueStats,
+    Recovered,
+)
+from django_delayq.engine.keys import QueueKeys
+
+__all__ = [
+    "CancelOutcome",
+    "ClaimResult",
+    "ClaimedJob",
+    "Engine",
+    "JobLocation",
+    "NackOutcome",
+    "NewJob",
+    "QueueKeys",
+    "QueueStats",
+    "Recovered",
+]

@@ -1,0 +1,37 @@
+"""Calling a job function: sync or ``async def``, with the job context set."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django_delayq import context, registry
+
+_local = threading.local()
+
+
+def _loop() -> asyncio.AbstractEventLoop:
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+    return loop
+
+
+def call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        return _loop().run_until_complete(result)
+    return result
+
+
+def run(path: str, args: list[Any], kwargs: dict[str, Any], ctx: context.JobContext) -> Any:
+    """Resolve ``path`` through the allow-list and call it inside the job context."""
+    fn = registry.resolve(path)
+    token = context._current.set(ctx)
+    try:
+        return call(fn, args, kwargs)
+    finally:
+        context._current.reset(token)

@@ -1,0 +1,25 @@
+-- cancel.lua : cancel one job, atomically, and say whether the cancel won the race.
+--
+-- KEYS[1]  pending   ZSET  due_ms -> id
+-- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
+-- KEYS[3]  jobs      HASH  id -> envelope
+-- KEYS[4]  attempts  HASH  id -> lease token
+-- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
+-- KEYS[6]  dead      ZSET  died_ms -> id
+-- ARGV[1]  id
+--
+-- Pending or dead: removed, it will never run (again). In flight: it keeps running,
+-- but it is marked so that a failure or a lost lease does not retry it.
+-- Returns: 1 cancelled, 2 already running (marked: no retry), 0 not found (done or unknown)
+-- Cost: O(log N).
+local id = ARGV[1]
+if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[6], id) == 1 then
+  redis.call('HDEL', KEYS[3], id)
+  redis.call('HDEL', KEYS[4], id)
+  return 1
+end
+if redis.call('ZSCORE', KEYS[2], id) then
+  redis.call('SADD', KEYS[5], id)
+  return 2
+end
+return 0

@@ -1,0 +1,21 @@
+-- inspect.lua : where one job is, read atomically (admin, tests, reconciler).
+--
+-- KEYS[1]  pending   ZSET  due_ms -> id
+-- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
+-- KEYS[3]  dead      ZSET  died_ms -> id
+-- KEYS[4]  jobs      HASH  id -> envelope
+-- KEYS[5]  attempts  HASH  id -> lease token
+-- KEYS[6]  cancel    SET   ids whose cancel was asked while they ran
+-- ARGV[1]  id
+--
+-- Returns: {place, score, attempts, envelope or false, cancel_requested}
+--          place: "pending" | "inflight" | "dead" | "" (not in Redis)
+-- Cost: O(1) + O(log N).
+local id = ARGV[1]
+local place, score = '', -1
+for i, name in ipairs({'pending', 'inflight', 'dead'}) do
+  local s = redis.call('ZSCORE', KEYS[i], id)
+  if s then place, score = name, tonumber(s); break end
+end
+return {place, score, tonumber(redis.call('HGET', KEYS[5], id) or '0'),
+        redis.call('HGET', KEYS[4], id), redis.call('SISMEMBER', KEYS[6], id)}

@@ -1,0 +1,29 @@
+-- reschedule.lua : move a pending job to a new due time ("run now" is delay 0).
+--
+-- KEYS[1]  pending   ZSET  due_ms -> id
+-- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
+-- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
+-- ARGV[2]  channel   PUBLISH target when the job becomes the earliest pending job
+-- ARGV[3]  id
+-- ARGV[4]  at_ms     absolute due time; "-1" = now_ms + delay_ms
+-- ARGV[5]  delay_ms
+--
+-- Returns: {outcome, due_ms}  outcome 1 moved, 2 already running, 0 not found
+-- Cost: O(log N).
+local now = tonumber(ARGV[1])
+if now == 0 then
+  if redis.replicate_commands then redis.replicate_commands() end
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local id = ARGV[3]
+local due = tonumber(ARGV[4])
+if due < 0 then due = now + tonumber(ARGV[5]) end
+if redis.call('ZSCORE', KEYS[1], id) then
+  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  redis.call('ZADD', KEYS[1], 'XX', due, id)
+  if due < tonumber(head[2]) or head[1] == id then redis.call('PUBLISH', ARGV[2], due) end
+  return {1, due}
+end
+if redis.call('ZSCORE', KEYS[2], id) then return {2, -1} end
+return {0, -1}

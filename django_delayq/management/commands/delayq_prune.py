@@ -1,0 +1,39 @@
+"""``manage.py delayq_prune --older-than 30d [--archive DIR]``: archive, then delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class Command(BaseCommand):
+    help = ("Delete finished jobs (succeeded, dead, cancelled) that finished longer ago than "
+            "--older-than, with their attempt rows; with --archive, write them to Parquet first.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--older-than", required=True,
+                            help="Age such as 30d, 12h, 90m, 2w.")
+        parser.add_argument("--archive", help="Archive directory (same layout as delayq_export).")
+        parser.add_argument("--batch-size", type=int, default=2000,
+                            help="Rows archived and deleted per transaction (default 2000).")
+        parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        try:
+            from django_delayq.spark.prune import parse_age, prune_jobs
+        except ImportError as exc:
+            raise CommandError("delayq_prune needs pyarrow: pip install "
+                               "'django-delayq[spark]' (%s)" % exc) from exc
+        if options["batch_size"] <= 0:
+            raise CommandError("--batch-size must be > 0, not %r" % options["batch_size"])
+        try:
+            age = parse_age(options["older_than"])
+        except ValueError as exc:
+            raise CommandError("--older-than: %s" % exc) from exc
+        result = prune_jobs(age, archive=options["archive"], batch_size=options["batch_size"],
+                            dry_run=options["dry_run"], progress=options["verbosity"] > 0)
+        verb = "would delete" if options["dry_run"] else "deleted"
+        self.stdout.write("%s %d jobs finished before %s (%d attempt rows); %d archive files"
+                          % (verb, result.jobs, result.cutoff.isoformat(), result.attempts,
+                             len(result.files)))

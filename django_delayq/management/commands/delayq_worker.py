@@ -1,0 +1,59 @@
+"""``manage.py delayq_worker``: a thin adapter from argv to ``Worker(...).run()``."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_delayq.worker import EXIT_CONFIG, Worker, WorkerOptions, run_forever_until_ready
+
+
+class Command(BaseCommand):
+    help = "Run a django-delayq worker: claim due jobs, run them, settle them."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queues", "-q", default=None,
+                            help="Comma-separated queues, in priority order (default: all).")
+        parser.add_argument("--concurrency", "-c", type=int, default=None,
+                            help="Threads running jobs (default: DELAYQ['CONCURRENCY']).")
+        parser.add_argument("--burst", action="store_true",
+                            help="Run every job due now, then exit.")
+        parser.add_argument("--max-jobs", type=int, default=None,
+                            help="Exit (gracefully) after claiming this many jobs.")
+        parser.add_argument("--worker-id", default=None, help="Name shown in audit rows.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django_delayq.conf import get_settings
+        from django_delayq.connection import get_engine
+
+        try:
+            settings = get_settings()
+        except ImproperlyConfigured as exc:
+            self.stderr.write("delayq_worker: %s" % exc)
+            sys.exit(EXIT_CONFIG)
+        queues = tuple(q.strip() for q in (options["queues"] or ",".join(settings.queues))
+                       .split(",") if q.strip())
+        unknown = [q for q in queues if q not in settings.queues]
+        if unknown:
+            raise CommandError("unknown queue(s) %s; DELAYQ['QUEUES'] is %s"
+                               % (unknown, list(settings.queues)))
+        concurrency = options["concurrency"] or settings.concurrency
+        if concurrency < 1:
+            raise CommandError("--concurrency must be >= 1, not %d" % concurrency)
+        if not logging.getLogger().handlers:
+            logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else
+                                logging.WARNING,
+                                format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        engine = get_engine()
+        run_forever_until_ready(engine)
+        worker = Worker(engine, settings, WorkerOptions(
+            queues=queues, concurrency=concurrency, burst=options["burst"],
+            max_jobs=options["max_jobs"], worker_id=options["worker_id"]))
+        worker.install_signal_handlers()
+        code = worker.run()
+        if code:
+            sys.exit(code)

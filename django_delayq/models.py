@@ -1,0 +1,116 @@
+"""Audit rows: the durable record of every job (the outbox)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+
+
+class JobStatus(models.TextChoices):
+    SCHEDULED = "scheduled", _("scheduled")  # waiting in Redis for its due time
+    RUNNING = "running", _("running")  # claimed by a worker
+    RETRYING = "retrying", _("retrying")  # failed, waiting for its next attempt
+    SUCCEEDED = "succeeded", _("succeeded")
+    DEAD = "dead", _("dead")  # out of attempts, or not runnable; requeueable
+    CANCELLED = "cancelled", _("cancelled")
+
+
+LIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.RETRYING)
+FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def live(self) -> JobQuerySet:
+        return self.filter(status__in=LIVE_STATUSES)
+
+    def final(self) -> JobQuerySet:
+        return self.filter(status__in=FINAL_STATUSES)
+
+    def for_queue(self, queue: str) -> JobQuerySet:
+        return self.filter(queue=queue)
+
+
+class Job(models.Model):
+    id = models.CharField(_("id"), max_length=26, primary_key=True, editable=False)
+    queue = models.CharField(_("queue"), max_length=100)
+    callable_path = models.CharField(_("callable"), max_length=255)
+    args = models.JSONField(_("args"), default=list)
+    kwargs = models.JSONField(_("kwargs"), default=dict)
+    key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
+    status = models.CharField(
+        _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.SCHEDULED
+    )
+    run_at = models.DateTimeField(_("due at"), help_text=_("Due time of the current attempt."))
+    created_at = models.DateTimeField(_("created at"), default=timezone.now)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    max_attempts = models.PositiveIntegerField(_("max attempts"))
+    backoff = models.JSONField(_("backoff"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True, default="")
+    traceback = models.TextField(_("traceback"), blank=True, default="")
+    worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
+    result = models.JSONField(_("result"), null=True, blank=True)
+    cancel_requested = models.BooleanField(_("cancel requested"), default=False)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("job")
+        verbose_name_plural = _("jobs")
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "run_at"], name="delayq_status_run_at"),
+            models.Index(fields=["queue", "status"], name="delayq_queue_status"),
+            models.Index(fields=["created_at"], name="delayq_created_at"),
+            models.Index(fields=["callable_path"], name="delayq_callable"),
+        ]
+        permissions = [
+            ("cancel_job", _("Can cancel jobs")),
+            ("run_job_now", _("Can run jobs now")),
+            ("reschedule_job", _("Can reschedule jobs")),
+            ("requeue_job", _("Can requeue jobs")),
+        ]
+
+    def __str__(self) -> str:
+        return "%s %s [%s]" % (self.callable_path, self.id, self.status)
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in FINAL_STATUSES
+
+    def lateness_ms(self) -> float | None:
+        if self.started_at is None:
+            return None
+        return (self.started_at - self.run_at).total_seconds() * 1000
+
+    def describe(self) -> dict[str, Any]:
+        return {"id": self.id, "queue": self.queue, "callable": self.callable_path,
+                "status": self.status, "attempts": self.attempts}
+
+
+class JobAttempt(models.Model):
+    """One failed or lost delivery of a job (successful attempts live on the job row)."""
+
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="attempt_history", db_constraint=False
+    )
+    number = models.PositiveIntegerField(_("attempt"))
+    outcome = models.CharField(_("outcome"), max_length=16, choices=JobStatus.choices)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), default=timezone.now)
+    error = models.TextField(_("error"), blank=True, default="")
+    traceback = models.TextField(_("traceback"), blank=True, default="")
+    worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
+
+    class Meta:
+        verbose_name = _("job attempt")
+        verbose_name_plural = _("job attempts")
+        ordering = ["job", "number"]
+
+    def __str__(self) -> str:
+        return "%s #%d %s" % (self.job_id, self.number, self.outcome)

@@ -1,0 +1,41 @@
+"""Job lifecycle signals. Every one is sent with ``sender=Job`` (the model class) and:
+
+* ``job_id`` (str), ``queue`` (str), ``callable_path`` (str)
+* ``job_scheduled``: ``run_at`` (aware datetime)
+* ``job_started``: ``attempt`` (int), ``worker_id`` (str)
+* ``job_succeeded``: ``attempt``, ``worker_id``, ``result`` (JSON value or None), ``duration`` (s)
+* ``job_retrying``: ``attempt``, ``worker_id``, ``error`` (str), ``retry_at`` (aware datetime)
+* ``job_dead``: ``attempt``, ``worker_id``, ``error`` (str)
+* ``job_cancelled``: ``running`` (bool: the job was running and only its retries were cancelled)
+
+Worker-side signals are sent from the worker thread that ran the job, after Redis
+has recorded the outcome. Receivers must be quick; exceptions in receivers are logged
+and never affect the job (``send_robust``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.dispatch import Signal
+
+logger = logging.getLogger(__name__)
+
+job_scheduled = Signal()
+job_started = Signal()
+job_succeeded = Signal()
+job_retrying = Signal()
+job_dead = Signal()
+job_cancelled = Signal()
+
+
+def send(signal: Signal, **kwargs: Any) -> None:
+    """``send_robust`` that costs nothing without receivers and logs receiver errors."""
+    if not signal.receivers:
+        return
+    from django_delayq.models import Job
+
+    for receiver, result in signal.send_robust(sender=Job, **kwargs):
+        if isinstance(result, Exception):
+            logger.error("signal receiver %r failed: %s", receiver, result, exc_info=result)

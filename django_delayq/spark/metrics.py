@@ -1,0 +1,130 @@
+"""The report's numbers, computed with Spark and collected as plain Python values.
+
+Every job is counted at three levels: its (queue, callable), its queue (callable
+``"*"``) and overall (queue ``"*"``, callable ``"*"``), by exploding each row into its
+three labels; every metric is then one ``groupBy(queue, callable)``.
+
+Definitions:
+- lateness_ms = started_at - run_at of the last attempt (run_at is its due time);
+- duration_ms = finished_at - started_at;
+- percentiles are exact (Spark's ``percentile``, linear interpolation between the two
+  nearest ranks, as numpy's default), rounded to the microsecond;
+- success_rate = succeeded / (succeeded + dead); cancelled jobs are not failures;
+- throughput: finished jobs per minute, the mean over the span from first to last
+  finish (at least one minute) and the peak of any one wall-clock minute.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_delayq.spark.report_types import (
+    BUCKETS_SECONDS, FINAL, MAX_POINTS, PERCENTILES, STATUSES, TOP_ERRORS,
+)
+
+ALL = "*"
+
+
+def _f() -> Any:
+    from pyspark.sql import functions as F
+
+    return F
+
+
+def with_levels(df: Any) -> Any:
+    """Each job three times: (queue, callable), (queue, "*"), ("*", "*")."""
+    F = _f()
+    labels = F.array(
+        F.struct(F.col("queue").alias("q"), F.col("callable_path").alias("c")),
+        F.struct(F.col("queue").alias("q"), F.lit(ALL).alias("c")),
+        F.struct(F.lit(ALL).alias("q"), F.lit(ALL).alias("c")),
+    )
+    ms = 1000.0
+    return (df.withColumn("_l", F.explode(labels))
+            .withColumn("lateness_ms",
+                        (F.unix_micros("started_at") - F.unix_micros("run_at")) / ms)
+            .withColumn("duration_ms",
+                        (F.unix_micros("finished_at") - F.unix_micros("started_at")) / ms)
+            .withColumn("queue", F.col("_l.q")).withColumn("callable", F.col("_l.c"))
+            .drop("_l", "callable_path"))
+
+
+def _pct(col: str, name: str) -> list[Any]:
+    F = _f()
+    fractions = ", ".join(str(p) for p in PERCENTILES)
+    return [F.expr("percentile(%s, array(%s))" % (col, fractions)).alias(name + "_p"),
+            F.max(col).alias(name + "_max"), F.avg(col).alias(name + "_mean")]
+
+
+def summary_frame(lv: Any) -> Any:
+    F = _f()
+    counts = [F.sum((F.col("status") == s).cast("long")).alias("n_" + s) for s in STATUSES]
+    finished = F.col("status").isin(*FINAL) & F.col("finished_at").isNotNull()
+    return lv.groupBy("queue", "callable").agg(
+        F.count(F.lit(1)).alias("jobs"), *counts,
+        *_pct("lateness_ms", "lateness"), *_pct("duration_ms", "duration"),
+        F.sum(finished.cast("long")).alias("finished"),
+        F.min(F.when(finished, F.col("finished_at"))).alias("first_finished"),
+        F.max(F.when(finished, F.col("finished_at"))).alias("last_finished"),
+    )
+
+
+def peak_frame(lv: Any) -> Any:
+    F = _f()
+    minute = F.date_trunc("minute", F.col("finished_at"))
+    per_minute = (lv.filter(F.col("status").isin(*FINAL) & F.col("finished_at").isNotNull())
+                  .groupBy("queue", "callable", minute.alias("m")).count())
+    return per_minute.groupBy("queue", "callable").agg(F.max("count").alias("peak"))
+
+
+def attempts_frame(lv: Any) -> Any:
+    F = _f()
+    return (lv.filter(F.col("status").isin(*FINAL))
+            .groupBy("queue", "callable", "attempts").count())
+
+
+def errors_frame(lv: Any, top: int = TOP_ERRORS) -> Any:
+    """Most frequent ``last_error`` (first line, 200 chars) per level, top ``top``."""
+    from pyspark.sql import Window
+
+    F = _f()
+    first_line = F.substring(F.split(F.col("last_error"), "\n").getItem(0), 1, 200)
+    counted = (lv.filter(F.col("last_error").isNotNull() & (F.trim("last_error") != ""))
+               .groupBy("queue", "callable", first_line.alias("error")).count())
+    rank = Window.partitionBy("queue", "callable").orderBy(F.desc("count"), F.asc("error"))
+    return counted.withColumn("rank", F.row_number().over(rank)).filter(F.col("rank") <= top)
+
+
+def choose_bucket(span_seconds: float, max_points: int = MAX_POINTS) -> int:
+    for bucket in BUCKETS_SECONDS:
+        if span_seconds / bucket <= max_points:
+            return bucket
+    return BUCKETS_SECONDS[-1]
+
+
+def _bucket(col: str, seconds: int) -> Any:
+    F = _f()
+    return F.timestamp_seconds(F.floor(F.unix_seconds(F.col(col)) / seconds) * seconds)
+
+
+def series_frames(lv: Any, seconds: int) -> tuple[Any, Any]:
+    """Per queue (and overall) and bucket: lateness by start time; outcomes by finish time."""
+    F = _f()
+    queues = lv.filter(F.col("callable") == ALL)
+    started = (queues.filter(F.col("started_at").isNotNull())
+               .groupBy("queue", _bucket("started_at", seconds).alias("bucket"))
+               .agg(F.count(F.lit(1)).alias("started"), *_pct("lateness_ms", "lateness")))
+    fin = queues.filter(F.col("status").isin(*FINAL) & F.col("finished_at").isNotNull())
+    finished = fin.groupBy("queue", _bucket("finished_at", seconds).alias("bucket")).agg(
+        F.count(F.lit(1)).alias("finished"),
+        *[F.sum((F.col("status") == s).cast("long")).alias(s) for s in FINAL],
+        F.sum((F.col("attempts") > 1).cast("long")).alias("retried"),
+    )
+    return started, finished
+
+
+def time_span(df: Any) -> tuple[Any, Any]:
+    F = _f()
+    row = df.agg(F.least(F.min("started_at"), F.min("finished_at")).alias("lo"),
+                 F.greatest(F.max("started_at"), F.max("finished_at")).alias("hi")).first()
+    return row["lo"], row["hi"]

@@ -1,0 +1,100 @@
+"""Archive finished audit rows to Parquet, then delete them in batches.
+
+A batch is: read up to ``batch_size`` finished jobs (status succeeded/dead/cancelled,
+``finished_at`` before the cutoff) in ``(created_at, id)`` order, write them and their
+``JobAttempt`` rows to the archive, publish the files, and only then delete both in one
+transaction. A crash between the two leaves the rows in the table, to be archived
+again by the next run (the same version twice; readers deduplicate by id).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pyarrow as pa
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
+from django_delayq.spark import schema
+from django_delayq.spark.progress import Progress
+from django_delayq.spark.writer import DayPartitionedWriter
+
+DEFAULT_BATCH = 2000
+_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
+
+
+def parse_age(text: str) -> timedelta:
+    """``"30d"``, ``"12h"``, ``"90m"``, ``"45s"``, ``"2w"`` -> timedelta."""
+    match = _AGE.match(text)
+    if not match:
+        raise ValueError("age %r is not a number followed by one of s, m, h, d, w "
+                         "(for example 30d or 12h)" % (text,))
+    return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneResult:
+    cutoff: datetime
+    jobs: int
+    attempts: int
+    files: list[Path] = field(default_factory=list)
+
+
+def prunable(cutoff: datetime) -> QuerySet[Job]:
+    return Job.objects.filter(status__in=FINAL_STATUSES, finished_at__lt=cutoff)
+
+
+def _delete(ids: list[str]) -> int:
+    with transaction.atomic():
+        attempts, _ = JobAttempt.objects.filter(job_id__in=ids).delete()
+        Job.objects.filter(pk__in=ids).delete()
+    return attempts
+
+
+def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
+               batch_size: int = DEFAULT_BATCH, now: datetime | None = None,
+               dry_run: bool = False, progress: bool = True) -> PruneResult:
+    cutoff = (now or timezone.now()) - older_than
+    qs = prunable(cutoff).order_by("created_at", "id")
+    total = qs.count()
+    if dry_run:
+        return PruneResult(cutoff=cutoff, jobs=total, attempts=0)
+    bar = Progress(total, "delayq_prune", enabled=progress)
+    jobs = attempts = 0
+    files: list[Path] = []
+    while True:
+        page = list(qs.values_list(*schema.JOB_COLUMNS)[:batch_size])
+        if not page:
+            break
+        ids = [row[0] for row in page]
+        if archive is not None:
+            files += _archive(Path(archive), page, ids)
+        attempts += _delete(ids)
+        jobs += len(ids)
+        bar.update(len(ids))
+    bar.close()
+    return PruneResult(cutoff=cutoff, jobs=jobs, attempts=attempts, files=files)
+
+
+def _archive(root: Path, page: list[tuple[object, ...]], ids: list[str]) -> list[Path]:
+    created = {row[0]: row[schema.JOB_COLUMNS.index("created_at")] for row in page}
+    with DayPartitionedWriter(root / schema.JOBS_DIR, schema.JOB_SCHEMA, kind="archive",
+                              day_column="created_at") as jobs:
+        jobs.write(schema.to_table(page, schema.JOB_SCHEMA, schema.JOB_JSON_FIELDS))
+    rows = list(JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number")
+                .values_list(*schema.ATTEMPT_COLUMNS))
+    # attempts are partitioned by their job's day, so a job and its attempts sit together
+    table = schema.to_table(rows, schema.ATTEMPT_SCHEMA)
+    if rows:
+        days = pa.array([created[r[1]] for r in rows], type=schema.TS)
+        table = table.append_column("job_created_at", days)
+    with DayPartitionedWriter(root / schema.ATTEMPTS_DIR, table.schema, kind="archive",
+                              day_column="job_created_at") as attempts:
+        attempts.write(table)
+    return jobs.files + attempts.files

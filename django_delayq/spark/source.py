@@ -1,0 +1,81 @@
+"""Where the report reads jobs from: the Parquet export, or PostgreSQL over JDBC.
+
+Both give one row per job id: the export is append-only, so a job exported again
+after a change appears twice, and only its latest ``updated_at`` is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from django_delayq.spark.schema import JOBS_DIR
+
+REPORT_COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "last_error",
+                  "run_at", "created_at", "updated_at", "started_at", "finished_at")
+TIMESTAMPS = ("run_at", "created_at", "updated_at", "started_at", "finished_at")
+DEFAULT_TABLE = "django_delayq_job"
+
+
+def latest_versions(df: Any) -> Any:
+    """Keep one row per ``id``: the one with the greatest ``updated_at``."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    newest = Window.partitionBy("id").orderBy(F.col("updated_at").desc_nulls_last())
+    return (df.withColumn("_v", F.row_number().over(newest))
+            .filter(F.col("_v") == 1).drop("_v"))
+
+
+def normalize(df: Any) -> Any:
+    """The report's columns with the report's types (JDBC drivers vary)."""
+    from pyspark.sql import functions as F
+
+    missing = [c for c in REPORT_COLUMNS if c not in df.columns]
+    if missing:
+        raise ValueError("audit data lacks column(s) %s; found %s" % (missing, df.columns))
+    cols = []
+    for name in REPORT_COLUMNS:
+        col = F.col(name)
+        if name in TIMESTAMPS:
+            col = col.cast("timestamp")
+        elif name == "attempts":
+            col = col.cast("int")
+        else:
+            col = col.cast("string")
+        cols.append(col.alias(name))
+    return df.select(*cols)
+
+
+def read_parquet(spark: Any, root: Path | str) -> Any:
+    root = Path(root)
+    path = root / JOBS_DIR if (root / JOBS_DIR).is_dir() else root
+    if not path.is_dir():
+        raise FileNotFoundError("no exported jobs at %s (run delayq_export --out %s)"
+                                % (path, root))
+    return spark.read.option("basePath", str(path)).parquet(str(path))
+
+
+def read_jdbc(spark: Any, url: str, *, table: str = DEFAULT_TABLE,
+              properties: Mapping[str, str] | None = None) -> Any:
+    """Read the audit table over JDBC (the driver jar must be on ``spark.jars``)."""
+    reader = spark.read.format("jdbc").option("url", url).option("dbtable", table)
+    reader = reader.option("fetchsize", "10000")
+    for key, value in (properties or {}).items():
+        if value is not None:
+            reader = reader.option(key, value)
+    return reader.load()
+
+
+def read_jobs(spark: Any, root: Path | str | None = None, *, jdbc_url: str | None = None,
+              jdbc_table: str = DEFAULT_TABLE,
+              jdbc_properties: Mapping[str, str] | None = None) -> Any:
+    """One row per job, from ``root`` (Parquet) or from ``jdbc_url``."""
+    if jdbc_url:
+        raw = read_jdbc(spark, jdbc_url, table=jdbc_table, properties=jdbc_properties)
+    elif root is not None:
+        raw = read_parquet(spark, root)
+    else:
+        raise ValueError("read_jobs needs an export directory or a JDBC URL")
+    return latest_versions(normalize(raw))

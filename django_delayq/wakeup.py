@@ -1,0 +1,83 @@
+"""Listens to the queues' wake channels and tells the worker about earlier jobs.
+
+Enqueue scripts PUBLISH the new earliest due time of a queue when it moves earlier.
+This thread records it and sets the worker's event, so an idle worker sleeps on a
+local timer to the exact due time yet learns at once about a job due sooner. A lost
+message costs at most ``WAKE_INTERVAL_SECONDS``: the worker polls at least that often.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from redis.exceptions import RedisError
+
+logger = logging.getLogger(__name__)
+
+
+class WakeListener:
+    def __init__(self, client: Any, channels: dict[str, str], event: threading.Event) -> None:
+        self.client = client
+        self.channels = channels  # channel -> queue
+        self.event = event
+        self.earliest: dict[str, int] = {}  # queue -> earliest due_ms announced
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="delayq-wake", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def take(self) -> dict[str, int]:
+        with self._lock:
+            announced, self.earliest = self.earliest, {}
+        return announced
+
+    def _run(self) -> None:
+        backoff = 0.1
+        while not self._stop.is_set():
+            pubsub = None
+            try:
+                pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(*self.channels)
+                backoff = 0.1
+                self.event.set()  # (re)subscribed: anything may have been missed
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message and message.get("type") == "message":
+                        self._record(message)
+            except (RedisError, OSError) as exc:
+                logger.warning("wake listener lost Redis (%s); retrying in %.1fs", exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+            finally:
+                if pubsub is not None:
+                    try:
+                        pubsub.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+
+    def _record(self, message: dict[str, Any]) -> None:
+        channel = message["channel"]
+        channel = channel.decode() if isinstance(channel, bytes) else channel
+        queue = self.channels.get(channel)
+        if queue is None:
+            return
+        try:
+            due = int(float(message["data"]))
+        except (TypeError, ValueError):
+            return
+        with self._lock:
+            if due < self.earliest.get(queue, due + 1):
+                self.earliest[queue] = due
+        self.event.set()
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000

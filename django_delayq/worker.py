@@ -1,0 +1,303 @@
+"""The worker: claims due jobs, runs them on threads, settles them in batches.
+
+One main thread talks to Redis (claim, ack/nack, heartbeat, recovery); ``concurrency``
+threads run jobs; a listener thread hears about earlier jobs; an audit thread writes
+rows in batches. Signal handlers only set flags: the first SIGINT/SIGTERM drains (no
+new claims, running jobs finish, claimed-but-unstarted jobs go back to Redis), the
+second stops hard (running jobs are abandoned; their leases expire and they run again).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_mod
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from django_delayq import runner
+from django_delayq.audit import AuditWriter
+from django_delayq.conf import Settings
+from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.settle import Settler
+from django_delayq.wakeup import WakeListener, monotonic_ms
+
+logger = logging.getLogger(__name__)
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CONFIG = 2
+EXIT_HARD_STOP = 3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerOptions:
+    queues: tuple[str, ...]
+    concurrency: int = 4
+    burst: bool = False
+    max_jobs: int | None = None
+    prefetch: int | None = None  # claimed-but-unstarted jobs held locally; default = claim batch
+    worker_id: str | None = None
+
+
+class Worker:
+    def __init__(self, engine: Engine, settings: Settings, options: WorkerOptions) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.options = options
+        self.id = options.worker_id or "%s:%d:%s" % (
+            socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
+        self.wake = threading.Event()
+        self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
+        self.settler = Settler(engine, settings, self.audit, self.id)
+        self.local: queue_mod.SimpleQueue[ClaimedJob | None] = queue_mod.SimpleQueue()
+        self.unstarted: dict[tuple[str, str], ClaimedJob] = {}
+        self.running: dict[tuple[str, str], ClaimedJob] = {}
+        self.done: deque[runner.Outcome] = deque()
+        self.lock = threading.Lock()
+        self.claimed_total = 0
+        self.draining = False
+        self.hard_stop = False
+        self.next_due: dict[str, int | None] = {q: None for q in options.queues}
+        self.offset_ms = 0.0  # server clock - local monotonic clock
+        self.listener = WakeListener(
+            engine.client, {engine.keys(q).channel: q for q in options.queues}, self.wake)
+        self._threads: list[threading.Thread] = []
+        self._last_poll = self._last_beat = self._last_recover = -1e18
+        self._redis_backoff = 0.0
+
+    # -- signals: flags only --------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.request_stop()
+
+    def request_stop(self) -> None:
+        if self.draining:
+            self.hard_stop = True
+        self.draining = True
+        self.wake.set()
+
+    # -- lifecycle -----------------------------------------------------------------
+
+    def run(self) -> int:
+        logger.info("worker %s starting: queues=%s concurrency=%d", self.id,
+                    ",".join(self.options.queues), self.options.concurrency)
+        self.audit.start()
+        self.listener.start()
+        for i in range(self.options.concurrency):
+            t = threading.Thread(target=self._exec_loop, name="delayq-exec-%d" % i, daemon=True)
+            t.start()
+            self._threads.append(t)
+        try:
+            code = self._loop()
+        finally:
+            self.listener.stop()
+            self.settler.unregister()
+        if code == EXIT_HARD_STOP:
+            self._shutdown_hard()
+        else:
+            for _ in self._threads:
+                self.local.put(None)
+            for t in self._threads:
+                t.join(timeout=5)
+            self.audit.stop()
+        logger.info("worker %s stopped (exit %d, %d jobs claimed)", self.id, code,
+                    self.claimed_total)
+        return code
+
+    def _loop(self) -> int:
+        while True:
+            self.wake.clear()
+            if self.hard_stop:
+                return EXIT_HARD_STOP
+            if not self._redis_ok(self._settle_done):
+                continue
+            if self.draining:
+                self._release_unstarted()
+                if not self.running and not self.done and not self.unstarted:
+                    return EXIT_OK
+            elif self.options.burst and self._burst_finished():
+                return EXIT_OK
+            else:
+                self._redis_ok(self._claim_due)
+            self._redis_ok(self._housekeeping)
+            self.wake.wait(self._wait_seconds())
+
+    def _redis_ok(self, step: Any) -> bool:
+        try:
+            step()
+        except RedisError as exc:
+            self._redis_backoff = min(max(self._redis_backoff * 2, 0.1), 5.0)
+            logger.warning("Redis unavailable (%s); waiting %.1fs", exc, self._redis_backoff)
+            self.wake.clear()
+            self.wake.wait(self._redis_backoff)
+            return False
+        self._redis_backoff = 0.0
+        return True
+
+    # -- claiming ------------------------------------------------------------------
+
+    def _capacity(self) -> int:
+        prefetch = self.options.prefetch or self.settings.claim_batch
+        with self.lock:
+            held = len(self.running) + len(self.unstarted)
+        room = self.options.concurrency + prefetch - held
+        if self.options.max_jobs is not None:
+            room = min(room, self.options.max_jobs - self.claimed_total)
+        return room
+
+    def _server_now(self) -> float:
+        return monotonic_ms() + self.offset_ms
+
+    def _claim_due(self) -> None:
+        for queue, due in self.listener.take().items():
+            known = self.next_due.get(queue)
+            self.next_due[queue] = due if known is None else min(known, due)
+        poll_all = monotonic_ms() - self._last_poll >= self.settings.wake_interval_seconds * 1000
+        if poll_all:
+            self._last_poll = monotonic_ms()
+        for queue in self.options.queues:
+            due = self.next_due[queue]
+            if not poll_all and (due is None or due > self._server_now()):
+                continue
+            self._claim(queue)
+
+    def _claim(self, queue: str) -> None:
+        while (room := self._capacity()) > 0:
+            before = monotonic_ms()
+            result = self.engine.claim(queue, min(room, self.settings.claim_batch),
+                                       self.settings.lease_ms)
+            self.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
+            self.next_due[queue] = result.next_due_ms
+            with self.lock:
+                for job in result.jobs:
+                    self.unstarted[(job.queue, job.id)] = job
+            for job in result.jobs:
+                self.local.put(job)
+            self.claimed_total += len(result.jobs)
+            if len(result.jobs) < min(room, self.settings.claim_batch):
+                return
+        if self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs:
+            self.draining = True
+
+    def _burst_finished(self) -> bool:
+        with self.lock:
+            busy = self.running or self.unstarted or self.done
+        if busy:
+            return False
+        now = self.engine.stats(self.options.queues[0]).now_ms
+        for q in self.options.queues:
+            self._claim(q)
+        with self.lock:
+            busy = self.running or self.unstarted
+        return not busy and all(d is None or d > now for d in self.next_due.values())
+
+    def _wait_seconds(self) -> float:
+        if self.done:
+            return 0.0
+        wait_ms = self.settings.wake_interval_seconds * 1000
+        if not self.draining and self._capacity() > 0:
+            now = self._server_now()
+            for due in self.next_due.values():
+                if due is not None:
+                    wait_ms = min(wait_ms, due - now)
+        beat_ms = self.settings.lease_ms / 3
+        wait_ms = min(wait_ms, self._last_beat + beat_ms - monotonic_ms(),
+                      self._last_recover + self.settings.recover_interval_seconds * 1000
+                      - monotonic_ms())
+        return max(0.0, wait_ms / 1000)
+
+    # -- running -------------------------------------------------------------------
+
+    def _exec_loop(self) -> None:
+        while True:
+            job = self.local.get()
+            if job is None:
+                return
+            key = (job.queue, job.id)
+            with self.lock:
+                if self.unstarted.pop(key, None) is None:
+                    continue  # released during drain
+                self.running[key] = job
+            self.settler.started(job)
+            outcome = runner.run(job, worker_id=self.id,
+                                 default_max_attempts=self.settings.default_max_attempts,
+                                 default_backoff=self.settings.default_backoff)
+            self.done.append(outcome)
+            with self.lock:
+                self.running.pop(key, None)
+            self.wake.set()
+
+    def _settle_done(self) -> None:
+        outcomes = []
+        while self.done:
+            outcomes.append(self.done.popleft())
+        if not outcomes:
+            return
+        try:
+            self.settler.settle(outcomes)
+        except RedisError:
+            self.done.extendleft(reversed(outcomes))
+            raise
+
+    def _release_unstarted(self) -> None:
+        with self.lock:
+            jobs, self.unstarted = list(self.unstarted.values()), {}
+        by_queue: dict[str, list[ClaimedJob]] = {}
+        for job in jobs:
+            by_queue.setdefault(job.queue, []).append(job)
+        for queue, claimed in by_queue.items():
+            try:
+                self.engine.release(queue, claimed)
+            except RedisError as exc:  # their leases will expire; recovery runs them
+                logger.warning("could not release %d job(s): %s", len(claimed), exc)
+        if jobs:
+            logger.info("released %d claimed job(s) that had not started", len(jobs))
+
+    # -- housekeeping: heartbeat, recovery -----------------------------------------
+
+    def _housekeeping(self) -> None:
+        now = monotonic_ms()
+        if now - self._last_beat >= self.settings.lease_ms / 3:
+            self._last_beat = now
+            with self.lock:
+                held = list(self.running.values()) + list(self.unstarted.values())
+            self.settler.heartbeat(held, self.options, self.claimed_total)
+        if now - self._last_recover >= self.settings.recover_interval_seconds * 1000:
+            self._last_recover = now
+            for queue in self.options.queues:
+                self.settler.recover(queue)
+
+    def _shutdown_hard(self) -> None:
+        logger.warning("hard stop: abandoning %d running job(s); their leases will expire",
+                       len(self.running))
+        self._release_unstarted()
+        try:
+            self.audit.flush()
+        except Exception:  # noqa: BLE001
+            logger.exception("audit flush failed during hard stop")
+
+
+def run_forever_until_ready(engine: Engine, attempts: int = 0) -> None:
+    """Block until Redis answers (the worker waits out an outage at start-up)."""
+    delay = 0.1
+    while True:
+        try:
+            engine.client.ping()
+            return
+        except RedisError as exc:
+            logger.warning("waiting for Redis (%s); next try in %.1fs", exc, delay)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
