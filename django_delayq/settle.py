@@ -18,6 +18,7 @@ from django_delayq import signals
 from django_delayq.audit import AuditWriter
 from django_delayq.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
+from django_delayq.engine.envelope import Envelope
 from django_delayq.models import JobStatus
 from django_delayq.runner import Kind, Outcome, ms_to_dt
 
@@ -45,8 +46,11 @@ class Settler:
         self.audit.update(job.id, status=JobStatus.RUNNING, run_at=ms_to_dt(job.due_ms),
                           started_at=now, finished_at=None, attempts=job.token,
                           worker_id=self.worker_id, updated_at=now)
-        signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path="",
-                     attempt=job.token, worker_id=self.worker_id)
+        if signals.job_started.receivers:
+            path = _path_of(job.envelope)
+            signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
+                         attempt=job.token, worker_id=self.worker_id,
+                         due_at=ms_to_dt(job.due_ms), started_at=now)
 
     def settle(self, outcomes: list[Outcome]) -> None:
         by_queue: dict[str, list[Outcome]] = {}
@@ -149,6 +153,13 @@ class Settler:
             pipe.execute()
         except Exception:  # noqa: BLE001 - best effort on the way out
             logger.debug("could not unregister worker %s", self.worker_id)
+
+
+def _path_of(envelope: str) -> str:
+    try:
+        return Envelope.decode(envelope).path
+    except ValueError:
+        return ""
 
 
 _STATUS_OF = {

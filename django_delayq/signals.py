@@ -2,7 +2,8 @@
 
 * ``job_id`` (str), ``queue`` (str), ``callable_path`` (str)
 * ``job_scheduled``: ``run_at`` (aware datetime)
-* ``job_started``: ``attempt`` (int), ``worker_id`` (str)
+* ``job_started``: ``attempt`` (int), ``worker_id`` (str), ``due_at``, ``started_at``
+  (aware datetimes; lateness = started_at - due_at)
 * ``job_succeeded``: ``attempt``, ``worker_id``, ``result`` (JSON value or None), ``duration`` (s)
 * ``job_retrying``: ``attempt``, ``worker_id``, ``error`` (str), ``retry_at`` (aware datetime)
 * ``job_dead``: ``attempt``, ``worker_id``, ``error`` (str)

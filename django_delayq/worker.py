@@ -27,6 +27,7 @@ from django_delayq import runner
 from django_delayq.audit import AuditWriter
 from django_delayq.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.reconcile import Reconciler
 from django_delayq.settle import Settler
 from django_delayq.wakeup import WakeListener, monotonic_ms
 
@@ -70,6 +71,7 @@ class Worker:
         self.offset_ms = 0.0  # server clock - local monotonic clock
         self.listener = WakeListener(
             engine.client, {engine.keys(q).channel: q for q in options.queues}, self.wake)
+        self.reconciler = Reconciler(engine, settings, options.queues)
         self._threads: list[threading.Thread] = []
         self._last_poll = self._last_beat = self._last_recover = -1e18
         self._redis_backoff = 0.0
@@ -201,7 +203,7 @@ class Worker:
         for q in self.options.queues:
             self._claim(q)
         with self.lock:
-            busy = self.running or self.unstarted
+            busy = self.running or self.unstarted or self.done
         return not busy and all(d is None or d > now for d in self.next_due.values())
 
     def _wait_seconds(self) -> float:
@@ -235,8 +237,8 @@ class Worker:
             outcome = runner.run(job, worker_id=self.id,
                                  default_max_attempts=self.settings.default_max_attempts,
                                  default_backoff=self.settings.default_backoff)
-            self.done.append(outcome)
             with self.lock:
+                self.done.append(outcome)
                 self.running.pop(key, None)
             self.wake.set()
 
@@ -279,6 +281,8 @@ class Worker:
             self._last_recover = now
             for queue in self.options.queues:
                 self.settler.recover(queue)
+        if not self.draining:
+            self.reconciler.tick()
 
     def _shutdown_hard(self) -> None:
         logger.warning("hard stop: abandoning %d running job(s); their leases will expire",

@@ -17,7 +17,7 @@ _LAZY = {
     "PruneResult": "django_delayq.spark.prune",
     "build_session": "django_delayq.spark.session",
     "read_jobs": "django_delayq.spark.source",
-    "compute_report": "django_delayq.spark.metrics",
+    "compute_report": "django_delayq.spark.summary",
     "run_report": "django_delayq.spark.report",
     "schedule_dataframe": "django_delayq.spark.bulk",
 }
@@ -27,7 +27,7 @@ __all__ = sorted(_LAZY)
 if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.spark.bulk import schedule_dataframe  # noqa: F401
     from django_delayq.spark.export import ExportResult, export_jobs  # noqa: F401
-    from django_delayq.spark.metrics import compute_report  # noqa: F401
+    from django_delayq.spark.summary import compute_report  # noqa: F401
     from django_delayq.spark.prune import PruneResult, prune_jobs  # noqa: F401
     from django_delayq.spark.report import run_report  # noqa: F401
     from django_delayq.spark.session import build_session  # noqa: F401

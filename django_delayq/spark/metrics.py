@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_delayq.spark.report_types import (
+from django_delayq.spark.constants import (
     BUCKETS_SECONDS, FINAL, MAX_POINTS, PERCENTILES, STATUSES, TOP_ERRORS,
 )
 
@@ -64,8 +64,8 @@ def summary_frame(lv: Any) -> Any:
         F.count(F.lit(1)).alias("jobs"), *counts,
         *_pct("lateness_ms", "lateness"), *_pct("duration_ms", "duration"),
         F.sum(finished.cast("long")).alias("finished"),
-        F.min(F.when(finished, F.col("finished_at"))).alias("first_finished"),
-        F.max(F.when(finished, F.col("finished_at"))).alias("last_finished"),
+        F.min(F.when(finished, F.unix_micros("finished_at"))).alias("first_finished_us"),
+        F.max(F.when(finished, F.unix_micros("finished_at"))).alias("last_finished_us"),
     )
 
 
@@ -103,8 +103,9 @@ def choose_bucket(span_seconds: float, max_points: int = MAX_POINTS) -> int:
 
 
 def _bucket(col: str, seconds: int) -> Any:
+    """Start of the bucket, in epoch seconds (collected as int: no local-time conversion)."""
     F = _f()
-    return F.timestamp_seconds(F.floor(F.unix_seconds(F.col(col)) / seconds) * seconds)
+    return (F.floor(F.unix_seconds(F.col(col)) / seconds) * seconds).cast("long")
 
 
 def series_frames(lv: Any, seconds: int) -> tuple[Any, Any]:
@@ -123,8 +124,12 @@ def series_frames(lv: Any, seconds: int) -> tuple[Any, Any]:
     return started, finished
 
 
-def time_span(df: Any) -> tuple[Any, Any]:
+def time_span_seconds(df: Any) -> float:
+    """Seconds between the first start or finish and the last one (0 when none)."""
     F = _f()
-    row = df.agg(F.least(F.min("started_at"), F.min("finished_at")).alias("lo"),
-                 F.greatest(F.max("started_at"), F.max("finished_at")).alias("hi")).first()
-    return row["lo"], row["hi"]
+    lo = F.least(F.min(F.unix_micros("started_at")), F.min(F.unix_micros("finished_at")))
+    hi = F.greatest(F.max(F.unix_micros("started_at")), F.max(F.unix_micros("finished_at")))
+    row = df.agg(lo.alias("lo"), hi.alias("hi")).first()
+    if row is None or row["lo"] is None:
+        return 0.0
+    return float(row["hi"] - row["lo"]) / 1e6

@@ -1,0 +1,89 @@
+"""PNG charts of a report (matplotlib, Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+MAX_QUEUES = 6
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _by_queue(series: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Per-queue points, the busiest queues first; the overall line only if one queue."""
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for point in series:
+        out[point["queue"]].append(point)
+    named = [q for q in out if q != "*"]
+    named.sort(key=lambda q: -sum(p["finished"] + p["started"] for p in out[q]))
+    keep = named[:MAX_QUEUES] or ["*"]
+    return {q: sorted(out[q], key=lambda p: p["bucket"]) for q in keep}
+
+
+def _x(points: list[dict[str, Any]]) -> list[datetime]:
+    return [datetime.fromisoformat(p["bucket"]) for p in points]
+
+
+def _finish(fig: Any, ax: Any, title: str, ylabel: str, path: Path) -> Path:
+    ax.set_title(title)
+    ax.set_ylabel(ylabel)
+    ax.set_xlabel("time (UTC)")
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    _plt().close(fig)
+    return path
+
+
+def lateness_chart(report: dict[str, Any], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for queue, points in _by_queue(report["series"]).items():
+        pts = [p for p in points if p["lateness_ms"]]
+        line, = ax.plot(_x(pts), [p["lateness_ms"]["p50"] for p in pts], label=queue + " p50")
+        ax.plot(_x(pts), [p["lateness_ms"]["p95"] for p in pts], linestyle="--",
+                color=line.get_color(), label=queue + " p95")
+    return _finish(fig, ax, "Lateness (start - due)", "ms", path)
+
+
+def throughput_chart(report: dict[str, Any], path: Path) -> Path:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 4))
+    minutes = report["bucket_seconds"] / 60.0
+    for queue, points in _by_queue(report["series"]).items():
+        ax.plot(_x(points), [p["finished"] / minutes for p in points], label=queue)
+    return _finish(fig, ax, "Throughput (finished jobs)", "jobs / minute", path)
+
+
+def failures_chart(report: dict[str, Any], path: Path) -> Path:
+    plt = _plt()
+    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4), width_ratios=[3, 2])
+    for queue, points in _by_queue(report["series"]).items():
+        line, = ax.plot(_x(points), [p["dead"] for p in points], label=queue + " dead")
+        ax.plot(_x(points), [p["retried"] for p in points], linestyle=":",
+                color=line.get_color(), label=queue + " retried")
+    overall = next((g for g in report["groups"] if g["queue"] == "*"), None)
+    errors = (overall or {}).get("top_errors", [])[::-1]
+    bars.barh([e["error"][:40] for e in errors], [e["count"] for e in errors], color="#c0392b")
+    bars.set_title("Most frequent errors")
+    bars.tick_params(axis="y", labelsize="small")
+    return _finish(fig, ax, "Failures per bucket", "jobs", path)
+
+
+def write_charts(report: dict[str, Any], out: Path) -> dict[str, Path]:
+    return {"lateness": lateness_chart(report, out / "lateness.png"),
+            "throughput": throughput_chart(report, out / "throughput.png"),
+            "failures": failures_chart(report, out / "failures.png")}

@@ -1,0 +1,67 @@
+"""One self-contained HTML page: summary tables, top errors, charts inlined as base64."""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from django_delayq.spark.constants import PERCENTILE_NAMES, STATUSES
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3}td.l{text-align:left}tr.total{font-weight:bold}
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}"""
+
+
+def _cell(value: Any, left: bool = False) -> str:
+    text = "" if value is None else ("%.3f" % value if isinstance(value, float) else str(value))
+    return '<td class="l">%s</td>' % escape(text) if left else "<td>%s</td>" % escape(text)
+
+
+def _summary_table(groups: list[dict[str, Any]]) -> str:
+    head = (["queue", "callable", "jobs", *STATUSES, "success"]
+            + ["late %s" % p for p in (*PERCENTILE_NAMES, "max")]
+            + ["run %s" % p for p in (*PERCENTILE_NAMES, "max")] + ["/min mean", "/min peak"])
+    rows = []
+    for g in groups:
+        cells = [_cell(g["queue"], True), _cell(g["callable"], True), _cell(g["jobs"])]
+        cells += [_cell(g["status"][s]) for s in STATUSES] + [_cell(g["success_rate"])]
+        for dist in ("lateness_ms", "duration_ms"):
+            cells += [_cell(g[dist][p]) for p in (*PERCENTILE_NAMES, "max")]
+        cells += [_cell(g["throughput"]["per_min_mean"]), _cell(g["throughput"]["per_min_peak"])]
+        css = ' class="total"' if g["callable"] == "*" else ""
+        rows.append("<tr%s>%s</tr>" % (css, "".join(cells)))
+    header = "".join("<th>%s</th>" % escape(h) for h in head)
+    return "<table><tr>%s</tr>%s</table>" % (header, "".join(rows))
+
+
+def _errors_table(groups: list[dict[str, Any]]) -> str:
+    rows = ["<tr>%s%s%s%s</tr>" % (_cell(g["queue"], True), _cell(g["callable"], True),
+                                   _cell(e["count"]), _cell(e["error"], True))
+            for g in groups if g["callable"] != "*" for e in g["top_errors"]]
+    if not rows:
+        return "<p>No errors.</p>"
+    return ("<table><tr><th>queue</th><th>callable</th><th>count</th><th>error</th></tr>%s"
+            "</table>" % "".join(rows))
+
+
+def _img(path: Path, alt: str) -> str:
+    data = base64.b64encode(path.read_bytes()).decode("ascii")
+    return '<img alt="%s" src="data:image/png;base64,%s">' % (escape(alt), data)
+
+
+def render(report: dict[str, Any], charts: dict[str, Path]) -> str:
+    images = "".join("<h3>%s</h3>%s" % (escape(name), _img(path, name))
+                     for name, path in charts.items())
+    return """<!doctype html><html><head><meta charset="utf-8">
+<title>delayq report</title><style>%s</style></head><body>
+<h1>delayq report</h1>
+<p>%d jobs; generated %s; time buckets of %d s. Lateness = start &minus; due time,
+run = finish &minus; start, in milliseconds (exact percentiles).</p>
+<h2>Per queue and callable</h2>%s<h2>Charts</h2>%s<h2>Most frequent errors</h2>%s
+</body></html>""" % (STYLE, report["jobs"], escape(report["generated_at"]),
+                     report["bucket_seconds"], _summary_table(report["groups"]), images,
+                     _errors_table(report["groups"]))

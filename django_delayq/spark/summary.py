@@ -1,0 +1,94 @@
+"""``compute_report``: run the Spark aggregations and assemble one plain, JSON-ready dict."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from django_delayq.spark import metrics
+from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES, TOP_ERRORS
+
+
+def _r(value: Any) -> float | None:
+    return None if value is None else round(float(value), 3)
+
+
+def _utc_us(us: int | None) -> str | None:
+    if us is None:
+        return None
+    return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).isoformat()
+
+
+def _dist(row: Any, name: str) -> dict[str, float | None]:
+    values = row[name + "_p"] or [None] * len(PERCENTILE_NAMES)
+    out = {p: _r(v) for p, v in zip(PERCENTILE_NAMES, values)}
+    out["max"] = _r(row[name + "_max"])
+    out["mean"] = _r(row[name + "_mean"])
+    return out
+
+
+def _throughput(row: Any, peak: int | None) -> dict[str, Any]:
+    first, last, n = row["first_finished_us"], row["last_finished_us"], row["finished"] or 0
+    minutes = max(1.0, (last - first) / 60e6) if first is not None else 1.0
+    return {"finished": n, "per_min_mean": _r(n / minutes) if n else 0.0,
+            "per_min_peak": peak or 0, "first_finished": _utc_us(first),
+            "last_finished": _utc_us(last)}
+
+
+def _group(row: Any, peak: int | None) -> dict[str, Any]:
+    counts = {s: row["n_" + s] or 0 for s in STATUSES}
+    decided = counts["succeeded"] + counts["dead"]
+    return {
+        "queue": row["queue"], "callable": row["callable"], "jobs": row["jobs"],
+        "status": counts,
+        "success_rate": _r(counts["succeeded"] / decided) if decided else None,
+        "lateness_ms": _dist(row, "lateness"), "duration_ms": _dist(row, "duration"),
+        "throughput": _throughput(row, peak), "attempts": {}, "top_errors": [],
+    }
+
+
+def _series(started: list[Any], finished: list[Any]) -> list[dict[str, Any]]:
+    points: dict[tuple[str, int], dict[str, Any]] = {}
+    for row in started:
+        point = points.setdefault((row["queue"], row["bucket"]), {})
+        point["started"] = row["started"]
+        point["lateness_ms"] = _dist(row, "lateness")
+    for row in finished:
+        point = points.setdefault((row["queue"], row["bucket"]), {})
+        point.update({k: row[k] for k in ("finished", "retried", *FINAL)})
+    out = []
+    for (queue, bucket), point in sorted(points.items()):
+        base = {"queue": queue, "bucket": _utc_us(bucket * 1_000_000), "started": 0,
+                "lateness_ms": None, "finished": 0, "retried": 0, **{s: 0 for s in FINAL}}
+        out.append({**base, **point})
+    return out
+
+
+def compute_report(jobs: Any, *, bucket_seconds: int | None = None,
+                   top_errors: int = TOP_ERRORS) -> dict[str, Any]:
+    """``jobs``: one row per job (see ``source.read_jobs``). Returns the whole report."""
+    jobs = jobs.cache()
+    try:
+        rows = jobs.count()
+        span = metrics.time_span_seconds(jobs)
+        bucket = bucket_seconds or metrics.choose_bucket(span)
+        lv = metrics.with_levels(jobs)
+        peaks = {(r["queue"], r["callable"]): r["peak"]
+                 for r in metrics.peak_frame(lv).collect()}
+        groups = {(r["queue"], r["callable"]): _group(r, peaks.get((r["queue"], r["callable"])))
+                  for r in metrics.summary_frame(lv).collect()}
+        for r in metrics.attempts_frame(lv).collect():
+            groups[(r["queue"], r["callable"])]["attempts"][str(r["attempts"])] = r["count"]
+        for r in metrics.errors_frame(lv, top_errors).orderBy("rank").collect():
+            groups[(r["queue"], r["callable"])]["top_errors"].append(
+                {"error": r["error"], "count": r["count"]})
+        started, finished = metrics.series_frames(lv, bucket)
+        series = _series(started.collect(), finished.collect())
+    finally:
+        jobs.unpersist()
+    for group in groups.values():
+        group["attempts"] = dict(sorted(group["attempts"].items(), key=lambda kv: int(kv[0])))
+    ordered = sorted(groups.values(), key=lambda g: (g["queue"] != "*", g["queue"],
+                                                     g["callable"] != "*", g["callable"]))
+    return {"generated_at": datetime.now(timezone.utc).isoformat(), "jobs": rows,
+            "bucket_seconds": bucket, "groups": ordered, "series": series}
