@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -13,12 +15,16 @@ DEFAULT_CONF: dict[str, str] = {
 
 def build_session(master: str | None = "local[*]", *, app_name: str = "delayq",
                   jars: Iterable[str] = (), conf: Mapping[str, str] | None = None) -> Any:
-    """``master=None`` leaves the master to ``spark-submit --master``."""
+    """``master=None``: ``spark-submit --master`` decides, else ``local[*]``."""
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.appName(app_name)
+    if not master and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit
+        master = "local[*]"
     if master:
         builder = builder.master(master)
+    if master and master.startswith("local"):  # executors: this interpreter, not PATH's python3
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     jar_list = [j for j in jars if j]
     if jar_list:
         builder = builder.config("spark.jars", ",".join(jar_list))

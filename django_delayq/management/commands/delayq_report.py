@@ -1,0 +1,46 @@
+"""``manage.py delayq_report --input DIR --out DIR [--master ...]``: the PySpark report."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class Command(BaseCommand):
+    help = ("Compute lateness, run time, throughput, outcomes and errors per queue and callable "
+            "with PySpark; write report.json, CSV files, PNG charts and report.html.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        try:
+            from django_delayq.spark.report import add_arguments
+        except ImportError as exc:  # pragma: no cover - only without the extra
+            raise CommandError("delayq_report needs pip install 'django-delayq[spark]' (%s)"
+                               % exc) from exc
+        add_arguments(parser)
+
+    def _jdbc_properties(self, options: dict[str, Any]) -> dict[str, str]:
+        from django.conf import settings
+
+        db = settings.DATABASES.get("default", {})
+        return {"user": options["jdbc_user"] or db.get("USER") or None,
+                "password": options["jdbc_password"] or db.get("PASSWORD") or None}
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django_delayq.models import Job
+        from django_delayq.spark.report import check_arguments, run_report
+        from django_delayq.spark.session import build_session
+
+        if problem := check_arguments(options):
+            raise CommandError(problem)
+        spark = build_session(options["master"] or "local[*]", app_name="delayq-report",
+                              jars=[options["jdbc_jar"] or ""])
+        try:
+            files = run_report(
+                spark, options["out"], input=options["input"], jdbc_url=options["jdbc_url"],
+                jdbc_table=options["jdbc_table"] or Job._meta.db_table,
+                jdbc_properties=self._jdbc_properties(options) if options["jdbc_url"] else None,
+                bucket_seconds=options["bucket_seconds"])
+        except (FileNotFoundError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write("%d jobs; report written to %s" % (files.report["jobs"], files.html))

@@ -1,0 +1,146 @@
+"""Run the report end to end: read jobs, compute, write JSON, CSV, PNG and HTML.
+
+Also a ``spark-submit`` entry point that needs no Django when reading Parquet::
+
+    spark-submit --master spark://host:7077 .../django_delayq/spark/report.py \\
+        --input /data/delayq --out /data/delayq-report
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReportFiles:
+    json: Path
+    html: Path
+    csv: dict[str, Path]
+    charts: dict[str, Path]
+    report: dict[str, Any]
+
+
+def _summary_rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for g in groups:
+        row: dict[str, Any] = {"queue": g["queue"], "callable": g["callable"], "jobs": g["jobs"]}
+        row.update({s: g["status"][s] for s in STATUSES})
+        row["success_rate"] = g["success_rate"]
+        for dist, short in (("lateness_ms", "lateness"), ("duration_ms", "duration")):
+            for p in (*PERCENTILE_NAMES, "max", "mean"):
+                row["%s_%s_ms" % (short, p)] = g[dist][p]
+        row.update({"throughput_" + k: v for k, v in g["throughput"].items()})
+        rows.append(row)
+    return rows
+
+
+def _series_rows(series: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for p in series:
+        late = p["lateness_ms"] or {}
+        row = {k: p[k] for k in ("queue", "bucket", "started", "finished", *FINAL, "retried")}
+        row.update({"lateness_%s_ms" % k: late.get(k) for k in (*PERCENTILE_NAMES, "max")})
+        rows.append(row)
+    return rows
+
+
+def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> Path:
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(columns))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
+    from django_delayq.spark import charts, html
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    json_path = out / "report.json"
+    json_path.write_text(json.dumps(report, indent=2))
+    groups = report["groups"]
+    summary = _summary_rows(groups)
+    series = _series_rows(report["series"])
+    attempts = [{"queue": g["queue"], "callable": g["callable"], "attempts": int(n), "jobs": c}
+                for g in groups for n, c in g["attempts"].items()]
+    errors = [{"queue": g["queue"], "callable": g["callable"], **e}
+              for g in groups for e in g["top_errors"]]
+    csvs = {
+        "summary": _write_csv(out / "summary.csv", summary, list(summary[0]) if summary else []),
+        "series": _write_csv(out / "series.csv", series, list(series[0]) if series else []),
+        "attempts": _write_csv(out / "attempts.csv", attempts,
+                               ["queue", "callable", "attempts", "jobs"]),
+        "errors": _write_csv(out / "errors.csv", errors, ["queue", "callable", "error", "count"]),
+    }
+    pngs = charts.write_charts(report, out)
+    html_path = out / "report.html"
+    html_path.write_text(html.render(report, pngs), encoding="utf-8")
+    return ReportFiles(json=json_path, html=html_path, csv=csvs, charts=pngs, report=report)
+
+
+def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
+               jdbc_url: str | None = None, jdbc_table: str | None = None,
+               jdbc_properties: Mapping[str, str] | None = None,
+               bucket_seconds: int | None = None) -> ReportFiles:
+    from django_delayq.spark.source import DEFAULT_TABLE, read_jobs
+    from django_delayq.spark.summary import compute_report
+
+    jobs = read_jobs(spark, input, jdbc_url=jdbc_url, jdbc_table=jdbc_table or DEFAULT_TABLE,
+                     jdbc_properties=jdbc_properties)
+    report = compute_report(jobs, bucket_seconds=bucket_seconds)
+    report["source"] = jdbc_url.split("?")[0] if jdbc_url else str(input)
+    return write_outputs(report, out)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options shared by ``manage.py delayq_report`` and ``spark-submit report.py``."""
+    parser.add_argument("--input", help="Export directory (from delayq_export / delayq_prune).")
+    parser.add_argument("--out", required=True, help="Directory for the report files.")
+    parser.add_argument("--master", default=None,
+                        help="Spark master: local[*] (default), spark://host:7077, yarn...")
+    parser.add_argument("--jdbc-url", help="Read the audit table over JDBC instead, e.g. "
+                                           "jdbc:postgresql://host:5432/db")
+    parser.add_argument("--jdbc-jar", help="Path of the JDBC driver jar.")
+    parser.add_argument("--jdbc-table", default=None, help="Audit table (django_delayq_job).")
+    parser.add_argument("--jdbc-user", default=None)
+    parser.add_argument("--jdbc-password", default=None)
+    parser.add_argument("--bucket-seconds", type=int, default=None,
+                        help="Time-series bucket (default: chosen from the data's span).")
+
+
+def check_arguments(opts: Mapping[str, Any]) -> str | None:
+    if not opts.get("input") and not opts.get("jdbc_url"):
+        return "give --input DIR (a delayq_export directory) or --jdbc-url"
+    if opts.get("jdbc_url") and not opts.get("jdbc_jar"):
+        return "--jdbc-url needs --jdbc-jar (the driver jar, e.g. postgresql-42.x.jar)"
+    return None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from django_delayq.spark.session import build_session
+
+    parser = argparse.ArgumentParser(description="delayq report on Spark")
+    add_arguments(parser)
+    opts = vars(parser.parse_args(argv))
+    if problem := check_arguments(opts):
+        parser.error(problem)
+    spark = build_session(opts["master"], app_name="delayq-report", jars=[opts["jdbc_jar"] or ""])
+    props = {"user": opts["jdbc_user"], "password": opts["jdbc_password"]}
+    files = run_report(spark, opts["out"], input=opts["input"], jdbc_url=opts["jdbc_url"],
+                       jdbc_table=opts["jdbc_table"], jdbc_properties=props,
+                       bucket_seconds=opts["bucket_seconds"])
+    print("report: %s" % files.html)
+    return 0
+
+
+if __name__ == "__main__":  # spark-submit report.py ...
+    raise SystemExit(main())
