@@ -11,4 +11,4 @@ class DelayQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_delayq import checks, conf  # noqa: F401  (registers checks, signal hooks)
+        from django_delayq import checks, conf, events  # noqa: F401  (checks, signal hooks)

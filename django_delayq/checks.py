@@ -1,4 +1,9 @@
-"""System checks: ``manage.py check`` reports every bad DELAYQ value before a worker starts."""
+"""System checks: ``manage.py check`` reports every bad DELAYQ value before a worker starts.
+
+``conf.problems()`` is the one validator; this module gives each DELAYQ key a stable
+check id (``ERROR_IDS``, documented in docs/settings.md) and a hint saying what is
+accepted. Ids never change meaning: a new key gets a new number.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +13,113 @@ from django.core import checks
 
 from django_delayq import conf
 
-HINT = "See docs/settings.md for the accepted values."
+NOT_A_DICT = "delayq.E000"
+UNKNOWN_KEY = "delayq.E001"
+UNMAPPED_KEY = "delayq.E099"
+
+ERROR_IDS: dict[str, str] = {
+    "REDIS_URL": "delayq.E002",
+    "CACHE_ALIAS": "delayq.E003",
+    "PREFIX": "delayq.E004",
+    "QUEUES": "delayq.E005",
+    "DEFAULT_QUEUE": "delayq.E006",
+    "DEFAULT_MAX_ATTEMPTS": "delayq.E007",
+    "DEFAULT_BACKOFF": "delayq.E008",
+    "ALLOWED_CALLABLES": "delayq.E009",
+    "LEASE_SECONDS": "delayq.E010",
+    "WAKE_INTERVAL_SECONDS": "delayq.E011",
+    "RECOVER_INTERVAL_SECONDS": "delayq.E012",
+    "DEAD_MAX": "delayq.E013",
+    "MAX_PAYLOAD_BYTES": "delayq.E014",
+    "AUDIT_FLUSH_SECONDS": "delayq.E015",
+    "AUDIT_BATCH": "delayq.E016",
+    "CLAIM_BATCH": "delayq.E017",
+    "CONCURRENCY": "delayq.E018",
+    "RECONCILE_INTERVAL_SECONDS": "delayq.E019",
+    "RECONCILE_GRACE_SECONDS": "delayq.E020",
+    "EAGER": "delayq.E021",
+    "EVENTS": "delayq.E022",
+    "EVENTS_MAXLEN": "delayq.E023",
+}
+
+_SECONDS = "a number of seconds > 0, e.g. %s"
+HINTS: dict[str, str] = {
+    "REDIS_URL": "Use 'redis://host:6379/0', 'rediss://host:6380/0' (TLS) or "
+                 "'unix:///run/redis.sock?db=0'; or set CACHE_ALIAS instead.",
+    "CACHE_ALIAS": "Name a CACHES entry whose BACKEND is 'django_redis.cache.RedisCache', "
+                   "e.g. 'default'; or set REDIS_URL instead.",
+    "PREFIX": "A short non-empty string without '{' or '}', e.g. 'delayq'.",
+    "QUEUES": "A non-empty list of names without braces, e.g. ['default', 'emails'].",
+    "DEFAULT_QUEUE": "One of the names in DELAYQ['QUEUES'].",
+    "DEFAULT_MAX_ATTEMPTS": "An integer >= 1, e.g. 3.",
+    "DEFAULT_BACKOFF": "A list of seconds such as [15, 180, 600], or a policy dict; see "
+                       "docs/settings.md#default_backoff.",
+    "ALLOWED_CALLABLES": "A list of module prefixes such as ['shop.tasks'], or None for the "
+                         "packages of INSTALLED_APPS.",
+    "LEASE_SECONDS": _SECONDS % "60",
+    "WAKE_INTERVAL_SECONDS": _SECONDS % "2",
+    "RECOVER_INTERVAL_SECONDS": _SECONDS % "1",
+    "DEAD_MAX": "An integer >= 1: how many dead jobs Redis keeps, e.g. 100000.",
+    "MAX_PAYLOAD_BYTES": "An integer >= 1, e.g. 524288 (512 KiB); pass ids, not data.",
+    "AUDIT_FLUSH_SECONDS": _SECONDS % "0.05",
+    "AUDIT_BATCH": "An integer >= 1, e.g. 500.",
+    "CLAIM_BATCH": "An integer >= 1, e.g. 100.",
+    "CONCURRENCY": "An integer >= 1: job threads per worker, e.g. 4.",
+    "RECONCILE_INTERVAL_SECONDS": _SECONDS % "30",
+    "RECONCILE_GRACE_SECONDS": _SECONDS % "60",
+    "EAGER": "True or False (True runs jobs inline: unit tests only).",
+    "EVENTS": "True or False: write every transition to the capped event stream.",
+    "EVENTS_MAXLEN": "An integer >= 1: about how many events the stream keeps, e.g. 10000.",
+}
+UNKNOWN_HINT = "Remove it, or fix its spelling; docs/settings.md lists every key."
+DEFAULT_HINT = "See docs/settings.md for the accepted values."
+
+
+def error_id(key: str) -> str:
+    if key in ERROR_IDS:
+        return ERROR_IDS[key]
+    return UNMAPPED_KEY if key in conf.DEFAULTS else UNKNOWN_KEY
+
+
+def hint_for(key: str) -> str:
+    if key not in conf.DEFAULTS and key not in ERROR_IDS:
+        return UNKNOWN_HINT
+    return HINTS.get(key, DEFAULT_HINT)
+
+
+def _cache_alias_problem(user: dict[str, Any]) -> str | None:
+    """CACHE_ALIAS must name a django-redis cache (not validated by conf.problems())."""
+    from django.conf import settings
+
+    alias = user.get("CACHE_ALIAS")
+    if alias is None:
+        return None
+    caches = getattr(settings, "CACHES", {}) or {}
+    if not isinstance(alias, str) or alias not in caches:
+        return "DELAYQ['CACHE_ALIAS'] %r is not a key of CACHES %r" % (alias, list(caches))
+    backend = str(caches[alias].get("BACKEND", ""))
+    if not backend.startswith("django_redis."):
+        return ("DELAYQ['CACHE_ALIAS'] %r uses BACKEND %r; only django-redis caches expose a "
+                "Redis client" % (alias, backend))
+    return None
+
+
+def _messages(found: list[tuple[str, str]]) -> list[checks.CheckMessage]:
+    return [
+        checks.Error(message, hint=hint_for(key), obj="DELAYQ[%r]" % key, id=error_id(key))
+        for key, message in found
+    ]
 
 
 @checks.register("delayq")
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     try:
-        found = conf.problems()
+        user = conf._user_settings()
     except Exception as exc:  # DELAYQ is not even a dict
-        return [checks.Error(str(exc), hint=HINT, id="delayq.E000")]
-    return [
-        checks.Error(message, hint=HINT, obj="DELAYQ[%r]" % key, id="delayq.E%03d" % (i + 1))
-        for i, (key, message) in enumerate(found)
-    ]
+        return [checks.Error(str(exc), hint="DELAYQ = {'REDIS_URL': 'redis://...', ...}",
+                             obj="DELAYQ", id=NOT_A_DICT)]
+    found = conf.problems(user)
+    if not any(key == "CACHE_ALIAS" for key, _ in found):
+        if msg := _cache_alias_problem(user):
+            found.append(("CACHE_ALIAS", msg))
+    return _messages(found)

@@ -33,6 +33,8 @@ class WakeListener:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(1.0)
 
     def take(self) -> dict[str, int]:
         with self._lock:
@@ -49,10 +51,12 @@ class WakeListener:
                 backoff = 0.1
                 self.event.set()  # (re)subscribed: anything may have been missed
                 while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=1.0)
+                    message = pubsub.get_message(timeout=0.25)
                     if message and message.get("type") == "message":
                         self._record(message)
             except (RedisError, OSError) as exc:
+                if self._stop.is_set():
+                    return
                 logger.warning("wake listener lost Redis (%s); retrying in %.1fs", exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)

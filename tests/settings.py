@@ -58,9 +58,10 @@ else:
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0"),
+    "PREFIX": os.environ.get("DELAYQ_TEST_PREFIX", "delayq"),
     "QUEUES": ["default", "emails", "slow"],
-    "ALLOWED_CALLABLES": ["tests.jobs"],
-    "LEASE_SECONDS": 10,
+    "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_more"],
+    "LEASE_SECONDS": float(os.environ.get("DELAYQ_TEST_LEASE", "10")),
     "WAKE_INTERVAL_SECONDS": 1.0,
     "AUDIT_FLUSH_SECONDS": 0.02,
 }

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from django.db.models import Q, QuerySet
 from django.utils import timezone
@@ -108,7 +108,7 @@ def keyset_pages(qs: QuerySet[Any], columns: tuple[str, ...], chunk_size: int,
 def export_jobs(root: Path | str, *, since: datetime | None = None,
                 until: datetime | None = None, full: bool = False,
                 chunk_size: int = DEFAULT_CHUNK, settle: timedelta = timedelta(seconds=2),
-                now: datetime | None = None, progress: bool = True) -> ExportResult:
+                now: datetime | None = None, progress: bool = True, stream: TextIO | None = None) -> ExportResult:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     state = read_state(root)
@@ -117,7 +117,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     if previous is not None and mark < previous:
         mark = previous
     qs = rows_to_export(previous, mark, since, until)
-    bar = Progress(qs.count(), "delayq_export", enabled=progress)
+    bar = Progress(qs.count(), "delayq_export", stream=stream, enabled=progress)
     with DayPartitionedWriter(root / schema.JOBS_DIR, schema.JOB_SCHEMA, kind="export",
                               day_column="created_at") as writer:
         for page in keyset_pages(qs, schema.JOB_COLUMNS, chunk_size):

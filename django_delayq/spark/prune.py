@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import TextIO
 
 import pyarrow as pa
 from django.db import transaction
@@ -59,13 +60,13 @@ def _delete(ids: list[str]) -> int:
 
 def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
                batch_size: int = DEFAULT_BATCH, now: datetime | None = None,
-               dry_run: bool = False, progress: bool = True) -> PruneResult:
+               dry_run: bool = False, progress: bool = True, stream: TextIO | None = None) -> PruneResult:
     cutoff = (now or timezone.now()) - older_than
     qs = prunable(cutoff).order_by("created_at", "id")
     total = qs.count()
     if dry_run:
         return PruneResult(cutoff=cutoff, jobs=total, attempts=0)
-    bar = Progress(total, "delayq_prune", enabled=progress)
+    bar = Progress(total, "delayq_prune", stream=stream, enabled=progress)
     jobs = attempts = 0
     files: list[Path] = []
     while True:

@@ -47,7 +47,8 @@ class Command(BaseCommand):
             result = export_jobs(options["out"], since=options["since"], until=options["until"],
                                  full=options["full"], chunk_size=options["chunk_size"],
                                  settle=timedelta(seconds=options["settle"]),
-                                 progress=options["verbosity"] > 0)
+                                 progress=options["verbosity"] > 0,
+                                 stream=getattr(self.stderr, "_out", None))
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write("exported %d rows in %d files; high-water mark %s"

@@ -32,7 +32,8 @@ class Command(BaseCommand):
         except ValueError as exc:
             raise CommandError("--older-than: %s" % exc) from exc
         result = prune_jobs(age, archive=options["archive"], batch_size=options["batch_size"],
-                            dry_run=options["dry_run"], progress=options["verbosity"] > 0)
+                            dry_run=options["dry_run"], progress=options["verbosity"] > 0,
+                                 stream=getattr(self.stderr, "_out", None))
         verb = "would delete" if options["dry_run"] else "deleted"
         self.stdout.write("%s %d jobs finished before %s (%d attempt rows); %d archive files"
                           % (verb, result.jobs, result.cutoff.isoformat(), result.attempts,

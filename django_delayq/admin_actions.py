@@ -1,0 +1,170 @@
+"""Admin actions on jobs. Each calls ``django_delayq.api`` once per selected job and
+reports what happened per outcome ("3 cancelled, 1 already running")."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin import helpers
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from redis.exceptions import RedisError
+
+from django_delayq import api
+from django_delayq.engine import CancelOutcome
+from django_delayq.engine.engine import MoveOutcome
+from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound
+from django_delayq.forms import RescheduleForm
+from django_delayq.models import Job, JobStatus
+
+logger = logging.getLogger(__name__)
+
+CANCEL_LABELS = {
+    CancelOutcome.CANCELLED: gettext_lazy("cancelled"),
+    CancelOutcome.ALREADY_RUNNING: gettext_lazy("already running (retries cancelled)"),
+    CancelOutcome.NOT_FOUND: gettext_lazy("already finished"),
+}
+MOVE_LABELS = {
+    MoveOutcome.MOVED: gettext_lazy("moved"),
+    MoveOutcome.ALREADY_RUNNING: gettext_lazy("already running"),
+    MoveOutcome.NOT_FOUND: gettext_lazy("not waiting in Redis"),
+}
+ERROR = gettext_lazy("failed")
+GONE = gettext_lazy("no longer exist")
+
+
+class Tally:
+    """Counts outcome labels in first-seen order and renders "3 cancelled, 1 failed"."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.errors: list[str] = []
+
+    def add(self, label: Any) -> None:
+        self.counts[str(label)] += 1
+
+    def fail(self, job_id: str, exc: Exception) -> None:
+        self.add(ERROR)
+        self.errors.append("%s: %s" % (job_id, exc))
+
+    def text(self) -> str:
+        return ", ".join("%d %s" % (n, label) for label, n in self.counts.items()) or _("nothing")
+
+    def report(self, modeladmin: admin.ModelAdmin, request: HttpRequest, success: Any) -> None:
+        level = messages.SUCCESS if set(self.counts) <= {str(success)} else messages.WARNING
+        modeladmin.message_user(request, self.text() + ".", level)
+        if self.errors:
+            shown = "; ".join(self.errors[:5]) + ("…" if len(self.errors) > 5 else "")
+            modeladmin.message_user(request, _("Errors: %s") % shown, messages.ERROR)
+
+
+def _each(queryset: QuerySet[Job], call: Callable[[str], Any], tally: Tally,
+          label_of: Callable[[Any], Any]) -> None:
+    for job_id in queryset.values_list("pk", flat=True).iterator():
+        try:
+            tally.add(label_of(call(job_id)))
+        except JobNotFound:
+            tally.add(GONE)
+        except (DelayQError, RedisError) as exc:
+            logger.warning("admin action on job %s failed: %s", job_id, exc)
+            tally.fail(job_id, exc)
+
+
+@admin.action(description=gettext_lazy("Cancel selected jobs"), permissions=["cancel"])
+def cancel_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                queryset: QuerySet[Job]) -> None:
+    tally = Tally()
+    _each(queryset, api.cancel, tally, CANCEL_LABELS.__getitem__)
+    tally.report(modeladmin, request, CANCEL_LABELS[CancelOutcome.CANCELLED])
+
+
+@admin.action(description=gettext_lazy("Run selected jobs now"), permissions=["run_now"])
+def run_jobs_now(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                 queryset: QuerySet[Job]) -> None:
+    labels = {**MOVE_LABELS, MoveOutcome.MOVED: gettext_lazy("due now")}
+    tally = Tally()
+    _each(queryset, api.run_now, tally, labels.__getitem__)
+    tally.report(modeladmin, request, labels[MoveOutcome.MOVED])
+
+
+@admin.action(description=gettext_lazy("Requeue selected jobs (finished → a new run)"),
+              permissions=["requeue"])
+def requeue_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                 queryset: QuerySet[Job]) -> None:
+    requeued, as_new = gettext_lazy("requeued"), gettext_lazy("requeued as a new job")
+    not_final = gettext_lazy("not finished (still live)")
+    tally = Tally()
+    for job_id in queryset.values_list("pk", flat=True).iterator():
+        try:
+            handle = api.requeue(job_id)
+        except InvalidJob:
+            tally.add(not_final)
+        except JobNotFound:
+            tally.add(GONE)
+        except (DelayQError, RedisError) as exc:
+            tally.fail(job_id, exc)
+        else:
+            tally.add(requeued if handle.id == job_id else as_new)
+    ok = tally.counts.keys() <= {str(requeued), str(as_new)}
+    level = messages.SUCCESS if ok and tally.counts else messages.WARNING
+    modeladmin.message_user(request, tally.text() + ".", level)
+    if tally.errors:
+        modeladmin.message_user(request, _("Errors: %s") % "; ".join(tally.errors[:5]),
+                                messages.ERROR)
+
+
+@admin.action(description=gettext_lazy("Reschedule selected jobs…"), permissions=["reschedule"])
+def reschedule_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                    queryset: QuerySet[Job]) -> HttpResponse | None:
+    """Two steps: the action shows a form (delay or date-time); "apply" performs it."""
+    form = RescheduleForm(request.POST if "apply" in request.POST else None)
+    if "apply" in request.POST and form.is_valid():
+        when = form.when()
+        tally = Tally()
+        _each(queryset, lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
+              tally, MOVE_LABELS.__getitem__)
+        tally.report(modeladmin, request, MOVE_LABELS[MoveOutcome.MOVED])
+        if tally.counts.get(str(MOVE_LABELS[MoveOutcome.MOVED])):
+            modeladmin.message_user(request, _("New due time: %s.") % form.describe(),
+                                    messages.INFO)
+        return HttpResponseRedirect(request.get_full_path())
+    return _reschedule_page(modeladmin, request, queryset, form)
+
+
+def _reschedule_page(modeladmin: admin.ModelAdmin, request: HttpRequest,
+                     queryset: QuerySet[Job], form: RescheduleForm) -> TemplateResponse:
+    opts = modeladmin.model._meta
+    jobs = list(queryset[:101])
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        "title": _("Reschedule jobs"),
+        "opts": opts,
+        "app_label": opts.app_label,
+        "form": form,
+        "jobs": jobs[:100],
+        "more": max(0, queryset.count() - 100) if len(jobs) > 100 else 0,
+        "live_count": queryset.filter(status__in=(JobStatus.SCHEDULED,
+                                                  JobStatus.RETRYING)).count(),
+        "selected_ids": _ids(queryset),
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "action": "reschedule_jobs",
+        "select_across": request.POST.get("select_across", "0"),
+        "index": request.POST.get("index", "0"),
+        "media": modeladmin.media,
+    }
+    request.current_app = modeladmin.admin_site.name
+    return TemplateResponse(request, "admin/django_delayq/job/reschedule.html", context)
+
+
+def _ids(queryset: QuerySet[Job]) -> Iterable[str]:
+    return queryset.values_list("pk", flat=True)
+
+
+ACTIONS = [cancel_jobs, run_jobs_now, reschedule_jobs, requeue_jobs]

@@ -1,0 +1,287 @@
+"""The event stream: every job transition, appended to one capped Redis Stream.
+
+Key ``{<prefix>}:events`` (a STREAM, capped with ``XADD MAXLEN ~ EVENTS_MAXLEN``).
+Each entry holds strings: ``event`` (scheduled, started, succeeded, retrying, dead,
+cancelled), ``job``, ``queue``, ``callable``, ``ts_ms`` (wall clock of the process that
+saw it) and, depending on the event, ``attempt``, ``worker``, ``run_at``, ``retry_at``,
+``duration_ms``, ``error`` (first 500 characters) and ``running``.
+
+The receivers of :mod:`django_delayq.signals` never talk to Redis: they append to an
+in-process buffer that a daemon thread flushes with one pipeline every
+``FLUSH_SECONDS`` (50 ms). The buffer is bounded; when Redis is unreachable the oldest
+events are dropped (and counted), never the job. ``delayq_status --follow`` tails the
+stream of every worker with ``XREAD BLOCK``.
+
+Enabled by ``DELAYQ["EVENTS"]`` (default True); ``DELAYQ["EVENTS_MAXLEN"]`` (default
+10000) caps the stream.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from django_delayq import signals
+
+logger = logging.getLogger(__name__)
+
+FLUSH_SECONDS = 0.05
+BUFFER_MAX = 50_000
+ERROR_CHARS = 500
+DEFAULT_MAXLEN = 10_000
+EVENT_NAMES = ("scheduled", "started", "succeeded", "retrying", "dead", "cancelled")
+
+Fields = dict[str, str]
+
+
+def stream_key(prefix: str) -> str:
+    """The stream of every queue under ``prefix`` (hash tag ``{prefix}``, like workers)."""
+    return "{%s}:events" % prefix
+
+
+class EventStream:
+    """A bounded buffer of events and the daemon thread that XADDs them in pipelines."""
+
+    def __init__(self, client_factory: Callable[[], Any], key: str, maxlen: int,
+                 flush_seconds: float = FLUSH_SECONDS, buffer_max: int = BUFFER_MAX) -> None:
+        self._client_factory = client_factory
+        self._client: Any = None
+        self.key = key
+        self.maxlen = maxlen
+        self.flush_seconds = flush_seconds
+        self._buffer: deque[Fields] = deque(maxlen=buffer_max)
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+        self.dropped = 0
+        self.written = 0
+
+    def add(self, fields: Fields) -> None:
+        """Buffer one event; O(1), no I/O."""
+        with self._lock:
+            if len(self._buffer) == self._buffer.maxlen:
+                self.dropped += 1
+            self._buffer.append(fields)
+        self._ensure_thread()
+        self._wake.set()
+
+    def pending(self) -> int:
+        return len(self._buffer)
+
+    def flush(self) -> int:
+        """Write every buffered event in one pipeline; return how many were written."""
+        with self._lock:
+            batch = list(self._buffer)
+            self._buffer.clear()
+        if not batch:
+            return 0
+        try:
+            if self._client is None:
+                self._client = self._client_factory()
+            pipe = self._client.pipeline(transaction=False)
+            for fields in batch:
+                pipe.xadd(self.key, fields, maxlen=self.maxlen, approximate=True)
+            pipe.execute()
+        except (RedisError, OSError) as exc:
+            self._requeue(batch)
+            logger.warning("event stream: could not write %d event(s), kept for a retry: %s",
+                           len(batch), exc)
+            return 0
+        self.written += len(batch)
+        return len(batch)
+
+    def _requeue(self, batch: list[Fields]) -> None:
+        with self._lock:
+            room = (self._buffer.maxlen or 0) - len(self._buffer)
+            keep = batch[-room:] if room > 0 else []
+            self.dropped += len(batch) - len(keep)
+            self._buffer.extendleft(reversed(keep))
+
+    def close(self) -> None:
+        """Stop the thread after a last flush (atexit; tests)."""
+        self._stopped = True
+        self._wake.set()
+        thread = self._thread
+        if thread is not None and thread.is_alive() and thread is not threading.current_thread():
+            thread.join(timeout=2)
+        self.flush()
+
+    def _ensure_thread(self) -> None:
+        if self._pid != os.getpid():  # forked: the parent's thread did not come along
+            self._pid, self._thread = os.getpid(), None
+        if self._thread is not None or self._stopped:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="delayq-events",
+                                                daemon=True)
+                self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stopped:
+            self._wake.wait()
+            self._wake.clear()
+            if self._stopped:
+                return
+            time.sleep(self.flush_seconds)  # coalesce: one pipeline per interval
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - the flusher must survive anything
+                logger.exception("event stream flush failed")
+            if self._buffer:
+                time.sleep(self.flush_seconds)  # Redis is down: back off, keep buffering
+                self._wake.set()
+
+
+# -- the process-wide stream -------------------------------------------------------------
+
+_lock = threading.Lock()
+_stream: EventStream | None = None
+
+
+def events_config() -> tuple[bool, int]:
+    """(enabled, maxlen) from DELAYQ["EVENTS"] / DELAYQ["EVENTS_MAXLEN"]."""
+    from django_delayq.conf import get_settings
+
+    s = get_settings()
+    enabled = getattr(s, "events", s.raw.get("EVENTS", True))
+    maxlen = getattr(s, "events_maxlen", s.raw.get("EVENTS_MAXLEN", DEFAULT_MAXLEN))
+    return bool(enabled), int(maxlen)
+
+
+def get_stream() -> EventStream | None:
+    """The stream of this process, or None when DELAYQ["EVENTS"] is False."""
+    global _stream
+    stream = _stream
+    if stream is not None:
+        return stream
+    enabled, maxlen = events_config()
+    if not enabled:
+        return None
+    with _lock:
+        if _stream is None:
+            from django_delayq.conf import get_settings
+            from django_delayq.connection import get_engine
+
+            _stream = EventStream(lambda: get_engine().client,
+                                  stream_key(get_settings().prefix), maxlen)
+        return _stream
+
+
+def reset() -> None:
+    """Flush and forget the current stream (settings changed; tests)."""
+    global _stream
+    with _lock:
+        stream, _stream = _stream, None
+    if stream is not None:
+        stream.close()
+
+
+def flush() -> int:
+    """Write buffered events now (tests, shutdown)."""
+    stream = _stream
+    return stream.flush() if stream is not None else 0
+
+
+# -- signal receivers --------------------------------------------------------------------
+
+
+def _iso(value: Any) -> str:
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def _fields(event: str, kwargs: dict[str, Any]) -> Fields:
+    out: Fields = {"event": event, "job": str(kwargs.get("job_id", "")),
+                   "queue": str(kwargs.get("queue", "")),
+                   "callable": str(kwargs.get("callable_path", "")),
+                   "ts_ms": str(int(time.time() * 1000))}
+    for name, key in (("attempt", "attempt"), ("worker_id", "worker"), ("running", "running")):
+        if name in kwargs:
+            out[key] = str(int(kwargs[name]) if name == "running" else kwargs[name])
+    for name in ("run_at", "retry_at", "due_at"):
+        if kwargs.get(name) is not None:
+            out[name] = _iso(kwargs[name])
+    if kwargs.get("duration") is not None:
+        out["duration_ms"] = "%.1f" % (float(kwargs["duration"]) * 1000)
+    if kwargs.get("error"):
+        out["error"] = str(kwargs["error"])[:ERROR_CHARS]
+    return out
+
+
+def _record(event: str, kwargs: dict[str, Any]) -> None:
+    stream = get_stream()
+    if stream is not None:
+        stream.add(_fields(event, kwargs))
+
+
+def _on_scheduled(sender: Any, **kwargs: Any) -> None:
+    from django.db import router, transaction
+
+    from django_delayq.models import Job
+
+    fields = _fields("scheduled", kwargs)  # the job exists once the caller commits
+    transaction.on_commit(lambda: _add_now(fields), using=router.db_for_write(Job))
+
+
+def _add_now(fields: Fields) -> None:
+    stream = get_stream()
+    if stream is not None:
+        stream.add(fields)
+
+
+def _receiver(event: str) -> Callable[..., None]:
+    def receive(sender: Any, **kwargs: Any) -> None:
+        _record(event, kwargs)
+
+    receive.__name__ = "delayq_event_%s" % event
+    return receive
+
+
+_RECEIVERS: dict[str, Callable[..., None]] = {
+    "scheduled": _on_scheduled,
+    **{name: _receiver(name) for name in EVENT_NAMES if name != "scheduled"},
+}
+
+
+def connect() -> None:
+    """Connect the receivers (done on import, i.e. by ``DelayQConfig.ready()``); idempotent."""
+    for name, fn in _RECEIVERS.items():
+        getattr(signals, "job_%s" % name).connect(fn, dispatch_uid="delayq.events.%s" % name)
+
+
+def disconnect() -> None:
+    for name in _RECEIVERS:
+        getattr(signals, "job_%s" % name).disconnect(dispatch_uid="delayq.events.%s" % name)
+
+
+def _close_at_exit() -> None:
+    try:
+        reset()
+    except Exception:  # noqa: BLE001 - interpreter shutdown
+        pass
+
+
+def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting == "DELAYQ":
+        reset()
+
+
+def _connect_setting_changed() -> None:
+    from django.core.signals import setting_changed
+
+    setting_changed.connect(_on_setting_changed, dispatch_uid="delayq.events.settings")
+
+
+_connect_setting_changed()
+atexit.register(_close_at_exit)
+connect()

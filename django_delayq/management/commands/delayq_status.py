@@ -1,0 +1,258 @@
+"""``manage.py delayq_status``: queue counts, due times, workers; ``--watch``, ``--json``,
+``--follow`` (tail the event stream of every worker).
+
+Reads only: ``Engine.stats`` per queue (one atomic script each), the head of each
+queue's pending ZSET for the oldest overdue job, the worker registry
+(``{prefix}:workers`` ZSET worker_id -> heartbeat ms, ``{prefix}:workers:info`` HASH
+worker_id -> JSON) and the event stream ``{prefix}:events``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from redis.exceptions import RedisError
+
+CLEAR = "\x1b[H\x1b[2J"
+
+
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _iso(ms: int | None) -> str | None:
+    if ms is None:
+        return None
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(slots=True, kw_only=True)
+class QueueStatus:
+    queue: str
+    scheduled: int
+    ready: int
+    inflight: int
+    dead: int
+    expired_leases: int
+    next_due: str | None
+    next_due_in_s: float | None
+    oldest_overdue_id: str | None = None
+    oldest_overdue_s: float | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class WorkerStatus:
+    id: str
+    heartbeat_age_s: float
+    stale: bool
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(slots=True, kw_only=True)
+class Status:
+    now: str
+    prefix: str
+    queues: list[QueueStatus]
+    workers: list[WorkerStatus]
+
+
+def queue_status(engine: Any, queue: str) -> QueueStatus:
+    st = engine.stats(queue)
+    q = QueueStatus(
+        queue=queue, scheduled=st.scheduled, ready=st.ready, inflight=st.inflight,
+        dead=st.dead, expired_leases=st.expired_leases, next_due=_iso(st.next_due_ms),
+        next_due_in_s=None if st.next_due_ms is None else (st.next_due_ms - st.now_ms) / 1000)
+    if st.ready:
+        head = engine.client.zrange(engine.keys(queue).pending, 0, 0, withscores=True)
+        if head:
+            job_id, due_ms = head[0]
+            q.oldest_overdue_id = _s(job_id)
+            q.oldest_overdue_s = max(0.0, (st.now_ms - float(due_ms)) / 1000)
+    return q
+
+
+def worker_statuses(engine: Any, prefix: str, stale_after_s: float) -> list[WorkerStatus]:
+    key = "{%s}:workers" % prefix
+    now_ms = engine.time_ms()
+    beats = engine.client.zrange(key, 0, -1, withscores=True)
+    infos = engine.client.hgetall(key + ":info") if beats else {}
+    info_by_id = {_s(k): _s(v) for k, v in infos.items()}
+    out = []
+    for raw_id, beat_ms in beats:
+        worker_id = _s(raw_id)
+        try:
+            info = json.loads(info_by_id.get(worker_id, "{}"))
+        except ValueError:
+            info = {}
+        age = max(0.0, (now_ms - float(beat_ms)) / 1000)
+        out.append(WorkerStatus(id=worker_id, heartbeat_age_s=round(age, 3),
+                                stale=age > stale_after_s, info=info))
+    return out
+
+
+def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
+    return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
+                  queues=[queue_status(engine, q) for q in queues],
+                  workers=worker_statuses(engine, settings.prefix, settings.lease_seconds))
+
+
+def _fmt_s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    if seconds < 120:
+        return "%.1fs" % seconds
+    if seconds < 7200:
+        return "%.1fm" % (seconds / 60)
+    return "%.1fh" % (seconds / 3600)
+
+
+def render_text(status: Status) -> str:
+    lines = ["delayq status at %s (prefix %r)" % (status.now, status.prefix), ""]
+    header = "%-16s %10s %8s %9s %8s  %-29s %s" % (
+        "QUEUE", "SCHEDULED", "READY", "INFLIGHT", "DEAD", "NEXT DUE", "OLDEST OVERDUE")
+    lines.append(header)
+    for q in status.queues:
+        nxt = "-" if q.next_due is None else "%s (in %s)" % (q.next_due[11:23],
+                                                             _fmt_s(q.next_due_in_s))
+        old = "-" if q.oldest_overdue_id is None else "%s late %s" % (
+            q.oldest_overdue_id, _fmt_s(q.oldest_overdue_s))
+        lines.append("%-16s %10d %8d %9d %8d  %-29s %s" % (
+            q.queue, q.scheduled, q.ready, q.inflight, q.dead, nxt, old))
+        if q.expired_leases:
+            lines.append("  ! %d expired lease(s) waiting for recovery" % q.expired_leases)
+    lines += ["", "WORKERS (%d)" % len(status.workers)]
+    if not status.workers:
+        lines.append("  none registered")
+    for w in status.workers:
+        info = w.info
+        lines.append("  %-40s heartbeat %s ago%s  queues=%s running=%s processed=%s" % (
+            w.id, _fmt_s(w.heartbeat_age_s), " (STALE)" if w.stale else "",
+            ",".join(info.get("queues", [])) or "-", info.get("running", "-"),
+            info.get("processed", "-")))
+    return "\n".join(lines) + "\n"
+
+
+def format_event(entry_id: str, fields: dict[str, str]) -> str:
+    ts = fields.get("ts_ms")
+    when = _iso(int(ts)) if ts and ts.isdigit() else _iso(int(entry_id.split("-")[0]))
+    extra = []
+    for key in ("attempt", "worker", "run_at", "retry_at", "duration_ms", "running", "error"):
+        if key in fields:
+            extra.append("%s=%s" % (key, fields[key]))
+    return "%s %-9s %-12s %-26s %s %s" % (
+        (when or "")[11:23], fields.get("event", "?"), fields.get("queue", ""),
+        fields.get("job", ""), fields.get("callable", ""), " ".join(extra))
+
+
+class Command(BaseCommand):
+    help = ("Show per queue the scheduled, ready, in-flight and dead counts, the next due "
+            "time, the oldest overdue job and the live workers; or tail the event stream.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--queues", "-q", default=None,
+                            help="Comma-separated queues (default: all of DELAYQ['QUEUES']).")
+        parser.add_argument("--json", action="store_true", help="Print one JSON document.")
+        parser.add_argument("--watch", "-w", action="store_true",
+                            help="Refresh in place until interrupted.")
+        parser.add_argument("--interval", type=float, default=2.0,
+                            help="Seconds between --watch refreshes (default 2).")
+        parser.add_argument("--follow", "-f", action="store_true",
+                            help="Tail the event stream of every worker.")
+        parser.add_argument("--last", type=int, default=0,
+                            help="With --follow: first print this many past events.")
+        parser.add_argument("--count", type=int, default=None,
+                            help="Stop after this many refreshes (--watch) or events (--follow).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        from django_delayq.conf import get_settings
+        from django_delayq.connection import get_engine
+
+        try:
+            settings = get_settings()
+        except ImproperlyConfigured as exc:
+            raise CommandError("DELAYQ is not valid: %s" % exc) from exc
+        queues = self._queues(options["queues"], settings)
+        engine = get_engine()
+        try:
+            if options["follow"]:
+                self.follow(engine, settings.prefix, options["last"], options["count"],
+                            json_lines=options["json"])
+            elif options["watch"]:
+                self.watch(engine, settings, queues, options["interval"], options["count"],
+                           as_json=options["json"])
+            else:
+                self.stdout.write(self.render(engine, settings, queues, options["json"]),
+                                  ending="")
+        except RedisError as exc:
+            raise CommandError("Redis is unavailable: %s" % exc) from exc
+        except KeyboardInterrupt:
+            self.stdout.write("")
+
+    def _queues(self, value: str | None, settings: Any) -> list[str]:
+        if not value:
+            return list(settings.queues)
+        queues = [q.strip() for q in value.split(",") if q.strip()]
+        unknown = [q for q in queues if q not in settings.queues]
+        if unknown:
+            raise CommandError("unknown queue(s) %s; DELAYQ['QUEUES'] is %s"
+                               % (unknown, list(settings.queues)))
+        return queues
+
+    def render(self, engine: Any, settings: Any, queues: list[str], as_json: bool) -> str:
+        status = collect(engine, settings, queues)
+        if as_json:
+            return json.dumps(asdict(status), indent=2) + "\n"
+        return render_text(status)
+
+    def watch(self, engine: Any, settings: Any, queues: list[str], interval: float,
+              count: int | None, *, as_json: bool) -> None:
+        if interval <= 0:
+            raise CommandError("--interval must be > 0, not %r" % interval)
+        tty = not as_json and hasattr(self.stdout, "isatty") and self.stdout.isatty()
+        shown = 0
+        while count is None or shown < count:
+            if shown:
+                time.sleep(interval)
+            text = self.render(engine, settings, queues, as_json)
+            if as_json:  # one compact document per line, for pipes
+                text = json.dumps(json.loads(text)) + "\n"
+            self.stdout.write((CLEAR if tty else ("" if as_json or not shown else "\n"))
+                              + text, ending="")
+            self.stdout.flush()
+            shown += 1
+
+    def follow(self, engine: Any, prefix: str, last: int, count: int | None,
+               *, json_lines: bool) -> None:
+        from django_delayq.events import stream_key
+
+        key = stream_key(prefix)
+        client = engine.client
+        past = list(reversed(client.xrevrange(key, count=max(1, last))))
+        cursor = _s(past[-1][0]) if past else "0-0"  # not "$": no gap between two XREADs
+        seen = 0
+        for entry_id, fields in past[-last:] if last > 0 else []:
+            self._emit(entry_id, fields, json_lines)
+            seen += 1
+        while count is None or seen < count:
+            reply = client.xread({key: cursor}, block=1000, count=100)
+            for _stream, entries in reply or []:
+                for entry_id, fields in entries:
+                    cursor = _s(entry_id)
+                    self._emit(entry_id, fields, json_lines)
+                    seen += 1
+                    if count is not None and seen >= count:
+                        return
+
+    def _emit(self, entry_id: Any, raw: dict[Any, Any], json_lines: bool) -> None:
+        fields = {_s(k): _s(v) for k, v in raw.items()}
+        if json_lines:
+            self.stdout.write(json.dumps({"id": _s(entry_id), **fields}))
+        else:
+            self.stdout.write(format_event(_s(entry_id), fields))
+        self.stdout.flush()

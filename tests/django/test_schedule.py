@@ -1,0 +1,196 @@
+"""schedule(): the row in the caller's transaction, Redis on commit, InvalidJob on bad input."""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import uuid
+
+import pytest
+from django.db import transaction
+from django.utils import timezone
+
+from django_delayq import InvalidJob, cancel, schedule
+from django_delayq.api import JobSpec, requeue, reschedule, run_now, schedule_many
+from django_delayq.engine import CancelOutcome
+from django_delayq.engine.engine import MoveOutcome
+from django_delayq.engine.envelope import Envelope
+from django_delayq.models import Job, JobStatus
+from tests import jobs, jobs_more
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def in_redis(engine, job_id: str, queue: str = "default") -> str:  # type: ignore[no-untyped-def]
+    return engine.inspect(queue, job_id).place
+
+
+def test_schedule_writes_row_and_envelope(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    h = schedule(jobs.add, 1, 2, delay=dt.timedelta(minutes=30), max_attempts=4)
+    row = Job.objects.get(pk=h.id)
+    assert (row.callable_path, row.args, row.kwargs) == ("tests.jobs.add", [1, 2], {})
+    assert row.status == JobStatus.SCHEDULED and row.max_attempts == 4
+    assert abs((row.run_at - timezone.now()).total_seconds() - 1800) < 5
+    loc = delayq_engine.inspect("default", h.id)
+    assert loc.place == "pending"
+    assert Envelope.decode(loc.envelope or "") == Envelope(path="tests.jobs.add", args=[1, 2],
+                                                           max_attempts=4)
+    assert abs(loc.score_ms - (delayq_engine.time_ms() + 1_800_000)) < 5000
+
+
+def test_schedule_at_aware_datetime(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    at = timezone.now() + dt.timedelta(hours=2)
+    h = schedule("tests.jobs.noop", at=at)
+    assert delayq_engine.inspect("default", h.id).score_ms == int(at.timestamp() * 1000)
+
+
+def test_job_reaches_redis_only_after_commit(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    with transaction.atomic():
+        h = schedule("tests.jobs.noop")
+        assert in_redis(delayq_engine, h.id) == ""
+    assert in_redis(delayq_engine, h.id) == "pending"
+
+
+def test_rollback_schedules_nothing(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        h = schedule("tests.jobs.noop")
+        raise Boom
+    assert not Job.objects.filter(pk=h.id).exists()
+    assert in_redis(delayq_engine, h.id) == ""
+
+
+def test_key_makes_schedule_idempotent(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    a = schedule("tests.jobs.noop", key="order-7", delay=60)
+    b = schedule("tests.jobs.noop", key="order-7", delay=5)
+    assert a.id == b.id and Job.objects.count() == 1
+    with transaction.atomic():
+        c = schedule("tests.jobs.noop", key="order-7")
+        Job.objects.filter(pk="nope").exists()  # the transaction is still usable
+    assert c.id == a.id
+
+
+def test_explicit_backoff_list_sets_max_attempts(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.noop", backoff=[15, 180, 600, 1800, 3600])
+    assert h.job.max_attempts == 6 and h.job.backoff == [15, 180, 600, 1800, 3600]
+
+
+def test_cancel_before_start(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.noop", delay=60)
+    assert h.cancel() is CancelOutcome.CANCELLED
+    assert h.status == JobStatus.CANCELLED
+    assert in_redis(delayq_engine, h.id) == ""
+    assert cancel(h.id) is CancelOutcome.NOT_FOUND
+
+
+def test_cancel_inside_the_scheduling_transaction_sticks(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    with transaction.atomic():
+        h = schedule("tests.jobs.noop", delay=60)
+        assert cancel(h.id) is CancelOutcome.CANCELLED
+    assert in_redis(delayq_engine, h.id) == ""
+    assert h.status == JobStatus.CANCELLED
+
+
+def test_cancel_running_job_marks_row(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.noop")
+    delayq_engine.claim("default", 1, 10_000)
+    assert cancel(h.id) is CancelOutcome.ALREADY_RUNNING
+    assert h.job.cancel_requested is True
+
+
+def test_reschedule_run_now_and_requeue(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.noop", delay=3600)
+    assert run_now(h.id) is MoveOutcome.MOVED
+    assert delayq_engine.inspect("default", h.id).score_ms <= delayq_engine.time_ms()
+    assert reschedule(h.id, delay=120) is MoveOutcome.MOVED
+    assert abs((h.job.run_at - timezone.now()).total_seconds() - 120) < 5
+    [c] = delayq_engine.claim("default", 1, 1000, now_ms=delayq_engine.time_ms() + 200_000).jobs
+    delayq_engine.nack("default", [(c.id, c.token, None)])
+    Job.objects.filter(pk=h.id).update(status=JobStatus.DEAD)
+    again = requeue(h.id)
+    assert again.id == h.id and h.job.status == JobStatus.SCHEDULED
+    assert delayq_engine.inspect("default", h.id).place == "pending"
+    Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED)
+    copy = requeue(h.id)
+    assert copy.id != h.id and copy.job.callable_path == "tests.jobs.noop"
+
+
+def test_schedule_many_bulk_and_idempotent(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    specs = [JobSpec(args=[i], key="k%d" % i, delay=i) for i in range(50)]
+    ids = schedule_many("tests.jobs.noop", specs)
+    assert len(set(ids)) == 50 and Job.objects.count() == 50
+    assert delayq_engine.stats("default").scheduled + delayq_engine.stats("default").ready == 50
+    assert schedule_many("tests.jobs.noop", specs) == ids
+    assert Job.objects.count() == 50
+
+
+def test_schedule_many_validates_every_spec(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidJob, match=r"args\[0\]"):
+        schedule_many("tests.jobs.noop", [JobSpec(args=[1]), JobSpec(args=[{1, 2}])])
+    assert Job.objects.count() == 0
+
+
+class Model:
+    def __repr__(self) -> str:
+        return "<Order: 5>"
+
+
+BAD_CASES = [
+    (("tests.jobs.nope",), {}, "cannot import 'tests.jobs.nope'"),
+    (("nosuchmodule.fn",), {}, "not in DELAYQ"),
+    (("tests.jobs_more.not_a_function",), {}, "not a function"),
+    ((lambda: None,), {}, "lambda"),
+    ((jobs_more.make_closure(),), {}, "nested function or closure"),
+    ((jobs_more.Holder().method,), {}, "bound method"),
+    ((42,), {}, "expected a function or a dotted path"),
+    (("tests.jobs.noop", Model()), {}, r"args\[0\] = <Order: 5> \(Model\)"),
+    (("tests.jobs.noop", {1, 2}), {}, r"args\[0\] = \{1, 2\} \(set\)"),
+    (("tests.jobs.noop",), {"when": dt.datetime(2030, 1, 1)}, r"kwargs\['when'\]"),
+    (("tests.jobs.noop", [1, decimal.Decimal("1.5")]), {}, r"args\[0\]\[1\]"),
+    (("tests.jobs.noop", uuid.UUID(int=1)), {}, "UUID"),
+    (("tests.jobs.noop", {1: "a"}), {}, "key 1"),
+    (("tests.jobs.noop", float("nan")), {}, "not finite"),
+    (("tests.jobs.noop",), {"at": dt.datetime(2030, 1, 1)}, "naive datetime"),
+    (("tests.jobs.noop",), {"delay": 5, "at": timezone.now()}, "not both"),
+    (("tests.jobs.noop",), {"delay": -1}, "delay must be >= 0"),
+    (("tests.jobs.noop",), {"delay": "5m"}, "delay must be seconds"),
+    (("tests.jobs.noop",), {"queue": "nope"}, "unknown queue 'nope'"),
+    (("tests.jobs.noop",), {"max_attempts": 0}, "max_attempts must be an integer >= 1, got 0"),
+    (("tests.jobs.noop",), {"max_attempts": -3}, "got -3"),
+    (("tests.jobs.noop",), {"backoff": "fast"}, "backoff 'fast'"),
+    (("tests.jobs.noop",), {"key": ""}, "key must be"),
+    (("tests.jobs.noop", "x" * 600_000), {}, "MAX_PAYLOAD_BYTES"),
+]
+
+
+@pytest.mark.parametrize("args,kwargs,message", BAD_CASES)
+def test_bad_input_raises_invalid_job(delayq_settings, args, kwargs, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidJob, match=message):
+        schedule(*args, **kwargs)
+    assert Job.objects.count() == 0
+
+
+def test_invalid_job_is_a_value_error() -> None:
+    assert issubclass(InvalidJob, ValueError)
+
+
+def test_static_method_path_is_accepted(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ,
+                              "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_more"]}
+    h = schedule(jobs_more.Holder.static, 3)
+    assert h.job.callable_path == "tests.jobs_more.Holder.static"
+
+
+def test_default_allow_list_is_installed_apps(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import registry
+
+    delayq_settings.DELAYQ = {k: v for k, v in delayq_settings.DELAYQ.items()
+                              if k != "ALLOWED_CALLABLES"}
+    assert "tests" in registry.allowed_prefixes()
+    assert not registry.is_allowed("django.core.management.call_command")
+    assert not registry.is_allowed("os.system")
+    assert registry.is_allowed("django_delayq.contrib.http.post_json")
+    with pytest.raises(InvalidJob, match="not in DELAYQ"):
+        schedule("os.system", "echo hi")

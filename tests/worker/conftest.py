@@ -1,0 +1,56 @@
+"""Real worker subprocesses: same test database, same private Redis, same prefix."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker_env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["DELAYQ_REDIS_URL"] = settings.DELAYQ["REDIS_URL"]
+    env["DELAYQ_TEST_PREFIX"] = settings.DELAYQ["PREFIX"]
+    env["DELAYQ_TEST_LEASE"] = str(settings.DELAYQ.get("LEASE_SECONDS", 10))
+    name = str(connection.settings_dict["NAME"])
+    env["DELAYQ_TEST_SQLITE" if connection.vendor == "sqlite" else "DELAYQ_TEST_DBNAME"] = name
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+@pytest.fixture
+def start_worker(delayq_settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str) -> subprocess.Popen[str]:
+        log = open(tmp_path / ("worker-%d.log" % len(procs)), "w")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "delayq_worker", *args],
+            cwd=ROOT, env=worker_env(delayq_settings), stdout=log, stderr=subprocess.STDOUT,
+            text=True)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, step: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met within %.1fs" % timeout)
+        time.sleep(step)

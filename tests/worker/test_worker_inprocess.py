@@ -1,0 +1,102 @@
+"""The Worker class in this process (threads, real Redis, real database)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.connection import get_engine
+from django_delayq.engine import NewJob
+from django_delayq.engine.envelope import Envelope
+from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.testing import run_due_jobs
+from tests.worker.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_sync_and_async_jobs_succeed(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    a = schedule("tests.jobs.add", 1, 2)
+    b = schedule("tests.jobs.async_add", a=3, b=4)
+    c = schedule("tests.jobs.echo_context", queue="emails")
+    assert run_due_jobs() == 3
+    assert (a.job.status, a.job.result) == (JobStatus.SUCCEEDED, 3)
+    assert (b.job.status, b.job.result) == (JobStatus.SUCCEEDED, 7)
+    assert c.job.result == {"attempt": 1, "queue": "emails", "id": c.id}
+    row = a.job
+    assert row.attempts == 1 and row.worker_id and row.started_at and row.finished_at
+    assert row.lateness_ms() is not None
+
+
+def test_failure_retries_with_backoff_then_dies(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.boom", "bad", max_attempts=3, backoff=[0, 0])
+    run_due_jobs()  # attempt 1 fails; retry due immediately
+    run_due_jobs()
+    run_due_jobs()
+    row = h.job
+    assert row.status == JobStatus.DEAD and row.attempts == 3
+    assert "RuntimeError: bad" in row.last_error and "no attempts left" in row.last_error
+    assert "Traceback" in row.traceback
+    history = list(JobAttempt.objects.filter(job_id=h.id).values_list("number", "outcome"))
+    assert history == [(1, "retrying"), (2, "retrying"), (3, "dead")]
+    assert get_engine().inspect("default", h.id).place == "dead"
+
+
+def test_retry_waits_for_its_backoff(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.boom", backoff=[3600])
+    run_due_jobs()
+    assert h.job.status == JobStatus.RETRYING
+    assert run_due_jobs() == 0
+    loc = get_engine().inspect("default", h.id)
+    assert loc.place == "pending" and loc.score_ms > get_engine().time_ms() + 3_500_000
+
+
+def test_job_may_ask_for_retry(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.ask_retry", 0)
+    assert run_due_jobs() == 2  # the retry is due at once, so the same burst runs it
+    assert h.job.status == JobStatus.SUCCEEDED and h.job.attempts == 2
+    [attempt] = JobAttempt.objects.filter(job_id=h.id)
+    assert attempt.outcome == "retrying" and "retry requested" in attempt.error
+
+
+def _raw(queue: str, job_id: str, envelope: str) -> None:
+    get_engine().enqueue(queue, [NewJob(id=job_id, envelope=envelope)])
+    now = __import__("django.utils.timezone", fromlist=["now"]).now()
+    Job.objects.create(id=job_id, queue=queue, callable_path="?", run_at=now, max_attempts=3)
+
+
+def test_payload_outside_allow_list_never_runs(delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    marker = tmp_path / "ran"
+    _raw("default", "evil", Envelope(path="os.system", args=["touch %s" % marker]).encode())
+    _raw("default", "junk", "this is not json")
+    run_due_jobs()
+    evil, junk = Job.objects.get(pk="evil"), Job.objects.get(pk="junk")
+    assert evil.status == JobStatus.DEAD and "not allowed" in evil.last_error
+    assert junk.status == JobStatus.DEAD and "invalid envelope" in junk.last_error
+    assert not marker.exists()
+
+
+def test_idle_worker_wakes_for_an_earlier_job(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """A job enqueued while the worker sleeps toward a later one runs on time."""
+    from django_delayq.conf import get_settings
+    from django_delayq.worker import Worker, WorkerOptions
+
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 30}
+    worker = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",)))
+    later = schedule("tests.jobs.noop", delay=60)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        time.sleep(0.3)  # the worker is now waiting toward `later`
+        soon = schedule("tests.jobs.noop", delay=0.2)
+        wait_until(lambda: soon.job.status == JobStatus.SUCCEEDED, timeout=5)
+        row = soon.job
+        assert row.lateness_ms() < 1000
+        assert later.job.status == JobStatus.SCHEDULED
+    finally:
+        worker.request_stop()
+        thread.join(10)
+    assert not thread.is_alive()

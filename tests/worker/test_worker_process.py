@@ -1,0 +1,110 @@
+"""The worker as a real process, with real signals."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.connection import get_engine
+from django_delayq.models import Job, JobStatus
+from django_delayq.worker import EXIT_HARD_STOP, EXIT_OK
+from tests.worker.conftest import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+def runs(path) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_burst_runs_due_jobs_and_exits(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    handles = [schedule("tests.jobs.record", str(out), "j%d" % i) for i in range(20)]
+    later = schedule("tests.jobs.record", str(out), "later", delay=3600)
+    proc = start_worker("--burst", "--concurrency", "4")
+    assert proc.wait(60) == EXIT_OK
+    assert sorted(r[0] for r in runs(out)) == sorted("j%d" % i for i in range(20))
+    assert {h.status for h in handles} == {JobStatus.SUCCEEDED}
+    assert later.status == JobStatus.SCHEDULED
+
+
+def test_max_jobs_exits_after_that_many(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    for i in range(10):
+        schedule("tests.jobs.record", str(out), "j%d" % i)
+    proc = start_worker("--max-jobs", "4", "--concurrency", "1")
+    assert proc.wait(60) == EXIT_OK
+    assert len(runs(out)) == 4
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 4
+
+
+def test_sigterm_drains_running_jobs_and_returns_unstarted(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    slow = [schedule("tests.jobs.sleep_then_record", str(out), "slow%d" % i, 1.5)
+            for i in range(2)]
+    queued = [schedule("tests.jobs.record", str(out), "q%d" % i) for i in range(6)]
+    proc = start_worker("--concurrency", "2")
+    wait_until(lambda: all(h.status == JobStatus.RUNNING for h in slow), timeout=20)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
+    assert sorted(r[0] for r in runs(out)) == ["slow0", "slow1"]  # running jobs finished
+    assert {h.status for h in slow} == {JobStatus.SUCCEEDED}
+    engine = get_engine()
+    for h in queued:  # claimed-but-unstarted went back, attempt given back
+        loc = engine.inspect("default", h.id)
+        assert (loc.place, loc.attempts) == ("pending", 0), h.id
+        assert h.status == JobStatus.SCHEDULED
+    proc2 = start_worker("--burst")
+    assert proc2.wait(60) == EXIT_OK
+    assert len(runs(out)) == 8
+
+
+def test_second_signal_stops_hard(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.sleep_then_record", str(out), "long", 30)
+    proc = start_worker("--concurrency", "1")
+    wait_until(lambda: h.status == JobStatus.RUNNING, timeout=20)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert proc.poll() is None  # draining: waits for the running job
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(10) == EXIT_HARD_STOP
+    assert runs(out) == []
+    assert get_engine().inspect("default", h.id).place == "inflight"  # lease will expire
+
+
+def test_sigkilled_worker_job_runs_again_after_lease(start_worker, delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "LEASE_SECONDS": 1.5}
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.sleep_then_record", str(out), "crashy", 2.0)
+    victim = start_worker("--concurrency", "1")
+    wait_until(lambda: h.status == JobStatus.RUNNING, timeout=20)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    survivor = start_worker("--concurrency", "1")
+    wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=30)
+    row = h.job
+    assert row.attempts == 2  # the lost delivery counted
+    assert [r[0] for r in runs(out)] == ["crashy"]  # the killed run never finished
+    assert row.attempt_history.get().error.startswith("lease expired")
+    survivor.send_signal(signal.SIGTERM)
+    assert survivor.wait(20) == EXIT_OK
+
+
+def test_worker_survives_redis_outage(start_worker, redis_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    proc = start_worker("--concurrency", "2")
+    first = schedule("tests.jobs.record", str(out), "before")
+    wait_until(lambda: first.status == JobStatus.SUCCEEDED, timeout=20)
+    redis_server.stop()
+    time.sleep(1.5)
+    assert proc.poll() is None
+    redis_server.start()  # same port, empty data: the prefix's keys are gone
+    second = schedule("tests.jobs.record", str(out), "after")
+    wait_until(lambda: second.status == JobStatus.SUCCEEDED, timeout=30)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(20) == EXIT_OK
