@@ -2,76 +2,318 @@
 
 The row is the durable record. A row in a live status (scheduled, retrying, running)
 whose job has no envelope in Redis was never enqueued (Redis was down at commit) or
-was lost (Redis restarted without persistence). The reconciler walks live rows in
-bounded, keyset-paginated batches (one query and one pipelined Redis round trip per
-batch), skipping rows changed within ``RECONCILE_GRACE_SECONDS`` (their enqueue or
-audit flush may still be on its way), and re-enqueues the missing ones. Enqueue is
-idempotent by id, so a job is never doubled by the reconciler.
+was lost (Redis restarted without persistence, FLUSHALL, eviction).
+
+Two modes, both bounded per call:
+
+* **Incremental** (``tick()`` every ``RECONCILE_INTERVAL_SECONDS``): walks live rows in
+  keyset-paginated batches on the ``(status, run_at)`` index, at most
+  ``BATCHES_PER_TICK`` batches of ``BATCH`` rows per tick, one query and one MULTI
+  round trip per queue and batch. Rows changed within ``RECONCILE_GRACE_SECONDS`` are
+  skipped: their on-commit enqueue or their audit flush may still be on its way.
+* **Urgent** (data loss detected): every queue carries an epoch key
+  ``{prefix:queue}:epoch`` holding a random token. It lives in the queue's hash slot,
+  so it disappears together with the queue's data (FLUSHALL, a restart without
+  persistence, a failover to an empty replica). ``tick()`` reads it every
+  ``EPOCH_CHECK_SECONDS``; when it is gone (or was replaced by another worker that saw
+  it gone) the queue gets a full pass with **no grace**, run ``URGENT_BUDGET_SECONDS``
+  at a time on every tick until done, so heartbeats keep flowing meanwhile.
+
+The acked-but-not-yet-audited trade-off
+---------------------------------------
+A job acked in Redis has no envelope; until its worker flushes the audit row, the row
+still says ``running`` (or even ``scheduled``). Re-enqueueing it would run it twice.
+So a ``running`` row with no envelope is re-enqueued only when
+
+1. Redis lost its data (epoch gone): the ack of the running copy will be refused
+   anyway (its lease vanished), so the row would stay ``running`` forever; or
+2. the worker named on the row is no longer alive (absent from the workers registry
+   or silent for ``2 * LEASE_SECONDS``): its audit buffer died with it, so nobody will
+   ever finish the row; we cannot tell "ran and acked" from "lost", and at-least-once
+   means we run it again. This is a duplicate of a job that was in flight at a crash.
+
+While its worker lives, such a row is left alone (its flush is coming). A ``scheduled``
+or ``retrying`` row with no envelope past the grace period is re-enqueued: its enqueue
+never happened, or a worker ran it and died before flushing even the ``running`` state
+(again a job in flight at a crash).
+
+Re-enqueue is idempotent (``enqueue.lua`` uses HSETNX on the envelope), so running
+several reconcilers at once never doubles a job. Before enqueueing, the attempts counter
+is seeded with the row's ``attempts`` (HSETNX): the next delivery gets a new, higher
+lease token, so a late ack of a copy that was running when Redis lost its data cannot
+settle the redelivered copy, and attempts keep counting across the loss.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
+from django.db import DatabaseError, close_old_connections
 from django.db.models import Q
 from django.utils import timezone
 
 from django_delayq.conf import Settings
 from django_delayq.engine import Engine, NewJob
 from django_delayq.engine.envelope import Envelope
-from django_delayq.models import LIVE_STATUSES, Job
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
+
+BATCH = 500
+BATCHES_PER_TICK = 4
+EPOCH_CHECK_SECONDS = 1.0
+URGENT_BUDGET_SECONDS = 0.5
+
+
+def _s(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(slots=True)
+class Cursor:
+    """Position of a walk over live rows: status index, then (run_at, pk)."""
+
+    status: int = 0
+    after: tuple[datetime, str] | None = None
+
+
+@dataclass(slots=True)
+class PassStats:
+    examined: int = 0
+    enqueued: int = 0
+    orphans: int = 0
+    waiting_on_live_worker: int = 0
+    missing: list[str] = field(default_factory=list)
 
 
 class Reconciler:
     def __init__(self, engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
         self.engine = engine
         self.settings = settings
-        self.queues = queues
-        self._cursor: tuple[datetime, str] | None = None
-        self._last = 0.0
+        self.queues = tuple(queues)
+        self._cursor = Cursor()
+        self._urgent: dict[str, Cursor] = {}
+        self._epochs: dict[str, str] = {}
+        self._last = -1e18
+        self._last_epoch = -1e18
+        self.stats = PassStats()
+
+    # -- worker entry point -----------------------------------------------------------
 
     def tick(self) -> int:
-        """Run one batch if ``RECONCILE_INTERVAL_SECONDS`` have passed; returns re-enqueued."""
-        now = time.monotonic()
-        if now - self._last < self.settings.reconcile_interval_seconds:
-            return 0
-        self._last = now
-        return self.run_once()
+        """Cheap unless something is wrong; returns how many jobs were re-enqueued.
 
-    def run_all(self, batch: int = 500, grace_seconds: float | None = None) -> int:
-        """Walk every live row once (``manage.py delayq_reconcile``)."""
-        self._cursor = None
-        total = self.run_once(batch, grace_seconds)
-        while self._cursor is not None:
-            total += self.run_once(batch, grace_seconds)
+        Redis errors propagate (the worker backs off); database errors are logged here.
+        """
+        try:
+            return self._tick()
+        except DatabaseError as exc:
+            logger.warning("reconciler: database unavailable (%s); will retry", exc)
+            close_old_connections()
+            return 0
+
+    def _tick(self) -> int:
+        now = time.monotonic()
+        if now - self._last_epoch >= min(EPOCH_CHECK_SECONDS,
+                                         self.settings.reconcile_interval_seconds):
+            self._last_epoch = now
+            for queue in self.check_epochs():
+                self._urgent[queue] = Cursor()
+        added = self._urgent_work() if self._urgent else 0
+        if now - self._last >= self.settings.reconcile_interval_seconds:
+            self._last = now
+            grace = self.settings.reconcile_grace_seconds
+            for _ in range(BATCHES_PER_TICK):
+                added += self._batch(self._cursor, self.queues, grace, lost=False)
+                if self._cursor.status == 0 and self._cursor.after is None:
+                    break  # wrapped around: a full cycle is done
+        return added
+
+    def _urgent_work(self) -> int:
+        deadline = time.monotonic() + URGENT_BUDGET_SECONDS
+        added = 0
+        for queue in list(self._urgent):
+            cursor = self._urgent[queue]
+            while time.monotonic() < deadline:
+                added += self._batch(cursor, (queue,), 0.0, lost=True)
+                if cursor.status == 0 and cursor.after is None:
+                    del self._urgent[queue]
+                    logger.warning("reconciler: full pass of queue %r after data loss done",
+                                   queue)
+                    break
+        return added
+
+    # -- on demand (manage.py delayq_reconcile) ---------------------------------------
+
+    def run_all(self, batch: int = BATCH, grace_seconds: float | None = None, *,
+                assume_lost: bool = False, dry_run: bool = False) -> int:
+        """Walk every live row once; with data loss (detected or assumed), no grace."""
+        lost = set(self.check_epochs()) | (set(self.queues) if assume_lost else set())
+        grace = self.settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
+        total = 0
+        for queue in self.queues:
+            cursor = Cursor()
+            while True:
+                total += self._batch(cursor, (queue,), 0.0 if queue in lost else grace,
+                                     lost=queue in lost, batch=batch, dry_run=dry_run)
+                if cursor.status == 0 and cursor.after is None:
+                    break
         return total
 
-    def run_once(self, batch: int = 500, grace_seconds: float | None = None) -> int:
-        grace = self.settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
-        rows = Job.objects.filter(status__in=LIVE_STATUSES, queue__in=self.queues,
-                                  updated_at__lte=timezone.now() - timedelta(seconds=grace))
-        if self._cursor is not None:
-            at, pk = self._cursor
-            rows = rows.filter(Q(updated_at__gt=at) | Q(updated_at=at, pk__gt=pk))
-        found = list(rows.order_by("updated_at", "pk")[:batch])
-        self._cursor = (found[-1].updated_at, found[-1].pk) if len(found) == batch else None
-        if not found:
-            return 0
+    # -- epoch: did Redis lose this queue's data? -------------------------------------
+
+    def epoch_key(self, queue: str) -> str:
+        return self.engine.keys(queue).tag + ":epoch"
+
+    def check_epochs(self) -> list[str]:
+        """Queues whose epoch key vanished or changed since we last looked."""
         pipe = self.engine.client.pipeline(transaction=False)
-        for row in found:
-            pipe.hexists(self.engine.keys(row.queue).jobs, row.pk)
-        missing = [row for row, present in zip(found, pipe.execute()) if not present]
-        by_queue: dict[str, list[NewJob]] = {}
-        for row in missing:
-            envelope = Envelope(path=row.callable_path, args=row.args, kwargs=row.kwargs,
-                                max_attempts=row.max_attempts, backoff=row.backoff).encode()
-            by_queue.setdefault(row.queue, []).append(
-                NewJob(id=row.pk, envelope=envelope, at_ms=int(row.run_at.timestamp() * 1000)))
-        added = sum(self.engine.enqueue(queue, jobs) for queue, jobs in by_queue.items())
+        for queue in self.queues:
+            pipe.get(self.epoch_key(queue))
+        lost = []
+        for queue, raw in zip(self.queues, pipe.execute()):
+            value = _s(raw)
+            known = self._epochs.get(queue)
+            if value is None:
+                value = self._new_epoch(queue)
+                lost.append(queue)
+            elif known is not None and value != known:
+                lost.append(queue)
+            self._epochs[queue] = value
+        for queue in lost:
+            logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
+                           "re-enqueueing its live rows without grace", queue)
+        return lost
+
+    def _new_epoch(self, queue: str) -> str:
+        token = uuid.uuid4().hex
+        key = self.epoch_key(queue)
+        if self.engine.client.set(key, token, nx=True):
+            return token
+        return _s(self.engine.client.get(key)) or token
+
+    # -- one batch ----------------------------------------------------------------------
+
+    def _rows(self, cursor: Cursor, queues: tuple[str, ...], grace: float,
+              batch: int) -> list[Job]:
+        """Up to ``batch`` live rows from ``cursor``; advances it (wraps to the start)."""
+        cutoff = timezone.now() - timedelta(seconds=grace)
+        while cursor.status < len(LIVE_STATUSES):
+            rows = Job.objects.filter(status=LIVE_STATUSES[cursor.status], queue__in=queues)
+            if cursor.after is not None:
+                at, pk = cursor.after
+                rows = rows.filter(Q(run_at__gt=at) | Q(run_at=at, pk__gt=pk))
+            found = list(rows.order_by("run_at", "pk")[:batch])
+            if len(found) == batch:
+                cursor.after = (found[-1].run_at, found[-1].pk)
+            else:
+                cursor.status, cursor.after = cursor.status + 1, None
+            fresh = [r for r in found if r.updated_at <= cutoff]
+            if found:
+                return fresh
+        cursor.status, cursor.after = 0, None
+        return []
+
+    def _batch(self, cursor: Cursor, queues: tuple[str, ...], grace: float, *, lost: bool,
+               batch: int = BATCH, dry_run: bool = False) -> int:
+        rows = self._rows(cursor, queues, grace, batch)
+        if not rows:
+            return 0
+        self.stats.examined += len(rows)
+        missing = self._missing(rows, lost)
+        if dry_run:
+            self.stats.missing += [r.pk for r in missing]
+            return len(missing)
+        return self._enqueue(missing)
+
+    def _missing(self, rows: list[Job], lost: bool) -> list[Job]:
+        """Rows whose job Redis does not hold and that should be enqueued again."""
+        by_queue: dict[str, list[Job]] = {}
+        for row in rows:
+            by_queue.setdefault(row.queue, []).append(row)
+        absent: list[Job] = []
+        for queue, items in by_queue.items():
+            absent += self._absent_in(queue, items)
+        running = [r for r in absent if r.status == JobStatus.RUNNING]
+        if lost or not running:
+            return absent
+        alive = self._alive_workers({r.worker_id for r in running})
+        keep = [r for r in absent if r.status != JobStatus.RUNNING or r.worker_id not in alive]
+        waiting = len(absent) - len(keep)
+        if waiting:
+            self.stats.waiting_on_live_worker += waiting
+            logger.debug("reconciler: %d running row(s) without envelope left to their live "
+                         "worker (audit flush pending)", waiting)
+        return keep
+
+    def _absent_in(self, queue: str, rows: list[Job]) -> list[Job]:
+        """Read envelope + ZSET membership of each row atomically (MULTI, one slot)."""
+        k = self.engine.keys(queue)
+        pipe = self.engine.client.pipeline(transaction=True)
+        for row in rows:
+            pipe.hexists(k.jobs, row.pk)
+            pipe.zscore(k.pending, row.pk)
+            pipe.zscore(k.inflight, row.pk)
+            pipe.zscore(k.dead, row.pk)
+        replies = pipe.execute()
+        absent = []
+        for i, row in enumerate(rows):
+            has_env, *places = replies[4 * i:4 * i + 4]
+            if not has_env:
+                absent.append(row)
+            elif all(p is None for p in places):
+                self.stats.orphans += 1
+                logger.error("reconciler: job %s has an envelope but is in no queue set of "
+                             "%r (partial data loss or eviction?); it cannot run until "
+                             "repaired", row.pk, queue)
+        return absent
+
+    def _alive_workers(self, worker_ids: set[str]) -> set[str]:
+        ids = sorted(w for w in worker_ids if w)
+        if not ids:
+            return set()
+        key = "{%s}:workers" % self.settings.prefix
+        pipe = self.engine.client.pipeline(transaction=False)
+        pipe.time()
+        for w in ids:
+            pipe.zscore(key, w)
+        (seconds, micros), *scores = pipe.execute()
+        now_ms = int(seconds) * 1000 + int(micros) // 1000
+        horizon = now_ms - 2 * self.settings.lease_ms
+        return {w for w, score in zip(ids, scores) if score is not None and score >= horizon}
+
+    def _enqueue(self, rows: list[Job]) -> int:
+        by_queue: dict[str, list[Job]] = {}
+        for row in rows:
+            by_queue.setdefault(row.queue, []).append(row)
+        added = 0
+        for queue, items in by_queue.items():
+            self._seed_attempts(queue, items)
+            added += self.engine.enqueue(queue, [_new_job(row) for row in items])
         if added:
+            self.stats.enqueued += added
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis", added)
         return added
+
+    def _seed_attempts(self, queue: str, rows: list[Job]) -> None:
+        """Next delivery gets token attempts + 1 (fresh lease token, attempts keep counting)."""
+        seeded = [r for r in rows if r.attempts > 0]
+        if not seeded:
+            return
+        key = self.engine.keys(queue).attempts
+        pipe = self.engine.client.pipeline(transaction=False)
+        for row in seeded:
+            pipe.hsetnx(key, row.pk, row.attempts)
+        pipe.execute()
+
+
+def _new_job(row: Job) -> NewJob:
+    envelope = Envelope(path=row.callable_path, args=row.args, kwargs=row.kwargs,
+                        max_attempts=row.max_attempts, backoff=row.backoff).encode()
+    return NewJob(id=row.pk, envelope=envelope, at_ms=int(row.run_at.timestamp() * 1000))
+

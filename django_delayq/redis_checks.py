@@ -1,0 +1,110 @@
+"""System checks on the Redis server itself: can it evict or forget queue keys?
+
+* ``delayq.W010`` ``maxmemory-policy`` is ``allkeys-*``: when memory is full Redis
+  evicts *any* key, including a queue's ``jobs`` hash or ``pending`` set, and jobs
+  silently vanish from Redis (the reconciler re-enqueues them from the audit rows, but
+  only after the grace period, and a half-evicted queue can strand jobs).
+  ``noeviction`` is safe (a full Redis refuses writes: ``schedule()`` keeps the row in
+  the outbox). ``volatile-*`` is safe too: it only evicts keys that have a TTL and
+  django-delayq never sets one on its keys.
+* ``delayq.W011`` Redis could not be reached (never an error: ``manage.py check`` must
+  work on a build machine without Redis).
+* ``delayq.I010`` no persistence at all (no AOF, no RDB save points): a restart loses
+  every job in Redis; the reconciler puts them back from the audit rows.
+
+Skipped with ``DELAYQ["EAGER"]`` (no Redis involved) or invalid settings (``checks.py``
+reports those).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core import checks
+from redis.exceptions import RedisError, ResponseError
+
+logger = logging.getLogger(__name__)
+
+SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
+TIMEOUT_SECONDS = 1.0
+
+
+def _client() -> Any:
+    from django_delayq.conf import get_settings
+    from django_delayq.connection import make_client
+
+    s = get_settings()
+    if s.cache_alias:
+        return make_client(cache_alias=s.cache_alias)
+    return make_client(s.redis_url, socket_connect_timeout=TIMEOUT_SECONDS,
+                       socket_timeout=TIMEOUT_SECONDS, health_check_interval=0)
+
+
+def _settings_usable() -> bool:
+    from django_delayq import conf
+
+    try:
+        return not conf.problems() and not conf.get_settings().eager
+    except Exception:  # noqa: BLE001 - checks.py reports bad settings
+        return False
+
+
+def _save_points(client: Any) -> str | None:
+    """The ``save`` setting, or None when CONFIG is disabled (managed Redis)."""
+    try:
+        reply = client.config_get("save")
+    except ResponseError:
+        return None
+    value = reply.get("save", reply.get(b"save", ""))
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def inspect_server(client: Any) -> list[checks.CheckMessage]:
+    """Messages about the server ``client`` talks to (raises ``RedisError``)."""
+    found: list[checks.CheckMessage] = []
+    memory = client.info("memory")
+    policy = str(memory.get("maxmemory_policy", "noeviction"))
+    if policy not in SAFE_POLICIES:
+        found.append(checks.Warning(
+            "Redis maxmemory-policy is %r (maxmemory %s bytes): when memory is full Redis "
+            "may evict django-delayq's queue keys and jobs vanish from Redis."
+            % (policy, memory.get("maxmemory", "?")),
+            hint="Use a Redis (or database) of its own for django-delayq with "
+                 "maxmemory-policy noeviction; volatile-* policies are also safe since our "
+                 "keys carry no TTL. See docs/guarantees.md.",
+            id="delayq.W010"))
+    persistence = client.info("persistence")
+    save = _save_points(client)
+    if not int(persistence.get("aof_enabled", 0)) and save is not None and not save.strip():
+        found.append(checks.Info(
+            "Redis has no persistence (appendonly no, no save points): a restart loses every "
+            "job held in Redis; the reconciler re-enqueues them from the audit rows.",
+            hint="Set appendonly yes (appendfsync everysec) for at most ~1 s of loss on a "
+                 "crash. See docs/guarantees.md.",
+            id="delayq.I010"))
+    return found
+
+
+@checks.register("delayq")
+def check_redis(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    if not _settings_usable():
+        return []
+    client = None
+    try:
+        client = _client()
+        return inspect_server(client)
+    except (RedisError, OSError) as exc:
+        return [checks.Warning(
+            "cannot reach Redis to check its eviction and persistence settings: %s" % exc,
+            hint="Start Redis or set DELAYQ['REDIS_URL']; workers wait for it.",
+            id="delayq.W011")]
+    finally:
+        if client is not None and not get_cache_alias():
+            client.close()
+
+
+def get_cache_alias() -> str | None:
+    from django_delayq.conf import get_settings
+
+    return get_settings().cache_alias
