@@ -140,7 +140,7 @@ def schedule_dataframe(
     fields = {name: getattr(plan, name) for name in Plan.__dataclass_fields__}
     path = plan.sys_path
 
-    def run(batches: Iterator[Any]) -> Iterator[Any]:  # pickled by value: plain values only
+    def run(names: tuple[str, ...], rows: Iterator[Any]) -> Iterator[int]:  # pickled by value
         import sys
 
         for entry in reversed(path):  # before importing django_delayq in the executor
@@ -148,11 +148,11 @@ def schedule_dataframe(
                 sys.path.insert(0, entry)
         from django_delayq.spark.bulk import Plan, run_partition
 
-        return run_partition(Plan(**fields), batches)
+        return run_partition(Plan(**fields), names, rows)
 
-    counts = df.select(*cols).mapInArrow(run, "n long")
-    total = counts.agg(F.sum("n")).first()[0]
-    return int(total or 0)
+    selected = df.select(*cols)
+    names = tuple(selected.columns)
+    return int(selected.rdd.mapPartitions(lambda rows: run(names, rows)).sum())
 
 
 def setup_django(plan: Plan) -> None:
@@ -172,45 +172,47 @@ def setup_django(plan: Plan) -> None:
                          % (settings.SETTINGS_MODULE, plan.settings_module))
 
 
-def _specs(plan: Plan, batch: Any) -> list[Any]:
-    from django_delayq.api import JobSpec
-
-    columns = {name: batch.column(name).to_pylist() for name in batch.schema.names}
-    n = batch.num_rows
-    whens = columns.get("_when", [None] * n)
-    keys = columns.get("_key", [None] * n)
-    args = [columns["_a%d" % i] for i in range(plan.n_args)]
-    kwargs = [(name, columns["_k%d" % i]) for i, name in enumerate(plan.kwargs_names)]
-    specs = []
-    for r in range(n):
-        when = whens[r]
-        at = delay = None
-        if when is not None and plan.when == "at":
-            at = datetime.fromtimestamp(when / 1e6, tz=timezone.utc)
-        elif when is not None and plan.when == "delay":
-            delay = when
-        specs.append(JobSpec(args=[a[r] for a in args], kwargs={k: v[r] for k, v in kwargs},
-                             at=at, delay=delay, key=keys[r]))
-    return specs
+def _plain(value: Any) -> Any:
+    """Spark struct values arrive as ``Row`` s: make them dicts (nested too)."""
+    if hasattr(value, "asDict"):
+        return value.asDict(recursive=True)
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
 
 
-def run_partition(plan: Plan, batches: Iterator[Any]) -> Iterator[Any]:
-    import pyarrow as pa
+def _spec(plan: Plan, index: dict[str, int], row: Sequence[Any], spec_cls: Any) -> Any:
+    when = row[index["_when"]] if "_when" in index else None
+    at = delay = None
+    if when is not None and plan.when == "at":
+        at = datetime.fromtimestamp(when / 1e6, tz=timezone.utc)
+    elif when is not None:
+        delay = when
+    args = [_plain(row[index["_a%d" % i]]) for i in range(plan.n_args)]
+    kwargs = {name: _plain(row[index["_k%d" % i]]) for i, name in enumerate(plan.kwargs_names)}
+    key = row[index["_key"]] if "_key" in index else None
+    return spec_cls(args=args, kwargs=kwargs, at=at, delay=delay, key=key)
 
+
+def run_partition(plan: Plan, names: Sequence[str], rows: Iterator[Any]) -> Iterator[int]:
+    """Schedule one partition's rows, ``plan.batch_size`` per ``schedule_many`` call."""
     setup_django(plan)
-    from django_delayq.api import schedule_many
+    from django_delayq.api import JobSpec, schedule_many
 
+    index = {name: i for i, name in enumerate(names)}
     done = 0
-    pending: list[Any] = []
-    for batch in batches:
-        pending += _specs(plan, batch)
-        while len(pending) >= plan.batch_size:
-            chunk, pending = pending[:plan.batch_size], pending[plan.batch_size:]
-            done += len(schedule_many(plan.fn_path, chunk, queue=plan.queue,
-                                      max_attempts=plan.max_attempts, backoff=plan.backoff,
-                                      batch_size=plan.batch_size))
-    if pending:
-        done += len(schedule_many(plan.fn_path, pending, queue=plan.queue,
-                                  max_attempts=plan.max_attempts, backoff=plan.backoff,
-                                  batch_size=plan.batch_size))
-    yield pa.RecordBatch.from_pydict({"n": [done]}, schema=pa.schema([("n", pa.int64())]))
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(_spec(plan, index, row, JobSpec))
+        if len(chunk) >= plan.batch_size:
+            done += _flush(plan, chunk, schedule_many)
+            chunk = []
+    if chunk:
+        done += _flush(plan, chunk, schedule_many)
+    yield done
+
+
+def _flush(plan: Plan, chunk: list[Any], schedule_many: Any) -> int:
+    return len(schedule_many(plan.fn_path, chunk, queue=plan.queue,
+                             max_attempts=plan.max_attempts, backoff=plan.backoff,
+                             batch_size=plan.batch_size))

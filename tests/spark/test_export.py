@@ -1,0 +1,92 @@
+"""delayq_export: Parquet partitioned by day, chunked, incremental; then the report reads it."""
+
+from __future__ import annotations
+
+import io
+import json
+from datetime import timedelta
+from typing import Any
+
+import pyarrow.dataset as ds
+import pytest
+from django.core.management import CommandError, call_command
+
+from django_delayq.models import Job
+from django_delayq.spark.export import STATE_FILE, export_jobs
+from tests.spark.data import BASE, known_jobs, save_jobs
+
+pytestmark = pytest.mark.django_db
+
+NOW = BASE + timedelta(days=2)
+
+
+def _read(root: Any) -> Any:
+    return ds.dataset(root / "jobs", format="parquet", partitioning="hive").to_table()
+
+
+def test_export_partitions_by_day_in_chunks(tmp_path: Any) -> None:
+    jobs = known_jobs()
+    jobs[0]["created_at"] = BASE - timedelta(days=1)
+    save_jobs(jobs)
+    result = export_jobs(tmp_path, chunk_size=7, now=NOW, progress=False)
+    assert result.rows == len(jobs) == 111
+    days = sorted(p.name for p in (tmp_path / "jobs").iterdir())
+    assert days == ["day=2025-02-28", "day=2025-03-01"]
+    table = _read(tmp_path)
+    assert sorted(table.column("id").to_pylist()) == sorted(j["id"] for j in jobs)
+    row = table.filter(ds.field("id") == "a091").to_pylist()[0]
+    assert row["status"] == "dead" and row["attempts"] == 3 and json.loads(row["args"]) == [1, 2]
+    assert row["started_at"] == jobs[90]["started_at"]
+    assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_second_run_exports_only_new_and_changed_rows(tmp_path: Any) -> None:
+    save_jobs(known_jobs())
+    first = export_jobs(tmp_path, now=NOW, progress=False)
+    assert first.rows == 111
+    again = export_jobs(tmp_path, now=NOW + timedelta(minutes=1), progress=False)
+    assert again.rows == 0
+    later = NOW + timedelta(minutes=2)
+    Job.objects.filter(pk="e011").update(status="succeeded", updated_at=later)
+    extra = dict(known_jobs()[0], id="new1", created_at=later, updated_at=later)
+    save_jobs([extra])
+    third = export_jobs(tmp_path, now=later + timedelta(minutes=1), progress=False)
+    assert third.rows == 2 and third.previous_mark == again.mark
+    assert json.loads((tmp_path / STATE_FILE).read_text())["runs"] == 3
+    assert _read(tmp_path).num_rows == 113  # e011 twice: readers keep its newest version
+
+
+def test_since_until_filter_and_range_is_remembered(tmp_path: Any) -> None:
+    save_jobs(known_jobs())
+    since, until = BASE - timedelta(minutes=5), BASE - timedelta(minutes=4, seconds=30)
+    result = export_jobs(tmp_path, since=since, until=until, now=NOW, progress=False)
+    # created 11:55:00 <= t < 11:55:30: default jobs 1-29, all 11 emails jobs
+    assert result.rows == 29 + 11
+    with pytest.raises(ValueError, match="--since"):
+        export_jobs(tmp_path, now=NOW, progress=False)
+
+
+def test_command_prints_progress_and_summary(tmp_path: Any) -> None:
+    save_jobs(known_jobs())
+    out, err = io.StringIO(), io.StringIO()
+    call_command("delayq_export", "--out", str(tmp_path), "--settle", "0", "--chunk-size", "50",
+                 stdout=out, stderr=err)
+    assert "exported 111 rows" in out.getvalue()
+    assert "delayq_export 100% 111/111" in err.getvalue()
+    with pytest.raises(CommandError, match="not an ISO date"):
+        call_command("delayq_export", "--out", str(tmp_path), "--since", "yesterday")
+
+
+def test_report_command_reads_the_export(tmp_path: Any, spark: Any) -> None:
+    save_jobs(known_jobs())
+    export_jobs(tmp_path / "export", now=NOW, progress=False)
+    Job.objects.filter(pk="a001").update(status="dead", updated_at=NOW + timedelta(minutes=1))
+    export_jobs(tmp_path / "export", now=NOW + timedelta(minutes=2), progress=False)
+    out = io.StringIO()
+    call_command("delayq_report", "--input", str(tmp_path / "export"), "--out",
+                 str(tmp_path / "report"), stdout=out)
+    assert "111 jobs" in out.getvalue()
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    add = next(g for g in report["groups"] if g["callable"] == "tests.jobs.add")
+    assert add["status"]["dead"] == 11 and add["lateness_ms"]["p95"] == 95.05
+    assert (tmp_path / "report" / "report.html").exists()
