@@ -41,7 +41,7 @@ GONE = gettext_lazy("no longer exist")
 
 
 class Tally:
-    """Counts outcome labels in first-seen order and renders "3 cancelled, 1 failed"."""
+    """Counts outcome labels and renders them most common first: "3 cancelled, 1 failed"."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
@@ -55,10 +55,13 @@ class Tally:
         self.errors.append("%s: %s" % (job_id, exc))
 
     def text(self) -> str:
-        return ", ".join("%d %s" % (n, label) for label, n in self.counts.items()) or _("nothing")
+        return ", ".join("%d %s" % (n, label) for label, n in self.counts.most_common()) or _(
+            "nothing")
 
-    def report(self, modeladmin: admin.ModelAdmin, request: HttpRequest, success: Any) -> None:
-        level = messages.SUCCESS if set(self.counts) <= {str(success)} else messages.WARNING
+    def report(self, modeladmin: admin.ModelAdmin, request: HttpRequest, *success: Any) -> None:
+        """SUCCESS when every outcome is one of ``success``, else WARNING; errors listed."""
+        ok = bool(self.counts) and set(self.counts) <= {str(label) for label in success}
+        level = messages.SUCCESS if ok else messages.WARNING
         modeladmin.message_user(request, self.text() + ".", level)
         if self.errors:
             shown = "; ".join(self.errors[:5]) + ("…" if len(self.errors) > 5 else "")
@@ -112,12 +115,7 @@ def requeue_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
             tally.fail(job_id, exc)
         else:
             tally.add(requeued if handle.id == job_id else as_new)
-    ok = tally.counts.keys() <= {str(requeued), str(as_new)}
-    level = messages.SUCCESS if ok and tally.counts else messages.WARNING
-    modeladmin.message_user(request, tally.text() + ".", level)
-    if tally.errors:
-        modeladmin.message_user(request, _("Errors: %s") % "; ".join(tally.errors[:5]),
-                                messages.ERROR)
+    tally.report(modeladmin, request, requeued, as_new)
 
 
 @admin.action(description=gettext_lazy("Reschedule selected jobs…"), permissions=["reschedule"])
@@ -152,7 +150,7 @@ def _reschedule_page(modeladmin: admin.ModelAdmin, request: HttpRequest,
         "more": max(0, queryset.count() - 100) if len(jobs) > 100 else 0,
         "live_count": queryset.filter(status__in=(JobStatus.SCHEDULED,
                                                   JobStatus.RETRYING)).count(),
-        "selected_ids": _ids(queryset),
+        "selected_ids": [] if request.POST.get("select_across") == "1" else _ids(queryset),
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "action": "reschedule_jobs",
         "select_across": request.POST.get("select_across", "0"),
