@@ -1,0 +1,119 @@
+"""``manage.py check``: every bad DELAYQ value is an error with a stable id and a hint."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_delayq import checks, conf
+
+BAD_VALUES = {
+    "REDIS_URL": "http://localhost:6379",
+    "PREFIX": "a{b}",
+    "QUEUES": [],
+    "DEFAULT_MAX_ATTEMPTS": 0,
+    "DEFAULT_BACKOFF": "sometimes",
+    "ALLOWED_CALLABLES": "tests.jobs",
+    "LEASE_SECONDS": -1,
+    "WAKE_INTERVAL_SECONDS": 0,
+    "RECOVER_INTERVAL_SECONDS": "1",
+    "DEAD_MAX": 1.5,
+    "MAX_PAYLOAD_BYTES": 0,
+    "AUDIT_FLUSH_SECONDS": True,
+    "AUDIT_BATCH": -5,
+    "CLAIM_BATCH": 0,
+    "CONCURRENCY": 0,
+    "RECONCILE_INTERVAL_SECONDS": 0,
+    "RECONCILE_GRACE_SECONDS": None,
+}
+
+
+def _errors(settings, **delayq):  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {"QUEUES": ["default"], **delayq}
+    return checks.check_settings()
+
+
+def test_valid_settings_have_no_errors(settings):
+    assert _errors(settings, REDIS_URL="redis://localhost:6379/0") == []
+    assert _errors(settings, REDIS_URL="rediss://h:6380/1") == []
+    assert _errors(settings, REDIS_URL="unix:///run/redis.sock?db=0") == []
+
+
+@pytest.mark.parametrize("key", sorted(BAD_VALUES))
+def test_each_bad_value_has_its_own_stable_id_and_a_hint(settings, key):
+    errors = _errors(settings, **{key: BAD_VALUES[key]})
+    assert [e.id for e in errors] == [checks.ERROR_IDS[key]]
+    error = errors[0]
+    assert error.obj == "DELAYQ[%r]" % key
+    assert repr(BAD_VALUES[key]) in error.msg or key == "QUEUES"
+    assert error.hint == checks.HINTS[key]
+
+
+def test_ids_are_stable_and_unique():
+    # These numbers are public (docs/settings.md): a key never changes its id.
+    assert checks.ERROR_IDS["REDIS_URL"] == "delayq.E002"
+    assert checks.ERROR_IDS["QUEUES"] == "delayq.E005"
+    assert checks.ERROR_IDS["CONCURRENCY"] == "delayq.E018"
+    ids = list(checks.ERROR_IDS.values()) + [checks.NOT_A_DICT, checks.UNKNOWN_KEY,
+                                             checks.UNMAPPED_KEY]
+    assert len(ids) == len(set(ids))
+
+
+def test_every_setting_key_has_an_id_and_a_hint():
+    missing = [key for key in conf.DEFAULTS if key not in checks.ERROR_IDS]
+    assert missing == [], "give new DELAYQ keys an id in checks.ERROR_IDS and docs"
+    assert set(checks.HINTS) == set(checks.ERROR_IDS)
+
+
+def test_ids_are_documented():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "settings.md").read_text()
+    for key, error_id in checks.ERROR_IDS.items():
+        assert "`%s`" % error_id in doc and key in doc, key
+
+
+def test_unknown_key_and_default_queue(settings):
+    errors = _errors(settings, QUEUS=["x"], DEFAULT_QUEUE="other")
+    assert sorted((e.id, e.obj) for e in errors) == [
+        ("delayq.E001", "DELAYQ['QUEUS']"), ("delayq.E006", "DELAYQ['DEFAULT_QUEUE']")]
+    assert "spelling" in [e for e in errors if e.id == "delayq.E001"][0].hint
+
+
+def test_delayq_not_a_dict(settings):
+    settings.DELAYQ = ["redis://localhost"]
+    [error] = checks.check_settings()
+    assert error.id == "delayq.E000" and "must be a dict" in error.msg
+
+
+def test_several_problems_are_all_reported(settings):
+    errors = _errors(settings, LEASE_SECONDS=0, CONCURRENCY=0, PREFIX="")
+    assert sorted(e.id for e in errors) == ["delayq.E004", "delayq.E010", "delayq.E018"]
+
+
+def test_cache_alias_must_name_a_django_redis_cache(settings):
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "redis": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://h:1/0"},
+    }
+    assert _errors(settings, CACHE_ALIAS="redis") == []
+    [missing] = _errors(settings, CACHE_ALIAS="nope")
+    assert missing.id == "delayq.E003" and "'nope'" in missing.msg
+    [wrong] = _errors(settings, CACHE_ALIAS="default")
+    assert wrong.id == "delayq.E003" and "LocMemCache" in wrong.msg
+
+
+def test_manage_py_check_fails_before_any_worker_starts(settings):
+    settings.DELAYQ = {"QUEUES": ["default"], "CONCURRENCY": 0}
+    with pytest.raises(SystemCheckError) as info:
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+    assert "delayq.E018" in str(info.value) and "HINT" in str(info.value)
+
+
+def test_the_test_settings_have_no_delayq_errors():
+    from django.core.checks import run_checks
+
+    assert [m.id for m in run_checks() if (m.id or "").startswith("delayq.E")] == []
