@@ -128,6 +128,8 @@ class AuditWriter:
 
 
 def _adapt(conn: Any, column: str, value: Any) -> Any:
+    if column in _JSON:
+        return json.dumps(value) if value is not None else None
     if value is None:
         return None
     if isinstance(value, str):
@@ -135,7 +137,4 @@ def _adapt(conn: Any, column: str, value: Any) -> Any:
     if column in _DATETIMES:
         assert isinstance(value, datetime)
         return conn.ops.adapt_datetimefield_value(value)
-    if column in _JSON:
-        return conn.ops.adapt_json_value(value, None) if hasattr(
-            conn.ops, "adapt_json_value") else json.dumps(value)
     return value

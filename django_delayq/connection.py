@@ -21,10 +21,12 @@ def make_client(url: str | None = None, cache_alias: str | None = None, **option
         return get_redis_connection(cache_alias)
     import redis
 
+    url = url or DEFAULT_URL
     options.setdefault("health_check_interval", 30)
     options.setdefault("socket_connect_timeout", 5)
-    options.setdefault("socket_keepalive", True)
-    return redis.Redis.from_url(url or DEFAULT_URL, **options)
+    if not url.startswith("unix://"):
+        options.setdefault("socket_keepalive", True)
+    return redis.Redis.from_url(url, **options)
 
 
 def get_engine() -> Engine:

@@ -1,0 +1,175 @@
+#!/usr/bin/env python
+"""Foundation benchmark: enqueue jobs/s, drain jobs/s for one worker process, lateness.
+
+    python bench/foundation.py [--enqueue 5000] [--drain 20000] [--lateness 2000]
+                               [--spread 10] [--concurrency 4] [--db sqlite|postgres]
+
+Starts its own redis-server (free port, no persistence) and database, runs the real
+``manage.py delayq_worker`` as a subprocess with audit rows on, and reads every figure
+from the audit rows (start - due for lateness; first start to last finish for drain).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT)]
+
+
+def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
+    import socket
+
+    from django_delayq.embedded import find_binary
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([find_binary(), "--port", str(port), "--bind", "127.0.0.1",
+                             "--save", "", "--appendonly", "no", "--dir", str(workdir)],
+                            stdout=subprocess.DEVNULL)
+    import redis
+
+    url = "redis://127.0.0.1:%d/0" % port
+    for _ in range(200):
+        try:
+            redis.Redis.from_url(url).ping()
+            return proc, url
+        except redis.ConnectionError:
+            time.sleep(0.05)
+    raise RuntimeError("redis-server did not start")
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def worker(*args: str) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
+    return subprocess.Popen([sys.executable, "-m", "django", "delayq_worker", "-v", "0", *args],
+                            env=env, cwd=ROOT)
+
+
+def bench_enqueue(n: int) -> dict[str, float]:
+    from django_delayq import schedule
+    from django_delayq.api import JobSpec, schedule_many
+
+    t0 = time.perf_counter()
+    for i in range(n):
+        schedule("bench_jobs.noop", i, delay=3600)
+    one = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    schedule_many("bench_jobs.noop", [JobSpec(args=[i], delay=3600) for i in range(n * 4)])
+    bulk = n * 4 / (time.perf_counter() - t0)
+    return {"enqueue_one_jobs_per_s": round(one), "enqueue_bulk_jobs_per_s": round(bulk)}
+
+
+def reset() -> None:
+    from django_delayq.connection import get_engine
+    from django_delayq.models import Job, JobAttempt
+
+    get_engine().client.flushdb()
+    JobAttempt.objects.all().delete()
+    Job.objects.all().delete()
+
+
+def bench_drain(n: int, concurrency: int) -> dict[str, float]:
+    from django.db.models import Max, Min
+
+    from django_delayq.api import JobSpec, schedule_many
+    from django_delayq.models import Job
+
+    reset()
+    schedule_many("bench_jobs.noop", [JobSpec(args=[i]) for i in range(n)])
+    t0 = time.perf_counter()
+    proc = worker("--burst", "--concurrency", str(concurrency))
+    proc.wait()
+    wall = time.perf_counter() - t0
+    done = Job.objects.filter(status="succeeded")
+    agg = done.aggregate(first=Min("started_at"), last=Max("finished_at"))
+    span = (agg["last"] - agg["first"]).total_seconds()
+    return {"drain_jobs": done.count(), "drain_jobs_per_s": round(done.count() / span),
+            "drain_process_wall_s": round(wall, 2)}
+
+
+def bench_lateness(n: int, spread_s: float, concurrency: int) -> dict[str, float]:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_delayq.api import JobSpec, schedule_many
+    from django_delayq.models import Job
+
+    reset()
+    proc = worker("--concurrency", str(concurrency))
+    time.sleep(2.0)  # let it start and go idle
+    start = timezone.now() + timedelta(seconds=1)
+    schedule_many("bench_jobs.noop", [
+        JobSpec(args=[i], at=start + timedelta(seconds=spread_s * i / n)) for i in range(n)])
+    deadline = time.monotonic() + spread_s + 30
+    while Job.objects.filter(status="succeeded").count() < n and time.monotonic() < deadline:
+        time.sleep(0.25)
+    proc.terminate()
+    proc.wait()
+    late = [(j.started_at - j.run_at).total_seconds() * 1000
+            for j in Job.objects.filter(status="succeeded")]
+    return {"lateness_jobs": len(late), "lateness_p50_ms": round(statistics.median(late), 2),
+            "lateness_p99_ms": round(pct(late, 99), 2), "lateness_max_ms": round(max(late), 2)}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--enqueue", type=int, default=5000)
+    parser.add_argument("--drain", type=int, default=20000)
+    parser.add_argument("--lateness", type=int, default=2000)
+    parser.add_argument("--spread", type=float, default=10.0)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--json", action="store_true")
+    opts = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
+    redis_proc, url = start_redis(workdir)
+    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=opts.db,
+                      DJANGO_SETTINGS_MODULE="bench_settings")
+    try:
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        if opts.db == "postgres":
+            from django.db import connection
+
+            with connection.cursor() as c:
+                c.execute("DROP TABLE IF EXISTS django_delayq_jobattempt, django_delayq_job, "
+                          "django_migrations CASCADE")
+        call_command("migrate", verbosity=0)
+        results: dict[str, float | str] = {"db": opts.db, "concurrency": opts.concurrency}
+        if opts.enqueue:
+            results.update(bench_enqueue(opts.enqueue))
+        if opts.drain:
+            results.update(bench_drain(opts.drain, opts.concurrency))
+        if opts.lateness:
+            results.update(bench_lateness(opts.lateness, opts.spread, opts.concurrency))
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait()
+    if opts.json:
+        print(json.dumps(results))
+    else:
+        for key, value in results.items():
+            print("%-28s %s" % (key, value))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

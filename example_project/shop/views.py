@@ -1,0 +1,46 @@
+from datetime import timedelta
+
+from django.conf import settings
+from django.contrib import messages
+from django.db import transaction
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from django_delayq import cancel, schedule
+from django_delayq.models import Job
+from shop.models import Order
+
+
+def index(request):
+    orders = list(Order.objects.all()[:20])
+    jobs = {j.id: j for j in Job.objects.filter(id__in=[o.close_job_id for o in orders])}
+    rows = [(o, jobs.get(o.close_job_id)) for o in orders]
+    return render(request, "shop/index.html", {
+        "rows": rows, "timeout": settings.UNPAID_ORDER_TIMEOUT_SECONDS})
+
+
+@require_POST
+def create_order(request):
+    with transaction.atomic():  # the job reaches Redis only if the order commits
+        order = Order.objects.create(item=request.POST.get("item") or "teapot")
+        job = schedule("shop.tasks.close_unpaid_order", order.pk,
+                       delay=timedelta(seconds=settings.UNPAID_ORDER_TIMEOUT_SECONDS))
+        order.close_job_id = job.id
+        order.save(update_fields=["close_job_id"])
+    messages.info(request, "Order #%d created; it closes in %gs unless paid."
+                  % (order.pk, settings.UNPAID_ORDER_TIMEOUT_SECONDS))
+    return redirect("index")
+
+
+@require_POST
+def pay_order(request, pk: int):
+    with transaction.atomic():
+        order = get_object_or_404(Order.objects.select_for_update(), pk=pk)
+        if order.status != Order.Status.UNPAID:
+            messages.warning(request, "Order #%d is already %s." % (pk, order.status))
+            return redirect("index")
+        order.status = Order.Status.PAID
+        order.save(update_fields=["status"])
+    outcome = cancel(order.close_job_id)
+    messages.success(request, "Order #%d paid; closing job: %s." % (pk, outcome.name.lower()))
+    return redirect("index")

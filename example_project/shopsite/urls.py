@@ -1,0 +1,11 @@
+from django.contrib import admin
+from django.urls import path
+
+from shop import views
+
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("orders/", views.create_order, name="create_order"),
+    path("orders/<int:pk>/pay/", views.pay_order, name="pay_order"),
+    path("admin/", admin.site.urls),
+]
