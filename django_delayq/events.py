@@ -50,10 +50,9 @@ def stream_key(prefix: str) -> str:
 class EventStream:
     """A bounded buffer of events and the daemon thread that XADDs them in pipelines."""
 
-    def __init__(self, client_factory: Callable[[], Any], key: str, maxlen: int,
+    def __init__(self, client: Any, key: str, maxlen: int,
                  flush_seconds: float = FLUSH_SECONDS, buffer_max: int = BUFFER_MAX) -> None:
-        self._client_factory = client_factory
-        self._client: Any = None
+        self.client = client
         self.key = key
         self.maxlen = maxlen
         self.flush_seconds = flush_seconds
@@ -61,6 +60,7 @@ class EventStream:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = False
+        self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
         self.dropped = 0
@@ -86,9 +86,7 @@ class EventStream:
         if not batch:
             return 0
         try:
-            if self._client is None:
-                self._client = self._client_factory()
-            pipe = self._client.pipeline(transaction=False)
+            pipe = self.client.pipeline(transaction=False)
             for fields in batch:
                 pipe.xadd(self.key, fields, maxlen=self.maxlen, approximate=True)
             pipe.execute()
@@ -110,6 +108,7 @@ class EventStream:
     def close(self) -> None:
         """Stop the thread after a last flush (atexit; tests)."""
         self._stopped = True
+        self._stop.set()
         self._wake.set()
         thread = self._thread
         if thread is not None and thread.is_alive() and thread is not threading.current_thread():
@@ -133,13 +132,13 @@ class EventStream:
             self._wake.clear()
             if self._stopped:
                 return
-            time.sleep(self.flush_seconds)  # coalesce: one pipeline per interval
+            self._stop.wait(self.flush_seconds)  # coalesce: one pipeline per interval
             try:
                 self.flush()
             except Exception:  # noqa: BLE001 - the flusher must survive anything
                 logger.exception("event stream flush failed")
             if self._buffer:
-                time.sleep(self.flush_seconds)  # Redis is down: back off, keep buffering
+                self._stop.wait(self.flush_seconds)  # Redis is down: back off, keep buffering
                 self._wake.set()
 
 
@@ -173,8 +172,8 @@ def get_stream() -> EventStream | None:
             from django_delayq.conf import get_settings
             from django_delayq.connection import get_engine
 
-            _stream = EventStream(lambda: get_engine().client,
-                                  stream_key(get_settings().prefix), maxlen)
+            _stream = EventStream(get_engine().client, stream_key(get_settings().prefix),
+                                  maxlen)
         return _stream
 
 

@@ -1,0 +1,158 @@
+"""The event stream: every transition lands in a capped Redis Stream, written in batches
+by a background thread, never on the job's hot path."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from django_delayq import conf, events, schedule
+from django_delayq.testing import run_due_jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _stream_events(engine) -> list[dict[str, str]]:  # type: ignore[no-untyped-def]
+    events.flush()
+    raw = engine.client.xrange(events.stream_key(engine.prefix))
+    return [{k.decode(): v.decode() for k, v in fields.items()} for _, fields in raw]
+
+
+def _of(job_id: str, found: list[dict[str, str]]) -> list[str]:
+    return [e["event"] for e in found if e["job"] == job_id]
+
+
+def _wait_for(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_a_successful_job_is_scheduled_started_succeeded(delayq_engine):
+    job_id = schedule("tests.jobs.add", 1, 2).id
+    run_due_jobs()
+    found = _stream_events(delayq_engine)
+    assert _of(job_id, found) == ["scheduled", "started", "succeeded"]
+    started, succeeded = [e for e in found if e["job"] == job_id][1:]
+    assert started["queue"] == "default" and started["callable"] == "tests.jobs.add"
+    assert started["attempt"] == "1" and started["worker"]
+    assert float(succeeded["duration_ms"]) >= 0
+
+
+def test_retries_and_death_are_recorded_with_the_error(delayq_engine):
+    job_id = schedule("tests.jobs.boom", "kaput", max_attempts=2, backoff=[0]).id
+    run_due_jobs()
+    run_due_jobs()
+    found = [e for e in _stream_events(delayq_engine) if e["job"] == job_id]
+    assert [e["event"] for e in found] == ["scheduled", "started", "retrying", "started", "dead"]
+    assert "kaput" in found[2]["error"] and found[2]["retry_at"]
+    assert found[4]["attempt"] == "2" and "kaput" in found[4]["error"]
+
+
+def test_cancel_is_recorded(delayq_engine):
+    job_id = schedule("tests.jobs.noop", delay=3600).id
+    schedule("tests.jobs.noop", delay=3600)  # another job: not in this job's events
+    from django_delayq import api
+
+    api.cancel(job_id)
+    found = [e for e in _stream_events(delayq_engine) if e["job"] == job_id]
+    assert [e["event"] for e in found] == ["scheduled", "cancelled"]
+    assert found[1]["running"] == "0"
+
+
+def test_scheduled_is_written_only_when_the_transaction_commits(delayq_engine):
+    from django.db import transaction
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback), transaction.atomic():
+        rolled_back = schedule("tests.jobs.noop", delay=60).id
+        raise Rollback
+    with transaction.atomic():
+        kept = schedule("tests.jobs.noop", delay=60).id
+        assert events.get_stream() is None or events.get_stream().pending() == 0
+    found = _stream_events(delayq_engine)
+    assert _of(rolled_back, found) == [] and _of(kept, found) == ["scheduled"]
+
+
+def test_events_are_buffered_then_flushed_in_one_pipeline(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    stream = events.EventStream(client, "{tbuf}:events", maxlen=1000, flush_seconds=30)
+    try:
+        for i in range(100):
+            stream.add({"event": "started", "job": str(i)})
+        assert client.xlen("{tbuf}:events") == 0  # adding never touches Redis
+        assert stream.pending() == 100
+        assert stream.flush() == 100
+        assert client.xlen("{tbuf}:events") == 100 and stream.pending() == 0
+        jobs = [f[b"job"] for _, f in client.xrange("{tbuf}:events")]
+        assert jobs == [str(i).encode() for i in range(100)]  # in order
+    finally:
+        stream.close()
+        client.delete("{tbuf}:events")
+
+
+def test_the_background_thread_flushes_without_being_asked(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    stream = events.EventStream(client, "{tbg}:events", maxlen=1000)
+    try:
+        for i in range(10):
+            stream.add({"event": "started", "job": str(i)})
+        assert _wait_for(lambda: client.xlen("{tbg}:events") == 10)
+    finally:
+        stream.close()
+        client.delete("{tbg}:events")
+
+
+def test_the_stream_is_capped(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    stream = events.EventStream(client, "{tcap}:events", maxlen=50, flush_seconds=30)
+    try:
+        for round_ in range(20):
+            for i in range(100):
+                stream.add({"event": "started", "job": "%d-%d" % (round_, i)})
+            stream.flush()
+        length = client.xlen("{tcap}:events")
+        # MAXLEN ~ trims whole stream nodes (100 entries each by default): about 50 kept.
+        assert 50 <= length <= 250, length
+        last = client.xrevrange("{tcap}:events", count=1)[0][1][b"job"]
+        assert last == b"19-99"
+    finally:
+        stream.close()
+        client.delete("{tcap}:events")
+
+
+def test_redis_down_keeps_a_bounded_buffer_and_never_raises(redis_server):
+    client = redis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
+    stream = events.EventStream(client, "{tdown}:events", maxlen=100, flush_seconds=30,
+                                buffer_max=10)
+    for i in range(25):
+        stream.add({"event": "started", "job": str(i)})
+    assert stream.dropped == 15 and stream.pending() == 10
+    assert stream.flush() == 0  # logged, kept for the next try
+    assert stream.pending() == 10
+    good = redis.Redis.from_url(redis_server.url)
+    stream.client = good  # Redis is back
+    try:
+        assert stream.flush() == 10
+        assert [f[b"job"] for _, f in good.xrange("{tdown}:events")] == [
+            str(i).encode() for i in range(15, 25)]  # the newest ones survived
+    finally:
+        stream.close()
+        good.delete("{tdown}:events")
+
+
+@pytest.mark.skipif("EVENTS" not in conf.DEFAULTS,
+                    reason="needs the EVENTS / EVENTS_MAXLEN keys in conf.py")
+def test_events_can_be_turned_off(delayq_settings, delayq_engine):
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EVENTS": False}
+    schedule("tests.jobs.add", 1, 2)
+    run_due_jobs()
+    assert events.get_stream() is None
+    assert _stream_events(delayq_engine) == []
