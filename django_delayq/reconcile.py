@@ -143,8 +143,7 @@ class Reconciler:
                 added += self._batch(cursor, (queue,), 0.0, lost=True)
                 if cursor.status == 0 and cursor.after is None:
                     del self._urgent[queue]
-                    logger.warning("reconciler: full pass of queue %r after data loss done",
-                                   queue)
+                    logger.info("reconciler: full pass of queue %r without grace done", queue)
                     break
         return added
 
@@ -185,9 +184,12 @@ class Reconciler:
             elif known is not None and value != known:
                 lost.append(queue)
             self._epochs[queue] = value
-        for queue in lost:
-            logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
-                           "re-enqueueing its live rows without grace", queue)
+            if queue in lost and known is None:  # first look: new install, or lost meanwhile
+                logger.info("reconciler: queue %r has no epoch key yet; full pass without "
+                            "grace", queue)
+            elif queue in lost:
+                logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
+                               "re-enqueueing its live rows without grace", queue)
         return lost
 
     def _new_epoch(self, queue: str) -> str:

@@ -1,0 +1,100 @@
+"""Job functions of the reliability tests and the chaos run (allow-listed there only).
+
+``record`` writes one row per execution into the ``chaos_exec`` table (created by the
+test or by ``bench/chaos.py``): the database, not a file, is the record of what ran.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+import redis
+from django.db import connection
+
+from django_delayq import current_job
+
+TABLE = "chaos_exec"
+CREATE_SQL = ("CREATE TABLE IF NOT EXISTS chaos_exec (job_id VARCHAR(26) NOT NULL, "
+              "attempt INTEGER NOT NULL, pid INTEGER NOT NULL, ts DOUBLE PRECISION NOT NULL, "
+              "tag VARCHAR(100) NOT NULL)")
+
+_release = threading.Event()
+
+
+def create_table() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(CREATE_SQL)
+
+
+def executions(job_id: str | None = None) -> list[tuple[str, int, int, float, str]]:
+    sql = "SELECT job_id, attempt, pid, ts, tag FROM chaos_exec"
+    params: list[Any] = []
+    if job_id is not None:
+        sql, params = sql + " WHERE job_id = %s", [job_id]
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " ORDER BY ts", params)
+        return [tuple(r) for r in cursor.fetchall()]  # type: ignore[misc]
+
+
+def record(tag: str = "") -> str:
+    """One row per execution: (job id, attempt, pid, time)."""
+    ctx = current_job()
+    with connection.cursor() as cursor:
+        cursor.execute("INSERT INTO chaos_exec (job_id, attempt, pid, ts, tag) "
+                       "VALUES (%s, %s, %s, %s, %s)",
+                       [ctx.id if ctx else "-", ctx.attempt if ctx else 0, os.getpid(),
+                        time.time(), tag])
+    return tag
+
+
+def sleep_record(seconds: float, tag: str = "") -> str:
+    """Record, then take ``seconds`` (a long job: its worker must heartbeat it)."""
+    record(tag)
+    time.sleep(seconds)
+    return tag
+
+
+def hang(seconds: float) -> None:
+    """Hang (no heartbeat of its own) until ``release_hung()`` or ``seconds`` pass."""
+    record("hang")
+    _release.wait(seconds)
+
+
+def release_hung() -> None:
+    _release.set()
+
+
+def reset_hung() -> None:
+    _release.clear()
+
+
+def always_raises(message: str = "always") -> None:
+    record("raise")
+    raise ValueError(message)
+
+
+def size_of(*args: Any) -> int:
+    record("big")
+    return sum(len(a) for a in args)
+
+
+def stall_redis(url: str, seconds: float) -> str:
+    """Make Redis unresponsive for ``seconds`` right after this job returns.
+
+    Sends ``DEBUG SLEEP`` from a thread; the worker's ack of this very job is then sent
+    while the server sleeps, times out on the client, and is executed after the sleep:
+    a settlement whose reply was lost.
+    """
+    record("stall")
+
+    def sleep() -> None:
+        client = redis.Redis.from_url(url, socket_timeout=seconds + 5)
+        client.execute_command("DEBUG", "SLEEP", seconds)
+        client.close()
+
+    threading.Thread(target=sleep, daemon=True).start()
+    time.sleep(0.1)  # the server is now asleep
+    return "stalled"
