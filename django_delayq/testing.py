@@ -1,26 +1,251 @@
 """Helpers for users' own test suites.
 
-* ``run_due_jobs()``: run every job that is due now, synchronously, in this process
-  (a burst worker with one thread), and return how many ran.
-* ``run_eager(job_id)``: run one job inline right away (used by ``DELAYQ["EAGER"]``).
+* ``run_due_jobs(now=None)``: run every job due at ``now`` (default: the test clock),
+  synchronously, in this thread and this database transaction, then return how many
+  ran. Rows scheduled inside a test transaction whose on-commit enqueue never fired
+  are enqueued first (the outbox), so it works in ``TestCase`` tests too.
+* ``advance(timedelta)``: move the test clock forward (and freezegun's frozen time, when
+  a ``freeze_time`` is active) and run what became due.
+* ``use_test_clock()``: make ``schedule(delay=...)`` measure from the test clock (which
+  follows freezegun) instead of the Redis server's; the ``delayq`` fixture does this.
+* ``isolated()``: a unique ``DELAYQ["PREFIX"]`` plus the test clock; yields a ``DelayQ``
+  helper and deletes the prefix's keys on exit (``django_delayq.pytest_plugin`` wraps it).
+* ``run_worker()``: a real ``Worker`` in burst mode (threads, batched audit).
+* ``run_eager(job_id)``: run one job inline right away (``DELAYQ["EAGER"]`` uses it).
 """
 
 from __future__ import annotations
 
-from django_delayq import execution
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django_delayq import connection, execution, runner
+from django_delayq.audit import AuditWriter
+from django_delayq.conf import Settings, get_settings
 from django_delayq.context import JobContext
+from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.engine import backoff as backoff_mod
+from django_delayq.engine.envelope import Envelope
+from django_delayq.exceptions import Retry
 from django_delayq.models import Job, JobStatus
 
+logger = logging.getLogger(__name__)
 
-def run_due_jobs(queues: list[str] | None = None) -> int:
-    """Run every job due now on ``queues`` (default: all) in this process; return the count."""
+WORKER_ID = "testing"
+_offset_ms = 0
+_offset_lock = threading.Lock()
+
+
+# -- the test clock -----------------------------------------------------------------
+
+def clock_ms() -> int:
+    """Now on the test clock: ``time.time()`` (freezegun-aware) plus ``advance()`` offsets."""
+    return int(time.time() * 1000) + _offset_ms
+
+
+def reset_clock() -> None:
+    global _offset_ms
+    with _offset_lock:
+        _offset_ms = 0
+
+
+class ClockedEngine(Engine):
+    """A real ``Engine`` whose scripts get ``now_ms`` from ``clock`` instead of Redis TIME."""
+
+    def __init__(self, client: Any, prefix: str, clock: Callable[[], int] = clock_ms) -> None:
+        super().__init__(client, prefix)
+        self.clock = clock
+
+    def _now(self, now_ms: int | None) -> int:
+        return self.clock() if now_ms is None else now_ms
+
+    def time_ms(self) -> int:
+        return self.clock()
+
+    def enqueue(self, queue: str, jobs: Any, now_ms: int | None = None) -> int:
+        return super().enqueue(queue, jobs, now_ms=self._now(now_ms))
+
+    def claim(self, queue: str, limit: int, lease_ms: int, now_ms: int | None = None) -> Any:
+        return super().claim(queue, limit, lease_ms, now_ms=self._now(now_ms))
+
+    def nack(self, queue: str, failures: Any, *, dead_max: int = 100_000,
+             now_ms: int | None = None) -> Any:
+        return super().nack(queue, failures, dead_max=dead_max, now_ms=self._now(now_ms))
+
+    def extend(self, queue: str, leases: Any, lease_ms: int, now_ms: int | None = None) -> Any:
+        return super().extend(queue, leases, lease_ms, now_ms=self._now(now_ms))
+
+    def recover(self, queue: str, *, now_ms: int | None = None, **kwargs: Any) -> Any:
+        return super().recover(queue, now_ms=self._now(now_ms), **kwargs)
+
+    def reschedule(self, queue: str, job_id: str, *, now_ms: int | None = None,
+                   **kwargs: Any) -> Any:
+        return super().reschedule(queue, job_id, now_ms=self._now(now_ms), **kwargs)
+
+    def requeue(self, queue: str, job_id: str, *, now_ms: int | None = None,
+                **kwargs: Any) -> Any:
+        return super().requeue(queue, job_id, now_ms=self._now(now_ms), **kwargs)
+
+    def stats(self, queue: str, now_ms: int | None = None) -> Any:
+        return super().stats(queue, now_ms=self._now(now_ms))
+
+
+def _clocked(clock: Callable[[], int] = clock_ms) -> ClockedEngine:
+    base = connection.get_engine()
+    return ClockedEngine(base.client, base.prefix, clock)
+
+
+@contextmanager
+def use_test_clock() -> Iterator[ClockedEngine]:
+    """Within the block, ``schedule()``/``cancel()``/… use the test clock (freezegun-aware)."""
+    engine = _clocked()
+    with connection._lock:
+        previous, connection._engine = connection._engine, engine
+    try:
+        yield engine
+    finally:
+        with connection._lock:
+            connection._engine = previous
+
+
+def _to_ms(now: datetime | None) -> int | None:
+    if now is None:
+        return None
+    if now.tzinfo is None:
+        now = now.replace(tzinfo=UTC)
+    return int(now.timestamp() * 1000)
+
+
+# -- running due jobs synchronously ---------------------------------------------------
+
+def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None,
+                 max_jobs: int = 1000, flush_outbox: bool = True) -> int:
+    """Run the jobs due at ``now`` (default: the test clock) one by one in this thread.
+
+    Jobs that become due meanwhile (retries with no delay, jobs scheduled by jobs) run
+    too; ``max_jobs`` bounds a job that keeps rescheduling itself. Returns the count.
+    """
+    from django_delayq.settle import Settler
+
+    settings = get_settings()
+    fixed = _to_ms(now)
+    engine = _clocked(clock_ms if fixed is None else (lambda: fixed))
+    names = tuple(queues or settings.queues)
+    if flush_outbox:
+        _flush_outbox(engine, settings, names)
+    audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
+    settler = Settler(engine, settings, audit, WORKER_ID)
+    ran = 0
+    while ran < max_jobs:
+        progressed = False
+        for queue in names:
+            for job in engine.claim(queue, 1, settings.lease_ms).jobs:
+                settler.started(job)
+                settler.settle([execute(job, settings)])
+                audit.flush()
+                ran += 1
+                progressed = True
+        if not progressed:
+            break
+    return ran
+
+
+def advance(delta: timedelta | float, queues: list[str] | None = None) -> int:
+    """Move time forward by ``delta`` and run the jobs that became due.
+
+    Under ``freezegun.freeze_time`` the frozen clock is ticked (job code sees the new
+    time); otherwise only the test clock moves (Redis due times, not ``timezone.now()``).
+    """
+    global _offset_ms
+    if not isinstance(delta, timedelta):
+        delta = timedelta(seconds=delta)
+    if not _tick_freezegun(delta):
+        with _offset_lock:
+            _offset_ms += int(delta.total_seconds() * 1000)
+    return run_due_jobs(queues)
+
+
+def _tick_freezegun(delta: timedelta) -> bool:
+    try:
+        from freezegun import api as freezegun_api
+    except ImportError:
+        return False
+    factories = getattr(freezegun_api, "freeze_factories", None)
+    if not factories:
+        return False
+    factories[-1].tick(delta)
+    return True
+
+
+def _flush_outbox(engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
+    """Enqueue live rows Redis does not hold (their on-commit enqueue never fired)."""
+    from django_delayq.reconcile import Reconciler
+
+    Reconciler(engine, settings, queues).run_all(grace_seconds=0.0)
+
+
+def execute(job: ClaimedJob, settings: Settings) -> runner.Outcome:
+    """``runner.run`` minus ``close_old_connections()``, which would close the test's
+    connection inside a ``TestCase`` transaction."""
+    started = datetime.now(UTC)
+    t0 = time.perf_counter()
+    try:
+        env = Envelope.decode(job.envelope)
+    except ValueError as exc:
+        return runner.Outcome(job=job, kind=runner.Kind.DEAD, started_at=started,
+                              finished_at=datetime.now(UTC), error="invalid envelope: %s" % exc)
+    max_attempts = env.max_attempts or settings.default_max_attempts
+    ctx = JobContext(id=job.id, queue=job.queue, attempt=job.token, max_attempts=max_attempts,
+                     due_at=runner.ms_to_dt(job.due_ms), worker_id=WORKER_ID)
+    common: dict[str, Any] = dict(job=job, path=env.path, started_at=started,
+                                  max_attempts=max_attempts)
+    try:
+        result = execution.run(env.path, env.args, env.kwargs, ctx)
+    except Exception as exc:  # noqa: BLE001 - the job's failure is its outcome
+        return _failure(exc, env, settings, common, t0)
+    return runner.Outcome(kind=runner.Kind.SUCCESS, finished_at=datetime.now(UTC),
+                          result=runner._json_or_none(result),
+                          duration_s=time.perf_counter() - t0, **common)
+
+
+def _failure(exc: Exception, env: Envelope, settings: Settings, common: dict[str, Any],
+             t0: float) -> runner.Outcome:
+    import traceback
+
+    job: ClaimedJob = common["job"]
+    policy = env.backoff if env.backoff is not None else settings.default_backoff
+    if isinstance(exc, PermissionError):
+        kind, delay, error = runner.Kind.DEAD, None, "not allowed: %s" % exc
+    elif isinstance(exc, Retry):
+        kind, error = runner.Kind.RETRY, "retry requested: %s" % exc
+        delay = runner._retry_delay(exc, env, settings.default_backoff, job.token)
+    else:
+        kind, error = runner.Kind.RETRY, "%s: %s" % (type(exc).__name__, exc)
+        delay = backoff_mod.delay_ms(policy, job.token)
+    if kind is runner.Kind.RETRY and job.token >= common["max_attempts"]:
+        kind, delay = runner.Kind.DEAD, None
+        error += " (attempt %d of %d: no attempts left)" % (job.token, common["max_attempts"])
+    return runner.Outcome(kind=kind, finished_at=datetime.now(UTC), error=error[:2000],
+                          traceback=traceback.format_exc()[-20000:], retry_delay_ms=delay,
+                          duration_s=time.perf_counter() - t0, **common)
+
+
+# -- a real worker, eager runs --------------------------------------------------------
+
+def run_worker(queues: list[str] | None = None, concurrency: int = 1) -> int:
+    """Run a real ``Worker`` in burst mode (its own threads: use
+    ``django_db(transaction=True)``); return how many jobs it claimed."""
     from django_delayq.worker import Worker, WorkerOptions
 
     settings = get_settings()
-    worker = Worker(get_engine(), settings, WorkerOptions(
-        queues=tuple(queues or settings.queues), concurrency=1, burst=True))
+    worker = Worker(connection.get_engine(), settings, WorkerOptions(
+        queues=tuple(queues or settings.queues), concurrency=concurrency, burst=True))
     worker.run()
     return worker.claimed_total
 
@@ -44,3 +269,46 @@ def run_eager(job_id: str) -> None:
         status=JobStatus.SUCCEEDED, attempts=1, started_at=started, finished_at=timezone.now(),
         result=result if isinstance(result, (str, int, float, bool, list, dict)) else None,
         worker_id="eager")
+
+
+# -- an isolated prefix for one test ---------------------------------------------------
+
+class DelayQ:
+    """What the ``delayq`` fixture yields."""
+
+    def run_due_jobs(self, queues: list[str] | None = None, *, now: datetime | None = None,
+                     max_jobs: int = 1000) -> int:
+        return run_due_jobs(queues, now=now, max_jobs=max_jobs)
+
+    def advance(self, delta: timedelta | float, queues: list[str] | None = None) -> int:
+        return advance(delta, queues)
+
+    def jobs(self, **filters: Any) -> Any:
+        return Job.objects.filter(**filters)
+
+    @property
+    def engine(self) -> Engine:
+        return connection.get_engine()
+
+    def purge(self) -> None:
+        engine = self.engine
+        for queue in get_settings().queues:
+            engine.purge(queue)
+            engine.client.delete(engine.keys(queue).tag + ":epoch")
+
+
+@contextmanager
+def isolated() -> Iterator[DelayQ]:
+    """A unique ``DELAYQ["PREFIX"]`` and the test clock for the duration of one test."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    current = dict(getattr(settings, "DELAYQ", {}) or {})
+    prefix = "%s-test-%s" % (current.get("PREFIX", "delayq"), uuid.uuid4().hex[:10])
+    helper = DelayQ()
+    with override_settings(DELAYQ={**current, "PREFIX": prefix}), use_test_clock():
+        try:
+            yield helper
+        finally:
+            helper.purge()
+            reset_clock()

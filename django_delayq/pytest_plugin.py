@@ -1,0 +1,38 @@
+"""pytest fixtures for projects that use django-delayq.
+
+Enable in your ``conftest.py``::
+
+    pytest_plugins = ["django_delayq.pytest_plugin"]
+
+* ``delayq``: a unique ``DELAYQ["PREFIX"]`` for the test (its Redis keys are deleted
+  afterwards) and the test clock; yields ``django_delayq.testing.DelayQ`` with
+  ``run_due_jobs(now=None)``, ``advance(timedelta)``, ``jobs(**filters)``, ``engine``.
+* ``delayq_eager``: ``DELAYQ["EAGER"] = True`` for the test: ``schedule()`` runs the job
+  inline once the surrounding transaction commits (no Redis involved).
+
+Both need the database (``@pytest.mark.django_db``); pytest-django must be installed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from django_delayq import testing
+
+
+@pytest.fixture
+def delayq() -> Iterator[testing.DelayQ]:
+    with testing.isolated() as helper:
+        yield helper
+
+
+@pytest.fixture
+def delayq_eager() -> Iterator[None]:
+    from django.conf import settings
+    from django.test import override_settings
+
+    current = dict(getattr(settings, "DELAYQ", {}) or {})
+    with override_settings(DELAYQ={**current, "EAGER": True}):
+        yield

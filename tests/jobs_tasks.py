@@ -1,0 +1,62 @@
+"""Job functions and ``@task`` definitions for the Tasks backend, signals, HTTP and
+metrics tests. Import it only with ``TASKS["default"]`` set to ``DelayQBackend`` (the
+decorators validate against the backend at import time)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from django_delayq import cancel, current_job
+from django_delayq.compat import tasks
+
+assert tasks is not None, "needs django.tasks (Django 6) or the django-tasks backport"
+task = tasks.task
+
+
+class CustomError(Exception):
+    pass
+
+
+@task
+def add(a: int, b: int) -> int:
+    return a + b
+
+
+@task
+def fail(message: str) -> None:
+    raise CustomError(message)
+
+
+@task(takes_context=True)
+def flaky(context: Any, succeed_on: int) -> dict[str, Any]:
+    """Fails until attempt ``succeed_on``; returns what its context said."""
+    if context.attempt < succeed_on:
+        raise ValueError("attempt %d fails" % context.attempt)
+    result = context.task_result
+    return {"attempt": context.attempt, "worker_ids": list(result.worker_ids),
+            "id": result.id, "errors": len(result.errors), "status": str(result.status)}
+
+
+@task
+async def async_mul(a: int, b: int) -> int:
+    await asyncio.sleep(0)
+    return a * b
+
+
+@task(queue_name="emails")
+def on_emails(value: Any) -> Any:
+    return value
+
+
+@task
+def takes_key(key: str) -> str:
+    return key
+
+
+def cancel_self() -> None:
+    """A plain job that cancels itself while running, then fails."""
+    ctx = current_job()
+    assert ctx is not None
+    cancel(ctx.id)
+    raise RuntimeError("cancelled myself")
