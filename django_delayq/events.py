@@ -4,7 +4,8 @@ Key ``{<prefix>}:events`` (a STREAM, capped with ``XADD MAXLEN ~ EVENTS_MAXLEN``
 Each entry holds strings: ``event`` (scheduled, started, succeeded, retrying, dead,
 cancelled), ``job``, ``queue``, ``callable``, ``ts_ms`` (wall clock of the process that
 saw it) and, depending on the event, ``attempt``, ``worker``, ``run_at``, ``retry_at``,
-``duration_ms``, ``error`` (first 500 characters) and ``running``.
+``due_at``, ``lateness_ms``, ``duration_ms``, ``error`` (first 500 characters) and
+``running``.
 
 The receivers of :mod:`django_delayq.signals` never talk to Redis: they append to an
 in-process buffer that a daemon thread flushes with one pipeline every
@@ -210,6 +211,9 @@ def _fields(event: str, kwargs: dict[str, Any]) -> Fields:
     for name in ("run_at", "retry_at", "due_at"):
         if kwargs.get(name) is not None:
             out[name] = _iso(kwargs[name])
+    if kwargs.get("due_at") is not None and kwargs.get("started_at") is not None:
+        late = (kwargs["started_at"] - kwargs["due_at"]).total_seconds() * 1000
+        out["lateness_ms"] = "%.1f" % late
     if kwargs.get("duration") is not None:
         out["duration_ms"] = "%.1f" % (float(kwargs["duration"]) * 1000)
     if kwargs.get("error"):

@@ -41,7 +41,7 @@ def test_a_successful_job_is_scheduled_started_succeeded(delayq_engine):
     started, succeeded = [e for e in found if e["job"] == job_id][1:]
     assert started["queue"] == "default" and started["callable"] == "tests.jobs.add"
     assert started["attempt"] == "1" and started["worker"]
-    assert float(succeeded["duration_ms"]) >= 0
+    assert float(succeeded["duration_ms"]) >= 0 and float(started["lateness_ms"]) > -1000
 
 
 def test_retries_and_death_are_recorded_with_the_error(delayq_engine):

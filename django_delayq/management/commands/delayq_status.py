@@ -142,7 +142,8 @@ def format_event(entry_id: str, fields: dict[str, str]) -> str:
     ts = fields.get("ts_ms")
     when = _iso(int(ts)) if ts and ts.isdigit() else _iso(int(entry_id.split("-")[0]))
     extra = []
-    for key in ("attempt", "worker", "run_at", "retry_at", "duration_ms", "running", "error"):
+    for key in ("attempt", "worker", "run_at", "retry_at", "lateness_ms", "duration_ms",
+                "running", "error"):
         if key in fields:
             extra.append("%s=%s" % (key, fields[key]))
     return "%s %-9s %-12s %-26s %s %s" % (

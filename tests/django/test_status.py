@@ -1,0 +1,163 @@
+"""``manage.py delayq_status``: counts, due times, workers, --watch, --json, --follow."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from io import StringIO
+
+import pytest
+import redis
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_delayq import events, schedule
+from django_delayq.testing import run_due_jobs
+from tests.worker.conftest import ROOT, wait_until, worker_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _status(*args: str) -> str:
+    out = StringIO()
+    call_command("delayq_status", *args, stdout=out)
+    return out.getvalue()
+
+
+def _by_queue(doc: dict) -> dict:  # type: ignore[type-arg]
+    return {q["queue"]: q for q in doc["queues"]}
+
+
+def test_counts_next_due_and_oldest_overdue(delayq_engine):
+    schedule("tests.jobs.boom", max_attempts=1)
+    run_due_jobs()  # -> dead
+    overdue = schedule("tests.jobs.noop").id
+    schedule("tests.jobs.noop", delay=3)
+    schedule("tests.jobs.noop", delay=3600)
+    schedule("tests.jobs.noop", queue="emails")
+    delayq_engine.claim("emails", 10, lease_ms=60_000)  # -> in flight
+    time.sleep(0.05)
+    doc = json.loads(_status("--json"))
+    queues = _by_queue(doc)
+    default, emails, slow = queues["default"], queues["emails"], queues["slow"]
+    assert (default["scheduled"], default["ready"], default["inflight"], default["dead"]) == (
+        2, 1, 0, 1)
+    assert (emails["scheduled"], emails["ready"], emails["inflight"], emails["dead"]) == (
+        0, 0, 1, 0)
+    assert 1.5 < default["next_due_in_s"] <= 3.0
+    assert default["next_due"].endswith("+00:00")
+    assert default["oldest_overdue_id"] == overdue and default["oldest_overdue_s"] >= 0.05
+    assert slow["next_due"] is None and slow["oldest_overdue_id"] is None
+    assert doc["workers"] == [] and doc["prefix"] == delayq_engine.prefix
+
+
+def test_text_output_and_queue_selection(delayq_engine):
+    overdue = schedule("tests.jobs.noop", queue="emails").id
+    text = _status("--queues", "emails")
+    assert "QUEUE" in text and "SCHEDULED" in text and "INFLIGHT" in text
+    [row] = [line for line in text.splitlines() if line.startswith("emails")]
+    assert row.split()[1:5] == ["0", "1", "0", "0"] and overdue in row
+    assert "default" not in text.split("WORKERS")[0].split("QUEUE", 1)[1]
+    assert "none registered" in text
+    with pytest.raises(CommandError, match="unknown queue"):
+        _status("--queues", "nope")
+
+
+def test_watch_refreshes_until_count(delayq_engine):
+    schedule("tests.jobs.noop", delay=60)
+    text = _status("--watch", "--interval", "0.05", "--count", "3")
+    assert text.count("delayq status at") == 3
+    lines = _status("--watch", "--json", "--interval", "0.05", "--count", "2").splitlines()
+    assert [_by_queue(json.loads(line))["default"]["scheduled"] for line in lines] == [1, 1]
+
+
+def test_redis_down_is_a_command_error(delayq_settings):
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "REDIS_URL": "redis://127.0.0.1:1/0"}
+    with pytest.raises(CommandError, match="Redis is unavailable"):
+        _status()
+
+
+def _start(settings, tmp_path, name: str, *args: str) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
+    log = open(tmp_path / ("%s.log" % name), "wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", "delayq_worker", "--worker-id", name, *args],
+        cwd=ROOT, env=worker_env(settings), stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(*procs: subprocess.Popen[bytes]) -> None:
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.mark.worker
+def test_live_workers_with_heartbeat_age(delayq_settings, delayq_engine, tmp_path):
+    client = redis.Redis.from_url(delayq_settings.DELAYQ["REDIS_URL"])
+    registry = "{%s}:workers" % delayq_engine.prefix
+    client.zadd(registry, {"old-host:1:gone": delayq_engine.time_ms() - 3_600_000})
+    a = _start(delayq_settings, tmp_path, "wa", "--queues", "default")
+    b = _start(delayq_settings, tmp_path, "wb", "--queues", "emails,slow")
+    try:
+        wait_until(lambda: client.zcard(registry) == 3)
+        doc = json.loads(_status("--json"))
+        workers = {w["id"]: w for w in doc["workers"]}
+        assert set(workers) == {"wa", "wb", "old-host:1:gone"}
+        assert workers["wa"]["info"]["queues"] == ["default"]
+        assert workers["wb"]["info"]["queues"] == ["emails", "slow"]
+        assert not workers["wa"]["stale"] and workers["wa"]["heartbeat_age_s"] < 10
+        assert workers["old-host:1:gone"]["stale"]
+        assert workers["old-host:1:gone"]["heartbeat_age_s"] >= 3599
+        text = _status()
+        assert "WORKERS (3)" in text and "(STALE)" in text
+    finally:
+        _stop(a, b)
+    assert client.zrange(registry, 0, -1) == [b"old-host:1:gone"]  # both unregistered
+
+
+@pytest.mark.worker
+def test_follow_tails_the_events_of_every_worker(delayq_settings, delayq_engine, tmp_path):
+    first = schedule("tests.jobs.add", 1, 1).id
+    second = schedule("tests.jobs.add", 2, 2, queue="emails").id
+    events.flush()
+    out = StringIO()
+    # 2 past "scheduled" events, then started + succeeded of each job, from two workers
+    follow = threading.Thread(target=call_command, daemon=True, args=(
+        "delayq_status", "--follow", "--json", "--last", "2", "--count", "6"),
+        kwargs={"stdout": out})
+    follow.start()
+    a = _start(delayq_settings, tmp_path, "wa", "--queues", "default")
+    b = _start(delayq_settings, tmp_path, "wb", "--queues", "emails")
+    try:
+        follow.join(timeout=30)
+        assert not follow.is_alive(), out.getvalue()
+    finally:
+        _stop(a, b)
+    seen = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(e["event"], e["job"]) for e in seen[:2]] == [("scheduled", first),
+                                                          ("scheduled", second)]
+    tail = {(e["event"], e["job"], e.get("worker")) for e in seen[2:]}
+    assert tail == {("started", first, "wa"), ("succeeded", first, "wa"),
+                    ("started", second, "wb"), ("succeeded", second, "wb")}
+    ids = [e["id"] for e in seen]
+    assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))
+
+
+def test_follow_text_lines(delayq_engine):
+    job_id = schedule("tests.jobs.boom", "kaput", max_attempts=1).id
+    run_due_jobs()
+    events.flush()
+    text = _status("--follow", "--last", "3", "--count", "3")
+    lines = text.splitlines()
+    assert [line.split()[1] for line in lines] == ["scheduled", "started", "dead"]
+    assert all(job_id in line for line in lines)
+    assert "error=RuntimeError: kaput" in lines[2] or "kaput" in lines[2]
