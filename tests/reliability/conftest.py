@@ -105,3 +105,14 @@ def start_worker(settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[
 
 def timeout_client(server: RedisServer, seconds: float = 0.3) -> redis.Redis:
     return redis.Redis.from_url(server.url, socket_timeout=seconds, socket_connect_timeout=seconds)
+
+
+def burst(queues: tuple[str, ...] = ("default",), concurrency: int = 2) -> int:
+    """A real Worker in this process, in burst mode: runs what is due, returns its exit code."""
+    from django_delayq.conf import get_settings
+    from django_delayq.connection import get_engine
+    from django_delayq.worker import Worker, WorkerOptions
+
+    worker = Worker(get_engine(), get_settings(),
+                    WorkerOptions(queues=queues, concurrency=concurrency, burst=True))
+    return worker.run()
