@@ -1,0 +1,116 @@
+"""Issue 3 item 4: lease correctness (stale settlements, heartbeats, attempt counting)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.audit import AuditWriter
+from django_delayq.conf import get_settings
+from django_delayq.connection import get_engine
+from django_delayq.engine import ClaimedJob, NackOutcome
+from django_delayq.models import JobAttempt, JobStatus
+from django_delayq.runner import Kind, Outcome
+from django_delayq.settle import LOST_LEASE, Settler
+from django_delayq.worker import Worker, WorkerOptions
+from tests import jobs_chaos
+from tests.reliability.conftest import point_at, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def cfg(settings, redis_server, exec_table):  # type: ignore[no-untyped-def]
+    point_at(settings, redis_server)
+    return settings
+
+
+def outcome(job: ClaimedJob, kind: Kind) -> Outcome:
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=kind, path="tests.jobs_chaos.record", started_at=now,
+                   finished_at=now, retry_delay_ms=0 if kind is Kind.RETRY else None,
+                   error="" if kind is Kind.SUCCESS else "failed")
+
+
+def expire_and_reclaim(queue: str, job_id: str) -> tuple[ClaimedJob, ClaimedJob]:
+    engine = get_engine()
+    first = engine.claim(queue, 10, 50).jobs[0]
+    time.sleep(0.1)
+    assert [r.outcome for r in engine.recover(queue)] == [NackOutcome.RETRYING]
+    second = engine.claim(queue, 10, 60_000).jobs[0]
+    assert (first.id, second.id, first.token, second.token) == (job_id, job_id, 1, 2)
+    return first, second
+
+
+@pytest.mark.parametrize("kind", [Kind.SUCCESS, Kind.RETRY, Kind.DEAD])
+def test_stale_settlement_is_refused_logged_and_leaves_the_copy_alone(cfg, caplog, kind) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs_chaos.record")
+    stale, copy = expire_and_reclaim("default", h.id)
+    audit = AuditWriter()
+    settler = Settler(get_engine(), get_settings(), audit, "old-worker")
+    with caplog.at_level(logging.WARNING, logger="django_delayq.settle"):
+        settler.settle([outcome(stale, kind)])
+    audit.flush()
+    assert "lease lost before it was settled" in caplog.text
+    loc = get_engine().inspect("default", h.id)
+    assert (loc.place, loc.attempts) == ("inflight", 2)  # the copy still holds its lease
+    assert h.job.status == JobStatus.SCHEDULED  # the stale outcome wrote nothing
+    assert get_engine().extend("default", [(h.id, copy.token)], 60_000) == [True]
+    settler.settle([outcome(copy, Kind.SUCCESS)])
+    audit.flush()
+    assert (h.job.status, h.job.attempts) == (JobStatus.SUCCEEDED, 2)
+
+
+def test_long_job_that_heartbeats_is_never_redelivered(cfg) -> None:  # type: ignore[no-untyped-def]
+    """Lease 0.5 s, job 2.5 s, and a second worker eager to recover expired leases."""
+    cfg.DELAYQ = {**cfg.DELAYQ, "LEASE_SECONDS": 0.5, "RECOVER_INTERVAL_SECONDS": 0.05}
+    h = schedule("tests.jobs_chaos.sleep_record", 2.5, "long")
+    workers = [Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",),
+                                                                  concurrency=2))
+               for _ in range(2)]
+    threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
+    for t in threads:
+        t.start()
+    try:
+        wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=20)
+    finally:
+        for w in workers:
+            w.request_stop()
+        for t in threads:
+            t.join(10)
+    assert len(jobs_chaos.executions(h.id)) == 1
+    assert h.job.attempts == 1
+    assert not JobAttempt.objects.filter(job_id=h.id).exists()
+
+
+@pytest.mark.worker
+def test_attempts_count_crash_recoveries_until_dead(cfg, start_worker) -> None:  # type: ignore[no-untyped-def]
+    """Two SIGKILLed deliveries of a job with max_attempts=2: dead, both attempts recorded."""
+    cfg.DELAYQ = {**cfg.DELAYQ, "LEASE_SECONDS": 1.0}
+    h = schedule("tests.jobs_chaos.sleep_record", 60, "crash", max_attempts=2)
+    for attempt in (1, 2):
+        proc = start_worker("--concurrency", "1")
+        wait_until(lambda a=attempt: len(jobs_chaos.executions(h.id)) == a, timeout=30)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        loc = get_engine().inspect("default", h.id)
+        assert (loc.place, loc.attempts) == ("inflight", attempt)
+    survivor = start_worker("--concurrency", "1")  # recovers the expired lease: no attempts left
+    try:
+        wait_until(lambda: h.status == JobStatus.DEAD, timeout=30)
+    finally:
+        survivor.send_signal(signal.SIGTERM)
+        survivor.wait(30)
+    row = h.job
+    assert row.attempts == 2 and row.last_error == LOST_LEASE
+    assert [e[1] for e in jobs_chaos.executions(h.id)] == [1, 2]
+    assert list(JobAttempt.objects.filter(job_id=h.id).values_list("number", "outcome",
+                                                                    "error")) == [
+        (1, "retrying", LOST_LEASE), (2, "dead", LOST_LEASE)]
+    assert get_engine().inspect("default", h.id).place == "dead"
