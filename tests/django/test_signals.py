@@ -1,0 +1,112 @@
+"""Each lifecycle signal is sent with its documented arguments (docs/signals.md), by the
+api and by a real burst worker (its own threads, the batched settler)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from django_delayq import cancel, schedule, signals
+from django_delayq.models import Job
+from django_delayq.testing import run_worker
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NAMES = ("job_scheduled", "job_started", "job_succeeded", "job_retrying", "job_dead",
+         "job_cancelled")
+COMMON = {"signal", "sender", "job_id", "queue", "callable_path"}
+DOCUMENTED = {
+    "job_scheduled": COMMON | {"run_at"},
+    "job_started": COMMON | {"attempt", "worker_id", "due_at", "started_at"},
+    "job_succeeded": COMMON | {"attempt", "worker_id", "result", "duration"},
+    "job_retrying": COMMON | {"attempt", "worker_id", "error", "retry_at"},
+    "job_dead": COMMON | {"attempt", "worker_id", "error"},
+    "job_cancelled": COMMON | {"running"},
+}
+
+
+@pytest.fixture
+def sent(delayq_settings) -> Iterator[list[tuple[str, dict[str, Any]]]]:  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ,
+                              "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_tasks"]}
+    # tests.jobs_tasks also defines @task functions, validated at import by this backend
+    delayq_settings.TASKS = {"default": {"BACKEND": "django_delayq.backends.DelayQBackend"}}
+    log: list[tuple[str, dict[str, Any]]] = []
+    receivers = {}
+    for name in NAMES:
+        def receiver(name: str = name, **kwargs: Any) -> None:
+            log.append((name, kwargs))
+        receivers[name] = receiver
+        getattr(signals, name).connect(receiver, weak=False)
+    yield log
+    for name, receiver in receivers.items():
+        getattr(signals, name).disconnect(receiver)
+
+
+def _only(log: list[tuple[str, dict[str, Any]]], name: str) -> list[dict[str, Any]]:
+    found = [kw for n, kw in log if n == name]
+    for kw in found:
+        assert set(kw) == DOCUMENTED[name], (name, sorted(kw))
+        assert kw["sender"] is Job
+    return found
+
+
+def _aware(value: Any) -> bool:
+    return isinstance(value, datetime) and timezone.is_aware(value)
+
+
+def test_schedule_sends_job_scheduled(sent):
+    handle = schedule("tests.jobs.add", 1, 2, delay=timedelta(minutes=5), queue="emails")
+    (kw,) = _only(sent, "job_scheduled")
+    assert (kw["job_id"], kw["queue"], kw["callable_path"]) == (handle.id, "emails",
+                                                                "tests.jobs.add")
+    assert _aware(kw["run_at"]) and kw["run_at"] == Job.objects.get(pk=handle.id).run_at
+
+
+def test_cancel_of_a_pending_job_sends_job_cancelled_not_running(sent):
+    handle = schedule("tests.jobs.add", 1, 2, delay=60)
+    cancel(handle.id)
+    (kw,) = _only(sent, "job_cancelled")
+    assert (kw["job_id"], kw["running"], kw["callable_path"]) == (handle.id, False,
+                                                                  "tests.jobs.add")
+
+
+def test_worker_sends_started_then_succeeded(sent):
+    handle = schedule("tests.jobs.add", 2, 3)
+    assert run_worker() == 1
+    (started,) = _only(sent, "job_started")
+    (done,) = _only(sent, "job_succeeded")
+    assert [n for n, _ in sent] == ["job_scheduled", "job_started", "job_succeeded"]
+    assert started["job_id"] == done["job_id"] == handle.id
+    assert started["attempt"] == done["attempt"] == 1
+    assert started["worker_id"] == done["worker_id"] == Job.objects.get(pk=handle.id).worker_id
+    assert _aware(started["due_at"]) and _aware(started["started_at"])
+    assert started["started_at"] >= started["due_at"] - timedelta(milliseconds=5)
+    assert done["result"] == 5
+    assert isinstance(done["duration"], float) and done["duration"] >= 0
+
+
+def test_worker_sends_retrying_then_dead(sent):
+    handle = schedule("tests.jobs.boom", "kaput", max_attempts=2, backoff=[0])
+    assert run_worker() == 2
+    (retry,) = _only(sent, "job_retrying")
+    (dead,) = _only(sent, "job_dead")
+    assert [kw["attempt"] for kw in _only(sent, "job_started")] == [1, 2]
+    assert (retry["job_id"], retry["attempt"], dead["attempt"]) == (handle.id, 1, 2)
+    assert retry["error"] == "RuntimeError: kaput"
+    assert _aware(retry["retry_at"])
+    assert dead["error"].startswith("RuntimeError: kaput") and "no attempts left" in dead["error"]
+    assert retry["worker_id"] == dead["worker_id"] != ""
+
+
+def test_cancel_while_running_sends_job_cancelled_running(sent):
+    handle = schedule("tests.jobs_tasks.cancel_self", max_attempts=3)
+    assert run_worker() == 1  # cancelled while running: not retried
+    found = _only(sent, "job_cancelled")
+    assert found and all(kw["running"] is True and kw["job_id"] == handle.id for kw in found)
+    assert _only(sent, "job_retrying") == [] and _only(sent, "job_dead") == []
+    assert Job.objects.get(pk=handle.id).status == "cancelled"
