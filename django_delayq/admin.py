@@ -128,7 +128,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("backoff"))
     def backoff_display(self, obj: Job) -> str:
-        return _pre(obj.backoff) if obj.backoff is not None else _("queue default")
+        return _pre(obj.backoff) if obj.backoff is not None else str(_("default policy"))
 
     @admin.display(description=_("result"))
     def result_display(self, obj: Job) -> str:

@@ -41,9 +41,7 @@ class RescheduleForm(forms.Form):
         return {"delay": float(self.cleaned_data["delay"])}
 
     def describe(self) -> str:
-        when = self.when()
-        if "at" in when:
-            at = when["at"]
-            assert isinstance(at, datetime)
+        at = self.cleaned_data.get("at")
+        if at is not None:
             return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")
-        return "in %s" % timedelta(seconds=float(when["delay"]))
+        return "in %s" % timedelta(seconds=float(self.cleaned_data["delay"]))
