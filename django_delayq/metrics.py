@@ -1,0 +1,148 @@
+"""Prometheus metrics (the ``prometheus`` extra: ``pip install prometheus-client``).
+
+Counters and histograms are updated in-process by receivers of the lifecycle signals
+(cheap: no I/O); queue depths are read from Redis (``Engine.stats``, one script call
+per queue) when Prometheus scrapes. Expose them from the worker with
+``start_http_server(port)`` and from Django with ``django_delayq.metrics_views.metrics``.
+
+Without ``prometheus_client`` importing this module does nothing: no receivers are
+connected and ``enabled()`` is False.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+
+from django_delayq import compat, signals
+
+logger = logging.getLogger(__name__)
+
+prom = compat.prometheus_client
+LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                    10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
+DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+                    30.0, 60.0, 300.0, 1800.0)
+STATES = ("scheduled", "ready", "inflight", "dead")
+
+
+def enabled() -> bool:
+    return prom is not None
+
+
+def _require() -> Any:
+    if prom is None:
+        raise ImproperlyConfigured("django-delayq metrics need prometheus-client: "
+                                   "pip install 'django-delayq[prometheus]'")
+    return prom
+
+
+# -- queue depths, read at scrape time ------------------------------------------------
+
+class QueueCollector:
+    """Gauges from Redis at each scrape: jobs per queue and state, oldest ready job's
+    age, live workers; ``delayq_redis_up`` is 0 when Redis did not answer."""
+
+    def describe(self) -> Iterator[Any]:
+        yield from self._families()
+
+    def _families(self) -> tuple[Any, ...]:
+        from prometheus_client.core import GaugeMetricFamily as g  # noqa: N813
+        return (g("delayq_queue_jobs", "Jobs in Redis by queue and state",
+                  labels=["queue", "state"]),
+                g("delayq_queue_oldest_ready_age_seconds",
+                  "How long the oldest due job has waited for a worker", labels=["queue"]),
+                g("delayq_workers", "Workers that sent a heartbeat within two leases"),
+                g("delayq_redis_up", "1 when Redis answered this scrape"))
+
+    def collect(self) -> Iterator[Any]:
+        jobs, oldest, workers, up = self._families()
+        try:
+            self._read(jobs, oldest, workers)
+        except Exception as exc:  # noqa: BLE001 - a scrape must answer even when Redis is down
+            logger.warning("metrics: could not read queue stats: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield from (jobs, oldest, workers, up)
+
+    def _read(self, jobs: Any, oldest: Any, workers: Any) -> None:
+        from django_delayq.conf import get_settings
+        from django_delayq.connection import get_engine
+
+        settings, engine = get_settings(), get_engine()
+        now_ms = 0
+        for queue in settings.queues:
+            s = engine.stats(queue)
+            now_ms = s.now_ms
+            for state in STATES:
+                jobs.add_metric([queue, state], getattr(s, state))
+            age = 0.0 if s.oldest_ready_ms is None else (s.now_ms - s.oldest_ready_ms) / 1000
+            oldest.add_metric([queue], max(0.0, age))
+        horizon = now_ms - 2 * settings.lease_ms
+        workers.add_metric([], engine.client.zcount("{%s}:workers" % settings.prefix,
+                                                    horizon, "+inf"))
+
+
+# -- counters and histograms, fed by signal receivers --------------------------------
+
+if prom is not None:
+    REGISTRY = prom.REGISTRY
+    SCHEDULED = prom.Counter("delayq_jobs_scheduled", "Jobs scheduled", ["queue"])
+    STARTED = prom.Counter("delayq_jobs_started", "Job attempts started", ["queue"])
+    FINISHED = prom.Counter("delayq_jobs_finished",
+                            "Jobs that reached a final status (succeeded, dead, cancelled)",
+                            ["queue", "status"])
+    RETRIES = prom.Counter("delayq_job_retries", "Failed attempts that will be retried",
+                           ["queue"])
+    LATENESS = prom.Histogram("delayq_job_lateness_seconds",
+                              "Start of an attempt minus its due time", ["queue"],
+                              buckets=LATENESS_BUCKETS)
+    DURATION = prom.Histogram("delayq_job_duration_seconds", "Run time of successful attempts",
+                              ["queue"], buckets=DURATION_BUCKETS)
+    REGISTRY.register(QueueCollector())
+
+    def _scheduled(queue: str, **kwargs: Any) -> None:
+        SCHEDULED.labels(queue).inc()
+
+    def _started(queue: str, due_at: Any, started_at: Any, **kwargs: Any) -> None:
+        STARTED.labels(queue).inc()
+        LATENESS.labels(queue).observe(max(0.0, (started_at - due_at).total_seconds()))
+
+    def _succeeded(queue: str, duration: float, **kwargs: Any) -> None:
+        FINISHED.labels(queue, "succeeded").inc()
+        DURATION.labels(queue).observe(duration)
+
+    def _retrying(queue: str, **kwargs: Any) -> None:
+        RETRIES.labels(queue).inc()
+
+    def _dead(queue: str, **kwargs: Any) -> None:
+        FINISHED.labels(queue, "dead").inc()
+
+    def _cancelled(queue: str, running: bool, **kwargs: Any) -> None:
+        if not running:  # a running job's cancellation is reported twice (api + worker)
+            FINISHED.labels(queue, "cancelled").inc()
+
+    _RECEIVERS = {"job_scheduled": _scheduled, "job_started": _started,
+                  "job_succeeded": _succeeded, "job_retrying": _retrying,
+                  "job_dead": _dead, "job_cancelled": _cancelled}
+    for _name, _receiver in _RECEIVERS.items():
+        getattr(signals, _name).connect(_receiver, dispatch_uid="delayq.metrics." + _name)
+
+
+def start_http_server(port: int, addr: str = "0.0.0.0") -> Any:
+    """Serve ``/metrics`` on ``addr:port`` from a daemon thread (the worker calls this
+    for ``--metrics-port``); returns the server (``.server_address``, ``.shutdown()``)."""
+    server, _thread = _require().start_http_server(port, addr=addr, registry=REGISTRY)
+    logger.info("metrics on http://%s:%d/metrics", addr, server.server_address[1])
+    return server
+
+
+def exposition() -> tuple[bytes, str]:
+    """The current metrics in Prometheus' text format, and its content type."""
+    client = _require()
+    return client.generate_latest(REGISTRY), client.CONTENT_TYPE_LATEST
