@@ -60,3 +60,10 @@ def cancel_self() -> None:
     assert ctx is not None
     cancel(ctx.id)
     raise RuntimeError("cancelled myself")
+
+
+def now_iso() -> str:
+    """The time a job sees (freezegun tests)."""
+    from django.utils import timezone
+
+    return timezone.now().isoformat()

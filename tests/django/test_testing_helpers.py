@@ -1,0 +1,99 @@
+"""django_delayq.testing and its pytest plugin, used the way a project's tests would."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.conf import settings
+from freezegun import freeze_time
+
+from django_delayq import schedule
+from django_delayq.connection import get_engine
+from django_delayq.models import Job
+from django_delayq.pytest_plugin import delayq, delayq_eager  # noqa: F401
+from django_delayq.testing import run_due_jobs
+
+
+@pytest.fixture
+def project(delayq_settings):  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ,
+                              "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_tasks"]}
+    delayq_settings.TASKS = {"default": {"BACKEND": "django_delayq.backends.DelayQBackend"}}
+    return delayq_settings
+
+
+@pytest.mark.django_db  # a TestCase-like test: the on-commit enqueue never fires
+def test_run_due_jobs_inside_the_test_transaction(project, delayq):  # noqa: F811
+    handle = schedule("tests.jobs.add", 2, 3)
+    assert get_engine().inspect("default", handle.id).place == ""  # still in the outbox
+    assert delayq.run_due_jobs() == 1
+    job = Job.objects.get(pk=handle.id)
+    assert (job.status, job.result, job.worker_id) == ("succeeded", 5, "testing")
+    assert delayq.run_due_jobs() == 0
+
+
+@pytest.mark.django_db
+def test_freezegun_and_advance(project, delayq):  # noqa: F811
+    with freeze_time("2030-01-01 12:00:00") as frozen:
+        handle = schedule("tests.jobs_tasks.now_iso", delay=timedelta(minutes=30))
+        assert delayq.run_due_jobs() == 0
+        frozen.tick(timedelta(minutes=29))
+        assert delayq.run_due_jobs() == 0
+        assert delayq.advance(timedelta(minutes=2)) == 1  # ticks the frozen clock too
+        job = Job.objects.get(pk=handle.id)
+        assert job.status == "succeeded"
+        assert job.result == "2030-01-01T12:31:00+00:00"
+        assert job.run_at == datetime(2030, 1, 1, 12, 30, tzinfo=UTC)
+
+
+@pytest.mark.django_db
+def test_run_due_jobs_at_a_given_time_runs_retries_on_their_backoff(project, delayq):  # noqa: F811
+    handle = schedule("tests.jobs.boom", max_attempts=2, backoff=[600])
+    assert delayq.run_due_jobs() == 1
+    assert Job.objects.get(pk=handle.id).status == "retrying"
+    later = datetime.now(UTC) + timedelta(minutes=5)
+    assert delayq.run_due_jobs(now=later) == 0
+    assert delayq.run_due_jobs(now=later + timedelta(minutes=6)) == 1
+    assert Job.objects.get(pk=handle.id).status == "dead"
+
+
+@pytest.mark.django_db
+def test_advance_without_freezegun_moves_the_test_clock(project, delayq):  # noqa: F811
+    handle = schedule("tests.jobs.add", 1, 1, delay=3600)
+    assert delayq.advance(3590) == 0
+    assert delayq.advance(timedelta(seconds=20)) == 1
+    assert Job.objects.get(pk=handle.id).status == "succeeded"
+
+
+@pytest.mark.django_db
+def test_max_jobs_bounds_a_run(project, delayq):  # noqa: F811
+    for i in range(5):
+        schedule("tests.jobs.add", i, i)
+    assert delayq.run_due_jobs(max_jobs=2) == 2
+    assert delayq.run_due_jobs() == 3
+
+
+@pytest.mark.django_db
+def test_delayq_fixture_uses_its_own_prefix_and_cleans_up(project):
+    base = settings.DELAYQ["PREFIX"]
+    from django_delayq import testing
+
+    with testing.isolated() as helper:
+        prefix = settings.DELAYQ["PREFIX"]
+        assert prefix.startswith(base + "-test-")
+        schedule("tests.jobs.add", 1, 1, delay=60)
+        run_due_jobs()  # enqueues from the outbox
+        assert helper.engine.stats("default").scheduled == 1
+        client = helper.engine.client
+    assert settings.DELAYQ["PREFIX"] == base
+    assert client.keys("{%s:*" % prefix) == []
+
+
+@pytest.mark.django_db
+def test_eager_runs_inline_on_commit(project, delayq_eager, django_capture_on_commit_callbacks):  # noqa: F811
+    with django_capture_on_commit_callbacks(execute=True):
+        handle = schedule("tests.jobs.add", 20, 22)
+    job = Job.objects.get(pk=handle.id)
+    assert (job.status, job.result, job.worker_id) == ("succeeded", 42, "eager")
+    assert get_engine().inspect("default", handle.id).place == ""  # Redis never saw it
