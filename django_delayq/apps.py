@@ -13,3 +13,4 @@ class DelayQConfig(AppConfig):
     def ready(self) -> None:
         from django_delayq import checks, conf, events  # noqa: F401  (checks, signal hooks)
         from django_delayq import redis_checks  # noqa: F401  (Redis eviction/persistence)
+        from django_delayq import metrics  # noqa: F401  (Prometheus receivers, if installed)
