@@ -1,0 +1,194 @@
+"""The phases every system goes through, written once: each peer module supplies a
+``System`` (how to enqueue, how to start its worker) and calls :func:`main`.
+
+Phases (one per process run by ``run.py``, Redis flushed in between):
+
+- ``enqueue``: ``n`` jobs one call at a time, then ``4n`` with the bulk API, all due in 1 h;
+- ``drain``: ``n`` jobs already due, then ONE worker process; jobs/s from the first to the
+  last recorded execution;
+- ``lateness``: an idle worker, then ``n`` jobs due uniformly over ``spread`` seconds;
+  start - due of every execution;
+- ``memory``: ``INFO memory`` ``used_memory`` delta per job for ``n`` jobs due in 1 h.
+
+Every job records "<due_ms> <start_ms>" with :mod:`recorder`, whatever the system.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import recorder
+
+HERE = Path(__file__).resolve().parent
+
+
+class System(Protocol):
+    name: str
+    warmup_s: float  # idle time given to a fresh worker before the lateness jobs are sent
+
+    def setup(self, url: str, workdir: Path) -> None: ...
+    def describe(self, concurrency: int) -> dict[str, str]: ...
+    def enqueue_one(self, due_ms: list[int]) -> None: ...
+    def enqueue_bulk(self, due_ms: list[int]) -> bool: ...  # False: no bulk API
+    def enqueue_due(self, due_ms: list[int]) -> None: ...  # jobs runnable now (drain)
+    def worker(self, concurrency: int) -> tuple[list[str], dict[str, str]]: ...
+
+
+@dataclass
+class Worker:
+    """A worker process in its own session, always stopped (process group) on exit."""
+
+    argv: list[str]
+    env: dict[str, str]
+    log: Path
+    proc: subprocess.Popen[bytes] | None = field(default=None)
+
+    def __enter__(self) -> Worker:
+        out = open(self.log, "ab")
+        self.proc = subprocess.Popen(self.argv, env=self.env, cwd=HERE, stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is None:
+            return
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(wait)
+                os.killpg(self.proc.pid, signal.SIGKILL)  # leftovers of its group
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                continue
+            break
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def wait_records(path: str, n: int, timeout_s: float, worker: Worker | None = None) -> int:
+    deadline = time.monotonic() + timeout_s
+    seen = 0
+    while time.monotonic() < deadline:
+        seen = recorder.count(path)
+        if seen >= n or (worker is not None and not worker.alive()):
+            return seen
+        time.sleep(0.1)
+    return seen
+
+
+def _worker(system: System, concurrency: int, workdir: Path, record: str) -> Worker:
+    argv, env = system.worker(concurrency)
+    env = dict(os.environ, **env, BENCH_RECORD=record,
+               PYTHONPATH=os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]))
+    return Worker(argv, env, workdir / ("%s-worker.log" % system.name))
+
+
+def phase_enqueue(system: System, n: int, **_: Any) -> dict[str, Any]:
+    due = now_ms() + 3_600_000
+    t0 = time.perf_counter()
+    system.enqueue_one([due] * n)
+    one = n / (time.perf_counter() - t0)
+    t0 = time.perf_counter()
+    has_bulk = system.enqueue_bulk([due] * (4 * n))
+    bulk = 4 * n / (time.perf_counter() - t0) if has_bulk else None
+    return {"enqueue_one_jobs_per_s": round(one),
+            "enqueue_bulk_jobs_per_s": round(bulk) if bulk else None}
+
+
+def phase_drain(system: System, n: int, concurrency: int, workdir: Path,
+                record: str, **_: Any) -> dict[str, Any]:
+    system.enqueue_due([now_ms()] * n)
+    with _worker(system, concurrency, workdir, record) as w:
+        seen = wait_records(record, n, 60 + n / 100, w)
+    starts = sorted(start for _, start in recorder.read(record))
+    span_s = (starts[-1] - starts[0]) / 1000 if len(starts) > 1 else float("nan")
+    return {"drain_jobs": len(starts), "drain_expected": n, "drain_complete": seen >= n,
+            "drain_jobs_per_s": round(len(starts) / span_s) if span_s > 0 else None}
+
+
+def phase_lateness(system: System, n: int, spread: float, concurrency: int, workdir: Path,
+                   record: str, **_: Any) -> dict[str, Any]:
+    with _worker(system, concurrency, workdir, record) as w:
+        time.sleep(system.warmup_s)
+        first = now_ms() + int(getattr(system, "lead_s", 3.0) * 1000)
+        dues = [first + int(spread * 1000 * i / n) for i in range(n)]
+        if not system.enqueue_bulk(dues):
+            system.enqueue_one(dues)
+        overran = now_ms() > first
+        wait_records(record, n, spread + 30, w)
+        time.sleep(0.5)
+    late = [start - due for due, start in recorder.read(record)]
+    if not late:
+        return {"lateness_jobs": 0}
+    return {"lateness_jobs": len(late), "lateness_expected": n, "lateness_overran": overran,
+            **{"lateness_%s_ms" % k: round(pct(late, p), 2)
+               for k, p in (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100))}}
+
+
+def used_memory(url: str) -> int:
+    import redis
+
+    return int(redis.Redis.from_url(url).info("memory")["used_memory"])
+
+
+def phase_memory(system: System, n: int, url: str, **_: Any) -> dict[str, Any]:
+    system.enqueue_bulk([now_ms() + 3_600_000])  # warm up connections and script caches
+    before = used_memory(url)
+    dues = [now_ms() + 3_600_000] * n
+    if not system.enqueue_bulk(dues):
+        system.enqueue_one(dues)
+    after = used_memory(url)
+    return {"memory_jobs": n, "memory_bytes_per_job": round((after - before) / n, 1)}
+
+
+PHASES = {"enqueue": phase_enqueue, "drain": phase_drain, "lateness": phase_lateness,
+          "memory": phase_memory}
+
+
+def main(system: System) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("phase", choices=[*PHASES, "describe"])
+    p.add_argument("--redis", required=True)
+    p.add_argument("--workdir", required=True, type=Path)
+    p.add_argument("-n", type=int, default=1000)
+    p.add_argument("--spread", type=float, default=10.0)
+    p.add_argument("--concurrency", type=int, default=4)
+    opts = p.parse_args()
+    opts.workdir.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))  # run.py's timeout: clean up
+    system.setup(opts.redis, opts.workdir)
+    if opts.phase == "describe":
+        out: dict[str, Any] = system.describe(opts.concurrency)
+    else:
+        record = str(opts.workdir / ("%s-%s.rec" % (system.name, opts.phase)))
+        if os.path.exists(record):
+            os.unlink(record)
+        out = PHASES[opts.phase](system, n=opts.n, spread=opts.spread,
+                                 concurrency=opts.concurrency, workdir=opts.workdir,
+                                 record=record, url=opts.redis)
+        after = getattr(system, "after", None)
+        if after is not None:
+            after(opts.phase, out)
+    print("RESULT " + json.dumps(out), flush=True)
+    return 0
