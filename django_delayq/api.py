@@ -19,7 +19,7 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_delayq import ids, registry, signals, validation
+from django_delayq import ids, registry, rows, signals, validation
 from django_delayq.conf import Settings, get_settings
 from django_delayq.connection import get_engine
 from django_delayq.engine import CancelOutcome, NewJob
@@ -90,7 +90,7 @@ def _common(fn: Any, queue: str | None, max_attempts: Any, backoff: Any, s: Sett
     return _Common(path=path, queue=queue, max_attempts=max_attempts, backoff=backoff)
 
 
-def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[Job, NewJob]:
+def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[str, Any], NewJob]:
     args, kwargs = list(spec.args), dict(spec.kwargs)
     validation.check_json(args, kwargs)
     if spec.delay is not None and spec.at is not None:
@@ -109,9 +109,9 @@ def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[Job, 
     if len(envelope) > s.max_payload_bytes:
         raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d; pass "
                          "ids instead of data" % (len(envelope), s.max_payload_bytes))
-    row = Job(id=job_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
-              key=spec.key, run_at=run_at, created_at=now, updated_at=now,
-              max_attempts=c.max_attempts, backoff=c.backoff)
+    row = rows.row_values(id=job_id, queue=c.queue, path=c.path, args=args, kwargs=kwargs,
+                          key=spec.key, run_at=run_at, now=now, max_attempts=c.max_attempts,
+                          backoff=c.backoff)
     return row, NewJob(id=job_id, envelope=envelope, **new)
 
 
@@ -145,8 +145,9 @@ def schedule(
     """
     s = get_settings()
     common = _common(fn, queue, max_attempts, backoff, s)
-    row, new = _build(common, JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key),
-                      s, timezone.now())
+    values, new = _build(common, JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key),
+                         s, timezone.now())
+    row = Job(**values)
     using = router.db_for_write(Job)
     if key is not None:
         try:
@@ -186,18 +187,18 @@ def schedule_many(
     now = timezone.now()
     built = [_build(common, spec, s, now) for spec in specs]
     using = router.db_for_write(Job)
-    keyed = [row.id for row, _ in built if row.key is not None]
+    keyed = [row["id"] for row, _ in built if row["key"] is not None]
     existing: set[str] = set()
     for i in range(0, len(keyed), batch_size):
         chunk = keyed[i:i + batch_size]
         existing.update(Job.objects.using(using).filter(pk__in=chunk).values_list("pk", flat=True))
-    fresh = [(row, new) for row, new in built if row.id not in existing]
+    fresh = [(row, new) for row, new in built if row["id"] not in existing]
     with transaction.atomic(using=using):
-        Job.objects.using(using).bulk_create([r for r, _ in fresh], batch_size=batch_size,
-                                             ignore_conflicts=bool(keyed))
+        rows.insert_jobs(using, [r for r, _ in fresh], ignore_conflicts=bool(keyed),
+                         batch_size=batch_size)
         news = [n for _, n in fresh]
         _after_commit(using, lambda: _enqueue(common.queue, news))
-    return [row.id for row, _ in built]
+    return [row["id"] for row, _ in built]
 
 
 def get_job(job_id: str) -> Job:

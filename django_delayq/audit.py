@@ -79,7 +79,7 @@ class AuditWriter:
                 stopping = self._stopping
             self._flush_or_keep()
             if stopping:
-                close_old_connections()
+                connections.close_all()  # this thread's own connections
                 return
 
     def _flush_or_keep(self) -> None:

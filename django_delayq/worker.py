@@ -21,6 +21,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connections
 from redis.exceptions import RedisError
 
 from django_delayq import runner
@@ -115,6 +116,8 @@ class Worker:
             for t in self._threads:
                 t.join(timeout=5)
             self.audit.stop()
+        if threading.current_thread() is not threading.main_thread():
+            connections.close_all()  # run() on a thread of its own: close what it opened
         logger.info("worker %s stopped (exit %d, %d jobs claimed)", self.id, code,
                     self.claimed_total)
         return code
@@ -227,6 +230,7 @@ class Worker:
         while True:
             job = self.local.get()
             if job is None:
+                connections.close_all()  # this thread's connections, not the caller's
                 return
             key = (job.queue, job.id)
             with self.lock:
