@@ -65,6 +65,7 @@ class EventStream:
         self._thread: threading.Thread | None = None
         self.dropped = 0
         self.written = 0
+        self.failing = False
 
     def add(self, fields: Fields) -> None:
         """Buffer one event; O(1), no I/O. Wakes the flusher only on empty -> non-empty."""
@@ -96,9 +97,15 @@ class EventStream:
             pipe.execute()
         except (RedisError, OSError) as exc:
             self._requeue(batch)
-            logger.warning("event stream: could not write %d event(s), kept for a retry: %s",
-                           len(batch), exc)
+            log = logger.debug if self.failing else logger.warning  # once per outage
+            log("event stream: could not write %d event(s), kept for a retry: %s",
+                len(batch), exc)
+            self.failing = True
             return 0
+        if self.failing:
+            self.failing = False
+            logger.info("event stream: Redis is back; %d event(s) dropped meanwhile",
+                        self.dropped)
         self.written += len(batch)
         return len(batch)
 
