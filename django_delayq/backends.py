@@ -36,6 +36,7 @@ assert compat.tasks_base is not None and compat.task_signals is not None
 logger = logging.getLogger(__name__)
 
 base = compat.tasks_base
+task_signals = compat.task_signals
 Task = base.Task
 TaskContext = base.TaskContext
 TaskError = base.TaskError
@@ -66,7 +67,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         # Without QUEUES, the queues of DELAYQ["QUEUES"] are valid (checked per task).
         self.own_queues = "QUEUES" in params
         if not self.own_queues:
-            self.queues = set()
+            self.queues: set[str] = set()
         self.max_attempts = self.options.get("MAX_ATTEMPTS")
         self.backoff = self.options.get("BACKOFF")
 
@@ -111,7 +112,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         except InvalidJob as exc:
             raise compat.InvalidTask(str(exc)) from exc
         result = self._new_result(task, handle.id, list(args), dict(kwargs))
-        compat.task_signals.task_enqueued.send(sender=type(self), task_result=result)
+        task_signals.task_enqueued.send(sender=type(self), task_result=result)
         return result
 
     def _new_result(self, task: Any, job_id: str, args: list[Any],
