@@ -27,11 +27,11 @@ __all__ = sorted(_LAZY)
 if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.spark.bulk import schedule_dataframe  # noqa: F401
     from django_delayq.spark.export import ExportResult, export_jobs  # noqa: F401
-    from django_delayq.spark.summary import compute_report  # noqa: F401
     from django_delayq.spark.prune import PruneResult, prune_jobs  # noqa: F401
     from django_delayq.spark.report import run_report  # noqa: F401
     from django_delayq.spark.session import build_session  # noqa: F401
     from django_delayq.spark.source import read_jobs  # noqa: F401
+    from django_delayq.spark.summary import compute_report  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

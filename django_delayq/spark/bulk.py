@@ -15,7 +15,7 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django_delayq.exceptions import InvalidJob
@@ -185,7 +185,7 @@ def _spec(plan: Plan, index: dict[str, int], row: Sequence[Any], spec_cls: Any) 
     when = row[index["_when"]] if "_when" in index else None
     at = delay = None
     if when is not None and plan.when == "at":
-        at = datetime.fromtimestamp(when / 1e6, tz=timezone.utc)
+        at = datetime.fromtimestamp(when / 1e6, tz=UTC)
     elif when is not None:
         delay = when
     args = [_plain(row[index["_a%d" % i]]) for i in range(plan.n_args)]

@@ -108,7 +108,8 @@ def keyset_pages(qs: QuerySet[Any], columns: tuple[str, ...], chunk_size: int,
 def export_jobs(root: Path | str, *, since: datetime | None = None,
                 until: datetime | None = None, full: bool = False,
                 chunk_size: int = DEFAULT_CHUNK, settle: timedelta = timedelta(seconds=2),
-                now: datetime | None = None, progress: bool = True, stream: TextIO | None = None) -> ExportResult:
+                now: datetime | None = None, progress: bool = True,
+                stream: TextIO | None = None) -> ExportResult:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     state = read_state(root)

@@ -13,7 +13,7 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f3f3f3}td.l{text-align:left}tr.total{font-weight:bold}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}"""
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}div.wide{overflow-x:auto}"""
 
 
 def _cell(value: Any, left: bool = False) -> str:
@@ -35,7 +35,7 @@ def _summary_table(groups: list[dict[str, Any]]) -> str:
         css = ' class="total"' if g["callable"] == "*" else ""
         rows.append("<tr%s>%s</tr>" % (css, "".join(cells)))
     header = "".join("<th>%s</th>" % escape(h) for h in head)
-    return "<table><tr>%s</tr>%s</table>" % (header, "".join(rows))
+    return '<div class="wide"><table><tr>%s</tr>%s</table></div>' % (header, "".join(rows))
 
 
 def _errors_table(groups: list[dict[str, Any]]) -> str:

@@ -19,7 +19,12 @@ from __future__ import annotations
 from typing import Any
 
 from django_delayq.spark.constants import (
-    BUCKETS_SECONDS, FINAL, MAX_POINTS, PERCENTILES, STATUSES, TOP_ERRORS,
+    BUCKETS_SECONDS,
+    FINAL,
+    MAX_POINTS,
+    PERCENTILES,
+    STATUSES,
+    TOP_ERRORS,
 )
 
 ALL = "*"

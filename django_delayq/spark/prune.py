@@ -60,7 +60,8 @@ def _delete(ids: list[str]) -> int:
 
 def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
                batch_size: int = DEFAULT_BATCH, now: datetime | None = None,
-               dry_run: bool = False, progress: bool = True, stream: TextIO | None = None) -> PruneResult:
+               dry_run: bool = False, progress: bool = True,
+               stream: TextIO | None = None) -> PruneResult:
     cutoff = (now or timezone.now()) - older_than
     qs = prunable(cutoff).order_by("created_at", "id")
     total = qs.count()

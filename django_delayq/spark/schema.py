@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import pyarrow as pa
@@ -81,4 +81,4 @@ def to_table(
 
 def day_of(value: datetime) -> str:
     """The partition a row goes to: the UTC day of its ``created_at``."""
-    return value.astimezone(timezone.utc).strftime("%Y-%m-%d")
+    return value.astimezone(UTC).strftime("%Y-%m-%d")

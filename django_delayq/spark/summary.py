@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django_delayq.spark import metrics
@@ -16,7 +16,7 @@ def _r(value: Any) -> float | None:
 def _utc_us(us: int | None) -> str | None:
     if us is None:
         return None
-    return datetime.fromtimestamp(us / 1e6, tz=timezone.utc).isoformat()
+    return datetime.fromtimestamp(us / 1e6, tz=UTC).isoformat()
 
 
 def _dist(row: Any, name: str) -> dict[str, float | None]:
@@ -90,5 +90,5 @@ def compute_report(jobs: Any, *, bucket_seconds: int | None = None,
         group["attempts"] = dict(sorted(group["attempts"].items(), key=lambda kv: int(kv[0])))
     ordered = sorted(groups.values(), key=lambda g: (g["queue"] != "*", g["queue"],
                                                      g["callable"] != "*", g["callable"]))
-    return {"generated_at": datetime.now(timezone.utc).isoformat(), "jobs": rows,
+    return {"generated_at": datetime.now(UTC).isoformat(), "jobs": rows,
             "bucket_seconds": bucket, "groups": ordered, "series": series}

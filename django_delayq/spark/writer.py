@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -29,7 +29,7 @@ class DayPartitionedWriter:
         self.root = Path(root)
         self.schema = schema
         self.day_column = day_column
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.stem = "%s-%s-%s" % (kind, stamp, uuid.uuid4().hex[:8])
         self._open: dict[str, tuple[pq.ParquetWriter, Path, Path]] = {}
         self.files: list[Path] = []

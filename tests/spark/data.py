@@ -10,10 +10,10 @@ tomorrow). Every job was created 5 minutes before BASE + i s (the live one: i = 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-BASE = datetime(2025, 3, 1, 12, 0, tzinfo=timezone.utc)
+BASE = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
 ADD = "tests.jobs.add"
 NOOP = "tests.jobs.noop"
 

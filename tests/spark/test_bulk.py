@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -63,7 +63,7 @@ def test_at_column_sets_the_due_time(spark: Any, spark_delayq: Any) -> None:
 
     from django_delayq.spark import schedule_dataframe
 
-    due = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=timezone.utc)
+    due = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
     df = _frame(spark, 10).withColumn(
         "due", F.timestamp_seconds(F.lit(due.timestamp()) + F.col("id")))
     schedule_dataframe(df, ADD, at_col="due", args_cols=["a", "b"], queue="emails",
