@@ -6,7 +6,7 @@
 #   .ci/install-browser.sh /path/to/venv
 set -eu
 
-VENV="${1:?usage: $0 /path/to/venv}"
+VENV="${1:-}"   # optional: playwright is also in the dev dependency group
 SUDO=""
 if [ "$(id -u)" != "0" ]; then
     SUDO="sudo"
@@ -18,6 +18,8 @@ if [ ! -x /usr/bin/chromium ]; then
         chromium chromium-driver
 fi
 
-"$VENV/bin/python" -m pip install --quiet "playwright>=1.40"
 /usr/bin/chromium --version
-"$VENV/bin/python" -c "from importlib.metadata import version; print('playwright', version('playwright'))"
+if [ -n "$VENV" ]; then
+    "$VENV/bin/python" -m pip install --quiet "playwright>=1.40"
+    "$VENV/bin/python" -c "from importlib.metadata import version; print('playwright', version('playwright'))"
+fi

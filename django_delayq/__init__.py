@@ -30,7 +30,14 @@ __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.api import (  # noqa: F401
-        JobHandle, cancel, get_job, requeue, reschedule, run_now, schedule, schedule_many,
+        JobHandle,
+        cancel,
+        get_job,
+        requeue,
+        reschedule,
+        run_now,
+        schedule,
+        schedule_many,
     )
     from django_delayq.context import current_job  # noqa: F401
     from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound, Retry  # noqa: F401

@@ -123,7 +123,7 @@ def _enqueue(queue: str, jobs: list[NewJob]) -> None:
                        "reconciler: %s", len(jobs), queue, exc)
 
 
-def _after_commit(using: str, fn: Callable[[], None]) -> None:
+def _after_commit(using: str, fn: Callable[[], object]) -> None:
     transaction.on_commit(fn, using=using, robust=True)
 
 

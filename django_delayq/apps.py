@@ -11,6 +11,6 @@ class DelayQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from django_delayq import checks, conf, events  # noqa: F401  (checks, signal hooks)
-        from django_delayq import redis_checks  # noqa: F401  (Redis eviction/persistence)
-        from django_delayq import metrics  # noqa: F401  (Prometheus receivers, if installed)
+        # checks and redis_checks register system checks; events and metrics connect
+        # signal receivers (metrics only when prometheus-client is installed).
+        from django_delayq import checks, conf, events, metrics, redis_checks  # noqa: F401

@@ -25,6 +25,7 @@ COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_
            "last_error", "traceback", "result", "updated_at")
 _DATETIMES = {"run_at", "started_at", "finished_at", "updated_at"}
 _JSON = {"result"}
+_COLUMN_NAMES = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 
 
 class AuditWriter:
@@ -120,7 +121,7 @@ class AuditWriter:
         with transaction.atomic(using=using):
             with conn.cursor() as cursor:
                 for cols, rows in groups.items():
-                    sets = ", ".join("%s = %%s" % qn(Job._meta.get_field(c).column) for c in cols)
+                    sets = ", ".join("%s = %%s" % qn(_COLUMN_NAMES[c]) for c in cols)
                     cursor.executemany("UPDATE %s SET %s WHERE %s = %%s" % (table, sets, qn("id")),
                                        rows)
             if attempts:

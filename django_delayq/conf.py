@@ -38,6 +38,8 @@ DEFAULTS: dict[str, Any] = {
     "RECONCILE_INTERVAL_SECONDS": 30.0,
     "RECONCILE_GRACE_SECONDS": 60.0,
     "EAGER": False,  # run jobs inline at schedule() time (unit tests)
+    "EVENTS": True,  # write every transition to the capped stream "{PREFIX}:events"
+    "EVENTS_MAXLEN": 10_000,
 }
 
 
@@ -63,6 +65,8 @@ class Settings:
     reconcile_interval_seconds: float
     reconcile_grace_seconds: float
     eager: bool
+    events: bool
+    events_maxlen: int
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -99,9 +103,12 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
         if msg := _positive(name, merged[name]):
             found.append((name, msg))
     for name in ("DEFAULT_MAX_ATTEMPTS", "DEAD_MAX", "MAX_PAYLOAD_BYTES", "AUDIT_BATCH",
-                 "CLAIM_BATCH", "CONCURRENCY"):
+                 "CLAIM_BATCH", "CONCURRENCY", "EVENTS_MAXLEN"):
         if msg := _positive(name, merged[name], integer=True):
             found.append((name, msg))
+    for name in ("EAGER", "EVENTS"):
+        if not isinstance(merged[name], bool):
+            found.append((name, "DELAYQ[%r] must be True or False, not %r" % (name, merged[name])))
     queues = merged["QUEUES"]
     if not isinstance(queues, (list, tuple)) or not queues or not all(
         isinstance(q, str) and q and q.isprintable() and "{" not in q and "}" not in q
@@ -162,6 +169,8 @@ def get_settings() -> Settings:
         reconcile_interval_seconds=float(m["RECONCILE_INTERVAL_SECONDS"]),
         reconcile_grace_seconds=float(m["RECONCILE_GRACE_SECONDS"]),
         eager=bool(m["EAGER"]),
+        events=bool(m["EVENTS"]),
+        events_maxlen=int(m["EVENTS_MAXLEN"]),
         raw=dict(user),
     )
 

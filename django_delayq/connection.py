@@ -41,6 +41,13 @@ def get_engine() -> Engine:
     return _engine
 
 
+def set_engine(engine: Engine | None) -> None:
+    """Use ``engine`` in this process (test helpers); ``None`` goes back to the settings."""
+    global _engine
+    with _lock:
+        _engine = engine
+
+
 def reset() -> None:
     global _engine
     with _lock:

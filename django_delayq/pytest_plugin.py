@@ -16,14 +16,18 @@ Both need the database (``@pytest.mark.django_db``); pytest-django must be insta
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from django_delayq import testing
+if TYPE_CHECKING:  # imported lazily: pytest loads this plugin before Django is set up
+    from django_delayq.testing import DelayQ
 
 
 @pytest.fixture
-def delayq() -> Iterator[testing.DelayQ]:
+def delayq() -> Iterator[DelayQ]:
+    from django_delayq import testing
+
     with testing.isolated() as helper:
         yield helper
 

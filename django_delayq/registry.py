@@ -109,6 +109,10 @@ def _resolve(path: str) -> Callable[..., Any]:
         attrs = [cls, attr]
     for name in attrs:
         obj = getattr(obj, name)
+    if type(obj).__name__ == "Task" and getattr(obj, "takes_context", False):
+        from django_delayq.backends import task_callable  # passes a TaskContext first
+
+        return task_callable(obj)
     func = getattr(obj, "func", None) if type(obj).__name__ == "Task" else obj
     func = func or obj
     if not callable(func) or inspect.isclass(func):

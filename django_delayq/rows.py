@@ -44,7 +44,7 @@ def insert_jobs(using: str, rows: Sequence[dict[str, Any]], *, ignore_conflicts:
             adapters.append(_datetime_adapter(ops))
         else:
             adapters.append(lambda v: v)
-    columns = ", ".join(ops.quote_name(f.column) for f in fields)
+    columns = ", ".join(ops.quote_name(str(f.column)) for f in fields)
     marks = ", ".join(["%s"] * len(fields))
     on_conflict = OnConflict.IGNORE if ignore_conflicts else None
     sql = "%s %s (%s) VALUES (%s) %s" % (

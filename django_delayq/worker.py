@@ -174,8 +174,8 @@ class Worker:
         if poll_all:
             self._last_poll = monotonic_ms()
         for queue in self.options.queues:
-            due = self.next_due[queue]
-            if not poll_all and (due is None or due > self._server_now()):
+            next_due = self.next_due[queue]
+            if not poll_all and (next_due is None or next_due > self._server_now()):
                 continue
             self._claim(queue)
 

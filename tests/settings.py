@@ -16,6 +16,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",
     "django_delayq",
     "tests",
 ]
@@ -56,6 +57,8 @@ else:
     }}
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+STATIC_URL = "static/"
+TASKS = {"default": {"BACKEND": "django_delayq.backends.DelayQBackend"}}
 DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0"),
     "PREFIX": os.environ.get("DELAYQ_TEST_PREFIX", "delayq"),

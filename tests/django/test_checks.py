@@ -106,6 +106,7 @@ def test_cache_alias_must_name_a_django_redis_cache(settings):
     assert wrong.id == "delayq.E003" and "LocMemCache" in wrong.msg
 
 
+@pytest.mark.django_db  # Django 6 model checks query the database (JSONField support)
 def test_manage_py_check_fails_before_any_worker_starts(settings):
     settings.DELAYQ = {"QUEUES": ["default"], "CONCURRENCY": 0}
     with pytest.raises(SystemCheckError) as info:
@@ -113,6 +114,7 @@ def test_manage_py_check_fails_before_any_worker_starts(settings):
     assert "delayq.E018" in str(info.value) and "HINT" in str(info.value)
 
 
+@pytest.mark.django_db
 def test_the_test_settings_have_no_delayq_errors():
     from django.core.checks import run_checks
 

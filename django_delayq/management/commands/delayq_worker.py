@@ -25,6 +25,9 @@ class Command(BaseCommand):
         parser.add_argument("--max-jobs", type=int, default=None,
                             help="Exit (gracefully) after claiming this many jobs.")
         parser.add_argument("--worker-id", default=None, help="Name shown in audit rows.")
+        parser.add_argument("--metrics-port", type=int, default=None,
+                            help="Serve Prometheus /metrics on this port (needs "
+                                 "django-delayq[prometheus]).")
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_delayq.conf import get_settings
@@ -53,6 +56,10 @@ class Command(BaseCommand):
         worker = Worker(engine, settings, WorkerOptions(
             queues=queues, concurrency=concurrency, burst=options["burst"],
             max_jobs=options["max_jobs"], worker_id=options["worker_id"]))
+        if options["metrics_port"] is not None:
+            from django_delayq import metrics
+
+            metrics.start_http_server(options["metrics_port"])
         worker.install_signal_handlers()
         code = worker.run()
         if code:
