@@ -37,6 +37,14 @@ or ``retrying`` row with no envelope past the grace period is re-enqueued: its e
 never happened, or a worker ran it and died before flushing even the ``running`` state
 (again a job in flight at a crash).
 
+The grace period is measured on the row's ``updated_at``, which says nothing about when
+the envelope vanished: a fast job settled right now (say, a backlog of acks sent the
+moment Redis came back) leaves a ``scheduled`` row with an old ``updated_at`` and no
+envelope for the few milliseconds until the audit flush. So, outside data loss, a row
+found missing is only a *suspect*; it is re-enqueued when a second look, at least
+``confirm_seconds`` later (``max(1 s, 20 * AUDIT_FLUSH_SECONDS)``), finds the row
+unchanged and the job still absent.
+
 Re-enqueue is idempotent (``enqueue.lua`` uses HSETNX on the envelope), so running
 several reconcilers at once never doubles a job. Before enqueueing, the attempts counter
 is seeded with the row's ``attempts`` (HSETNX): the next delivery gets a new, higher
@@ -66,6 +74,7 @@ logger = logging.getLogger(__name__)
 
 BATCH = 500
 BATCHES_PER_TICK = 4
+MAX_SUSPECTS = 10_000
 EPOCH_CHECK_SECONDS = 1.0
 URGENT_BUDGET_SECONDS = 0.5
 
@@ -80,6 +89,13 @@ class Cursor:
 
     status: int = 0
     after: tuple[datetime, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Suspect:
+    status: str
+    updated_at: datetime
+    seen: float
 
 
 @dataclass(slots=True)
@@ -99,6 +115,8 @@ class Reconciler:
         self._cursor = Cursor()
         self._urgent: dict[str, Cursor] = {}
         self._epochs: dict[str, str] = {}
+        self._suspects: dict[str, Suspect] = {}
+        self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
         self._last = -1e18
         self._last_epoch = -1e18
         self.stats = PassStats()
@@ -125,6 +143,7 @@ class Reconciler:
             for queue in self.check_epochs():
                 self._urgent[queue] = Cursor()
         added = self._urgent_work() if self._urgent else 0
+        added += self._confirm()
         if now - self._last >= self.settings.reconcile_interval_seconds:
             self._last = now
             grace = self.settings.reconcile_grace_seconds
@@ -162,6 +181,10 @@ class Reconciler:
                                      lost=queue in lost, batch=batch, dry_run=dry_run)
                 if cursor.status == 0 and cursor.after is None:
                     break
+        if self._suspects and not dry_run:
+            time.sleep(self.confirm_seconds)
+            while self._suspects:
+                total += self._confirm(force=True)
         return total
 
     # -- epoch: did Redis lose this queue's data? -------------------------------------
@@ -170,34 +193,46 @@ class Reconciler:
         return self.engine.keys(queue).tag + ":epoch"
 
     def check_epochs(self) -> list[str]:
-        """Queues whose epoch key vanished or changed since we last looked."""
+        """Queues that lost their data and whose new epoch *this* reconciler created.
+
+        Only the creator of the new epoch runs the no-grace pass: several passes without
+        grace would each re-enqueue jobs settled meanwhile (audit lag) and run them again.
+        A reconciler that finds the epoch *changed* by another one restarts its normal
+        walk at once instead (grace and second look apply).
+        """
         pipe = self.engine.client.pipeline(transaction=False)
         for queue in self.queues:
             pipe.get(self.epoch_key(queue))
-        lost = []
+        mine = []
         for queue, raw in zip(self.queues, pipe.execute()):
             value = _s(raw)
             known = self._epochs.get(queue)
             if value is None:
-                value = self._new_epoch(queue)
-                lost.append(queue)
-            elif known is not None and value != known:
-                lost.append(queue)
+                value, created = self._new_epoch(queue)
+                if created:
+                    mine.append(queue)
+                    self._log_loss(queue, known)
+            if known is not None and value != known and queue not in mine:
+                logger.warning("reconciler: queue %r lost its Redis data; another worker "
+                               "re-enqueues it, this one walks its rows now", queue)
+                self._cursor, self._last = Cursor(), -1e18
             self._epochs[queue] = value
-            if queue in lost and known is None:  # first look: new install, or lost meanwhile
-                logger.info("reconciler: queue %r has no epoch key yet; full pass without "
-                            "grace", queue)
-            elif queue in lost:
-                logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
-                               "re-enqueueing its live rows without grace", queue)
-        return lost
+        return mine
 
-    def _new_epoch(self, queue: str) -> str:
+    def _log_loss(self, queue: str, known: str | None) -> None:
+        if known is None:  # first look: a new install, or lost while nobody watched
+            logger.info("reconciler: queue %r has no epoch key yet; full pass without grace",
+                        queue)
+        else:
+            logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
+                           "re-enqueueing its live rows without grace", queue)
+
+    def _new_epoch(self, queue: str) -> tuple[str, bool]:
         token = uuid.uuid4().hex
         key = self.epoch_key(queue)
         if self.engine.client.set(key, token, nx=True):
-            return token
-        return _s(self.engine.client.get(key)) or token
+            return token, True
+        return _s(self.engine.client.get(key)) or token, False
 
     # -- one batch ----------------------------------------------------------------------
 
@@ -231,7 +266,27 @@ class Reconciler:
         if dry_run:
             self.stats.missing += [r.pk for r in missing]
             return len(missing)
-        return self._enqueue(missing)
+        if lost:
+            return self._enqueue(missing)
+        now = time.monotonic()
+        for row in missing:
+            if len(self._suspects) < MAX_SUSPECTS:
+                self._suspects.setdefault(row.pk, Suspect(row.status, row.updated_at, now))
+        return 0
+
+    def _confirm(self, force: bool = False) -> int:
+        """Second look at suspects: re-enqueue those whose row did not move meanwhile."""
+        horizon = time.monotonic() - self.confirm_seconds
+        due = [pk for pk, sus in self._suspects.items() if force or sus.seen <= horizon][:BATCH]
+        if not due:
+            return 0
+        rows = {r.pk: r for r in Job.objects.filter(pk__in=due, status__in=LIVE_STATUSES)}
+        still = []
+        for pk in due:
+            sus, row = self._suspects.pop(pk), rows.get(pk)
+            if row is not None and (row.status, row.updated_at) == (sus.status, sus.updated_at):
+                still.append(row)
+        return self._enqueue(self._missing(still, lost=False)) if still else 0
 
     def _missing(self, rows: list[Job], lost: bool) -> list[Job]:
         """Rows whose job Redis does not hold and that should be enqueued again."""
@@ -299,7 +354,9 @@ class Reconciler:
             added += self.engine.enqueue(queue, [_new_job(row) for row in items])
         if added:
             self.stats.enqueued += added
-            logger.warning("reconciler re-enqueued %d job(s) missing from Redis", added)
+            logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
+                           ", ".join("%s (%s%s)" % (r.pk, r.status, " on %s" % r.worker_id
+                                                     if r.worker_id else "") for r in rows[:5]))
         return added
 
     def _seed_attempts(self, queue: str, rows: list[Job]) -> None:

@@ -11,7 +11,6 @@ import threading
 import time
 from typing import Any
 
-import redis
 from django.db import connection
 
 from django_delayq import current_job
@@ -79,22 +78,3 @@ def always_raises(message: str = "always") -> None:
 def size_of(*args: Any) -> int:
     record("big")
     return sum(len(a) for a in args)
-
-
-def stall_redis(url: str, seconds: float) -> str:
-    """Make Redis unresponsive for ``seconds`` right after this job returns.
-
-    Sends ``DEBUG SLEEP`` from a thread; the worker's ack of this very job is then sent
-    while the server sleeps, times out on the client, and is executed after the sleep:
-    a settlement whose reply was lost.
-    """
-    record("stall")
-
-    def sleep() -> None:
-        client = redis.Redis.from_url(url, socket_timeout=seconds + 5)
-        client.execute_command("DEBUG", "SLEEP", seconds)
-        client.close()
-
-    threading.Thread(target=sleep, daemon=True).start()
-    time.sleep(0.1)  # the server is now asleep
-    return "stalled"
