@@ -89,7 +89,7 @@ def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
 
 def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
                jdbc_url: str | None = None, jdbc_table: str | None = None,
-               jdbc_properties: Mapping[str, str] | None = None,
+               jdbc_properties: Mapping[str, str | None] | None = None,
                bucket_seconds: int | None = None) -> ReportFiles:
     from django_delayq.spark.source import DEFAULT_TABLE, read_jobs
     from django_delayq.spark.summary import compute_report

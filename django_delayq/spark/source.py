@@ -58,7 +58,7 @@ def read_parquet(spark: Any, root: Path | str) -> Any:
 
 
 def read_jdbc(spark: Any, url: str, *, table: str = DEFAULT_TABLE,
-              properties: Mapping[str, str] | None = None) -> Any:
+              properties: Mapping[str, str | None] | None = None) -> Any:
     """Read the audit table over JDBC (the driver jar must be on ``spark.jars``)."""
     reader = spark.read.format("jdbc").option("url", url).option("dbtable", table)
     reader = reader.option("fetchsize", "10000")
@@ -70,7 +70,7 @@ def read_jdbc(spark: Any, url: str, *, table: str = DEFAULT_TABLE,
 
 def read_jobs(spark: Any, root: Path | str | None = None, *, jdbc_url: str | None = None,
               jdbc_table: str = DEFAULT_TABLE,
-              jdbc_properties: Mapping[str, str] | None = None) -> Any:
+              jdbc_properties: Mapping[str, str | None] | None = None) -> Any:
     """One row per job, from ``root`` (Parquet) or from ``jdbc_url``."""
     if jdbc_url:
         raw = read_jdbc(spark, jdbc_url, table=jdbc_table, properties=jdbc_properties)

@@ -19,12 +19,14 @@ class Command(BaseCommand):
                                % exc) from exc
         add_arguments(parser)
 
-    def _jdbc_properties(self, options: dict[str, Any]) -> dict[str, str]:
+    def _jdbc_properties(self, options: dict[str, Any]) -> dict[str, str | None]:
         from django.conf import settings
 
-        db = settings.DATABASES.get("default", {})
-        return {"user": options["jdbc_user"] or db.get("USER") or None,
-                "password": options["jdbc_password"] or db.get("PASSWORD") or None}
+        db: dict[str, Any] = dict(settings.DATABASES.get("default", {}))
+        user = options["jdbc_user"] or db.get("USER")
+        password = options["jdbc_password"] or db.get("PASSWORD")
+        return {"user": str(user) if user else None,
+                "password": str(password) if password else None}
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_delayq.models import Job
