@@ -121,8 +121,20 @@ class Settler:
                 self.audit.update(r.id, **fields)
                 self.audit.attempt(job_id=r.id, number=r.attempts, outcome=status,
                                    finished_at=now, error=LOST_LEASE)
+                self._recovered_signal(queue, r.id, status, r.attempts, now)
             if len(found) < 100:
                 return
+
+    def _recovered_signal(self, queue: str, job_id: str, status: JobStatus, attempt: int,
+                          now: datetime) -> None:
+        base = dict(job_id=job_id, queue=queue, callable_path="")
+        if status is JobStatus.RETRYING:
+            signals.send(signals.job_retrying, attempt=attempt, worker_id="", error=LOST_LEASE,
+                         retry_at=now, **base)
+        elif status is JobStatus.DEAD:
+            signals.send(signals.job_dead, attempt=attempt, worker_id="", error=LOST_LEASE, **base)
+        else:
+            signals.send(signals.job_cancelled, running=True, **base)
 
     def heartbeat(self, held: list[ClaimedJob], options: Any, claimed: int) -> None:
         """Extend the leases of held jobs and publish this worker's liveness."""

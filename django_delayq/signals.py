@@ -9,6 +9,10 @@
 * ``job_dead``: ``attempt``, ``worker_id``, ``error`` (str)
 * ``job_cancelled``: ``running`` (bool: the job was running and only its retries were cancelled)
 
+A job whose worker died is recovered by another worker's housekeeping: its
+``job_retrying`` / ``job_dead`` / ``job_cancelled`` is then sent with ``worker_id=""``,
+``callable_path=""`` and an ``error`` that starts with "lease expired".
+
 Worker-side signals are sent from the worker thread that ran the job, after Redis
 has recorded the outcome. Receivers must be quick; exceptions in receivers are logged
 and never affect the job (``send_robust``).
