@@ -123,12 +123,15 @@ def phase_enqueue(system: System, n: int, **_: Any) -> dict[str, Any]:
 
 def phase_drain(system: System, n: int, concurrency: int, workdir: Path,
                 record: str, **_: Any) -> dict[str, Any]:
-    system.enqueue_due([now_ms()] * n)
+    system.enqueue_due(list(range(n)))  # the argument is a serial number here: spots repeats
     with _worker(system, concurrency, workdir, record) as w:
         seen = wait_records(record, n, 60 + n / 100, w)
-    starts = sorted(start for _, start in recorder.read(record))
+        time.sleep(1.0)  # a late duplicate would show up now
+    rows = recorder.read(record)
+    starts = sorted(start for _, start in rows[:n])
     span_s = (starts[-1] - starts[0]) / 1000 if len(starts) > 1 else float("nan")
     return {"drain_jobs": len(starts), "drain_expected": n, "drain_complete": seen >= n,
+            "drain_duplicates": len(rows) - len({due for due, _ in rows}),
             "drain_jobs_per_s": round(len(starts) / span_s) if span_s > 0 else None}
 
 
@@ -143,10 +146,12 @@ def phase_lateness(system: System, n: int, spread: float, concurrency: int, work
         overran = now_ms() > first
         wait_records(record, n, spread + 30, w)
         time.sleep(0.5)
-    late = [start - due for due, start in recorder.read(record)]
+    rows = recorder.read(record)
+    late = [start - due for due, start in rows]
     if not late:
         return {"lateness_jobs": 0}
     return {"lateness_jobs": len(late), "lateness_expected": n, "lateness_overran": overran,
+            "lateness_duplicates": len(rows) - len({due for due, _ in rows}),
             **{"lateness_%s_ms" % k: round(pct(late, p), 2)
                for k, p in (("p50", 50), ("p95", 95), ("p99", 99), ("max", 100))}}
 
