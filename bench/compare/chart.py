@@ -26,7 +26,8 @@ PANELS = [
 
 def draw(results: dict[str, Any], out: str) -> None:
     systems = [name for name, r in results["systems"].items() if "error" not in r or len(r) > 2]
-    fig, axes = plt.subplots(1, len(PANELS), figsize=(4.2 * len(PANELS), 3.8))
+    fig, grid = plt.subplots(2, 3, figsize=(13, 7.5))
+    axes = list(grid.flat)
     for ax, (key, title, log) in zip(axes, PANELS):
         values = [results["systems"][s].get(key) for s in systems]
         colors = ["#2a7ab9" if s == "delayq" else "#9aa5b1" for s in systems]
@@ -39,9 +40,26 @@ def draw(results: dict[str, Any], out: str) -> None:
             ax.set_yscale("log")
         ax.set_title(title, fontsize=9)
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+    _latency_panel(axes[-1], results.get("script_latency") or {})
     fig.suptitle(results.get("title", "django-delayq vs peers"), fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
+
+
+def _latency_panel(ax: Any, lat: dict[str, Any]) -> None:
+    ax.axis("off")
+    lines = ["django-delayq scripts (Redis-side, slowest call)"]
+    for size in lat.get("sizes", []):
+        lines.append("%s pending: %.2f ms (client max %.2f ms)"
+                     % ("{:,}".format(size["pending"]), size["redis_max_script_ms"],
+                        size["client_max_ms"]))
+    drain = lat.get("drain")
+    if drain:
+        lines.append("%s due backlog: %s jobs/s," % ("{:,}".format(drain["backlog"]),
+                                                    "{:,}".format(drain["jobs_per_s"])))
+        lines.append("  PING p99 %.2f ms, max %.2f ms" % (drain["ping_p99_ms"],
+                                                         drain["ping_max_ms"]))
+    ax.text(0.0, 0.95, "\n".join(lines), va="top", fontsize=9, family="monospace")
 
 
 if __name__ == "__main__":
