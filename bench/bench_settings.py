@@ -25,4 +25,5 @@ DELAYQ = {
     "ALLOWED_CALLABLES": ["bench_jobs"],
     "CLAIM_BATCH": int(os.environ.get("BENCH_CLAIM_BATCH", "200")),
     "AUDIT_BATCH": 2000,
+    "EVENTS": os.environ.get("BENCH_EVENTS", "1") == "1",
 }

@@ -12,7 +12,7 @@ import json
 import logging
 import threading
 import time
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import DatabaseError, close_old_connections, connections, router, transaction
@@ -137,5 +137,7 @@ def _adapt(conn: Any, column: str, value: Any) -> Any:
         return str(value)  # TextChoices members are str subclasses
     if column in _DATETIMES:
         assert isinstance(value, datetime)
+        if value.tzinfo is UTC and conn.vendor == "sqlite" and conn.timezone_name == "UTC":
+            return str(value.replace(tzinfo=None))  # what the adapter returns, 5x faster
         return conn.ops.adapt_datetimefield_value(value)
     return value

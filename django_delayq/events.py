@@ -31,6 +31,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from django_delayq import signals
+from django_delayq.engine import scripts
 
 logger = logging.getLogger(__name__)
 
@@ -90,11 +91,14 @@ class EventStream:
         if not batch:
             return 0
         try:
-            pipe = self.client.pipeline(transaction=False)
-            head = ("XADD", self.key, "MAXLEN", "~", self.maxlen, "*")
-            for fields in batch:  # execute_command: a third cheaper than pipe.xadd()
-                pipe.execute_command(*head, *[x for kv in fields.items() for x in kv])
-            pipe.execute()
+            script = scripts.load("events_add")
+            for start in range(0, len(batch), 2000):  # one script call per 2,000 events
+                args: list[Any] = [self.maxlen]
+                for fields in batch[start:start + 2000]:
+                    args.append(len(fields))
+                    for kv in fields.items():
+                        args += kv
+                script(self.client, (self.key,), args)
         except (RedisError, OSError) as exc:
             self._requeue(batch)
             log = logger.debug if self.failing else logger.warning  # once per outage

@@ -27,12 +27,12 @@ from django.dispatch import Signal
 
 logger = logging.getLogger(__name__)
 
-job_scheduled = Signal()
-job_started = Signal()
-job_succeeded = Signal()
-job_retrying = Signal()
-job_dead = Signal()
-job_cancelled = Signal()
+job_scheduled = Signal(use_caching=True)
+job_started = Signal(use_caching=True)
+job_succeeded = Signal(use_caching=True)
+job_retrying = Signal(use_caching=True)
+job_dead = Signal(use_caching=True)
+job_cancelled = Signal(use_caching=True)
 
 
 def send(signal: Signal, **kwargs: Any) -> None:

@@ -27,6 +27,7 @@ SCRIPT_NAMES = (
     "release",
     "stats",
     "inspect",
+    "events_add",
 )
 
 
