@@ -45,6 +45,12 @@ found missing is only a *suspect*; it is re-enqueued when a second look, at leas
 ``confirm_seconds`` later (``max(1 s, 20 * AUDIT_FLUSH_SECONDS)``), finds the row
 unchanged and the job still absent.
 
+Several workers reconcile the same rows. When one re-enqueues a job, it first records
+the id in ``{prefix:queue}:reconciled`` (ZSET id -> server ms, kept ``RECENT_SECONDS``,
+at most ``MAX_RECENT`` ids); the others' second look skips ids found there (read in
+the same MULTI as the envelope), or they would re-enqueue a job that a third worker
+has just run and acked but not yet audited. An epoch change clears the suspects.
+
 Re-enqueue is idempotent (``enqueue.lua`` uses HSETNX on the envelope), so running
 several reconcilers at once never doubles a job. Before enqueueing, the attempts counter
 is seeded with the row's ``attempts`` (HSETNX): the next delivery gets a new, higher
@@ -75,6 +81,8 @@ logger = logging.getLogger(__name__)
 BATCH = 500
 BATCHES_PER_TICK = 4
 MAX_SUSPECTS = 10_000
+RECENT_SECONDS = 30.0
+MAX_RECENT = 100_000
 EPOCH_CHECK_SECONDS = 1.0
 URGENT_BUDGET_SECONDS = 0.5
 
@@ -216,6 +224,8 @@ class Reconciler:
                 logger.warning("reconciler: queue %r lost its Redis data; another worker "
                                "re-enqueues it, this one walks its rows now", queue)
                 self._cursor, self._last = Cursor(), -1e18
+            if value != known:
+                self._suspects.clear()  # whatever they were, the urgent pass decides now
             self._epochs[queue] = value
         return mine
 
@@ -295,7 +305,7 @@ class Reconciler:
             by_queue.setdefault(row.queue, []).append(row)
         absent: list[Job] = []
         for queue, items in by_queue.items():
-            absent += self._absent_in(queue, items)
+            absent += self._absent_in(queue, items, skip_recent=not lost)
         running = [r for r in absent if r.status == JobStatus.RUNNING]
         if lost or not running:
             return absent
@@ -308,20 +318,28 @@ class Reconciler:
                          "worker (audit flush pending)", waiting)
         return keep
 
-    def _absent_in(self, queue: str, rows: list[Job]) -> list[Job]:
+    def recent_key(self, queue: str) -> str:
+        return self.engine.keys(queue).tag + ":reconciled"
+
+    def _absent_in(self, queue: str, rows: list[Job], skip_recent: bool) -> list[Job]:
         """Read envelope + ZSET membership of each row atomically (MULTI, one slot)."""
         k = self.engine.keys(queue)
         pipe = self.engine.client.pipeline(transaction=True)
+        pipe.time()
         for row in rows:
             pipe.hexists(k.jobs, row.pk)
             pipe.zscore(k.pending, row.pk)
             pipe.zscore(k.inflight, row.pk)
             pipe.zscore(k.dead, row.pk)
-        replies = pipe.execute()
+            pipe.zscore(self.recent_key(queue), row.pk)
+        (seconds, micros), *replies = pipe.execute()
+        horizon = int(seconds) * 1000 + int(micros) // 1000 - RECENT_SECONDS * 1000
         absent = []
         for i, row in enumerate(rows):
-            has_env, *places = replies[4 * i:4 * i + 4]
-            if not has_env:
+            has_env, *places, recent = replies[5 * i:5 * i + 5]
+            if not has_env and skip_recent and recent is not None and recent >= horizon:
+                logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
+            elif not has_env:
                 absent.append(row)
             elif all(p is None for p in places):
                 self.stats.orphans += 1
@@ -350,6 +368,7 @@ class Reconciler:
             by_queue.setdefault(row.queue, []).append(row)
         added = 0
         for queue, items in by_queue.items():
+            self._remember(queue, items)
             self._seed_attempts(queue, items)
             added += self.engine.enqueue(queue, [_new_job(row) for row in items])
         if added:
@@ -358,6 +377,16 @@ class Reconciler:
                            ", ".join("%s (%s%s)" % (r.pk, r.status, " on %s" % r.worker_id
                                                      if r.worker_id else "") for r in rows[:5]))
         return added
+
+    def _remember(self, queue: str, rows: list[Job]) -> None:
+        """Record re-enqueued ids (before enqueueing) so other reconcilers leave them be."""
+        key = self.recent_key(queue)
+        now_ms = self.engine.time_ms()
+        pipe = self.engine.client.pipeline(transaction=False)
+        pipe.zadd(key, {row.pk: now_ms for row in rows})
+        pipe.zremrangebyscore(key, "-inf", now_ms - RECENT_SECONDS * 1000)
+        pipe.zremrangebyrank(key, 0, -MAX_RECENT - 1)
+        pipe.execute()
 
     def _seed_attempts(self, queue: str, rows: list[Job]) -> None:
         """Next delivery gets token attempts + 1 (fresh lease token, attempts keep counting)."""
