@@ -6,12 +6,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: example test test-fast test-sqlite test-postgres test-django6 lint bench chaos clean
+.PHONY: example test test-fast test-django6 lint bench bench-compare chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[embedded,hiredis,tasks,postgres]" --group dev
+	$(PY) -m pip install -q -e ".[embedded,hiredis,tasks,postgres,prometheus,spark]" --group dev
 	touch $(STAMP)
 
 example: $(STAMP)
@@ -49,6 +49,9 @@ bench: $(STAMP)
 
 chaos: $(STAMP)
 	$(PY) bench/chaos.py
+
+bench-compare: $(STAMP)
+	$(PY) bench/compare/run.py
 
 clean:
 	rm -rf $(VENV) .venv-dj6 .pytest_cache example_project/.redis* example_project/db.sqlite3*

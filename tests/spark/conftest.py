@@ -8,6 +8,7 @@ here first: the test database, the private redis-server and a session key prefix
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import uuid
 from collections.abc import Iterator
@@ -15,6 +16,9 @@ from typing import Any
 
 import pytest
 
+if not (shutil.which("java") or os.environ.get("JAVA_HOME")):  # a machine without a JVM
+    pytest.skip("Spark needs Java 17+: no java on PATH and no JAVA_HOME",
+                allow_module_level=True)
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 pytest.importorskip("matplotlib")
