@@ -19,7 +19,7 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_delayq import ids, registry, rows, signals, validation
+from django_delayq import bulk, ids, registry, signals, validation
 from django_delayq.conf import Settings, get_settings
 from django_delayq.connection import get_engine
 from django_delayq.engine import CancelOutcome, NewJob
@@ -91,6 +91,7 @@ def _common(fn: Any, queue: str | None, max_attempts: Any, backoff: Any, s: Sett
 
 
 def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[str, Any], NewJob]:
+    """One job's row values and envelope (``schedule``; ``schedule_many`` uses ``bulk``)."""
     args, kwargs = list(spec.args), dict(spec.kwargs)
     validation.check_json(args, kwargs)
     if spec.delay is not None and spec.at is not None:
@@ -109,9 +110,9 @@ def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[
     if len(envelope) > s.max_payload_bytes:
         raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d; pass "
                          "ids instead of data" % (len(envelope), s.max_payload_bytes))
-    row = rows.row_values(id=job_id, queue=c.queue, path=c.path, args=args, kwargs=kwargs,
-                          key=spec.key, run_at=run_at, now=now, max_attempts=c.max_attempts,
-                          backoff=c.backoff)
+    row = dict(id=job_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
+               key=spec.key, run_at=run_at, created_at=now, updated_at=now,
+               max_attempts=c.max_attempts, backoff=c.backoff)
     return row, NewJob(id=job_id, envelope=envelope, **new)
 
 
@@ -184,21 +185,17 @@ def schedule_many(
     """
     s = get_settings()
     common = _common(fn, queue, max_attempts, backoff, s)
-    now = timezone.now()
-    built = [_build(common, spec, s, now) for spec in specs]
     using = router.db_for_write(Job)
-    keyed = [row["id"] for row, _ in built if row["key"] is not None]
-    existing: set[str] = set()
-    for i in range(0, len(keyed), batch_size):
-        chunk = keyed[i:i + batch_size]
-        existing.update(Job.objects.using(using).filter(pk__in=chunk).values_list("pk", flat=True))
-    fresh = [(row, new) for row, new in built if row["id"] not in existing]
+    batch = bulk.build(using, specs, queue=common.queue, path=common.path,
+                       max_attempts=common.max_attempts, backoff=common.backoff,
+                       now=timezone.now(), use_tz=django_settings.USE_TZ,
+                       max_payload=s.max_payload_bytes)
+    batch.drop_existing(using, batch_size)
     with transaction.atomic(using=using):
-        rows.insert_jobs(using, [r for r, _ in fresh], ignore_conflicts=bool(keyed),
-                         batch_size=batch_size)
-        news = [n for _, n in fresh]
-        _after_commit(using, lambda: _enqueue(common.queue, news))
-    return [row["id"] for row, _ in built]
+        batch.insert(batch_size)
+        jobs = batch.jobs
+        _after_commit(using, lambda: _enqueue(common.queue, jobs))
+    return batch.ids
 
 
 def get_job(job_id: str) -> Job:
