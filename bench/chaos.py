@@ -35,7 +35,6 @@ sys.path.insert(0, str(ROOT))
 
 from tests.redis_server import RedisServer, binaries  # noqa: E402
 
-WINDOW_S = 3.0  # an execution this close before a kill/wipe may not be settled+audited yet
 QUEUE = "default"
 
 
@@ -237,23 +236,33 @@ def converge(timeout: float) -> float:
 
 # -- analysis ---------------------------------------------------------------------------
 
-def unsettled_by(e: Event, job_id: str, execs: list[tuple[int, float]], final_pid: int) -> bool:
-    """The killed worker had run this job and its outcome never made it to the audit row
-    (the row's final success is another worker's): the job was in flight at the kill."""
-    return final_pid != e.pid and any(
-        pid == e.pid and ts <= e.at and (job_id in e.inflight or ts >= e.at - WINDOW_S)
-        for pid, ts in execs)
+def cut_off(e: Event, job_id: str, execs: list[tuple[int, float]], final_pid: int,
+            recoveries: list[float]) -> bool:
+    """An execution before event ``e`` whose outcome ``e`` kept from the audit row.
+
+    Kill of pid P: P had run the job and P's success is not what the row says (P died
+    before the ack or before the audit flush). Wipe: the job was in flight at the wipe,
+    or ran before it and the row's success is a later run. Either way no lease had been
+    recovered in between (that would be a stalled worker, not this event).
+    """
+    if e.kind == "wipe" and job_id in e.inflight:
+        return True
+    for pid, ts in execs:
+        if ts > e.at or (e.kind == "kill" and (pid != e.pid or final_pid == e.pid)):
+            continue
+        if e.kind == "wipe" and (pid, ts) == execs[-1]:
+            continue
+        if not any(ts < r < e.at for r in recoveries):
+            return True
+    return False
 
 
 def explain(job_id: str, execs: list[tuple[int, float]], events: list[Event],
-            final_pid: int) -> str | None:
+            final_pid: int, recoveries: list[float]) -> str | None:
     """Why a job ran more than once: "kill" or "wipe", or None (unexplained)."""
     for e in events:
-        if e.kind == "kill" and unsettled_by(e, job_id, execs, final_pid):
-            return "kill"
-        if e.kind == "wipe" and (job_id in e.inflight or
-                                 any(e.at - WINDOW_S <= ts <= e.at for _, ts in execs)):
-            return "wipe"
+        if cut_off(e, job_id, execs, final_pid, recoveries):
+            return e.kind
     return None
 
 
@@ -263,7 +272,8 @@ def pid_of(worker_id: str) -> int:
 
 
 def analyse(run: Run) -> dict[str, Any]:
-    from django_delayq.models import Job, JobStatus
+    from django_delayq.models import Job, JobAttempt, JobStatus
+    from django_delayq.settle import LOST_LEASE
     from tests import jobs_chaos
 
     by_job: dict[str, list[tuple[int, float]]] = {}
@@ -271,10 +281,15 @@ def analyse(run: Run) -> dict[str, Any]:
         by_job.setdefault(job_id, []).append((pid, ts))
     rows = dict(Job.objects.values_list("id", "status"))
     final = {j: pid_of(w) for j, w in Job.objects.values_list("id", "worker_id")}
+    recoveries: dict[str, list[float]] = {}
+    for j, at in JobAttempt.objects.filter(error=LOST_LEASE).values_list("job_id",
+                                                                         "finished_at"):
+        recoveries.setdefault(j, []).append(at.timestamp())
     not_final = [j for j, s in rows.items() if s != JobStatus.SUCCEEDED]
     untrue = [j for j, s in rows.items() if s == JobStatus.SUCCEEDED and j not in by_job]
     dups = {j: e for j, e in by_job.items() if len(e) > 1}
-    reasons = [explain(j, e, run.events, final[j]) for j, e in dups.items()]
+    reasons = [explain(j, e, run.events, final[j], recoveries.get(j, []))
+               for j, e in dups.items()]
     kills = [e for e in run.events if e.kind == "kill"]
     return {
         "scheduled": run.scheduled, "rows": len(rows),
@@ -284,7 +299,7 @@ def analyse(run: Run) -> dict[str, Any]:
         "dup_jobs": len(dups), "dup_executions": sum(len(e) - 1 for e in dups.values()),
         "dup_kill": reasons.count("kill"), "dup_wipe": reasons.count("wipe"),
         "dup_unexplained": reasons.count(None), "kills": len(kills),
-        "max_inflight_at_kill": max((sum(unsettled_by(e, j, x, final.get(j, 0))
+        "max_inflight_at_kill": max((sum(cut_off(e, j, x, final.get(j, 0), recoveries.get(j, []))
                                          for j, x in by_job.items()) for e in kills), default=0),
         "max_redis_inflight_at_kill": max((len(e.inflight) for e in kills), default=0),
         "inflight_at_wipe": sum(len(e.inflight) for e in run.events if e.kind == "wipe"),
@@ -306,7 +321,8 @@ def report(r: dict[str, Any], elapsed: float, converge_s: float) -> bool:
                                                       r["dup_kill"], r["dup_wipe"],
                                                       r["dup_unexplained"])),
         ("workers SIGKILLed", r["kills"]),
-        ("largest number of jobs in flight at a kill", r["max_inflight_at_kill"]),
+        ("largest number of jobs in flight at a kill (run, not settled)",
+         r["max_inflight_at_kill"]),
         ("largest in-flight set in Redis at a kill (all workers)",
          r["max_redis_inflight_at_kill"]),
         ("jobs in flight at the wipe", r["inflight_at_wipe"]),
@@ -344,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         converge_s = converge(opts.converge_timeout)
         stop_workers(run)
         ok = report(analyse(run), time.time() - started, converge_s)
-        print("logs and data:", tmp if opts.keep else "(removed; --keep to keep)")
+        print("logs and data:", "%s %s" % (tmp, db) if opts.keep else "(removed; --keep)")
         return 0 if ok else 1
     finally:
         stop_workers(run)
@@ -352,8 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         from django.db import connections
 
         connections.close_all()
-        drop_database(db)
         if not opts.keep:
+            drop_database(db)
             shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -15,9 +15,10 @@ Two modes, both bounded per call:
   ``{prefix:queue}:epoch`` holding a random token. It lives in the queue's hash slot,
   so it disappears together with the queue's data (FLUSHALL, a restart without
   persistence, a failover to an empty replica). ``tick()`` reads it every
-  ``EPOCH_CHECK_SECONDS``; when it is gone (or was replaced by another worker that saw
-  it gone) the queue gets a full pass with **no grace**, run ``URGENT_BUDGET_SECONDS``
-  at a time on every tick until done, so heartbeats keep flowing meanwhile.
+  ``EPOCH_CHECK_SECONDS``; a reconciler that finds it gone (and creates a new one) or
+  changed (another worker re-created it) gives the queue a full pass with **no
+  grace**, run at most ``URGENT_BUDGET_SECONDS`` (and a quarter of the lease) per tick
+  until done, so heartbeats keep flowing.
 
 The acked-but-not-yet-audited trade-off
 ---------------------------------------
@@ -49,13 +50,15 @@ Several workers reconcile the same rows. When one re-enqueues a job, it first re
 the id in ``{prefix:queue}:reconciled`` (ZSET id -> server ms, kept ``RECENT_SECONDS``,
 at most ``MAX_RECENT`` ids); the others' second look skips ids found there (read in
 the same MULTI as the envelope), or they would re-enqueue a job that a third worker
-has just run and acked but not yet audited. An epoch change clears the suspects.
+has just run and acked but not yet audited. The no-grace pass skips them too: the
+ZSET is lost with the data, so whatever it holds was re-enqueued after the loss. An
+epoch change clears the suspects.
 
 Re-enqueue is idempotent (``enqueue.lua`` uses HSETNX on the envelope), so running
-several reconcilers at once never doubles a job. Before enqueueing, the attempts counter
-is seeded with the row's ``attempts`` (HSETNX): the next delivery gets a new, higher
-lease token, so a late ack of a copy that was running when Redis lost its data cannot
-settle the redelivered copy, and attempts keep counting across the loss.
+several reconcilers at once never doubles a job. The attempts counter is seeded with
+the row's ``attempts`` (HSETNX) in the same MULTI: the next delivery gets a new, higher
+lease token, so a late ack of a copy that ran when Redis lost its data cannot settle the
+redelivered copy, and attempts keep counting across the loss.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_delayq.conf import Settings
-from django_delayq.engine import Engine, NewJob
+from django_delayq.engine import Engine, scripts
 from django_delayq.engine.envelope import Envelope
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
@@ -83,8 +86,9 @@ BATCHES_PER_TICK = 4
 MAX_SUSPECTS = 10_000
 RECENT_SECONDS = 30.0
 MAX_RECENT = 100_000
+LIGHT = ("id", "queue", "status", "worker_id", "run_at", "updated_at", "attempts")
 EPOCH_CHECK_SECONDS = 1.0
-URGENT_BUDGET_SECONDS = 0.5
+URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
 
 
 def _s(value: Any) -> str | None:
@@ -162,7 +166,8 @@ class Reconciler:
         return added
 
     def _urgent_work(self) -> int:
-        deadline = time.monotonic() + URGENT_BUDGET_SECONDS
+        budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        deadline = time.monotonic() + budget
         added = 0
         for queue in list(self._urgent):
             cursor = self._urgent[queue]
@@ -201,33 +206,27 @@ class Reconciler:
         return self.engine.keys(queue).tag + ":epoch"
 
     def check_epochs(self) -> list[str]:
-        """Queues that lost their data and whose new epoch *this* reconciler created.
+        """Queues whose epoch key vanished, or changed since we last looked.
 
-        Only the creator of the new epoch runs the no-grace pass: several passes without
-        grace would each re-enqueue jobs settled meanwhile (audit lag) and run them again.
-        A reconciler that finds the epoch *changed* by another one restarts its normal
-        walk at once instead (grace and second look apply).
+        Every reconciler that notices runs the no-grace pass (if only the one that
+        re-created the key did, its death mid-pass would strand rows); they do not
+        double jobs because each skips ids another one re-enqueued (``reconciled``).
         """
         pipe = self.engine.client.pipeline(transaction=False)
         for queue in self.queues:
             pipe.get(self.epoch_key(queue))
-        mine = []
+        lost = []
         for queue, raw in zip(self.queues, pipe.execute()):
             value = _s(raw)
             known = self._epochs.get(queue)
             if value is None:
-                value, created = self._new_epoch(queue)
-                if created:
-                    mine.append(queue)
-                    self._log_loss(queue, known)
-            if known is not None and value != known and queue not in mine:
-                logger.warning("reconciler: queue %r lost its Redis data; another worker "
-                               "re-enqueues it, this one walks its rows now", queue)
-                self._cursor, self._last = Cursor(), -1e18
-            if value != known:
-                self._suspects.clear()  # whatever they were, the urgent pass decides now
+                value = self._new_epoch(queue)
+            if value != known and (known is not None or raw is None):
+                lost.append(queue)
+                self._log_loss(queue, known)
+                self._suspects.clear()  # whatever they were, the no-grace pass decides now
             self._epochs[queue] = value
-        return mine
+        return lost
 
     def _log_loss(self, queue: str, known: str | None) -> None:
         if known is None:  # first look: a new install, or lost while nobody watched
@@ -237,12 +236,12 @@ class Reconciler:
             logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
                            "re-enqueueing its live rows without grace", queue)
 
-    def _new_epoch(self, queue: str) -> tuple[str, bool]:
+    def _new_epoch(self, queue: str) -> str:
         token = uuid.uuid4().hex
         key = self.epoch_key(queue)
         if self.engine.client.set(key, token, nx=True):
-            return token, True
-        return _s(self.engine.client.get(key)) or token, False
+            return token
+        return _s(self.engine.client.get(key)) or token
 
     # -- one batch ----------------------------------------------------------------------
 
@@ -251,7 +250,8 @@ class Reconciler:
         """Up to ``batch`` live rows from ``cursor``; advances it (wraps to the start)."""
         cutoff = timezone.now() - timedelta(seconds=grace)
         while cursor.status < len(LIVE_STATUSES):
-            rows = Job.objects.filter(status=LIVE_STATUSES[cursor.status], queue__in=queues)
+            rows = Job.objects.filter(status=LIVE_STATUSES[cursor.status], queue__in=queues,
+                                      updated_at__lte=cutoff).only(*LIGHT)
             if cursor.after is not None:
                 at, pk = cursor.after
                 rows = rows.filter(Q(run_at__gt=at) | Q(run_at=at, pk__gt=pk))
@@ -260,9 +260,8 @@ class Reconciler:
                 cursor.after = (found[-1].run_at, found[-1].pk)
             else:
                 cursor.status, cursor.after = cursor.status + 1, None
-            fresh = [r for r in found if r.updated_at <= cutoff]
             if found:
-                return fresh
+                return found
         cursor.status, cursor.after = 0, None
         return []
 
@@ -290,7 +289,8 @@ class Reconciler:
         due = [pk for pk, sus in self._suspects.items() if force or sus.seen <= horizon][:BATCH]
         if not due:
             return 0
-        rows = {r.pk: r for r in Job.objects.filter(pk__in=due, status__in=LIVE_STATUSES)}
+        rows = {r.pk: r for r in Job.objects.filter(pk__in=due, status__in=LIVE_STATUSES)
+                .only(*LIGHT)}
         still = []
         for pk in due:
             sus, row = self._suspects.pop(pk), rows.get(pk)
@@ -305,7 +305,7 @@ class Reconciler:
             by_queue.setdefault(row.queue, []).append(row)
         absent: list[Job] = []
         for queue, items in by_queue.items():
-            absent += self._absent_in(queue, items, skip_recent=not lost)
+            absent += self._absent_in(queue, items)
         running = [r for r in absent if r.status == JobStatus.RUNNING]
         if lost or not running:
             return absent
@@ -321,7 +321,7 @@ class Reconciler:
     def recent_key(self, queue: str) -> str:
         return self.engine.keys(queue).tag + ":reconciled"
 
-    def _absent_in(self, queue: str, rows: list[Job], skip_recent: bool) -> list[Job]:
+    def _absent_in(self, queue: str, rows: list[Job]) -> list[Job]:
         """Read envelope + ZSET membership of each row atomically (MULTI, one slot)."""
         k = self.engine.keys(queue)
         pipe = self.engine.client.pipeline(transaction=True)
@@ -337,7 +337,7 @@ class Reconciler:
         absent = []
         for i, row in enumerate(rows):
             has_env, *places, recent = replies[5 * i:5 * i + 5]
-            if not has_env and skip_recent and recent is not None and recent >= horizon:
+            if not has_env and recent is not None and recent >= horizon:
                 logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
             elif not has_env:
                 absent.append(row)
@@ -368,9 +368,10 @@ class Reconciler:
             by_queue.setdefault(row.queue, []).append(row)
         added = 0
         for queue, items in by_queue.items():
-            self._remember(queue, items)
-            self._seed_attempts(queue, items)
-            added += self.engine.enqueue(queue, [_new_job(row) for row in items])
+            full = Job.objects.in_bulk([row.pk for row in items])  # args, kwargs: only now
+            items = [full[row.pk] for row in items if row.pk in full]
+            if items:
+                added += self._enqueue_queue(queue, items)
         if added:
             self.stats.enqueued += added
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
@@ -378,30 +379,31 @@ class Reconciler:
                                                      if r.worker_id else "") for r in rows[:5]))
         return added
 
-    def _remember(self, queue: str, rows: list[Job]) -> None:
-        """Record re-enqueued ids (before enqueueing) so other reconcilers leave them be."""
-        key = self.recent_key(queue)
+    def _enqueue_queue(self, queue: str, rows: list[Job]) -> int:
+        """One MULTI: remember the ids, seed their attempts, run enqueue.lua.
+
+        Atomic, so a reconciler killed half-way never leaves ids "remembered" but not
+        enqueued (the others would skip them for ``RECENT_SECONDS``). The next delivery
+        gets token attempts + 1: a fresh lease token, and attempts keep counting.
+        enqueue.lua is sent with EVAL (a NOSCRIPT inside EXEC would not undo the rest).
+        """
+        k = self.engine.keys(queue)
+        recent = self.recent_key(queue)
         now_ms = self.engine.time_ms()
-        pipe = self.engine.client.pipeline(transaction=False)
-        pipe.zadd(key, {row.pk: now_ms for row in rows})
-        pipe.zremrangebyscore(key, "-inf", now_ms - RECENT_SECONDS * 1000)
-        pipe.zremrangebyrank(key, 0, -MAX_RECENT - 1)
-        pipe.execute()
-
-    def _seed_attempts(self, queue: str, rows: list[Job]) -> None:
-        """Next delivery gets token attempts + 1 (fresh lease token, attempts keep counting)."""
-        seeded = [r for r in rows if r.attempts > 0]
-        if not seeded:
-            return
-        key = self.engine.keys(queue).attempts
-        pipe = self.engine.client.pipeline(transaction=False)
-        for row in seeded:
-            pipe.hsetnx(key, row.pk, row.attempts)
-        pipe.execute()
+        args: list[Any] = [0, k.channel]
+        for row in rows:
+            args += [row.pk, int(row.run_at.timestamp() * 1000), 0, _envelope(row)]
+        pipe = self.engine.client.pipeline(transaction=True)
+        pipe.zadd(recent, {row.pk: now_ms for row in rows})
+        pipe.zremrangebyscore(recent, "-inf", now_ms - RECENT_SECONDS * 1000)
+        pipe.zremrangebyrank(recent, 0, -MAX_RECENT - 1)
+        for row in rows:
+            if row.attempts > 0:
+                pipe.hsetnx(k.attempts, row.pk, row.attempts)
+        pipe.eval(scripts.load("enqueue").source, 2, k.pending, k.jobs, *args)
+        return int(pipe.execute()[-1][0])
 
 
-def _new_job(row: Job) -> NewJob:
-    envelope = Envelope(path=row.callable_path, args=row.args, kwargs=row.kwargs,
-                        max_attempts=row.max_attempts, backoff=row.backoff).encode()
-    return NewJob(id=row.pk, envelope=envelope, at_ms=int(row.run_at.timestamp() * 1000))
-
+def _envelope(row: Job) -> str:
+    return Envelope(path=row.callable_path, args=row.args, kwargs=row.kwargs,
+                    max_attempts=row.max_attempts, backoff=row.backoff).encode()

@@ -122,11 +122,17 @@ def test_data_loss_reenqueues_running_row_even_with_live_worker(settings, fault_
     engine.claim("default", 10, 60_000)
     Job.objects.filter(pk=h.id).update(status=JobStatus.RUNNING, attempts=1, worker_id="w1")
     engine.client.zadd("{%s}:workers" % get_settings().prefix, {"w1": engine.time_ms()})
+    other = reconciler()
+    other.check_epochs()
     engine.client.flushall()
     engine.client.zadd("{%s}:workers" % get_settings().prefix, {"w1": engine.time_ms()})
-    assert r.check_epochs() == ["default", "emails", "slow"]
+    assert r.check_epochs() == ["default", "emails", "slow"]  # gone: r makes a new one
     assert r.check_epochs() == []  # the new epoch is remembered
-    assert reconciler().run_all(assume_lost=True) == 1
+    assert other.check_epochs() == ["default", "emails", "slow"]  # changed: other sees it
+    assert r.run_all(assume_lost=True) == 1
+    job = engine.claim("default", 10, 60_000).jobs[0]  # a fast worker runs the copy ...
+    assert engine.ack("default", [(job.id, job.token)]) == [True]  # ... audit not flushed
+    assert other.run_all(assume_lost=True) == 0  # r re-enqueued it moments ago: no double
 
 
 def test_concurrent_reconcilers_never_double_a_job(settings, fault_server, exec_table) -> None:  # type: ignore[no-untyped-def]
