@@ -83,9 +83,12 @@ def run_bounded(argv: list[str], timeout: float, log: Path) -> dict[str, Any]:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.communicate()
             return {"error": "timed out after %.0fs" % timeout}
-    for line in out.decode(errors="replace").splitlines():
+    lines = out.decode(errors="replace").splitlines()
+    for line in lines:
         if line.startswith("RESULT "):
             return json.loads(line[7:])
+    if proc.returncode == 0 and lines and lines[-1].startswith("{"):
+        return json.loads(lines[-1])  # script_latency.py --json
     return {"error": "exit %d, no result (see %s)" % (proc.returncode, log)}
 
 
