@@ -2,9 +2,8 @@
 
 import os
 
-from celery import Celery
-
 import recorder
+from celery import Celery
 
 app = Celery("bench", broker=os.environ["BENCH_REDIS_URL"])
 app.conf.update(task_ignore_result=True, task_default_queue="bench",

@@ -33,7 +33,7 @@ def draw(results: dict[str, Any], out: str) -> None:
         colors = ["#2a7ab9" if s == "delayq" else "#9aa5b1" for s in systems]
         bars = ax.bar(systems, [v or 0 for v in values], color=colors)
         for bar, v in zip(bars, values):
-            label = "n/a" if v is None else ("%.3g" % v if v < 100 else "{:,.0f}".format(v))
+            label = "n/a" if v is None else ("%.3g" % v if v < 100 else f"{v:,.0f}")
             ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=8)
         if log:

@@ -3,9 +3,8 @@
 import os
 
 import dramatiq
-from dramatiq.brokers.redis import RedisBroker
-
 import recorder
+from dramatiq.brokers.redis import RedisBroker
 
 broker = RedisBroker(url=os.environ["BENCH_REDIS_URL"])
 dramatiq.set_broker(broker)

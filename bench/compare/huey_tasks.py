@@ -2,9 +2,8 @@
 
 import os
 
-from huey import RedisHuey
-
 import recorder
+from huey import RedisHuey
 
 huey = RedisHuey("bench", url=os.environ["BENCH_REDIS_URL"])
 

@@ -47,9 +47,10 @@ class DelayQ:
         Job.objects.all().delete()
 
     def describe(self, concurrency: int) -> dict[str, str]:
+        from importlib.metadata import version
+
         import django
         from django.conf import settings
-        from importlib.metadata import version
 
         d = settings.DELAYQ
         return {"version": "django-delayq %s (Django %s)" % (version("django-delayq"),

@@ -21,7 +21,7 @@ def _cell(value: Any) -> str:
         return "—"
     if isinstance(value, float) and value < 100:
         return "%.1f" % value
-    return "{:,.0f}".format(value)
+    return f"{value:,.0f}"
 
 
 def _notes(name: str, r: dict[str, Any]) -> list[str]:
