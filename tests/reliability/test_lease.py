@@ -96,7 +96,9 @@ def test_attempts_count_crash_recoveries_until_dead(cfg, start_worker) -> None: 
     h = schedule("tests.jobs_chaos.sleep_record", 60, "crash", max_attempts=2)
     for attempt in (1, 2):
         proc = start_worker("--concurrency", "1")
-        wait_until(lambda a=attempt: len(jobs_chaos.executions(h.id)) == a, timeout=30)
+        # running attempt n, flushed (with the lost attempt n-1 in the same audit write)
+        wait_until(lambda a=attempt: len(jobs_chaos.executions(h.id)) == a and
+                   (h.job.status, h.job.attempts) == (JobStatus.RUNNING, a), timeout=30)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         loc = get_engine().inspect("default", h.id)
