@@ -114,16 +114,22 @@ class AuditWriter:
         groups: dict[tuple[str, ...], list[list[Any]]] = {}
         for job_id, fields in changes.items():
             cols = tuple(c for c in COLUMNS if c in fields)
-            groups.setdefault(cols, []).append(
-                [_adapt(conn, c, fields[c]) for c in cols] + [job_id])
+            params = [_adapt(conn, c, fields[c]) for c in cols] + [job_id]
+            if "attempts" in fields:  # guard: never overwrite a later attempt's record
+                params.append(fields["attempts"])
+            groups.setdefault(cols, []).append(params)
         qn = conn.ops.quote_name
         table = qn(Job._meta.db_table)
         with transaction.atomic(using=using):
             with conn.cursor() as cursor:
                 for cols, rows in groups.items():
                     sets = ", ".join("%s = %%s" % qn(_COLUMN_NAMES[c]) for c in cols)
-                    cursor.executemany("UPDATE %s SET %s WHERE %s = %%s" % (table, sets, qn("id")),
-                                       rows)
+                    where = "%s = %%s" % qn("id")
+                    if "attempts" in cols:
+                        # Workers flush independently: a late write about attempt n (a
+                        # recovered lease, say) must not undo what attempt n+1 recorded.
+                        where += " AND %s <= %%s" % qn("attempts")
+                    cursor.executemany("UPDATE %s SET %s WHERE %s" % (table, sets, where), rows)
             if attempts:
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
 

@@ -40,6 +40,7 @@ ERROR_IDS: dict[str, str] = {
     "EAGER": "delayq.E021",
     "EVENTS": "delayq.E022",
     "EVENTS_MAXLEN": "delayq.E023",
+    "JOB_TIMEOUT_SECONDS": "delayq.E024",
 }
 
 _SECONDS = "a number of seconds > 0, e.g. %s"
@@ -70,6 +71,8 @@ HINTS: dict[str, str] = {
     "EAGER": "True or False (True runs jobs inline: unit tests only).",
     "EVENTS": "True or False: write every transition to the capped event stream.",
     "EVENTS_MAXLEN": "An integer >= 1: about how many events the stream keeps, e.g. 10000.",
+    "JOB_TIMEOUT_SECONDS": "None (no limit) or seconds > 0 after which a running attempt is "
+                           "failed and retried, e.g. 300.",
 }
 UNKNOWN_HINT = "Remove it, or fix its spelling; docs/settings.md lists every key."
 DEFAULT_HINT = "See docs/settings.md for the accepted values."

@@ -40,6 +40,7 @@ DEFAULTS: dict[str, Any] = {
     "EAGER": False,  # run jobs inline at schedule() time (unit tests)
     "EVENTS": True,  # write every transition to the capped stream "{PREFIX}:events"
     "EVENTS_MAXLEN": 10_000,
+    "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
 }
 
 
@@ -67,6 +68,7 @@ class Settings:
     eager: bool
     events: bool
     events_maxlen: int
+    job_timeout_seconds: float | None
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -106,6 +108,9 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
                  "CLAIM_BATCH", "CONCURRENCY", "EVENTS_MAXLEN"):
         if msg := _positive(name, merged[name], integer=True):
             found.append((name, msg))
+    timeout = merged["JOB_TIMEOUT_SECONDS"]
+    if timeout is not None and (msg := _positive("JOB_TIMEOUT_SECONDS", timeout)):
+        found.append(("JOB_TIMEOUT_SECONDS", msg + " (or None for no limit)"))
     for name in ("EAGER", "EVENTS"):
         if not isinstance(merged[name], bool):
             found.append((name, "DELAYQ[%r] must be True or False, not %r" % (name, merged[name])))
@@ -171,6 +176,8 @@ def get_settings() -> Settings:
         eager=bool(m["EAGER"]),
         events=bool(m["EVENTS"]),
         events_maxlen=int(m["EVENTS_MAXLEN"]),
+        job_timeout_seconds=None if m["JOB_TIMEOUT_SECONDS"] is None
+        else float(m["JOB_TIMEOUT_SECONDS"]),
         raw=dict(user),
     )
 

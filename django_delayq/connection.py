@@ -24,6 +24,7 @@ def make_client(url: str | None = None, cache_alias: str | None = None, **option
     url = url or DEFAULT_URL
     options.setdefault("health_check_interval", 30)
     options.setdefault("socket_connect_timeout", 5)
+    options.setdefault("socket_timeout", 10)  # a silent partition must not hang forever
     if not url.startswith("unix://"):
         options.setdefault("socket_keepalive", True)
     return redis.Redis.from_url(url, **options)

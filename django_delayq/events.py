@@ -86,10 +86,11 @@ class EventStream:
     def flush(self) -> int:
         """Write every buffered event in one pipeline; return how many were written."""
         with self._lock:
-            batch = list(self._buffer)
+            raw = list(self._buffer)
             self._buffer.clear()
-        if not batch:
+        if not raw:
             return 0
+        batch = _materialise(raw)
         try:
             script = scripts.load("events_add")
             for start in range(0, len(batch), 2000):  # one script call per 2,000 events
@@ -100,7 +101,7 @@ class EventStream:
                         args += kv
                 script(self.client, (self.key,), args)
         except (RedisError, OSError) as exc:
-            self._requeue(batch)
+            self._requeue(raw)
             log = logger.debug if self.failing else logger.warning  # once per outage
             log("event stream: could not write %d event(s), kept for a retry: %s",
                 len(batch), exc)
@@ -111,7 +112,7 @@ class EventStream:
             logger.info("event stream: Redis is back; %d event(s) dropped meanwhile",
                         self.dropped)
         self.written += len(batch)
-        return len(batch)
+        return len(raw)
 
     def _requeue(self, batch: list[Fields]) -> None:
         with self._lock:
@@ -228,11 +229,11 @@ def _iso(value: Any) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
-def _fields(event: str, kwargs: dict[str, Any]) -> Fields:
+def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fields:
     out: Fields = {"event": event, "job": str(kwargs.get("job_id", "")),
                    "queue": str(kwargs.get("queue", "")),
                    "callable": str(kwargs.get("callable_path", "")),
-                   "ts_ms": str(int(time.time() * 1000))}
+                   "ts_ms": str(int((time.time() if ts is None else ts) * 1000))}
     for name, key in (("attempt", "attempt"), ("worker_id", "worker"), ("running", "running")):
         if name in kwargs:
             out[key] = str(int(kwargs[name]) if name == "running" else kwargs[name])
@@ -250,9 +251,39 @@ def _fields(event: str, kwargs: dict[str, Any]) -> Fields:
 
 
 def _record(event: str, kwargs: dict[str, Any]) -> None:
+    """Buffer the raw event; it is formatted (or folded) by the flusher, off the job path."""
     stream = get_stream()
     if stream is not None:
-        stream.add(_fields(event, kwargs))
+        stream.add((event, time.time(), kwargs))  # type: ignore[arg-type]
+
+
+_FINAL = ("succeeded", "retrying", "dead")
+
+
+def _materialise(raw: list[Any]) -> list[Fields]:
+    """Format buffered events. A ``started`` event whose attempt ended in the same batch
+    is folded into that final event (its lateness and start time ride along), so a fast
+    job costs one stream entry; a job still running at flush time keeps its own."""
+    finals = {(item[2].get("job_id"), item[2].get("attempt")) for item in raw
+              if isinstance(item, tuple) and item[0] in _FINAL}
+    started: dict[Any, dict[str, Any]] = {}
+    out: list[Fields] = []
+    for item in raw:
+        if not isinstance(item, tuple):
+            out.append(item)
+            continue
+        event, ts, kwargs = item
+        key = (kwargs.get("job_id"), kwargs.get("attempt"))
+        if event == "started" and key in finals:
+            started[key] = kwargs
+            continue
+        if event in _FINAL and key in started:
+            first = started.pop(key)
+            kwargs = {**kwargs, "due_at": first.get("due_at"),
+                      "started_at": first.get("started_at"),
+                      "callable_path": kwargs.get("callable_path") or first.get("callable_path")}
+        out.append(_fields(event, kwargs, ts))
+    return out
 
 
 def _on_scheduled(sender: Any, **kwargs: Any) -> None:

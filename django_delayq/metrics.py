@@ -106,26 +106,36 @@ if prom is not None:
                               ["queue"], buckets=DURATION_BUCKETS)
     REGISTRY.register(QueueCollector())
 
+    _children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(metric: Any, *labels: str) -> Any:
+        """``metric.labels(...)``, memoised: the lookup costs more than the increment."""
+        key = (metric, *labels)
+        child = _children.get(key)
+        if child is None:
+            child = _children[key] = metric.labels(*labels)
+        return child
+
     def _scheduled(queue: str, **kwargs: Any) -> None:
-        SCHEDULED.labels(queue).inc()
+        _child(SCHEDULED, queue).inc()
 
     def _started(queue: str, due_at: Any, started_at: Any, **kwargs: Any) -> None:
-        STARTED.labels(queue).inc()
-        LATENESS.labels(queue).observe(max(0.0, (started_at - due_at).total_seconds()))
+        _child(STARTED, queue).inc()
+        _child(LATENESS, queue).observe(max(0.0, (started_at - due_at).total_seconds()))
 
     def _succeeded(queue: str, duration: float, **kwargs: Any) -> None:
-        FINISHED.labels(queue, "succeeded").inc()
-        DURATION.labels(queue).observe(duration)
+        _child(FINISHED, queue, "succeeded").inc()
+        _child(DURATION, queue).observe(duration)
 
     def _retrying(queue: str, **kwargs: Any) -> None:
-        RETRIES.labels(queue).inc()
+        _child(RETRIES, queue).inc()
 
     def _dead(queue: str, **kwargs: Any) -> None:
-        FINISHED.labels(queue, "dead").inc()
+        _child(FINISHED, queue, "dead").inc()
 
     def _cancelled(queue: str, running: bool, **kwargs: Any) -> None:
         if not running:  # a running job's cancellation is reported twice (api + worker)
-            FINISHED.labels(queue, "cancelled").inc()
+            _child(FINISHED, queue, "cancelled").inc()
 
     _RECEIVERS = {"job_scheduled": _scheduled, "job_started": _started,
                   "job_succeeded": _succeeded, "job_retrying": _retrying,

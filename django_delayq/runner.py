@@ -106,6 +106,29 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
                    duration_s=time.perf_counter() - t0, **common)
 
 
+def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
+              default_max_attempts: int, default_backoff: Any) -> Outcome:
+    """The outcome of an attempt still running after ``seconds``: a failure, retried
+    after the job's backoff (or dead without attempts left). Its thread cannot be
+    killed; whatever it returns later is discarded."""
+    try:
+        env = Envelope.decode(job.envelope)
+    except ValueError:
+        env = Envelope(path="")
+    max_attempts = env.max_attempts or default_max_attempts
+    policy = env.backoff if env.backoff is not None else default_backoff
+    kind = Kind.RETRY
+    delay: int | None = backoff_mod.delay_ms(policy, job.token)
+    error = "timed out: still running after %gs (DELAYQ['JOB_TIMEOUT_SECONDS'])" % seconds
+    if job.token >= max_attempts:
+        kind, delay = Kind.DEAD, None
+        error += " (attempt %d of %d: no attempts left)" % (job.token, max_attempts)
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
+                   duration_s=(now - started_at).total_seconds(), retry_delay_ms=delay,
+                   error=error, max_attempts=max_attempts)
+
+
 def _failed(common: dict[str, Any], kind: Kind, error: str, t0: float,
             job: ClaimedJob | None = None, max_attempts: int = 0,
             delay: int | None = None) -> Outcome:

@@ -64,6 +64,11 @@ class Settler:
                 queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
                 dead_max=self.settings.dead_max)
             for o, ok in zip(wins, acked):
+                if not ok and self.engine.inspect(queue, o.job.id).place == "":
+                    # Our ack ran but its reply was lost (the retry was refused), or Redis
+                    # lost the job: nobody else owns it. The audit guard on attempts keeps
+                    # this from overwriting a later attempt's record.
+                    ok = True
                 self._record(o, JobStatus.SUCCEEDED if ok else None)
             for o, res in zip(fails, nacked):
                 self._record(o, _STATUS_OF.get(res))

@@ -294,7 +294,6 @@ class DelayQ:
         engine = self.engine
         for queue in get_settings().queues:
             engine.purge(queue)
-            engine.client.delete(engine.keys(queue).tag + ":epoch")
 
 
 @contextmanager

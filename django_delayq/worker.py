@@ -19,6 +19,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
@@ -63,6 +64,8 @@ class Worker:
         self.local: queue_mod.SimpleQueue[ClaimedJob | None] = queue_mod.SimpleQueue()
         self.unstarted: dict[tuple[str, str], ClaimedJob] = {}
         self.running: dict[tuple[str, str], ClaimedJob] = {}
+        self.started: dict[tuple[str, str], tuple[float, datetime]] = {}
+        self.timed_out: set[tuple[str, str]] = set()  # their threads are still busy
         self.done: deque[runner.Outcome] = deque()
         self.lock = threading.Lock()
         self.claimed_total = 0
@@ -74,7 +77,8 @@ class Worker:
             engine.client, {engine.keys(q).channel: q for q in options.queues}, self.wake)
         self.reconciler = Reconciler(engine, settings, options.queues)
         self._threads: list[threading.Thread] = []
-        self._last_poll = self._last_beat = self._last_recover = -1e18
+        self._last_poll = self._last_recover = -1e18
+        self._keeper_stop = threading.Event()
         self._redis_backoff = 0.0
 
     # -- signals: flags only --------------------------------------------------------
@@ -103,9 +107,13 @@ class Worker:
             t = threading.Thread(target=self._exec_loop, name="delayq-exec-%d" % i, daemon=True)
             t.start()
             self._threads.append(t)
+        keeper = threading.Thread(target=self._keeper_loop, name="delayq-keeper", daemon=True)
+        keeper.start()
         try:
             code = self._loop()
         finally:
+            self._keeper_stop.set()
+            keeper.join(timeout=10)
             self.listener.stop()
             self.settler.unregister()
         if code == EXIT_HARD_STOP:
@@ -135,6 +143,10 @@ class Worker:
                     return EXIT_OK
             elif self.options.burst and self._burst_finished():
                 return EXIT_OK
+            elif self._max_jobs_claimed():  # --max-jobs: run what was claimed, then exit
+                with self.lock:
+                    if not self.running and not self.done and not self.unstarted:
+                        return EXIT_OK
             else:
                 self._redis_ok(self._claim_due)
             self._redis_ok(self._housekeeping)
@@ -143,9 +155,14 @@ class Worker:
     def _redis_ok(self, step: Any) -> bool:
         try:
             step()
-        except RedisError as exc:
+        except Exception as exc:  # noqa: BLE001 - nothing may escape the loop
             self._redis_backoff = min(max(self._redis_backoff * 2, 0.1), 5.0)
-            logger.warning("Redis unavailable (%s); waiting %.1fs", exc, self._redis_backoff)
+            if isinstance(exc, RedisError):
+                logger.warning("Redis unavailable (%s); waiting %.1fs", exc,
+                               self._redis_backoff)
+            else:
+                logger.exception("worker loop step failed; retrying in %.1fs",
+                                 self._redis_backoff)
             self.wake.clear()
             self.wake.wait(self._redis_backoff)
             return False
@@ -157,7 +174,7 @@ class Worker:
     def _capacity(self) -> int:
         prefetch = self.options.prefetch or self.settings.claim_batch
         with self.lock:
-            held = len(self.running) + len(self.unstarted)
+            held = len(self.running) + len(self.unstarted) + len(self.timed_out)
         room = self.options.concurrency + prefetch - held
         if self.options.max_jobs is not None:
             room = min(room, self.options.max_jobs - self.claimed_total)
@@ -194,8 +211,9 @@ class Worker:
             self.claimed_total += len(result.jobs)
             if len(result.jobs) < min(room, self.settings.claim_batch):
                 return
-        if self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs:
-            self.draining = True
+
+    def _max_jobs_claimed(self) -> bool:
+        return self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs
 
     def _burst_finished(self) -> bool:
         with self.lock:
@@ -218,10 +236,10 @@ class Worker:
             for due in self.next_due.values():
                 if due is not None:
                     wait_ms = min(wait_ms, due - now)
-        beat_ms = self.settings.lease_ms / 3
-        wait_ms = min(wait_ms, self._last_beat + beat_ms - monotonic_ms(),
-                      self._last_recover + self.settings.recover_interval_seconds * 1000
+        wait_ms = min(wait_ms, self._last_recover + self.settings.recover_interval_seconds * 1000
                       - monotonic_ms())
+        if self.settings.job_timeout_seconds is not None and self.running:
+            wait_ms = min(wait_ms, 250.0)  # notice overdue attempts promptly
         return max(0.0, wait_ms / 1000)
 
     # -- running -------------------------------------------------------------------
@@ -237,11 +255,16 @@ class Worker:
                 if self.unstarted.pop(key, None) is None:
                     continue  # released during drain
                 self.running[key] = job
+                self.started[key] = (time.monotonic(), datetime.now(UTC))
             self.settler.started(job)
             outcome = runner.run(job, worker_id=self.id,
                                  default_max_attempts=self.settings.default_max_attempts,
                                  default_backoff=self.settings.default_backoff)
             with self.lock:
+                self.started.pop(key, None)
+                if key in self.timed_out:  # already failed and settled: drop what came late
+                    self.timed_out.discard(key)
+                    continue
                 self.done.append(outcome)
                 self.running.pop(key, None)
             self.wake.set()
@@ -274,19 +297,57 @@ class Worker:
 
     # -- housekeeping: heartbeat, recovery -----------------------------------------
 
+    def _expire_overdue(self) -> None:
+        """Fail attempts running past JOB_TIMEOUT_SECONDS: stop heartbeating them (their
+        lease is not extended again) and settle them as failures now."""
+        limit = self.settings.job_timeout_seconds
+        if limit is None:
+            return
+        deadline = time.monotonic() - limit
+        with self.lock:
+            overdue = [(key, job) for key, job in self.running.items()
+                       if self.started.get(key, (deadline + 1, None))[0] <= deadline]
+            for key, _ in overdue:
+                self.running.pop(key, None)
+                self.timed_out.add(key)
+        for key, job in overdue:
+            started_at = self.started.get(key, (0.0, datetime.now(UTC)))[1]
+            logger.warning("job %s: still running after %gs; failing this attempt (its "
+                           "thread stays busy until the function returns)", job.id, limit)
+            self.done.append(runner.timed_out(
+                job, started_at=started_at, seconds=limit,
+                default_max_attempts=self.settings.default_max_attempts,
+                default_backoff=self.settings.default_backoff))
+
     def _housekeeping(self) -> None:
+        self._expire_overdue()
         now = monotonic_ms()
-        if now - self._last_beat >= self.settings.lease_ms / 3:
-            self._last_beat = now
-            with self.lock:
-                held = list(self.running.values()) + list(self.unstarted.values())
-            self.settler.heartbeat(held, self.options, self.claimed_total)
         if now - self._last_recover >= self.settings.recover_interval_seconds * 1000:
             self._last_recover = now
             for queue in self.options.queues:
                 self.settler.recover(queue)
-        if not self.draining:
-            self.reconciler.tick()
+
+    def _keeper_loop(self) -> None:
+        """Heartbeats and the reconciler, on a thread of their own: a busy or stalled main
+        loop can neither let this worker's leases lapse nor be held up by a reconcile."""
+        beat_s = self.settings.lease_ms / 3000
+        next_beat = 0.0
+        while not self._keeper_stop.is_set():
+            if time.monotonic() >= next_beat:
+                next_beat = time.monotonic() + beat_s
+                with self.lock:
+                    held = list(self.running.values()) + list(self.unstarted.values())
+                try:
+                    self.settler.heartbeat(held, self.options, self.claimed_total)
+                except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
+                    logger.warning("heartbeat failed: %s", exc)
+            if not self.draining:
+                try:
+                    self.reconciler.tick()
+                except Exception:  # noqa: BLE001 - never let the keeper die
+                    logger.exception("reconciler tick failed")
+            self._keeper_stop.wait(min(beat_s, 0.5))
+        connections.close_all()  # this thread's own database connections
 
     def _shutdown_hard(self) -> None:
         logger.warning("hard stop: abandoning %d running job(s); their leases will expire",

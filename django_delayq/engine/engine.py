@@ -22,6 +22,12 @@ def _s(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _text(value: Any) -> str:
+    """An envelope as text; bytes that are not UTF-8 become U+FFFD (and fail JSON later,
+    so the job goes dead with a reason instead of stopping the worker)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def _now(now_ms: int | None) -> int:
     return 0 if now_ms is None else int(now_ms)
 
@@ -164,7 +170,7 @@ class Engine:
                 id=_s(reply[i]),
                 due_ms=int(float(reply[i + 1])),
                 token=int(reply[i + 2]),
-                envelope=_s(reply[i + 3]),
+                envelope=_text(reply[i + 3]),
             )
             for i in range(2, len(reply), 4)
         ]
@@ -309,5 +315,9 @@ class Engine:
         )
 
     def purge(self, queue: str) -> None:
-        """Delete every key of ``queue`` (tests, ``delayq_status --purge``)."""
-        self.client.delete(*self.keys(queue).all())
+        """Delete every key of ``queue``: the engine's and any other under its hash tag
+        (the reconciler's epoch, ...). SCANs the keyspace: for tests and admin tools."""
+        tag = self.keys(queue).tag
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in tag) + "*"
+        extra = list(self.client.scan_iter(match=pattern, count=1000))
+        self.client.delete(*self.keys(queue).all(), *extra)

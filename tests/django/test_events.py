@@ -33,15 +33,29 @@ def _wait_for(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyp
     return predicate()
 
 
-def test_a_successful_job_is_scheduled_started_succeeded(delayq_engine):
+def test_a_fast_job_folds_started_into_succeeded(delayq_engine):
+    """A job that starts and ends within one flush is one entry carrying both."""
     job_id = schedule("tests.jobs.add", 1, 2).id
     run_due_jobs()
     found = _stream_events(delayq_engine)
-    assert _of(job_id, found) == ["scheduled", "started", "succeeded"]
-    started, succeeded = [e for e in found if e["job"] == job_id][1:]
-    assert started["queue"] == "default" and started["callable"] == "tests.jobs.add"
-    assert started["attempt"] == "1" and started["worker"]
-    assert float(succeeded["duration_ms"]) >= 0 and float(started["lateness_ms"]) > -1000
+    assert _of(job_id, found) == ["scheduled", "succeeded"]
+    succeeded = [e for e in found if e["job"] == job_id][1]
+    assert succeeded["queue"] == "default" and succeeded["callable"] == "tests.jobs.add"
+    assert succeeded["attempt"] == "1" and succeeded["worker"]
+    assert float(succeeded["duration_ms"]) >= 0 and float(succeeded["lateness_ms"]) > -1000
+
+
+def test_a_job_still_running_at_flush_has_its_own_started_event(delayq_settings):
+    from django_delayq.events import _materialise
+
+    started = ("started", 1.0, {"job_id": "j", "attempt": 1, "queue": "q",
+                                "callable_path": "m.f", "worker_id": "w"})
+    done = ("succeeded", 2.0, {"job_id": "j", "attempt": 1, "queue": "q",
+                               "callable_path": "m.f", "worker_id": "w", "duration": 1.0})
+    assert [e["event"] for e in _materialise([started])] == ["started"]
+    assert [e["event"] for e in _materialise([done])] == ["succeeded"]
+    [folded] = _materialise([started, done])
+    assert folded["event"] == "succeeded" and folded["ts_ms"] == "2000"
 
 
 def test_retries_and_death_are_recorded_with_the_error(delayq_engine):
@@ -49,9 +63,11 @@ def test_retries_and_death_are_recorded_with_the_error(delayq_engine):
     run_due_jobs()
     run_due_jobs()
     found = [e for e in _stream_events(delayq_engine) if e["job"] == job_id]
-    assert [e["event"] for e in found] == ["scheduled", "started", "retrying", "started", "dead"]
-    assert "kaput" in found[2]["error"] and found[2]["retry_at"]
-    assert found[4]["attempt"] == "2" and "kaput" in found[4]["error"]
+    events_ = [e["event"] for e in found if e["event"] != "started"]  # folded when fast
+    assert events_ == ["scheduled", "retrying", "dead"]
+    retrying, dead = [e for e in found if e["event"] in ("retrying", "dead")]
+    assert "kaput" in retrying["error"] and retrying["retry_at"]
+    assert dead["attempt"] == "2" and "kaput" in dead["error"]
 
 
 def test_cancel_is_recorded(delayq_engine):

@@ -45,9 +45,6 @@ def run_with_a_healthy_job() -> None:
     assert healthy.status == JobStatus.SUCCEEDED  # the worker kept going
 
 
-@pytest.mark.xfail(strict=True, reason="Engine.claim decodes the envelope as strict UTF-8 "
-                   "and the UnicodeDecodeError escapes the worker loop (requested fix: "
-                   "engine.py claim: decode envelopes with errors='replace')")
 def test_envelope_that_is_not_utf8_goes_dead_with_reason(cfg) -> None:  # type: ignore[no-untyped-def]
     h = plant(b"\xff\xfe not json {[")
     run_with_a_healthy_job()
@@ -140,9 +137,6 @@ def test_hung_job_does_not_stop_the_worker_and_keeps_its_lease(cfg) -> None:  # 
     assert hung.status == JobStatus.SUCCEEDED
 
 
-@pytest.mark.xfail(strict=True, reason="needs a per-job time limit (requested: DELAYQ "
-                   "['JOB_TIMEOUT_SECONDS'] + schedule(timeout=...); the worker stops "
-                   "heartbeating a job past it and settles it as a failure)")
 def test_job_hanging_past_its_time_limit_is_retried_with_reason(cfg) -> None:  # type: ignore[no-untyped-def]
     cfg.DELAYQ = {**cfg.DELAYQ, "LEASE_SECONDS": 0.6, "JOB_TIMEOUT_SECONDS": 1}
     jobs_chaos.reset_hung()

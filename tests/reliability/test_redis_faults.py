@@ -151,9 +151,6 @@ def test_reconciler_raises_only_redis_errors_and_converges_after(settings, fault
     assert get_engine().inspect("default", h.id).place == "pending"
 
 
-@pytest.mark.xfail(strict=True, reason="an ack whose reply is lost (the server ran it, the "
-                   "connection dropped) is retried, refused as 'lease lost', and the row stays "
-                   "'running' while its worker lives (requested fix: settle.py, see the report)")
 def test_ack_whose_reply_is_lost_still_ends_succeeded(settings, fault_server, exec_table) -> None:  # type: ignore[no-untyped-def]
     point_at(settings, fault_server, **FAST)
     proxy = LossyProxy(fault_server.port)
