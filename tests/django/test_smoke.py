@@ -1,4 +1,5 @@
 import pytest
+
 from django_delayq import schedule
 from django_delayq.models import Job
 from django_delayq.testing import run_due_jobs
