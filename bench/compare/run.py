@@ -20,7 +20,6 @@ import logging
 import os
 import platform
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,25 +46,9 @@ QUICK = {"enqueue": 1000, "drain": 5000, "lateness": 500, "spread": 5.0, "memory
 
 
 def start_redis(workdir: Path) -> tuple[subprocess.Popen[bytes], str]:
-    import redis
+    from django_delayq.embedded import start
 
-    from django_delayq.embedded import find_binary
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([find_binary(), "--port", str(port), "--bind", "127.0.0.1",
-                             "--save", "", "--appendonly", "no", "--dir", str(workdir)],
-                            stdout=subprocess.DEVNULL)
-    url = "redis://127.0.0.1:%d/0" % port
-    for _ in range(200):
-        try:
-            redis.Redis.from_url(url).ping()
-            return proc, url
-        except redis.ConnectionError:
-            time.sleep(0.05)
-    proc.kill()
-    raise RuntimeError("redis-server did not start")
+    return start(workdir, tcp=True, persistence=False)
 
 
 def run_bounded(argv: list[str], timeout: float, log: Path) -> dict[str, Any]:

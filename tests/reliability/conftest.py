@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +13,7 @@ from django.db import connection
 
 from tests.conftest import unique_prefix
 from tests.redis_server import RedisServer, binaries
+from tests.worker import conftest as worker
 
 ROOT = Path(__file__).resolve().parents[2]
 ALLOWED = ["tests.jobs", "tests.jobs_chaos"]
@@ -72,35 +70,16 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, step: float
         time.sleep(step)
 
 
+WORKER_SETTINGS = "tests.reliability.worker_settings"
+
+
 def worker_env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
-    env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = "tests.reliability.worker_settings"
-    env["DELAYQ_REDIS_URL"] = settings.DELAYQ["REDIS_URL"]
-    env["DELAYQ_TEST_PREFIX"] = settings.DELAYQ["PREFIX"]
-    env["DELAYQ_TEST_LEASE"] = str(settings.DELAYQ.get("LEASE_SECONDS", 10))
-    name = str(connection.settings_dict["NAME"])
-    env["DELAYQ_TEST_SQLITE" if connection.vendor == "sqlite" else "DELAYQ_TEST_DBNAME"] = name
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
+    return worker.worker_env(settings, WORKER_SETTINGS)
 
 
 @pytest.fixture
 def start_worker(settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> subprocess.Popen[str]:
-        log = open(tmp_path / ("worker-%d.log" % len(procs)), "w")
-        proc = subprocess.Popen([sys.executable, "-m", "django", "delayq_worker", *args],
-                                cwd=ROOT, env=worker_env(settings), stdout=log,
-                                stderr=subprocess.STDOUT, text=True)
-        procs.append(proc)
-        return proc
-
-    yield start
-    for proc in procs:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
+    yield from worker.worker_starter(settings, tmp_path, WORKER_SETTINGS)
 
 
 def timeout_client(server: RedisServer, seconds: float = 0.3) -> redis.Redis:

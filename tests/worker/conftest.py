@@ -16,9 +16,9 @@ from django.db import connection
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def worker_env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
+def worker_env(settings, module: str = "tests.settings") -> dict[str, str]:  # type: ignore[no-untyped-def]
     env = dict(os.environ)
-    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["DJANGO_SETTINGS_MODULE"] = module
     env["DELAYQ_REDIS_URL"] = settings.DELAYQ["REDIS_URL"]
     env["DELAYQ_TEST_PREFIX"] = settings.DELAYQ["PREFIX"]
     env["DELAYQ_TEST_LEASE"] = str(settings.DELAYQ.get("LEASE_SECONDS", 10))
@@ -28,15 +28,16 @@ def worker_env(settings) -> dict[str, str]:  # type: ignore[no-untyped-def]
     return env
 
 
-@pytest.fixture
-def start_worker(delayq_settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
+def worker_starter(settings, tmp_path, module: str = "tests.settings"  # type: ignore[no-untyped-def]
+                   ) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Yield start(*args) -> a `delayq_worker` subprocess; SIGKILL the survivors after."""
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: str) -> subprocess.Popen[str]:
         log = open(tmp_path / ("worker-%d.log" % len(procs)), "w")
         proc = subprocess.Popen(
             [sys.executable, "-m", "django", "delayq_worker", *args],
-            cwd=ROOT, env=worker_env(delayq_settings), stdout=log, stderr=subprocess.STDOUT,
+            cwd=ROOT, env=worker_env(settings, module), stdout=log, stderr=subprocess.STDOUT,
             text=True)
         procs.append(proc)
         return proc
@@ -46,6 +47,11 @@ def start_worker(delayq_settings, tmp_path) -> Iterator[Callable[..., subprocess
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
+
+
+@pytest.fixture
+def start_worker(delayq_settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
+    yield from worker_starter(delayq_settings, tmp_path)
 
 
 def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, step: float = 0.02) -> None:
