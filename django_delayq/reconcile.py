@@ -17,8 +17,10 @@ Two modes, both bounded per call:
   persistence, a failover to an empty replica). ``tick()`` reads it every
   ``EPOCH_CHECK_SECONDS``; a reconciler that finds it gone (and creates a new one) or
   changed (another worker re-created it) gives the queue a full pass with **no
-  grace**, run at most ``URGENT_BUDGET_SECONDS`` (and a quarter of the lease) per tick
-  until done, so heartbeats keep flowing.
+  grace** (on a first look, with no epoch at all, rows changed in the last
+  ``URGENT_GRACE_SECONDS`` are left to the normal walk: they may be jobs acked in this
+  Redis whose audit flush is still on its way), run at most ``URGENT_BUDGET_SECONDS``
+  (and a quarter of the lease) per tick until done, so heartbeats keep flowing.
 
 The acked-but-not-yet-audited trade-off
 ---------------------------------------
@@ -89,6 +91,11 @@ MAX_RECENT = 100_000
 LIGHT = ("id", "queue", "status", "worker_id", "run_at", "updated_at", "attempts")
 EPOCH_CHECK_SECONDS = 1.0
 URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
+# On a *first look* (no epoch yet: a new install, or a loss nobody saw) the urgent pass
+# skips rows changed in the last URGENT_GRACE_SECONDS: such a row most likely describes a
+# job that is in this Redis and was already acked while its audit flush is on its way.
+# The normal walk (grace + second look) takes those rows. An observed loss gets no grace.
+URGENT_GRACE_SECONDS = 2.0
 
 
 def _s(value: Any) -> str | None:
@@ -132,6 +139,7 @@ class Reconciler:
         self._last = -1e18
         self._last_epoch = -1e18
         self.stats = PassStats()
+        self._first_look: set[str] = set()
 
     # -- worker entry point -----------------------------------------------------------
 
@@ -172,9 +180,12 @@ class Reconciler:
         for queue in list(self._urgent):
             cursor = self._urgent[queue]
             while time.monotonic() < deadline:
-                added += self._batch(cursor, (queue,), 0.0, lost=True)
+                grace = min(URGENT_GRACE_SECONDS, self.settings.reconcile_grace_seconds) \
+                    if queue in self._first_look else 0.0
+                added += self._batch(cursor, (queue,), grace, lost=True)
                 if cursor.status == 0 and cursor.after is None:
                     del self._urgent[queue]
+                    self._first_look.discard(queue)
                     logger.info("reconciler: full pass of queue %r without grace done", queue)
                     break
         return added
@@ -224,6 +235,10 @@ class Reconciler:
             if value != known and (known is not None or raw is None):
                 lost.append(queue)
                 self._log_loss(queue, known)
+                if known is None:
+                    self._first_look.add(queue)
+                else:
+                    self._first_look.discard(queue)
                 self._suspects.clear()  # whatever they were, the no-grace pass decides now
             self._epochs[queue] = value
         return lost

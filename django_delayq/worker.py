@@ -344,6 +344,8 @@ class Worker:
             if not self.draining:
                 try:
                     self.reconciler.tick()
+                except RedisError as exc:  # the main loop reports outages; try next time
+                    logger.debug("reconciler: Redis unavailable: %s", exc)
                 except Exception:  # noqa: BLE001 - never let the keeper die
                     logger.exception("reconciler tick failed")
             self._keeper_stop.wait(min(beat_s, 0.5))
