@@ -265,9 +265,11 @@ class Worker:
                 if key in self.timed_out:  # already failed and settled: drop what came late
                     self.timed_out.discard(key)
                     continue
+                first = not self.done
                 self.done.append(outcome)
                 self.running.pop(key, None)
-            self.wake.set()
+            if first:  # the main loop settles everything in `done` at once: one wake-up
+                self.wake.set()
 
     def _settle_done(self) -> None:
         outcomes = []
