@@ -13,6 +13,8 @@ __version__ = "0.1.0"
 _LAZY = {
     "schedule": "django_delayq.api",
     "schedule_many": "django_delayq.api",
+    "schedule_spec": "django_delayq.api",
+    "JobSpec": "django_delayq.api",
     "cancel": "django_delayq.api",
     "run_now": "django_delayq.api",
     "reschedule": "django_delayq.api",
@@ -31,6 +33,7 @@ __all__ = sorted(_LAZY)
 if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.api import (  # noqa: F401
         JobHandle,
+        JobSpec,
         cancel,
         get_job,
         requeue,
@@ -38,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
         run_now,
         schedule,
         schedule_many,
+        schedule_spec,
     )
     from django_delayq.context import current_job  # noqa: F401
     from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound, Retry  # noqa: F401

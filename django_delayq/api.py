@@ -142,12 +142,20 @@ def schedule(
     """Run ``fn(*args, **kwargs)`` after ``delay`` (seconds or timedelta) or ``at``.
 
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
-    same queue) returns the first job instead of creating another.
+    same queue) returns the first job instead of creating another. A job function whose
+    keyword arguments are named like these options: use ``schedule_spec``.
     """
+    spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key)
+    return schedule_spec(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff)
+
+
+def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None = None,
+                  max_attempts: int | None = None, backoff: Any = None) -> JobHandle:
+    """``schedule()`` with the job's arguments given as values (any keyword names)."""
+    key = spec.key
     s = get_settings()
     common = _common(fn, queue, max_attempts, backoff, s)
-    values, new = _build(common, JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key),
-                         s, timezone.now())
+    values, new = _build(common, spec, s, timezone.now())
     row = Job(**values)
     using = router.db_for_write(Job)
     if key is not None:
@@ -271,5 +279,6 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
             return JobHandle(row.id, row.queue)
     elif not row.is_final:
         raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
-    return schedule(row.callable_path, *row.args, delay=seconds, queue=row.queue,
-                    max_attempts=row.max_attempts, backoff=row.backoff, **row.kwargs)
+    return schedule_spec(row.callable_path,
+                         JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds),
+                         queue=row.queue, max_attempts=row.max_attempts, backoff=row.backoff)

@@ -194,3 +194,15 @@ def test_default_allow_list_is_installed_apps(delayq_settings) -> None:  # type:
     assert registry.is_allowed("django_delayq.contrib.http.post_json")
     with pytest.raises(InvalidJob, match="not in DELAYQ"):
         schedule("os.system", "echo hi")
+
+
+def test_schedule_spec_takes_kwargs_named_like_options(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import schedule_spec
+
+    h = schedule_spec("tests.jobs.noop", JobSpec(kwargs={"queue": "q", "delay": 5}, delay=60),
+                      queue="emails")
+    row = h.job
+    assert (row.queue, row.kwargs) == ("emails", {"queue": "q", "delay": 5})
+    Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED)
+    again = requeue(h.id)  # copies kwargs as values, whatever their names
+    assert again.job.kwargs == {"queue": "q", "delay": 5} and again.job.queue == "emails"
