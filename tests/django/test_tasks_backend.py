@@ -96,8 +96,7 @@ def test_retrying_task_is_ready_again_with_its_first_error(jt, tasks_settings):
 
 
 def test_takes_context_gets_the_attempt_number_and_running_result(jt):
-    if registry.resolve("tests.jobs_tasks.flaky") is jt.flaky.func:
-        pytest.skip("registry.resolve does not pass a TaskContext yet (see issue 4 report)")
+    assert registry.resolve("tests.jobs_tasks.flaky") is not jt.flaky.func  # wrapped
     result = jt.flaky.enqueue(3)
     assert run_due_jobs() == 3
     result.refresh()
