@@ -1,6 +1,6 @@
 """Benchmark ``schedule_dataframe`` on local Spark: prints jobs/s into Redis + audit rows.
 
-    python bench/spark_bulk.py [--rows 200000] [--master local[2]] [--keys]
+    python bench/spark_bulk.py [--rows 200000] [--master local[2]] [--keys] [--db postgres]
 
 Self-contained: starts a private redis-server on a free port (never a shared one),
 uses a fresh SQLite file (WAL) for the audit table, and is its own Django settings
@@ -23,12 +23,17 @@ SECRET_KEY = "bench"
 USE_TZ = True
 INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_delayq"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-DATABASES = {"default": {
-    "ENGINE": "django.db.backends.sqlite3",
-    "NAME": os.environ.get("DELAYQ_BENCH_DB", ":memory:"),
-    "OPTIONS": {"timeout": 60, "transaction_mode": "IMMEDIATE",
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
-}}
+if os.environ.get("DELAYQ_BENCH_PG"):  # --db postgres: a database of its own
+    DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql",
+                             "NAME": os.environ["DELAYQ_BENCH_PG"], "USER": "postgres",
+                             "HOST": "127.0.0.1"}}
+else:
+    DATABASES = {"default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("DELAYQ_BENCH_DB", ":memory:"),
+        "OPTIONS": {"timeout": 60, "transaction_mode": "IMMEDIATE",
+                    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"},
+    }}
 DELAYQ = {"REDIS_URL": os.environ.get("DELAYQ_BENCH_REDIS_URL", "redis://127.0.0.1:1/0"),
           "PREFIX": "bench", "ALLOWED_CALLABLES": ["spark_bulk"]}
 
@@ -76,7 +81,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--keys", action="store_true", help="idempotency keys (key_col)")
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite",
+                        help="postgres: a fresh database on 127.0.0.1:5432 (user postgres)")
     opts = parser.parse_args(argv)
+    if opts.db == "postgres":
+        _fresh_pg_database("delayq_spark_bench")
     workdir = tempfile.mkdtemp(prefix="delayq-bench-")
     proc, url = _start_redis(workdir)
     try:
@@ -85,6 +94,16 @@ def main(argv: list[str]) -> int:
         proc.terminate()
         proc.wait()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _fresh_pg_database(name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres",
+                         autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS %s" % name)
+        conn.execute("CREATE DATABASE %s" % name)
+    os.environ["DELAYQ_BENCH_PG"] = name
 
 
 def _bench(opts: Any, workdir: str, url: str) -> int:

@@ -36,6 +36,11 @@ def datetime_adapter(using: str) -> Callable[[datetime | None], Any]:
     return adapter
 
 
+def _has_copy(conn: Any) -> bool:
+    conn.ensure_connection()
+    return hasattr(conn.connection, "pipeline")  # psycopg 3: cursor.copy() streams rows
+
+
 class RowWriter:
     """Builds INSERT parameter rows for one queue and callable, and inserts them."""
 
@@ -71,6 +76,9 @@ class RowWriter:
         if not rows:
             return
         conn = connections[self.using]
+        if conn.vendor == "postgresql" and not ignore_conflicts and _has_copy(conn):
+            self._copy(conn, rows)
+            return
         ops = conn.ops
         on_conflict = OnConflict.IGNORE if ignore_conflicts else None
         sql = "%s %s (%s) VALUES (%s) %s" % (
@@ -81,3 +89,14 @@ class RowWriter:
         with conn.cursor() as cursor:
             for i in range(0, len(rows), batch_size):
                 cursor.executemany(sql, rows[i:i + batch_size])
+
+    def _copy(self, conn: Any, rows: Sequence[list[Any]]) -> None:
+        """PostgreSQL: stream the rows with COPY (several times faster than INSERTs)."""
+        ops = conn.ops
+        sql = "COPY %s (%s) FROM STDIN" % (
+            ops.quote_name(Job._meta.db_table),
+            ", ".join(ops.quote_name(str(f.column)) for f in self.fields))
+        with conn.cursor() as wrapper:
+            with wrapper.cursor.copy(sql) as copy:
+                for row in rows:
+                    copy.write_row(row)

@@ -206,3 +206,19 @@ def test_schedule_spec_takes_kwargs_named_like_options(delayq_engine) -> None:  
     Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED)
     again = requeue(h.id)  # copies kwargs as values, whatever their names
     assert again.job.kwargs == {"queue": "q", "delay": 5} and again.job.queue == "emails"
+
+
+def test_schedule_many_rows_hold_every_value(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    """The fast path (executemany INSERT; COPY on PostgreSQL) writes what schedule() would."""
+    at = timezone.now() + dt.timedelta(hours=1)
+    ids = schedule_many("tests.jobs.noop", [
+        JobSpec(args=[1, "é", {"k": [None, True]}], kwargs={"x": 1.5}, at=at),
+        JobSpec(delay=30)], max_attempts=4, backoff=[1, 2])
+    a, b = (Job.objects.get(pk=i) for i in ids)
+    assert (a.args, a.kwargs, a.key) == ([1, "é", {"k": [None, True]}], {"x": 1.5}, None)
+    assert a.run_at == at and a.status == JobStatus.SCHEDULED and a.attempts == 0
+    assert (a.max_attempts, a.backoff, a.last_error, a.result) == (4, [1, 2], "", None)
+    assert a.created_at == a.updated_at and a.started_at is None and not a.cancel_requested
+    assert abs((b.run_at - b.created_at).total_seconds() - 30) < 1 and b.kwargs == {}
+    loc = delayq_engine.inspect("default", a.id)
+    assert loc.place == "pending" and loc.score_ms == int(at.timestamp() * 1000)
