@@ -16,9 +16,17 @@ from typing import Any
 
 import pytest
 
-if not (shutil.which("java") or os.environ.get("JAVA_HOME")):  # a machine without a JVM
-    pytest.skip("Spark needs Java 17+: no java on PATH and no JAVA_HOME",
-                allow_module_level=True)
+NO_JAVA = not (shutil.which("java") or os.environ.get("JAVA_HOME"))
+
+
+def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:
+    """A machine without a JVM cannot run Spark: its tests are reported as skipped."""
+    no_jvm = pytest.mark.skipif(NO_JAVA, reason="Spark needs Java 17+: no java on PATH "
+                                               "and no JAVA_HOME")
+    for item in items:
+        if "tests/spark/" in str(item.path):
+            item.add_marker(no_jvm)
+
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 pytest.importorskip("matplotlib")

@@ -12,6 +12,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
+from django_delayq.management.options import parse_queues
 from django_delayq.reconcile import BATCH, Reconciler
 
 
@@ -36,12 +37,7 @@ class Command(BaseCommand):
         from django_delayq.connection import get_engine
 
         settings = get_settings()
-        queues = tuple(q.strip() for q in (options["queues"] or ",".join(settings.queues))
-                       .split(",") if q.strip())
-        unknown = [q for q in queues if q not in settings.queues]
-        if unknown:
-            raise CommandError("unknown queue(s) %s; DELAYQ['QUEUES'] is %s"
-                               % (unknown, list(settings.queues)))
+        queues = parse_queues(options["queues"], settings)
         if options["batch"] < 1:
             raise CommandError("--batch must be >= 1, not %d" % options["batch"])
         reconciler = Reconciler(get_engine(), settings, queues)

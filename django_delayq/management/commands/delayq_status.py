@@ -19,6 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
+from django_delayq.management.options import parse_queues
+
 CLEAR = "\x1b[H\x1b[2J"
 
 
@@ -178,7 +180,7 @@ class Command(BaseCommand):
             settings = get_settings()
         except ImproperlyConfigured as exc:
             raise CommandError("DELAYQ is not valid: %s" % exc) from exc
-        queues = self._queues(options["queues"], settings)
+        queues = list(parse_queues(options["queues"], settings))
         engine = get_engine()
         try:
             if options["follow"]:
@@ -194,16 +196,6 @@ class Command(BaseCommand):
             raise CommandError("Redis is unavailable: %s" % exc) from exc
         except KeyboardInterrupt:
             self.stdout.write("")
-
-    def _queues(self, value: str | None, settings: Any) -> list[str]:
-        if not value:
-            return list(settings.queues)
-        queues = [q.strip() for q in value.split(",") if q.strip()]
-        unknown = [q for q in queues if q not in settings.queues]
-        if unknown:
-            raise CommandError("unknown queue(s) %s; DELAYQ['QUEUES'] is %s"
-                               % (unknown, list(settings.queues)))
-        return queues
 
     def render(self, engine: Any, settings: Any, queues: list[str], as_json: bool) -> str:
         status = collect(engine, settings, queues)

@@ -9,6 +9,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_delayq.management.options import parse_queues
 from django_delayq.worker import EXIT_CONFIG, Worker, WorkerOptions, run_forever_until_ready
 
 
@@ -38,12 +39,7 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             self.stderr.write("delayq_worker: %s" % exc)
             sys.exit(EXIT_CONFIG)
-        queues = tuple(q.strip() for q in (options["queues"] or ",".join(settings.queues))
-                       .split(",") if q.strip())
-        unknown = [q for q in queues if q not in settings.queues]
-        if unknown:
-            raise CommandError("unknown queue(s) %s; DELAYQ['QUEUES'] is %s"
-                               % (unknown, list(settings.queues)))
+        queues = parse_queues(options["queues"], settings)
         concurrency = options["concurrency"] or settings.concurrency
         if concurrency < 1:
             raise CommandError("--concurrency must be >= 1, not %d" % concurrency)
