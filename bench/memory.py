@@ -7,8 +7,11 @@ candidate layouts built with plain commands (same data, different shapes).
 Each figure is the ``INFO memory`` ``used_memory`` delta / n for n jobs due in 1-2 h with
 small arguments (one 13-digit integer), after FLUSHDB. Candidates:
 
-- ``engine``      today: pending ZSET (26-char id) + jobs HASH id -> envelope (via Lua)
-- ``short-id``    the same with 16-character ids
+- ``engine``      what django-delayq stores (``schedule``/``schedule_many``): the id in the
+                  pending ZSET, the payload in the audit row (via ``Engine.enqueue``)
+- ``envelope``    the bare engine given envelopes (and django-delayq before 0.2): pending
+                  ZSET (26-char id) + jobs HASH id -> envelope (via Lua)
+- ``short-id``    the envelope layout with 16-character ids
 - ``lean-env``    short ids and an envelope without defaults (no ``{}`` kwargs, no
                   max_attempts when it equals the default)
 - ``buckets``     short ids; envelopes in 128-entry HASH buckets (listpack encoding;
@@ -57,12 +60,15 @@ def short_id() -> str:
     return new_id()[:16]
 
 
-def via_engine(client: Any, n: int, due: int) -> None:
-    engine = Engine(client, prefix="mem")
-    for start in range(0, n, 1000):
-        engine.enqueue("default", [NewJob(id=new_id(), envelope=env_today(i),
-                                          at_ms=due + random.randrange(3_600_000))
-                                   for i in range(start, min(n, start + 1000))])
+def via_engine(with_envelope: bool) -> Callable[[Any, int, int], None]:
+    def build(client: Any, n: int, due: int) -> None:
+        engine = Engine(client, prefix="mem")
+        for start in range(0, n, 1000):
+            engine.enqueue("default", [
+                NewJob(id=new_id(), envelope=env_today(i) if with_envelope else None,
+                       at_ms=due + random.randrange(3_600_000))
+                for i in range(start, min(n, start + 1000))])
+    return build
 
 
 def plain(make_id: Callable[[], str], make_env: Callable[[int], str] | None,
@@ -88,7 +94,8 @@ def plain(make_id: Callable[[], str], make_env: Callable[[int], str] | None,
 
 
 LAYOUTS: dict[str, Callable[[Any, int, int], None]] = {
-    "engine": via_engine,
+    "engine": via_engine(False),
+    "envelope": via_engine(True),
     "short-id": plain(short_id, env_today),
     "lean-env": plain(short_id, env_lean),
     "buckets": plain(short_id, env_lean, buckets=True),

@@ -105,15 +105,16 @@ def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[
     if spec.key is not None and (not isinstance(spec.key, str) or not spec.key):
         raise InvalidJob("key must be a non-empty string, not %r" % (spec.key,))
     job_id = ids.new_id() if spec.key is None else ids.id_for_key(c.queue, spec.key)
-    envelope = Envelope(path=c.path, args=args, kwargs=kwargs, max_attempts=c.max_attempts,
-                        backoff=c.backoff).encode()
-    if len(envelope) > s.max_payload_bytes:
+    size = len(Envelope(path=c.path, args=args, kwargs=kwargs, max_attempts=c.max_attempts,
+                        backoff=c.backoff).encode())
+    if size > s.max_payload_bytes:
         raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d; pass "
-                         "ids instead of data" % (len(envelope), s.max_payload_bytes))
+                         "ids instead of data" % (size, s.max_payload_bytes))
     row = dict(id=job_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
                key=spec.key, run_at=run_at, created_at=now, updated_at=now,
                max_attempts=c.max_attempts, backoff=c.backoff)
-    return row, NewJob(id=job_id, envelope=envelope, **new)
+    # The payload stays in the row: Redis gets the id and the due time.
+    return row, NewJob(id=job_id, at_ms=new.get("at_ms"), delay_ms=new.get("delay_ms", 0))
 
 
 def _enqueue(queue: str, jobs: list[NewJob]) -> None:

@@ -1,8 +1,9 @@
 """``schedule_many``'s fast path: validate each spec, then one INSERT per 1,000 rows and
 one Redis call per 1,000 jobs, with every value encoded once.
 
-The row's ``args``/``kwargs`` JSON and the Redis envelope are built from the same
-strings; constant columns are adapted once per call; no model instances are made.
+The row's ``args``/``kwargs`` JSON is encoded once (its size checked as the envelope's);
+Redis gets ids and due times only; constant columns are adapted once per call; no model
+instances are made.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class Batch:
         if run_at.tzinfo is not None and run_at.tzinfo is not UTC:
             run_at = run_at.astimezone(UTC)
         self.rows.append(self.writer.row(job_id, key, args_json, kwargs_json, run_at))
-        self.jobs.append(NewJob(id=job_id, envelope=envelope, at_ms=at_ms, delay_ms=delay_ms))
+        self.jobs.append(NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms))  # payload: the row
         self.ids.append(job_id)
 
     def drop_existing(self, using: str, batch_size: int) -> None:

@@ -1,7 +1,7 @@
 """The outbox reconciler: audit rows that should be in Redis but are not get enqueued.
 
 The row is the durable record. A row in a live status (scheduled, retrying, running)
-whose job has no envelope in Redis was never enqueued (Redis was down at commit) or
+whose job is in none of the queue's sets in Redis was never enqueued (Redis was down at commit) or
 was lost (Redis restarted without persistence, FLUSHALL, eviction).
 
 Two modes, both bounded per call:
@@ -24,9 +24,9 @@ Two modes, both bounded per call:
 
 The acked-but-not-yet-audited trade-off
 ---------------------------------------
-A job acked in Redis has no envelope; until its worker flushes the audit row, the row
+A job acked in Redis is gone from Redis; until its worker flushes the audit row, the row
 still says ``running`` (or even ``scheduled``). Re-enqueueing it would run it twice.
-So a ``running`` row with no envelope is re-enqueued only when
+So a ``running`` row missing from Redis is re-enqueued only when
 
 1. Redis lost its data (epoch gone): the ack of the running copy will be refused
    anyway (its lease vanished), so the row would stay ``running`` forever; or
@@ -36,14 +36,14 @@ So a ``running`` row with no envelope is re-enqueued only when
    means we run it again. This is a duplicate of a job that was in flight at a crash.
 
 While its worker lives, such a row is left alone (its flush is coming). A ``scheduled``
-or ``retrying`` row with no envelope past the grace period is re-enqueued: its enqueue
+or ``retrying`` row missing from Redis past the grace period is re-enqueued: its enqueue
 never happened, or a worker ran it and died before flushing even the ``running`` state
 (again a job in flight at a crash).
 
 The grace period is measured on the row's ``updated_at``, which says nothing about when
-the envelope vanished: a fast job settled right now (say, a backlog of acks sent the
+the job left Redis: a fast job settled right now (say, a backlog of acks sent the
 moment Redis came back) leaves a ``scheduled`` row with an old ``updated_at`` and no
-envelope for the few milliseconds until the audit flush. So, outside data loss, a row
+job in Redis for the few milliseconds until the audit flush. So, outside data loss, a row
 found missing is only a *suspect*; it is re-enqueued when a second look, at least
 ``confirm_seconds`` later (``max(1 s, 20 * AUDIT_FLUSH_SECONDS)``), finds the row
 unchanged and the job still absent.
@@ -51,12 +51,12 @@ unchanged and the job still absent.
 Several workers reconcile the same rows. When one re-enqueues a job, it first records
 the id in ``{prefix:queue}:reconciled`` (ZSET id -> server ms, kept ``RECENT_SECONDS``,
 at most ``MAX_RECENT`` ids); the others' second look skips ids found there (read in
-the same MULTI as the envelope), or they would re-enqueue a job that a third worker
+the same MULTI as the job's place), or they would re-enqueue a job that a third worker
 has just run and acked but not yet audited. The no-grace pass skips them too: the
 ZSET is lost with the data, so whatever it holds was re-enqueued after the loss. An
 epoch change clears the suspects.
 
-Re-enqueue is idempotent (``enqueue.lua`` uses HSETNX on the envelope), so running
+Re-enqueue is idempotent (``enqueue.lua`` skips ids already pending, in flight or dead), so running
 several reconcilers at once never doubles a job. The attempts counter is seeded with
 the row's ``attempts`` (HSETNX) in the same MULTI: the next delivery gets a new, higher
 lease token, so a late ack of a copy that ran when Redis lost its data cannot settle the
@@ -78,7 +78,6 @@ from django.utils import timezone
 
 from django_delayq.conf import Settings
 from django_delayq.engine import Engine, scripts
-from django_delayq.engine.envelope import Envelope
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -329,7 +328,7 @@ class Reconciler:
         waiting = len(absent) - len(keep)
         if waiting:
             self.stats.waiting_on_live_worker += waiting
-            logger.debug("reconciler: %d running row(s) without envelope left to their live "
+            logger.debug("reconciler: %d running row(s) missing from Redis left to their live "
                          "worker (audit flush pending)", waiting)
         return keep
 
@@ -337,7 +336,7 @@ class Reconciler:
         return self.engine.keys(queue).tag + ":reconciled"
 
     def _absent_in(self, queue: str, rows: list[Job]) -> list[Job]:
-        """Read envelope + ZSET membership of each row atomically (MULTI, one slot)."""
+        """Read each row's ZSET membership (and any envelope) atomically (MULTI, one slot)."""
         k = self.engine.keys(queue)
         pipe = self.engine.client.pipeline(transaction=True)
         pipe.time()
@@ -352,11 +351,12 @@ class Reconciler:
         absent = []
         for i, row in enumerate(rows):
             has_env, *places, recent = replies[5 * i:5 * i + 5]
-            if not has_env and recent is not None and recent >= horizon:
+            held = any(p is not None for p in places)
+            if not held and not has_env and recent is not None and recent >= horizon:
                 logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
-            elif not has_env:
+            elif not held and not has_env:
                 absent.append(row)
-            elif all(p is None for p in places):
+            elif not held:
                 self.stats.orphans += 1
                 logger.error("reconciler: job %s has an envelope but is in no queue set of "
                              "%r (partial data loss or eviction?); it cannot run until "
@@ -383,10 +383,7 @@ class Reconciler:
             by_queue.setdefault(row.queue, []).append(row)
         added = 0
         for queue, items in by_queue.items():
-            full = Job.objects.in_bulk([row.pk for row in items])  # args, kwargs: only now
-            items = [full[row.pk] for row in items if row.pk in full]
-            if items:
-                added += self._enqueue_queue(queue, items)
+            added += self._enqueue_queue(queue, items)
         if added:
             self.stats.enqueued += added
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
@@ -407,7 +404,7 @@ class Reconciler:
         now_ms = self.engine.time_ms()
         args: list[Any] = [0, k.channel]
         for row in rows:
-            args += [row.pk, int(row.run_at.timestamp() * 1000), 0, _envelope(row)]
+            args += [row.pk, int(row.run_at.timestamp() * 1000), 0, ""]  # payload: the row
         pipe = self.engine.client.pipeline(transaction=True)
         pipe.zadd(recent, {row.pk: now_ms for row in rows})
         pipe.zremrangebyscore(recent, "-inf", now_ms - RECENT_SECONDS * 1000)
@@ -415,10 +412,7 @@ class Reconciler:
         for row in rows:
             if row.attempts > 0:
                 pipe.hsetnx(k.attempts, row.pk, row.attempts)
-        pipe.eval(scripts.load("enqueue").source, 2, k.pending, k.jobs, *args)
+        pipe.eval(scripts.load("enqueue").source, 4, k.pending, k.jobs, k.inflight, k.dead,
+                  *args)
         return int(pipe.execute()[-1][0])
 
-
-def _envelope(row: Job) -> str:
-    return Envelope(path=row.callable_path, args=row.args, kwargs=row.kwargs,
-                    max_attempts=row.max_attempts, backoff=row.backoff).encode()

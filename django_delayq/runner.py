@@ -18,7 +18,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from django_delayq import execution
+from django_delayq import execution, payloads
 from django_delayq.context import JobContext
 from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
@@ -76,7 +76,7 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
     t0 = time.perf_counter()
     common: dict[str, Any] = {"job": job, "started_at": started}
     try:
-        env = Envelope.decode(job.envelope)
+        env = payloads.of(job)
     except ValueError as exc:
         return Outcome(kind=Kind.DEAD, finished_at=datetime.now(UTC),
                        error="invalid envelope: %s" % exc, **common)
@@ -112,7 +112,7 @@ def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
     after the job's backoff (or dead without attempts left). Its thread cannot be
     killed; whatever it returns later is discarded."""
     try:
-        env = Envelope.decode(job.envelope)
+        env = payloads.of(job)
     except ValueError:
         env = Envelope(path="")
     max_attempts = env.max_attempts or default_max_attempts

@@ -14,11 +14,10 @@ import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django_delayq import signals
+from django_delayq import payloads, signals
 from django_delayq.audit import AuditWriter
 from django_delayq.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
-from django_delayq.engine.envelope import Envelope
 from django_delayq.models import JobStatus
 from django_delayq.runner import Kind, Outcome, ms_to_dt
 
@@ -47,7 +46,7 @@ class Settler:
                           started_at=now, finished_at=None, attempts=job.token,
                           worker_id=self.worker_id, updated_at=now)
         if signals.job_started.receivers:
-            path = _path_of(job.envelope)
+            path = _path_of(job)
             signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
                          attempt=job.token, worker_id=self.worker_id,
                          due_at=ms_to_dt(job.due_ms), started_at=now)
@@ -110,9 +109,13 @@ class Settler:
     def recover(self, queue: str) -> None:
         """Take back expired leases (bounded batches) and record the lost attempts."""
         for _ in range(10):
+            # Jobs keep their max_attempts in the audit row: read those of the leases that
+            # are about to be taken back (a margin covers clock skew with Redis).
+            expiring = self.engine.expiring(queue, within_ms=5000, limit=100)
+            limits = payloads.max_attempts(expiring) if expiring else {}
             found = self.engine.recover(queue, limit=100,
                                         default_max_attempts=self.settings.default_max_attempts,
-                                        dead_max=self.settings.dead_max)
+                                        dead_max=self.settings.dead_max, max_attempts=limits)
             now = datetime.now(UTC)
             for r in found:
                 status = _STATUS_OF.get(r.outcome)
@@ -172,9 +175,9 @@ class Settler:
             logger.debug("could not unregister worker %s", self.worker_id)
 
 
-def _path_of(envelope: str) -> str:
+def _path_of(job: ClaimedJob) -> str:
     try:
-        return Envelope.decode(envelope).path
+        return payloads.of(job).path
     except ValueError:
         return ""
 

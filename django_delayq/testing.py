@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django_delayq import connection, execution, runner
+from django_delayq import connection, execution, payloads, runner
 from django_delayq.audit import AuditWriter
 from django_delayq.conf import Settings, get_settings
 from django_delayq.context import JobContext
@@ -145,7 +145,7 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     while ran < max_jobs:
         progressed = False
         for queue in names:
-            for job in engine.claim(queue, 1, settings.lease_ms).jobs:
+            for job in payloads.load(engine.claim(queue, 1, settings.lease_ms).jobs):
                 settler.started(job)
                 settler.settle([execute(job, settings)])
                 audit.flush()
@@ -196,7 +196,7 @@ def execute(job: ClaimedJob, settings: Settings) -> runner.Outcome:
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     try:
-        env = Envelope.decode(job.envelope)
+        env = payloads.of(job)
     except ValueError as exc:
         return runner.Outcome(job=job, kind=runner.Kind.DEAD, started_at=started,
                               finished_at=datetime.now(UTC), error="invalid envelope: %s" % exc)

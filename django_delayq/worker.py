@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, close_old_connections, connections
 from redis.exceptions import RedisError
 
-from django_delayq import runner
+from django_delayq import payloads, runner
 from django_delayq.audit import AuditWriter
 from django_delayq.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine
@@ -203,14 +203,25 @@ class Worker:
                                        self.settings.lease_ms)
             self.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
             self.next_due[queue] = result.next_due_ms
+            jobs = self._payloads(queue, result.jobs)
             with self.lock:
-                for job in result.jobs:
+                for job in jobs:
                     self.unstarted[(job.queue, job.id)] = job
-            for job in result.jobs:
+            for job in jobs:
                 self.local.put(job)
-            self.claimed_total += len(result.jobs)
-            if len(result.jobs) < min(room, self.settings.claim_batch):
+            self.claimed_total += len(jobs)
+            if len(jobs) < min(room, self.settings.claim_batch):
                 return
+
+    def _payloads(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+        """Read the claimed jobs' payloads from their audit rows; when the database
+        fails, hand the jobs back (no attempt charged) and let the loop back off."""
+        try:
+            return payloads.load(jobs)
+        except DatabaseError:
+            self.engine.release(queue, jobs)
+            close_old_connections()
+            raise
 
     def _max_jobs_claimed(self) -> bool:
         return self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs

@@ -8,11 +8,13 @@ Every ``now_ms`` argument is for tests; ``None`` means the server's ``TIME``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.engine import scripts
+from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.keys import QueueKeys
 
 MAX_BATCH = 1000
@@ -53,21 +55,28 @@ class MoveOutcome(enum.IntEnum):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NewJob:
-    """A job to enqueue: due at ``at_ms`` (absolute) or ``delay_ms`` after server now."""
+    """A job to enqueue: due at ``at_ms`` (absolute) or ``delay_ms`` after server now.
+
+    ``envelope`` ``None``: Redis keeps only the id; whoever claims the job loads its
+    payload from where it lives (django-delayq: the audit row)."""
 
     id: str
-    envelope: str
+    envelope: str | None = None
     at_ms: int | None = None
     delay_ms: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimedJob:
+    """A leased job. ``envelope`` is "" when Redis holds no payload for it; ``payload``
+    is set once the claimer has loaded it from elsewhere."""
+
     queue: str
     id: str
     due_ms: int
     token: int
     envelope: str
+    payload: Envelope | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -140,7 +149,7 @@ class Engine:
         batch: list[Any] = []
         for job in jobs:
             at = -1 if job.at_ms is None else int(job.at_ms)
-            batch += [job.id, at, int(job.delay_ms), job.envelope]
+            batch += [job.id, at, int(job.delay_ms), job.envelope or ""]
             if len(batch) >= 4 * MAX_BATCH:
                 added += self._enqueue_batch(k, batch, now_ms)
                 batch = []
@@ -149,7 +158,8 @@ class Engine:
         return added
 
     def _enqueue_batch(self, k: QueueKeys, batch: list[Any], now_ms: int | None) -> int:
-        reply = self._run("enqueue", (k.pending, k.jobs), [_now(now_ms), k.channel, *batch])
+        reply = self._run("enqueue", (k.pending, k.jobs, k.inflight, k.dead),
+                          [_now(now_ms), k.channel, *batch])
         return int(reply[0])
 
     # -- consuming ------------------------------------------------------------------
@@ -238,20 +248,30 @@ class Engine:
         limit: int = 100,
         default_max_attempts: int = 3,
         dead_max: int = 100_000,
+        max_attempts: Mapping[str, int] | None = None,
         now_ms: int | None = None,
     ) -> list[Recovered]:
-        """Take back up to ``limit`` expired leases (dead workers)."""
+        """Take back up to ``limit`` expired leases (dead workers). ``max_attempts``
+        gives the limit of jobs without an envelope in Redis (see ``expiring``)."""
         k = self.keys(queue)
+        given = [v for item in (max_attempts or {}).items() for v in item]
         reply = self._run(
             "recover",
             (k.pending, k.inflight, k.jobs, k.attempts, k.cancel, k.dead),
-            [_now(now_ms), limit, default_max_attempts, k.channel, dead_max],
+            [_now(now_ms), limit, default_max_attempts, k.channel, dead_max, *given],
         )
         return [
             Recovered(id=_s(reply[i]), outcome=NackOutcome(int(reply[i + 1])),
                       attempts=int(reply[i + 2]))
             for i in range(0, len(reply), 3)
         ]
+
+    def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
+        """Ids whose lease ends within ``within_ms`` of the local clock (or has ended):
+        the candidates of the next ``recover``, for looking up their ``max_attempts``."""
+        horizon = int(time.time() * 1000) + within_ms
+        ids = self.client.zrangebyscore(self.keys(queue).inflight, "-inf", horizon, 0, limit)
+        return [_s(i) for i in ids]
 
     # -- managing -------------------------------------------------------------------
 

@@ -11,11 +11,12 @@
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
 -- ARGV[4]  channel   PUBLISH target when a recovered job becomes the earliest pending job
 -- ARGV[5]  dead_max  dead jobs kept (trimmed by nack.lua; here only compared)
+-- ARGV[6..] pairs: id, max_attempts — for jobs without an envelope in Redis (payload in
+--           the audit row), as the caller read them; default_max_attempts otherwise
 --
 -- The lost delivery counts as an attempt: a job with attempts left is due again at
 -- now_ms; one without goes to dead; one whose cancel was asked is forgotten.
--- Returns: triples id, outcome, attempts  (outcome 1 retrying, 2 dead, 3 cancelled,
---          0 dropped: an in-flight id without an envelope)
+-- Returns: triples id, outcome, attempts  (outcome 1 retrying, 2 dead, 3 cancelled)
 -- Cost: O(limit * log N); never scans the backlog.
 local now = tonumber(ARGV[1])
 if now == 0 then
@@ -24,6 +25,8 @@ if now == 0 then
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local given = {}
+for i = 6, #ARGV, 2 do given[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local out = {}
 local requeued = false
 for _, id in ipairs(expired) do
@@ -31,17 +34,16 @@ for _, id in ipairs(expired) do
   local env = redis.call('HGET', KEYS[3], id)
   local n = tonumber(redis.call('HGET', KEYS[4], id) or '0')
   local outcome
-  if not env then
-    redis.call('HDEL', KEYS[4], id)
-    outcome = 0
-  elseif redis.call('SREM', KEYS[5], id) == 1 then
+  if redis.call('SREM', KEYS[5], id) == 1 then
     redis.call('HDEL', KEYS[3], id)
     redis.call('HDEL', KEYS[4], id)
     outcome = 3
   else
-    local max = tonumber(ARGV[3])
-    local ok, decoded = pcall(cjson.decode, env)
-    if ok and type(decoded) == 'table' and tonumber(decoded[4]) then max = tonumber(decoded[4]) end
+    local max = given[id] or tonumber(ARGV[3])
+    if env then
+      local ok, decoded = pcall(cjson.decode, env)
+      if ok and type(decoded) == 'table' and tonumber(decoded[4]) then max = tonumber(decoded[4]) end
+    end
     if n >= max then
       redis.call('ZADD', KEYS[6], now, id)
       outcome = 2

@@ -10,7 +10,7 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_delayq import InvalidJob, cancel, schedule
+from django_delayq import InvalidJob, cancel, payloads, schedule
 from django_delayq.api import JobSpec, requeue, reschedule, run_now, schedule_many
 from django_delayq.engine import CancelOutcome
 from django_delayq.engine.engine import MoveOutcome
@@ -25,7 +25,7 @@ def in_redis(engine, job_id: str, queue: str = "default") -> str:  # type: ignor
     return engine.inspect(queue, job_id).place
 
 
-def test_schedule_writes_row_and_envelope(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+def test_schedule_writes_row_and_only_the_id_to_redis(delayq_engine) -> None:  # type: ignore[no-untyped-def]
     h = schedule(jobs.add, 1, 2, delay=dt.timedelta(minutes=30), max_attempts=4)
     row = Job.objects.get(pk=h.id)
     assert (row.callable_path, row.args, row.kwargs) == ("tests.jobs.add", [1, 2], {})
@@ -33,8 +33,11 @@ def test_schedule_writes_row_and_envelope(delayq_engine) -> None:  # type: ignor
     assert abs((row.run_at - timezone.now()).total_seconds() - 1800) < 5
     loc = delayq_engine.inspect("default", h.id)
     assert loc.place == "pending"
-    assert Envelope.decode(loc.envelope or "") == Envelope(path="tests.jobs.add", args=[1, 2],
-                                                           max_attempts=4)
+    assert loc.envelope is None  # the payload lives in the row, read back at claim time
+    assert not delayq_engine.client.exists(delayq_engine.keys("default").jobs)
+    claimed = payloads.load(delayq_engine.claim("default", 10, 60_000, now_ms=10**14).jobs)
+    assert [(j.id, j.envelope, j.payload) for j in claimed] == [
+        (h.id, "", Envelope(path="tests.jobs.add", args=[1, 2], max_attempts=4))]
     assert abs(loc.score_ms - (delayq_engine.time_ms() + 1_800_000)) < 5000
 
 

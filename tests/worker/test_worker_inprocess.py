@@ -100,3 +100,16 @@ def test_idle_worker_wakes_for_an_earlier_job(delayq_settings) -> None:  # type:
         worker.request_stop()
         thread.join(10)
     assert not thread.is_alive()
+
+
+def test_payload_is_read_from_the_row(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """Redis holds the id only: what runs is what the row says, and a row whose arguments
+    were damaged ends dead with the reason; an id with no row at all ends dead in Redis."""
+    good = schedule("tests.jobs.add", 2, 3)
+    bad = schedule("tests.jobs.add", 2, 3)
+    Job.objects.filter(pk=bad.id).update(args={"not": "a list"})
+    get_engine().enqueue("default", [NewJob(id="ghost")])
+    run_due_jobs()
+    assert good.job.status == JobStatus.SUCCEEDED and good.job.result == 5
+    assert bad.job.status == JobStatus.DEAD and "wrong types" in bad.job.last_error
+    assert get_engine().inspect("default", "ghost").place == "dead"
