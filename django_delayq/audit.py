@@ -12,6 +12,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -112,9 +113,10 @@ class AuditWriter:
         using = router.db_for_write(Job)
         conn = connections[using]
         groups: dict[tuple[str, ...], list[list[Any]]] = {}
+        adapt = _adapters(conn)
         for job_id, fields in changes.items():
             cols = tuple(c for c in COLUMNS if c in fields)
-            params = [_adapt(conn, c, fields[c]) for c in cols] + [job_id]
+            params = [adapt[c](fields[c]) for c in cols] + [job_id]
             if "attempts" in fields:  # guard: never overwrite a later attempt's record
                 params.append(fields["attempts"])
             groups.setdefault(cols, []).append(params)
@@ -134,16 +136,29 @@ class AuditWriter:
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
 
 
-def _adapt(conn: Any, column: str, value: Any) -> Any:
-    if column in _JSON:
-        return json.dumps(value) if value is not None else None
-    if value is None:
-        return None
-    if isinstance(value, str):
-        return str(value)  # TextChoices members are str subclasses
-    if column in _DATETIMES:
-        assert isinstance(value, datetime)
-        if value.tzinfo is UTC and conn.vendor == "sqlite" and conn.timezone_name == "UTC":
+def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
+    """One value adapter per column for ``conn``, decided once per flush."""
+    adapt_dt = conn.ops.adapt_datetimefield_value
+    sqlite_utc = conn.vendor == "sqlite" and conn.timezone_name == "UTC"
+
+    def json_value(value: Any) -> Any:
+        return None if value is None else json.dumps(value)
+
+    def text(value: Any) -> Any:
+        return None if value is None else str(value)  # TextChoices members are str subclasses
+
+    def moment(value: datetime | None) -> Any:
+        if value is None:
+            return None
+        if sqlite_utc and value.tzinfo is UTC:
             return str(value.replace(tzinfo=None))  # what the adapter returns, 5x faster
-        return conn.ops.adapt_datetimefield_value(value)
-    return value
+        return adapt_dt(value)
+
+    def plain(value: Any) -> Any:
+        return value
+
+    out: dict[str, Callable[[Any], Any]] = {c: plain for c in COLUMNS}
+    out.update({c: text for c in ("status", "worker_id", "last_error", "traceback")})
+    out.update({c: moment for c in _DATETIMES})
+    out.update({c: json_value for c in _JSON})
+    return out

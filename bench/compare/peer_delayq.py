@@ -59,7 +59,7 @@ class DelayQ:
                             "AUDIT_BATCH %s, audit rows ON in SQLite (WAL)"
                             % (concurrency, d["CLAIM_BATCH"], d["AUDIT_BATCH"]),
                 "one": "schedule(fn, due, at=...) in autocommit: audit row + Redis",
-                "bulk": "schedule_many(fn, [JobSpec(at=...)]): bulk_create + 1 script/1000"}
+                "bulk": "schedule_many(fn, [JobSpec(at=...)]): executemany INSERT + 1 script/1000"}
 
     def enqueue_one(self, due_ms: list[int]) -> None:
         from django_delayq import schedule

@@ -60,7 +60,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", type=int, default=20000)
     p.add_argument("--out", type=Path, default=ROOT / ".bench" / "profile")
-    p.add_argument("--py-spy", default=shutil.which("py-spy") or "/tmp/venv/bin/py-spy")
+    p.add_argument("--py-spy", default=shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy")))
     opts = p.parse_args()
     opts.out.mkdir(parents=True, exist_ok=True)
     from foundation import start_redis
