@@ -71,7 +71,10 @@ def _retry_delay(exc: Retry, env: Envelope, default_backoff: Any, attempt: int) 
 
 
 def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
-        default_backoff: Any) -> Outcome:
+        default_backoff: Any, manage_connections: bool = True) -> Outcome:
+    """Run one attempt. ``manage_connections`` closes stale database connections around
+    it (a worker thread); ``django_delayq.testing`` turns that off, since it would close
+    the test's connection inside a ``TestCase`` transaction."""
     started = datetime.now(UTC)
     t0 = time.perf_counter()
     common: dict[str, Any] = {"job": job, "started_at": started}
@@ -84,7 +87,8 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
     common.update(path=env.path, max_attempts=max_attempts)
     ctx = JobContext(id=job.id, queue=job.queue, attempt=job.token, max_attempts=max_attempts,
                      due_at=ms_to_dt(job.due_ms), worker_id=worker_id)
-    close_old_connections()
+    if manage_connections:
+        close_old_connections()
     try:
         result = execution.run(env.path, env.args, env.kwargs, ctx)
     except PermissionError as exc:
@@ -101,7 +105,8 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         return _failed(common, Kind.RETRY, "%s: %s" % (type(exc).__name__, exc), t0, job,
                        max_attempts, delay)
     finally:
-        close_old_connections()
+        if manage_connections:
+            close_old_connections()
     return Outcome(kind=Kind.SUCCESS, finished_at=datetime.now(UTC), result=_json_or_none(result),
                    duration_s=time.perf_counter() - t0, **common)
 

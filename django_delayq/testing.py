@@ -30,9 +30,6 @@ from django_delayq.audit import AuditWriter
 from django_delayq.conf import Settings, get_settings
 from django_delayq.context import JobContext
 from django_delayq.engine import ClaimedJob, Engine
-from django_delayq.engine import backoff as backoff_mod
-from django_delayq.engine.envelope import Envelope
-from django_delayq.exceptions import Retry
 from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -191,49 +188,9 @@ def _flush_outbox(engine: Engine, settings: Settings, queues: tuple[str, ...]) -
 
 
 def execute(job: ClaimedJob, settings: Settings) -> runner.Outcome:
-    """``runner.run`` minus ``close_old_connections()``, which would close the test's
-    connection inside a ``TestCase`` transaction."""
-    started = datetime.now(UTC)
-    t0 = time.perf_counter()
-    try:
-        env = payloads.of(job)
-    except ValueError as exc:
-        return runner.Outcome(job=job, kind=runner.Kind.DEAD, started_at=started,
-                              finished_at=datetime.now(UTC), error="invalid envelope: %s" % exc)
-    max_attempts = env.max_attempts or settings.default_max_attempts
-    ctx = JobContext(id=job.id, queue=job.queue, attempt=job.token, max_attempts=max_attempts,
-                     due_at=runner.ms_to_dt(job.due_ms), worker_id=WORKER_ID)
-    common: dict[str, Any] = dict(job=job, path=env.path, started_at=started,
-                                  max_attempts=max_attempts)
-    try:
-        result = execution.run(env.path, env.args, env.kwargs, ctx)
-    except Exception as exc:  # noqa: BLE001 - the job's failure is its outcome
-        return _failure(exc, env, settings, common, t0)
-    return runner.Outcome(kind=runner.Kind.SUCCESS, finished_at=datetime.now(UTC),
-                          result=runner._json_or_none(result),
-                          duration_s=time.perf_counter() - t0, **common)
-
-
-def _failure(exc: Exception, env: Envelope, settings: Settings, common: dict[str, Any],
-             t0: float) -> runner.Outcome:
-    import traceback
-
-    job: ClaimedJob = common["job"]
-    policy = env.backoff if env.backoff is not None else settings.default_backoff
-    if isinstance(exc, PermissionError):
-        kind, delay, error = runner.Kind.DEAD, None, "not allowed: %s" % exc
-    elif isinstance(exc, Retry):
-        kind, error = runner.Kind.RETRY, "retry requested: %s" % exc
-        delay = runner._retry_delay(exc, env, settings.default_backoff, job.token)
-    else:
-        kind, error = runner.Kind.RETRY, "%s: %s" % (type(exc).__name__, exc)
-        delay = backoff_mod.delay_ms(policy, job.token)
-    if kind is runner.Kind.RETRY and job.token >= common["max_attempts"]:
-        kind, delay = runner.Kind.DEAD, None
-        error += " (attempt %d of %d: no attempts left)" % (job.token, common["max_attempts"])
-    return runner.Outcome(kind=kind, finished_at=datetime.now(UTC), error=error[:2000],
-                          traceback=traceback.format_exc()[-20000:], retry_delay_ms=delay,
-                          duration_s=time.perf_counter() - t0, **common)
+    """One attempt of ``job`` in this thread, on the test's own database connection."""
+    return runner.run(job, worker_id=WORKER_ID, default_max_attempts=settings.default_max_attempts,
+                      default_backoff=settings.default_backoff, manage_connections=False)
 
 
 # -- a real worker, eager runs --------------------------------------------------------
