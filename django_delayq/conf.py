@@ -10,6 +10,7 @@ import os
 from dataclasses import dataclass, field
 from functools import cache
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
@@ -18,7 +19,7 @@ from django.dispatch import receiver
 from django_delayq.engine import backoff as backoff_mod
 
 DEFAULTS: dict[str, Any] = {
-    "REDIS_URL": None,  # redis://, rediss://, unix://; env DELAYQ_REDIS_URL; else localhost
+    "REDIS_URL": None,  # redis://, rediss://, unix://, redis+cluster://; env DELAYQ_REDIS_URL
     "CACHE_ALIAS": None,  # or reuse a django-redis cache's connection
     "PREFIX": "delayq",
     "QUEUES": ["default"],
@@ -93,6 +94,21 @@ def _positive(name: str, value: Any, *, integer: bool = False) -> str | None:
     return None
 
 
+URL_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+
+
+def _url_problem(url: Any) -> str | None:
+    if url is None:
+        return None
+    if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
+        return ("DELAYQ['REDIS_URL'] must start with redis://, rediss://, unix://, "
+                "redis+cluster:// or rediss+cluster://, not %r" % (url,))
+    if url.startswith(URL_SCHEMES[3:]) and urlsplit(url).path.strip("/") not in ("", "0"):
+        return ("DELAYQ['REDIS_URL'] %r: a Redis Cluster has only database 0; drop the "
+                "database number" % (url,))
+    return None
+
+
 def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Every problem of the ``DELAYQ`` setting as (key, message)."""
     user = _user_settings() if user is None else user
@@ -133,11 +149,8 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     ):
         found.append(("ALLOWED_CALLABLES", "DELAYQ['ALLOWED_CALLABLES'] must be a list of module "
                                            "prefixes such as ['shop.tasks'], not %r" % (allowed,)))
-    url = merged["REDIS_URL"]
-    if url is not None and (not isinstance(url, str) or not url.startswith(
-            ("redis://", "rediss://", "unix://"))):
-        found.append(("REDIS_URL", "DELAYQ['REDIS_URL'] must start with redis://, rediss:// or "
-                                   "unix://, not %r" % (url,)))
+    if msg := _url_problem(merged["REDIS_URL"]):
+        found.append(("REDIS_URL", msg))
     prefix = merged["PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         found.append(("PREFIX", "DELAYQ['PREFIX'] must be a non-empty string without braces, "

@@ -336,18 +336,18 @@ class Reconciler:
         return self.engine.keys(queue).tag + ":reconciled"
 
     def _absent_in(self, queue: str, rows: list[Job]) -> list[Job]:
-        """Read each row's ZSET membership (and any envelope) atomically (MULTI, one slot)."""
+        """Read each row's ZSET membership (and any envelope) atomically (MULTI, one slot;
+        no TIME inside: a Redis Cluster pipeline refuses keyless commands)."""
         k = self.engine.keys(queue)
+        horizon = self.engine.time_ms() - RECENT_SECONDS * 1000
         pipe = self.engine.client.pipeline(transaction=True)
-        pipe.time()
         for row in rows:
             pipe.hexists(k.jobs, row.pk)
             pipe.zscore(k.pending, row.pk)
             pipe.zscore(k.inflight, row.pk)
             pipe.zscore(k.dead, row.pk)
             pipe.zscore(self.recent_key(queue), row.pk)
-        (seconds, micros), *replies = pipe.execute()
-        horizon = int(seconds) * 1000 + int(micros) // 1000 - RECENT_SECONDS * 1000
+        replies = pipe.execute()
         absent = []
         for i, row in enumerate(rows):
             has_env, *places, recent = replies[5 * i:5 * i + 5]
@@ -367,14 +367,8 @@ class Reconciler:
         ids = sorted(w for w in worker_ids if w)
         if not ids:
             return set()
-        key = "{%s}:workers" % self.settings.prefix
-        pipe = self.engine.client.pipeline(transaction=False)
-        pipe.time()
-        for w in ids:
-            pipe.zscore(key, w)
-        (seconds, micros), *scores = pipe.execute()
-        now_ms = int(seconds) * 1000 + int(micros) // 1000
-        horizon = now_ms - 2 * self.settings.lease_ms
+        scores = self.engine.client.zmscore("{%s}:workers" % self.settings.prefix, ids)
+        horizon = self.engine.time_ms() - 2 * self.settings.lease_ms
         return {w for w, score in zip(ids, scores) if score is not None and score >= horizon}
 
     def _enqueue(self, rows: list[Job]) -> int:
@@ -412,7 +406,6 @@ class Reconciler:
         for row in rows:
             if row.attempts > 0:
                 pipe.hsetnx(k.attempts, row.pk, row.attempts)
-        pipe.eval(scripts.load("enqueue").source, 4, k.pending, k.jobs, k.inflight, k.dead,
-                  *args)
+        scripts.load("enqueue").queue(pipe, (k.pending, k.jobs, k.inflight, k.dead), args)
         return int(pipe.execute()[-1][0])
 

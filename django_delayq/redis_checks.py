@@ -12,6 +12,9 @@
 * ``delayq.I010`` no persistence at all (no AOF, no RDB save points): a restart loses
   every job in Redis; the reconciler puts them back from the audit rows.
 
+On a Redis Cluster every primary is inspected (each holds some queues) and the
+messages name the node.
+
 Skipped with ``DELAYQ["EAGER"]`` (no Redis involved) or invalid settings (``checks.py``
 reports those).
 """
@@ -22,6 +25,7 @@ import logging
 from typing import Any
 
 from django.core import checks
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 logger = logging.getLogger(__name__)
@@ -61,15 +65,23 @@ def _save_points(client: Any) -> str | None:
 
 
 def inspect_server(client: Any) -> list[checks.CheckMessage]:
-    """Messages about the server ``client`` talks to (raises ``RedisError``)."""
+    """Messages about the server ``client`` talks to, or about each primary of a cluster
+    (raises ``RedisError``)."""
+    if not isinstance(client, RedisCluster):
+        return _inspect_node(client, "Redis")
+    return [message for node in client.get_primaries() for message in _inspect_node(
+        client.get_redis_connection(node), "Redis cluster node %s" % node.name)]
+
+
+def _inspect_node(client: Any, server: str) -> list[checks.CheckMessage]:
     found: list[checks.CheckMessage] = []
     memory = client.info("memory")
     policy = str(memory.get("maxmemory_policy", "noeviction"))
     if policy not in SAFE_POLICIES:
         found.append(checks.Warning(
-            "Redis maxmemory-policy is %r (maxmemory %s bytes): when memory is full Redis "
+            "%s maxmemory-policy is %r (maxmemory %s bytes): when memory is full Redis "
             "may evict django-delayq's queue keys and jobs vanish from Redis."
-            % (policy, memory.get("maxmemory", "?")),
+            % (server, policy, memory.get("maxmemory", "?")),
             hint="Use a Redis (or database) of its own for django-delayq with "
                  "maxmemory-policy noeviction; volatile-* policies are also safe since our "
                  "keys carry no TTL. See docs/guarantees.md.",
@@ -78,8 +90,8 @@ def inspect_server(client: Any) -> list[checks.CheckMessage]:
     save = _save_points(client)
     if not int(persistence.get("aof_enabled", 0)) and save is not None and not save.strip():
         found.append(checks.Info(
-            "Redis has no persistence (appendonly no, no save points): a restart loses every "
-            "job held in Redis; the reconciler re-enqueues them from the audit rows.",
+            "%s has no persistence (appendonly no, no save points): a restart loses every "
+            "job held in it; the reconciler re-enqueues them from the audit rows." % server,
             hint="Set appendonly yes (appendfsync everysec) for at most ~1 s of loss on a "
                  "crash. See docs/guarantees.md.",
             id="delayq.I010"))

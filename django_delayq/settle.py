@@ -19,6 +19,7 @@ from django_delayq.audit import AuditWriter
 from django_delayq.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
+from django_delayq.queue_backoff import ERRORS
 from django_delayq.runner import Kind, Outcome, ms_to_dt
 
 logger = logging.getLogger(__name__)
@@ -149,9 +150,14 @@ class Settler:
         by_queue: dict[str, list[ClaimedJob]] = {}
         for job in held:
             by_queue.setdefault(job.queue, []).append(job)
+        failed: list[Exception] = []
         for queue, jobs in by_queue.items():
-            results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
-                                         self.settings.lease_ms)
+            try:  # each queue on its own: on a cluster, one node down must not cost the
+                results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
+                                             self.settings.lease_ms)  # others their leases
+            except ERRORS as exc:
+                failed.append(exc)
+                continue
             for job, ok in zip(jobs, results):
                 if not ok:
                     logger.warning("job %s: lease lost while held by this worker", job.id)
@@ -164,6 +170,8 @@ class Settler:
         pipe.zadd(self.workers_key, {self.worker_id: now_ms})
         pipe.hset(self.workers_key + ":info", self.worker_id, info)
         pipe.execute()
+        if failed:
+            raise failed[0]
 
     def unregister(self) -> None:
         try:

@@ -29,6 +29,7 @@ from django_delayq import payloads, runner
 from django_delayq.audit import AuditWriter
 from django_delayq.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.reconcile import Reconciler
 from django_delayq.settle import Settler
 from django_delayq.wakeup import WakeListener, monotonic_ms
@@ -67,6 +68,8 @@ class Worker:
         self.started: dict[tuple[str, str], tuple[float, datetime]] = {}
         self.timed_out: set[tuple[str, str]] = set()  # their threads are still busy
         self.done: deque[runner.Outcome] = deque()
+        self.unsettled: list[runner.Outcome] = []  # of queues backing off (a node down)
+        self.backoff = QueueBackoff()
         self.lock = threading.Lock()
         self.claimed_total = 0
         self.draining = False
@@ -139,13 +142,13 @@ class Worker:
                 continue
             if self.draining:
                 self._release_unstarted()
-                if not self.running and not self.done and not self.unstarted:
+                if self._idle():
                     return EXIT_OK
             elif self.options.burst and self._burst_finished():
                 return EXIT_OK
             elif self._max_jobs_claimed():  # --max-jobs: run what was claimed, then exit
                 with self.lock:
-                    if not self.running and not self.done and not self.unstarted:
+                    if self._idle():
                         return EXIT_OK
             else:
                 self._redis_ok(self._claim_due)
@@ -190,11 +193,10 @@ class Worker:
         poll_all = monotonic_ms() - self._last_poll >= self.settings.wake_interval_seconds * 1000
         if poll_all:
             self._last_poll = monotonic_ms()
-        for queue in self.options.queues:
-            next_due = self.next_due[queue]
-            if not poll_all and (next_due is None or next_due > self._server_now()):
-                continue
-            self._claim(queue)
+        now = self._server_now()
+        ready = [q for q in self.options.queues
+                 if poll_all or ((d := self.next_due[q]) is not None and d <= now)]
+        self.backoff.each(ready, self._claim)
 
     def _claim(self, queue: str) -> None:
         while (room := self._capacity()) > 0:
@@ -226,17 +228,19 @@ class Worker:
     def _max_jobs_claimed(self) -> bool:
         return self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs
 
+    def _idle(self) -> bool:
+        return not (self.running or self.done or self.unstarted or self.unsettled)
+
     def _burst_finished(self) -> bool:
         with self.lock:
-            busy = self.running or self.unstarted or self.done
-        if busy:
-            return False
+            if not self._idle():
+                return False
         now = self.engine.stats(self.options.queues[0]).now_ms
         for q in self.options.queues:
             self._claim(q)
         with self.lock:
-            busy = self.running or self.unstarted or self.done
-        return not busy and all(d is None or d > now for d in self.next_due.values())
+            idle = self._idle()
+        return idle and all(d is None or d > now for d in self.next_due.values())
 
     def _wait_seconds(self) -> float:
         if self.done:
@@ -283,16 +287,18 @@ class Worker:
                 self.wake.set()
 
     def _settle_done(self) -> None:
-        outcomes = []
+        outcomes, self.unsettled = self.unsettled, []
         while self.done:
             outcomes.append(self.done.popleft())
-        if not outcomes:
-            return
+        by_queue: dict[str, list[runner.Outcome]] = {}
+        for o in outcomes:
+            by_queue.setdefault(o.job.queue, []).append(o)
         try:
-            self.settler.settle(outcomes)
-        except RedisError:
-            self.done.extendleft(reversed(outcomes))
+            left = self.backoff.each(list(by_queue), lambda q: self.settler.settle(by_queue[q]))
+        except ERRORS:
+            self.unsettled = outcomes
             raise
+        self.unsettled = [o for q in left for o in by_queue[q]]
 
     def _release_unstarted(self) -> None:
         with self.lock:
@@ -337,8 +343,7 @@ class Worker:
         now = monotonic_ms()
         if now - self._last_recover >= self.settings.recover_interval_seconds * 1000:
             self._last_recover = now
-            for queue in self.options.queues:
-                self.settler.recover(queue)
+            self.backoff.each(self.options.queues, self.settler.recover)
 
     def _keeper_loop(self) -> None:
         """Heartbeats and the reconciler, on a thread of their own: a busy or stalled main

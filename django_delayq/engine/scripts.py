@@ -43,6 +43,11 @@ class Script:
         except NoScriptError:
             return client.eval(self.source, len(keys), *keys, *args)
 
+    def queue(self, pipe: Any, keys: tuple[str, ...], args: list[Any]) -> None:
+        """Add an EVAL of this script to ``pipe`` (inside MULTI a NOSCRIPT could not be
+        retried). ``execute_command``: a cluster pipeline's ``eval()`` takes no script."""
+        pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
 
 @cache
 def load(name: str) -> Script:

@@ -1,8 +1,10 @@
-"""Engine tests: a real redis-server (every binary we have), no Django."""
+"""Engine tests: a real redis-server (every binary we have) and a real local Redis Cluster
+(``redis_target`` in tests/conftest.py), no Django."""
 
 from __future__ import annotations
 
-import redis
+from collections.abc import Callable
+from typing import Any
 
 from django_delayq.engine import CancelOutcome, Engine, NackOutcome, NewJob
 from django_delayq.engine.engine import MoveOutcome
@@ -219,8 +221,8 @@ def test_keys_share_one_hash_tag(engine: Engine) -> None:
     assert len({key_slot(k.encode()) for k in keys}) == 1
 
 
-def test_string_responses_client_works(any_redis_server) -> None:  # type: ignore[no-untyped-def]
-    client = redis.Redis.from_url(any_redis_server.url, decode_responses=True)
+def test_string_responses_client_works(redis_target: Callable[..., Any]) -> None:
+    client = redis_target(decode_responses=True)
     e = Engine(client, prefix="strs")
     e.enqueue("q", [job("a")], now_ms=NOW)
     assert e.claim("q", 1, 1000, now_ms=NOW).jobs[0].envelope == ENV

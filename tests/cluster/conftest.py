@@ -1,0 +1,57 @@
+"""Fixtures of the cluster tests: DELAYQ pointed at the session's local Redis Cluster,
+under a prefix that puts each of the three queues on a different node."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from django_delayq.worker import Worker, WorkerOptions
+from tests.cluster.server import LocalCluster
+from tests.conftest import unique_prefix
+from tests.worker import conftest as worker
+
+SPREAD = ("default", "emails", "slow")  # tests.settings' QUEUES: one per node
+
+
+def spread_prefix(cluster: LocalCluster, queues: tuple[str, ...] = SPREAD) -> str:
+    """A fresh prefix under which ``queues`` hash to distinct cluster nodes."""
+    for _ in range(100):
+        prefix = unique_prefix()
+        nodes = {cluster.node_of("{%s:%s}" % (prefix, q)) for q in queues}
+        if len(nodes) == len(queues):
+            return prefix
+    raise RuntimeError("no prefix spreads %r over the cluster" % (queues,))
+
+
+@pytest.fixture
+def cluster_settings(settings, redis_cluster: LocalCluster):  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_cluster.url,
+                       "PREFIX": spread_prefix(redis_cluster)}
+    return settings
+
+
+@pytest.fixture
+def start_worker(cluster_settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
+    yield from worker.worker_starter(cluster_settings, tmp_path)
+
+
+@contextmanager
+def running_worker(queues: tuple[str, ...] = SPREAD, concurrency: int = 2) -> Iterator[Worker]:
+    """A real ``Worker`` on a thread of this process; drained and joined on exit."""
+    from django_delayq.conf import get_settings
+    from django_delayq.connection import get_engine
+
+    w = Worker(get_engine(), get_settings(), WorkerOptions(queues=queues, concurrency=concurrency))
+    thread = threading.Thread(target=w.run, name="cluster-test-worker", daemon=True)
+    thread.start()
+    try:
+        yield w
+    finally:
+        w.request_stop()
+        thread.join(30)
+        assert not thread.is_alive(), "the worker did not drain"

@@ -1,0 +1,112 @@
+"""django-delayq end to end on a real local Redis Cluster (three masters, one queue on
+each): a worker process, wake-ups across nodes, a node going down and coming back
+empty, the reconciler, cancel and reschedule."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from redis.cluster import RedisCluster
+
+from django_delayq import cancel, reschedule, schedule
+from django_delayq.conf import get_settings
+from django_delayq.connection import get_engine
+from django_delayq.engine import CancelOutcome
+from django_delayq.models import JobStatus
+from django_delayq.reconcile import Reconciler
+from tests.cluster.conftest import SPREAD, running_worker
+from tests.worker.conftest import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+def _on_time(queue: str, delay_ms: int = 500, within_ms: float = 400) -> None:
+    """A job due in ``delay_ms`` starts within ``within_ms`` of its due time."""
+    h = schedule("tests.jobs.noop", delay=timedelta(milliseconds=delay_ms), queue=queue)
+    wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=10)
+    lateness = h.job.lateness_ms()
+    assert lateness is not None and lateness < within_ms, (queue, lateness)
+
+
+def test_worker_process_drains_queues_that_live_on_different_nodes(  # type: ignore[no-untyped-def]
+        cluster_settings, start_worker) -> None:
+    engine = get_engine()
+    assert isinstance(engine.client, RedisCluster)  # from REDIS_URL redis+cluster://...
+    owners = {engine.client.get_node_from_key(engine.keys(q).pending).name for q in SPREAD}
+    assert len(owners) == len(SPREAD)  # the cluster's own view: one queue per node
+    handles = [schedule("tests.jobs.add", i, 1, queue=q) for i in range(20) for q in SPREAD]
+    proc = start_worker("--queues", ",".join(SPREAD), "--concurrency", "4")
+    try:
+        wait_until(lambda: all(h.status == JobStatus.SUCCEEDED for h in handles), timeout=30)
+    finally:
+        proc.terminate()
+        assert proc.wait(20) == 0
+    assert sorted(h.job.result for h in handles) == sorted(i + 1 for i in range(20)
+                                                           for _ in SPREAD)
+
+
+def test_idle_worker_is_woken_on_time_in_every_queue(cluster_settings) -> None:  # type: ignore[no-untyped-def]
+    # No poll within the test: only a wake message (published on another node than the
+    # listener's, for two of the three queues) can start these jobs on time.
+    cluster_settings.DELAYQ = {**cluster_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 60}
+    with running_worker():
+        time.sleep(0.3)  # idle: every queue empty, the listener subscribed
+        for queue in SPREAD:
+            _on_time(queue)
+
+
+def test_a_node_down_stops_only_its_own_queue_and_comes_back_empty(  # type: ignore[no-untyped-def]
+        cluster_settings, redis_cluster) -> None:
+    cluster_settings.DELAYQ = {**cluster_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 60}
+    engine = get_engine()
+    with running_worker() as worker:
+        wait_until(lambda: redis_cluster.subscribed_at(engine.keys("default").channel))
+        [down] = redis_cluster.subscribed_at(engine.keys("default").channel)
+        [lost] = [q for q in SPREAD if redis_cluster.node_of(engine.keys(q).pending) == down]
+        stranded = schedule("tests.jobs.noop", delay=3600, queue=lost)
+        redis_cluster.node(down).stop()  # the listener's node, and one queue's
+        try:
+            for queue in SPREAD:  # the listener moved to another node; claims go on
+                if queue != lost:
+                    _on_time(queue)
+            late = schedule("tests.jobs.noop", queue=lost)  # cannot reach Redis: outbox
+        finally:
+            redis_cluster.restart(down)  # empty: its epoch key is gone
+        wait_until(lambda: late.status == JobStatus.SUCCEEDED)  # re-enqueued, no grace
+        assert engine.inspect(lost, stranded.id).place == "pending"
+        for queue in SPREAD:
+            _on_time(queue)
+    assert worker.reconciler.stats.enqueued >= 2
+
+
+def test_reconciler_reenqueues_the_rows_of_a_wiped_queue(cluster_settings) -> None:  # type: ignore[no-untyped-def]
+    engine = get_engine()
+    wiped = [schedule("tests.jobs.noop", i, delay=3600) for i in range(5)]
+    kept = [schedule("tests.jobs.noop", i, delay=3600, queue="emails") for i in range(3)]
+    r = Reconciler(engine, get_settings(), SPREAD)
+    assert r.tick() == 0  # first look: creates each queue's epoch; nothing is missing
+    engine.purge("default")  # the queue's keys, its epoch included, on one node
+    assert engine.inspect("default", wiped[0].id).place == ""
+    r._last_epoch = -1e18  # look at the epochs now rather than in a second
+    assert r.tick() == len(wiped)
+    for h in wiped:  # back, at the due time their row says
+        loc = engine.inspect("default", h.id)
+        assert (loc.place, loc.score_ms) == ("pending", int(h.job.run_at.timestamp() * 1000))
+    assert {engine.inspect("emails", h.id).place for h in kept} == {"pending"}
+    assert r.run_all(grace_seconds=0) == 0  # idempotent
+
+
+def test_cancel_and_reschedule_on_two_nodes(cluster_settings) -> None:  # type: ignore[no-untyped-def]
+    engine = get_engine()
+    kept = {q: schedule("tests.jobs.noop", delay=3600, queue=q) for q in SPREAD}
+    dropped = {q: schedule("tests.jobs.noop", delay=3600, queue=q) for q in SPREAD}
+    with running_worker():
+        for queue in SPREAD:
+            assert cancel(dropped[queue].id) is CancelOutcome.CANCELLED
+            reschedule(kept[queue].id, delay=timedelta(milliseconds=300))
+        wait_until(lambda: all(h.status == JobStatus.SUCCEEDED for h in kept.values()))
+    for queue in SPREAD:
+        assert dropped[queue].status == JobStatus.CANCELLED
+        assert engine.inspect(queue, dropped[queue].id).place == ""
