@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -379,13 +380,15 @@ class Worker:
             logger.exception("audit flush failed during hard stop")
 
 
-def run_forever_until_ready(engine: Engine, attempts: int = 0) -> None:
-    """Block until Redis answers (the worker waits out an outage at start-up)."""
+def wait_for_redis(make_engine: Callable[[], Engine]) -> Engine:
+    """The engine once Redis answers: the worker waits out an outage at start-up (a Redis
+    Cluster client cannot even be created while no node answers)."""
     delay = 0.1
     while True:
         try:
+            engine = make_engine()
             engine.client.ping()
-            return
+            return engine
         except RedisError as exc:
             logger.warning("waiting for Redis (%s); next try in %.1fs", exc, delay)
             time.sleep(delay)

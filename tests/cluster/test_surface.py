@@ -18,6 +18,7 @@ from django_delayq.models import JobStatus
 from django_delayq.redis_checks import check_redis
 from django_delayq.testing import run_due_jobs
 from tests.cluster.conftest import SPREAD
+from tests.cluster.server import free_cluster_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -81,3 +82,17 @@ def test_status_metrics_and_events_read_every_node(cluster_settings) -> None:  #
         assert gauge("delayq_queue_jobs", {"queue": "emails", "state": "scheduled"}) == 2
         assert gauge("delayq_redis_up") == 1
     assert get_engine().client.exists("{%s}:events" % cluster_settings.DELAYQ["PREFIX"])
+
+
+def test_worker_start_waits_until_a_node_answers(redis_cluster, caplog) -> None:  # type: ignore[no-untyped-def]
+    """``delayq_worker`` builds its engine through ``wait_for_redis``: a cluster client
+    that cannot be created yet (no node answers) is retried, not fatal."""
+    from django_delayq.engine import Engine
+    from django_delayq.worker import wait_for_redis
+
+    dead = "redis+cluster://127.0.0.1:%d/" % free_cluster_port()
+    urls = [dead, dead, redis_cluster.url]
+    with caplog.at_level(logging.WARNING, logger="django_delayq.worker"):
+        engine = wait_for_redis(lambda: Engine(make_client(urls.pop(0)), prefix="wait"))
+    assert urls == [] and isinstance(engine.client, RedisCluster) and engine.client.ping()
+    assert sum("waiting for Redis" in r.getMessage() for r in caplog.records) == 2

@@ -10,7 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.management.options import parse_queues
-from django_delayq.worker import EXIT_CONFIG, Worker, WorkerOptions, run_forever_until_ready
+from django_delayq.worker import EXIT_CONFIG, Worker, WorkerOptions, wait_for_redis
 
 
 class Command(BaseCommand):
@@ -47,8 +47,7 @@ class Command(BaseCommand):
             logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else
                                 logging.WARNING,
                                 format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-        engine = get_engine()
-        run_forever_until_ready(engine)
+        engine = wait_for_redis(get_engine)
         worker = Worker(engine, settings, WorkerOptions(
             queues=queues, concurrency=concurrency, burst=options["burst"],
             max_jobs=options["max_jobs"], worker_id=options["worker_id"]))
