@@ -3,8 +3,10 @@
     python bench/spark_bulk.py [--rows 200000] [--master local[2]] [--keys] [--db postgres]
 
 Self-contained: starts a private redis-server on a free port (never a shared one),
-uses a fresh SQLite file (WAL) for the audit table, and is its own Django settings
-module (``spark_bulk``), so executors set Django up exactly like the driver.
+uses a fresh SQLite file (WAL) for the audit table (``--db postgres``: a fresh database
+on 127.0.0.1:5432, rows streamed with COPY), and is its own Django settings module
+(``spark_bulk``), so executors set Django up exactly like the driver. Exits 1 unless
+Redis and the audit table both hold every job.
 """
 
 from __future__ import annotations
@@ -130,9 +132,9 @@ def _bench(opts: Any, workdir: str, url: str) -> int:
     stats = get_engine().stats("default")
     in_redis = stats.scheduled + stats.ready - 2000
     rows = Job.objects.count() - 2000
-    print("schedule_dataframe on %s: %d jobs in %.2f s = %.0f jobs/s (keys=%s); "
-          "redis %d, audit rows %d" % (opts.master, opts.rows, elapsed, opts.rows / elapsed,
-                                       opts.keys, in_redis, rows))
+    print("schedule_dataframe on %s, %s: %d jobs in %.2f s = %.0f jobs/s (keys=%s); "
+          "redis %d, audit rows %d" % (opts.master, opts.db, opts.rows, elapsed,
+                                       opts.rows / elapsed, opts.keys, in_redis, rows))
     spark.stop()
     return 0 if in_redis == rows == opts.rows else 1
 

@@ -8,8 +8,10 @@ backend's own adapters and the driver runs one prepared statement per batch.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import repeat
 from typing import Any
 
 from django.db import connections
@@ -18,6 +20,7 @@ from django.db.models.constants import OnConflict
 from django_delayq.models import Job, JobStatus
 
 _VARYING = ("id", "key", "args", "kwargs", "run_at")
+VARYING = _VARYING  # the columns that differ between the rows of one writer
 
 
 def datetime_adapter(using: str) -> Callable[[datetime | None], Any]:
@@ -36,9 +39,44 @@ def datetime_adapter(using: str) -> Callable[[datetime | None], Any]:
     return adapter
 
 
+def text_datetimes(using: str) -> str | None:
+    """How this backend takes a datetime as text in ``insert_columns``/``copy``:
+    ``"sqlite"`` (naive UTC ``YYYY-MM-DD HH:MM:SS[.ffffff]``, what the SQLite adapter
+    writes), ``"copy"`` (PostgreSQL COPY, ISO 8601 with an offset), or ``None``
+    (adapt datetime objects with ``RowWriter.adapt``)."""
+    conn = connections[using]
+    if conn.vendor == "sqlite" and conn.timezone_name == "UTC":
+        return "sqlite"
+    if conn.vendor == "postgresql" and _has_copy(conn):
+        return "copy"
+    return None
+
+
+def copy_escape(value: Any) -> str:
+    """One value in PostgreSQL's COPY text format."""
+    if value is None:
+        return "\\N"
+    if isinstance(value, bool):
+        return "t" if value else "f"
+    if isinstance(value, datetime):
+        value = value.isoformat()
+    text = str(value)
+    for char, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+        text = text.replace(char, escaped)
+    return text
+
+
 def _has_copy(conn: Any) -> bool:
     conn.ensure_connection()
     return hasattr(conn.connection, "pipeline")  # psycopg 3: cursor.copy() streams rows
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedInsert:
+    """An INSERT statement and its parameter rows (``RowWriter.prepare_columns``)."""
+
+    sql: str
+    rows: list[tuple[Any, ...]]
 
 
 class RowWriter:
@@ -79,13 +117,7 @@ class RowWriter:
         if conn.vendor == "postgresql" and not ignore_conflicts and _has_copy(conn):
             self._copy(conn, rows)
             return
-        ops = conn.ops
-        on_conflict = OnConflict.IGNORE if ignore_conflicts else None
-        sql = "%s %s (%s) VALUES (%s) %s" % (
-            ops.insert_statement(on_conflict=on_conflict), ops.quote_name(Job._meta.db_table),
-            ", ".join(ops.quote_name(str(f.column)) for f in self.fields),
-            ", ".join(["%s"] * len(self.fields)),
-            ops.on_conflict_suffix_sql(self.fields, on_conflict, None, None))
+        sql = self._insert_sql(conn, ignore_conflicts, ", ".join(["%s"] * len(self.fields)))
         with conn.cursor() as cursor:
             for i in range(0, len(rows), batch_size):
                 cursor.executemany(sql, rows[i:i + batch_size])
@@ -100,3 +132,103 @@ class RowWriter:
             with wrapper.cursor.copy(sql) as copy:
                 for row in rows:
                     copy.write_row(row)
+
+    # -- column-wise (Spark's schedule_dataframe) -------------------------------------
+
+    def _sqlite_literals(self, conn: Any) -> list[str]:
+        """SQLite: the constant columns as SQL literals (its own ``quote()``), so that
+        ``executemany`` binds only the varying ones."""
+        with conn.cursor() as cursor:
+            cursor.execute("SELECT " + ", ".join(["quote(%s)"] * len(self.template)),
+                           self.template)
+            return [str(v).replace("%", "%%") for v in cursor.fetchone()]
+
+    def prepare_columns(self, columns: Mapping[str, Sequence[Any]], *,
+                        ignore_conflicts: bool) -> PreparedInsert:
+        """The INSERT of rows given column-wise: ``columns`` maps each name of ``VARYING``
+        to its values, already adapted (see ``text_datetimes``). Built outside the
+        transaction, so that SQLite's write lock is held only while inserting."""
+        conn = connections[self.using]
+        literals = self._sqlite_literals(conn) if conn.vendor == "sqlite" else None
+        marks: list[str] = []
+        values: list[Iterable[Any]] = []
+        for i, field in enumerate(self.fields):
+            if field.attname in columns:
+                marks.append("%s")
+                values.append(columns[field.attname])
+            elif literals is not None:
+                marks.append(literals[i])
+            else:
+                marks.append("%s")
+                values.append(repeat(self.template[i]))
+        return PreparedInsert(sql=self._insert_sql(conn, ignore_conflicts, ", ".join(marks)),
+                              rows=list(zip(*values)))
+
+    def insert_prepared(self, prepared: PreparedInsert, batch_size: int = 10000) -> None:
+        """One ``executemany`` per ``batch_size`` rows."""
+        with connections[self.using].cursor() as cursor:
+            for i in range(0, len(prepared.rows), batch_size):
+                cursor.executemany(prepared.sql, prepared.rows[i:i + batch_size])
+
+    def insert_columns(self, columns: Mapping[str, Sequence[Any]], *, ignore_conflicts: bool,
+                       batch_size: int = 10000) -> None:
+        self.insert_prepared(self.prepare_columns(columns, ignore_conflicts=ignore_conflicts),
+                             batch_size)
+
+    def _insert_sql(self, conn: Any, ignore_conflicts: bool, values: str) -> str:
+        ops = conn.ops
+        on_conflict = OnConflict.IGNORE if ignore_conflicts else None
+        return "%s %s (%s) VALUES (%s) %s" % (
+            ops.insert_statement(on_conflict=on_conflict), ops.quote_name(Job._meta.db_table),
+            ", ".join(ops.quote_name(str(f.column)) for f in self.fields), values,
+            ops.on_conflict_suffix_sql(self.fields, on_conflict, None, None))
+
+    def copy_layout(self) -> list[str | None]:
+        """Per column, in table order: its COPY text when constant, ``None`` when it is
+        one of ``VARYING`` (the caller supplies those, escaped with ``copy_escape``)."""
+        return [None if f.attname in _VARYING else copy_escape(v)
+                for f, v in zip(self.fields, self.template, strict=True)]
+
+    def copy_text(self, payload: str, *, new_only: bool) -> list[str] | None:
+        """PostgreSQL: COPY ``payload`` (rows laid out by ``copy_layout``, one per line).
+        ``new_only``: rows whose id exists are skipped (COPY into a temporary table, then
+        ``INSERT … ON CONFLICT DO NOTHING RETURNING id``) and the new ids returned.
+        Run it inside ``transaction.atomic``."""
+        conn = connections[self.using]
+        ops = conn.ops
+        table = ops.quote_name(Job._meta.db_table)
+        cols = ", ".join(ops.quote_name(str(f.column)) for f in self.fields)
+        with conn.cursor() as wrapper:
+            target = table
+            if new_only:
+                target = "delayq_copy_rows"
+                wrapper.execute("CREATE TEMPORARY TABLE %s (LIKE %s) ON COMMIT DROP"
+                                % (target, table))
+            with wrapper.cursor.copy("COPY %s (%s) FROM STDIN" % (target, cols)) as copy:
+                copy.write(payload)
+            if not new_only:
+                return None
+            wrapper.execute("INSERT INTO %s (%s) SELECT %s FROM %s ON CONFLICT DO NOTHING "
+                            "RETURNING %s" % (table, cols, cols, target, ops.quote_name("id")))
+            new = [row[0] for row in wrapper.fetchall()]
+            wrapper.execute("DROP TABLE %s" % target)
+            return new
+
+    def existing(self, ids: Collection[str], batch_size: int = 1000) -> set[str]:
+        """Which of ``ids`` already have a row (SQLite: one query, the ids as a JSON array)."""
+        conn = connections[self.using]
+        ops = conn.ops
+        sql = "SELECT %s FROM %s WHERE %s IN (%%s)" % (
+            ops.quote_name("id"), ops.quote_name(Job._meta.db_table), ops.quote_name("id"))
+        chunk = list(ids)
+        found: set[str] = set()
+        with conn.cursor() as cursor:
+            if conn.vendor == "sqlite":
+                cursor.execute(sql % "SELECT value FROM json_each(%s)", [json.dumps(chunk)])
+                return {row[0] for row in cursor.fetchall()}
+            size = min(batch_size, conn.features.max_query_params or batch_size)
+            for i in range(0, len(chunk), size):
+                part = chunk[i:i + size]
+                cursor.execute(sql % ", ".join(["%s"] * len(part)), part)
+                found.update(row[0] for row in cursor.fetchall())
+        return found

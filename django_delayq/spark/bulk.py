@@ -1,12 +1,12 @@
 """``schedule_dataframe``: one delayed job per row of a Spark DataFrame.
 
-Each partition runs in an executor: it sets Django up there (the driver's
-``DJANGO_SETTINGS_MODULE`` and ``sys.path`` travel in the closure), turns Arrow
-batches into ``JobSpec`` s and calls ``api.schedule_many`` per ``batch_size`` rows:
-one bulk insert of audit rows and one Lua call per batch. With ``key_col`` the job id
-derives from the key, so a Spark task that is retried (or a job run twice) skips the
-rows it already scheduled. The per-partition counts are summed on the driver, so an
-error in any executor fails the call there.
+Each partition runs in an executor (``mapInArrow``): it sets Django up there (the
+driver's ``DJANGO_SETTINGS_MODULE`` and ``sys.path`` travel in the closure) and turns
+each Arrow batch, ``batch_size`` rows at a time, into column-wise job values
+(``arrow_jobs``), one transaction of audit rows and then Redis (``sink``). With
+``key_col`` the job id derives from the key, so a Spark task that is retried (or a job
+run twice) skips the rows it already scheduled. The per-partition counts are summed on
+the driver, so an error in any executor fails the call there.
 """
 
 from __future__ import annotations
@@ -15,12 +15,11 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from django_delayq.exceptions import InvalidJob
 
-DEFAULT_BATCH = 1000
+DEFAULT_BATCH = 10_000  # Spark's Arrow batches hold 10,000 rows by default
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,6 +37,9 @@ class Plan:
     has_key: bool
     n_args: int
     kwargs_names: tuple[str, ...]
+    arg_names: tuple[str, ...]
+    when_name: str | None
+    key_name: str | None
 
 
 def _check_columns(df: Any, at_col: str | None, delay_col: str | None, key_col: str | None,
@@ -51,6 +53,30 @@ def _check_columns(df: Any, at_col: str | None, delay_col: str | None, key_col: 
         if col is not None and col not in df.columns:
             raise InvalidJob("%s: column %r is not in the DataFrame (columns: %s)"
                              % (role, col, ", ".join(df.columns)))
+    for role, col in named[3:]:
+        if why := _not_json(df.schema[col].dataType):
+            raise InvalidJob("%s: column %r has type %s, which is not JSON (str, int, float, "
+                             "bool, None, list, dict); cast it first, e.g. to string (%s)"
+                             % (role, col, df.schema[col].dataType.simpleString(), why))
+
+
+def _not_json(kind: Any) -> str | None:
+    """Why a Spark type's values are not JSON, or None."""
+    from pyspark.sql import types as T
+
+    atoms = (T.StringType, T.VarcharType, T.CharType, T.BooleanType, T.NullType,
+             T.IntegralType, T.FloatType, T.DoubleType)
+    if isinstance(kind, atoms):
+        return None
+    if isinstance(kind, T.ArrayType):
+        return _not_json(kind.elementType)
+    if isinstance(kind, T.StructType):
+        return next((why for f in kind.fields if (why := _not_json(f.dataType))), None)
+    if isinstance(kind, T.MapType):
+        if not isinstance(kind.keyType, T.StringType):
+            return "map keys of type %s" % kind.keyType.simpleString()
+        return _not_json(kind.valueType)
+    return "values of type %s" % kind.simpleString()
 
 
 def _at_expr(df: Any, col: str) -> Any:
@@ -107,9 +133,10 @@ def schedule_dataframe(
     """Schedule ``fn(*args_cols, **kwargs_cols)`` once per row; return the number of rows.
 
     ``at_col``: a timestamp (or epoch seconds) column; ``delay_col``: seconds from now;
-    neither: due now. Null keys are not idempotent. Column values must be JSON types
+    neither: due now. Null keys are not idempotent. Columns must hold JSON types
     (cast decimals and dates first). Rows whose key was already scheduled are counted
-    but not scheduled again.
+    but not scheduled again. ``batch_size``: rows per transaction (at most one Arrow
+    batch, ``spark.sql.execution.arrow.maxRecordsPerBatch``).
     """
     if not isinstance(fn, str):
         fn = "%s.%s" % (fn.__module__, fn.__qualname__)
@@ -121,8 +148,30 @@ def schedule_dataframe(
                 max_attempts=max_attempts, backoff=backoff, batch_size=batch_size,
                 when="at" if at_col else ("delay" if delay_col else None),
                 has_key=key_col is not None, n_args=len(args_cols),
-                kwargs_names=tuple(kwargs_cols))
+                kwargs_names=tuple(kwargs_cols), arg_names=tuple(args_cols),
+                when_name=at_col or delay_col, key_name=key_col)
     _validate_on_driver(plan)
+    fields = {name: getattr(plan, name) for name in Plan.__dataclass_fields__}
+    path = plan.sys_path
+
+    def run(batches: Iterator[Any]) -> Iterator[Any]:  # pickled by value
+        import sys
+
+        for entry in reversed(path):  # before importing django_delayq in the executor
+            if entry not in sys.path:
+                sys.path.insert(0, entry)
+        from django_delayq.spark.bulk import Plan, run_partition
+
+        return run_partition(Plan(**fields), batches)
+
+    selected = df.select(*_columns(df, at_col, delay_col, key_col, args_cols, kwargs_cols))
+    counts = selected.mapInArrow(run, "n long").collect()
+    return sum(int(row[0]) for row in counts)
+
+
+def _columns(df: Any, at_col: str | None, delay_col: str | None, key_col: str | None,
+             args_cols: Sequence[str], kwargs_cols: Sequence[str]) -> list[Any]:
+    """The executors' input: ``_when``, ``_key``, ``_a0..``, ``_k0..``."""
     from pyspark.sql import functions as F
 
     cols = []
@@ -136,23 +185,7 @@ def schedule_dataframe(
     cols += [F.col(c).alias("_k%d" % i) for i, c in enumerate(kwargs_cols)]
     if not cols:
         cols.append(F.lit(None).cast("string").alias("_none"))
-
-    fields = {name: getattr(plan, name) for name in Plan.__dataclass_fields__}
-    path = plan.sys_path
-
-    def run(names: tuple[str, ...], rows: Iterator[Any]) -> Iterator[int]:  # pickled by value
-        import sys
-
-        for entry in reversed(path):  # before importing django_delayq in the executor
-            if entry not in sys.path:
-                sys.path.insert(0, entry)
-        from django_delayq.spark.bulk import Plan, run_partition
-
-        return run_partition(Plan(**fields), names, rows)
-
-    selected = df.select(*cols)
-    names = tuple(selected.columns)
-    return int(selected.rdd.mapPartitions(lambda rows: run(names, rows)).sum())
+    return cols
 
 
 def setup_django(plan: Plan) -> None:
@@ -172,47 +205,47 @@ def setup_django(plan: Plan) -> None:
                          % (settings.SETTINGS_MODULE, plan.settings_module))
 
 
-def _plain(value: Any) -> Any:
-    """Spark struct values arrive as ``Row`` s: make them dicts (nested too)."""
-    if hasattr(value, "asDict"):
-        return value.asDict(recursive=True)
-    if isinstance(value, list):
-        return [_plain(v) for v in value]
-    return value
+def _target(plan: Plan) -> Any:
+    """The call's constants with DELAYQ's defaults, checked like ``schedule_many``."""
+    from django_delayq.api import schedule_many
+    from django_delayq.conf import get_settings
+    from django_delayq.spark.arrow_jobs import Target
+
+    schedule_many(plan.fn_path, [], queue=plan.queue, max_attempts=plan.max_attempts,
+                  backoff=plan.backoff)  # raises InvalidJob on a bad option
+    s = get_settings()
+    backoff = list(plan.backoff) if isinstance(plan.backoff, tuple) else plan.backoff
+    max_attempts = plan.max_attempts
+    if max_attempts is None:
+        is_list = isinstance(backoff, list)
+        max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
+    return Target(queue=s.default_queue if plan.queue is None else plan.queue,
+                  path=plan.fn_path, max_attempts=max_attempts, backoff=backoff,
+                  max_payload=s.max_payload_bytes, when=plan.when, n_args=plan.n_args,
+                  kwargs_names=plan.kwargs_names, arg_names=plan.arg_names,
+                  when_name=plan.when_name, key_name=plan.key_name)
 
 
-def _spec(plan: Plan, index: dict[str, int], row: Sequence[Any], spec_cls: Any) -> Any:
-    when = row[index["_when"]] if "_when" in index else None
-    at = delay = None
-    if when is not None and plan.when == "at":
-        at = datetime.fromtimestamp(when / 1e6, tz=UTC)
-    elif when is not None:
-        delay = when
-    args = [_plain(row[index["_a%d" % i]]) for i in range(plan.n_args)]
-    kwargs = {name: _plain(row[index["_k%d" % i]]) for i, name in enumerate(plan.kwargs_names)}
-    key = row[index["_key"]] if "_key" in index else None
-    return spec_cls(args=args, kwargs=kwargs, at=at, delay=delay, key=key)
-
-
-def run_partition(plan: Plan, names: Sequence[str], rows: Iterator[Any]) -> Iterator[int]:
-    """Schedule one partition's rows, ``plan.batch_size`` per ``schedule_many`` call."""
+def run_partition(plan: Plan, batches: Iterator[Any]) -> Iterator[Any]:
+    """Schedule one partition's Arrow batches, ``plan.batch_size`` rows per transaction."""
     setup_django(plan)
-    from django_delayq.api import JobSpec, schedule_many
+    import pyarrow as pa
+    from django.db import connections, router
+    from django.utils import timezone
 
-    index = {name: i for i, name in enumerate(names)}
+    from django_delayq.models import Job
+    from django_delayq.spark import arrow_jobs, sink
+
+    target, using = _target(plan), router.db_for_write(Job)
     done = 0
-    chunk: list[Any] = []
-    for row in rows:
-        chunk.append(_spec(plan, index, row, JobSpec))
-        if len(chunk) >= plan.batch_size:
-            done += _flush(plan, chunk, schedule_many)
-            chunk = []
-    if chunk:
-        done += _flush(plan, chunk, schedule_many)
-    yield done
-
-
-def _flush(plan: Plan, chunk: list[Any], schedule_many: Any) -> int:
-    return len(schedule_many(plan.fn_path, chunk, queue=plan.queue,
-                             max_attempts=plan.max_attempts, backoff=plan.backoff,
-                             batch_size=plan.batch_size))
+    try:
+        with sink.Sink(target, using=using, batch_size=plan.batch_size) as out:
+            for batch in batches:
+                for start in range(0, batch.num_rows, plan.batch_size):
+                    chunk = batch.slice(start, plan.batch_size)
+                    now = timezone.now()
+                    out.write(arrow_jobs.build(target, chunk, now), now)
+                    done += chunk.num_rows
+    finally:  # Spark keeps its Python workers: no idle connection left between tasks
+        connections[using].close()
+    yield pa.RecordBatch.from_pydict({"n": [done]}, schema=pa.schema([("n", pa.int64())]))

@@ -1,0 +1,149 @@
+"""An Arrow batch of a DataFrame -> the column-wise values of its jobs (no per-row objects).
+
+The batch holds the columns ``schedule_dataframe`` selected: ``_when`` (epoch
+microseconds for ``at_col``, seconds for ``delay_col``), ``_key``, ``_a0..`` and
+``_k0..``. Everything a job needs (id, run_at, args/kwargs JSON, at_ms/delay_ms) is
+computed one column at a time with pyarrow or numpy; the checks of ``schedule()`` run
+once per column (the payload size as the envelope's, like ``bulk.Batch.add``; Redis
+gets ids and due times only), and an error names the bad value and its row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from django_delayq import validation
+from django_delayq.exceptions import InvalidJob
+from django_delayq.spark import arrow_json, batch_ids
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Target:
+    """One call's constants, resolved in the executor (defaults from DELAYQ)."""
+
+    queue: str
+    path: str
+    max_attempts: int
+    backoff: Any
+    max_payload: int
+    when: str | None  # "at" | "delay" | None
+    n_args: int
+    kwargs_names: tuple[str, ...]
+    arg_names: tuple[str, ...]  # the DataFrame's column names, for errors
+    when_name: str | None = None
+    key_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobColumns:
+    """The jobs of one batch, column by column (row i of each is job i)."""
+
+    ids: list[str]
+    keys: pa.Array | None  # strings, null where the row has no key
+    keyed: bool  # some ids derive from keys: rows may exist already
+    args: pa.Array  # JSON text
+    kwargs: pa.Array  # JSON text
+    run_at_us: pa.Array  # int64 epoch microseconds
+    at_ms: list[int | None] | None  # None: every job is due delay_ms after Redis' now
+    delay_ms: list[int] | None  # None: all 0
+
+    def keep(self, ids: set[str], inside: bool) -> JobColumns:
+        """The jobs whose id is (``inside``) or is not in ``ids``."""
+        mask = [(i in ids) is inside for i in self.ids]
+        index = [i for i, ok in enumerate(mask) if ok]
+        arrow = pa.array(mask, pa.bool_())
+        pick = [v for v, ok in zip(self.ids, mask, strict=True) if ok]
+        return replace(
+            self, ids=pick, keys=None if self.keys is None else self.keys.filter(arrow),
+            args=self.args.filter(arrow), kwargs=self.kwargs.filter(arrow),
+            run_at_us=self.run_at_us.filter(arrow),
+            at_ms=None if self.at_ms is None else [self.at_ms[i] for i in index],
+            delay_ms=None if self.delay_ms is None else [self.delay_ms[i] for i in index])
+
+
+def epoch_us(moment: datetime) -> int:
+    if moment.tzinfo is None:  # USE_TZ = False: local time
+        moment = moment.astimezone(UTC)
+    return (moment - _EPOCH) // timedelta(microseconds=1)
+
+
+def _when(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[pa.Array, Any, Any]:
+    """(run_at_us, at_ms, delay_ms) of every row."""
+    n = batch.num_rows
+    if t.when is None:
+        return pa.array([now_us] * n, pa.int64()), None, None
+    when = batch.column("_when")
+    if t.when == "at":
+        at_ms = pc.divide(when, 1000).to_pylist() if when.null_count < n else None
+        return pc.fill_null(when, now_us) if when.null_count else when, at_ms, None
+    seconds = pc.fill_null(when, 0.0) if when.null_count else when
+    ok = pc.and_(pc.is_finite(seconds), pc.greater_equal(seconds, 0.0))
+    if not pc.all(ok).as_py():
+        bad = int(pc.index(ok, False).as_py())
+        raise InvalidJob("delay_col %r: delay must be >= 0, got %r (row %d of the batch)"
+                         % (t.when_name, seconds[bad].as_py(), bad))
+    micros = pc.round(pc.multiply(seconds, 1e6), round_mode="half_to_even")
+    run_at = pc.add(pc.cast(micros, pa.int64()), now_us)
+    delay_ms = pc.cast(pc.floor(pc.multiply(seconds, 1000.0)), pa.int64())
+    return run_at, None, delay_ms.to_pylist()
+
+
+def _ids(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[list[str], pa.Array | None]:
+    n = batch.num_rows
+    if "_key" not in batch.schema.names:
+        return batch_ids.new_ids(n, now_us // 1000), None
+    keys = batch.column("_key")
+    empty = pc.fill_null(pc.equal(keys, ""), False)
+    if pc.any(empty).as_py():
+        bad = int(pc.index(empty, True).as_py())
+        raise InvalidJob("key_col %r: key must be a non-empty string, not '' (row %d of the "
+                         "batch)" % (t.key_name, bad))
+    values = keys.to_pylist()
+    if not keys.null_count:
+        return batch_ids.ids_for_keys(t.queue, values), keys
+    fresh = iter(batch_ids.new_ids(keys.null_count, now_us // 1000))
+    keyed = iter(batch_ids.ids_for_keys(t.queue, [k for k in values if k is not None]))
+    return [next(fresh) if k is None else next(keyed) for k in values], keys
+
+
+def _payload(t: Target, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
+    n = batch.num_rows
+    args = [arrow_json.json_texts(batch.column("_a%d" % i),
+                                  "args[%d] (column %r)" % (i, t.arg_names[i]))
+            for i in range(t.n_args)]
+    kwargs = [arrow_json.json_texts(batch.column("_k%d" % i),
+                                    "kwargs[%r] (column %r)" % (name, name))
+              for i, name in enumerate(t.kwargs_names)]
+    return arrow_json.args_array(args, n), arrow_json.kwargs_array(t.kwargs_names, kwargs, n)
+
+
+def _check_size(t: Target, args: pa.Array, kwargs: pa.Array) -> None:
+    """The payload is limited as the envelope ``[path,args,kwargs,max_attempts(,backoff)]``
+    would be, like ``bulk.Batch.add``."""
+    tail = "" if t.backoff is None else "," + validation.dumps(t.backoff)
+    fixed = len("[" + validation.dumps(t.path) + ",") + 1 + len(",%d%s]" % (t.max_attempts, tail))
+    sizes = pc.add(pc.add(pc.utf8_length(args), pc.utf8_length(kwargs)), fixed)
+    if len(sizes) and pc.max(sizes).as_py() > t.max_payload:
+        bad = int(pc.index(pc.greater(sizes, t.max_payload), True).as_py())
+        raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d "
+                         "(row %d of the batch); pass ids instead of data"
+                         % (sizes[bad].as_py(), t.max_payload, bad))
+
+
+def build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:
+    """Every value of this batch's jobs, checked; raises ``InvalidJob`` naming a bad one."""
+    now_us = epoch_us(now)
+    run_at_us, at_ms, delay_ms = _when(t, batch, now_us)
+    ids, keys = _ids(t, batch, now_us)
+    args, kwargs = _payload(t, batch)
+    _check_size(t, args, kwargs)
+    return JobColumns(ids=ids, keys=keys, keyed=keys is not None and keys.null_count < len(keys),
+                      args=args, kwargs=kwargs, run_at_us=run_at_us, at_ms=at_ms,
+                      delay_ms=delay_ms)

@@ -1,0 +1,130 @@
+"""The column-wise pieces of schedule_dataframe, without Spark: ids, JSON text, due times."""
+
+from __future__ import annotations
+
+import json
+import random
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+
+from django_delayq import ids  # noqa: E402
+from django_delayq.exceptions import InvalidJob  # noqa: E402
+from django_delayq.spark import arrow_jobs, arrow_json, batch_ids  # noqa: E402
+
+NOW = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+def _target(**changes: Any) -> arrow_jobs.Target:
+    values: dict[str, Any] = dict(queue="default", path="tests.jobs.add", max_attempts=5,
+                                  backoff=None, max_payload=10_000, when=None, n_args=1,
+                                  kwargs_names=(), arg_names=("a",), when_name="d",
+                                  key_name="k")
+    return arrow_jobs.Target(**{**values, **changes})
+
+
+def test_ids_for_keys_are_those_of_id_for_key() -> None:
+    rng = random.Random(7)
+    alphabet = "ab\x00\t\n\"\\é中😀-_ "
+    keys = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 40)))
+            for _ in range(3000)]
+    assert batch_ids.ids_for_keys("emails", keys) == [ids.id_for_key("emails", k) for k in keys]
+    assert batch_ids.ids_for_keys("emails", []) == []
+
+
+def test_new_ids_look_like_new_id_and_differ() -> None:
+    made = batch_ids.new_ids(5000, now_ms=1_700_000_000_123)
+    assert len(set(made)) == 5000
+    one = ids.new_id()
+    assert all(len(i) == 26 and set(i) <= set(ids._ALPHABET) for i in made)
+    assert made[0][:10] == ids._b32(1_700_000_000_123, 10) and len(one) == 26
+    assert {i[10] for i in made} == set(ids._ALPHABET)  # every character drawn
+
+
+@pytest.mark.parametrize("values", [
+    ["plain", "with \"quotes\"", "back\\slash", "tab\tnew\nline\r", "\x00\x1f", "é 中 😀", "", None],
+    ["all", "clean", None],
+    [1, -2, 2**62, None],
+    [True, False, None],
+    [0.1, 1.0, 1e20, 1e-7, -0.0, None],
+    [[1, 2], [], None, [None]],
+    [{"x": 1, "y": "a\"b"}, None],
+])
+def test_json_texts_are_what_json_dumps_writes(values: list[Any]) -> None:
+    texts = arrow_json.json_texts(pa.array(values), "args[0]").to_pylist()
+    expected = [json.dumps(v, separators=(",", ":"), ensure_ascii=False) for v in values]
+    assert texts == expected
+    assert [json.loads(t) for t in texts] == values
+
+
+def test_json_texts_of_maps_are_objects() -> None:
+    col = pa.array([[("k", 1), ("j", 2)], None], pa.map_(pa.string(), pa.int64()))
+    assert arrow_json.json_texts(col, "x").to_pylist() == ['{"k":1,"j":2}', "null"]
+
+
+def test_non_finite_floats_are_named() -> None:
+    with pytest.raises(InvalidJob, match=r"args\[0\] \(column 'r'\) = inf \(not finite, row 2"):
+        arrow_json.json_texts(pa.array([1.0, None, float("inf")]), "args[0] (column 'r')")
+
+
+def test_args_and_kwargs_arrays() -> None:
+    a = pa.array(['"x"', "1"])
+    assert arrow_json.args_array([a, a], 2).to_pylist() == ['["x","x"]', "[1,1]"]
+    assert arrow_json.kwargs_array(["b", "c\""], [a, a], 2).to_pylist() == [
+        '{"b":"x","c\\"":"x"}', '{"b":1,"c\\"":1}']
+    assert arrow_json.args_array([], 1).to_pylist() == ["[]"]
+
+
+def test_delays_give_run_at_and_delay_ms() -> None:
+    batch = pa.RecordBatch.from_pydict({"_when": pa.array([1.5, None, 0.0004]),
+                                        "_a0": pa.array([1, 2, 3])})
+    cols = arrow_jobs.build(_target(when="delay"), batch, NOW)
+    now_us = arrow_jobs.epoch_us(NOW)
+    assert cols.run_at_us.to_pylist() == [now_us + 1_500_000, now_us, now_us + 400]
+    assert cols.delay_ms == [1500, 0, 0] and cols.at_ms is None
+    assert cols.args.to_pylist() == ["[1]", "[2]", "[3]"]
+    assert NOW + timedelta(microseconds=cols.run_at_us[0].as_py() - now_us) == \
+        NOW + timedelta(seconds=1.5)
+
+
+def test_at_times_and_keys() -> None:
+    batch = pa.RecordBatch.from_pydict({
+        "_when": pa.array([1_893_553_445_678_901, None], pa.int64()),
+        "_key": pa.array(["order-1", None]), "_a0": pa.array([1, 2])})
+    cols = arrow_jobs.build(_target(when="at", backoff=[5]), batch, NOW)
+    assert cols.at_ms == [1_893_553_445_678, None]
+    assert cols.run_at_us.to_pylist() == [1_893_553_445_678_901, arrow_jobs.epoch_us(NOW)]
+    assert cols.ids[0] == ids.id_for_key("default", "order-1") and cols.ids[1][0] != "k"
+    assert cols.keyed and cols.kwargs.to_pylist() == ["{}", "{}"]
+    kept = cols.keep({cols.ids[0]}, inside=False)
+    assert kept.ids == [cols.ids[1]] and kept.args.to_pylist() == ["[2]"]
+    assert kept.at_ms == [None] and kept.keys is not None and kept.keys.to_pylist() == [None]
+
+
+@pytest.mark.parametrize(("columns", "message"), [
+    ({"_when": pa.array([3.0, -1.0])}, r"delay_col 'd': delay must be >= 0, got -1.0 \(row 1"),
+    ({"_when": pa.array([float("nan"), 1.0])}, r"delay must be >= 0, got nan \(row 0"),
+    ({"_key": pa.array(["a", ""])}, r"key_col 'k': key must be a non-empty string, not '' \(row 1"),
+    ({"_a0": pa.array(["x" * 20_000, "y"])}, r"payload is 20028 bytes, over .* \(row 0"),
+    ({"_a0": pa.array(["y", "é" * 9_970])}, r"payload is 9998 bytes, over .* = 9997 \(row 1"),
+])
+def test_bad_values_are_named(columns: dict[str, Any], message: str) -> None:
+    data = {"_a0": pa.array([1, 2]), **columns}
+    limit = 9_997 if "= 9997" in message else 10_000  # 9,998 characters: one too many
+    with pytest.raises(InvalidJob, match=message):
+        arrow_jobs.build(_target(when="delay" if "_when" in data else None, max_payload=limit),
+                         pa.RecordBatch.from_pydict(data), NOW)
+
+
+def test_payload_size_is_that_of_the_envelope() -> None:
+    """The limit applies to ``[path,args,kwargs,max_attempts(,backoff)]`` in characters,
+    like ``schedule_many``: exactly at the limit passes."""
+    envelope = json.dumps(["tests.jobs.add", ["é" * 100], {}, 5, [5, 60]],
+                          separators=(",", ":"), ensure_ascii=False)
+    batch = pa.RecordBatch.from_pydict({"_a0": pa.array(["é" * 100])})
+    arrow_jobs.build(_target(backoff=[5, 60], max_payload=len(envelope)), batch, NOW)
+    with pytest.raises(InvalidJob, match="payload is %d bytes" % len(envelope)):
+        arrow_jobs.build(_target(backoff=[5, 60], max_payload=len(envelope) - 1), batch, NOW)
