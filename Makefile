@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 	@if $(PY) scripts/pg_available.py; then \
 		echo "PostgreSQL reachable: running the database tests on it too"; \
-		DELAYQ_TEST_DB=postgres $(PY) -m pytest -q tests/django tests/worker; \
+		DELAYQ_TEST_DB=postgres $(PY) -m pytest -q tests/django tests/worker tests/spark/test_bulk.py tests/spark/test_rows_columns.py; \
 	else echo "PostgreSQL not reachable: SQLite only"; fi
 	@$(MAKE) --no-print-directory test-django6
 

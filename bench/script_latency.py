@@ -32,7 +32,6 @@ from django_delayq.engine import (  # noqa: E402
     NewJob,
     scripts,  # noqa: E402
 )
-from django_delayq.engine.envelope import Envelope  # noqa: E402
 from django_delayq.ids import new_id  # noqa: E402
 
 Q = "default"
@@ -45,7 +44,8 @@ def pct(values: list[float], p: float) -> float:
 
 
 def envelope(i: int) -> str:
-    return Envelope(path="bench_jobs.noop", args=[i], max_attempts=3).encode()
+    """What django-delayq sends: no envelope (Redis holds ids, the payload is the row)."""
+    return ""
 
 
 def fill(engine: Engine, n: int, due_from_ms: int, due_span_ms: int, per_call: int = 1000,
@@ -65,7 +65,7 @@ def fill(engine: Engine, n: int, due_from_ms: int, due_span_ms: int, per_call: i
             args: list[Any] = [0, k.channel]
             for i in range(done, done + size):
                 args += [new_id(), due_from_ms + random.randrange(due_span_ms), 0, envelope(i)]
-            pipe.evalsha(script.sha, 2, k.pending, k.jobs, *args)
+            pipe.evalsha(script.sha, 4, k.pending, k.jobs, k.inflight, k.dead, *args)
             done += size
         pipe.execute()
     return n / (time.perf_counter() - t0)
