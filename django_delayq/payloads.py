@@ -3,8 +3,10 @@
 The row is written, in the caller's transaction, before the id reaches Redis, and it
 already holds everything a job needs (callable, arguments, attempts, backoff). Keeping a
 second copy in Redis cost ~120 bytes a pending job; reading the rows of a claimed batch
-costs one indexed query per batch. A job enqueued with an envelope in Redis (the bare
-engine, or a job from an older version) still runs from that envelope.
+costs one indexed query per batch. Rows are read from the database rows are written to
+(``db_for_write``): a replica that lags behind could miss a row committed a millisecond
+ago. A job enqueued with an envelope in Redis (the bare engine, or a job from an older
+version) still runs from that envelope.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ def load(jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
         return list(jobs)
     found: dict[str, ClaimedJob] = {}
     by_id = {job.id: job for job in jobs}
-    using = router.db_for_read(Job)
+    using = router.db_for_write(Job)  # never a lagging replica
     for pk, path, args, kwargs, max_attempts, backoff in (
             Job.objects.using(using).filter(pk__in=need).values_list(*_FIELDS)):
         job = by_id[pk]
@@ -53,7 +55,7 @@ def max_attempts(ids: Iterable[str]) -> dict[str, int]:
     ids = list(ids)
     if not ids:
         return {}
-    using = router.db_for_read(Job)
+    using = router.db_for_write(Job)  # never a lagging replica
     return dict(Job.objects.using(using).filter(pk__in=ids)
                 .values_list("id", "max_attempts"))
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from django_delayq import schedule
+from django_delayq import payloads, schedule
 from django_delayq.connection import get_engine
 from django_delayq.engine import NewJob
 from django_delayq.engine.envelope import Envelope
@@ -113,3 +113,20 @@ def test_payload_is_read_from_the_row(delayq_settings) -> None:  # type: ignore[
     assert good.job.status == JobStatus.SUCCEEDED and good.job.result == 5
     assert bad.job.status == JobStatus.DEAD and "wrong types" in bad.job.last_error
     assert get_engine().inspect("default", "ghost").place == "dead"
+
+
+class _ReadsFromAReplica:
+    """A router sending reads to a replica alias that does not even exist here."""
+
+    def db_for_read(self, model, **hints):  # type: ignore[no-untyped-def]
+        return "replica"
+
+
+def test_payloads_are_read_where_rows_are_written(delayq_settings, settings) -> None:  # type: ignore[no-untyped-def]
+    """A lagging read replica could miss a row committed a millisecond ago: payloads (and
+    the max_attempts of expired leases) come from the database the rows are written to."""
+    h = schedule("tests.jobs.add", 20, 22)
+    settings.DATABASE_ROUTERS = [__name__ + "._ReadsFromAReplica"]
+    [job] = payloads.load(get_engine().claim("default", 10, 60_000, now_ms=10**14).jobs)
+    assert job.payload is not None and job.payload.args == [20, 22]
+    assert payloads.max_attempts([h.id]) == {h.id: 3}
