@@ -316,14 +316,14 @@ _RECEIVERS: dict[str, Callable[..., None]] = {
 
 
 def connect() -> None:
-    """Connect the receivers (done on import, i.e. by ``DelayQConfig.ready()``); idempotent."""
+    """Observe the signals (done on import, i.e. by ``DelayQConfig.ready()``); idempotent."""
     for name, fn in _RECEIVERS.items():
-        getattr(signals, "job_%s" % name).connect(fn, dispatch_uid="delayq.events.%s" % name)
+        signals.observe(getattr(signals, "job_%s" % name), fn)
 
 
 def disconnect() -> None:
-    for name in _RECEIVERS:
-        getattr(signals, "job_%s" % name).disconnect(dispatch_uid="delayq.events.%s" % name)
+    for name, fn in _RECEIVERS.items():
+        signals.unobserve(getattr(signals, "job_%s" % name), fn)
 
 
 def _close_at_exit() -> None:

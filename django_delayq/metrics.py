@@ -12,7 +12,7 @@ connected and ``enabled()`` is False.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -137,11 +137,11 @@ if prom is not None:
         if not running:  # a running job's cancellation is reported twice (api + worker)
             _child(FINISHED, queue, "cancelled").inc()
 
-    _RECEIVERS = {"job_scheduled": _scheduled, "job_started": _started,
-                  "job_succeeded": _succeeded, "job_retrying": _retrying,
-                  "job_dead": _dead, "job_cancelled": _cancelled}
+    _RECEIVERS: dict[str, Callable[..., None]] = {
+        "job_scheduled": _scheduled, "job_started": _started, "job_succeeded": _succeeded,
+        "job_retrying": _retrying, "job_dead": _dead, "job_cancelled": _cancelled}
     for _name, _receiver in _RECEIVERS.items():
-        getattr(signals, _name).connect(_receiver, dispatch_uid="delayq.metrics." + _name)
+        signals.observe(getattr(signals, _name), _receiver)
 
 
 def start_http_server(port: int, addr: str = "0.0.0.0") -> Any:

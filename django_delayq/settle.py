@@ -46,7 +46,7 @@ class Settler:
         self.audit.update(job.id, status=JobStatus.RUNNING, run_at=ms_to_dt(job.due_ms),
                           started_at=now, finished_at=None, attempts=job.token,
                           worker_id=self.worker_id, updated_at=now)
-        if signals.job_started.receivers:
+        if signals.wanted(signals.job_started):
             path = _path_of(job)
             signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
                          attempt=job.token, worker_id=self.worker_id,

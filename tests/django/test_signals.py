@@ -110,3 +110,28 @@ def test_cancel_while_running_sends_job_cancelled_running(sent):
     assert found and all(kw["running"] is True and kw["job_id"] == handle.id for kw in found)
     assert _only(sent, "job_retrying") == [] and _only(sent, "job_dead") == []
     assert Job.objects.get(pk=handle.id).status == "cancelled"
+
+
+def test_internal_observers_run_first_and_a_failing_one_affects_nobody(sent, caplog) -> None:  # type: ignore[no-untyped-def]
+    """Metrics and the event stream observe the signals with plain calls; one that raises
+    is logged, and the job, other observers and Django's receivers go on."""
+    seen: list[tuple[str, Any]] = []
+
+    def broken(**kwargs: Any) -> None:
+        raise RuntimeError("observer bug")
+
+    def good(sender: Any, **kwargs: Any) -> None:
+        seen.append((kwargs["job_id"], sender))
+
+    signals.observe(signals.job_scheduled, broken)
+    signals.observe(signals.job_scheduled, good)
+    signals.observe(signals.job_scheduled, good)  # idempotent
+    try:
+        h = schedule("tests.jobs.noop")
+    finally:
+        signals.unobserve(signals.job_scheduled, broken)
+        signals.unobserve(signals.job_scheduled, good)
+    assert seen == [(h.id, Job)]
+    assert [kw["job_id"] for kw in _only(sent, "job_scheduled")] == [h.id]
+    assert "observer bug" in caplog.text
+    assert run_worker() == 1 and Job.objects.get(pk=h.id).status == "succeeded"
