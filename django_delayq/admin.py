@@ -13,7 +13,6 @@ import json
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.http import urlencode
@@ -176,11 +175,18 @@ class JobAdmin(admin.ModelAdmin):
                          self.status_counts(request)}
         return super().changelist_view(request, extra_context=extra_context)
 
+    #: Counts stop here ("10000+"): each is one index range scan of at most this many
+    #: rows, so the page stays fast with hundreds of millions of finished jobs.
+    status_count_cap = 10_000
+
     def status_counts(self, request: HttpRequest) -> list[dict[str, Any]]:
         """One entry per status (zeros included) over every row, linking to its filter."""
-        rows = dict(Job.objects.order_by().values_list("status").annotate(n=Count("pk")))
+        cap = self.status_count_cap
         active = request.GET.get("status__exact")
-        return [{"value": value, "label": label, "count": rows.get(value, 0),
-                 "colour": STATUS_COLOURS[JobStatus(value)], "active": value == active,
-                 "query": "?" + urlencode({"status__exact": value})}
-                for value, label in JobStatus.choices]
+        out = []
+        for value, label in JobStatus.choices:
+            n = Job.objects.filter(status=value).order_by()[:cap + 1].count()
+            out.append({"value": value, "label": label, "count": min(n, cap), "more": n > cap,
+                        "colour": STATUS_COLOURS[JobStatus(value)], "active": value == active,
+                        "query": "?" + urlencode({"status__exact": value})})
+        return out

@@ -186,3 +186,17 @@ def test_user_without_view_permission_is_refused(delayq_settings):
     client = Client()
     client.force_login(user)
     assert client.get(_url()).status_code == 403
+
+
+def test_status_counts_stop_at_the_cap(delayq_settings, admin_client, monkeypatch):  # type: ignore[no-untyped-def]
+    """Each count is a bounded index scan: over the cap the header says "cap+"."""
+    from django_delayq.admin import JobAdmin
+
+    monkeypatch.setattr(JobAdmin, "status_count_cap", 2)
+    for i in range(3):
+        schedule("tests.jobs.add", i, 1, delay=3600)
+    response = admin_client.get(_url())
+    counts = {c["value"]: (c["count"], c["more"])
+              for c in response.context["delayq_status_counts"]}
+    assert counts["scheduled"] == (2, True) and counts["dead"] == (0, False)
+    assert '<b class="delayq-count-n">2+</b>' in response.content.decode()
