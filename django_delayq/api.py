@@ -203,6 +203,9 @@ def schedule_many(
     with transaction.atomic(using=using):
         batch.insert(batch_size)
         jobs = batch.jobs
+        if jobs:
+            signals.send(signals.jobs_scheduled, queue=common.queue, callable_path=common.path,
+                         job_ids=[job.id for job in jobs])
         _after_commit(using, lambda: _enqueue(common.queue, jobs))
     return batch.ids
 

@@ -119,6 +119,9 @@ if prom is not None:
     def _scheduled(queue: str, **kwargs: Any) -> None:
         _child(SCHEDULED, queue).inc()
 
+    def _bulk_scheduled(queue: str, job_ids: list[str], **kwargs: Any) -> None:
+        _child(SCHEDULED, queue).inc(len(job_ids))
+
     def _started(queue: str, due_at: Any, started_at: Any, **kwargs: Any) -> None:
         _child(STARTED, queue).inc()
         _child(LATENESS, queue).observe(max(0.0, (started_at - due_at).total_seconds()))
@@ -139,7 +142,8 @@ if prom is not None:
 
     _RECEIVERS: dict[str, Callable[..., None]] = {
         "job_scheduled": _scheduled, "job_started": _started, "job_succeeded": _succeeded,
-        "job_retrying": _retrying, "job_dead": _dead, "job_cancelled": _cancelled}
+        "job_retrying": _retrying, "job_dead": _dead, "job_cancelled": _cancelled,
+        "jobs_scheduled": _bulk_scheduled}
     for _name, _receiver in _RECEIVERS.items():
         signals.observe(getattr(signals, _name), _receiver)
 

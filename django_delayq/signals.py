@@ -8,6 +8,8 @@
 * ``job_retrying``: ``attempt``, ``worker_id``, ``error`` (str), ``retry_at`` (aware datetime)
 * ``job_dead``: ``attempt``, ``worker_id``, ``error`` (str)
 * ``job_cancelled``: ``running`` (bool: the job was running and only its retries were cancelled)
+* ``jobs_scheduled`` (bulk: ``schedule_many``, ``schedule_dataframe``), once per batch:
+  ``queue``, ``callable_path``, ``job_ids`` (list of the ids this batch scheduled)
 
 A job whose worker died is recovered by another worker's housekeeping: its
 ``job_retrying`` / ``job_dead`` / ``job_cancelled`` is then sent with ``worker_id=""``,
@@ -34,6 +36,7 @@ job_succeeded = Signal(use_caching=True)
 job_retrying = Signal(use_caching=True)
 job_dead = Signal(use_caching=True)
 job_cancelled = Signal(use_caching=True)
+jobs_scheduled = Signal(use_caching=True)  # schedule_many / schedule_dataframe: per batch
 
 
 # django-delayq's own receivers (metrics, the event stream) are plain calls: a worker

@@ -28,6 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
+from django_delayq import signals
 from django_delayq.connection import get_engine
 from django_delayq.engine import NewJob
 from django_delayq.rows import RowWriter, text_datetimes
@@ -128,7 +129,11 @@ def _commit(t: Target, cols: JobColumns, *, using: str, now: datetime,
         return cols
     insert = _prepare(cols, writer, mode, batch_size)
     with transaction.atomic(using=using):
-        return insert()
+        new = insert()
+        if new.ids:
+            signals.send(signals.jobs_scheduled, queue=t.queue, callable_path=t.path,
+                         job_ids=list(new.ids))
+        return new
 
 
 class Sink:

@@ -93,3 +93,14 @@ def test_worker_http_server(m):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_bulk_scheduling_is_counted(m):  # type: ignore[no-untyped-def]
+    from django_delayq.api import JobSpec, schedule_many
+
+    before = value(m, "delayq_jobs_scheduled_total", queue="emails")
+    schedule_many("tests.jobs.add", [JobSpec(args=(i, 1), key="k%d" % i) for i in range(5)],
+                  queue="emails")
+    schedule_many("tests.jobs.add", [JobSpec(args=(i, 1), key="k%d" % i) for i in range(7)],
+                  queue="emails")  # a replay: only the two new keys are scheduled
+    assert value(m, "delayq_jobs_scheduled_total", queue="emails") == before + 7

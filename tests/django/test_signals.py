@@ -135,3 +135,25 @@ def test_internal_observers_run_first_and_a_failing_one_affects_nobody(sent, cap
     assert [kw["job_id"] for kw in _only(sent, "job_scheduled")] == [h.id]
     assert "observer bug" in caplog.text
     assert run_worker() == 1 and Job.objects.get(pk=h.id).status == "succeeded"
+
+
+def test_bulk_scheduling_sends_one_signal_per_batch(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq.api import JobSpec, schedule_many
+
+    got: list[dict[str, Any]] = []
+
+    def receiver(**kwargs: Any) -> None:
+        got.append(kwargs)
+
+    signals.jobs_scheduled.connect(receiver, weak=False)
+    try:
+        first = schedule_many("tests.jobs.add", [JobSpec(args=(i, 1), key="b%d" % i)
+                                                 for i in range(3)], batch_size=2)
+        again = schedule_many("tests.jobs.add", [JobSpec(args=(i, 1), key="b%d" % i)
+                                                 for i in range(3)])
+    finally:
+        signals.jobs_scheduled.disconnect(receiver)
+    assert first == again and len(got) == 1
+    assert {k: v for k, v in got[0].items() if k != "signal"} == {
+        "sender": Job, "queue": "default", "callable_path": "tests.jobs.add",
+        "job_ids": first}
