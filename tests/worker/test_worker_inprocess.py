@@ -130,3 +130,34 @@ def test_payloads_are_read_where_rows_are_written(delayq_settings, settings) -> 
     [job] = payloads.load(get_engine().claim("default", 10, 60_000, now_ms=10**14).jobs)
     assert job.payload is not None and job.payload.args == [20, 22]
     assert payloads.max_attempts([h.id]) == {h.id: 3}
+
+
+def test_database_down_at_claim_hands_the_jobs_back(delayq_settings, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The payloads cannot be read (the table is gone for a moment): the claimed jobs go
+    back to Redis with no attempt charged, the loop backs off, and they run afterwards."""
+    from django.db import connection
+
+    from django_delayq.conf import get_settings
+    from django_delayq.worker import Worker, WorkerOptions
+
+    h = schedule("tests.jobs.add", 1, 1)
+    table = Job._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute('ALTER TABLE "%s" RENAME TO "%s_away"' % (table, table))
+    worker = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",)))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_until(lambda: "worker loop step failed" in caplog.text, timeout=10)
+        loc = get_engine().inspect("default", h.id)
+        assert (loc.place, loc.attempts) in {("pending", 0), ("inflight", 1)}
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute('ALTER TABLE "%s_away" RENAME TO "%s"' % (table, table))
+    try:
+        wait_until(lambda: h.job.status == JobStatus.SUCCEEDED, timeout=15)
+        assert (h.job.attempts, h.job.result) == (1, 2)
+    finally:
+        worker.request_stop()
+        thread.join(10)
+    assert not thread.is_alive()
