@@ -26,16 +26,15 @@ class Batch:
         self.writer = rows.RowWriter(using, queue=queue, path=path, max_attempts=max_attempts,
                                      backoff=backoff, now=now)
         tail = "" if backoff is None else "," + validation.dumps(backoff)
-        self._head = "[" + validation.dumps(path) + ","
-        self._tail = ",%d%s]" % (max_attempts, tail)
+        head = "[" + validation.dumps(path) + ","
+        self._fixed = len(head) + 1 + len(",%d%s]" % (max_attempts, tail))
         self.rows: list[list[Any]] = []
         self.jobs: list[NewJob] = []
         self.ids: list[str] = []
         self.keyed: list[str] = []
 
     def add(self, args: Any, kwargs: Any, delay: Any, at: Any, key: Any) -> None:
-        args, kwargs = list(args), dict(kwargs)
-        validation.check_json(args, kwargs)
+        args_json, kwargs_json = validation.encode_args(list(args), dict(kwargs))
         if delay is not None and at is not None:
             raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
         if at is not None:
@@ -52,12 +51,10 @@ class Batch:
             self.keyed.append(job_id)
         else:
             raise InvalidJob("key must be a non-empty string, not %r" % (key,))
-        args_json = validation.dumps(args)
-        kwargs_json = validation.dumps(kwargs) if kwargs else "{}"
-        envelope = self._head + args_json + "," + kwargs_json + self._tail
-        if len(envelope) > self.max_payload:
+        size = self._fixed + len(args_json) + len(kwargs_json)  # the envelope's length
+        if size > self.max_payload:
             raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d; "
-                             "pass ids instead of data" % (len(envelope), self.max_payload))
+                             "pass ids instead of data" % (size, self.max_payload))
         if run_at.tzinfo is not None and run_at.tzinfo is not UTC:
             run_at = run_at.astimezone(UTC)
         self.rows.append(self.writer.row(job_id, key, args_json, kwargs_json, run_at))

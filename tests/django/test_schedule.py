@@ -225,3 +225,28 @@ def test_schedule_many_rows_hold_every_value(delayq_engine) -> None:  # type: ig
     assert abs((b.run_at - b.created_at).total_seconds() - 30) < 1 and b.kwargs == {}
     loc = delayq_engine.inspect("default", a.id)
     assert loc.place == "pending" and loc.score_ms == int(at.timestamp() * 1000)
+
+
+@pytest.mark.parametrize("args, kwargs, named", [
+    ((1, float("nan")), {}, "args[1] = nan (not finite)"),
+    (([{"a": [1, {2: "x"}]}],), {}, "args[0][0]['a'][1] has the key 2 (int)"),
+    ((dt.date(2026, 1, 1),), {}, "args[0] = datetime.date(2026, 1, 1) (date)"),
+    ((), {"when": {"nested": object}}, "kwargs['when']['nested'] = <class 'object'> (type)"),
+])
+def test_schedule_many_names_the_bad_value(delayq_engine, args, kwargs, named) -> None:  # type: ignore[no-untyped-def]
+    """The fast encoding path still names the bad value and its place, and schedules
+    nothing of the call."""
+    good = JobSpec(args=(1,))
+    with pytest.raises(InvalidJob) as err:
+        schedule_many("tests.jobs.add", [good, JobSpec(args=args, kwargs=kwargs)])
+    assert named in str(err.value)
+    assert not Job.objects.exists()
+
+
+def test_schedule_many_refuses_a_circular_argument(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(InvalidJob, match=r"args\[0\]\[0\].* nested more than 100 levels"):
+        schedule_many("tests.jobs.add", [JobSpec(args=(loop,))])
+    with pytest.raises(InvalidJob, match="nested more than 100 levels"):
+        schedule("tests.jobs.add", loop, 1)
