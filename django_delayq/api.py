@@ -117,7 +117,8 @@ def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[
     return row, NewJob(id=job_id, at_ms=new.get("at_ms"), delay_ms=new.get("delay_ms", 0))
 
 
-def _enqueue(queue: str, jobs: list[NewJob]) -> None:
+def enqueue_or_outbox(queue: str, jobs: list[NewJob]) -> None:
+    """Send committed jobs to Redis; when it is down, their rows wait for the reconciler."""
     try:
         get_engine().enqueue(queue, jobs)
     except RedisError as exc:
@@ -174,7 +175,7 @@ def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | N
 
         _after_commit(using, lambda: run_eager(row.id))
     else:
-        _after_commit(using, lambda: _enqueue(row.queue, [new]))
+        _after_commit(using, lambda: enqueue_or_outbox(row.queue, [new]))
     return JobHandle(row.id, row.queue)
 
 
@@ -199,14 +200,14 @@ def schedule_many(
                        max_attempts=common.max_attempts, backoff=common.backoff,
                        now=timezone.now(), use_tz=django_settings.USE_TZ,
                        max_payload=s.max_payload_bytes)
-    batch.drop_existing(using, batch_size)
+    batch.drop_existing(batch_size)
     with transaction.atomic(using=using):
         batch.insert(batch_size)
         jobs = batch.jobs
         if jobs:
             signals.send(signals.jobs_scheduled, queue=common.queue, callable_path=common.path,
                          job_ids=[job.id for job in jobs])
-        _after_commit(using, lambda: _enqueue(common.queue, jobs))
+        _after_commit(using, lambda: enqueue_or_outbox(common.queue, jobs))
     return batch.ids
 
 

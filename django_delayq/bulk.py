@@ -61,17 +61,11 @@ class Batch:
         self.jobs.append(NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms))  # payload: the row
         self.ids.append(job_id)
 
-    def drop_existing(self, using: str, batch_size: int) -> None:
+    def drop_existing(self, batch_size: int) -> None:
         """Forget keyed jobs that already exist: replaying the same input adds nothing."""
         if not self.keyed:
             return
-        from django_delayq.models import Job
-
-        existing: set[str] = set()
-        for i in range(0, len(self.keyed), batch_size):
-            chunk = self.keyed[i:i + batch_size]
-            existing.update(Job.objects.using(using).filter(pk__in=chunk)
-                            .values_list("pk", flat=True))
+        existing = self.writer.existing(self.keyed, batch_size)
         if existing:
             keep = [i for i, job in enumerate(self.jobs) if job.id not in existing]
             self.rows = [self.rows[i] for i in keep]

@@ -19,8 +19,8 @@ from django.db.models.constants import OnConflict
 
 from django_delayq.models import Job, JobStatus
 
-_VARYING = ("id", "key", "args", "kwargs", "run_at")
-VARYING = _VARYING  # the columns that differ between the rows of one writer
+VARYING = ("id", "key", "args", "kwargs", "run_at")  # differ between one writer's rows
+COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
 
 def datetime_adapter(using: str) -> Callable[[datetime | None], Any]:
@@ -61,7 +61,7 @@ def copy_escape(value: Any) -> str:
     if isinstance(value, datetime):
         value = value.isoformat()
     text = str(value)
-    for char, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+    for char, escaped in COPY_ESCAPES:
         text = text.replace(char, escaped)
     return text
 
@@ -94,11 +94,11 @@ class RowWriter:
             "finished_at": None, "attempts": 0, "max_attempts": max_attempts,
             "backoff": None if backoff is None else json.dumps(backoff), "last_error": "",
             "traceback": "", "worker_id": "", "result": None, "cancel_requested": False}
-        missing = set(names) - set(const) - set(_VARYING)
+        missing = set(names) - set(const) - set(VARYING)
         if missing:
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))
         self.template = [const.get(name) for name in names]
-        self.slots = tuple(names.index(name) for name in _VARYING)
+        self.slots = tuple(names.index(name) for name in VARYING)
         self.adapt = adapt
 
     def row(self, job_id: str, key: str | None, args_json: str, kwargs_json: str,
@@ -122,12 +122,13 @@ class RowWriter:
             for i in range(0, len(rows), batch_size):
                 cursor.executemany(sql, rows[i:i + batch_size])
 
+    def _columns(self, conn: Any) -> str:
+        return ", ".join(conn.ops.quote_name(str(f.column)) for f in self.fields)
+
     def _copy(self, conn: Any, rows: Sequence[list[Any]]) -> None:
         """PostgreSQL: stream the rows with COPY (several times faster than INSERTs)."""
-        ops = conn.ops
-        sql = "COPY %s (%s) FROM STDIN" % (
-            ops.quote_name(Job._meta.db_table),
-            ", ".join(ops.quote_name(str(f.column)) for f in self.fields))
+        sql = "COPY %s (%s) FROM STDIN" % (conn.ops.quote_name(Job._meta.db_table),
+                                           self._columns(conn))
         with conn.cursor() as wrapper:
             with wrapper.cursor.copy(sql) as copy:
                 for row in rows:
@@ -180,13 +181,13 @@ class RowWriter:
         on_conflict = OnConflict.IGNORE if ignore_conflicts else None
         return "%s %s (%s) VALUES (%s) %s" % (
             ops.insert_statement(on_conflict=on_conflict), ops.quote_name(Job._meta.db_table),
-            ", ".join(ops.quote_name(str(f.column)) for f in self.fields), values,
+            self._columns(conn), values,
             ops.on_conflict_suffix_sql(self.fields, on_conflict, None, None))
 
     def copy_layout(self) -> list[str | None]:
         """Per column, in table order: its COPY text when constant, ``None`` when it is
         one of ``VARYING`` (the caller supplies those, escaped with ``copy_escape``)."""
-        return [None if f.attname in _VARYING else copy_escape(v)
+        return [None if f.attname in VARYING else copy_escape(v)
                 for f, v in zip(self.fields, self.template, strict=True)]
 
     def copy_text(self, payload: str, *, new_only: bool) -> list[str] | None:
@@ -197,7 +198,7 @@ class RowWriter:
         conn = connections[self.using]
         ops = conn.ops
         table = ops.quote_name(Job._meta.db_table)
-        cols = ", ".join(ops.quote_name(str(f.column)) for f in self.fields)
+        cols = self._columns(conn)
         with conn.cursor() as wrapper:
             target = table
             if new_only:

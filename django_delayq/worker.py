@@ -291,6 +291,8 @@ class Worker:
         outcomes, self.unsettled = self.unsettled, []
         while self.done:
             outcomes.append(self.done.popleft())
+        if not outcomes:
+            return
         by_queue: dict[str, list[runner.Outcome]] = {}
         for o in outcomes:
             by_queue.setdefault(o.job.queue, []).append(o)

@@ -14,7 +14,6 @@ outbox. Keyed rows that already exist are neither inserted nor enqueued again.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
@@ -26,15 +25,12 @@ import pyarrow.compute as pc
 from django.conf import settings as django_settings
 from django.db import transaction
 from django.utils import timezone
-from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.connection import get_engine
+from django_delayq.api import enqueue_or_outbox
 from django_delayq.engine import NewJob
-from django_delayq.rows import RowWriter, text_datetimes
+from django_delayq.rows import COPY_ESCAPES, RowWriter, text_datetimes
 from django_delayq.spark.arrow_jobs import JobColumns, Target
-
-logger = logging.getLogger(__name__)
 
 
 def _run_at_text(cols: JobColumns, mode: str) -> pa.Array:
@@ -54,7 +50,7 @@ def _run_at_objects(cols: JobColumns, writer: RowWriter) -> list[Any]:
 
 
 def _escape(text: pa.Array) -> pa.Array:
-    for char, escaped in (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r")):
+    for char, escaped in COPY_ESCAPES:
         text = pc.replace_substring(text, char, escaped)
     return text
 
@@ -106,13 +102,8 @@ def _enqueue(queue: str, cols: JobColumns) -> None:
     n = len(cols.ids)
     at_ms = cols.at_ms or [None] * n
     delay_ms = cols.delay_ms or [0] * n
-    jobs = [NewJob(id=i, at_ms=a, delay_ms=d)  # the payload lives in the audit row
-            for i, a, d in zip(cols.ids, at_ms, delay_ms, strict=True)]
-    try:
-        get_engine().enqueue(queue, jobs)
-    except RedisError as exc:
-        logger.warning("Redis unavailable; %d job(s) of queue %r stay in the outbox for the "
-                       "reconciler: %s", n, queue, exc)
+    enqueue_or_outbox(queue, [NewJob(id=i, at_ms=a, delay_ms=d)  # the payload: the row
+                               for i, a, d in zip(cols.ids, at_ms, delay_ms, strict=True)])
 
 
 def _commit(t: Target, cols: JobColumns, *, using: str, now: datetime,
