@@ -12,7 +12,8 @@ from django_delayq.exceptions import InvalidJob
 MAX_DEPTH = 100  # deeper than this is a mistake (or a circular structure)
 
 
-def _find_bad(value: Any, where: str, depth: int = 0) -> str | None:
+def find_bad(value: Any, where: str, depth: int = 0) -> str | None:
+    """What in ``value`` is not JSON, named with its place (``where``), or None."""
     if value is None or isinstance(value, (str, bool, int)):
         return None
     if isinstance(value, float):
@@ -21,7 +22,7 @@ def _find_bad(value: Any, where: str, depth: int = 0) -> str | None:
         return "%s is nested more than %d levels deep (circular?)" % (where[:120], MAX_DEPTH)
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
-            if bad := _find_bad(item, "%s[%d]" % (where, i), depth + 1):
+            if bad := find_bad(item, "%s[%d]" % (where, i), depth + 1):
                 return bad
         return None
     if isinstance(value, dict):
@@ -29,19 +30,22 @@ def _find_bad(value: Any, where: str, depth: int = 0) -> str | None:
             if not isinstance(key, str):
                 return "%s has the key %r (%s); JSON keys must be strings" % (
                     where, key, type(key).__name__)
-            if bad := _find_bad(item, "%s[%r]" % (where, key), depth + 1):
+            if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):
                 return bad
         return None
     return "%s = %r (%s)" % (where, value, type(value).__name__)
 
 
+def not_json(bad: str) -> InvalidJob:
+    """The error for a value that is not JSON; ``bad`` names it and its place."""
+    return InvalidJob("job arguments must be JSON (str, int, float, bool, None, list, dict); "
+                      "%s is not. Pass an id or a plain value instead." % bad)
+
+
 def check_json(args: Any, kwargs: dict[str, Any]) -> None:
     for value, name in ((args, "args"), (kwargs, "kwargs")):
-        if bad := _find_bad(value, name):
-            raise InvalidJob(
-                "job arguments must be JSON (str, int, float, bool, None, list, dict); "
-                "%s is not. Pass an id or a plain value instead." % bad
-            )
+        if bad := find_bad(value, name):
+            raise not_json(bad)
 
 
 def dumps(value: Any) -> str:

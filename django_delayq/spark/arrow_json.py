@@ -18,15 +18,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from django_delayq import validation
-from django_delayq.exceptions import InvalidJob
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'
-
-
-def _invalid(bad: str) -> InvalidJob:
-    return InvalidJob("job arguments must be JSON (str, int, float, bool, None, list, dict); "
-                      "%s is not. Pass an id or a plain value instead." % bad)
 
 
 def _first(mask: pa.Array) -> int:
@@ -45,7 +39,7 @@ def _floats(col: pa.Array, where: str) -> pa.Array:
     finite = pc.fill_null(pc.is_finite(col), True)
     if not pc.all(finite).as_py():
         bad = _first(pc.invert(finite))
-        raise _invalid("%s = %r (not finite, row %d of the batch)"
+        raise validation.not_json("%s = %r (not finite, row %d of the batch)"
                        % (where, col[bad].as_py(), bad))
     return pa.array([None if v is None else float.__repr__(v) for v in col.to_pylist()],
                     pa.string())
@@ -68,8 +62,8 @@ def _nested(col: pa.Array, where: str) -> pa.Array:
     out = []
     for i, value in enumerate(col.to_pylist()):
         value = _plain(value, col.type)
-        if bad := validation._find_bad(value, where):
-            raise _invalid("%s (row %d of the batch)" % (bad, i))
+        if bad := validation.find_bad(value, where):
+            raise validation.not_json("%s (row %d of the batch)" % (bad, i))
         out.append(None if value is None else _ENCODE(value))
     return pa.array(out, pa.string())
 
@@ -90,7 +84,7 @@ def json_texts(col: pa.Array, where: str) -> pa.Array:
     elif pa.types.is_nested(kind):
         text = _nested(col, where)
     else:
-        raise _invalid("%s of Arrow type %s" % (where, kind))
+        raise validation.not_json("%s of Arrow type %s" % (where, kind))
     return pc.fill_null(text, "null") if text.null_count else text
 
 
