@@ -16,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_delayq.connection import CLUSTER_SCHEMES, is_cluster_url
 from django_delayq.engine import backoff as backoff_mod
 
 DEFAULTS: dict[str, Any] = {
@@ -94,7 +95,7 @@ def _positive(name: str, value: Any, *, integer: bool = False) -> str | None:
     return None
 
 
-URL_SCHEMES = ("redis://", "rediss://", "unix://", "redis+cluster://", "rediss+cluster://")
+URL_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)
 
 
 def _url_problem(url: Any) -> str | None:
@@ -103,7 +104,7 @@ def _url_problem(url: Any) -> str | None:
     if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
         return ("DELAYQ['REDIS_URL'] must start with redis://, rediss://, unix://, "
                 "redis+cluster:// or rediss+cluster://, not %r" % (url,))
-    if url.startswith(URL_SCHEMES[3:]) and urlsplit(url).path.strip("/") not in ("", "0"):
+    if is_cluster_url(url) and urlsplit(url).path.strip("/") not in ("", "0"):
         return ("DELAYQ['REDIS_URL'] %r: a Redis Cluster has only database 0; drop the "
                 "database number" % (url,))
     return None
