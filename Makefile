@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: example test test-fast test-django6 lint bench bench-compare chaos clean
+.PHONY: example test test-fast lint bench bench-compare chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,27 +17,9 @@ $(STAMP): pyproject.toml
 example: $(STAMP)
 	$(PY) example_project/run.py
 
+# Every step runs even after one fails; the summary names the failures (exit 1 if any).
 test: $(STAMP)
-	$(PY) -m ruff check django_delayq tests
-	$(PY) -m mypy django_delayq
-	$(PY) -m django check --settings=tests.settings
-	$(PY) -m django makemigrations --check --dry-run --settings=tests.settings
-	$(PY) -m pytest -q
-	@if $(PY) scripts/pg_available.py; then \
-		echo "PostgreSQL reachable: running the database tests on it too"; \
-		DELAYQ_TEST_DB=postgres $(PY) -m pytest -q tests/django tests/worker tests/spark/test_bulk.py tests/spark/test_rows_columns.py; \
-	else echo "PostgreSQL not reachable: SQLite only"; fi
-	@$(MAKE) --no-print-directory test-django6
-
-# Django 6.x needs Python 3.12+: run the Django-facing tests there when one is installed.
-test-django6:
-	@PY6=$$(scripts/find_python312.sh); if [ -n "$$PY6" ]; then \
-		echo "Django 6.x on $$PY6"; \
-		[ -x .venv-dj6/bin/python ] || $$PY6 -m venv .venv-dj6; \
-		.venv-dj6/bin/python -m pip install -q --upgrade pip && \
-		.venv-dj6/bin/python -m pip install -q -e ".[embedded]" "django>=6,<7" --group dev && \
-		.venv-dj6/bin/python -m pytest -q tests/django tests/worker tests/engine; \
-	else echo "no Python 3.12+ found: Django 6.x tests not run"; fi
+	bash scripts/test.sh $(PY)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -x tests/engine tests/django
