@@ -5,6 +5,11 @@
     TASKS = {"default": {"BACKEND": "django_delayq.backends.DelayQBackend",
                          "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": [15, 180, 600, 1800]}}}
 
+A task runs once by default: Django's Tasks framework promises ``FAILED`` once the
+function raised, so retries are opt-in through ``OPTIONS["MAX_ATTEMPTS"]`` (and its
+``BACKOFF``), not inherited from ``DELAYQ["DEFAULT_MAX_ATTEMPTS"]``. Bad options are an
+``ImproperlyConfigured`` naming the alias, the key and the value when the backend is built.
+
 ``task.enqueue()`` is ``django_delayq.schedule()`` with the task's function path;
 ``run_after`` may be an aware datetime or a ``timedelta`` (from enqueue time). Results
 are read from the audit rows: ``Job`` (status, times, return value, worker) and
@@ -22,11 +27,13 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from django_delayq import compat, registry
 from django_delayq.context import JobContext, current_job
+from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt, JobStatus
 
@@ -54,6 +61,7 @@ STATUS = {
 # schedule()'s own keywords: a task kwarg with one of these names cannot be passed through.
 RESERVED_KWARGS = frozenset({"fn", "delay", "at", "queue", "max_attempts", "backoff", "key"})
 OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF"})
+DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once, as Django's docs describe
 
 
 class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
@@ -68,8 +76,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         self.own_queues = "QUEUES" in params
         if not self.own_queues:
             self.queues: set[str] = set()
-        self.max_attempts = self.options.get("MAX_ATTEMPTS")
-        self.backoff = self.options.get("BACKOFF")
+        self.max_attempts, self.backoff = retry_options(alias, self.options)
 
     # -- validation ---------------------------------------------------------------
 
@@ -157,6 +164,23 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         if isinstance(obj, Task):
             return obj if obj.queue_name == row.queue else obj.using(queue_name=row.queue)
         return self.task_class(func=obj, backend=self.alias, queue_name=row.queue)
+
+
+def retry_options(alias: str, options: dict[str, Any]) -> tuple[int, Any]:
+    """``(max_attempts, backoff)`` from a backend's OPTIONS: one attempt unless
+    ``MAX_ATTEMPTS`` asks for more; ``BACKOFF`` (any DELAYQ backoff policy) only with it."""
+    where = "TASKS[%r]['OPTIONS']" % alias
+    max_attempts = options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ImproperlyConfigured("%s['MAX_ATTEMPTS'] must be an integer >= 1, not %r"
+                                   % (where, max_attempts))
+    backoff = options.get("BACKOFF")
+    if why := backoff_mod.validate(backoff):
+        raise ImproperlyConfigured("%s['BACKOFF'] %r: %s" % (where, backoff, why))
+    if backoff is not None and max_attempts == 1:
+        raise ImproperlyConfigured("%s['BACKOFF'] %r has no effect with one attempt: set "
+                                   "MAX_ATTEMPTS > 1 to retry" % (where, backoff))
+    return max_attempts, backoff
 
 
 def _when(run_after: Any) -> tuple[timedelta | None, datetime | None]:

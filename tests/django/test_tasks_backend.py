@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
@@ -82,6 +83,43 @@ def test_failed_task_lists_every_attempts_error_and_worker(jt):
     with pytest.raises(ValueError, match="failed"):
         result.return_value  # noqa: B018
     assert Job.objects.get(pk=result.id).status == JobStatus.DEAD
+
+
+def test_a_raising_task_is_failed_after_its_one_run_by_default(jt, tasks_settings):
+    # What Django's documentation leads a user to expect: the exception makes it FAILED.
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    result = jt.fail.enqueue("no second chance")
+    assert Job.objects.get(pk=result.id).max_attempts == 1
+    assert run_worker() == 1  # a real worker, burst mode
+    result.refresh()
+    assert result.status == Status().FAILED and result.is_finished
+    assert result.attempts == 1 and len(result.worker_ids) == 1
+    assert [e.exception_class for e in result.errors] == [jt.CustomError]
+
+
+def test_retries_are_opt_in_through_the_backend_options(jt, tasks_settings):
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND,
+                                        "OPTIONS": {"MAX_ATTEMPTS": 2, "BACKOFF": [0]}}}
+    result = jt.fail.enqueue("twice")
+    assert run_worker() == 2
+    result.refresh()
+    assert result.status == Status().FAILED and result.attempts == 2
+    assert len(result.errors) == 2
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"MAX_ATTEMPTS": 0}, "['MAX_ATTEMPTS'] must be an integer >= 1, not 0"),
+    ({"MAX_ATTEMPTS": "3"}, "not '3'"),
+    ({"MAX_ATTEMPTS": True}, "not True"),
+    ({"MAX_ATTEMPTS": 3, "BACKOFF": "sometimes"}, "['BACKOFF'] 'sometimes'"),
+    ({"MAX_ATTEMPTS": 3, "BACKOFF": [-1]}, "['BACKOFF'] [-1]"),
+    ({"BACKOFF": [60]}, "has no effect with one attempt"),
+])
+def test_bad_retry_options_are_improperly_configured(tasks_settings, options, named):
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND, "OPTIONS": options}}
+    with pytest.raises(ImproperlyConfigured, match="TASKS\\['default'\\]") as info:
+        compat.tasks.task_backends["default"]  # noqa: B018
+    assert named in str(info.value)
 
 
 def test_retrying_task_is_ready_again_with_its_first_error(jt, tasks_settings):
