@@ -148,11 +148,14 @@ if prom is not None:
         signals.observe(getattr(signals, _name), _receiver)
 
 
-def start_http_server(port: int, addr: str = "0.0.0.0") -> Any:
+def start_http_server(port: int, addr: str = "127.0.0.1") -> Any:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread (the worker calls this
-    for ``--metrics-port``); returns the server (``.server_address``, ``.shutdown()``)."""
+    for ``--metrics-port``); returns the server (``.server_address``, ``.shutdown()``).
+    Loopback by default: the page names queues and callables, so exposing it to other
+    hosts (``addr="0.0.0.0"``) is the operator's explicit choice."""
     server, _thread = _require().start_http_server(port, addr=addr, registry=REGISTRY)
-    logger.info("metrics on http://%s:%d/metrics", addr, server.server_address[1])
+    logger.info("metrics on http://%s:%d/metrics", "[%s]" % addr if ":" in addr else addr,
+                server.server_address[1])
     return server
 
 

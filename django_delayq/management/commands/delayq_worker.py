@@ -1,4 +1,8 @@
-"""``manage.py delayq_worker``: a thin adapter from argv to ``Worker(...).run()``."""
+"""``manage.py delayq_worker``: a thin adapter from argv to ``Worker(...).run()``.
+
+``--metrics-port`` listens on ``--metrics-addr``, loopback unless the operator names
+another address: the metrics page names queues and callables and has no authentication.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.management.options import parse_queues
 from django_delayq.worker import EXIT_CONFIG, Worker, WorkerOptions, wait_for_redis
+
+METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
 
 
 class Command(BaseCommand):
@@ -29,6 +35,9 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="Serve Prometheus /metrics on this port (needs "
                                  "django-delayq[prometheus]).")
+        parser.add_argument("--metrics-addr", default=METRICS_ADDR,
+                            help="Address --metrics-port listens on (default %s, this host "
+                                 "only; 0.0.0.0 or :: for every interface)." % METRICS_ADDR)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_delayq.conf import get_settings
@@ -52,10 +61,17 @@ class Command(BaseCommand):
             queues=queues, concurrency=concurrency, burst=options["burst"],
             max_jobs=options["max_jobs"], worker_id=options["worker_id"]))
         if options["metrics_port"] is not None:
-            from django_delayq import metrics
-
-            metrics.start_http_server(options["metrics_port"])
+            self.serve_metrics(options["metrics_addr"], options["metrics_port"])
         worker.install_signal_handlers()
         code = worker.run()
         if code:
             sys.exit(code)
+
+    def serve_metrics(self, addr: str, port: int) -> None:
+        from django_delayq import metrics
+
+        try:
+            metrics.start_http_server(port, addr=addr)
+        except OSError as exc:
+            raise CommandError("cannot serve metrics on %s port %d: %s" % (addr, port, exc)
+                               ) from exc
