@@ -9,18 +9,33 @@ run again (rows exported twice are the same version and readers deduplicate them
 
 ``settle`` leaves rows updated in the last seconds to the next run, so a transaction
 still open while the export reads is not skipped forever.
+
+The state file is written to a fresh temporary file in ``ROOT`` (random name, created
+with ``O_EXCL``) and renamed over the old one, and a symlink at its path is refused: a
+link planted in the export directory can neither redirect the write to another file nor
+feed the export someone else's state.
+
+``exclude`` leaves columns out of the files (never read from the database); ``redact``
+keeps a text column but writes ``"[redacted]"`` for every value but null and the empty
+string (JSON columns hold the JSON string ``"[redacted]"``), so e.g. ``args`` carrying tokens or personal data
+never reach the Parquet files. ``id``, ``created_at`` and ``updated_at`` are needed to
+page, partition and deduplicate, and cannot be left out or redacted. The choice is kept
+in the state file: a directory mixes no two column layouts.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
+import pyarrow as pa
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -31,6 +46,8 @@ from django_delayq.spark.writer import DayPartitionedWriter
 
 STATE_FILE = "_delayq_export_state.json"
 DEFAULT_CHUNK = 5000
+REDACTED = "[redacted]"
+KEEP = frozenset({"id", "created_at", "updated_at"})  # paging, partitions, newest version
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -50,17 +67,94 @@ def _parse(value: str | None) -> datetime | None:
 
 
 def read_state(root: Path) -> dict[str, Any] | None:
+    """The state of the last run, or None; a symlink (or anything not a regular file) at
+    the state file's path is refused, never followed."""
     path = Path(root) / STATE_FILE
-    if not path.exists():
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
         return None
-    return dict(json.loads(path.read_text()))
+    except OSError as exc:
+        if path.is_symlink():
+            raise ValueError("%s is a symlink; refusing to follow it (remove it, or export "
+                             "to another directory)" % path) from exc
+        raise
+    with os.fdopen(fd, "r") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise ValueError("%s is not a regular file; refusing it" % path)
+        return dict(json.loads(fh.read()))
 
 
 def _write_state(root: Path, state: dict[str, Any]) -> None:
+    """Atomically: a new temporary file (O_EXCL, random name) in ``root``, renamed over
+    the state file (a rename replaces a link planted there, it does not follow it)."""
     path = Path(root) / STATE_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(state, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % STATE_FILE, suffix=".tmp", dir=root)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(json.dumps(state, indent=2, sort_keys=True))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
+    """Column names from ``"a,b"`` or ``["a", "b,c"]``, sorted, without duplicates."""
+    if value is None:
+        return ()
+    parts = [value] if isinstance(value, str) else list(value)
+    return tuple(sorted({n.strip() for p in parts for n in p.split(",") if n.strip()}))
+
+
+def column_choice(exclude: str | Iterable[str] | None,
+                  redact: str | Iterable[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Validated ``(exclude, redact)``; a ValueError names every bad column."""
+    left_out, hidden = _names(exclude), _names(redact)
+    known = set(schema.JOB_COLUMNS)
+    text = {f.name for f in schema.JOB_SCHEMA if pa.types.is_string(f.type)}
+    problems = []
+    if unknown := sorted((set(left_out) | set(hidden)) - known):
+        problems.append("unknown column(s) %s (columns: %s)"
+                        % (", ".join(unknown), ", ".join(schema.JOB_COLUMNS)))
+    if needed := sorted((set(left_out) | set(hidden)) & KEEP):
+        problems.append("%s cannot be excluded or redacted (needed to page, partition and "
+                        "deduplicate)" % ", ".join(needed))
+    if both := sorted(set(left_out) & set(hidden)):
+        problems.append("%s both excluded and redacted; pick one" % ", ".join(both))
+    if not_text := sorted(set(hidden) & (known - text - KEEP)):
+        problems.append("only text columns can be redacted, not %s (exclude them instead)"
+                        % ", ".join(not_text))
+    if problems:
+        raise ValueError("; ".join(problems))
+    return left_out, hidden
+
+
+def _check_columns(state: dict[str, Any] | None, exclude: tuple[str, ...],
+                   redact: tuple[str, ...]) -> None:
+    if state is None:
+        return
+    before = (tuple(state.get("exclude", ())), tuple(state.get("redact", ())))
+    if before != (exclude, redact):
+        raise ValueError(
+            "this directory was exported with --exclude %s --redact %s; use the same "
+            "columns or another directory (its files must share one layout)"
+            % (",".join(before[0]) or "(none)", ",".join(before[1]) or "(none)"))
+
+
+def _redacted(page: list[tuple[Any, ...]], positions: tuple[int, ...]) -> list[tuple[Any, ...]]:
+    if not positions:
+        return page
+    out = []
+    for row in page:
+        values = list(row)
+        for i in positions:
+            if values[i] is not None and values[i] != "":
+                values[i] = REDACTED
+        out.append(tuple(values))
+    return out
 
 
 def _previous_mark(state: dict[str, Any] | None, since: datetime | None,
@@ -109,23 +203,31 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
                 until: datetime | None = None, full: bool = False,
                 chunk_size: int = DEFAULT_CHUNK, settle: timedelta = timedelta(seconds=2),
                 now: datetime | None = None, progress: bool = True,
-                stream: TextIO | None = None) -> ExportResult:
+                stream: TextIO | None = None, exclude: str | Iterable[str] | None = None,
+                redact: str | Iterable[str] | None = None) -> ExportResult:
+    excluded, redacted = column_choice(exclude, redact)
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     state = read_state(root)
+    _check_columns(state, excluded, redacted)
     previous = _previous_mark(state, since, until, full)
     mark = (now or timezone.now()) - settle
     if previous is not None and mark < previous:
         mark = previous
     qs = rows_to_export(previous, mark, since, until)
+    columns = tuple(c for c in schema.JOB_COLUMNS if c not in excluded)
+    out_schema = pa.schema([schema.JOB_SCHEMA.field(c) for c in columns])
+    positions = tuple(columns.index(c) for c in redacted)
     bar = Progress(qs.count(), "delayq_export", stream=stream, enabled=progress)
-    with DayPartitionedWriter(root / schema.JOBS_DIR, schema.JOB_SCHEMA, kind="export",
+    with DayPartitionedWriter(root / schema.JOBS_DIR, out_schema, kind="export",
                               day_column="created_at") as writer:
-        for page in keyset_pages(qs, schema.JOB_COLUMNS, chunk_size):
-            writer.write(schema.to_table(page, schema.JOB_SCHEMA, schema.JOB_JSON_FIELDS))
+        for page in keyset_pages(qs, columns, chunk_size):
+            writer.write(schema.to_table(_redacted(page, positions), out_schema,
+                                         schema.JOB_JSON_FIELDS))
             bar.update(len(page))
     bar.close()
     runs = (state or {}).get("runs", 0) + 1
     _write_state(root, {"version": 1, "high_water": _iso(mark), "since": _iso(since),
-                        "until": _iso(until), "runs": runs, "last_run_rows": writer.rows})
+                        "until": _iso(until), "runs": runs, "last_run_rows": writer.rows,
+                        "exclude": list(excluded), "redact": list(redacted)})
     return ExportResult(rows=writer.rows, files=writer.files, previous_mark=previous, mark=mark)

@@ -90,3 +90,72 @@ def test_report_command_reads_the_export(tmp_path: Any, spark: Any) -> None:
     add = next(g for g in report["groups"] if g["callable"] == "tests.jobs.add")
     assert add["status"]["dead"] == 11 and add["lateness_ms"]["p95"] == 95.05
     assert (tmp_path / "report" / "report.html").exists()
+
+
+def test_a_link_planted_at_the_old_temporary_state_path_is_not_followed(tmp_path: Any) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    root = tmp_path / "export"
+    root.mkdir()
+    (root / (STATE_FILE + ".tmp")).symlink_to(victim)  # the fixed name earlier runs used
+    save_jobs(known_jobs())
+    assert export_jobs(root, now=NOW, progress=False).rows == 111
+    assert victim.read_text() == "precious"
+    assert json.loads((root / STATE_FILE).read_text())["runs"] == 1
+    assert not (root / STATE_FILE).is_symlink()
+    assert [p.name for p in root.glob(".*tmp")] == []  # the random temporary file is gone
+
+
+def test_a_link_at_the_state_file_is_refused_not_followed(tmp_path: Any) -> None:
+    # The link would feed the export someone else's mark (skipping rows) and, on the
+    # write, replace the file it points to.
+    victim = tmp_path / "victim.json"
+    victim.write_text(json.dumps({"high_water": "2999-01-01T00:00:00+00:00", "runs": 7,
+                                  "since": None, "until": None}))
+    before = victim.read_text()
+    root = tmp_path / "export"
+    root.mkdir()
+    (root / STATE_FILE).symlink_to(victim)
+    save_jobs(known_jobs())
+    with pytest.raises(ValueError, match="symlink"):
+        export_jobs(root, now=NOW, progress=False)
+    with pytest.raises(CommandError, match="symlink"):
+        call_command("delayq_export", "--out", str(root), "--settle", "0", verbosity=0)
+    assert victim.read_text() == before
+    assert not (root / "jobs").exists()
+
+
+def test_exclude_and_redact_keep_secrets_out_of_the_files(tmp_path: Any) -> None:
+    jobs = known_jobs()
+    jobs[0].update(args=["sk_live_TOKEN"], kwargs={"email": "ann@example.com"},
+                   last_error="HTTPError: 401 for sk_live_TOKEN")
+    save_jobs(jobs)
+    out = io.StringIO()
+    call_command("delayq_export", "--out", str(tmp_path), "--settle", "0", "--exclude",
+                 "kwargs,traceback", "--exclude", "result", "--redact", "args,last_error",
+                 stdout=out, verbosity=0)
+    assert "exported 111 rows" in out.getvalue()
+    table = _read(tmp_path)
+    assert not {"kwargs", "traceback", "result"} & set(table.column_names)
+    assert {json.loads(v) for v in table.column("args").to_pylist()} == {"[redacted]"}
+    row = table.filter(ds.field("id") == "a001").to_pylist()[0]
+    assert row["last_error"] == "[redacted]" and row["status"] == "succeeded"
+    assert table.filter(ds.field("id") == "a002").to_pylist()[0]["last_error"] == ""
+    assert "sk_live_TOKEN" not in str(table.to_pylist())
+    assert "ann@example.com" not in str(table.to_pylist())
+    with pytest.raises(CommandError, match="--exclude kwargs,result,traceback --redact args"):
+        call_command("delayq_export", "--out", str(tmp_path), "--redact", "args", verbosity=0)
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--exclude", "nope", "unknown column"),
+    ("--redact", "args,nope", "unknown column"),
+    ("--exclude", "id", "cannot be excluded or redacted"),
+    ("--redact", "updated_at", "cannot be excluded or redacted"),
+    ("--redact", "attempts", "only text columns can be redacted, not attempts"),
+])
+def test_bad_column_choices_are_refused(tmp_path: Any, option: str, value: str,
+                                        message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        call_command("delayq_export", "--out", str(tmp_path), option, value, verbosity=0)
+    assert not (tmp_path / STATE_FILE).exists()

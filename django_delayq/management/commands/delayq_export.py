@@ -1,4 +1,8 @@
-"""``manage.py delayq_export --out DIR``: audit rows -> day-partitioned Parquet, incrementally."""
+"""``manage.py delayq_export --out DIR``: audit rows -> day-partitioned Parquet, incrementally.
+
+``--exclude`` and ``--redact`` keep columns (``args`` with tokens, personal data in
+``kwargs`` or ``result``) out of the files; ``django_delayq.spark.export`` explains both.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +38,10 @@ class Command(BaseCommand):
                             help="Rows per database page (default 5000).")
         parser.add_argument("--settle", type=float, default=2.0,
                             help="Leave rows updated in the last N seconds to the next run.")
+        parser.add_argument("--exclude", action="append", metavar="COL[,COL]",
+                            help="Leave these columns out of the files (e.g. args,kwargs).")
+        parser.add_argument("--redact", action="append", metavar="COL[,COL]",
+                            help="Write '[redacted]' instead of these text columns' values.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
@@ -48,7 +56,8 @@ class Command(BaseCommand):
                                  full=options["full"], chunk_size=options["chunk_size"],
                                  settle=timedelta(seconds=options["settle"]),
                                  progress=options["verbosity"] > 0,
-                                 stream=getattr(self.stderr, "_out", None))
+                                 stream=getattr(self.stderr, "_out", None),
+                                 exclude=options["exclude"], redact=options["redact"])
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write("exported %d rows in %d files; high-water mark %s"
