@@ -1,5 +1,10 @@
 """Admin actions on jobs. Each calls ``django_delayq.api`` once per selected job and
-reports what happened per outcome ("3 cancelled, 1 already running")."""
+reports what happened per outcome ("3 cancelled, 1 already running").
+
+"Run now" and "Requeue" make a job run, so they first check the row's callable path
+against the allow-list (``registry.check_schedulable``, as ``schedule()`` does): a row
+whose path was tampered with, or whose module is no longer listed, is reported "not
+allowed" with the reason and left as it is."""
 
 from __future__ import annotations
 
@@ -17,7 +22,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
-from django_delayq import api
+from django_delayq import api, registry
 from django_delayq.engine import CancelOutcome
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound
@@ -37,6 +42,7 @@ MOVE_LABELS = {
     MoveOutcome.NOT_FOUND: gettext_lazy("not waiting in Redis"),
 }
 ERROR = gettext_lazy("failed")
+NOT_ALLOWED = gettext_lazy("not allowed")
 GONE = gettext_lazy("no longer exist")
 
 
@@ -50,8 +56,8 @@ class Tally:
     def add(self, label: Any) -> None:
         self.counts[str(label)] += 1
 
-    def fail(self, job_id: str, exc: Exception) -> None:
-        self.add(ERROR)
+    def fail(self, job_id: str, exc: Exception, label: Any = ERROR) -> None:
+        self.add(label)
         self.errors.append("%s: %s" % (job_id, exc))
 
     def text(self) -> str:
@@ -68,9 +74,24 @@ class Tally:
             modeladmin.message_user(request, _("Errors: %s") % shown, messages.ERROR)
 
 
+def _runnable(queryset: QuerySet[Job], tally: Tally) -> Iterable[str]:
+    """The ids of the selected jobs whose callable path the allow-list accepts; the
+    others are counted "not allowed", with the reason."""
+    for job_id, path in queryset.values_list("pk", "callable_path").iterator():
+        try:
+            registry.check_schedulable(path)
+        except InvalidJob as exc:
+            logger.warning("admin action refused job %s: %s", job_id, exc)
+            tally.fail(job_id, exc, NOT_ALLOWED)
+        else:
+            yield job_id
+
+
 def _each(queryset: QuerySet[Job], call: Callable[[str], Any], tally: Tally,
-          label_of: Callable[[Any], Any]) -> None:
-    for job_id in queryset.values_list("pk", flat=True).iterator():
+          label_of: Callable[[Any], Any], ids: Iterable[str] | None = None) -> None:
+    if ids is None:
+        ids = queryset.values_list("pk", flat=True).iterator()
+    for job_id in ids:
         try:
             tally.add(label_of(call(job_id)))
         except JobNotFound:
@@ -93,7 +114,7 @@ def run_jobs_now(modeladmin: admin.ModelAdmin, request: HttpRequest,
                  queryset: QuerySet[Job]) -> None:
     labels = {**MOVE_LABELS, MoveOutcome.MOVED: gettext_lazy("due now")}
     tally = Tally()
-    _each(queryset, api.run_now, tally, labels.__getitem__)
+    _each(queryset, api.run_now, tally, labels.__getitem__, _runnable(queryset, tally))
     tally.report(modeladmin, request, labels[MoveOutcome.MOVED])
 
 
@@ -104,7 +125,7 @@ def requeue_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
     requeued, as_new = gettext_lazy("requeued"), gettext_lazy("requeued as a new job")
     not_final = gettext_lazy("not finished (still live)")
     tally = Tally()
-    for job_id in queryset.values_list("pk", flat=True).iterator():
+    for job_id in _runnable(queryset, tally):
         try:
             handle = api.requeue(job_id)
         except InvalidJob:

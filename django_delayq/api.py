@@ -271,8 +271,10 @@ def run_now(job_id: str) -> MoveOutcome:
 
 def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     """Run a finished job again. A dead job still in Redis gets fresh attempts under the
-    same id; any other finished job (or a dead one Redis trimmed) is copied to a new job."""
+    same id; any other finished job (or a dead one Redis trimmed) is copied to a new job.
+    Either way the row's callable path must pass the allow-list first, as at ``schedule()``."""
     row = get_job(job_id)
+    registry.check_schedulable(row.callable_path)
     seconds = validation.delay_seconds(delay)
     if row.status == JobStatus.DEAD:
         outcome, _ = get_engine().requeue(row.queue, row.id, delay_ms=int(seconds * 1000))

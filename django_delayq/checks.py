@@ -2,7 +2,9 @@
 
 ``conf.problems()`` is the one validator; this module gives each DELAYQ key a stable
 check id (``ERROR_IDS``, documented in docs/settings.md) and a hint saying what is
-accepted. Ids never change meaning: a new key gets a new number.
+accepted. Ids never change meaning: a new key gets a new number. One check is not a
+bad value but a missing one: ``ALLOWED_CALLABLES`` unset or empty allows no job at all
+(``delayq.E025``), since job functions are never allowed by default.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from django_delayq import conf
 NOT_A_DICT = "delayq.E000"
 UNKNOWN_KEY = "delayq.E001"
 UNMAPPED_KEY = "delayq.E099"
+NO_ALLOWED_CALLABLES = "delayq.E025"  # ALLOWED_CALLABLES unset or empty: no job may run
 
 ERROR_IDS: dict[str, str] = {
     "REDIS_URL": "delayq.E002",
@@ -56,8 +59,9 @@ HINTS: dict[str, str] = {
     "DEFAULT_MAX_ATTEMPTS": "An integer >= 1, e.g. 3.",
     "DEFAULT_BACKOFF": "A list of seconds such as [15, 180, 600], or a policy dict; see "
                        "docs/settings.md#default_backoff.",
-    "ALLOWED_CALLABLES": "A list of module prefixes such as ['shop.tasks'], or None for the "
-                         "packages of INSTALLED_APPS.",
+    "ALLOWED_CALLABLES": "A list of module names such as ['shop.tasks', "
+                         "'django_delayq.contrib.http']: each listed module's top-level "
+                         "functions may run as jobs (not its submodules).",
     "LEASE_SECONDS": _SECONDS % "60",
     "WAKE_INTERVAL_SECONDS": _SECONDS % "2",
     "RECOVER_INTERVAL_SECONDS": _SECONDS % "1",
@@ -75,6 +79,11 @@ HINTS: dict[str, str] = {
     "JOB_TIMEOUT_SECONDS": "None (no limit) or seconds > 0 after which a running attempt is "
                            "failed and retried, e.g. 300.",
 }
+NO_ALLOWED_HINT = (
+    "List the modules that define your job functions, e.g. DELAYQ = {..., "
+    "'ALLOWED_CALLABLES': ['shop.tasks']} (add 'django_delayq.contrib.http' for the built-in "
+    "HTTP callback job). Only plain functions defined at the top level of a listed module can "
+    "be scheduled or run; see docs/settings.md#allowed-job-functions.")
 UNKNOWN_HINT = "Remove it, or fix its spelling; docs/settings.md lists every key."
 DEFAULT_HINT = "See docs/settings.md for the accepted values."
 
@@ -108,6 +117,18 @@ def _cache_alias_problem(user: dict[str, Any]) -> str | None:
     return None
 
 
+def _no_allowed_callables(user: dict[str, Any]) -> checks.CheckMessage | None:
+    """Unset or empty ALLOWED_CALLABLES: every schedule() and every job would be refused."""
+    allowed = user.get("ALLOWED_CALLABLES")
+    if allowed is not None and (not isinstance(allowed, (list, tuple)) or allowed):
+        return None  # a valid non-empty list, or a bad value reported as delayq.E009
+    state = "is not set" if allowed is None else "is empty"
+    return checks.Error(
+        "DELAYQ['ALLOWED_CALLABLES'] %s: no job function may be scheduled or run (there is no "
+        "default; a job runs only when its module is listed)" % state,
+        hint=NO_ALLOWED_HINT, obj="DELAYQ['ALLOWED_CALLABLES']", id=NO_ALLOWED_CALLABLES)
+
+
 def _messages(found: list[tuple[str, str]]) -> list[checks.CheckMessage]:
     return [
         checks.Error(message, hint=hint_for(key), obj="DELAYQ[%r]" % key, id=error_id(key))
@@ -126,4 +147,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     if not any(key == "CACHE_ALIAS" for key, _ in found):
         if msg := _cache_alias_problem(user):
             found.append(("CACHE_ALIAS", msg))
-    return _messages(found)
+    messages = _messages(found)
+    if error := _no_allowed_callables(user):
+        messages.append(error)
+    return messages

@@ -27,7 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_QUEUE": "default",
     "DEFAULT_MAX_ATTEMPTS": 3,
     "DEFAULT_BACKOFF": backoff_mod.DEFAULT_POLICY,
-    "ALLOWED_CALLABLES": None,  # None: the packages of INSTALLED_APPS (not django.*)
+    "ALLOWED_CALLABLES": None,  # modules of job functions, e.g. ["shop.tasks"]; None/[]: none
     "LEASE_SECONDS": 60.0,
     "WAKE_INTERVAL_SECONDS": 2.0,  # cap on any idle wait: progress never hangs on one lost wake-up
     "RECOVER_INTERVAL_SECONDS": 1.0,
@@ -110,6 +110,22 @@ def _url_problem(url: Any) -> str | None:
     return None
 
 
+def _allowed_problem(allowed: Any) -> str | None:
+    """ALLOWED_CALLABLES: None or a list of module names (an empty list is a check error)."""
+    from django_delayq.registry import name_problem
+
+    if allowed is None:
+        return None
+    if not isinstance(allowed, (list, tuple)):
+        return ("DELAYQ['ALLOWED_CALLABLES'] must be a list of module names such as "
+                "['shop.tasks'], not %r" % (allowed,))
+    bad = ["%r (%s)" % (entry, why) for entry in allowed if (why := name_problem(entry))]
+    if bad:
+        return ("DELAYQ['ALLOWED_CALLABLES'] %r must list module names such as ['shop.tasks']; "
+                "not module names: %s" % (allowed, ", ".join(bad)))
+    return None
+
+
 def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Every problem of the ``DELAYQ`` setting as (key, message)."""
     user = _user_settings() if user is None else user
@@ -144,12 +160,8 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     if why := backoff_mod.validate(merged["DEFAULT_BACKOFF"]):
         found.append(("DEFAULT_BACKOFF", "DELAYQ['DEFAULT_BACKOFF'] %r: %s"
                       % (merged["DEFAULT_BACKOFF"], why)))
-    allowed = merged["ALLOWED_CALLABLES"]
-    if allowed is not None and (
-        not isinstance(allowed, (list, tuple)) or not all(isinstance(p, str) and p for p in allowed)
-    ):
-        found.append(("ALLOWED_CALLABLES", "DELAYQ['ALLOWED_CALLABLES'] must be a list of module "
-                                           "prefixes such as ['shop.tasks'], not %r" % (allowed,)))
+    if msg := _allowed_problem(merged["ALLOWED_CALLABLES"]):
+        found.append(("ALLOWED_CALLABLES", msg))
     if msg := _url_problem(merged["REDIS_URL"]):
         found.append(("REDIS_URL", msg))
     prefix = merged["PREFIX"]

@@ -1,47 +1,108 @@
-"""Dotted path <-> callable, through an allow-list of module prefixes.
+"""Dotted path -> job function, through an allow-list of modules: a trust boundary.
 
-Whoever can write to Redis must not be able to run arbitrary code: the worker
-resolves a job's path only when it lies under ``DELAYQ["ALLOWED_CALLABLES"]``
-(default: the packages of ``INSTALLED_APPS`` outside ``django.*``, plus
-``django_delayq.contrib``).
+Whoever can write an audit row (or put an envelope in Redis) chooses the path a
+worker runs, so a path must reach nothing but the job functions the project listed.
+A path is accepted only when all of this holds, checked in this order:
+
+1. It is ``<module>.<name>``: ASCII identifiers joined by dots, at most ``MAX_PATH``
+   characters, no segment starting with ``_`` (no ``__builtins__``, ``__init__``,
+   ``__loader__``, no private names) and none a Python keyword.
+2. ``<module>`` (everything before the last dot) is exactly one of the modules in
+   ``DELAYQ["ALLOWED_CALLABLES"]``: an entry names one module, not a package prefix,
+   so ``shop.tasks.os.system`` (module ``shop.tasks.os``) is refused. An unset or
+   empty list allows nothing (``manage.py check`` reports it, ``delayq.E025``).
+   Steps 1 and 2 look at the string only: nothing is imported for a refused path.
+3. Exactly ``<module>`` is imported (never a shorter or longer prefix), and its
+   namespace entry ``<name>`` (read from the module's ``__dict__``, so no module
+   ``__getattr__`` runs) is a plain Python function, or a Django ``Task`` wrapping
+   one, whose ``__module__`` and ``__qualname__`` are ``<module>`` and ``<name>``:
+   it was defined at the top level of that module under that name. Classes and their
+   methods, lambdas, ``functools.partial`` objects, builtins, modules, aliases, and
+   functions imported from another module are refused (schedule a function by the
+   path of the module that defines it).
+
+``check_schedulable`` raises ``InvalidJob`` for any of these at ``schedule()``. The
+worker's ``resolve`` raises ``NotAllowed`` (a ``PermissionError``: the runner ends the
+job dead, "not allowed: ..."). A listed module that fails to import, or lacks the
+name, raises ``ImportError`` / ``AttributeError`` instead: the job is retried, since a
+worker running a newer deploy may have it. Only successful resolutions are cached
+(``functools.cache`` keeps no exceptions); ``reset()`` clears the cache when the
+settings change.
 """
 
 from __future__ import annotations
 
 import importlib
 import inspect
+import keyword
+import re
+import types
 from collections.abc import Callable
 from functools import cache
 from typing import Any
 
 from django_delayq.exceptions import InvalidJob
 
-BUILTIN_ALLOWED = ("django_delayq.contrib",)
+MAX_PATH = 255
+_SEGMENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+EXAMPLE = "'shop.tasks.close_order'"
+
+
+class NotAllowed(PermissionError):
+    """A job path the allow-list refuses; the worker ends such a job dead."""
 
 
 @cache
-def allowed_prefixes() -> tuple[str, ...]:
+def allowed_modules() -> frozenset[str]:
+    """The modules of ``DELAYQ["ALLOWED_CALLABLES"]``; empty when unset."""
     from django_delayq.conf import get_settings
 
-    configured = get_settings().allowed_callables
-    if configured is not None:
-        return tuple(configured) + BUILTIN_ALLOWED
-    from django.apps import apps
-
-    names = {
-        cfg.name for cfg in apps.get_app_configs()
-        if not cfg.name.startswith("django.") and cfg.name != "django_delayq"
-    }
-    return tuple(sorted(names)) + BUILTIN_ALLOWED
+    return frozenset(get_settings().allowed_callables or ())
 
 
 def reset() -> None:
-    allowed_prefixes.cache_clear()
+    allowed_modules.cache_clear()
     _resolve.cache_clear()
 
 
+def name_problem(dotted: Any, *, what: str = "module name") -> str | None:
+    """Why ``dotted`` is not a dotted name the allow-list accepts, or ``None``."""
+    if not isinstance(dotted, str) or not dotted:
+        return "not a %s" % what
+    if len(dotted) > MAX_PATH:
+        return "longer than %d characters" % MAX_PATH
+    for segment in dotted.split("."):
+        if not _SEGMENT.fullmatch(segment):
+            if segment.startswith("_"):
+                return ("%r starts with '_': special and private names are never jobs"
+                        % segment)
+            return "%r is not an ASCII identifier" % segment
+        if keyword.iskeyword(segment):
+            return "%r is a Python keyword" % segment
+    return None
+
+
+def refusal(path: Any) -> str | None:
+    """Why ``path`` is refused before anything is imported (steps 1 and 2), or ``None``."""
+    if why := name_problem(path, what="dotted path"):
+        return "%r is not a job path such as %s: %s" % (path, EXAMPLE, why)
+    module, _, name = path.rpartition(".")
+    if not module:
+        return "%r has no module part; use a path such as %s" % (path, EXAMPLE)
+    allowed = allowed_modules()
+    if not allowed:
+        return ("%r: DELAYQ['ALLOWED_CALLABLES'] is empty, so no job may run; list the "
+                "modules that define your job functions, e.g. ['shop.tasks']" % path)
+    if module not in allowed:
+        return ("%r: module %r is not in DELAYQ['ALLOWED_CALLABLES'] %s (a job path is a "
+                "listed module and the name of a function defined in it)"
+                % (path, module, sorted(allowed)))
+    return None
+
+
 def is_allowed(path: str) -> bool:
-    return any(path == p or path.startswith(p + ".") for p in allowed_prefixes())
+    """Whether ``path`` passes the string checks (imports nothing)."""
+    return refusal(path) is None
 
 
 def path_of(fn: Any) -> str:
@@ -50,8 +111,8 @@ def path_of(fn: Any) -> str:
         return fn
     if not callable(fn):
         raise InvalidJob("expected a function or a dotted path, got %r" % (fn,))
-    target = getattr(fn, "func", None) if type(fn).__name__ == "Task" else fn  # Django Task
-    target = target or fn
+    task = _task_type()
+    target = fn.func if task is not None and isinstance(fn, task) else fn
     module = getattr(target, "__module__", None)
     qualname = getattr(target, "__qualname__", None)
     if not module or not qualname:
@@ -71,50 +132,63 @@ def path_of(fn: Any) -> str:
 
 
 def check_schedulable(path: str) -> Callable[..., Any]:
-    """Validate ``path`` for ``schedule()``: allowed, importable, a function."""
-    if not isinstance(path, str) or not path or path.startswith(".") or " " in path:
-        raise InvalidJob("%r is not a dotted path such as 'shop.tasks.close_order'" % (path,))
-    if not is_allowed(path):
-        raise InvalidJob(
-            "%r is not in DELAYQ['ALLOWED_CALLABLES'] (allowed prefixes: %s)"
-            % (path, ", ".join(allowed_prefixes()))
-        )
+    """Validate ``path`` for ``schedule()``: allowed, importable, a plain function."""
     try:
-        return _resolve(path)
-    except (ImportError, AttributeError, TypeError) as exc:
+        return resolve(path)
+    except NotAllowed as exc:
+        raise InvalidJob(str(exc)) from exc
+    except (ImportError, AttributeError) as exc:
         raise InvalidJob("cannot import %r: %s" % (path, exc)) from exc
 
 
 def resolve(path: str) -> Callable[..., Any]:
-    """The worker's lookup: raises ``PermissionError`` outside the allow-list."""
-    if not is_allowed(path):
-        raise PermissionError("%r is not in DELAYQ['ALLOWED_CALLABLES']" % (path,))
+    """The worker's lookup: ``NotAllowed`` for a refused path, before any import."""
+    if why := refusal(path):
+        raise NotAllowed(why)
     return _resolve(path)
 
 
 @cache
 def _resolve(path: str) -> Callable[..., Any]:
-    module_name, _, attr = path.rpartition(".")
-    if not module_name:
-        raise ImportError("%r has no module part" % (path,))
-    obj: Any
-    try:
-        obj = importlib.import_module(module_name)
-        attrs = [attr]
-    except ImportError:  # a class attribute path such as "mod.Class.method"
-        module_name, _, cls = module_name.rpartition(".")
-        if not module_name:
-            raise
-        obj = importlib.import_module(module_name)
-        attrs = [cls, attr]
-    for name in attrs:
-        obj = getattr(obj, name)
-    if type(obj).__name__ == "Task" and getattr(obj, "takes_context", False):
+    """Import exactly the module part and check the one name (``path`` passed ``refusal``)."""
+    module_name, _, name = path.rpartition(".")
+    module = importlib.import_module(module_name)
+    if module.__name__ != module_name:  # a module that replaced itself in sys.modules
+        raise NotAllowed("%r: importing %r gave module %r" % (path, module_name, module.__name__))
+    namespace = getattr(module, "__dict__", {})
+    if name not in namespace:
+        raise AttributeError("module %r has no function %r" % (module_name, name))
+    obj = namespace[name]
+    task = _task_type()
+    func = obj.func if task is not None and isinstance(obj, task) else obj
+    if why := _not_a_job_function(func, module_name, name):
+        raise NotAllowed("%r: %s" % (path, why))
+    if func is not obj and getattr(obj, "takes_context", False):
         from django_delayq.backends import task_callable  # passes a TaskContext first
 
         return task_callable(obj)
-    func = getattr(obj, "func", None) if type(obj).__name__ == "Task" else obj
-    func = func or obj
-    if not callable(func) or inspect.isclass(func):
-        raise TypeError("%r is not a function" % (path,))
     return func  # type: ignore[no-any-return]
+
+
+def _not_a_job_function(func: Any, module: str, name: str) -> str | None:
+    """Why ``func`` (found as ``module.name``) is not a job function, or ``None``."""
+    if inspect.isclass(func):
+        return "a class, not a function; schedule a module-level function"
+    if isinstance(func, types.ModuleType):
+        return "a module, not a function"
+    if not isinstance(func, types.FunctionType):
+        return ("a %s object, not a function (builtins, functools.partial objects and other "
+                "callables are never jobs)" % type(func).__name__)
+    defined = "%s.%s" % (getattr(func, "__module__", None), getattr(func, "__qualname__", None))
+    if defined != "%s.%s" % (module, name):
+        return ("the function defined as %s, not a function defined in %r under that name "
+                "(a lambda, an alias or an import from another module); schedule it by the "
+                "path of its own definition" % (defined, module))
+    return None
+
+
+def _task_type() -> type[Any] | None:
+    """Django's ``Task`` class when the Tasks framework is installed."""
+    from django_delayq import compat
+
+    return compat.tasks_base.Task if compat.tasks_base is not None else None

@@ -63,7 +63,7 @@ DELAYQ = {
     "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL", "redis://127.0.0.1:1/0"),
     "PREFIX": os.environ.get("DELAYQ_TEST_PREFIX", "delayq"),
     "QUEUES": ["default", "emails", "slow"],
-    "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_more"],
+    "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_more", "django_delayq.contrib.http"],
     "LEASE_SECONDS": float(os.environ.get("DELAYQ_TEST_LEASE", "10")),
     "WAKE_INTERVAL_SECONDS": 1.0,
     "AUDIT_FLUSH_SECONDS": 0.02,

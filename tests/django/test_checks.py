@@ -32,7 +32,7 @@ BAD_VALUES = {
 
 
 def _errors(settings, **delayq):  # type: ignore[no-untyped-def]
-    settings.DELAYQ = {"QUEUES": ["default"], **delayq}
+    settings.DELAYQ = {"QUEUES": ["default"], "ALLOWED_CALLABLES": ["tests.jobs"], **delayq}
     return checks.check_settings()
 
 
@@ -58,7 +58,7 @@ def test_ids_are_stable_and_unique():
     assert checks.ERROR_IDS["QUEUES"] == "delayq.E005"
     assert checks.ERROR_IDS["CONCURRENCY"] == "delayq.E018"
     ids = list(checks.ERROR_IDS.values()) + [checks.NOT_A_DICT, checks.UNKNOWN_KEY,
-                                             checks.UNMAPPED_KEY]
+                                             checks.UNMAPPED_KEY, checks.NO_ALLOWED_CALLABLES]
     assert len(ids) == len(set(ids))
 
 
@@ -74,6 +74,43 @@ def test_ids_are_documented():
     doc = (Path(__file__).parents[2] / "docs" / "settings.md").read_text()
     for key, error_id in checks.ERROR_IDS.items():
         assert "`%s`" % error_id in doc and key in doc, key
+    assert "`%s`" % checks.NO_ALLOWED_CALLABLES in doc
+
+
+@pytest.mark.parametrize("value, state", [(None, "is not set"), ([], "is empty"),
+                                          ((), "is empty")])
+def test_unset_or_empty_allow_list_is_an_error_with_an_example(settings, value, state):
+    delayq = {"QUEUES": ["default"]}
+    if value is not None:
+        delayq["ALLOWED_CALLABLES"] = value
+    settings.DELAYQ = delayq
+    [error] = checks.check_settings()
+    assert (error.id, error.obj) == ("delayq.E025", "DELAYQ['ALLOWED_CALLABLES']")
+    assert "DELAYQ['ALLOWED_CALLABLES'] %s: no job function may be scheduled or run" % state \
+        in error.msg
+    assert "'ALLOWED_CALLABLES': ['shop.tasks']" in error.hint
+    assert "django_delayq.contrib.http" in error.hint
+
+
+@pytest.mark.django_db
+def test_manage_py_check_fails_without_an_allow_list(settings):
+    settings.DELAYQ = {"QUEUES": ["default"]}
+    with pytest.raises(SystemCheckError, match="delayq.E025"):
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+
+
+@pytest.mark.parametrize("entry, why", [
+    ("shop.tasks.*", "'*' is not an ASCII identifier"),
+    ("shop.", "'' is not an ASCII identifier"),
+    ("", "not a module name"),
+    (3, "not a module name"),
+    ("shop.__init__", "'__init__' starts with '_'"),
+    ("shop._jobs", "'_jobs' starts with '_'"),
+    ("shop.class", "'class' is a Python keyword"),
+])
+def test_allow_list_entries_must_be_module_names(settings, entry, why):
+    [error] = _errors(settings, ALLOWED_CALLABLES=["tests.jobs", entry])
+    assert error.id == "delayq.E009" and why in error.msg and repr(entry) in error.msg
 
 
 def test_unknown_key_and_default_queue(settings):

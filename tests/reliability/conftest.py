@@ -16,7 +16,7 @@ from tests.redis_server import RedisServer, binaries
 from tests.worker import conftest as worker
 
 ROOT = Path(__file__).resolve().parents[2]
-ALLOWED = ["tests.jobs", "tests.jobs_chaos"]
+ALLOWED = ["tests.jobs", "tests.jobs_chaos", "tests.jobs_attack"]  # as worker_settings
 
 
 def pytest_configure(config: pytest.Config) -> None:
