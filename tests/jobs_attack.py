@@ -2,10 +2,11 @@
 job path would reach for, in a module that those tests list in ALLOWED_CALLABLES, so
 that every refusal comes from the path rules and not from the list.
 
-Only ``honest`` is a job. The rest must never run: the imported modules (reachable by
-attribute traversal), functions and builtins imported from elsewhere, a private
-function, a class with methods, an AppConfig, a lambda, a ``functools.partial`` and an
-alias. Importing this module has no side effect.
+Only ``honest`` and ``atomic_honest`` (behind a decorator that keeps its name) are
+jobs. The rest must never run: the imported modules (reachable by attribute traversal),
+functions and builtins imported from elsewhere, a private function, a class with
+methods, an AppConfig, a lambda, a ``functools.partial`` and an alias. Importing this
+module has no side effect.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from subprocess import getoutput  # noqa: F401  (bait: a plain function of anoth
 from typing import Any
 
 from django.apps import AppConfig
+from django.db import transaction
 
 from tests.jobs import add  # noqa: F401  (bait: a job, but tests.jobs defines it)
 
@@ -27,6 +29,12 @@ from tests.jobs import add  # noqa: F401  (bait: a job, but tests.jobs defines i
 def honest(tag: str) -> str:
     """The one job of this module."""
     return "honest:%s" % tag
+
+
+@transaction.atomic
+def atomic_honest(tag: str) -> str:
+    """A job behind a decorator that keeps its name (functools.wraps)."""
+    return "atomic:%s" % tag
 
 
 def _private(command: str) -> int:

@@ -134,6 +134,7 @@ def test_plain_functions_of_a_listed_module_are_accepted(cfg) -> None:  # type: 
         "tests.jobs_attack.honest"
     assert schedule(jobs_attack.add, 1, 2, delay=3600).job.callable_path == "tests.jobs.add"
     assert registry.resolve("tests.jobs_attack.honest") is jobs_attack.honest
+    assert registry.resolve("tests.jobs_attack.atomic_honest")("x") == "atomic:x"
 
 
 @pytest.mark.django_db
