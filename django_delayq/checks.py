@@ -44,6 +44,7 @@ ERROR_IDS: dict[str, str] = {
     "EVENTS": "delayq.E022",
     "EVENTS_MAXLEN": "delayq.E023",
     "JOB_TIMEOUT_SECONDS": "delayq.E024",
+    "HTTP_CALLBACK_ALLOWED_NETWORKS": "delayq.E026",
 }
 
 _SECONDS = "a number of seconds > 0, e.g. %s"
@@ -78,6 +79,8 @@ HINTS: dict[str, str] = {
     "EVENTS_MAXLEN": "An integer >= 1: about how many events the stream keeps, e.g. 10000.",
     "JOB_TIMEOUT_SECONDS": "None (no limit) or seconds > 0 after which a running attempt is "
                            "failed and retried, e.g. 300.",
+    "HTTP_CALLBACK_ALLOWED_NETWORKS": "A list of IP addresses or networks post_json may reach "
+                                      "although not public, e.g. ['10.1.0.0/16']; default [].",
 }
 NO_ALLOWED_HINT = (
     "List the modules that define your job functions, e.g. DELAYQ = {..., "

@@ -6,6 +6,7 @@ raised as ``ImproperlyConfigured`` naming the key and the value by ``get_setting
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from functools import cache
@@ -43,7 +44,11 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS": True,  # write every transition to the capped stream "{PREFIX}:events"
     "EVENTS_MAXLEN": 10_000,
     "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
+    "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
 }
+
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +76,7 @@ class Settings:
     events: bool
     events_maxlen: int
     job_timeout_seconds: float | None
+    http_callback_allowed_networks: tuple[IPNetwork, ...] = ()
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -126,6 +132,25 @@ def _allowed_problem(allowed: Any) -> str | None:
     return None
 
 
+def _networks(value: Any) -> tuple[tuple[IPNetwork, ...], str | None]:
+    """HTTP_CALLBACK_ALLOWED_NETWORKS: addresses or networks ("10.1.0.0/16", "::1")."""
+    if not isinstance(value, (list, tuple)):
+        return (), ("DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] must be a list of IP addresses or "
+                    "networks such as ['10.1.0.0/16'], not %r" % (value,))
+    nets, bad = [], []
+    for entry in value:
+        try:
+            if not isinstance(entry, str):
+                raise TypeError(entry)
+            nets.append(ipaddress.ip_network(entry, strict=False))
+        except (TypeError, ValueError):
+            bad.append(entry)
+    if bad:
+        return (), ("DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] %r: not IP addresses or networks: "
+                    "%s" % (value, ", ".join(map(repr, bad))))
+    return tuple(nets), None
+
+
 def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Every problem of the ``DELAYQ`` setting as (key, message)."""
     user = _user_settings() if user is None else user
@@ -164,6 +189,8 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
         found.append(("ALLOWED_CALLABLES", msg))
     if msg := _url_problem(merged["REDIS_URL"]):
         found.append(("REDIS_URL", msg))
+    if msg := _networks(merged["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]:
+        found.append(("HTTP_CALLBACK_ALLOWED_NETWORKS", msg))
     prefix = merged["PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         found.append(("PREFIX", "DELAYQ['PREFIX'] must be a non-empty string without braces, "
@@ -204,6 +231,7 @@ def get_settings() -> Settings:
         events_maxlen=int(m["EVENTS_MAXLEN"]),
         job_timeout_seconds=None if m["JOB_TIMEOUT_SECONDS"] is None
         else float(m["JOB_TIMEOUT_SECONDS"]),
+        http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
         raw=dict(user),
     )
 

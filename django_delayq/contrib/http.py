@@ -1,6 +1,6 @@
 """HTTP callback jobs: ``post_json(url, body)`` succeeds on a 2xx answer and raises on
 anything else (another status, a timeout, a refused connection), so the job's retry
-and backoff policy applies. Standard library only (``urllib``)::
+and backoff policy applies. Standard library only (``http.client``)::
 
     schedule("django_delayq.contrib.http.post_json", url, {"order": 42, "paid": True},
              backoff=UPSTREAM_BACKOFF)   # 15s 3m 10m 30m 30m 1h 2h 6h 15h, then dead
@@ -8,17 +8,42 @@ and backoff policy applies. Standard library only (``urllib``)::
 Redirects are not followed (a 3xx is a failure: a POST must not silently become a
 GET). Each request carries ``Idempotency-Key: <job id>`` and ``X-DelayQ-Attempt``, so
 the receiver can drop the duplicate an at-least-once delivery may produce.
+
+A callback URL often comes from someone else (a partner's webhook setting), so the
+destination is vetted before any connection. The host is resolved once
+(``getaddrinfo``, which also reads ``2130706433`` or ``0x7f.1`` as the loopback address
+they are); an address that is loopback, private, link-local, multicast, reserved,
+unspecified or otherwise not public (IPv4-mapped IPv6 addresses are judged by their
+IPv4 address) is refused unless a network of
+``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]`` contains it. The socket then connects to
+that vetted address itself, while the ``Host`` header, TLS SNI and certificate check use
+the URL's host name: a DNS answer that changes between the check and the connection
+(rebinding) changes nothing. A refused URL raises ``CallbackRefused``, a
+``PermissionError``, so the job is dead at once ("not allowed: ...") instead of being
+retried for hours.
+
+``timeout`` bounds the whole call: name resolution, connect, TLS handshake, sending,
+status line, headers and body. Every socket operation gets the time left before one
+monotonic deadline, and every read checks it first, so a server sending a byte at a
+time cannot hold a worker thread past ``timeout``. At most ``MAX_BODY_BYTES`` of the
+answer are read and ``RESULT_BODY_CHARS`` kept in the job's result.
 """
 
 from __future__ import annotations
 
+import http.client
+import io
+import ipaddress
 import json
 import logging
-import urllib.error
-import urllib.request
-from collections.abc import Iterable
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from django_delayq.context import current_job
 
@@ -26,8 +51,14 @@ logger = logging.getLogger(__name__)
 
 UPSTREAM_BACKOFF = [15, 180, 600, 1800, 1800, 3600, 7200, 21600, 54000]
 DEFAULT_TIMEOUT = 10.0
-MAX_BODY_BYTES = 64 * 1024  # of the answer read back
+MAX_BODY_BYTES = 64 * 1024  # of the answer read back; the rest is never read
 RESULT_BODY_CHARS = 1000  # of the answer kept in the job's result
+READ_CHUNK = 8192
+RESOLVER_THREADS = 4
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+SockAddr = tuple[socket.AddressFamily, tuple[Any, ...]]
 
 
 class CallbackFailed(Exception):
@@ -38,12 +69,164 @@ class CallbackFailed(Exception):
         self.status = status
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None  # urllib then raises HTTPError with the 3xx status
+class CallbackRefused(PermissionError, ValueError):
+    """The URL is not one ``post_json`` may call: not http(s), credentials in it, or a
+    host whose addresses are not public (and not allowed by
+    ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``). No connection was made."""
 
 
-_opener = urllib.request.build_opener(_NoRedirect)
+class _Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.at = time.monotonic() + seconds
+
+    def left(self) -> float:
+        """Seconds left; ``TimeoutError`` once the deadline has passed."""
+        left = self.at - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("deadline of %gs passed" % self.seconds)
+        return left
+
+
+# -- which addresses may be called ----------------------------------------------------
+
+def refusal(ip: IPAddress) -> str | None:
+    """Why ``ip`` is not a public unicast address, or None when it is."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        why = refusal(ip.ipv4_mapped)
+        return None if why is None else "IPv4-mapped " + why
+    for kind in ("unspecified", "loopback", "link_local", "multicast", "reserved", "private"):
+        if getattr(ip, "is_" + kind):
+            return kind.replace("_", "-")
+    return None if ip.is_global else "not public"
+
+
+def _allowed_networks() -> tuple[Any, ...]:
+    from django_delayq.conf import get_settings
+
+    return get_settings().http_callback_allowed_networks
+
+
+def _is_allowed(ip: IPAddress, networks: Sequence[Any]) -> bool:
+    candidates: list[IPAddress] = [ip]
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        candidates.append(ip.ipv4_mapped)
+    return any(c in net for c in candidates for net in networks)
+
+
+_resolver: ThreadPoolExecutor | None = None
+_resolver_lock = threading.Lock()
+
+
+def _resolve(host: str, port: int, deadline: _Deadline) -> list[SockAddr]:
+    """``getaddrinfo`` on a small thread pool, so the deadline covers a slow DNS answer."""
+    global _resolver
+    with _resolver_lock:
+        if _resolver is None:
+            _resolver = ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="delayq-dns")
+    future = _resolver.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM,
+                              proto=socket.IPPROTO_TCP)
+    infos = future.result(timeout=deadline.left())
+    return [(family, sockaddr) for family, _type, _proto, _name, sockaddr in infos]
+
+
+def vetted_addresses(url: str, host: str, port: int, deadline: _Deadline) -> list[SockAddr]:
+    """The resolved addresses of ``host`` that may be called, in resolver order;
+    ``CallbackRefused`` naming each address and why when none may."""
+    try:
+        resolved = _resolve(host, port, deadline)
+    except socket.gaierror as exc:
+        raise CallbackFailed("POST %s: cannot resolve %r: %s" % (url, host, exc)) from exc
+    networks = _allowed_networks()
+    allowed, refused = [], []
+    for family, sockaddr in resolved:
+        ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
+        why = refusal(ip)
+        if why is None or _is_allowed(ip, networks):
+            allowed.append((family, sockaddr))
+        else:
+            refused.append("%s is %s" % (ip, why))
+    if not allowed:
+        raise CallbackRefused(
+            "POST %s: %s resolves to addresses post_json does not call (%s); allow them with "
+            "DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS']" % (url, host, "; ".join(refused)))
+    return allowed
+
+
+# -- one request, bounded by the deadline ---------------------------------------------
+
+class _DeadlineReader(io.RawIOBase):
+    """The socket's reader, but every read first checks the deadline and may block only
+    for the time left, so no sequence of slow reads outlasts it."""
+
+    def __init__(self, raw: Any, sock: socket.socket, deadline: _Deadline) -> None:
+        super().__init__()
+        self._raw, self._sock, self._deadline = raw, sock, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self._sock.settimeout(self._deadline.left())
+        return int(self._raw.readinto(buffer) or 0)
+
+    def close(self) -> None:
+        if not self.closed:
+            self._raw.close()  # releases the socket's file reference
+        super().close()
+
+
+def _response_class(deadline: _Deadline) -> type[http.client.HTTPResponse]:
+    class Response(http.client.HTTPResponse):
+        def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(sock, *args, **kwargs)
+            raw = self.fp.detach()  # nothing read yet
+            self.fp = io.BufferedReader(_DeadlineReader(raw, sock, deadline))
+
+    return Response
+
+
+class _Connection(http.client.HTTPConnection):
+    """One connection to vetted addresses: ``host`` names the server (``Host`` header,
+    TLS SNI and certificate check), the socket goes to one of ``addresses``."""
+
+    def __init__(self, host: str, port: int, addresses: list[SockAddr], deadline: _Deadline,
+                 tls: ssl.SSLContext | None) -> None:
+        super().__init__(host, port, timeout=deadline.left())
+        self.default_port = DEFAULT_PORTS["https" if tls else "http"]
+        self.response_class = _response_class(deadline)
+        self._addresses, self._deadline, self._tls = addresses, deadline, tls
+
+    def connect(self) -> None:
+        error: OSError | None = None
+        for family, sockaddr in self._addresses:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            try:
+                sock.settimeout(self._deadline.left())
+                sock.connect(sockaddr)
+            except OSError as exc:
+                sock.close()
+                if isinstance(exc, TimeoutError):
+                    raise
+                error = exc
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if self._tls is not None:
+                sock.settimeout(self._deadline.left())  # the handshake's own deadline
+                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
+            self.sock = sock
+            return
+        assert error is not None
+        raise error
+
+    def send(self, data: Any) -> None:
+        if self.sock is None:
+            self.connect()
+        view = memoryview(data).cast("B")
+        sent = 0
+        while sent < len(view):
+            self.sock.settimeout(self._deadline.left())
+            sent += self.sock.send(view[sent:])
 
 
 def _expected(expected: int | Iterable[int] | None) -> set[int] | range:
@@ -54,36 +237,82 @@ def _expected(expected: int | Iterable[int] | None) -> set[int] | range:
     return set(expected)
 
 
-def _request(url: str, body: Any, headers: dict[str, str] | None) -> urllib.request.Request:
-    if urlsplit(url).scheme not in ("http", "https"):
-        raise ValueError("post_json needs an http:// or https:// URL, not %r" % (url,))
+def _target(url: str) -> tuple[SplitResult, str, int]:
+    """The URL's parts, host and port; ``CallbackRefused`` for what is never called."""
+    parts = urlsplit(url)
+    if parts.scheme not in DEFAULT_PORTS:
+        raise CallbackRefused("post_json needs an http:// or https:// URL, not %r" % (url,))
+    if parts.username is not None or parts.password is not None:
+        raise CallbackRefused("post_json refuses a URL with credentials (user:password@host): "
+                              "they would be stored and logged with the URL; send them in "
+                              "headers")
+    try:
+        port = parts.port or DEFAULT_PORTS[parts.scheme]
+    except ValueError as exc:
+        raise CallbackRefused("post_json: bad port in %r" % (url,)) from exc
+    if not parts.hostname:
+        raise CallbackRefused("post_json: no host in %r" % (url,))
+    return parts, parts.hostname, port
+
+
+def _headers(headers: dict[str, str] | None) -> dict[str, str]:
     sent = {"Content-Type": "application/json", "User-Agent": "django-delayq"}
     job = current_job()
     if job is not None:
         sent.update({"Idempotency-Key": job.id, "X-DelayQ-Attempt": str(job.attempt)})
     sent.update(headers or {})
-    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-    return urllib.request.Request(url, data=data, headers=sent, method="POST")
+    return sent
+
+
+def _read_body(response: http.client.HTTPResponse) -> bytes:
+    chunks, size = [], 0
+    while size < MAX_BODY_BYTES:
+        chunk = response.read(min(READ_CHUNK, MAX_BODY_BYTES - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _exchange(url: str, body: bytes, headers: dict[str, str],
+              deadline: _Deadline) -> tuple[int, bytes]:
+    parts, host, port = _target(url)
+    addresses = vetted_addresses(url, host, port, deadline)
+    tls = ssl.create_default_context() if parts.scheme == "https" else None
+    conn = _Connection(host, port, addresses, deadline, tls)
+    path = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    try:
+        conn.request("POST", path, body=body, headers=headers)
+        response = conn.getresponse()
+        try:
+            return response.status, _read_body(response)
+        finally:
+            response.close()
+    finally:
+        conn.close()
 
 
 def post_json(url: str, body: Any = None, *, timeout: float = DEFAULT_TIMEOUT,
               headers: dict[str, str] | None = None,
               expected: int | Iterable[int] | None = None) -> dict[str, Any]:
     """POST ``body`` as JSON to ``url``; return ``{"status", "body"}`` on an expected
-    status (default: any 2xx), else raise ``CallbackFailed`` (the job is retried)."""
-    request = _request(url, body, headers)
+    status (default: any 2xx), else raise ``CallbackFailed`` (the job is retried).
+    ``timeout`` bounds the whole call; a URL that may not be called raises
+    ``CallbackRefused`` before any connection (see the module docstring)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError("post_json timeout must be a number of seconds > 0, not %r"
+                         % (timeout,))
+    data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    deadline = _Deadline(float(timeout))
     try:
-        with _opener.open(request, timeout=timeout) as response:
-            status, raw = response.status, response.read(MAX_BODY_BYTES)
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read(MAX_BODY_BYTES)
-        exc.close()
+        status, raw = _exchange(url, data, _headers(headers), deadline)
+    except (CallbackFailed, CallbackRefused):
+        raise
     except TimeoutError as exc:
         raise CallbackFailed("POST %s: no answer within %ss" % (url, timeout)) from exc
-    except urllib.error.URLError as exc:
-        if isinstance(exc.reason, TimeoutError):
-            raise CallbackFailed("POST %s: no answer within %ss" % (url, timeout)) from exc
-        raise CallbackFailed("POST %s: %s" % (url, exc.reason)) from exc
+    except (OSError, http.client.HTTPException) as exc:
+        raise CallbackFailed("POST %s: %s" % (url, exc or type(exc).__name__)) from exc
     text = raw.decode("utf-8", errors="replace")
     if status not in _expected(expected):
         raise CallbackFailed("POST %s answered %d: %s" % (url, status, text[:200]), status)
