@@ -7,11 +7,15 @@ saw it) and, depending on the event, ``attempt``, ``worker``, ``run_at``, ``retr
 ``due_at``, ``lateness_ms``, ``duration_ms``, ``error`` (first 500 characters) and
 ``running``.
 
+Events are written with ``events_add.lua`` in calls of at most ``scripts.MAX_EVENTS``
+events (and ``scripts.MAX_EVENT_ARGS`` arguments): a burst of thousands of events is a
+few short script calls, never one long one that would hold Redis.
+
 The receivers of :mod:`django_delayq.signals` never talk to Redis: they append to an
-in-process buffer that a daemon thread flushes with one pipeline every
-``FLUSH_SECONDS`` (50 ms). The buffer is bounded; when Redis is unreachable the oldest
-events are dropped (and counted), never the job. ``delayq_status --follow`` tails the
-stream of every worker with ``XREAD BLOCK``.
+in-process buffer that a daemon thread flushes every ``FLUSH_SECONDS`` (50 ms). The
+buffer is bounded; when Redis is unreachable the oldest events are dropped (and
+counted), never the job. ``delayq_status --follow`` tails the stream of every worker
+with ``XREAD BLOCK``.
 
 Enabled by ``DELAYQ["EVENTS"]`` (default True); ``DELAYQ["EVENTS_MAXLEN"]`` (default
 10000) caps the stream.
@@ -25,7 +29,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -84,29 +88,28 @@ class EventStream:
         return len(self._buffer)
 
     def flush(self) -> int:
-        """Write every buffered event in one pipeline; return how many were written."""
+        """Write every buffered event (bounded script calls); return how many were written.
+        On a Redis error the events not yet written go back to the buffer."""
         with self._lock:
             raw = list(self._buffer)
             self._buffer.clear()
         if not raw:
             return 0
         batch = _materialise(raw)
+        done = 0
         try:
             script = scripts.load("events_add")
-            for start in range(0, len(batch), 2000):  # one script call per 2,000 events
-                args: list[Any] = [self.maxlen]
-                for fields in batch[start:start + 2000]:
-                    args.append(len(fields))
-                    for kv in fields.items():
-                        args += kv
+            for args, count in _calls(self.maxlen, batch):
                 script(self.client, (self.key,), args)
+                done += count
         except (RedisError, OSError) as exc:
-            self._requeue(raw)
+            self._requeue(batch[done:])  # what was written stays written
             log = logger.debug if self.failing else logger.warning  # once per outage
             log("event stream: could not write %d event(s), kept for a retry: %s",
-                len(batch), exc)
+                len(batch) - done, exc)
             self.failing = True
-            return 0
+            self.written += done
+            return done
         if self.failing:
             self.failing = False
             logger.info("event stream: Redis is back; %d event(s) dropped meanwhile",
@@ -162,6 +165,31 @@ class EventStream:
             if self._buffer:
                 self._stop.wait(self.flush_seconds)  # Redis is down: back off, keep buffering
                 self._wake.set()
+
+
+def _calls(maxlen: int, batch: list[Fields]) -> Iterator[tuple[list[Any], int]]:
+    """(arguments, events of ``batch`` they cover) of each ``events_add`` call: at most
+    ``scripts.MAX_EVENTS`` events and ``scripts.MAX_EVENT_ARGS`` arguments per call, so
+    one call never holds Redis for more than about a millisecond."""
+    args: list[Any] = [maxlen]
+    events = covered = 0
+    for fields in batch:
+        size = 1 + 2 * len(fields)
+        if events and (events == scripts.MAX_EVENTS
+                       or len(args) + size > scripts.MAX_EVENT_ARGS):
+            yield args, covered
+            args, events, covered = [maxlen], 0, 0
+        covered += 1
+        if 1 + size > scripts.MAX_EVENT_ARGS:
+            logger.warning("event stream: an event of %d fields is over the bound of one "
+                           "call; dropped", len(fields))
+            continue
+        args.append(len(fields))
+        for kv in fields.items():
+            args += kv
+        events += 1
+    if covered:
+        yield args, covered
 
 
 # -- the process-wide stream -------------------------------------------------------------

@@ -5,6 +5,11 @@ This thread records it and sets the worker's event, so an idle worker sleeps on 
 local timer to the exact due time yet learns at once about a job due sooner. A lost
 message costs at most ``WAKE_INTERVAL_SECONDS``: the worker polls at least that often.
 
+The thread never dies of what it hears: a message that is not a due time a script
+could have sent (not a number, inf, nan, beyond year 9999, not UTF-8, on a channel we
+did not subscribe) is ignored with a DEBUG log, and any error of its own ends in a new
+connection after a back-off (a dropped connection does too), never in a dead thread.
+
 On a Redis Cluster a classic PUBLISH (the scripts') reaches every node, so one
 subscription on any node hears every queue. Each (re)connection takes the next
 primary in turn: a node that is down never silences the queues of the others.
@@ -21,6 +26,10 @@ from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
 logger = logging.getLogger(__name__)
+
+# The due times a script can announce: what a datetime can hold (years 1..9999), in ms.
+MIN_DUE_MS, MAX_DUE_MS = -62_135_596_800_000, 253_402_300_799_999
+MAX_MESSAGE_BYTES = 32  # a due time is at most 16 digits; anything longer is noise
 
 
 class WakeListener:
@@ -61,10 +70,14 @@ class WakeListener:
                     message = pubsub.get_message(timeout=0.25)
                     if message and message.get("type") == "message":
                         self._record(message)
-            except (RedisError, OSError) as exc:
+            except Exception as exc:  # noqa: BLE001 - the listener must never die
                 if self._stop.is_set():
                     return
-                logger.warning("wake listener lost Redis (%s); retrying in %.1fs", exc, backoff)
+                if isinstance(exc, (RedisError, OSError)):
+                    logger.warning("wake listener lost Redis (%s); retrying in %.1fs", exc,
+                                   backoff)
+                else:
+                    logger.exception("wake listener failed; reconnecting in %.1fs", backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
             finally:
@@ -83,16 +96,30 @@ class WakeListener:
         return self.client.pubsub(node=node, ignore_subscribe_messages=True)
 
     def _record(self, message: dict[str, Any]) -> None:
-        channel = message["channel"]
-        channel = channel.decode() if isinstance(channel, bytes) else channel
-        queue = self.channels.get(channel)
-        if queue is None:
-            return
+        """Announce the due time a message carries; ignore (DEBUG) anything else."""
         try:
-            due = int(float(message["data"]))
-        except (TypeError, ValueError):
+            queue, due = self._parse(message)
+        except Exception as exc:  # noqa: BLE001 - a message can hold anything
+            logger.debug("wake listener: ignored message %.100r: %s", message, exc)
             return
         self._announce({queue: due})
+
+    def _parse(self, message: dict[str, Any]) -> tuple[str, int]:
+        channel = message.get("channel")
+        if isinstance(channel, bytes):
+            channel = channel.decode("utf-8", "replace")
+        queue = self.channels.get(channel) if isinstance(channel, str) else None
+        if queue is None:
+            raise ValueError("not one of our channels")
+        data = message.get("data")
+        if isinstance(data, bytes):
+            data = data.decode("ascii")
+        if not isinstance(data, (str, int, float)) or len(str(data)) > MAX_MESSAGE_BYTES:
+            raise ValueError("not a due time")
+        value = float(data)
+        if not MIN_DUE_MS <= value <= MAX_DUE_MS:  # also inf and nan
+            raise ValueError("not a due time in years 1..9999")
+        return queue, int(value)
 
     def _announce(self, earliest: dict[str, int]) -> None:
         with self._lock:

@@ -10,6 +10,8 @@ from django_delayq.engine.engine import (
     NewJob,
     QueueStats,
     Recovered,
+    SetAside,
+    bad_id,
 )
 from django_delayq.engine.keys import QueueKeys
 
@@ -24,4 +26,6 @@ __all__ = [
     "QueueKeys",
     "QueueStats",
     "Recovered",
+    "SetAside",
+    "bad_id",
 ]

@@ -1,27 +1,76 @@
 """``Engine``: one method per Lua script. Integer milliseconds on the Redis clock.
 
 The engine takes a redis-py client (``Redis`` or ``RedisCluster``, bytes or str
-responses) and a key prefix. It validates nothing: layer 1 (``api``) does that.
+responses) and a key prefix. It validates what it hands to Redis only as far as the
+scripts need (job ids, see ``bad_id``); layer 1 (``api``) validates the rest.
 Every ``now_ms`` argument is for tests; ``None`` means the server's ``TIME``.
+
+**Bounded calls.** Each method splits its list into chunks of at most the script's
+bound (``scripts.MAX_*``), one script call each: a call never holds Redis for long,
+however many jobs the caller settles at once.
+
+**Poison entries.** Redis may hold values no script wrote (by hand, by a bug, by an
+attacker): ids that are not UTF-8, scores of -inf, attempts that are not numbers. The
+scripts set such an entry aside alone (``SetAside``) and serve the rest of the batch.
+Replies are decoded item by item: an item that still cannot be decoded is removed
+from Redis with a WARNING naming it (repr), never an exception after a script has
+committed its writes.
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from django_delayq.engine import scripts
 from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.keys import QueueKeys
 
-MAX_BATCH = 1000
+logger = logging.getLogger(__name__)
+
+MAX_BATCH = scripts.MAX_CLAIM  # most jobs one claim leases
+RECONCILE_CHUNK = scripts.RECONCILE_CHUNK
+_T = TypeVar("_T")
 
 
 def _s(value: Any) -> str:
+    """Text of a reply item; strict: bytes that are not UTF-8 raise UnicodeDecodeError."""
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _shown(value: Any) -> str:
+    """A reply item for a log line, whatever it holds (repr-escaped, cut to 100 chars)."""
+    text = repr(value)
+    return text if len(text) <= 100 else text[:97] + "..."
+
+
+def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def bad_id(job_id: str) -> str | None:
+    """Why ``job_id`` cannot be a job id in Redis, or None. The scripts apply the same
+    rule (``lua/lib.lua``) to what they find, and set such an entry aside."""
+    if job_id.isascii():
+        if not job_id:
+            return "empty id"
+        if len(job_id) > scripts.MAX_ID_BYTES:
+            return "id longer than %d bytes" % scripts.MAX_ID_BYTES
+        return None if job_id.isprintable() else "id has control characters"
+    try:
+        size = len(job_id.encode())
+    except UnicodeEncodeError:
+        return "id is not UTF-8"
+    if size > scripts.MAX_ID_BYTES:
+        return "id longer than %d bytes" % scripts.MAX_ID_BYTES
+    if any(c < " " or c == "\x7f" for c in job_id):
+        return "id has control characters"
+    return None
 
 
 def _text(value: Any) -> str:
@@ -80,10 +129,24 @@ class ClaimedJob:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SetAside:
+    """A poison entry a script (or the reply's decoding) took out of the way.
+
+    ``removed``: gone from Redis (its id cannot be a job id; ``id`` is then only for the
+    log: ASCII-escaped, cut). Otherwise the job is in the dead set under ``id``, and its
+    audit row may be marked dead with ``reason``."""
+
+    id: str
+    reason: str
+    removed: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimResult:
     now_ms: int
     next_due_ms: int | None
     jobs: list[ClaimedJob]
+    set_aside: list[SetAside] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,6 +182,18 @@ def _opt(value: Any) -> int | None:
     return None if number < 0 else number
 
 
+def _aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:
+    """The ``n, (id, reason, removed) * n`` section of a reply at ``start``; returns the
+    entries and the index after them. Ids the script moved to dead are valid UTF-8."""
+    count = int(reply[start])
+    out = []
+    for i in range(start + 1, start + 1 + 3 * count, 3):
+        raw = reply[i]
+        text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
+        out.append(SetAside(id=text, reason=_s(reply[i + 1]), removed=bool(int(reply[i + 2]))))
+    return out, start + 1 + 3 * count
+
+
 class Engine:
     """The Redis side of django-delayq. Thread-safe (redis-py clients are)."""
 
@@ -140,17 +215,45 @@ class Engine:
         seconds, micros = self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
+    # -- poison entries -------------------------------------------------------------
+
+    def _log_aside(self, queue: str, script: str, entries: list[SetAside]) -> None:
+        for entry in entries:
+            logger.warning("queue %r: %s set aside job %s (%s): %s", queue, script,
+                           _shown(entry.id), entry.reason,
+                           "removed from Redis" if entry.removed else "moved to dead")
+
+    def _drop_undecodable(self, queue: str, raw_ids: list[Any], why: str) -> list[SetAside]:
+        """Remove ids a reply carried but Python cannot decode (the scripts should have
+        set them aside already): out of every place of the queue, with a WARNING."""
+        k = self.keys(queue)
+        pipe = self.client.pipeline(transaction=True)
+        for raw in raw_ids:
+            pipe.zrem(k.pending, raw)
+            pipe.zrem(k.inflight, raw)
+            pipe.hdel(k.jobs, raw)
+            pipe.hdel(k.attempts, raw)
+            pipe.srem(k.cancel, raw)
+        pipe.execute()
+        out = [SetAside(id=_shown(raw), reason=why, removed=True) for raw in raw_ids]
+        self._log_aside(queue, "decoding", out)
+        return out
+
     # -- producing ------------------------------------------------------------------
 
     def enqueue(self, queue: str, jobs: Iterable[NewJob], now_ms: int | None = None) -> int:
-        """Add jobs (idempotent by id); returns how many were new."""
+        """Add jobs (idempotent by id); returns how many were new. ``ValueError`` for
+        an id the scripts would refuse (``bad_id``), before anything is sent."""
         k = self.keys(queue)
         added = 0
         batch: list[Any] = []
         for job in jobs:
+            why = bad_id(job.id)
+            if why is not None:
+                raise ValueError("job id %s: %s" % (_shown(job.id), why))
             at = -1 if job.at_ms is None else int(job.at_ms)
             batch += [job.id, at, int(job.delay_ms), job.envelope or ""]
-            if len(batch) >= 4 * MAX_BATCH:
+            if len(batch) >= 4 * scripts.MAX_ENQUEUE:
                 added += self._enqueue_batch(k, batch, now_ms)
                 batch = []
         if batch:
@@ -167,33 +270,39 @@ class Engine:
     def claim(
         self, queue: str, limit: int, lease_ms: int, now_ms: int | None = None
     ) -> ClaimResult:
-        """Lease up to ``limit`` due jobs; also reports when the next one is due."""
+        """Lease up to ``limit`` (at most ``MAX_BATCH``) due jobs; also reports when the
+        next one is due, and the poison entries set aside on the way (``set_aside``)."""
         k = self.keys(queue)
         reply = self._run(
             "claim",
-            (k.pending, k.inflight, k.jobs, k.attempts),
+            (k.pending, k.inflight, k.jobs, k.attempts, k.dead),
             [_now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms)],
         )
-        jobs = [
-            ClaimedJob(
-                queue=queue,
-                id=_s(reply[i]),
-                due_ms=int(float(reply[i + 1])),
-                token=int(reply[i + 2]),
-                envelope=_text(reply[i + 3]),
-            )
-            for i in range(2, len(reply), 4)
-        ]
-        return ClaimResult(now_ms=int(reply[0]), next_due_ms=_opt(reply[1]), jobs=jobs)
+        aside, start = _aside(reply, 2)
+        self._log_aside(queue, "claim", aside)
+        jobs: list[ClaimedJob] = []
+        bad: list[Any] = []
+        for i in range(start, len(reply) - 3, 4):
+            try:
+                jobs.append(ClaimedJob(queue=queue, id=_s(reply[i]), due_ms=int(reply[i + 1]),
+                                       token=int(reply[i + 2]), envelope=_text(reply[i + 3])))
+            except (UnicodeDecodeError, ValueError, TypeError) as exc:
+                bad.append(reply[i])
+                logger.debug("claim reply item %s: %s", _shown(reply[i]), exc)
+        if bad:
+            aside += self._drop_undecodable(queue, bad, "claimed id could not be decoded")
+        return ClaimResult(now_ms=int(reply[0]), next_due_ms=_opt(reply[1]), jobs=jobs,
+                           set_aside=aside)
 
     def ack(self, queue: str, leases: Sequence[tuple[str, int]]) -> list[bool]:
         """Settle successes. ``leases`` are (id, token); False = lease lost, refused."""
-        if not leases:
-            return []
         k = self.keys(queue)
-        args = [v for id_, token in leases for v in (id_, token)]
-        reply = self._run("ack", (k.inflight, k.jobs, k.attempts, k.cancel), args)
-        return [bool(int(r)) for r in reply]
+        out: list[bool] = []
+        for chunk in _chunks(leases, scripts.MAX_ACK):
+            args = [v for id_, token in chunk for v in (id_, token)]
+            reply = self._run("ack", (k.inflight, k.jobs, k.attempts, k.cancel), args)
+            out += [bool(int(r)) for r in reply]
+        return out
 
     def nack(
         self,
@@ -204,16 +313,17 @@ class Engine:
         now_ms: int | None = None,
     ) -> list[NackOutcome]:
         """Settle failures: (id, token, retry_delay_ms or None for dead)."""
-        if not failures:
-            return []
         k = self.keys(queue)
-        args: list[Any] = [_now(now_ms), k.channel, dead_max]
-        for id_, token, delay in failures:
-            args += [id_, token, -1 if delay is None else max(0, int(delay))]
-        reply = self._run(
-            "nack", (k.pending, k.inflight, k.jobs, k.attempts, k.cancel, k.dead), args
-        )
-        return [NackOutcome(int(r)) for r in reply]
+        out: list[NackOutcome] = []
+        for chunk in _chunks(failures, scripts.MAX_NACK):
+            args: list[Any] = [_now(now_ms), k.channel, dead_max]
+            for id_, token, delay in chunk:
+                args += [id_, token, -1 if delay is None else max(0, int(delay))]
+            reply = self._run(
+                "nack", (k.pending, k.inflight, k.jobs, k.attempts, k.cancel, k.dead), args
+            )
+            out += [NackOutcome(int(r)) for r in reply]
+        return out
 
     def extend(
         self,
@@ -223,23 +333,25 @@ class Engine:
         now_ms: int | None = None,
     ) -> list[bool]:
         """Heartbeat: push lease deadlines to now + lease_ms. False = lease lost."""
-        if not leases:
-            return []
         k = self.keys(queue)
-        args: list[Any] = [_now(now_ms), int(lease_ms)]
-        args += [v for id_, token in leases for v in (id_, token)]
-        return [bool(int(r)) for r in self._run("extend", (k.inflight, k.attempts), args)]
+        out: list[bool] = []
+        for chunk in _chunks(leases, scripts.MAX_EXTEND):
+            args: list[Any] = [_now(now_ms), int(lease_ms)]
+            args += [v for id_, token in chunk for v in (id_, token)]
+            out += [bool(int(r)) for r in self._run("extend", (k.inflight, k.attempts), args)]
+        return out
 
     def release(self, queue: str, claimed: Sequence[ClaimedJob]) -> list[bool]:
         """Undo claims of jobs that never started (graceful shutdown)."""
-        if not claimed:
-            return []
         k = self.keys(queue)
-        args: list[Any] = [k.channel]
-        for job in claimed:
-            args += [job.id, job.token, job.due_ms]
-        reply = self._run("release", (k.pending, k.inflight, k.attempts), args)
-        return [bool(int(r)) for r in reply]
+        out: list[bool] = []
+        for chunk in _chunks(claimed, scripts.MAX_RELEASE):
+            args: list[Any] = [k.channel]
+            for job in chunk:
+                args += [job.id, job.token, job.due_ms]
+            reply = self._run("release", (k.pending, k.inflight, k.attempts), args)
+            out += [bool(int(r)) for r in reply]
+        return out
 
     def recover(
         self,
@@ -250,28 +362,68 @@ class Engine:
         dead_max: int = 100_000,
         max_attempts: Mapping[str, int] | None = None,
         now_ms: int | None = None,
+        set_aside: list[SetAside] | None = None,
     ) -> list[Recovered]:
-        """Take back up to ``limit`` expired leases (dead workers). ``max_attempts``
-        gives the limit of jobs without an envelope in Redis (see ``expiring``)."""
+        """Take back up to ``limit`` expired leases (dead workers), in calls of at most
+        ``scripts.MAX_RECOVER``. ``max_attempts`` gives the limit of jobs without an
+        envelope in Redis (see ``expiring``; at most ``MAX_RECOVER`` entries are used).
+        Poison entries met on the way are logged and appended to ``set_aside``."""
         k = self.keys(queue)
-        given = [v for item in (max_attempts or {}).items() for v in item]
-        reply = self._run(
-            "recover",
-            (k.pending, k.inflight, k.jobs, k.attempts, k.cancel, k.dead),
-            [_now(now_ms), limit, default_max_attempts, k.channel, dead_max, *given],
-        )
-        return [
-            Recovered(id=_s(reply[i]), outcome=NackOutcome(int(reply[i + 1])),
-                      attempts=int(reply[i + 2]))
-            for i in range(0, len(reply), 3)
-        ]
+        given = [v for item in list((max_attempts or {}).items())[:scripts.MAX_RECOVER]
+                 for v in item]
+        found: list[Recovered] = []
+        left = max(1, limit)
+        while left > 0:
+            size = min(left, scripts.MAX_RECOVER)
+            reply = self._run(
+                "recover",
+                (k.pending, k.inflight, k.jobs, k.attempts, k.cancel, k.dead),
+                [_now(now_ms), size, default_max_attempts, k.channel, dead_max, *given],
+            )
+            aside, start = _aside(reply, 0)
+            self._log_aside(queue, "recover", aside)
+            found += self._recovered(queue, reply, start, aside)
+            if set_aside is not None:
+                set_aside += aside
+            handled = (len(reply) - start) // 3 + len(aside)
+            if handled < size:
+                break
+            left -= size
+        return found
+
+    def _recovered(self, queue: str, reply: Sequence[Any], start: int,
+                   aside: list[SetAside]) -> list[Recovered]:
+        found: list[Recovered] = []
+        bad: list[Any] = []
+        for i in range(start, len(reply) - 2, 3):
+            try:
+                found.append(Recovered(id=_s(reply[i]), outcome=NackOutcome(int(reply[i + 1])),
+                                       attempts=int(reply[i + 2])))
+            except (UnicodeDecodeError, ValueError, TypeError) as exc:
+                bad.append(reply[i])
+                logger.debug("recover reply item %s: %s", _shown(reply[i]), exc)
+        if bad:
+            aside += self._drop_undecodable(queue, bad, "recovered id could not be decoded")
+        return found
 
     def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
         """Ids whose lease ends within ``within_ms`` of the local clock (or has ended):
-        the candidates of the next ``recover``, for looking up their ``max_attempts``."""
+        the candidates of the next ``recover``, for looking up their ``max_attempts``.
+        Ids that are not valid job ids are left out (``recover`` sets them aside)."""
         horizon = int(time.time() * 1000) + within_ms
         ids = self.client.zrangebyscore(self.keys(queue).inflight, "-inf", horizon, 0, limit)
-        return [_s(i) for i in ids]
+        out = []
+        for raw in ids:
+            try:
+                job_id = _s(raw)
+            except UnicodeDecodeError:
+                job_id = ""
+            if job_id and bad_id(job_id) is None:
+                out.append(job_id)
+            else:
+                logger.debug("queue %r: lease of a poison id %s left to recover", queue,
+                             _shown(raw))
+        return out
 
     # -- managing -------------------------------------------------------------------
 
@@ -322,6 +474,8 @@ class Engine:
         )
 
     def inspect(self, queue: str, job_id: str) -> JobLocation:
+        """Where one job is. A score that is not a time reads as None, an attempts
+        value that is not a number as -1, an envelope that is not UTF-8 with U+FFFD."""
         k = self.keys(queue)
         r = self._run(
             "inspect", (k.pending, k.inflight, k.dead, k.jobs, k.attempts, k.cancel), [job_id]
@@ -330,7 +484,7 @@ class Engine:
             place=_s(r[0]),
             score_ms=_opt(r[1]),
             attempts=int(r[2]),
-            envelope=_s(r[3]) if r[3] else None,
+            envelope=_text(r[3]) if r[3] else None,
             cancel_requested=bool(int(r[4])),
         )
 

@@ -1,18 +1,39 @@
 """Loads ``django_delayq/lua/*.lua`` once and runs them by SHA (EVALSHA).
 
+Each script is sent with ``lua/lib.lua`` in front of it (shared checks and helpers).
 A server that lost its script cache (restart, SCRIPT FLUSH, a new cluster node)
 answers NOSCRIPT; the script is then sent with EVAL once, which also caches it.
+
+**Bounds.** Every script does a bounded amount of work per call, so none holds Redis
+for more than a few milliseconds whatever the backlog (a script blocks every other
+client while it runs). The bound is the ``Cost:`` line of the script's header and a
+constant here; ``Script`` refuses a call that goes beyond it, and the callers (the
+``Engine`` methods, the event stream, the reconciler's MULTI) split their lists into
+chunks of at most that size. The sizes keep a call near 1 ms Redis-side on a small
+machine with a 100,000-job backlog (``tests/engine/test_script_bounds.py`` checks
+the SLOWLOG), while keeping enough jobs per round trip for throughput.
+
+**Keys of the wrong type.** A script checks the type of every key it uses before its
+first write and ends with ``DELAYQ-WRONGTYPE <i> <found> <expected>`` when ``KEYS[i]``
+is wrong (a key overwritten by hand or by another program). ``Script`` then renames
+that key to ``<key>:damaged:<ms>`` (same hash tag, so the same cluster slot), logs a
+WARNING, and runs the script again: the queue keeps working, and nothing is deleted.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
+import re
+import time
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
+
+logger = logging.getLogger(__name__)
 
 SCRIPT_NAMES = (
     "enqueue",
@@ -30,14 +51,88 @@ SCRIPT_NAMES = (
     "events_add",
 )
 
+# Most items per call of each script (the ``Cost:`` line of its header says the same).
+MAX_ENQUEUE = 200  # jobs
+MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
+MAX_ACK = 250  # (id, token) pairs
+MAX_NACK = 200  # (id, token, delay) triples
+MAX_EXTEND = 250  # (id, token) pairs
+MAX_RELEASE = 200  # (id, token, due) triples
+MAX_RECOVER = 100  # expired leases (recover.lua caps its ``limit``), and max_attempts pairs
+MAX_EVENTS = 100  # events
+MAX_EVENT_ARGS = 2400  # arguments of events_add (a count and the field/value pairs)
+# Rows per MULTI of the reconciler (reconcile.py): each row costs five reads (and, when
+# re-enqueued, two writes and its share of enqueue.lua). At most MAX_ENQUEUE.
+RECONCILE_CHUNK = 200
+
+# Poison entries: what the scripts refuse as a job id (lib.lua's bad_id says the same).
+MAX_ID_BYTES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """``fixed`` leading ARGV, then at most ``items`` groups of ``per_item`` ARGV
+    (``max_args`` overrides the total when items vary in size)."""
+
+    fixed: int
+    per_item: int
+    items: int
+    args: int = 0
+
+    @property
+    def max_args(self) -> int:
+        return self.args or self.fixed + self.per_item * self.items
+
+
+BOUNDS: dict[str, Bound] = {
+    "enqueue": Bound(2, 4, MAX_ENQUEUE),
+    "claim": Bound(3, 0, 0),
+    "ack": Bound(0, 2, MAX_ACK),
+    "nack": Bound(3, 3, MAX_NACK),
+    "extend": Bound(2, 2, MAX_EXTEND),
+    "recover": Bound(5, 2, MAX_RECOVER),
+    "cancel": Bound(1, 0, 0),
+    "reschedule": Bound(5, 0, 0),
+    "requeue": Bound(4, 0, 0),
+    "release": Bound(1, 3, MAX_RELEASE),
+    "stats": Bound(1, 0, 0),
+    "inspect": Bound(1, 0, 0),
+    "events_add": Bound(1, 0, MAX_EVENTS, args=MAX_EVENT_ARGS),
+}
+
+_WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")
+
+
+class TooManyArguments(ValueError):
+    """A call beyond a script's bound: the caller must split its list."""
+
 
 @dataclass(frozen=True, slots=True)
 class Script:
     name: str
     source: str
     sha: str
+    bound: Bound
+
+    def check(self, args: list[Any]) -> None:
+        if len(args) > self.bound.max_args:
+            raise TooManyArguments(
+                "%s.lua takes at most %d arguments per call (%d given): split the batch"
+                % (self.name, self.bound.max_args, len(args)))
 
     def __call__(self, client: Any, keys: tuple[str, ...], args: list[Any]) -> Any:
+        self.check(args)
+        for _ in range(len(keys) + 1):
+            try:
+                return self._eval(client, keys, args)
+            except ResponseError as exc:
+                damaged = _wrong_type(exc, keys)
+                if damaged is None:
+                    raise
+                move_aside(client, *damaged)
+        return self._eval(client, keys, args)
+
+    def _eval(self, client: Any, keys: tuple[str, ...], args: list[Any]) -> Any:
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -46,10 +141,38 @@ class Script:
     def queue(self, pipe: Any, keys: tuple[str, ...], args: list[Any]) -> None:
         """Add an EVAL of this script to ``pipe`` (inside MULTI a NOSCRIPT could not be
         retried). ``execute_command``: a cluster pipeline's ``eval()`` takes no script."""
+        self.check(args)
         pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
+
+
+def _wrong_type(exc: ResponseError, keys: tuple[str, ...]) -> tuple[str, str, str] | None:
+    """(key, found type, expected type) of a DELAYQ-WRONGTYPE error, else None."""
+    match = _WRONG_TYPE.search(str(exc))
+    if match is None:
+        return None
+    index = int(match.group(1))
+    if not 1 <= index <= len(keys):
+        return None
+    return keys[index - 1], match.group(2), match.group(3)
+
+
+def move_aside(client: Any, key: str, found: str, expected: str) -> None:
+    """Rename ``key`` (a ``found`` where a ``expected`` belongs) out of the queue's way."""
+    target = "%s:damaged:%d" % (key, time.time() * 1000)
+    try:
+        client.rename(key, target)
+    except ResponseError:  # another worker moved it first
+        return
+    logger.warning("Redis key %r is a %s, not a %s: moved aside to %r (the queue goes on "
+                   "without it; inspect or delete it)", key, found, expected, target)
+
+
+def _read(name: str) -> str:
+    return resources.files("django_delayq").joinpath("lua", name + ".lua").read_text("utf-8")
 
 
 @cache
 def load(name: str) -> Script:
-    source = resources.files("django_delayq").joinpath("lua", name + ".lua").read_text("utf-8")
-    return Script(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest())
+    source = _read("lib") + "\n" + _read(name)
+    return Script(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest(),
+                  bound=BOUNDS[name])

@@ -7,19 +7,33 @@
 -- ARGV     pairs: id, token
 --
 -- An ack whose token is stale (the lease expired and the job was recovered or
--- claimed again) is refused and changes nothing.
+-- claimed again) is refused and changes nothing. Tokens and leases are read for the
+-- whole call (HMGET, ZMSCORE) before the first write.
 -- Returns: one integer per pair: 1 acked, 0 refused (lease lost)
--- Cost: O(n log N) for the n pairs of this call.
-local out = {}
-for i = 1, #ARGV, 2 do
-  local id = ARGV[i]
-  if redis.call('HGET', KEYS[3], id) == ARGV[i + 1] and redis.call('ZREM', KEYS[1], id) == 1 then
-    redis.call('HDEL', KEYS[2], id)
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('SREM', KEYS[4], id)
-    out[#out + 1] = 1
+-- Cost: at most 250 pairs per call (scripts.MAX_ACK; callers split bigger batches):
+--       O(n log N).
+local err = wrong_type({'zset', 'hash', 'hash', 'set'})
+if err then return err end
+local ids = {}
+for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return {} end
+local tokens = redis.call('HMGET', KEYS[3], unpack(ids))
+local leased = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local out, done, seen = {}, {}, {}
+for j = 1, #ids do
+  local id = ids[j]
+  if leased[j] and tokens[j] == ARGV[2 * j] and not seen[id] then
+    seen[id] = true
+    done[#done + 1] = id
+    out[j] = 1
   else
-    out[#out + 1] = 0
+    out[j] = 0
   end
+end
+if #done > 0 then
+  redis.call('ZREM', KEYS[1], unpack(done))
+  redis.call('HDEL', KEYS[2], unpack(done))
+  redis.call('HDEL', KEYS[3], unpack(done))
+  redis.call('SREM', KEYS[4], unpack(done))
 end
 return out

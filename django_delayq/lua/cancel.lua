@@ -11,7 +11,9 @@
 -- Pending or dead: removed, it will never run (again). In flight: it keeps running,
 -- but it is marked so that a failure or a lost lease does not retry it.
 -- Returns: 1 cancelled, 2 already running (marked: no retry), 0 not found (done or unknown)
--- Cost: O(log N).
+-- Cost: O(log N), one job per call.
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
+if err then return err end
 local id = ARGV[1]
 if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[6], id) == 1 then
   redis.call('HDEL', KEYS[3], id)

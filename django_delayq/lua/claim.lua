@@ -4,41 +4,96 @@
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope (absent for jobs whose payload is elsewhere)
 -- KEYS[4]  attempts  HASH  id -> deliveries so far (the lease token)
+-- KEYS[5]  dead      ZSET  died_ms -> id
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
--- ARGV[2]  limit     most jobs to claim (1..1000)
+-- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
 --
--- Each claimed job gets attempts += 1; that number is its lease token for ack/nack/extend.
--- Returns: {now_ms, next_due_ms (-1 when empty), id_1, due_ms_1, token_1, envelope_1, ...}
---          envelope "" = not in Redis: the caller loads the payload (the audit row)
--- Cost: O(limit * log N); there is no separate "promote" step: due jobs are the
---       score range (-inf, now] of pending, read with LIMIT.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- Each claimed job gets attempts + 1; that number is its lease token for ack/nack/extend.
+-- The batch is read and checked before the first write. A poison entry is set aside
+-- alone, without being charged an attempt, and the rest of the batch is claimed: an id
+-- that cannot be a job id (empty, over 256 bytes, control characters, not UTF-8) is
+-- removed; a job whose score is not a time (-inf, +inf, outside years 1..9999) or whose
+-- attempts value is not an integer goes to dead (its attempts value dropped). Entries
+-- scored past year 9999 never come due: up to 10 of them are set aside per call too.
+-- Returns: {now_ms, next_due_ms (-1 when none), n_aside,
+--           n_aside triples: id, reason, removed (1 removed, 0 moved to dead),
+--           then per claimed job: id, due_ms, token, envelope}
+--          envelope "" = not in Redis: the caller loads the payload (the audit row);
+--          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
+-- Cost: at most 200 jobs per call (scripts.MAX_CLAIM) plus 10 set aside:
+--       O(limit * log N); due jobs are the score range (-inf, now] of pending (no
+--       separate "promote" step), read with LIMIT.
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'zset'})
+if err then return err end
+local now = now_ms(ARGV[1])
+local limit = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
 local deadline = now + tonumber(ARGV[3])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, tonumber(ARGV[2]))
-local out = {now, -1}
-if #due > 0 then
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1)
-  local ids = {}
-  for i = 1, #due, 2 do ids[#ids + 1] = due[i] end
-  local envs = redis.call('HMGET', KEYS[3], unpack(ids))
-  local leased = {}
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local tail = {}
+if now <= MAX_MS then
+  tail = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
+                    'LIMIT', 0, 10)
+end
+local ids, scores = {}, {}
+for i = 1, #due, 2 do ids[#ids + 1] = due[i]; scores[#scores + 1] = due[i + 1] end
+local tail_ids = {}
+for i = 1, #tail, 2 do
+  ids[#ids + 1] = tail[i]; scores[#scores + 1] = tail[i + 1]; tail_ids[#tail_ids + 1] = tail[i]
+end
+local out = {now, -1, 0}
+if #ids > 0 then
+  local envs = {}
+  if redis.call('EXISTS', KEYS[3]) == 1 then envs = redis.call('HMGET', KEYS[3], unpack(ids)) end
+  local counts = redis.call('HMGET', KEYS[4], unpack(ids))
+  local lease_at = string.format('%.0f', deadline)  -- one string, not one per job
+  local leased, tokens, gone, died, reset, jobs = {}, {}, {}, {}, {}, {}
+  local nl, nj, no = 0, 0, 3
   for j = 1, #ids do
-    local token = redis.call('HINCRBY', KEYS[4], ids[j], 1)
-    leased[#leased + 1] = deadline
-    leased[#leased + 1] = ids[j]
-    out[#out + 1] = ids[j]
-    out[#out + 1] = due[2 * j]
-    out[#out + 1] = token
-    out[#out + 1] = envs[j] or ''
+    local id = ids[j]
+    local why = bad_id(id)
+    if why then
+      gone[#gone + 1] = id
+      out[no + 1] = shown(id); out[no + 2] = why; out[no + 3] = 1; no = no + 3
+    else
+      local due_ms = as_ms(scores[j])
+      why = bad_count(counts[j])
+      if why then reset[#reset + 1] = id end
+      if due_ms == nil then why = 'due score ' .. scores[j] .. ' is not a time' end
+      if why then
+        died[#died + 1] = now; died[#died + 1] = id
+        out[no + 1] = id; out[no + 2] = why; out[no + 3] = 0; no = no + 3
+      else
+        local token = (tonumber(counts[j]) or 0) + 1
+        leased[nl + 1] = lease_at; leased[nl + 2] = id
+        tokens[nl + 1] = id; tokens[nl + 2] = token
+        nl = nl + 2
+        jobs[nj + 1] = id; jobs[nj + 2] = due_ms; jobs[nj + 3] = token
+        jobs[nj + 4] = envs[j] or ''
+        nj = nj + 4
+      end
+    end
   end
-  redis.call('ZADD', KEYS[2], unpack(leased))
+  out[3] = #gone + #died / 2
+  -- writes: everything above was only read
+  if #due > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1) end
+  if #tail_ids > 0 then redis.call('ZREM', KEYS[1], unpack(tail_ids)) end
+  if nl > 0 then
+    call_many('HSET', KEYS[4], {}, tokens)
+    call_many('ZADD', KEYS[2], {}, leased)
+  end
+  if #died > 0 then call_many('ZADD', KEYS[5], {}, died) end
+  if #reset > 0 then redis.call('HDEL', KEYS[4], unpack(reset)) end
+  if #gone > 0 then
+    redis.call('HDEL', KEYS[3], unpack(gone))
+    redis.call('HDEL', KEYS[4], unpack(gone))
+  end
+  for j = 1, nj do out[no + j] = jobs[j] end
 end
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if head[2] then out[2] = tonumber(head[2]) end
+if head[2] then
+  local first = as_ms(head[2])
+  if first ~= nil then out[2] = first
+  elseif tonumber(head[2]) < 0 then out[2] = now end  -- -inf left over: claim again now
+end
 return out

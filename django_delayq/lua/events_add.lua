@@ -1,19 +1,26 @@
 -- events_add.lua : append a batch of events to the capped event stream.
 --
 -- Not a job transition: the worker's and the API's signal receivers buffer events in
--- memory and a background thread writes them with one call of this script.
+-- memory and a background thread writes them with a few calls of this script.
 --
 -- KEYS[1]  events    STREAM  the capped event stream of one prefix
 -- ARGV[1]  maxlen    approximate cap (XADD MAXLEN ~)
 -- ARGV[2..] events, each as: n (number of field/value pairs), f1, v1, ..., fn, vn
 --
+-- A malformed event (n not a count, or more pairs than are left) ends the batch: what
+-- came before it is written, nothing after.
 -- Returns: number of events written
--- Cost: O(total fields of the batch); trimming is amortised by MAXLEN ~.
+-- Cost: at most 100 events and 2,400 arguments per call (scripts.MAX_EVENTS,
+--       scripts.MAX_EVENT_ARGS; callers split bigger batches): O(total fields);
+--       trimming is amortised by MAXLEN ~.
+local err = wrong_type({'stream'})
+if err then return err end
 local maxlen = ARGV[1]
 local i = 2
 local written = 0
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
+  if n == nil or n < 1 or n ~= math.floor(n) or i + 2 * n > #ARGV then break end
   local entry = {'XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*'}
   for j = 1, 2 * n do entry[6 + j] = ARGV[i + j] end
   redis.call(unpack(entry))

@@ -6,24 +6,29 @@
 -- ARGV[2]  lease_ms  new deadline = now_ms + lease_ms
 -- ARGV[3..] pairs: id, token
 --
+-- Tokens and leases are read for the whole call before the first write.
 -- Returns: one integer per pair: 1 extended, 0 lease lost (expired and recovered,
 --          or the token is stale)
--- Cost: O(n log N) for the n pairs of this call.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- Cost: at most 250 pairs per call (scripts.MAX_EXTEND; callers split bigger batches):
+--       O(n log N).
+local err = wrong_type({'zset', 'hash'})
+if err then return err end
+local now = now_ms(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
-local out = {}
-for i = 3, #ARGV, 2 do
-  local id = ARGV[i]
-  if redis.call('HGET', KEYS[2], id) == ARGV[i + 1] and redis.call('ZSCORE', KEYS[1], id) then
-    redis.call('ZADD', KEYS[1], 'XX', deadline, id)
-    out[#out + 1] = 1
+local ids = {}
+for i = 3, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return {} end
+local tokens = redis.call('HMGET', KEYS[2], unpack(ids))
+local leased = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local out, pushed = {}, {}
+for j = 1, #ids do
+  if leased[j] and tokens[j] == ARGV[2 * j + 2] then
+    pushed[#pushed + 1] = deadline
+    pushed[#pushed + 1] = ids[j]
+    out[j] = 1
   else
-    out[#out + 1] = 0
+    out[j] = 0
   end
 end
+if #pushed > 0 then call_many('ZADD', KEYS[1], {'XX'}, pushed) end
 return out

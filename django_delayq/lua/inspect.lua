@@ -10,12 +10,18 @@
 --
 -- Returns: {place, score, attempts, envelope or false, cancel_requested}
 --          place: "pending" | "inflight" | "dead" | "" (not in Redis)
--- Cost: O(1) + O(log N).
+--          score -1 when it is not a time (+-inf); attempts -1 when not an integer
+-- Cost: O(log N), one job per call.
+local err = wrong_type({'zset', 'zset', 'zset', 'hash', 'hash', 'set'})
+if err then return err end
 local id = ARGV[1]
 local place, score = '', -1
 for i, name in ipairs({'pending', 'inflight', 'dead'}) do
   local s = redis.call('ZSCORE', KEYS[i], id)
-  if s then place, score = name, tonumber(s); break end
+  if s then place, score = name, as_ms(s) or -1; break end
 end
-return {place, score, tonumber(redis.call('HGET', KEYS[5], id) or '0'),
-        redis.call('HGET', KEYS[4], id), redis.call('SISMEMBER', KEYS[6], id)}
+local count = redis.call('HGET', KEYS[5], id)
+local attempts = 0
+if count then attempts = bad_count(count) and -1 or tonumber(count) end
+return {place, score, attempts, redis.call('HGET', KEYS[4], id),
+        redis.call('SISMEMBER', KEYS[6], id)}

@@ -7,7 +7,7 @@
 -- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
--- ARGV[2]  limit     most expired leases to handle in this call
+-- ARGV[2]  limit     most expired leases to handle in this call (1..100; more is capped)
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
 -- ARGV[4]  channel   PUBLISH target when a recovered job becomes the earliest pending job
 -- ARGV[5]  dead_max  dead jobs kept (trimmed by nack.lua; here only compared)
@@ -16,46 +16,85 @@
 --
 -- The lost delivery counts as an attempt: a job with attempts left is due again at
 -- now_ms; one without goes to dead; one whose cancel was asked is forgotten.
--- Returns: triples id, outcome, attempts  (outcome 1 retrying, 2 dead, 3 cancelled)
--- Cost: O(limit * log N); never scans the backlog.
-local now = tonumber(ARGV[1])
-if now == 0 then
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- Leases whose deadline is not a time (past year 9999, +inf) never expire: up to 10
+-- of them are taken back per call too. The batch is read and checked before the first
+-- write; a poison entry is set aside alone: an id that cannot be a job id is removed,
+-- a job whose attempts value is not an integer goes to dead (the value dropped).
+-- Returns: {n_aside, n_aside triples: id, reason, removed (1 removed, 0 moved to dead),
+--           then triples: id, outcome, attempts  (outcome 1 retrying, 2 dead, 3 cancelled)}
+--          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
+-- Cost: at most 100 leases (scripts.MAX_RECOVER) and 100 max_attempts pairs per call,
+--       plus 10 absurd leases: O(limit * log N); never scans the backlog.
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
+if err then return err end
+local now = now_ms(ARGV[1])
+local limit = math.max(1, math.min(tonumber(ARGV[2]) or 1, 100))
+local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+if now <= MAX_MS then
+  local stuck = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. MAX_MS_ARG, '+inf', 'LIMIT', 0, 10)
+  for _, id in ipairs(stuck) do ids[#ids + 1] = id end
 end
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {0}
+if #ids == 0 then return out end
 local given = {}
 for i = 6, #ARGV, 2 do given[ARGV[i]] = tonumber(ARGV[i + 1]) end
-local out = {}
-local requeued = false
-for _, id in ipairs(expired) do
-  redis.call('ZREM', KEYS[2], id)
-  local env = redis.call('HGET', KEYS[3], id)
-  local n = tonumber(redis.call('HGET', KEYS[4], id) or '0')
-  local outcome
-  if redis.call('SREM', KEYS[5], id) == 1 then
-    redis.call('HDEL', KEYS[3], id)
-    redis.call('HDEL', KEYS[4], id)
-    outcome = 3
+local envs = {}
+if redis.call('EXISTS', KEYS[3]) == 1 then envs = redis.call('HMGET', KEYS[3], unpack(ids)) end
+local counts = redis.call('HMGET', KEYS[4], unpack(ids))
+local cancelled = redis.call('SMISMEMBER', KEYS[5], unpack(ids))
+local gone, forget, died, again, reset, results = {}, {}, {}, {}, {}, {}
+for j, id in ipairs(ids) do
+  local why = bad_id(id)
+  if why then
+    gone[#gone + 1] = id
+    out[#out + 1] = shown(id); out[#out + 1] = why; out[#out + 1] = 1
+  elseif bad_count(counts[j]) then
+    died[#died + 1] = now; died[#died + 1] = id
+    reset[#reset + 1] = id
+    out[#out + 1] = id; out[#out + 1] = bad_count(counts[j]); out[#out + 1] = 0
   else
-    local max = given[id] or tonumber(ARGV[3])
-    if env then
-      local ok, decoded = pcall(cjson.decode, env)
-      if ok and type(decoded) == 'table' and tonumber(decoded[4]) then max = tonumber(decoded[4]) end
-    end
-    if n >= max then
-      redis.call('ZADD', KEYS[6], now, id)
-      outcome = 2
+    local n = tonumber(counts[j]) or 0
+    local outcome
+    if cancelled[j] == 1 then
+      forget[#forget + 1] = id
+      outcome = 3
     else
-      redis.call('ZADD', KEYS[1], now, id)
-      requeued = true
-      outcome = 1
+      local max = given[id] or tonumber(ARGV[3])
+      if envs[j] then
+        local ok, decoded = pcall(cjson.decode, envs[j])
+        if ok and type(decoded) == 'table' and tonumber(decoded[4]) then
+          max = tonumber(decoded[4])
+        end
+      end
+      if n >= max then
+        died[#died + 1] = now; died[#died + 1] = id
+        outcome = 2
+      else
+        again[#again + 1] = now; again[#again + 1] = id
+        outcome = 1
+      end
     end
+    results[#results + 1] = id; results[#results + 1] = outcome; results[#results + 1] = n
   end
-  out[#out + 1] = id
-  out[#out + 1] = outcome
-  out[#out + 1] = n
 end
-if requeued then redis.call('PUBLISH', ARGV[4], now) end
+out[1] = #gone + #reset
+-- writes: everything above was only read
+redis.call('ZREM', KEYS[2], unpack(ids))
+if #gone > 0 then
+  redis.call('HDEL', KEYS[3], unpack(gone))
+  redis.call('HDEL', KEYS[4], unpack(gone))
+  redis.call('SREM', KEYS[5], unpack(gone))
+end
+if #reset > 0 then redis.call('HDEL', KEYS[4], unpack(reset)) end
+if #forget > 0 then
+  redis.call('SREM', KEYS[5], unpack(forget))
+  redis.call('HDEL', KEYS[3], unpack(forget))
+  redis.call('HDEL', KEYS[4], unpack(forget))
+end
+if #died > 0 then redis.call('ZADD', KEYS[6], unpack(died)) end
+if #again > 0 then
+  redis.call('ZADD', KEYS[1], unpack(again))
+  redis.call('PUBLISH', ARGV[4], now)
+end
+for j = 1, #results do out[#out + 1] = results[j] end
 return out

@@ -7,22 +7,43 @@
 -- ARGV[2..] triples: id, token, due_ms (the due time the job had when claimed)
 --
 -- The claim is undone: the job is pending at its old due time and the attempt it
--- was charged is given back. A stale token changes nothing.
+-- was charged is given back. A stale token changes nothing. Tokens and leases are
+-- read for the whole call before the first write.
 -- Returns: one integer per triple: 1 released, 0 refused (lease lost)
--- Cost: O(n log N) for the n triples.
-local out = {}
+-- Cost: at most 200 triples per call (scripts.MAX_RELEASE; callers split bigger
+--       batches): O(n log N).
+local err = wrong_type({'zset', 'zset', 'hash'})
+if err then return err end
+local ids = {}
+for i = 2, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return {} end
+local tokens = redis.call('HMGET', KEYS[3], unpack(ids))
+local leased = redis.call('ZMSCORE', KEYS[2], unpack(ids))
+local out, back, scored, counts, forget, seen = {}, {}, {}, {}, {}, {}
 local earliest = nil
-for i = 2, #ARGV, 3 do
-  local id = ARGV[i]
-  if redis.call('HGET', KEYS[3], id) == ARGV[i + 1] and redis.call('ZREM', KEYS[2], id) == 1 then
-    if redis.call('HINCRBY', KEYS[3], id, -1) <= 0 then redis.call('HDEL', KEYS[3], id) end
-    local due = tonumber(ARGV[i + 2])
-    redis.call('ZADD', KEYS[1], due, id)
+for j = 1, #ids do
+  local id = ids[j]
+  local i = 3 * j - 1
+  if leased[j] and tokens[j] == ARGV[i + 1] and not seen[id] then
+    seen[id] = true
+    back[#back + 1] = id
+    local left = tonumber(tokens[j]) - 1
+    if left > 0 then counts[#counts + 1] = id; counts[#counts + 1] = left
+    else forget[#forget + 1] = id end
+    local due = clamp_ms(tonumber(ARGV[i + 2]))
+    scored[#scored + 1] = due
+    scored[#scored + 1] = id
     if earliest == nil or due < earliest then earliest = due end
-    out[#out + 1] = 1
+    out[j] = 1
   else
-    out[#out + 1] = 0
+    out[j] = 0
   end
 end
-if earliest ~= nil then redis.call('PUBLISH', ARGV[1], earliest) end
+if #back > 0 then
+  redis.call('ZREM', KEYS[2], unpack(back))
+  if #counts > 0 then call_many('HSET', KEYS[3], {}, counts) end
+  if #forget > 0 then redis.call('HDEL', KEYS[3], unpack(forget)) end
+  call_many('ZADD', KEYS[1], {}, scored)
+  redis.call('PUBLISH', ARGV[1], earliest)
+end
 return out

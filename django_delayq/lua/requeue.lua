@@ -10,17 +10,15 @@
 --
 -- The attempt counter restarts at 0, so the job gets its max_attempts again.
 -- Returns: {outcome, due_ms}  outcome 1 requeued, 0 not in dead
--- Cost: O(log N).
-local now = tonumber(ARGV[1])
-if now == 0 then
-  if redis.replicate_commands then redis.replicate_commands() end
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+-- Cost: O(log N), one job per call.
+local err = wrong_type({'zset', 'zset', 'hash'})
+if err then return err end
+local now = now_ms(ARGV[1])
 local id = ARGV[3]
-if redis.call('ZREM', KEYS[2], id) == 0 then return {0, -1} end
-local due = now + tonumber(ARGV[4])
+if not redis.call('ZSCORE', KEYS[2], id) then return {0, -1} end
+local due = clamp_ms(now + tonumber(ARGV[4]))
 local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+redis.call('ZREM', KEYS[2], id)
 redis.call('HDEL', KEYS[3], id)
 redis.call('ZADD', KEYS[1], due, id)
 if head[2] == nil or due < tonumber(head[2]) then redis.call('PUBLISH', ARGV[2], due) end

@@ -1,0 +1,274 @@
+"""Poison entries planted in Redis next to healthy jobs (what an attacker with access to
+Redis, or a bug, can leave there): each is set aside alone, the rest of the batch is
+served, no script fails half-way and no reply makes Python raise after a script has
+committed. Real redis-server (7.x and 6.2) and a real Redis Cluster (``redis_target``)."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+import pytest
+
+from django_delayq.engine import Engine, NackOutcome, NewJob, bad_id, scripts
+from django_delayq.engine.scripts import TooManyArguments
+
+NOW = 1_800_000_000_000
+LEASE = 30_000
+
+
+def healthy(engine: Engine, *ids: str, at: int = NOW - 10) -> None:
+    assert engine.enqueue("q", [NewJob(id=i, at_ms=at) for i in ids], now_ms=NOW) == len(ids)
+
+
+def in_place(engine: Engine, raw: bytes | str) -> list[str]:
+    k = engine.keys("q")
+    c = engine.client
+    return [name for name, key in (("pending", k.pending), ("inflight", k.inflight),
+                                   ("dead", k.dead)) if c.zscore(key, raw) is not None]
+
+
+def housekeeping_survives(engine: Engine) -> None:
+    """Every read-side call still answers (none raises on what is left in Redis)."""
+    engine.stats("q", now_ms=NOW)
+    engine.expiring("q", within_ms=10**15)
+    engine.recover("q", now_ms=NOW)
+    engine.inspect("q", "a")
+
+
+@pytest.mark.parametrize("raw, reason", [
+    (b"\xff\xfebad", "not UTF-8"),
+    (b"x" * 300, "longer than 256 bytes"),
+    (b"line\nbreak", "control characters"),
+    (b"nul\x00id", "control characters"),
+    (b"", "empty id"),
+])
+def test_claim_removes_an_id_that_cannot_be_a_job_id(
+        engine: Engine, raw: bytes, reason: str, caplog: pytest.LogCaptureFixture) -> None:
+    k = engine.keys("q")
+    healthy(engine, "a", "b")
+    engine.client.zadd(k.pending, {raw: NOW - 20})
+    engine.client.hset(k.attempts, raw, 7)
+    with caplog.at_level(logging.WARNING, logger="django_delayq.engine.engine"):
+        result = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert [(j.id, j.token) for j in result.jobs] == [("a", 1), ("b", 1)]
+    [aside] = result.set_aside
+    assert aside.removed and reason in aside.reason
+    assert in_place(engine, raw) == [] and not engine.client.hexists(k.attempts, raw)
+    assert engine.client.zcard(k.inflight) == 2
+    assert "removed from Redis" in caplog.text and reason in caplog.text
+    assert engine.ack("q", [(j.id, j.token) for j in result.jobs]) == [True, True]
+    housekeeping_survives(engine)
+
+
+def test_claim_sets_aside_a_job_whose_attempts_value_is_not_a_number(engine: Engine) -> None:
+    """The rest of the due batch is claimed (nothing is dropped from Redis), and the
+    poison job is in dead, where a requeue gives it fresh attempts."""
+    k = engine.keys("q")
+    healthy(engine, "a", "b", "c")
+    engine.client.hset(k.attempts, mapping={"b": "abc", "c": 2})
+    result = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert [(j.id, j.token) for j in result.jobs] == [("a", 1), ("c", 3)]
+    assert [(s.id, s.removed) for s in result.set_aside] == [("b", False)]
+    assert "attempts" in result.set_aside[0].reason
+    assert in_place(engine, "b") == ["dead"] and not engine.client.hexists(k.attempts, "b")
+    assert engine.client.zcard(k.pending) == 0
+    housekeeping_survives(engine)
+    engine.requeue("q", "b", now_ms=NOW)
+    [again] = engine.claim("q", 10, LEASE, now_ms=NOW).jobs
+    assert (again.id, again.token) == ("b", 1)
+
+
+@pytest.mark.parametrize("score", ["-inf", "+inf"])
+def test_a_score_that_is_not_a_time_is_set_aside_uncharged(engine: Engine, score: str) -> None:
+    """-inf sorts first in the due range, +inf never comes due: both go to dead without an
+    attempt charged, and the jobs claimed with them get token 1."""
+    k = engine.keys("q")
+    healthy(engine, "a", "b")
+    engine.client.zadd(k.pending, {"m": float(score)})
+    result = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert [(j.id, j.token, j.due_ms) for j in result.jobs] == [("a", 1, NOW - 10),
+                                                                 ("b", 1, NOW - 10)]
+    assert [(s.id, s.removed) for s in result.set_aside] == [("m", False)]
+    assert "not a time" in result.set_aside[0].reason
+    assert in_place(engine, "m") == ["dead"] and not engine.client.hexists(k.attempts, "m")
+    assert result.next_due_ms is None
+    housekeeping_survives(engine)
+
+
+def test_a_score_beyond_year_9999_that_is_due_is_not_handed_out(engine: Engine) -> None:
+    k = engine.keys("q")
+    healthy(engine, "a")
+    engine.client.zadd(k.pending, {"old": -1e300})
+    result = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert [j.id for j in result.jobs] == ["a"]
+    assert [s.id for s in result.set_aside] == ["old"]
+
+
+def test_poison_counts_against_the_limit_and_the_rest_comes_next(engine: Engine) -> None:
+    k = engine.keys("q")
+    healthy(engine, "a", "b", "c")
+    engine.client.zadd(k.pending, {b"\xc0\xaf": NOW - 50, "inf": float("-inf")})
+    first = engine.claim("q", 3, LEASE, now_ms=NOW)
+    assert len(first.set_aside) == 2 and [j.id for j in first.jobs] == ["a"]
+    assert first.next_due_ms == NOW - 10
+    assert [j.id for j in engine.claim("q", 3, LEASE, now_ms=NOW).jobs] == ["b", "c"]
+
+
+# Ids around the edges of UTF-8: what Python's strict decoding accepts is what claim
+# hands out; everything else is set aside (the Lua check and bad_id agree).
+TRICKY = [b"caf\xc3\xa9", "日本".encode(), "\U0001f600".encode(), b"sp ace", b"tab\t",
+          b"del\x7f", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x8f\xbf\xbf", b"\xf4\x90\x80\x80",
+          b"\xe2\x82", b"\x80", b"\xf8\x88\x80\x80\x80", b"\xe0\x80\xaf", b"ok~!"]
+
+
+def _python_accepts(raw: bytes) -> bool:
+    try:
+        return bad_id(raw.decode()) is None
+    except UnicodeDecodeError:
+        return False
+
+
+def test_lua_and_python_agree_on_what_is_a_job_id(engine: Engine) -> None:
+    k = engine.keys("q")
+    engine.client.zadd(k.pending, {raw: NOW - i for i, raw in enumerate(TRICKY)})
+    result = engine.claim("q", 100, LEASE, now_ms=NOW)
+    claimed = {j.id.encode() for j in result.jobs}
+    assert claimed == {raw for raw in TRICKY if _python_accepts(raw)}
+    assert len(result.set_aside) == len(TRICKY) - len(claimed)
+    assert all(s.removed for s in result.set_aside)
+    assert all(s.id.isascii() for s in result.set_aside)  # shown escaped, for the log
+
+
+def test_enqueue_refuses_an_id_claim_would_set_aside(engine: Engine) -> None:
+    for bad in ("", "x" * 257, "a\nb", "é" * 129):
+        with pytest.raises(ValueError, match="job id"):
+            engine.enqueue("q", [NewJob(id="fine"), NewJob(id=bad)], now_ms=NOW)
+    assert engine.client.zcard(engine.keys("q").pending) == 0  # nothing was sent
+    assert engine.enqueue("q", [NewJob(id="é" * 128)], now_ms=NOW) == 1
+
+
+@pytest.mark.parametrize("name, plant", [
+    ("attempts", lambda c, key: c.set(key, "not a hash")),
+    ("jobs", lambda c, key: c.rpush(key, "x")),
+    ("dead", lambda c, key: c.set(key, "1")),
+    ("inflight", lambda c, key: c.hset(key, "f", "v")),
+])
+def test_a_key_of_the_wrong_type_is_moved_aside_and_the_batch_claimed(
+        engine: Engine, name: str, plant: object, caplog: pytest.LogCaptureFixture) -> None:
+    k = engine.keys("q")
+    healthy(engine, "a", "b")
+    key = getattr(k, name)
+    plant(engine.client, key)  # type: ignore[operator]
+    with caplog.at_level(logging.WARNING, logger="django_delayq.engine.scripts"):
+        result = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert [(j.id, j.token) for j in result.jobs] == [("a", 1), ("b", 1)]
+    assert re.search(r"is a \w+, not a \w+: moved aside", caplog.text)
+    [moved] = [m for m in engine.client.scan_iter(match=key.replace("{", "\\{").replace(
+        "}", "\\}") + ":damaged:*")]
+    assert engine.client.type(moved) != engine.client.type(key)
+    assert engine.ack("q", [(j.id, j.token) for j in result.jobs]) == [True, True]
+    housekeeping_survives(engine)
+
+
+def test_a_pending_key_of_the_wrong_type_is_moved_aside(engine: Engine) -> None:
+    k = engine.keys("q")
+    engine.client.set(k.pending, "garbage")
+    assert engine.claim("q", 10, LEASE, now_ms=NOW).jobs == []
+    healthy(engine, "a")
+    assert [j.id for j in engine.claim("q", 10, LEASE, now_ms=NOW).jobs] == ["a"]
+
+
+def test_recover_sets_aside_poison_leases_and_recovers_the_rest(engine: Engine) -> None:
+    k = engine.keys("q")
+    healthy(engine, "a", "b")
+    engine.claim("q", 10, 100, now_ms=NOW)
+    engine.client.zadd(k.inflight, {b"\xff": NOW, "c": NOW, "stuck": float("inf")})
+    engine.client.hset(k.attempts, "c", "1.5")
+    assert sorted(engine.expiring("q", within_ms=10**15)) == ["a", "b", "c"]
+    aside: list = []
+    found = engine.recover("q", now_ms=NOW + 100, set_aside=aside)
+    assert sorted((r.id, r.outcome, r.attempts) for r in found) == [
+        ("a", NackOutcome.RETRYING, 1), ("b", NackOutcome.RETRYING, 1),
+        ("stuck", NackOutcome.RETRYING, 0)]
+    assert sorted((s.id, s.removed) for s in aside) == [("\\xff", True), ("c", False)]
+    assert in_place(engine, "c") == ["dead"] and in_place(engine, b"\xff") == []
+    assert engine.client.zcard(k.inflight) == 0
+    assert [(j.id, j.token) for j in engine.claim("q", 10, LEASE, now_ms=NOW + 100).jobs] == [
+        ("a", 2), ("b", 2), ("stuck", 1)]
+
+
+def test_stats_and_inspect_read_poison_without_failing(engine: Engine) -> None:
+    k = engine.keys("q")
+    healthy(engine, "a", at=NOW + 5)
+    engine.client.zadd(k.pending, {"lo": float("-inf"), "hi": float("inf")})
+    engine.client.zadd(k.inflight, {"run": float("inf")})
+    engine.client.hset(k.attempts, "run", "x")
+    st = engine.stats("q", now_ms=NOW)
+    assert (st.ready, st.scheduled, st.inflight) == (1, 2, 1)
+    assert st.next_due_ms == NOW + 5 and st.oldest_ready_ms is None
+    loc = engine.inspect("q", "run")
+    assert (loc.place, loc.score_ms, loc.attempts) == ("inflight", None, -1)
+    assert engine.inspect("q", "hi").score_ms is None
+
+
+def test_settling_calls_never_fail_on_corrupt_tokens(engine: Engine) -> None:
+    k = engine.keys("q")
+    healthy(engine, "a", "b")
+    a, b = engine.claim("q", 10, LEASE, now_ms=NOW).jobs
+    engine.client.hset(k.attempts, "b", "zz")
+    assert engine.extend("q", [("a", a.token), ("b", b.token)], LEASE, now_ms=NOW) == [
+        True, False]
+    assert engine.nack("q", [("b", b.token, 0)], now_ms=NOW) == [NackOutcome.LEASE_LOST]
+    assert engine.release("q", [b]) == [False]
+    assert engine.ack("q", [("a", a.token), ("b", b.token)]) == [True, False]
+
+
+# -- bounds ----------------------------------------------------------------------------
+
+
+def test_callers_split_lists_into_calls_within_the_bound(engine: Engine) -> None:
+    n = 2 * scripts.MAX_ENQUEUE + 7
+    ids = ["j%04d" % i for i in range(n)]
+    assert engine.enqueue("q", [NewJob(id=i, at_ms=NOW) for i in ids], now_ms=NOW) == n
+    claimed = []
+    while batch := engine.claim("q", 10**6, LEASE, now_ms=NOW).jobs:
+        assert len(batch) <= scripts.MAX_CLAIM
+        claimed += batch
+    assert len(claimed) == n
+    leases = [(j.id, j.token) for j in claimed]
+    assert engine.extend("q", leases, LEASE, now_ms=NOW) == [True] * n
+    half = n // 2
+    assert engine.release("q", claimed[:10]) == [True] * 10
+    assert engine.nack("q", [(i, t, None) for i, t in leases[10:half]], now_ms=NOW) == [
+        NackOutcome.DEAD] * (half - 10)
+    assert engine.ack("q", leases[half:]) == [True] * (n - half)
+    engine.claim("q", 10, 1, now_ms=NOW)
+    assert len(engine.recover("q", limit=10**6, now_ms=NOW + 10)) == 10
+
+
+def test_a_script_refuses_a_call_beyond_its_bound(engine: Engine) -> None:
+    k = engine.keys("q")
+    args = [v for i in range(scripts.MAX_ACK + 1) for v in ("x%d" % i, 1)]
+    with pytest.raises(TooManyArguments, match="ack.lua takes at most"):
+        scripts.load("ack")(engine.client, (k.inflight, k.jobs, k.attempts, k.cancel), args)
+
+
+def test_each_header_states_the_bound_its_callers_use() -> None:
+    expected = {"enqueue": scripts.MAX_ENQUEUE, "claim": scripts.MAX_CLAIM,
+                "ack": scripts.MAX_ACK, "nack": scripts.MAX_NACK, "extend": scripts.MAX_EXTEND,
+                "release": scripts.MAX_RELEASE, "recover": scripts.MAX_RECOVER,
+                "events_add": scripts.MAX_EVENTS}
+    for name in scripts.SCRIPT_NAMES:
+        source = scripts._read(name)
+        for part in ("-- KEYS[1]", "-- Returns:", "-- Cost:"):
+            assert part in source, (name, part)
+        cost = source[source.index("-- Cost:"):].split("\n-- ")[0]
+        if name in expected:
+            assert f"at most {expected[name]:,} " in cost, (name, cost)
+            assert "scripts.MAX_" in cost, name
+        else:
+            assert "one job per call" in cost or "constant number" in cost, (name, cost)
+    assert scripts.RECONCILE_CHUNK <= scripts.MAX_ENQUEUE
+    assert f"{scripts.MAX_EVENT_ARGS:,} arguments per call" in scripts._read(
+        "events_add")
