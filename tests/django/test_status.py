@@ -166,3 +166,55 @@ def test_follow_text_lines(delayq_engine):
     assert all(job_id in line for line in lines)
     assert "error=RuntimeError: kaput" in lines[1] or "kaput" in lines[1]
     assert "lateness_ms=" in lines[1]
+
+
+def test_malformed_worker_info_is_shown_not_a_crash(delayq_settings, delayq_engine):
+    # Anything with access to Redis can write the registry: plant what no worker writes.
+    client = redis.Redis.from_url(delayq_settings.DELAYQ["REDIS_URL"])
+    registry = "{%s}:workers" % delayq_engine.prefix
+    now = delayq_engine.time_ms()
+    planted = {
+        b"w-json": b"{not json",
+        b"w-list": b"[1, 2]",
+        b"w-deep": b"[" * 100_000 + b"]" * 100_000,
+        b"w-types": json.dumps({"queues": 5, "running": {"a": [1]},
+                                "processed": "\x1b[2Jwiped"}).encode(),
+        b"w-bytes": b"\xff\xfe{",
+        b"\xffw-\x1b]0;owned\x07": b"{}",
+    }
+    client.zadd(registry, {worker_id: now for worker_id in planted})
+    client.hset(registry + ":info", mapping=planted)
+    text = _status()
+    assert "WORKERS (6)" in text
+    rows = {line.split()[0]: line for line in text.splitlines() if line.startswith("  w")}
+    assert "info malformed (not JSON)" in rows["w-json"]
+    assert "info malformed (not a JSON object but list)" in rows["w-list"]
+    assert "info malformed (not JSON)" in rows["w-deep"]
+    assert "info malformed (not JSON)" in rows["w-bytes"]
+    assert "queues=5 running={'a': [1]} processed=\\x1b[2Jwiped" in rows["w-types"]
+    assert "\ufffdw-\\x1b]0;owned\\x07" in text
+    assert "\x1b" not in text and "\x07" not in text
+    workers = {w["id"]: w for w in json.loads(_status("--json"))["workers"]}
+    assert workers["w-list"]["info"] == {} and workers["w-list"]["info_error"].startswith("not")
+    assert workers["w-types"]["info"]["queues"] == 5 and workers["w-types"]["info_error"] is None
+
+
+def test_follow_escapes_control_characters_from_job_errors(delayq_settings, delayq_engine):
+    hostile = "\x1b[2J\x1b]0;owned\x07\x1b[31mred\rover\u202eevil"
+    job_id = schedule("tests.jobs.boom", hostile, max_attempts=1).id
+    run_due_jobs()
+    events.flush()
+    client = redis.Redis.from_url(delayq_settings.DELAYQ["REDIS_URL"])
+    client.xadd(events.stream_key(delayq_engine.prefix), {
+        "event": "dead\x1b[8m", "job": "planted", "ts_ms": "9" * 30, "error": "\x1b[?1049h"})
+    text = _status("--follow", "--last", "3", "--count", "3")
+    lines = text.splitlines()
+    assert len(lines) == 3 and all(job_id in line for line in lines[:2])
+    assert "\x1b" not in text and "\x07" not in text and "\r" not in text
+    assert "\u202e" not in text
+    assert "error=RuntimeError: \\x1b[2J\\x1b]0;owned\\x07\\x1b[31mred\\rover\\u202eevil" \
+        in lines[1]
+    assert "dead\\x1b[8m" in lines[2] and "error=\\x1b[?1049h" in lines[2]
+    doc = [json.loads(line) for line in _status("--follow", "--json", "--last", "3",
+                                                "--count", "3").splitlines()]
+    assert hostile in doc[1]["error"]  # JSON keeps the text, escaped by JSON itself

@@ -5,6 +5,13 @@ Reads only: ``Engine.stats`` per queue (one atomic script each), the head of eac
 queue's pending ZSET for the oldest overdue job, the worker registry
 (``{prefix}:workers`` ZSET worker_id -> heartbeat ms, ``{prefix}:workers:info`` HASH
 worker_id -> JSON) and the event stream ``{prefix}:events``.
+
+Whatever it prints came from Redis, where any process with access can write anything:
+an entry that is not what a worker writes (invalid JSON, a list, a number where a list
+is expected, bytes that are not UTF-8) is shown as malformed, never a crash; and every
+text from Redis is printed with its control characters escaped (ESC becomes the four
+characters ``\\x1b``), so a job's error text cannot move the cursor, recolour or retitle
+the terminal of whoever runs ``--follow``. ``--json`` output is escaped by JSON itself.
 """
 
 from __future__ import annotations
@@ -22,10 +29,21 @@ from redis.exceptions import RedisError
 from django_delayq.management.options import parse_queues
 
 CLEAR = "\x1b[H\x1b[2J"
+FIELD_CHARS = 200  # of one worker info field in the text output
 
 
 def _s(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+def printable(value: Any) -> str:
+    """``value`` as text safe for a terminal: every non-printable character (escape,
+    carriage return, newline, bidirectional overrides, ...) becomes its Python escape."""
+    text = _s(value)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in text)
 
 
 def _iso(ms: int | None) -> str | None:
@@ -54,6 +72,7 @@ class WorkerStatus:
     heartbeat_age_s: float
     stale: bool
     info: dict[str, Any] = field(default_factory=dict)
+    info_error: str | None = None  # why the info entry was ignored (not a worker's JSON)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -88,14 +107,24 @@ def worker_statuses(engine: Any, prefix: str, stale_after_s: float) -> list[Work
     out = []
     for raw_id, beat_ms in beats:
         worker_id = _s(raw_id)
-        try:
-            info = json.loads(info_by_id.get(worker_id, "{}"))
-        except ValueError:
-            info = {}
+        info, error = parse_info(info_by_id.get(worker_id))
         age = max(0.0, (now_ms - float(beat_ms)) / 1000)
         out.append(WorkerStatus(id=worker_id, heartbeat_age_s=round(age, 3),
-                                stale=age > stale_after_s, info=info))
+                                stale=age > stale_after_s, info=info, info_error=error))
     return out
+
+
+def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """A worker's info entry as a dict, or ``({}, why)`` when it is not a JSON object."""
+    if raw is None:
+        return {}, None
+    try:
+        info = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}, "not JSON"
+    if not isinstance(info, dict):
+        return {}, "not a JSON object but %s" % type(info).__name__
+    return info, None
 
 
 def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
@@ -123,7 +152,7 @@ def render_text(status: Status) -> str:
         nxt = "-" if q.next_due is None else "%s (in %s)" % (q.next_due[11:23],
                                                              _fmt_s(q.next_due_in_s))
         old = "-" if q.oldest_overdue_id is None else "%s late %s" % (
-            q.oldest_overdue_id, _fmt_s(q.oldest_overdue_s))
+            printable(q.oldest_overdue_id), _fmt_s(q.oldest_overdue_s))
         lines.append("%-16s %10d %8d %9d %8d  %-29s %s" % (
             q.queue, q.scheduled, q.ready, q.inflight, q.dead, nxt, old))
         if q.expired_leases:
@@ -133,24 +162,49 @@ def render_text(status: Status) -> str:
         lines.append("  none registered")
     for w in status.workers:
         info = w.info
-        lines.append("  %-40s heartbeat %s ago%s  queues=%s running=%s processed=%s" % (
-            w.id, _fmt_s(w.heartbeat_age_s), " (STALE)" if w.stale else "",
-            ",".join(info.get("queues", [])) or "-", info.get("running", "-"),
-            info.get("processed", "-")))
+        detail = ("info malformed (%s)" % w.info_error if w.info_error else
+                  "queues=%s running=%s processed=%s" % (
+                      _info_field(info, "queues"), _info_field(info, "running"),
+                      _info_field(info, "processed")))
+        lines.append("  %-40s heartbeat %s ago%s  %s" % (
+            printable(w.id), _fmt_s(w.heartbeat_age_s), " (STALE)" if w.stale else "", detail))
     return "\n".join(lines) + "\n"
 
 
+def _info_field(info: dict[str, Any], key: str) -> str:
+    """One field of a worker's info for the text output, whatever its JSON type."""
+    value = info.get(key)
+    if value is None or value == []:
+        return "-"
+    text = ",".join(map(_s, value)) if isinstance(value, list) else _s(value)
+    if len(text) > FIELD_CHARS:
+        text = text[:FIELD_CHARS] + "..."
+    return printable(text)
+
+
+def _event_time(entry_id: str, ts: str | None) -> str:
+    """The time of an event: its ``ts_ms`` field, else the stream entry id's milliseconds."""
+    for candidate in (ts, entry_id.split("-")[0]):
+        if candidate and candidate.isdigit():
+            try:
+                return _iso(int(candidate)) or ""
+            except (OverflowError, OSError, ValueError):  # a year past 9999
+                continue
+    return ""
+
+
 def format_event(entry_id: str, fields: dict[str, str]) -> str:
-    ts = fields.get("ts_ms")
-    when = _iso(int(ts)) if ts and ts.isdigit() else _iso(int(entry_id.split("-")[0]))
+    """One line for ``--follow``; every value is escaped (see the module docstring)."""
+    when = _event_time(entry_id, fields.get("ts_ms"))
     extra = []
     for key in ("attempt", "worker", "run_at", "retry_at", "lateness_ms", "duration_ms",
                 "running", "error"):
         if key in fields:
-            extra.append("%s=%s" % (key, fields[key]))
+            extra.append("%s=%s" % (key, printable(fields[key])))
     return "%s %-9s %-12s %-26s %s %s" % (
-        (when or "")[11:23], fields.get("event", "?"), fields.get("queue", ""),
-        fields.get("job", ""), fields.get("callable", ""), " ".join(extra))
+        when[11:23], printable(fields.get("event", "?")), printable(fields.get("queue", "")),
+        printable(fields.get("job", "")), printable(fields.get("callable", "")),
+        " ".join(extra))
 
 
 class Command(BaseCommand):
