@@ -48,6 +48,13 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 100 else text[:97] + "..."
 
 
+def _escaped(raw: Any) -> str:
+    """An id as ASCII for a log, other bytes as \\xHH, cut to 64 bytes (as the scripts
+    show the ids they remove)."""
+    data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogateescape")
+    return "".join(chr(b) if 32 <= b < 127 else "\\x%02x" % b for b in data[:64])
+
+
 def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
@@ -218,9 +225,10 @@ class Engine:
     # -- poison entries -------------------------------------------------------------
 
     def _log_aside(self, queue: str, script: str, entries: list[SetAside]) -> None:
-        for entry in entries:
-            logger.warning("queue %r: %s set aside job %s (%s): %s", queue, script,
-                           _shown(entry.id), entry.reason,
+        for entry in entries:  # a removed id comes already escaped (\xHH), ASCII only
+            shown = "b'%s'" % entry.id if entry.removed else _shown(entry.id)
+            logger.warning("queue %r: %s set aside job %s (%s): %s", queue, script, shown,
+                           entry.reason,
                            "removed from Redis" if entry.removed else "moved to dead")
 
     def _drop_undecodable(self, queue: str, raw_ids: list[Any], why: str) -> list[SetAside]:
@@ -235,7 +243,7 @@ class Engine:
             pipe.hdel(k.attempts, raw)
             pipe.srem(k.cancel, raw)
         pipe.execute()
-        out = [SetAside(id=_shown(raw), reason=why, removed=True) for raw in raw_ids]
+        out = [SetAside(id=_escaped(raw), reason=why, removed=True) for raw in raw_ids]
         self._log_aside(queue, "decoding", out)
         return out
 
