@@ -82,7 +82,7 @@ from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
-BATCH = 500
+BATCH = scripts.RECONCILE_CHUNK  # rows per query and per MULTI: bounded time in Redis
 BATCHES_PER_TICK = 4
 MAX_SUSPECTS = 10_000
 RECENT_SECONDS = 30.0
