@@ -17,10 +17,10 @@ feed the export someone else's state.
 
 ``exclude`` leaves columns out of the files (never read from the database); ``redact``
 keeps a text column but writes ``"[redacted]"`` for every value but null and the empty
-string (JSON columns hold the JSON string ``"[redacted]"``), so e.g. ``args`` carrying tokens or personal data
-never reach the Parquet files. ``id``, ``created_at`` and ``updated_at`` are needed to
-page, partition and deduplicate, and cannot be left out or redacted. The choice is kept
-in the state file: a directory mixes no two column layouts.
+string (JSON columns hold the JSON string ``"[redacted]"``), so e.g. ``args`` carrying
+tokens or personal data never reach the Parquet files. ``id``, ``created_at`` and
+``updated_at`` are needed to page, partition and deduplicate, and cannot be left out or
+redacted. The choice is kept in the state file: a directory mixes no two column layouts.
 """
 
 from __future__ import annotations
