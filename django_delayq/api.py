@@ -23,9 +23,7 @@ from django_delayq import bulk, ids, registry, signals, validation
 from django_delayq.conf import Settings, get_settings
 from django_delayq.connection import get_engine
 from django_delayq.engine import CancelOutcome, NewJob
-from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.engine import MoveOutcome
-from django_delayq.engine.envelope import Envelope
 from django_delayq.exceptions import InvalidJob, JobNotFound
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
@@ -74,13 +72,13 @@ class _Common:
 
 
 def _common(fn: Any, queue: str | None, max_attempts: Any, backoff: Any, s: Settings) -> _Common:
+    validation.check_text(fn, "the callable path")
     path = registry.path_of(fn)
     registry.check_schedulable(path)
     queue = s.default_queue if queue is None else queue
     if queue not in s.queues:
         raise InvalidJob("unknown queue %r; DELAYQ['QUEUES'] is %r" % (queue, list(s.queues)))
-    if backoff is not None and (why := backoff_mod.validate(backoff)):
-        raise InvalidJob("backoff %r is not valid: %s" % (backoff, why))
+    validation.check_backoff(backoff)
     if max_attempts is None:
         is_list = isinstance(backoff, (list, tuple))
         max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
@@ -91,25 +89,23 @@ def _common(fn: Any, queue: str | None, max_attempts: Any, backoff: Any, s: Sett
 
 
 def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[str, Any], NewJob]:
-    """One job's row values and envelope (``schedule``; ``schedule_many`` uses ``bulk``)."""
+    """One job's row values and its id for Redis (``schedule``; ``schedule_many`` uses
+    ``bulk``, with the same checks from ``validation``)."""
     args, kwargs = list(spec.args), dict(spec.kwargs)
-    validation.check_json(args, kwargs)
+    _, _, size = validation.encode_args(args, kwargs)
     if spec.delay is not None and spec.at is not None:
         raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (spec.delay, spec.at))
     if spec.at is not None:
         at = validation.check_at(spec.at, django_settings.USE_TZ)
-        run_at, new = at, {"at_ms": int(at.timestamp() * 1000)}
+        run_at, new = at, {"at_ms": validation.at_ms(at)}
     else:
         seconds = validation.delay_seconds(0 if spec.delay is None else spec.delay)
         run_at, new = now + timedelta(seconds=seconds), {"delay_ms": int(seconds * 1000)}
-    if spec.key is not None and (not isinstance(spec.key, str) or not spec.key):
-        raise InvalidJob("key must be a non-empty string, not %r" % (spec.key,))
+    if spec.key is not None:
+        validation.check_key(spec.key)
     job_id = ids.new_id() if spec.key is None else ids.id_for_key(c.queue, spec.key)
-    size = len(Envelope(path=c.path, args=args, kwargs=kwargs, max_attempts=c.max_attempts,
-                        backoff=c.backoff).encode())
-    if size > s.max_payload_bytes:
-        raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d; pass "
-                         "ids instead of data" % (size, s.max_payload_bytes))
+    validation.check_size(size + validation.payload_head_size(c.path, c.max_attempts, c.backoff),
+                          s.max_payload_bytes)
     row = dict(id=job_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
                key=spec.key, run_at=run_at, created_at=now, updated_at=now,
                max_attempts=c.max_attempts, backoff=c.backoff)
@@ -255,7 +251,7 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
         raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
     if at is not None:
         run_at = validation.check_at(at, django_settings.USE_TZ)
-        outcome, _ = get_engine().reschedule(row.queue, row.id, at_ms=int(run_at.timestamp() * 1e3))
+        outcome, _ = get_engine().reschedule(row.queue, row.id, at_ms=validation.at_ms(run_at))
     else:
         seconds = validation.delay_seconds(delay or 0)
         run_at = timezone.now() + timedelta(seconds=seconds)
@@ -271,21 +267,38 @@ def run_now(job_id: str) -> MoveOutcome:
 
 def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     """Run a finished job again. A dead job still in Redis gets fresh attempts under the
-    same id; any other finished job (or a dead one Redis trimmed) is copied to a new job.
-    Either way the row's callable path must pass the allow-list first, as at ``schedule()``."""
+    same id; any other finished job (or a dead one Redis trimmed) is copied to a new job
+    (its row's values checked like ``schedule()``'s). Either way the row's callable path
+    must pass the allow-list first, as at ``schedule()``."""
     row = get_job(job_id)
     registry.check_schedulable(row.callable_path)
     seconds = validation.delay_seconds(delay)
-    if row.status == JobStatus.DEAD:
-        outcome, _ = get_engine().requeue(row.queue, row.id, delay_ms=int(seconds * 1000))
-        if outcome is MoveOutcome.MOVED:
-            now = timezone.now()
-            Job.objects.filter(pk=row.pk).update(
-                status=JobStatus.SCHEDULED, attempts=0, run_at=now + timedelta(seconds=seconds),
-                finished_at=None, updated_at=now)
-            return JobHandle(row.id, row.queue)
-    elif not row.is_final:
+    if row.status == JobStatus.DEAD and _requeue_dead(row, seconds):
+        return JobHandle(row.id, row.queue)
+    if not row.is_final:
         raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
     return schedule_spec(row.callable_path,
                          JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds),
                          queue=row.queue, max_attempts=row.max_attempts, backoff=row.backoff)
+
+
+def _requeue_dead(row: Job, seconds: float) -> bool:
+    """Dead -> scheduled under the same id; False when Redis no longer holds the job.
+
+    The row says ``scheduled`` *before* Redis hands the job out again: a worker runs only
+    jobs whose row is live, and sets aside one whose row is final (dead)."""
+    now = timezone.now()
+    live = dict(status=JobStatus.SCHEDULED, attempts=0, run_at=now + timedelta(seconds=seconds),
+                finished_at=None, updated_at=now)
+    if not Job.objects.filter(pk=row.pk, status=JobStatus.DEAD).update(**live):
+        row.refresh_from_db()
+        return False
+    outcome = None
+    try:
+        outcome, _ = get_engine().requeue(row.queue, row.id, delay_ms=int(seconds * 1000))
+    finally:
+        if outcome is not MoveOutcome.MOVED:  # not in Redis's dead set (or Redis failed)
+            Job.objects.filter(pk=row.pk, status=JobStatus.SCHEDULED, updated_at=now).update(
+                status=JobStatus.DEAD, attempts=row.attempts, run_at=row.run_at,
+                finished_at=row.finished_at, updated_at=timezone.now())
+    return outcome is MoveOutcome.MOVED

@@ -4,6 +4,15 @@ Status changes are collected per job id (a later change of the same job merges
 into the earlier one) and flushed every ``AUDIT_FLUSH_SECONDS`` or ``AUDIT_BATCH``
 changes as one ``executemany`` UPDATE per column set, plus one bulk INSERT of
 ``JobAttempt`` rows: a fast job costs one row update, not one per state.
+
+No value can stop the writer. Text is made storable before it is written (lone
+surrogates and NUL escaped: neither SQLite's UTF-8 nor PostgreSQL's text takes them). When
+a batch fails, the error decides: an outage (the database unreachable, a table missing:
+``OperationalError``, ``ProgrammingError``, ...) keeps every change for the next flush; a
+data error (``DataError``, ``IntegrityError``, ``ValueError``, ...) retries the batch row
+by row, so the one change the database refuses is written without its result, or
+dropped with an error logged, and the others are written. Failures are logged once per
+outage with a traceback, then at most every few seconds (``OutageLog``).
 """
 
 from __future__ import annotations
@@ -16,7 +25,14 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connections, router, transaction
+from django.db import (
+    DataError,
+    IntegrityError,
+    close_old_connections,
+    connections,
+    router,
+    transaction,
+)
 
 from django_delayq.models import Job, JobAttempt
 
@@ -27,6 +43,60 @@ COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_
 _DATETIMES = {"run_at", "started_at", "finished_at", "updated_at"}
 _JSON = {"result"}
 _COLUMN_NAMES = {f.name: str(f.column) for f in Job._meta.concrete_fields}
+_TEXT = ("status", "worker_id", "last_error", "traceback")
+# Errors that one row's values cause; anything else (OperationalError, ...) is an outage.
+DATA_ERRORS = (DataError, IntegrityError, ValueError, TypeError, OverflowError)
+
+
+def storable(value: Any) -> Any:
+    """Text any database takes: lone surrogates become ``\\udXXX``, NUL becomes ``\\x00``."""
+    if value is None:
+        return None
+    text = value if type(value) is str else str(value)  # TextChoices members are str subclasses
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text.replace("\x00", "\\x00") if "\x00" in text else text
+
+
+class OutageLog:
+    """Logs a failure once with its traceback, then at most one line every ``every``
+    seconds while it lasts, and one line when it ends: an outage must not flood the log.
+    Exceptions of the ``quiet`` types are logged as warnings without traceback."""
+
+    def __init__(self, log: logging.Logger, what: str, every: float = 5.0,
+                 quiet: tuple[type[BaseException], ...] = ()) -> None:
+        self.log, self.what, self.every, self.quiet = log, what, every, quiet
+        self.since: float | None = None
+        self.failures = 0
+        self._next = 0.0
+
+    def failed(self, exc: BaseException, retry_in: float) -> None:
+        now = time.monotonic()
+        self.failures += 1
+        quiet = isinstance(exc, self.quiet)
+        level = logging.WARNING if quiet else logging.ERROR
+        if self.since is None:
+            self.since, self._next = now, now + self.every
+            self.log.log(level, "%s failed; retrying in %.1fs: %s", self.what, retry_in,
+                         _safe(exc), exc_info=None if quiet else exc)
+        elif now >= self._next:
+            self._next = now + self.every
+            self.log.log(level, "%s still failing after %.0fs (%d failures); retrying in "
+                         "%.1fs: %s", self.what, now - self.since, self.failures, retry_in,
+                         _safe(exc))
+
+    def ok(self) -> None:
+        if self.since is not None:
+            self.log.warning("%s works again after %.1fs (%d failures)", self.what,
+                             time.monotonic() - self.since, self.failures)
+            self.since, self.failures = None, 0
+
+
+def _safe(exc: BaseException) -> str:
+    try:
+        return storable(str(exc)) or type(exc).__name__
+    except Exception:  # noqa: BLE001
+        return type(exc).__name__
 
 
 class AuditWriter:
@@ -40,6 +110,7 @@ class AuditWriter:
         self._attempts: list[JobAttempt] = []
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._outage = OutageLog(logger, "audit flush")
         self.written = 0
 
     def update(self, job_id: str, **fields: Any) -> None:
@@ -52,6 +123,9 @@ class AuditWriter:
                 self._lock.notify()
 
     def attempt(self, **fields: Any) -> None:
+        for name in ("error", "traceback", "worker_id"):
+            if name in fields:
+                fields[name] = storable(fields[name])
         with self._lock:
             self._attempts.append(JobAttempt(**fields))
 
@@ -71,7 +145,11 @@ class AuditWriter:
             self._lock.notify()
         if self._thread is not None:
             self._thread.join(timeout)
-        self.flush()
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - the database is down as we stop
+            logger.error("audit: %d row change(s) not written at stop (the reconciler repairs "
+                         "the rows): %s", self.pending(), _safe(exc))
 
     def _loop(self) -> None:
         while True:
@@ -87,12 +165,17 @@ class AuditWriter:
     def _flush_or_keep(self) -> None:
         try:
             self.flush()
-        except DatabaseError:
-            logger.exception("audit flush failed; will retry")
+        except Exception as exc:  # noqa: BLE001 - kept for the next flush; never the thread
+            pause = min(1.0, self.flush_seconds * 10)
+            self._outage.failed(exc, pause)
             close_old_connections()
-            time.sleep(min(1.0, self.flush_seconds * 10))
+            time.sleep(pause)
+        else:
+            self._outage.ok()
 
     def flush(self) -> int:
+        """Write what is buffered; returns how many row changes were written. An outage
+        raises and keeps everything for the next flush."""
         with self._lock:
             changes, self._changes = self._changes, {}
             attempts, self._attempts = self._attempts, []
@@ -100,14 +183,62 @@ class AuditWriter:
             return 0
         try:
             self._write(changes, attempts)
-        except Exception:
-            with self._lock:  # keep them: newer changes win over the failed ones
-                for job_id, fields in changes.items():
-                    self._changes[job_id] = {**fields, **self._changes.get(job_id, {})}
-                self._attempts[:0] = attempts
+        except DATA_ERRORS as exc:
+            logger.warning("audit: a batch of %d row change(s) was refused (%s); writing them "
+                           "one by one", len(changes), _safe(exc))
+            return self._write_each(changes, attempts)
+        except BaseException:
+            self._keep(changes, attempts)
             raise
         self.written += len(changes)
         return len(changes)
+
+    def _keep(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:
+        with self._lock:  # newer changes win over the failed ones
+            for job_id, fields in changes.items():
+                self._changes[job_id] = {**fields, **self._changes.get(job_id, {})}
+            self._attempts[:0] = attempts
+
+    def _write_each(self, changes: dict[str, dict[str, Any]],
+                    attempts: list[JobAttempt]) -> int:
+        """Row by row: a change the database refuses is retried without its result, then
+        dropped with an error logged; an outage keeps what is left and raises."""
+        items = list(changes.items())
+        written = 0
+        for i, (job_id, fields) in enumerate(items):
+            try:
+                written += self._write_one(job_id, fields)
+            except BaseException:
+                self._keep(dict(items[i:]), attempts)
+                raise
+        for i, attempt in enumerate(attempts):
+            try:
+                self._write({}, [attempt])
+            except DATA_ERRORS as exc:
+                logger.error("audit: job %s: attempt %s dropped, the database refuses it: %s",
+                             attempt.job_id, attempt.number, _safe(exc))
+            except BaseException:
+                self._keep({}, attempts[i:])
+                raise
+        self.written += written
+        return written
+
+    def _write_one(self, job_id: str, fields: dict[str, Any]) -> int:
+        try:
+            self._write({job_id: fields}, [])
+            return 1
+        except DATA_ERRORS as exc:
+            first = exc
+        bare = {k: v for k, v in fields.items() if k not in ("result", "traceback")}
+        try:
+            self._write({job_id: bare}, [])
+        except DATA_ERRORS as exc:
+            logger.error("audit: job %s: row change dropped, the database refuses it (%s): %s",
+                         job_id, _safe(first), _safe(exc))
+            return 0
+        logger.error("audit: job %s: written without its result and traceback, which the "
+                     "database refuses: %s", job_id, _safe(first))
+        return 1
 
     def _write(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:
         using = router.db_for_write(Job)
@@ -144,9 +275,6 @@ def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
     def json_value(value: Any) -> Any:
         return None if value is None else json.dumps(value)
 
-    def text(value: Any) -> Any:
-        return None if value is None else str(value)  # TextChoices members are str subclasses
-
     def moment(value: datetime | None) -> Any:
         if value is None:
             return None
@@ -158,7 +286,7 @@ def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
         return value
 
     out: dict[str, Callable[[Any], Any]] = {c: plain for c in COLUMNS}
-    out.update({c: text for c in ("status", "worker_id", "last_error", "traceback")})
+    out.update({c: storable for c in _TEXT})
     out.update({c: moment for c in _DATETIMES})
     out.update({c: json_value for c in _JSON})
     return out

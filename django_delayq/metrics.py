@@ -104,6 +104,9 @@ if prom is not None:
                               buckets=LATENESS_BUCKETS)
     DURATION = prom.Histogram("delayq_job_duration_seconds", "Run time of successful attempts",
                               ["queue"], buckets=DURATION_BUCKETS)
+    SET_ASIDE = prom.Counter("delayq_jobs_set_aside",
+                             "Claimed jobs not run because their audit row is missing "
+                             "(reason no_row) or final (final_row)", ["queue", "reason"])
     REGISTRY.register(QueueCollector())
 
     _children: dict[tuple[Any, ...], Any] = {}
@@ -146,6 +149,13 @@ if prom is not None:
         "jobs_scheduled": _bulk_scheduled}
     for _name, _receiver in _RECEIVERS.items():
         signals.observe(getattr(signals, _name), _receiver)
+
+
+def count_set_aside(queue: str, reason: str) -> None:
+    """One claimed job the worker did not run: ``reason`` is ``no_row`` or ``final_row``
+    (``payloads.set_aside``). A no-op without prometheus-client."""
+    if prom is not None:
+        _child(SET_ASIDE, queue, reason).inc()
 
 
 def start_http_server(port: int, addr: str = "127.0.0.1") -> Any:

@@ -1,53 +1,180 @@
-"""Job payloads come from the audit row: Redis holds only ids (``docs/internals.md``).
+"""Job payloads come from the audit row, never from Redis (``docs/internals.md``).
 
 The row is written, in the caller's transaction, before the id reaches Redis, and it
-already holds everything a job needs (callable, arguments, attempts, backoff). Keeping a
-second copy in Redis cost ~120 bytes a pending job; reading the rows of a claimed batch
-costs one indexed query per batch. Rows are read from the database rows are written to
-(``db_for_write``): a replica that lags behind could miss a row committed a millisecond
-ago. A job enqueued with an envelope in Redis (the bare engine, or a job from an older
-version) still runs from that envelope.
+holds everything a job needs (callable, arguments, attempts, backoff). Redis holds ids
+and due times; whoever can write to Redis can therefore make the worker look at an id,
+but never choose what runs. ``read`` sorts a claimed batch by what the rows say:
+
+* **run**: a live row (scheduled, retrying, running) with a usable payload;
+* **broken**: a live row whose payload is unusable (args not a list, nesting deeper than
+  ``validation.MAX_DEPTH``, a bad backoff, ...): the job ends ``dead``, the reason on the
+  row, alone;
+* **aside**: no row, or a final one (succeeded, dead, cancelled): the job does not run
+  and its row is not touched; ``set_aside`` takes it out of Redis (a job without a row
+  goes to the dead set, where an operator can see it; one whose row is final is
+  forgotten: the row already says how it ended).
+
+An envelope a job may have in Redis (the bare engine's ``NewJob(envelope=...)``) is
+ignored. Each row is parsed on its own, from the database's JSON text, with its
+nesting measured before decoding: no row can fail the batch. Rows are read from the
+database rows are written to (``db_for_write``): a replica that lags behind could miss
+a row committed a millisecond ago. A database error fails the whole read (the caller
+hands the batch back).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 from collections.abc import Iterable, Sequence
+from typing import Any
 
-from django.db import router
+from django.db import connections, router
 
-from django_delayq.engine import ClaimedJob
+from django_delayq import validation
+from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
-from django_delayq.models import Job
+from django_delayq.models import LIVE_STATUSES, Job
 
-_FIELDS = ("id", "callable_path", "args", "kwargs", "max_attempts", "backoff")
+logger = logging.getLogger(__name__)
+
+_FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff")
+_COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
+NO_ROW = "no_row"
+FINAL_ROW = "final_row"
+# The row's JSON text may nest one level more than the value it holds (the args list).
+_ROW_DEPTH = validation.MAX_DEPTH + 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Broken:
+    job: ClaimedJob
+    path: str
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Aside:
+    job: ClaimedJob
+    kind: str  # NO_ROW | FINAL_ROW
+    reason: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Loaded:
+    run: list[ClaimedJob]  # payload set from a live row
+    broken: list[Broken]
+    aside: list[Aside]
+
+
+def read(jobs: Sequence[ClaimedJob]) -> Loaded:
+    """Sort ``jobs`` by their rows (one query); see the module docstring."""
+    if not jobs:
+        return Loaded([], [], [])
+    rows = {row[0]: row for row in _select([job.id for job in jobs])}
+    run: list[ClaimedJob] = []
+    broken: list[Broken] = []
+    aside: list[Aside] = []
+    for job in jobs:
+        row = rows.get(job.id)
+        if row is None:
+            aside.append(Aside(job, NO_ROW, "no audit row with this id (never scheduled "
+                                            "through django-delayq, or the row was deleted)"))
+            continue
+        status = row[1]
+        if status not in LIVE_STATUSES:
+            aside.append(Aside(job, FINAL_ROW, "its audit row is %s, not live: it does not run "
+                                               "again" % _printable(status)))
+            continue
+        try:
+            run.append(dataclasses.replace(job, payload=_payload(row)))
+        except Exception as exc:  # noqa: BLE001 - one row never fails the batch
+            path = row[2] if isinstance(row[2], str) else ""
+            broken.append(Broken(job, path, "invalid row: %s" % _printable(exc)))
+    return Loaded(run, broken, aside)
 
 
 def load(jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
-    """``jobs`` with the payload of each envelope-less one read from its row (one query).
+    """The jobs of ``jobs`` that may run, with their payload (for inspection and tests;
+    a worker uses ``read`` and handles the others)."""
+    return read(jobs).run
 
-    A job without a row keeps no payload (the runner ends it dead, naming why); a row
-    whose arguments are not a list and a dict gets them as an envelope, which the
-    runner's decoding rejects with the reason.
-    """
-    need = [job.id for job in jobs if not job.envelope and job.payload is None]
-    if not need:
-        return list(jobs)
-    found: dict[str, ClaimedJob] = {}
-    by_id = {job.id: job for job in jobs}
+
+def _select(ids: list[str]) -> list[tuple[Any, ...]]:
+    """The rows' columns as the database stores them: JSON as text, decoded per row."""
     using = router.db_for_write(Job)  # never a lagging replica
-    for pk, path, args, kwargs, max_attempts, backoff in (
-            Job.objects.using(using).filter(pk__in=need).values_list(*_FIELDS)):
-        job = by_id[pk]
-        if isinstance(args, list) and isinstance(kwargs, dict):
-            payload = Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
-                               backoff=backoff)
-            found[pk] = dataclasses.replace(job, payload=payload)
-        else:
-            raw = json.dumps([path, args, kwargs, max_attempts, backoff])
-            found[pk] = dataclasses.replace(job, envelope=raw)
-    return [found.get(job.id, job) for job in jobs]
+    conn = connections[using]
+    qn = conn.ops.quote_name
+    columns = ", ".join(qn(_COLUMNS[f]) for f in _FIELDS)
+    sql = "SELECT %s FROM %s WHERE %s IN (%s)" % (
+        columns, qn(Job._meta.db_table), qn("id"), ", ".join(["%s"] * len(ids)))
+    with conn.cursor() as cursor:
+        cursor.execute(sql, ids)
+        return list(cursor.fetchall())
+
+
+def _payload(row: tuple[Any, ...]) -> Envelope:
+    _, _, path, args, kwargs, max_attempts, backoff = row
+    if not isinstance(path, str) or not path:
+        raise ValueError("callable path %s is not a string" % _short(path))
+    args, kwargs = _json(args, "args"), _json(kwargs, "kwargs")
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise ValueError("args/kwargs have the wrong types (args is %s, kwargs is %s; "
+                         "expected a list and a dict)" % (type(args).__name__,
+                                                          type(kwargs).__name__))
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError("max_attempts %s is not an integer >= 1" % _short(max_attempts))
+    backoff = _json(backoff, "backoff")
+    if why := backoff_mod.validate(backoff):
+        raise ValueError("backoff %s: %s" % (_short(backoff), why))
+    return Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
+                    backoff=backoff)
+
+
+def _json(value: Any, name: str) -> Any:
+    """A JSON column's value: text (SQLite; PostgreSQL with Django's loaders) is decoded
+    here, after a non-recursive depth check, so no value raises ``RecursionError``."""
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        value = bytes(value).decode("utf-8", "replace")
+    if not isinstance(value, str):
+        return value
+    if validation.too_deep(value, _ROW_DEPTH):
+        raise ValueError("%s is nested more than %d levels deep" % (name, validation.MAX_DEPTH))
+    return json.loads(value)
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _printable(value: Any) -> str:
+    """``str(value)``, never raising, with lone surrogates escaped."""
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001
+        text = "<unprintable %s>" % type(value).__name__
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
+
+
+def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int) -> None:
+    """Take jobs that must not run out of Redis's in-flight set, with a warning each: a job
+    without a row goes to the dead set, one whose row is final is forgotten (ack). The
+    row is never touched. ``RedisError`` propagates (the leases then expire and the next
+    claim sets them aside again)."""
+    if not items:
+        return
+    from django_delayq import metrics
+
+    no_row = [a for a in items if a.kind == NO_ROW]
+    final = [a for a in items if a.kind != NO_ROW]
+    engine.nack(queue, [(a.job.id, a.job.token, None) for a in no_row], dead_max=dead_max)
+    engine.ack(queue, [(a.job.id, a.job.token) for a in final])
+    for a in items:
+        logger.warning("job %s (queue %r) set aside, not run: %s", a.job.id, queue, a.reason)
+        metrics.count_set_aside(queue, a.kind)
 
 
 def max_attempts(ids: Iterable[str]) -> dict[str, int]:
@@ -61,10 +188,8 @@ def max_attempts(ids: Iterable[str]) -> dict[str, int]:
 
 
 def of(job: ClaimedJob) -> Envelope:
-    """The job's payload; ``ValueError`` naming the problem when it has none."""
-    if job.payload is not None:
-        return job.payload
-    if not job.envelope:
-        raise ValueError("no payload: Redis holds no envelope for this job and it has no "
-                         "audit row (deleted?)")
-    return Envelope.decode(job.envelope)
+    """The job's payload, loaded from its row; ``ValueError`` when it has none (an
+    envelope from Redis is never used)."""
+    if job.payload is None:
+        raise ValueError("no payload loaded from the job's audit row")
+    return job.payload

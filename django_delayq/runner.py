@@ -1,8 +1,12 @@
 """Running one claimed job and deciding its outcome (no Redis calls here).
 
 Anything a payload can throw at us ends in an ``Outcome``: a success, a retry after
-the job's backoff, or dead (out of attempts, not allowed, not valid JSON). The
-worker settles outcomes in Redis in batches.
+the job's backoff, or dead (out of attempts, not allowed, an unusable row). ``run``
+never raises: a retry delay that cannot be computed (a backoff the row should never have
+held, ``Retry(delay=...)`` with nonsense) ends the job dead with the reason, and any
+other failure of ours becomes a dead outcome of that job alone. Error texts are made
+storable (lone surrogates escaped) before they reach the audit row. The worker settles
+outcomes in Redis in batches.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import enum
 import json
 import logging
+import math
 import time
 import traceback
 from dataclasses import dataclass
@@ -18,7 +23,7 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from django_delayq import execution, payloads
+from django_delayq import execution, payloads, validation
 from django_delayq.context import JobContext
 from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
@@ -50,39 +55,100 @@ class Outcome:
 
 
 def ms_to_dt(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC)
-
-
-def _json_or_none(value: Any) -> Any:
+    """An aware datetime of epoch ``ms``; now for a value no datetime can hold (a due
+    time Redis was made to hold)."""
     try:
-        json.dumps(value, allow_nan=False)
+        return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        return datetime.now(UTC)
+
+
+def text(value: Any, limit: int | None = None) -> str:
+    """``str(value)`` that never raises and is storable (lone surrogates escaped)."""
+    try:
+        out = value if isinstance(value, str) else str(value)
+    except Exception:  # noqa: BLE001 - a broken __str__ of a job's exception
+        out = "<unprintable %s>" % type(value).__name__
+    if not out.isascii():
+        out = out.encode("utf-8", "backslashreplace").decode("utf-8")
+    return out if limit is None else out[:limit]
+
+
+def _describe(exc: BaseException) -> str:
+    return "%s: %s" % (type(exc).__name__, text(exc))
+
+
+def json_result(value: Any) -> Any:
+    """The result when the database can store it as JSON, else None."""
+    try:
+        encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
+        if not encoded.isascii():
+            encoded.encode("utf-8")  # a lone surrogate: not storable
+        if "\\u0000" in encoded:  # PostgreSQL's jsonb refuses NUL
+            return None
         return value
-    except (TypeError, ValueError):
+    except Exception:  # noqa: BLE001 - circular, too deep, not JSON: no result kept
         return None
 
 
-def _retry_delay(exc: Retry, env: Envelope, default_backoff: Any, attempt: int) -> int:
-    if exc.delay is None:
-        return backoff_mod.delay_ms(env.backoff if env.backoff is not None else default_backoff,
-                                    attempt)
+def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: Any, attempt: int) -> int:
+    """Milliseconds before the retry; ``ValueError`` (or another error) when the delay
+    cannot be computed. ``Retry(delay=...)`` beyond ``validation.MAX_DELAY_SECONDS`` is
+    capped there."""
+    if exc is None or exc.delay is None:
+        policy = env.backoff if env.backoff is not None else default_backoff
+        return backoff_mod.delay_ms(policy, attempt)
     delay = exc.delay
-    seconds = delay.total_seconds() if isinstance(delay, timedelta) else float(delay)  # type: ignore[arg-type]
-    return max(0, int(seconds * 1000))
+    if isinstance(delay, timedelta):
+        seconds = delay.total_seconds()
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        seconds = float(min(delay, validation.MAX_DELAY_SECONDS))
+    else:
+        raise ValueError("Retry(delay=%s) is not seconds or a timedelta" % text(repr(delay), 80))
+    if math.isnan(seconds):
+        raise ValueError("Retry(delay=nan) is not a delay")
+    return int(max(0.0, min(seconds, validation.MAX_DELAY_SECONDS)) * 1000)
 
 
 def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         default_backoff: Any, manage_connections: bool = True) -> Outcome:
-    """Run one attempt. ``manage_connections`` closes stale database connections around
-    it (a worker thread); ``django_delayq.testing`` turns that off, since it would close
-    the test's connection inside a ``TestCase`` transaction."""
+    """Run one attempt; never raises. ``manage_connections`` closes stale database
+    connections around it (a worker thread); ``django_delayq.testing`` turns that off,
+    since it would close the test's connection inside a ``TestCase`` transaction."""
     started = datetime.now(UTC)
+    try:
+        return _run(job, started, worker_id, default_max_attempts, default_backoff,
+                    manage_connections)
+    except Exception as exc:  # noqa: BLE001 - a bug of ours, or input nobody foresaw
+        logger.exception("job %s: could not run or settle its attempt; it ends dead", job.id)
+        return crashed(job, exc, started)
+
+
+def crashed(job: ClaimedJob, exc: BaseException, started: datetime | None = None) -> Outcome:
+    """The dead outcome of a job whose attempt failed in the worker itself."""
+    now = datetime.now(UTC)
+    path = job.payload.path if job.payload is not None else ""
+    return Outcome(job=job, kind=Kind.DEAD, path=path, started_at=started or now,
+                   finished_at=now, error=text("worker error: %s" % _describe(exc), 2000),
+                   traceback=text(traceback.format_exc(), 20000))
+
+
+def unusable(job: ClaimedJob, path: str, reason: str) -> Outcome:
+    """The dead outcome of a job whose row cannot be run (``payloads.Broken``)."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.DEAD, path=text(path, 255), started_at=now,
+                   finished_at=now, error=text(reason, 2000))
+
+
+def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
+         default_backoff: Any, manage_connections: bool) -> Outcome:
     t0 = time.perf_counter()
     common: dict[str, Any] = {"job": job, "started_at": started}
     try:
         env = payloads.of(job)
     except ValueError as exc:
         return Outcome(kind=Kind.DEAD, finished_at=datetime.now(UTC),
-                       error="invalid envelope: %s" % exc, **common)
+                       error="invalid row: %s" % text(exc), **common)
     max_attempts = env.max_attempts or default_max_attempts
     common.update(path=env.path, max_attempts=max_attempts)
     ctx = JobContext(id=job.id, queue=job.queue, attempt=job.token, max_attempts=max_attempts,
@@ -92,23 +158,33 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
     try:
         result = execution.run(env.path, env.args, env.kwargs, ctx)
     except PermissionError as exc:
-        return _failed(common, Kind.DEAD, "not allowed: %s" % exc, t0)
+        return _failed(common, Kind.DEAD, "not allowed: %s" % text(exc), t0)
     except Retry as exc:
-        delay = _retry_delay(exc, env, default_backoff, job.token)
-        return _failed(common, Kind.RETRY, "retry requested: %s" % exc, t0, job, max_attempts,
-                       delay)
+        return _retry(common, "retry requested: %s" % text(exc), t0, exc, env, default_backoff)
     except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             logger.warning("job %s raised %r; treated as a failure", job.id, exc)
-        policy = env.backoff if env.backoff is not None else default_backoff
-        delay = backoff_mod.delay_ms(policy, job.token)
-        return _failed(common, Kind.RETRY, "%s: %s" % (type(exc).__name__, exc), t0, job,
-                       max_attempts, delay)
+        return _retry(common, _describe(exc), t0, None, env, default_backoff)
     finally:
         if manage_connections:
             close_old_connections()
-    return Outcome(kind=Kind.SUCCESS, finished_at=datetime.now(UTC), result=_json_or_none(result),
+    return Outcome(kind=Kind.SUCCESS, finished_at=datetime.now(UTC), result=json_result(result),
                    duration_s=time.perf_counter() - t0, **common)
+
+
+def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env: Envelope,
+           default_backoff: Any) -> Outcome:
+    """A failed attempt: retried after its delay, or dead when no delay can be computed."""
+    job: ClaimedJob = common["job"]
+    try:
+        delay = _retry_delay(exc, env, default_backoff, job.token)
+    except Exception as why:  # noqa: BLE001 - a bad backoff ends this job, not the thread
+        problem = text(why)
+    else:
+        return _failed(common, Kind.RETRY, error, t0, job, common["max_attempts"], delay)
+    # outside the handler above: the traceback recorded is the job's, not ours
+    error += " (not retried: cannot compute the retry delay: %s)" % problem
+    return _failed(common, Kind.DEAD, error, t0)
 
 
 def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
@@ -121,11 +197,15 @@ def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
     except ValueError:
         env = Envelope(path="")
     max_attempts = env.max_attempts or default_max_attempts
-    policy = env.backoff if env.backoff is not None else default_backoff
     kind = Kind.RETRY
-    delay: int | None = backoff_mod.delay_ms(policy, job.token)
     error = "timed out: still running after %gs (DELAYQ['JOB_TIMEOUT_SECONDS'])" % seconds
-    if job.token >= max_attempts:
+    delay: int | None = None
+    try:
+        delay = _retry_delay(None, env, default_backoff, job.token)
+    except Exception as why:  # noqa: BLE001
+        kind = Kind.DEAD
+        error += " (not retried: cannot compute the retry delay: %s)" % text(why)
+    if kind is Kind.RETRY and job.token >= max_attempts:
         kind, delay = Kind.DEAD, None
         error += " (attempt %d of %d: no attempts left)" % (job.token, max_attempts)
     now = datetime.now(UTC)
@@ -140,6 +220,6 @@ def _failed(common: dict[str, Any], kind: Kind, error: str, t0: float,
     if kind is Kind.RETRY and job is not None and job.token >= max_attempts:
         kind, delay = Kind.DEAD, None
         error += " (attempt %d of %d: no attempts left)" % (job.token, max_attempts)
-    return Outcome(kind=kind, finished_at=datetime.now(UTC), error=error[:2000],
-                   traceback=traceback.format_exc()[-20000:], retry_delay_ms=delay,
+    return Outcome(kind=kind, finished_at=datetime.now(UTC), error=text(error, 2000),
+                   traceback=text(traceback.format_exc())[-20000:], retry_delay_ms=delay,
                    duration_s=time.perf_counter() - t0, **common)

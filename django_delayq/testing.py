@@ -142,15 +142,27 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     while ran < max_jobs:
         progressed = False
         for queue in names:
-            for job in payloads.load(engine.claim(queue, 1, settings.lease_ms).jobs):
-                settler.started(job)
-                settler.settle([execute(job, settings)])
-                audit.flush()
-                ran += 1
-                progressed = True
+            claimed = engine.claim(queue, 1, settings.lease_ms).jobs
+            progressed = progressed or bool(claimed)
+            ran += _run_claimed(engine, settings, settler, queue, claimed)
+            audit.flush()
         if not progressed:
             break
     return ran
+
+
+def _run_claimed(engine: Engine, settings: Settings, settler: Any, queue: str,
+                 claimed: list[ClaimedJob]) -> int:
+    """What the worker does with a claimed batch, in this thread: run the jobs whose row
+    is live, end those whose row is unusable dead, set aside those without a live row."""
+    loaded = payloads.read(claimed)
+    payloads.set_aside(engine, queue, loaded.aside, settings.dead_max)
+    outcomes = [runner.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
+    for job in loaded.run:
+        settler.started(job)
+        outcomes.append(execute(job, settings))
+    settler.settle(outcomes)
+    return len(outcomes)
 
 
 def advance(delta: timedelta | float, queues: list[str] | None = None) -> int:
@@ -220,11 +232,12 @@ def run_eager(job_id: str) -> None:
     except Exception as exc:
         Job.objects.filter(pk=job_id).update(
             status=JobStatus.DEAD, attempts=1, started_at=started, finished_at=timezone.now(),
-            last_error="%s: %s" % (type(exc).__name__, exc), worker_id="eager")
+            last_error=runner.text("%s: %s" % (type(exc).__name__, runner.text(exc)), 2000),
+            worker_id="eager")
         raise
     Job.objects.filter(pk=job_id).update(
         status=JobStatus.SUCCEEDED, attempts=1, started_at=started, finished_at=timezone.now(),
-        result=result if isinstance(result, (str, int, float, bool, list, dict)) else None,
+        result=runner.json_result(result),
         worker_id="eager")
 
 

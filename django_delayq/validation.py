@@ -1,25 +1,53 @@
-"""Schedule-time checks of job arguments: errors name the bad value and its place."""
+"""Schedule-time checks of jobs: errors name the bad value and its place.
+
+Every way in (``schedule``, ``schedule_spec``, ``schedule_many``, ``schedule_dataframe``,
+``reschedule``, ``requeue``) runs these same checks, and each raises ``InvalidJob``, never
+an ``OverflowError``, ``RecursionError`` or ``UnicodeEncodeError`` from deeper down:
+
+* arguments are JSON, nested at most ``MAX_DEPTH`` levels, and their strings (dict keys
+  too) are valid Unicode: no lone surrogate, which no database can store as UTF-8;
+* a delay is at most ``MAX_DELAY_SECONDS`` (100 years); ``at`` converts to epoch
+  milliseconds (years 1 to 9999 do);
+* ``max_attempts`` is 1 to ``MAX_ATTEMPTS``; a backoff passes ``engine.backoff.validate``
+  (finite seconds, at most a year per step);
+* the payload limit ``MAX_PAYLOAD_BYTES`` counts UTF-8 bytes.
+
+The worker applies the same limits to what it reads back from a row (``payloads``).
+"""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
-from datetime import datetime, timedelta
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
 
 MAX_DEPTH = 100  # deeper than this is a mistake (or a circular structure)
+MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600  # 100 years
+MAX_ATTEMPTS = 1000
+MAX_KEY_LENGTH = 255  # the row's ``key`` column
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def find_bad(value: Any, where: str, depth: int = 0) -> str | None:
-    """What in ``value`` is not JSON, named with its place (``where``), or None."""
-    if value is None or isinstance(value, (str, bool, int)):
+    """What in ``value`` is not JSON (or not storable), named with its place, or None."""
+    if isinstance(value, str):
+        return None if utf8_ok(value) else "%s = %s (%s)" % (where, _short(value), SURROGATE)
+    if value is None or isinstance(value, (bool, int)):
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else "%s = %r (not finite)" % (where, value)
     if depth >= MAX_DEPTH and isinstance(value, (list, tuple, dict)):
-        return "%s is nested more than %d levels deep (circular?)" % (where[:120], MAX_DEPTH)
+        place = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
+        return "%s is nested more than %d levels deep (circular?)" % (place, MAX_DEPTH)
     if isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             if bad := find_bad(item, "%s[%d]" % (where, i), depth + 1):
@@ -30,10 +58,38 @@ def find_bad(value: Any, where: str, depth: int = 0) -> str | None:
             if not isinstance(key, str):
                 return "%s has the key %r (%s); JSON keys must be strings" % (
                     where, key, type(key).__name__)
+            if not utf8_ok(key):
+                return "%s has the key %s (%s)" % (where, _short(key), SURROGATE)
             if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):
                 return bad
         return None
-    return "%s = %r (%s)" % (where, value, type(value).__name__)
+    return "%s = %s (%s)" % (where, _short(value), type(value).__name__)
+
+
+SURROGATE = "a lone surrogate: not valid Unicode, cannot be stored as UTF-8"
+
+
+def utf8_ok(text: str) -> bool:
+    """Whether ``text`` encodes to UTF-8 (no lone surrogate); O(1) for ASCII text."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def utf8_size(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
+        text = "<%s>" % type(value).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def not_json(bad: str) -> InvalidJob:
@@ -52,37 +108,108 @@ def dumps(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str]:
-    """``check_json`` + ``dumps`` of both, at the C encoder's speed when the values are
-    plain: the walk that names a bad value runs only when encoding fails, or when a dict
-    is involved (``json.dumps`` would quietly turn non-string keys into strings)."""
+def json_depth(text: str) -> int:
+    """How deeply JSON ``text`` nests lists and dicts, without recursion: O(len) in C
+    (regular expressions) plus one step per bracket."""
+    if text.count("[") + text.count("{") <= 1:
+        return 1 if text.lstrip()[:1] in ("[", "{") else 0
+    if '"' in text:
+        text = _STRING.sub("", text)
+    brackets = _NOT_BRACKET.sub("", text)
+    return max(itertools.accumulate(_STEP[c] for c in brackets), default=0)
+
+
+def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON ``text`` nests deeper than ``limit`` (cheap when it has few brackets)."""
+    return text.count("[") + text.count("{") > limit and json_depth(text) > limit
+
+
+def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, int]:
+    """Check both and return their JSON and its size in UTF-8 bytes, at the C encoder's
+    speed when the values are plain: the walk that names a bad value runs only when
+    encoding fails, when the text nests deeply or is not valid Unicode, or when a dict is
+    involved (``json.dumps`` would quietly turn non-string keys into strings)."""
     try:
         args_json = dumps(args)
         kwargs_json = dumps(kwargs) if kwargs else "{}"
-    except (TypeError, ValueError) as exc:
-        check_json(args, kwargs)
-        raise InvalidJob("job arguments must be JSON: %s" % exc) from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        check_json(args, kwargs)  # names the value; the depth limit bounds the walk
+        raise InvalidJob("job arguments must be JSON: %s" % type(exc).__name__) from None
     if kwargs or "{" in args_json:
         check_json(args, kwargs)
-    return args_json, kwargs_json
+    for text in (args_json, kwargs_json):
+        if too_deep(text, MAX_DEPTH):
+            check_json(args, kwargs)
+            raise not_json("a value nested more than %d levels deep" % MAX_DEPTH)
+    try:
+        size = utf8_size(args_json) + utf8_size(kwargs_json)
+    except UnicodeEncodeError:
+        check_json(args, kwargs)
+        raise not_json("a string with %s" % SURROGATE) from None
+    return args_json, kwargs_json, size
+
+
+def payload_head_size(path: str, max_attempts: int, backoff: Any) -> int:
+    """UTF-8 bytes of a payload besides its arguments: ``[path,`` ... ``,{max},{backoff}]``
+    (the size limit counts the payload as the compact array ``[path,args,kwargs,...]``)."""
+    tail = "" if backoff is None else "," + dumps(backoff)
+    return utf8_size("[" + dumps(path) + ",") + 1 + utf8_size(",%d%s]" % (max_attempts, tail))
+
+
+def check_size(size: int, limit: int, where: str = "") -> None:
+    if size > limit:
+        raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d%s; "
+                         "pass ids instead of data (the limit counts UTF-8 bytes)"
+                         % (size, limit, where))
+
+
+def check_text(value: Any, what: str) -> None:
+    """A string option (key, callable path) that must be storable."""
+    if isinstance(value, str) and not utf8_ok(value):
+        raise InvalidJob("%s %s contains %s" % (what, _short(value), SURROGATE))
+
+
+def check_key(key: Any) -> None:
+    if not isinstance(key, str) or not key:
+        raise InvalidJob("key must be a non-empty string, not %s" % _short(key))
+    check_text(key, "key")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidJob("key must be at most %d characters, not %d" % (MAX_KEY_LENGTH, len(key)))
 
 
 def delay_seconds(delay: Any) -> float:
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        seconds = float(delay)
+        if isinstance(delay, int) and abs(delay) > MAX_DELAY_SECONDS:
+            seconds = math.inf if delay > 0 else -math.inf  # float() of it would overflow
+        else:
+            seconds = float(delay)
     else:
-        raise InvalidJob("delay must be seconds (int/float) or a timedelta, not %r" % (delay,))
-    if not math.isfinite(seconds) or seconds < 0:
-        raise InvalidJob("delay must be >= 0, got %r" % (delay,))
+        raise InvalidJob("delay must be seconds (int/float) or a timedelta, not %s"
+                         % _short(delay))
+    if not seconds >= 0:  # NaN too
+        raise InvalidJob("delay must be >= 0, got %s" % _short(delay))
+    if seconds > MAX_DELAY_SECONDS:
+        raise InvalidJob("delay must be at most %d seconds (100 years), got %s"
+                         % (MAX_DELAY_SECONDS, _short(delay)))
     return seconds
 
 
 def check_at(at: Any, use_tz: bool) -> datetime:
+    """``at`` checked: a datetime (aware with ``USE_TZ``) that converts to UTC and to
+    epoch milliseconds without overflowing."""
     if not isinstance(at, datetime):
-        raise InvalidJob("at must be a datetime, not %r" % (at,))
-    if use_tz and (at.tzinfo is None or at.utcoffset() is None):
+        raise InvalidJob("at must be a datetime, not %s" % _short(at))
+    try:
+        offset = at.utcoffset()
+        if offset is not None:
+            at.astimezone(UTC)
+        at.timestamp()
+    except (OverflowError, ValueError, OSError, TypeError) as exc:
+        raise InvalidJob("at=%s cannot be converted to a time (%s); use a year from 1 to "
+                         "9999" % (_short(at), exc)) from None
+    if use_tz and offset is None:
         raise InvalidJob(
             "at=%s is a naive datetime while USE_TZ=True; pass an aware one "
             "(django.utils.timezone.make_aware or datetime(..., tzinfo=...))" % at.isoformat()
@@ -90,7 +217,18 @@ def check_at(at: Any, use_tz: bool) -> datetime:
     return at
 
 
+def at_ms(at: datetime) -> int:
+    """Epoch milliseconds of an ``at`` that passed ``check_at``."""
+    return int(at.timestamp() * 1000)
+
+
 def check_max_attempts(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise InvalidJob("max_attempts must be an integer >= 1, got %r" % (value,))
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
+        raise InvalidJob("max_attempts must be an integer from 1 to %d, got %s"
+                         % (MAX_ATTEMPTS, _short(value)))
     return value
+
+
+def check_backoff(backoff: Any) -> None:
+    if why := backoff_mod.validate(backoff):
+        raise InvalidJob("backoff %s is not valid: %s" % (_short(backoff), why))

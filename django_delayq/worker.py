@@ -5,6 +5,13 @@ threads run jobs; a listener thread hears about earlier jobs; an audit thread wr
 rows in batches. Signal handlers only set flags: the first SIGINT/SIGTERM drains (no
 new claims, running jobs finish, claimed-but-unstarted jobs go back to Redis), the
 second stops hard (running jobs are abandoned; their leases expire and they run again).
+
+What runs is what the database says: a claimed job runs only when its audit row is live
+and its payload usable (``payloads.read``); Redis supplies ids, never code or arguments.
+No input stops a thread: each job's failure (even one of ours) becomes that job's outcome,
+and a failing loop step backs off with its log rate-limited (``audit.OutageLog``). The
+backoff grows while any step keeps failing; it resets only after a round of the loop in
+which every step worked, so a database outage is not hidden by Redis steps that work.
 """
 
 from __future__ import annotations
@@ -23,11 +30,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from django.db import DatabaseError, close_old_connections, connections
+from django.db import close_old_connections, connections
 from redis.exceptions import RedisError
 
 from django_delayq import payloads, runner
-from django_delayq.audit import AuditWriter
+from django_delayq.audit import AuditWriter, OutageLog
 from django_delayq.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.queue_backoff import ERRORS, QueueBackoff
@@ -83,7 +90,12 @@ class Worker:
         self._threads: list[threading.Thread] = []
         self._last_poll = self._last_recover = -1e18
         self._keeper_stop = threading.Event()
-        self._redis_backoff = 0.0
+        self._interrupt = threading.Event()  # cuts a failure pause short: stop requested
+        self._backoff_s = 0.0
+        self._round_failed = False
+        self._outage = OutageLog(logger, "worker loop step", quiet=(RedisError,))
+        self._reconcile_outage = OutageLog(logger, "reconciler tick")
+        self.set_aside = 0  # claimed jobs not run: no row, or a final one
 
     # -- signals: flags only --------------------------------------------------------
 
@@ -99,6 +111,7 @@ class Worker:
             self.hard_stop = True
         self.draining = True
         self.wake.set()
+        self._interrupt.set()
 
     # -- lifecycle -----------------------------------------------------------------
 
@@ -137,9 +150,10 @@ class Worker:
     def _loop(self) -> int:
         while True:
             self.wake.clear()
+            self._round_failed = False
             if self.hard_stop:
                 return EXIT_HARD_STOP
-            if not self._redis_ok(self._settle_done):
+            if not self._step(self._settle_done):
                 continue
             if self.draining:
                 self._release_unstarted()
@@ -152,26 +166,30 @@ class Worker:
                     if self._idle():
                         return EXIT_OK
             else:
-                self._redis_ok(self._claim_due)
-            self._redis_ok(self._housekeeping)
+                self._step(self._claim_due)
+            self._step(self._housekeeping)
+            if not self._round_failed:  # every step of this round worked
+                self._backoff_s = 0.0
+                self._outage.ok()
             self.wake.wait(self._wait_seconds())
 
-    def _redis_ok(self, step: Any) -> bool:
+    def _step(self, step: Callable[[], object]) -> bool:
+        """Run one loop step; on failure log (rate-limited), pause and return False."""
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - nothing may escape the loop
-            self._redis_backoff = min(max(self._redis_backoff * 2, 0.1), 5.0)
-            if isinstance(exc, RedisError):
-                logger.warning("Redis unavailable (%s); waiting %.1fs", exc,
-                               self._redis_backoff)
-            else:
-                logger.exception("worker loop step failed; retrying in %.1fs",
-                                 self._redis_backoff)
-            self.wake.clear()
-            self.wake.wait(self._redis_backoff)
+            self._round_failed = True
+            self._backoff_s = min(max(self._backoff_s * 2, 0.1), 5.0)
+            self._outage.failed(exc, self._backoff_s)
+            self._pause(self._backoff_s)
             return False
-        self._redis_backoff = 0.0
         return True
+
+    def _pause(self, seconds: float) -> None:
+        """Sleep after a failure. Wake-ups (a job finished, an earlier job published) do not
+        cut it short, or the loop would spin on a failing step; a stop request does."""
+        if self._interrupt.wait(seconds):
+            self._interrupt.clear()
 
     # -- claiming ------------------------------------------------------------------
 
@@ -206,25 +224,41 @@ class Worker:
                                        self.settings.lease_ms)
             self.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
             self.next_due[queue] = result.next_due_ms
-            jobs = self._payloads(queue, result.jobs)
+            jobs = self._payloads(queue, result.jobs) if result.jobs else []
             with self.lock:
                 for job in jobs:
                     self.unstarted[(job.queue, job.id)] = job
             for job in jobs:
                 self.local.put(job)
             self.claimed_total += len(jobs)
-            if len(jobs) < min(room, self.settings.claim_batch):
+            if len(result.jobs) < min(room, self.settings.claim_batch):
                 return
 
     def _payloads(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
-        """Read the claimed jobs' payloads from their audit rows; when the database
-        fails, hand the jobs back (no attempt charged) and let the loop back off."""
+        """The claimed jobs that may run, with their payloads from their audit rows. A live
+        row with an unusable payload ends its job dead (settled with the other outcomes); a
+        job with no row or a final one is set aside in Redis, never run. When the rows
+        cannot be read, hand the jobs back (no attempt charged) and let the loop back off."""
         try:
-            return payloads.load(jobs)
-        except DatabaseError:
+            loaded = payloads.read(jobs)
+        except Exception:
             self.engine.release(queue, jobs)
             close_old_connections()
+            # They are due again at once: the next round claims them (and fails or works)
+            # instead of sleeping until a poll, so a working round means the rows are back.
+            known = self.next_due.get(queue)
+            due = min(job.due_ms for job in jobs)
+            self.next_due[queue] = due if known is None else min(known, due)
             raise
+        for bad in loaded.broken:
+            logger.warning("job %s: %s; it ends dead without running", bad.job.id, bad.reason)
+            self.done.append(runner.unusable(bad.job, bad.path, bad.reason))
+        self.set_aside += len(loaded.aside)
+        try:
+            payloads.set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
+        except RedisError as exc:  # their leases expire; the next claim sets them aside again
+            logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
+        return loaded.run
 
     def _max_jobs_claimed(self) -> bool:
         return self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs
@@ -272,20 +306,27 @@ class Worker:
                     continue  # released during drain
                 self.running[key] = job
                 self.started[key] = (time.monotonic(), datetime.now(UTC))
-            self.settler.started(job)
-            outcome = runner.run(job, worker_id=self.id,
-                                 default_max_attempts=self.settings.default_max_attempts,
-                                 default_backoff=self.settings.default_backoff)
-            with self.lock:
-                self.started.pop(key, None)
-                if key in self.timed_out:  # already failed and settled: drop what came late
-                    self.timed_out.discard(key)
-                    continue
-                first = not self.done
-                self.done.append(outcome)
-                self.running.pop(key, None)
-            if first:  # the main loop settles everything in `done` at once: one wake-up
-                self.wake.set()
+            try:
+                self.settler.started(job)
+                outcome = runner.run(job, worker_id=self.id,
+                                     default_max_attempts=self.settings.default_max_attempts,
+                                     default_backoff=self.settings.default_backoff)
+            except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
+                logger.exception("job %s: the worker failed around its attempt", job.id)
+                outcome = runner.crashed(job, exc)
+            self._finished(key, outcome)
+
+    def _finished(self, key: tuple[str, str], outcome: runner.Outcome) -> None:
+        with self.lock:
+            self.started.pop(key, None)
+            if key in self.timed_out:  # already failed and settled: drop what came late
+                self.timed_out.discard(key)
+                return
+            first = not self.done
+            self.done.append(outcome)
+            self.running.pop(key, None)
+        if first:  # the main loop settles everything in `done` at once: one wake-up
+            self.wake.set()
 
     def _settle_done(self) -> None:
         outcomes, self.unsettled = self.unsettled, []
@@ -345,8 +386,8 @@ class Worker:
         self._expire_overdue()
         now = monotonic_ms()
         if now - self._last_recover >= self.settings.recover_interval_seconds * 1000:
-            self._last_recover = now
             self.backoff.each(self.options.queues, self.settler.recover)
+            self._last_recover = now  # after it worked: a failed recovery is retried next round
 
     def _keeper_loop(self) -> None:
         """Heartbeats and the reconciler, on a thread of their own: a busy or stalled main
@@ -367,8 +408,10 @@ class Worker:
                     self.reconciler.tick()
                 except RedisError as exc:  # the main loop reports outages; try next time
                     logger.debug("reconciler: Redis unavailable: %s", exc)
-                except Exception:  # noqa: BLE001 - never let the keeper die
-                    logger.exception("reconciler tick failed")
+                except Exception as exc:  # noqa: BLE001 - never let the keeper die
+                    self._reconcile_outage.failed(exc, min(beat_s, 0.5))
+                else:
+                    self._reconcile_outage.ok()
             self._keeper_stop.wait(min(beat_s, 0.5))
         connections.close_all()  # this thread's own database connections
 

@@ -78,3 +78,18 @@ def always_raises(message: str = "always") -> None:
 def size_of(*args: Any) -> int:
     record("big")
     return sum(len(a) for a in args)
+
+
+def raise_text(escaped: str) -> None:
+    """Record, then raise ``ValueError`` with ``escaped``'s backslash escapes decoded: text
+    ``schedule()`` would refuse as an argument (``"\\ud800"``: a lone surrogate, ``"\\x00"``)."""
+    record("raise_text")
+    raise ValueError(escaped.encode("ascii").decode("unicode_escape"))
+
+
+def retry_with(delay: Any) -> None:
+    """Record, then ask for a retry after ``delay`` (whatever a job may pass)."""
+    from django_delayq.exceptions import Retry
+
+    record("retry_with")
+    raise Retry(delay=delay)

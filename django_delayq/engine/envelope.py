@@ -1,8 +1,15 @@
-"""The job envelope stored in Redis: a compact JSON array.
+"""The job envelope of the bare engine: a compact JSON array.
 
 ``[callable_path, args, kwargs, max_attempts, backoff]`` — trailing defaults are
 dropped (``kwargs`` ``{}``, ``max_attempts``/``backoff`` ``None``) so a job with small
 arguments costs a few dozen bytes. ``recover.lua`` reads index 4 (``max_attempts``).
+
+Envelopes in Redis are for the bare engine used without Django (``NewJob(envelope=...)``),
+and that mode trusts whoever can write to Redis: an envelope names the code to run. The
+Django worker never runs from an envelope; it reads each claimed job's audit row
+(``django_delayq.payloads``), and ``Envelope`` there is only the payload's type.
+``decode`` refuses anything malformed with a ``ValueError`` (never a ``RecursionError``),
+so a bare-engine consumer can end such a job instead of failing.
 """
 
 from __future__ import annotations
@@ -10,6 +17,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from django_delayq.engine import backoff as backoff_mod
 
 JSONValue = Any
 
@@ -31,19 +40,22 @@ class Envelope:
     @classmethod
     def decode(cls, raw: str | bytes) -> Envelope:
         """Parse an envelope; raises ``ValueError`` on anything malformed."""
-        data = json.loads(raw)
+        try:
+            data = json.loads(raw)
+        except RecursionError:
+            raise ValueError("envelope is nested too deeply to decode") from None
         if not isinstance(data, list) or len(data) < 2 or not isinstance(data[0], str):
             raise ValueError("envelope is not [path, args, ...]: %r" % (raw[:200],))
         args, kwargs = data[1], data[2] if len(data) > 2 else {}
         if not isinstance(args, list) or not isinstance(kwargs, dict):
             raise ValueError("envelope args/kwargs have the wrong types: %r" % (raw[:200],))
         max_attempts = data[3] if len(data) > 3 else None
-        if max_attempts is not None and not isinstance(max_attempts, int):
-            raise ValueError("envelope max_attempts is not an integer: %r" % (max_attempts,))
-        return cls(
-            path=data[0],
-            args=args,
-            kwargs=kwargs,
-            max_attempts=max_attempts,
-            backoff=data[4] if len(data) > 4 else None,
-        )
+        if max_attempts is not None and (isinstance(max_attempts, bool)
+                                         or not isinstance(max_attempts, int)
+                                         or max_attempts < 1):
+            raise ValueError("envelope max_attempts is not an integer >= 1: %r" % (max_attempts,))
+        backoff = data[4] if len(data) > 4 else None
+        if why := backoff_mod.validate(backoff):
+            raise ValueError("envelope backoff is not valid: %s" % why)
+        return cls(path=data[0], args=args, kwargs=kwargs, max_attempts=max_attempts,
+                   backoff=backoff)

@@ -4,8 +4,9 @@ The batch holds the columns ``schedule_dataframe`` selected: ``_when`` (epoch
 microseconds for ``at_col``, seconds for ``delay_col``), ``_key``, ``_a0..`` and
 ``_k0..``. Everything a job needs (id, run_at, args/kwargs JSON, at_ms/delay_ms) is
 computed one column at a time with pyarrow or numpy; the checks of ``schedule()`` run
-once per column (the payload size as the envelope's, like ``bulk.Batch.add``; Redis
-gets ids and due times only), and an error names the bad value and its row.
+once per column, with the limits of ``validation`` (the payload size in UTF-8 bytes,
+like ``bulk.Batch.add``; Redis gets ids and due times only), and an error names the bad
+value and its row.
 """
 
 from __future__ import annotations
@@ -89,6 +90,12 @@ def _when(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[pa.Array, Any,
         bad = int(pc.index(ok, False).as_py())
         raise InvalidJob("delay_col %r: delay must be >= 0, got %r (row %d of the batch)"
                          % (t.when_name, seconds[bad].as_py(), bad))
+    ok = pc.less_equal(seconds, float(validation.MAX_DELAY_SECONDS))
+    if not pc.all(ok).as_py():
+        bad = int(pc.index(ok, False).as_py())
+        raise InvalidJob("delay_col %r: delay must be at most %d seconds (100 years), got %r "
+                         "(row %d of the batch)" % (t.when_name, validation.MAX_DELAY_SECONDS,
+                                                     seconds[bad].as_py(), bad))
     micros = pc.round(pc.multiply(seconds, 1e6), round_mode="half_to_even")
     run_at = pc.add(pc.cast(micros, pa.int64()), now_us)
     delay_ms = pc.cast(pc.floor(pc.multiply(seconds, 1000.0)), pa.int64())
@@ -105,6 +112,11 @@ def _ids(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[list[str], pa.A
         bad = int(pc.index(empty, True).as_py())
         raise InvalidJob("key_col %r: key must be a non-empty string, not '' (row %d of the "
                          "batch)" % (t.key_name, bad))
+    long = pc.fill_null(pc.greater(pc.utf8_length(keys), validation.MAX_KEY_LENGTH), False)
+    if pc.any(long).as_py():
+        bad = int(pc.index(long, True).as_py())
+        raise InvalidJob("key_col %r: key must be at most %d characters (row %d of the batch)"
+                         % (t.key_name, validation.MAX_KEY_LENGTH, bad))
     values = keys.to_pylist()
     if not keys.null_count:
         return batch_ids.ids_for_keys(t.queue, values), keys
@@ -125,16 +137,13 @@ def _payload(t: Target, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
 
 
 def _check_size(t: Target, args: pa.Array, kwargs: pa.Array) -> None:
-    """The payload is limited as the envelope ``[path,args,kwargs,max_attempts(,backoff)]``
-    would be, like ``bulk.Batch.add``."""
-    tail = "" if t.backoff is None else "," + validation.dumps(t.backoff)
-    fixed = len("[" + validation.dumps(t.path) + ",") + 1 + len(",%d%s]" % (t.max_attempts, tail))
-    sizes = pc.add(pc.add(pc.utf8_length(args), pc.utf8_length(kwargs)), fixed)
+    """The payload is limited in UTF-8 bytes as the compact array
+    ``[path,args,kwargs,max_attempts(,backoff)]``, like ``bulk.Batch.add``."""
+    fixed = validation.payload_head_size(t.path, t.max_attempts, t.backoff)
+    sizes = pc.add(pc.add(pc.binary_length(args), pc.binary_length(kwargs)), fixed)
     if len(sizes) and pc.max(sizes).as_py() > t.max_payload:
         bad = int(pc.index(pc.greater(sizes, t.max_payload), True).as_py())
-        raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d "
-                         "(row %d of the batch); pass ids instead of data"
-                         % (sizes[bad].as_py(), t.max_payload, bad))
+        validation.check_size(sizes[bad].as_py(), t.max_payload, " (row %d of the batch)" % bad)
 
 
 def build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:

@@ -160,11 +160,38 @@ BAD_CASES = [
     (("tests.jobs.noop",), {"delay": -1}, "delay must be >= 0"),
     (("tests.jobs.noop",), {"delay": "5m"}, "delay must be seconds"),
     (("tests.jobs.noop",), {"queue": "nope"}, "unknown queue 'nope'"),
-    (("tests.jobs.noop",), {"max_attempts": 0}, "max_attempts must be an integer >= 1, got 0"),
+    (("tests.jobs.noop",), {"max_attempts": 0}, "max_attempts must be an integer from 1 to 1000, got 0"),
     (("tests.jobs.noop",), {"max_attempts": -3}, "got -3"),
     (("tests.jobs.noop",), {"backoff": "fast"}, "backoff 'fast'"),
     (("tests.jobs.noop",), {"key": ""}, "key must be"),
     (("tests.jobs.noop", "x" * 600_000), {}, "MAX_PAYLOAD_BYTES"),
+    # Values that used to raise OverflowError, RecursionError or UnicodeEncodeError deeper
+    # down, or were accepted and broke the worker later: each is an InvalidJob naming it.
+    (("tests.jobs.noop",), {"max_attempts": 10**20}, r"from 1 to 1000, got 10{20}"),
+    (("tests.jobs.noop",), {"max_attempts": 1001}, "from 1 to 1000, got 1001"),
+    (("tests.jobs.noop",), {"delay": 1e12}, r"delay must be at most \d+ seconds \(100 years\)"),
+    (("tests.jobs.noop",), {"delay": 10**400}, "delay must be at most"),
+    (("tests.jobs.noop",), {"delay": float("inf")}, "delay must be at most"),
+    (("tests.jobs.noop",), {"delay": dt.timedelta.max}, "delay must be at most"),
+    (("tests.jobs.noop",), {"delay": float("nan")}, "delay must be >= 0, got nan"),
+    (("tests.jobs.noop",), {"at": dt.datetime(9999, 12, 31, 23, tzinfo=dt.timezone(
+        dt.timedelta(hours=-5)))}, "cannot be converted to a time"),
+    (("tests.jobs.noop",), {"backoff": 1e308}, r"backoff 1e\+308 is not valid: .* \(a year\)"),
+    (("tests.jobs.noop",), {"backoff": [1e308]}, r"delay \[0\] of the list .* \(a year\)"),
+    (("tests.jobs.noop",), {"backoff": [5, float("inf")]}, r"delay \[1\] of the list"),
+    (("tests.jobs.noop",), {"backoff": []}, "must not be empty"),
+    (("tests.jobs.noop",), {"backoff": [5] * 1000}, "at most 999 delays"),
+    (("tests.jobs.noop",), {"backoff": {"base": 1e308}}, "exponential 'base'"),
+    (("tests.jobs.noop",), {"backoff": {"factor": 1e308}}, "exponential 'factor'"),
+    (("tests.jobs.noop",), {"backoff": {"jitter": "yes"}}, "exponential 'jitter'"),
+    (("tests.jobs.noop",), {"backoff": {1: 2, "base": 1}}, "unknown exponential backoff keys 1"),
+    (("tests.jobs.noop",), {"backoff": float("nan")}, "backoff nan is not valid"),
+    (("tests.jobs.noop", "bad \ud800 input"), {}, r"args\[0\] = 'bad \\ud800 input' \(a lone surrogate"),
+    (("tests.jobs.noop",), {"note": {"k\udfff": 1}}, r"kwargs\['note'\] has the key 'k\\udfff' \(a lone"),
+    (("tests.jobs.noop",), {"key": "order-\ud800"}, r"key 'order-\\ud800' contains a lone surrogate"),
+    (("tests.jobs.noop",), {"key": "k" * 256}, "key must be at most 255 characters"),
+    (("tests.jobs.noop\ud800",), {}, "callable path .* lone surrogate"),
+    (("tests.jobs.noop", "\U0001f600" * 200_000), {}, r"payload is 8000\d\d bytes, over .* UTF-8"),
 ]
 
 
@@ -248,3 +275,120 @@ def test_schedule_many_refuses_a_circular_argument(delayq_engine) -> None:  # ty
         schedule_many("tests.jobs.add", [JobSpec(args=(loop,))])
     with pytest.raises(InvalidJob, match="nested more than 100 levels"):
         schedule("tests.jobs.add", loop, 1)
+
+
+def nested(depth: int, leaf: object = 1) -> object:
+    value = leaf
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("depth", [101, 980, 5_000])
+def test_deep_nesting_is_refused_by_every_way_in(delayq_settings, depth) -> None:  # type: ignore[no-untyped-def]
+    """Lists only (no ``{`` in the JSON) and deeper than the C encoder can go: always an
+    InvalidJob naming the place, never a RecursionError."""
+    from django_delayq import schedule_spec
+
+    deep = nested(depth)
+    message = r"args\[0\]\[0\].*\[0\] is nested more than 100 levels deep"
+    with pytest.raises(InvalidJob, match=message):
+        schedule("tests.jobs.noop", deep)
+    with pytest.raises(InvalidJob, match=message):
+        schedule_spec("tests.jobs.noop", JobSpec(args=(deep,)))
+    with pytest.raises(InvalidJob, match=message):
+        schedule_many("tests.jobs.noop", [JobSpec(args=(1,)), JobSpec(args=(deep,))])
+    with pytest.raises(InvalidJob, match="nested more than 100 levels deep"):
+        schedule("tests.jobs.noop", data={"k": deep})
+    assert Job.objects.count() == 0
+
+
+def test_hundred_levels_are_still_accepted(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.noop", nested(99))
+    assert h.job.args == [nested(99)]
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    (JobSpec(args=("bad \ud800 input",)), r"args\[0\] = 'bad \\ud800 input' \(a lone surrogate"),
+    (JobSpec(kwargs={"x": ["\udc80"]}), r"kwargs\['x'\]\[0\] = '\\udc80'"),
+    (JobSpec(key="\ud800"), "key '\\\\ud800' contains a lone surrogate"),
+    (JobSpec(key="k" * 300), "key must be at most 255 characters"),
+    (JobSpec(delay=1e12), "delay must be at most"),
+    (JobSpec(delay=dt.timedelta(days=999_999_999)), "delay must be at most"),
+    (JobSpec(at=dt.datetime.max.replace(tzinfo=dt.timezone(dt.timedelta(hours=-1)))),
+     "cannot be converted to a time"),
+    (JobSpec(args=("\U0001f600" * 200_000,)), r"payload is \d+ bytes, over"),
+])
+def test_schedule_many_refuses_what_schedule_refuses(delayq_settings, spec, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidJob, match=message):
+        schedule_many("tests.jobs.noop", [JobSpec(args=(1,)), spec])
+    assert Job.objects.count() == 0
+
+
+@pytest.mark.parametrize("options", [{"max_attempts": 10**20}, {"backoff": 1e308},
+                                     {"backoff": [1e308]}, {"backoff": {"max": 1e308}}])
+def test_schedule_many_refuses_bad_options(delayq_settings, options) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidJob, match="max_attempts|backoff"):
+        schedule_many("tests.jobs.noop", [JobSpec(args=(1,))], **options)
+
+
+def test_payload_limit_counts_utf8_bytes(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """500,000 emoji are 500,000 characters but 2 MB of UTF-8: over the 512 KiB limit."""
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "MAX_PAYLOAD_BYTES": 1000}
+    ok = "\u00e9" * 480  # 960 bytes + the array around them: under 1,000
+    schedule("tests.jobs.noop", ok)
+    with pytest.raises(InvalidJob, match=r"payload is 1\d{3} bytes"):
+        schedule("tests.jobs.noop", "\u00e9" * 520)  # 520 characters, 1,040 bytes
+    with pytest.raises(InvalidJob, match=r"payload is 1\d{3} bytes"):
+        schedule_many("tests.jobs.noop", [JobSpec(args=("\u00e9" * 520,))])
+    assert Job.objects.count() == 1
+
+
+@pytest.mark.parametrize(("move", "message"), [
+    (lambda jid: reschedule(jid, delay=1e12), "delay must be at most"),
+    (lambda jid: reschedule(jid, delay=10**400), "delay must be at most"),
+    (lambda jid: reschedule(jid, delay=float("nan")), "delay must be >= 0"),
+    (lambda jid: reschedule(jid, at=dt.datetime.max.replace(
+        tzinfo=dt.timezone(dt.timedelta(hours=-3)))), "cannot be converted"),
+    (lambda jid: requeue(jid, delay=1e12), "delay must be at most"),
+    (lambda jid: requeue(jid, delay=dt.timedelta.max), "delay must be at most"),
+])
+def test_reschedule_and_requeue_refuse_bad_times(delayq_engine, move, message) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs.noop", delay=60)
+    Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED)  # requeue-able too
+    with pytest.raises(InvalidJob, match=message):
+        move(h.id)
+    assert Job.objects.count() == 1
+
+
+def test_requeue_of_a_forged_row_is_checked_like_schedule(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    """Requeue copies a finished row into a new job: a backoff or max_attempts the row was
+    made to hold is refused like at schedule() time."""
+    h = schedule("tests.jobs.noop")
+    Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED, backoff=[1e308])
+    with pytest.raises(InvalidJob, match="backoff"):
+        requeue(h.id)
+    Job.objects.filter(pk=h.id).update(backoff=None, max_attempts=5000)
+    with pytest.raises(InvalidJob, match="max_attempts must be an integer from 1 to 1000"):
+        requeue(h.id)
+    assert Job.objects.count() == 1
+
+
+def test_requeue_marks_the_row_live_before_redis_hands_the_job_out(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    """A worker runs only jobs whose row is live: a requeued dead job must not be claimable
+    while its row still says dead. When Redis no longer holds it, the row stays dead and
+    a copy is scheduled."""
+    h = schedule("tests.jobs.noop")
+    [c] = delayq_engine.claim("default", 1, 10_000).jobs
+    delayq_engine.nack("default", [(c.id, c.token, None)])
+    Job.objects.filter(pk=h.id).update(status=JobStatus.DEAD, attempts=1)
+    again = requeue(h.id)
+    assert again.id == h.id and h.job.status == JobStatus.SCHEDULED and h.job.attempts == 0
+    [claimed] = payloads.load(delayq_engine.claim("default", 10, 60_000).jobs)
+    assert claimed.id == h.id
+    delayq_engine.nack("default", [(claimed.id, claimed.token, None)])
+    delayq_engine.purge("default")  # Redis lost it (or trimmed its dead set)
+    Job.objects.filter(pk=h.id).update(status=JobStatus.DEAD, attempts=2)
+    copy = requeue(h.id)
+    assert copy.id != h.id
+    assert (h.job.status, h.job.attempts) == (JobStatus.DEAD, 2)

@@ -1,22 +1,27 @@
-"""Issue 3 item 3: hostile and broken payloads never stop a worker.
+"""Hostile and broken payloads never stop a worker, and Redis never decides what runs.
 
-Each case runs a real (in-process) worker over a payload planted the way an attacker
-or a bad deploy would: in Redis behind an audit row. The worker survives (a healthy
-job in the same run succeeds) and the row ends retrying or dead with the reason.
+Each case runs a real (in-process) worker over input planted the way an attacker with
+write access to Redis, or a bad deploy, would: an envelope written into the queue's
+``jobs`` hash behind an audit row, the id of a finished job pushed back into
+``pending``, an id with no row, a row edited into something else. The worker runs what a
+live row says and nothing else: planted envelopes are ignored (the row's function runs
+with the row's arguments), finished jobs never run again and their rows stay as they
+are, and the worker survives (a healthy job in the same run succeeds).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import pytest
 
-from django_delayq import schedule
+from django_delayq import schedule, signals
 from django_delayq.conf import get_settings
 from django_delayq.connection import get_engine
 from django_delayq.engine.envelope import Envelope
 from django_delayq.exceptions import InvalidJob
-from django_delayq.models import JobAttempt, JobStatus
+from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker import Worker, WorkerOptions
 from tests import jobs_chaos
 from tests.reliability.conftest import burst, point_at, wait_until
@@ -45,32 +50,53 @@ def run_with_a_healthy_job() -> None:
     assert healthy.status == JobStatus.SUCCEEDED  # the worker kept going
 
 
-def test_envelope_that_is_not_utf8_goes_dead_with_reason(cfg) -> None:  # type: ignore[no-untyped-def]
-    h = plant(b"\xff\xfe not json {[")
-    run_with_a_healthy_job()
-    assert (h.job.status, "invalid envelope" in h.job.last_error) == (JobStatus.DEAD, True)
+def burst_worker() -> Worker:
+    worker = Worker(get_engine(), get_settings(),
+                    WorkerOptions(queues=("default",), concurrency=2, burst=True))
+    assert worker.run() == 0
+    return worker
 
 
-def test_envelope_that_is_not_json_goes_dead_with_reason(cfg) -> None:  # type: ignore[no-untyped-def]
-    h = plant("\u00e9 not json {[")
-    run_with_a_healthy_job()
-    row = h.job
-    assert row.status == JobStatus.DEAD and "invalid envelope" in row.last_error
-    assert get_engine().inspect("default", h.id).place == "dead"
-    assert jobs_chaos.executions(h.id) == []
+PLANTED = [
+    b"\xff\xfe not json {[",
+    "\u00e9 not json {[",
+    '{"path": "x"}',
+    '["tests.jobs_chaos.record", "notalist"]',
+    '["tests.jobs_chaos.record", [], {}, "3"]',
+    "[]",
+    "null",
+    "[" * 5000 + "]" * 5000,
+    Envelope(path="tests.jobs_chaos.record", args=["evil"]).encode(),
+    Envelope(path="tests.jobs.add", args=[40, 2]).encode(),
+    Envelope(path="builtins.id", args=[42]).encode(),
+    Envelope(path="tests.jobs_chaos.renamed_in_a_later_deploy", max_attempts=1).encode(),
+]
 
 
-@pytest.mark.parametrize("envelope", ['{"path": "x"}', '["tests.jobs_chaos.record", "notalist"]',
-                                      '["tests.jobs_chaos.record", [], {}, "3"]', "[]", "null"])
-def test_json_that_is_not_an_envelope_goes_dead(cfg, envelope) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("envelope", PLANTED, ids=range(len(PLANTED)))
+def test_planted_envelope_is_ignored_and_the_row_runs(cfg, envelope) -> None:  # type: ignore[no-untyped-def]
     h = plant(envelope)
     run_with_a_healthy_job()
-    assert (h.job.status, "invalid envelope" in h.job.last_error) == (JobStatus.DEAD, True)
+    row = h.job
+    assert (row.status, row.result, row.attempts) == (JobStatus.SUCCEEDED, "planted", 1)
+    assert [e[4] for e in jobs_chaos.executions(h.id)] == ["planted"]
+    assert get_engine().inspect("default", h.id).place == ""
 
 
-def test_callable_outside_allow_list_never_runs(cfg, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_os_system_envelope_never_runs(cfg, tmp_path) -> None:  # type: ignore[no-untyped-def]
     marker = tmp_path / "pwned"
     h = plant(Envelope(path="os.system", args=["touch %s" % marker]).encode())
+    run_with_a_healthy_job()
+    assert (h.job.status, h.job.result) == (JobStatus.SUCCEEDED, "planted")
+    assert not marker.exists()
+
+
+def test_callable_outside_allow_list_in_the_row_never_runs(cfg, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Whoever can edit rows is trusted more than whoever can write to Redis, but even a
+    row naming ``os.system`` is refused by the allow-list."""
+    marker = tmp_path / "pwned"
+    h = schedule("tests.jobs_chaos.record", "x")
+    Job.objects.filter(pk=h.id).update(callable_path="os.system", args=["touch %s" % marker])
     run_with_a_healthy_job()
     row = h.job
     assert row.status == JobStatus.DEAD and "not allowed" in row.last_error
@@ -78,9 +104,52 @@ def test_callable_outside_allow_list_never_runs(cfg, tmp_path) -> None:  # type:
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("final", [JobStatus.SUCCEEDED, JobStatus.CANCELLED, JobStatus.DEAD])
+def test_finished_job_pushed_back_into_pending_never_runs_again(cfg, caplog, final) -> None:  # type: ignore[no-untyped-def]
+    """The id of a finished job added to ``pending`` (or a stale copy redelivered) is set
+    aside: not run, taken out of Redis, counted and logged; its row keeps its status,
+    result and attempts."""
+    h = schedule("tests.jobs_chaos.record", "once")
+    burst_worker()
+    Job.objects.filter(pk=h.id).update(status=final)
+    before = Job.objects.filter(pk=h.id).values().get()
+    succeeded: list[str] = []
+
+    def on_succeeded(sender, job_id, **kwargs):  # type: ignore[no-untyped-def]
+        succeeded.append(job_id)
+
+    engine = get_engine()
+    signals.job_succeeded.connect(on_succeeded, weak=False)
+    try:
+        for _ in range(3):
+            engine.client.zadd(engine.keys("default").pending, {h.id: 0})
+            worker = burst_worker()
+            assert worker.set_aside == 1
+    finally:
+        signals.job_succeeded.disconnect(on_succeeded)
+    assert succeeded == [] and len(jobs_chaos.executions(h.id)) == 1
+    assert Job.objects.filter(pk=h.id).values().get() == before
+    assert engine.inspect("default", h.id).place == ""
+    notes = [r for r in caplog.records if h.id in r.getMessage() and "set aside" in r.getMessage()]
+    assert len(notes) == 3 and notes[0].levelno == logging.WARNING
+    assert final in notes[0].getMessage()
+
+
+def test_id_without_a_row_is_set_aside_to_dead(cfg, caplog) -> None:  # type: ignore[no-untyped-def]
+    engine = get_engine()
+    engine.client.zadd(engine.keys("default").pending, {"01NOROWFORTHISID0000000000": 0})
+    engine.client.hset(engine.keys("default").jobs, "01NOROWFORTHISID0000000000",
+                       Envelope(path="tests.jobs_chaos.record", args=["evil"]).encode())
+    worker = burst_worker()
+    assert worker.set_aside == 1 and jobs_chaos.executions() == []
+    assert engine.inspect("default", "01NOROWFORTHISID0000000000").place == "dead"
+    assert not Job.objects.exists()
+    assert "no audit row" in caplog.text
+
+
 def test_function_that_no_longer_exists_retries_then_dies(cfg) -> None:  # type: ignore[no-untyped-def]
-    h = plant(Envelope(path="tests.jobs_chaos.renamed_in_a_later_deploy", max_attempts=2,
-                       backoff=[3600]).encode())
+    h = schedule("tests.jobs_chaos.record", "x", max_attempts=2, backoff=[3600])
+    Job.objects.filter(pk=h.id).update(callable_path="tests.jobs_chaos.renamed_in_a_later_deploy")
     run_with_a_healthy_job()
     assert h.job.status == JobStatus.RETRYING  # another worker may run the newer code
     assert "AttributeError" in h.job.last_error
@@ -89,6 +158,26 @@ def test_function_that_no_longer_exists_retries_then_dies(cfg) -> None:  # type:
     row = h.job
     assert row.status == JobStatus.DEAD and "no attempts left" in row.last_error
     assert "renamed_in_a_later_deploy" in row.last_error
+
+
+@pytest.mark.parametrize(("column", "value", "reason"), [
+    ("args", {"not": "a list"}, "wrong types"),
+    ("kwargs", ["not", "a dict"], "wrong types"),
+    ("backoff", "x", "backoff 'x'"),
+    ("backoff", [], "must not be empty"),
+    ("backoff", [1e308], "a year"),
+    ("backoff", {"factor": 1e308}, "factor"),
+])
+def test_row_edited_into_nonsense_ends_dead_alone(cfg, column, value, reason) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs_chaos.always_raises", "x", max_attempts=3)
+    Job.objects.filter(pk=h.id).update(**{column: value})
+    run_with_a_healthy_job()
+    row = h.job
+    assert row.status == JobStatus.DEAD and row.last_error.startswith("invalid row: ")
+    assert reason in row.last_error and jobs_chaos.executions(h.id) == []
+    [attempt] = JobAttempt.objects.filter(job_id=h.id)
+    assert attempt.outcome == JobStatus.DEAD and reason in attempt.error
+    assert get_engine().inspect("default", h.id).place == "dead"
 
 
 def test_function_that_always_raises_ends_dead_with_history(cfg) -> None:  # type: ignore[no-untyped-def]

@@ -109,22 +109,23 @@ def test_at_times_and_keys() -> None:
     ({"_when": pa.array([float("nan"), 1.0])}, r"delay must be >= 0, got nan \(row 0"),
     ({"_key": pa.array(["a", ""])}, r"key_col 'k': key must be a non-empty string, not '' \(row 1"),
     ({"_a0": pa.array(["x" * 20_000, "y"])}, r"payload is 20028 bytes, over .* \(row 0"),
-    ({"_a0": pa.array(["y", "é" * 9_970])}, r"payload is 9998 bytes, over .* = 9997 \(row 1"),
+    ({"_a0": pa.array(["y", "é" * 4_985])}, r"payload is 9998 bytes, over .* = 9997 \(row 1"),
 ])
 def test_bad_values_are_named(columns: dict[str, Any], message: str) -> None:
     data = {"_a0": pa.array([1, 2]), **columns}
-    limit = 9_997 if "= 9997" in message else 10_000  # 9,998 characters: one too many
+    limit = 9_997 if "= 9997" in message else 10_000  # 9,998 UTF-8 bytes: one too many
     with pytest.raises(InvalidJob, match=message):
         arrow_jobs.build(_target(when="delay" if "_when" in data else None, max_payload=limit),
                          pa.RecordBatch.from_pydict(data), NOW)
 
 
 def test_payload_size_is_that_of_the_envelope() -> None:
-    """The limit applies to ``[path,args,kwargs,max_attempts(,backoff)]`` in characters,
+    """The limit applies to ``[path,args,kwargs,max_attempts(,backoff)]`` in UTF-8 bytes,
     like ``schedule_many``: exactly at the limit passes."""
     envelope = json.dumps(["tests.jobs.add", ["é" * 100], {}, 5, [5, 60]],
                           separators=(",", ":"), ensure_ascii=False)
     batch = pa.RecordBatch.from_pydict({"_a0": pa.array(["é" * 100])})
-    arrow_jobs.build(_target(backoff=[5, 60], max_payload=len(envelope)), batch, NOW)
-    with pytest.raises(InvalidJob, match="payload is %d bytes" % len(envelope)):
-        arrow_jobs.build(_target(backoff=[5, 60], max_payload=len(envelope) - 1), batch, NOW)
+    size = len(envelope.encode())
+    arrow_jobs.build(_target(backoff=[5, 60], max_payload=size), batch, NOW)
+    with pytest.raises(InvalidJob, match="payload is %d bytes" % size):
+        arrow_jobs.build(_target(backoff=[5, 60], max_payload=size - 1), batch, NOW)
