@@ -212,6 +212,9 @@ def get_job(job_id: str) -> Job:
         return Job.objects.get(pk=job_id)
     except Job.DoesNotExist:
         raise JobNotFound("no job with id %r" % (job_id,)) from None
+    except RecursionError:  # only a row edited by hand: schedule() refuses such nesting
+        raise InvalidJob("job %s: its row holds JSON nested too deeply to load (more than "
+                         "%d levels)" % (job_id, validation.MAX_DEPTH)) from None
 
 
 def _mark_cancelled(row: Job, running: bool) -> None:

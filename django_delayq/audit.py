@@ -148,8 +148,8 @@ class AuditWriter:
         try:
             self.flush()
         except Exception as exc:  # noqa: BLE001 - the database is down as we stop
-            logger.error("audit: %d row change(s) not written at stop (the reconciler repairs "
-                         "the rows): %s", self.pending(), _safe(exc))
+            logger.error("audit: %d row change(s) not written at stop; their rows keep their "
+                         "previous state: %s", self.pending(), _safe(exc))
 
     def _loop(self) -> None:
         while True:

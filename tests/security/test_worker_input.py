@@ -188,6 +188,18 @@ def test_payloads_read_survives_any_row(cfg) -> None:  # type: ignore[no-untyped
     assert len(reasons) == 3
 
 
+def test_requeue_of_a_deep_row_is_an_invalid_job(cfg) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import InvalidJob
+    from django_delayq.api import requeue
+
+    h = schedule("tests.jobs_chaos.record", "x")
+    Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED)
+    forge(h.id, "args", "[" * 980 + "]" * 980)
+    with pytest.raises(InvalidJob, match="nested"):
+        requeue(h.id)
+    assert Job.objects.count() == 1
+
+
 # -- the runner and the job threads never die -----------------------------------------
 
 @pytest.mark.parametrize(("policy", "retry_delay"), [
