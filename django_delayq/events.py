@@ -99,9 +99,13 @@ class EventStream:
         done = 0
         try:
             script = scripts.load("events_add")
-            for args, count in _calls(self.maxlen, batch):
-                script(self.client, (self.key,), args)
-                done += count
+            for args, covered, sent in _calls(self.maxlen, batch):
+                written = int(script(self.client, (self.key,), args))
+                if written < sent:
+                    logger.warning("event stream %r refused %d event(s) (a damaged stream? "
+                                   "they are dropped)", self.key, sent - written)
+                    self.dropped += sent - written
+                done += covered
         except (RedisError, OSError) as exc:
             self._requeue(batch[done:])  # what was written stays written
             log = logger.debug if self.failing else logger.warning  # once per outage
@@ -167,17 +171,17 @@ class EventStream:
                 self._wake.set()
 
 
-def _calls(maxlen: int, batch: list[Fields]) -> Iterator[tuple[list[Any], int]]:
-    """(arguments, events of ``batch`` they cover) of each ``events_add`` call: at most
-    ``scripts.MAX_EVENTS`` events and ``scripts.MAX_EVENT_ARGS`` arguments per call, so
-    one call never holds Redis for more than about a millisecond."""
+def _calls(maxlen: int, batch: list[Fields]) -> Iterator[tuple[list[Any], int, int]]:
+    """(arguments, events of ``batch`` covered, events sent) of each ``events_add`` call:
+    at most ``scripts.MAX_EVENTS`` events and ``scripts.MAX_EVENT_ARGS`` arguments per
+    call, so one call never holds Redis for more than about a millisecond."""
     args: list[Any] = [maxlen]
     events = covered = 0
     for fields in batch:
         size = 1 + 2 * len(fields)
         if events and (events == scripts.MAX_EVENTS
                        or len(args) + size > scripts.MAX_EVENT_ARGS):
-            yield args, covered
+            yield args, covered, events
             args, events, covered = [maxlen], 0, 0
         covered += 1
         if 1 + size > scripts.MAX_EVENT_ARGS:
@@ -189,7 +193,7 @@ def _calls(maxlen: int, batch: list[Fields]) -> Iterator[tuple[list[Any], int]]:
             args += kv
         events += 1
     if covered:
-        yield args, covered
+        yield args, covered, events
 
 
 # -- the process-wide stream -------------------------------------------------------------

@@ -7,9 +7,10 @@
 -- ARGV[1]  maxlen    approximate cap (XADD MAXLEN ~)
 -- ARGV[2..] events, each as: n (number of field/value pairs), f1, v1, ..., fn, vn
 --
--- A malformed event (n not a count, or more pairs than are left) ends the batch: what
--- came before it is written, nothing after.
--- Returns: number of events written
+-- A malformed event (n not a count, or more pairs than are left), or an XADD the stream
+-- refuses (say an entry with the largest possible ID was planted in it), ends the
+-- batch: what came before it is written, nothing after; the script does not fail.
+-- Returns: number of events written (fewer than sent: the rest was refused)
 -- Cost: at most 100 events and 2,400 arguments per call (scripts.MAX_EVENTS,
 --       scripts.MAX_EVENT_ARGS; callers split bigger batches): O(total fields);
 --       trimming is amortised by MAXLEN ~.
@@ -23,7 +24,8 @@ while i <= #ARGV do
   if n == nil or n < 1 or n ~= math.floor(n) or i + 2 * n > #ARGV then break end
   local entry = {'XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*'}
   for j = 1, 2 * n do entry[6 + j] = ARGV[i + j] end
-  redis.call(unpack(entry))
+  local reply = redis.pcall(unpack(entry))
+  if type(reply) == 'table' and reply['err'] then break end
   written = written + 1
   i = i + 2 * n + 1
 end

@@ -62,9 +62,8 @@ for j, id in ipairs(ids) do
       local max = given[id] or tonumber(ARGV[3])
       if envs[j] then
         local ok, decoded = pcall(cjson.decode, envs[j])
-        if ok and type(decoded) == 'table' and tonumber(decoded[4]) then
-          max = tonumber(decoded[4])
-        end
+        local m = ok and type(decoded) == 'table' and tonumber(decoded[4])
+        if m and m >= 1 and m <= 1000000000 then max = m end  -- not nan, not absurd
       end
       if n >= max then
         died[#died + 1] = now; died[#died + 1] = id

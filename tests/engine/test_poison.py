@@ -12,6 +12,7 @@ import pytest
 
 from django_delayq.engine import Engine, NackOutcome, NewJob, bad_id, scripts
 from django_delayq.engine.scripts import TooManyArguments
+from django_delayq.events import EventStream, stream_key
 
 NOW = 1_800_000_000_000
 LEASE = 30_000
@@ -272,3 +273,43 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
     assert scripts.RECONCILE_CHUNK <= scripts.MAX_ENQUEUE
     assert f"{scripts.MAX_EVENT_ARGS:,} arguments per call" in scripts._read(
         "events_add")
+
+
+# -- the event stream ---------------------------------------------------------------------
+
+
+def _stream(engine: Engine) -> tuple[EventStream, str]:
+    key = stream_key(engine.prefix)
+    return EventStream(engine.client, key, maxlen=100_000), key
+
+
+def _event(i: int) -> dict[str, str]:
+    return {"event": "succeeded", "job": "j%05d" % i, "queue": "q", "ts_ms": str(NOW + i)}
+
+
+def test_events_are_written_in_bounded_calls(engine: Engine) -> None:
+    stream, key = _stream(engine)
+    for i in range(2 * scripts.MAX_EVENTS + 3):
+        stream.add(_event(i))
+    assert stream.flush() == 2 * scripts.MAX_EVENTS + 3
+    entries = engine.client.xrange(key)
+    assert [e[1][b"job"] for e in entries] == [b"j%05d" % i
+                                              for i in range(2 * scripts.MAX_EVENTS + 3)]
+    stream.close()
+
+
+def test_a_damaged_event_stream_never_fails_the_flush(engine: Engine,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    stream, key = _stream(engine)
+    engine.client.xadd(key, {"planted": "1"}, id="18446744073709551615-18446744073709551615")
+    stream.add(_event(1))
+    with caplog.at_level(logging.WARNING, logger="django_delayq.events"):
+        stream.flush()
+    assert "refused 1 event" in caplog.text and stream.dropped == 1
+    engine.client.delete(key)
+    engine.client.set(key, "not a stream")
+    stream.add(_event(2))
+    assert stream.flush() == 1
+    assert engine.client.type(key) == b"stream" and engine.client.xlen(key) == 1
+    stream.close()
+    engine.client.delete(key)
