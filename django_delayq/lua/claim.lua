@@ -13,9 +13,10 @@
 -- The batch is read and checked before the first write. A poison entry is set aside
 -- alone, without being charged an attempt, and the rest of the batch is claimed: an id
 -- that cannot be a job id (empty, over 256 bytes, control characters, not UTF-8) is
--- removed; a job whose score is not a time (-inf, +inf, outside years 1..9999) or whose
--- attempts value is not an integer goes to dead (its attempts value dropped). Entries
--- scored past year 9999 never come due: up to 10 of them are set aside per call too.
+-- removed; a job whose score is not a time (-inf, +inf, outside years 1..9999), whose
+-- attempts value is not an integer or whose envelope is not UTF-8 goes to dead (a bad
+-- attempts value dropped). Entries scored past year 9999 never come due: up to 10 of
+-- them are set aside per call too.
 -- Returns: {now_ms, next_due_ms (-1 when none), n_aside,
 --           n_aside triples: id, reason, removed (1 removed, 0 moved to dead),
 --           then per claimed job: id, due_ms, token, envelope}
@@ -60,6 +61,10 @@ if #ids > 0 then
       why = bad_count(counts[j])
       if why then reset[#reset + 1] = id end
       if due_ms == nil then why = 'due score ' .. scores[j] .. ' is not a time' end
+      local env = envs[j]
+      if env and string.find(env, '[\128-\255]') and not utf8_ok(env) then
+        why = 'envelope is not UTF-8'
+      end
       if why then
         died[#died + 1] = now; died[#died + 1] = id
         out[no + 1] = id; out[no + 2] = why; out[no + 3] = 0; no = no + 3

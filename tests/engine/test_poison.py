@@ -313,3 +313,19 @@ def test_a_damaged_event_stream_never_fails_the_flush(engine: Engine,
     assert engine.client.type(key) == b"stream" and engine.client.xlen(key) == 1
     stream.close()
     engine.client.delete(key)
+
+
+def test_an_envelope_that_is_not_utf8_is_set_aside(redis_target) -> None:  # type: ignore[no-untyped-def]
+    """Even a client decoding every reply (decode_responses) never meets it."""
+    client = redis_target(decode_responses=True)
+    engine = Engine(client, prefix="env%d" % id(client))
+    engine.enqueue("q", [NewJob(id="a", envelope='["tests.jobs.noop"]', at_ms=NOW),
+                         NewJob(id="b", envelope='["tests.jobs.noop"]', at_ms=NOW)], now_ms=NOW)
+    raw = redis_target()
+    raw.hset(engine.keys("q").jobs, "b", b'["\xff"]')
+    result = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert [j.id for j in result.jobs] == ["a"]
+    assert [(s.id, s.reason) for s in result.set_aside] == [("b", "envelope is not UTF-8")]
+    engine.purge("q")
+    raw.close()
+    client.close()
