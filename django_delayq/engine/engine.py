@@ -269,7 +269,8 @@ class Engine:
         return added
 
     def _enqueue_batch(self, k: QueueKeys, batch: list[Any], now_ms: int | None) -> int:
-        reply = self._run("enqueue", (k.pending, k.jobs, k.inflight, k.dead),
+        # KEYS[5]: the epoch the reconciler reads (created here if absent: reconcile.py)
+        reply = self._run("enqueue", (k.pending, k.jobs, k.inflight, k.dead, k.tag + ":epoch"),
                           [_now(now_ms), k.channel, *batch])
         return int(reply[0])
 

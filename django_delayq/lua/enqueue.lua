@@ -4,6 +4,9 @@
 -- KEYS[2]  jobs      HASH  id -> envelope (JSON), only for jobs that carry one
 -- KEYS[3]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[4]  dead      ZSET  died_ms -> id
+-- KEYS[5]  epoch     STRING (optional) the queue's epoch (reconcile.py): set, if absent, to
+--                    "<ms>:<us>:e" whenever jobs are given: whoever first writes a queue's
+--                    data creates it, so "no epoch" means "nothing written since empty"
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target, told the new earliest due_ms when it moves earlier
 -- ARGV[3..] groups of 4: id, at_ms (absolute; "-1" = use now_ms + delay_ms), delay_ms,
@@ -49,5 +52,10 @@ if #scored > 0 then call_many('ZADD', KEYS[1], {}, scored) end
 if #envs > 0 then call_many('HSET', KEYS[2], {}, envs) end
 if earliest ~= nil and (head[2] == nil or earliest < tonumber(head[2])) then
   redis.call('PUBLISH', ARGV[2], earliest)
+end
+if KEYS[5] and redis.call('EXISTS', KEYS[5]) == 0 then
+  local t = redis.call('TIME')
+  redis.call('SET', KEYS[5], t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+             .. ':' .. t[2] .. ':e', 'NX')
 end
 return {#scored / 2, now}
