@@ -1,4 +1,5 @@
-"""Issue 3 item 4: lease correctness (stale settlements, heartbeats, attempt counting)."""
+"""Lease correctness: stale settlements, heartbeats, attempt counting, and the tokens a
+re-enqueued job gets (never one that was handed out before)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from django_delayq.audit import AuditWriter
 from django_delayq.conf import get_settings
 from django_delayq.connection import get_engine
 from django_delayq.engine import ClaimedJob, NackOutcome
-from django_delayq.models import JobAttempt, JobStatus
+from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.reconcile import Reconciler
 from django_delayq.runner import Kind, Outcome
 from django_delayq.settle import LOST_LEASE, Settler
 from django_delayq.worker import Worker, WorkerOptions
@@ -116,3 +118,67 @@ def test_attempts_count_crash_recoveries_until_dead(cfg, start_worker) -> None: 
                                                                     "error")) == [
         (1, "retrying", LOST_LEASE), (2, "dead", LOST_LEASE)]
     assert get_engine().inspect("default", h.id).place == "dead"
+
+
+def _acked_unrecorded(h_id: str) -> None:
+    """A worker ran the job and acked it, then died before its first audit write."""
+    engine = get_engine()
+    job = engine.claim("default", 10, 60_000).jobs[0]
+    assert (job.id, job.token) == (h_id, 1)
+    assert engine.ack("default", [(job.id, job.token)]) == [True]
+
+
+def _beat(worker_id: str, age_ms: float) -> None:
+    engine = get_engine()
+    engine.client.zadd("{%s}:workers" % get_settings().prefix,
+                       {worker_id: engine.time_ms() - age_ms})
+
+
+def _reenqueued_token(h_id: str) -> int:
+    return get_engine().claim("default", 10, 60_000).jobs[0].token
+
+
+def test_reenqueue_counts_a_run_whose_worker_went_silent_before_recording_it(cfg) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs_chaos.record")
+    _acked_unrecorded(h.id)
+    _beat("crashed", get_settings().lease_ms)  # silent for a lease: three missed heartbeats
+    r = Reconciler(get_engine(), get_settings(), ("default",))
+    r.check_epochs()
+    assert r.run_all(grace_seconds=0) == 1
+    assert get_engine().inspect("default", h.id).attempts == 1  # the unrecorded run
+    assert _reenqueued_token(h.id) == 2  # never token 1 again
+
+
+def test_reenqueue_waits_for_a_quiet_worker_to_speak_or_fall_silent(cfg) -> None:  # type: ignore[no-untyped-def]
+    """A worker last heard just before the first look may have run the job and died, or
+    be alive (then its flush would have changed the row): the seed waits to know."""
+    cfg.DELAYQ = {**cfg.DELAYQ, "LEASE_SECONDS": 3.0}  # heartbeats every second
+    silent_s = 2 * 3.0 / 3
+    for speaks, token in ((True, 1), (False, 2)):
+        h = schedule("tests.jobs_chaos.record")
+        _acked_unrecorded(h.id)
+        _beat("quiet", 0)
+        if speaks:
+            beat = threading.Timer(0.5, _beat, ("quiet", 0))
+            beat.start()
+        r = Reconciler(get_engine(), get_settings(), ("default",))
+        r.check_epochs()
+        started = time.monotonic()
+        assert r.run_all(grace_seconds=0) == 1
+        took = time.monotonic() - started
+        assert _reenqueued_token(h.id) == token
+        if not speaks:
+            assert took >= silent_s - 0.2  # decided once the worker was silent
+        Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED)  # done with it
+        get_engine().client.delete("{%s}:workers" % get_settings().prefix)
+
+
+def test_reenqueue_of_a_running_row_seeds_its_attempt(cfg) -> None:  # type: ignore[no-untyped-def]
+    """attempt 2 was running when its worker died; Redis no longer holds the job."""
+    h = schedule("tests.jobs_chaos.record")
+    _acked_unrecorded(h.id)
+    Job.objects.filter(pk=h.id).update(status=JobStatus.RUNNING, attempts=2, worker_id="gone")
+    r = Reconciler(get_engine(), get_settings(), ("default",))
+    r.check_epochs()
+    assert r.run_all(grace_seconds=0) == 1
+    assert _reenqueued_token(h.id) == 3

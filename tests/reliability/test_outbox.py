@@ -5,17 +5,24 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import timedelta
 from io import StringIO
 
 import pytest
 from django.core.management import call_command
 
-from django_delayq import schedule
+from django_delayq import JobSpec, cancel, schedule, schedule_many
 from django_delayq.conf import get_settings
 from django_delayq.connection import get_engine
-from django_delayq.engine import Engine
-from django_delayq.models import Job, JobStatus
-from django_delayq.reconcile import Reconciler
+from django_delayq.engine import CancelOutcome, Engine, NackOutcome
+from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.reconcile import (
+    CANCELLED_IN_REDIS,
+    DEAD_IN_REDIS,
+    MULTI_ROWS,
+    Reconciler,
+    epoch_kind,
+)
 from django_delayq.testing import run_due_jobs
 from django_delayq.worker import Worker, WorkerOptions
 from tests import jobs_chaos
@@ -47,12 +54,19 @@ def test_schedule_succeeds_with_redis_down_and_job_runs_once_back(
     assert run_due_jobs() == 1
     assert h.status == JobStatus.SUCCEEDED
     assert len(jobs_chaos.executions(h.id)) == 1
+    assert h.job.attempts == 1  # never delivered before: no run presumed, attempt 1
 
 
 def _start(worker: Worker) -> threading.Thread:
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     return thread
+
+
+def _backdate(*handles, seconds: float = 3600) -> None:
+    """As if the rows had been written ``seconds`` ago."""
+    for h in handles:
+        Job.objects.filter(pk=h.id).update(updated_at=h.job.updated_at - timedelta(seconds=seconds))
 
 
 def test_restart_without_persistence_reenqueues_live_rows_without_grace(
@@ -63,9 +77,10 @@ def test_restart_without_persistence_reenqueues_live_rows_without_grace(
     failing = schedule("tests.jobs_chaos.always_raises", backoff=[3600], max_attempts=5)
     run_due_jobs()
     assert failing.status == JobStatus.RETRYING
+    _backdate(later, failing)  # written well before the loss
     engine = get_engine()
     r = reconciler()
-    assert r.tick() == 0  # first look: creates the epoch, nothing is missing
+    assert r.tick() == 0  # first look: the epoch exists (schedule created it), no pass
     running = schedule("tests.jobs_chaos.hang", 30)
     worker = Worker(engine, get_settings(), WorkerOptions(queues=("default",), concurrency=1))
     thread = _start(worker)
@@ -74,12 +89,19 @@ def test_restart_without_persistence_reenqueues_live_rows_without_grace(
         volatile_server.restart()  # no AOF, no RDB: every key is gone
         assert engine.inspect("default", running.id).place == ""
         r._last_epoch = -1e18  # look at the epoch now rather than in a second
-        assert r.tick() == 3  # no grace: the loss was detected
+        assert r.tick() == 2  # no grace, no second look: rows older than the loss
+        # The running row changed moments before the loss: it could describe a job put
+        # into the new data; a second look (after confirm_seconds) re-enqueues it, its
+        # live worker notwithstanding (that worker's ack will be refused).
+        added = [0]
+        wait_until(lambda: bool(added.__setitem__(0, added[0] + r.tick()) or added[0] == 1),
+                   timeout=10)
         places = {h.id: engine.inspect("default", h.id) for h in (later, failing, running)}
         assert {loc.place for loc in places.values()} == {"pending"}
         assert places[later.id].score_ms == int(later.job.run_at.timestamp() * 1000)
         assert places[failing.id].score_ms == int(failing.job.run_at.timestamp() * 1000)
         assert places[running.id].attempts == 1  # seeded: the next delivery is attempt 2
+        assert places[later.id].attempts == places[failing.id].attempts - 1 == 0
         jobs_chaos.release_hung()  # the first copy returns; its ack is refused (lease lost)
         wait_until(lambda: running.status == JobStatus.SUCCEEDED and
                    len(jobs_chaos.executions(running.id)) == 2)
@@ -90,6 +112,85 @@ def test_restart_without_persistence_reenqueues_live_rows_without_grace(
         worker.request_stop()
         thread.join(10)
     assert later.status == JobStatus.SCHEDULED and failing.status == JobStatus.RETRYING
+
+
+def test_enqueue_creates_the_epoch_so_the_first_worker_of_a_deploy_sees_no_loss(
+        settings, fault_server) -> None:  # type: ignore[no-untyped-def]
+    point_at(settings, fault_server)
+    engine = get_engine()
+    key = reconciler().epoch_key("default")
+    assert not engine.client.exists(key)  # a Redis no worker has looked at
+    h = schedule("tests.jobs_chaos.record")  # a web process, before any worker starts
+    assert epoch_kind(engine.client.get(key).decode()) == "e"
+    _backdate(h)
+    job = engine.claim("default", 10, 60_000).jobs[0]  # the first worker runs it ...
+    assert engine.ack("default", [(job.id, job.token)]) == [True]  # ... audit not flushed
+    r = reconciler()
+    assert "default" not in r.check_epochs()  # first look at an existing epoch: no loss
+    assert r.tick() == 0
+    assert engine.inspect("default", h.id).place == ""  # not re-enqueued
+
+
+def test_first_look_without_epoch_at_a_queue_holding_jobs_is_not_a_loss(
+        settings, fault_server) -> None:  # type: ignore[no-untyped-def]
+    """No epoch, but the queue holds jobs (the epoch key was evicted or deleted, or an
+    older enqueue wrote them): a job acked there may still await its audit flush."""
+    point_at(settings, fault_server)
+    engine = get_engine()
+    handles = [schedule("tests.jobs_chaos.record", i) for i in range(3)]
+    _backdate(*handles)
+    engine.client.delete(reconciler().epoch_key("default"))
+    job = engine.claim("default", 1, 60_000).jobs[0]
+    assert engine.ack("default", [(job.id, job.token)]) == [True]  # audit flush pending
+    r = reconciler()
+    assert r.tick() == 0
+    assert "default" not in r._urgent  # no pass without grace
+    assert engine.inspect("default", job.id).place == ""  # not re-enqueued
+    assert epoch_kind(engine.client.get(r.epoch_key("default")).decode()) == "K"
+    engine.purge("default")  # now the data is gone too: that is a loss
+    r._last_epoch = -1e18
+    assert r.tick() == 3
+
+
+def test_live_row_of_a_job_dead_in_redis_is_settled_dead(settings, fault_server) -> None:  # type: ignore[no-untyped-def]
+    """The final nack reached Redis; the worker died before its audit flush."""
+    point_at(settings, fault_server)
+    engine = get_engine()
+    h = schedule("tests.jobs_chaos.always_raises", max_attempts=1)
+    job = engine.claim("default", 10, 60_000).jobs[0]
+    assert engine.nack("default", [(job.id, job.token, None)]) == [NackOutcome.DEAD]
+    Job.objects.filter(pk=h.id).update(status=JobStatus.RUNNING, attempts=1, worker_id="w1")
+    workers = "{%s}:workers" % get_settings().prefix
+    engine.client.zadd(workers, {"w1": engine.time_ms()})
+    r = reconciler()
+    r.check_epochs()
+    assert r.run_all(grace_seconds=0) == 0
+    assert r.stats.waiting_on_live_worker == 1 and h.status == JobStatus.RUNNING
+    engine.client.zadd(workers, {"w1": engine.time_ms() - 3 * get_settings().lease_ms})
+    assert r.run_all(grace_seconds=0) == 0  # settled, not re-enqueued
+    row = h.job
+    assert (row.status, row.attempts, row.last_error) == (JobStatus.DEAD, 1, DEAD_IN_REDIS)
+    assert list(JobAttempt.objects.filter(job_id=h.id).values_list("number", "outcome")) == [
+        (1, "dead")]
+    assert engine.inspect("default", h.id).place == "dead"
+    assert r.run_all(grace_seconds=0) == 0 and r.stats.settled == 1  # final now
+
+
+def test_running_row_whose_cancel_was_asked_and_whose_job_is_gone_ends_cancelled(
+        settings, fault_server) -> None:  # type: ignore[no-untyped-def]
+    point_at(settings, fault_server)
+    engine = get_engine()
+    h = schedule("tests.jobs_chaos.record")
+    job = engine.claim("default", 10, 60_000).jobs[0]
+    assert cancel(h.id) is CancelOutcome.ALREADY_RUNNING
+    assert engine.ack("default", [(job.id, job.token)]) == [True]
+    # the start was flushed, the end never was (the worker died)
+    Job.objects.filter(pk=h.id).update(status=JobStatus.RUNNING, attempts=1, worker_id="gone")
+    r = reconciler()
+    r.check_epochs()
+    assert r.run_all(grace_seconds=0) == 0  # the cancel forbids another run
+    assert (h.status, h.job.last_error) == (JobStatus.CANCELLED, CANCELLED_IN_REDIS)
+    assert engine.inspect("default", h.id).place == ""
 
 
 def test_acked_row_with_lagging_audit_is_not_rerun_while_its_worker_lives(
@@ -155,6 +256,21 @@ def test_concurrent_reconcilers_never_double_a_job(settings, fault_server, exec_
     assert run_due_jobs() == 60
     assert len(jobs_chaos.executions()) == 60
     assert {h.status for h in handles} == {JobStatus.SUCCEEDED}
+
+
+def test_a_pass_over_more_rows_than_one_multi_holds(settings, fault_server) -> None:  # type: ignore[no-untyped-def]
+    """Rows are looked up and re-enqueued MULTI_ROWS at a time (a MULTI blocks Redis)."""
+    point_at(settings, fault_server)
+    reconciler().check_epochs()
+    fault_server.stop()
+    count = 2 * MULTI_ROWS + 7
+    ids = schedule_many("tests.jobs_chaos.record", [JobSpec(args=(i,)) for i in range(count)])
+    fault_server.start()
+    r = reconciler()
+    assert r.run_all(grace_seconds=0) == count
+    assert get_engine().stats("default").ready == count
+    assert {get_engine().inspect("default", i).attempts for i in ids[::50]} == {0}
+    assert r.run_all(grace_seconds=0) == 0
 
 
 def test_tick_is_cheap_when_nothing_is_wrong(settings, fault_server,  # type: ignore[no-untyped-def]

@@ -1,8 +1,10 @@
 """``manage.py delayq_reconcile``: put jobs whose rows are live but missing from Redis back.
 
 Runs the worker's reconciler once over every live row (``Reconciler.run_all``). When
-Redis lost a queue's data (its epoch key is gone), or with ``--assume-lost``, rows are
-re-enqueued without grace, running ones included. Idempotent: run it as often as you like.
+Redis lost a queue's data (its epoch key is gone, and the queue holds nothing), or with
+``--assume-lost``, rows are re-enqueued without grace, running ones included. Live rows of
+jobs already dead in Redis (their worker died before recording it) are settled ``dead``.
+Idempotent: run it as often as you like.
 """
 
 from __future__ import annotations
@@ -49,9 +51,14 @@ class Command(BaseCommand):
             raise CommandError("Redis is unavailable: %s" % exc) from exc
         st = reconciler.stats
         verb = "would re-enqueue" if options["dry_run"] else "re-enqueued"
-        self.stdout.write("%d live row(s) examined, %s %d job(s); %d left to a live worker, "
-                          "%d orphaned envelope(s)" % (st.examined, verb, count,
-                                                       st.waiting_on_live_worker, st.orphans))
+        settled = len(st.to_settle) if options["dry_run"] else st.settled
+        self.stdout.write("%d live row(s) examined, %s %d job(s); %s %d row(s) of jobs final "
+                          "in Redis; %d left to a live worker, %d orphaned envelope(s)"
+                          % (st.examined, verb, count,
+                             "would settle" if options["dry_run"] else "settled", settled,
+                             st.waiting_on_live_worker, st.orphans))
         if options["dry_run"] and options["verbosity"] >= 2:
             for job_id in st.missing:
                 self.stdout.write(job_id)
+            for job_id in st.to_settle:
+                self.stdout.write("%s (final in Redis)" % job_id)
