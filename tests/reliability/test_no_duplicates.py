@@ -1,0 +1,161 @@
+"""A job runs twice only after a worker crash or a Redis data loss; every run is an attempt
+in the audit; a row does not stay live once its job is final in Redis.
+
+Real ``delayq_worker`` subprocesses, the test database, a private Redis. A worker that must
+be killed between its Redis settlement and its audit flush gets ``AUDIT_FLUSH_SECONDS=5``
+(its settings module reads extra ``DELAYQ`` keys from ``DELAYQ_TEST_EXTRA``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.connection import get_engine
+from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
+from django_delayq.reconcile import DEAD_IN_REDIS
+from tests import jobs_chaos
+from tests.conftest import unique_prefix
+from tests.reliability.conftest import WORKER_SETTINGS, point_at, wait_until
+from tests.worker import conftest as worker
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+SETTINGS_MODULE = "delayq_nodup_settings"
+SLOW_FLUSH = {"AUDIT_FLUSH_SECONDS": 5}  # a kill lands between settlement and flush
+# A flush slower than a re-claim: a job re-enqueued by mistake runs again before its
+# row says it ran (the claim-time check of the row cannot stop it then).
+SLOWER_FLUSH = {"AUDIT_FLUSH_SECONDS": 0.5}
+FAST_RECONCILE = {"RECONCILE_GRACE_SECONDS": 1, "RECONCILE_INTERVAL_SECONDS": 0.5}
+
+
+@pytest.fixture
+def cfg(settings, redis_server, exec_table):  # type: ignore[no-untyped-def]
+    point_at(settings, redis_server)
+    return settings
+
+
+@pytest.fixture
+def start_with(cfg, tmp_path, monkeypatch) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
+    """start(extra_delayq, *args): a worker with the reliability settings plus ``extra``."""
+    (tmp_path / (SETTINGS_MODULE + ".py")).write_text(
+        "import json\nimport os\n\n"
+        "from %s import *  # noqa: F403\nfrom %s import DELAYQ as _BASE\n\n"
+        "DELAYQ = {**_BASE, **json.loads(os.environ.get('DELAYQ_TEST_EXTRA', '{}'))}\n"
+        % (WORKER_SETTINGS, WORKER_SETTINGS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))
+    starter = worker.worker_starter(cfg, tmp_path, SETTINGS_MODULE)
+    start = next(starter)
+
+    def start_with_extra(extra: dict[str, Any], *args: str) -> subprocess.Popen[str]:
+        monkeypatch.setenv("DELAYQ_TEST_EXTRA", json.dumps(extra))
+        return start(*args)
+
+    yield start_with_extra
+    next(starter, None)  # SIGKILLs the survivors
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+
+def busy_loops(n: int = 2) -> list[subprocess.Popen[bytes]]:
+    """CPU hogs: a loaded host stretches every window between Redis and the audit."""
+    return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
+
+
+ROUNDS = 3
+JOBS = 3000
+
+
+def test_first_worker_on_a_redis_without_epoch_runs_every_job_once(cfg, start_with) -> None:  # type: ignore[no-untyped-def]
+    """A new deploy: a web process schedules jobs one by one into a Redis that no worker
+    has seen (no epoch key), then the first worker starts, on a loaded host, with an
+    audit flush slower than a claim. Each round a new prefix (a new Redis for the queue).
+    The job records its runs in Redis (cheap: the worker drains as fast as it can while
+    its reconciler takes its first look)."""
+    hogs = busy_loops()
+    twice: dict[str, list[int]] = {}
+    try:
+        for _ in range(ROUNDS):
+            prefix = unique_prefix()
+            cfg.DELAYQ = {**cfg.DELAYQ, "PREFIX": prefix}
+            engine = get_engine()
+            assert not engine.client.exists(engine.keys("default").tag + ":epoch")
+            ids = {schedule("tests.jobs_chaos.record_in_redis", delay=1).id
+                   for _ in range(JOBS)}
+            proc = start_with(SLOWER_FLUSH)
+            wait_until(lambda: not Job.objects.filter(status__in=LIVE_STATUSES).exists(),
+                       timeout=180, step=0.2)
+            wait_until(lambda e=engine: (s := e.stats("default")).scheduled + s.ready
+                       + s.inflight == 0, timeout=60, step=0.2)  # nothing re-enqueued left
+            stop(proc)
+            ran = jobs_chaos.runs(prefix)
+            assert set(ran) == ids
+            twice.update({job_id: runs for job_id, runs in ran.items() if len(runs) > 1})
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    assert not twice, "%d job(s) ran more than once, e.g. %s" % (len(twice),
+                                                                 list(twice.items())[:5])
+    assert Job.objects.exclude(status=JobStatus.SUCCEEDED).count() == 0
+    assert Job.objects.exclude(attempts=1).count() == 0
+
+
+def test_row_of_a_job_dead_in_redis_is_settled_dead_after_its_worker_is_killed(  # type: ignore[no-untyped-def]
+        cfg, start_with) -> None:
+    """The final nack reached Redis (the id is in the dead set); the worker was SIGKILLed
+    before its audit flush. Another worker's reconciler settles the row dead."""
+    engine = get_engine()
+    h = schedule("tests.jobs_chaos.always_raises", "boom", max_attempts=1)
+    first = start_with(SLOW_FLUSH)
+    wait_until(lambda: engine.client.zscore(engine.keys("default").dead, h.id) is not None,
+               timeout=30, step=0.005)
+    kill(first)
+    assert (h.job.status, h.job.attempts) == (JobStatus.SCHEDULED, 0)  # never flushed
+    second = start_with(FAST_RECONCILE)
+    wait_until(lambda: h.status == JobStatus.DEAD, timeout=30)
+    stop(second)
+    row = h.job
+    assert (row.attempts, row.last_error) == (1, DEAD_IN_REDIS)
+    assert list(JobAttempt.objects.filter(job_id=h.id).values_list(
+        "number", "outcome", "error")) == [(1, "dead", DEAD_IN_REDIS)]
+    assert len(jobs_chaos.executions(h.id)) == 1  # settled, not run again
+    assert engine.inspect("default", h.id).place == "dead"
+
+
+def test_a_run_its_worker_never_recorded_counts_and_the_rerun_gets_a_new_token(  # type: ignore[no-untyped-def]
+        cfg, start_with) -> None:
+    """The job ran and was acked; its worker was SIGKILLed before its first audit write
+    (the row still says scheduled, 0 attempts). The reconciler runs it again (at least
+    once: nobody can tell it ran): as attempt 2, under a lease token of its own."""
+    engine = get_engine()
+    h = schedule("tests.jobs_chaos.record", "unrecorded")
+    first = start_with(SLOW_FLUSH)
+    wait_until(lambda: bool(jobs_chaos.executions(h.id))
+               and engine.inspect("default", h.id).place == "", timeout=30, step=0.005)
+    kill(first)
+    assert (h.job.status, h.job.attempts) == (JobStatus.SCHEDULED, 0)  # never flushed
+    second = start_with(FAST_RECONCILE)
+    wait_until(lambda: len(jobs_chaos.executions(h.id)) == 2
+               and h.status == JobStatus.SUCCEEDED, timeout=30)
+    stop(second)
+    tokens = [e[1] for e in jobs_chaos.executions(h.id)]
+    assert tokens == [1, 2]  # distinct lease tokens, in order
+    assert h.job.attempts == len(tokens)  # every execution is an attempt
