@@ -65,7 +65,9 @@ A job acked in Redis is gone from Redis; until its worker flushes the audit row,
 still says ``running`` (or even ``scheduled``). Re-enqueueing it would run it twice.
 So, outside a loss pass, a row found missing is only a *suspect*: it is acted on when a
 second look, at least ``confirm_seconds`` later (``max(1 s, 20 * AUDIT_FLUSH_SECONDS)``),
-finds the row unchanged and the job still absent. A ``running`` row is left alone while
+finds the row unchanged and the job still absent (a live worker's flush held up longer
+than that, by a stalled database, is the one delay it cannot wait out: workers do not
+publish how far their flushes got). A ``running`` row is left alone while
 the worker named on it heartbeats (its flush is coming); once that worker is silent for
 ``2 * LEASE_SECONDS`` its audit buffer died with it: we cannot tell "ran and acked" from
 "lost", and at-least-once means we run it again, a duplicate of a job in flight at a
