@@ -16,10 +16,14 @@ MULTI of ours that was too long. On failure the test prints what is there.
 
 SLOWLOG measures wall time. So that the neighbours' CPU load is not counted as our
 scripts' time, the redis-server runs with real-time priority during the test (where
-permitted). A virtual machine can still stall for milliseconds (its host deschedules
-it); Redis 7 then logs the one command that stalled, inside the script, right before
-the script. One such call, whose time without that command is under the bound, is
-reported and tolerated; a script over its bound is slow call after call, not once.
+permitted). A virtual machine can still stall for a few milliseconds now and then (its
+host takes the CPU away: "steal" time), inside any call. So up to ``OUTLIERS`` slow
+calls (or MULTIs) in the whole run are reported and tolerated if each is an outlier:
+under twice the bound, or slow only because one command inside it stalled (Redis 7
+logs that command right before the script; without it the script is under the bound).
+A script or MULTI over its bound is slow call after call (the unbounded calls this test
+was written against left over a hundred entries in one run), which no such allowance
+hides; and a single oversized call is far over twice the bound.
 
 Select it with ``-m script_bounds``; skip it with ``-m "not script_bounds"``.
 """
@@ -45,6 +49,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.script_bounds
 
 JOBS = 100_000
 SLOW_US = 5000
+OUTLIERS = 2  # isolated slow calls tolerated per run (see above), each < 2 x SLOW_US
 BUDGET_SECONDS = 240  # the whole test; about a minute on a quiet 2-core machine
 
 
@@ -144,15 +149,16 @@ def test_no_script_or_multi_over_5ms_scheduling_and_draining_100k(
     drained_s = time.monotonic() - started - scheduled_s
     entries = watched.slowlog_get(10_000)
     ours = [e for e in entries if _ours(e)]
-    stalls = [e for e in ours if _stalled(e, entries)]
     spikes = _unexplained_spikes(watched, entries)
-    report = "\n".join(["SLOWLOG (%d entries, %d of our scripts, %d of them a stall inside "
-                         "one command):" % (len(entries), len(ours), len(stalls)),
+    outliers = [e for e in ours if e["duration"] < 2 * SLOW_US or _stalled(e, entries)]
+    report = "\n".join(["SLOWLOG (%d entries, %d of our scripts, %d of them outliers):"
+                         % (len(entries), len(ours), len(outliers)),
                          *map(_describe, entries[:50]),
                          "latency spikes no SLOWLOG entry explains (a MULTI): %r" % spikes])
     print("scheduled %d in %.1fs, drained in %.1fs\n%s" % (JOBS, scheduled_s, drained_s, report))
-    assert len(stalls) <= 1 and len(ours) == len(stalls), report
-    assert not spikes, report
+    assert len(outliers) == len(ours), report  # none far over the bound
+    assert all(ms < 2 * SLOW_US // 1000 for _, ms in spikes), report
+    assert len(ours) + len(spikes) <= OUTLIERS, report  # isolated, not call after call
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == JOBS
     assert time.monotonic() - started < BUDGET_SECONDS
     get_engine().purge("default")
