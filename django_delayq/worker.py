@@ -132,15 +132,20 @@ class Worker:
             self._keeper_stop.set()
             keeper.join(timeout=10)
             self.listener.stop()
-            self.settler.unregister()
         if code == EXIT_HARD_STOP:
             self._shutdown_hard()
+            self.settler.unregister()
         else:
             for _ in self._threads:
                 self.local.put(None)
             for t in self._threads:
                 t.join(timeout=5)
             self.audit.stop()
+            # Only now: while this worker is registered, reconcilers wait for its audit
+            # flush instead of re-enqueueing rows it settled; changes it could not write
+            # leave it registered until it falls silent, as a crashed worker would.
+            if not self.audit.pending():
+                self.settler.unregister()
         if threading.current_thread() is not threading.main_thread():
             connections.close_all()  # run() on a thread of its own: close what it opened
         logger.info("worker %s stopped (exit %d, %d jobs claimed)", self.id, code,
