@@ -36,8 +36,10 @@ class QueueBackoff:
 
     def each(self, queues: Iterable[str], step: Callable[[str], object]) -> list[str]:
         """Run ``step(queue)`` for every queue not backing off; return the queues not done
-        (backing off, or failed now). If every queue tried failed, raise the error instead
-        (the caller backs off as a whole: a single Redis is down)."""
+        (backing off, or failed now). If several queues were tried and every one failed,
+        raise the error instead (the caller backs off as a whole: a single Redis is down).
+        One queue failing alone backs off alone, even when it was the only one tried: on
+        a cluster with one node down, the loop must not slow down for the other queues."""
         left: list[str] = []
         failed: list[tuple[str, BaseException]] = []
         worked = False
@@ -54,7 +56,7 @@ class QueueBackoff:
                 worked = True
                 self._until.pop(queue, None)
                 self._delay.pop(queue, None)
-        if failed and not worked:
+        if len(failed) > 1 and not worked:
             raise failed[-1][1]
         for queue, error in failed:
             self._back_off(queue, error)

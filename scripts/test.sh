@@ -13,12 +13,13 @@ step() {
   echo
   echo "==== $name: $*"
   local started=$SECONDS
-  if "$@"; then
+  "$@"; local rc=$?
+  if [ $rc -eq 0 ]; then
     passed+=("$name")
     echo "==== $name: ok ($((SECONDS - started)) s)"
   else
     failed+=("$name")
-    echo "==== $name: FAILED (exit $?, $((SECONDS - started)) s)"
+    echo "==== $name: FAILED (exit $rc, $((SECONDS - started)) s)"
   fi
 }
 

@@ -58,7 +58,6 @@ def burst_worker() -> Worker:
 
 
 PLANTED = [
-    b"\xff\xfe not json {[",
     "\u00e9 not json {[",
     '{"path": "x"}',
     '["tests.jobs_chaos.record", "notalist"]',
@@ -81,6 +80,17 @@ def test_planted_envelope_is_ignored_and_the_row_runs(cfg, envelope) -> None:  #
     assert (row.status, row.result, row.attempts) == (JobStatus.SUCCEEDED, "planted", 1)
     assert [e[4] for e in jobs_chaos.executions(h.id)] == ["planted"]
     assert get_engine().inspect("default", h.id).place == ""
+
+
+def test_envelope_that_is_not_utf8_sets_the_job_aside_unrun(cfg) -> None:  # type: ignore[no-untyped-def]
+    # Bytes no client can decode: claim moves the job to dead before handing it out (a
+    # Redis writer can drop a job, never choose what runs); the row is not touched here,
+    # the reconciler settles it (tests/reliability/test_outbox.py).
+    h = plant(b"\xff\xfe not json {[")
+    run_with_a_healthy_job()
+    assert get_engine().inspect("default", h.id).place == "dead"
+    assert jobs_chaos.executions(h.id) == []
+    assert h.job.status == JobStatus.SCHEDULED
 
 
 def test_os_system_envelope_never_runs(cfg, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -97,10 +97,15 @@ def test_restart_without_persistence_reenqueues_live_rows_without_grace(
         wait_until(lambda: bool(added.__setitem__(0, added[0] + r.tick()) or added[0] == 1),
                    timeout=10)
         places = {h.id: engine.inspect("default", h.id) for h in (later, failing, running)}
-        assert {loc.place for loc in places.values()} == {"pending"}
+        assert places[later.id].place == places[failing.id].place == "pending"
+        # The live worker may already have claimed the re-enqueued copy of the running
+        # job into its prefetch (its thread is busy with the first copy).
+        assert places[running.id].place in ("pending", "inflight")
         assert places[later.id].score_ms == int(later.job.run_at.timestamp() * 1000)
         assert places[failing.id].score_ms == int(failing.job.run_at.timestamp() * 1000)
-        assert places[running.id].attempts == 1  # seeded: the next delivery is attempt 2
+        # Seeded with 1: the next delivery is attempt 2 (2 already if it was claimed).
+        assert places[running.id].attempts == (1 if places[running.id].place == "pending"
+                                               else 2)
         assert places[later.id].attempts == places[failing.id].attempts - 1 == 0
         jobs_chaos.release_hung()  # the first copy returns; its ack is refused (lease lost)
         wait_until(lambda: running.status == JobStatus.SUCCEEDED and
