@@ -128,7 +128,7 @@ def start_worker(run: Run) -> subprocess.Popen[bytes]:
 
 
 def inflight_ids(run: Run) -> set[str]:
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
 
     client = get_engine().client
     return {m.decode() for m in client.zrange(get_engine().keys(QUEUE).inflight, 0, -1)}
@@ -167,7 +167,7 @@ def stop_workers(run: Run) -> None:
 # -- scheduling, faults -----------------------------------------------------------------
 
 def schedule_spread(count: int, start: datetime, seconds: float) -> int:
-    from django_delayq.api import JobSpec, schedule_many
+    from django_delayq.core.api import JobSpec, schedule_many
 
     specs = [JobSpec(at=start + timedelta(seconds=seconds * i / max(1, count)))
              for i in range(count)]
@@ -193,7 +193,7 @@ def restart_redis(run: Run, outbox_jobs: int) -> None:
 
 
 def wipe_redis(run: Run) -> None:
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
 
     engine = get_engine()
     pipe = engine.client.pipeline(transaction=True)  # snapshot and wipe atomically
@@ -273,7 +273,7 @@ def pid_of(worker_id: str) -> int:
 
 def analyse(run: Run) -> dict[str, Any]:
     from django_delayq.models import Job, JobAttempt, JobStatus
-    from django_delayq.settle import LOST_LEASE
+    from django_delayq.worker.settle import LOST_LEASE
     from tests import jobs_chaos
 
     by_job: dict[str, list[tuple[int, float]]] = {}

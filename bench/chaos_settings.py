@@ -46,5 +46,5 @@ LOGGING = {
     "formatters": {"t": {"format": "%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "t"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"django_delayq.reconcile": {"level": "INFO"}},
+    "loggers": {"django_delayq.core.reconcile": {"level": "INFO"}},
 }

@@ -46,7 +46,7 @@ def worker(*args: str) -> subprocess.Popen[bytes]:
 
 def bench_enqueue(n: int) -> dict[str, float]:
     from django_delayq import schedule
-    from django_delayq.api import JobSpec, schedule_many
+    from django_delayq.core.api import JobSpec, schedule_many
 
     t0 = time.perf_counter()
     for i in range(n):
@@ -59,7 +59,7 @@ def bench_enqueue(n: int) -> dict[str, float]:
 
 
 def reset() -> None:
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
     from django_delayq.models import Job, JobAttempt
 
     get_engine().client.flushdb()
@@ -75,7 +75,7 @@ def reset() -> None:
 def bench_drain(n: int, concurrency: int) -> dict[str, float]:
     from django.db.models import Max, Min
 
-    from django_delayq.api import JobSpec, schedule_many
+    from django_delayq.core.api import JobSpec, schedule_many
     from django_delayq.models import Job
 
     reset()
@@ -96,7 +96,7 @@ def bench_lateness(n: int, spread_s: float, concurrency: int) -> dict[str, float
 
     from django.utils import timezone
 
-    from django_delayq.api import JobSpec, schedule_many
+    from django_delayq.core.api import JobSpec, schedule_many
     from django_delayq.models import Job
 
     reset()

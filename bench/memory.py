@@ -36,9 +36,9 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+from django_delayq.core.ids import new_id  # noqa: E402
 from django_delayq.engine import Engine, NewJob  # noqa: E402
 from django_delayq.engine.envelope import Envelope  # noqa: E402
-from django_delayq.ids import new_id  # noqa: E402
 
 PATH = "bench_jobs.noop"
 BUCKET = 128

@@ -27,12 +27,12 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
+from django_delayq.core.ids import new_id  # noqa: E402
 from django_delayq.engine import (  # noqa: E402
     Engine,
     NewJob,
     scripts,  # noqa: E402
 )
-from django_delayq.ids import new_id  # noqa: E402
 
 Q = "default"
 SLOW_US = 1000

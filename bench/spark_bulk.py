@@ -120,7 +120,7 @@ def _bench(opts: Any, workdir: str, url: str) -> int:
 
     django.setup()
     call_command("migrate", verbosity=0)
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
     from django_delayq.models import Job
     from django_delayq.spark.session import build_session
 

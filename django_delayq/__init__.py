@@ -11,17 +11,17 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _LAZY = {
-    "schedule": "django_delayq.api",
-    "schedule_many": "django_delayq.api",
-    "schedule_spec": "django_delayq.api",
-    "JobSpec": "django_delayq.api",
-    "cancel": "django_delayq.api",
-    "run_now": "django_delayq.api",
-    "reschedule": "django_delayq.api",
-    "requeue": "django_delayq.api",
-    "get_job": "django_delayq.api",
-    "JobHandle": "django_delayq.api",
-    "current_job": "django_delayq.context",
+    "schedule": "django_delayq.core.api",
+    "schedule_many": "django_delayq.core.api",
+    "schedule_spec": "django_delayq.core.api",
+    "JobSpec": "django_delayq.core.api",
+    "cancel": "django_delayq.core.api",
+    "run_now": "django_delayq.core.api",
+    "reschedule": "django_delayq.core.api",
+    "requeue": "django_delayq.core.api",
+    "get_job": "django_delayq.core.api",
+    "JobHandle": "django_delayq.core.api",
+    "current_job": "django_delayq.core.context",
     "Retry": "django_delayq.exceptions",
     "InvalidJob": "django_delayq.exceptions",
     "DelayQError": "django_delayq.exceptions",
@@ -31,7 +31,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from django_delayq.api import (  # noqa: F401
+    from django_delayq.core.api import (  # noqa: F401
         JobHandle,
         JobSpec,
         cancel,
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # pragma: no cover
         schedule_many,
         schedule_spec,
     )
-    from django_delayq.context import current_job  # noqa: F401
+    from django_delayq.core.context import current_job  # noqa: F401
     from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound, Retry  # noqa: F401
 
 

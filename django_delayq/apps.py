@@ -13,4 +13,12 @@ class DelayQConfig(AppConfig):
     def ready(self) -> None:
         # checks and redis_checks register system checks; events and metrics connect
         # signal receivers (metrics only when prometheus-client is installed).
-        from django_delayq import checks, conf, events, metrics, redis_checks  # noqa: F401
+        # The hooks the core takes from the surface above it: eager mode, and how a
+        # Django Tasks ``Task`` that takes a context is called (when Tasks is installed).
+        from django_delayq import compat, testing
+        from django_delayq.core import api, conf, events  # noqa: F401
+        from django_delayq.observe import checks, metrics, redis_checks  # noqa: F401
+
+        api.set_eager_runner(testing.run_eager)
+        if compat.tasks is not None:
+            from django_delayq import backends  # noqa: F401  (registers its task caller)

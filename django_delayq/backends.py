@@ -31,8 +31,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from django_delayq import compat, registry
-from django_delayq.context import JobContext, current_job
+from django_delayq import compat
+from django_delayq.core import registry
+from django_delayq.core.context import JobContext, current_job
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt, JobStatus
@@ -88,7 +89,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
             task = dataclasses.replace(task, run_after=None)
         super().validate_task(task)
         if not self.own_queues:
-            from django_delayq.conf import get_settings
+            from django_delayq.core.conf import get_settings
 
             queues = get_settings().queues
             if task.queue_name not in queues:
@@ -104,7 +105,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
     # -- enqueue ------------------------------------------------------------------
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
-        from django_delayq import api
+        from django_delayq.core import api
 
         self.validate_task(task)
         clash = sorted(RESERVED_KWARGS & set(kwargs))
@@ -268,3 +269,6 @@ def running_result(task: Any, ctx: JobContext) -> Any:
         last_attempted_at=now, finished_at=None,
         args=row.args if row else [], kwargs=row.kwargs if row else {}, backend=alias,
         errors=[_error(a.error, a.traceback) for a in attempts if a.error], worker_ids=workers)
+
+
+registry.set_task_caller(task_callable)

@@ -25,12 +25,13 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django_delayq import connection, execution, payloads, runner
-from django_delayq.audit import AuditWriter
-from django_delayq.conf import Settings, get_settings
-from django_delayq.context import JobContext
+from django_delayq.core import connection, payloads
+from django_delayq.core.conf import Settings, get_settings
+from django_delayq.core.context import JobContext
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.models import Job, JobStatus
+from django_delayq.worker import aside, execution, runner
+from django_delayq.worker.audit import AuditWriter
 
 logger = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     Jobs that become due meanwhile (retries with no delay, jobs scheduled by jobs) run
     too; ``max_jobs`` bounds a job that keeps rescheduling itself. Returns the count.
     """
-    from django_delayq.settle import Settler
+    from django_delayq.worker.settle import Settler
 
     settings = get_settings()
     fixed = _to_ms(now)
@@ -156,7 +157,7 @@ def _run_claimed(engine: Engine, settings: Settings, settler: Any, queue: str,
     """What the worker does with a claimed batch, in this thread: run the jobs whose row
     is live, end those whose row is unusable dead, set aside those without a live row."""
     loaded = payloads.read(claimed)
-    payloads.set_aside(engine, queue, loaded.aside, settings.dead_max)
+    aside.set_aside(engine, queue, loaded.aside, settings.dead_max)
     outcomes = [runner.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
     for job in loaded.run:
         settler.started(job)
@@ -194,7 +195,7 @@ def _tick_freezegun(delta: timedelta) -> bool:
 
 def _flush_outbox(engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
     """Enqueue live rows Redis does not hold (their on-commit enqueue never fired)."""
-    from django_delayq.reconcile import Reconciler
+    from django_delayq.core.reconcile import Reconciler
 
     Reconciler(engine, settings, queues).run_all(grace_seconds=0.0)
 
@@ -210,7 +211,7 @@ def execute(job: ClaimedJob, settings: Settings) -> runner.Outcome:
 def run_worker(queues: list[str] | None = None, concurrency: int = 1) -> int:
     """Run a real ``Worker`` in burst mode (its own threads: use
     ``django_db(transaction=True)``); return how many jobs it claimed."""
-    from django_delayq.worker import Worker, WorkerOptions
+    from django_delayq.worker.loop import Worker, WorkerOptions
 
     settings = get_settings()
     worker = Worker(connection.get_engine(), settings, WorkerOptions(

@@ -97,6 +97,6 @@ def delayq_settings(settings, redis_server: RedisServer):  # type: ignore[no-unt
 
 @pytest.fixture
 def delayq_engine(delayq_settings) -> Engine:  # type: ignore[no-untyped-def]
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
 
     return get_engine()

@@ -102,8 +102,8 @@ def runs_key(prefix: str) -> str:
 def record_in_redis(tag: str = "") -> str:
     """A cheap ``record``: one HINCRBY of ``job id:attempt`` in Redis, so that a worker
     drains as fast as it can (``runs`` reads the counts back)."""
-    from django_delayq.conf import get_settings
-    from django_delayq.connection import get_engine
+    from django_delayq.core.conf import get_settings
+    from django_delayq.core.connection import get_engine
 
     ctx = current_job()
     get_engine().client.hincrby(runs_key(get_settings().prefix),
@@ -113,7 +113,7 @@ def record_in_redis(tag: str = "") -> str:
 
 def runs(prefix: str) -> dict[str, list[int]]:
     """Attempts (lease tokens) that ran, per job id, as recorded by ``record_in_redis``."""
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
 
     out: dict[str, list[int]] = {}
     for key, count in get_engine().client.hgetall(runs_key(prefix)).items():

@@ -69,14 +69,14 @@ class DelayQ:
             schedule(JOB, int(at.timestamp() * 1000), at=at)
 
     def enqueue_bulk(self, due_ms: list[int]) -> bool:
-        from django_delayq.api import JobSpec, schedule_many
+        from django_delayq.core.api import JobSpec, schedule_many
 
         ats = [_at(due) for due in due_ms]
         schedule_many(JOB, [JobSpec(args=[int(at.timestamp() * 1000)], at=at) for at in ats])
         return True
 
     def enqueue_due(self, due_ms: list[int]) -> None:
-        from django_delayq.api import JobSpec, schedule_many
+        from django_delayq.core.api import JobSpec, schedule_many
 
         schedule_many(JOB, [JobSpec(args=[due]) for due in due_ms])
 
@@ -93,9 +93,9 @@ class DelayQ:
         for data loss and runs a full reconcile pass without grace in its main thread
         (BENCH_FRESH_REDIS=1 measures that case).
         """
-        from django_delayq.conf import get_settings
-        from django_delayq.connection import get_engine
-        from django_delayq.reconcile import Reconciler
+        from django_delayq.core.conf import get_settings
+        from django_delayq.core.connection import get_engine
+        from django_delayq.core.reconcile import Reconciler
 
         s = get_settings()
         Reconciler(get_engine(), s, tuple(s.queues)).check_epochs()

@@ -76,7 +76,7 @@ def main() -> int:
 
         django.setup()
         call_command("migrate", verbosity=0)
-        from django_delayq.api import JobSpec, schedule_many
+        from django_delayq.core.api import JobSpec, schedule_many
 
         bulk = opts.out / "schedule_many.txt"
         me = spy(opts.py_spy, os.getpid(), bulk, 60)
@@ -86,15 +86,15 @@ def main() -> int:
         print("schedule_many: %.0f jobs/s (under py-spy)" % (opts.n / (time.perf_counter() - t0)))
         me.send_signal(2)
         me.wait()
-        from django_delayq.connection import get_engine
+        from django_delayq.core.connection import get_engine
         from django_delayq.models import Job, JobAttempt
 
         get_engine().client.flushdb()  # and the rows, or the reconciler re-enqueues them
         JobAttempt.objects.all().delete()
         Job.objects.all().delete()
         schedule_many("bench_jobs.noop", [JobSpec(args=[i]) for i in range(opts.n)])
-        from django_delayq.conf import get_settings
-        from django_delayq.reconcile import Reconciler
+        from django_delayq.core.conf import get_settings
+        from django_delayq.core.reconcile import Reconciler
 
         s = get_settings()  # steady state: the epoch exists (no data-loss reconcile pass)
         Reconciler(get_engine(), s, tuple(s.queues)).check_epochs()

@@ -45,7 +45,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
-from django_delayq.context import current_job
+from django_delayq.core.context import current_job
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def refusal(ip: IPAddress) -> str | None:
 
 
 def _allowed_networks() -> tuple[Any, ...]:
-    from django_delayq.conf import get_settings
+    from django_delayq.core.conf import get_settings
 
     return get_settings().http_callback_allowed_networks
 

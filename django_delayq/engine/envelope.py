@@ -7,7 +7,7 @@ arguments costs a few dozen bytes. ``recover.lua`` reads index 4 (``max_attempts
 Envelopes in Redis are for the bare engine used without Django (``NewJob(envelope=...)``),
 and that mode trusts whoever can write to Redis: an envelope names the code to run. The
 Django worker never runs from an envelope; it reads each claimed job's audit row
-(``django_delayq.payloads``), and ``Envelope`` there is only the payload's type.
+(``django_delayq.core.payloads``), and ``Envelope`` there is only the payload's type.
 ``decode`` refuses anything malformed with a ``ValueError`` (never a ``RecursionError``),
 so a bare-engine consumer can end such a job instead of failing.
 """

@@ -1,4 +1,4 @@
-"""Loads ``django_delayq/lua/*.lua`` once and runs them by SHA (EVALSHA).
+"""Loads ``django_delayq/engine/lua/*.lua`` once and runs them by SHA (EVALSHA).
 
 Each script is sent with ``lua/lib.lua`` in front of it (shared checks and helpers).
 A server that lost its script cache (restart, SCRIPT FLUSH, a new cluster node)
@@ -169,7 +169,7 @@ def move_aside(client: Any, key: str, found: str, expected: str) -> None:
 
 
 def _read(name: str) -> str:
-    return resources.files("django_delayq").joinpath("lua", name + ".lua").read_text("utf-8")
+    return resources.files("django_delayq.engine").joinpath("lua", name + ".lua").read_text("utf-8")
 
 
 @cache

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import CommandError
 
-from django_delayq.conf import Settings
+from django_delayq.core.conf import Settings
 
 
 def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from django_delayq import validation
+from django_delayq.core import validation
 from django_delayq.exceptions import InvalidJob
 from django_delayq.spark import arrow_json, batch_ids
 

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from django_delayq import validation
+from django_delayq.core import validation
 
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _NEEDS_ESCAPE = r'[\x00-\x1f"\\]'

@@ -1,4 +1,4 @@
-"""Job ids for a whole batch at once: the same ids as ``django_delayq.ids``, built by numpy.
+"""Job ids for a whole batch at once: the same ids as ``django_delayq.core.ids``, built by numpy.
 
 ``ids.new_id`` and ``ids.id_for_key`` render one number per call with a Python loop;
 here the random or hashed bits of every row are cut into 5-bit groups and mapped onto
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from django_delayq.ids import _ALPHABET, _b32
+from django_delayq.core.ids import _ALPHABET, _b32
 
 _LETTERS = np.frombuffer(_ALPHABET.encode("ascii"), dtype=np.uint8)
 _WEIGHTS = np.array([16, 8, 4, 2, 1], dtype=np.uint8)

@@ -118,7 +118,7 @@ def _validate_on_driver(plan: Plan) -> None:
 
     if not apps.ready:
         return
-    from django_delayq.api import schedule_many
+    from django_delayq.core.api import schedule_many
 
     schedule_many(plan.fn_path, [], queue=plan.queue, max_attempts=plan.max_attempts,
                   backoff=plan.backoff)
@@ -207,8 +207,8 @@ def setup_django(plan: Plan) -> None:
 
 def _target(plan: Plan) -> Any:
     """The call's constants with DELAYQ's defaults, checked like ``schedule_many``."""
-    from django_delayq.api import schedule_many
-    from django_delayq.conf import get_settings
+    from django_delayq.core.api import schedule_many
+    from django_delayq.core.conf import get_settings
     from django_delayq.spark.arrow_jobs import Target
 
     schedule_many(plan.fn_path, [], queue=plan.queue, max_attempts=plan.max_attempts,

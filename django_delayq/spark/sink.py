@@ -27,9 +27,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.api import enqueue_or_outbox
+from django_delayq.core.api import enqueue_or_outbox
+from django_delayq.core.rows import COPY_ESCAPES, RowWriter, text_datetimes
 from django_delayq.engine import NewJob
-from django_delayq.rows import COPY_ESCAPES, RowWriter, text_datetimes
 from django_delayq.spark.arrow_jobs import JobColumns, Target
 
 

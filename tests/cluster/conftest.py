@@ -10,7 +10,7 @@ from contextlib import contextmanager
 
 import pytest
 
-from django_delayq.worker import Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.cluster.server import LocalCluster
 from tests.conftest import unique_prefix
 from tests.worker import conftest as worker
@@ -43,8 +43,8 @@ def start_worker(cluster_settings, tmp_path) -> Iterator[Callable[..., subproces
 @contextmanager
 def running_worker(queues: tuple[str, ...] = SPREAD, concurrency: int = 2) -> Iterator[Worker]:
     """A real ``Worker`` on a thread of this process; drained and joined on exit."""
-    from django_delayq.conf import get_settings
-    from django_delayq.connection import get_engine
+    from django_delayq.core.conf import get_settings
+    from django_delayq.core.connection import get_engine
 
     w = Worker(get_engine(), get_settings(), WorkerOptions(queues=queues, concurrency=concurrency))
     thread = threading.Thread(target=w.run, name="cluster-test-worker", daemon=True)

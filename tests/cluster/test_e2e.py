@@ -11,11 +11,11 @@ import pytest
 from redis.cluster import RedisCluster
 
 from django_delayq import cancel, reschedule, schedule
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import CancelOutcome
 from django_delayq.models import JobStatus
-from django_delayq.reconcile import Reconciler
 from tests.cluster.conftest import SPREAD, running_worker
 from tests.worker.conftest import wait_until
 

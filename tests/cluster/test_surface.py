@@ -11,11 +11,12 @@ import pytest
 from django.core.management import call_command
 from redis.cluster import RedisCluster
 
-from django_delayq import compat, events, schedule
-from django_delayq.conf import problems
-from django_delayq.connection import get_engine, make_client, split_cluster_url
+from django_delayq import compat, schedule
+from django_delayq.core import events
+from django_delayq.core.conf import problems
+from django_delayq.core.connection import get_engine, make_client, split_cluster_url
 from django_delayq.models import JobStatus
-from django_delayq.redis_checks import check_redis
+from django_delayq.observe.redis_checks import check_redis
 from django_delayq.testing import run_due_jobs
 from tests.cluster.conftest import SPREAD
 from tests.cluster.server import free_cluster_port
@@ -46,7 +47,7 @@ def test_client_is_a_redis_cluster_with_the_usual_timeouts(redis_cluster) -> Non
 
 def test_schedule_with_no_node_reachable_keeps_the_row(settings, caplog) -> None:  # type: ignore[no-untyped-def]
     settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": "redis+cluster://127.0.0.1:1/"}
-    with caplog.at_level(logging.WARNING, logger="django_delayq.api"):
+    with caplog.at_level(logging.WARNING, logger="django_delayq.core.api"):
         h = schedule("tests.jobs.noop")
     assert h.status == JobStatus.SCHEDULED and "stay in the outbox" in caplog.text
     assert [m.id for m in check_redis()] == ["delayq.W011"]
@@ -76,7 +77,7 @@ def test_status_metrics_and_events_read_every_node(cluster_settings) -> None:  #
     seen = [json.loads(line) for line in out.getvalue().splitlines()]
     assert (seen[-1]["event"], seen[-1]["job"]) == ("succeeded", first.id)
     if compat.prometheus_client is not None:
-        from django_delayq import metrics
+        from django_delayq.observe import metrics
 
         gauge = metrics.REGISTRY.get_sample_value
         assert gauge("delayq_queue_jobs", {"queue": "emails", "state": "scheduled"}) == 2
@@ -88,11 +89,11 @@ def test_worker_start_waits_until_a_node_answers(redis_cluster, caplog) -> None:
     """``delayq_worker`` builds its engine through ``wait_for_redis``: a cluster client
     that cannot be created yet (no node answers) is retried, not fatal."""
     from django_delayq.engine import Engine
-    from django_delayq.worker import wait_for_redis
+    from django_delayq.worker.loop import wait_for_redis
 
     dead = "redis+cluster://127.0.0.1:%d/" % free_cluster_port()
     urls = [dead, dead, redis_cluster.url]
-    with caplog.at_level(logging.WARNING, logger="django_delayq.worker"):
+    with caplog.at_level(logging.WARNING, logger="django_delayq.worker.loop"):
         engine = wait_for_redis(lambda: Engine(make_client(urls.pop(0)), prefix="wait"))
     assert urls == [] and isinstance(engine.client, RedisCluster) and engine.client.ping()
     assert sum("waiting for Redis" in r.getMessage() for r in caplog.records) == 2

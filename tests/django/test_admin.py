@@ -190,7 +190,7 @@ def test_user_without_view_permission_is_refused(delayq_settings):
 
 def test_status_counts_stop_at_the_cap(delayq_settings, admin_client, monkeypatch):  # type: ignore[no-untyped-def]
     """Each count is a bounded index scan: over the cap the header says "cap+"."""
-    from django_delayq.admin import JobAdmin
+    from django_delayq.admin.job_admin import JobAdmin
 
     monkeypatch.setattr(JobAdmin, "status_count_cap", 2)
     for i in range(3):

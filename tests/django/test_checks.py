@@ -8,7 +8,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from django_delayq import checks, conf
+from django_delayq.core import conf
+from django_delayq.observe import checks
 
 BAD_VALUES = {
     "REDIS_URL": "http://localhost:6379",

@@ -8,7 +8,8 @@ import time
 import pytest
 import redis
 
-from django_delayq import conf, events, schedule
+from django_delayq import schedule
+from django_delayq.core import conf, events
 from django_delayq.testing import run_due_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,7 +47,7 @@ def test_a_fast_job_folds_started_into_succeeded(delayq_engine):
 
 
 def test_a_job_still_running_at_flush_has_its_own_started_event(delayq_settings):
-    from django_delayq.events import _materialise
+    from django_delayq.core.events import _materialise
 
     started = ("started", 1.0, {"job_id": "j", "attempt": 1, "queue": "q",
                                 "callable_path": "m.f", "worker_id": "w"})
@@ -73,7 +74,7 @@ def test_retries_and_death_are_recorded_with_the_error(delayq_engine):
 def test_cancel_is_recorded(delayq_engine):
     job_id = schedule("tests.jobs.noop", delay=3600).id
     schedule("tests.jobs.noop", delay=3600)  # another job: not in this job's events
-    from django_delayq import api
+    from django_delayq.core import api
 
     api.cancel(job_id)
     found = [e for e in _stream_events(delayq_engine) if e["job"] == job_id]

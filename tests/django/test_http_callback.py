@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from django_delayq import conf, schedule
+from django_delayq import schedule
 from django_delayq.contrib.http import (
     RESULT_BODY_CHARS,
     UPSTREAM_BACKOFF,
@@ -30,6 +30,7 @@ from django_delayq.contrib.http import (
     CallbackRefused,
     post_json,
 )
+from django_delayq.core import conf
 from django_delayq.models import Job, JobAttempt
 from django_delayq.pytest_plugin import delayq  # noqa: F401  (the fixture under test)
 

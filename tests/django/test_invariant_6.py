@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from django_delayq import schedule
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import Reconciler
 from django_delayq.models import Job, JobStatus
-from django_delayq.reconcile import Reconciler
 from django_delayq.testing import run_due_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)

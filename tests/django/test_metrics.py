@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.django_db(transaction=True),
 
 @pytest.fixture
 def m(delayq_settings):  # type: ignore[no-untyped-def]
-    from django_delayq import metrics
+    from django_delayq.observe import metrics
 
     return metrics
 
@@ -96,7 +96,7 @@ def test_worker_http_server(m):
 
 
 def test_bulk_scheduling_is_counted(m):  # type: ignore[no-untyped-def]
-    from django_delayq.api import JobSpec, schedule_many
+    from django_delayq.core.api import JobSpec, schedule_many
 
     before = value(m, "delayq_jobs_scheduled_total", queue="emails")
     schedule_many("tests.jobs.add", [JobSpec(args=(i, 1), key="k%d" % i) for i in range(5)],

@@ -10,8 +10,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
-from django_delayq import InvalidJob, cancel, payloads, schedule
-from django_delayq.api import JobSpec, requeue, reschedule, run_now, schedule_many
+from django_delayq import InvalidJob, cancel, schedule
+from django_delayq.core import payloads
+from django_delayq.core.api import JobSpec, requeue, reschedule, run_now, schedule_many
 from django_delayq.engine import CancelOutcome
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.engine.envelope import Envelope
@@ -213,7 +214,7 @@ def test_static_method_path_is_refused(delayq_settings) -> None:  # type: ignore
 
 
 def test_unset_allow_list_allows_nothing(delayq_settings) -> None:  # type: ignore[no-untyped-def]
-    from django_delayq import registry
+    from django_delayq.core import registry
 
     delayq_settings.DELAYQ = {k: v for k, v in delayq_settings.DELAYQ.items()
                               if k != "ALLOWED_CALLABLES"}

@@ -138,7 +138,7 @@ def test_internal_observers_run_first_and_a_failing_one_affects_nobody(sent, cap
 
 
 def test_bulk_scheduling_sends_one_signal_per_batch(delayq_settings) -> None:  # type: ignore[no-untyped-def]
-    from django_delayq.api import JobSpec, schedule_many
+    from django_delayq.core.api import JobSpec, schedule_many
 
     got: list[dict[str, Any]] = []
 

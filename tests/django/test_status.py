@@ -15,7 +15,8 @@ import redis
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from django_delayq import events, schedule
+from django_delayq import schedule
+from django_delayq.core import events
 from django_delayq.testing import run_due_jobs
 from tests.worker.conftest import ROOT, wait_until, worker_env
 

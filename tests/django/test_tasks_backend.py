@@ -9,8 +9,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
-from django_delayq import compat, registry
-from django_delayq.connection import get_engine
+from django_delayq import compat
+from django_delayq.core import registry
+from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs, run_worker
 

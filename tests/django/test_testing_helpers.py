@@ -9,7 +9,7 @@ from django.conf import settings
 from freezegun import freeze_time
 
 from django_delayq import schedule
-from django_delayq.connection import get_engine
+from django_delayq.core.connection import get_engine
 from django_delayq.models import Job
 from django_delayq.pytest_plugin import delayq, delayq_eager  # noqa: F401
 from django_delayq.testing import run_due_jobs

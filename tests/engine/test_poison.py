@@ -10,9 +10,9 @@ import re
 
 import pytest
 
+from django_delayq.core.events import EventStream, stream_key
 from django_delayq.engine import Engine, NackOutcome, NewJob, bad_id, scripts
 from django_delayq.engine.scripts import TooManyArguments
-from django_delayq.events import EventStream, stream_key
 
 NOW = 1_800_000_000_000
 LEASE = 30_000
@@ -303,7 +303,7 @@ def test_a_damaged_event_stream_never_fails_the_flush(engine: Engine,
     stream, key = _stream(engine)
     engine.client.xadd(key, {"planted": "1"}, id="18446744073709551615-18446744073709551615")
     stream.add(_event(1))
-    with caplog.at_level(logging.WARNING, logger="django_delayq.events"):
+    with caplog.at_level(logging.WARNING, logger="django_delayq.core.events"):
         stream.flush()
     assert "refused 1 event" in caplog.text and stream.dropped == 1
     engine.client.delete(key)

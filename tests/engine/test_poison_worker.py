@@ -12,11 +12,11 @@ from collections.abc import Iterator
 import pytest
 
 from django_delayq import schedule
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.engine import Engine
 from django_delayq.models import JobStatus
-from django_delayq.worker import Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.reliability.conftest import burst
 from tests.worker.conftest import wait_until
 

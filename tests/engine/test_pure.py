@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from django_delayq import ids
+from django_delayq.core import ids
 from django_delayq.engine import backoff
 from django_delayq.engine.envelope import Envelope
 

@@ -38,9 +38,10 @@ from typing import Any
 
 import pytest
 
-from django_delayq import events, schedule_many
-from django_delayq.api import JobSpec
-from django_delayq.connection import get_engine
+from django_delayq import schedule_many
+from django_delayq.core import events
+from django_delayq.core.api import JobSpec
+from django_delayq.core.connection import get_engine
 from django_delayq.engine import scripts
 from django_delayq.models import Job, JobStatus
 from tests.reliability.conftest import burst

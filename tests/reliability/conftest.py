@@ -88,9 +88,9 @@ def timeout_client(server: RedisServer, seconds: float = 0.3) -> redis.Redis:
 
 def burst(queues: tuple[str, ...] = ("default",), concurrency: int = 2) -> int:
     """A real Worker in this process, in burst mode: runs what is due, returns its exit code."""
-    from django_delayq.conf import get_settings
-    from django_delayq.connection import get_engine
-    from django_delayq.worker import Worker, WorkerOptions
+    from django_delayq.core.conf import get_settings
+    from django_delayq.core.connection import get_engine
+    from django_delayq.worker.loop import Worker, WorkerOptions
 
     worker = Worker(get_engine(), get_settings(),
                     WorkerOptions(queues=queues, concurrency=concurrency, burst=True))

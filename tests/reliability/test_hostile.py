@@ -17,12 +17,12 @@ import threading
 import pytest
 
 from django_delayq import schedule, signals
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.engine.envelope import Envelope
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt, JobStatus
-from django_delayq.worker import Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests import jobs_chaos
 from tests.reliability.conftest import burst, point_at, wait_until
 

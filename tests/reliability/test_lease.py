@@ -12,15 +12,15 @@ from datetime import UTC, datetime
 import pytest
 
 from django_delayq import schedule
-from django_delayq.audit import AuditWriter
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import ClaimedJob, NackOutcome
 from django_delayq.models import Job, JobAttempt, JobStatus
-from django_delayq.reconcile import Reconciler
-from django_delayq.runner import Kind, Outcome
-from django_delayq.settle import LOST_LEASE, Settler
-from django_delayq.worker import Worker, WorkerOptions
+from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.loop import Worker, WorkerOptions
+from django_delayq.worker.runner import Kind, Outcome
+from django_delayq.worker.settle import LOST_LEASE, Settler
 from tests import jobs_chaos
 from tests.reliability.conftest import point_at, wait_until
 
@@ -56,7 +56,7 @@ def test_stale_settlement_is_refused_logged_and_leaves_the_copy_alone(cfg, caplo
     stale, copy = expire_and_reclaim("default", h.id)
     audit = AuditWriter()
     settler = Settler(get_engine(), get_settings(), audit, "old-worker")
-    with caplog.at_level(logging.WARNING, logger="django_delayq.settle"):
+    with caplog.at_level(logging.WARNING, logger="django_delayq.worker.settle"):
         settler.settle([outcome(stale, kind)])
     audit.flush()
     assert "lease lost before it was settled" in caplog.text

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 
 from django_delayq import schedule
-from django_delayq.connection import get_engine
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import DEAD_IN_REDIS
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
-from django_delayq.reconcile import DEAD_IN_REDIS
 from tests import jobs_chaos
 from tests.conftest import unique_prefix
 from tests.reliability.conftest import WORKER_SETTINGS, point_at, wait_until

@@ -12,19 +12,19 @@ import pytest
 from django.core.management import call_command
 
 from django_delayq import JobSpec, cancel, schedule, schedule_many
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
-from django_delayq.engine import CancelOutcome, Engine, NackOutcome
-from django_delayq.models import Job, JobAttempt, JobStatus
-from django_delayq.reconcile import (
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import (
     CANCELLED_IN_REDIS,
     DEAD_IN_REDIS,
     MULTI_ROWS,
     Reconciler,
     epoch_kind,
 )
+from django_delayq.engine import CancelOutcome, Engine, NackOutcome
+from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
-from django_delayq.worker import Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests import jobs_chaos
 from tests.reliability.conftest import point_at, wait_until
 
@@ -41,7 +41,7 @@ def test_schedule_succeeds_with_redis_down_and_job_runs_once_back(
     point_at(settings, fault_server)
     reconciler().check_epochs()  # epoch exists: a restart with AOF is not data loss
     fault_server.stop()
-    with caplog.at_level(logging.WARNING, logger="django_delayq.api"):
+    with caplog.at_level(logging.WARNING, logger="django_delayq.core.api"):
         h = schedule("tests.jobs_chaos.record", "outbox")
     assert Job.objects.get(pk=h.id).status == JobStatus.SCHEDULED  # the row is saved
     assert "stay in the outbox" in caplog.text

@@ -17,12 +17,12 @@ import redis
 from redis.exceptions import RedisError
 
 from django_delayq import schedule
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import Engine, scripts
 from django_delayq.models import Job, JobStatus
-from django_delayq.reconcile import Reconciler
-from django_delayq.worker import Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests import jobs_chaos
 from tests.reliability.conftest import burst, point_at, timeout_client, wait_until
 from tests.reliability.proxy import LossyProxy

@@ -22,8 +22,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 import django_delayq.contrib
-from django_delayq import api, ids, registry, schedule
-from django_delayq.connection import get_engine
+from django_delayq import schedule
+from django_delayq.core import api, ids, registry
+from django_delayq.core.connection import get_engine
 from django_delayq.engine import NewJob
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus
@@ -149,7 +150,7 @@ def test_contrib_jobs_are_opt_in(cfg) -> None:  # type: ignore[no-untyped-def]
         ("django_delayq.contrib.http.logging.basicConfig", "module 'django_delayq.contrib"
                                                            ".http.logging' is not in"),
         ("django_delayq.contrib.http.urllib.request.urlopen", "is not in"),
-        ("django_delayq.contrib.http.current_job", "defined as django_delayq.context."),
+        ("django_delayq.contrib.http.current_job", "defined as django_delayq.core.context."),
         ("django_delayq.contrib.__path__.append", "'__path__' starts with '_'"),
     ]:
         with pytest.raises(InvalidJob, match=re.escape(why)):

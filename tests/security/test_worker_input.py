@@ -21,14 +21,16 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from django_delayq import payloads, runner, schedule
-from django_delayq.audit import AuditWriter
-from django_delayq.conf import get_settings
-from django_delayq.connection import get_engine
+from django_delayq import schedule
+from django_delayq.core import payloads
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.engine import ClaimedJob
 from django_delayq.engine.envelope import Envelope
 from django_delayq.models import Job, JobAttempt, JobStatus
-from django_delayq.worker import EXIT_OK, Worker, WorkerOptions
+from django_delayq.worker import runner
+from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
 from tests import jobs_chaos
 from tests.reliability.conftest import wait_until
 
@@ -190,7 +192,7 @@ def test_payloads_read_survives_any_row(cfg) -> None:  # type: ignore[no-untyped
 
 def test_requeue_of_a_deep_row_is_an_invalid_job(cfg) -> None:  # type: ignore[no-untyped-def]
     from django_delayq import InvalidJob
-    from django_delayq.api import requeue
+    from django_delayq.core.api import requeue
 
     h = schedule("tests.jobs_chaos.record", "x")
     Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED)

@@ -61,7 +61,7 @@ def spark(redis_server: Any) -> Iterator[Any]:
 @pytest.fixture
 def spark_delayq(settings: Any, redis_server: Any, spark: Any) -> Any:
     """Driver settings matching the executors' (same Redis, same prefix), keys emptied."""
-    from django_delayq.connection import reset
+    from django_delayq.core.connection import reset
 
     settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_server.url, "PREFIX": SPARK_PREFIX}
     client = redis_server.client()

@@ -11,7 +11,7 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from django_delayq import ids  # noqa: E402
+from django_delayq.core import ids  # noqa: E402
 from django_delayq.exceptions import InvalidJob  # noqa: E402
 from django_delayq.spark import arrow_jobs, arrow_json, batch_ids  # noqa: E402
 

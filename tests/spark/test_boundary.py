@@ -8,7 +8,7 @@ import sys
 CODE = """
 import sys, django
 django.setup()
-import django_delayq, django_delayq.api, django_delayq.worker, django_delayq.admin
+import django_delayq, django_delayq.core.api, django_delayq.worker.loop, django_delayq.admin.job_admin
 from django.core.management import get_commands, load_command_class
 for name in ("delayq_export", "delayq_prune"):
     load_command_class("django_delayq", name)
@@ -19,7 +19,7 @@ print(heavy)
 
 def test_core_does_not_import_the_spark_extra() -> None:
     env = {"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": "/usr/bin:/bin"}
-    code = CODE.replace("django_delayq.admin", "django_delayq.conf")
+    code = CODE.replace("django_delayq.admin.job_admin", "django_delayq.core.conf")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env=env, check=True, cwd=str(__import__("pathlib").Path(__file__)
                                                       .resolve().parents[2]))

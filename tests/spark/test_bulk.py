@@ -26,7 +26,7 @@ def _frame(spark: Any, n: int) -> Any:
 
 
 def _pending(queue: str = "default") -> int:
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
 
     stats = get_engine().stats(queue)
     return stats.scheduled + stats.ready
@@ -120,7 +120,7 @@ def _typed_row(i: int) -> tuple[Any, ...]:
 
 
 def _redis_entries(queue: str, job_ids: list[str]) -> tuple[list[Any], list[Any]]:
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
 
     engine = get_engine()
     keys = engine.keys(queue)
@@ -138,7 +138,7 @@ def test_every_row_lands_with_its_values(spark: Any, spark_delayq: Any) -> None:
     escaping, nulls, nested values), run_at, key-derived ids, and the Redis entry."""
     import json
 
-    from django_delayq import ids
+    from django_delayq.core import ids
     from django_delayq.engine.envelope import Envelope
     from django_delayq.spark import schedule_dataframe
 
@@ -195,7 +195,7 @@ def test_replay_with_keys_keeps_the_first_jobs(spark: Any, spark_delayq: Any) ->
     """A retried task (or the whole call run again) adds nothing, and a job scheduled
     earlier with the same key keeps its own values."""
     from django_delayq import schedule
-    from django_delayq.connection import get_engine
+    from django_delayq.core.connection import get_engine
     from django_delayq.spark import schedule_dataframe
 
     first = schedule(ADD, 100, 200, key="order-5", delay=600)

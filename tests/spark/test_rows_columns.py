@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import transaction
 
+from django_delayq.core.rows import RowWriter, copy_escape, text_datetimes
 from django_delayq.models import Job
-from django_delayq.rows import RowWriter, copy_escape, text_datetimes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

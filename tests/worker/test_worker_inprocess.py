@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from django_delayq import payloads, schedule
-from django_delayq.connection import get_engine
+from django_delayq import schedule
+from django_delayq.core import payloads
+from django_delayq.core.connection import get_engine
 from django_delayq.engine import NewJob
 from django_delayq.engine.envelope import Envelope
 from django_delayq.models import Job, JobAttempt, JobStatus
@@ -82,8 +83,8 @@ def test_payload_outside_allow_list_never_runs(delayq_settings, tmp_path) -> Non
 
 def test_idle_worker_wakes_for_an_earlier_job(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     """A job enqueued while the worker sleeps toward a later one runs on time."""
-    from django_delayq.conf import get_settings
-    from django_delayq.worker import Worker, WorkerOptions
+    from django_delayq.core.conf import get_settings
+    from django_delayq.worker.loop import Worker, WorkerOptions
 
     delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 30}
     worker = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",)))
@@ -138,8 +139,8 @@ def test_database_down_at_claim_hands_the_jobs_back(delayq_settings, caplog) -> 
     back to Redis with no attempt charged, the loop backs off, and they run afterwards."""
     from django.db import connection
 
-    from django_delayq.conf import get_settings
-    from django_delayq.worker import Worker, WorkerOptions
+    from django_delayq.core.conf import get_settings
+    from django_delayq.worker.loop import Worker, WorkerOptions
 
     h = schedule("tests.jobs.add", 1, 1)
     table = Job._meta.db_table

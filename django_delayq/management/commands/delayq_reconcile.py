@@ -14,8 +14,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
+from django_delayq.core.reconcile import BATCH, Reconciler
 from django_delayq.management.options import parse_queues
-from django_delayq.reconcile import BATCH, Reconciler
 
 
 class Command(BaseCommand):
@@ -35,8 +35,8 @@ class Command(BaseCommand):
                             help="Only count (and with -v 2 list) what would be re-enqueued.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_delayq.conf import get_settings
-        from django_delayq.connection import get_engine
+        from django_delayq.core.conf import get_settings
+        from django_delayq.core.connection import get_engine
 
         settings = get_settings()
         queues = parse_queues(options["queues"], settings)

@@ -227,8 +227,8 @@ class Command(BaseCommand):
                             help="Stop after this many refreshes (--watch) or events (--follow).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_delayq.conf import get_settings
-        from django_delayq.connection import get_engine
+        from django_delayq.core.conf import get_settings
+        from django_delayq.core.connection import get_engine
 
         try:
             settings = get_settings()
@@ -276,7 +276,7 @@ class Command(BaseCommand):
 
     def follow(self, engine: Any, prefix: str, last: int, count: int | None,
                *, json_lines: bool) -> None:
-        from django_delayq.events import stream_key
+        from django_delayq.core.events import stream_key
 
         key = stream_key(prefix)
         client = engine.client

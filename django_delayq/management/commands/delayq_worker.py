@@ -14,7 +14,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.management.options import parse_queues
-from django_delayq.worker import EXIT_CONFIG, Worker, WorkerOptions, wait_for_redis
+from django_delayq.worker.loop import EXIT_CONFIG, Worker, WorkerOptions, wait_for_redis
 
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
 
@@ -40,8 +40,8 @@ class Command(BaseCommand):
                                  "only; 0.0.0.0 or :: for every interface)." % METRICS_ADDR)
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_delayq.conf import get_settings
-        from django_delayq.connection import get_engine
+        from django_delayq.core.conf import get_settings
+        from django_delayq.core.connection import get_engine
 
         try:
             settings = get_settings()
@@ -68,7 +68,7 @@ class Command(BaseCommand):
             sys.exit(code)
 
     def serve_metrics(self, addr: str, port: int) -> None:
-        from django_delayq import metrics
+        from django_delayq.observe import metrics
 
         try:
             metrics.start_http_server(port, addr=addr)

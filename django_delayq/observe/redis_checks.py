@@ -35,8 +35,8 @@ TIMEOUT_SECONDS = 1.0
 
 
 def _client() -> Any:
-    from django_delayq.conf import get_settings
-    from django_delayq.connection import make_client
+    from django_delayq.core.conf import get_settings
+    from django_delayq.core.connection import make_client
 
     s = get_settings()
     if s.cache_alias:
@@ -46,7 +46,7 @@ def _client() -> Any:
 
 
 def _settings_usable() -> bool:
-    from django_delayq import conf
+    from django_delayq.core import conf
 
     try:
         return not conf.problems() and not conf.get_settings().eager
@@ -117,6 +117,6 @@ def check_redis(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
 
 
 def get_cache_alias() -> str | None:
-    from django_delayq.conf import get_settings
+    from django_delayq.core.conf import get_settings
 
     return get_settings().cache_alias

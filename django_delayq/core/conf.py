@@ -17,8 +17,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_delayq.connection import CLUSTER_SCHEMES, is_cluster_url
+from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
+from django_delayq.engine.urls import CLUSTER_SCHEMES, is_cluster_url
 
 DEFAULTS: dict[str, Any] = {
     "REDIS_URL": None,  # redis://, rediss://, unix://, redis+cluster://; env DELAYQ_REDIS_URL
@@ -118,8 +119,6 @@ def _url_problem(url: Any) -> str | None:
 
 def _allowed_problem(allowed: Any) -> str | None:
     """ALLOWED_CALLABLES: None or a list of module names (an empty list is a check error)."""
-    from django_delayq.registry import name_problem
-
     if allowed is None:
         return None
     if not isinstance(allowed, (list, tuple)):
@@ -239,8 +238,4 @@ def get_settings() -> Settings:
 @receiver(setting_changed)
 def _reset(*, setting: str, **kwargs: Any) -> None:
     if setting in ("DELAYQ", "INSTALLED_APPS", "CACHES"):
-        get_settings.cache_clear()
-        from django_delayq import connection, registry
-
-        connection.reset()
-        registry.reset()
+        get_settings.cache_clear()  # connection and registry clear their own caches

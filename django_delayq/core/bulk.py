@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django_delayq import ids, rows, validation
+from django_delayq.core import ids, rows, validation
 from django_delayq.engine import NewJob
 from django_delayq.exceptions import InvalidJob
 

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from django_delayq import context, registry
+from django_delayq.core import context, registry
 
 _local = threading.local()
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import keyword
 import math
 import re
 from datetime import UTC, datetime, timedelta
@@ -27,6 +28,8 @@ from typing import Any
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
 
+MAX_PATH = 255  # characters of a job path or an allow-list entry
+_SEGMENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 MAX_DEPTH = 100  # deeper than this is a mistake (or a circular structure)
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600  # 100 years
 MAX_ATTEMPTS = 1000
@@ -232,3 +235,20 @@ def check_max_attempts(value: Any) -> int:
 def check_backoff(backoff: Any) -> None:
     if why := backoff_mod.validate(backoff):
         raise InvalidJob("backoff %s is not valid: %s" % (_short(backoff), why))
+
+
+def name_problem(dotted: Any, *, what: str = "module name") -> str | None:
+    """Why ``dotted`` is not a dotted name the allow-list accepts, or ``None``."""
+    if not isinstance(dotted, str) or not dotted:
+        return "not a %s" % what
+    if len(dotted) > MAX_PATH:
+        return "longer than %d characters" % MAX_PATH
+    for segment in dotted.split("."):
+        if not _SEGMENT.fullmatch(segment):
+            if segment.startswith("_"):
+                return ("%r starts with '_': special and private names are never jobs"
+                        % segment)
+            return "%r is not an ASCII identifier" % segment
+        if keyword.iskeyword(segment):
+            return "%r is a Python keyword" % segment
+    return None

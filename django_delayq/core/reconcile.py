@@ -136,7 +136,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.conf import Settings
+from django_delayq.core.conf import Settings
 from django_delayq.engine import Engine, scripts
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 

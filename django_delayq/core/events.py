@@ -212,7 +212,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def events_config() -> tuple[bool, int]:
     """(enabled, maxlen) from DELAYQ["EVENTS"] / DELAYQ["EVENTS_MAXLEN"]."""
-    from django_delayq.conf import get_settings
+    from django_delayq.core.conf import get_settings
 
     s = get_settings()
     enabled = getattr(s, "events", s.raw.get("EVENTS", True))
@@ -231,8 +231,8 @@ def get_stream() -> EventStream | None:
         return None
     with _lock:
         if _stream is None:
-            from django_delayq.conf import get_settings
-            from django_delayq.connection import get_engine
+            from django_delayq.core.conf import get_settings
+            from django_delayq.core.connection import get_engine
 
             _stream = EventStream(get_engine().client, stream_key(get_settings().prefix),
                                   maxlen)

@@ -14,13 +14,14 @@ import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django_delayq import payloads, signals
-from django_delayq.audit import AuditWriter
-from django_delayq.conf import Settings
+from django_delayq import signals
+from django_delayq.core import payloads
+from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
-from django_delayq.queue_backoff import ERRORS
-from django_delayq.runner import Kind, Outcome, ms_to_dt
+from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.queue_backoff import ERRORS
+from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 
 logger = logging.getLogger(__name__)
 

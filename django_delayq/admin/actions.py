@@ -1,4 +1,4 @@
-"""Admin actions on jobs. Each calls ``django_delayq.api`` once per selected job and
+"""Admin actions on jobs. Each calls ``django_delayq.core.api`` once per selected job and
 reports what happened per outcome ("3 cancelled, 1 already running").
 
 "Run now" and "Requeue" make a job run, so they first check the row's callable path
@@ -22,11 +22,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
-from django_delayq import api, registry
+from django_delayq.admin.forms import RescheduleForm
+from django_delayq.core import api, registry
 from django_delayq.engine import CancelOutcome
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound
-from django_delayq.forms import RescheduleForm
 from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)

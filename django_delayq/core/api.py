@@ -15,13 +15,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_delayq import bulk, ids, registry, signals, validation
-from django_delayq.conf import Settings, get_settings
-from django_delayq.connection import get_engine
+from django_delayq import signals
+from django_delayq.core import bulk, ids, registry, validation
+from django_delayq.core.conf import Settings, get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.engine import CancelOutcome, NewJob
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.exceptions import InvalidJob, JobNotFound
@@ -113,6 +115,22 @@ def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[
     return row, NewJob(id=job_id, at_ms=new.get("at_ms"), delay_ms=new.get("delay_ms", 0))
 
 
+_eager: list[Callable[[str], object]] = []
+
+
+def set_eager_runner(runner: Callable[[str], object]) -> None:
+    """What runs a job inline when ``DELAYQ["EAGER"]`` is on: ``django_delayq.testing``
+    plugs its runner in when the app is ready (a hook: this layer never imports it)."""
+    _eager[:] = [runner]
+
+
+def _eager_runner() -> Callable[[str], object]:
+    if not _eager:
+        raise ImproperlyConfigured("DELAYQ['EAGER'] is on but no eager runner is set: is "
+                                   "'django_delayq' in INSTALLED_APPS?")
+    return _eager[0]
+
+
 def enqueue_or_outbox(queue: str, jobs: list[NewJob]) -> None:
     """Send committed jobs to Redis; when it is down, their rows wait for the reconciler."""
     try:
@@ -167,8 +185,7 @@ def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | N
     signals.send(signals.job_scheduled, job_id=row.id, queue=row.queue,
                  callable_path=row.callable_path, run_at=row.run_at)
     if s.eager:  # unit tests: run inline after commit, no Redis involved
-        from django_delayq.testing import run_eager
-
+        run_eager = _eager_runner()
         _after_commit(using, lambda: run_eager(row.id))
     else:
         _after_commit(using, lambda: enqueue_or_outbox(row.queue, [new]))

@@ -23,12 +23,13 @@ from typing import Any
 
 from django.db import close_old_connections
 
-from django_delayq import execution, payloads, validation
-from django_delayq.context import JobContext
+from django_delayq.core import payloads, validation
+from django_delayq.core.context import JobContext
 from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
 from django_delayq.exceptions import Retry
+from django_delayq.worker import execution
 
 logger = logging.getLogger(__name__)
 

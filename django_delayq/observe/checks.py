@@ -13,7 +13,7 @@ from typing import Any
 
 from django.core import checks
 
-from django_delayq import conf
+from django_delayq.core import conf
 
 NOT_A_DICT = "delayq.E000"
 UNKNOWN_KEY = "delayq.E001"

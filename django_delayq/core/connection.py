@@ -12,19 +12,16 @@ import threading
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
 from django_delayq.engine import Engine
+from django_delayq.engine.urls import is_cluster_url
 
 _lock = threading.Lock()
 _engine: Engine | None = None
 
 DEFAULT_URL = "redis://localhost:6379/0"
-CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
-
-
-def is_cluster_url(url: str | None) -> bool:
-    return bool(url) and str(url).startswith(CLUSTER_SCHEMES)
-
-
 def make_client(url: str | None = None, cache_alias: str | None = None, **options: Any) -> Any:
     """A redis-py client for ``url`` (redis://, rediss://, unix://, redis+cluster://,
     rediss+cluster://) or a cache alias."""
@@ -86,7 +83,7 @@ def get_engine() -> Engine:
     if _engine is None:
         with _lock:
             if _engine is None:
-                from django_delayq.conf import get_settings
+                from django_delayq.core.conf import get_settings
 
                 s = get_settings()
                 _engine = Engine(make_client(s.redis_url, s.cache_alias), prefix=s.prefix)
@@ -104,3 +101,9 @@ def reset() -> None:
     global _engine
     with _lock:
         _engine = None
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DELAYQ", "CACHES"):
+        reset()

@@ -32,8 +32,8 @@ from typing import Any
 
 from django.db import connections, router
 
-from django_delayq import validation
-from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.core import validation
+from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
 from django_delayq.models import LIVE_STATUSES, Job
@@ -157,24 +157,6 @@ def _printable(value: Any) -> str:
     except Exception:  # noqa: BLE001
         text = "<unprintable %s>" % type(value).__name__
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
-
-
-def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int) -> None:
-    """Take jobs that must not run out of Redis's in-flight set, with a warning each: a job
-    without a row goes to the dead set, one whose row is final is forgotten (ack). The
-    row is never touched. ``RedisError`` propagates (the leases then expire and the next
-    claim sets them aside again)."""
-    if not items:
-        return
-    from django_delayq import metrics
-
-    no_row = [a for a in items if a.kind == NO_ROW]
-    final = [a for a in items if a.kind != NO_ROW]
-    engine.nack(queue, [(a.job.id, a.job.token, None) for a in no_row], dead_max=dead_max)
-    engine.ack(queue, [(a.job.id, a.job.token) for a in final])
-    for a in items:
-        logger.warning("job %s (queue %r) set aside, not run: %s", a.job.id, queue, a.reason)
-        metrics.count_set_aside(queue, a.kind)
 
 
 def max_attempts(ids: Iterable[str]) -> dict[str, int]:

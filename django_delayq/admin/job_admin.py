@@ -1,5 +1,5 @@
 """The admin of audit rows: a read-only list and detail page, with permission-gated
-actions (cancel, run now, reschedule, requeue) that call ``django_delayq.api``.
+actions (cancel, run now, reschedule, requeue) that call ``django_delayq.core.api``.
 
 Rows are never added, changed or deleted through forms: the row is the job's durable
 record. Each action needs its custom permission (``django_delayq.cancel_job``,
@@ -18,7 +18,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin_actions import ACTIONS
+from django_delayq.admin.actions import ACTIONS
 from django_delayq.models import Job, JobAttempt, JobStatus
 
 STATUS_COLOURS = {

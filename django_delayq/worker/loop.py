@@ -33,14 +33,15 @@ from typing import Any
 from django.db import close_old_connections, connections
 from redis.exceptions import RedisError
 
-from django_delayq import payloads, runner
-from django_delayq.audit import AuditWriter, OutageLog
-from django_delayq.conf import Settings
+from django_delayq.core import payloads
+from django_delayq.core.conf import Settings
+from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import ClaimedJob, Engine
-from django_delayq.queue_backoff import ERRORS, QueueBackoff
-from django_delayq.reconcile import Reconciler
-from django_delayq.settle import Settler
-from django_delayq.wakeup import WakeListener, monotonic_ms
+from django_delayq.worker import aside, runner
+from django_delayq.worker.audit import AuditWriter, OutageLog
+from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
+from django_delayq.worker.settle import Settler
+from django_delayq.worker.wakeup import WakeListener, monotonic_ms
 
 logger = logging.getLogger(__name__)
 
@@ -260,7 +261,7 @@ class Worker:
             self.done.append(runner.unusable(bad.job, bad.path, bad.reason))
         self.set_aside += len(loaded.aside)
         try:
-            payloads.set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
+            aside.set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
         except RedisError as exc:  # their leases expire; the next claim sets them aside again
             logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
         return loaded.run

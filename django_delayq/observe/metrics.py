@@ -71,8 +71,8 @@ class QueueCollector:
         yield from (jobs, oldest, workers, up)
 
     def _read(self, jobs: Any, oldest: Any, workers: Any) -> None:
-        from django_delayq.conf import get_settings
-        from django_delayq.connection import get_engine
+        from django_delayq.core.conf import get_settings
+        from django_delayq.core.connection import get_engine
 
         settings, engine = get_settings(), get_engine()
         now_ms = 0

@@ -34,17 +34,17 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import keyword
-import re
 import types
 from collections.abc import Callable
 from functools import cache
 from typing import Any
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from django_delayq.core.validation import name_problem
 from django_delayq.exceptions import InvalidJob
 
-MAX_PATH = 255
-_SEGMENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 EXAMPLE = "'shop.tasks.close_order'"
 
 
@@ -55,7 +55,7 @@ class NotAllowed(PermissionError):
 @cache
 def allowed_modules() -> frozenset[str]:
     """The modules of ``DELAYQ["ALLOWED_CALLABLES"]``; empty when unset."""
-    from django_delayq.conf import get_settings
+    from django_delayq.core.conf import get_settings
 
     return frozenset(get_settings().allowed_callables or ())
 
@@ -65,21 +65,21 @@ def reset() -> None:
     _resolve.cache_clear()
 
 
-def name_problem(dotted: Any, *, what: str = "module name") -> str | None:
-    """Why ``dotted`` is not a dotted name the allow-list accepts, or ``None``."""
-    if not isinstance(dotted, str) or not dotted:
-        return "not a %s" % what
-    if len(dotted) > MAX_PATH:
-        return "longer than %d characters" % MAX_PATH
-    for segment in dotted.split("."):
-        if not _SEGMENT.fullmatch(segment):
-            if segment.startswith("_"):
-                return ("%r starts with '_': special and private names are never jobs"
-                        % segment)
-            return "%r is not an ASCII identifier" % segment
-        if keyword.iskeyword(segment):
-            return "%r is a Python keyword" % segment
-    return None
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DELAYQ", "INSTALLED_APPS"):
+        reset()
+
+
+_task_caller: Callable[[Any], Callable[..., Any]] | None = None
+
+
+def set_task_caller(caller: Callable[[Any], Callable[..., Any]]) -> None:
+    """How a Django ``Task`` whose function ``takes_context`` is called: the Tasks backend
+    registers it (it passes a ``TaskContext`` first). A hook, so that this module never
+    imports the surface above it."""
+    global _task_caller
+    _task_caller = caller
 
 
 def refusal(path: Any) -> str | None:
@@ -164,9 +164,10 @@ def _resolve(path: str) -> Callable[..., Any]:
     if why := _not_a_job_function(func, module_name, name):
         raise NotAllowed("%r: %s" % (path, why))
     if func is not obj and getattr(obj, "takes_context", False):
-        from django_delayq.backends import task_callable  # passes a TaskContext first
-
-        return task_callable(obj)
+        if _task_caller is None:
+            raise ImportError("%r takes a context, and the Django Tasks backend "
+                              "(django_delayq.backends) is not loaded" % (path,))
+        return _task_caller(obj)
     return func  # type: ignore[no-any-return]
 
 

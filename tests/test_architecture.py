@@ -1,0 +1,83 @@
+"""The package's shape is checked, not only described (docs/internals.md, "Layout").
+
+* Layers and cycles: the import-linter contracts in ``.importlinter`` (run by
+  ``make test``; here too, so that a plain ``pytest`` run catches an upward import).
+* One owner of Redis: only ``django_delayq/engine`` imports the Redis client library
+  (its exception types excepted) or touches an Engine's client.
+* Small parts: no module over 450 lines, no function over 60.
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "django_delayq"
+ENGINE = PACKAGE / "engine"
+# Attribute names that only a Redis client (or pipeline) has: reaching for them outside
+# the engine builds keys or commands somewhere other than the one owner of Redis.
+REDIS_ONLY_ATTRIBUTES = {"client", "pipeline", "pubsub", "execute_command", "register_script",
+                         "evalsha", "scan_iter", "zadd", "zrange", "zrangebyscore", "zscore",
+                         "hset", "hget", "hgetall", "hdel", "xadd", "xrange", "xrevrange",
+                         "publish", "get_redis_connection"}
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+def modules() -> Iterator[Path]:
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if "migrations" not in path.parts:
+            yield path
+
+
+def test_import_contracts_hold() -> None:
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
+    if lint is None:
+        pytest.fail("import-linter is not installed: it is part of the dev dependencies")
+    done = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+
+
+def redis_uses(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text("utf-8"))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += ["import %s" % a.name for a in node.names
+                      if a.name == "redis" or a.name.startswith("redis.")
+                      and not a.name.startswith("redis.exceptions")]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            top = node.module.split(".")[0]
+            if top in ("redis", "django_redis") and node.module != "redis.exceptions":
+                found.append("from %s import ..." % node.module)
+        elif isinstance(node, ast.Attribute) and node.attr in REDIS_ONLY_ATTRIBUTES:
+            found.append(".%s" % node.attr)
+    return ["%s: %s" % (path.relative_to(ROOT), use) for use in found]
+
+
+def test_only_the_engine_talks_to_redis() -> None:
+    outside = [p for p in modules() if ENGINE not in p.parents]
+    uses = [use for path in outside for use in redis_uses(path)]
+    assert uses == []
+
+
+def test_modules_and_functions_stay_small() -> None:
+    too_big = []
+    for path in modules():
+        text = path.read_text("utf-8")
+        name = str(path.relative_to(ROOT))
+        if text.count("\n") > MAX_MODULE_LINES:
+            too_big.append("%s: %d lines" % (name, text.count("\n")))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > MAX_FUNCTION_LINES:
+                    too_big.append("%s: %s() %d lines" % (name, node.name, length))
+    assert too_big == []
