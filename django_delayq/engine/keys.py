@@ -1,4 +1,10 @@
-"""Every Redis key of one queue, under one hash tag (one Redis Cluster slot)."""
+"""Every Redis key django-delayq uses, named here and nowhere else.
+
+``QueueKeys``: the keys of one queue, under one hash tag ``{prefix:queue}`` (one Redis
+Cluster slot, so a script or MULTI may touch them all). ``GlobalKeys``: the keys shared
+by every queue under a prefix (the workers registry, the event stream), under the hash
+tag ``{prefix}``.
+"""
 
 from __future__ import annotations
 
@@ -45,5 +51,42 @@ class QueueKeys:
         """Pub/Sub channel told the new earliest due time of the queue."""
         return self.tag + ":wake"
 
+    @property
+    def epoch(self) -> str:
+        """When (and by whom) this queue's data was first written: ``<ms>:<token>:<kind>``
+        (enqueue.lua creates it; the reconciler reads it to tell a data loss)."""
+        return self.tag + ":epoch"
+
+    @property
+    def reconciled(self) -> str:
+        """ZSET id -> server ms: jobs a reconciler re-enqueued moments ago."""
+        return self.tag + ":reconciled"
+
     def all(self) -> tuple[str, ...]:
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead)
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalKeys:
+    """Key names shared by every queue under ``prefix``: all share ``{prefix}``."""
+
+    prefix: str
+
+    @property
+    def tag(self) -> str:
+        return "{%s}" % self.prefix
+
+    @property
+    def workers(self) -> str:
+        """ZSET worker id -> last heartbeat (Redis ms): the workers registry."""
+        return self.tag + ":workers"
+
+    @property
+    def workers_info(self) -> str:
+        """HASH worker id -> JSON the worker wrote about itself (host, pid, queues, ...)."""
+        return self.tag + ":workers:info"
+
+    @property
+    def events(self) -> str:
+        """STREAM of every job transition of every queue (core/events.py)."""
+        return self.tag + ":events"
