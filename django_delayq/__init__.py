@@ -15,6 +15,8 @@ _LAZY = {
     "schedule_many": "django_delayq.core.api",
     "schedule_spec": "django_delayq.core.api",
     "JobSpec": "django_delayq.core.api",
+    "job": "django_delayq.core.api",
+    "JobCall": "django_delayq.core.api",
     "cancel": "django_delayq.core.api",
     "run_now": "django_delayq.core.api",
     "reschedule": "django_delayq.core.api",
@@ -32,10 +34,12 @@ __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.core.api import (  # noqa: F401
+        JobCall,
         JobHandle,
         JobSpec,
         cancel,
         get_job,
+        job,
         requeue,
         reschedule,
         run_now,

@@ -1,4 +1,5 @@
-"""Functions that tests try (and fail) to schedule, and a class-level one."""
+"""Functions that tests try (and fail) to schedule, a class-level one, and a job whose
+keyword arguments are named like scheduling options."""
 
 
 class Holder:
@@ -18,3 +19,8 @@ def make_closure():  # type: ignore[no-untyped-def]
 
 
 not_a_function = 42
+
+
+def named_like_options(delay: int, queue: str, key: str, at: str = "") -> dict[str, object]:
+    """A job whose keyword arguments are named like scheduling options: returns them."""
+    return {"delay": delay, "queue": queue, "key": key, "at": at}

@@ -1,4 +1,4 @@
-"""The public API: schedule, schedule_many, cancel, run_now, reschedule, requeue, get_job.
+"""The public API: schedule, schedule_many, job, cancel, run_now, reschedule, requeue, get_job.
 
 ``schedule()`` checks everything and raises ``InvalidJob`` naming the bad value. The
 audit row is written in the caller's transaction; the job reaches Redis on commit
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -90,18 +90,24 @@ def _common(fn: Any, queue: str | None, max_attempts: Any, backoff: Any, s: Sett
     return _Common(path=path, queue=queue, max_attempts=max_attempts, backoff=backoff)
 
 
+def _when(delay: Any, at: Any) -> tuple[datetime | None, float]:
+    """The due time checked: ``(at, 0)``, or ``(None, delay in seconds)``."""
+    if delay is not None and at is not None:
+        raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
+    if at is not None:
+        return validation.check_at(at, django_settings.USE_TZ), 0.0
+    return None, validation.delay_seconds(0 if delay is None else delay)
+
+
 def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[str, Any], NewJob]:
     """One job's row values and its id for Redis (``schedule``; ``schedule_many`` uses
     ``bulk``, with the same checks from ``validation``)."""
     args, kwargs = list(spec.args), dict(spec.kwargs)
     _, _, size = validation.encode_args(args, kwargs)
-    if spec.delay is not None and spec.at is not None:
-        raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (spec.delay, spec.at))
-    if spec.at is not None:
-        at = validation.check_at(spec.at, django_settings.USE_TZ)
+    at, seconds = _when(spec.delay, spec.at)
+    if at is not None:
         run_at, new = at, {"at_ms": validation.at_ms(at)}
     else:
-        seconds = validation.delay_seconds(0 if spec.delay is None else spec.delay)
         run_at, new = now + timedelta(seconds=seconds), {"delay_ms": int(seconds * 1000)}
     if spec.key is not None:
         validation.check_key(spec.key)
@@ -159,7 +165,7 @@ def schedule(
 
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
     same queue) returns the first job instead of creating another. A job function whose
-    keyword arguments are named like these options: use ``schedule_spec``.
+    keyword arguments are named like these options: use ``job(fn).using(...)``.
     """
     spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key)
     return schedule_spec(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff)
@@ -222,6 +228,73 @@ def schedule_many(
                          job_ids=[job.id for job in jobs])
         _after_commit(using, lambda: enqueue_or_outbox(common.queue, jobs))
     return batch.ids
+
+
+_KEEP: Any = object()  # using(): "this option is not given, keep the current value"
+
+
+@dataclass(frozen=True, slots=True)
+class JobCall:
+    """A job function with its scheduling options, kept apart from its arguments.
+
+    ``job(fn).using(queue="emails", delay=60).schedule(*args, **kwargs)`` schedules
+    ``fn(*args, **kwargs)`` exactly as ``schedule()`` would, but every keyword of
+    ``.schedule()`` goes to the job function, whatever its name (``delay``, ``queue``,
+    ``key``...). ``using()`` returns a new ``JobCall`` and checks its options at once;
+    ``.schedule()`` goes through ``schedule_spec``, which checks everything again.
+    """
+
+    fn: Callable[..., Any] | str
+    delay: float | timedelta | None = None
+    at: datetime | None = None
+    queue: str | None = None
+    max_attempts: int | None = None
+    backoff: Any = None
+    key: str | None = None
+
+    def using(self, *, delay: float | timedelta | None = _KEEP, at: datetime | None = _KEEP,
+              queue: str | None = _KEEP, max_attempts: int | None = _KEEP,
+              backoff: Any = _KEEP, key: str | None = _KEEP) -> JobCall:
+        """These options replace the current ones (``None`` resets one); raises
+        ``InvalidJob`` naming a bad option, as ``schedule()`` would."""
+        given = dict(delay=delay, at=at, queue=queue, max_attempts=max_attempts,
+                     backoff=backoff, key=key)
+        changed = replace(self, **{k: v for k, v in given.items() if v is not _KEEP})
+        changed.check()
+        return changed
+
+    def check(self) -> None:
+        """The checks of ``schedule()`` that do not depend on the job's arguments."""
+        _common(self.fn, self.queue, self.max_attempts, self.backoff, get_settings())
+        _when(self.delay, self.at)
+        if self.key is not None:
+            validation.check_key(self.key)
+
+    def schedule(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """Schedule ``fn(*args, **kwargs)`` with this call's options."""
+        spec = JobSpec(args=args, kwargs=kwargs, delay=self.delay, at=self.at, key=self.key)
+        return schedule_spec(self.fn, spec, queue=self.queue, max_attempts=self.max_attempts,
+                             backoff=self.backoff)
+
+    def schedule_many(self, specs: Iterable[JobSpec], *, batch_size: int = 1000) -> list[str]:
+        """``schedule_many`` with this call's queue, max_attempts and backoff; a spec that
+        sets neither ``delay`` nor ``at`` takes this call's. Each spec carries its own key."""
+        if self.key is not None:
+            raise InvalidJob("key=%r names one job: give each JobSpec its own key for "
+                             "schedule_many" % (self.key,))
+        if self.delay is not None or self.at is not None:
+            specs = (spec if spec.delay is not None or spec.at is not None
+                     else replace(spec, delay=self.delay, at=self.at) for spec in specs)
+        return schedule_many(self.fn, specs, queue=self.queue, max_attempts=self.max_attempts,
+                             backoff=self.backoff, batch_size=batch_size)
+
+
+def job(fn: Callable[..., Any] | str) -> JobCall:
+    """``job(fn).using(...).schedule(*args, **kwargs)``: options apart from arguments.
+
+    Nothing is checked until ``using()`` or ``schedule()``, so ``job(fn)`` may sit at
+    module level before Django's settings are ready."""
+    return JobCall(fn)
 
 
 def get_job(job_id: str) -> Job:

@@ -393,3 +393,76 @@ def test_requeue_marks_the_row_live_before_redis_hands_the_job_out(delayq_engine
     copy = requeue(h.id)
     assert copy.id != h.id
     assert (h.job.status, h.job.attempts) == (JobStatus.DEAD, 2)
+
+
+def test_job_using_passes_kwargs_named_like_options_to_the_function(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    """``job(fn).using(...)`` keeps options apart: every keyword of ``.schedule()`` is an
+    argument of the job function, and the job runs with them."""
+    from django_delayq import job
+    from django_delayq.testing import run_due_jobs
+
+    h = job(jobs_more.named_like_options).using(queue="emails").schedule(
+        delay=7, queue="slow", key="k-1", at="noon")
+    row = h.job
+    assert (row.queue, row.key) == ("emails", None)
+    assert row.kwargs == {"delay": 7, "queue": "slow", "key": "k-1", "at": "noon"}
+    assert in_redis(delayq_engine, h.id, "emails") == "pending"
+    assert run_due_jobs(["emails"]) == 1
+    row = h.job
+    assert row.status == JobStatus.SUCCEEDED
+    assert row.result == {"delay": 7, "queue": "slow", "key": "k-1", "at": "noon"}
+
+
+def test_job_using_options_apply_as_in_schedule(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import job
+
+    call = job("tests.jobs.add").using(queue="slow", delay=dt.timedelta(minutes=30),
+                                       max_attempts=4, key="once")
+    h = call.schedule(1, 2)
+    row = h.job
+    assert (row.queue, row.max_attempts, row.key, row.args) == ("slow", 4, "once", [1, 2])
+    assert abs((row.run_at - timezone.now()).total_seconds() - 1800) < 5
+    assert in_redis(delayq_engine, h.id, "slow") == "pending"
+    assert call.schedule(1, 2).id == h.id  # the key makes it idempotent, as in schedule()
+    assert Job.objects.count() == 1
+    when = timezone.now() + dt.timedelta(hours=2)
+    later = call.using(delay=None, at=when, key=None, backoff=[5, 10]).schedule(3, 4)
+    row = later.job
+    assert (row.run_at, row.backoff, row.max_attempts) == (when, [5, 10], 4)
+    assert (row.key, row.queue) == (None, "slow")  # using() changes only what it is given
+    ids = job(jobs.noop).using(queue="emails", delay=60).schedule_many(
+        [JobSpec(args=(1,)), JobSpec(args=(2,), delay=0)])
+    rows = {r.args[0]: r for r in Job.objects.filter(pk__in=ids)}
+    assert {r.queue for r in rows.values()} == {"emails"}
+    assert rows[1].run_at - rows[2].run_at > dt.timedelta(seconds=50)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"queue": "nope"}, "unknown queue 'nope'"),
+    ({"delay": -1}, "delay must be >= 0"),
+    ({"delay": "soon"}, "delay must be seconds"),
+    ({"delay": 5, "at": dt.datetime(2030, 1, 1, tzinfo=dt.UTC)}, "pass delay or at, not both"),
+    ({"at": "tomorrow"}, "at must be a datetime"),
+    ({"max_attempts": 0}, "max_attempts must be an integer from 1 to 1000"),
+    ({"backoff": [1e308]}, "backoff"),
+    ({"key": ""}, "key must be a non-empty string"),
+])
+def test_job_using_refuses_bad_options_at_once(delayq_settings, options, message) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import job
+
+    with pytest.raises(InvalidJob, match=message):
+        job("tests.jobs.noop").using(**options)
+    assert Job.objects.count() == 0
+
+
+def test_job_using_refuses_a_callable_outside_the_allow_list(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import job
+
+    call = job("os.system")  # nothing is checked before using() or schedule()
+    with pytest.raises(InvalidJob, match="os.system"):
+        call.using(delay=1)
+    with pytest.raises(InvalidJob, match="os.system"):
+        call.schedule("true")
+    with pytest.raises(InvalidJob, match="names one job"):
+        job("tests.jobs.noop").using(key="k").schedule_many([JobSpec()])
+    assert Job.objects.count() == 0
