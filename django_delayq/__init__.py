@@ -1,16 +1,21 @@
 """django-delayq: run functions later, reliably, on Redis.
 
-The public API is loaded lazily (PEP 562) so that importing
-``django_delayq.engine`` never imports Django.
+The public API is loaded lazily (PEP 562): ``import django_delayq`` imports nothing
+else, so it works before Django's settings are configured and importing
+``django_delayq.engine`` never imports Django. A name is imported from its module
+the first time it is used (``django_delayq.schedule``, ``from django_delayq import job``)
+and kept in this module from then on.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    # scheduling and managing jobs
     "schedule": "django_delayq.core.api",
     "schedule_many": "django_delayq.core.api",
     "schedule_spec": "django_delayq.core.api",
@@ -23,8 +28,13 @@ _LAZY = {
     "requeue": "django_delayq.core.api",
     "get_job": "django_delayq.core.api",
     "JobHandle": "django_delayq.core.api",
+    # what cancel() and reschedule()/run_now() return
+    "CancelOutcome": "django_delayq.engine.engine",
+    "MoveOutcome": "django_delayq.engine.engine",
+    # inside a running job
     "current_job": "django_delayq.core.context",
     "Retry": "django_delayq.exceptions",
+    # errors
     "InvalidJob": "django_delayq.exceptions",
     "DelayQError": "django_delayq.exceptions",
     "JobNotFound": "django_delayq.exceptions",
@@ -48,6 +58,7 @@ if TYPE_CHECKING:  # pragma: no cover
         schedule_spec,
     )
     from django_delayq.core.context import current_job  # noqa: F401
+    from django_delayq.engine.engine import CancelOutcome, MoveOutcome  # noqa: F401
     from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound, Retry  # noqa: F401
 
 
@@ -55,6 +66,10 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError("module 'django_delayq' has no attribute %r" % name)
-    import importlib
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup does not come here
+    return value
 
-    return getattr(importlib.import_module(module), name)
+
+def __dir__() -> list[str]:
+    return sorted({*__all__, "__version__"})
