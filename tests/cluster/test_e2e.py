@@ -17,7 +17,7 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import CancelOutcome
 from django_delayq.models import JobStatus
 from tests.cluster.conftest import SPREAD, running_worker
-from tests.worker.conftest import wait_until
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from django_delayq import compat
-from tests.worker.conftest import wait_until, worker_starter
+from tests.helpers import wait_until
+from tests.redis_server import free_port
+from tests.worker.conftest import worker_starter
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker,
               pytest.mark.skipif(compat.prometheus_client is None, reason="no prometheus")]
@@ -25,12 +27,6 @@ LISTEN = "0A"
 @pytest.fixture
 def start_worker(delayq_settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
     yield from worker_starter(delayq_settings, tmp_path)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def answers(host: str, port: int) -> bool:

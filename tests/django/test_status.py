@@ -18,7 +18,8 @@ from django.core.management.base import CommandError
 from django_delayq import schedule
 from django_delayq.core import events
 from django_delayq.testing import run_due_jobs
-from tests.worker.conftest import ROOT, wait_until, worker_env
+from tests.helpers import wait_until
+from tests.worker.conftest import ROOT, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

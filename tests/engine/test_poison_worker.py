@@ -17,8 +17,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.engine import Engine
 from django_delayq.models import JobStatus
 from django_delayq.worker.loop import Worker, WorkerOptions
-from tests.reliability.conftest import burst
-from tests.worker.conftest import wait_until
+from tests.helpers import burst, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -44,7 +44,7 @@ from django_delayq.core.api import JobSpec
 from django_delayq.core.connection import get_engine
 from django_delayq.engine import scripts
 from django_delayq.models import Job, JobStatus
-from tests.reliability.conftest import burst
+from tests.helpers import burst
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.script_bounds]
 

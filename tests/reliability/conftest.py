@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,12 +10,15 @@ import pytest
 import redis
 from django.db import connection
 
-from tests.conftest import unique_prefix
+# Shared helpers, importable from here too (tests/helpers.py holds them):
+from tests.helpers import ALLOWED as ALLOWED
+from tests.helpers import burst as burst
+from tests.helpers import point_at as point_at
+from tests.helpers import wait_until as wait_until
 from tests.redis_server import RedisServer, binaries
 from tests.worker import conftest as worker
 
 ROOT = Path(__file__).resolve().parents[2]
-ALLOWED = ["tests.jobs", "tests.jobs_chaos", "tests.jobs_attack"]  # as worker_settings
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,11 +50,6 @@ def volatile_server() -> Iterator[RedisServer]:
     server.cleanup()
 
 
-def point_at(settings, server: RedisServer, **extra) -> None:  # type: ignore[no-untyped-def]
-    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": server.url, "PREFIX": unique_prefix(),
-                       "ALLOWED_CALLABLES": ALLOWED, **extra}
-
-
 @pytest.fixture
 def exec_table() -> None:
     from tests import jobs_chaos
@@ -60,14 +57,6 @@ def exec_table() -> None:
     jobs_chaos.create_table()
     with connection.cursor() as cursor:
         cursor.execute("DELETE FROM chaos_exec")
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met within %.1fs" % timeout)
-        time.sleep(step)
 
 
 WORKER_SETTINGS = "tests.reliability.worker_settings"
@@ -84,14 +73,3 @@ def start_worker(settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[
 
 def timeout_client(server: RedisServer, seconds: float = 0.3) -> redis.Redis:
     return redis.Redis.from_url(server.url, socket_timeout=seconds, socket_connect_timeout=seconds)
-
-
-def burst(queues: tuple[str, ...] = ("default",), concurrency: int = 2) -> int:
-    """A real Worker in this process, in burst mode: runs what is due, returns its exit code."""
-    from django_delayq.core.conf import get_settings
-    from django_delayq.core.connection import get_engine
-    from django_delayq.worker.loop import Worker, WorkerOptions
-
-    worker = Worker(get_engine(), get_settings(),
-                    WorkerOptions(queues=queues, concurrency=concurrency, burst=True))
-    return worker.run()

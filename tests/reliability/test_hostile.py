@@ -24,7 +24,7 @@ from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.loop import Worker, WorkerOptions
 from tests import jobs_chaos
-from tests.reliability.conftest import burst, point_at, wait_until
+from tests.helpers import burst, point_at, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,7 +22,7 @@ from django_delayq.worker.loop import Worker, WorkerOptions
 from django_delayq.worker.runner import Kind, Outcome
 from django_delayq.worker.settle import LOST_LEASE, Settler
 from tests import jobs_chaos
-from tests.reliability.conftest import point_at, wait_until
+from tests.helpers import point_at, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -24,7 +24,8 @@ from django_delayq.core.reconcile import DEAD_IN_REDIS
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 from tests import jobs_chaos
 from tests.conftest import unique_prefix
-from tests.reliability.conftest import WORKER_SETTINGS, point_at, wait_until
+from tests.helpers import point_at, wait_until
+from tests.reliability.conftest import WORKER_SETTINGS
 from tests.worker import conftest as worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

@@ -26,7 +26,7 @@ from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
 from django_delayq.worker.loop import Worker, WorkerOptions
 from tests import jobs_chaos
-from tests.reliability.conftest import point_at, wait_until
+from tests.helpers import point_at, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

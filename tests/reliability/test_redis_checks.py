@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 
 from django_delayq.observe.redis_checks import check_redis
+from tests.helpers import point_at
 from tests.redis_server import RedisServer, binaries
-from tests.reliability.conftest import point_at
 
 
 def ids(settings, server: RedisServer) -> list[str]:  # type: ignore[no-untyped-def]

@@ -24,7 +24,8 @@ from django_delayq.engine import Engine, scripts
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker.loop import Worker, WorkerOptions
 from tests import jobs_chaos
-from tests.reliability.conftest import burst, point_at, timeout_client, wait_until
+from tests.helpers import burst, point_at, wait_until
+from tests.reliability.conftest import timeout_client
 from tests.reliability.proxy import LossyProxy
 
 pytestmark = pytest.mark.django_db(transaction=True)

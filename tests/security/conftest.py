@@ -8,7 +8,8 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.reliability.conftest import WORKER_SETTINGS, point_at
+from tests.helpers import point_at
+from tests.reliability.conftest import WORKER_SETTINGS
 from tests.worker import conftest as worker
 
 

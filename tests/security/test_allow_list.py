@@ -29,7 +29,7 @@ from django_delayq.engine import NewJob
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus
 from tests import jobs_attack
-from tests.reliability.conftest import ALLOWED, burst, wait_until
+from tests.helpers import ALLOWED, burst, wait_until
 
 NOT_LISTED = "is not in DELAYQ['ALLOWED_CALLABLES']"
 

@@ -32,7 +32,7 @@ from django_delayq.worker import runner
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
 from tests import jobs_chaos
-from tests.reliability.conftest import wait_until
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -6,12 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from django.db import connection
+
+from tests.helpers import wait_until as wait_until  # shared helper, importable from here too
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,11 +53,3 @@ def worker_starter(settings, tmp_path, module: str = "tests.settings"  # type: i
 @pytest.fixture
 def start_worker(delayq_settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
     yield from worker_starter(delayq_settings, tmp_path)
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, step: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met within %.1fs" % timeout)
-        time.sleep(step)

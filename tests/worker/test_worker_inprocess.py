@@ -14,7 +14,7 @@ from django_delayq.engine import NewJob
 from django_delayq.engine.envelope import Envelope
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
-from tests.worker.conftest import wait_until
+from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,7 +11,7 @@ from django_delayq import schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker.loop import EXIT_HARD_STOP, EXIT_OK
-from tests.worker.conftest import wait_until
+from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 

@@ -1,0 +1,47 @@
+"""Helpers shared by the test packages: waiting on a condition, pointing the settings at a
+private Redis, running a real worker in this process.
+
+Tests wait on conditions, never for a fixed time: ``wait_until`` polls a predicate and
+fails with a clear message when it stays false past its (generous) timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from tests.conftest import unique_prefix
+
+if TYPE_CHECKING:
+    from tests.redis_server import RedisServer
+
+# The allow-list of the real worker subprocesses (tests/reliability/worker_settings.py).
+ALLOWED = ["tests.jobs", "tests.jobs_chaos", "tests.jobs_attack"]
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 15.0, step: float = 0.02) -> None:
+    """Return once ``predicate()`` is true; AssertionError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met within %.1fs" % timeout)
+        time.sleep(step)
+
+
+def point_at(settings, server: RedisServer, **extra) -> None:  # type: ignore[no-untyped-def]
+    """Point DELAYQ at ``server`` under a fresh prefix, with the worker subprocesses'
+    allow-list; ``extra`` overrides any setting."""
+    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": server.url, "PREFIX": unique_prefix(),
+                       "ALLOWED_CALLABLES": ALLOWED, **extra}
+
+
+def burst(queues: tuple[str, ...] = ("default",), concurrency: int = 2) -> int:
+    """A real Worker in this process, in burst mode: runs what is due, returns its exit code."""
+    from django_delayq.core.conf import get_settings
+    from django_delayq.core.connection import get_engine
+    from django_delayq.worker.loop import Worker, WorkerOptions
+
+    worker = Worker(get_engine(), get_settings(),
+                    WorkerOptions(queues=queues, concurrency=concurrency, burst=True))
+    return worker.run()
