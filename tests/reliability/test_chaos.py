@@ -1,4 +1,4 @@
-"""Issue 3 item 2 in small: bench/chaos.py with 1,000 jobs over 20 s (select: -m chaos).
+"""The chaos run in small: bench/chaos.py with 1,000 jobs over 20 s (select: -m chaos).
 
 The real thing, as a subprocess: its own redis-server (AOF), its own SQLite database,
 4 worker processes SIGKILLed every ~2 s, one Redis restart, one FLUSHALL. Passes when

@@ -1,4 +1,4 @@
-"""Issue 3 item 1: the audit row is the outbox; the reconciler puts back what Redis lacks."""
+"""The audit row is the outbox: the reconciler puts back what Redis lacks."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 3 item 5: Redis faults at every step (refused, timeout, reset, pause).
+"""Redis faults at every step (refused, timeout, reset, pause).
 
 A real redis-server of the test's own is stopped, restarted (AOF on: data kept),
 paused with CLIENT PAUSE, put to sleep with DEBUG SLEEP and has its connections

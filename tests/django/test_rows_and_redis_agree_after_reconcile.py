@@ -1,4 +1,6 @@
-"""DESIGN.md invariant 6: the audit row and Redis agree after the reconciler has run."""
+"""After the reconciler has run, the audit rows and Redis agree: a live row's job is pending
+in Redis, a dead one is in the dead set (or trimmed from it), a finished one is gone; running
+the reconciler again changes nothing."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ def _place(job: Job) -> str:
     return get_engine().inspect(job.queue, job.id).place
 
 
-def test_invariant_6_audit_rows_and_redis_agree_after_reconcile(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+def test_audit_rows_and_redis_agree_after_reconcile(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     engine = get_engine()
     done = schedule("tests.jobs.add", 1, 2)
     run_due_jobs()
