@@ -29,9 +29,6 @@ from typing import Any, TypeVar
 from django_delayq.engine import scripts
 from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.keys import QueueKeys
-from django_delayq.engine.outbox import OutboxOps
-from django_delayq.engine.registry import WorkerRegistry
-from django_delayq.engine.server import ServerReads
 
 logger = logging.getLogger(__name__)
 
@@ -204,12 +201,8 @@ def _aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:
     return out, start + 1 + 3 * count
 
 
-class Engine(WorkerRegistry, OutboxOps, ServerReads):
-    """The Redis side of django-delayq. Thread-safe (redis-py clients are).
-
-    The scripts' methods are here; the workers registry (``registry.py``), the
-    reconciler's look-ups and re-enqueues (``outbox.py``) and the operators' reads
-    (``server.py``) come from the classes in their own modules."""
+class Engine:
+    """The Redis side of django-delayq. Thread-safe (redis-py clients are)."""
 
     def __init__(self, client: Any, prefix: str = "delayq") -> None:
         self.client = client
@@ -276,9 +269,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         return added
 
     def _enqueue_batch(self, k: QueueKeys, batch: list[Any], now_ms: int | None) -> int:
-        # KEYS[5]: the epoch the reconciler reads (created here if absent: reconcile.py)
-        reply = self._run("enqueue", (k.pending, k.jobs, k.inflight, k.dead, k.tag + ":epoch"),
-                          [_now(now_ms), k.channel, *batch])
+        # KEYS[7]: the epoch the reconciler reads (created here if absent: reconcile.py)
+        reply = self._run("enqueue", k.script_keys(), [_now(now_ms), k.channel, *batch])
         return int(reply[0])
 
     # -- consuming ------------------------------------------------------------------
@@ -291,7 +283,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         k = self.keys(queue)
         reply = self._run(
             "claim",
-            (k.pending, k.inflight, k.jobs, k.attempts, k.dead),
+            k.script_keys(),
             [_now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms)],
         )
         aside, start = _aside(reply, 2)
@@ -316,7 +308,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         out: list[bool] = []
         for chunk in _chunks(leases, scripts.MAX_ACK):
             args = [v for id_, token in chunk for v in (id_, token)]
-            reply = self._run("ack", (k.inflight, k.jobs, k.attempts, k.cancel), args)
+            reply = self._run("ack", k.script_keys(), args)
             out += [bool(int(r)) for r in reply]
         return out
 
@@ -335,9 +327,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
             args: list[Any] = [_now(now_ms), k.channel, dead_max]
             for id_, token, delay in chunk:
                 args += [id_, token, -1 if delay is None else max(0, int(delay))]
-            reply = self._run(
-                "nack", (k.pending, k.inflight, k.jobs, k.attempts, k.cancel, k.dead), args
-            )
+            reply = self._run("nack", k.script_keys(), args)
             out += [NackOutcome(int(r)) for r in reply]
         return out
 
@@ -354,7 +344,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         for chunk in _chunks(leases, scripts.MAX_EXTEND):
             args: list[Any] = [_now(now_ms), int(lease_ms)]
             args += [v for id_, token in chunk for v in (id_, token)]
-            out += [bool(int(r)) for r in self._run("extend", (k.inflight, k.attempts), args)]
+            out += [bool(int(r)) for r in self._run("extend", k.script_keys(), args)]
         return out
 
     def release(self, queue: str, claimed: Sequence[ClaimedJob]) -> list[bool]:
@@ -365,7 +355,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
             args: list[Any] = [k.channel]
             for job in chunk:
                 args += [job.id, job.token, job.due_ms]
-            reply = self._run("release", (k.pending, k.inflight, k.attempts), args)
+            reply = self._run("release", k.script_keys(), args)
             out += [bool(int(r)) for r in reply]
         return out
 
@@ -393,7 +383,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
             size = min(left, scripts.MAX_RECOVER)
             reply = self._run(
                 "recover",
-                (k.pending, k.inflight, k.jobs, k.attempts, k.cancel, k.dead),
+                k.script_keys(),
                 [_now(now_ms), size, default_max_attempts, k.channel, dead_max, *given],
             )
             aside, start = _aside(reply, 0)
@@ -445,9 +435,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
 
     def cancel(self, queue: str, job_id: str) -> CancelOutcome:
         k = self.keys(queue)
-        reply = self._run(
-            "cancel", (k.pending, k.inflight, k.jobs, k.attempts, k.cancel, k.dead), [job_id]
-        )
+        reply = self._run("cancel", k.script_keys(), [job_id])
         return CancelOutcome(int(reply))
 
     def reschedule(
@@ -464,7 +452,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         at = -1 if at_ms is None else int(at_ms)
         reply = self._run(
             "reschedule",
-            (k.pending, k.inflight),
+            k.script_keys(),
             [_now(now_ms), k.channel, job_id, at, int(delay_ms)],
         )
         return MoveOutcome(int(reply[0])), _opt(reply[1])
@@ -476,14 +464,14 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         k = self.keys(queue)
         reply = self._run(
             "requeue",
-            (k.pending, k.dead, k.attempts),
+            k.script_keys(),
             [_now(now_ms), k.channel, job_id, int(delay_ms)],
         )
         return MoveOutcome(int(reply[0])), _opt(reply[1])
 
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
         k = self.keys(queue)
-        r = [int(v) for v in self._run("stats", (k.pending, k.inflight, k.dead), [_now(now_ms)])]
+        r = [int(v) for v in self._run("stats", k.script_keys(), [_now(now_ms)])]
         return QueueStats(
             now_ms=r[0], scheduled=r[1], ready=r[2], inflight=r[3], dead=r[4],
             next_due_ms=_opt(r[5]), oldest_ready_ms=_opt(r[6]), expired_leases=r[7],
@@ -493,9 +481,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         """Where one job is. A score that is not a time reads as None, an attempts
         value that is not a number as -1, an envelope that is not UTF-8 with U+FFFD."""
         k = self.keys(queue)
-        r = self._run(
-            "inspect", (k.pending, k.inflight, k.dead, k.jobs, k.attempts, k.cancel), [job_id]
-        )
+        r = self._run("inspect", k.script_keys(), [job_id])
         return JobLocation(
             place=_s(r[0]),
             score_ms=_opt(r[1]),

@@ -65,6 +65,12 @@ class QueueKeys:
     def all(self) -> tuple[str, ...]:
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead)
 
+    def script_keys(self) -> tuple[str, ...]:
+        """``KEYS`` of every queue script (lua/*.lua), in the one order they name them:
+        each script takes them all (one slot) and uses those it needs."""
+        return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
+                self.epoch)
+
 
 @dataclass(frozen=True, slots=True)
 class GlobalKeys:

@@ -1,8 +1,18 @@
 """Loads ``django_delayq/engine/lua/*.lua`` once and runs them by SHA (EVALSHA).
 
-Each script is sent with ``lua/lib.lua`` in front of it (shared checks and helpers).
-A server that lost its script cache (restart, SCRIPT FLUSH, a new cluster node)
-answers NOSCRIPT; the script is then sent with EVAL once, which also caches it.
+**Shared blocks.** ``lua/lib.lua`` holds the code the scripts share (the clock, the
+type checks, "wake the workers if this is the new earliest due time", forgetting a job
+that is final, ...) in named blocks, each opened by a ``--@define <name>`` line. A
+script asks for a block with a ``--@include <name>`` line; ``expand`` replaces that line
+with the block (its own includes filled the same way), inlines each block at most once
+per script, and refuses a name lib.lua does not define (``IncludeError``, naming the
+script and the include). The expanded text is what is sent and what the SHA is of.
+
+**Keys.** Every script of a queue takes the queue's keys in one order,
+``QueueKeys.script_keys()`` (pending, inflight, jobs, attempts, cancel, dead, epoch),
+and names those it uses as locals at its top. A server that lost its script cache
+(restart, SCRIPT FLUSH, a new cluster node) answers NOSCRIPT; the script is then sent
+with EVAL once, which also caches it.
 
 **Bounds.** Every script does a bounded amount of work per call, so none holds Redis
 for more than a few milliseconds whatever the backlog (a script blocks every other
@@ -168,12 +178,78 @@ def move_aside(client: Any, key: str, found: str, expected: str) -> None:
                    "without it; inspect or delete it)", key, found, expected, target)
 
 
+class IncludeError(ValueError):
+    """A script includes a block lib.lua does not define, or a ``--@`` line is malformed."""
+
+
+_DIRECTIVE = re.compile(r"--@(define|include)[ \t]+([A-Za-z_][A-Za-z0-9_]*)[ \t]*\n?")
+
+
+def _directive(line: str, where: str) -> tuple[str, str] | None:
+    """(``define`` or ``include``, name) of a ``--@`` line, None for any other line."""
+    if not line.startswith("--@"):
+        return None
+    match = _DIRECTIVE.fullmatch(line)
+    if match is None:
+        raise IncludeError("%s: malformed directive %r (expected --@include <name>)"
+                           % (where, line.rstrip("\n")))
+    return match.group(1), match.group(2)
+
+
+def library(text: str, where: str = "lib.lua") -> dict[str, str]:
+    """The blocks of ``text``: name -> its lines after ``--@define name`` up to the next
+    ``--@define`` (the text before the first one is left out)."""
+    blocks: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines(keepends=True):
+        found = _directive(line, where)
+        if found is not None and found[0] == "define":
+            if found[1] in blocks:
+                raise IncludeError("%s: block %r defined twice" % (where, found[1]))
+            current = blocks[found[1]] = []
+        elif current is not None:
+            current.append(line)
+    return {name: "".join(lines).rstrip("\n") + "\n" for name, lines in blocks.items()}
+
+
+def expand(script: str, source: str, blocks: dict[str, str]) -> str:
+    """``source`` (of ``script``, for messages) with each ``--@include name`` line replaced
+    by ``blocks[name]``, itself expanded; a block already inlined is not inlined again."""
+    done: set[str] = set()
+
+    def inline(text: str) -> str:
+        out: list[str] = []
+        for line in text.splitlines(keepends=True):
+            found = _directive(line, script)
+            if found is None:
+                out.append(line)
+                continue
+            kind, name = found
+            if kind != "include" or name not in blocks:
+                raise IncludeError("%s: --@%s %s: lib.lua defines no block %r (it has: %s)"
+                                   % (script, kind, name, name, ", ".join(sorted(blocks))))
+            if name not in done:
+                done.add(name)
+                out.append(inline(blocks[name]))
+        return "".join(out)
+
+    return inline(source)
+
+
 def _read(name: str) -> str:
     return resources.files("django_delayq.engine").joinpath("lua", name + ".lua").read_text("utf-8")
 
 
 @cache
+def _library() -> dict[str, str]:
+    return library(_read("lib"))
+
+
+@cache
 def load(name: str) -> Script:
-    source = _read("lib") + "\n" + _read(name)
+    """Script ``name`` with its includes inlined. Its first line names it and lib.lua, so
+    an EVAL of it is recognisable in SLOWLOG and MONITOR."""
+    source = "-- django-delayq %s.lua with its lib.lua blocks\n%s" % (
+        name, expand(name + ".lua", _read(name), _library()))
     return Script(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest(),
                   bound=BOUNDS[name])

@@ -1,9 +1,10 @@
 -- ack.lua : settle finished jobs (success): forget them.
 --
--- KEYS[1]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[2]  jobs      HASH  id -> envelope
--- KEYS[3]  attempts  HASH  id -> lease token
--- KEYS[4]  cancel    SET   ids whose cancel was asked while they ran
+-- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
+-- KEYS[3]  jobs      HASH  id -> envelope
+-- KEYS[4]  attempts  HASH  id -> lease token
+-- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
 -- ARGV     pairs: id, token
 --
 -- An ack whose token is stale (the lease expired and the job was recovered or
@@ -12,13 +13,16 @@
 -- Returns: one integer per pair: 1 acked, 0 refused (lease lost)
 -- Cost: at most 250 pairs per call (scripts.MAX_ACK; callers split bigger batches):
 --       O(n log N).
-local err = wrong_type({'zset', 'hash', 'hash', 'set'})
+--@include wrong_type
+--@include forget
+local inflight, jobs, attempts, cancel = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local err = wrong_type({'', 'zset', 'hash', 'hash', 'set'})
 if err then return err end
 local ids = {}
 for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {} end
-local tokens = redis.call('HMGET', KEYS[3], unpack(ids))
-local leased = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local tokens = redis.call('HMGET', attempts, unpack(ids))
+local leased = redis.call('ZMSCORE', inflight, unpack(ids))
 local out, done, seen = {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
@@ -31,9 +35,7 @@ for j = 1, #ids do
   end
 end
 if #done > 0 then
-  redis.call('ZREM', KEYS[1], unpack(done))
-  redis.call('HDEL', KEYS[2], unpack(done))
-  redis.call('HDEL', KEYS[3], unpack(done))
-  redis.call('SREM', KEYS[4], unpack(done))
+  redis.call('ZREM', inflight, unpack(done))
+  forget(jobs, attempts, cancel, done)
 end
 return out

@@ -1,5 +1,6 @@
 -- cancel.lua : cancel one job, atomically, and say whether the cancel won the race.
 --
+-- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
@@ -12,16 +13,19 @@
 -- but it is marked so that a failure or a lost lease does not retry it.
 -- Returns: 1 cancelled, 2 already running (marked: no retry), 0 not found (done or unknown)
 -- Cost: O(log N), one job per call.
+--@include wrong_type
+--@include forget
+local pending, inflight, jobs, attempts, cancel, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+                                                        KEYS[5], KEYS[6]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
 if err then return err end
 local id = ARGV[1]
-if redis.call('ZREM', KEYS[1], id) == 1 or redis.call('ZREM', KEYS[6], id) == 1 then
-  redis.call('HDEL', KEYS[3], id)
-  redis.call('HDEL', KEYS[4], id)
+if redis.call('ZREM', pending, id) == 1 or redis.call('ZREM', dead, id) == 1 then
+  forget(jobs, attempts, cancel, {id})
   return 1
 end
-if redis.call('ZSCORE', KEYS[2], id) then
-  redis.call('SADD', KEYS[5], id)
+if redis.call('ZSCORE', inflight, id) then
+  redis.call('SADD', cancel, id)
   return 2
 end
 return 0

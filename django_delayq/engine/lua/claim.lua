@@ -1,10 +1,12 @@
 -- claim.lua : take up to `limit` due jobs and lease them to the caller.
 --
+-- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope (absent for jobs whose payload is elsewhere)
 -- KEYS[4]  attempts  HASH  id -> deliveries so far (the lease token)
--- KEYS[5]  dead      ZSET  died_ms -> id
+-- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran (a removed id's mark)
+-- KEYS[6]  dead      ZSET  died_ms -> id
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
@@ -25,15 +27,28 @@
 -- Cost: at most 200 jobs per call (scripts.MAX_CLAIM) plus 10 set aside:
 --       O(limit * log N); due jobs are the score range (-inf, now] of pending (no
 --       separate "promote" step), read with LIMIT.
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'zset'})
+--@include now
+--@include ms_range
+--@include wrong_type
+--@include as_ms
+--@include bad_id
+--@include bad_count
+--@include utf8_ok
+--@include shown
+--@include call_many
+--@include pending_head
+--@include forget
+local pending, inflight, jobs, attempts, cancel, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+                                                        KEYS[5], KEYS[6]
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local limit = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
 local deadline = now + tonumber(ARGV[3])
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 local tail = {}
 if now <= MAX_MS then
-  tail = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
+  tail = redis.call('ZRANGEBYSCORE', pending, '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
                     'LIMIT', 0, 10)
 end
 local ids, scores = {}, {}
@@ -45,10 +60,10 @@ end
 local out = {now, -1, 0}
 if #ids > 0 then
   local envs = {}
-  if redis.call('EXISTS', KEYS[3]) == 1 then envs = redis.call('HMGET', KEYS[3], unpack(ids)) end
-  local counts = redis.call('HMGET', KEYS[4], unpack(ids))
+  if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(ids)) end
+  local counts = redis.call('HMGET', attempts, unpack(ids))
   local lease_at = string.format('%.0f', deadline)  -- one string, not one per job
-  local leased, tokens, gone, died, reset, jobs = {}, {}, {}, {}, {}, {}
+  local leased, tokens, gone, died, reset, claimed = {}, {}, {}, {}, {}, {}
   local nl, nj, no = 0, 0, 3
   for j = 1, #ids do
     local id = ids[j]
@@ -73,29 +88,26 @@ if #ids > 0 then
         leased[nl + 1] = lease_at; leased[nl + 2] = id
         tokens[nl + 1] = id; tokens[nl + 2] = token
         nl = nl + 2
-        jobs[nj + 1] = id; jobs[nj + 2] = due_ms; jobs[nj + 3] = token
-        jobs[nj + 4] = envs[j] or ''
+        claimed[nj + 1] = id; claimed[nj + 2] = due_ms; claimed[nj + 3] = token
+        claimed[nj + 4] = envs[j] or ''
         nj = nj + 4
       end
     end
   end
   out[3] = #gone + #died / 2
   -- writes: everything above was only read
-  if #due > 0 then redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1) end
-  if #tail_ids > 0 then redis.call('ZREM', KEYS[1], unpack(tail_ids)) end
+  if #due > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #due / 2 - 1) end
+  if #tail_ids > 0 then redis.call('ZREM', pending, unpack(tail_ids)) end
   if nl > 0 then
-    call_many('HSET', KEYS[4], {}, tokens)
-    call_many('ZADD', KEYS[2], {}, leased)
+    call_many('HSET', attempts, {}, tokens)
+    call_many('ZADD', inflight, {}, leased)
   end
-  if #died > 0 then call_many('ZADD', KEYS[5], {}, died) end
-  if #reset > 0 then redis.call('HDEL', KEYS[4], unpack(reset)) end
-  if #gone > 0 then
-    redis.call('HDEL', KEYS[3], unpack(gone))
-    redis.call('HDEL', KEYS[4], unpack(gone))
-  end
-  for j = 1, nj do out[no + j] = jobs[j] end
+  if #died > 0 then call_many('ZADD', dead, {}, died) end
+  if #reset > 0 then redis.call('HDEL', attempts, unpack(reset)) end
+  forget(jobs, attempts, cancel, gone)
+  for j = 1, nj do out[no + j] = claimed[j] end
 end
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+local head = pending_head(pending)
 if head[2] then
   local first = as_ms(head[2])
   if first ~= nil then out[2] = first

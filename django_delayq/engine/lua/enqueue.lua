@@ -1,10 +1,11 @@
 -- enqueue.lua : add jobs to a queue; idempotent by job id.
 --
+-- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id   (future and due jobs)
--- KEYS[2]  jobs      HASH  id -> envelope (JSON), only for jobs that carry one
--- KEYS[3]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[4]  dead      ZSET  died_ms -> id
--- KEYS[5]  epoch     STRING (optional) the queue's epoch (reconcile.py): set, if absent, to
+-- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
+-- KEYS[3]  jobs      HASH  id -> envelope (JSON), only for jobs that carry one
+-- KEYS[6]  dead      ZSET  died_ms -> id
+-- KEYS[7]  epoch     STRING the queue's epoch (core/reconcile.py): set, if absent, to
 --                    "<ms>:<us>:e" whenever jobs are given: whoever first writes a queue's
 --                    data creates it, so "no epoch" means "nothing written since empty"
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
@@ -19,18 +20,24 @@
 -- Returns: {added, now_ms}
 -- Cost: at most 200 jobs per call (scripts.MAX_ENQUEUE; callers split bigger batches):
 --       O(n log N), independent of the backlog size.
-local err = wrong_type({'zset', 'hash', 'zset', 'zset'})
+--@include now
+--@include wrong_type
+--@include clamp_ms
+--@include call_many
+--@include wake
+local pending, inflight, jobs, dead, epoch = KEYS[1], KEYS[2], KEYS[3], KEYS[6], KEYS[7]
+local err = wrong_type({'zset', 'zset', 'hash', '', '', 'zset'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}
 for i = 3, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local in_pending = redis.call('ZMSCORE', KEYS[1], unpack(ids))
-local in_flight = redis.call('ZMSCORE', KEYS[3], unpack(ids))
-local in_dead = redis.call('ZMSCORE', KEYS[4], unpack(ids))
+local head = pending_head(pending)
+local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
+local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
+local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
 local has_env = {}
-if redis.call('EXISTS', KEYS[2]) == 1 then has_env = redis.call('HMGET', KEYS[2], unpack(ids)) end
+if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
 local seen = {}
 local scored, envs = {}, {}
 local earliest = nil
@@ -48,14 +55,11 @@ for j = 1, #ids do
     if earliest == nil or due < earliest then earliest = due end
   end
 end
-if #scored > 0 then call_many('ZADD', KEYS[1], {}, scored) end
-if #envs > 0 then call_many('HSET', KEYS[2], {}, envs) end
-if earliest ~= nil and (head[2] == nil or earliest < tonumber(head[2])) then
-  redis.call('PUBLISH', ARGV[2], earliest)
-end
-if KEYS[5] and redis.call('EXISTS', KEYS[5]) == 0 then
-  local t = redis.call('TIME')
-  redis.call('SET', KEYS[5], t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
-             .. ':' .. t[2] .. ':e', 'NX')
+if #scored > 0 then call_many('ZADD', pending, {}, scored) end
+if #envs > 0 then call_many('HSET', jobs, {}, envs) end
+wake_if_earliest(ARGV[2], earliest, head)
+if redis.call('EXISTS', epoch) == 0 then
+  local t = server_time()
+  redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')
 end
 return {#scored / 2, now}

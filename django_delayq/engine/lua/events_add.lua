@@ -14,6 +14,8 @@
 -- Cost: at most 100 events and 2,400 arguments per call (scripts.MAX_EVENTS,
 --       scripts.MAX_EVENT_ARGS; callers split bigger batches): O(total fields);
 --       trimming is amortised by MAXLEN ~.
+--@include wrong_type
+local events = KEYS[1]
 local err = wrong_type({'stream'})
 if err then return err end
 local maxlen = ARGV[1]
@@ -22,7 +24,7 @@ local written = 0
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   if n == nil or n < 1 or n ~= math.floor(n) or i + 2 * n > #ARGV then break end
-  local entry = {'XADD', KEYS[1], 'MAXLEN', '~', maxlen, '*'}
+  local entry = {'XADD', events, 'MAXLEN', '~', maxlen, '*'}
   for j = 1, 2 * n do entry[6 + j] = ARGV[i + j] end
   local reply = redis.pcall(unpack(entry))
   if type(reply) == 'table' and reply['err'] then break end

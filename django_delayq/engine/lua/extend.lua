@@ -1,7 +1,8 @@
 -- extend.lua : heartbeat; push the lease deadline of running jobs forward.
 --
--- KEYS[1]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[2]  attempts  HASH  id -> lease token
+-- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
+-- KEYS[4]  attempts  HASH  id -> lease token
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  lease_ms  new deadline = now_ms + lease_ms
 -- ARGV[3..] pairs: id, token
@@ -11,15 +12,19 @@
 --          or the token is stale)
 -- Cost: at most 250 pairs per call (scripts.MAX_EXTEND; callers split bigger batches):
 --       O(n log N).
-local err = wrong_type({'zset', 'hash'})
+--@include now
+--@include wrong_type
+--@include call_many
+local inflight, attempts = KEYS[2], KEYS[4]
+local err = wrong_type({'', 'zset', '', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
 local ids = {}
 for i = 3, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {} end
-local tokens = redis.call('HMGET', KEYS[2], unpack(ids))
-local leased = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+local tokens = redis.call('HMGET', attempts, unpack(ids))
+local leased = redis.call('ZMSCORE', inflight, unpack(ids))
 local out, pushed = {}, {}
 for j = 1, #ids do
   if leased[j] and tokens[j] == ARGV[2 * j + 2] then
@@ -30,5 +35,5 @@ for j = 1, #ids do
     out[j] = 0
   end
 end
-if #pushed > 0 then call_many('ZADD', KEYS[1], {'XX'}, pushed) end
+if #pushed > 0 then call_many('ZADD', inflight, {'XX'}, pushed) end
 return out

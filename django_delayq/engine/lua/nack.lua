@@ -1,5 +1,6 @@
 -- nack.lua : settle failed jobs: back to pending after a delay, or to dead.
 --
+-- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
@@ -16,6 +17,14 @@
 -- Returns: one integer per triple: 0 refused (lease lost), 1 retrying, 2 dead, 3 cancelled
 -- Cost: at most 200 triples per call (scripts.MAX_NACK; callers split bigger batches):
 --       O(n log N), plus at most 100 trimmed dead jobs.
+--@include now
+--@include wrong_type
+--@include clamp_ms
+--@include call_many
+--@include wake
+--@include forget
+local pending, inflight, jobs, attempts, cancel, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+                                                        KEYS[5], KEYS[6]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
 if err then return err end
 local now = now_ms(ARGV[1])
@@ -24,10 +33,10 @@ for i = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local out = {}
 local earliest = nil
 if #ids > 0 then
-  local tokens = redis.call('HMGET', KEYS[4], unpack(ids))
-  local leased = redis.call('ZMSCORE', KEYS[2], unpack(ids))
-  local cancelled = redis.call('SMISMEMBER', KEYS[5], unpack(ids))
-  local settled, forget, retry, died, seen = {}, {}, {}, {}, {}
+  local tokens = redis.call('HMGET', attempts, unpack(ids))
+  local leased = redis.call('ZMSCORE', inflight, unpack(ids))
+  local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
+  local settled, dropped, retry, died, seen = {}, {}, {}, {}, {}
   for j = 1, #ids do
     local id = ids[j]
     local i = 3 * j + 1
@@ -38,7 +47,7 @@ if #ids > 0 then
       settled[#settled + 1] = id
       local delay = tonumber(ARGV[i + 2])
       if cancelled[j] == 1 then
-        forget[#forget + 1] = id
+        dropped[#dropped + 1] = id
         out[j] = 3
       elseif delay >= 0 then
         local due = clamp_ms(now + delay)
@@ -53,25 +62,18 @@ if #ids > 0 then
       end
     end
   end
-  local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  if #settled > 0 then redis.call('ZREM', KEYS[2], unpack(settled)) end
-  if #forget > 0 then
-    redis.call('SREM', KEYS[5], unpack(forget))
-    redis.call('HDEL', KEYS[3], unpack(forget))
-    redis.call('HDEL', KEYS[4], unpack(forget))
-  end
-  if #retry > 0 then call_many('ZADD', KEYS[1], {}, retry) end
-  if #died > 0 then call_many('ZADD', KEYS[6], {}, died) end
-  if earliest ~= nil and (head[2] == nil or earliest < tonumber(head[2])) then
-    redis.call('PUBLISH', ARGV[2], earliest)
-  end
+  local head = pending_head(pending)
+  if #settled > 0 then redis.call('ZREM', inflight, unpack(settled)) end
+  forget(jobs, attempts, cancel, dropped)
+  if #retry > 0 then call_many('ZADD', pending, {}, retry) end
+  if #died > 0 then call_many('ZADD', dead, {}, died) end
+  wake_if_earliest(ARGV[2], earliest, head)
 end
-local excess = redis.call('ZCARD', KEYS[6]) - tonumber(ARGV[3])
+local excess = redis.call('ZCARD', dead) - tonumber(ARGV[3])
 if excess > 0 then
-  local gone = redis.call('ZPOPMIN', KEYS[6], math.min(excess, 100))
+  local gone = redis.call('ZPOPMIN', dead, math.min(excess, 100))
   local trimmed = {}
   for j = 1, #gone, 2 do trimmed[#trimmed + 1] = gone[j] end
-  redis.call('HDEL', KEYS[3], unpack(trimmed))
-  redis.call('HDEL', KEYS[4], unpack(trimmed))
+  forget(jobs, attempts, cancel, trimmed)
 end
 return out

@@ -1,5 +1,6 @@
 -- recover.lua : take back jobs whose lease expired (their worker died or hung).
 --
+-- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
@@ -25,13 +26,22 @@
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
 -- Cost: at most 100 leases (scripts.MAX_RECOVER) and 100 max_attempts pairs per call,
 --       plus 10 absurd leases: O(limit * log N); never scans the backlog.
+--@include now
+--@include ms_range
+--@include wrong_type
+--@include bad_id
+--@include bad_count
+--@include shown
+--@include forget
+local pending, inflight, jobs, attempts, cancel, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
+                                                        KEYS[5], KEYS[6]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local limit = math.max(1, math.min(tonumber(ARGV[2]) or 1, 100))
-local ids = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'LIMIT', 0, limit)
+local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 if now <= MAX_MS then
-  local stuck = redis.call('ZRANGEBYSCORE', KEYS[2], '(' .. MAX_MS_ARG, '+inf', 'LIMIT', 0, 10)
+  local stuck = redis.call('ZRANGEBYSCORE', inflight, '(' .. MAX_MS_ARG, '+inf', 'LIMIT', 0, 10)
   for _, id in ipairs(stuck) do ids[#ids + 1] = id end
 end
 local out = {0}
@@ -39,10 +49,10 @@ if #ids == 0 then return out end
 local given = {}
 for i = 6, #ARGV, 2 do given[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local envs = {}
-if redis.call('EXISTS', KEYS[3]) == 1 then envs = redis.call('HMGET', KEYS[3], unpack(ids)) end
-local counts = redis.call('HMGET', KEYS[4], unpack(ids))
-local cancelled = redis.call('SMISMEMBER', KEYS[5], unpack(ids))
-local gone, forget, died, again, reset, results = {}, {}, {}, {}, {}, {}
+if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(ids)) end
+local counts = redis.call('HMGET', attempts, unpack(ids))
+local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
+local gone, dropped, died, again, reset, results = {}, {}, {}, {}, {}, {}
 for j, id in ipairs(ids) do
   local why = bad_id(id)
   if why then
@@ -56,7 +66,7 @@ for j, id in ipairs(ids) do
     local n = tonumber(counts[j]) or 0
     local outcome
     if cancelled[j] == 1 then
-      forget[#forget + 1] = id
+      dropped[#dropped + 1] = id
       outcome = 3
     else
       local max = given[id] or tonumber(ARGV[3])
@@ -78,21 +88,13 @@ for j, id in ipairs(ids) do
 end
 out[1] = #gone + #reset
 -- writes: everything above was only read
-redis.call('ZREM', KEYS[2], unpack(ids))
-if #gone > 0 then
-  redis.call('HDEL', KEYS[3], unpack(gone))
-  redis.call('HDEL', KEYS[4], unpack(gone))
-  redis.call('SREM', KEYS[5], unpack(gone))
-end
-if #reset > 0 then redis.call('HDEL', KEYS[4], unpack(reset)) end
-if #forget > 0 then
-  redis.call('SREM', KEYS[5], unpack(forget))
-  redis.call('HDEL', KEYS[3], unpack(forget))
-  redis.call('HDEL', KEYS[4], unpack(forget))
-end
-if #died > 0 then redis.call('ZADD', KEYS[6], unpack(died)) end
+redis.call('ZREM', inflight, unpack(ids))
+forget(jobs, attempts, cancel, gone)
+if #reset > 0 then redis.call('HDEL', attempts, unpack(reset)) end
+forget(jobs, attempts, cancel, dropped)
+if #died > 0 then redis.call('ZADD', dead, unpack(died)) end
 if #again > 0 then
-  redis.call('ZADD', KEYS[1], unpack(again))
+  redis.call('ZADD', pending, unpack(again))
   redis.call('PUBLISH', ARGV[4], now)
 end
 for j = 1, #results do out[#out + 1] = results[j] end

@@ -1,8 +1,9 @@
 -- requeue.lua : give a dead job a fresh set of attempts.
 --
+-- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
--- KEYS[2]  dead      ZSET  died_ms -> id
--- KEYS[3]  attempts  HASH  id -> lease token
+-- KEYS[4]  attempts  HASH  id -> lease token
+-- KEYS[6]  dead      ZSET  died_ms -> id
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job becomes the earliest pending job
 -- ARGV[3]  id
@@ -11,15 +12,20 @@
 -- The attempt counter restarts at 0, so the job gets its max_attempts again.
 -- Returns: {outcome, due_ms}  outcome 1 requeued, 0 not in dead
 -- Cost: O(log N), one job per call.
-local err = wrong_type({'zset', 'zset', 'hash'})
+--@include now
+--@include wrong_type
+--@include clamp_ms
+--@include wake
+local pending, attempts, dead = KEYS[1], KEYS[4], KEYS[6]
+local err = wrong_type({'zset', '', '', 'hash', '', 'zset'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local id = ARGV[3]
-if not redis.call('ZSCORE', KEYS[2], id) then return {0, -1} end
+if not redis.call('ZSCORE', dead, id) then return {0, -1} end
 local due = clamp_ms(now + tonumber(ARGV[4]))
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-redis.call('ZREM', KEYS[2], id)
-redis.call('HDEL', KEYS[3], id)
-redis.call('ZADD', KEYS[1], due, id)
-if head[2] == nil or due < tonumber(head[2]) then redis.call('PUBLISH', ARGV[2], due) end
+local head = pending_head(pending)
+redis.call('ZREM', dead, id)
+redis.call('HDEL', attempts, id)
+redis.call('ZADD', pending, due, id)
+wake_if_earliest(ARGV[2], due, head)
 return {1, due}
