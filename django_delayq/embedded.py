@@ -38,7 +38,7 @@ def start(directory: Path, *, tcp: bool = False,
           persistence: bool = True) -> tuple[subprocess.Popen[bytes], str]:
     """Start a redis-server in ``directory``, on a unix socket there or (``tcp``) on a free
     loopback port, with AOF persistence unless told otherwise; returns (proc, url)."""
-    import redis
+    from django_delayq.engine.client import answers
 
     directory.mkdir(parents=True, exist_ok=True)
     if tcp:
@@ -54,12 +54,9 @@ def start(directory: Path, *, tcp: bool = False,
          "yes" if persistence else "no", "--save", "", "--loglevel", "warning"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 10
-    while True:
-        try:
-            if redis.Redis.from_url(url).ping():
-                return proc, url
-        except (redis.ConnectionError, FileNotFoundError):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                err = proc.stderr.read() if proc.stderr else b""
-                raise RuntimeError("embedded redis-server did not start: %r" % err) from None
-            time.sleep(0.05)
+    while not answers(url):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            err = proc.stderr.read() if proc.stderr else b""
+            raise RuntimeError("embedded redis-server did not start: %r" % err) from None
+        time.sleep(0.05)
+    return proc, url

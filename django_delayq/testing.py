@@ -96,7 +96,7 @@ class ClockedEngine(Engine):
 
 def _clocked(clock: Callable[[], int] = clock_ms) -> ClockedEngine:
     base = connection.get_engine()
-    return ClockedEngine(base.client, base.prefix, clock)
+    return ClockedEngine.like(base, clock)
 
 
 @contextmanager

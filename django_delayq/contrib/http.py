@@ -31,7 +31,6 @@ answer are read and ``RESULT_BODY_CHARS`` kept in the job's result.
 
 from __future__ import annotations
 
-import http.client
 import io
 import ipaddress
 import json
@@ -42,6 +41,7 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from http.client import HTTPConnection, HTTPException, HTTPResponse
 from typing import Any
 from urllib.parse import SplitResult, urlsplit
 
@@ -176,8 +176,8 @@ class _DeadlineReader(io.RawIOBase):
         super().close()
 
 
-def _response_class(deadline: _Deadline) -> type[http.client.HTTPResponse]:
-    class Response(http.client.HTTPResponse):
+def _response_class(deadline: _Deadline) -> type[HTTPResponse]:
+    class Response(HTTPResponse):
         def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
             super().__init__(sock, *args, **kwargs)
             raw = self.fp.detach()  # nothing read yet
@@ -186,7 +186,7 @@ def _response_class(deadline: _Deadline) -> type[http.client.HTTPResponse]:
     return Response
 
 
-class _Connection(http.client.HTTPConnection):
+class _Connection(HTTPConnection):
     """One connection to vetted addresses: ``host`` names the server (``Host`` header,
     TLS SNI and certificate check), the socket goes to one of ``addresses``."""
 
@@ -264,7 +264,7 @@ def _headers(headers: dict[str, str] | None) -> dict[str, str]:
     return sent
 
 
-def _read_body(response: http.client.HTTPResponse) -> bytes:
+def _read_body(response: HTTPResponse) -> bytes:
     chunks, size = [], 0
     while size < MAX_BODY_BYTES:
         chunk = response.read(min(READ_CHUNK, MAX_BODY_BYTES - size))
@@ -311,7 +311,7 @@ def post_json(url: str, body: Any = None, *, timeout: float = DEFAULT_TIMEOUT,
         raise
     except TimeoutError as exc:
         raise CallbackFailed("POST %s: no answer within %ss" % (url, timeout)) from exc
-    except (OSError, http.client.HTTPException) as exc:
+    except (OSError, HTTPException) as exc:
         raise CallbackFailed("POST %s: %s" % (url, exc or type(exc).__name__)) from exc
     text = raw.decode("utf-8", errors="replace")
     if status not in _expected(expected):

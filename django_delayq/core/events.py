@@ -29,13 +29,14 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.engine import scripts
+from django_delayq.engine.events import EventLog
+from django_delayq.engine.keys import GlobalKeys
 
 logger = logging.getLogger(__name__)
 
@@ -50,17 +51,17 @@ Fields = dict[str, str]
 
 def stream_key(prefix: str) -> str:
     """The stream of every queue under ``prefix`` (hash tag ``{prefix}``, like workers)."""
-    return "{%s}:events" % prefix
+    return GlobalKeys(prefix).events
 
 
 class EventStream:
-    """A bounded buffer of events and the daemon thread that XADDs them in pipelines."""
+    """A bounded buffer of events and the daemon thread that writes them to ``log``
+    (the engine's ``EventLog``; or give a redis-py client, the stream's key and cap)."""
 
-    def __init__(self, client: Any, key: str, maxlen: int,
+    def __init__(self, client: Any, key: str = "", maxlen: int = DEFAULT_MAXLEN,
                  flush_seconds: float = FLUSH_SECONDS, buffer_max: int = BUFFER_MAX) -> None:
-        self.client = client
-        self.key = key
-        self.maxlen = maxlen
+        self.log = client if isinstance(client, EventLog) else EventLog(client, key, maxlen)
+        self.key = self.log.key
         self.flush_seconds = flush_seconds
         self._buffer: deque[Fields] = deque(maxlen=buffer_max)
         self._lock = threading.Lock()
@@ -98,9 +99,7 @@ class EventStream:
         batch = _materialise(raw)
         done = 0
         try:
-            script = scripts.load("events_add")
-            for args, covered, sent in _calls(self.maxlen, batch):
-                written = int(script(self.client, (self.key,), args))
+            for covered, sent, written in self.log.append(batch):
                 if written < sent:
                     logger.warning("event stream %r refused %d event(s) (a damaged stream? "
                                    "they are dropped)", self.key, sent - written)
@@ -171,31 +170,6 @@ class EventStream:
                 self._wake.set()
 
 
-def _calls(maxlen: int, batch: list[Fields]) -> Iterator[tuple[list[Any], int, int]]:
-    """(arguments, events of ``batch`` covered, events sent) of each ``events_add`` call:
-    at most ``scripts.MAX_EVENTS`` events and ``scripts.MAX_EVENT_ARGS`` arguments per
-    call, so one call never holds Redis for more than about a millisecond."""
-    args: list[Any] = [maxlen]
-    events = covered = 0
-    for fields in batch:
-        size = 1 + 2 * len(fields)
-        if events and (events == scripts.MAX_EVENTS
-                       or len(args) + size > scripts.MAX_EVENT_ARGS):
-            yield args, covered, events
-            args, events, covered = [maxlen], 0, 0
-        covered += 1
-        if 1 + size > scripts.MAX_EVENT_ARGS:
-            logger.warning("event stream: an event of %d fields is over the bound of one "
-                           "call; dropped", len(fields))
-            continue
-        args.append(len(fields))
-        for kv in fields.items():
-            args += kv
-        events += 1
-    if covered:
-        yield args, covered, events
-
-
 # -- the process-wide stream -------------------------------------------------------------
 
 _lock = threading.Lock()
@@ -231,11 +205,9 @@ def get_stream() -> EventStream | None:
         return None
     with _lock:
         if _stream is None:
-            from django_delayq.core.conf import get_settings
             from django_delayq.core.connection import get_engine
 
-            _stream = EventStream(get_engine().client, stream_key(get_settings().prefix),
-                                  maxlen)
+            _stream = EventStream(get_engine().event_log(maxlen))
         return _stream
 
 

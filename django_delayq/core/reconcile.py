@@ -126,10 +126,9 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
 
 from django.db import DatabaseError, close_old_connections, router, transaction
 from django.db.models import Q
@@ -163,26 +162,6 @@ SILENT_BEATS = 2
 LOST, KEPT, ENQUEUED = "L", "K", "e"
 DEAD_IN_REDIS = "ended dead in Redis; its worker stopped before recording it"
 CANCELLED_IN_REDIS = ("cancelled while it ran; its worker stopped before recording the end")
-
-_T = TypeVar("_T")
-
-
-def _s(value: Any) -> str | None:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _int(value: Any) -> int:
-    """An integer reply, 0 when absent or not a number (a value planted by hand)."""
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError, OverflowError):
-        return 0
-
-
-def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
@@ -355,21 +334,17 @@ class Reconciler:
     # -- epoch: did Redis lose this queue's data? -------------------------------------
 
     def epoch_key(self, queue: str) -> str:
-        """Also written by enqueue.lua (``KEYS[5]``): the same name on both sides."""
-        return self.engine.keys(queue).tag + ":epoch"
+        """Also written by enqueue.lua: the same name on both sides."""
+        return self.engine.keys(queue).epoch
 
     def check_epochs(self, create: bool = True) -> list[str]:
         """Queues whose data Redis lost (see the module docstring): they need a loss pass.
 
         ``create=False`` (a dry run) writes nothing: a missing epoch stays missing."""
-        pipe = self.engine.client.pipeline(transaction=False)
-        for queue in self.queues:
-            pipe.get(self.epoch_key(queue))
-        raws = pipe.execute()
         lost = []
-        for queue, raw in zip(self.queues, raws):
+        for queue, found in zip(self.queues, self.engine.epochs(self.queues)):
             known = self._epochs.get(queue)
-            value, loss = self._look_at(queue, known, _s(raw), create)
+            value, loss = self._look_at(queue, known, found, create)
             if loss:
                 lost.append(queue)
                 self._lost_at[queue] = self._dated(value)
@@ -399,14 +374,10 @@ class Reconciler:
     def _create_epoch(self, queue: str, write: bool = True) -> str:
         """``SET NX`` a new epoch whose kind says whether the queue held any data; when
         another process created one first, that one."""
-        k = self.engine.keys(queue)
-        held = self.engine.client.exists(*k.all(), self.recent_key(queue))
+        held = self.engine.holds_data(queue)
         value = "%d:%s:%s" % (self.engine.time_ms(), uuid.uuid4().hex[:16],
                               KEPT if held else LOST)
-        key = self.epoch_key(queue)
-        if not write or self.engine.client.set(key, value, nx=True):
-            return value
-        return _s(self.engine.client.get(key)) or value
+        return self.engine.create_epoch(queue, value) if write else value
 
     def _dated(self, value: str | None) -> datetime:
         """When the loss was recorded (the new epoch's creation), on this host's clock."""
@@ -507,7 +478,7 @@ class Reconciler:
     # -- where the jobs are -------------------------------------------------------------
 
     def recent_key(self, queue: str) -> str:
-        return self.engine.keys(queue).tag + ":reconciled"
+        return self.engine.keys(queue).reconciled
 
     def _find(self, rows: list[Job]) -> list[Finding]:
         """Rows whose job Redis does not hold, or holds as dead."""
@@ -517,40 +488,29 @@ class Reconciler:
         found: list[Finding] = []
         for queue, items in by_queue.items():
             horizon = self.engine.time_ms() - RECENT_SECONDS * 1000
-            for chunk in _chunks(items, MULTI_ROWS):
-                found += self._find_in(queue, chunk, horizon)
+            found += self._find_in(queue, items, horizon)
         return found
 
     def _find_in(self, queue: str, rows: Sequence[Job], horizon: float) -> list[Finding]:
-        """Each row's place, envelope and attempts read atomically (MULTI, one slot; no
-        TIME inside: a Redis Cluster pipeline refuses keyless commands)."""
-        k = self.engine.keys(queue)
-        pipe = self.engine.client.pipeline(transaction=True)
-        for row in rows:
-            pipe.hexists(k.jobs, row.pk)
-            pipe.zscore(k.pending, row.pk)
-            pipe.zscore(k.inflight, row.pk)
-            pipe.zscore(k.dead, row.pk)
-            pipe.zscore(self.recent_key(queue), row.pk)
-            pipe.hget(k.attempts, row.pk)
-        replies = pipe.execute()
+        """Each row's place, envelope and attempts (read atomically, ``MULTI_ROWS`` rows
+        per MULTI: ``Engine.presence``)."""
         found = []
-        for i, row in enumerate(rows):
-            has_env, pending, inflight, dead, recent, attempts = replies[6 * i:6 * i + 6]
-            if pending is not None or inflight is not None:
+        places = self.engine.presence(queue, [row.pk for row in rows])
+        for row, place in zip(rows, places):
+            if place.queued:
                 continue
-            if dead is not None:
-                found.append(Finding(row, dead=True, redis_attempts=_int(attempts),
-                                     died_ms=_int(dead) or None))
-            elif has_env:
+            if place.dead:
+                found.append(Finding(row, dead=True, redis_attempts=place.attempts,
+                                     died_ms=place.died_ms))
+            elif place.envelope:
                 self.stats.orphans += 1
                 logger.error("reconciler: job %s has an envelope but is in no queue set of "
                              "%r (partial data loss or eviction?); it cannot run until "
                              "repaired", row.pk, queue)
-            elif recent is not None and recent >= horizon:
+            elif place.reconciled_ms is not None and place.reconciled_ms >= horizon:
                 logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
             else:
-                found.append(Finding(row, redis_attempts=_int(attempts)))
+                found.append(Finding(row, redis_attempts=place.attempts))
         return found
 
     def _leave_to_live_workers(self, found: list[Finding]) -> list[Finding]:
@@ -571,15 +531,11 @@ class Reconciler:
 
     # -- workers ------------------------------------------------------------------------
 
-    @property
-    def workers_key(self) -> str:
-        return "{%s}:workers" % self.settings.prefix
-
     def _alive_workers(self, worker_ids: set[str]) -> set[str]:
         ids = sorted(w for w in worker_ids if w)
         if not ids:
             return set()
-        scores = self.engine.client.zmscore(self.workers_key, ids)
+        scores = self.engine.worker_beats(ids)
         horizon = self.engine.time_ms() - 2 * self.settings.lease_ms
         return {w for w, score in zip(ids, scores) if score is not None and score >= horizon}
 
@@ -589,13 +545,11 @@ class Reconciler:
 
     def _any_worker_alive(self) -> bool:
         now = self.engine.time_ms()
-        return bool(self.engine.client.zcount(self.workers_key, now - self._silent_ms, "+inf"))
+        return bool(self.engine.count_workers(now - self._silent_ms))
 
     def _beats(self, since_ms: int) -> Beats:
         now = self.engine.time_ms()
-        found = self.engine.client.zrangebyscore(self.workers_key, since_ms, "+inf",
-                                                 withscores=True)
-        return Beats(now, tuple(float(score) for _, score in found), self._silent_ms)
+        return Beats(now, tuple(self.engine.beats_since(since_ms)), self._silent_ms)
 
     # -- acting -------------------------------------------------------------------------
 
@@ -679,8 +633,7 @@ class Reconciler:
             by_queue.setdefault(row.queue, []).append(row)
         added = 0
         for queue, items in by_queue.items():
-            for chunk in _chunks(items, MULTI_ROWS):
-                added += self._enqueue_chunk(queue, chunk, seeds)
+            added += self._enqueue_queue(queue, items, seeds)
         if added:
             self.stats.enqueued += added
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
@@ -689,26 +642,15 @@ class Reconciler:
                                (seeds[r.pk] or 0) + 1) for r in ready[:5]))
         return added
 
-    def _enqueue_chunk(self, queue: str, rows: Sequence[Job],
+    def _enqueue_queue(self, queue: str, rows: Sequence[Job],
                        seeds: dict[str, int | None]) -> int:
-        """One MULTI: remember the ids, seed their attempts, run enqueue.lua.
+        """Per MULTI of ``MULTI_ROWS`` rows: remember the ids, seed their attempts, run
+        enqueue.lua (``Engine.reenqueue``).
 
         Atomic, so a reconciler killed half-way never leaves ids "remembered" but not
         enqueued (the others would skip them for ``RECENT_SECONDS``). HSETNX: a counter
         Redis already holds (the job was claimed meanwhile) is never lowered.
         """
-        k = self.engine.keys(queue)
-        recent = self.recent_key(queue)
-        now_ms = self.engine.time_ms()
-        args: list[Any] = [0, k.channel]
-        for row in rows:
-            args += [row.pk, _ms(row.run_at), 0, ""]  # payload: the row
-        pipe = self.engine.client.pipeline(transaction=True)
-        pipe.zadd(recent, {row.pk: now_ms for row in rows})
-        pipe.zremrangebyscore(recent, "-inf", now_ms - RECENT_SECONDS * 1000)
-        pipe.zremrangebyrank(recent, 0, -MAX_RECENT - 1)
-        for row in rows:
-            if seeds[row.pk]:
-                pipe.hsetnx(k.attempts, row.pk, seeds[row.pk])
-        scripts.load("enqueue").queue(pipe, k.script_keys(), args)
-        return int(pipe.execute()[-1][0])
+        jobs = [(row.pk, _ms(row.run_at)) for row in rows]  # payload: the row
+        return self.engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
+                                     keep_max=MAX_RECENT)

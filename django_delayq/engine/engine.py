@@ -29,6 +29,9 @@ from typing import Any, TypeVar
 from django_delayq.engine import scripts
 from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.keys import QueueKeys
+from django_delayq.engine.outbox import OutboxOps
+from django_delayq.engine.registry import WorkerRegistry
+from django_delayq.engine.server import ServerReads
 
 logger = logging.getLogger(__name__)
 
@@ -201,8 +204,12 @@ def _aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:
     return out, start + 1 + 3 * count
 
 
-class Engine:
-    """The Redis side of django-delayq. Thread-safe (redis-py clients are)."""
+class Engine(WorkerRegistry, OutboxOps, ServerReads):
+    """The Redis side of django-delayq. Thread-safe (redis-py clients are).
+
+    The scripts' methods are here; the workers registry (``registry.py``), the
+    reconciler's look-ups and re-enqueues (``outbox.py``) and the operators' reads
+    (``server.py``) come from the classes in their own modules."""
 
     def __init__(self, client: Any, prefix: str = "delayq") -> None:
         self.client = client

@@ -83,9 +83,7 @@ class QueueCollector:
                 jobs.add_metric([queue, state], getattr(s, state))
             age = 0.0 if s.oldest_ready_ms is None else (s.now_ms - s.oldest_ready_ms) / 1000
             oldest.add_metric([queue], max(0.0, age))
-        horizon = now_ms - 2 * settings.lease_ms
-        workers.add_metric([], engine.client.zcount("{%s}:workers" % settings.prefix,
-                                                    horizon, "+inf"))
+        workers.add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 
 
 # -- counters and histograms, fed by signal receivers --------------------------------

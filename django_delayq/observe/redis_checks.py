@@ -25,8 +25,10 @@ import logging
 from typing import Any
 
 from django.core import checks
-from redis.cluster import RedisCluster
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
+
+from django_delayq.engine import Engine
+from django_delayq.engine.server import ServerInfo
 
 logger = logging.getLogger(__name__)
 
@@ -54,28 +56,16 @@ def _settings_usable() -> bool:
         return False
 
 
-def _save_points(client: Any) -> str | None:
-    """The ``save`` setting, or None when CONFIG is disabled (managed Redis)."""
-    try:
-        reply = client.config_get("save")
-    except ResponseError:
-        return None
-    value = reply.get("save", reply.get(b"save", ""))
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def inspect_server(client: Any) -> list[checks.CheckMessage]:
-    """Messages about the server ``client`` talks to, or about each primary of a cluster
+def inspect_server(engine: Engine) -> list[checks.CheckMessage]:
+    """Messages about the server ``engine`` talks to, or about each primary of a cluster
     (raises ``RedisError``)."""
-    if not isinstance(client, RedisCluster):
-        return _inspect_node(client, "Redis")
-    return [message for node in client.get_primaries() for message in _inspect_node(
-        client.get_redis_connection(node), "Redis cluster node %s" % node.name)]
+    return [message for info in engine.server_info() for message in _inspect_node(info)]
 
 
-def _inspect_node(client: Any, server: str) -> list[checks.CheckMessage]:
+def _inspect_node(info: ServerInfo) -> list[checks.CheckMessage]:
+    server = "Redis" if info.node is None else "Redis cluster node %s" % info.node
     found: list[checks.CheckMessage] = []
-    memory = client.info("memory")
+    memory = info.memory
     policy = str(memory.get("maxmemory_policy", "noeviction"))
     if policy not in SAFE_POLICIES:
         found.append(checks.Warning(
@@ -86,9 +76,9 @@ def _inspect_node(client: Any, server: str) -> list[checks.CheckMessage]:
                  "maxmemory-policy noeviction; volatile-* policies are also safe since our "
                  "keys carry no TTL. See docs/guarantees.md.",
             id="delayq.W010"))
-    persistence = client.info("persistence")
-    save = _save_points(client)
-    if not int(persistence.get("aof_enabled", 0)) and save is not None and not save.strip():
+    save = info.save
+    if not int(info.persistence.get("aof_enabled", 0)) and save is not None \
+            and not save.strip():
         found.append(checks.Info(
             "%s has no persistence (appendonly no, no save points): a restart loses every "
             "job held in it; the reconciler re-enqueues them from the audit rows." % server,
@@ -105,7 +95,7 @@ def check_redis(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
     client = None
     try:
         client = _client()
-        return inspect_server(client)
+        return inspect_server(Engine(client))
     except (RedisError, OSError) as exc:
         return [checks.Warning(
             "cannot reach Redis to check its eviction and persistence settings: %s" % exc,

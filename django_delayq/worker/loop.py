@@ -41,7 +41,7 @@ from django_delayq.worker import aside, runner
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.worker.settle import Settler
-from django_delayq.worker.wakeup import WakeListener, monotonic_ms
+from django_delayq.worker.wakeup import monotonic_ms
 
 logger = logging.getLogger(__name__)
 
@@ -85,8 +85,7 @@ class Worker:
         self.hard_stop = False
         self.next_due: dict[str, int | None] = {q: None for q in options.queues}
         self.offset_ms = 0.0  # server clock - local monotonic clock
-        self.listener = WakeListener(
-            engine.client, {engine.keys(q).channel: q for q in options.queues}, self.wake)
+        self.listener = engine.wake_listener(options.queues, self.wake)
         self.reconciler = Reconciler(engine, settings, options.queues)
         self._threads: list[threading.Thread] = []
         self._last_poll = self._last_recover = -1e18
@@ -438,7 +437,7 @@ def wait_for_redis(make_engine: Callable[[], Engine]) -> Engine:
     while True:
         try:
             engine = make_engine()
-            engine.client.ping()
+            engine.ping()
             return engine
         except RedisError as exc:
             logger.warning("waiting for Redis (%s); next try in %.1fs", exc, delay)

@@ -38,10 +38,6 @@ class Settler:
         self.started_ts = datetime.now(UTC)
         self.processed = 0
 
-    @property
-    def workers_key(self) -> str:
-        return "{%s}:workers" % self.settings.prefix
-
     def started(self, job: ClaimedJob) -> None:
         now = datetime.now(UTC)
         self.audit.update(job.id, status=JobStatus.RUNNING, run_at=ms_to_dt(job.due_ms),
@@ -166,20 +162,13 @@ class Settler:
                            "queues": list(options.queues), "concurrency": options.concurrency,
                            "started": self.started_ts.isoformat(), "running": len(held),
                            "claimed": claimed, "processed": self.processed})
-        now_ms = self.engine.time_ms()
-        pipe = self.engine.client.pipeline(transaction=False)
-        pipe.zadd(self.workers_key, {self.worker_id: now_ms})
-        pipe.hset(self.workers_key + ":info", self.worker_id, info)
-        pipe.execute()
+        self.engine.register_worker(self.worker_id, info)
         if failed:
             raise failed[0]
 
     def unregister(self) -> None:
         try:
-            pipe = self.engine.client.pipeline(transaction=False)
-            pipe.zrem(self.workers_key, self.worker_id)
-            pipe.hdel(self.workers_key + ":info", self.worker_id)
-            pipe.execute()
+            self.engine.unregister_worker(self.worker_id)
         except Exception:  # noqa: BLE001 - best effort on the way out
             logger.debug("could not unregister worker %s", self.worker_id)
 

@@ -1,132 +1,16 @@
-"""Listens to the queues' wake channels and tells the worker about earlier jobs.
-
-Enqueue scripts PUBLISH the new earliest due time of a queue when it moves earlier.
-This thread records it and sets the worker's event, so an idle worker sleeps on a
-local timer to the exact due time yet learns at once about a job due sooner. A lost
-message costs at most ``WAKE_INTERVAL_SECONDS``: the worker polls at least that often.
-
-The thread never dies of what it hears: a message that is not a due time a script
-could have sent (not a number, inf, nan, beyond year 9999, not UTF-8, on a channel we
-did not subscribe) is ignored with a DEBUG log, and any error of its own ends in a new
-connection after a back-off (a dropped connection does too), never in a dead thread.
-
-On a Redis Cluster a classic PUBLISH (the scripts') reaches every node, so one
-subscription on any node hears every queue. Each (re)connection takes the next
-primary in turn: a node that is down never silences the queues of the others.
+"""The worker's side of the wake channels: the listener thread is the engine's
+(``django_delayq.engine.wake``: the subscription, its reconnects, what a message may
+hold); the worker gets one from ``Engine.wake_listener`` and keeps its clocks on the
+local monotonic time below.
 """
 
 from __future__ import annotations
 
-import logging
-import threading
 import time
-from typing import Any
 
-from redis.cluster import RedisCluster
-from redis.exceptions import RedisError
+from django_delayq.engine.wake import WakeListener
 
-logger = logging.getLogger(__name__)
-
-# The due times a script can announce: what a datetime can hold (years 1..9999), in ms.
-MIN_DUE_MS, MAX_DUE_MS = -62_135_596_800_000, 253_402_300_799_999
-MAX_MESSAGE_BYTES = 32  # a due time is at most 16 digits; anything longer is noise
-
-
-class WakeListener:
-    def __init__(self, client: Any, channels: dict[str, str], event: threading.Event) -> None:
-        self.client = client
-        self.channels = channels  # channel -> queue
-        self.event = event
-        self.earliest: dict[str, int] = {}  # queue -> earliest due_ms announced
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="delayq-wake", daemon=True)
-        self._connections = 0
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(1.0)
-
-    def take(self) -> dict[str, int]:
-        with self._lock:
-            announced, self.earliest = self.earliest, {}
-        return announced
-
-    def _run(self) -> None:
-        backoff = 0.1
-        while not self._stop.is_set():
-            pubsub = None
-            try:
-                pubsub = self._pubsub()
-                pubsub.subscribe(*self.channels)
-                backoff = 0.1
-                self._announce(dict.fromkeys(self.channels.values(), 0))  # (re)subscribed:
-                # anything may have been missed, so every queue is worth a claim now
-                while not self._stop.is_set():
-                    message = pubsub.get_message(timeout=0.25)
-                    if message and message.get("type") == "message":
-                        self._record(message)
-            except Exception as exc:  # noqa: BLE001 - the listener must never die
-                if self._stop.is_set():
-                    return
-                if isinstance(exc, (RedisError, OSError)):
-                    logger.warning("wake listener lost Redis (%s); retrying in %.1fs", exc,
-                                   backoff)
-                else:
-                    logger.exception("wake listener failed; reconnecting in %.1fs", backoff)
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-            finally:
-                if pubsub is not None:
-                    try:
-                        pubsub.close()
-                    except Exception:  # noqa: BLE001
-                        pass
-
-    def _pubsub(self) -> Any:
-        self._connections += 1
-        if not isinstance(self.client, RedisCluster):
-            return self.client.pubsub(ignore_subscribe_messages=True)
-        nodes = self.client.get_primaries()
-        node = nodes[self._connections % len(nodes)]
-        return self.client.pubsub(node=node, ignore_subscribe_messages=True)
-
-    def _record(self, message: dict[str, Any]) -> None:
-        """Announce the due time a message carries; ignore (DEBUG) anything else."""
-        try:
-            queue, due = self._parse(message)
-        except Exception as exc:  # noqa: BLE001 - a message can hold anything
-            logger.debug("wake listener: ignored message %.100r: %s", message, exc)
-            return
-        self._announce({queue: due})
-
-    def _parse(self, message: dict[str, Any]) -> tuple[str, int]:
-        channel = message.get("channel")
-        if isinstance(channel, bytes):
-            channel = channel.decode("utf-8", "replace")
-        queue = self.channels.get(channel) if isinstance(channel, str) else None
-        if queue is None:
-            raise ValueError("not one of our channels")
-        data = message.get("data")
-        if isinstance(data, bytes):
-            data = data.decode("ascii")
-        if not isinstance(data, (str, int, float)) or len(str(data)) > MAX_MESSAGE_BYTES:
-            raise ValueError("not a due time")
-        value = float(data)
-        if not MIN_DUE_MS <= value <= MAX_DUE_MS:  # also inf and nan
-            raise ValueError("not a due time in years 1..9999")
-        return queue, int(value)
-
-    def _announce(self, earliest: dict[str, int]) -> None:
-        with self._lock:
-            for queue, due in earliest.items():
-                if due < self.earliest.get(queue, due + 1):
-                    self.earliest[queue] = due
-        self.event.set()
+__all__ = ["WakeListener", "monotonic_ms"]
 
 
 def monotonic_ms() -> float:

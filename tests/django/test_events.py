@@ -155,7 +155,7 @@ def test_redis_down_keeps_a_bounded_buffer_and_never_raises(redis_server):
     assert stream.flush() == 0  # logged, kept for the next try
     assert stream.pending() == 10
     good = redis.Redis.from_url(redis_server.url)
-    stream.client = good  # Redis is back
+    stream.log.client = good  # Redis is back
     try:
         assert stream.flush() == 10
         assert [f[b"job"] for _, f in good.xrange("{tdown}:events")] == [

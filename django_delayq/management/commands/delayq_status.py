@@ -1,10 +1,10 @@
 """``manage.py delayq_status``: queue counts, due times, workers; ``--watch``, ``--json``,
 ``--follow`` (tail the event stream of every worker).
 
-Reads only: ``Engine.stats`` per queue (one atomic script each), the head of each
-queue's pending ZSET for the oldest overdue job, the worker registry
-(``{prefix}:workers`` ZSET worker_id -> heartbeat ms, ``{prefix}:workers:info`` HASH
-worker_id -> JSON) and the event stream ``{prefix}:events``.
+Reads only, through the engine: ``Engine.stats`` per queue (one atomic script each),
+``Engine.oldest_pending`` (the head of the queue's pending ZSET: the oldest overdue
+job), ``Engine.workers`` (the workers registry: heartbeat and JSON info of each) and
+the event stream (``Engine.last_events``, ``Engine.read_events``).
 
 Whatever it prints came from Redis, where any process with access can write anything:
 an entry that is not what a worker writes (invalid JSON, a list, a number where a list
@@ -90,25 +90,21 @@ def queue_status(engine: Any, queue: str) -> QueueStatus:
         dead=st.dead, expired_leases=st.expired_leases, next_due=_iso(st.next_due_ms),
         next_due_in_s=None if st.next_due_ms is None else (st.next_due_ms - st.now_ms) / 1000)
     if st.ready:
-        head = engine.client.zrange(engine.keys(queue).pending, 0, 0, withscores=True)
+        head = engine.oldest_pending(queue)
         if head:
-            job_id, due_ms = head[0]
-            q.oldest_overdue_id = _s(job_id)
-            q.oldest_overdue_s = max(0.0, (st.now_ms - float(due_ms)) / 1000)
+            job_id, due_ms = head
+            q.oldest_overdue_id = job_id
+            q.oldest_overdue_s = max(0.0, (st.now_ms - due_ms) / 1000)
     return q
 
 
-def worker_statuses(engine: Any, prefix: str, stale_after_s: float) -> list[WorkerStatus]:
-    key = "{%s}:workers" % prefix
+def worker_statuses(engine: Any, stale_after_s: float) -> list[WorkerStatus]:
     now_ms = engine.time_ms()
-    beats = engine.client.zrange(key, 0, -1, withscores=True)
-    infos = engine.client.hgetall(key + ":info") if beats else {}
-    info_by_id = {_s(k): _s(v) for k, v in infos.items()}
     out = []
-    for raw_id, beat_ms in beats:
-        worker_id = _s(raw_id)
-        info, error = parse_info(info_by_id.get(worker_id))
-        age = max(0.0, (now_ms - float(beat_ms)) / 1000)
+    for worker in engine.workers():
+        worker_id = worker.id
+        info, error = parse_info(worker.info)
+        age = max(0.0, (now_ms - worker.beat_ms) / 1000)
         out.append(WorkerStatus(id=worker_id, heartbeat_age_s=round(age, 3),
                                 stale=age > stale_after_s, info=info, info_error=error))
     return out
@@ -130,7 +126,7 @@ def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
 def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
                   queues=[queue_status(engine, q) for q in queues],
-                  workers=worker_statuses(engine, settings.prefix, settings.lease_seconds))
+                  workers=worker_statuses(engine, settings.lease_seconds))
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -238,7 +234,7 @@ class Command(BaseCommand):
         engine = get_engine()
         try:
             if options["follow"]:
-                self.follow(engine, settings.prefix, options["last"], options["count"],
+                self.follow(engine, options["last"], options["count"],
                             json_lines=options["json"])
             elif options["watch"]:
                 self.watch(engine, settings, queues, options["interval"], options["count"],
@@ -274,27 +270,21 @@ class Command(BaseCommand):
             self.stdout.flush()
             shown += 1
 
-    def follow(self, engine: Any, prefix: str, last: int, count: int | None,
+    def follow(self, engine: Any, last: int, count: int | None,
                *, json_lines: bool) -> None:
-        from django_delayq.core.events import stream_key
-
-        key = stream_key(prefix)
-        client = engine.client
-        past = list(reversed(client.xrevrange(key, count=max(1, last))))
+        past = engine.last_events(last)
         cursor = _s(past[-1][0]) if past else "0-0"  # not "$": no gap between two XREADs
         seen = 0
         for entry_id, fields in past[-last:] if last > 0 else []:
             self._emit(entry_id, fields, json_lines)
             seen += 1
         while count is None or seen < count:
-            reply = client.xread({key: cursor}, block=1000, count=100)
-            for _stream, entries in reply or []:
-                for entry_id, fields in entries:
-                    cursor = _s(entry_id)
-                    self._emit(entry_id, fields, json_lines)
-                    seen += 1
-                    if count is not None and seen >= count:
-                        return
+            for entry_id, fields in engine.read_events(cursor, block_ms=1000, count=100):
+                cursor = _s(entry_id)
+                self._emit(entry_id, fields, json_lines)
+                seen += 1
+                if count is not None and seen >= count:
+                    return
 
     def _emit(self, entry_id: Any, raw: dict[Any, Any], json_lines: bool) -> None:
         fields = {_s(k): _s(v) for k, v in raw.items()}

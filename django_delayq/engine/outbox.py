@@ -1,0 +1,139 @@
+"""What the outbox reconciler (``core/reconcile.py``) asks of Redis, in bounded calls.
+
+* **Epochs** (``{prefix:queue}:epoch``): read them all in one round trip; create one
+  with ``SET NX`` (whoever comes first wins, the others get the winner's value).
+* **Presence**: where each job of a list is (pending or in flight, dead, an envelope
+  without a place, re-enqueued moments ago) and its attempts counter, read atomically
+  (one MULTI, one slot; no TIME inside: a Redis Cluster pipeline refuses keyless
+  commands).
+* **Re-enqueue**: one MULTI remembers the ids in ``{prefix:queue}:reconciled``, seeds
+  their attempts counters (HSETNX: never lowers a counter Redis holds) and runs
+  ``enqueue.lua`` (sent with EVAL: a NOSCRIPT inside EXEC would not undo the rest).
+
+Each MULTI carries at most ``scripts.RECONCILE_CHUNK`` jobs: a MULTI blocks Redis like
+a script (six reads a job, or two writes and its share of enqueue.lua).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django_delayq.engine import scripts
+from django_delayq.engine.base import RedisOwner
+
+_T = TypeVar("_T")
+
+
+def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def _int(value: Any) -> int:
+    """An integer reply, 0 when absent or not a number (a value planted by hand)."""
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
+def _str(value: Any) -> str | None:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True, slots=True)
+class Presence:
+    """Where Redis holds one job. ``queued``: pending or in flight. ``dead``: in the
+    dead set since ``died_ms`` (None when its score is not a time). ``envelope``: its
+    payload is stored. ``reconciled_ms``: when a reconciler re-enqueued it, if it is
+    remembered. ``attempts``: its counter, 0 when absent or not a number."""
+
+    queued: bool
+    dead: bool
+    died_ms: int | None
+    envelope: bool
+    reconciled_ms: float | None
+    attempts: int
+
+
+class OutboxOps(RedisOwner):
+    def epochs(self, queues: Sequence[str]) -> list[str | None]:
+        """The epoch value of each of ``queues`` (None where there is none)."""
+        pipe = self.client.pipeline(transaction=False)
+        for queue in queues:
+            pipe.get(self.keys(queue).epoch)
+        return [_str(raw) for raw in pipe.execute()]
+
+    def holds_data(self, queue: str) -> bool:
+        """Whether Redis holds anything of ``queue``: jobs in any place, attempts,
+        envelopes, or ids a reconciler re-enqueued."""
+        k = self.keys(queue)
+        return bool(self.client.exists(*k.all(), k.reconciled))
+
+    def create_epoch(self, queue: str, value: str) -> str:
+        """Set the epoch of ``queue`` to ``value`` unless it has one (``SET NX``); returns
+        the epoch it holds now (``value``, or the one another process set first)."""
+        key = self.keys(queue).epoch
+        if self.client.set(key, value, nx=True):
+            return value
+        return _str(self.client.get(key)) or value
+
+    def presence(self, queue: str, job_ids: Sequence[str]) -> list[Presence]:
+        """Where each of ``job_ids`` is in ``queue`` (one MULTI per
+        ``scripts.RECONCILE_CHUNK`` ids; each MULTI reads its ids atomically)."""
+        found: list[Presence] = []
+        for chunk in _chunks(job_ids, scripts.RECONCILE_CHUNK):
+            found += self._presence(queue, chunk)
+        return found
+
+    def _presence(self, queue: str, job_ids: Sequence[str]) -> list[Presence]:
+        k = self.keys(queue)
+        pipe = self.client.pipeline(transaction=True)
+        for job_id in job_ids:
+            pipe.hexists(k.jobs, job_id)
+            pipe.zscore(k.pending, job_id)
+            pipe.zscore(k.inflight, job_id)
+            pipe.zscore(k.dead, job_id)
+            pipe.zscore(k.reconciled, job_id)
+            pipe.hget(k.attempts, job_id)
+        replies = pipe.execute()
+        out = []
+        for i in range(len(job_ids)):
+            has_env, pending, inflight, dead, recent, attempts = replies[6 * i:6 * i + 6]
+            out.append(Presence(queued=pending is not None or inflight is not None,
+                                dead=dead is not None, died_ms=_int(dead) or None,
+                                envelope=bool(has_env), reconciled_ms=recent,
+                                attempts=_int(attempts)))
+        return out
+
+    def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int]],
+                  seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int) -> int:
+        """Enqueue ``jobs`` ((id, due ms), payload elsewhere) again; returns how many were
+        new. Per MULTI of at most ``scripts.RECONCILE_CHUNK`` jobs: remember the ids in
+        ``reconciled`` (dropping entries older than ``keep_ms`` and beyond the newest
+        ``keep_max``), seed the attempts counter of each id with a truthy ``seeds[id]``
+        (HSETNX), run enqueue.lua. Atomic: a caller killed half-way never leaves ids
+        remembered but not enqueued."""
+        added = 0
+        for chunk in _chunks(jobs, scripts.RECONCILE_CHUNK):
+            added += self._reenqueue(queue, chunk, seeds, keep_ms, keep_max)
+        return added
+
+    def _reenqueue(self, queue: str, jobs: Sequence[tuple[str, int]],
+                   seeds: Mapping[str, int | None], keep_ms: float, keep_max: int) -> int:
+        k = self.keys(queue)
+        now_ms = self.time_ms()
+        args: list[Any] = [0, k.channel]
+        for job_id, due_ms in jobs:
+            args += [job_id, due_ms, 0, ""]  # no envelope: the payload lives elsewhere
+        pipe = self.client.pipeline(transaction=True)
+        pipe.zadd(k.reconciled, {job_id: now_ms for job_id, _ in jobs})
+        pipe.zremrangebyscore(k.reconciled, "-inf", now_ms - keep_ms)
+        pipe.zremrangebyrank(k.reconciled, 0, -keep_max - 1)
+        for job_id, _ in jobs:
+            if seeds.get(job_id):
+                pipe.hsetnx(k.attempts, job_id, seeds[job_id])
+        scripts.load("enqueue").queue(pipe, k.script_keys(), args)
+        return int(pipe.execute()[-1][0])

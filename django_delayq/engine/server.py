@@ -1,0 +1,104 @@
+"""Reads for operators and the process around the engine: the server itself (is it up,
+how is it configured), the head of a queue, the event stream, the wake channels.
+
+None of these is on the claim/ack path; each is one command (or one per cluster
+primary), bounded by its ``count`` where it reads a list.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from redis.cluster import RedisCluster
+from redis.exceptions import ResponseError
+
+from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.events import EventLog
+from django_delayq.engine.wake import WakeListener
+
+_E = TypeVar("_E", bound="ServerReads")
+Entry = tuple[Any, dict[Any, Any]]  # a stream entry as redis-py returns it: (id, fields)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """What one Redis server says of its memory and persistence. ``node`` names the
+    cluster primary ("host:port"), None for a single server; ``save`` is None when
+    CONFIG is disabled (managed Redis)."""
+
+    node: str | None
+    memory: dict[str, Any]
+    persistence: dict[str, Any]
+    save: str | None
+
+
+def _save_points(client: Any) -> str | None:
+    try:
+        reply = client.config_get("save")
+    except ResponseError:
+        return None
+    value = reply.get("save", reply.get(b"save", ""))
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _server_info(client: Any, node: str | None) -> ServerInfo:
+    return ServerInfo(node=node, memory=client.info("memory"),
+                      persistence=client.info("persistence"), save=_save_points(client))
+
+
+class ServerReads(RedisOwner):
+    @classmethod
+    def like(cls: type[_E], other: RedisOwner, *args: Any, **kwargs: Any) -> _E:
+        """A new engine of this class on ``other``'s client and prefix (``args`` and
+        ``kwargs`` follow them to the constructor)."""
+        return cls(other.client, other.prefix, *args, **kwargs)  # type: ignore[call-arg]
+
+    def ping(self) -> bool:
+        """Whether Redis answers (raises the client's error when it does not)."""
+        return bool(self.client.ping())
+
+    def server_info(self) -> list[ServerInfo]:
+        """Memory and persistence settings of the server, or of each cluster primary."""
+        if not isinstance(self.client, RedisCluster):
+            return [_server_info(self.client, None)]
+        return [_server_info(self.client.get_redis_connection(node), node.name)
+                for node in self.client.get_primaries()]
+
+    def oldest_pending(self, queue: str) -> tuple[str, float] | None:
+        """(id, due ms) of the earliest job of ``queue`` waiting in ``pending``, if any
+        (the id decoded, bytes that are not UTF-8 replaced)."""
+        head = self.client.zrange(self.keys(queue).pending, 0, 0, withscores=True)
+        if not head:
+            return None
+        raw, due_ms = head[0]
+        job_id = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+        return job_id, float(due_ms)
+
+    # -- the event stream ---------------------------------------------------------------
+
+    def event_log(self, maxlen: int) -> EventLog:
+        """The event stream of this prefix, capped near ``maxlen`` entries."""
+        return EventLog(self.client, self.global_keys.events, maxlen)
+
+    def last_events(self, count: int) -> list[Entry]:
+        """The last ``count`` entries of the event stream, oldest first (raw replies)."""
+        entries = self.client.xrevrange(self.global_keys.events, count=max(1, count))
+        return list(reversed(entries))
+
+    def read_events(self, after: str, *, block_ms: int = 1000, count: int = 100
+                    ) -> list[Entry]:
+        """Up to ``count`` entries of the event stream after id ``after``, waiting up to
+        ``block_ms`` for the first one (``[]`` when none came)."""
+        key = self.global_keys.events
+        reply = self.client.xread({key: after}, block=block_ms, count=count)
+        return [entry for _stream, entries in reply or [] for entry in entries]
+
+    # -- the wake channels --------------------------------------------------------------
+
+    def wake_listener(self, queues: Iterable[str], event: threading.Event) -> WakeListener:
+        """A (not yet started) listener of the wake channels of ``queues`` that sets
+        ``event`` whenever a job of theirs becomes due earlier than announced before."""
+        return WakeListener(self.client, {self.keys(q).channel: q for q in queues}, event)
