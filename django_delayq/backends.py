@@ -13,15 +13,14 @@ function raised, so retries are opt-in through ``OPTIONS["MAX_ATTEMPTS"]`` (and 
 ``task.enqueue()`` is ``django_delayq.schedule()`` with the task's function path;
 ``run_after`` may be an aware datetime or a ``timedelta`` (from enqueue time). Results
 are read from the audit rows: ``Job`` (status, times, return value, worker) and
-``JobAttempt`` (one row per failed attempt: errors, worker ids).
+``JobAttempt`` (one row per failed attempt: worker ids, and errors, whose
+``exception_class_path`` is the attempt's recorded ``error_type``).
 """
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import logging
-import re
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -194,39 +193,20 @@ def _when(run_after: Any) -> tuple[timedelta | None, datetime | None]:
 
 # -- audit rows -> Django's result fields ------------------------------------------
 
-_EXC_LINE = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
-_SPECIAL = {
-    "lease expired": "django_delayq.exceptions.LeaseLost",
-    "retry requested": "django_delayq.exceptions.Retry",
-    "not allowed": "builtins.PermissionError",
-    "invalid envelope": "builtins.ValueError",
-}
-
-
-def exception_path(error: str, traceback: str) -> str:
-    """Dotted path of the exception class behind an audit ``error`` ("Name: message")."""
-    head = error.split(":", 1)[0].strip()
-    if head in _SPECIAL:
-        return _SPECIAL[head]
-    if not head.isidentifier():
-        return "builtins.Exception"
-    for line in reversed(traceback.splitlines()):
-        match = _EXC_LINE.match(line)
-        if match and match.group(1).rsplit(".", 1)[-1] == head:
-            name = match.group(1)
-            return name if "." in name else "builtins." + name
-    return "builtins." + head if hasattr(builtins, head) else "builtins.Exception"
-
-
-def _error(error: str, traceback: str) -> Any:
-    return TaskError(exception_class_path=exception_path(error, traceback),
-                     traceback=traceback or error)
+def _error(error_type: str, error: str, traceback: str) -> Any:
+    """A ``TaskError`` from an attempt's recorded failure: its exception class path as
+    recorded, and its traceback (``"Type: message"`` when it has none, as a lost lease)."""
+    path = error_type or "builtins.Exception"  # rows written before error_type existed
+    return TaskError(exception_class_path=path,
+                     traceback=traceback or "%s: %s" % (path, error))
 
 
 def errors_of(row: Job, attempts: list[JobAttempt]) -> list[Any]:
-    found = [_error(a.error, a.traceback) for a in attempts if a.error]
-    if not found and row.status == JobStatus.DEAD and row.last_error:
-        found.append(_error(row.last_error, row.traceback))  # e.g. DELAYQ["EAGER"] runs
+    found = [_error(a.error_type, a.error, a.traceback) for a in attempts
+             if a.error_type or a.error]
+    if not found and row.status == JobStatus.DEAD and (row.error_type or row.last_error):
+        # e.g. DELAYQ["EAGER"] runs, which record no JobAttempt
+        found.append(_error(row.error_type, row.last_error, row.traceback))
     return found
 
 
@@ -268,7 +248,8 @@ def running_result(task: Any, ctx: JobContext) -> Any:
         started_at=next((a.started_at for a in attempts if a.started_at), now),
         last_attempted_at=now, finished_at=None,
         args=row.args if row else [], kwargs=row.kwargs if row else {}, backend=alias,
-        errors=[_error(a.error, a.traceback) for a in attempts if a.error], worker_ids=workers)
+        errors=[_error(a.error_type, a.error, a.traceback) for a in attempts
+                if a.error_type or a.error], worker_ids=workers)
 
 
 registry.set_task_caller(task_callable)

@@ -1,4 +1,11 @@
-"""One error tree for django-delayq. Imports nothing from Django."""
+"""One error tree for django-delayq. Imports nothing from Django.
+
+Some classes here are never raised: ``LeaseLost``, ``JobTimeout``, ``InvalidRow`` and
+``WorkerLost`` name failures the worker or the reconciler records on its own (an attempt
+cannot raise in a thread that is dead, hung or never started). Their dotted path is the
+``error_type`` of those attempts, so every failed attempt has an exception class path,
+as Django's Tasks framework expects of its ``TaskError``.
+"""
 
 from __future__ import annotations
 
@@ -19,11 +26,33 @@ class JobNotFound(DelayQError, LookupError):
 
 
 class LeaseLost(DelayQError):
-    """A worker tried to settle a job whose lease it no longer holds."""
+    """The lease of a running job expired before its worker settled it (the worker died,
+    hung or stopped heartbeating) and the job was taken back.
+
+    Never raised: its path is the ``error_type`` recorded for that attempt.
+    """
 
 
-class QueueUnavailable(DelayQError):
-    """Redis could not be reached; raised ``from`` the redis-py error."""
+class JobTimeout(DelayQError):
+    """An attempt was still running after ``DELAYQ['JOB_TIMEOUT_SECONDS']``.
+
+    Never raised (a thread cannot be interrupted): its path is the ``error_type``
+    recorded for that attempt.
+    """
+
+
+class InvalidRow(DelayQError, ValueError):
+    """A claimed job's audit row cannot be run (missing, or a payload of the wrong shape).
+
+    Never raised: its path is the ``error_type`` of the job's dead attempt.
+    """
+
+
+class WorkerLost(DelayQError):
+    """A job ended dead in Redis but the worker stopped before recording its error.
+
+    Never raised: its path is the ``error_type`` the reconciler records on that row.
+    """
 
 
 class Retry(Exception):
@@ -38,3 +67,9 @@ class Retry(Exception):
         self.delay = delay
         self.reason = reason
         super().__init__(reason or "retry requested")
+
+
+def type_path(kind: type[BaseException]) -> str:
+    """The dotted path of an exception class: ``builtins.ValueError``,
+    ``django_delayq.exceptions.LeaseLost``."""
+    return "%s.%s" % (kind.__module__, kind.__qualname__)

@@ -51,7 +51,11 @@ class Job(models.Model):
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     max_attempts = models.PositiveIntegerField(_("max attempts"))
     backoff = models.JSONField(_("backoff"), null=True, blank=True)
-    last_error = models.TextField(_("last error"), blank=True, default="")
+    error_type = models.CharField(
+        _("error type"), max_length=255, blank=True, default="", db_default="",
+        help_text=_("Dotted path of the last error's exception class."))
+    last_error = models.TextField(_("last error"), blank=True, default="",
+                                  help_text=_("Message of the last error."))
     traceback = models.TextField(_("traceback"), blank=True, default="")
     worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
     result = models.JSONField(_("result"), null=True, blank=True)
@@ -103,6 +107,8 @@ class JobAttempt(models.Model):
     outcome = models.CharField(_("outcome"), max_length=16, choices=JobStatus.choices)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), default=timezone.now)
+    error_type = models.CharField(_("error type"), max_length=255, blank=True, default="",
+                                  db_default="")
     error = models.TextField(_("error"), blank=True, default="")
     traceback = models.TextField(_("traceback"), blank=True, default="")
     worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")

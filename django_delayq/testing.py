@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import traceback
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -233,8 +234,8 @@ def run_eager(job_id: str) -> None:
     except Exception as exc:
         Job.objects.filter(pk=job_id).update(
             status=JobStatus.DEAD, attempts=1, started_at=started, finished_at=timezone.now(),
-            last_error=runner.text("%s: %s" % (type(exc).__name__, runner.text(exc)), 2000),
-            worker_id="eager")
+            error_type=runner.error_type(exc), last_error=runner.text(exc, 2000),
+            traceback=runner.text(traceback.format_exc())[-20000:], worker_id="eager")
         raise
     Job.objects.filter(pk=job_id).update(
         status=JobStatus.SUCCEEDED, attempts=1, started_at=started, finished_at=timezone.now(),

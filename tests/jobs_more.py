@@ -24,3 +24,8 @@ not_a_function = 42
 def named_like_options(delay: int, queue: str, key: str, at: str = "") -> dict[str, object]:
     """A job whose keyword arguments are named like scheduling options: returns them."""
     return {"delay": delay, "queue": queue, "key": key, "at": at}
+
+
+def raise_value_error(message: str) -> None:
+    """A job that fails with ``ValueError(message)``."""
+    raise ValueError(message)

@@ -31,6 +31,13 @@ STATUS_COLOURS = {
 }
 
 
+def _error_line(error_type: str, message: str) -> str:
+    """``error_type`` in code type beside its message, both escaped ("" without either)."""
+    if not error_type:
+        return message
+    return format_html("<code>{}</code> {}", error_type, message)
+
+
 def _pre(value: Any) -> str:
     if value in (None, "", [], {}):
         return "-"
@@ -53,10 +60,11 @@ class JobAttemptInline(admin.TabularInline):
 
     @admin.display(description=_("error"))
     def error_detail(self, obj: JobAttempt) -> str:
+        head = _error_line(obj.error_type, obj.error)
         if not obj.traceback:
-            return obj.error or "-"
+            return head or "-"
         return format_html('<details><summary>{}</summary><pre class="delayq-pre">{}</pre>'
-                           "</details>", obj.error or _("traceback"), obj.traceback)
+                           "</details>", head or _("traceback"), obj.traceback)
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("django_delayq.view_job")
@@ -91,12 +99,13 @@ class JobAdmin(admin.ModelAdmin):
         (_("Timing"), {"fields": ("created_at", "run_at", "started_at", "finished_at",
                                   "updated_at", "lateness")}),
         (_("Attempts"), {"fields": ("attempts_display", "backoff_display", "worker_id")}),
-        (_("Outcome"), {"fields": ("result_display", "last_error", "traceback_display")}),
+        (_("Outcome"), {"fields": ("result_display", "last_error_display",
+                                   "traceback_display")}),
     )
     readonly_fields = ("id", "callable_path", "queue", "status_badge", "key", "cancel_requested",
                        "args_display", "kwargs_display", "created_at", "run_at", "started_at",
                        "finished_at", "updated_at", "lateness", "attempts_display",
-                       "backoff_display", "worker_id", "result_display", "last_error",
+                       "backoff_display", "worker_id", "result_display", "last_error_display",
                        "traceback_display")
 
     class Media:
@@ -132,6 +141,10 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description=_("result"))
     def result_display(self, obj: Job) -> str:
         return _pre(obj.result)
+
+    @admin.display(description=_("last error"))
+    def last_error_display(self, obj: Job) -> str:
+        return _error_line(obj.error_type, obj.last_error) or "-"
 
     @admin.display(description=_("traceback of the last error"))
     def traceback_display(self, obj: Job) -> str:

@@ -4,8 +4,8 @@ Key ``{<prefix>}:events`` (a STREAM, capped with ``XADD MAXLEN ~ EVENTS_MAXLEN``
 Each entry holds strings: ``event`` (scheduled, started, succeeded, retrying, dead,
 cancelled), ``job``, ``queue``, ``callable``, ``ts_ms`` (wall clock of the process that
 saw it) and, depending on the event, ``attempt``, ``worker``, ``run_at``, ``retry_at``,
-``due_at``, ``lateness_ms``, ``duration_ms``, ``error`` (first 500 characters) and
-``running``.
+``due_at``, ``lateness_ms``, ``duration_ms``, ``error_type`` and ``error`` (first 500
+characters) and ``running``.
 
 Events are written with ``events_add.lua`` in calls of at most ``scripts.MAX_EVENTS``
 events (and ``scripts.MAX_EVENT_ARGS`` arguments): a burst of thousands of events is a
@@ -249,6 +249,8 @@ def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fiel
         out["lateness_ms"] = "%.1f" % late
     if kwargs.get("duration") is not None:
         out["duration_ms"] = "%.1f" % (float(kwargs["duration"]) * 1000)
+    if kwargs.get("error_type"):
+        out["error_type"] = str(kwargs["error_type"])[:ERROR_CHARS]
     if kwargs.get("error"):
         out["error"] = str(kwargs["error"])[:ERROR_CHARS]
     return out

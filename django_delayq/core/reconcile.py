@@ -137,6 +137,7 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core.conf import Settings
 from django_delayq.engine import Engine, scripts
+from django_delayq.exceptions import WorkerLost, type_path
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -161,6 +162,7 @@ SILENT_BEATS = 2
 # Epoch kinds (the value's last field): who created it, and what it means.
 LOST, KEPT, ENQUEUED = "L", "K", "e"
 DEAD_IN_REDIS = "ended dead in Redis; its worker stopped before recording it"
+WORKER_LOST = type_path(WorkerLost)  # the error_type of such a row: its own error is lost
 CANCELLED_IN_REDIS = ("cancelled while it ran; its worker stopped before recording the end")
 
 def _ms(moment: datetime) -> int:
@@ -575,18 +577,20 @@ class Reconciler:
                 pk=row.pk, status=row.status, updated_at=row.updated_at,
                 attempts__lte=number).update(status=status, attempts=number,
                                              finished_at=finished, last_error=reason,
+                                             error_type=WORKER_LOST if f.dead else "",
                                              traceback="", updated_at=now)
             if changed and status == JobStatus.DEAD:
                 JobAttempt.objects.using(using).create(job_id=row.pk, number=number,
                                                        outcome=status, finished_at=finished,
-                                                       error=reason)
+                                                       error_type=WORKER_LOST, error=reason)
         if not changed:
             return False
         logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
                        row.pk, reason, row.status, number, status)
         base = dict(job_id=row.pk, queue=row.queue, callable_path=row.callable_path)
         if status == JobStatus.DEAD:
-            signals.send(signals.job_dead, attempt=number, worker_id="", error=reason, **base)
+            signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
+                         error_type=WORKER_LOST, **base)
         else:
             signals.send(signals.job_cancelled, running=True, **base)
         return True

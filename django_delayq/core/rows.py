@@ -92,8 +92,9 @@ class RowWriter:
             "queue": queue, "callable_path": path, "status": JobStatus.SCHEDULED.value,
             "created_at": adapt(now), "updated_at": adapt(now), "started_at": None,
             "finished_at": None, "attempts": 0, "max_attempts": max_attempts,
-            "backoff": None if backoff is None else json.dumps(backoff), "last_error": "",
-            "traceback": "", "worker_id": "", "result": None, "cancel_requested": False}
+            "backoff": None if backoff is None else json.dumps(backoff), "error_type": "",
+            "last_error": "", "traceback": "", "worker_id": "", "result": None,
+            "cancel_requested": False}
         missing = set(names) - set(const) - set(VARYING)
         if missing:
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))

@@ -39,11 +39,11 @@ from django_delayq.models import Job, JobAttempt
 logger = logging.getLogger(__name__)
 
 COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_id",
-           "last_error", "traceback", "result", "updated_at")
+           "error_type", "last_error", "traceback", "result", "updated_at")
 _DATETIMES = {"run_at", "started_at", "finished_at", "updated_at"}
 _JSON = {"result"}
 _COLUMN_NAMES = {f.name: str(f.column) for f in Job._meta.concrete_fields}
-_TEXT = ("status", "worker_id", "last_error", "traceback")
+_TEXT = ("status", "worker_id", "error_type", "last_error", "traceback")
 # Errors that one row's values cause; anything else (OperationalError, ...) is an outage.
 DATA_ERRORS = (DataError, IntegrityError, ValueError, TypeError, OverflowError)
 
@@ -123,7 +123,7 @@ class AuditWriter:
                 self._lock.notify()
 
     def attempt(self, **fields: Any) -> None:
-        for name in ("error", "traceback", "worker_id"):
+        for name in ("error_type", "error", "traceback", "worker_id"):
             if name in fields:
                 fields[name] = storable(fields[name])
         with self._lock:

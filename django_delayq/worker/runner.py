@@ -4,9 +4,14 @@ Anything a payload can throw at us ends in an ``Outcome``: a success, a retry af
 the job's backoff, or dead (out of attempts, not allowed, an unusable row). ``run``
 never raises: a retry delay that cannot be computed (a backoff the row should never have
 held, ``Retry(delay=...)`` with nonsense) ends the job dead with the reason, and any
-other failure of ours becomes a dead outcome of that job alone. Error texts are made
-storable (lone surrogates escaped) before they reach the audit row. The worker settles
+other failure of ours becomes a dead outcome of that job alone. The worker settles
 outcomes in Redis in batches.
+
+A failed attempt is recorded as data, three fields: ``error_type`` (the dotted path of
+the exception class, ``builtins.ValueError``), ``error`` (its message) and
+``traceback``. A failure the worker decides on its own has a declared type of
+``django_delayq.exceptions`` (``JobTimeout``, ``InvalidRow``) and a message of ours.
+Error texts are made storable (lone surrogates escaped) before they reach the audit row.
 """
 
 from __future__ import annotations
@@ -28,10 +33,13 @@ from django_delayq.core.context import JobContext
 from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
-from django_delayq.exceptions import Retry
+from django_delayq.exceptions import InvalidRow, JobTimeout, Retry, type_path
 from django_delayq.worker import execution
 
 logger = logging.getLogger(__name__)
+
+INVALID_ROW = type_path(InvalidRow)
+JOB_TIMEOUT = type_path(JobTimeout)
 
 
 class Kind(enum.Enum):
@@ -50,6 +58,7 @@ class Outcome:
     duration_s: float = 0.0
     retry_delay_ms: int | None = None
     result: Any = None
+    error_type: str = ""
     error: str = ""
     traceback: str = ""
     max_attempts: int = 0
@@ -75,8 +84,9 @@ def text(value: Any, limit: int | None = None) -> str:
     return out if limit is None else out[:limit]
 
 
-def _describe(exc: BaseException) -> str:
-    return "%s: %s" % (type(exc).__name__, text(exc))
+def error_type(exc: BaseException) -> str:
+    """The dotted path of ``exc``'s class, storable (``Job.error_type`` holds 255)."""
+    return text(type_path(type(exc)), 255)
 
 
 def json_result(value: Any) -> Any:
@@ -130,7 +140,8 @@ def crashed(job: ClaimedJob, exc: BaseException, started: datetime | None = None
     now = datetime.now(UTC)
     path = job.payload.path if job.payload is not None else ""
     return Outcome(job=job, kind=Kind.DEAD, path=path, started_at=started or now,
-                   finished_at=now, error=text("worker error: %s" % _describe(exc), 2000),
+                   finished_at=now, error_type=error_type(exc),
+                   error=text("worker error: %s" % text(exc), 2000),
                    traceback=text(traceback.format_exc(), 20000))
 
 
@@ -138,7 +149,7 @@ def unusable(job: ClaimedJob, path: str, reason: str) -> Outcome:
     """The dead outcome of a job whose row cannot be run (``payloads.Broken``)."""
     now = datetime.now(UTC)
     return Outcome(job=job, kind=Kind.DEAD, path=text(path, 255), started_at=now,
-                   finished_at=now, error=text(reason, 2000))
+                   finished_at=now, error_type=INVALID_ROW, error=text(reason, 2000))
 
 
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
@@ -148,7 +159,7 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
     try:
         env = payloads.of(job)
     except ValueError as exc:
-        return Outcome(kind=Kind.DEAD, finished_at=datetime.now(UTC),
+        return Outcome(kind=Kind.DEAD, finished_at=datetime.now(UTC), error_type=INVALID_ROW,
                        error="invalid row: %s" % text(exc), **common)
     max_attempts = env.max_attempts or default_max_attempts
     common.update(path=env.path, max_attempts=max_attempts)
@@ -158,14 +169,17 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
         close_old_connections()
     try:
         result = execution.run(env.path, env.args, env.kwargs, ctx)
-    except PermissionError as exc:
-        return _failed(common, Kind.DEAD, "not allowed: %s" % text(exc), t0)
+    except PermissionError as exc:  # not allowed (registry.NotAllowed, a refused URL, ...)
+        common["error_type"] = error_type(exc)
+        return _failed(common, Kind.DEAD, text(exc), t0)
     except Retry as exc:
-        return _retry(common, "retry requested: %s" % text(exc), t0, exc, env, default_backoff)
+        common["error_type"] = error_type(exc)
+        return _retry(common, text(exc), t0, exc, env, default_backoff)
     except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             logger.warning("job %s raised %r; treated as a failure", job.id, exc)
-        return _retry(common, _describe(exc), t0, None, env, default_backoff)
+        common["error_type"] = error_type(exc)
+        return _retry(common, text(exc), t0, None, env, default_backoff)
     finally:
         if manage_connections:
             close_old_connections()
@@ -208,19 +222,17 @@ def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
         error += " (not retried: cannot compute the retry delay: %s)" % text(why)
     if kind is Kind.RETRY and job.token >= max_attempts:
         kind, delay = Kind.DEAD, None
-        error += " (attempt %d of %d: no attempts left)" % (job.token, max_attempts)
     now = datetime.now(UTC)
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
                    duration_s=(now - started_at).total_seconds(), retry_delay_ms=delay,
-                   error=error, max_attempts=max_attempts)
+                   error_type=JOB_TIMEOUT, error=error, max_attempts=max_attempts)
 
 
 def _failed(common: dict[str, Any], kind: Kind, error: str, t0: float,
             job: ClaimedJob | None = None, max_attempts: int = 0,
             delay: int | None = None) -> Outcome:
     if kind is Kind.RETRY and job is not None and job.token >= max_attempts:
-        kind, delay = Kind.DEAD, None
-        error += " (attempt %d of %d: no attempts left)" % (job.token, max_attempts)
+        kind, delay = Kind.DEAD, None  # out of attempts: the row shows attempts n of n
     return Outcome(kind=kind, finished_at=datetime.now(UTC), error=text(error, 2000),
                    traceback=text(traceback.format_exc())[-20000:], retry_delay_ms=delay,
                    duration_s=time.perf_counter() - t0, **common)

@@ -3,6 +3,10 @@
 Redis decides first; the audit row follows what Redis accepted. A settlement that
 Redis refuses (the lease was lost and the job redelivered) is logged and leaves the
 row to the redelivered copy.
+
+A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
+(its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
+``JobAttempt``. A lease taken back is recorded as ``django_delayq.exceptions.LeaseLost``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from django_delayq import signals
 from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
+from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.queue_backoff import ERRORS
@@ -26,6 +31,7 @@ from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 logger = logging.getLogger(__name__)
 
 LOST_LEASE = "lease expired: the worker running it died or stopped heartbeating"
+LEASE_LOST = type_path(LeaseLost)
 
 
 class Settler:
@@ -89,18 +95,21 @@ class Settler:
         if status is JobStatus.RETRYING:
             fields["run_at"] = o.finished_at + timedelta(milliseconds=o.retry_delay_ms or 0)
             fields["finished_at"] = None
-        self.audit.update(job.id, last_error=o.error, traceback=o.traceback, **fields)
+        self.audit.update(job.id, error_type=o.error_type, last_error=o.error,
+                          traceback=o.traceback, **fields)
         self.audit.attempt(job_id=job.id, number=job.token, outcome=status,
-                           started_at=o.started_at, finished_at=o.finished_at, error=o.error,
-                           traceback=o.traceback, worker_id=self.worker_id)
+                           started_at=o.started_at, finished_at=o.finished_at,
+                           error_type=o.error_type, error=o.error, traceback=o.traceback,
+                           worker_id=self.worker_id)
         if status is JobStatus.RETRYING:
             signals.send(signals.job_retrying, attempt=job.token, worker_id=self.worker_id,
-                         error=o.error, retry_at=fields["run_at"], **base)
+                         error=o.error, error_type=o.error_type, retry_at=fields["run_at"],
+                         **base)
         elif status is JobStatus.DEAD:
-            logger.error("job %s %s is dead after %d attempt(s): %s", job.id, o.path,
-                         job.token, o.error)
+            logger.error("job %s %s is dead after %d attempt(s): %s: %s", job.id, o.path,
+                         job.token, o.error_type, o.error)
             signals.send(signals.job_dead, attempt=job.token, worker_id=self.worker_id,
-                         error=o.error, **base)
+                         error=o.error, error_type=o.error_type, **base)
         else:
             signals.send(signals.job_cancelled, running=True, **base)
 
@@ -122,11 +131,12 @@ class Settler:
                 logger.warning("job %s: %s (attempt %d) -> %s", r.id, LOST_LEASE, r.attempts,
                                status)
                 fields: dict[str, Any] = dict(status=status, attempts=r.attempts,
-                                              last_error=LOST_LEASE, traceback="", updated_at=now)
+                                              error_type=LEASE_LOST, last_error=LOST_LEASE,
+                                              traceback="", updated_at=now)
                 fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
                 self.audit.update(r.id, **fields)
                 self.audit.attempt(job_id=r.id, number=r.attempts, outcome=status,
-                                   finished_at=now, error=LOST_LEASE)
+                                   finished_at=now, error_type=LEASE_LOST, error=LOST_LEASE)
                 self._recovered_signal(queue, r.id, status, r.attempts, now)
             if len(found) < 100:
                 return
@@ -136,9 +146,10 @@ class Settler:
         base = dict(job_id=job_id, queue=queue, callable_path="")
         if status is JobStatus.RETRYING:
             signals.send(signals.job_retrying, attempt=attempt, worker_id="", error=LOST_LEASE,
-                         retry_at=now, **base)
+                         error_type=LEASE_LOST, retry_at=now, **base)
         elif status is JobStatus.DEAD:
-            signals.send(signals.job_dead, attempt=attempt, worker_id="", error=LOST_LEASE, **base)
+            signals.send(signals.job_dead, attempt=attempt, worker_id="", error=LOST_LEASE,
+                         error_type=LEASE_LOST, **base)
         else:
             signals.send(signals.job_cancelled, running=True, **base)
 

@@ -200,3 +200,13 @@ def test_status_counts_stop_at_the_cap(delayq_settings, admin_client, monkeypatc
               for c in response.context["delayq_status_counts"]}
     assert counts["scheduled"] == (2, True) and counts["dead"] == (0, False)
     assert '<b class="delayq-count-n">2+</b>' in response.content.decode()
+
+
+def test_detail_page_shows_the_error_type_beside_its_message_escaped(delayq_settings,
+                                                                      admin_client):
+    job_id = schedule("tests.jobs.boom", "<script>alert(1)</script>", max_attempts=1).id
+    run_due_jobs()
+    html = admin_client.get(_url("admin:django_delayq_job_change", job_id)).content.decode()
+    assert "<code>builtins.RuntimeError</code> &lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script>alert(1)" not in html
+    assert html.count("<code>builtins.RuntimeError</code>") == 2  # last error, attempt row

@@ -166,7 +166,7 @@ def test_follow_text_lines(delayq_engine):
     lines = text.splitlines()
     assert [line.split()[1] for line in lines] == ["scheduled", "dead"]  # started: folded
     assert all(job_id in line for line in lines)
-    assert "error=RuntimeError: kaput" in lines[1] or "kaput" in lines[1]
+    assert "error_type=builtins.RuntimeError error=kaput" in lines[1]
     assert "lateness_ms=" in lines[1]
 
 
@@ -214,8 +214,8 @@ def test_follow_escapes_control_characters_from_job_errors(delayq_settings, dela
     assert len(lines) == 3 and all(job_id in line for line in lines[:2])
     assert "\x1b" not in text and "\x07" not in text and "\r" not in text
     assert "\u202e" not in text
-    assert "error=RuntimeError: \\x1b[2J\\x1b]0;owned\\x07\\x1b[31mred\\rover\\u202eevil" \
-        in lines[1]
+    assert ("error_type=builtins.RuntimeError error=\\x1b[2J\\x1b]0;owned\\x07\\x1b[31mred"
+            "\\rover\\u202eevil") in lines[1]
     assert "dead\\x1b[8m" in lines[2] and "error=\\x1b[?1049h" in lines[2]
     doc = [json.loads(line) for line in _status("--follow", "--json", "--last", "3",
                                                 "--count", "3").splitlines()]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta
 
 import pytest
@@ -223,3 +224,48 @@ def test_a_real_worker_runs_task_functions(jt):
         assert result.status == Status().SUCCESSFUL
         assert result.return_value == 2 * i
         assert result.worker_ids[0].count(":") == 2  # host:pid:suffix
+
+
+def test_errors_carry_the_recorded_exception_class_path(jt):
+    result = jt.fail.enqueue("nope")
+    assert run_due_jobs() == 3
+    result.refresh()
+    assert [e.exception_class_path for e in result.errors] == [
+        "tests.jobs_tasks.CustomError"] * 3
+    assert result.errors[-1].traceback.rstrip().splitlines()[-1] == (
+        "tests.jobs_tasks.CustomError: nope")
+
+
+def test_a_lost_lease_is_a_lease_lost_error(jt):
+    from django_delayq.core.conf import get_settings
+    from django_delayq.exceptions import LeaseLost
+    from django_delayq.worker.audit import AuditWriter
+    from django_delayq.worker.settle import LOST_LEASE, Settler
+
+    result = jt.add.enqueue(1, 2)
+    engine = get_engine()
+    assert [j.id for j in engine.claim("default", 10, 50).jobs] == [result.id]
+    audit = AuditWriter()
+    settler = Settler(engine, get_settings(), audit, "recovering-worker")
+    deadline = time.monotonic() + 10
+    while not Job.objects.filter(pk=result.id, status=JobStatus.RETRYING).exists():
+        assert time.monotonic() < deadline, "the 50 ms lease was never taken back"
+        time.sleep(0.02)
+        settler.recover("default")  # takes the lease back once it expired
+        audit.flush()
+    result.refresh()
+    assert result.status == Status().READY
+    [error] = result.errors
+    assert (error.exception_class_path, error.exception_class) == (
+        "django_delayq.exceptions.LeaseLost", LeaseLost)
+    assert error.traceback == "django_delayq.exceptions.LeaseLost: %s" % LOST_LEASE
+
+
+def test_eager_failure_is_an_error_of_its_exception_class(jt, tasks_settings):
+    tasks_settings.DELAYQ = {**tasks_settings.DELAYQ, "EAGER": True}
+    result = jt.fail.enqueue("inline")  # runs after commit; Django logs the exception
+    result.refresh()
+    assert result.status == Status().FAILED
+    [error] = result.errors
+    assert error.exception_class is jt.CustomError
+    assert error.traceback.rstrip().endswith("CustomError: inline")

@@ -109,8 +109,8 @@ def test_callable_outside_allow_list_in_the_row_never_runs(cfg, tmp_path) -> Non
     Job.objects.filter(pk=h.id).update(callable_path="os.system", args=["touch %s" % marker])
     run_with_a_healthy_job()
     row = h.job
-    assert row.status == JobStatus.DEAD and "not allowed" in row.last_error
-    assert "ALLOWED_CALLABLES" in row.last_error
+    assert row.status == JobStatus.DEAD and "ALLOWED_CALLABLES" in row.last_error
+    assert row.error_type == "django_delayq.core.registry.NotAllowed"
     assert not marker.exists()
 
 
@@ -162,11 +162,12 @@ def test_function_that_no_longer_exists_retries_then_dies(cfg) -> None:  # type:
     Job.objects.filter(pk=h.id).update(callable_path="tests.jobs_chaos.renamed_in_a_later_deploy")
     run_with_a_healthy_job()
     assert h.job.status == JobStatus.RETRYING  # another worker may run the newer code
-    assert "AttributeError" in h.job.last_error
+    assert h.job.error_type == "builtins.AttributeError"
     get_engine().reschedule("default", h.id, delay_ms=0)
     burst()
     row = h.job
-    assert row.status == JobStatus.DEAD and "no attempts left" in row.last_error
+    assert (row.status, row.attempts, row.error_type) == (JobStatus.DEAD, 2,
+                                                          "builtins.AttributeError")
     assert "renamed_in_a_later_deploy" in row.last_error
 
 
@@ -185,8 +186,10 @@ def test_row_edited_into_nonsense_ends_dead_alone(cfg, column, value, reason) ->
     row = h.job
     assert row.status == JobStatus.DEAD and row.last_error.startswith("invalid row: ")
     assert reason in row.last_error and jobs_chaos.executions(h.id) == []
+    assert row.error_type == "django_delayq.exceptions.InvalidRow"
     [attempt] = JobAttempt.objects.filter(job_id=h.id)
     assert attempt.outcome == JobStatus.DEAD and reason in attempt.error
+    assert attempt.error_type == row.error_type
     assert get_engine().inspect("default", h.id).place == "dead"
 
 
@@ -195,7 +198,8 @@ def test_function_that_always_raises_ends_dead_with_history(cfg) -> None:  # typ
     run_with_a_healthy_job()  # backoff 0: the three attempts run in one burst
     row = h.job
     assert row.status == JobStatus.DEAD and row.attempts == 3
-    assert "ValueError: nope" in row.last_error and "Traceback" in row.traceback
+    assert (row.error_type, row.last_error) == ("builtins.ValueError", "nope")
+    assert "Traceback" in row.traceback and "ValueError: nope" in row.traceback
     assert list(JobAttempt.objects.filter(job_id=h.id).values_list("number", "outcome")) == [
         (1, "retrying"), (2, "retrying"), (3, "dead")]
     assert len(jobs_chaos.executions(h.id)) == 3
@@ -247,7 +251,8 @@ def test_job_hanging_past_its_time_limit_is_retried_with_reason(cfg) -> None:  #
     try:
         wait_until(lambda: hung.job.attempts >= 2 or hung.status == JobStatus.RETRYING,
                    timeout=8)
-        assert "time" in hung.job.last_error.lower()
+        assert "timed out" in hung.job.last_error
+        assert hung.job.error_type == "django_delayq.exceptions.JobTimeout"
     finally:
         jobs_chaos.release_hung()
         worker.request_stop()

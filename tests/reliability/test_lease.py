@@ -112,11 +112,12 @@ def test_attempts_count_crash_recoveries_until_dead(cfg, start_worker) -> None: 
         survivor.send_signal(signal.SIGTERM)
         survivor.wait(30)
     row = h.job
-    assert row.attempts == 2 and row.last_error == LOST_LEASE
+    lost = "django_delayq.exceptions.LeaseLost"
+    assert (row.attempts, row.error_type, row.last_error) == (2, lost, LOST_LEASE)
     assert [e[1] for e in jobs_chaos.executions(h.id)] == [1, 2]
-    assert list(JobAttempt.objects.filter(job_id=h.id).values_list("number", "outcome",
-                                                                    "error")) == [
-        (1, "retrying", LOST_LEASE), (2, "dead", LOST_LEASE)]
+    assert list(JobAttempt.objects.filter(job_id=h.id).values_list(
+        "number", "outcome", "error_type", "error", "traceback")) == [
+        (1, "retrying", lost, LOST_LEASE, ""), (2, "dead", lost, LOST_LEASE, "")]
     assert get_engine().inspect("default", h.id).place == "dead"
 
 

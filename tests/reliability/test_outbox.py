@@ -175,8 +175,10 @@ def test_live_row_of_a_job_dead_in_redis_is_settled_dead(settings, fault_server)
     assert r.run_all(grace_seconds=0) == 0  # settled, not re-enqueued
     row = h.job
     assert (row.status, row.attempts, row.last_error) == (JobStatus.DEAD, 1, DEAD_IN_REDIS)
-    assert list(JobAttempt.objects.filter(job_id=h.id).values_list("number", "outcome")) == [
-        (1, "dead")]
+    lost = "django_delayq.exceptions.WorkerLost"
+    assert row.error_type == lost
+    assert list(JobAttempt.objects.filter(job_id=h.id).values_list(
+        "number", "outcome", "error_type")) == [(1, "dead", lost)]
     assert engine.inspect("default", h.id).place == "dead"
     assert r.run_all(grace_seconds=0) == 0 and r.stats.settled == 1  # final now
 

@@ -89,10 +89,14 @@ def forge(path: str, *args: Any, **kwargs: Any) -> str:
     return row.id
 
 
+NOT_ALLOWED = "django_delayq.core.registry.NotAllowed"
+
+
 def assert_refused_dead(job_id: str, why: str) -> None:
     row = Job.objects.get(pk=job_id)
     assert (row.status, row.attempts) == (JobStatus.DEAD, 1), (row.callable_path, row.last_error)
-    assert row.last_error.startswith("not allowed: %r" % row.callable_path), row.last_error
+    assert row.error_type == NOT_ALLOWED, (row.error_type, row.last_error)
+    assert row.last_error.startswith("%r" % row.callable_path), row.last_error
     assert why in row.last_error, (why, row.last_error)
 
 
@@ -337,6 +341,6 @@ def test_delayq_worker_subprocess_runs_no_forged_shell_command(cfg, start_worker
     assert healthy.job.result == "honest:subprocess"
     for job_id, marker in markers.items():
         row = Job.objects.get(pk=job_id)
-        assert row.status == JobStatus.DEAD and row.last_error.startswith("not allowed: "), (
+        assert (row.status, row.error_type) == (JobStatus.DEAD, NOT_ALLOWED), (
             row.callable_path, row.last_error)
         assert not marker.exists(), row.callable_path

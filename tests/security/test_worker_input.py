@@ -132,8 +132,8 @@ def test_error_text_with_a_lone_surrogate_is_recorded_escaped(cfg, chaos_table) 
         first = [schedule("tests.jobs_chaos.record", "a%d" % i) for i in range(5)]
         wait_until(lambda: status(bad.id) == JobStatus.DEAD
                    and all(status(h.id) == JobStatus.SUCCEEDED for h in first))
-        error, trace = row(bad.id, "last_error", "traceback")
-        assert "ValueError: bad \\ud800 input \\x00 end" in error
+        kind, error, trace = row(bad.id, "error_type", "last_error", "traceback")
+        assert (kind, error) == ("builtins.ValueError", "bad \\ud800 input \\x00 end")
         assert "bad \\ud800 input" in trace
         [attempt] = JobAttempt.objects.filter(job_id=bad.id)
         assert "bad \\ud800 input" in attempt.error
@@ -247,7 +247,8 @@ def test_a_failure_around_an_attempt_ends_that_job_and_the_thread_lives(  # type
                     WorkerOptions(queues=("default",), concurrency=1, burst=True))
     assert worker.run() == EXIT_OK
     assert status(bad.id) == JobStatus.DEAD
-    assert row(bad.id, "last_error")[0] == "worker error: RuntimeError: a bug in the worker"
+    assert row(bad.id, "error_type", "last_error") == ("builtins.RuntimeError",
+                                                       "worker error: a bug in the worker")
     assert [status(h.id) for h in after] == [JobStatus.SUCCEEDED] * 3
 
 

@@ -194,7 +194,7 @@ def format_event(entry_id: str, fields: dict[str, str]) -> str:
     when = _event_time(entry_id, fields.get("ts_ms"))
     extra = []
     for key in ("attempt", "worker", "run_at", "retry_at", "lateness_ms", "duration_ms",
-                "running", "error"):
+                "running", "error_type", "error"):
         if key in fields:
             extra.append("%s=%s" % (key, printable(fields[key])))
     return "%s %-9s %-12s %-26s %s %s" % (
