@@ -13,7 +13,10 @@ connection after a back-off (a dropped connection does too), never in a dead thr
 
 On a Redis Cluster a classic PUBLISH (the scripts') reaches every node, so one
 subscription on any node hears every queue. Each (re)connection takes the next
-primary in turn: a node that is down never silences the queues of the others.
+primary in turn: a node that is down never silences the queues of the others. The
+subscription holds a connection of its own, outside the cluster client's pools: their
+refreshes (one per command failing on a node that is down) would reconnect it
+silently and lose the messages of the gap.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import logging
 import threading
 from typing import Any
 
+from redis import ConnectionPool, Redis
 from redis.cluster import RedisCluster
 from redis.exceptions import RedisError
 
@@ -96,7 +100,7 @@ class WakeListener:
             return self.client.pubsub(ignore_subscribe_messages=True)
         nodes = self.client.get_primaries()
         node = nodes[self._connections % len(nodes)]
-        return self.client.pubsub(node=node, ignore_subscribe_messages=True)
+        return _own_client(self.client, node).pubsub(ignore_subscribe_messages=True)
 
     def _record(self, message: dict[str, Any]) -> None:
         """Announce the due time a message carries; ignore (DEBUG) anything else."""
@@ -130,3 +134,24 @@ class WakeListener:
                 if due < self.earliest.get(queue, due + 1):
                     self.earliest[queue] = due
         self.event.set()
+
+
+# What ties a node's pool to the cluster client that made it (its connect hook, shared
+# registries): not for a connection of the listener's own.
+_CLUSTER_BOUND = ("redis_connect_func", "himport_registry",
+                  "oss_cluster_maint_notifications_handler")
+
+
+def _own_client(cluster: RedisCluster, node: Any) -> Redis:
+    """A client of ``node`` with a pool of its own (same address, credentials, TLS and
+    timeouts). The cluster client's pools do not suit a subscription: every command that
+    fails on a node that is down makes that client refresh its view of the cluster, and
+    a refresh marks every connection of the pools it asks for a reconnect, the
+    subscription's too; redis-py then reconnects and subscribes again inside
+    ``get_message`` without a word, and a wake message published meanwhile is lost (the
+    job waited for the next poll). This connection ends only on a real error, which
+    ``_run`` answers with a new connection and a claim of every queue."""
+    pool = cluster.get_redis_connection(node).connection_pool
+    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k not in _CLUSTER_BOUND}
+    return Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class,
+                                                **kwargs))

@@ -288,9 +288,11 @@ class Worker:
         wait_ms = self.settings.wake_interval_seconds * 1000
         if not self.draining and self._capacity() > 0:
             now = self._server_now()
-            for due in self.next_due.values():
-                if due is not None:
-                    wait_ms = min(wait_ms, due - now)
+            for queue, due in self.next_due.items():
+                if due is not None:  # a queue backing off is due when its delay ends
+                    wait_ms = min(wait_ms, max(due - now, self.backoff.remaining_ms(queue)))
+        for outcome in self.unsettled:  # settled once their queue's delay ends
+            wait_ms = min(wait_ms, self.backoff.remaining_ms(outcome.job.queue))
         wait_ms = min(wait_ms, self._last_recover + self.settings.recover_interval_seconds * 1000
                       - monotonic_ms())
         if self.settings.job_timeout_seconds is not None and self.running:

@@ -28,6 +28,17 @@ def spread_prefix(cluster: LocalCluster, queues: tuple[str, ...] = SPREAD) -> st
     raise RuntimeError("no prefix spreads %r over the cluster" % (queues,))
 
 
+def grouped_prefix(cluster: LocalCluster, together: tuple[str, ...], apart: str) -> str:
+    """A fresh prefix under which the ``together`` queues share a node, ``apart``'s
+    another."""
+    for _ in range(300):
+        prefix = unique_prefix()
+        nodes = {cluster.node_of("{%s:%s}" % (prefix, q)) for q in together}
+        if len(nodes) == 1 and cluster.node_of("{%s:%s}" % (prefix, apart)) not in nodes:
+            return prefix
+    raise RuntimeError("no prefix puts %r on one node and %r on another" % (together, apart))
+
+
 @pytest.fixture
 def cluster_settings(settings, redis_cluster: LocalCluster):  # type: ignore[no-untyped-def]
     settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_cluster.url,

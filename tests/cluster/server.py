@@ -100,6 +100,11 @@ class LocalCluster:
                 if n.proc is not None and dict(n.client().pubsub_numsub(channel)).get(
                     channel.encode(), 0)]
 
+    def subscribers(self, port: int) -> set[str]:
+        """Ids of the connections subscribed to something on node ``port``: a connection
+        that reconnects gets a new id."""
+        return {c["id"] for c in self.node(port).client().client_list(_type="pubsub")}
+
     def restart(self, port: int) -> None:
         """Start a stopped node, or restart a running one: its nodes.conf keeps its id and
         slots, its data is gone (no persistence)."""

@@ -1,6 +1,7 @@
 """django-delayq end to end on a real local Redis Cluster (three masters, one queue on
 each): a worker process, wake-ups across nodes, a node going down and coming back
-empty, the reconciler, cancel and reschedule."""
+empty (the other queues served on time, the loop never spinning, the wake subscription
+kept, the node's queues backing off alone), the reconciler, cancel and reschedule."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from datetime import timedelta
 
 import pytest
 from redis.cluster import RedisCluster
+from redis.exceptions import RedisClusterException, RedisError
 
 from django_delayq import cancel, reschedule, schedule
 from django_delayq.core.conf import get_settings
@@ -16,7 +18,9 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import CancelOutcome
 from django_delayq.models import JobStatus
-from tests.cluster.conftest import SPREAD, running_worker
+from django_delayq.worker.loop import Worker
+from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
+from tests.cluster.conftest import SPREAD, grouped_prefix, running_worker
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -28,6 +32,19 @@ def _on_time(queue: str, delay_ms: int = 500, within_ms: float = 400) -> None:
     wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=10)
     lateness = h.job.lateness_ms()
     assert lateness is not None and lateness < within_ms, (queue, lateness)
+
+
+def _count_turns(worker: Worker) -> list[int]:
+    """A counter of the worker loop's turns (each computes its wait once)."""
+    turns = [0]
+    wait_seconds = worker._wait_seconds
+
+    def counted() -> float:
+        turns[0] += 1
+        return wait_seconds()
+
+    worker._wait_seconds = counted  # type: ignore[method-assign]
+    return turns
 
 
 def test_worker_process_drains_queues_that_live_on_different_nodes(  # type: ignore[no-untyped-def]
@@ -47,12 +64,13 @@ def test_worker_process_drains_queues_that_live_on_different_nodes(  # type: ign
                                                            for _ in SPREAD)
 
 
-def test_idle_worker_is_woken_on_time_in_every_queue(cluster_settings) -> None:  # type: ignore[no-untyped-def]
+def test_idle_worker_is_woken_on_time_in_every_queue(cluster_settings, redis_cluster) -> None:  # type: ignore[no-untyped-def]
     # No poll within the test: only a wake message (published on another node than the
     # listener's, for two of the three queues) can start these jobs on time.
     cluster_settings.DELAYQ = {**cluster_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 60}
-    with running_worker():
-        time.sleep(0.3)  # idle: every queue empty, the listener subscribed
+    channel = get_engine().keys("default").channel
+    with running_worker():  # idle once the listener is subscribed: every queue is empty
+        wait_until(lambda: bool(redis_cluster.subscribed_at(channel)))
         for queue in SPREAD:
             _on_time(queue)
 
@@ -62,15 +80,21 @@ def test_a_node_down_stops_only_its_own_queue_and_comes_back_empty(  # type: ign
     cluster_settings.DELAYQ = {**cluster_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 60}
     engine = get_engine()
     with running_worker() as worker:
+        turns = _count_turns(worker)
         wait_until(lambda: redis_cluster.subscribed_at(engine.keys("default").channel))
         [down] = redis_cluster.subscribed_at(engine.keys("default").channel)
         [lost] = [q for q in SPREAD if redis_cluster.node_of(engine.keys(q).pending) == down]
         stranded = schedule("tests.jobs.noop", delay=3600, queue=lost)
         redis_cluster.node(down).stop()  # the listener's node, and one queue's
         try:
+            since, turned = time.monotonic(), turns[0]
             for queue in SPREAD:  # the listener moved to another node; claims go on
                 if queue != lost:
                     _on_time(queue)
+            # The lost queue backs off while its due time has passed: the loop sleeps to
+            # the end of its delay (it spun, ~40,000 turns a second, starving the threads).
+            rate = (turns[0] - turned) / (time.monotonic() - since)
+            assert rate < 200, rate
             late = schedule("tests.jobs.noop", queue=lost)  # cannot reach Redis: outbox
         finally:
             redis_cluster.restart(down)  # empty: its epoch key is gone
@@ -79,6 +103,56 @@ def test_a_node_down_stops_only_its_own_queue_and_comes_back_empty(  # type: ign
         for queue in SPREAD:
             _on_time(queue)
     assert worker.reconciler.stats.enqueued >= 2
+
+
+def test_the_wake_subscription_keeps_its_connection_while_a_node_is_down(  # type: ignore[no-untyped-def]
+        cluster_settings, redis_cluster) -> None:
+    """Each command failing on a node that is down makes the cluster client refresh its
+    view of the cluster, and a refresh reconnects the connections of the client's pools.
+    The listener's subscription is not one of them: reconnected, it lost the wake messages
+    published meanwhile, and their jobs waited for the next poll."""
+    cluster_settings.DELAYQ = {**cluster_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 60}
+    engine = get_engine()
+    channel = engine.keys("default").channel
+    with running_worker():
+        wait_until(lambda: bool(redis_cluster.subscribed_at(channel)))
+        [listening] = redis_cluster.subscribed_at(channel)
+        subscription = redis_cluster.subscribers(listening)
+        down = next(node.port for node in redis_cluster.nodes if node.port != listening)
+        [lost] = [q for q in SPREAD if redis_cluster.node_of(engine.keys(q).pending) == down]
+        redis_cluster.node(down).stop()
+        try:
+            for _ in range(20):  # each one refreshes the client's view of the cluster
+                with pytest.raises((RedisError, RedisClusterException)):
+                    engine.stats(lost)
+            for queue in SPREAD:
+                if queue != lost:
+                    _on_time(queue)
+        finally:
+            redis_cluster.restart(down)
+        assert redis_cluster.subscribers(listening) == subscription
+
+
+def test_the_queues_of_a_node_that_is_down_back_off_alone(cluster_settings, redis_cluster) -> None:  # type: ignore[no-untyped-def]
+    """Two queues on the node that is down fail together, yet a queue on another node
+    works: they back off alone, and the loop goes on for that queue. Only when nothing
+    works (a single Redis, or every node, is down) does the caller back off as a whole."""
+    cluster_settings.DELAYQ = {**cluster_settings.DELAYQ, "PREFIX": grouped_prefix(
+        redis_cluster, ("default", "emails"), "slow")}
+    engine = get_engine()
+    down = redis_cluster.node_of(engine.keys("default").pending)
+    backoff = QueueBackoff()
+    assert backoff.each(SPREAD, engine.stats) == []
+    redis_cluster.node(down).stop()
+    try:
+        assert backoff.each(["default", "emails"], engine.stats) == ["default", "emails"]
+        assert backoff.waiting("default") and backoff.waiting("emails")
+        assert backoff.remaining_ms("emails") > 0  # the loop sleeps that long for them
+        assert backoff.each(SPREAD, engine.stats) == ["default", "emails"]
+        with pytest.raises(ERRORS):  # never reached a queue that works
+            QueueBackoff().each(["default", "emails"], engine.stats)
+    finally:
+        redis_cluster.restart(down)
 
 
 def test_reconciler_reenqueues_the_rows_of_a_wiped_queue(cluster_settings) -> None:  # type: ignore[no-untyped-def]
