@@ -21,36 +21,12 @@ Two modes, both bounded per call:
 
 Telling a data loss from a new Redis: the epoch
 -----------------------------------------------
-Every queue carries an epoch key ``{prefix:queue}:epoch`` in its own hash slot, so it
-disappears together with the queue's data (FLUSHALL, a restart without persistence, a
-failover to an empty replica). Its value is ``<created ms>:<token>:<kind>``.
-
-Whoever first writes a queue's jobs creates it: ``enqueue.lua`` sets it (``SET NX``,
-kind ``e``) whenever it runs. So a web process that schedules jobs into a brand-new
-Redis before the first worker of a deploy starts has created the epoch, and that worker
-sees an epoch on its first look: no loss, nothing re-enqueued out of turn. "No epoch"
-means no job has been written into this Redis since it was last empty of this queue.
-
-A reconciler that finds no epoch creates it (``SET NX``) after reading whether the queue
-holds any data at all (pending, in flight, dead, attempts, envelopes, ``reconciled``):
-
-* none: a Redis that never held this queue, or one that lost it; kind ``L``. Either way
-  no job of the queue was ever acked *in this Redis*, so a live row whose job is absent
-  cannot be "acked here, audit flush on its way": the loss pass is safe.
-* some: only the epoch key went away (evicted, deleted by hand, or written by a version
-  whose enqueue does not create it); kind ``K``: not a loss, no pass. Re-enqueueing
-  without grace here would re-run jobs acked moments ago whose flush has not landed.
-
-``tick()`` reads the epochs every ``EPOCH_CHECK_SECONDS``:
-
-* epoch present on the first look: remembered, no pass (a restart of every worker, a
-  new deploy);
-* no epoch on the first look: a pass only when the queue holds nothing (kind ``L``,
-  created by this reconciler or, moments ago, by another one);
-* the remembered epoch vanished or changed: a loss, unless the new one is of kind ``K``.
-  Every reconciler that notices runs the pass (if only the one that re-created the key
-  did, its death mid-pass would strand rows); they do not double jobs because each
-  skips ids another one re-enqueued (``reconciled``, below).
+Every queue carries an epoch key that disappears together with the queue's data;
+``core/epochs.py`` tells how it is written and read, and when a change of it means a
+loss. ``tick()`` reads the epochs every ``EPOCH_CHECK_SECONDS``. Every reconciler that
+notices a loss runs the pass (if only the one that re-created the key did, its death
+mid-pass would strand rows); they do not double jobs because each skips ids another one
+re-enqueued (``reconciled``, below).
 
 Even in a loss pass, a row may describe a job written into the *new* data: scheduled
 after the loss and already acked there, its flush on its way. The loss is dated by the
@@ -82,35 +58,10 @@ the job's place), or they would re-enqueue a job that a third worker has just ru
 acked but not yet audited. The ZSET is lost with the data, so whatever it holds was
 re-enqueued after the loss. An epoch change clears the suspects.
 
-Jobs final in Redis
--------------------
-A live row whose id is in the dead set (a final nack or a lease recovery out of
-attempts reached Redis; the worker died before its audit flush) is settled ``dead``
-after the same second look: attempts from Redis's counter, the reason
-``DEAD_IN_REDIS`` and a ``JobAttempt``. A ``running`` row whose cancel was asked and
-whose job is gone is settled ``cancelled`` (the cancel forbade another run). Neither is
-counted as "held": such a row would otherwise stay live forever. The update is
-conditional on the row being unchanged, so a late flush of a live worker wins.
-
-Attempts and lease tokens across a re-enqueue
----------------------------------------------
-The attempts counter in Redis is the lease token. A re-enqueue seeds it (HSETNX, in the
-same MULTI as enqueue.lua: never lowers a counter Redis holds) so that the next
-delivery's token is higher than any token the job may have been given:
-
-* ``running`` row: seeded with the row's attempts (that attempt ran or is lost);
-* ``scheduled``/``retrying`` row due by now: a worker may have claimed it, run it and
-  died before its first audit write (the row says nothing of that run). That happened
-  when a worker active since the row was last written has gone silent (its heartbeat
-  is older than ``SILENT_BEATS`` heartbeat periods): the counter is seeded with
-  attempts + 1, so the re-run is attempt n + 2, under a token of its own, and the audit
-  counts the unrecorded run. While such a worker has been neither heard from since the
-  first look nor silent long enough, the decision waits. A row never delivered (the
-  outbox: Redis was down at commit) keeps its count: its first run is attempt 1.
-
-``JobAttempt`` numbers are not a further source: they are written in the same
-transaction as the row's attempts, and exceed them only after a requeue, which restarts
-the count on purpose.
+Jobs final in Redis (a live row whose job is in the dead set, or was cancelled while it
+ran) get the same second look and are then settled: ``core/final_rows.py``. What a
+re-enqueued job's attempts counter starts from, and which workers count as alive:
+``core/liveness.py``.
 
 Re-enqueue is idempotent (``enqueue.lua`` skips ids already pending, in flight or dead),
 so running several reconcilers at once never doubles a job. enqueue.lua is sent with
@@ -125,20 +76,25 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from django.db import DatabaseError, close_old_connections, router, transaction
+from django.db import DatabaseError, close_old_connections
 from django.db.models import Q
 from django.utils import timezone
 
-from django_delayq import signals
+from django_delayq.core import final_rows
 from django_delayq.core.conf import Settings
+from django_delayq.core.epochs import Epochs, epoch_kind  # noqa: F401 - named here too
+from django_delayq.core.final_rows import (  # noqa: F401 - named here too
+    CANCELLED_IN_REDIS,
+    DEAD_IN_REDIS,
+    Finding,
+)
+from django_delayq.core.liveness import Liveness
 from django_delayq.engine import Engine, scripts
-from django_delayq.exceptions import WorkerLost, type_path
-from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -157,27 +113,10 @@ URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
 # In a loss pass, rows changed less than this before the loss (or after it) may describe
 # jobs written into the new data: they get the second look instead of an instant re-enqueue.
 LOSS_MARGIN_SECONDS = 2.0
-# A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
-SILENT_BEATS = 2
-# Epoch kinds (the value's last field): who created it, and what it means.
-LOST, KEPT, ENQUEUED = "L", "K", "e"
-DEAD_IN_REDIS = "ended dead in Redis; its worker stopped before recording it"
-WORKER_LOST = type_path(WorkerLost)  # the error_type of such a row: its own error is lost
-CANCELLED_IN_REDIS = ("cancelled while it ran; its worker stopped before recording the end")
+
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
-
-
-def epoch_kind(value: str | None) -> str:
-    """``L``, ``K`` or ``e`` (see the module docstring); "" for an older value."""
-    parts = (value or "").split(":")
-    return parts[-1] if len(parts) >= 2 else ""
-
-
-def epoch_created_ms(value: str | None) -> int | None:
-    head = (value or "").split(":")[0]
-    return int(head) if head.isdigit() else None
 
 
 @dataclass(slots=True)
@@ -197,38 +136,6 @@ class Suspect:
     lost: bool  # found in a loss pass: a live worker does not keep a running row
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
-    """A live row whose job Redis does not hold (``dead`` False) or holds as dead."""
-
-    row: Job
-    dead: bool = False
-    redis_attempts: int = 0
-    died_ms: int | None = None
-
-    @property
-    def settles(self) -> bool:
-        """Final in Redis: the row is settled, the job not run again."""
-        return self.dead or (self.row.status == JobStatus.RUNNING and self.row.cancel_requested)
-
-
-@dataclass(frozen=True, slots=True)
-class Beats:
-    """Last heartbeats (Redis ms) of the workers heard from since some moment."""
-
-    now_ms: int
-    beats: tuple[float, ...]
-    silent_ms: int
-
-    def silent_since(self, since_ms: int) -> bool:
-        """A worker active after ``since_ms`` has gone silent (died, most likely)."""
-        return any(since_ms <= b < self.now_ms - self.silent_ms for b in self.beats)
-
-    def heard_after(self, since_ms: int, after_ms: int) -> bool:
-        """Every worker active after ``since_ms`` has heartbeated after ``after_ms``."""
-        return all(b > after_ms for b in self.beats if b >= since_ms)
-
-
 @dataclass(slots=True)
 class PassStats:
     examined: int = 0
@@ -244,10 +151,11 @@ class Reconciler:
     def __init__(self, engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
         self.engine = engine
         self.settings = settings
+        self._live = Liveness(engine, settings)
         self.queues = tuple(queues)
         self._cursor = Cursor()
         self._urgent: dict[str, Cursor] = {}
-        self._epochs: dict[str, str] = {}
+        self._epochs = Epochs(engine, self.queues)
         self._lost_at: dict[str, datetime] = {}
         self._suspects: dict[str, Suspect] = {}
         self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
@@ -324,7 +232,7 @@ class Reconciler:
                 if cursor.status == 0 and cursor.after is None:
                     break
         if self._suspects and not dry_run:
-            if self._any_worker_alive():
+            if self._live.any_alive():
                 time.sleep(self.confirm_seconds)
             while self._suspects:
                 before = len(self._suspects)
@@ -340,63 +248,14 @@ class Reconciler:
         return self.engine.keys(queue).epoch
 
     def check_epochs(self, create: bool = True) -> list[str]:
-        """Queues whose data Redis lost (see the module docstring): they need a loss pass.
+        """Queues whose data Redis lost (``core/epochs.py``): they need a loss pass.
 
         ``create=False`` (a dry run) writes nothing: a missing epoch stays missing."""
-        lost = []
-        for queue, found in zip(self.queues, self.engine.epochs(self.queues)):
-            known = self._epochs.get(queue)
-            value, loss = self._look_at(queue, known, found, create)
-            if loss:
-                lost.append(queue)
-                self._lost_at[queue] = self._dated(value)
-                self._log_loss(queue, known)
-                self._suspects.clear()  # whatever they were, the loss pass decides now
-            if value is not None:
-                self._epochs[queue] = value
-        return lost
-
-    def _look_at(self, queue: str, known: str | None, value: str | None,
-                 create: bool) -> tuple[str | None, bool]:
-        """(the epoch to remember, whether the queue's data was lost)."""
-        if value is not None:
-            if known is None or value == known:
-                return value, False  # first look at a kept epoch, or unchanged
-            return value, epoch_kind(value) != KEPT  # replaced: the old data is gone
-        value = self._create_epoch(queue, write=create)
-        kind = epoch_kind(value)
-        if kind == KEPT:
-            log = logger.info if known is None else logger.warning
-            log("reconciler: queue %r had no epoch key but holds data in Redis (evicted or "
-                "deleted by hand?); not a data loss, no pass without grace", queue)
-        if known is None:
-            return value if create else None, kind == LOST
-        return value if create else None, kind != KEPT
-
-    def _create_epoch(self, queue: str, write: bool = True) -> str:
-        """``SET NX`` a new epoch whose kind says whether the queue held any data; when
-        another process created one first, that one."""
-        held = self.engine.holds_data(queue)
-        value = "%d:%s:%s" % (self.engine.time_ms(), uuid.uuid4().hex[:16],
-                              KEPT if held else LOST)
-        return self.engine.create_epoch(queue, value) if write else value
-
-    def _dated(self, value: str | None) -> datetime:
-        """When the loss was recorded (the new epoch's creation), on this host's clock."""
-        now = timezone.now()
-        created = epoch_created_ms(value)
-        if created is None:
-            return now
-        age_ms = self.engine.time_ms() - created
-        return now - timedelta(milliseconds=age_ms) if age_ms >= 0 else now
-
-    def _log_loss(self, queue: str, known: str | None) -> None:
-        if known is None:  # first look: a new Redis, or one lost while nobody watched
-            logger.info("reconciler: queue %r has no epoch key and no data in Redis; "
-                        "full pass without grace", queue)
-        else:
-            logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
-                           "re-enqueueing its live rows without grace", queue)
+        lost = self._epochs.check(create)
+        if lost:
+            self._lost_at.update(lost)
+            self._suspects.clear()  # whatever they were, the loss pass decides now
+        return list(lost)
 
     # -- one batch ----------------------------------------------------------------------
 
@@ -474,7 +333,7 @@ class Reconciler:
 
     def _act(self, found: list[Finding], seen: dict[str, Suspect] | None) -> int:
         """Settle what is final in Redis; re-enqueue the rest (``seen``: their first look)."""
-        self._settle([f for f in found if f.settles])
+        self.stats.settled += final_rows.settle([f for f in found if f.settles])
         return self._enqueue([f.row for f in found if not f.settles], seen)
 
     # -- where the jobs are -------------------------------------------------------------
@@ -521,7 +380,7 @@ class Reconciler:
         running = [f for f in found if f.row.status == JobStatus.RUNNING]
         if not running:
             return found
-        alive = self._alive_workers({f.row.worker_id for f in running})
+        alive = self._live.alive({f.row.worker_id for f in running})
         keep = [f for f in found
                 if f.row.status != JobStatus.RUNNING or f.row.worker_id not in alive]
         waiting = len(found) - len(keep)
@@ -531,101 +390,13 @@ class Reconciler:
                          "worker (audit flush pending)", waiting)
         return keep
 
-    # -- workers ------------------------------------------------------------------------
-
-    def _alive_workers(self, worker_ids: set[str]) -> set[str]:
-        ids = sorted(w for w in worker_ids if w)
-        if not ids:
-            return set()
-        scores = self.engine.worker_beats(ids)
-        horizon = self.engine.time_ms() - 2 * self.settings.lease_ms
-        return {w for w, score in zip(ids, scores) if score is not None and score >= horizon}
-
-    @property
-    def _silent_ms(self) -> int:
-        return SILENT_BEATS * self.settings.lease_ms // 3
-
-    def _any_worker_alive(self) -> bool:
-        now = self.engine.time_ms()
-        return bool(self.engine.count_workers(now - self._silent_ms))
-
-    def _beats(self, since_ms: int) -> Beats:
-        now = self.engine.time_ms()
-        return Beats(now, tuple(self.engine.beats_since(since_ms)), self._silent_ms)
-
     # -- acting -------------------------------------------------------------------------
-
-    def _settle(self, found: list[Finding]) -> None:
-        """Rows of jobs final in Redis become final too: dead (with a ``JobAttempt``) or
-        cancelled. Conditional on the row being unchanged since it was read."""
-        for f in found:
-            if self._settle_one(f):
-                self.stats.settled += 1
-
-    def _settle_one(self, f: Finding) -> bool:
-        row, now = f.row, timezone.now()
-        if f.dead:
-            status, reason, number = JobStatus.DEAD, DEAD_IN_REDIS, max(row.attempts,
-                                                                         f.redis_attempts, 1)
-            finished = datetime.fromtimestamp(f.died_ms / 1000, UTC) if f.died_ms else now
-        else:
-            status, reason, number, finished = (JobStatus.CANCELLED, CANCELLED_IN_REDIS,
-                                                row.attempts, now)
-        using = router.db_for_write(Job)
-        with transaction.atomic(using=using):
-            changed = Job.objects.using(using).filter(
-                pk=row.pk, status=row.status, updated_at=row.updated_at,
-                attempts__lte=number).update(status=status, attempts=number,
-                                             finished_at=finished, last_error=reason,
-                                             error_type=WORKER_LOST if f.dead else "",
-                                             traceback="", updated_at=now)
-            if changed and status == JobStatus.DEAD:
-                JobAttempt.objects.using(using).create(job_id=row.pk, number=number,
-                                                       outcome=status, finished_at=finished,
-                                                       error_type=WORKER_LOST, error=reason)
-        if not changed:
-            return False
-        logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
-                       row.pk, reason, row.status, number, status)
-        base = dict(job_id=row.pk, queue=row.queue, callable_path=row.callable_path)
-        if status == JobStatus.DEAD:
-            signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
-                         error_type=WORKER_LOST, **base)
-        else:
-            signals.send(signals.job_cancelled, running=True, **base)
-        return True
-
-    def _seeds(self, rows: list[Job], seen: dict[str, Suspect] | None) -> dict[str, int | None]:
-        """The attempts counter each re-enqueued job starts from (None: decide later).
-
-        A scheduled or retrying row due by now may describe a job a worker ran and died
-        before recording: counted (+1) when a worker active since the row was written has
-        gone silent; not counted when every such worker was heard from after the first
-        look (its flush would have changed the row); undecided otherwise."""
-        seeds: dict[str, int | None] = {r.pk: r.attempts for r in rows}
-        now = timezone.now()
-        due = [r for r in rows if r.status != JobStatus.RUNNING
-               and r.run_at <= now + timedelta(seconds=LOSS_MARGIN_SECONDS)]
-        if not due:
-            return seeds
-        offset_ms = self.engine.time_ms() - _ms(now)  # Redis clock - this host's clock
-
-        def since(row: Job) -> int:  # a worker that delivered it was alive after this
-            return _ms(max(row.updated_at, row.run_at)) + offset_ms - self.settings.lease_ms
-
-        beats = self._beats(min(since(r) for r in due))
-        for row in due:
-            sus = seen.get(row.pk) if seen else None
-            if beats.silent_since(since(row)):
-                seeds[row.pk] = row.attempts + 1
-            elif sus is not None and not beats.heard_after(since(row), sus.seen_ms):
-                seeds[row.pk] = None
-        return seeds
 
     def _enqueue(self, rows: list[Job], seen: dict[str, Suspect] | None) -> int:
         if not rows:
             return 0
-        seeds = self._seeds(rows, seen)
+        seen_ms = {pk: sus.seen_ms for pk, sus in seen.items()} if seen else None
+        seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)
         ready = []
         for row in rows:
             if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:

@@ -1,0 +1,86 @@
+"""Rows of jobs final in Redis: the reconciler settles them instead of re-enqueueing.
+
+A live row whose id is in the dead set (a final nack or a lease recovery out of
+attempts reached Redis; the worker died before its audit flush) is settled ``dead``
+after the reconciler's second look: attempts from Redis's counter, the reason
+``DEAD_IN_REDIS`` and a ``JobAttempt``. A ``running`` row whose cancel was asked and
+whose job is gone is settled ``cancelled`` (the cancel forbade another run). Neither is
+counted as "held": such a row would otherwise stay live forever. The update is
+conditional on the row being unchanged, so a late flush of a live worker wins.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.db import router, transaction
+from django.utils import timezone
+
+from django_delayq import signals
+from django_delayq.exceptions import WorkerLost, type_path
+from django_delayq.models import Job, JobAttempt, JobStatus
+
+logger = logging.getLogger(__name__)
+
+DEAD_IN_REDIS = "ended dead in Redis; its worker stopped before recording it"
+WORKER_LOST = type_path(WorkerLost)  # the error_type of such a row: its own error is lost
+CANCELLED_IN_REDIS = ("cancelled while it ran; its worker stopped before recording the end")
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A live row whose job Redis does not hold (``dead`` False) or holds as dead."""
+
+    row: Job
+    dead: bool = False
+    redis_attempts: int = 0
+    died_ms: int | None = None
+
+    @property
+    def settles(self) -> bool:
+        """Final in Redis: the row is settled, the job not run again."""
+        return self.dead or (self.row.status == JobStatus.RUNNING and self.row.cancel_requested)
+
+
+def settle(found: list[Finding]) -> int:
+    """Rows of jobs final in Redis become final too: dead (with a ``JobAttempt``) or
+    cancelled. Conditional on the row being unchanged since it was read; returns how many
+    were settled."""
+    return sum(settle_one(f) for f in found)
+
+
+def settle_one(f: Finding) -> bool:
+    """Settle one row; False when the row changed meanwhile (a late flush wins)."""
+    row, now = f.row, timezone.now()
+    if f.dead:
+        status, reason, number = JobStatus.DEAD, DEAD_IN_REDIS, max(row.attempts,
+                                                                     f.redis_attempts, 1)
+        finished = datetime.fromtimestamp(f.died_ms / 1000, UTC) if f.died_ms else now
+    else:
+        status, reason, number, finished = (JobStatus.CANCELLED, CANCELLED_IN_REDIS,
+                                            row.attempts, now)
+    using = router.db_for_write(Job)
+    with transaction.atomic(using=using):
+        changed = Job.objects.using(using).filter(
+            pk=row.pk, status=row.status, updated_at=row.updated_at,
+            attempts__lte=number).update(status=status, attempts=number,
+                                         finished_at=finished, last_error=reason,
+                                         error_type=WORKER_LOST if f.dead else "",
+                                         traceback="", updated_at=now)
+        if changed and status == JobStatus.DEAD:
+            JobAttempt.objects.using(using).create(job_id=row.pk, number=number,
+                                                   outcome=status, finished_at=finished,
+                                                   error_type=WORKER_LOST, error=reason)
+    if not changed:
+        return False
+    logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
+                   row.pk, reason, row.status, number, status)
+    base = dict(job_id=row.pk, queue=row.queue, callable_path=row.callable_path)
+    if status == JobStatus.DEAD:
+        signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
+                     error_type=WORKER_LOST, **base)
+    else:
+        signals.send(signals.job_cancelled, running=True, **base)
+    return True

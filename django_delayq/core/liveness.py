@@ -1,0 +1,125 @@
+"""Which workers are alive, and what a re-enqueued job's attempts counter starts from.
+
+The workers registry (``Engine.workers`` & co.: each worker's last heartbeat, Redis ms)
+tells the reconciler whether a row's worker may still flush it (alive: it heartbeated
+within two leases) or died with its audit buffer (silent for ``SILENT_BEATS`` heartbeat
+periods).
+
+Attempts and lease tokens across a re-enqueue
+---------------------------------------------
+The attempts counter in Redis is the lease token. A re-enqueue seeds it (HSETNX, in the
+same MULTI as enqueue.lua: never lowers a counter Redis holds) so that the next
+delivery's token is higher than any token the job may have been given:
+
+* ``running`` row: seeded with the row's attempts (that attempt ran or is lost);
+* ``scheduled``/``retrying`` row due by now: a worker may have claimed it, run it and
+  died before its first audit write (the row says nothing of that run). That happened
+  when a worker active since the row was last written has gone silent (its heartbeat
+  is older than ``SILENT_BEATS`` heartbeat periods): the counter is seeded with
+  attempts + 1, so the re-run is attempt n + 2, under a token of its own, and the audit
+  counts the unrecorded run. While such a worker has been neither heard from since the
+  first look nor silent long enough, the decision waits. A row never delivered (the
+  outbox: Redis was down at commit) keeps its count: its first run is attempt 1.
+
+``JobAttempt`` numbers are not a further source: they are written in the same
+transaction as the row's attempts, and exceed them only after a requeue, which restarts
+the count on purpose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from django_delayq.core.conf import Settings
+from django_delayq.engine import Engine
+from django_delayq.models import Job, JobStatus
+
+# A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
+SILENT_BEATS = 2
+
+
+def _ms(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Beats:
+    """Last heartbeats (Redis ms) of the workers heard from since some moment."""
+
+    now_ms: int
+    beats: tuple[float, ...]
+    silent_ms: int
+
+    def silent_since(self, since_ms: int) -> bool:
+        """A worker active after ``since_ms`` has gone silent (died, most likely)."""
+        return any(since_ms <= b < self.now_ms - self.silent_ms for b in self.beats)
+
+    def heard_after(self, since_ms: int, after_ms: int) -> bool:
+        """Every worker active after ``since_ms`` has heartbeated after ``after_ms``."""
+        return all(b > after_ms for b in self.beats if b >= since_ms)
+
+
+class Liveness:
+    """The workers' heartbeats as the reconciler of ``engine`` reads them."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+
+    def alive(self, worker_ids: set[str]) -> set[str]:
+        """Those of ``worker_ids`` that heartbeated within two leases."""
+        ids = sorted(w for w in worker_ids if w)
+        if not ids:
+            return set()
+        scores = self.engine.worker_beats(ids)
+        horizon = self.engine.time_ms() - 2 * self.settings.lease_ms
+        return {w for w, score in zip(ids, scores) if score is not None and score >= horizon}
+
+    @property
+    def silent_ms(self) -> int:
+        """How old a heartbeat is when its worker may be dead (``SILENT_BEATS`` periods)."""
+        return SILENT_BEATS * self.settings.lease_ms // 3
+
+    def any_alive(self) -> bool:
+        """Whether any worker heartbeated lately (its audit flush may be on its way)."""
+        now = self.engine.time_ms()
+        return bool(self.engine.count_workers(now - self.silent_ms))
+
+    def beats(self, since_ms: int) -> Beats:
+        """The heartbeats of the workers heard from since ``since_ms`` (Redis ms)."""
+        now = self.engine.time_ms()
+        return Beats(now, tuple(self.engine.beats_since(since_ms)), self.silent_ms)
+
+    def seeds(self, rows: Sequence[Job], seen_ms: Mapping[str, int] | None,
+              margin_s: float) -> dict[str, int | None]:
+        """The attempts counter each re-enqueued job starts from (None: decide later).
+
+        A scheduled or retrying row due by now may describe a job a worker ran and died
+        before recording: counted (+1) when a worker active since the row was written has
+        gone silent; not counted when every such worker was heard from after the first
+        look (its flush would have changed the row); undecided otherwise. ``seen_ms``:
+        when each row was first found missing (Redis ms), None on a first look;
+        ``margin_s``: how far ahead of now a row's due time still counts as due."""
+        seeds: dict[str, int | None] = {r.pk: r.attempts for r in rows}
+        now = timezone.now()
+        due = [r for r in rows if r.status != JobStatus.RUNNING
+               and r.run_at <= now + timedelta(seconds=margin_s)]
+        if not due:
+            return seeds
+        offset_ms = self.engine.time_ms() - _ms(now)  # Redis clock - this host's clock
+
+        def since(row: Job) -> int:  # a worker that delivered it was alive after this
+            return _ms(max(row.updated_at, row.run_at)) + offset_ms - self.settings.lease_ms
+
+        beats = self.beats(min(since(r) for r in due))
+        for row in due:
+            first = seen_ms.get(row.pk) if seen_ms else None
+            if beats.silent_since(since(row)):
+                seeds[row.pk] = row.attempts + 1
+            elif first is not None and not beats.heard_after(since(row), first):
+                seeds[row.pk] = None
+        return seeds
