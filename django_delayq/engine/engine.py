@@ -19,18 +19,27 @@ committed its writes.
 
 from __future__ import annotations
 
-import enum
 import logging
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from django_delayq.engine import scripts
-from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.keys import QueueKeys
 from django_delayq.engine.outbox import OutboxOps
 from django_delayq.engine.registry import WorkerRegistry
+from django_delayq.engine.results import (  # noqa: F401 - their home before results.py
+    CancelOutcome,
+    ClaimedJob,
+    ClaimResult,
+    JobLocation,
+    MoveOutcome,
+    NackOutcome,
+    NewJob,
+    QueueStats,
+    Recovered,
+    SetAside,
+)
 from django_delayq.engine.server import ServerReads
 
 logger = logging.getLogger(__name__)
@@ -91,100 +100,6 @@ def _text(value: Any) -> str:
 
 def _now(now_ms: int | None) -> int:
     return 0 if now_ms is None else int(now_ms)
-
-
-class CancelOutcome(enum.IntEnum):
-    NOT_FOUND = 0
-    CANCELLED = 1
-    ALREADY_RUNNING = 2
-
-
-class NackOutcome(enum.IntEnum):
-    LEASE_LOST = 0
-    RETRYING = 1
-    DEAD = 2
-    CANCELLED = 3
-
-
-class MoveOutcome(enum.IntEnum):
-    NOT_FOUND = 0
-    MOVED = 1
-    ALREADY_RUNNING = 2
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class NewJob:
-    """A job to enqueue: due at ``at_ms`` (absolute) or ``delay_ms`` after server now.
-
-    ``envelope`` ``None``: Redis keeps only the id; whoever claims the job loads its
-    payload from where it lives (django-delayq: the audit row)."""
-
-    id: str
-    envelope: str | None = None
-    at_ms: int | None = None
-    delay_ms: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClaimedJob:
-    """A leased job. ``envelope`` is "" when Redis holds no payload for it; ``payload``
-    is set once the claimer has loaded it from elsewhere."""
-
-    queue: str
-    id: str
-    due_ms: int
-    token: int
-    envelope: str
-    payload: Envelope | None = None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SetAside:
-    """A poison entry a script (or the reply's decoding) took out of the way.
-
-    ``removed``: gone from Redis (its id cannot be a job id; ``id`` is then only for the
-    log: ASCII-escaped, cut). Otherwise the job is in the dead set under ``id``, and its
-    audit row may be marked dead with ``reason``."""
-
-    id: str
-    reason: str
-    removed: bool
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ClaimResult:
-    now_ms: int
-    next_due_ms: int | None
-    jobs: list[ClaimedJob]
-    set_aside: list[SetAside] = field(default_factory=list)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Recovered:
-    id: str
-    outcome: NackOutcome
-    attempts: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class QueueStats:
-    now_ms: int
-    scheduled: int
-    ready: int
-    inflight: int
-    dead: int
-    next_due_ms: int | None
-    oldest_ready_ms: int | None
-    expired_leases: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobLocation:
-    place: str  # "pending" | "inflight" | "dead" | "" (not in Redis)
-    score_ms: int | None
-    attempts: int
-    envelope: str | None
-    cancel_requested: bool
 
 
 def _opt(value: Any) -> int | None:
