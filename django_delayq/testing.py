@@ -54,54 +54,13 @@ def reset_clock() -> None:
         _offset_ms = 0
 
 
-class ClockedEngine(Engine):
-    """A real ``Engine`` whose scripts get ``now_ms`` from ``clock`` instead of Redis TIME."""
-
-    def __init__(self, client: Any, prefix: str, clock: Callable[[], int] = clock_ms) -> None:
-        super().__init__(client, prefix)
-        self.clock = clock
-
-    def _now(self, now_ms: int | None) -> int:
-        return self.clock() if now_ms is None else now_ms
-
-    def time_ms(self) -> int:
-        return self.clock()
-
-    def enqueue(self, queue: str, jobs: Any, now_ms: int | None = None) -> int:
-        return super().enqueue(queue, jobs, now_ms=self._now(now_ms))
-
-    def claim(self, queue: str, limit: int, lease_ms: int, now_ms: int | None = None) -> Any:
-        return super().claim(queue, limit, lease_ms, now_ms=self._now(now_ms))
-
-    def nack(self, queue: str, failures: Any, *, dead_max: int = 100_000,
-             now_ms: int | None = None) -> Any:
-        return super().nack(queue, failures, dead_max=dead_max, now_ms=self._now(now_ms))
-
-    def extend(self, queue: str, leases: Any, lease_ms: int, now_ms: int | None = None) -> Any:
-        return super().extend(queue, leases, lease_ms, now_ms=self._now(now_ms))
-
-    def recover(self, queue: str, *, now_ms: int | None = None, **kwargs: Any) -> Any:
-        return super().recover(queue, now_ms=self._now(now_ms), **kwargs)
-
-    def reschedule(self, queue: str, job_id: str, *, now_ms: int | None = None,
-                   **kwargs: Any) -> Any:
-        return super().reschedule(queue, job_id, now_ms=self._now(now_ms), **kwargs)
-
-    def requeue(self, queue: str, job_id: str, *, now_ms: int | None = None,
-                **kwargs: Any) -> Any:
-        return super().requeue(queue, job_id, now_ms=self._now(now_ms), **kwargs)
-
-    def stats(self, queue: str, now_ms: int | None = None) -> Any:
-        return super().stats(queue, now_ms=self._now(now_ms))
-
-
-def _clocked(clock: Callable[[], int] = clock_ms) -> ClockedEngine:
-    base = connection.get_engine()
-    return ClockedEngine.like(base, clock)
+def _clocked(clock: Callable[[], int] = clock_ms) -> Engine:
+    """The project's engine with the test clock: its scripts take "now" from ``clock``."""
+    return Engine.like(connection.get_engine(), clock=clock)
 
 
 @contextmanager
-def use_test_clock() -> Iterator[ClockedEngine]:
+def use_test_clock() -> Iterator[Engine]:
     """Within the block, ``schedule()``/``cancel()``/… use the test clock (freezegun-aware)."""
     engine = _clocked()
     with connection._lock:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from django_delayq.engine import scripts
@@ -98,10 +98,6 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _now(now_ms: int | None) -> int:
-    return 0 if now_ms is None else int(now_ms)
-
-
 def _opt(value: Any) -> int | None:
     number = int(value)
     return None if number < 0 else number
@@ -126,9 +122,15 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
     reconciler's look-ups and re-enqueues (``outbox.py``) and the operators' reads
     (``server.py``) come from the classes in their own modules."""
 
-    def __init__(self, client: Any, prefix: str = "delayq") -> None:
+    def __init__(self, client: Any, prefix: str = "delayq",
+                 clock: Callable[[], int] | None = None) -> None:
+        """``clock``: a function giving "now" in ms for every script, instead of the Redis
+        server's ``TIME`` (tests and ``django_delayq.testing`` pass one; production never
+        does: one clock, the server's, for every worker). A ``now_ms`` given to a method
+        wins over both."""
         self.client = client
         self.prefix = prefix
+        self.clock = clock
         self._keys: dict[str, QueueKeys] = {}
 
     def keys(self, queue: str) -> QueueKeys:
@@ -140,7 +142,15 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
     def _run(self, name: str, keys: tuple[str, ...], args: list[Any]) -> Any:
         return scripts.load(name)(self.client, keys, args)
 
+    def _now(self, now_ms: int | None) -> int:
+        """The ``now_ms`` argument of a script: given, the clock's, or 0 (read Redis TIME)."""
+        if now_ms is not None:
+            return int(now_ms)
+        return 0 if self.clock is None else int(self.clock())
+
     def time_ms(self) -> int:
+        if self.clock is not None:
+            return int(self.clock())
         seconds, micros = self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
 
@@ -192,7 +202,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
 
     def _enqueue_batch(self, k: QueueKeys, batch: list[Any], now_ms: int | None) -> int:
         # KEYS[7]: the epoch the reconciler reads (created here if absent: reconcile.py)
-        reply = self._run("enqueue", k.script_keys(), [_now(now_ms), k.channel, *batch])
+        reply = self._run("enqueue", k.script_keys(), [self._now(now_ms), k.channel, *batch])
         return int(reply[0])
 
     # -- consuming ------------------------------------------------------------------
@@ -206,7 +216,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         reply = self._run(
             "claim",
             k.script_keys(),
-            [_now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms)],
+            [self._now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms)],
         )
         aside, start = _aside(reply, 2)
         self._log_aside(queue, "claim", aside)
@@ -246,7 +256,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         k = self.keys(queue)
         out: list[NackOutcome] = []
         for chunk in _chunks(failures, scripts.MAX_NACK):
-            args: list[Any] = [_now(now_ms), k.channel, dead_max]
+            args: list[Any] = [self._now(now_ms), k.channel, dead_max]
             for id_, token, delay in chunk:
                 args += [id_, token, -1 if delay is None else max(0, int(delay))]
             reply = self._run("nack", k.script_keys(), args)
@@ -264,7 +274,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         k = self.keys(queue)
         out: list[bool] = []
         for chunk in _chunks(leases, scripts.MAX_EXTEND):
-            args: list[Any] = [_now(now_ms), int(lease_ms)]
+            args: list[Any] = [self._now(now_ms), int(lease_ms)]
             args += [v for id_, token in chunk for v in (id_, token)]
             out += [bool(int(r)) for r in self._run("extend", k.script_keys(), args)]
         return out
@@ -306,7 +316,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
             reply = self._run(
                 "recover",
                 k.script_keys(),
-                [_now(now_ms), size, default_max_attempts, k.channel, dead_max, *given],
+                [self._now(now_ms), size, default_max_attempts, k.channel, dead_max, *given],
             )
             aside, start = _aside(reply, 0)
             self._log_aside(queue, "recover", aside)
@@ -375,7 +385,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         reply = self._run(
             "reschedule",
             k.script_keys(),
-            [_now(now_ms), k.channel, job_id, at, int(delay_ms)],
+            [self._now(now_ms), k.channel, job_id, at, int(delay_ms)],
         )
         return MoveOutcome(int(reply[0])), _opt(reply[1])
 
@@ -387,13 +397,13 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         reply = self._run(
             "requeue",
             k.script_keys(),
-            [_now(now_ms), k.channel, job_id, int(delay_ms)],
+            [self._now(now_ms), k.channel, job_id, int(delay_ms)],
         )
         return MoveOutcome(int(reply[0])), _opt(reply[1])
 
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
         k = self.keys(queue)
-        r = [int(v) for v in self._run("stats", k.script_keys(), [_now(now_ms)])]
+        r = [int(v) for v in self._run("stats", k.script_keys(), [self._now(now_ms)])]
         return QueueStats(
             now_ms=r[0], scheduled=r[1], ready=r[2], inflight=r[3], dead=r[4],
             next_due_ms=_opt(r[5]), oldest_ready_ms=_opt(r[6]), expired_leases=r[7],

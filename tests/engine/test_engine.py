@@ -227,3 +227,15 @@ def test_string_responses_client_works(redis_target: Callable[..., Any]) -> None
     e.enqueue("q", [job("a")], now_ms=NOW)
     assert e.claim("q", 1, 1000, now_ms=NOW).jobs[0].envelope == ENV
     e.purge("q")
+
+
+def test_a_clock_given_to_the_engine_is_now_for_every_script(engine: Engine) -> None:
+    now = [NOW]
+    clocked = Engine.like(engine, clock=lambda: now[0])
+    clocked.enqueue("q", [NewJob(id="a", envelope=ENV, delay_ms=1000)])
+    assert clocked.claim("q", 10, 1000).jobs == []  # due at NOW + 1000, not yet
+    assert clocked.stats("q").now_ms == NOW == clocked.time_ms()
+    now[0] += 1000
+    [claimed] = clocked.claim("q", 10, 1000).jobs
+    assert (claimed.id, claimed.due_ms) == ("a", NOW + 1000)
+    assert clocked.claim("q", 10, 1000, now_ms=NOW).now_ms == NOW  # an explicit now wins
