@@ -273,7 +273,7 @@ def pid_of(worker_id: str) -> int:
 
 def analyse(run: Run) -> dict[str, Any]:
     from django_delayq.models import Job, JobAttempt, JobStatus
-    from django_delayq.worker.settle import LOST_LEASE
+    from django_delayq.worker.recovery import LOST_LEASE
     from tests import jobs_chaos
 
     by_job: dict[str, list[tuple[int, float]]] = {}

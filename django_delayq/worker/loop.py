@@ -8,6 +8,10 @@ second stops hard (running jobs are abandoned; their leases expire and they run 
 
 What runs is what the database says: a claimed job runs only when its audit row is live
 and its payload usable (``payloads.read``); Redis supplies ids, never code or arguments.
+The jobs it holds, from claim to settlement, are in its ``Ledger`` (``ledger.py``);
+settling is ``settle.py``, taking back expired leases ``recovery.py``, the heartbeat
+``liveness.py``.
+
 No input stops a thread: each job's failure (even one of ours) becomes that job's outcome,
 and a failing loop step backs off with its log rate-limited (``audit.OutageLog``). The
 backoff grows while any step keeps failing; it resets only after a round of the loop in
@@ -24,10 +28,8 @@ import socket
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from django.db import close_old_connections, connections
@@ -39,7 +41,10 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.worker import aside, runner
 from django_delayq.worker.audit import AuditWriter, OutageLog
+from django_delayq.worker.ledger import Ledger, key_of
+from django_delayq.worker.liveness import Liveness
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
+from django_delayq.worker.recovery import LeaseRecovery
 from django_delayq.worker.settle import Settler
 from django_delayq.worker.wakeup import monotonic_ms
 
@@ -71,15 +76,12 @@ class Worker:
         self.wake = threading.Event()
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         self.settler = Settler(engine, settings, self.audit, self.id)
+        self.recovery = LeaseRecovery(engine, settings, self.audit)
+        self.liveness = Liveness(engine, settings, self.id, queues=options.queues,
+                                 concurrency=options.concurrency)
         self.local: queue_mod.SimpleQueue[ClaimedJob | None] = queue_mod.SimpleQueue()
-        self.unstarted: dict[tuple[str, str], ClaimedJob] = {}
-        self.running: dict[tuple[str, str], ClaimedJob] = {}
-        self.started: dict[tuple[str, str], tuple[float, datetime]] = {}
-        self.timed_out: set[tuple[str, str]] = set()  # their threads are still busy
-        self.done: deque[runner.Outcome] = deque()
-        self.unsettled: list[runner.Outcome] = []  # of queues backing off (a node down)
+        self.ledger = Ledger()
         self.backoff = QueueBackoff()
-        self.lock = threading.Lock()
         self.claimed_total = 0
         self.draining = False
         self.hard_stop = False
@@ -134,7 +136,7 @@ class Worker:
             self.listener.stop()
         if code == EXIT_HARD_STOP:
             self._shutdown_hard()
-            self.settler.unregister()
+            self.liveness.unregister()
         else:
             for _ in self._threads:
                 self.local.put(None)
@@ -145,7 +147,7 @@ class Worker:
             # flush instead of re-enqueueing rows it settled; changes it could not write
             # leave it registered until it falls silent, as a crashed worker would.
             if not self.audit.pending():
-                self.settler.unregister()
+                self.liveness.unregister()
         if threading.current_thread() is not threading.main_thread():
             connections.close_all()  # run() on a thread of its own: close what it opened
         logger.info("worker %s stopped (exit %d, %d jobs claimed)", self.id, code,
@@ -162,14 +164,13 @@ class Worker:
                 continue
             if self.draining:
                 self._release_unstarted()
-                if self._idle():
+                if self.ledger.idle():
                     return EXIT_OK
             elif self.options.burst and self._burst_finished():
                 return EXIT_OK
             elif self._max_jobs_claimed():  # --max-jobs: run what was claimed, then exit
-                with self.lock:
-                    if self._idle():
-                        return EXIT_OK
+                if self.ledger.idle():
+                    return EXIT_OK
             else:
                 self._step(self._claim_due)
             self._step(self._housekeeping)
@@ -200,9 +201,7 @@ class Worker:
 
     def _capacity(self) -> int:
         prefetch = self.options.prefetch or self.settings.claim_batch
-        with self.lock:
-            held = len(self.running) + len(self.unstarted) + len(self.timed_out)
-        room = self.options.concurrency + prefetch - held
+        room = self.options.concurrency + prefetch - self.ledger.capacity_used()
         if self.options.max_jobs is not None:
             room = min(room, self.options.max_jobs - self.claimed_total)
         return room
@@ -230,9 +229,6 @@ class Worker:
             self.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
             self.next_due[queue] = result.next_due_ms
             jobs = self._payloads(queue, result.jobs) if result.jobs else []
-            with self.lock:
-                for job in jobs:
-                    self.unstarted[(job.queue, job.id)] = job
             for job in jobs:
                 self.local.put(job)
             self.claimed_total += len(jobs)
@@ -257,33 +253,30 @@ class Worker:
             raise
         for bad in loaded.broken:
             logger.warning("job %s: %s; it ends dead without running", bad.job.id, bad.reason)
-            self.done.append(runner.unusable(bad.job, bad.path, bad.reason))
+        if loaded.broken:
+            self.ledger.claimed((), [runner.unusable(bad.job, bad.path, bad.reason)
+                                     for bad in loaded.broken])
         self.set_aside += len(loaded.aside)
         try:
             aside.set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
         except RedisError as exc:  # their leases expire; the next claim sets them aside again
             logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
+        self.ledger.claimed(loaded.run)
         return loaded.run
 
     def _max_jobs_claimed(self) -> bool:
         return self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs
 
-    def _idle(self) -> bool:
-        return not (self.running or self.done or self.unstarted or self.unsettled)
-
     def _burst_finished(self) -> bool:
-        with self.lock:
-            if not self._idle():
-                return False
+        if not self.ledger.idle():
+            return False
         now = self.engine.stats(self.options.queues[0]).now_ms
         for q in self.options.queues:
             self._claim(q)
-        with self.lock:
-            idle = self._idle()
-        return idle and all(d is None or d > now for d in self.next_due.values())
+        return self.ledger.idle() and all(d is None or d > now for d in self.next_due.values())
 
     def _wait_seconds(self) -> float:
-        if self.done:
+        if self.ledger.has_done():
             return 0.0
         wait_ms = self.settings.wake_interval_seconds * 1000
         if not self.draining and self._capacity() > 0:
@@ -291,11 +284,11 @@ class Worker:
             for queue, due in self.next_due.items():
                 if due is not None:  # a queue backing off is due when its delay ends
                     wait_ms = min(wait_ms, max(due - now, self.backoff.remaining_ms(queue)))
-        for outcome in self.unsettled:  # settled once their queue's delay ends
-            wait_ms = min(wait_ms, self.backoff.remaining_ms(outcome.job.queue))
+        for queue in self.ledger.unsettled_queues():  # settled once their delay ends
+            wait_ms = min(wait_ms, self.backoff.remaining_ms(queue))
         wait_ms = min(wait_ms, self._last_recover + self.settings.recover_interval_seconds * 1000
                       - monotonic_ms())
-        if self.settings.job_timeout_seconds is not None and self.running:
+        if self.settings.job_timeout_seconds is not None and self.ledger.running():
             wait_ms = min(wait_ms, 250.0)  # notice overdue attempts promptly
         return max(0.0, wait_ms / 1000)
 
@@ -307,12 +300,9 @@ class Worker:
             if job is None:
                 connections.close_all()  # this thread's connections, not the caller's
                 return
-            key = (job.queue, job.id)
-            with self.lock:
-                if self.unstarted.pop(key, None) is None:
-                    continue  # released during drain
-                self.running[key] = job
-                self.started[key] = (time.monotonic(), datetime.now(UTC))
+            key = key_of(job)
+            if not self.ledger.start(key):
+                continue  # released during drain
             try:
                 self.settler.started(job)
                 outcome = runner.run(job, worker_id=self.id,
@@ -321,24 +311,11 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", job.id)
                 outcome = runner.crashed(job, exc)
-            self._finished(key, outcome)
-
-    def _finished(self, key: tuple[str, str], outcome: runner.Outcome) -> None:
-        with self.lock:
-            self.started.pop(key, None)
-            if key in self.timed_out:  # already failed and settled: drop what came late
-                self.timed_out.discard(key)
-                return
-            first = not self.done
-            self.done.append(outcome)
-            self.running.pop(key, None)
-        if first:  # the main loop settles everything in `done` at once: one wake-up
-            self.wake.set()
+            if self.ledger.finish(key, outcome):  # the first one waiting: wake the loop
+                self.wake.set()
 
     def _settle_done(self) -> None:
-        outcomes, self.unsettled = self.unsettled, []
-        while self.done:
-            outcomes.append(self.done.popleft())
+        outcomes = self.ledger.take_done()
         if not outcomes:
             return
         by_queue: dict[str, list[runner.Outcome]] = {}
@@ -347,13 +324,12 @@ class Worker:
         try:
             left = self.backoff.each(list(by_queue), lambda q: self.settler.settle(by_queue[q]))
         except ERRORS:
-            self.unsettled = outcomes
+            self.ledger.keep_unsettled(outcomes)
             raise
-        self.unsettled = [o for q in left for o in by_queue[q]]
+        self.ledger.keep_unsettled([o for q in left for o in by_queue[q]])
 
     def _release_unstarted(self) -> None:
-        with self.lock:
-            jobs, self.unstarted = list(self.unstarted.values()), {}
+        jobs = self.ledger.release_unstarted()
         by_queue: dict[str, list[ClaimedJob]] = {}
         for job in jobs:
             by_queue.setdefault(job.queue, []).append(job)
@@ -373,27 +349,19 @@ class Worker:
         limit = self.settings.job_timeout_seconds
         if limit is None:
             return
-        deadline = time.monotonic() - limit
-        with self.lock:
-            overdue = [(key, job) for key, job in self.running.items()
-                       if self.started.get(key, (deadline + 1, None))[0] <= deadline]
-            for key, _ in overdue:
-                self.running.pop(key, None)
-                self.timed_out.add(key)
-        for key, job in overdue:
-            started_at = self.started.get(key, (0.0, datetime.now(UTC)))[1]
+        overdue = self.ledger.time_out(time.monotonic() - limit, lambda job, at: runner.timed_out(
+            job, started_at=at, seconds=limit,
+            default_max_attempts=self.settings.default_max_attempts,
+            default_backoff=self.settings.default_backoff))
+        for job in overdue:
             logger.warning("job %s: still running after %gs; failing this attempt (its "
                            "thread stays busy until the function returns)", job.id, limit)
-            self.done.append(runner.timed_out(
-                job, started_at=started_at, seconds=limit,
-                default_max_attempts=self.settings.default_max_attempts,
-                default_backoff=self.settings.default_backoff))
 
     def _housekeeping(self) -> None:
         self._expire_overdue()
         now = monotonic_ms()
         if now - self._last_recover >= self.settings.recover_interval_seconds * 1000:
-            self.backoff.each(self.options.queues, self.settler.recover)
+            self.backoff.each(self.options.queues, self.recovery.recover)
             self._last_recover = now  # after it worked: a failed recovery is retried next round
 
     def _keeper_loop(self) -> None:
@@ -404,10 +372,9 @@ class Worker:
         while not self._keeper_stop.is_set():
             if time.monotonic() >= next_beat:
                 next_beat = time.monotonic() + beat_s
-                with self.lock:
-                    held = list(self.running.values()) + list(self.unstarted.values())
                 try:
-                    self.settler.heartbeat(held, self.options, self.claimed_total)
+                    self.liveness.heartbeat(self.ledger.held(), claimed=self.claimed_total,
+                                            processed=self.settler.processed)
                 except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
                     logger.warning("heartbeat failed: %s", exc)
             if not self.draining:
@@ -424,7 +391,7 @@ class Worker:
 
     def _shutdown_hard(self) -> None:
         logger.warning("hard stop: abandoning %d running job(s); their leases will expire",
-                       len(self.running))
+                       self.ledger.running())
         self._release_unstarted()
         try:
             self.audit.flush()

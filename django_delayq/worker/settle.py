@@ -6,15 +6,13 @@ row to the redelivered copy.
 
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
-``JobAttempt``. A lease taken back is recorded as ``django_delayq.exceptions.LeaseLost``.
+``JobAttempt``. Leases that expired are taken back by ``recovery.py``; this worker's
+heartbeat is ``liveness.py``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -22,16 +20,11 @@ from django_delayq import signals
 from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
-from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.queue_backoff import ERRORS
 from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 
 logger = logging.getLogger(__name__)
-
-LOST_LEASE = "lease expired: the worker running it died or stopped heartbeating"
-LEASE_LOST = type_path(LeaseLost)
 
 
 class Settler:
@@ -41,8 +34,7 @@ class Settler:
         self.settings = settings
         self.audit = audit
         self.worker_id = worker_id
-        self.started_ts = datetime.now(UTC)
-        self.processed = 0
+        self.processed = 0  # outcomes settled, published by the heartbeat
 
     def started(self, job: ClaimedJob) -> None:
         now = datetime.now(UTC)
@@ -74,7 +66,7 @@ class Settler:
                     ok = True
                 self._record(o, JobStatus.SUCCEEDED if ok else None)
             for o, res in zip(fails, nacked):
-                self._record(o, _STATUS_OF.get(res))
+                self._record(o, STATUS_OF.get(res))
         self.processed += len(outcomes)
 
     def _record(self, o: Outcome, status: JobStatus | None) -> None:
@@ -113,76 +105,6 @@ class Settler:
         else:
             signals.send(signals.job_cancelled, running=True, **base)
 
-    def recover(self, queue: str) -> None:
-        """Take back expired leases (bounded batches) and record the lost attempts."""
-        for _ in range(10):
-            # Jobs keep their max_attempts in the audit row: read those of the leases that
-            # are about to be taken back (a margin covers clock skew with Redis).
-            expiring = self.engine.expiring(queue, within_ms=5000, limit=100)
-            limits = payloads.max_attempts(expiring) if expiring else {}
-            found = self.engine.recover(queue, limit=100,
-                                        default_max_attempts=self.settings.default_max_attempts,
-                                        dead_max=self.settings.dead_max, max_attempts=limits)
-            now = datetime.now(UTC)
-            for r in found:
-                status = _STATUS_OF.get(r.outcome)
-                if status is None:
-                    continue
-                logger.warning("job %s: %s (attempt %d) -> %s", r.id, LOST_LEASE, r.attempts,
-                               status)
-                fields: dict[str, Any] = dict(status=status, attempts=r.attempts,
-                                              error_type=LEASE_LOST, last_error=LOST_LEASE,
-                                              traceback="", updated_at=now)
-                fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
-                self.audit.update(r.id, **fields)
-                self.audit.attempt(job_id=r.id, number=r.attempts, outcome=status,
-                                   finished_at=now, error_type=LEASE_LOST, error=LOST_LEASE)
-                self._recovered_signal(queue, r.id, status, r.attempts, now)
-            if len(found) < 100:
-                return
-
-    def _recovered_signal(self, queue: str, job_id: str, status: JobStatus, attempt: int,
-                          now: datetime) -> None:
-        base = dict(job_id=job_id, queue=queue, callable_path="")
-        if status is JobStatus.RETRYING:
-            signals.send(signals.job_retrying, attempt=attempt, worker_id="", error=LOST_LEASE,
-                         error_type=LEASE_LOST, retry_at=now, **base)
-        elif status is JobStatus.DEAD:
-            signals.send(signals.job_dead, attempt=attempt, worker_id="", error=LOST_LEASE,
-                         error_type=LEASE_LOST, **base)
-        else:
-            signals.send(signals.job_cancelled, running=True, **base)
-
-    def heartbeat(self, held: list[ClaimedJob], options: Any, claimed: int) -> None:
-        """Extend the leases of held jobs and publish this worker's liveness."""
-        by_queue: dict[str, list[ClaimedJob]] = {}
-        for job in held:
-            by_queue.setdefault(job.queue, []).append(job)
-        failed: list[Exception] = []
-        for queue, jobs in by_queue.items():
-            try:  # each queue on its own: on a cluster, one node down must not cost the
-                results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
-                                             self.settings.lease_ms)  # others their leases
-            except ERRORS as exc:
-                failed.append(exc)
-                continue
-            for job, ok in zip(jobs, results):
-                if not ok:
-                    logger.warning("job %s: lease lost while held by this worker", job.id)
-        info = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                           "queues": list(options.queues), "concurrency": options.concurrency,
-                           "started": self.started_ts.isoformat(), "running": len(held),
-                           "claimed": claimed, "processed": self.processed})
-        self.engine.register_worker(self.worker_id, info)
-        if failed:
-            raise failed[0]
-
-    def unregister(self) -> None:
-        try:
-            self.engine.unregister_worker(self.worker_id)
-        except Exception:  # noqa: BLE001 - best effort on the way out
-            logger.debug("could not unregister worker %s", self.worker_id)
-
 
 def _path_of(job: ClaimedJob) -> str:
     try:
@@ -191,7 +113,7 @@ def _path_of(job: ClaimedJob) -> str:
         return ""
 
 
-_STATUS_OF = {
+STATUS_OF = {  # what a nack (or a lease taken back) made of the job
     NackOutcome.RETRYING: JobStatus.RETRYING,
     NackOutcome.DEAD: JobStatus.DEAD,
     NackOutcome.CANCELLED: JobStatus.CANCELLED,

@@ -13,7 +13,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
 from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.settle import LOST_LEASE, Settler
+from django_delayq.worker.recovery import LOST_LEASE, LeaseRecovery
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -67,10 +67,10 @@ def test_lease_expired_attempt_records_lease_lost(delayq_settings) -> None:  # t
     engine = get_engine()
     assert [j.id for j in engine.claim("default", 10, 50).jobs] == [h.id]
     audit = AuditWriter()
-    settler = Settler(engine, get_settings(), audit, "recovering-worker")
+    recovery = LeaseRecovery(engine, get_settings(), audit)
     deadline = time.monotonic() + 10
     while True:  # until the 50 ms lease, which nobody extends, is taken back
-        settler.recover("default")
+        recovery.recover("default")
         audit.flush()
         row = Job.objects.get(pk=h.id)
         if row.status != JobStatus.SCHEDULED or time.monotonic() > deadline:

@@ -240,18 +240,18 @@ def test_a_lost_lease_is_a_lease_lost_error(jt):
     from django_delayq.core.conf import get_settings
     from django_delayq.exceptions import LeaseLost
     from django_delayq.worker.audit import AuditWriter
-    from django_delayq.worker.settle import LOST_LEASE, Settler
+    from django_delayq.worker.recovery import LOST_LEASE, LeaseRecovery
 
     result = jt.add.enqueue(1, 2)
     engine = get_engine()
     assert [j.id for j in engine.claim("default", 10, 50).jobs] == [result.id]
     audit = AuditWriter()
-    settler = Settler(engine, get_settings(), audit, "recovering-worker")
+    recovery = LeaseRecovery(engine, get_settings(), audit)
     deadline = time.monotonic() + 10
     while not Job.objects.filter(pk=result.id, status=JobStatus.RETRYING).exists():
         assert time.monotonic() < deadline, "the 50 ms lease was never taken back"
         time.sleep(0.02)
-        settler.recover("default")  # takes the lease back once it expired
+        recovery.recover("default")  # takes the lease back once it expired
         audit.flush()
     result.refresh()
     assert result.status == Status().READY

@@ -1,0 +1,135 @@
+"""The worker's ledger: every job it holds, from claim to settlement, under one lock.
+
+A claimed job is *unstarted* until a thread takes it, then *running* (with the time it
+started) until its outcome is *done*; the main loop takes the done outcomes and settles
+them, and keeps those it could not settle yet (their queue is backing off: a node down)
+as *unsettled* for a later round. An attempt running past ``JOB_TIMEOUT_SECONDS`` is
+*timed out*: its failure is done at once, its thread stays busy (it still counts against
+capacity) and whatever it returns later is dropped.
+
+Threads change the ledger only through its named transitions; each one takes the lock
+once, so the hot path (a job starts, a job finishes) costs one acquisition per step, as
+when these were bare containers. The keeper thread reads ``held()`` for the heartbeat.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from django_delayq.engine import ClaimedJob
+from django_delayq.worker.runner import Outcome
+
+Key = tuple[str, str]  # (queue, job id)
+
+
+def key_of(job: ClaimedJob) -> Key:
+    return (job.queue, job.id)
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._unstarted: dict[Key, ClaimedJob] = {}
+        self._running: dict[Key, ClaimedJob] = {}
+        self._started: dict[Key, tuple[float, datetime]] = {}  # monotonic, wall clock
+        self._timed_out: set[Key] = set()  # their threads are still busy
+        self._done: deque[Outcome] = deque()
+        self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
+
+    # -- transitions ---------------------------------------------------------------
+
+    def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
+        """Jobs claimed to run, and outcomes of claimed jobs that end without running."""
+        with self._lock:
+            for job in jobs:
+                self._unstarted[key_of(job)] = job
+            self._done.extend(ended)
+
+    def start(self, key: Key) -> bool:
+        """A thread takes the job; False when it was released meanwhile (drain)."""
+        with self._lock:
+            job = self._unstarted.pop(key, None)
+            if job is None:
+                return False
+            self._running[key] = job
+            self._started[key] = (time.monotonic(), datetime.now(UTC))
+            return True
+
+    def finish(self, key: Key, outcome: Outcome) -> bool:
+        """Record a job's outcome; True when it is the first one waiting to be settled
+        (the main loop settles them all at once: one wake-up). A timed-out attempt's late
+        outcome is dropped (False): its failure was already recorded."""
+        with self._lock:
+            self._started.pop(key, None)
+            if key in self._timed_out:
+                self._timed_out.discard(key)
+                return False
+            first = not self._done
+            self._done.append(outcome)
+            self._running.pop(key, None)
+            return first
+
+    def time_out(self, deadline: float,
+                 outcome_of: Callable[[ClaimedJob, datetime], Outcome]) -> list[ClaimedJob]:
+        """Fail the attempts started (monotonic) at or before ``deadline``: their outcome
+        (``outcome_of(job, started_at)``) is done, they are no longer held (the heartbeat
+        stops extending their lease) and their threads still count against capacity."""
+        with self._lock:
+            overdue = [(key, job) for key, job in self._running.items()
+                       if key in self._started and self._started[key][0] <= deadline]
+            for key, job in overdue:
+                del self._running[key]
+                self._timed_out.add(key)
+                self._done.append(outcome_of(job, self._started[key][1]))
+        return [job for _, job in overdue]
+
+    def release_unstarted(self) -> list[ClaimedJob]:
+        """Drop the jobs no thread has taken yet (to hand them back to Redis)."""
+        with self._lock:
+            jobs, self._unstarted = list(self._unstarted.values()), {}
+        return jobs
+
+    def take_done(self) -> list[Outcome]:
+        """The outcomes to settle now: those kept unsettled, then those done since."""
+        with self._lock:
+            outcomes, self._unsettled = self._unsettled, []
+            outcomes.extend(self._done)
+            self._done.clear()
+        return outcomes
+
+    def keep_unsettled(self, outcomes: list[Outcome]) -> None:
+        """Outcomes not settled this round (their queue is backing off): settle later."""
+        with self._lock:
+            self._unsettled = outcomes + self._unsettled
+
+    # -- reads ---------------------------------------------------------------------
+
+    def held(self) -> list[ClaimedJob]:
+        """The jobs whose leases this worker keeps: running or waiting for a thread."""
+        with self._lock:
+            return list(self._running.values()) + list(self._unstarted.values())
+
+    def idle(self) -> bool:
+        with self._lock:
+            return not (self._running or self._done or self._unstarted or self._unsettled)
+
+    def capacity_used(self) -> int:
+        """Jobs taking a thread or waiting for one (timed-out attempts still do)."""
+        with self._lock:
+            return len(self._running) + len(self._unstarted) + len(self._timed_out)
+
+    def has_done(self) -> bool:
+        with self._lock:
+            return bool(self._done)
+
+    def running(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def unsettled_queues(self) -> set[str]:
+        with self._lock:
+            return {outcome.job.queue for outcome in self._unsettled}

@@ -1,0 +1,69 @@
+"""Worker liveness: extending the leases this worker holds and publishing that it lives.
+
+The keeper thread calls ``heartbeat`` every ``LEASE_SECONDS / 3`` with the jobs the
+worker holds (running or waiting for a thread). Each queue's leases are extended on
+their own: on a cluster, one node down must not cost the other queues their leases. A
+lease that could not be extended was already taken back (the job is redelivered) and is
+logged. The worker's info (host, pid, queues, concurrency, start time, jobs held,
+claimed and settled) is then published under its id (``Engine.register_worker``): the
+reconcilers wait for a registered worker's audit flush instead of re-enqueueing rows it
+settled, and ``delayq_status`` lists the live workers from it.
+
+``unregister`` removes the worker on a clean exit, best effort: one that cannot be
+removed falls silent, as a crashed worker would.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from datetime import UTC, datetime
+
+from django_delayq.core.conf import Settings
+from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.worker.queue_backoff import ERRORS
+
+logger = logging.getLogger(__name__)
+
+
+class Liveness:
+    def __init__(self, engine: Engine, settings: Settings, worker_id: str, *,
+                 queues: tuple[str, ...], concurrency: int) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.worker_id = worker_id
+        self.queues = queues
+        self.concurrency = concurrency
+        self.started_ts = datetime.now(UTC)
+
+    def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int) -> None:
+        """Extend the leases of held jobs and publish this worker's liveness."""
+        by_queue: dict[str, list[ClaimedJob]] = {}
+        for job in held:
+            by_queue.setdefault(job.queue, []).append(job)
+        failed: list[Exception] = []
+        for queue, jobs in by_queue.items():
+            try:  # each queue on its own: on a cluster, one node down must not cost the
+                results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
+                                             self.settings.lease_ms)  # others their leases
+            except ERRORS as exc:
+                failed.append(exc)
+                continue
+            for job, ok in zip(jobs, results):
+                if not ok:
+                    logger.warning("job %s: lease lost while held by this worker", job.id)
+        info = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
+                           "queues": list(self.queues), "concurrency": self.concurrency,
+                           "started": self.started_ts.isoformat(), "running": len(held),
+                           "claimed": claimed, "processed": processed})
+        self.engine.register_worker(self.worker_id, info)
+        if failed:
+            raise failed[0]
+
+    def unregister(self) -> None:
+        try:
+            self.engine.unregister_worker(self.worker_id)
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            logger.debug("could not unregister worker %s", self.worker_id)

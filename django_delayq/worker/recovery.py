@@ -1,0 +1,80 @@
+"""Lease recovery: taking back the leases that expired and recording the lost attempts.
+
+A job whose worker died, or stopped heartbeating, keeps its lease until it expires; the
+main loop of every worker then takes it back (``Engine.recover``, bounded batches of 100,
+at most ten per queue and round). Redis decides what becomes of each job, as for a nack:
+retried, dead (no attempts left) or cancelled. The attempt is recorded as failed with
+``error_type`` ``django_delayq.exceptions.LeaseLost`` and ``LOST_LEASE`` as its message,
+with no worker id: the worker that lost it is gone or no longer owns it.
+
+A job's ``max_attempts`` lives in its audit row, not in Redis: the rows of the leases
+about to expire (``Engine.expiring``, a margin for clock skew with Redis) are read
+first and passed along.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+from django_delayq import signals
+from django_delayq.core import payloads
+from django_delayq.core.conf import Settings
+from django_delayq.engine import Engine
+from django_delayq.exceptions import LeaseLost, type_path
+from django_delayq.models import JobStatus
+from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.settle import STATUS_OF
+
+logger = logging.getLogger(__name__)
+
+LOST_LEASE = "lease expired: the worker running it died or stopped heartbeating"
+LEASE_LOST = type_path(LeaseLost)
+
+BATCH = 100
+ROUNDS = 10  # batches per queue and call: a large backlog of lapsed leases is spread out
+
+
+class LeaseRecovery:
+    def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.audit = audit
+
+    def recover(self, queue: str) -> None:
+        """Take back expired leases (bounded batches) and record the lost attempts."""
+        for _ in range(ROUNDS):
+            # Jobs keep their max_attempts in the audit row: read those of the leases that
+            # are about to be taken back (a margin covers clock skew with Redis).
+            expiring = self.engine.expiring(queue, within_ms=5000, limit=BATCH)
+            limits = payloads.max_attempts(expiring) if expiring else {}
+            found = self.engine.recover(queue, limit=BATCH,
+                                        default_max_attempts=self.settings.default_max_attempts,
+                                        dead_max=self.settings.dead_max, max_attempts=limits)
+            now = datetime.now(UTC)
+            for r in found:
+                status = STATUS_OF.get(r.outcome)
+                if status is not None:
+                    self._record(queue, r.id, status, r.attempts, now)
+            if len(found) < BATCH:
+                return
+
+    def _record(self, queue: str, job_id: str, status: JobStatus, attempt: int,
+                now: datetime) -> None:
+        logger.warning("job %s: %s (attempt %d) -> %s", job_id, LOST_LEASE, attempt, status)
+        fields: dict[str, Any] = dict(status=status, attempts=attempt, error_type=LEASE_LOST,
+                                      last_error=LOST_LEASE, traceback="", updated_at=now)
+        fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
+        self.audit.update(job_id, **fields)
+        self.audit.attempt(job_id=job_id, number=attempt, outcome=status,
+                           finished_at=now, error_type=LEASE_LOST, error=LOST_LEASE)
+        base = dict(job_id=job_id, queue=queue, callable_path="")
+        if status is JobStatus.RETRYING:
+            signals.send(signals.job_retrying, attempt=attempt, worker_id="", error=LOST_LEASE,
+                         error_type=LEASE_LOST, retry_at=now, **base)
+        elif status is JobStatus.DEAD:
+            signals.send(signals.job_dead, attempt=attempt, worker_id="", error=LOST_LEASE,
+                         error_type=LEASE_LOST, **base)
+        else:
+            signals.send(signals.job_cancelled, running=True, **base)
