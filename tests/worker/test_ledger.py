@@ -1,0 +1,74 @@
+"""The worker's ledger: its transitions keep every held job in exactly one state."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django_delayq.engine import ClaimedJob
+from django_delayq.worker import runner
+from django_delayq.worker.ledger import Ledger, key_of
+
+
+def job(job_id: str, queue: str = "q") -> ClaimedJob:
+    return ClaimedJob(queue=queue, id=job_id, due_ms=0, token=1, envelope="")
+
+
+def failed(claimed: ClaimedJob, started_at: datetime | None = None) -> runner.Outcome:
+    return runner.crashed(claimed, RuntimeError("boom"), started_at)
+
+
+def test_a_job_goes_from_claimed_to_done_and_is_taken_once() -> None:
+    ledger, a, b = Ledger(), job("a"), job("b")
+    ledger.claimed([a, b])
+    assert (ledger.capacity_used(), ledger.idle()) == (2, False)
+    assert ledger.start(key_of(a)) and ledger.start(key_of(b))
+    assert not ledger.start(key_of(a))  # a job starts once
+    assert ledger.running() == 2 and {j.id for j in ledger.held()} == {"a", "b"}
+    assert ledger.finish(key_of(a), failed(a)) is True  # the first waiting: wake the loop
+    assert ledger.finish(key_of(b), failed(b)) is False
+    assert [o.job.id for o in ledger.take_done()] == ["a", "b"]
+    assert ledger.take_done() == [] and ledger.idle() and ledger.held() == []
+
+
+def test_released_jobs_do_not_start() -> None:
+    ledger, a = Ledger(), job("a")
+    ledger.claimed([a])
+    assert ledger.release_unstarted() == [a]
+    assert not ledger.start(key_of(a))
+    assert ledger.idle() and ledger.capacity_used() == 0
+
+
+def test_a_timed_out_attempt_is_done_at_once_and_its_late_outcome_dropped() -> None:
+    ledger, a = Ledger(), job("a")
+    ledger.claimed([a])
+    before = datetime.now(UTC)
+    assert ledger.start(key_of(a))
+    seen: list[datetime] = []
+
+    def outcome_of(claimed: ClaimedJob, started_at: datetime) -> runner.Outcome:
+        seen.append(started_at)
+        return failed(claimed, started_at)
+
+    assert ledger.time_out(-1e18, outcome_of) == []  # started after the deadline: not overdue
+    assert ledger.time_out(1e18, outcome_of) == [a]
+    assert ledger.held() == []  # its lease is no longer extended
+    assert ledger.capacity_used() == 1  # its thread is still busy
+    [timed_out] = ledger.take_done()
+    assert timed_out.job is a and timed_out.started_at == seen[0]
+    assert before <= seen[0] <= datetime.now(UTC)  # when its thread started it
+    assert ledger.finish(key_of(a), failed(a)) is False  # what it returns later is dropped
+    assert ledger.take_done() == [] and ledger.capacity_used() == 0 and ledger.idle()
+
+
+def test_unsettled_outcomes_come_back_first_and_keep_the_ledger_busy() -> None:
+    ledger, a, b = Ledger(), job("a", "down"), job("b")
+    ledger.claimed([], [failed(a)])  # ended without running (an unusable row)
+    assert ledger.has_done()
+    kept = ledger.take_done()
+    ledger.keep_unsettled(kept)  # its queue is backing off
+    assert not ledger.idle() and ledger.unsettled_queues() == {"down"}
+    ledger.claimed([b])
+    assert ledger.start(key_of(b))
+    ledger.finish(key_of(b), failed(b))
+    assert [o.job.id for o in ledger.take_done()] == ["a", "b"]
+    assert ledger.unsettled_queues() == set() and ledger.idle()
