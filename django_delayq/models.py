@@ -88,7 +88,12 @@ class Job(models.Model):
         return self.status in FINAL_STATUSES
 
     def lateness_ms(self) -> float | None:
-        if self.started_at is None:
+        """Start minus due time of the attempt this row last started (docs/pipeline.md,
+        "Lateness"). None before a start, and while ``retrying`` or ``cancelled``: a retry
+        moves ``run_at`` to the next attempt's due time, so the row no longer holds the due
+        time of the attempt that ``started_at`` belongs to."""
+        measured = (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.DEAD)
+        if self.started_at is None or self.status not in measured:
             return None
         return (self.started_at - self.run_at).total_seconds() * 1000
 

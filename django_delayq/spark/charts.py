@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import re
+import textwrap
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 MAX_QUEUES = 6
+LABEL_WIDTH = 34  # characters per line of an error label; long labels wrap, never cut
 
 
 def _plt() -> Any:
@@ -77,10 +80,31 @@ def failures_chart(report: dict[str, Any], path: Path) -> Path:
                 color=line.get_color(), label=queue + " retried")
     overall = next((g for g in report["groups"] if g["queue"] == "*"), None)
     errors = (overall or {}).get("top_errors", [])[::-1]
-    bars.barh([e["error"][:40] for e in errors], [e["count"] for e in errors], color="#c0392b")
-    bars.set_title("Most frequent errors")
+    error_bars(bars, errors)
     bars.tick_params(axis="y", labelsize="small")
     return _finish(fig, ax, "Failures per bucket", "jobs", path)
+
+
+def error_bars(ax: Any, errors: list[dict[str, Any]]) -> Any:
+    """One bar per error at its own position, labelled apart (bars keyed by label text
+    would merge two errors whose labels look alike)."""
+    container = ax.barh(range(len(errors)), [e["count"] for e in errors], color="#c0392b")
+    ax.set_yticks(range(len(errors)), [error_label(e["error"]) for e in errors])
+    ax.set_title("Most frequent errors (exception type)")
+    return container
+
+
+def error_label(text: str) -> str:
+    """The whole label, wrapped after dots and spaces (class paths) to LABEL_WIDTH columns;
+    a part longer than a line is split. Nothing is cut off."""
+    parts = re.findall(r"[^. ]*[. ]?", text)
+    lines: list[str] = [""]
+    for part in filter(None, parts):
+        for piece in textwrap.wrap(part, LABEL_WIDTH, drop_whitespace=False) or [part]:
+            if lines[-1] and len(lines[-1]) + len(piece) > LABEL_WIDTH:
+                lines.append("")
+            lines[-1] += piece
+    return "\n".join(line.strip() for line in lines)
 
 
 def write_charts(report: dict[str, Any], out: Path) -> dict[str, Path]:

@@ -13,7 +13,9 @@ STYLE = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}
 table{border-collapse:collapse;margin:1em 0;font-size:13px}
 th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
 th{background:#f3f3f3}td.l{text-align:left}tr.total{font-weight:bold}
-img{max-width:100%;border:1px solid #eee;margin:.5em 0}div.wide{overflow-x:auto}"""
+img{max-width:100%;border:1px solid #eee;margin:.5em 0}
+td.c{max-width:22em;overflow-wrap:anywhere}"""
+MAX_COLUMNS = 12
 
 
 def _cell(value: Any, left: bool = False) -> str:
@@ -21,31 +23,43 @@ def _cell(value: Any, left: bool = False) -> str:
     return '<td class="l">%s</td>' % escape(text) if left else "<td>%s</td>" % escape(text)
 
 
-def _summary_table(groups: list[dict[str, Any]]) -> str:
-    head = (["queue", "callable", "jobs", *STATUSES, "success"]
-            + ["late %s" % p for p in (*PERCENTILE_NAMES, "max")]
-            + ["run %s" % p for p in (*PERCENTILE_NAMES, "max")] + ["/min mean", "/min peak"])
-    rows = []
-    for g in groups:
-        cells = [_cell(g["queue"], True), _cell(g["callable"], True), _cell(g["jobs"])]
-        cells += [_cell(g["status"][s]) for s in STATUSES] + [_cell(g["success_rate"])]
-        for dist in ("lateness_ms", "duration_ms"):
-            cells += [_cell(g[dist][p]) for p in (*PERCENTILE_NAMES, "max")]
-        cells += [_cell(g["throughput"]["per_min_mean"]), _cell(g["throughput"]["per_min_peak"])]
-        css = ' class="total"' if g["callable"] == "*" else ""
-        rows.append("<tr%s>%s</tr>" % (css, "".join(cells)))
+def _table(head: list[str], rows: list[str]) -> str:
     header = "".join("<th>%s</th>" % escape(h) for h in head)
-    return '<div class="wide"><table><tr>%s</tr>%s</table></div>' % (header, "".join(rows))
+    return "<table><tr>%s</tr>%s</table>" % (header, "".join(rows))
+
+
+def _row(g: dict[str, Any], cells: list[str]) -> str:
+    css = ' class="total"' if g["callable"] == "*" else ""
+    names = [_cell(g["queue"], True), '<td class="l c">%s</td>' % escape(g["callable"])]
+    return "<tr%s>%s</tr>" % (css, "".join(names + cells))
+
+
+def _summary_tables(groups: list[dict[str, Any]]) -> str:
+    """Two tables of at most MAX_COLUMNS columns (outcomes; timing), so neither needs
+    sideways scrolling on a laptop screen; long callable paths wrap."""
+    outcomes = [_row(g, [_cell(g["jobs"]), *[_cell(g["status"][s]) for s in STATUSES],
+                         _cell(g["success_rate"])]) for g in groups]
+    timing = []
+    for g in groups:
+        cells = [_cell(g[dist][p]) for dist in ("lateness_ms", "duration_ms")
+                 for p in (*PERCENTILE_NAMES, "max")]
+        timing.append(_row(g, cells + [_cell(g["throughput"]["per_min_mean"]),
+                                       _cell(g["throughput"]["per_min_peak"])]))
+    late = ["late %s" % p for p in (*PERCENTILE_NAMES, "max")]
+    run = ["run %s" % p for p in (*PERCENTILE_NAMES, "max")]
+    return (_table(["queue", "callable", "jobs", *STATUSES, "success"], outcomes)
+            + _table(["queue", "callable", *late, *run, "/min mean", "/min peak"], timing))
 
 
 def _errors_table(groups: list[dict[str, Any]]) -> str:
-    rows = ["<tr>%s%s%s%s</tr>" % (_cell(g["queue"], True), _cell(g["callable"], True),
-                                   _cell(e["count"]), _cell(e["error"], True))
+    rows = ["<tr>%s%s%s%s%s</tr>" % (_cell(g["queue"], True), _cell(g["callable"], True),
+                                     _cell(e["count"]), _cell(e["error"], True),
+                                     _cell(e.get("example"), True))
             for g in groups if g["callable"] != "*" for e in g["top_errors"]]
     if not rows:
         return "<p>No errors.</p>"
-    return ("<table><tr><th>queue</th><th>callable</th><th>count</th><th>error</th></tr>%s"
-            "</table>" % "".join(rows))
+    return ("<table><tr><th>queue</th><th>callable</th><th>count</th><th>error type</th>"
+            "<th>example message</th></tr>%s</table>" % "".join(rows))
 
 
 def _img(path: Path, alt: str) -> str:
@@ -59,9 +73,10 @@ def render(report: dict[str, Any], charts: dict[str, Path]) -> str:
     return """<!doctype html><html><head><meta charset="utf-8">
 <title>delayq report</title><style>%s</style></head><body>
 <h1>delayq report</h1>
-<p>%d jobs; generated %s; time buckets of %d s. Lateness = start &minus; due time,
-run = finish &minus; start, in milliseconds (exact percentiles).</p>
+<p>%d jobs; generated %s; time buckets of %d s.
+Lateness = start &minus; due time of the same attempt, run = finish &minus; start,
+in milliseconds (exact percentiles).</p>
 <h2>Per queue and callable</h2>%s<h2>Charts</h2>%s<h2>Most frequent errors</h2>%s
 </body></html>""" % (STYLE, report["jobs"], escape(report["generated_at"]),
-                     report["bucket_seconds"], _summary_table(report["groups"]), images,
+                     report["bucket_seconds"], _summary_tables(report["groups"]), images,
                      _errors_table(report["groups"]))

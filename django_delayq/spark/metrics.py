@@ -4,8 +4,13 @@ Every job is counted at three levels: its (queue, callable), its queue (callable
 ``"*"``) and overall (queue ``"*"``, callable ``"*"``), by exploding each row into its
 three labels; every metric is then one ``groupBy(queue, callable)``.
 
-Definitions:
-- lateness_ms = started_at - run_at of the last attempt (run_at is its due time);
+Definitions (docs/pipeline.md, "Lateness", is the reference):
+- lateness_ms = start of an attempt - due time of that same attempt. The audit row holds
+  the attempt it last started (``started_at``) and, while it is running and once it has
+  succeeded or died, that attempt's due time (``run_at``). A ``retrying`` row has already
+  moved ``run_at`` to the next attempt's due time while ``started_at`` is still the failed
+  attempt's, and a cancelled row may be either: neither is measured (null), so a job that
+  ran once counts its first attempt's lateness and a retried job its last attempt's;
 - duration_ms = finished_at - started_at;
 - percentiles are exact (Spark's ``percentile``, linear interpolation between the two
   nearest ranks, as numpy's default), rounded to the microsecond;
@@ -21,6 +26,7 @@ from typing import Any
 from django_delayq.spark.constants import (
     BUCKETS_SECONDS,
     FINAL,
+    LATENESS_STATUSES,
     MAX_POINTS,
     PERCENTILES,
     STATUSES,
@@ -44,14 +50,21 @@ def with_levels(df: Any) -> Any:
         F.struct(F.col("queue").alias("q"), F.lit(ALL).alias("c")),
         F.struct(F.lit(ALL).alias("q"), F.lit(ALL).alias("c")),
     )
-    ms = 1000.0
     return (df.withColumn("_l", F.explode(labels))
-            .withColumn("lateness_ms",
-                        (F.unix_micros("started_at") - F.unix_micros("run_at")) / ms)
+            .withColumn("lateness_ms", lateness_ms())
             .withColumn("duration_ms",
-                        (F.unix_micros("finished_at") - F.unix_micros("started_at")) / ms)
+                        (F.unix_micros("finished_at") - F.unix_micros("started_at")) / 1000.0)
             .withColumn("queue", F.col("_l.q")).withColumn("callable", F.col("_l.c"))
             .drop("_l", "callable_path"))
+
+
+def lateness_ms() -> Any:
+    """Start minus due time of the attempt the row describes, in ms; null when the row's
+    ``run_at`` is not that attempt's due time (see the module docstring)."""
+    F = _f()
+    measured = F.col("status").isin(*LATENESS_STATUSES) & F.col("started_at").isNotNull()
+    late = (F.unix_micros("started_at") - F.unix_micros("run_at")) / 1000.0
+    return F.when(measured, late)
 
 
 def _pct(col: str, name: str) -> list[Any]:
@@ -88,14 +101,28 @@ def attempts_frame(lv: Any) -> Any:
             .groupBy("queue", "callable", "attempts").count())
 
 
+def error_kind() -> Any:
+    """The exception class path (``error_type``); rows written before the column existed
+    (empty type, ``"Type: message"`` in ``last_error``) fall back to the text before the
+    first colon of the message's first line. Never the message itself: messages carry
+    ids and amounts, which would make every error unique."""
+    F = _f()
+    first_line = F.split(F.coalesce(F.col("last_error"), F.lit("")), "\n").getItem(0)
+    legacy = F.trim(F.split(first_line, ":").getItem(0))
+    kind = F.when(F.trim(F.coalesce(F.col("error_type"), F.lit(""))) != "", F.col("error_type"))
+    return F.coalesce(kind, F.when(legacy != "", legacy))
+
+
 def errors_frame(lv: Any, top: int = TOP_ERRORS) -> Any:
-    """Most frequent ``last_error`` (first line, 200 chars) per level, top ``top``."""
+    """Most frequent error types per level, top ``top``, each with one example message
+    (the smallest first line, 200 chars, so the report is reproducible)."""
     from pyspark.sql import Window
 
     F = _f()
     first_line = F.substring(F.split(F.col("last_error"), "\n").getItem(0), 1, 200)
-    counted = (lv.filter(F.col("last_error").isNotNull() & (F.trim("last_error") != ""))
-               .groupBy("queue", "callable", first_line.alias("error")).count())
+    counted = (lv.withColumn("_kind", error_kind()).filter(F.col("_kind").isNotNull())
+               .groupBy("queue", "callable", F.col("_kind").alias("error"))
+               .agg(F.count(F.lit(1)).alias("count"), F.min(first_line).alias("example")))
     rank = Window.partitionBy("queue", "callable").orderBy(F.desc("count"), F.asc("error"))
     return counted.withColumn("rank", F.row_number().over(rank)).filter(F.col("rank") <= top)
 
@@ -117,7 +144,7 @@ def series_frames(lv: Any, seconds: int) -> tuple[Any, Any]:
     """Per queue (and overall) and bucket: lateness by start time; outcomes by finish time."""
     F = _f()
     queues = lv.filter(F.col("callable") == ALL)
-    started = (queues.filter(F.col("started_at").isNotNull())
+    started = (queues.filter(F.col("started_at").isNotNull())  # lateness: measured rows only
                .groupBy("queue", _bucket("started_at", seconds).alias("bucket"))
                .agg(F.count(F.lit(1)).alias("started"), *_pct("lateness_ms", "lateness")))
     fin = queues.filter(F.col("status").isin(*FINAL) & F.col("finished_at").isNotNull())

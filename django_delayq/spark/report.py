@@ -79,7 +79,8 @@ def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
         "series": _write_csv(out / "series.csv", series, list(series[0]) if series else []),
         "attempts": _write_csv(out / "attempts.csv", attempts,
                                ["queue", "callable", "attempts", "jobs"]),
-        "errors": _write_csv(out / "errors.csv", errors, ["queue", "callable", "error", "count"]),
+        "errors": _write_csv(out / "errors.csv", errors, ["queue", "callable", "error", "count",
+                                                       "example"]),
     }
     pngs = charts.write_charts(report, out)
     html_path = out / "report.html"

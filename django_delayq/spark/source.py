@@ -13,7 +13,9 @@ from typing import Any
 from django_delayq.spark.schema import JOBS_DIR
 
 REPORT_COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "last_error",
-                  "run_at", "created_at", "updated_at", "started_at", "finished_at")
+                  "run_at", "created_at", "updated_at", "started_at", "finished_at",
+                  "error_type")
+OPTIONAL = frozenset({"error_type"})  # absent from exports made before the column existed
 TIMESTAMPS = ("run_at", "created_at", "updated_at", "started_at", "finished_at")
 DEFAULT_TABLE = "django_delayq_job"
 
@@ -32,12 +34,12 @@ def normalize(df: Any) -> Any:
     """The report's columns with the report's types (JDBC drivers vary)."""
     from pyspark.sql import functions as F
 
-    missing = [c for c in REPORT_COLUMNS if c not in df.columns]
+    missing = [c for c in REPORT_COLUMNS if c not in df.columns and c not in OPTIONAL]
     if missing:
         raise ValueError("audit data lacks column(s) %s; found %s" % (missing, df.columns))
     cols = []
     for name in REPORT_COLUMNS:
-        col = F.col(name)
+        col = F.col(name) if name in df.columns else F.lit(None)
         if name in TIMESTAMPS:
             col = col.cast("timestamp")
         elif name == "attempts":

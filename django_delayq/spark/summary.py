@@ -47,15 +47,28 @@ def _group(row: Any, peak: int | None) -> dict[str, Any]:
     }
 
 
-def _series(started: list[Any], finished: list[Any]) -> list[dict[str, Any]]:
+def _every_bucket(points: dict[tuple[str, int], dict[str, Any]], seconds: int) -> None:
+    """Add the empty buckets between each queue's first and last one: a minute with
+    nothing started or finished is a zero on the charts, not a line drawn across it."""
+    spans: dict[str, tuple[int, int]] = {}
+    for queue, bucket in points:
+        lo, hi = spans.get(queue, (bucket, bucket))
+        spans[queue] = (min(lo, bucket), max(hi, bucket))
+    for queue, (lo, hi) in spans.items():
+        for bucket in range(lo, hi + seconds, seconds):
+            points.setdefault((queue, bucket), {})
+
+
+def _series(started: list[Any], finished: list[Any], seconds: int) -> list[dict[str, Any]]:
     points: dict[tuple[str, int], dict[str, Any]] = {}
     for row in started:
         point = points.setdefault((row["queue"], row["bucket"]), {})
         point["started"] = row["started"]
-        point["lateness_ms"] = _dist(row, "lateness")
+        point["lateness_ms"] = _dist(row, "lateness") if row["lateness_max"] is not None else None
     for row in finished:
         point = points.setdefault((row["queue"], row["bucket"]), {})
         point.update({k: row[k] for k in ("finished", "retried", *FINAL)})
+    _every_bucket(points, seconds)
     out = []
     for (queue, bucket), point in sorted(points.items()):
         base = {"queue": queue, "bucket": _utc_us(bucket * 1_000_000), "started": 0,
@@ -81,9 +94,9 @@ def compute_report(jobs: Any, *, bucket_seconds: int | None = None,
             groups[(r["queue"], r["callable"])]["attempts"][str(r["attempts"])] = r["count"]
         for r in metrics.errors_frame(lv, top_errors).orderBy("rank").collect():
             groups[(r["queue"], r["callable"])]["top_errors"].append(
-                {"error": r["error"], "count": r["count"]})
+                {"error": r["error"], "count": r["count"], "example": r["example"]})
         started, finished = metrics.series_frames(lv, bucket)
-        series = _series(started.collect(), finished.collect())
+        series = _series(started.collect(), finished.collect(), bucket)
     finally:
         jobs.unpersist()
     for group in groups.values():

@@ -2,7 +2,8 @@
 
 Queue ``default``, callable ``tests.jobs.add``: 100 jobs, job i (1..100) due at
 BASE + i s, started i ms late, ran 10*i ms. Jobs 1-90 succeeded (1-80 first time,
-81-90 on attempt 2); 91-100 died after 3 attempts with ``ValueError: bad input``.
+81-90 on attempt 2); 91-100 died after 3 attempts with ``builtins.ValueError`` ("bad
+input for order <i>").
 Queue ``emails``, callable ``tests.jobs.noop``: 8 jobs started 1000 ms late that
 ran 5 ms and succeeded, 2 cancelled before they started, 1 still scheduled (for
 tomorrow). Every job was created 5 minutes before BASE + i s (the live one: i = 11).
@@ -20,7 +21,7 @@ NOOP = "tests.jobs.noop"
 
 def _job(job_id: str, queue: str, fn: str, status: str, run_at: datetime,
          late_ms: float | None, run_ms: float | None, attempts: int,
-         error: str = "") -> dict[str, Any]:
+         error: str = "", error_type: str = "") -> dict[str, Any]:
     started = None if late_ms is None else run_at + timedelta(milliseconds=late_ms)
     finished = None if started is None or run_ms is None else started + timedelta(
         milliseconds=run_ms)
@@ -28,6 +29,7 @@ def _job(job_id: str, queue: str, fn: str, status: str, run_at: datetime,
         finished = run_at
     return {"id": job_id, "queue": queue, "callable_path": fn, "status": status,
             "attempts": attempts, "max_attempts": 3, "last_error": error,
+            "error_type": error_type,
             "run_at": run_at, "created_at": run_at - timedelta(minutes=5),
             "updated_at": finished or run_at, "started_at": started, "finished_at": finished,
             "args": [1, 2], "kwargs": {}}
@@ -38,9 +40,10 @@ def known_jobs() -> list[dict[str, Any]]:
     for i in range(1, 101):
         status = "succeeded" if i <= 90 else "dead"
         attempts = 1 if i <= 80 else (2 if i <= 90 else 3)
-        error = "ValueError: bad input\nTraceback ..." if status == "dead" else ""
+        error = "bad input for order %d" % i if status == "dead" else ""
+        kind = "builtins.ValueError" if status == "dead" else ""
         jobs.append(_job("a%03d" % i, "default", ADD, status, BASE + timedelta(seconds=i),
-                         float(i), 10.0 * i, attempts, error))
+                         float(i), 10.0 * i, attempts, error, kind))
     for i in range(1, 9):
         jobs.append(_job("e%03d" % i, "emails", NOOP, "succeeded",
                          BASE + timedelta(seconds=i), 1000.0, 5.0, 1))

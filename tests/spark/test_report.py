@@ -18,7 +18,8 @@ def _frame(spark: Any, jobs: list[dict[str, Any]]) -> Any:
     rows = [{c: job[c] for c in REPORT_COLUMNS} for job in jobs]
     schema = ("id string, queue string, callable_path string, status string, attempts int, "
               "last_error string, run_at timestamp, created_at timestamp, "
-              "updated_at timestamp, started_at timestamp, finished_at timestamp")
+              "updated_at timestamp, started_at timestamp, finished_at timestamp, "
+              "error_type string")
     return latest_versions(normalize(spark.createDataFrame(rows, schema)))
 
 
@@ -77,7 +78,7 @@ def test_throughput_and_errors(report: dict[str, Any]) -> None:
     assert add["per_min_mean"] == round(100 / (100.089 / 60), 3)
     assert add["per_min_peak"] == 59  # 12:00:01 .. 12:00:59
     assert _group(report, "default", ADD)["top_errors"] == [
-        {"error": "ValueError: bad input", "count": 10}]
+        {"error": "builtins.ValueError", "count": 10, "example": "bad input for order 100"}]
     assert _group(report, "emails", NOOP)["top_errors"] == []
 
 
