@@ -10,56 +10,39 @@ function raised, so retries are opt-in through ``OPTIONS["MAX_ATTEMPTS"]`` (and 
 ``BACKOFF``), not inherited from ``DELAYQ["DEFAULT_MAX_ATTEMPTS"]``. Bad options are an
 ``ImproperlyConfigured`` naming the alias, the key and the value when the backend is built.
 
-``task.enqueue()`` is ``django_delayq.schedule()`` with the task's function path;
-``run_after`` may be an aware datetime or a ``timedelta`` (from enqueue time). Results
-are read from the audit rows: ``Job`` (status, times, return value, worker) and
-``JobAttempt`` (one row per failed attempt: worker ids, and errors, whose
-``exception_class_path`` is the attempt's recorded ``error_type``).
+``task.enqueue()`` is ``django_delayq.schedule_spec()`` with the task's function path,
+so a task's keyword arguments may have any name (the scheduling options stay apart);
+its arguments must be JSON (``TypeError`` otherwise, as Django checks them). ``run_after``
+may be an aware datetime or a ``timedelta`` (from enqueue time). Results are read from
+the audit rows (``django_delayq.tasks_results``), which also sends Django's
+``task_started`` / ``task_finished`` from the worker's lifecycle signals.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.utils import timezone
-from django.utils.module_loading import import_string
+from django.db import router
 
-from django_delayq import compat
+from django_delayq import compat, tasks_results
 from django_delayq.core import registry
-from django_delayq.core.context import JobContext, current_job
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
-from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.models import Job, JobAttempt
 
 compat.require_tasks()
-assert compat.tasks_base is not None and compat.task_signals is not None
 
 logger = logging.getLogger(__name__)
 
-base = compat.tasks_base
-task_signals = compat.task_signals
-Task = base.Task
-TaskContext = base.TaskContext
-TaskError = base.TaskError
-TaskResult = base.TaskResult
-TaskResultStatus = base.TaskResultStatus
-
-STATUS = {
-    JobStatus.SCHEDULED: TaskResultStatus.READY,
-    JobStatus.RETRYING: TaskResultStatus.READY,  # "ready to be executed again"
-    JobStatus.RUNNING: TaskResultStatus.RUNNING,
-    JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
-    JobStatus.DEAD: TaskResultStatus.FAILED,
-    JobStatus.CANCELLED: TaskResultStatus.FAILED,  # "unable to start" (or not retried)
-}
-# schedule()'s own keywords: a task kwarg with one of these names cannot be passed through.
-RESERVED_KWARGS = frozenset({"fn", "delay", "at", "queue", "max_attempts", "backoff", "key"})
+TaskResult = tasks_results.TaskResult
+TaskResultStatus = tasks_results.TaskResultStatus
+STATUS = tasks_results.STATUS
 OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF"})
 DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once, as Django's docs describe
 
@@ -72,7 +55,8 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
-        # Without QUEUES, the queues of DELAYQ["QUEUES"] are valid (checked per task).
+        # Without QUEUES, the queues of DELAYQ["QUEUES"] are valid (checked per task); with
+        # QUEUES [], any name passes validate_task (Django's rule).
         self.own_queues = "QUEUES" in params
         if not self.own_queues:
             self.queues: set[str] = set()
@@ -107,27 +91,26 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         from django_delayq.core import api
 
         self.validate_task(task)
-        clash = sorted(RESERVED_KWARGS & set(kwargs))
-        if clash:
-            raise compat.InvalidTask("keyword argument(s) %s clash with schedule()'s own "
-                                     "parameters; rename them" % clash)
+        args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
+        kwargs = compat.normalize_json(dict(kwargs))
         delay, at = _when(task.run_after)
+        spec = api.JobSpec(args=args, kwargs=kwargs, delay=delay, at=at)
         try:
-            handle = api.schedule(task.module_path, *args, delay=delay, at=at,
-                                  queue=task.queue_name, max_attempts=self.max_attempts,
-                                  backoff=self.backoff, **kwargs)
+            handle = api.schedule_spec(task.module_path, spec, queue=task.queue_name,
+                                       max_attempts=self.max_attempts, backoff=self.backoff)
         except InvalidJob as exc:
             raise compat.InvalidTask(str(exc)) from exc
-        result = self._new_result(task, handle.id, list(args), dict(kwargs))
-        task_signals.task_enqueued.send(sender=type(self), task_result=result)
+        # The stored times, so that get_result(result.id) == result.
+        created_at, run_at = Job.objects.using(router.db_for_write(Job)).filter(
+            pk=handle.id).values_list("created_at", "run_at").get()
+        if isinstance(task.run_after, timedelta):
+            task = dataclasses.replace(task, run_after=run_at)
+        result = TaskResult(task=task, id=handle.id, status=TaskResultStatus.READY,
+                            enqueued_at=created_at, started_at=None, finished_at=None,
+                            last_attempted_at=None, args=args, kwargs=kwargs,
+                            backend=self.alias, errors=[], worker_ids=[])
+        tasks_results.task_signals.task_enqueued.send(sender=type(self), task_result=result)
         return result
-
-    def _new_result(self, task: Any, job_id: str, args: list[Any],
-                    kwargs: dict[str, Any]) -> Any:
-        return TaskResult(task=task, id=job_id, status=TaskResultStatus.READY,
-                          enqueued_at=timezone.now(), started_at=None, finished_at=None,
-                          last_attempted_at=None, args=args, kwargs=kwargs, backend=self.alias,
-                          errors=[], worker_ids=[])
 
     # -- results ------------------------------------------------------------------
 
@@ -136,34 +119,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         if row is None:
             raise compat.TaskResultDoesNotExist(result_id)
         attempts = list(JobAttempt.objects.filter(job_id=row.pk).order_by("number", "pk"))
-        return self._result(row, attempts)
-
-    def _result(self, row: Job, attempts: list[JobAttempt]) -> Any:
-        final = row.status in (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
-        first_start = next((a.started_at for a in attempts if a.started_at), row.started_at)
-        result = TaskResult(
-            task=self._task_of(row), id=row.pk, status=STATUS[JobStatus(row.status)],
-            enqueued_at=row.created_at, started_at=first_start,
-            last_attempted_at=row.started_at, finished_at=row.finished_at if final else None,
-            args=row.args, kwargs=row.kwargs, backend=self.alias,
-            errors=errors_of(row, attempts), worker_ids=worker_ids_of(row, attempts))
-        if row.status == JobStatus.SUCCEEDED:
-            object.__setattr__(result, "_return_value", row.result)
-        return result
-
-    def _task_of(self, row: Job) -> Any:
-        """The ``Task`` a row runs: the module's ``@task`` object, or a plain job wrapped."""
-        if not registry.is_allowed(row.callable_path):
-            raise compat.TaskResultDoesNotExist("%s runs %r, outside ALLOWED_CALLABLES"
-                                                % (row.pk, row.callable_path))
-        try:
-            obj = import_string(row.callable_path)
-        except ImportError as exc:
-            raise compat.TaskResultDoesNotExist("%s: cannot import %r"
-                                                % (row.pk, row.callable_path)) from exc
-        if isinstance(obj, Task):
-            return obj if obj.queue_name == row.queue else obj.using(queue_name=row.queue)
-        return self.task_class(func=obj, backend=self.alias, queue_name=row.queue)
+        return tasks_results.stored_result(row, attempts, self.alias, self.task_class)
 
 
 def retry_options(alias: str, options: dict[str, Any]) -> tuple[int, Any]:
@@ -191,65 +147,5 @@ def _when(run_after: Any) -> tuple[timedelta | None, datetime | None]:
     return None, run_after
 
 
-# -- audit rows -> Django's result fields ------------------------------------------
-
-def _error(error_type: str, error: str, traceback: str) -> Any:
-    """A ``TaskError`` from an attempt's recorded failure: its exception class path as
-    recorded, and its traceback (``"Type: message"`` when it has none, as a lost lease)."""
-    path = error_type or "builtins.Exception"  # rows written before error_type existed
-    return TaskError(exception_class_path=path,
-                     traceback=traceback or "%s: %s" % (path, error))
-
-
-def errors_of(row: Job, attempts: list[JobAttempt]) -> list[Any]:
-    found = [_error(a.error_type, a.error, a.traceback) for a in attempts
-             if a.error_type or a.error]
-    if not found and row.status == JobStatus.DEAD and (row.error_type or row.last_error):
-        # e.g. DELAYQ["EAGER"] runs, which record no JobAttempt
-        found.append(_error(row.error_type, row.last_error, row.traceback))
-    return found
-
-
-def worker_ids_of(row: Job, attempts: list[JobAttempt]) -> list[str]:
-    """One worker id per attempt made so far (``len() == attempts``, as Django expects)."""
-    by_number = {a.number: a.worker_id for a in attempts if a.worker_id}
-    return [by_number.get(n, row.worker_id) for n in range(1, row.attempts + 1)]
-
-
-# -- running ``takes_context`` tasks ----------------------------------------------------
-
-def task_callable(task: Any) -> Callable[..., Any]:
-    """What the worker calls for a ``Task`` object: its function, given a
-    ``TaskContext`` first when the task ``takes_context``."""
-    if not getattr(task, "takes_context", False):
-        return task.func  # type: ignore[no-any-return]
-
-    def call_with_context(*args: Any, **kwargs: Any) -> Any:
-        ctx = current_job()
-        if ctx is None:
-            raise RuntimeError("%s takes a context: it runs only as a job" % task.module_path)
-        return task.func(TaskContext(task_result=running_result(task, ctx)), *args, **kwargs)
-
-    return call_with_context
-
-
-def running_result(task: Any, ctx: JobContext) -> Any:
-    """The ``TaskResult`` of the attempt running now (``context.attempt == ctx.attempt``)."""
-    row = Job.objects.filter(pk=ctx.id).first()
-    attempts = list(JobAttempt.objects.filter(job_id=ctx.id, number__lt=ctx.attempt)
-                    .order_by("number", "pk")) if row is not None else []
-    by_number = {a.number: a.worker_id for a in attempts}
-    workers = [by_number.get(n, "") for n in range(1, ctx.attempt)] + [ctx.worker_id]
-    now = timezone.now()
-    alias = task.backend
-    return TaskResult(
-        task=task, id=ctx.id, status=TaskResultStatus.RUNNING,
-        enqueued_at=row.created_at if row else None,
-        started_at=next((a.started_at for a in attempts if a.started_at), now),
-        last_attempted_at=now, finished_at=None,
-        args=row.args if row else [], kwargs=row.kwargs if row else {}, backend=alias,
-        errors=[_error(a.error_type, a.error, a.traceback) for a in attempts
-                if a.error_type or a.error], worker_ids=workers)
-
-
-registry.set_task_caller(task_callable)
+registry.set_task_caller(tasks_results.task_callable)
+tasks_results.connect(DelayQBackend)

@@ -3,6 +3,7 @@
 * Django's Tasks framework: ``django.tasks`` on Django 6.x, the ``django_tasks``
   backport (``pip install django-tasks``) on Django 5.2. ``tasks`` is ``None`` when
   neither is importable; the names below are then ``None`` too.
+  ``normalize_json`` is its check that a value is JSON (``TypeError`` otherwise).
 * ``prometheus_client`` (the ``prometheus`` extra), ``None`` when not installed.
 """
 
@@ -17,6 +18,7 @@ BaseTaskBackend: Any
 InvalidTask: Any
 TaskResultDoesNotExist: Any
 task_signals: ModuleType | None
+normalize_json: Any
 
 try:  # Django 6.x
     import django.tasks as tasks
@@ -24,6 +26,7 @@ try:  # Django 6.x
     from django.tasks import signals as task_signals
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist
+    from django.utils.json import normalize_json
 except ImportError:
     try:  # Django 5.2 + the django-tasks backport
         import django_tasks as tasks
@@ -32,9 +35,10 @@ except ImportError:
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
         from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.utils import normalize_json
     except ImportError:
         tasks = tasks_base = task_signals = None
-        BaseTaskBackend = InvalidTask = TaskResultDoesNotExist = None
+        BaseTaskBackend = InvalidTask = TaskResultDoesNotExist = normalize_json = None
 
 prometheus_client: ModuleType | None
 try:

@@ -54,6 +54,18 @@ def takes_key(key: str) -> str:
     return key
 
 
+@task
+def named_like_options(fn: Any, delay: Any, at: Any, queue: Any, max_attempts: Any,
+                       backoff: Any, key: Any) -> list[Any]:
+    """Keyword arguments named like schedule()'s options reach the function."""
+    return [fn, delay, at, queue, max_attempts, backoff, key]
+
+
+@task
+def returns_object() -> Any:
+    return object()  # not JSON: the task fails with a TypeError
+
+
 def cancel_self() -> None:
     """A plain job that cancels itself while running, then fails."""
     ctx = current_job()

@@ -75,9 +75,9 @@ _task_caller: Callable[[Any], Callable[..., Any]] | None = None
 
 
 def set_task_caller(caller: Callable[[Any], Callable[..., Any]]) -> None:
-    """How a Django ``Task`` whose function ``takes_context`` is called: the Tasks backend
-    registers it (it passes a ``TaskContext`` first). A hook, so that this module never
-    imports the surface above it."""
+    """How a Django ``Task`` is called: the Tasks backend registers it (it passes a
+    ``TaskContext`` first when the task ``takes_context``, and checks the return value).
+    A hook, so that this module never imports the surface above it."""
     global _task_caller
     _task_caller = caller
 
@@ -163,11 +163,11 @@ def _resolve(path: str) -> Callable[..., Any]:
     func = obj.func if task is not None and isinstance(obj, task) else obj
     if why := _not_a_job_function(func, module_name, name):
         raise NotAllowed("%r: %s" % (path, why))
+    if func is not obj and _task_caller is not None:
+        return _task_caller(obj)  # the Tasks backend's call: context, JSON return value
     if func is not obj and getattr(obj, "takes_context", False):
-        if _task_caller is None:
-            raise ImportError("%r takes a context, and the Django Tasks backend "
-                              "(django_delayq.backends) is not loaded" % (path,))
-        return _task_caller(obj)
+        raise ImportError("%r takes a context, and the Django Tasks backend "
+                          "(django_delayq.backends) is not loaded" % (path,))
     return func  # type: ignore[no-any-return]
 
 

@@ -178,8 +178,6 @@ def test_bad_run_after_and_queue_are_refused_when_enqueued(jt):
         jt.add.using(run_after=timedelta(seconds=-1))
     with pytest.raises(compat.InvalidTask, match="QUEUES"):
         jt.add.using(queue_name="nope")
-    with pytest.raises(compat.InvalidTask, match="clash"):
-        jt.takes_key.enqueue(key="k")
     assert Job.objects.count() == 0
 
 
@@ -269,3 +267,115 @@ def test_eager_failure_is_an_error_of_its_exception_class(jt, tasks_settings):
     [error] = result.errors
     assert error.exception_class is jt.CustomError
     assert error.traceback.rstrip().endswith("CustomError: inline")
+
+
+# -- Django's contract: results, signals, errors -------------------------------------------
+
+def test_enqueue_returns_what_get_result_reads(jt, tasks_settings):
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND},
+                            "other": {"BACKEND": BACKEND, "QUEUES": ["default", "emails"]}}
+    result = jt.add.enqueue(1, 2)
+    assert jt.add.get_result(result.id) == result  # enqueued_at is the stored one
+    at = timezone.now() + timedelta(hours=1)
+    later = jt.add.using(run_after=at).enqueue(3, 4)
+    again = jt.add.get_result(later.id)
+    assert again == later and again.task.run_after == at
+    other = jt.add.using(backend="other", queue_name="emails").enqueue(5, 6)
+    read = compat.tasks.task_backends["other"].get_result(other.id)
+    assert read == other
+    assert (read.task.backend, read.task.queue_name, read.backend) == ("other", "emails", "other")
+    assert run_worker() == 2
+    other.refresh()
+    assert other.return_value == 11 and other.task.backend == "other"
+    assert compat.tasks.task_backends["other"].get_result(other.id).task == other.task
+    # once started, the row keeps the current attempt's due time only
+    assert run_due_jobs(now=at) == 1
+    assert jt.add.get_result(later.id).task.run_after is None
+
+
+def test_timedelta_run_after_is_stored_as_its_due_time(jt):
+    result = jt.add.using(run_after=timedelta(minutes=5)).enqueue(1, 1)
+    assert result.task.run_after == Job.objects.get(pk=result.id).run_at
+    assert jt.add.get_result(result.id) == result
+
+
+def test_task_started_and_finished_are_sent_and_logged(jt, tasks_settings, caplog):
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    log_name = compat.task_signals.logger.name  # django.tasks (django_tasks: the backport)
+    seen: list[tuple[str, str, object]] = []
+
+    def started(sender, task_result, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(("started", task_result.id, task_result.status))
+
+    def finished(sender, task_result, **kwargs):  # type: ignore[no-untyped-def]
+        value = (task_result.return_value if task_result.status == Status().SUCCESSFUL
+                 else [e.exception_class for e in task_result.errors])
+        seen.append(("finished", task_result.id, (task_result.status, value)))
+
+    compat.task_signals.task_started.connect(started)
+    compat.task_signals.task_finished.connect(finished)
+    try:
+        with caplog.at_level("DEBUG", logger=log_name):
+            ok, bad = jt.add.enqueue(2, 3), jt.fail.enqueue("boom")
+            assert run_worker() == 2
+    finally:
+        compat.task_signals.task_started.disconnect(started)
+        compat.task_signals.task_finished.disconnect(finished)
+    assert [s for s in seen if s[1] == ok.id] == [
+        ("started", ok.id, Status().RUNNING), ("finished", ok.id, (Status().SUCCESSFUL, 5))]
+    assert [s for s in seen if s[1] == bad.id] == [
+        ("started", bad.id, Status().RUNNING),
+        ("finished", bad.id, (Status().FAILED, [jt.CustomError]))]
+    lines = [r.getMessage() for r in caplog.records if r.name == log_name]
+    for state, result in [("RUNNING", ok), ("SUCCESSFUL", ok), ("RUNNING", bad),
+                          ("FAILED", bad)]:
+        assert any(result.id in line and "state=%s" % state in line for line in lines), lines
+
+
+def test_non_json_arguments_are_a_type_error(jt):
+    with pytest.raises(TypeError, match="Unsupported type"):
+        jt.add.enqueue(datetime.now(), 1)
+    with pytest.raises(TypeError):
+        jt.add.enqueue(1, b=object())
+    assert Job.objects.count() == 0
+
+
+def test_a_non_json_return_value_fails_the_task_with_a_type_error(jt, tasks_settings):
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    result = jt.returns_object.enqueue()
+    assert run_worker() == 1
+    result.refresh()
+    assert result.status == Status().FAILED
+    [error] = result.errors
+    assert error.exception_class is TypeError
+    assert "Unsupported type" in error.traceback
+
+
+def test_a_quick_retry_sees_the_previous_error(jt, tasks_settings):
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND,
+                                        "OPTIONS": {"MAX_ATTEMPTS": 2, "BACKOFF": [0]}}}
+    result = jt.flaky.enqueue(2)
+    assert run_worker() == 2  # a real worker: attempt rows are written in batches
+    result.refresh()
+    assert result.status == Status().SUCCESSFUL, result.errors
+    assert result.return_value["errors"] == 1
+    assert result.return_value["attempt"] == 2
+    assert len(result.return_value["worker_ids"]) == 2
+
+
+def test_keyword_arguments_may_be_named_like_scheduling_options(jt):
+    values = dict(fn=1, delay=2, at=3, queue=4, max_attempts=5, backoff=6, key=7)
+    result = jt.named_like_options.enqueue(**values)
+    assert Job.objects.get(pk=result.id).kwargs == values
+    assert run_due_jobs() == 1
+    result.refresh()
+    assert result.return_value == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_empty_backend_queues_let_any_queue_name_pass_validation(jt, tasks_settings):
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": []}}
+    task = jt.add.using(queue_name="anything")  # Django's rule: QUEUES [] checks no name
+    assert task.queue_name == "anything"
+    with pytest.raises(compat.InvalidTask, match="DELAYQ\\['QUEUES'\\]"):
+        task.enqueue(1, 1)  # no worker serves a queue DELAYQ does not have
+    assert jt.on_emails.enqueue(1).task.queue_name == "emails"

@@ -1,0 +1,284 @@
+"""Django ``TaskResult`` values from django-delayq's audit rows, and the Tasks signals.
+
+The Tasks backend (``django_delayq.backends``) builds results here:
+
+* ``stored_result(row, attempts, alias)``: what ``get_result()`` returns, from a ``Job``
+  row and its ``JobAttempt`` rows. The task is the module's ``@task`` object with the
+  row's queue, the reading backend's alias and the row's ``run_after``; ``enqueued_at``
+  is the row's ``created_at``, so ``get_result(r.id) == r`` for a result just enqueued.
+* ``live_result(...)``: the result of the attempt running (or just finished) in this
+  worker, for ``TaskContext.task_result`` and for ``task_started`` / ``task_finished``.
+
+The worker writes attempt rows in batches, so a retry that starts at once may not find
+its previous attempt's row yet: the errors of recent retries are also kept in memory
+(``job_retrying``, bounded, dropped when the job finishes) and merged in by number.
+
+Signals: ``task_started`` when a worker starts an attempt of a task (``job_started``),
+``task_finished`` when it ends for good (``job_succeeded``, ``job_dead``); a failed
+attempt that will be retried sends no ``task_finished``. They are sent by observers of
+the worker's lifecycle signals, only for jobs whose function is a Django ``Task``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from django_delayq import compat, signals
+from django_delayq.core import registry
+from django_delayq.core.context import JobContext, current_job
+from django_delayq.models import Job, JobAttempt, JobStatus
+
+compat.require_tasks()
+assert compat.tasks_base is not None and compat.task_signals is not None
+
+logger = logging.getLogger(__name__)
+
+base = compat.tasks_base
+task_signals = compat.task_signals
+Task = base.Task
+TaskContext = base.TaskContext
+TaskError = base.TaskError
+TaskResult = base.TaskResult
+TaskResultStatus = base.TaskResultStatus
+
+STATUS = {
+    JobStatus.SCHEDULED: TaskResultStatus.READY,
+    JobStatus.RETRYING: TaskResultStatus.READY,  # "ready to be executed again"
+    JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+    JobStatus.DEAD: TaskResultStatus.FAILED,
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,  # "unable to start" (or not retried)
+}
+FINAL = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+# A row's due time later than its creation by more than this was a run_after.
+DUE_PRECISION = timedelta(milliseconds=1)
+REMEMBERED_JOBS = 10_000
+
+
+# -- the task of a row ---------------------------------------------------------------
+
+def run_after_of(row: Job) -> datetime | None:
+    """The ``run_after`` a row was enqueued with, while it has not started: its due time
+    when later than its creation. Once started, the row holds the current attempt's due
+    time only (set when the job reached Redis, or its retry time): ``None`` then."""
+    if row.attempts == 0 and row.run_at - row.created_at > DUE_PRECISION:
+        return row.run_at
+    return None
+
+
+def task_of(row: Job, alias: str, task_class: Any) -> Any:
+    """The ``Task`` a row runs, as seen by backend ``alias``: the module's ``@task`` object
+    (or a plain job's function wrapped) with the row's queue and run_after."""
+    if not registry.is_allowed(row.callable_path):
+        raise compat.TaskResultDoesNotExist("%s runs %r, outside ALLOWED_CALLABLES"
+                                            % (row.pk, row.callable_path))
+    try:
+        obj = import_string(row.callable_path)
+    except ImportError as exc:
+        raise compat.TaskResultDoesNotExist("%s: cannot import %r"
+                                            % (row.pk, row.callable_path)) from exc
+    changes = dict(backend=alias, queue_name=row.queue, run_after=run_after_of(row))
+    if isinstance(obj, Task):
+        if all(getattr(obj, k) == v for k, v in changes.items()):
+            return obj
+        return dataclasses.replace(obj, **changes)
+    return task_class(func=obj, **changes)
+
+
+@lru_cache(maxsize=1024)
+def task_at(path: str) -> Any:
+    """The ``Task`` object at ``path`` (a worker ran it, so it is allowed), else ``None``."""
+    if not path or not registry.is_allowed(path):
+        return None
+    try:
+        obj = import_string(path)
+    except ImportError:
+        return None
+    return obj if isinstance(obj, Task) else None
+
+
+# -- errors ------------------------------------------------------------------------------
+
+def task_error(error_type: str, error: str, traceback: str) -> Any:
+    """A ``TaskError`` from an attempt's recorded failure: its exception class path as
+    recorded, and its traceback (``"Type: message"`` when it has none, as a lost lease)."""
+    path = error_type or "builtins.Exception"  # rows written before error_type existed
+    return TaskError(exception_class_path=path,
+                     traceback=traceback or "%s: %s" % (path, error))
+
+
+_recent: dict[str, dict[int, tuple[str, Any]]] = {}  # job id -> attempt -> (worker, error)
+_recent_lock = threading.Lock()
+
+
+def remember_retry(job_id: str, attempt: int, worker_id: str, error: Any) -> None:
+    with _recent_lock:
+        _recent.setdefault(job_id, {})[attempt] = (worker_id, error)
+        while len(_recent) > REMEMBERED_JOBS:
+            del _recent[next(iter(_recent))]
+
+
+def forget(job_id: str) -> None:
+    with _recent_lock:
+        _recent.pop(job_id, None)
+
+
+def previous_attempts(row: Job | None, attempts: list[JobAttempt],
+                      upto: int) -> tuple[list[Any], list[str]]:
+    """Errors and worker ids of attempts ``1..upto``: rows first, then what this process
+    remembers of retries whose rows are not written yet."""
+    with _recent_lock:
+        recent = dict(_recent.get(row.pk, {})) if row is not None else {}
+    by_number = {a.number: a for a in attempts if a.number <= upto}
+    errors, workers = [], []
+    for n in range(1, upto + 1):
+        a = by_number.get(n)
+        if a is not None:
+            if a.error_type or a.error:
+                errors.append(task_error(a.error_type, a.error, a.traceback))
+            workers.append(a.worker_id or (row.worker_id if row else ""))
+        elif n in recent:
+            workers.append(recent[n][0])
+            errors.append(recent[n][1])
+        else:
+            workers.append(row.worker_id if row is not None else "")
+    return errors, workers
+
+
+# -- results -----------------------------------------------------------------------------
+
+def stored_result(row: Job, attempts: list[JobAttempt], alias: str, task_class: Any) -> Any:
+    """``get_result()``: the row as it is stored."""
+    errors, workers = previous_attempts(row, attempts, row.attempts)
+    if not errors and row.status == JobStatus.DEAD and (row.error_type or row.last_error):
+        # e.g. DELAYQ["EAGER"] runs, which record no JobAttempt
+        errors.append(task_error(row.error_type, row.last_error, row.traceback))
+    first_start = next((a.started_at for a in attempts if a.started_at), row.started_at)
+    result = TaskResult(
+        task=task_of(row, alias, task_class), id=row.pk, status=STATUS[JobStatus(row.status)],
+        enqueued_at=row.created_at, started_at=first_start,
+        last_attempted_at=row.started_at,
+        finished_at=row.finished_at if row.status in FINAL else None,
+        args=row.args, kwargs=row.kwargs, backend=alias, errors=errors, worker_ids=workers)
+    if row.status == JobStatus.SUCCEEDED:
+        object.__setattr__(result, "_return_value", row.result)
+    return result
+
+
+def live_result(task: Any, job_id: str, attempt: int, worker_id: str, started_at: datetime,
+                status: Any) -> Any:
+    """The result of attempt ``attempt`` running (or ended) in this worker: the row's
+    arguments, the previous attempts' errors and workers, then this one's worker."""
+    row = Job.objects.filter(pk=job_id).first()
+    attempts = list(JobAttempt.objects.filter(job_id=job_id, number__lt=attempt)
+                    .order_by("number", "pk")) if row is not None else []
+    errors, workers = previous_attempts(row, attempts, attempt - 1)
+    first_start = next((a.started_at for a in attempts if a.started_at), started_at)
+    return TaskResult(
+        task=task, id=job_id, status=status,
+        enqueued_at=row.created_at if row else None, started_at=first_start,
+        last_attempted_at=started_at, finished_at=None,
+        args=row.args if row else [], kwargs=row.kwargs if row else {}, backend=task.backend,
+        errors=errors, worker_ids=workers + [worker_id])
+
+
+# -- running tasks -----------------------------------------------------------------------
+
+def task_callable(task: Any) -> Callable[..., Any]:
+    """What the worker calls for a ``Task`` object: its function (given a ``TaskContext``
+    first when the task ``takes_context``), whose return value must be JSON: a value that
+    is not raises ``TypeError``, so the task fails as Django's contract says."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if task.takes_context:
+            ctx = current_job()
+            if ctx is None:
+                raise RuntimeError("%s takes a context: it runs only as a job"
+                                   % task.module_path)
+            args = (TaskContext(task_result=running_result(task, ctx)), *args)
+        value = task.func(*args, **kwargs)
+        if hasattr(value, "__await__"):
+            return _awaited_json(value)
+        return compat.normalize_json(value)
+
+    return call
+
+
+async def _awaited_json(awaitable: Any) -> Any:
+    return compat.normalize_json(await awaitable)
+
+
+def running_result(task: Any, ctx: JobContext) -> Any:
+    """The ``TaskResult`` of the attempt running now (``context.attempt == ctx.attempt``)."""
+    return live_result(task, ctx.id, ctx.attempt, ctx.worker_id, timezone.now(),
+                       TaskResultStatus.RUNNING)
+
+
+# -- Django's task_started / task_finished from the worker's signals ---------------------
+
+_sender: list[type] = []  # the backend class, given by connect()
+
+
+def _send(signal: Any, result: Any) -> None:
+    for receiver, outcome in signal.send_robust(sender=_sender[0], task_result=result):
+        if isinstance(outcome, Exception):
+            logger.error("%r receiver %r failed: %s", signal, receiver, outcome,
+                         exc_info=outcome)
+
+
+def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
+               started_at: datetime, **kwargs: Any) -> None:
+    task = task_at(callable_path)
+    if task is not None:
+        _send(task_signals.task_started, live_result(
+            task, job_id, attempt, worker_id, started_at, TaskResultStatus.RUNNING))
+
+
+def on_retrying(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
+                error: str, error_type: str, **kwargs: Any) -> None:
+    if task_at(callable_path) is not None:
+        remember_retry(job_id, attempt, worker_id, task_error(error_type, error, ""))
+
+
+def on_succeeded(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
+                 result: Any, **kwargs: Any) -> None:
+    _finished(job_id, callable_path, attempt, worker_id, TaskResultStatus.SUCCESSFUL,
+              return_value=result)
+
+
+def on_dead(*, job_id: str, callable_path: str, attempt: int, worker_id: str, error: str,
+            error_type: str, **kwargs: Any) -> None:
+    _finished(job_id, callable_path, attempt, worker_id, TaskResultStatus.FAILED,
+              error=task_error(error_type, error, ""))
+
+
+def _finished(job_id: str, path: str, attempt: int, worker_id: str, status: Any,
+              return_value: Any = None, error: Any = None) -> None:
+    task = task_at(path)
+    if task is None:
+        return
+    now = timezone.now()
+    result = live_result(task, job_id, attempt, worker_id, now, status)
+    if error is not None:
+        result.errors.append(error)
+    object.__setattr__(result, "finished_at", now)
+    object.__setattr__(result, "_return_value", return_value)
+    forget(job_id)
+    _send(task_signals.task_finished, result)
+
+
+def connect(sender: type) -> None:
+    """Observe the worker's lifecycle signals, sending Django's as ``sender`` (idempotent)."""
+    _sender[:] = [sender]
+    signals.observe(signals.job_started, on_started)
+    signals.observe(signals.job_retrying, on_retrying)
+    signals.observe(signals.job_succeeded, on_succeeded)
+    signals.observe(signals.job_dead, on_dead)
