@@ -16,7 +16,9 @@ its previous attempt's row yet: the errors of recent retries are also kept in me
 Signals: ``task_started`` when a worker starts an attempt of a task (``job_started``),
 ``task_finished`` when it ends for good (``job_succeeded``, ``job_dead``); a failed
 attempt that will be retried sends no ``task_finished``. They are sent by observers of
-the worker's lifecycle signals, only for jobs whose function is a Django ``Task``.
+the worker's lifecycle signals, only for jobs whose function is a Django ``Task``. A
+FAILED ``task_finished`` is sent while handling a ``TaskFailed`` that carries the
+recorded failure, so the ``django.tasks`` log line shows it.
 """
 
 from __future__ import annotations
@@ -272,7 +274,18 @@ def _finished(job_id: str, path: str, attempt: int, worker_id: str, status: Any,
     object.__setattr__(result, "finished_at", now)
     object.__setattr__(result, "_return_value", return_value)
     forget(job_id)
-    _send(task_signals.task_finished, result)
+    if error is None:
+        _send(task_signals.task_finished, result)
+        return
+    try:  # Django's receivers log sys.exc_info() with a FAILED result
+        raise TaskFailed(error.traceback)
+    except TaskFailed:
+        _send(task_signals.task_finished, result)
+
+
+class TaskFailed(Exception):
+    """What ``task_finished`` is sent inside for a FAILED task: the worker's recorded
+    failure (``"Type: message"``), so that Django's log line carries it."""
 
 
 def connect(sender: type) -> None:

@@ -53,6 +53,7 @@ if [ -n "$PY6" ]; then
   step django6-install dj6_install
   step pytest-django6 .venv-dj6/bin/python -m pytest -q tests/django tests/worker \
     tests/engine tests/security
+  step tasks-conformance .venv-dj6/bin/python scripts/tasks_conformance.py
 else
   echo "no Python 3.12+ found: Django 6.x tests not run"
 fi
