@@ -6,11 +6,19 @@ microseconds for ``at_col``, seconds for ``delay_col``), ``_key``, ``_a0..`` and
 computed one column at a time with pyarrow or numpy; the checks of ``schedule()`` run
 once per column, with the limits of ``validation`` (the payload size in UTF-8 bytes,
 like ``bulk.Batch.add``; Redis gets ids and due times only), and an error names the bad
-value and its row.
+value and its row. The checks find a bad value by its position in the batch; ``build``
+then replaces that position (``row N of the batch``, meaningless to the caller, whose
+DataFrame is cut into batches by Spark) by the row itself: its key when it has one, else
+its values, under the DataFrame's column names.
+
+A null due time (``at_col``) or delay (``delay_col``) is refused, naming the row, unless
+the call says ``null_when="now"``: a null is more often a bug in the input (a failed
+join, a missing date) than a wish to run the job at once.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -23,6 +31,9 @@ from django_delayq.exceptions import InvalidJob
 from django_delayq.spark import arrow_json, batch_ids
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_BATCH_ROW = re.compile(r"row (\d+) of the batch")
+NULL_WHEN = ("error", "now")
+MAX_ROW_TEXT = 300
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,6 +51,7 @@ class Target:
     arg_names: tuple[str, ...]  # the DataFrame's column names, for errors
     when_name: str | None = None
     key_name: str | None = None
+    null_when: str = "error"  # "now": a null at_col/delay_col means due now
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,6 +93,11 @@ def _when(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[pa.Array, Any,
     if t.when is None:
         return pa.array([now_us] * n, pa.int64()), None, None
     when = batch.column("_when")
+    if when.null_count and t.null_when != "now":
+        bad = int(pc.index(pc.is_null(when), True).as_py())
+        raise InvalidJob("%s %r is null (row %d of the batch); give every row a value, or "
+                         "pass null_when='now' to make a null mean due now"
+                         % ("at_col" if t.when == "at" else "delay_col", t.when_name, bad))
     if t.when == "at":
         at_ms = pc.divide(when, 1000).to_pylist() if when.null_count < n else None
         return pc.fill_null(when, now_us) if when.null_count else when, at_ms, None
@@ -146,8 +163,36 @@ def _check_size(t: Target, args: pa.Array, kwargs: pa.Array) -> None:
         validation.check_size(sizes[bad].as_py(), t.max_payload, " (row %d of the batch)" % bad)
 
 
+def describe_row(t: Target, batch: pa.RecordBatch, index: int) -> str:
+    """A row as the caller knows it: its key, else its values by DataFrame column name."""
+    names = {"_when": t.when_name, "_key": t.key_name}
+    names.update({"_a%d" % i: n for i, n in enumerate(t.arg_names)})
+    names.update({"_k%d" % i: n for i, n in enumerate(t.kwargs_names)})
+    row = batch.slice(index, 1).to_pylist()[0]
+    if row.get("_key") is not None:
+        return "the DataFrame row with %s = %r" % (t.key_name, row["_key"])
+    values = ", ".join("%s=%r" % (names.get(k) or k, v) for k, v in row.items()
+                       if k != "_none")
+    if len(values) > MAX_ROW_TEXT:
+        values = values[:MAX_ROW_TEXT] + "..."
+    return "the DataFrame row %s" % (values or "(no columns)")
+
+
 def build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:
-    """Every value of this batch's jobs, checked; raises ``InvalidJob`` naming a bad one."""
+    """Every value of this batch's jobs, checked; raises ``InvalidJob`` naming a bad one
+    and its row (see ``describe_row``)."""
+    try:
+        return _build(t, batch, now)
+    except InvalidJob as exc:
+        text = str(exc)
+        found = _BATCH_ROW.search(text)
+        if found is None:
+            raise
+        where = describe_row(t, batch, int(found.group(1)))
+        raise InvalidJob(text[:found.start()] + where + text[found.end():]) from None
+
+
+def _build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:
     now_us = epoch_us(now)
     run_at_us, at_ms, delay_ms = _when(t, batch, now_us)
     ids, keys = _ids(t, batch, now_us)

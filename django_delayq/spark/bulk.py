@@ -40,6 +40,7 @@ class Plan:
     arg_names: tuple[str, ...]
     when_name: str | None
     key_name: str | None
+    null_when: str
 
 
 def _check_columns(df: Any, at_col: str | None, delay_col: str | None, key_col: str | None,
@@ -129,6 +130,7 @@ def schedule_dataframe(
     args_cols: Sequence[str] = (), kwargs_cols: Sequence[str] = (), queue: str | None = None,
     key_col: str | None = None, max_attempts: int | None = None, backoff: Any = None,
     settings_module: str | None = None, batch_size: int = DEFAULT_BATCH,
+    null_when: str = "error",
 ) -> int:
     """Schedule ``fn(*args_cols, **kwargs_cols)`` once per row; return the number of rows.
 
@@ -136,20 +138,23 @@ def schedule_dataframe(
     neither: due now. Null keys are not idempotent. Columns must hold JSON types
     (cast decimals and dates first). Rows whose key was already scheduled are counted
     but not scheduled again. ``batch_size``: rows per transaction (at most one Arrow
-    batch, ``spark.sql.execution.arrow.maxRecordsPerBatch``).
+    batch, ``spark.sql.execution.arrow.maxRecordsPerBatch``). A null in ``at_col`` or
+    ``delay_col`` is an error naming the row unless ``null_when="now"`` (due now).
     """
     if not isinstance(fn, str):
         fn = "%s.%s" % (fn.__module__, fn.__qualname__)
     _check_columns(df, at_col, delay_col, key_col, args_cols, kwargs_cols)
     if batch_size <= 0:
         raise InvalidJob("batch_size must be > 0, not %r" % (batch_size,))
+    if null_when not in ("error", "now"):
+        raise InvalidJob("null_when must be 'error' or 'now', not %r" % (null_when,))
     plan = Plan(fn_path=fn, settings_module=_settings_module(settings_module),
                 sys_path=tuple(p for p in sys.path if p), queue=queue,
                 max_attempts=max_attempts, backoff=backoff, batch_size=batch_size,
                 when="at" if at_col else ("delay" if delay_col else None),
                 has_key=key_col is not None, n_args=len(args_cols),
                 kwargs_names=tuple(kwargs_cols), arg_names=tuple(args_cols),
-                when_name=at_col or delay_col, key_name=key_col)
+                when_name=at_col or delay_col, key_name=key_col, null_when=null_when)
     _validate_on_driver(plan)
     fields = {name: getattr(plan, name) for name in Plan.__dataclass_fields__}
     path = plan.sys_path
@@ -223,7 +228,7 @@ def _target(plan: Plan) -> Any:
                   path=plan.fn_path, max_attempts=max_attempts, backoff=backoff,
                   max_payload=s.max_payload_bytes, when=plan.when, n_args=plan.n_args,
                   kwargs_names=plan.kwargs_names, arg_names=plan.arg_names,
-                  when_name=plan.when_name, key_name=plan.key_name)
+                  when_name=plan.when_name, key_name=plan.key_name, null_when=plan.null_when)
 
 
 def run_partition(plan: Plan, batches: Iterator[Any]) -> Iterator[Any]:

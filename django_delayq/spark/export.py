@@ -199,6 +199,19 @@ def keyset_pages(qs: QuerySet[Any], columns: tuple[str, ...], chunk_size: int,
         after = (page[-1][i], page[-1][j])
 
 
+def prepare_root(root: Path) -> None:
+    """Create ``root`` and prove it writable before anything is read: a clear ValueError
+    (the command's error message) instead of a traceback from deep inside the writer."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".delayq-probe.", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError("cannot export to %s: %s (give a directory this process can create "
+                         "and write to)" % (root, exc.strerror or exc)) from exc
+
+
 def export_jobs(root: Path | str, *, since: datetime | None = None,
                 until: datetime | None = None, full: bool = False,
                 chunk_size: int = DEFAULT_CHUNK, settle: timedelta = timedelta(seconds=2),
@@ -207,7 +220,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
                 redact: str | Iterable[str] | None = None) -> ExportResult:
     excluded, redacted = column_choice(exclude, redact)
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    prepare_root(root)
     state = read_state(root)
     _check_columns(state, excluded, redacted)
     previous = _previous_mark(state, since, until, full)

@@ -64,9 +64,13 @@ def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
     from django_delayq.spark import charts, html
 
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     json_path = out / "report.json"
-    json_path.write_text(json.dumps(report, indent=2))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(report, indent=2))
+    except OSError as exc:
+        raise ValueError("cannot write the report to %s: %s (give a directory this process "
+                         "can create and write to)" % (out, exc.strerror or exc)) from exc
     groups = report["groups"]
     summary = _summary_rows(groups)
     series = _series_rows(report["series"])
@@ -136,9 +140,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(problem)
     spark = build_session(opts["master"], app_name="delayq-report", jars=[opts["jdbc_jar"] or ""])
     props = {"user": opts["jdbc_user"], "password": opts["jdbc_password"]}
-    files = run_report(spark, opts["out"], input=opts["input"], jdbc_url=opts["jdbc_url"],
-                       jdbc_table=opts["jdbc_table"], jdbc_properties=props,
-                       bucket_seconds=opts["bucket_seconds"])
+    try:
+        files = run_report(spark, opts["out"], input=opts["input"], jdbc_url=opts["jdbc_url"],
+                           jdbc_table=opts["jdbc_table"], jdbc_properties=props,
+                           bucket_seconds=opts["bucket_seconds"])
+    except (FileNotFoundError, ValueError) as exc:
+        parser.exit(2, "delayq report: %s\n" % exc)
     print("report: %s" % files.html)
     return 0
 

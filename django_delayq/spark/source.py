@@ -50,12 +50,35 @@ def normalize(df: Any) -> Any:
     return df.select(*cols)
 
 
+REPORT_SCHEMA = ", ".join(
+    "%s %s" % (c, "timestamp" if c in TIMESTAMPS else ("int" if c == "attempts" else "string"))
+    for c in REPORT_COLUMNS)
+
+
+def _job_files(path: Path) -> bool:
+    """Whether ``path`` holds a published Parquet file (not a dot- or underscore-name,
+    which Spark skips: files still being written, state and marker files)."""
+    for found in path.rglob("*.parquet"):
+        if not any(part[0] in "._" for part in found.relative_to(path).parts):
+            return True
+    return False
+
+
 def read_parquet(spark: Any, root: Path | str) -> Any:
+    """The exported jobs under ``root``. A URL (``s3a://``, ``hdfs://``) goes to Spark as
+    it is; a local directory without job files (an export that found no rows yet) is an
+    empty frame, so the report says "0 jobs" instead of failing to infer a schema."""
+    if "://" in str(root):
+        text = str(root).rstrip("/")
+        return spark.read.option("basePath", text + "/" + JOBS_DIR).parquet(
+            text + "/" + JOBS_DIR)
     root = Path(root)
     path = root / JOBS_DIR if (root / JOBS_DIR).is_dir() else root
     if not path.is_dir():
         raise FileNotFoundError("no exported jobs at %s (run delayq_export --out %s)"
                                 % (path, root))
+    if not _job_files(path):
+        return spark.createDataFrame([], REPORT_SCHEMA)
     return spark.read.option("basePath", str(path)).parquet(str(path))
 
 

@@ -81,7 +81,7 @@ def test_args_and_kwargs_arrays() -> None:
 def test_delays_give_run_at_and_delay_ms() -> None:
     batch = pa.RecordBatch.from_pydict({"_when": pa.array([1.5, None, 0.0004]),
                                         "_a0": pa.array([1, 2, 3])})
-    cols = arrow_jobs.build(_target(when="delay"), batch, NOW)
+    cols = arrow_jobs.build(_target(when="delay", null_when="now"), batch, NOW)
     now_us = arrow_jobs.epoch_us(NOW)
     assert cols.run_at_us.to_pylist() == [now_us + 1_500_000, now_us, now_us + 400]
     assert cols.delay_ms == [1500, 0, 0] and cols.at_ms is None
@@ -94,7 +94,7 @@ def test_at_times_and_keys() -> None:
     batch = pa.RecordBatch.from_pydict({
         "_when": pa.array([1_893_553_445_678_901, None], pa.int64()),
         "_key": pa.array(["order-1", None]), "_a0": pa.array([1, 2])})
-    cols = arrow_jobs.build(_target(when="at", backoff=[5]), batch, NOW)
+    cols = arrow_jobs.build(_target(when="at", backoff=[5], null_when="now"), batch, NOW)
     assert cols.at_ms == [1_893_553_445_678, None]
     assert cols.run_at_us.to_pylist() == [1_893_553_445_678_901, arrow_jobs.epoch_us(NOW)]
     assert cols.ids[0] == ids.id_for_key("default", "order-1") and cols.ids[1][0] != "k"
@@ -105,18 +105,35 @@ def test_at_times_and_keys() -> None:
 
 
 @pytest.mark.parametrize(("columns", "message"), [
-    ({"_when": pa.array([3.0, -1.0])}, r"delay_col 'd': delay must be >= 0, got -1.0 \(row 1"),
-    ({"_when": pa.array([float("nan"), 1.0])}, r"delay must be >= 0, got nan \(row 0"),
-    ({"_key": pa.array(["a", ""])}, r"key_col 'k': key must be a non-empty string, not '' \(row 1"),
-    ({"_a0": pa.array(["x" * 20_000, "y"])}, r"payload is 20028 bytes, over .* \(row 0"),
-    ({"_a0": pa.array(["y", "é" * 4_985])}, r"payload is 9998 bytes, over .* = 9997 \(row 1"),
+    ({"_when": pa.array([3.0, -1.0])},
+     r"delay_col 'd': delay must be >= 0, got -1.0 \(the DataFrame row a=2, d=-1.0\)"),
+    ({"_when": pa.array([float("nan"), 1.0])}, r"delay must be >= 0, got nan \(the DataFrame row a=1"),
+    ({"_key": pa.array(["a", ""])},
+     r"key_col 'k': key must be a non-empty string, not '' \(the DataFrame row with k = ''\)"),
+    ({"_a0": pa.array(["x" * 20_000, "y"])}, r"payload is 20028 bytes, over .* \(the DataFrame row a='xxx"),
+    ({"_a0": pa.array(["y", "é" * 4_985]), "_key": pa.array(["o-1", "o-2"])},
+     r"payload is 9998 bytes, over .* = 9997 \(the DataFrame row with k = 'o-2'\)"),
+    ({"_when": pa.array([1.0, None])},
+     r"delay_col 'd' is null \(the DataFrame row a=2, d=None\); .* null_when='now'"),
 ])
 def test_bad_values_are_named(columns: dict[str, Any], message: str) -> None:
+    """Errors name the DataFrame row (its key, else its values by column name), never a
+    position inside a batch that Spark chose."""
     data = {"_a0": pa.array([1, 2]), **columns}
     limit = 9_997 if "= 9997" in message else 10_000  # 9,998 UTF-8 bytes: one too many
-    with pytest.raises(InvalidJob, match=message):
+    with pytest.raises(InvalidJob, match=message) as caught:
         arrow_jobs.build(_target(when="delay" if "_when" in data else None, max_payload=limit),
                          pa.RecordBatch.from_pydict(data), NOW)
+    assert "of the batch" not in str(caught.value)
+
+
+def test_a_null_due_time_is_refused_unless_now_is_asked() -> None:
+    batch = pa.RecordBatch.from_pydict({"_when": pa.array([None, 5_000_000], pa.int64()),
+                                        "_a0": pa.array([7, 8])})
+    with pytest.raises(InvalidJob, match=r"at_col 'd' is null \(the DataFrame row d=None, a=7"):
+        arrow_jobs.build(_target(when="at"), batch, NOW)
+    cols = arrow_jobs.build(_target(when="at", null_when="now"), batch, NOW)
+    assert cols.run_at_us.to_pylist() == [arrow_jobs.epoch_us(NOW), 5_000_000]
 
 
 def test_payload_size_is_that_of_the_envelope() -> None:

@@ -172,13 +172,22 @@ def test_every_row_lands_with_its_values(spark: Any, spark_delayq: Any) -> None:
 def test_at_column_gives_exact_redis_scores(spark: Any, spark_delayq: Any) -> None:
     from pyspark.sql import functions as F
 
+    from django_delayq.core.connection import get_engine
     from django_delayq.spark import schedule_dataframe
+    from tests.spark.conftest import SPARK_PREFIX
 
     base = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
     df = _frame(spark, 20).withColumn(
         "due", F.when(F.col("id") == 3, None).otherwise(
             F.timestamp_micros(F.lit(int(base.timestamp() * 1e6)) + F.col("id") * 1_000_001)))
-    schedule_dataframe(df, ADD, at_col="due", args_cols=["a", "b"], settings_module=SETTINGS)
+    with pytest.raises(Exception, match=r"at_col 'due' is null \(the DataFrame row due=None, "
+                                        r"a=3, b=7\)"):
+        schedule_dataframe(df, ADD, at_col="due", args_cols=["a", "b"], settings_module=SETTINGS)
+    Job.objects.all().delete()  # the other partition may have scheduled its rows, or not
+    for key in get_engine().client.scan_iter(match="*%s*" % SPARK_PREFIX):
+        get_engine().client.delete(key)
+    schedule_dataframe(df, ADD, at_col="due", args_cols=["a", "b"], settings_module=SETTINGS,
+                       null_when="now")
     jobs = sorted(Job.objects.all(), key=lambda job: job.args[0])
     scores, _ = _redis_entries("default", [job.id for job in jobs])
     for job, score in zip(jobs, scores):
@@ -234,9 +243,10 @@ def test_bad_delays_keys_and_types_fail_naming_them(spark: Any, spark_delayq: An
     from django_delayq.spark import schedule_dataframe
 
     df = _frame(spark, 5).coalesce(1)
-    with pytest.raises(Exception, match=r"delay_col 'delay': delay must be >= 0, got -5.0"):
+    with pytest.raises(Exception, match=r"delay_col 'delay': delay must be >= 0, got -5.0 "
+                                        r"\(the DataFrame row with key = 'order-\d+'\)"):
         schedule_dataframe(df.withColumn("delay", F.lit(-5.0)), ADD, delay_col="delay",
-                           settings_module=SETTINGS)
+                           key_col="key", settings_module=SETTINGS)
     with pytest.raises(Exception, match="key_col 'key': key must be a non-empty string, not ''"):
         schedule_dataframe(df.withColumn("key", F.lit("")), ADD, key_col="key",
                            settings_module=SETTINGS)

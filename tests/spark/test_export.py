@@ -159,3 +159,30 @@ def test_bad_column_choices_are_refused(tmp_path: Any, option: str, value: str,
     with pytest.raises(CommandError, match=message):
         call_command("delayq_export", "--out", str(tmp_path), option, value, verbosity=0)
     assert not (tmp_path / STATE_FILE).exists()
+
+
+def test_report_on_an_export_without_job_files_says_zero_jobs(tmp_path: Any,
+                                                             spark: Any) -> None:
+    export_jobs(tmp_path / "export", now=NOW, progress=False)  # an empty table: no files
+    (tmp_path / "export" / "jobs" / "day=2025-03-01").mkdir(parents=True)
+    (tmp_path / "export" / "jobs" / "day=2025-03-01" / ".export-x.parquet.tmp").write_text("")
+    out = io.StringIO()
+    call_command("delayq_report", "--input", str(tmp_path / "export"), "--out",
+                 str(tmp_path / "report"), stdout=out)
+    assert out.getvalue().startswith("0 jobs; report written to")
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["jobs"] == 0 and report["groups"] == [] and report["series"] == []
+
+
+def test_unusable_directories_are_named_not_a_traceback(tmp_path: Any, spark: Any) -> None:
+    save_jobs(known_jobs()[:3])
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    for bad in (blocker, blocker / "sub", "/proc/1/delayq-export"):
+        with pytest.raises(CommandError, match=r"cannot export to %s: .* \(give a directory"
+                           % str(bad)):
+            call_command("delayq_export", "--out", str(bad), "-v", "0")
+    export_jobs(tmp_path / "export", now=NOW, progress=False)
+    with pytest.raises(CommandError, match=r"cannot write the report to %s/sub: " % blocker):
+        call_command("delayq_report", "--input", str(tmp_path / "export"),
+                     "--out", str(blocker / "sub"))
