@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: example test test-fast lint bench bench-compare chaos clean
+.PHONY: example test test-fast lint bench bench-compare chaos clean spark-cluster-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,10 @@ chaos: $(STAMP)
 
 bench-compare: $(STAMP)
 	$(PY) bench/compare/run.py
+
+# A local standalone Spark master and worker (127.0.0.1): bulk scheduling, export, report.
+spark-cluster-demo: $(STAMP)
+	$(PY) scripts/spark_cluster_demo.py
 
 clean:
 	rm -rf $(VENV) .venv-dj6 .pytest_cache example_project/.redis* example_project/db.sqlite3*
