@@ -1,14 +1,22 @@
 """Stream audit rows to day-partitioned Parquet, incrementally, in bounded memory.
 
 The rows exported by one run are those whose ``updated_at`` lies in
-``(high-water mark of the last run, now - settle]`` (and whose ``created_at`` lies in
+``(high-water mark of the last run - overlap, now - settle]``, and those recorded as
+live and due by the last run that have changed since (whose ``created_at`` lies in
 ``[since, until)`` when given). They are read in keyset pages of ``(created_at, id)``,
 never the whole table. The state file ``ROOT/_delayq_export_state.json`` keeps the mark;
 it is written only after every file of the run is in place, so a failed run is simply
 run again (rows exported twice are the same version and readers deduplicate them).
 
-``settle`` leaves rows updated in the last seconds to the next run, so a transaction
-still open while the export reads is not skipped forever.
+``updated_at`` is the writer's stamp, not the commit's: a worker writes it late (buffered
+batches, retried while the database is locked) and its clock may be behind. So each run
+reads from ``overlap`` before the last mark, and also reads again by id every row that
+was live and due when the last run started (``pending``: it explains why that is
+enough). Every written row carries ``read_at``, the wall-clock time of the read that
+found it: a later read sees every commit an earlier one saw, so readers keep, per id,
+the version with the latest ``read_at`` (then ``updated_at``): commit order, whatever
+the writers' clocks say. ``settle`` leaves rows updated in the last seconds to the
+next run.
 
 The state file is written to a fresh temporary file in ``ROOT`` (random name, created
 with ``O_EXCL``) and renamed over the old one, and a symlink at its path is refused: a
@@ -40,7 +48,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from django_delayq.models import Job
-from django_delayq.spark import schema
+from django_delayq.spark import pending, schema
 from django_delayq.spark.progress import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
 
@@ -48,6 +56,7 @@ STATE_FILE = "_delayq_export_state.json"
 DEFAULT_CHUNK = 5000
 REDACTED = "[redacted]"
 KEEP = frozenset({"id", "created_at", "updated_at"})  # paging, partitions, newest version
+DEFAULT_OVERLAP = timedelta(seconds=60)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,35 +221,68 @@ def prepare_root(root: Path) -> None:
                          "and write to)" % (root, exc.strerror or exc)) from exc
 
 
+def _stamped(page: list[tuple[Any, ...]], positions: tuple[int, ...], out: pa.Schema,
+             read_at: datetime) -> pa.Table:
+    table = schema.to_table(_redacted(page, positions), out.remove(len(out) - 1),
+                            schema.JOB_JSON_FIELDS)
+    return table.append_column(out.field("read_at"),
+                               pa.array([read_at] * len(page), type=schema.TS))
+
+
+def _pages(qs: QuerySet[Any], columns: tuple[str, ...],
+           chunk_size: int) -> Iterator[tuple[datetime, list[tuple[Any, ...]]]]:
+    """Keyset pages, each with the time just before its query (its ``read_at``)."""
+    pages = keyset_pages(qs, columns, chunk_size)
+    while True:
+        read_at = timezone.now()
+        page = next(pages, None)
+        if page is None:
+            return
+        yield read_at, page
+
+
 def export_jobs(root: Path | str, *, since: datetime | None = None,
                 until: datetime | None = None, full: bool = False,
                 chunk_size: int = DEFAULT_CHUNK, settle: timedelta = timedelta(seconds=2),
                 now: datetime | None = None, progress: bool = True,
                 stream: TextIO | None = None, exclude: str | Iterable[str] | None = None,
-                redact: str | Iterable[str] | None = None) -> ExportResult:
+                redact: str | Iterable[str] | None = None,
+                overlap: timedelta = DEFAULT_OVERLAP) -> ExportResult:
     excluded, redacted = column_choice(exclude, redact)
     root = Path(root)
     prepare_root(root)
     state = read_state(root)
     _check_columns(state, excluded, redacted)
     previous = _previous_mark(state, since, until, full)
-    mark = (now or timezone.now()) - settle
+    now = now or timezone.now()
+    mark = now - settle
     if previous is not None and mark < previous:
         mark = previous
-    qs = rows_to_export(previous, mark, since, until)
+    recorded = pending.read(root, (state or {}).get("pending")) if previous else None
+    captured = pending.capture(now + overlap)  # before reading anything: see ``pending``
+    lower = None if previous is None else previous - overlap
+    window = rows_to_export(lower, mark, since, until)
+    late = [] if lower is None else list(pending.changed(recorded))
+    again = [rows_to_export(None, lower or mark, since, until).filter(pk__in=late[i:i + 1000])
+             for i in range(0, len(late), 1000)]  # changed late: older than the window
     columns = tuple(c for c in schema.JOB_COLUMNS if c not in excluded)
-    out_schema = pa.schema([schema.JOB_SCHEMA.field(c) for c in columns])
+    out_schema = pa.schema([*(schema.JOB_SCHEMA.field(c) for c in columns),
+                            pa.field("read_at", schema.TS)])
     positions = tuple(columns.index(c) for c in redacted)
-    bar = Progress(qs.count(), "delayq_export", stream=stream, enabled=progress)
+    bar = Progress(window.count() + len(late), "delayq_export", stream=stream,
+                   enabled=progress)
     with DayPartitionedWriter(root / schema.JOBS_DIR, out_schema, kind="export",
                               day_column="created_at") as writer:
-        for page in keyset_pages(qs, columns, chunk_size):
-            writer.write(schema.to_table(_redacted(page, positions), out_schema,
-                                         schema.JOB_JSON_FIELDS))
-            bar.update(len(page))
+        for qs in (window, *again):
+            for read_at, page in _pages(qs, columns, chunk_size):
+                writer.write(_stamped(page, positions, out_schema, read_at))
+                bar.update(len(page))
     bar.close()
+    name = pending.write(root, captured)
     runs = (state or {}).get("runs", 0) + 1
-    _write_state(root, {"version": 1, "high_water": _iso(mark), "since": _iso(since),
+    _write_state(root, {"version": 2, "high_water": _iso(mark), "since": _iso(since),
                         "until": _iso(until), "runs": runs, "last_run_rows": writer.rows,
-                        "exclude": list(excluded), "redact": list(redacted)})
+                        "exclude": list(excluded), "redact": list(redacted),
+                        "pending": name, "overlap_seconds": overlap.total_seconds()})
+    pending.remove_others(root, keep=name)
     return ExportResult(rows=writer.rows, files=writer.files, previous_mark=previous, mark=mark)

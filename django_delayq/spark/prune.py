@@ -71,12 +71,13 @@ def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
     jobs = attempts = 0
     files: list[Path] = []
     while True:
+        read_at = timezone.now()  # before the read: see export's read_at
         page = list(qs.values_list(*schema.JOB_COLUMNS)[:batch_size])
         if not page:
             break
         ids = [row[0] for row in page]
         if archive is not None:
-            files += _archive(Path(archive), page, ids)
+            files += _archive(Path(archive), page, ids, read_at)
         attempts += _delete(ids)
         jobs += len(ids)
         bar.update(len(ids))
@@ -84,11 +85,15 @@ def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
     return PruneResult(cutoff=cutoff, jobs=jobs, attempts=attempts, files=files)
 
 
-def _archive(root: Path, page: list[tuple[object, ...]], ids: list[str]) -> list[Path]:
+def _archive(root: Path, page: list[tuple[object, ...]], ids: list[str],
+             read_at: datetime) -> list[Path]:
     created = {row[0]: row[schema.JOB_COLUMNS.index("created_at")] for row in page}
-    with DayPartitionedWriter(root / schema.JOBS_DIR, schema.JOB_SCHEMA, kind="archive",
+    table = schema.to_table(page, schema.JOB_SCHEMA, schema.JOB_JSON_FIELDS)
+    table = table.append_column(pa.field("read_at", schema.TS),
+                                pa.array([read_at] * len(page), type=schema.TS))
+    with DayPartitionedWriter(root / schema.JOBS_DIR, table.schema, kind="archive",
                               day_column="created_at") as jobs:
-        jobs.write(schema.to_table(page, schema.JOB_SCHEMA, schema.JOB_JSON_FIELDS))
+        jobs.write(table)
     rows = list(JobAttempt.objects.filter(job_id__in=ids).order_by("job_id", "number")
                 .values_list(*schema.ATTEMPT_COLUMNS))
     # attempts are partitioned by their job's day, so a job and its attempts sit together

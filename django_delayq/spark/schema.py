@@ -3,8 +3,10 @@
 ``ROOT/jobs/day=YYYY-MM-DD/*.parquet`` (day of ``created_at``, UTC) holds job rows;
 ``ROOT/attempts/day=YYYY-MM-DD/*.parquet`` holds ``JobAttempt`` rows archived by
 ``delayq_prune``. Files are append-only: a row exported again after it changed is a
-newer version of the same ``id``, and readers keep the one with the latest
-``updated_at`` (see ``source.read_jobs``). JSON fields are stored as JSON text.
+newer version of the same ``id``. Exported and archived job rows carry one more column,
+``read_at`` (when the query that read them started), and readers keep per id the
+version read last, then the latest ``updated_at`` (see ``source.read_jobs``). JSON
+fields are stored as JSON text.
 """
 
 from __future__ import annotations

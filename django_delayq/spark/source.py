@@ -1,7 +1,8 @@
 """Where the report reads jobs from: the Parquet export, or PostgreSQL over JDBC.
 
 Both give one row per job id: the export is append-only, so a job exported again
-after a change appears twice, and only its latest ``updated_at`` is kept.
+after a change appears twice, and only the version read last (``read_at``, then
+``updated_at``) is kept.
 """
 
 from __future__ import annotations
@@ -14,18 +15,21 @@ from django_delayq.spark.schema import JOBS_DIR
 
 REPORT_COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "last_error",
                   "run_at", "created_at", "updated_at", "started_at", "finished_at",
-                  "error_type")
-OPTIONAL = frozenset({"error_type"})  # absent from exports made before the column existed
-TIMESTAMPS = ("run_at", "created_at", "updated_at", "started_at", "finished_at")
+                  "error_type", "read_at")
+# absent from exports made before these columns existed, and from JDBC reads
+OPTIONAL = frozenset({"error_type", "read_at"})
+TIMESTAMPS = ("run_at", "created_at", "updated_at", "started_at", "finished_at", "read_at")
 DEFAULT_TABLE = "django_delayq_job"
 
 
 def latest_versions(df: Any) -> Any:
-    """Keep one row per ``id``: the one with the greatest ``updated_at``."""
+    """Keep one row per ``id``: the one read last (``read_at``: a later read saw every
+    commit an earlier one saw), then the greatest ``updated_at``."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    newest = Window.partitionBy("id").orderBy(F.col("updated_at").desc_nulls_last())
+    newest = Window.partitionBy("id").orderBy(F.col("read_at").desc_nulls_last(),
+                                               F.col("updated_at").desc_nulls_last())
     return (df.withColumn("_v", F.row_number().over(newest))
             .filter(F.col("_v") == 1).drop("_v"))
 

@@ -186,3 +186,20 @@ def test_unusable_directories_are_named_not_a_traceback(tmp_path: Any, spark: An
     with pytest.raises(CommandError, match=r"cannot write the report to %s/sub: " % blocker):
         call_command("delayq_report", "--input", str(tmp_path / "export"),
                      "--out", str(blocker / "sub"))
+
+
+def test_a_change_stamped_by_a_clock_behind_is_exported(tmp_path: Any) -> None:
+    """A worker whose clock runs 10 minutes behind stamps a finished job with a time
+    long before the last mark: the record of live, due rows still finds it."""
+    save_jobs(known_jobs())
+    Job.objects.filter(pk="e011").update(run_at=NOW - timedelta(minutes=1))  # due
+    export_jobs(tmp_path, now=NOW, progress=False)
+    behind = NOW - timedelta(minutes=10)
+    Job.objects.filter(pk="e011").update(status="succeeded", updated_at=behind,
+                                         started_at=behind, finished_at=behind)
+    later = export_jobs(tmp_path, now=NOW + timedelta(minutes=1), progress=False)
+    assert later.rows == 1
+    rows = _read(tmp_path).filter(ds.field("id") == "e011").to_pylist()
+    newest = max(rows, key=lambda r: r["read_at"])
+    assert newest["status"] == "succeeded" and len(rows) == 2
+    assert export_jobs(tmp_path, now=NOW + timedelta(minutes=2), progress=False).rows == 0

@@ -15,11 +15,11 @@ from tests.spark.data import ADD, NOOP, known_jobs
 def _frame(spark: Any, jobs: list[dict[str, Any]]) -> Any:
     from django_delayq.spark.source import REPORT_COLUMNS, latest_versions, normalize
 
-    rows = [{c: job[c] for c in REPORT_COLUMNS} for job in jobs]
+    rows = [{c: job.get(c) for c in REPORT_COLUMNS} for job in jobs]
     schema = ("id string, queue string, callable_path string, status string, attempts int, "
               "last_error string, run_at timestamp, created_at timestamp, "
               "updated_at timestamp, started_at timestamp, finished_at timestamp, "
-              "error_type string")
+              "error_type string, read_at timestamp")
     return latest_versions(normalize(spark.createDataFrame(rows, schema)))
 
 
