@@ -78,6 +78,7 @@ class Job(models.Model):
             ("run_job_now", _("Can run jobs now")),
             ("reschedule_job", _("Can reschedule jobs")),
             ("requeue_job", _("Can requeue jobs")),
+            ("view_report", _("Can view the Spark report")),
         ]
 
     def __str__(self) -> str:

@@ -14,10 +14,12 @@ from typing import Any
 
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
+from django_delayq.admin import reports
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.models import Job, JobAttempt, JobStatus
 
@@ -185,8 +187,20 @@ class JobAdmin(admin.ModelAdmin):
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "delayq_status_counts":
-                         self.status_counts(request)}
+                         self.status_counts(request),
+                         "delayq_report_url": self.report_link(request)}
         return super().changelist_view(request, extra_context=extra_context)
+
+    # -- the Spark report (django_delayq.admin.reports) ---------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        return [*reports.report_urls(self, self.admin_site.admin_view), *super().get_urls()]
+
+    def report_link(self, request: HttpRequest) -> str | None:
+        """The report page's URL for users who may see it, when REPORT_DIR is set."""
+        if not request.user.has_perm(reports.PERMISSION) or reports.report_root() is None:
+            return None
+        return reverse("admin:django_delayq_job_report", current_app=self.admin_site.name)
 
     #: Counts stop here ("10000+"): each is one index range scan of at most this many
     #: rows, so the page stays fast with hundreds of millions of finished jobs.

@@ -46,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_MAXLEN": 10_000,
     "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
     "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
+    "REPORT_DIR": None,  # absolute directory of delayq_report outputs shown in the admin
 }
 
 
@@ -78,6 +79,7 @@ class Settings:
     events_maxlen: int
     job_timeout_seconds: float | None
     http_callback_allowed_networks: tuple[IPNetwork, ...] = ()
+    report_dir: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -150,6 +152,17 @@ def _networks(value: Any) -> tuple[tuple[IPNetwork, ...], str | None]:
     return tuple(nets), None
 
 
+def _report_dir_problem(value: Any) -> str | None:
+    """REPORT_DIR: None or an absolute path (whether it exists is the admin view's concern:
+    reports may be written there after the site starts)."""
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.path.isabs(os.fspath(value)):
+        return ("DELAYQ['REPORT_DIR'] must be None or an absolute directory path such as "
+                "'/srv/delayq-reports', not %r" % (value,))
+    return None
+
+
 def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Every problem of the ``DELAYQ`` setting as (key, message)."""
     user = _user_settings() if user is None else user
@@ -190,6 +203,8 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
         found.append(("REDIS_URL", msg))
     if msg := _networks(merged["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]:
         found.append(("HTTP_CALLBACK_ALLOWED_NETWORKS", msg))
+    if msg := _report_dir_problem(merged["REPORT_DIR"]):
+        found.append(("REPORT_DIR", msg))
     prefix = merged["PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         found.append(("PREFIX", "DELAYQ['PREFIX'] must be a non-empty string without braces, "
@@ -231,6 +246,7 @@ def get_settings() -> Settings:
         job_timeout_seconds=None if m["JOB_TIMEOUT_SECONDS"] is None
         else float(m["JOB_TIMEOUT_SECONDS"]),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
+        report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
         raw=dict(user),
     )
 

@@ -45,6 +45,7 @@ ERROR_IDS: dict[str, str] = {
     "EVENTS_MAXLEN": "delayq.E023",
     "JOB_TIMEOUT_SECONDS": "delayq.E024",
     "HTTP_CALLBACK_ALLOWED_NETWORKS": "delayq.E026",
+    "REPORT_DIR": "delayq.E027",
 }
 
 _SECONDS = "a number of seconds > 0, e.g. %s"
@@ -81,6 +82,8 @@ HINTS: dict[str, str] = {
                            "failed and retried, e.g. 300.",
     "HTTP_CALLBACK_ALLOWED_NETWORKS": "A list of IP addresses or networks post_json may reach "
                                       "although not public, e.g. ['10.1.0.0/16']; default [].",
+    "REPORT_DIR": "None (no report in the admin) or the absolute directory whose "
+                  "subdirectories hold delayq_report outputs, e.g. '/srv/delayq-reports'.",
 }
 NO_ALLOWED_HINT = (
     "List the modules that define your job functions, e.g. DELAYQ = {..., "
