@@ -67,6 +67,8 @@ def non_loopback_address() -> str | None:
     return None if addr.startswith("127.") or addr == "0.0.0.0" else addr
 
 
+@pytest.mark.skipif(not PROC_NET[0].exists() and non_loopback_address() is None,
+                    reason="no /proc/net/tcp and no non-loopback address to look from")
 def test_metrics_listen_on_loopback_by_default(start_worker) -> None:  # type: ignore[no-untyped-def]
     port = free_port()
     proc = start_worker("--metrics-port", str(port))
@@ -80,13 +82,11 @@ def test_metrics_listen_on_loopback_by_default(start_worker) -> None:  # type: i
     if outside is not None:
         assert not answers(outside, port)
         checked = True
-    if not checked:
-        pytest.skip("no /proc/net/tcp and no non-loopback address to look from")
+    assert checked
 
 
+@pytest.mark.skipif(not PROC_NET[0].exists(), reason="127.0.0.2 is a loopback address on Linux only")
 def test_metrics_addr_names_the_address(start_worker) -> None:  # type: ignore[no-untyped-def]
-    if not PROC_NET[0].exists():
-        pytest.skip("127.0.0.2 is a loopback address on Linux only")
     port = free_port()
     proc = start_worker("--metrics-port", str(port), "--metrics-addr", "127.0.0.2")
     wait_until(lambda: proc.poll() is not None or answers("127.0.0.2", port), timeout=30)
