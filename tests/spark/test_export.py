@@ -203,3 +203,15 @@ def test_a_change_stamped_by_a_clock_behind_is_exported(tmp_path: Any) -> None:
     newest = max(rows, key=lambda r: r["read_at"])
     assert newest["status"] == "succeeded" and len(rows) == 2
     assert export_jobs(tmp_path, now=NOW + timedelta(minutes=2), progress=False).rows == 0
+
+
+def test_overlap_option_reaches_the_export_and_bad_values_are_refused(tmp_path: Any) -> None:
+    call_command("delayq_export", "--out", str(tmp_path), "--settle", "0", "--overlap", "120",
+                 verbosity=0, stdout=io.StringIO())
+    assert json.loads((tmp_path / STATE_FILE).read_text())["overlap_seconds"] == 120.0
+    call_command("delayq_export", "--out", str(tmp_path), "--settle", "0", verbosity=0,
+                 stdout=io.StringIO())
+    assert json.loads((tmp_path / STATE_FILE).read_text())["overlap_seconds"] == 60.0
+    for bad in ("-1", "nan", "inf", "1e12"):
+        with pytest.raises(CommandError, match="--overlap must be a number of seconds"):
+            call_command("delayq_export", "--out", str(tmp_path), "--overlap", bad, verbosity=0)

@@ -1,5 +1,8 @@
 """``manage.py delayq_export --out DIR``: audit rows -> day-partitioned Parquet, incrementally.
 
+``--overlap`` sets how far before the last run's high-water mark a run reads again (the
+clock difference between the exporting machine and those that schedule jobs or act in
+the admin, plus their longest transaction; ``django_delayq.spark.export`` explains it).
 ``--exclude`` and ``--redact`` keep columns (``args`` with tokens, personal data in
 ``kwargs`` or ``result``) out of the files; ``django_delayq.spark.export`` explains both.
 """
@@ -11,6 +14,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
+
+MAX_OVERLAP = 365 * 86400  # a longer re-read is a --full export
 
 
 def parse_when(text: str) -> datetime:
@@ -38,6 +43,10 @@ class Command(BaseCommand):
                             help="Rows per database page (default 5000).")
         parser.add_argument("--settle", type=float, default=2.0,
                             help="Leave rows updated in the last N seconds to the next run.")
+        parser.add_argument("--overlap", type=float, default=None, metavar="SECONDS",
+                            help="Read again the rows updated this long before the last run's "
+                                 "mark (default 60): more than the clock skew between this "
+                                 "machine and the writers, plus their longest transaction.")
         parser.add_argument("--exclude", action="append", metavar="COL[,COL]",
                             help="Leave these columns out of the files (e.g. args,kwargs).")
         parser.add_argument("--redact", action="append", metavar="COL[,COL]",
@@ -45,19 +54,25 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         try:
-            from django_delayq.spark.export import export_jobs
+            from django_delayq.spark.export import DEFAULT_OVERLAP, export_jobs
         except ImportError as exc:
             raise CommandError("delayq_export needs pyarrow: pip install "
                                "'django-delayq[spark]' (%s)" % exc) from exc
         if options["chunk_size"] <= 0:
             raise CommandError("--chunk-size must be > 0, not %r" % options["chunk_size"])
+        overlap = options["overlap"]
+        if overlap is not None and not 0 <= overlap <= MAX_OVERLAP:  # also refuses nan
+            raise CommandError("--overlap must be a number of seconds from 0 to %d (a year), "
+                               "not %r" % (MAX_OVERLAP, overlap))
         try:
             result = export_jobs(options["out"], since=options["since"], until=options["until"],
                                  full=options["full"], chunk_size=options["chunk_size"],
                                  settle=timedelta(seconds=options["settle"]),
                                  progress=options["verbosity"] > 0,
                                  stream=getattr(self.stderr, "_out", None),
-                                 exclude=options["exclude"], redact=options["redact"])
+                                 exclude=options["exclude"], redact=options["redact"],
+                                 overlap=DEFAULT_OVERLAP if overlap is None
+                                 else timedelta(seconds=overlap))
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write("exported %d rows in %d files; high-water mark %s"
