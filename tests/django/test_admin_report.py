@@ -8,7 +8,6 @@ Java and PySpark are present.
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -165,38 +164,3 @@ def test_report_dir_accepts_an_absolute_path_or_none(settings, tmp_path):
         settings.DELAYQ = {"QUEUES": ["default"], "ALLOWED_CALLABLES": ["tests.jobs"],
                            "REPORT_DIR": value}
         assert checks.check_settings() == []
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.skipif(not (shutil.which("java") or os.environ.get("JAVA_HOME")),
-                    reason="delayq_report runs Spark, which needs Java")
-def test_a_real_delayq_report_is_listed_and_served(delayq_settings, tmp_path):
-    pytest.importorskip("pyspark")
-    pytest.importorskip("pyarrow")
-    pytest.importorskip("matplotlib")
-    from django.core.management import call_command
-
-    from django_delayq import schedule
-    from django_delayq.testing import run_due_jobs
-
-    for i in range(3):
-        schedule("tests.jobs.add", i, 1)
-    run_due_jobs()
-    root = tmp_path / "reports"
-    call_command("delayq_export", "--out", str(tmp_path / "export"), "--settle", "0",
-                 verbosity=0)
-    call_command("delayq_report", "--input", str(tmp_path / "export"),
-                 "--out", str(root / "today"), "--master", "local[1]")
-    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "REPORT_DIR": str(root)}
-    client = _staff("view_report")
-    response = client.get(reverse(PAGE))
-    assert [r.name for r in response.context["reports"]] == ["today"]
-    charts = dict(response.context["charts"])
-    assert charts and all(name.endswith(".png") for name in charts)
-    page = client.get(_file_url("today/report.html"))
-    assert page.status_code == 200 and page["X-Content-Type-Options"] == "nosniff"
-    assert b"tests.jobs.add" in b"".join(page.streaming_content)
-    for url in charts.values():
-        chart = client.get(url)
-        assert chart.status_code == 200
-        assert b"".join(chart.streaming_content).startswith(b"\x89PNG")
