@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tests.conftest import unique_prefix
 
@@ -45,3 +45,18 @@ def burst(queues: tuple[str, ...] = ("default",), concurrency: int = 2) -> int:
     worker = Worker(get_engine(), get_settings(),
                     WorkerOptions(queues=queues, concurrency=concurrency, burst=True))
     return worker.run()
+
+
+def staff_client(*codenames: str) -> Any:
+    """A logged-in admin client for a staff user who may view jobs plus ``codenames``
+    (permissions of the django_delayq app, e.g. "cancel_job", "view_report")."""
+    from django.contrib.auth.models import Permission, User
+    from django.test import Client
+
+    user = User.objects.create_user("staff", password="pw", is_staff=True)
+    user.user_permissions.set(Permission.objects.filter(
+        content_type__app_label="django_delayq", codename__in=("view_job", *codenames)))
+    client = Client()
+    client.force_login(user)
+    return client
+

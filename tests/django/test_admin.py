@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -13,6 +13,7 @@ from django.utils import timezone
 from django_delayq import schedule
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
+from tests.helpers import staff_client as _staff
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,15 +23,6 @@ ACTION_PERMS = ("cancel_job", "run_job_now", "reschedule_job", "requeue_job")
 
 def _url(name: str = CHANGELIST, *args: str) -> str:
     return reverse(name, args=args)
-
-
-def _staff(*codenames: str) -> Client:
-    user = User.objects.create_user("staff", password="pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="django_delayq", codename__in=("view_job", *codenames)))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _act(client: Client, action: str, ids: list[str], **extra: str):  # type: ignore[no-untyped-def]

@@ -11,11 +11,10 @@ import os
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Permission, User
-from django.test import Client
 from django.urls import reverse
 
 from django_delayq.observe import checks
+from tests.helpers import staff_client as _staff
 
 pytestmark = pytest.mark.django_db
 
@@ -26,15 +25,6 @@ PNG = b"\x89PNG\r\n\x1a\n" + b"\0" * 16
 
 def _file_url(subpath: str) -> str:
     return reverse(PAGE) + subpath
-
-
-def _staff(*codenames: str) -> Client:
-    user = User.objects.create_user("staff", password="pw", is_staff=True)
-    user.user_permissions.set(Permission.objects.filter(
-        content_type__app_label="django_delayq", codename__in=("view_job", *codenames)))
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _write_report(directory: Path, title: str, mtime: float) -> None:
