@@ -101,6 +101,12 @@ def task_at(path: str) -> Any:
     """The ``Task`` object at ``path`` (a worker ran it, so it is allowed), else ``None``."""
     if not path or not registry.is_allowed(path):
         return None
+    return _task_object(path)
+
+
+@lru_cache(maxsize=4096)
+def _task_object(path: str) -> Any:
+    """Looked up once per path and process: the lifecycle observers ask for every job."""
     try:
         obj = import_string(path)
     except ImportError:
