@@ -28,11 +28,9 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from functools import lru_cache
 from typing import Any
 
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from django_delayq import compat, signals
 from django_delayq.core import registry
@@ -80,14 +78,11 @@ def run_after_of(row: Job) -> datetime | None:
 def task_of(row: Job, alias: str, task_class: Any) -> Any:
     """The ``Task`` a row runs, as seen by backend ``alias``: the module's ``@task`` object
     (or a plain job's function wrapped) with the row's queue and run_after."""
-    if not registry.is_allowed(row.callable_path):
-        raise compat.TaskResultDoesNotExist("%s runs %r, outside ALLOWED_CALLABLES"
-                                            % (row.pk, row.callable_path))
     try:
-        obj = import_string(row.callable_path)
-    except ImportError as exc:
-        raise compat.TaskResultDoesNotExist("%s: cannot import %r"
-                                            % (row.pk, row.callable_path)) from exc
+        obj = registry.job_object(row.callable_path)
+    except (ImportError, AttributeError, PermissionError) as exc:
+        raise compat.TaskResultDoesNotExist("%s runs %r: %s"
+                                            % (row.pk, row.callable_path, exc)) from exc
     changes = dict(backend=alias, queue_name=row.queue, run_after=run_after_of(row))
     if isinstance(obj, Task):
         if all(getattr(obj, k) == v for k, v in changes.items()):
@@ -96,20 +91,12 @@ def task_of(row: Job, alias: str, task_class: Any) -> Any:
     return task_class(func=obj, **changes)
 
 
-@lru_cache(maxsize=1024)
 def task_at(path: str) -> Any:
-    """The ``Task`` object at ``path`` (a worker ran it, so it is allowed), else ``None``."""
-    if not path or not registry.is_allowed(path):
-        return None
-    return _task_object(path)
-
-
-@lru_cache(maxsize=4096)
-def _task_object(path: str) -> Any:
-    """Looked up once per path and process: the lifecycle observers ask for every job."""
+    """The ``Task`` object at ``path`` (a worker ran it, so it is allowed), else ``None``.
+    The registry's own lookup: the same checks as a run, no module ``__getattr__``."""
     try:
-        obj = import_string(path)
-    except ImportError:
+        obj = registry.job_object(path)
+    except (ImportError, AttributeError, PermissionError):
         return None
     return obj if isinstance(obj, Task) else None
 

@@ -65,3 +65,10 @@ class BaitConfig(AppConfig):
 shout = lambda command: os.system(command)  # noqa: E731  (bait: a lambda)
 run_shell: Any = functools.partial(os.system)  # bait: a partial object
 alias = honest  # bait: one function under a second name
+
+GETATTR_CALLS: list[str] = []
+
+
+def __getattr__(name: str) -> object:  # bait: attribute code that must never run
+    GETATTR_CALLS.append(name)
+    raise AttributeError(name)

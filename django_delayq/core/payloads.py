@@ -40,7 +40,9 @@ from django_delayq.models import LIVE_STATUSES, Job
 
 logger = logging.getLogger(__name__)
 
-_FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff")
+_FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff",
+           "queue")
+OTHER_QUEUE = "other_queue"
 _COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 NO_ROW = "no_row"
 FINAL_ROW = "final_row"
@@ -58,7 +60,7 @@ class Broken:
 @dataclasses.dataclass(frozen=True, slots=True)
 class Aside:
     job: ClaimedJob
-    kind: str  # NO_ROW | FINAL_ROW
+    kind: str  # NO_ROW | FINAL_ROW | OTHER_QUEUE
     reason: str
 
 
@@ -88,6 +90,11 @@ def read(jobs: Sequence[ClaimedJob]) -> Loaded:
             aside.append(Aside(job, FINAL_ROW, "its audit row is %s, not live: it does not run "
                                                "again" % _printable(status)))
             continue
+        if row[7] != job.queue:  # an id copied into another queue's keys in Redis
+            aside.append(Aside(job, OTHER_QUEUE, "its audit row belongs to queue %s, not %s: "
+                               "it runs only where it was scheduled"
+                               % (_printable(row[7]), _printable(job.queue))))
+            continue
         try:
             run.append(dataclasses.replace(job, payload=_payload(row)))
         except Exception as exc:  # noqa: BLE001 - one row never fails the batch
@@ -116,7 +123,7 @@ def _select(ids: list[str]) -> list[tuple[Any, ...]]:
 
 
 def _payload(row: tuple[Any, ...]) -> Envelope:
-    _, _, path, args, kwargs, max_attempts, backoff = row
+    _, _, path, args, kwargs, max_attempts, backoff, _ = row
     if not isinstance(path, str) or not path:
         raise ValueError("callable path %s is not a string" % _short(path))
     args, kwargs = _json(args, "args"), _json(kwargs, "kwargs")
@@ -124,8 +131,10 @@ def _payload(row: tuple[Any, ...]) -> Envelope:
         raise ValueError("args/kwargs have the wrong types (args is %s, kwargs is %s; "
                          "expected a list and a dict)" % (type(args).__name__,
                                                           type(kwargs).__name__))
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ValueError("max_attempts %s is not an integer >= 1" % _short(max_attempts))
+    if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+            or not 1 <= max_attempts <= validation.MAX_ATTEMPTS):
+        raise ValueError("max_attempts %s is not an integer from 1 to %d"
+                         % (_short(max_attempts), validation.MAX_ATTEMPTS))
     backoff = _json(backoff, "backoff")
     if why := backoff_mod.validate(backoff):
         raise ValueError("backoff %s: %s" % (_short(backoff), why))

@@ -62,6 +62,7 @@ def allowed_modules() -> frozenset[str]:
 
 def reset() -> None:
     allowed_modules.cache_clear()
+    _job_object.cache_clear()
     _resolve.cache_clear()
 
 
@@ -148,8 +149,17 @@ def resolve(path: str) -> Callable[..., Any]:
     return _resolve(path)
 
 
+def job_object(path: str) -> Any:
+    """What ``path`` names: a job function, or a Django ``Task`` around one, read from the
+    module's ``__dict__`` (no module ``__getattr__`` runs) after every check ``resolve``
+    makes. ``NotAllowed``, ``ImportError`` or ``AttributeError`` otherwise."""
+    if why := refusal(path):
+        raise NotAllowed(why)
+    return _job_object(path)
+
+
 @cache
-def _resolve(path: str) -> Callable[..., Any]:
+def _job_object(path: str) -> Any:
     """Import exactly the module part and check the one name (``path`` passed ``refusal``)."""
     module_name, _, name = path.rpartition(".")
     module = importlib.import_module(module_name)
@@ -163,6 +173,14 @@ def _resolve(path: str) -> Callable[..., Any]:
     func = obj.func if task is not None and isinstance(obj, task) else obj
     if why := _not_a_job_function(func, module_name, name):
         raise NotAllowed("%r: %s" % (path, why))
+    return obj
+
+
+@cache
+def _resolve(path: str) -> Callable[..., Any]:
+    obj = _job_object(path)
+    task = _task_type()
+    func = obj.func if task is not None and isinstance(obj, task) else obj
     if func is not obj and _task_caller is not None:
         return _task_caller(obj)  # the Tasks backend's call: context, JSON return value
     if func is not obj and getattr(obj, "takes_context", False):

@@ -16,9 +16,11 @@ logger = logging.getLogger(__name__)
 
 def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int) -> None:
     """Take jobs that must not run out of Redis's in-flight set, with a warning each: a job
-    without a row goes to the dead set, one whose row is final is forgotten (ack). The
-    row is never touched. ``RedisError`` propagates (the leases then expire and the next
-    claim sets them aside again)."""
+    without a row goes to the dead set; one whose row is final, or belongs to another queue
+    (a copy of its id in this queue's keys), is forgotten here (ack: this queue's keys
+    only, so a job waiting in its own queue stays there). The row is never touched.
+    ``RedisError`` propagates (the leases then expire and the next claim sets them aside
+    again)."""
     if not items:
         return
     no_row = [a for a in items if a.kind == NO_ROW]

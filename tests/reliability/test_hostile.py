@@ -178,6 +178,7 @@ def test_function_that_no_longer_exists_retries_then_dies(cfg) -> None:  # type:
     ("backoff", [], "must not be empty"),
     ("backoff", [1e308], "a year"),
     ("backoff", {"factor": 1e308}, "factor"),
+    ("max_attempts", 5000, "from 1 to 1000"),
 ])
 def test_row_edited_into_nonsense_ends_dead_alone(cfg, column, value, reason) -> None:  # type: ignore[no-untyped-def]
     h = schedule("tests.jobs_chaos.always_raises", "x", max_attempts=3)
@@ -257,3 +258,15 @@ def test_job_hanging_past_its_time_limit_is_retried_with_reason(cfg) -> None:  #
         jobs_chaos.release_hung()
         worker.request_stop()
         thread.join(10)
+
+
+def test_id_copied_into_another_queues_keys_runs_only_in_its_own_queue(cfg) -> None:  # type: ignore[no-untyped-def]
+    h = schedule("tests.jobs_chaos.record", "emails-only", delay=3600, queue="emails")
+    engine = get_engine()
+    engine.client.zadd(engine.keys("default").pending, {h.id: 0})  # a Redis writer's copy
+    run_with_a_healthy_job()  # a worker of "default" claims the copy
+    assert jobs_chaos.executions(h.id) == []
+    assert h.job.status == JobStatus.SCHEDULED
+    assert engine.inspect("default", h.id).place == ""  # the copy is gone
+    assert engine.inspect("emails", h.id).place == "pending"  # the job waits in its queue
+

@@ -344,3 +344,17 @@ def test_delayq_worker_subprocess_runs_no_forged_shell_command(cfg, start_worker
         assert (row.status, row.error_type) == (JobStatus.DEAD, NOT_ALLOWED), (
             row.callable_path, row.last_error)
         assert not marker.exists(), row.callable_path
+
+
+def test_lookups_for_task_results_never_run_a_modules_getattr(settings) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import tasks_results
+
+    settings.DELAYQ = {**settings.DELAYQ, "ALLOWED_CALLABLES": ["tests.jobs_attack"]}
+    from tests import jobs_attack
+
+    jobs_attack.GETATTR_CALLS.clear()
+    assert tasks_results.task_at("tests.jobs_attack.lazy_thing") is None
+    with pytest.raises(AttributeError):
+        registry.job_object("tests.jobs_attack.lazy_thing")
+    assert jobs_attack.GETATTR_CALLS == []
+
