@@ -16,10 +16,11 @@ class JobStatus(models.TextChoices):
     SUCCEEDED = "succeeded", _("succeeded")
     DEAD = "dead", _("dead")  # out of attempts, or not runnable; requeueable
     CANCELLED = "cancelled", _("cancelled")
+    EXPIRED = "expired", _("expired")  # not started before its expires_at; never ran
 
 
 LIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.RETRYING)
-FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -60,6 +61,26 @@ class Job(models.Model):
     worker_id = models.CharField(_("worker"), max_length=255, blank=True, default="")
     result = models.JSONField(_("result"), null=True, blank=True)
     cancel_requested = models.BooleanField(_("cancel requested"), default=False)
+    priority = models.SmallIntegerField(
+        _("priority"), default=0, db_default=0,
+        help_text=_("-100..100; among due jobs of a queue, higher runs first."))
+    timeout = models.FloatField(
+        _("time limit (s)"), null=True, blank=True,
+        help_text=_("Hard time limit of one attempt, in seconds (empty: the queue's or the "
+                    "global default)."))
+    expires_at = models.DateTimeField(
+        _("expires at"), null=True, blank=True,
+        help_text=_("Not started by then: recorded as expired, never run."))
+    retry_on = models.JSONField(
+        _("retry on"), null=True, blank=True,
+        help_text=_("Dotted paths of the exception classes that are retried (empty: any)."))
+    scheduled_for = models.DateTimeField(
+        _("first due at"), null=True, blank=True,
+        help_text=_("The due time asked at schedule(); run_at moves with retries."))
+    requeued_from = models.CharField(
+        _("requeued from"), max_length=26, null=True, blank=True, db_index=True,
+        help_text=_("The job this one was copied from by a requeue."))
+    progress = models.JSONField(_("progress"), null=True, blank=True)
 
     objects = JobQuerySet.as_manager()
 
