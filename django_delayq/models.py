@@ -100,6 +100,8 @@ class Job(models.Model):
             ("reschedule_job", _("Can reschedule jobs")),
             ("requeue_job", _("Can requeue jobs")),
             ("view_report", _("Can view the Spark report")),
+            ("pause_queue", _("Can pause and resume queues")),
+            ("purge_queue", _("Can purge queues")),
         ]
 
     def __str__(self) -> str:
