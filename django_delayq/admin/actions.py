@@ -1,6 +1,9 @@
 """Admin actions on jobs. Each calls ``django_delayq.core.api`` once per selected job and
 reports what happened per outcome ("3 cancelled, 1 already running").
 
+Every change an action makes is written to the admin's log (``audit``): one CHANGE
+``LogEntry`` per job, saying what happened to it.
+
 "Run now" and "Requeue" make a job run, so they first check the row's callable path
 against the allow-list (``registry.check_schedulable``, as ``schedule()`` does): a row
 whose path was tampered with, or whose module is no longer listed, is reported "not
@@ -18,10 +21,13 @@ from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
+from django_delayq.admin import audit
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
 from django_delayq.engine import CancelOutcome
@@ -74,39 +80,63 @@ class Tally:
             modeladmin.message_user(request, _("Errors: %s") % shown, messages.ERROR)
 
 
-def _runnable(queryset: QuerySet[Job], tally: Tally) -> Iterable[str]:
-    """The ids of the selected jobs whose callable path the allow-list accepts; the
-    others are counted "not allowed", with the reason."""
-    for job_id, path in queryset.values_list("pk", "callable_path").iterator():
+Row = tuple[str, str]  # (job id, callable path)
+
+
+def _rows(queryset: QuerySet[Job]) -> Iterable[Row]:
+    return queryset.values_list("pk", "callable_path").iterator()
+
+
+def _runnable(queryset: QuerySet[Job], tally: Tally) -> Iterable[Row]:
+    """The selected jobs whose callable path the allow-list accepts; the others are
+    counted "not allowed", with the reason."""
+    for job_id, path in _rows(queryset):
         try:
             registry.check_schedulable(path)
         except InvalidJob as exc:
             logger.warning("admin action refused job %s: %s", job_id, exc)
             tally.fail(job_id, exc, NOT_ALLOWED)
         else:
-            yield job_id
+            yield job_id, path
 
 
-def _each(queryset: QuerySet[Job], call: Callable[[str], Any], tally: Tally,
-          label_of: Callable[[Any], Any], ids: Iterable[str] | None = None) -> None:
-    if ids is None:
-        ids = queryset.values_list("pk", flat=True).iterator()
-    for job_id in ids:
+def _each(request: HttpRequest, rows: Iterable[Row], call: Callable[[str], Any], tally: Tally,
+          label_of: Callable[[Any], Any], changed: Callable[[Any], str | None]) -> None:
+    """``call`` each job; count its outcome's label and log what ``changed`` says."""
+    for job_id, path in rows:
         try:
-            tally.add(label_of(call(job_id)))
+            outcome = call(job_id)
         except JobNotFound:
             tally.add(GONE)
         except (DelayQError, RedisError) as exc:
             logger.warning("admin action on job %s failed: %s", job_id, exc)
             tally.fail(job_id, exc)
+        else:
+            tally.add(label_of(outcome))
+            message = changed(outcome)
+            if message:
+                audit.log_job(request, job_id, path, message)
+
+
+def _cancel_change(outcome: CancelOutcome) -> str | None:
+    if outcome is CancelOutcome.CANCELLED:
+        return _("Cancelled.")
+    if outcome is CancelOutcome.ALREADY_RUNNING:
+        return _("Cancel requested while running: not retried.")
+    return None
 
 
 @admin.action(description=gettext_lazy("Cancel selected jobs"), permissions=["cancel"])
 def cancel_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
                 queryset: QuerySet[Job]) -> None:
     tally = Tally()
-    _each(queryset, api.cancel, tally, CANCEL_LABELS.__getitem__)
+    _each(request, _rows(queryset), api.cancel, tally, CANCEL_LABELS.__getitem__,
+          _cancel_change)
     tally.report(modeladmin, request, CANCEL_LABELS[CancelOutcome.CANCELLED])
+
+
+def _moved(message: str) -> Callable[[MoveOutcome], str | None]:
+    return lambda outcome: message if outcome is MoveOutcome.MOVED else None
 
 
 @admin.action(description=gettext_lazy("Run selected jobs now"), permissions=["run_now"])
@@ -114,7 +144,8 @@ def run_jobs_now(modeladmin: admin.ModelAdmin, request: HttpRequest,
                  queryset: QuerySet[Job]) -> None:
     labels = {**MOVE_LABELS, MoveOutcome.MOVED: gettext_lazy("due now")}
     tally = Tally()
-    _each(queryset, api.run_now, tally, labels.__getitem__, _runnable(queryset, tally))
+    _each(request, _runnable(queryset, tally), api.run_now, tally, labels.__getitem__,
+          _moved(_("Made due now (run now).")))
     tally.report(modeladmin, request, labels[MoveOutcome.MOVED])
 
 
@@ -125,7 +156,8 @@ def requeue_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
     requeued, as_new = gettext_lazy("requeued"), gettext_lazy("requeued as a new job")
     not_final = gettext_lazy("not finished (still live)")
     tally = Tally()
-    for job_id in _runnable(queryset, tally):
+    copies: list[Row] = []
+    for job_id, path in _runnable(queryset, tally):
         try:
             handle = api.requeue(job_id)
         except InvalidJob:
@@ -135,8 +167,31 @@ def requeue_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
         except (DelayQError, RedisError) as exc:
             tally.fail(job_id, exc)
         else:
-            tally.add(requeued if handle.id == job_id else as_new)
+            same = handle.id == job_id
+            tally.add(requeued if same else as_new)
+            audit.log_job(request, job_id, path, _("Requeued with fresh attempts.") if same
+                          else _("Requeued as a new job %s.") % handle.id)
+            if not same:
+                copies.append((job_id, handle.id))
     tally.report(modeladmin, request, requeued, as_new)
+    if copies:
+        modeladmin.message_user(request, _new_jobs_message(modeladmin, copies), messages.INFO)
+
+
+NEW_JOBS_LISTED = 10
+
+
+def _new_jobs_message(modeladmin: admin.ModelAdmin, copies: list[Row]) -> str:
+    """ "Requeued as a new job: NEW (from OLD), ..." with each id linking to its page."""
+    def link(job_id: str) -> str:
+        url = reverse("admin:django_delayq_job_change", args=(job_id,),
+                      current_app=modeladmin.admin_site.name)
+        return format_html('<a href="{}">{}</a>', url, job_id)
+
+    shown = format_html_join(", ", "{} ({} {})", (
+        (link(new), _("from"), link(old)) for old, new in copies[:NEW_JOBS_LISTED]))
+    more = "" if len(copies) <= NEW_JOBS_LISTED else " …"
+    return format_html("{}: {}{}", _("Requeued as a new job"), shown, more)
 
 
 @admin.action(description=gettext_lazy("Reschedule selected jobs…"), permissions=["reschedule"])
@@ -147,8 +202,10 @@ def reschedule_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
     if "apply" in request.POST and form.is_valid():
         when = form.when()
         tally = Tally()
-        _each(queryset, lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
-              tally, MOVE_LABELS.__getitem__)
+        _each(request, _rows(queryset),
+              lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
+              tally, MOVE_LABELS.__getitem__,
+              _moved(_("Rescheduled: due %s.") % form.describe()))
         tally.report(modeladmin, request, MOVE_LABELS[MoveOutcome.MOVED])
         if tally.counts.get(str(MOVE_LABELS[MoveOutcome.MOVED])):
             modeladmin.message_user(request, _("New due time: %s.") % form.describe(),

@@ -9,7 +9,7 @@ no actions at all.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
@@ -19,33 +19,18 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin import reports
+from django_delayq.admin import dashboard, lineage, queues, reports
 from django_delayq.admin.actions import ACTIONS
+from django_delayq.admin.display import STATUS_COLOURS, error_line, pre, seconds, short_error
+from django_delayq.admin.display import status_badge as badge
 from django_delayq.models import Job, JobAttempt, JobStatus
 
-STATUS_COLOURS = {
-    JobStatus.SCHEDULED: "#417690",
-    JobStatus.RUNNING: "#b8860b",
-    JobStatus.RETRYING: "#d2691e",
-    JobStatus.SUCCEEDED: "#2e7d32",
-    JobStatus.DEAD: "#ba2121",
-    JobStatus.CANCELLED: "#666",
-}
 
-
-def _error_line(error_type: str, message: str) -> str:
-    """``error_type`` in code type beside its message, both escaped ("" without either)."""
-    if not error_type:
-        return message
-    return format_html("<code>{}</code> {}", error_type, message)
-
-
-def _pre(value: Any) -> str:
-    if value in (None, "", [], {}):
-        return "-"
-    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False,
-                                                           sort_keys=True)
-    return format_html('<pre class="delayq-pre">{}</pre>', text)
+def _at_seconds(field: str, label: Any) -> Callable[[Any, Any], str]:
+    """A display method showing the datetime ``field`` to the second, sortable by it."""
+    def show(self: Any, obj: Any) -> str:
+        return seconds(getattr(obj, field))
+    return admin.display(description=label, ordering=field)(show)
 
 
 class JobAttemptInline(admin.TabularInline):
@@ -55,14 +40,34 @@ class JobAttemptInline(admin.TabularInline):
     extra = 0
     can_delete = False
     show_change_link = False
-    ordering = ("number",)
-    fields = ("number", "outcome", "started_at", "finished_at", "worker_id", "error_detail")
+    ordering = ("pk",)  # recording order: a requeue under the same id restarts the numbers
+    fields = ("number", "requeue_mark", "outcome", "started", "finished", "worker_id",
+              "error_detail")
     readonly_fields = fields
     verbose_name_plural = _("attempt history")
+    started = _at_seconds("started_at", _("started at"))
+    finished = _at_seconds("finished_at", _("finished at"))
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._requeue_points: dict[str, set[int]] = {}
+
+    @admin.display(description=_("requeue"))
+    def requeue_mark(self, obj: JobAttempt) -> str:
+        """"requeued before this attempt" on the first attempt after a requeue."""
+        points = self._requeue_points.get(obj.job_id)
+        if points is None:
+            attempts = JobAttempt.objects.filter(job_id=obj.job_id).order_by("pk").only(
+                "pk", "number")
+            points = self._requeue_points[obj.job_id] = lineage.requeue_points(list(attempts))
+        if obj.pk not in points:
+            return ""
+        return format_html('<span class="delayq-requeue-mark">{}</span>',
+                           _("requeued before this attempt"))
 
     @admin.display(description=_("error"))
     def error_detail(self, obj: JobAttempt) -> str:
-        head = _error_line(obj.error_type, obj.error)
+        head = error_line(obj.error_type, obj.error)
         if not obj.traceback:
             return head or "-"
         return format_html('<details><summary>{}</summary><pre class="delayq-pre">{}</pre>'
@@ -83,11 +88,14 @@ class JobAttemptInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ("id", "callable_path", "queue", "status_badge", "run_at", "attempts_display",
-                    "created_at", "finished_at")
-    list_filter = ("status", "queue", "callable_path")
-    search_fields = ("=id", "callable_path", "=key")
-    search_help_text = _("An exact job id or idempotency key, or part of a dotted path.")
+    list_display = ("id", "callable_path", "queue", "status_badge", "priority", "time_limit",
+                    "run_at_s", "lateness_column", "last_error_short", "attempts_display",
+                    "created_at_s", "finished_at_s")
+    list_filter = ("status", "queue", "callable_path", ("run_at", admin.DateFieldListFilter),
+                   ("finished_at", admin.DateFieldListFilter))
+    search_fields = ("=id", "callable_path", "=key", "last_error", "error_type")
+    search_help_text = _("An exact job id or idempotency key, or part of a dotted path or "
+                         "of the last error (its text or exception class).")
     date_hierarchy = "created_at"
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) of a huge table on every page
@@ -96,19 +104,27 @@ class JobAdmin(admin.ModelAdmin):
     inlines = [JobAttemptInline]
     fieldsets = (
         (None, {"fields": ("id", "callable_path", "queue", "status_badge", "key",
-                           "cancel_requested")}),
+                           "cancel_requested", "priority", "progress_display")}),
         (_("Arguments"), {"fields": ("args_display", "kwargs_display")}),
-        (_("Timing"), {"fields": ("created_at", "run_at", "started_at", "finished_at",
-                                  "updated_at", "lateness")}),
-        (_("Attempts"), {"fields": ("attempts_display", "backoff_display", "worker_id")}),
+        (_("Timing"), {"fields": ("created_at_s", "scheduled_for_s", "run_at_s", "started_at_s",
+                                  "finished_at_s", "updated_at_s", "expires_at_s",
+                                  "lateness")}),
+        (_("Attempts"), {"fields": ("attempts_display", "time_limit", "retry_on_display",
+                                    "backoff_display", "worker_id")}),
         (_("Outcome"), {"fields": ("result_display", "last_error_display",
                                    "traceback_display")}),
+        (_("Requeue lineage"), {"fields": ("requeued_from_display", "requeued_as_display")}),
     )
-    readonly_fields = ("id", "callable_path", "queue", "status_badge", "key", "cancel_requested",
-                       "args_display", "kwargs_display", "created_at", "run_at", "started_at",
-                       "finished_at", "updated_at", "lateness", "attempts_display",
-                       "backoff_display", "worker_id", "result_display", "last_error_display",
-                       "traceback_display")
+    readonly_fields = tuple(
+        f for _name, opts in fieldsets for f in opts["fields"])  # type: ignore[misc]
+
+    run_at_s = _at_seconds("run_at", _("due at"))
+    created_at_s = _at_seconds("created_at", _("created at"))
+    finished_at_s = _at_seconds("finished_at", _("finished at"))
+    started_at_s = _at_seconds("started_at", _("started at"))
+    updated_at_s = _at_seconds("updated_at", _("updated at"))
+    scheduled_for_s = _at_seconds("scheduled_for", _("first due at"))
+    expires_at_s = _at_seconds("expires_at", _("expires at"))
 
     class Media:
         css = {"all": ("django_delayq/admin.css",)}
@@ -117,12 +133,39 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Job) -> str:
-        colour = STATUS_COLOURS.get(JobStatus(obj.status), "#666")
         label = obj.get_status_display()
         if obj.cancel_requested and obj.status == JobStatus.RUNNING:
             label = "%s (%s)" % (label, _("cancel requested"))
-        return format_html('<span class="delayq-status" style="color:{}">{}</span>',
-                           colour, label)
+        return badge(obj.status, label)
+
+    @admin.display(description=_("time limit"), ordering="timeout")
+    def time_limit(self, obj: Job) -> str:
+        return "-" if obj.timeout is None else "%g s" % obj.timeout
+
+    @admin.display(description=_("lateness (ms)"))
+    def lateness_column(self, obj: Job) -> str:
+        ms = obj.lateness_ms()
+        return "-" if ms is None else "%.0f" % ms
+
+    @admin.display(description=_("last error"))
+    def last_error_short(self, obj: Job) -> str:
+        return short_error(obj.error_type, obj.last_error)
+
+    @admin.display(description=_("retry on"))
+    def retry_on_display(self, obj: Job) -> str:
+        return pre(obj.retry_on) if obj.retry_on else str(_("any exception"))
+
+    @admin.display(description=_("progress"))
+    def progress_display(self, obj: Job) -> str:
+        return pre(obj.progress)
+
+    @admin.display(description=_("requeued from"))
+    def requeued_from_display(self, obj: Job) -> str:
+        return lineage.requeued_from(obj, self.admin_site.name)
+
+    @admin.display(description=_("requeued as"))
+    def requeued_as_display(self, obj: Job) -> str:
+        return lineage.requeued_as(obj, self.admin_site.name)
 
     @admin.display(description=_("attempts"), ordering="attempts")
     def attempts_display(self, obj: Job) -> str:
@@ -130,27 +173,27 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("args"))
     def args_display(self, obj: Job) -> str:
-        return _pre(obj.args)
+        return pre(obj.args)
 
     @admin.display(description=_("kwargs"))
     def kwargs_display(self, obj: Job) -> str:
-        return _pre(obj.kwargs)
+        return pre(obj.kwargs)
 
     @admin.display(description=_("backoff"))
     def backoff_display(self, obj: Job) -> str:
-        return _pre(obj.backoff) if obj.backoff is not None else str(_("default policy"))
+        return pre(obj.backoff) if obj.backoff is not None else str(_("default policy"))
 
     @admin.display(description=_("result"))
     def result_display(self, obj: Job) -> str:
-        return _pre(obj.result)
+        return pre(obj.result)
 
     @admin.display(description=_("last error"))
     def last_error_display(self, obj: Job) -> str:
-        return _error_line(obj.error_type, obj.last_error) or "-"
+        return error_line(obj.error_type, obj.last_error) or "-"
 
     @admin.display(description=_("traceback of the last error"))
     def traceback_display(self, obj: Job) -> str:
-        return _pre(obj.traceback)
+        return pre(obj.traceback)
 
     @admin.display(description=_("lateness"))
     def lateness(self, obj: Job) -> str:
@@ -188,13 +231,19 @@ class JobAdmin(admin.ModelAdmin):
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "delayq_status_counts":
                          self.status_counts(request),
-                         "delayq_report_url": self.report_link(request)}
+                         "delayq_report_url": self.report_link(request),
+                         "delayq_queues_url": reverse("admin:django_delayq_job_queues",
+                                                      current_app=self.admin_site.name),
+                         "delayq_dashboard_url": reverse("admin:django_delayq_job_dashboard",
+                                                         current_app=self.admin_site.name)}
         return super().changelist_view(request, extra_context=extra_context)
 
     # -- the Spark report (django_delayq.admin.reports) ---------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        return [*reports.report_urls(self, self.admin_site.admin_view), *super().get_urls()]
+        wrap = self.admin_site.admin_view
+        return [*reports.report_urls(self, wrap), *queues.queue_urls(self, wrap),
+                *dashboard.dashboard_urls(self, wrap), *super().get_urls()]
 
     def report_link(self, request: HttpRequest) -> str | None:
         """The report page's URL for users who may see it, when REPORT_DIR is set."""

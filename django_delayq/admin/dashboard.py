@@ -1,0 +1,94 @@
+"""The live dashboard in the admin: per queue counts, next due time and paused state;
+jobs finished per minute and lateness p50/p95 over the last 15 minutes (``history``);
+the workers with the jobs they run (``overview``).
+
+The page is static HTML plus one script (``django_delayq/dashboard.js``) that polls the
+JSON view every few seconds and draws everything with DOM text nodes and SVG elements:
+no inline script or style, no external asset, and every value from Redis or a row is
+inserted as text, never as HTML. Both views need ``django_delayq.view_job``; the page is
+served with a strict Content-Security-Policy.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.translation import gettext as _
+from redis.exceptions import RedisError
+
+from django_delayq.admin import history, overview
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+
+logger = logging.getLogger(__name__)
+
+VIEW = "django_delayq.view_job"
+POLL_MS = 3000
+PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+               "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
+               "frame-ancestors 'self'")
+ID_PLACEHOLDER = "JOB-ID"
+
+
+def _check(request: HttpRequest) -> None:
+    if not request.user.has_perm(VIEW):
+        raise PermissionDenied
+
+
+def dashboard_page(request: HttpRequest, admin: Any) -> HttpResponse:
+    _check(request)
+    site = admin.admin_site.name
+    context = {
+        **admin.admin_site.each_context(request), "opts": admin.model._meta,
+        "title": _("Live dashboard"), "poll_ms": POLL_MS,
+        "data_url": reverse("admin:django_delayq_job_dashboard_data", current_app=site),
+        "job_url": reverse("admin:django_delayq_job_change", args=(ID_PLACEHOLDER,),
+                           current_app=site),
+        "queues_url": reverse("admin:django_delayq_job_queues", current_app=site)}
+    response = TemplateResponse(request, "admin/django_delayq/job/dashboard.html", context)
+    response["Content-Security-Policy"] = PAGE_POLICY
+    return response
+
+
+def snapshot() -> dict[str, Any]:
+    """Everything the dashboard shows, as JSON-ready data (times in epoch ms)."""
+    now = timezone.now()
+    past = history.last_minutes(now)
+    data: dict[str, Any] = {
+        "now_ms": int(now.timestamp() * 1000), "redis_error": None,
+        "minutes": [{"start_ms": int(m.start.timestamp() * 1000), "finished": m.finished,
+                     "started": m.started, "p50_ms": m.p50_ms, "p95_ms": m.p95_ms}
+                    for m in past.minutes],
+        "sampled": past.sampled, "queues": [], "workers": []}
+    try:
+        engine = get_engine()
+        data["queues"] = [asdict(q) for q in overview.queue_rows(engine, get_settings())]
+        data["workers"] = [asdict(w) for w in overview.worker_rows(engine)]
+    except RedisError as exc:
+        logger.warning("dashboard: Redis unavailable: %s", exc)
+        data["redis_error"] = str(exc)
+    return data
+
+
+def dashboard_data(request: HttpRequest) -> JsonResponse:
+    _check(request)
+    response = JsonResponse(snapshot())
+    response["Cache-Control"] = "no-store"
+    return response
+
+
+def dashboard_urls(admin: Any, wrap: Callable[..., Any]) -> list[URLPattern]:
+    """The page and its JSON under the Job admin; ``wrap`` is ``admin_site.admin_view``."""
+    return [
+        path("dashboard/", wrap(lambda request: dashboard_page(request, admin)),
+             name="django_delayq_job_dashboard"),
+        path("dashboard/data/", wrap(dashboard_data), name="django_delayq_job_dashboard_data"),
+    ]

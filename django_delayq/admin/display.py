@@ -1,0 +1,73 @@
+"""How the job admin shows values: status colours, error lines (the time limit's
+``JobTimeout`` marked as such), timestamps to the second, short escaped error texts."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.text import Truncator
+from django.utils.translation import gettext_lazy as _
+
+from django_delayq.models import JobStatus
+
+STATUS_COLOURS = {
+    JobStatus.SCHEDULED: "#417690",
+    JobStatus.RUNNING: "#b8860b",
+    JobStatus.RETRYING: "#d2691e",
+    JobStatus.SUCCEEDED: "#2e7d32",
+    JobStatus.DEAD: "#ba2121",
+    JobStatus.CANCELLED: "#666",
+    JobStatus.EXPIRED: "#7b5ea7",
+}
+#: The ``error_type`` of an attempt stopped by its time limit.
+TIMEOUT_ERROR = "django_delayq.exceptions.JobTimeout"
+SHORT_ERROR_CHARS = 80
+
+
+def error_line(error_type: str, message: str) -> str:
+    """``error_type`` in code type beside its message, both escaped ("" without either);
+    an attempt stopped by its time limit is marked "timed out" first."""
+    if not error_type:
+        return message
+    if error_type == TIMEOUT_ERROR:
+        return format_html('<span class="delayq-timeout">{}</span> <code>{}</code> {}',
+                           _("timed out"), error_type, message)
+    return format_html("<code>{}</code> {}", error_type, message)
+
+
+def short_error(error_type: str, message: str) -> str:
+    """One escaped line for the list: "timed out" or the class name, and the message cut
+    to ``SHORT_ERROR_CHARS``; "-" without an error."""
+    if not error_type and not message:
+        return "-"
+    first = (message or "").splitlines()[0] if message else ""
+    text = Truncator(first).chars(SHORT_ERROR_CHARS)
+    if error_type == TIMEOUT_ERROR:
+        return format_html('<span class="delayq-timeout" title="{}">{}</span> {}',
+                           error_type, _("timed out"), text)
+    name = error_type.rsplit(".", 1)[-1]
+    return format_html('<code title="{}">{}</code> {}', error_type, name, text)
+
+
+def pre(value: Any) -> str:
+    if value in (None, "", [], {}):
+        return "-"
+    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False,
+                                                           sort_keys=True)
+    return format_html('<pre class="delayq-pre">{}</pre>', text)
+
+
+def seconds(value: datetime | None) -> str:
+    """A timestamp in the current time zone to the second: ``2026-11-23 19:24:07``."""
+    if value is None:
+        return "-"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def status_badge(status: str, label: Any) -> str:
+    colour = STATUS_COLOURS.get(JobStatus(status), "#666")
+    return format_html('<span class="delayq-status" style="color:{}">{}</span>', colour, label)

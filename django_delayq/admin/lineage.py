@@ -1,0 +1,52 @@
+"""Requeue lineage on a job's page, both ways: the job a requeue copied (``requeued_from``)
+and the jobs requeued from this one (an indexed lookup on ``requeued_from``); and, in the
+attempt history, where a requeue under the same id started the attempts over."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext as _
+
+from django_delayq.admin.display import seconds
+from django_delayq.models import Job, JobAttempt
+
+COPIES_LISTED = 20
+
+
+def job_link(job_id: str, admin_site: str = "admin") -> str:
+    url = reverse("admin:django_delayq_job_change", args=(job_id,), current_app=admin_site)
+    return format_html('<a href="{}" class="delayq-job-link">{}</a>', url, job_id)
+
+
+def requeued_from(job: Job, admin_site: str = "admin") -> str:
+    """A link to the original of a copy made by a requeue; "-" for an original."""
+    if not job.requeued_from:
+        return "-"
+    return job_link(job.requeued_from, admin_site)
+
+
+def requeued_as(job: Job, admin_site: str = "admin") -> str:
+    """Links to the jobs copied from ``job`` by a requeue, oldest first (at most 20)."""
+    copies = list(Job.objects.filter(requeued_from=job.pk).order_by("created_at")
+                  .values_list("pk", "status", "created_at")[:COPIES_LISTED + 1])
+    if not copies:
+        return "-"
+    items = format_html_join("", "<li>{} {} <span class=\"quiet\">{}</span></li>", (
+        (job_link(pk, admin_site), status, seconds(created))
+        for pk, status, created in copies[:COPIES_LISTED]))
+    more = format_html("<li>{}</li>", _("… and more")) if len(copies) > COPIES_LISTED else ""
+    return format_html('<ul class="delayq-lineage">{}{}</ul>', items, more)
+
+
+def requeue_points(attempts: Sequence[JobAttempt]) -> set[int]:
+    """The primary keys of the attempts (in recording order) that follow a requeue under
+    the same id: a requeue starts the count over, so the number does not go up."""
+    points, previous = set(), 0
+    for attempt in attempts:
+        if attempt.number <= previous:
+            points.add(attempt.pk)
+        previous = attempt.number
+    return points

@@ -1,0 +1,155 @@
+"""What the queues page and the live dashboard show from Redis, read through the engine
+and core APIs only: per queue its counts (``Engine.stats``), next due time, paused state
+(``paused_queues``) and limit (``Engine.queue_limit``); the callable limits of
+``DELAYQ['CALLABLE_LIMITS']`` with their running jobs (``Engine.limit_state``); the
+workers of the registry (``Engine.workers``) with the jobs they run.
+
+A worker's info entry is JSON any process with access to Redis could have written: each
+field is used only when it has the expected type, texts are cut to ``TEXT_CHARS``, and
+the templates and the dashboard's script escape everything shown.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django_delayq.core import api
+from django_delayq.core.conf import Settings
+
+TEXT_CHARS = 200
+JOBS_SHOWN = 50
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueRow:
+    queue: str
+    due_now: int
+    scheduled: int
+    inflight: int
+    dead: int
+    next_due_ms: int | None
+    paused: bool
+    limit: str  # "" when the queue has none
+
+    @property
+    def next_due(self) -> datetime | None:
+        return _dt(self.next_due_ms)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallableLimit:
+    callable: str
+    limit: str
+    running: int
+    started_in_window: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunningJob:
+    id: str
+    queue: str
+    callable: str
+    age_s: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRow:
+    id: str
+    host: str
+    pid: int | None
+    processes: int | None
+    heartbeat_age_s: float
+    jobs: list[RunningJob] = field(default_factory=list)
+    malformed: bool = False
+
+
+def _dt(ms: int | None) -> datetime | None:
+    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+
+def describe_limit(rate: tuple[int, int] | None, concurrency: int | None) -> str:
+    """``"100 per 60s, 5 at once"``; "" without either."""
+    parts = []
+    if rate is not None:
+        parts.append("%d per %gs" % (rate[0], rate[1] / 1000))
+    if concurrency is not None:
+        parts.append("%d at once" % concurrency)
+    return ", ".join(parts)
+
+
+def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
+    """One row per configured queue (one stats script and one limit read each)."""
+    paused = set(api.paused_queues())
+    rows = []
+    for queue in settings.queues:
+        st = engine.stats(queue)
+        limit = engine.queue_limit(queue)
+        rows.append(QueueRow(
+            queue=queue, due_now=st.ready, scheduled=st.scheduled, inflight=st.inflight,
+            dead=st.dead, next_due_ms=st.next_due_ms, paused=queue in paused,
+            limit="" if limit is None else describe_limit(limit.rate, limit.concurrency)))
+    return rows
+
+
+def callable_limits(engine: Any, settings: Settings) -> list[CallableLimit]:
+    """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each group runs now."""
+    out = []
+    for path in sorted(settings.raw.get("CALLABLE_LIMITS") or {}):
+        parsed = settings.callable_limit(path)
+        if parsed is None:
+            continue
+        rate, concurrency = parsed
+        state = engine.limit_state(path, rate=rate, concurrency=concurrency)
+        out.append(CallableLimit(callable=path, limit=describe_limit(rate, concurrency),
+                                 running=state.running,
+                                 started_in_window=state.started_in_window))
+    return out
+
+
+def _text(value: Any) -> str:
+    return value[:TEXT_CHARS] if isinstance(value, str) else ""
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _jobs(raw: Any, now_ms: float) -> list[RunningJob]:
+    jobs = []
+    for item in raw[:JOBS_SHOWN] if isinstance(raw, list) else []:
+        if not isinstance(item, dict) or not _text(item.get("id")):
+            continue
+        started = item.get("started_ms")
+        age = (max(0.0, (now_ms - started) / 1000) if isinstance(started, (int, float))
+               and not isinstance(started, bool) else None)
+        jobs.append(RunningJob(id=_text(item.get("id")), queue=_text(item.get("queue")),
+                               callable=_text(item.get("callable")), age_s=age))
+    return jobs
+
+
+def _info(raw: str | None) -> dict[str, Any] | None:
+    try:
+        info = json.loads(raw) if raw is not None else {}
+    except (ValueError, RecursionError):
+        return None
+    return info if isinstance(info, dict) else None
+
+
+def worker_rows(engine: Any) -> list[WorkerRow]:
+    """Every registered worker, most recent heartbeat first, with its running jobs."""
+    now_ms = engine.time_ms()
+    rows = []
+    for entry in reversed(engine.workers()):
+        info = _info(entry.info)
+        age = max(0.0, (now_ms - entry.beat_ms) / 1000)
+        if info is None:
+            rows.append(WorkerRow(id=_text(entry.id), host="", pid=None, processes=None,
+                                  heartbeat_age_s=age, malformed=True))
+            continue
+        rows.append(WorkerRow(id=_text(entry.id), host=_text(info.get("host")),
+                              pid=_int(info.get("pid")), processes=_int(info.get("processes")),
+                              heartbeat_age_s=age, jobs=_jobs(info.get("jobs"), now_ms)))
+    return rows

@@ -1,0 +1,102 @@
+"""The queues page of the admin: per queue the counts in Redis (due now, scheduled, in
+flight, dead), next due time, paused state and limit, the callable limits, and buttons to
+pause, resume and purge a queue.
+
+Seeing the page needs ``django_delayq.view_job``; pausing and resuming need
+``pause_queue``, purging ``purge_queue`` (a confirmation box must be ticked: purging
+cancels every job waiting in the queue). Actions are POST (CSRF-checked by the admin),
+call the core API (``pause_queue``, ``resume_queue``, ``purge_queue``) and are written to
+the admin's log.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext as _
+from redis.exceptions import RedisError
+
+from django_delayq.admin import audit, overview
+from django_delayq.core import api
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.exceptions import DelayQError
+
+logger = logging.getLogger(__name__)
+
+VIEW = "django_delayq.view_job"
+PAUSE = "django_delayq.pause_queue"
+PURGE = "django_delayq.purge_queue"
+OPERATIONS = {"pause": PAUSE, "resume": PAUSE, "purge": PURGE}
+
+
+def queues_page(request: HttpRequest, admin: Any) -> HttpResponse:
+    if not request.user.has_perm(VIEW):
+        raise PermissionDenied
+    if request.method == "POST":
+        return _act(request, admin)
+    settings, engine = get_settings(), get_engine()
+    context: dict[str, Any] = {
+        **admin.admin_site.each_context(request), "opts": admin.model._meta,
+        "title": _("Queues"), "media": admin.media,
+        "can_pause": request.user.has_perm(PAUSE), "can_purge": request.user.has_perm(PURGE),
+        "dashboard_url": reverse("admin:django_delayq_job_dashboard",
+                                 current_app=admin.admin_site.name)}
+    try:
+        context["queues"] = overview.queue_rows(engine, settings)
+        context["callable_limits"] = overview.callable_limits(engine, settings)
+    except RedisError as exc:
+        logger.warning("queues page: Redis unavailable: %s", exc)
+        context["redis_error"] = str(exc)
+    return TemplateResponse(request, "admin/django_delayq/job/queues.html", context)
+
+
+def _act(request: HttpRequest, admin: Any) -> HttpResponse:
+    queue, op = request.POST.get("queue", ""), request.POST.get("op", "")
+    if op not in OPERATIONS or not request.user.has_perm(OPERATIONS[op]):
+        raise PermissionDenied
+    back = HttpResponseRedirect(request.path)
+    if queue not in get_settings().queues:
+        admin.message_user(request, _("Unknown queue %r.") % queue, messages.ERROR)
+        return back
+    if op == "purge" and request.POST.get("confirm") != "yes":
+        admin.message_user(request, _("Tick the box to confirm purging %s.") % queue,
+                           messages.WARNING)
+        return back
+    try:
+        text, changed = _perform(op, queue)
+    except (DelayQError, RedisError) as exc:
+        logger.warning("queue %s: %s failed: %s", queue, op, exc)
+        admin.message_user(request, _("%(op)s %(queue)s failed: %(error)s") % {
+            "op": op, "queue": queue, "error": exc}, messages.ERROR)
+        return back
+    if changed:
+        audit.log_queue(request, queue, text)
+    admin.message_user(request, text, messages.SUCCESS if changed else messages.INFO)
+    return back
+
+
+def _perform(op: str, queue: str) -> tuple[str, bool]:
+    """Call the core API; the message for the operator and whether anything changed."""
+    if op == "pause":
+        done = api.pause_queue(queue) is not False
+        return (_("Paused queue %s.") if done else _("Queue %s was already paused.")) % queue, done
+    if op == "resume":
+        done = api.resume_queue(queue) is not False
+        return (_("Resumed queue %s.") if done else _("Queue %s was not paused.")) % queue, done
+    count = api.purge_queue(queue)
+    return _("Purged queue %(queue)s: %(count)d waiting jobs cancelled.") % {
+        "queue": queue, "count": count}, count > 0
+
+
+def queue_urls(admin: Any, wrap: Callable[..., Any]) -> list[URLPattern]:
+    """The queues page under the Job admin; ``wrap`` is ``admin_site.admin_view``."""
+    return [path("queues/", wrap(lambda request: queues_page(request, admin)),
+                 name="django_delayq_job_queues")]

@@ -1,0 +1,156 @@
+"""The job admin for triage: list columns, search, filters, timed-out attempts, requeue
+lineage both ways, and a LogEntry for every action."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from django_delayq import schedule
+from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.testing import run_due_jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+TIMEOUT = "django_delayq.exceptions.JobTimeout"
+
+
+def _list(client: Client, query: str = "") -> tuple[list[str], str]:
+    response = client.get(reverse("admin:django_delayq_job_changelist") + query)
+    assert response.status_code == 200
+    return [j.pk for j in response.context["cl"].result_list], response.content.decode()
+
+
+def _page(client: Client, job_id: str) -> str:
+    response = client.get(reverse("admin:django_delayq_job_change", args=(job_id,)))
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def _act(client: Client, action: str, ids: list[str], **extra: str):  # type: ignore[no-untyped-def]
+    data = {"action": action, "_selected_action": ids, "index": "0", **extra}
+    return client.post(reverse("admin:django_delayq_job_changelist"), data, follow=True)
+
+
+def _log(job_id: str) -> list[str]:
+    return [e.change_message for e in LogEntry.objects.filter(object_id=job_id).order_by("pk")
+            if e.action_flag == CHANGE]
+
+
+def test_list_shows_priority_time_limit_lateness_short_error_and_seconds(delayq_settings,
+                                                                         admin_client):
+    job_id = schedule("tests.jobs.boom", "<b>x</b>" + "y" * 300, max_attempts=1).id
+    run_due_jobs()
+    due = timezone.now().replace(microsecond=0) - timedelta(seconds=3)
+    Job.objects.filter(pk=job_id).update(priority=7, timeout=2.5, run_at=due,
+                                         started_at=due + timedelta(milliseconds=1250))
+    ids, html = _list(admin_client)
+    assert ids == [job_id]
+    row = html.split('class="field-id"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="field-priority">7</td>' in row
+    assert '<td class="field-time_limit">2.5 s</td>' in row
+    assert '<td class="field-lateness_column">1250</td>' in row
+    assert "&lt;b&gt;x&lt;/b&gt;" in row and "<b>x</b>" not in row  # escaped
+    assert "y" * 70 in row and "y" * 100 not in row  # cut short
+    assert '<code title="builtins.RuntimeError">RuntimeError</code>' in row
+    assert timezone.localtime(due).strftime("%Y-%m-%d %H:%M:%S") in row
+
+
+def test_search_by_error_text_and_type_and_filters(delayq_settings, admin_client):
+    dead = schedule("tests.jobs.boom", "disk quota exceeded", max_attempts=1).id
+    ok = schedule("tests.jobs.add", 1, 2).id
+    later = schedule("tests.jobs.noop", delay=3 * 86400).id
+    expired = schedule("tests.jobs.noop", delay=3600, queue="emails").id
+    run_due_jobs()
+    Job.objects.filter(pk=expired).update(status=JobStatus.EXPIRED)
+    assert _list(admin_client, "?q=quota")[0] == [dead]
+    assert _list(admin_client, "?q=RuntimeError")[0] == [dead]
+    assert _list(admin_client, "?q=tests.jobs.add")[0] == [ok]
+    assert _list(admin_client, "?status__exact=expired")[0] == [expired]
+    assert _list(admin_client, "?queue=emails")[0] == [expired]
+    assert _list(admin_client, "?callable_path=tests.jobs.noop")[0] in ([later, expired],
+                                                                      [expired, later])
+    today = timezone.localdate()
+    since = "?run_at__gte=%s&run_at__lt=%s" % (today, today + timedelta(days=1))
+    assert later not in _list(admin_client, since)[0]
+    assert dead in _list(admin_client, since)[0]
+    html = _list(admin_client)[1]
+    assert 'data-status="expired"' in html
+
+
+def test_a_timed_out_attempt_is_marked_on_the_change_page(delayq_settings, admin_client):
+    job_id = schedule("tests.jobs.noop", delay=3600).id
+    now = timezone.now()
+    JobAttempt.objects.create(job_id=job_id, number=1, outcome=JobStatus.RETRYING,
+                              started_at=now - timedelta(seconds=2), finished_at=now,
+                              error_type=TIMEOUT, error="exceeded its time limit of 2 s")
+    Job.objects.filter(pk=job_id).update(error_type=TIMEOUT, timeout=2.0,
+                                         last_error="exceeded its time limit of 2 s")
+    html = _page(admin_client, job_id)
+    assert html.count('<span class="delayq-timeout">timed out</span>') == 2  # row, attempt
+    assert "<code>%s</code>" % TIMEOUT in html
+    assert "2 s" in html
+    _ids, listing = _list(admin_client)
+    assert 'class="delayq-timeout" title="%s">timed out</span>' % TIMEOUT in listing
+
+
+def test_requeue_as_a_new_job_links_both_ways_and_is_logged(delayq_settings, admin_client):
+    original = schedule("tests.jobs.add", 2, 3).id
+    run_due_jobs()
+    response = _act(admin_client, "requeue_jobs", [original])
+    copy = Job.objects.exclude(pk=original).get(callable_path="tests.jobs.add")
+    messages = [str(m) for m in response.context["messages"]]
+    copy_url = reverse("admin:django_delayq_job_change", args=(copy.pk,))
+    assert any('<a href="%s">%s</a>' % (copy_url, copy.pk) in m for m in messages)
+    assert '<a href="%s">%s</a>' % (copy_url, copy.pk) in response.content.decode()
+    assert _log(original) == ["Requeued as a new job %s." % copy.pk]
+    assert copy.requeued_from == original
+    back = _page(admin_client, copy.pk)
+    original_url = reverse("admin:django_delayq_job_change", args=(original,))
+    assert 'href="%s" class="delayq-job-link">%s</a>' % (original_url, original) in back
+    forth = _page(admin_client, original)
+    assert 'href="%s" class="delayq-job-link">%s</a>' % (copy_url, copy.pk) in forth
+
+
+def test_lineage_lists_every_copy_of_an_original(delayq_settings, admin_client):
+    original = schedule("tests.jobs.noop", delay=3600).id
+    copies = [schedule("tests.jobs.noop", delay=3600).id for _ in range(2)]
+    Job.objects.filter(pk__in=copies).update(requeued_from=original)
+    html = _page(admin_client, original)
+    lineage = html.split('class="delayq-lineage"', 1)[1].split("</ul>", 1)[0]
+    assert all(c in lineage for c in copies)
+    assert original in _page(admin_client, copies[0]).split("field-requeued_from_display")[1]
+
+
+def test_the_attempt_table_marks_a_requeue_under_the_same_id(delayq_settings, admin_client):
+    job_id = schedule("tests.jobs.boom", max_attempts=1).id
+    run_due_jobs()
+    _act(admin_client, "requeue_jobs", [job_id])
+    assert Job.objects.get(pk=job_id).status == JobStatus.SCHEDULED
+    run_due_jobs()
+    assert Job.objects.get(pk=job_id).status == JobStatus.DEAD
+    assert list(JobAttempt.objects.filter(job_id=job_id).order_by("pk")
+                .values_list("number", flat=True)) == [1, 1]
+    html = _page(admin_client, job_id)
+    assert html.count('class="delayq-requeue-mark"') == 1
+    assert _log(job_id) == ["Requeued with fresh attempts."]
+
+
+def test_every_job_action_writes_a_log_entry(delayq_settings, admin_client):
+    a, b, c = (schedule("tests.jobs.noop", delay=3600).id for _ in range(3))
+    _act(admin_client, "run_jobs_now", [a])
+    _act(admin_client, "reschedule_jobs", [b], apply="1", delay="7200")
+    _act(admin_client, "cancel_jobs", [c])
+    _act(admin_client, "cancel_jobs", [c])  # already finished: nothing changed, no entry
+    assert _log(a) == ["Made due now (run now)."]
+    assert len(_log(b)) == 1 and _log(b)[0].startswith("Rescheduled: due in 2:00:00")
+    assert _log(c) == ["Cancelled."]
+    entry = LogEntry.objects.get(object_id=c)
+    assert entry.user.username == "admin" and entry.content_type.model == "job"
+    history = admin_client.get(reverse("admin:django_delayq_job_history", args=(c,)))
+    assert "Cancelled." in history.content.decode()
