@@ -2,7 +2,9 @@
 
 Counters and histograms are updated in-process by receivers of the lifecycle signals
 (cheap: no I/O); queue depths are read from Redis (``Engine.stats``, one script call
-per queue) when Prometheus scrapes. Expose them from the worker with
+per queue) when Prometheus scrapes, with each queue's paused state (``Engine.paused``)
+and limit (``Engine.queue_limit``), and the limit and running jobs of each callable of
+``DELAYQ['CALLABLE_LIMITS']`` (``Engine.limit_state``). Expose them from the worker with
 ``start_http_server(port)`` and from Django with ``django_delayq.metrics_views.metrics``.
 
 Without ``prometheus_client`` importing this module does nothing: no receivers are
@@ -42,48 +44,94 @@ def _require() -> Any:
 
 # -- queue depths, read at scrape time ------------------------------------------------
 
+def _rate_per_second(rate: tuple[int, int] | None) -> float | None:
+    """A rate limit ``(starts, per_ms)`` as starts per second."""
+    return None if rate is None else rate[0] * 1000 / rate[1]
+
+
 class QueueCollector:
     """Gauges from Redis at each scrape: jobs per queue and state, oldest ready job's
-    age, live workers; ``delayq_redis_up`` is 0 when Redis did not answer."""
+    age, paused queues, queue and callable limits, running jobs per limited callable,
+    live workers; ``delayq_redis_up`` is 0 when Redis did not answer."""
 
     def describe(self) -> Iterator[Any]:
-        yield from self._families()
+        yield from self._families().values()
 
-    def _families(self) -> tuple[Any, ...]:
+    def _families(self) -> dict[str, Any]:
         from prometheus_client.core import GaugeMetricFamily as g  # noqa: N813
-        return (g("delayq_queue_jobs", "Jobs in Redis by queue and state",
-                  labels=["queue", "state"]),
-                g("delayq_queue_oldest_ready_age_seconds",
-                  "How long the oldest due job has waited for a worker", labels=["queue"]),
-                g("delayq_workers", "Workers that sent a heartbeat within two leases"),
-                g("delayq_redis_up", "1 when Redis answered this scrape"))
+        families = (
+            g("delayq_queue_jobs", "Jobs in Redis by queue and state", labels=["queue", "state"]),
+            g("delayq_queue_oldest_ready_age_seconds",
+              "How long the oldest due job has waited for a worker", labels=["queue"]),
+            g("delayq_queue_paused", "1 when the queue is paused (its jobs are not claimed)",
+              labels=["queue"]),
+            g("delayq_queue_rate_limit_per_second",
+              "A queue's rate limit: job starts per second", labels=["queue"]),
+            g("delayq_queue_concurrency_limit",
+              "A queue's concurrency limit: most of its jobs in flight", labels=["queue"]),
+            g("delayq_callable_rate_limit_per_second",
+              "A callable's rate limit (CALLABLE_LIMITS): starts per second",
+              labels=["callable"]),
+            g("delayq_callable_concurrency_limit",
+              "A callable's concurrency limit (CALLABLE_LIMITS)", labels=["callable"]),
+            g("delayq_callable_running", "Running jobs of a callable with CALLABLE_LIMITS",
+              labels=["callable"]),
+            g("delayq_workers", "Workers that sent a heartbeat within two leases"),
+            g("delayq_redis_up", "1 when Redis answered this scrape"))
+        return {f.name: f for f in families}
 
     def collect(self) -> Iterator[Any]:
-        jobs, oldest, workers, up = self._families()
+        families = self._families()
+        up = families.pop("delayq_redis_up")
         try:
-            self._read(jobs, oldest, workers)
+            self._read(families)
         except Exception as exc:  # noqa: BLE001 - a scrape must answer even when Redis is down
             logger.warning("metrics: could not read queue stats: %s", exc)
             up.add_metric([], 0)
             yield up
             return
         up.add_metric([], 1)
-        yield from (jobs, oldest, workers, up)
+        yield from (*families.values(), up)
 
-    def _read(self, jobs: Any, oldest: Any, workers: Any) -> None:
+    def _read(self, f: dict[str, Any]) -> None:
         from django_delayq.core.conf import get_settings
         from django_delayq.core.connection import get_engine
 
         settings, engine = get_settings(), get_engine()
         now_ms = 0
+        paused = set(engine.paused(list(settings.queues)))
         for queue in settings.queues:
             s = engine.stats(queue)
             now_ms = s.now_ms
             for state in STATES:
-                jobs.add_metric([queue, state], getattr(s, state))
+                f["delayq_queue_jobs"].add_metric([queue, state], getattr(s, state))
             age = 0.0 if s.oldest_ready_ms is None else (s.now_ms - s.oldest_ready_ms) / 1000
-            oldest.add_metric([queue], max(0.0, age))
-        workers.add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
+            f["delayq_queue_oldest_ready_age_seconds"].add_metric([queue], max(0.0, age))
+            f["delayq_queue_paused"].add_metric([queue], 1 if queue in paused else 0)
+            limit = engine.queue_limit(queue)
+            if limit is not None:
+                _limit(f, "queue", queue, limit.rate, limit.concurrency)
+        self._callables(f, engine, settings)
+        f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
+
+    def _callables(self, f: dict[str, Any], engine: Any, settings: Any) -> None:
+        for path in sorted(settings.raw.get("CALLABLE_LIMITS") or {}):
+            parsed = settings.callable_limit(path)
+            if parsed is None:
+                continue
+            rate, concurrency = parsed
+            _limit(f, "callable", path, rate, concurrency)
+            state = engine.limit_state(path, rate=rate, concurrency=concurrency)
+            f["delayq_callable_running"].add_metric([path], state.running)
+
+
+def _limit(f: dict[str, Any], kind: str, label: str, rate: tuple[int, int] | None,
+           concurrency: int | None) -> None:
+    per_second = _rate_per_second(rate)
+    if per_second is not None:
+        f["delayq_%s_rate_limit_per_second" % kind].add_metric([label], per_second)
+    if concurrency is not None:
+        f["delayq_%s_concurrency_limit" % kind].add_metric([label], concurrency)
 
 
 # -- counters and histograms, fed by signal receivers --------------------------------

@@ -104,3 +104,24 @@ def test_bulk_scheduling_is_counted(m):  # type: ignore[no-untyped-def]
     schedule_many("tests.jobs.add", [JobSpec(args=(i, 1), key="k%d" % i) for i in range(7)],
                   queue="emails")  # a replay: only the two new keys are scheduled
     assert value(m, "delayq_jobs_scheduled_total", queue="emails") == before + 7
+
+
+def test_paused_gauge_limits_and_running_per_limited_callable(m, delayq_engine, settings):
+    settings.DELAYQ = {**settings.DELAYQ, "CALLABLE_LIMITS": {
+        "tests.jobs.add": {"rate_limit": "10/s", "concurrency": 2}}}
+    delayq_engine.pause("emails")
+    delayq_engine.set_queue_limit("default", rate=(120, 60_000), concurrency=5)
+    assert value(m, "delayq_queue_paused", queue="emails") == 1
+    assert value(m, "delayq_queue_paused", queue="default") == 0
+    assert value(m, "delayq_queue_rate_limit_per_second", queue="default") == 2.0
+    assert value(m, "delayq_queue_concurrency_limit", queue="default") == 5
+    assert m.REGISTRY.get_sample_value("delayq_queue_concurrency_limit",
+                                       {"queue": "emails"}) is None  # no limit: no sample
+    assert value(m, "delayq_callable_rate_limit_per_second", callable="tests.jobs.add") == 10
+    assert value(m, "delayq_callable_concurrency_limit", callable="tests.jobs.add") == 2
+    assert value(m, "delayq_callable_running", callable="tests.jobs.add") == 0
+    assert delayq_engine.acquire("tests.jobs.add", "01a", lease_ms=60_000, rate=(10, 1000),
+                                 concurrency=2).granted
+    assert value(m, "delayq_callable_running", callable="tests.jobs.add") == 1
+    delayq_engine.resume("emails")
+    assert value(m, "delayq_queue_paused", queue="emails") == 0

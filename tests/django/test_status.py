@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -220,3 +221,55 @@ def test_follow_escapes_control_characters_from_job_errors(delayq_settings, dela
     doc = [json.loads(line) for line in _status("--follow", "--json", "--last", "3",
                                                 "--count", "3").splitlines()]
     assert hostile in doc[1]["error"]  # JSON keeps the text, escaped by JSON itself
+
+
+def test_paused_queues_and_queue_and_callable_limits(delayq_engine, settings):
+    settings.DELAYQ = {**settings.DELAYQ, "CALLABLE_LIMITS": {
+        "tests.jobs.add": {"rate_limit": "10/s", "concurrency": 2}}}
+    delayq_engine.pause("emails")
+    delayq_engine.set_queue_limit("default", rate=(100, 60_000), concurrency=5)
+    doc = json.loads(_status("--json"))
+    queues = _by_queue(doc)
+    assert doc["paused"] == ["emails"]
+    assert queues["emails"]["paused"] and not queues["default"]["paused"]
+    assert queues["default"]["limit"] == {"rate": [100, 60_000], "concurrency": 5}
+    assert queues["emails"]["limit"] is None
+    [limit] = doc["callable_limits"]
+    assert limit == {"callable": "tests.jobs.add", "rate": [10, 1000], "concurrency": 2,
+                     "running": 0, "started_in_window": 0}
+    text = _status()
+    assert "PAUSED: emails" in text
+    assert "  limit: 100 per 60s, 5 at once" in text
+    assert "tests.jobs.add" in text.split("CALLABLE LIMITS", 1)[1]
+    assert "10 per 1s, 2 at once" in text
+
+
+def test_running_jobs_of_a_limited_callable_are_counted(delayq_engine, settings):
+    settings.DELAYQ = {**settings.DELAYQ, "CALLABLE_LIMITS": {
+        "tests.jobs.add": {"concurrency": 2}}}
+    grant = delayq_engine.acquire("tests.jobs.add", "01a", lease_ms=60_000, rate=None,
+                                  concurrency=2)
+    assert grant.granted
+    [limit] = json.loads(_status("--json"))["callable_limits"]
+    assert limit["running"] == 1
+    delayq_engine.release_group("tests.jobs.add", ["01a"])
+    [limit] = json.loads(_status("--json"))["callable_limits"]
+    assert limit["running"] == 0
+
+
+def test_processes_and_running_jobs_with_their_age(delayq_engine):
+    now = delayq_engine.time_ms()
+    info = {"host": "h", "pid": 7, "queues": ["default"], "supervisor": "sup-1",
+            "processes": 3, "running": 1, "processed": 9,
+            "jobs": [{"id": "01running", "queue": "default", "callable": "tests.jobs.noop",
+                      "started_ms": now - 90_000}, {"id": 5}, "junk",
+                     {"id": "01evil\x1b[2J", "queue": "q", "callable": "x\x07"}]}
+    delayq_engine.register_worker("w-sup", json.dumps(info))
+    [worker] = json.loads(_status("--json"))["workers"]
+    assert worker["processes"] == 3
+    assert [j["id"] for j in worker["jobs"]] == ["01running", "01evil\x1b[2J"]
+    assert 89 <= worker["jobs"][0]["age_s"] < 100 and worker["jobs"][1]["age_s"] is None
+    text = _status()
+    assert "processes=3" in text
+    assert re.search(r"running 01running tests\.jobs\.noop \(default\) for 9\d\.\ds", text)
+    assert "01evil\\x1b[2J" in text and "\x1b" not in text and "\x07" not in text

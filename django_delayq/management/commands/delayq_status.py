@@ -1,10 +1,13 @@
-"""``manage.py delayq_status``: queue counts, due times, workers; ``--watch``, ``--json``,
-``--follow`` (tail the event stream of every worker).
+"""``manage.py delayq_status``: queue counts, due times, paused queues, limits, workers
+with their processes and running jobs; ``--watch``, ``--json``, ``--follow`` (tail the
+event stream of every worker).
 
 Reads only, through the engine: ``Engine.stats`` per queue (one atomic script each),
 ``Engine.oldest_pending`` (the head of the queue's pending ZSET: the oldest overdue
-job), ``Engine.workers`` (the workers registry: heartbeat and JSON info of each) and
-the event stream (``Engine.last_events``, ``Engine.read_events``).
+job), ``Engine.paused`` and ``Engine.queue_limit`` (the queue limits the workers wrote),
+``Engine.limit_state`` for each callable of ``DELAYQ['CALLABLE_LIMITS']``,
+``Engine.workers`` (the workers registry: heartbeat and JSON info of each, with the jobs
+each runs) and the event stream (``Engine.last_events``, ``Engine.read_events``).
 
 Whatever it prints came from Redis, where any process with access can write anything:
 an entry that is not what a worker writes (invalid JSON, a list, a number where a list
@@ -64,6 +67,25 @@ class QueueStatus:
     next_due_in_s: float | None
     oldest_overdue_id: str | None = None
     oldest_overdue_s: float | None = None
+    paused: bool = False
+    limit: dict[str, Any] | None = None  # {"rate": [starts, per_ms] | None, "concurrency"}
+
+
+@dataclass(slots=True, kw_only=True)
+class CallableLimitStatus:
+    callable: str
+    rate: list[int] | None  # [starts, per_ms]
+    concurrency: int | None
+    running: int
+    started_in_window: int
+
+
+@dataclass(slots=True, kw_only=True)
+class RunningJob:
+    id: str
+    queue: str
+    callable: str
+    age_s: float | None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -73,6 +95,8 @@ class WorkerStatus:
     stale: bool
     info: dict[str, Any] = field(default_factory=dict)
     info_error: str | None = None  # why the info entry was ignored (not a worker's JSON)
+    processes: int | None = None
+    jobs: list[RunningJob] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -81,14 +105,20 @@ class Status:
     prefix: str
     queues: list[QueueStatus]
     workers: list[WorkerStatus]
+    paused: list[str] = field(default_factory=list)
+    callable_limits: list[CallableLimitStatus] = field(default_factory=list)
 
 
-def queue_status(engine: Any, queue: str) -> QueueStatus:
+def queue_status(engine: Any, queue: str, paused: bool = False) -> QueueStatus:
     st = engine.stats(queue)
+    limit = engine.queue_limit(queue)
     q = QueueStatus(
         queue=queue, scheduled=st.scheduled, ready=st.ready, inflight=st.inflight,
         dead=st.dead, expired_leases=st.expired_leases, next_due=_iso(st.next_due_ms),
-        next_due_in_s=None if st.next_due_ms is None else (st.next_due_ms - st.now_ms) / 1000)
+        next_due_in_s=None if st.next_due_ms is None else (st.next_due_ms - st.now_ms) / 1000,
+        paused=paused, limit=None if limit is None else {
+            "rate": None if limit.rate is None else list(limit.rate),
+            "concurrency": limit.concurrency})
     if st.ready:
         head = engine.oldest_pending(queue)
         if head:
@@ -105,8 +135,45 @@ def worker_statuses(engine: Any, stale_after_s: float) -> list[WorkerStatus]:
         worker_id = worker.id
         info, error = parse_info(worker.info)
         age = max(0.0, (now_ms - worker.beat_ms) / 1000)
+        processes = info.get("processes")
         out.append(WorkerStatus(id=worker_id, heartbeat_age_s=round(age, 3),
-                                stale=age > stale_after_s, info=info, info_error=error))
+                                stale=age > stale_after_s, info=info, info_error=error,
+                                processes=processes if _is_int(processes) else None,
+                                jobs=running_jobs(info.get("jobs"), now_ms)))
+    return out
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def running_jobs(raw: Any, now_ms: float) -> list[RunningJob]:
+    """The ``jobs`` of a worker's info (``id``, ``queue``, ``callable``, ``started_ms``),
+    each with its age; entries that are not such objects are skipped."""
+    jobs = []
+    for item in raw if isinstance(raw, list) else []:
+        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
+            continue
+        started = item.get("started_ms")
+        age = (round(max(0.0, (now_ms - started) / 1000), 3)
+               if isinstance(started, (int, float)) and not isinstance(started, bool) else None)
+        jobs.append(RunningJob(id=item["id"], queue=_s(item.get("queue", "")),
+                               callable=_s(item.get("callable", "")), age_s=age))
+    return jobs
+
+
+def callable_limits(engine: Any, settings: Any) -> list[CallableLimitStatus]:
+    """Each callable of ``DELAYQ['CALLABLE_LIMITS']``: its limit and what it runs now."""
+    out = []
+    for path in sorted(settings.raw.get("CALLABLE_LIMITS") or {}):
+        parsed = settings.callable_limit(path)
+        if parsed is None:
+            continue
+        rate, concurrency = parsed
+        state = engine.limit_state(path, rate=rate, concurrency=concurrency)
+        out.append(CallableLimitStatus(
+            callable=path, rate=None if rate is None else list(rate), concurrency=concurrency,
+            running=state.running, started_in_window=state.started_in_window))
     return out
 
 
@@ -124,9 +191,21 @@ def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
 
 
 def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
+    paused = engine.paused(queues)
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
-                  queues=[queue_status(engine, q) for q in queues],
-                  workers=worker_statuses(engine, settings.lease_seconds))
+                  queues=[queue_status(engine, q, q in paused) for q in queues],
+                  workers=worker_statuses(engine, settings.lease_seconds), paused=paused,
+                  callable_limits=callable_limits(engine, settings))
+
+
+def describe_limit(rate: list[int] | None, concurrency: int | None) -> str:
+    """``"100 per 60s, 5 at once"``; "none" without either."""
+    parts = []
+    if rate is not None:
+        parts.append("%d per %gs" % (rate[0], rate[1] / 1000))
+    if concurrency is not None:
+        parts.append("%d at once" % concurrency)
+    return ", ".join(parts) or "none"
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -153,18 +232,40 @@ def render_text(status: Status) -> str:
             q.queue, q.scheduled, q.ready, q.inflight, q.dead, nxt, old))
         if q.expired_leases:
             lines.append("  ! %d expired lease(s) waiting for recovery" % q.expired_leases)
+        if q.limit is not None:
+            lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"]))
+    lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]
+    lines += _limit_lines(status.callable_limits)
     lines += ["", "WORKERS (%d)" % len(status.workers)]
     if not status.workers:
         lines.append("  none registered")
     for w in status.workers:
-        info = w.info
-        detail = ("info malformed (%s)" % w.info_error if w.info_error else
-                  "queues=%s running=%s processed=%s" % (
-                      _info_field(info, "queues"), _info_field(info, "running"),
-                      _info_field(info, "processed")))
-        lines.append("  %-40s heartbeat %s ago%s  %s" % (
-            printable(w.id), _fmt_s(w.heartbeat_age_s), " (STALE)" if w.stale else "", detail))
+        lines += _worker_lines(w)
     return "\n".join(lines) + "\n"
+
+
+def _limit_lines(limits: list[CallableLimitStatus]) -> list[str]:
+    if not limits:
+        return []
+    return ["", "CALLABLE LIMITS"] + [
+        "  %-40s %-24s running %d, started in window %d" % (
+            c.callable, describe_limit(c.rate, c.concurrency), c.running, c.started_in_window)
+        for c in limits]
+
+
+def _worker_lines(w: WorkerStatus) -> list[str]:
+    info = w.info
+    detail = ("info malformed (%s)" % w.info_error if w.info_error else
+              "queues=%s processes=%s running=%s processed=%s" % (
+                  _info_field(info, "queues"), "-" if w.processes is None else w.processes,
+                  _info_field(info, "running"), _info_field(info, "processed")))
+    lines = ["  %-40s heartbeat %s ago%s  %s" % (
+        printable(w.id), _fmt_s(w.heartbeat_age_s), " (STALE)" if w.stale else "", detail)]
+    for job in w.jobs:
+        lines.append("    running %s %s (%s) for %s" % (
+            printable(job.id), printable(job.callable[:FIELD_CHARS]), printable(job.queue),
+            _fmt_s(job.age_s)))
+    return lines
 
 
 def _info_field(info: dict[str, Any], key: str) -> str:
