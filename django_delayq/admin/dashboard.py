@@ -80,9 +80,7 @@ def snapshot() -> dict[str, Any]:
 
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     _check(request)
-    response = JsonResponse(snapshot())
-    response["Cache-Control"] = "no-store"
-    return response
+    return JsonResponse(snapshot())  # admin_view adds never_cache: Cache-Control no-store
 
 
 def dashboard_urls(admin: Any, wrap: Callable[..., Any]) -> list[URLPattern]:
