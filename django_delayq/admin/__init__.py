@@ -1,5 +1,7 @@
-"""The Django admin: the job list and detail page (``job_admin``), permission-gated
-actions (``actions``), the reschedule form (``forms``) and the Spark report pages
+"""The Django admin: the job list and detail page (``job_admin``, shown by ``display``
+and ``lineage``), permission-gated actions (``actions``, logged by ``audit``), the
+reschedule form (``forms``), the queues page (``queues``), the live dashboard
+(``dashboard``, fed by ``overview`` and ``history``) and the Spark report pages
 (``reports``). Django's admin autodiscovery imports this package; importing ``job_admin``
 registers the model admins."""
 

@@ -1,6 +1,9 @@
 """The admin of audit rows: a read-only list and detail page, with permission-gated
 actions (cancel, run now, reschedule, requeue) that call ``django_delayq.core.api``.
 
+Its URLs also serve the queues page (``queues``), the live dashboard (``dashboard``) and
+the Spark report (``reports``).
+
 Rows are never added, changed or deleted through forms: the row is the job's durable
 record. Each action needs its custom permission (``django_delayq.cancel_job``,
 ``run_job_now``, ``reschedule_job``, ``requeue_job``); without any of them the list has
