@@ -5,7 +5,10 @@ worker holds (running or waiting for a thread). Each queue's leases are extended
 their own: on a cluster, one node down must not cost the other queues their leases. A
 lease that could not be extended was already taken back (the job is redelivered) and is
 logged. The worker's info (host, pid, queues, concurrency, start time, jobs held,
-claimed and settled) is then published under its id (``Engine.register_worker``): the
+claimed and settled; ``supervisor``: the id of the ``delayq_worker --processes`` that
+started it, or null; ``processes``: how many children that supervisor runs, else 1;
+``jobs``: the running jobs, longest-running first, at most 50, each ``{"id", "queue",
+"callable", "started_ms"}``) is then published under its id (``Engine.register_worker``): the
 reconcilers wait for a registered worker's audit flush instead of re-enqueueing rows it
 settled, and ``delayq_status`` lists the live workers from it.
 
@@ -19,24 +22,32 @@ import json
 import logging
 import os
 import socket
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.worker.queue_backoff import ERRORS
+from django_delayq.worker.tracking import RunningJob, Supervision
+
+MAX_JOBS_SHOWN = 50
 
 logger = logging.getLogger(__name__)
 
 
 class Liveness:
     def __init__(self, engine: Engine, settings: Settings, worker_id: str, *,
-                 queues: tuple[str, ...], concurrency: int) -> None:
+                 queues: tuple[str, ...], concurrency: int,
+                 running: Callable[[], list[RunningJob]] | None = None,
+                 supervision: Supervision | None = None) -> None:
         self.engine = engine
         self.settings = settings
         self.worker_id = worker_id
         self.queues = queues
         self.concurrency = concurrency
         self.started_ts = datetime.now(UTC)
+        self.running = running
+        self.supervision = supervision
 
     def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int) -> None:
         """Extend the leases of held jobs and publish this worker's liveness."""
@@ -54,13 +65,21 @@ class Liveness:
             for job, ok in zip(jobs, results):
                 if not ok:
                     logger.warning("job %s: lease lost while held by this worker", job.id)
-        info = json.dumps({"host": socket.gethostname(), "pid": os.getpid(),
-                           "queues": list(self.queues), "concurrency": self.concurrency,
-                           "started": self.started_ts.isoformat(), "running": len(held),
-                           "claimed": claimed, "processed": processed})
-        self.engine.register_worker(self.worker_id, info)
+        self.engine.register_worker(self.worker_id, self.info(held, claimed, processed))
         if failed:
             raise failed[0]
+
+    def info(self, held: list[ClaimedJob], claimed: int, processed: int) -> str:
+        """This worker's registry entry (JSON)."""
+        sup = self.supervision
+        runs = self.running() if self.running is not None else []
+        return json.dumps({
+            "host": socket.gethostname(), "pid": os.getpid(), "queues": list(self.queues),
+            "concurrency": self.concurrency, "started": self.started_ts.isoformat(),
+            "running": len(held), "claimed": claimed, "processed": processed,
+            "supervisor": sup.supervisor_id if sup is not None else None,
+            "processes": sup.processes if sup is not None else 1,
+            "jobs": [r.info() for r in runs[:MAX_JOBS_SHOWN]]})
 
     def unregister(self) -> None:
         try:

@@ -41,11 +41,12 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.worker import aside, runner
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.ledger import Ledger, key_of
+from django_delayq.worker.ledger import key_of
 from django_delayq.worker.liveness import Liveness
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.worker.recovery import LeaseRecovery
 from django_delayq.worker.settle import Settler
+from django_delayq.worker.tracking import Supervision, TrackedLedger
 from django_delayq.worker.wakeup import monotonic_ms
 
 logger = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class WorkerOptions:
     max_jobs: int | None = None
     prefetch: int | None = None  # claimed-but-unstarted jobs held locally; default = claim batch
     worker_id: str | None = None
+    supervision: Supervision | None = None  # a child of `delayq_worker --processes`
 
 
 class Worker:
@@ -77,10 +79,12 @@ class Worker:
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         self.settler = Settler(engine, settings, self.audit, self.id)
         self.recovery = LeaseRecovery(engine, settings, self.audit)
+        self.ledger = TrackedLedger(settings, options.supervision)
         self.liveness = Liveness(engine, settings, self.id, queues=options.queues,
-                                 concurrency=options.concurrency)
+                                 concurrency=options.concurrency,
+                                 running=self.ledger.running_jobs,
+                                 supervision=options.supervision)
         self.local: queue_mod.SimpleQueue[ClaimedJob | None] = queue_mod.SimpleQueue()
-        self.ledger = Ledger()
         self.backoff = QueueBackoff()
         self.claimed_total = 0
         self.draining = False

@@ -1,12 +1,20 @@
-"""``manage.py delayq_worker``: a thin adapter from argv to ``Worker(...).run()``.
+"""``manage.py delayq_worker``: a thin adapter from argv to ``Worker(...).run()``, or to
+``Supervisor(...).run()`` with ``--processes``.
 
 ``--metrics-port`` listens on ``--metrics-addr``, loopback unless the operator names
 another address: the metrics page names queues and callables and has no authentication.
+With ``--processes N`` the child of slot i (0..N-1) serves its own metrics on port + i.
+
+Exit codes (``worker.loop``): 0 stopped cleanly (drained, or ``--burst``/``--max-jobs``
+done), 1 an error stopped the worker, 2 a bad setting or option (nothing ran),
+3 stopped hard (a second SIGTERM/SIGINT).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
+import os
 import sys
 from typing import Any
 
@@ -19,6 +27,31 @@ from django_delayq.worker.loop import EXIT_CONFIG, Worker, WorkerOptions, wait_f
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
 
 
+def config_error(message: str) -> CommandError:
+    """A bad option or setting: exit code 2 (EXIT_CONFIG), nothing ran."""
+    return CommandError(message, returncode=EXIT_CONFIG)
+
+
+def parse_processes(value: str | None) -> int | None:
+    """``--processes``: None (one process, no supervisor), a number >= 1, or ``auto``."""
+    if value is None:
+        return None
+    if value == "auto":
+        return os.cpu_count() or 1
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise config_error("--processes must be a number >= 1 or 'auto', not %r" % value)
+    return n
+
+
+def positive(name: str, value: float | None) -> None:
+    if value is not None and value <= 0:
+        raise config_error("%s must be > 0, not %s" % (name, value))
+
+
 class Command(BaseCommand):
     help = "Run a django-delayq worker: claim due jobs, run them, settle them."
 
@@ -26,7 +59,18 @@ class Command(BaseCommand):
         parser.add_argument("--queues", "-q", default=None,
                             help="Comma-separated queues, in priority order (default: all).")
         parser.add_argument("--concurrency", "-c", type=int, default=None,
-                            help="Threads running jobs (default: DELAYQ['CONCURRENCY']).")
+                            help="Threads running jobs, per process (default: "
+                                 "DELAYQ['CONCURRENCY']).")
+        parser.add_argument("--processes", default=None, metavar="N",
+                            help="Run N worker processes (a number, or 'auto': one per CPU) "
+                                 "under a supervisor that restarts them and enforces hard "
+                                 "time limits. Default: this one process.")
+        parser.add_argument("--max-jobs-per-child", type=int, default=None,
+                            help="With --processes: a process that claimed this many jobs "
+                                 "finishes them, exits and is replaced.")
+        parser.add_argument("--max-memory-per-child", type=float, default=None, metavar="MB",
+                            help="With --processes: a process using more resident memory "
+                                 "finishes its jobs, exits and is replaced.")
         parser.add_argument("--burst", action="store_true",
                             help="Run every job due now, then exit.")
         parser.add_argument("--max-jobs", type=int, default=None,
@@ -38,34 +82,97 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-addr", default=METRICS_ADDR,
                             help="Address --metrics-port listens on (default %s, this host "
                                  "only; 0.0.0.0 or :: for every interface)." % METRICS_ADDR)
+        # set by --processes on the command line of each child
+        parser.add_argument("--supervised", default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_delayq.core.conf import get_settings
-        from django_delayq.core.connection import get_engine
 
         try:
             settings = get_settings()
         except ImproperlyConfigured as exc:
             self.stderr.write("delayq_worker: %s" % exc)
             sys.exit(EXIT_CONFIG)
-        queues = parse_queues(options["queues"], settings)
-        concurrency = options["concurrency"] or settings.concurrency
+        try:
+            queues = parse_queues(options["queues"], settings)
+        except CommandError as exc:
+            raise config_error(str(exc)) from exc
+        concurrency = options["concurrency"]
+        if concurrency is None:
+            concurrency = settings.concurrency
         if concurrency < 1:
-            raise CommandError("--concurrency must be >= 1, not %d" % concurrency)
+            raise config_error("--concurrency must be >= 1 (threads running jobs in each "
+                               "process), not %d" % concurrency)
+        processes = self.check_processes(options)
         if not logging.getLogger().handlers:
             logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else
                                 logging.WARNING,
-                                format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                                format="%(asctime)s %(process)d %(levelname)s %(name)s: "
+                                       "%(message)s")
+        if processes is None:
+            code = self.run_worker(settings, queues, concurrency, options)
+        else:
+            code = self.run_supervisor(settings, queues, concurrency, processes, options)
+        if code:
+            sys.exit(code)
+
+    def check_processes(self, options: dict[str, Any]) -> int | None:
+        processes = parse_processes(options["processes"])
+        positive("--max-jobs-per-child", options["max_jobs_per_child"])
+        positive("--max-memory-per-child", options["max_memory_per_child"])
+        positive("--max-jobs", options["max_jobs"])
+        if processes is None:
+            for name in ("max_jobs_per_child", "max_memory_per_child"):
+                if options[name] is not None:
+                    raise config_error("--%s needs --processes" % name.replace("_", "-"))
+            return None
+        if options["max_jobs"] is not None:
+            raise config_error("--max-jobs counts the jobs of one process; with --processes "
+                               "use --max-jobs-per-child")
+        if options["max_memory_per_child"] is not None:
+            from django_delayq.worker.children import can_measure_memory
+
+            if not can_measure_memory():
+                raise config_error("--max-memory-per-child needs psutil or /proc")
+        return processes
+
+    def run_worker(self, settings: Any, queues: tuple[str, ...], concurrency: int,
+                   options: dict[str, Any]) -> int:
+        from django_delayq.core.connection import get_engine
+        from django_delayq.worker.supervisor import attach
+        from django_delayq.worker.tracking import Supervision
+
+        supervision = (Supervision.decode(options["supervised"])
+                       if options["supervised"] else None)
         engine = wait_for_redis(get_engine)
         worker = Worker(engine, settings, WorkerOptions(
             queues=queues, concurrency=concurrency, burst=options["burst"],
-            max_jobs=options["max_jobs"], worker_id=options["worker_id"]))
+            max_jobs=options["max_jobs"], worker_id=options["worker_id"],
+            supervision=supervision))
         if options["metrics_port"] is not None:
             self.serve_metrics(options["metrics_addr"], options["metrics_port"])
+        if supervision is not None:
+            attach(worker, supervision)
         worker.install_signal_handlers()
-        code = worker.run()
-        if code:
-            sys.exit(code)
+        return worker.run()
+
+    def run_supervisor(self, settings: Any, queues: tuple[str, ...], concurrency: int,
+                       processes: int, options: dict[str, Any]) -> int:
+        from django_delayq.core.connection import get_engine
+        from django_delayq.worker.supervisor import Supervisor, SupervisorOptions
+
+        argv = [sys.executable, "-m", "django", "delayq_worker", "--queues", ",".join(queues),
+                "--concurrency", str(concurrency), "-v", str(options["verbosity"])]
+        if options["max_jobs_per_child"] is not None:
+            argv += ["--max-jobs", str(options["max_jobs_per_child"])]
+        if options["burst"]:
+            argv.append("--burst")
+        supervisor = Supervisor(wait_for_redis(get_engine), settings, SupervisorOptions(
+            processes=processes, child_argv=argv, burst=options["burst"],
+            max_memory_mb=options["max_memory_per_child"], worker_id=options["worker_id"],
+            metrics_port=options["metrics_port"], metrics_addr=options["metrics_addr"]))
+        supervisor.install_signal_handlers()
+        return supervisor.run()
 
     def serve_metrics(self, addr: str, port: int) -> None:
         from django_delayq.observe import metrics

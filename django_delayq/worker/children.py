@@ -1,0 +1,168 @@
+"""One child worker process as its supervisor sees it: the process, its socket, and the
+jobs it holds as its reports say (``tracking.py`` describes them).
+
+``held`` is every job the child claimed and has neither finished nor handed back;
+``running`` the ones a thread runs, with their start (monotonic, one clock for every
+process of the host) and time limit. What the supervisor decided to kill the child for
+is in ``killed_for`` (job key -> why), read once the process is gone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from django_delayq.engine import ClaimedJob
+from django_delayq.worker.ledger import Key
+
+logger = logging.getLogger(__name__)
+
+EXIT_HARD_STOP = 3  # loop.EXIT_HARD_STOP (loop is not imported here)
+STARTUP_S = 10.0  # a child that dies sooner than this crashed at start: back off
+MB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run:
+    started: float  # monotonic
+    limit: float | None
+
+
+@dataclass(slots=True, kw_only=True)
+class Child:
+    slot: int
+    proc: subprocess.Popen[bytes]
+    sock: socket.socket
+    started: float = field(default_factory=time.monotonic)
+    worker_id: str = ""
+    held: dict[Key, ClaimedJob] = field(default_factory=dict)
+    running: dict[Key, Run] = field(default_factory=dict)
+    killed_for: dict[Key, str] = field(default_factory=dict)
+    draining: bool = False  # told to drain (recycled, or the supervisor stops)
+    killed: bool = False  # SIGKILL sent
+    buffer: bytes = b""
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    # -- reports -----------------------------------------------------------------
+
+    def read(self) -> bool:
+        """Read what the child sent; False at end of file (it exited or is exiting)."""
+        try:
+            data = self.sock.recv(65536)
+        except BlockingIOError:
+            return True
+        except OSError:
+            return False
+        if not data:
+            return False
+        self.buffer += data
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            self._apply(line)
+        return True
+
+    def read_all(self) -> None:
+        """Everything left in the socket (the process is gone)."""
+        while self.read():
+            pass
+
+    def _apply(self, line: bytes) -> None:
+        try:
+            event: dict[str, Any] = json.loads(line)
+            kind = event["e"]
+        except (ValueError, KeyError, TypeError):
+            logger.warning("child %d: unreadable report %r", self.pid, line[:200])
+            return
+        if kind == "claimed":
+            for queue, job_id, token, due_ms in event["jobs"]:
+                self.held[(queue, job_id)] = ClaimedJob(queue=queue, id=job_id, token=token,
+                                                        due_ms=due_ms, envelope="")
+        elif kind == "start":
+            self.running[(event["q"], event["id"])] = Run(started=float(event["at"]),
+                                                          limit=event["limit"])
+        elif kind == "end":
+            key = (event["q"], event["id"])
+            self.running.pop(key, None)
+            self.held.pop(key, None)
+        elif kind == "released":
+            for queue, job_id in event["jobs"]:
+                self.held.pop((queue, job_id), None)
+        elif kind == "hello":
+            self.worker_id = str(event["worker"])
+
+    # -- decisions ------------------------------------------------------------------
+
+    def overdue(self, now: float) -> list[Key]:
+        """Running jobs past their time limit at ``now`` (monotonic)."""
+        return [key for key, run in self.running.items()
+                if run.limit is not None and now - run.started > run.limit]
+
+    def next_deadline(self) -> float | None:
+        ends = [run.started + run.limit for run in self.running.values()
+                if run.limit is not None]
+        return min(ends, default=None)
+
+    def tell(self, word: str) -> None:
+        """Send ``drain`` or ``stop``; a child that is gone cannot hear it."""
+        try:
+            self.sock.sendall(word.encode() + b"\n")
+        except OSError:
+            pass
+
+    def kill(self, reasons: dict[Key, str]) -> None:
+        """SIGKILL the process for ``reasons`` (job key -> why)."""
+        self.killed_for.update(reasons)
+        self.killed = True
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def quick_death(self) -> bool:
+        return time.monotonic() - self.started < STARTUP_S
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def describe_exit(code: int) -> str:
+    if code == EXIT_HARD_STOP:
+        return "stopped hard"
+    if code < 0:
+        try:
+            return "killed by %s" % signal.Signals(-code).name
+        except ValueError:
+            return "killed by signal %d" % -code
+    return "exit %d" % code
+
+
+def rss_mb(pid: int) -> float | None:
+    """The resident memory of process ``pid`` in MB (psutil when installed, else
+    /proc); None when it cannot be read."""
+    try:
+        import psutil
+    except ImportError:
+        try:
+            with open("/proc/%d/statm" % pid) as f:
+                pages = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        return pages * os.sysconf("SC_PAGE_SIZE") / MB
+    try:
+        return float(psutil.Process(pid).memory_info().rss) / MB
+    except psutil.Error:
+        return None
+
+
+def can_measure_memory() -> bool:
+    return rss_mb(os.getpid()) is not None

@@ -1,0 +1,323 @@
+"""``delayq_worker --processes N``: a supervisor of N child worker processes.
+
+Each child is a full ``Worker`` (its ``--concurrency`` threads claim, run and settle on
+their own), started as a new interpreter (``python -m django delayq_worker
+--supervised ...``): nothing is shared across a fork (database connections, Redis
+sockets, locks held by a thread). Each child has a socket to the supervisor
+(``tracking.py``): it reports the jobs it holds and runs; the supervisor tells it to
+drain or to stop; its end of file tells a child its supervisor is gone (it drains).
+
+The supervisor
+
+- restarts a child that exits, at once, or after a backoff (0.5 s doubling to 30 s) when
+  children keep dying within ``STARTUP_S`` of their start; a child that exits with
+  ``EXIT_CONFIG`` (bad settings) stops them all with that code;
+- enforces hard time limits: a job still running past its limit
+  (``Settings.timeout_for``) gets its process SIGKILLed, its attempt recorded as timed
+  out, the process's other jobs handed back at once and a replacement started. A running
+  job whose cancel was asked (``Job.cancel_requested``) is killed the same way and ends
+  cancelled (``takeback.py``);
+- recycles: a child that claimed ``--max-jobs-per-child`` jobs finishes them and exits;
+  one whose resident memory passes ``--max-memory-per-child`` MB is told to drain; either
+  is replaced;
+- forwards SIGTERM/SIGINT: the first tells every child to drain (it exits when they all
+  have: ``EXIT_OK``), the second to stop hard (``EXIT_HARD_STOP``); a child still there
+  ``HARD_STOP_S`` after that is SIGKILLed and its jobs taken back. It never leaves a child
+  behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections
+
+from django_delayq.core.conf import Settings
+from django_delayq.engine import Engine
+from django_delayq.models import Job
+from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.children import Child, describe_exit, rss_mb
+from django_delayq.worker.loop import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK, Worker
+from django_delayq.worker.takeback import CANCELLED, TIMED_OUT, TakeBack, reasons
+from django_delayq.worker.tracking import Supervision
+
+logger = logging.getLogger(__name__)
+
+HARD_STOP_S = 10.0
+CHECK_S = 1.0  # cancel requests and memory, looked at this often
+TICK_S = 0.25  # the longest wait of the loop
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SupervisorOptions:
+    processes: int
+    child_argv: Sequence[str]  # the command line of a child, less --supervised
+    burst: bool = False  # a child that exits 0 is done, not replaced
+    max_memory_mb: float | None = None
+    worker_id: str | None = None  # children are <worker_id>-1, -2, ... (one per start)
+    metrics_port: int | None = None  # child of slot i serves on metrics_port + i
+    metrics_addr: str = "127.0.0.1"
+
+
+class Supervisor:
+    def __init__(self, engine: Engine, settings: Settings, options: SupervisorOptions) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.options = options
+        self.id = "%s:%d:sup-%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
+        self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
+        self.takeback = TakeBack(engine, settings, self.audit)
+        self.children: dict[int, Child] = {}  # slot -> child
+        self.next_start: dict[int, float] = dict.fromkeys(range(options.processes), 0.0)
+        self.crashes: dict[int, int] = dict.fromkeys(range(options.processes), 0)
+        self.signals = 0
+        self.code = EXIT_OK
+        self.stop_deadline: float | None = None
+        self._acted_on = 0
+        self._next_check = 0.0
+        self._spawned = 0
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+
+    # -- signals: flags only ---------------------------------------------------------
+
+    def install_signal_handlers(self) -> None:
+        self._wake_w.setblocking(False)
+        signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self.signals += 1
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def run(self) -> int:
+        logger.info("supervisor %s starting %d worker process(es)", self.id,
+                    self.options.processes)
+        self.audit.start()
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        try:
+            while self._round():
+                pass
+        finally:
+            self._leave_no_child()
+            self.audit.stop()
+        logger.info("supervisor %s stopped (exit %d)", self.id, self.code)
+        return self.code
+
+    def _round(self) -> bool:
+        """One round of the loop; False once every child is gone and none will start."""
+        self._act_on_signals()
+        if not self._stopping():
+            self._start_children()
+        if not self.children and (self._stopping() or not self.next_start):
+            return False
+        self._wait()
+        self._reap()
+        now = time.monotonic()
+        self._enforce_limits(now)
+        if now >= self._next_check:
+            self._next_check = now + CHECK_S
+            self._check_cancels()
+            self._check_memory()
+        if self.stop_deadline is not None and now >= self.stop_deadline:
+            for child in self.children.values():
+                child.kill({})
+        return True
+
+    def _stopping(self) -> bool:
+        return self.signals > 0 or self.code == EXIT_CONFIG
+
+    def _act_on_signals(self) -> None:
+        if self.signals == self._acted_on:
+            return
+        if self._acted_on == 0:
+            logger.info("supervisor: draining %d worker process(es)", len(self.children))
+            for child in self.children.values():
+                child.draining = True
+                child.tell("drain")
+        if self.signals >= 2 and self.stop_deadline is None:
+            logger.warning("supervisor: hard stop")
+            self.code = EXIT_HARD_STOP
+            self.stop_deadline = time.monotonic() + HARD_STOP_S
+            for child in self.children.values():
+                child.tell("stop")
+        self._acted_on = self.signals
+
+    # -- children --------------------------------------------------------------------
+
+    def _start_children(self) -> None:
+        now = time.monotonic()
+        for slot, at in list(self.next_start.items()):
+            if at <= now:
+                del self.next_start[slot]
+                try:
+                    self._spawn(slot)
+                except OSError as exc:  # out of processes or file descriptors
+                    logger.error("supervisor: cannot start a worker process: %s", exc)
+                    self.next_start[slot] = now + 5.0
+
+    def _argv(self, slot: int, fd: int) -> list[str]:
+        opts = self.options
+        self._spawned += 1
+        argv = [*opts.child_argv, "--supervised",
+                Supervision.encode(fd, opts.processes, self.id)]
+        if opts.worker_id is not None:
+            argv += ["--worker-id", "%s-%d" % (opts.worker_id, self._spawned)]
+        if opts.metrics_port is not None:
+            argv += ["--metrics-port", str(opts.metrics_port + slot),
+                     "--metrics-addr", opts.metrics_addr]
+        return argv
+
+    def _spawn(self, slot: int) -> None:
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [os.path.abspath(p or ".") for p in sys.path]))
+        proc = subprocess.Popen(self._argv(slot, theirs.fileno()), env=env,
+                                pass_fds=(theirs.fileno(),))
+        theirs.close()
+        ours.setblocking(False)
+        child = Child(slot=slot, proc=proc, sock=ours)
+        self.children[slot] = child
+        self._selector.register(ours, selectors.EVENT_READ, child)
+        logger.info("supervisor: worker process %d started (slot %d)", proc.pid, slot)
+
+    def _wait(self) -> None:
+        timeout = TICK_S
+        now = time.monotonic()
+        for child in self.children.values():
+            deadline = None if child.killed else child.next_deadline()
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - now + 0.01))
+        for key, _ in self._selector.select(timeout):
+            if key.data is None:
+                try:
+                    self._wake_r.recv(512)
+                except BlockingIOError:
+                    pass
+            else:
+                key.data.read()
+
+    def _reap(self) -> None:
+        for slot, child in list(self.children.items()):
+            code = child.proc.poll()
+            if code is not None:
+                self._gone(slot, child, code)
+
+    def _gone(self, slot: int, child: Child, code: int) -> None:
+        child.read_all()
+        self._selector.unregister(child.sock)
+        child.close()
+        del self.children[slot]
+        try:
+            self.takeback.child_gone(child, code)
+        except Exception:  # noqa: BLE001 - Redis or the database down: the leases expire
+            logger.exception("supervisor: could not take back the jobs of worker process "
+                             "%d; their leases will expire", child.pid)
+            close_old_connections()
+        self._after_exit(slot, child, code)
+
+    def _after_exit(self, slot: int, child: Child, code: int) -> None:
+        how = describe_exit(code)
+        if code == EXIT_CONFIG:
+            logger.error("supervisor: worker process %d: bad settings (%s); stopping",
+                         child.pid, how)
+            self.code = EXIT_CONFIG
+            for other in self.children.values():
+                other.tell("drain")
+            return
+        if self._stopping():
+            if code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for \
+                    and self.code == EXIT_OK:
+                self.code = EXIT_ERROR
+            return
+        if code == EXIT_OK and self.options.burst:
+            logger.info("supervisor: worker process %d done", child.pid)
+            return
+        delay = 0.0
+        if code == EXIT_OK or child.killed_for or not child.quick_death():
+            self.crashes[slot] = 0
+        else:
+            self.crashes[slot] += 1
+            delay = min(0.5 * 2 ** (self.crashes[slot] - 1), 30.0)
+        level = logging.INFO if code == EXIT_OK or child.killed_for else logging.WARNING
+        logger.log(level, "supervisor: worker process %d ended (%s); a new one starts in "
+                   "%.1fs", child.pid, how, delay)
+        self.next_start[slot] = time.monotonic() + delay
+
+    # -- limits, cancels, memory -------------------------------------------------------
+
+    def _enforce_limits(self, now: float) -> None:
+        for child in self.children.values():
+            overdue = [] if child.killed else child.overdue(now)
+            if overdue:
+                logger.warning("supervisor: job(s) %s past their time limit: killing worker "
+                               "process %d", ", ".join(i for _, i in overdue), child.pid)
+                child.kill(reasons(overdue, TIMED_OUT))
+
+    def _check_cancels(self) -> None:
+        running = {key[1]: (child, key) for child in self.children.values()
+                   for key in child.running if key not in child.killed_for}
+        if not running:
+            return
+        try:
+            asked = list(Job.objects.filter(pk__in=list(running), cancel_requested=True)
+                         .values_list("pk", flat=True))
+        except Exception as exc:  # noqa: BLE001 - the database is down: look again later
+            logger.warning("supervisor: could not read cancel requests: %s", exc)
+            close_old_connections()
+            return
+        for job_id in asked:
+            child, key = running[job_id]
+            if child.killed:
+                continue
+            logger.warning("supervisor: job %s cancelled while running: killing worker "
+                           "process %d", job_id, child.pid)
+            child.kill(reasons([key], CANCELLED))
+
+    def _check_memory(self) -> None:
+        limit = self.options.max_memory_mb
+        if limit is None:
+            return
+        for child in self.children.values():
+            used = rss_mb(child.pid)
+            if used is not None and used > limit and not child.draining:
+                logger.info("supervisor: worker process %d uses %.0f MB (over %g): recycling",
+                            child.pid, used, limit)
+                child.draining = True
+                child.tell("drain")
+
+    def _leave_no_child(self) -> None:
+        """On the way out (also after an error of ours): no child outlives us."""
+        for child in list(self.children.values()):
+            child.kill({})
+        for slot, child in list(self.children.items()):
+            self._gone(slot, child, child.proc.wait())
+
+
+def attach(worker: Worker, supervision: Supervision) -> None:
+    """Wire a child worker to its supervisor: say hello, obey ``drain``/``stop``, drain
+    when the supervisor is gone."""
+
+    def drain() -> None:
+        if not worker.draining:
+            worker.request_stop()
+
+    def stop() -> None:
+        drain()
+        worker.request_stop()
+
+    supervision.link.send({"e": "hello", "worker": worker.id, "pid": os.getpid()})
+    supervision.link.listen(drain, stop, worker.ledger.running_jobs)

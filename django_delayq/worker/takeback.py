@@ -1,0 +1,128 @@
+"""Taking back the jobs of a child worker process that is gone, without waiting for leases.
+
+When a child exits, its supervisor knows from its reports (``tracking.py``) which jobs it
+still held. Each is settled at once, by what became of it:
+
+- the job the supervisor killed the child for: its attempt fails now, with
+  ``error_type`` ``django_delayq.exceptions.JobTimeout`` (past its time limit; retried or
+  dead by its policy) or as cancelled (its cancel was asked while it ran: ``nack`` finds
+  the cancel mark, the job ends ``cancelled`` and is not retried);
+- the other jobs of a child the supervisor killed, running or not: handed back
+  (``Engine.release``: due again at once, no attempt charged; not their fault). A job
+  that had started is written back to ``scheduled`` first, so the row never says
+  ``running`` for a job waiting in Redis;
+- the running jobs of a child that died on its own (killed by someone else, crashed,
+  out of memory): their attempt fails with ``error_type``
+  ``django_delayq.exceptions.LeaseLost``, retried or dead by their policy, as an expired
+  lease would be, only sooner: a job that kills its process is not retried forever;
+- jobs it held but had not started: handed back.
+
+Redis decides, as for every settlement: a job the child settled after all (its report
+lost with the process) carries a token Redis no longer accepts, and is left alone. When
+Redis or the database is down, nothing is lost: the leases expire and recovery takes
+the jobs back as for any dead worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+
+from django_delayq.core import payloads
+from django_delayq.core.conf import Settings
+from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.exceptions import LeaseLost, type_path
+from django_delayq.models import JobStatus
+from django_delayq.worker import runner
+from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.children import Child, describe_exit
+from django_delayq.worker.ledger import Key
+from django_delayq.worker.settle import Settler
+
+logger = logging.getLogger(__name__)
+
+LEASE_LOST = type_path(LeaseLost)
+TIMED_OUT = "timed out"
+CANCELLED = "cancelled"
+
+
+Failure = tuple[ClaimedJob, float, float | None, str]  # job, started (monotonic), limit, why
+
+
+class TakeBack:
+    def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.audit = audit
+
+    def child_gone(self, child: Child, code: int) -> None:
+        """Settle every job ``child`` (exited with ``code``) still held."""
+        if not child.held:
+            return
+        failed: list[Failure] = []
+        back: list[ClaimedJob] = []
+        for key, job in child.held.items():
+            run = child.running.get(key)
+            why = child.killed_for.get(key)
+            if run is None:
+                back.append(job)
+            elif why is not None:
+                failed.append((job, run.started, run.limit, why))
+            elif child.killed_for:  # killed for another job: not this one's fault
+                back.append(job)
+            else:
+                failed.append((job, run.started, run.limit, describe_exit(code)))
+        self._settle(child, failed, back)
+
+    def _outcome(self, job: ClaimedJob, started: float, limit: float | None,
+                 why: str) -> runner.Outcome:
+        now = datetime.now(UTC)
+        started_at = datetime.fromtimestamp(now.timestamp() - (time.monotonic() - started),
+                                            tz=UTC)
+        outcome = runner.timed_out(job, started_at=started_at, seconds=limit or 0.0,
+                                   default_max_attempts=self.settings.default_max_attempts,
+                                   default_backoff=self.settings.default_backoff)
+        if why == TIMED_OUT:
+            outcome.error = ("timed out: still running after its %gs time limit; its "
+                             "process was killed" % (limit or 0.0))
+        elif why == CANCELLED:
+            outcome.error = "cancelled while running: its process was killed"
+        else:
+            outcome.error_type = LEASE_LOST
+            outcome.error = "the worker process running it died (%s)" % why
+        return outcome
+
+    def _settle(self, child: Child, failed: list[Failure], back: list[ClaimedJob]) -> None:
+        loaded = payloads.read([f[0] for f in failed]) if failed else None
+        usable = {job.id: job for job in loaded.run} if loaded is not None else {}
+        outcomes = [self._outcome(usable[job.id], started, limit, why)
+                    for job, started, limit, why in failed if job.id in usable]
+        # no live row: handed back, and the next claim sets it aside
+        self._hand_back(child, back + [f[0] for f in failed if f[0].id not in usable])
+        if outcomes:
+            Settler(self.engine, self.settings, self.audit, child.worker_id).settle(outcomes)
+            for o in outcomes:
+                logger.warning("job %s: %s (%s)", o.job.id, o.error, o.error_type)
+        self.audit.flush()
+
+    def _hand_back(self, child: Child, jobs: list[ClaimedJob]) -> None:
+        now = datetime.now(UTC)
+        started = [job for job in jobs if (job.queue, job.id) in child.running]
+        for job in started:  # before Redis: a new claim's "running" must come after this
+            self.audit.update(job.id, status=JobStatus.SCHEDULED, started_at=None,
+                              worker_id="", updated_at=now)
+        if started:
+            self.audit.flush()
+        by_queue: dict[str, list[ClaimedJob]] = {}
+        for job in jobs:
+            by_queue.setdefault(job.queue, []).append(job)
+        for queue, claimed in by_queue.items():
+            self.engine.release(queue, claimed)
+        if jobs:
+            logger.info("handed back %d job(s) of worker process %d (%d had started)",
+                        len(jobs), child.pid, len(started))
+
+
+def reasons(keys: list[Key], why: str) -> dict[Key, str]:
+    return {key: why for key in keys}

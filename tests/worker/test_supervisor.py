@@ -1,0 +1,159 @@
+"""``delayq_worker --processes N``: the supervisor and its child worker processes, tested
+as real processes with real signals.
+
+Children that die are replaced and their jobs run; recycling after
+``--max-jobs-per-child`` loses no job and runs none twice; the first SIGTERM drains,
+the second stops hard; a supervisor that is killed leaves no child behind; the exit
+codes; the registry info of the children.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.core.connection import get_engine
+from django_delayq.models import JobStatus
+from django_delayq.worker.loop import EXIT_CONFIG, EXIT_HARD_STOP, EXIT_OK
+from tests.helpers import wait_until
+from tests.worker.test_hard_time_limit import alive, children
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+LEASE_LOST = "django_delayq.exceptions.LeaseLost"
+
+
+def lines(path) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    """record()'s lines: tag, job id, attempt, pid."""
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_sigkilled_child_is_replaced_and_its_jobs_run(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    slow = schedule("tests.jobs.sleep_then_record", str(out), "slow", 1.0, backoff=[0])
+    quick = [schedule("tests.jobs.record", str(out), "q%d" % i, delay=0.5) for i in range(5)]
+    proc = start_worker("--processes", "1", "--concurrency", "1")
+    wait_until(lambda: slow.status == JobStatus.RUNNING, timeout=30)
+    (victim,) = children(proc.pid)
+    os.kill(victim, signal.SIGKILL)
+    wait_until(lambda: slow.status == JobStatus.SUCCEEDED, timeout=60)
+    wait_until(lambda: all(h.status == JobStatus.SUCCEEDED for h in quick), timeout=60)
+    first = slow.job.attempt_history.get()
+    assert (first.number, first.outcome, first.error_type) == (1, JobStatus.RETRYING, LEASE_LOST)
+    assert "killed by SIGKILL" in first.error
+    assert slow.job.attempts == 2
+    assert sorted(r[0] for r in lines(out)) == sorted(["slow", *("q%d" % i for i in range(5))])
+    assert all(h.job.attempts == 1 for h in quick)  # handed back, not charged
+    (replacement,) = children(proc.pid)
+    assert replacement != victim
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
+
+
+def test_recycling_after_max_jobs_per_child_loses_none_and_runs_none_twice(  # type: ignore[no-untyped-def]
+        start_worker, tmp_path) -> None:
+    out = tmp_path / "runs.txt"
+    handles = [schedule("tests.jobs.record", str(out), "j%d" % i) for i in range(60)]
+    proc = start_worker("--processes", "2", "--concurrency", "2", "--max-jobs-per-child", "7")
+    wait_until(lambda: all(h.status == JobStatus.SUCCEEDED for h in handles), timeout=120)
+    found = lines(out)
+    assert sorted(r[0] for r in found) == sorted("j%d" % i for i in range(60))  # once each
+    assert all(r[2] == "1" for r in found)  # first attempt each
+    by_pid: dict[str, int] = {}
+    for r in found:
+        by_pid[r[3]] = by_pid.get(r[3], 0) + 1
+    assert len(by_pid) >= 60 // 7 and max(by_pid.values()) <= 7
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
+
+
+def test_first_sigterm_drains_second_stops_hard(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.sleep_then_record", str(out), "long", 3600)
+    proc = start_worker("--processes", "2", "--concurrency", "1")
+    wait_until(lambda: h.status == JobStatus.RUNNING, timeout=30)
+    wait_until(lambda: len(children(proc.pid)) == 2, timeout=30)
+    kids = children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: len(children(proc.pid)) == 1, timeout=30)  # the idle one drained
+    assert proc.poll() is None  # the busy one still runs its job
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_HARD_STOP
+    assert not any(alive(pid) for pid in kids)
+    assert lines(out) == []
+    attempt = h.job.attempt_history.get()  # taken back at once, not after its lease
+    assert (attempt.outcome, attempt.error_type) == (JobStatus.RETRYING, LEASE_LOST)
+
+
+def test_drain_finishes_running_jobs_and_exits_ok(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    slow = [schedule("tests.jobs.sleep_then_record", str(out), "s%d" % i, 1.5) for i in range(2)]
+    proc = start_worker("--processes", "2", "--concurrency", "1")
+    wait_until(lambda: all(h.status == JobStatus.RUNNING for h in slow), timeout=30)
+    kids = children(proc.pid)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
+    assert {h.status for h in slow} == {JobStatus.SUCCEEDED}
+    assert not any(alive(pid) for pid in kids)
+
+
+def test_killed_supervisor_leaves_no_child_behind(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.sleep_then_record", str(out), "s", 1.0)
+    proc = start_worker("--processes", "2", "--concurrency", "1")
+    wait_until(lambda: h.status == JobStatus.RUNNING, timeout=30)
+    wait_until(lambda: len(children(proc.pid)) == 2, timeout=30)
+    kids = children(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    wait_until(lambda: not any(alive(pid) for pid in kids), timeout=30)  # they drained
+    assert h.status == JobStatus.SUCCEEDED  # the running job finished first
+
+
+def test_registry_info_names_supervisor_processes_and_running_jobs(  # type: ignore[no-untyped-def]
+        start_worker, tmp_path) -> None:
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.sleep_then_record", str(out), "long", 3600)
+    proc = start_worker("--processes", "2", "--concurrency", "1")
+    wait_until(lambda: h.status == JobStatus.RUNNING, timeout=30)
+    engine = get_engine()
+
+    def infos() -> list[dict]:  # type: ignore[type-arg]
+        return [json.loads(w.info) for w in engine.workers() if w.info]
+
+    wait_until(lambda: len(infos()) == 2 and any(i["jobs"] for i in infos()), timeout=30)
+    found = infos()
+    assert len({i["supervisor"] for i in found}) == 1 and found[0]["supervisor"]
+    assert {i["processes"] for i in found} == {2}
+    assert {i["pid"] for i in found} == children(proc.pid)
+    (job,) = [j for i in found for j in i["jobs"]]
+    assert (job["id"], job["queue"], job["callable"]) == (
+        h.id, "default", "tests.jobs.sleep_then_record")
+    assert abs(job["started_ms"] - h.job.started_at.timestamp() * 1000) < 5000
+    proc.send_signal(signal.SIGTERM)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_HARD_STOP
+
+
+@pytest.mark.parametrize("args", [
+    ("--concurrency", "0"), ("--concurrency", "-2"), ("--processes", "0"),
+    ("--processes", "many"), ("--max-jobs-per-child", "5"),
+    ("--processes", "2", "--max-jobs", "5"), ("--processes", "2", "--max-jobs-per-child", "0"),
+    ("--queues", "nope"),
+])
+def test_bad_options_exit_with_exit_config(start_worker, args) -> None:  # type: ignore[no-untyped-def]
+    proc = start_worker(*args)
+    assert proc.wait(60) == EXIT_CONFIG
+
+
+def test_burst_with_processes_runs_due_jobs_and_exits(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    handles = [schedule("tests.jobs.record", str(out), "b%d" % i) for i in range(30)]
+    proc = start_worker("--processes", "2", "--burst")
+    assert proc.wait(60) == EXIT_OK
+    assert {h.status for h in handles} == {JobStatus.SUCCEEDED}
+    assert len(lines(out)) == 30
