@@ -47,6 +47,10 @@ DEFAULTS: dict[str, Any] = {
     "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
     "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
     "REPORT_DIR": None,  # absolute directory of delayq_report outputs shown in the admin
+    "LOG_JOBS": True,  # an INFO line per job start, success and retry (worker/joblog.py)
+    # Days a finished row is kept (None: forever); workers delete older ones in batches.
+    "RETENTION": {"succeeded_days": 7, "cancelled_days": 7, "expired_days": 30,
+                  "dead_days": 30},
 }
 
 
@@ -80,6 +84,8 @@ class Settings:
     job_timeout_seconds: float | None
     http_callback_allowed_networks: tuple[IPNetwork, ...] = ()
     report_dir: str | None = None
+    log_jobs: bool = True
+    retention: tuple[tuple[str, float], ...] = ()  # (final status, days kept); absent: forever
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -163,6 +169,24 @@ def _report_dir_problem(value: Any) -> str | None:
     return None
 
 
+def _retention(value: Any) -> tuple[tuple[tuple[str, float], ...], str | None]:
+    """RETENTION: None (keep every row) or {"<final status>_days": days or None}; keys
+    left out keep their default."""
+    if value is None:
+        return (), None
+    known = DEFAULTS["RETENTION"]
+    if not isinstance(value, dict) or set(value) - set(known):
+        return (), ("DELAYQ['RETENTION'] must be None or a dict with keys %s (days, or None "
+                    "to keep), not %r" % (", ".join(known), value))
+    days = {**known, **value}
+    bad = {k: v for k, v in days.items() if v is not None and _positive(k, v)}
+    if bad:
+        return (), ("DELAYQ['RETENTION'] %r: days must be numbers > 0 or None, not %s"
+                    % (value, ", ".join("%s=%r" % kv for kv in bad.items())))
+    return tuple((k.removesuffix("_days"), float(v)) for k, v in days.items()
+                 if v is not None), None
+
+
 def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Every problem of the ``DELAYQ`` setting as (key, message)."""
     user = _user_settings() if user is None else user
@@ -181,7 +205,7 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     timeout = merged["JOB_TIMEOUT_SECONDS"]
     if timeout is not None and (msg := _positive("JOB_TIMEOUT_SECONDS", timeout)):
         found.append(("JOB_TIMEOUT_SECONDS", msg + " (or None for no limit)"))
-    for name in ("EAGER", "EVENTS"):
+    for name in ("EAGER", "EVENTS", "LOG_JOBS"):
         if not isinstance(merged[name], bool):
             found.append((name, "DELAYQ[%r] must be True or False, not %r" % (name, merged[name])))
     queues = merged["QUEUES"]
@@ -205,6 +229,8 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
         found.append(("HTTP_CALLBACK_ALLOWED_NETWORKS", msg))
     if msg := _report_dir_problem(merged["REPORT_DIR"]):
         found.append(("REPORT_DIR", msg))
+    if msg := _retention(merged["RETENTION"])[1]:
+        found.append(("RETENTION", msg))
     prefix = merged["PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         found.append(("PREFIX", "DELAYQ['PREFIX'] must be a non-empty string without braces, "
@@ -247,6 +273,8 @@ def get_settings() -> Settings:
         else float(m["JOB_TIMEOUT_SECONDS"]),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
         report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
+        log_jobs=bool(m["LOG_JOBS"]),
+        retention=_retention(m["RETENTION"])[0],
         raw=dict(user),
     )
 

@@ -5,8 +5,11 @@
 (hash tag ``{prefix}``). A worker writes both at every heartbeat and removes its entries
 when it stops; the reconciler reads the beats to tell a live worker (its audit flush is
 on its way) from a dead one; ``delayq_status`` and the metrics read them for display.
+A worker that died without removing itself is forgotten by the live workers once its
+last beat is older than they say (``forget_silent_workers``, called from their keeper
+threads), so the registry does not list it forever.
 Every call is one or two O(log n) commands, or a read of the whole registry (as many
-entries as workers).
+entries as workers, or as silent ones).
 """
 
 from __future__ import annotations
@@ -48,6 +51,21 @@ class WorkerRegistry(RedisOwner):
         pipe.zrem(keys.workers, worker_id)
         pipe.hdel(keys.workers_info, worker_id)
         pipe.execute()
+
+    def forget_silent_workers(self, silent_before_ms: float) -> list[str]:
+        """Remove the workers whose last heartbeat is older than ``silent_before_ms``
+        (Redis ms), with their info; returns their ids. The beats go by score range, so a
+        worker that beat again in the meantime keeps its entry (its info is written again
+        at its next beat)."""
+        keys = self.global_keys
+        bound = "(%r" % float(silent_before_ms)
+        ids = [_text(raw) for raw in self.client.zrangebyscore(keys.workers, "-inf", bound)]
+        if ids:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.zremrangebyscore(keys.workers, "-inf", bound)
+            pipe.hdel(keys.workers_info, *ids)
+            pipe.execute()
+        return ids
 
     def workers(self) -> list[WorkerEntry]:
         """Every registered worker, oldest heartbeat first (ids and info decoded, bytes

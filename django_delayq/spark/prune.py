@@ -65,8 +65,9 @@ def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
     cutoff = (now or timezone.now()) - older_than
     qs = prunable(cutoff).order_by("created_at", "id")
     total = qs.count()
-    if dry_run:
-        return PruneResult(cutoff=cutoff, jobs=total, attempts=0)
+    if dry_run:  # the attempt rows of exactly those jobs, counted in the database
+        attempts = JobAttempt.objects.filter(job_id__in=prunable(cutoff).values("pk")).count()
+        return PruneResult(cutoff=cutoff, jobs=total, attempts=attempts)
     bar = Progress(total, "delayq_prune", stream=stream, enabled=progress)
     jobs = attempts = 0
     files: list[Path] = []

@@ -45,6 +45,7 @@ from django_delayq.worker.ledger import key_of
 from django_delayq.worker.liveness import Liveness
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.worker.recovery import LeaseRecovery
+from django_delayq.worker.retention import Retention
 from django_delayq.worker.settle import Settler
 from django_delayq.worker.tracking import Supervision, TrackedLedger
 from django_delayq.worker.wakeup import monotonic_ms
@@ -93,6 +94,7 @@ class Worker:
         self.offset_ms = 0.0  # server clock - local monotonic clock
         self.listener = engine.wake_listener(options.queues, self.wake)
         self.reconciler = Reconciler(engine, settings, options.queues)
+        self.retention = Retention(engine, settings, self.id)  # old rows, dead workers
         self._threads: list[threading.Thread] = []
         self._last_poll = self._last_recover = -1e18
         self._keeper_stop = threading.Event()
@@ -134,11 +136,14 @@ class Worker:
         keeper.start()
         try:
             code = self._loop()
+        except Exception:  # a step outside _step failed: stop as hard, but deregistered
+            logger.exception("worker %s: the claim loop failed; stopping", self.id)
+            code = EXIT_ERROR
         finally:
             self._keeper_stop.set()
             keeper.join(timeout=10)
             self.listener.stop()
-        if code == EXIT_HARD_STOP:
+        if code in (EXIT_HARD_STOP, EXIT_ERROR):
             self._shutdown_hard()
             self.liveness.unregister()
         else:
@@ -382,6 +387,7 @@ class Worker:
                 except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
                     logger.warning("heartbeat failed: %s", exc)
             if not self.draining:
+                self.retention.tick()  # never raises
                 try:
                     self.reconciler.tick()
                 except RedisError as exc:  # the main loop reports outages; try next time

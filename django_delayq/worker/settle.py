@@ -21,6 +21,7 @@ from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
+from django_delayq.worker import joblog
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 
@@ -41,8 +42,10 @@ class Settler:
         self.audit.update(job.id, status=JobStatus.RUNNING, run_at=ms_to_dt(job.due_ms),
                           started_at=now, finished_at=None, attempts=job.token,
                           worker_id=self.worker_id, updated_at=now)
-        if signals.wanted(signals.job_started):
-            path = _path_of(job)
+        signalled = signals.wanted(signals.job_started)
+        path = _path_of(job) if signalled or self.settings.log_jobs else ""
+        joblog.started(self.settings, job, path)
+        if signalled:
             signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
                          attempt=job.token, worker_id=self.worker_id,
                          due_at=ms_to_dt(job.due_ms), started_at=now)
@@ -81,6 +84,7 @@ class Settler:
         base = dict(job_id=job.id, queue=job.queue, callable_path=o.path)
         if status is JobStatus.SUCCEEDED:
             self.audit.update(job.id, result=o.result, **fields)
+            joblog.succeeded(self.settings, o)
             signals.send(signals.job_succeeded, attempt=job.token, worker_id=self.worker_id,
                          result=o.result, duration=o.duration_s, **base)
             return
@@ -94,6 +98,7 @@ class Settler:
                            error_type=o.error_type, error=o.error, traceback=o.traceback,
                            worker_id=self.worker_id)
         if status is JobStatus.RETRYING:
+            joblog.retrying(self.settings, o, fields["run_at"])
             signals.send(signals.job_retrying, attempt=job.token, worker_id=self.worker_id,
                          error=o.error, error_type=o.error_type, retry_at=fields["run_at"],
                          **base)

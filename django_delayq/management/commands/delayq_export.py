@@ -9,6 +9,7 @@ the admin, plus their longest transaction; ``django_delayq.spark.export`` explai
 
 from __future__ import annotations
 
+from argparse import ArgumentTypeError
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,15 +17,18 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
 MAX_OVERLAP = 365 * 86400  # a longer re-read is a --full export
+EXIT_USAGE = 2  # bad options, as argparse's own usage errors
 
 
 def parse_when(text: str) -> datetime:
-    """An ISO date or datetime; a naive one is read in the current time zone."""
+    """An ISO date or datetime; a naive one is read in the current time zone. A value it
+    cannot read is a usage error naming it (argparse: exit 2, no traceback)."""
     try:
         value = datetime.fromisoformat(text)
     except ValueError:
-        raise CommandError("%r is not an ISO date or datetime (e.g. 2025-01-31 or "
-                           "2025-01-31T12:00:00+00:00)" % (text,)) from None
+        raise ArgumentTypeError("%r is not an ISO date or datetime; give a date such as "
+                                "2025-01-31 or a datetime such as 2025-01-31T12:00:00+00:00 "
+                                "(naive ones are read in TIME_ZONE)" % (text,)) from None
     if timezone.is_naive(value):
         value = timezone.make_aware(value)
     return value
@@ -59,11 +63,12 @@ class Command(BaseCommand):
             raise CommandError("delayq_export needs pyarrow: pip install "
                                "'django-delayq[spark]' (%s)" % exc) from exc
         if options["chunk_size"] <= 0:
-            raise CommandError("--chunk-size must be > 0, not %r" % options["chunk_size"])
+            raise CommandError("--chunk-size must be > 0, not %r" % options["chunk_size"],
+                               returncode=EXIT_USAGE)
         overlap = options["overlap"]
         if overlap is not None and not 0 <= overlap <= MAX_OVERLAP:  # also refuses nan
             raise CommandError("--overlap must be a number of seconds from 0 to %d (a year), "
-                               "not %r" % (MAX_OVERLAP, overlap))
+                               "not %r" % (MAX_OVERLAP, overlap), returncode=EXIT_USAGE)
         try:
             result = export_jobs(options["out"], since=options["since"], until=options["until"],
                                  full=options["full"], chunk_size=options["chunk_size"],

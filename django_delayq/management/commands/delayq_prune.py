@@ -6,6 +6,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+EXIT_USAGE = 2  # bad options, as argparse's own usage errors
+
 
 class Command(BaseCommand):
     help = ("Delete finished jobs (succeeded, dead, cancelled) that finished longer ago than "
@@ -26,14 +28,15 @@ class Command(BaseCommand):
             raise CommandError("delayq_prune needs pyarrow: pip install "
                                "'django-delayq[spark]' (%s)" % exc) from exc
         if options["batch_size"] <= 0:
-            raise CommandError("--batch-size must be > 0, not %r" % options["batch_size"])
+            raise CommandError("--batch-size must be > 0, not %r" % options["batch_size"],
+                               returncode=EXIT_USAGE)
         try:
             age = parse_age(options["older_than"])
         except ValueError as exc:
-            raise CommandError("--older-than: %s" % exc) from exc
+            raise CommandError("--older-than: %s" % exc, returncode=EXIT_USAGE) from exc
         result = prune_jobs(age, archive=options["archive"], batch_size=options["batch_size"],
                             dry_run=options["dry_run"], progress=options["verbosity"] > 0,
-                                 stream=getattr(self.stderr, "_out", None))
+                            stream=getattr(self.stderr, "_out", None))
         verb = "would delete" if options["dry_run"] else "deleted"
         self.stdout.write("%s %d jobs finished before %s (%d attempt rows); %d archive files"
                           % (verb, result.jobs, result.cutoff.isoformat(), result.attempts,

@@ -1,0 +1,48 @@
+"""One log line per job event, so an operator can follow the jobs in the worker's log.
+
+INFO when an attempt starts, succeeds, or fails and will be retried; a job that ends dead
+is logged at ERROR by ``settle.py``. Each line names the job id, its callable, queue and
+attempt, and (once it ran) the attempt's duration::
+
+    job 01J... shop.tasks.close_order queue=default attempt=1 started
+    job 01J... shop.tasks.close_order queue=default attempt=1 succeeded in 0.012s
+    job 01J... shop.tasks.close_order queue=default attempt=1 failed in 0.480s, retry at
+        2026-01-31T12:00:15+00:00: shop.errors.Timeout: gateway did not answer
+
+``DELAYQ["LOG_JOBS"] = False`` turns these lines off (the logger stays: its level and
+handlers are the project's ``LOGGING``; the logger is ``django_delayq.worker.joblog``).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from django_delayq.core.conf import Settings
+from django_delayq.engine import ClaimedJob
+from django_delayq.worker.runner import Outcome
+
+logger = logging.getLogger(__name__)
+
+
+def _wanted(settings: Settings) -> bool:
+    return settings.log_jobs and logger.isEnabledFor(logging.INFO)
+
+
+def started(settings: Settings, job: ClaimedJob, path: str) -> None:
+    if _wanted(settings):
+        logger.info("job %s %s queue=%s attempt=%d started", job.id, path or "?", job.queue,
+                    job.token)
+
+
+def succeeded(settings: Settings, o: Outcome) -> None:
+    if _wanted(settings):
+        logger.info("job %s %s queue=%s attempt=%d succeeded in %.3fs", o.job.id, o.path,
+                    o.job.queue, o.job.token, o.duration_s)
+
+
+def retrying(settings: Settings, o: Outcome, retry_at: datetime) -> None:
+    if _wanted(settings):
+        logger.info("job %s %s queue=%s attempt=%d failed in %.3fs, retry at %s: %s: %s",
+                    o.job.id, o.path, o.job.queue, o.job.token, o.duration_s,
+                    retry_at.isoformat(timespec="seconds"), o.error_type, o.error)
