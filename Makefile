@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e ".[embedded,hiredis,tasks,postgres,prometheus,spark]" --group dev
 	touch $(STAMP)
 
+# PORT=8001 for another port; fails (exit 1) when the port is taken.
 example: $(STAMP)
-	$(PY) example_project/run.py
+	$(PY) example_project/run.py $(if $(PORT),--port $(PORT))
 
 # Every step runs even after one fails; the summary names the failures (exit 1 if any).
 test: $(STAMP)

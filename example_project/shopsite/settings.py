@@ -1,5 +1,6 @@
-"""Example shop settings: SQLite, and Redis from DELAYQ_REDIS_URL (run.py starts an
-embedded one when that is not set)."""
+"""Example shop settings: SQLite, and Redis from DELAYQ_REDIS_URL, else the embedded
+redis-server that run.py (``make example``) started and whose URL it wrote to
+``.redis/url`` (``SHOP_REDIS_DIR/url``). manage.py refuses to run with neither."""
 
 from __future__ import annotations
 
@@ -51,8 +52,17 @@ DATABASES = {"default": {
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 STATIC_URL = "static/"
 
+
+
+def _redis_url() -> str | None:
+    if os.environ.get("DELAYQ_REDIS_URL"):
+        return os.environ["DELAYQ_REDIS_URL"]
+    url_file = Path(os.environ.get("SHOP_REDIS_DIR") or BASE_DIR / ".redis") / "url"
+    return url_file.read_text().strip() if url_file.exists() else None
+
+
 DELAYQ = {
-    "REDIS_URL": os.environ.get("DELAYQ_REDIS_URL"),
+    "REDIS_URL": _redis_url(),
     "QUEUES": ["default"],
     "ALLOWED_CALLABLES": ["shop.tasks"],
 }
