@@ -13,17 +13,22 @@ from django_delayq.engine.engine import (
     SetAside,
     bad_id,
 )
-from django_delayq.engine.keys import QueueKeys
+from django_delayq.engine.keys import GroupKeys, QueueKeys
+from django_delayq.engine.results import Grant, LimitState, QueueLimit
 
 __all__ = [
     "CancelOutcome",
     "ClaimResult",
     "ClaimedJob",
     "Engine",
+    "Grant",
+    "GroupKeys",
     "JobLocation",
+    "LimitState",
     "NackOutcome",
     "NewJob",
     "QueueKeys",
+    "QueueLimit",
     "QueueStats",
     "Recovered",
     "SetAside",

@@ -26,6 +26,14 @@ class RedisOwner:
         """Now on the Redis clock (ms)."""
         raise NotImplementedError
 
+    def _run(self, name: str, keys: tuple[str, ...], args: list[Any]) -> Any:
+        """Run script ``name`` (scripts.load) with ``keys`` and ``args``."""
+        raise NotImplementedError
+
+    def _now(self, now_ms: int | None) -> int:
+        """The ``now_ms`` argument of a script: given, the clock's, or 0 (Redis TIME)."""
+        raise NotImplementedError
+
     @property
     def global_keys(self) -> GlobalKeys:
         """The key names shared by every queue under this engine's prefix."""

@@ -21,13 +21,23 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from django_delayq.engine import scripts
+from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.keys import QueueKeys
+from django_delayq.engine.limits import GroupLimits
 from django_delayq.engine.outbox import OutboxOps
 from django_delayq.engine.registry import WorkerRegistry
+from django_delayq.engine.replies import aside as _aside
+from django_delayq.engine.replies import bad_id
+from django_delayq.engine.replies import chunks as _chunks
+from django_delayq.engine.replies import envelope_text as _text
+from django_delayq.engine.replies import escaped as _escaped
+from django_delayq.engine.replies import opt as _opt
+from django_delayq.engine.replies import shown as _shown
+from django_delayq.engine.replies import text as _s
 from django_delayq.engine.results import (  # noqa: F401 - their home before results.py
     CancelOutcome,
     ClaimedJob,
@@ -46,81 +56,16 @@ logger = logging.getLogger(__name__)
 
 MAX_BATCH = scripts.MAX_CLAIM  # most jobs one claim leases
 RECONCILE_CHUNK = scripts.RECONCILE_CHUNK
-_T = TypeVar("_T")
+__all__ = ["Engine", "bad_id"]
 
 
-def _s(value: Any) -> str:
-    """Text of a reply item; strict: bytes that are not UTF-8 raise UnicodeDecodeError."""
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _shown(value: Any) -> str:
-    """A reply item for a log line, whatever it holds (repr-escaped, cut to 100 chars)."""
-    text = repr(value)
-    return text if len(text) <= 100 else text[:97] + "..."
-
-
-def _escaped(raw: Any) -> str:
-    """An id as ASCII for a log, other bytes as \\xHH, cut to 64 bytes (as the scripts
-    show the ids they remove)."""
-    data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogateescape")
-    return "".join(chr(b) if 32 <= b < 127 else "\\x%02x" % b for b in data[:64])
-
-
-def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-def bad_id(job_id: str) -> str | None:
-    """Why ``job_id`` cannot be a job id in Redis, or None. The scripts apply the same
-    rule (``lua/lib.lua``) to what they find, and set such an entry aside."""
-    if job_id.isascii():
-        if not job_id:
-            return "empty id"
-        if len(job_id) > scripts.MAX_ID_BYTES:
-            return "id longer than %d bytes" % scripts.MAX_ID_BYTES
-        return None if job_id.isprintable() else "id has control characters"
-    try:
-        size = len(job_id.encode())
-    except UnicodeEncodeError:
-        return "id is not UTF-8"
-    if size > scripts.MAX_ID_BYTES:
-        return "id longer than %d bytes" % scripts.MAX_ID_BYTES
-    if any(c < " " or c == "\x7f" for c in job_id):
-        return "id has control characters"
-    return None
-
-
-def _text(value: Any) -> str:
-    """An envelope as text; bytes that are not UTF-8 become U+FFFD (and fail JSON later,
-    so the job goes dead with a reason instead of stopping the worker)."""
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _opt(value: Any) -> int | None:
-    number = int(value)
-    return None if number < 0 else number
-
-
-def _aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:
-    """The ``n, (id, reason, removed) * n`` section of a reply at ``start``; returns the
-    entries and the index after them. Ids the script moved to dead are valid UTF-8."""
-    count = int(reply[start])
-    out = []
-    for i in range(start + 1, start + 1 + 3 * count, 3):
-        raw = reply[i]
-        text = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
-        out.append(SetAside(id=text, reason=_s(reply[i + 1]), removed=bool(int(reply[i + 2]))))
-    return out, start + 1 + 3 * count
-
-
-class Engine(WorkerRegistry, OutboxOps, ServerReads):
+class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits):
     """The Redis side of django-delayq. Thread-safe (redis-py clients are).
 
     The scripts' methods are here; the workers registry (``registry.py``), the
-    reconciler's look-ups and re-enqueues (``outbox.py``) and the operators' reads
-    (``server.py``) come from the classes in their own modules."""
+    reconciler's look-ups and re-enqueues (``outbox.py``), the operators' reads
+    (``server.py``), pause, purge, queue limits and defer (``controls.py``) and the
+    callable limits (``limits.py``) come from the classes in their own modules."""
 
     def __init__(self, client: Any, prefix: str = "delayq",
                  clock: Callable[[], int] | None = None) -> None:
@@ -170,10 +115,12 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         pipe = self.client.pipeline(transaction=True)
         for raw in raw_ids:
             pipe.zrem(k.pending, raw)
+            pipe.zrem(k.ready, raw)
             pipe.zrem(k.inflight, raw)
             pipe.hdel(k.jobs, raw)
             pipe.hdel(k.attempts, raw)
             pipe.srem(k.cancel, raw)
+            pipe.hdel(k.prio, raw)
         pipe.execute()
         out = [SetAside(id=_escaped(raw), reason=why, removed=True) for raw in raw_ids]
         self._log_aside(queue, "decoding", out)
@@ -183,7 +130,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
 
     def enqueue(self, queue: str, jobs: Iterable[NewJob], now_ms: int | None = None) -> int:
         """Add jobs (idempotent by id); returns how many were new. ``ValueError`` for
-        an id the scripts would refuse (``bad_id``), before anything is sent."""
+        an id the scripts would refuse (``bad_id``), before anything is sent. A job's
+        ``priority`` (-100..100) orders it among due jobs; 0 costs no extra memory."""
         k = self.keys(queue)
         added = 0
         batch: list[Any] = []
@@ -192,8 +140,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
             if why is not None:
                 raise ValueError("job id %s: %s" % (_shown(job.id), why))
             at = -1 if job.at_ms is None else int(job.at_ms)
-            batch += [job.id, at, int(job.delay_ms), job.envelope or ""]
-            if len(batch) >= 4 * scripts.MAX_ENQUEUE:
+            batch += [job.id, at, int(job.delay_ms), job.envelope or "", int(job.priority)]
+            if len(batch) >= 5 * scripts.MAX_ENQUEUE:
                 added += self._enqueue_batch(k, batch, now_ms)
                 batch = []
         if batch:
@@ -210,15 +158,17 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
     def claim(
         self, queue: str, limit: int, lease_ms: int, now_ms: int | None = None
     ) -> ClaimResult:
-        """Lease up to ``limit`` (at most ``MAX_BATCH``) due jobs; also reports when the
-        next one is due, and the poison entries set aside on the way (``set_aside``)."""
+        """Lease up to ``limit`` (at most ``MAX_BATCH``) due jobs, higher priority first,
+        equal priority in due order; also reports when a claim is next worth making, a
+        pause or a queue limit that held jobs back, and the poison entries set aside on
+        the way (``set_aside``). See ``ClaimResult`` and lua/claim.lua."""
         k = self.keys(queue)
         reply = self._run(
             "claim",
             k.script_keys(),
             [self._now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms)],
         )
-        aside, start = _aside(reply, 2)
+        aside, start = _aside(reply, 5)
         self._log_aside(queue, "claim", aside)
         jobs: list[ClaimedJob] = []
         bad: list[Any] = []
@@ -232,7 +182,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         if bad:
             aside += self._drop_undecodable(queue, bad, "claimed id could not be decoded")
         return ClaimResult(now_ms=int(reply[0]), next_due_ms=_opt(reply[1]), jobs=jobs,
-                           set_aside=aside)
+                           set_aside=aside, paused=bool(int(reply[2])),
+                           blocked_until_ms=_opt(reply[3]), limited=bool(int(reply[4])))
 
     def ack(self, queue: str, leases: Sequence[tuple[str, int]]) -> list[bool]:
         """Settle successes. ``leases`` are (id, token); False = lease lost, refused."""
@@ -279,12 +230,13 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
             out += [bool(int(r)) for r in self._run("extend", k.script_keys(), args)]
         return out
 
-    def release(self, queue: str, claimed: Sequence[ClaimedJob]) -> list[bool]:
+    def release(self, queue: str, claimed: Sequence[ClaimedJob],
+                now_ms: int | None = None) -> list[bool]:
         """Undo claims of jobs that never started (graceful shutdown)."""
         k = self.keys(queue)
         out: list[bool] = []
         for chunk in _chunks(claimed, scripts.MAX_RELEASE):
-            args: list[Any] = [k.channel]
+            args: list[Any] = [self._now(now_ms), k.channel]
             for job in chunk:
                 args += [job.id, job.token, job.due_ms]
             reply = self._run("release", k.script_keys(), args)
@@ -402,6 +354,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
         return MoveOutcome(int(reply[0])), _opt(reply[1])
 
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
+        """Counts of ``queue``: ``ready`` counts every due job (promoted to ready or not),
+        ``oldest_ready_ms`` is the earliest due time among them."""
         k = self.keys(queue)
         r = [int(v) for v in self._run("stats", k.script_keys(), [self._now(now_ms)])]
         return QueueStats(
@@ -420,6 +374,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads):
             attempts=int(r[2]),
             envelope=_text(r[3]) if r[3] else None,
             cancel_requested=bool(int(r[4])),
+            priority=int(r[5]),
         )
 
     def purge(self, queue: str) -> None:

@@ -62,14 +62,78 @@ class QueueKeys:
         """ZSET id -> server ms: jobs a reconciler re-enqueued moments ago."""
         return self.tag + ":reconciled"
 
+    @property
+    def ready(self) -> str:
+        """ZSET ready score -> id: due jobs in claim order, priority first, then due time
+        (lua/lib.lua ``ready_score``). Every job in it is due no later than every job of
+        ``pending``."""
+        return self.tag + ":ready"
+
+    @property
+    def prio(self) -> str:
+        """HASH id -> priority, only for jobs whose priority is not 0 (pending, ready, in
+        flight or dead); forgotten with the job."""
+        return self.tag + ":prio"
+
+    @property
+    def paused(self) -> str:
+        """STRING, present while the queue is paused (value: when, Redis ms)."""
+        return self.tag + ":paused"
+
+    @property
+    def limit(self) -> str:
+        """HASH of the queue's limits: ``rate`` and ``per_ms`` (starts per window),
+        ``concurrency`` (jobs in flight at once). Absent: no limit."""
+        return self.tag + ":limit"
+
+    @property
+    def starts(self) -> str:
+        """ZSET ``<id>:<token>:<ms>`` -> claim ms: the claims of the rate limit's window."""
+        return self.tag + ":starts"
+
     def all(self) -> tuple[str, ...]:
-        return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead)
+        """The keys holding jobs (not the queue's settings: paused, limit, starts)."""
+        return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
+                self.ready, self.prio)
 
     def script_keys(self) -> tuple[str, ...]:
         """``KEYS`` of every queue script (lua/*.lua), in the one order they name them:
         each script takes them all (one slot) and uses those it needs."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
-                self.epoch)
+                self.epoch, self.ready, self.prio, self.paused, self.limit, self.starts)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupKeys:
+    """Key names of the callable limit ``group`` under ``prefix``: all share
+    ``{prefix:limit:group}``. Their suffixes differ from every ``QueueKeys`` suffix, so a
+    queue named ``limit:<group>`` never shares a key with the group."""
+
+    prefix: str
+    group: str
+
+    @property
+    def tag(self) -> str:
+        return "{%s:limit:%s}" % (self.prefix, self.group)
+
+    @property
+    def grants(self) -> str:
+        """ZSET ``<job id>:<ms>`` -> grant ms: the grants of the rate limit's window."""
+        return self.tag + ":grants"
+
+    @property
+    def running(self) -> str:
+        """ZSET job id -> slot deadline ms: the jobs holding a concurrency slot."""
+        return self.tag + ":running"
+
+    @property
+    def next_free(self) -> str:
+        """STRING: the next retry time (ms) to hand to a refused job (spreading)."""
+        return self.tag + ":next_free"
+
+    def script_keys(self) -> tuple[str, ...]:
+        """``KEYS`` of acquire.lua and release_group.lua, in this order."""
+        return (self.grants, self.running, self.next_free)
 
 
 @dataclass(frozen=True, slots=True)

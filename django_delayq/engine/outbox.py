@@ -2,16 +2,16 @@
 
 * **Epochs** (``{prefix:queue}:epoch``): read them all in one round trip; create one
   with ``SET NX`` (whoever comes first wins, the others get the winner's value).
-* **Presence**: where each job of a list is (pending or in flight, dead, an envelope
+* **Presence**: where each job of a list is (pending, ready or in flight, dead, an envelope
   without a place, re-enqueued moments ago) and its attempts counter, read atomically
   (one MULTI, one slot; no TIME inside: a Redis Cluster pipeline refuses keyless
-  commands).
+  commands). Seven reads a job.
 * **Re-enqueue**: one MULTI remembers the ids in ``{prefix:queue}:reconciled``, seeds
   their attempts counters (HSETNX: never lowers a counter Redis holds) and runs
   ``enqueue.lua`` (sent with EVAL: a NOSCRIPT inside EXEC would not undo the rest).
 
 Each MULTI carries at most ``scripts.RECONCILE_CHUNK`` jobs: a MULTI blocks Redis like
-a script (six reads a job, or two writes and its share of enqueue.lua).
+a script (seven reads a job, or two writes and its share of enqueue.lua).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def _str(value: Any) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Presence:
-    """Where Redis holds one job. ``queued``: pending or in flight. ``dead``: in the
+    """Where Redis holds one job. ``queued``: pending, ready or in flight. ``dead``: in the
     dead set since ``died_ms`` (None when its score is not a time). ``envelope``: its
     payload is stored. ``reconciled_ms``: when a reconciler re-enqueued it, if it is
     remembered. ``attempts``: its counter, 0 when absent or not a number."""
@@ -94,6 +94,7 @@ class OutboxOps(RedisOwner):
         for job_id in job_ids:
             pipe.hexists(k.jobs, job_id)
             pipe.zscore(k.pending, job_id)
+            pipe.zscore(k.ready, job_id)
             pipe.zscore(k.inflight, job_id)
             pipe.zscore(k.dead, job_id)
             pipe.zscore(k.reconciled, job_id)
@@ -101,16 +102,18 @@ class OutboxOps(RedisOwner):
         replies = pipe.execute()
         out = []
         for i in range(len(job_ids)):
-            has_env, pending, inflight, dead, recent, attempts = replies[6 * i:6 * i + 6]
-            out.append(Presence(queued=pending is not None or inflight is not None,
+            has_env, pending, ready, inflight, dead, recent, attempts = replies[7 * i:7 * i + 7]
+            waiting = pending is not None or ready is not None
+            out.append(Presence(queued=waiting or inflight is not None,
                                 dead=dead is not None, died_ms=_int(dead) or None,
                                 envelope=bool(has_env), reconciled_ms=recent,
                                 attempts=_int(attempts)))
         return out
 
-    def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int]],
+    def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int) -> int:
-        """Enqueue ``jobs`` ((id, due ms), payload elsewhere) again; returns how many were
+        """Enqueue ``jobs`` ((id, due ms) or (id, due ms, priority), payload elsewhere)
+        again; returns how many were
         new. Per MULTI of at most ``scripts.RECONCILE_CHUNK`` jobs: remember the ids in
         ``reconciled`` (dropping entries older than ``keep_ms`` and beyond the newest
         ``keep_max``), seed the attempts counter of each id with a truthy ``seeds[id]``
@@ -121,18 +124,20 @@ class OutboxOps(RedisOwner):
             added += self._reenqueue(queue, chunk, seeds, keep_ms, keep_max)
         return added
 
-    def _reenqueue(self, queue: str, jobs: Sequence[tuple[str, int]],
+    def _reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
                    seeds: Mapping[str, int | None], keep_ms: float, keep_max: int) -> int:
         k = self.keys(queue)
         now_ms = self.time_ms()
         args: list[Any] = [0, k.channel]
-        for job_id, due_ms in jobs:
-            args += [job_id, due_ms, 0, ""]  # no envelope: the payload lives elsewhere
+        for job in jobs:
+            priority = job[2] if len(job) > 2 else 0  # type: ignore[misc]
+            args += [job[0], job[1], 0, "", priority]  # no envelope: the payload elsewhere
+        ids = [job[0] for job in jobs]
         pipe = self.client.pipeline(transaction=True)
-        pipe.zadd(k.reconciled, {job_id: now_ms for job_id, _ in jobs})
+        pipe.zadd(k.reconciled, dict.fromkeys(ids, now_ms))
         pipe.zremrangebyscore(k.reconciled, "-inf", now_ms - keep_ms)
         pipe.zremrangebyrank(k.reconciled, 0, -keep_max - 1)
-        for job_id, _ in jobs:
+        for job_id in ids:
             if seeds.get(job_id):
                 pipe.hsetnx(k.attempts, job_id, seeds[job_id])
         scripts.load("enqueue").queue(pipe, k.script_keys(), args)

@@ -41,6 +41,7 @@ class NewJob:
     envelope: str | None = None
     at_ms: int | None = None
     delay_ms: int = 0
+    priority: int = 0  # -100..100: higher is claimed first among due jobs
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,10 +72,23 @@ class SetAside:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClaimResult:
+    """What a claim leased, and when the next one is worth making.
+
+    ``next_due_ms``: None when nothing is known (empty queue, ``paused``, or the queue's
+    concurrency limit is full: claim again after a job settles or at the poll interval);
+    the rate limit's ``blocked_until_ms`` when it held jobs back; a time <= ``now_ms``
+    while due jobs wait; else the earliest due time. ``paused``: the queue is paused,
+    nothing was claimed. ``blocked_until_ms``: the queue's rate limit held back due jobs;
+    a claim is let in again at that server time. ``limited``: a queue limit (rate or
+    concurrency) held back due jobs."""
+
     now_ms: int
     next_due_ms: int | None
     jobs: list[ClaimedJob]
     set_aside: list[SetAside] = field(default_factory=list)
+    paused: bool = False
+    blocked_until_ms: int | None = None
+    limited: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -98,8 +112,35 @@ class QueueStats:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobLocation:
-    place: str  # "pending" | "inflight" | "dead" | "" (not in Redis)
+    place: str  # "pending" (pending or ready) | "inflight" | "dead" | "" (not in Redis)
     score_ms: int | None
     attempts: int
     envelope: str | None
     cancel_requested: bool
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QueueLimit:
+    """A queue's limits, enforced by claim.lua: at most ``rate[0]`` claims in any window
+    of ``rate[1]`` ms, at most ``concurrency`` jobs in flight. None: no such limit."""
+
+    rate: tuple[int, int] | None = None
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Grant:
+    """A callable limit's answer (``Engine.acquire``). Refused: ``retry_at_ms`` is the
+    server time at which a start is likely to be granted (spread across refused jobs)."""
+
+    granted: bool
+    retry_at_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LimitState:
+    """A callable limit's use now: grants in the last window, slots held."""
+
+    started_in_window: int
+    running: int

@@ -9,10 +9,11 @@ per script, and refuses a name lib.lua does not define (``IncludeError``, naming
 script and the include). The expanded text is what is sent and what the SHA is of.
 
 **Keys.** Every script of a queue takes the queue's keys in one order,
-``QueueKeys.script_keys()`` (pending, inflight, jobs, attempts, cancel, dead, epoch),
-and names those it uses as locals at its top. A server that lost its script cache
-(restart, SCRIPT FLUSH, a new cluster node) answers NOSCRIPT; the script is then sent
-with EVAL once, which also caches it.
+``QueueKeys.script_keys()`` (pending, inflight, jobs, attempts, cancel, dead, epoch,
+ready, prio, paused, limit, starts), and names those it uses as locals at its top; the
+callable limits' scripts (acquire, release_group) take ``GroupKeys.script_keys()``. A
+server that lost its script cache (restart, SCRIPT FLUSH, a new cluster node) answers
+NOSCRIPT; the script is then sent with EVAL once, which also caches it.
 
 **Bounds.** Every script does a bounded amount of work per call, so none holds Redis
 for more than a few milliseconds whatever the backlog (a script blocks every other
@@ -59,15 +60,25 @@ SCRIPT_NAMES = (
     "stats",
     "inspect",
     "events_add",
+    "defer",
+    "purge",
+    "acquire",
+    "release_group",
 )
 
 # Most items per call of each script (the ``Cost:`` line of its header says the same).
 MAX_ENQUEUE = 200  # jobs
 MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
+# Due jobs claim.lua promotes from pending to ready per call (its PROMOTE): with n jobs of
+# pending due before it, a higher-priority job waits at most ceil(n / MAX_PROMOTE) claims.
+MAX_PROMOTE = 500
 MAX_ACK = 250  # (id, token) pairs
 MAX_NACK = 200  # (id, token, delay) triples
 MAX_EXTEND = 250  # (id, token) pairs
 MAX_RELEASE = 200  # (id, token, due) triples
+MAX_DEFER = 200  # (id, token, at_ms) triples
+MAX_PURGE = 200  # waiting jobs removed (purge.lua caps its ``limit`` at this)
+MAX_RELEASE_GROUP = 250  # job ids whose callable-limit slot is freed
 MAX_RECOVER = 100  # expired leases (recover.lua caps its ``limit``), and max_attempts pairs
 MAX_EVENTS = 100  # events
 MAX_EVENT_ARGS = 2400  # arguments of events_add (a count and the field/value pairs)
@@ -96,7 +107,7 @@ class Bound:
 
 
 BOUNDS: dict[str, Bound] = {
-    "enqueue": Bound(2, 4, MAX_ENQUEUE),
+    "enqueue": Bound(2, 5, MAX_ENQUEUE),
     "claim": Bound(3, 0, 0),
     "ack": Bound(0, 2, MAX_ACK),
     "nack": Bound(3, 3, MAX_NACK),
@@ -105,10 +116,14 @@ BOUNDS: dict[str, Bound] = {
     "cancel": Bound(1, 0, 0),
     "reschedule": Bound(5, 0, 0),
     "requeue": Bound(4, 0, 0),
-    "release": Bound(1, 3, MAX_RELEASE),
+    "release": Bound(2, 3, MAX_RELEASE),
     "stats": Bound(1, 0, 0),
     "inspect": Bound(1, 0, 0),
     "events_add": Bound(1, 0, MAX_EVENTS, args=MAX_EVENT_ARGS),
+    "defer": Bound(2, 3, MAX_DEFER),
+    "purge": Bound(1, 0, 0),
+    "acquire": Bound(8, 0, 0),
+    "release_group": Bound(0, 1, MAX_RELEASE_GROUP),
 }
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")

@@ -20,6 +20,8 @@ from django_delayq.engine.events import EventLog
 from django_delayq.engine.wake import WakeListener
 
 _E = TypeVar("_E", bound="ServerReads")
+READY_LEVEL = 2 ** 44  # a ready score is (100 - priority) * READY_LEVEL + due_ms (lib.lua)
+PRIORITY_LEVELS = 201
 Entry = tuple[Any, dict[Any, Any]]  # a stream entry as redis-py returns it: (id, fields)
 
 
@@ -68,12 +70,25 @@ class ServerReads(RedisOwner):
                 for node in self.client.get_primaries()]
 
     def oldest_pending(self, queue: str) -> tuple[str, float] | None:
-        """(id, due ms) of the earliest job of ``queue`` waiting in ``pending``, if any
-        (the id decoded, bytes that are not UTF-8 replaced)."""
-        head = self.client.zrange(self.keys(queue).pending, 0, 0, withscores=True)
-        if not head:
+        """(id, due ms) of the earliest job of ``queue`` waiting to be claimed, if any
+        (the id decoded, bytes that are not UTF-8 replaced). Every job of ``ready`` is
+        due no later than every job of ``pending``, so it is the earliest of ready when
+        ready holds any: the first of one of its priority levels, read level by level
+        (one command per level present, at most 201); else the head of pending."""
+        k = self.keys(queue)
+        head = self.client.zrange(k.pending, 0, 0, withscores=True)
+        found = [(raw, float(due)) for raw, due in head]
+        start: float | str = "-inf"
+        for _ in range(PRIORITY_LEVELS):
+            top = self.client.zrangebyscore(k.ready, start, "+inf", 0, 1, withscores=True)
+            if not top or not 0 <= top[0][1] < PRIORITY_LEVELS * READY_LEVEL:
+                break
+            level = int(top[0][1] // READY_LEVEL)
+            found.append((top[0][0], top[0][1] - level * READY_LEVEL))
+            start = (level + 1) * READY_LEVEL
+        if not found:
             return None
-        raw, due_ms = head[0]
+        raw, due_ms = min(found, key=lambda item: item[1])
         job_id = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
         return job_id, float(due_ms)
 

@@ -14,8 +14,8 @@ def bare(id_: str, at: int = NOW) -> NewJob:
 def test_only_the_id_is_stored(engine: Engine) -> None:
     assert engine.enqueue("q", [bare("a"), bare("b", NOW + 5)], now_ms=NOW) == 2
     k = engine.keys("q")
-    assert engine.client.zrange(k.pending, 0, -1, withscores=True) == [
-        (b"a", NOW), (b"b", NOW + 5)]
+    assert engine.client.zrange(k.pending, 0, -1, withscores=True) == [(b"b", NOW + 5)]
+    assert engine.client.zrange(k.ready, 0, -1) == [b"a"]  # due already
     assert not engine.client.exists(k.jobs)
     assert engine.inspect("q", "a").envelope is None
 

@@ -15,11 +15,12 @@ import re
 import pytest
 
 from django_delayq.engine import Engine, scripts
-from django_delayq.engine.keys import QueueKeys
+from django_delayq.engine.keys import GroupKeys, QueueKeys
 from django_delayq.engine.scripts import IncludeError, expand, library
 
 LIB = {"a": "A = 1\n", "b": "--@include a\nB = A\n", "c": "--@include b\n--@include a\nC = B\n"}
-QUEUE_SCRIPTS = [n for n in scripts.SCRIPT_NAMES if n != "events_add"]
+GROUP_SCRIPTS = ["acquire", "release_group"]
+QUEUE_SCRIPTS = [n for n in scripts.SCRIPT_NAMES if n not in ("events_add", *GROUP_SCRIPTS)]
 ORDER = [key.rsplit(":", 1)[1] for key in QueueKeys("p", "q").script_keys()]
 LOCALS = re.compile(r"^local ([\w, ]+?) = (KEYS\[\d+\](?:,\s*KEYS\[\d+\])*)\n", re.MULTILINE)
 
@@ -96,7 +97,8 @@ def test_the_sha_is_of_the_expanded_source_and_redis_agrees(engine: Engine) -> N
 def test_each_shared_block_is_written_only_in_the_library() -> None:
     everything = {name: scripts._read(name) for name in scripts.SCRIPT_NAMES}
     for text in ("redis.call('TIME')", "replicate_commands", "tonumber(t[2]) / 1000",
-                 "0, 0, 'WITHSCORES'", "head[2] == nil", "'HDEL', jobs", "'SREM', cancel"):
+                 "0, 0, 'WITHSCORES'", "line.first == nil", "'HDEL', jobs", "'SREM', cancel",
+                 "'HDEL', prio", "(100 - priority) * LEVEL"):
         assert text in scripts._read("lib"), text
         assert [n for n, source in everything.items() if text in source] == [], text
     for name, block in scripts._library().items():
@@ -116,15 +118,26 @@ def test_a_script_includes_only_blocks_it_uses() -> None:
                 name, wanted, sorted(_defined(blocks[wanted])))
 
 
+def _check_keys(name: str, order: list[str]) -> None:
+    code = _code(name)
+    [(names, keys)] = LOCALS.findall(code)
+    indexes = [int(i) for i in re.findall(r"KEYS\[(\d+)\]", keys)]
+    named = [n.strip() for n in names.split(",")]
+    assert named == [order[i - 1] for i in indexes], name
+    assert code.count("KEYS[") == len(indexes), "%s.lua uses KEYS[i] below its top" % name
+    header = dict(re.findall(r"^-- KEYS\[(\d+)\]\s+(\w+)", scripts._read(name), re.MULTILINE))
+    assert {i: n for i, n in header.items() if int(i) in indexes} == {
+        str(i): n for i, n in zip(indexes, named)}, name
+    assert all(order[int(i) - 1] == n for i, n in header.items()), name
+
+
 def test_scripts_name_their_keys_once_in_the_one_order() -> None:
-    assert ORDER == ["pending", "inflight", "jobs", "attempts", "cancel", "dead", "epoch"]
+    assert ORDER == ["pending", "inflight", "jobs", "attempts", "cancel", "dead", "epoch",
+                     "ready", "prio", "paused", "limit", "starts"]
     for name in QUEUE_SCRIPTS:
-        code = _code(name)
-        [(names, keys)] = LOCALS.findall(code)
-        indexes = [int(i) for i in re.findall(r"KEYS\[(\d+)\]", keys)]
-        named = [n.strip() for n in names.split(",")]
-        assert named == [ORDER[i - 1] for i in indexes], name
-        assert code.count("KEYS[") == len(indexes), "%s.lua uses KEYS[i] below its top" % name
-        header = dict(re.findall(r"^-- KEYS\[(\d)\]  (\w+)", scripts._read(name), re.MULTILINE))
-        assert header == {str(i): n for i, n in zip(indexes, named)}, name
+        _check_keys(name, ORDER)
+    group = [key.rsplit(":", 1)[1] for key in GroupKeys("p", "g").script_keys()]
+    assert group == ["grants", "running", "next_free"]
+    for name in GROUP_SCRIPTS:
+        _check_keys(name, group)
     assert LOCALS.findall(_code("events_add")) == [("events", "KEYS[1]")]

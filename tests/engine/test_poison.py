@@ -106,14 +106,28 @@ def test_a_score_beyond_year_9999_that_is_due_is_not_handed_out(engine: Engine) 
     assert [s.id for s in result.set_aside] == ["old"]
 
 
-def test_poison_counts_against_the_limit_and_the_rest_comes_next(engine: Engine) -> None:
+def test_poison_is_set_aside_on_promotion_and_the_limit_is_filled(engine: Engine) -> None:
+    """Poison in pending is met while promoting due jobs (bounded by MAX_PROMOTE), not
+    leased: it takes no place of the batch."""
     k = engine.keys("q")
-    healthy(engine, "a", "b", "c")
+    healthy(engine, "a", "b", "c", "d")
     engine.client.zadd(k.pending, {b"\xc0\xaf": NOW - 50, "inf": float("-inf")})
     first = engine.claim("q", 3, LEASE, now_ms=NOW)
-    assert len(first.set_aside) == 2 and [j.id for j in first.jobs] == ["a"]
+    assert len(first.set_aside) == 2 and [j.id for j in first.jobs] == ["a", "b", "c"]
     assert first.next_due_ms == NOW - 10
-    assert [j.id for j in engine.claim("q", 3, LEASE, now_ms=NOW).jobs] == ["b", "c"]
+    assert engine.client.zcard(k.pending) == 0
+    assert [j.id for j in engine.claim("q", 3, LEASE, now_ms=NOW).jobs] == ["d"]
+
+
+def test_a_planted_ready_entry_that_is_not_a_ready_score_goes_dead(engine: Engine) -> None:
+    k = engine.keys("q")
+    healthy(engine, "a")
+    engine.client.zadd(k.ready, {"neg": -5, b"\xff": 1, "inf": float("inf")})
+    result = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert [j.id for j in result.jobs] == ["a"]
+    assert sorted((s.id, s.removed) for s in result.set_aside) == [
+        ("\\xff", True), ("inf", False), ("neg", False)]
+    assert engine.client.zcard(k.ready) == 0 and in_place(engine, "neg") == ["dead"]
 
 
 # Ids around the edges of UTF-8: what Python's strict decoding accepts is what claim
@@ -259,7 +273,8 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
     expected = {"enqueue": scripts.MAX_ENQUEUE, "claim": scripts.MAX_CLAIM,
                 "ack": scripts.MAX_ACK, "nack": scripts.MAX_NACK, "extend": scripts.MAX_EXTEND,
                 "release": scripts.MAX_RELEASE, "recover": scripts.MAX_RECOVER,
-                "events_add": scripts.MAX_EVENTS}
+                "events_add": scripts.MAX_EVENTS, "defer": scripts.MAX_DEFER,
+                "purge": scripts.MAX_PURGE, "release_group": scripts.MAX_RELEASE_GROUP}
     for name in scripts.SCRIPT_NAMES:
         source = scripts._read(name)
         for part in ("-- KEYS[1]", "-- Returns:", "-- Cost:"):
@@ -270,6 +285,8 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
             assert "scripts.MAX_" in cost, name
         else:
             assert "one job per call" in cost or "constant number" in cost, (name, cost)
+    assert f"{scripts.MAX_PROMOTE:,} promoted" in scripts._read("claim")
+    assert f"PROMOTE, TRIM = {scripts.MAX_PROMOTE}," in scripts._read("claim")
     assert scripts.RECONCILE_CHUNK <= scripts.MAX_ENQUEUE
     assert f"{scripts.MAX_EVENT_ARGS:,} arguments per call" in scripts._read(
         "events_add")

@@ -1,10 +1,11 @@
 -- ack.lua : settle finished jobs (success): forget them.
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
 -- KEYS[4]  attempts  HASH  id -> lease token
 -- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
+-- KEYS[9]  prio      HASH  id -> priority
 -- ARGV     pairs: id, token
 --
 -- An ack whose token is stale (the lease expired and the job was recovered or
@@ -15,8 +16,8 @@
 --       O(n log N).
 --@include wrong_type
 --@include forget
-local inflight, jobs, attempts, cancel = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local err = wrong_type({'', 'zset', 'hash', 'hash', 'set'})
+local inflight, jobs, attempts, cancel, prio = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[9]
+local err = wrong_type({'', 'zset', 'hash', 'hash', 'set', '', '', '', 'hash'})
 if err then return err end
 local ids = {}
 for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
@@ -36,6 +37,6 @@ for j = 1, #ids do
 end
 if #done > 0 then
   redis.call('ZREM', inflight, unpack(done))
-  forget(jobs, attempts, cancel, done)
+  forget(jobs, attempts, cancel, prio, done)
 end
 return out

@@ -1,32 +1,55 @@
--- claim.lua : take up to `limit` due jobs and lease them to the caller.
+-- claim.lua : take up to `limit` due jobs, highest priority first, and lease them.
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope (absent for jobs whose payload is elsewhere)
 -- KEYS[4]  attempts  HASH  id -> deliveries so far (the lease token)
 -- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran (a removed id's mark)
 -- KEYS[6]  dead      ZSET  died_ms -> id
+-- KEYS[8]  ready     ZSET  ready score -> id (lib.lua ready_score: priority, then due)
+-- KEYS[9]  prio      HASH  id -> priority (absent: 0)
+-- KEYS[10] paused    STRING present while the queue is paused: nothing is claimed
+-- KEYS[11] limit     HASH  rate, per_ms (claims per window), concurrency (jobs in flight)
+-- KEYS[12] starts    ZSET  "<id>:<token>:<ms>" -> claim ms, the rate limit's window log
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
 --
+-- Order. Jobs wait in pending (due_ms) until due; ready holds due jobs by priority, then
+-- due time. Each call first promotes up to 500 due jobs of pending (in due order) and
+-- then leases the lowest ready scores (the promoted ones included). Jobs enqueued, retried
+-- or released already due go straight to ready when pending holds nothing due before
+-- them (lib.lua line), so every job of ready is due no later than every job of pending:
+-- among jobs of one priority the earlier due is always claimed first. Across priorities
+-- the order is exact among the jobs promoted: with n jobs of pending due before it, a
+-- higher-priority job waits at most ceil(n / 500) claims to be promoted (a backlog that
+-- came due at once; jobs enqueued while the queue is idle are ready at once).
+-- Queue limits: at most `rate` claims in any `per_ms` window (the starts log, Redis clock)
+-- and at most `concurrency` jobs in flight (the size of inflight: a dead worker's leases
+-- leave it when recover.lua takes them back). A paused queue claims and promotes nothing.
+--
 -- Each claimed job gets attempts + 1; that number is its lease token for ack/nack/extend.
--- The batch is read and checked before the first write. A poison entry is set aside
+-- Everything is read and checked before the first write. A poison entry is set aside
 -- alone, without being charged an attempt, and the rest of the batch is claimed: an id
 -- that cannot be a job id (empty, over 256 bytes, control characters, not UTF-8) is
--- removed; a job whose score is not a time (-inf, +inf, outside years 1..9999), whose
--- attempts value is not an integer or whose envelope is not UTF-8 goes to dead (a bad
--- attempts value dropped). Entries scored past year 9999 never come due: up to 10 of
--- them are set aside per call too.
--- Returns: {now_ms, next_due_ms (-1 when none), n_aside,
+-- removed; a job whose score is not a time (-inf, +inf, outside years 1..9999; in ready:
+-- not a ready score), whose attempts value is not an integer or whose envelope is not
+-- UTF-8 goes to dead (a bad attempts value dropped). Entries of pending scored past year
+-- 9999 never come due: up to 10 of them are set aside per call too.
+-- Returns: {now_ms, next_due_ms, paused (1/0), blocked_until_ms, limited (1/0), n_aside,
 --           n_aside triples: id, reason, removed (1 removed, 0 moved to dead),
 --           then per claimed job: id, due_ms, token, envelope}
+--          next_due_ms: when a claim is next worth making: -1 none known (empty, paused,
+--          or the concurrency limit is full: after a job settles), the rate limit's
+--          blocked_until_ms, a due time <= now while ready holds jobs, else the earliest
+--          job of pending. blocked_until_ms: -1, or when the rate limit lets a claim in
+--          again (it stopped this one). limited: a limit held back jobs that were ready.
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
--- Cost: at most 200 jobs per call (scripts.MAX_CLAIM) plus 10 set aside:
---       O(limit * log N); due jobs are the score range (-inf, now] of pending (no
---       separate "promote" step), read with LIMIT.
+-- Cost: at most 200 jobs leased (scripts.MAX_CLAIM), 500 promoted (scripts.MAX_PROMOTE),
+--       10 set aside and 1,000 old window entries dropped per call: O((limit + 500)
+--       log N), never a scan of the backlog.
 --@include now
 --@include ms_range
 --@include wrong_type
@@ -38,79 +61,175 @@
 --@include call_many
 --@include pending_head
 --@include forget
-local pending, inflight, jobs, attempts, cancel, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
-                                                        KEYS[5], KEYS[6]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
+--@include ready_score
+--@include priority
+--@include trim_log
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limit, starts = KEYS[1],
+  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '',
+                        'hash', 'zset'})
 if err then return err end
+local PROMOTE, TRIM = 500, 1000
 local now = now_ms(ARGV[1])
-local limit = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
-local deadline = now + tonumber(ARGV[3])
-local due = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, 0} end
+local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
+local lease_at = string.format('%.0f', now + tonumber(ARGV[3]))
+
+-- 1. the queue's limits: how many may be claimed
+local grant = want
+local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency')
+local rate, per_ms, conc = tonumber(conf[1]), tonumber(conf[2]), tonumber(conf[3])
+local in_window, cutoff = 0, 0
+if rate and per_ms and rate >= 1 and per_ms >= 1 then
+  cutoff = now - per_ms
+  in_window = redis.call('ZCOUNT', starts, '(' .. string.format('%.0f', cutoff), '+inf')
+  grant = math.min(grant, math.max(0, rate - in_window))
+else
+  rate = nil
+end
+if conc and conc >= 0 then
+  grant = math.min(grant, math.max(0, conc - redis.call('ZCARD', inflight)))
+end
+
+-- 2. read: due jobs of pending to promote, the head of ready
+local cand = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'WITHSCORES', 'LIMIT', 0, PROMOTE)
 local tail = {}
 if now <= MAX_MS then
   tail = redis.call('ZRANGEBYSCORE', pending, '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
                     'LIMIT', 0, 10)
 end
+local head = redis.call('ZRANGE', ready, 0, grant, 'WITHSCORES')  -- one more: held back?
+local out = {now, -1, 0, -1, 0, 0}
+local gone, died, from_ready, tail_ids = {}, {}, {}, {}
+local function aside(id, why, removed)
+  if removed then gone[#gone + 1] = id; id = shown(id)
+  else died[#died + 1] = now; died[#died + 1] = id end
+  out[#out + 1] = id; out[#out + 1] = why; out[#out + 1] = removed and 1 or 0
+end
+local entries = {}  -- {score, id, promoted, due}
+for i = 1, #head, 2 do
+  local id, due = head[i], ready_due(head[i + 1])
+  from_ready[#from_ready + 1] = id
+  if bad_id(id) then aside(id, bad_id(id), true)
+  elseif due == nil then aside(id, 'ready score ' .. head[i + 1] .. ' is not one', false)
+  else entries[#entries + 1] = {tonumber(head[i + 1]), id, false, due} end
+end
 local ids, scores = {}, {}
-for i = 1, #due, 2 do ids[#ids + 1] = due[i]; scores[#scores + 1] = due[i + 1] end
-local tail_ids = {}
+for i = 1, #cand, 2 do ids[#ids + 1] = cand[i]; scores[#scores + 1] = cand[i + 1] end
 for i = 1, #tail, 2 do
   ids[#ids + 1] = tail[i]; scores[#scores + 1] = tail[i + 1]; tail_ids[#tail_ids + 1] = tail[i]
 end
-local out = {now, -1, 0}
-if #ids > 0 then
-  local envs = {}
-  if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(ids)) end
-  local counts = redis.call('HMGET', attempts, unpack(ids))
-  local lease_at = string.format('%.0f', deadline)  -- one string, not one per job
-  local leased, tokens, gone, died, reset, claimed = {}, {}, {}, {}, {}, {}
-  local nl, nj, no = 0, 0, 3
-  for j = 1, #ids do
-    local id = ids[j]
-    local why = bad_id(id)
-    if why then
-      gone[#gone + 1] = id
-      out[no + 1] = shown(id); out[no + 2] = why; out[no + 3] = 1; no = no + 3
-    else
-      local due_ms = as_ms(scores[j])
-      why = bad_count(counts[j])
-      if why then reset[#reset + 1] = id end
-      if due_ms == nil then why = 'due score ' .. scores[j] .. ' is not a time' end
-      local env = envs[j]
-      if env and string.find(env, '[\128-\255]') and not utf8_ok(env) then
-        why = 'envelope is not UTF-8'
-      end
-      if why then
-        died[#died + 1] = now; died[#died + 1] = id
-        out[no + 1] = id; out[no + 2] = why; out[no + 3] = 0; no = no + 3
-      else
-        local token = (tonumber(counts[j]) or 0) + 1
-        leased[nl + 1] = lease_at; leased[nl + 2] = id
-        tokens[nl + 1] = id; tokens[nl + 2] = token
-        nl = nl + 2
-        claimed[nj + 1] = id; claimed[nj + 2] = due_ms; claimed[nj + 3] = token
-        claimed[nj + 4] = envs[j] or ''
-        nj = nj + 4
-      end
+local prios = {}
+if #ids > 0 and redis.call('EXISTS', prio) == 1 then
+  prios = priorities(prio, ids)
+end
+for j = 1, #ids do
+  local id, due = ids[j], as_ms(scores[j])
+  if bad_id(id) then aside(id, bad_id(id), true)
+  elseif due == nil then aside(id, 'due score ' .. scores[j] .. ' is not a time', false)
+  else entries[#entries + 1] = {ready_score(priority_of(prios[j]), due), id, true, due} end
+end
+table.sort(entries, function(a, b)
+  if a[1] ~= b[1] then return a[1] < b[1] end
+  return a[2] < b[2]
+end)
+
+-- 3. choose: the `grant` lowest scores are leased, the other promoted ones become ready
+local take, promoted, seen = {}, {}, {}
+for _, e in ipairs(entries) do
+  if not seen[e[2]] then
+    seen[e[2]] = true
+    if #take < grant then take[#take + 1] = e
+    elseif e[3] then
+      promoted[#promoted + 1] = string.format('%.0f', e[1]); promoted[#promoted + 1] = e[2]
     end
   end
-  out[3] = #gone + #died / 2
-  -- writes: everything above was only read
-  if #due > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #due / 2 - 1) end
-  if #tail_ids > 0 then redis.call('ZREM', pending, unpack(tail_ids)) end
-  if nl > 0 then
-    call_many('HSET', attempts, {}, tokens)
-    call_many('ZADD', inflight, {}, leased)
-  end
-  if #died > 0 then call_many('ZADD', dead, {}, died) end
-  if #reset > 0 then redis.call('HDEL', attempts, unpack(reset)) end
-  forget(jobs, attempts, cancel, gone)
-  for j = 1, nj do out[no + j] = claimed[j] end
 end
-local head = pending_head(pending)
-if head[2] then
-  local first = as_ms(head[2])
-  if first ~= nil then out[2] = first
-  elseif tonumber(head[2]) < 0 then out[2] = now end  -- -inf left over: claim again now
+local left = #entries - #take  -- ready jobs a limit held back (at least)
+local leased, tokens, reset, claimed = {}, {}, {}, {}
+if #take > 0 then
+  local take_ids = {}
+  for j, e in ipairs(take) do take_ids[j] = e[2] end
+  local envs = {}
+  if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(take_ids)) end
+  local counts = redis.call('HMGET', attempts, unpack(take_ids))
+  for j, e in ipairs(take) do
+    local id = e[2]
+    local why = bad_count(counts[j])
+    if why then reset[#reset + 1] = id end
+    local env = envs[j]
+    if env and string.find(env, '[\128-\255]') and not utf8_ok(env) then
+      why = 'envelope is not UTF-8'
+    end
+    if why then
+      aside(id, why, false)
+    else
+      local token = (tonumber(counts[j]) or 0) + 1
+      leased[#leased + 1] = lease_at; leased[#leased + 1] = id
+      tokens[#tokens + 1] = id; tokens[#tokens + 1] = token
+      claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
+      claimed[#claimed + 1] = envs[j] or ''
+    end
+  end
+end
+local n = #tokens / 2
+if left > 0 and grant < want then
+  out[5] = 1
+  if rate and in_window + n >= rate then  -- the window is full: when its oldest leaves
+    local at = in_window + n - rate
+    local opens = now + per_ms
+    if at < in_window then
+      local s = redis.call('ZRANGEBYSCORE', starts, '(' .. string.format('%.0f', cutoff),
+                           '+inf', 'WITHSCORES', 'LIMIT', at, 1)
+      if s[2] then opens = tonumber(s[2]) + per_ms end
+    end
+    out[4] = opens
+  end
+end
+
+-- 4. write: everything above was only read
+if #cand > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #cand / 2 - 1) end
+if #tail_ids > 0 then redis.call('ZREM', pending, unpack(tail_ids)) end
+if #from_ready > 0 then  -- the leased (whatever copy was taken) and the set aside
+  local off = {}
+  for _, id in ipairs(from_ready) do if not seen[id] then off[#off + 1] = id end end
+  for _, e in ipairs(take) do off[#off + 1] = e[2] end
+  if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
+end
+if #promoted > 0 then call_many('ZADD', ready, {}, promoted) end
+if n > 0 then
+  call_many('HSET', attempts, {}, tokens)
+  call_many('ZADD', inflight, {}, leased)
+  if rate then
+    local logged, stamp = {}, string.format('%.0f', now)
+    for j = 1, #tokens, 2 do
+      logged[#logged + 1] = stamp
+      logged[#logged + 1] = tokens[j] .. ':' .. tokens[j + 1] .. ':' .. stamp
+    end
+    call_many('ZADD', starts, {}, logged)
+  end
+end
+if rate then trim_log(starts, cutoff, TRIM) end
+if #died > 0 then call_many('ZADD', dead, {}, died) end
+if #reset > 0 then redis.call('HDEL', attempts, unpack(reset)) end
+forget(jobs, attempts, cancel, prio, gone)
+out[6] = (#out - 6) / 3
+for j = 1, #claimed do out[#out + 1] = claimed[j] end
+
+-- 5. when to claim next
+if out[5] == 1 then
+  out[2] = out[4]
+else
+  local first = pending_head(ready)  -- the same read (first entry), of ready
+  if first[2] then
+    out[2] = math.min(now, ready_due(first[2]) or now)
+  else
+    local h = pending_head(pending)
+    if h[2] then
+      local due = as_ms(h[2])
+      if due ~= nil then out[2] = due
+      elseif tonumber(h[2]) < 0 then out[2] = now end  -- -inf left over: claim again now
+    end
+  end
 end
 return out

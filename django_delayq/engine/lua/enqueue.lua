@@ -1,22 +1,28 @@
 -- enqueue.lua : add jobs to a queue; idempotent by job id.
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id   (future and due jobs)
+-- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]  pending   ZSET  due_ms -> id   (jobs not yet due, and due jobs waiting their
+--                          turn to be promoted to ready by claim.lua)
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope (JSON), only for jobs that carry one
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[7]  epoch     STRING the queue's epoch (core/reconcile.py): set, if absent, to
 --                    "<ms>:<us>:e" whenever jobs are given: whoever first writes a queue's
 --                    data creates it, so "no epoch" means "nothing written since empty"
+-- KEYS[8]  ready     ZSET  ready score -> id (due jobs in claim order: lib.lua ready_score)
+-- KEYS[9]  prio      HASH  id -> priority, only for priorities other than 0
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
--- ARGV[2]  channel   PUBLISH target, told the new earliest due_ms when it moves earlier
--- ARGV[3..] groups of 4: id, at_ms (absolute; "-1" = use now_ms + delay_ms), delay_ms,
+-- ARGV[2]  channel   PUBLISH target, told the due time when the queue's next claim moves
+--                    earlier (lib.lua line_write)
+-- ARGV[3..] groups of 5: id, at_ms (absolute; "-1" = use now_ms + delay_ms), delay_ms,
 --           envelope ("" = the payload lives outside Redis, e.g. in the audit row: only
---           the id is stored, ~130 bytes a pending job instead of ~250)
+--           the id is stored, ~130 bytes a pending job instead of ~250), priority
+--           (-100..100; 0 stores nothing more)
 --
--- A job whose id is already known (pending, in flight, dead, or with an envelope), or
--- repeated within the call, is left alone. Due times are clamped to years 1..9999.
--- Everything is read (ZMSCORE, HMGET) before the first write.
+-- A job whose id is already known (pending, ready, in flight, dead, or with an envelope),
+-- or repeated within the call, is left alone. Due times are clamped to years 1..9999.
+-- A job due already goes straight to ready unless pending holds a job due before it
+-- (lib.lua line). Everything is read (ZMSCORE, HMGET) before the first write.
 -- Returns: {added, now_ms}
 -- Cost: at most 200 jobs per call (scripts.MAX_ENQUEUE; callers split bigger batches):
 --       O(n log N), independent of the backlog size.
@@ -24,42 +30,46 @@
 --@include wrong_type
 --@include clamp_ms
 --@include call_many
---@include wake
-local pending, inflight, jobs, dead, epoch = KEYS[1], KEYS[2], KEYS[3], KEYS[6], KEYS[7]
-local err = wrong_type({'zset', 'zset', 'hash', '', '', 'zset'})
+--@include line
+local pending, inflight, jobs, dead, epoch, ready, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[6],
+                                                          KEYS[7], KEYS[8], KEYS[9]
+local err = wrong_type({'zset', 'zset', 'hash', '', '', 'zset', '', 'zset', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}
-for i = 3, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
-local head = pending_head(pending)
+local line = new_line(pending, ready)
 local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
+local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
 local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
 local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
 local has_env = {}
 if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
 local seen = {}
-local scored, envs = {}, {}
-local earliest = nil
+local envs, prios = {}, {}
+local added = 0
 for j = 1, #ids do
   local id = ids[j]
-  if not (in_pending[j] or in_flight[j] or in_dead[j] or has_env[j] or seen[id]) then
+  if not (in_pending[j] or in_ready[j] or in_flight[j] or in_dead[j] or has_env[j]
+          or seen[id]) then
     seen[id] = true
-    local i = 4 * j - 1
+    added = added + 1
+    local i = 5 * j - 2
     local due = tonumber(ARGV[i + 1])
     if due < 0 then due = now + tonumber(ARGV[i + 2]) end
     due = clamp_ms(due)
-    scored[#scored + 1] = due
-    scored[#scored + 1] = id
+    local priority = tonumber(ARGV[i + 4]) or 0
+    enter(line, id, due, priority, now)
     if ARGV[i + 3] ~= '' then envs[#envs + 1] = id; envs[#envs + 1] = ARGV[i + 3] end
-    if earliest == nil or due < earliest then earliest = due end
+    if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
   end
 end
-if #scored > 0 then call_many('ZADD', pending, {}, scored) end
+line_write(line, pending, ready, ARGV[2])
 if #envs > 0 then call_many('HSET', jobs, {}, envs) end
-wake_if_earliest(ARGV[2], earliest, head)
+if #prios > 0 then call_many('HSET', prio, {}, prios) end
 if redis.call('EXISTS', epoch) == 0 then
   local t = server_time()
   redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')
 end
-return {#scored / 2, now}
+return {added, now}

@@ -1,33 +1,45 @@
 -- inspect.lua : where one job is, read atomically (admin, tests, reconciler).
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
 -- KEYS[4]  attempts  HASH  id -> lease token
 -- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
 -- KEYS[6]  dead      ZSET  died_ms -> id
+-- KEYS[8]  ready     ZSET  ready score -> id
+-- KEYS[9]  prio      HASH  id -> priority
 -- ARGV[1]  id
 --
--- Returns: {place, score, attempts, envelope or false, cancel_requested}
---          place: "pending" | "inflight" | "dead" | "" (not in Redis)
---          score -1 when it is not a time (+-inf); attempts -1 when not an integer
+-- Returns: {place, score, attempts, envelope or false, cancel_requested, priority}
+--          place: "pending" (pending or ready) | "inflight" | "dead" | "" (not in Redis)
+--          score: the due time (of a ready job, as ready_score keeps it: 1970..2527), the
+--          lease deadline or the time of death; -1 when it is not a time (+-inf);
+--          attempts -1 when not an integer; priority 0 when none (or not one)
 -- Cost: O(log N), one job per call.
 --@include wrong_type
 --@include as_ms
 --@include bad_count
-local pending, inflight, jobs, attempts, cancel, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
-                                                        KEYS[5], KEYS[6]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
+--@include ready_score
+--@include priority
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
+                                                                    KEYS[4], KEYS[5], KEYS[6],
+                                                                    KEYS[8], KEYS[9]
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash'})
 if err then return err end
 local id = ARGV[1]
 local place, score = '', -1
-for _, where in ipairs({{'pending', pending}, {'inflight', inflight}, {'dead', dead}}) do
-  local s = redis.call('ZSCORE', where[2], id)
-  if s then place, score = where[1], as_ms(s) or -1; break end
+local in_ready = redis.call('ZSCORE', ready, id)
+if in_ready then
+  place, score = 'pending', ready_due(in_ready) or -1
+else
+  for _, where in ipairs({{'pending', pending}, {'inflight', inflight}, {'dead', dead}}) do
+    local s = redis.call('ZSCORE', where[2], id)
+    if s then place, score = where[1], as_ms(s) or -1; break end
+  end
 end
 local count = redis.call('HGET', attempts, id)
 local tries = 0
 if count then tries = bad_count(count) and -1 or tonumber(count) end
 return {place, score, tries, redis.call('HGET', jobs, id),
-        redis.call('SISMEMBER', cancel, id)}
+        redis.call('SISMEMBER', cancel, id), priority_of(redis.call('HGET', prio, id))}

@@ -156,27 +156,145 @@ end
 
 --@define pending_head
 -- The earliest pending job, {id, due} ({} when none): read before the script's writes.
+-- (The first entry of any ZSET: claim.lua reads ready's with it too.)
 local function pending_head(pending)
   return redis.call('ZRANGE', pending, 0, 0, 'WITHSCORES')
 end
 
---@define wake
+--@define ready_score
+-- Where a due job stands in the ready ZSET (lowest score claimed first): priority first,
+-- then due time. score = (100 - priority) * 2^44 + due_ms, the due time kept within
+-- [0, 2^44) (years 1970..2527: a job due earlier stands as due at 1970, one due later
+-- as due in 2527; only due jobs are ready, so the latter needs a clock past 2527).
+-- Scores stay below 201 * 2^44 < 2^53: exact in a double. Format them with '%.0f'
+-- (Lua's own number printing keeps 14 digits).
+local LEVEL = 17592186044416  -- 2^44
+
+local function ready_score(priority, due)
+  if due < 0 then due = 0 elseif due >= LEVEL then due = LEVEL - 1 end
+  return (100 - priority) * LEVEL + due
+end
+
+-- The due time of a ready score, or nil when ready_score cannot have given it.
+local function ready_due(score)
+  local n = tonumber(score)
+  if n == nil or n ~= n or n < 0 or n >= 201 * LEVEL then return nil end
+  return n - math.floor(n / LEVEL) * LEVEL
+end
+
+--@define priority
+-- A job's priority as the prio hash holds it (false: absent, priority 0); a value that is
+-- not an integer in -100..100 (planted) reads as 0.
+local function priority_of(value)
+  local p = tonumber(value)
+  if p == nil or p ~= math.floor(p) or p < -100 or p > 100 then return 0 end
+  return p
+end
+
+-- The prio hash's values for `ids` (HMGET: false where absent), for priority_of.
+local function priorities(prio, ids)
+  return redis.call('HMGET', prio, unpack(ids))
+end
+
+--@define line
+--@include ready_score
+--@include call_many
 --@include pending_head
--- Tells the queue's wake channel `due` (nil: nothing was scheduled) when it is earlier
--- than `head` (pending_head before the writes), or when the job `moved` was that head.
-local function wake_if_earliest(channel, due, head, moved)
-  if due ~= nil and (head[2] == nil or due < tonumber(head[2]) or head[1] == moved) then
-    redis.call('PUBLISH', channel, due)
+-- Puts jobs back in line. A job due by `now` goes straight to ready when no job of
+-- pending is due before it; any other job goes to pending, from where claim.lua promotes
+-- due jobs in due order. So every job of ready is due no later than every job of pending,
+-- and a job never overtakes one of the same priority that was due before it.
+-- new_line reads (call it before the script's writes), enter only collects,
+-- line_write writes and tells the queue's wake channel `channel` the earliest due time
+-- placed when it moves the queue's next claim earlier: nothing was ready (an idle worker
+-- sleeps until the head of pending) and it is before that head, or `moved` was the head.
+local function new_line(pending, ready)
+  local head = pending_head(pending)
+  local first = nil
+  if head[2] then first = tonumber(head[2]) or -math.huge end
+  return {head = head[1], first = first, idle = redis.call('EXISTS', ready) == 0,
+          to_pending = {}, to_ready = {}, earliest = nil}
+end
+
+local function enter(line, id, due, priority, now)
+  if due <= now and (line.first == nil or due <= line.first) then
+    local r = line.to_ready
+    r[#r + 1] = string.format('%.0f', ready_score(priority, due)); r[#r + 1] = id
+  else
+    local p = line.to_pending
+    p[#p + 1] = due; p[#p + 1] = id
+  end
+  if line.earliest == nil or due < line.earliest then line.earliest = due end
+end
+
+local function line_write(line, pending, ready, channel, moved)
+  if #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
+  if #line.to_ready > 0 then call_many('ZADD', ready, {}, line.to_ready) end
+  local due = line.earliest
+  if due ~= nil and line.idle and (line.first == nil or due < line.first
+                                   or line.head == moved) then
+    redis.call('PUBLISH', channel, string.format('%.0f', due))
   end
 end
 
 --@define forget
--- Forgets jobs that are final (done, cancelled, trimmed from dead, set aside as poison):
--- their envelope, attempts count (lease token) and cancel mark. Where they were listed
--- (pending, inflight, dead) is the caller's to clear. At most a few hundred ids a call.
-local function forget(jobs, attempts, cancel, ids)
+-- Forgets jobs that are final (done, cancelled, purged, trimmed from dead, set aside as
+-- poison): their envelope, attempts count (lease token), cancel mark and priority. Where
+-- they were listed (pending, ready, inflight, dead) is the caller's to clear. At most a
+-- few hundred ids a call.
+local function forget(jobs, attempts, cancel, prio, ids)
   if #ids == 0 then return end
   redis.call('HDEL', jobs, unpack(ids))
   redis.call('HDEL', attempts, unpack(ids))
   redis.call('SREM', cancel, unpack(ids))
+  redis.call('HDEL', prio, unpack(ids))
+end
+
+--@define trim_log
+-- Drops up to `most` entries scored at or before `cutoff` from the ZSET `log` (a window
+-- log of starts or grants: what left the window), oldest first.
+local function trim_log(log, cutoff, most)
+  local old = redis.call('ZCOUNT', log, '-inf', string.format('%.0f', cutoff))
+  if old > 0 then redis.call('ZREMRANGEBYRANK', log, 0, math.min(old, most) - 1) end
+end
+
+--@define give_back
+--@include line
+--@include priority
+--@include clamp_ms
+-- Hands leased jobs back (release.lua, defer.lua): ARGV[3..] triples id, token, due_ms.
+-- A job whose token is current goes back in line at due_ms with its priority, and the
+-- attempt it was charged is given back (its attempts count lowered by one). Reads
+-- everything before its writes; returns {one 1/0 per triple}, the line (lib.lua line:
+-- the caller calls line_write).
+local function give_back(pending, inflight, attempts, ready, prio, now)
+  local ids = {}
+  for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+  if #ids == 0 then return {}, nil end
+  local held = redis.call('HMGET', attempts, unpack(ids))
+  local live = redis.call('ZMSCORE', inflight, unpack(ids))
+  local prio_of = priorities(prio, ids)
+  local line = new_line(pending, ready)  -- reads, before any write
+  local out, back, counts, fresh, seen = {}, {}, {}, {}, {}
+  for j = 1, #ids do
+    local id = ids[j]
+    local i = 3 * j
+    if live[j] and held[j] == ARGV[i + 1] and not seen[id] then
+      seen[id] = true
+      back[#back + 1] = id
+      local left = tonumber(held[j]) - 1
+      if left > 0 then counts[#counts + 1] = id; counts[#counts + 1] = left
+      else fresh[#fresh + 1] = id end
+      enter(line, id, clamp_ms(tonumber(ARGV[i + 2])), priority_of(prio_of[j]), now)
+      out[j] = 1
+    else
+      out[j] = 0
+    end
+  end
+  if #back > 0 then
+    redis.call('ZREM', inflight, unpack(back))
+    if #counts > 0 then call_many('HSET', attempts, {}, counts) end
+    if #fresh > 0 then redis.call('HDEL', attempts, unpack(fresh)) end
+  end
+  return out, line
 end

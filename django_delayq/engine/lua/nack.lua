@@ -1,19 +1,23 @@
--- nack.lua : settle failed jobs: back to pending after a delay, or to dead.
+-- nack.lua : settle failed jobs: back in line after a delay, or to dead.
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
 -- KEYS[4]  attempts  HASH  id -> lease token
 -- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
 -- KEYS[6]  dead      ZSET  died_ms -> id
+-- KEYS[8]  ready     ZSET  ready score -> id
+-- KEYS[9]  prio      HASH  id -> priority (kept while the job lives, dead included)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
--- ARGV[2]  channel   PUBLISH target when a retry becomes the earliest pending job
+-- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
 -- ARGV[3]  dead_max  dead jobs kept; the oldest beyond it are dropped (at most 100 per call)
 -- ARGV[4..] triples: id, token, retry_delay_ms ("-1" = no retry: dead)
 --
--- A job whose cancel was asked while it ran is not retried: it is forgotten. Tokens,
--- leases and cancel marks are read for the whole call before the first write.
+-- A retry keeps its priority: due already (delay 0), it goes straight to ready unless
+-- pending holds a job due before it (lib.lua line). A job whose cancel was asked while it
+-- ran is not retried: it is forgotten. Tokens, leases, cancel marks and priorities are
+-- read for the whole call before the first write.
 -- Returns: one integer per triple: 0 refused (lease lost), 1 retrying, 2 dead, 3 cancelled
 -- Cost: at most 200 triples per call (scripts.MAX_NACK; callers split bigger batches):
 --       O(n log N), plus at most 100 trimmed dead jobs.
@@ -21,22 +25,25 @@
 --@include wrong_type
 --@include clamp_ms
 --@include call_many
---@include wake
+--@include line
+--@include priority
 --@include forget
-local pending, inflight, jobs, attempts, cancel, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
-                                                        KEYS[5], KEYS[6]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
+                                                                    KEYS[4], KEYS[5], KEYS[6],
+                                                                    KEYS[8], KEYS[9]
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}
 for i = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local out = {}
-local earliest = nil
 if #ids > 0 then
   local tokens = redis.call('HMGET', attempts, unpack(ids))
   local leased = redis.call('ZMSCORE', inflight, unpack(ids))
   local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
-  local settled, dropped, retry, died, seen = {}, {}, {}, {}, {}
+  local prios = priorities(prio, ids)
+  local line = new_line(pending, ready)
+  local settled, dropped, died, seen = {}, {}, {}, {}
   for j = 1, #ids do
     local id = ids[j]
     local i = 3 * j + 1
@@ -50,10 +57,7 @@ if #ids > 0 then
         dropped[#dropped + 1] = id
         out[j] = 3
       elseif delay >= 0 then
-        local due = clamp_ms(now + delay)
-        retry[#retry + 1] = due
-        retry[#retry + 1] = id
-        if earliest == nil or due < earliest then earliest = due end
+        enter(line, id, clamp_ms(now + delay), priority_of(prios[j]), now)
         out[j] = 1
       else
         died[#died + 1] = now
@@ -62,18 +66,16 @@ if #ids > 0 then
       end
     end
   end
-  local head = pending_head(pending)
   if #settled > 0 then redis.call('ZREM', inflight, unpack(settled)) end
-  forget(jobs, attempts, cancel, dropped)
-  if #retry > 0 then call_many('ZADD', pending, {}, retry) end
+  forget(jobs, attempts, cancel, prio, dropped)
+  line_write(line, pending, ready, ARGV[2])
   if #died > 0 then call_many('ZADD', dead, {}, died) end
-  wake_if_earliest(ARGV[2], earliest, head)
 end
 local excess = redis.call('ZCARD', dead) - tonumber(ARGV[3])
 if excess > 0 then
   local gone = redis.call('ZPOPMIN', dead, math.min(excess, 100))
   local trimmed = {}
   for j = 1, #gone, 2 do trimmed[#trimmed + 1] = gone[j] end
-  forget(jobs, attempts, cancel, trimmed)
+  forget(jobs, attempts, cancel, prio, trimmed)
 end
 return out

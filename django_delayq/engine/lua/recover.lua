@@ -1,22 +1,25 @@
 -- recover.lua : take back jobs whose lease expired (their worker died or hung).
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
 -- KEYS[4]  attempts  HASH  id -> lease token (= deliveries so far)
 -- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
 -- KEYS[6]  dead      ZSET  died_ms -> id
+-- KEYS[8]  ready     ZSET  ready score -> id
+-- KEYS[9]  prio      HASH  id -> priority
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most expired leases to handle in this call (1..100; more is capped)
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
--- ARGV[4]  channel   PUBLISH target when a recovered job becomes the earliest pending job
+-- ARGV[4]  channel   PUBLISH target (told now_ms) when jobs are back in line
 -- ARGV[5]  dead_max  dead jobs kept (trimmed by nack.lua; here only compared)
 -- ARGV[6..] pairs: id, max_attempts — for jobs without an envelope in Redis (payload in
 --           the audit row), as the caller read them; default_max_attempts otherwise
 --
 -- The lost delivery counts as an attempt: a job with attempts left is due again at
--- now_ms; one without goes to dead; one whose cancel was asked is forgotten.
+-- now_ms with its priority (to ready unless pending holds a job due before: lib.lua line);
+-- one without goes to dead; one whose cancel was asked is forgotten.
 -- Leases whose deadline is not a time (past year 9999, +inf) never expire: up to 10
 -- of them are taken back per call too. The batch is read and checked before the first
 -- write; a poison entry is set aside alone: an id that cannot be a job id is removed,
@@ -33,9 +36,12 @@
 --@include bad_count
 --@include shown
 --@include forget
-local pending, inflight, jobs, attempts, cancel, dead = KEYS[1], KEYS[2], KEYS[3], KEYS[4],
-                                                        KEYS[5], KEYS[6]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset'})
+--@include line
+--@include priority
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
+                                                                    KEYS[4], KEYS[5], KEYS[6],
+                                                                    KEYS[8], KEYS[9]
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local limit = math.max(1, math.min(tonumber(ARGV[2]) or 1, 100))
@@ -52,7 +58,9 @@ local envs = {}
 if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(ids)) end
 local counts = redis.call('HMGET', attempts, unpack(ids))
 local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
-local gone, dropped, died, again, reset, results = {}, {}, {}, {}, {}, {}
+local prios = priorities(prio, ids)
+local line = new_line(pending, ready)
+local gone, dropped, died, reset, results = {}, {}, {}, {}, {}
 for j, id in ipairs(ids) do
   local why = bad_id(id)
   if why then
@@ -79,7 +87,7 @@ for j, id in ipairs(ids) do
         died[#died + 1] = now; died[#died + 1] = id
         outcome = 2
       else
-        again[#again + 1] = now; again[#again + 1] = id
+        enter(line, id, now, priority_of(prios[j]), now)
         outcome = 1
       end
     end
@@ -89,13 +97,14 @@ end
 out[1] = #gone + #reset
 -- writes: everything above was only read
 redis.call('ZREM', inflight, unpack(ids))
-forget(jobs, attempts, cancel, gone)
+forget(jobs, attempts, cancel, prio, gone)
 if #reset > 0 then redis.call('HDEL', attempts, unpack(reset)) end
-forget(jobs, attempts, cancel, dropped)
+forget(jobs, attempts, cancel, prio, dropped)
 if #died > 0 then redis.call('ZADD', dead, unpack(died)) end
-if #again > 0 then
-  redis.call('ZADD', pending, unpack(again))
-  redis.call('PUBLISH', ARGV[4], now)
+if line.earliest ~= nil then
+  line.idle = false  -- told below whatever the line's state: workers may have slept
+  line_write(line, pending, ready, ARGV[4])
+  redis.call('PUBLISH', ARGV[4], string.format('%.0f', now))
 end
 for j = 1, #results do out[#out + 1] = results[j] end
 return out

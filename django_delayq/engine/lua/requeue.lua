@@ -1,31 +1,35 @@
 -- requeue.lua : give a dead job a fresh set of attempts.
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[4]  attempts  HASH  id -> lease token
 -- KEYS[6]  dead      ZSET  died_ms -> id
+-- KEYS[8]  ready     ZSET  ready score -> id
+-- KEYS[9]  prio      HASH  id -> priority (kept while the job was dead)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
--- ARGV[2]  channel   PUBLISH target when the job becomes the earliest pending job
+-- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id
 -- ARGV[4]  delay_ms
 --
--- The attempt counter restarts at 0, so the job gets its max_attempts again.
+-- The attempt counter restarts at 0, so the job gets its max_attempts again; it keeps
+-- its priority and goes back in line (lib.lua line).
 -- Returns: {outcome, due_ms}  outcome 1 requeued, 0 not in dead
 -- Cost: O(log N), one job per call.
 --@include now
 --@include wrong_type
 --@include clamp_ms
---@include wake
-local pending, attempts, dead = KEYS[1], KEYS[4], KEYS[6]
-local err = wrong_type({'zset', '', '', 'hash', '', 'zset'})
+--@include line
+--@include priority
+local pending, attempts, dead, ready, prio = KEYS[1], KEYS[4], KEYS[6], KEYS[8], KEYS[9]
+local err = wrong_type({'zset', '', '', 'hash', '', 'zset', '', 'zset', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local id = ARGV[3]
 if not redis.call('ZSCORE', dead, id) then return {0, -1} end
 local due = clamp_ms(now + tonumber(ARGV[4]))
-local head = pending_head(pending)
+local line = new_line(pending, ready)
+enter(line, id, due, priority_of(redis.call('HGET', prio, id)), now)
 redis.call('ZREM', dead, id)
 redis.call('HDEL', attempts, id)
-redis.call('ZADD', pending, due, id)
-wake_if_earliest(ARGV[2], due, head)
+line_write(line, pending, ready, ARGV[2])
 return {1, due}

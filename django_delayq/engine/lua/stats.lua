@@ -1,33 +1,45 @@
 -- stats.lua : counts and times of one queue, read atomically.
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[6]  dead      ZSET  died_ms -> id
+-- KEYS[8]  ready     ZSET  ready score -> id
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 --
--- Times are those of entries scored in years 1..9999: an entry scored -inf or +inf is
--- counted but never reported as a time.
+-- Due jobs are those of ready and those of pending due by now (not promoted yet). Times
+-- are those of entries scored in years 1..9999: an entry scored -inf or +inf is counted
+-- but never reported as a time. The oldest job of ready is the first of one of its
+-- priority levels: read level by level (at most 201, one ZRANGEBYSCORE each).
 -- Returns: {now_ms, scheduled (due later), ready (due now), inflight, dead,
---           next_due_ms (-1 none), oldest_due_ms of the ready jobs (-1 none),
+--           next_due_ms (-1 none), oldest_due_ms of the due jobs (-1 none),
 --           expired leases}
--- Cost: O(log N), a constant number of commands per call.
+-- Cost: O(log N) per command, a constant number of commands per call (at most 209).
 --@include now
 --@include ms_range
 --@include wrong_type
 --@include as_ms
-local pending, inflight, dead = KEYS[1], KEYS[2], KEYS[6]
-local err = wrong_type({'zset', 'zset', '', '', '', 'zset'})
+--@include ready_score
+local pending, inflight, dead, ready = KEYS[1], KEYS[2], KEYS[6], KEYS[8]
+local err = wrong_type({'zset', 'zset', '', '', '', 'zset', '', 'zset'})
 if err then return err end
 local now = now_ms(ARGV[1])
-local ready = redis.call('ZCOUNT', pending, '-inf', now)
+local due_now = redis.call('ZCOUNT', pending, '-inf', now)
 local total = redis.call('ZCARD', pending)
 local nxt = redis.call('ZRANGEBYSCORE', pending, '(' .. now, MAX_MS_ARG, 'WITHSCORES',
                       'LIMIT', 0, 1)
 local first = redis.call('ZRANGEBYSCORE', pending, MIN_MS_ARG, now, 'WITHSCORES', 'LIMIT', 0, 1)
 local oldest = -1
 if first[2] then oldest = as_ms(first[2]) or -1 end
+local from = '-inf'
+for _ = 1, 201 do
+  local top = redis.call('ZRANGEBYSCORE', ready, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local due = top[2] and ready_due(top[2])
+  if not due then break end
+  if oldest < 0 or due < oldest then oldest = due end
+  from = string.format('%.0f', (math.floor(tonumber(top[2]) / LEVEL) + 1) * LEVEL)
+end
 local next_due = -1
 if nxt[2] then next_due = as_ms(nxt[2]) or -1 end
-return {now, total - ready, ready, redis.call('ZCARD', inflight), redis.call('ZCARD', dead),
-        next_due, oldest, redis.call('ZCOUNT', inflight, '-inf', now)}
+return {now, total - due_now, due_now + redis.call('ZCARD', ready), redis.call('ZCARD', inflight),
+        redis.call('ZCARD', dead), next_due, oldest, redis.call('ZCOUNT', inflight, '-inf', now)}

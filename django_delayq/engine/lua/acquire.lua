@@ -1,0 +1,76 @@
+-- acquire.lua : may job `id` start now under its callable's limits? (group limits)
+--
+-- KEYS[1]  grants   ZSET  "<id>:<ms>" -> grant ms: the rate limit's window log
+-- KEYS[2]  running  ZSET  id -> slot deadline ms: the jobs holding a concurrency slot
+-- KEYS[3]  next_free STRING the next retry time (ms) to hand to a refused job
+--          (keys.GroupKeys: one hash tag {prefix:limit:<group>})
+-- ARGV[1]  now_ms     integer ms, or "0" to read the server's TIME
+-- ARGV[2]  id         the job asking
+-- ARGV[3]  lease_ms   how long its slot lasts unless released (release_group.lua): the
+--                     slot of a dead worker frees itself then
+-- ARGV[4]  rate       most grants per window ("-1": no rate limit)
+-- ARGV[5]  per_ms     the window
+-- ARGV[6]  concurrency  most slots held at once ("-1": no concurrency limit)
+-- ARGV[7]  margin_ms  added to the window when counting grants (see below)
+-- ARGV[8]  spread_ms  retry step of jobs refused for concurrency (a slot frees at an
+--                     unknown time)
+--
+-- Rate: a grant is refused while `rate` grants lie in the last per_ms + margin_ms ms, so
+-- there are at most `rate` grants in any window of per_ms + margin_ms on the Redis clock.
+-- The margin covers the delay between a grant and the call it allows: if every call
+-- starts within margin_ms after its grant, at most `rate` calls start in any window of
+-- per_ms (two grants `rate` apart are per_ms + margin_ms apart; their calls at least
+-- per_ms). Concurrency: a grant takes a slot (running) until release_group.lua frees it
+-- or its deadline passes; expired slots are dropped first (at most 100 per call; the
+-- count of live ones is exact either way). A job already holding a slot is granted again
+-- (its deadline renewed, nothing counted twice).
+-- Refused: retry_at_ms is when a start is likely to be granted, spread so that refused
+-- jobs do not all come back at once: the later of when the window opens (or now +
+-- spread_ms for concurrency) and `next_free`, which then moves on by (per_ms + margin_ms) /
+-- rate (or spread_ms): 200 jobs refused at 10/s get retry times ~105 ms apart.
+-- Returns: {granted (1/0), retry_at_ms (-1 when granted), now_ms}
+-- Cost: one job per call, O(log N) per command: at most 100 expired slots and 1,000 old
+--       window entries dropped per call.
+--@include now
+--@include wrong_type
+--@include trim_log
+local grants, running, next_free = KEYS[1], KEYS[2], KEYS[3]
+local err = wrong_type({'zset', 'zset', 'string'})
+if err then return err end
+local now = now_ms(ARGV[1])
+local id, lease_ms = ARGV[2], tonumber(ARGV[3])
+local rate, window = tonumber(ARGV[4]), tonumber(ARGV[5]) + tonumber(ARGV[7])
+local conc, spread = tonumber(ARGV[6]), tonumber(ARGV[8])
+local deadline = string.format('%.0f', now + lease_ms)
+local stamp = string.format('%.0f', now)
+trim_log(running, now, 100)
+if conc >= 0 and redis.call('ZSCORE', running, id) then
+  redis.call('ZADD', running, 'XX', deadline, id)
+  return {1, -1, now}
+end
+local opens = nil
+local full = conc >= 0 and redis.call('ZCOUNT', running, '(' .. stamp, '+inf') >= conc
+local cutoff = now - window
+if rate >= 1 then
+  local from = '(' .. string.format('%.0f', cutoff)
+  local in_window = redis.call('ZCOUNT', grants, from, '+inf')
+  if in_window >= rate then
+    local s = redis.call('ZRANGEBYSCORE', grants, from, '+inf', 'WITHSCORES', 'LIMIT',
+                         in_window - rate, 1)
+    opens = s[2] and tonumber(s[2]) + window or now + window
+  end
+end
+if opens == nil and not full then
+  if rate >= 1 then
+    redis.call('ZADD', grants, stamp, id .. ':' .. stamp)
+    trim_log(grants, cutoff, 1000)
+  end
+  if conc >= 0 then redis.call('ZADD', running, deadline, id) end
+  return {1, -1, now}
+end
+local step = spread
+if opens ~= nil then step = math.ceil(window / rate) end
+local at = math.max(opens or now + spread, tonumber(redis.call('GET', next_free)) or 0)
+redis.call('SET', next_free, string.format('%.0f', at + step), 'PX',
+           string.format('%.0f', at + step - now + window))
+return {0, at, now}

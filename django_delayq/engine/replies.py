@@ -1,0 +1,80 @@
+"""Reading script replies: text of reply items (strict, or for a log), ids as the scripts
+check them (``bad_id``), the "set aside" section of a reply, and list chunks for bounded
+calls. Shared by the ``Engine``'s method groups; no Redis here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any, TypeVar
+
+from django_delayq.engine import scripts
+from django_delayq.engine.results import SetAside
+
+_T = TypeVar("_T")
+
+
+def text(value: Any) -> str:
+    """Text of a reply item; strict: bytes that are not UTF-8 raise UnicodeDecodeError."""
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def shown(value: Any) -> str:
+    """A reply item for a log line, whatever it holds (repr-escaped, cut to 100 chars)."""
+    seen = repr(value)
+    return seen if len(seen) <= 100 else seen[:97] + "..."
+
+
+def escaped(raw: Any) -> str:
+    """An id as ASCII for a log, other bytes as \\xHH, cut to 64 bytes (as the scripts
+    show the ids they remove)."""
+    data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogateescape")
+    return "".join(chr(b) if 32 <= b < 127 else "\\x%02x" % b for b in data[:64])
+
+
+def chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def bad_id(job_id: str) -> str | None:
+    """Why ``job_id`` cannot be a job id in Redis, or None. The scripts apply the same
+    rule (``lua/lib.lua``) to what they find, and set such an entry aside."""
+    if job_id.isascii():
+        if not job_id:
+            return "empty id"
+        if len(job_id) > scripts.MAX_ID_BYTES:
+            return "id longer than %d bytes" % scripts.MAX_ID_BYTES
+        return None if job_id.isprintable() else "id has control characters"
+    try:
+        size = len(job_id.encode())
+    except UnicodeEncodeError:
+        return "id is not UTF-8"
+    if size > scripts.MAX_ID_BYTES:
+        return "id longer than %d bytes" % scripts.MAX_ID_BYTES
+    if any(c < " " or c == "\x7f" for c in job_id):
+        return "id has control characters"
+    return None
+
+
+def envelope_text(value: Any) -> str:
+    """An envelope as text; bytes that are not UTF-8 become U+FFFD (and fail JSON later,
+    so the job goes dead with a reason instead of stopping the worker)."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def opt(value: Any) -> int | None:
+    number = int(value)
+    return None if number < 0 else number
+
+
+def aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:
+    """The ``n, (id, reason, removed) * n`` section of a reply at ``start``; returns the
+    entries and the index after them. Ids the script moved to dead are valid UTF-8."""
+    count = int(reply[start])
+    out = []
+    for i in range(start + 1, start + 1 + 3 * count, 3):
+        raw = reply[i]
+        id_ = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
+        out.append(SetAside(id=id_, reason=text(reply[i + 1]), removed=bool(int(reply[i + 2]))))
+    return out, start + 1 + 3 * count

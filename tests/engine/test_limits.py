@@ -1,0 +1,168 @@
+"""Queue limits (claim.lua: claims per window, jobs in flight), callable ("group") limits
+(acquire.lua, release_group.lua) and defer.lua, on the Redis clock given as ``now_ms``.
+Every Redis target, the cluster included."""
+
+from __future__ import annotations
+
+import random
+
+from django_delayq.engine import Engine, Grant, LimitState, NewJob, QueueLimit
+from django_delayq.engine.limits import GRANT_MARGIN_MS, SPREAD_MS
+
+NOW = 1_800_000_000_000
+LEASE = 30_000
+
+
+def fill(engine: Engine, n: int, queue: str = "q") -> None:
+    engine.enqueue(queue, [NewJob(id="j%03d" % i, at_ms=NOW - 1000 + i) for i in range(n)],
+                   now_ms=NOW)
+
+
+# -- queue limits -------------------------------------------------------------------------
+
+
+def test_queue_limit_is_stored_read_back_and_lifted(engine: Engine) -> None:
+    assert engine.queue_limit("q") is None
+    engine.set_queue_limit("q", rate=(5, 1000), concurrency=3)
+    assert engine.queue_limit("q") == QueueLimit(rate=(5, 1000), concurrency=3)
+    engine.set_queue_limit("q", rate=None, concurrency=2)
+    assert engine.queue_limit("q") == QueueLimit(rate=None, concurrency=2)
+    engine.set_queue_limit("q", rate=None, concurrency=None)
+    assert engine.queue_limit("q") is None
+
+
+def test_queue_rate_limit_grants_n_claims_per_window(engine: Engine) -> None:
+    fill(engine, 10)
+    engine.set_queue_limit("q", rate=(3, 1000), concurrency=None)
+    first = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert len(first.jobs) == 3
+    assert (first.limited, first.blocked_until_ms, first.next_due_ms) == (
+        True, NOW + 1000, NOW + 1000)
+    held = engine.claim("q", 10, LEASE, now_ms=NOW + 999)
+    assert (held.jobs, held.blocked_until_ms) == ([], NOW + 1000)
+    assert len(engine.claim("q", 2, LEASE, now_ms=NOW + 1000).jobs) == 2
+    third = engine.claim("q", 10, LEASE, now_ms=NOW + 1500)
+    assert len(third.jobs) == 1 and third.blocked_until_ms == NOW + 2000
+    assert [j.id for j in first.jobs] == ["j000", "j001", "j002"]  # order kept
+
+
+def test_no_window_of_the_queue_holds_more_than_n_claims(engine: Engine) -> None:
+    fill(engine, 300)
+    engine.set_queue_limit("q", rate=(7, 500), concurrency=None)
+    rng = random.Random(5)
+    claims: list[int] = []
+    now = NOW
+    while len(claims) < 150:
+        now += rng.randint(0, 120)
+        claims += [now] * len(engine.claim("q", rng.randint(1, 5), LEASE, now_ms=now).jobs)
+    for i, start in enumerate(claims):
+        assert sum(1 for t in claims[i:] if t < start + 500) <= 7, start
+
+
+def test_queue_concurrency_limit_counts_jobs_in_flight(engine: Engine) -> None:
+    fill(engine, 5)
+    engine.set_queue_limit("q", rate=None, concurrency=2)
+    first = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert len(first.jobs) == 2
+    assert (first.limited, first.blocked_until_ms, first.next_due_ms) == (True, None, None)
+    assert engine.claim("q", 10, LEASE, now_ms=NOW).jobs == []
+    assert engine.ack("q", [(first.jobs[0].id, first.jobs[0].token)]) == [True]
+    assert [j.id for j in engine.claim("q", 10, LEASE, now_ms=NOW).jobs] == ["j002"]
+
+
+def test_a_limit_that_holds_nothing_back_is_not_reported(engine: Engine) -> None:
+    fill(engine, 2)
+    engine.set_queue_limit("q", rate=(5, 1000), concurrency=5)
+    result = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert (len(result.jobs), result.limited, result.blocked_until_ms) == (2, False, None)
+
+
+# -- defer --------------------------------------------------------------------------------
+
+
+def test_defer_puts_a_job_back_for_later_with_its_attempt_given_back(engine: Engine) -> None:
+    k = engine.keys("q")
+    fill(engine, 2)
+    a, b = engine.claim("q", 2, LEASE, now_ms=NOW).jobs
+    assert engine.defer("q", [(a.id, a.token, NOW + 700), (b.id, b.token + 1, NOW + 700)],
+                        now_ms=NOW) == [True, False]  # a stale token is refused
+    assert engine.client.zscore(k.pending, a.id) == NOW + 700
+    assert engine.inspect("q", a.id).attempts == 0
+    assert engine.inspect("q", b.id).place == "inflight"
+    assert engine.claim("q", 5, LEASE, now_ms=NOW + 699).jobs == []
+    [again] = engine.claim("q", 5, LEASE, now_ms=NOW + 700).jobs
+    assert (again.id, again.token, again.due_ms) == (a.id, 1, NOW + 700)
+
+
+# -- callable limits ----------------------------------------------------------------------
+
+
+def acquire(engine: Engine, job: str, now: int, rate: tuple[int, int] | None = (2, 1000),
+            concurrency: int | None = None, lease_ms: int = 60_000) -> Grant:
+    return engine.acquire("shop.tasks.call_api", job, lease_ms=lease_ms, rate=rate,
+                          concurrency=concurrency, now_ms=now)
+
+
+def test_group_rate_grants_n_per_window_plus_margin(engine: Engine) -> None:
+    assert acquire(engine, "a", NOW).granted
+    assert acquire(engine, "b", NOW + 10).granted
+    refused = acquire(engine, "c", NOW + 20)
+    assert refused == Grant(granted=False, retry_at_ms=NOW + 1000 + GRANT_MARGIN_MS)
+    assert not acquire(engine, "c", NOW + 1000 + GRANT_MARGIN_MS - 1).granted
+    assert acquire(engine, "c", NOW + 1000 + GRANT_MARGIN_MS).granted
+
+
+def test_no_window_of_a_group_holds_more_than_n_grants(engine: Engine) -> None:
+    rng = random.Random(11)
+    grants: list[int] = []
+    now = NOW
+    for i in range(400):
+        now += rng.randint(0, 40)
+        if acquire(engine, "j%d" % i, now, rate=(5, 300)).granted:
+            grants.append(now)
+    assert len(grants) > 20
+    for i, start in enumerate(grants):
+        assert sum(1 for t in grants[i:] if t < start + 300 + GRANT_MARGIN_MS) <= 5
+
+
+def test_refused_jobs_get_spread_retry_times(engine: Engine) -> None:
+    rate = (10, 1000)
+    for i in range(10):
+        assert acquire(engine, "ok%d" % i, NOW, rate=rate).granted
+    retries = [acquire(engine, "r%03d" % i, NOW + 1, rate=rate).retry_at_ms or 0
+               for i in range(200)]
+    assert retries == sorted(retries) and len(set(retries)) == 200
+    gaps = {b - a for a, b in zip(retries, retries[1:])}
+    assert gaps == {-(-(1000 + GRANT_MARGIN_MS) // 10)}  # ~105 ms apart
+    assert retries[0] == NOW + 1000 + GRANT_MARGIN_MS
+
+
+def test_group_concurrency_slots_are_released_or_expire(engine: Engine) -> None:
+    group = "shop.tasks.call_api"
+    assert acquire(engine, "a", NOW, rate=None, concurrency=2, lease_ms=5000).granted
+    assert acquire(engine, "b", NOW, rate=None, concurrency=2, lease_ms=5000).granted
+    refused = [acquire(engine, "c%d" % i, NOW + 1, rate=None, concurrency=2) for i in range(3)]
+    assert [g.granted for g in refused] == [False] * 3
+    assert [g.retry_at_ms for g in refused] == [NOW + 1 + SPREAD_MS * i for i in (1, 2, 3)]
+    assert acquire(engine, "a", NOW + 2, rate=None, concurrency=2, lease_ms=5000).granted
+    assert engine.release_group(group, ["a", "zzz"]) == 1
+    assert acquire(engine, "c0", NOW + 3, rate=None, concurrency=2, lease_ms=5000).granted
+    # b's worker died: its slot comes back when its lease ends
+    assert not acquire(engine, "d", NOW + 4999, rate=None, concurrency=2).granted
+    assert acquire(engine, "d", NOW + 5000, rate=None, concurrency=2).granted
+
+
+def test_limit_state_counts_the_window_and_the_slots(engine: Engine) -> None:
+    group = "shop.tasks.call_api"
+    now = engine.time_ms()
+    for job in ("a", "b"):
+        assert engine.acquire(group, job, lease_ms=60_000, rate=(5, 60_000),
+                              concurrency=3).granted
+    assert engine.limit_state(group, rate=(5, 60_000), concurrency=3) == LimitState(
+        started_in_window=2, running=2)
+    engine.release_group(group, ["a"])
+    state = engine.limit_state(group, rate=(5, 60_000), concurrency=3)
+    assert (state.started_in_window, state.running) == (2, 1)
+    assert engine.limit_state("other", rate=None, concurrency=None) == LimitState(
+        started_in_window=0, running=0)
+    assert now <= engine.time_ms()
