@@ -10,6 +10,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import urlencode
 
 from django_delayq import schedule
 from django_delayq.models import Job, JobAttempt, JobStatus
@@ -75,8 +76,9 @@ def test_search_by_error_text_and_type_and_filters(delayq_settings, admin_client
     assert _list(admin_client, "?queue=emails")[0] == [expired]
     assert _list(admin_client, "?callable_path=tests.jobs.noop")[0] in ([later, expired],
                                                                       [expired, later])
-    today = timezone.localdate()
-    since = "?run_at__gte=%s&run_at__lt=%s" % (today, today + timedelta(days=1))
+    today = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
+    since = "?" + urlencode({"run_at__gte": str(today),  # the filter's "Today" link
+                             "run_at__lt": str(today + timedelta(days=1))})
     assert later not in _list(admin_client, since)[0]
     assert dead in _list(admin_client, since)[0]
     html = _list(admin_client)[1]
