@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import textwrap
 from collections import defaultdict
@@ -51,23 +52,36 @@ def _finish(fig: Any, ax: Any, title: str, ylabel: str, path: Path) -> Path:
     return path
 
 
-def lateness_chart(report: dict[str, Any], path: Path) -> Path:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 4))
+def _lateness(points: list[dict[str, Any]], p: str) -> list[float]:
+    """Lateness percentile ``p`` per bucket; NaN where nothing started, so the line breaks
+    there instead of running straight across the empty minutes (no job, no lateness)."""
+    return [pt["lateness_ms"][p] if pt["lateness_ms"] else math.nan for pt in points]
+
+
+def draw_lateness(ax: Any, report: dict[str, Any]) -> None:
     for queue, points in _by_queue(report["series"]).items():
-        pts = [p for p in points if p["lateness_ms"]]
-        line, = ax.plot(_x(pts), [p["lateness_ms"]["p50"] for p in pts], label=queue + " p50")
-        ax.plot(_x(pts), [p["lateness_ms"]["p95"] for p in pts], linestyle="--",
+        line, = ax.plot(_x(points), _lateness(points, "p50"), marker=".", label=queue + " p50")
+        ax.plot(_x(points), _lateness(points, "p95"), linestyle="--", marker=".",
                 color=line.get_color(), label=queue + " p95")
+
+
+def draw_throughput(ax: Any, report: dict[str, Any]) -> None:
+    """Finished jobs per minute in every bucket: an empty bucket is a zero (the series has
+    every bucket from the first to the last, ``summary._every_bucket``)."""
+    minutes = report["bucket_seconds"] / 60.0
+    for queue, points in _by_queue(report["series"]).items():
+        ax.plot(_x(points), [p["finished"] / minutes for p in points], label=queue)
+
+
+def lateness_chart(report: dict[str, Any], path: Path) -> Path:
+    fig, ax = _plt().subplots(figsize=(9, 4))
+    draw_lateness(ax, report)
     return _finish(fig, ax, "Lateness (start - due)", "ms", path)
 
 
 def throughput_chart(report: dict[str, Any], path: Path) -> Path:
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(9, 4))
-    minutes = report["bucket_seconds"] / 60.0
-    for queue, points in _by_queue(report["series"]).items():
-        ax.plot(_x(points), [p["finished"] / minutes for p in points], label=queue)
+    fig, ax = _plt().subplots(figsize=(9, 4))
+    draw_throughput(ax, report)
     return _finish(fig, ax, "Throughput (finished jobs)", "jobs / minute", path)
 
 

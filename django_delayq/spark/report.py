@@ -14,7 +14,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES
 
@@ -95,15 +95,24 @@ def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
 def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
                jdbc_url: str | None = None, jdbc_table: str | None = None,
                jdbc_properties: Mapping[str, str | None] | None = None,
-               bucket_seconds: int | None = None) -> ReportFiles:
+               bucket_seconds: int | None = None, progress: bool = False,
+               stream: TextIO | None = None, progress_every: float = 5.0) -> ReportFiles:
+    """Read, compute, write. With ``progress``, each step and the Spark stages running
+    (every ``progress_every`` seconds) are printed to ``stream`` (stderr)."""
     from django_delayq.spark.source import DEFAULT_TABLE, read_jobs
+    from django_delayq.spark.stages import StageProgress
     from django_delayq.spark.summary import compute_report
 
-    jobs = read_jobs(spark, input, jdbc_url=jdbc_url, jdbc_table=jdbc_table or DEFAULT_TABLE,
-                     jdbc_properties=jdbc_properties)
-    report = compute_report(jobs, bucket_seconds=bucket_seconds)
-    report["source"] = jdbc_url.split("?")[0] if jdbc_url else str(input)
-    return write_outputs(report, out)
+    with StageProgress(spark, stream, enabled=progress, every=progress_every) as steps:
+        with steps.step("reading jobs from %s" % (jdbc_url.split("?")[0] if jdbc_url
+                                                  else input)):
+            jobs = read_jobs(spark, input, jdbc_url=jdbc_url,
+                             jdbc_table=jdbc_table or DEFAULT_TABLE,
+                             jdbc_properties=jdbc_properties)
+        report = compute_report(jobs, bucket_seconds=bucket_seconds, progress=steps)
+        report["source"] = jdbc_url.split("?")[0] if jdbc_url else str(input)
+        with steps.step("writing JSON, CSV, charts and HTML to %s" % out):
+            return write_outputs(report, out)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -143,7 +152,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         files = run_report(spark, opts["out"], input=opts["input"], jdbc_url=opts["jdbc_url"],
                            jdbc_table=opts["jdbc_table"], jdbc_properties=props,
-                           bucket_seconds=opts["bucket_seconds"])
+                           bucket_seconds=opts["bucket_seconds"], progress=True)
     except (FileNotFoundError, ValueError) as exc:
         parser.exit(2, "delayq report: %s\n" % exc)
     print("report: %s" % files.html)

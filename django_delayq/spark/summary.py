@@ -7,6 +7,7 @@ from typing import Any
 
 from django_delayq.spark import metrics
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES, TOP_ERRORS
+from django_delayq.spark.stages import StageProgress
 
 
 def _r(value: Any) -> float | None:
@@ -78,25 +79,33 @@ def _series(started: list[Any], finished: list[Any], seconds: int) -> list[dict[
 
 
 def compute_report(jobs: Any, *, bucket_seconds: int | None = None,
-                   top_errors: int = TOP_ERRORS) -> dict[str, Any]:
-    """``jobs``: one row per job (see ``source.read_jobs``). Returns the whole report."""
+                   top_errors: int = TOP_ERRORS,
+                   progress: StageProgress | None = None) -> dict[str, Any]:
+    """``jobs``: one row per job (see ``source.read_jobs``). Returns the whole report;
+    ``progress`` is told each step as it starts and ends."""
+    steps = progress or StageProgress(None, enabled=False)
     jobs = jobs.cache()
     try:
-        rows = jobs.count()
-        span = metrics.time_span_seconds(jobs)
+        with steps.step("counting jobs"):
+            rows = jobs.count()
+            span = metrics.time_span_seconds(jobs)
         bucket = bucket_seconds or metrics.choose_bucket(span)
         lv = metrics.with_levels(jobs)
-        peaks = {(r["queue"], r["callable"]): r["peak"]
-                 for r in metrics.peak_frame(lv).collect()}
-        groups = {(r["queue"], r["callable"]): _group(r, peaks.get((r["queue"], r["callable"])))
-                  for r in metrics.summary_frame(lv).collect()}
-        for r in metrics.attempts_frame(lv).collect():
-            groups[(r["queue"], r["callable"])]["attempts"][str(r["attempts"])] = r["count"]
-        for r in metrics.errors_frame(lv, top_errors).orderBy("rank").collect():
-            groups[(r["queue"], r["callable"])]["top_errors"].append(
-                {"error": r["error"], "count": r["count"], "example": r["example"]})
-        started, finished = metrics.series_frames(lv, bucket)
-        series = _series(started.collect(), finished.collect(), bucket)
+        with steps.step("summary per queue and callable (%d jobs)" % rows):
+            peaks = {(r["queue"], r["callable"]): r["peak"]
+                     for r in metrics.peak_frame(lv).collect()}
+            groups = {(r["queue"], r["callable"]): _group(r, peaks.get((r["queue"],
+                                                                       r["callable"])))
+                      for r in metrics.summary_frame(lv).collect()}
+        with steps.step("attempts and errors"):
+            for r in metrics.attempts_frame(lv).collect():
+                groups[(r["queue"], r["callable"])]["attempts"][str(r["attempts"])] = r["count"]
+            for r in metrics.errors_frame(lv, top_errors).orderBy("rank").collect():
+                groups[(r["queue"], r["callable"])]["top_errors"].append(
+                    {"error": r["error"], "count": r["count"], "example": r["example"]})
+        with steps.step("time series (%d s buckets)" % bucket):
+            started, finished = metrics.series_frames(lv, bucket)
+            series = _series(started.collect(), finished.collect(), bucket)
     finally:
         jobs.unpersist()
     for group in groups.values():

@@ -34,7 +34,7 @@ class Command(BaseCommand):
         from django_delayq.spark.session import build_session
 
         if problem := check_arguments(options):
-            raise CommandError(problem)
+            raise CommandError(problem, returncode=2)  # bad options: exit 2, as argparse
         spark = build_session(options["master"] or "local[*]", app_name="delayq-report",
                               jars=[options["jdbc_jar"] or ""])
         try:
@@ -42,7 +42,8 @@ class Command(BaseCommand):
                 spark, options["out"], input=options["input"], jdbc_url=options["jdbc_url"],
                 jdbc_table=options["jdbc_table"] or Job._meta.db_table,
                 jdbc_properties=self._jdbc_properties(options) if options["jdbc_url"] else None,
-                bucket_seconds=options["bucket_seconds"])
+                bucket_seconds=options["bucket_seconds"],
+                progress=options["verbosity"] > 0, stream=getattr(self.stderr, "_out", None))
         except (FileNotFoundError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write("%d jobs; report written to %s" % (files.report["jobs"], files.html))
