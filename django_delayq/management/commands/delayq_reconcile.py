@@ -41,7 +41,7 @@ class Command(BaseCommand):
         settings = get_settings()
         queues = parse_queues(options["queues"], settings)
         if options["batch"] < 1:
-            raise CommandError("--batch must be >= 1, not %d" % options["batch"])
+            raise CommandError("--batch must be >= 1, not %d" % options["batch"], returncode=2)
         reconciler = Reconciler(get_engine(), settings, queues)
         try:
             count = reconciler.run_all(options["batch"], options["grace"],
