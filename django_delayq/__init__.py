@@ -28,6 +28,11 @@ _LAZY = {
     "requeue": "django_delayq.core.api",
     "get_job": "django_delayq.core.api",
     "JobHandle": "django_delayq.core.api",
+    # whole queues
+    "pause_queue": "django_delayq.core.queues",
+    "resume_queue": "django_delayq.core.queues",
+    "paused_queues": "django_delayq.core.queues",
+    "purge_queue": "django_delayq.core.queues",
     # what cancel() and reschedule()/run_now() return
     "CancelOutcome": "django_delayq.engine.engine",
     "MoveOutcome": "django_delayq.engine.engine",
@@ -58,6 +63,12 @@ if TYPE_CHECKING:  # pragma: no cover
         schedule_spec,
     )
     from django_delayq.core.context import current_job  # noqa: F401
+    from django_delayq.core.queues import (  # noqa: F401
+        pause_queue,
+        paused_queues,
+        purge_queue,
+        resume_queue,
+    )
     from django_delayq.engine.engine import CancelOutcome, MoveOutcome  # noqa: F401
     from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound, Retry  # noqa: F401
 

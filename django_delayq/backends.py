@@ -51,13 +51,14 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
-    supports_priority = False  # the engine orders jobs by due time only
+    supports_priority = True  # -100..100: among due jobs of a queue, higher runs first
 
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         # Without QUEUES, the queues of DELAYQ["QUEUES"] are valid (checked per task); with
-        # QUEUES [], any name passes validate_task (Django's rule).
+        # QUEUES [], any name is (Django's rule): a worker serves it with --queues.
         self.own_queues = "QUEUES" in params
+        self.any_queue = self.own_queues and not self.queues
         if not self.own_queues:
             self.queues: set[str] = set()
         self.max_attempts, self.backoff = retry_options(alias, self.options)
@@ -94,10 +95,11 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
         kwargs = compat.normalize_json(dict(kwargs))
         delay, at = _when(task.run_after)
-        spec = api.JobSpec(args=args, kwargs=kwargs, delay=delay, at=at)
+        spec = api.JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, priority=task.priority)
         try:
             handle = api.schedule_spec(task.module_path, spec, queue=task.queue_name,
-                                       max_attempts=self.max_attempts, backoff=self.backoff)
+                                       max_attempts=self.max_attempts, backoff=self.backoff,
+                                       any_queue=self.any_queue)
         except InvalidJob as exc:
             raise compat.InvalidTask(str(exc)) from exc
         # The stored times, so that get_result(result.id) == result.

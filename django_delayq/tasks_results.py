@@ -4,8 +4,9 @@ The Tasks backend (``django_delayq.backends``) builds results here:
 
 * ``stored_result(row, attempts, alias)``: what ``get_result()`` returns, from a ``Job``
   row and its ``JobAttempt`` rows. The task is the module's ``@task`` object with the
-  row's queue, the reading backend's alias and the row's ``run_after``; ``enqueued_at``
-  is the row's ``created_at``, so ``get_result(r.id) == r`` for a result just enqueued.
+  row's queue, the enqueuing backend's alias (``enqueuing_alias``) and the row's
+  ``run_after`` (its ``scheduled_for``); ``enqueued_at`` is the row's ``created_at``, so
+  ``get_result(r.id) == r`` for a result just enqueued.
 * ``live_result(...)``: the result of the attempt running (or just finished) in this
   worker, for ``TaskContext.task_result`` and for ``task_started`` / ``task_finished``.
 
@@ -57,8 +58,9 @@ STATUS = {
     JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
     JobStatus.DEAD: TaskResultStatus.FAILED,
     JobStatus.CANCELLED: TaskResultStatus.FAILED,  # "unable to start" (or not retried)
+    JobStatus.EXPIRED: TaskResultStatus.FAILED,  # not started before its expiry: never ran
 }
-FINAL = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED)
+FINAL = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 # A row's due time later than its creation by more than this was a run_after.
 DUE_PRECISION = timedelta(milliseconds=1)
 REMEMBERED_JOBS = 10_000
@@ -67,23 +69,45 @@ REMEMBERED_JOBS = 10_000
 # -- the task of a row ---------------------------------------------------------------
 
 def run_after_of(row: Job) -> datetime | None:
-    """The ``run_after`` a row was enqueued with, while it has not started: its due time
-    when later than its creation. Once started, the row holds the current attempt's due
-    time only (set when the job reached Redis, or its retry time): ``None`` then."""
+    """The ``run_after`` a row was enqueued with: the due time asked (``scheduled_for``,
+    kept after the task started). ``schedule()`` writes a job due "now" with
+    ``scheduled_for == created_at`` (one clock reading): no run_after then; any other
+    value was asked, in the past too. A row without ``scheduled_for`` (written before it
+    existed, or by ``schedule_dataframe``) falls back to its due time until it starts,
+    when later than its creation."""
+    if row.scheduled_for is not None:
+        return None if row.scheduled_for == row.created_at else row.scheduled_for
     if row.attempts == 0 and row.run_at - row.created_at > DUE_PRECISION:
         return row.run_at
     return None
 
 
+def enqueuing_alias(obj: Any, alias: str) -> str:
+    """The alias a row's task was enqueued through, as read by backend ``alias``: the
+    ``@task``'s own backend when that alias is a DelayQ backend too (the rows are shared),
+    else ``alias``. The row stores no alias: a task enqueued with ``using(backend=...)``
+    on another DelayQ backend reads as its declared one (docs/tasks.md)."""
+    declared = getattr(obj, "backend", None) if isinstance(obj, Task) else None
+    if not declared or declared == alias or not _sender:
+        return alias
+    try:
+        backend = compat.tasks.task_backends[declared]  # type: ignore[union-attr]
+    except Exception:  # noqa: BLE001 - an alias that is not configured (any error of it)
+        return alias
+    return declared if isinstance(backend, _sender[0]) else alias
+
+
 def task_of(row: Job, alias: str, task_class: Any) -> Any:
     """The ``Task`` a row runs, as seen by backend ``alias``: the module's ``@task`` object
-    (or a plain job's function wrapped) with the row's queue and run_after."""
+    (or a plain job's function wrapped) with the row's queue, the enqueuing backend's
+    alias and run_after."""
     try:
         obj = registry.job_object(row.callable_path)
     except (ImportError, AttributeError, PermissionError) as exc:
         raise compat.TaskResultDoesNotExist("%s runs %r: %s"
                                             % (row.pk, row.callable_path, exc)) from exc
-    changes = dict(backend=alias, queue_name=row.queue, run_after=run_after_of(row))
+    changes = dict(backend=enqueuing_alias(obj, alias), queue_name=row.queue,
+                   run_after=run_after_of(row), priority=row.priority)
     if isinstance(obj, Task):
         if all(getattr(obj, k) == v for k, v in changes.items()):
             return obj
@@ -158,12 +182,14 @@ def stored_result(row: Job, attempts: list[JobAttempt], alias: str, task_class: 
         # e.g. DELAYQ["EAGER"] runs, which record no JobAttempt
         errors.append(task_error(row.error_type, row.last_error, row.traceback))
     first_start = next((a.started_at for a in attempts if a.started_at), row.started_at)
+    task = task_of(row, alias, task_class)
     result = TaskResult(
-        task=task_of(row, alias, task_class), id=row.pk, status=STATUS[JobStatus(row.status)],
+        task=task, id=row.pk, status=STATUS[JobStatus(row.status)],
         enqueued_at=row.created_at, started_at=first_start,
         last_attempted_at=row.started_at,
         finished_at=row.finished_at if row.status in FINAL else None,
-        args=row.args, kwargs=row.kwargs, backend=alias, errors=errors, worker_ids=workers)
+        args=row.args, kwargs=row.kwargs, backend=task.backend, errors=errors,
+        worker_ids=workers)
     if row.status == JobStatus.SUCCEEDED:
         object.__setattr__(result, "_return_value", row.result)
     return result

@@ -9,38 +9,32 @@ worker's reconciler enqueues it later: the row is the durable record.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.exceptions import ImproperlyConfigured
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
-from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.core import bulk, ids, registry, validation
-from django_delayq.core.conf import Settings, get_settings
+from django_delayq.core import bulk, options, registry, submit, validation
+from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import CancelOutcome, NewJob
+from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
+from django_delayq.core.submit import JobSpec, enqueue_or_outbox, set_eager_runner
+from django_delayq.engine import CancelOutcome
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.exceptions import InvalidJob, JobNotFound
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobSpec:
-    """One job of ``schedule_many``."""
-
-    args: Sequence[Any] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    delay: float | timedelta | None = None
-    at: datetime | None = None
-    key: str | None = None
+__all__ = ["JobCall", "JobHandle", "JobSpec", "cancel", "enqueue_or_outbox", "get_job", "job",
+           "pause_queue", "paused_queues", "purge_queue", "requeue", "reschedule",
+           "resume_queue", "run_now", "schedule", "schedule_many", "schedule_spec",
+           "set_eager_runner"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,91 +59,6 @@ class JobHandle:
         return cancel(self.id)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Common:
-    path: str
-    queue: str
-    max_attempts: int
-    backoff: Any
-
-
-def _common(fn: Any, queue: str | None, max_attempts: Any, backoff: Any, s: Settings) -> _Common:
-    validation.check_text(fn, "the callable path")
-    path = registry.path_of(fn)
-    registry.check_schedulable(path)
-    queue = s.default_queue if queue is None else queue
-    if queue not in s.queues:
-        raise InvalidJob("unknown queue %r; DELAYQ['QUEUES'] is %r" % (queue, list(s.queues)))
-    validation.check_backoff(backoff)
-    if max_attempts is None:
-        is_list = isinstance(backoff, (list, tuple))
-        max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
-    validation.check_max_attempts(max_attempts)
-    if isinstance(backoff, tuple):
-        backoff = list(backoff)
-    return _Common(path=path, queue=queue, max_attempts=max_attempts, backoff=backoff)
-
-
-def _when(delay: Any, at: Any) -> tuple[datetime | None, float]:
-    """The due time checked: ``(at, 0)``, or ``(None, delay in seconds)``."""
-    if delay is not None and at is not None:
-        raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
-    if at is not None:
-        return validation.check_at(at, django_settings.USE_TZ), 0.0
-    return None, validation.delay_seconds(0 if delay is None else delay)
-
-
-def _build(c: _Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[str, Any], NewJob]:
-    """One job's row values and its id for Redis (``schedule``; ``schedule_many`` uses
-    ``bulk``, with the same checks from ``validation``)."""
-    args, kwargs = list(spec.args), dict(spec.kwargs)
-    _, _, size = validation.encode_args(args, kwargs)
-    at, seconds = _when(spec.delay, spec.at)
-    if at is not None:
-        run_at, new = at, {"at_ms": validation.at_ms(at)}
-    else:
-        run_at, new = now + timedelta(seconds=seconds), {"delay_ms": int(seconds * 1000)}
-    if spec.key is not None:
-        validation.check_key(spec.key)
-    job_id = ids.new_id() if spec.key is None else ids.id_for_key(c.queue, spec.key)
-    validation.check_size(size + validation.payload_head_size(c.path, c.max_attempts, c.backoff),
-                          s.max_payload_bytes)
-    row = dict(id=job_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
-               key=spec.key, run_at=run_at, created_at=now, updated_at=now,
-               max_attempts=c.max_attempts, backoff=c.backoff)
-    # The payload stays in the row: Redis gets the id and the due time.
-    return row, NewJob(id=job_id, at_ms=new.get("at_ms"), delay_ms=new.get("delay_ms", 0))
-
-
-_eager: list[Callable[[str], object]] = []
-
-
-def set_eager_runner(runner: Callable[[str], object]) -> None:
-    """What runs a job inline when ``DELAYQ["EAGER"]`` is on: ``django_delayq.testing``
-    plugs its runner in when the app is ready (a hook: this layer never imports it)."""
-    _eager[:] = [runner]
-
-
-def _eager_runner() -> Callable[[str], object]:
-    if not _eager:
-        raise ImproperlyConfigured("DELAYQ['EAGER'] is on but no eager runner is set: is "
-                                   "'django_delayq' in INSTALLED_APPS?")
-    return _eager[0]
-
-
-def enqueue_or_outbox(queue: str, jobs: list[NewJob]) -> None:
-    """Send committed jobs to Redis; when it is down, their rows wait for the reconciler."""
-    try:
-        get_engine().enqueue(queue, jobs)
-    except RedisError as exc:
-        logger.warning("Redis unavailable; %d job(s) of queue %r stay in the outbox for the "
-                       "reconciler: %s", len(jobs), queue, exc)
-
-
-def _after_commit(using: str, fn: Callable[[], object]) -> None:
-    transaction.on_commit(fn, using=using, robust=True)
-
-
 def schedule(
     fn: Callable[..., Any] | str,
     *args: Any,
@@ -159,28 +68,53 @@ def schedule(
     max_attempts: int | None = None,
     backoff: Any = None,
     key: str | None = None,
+    priority: int = 0,
+    timeout: float | timedelta | None = None,
+    expires: datetime | float | timedelta | None = None,
+    retry_on: Any = None,
     **kwargs: Any,
 ) -> JobHandle:
     """Run ``fn(*args, **kwargs)`` after ``delay`` (seconds or timedelta) or ``at``.
 
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
-    same queue) returns the first job instead of creating another. A job function whose
-    keyword arguments are named like these options: use ``job(fn).using(...)``.
+    same queue) returns the first job instead of creating another. ``priority`` (-100 to
+    100), ``timeout`` (seconds), ``expires`` and ``retry_on``: see ``core/options.py``.
+    A job function whose keyword arguments are named like these options: use
+    ``job(fn).using(...)``; for the last four, ``schedule()`` refuses the ambiguity.
     """
-    spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key)
-    return schedule_spec(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff)
+    spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key, priority=priority,
+                   timeout=timeout, expires=expires, retry_on=retry_on)
+    given = [name for name, value in (("priority", priority != 0), ("timeout", timeout),
+                                      ("expires", expires), ("retry_on", retry_on))
+             if value is not None and value is not False]
+    return _schedule(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff,
+                     options_given=given)
 
 
 def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None = None,
-                  max_attempts: int | None = None, backoff: Any = None) -> JobHandle:
-    """``schedule()`` with the job's arguments given as values (any keyword names)."""
-    key = spec.key
-    s = get_settings()
-    common = _common(fn, queue, max_attempts, backoff, s)
-    values, new = _build(common, spec, s, timezone.now())
-    row = Job(**values)
+                  max_attempts: int | None = None, backoff: Any = None,
+                  any_queue: bool = False) -> JobHandle:
+    """``schedule()`` with the job's arguments given as values (any keyword names).
+
+    ``any_queue``: accept a queue ``DELAYQ["QUEUES"]`` does not list (the Tasks backend
+    with ``QUEUES: []``, as Django's rule is); a worker must serve it with ``--queues``."""
+    return _schedule(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff,
+                     any_queue=any_queue)
+
+
+def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
+              max_attempts: int | None, backoff: Any, any_queue: bool = False,
+              requeued_from: str | None = None, options_given: list[str] | None = None
+              ) -> JobHandle:
+    s, now = get_settings(), timezone.now()
+    c = submit.common(fn, s, queue=queue, max_attempts=max_attempts, backoff=backoff,
+                      use_tz=django_settings.USE_TZ, now=now, any_queue=any_queue)
+    if options_given:  # schedule(): its own keywords and the function's share one namespace
+        options.check_no_clash(c.path, options_given)
+    values, new = submit.build(c, spec, s, now)
+    row = Job(**values, requeued_from=requeued_from)
     using = router.db_for_write(Job)
-    if key is not None:
+    if spec.key is not None:
         try:
             with transaction.atomic(using=using):
                 row.save(force_insert=True, using=using)
@@ -191,10 +125,10 @@ def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | N
     signals.send(signals.job_scheduled, job_id=row.id, queue=row.queue,
                  callable_path=row.callable_path, run_at=row.run_at)
     if s.eager:  # unit tests: run inline after commit, no Redis involved
-        run_eager = _eager_runner()
-        _after_commit(using, lambda: run_eager(row.id))
+        run_eager = submit.eager_runner()
+        submit.after_commit(using, lambda: run_eager(row.id))
     else:
-        _after_commit(using, lambda: enqueue_or_outbox(row.queue, [new]))
+        submit.after_commit(using, lambda: enqueue_or_outbox(row.queue, [new]))
     return JobHandle(row.id, row.queue)
 
 
@@ -205,28 +139,32 @@ def schedule_many(
     queue: str | None = None,
     max_attempts: int | None = None,
     backoff: Any = None,
+    priority: int | None = None,
+    timeout: float | timedelta | None = None,
+    expires: datetime | float | timedelta | None = None,
+    retry_on: Any = None,
     batch_size: int = 1000,
 ) -> list[str]:
     """Schedule one job per spec with bulk inserts and one Redis call per batch.
 
     Specs with a ``key`` whose job already exists are skipped (their id is still
-    returned), so replaying the same input never schedules a row twice.
+    returned), so replaying the same input never schedules a row twice. ``priority``,
+    ``timeout``, ``expires`` and ``retry_on`` apply to the specs that leave theirs ``None``.
     """
-    s = get_settings()
-    common = _common(fn, queue, max_attempts, backoff, s)
+    s, now = get_settings(), timezone.now()
+    c = submit.common(fn, s, queue=queue, max_attempts=max_attempts, backoff=backoff,
+                      use_tz=django_settings.USE_TZ, now=now, priority=priority,
+                      timeout=timeout, expires=expires, retry_on=retry_on)
     using = router.db_for_write(Job)
-    batch = bulk.build(using, specs, queue=common.queue, path=common.path,
-                       max_attempts=common.max_attempts, backoff=common.backoff,
-                       now=timezone.now(), use_tz=django_settings.USE_TZ,
-                       max_payload=s.max_payload_bytes)
+    batch = bulk.build(using, specs, common=c, now=now, max_payload=s.max_payload_bytes)
     batch.drop_existing(batch_size)
     with transaction.atomic(using=using):
         batch.insert(batch_size)
         jobs = batch.jobs
         if jobs:
-            signals.send(signals.jobs_scheduled, queue=common.queue, callable_path=common.path,
+            signals.send(signals.jobs_scheduled, queue=c.queue, callable_path=c.path,
                          job_ids=[job.id for job in jobs])
-        _after_commit(using, lambda: enqueue_or_outbox(common.queue, jobs))
+        submit.after_commit(using, lambda: enqueue_or_outbox(c.queue, jobs))
     return batch.ids
 
 
@@ -251,34 +189,48 @@ class JobCall:
     max_attempts: int | None = None
     backoff: Any = None
     key: str | None = None
+    priority: int | None = None
+    timeout: float | timedelta | None = None
+    expires: datetime | float | timedelta | None = None
+    retry_on: Any = None
 
     def using(self, *, delay: float | timedelta | None = _KEEP, at: datetime | None = _KEEP,
               queue: str | None = _KEEP, max_attempts: int | None = _KEEP,
-              backoff: Any = _KEEP, key: str | None = _KEEP) -> JobCall:
+              backoff: Any = _KEEP, key: str | None = _KEEP, priority: int | None = _KEEP,
+              timeout: float | timedelta | None = _KEEP,
+              expires: datetime | float | timedelta | None = _KEEP,
+              retry_on: Any = _KEEP) -> JobCall:
         """These options replace the current ones (``None`` resets one); raises
         ``InvalidJob`` naming a bad option, as ``schedule()`` would."""
         given = dict(delay=delay, at=at, queue=queue, max_attempts=max_attempts,
-                     backoff=backoff, key=key)
+                     backoff=backoff, key=key, priority=priority, timeout=timeout,
+                     expires=expires, retry_on=retry_on)
         changed = replace(self, **{k: v for k, v in given.items() if v is not _KEEP})
         changed.check()
         return changed
 
     def check(self) -> None:
         """The checks of ``schedule()`` that do not depend on the job's arguments."""
-        _common(self.fn, self.queue, self.max_attempts, self.backoff, get_settings())
-        _when(self.delay, self.at)
+        now = timezone.now()
+        submit.common(self.fn, get_settings(), queue=self.queue, max_attempts=self.max_attempts,
+                      backoff=self.backoff, use_tz=django_settings.USE_TZ, now=now,
+                      priority=self.priority, timeout=self.timeout, expires=self.expires,
+                      retry_on=self.retry_on)
+        submit.when(self.delay, self.at, django_settings.USE_TZ)
         if self.key is not None:
             validation.check_key(self.key)
 
     def schedule(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Schedule ``fn(*args, **kwargs)`` with this call's options."""
-        spec = JobSpec(args=args, kwargs=kwargs, delay=self.delay, at=self.at, key=self.key)
+        spec = JobSpec(args=args, kwargs=kwargs, delay=self.delay, at=self.at, key=self.key,
+                       priority=self.priority, timeout=self.timeout, expires=self.expires,
+                       retry_on=self.retry_on)
         return schedule_spec(self.fn, spec, queue=self.queue, max_attempts=self.max_attempts,
                              backoff=self.backoff)
 
     def schedule_many(self, specs: Iterable[JobSpec], *, batch_size: int = 1000) -> list[str]:
-        """``schedule_many`` with this call's queue, max_attempts and backoff; a spec that
-        sets neither ``delay`` nor ``at`` takes this call's. Each spec carries its own key."""
+        """``schedule_many`` with this call's options; a spec that sets neither ``delay``
+        nor ``at`` takes this call's. Each spec carries its own key."""
         if self.key is not None:
             raise InvalidJob("key=%r names one job: give each JobSpec its own key for "
                              "schedule_many" % (self.key,))
@@ -286,7 +238,9 @@ class JobCall:
             specs = (spec if spec.delay is not None or spec.at is not None
                      else replace(spec, delay=self.delay, at=self.at) for spec in specs)
         return schedule_many(self.fn, specs, queue=self.queue, max_attempts=self.max_attempts,
-                             backoff=self.backoff, batch_size=batch_size)
+                             backoff=self.backoff, priority=self.priority, timeout=self.timeout,
+                             expires=self.expires, retry_on=self.retry_on,
+                             batch_size=batch_size)
 
 
 def job(fn: Callable[..., Any] | str) -> JobCall:
@@ -330,7 +284,7 @@ def cancel(job_id: str) -> CancelOutcome:
         # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides.
         outcome = CancelOutcome.CANCELLED
         queue, jid = row.queue, row.id
-        _after_commit(router.db_for_write(Job), lambda: get_engine().cancel(queue, jid))
+        submit.after_commit(router.db_for_write(Job), lambda: get_engine().cancel(queue, jid))
     if outcome is not CancelOutcome.NOT_FOUND:
         _mark_cancelled(row, running=outcome is CancelOutcome.ALREADY_RUNNING)
     return outcome
@@ -361,8 +315,9 @@ def run_now(job_id: str) -> MoveOutcome:
 def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     """Run a finished job again. A dead job still in Redis gets fresh attempts under the
     same id; any other finished job (or a dead one Redis trimmed) is copied to a new job
-    (its row's values checked like ``schedule()``'s). Either way the row's callable path
-    must pass the allow-list first, as at ``schedule()``."""
+    (its row's values checked like ``schedule()``'s) with its priority, time limit and
+    retry_on (not its expiry), whose ``requeued_from`` names the original. Either way the
+    row's callable path must pass the allow-list first, as at ``schedule()``."""
     row = get_job(job_id)
     registry.check_schedulable(row.callable_path)
     seconds = validation.delay_seconds(delay)
@@ -370,9 +325,10 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
         return JobHandle(row.id, row.queue)
     if not row.is_final:
         raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
-    return schedule_spec(row.callable_path,
-                         JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds),
-                         queue=row.queue, max_attempts=row.max_attempts, backoff=row.backoff)
+    spec = JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds, priority=row.priority,
+                   timeout=row.timeout, retry_on=row.retry_on)
+    return _schedule(row.callable_path, spec, queue=row.queue, max_attempts=row.max_attempts,
+                     backoff=row.backoff, any_queue=True, requeued_from=row.id)
 
 
 def _requeue_dead(row: Job, seconds: float) -> bool:

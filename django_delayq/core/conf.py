@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_delayq.core import limits
 from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.urls import CLUSTER_SCHEMES, is_cluster_url
@@ -45,6 +46,8 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS": True,  # write every transition to the capped stream "{PREFIX}:events"
     "EVENTS_MAXLEN": 10_000,
     "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
+    "QUEUE_OPTIONS": {},  # queue -> {"timeout": s, "rate_limit": "100/m", "concurrency": 5}
+    "CALLABLE_LIMITS": {},  # job path -> {"rate_limit": "10/s", "concurrency": 2}
     "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
     "REPORT_DIR": None,  # absolute directory of delayq_report outputs shown in the admin
     "LOG_JOBS": True,  # an INFO line per job start, success and retry (worker/joblog.py)
@@ -84,6 +87,8 @@ class Settings:
     job_timeout_seconds: float | None
     http_callback_allowed_networks: tuple[IPNetwork, ...] = ()
     report_dir: str | None = None
+    queue_options: dict[str, limits.Limit] = field(default_factory=dict)
+    callable_limits: dict[str, limits.Limit] = field(default_factory=dict)
     log_jobs: bool = True
     retention: tuple[tuple[str, float], ...] = ()  # (final status, days kept); absent: forever
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -91,6 +96,25 @@ class Settings:
     @property
     def lease_ms(self) -> int:
         return int(self.lease_seconds * 1000)
+
+    def timeout_for(self, queue: str, job_timeout: float | None) -> float | None:
+        """The time limit of an attempt: the job's, else its queue's, else the global one."""
+        if job_timeout is not None:
+            return job_timeout
+        options = self.queue_options.get(queue)
+        if options is not None and options.timeout is not None:
+            return options.timeout
+        return self.job_timeout_seconds
+
+    def queue_limit(self, queue: str) -> tuple[limits.Rate | None, int | None]:
+        """``(rate, concurrency)`` of ``queue`` (``(None, None)``: no limit)."""
+        options = self.queue_options.get(queue)
+        return (None, None) if options is None else (options.rate, options.concurrency)
+
+    def callable_limit(self, path: str) -> tuple[limits.Rate | None, int | None] | None:
+        """``(rate, concurrency)`` of the job function at ``path``, ``None`` when unlimited."""
+        entry = self.callable_limits.get(path)
+        return None if entry is None else (entry.rate, entry.concurrency)
 
 
 def _user_settings() -> dict[str, Any]:
@@ -229,6 +253,10 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
         found.append(("HTTP_CALLBACK_ALLOWED_NETWORKS", msg))
     if msg := _report_dir_problem(merged["REPORT_DIR"]):
         found.append(("REPORT_DIR", msg))
+    found += [("QUEUE_OPTIONS", msg)
+              for msg in limits.queue_options_problems(merged["QUEUE_OPTIONS"])]
+    found += [("CALLABLE_LIMITS", msg) for msg in limits.callable_limits_problems(
+        merged["CALLABLE_LIMITS"], merged["ALLOWED_CALLABLES"])]
     if msg := _retention(merged["RETENTION"])[1]:
         found.append(("RETENTION", msg))
     prefix = merged["PREFIX"]
@@ -273,6 +301,8 @@ def get_settings() -> Settings:
         else float(m["JOB_TIMEOUT_SECONDS"]),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
         report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
+        queue_options=limits.parse_all(m["QUEUE_OPTIONS"]),
+        callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]),
         log_jobs=bool(m["LOG_JOBS"]),
         retention=_retention(m["RETENTION"])[0],
         raw=dict(user),

@@ -28,11 +28,15 @@ import dataclasses
 import json
 import logging
 from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
+from django.conf import settings as django_settings
 from django.db import connections, router
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
-from django_delayq.core import validation
+from django_delayq.core import options, validation
 from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
@@ -41,7 +45,7 @@ from django_delayq.models import LIVE_STATUSES, Job
 logger = logging.getLogger(__name__)
 
 _FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff",
-           "queue")
+           "queue", "priority", "timeout", "expires_at", "retry_on")
 OTHER_QUEUE = "other_queue"
 _COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 NO_ROW = "no_row"
@@ -123,7 +127,7 @@ def _select(ids: list[str]) -> list[tuple[Any, ...]]:
 
 
 def _payload(row: tuple[Any, ...]) -> Envelope:
-    _, _, path, args, kwargs, max_attempts, backoff, _ = row
+    _, _, path, args, kwargs, max_attempts, backoff, _, *options = row
     if not isinstance(path, str) or not path:
         raise ValueError("callable path %s is not a string" % _short(path))
     args, kwargs = _json(args, "args"), _json(kwargs, "kwargs")
@@ -138,8 +142,49 @@ def _payload(row: tuple[Any, ...]) -> Envelope:
     backoff = _json(backoff, "backoff")
     if why := backoff_mod.validate(backoff):
         raise ValueError("backoff %s: %s" % (_short(backoff), why))
+    priority, timeout, expires_ms, retry_on = _options(*options)
     return Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
-                    backoff=backoff)
+                    backoff=backoff, priority=priority, timeout=timeout,
+                    expires_ms=expires_ms, retry_on=retry_on)
+
+
+def _options(priority: Any, timeout: Any, expires_at: Any,
+             retry_on: Any) -> tuple[int, float | None, int | None, tuple[str, ...] | None]:
+    """The run-time options of a row, checked as ``schedule()`` checks them."""
+    if priority is None:
+        priority = 0
+    if (isinstance(priority, bool) or not isinstance(priority, int)
+            or not options.MIN_PRIORITY <= priority <= options.MAX_PRIORITY):
+        raise ValueError("priority %s is not an integer from %d to %d"
+                         % (_short(priority), options.MIN_PRIORITY, options.MAX_PRIORITY))
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout <= options.MAX_TIMEOUT_SECONDS):
+        raise ValueError("timeout %s is not seconds > 0" % _short(timeout))
+    retry_on = _json(retry_on, "retry_on")
+    if retry_on is not None:
+        if not isinstance(retry_on, list) or options.retry_on_problem(retry_on):
+            raise ValueError("retry_on %s is not a list of exception class paths"
+                             % _short(retry_on))
+        retry_on = tuple(retry_on)
+    return priority, None if timeout is None else float(timeout), _epoch_ms(expires_at), retry_on
+
+
+def _epoch_ms(moment: Any) -> int | None:
+    """A datetime column read by the raw cursor: aware (PostgreSQL), naive (SQLite: UTC with
+    ``USE_TZ``, else the current time zone) or text."""
+    if moment is None:
+        return None
+    if isinstance(moment, str):
+        parsed = parse_datetime(moment)
+        if parsed is None:
+            raise ValueError("expires_at %s is not a date and time" % _short(moment))
+        moment = parsed
+    if not isinstance(moment, datetime):
+        raise ValueError("expires_at %s is not a date and time" % _short(moment))
+    if moment.tzinfo is None:
+        zone = UTC if django_settings.USE_TZ else timezone.get_current_timezone()
+        moment = moment.replace(tzinfo=zone)
+    return int(moment.timestamp() * 1000)
 
 
 def _json(value: Any, name: str) -> Any:

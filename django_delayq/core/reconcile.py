@@ -107,7 +107,7 @@ MAX_SUSPECTS = 10_000
 RECENT_SECONDS = 30.0
 MAX_RECENT = 100_000
 LIGHT = ("id", "queue", "status", "worker_id", "run_at", "updated_at", "attempts",
-         "cancel_requested", "callable_path")
+         "cancel_requested", "callable_path", "priority")
 EPOCH_CHECK_SECONDS = 1.0
 URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
 # In a loss pass, rows changed less than this before the loss (or after it) may describe
@@ -420,12 +420,12 @@ class Reconciler:
     def _enqueue_queue(self, queue: str, rows: Sequence[Job],
                        seeds: dict[str, int | None]) -> int:
         """Per MULTI of ``MULTI_ROWS`` rows: remember the ids, seed their attempts, run
-        enqueue.lua (``Engine.reenqueue``).
+        enqueue.lua (``Engine.reenqueue``) with each row's due time and priority.
 
         Atomic, so a reconciler killed half-way never leaves ids "remembered" but not
         enqueued (the others would skip them for ``RECENT_SECONDS``). HSETNX: a counter
         Redis already holds (the job was claimed meanwhile) is never lowered.
         """
-        jobs = [(row.pk, _ms(row.run_at)) for row in rows]  # payload: the row
+        jobs = [(row.pk, _ms(row.run_at), row.priority) for row in rows]  # payload: the row
         return self.engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
                                      keep_max=MAX_RECENT)

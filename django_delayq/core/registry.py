@@ -64,6 +64,7 @@ def reset() -> None:
     allowed_modules.cache_clear()
     _job_object.cache_clear()
     _resolve.cache_clear()
+    signature.cache_clear()
 
 
 @receiver(setting_changed)
@@ -204,6 +205,23 @@ def _not_a_job_function(func: Any, module: str, name: str) -> str | None:
                 "(a lambda, an alias or an import from another module); schedule it by the "
                 "path of its own definition" % (defined, module))
     return None
+
+
+@cache
+def signature(path: str) -> inspect.Signature | None:
+    """The signature the job at ``path`` is called with: its function's, or for a Django
+    ``Task`` the wrapped function's without the ``TaskContext`` a ``takes_context`` task
+    gets first. ``None`` when Python cannot tell. ``path`` passed ``check_schedulable``."""
+    obj = job_object(path)
+    task = _task_type()
+    is_task = task is not None and isinstance(obj, task)
+    try:
+        found = inspect.signature(obj.func if is_task else obj)
+    except (TypeError, ValueError):
+        return None
+    if is_task and obj.takes_context:
+        found = found.replace(parameters=list(found.parameters.values())[1:])
+    return found
 
 
 def _task_type() -> type[Any] | None:

@@ -20,6 +20,8 @@ from django.db.models.constants import OnConflict
 from django_delayq.models import Job, JobStatus
 
 VARYING = ("id", "key", "args", "kwargs", "run_at")  # differ between one writer's rows
+# Columns ``row()`` may set per row (else their defaults: priority 0, the others NULL).
+OPTIONS = ("priority", "timeout", "expires_at", "retry_on", "scheduled_for")
 COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
 
@@ -94,21 +96,37 @@ class RowWriter:
             "finished_at": None, "attempts": 0, "max_attempts": max_attempts,
             "backoff": None if backoff is None else json.dumps(backoff), "error_type": "",
             "last_error": "", "traceback": "", "worker_id": "", "result": None,
-            "cancel_requested": False}
+            "cancel_requested": False, "priority": 0, "timeout": None, "expires_at": None,
+            "retry_on": None, "scheduled_for": None, "requeued_from": None, "progress": None}
         missing = set(names) - set(const) - set(VARYING)
         if missing:
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))
         self.template = [const.get(name) for name in names]
         self.slots = tuple(names.index(name) for name in VARYING)
+        self.index = {name: i for i, name in enumerate(names)}
         self.adapt = adapt
 
     def row(self, job_id: str, key: str | None, args_json: str, kwargs_json: str,
-            run_at: datetime) -> list[Any]:
+            run_at: datetime, options: Mapping[str, Any] | None = None) -> list[Any]:
+        """One row's values; ``options`` sets columns of ``OPTIONS`` (checked values:
+        datetimes adapted here, ``retry_on`` encoded as JSON)."""
         values = self.template.copy()
         i_id, i_key, i_args, i_kwargs, i_run = self.slots
         values[i_id], values[i_key], values[i_args] = job_id, key, args_json
         values[i_kwargs], values[i_run] = kwargs_json, self.adapt(run_at)
+        if options:
+            for name, value in options.items():
+                values[self.index[name]] = self._option(name, value)
         return values
+
+    def _option(self, name: str, value: Any) -> Any:
+        if name not in OPTIONS:
+            raise ValueError("RowWriter.row() does not set column %r" % name)
+        if name in ("expires_at", "scheduled_for"):
+            return self.adapt(value)
+        if name == "retry_on":
+            return None if value is None else json.dumps(list(value))
+        return value
 
     def insert(self, rows: Sequence[list[Any]], *, ignore_conflicts: bool,
                batch_size: int = 1000) -> None:

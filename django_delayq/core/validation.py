@@ -95,6 +95,9 @@ def _short(value: Any) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+short = _short  # for the other checks of schedule()
+
+
 def not_json(bad: str) -> InvalidJob:
     """The error for a value that is not JSON; ``bad`` names it and its place."""
     return InvalidJob("job arguments must be JSON (str, int, float, bool, None, list, dict); "

@@ -10,6 +10,11 @@ Django worker never runs from an envelope; it reads each claimed job's audit row
 (``django_delayq.core.payloads``), and ``Envelope`` there is only the payload's type.
 ``decode`` refuses anything malformed with a ``ValueError`` (never a ``RecursionError``),
 so a bare-engine consumer can end such a job instead of failing.
+
+The run-time options (``priority``, ``timeout`` in seconds, ``expires_ms`` in epoch
+milliseconds, ``retry_on`` exception class paths) come from the row only: ``encode`` and
+``decode`` leave them out (a bare-engine job has the defaults: priority 0, no time limit of
+its own, no expiry, every exception retried).
 """
 
 from __future__ import annotations
@@ -30,6 +35,10 @@ class Envelope:
     kwargs: dict[str, JSONValue] = field(default_factory=dict)
     max_attempts: int | None = None
     backoff: JSONValue = None
+    priority: int = 0
+    timeout: float | None = None
+    expires_ms: int | None = None
+    retry_on: tuple[str, ...] | None = None
 
     def encode(self) -> str:
         parts: list[Any] = [self.path, self.args, self.kwargs, self.max_attempts, self.backoff]

@@ -13,7 +13,8 @@ from typing import Any
 
 from django.core import checks
 
-from django_delayq.core import conf
+from django_delayq.core import conf, registry
+from django_delayq.exceptions import InvalidJob
 
 NOT_A_DICT = "delayq.E000"
 UNKNOWN_KEY = "delayq.E001"
@@ -46,7 +47,12 @@ ERROR_IDS: dict[str, str] = {
     "JOB_TIMEOUT_SECONDS": "delayq.E024",
     "HTTP_CALLBACK_ALLOWED_NETWORKS": "delayq.E026",
     "REPORT_DIR": "delayq.E027",
+    "QUEUE_OPTIONS": "delayq.E028",
+    "CALLABLE_LIMITS": "delayq.E029",
+    "LOG_JOBS": "delayq.E030",
+    "RETENTION": "delayq.E031",
 }
+QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
 
 _SECONDS = "a number of seconds > 0, e.g. %s"
 HINTS: dict[str, str] = {
@@ -84,6 +90,15 @@ HINTS: dict[str, str] = {
                                       "although not public, e.g. ['10.1.0.0/16']; default [].",
     "REPORT_DIR": "None (no report in the admin) or the absolute directory whose "
                   "subdirectories hold delayq_report outputs, e.g. '/srv/delayq-reports'.",
+    "QUEUE_OPTIONS": "A dict of queue name -> options, each optional: {'payments': {'timeout': "
+                     "30, 'rate_limit': '100/m', 'concurrency': 5}}; rates 'N/s', 'N/m', 'N/h' "
+                     "or 'N/10s' with N >= 1; see docs/settings.md#queue-options.",
+    "CALLABLE_LIMITS": "A dict of job path (a function of a module in ALLOWED_CALLABLES) -> "
+                       "{'rate_limit': '10/s', 'concurrency': 2}; see "
+                       "docs/settings.md#callable-limits.",
+    "LOG_JOBS": "True or False: an INFO log line per job start, success and retry.",
+    "RETENTION": "None (keep every row) or a dict such as {'succeeded_days': 7, "
+                 "'dead_days': 30}: days a finished row is kept (None: forever).",
 }
 NO_ALLOWED_HINT = (
     "List the modules that define your job functions, e.g. DELAYQ = {..., "
@@ -135,6 +150,28 @@ def _no_allowed_callables(user: dict[str, Any]) -> checks.CheckMessage | None:
         hint=NO_ALLOWED_HINT, obj="DELAYQ['ALLOWED_CALLABLES']", id=NO_ALLOWED_CALLABLES)
 
 
+def _limits_messages() -> list[checks.CheckMessage]:
+    """CALLABLE_LIMITS paths that do not import as job functions (checked once the setting
+    is valid: importing runs the job modules), and QUEUE_OPTIONS for unknown queues."""
+    settings = conf.get_settings()
+    found: list[checks.CheckMessage] = []
+    for path in settings.callable_limits:
+        try:
+            registry.check_schedulable(path)
+        except InvalidJob as exc:
+            found.append(checks.Error(
+                "DELAYQ['CALLABLE_LIMITS'][%r]: %s" % (path, exc), hint=HINTS["CALLABLE_LIMITS"],
+                obj="DELAYQ['CALLABLE_LIMITS']", id=ERROR_IDS["CALLABLE_LIMITS"]))
+    for queue in sorted(set(settings.queue_options) - set(settings.queues)):
+        found.append(checks.Warning(
+            "DELAYQ['QUEUE_OPTIONS'] names queue %r, which DELAYQ['QUEUES'] %r does not list"
+            % (queue, list(settings.queues)),
+            hint="Fix the name; keep it only for a queue that a Tasks backend with QUEUES [] "
+                 "uses and a worker serves with --queues.",
+            obj="DELAYQ['QUEUE_OPTIONS']", id=QUEUE_OPTIONS_UNUSED))
+    return found
+
+
 def _messages(found: list[tuple[str, str]]) -> list[checks.CheckMessage]:
     return [
         checks.Error(message, hint=hint_for(key), obj="DELAYQ[%r]" % key, id=error_id(key))
@@ -156,4 +193,6 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     messages = _messages(found)
     if error := _no_allowed_callables(user):
         messages.append(error)
+    if not found:
+        messages += _limits_messages()
     return messages

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
+from django_delayq import job as job_of
 from django_delayq import schedule
 from django_delayq.contrib.http import (
     RESULT_BODY_CHARS,
@@ -318,7 +319,7 @@ def test_scheduled_callback_500_then_200_retries_on_the_backoff(delayq_settings,
 def test_scheduled_callback_that_times_out_is_retried(delayq_settings, delayq, upstream,  # noqa: F811
                                                       allow_local):
     upstream.script = [(200, 1.0)]
-    handle = schedule(PATH, upstream.url, {"n": 1}, timeout=0.2, backoff=[60])
+    handle = job_of(PATH).using(backoff=[60]).schedule(upstream.url, {"n": 1}, timeout=0.2)
     assert delayq.run_due_jobs() == 1
     job = Job.objects.get(pk=handle.id)
     assert job.status == "retrying" and "no answer within 0.2s" in job.last_error

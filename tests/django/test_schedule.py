@@ -262,7 +262,7 @@ def test_schedule_many_rows_hold_every_value(delayq_engine) -> None:  # type: ig
 def test_schedule_many_names_the_bad_value(delayq_engine, args, kwargs, named) -> None:  # type: ignore[no-untyped-def]
     """The fast encoding path still names the bad value and its place, and schedules
     nothing of the call."""
-    good = JobSpec(args=(1,))
+    good = JobSpec(args=(1, 2))
     with pytest.raises(InvalidJob) as err:
         schedule_many("tests.jobs.add", [good, JobSpec(args=args, kwargs=kwargs)])
     assert named in str(err.value)

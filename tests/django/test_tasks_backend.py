@@ -15,6 +15,7 @@ from django_delayq.core import registry
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs, run_worker
+from tests.helpers import burst
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(compat.tasks is None, reason="no Django Tasks framework")]
@@ -48,9 +49,19 @@ def test_backend_declares_what_it_supports(jt):
     assert backend.supports_defer is True
     assert backend.supports_get_result is True
     assert backend.supports_async_task is True
-    assert backend.supports_priority is False
+    assert backend.supports_priority is True
     with pytest.raises(compat.InvalidTask, match="priority"):
-        jt.add.using(priority=10)
+        jt.add.using(priority=101)
+
+
+def test_priority_is_stored_sent_to_redis_and_read_back(jt):
+    at = timezone.now() - timedelta(seconds=1)
+    low = jt.add.using(run_after=at - timedelta(seconds=1)).enqueue(1, 1)
+    high = jt.add.using(priority=40, run_after=at).enqueue(2, 2)
+    assert Job.objects.get(pk=high.id).priority == 40
+    assert jt.add.get_result(high.id) == high and high.task.priority == 40
+    claimed = get_engine().claim("default", 10, 60_000).jobs
+    assert [j.id for j in claimed] == [high.id, low.id]  # higher priority first
 
 
 def test_enqueue_runs_on_the_engine_and_get_result_reads_the_audit_row(jt):
@@ -280,17 +291,22 @@ def test_enqueue_returns_what_get_result_reads(jt, tasks_settings):
     later = jt.add.using(run_after=at).enqueue(3, 4)
     again = jt.add.get_result(later.id)
     assert again == later and again.task.run_after == at
+    # Read through another DelayQ backend, a result names the backend that enqueued it
+    # (the @task's own: the row stores no alias).
+    read = compat.tasks.task_backends["other"].get_result(result.id)
+    assert read == result and (read.backend, read.task.backend) == ("default", "default")
     other = jt.add.using(backend="other", queue_name="emails").enqueue(5, 6)
-    read = compat.tasks.task_backends["other"].get_result(other.id)
-    assert read == other
-    assert (read.task.backend, read.task.queue_name, read.backend) == ("other", "emails", "other")
+    assert (other.backend, other.task.backend, other.task.queue_name) == ("other", "other",
+                                                                           "emails")
     assert run_worker() == 2
-    other.refresh()
+    other.refresh()  # through the result's own backend: it keeps its alias
     assert other.return_value == 11 and other.task.backend == "other"
-    assert compat.tasks.task_backends["other"].get_result(other.id).task == other.task
-    # once started, the row keeps the current attempt's due time only
+    # ...but a task sent with using(backend=...) reads as its @task's backend (documented)
+    assert compat.tasks.task_backends["other"].get_result(other.id).backend == "default"
+    # run_after is the due time asked (scheduled_for), also once the task has started
     assert run_due_jobs(now=at) == 1
-    assert jt.add.get_result(later.id).task.run_after is None
+    assert jt.add.get_result(later.id).task.run_after == at
+    assert jt.add.get_result(later.id).status == Status().SUCCESSFUL
 
 
 def test_timedelta_run_after_is_stored_as_its_due_time(jt):
@@ -372,10 +388,29 @@ def test_keyword_arguments_may_be_named_like_scheduling_options(jt):
     assert result.return_value == [1, 2, 3, 4, 5, 6, 7]
 
 
-def test_empty_backend_queues_let_any_queue_name_pass_validation(jt, tasks_settings):
+def test_empty_backend_queues_let_any_queue_name_through(jt, tasks_settings):
     tasks_settings.TASKS = {"default": {"BACKEND": BACKEND, "QUEUES": []}}
     task = jt.add.using(queue_name="anything")  # Django's rule: QUEUES [] checks no name
     assert task.queue_name == "anything"
-    with pytest.raises(compat.InvalidTask, match="DELAYQ\\['QUEUES'\\]"):
-        task.enqueue(1, 1)  # no worker serves a queue DELAYQ does not have
+    result = task.enqueue(1, 1)  # DELAYQ["QUEUES"] does not list it: allowed all the same
+    assert Job.objects.get(pk=result.id).queue == "anything"
+    with pytest.raises(compat.InvalidTask, match="queue '\\{x\\}' is not a queue name"):
+        jt.add.using(queue_name="{x}").enqueue(1, 1)  # still a name Redis keys can hold
+    assert burst(queues=("default",)) == 0 and result.status == Status().READY
+    assert burst(queues=("anything",)) == 0  # a worker started with --queues anything
+    result.refresh()
+    assert (result.status, result.return_value) == (Status().SUCCESSFUL, 2)
     assert jt.on_emails.enqueue(1).task.queue_name == "emails"
+
+
+def test_without_backend_queues_delayq_queues_are_the_valid_ones(jt):
+    with pytest.raises(compat.InvalidTask, match="DELAYQ\\['QUEUES'\\]"):
+        jt.add.using(queue_name="anything")
+
+
+def test_task_arguments_are_bound_to_the_function_when_enqueued(jt):
+    with pytest.raises(compat.InvalidTask, match="missing a required argument: 'b'"):
+        jt.add.enqueue(1)
+    with pytest.raises(compat.InvalidTask, match="unexpected keyword argument 'c'"):
+        jt.add.enqueue(1, 2, c=3)
+    assert Job.objects.count() == 0

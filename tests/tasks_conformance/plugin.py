@@ -24,11 +24,7 @@ import pytest
 
 ON_COMMIT = ("enqueue() inside a transaction reaches Redis when it commits: a worker "
              "cannot run the task before")
-PRIORITY = "priorities come with another change: the DelayQ backend has supports_priority False"
 SKIPPED = {
-    "test_tasks.py::TaskTestCase::test_using_priority": PRIORITY,
-    "test_tasks.py::TaskTestCase::test_chained_using": PRIORITY,
-    "test_tasks.py::TaskTestCase::test_invalid_priority": PRIORITY,
     "test_immediate_backend.py::ImmediateBackendTestCase::test_throws_keyboard_interrupt":
         "a KeyboardInterrupt raised by a task is that task's failure in the worker; it "
         "never reaches the process that enqueued it",

@@ -1,0 +1,128 @@
+"""``DELAYQ["QUEUE_OPTIONS"]`` and ``DELAYQ["CALLABLE_LIMITS"]``: parsed and checked.
+
+::
+
+    "QUEUE_OPTIONS": {"payments": {"timeout": 30, "rate_limit": "100/m", "concurrency": 5}},
+    "CALLABLE_LIMITS": {"shop.tasks.call_api": {"rate_limit": "10/s", "concurrency": 2}},
+
+Every key of an entry is optional. A rate is ``"N/<unit>"``: at most N starts per unit
+(``s``, ``m``, ``h``), the unit optionally with a whole multiplier (``"5/10s"``, ``"100/15m"``);
+N >= 1. ``concurrency`` is an integer >= 1: at most that many running at once.
+``timeout`` (queues only) is seconds > 0: the time limit of an attempt of that queue's
+jobs that set none. Each problem is a message naming the key and the value; ``conf``
+reports them (``manage.py check``, ``ImproperlyConfigured``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django_delayq.core.validation import name_problem
+
+Rate = tuple[int, int]  # (starts, per_ms)
+
+UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000}
+_RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*")
+QUEUE_KEYS = ("timeout", "rate_limit", "concurrency")
+CALLABLE_KEYS = ("rate_limit", "concurrency")
+MAX_RATE_MS = 7 * 24 * 3_600_000  # a window of at most a week
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limit:
+    """A parsed entry: ``rate`` (starts, per_ms), ``concurrency``; ``timeout`` (queues)."""
+
+    rate: Rate | None = None
+    concurrency: int | None = None
+    timeout: float | None = None
+
+
+def parse_rate(text: Any) -> Rate | None:
+    """``"10/s"`` -> ``(10, 1000)``, ``"5/10s"`` -> ``(5, 10000)``; ``None`` when invalid."""
+    if not isinstance(text, str):
+        return None
+    match = _RATE.fullmatch(text)
+    if match is None:
+        return None
+    count, multiplier, unit = int(match[1]), int(match[2] or 1), match[3]
+    per_ms = multiplier * UNIT_MS[unit]
+    if count < 1 or multiplier < 1 or per_ms > MAX_RATE_MS:
+        return None
+    return count, per_ms
+
+
+def _entry_problems(where: str, entry: Any, keys: Sequence[str]) -> list[str]:
+    if not isinstance(entry, dict):
+        return ["%s must be a dict with keys among %s, not %r" % (where, ", ".join(keys), entry)]
+    found = ["%s has an unknown key %r (known: %s)" % (where, key, ", ".join(keys))
+             for key in entry if key not in keys]
+    rate = entry.get("rate_limit")
+    if rate is not None and parse_rate(rate) is None:
+        found.append("%s['rate_limit'] must be a rate such as '10/s', '100/m', '5/10s' or "
+                     "'1000/h' (N >= 1, at most a week per window), not %r" % (where, rate))
+    concurrency = entry.get("concurrency")
+    if concurrency is not None and (isinstance(concurrency, bool)
+                                    or not isinstance(concurrency, int) or concurrency < 1):
+        found.append("%s['concurrency'] must be an integer >= 1, not %r" % (where, concurrency))
+    timeout = entry.get("timeout")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not 0 < timeout < float("inf")):
+        found.append("%s['timeout'] must be a number of seconds > 0, not %r" % (where, timeout))
+    return found
+
+
+def queue_options_problems(value: Any) -> list[str]:
+    """QUEUE_OPTIONS: a dict of queue name -> options (any queue name: a queue served
+    through the Tasks backend need not be in QUEUES; ``checks`` warns about the others)."""
+    if not isinstance(value, dict):
+        return ["DELAYQ['QUEUE_OPTIONS'] must be a dict of queue name -> options such as "
+                "{'payments': {'timeout': 30, 'rate_limit': '100/m', 'concurrency': 5}}, "
+                "not %r" % (value,)]
+    found: list[str] = []
+    for queue, entry in value.items():
+        where = "DELAYQ['QUEUE_OPTIONS'][%r]" % (queue,)
+        if not isinstance(queue, str) or not queue or "{" in queue or "}" in queue:
+            found.append("%s: a queue name must be a non-empty string without braces" % where)
+            continue
+        found += _entry_problems(where, entry, QUEUE_KEYS)
+    return found
+
+
+def callable_limits_problems(value: Any, allowed: Any) -> list[str]:
+    """CALLABLE_LIMITS: a dict of job path -> limits; each path in an allowed module."""
+    if not isinstance(value, dict):
+        return ["DELAYQ['CALLABLE_LIMITS'] must be a dict of job path -> limits such as "
+                "{'shop.tasks.call_api': {'rate_limit': '10/s', 'concurrency': 2}}, not %r"
+                % (value,)]
+    modules = set(allowed) if isinstance(allowed, (list, tuple)) else set()
+    found: list[str] = []
+    for path, entry in value.items():
+        where = "DELAYQ['CALLABLE_LIMITS'][%r]" % (path,)
+        why = name_problem(path, what="dotted path")
+        if why or "." not in path:
+            found.append("%s: not a job path such as 'shop.tasks.call_api' (%s)"
+                         % (where, why or "no module part"))
+            continue
+        module = path.rpartition(".")[0]
+        if module not in modules:
+            found.append("%s: module %r is not in DELAYQ['ALLOWED_CALLABLES'] %r: no such job "
+                         "can run" % (where, module, sorted(modules)))
+            continue
+        found += _entry_problems(where, entry, CALLABLE_KEYS)
+        if isinstance(entry, dict) and not entry:
+            found.append("%s is empty: give a rate_limit, a concurrency or both" % where)
+    return found
+
+
+def parse(entry: dict[str, Any]) -> Limit:
+    """An entry that passed the checks above."""
+    timeout = entry.get("timeout")
+    return Limit(rate=parse_rate(entry.get("rate_limit")), concurrency=entry.get("concurrency"),
+                 timeout=None if timeout is None else float(timeout))
+
+
+def parse_all(value: dict[str, Any]) -> dict[str, Limit]:
+    return {name: parse(entry) for name, entry in value.items()}
