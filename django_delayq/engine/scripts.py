@@ -71,7 +71,7 @@ MAX_ENQUEUE = 200  # jobs
 MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
 # Due jobs claim.lua promotes from pending to ready per call (its PROMOTE): with n jobs of
 # pending due before it, a higher-priority job waits at most ceil(n / MAX_PROMOTE) claims.
-MAX_PROMOTE = 500
+MAX_PROMOTE = 250
 MAX_ACK = 250  # (id, token) pairs
 MAX_NACK = 200  # (id, token, delay) triples
 MAX_EXTEND = 250  # (id, token) pairs

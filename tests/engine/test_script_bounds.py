@@ -7,7 +7,13 @@ On the session's private redis-server, with ``slowlog-log-slower-than 5000``:
     calls of at most ``scripts.MAX_ENQUEUE``);
 (b) a real ``Worker`` (this process, burst mode, events on) drains that 100,000-job due
     backlog: claims, acks, heartbeats, recovery passes, event writes and the
-    reconciler's first-look pass over every live row.
+    reconciler's first-look pass over every live row;
+(c) the engine alone (no Django) drains a 100,000-job backlog of *due* jobs with mixed
+    priorities that all came due at once, so that every claim promotes (claim.lua's
+    bound ``scripts.MAX_PROMOTE``), under queue limits (a 100,000-entry window log) and
+    with every other script of the engine called along the way: nack, release, defer,
+    extend, recover, cancel, reschedule, requeue, stats, inspect, purge, acquire and
+    release_group.
 
 Then no call of one of our scripts may be in the SLOWLOG. A MULTI is not logged there
 as a whole (Redis logs its commands one by one); the latency monitor (threshold 5 ms)
@@ -43,11 +49,12 @@ from django_delayq import schedule_many
 from django_delayq.core import events
 from django_delayq.core.api import JobSpec
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import scripts
+from django_delayq.engine import ClaimedJob, Engine, NewJob, scripts
 from django_delayq.models import Job, JobStatus
+from tests.conftest import unique_prefix
 from tests.helpers import burst
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.script_bounds]
+pytestmark = [pytest.mark.script_bounds]
 
 JOBS = 100_000
 SLOW_US = 5000
@@ -133,6 +140,7 @@ def watched(redis_server):  # type: ignore[no-untyped-def]
     client.close()
 
 
+@pytest.mark.django_db(transaction=True)
 def test_no_script_or_multi_over_5ms_scheduling_and_draining_100k(
         delayq_settings, watched) -> None:  # type: ignore[no-untyped-def]
     delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EVENTS": True,
@@ -161,3 +169,101 @@ def test_no_script_or_multi_over_5ms_scheduling_and_draining_100k(
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == JOBS
     assert time.monotonic() - started < BUDGET_SECONDS
     get_engine().purge("default")
+
+
+def _judge(watched: Any, calls: int) -> str:
+    """Assert the population rule over the SLOWLOG since the fixture reset it; returns
+    the report."""
+    entries = watched.slowlog_get(10_000)
+    ours = [e for e in entries if _ours(e)]
+    spikes = _unexplained_spikes(watched, entries)
+    allowed = int(calls * SLOW_SHARE)
+    report = "\n".join(["SLOWLOG (%d entries, %d of our scripts; %d calls made, %d slow ones "
+                         "allowed):" % (len(entries), len(ours), calls, allowed),
+                         *map(_describe, entries[:50]),
+                         "latency spikes no SLOWLOG entry explains (a MULTI): %r" % spikes])
+    assert all(e["duration"] < CEILING_US for e in ours), report
+    assert all(ms < CEILING_US // 1000 for _, ms in spikes), report
+    assert len(ours) + len(spikes) <= allowed, report
+    return report
+
+
+class Counted:
+    """An engine whose script calls are counted (the population the rule judges)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.calls = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.engine, name)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            self.calls += 1
+            return method(*args, **kwargs)
+
+        return call
+
+
+def _enqueue_due_backlog(e: Counted, now: int) -> None:
+    """JOBS jobs due one ms apart until ``now``, priorities -3..3: enqueued before they
+    were due, so claims have to promote every one of them."""
+    for start in range(0, JOBS, scripts.MAX_ENQUEUE):
+        batch = [NewJob(id="b%06d" % i, at_ms=now - JOBS + i, priority=i % 7 - 3)
+                 for i in range(start, start + scripts.MAX_ENQUEUE)]
+        e.enqueue("q", batch, now_ms=now - JOBS - 1)
+
+
+def _exercise(e: Counted, jobs: list[ClaimedJob], now: int, round_: int) -> list[ClaimedJob]:
+    """Settle a claimed batch with a mix of every settling and managing script; returns
+    the jobs still leased (acked at the next round)."""
+    first, rest = jobs[:4], jobs[4:]
+    if round_ % 10 == 0 and first:
+        a = first[0]
+        e.nack("q", [(a.id, a.token, 0)], now_ms=now)  # back in line, due now
+        e.release("q", first[1:2], now_ms=now)
+        e.defer("q", [(j.id, j.token, now + 60_000) for j in first[2:3]], now_ms=now)
+        e.reschedule("q", first[2].id if len(first) > 2 else a.id, delay_ms=0, now_ms=now)
+        e.nack("q", [(j.id, j.token, None) for j in first[3:4]], now_ms=now)
+        if len(first) > 3:
+            e.requeue("q", first[3].id, now_ms=now)
+        e.stats("q", now_ms=now)
+        e.inspect("q", a.id)
+        e.cancel("q", "b%06d" % (JOBS - 1 - round_))
+        e.recover("q", limit=scripts.MAX_RECOVER, now_ms=now)
+    else:
+        rest = jobs
+    for j in rest[:20]:
+        e.acquire("tests.jobs.noop", j.id, lease_ms=60_000, rate=(10**9, 60_000),
+                  concurrency=10**9, now_ms=now)
+    e.release_group("tests.jobs.noop", [j.id for j in rest[:20]])
+    e.extend("q", [(j.id, j.token) for j in rest], 60_000, now_ms=now)
+    return rest
+
+
+def test_no_script_over_5ms_draining_100k_due_jobs_of_mixed_priorities(
+        redis_server, watched) -> None:  # type: ignore[no-untyped-def]
+    e = Counted(Engine(redis_server.client(), prefix=unique_prefix()))
+    now = 1_800_000_000_000
+    _enqueue_due_backlog(e, now)
+    e.set_queue_limit("q", rate=(10**9, 3_600_000), concurrency=10**9)
+    started = time.monotonic()
+    leased: list[ClaimedJob] = []
+    claimed = rounds = 0
+    while True:
+        result = e.claim("q", CLAIM_BATCH, 60_000, now_ms=now)
+        if not result.jobs and result.next_due_ms is None:
+            break
+        e.ack("q", [(j.id, j.token) for j in leased])
+        claimed += len(result.jobs)
+        leased = _exercise(e, result.jobs, now, rounds)
+        rounds += 1
+        assert time.monotonic() - started < BUDGET_SECONDS
+    e.ack("q", [(j.id, j.token) for j in leased])
+    while e.purge_pending("q"):
+        pass
+    print("claimed %d jobs in %d rounds, %d script calls, %.1fs" % (
+        claimed, rounds, e.calls, time.monotonic() - started))
+    print(_judge(watched, e.calls))
+    assert claimed >= JOBS and e.stats("q", now_ms=now).inflight == 0
+    e.purge("q")

@@ -17,13 +17,13 @@
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
 --
 -- Order. Jobs wait in pending (due_ms) until due; ready holds due jobs by priority, then
--- due time. Each call first promotes up to 500 due jobs of pending (in due order) and
+-- due time. Each call first promotes up to 250 due jobs of pending (in due order) and
 -- then leases the lowest ready scores (the promoted ones included). Jobs enqueued, retried
 -- or released already due go straight to ready when pending holds nothing due before
 -- them (lib.lua line), so every job of ready is due no later than every job of pending:
 -- among jobs of one priority the earlier due is always claimed first. Across priorities
 -- the order is exact among the jobs promoted: with n jobs of pending due before it, a
--- higher-priority job waits at most ceil(n / 500) claims to be promoted (a backlog that
+-- higher-priority job waits at most ceil(n / 250) claims to be promoted (a backlog that
 -- came due at once; jobs enqueued while the queue is idle are ready at once).
 -- Queue limits: at most `rate` claims in any `per_ms` window (the starts log, Redis clock)
 -- and at most `concurrency` jobs in flight (the size of inflight: a dead worker's leases
@@ -47,8 +47,8 @@
 --          again (it stopped this one). limited: a limit held back jobs that were ready.
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
--- Cost: at most 200 jobs leased (scripts.MAX_CLAIM), 500 promoted (scripts.MAX_PROMOTE),
---       10 set aside and 1,000 old window entries dropped per call: O((limit + 500)
+-- Cost: at most 200 jobs leased (scripts.MAX_CLAIM), 250 promoted (scripts.MAX_PROMOTE),
+--       10 set aside and 1,000 old window entries dropped per call: O((limit + 250)
 --       log N), never a scan of the backlog.
 --@include now
 --@include ms_range
@@ -69,7 +69,7 @@ local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limi
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '',
                         'hash', 'zset'})
 if err then return err end
-local PROMOTE, TRIM = 500, 1000
+local PROMOTE, TRIM = 250, 1000
 local now = now_ms(ARGV[1])
 if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, 0} end
 local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
