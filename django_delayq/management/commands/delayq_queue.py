@@ -1,0 +1,115 @@
+"""``manage.py delayq_queue pause|resume|purge|list [QUEUE ...]``: operate whole queues.
+
+* ``pause QUEUE ...``: workers claim nothing from them; ``schedule()`` still accepts jobs,
+  due times are kept; running jobs finish.
+* ``resume QUEUE ...``: claim again at once.
+* ``purge QUEUE ... --yes``: remove every waiting job (not the running ones) and mark their
+  rows cancelled ("purged from queue <q>"). Without ``--yes`` nothing is removed.
+* ``list [QUEUE ...]``: each queue's state (paused or active), its jobs in Redis and its
+  limits (``DELAYQ["QUEUE_OPTIONS"]``: rate, concurrency, time limit).
+
+Exit codes, as the other commands: 0 done; 1 Redis unavailable; 2 a usage error (an
+unknown queue, ``purge`` without ``--yes``, no queue given).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from redis.exceptions import RedisError
+
+from django_delayq.core import limits, queues
+from django_delayq.core.conf import Settings, get_settings
+from django_delayq.core.connection import get_engine
+
+EXIT_UNAVAILABLE = 1  # Redis could not be reached
+EXIT_USAGE = 2  # bad options, as argparse's own usage errors
+ACTIONS = ("pause", "resume", "purge", "list")
+UNIT_NAMES = {ms: unit for unit, ms in limits.UNIT_MS.items()}
+
+
+def rate_text(rate: limits.Rate | None) -> str:
+    """``(10, 1000)`` -> ``"10/s"``, ``(5, 10000)`` -> ``"5/10s"``; ``"-"`` for none."""
+    if rate is None:
+        return "-"
+    count, per_ms = rate
+    for ms in sorted(UNIT_NAMES, reverse=True):
+        if per_ms % ms == 0:
+            multiple = per_ms // ms
+            return "%d/%s%s" % (count, "" if multiple == 1 else multiple, UNIT_NAMES[ms])
+    return "%d/%dms" % (count, per_ms)
+
+
+class Command(BaseCommand):
+    help = ("Pause, resume, purge or list queues: pause stops claiming (jobs are still "
+            "accepted), purge removes waiting jobs (needs --yes), list shows state and limits.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("action", choices=ACTIONS)
+        parser.add_argument("queues", nargs="*", metavar="QUEUE",
+                            help="Queue names (list: default all).")
+        parser.add_argument("--yes", action="store_true",
+                            help="purge: confirm that the waiting jobs are to be removed.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        settings = get_settings()
+        names = self._queues(options["action"], options["queues"], settings)
+        if options["action"] == "purge" and not options["yes"]:
+            raise CommandError("purge removes every waiting job of %s and cancels their rows; "
+                               "run it again with --yes to confirm" % ", ".join(names),
+                               returncode=EXIT_USAGE)
+        try:
+            getattr(self, "_" + options["action"])(names, settings)
+        except RedisError as exc:
+            raise CommandError("Redis is unavailable: %s" % exc,
+                               returncode=EXIT_UNAVAILABLE) from exc
+
+    def _queues(self, action: str, given: list[str], settings: Settings) -> list[str]:
+        known = queues.known_queues(settings)
+        if not given:
+            if action != "list":
+                raise CommandError("%s needs at least one queue (known: %s)"
+                                   % (action, ", ".join(known)), returncode=EXIT_USAGE)
+            return list(known)
+        unknown = [q for q in given if q not in known]
+        if unknown:
+            raise CommandError("unknown queue(s) %s; the queues are %s (DELAYQ['QUEUES'] and "
+                               "DELAYQ['QUEUE_OPTIONS'])" % (", ".join(unknown), ", ".join(known)),
+                               returncode=EXIT_USAGE)
+        return list(dict.fromkeys(given))
+
+    def _pause(self, names: list[str], settings: Settings) -> None:
+        for queue in names:
+            changed = queues.pause_queue(queue)
+            self.stdout.write("%s: %s" % (queue, "paused" if changed else "already paused"))
+
+    def _resume(self, names: list[str], settings: Settings) -> None:
+        for queue in names:
+            changed = queues.resume_queue(queue)
+            self.stdout.write("%s: %s" % (queue, "resumed" if changed else "was not paused"))
+
+    def _purge(self, names: list[str], settings: Settings) -> None:
+        for queue in names:
+            count = queues.purge_queue(queue)
+            self.stdout.write("%s: purged %d waiting job(s); their rows are cancelled"
+                              % (queue, count))
+
+    def _list(self, names: list[str], settings: Settings) -> None:
+        engine = get_engine()
+        paused = set(engine.paused(names))
+        header = ("queue", "state", "due", "scheduled", "in flight", "dead", "rate",
+                  "concurrency", "timeout")
+        lines = [header]
+        for queue in names:
+            st = engine.stats(queue)
+            rate, concurrency = settings.queue_limit(queue)
+            timeout = settings.timeout_for(queue, None)
+            lines.append((queue, "paused" if queue in paused else "active", str(st.ready),
+                          str(st.scheduled), str(st.inflight), str(st.dead), rate_text(rate),
+                          "-" if concurrency is None else str(concurrency),
+                          "-" if timeout is None else "%gs" % timeout))
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        for line in lines:
+            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths,
+                                                                         strict=True)).rstrip())
