@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: example test test-fast lint bench bench-compare chaos clean spark-cluster-demo
+.PHONY: example test test-fast lint bench bench-runtime bench-compare chaos clean spark-cluster-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/foundation.py
+
+# --processes 1 vs 2: drain of 20,000 no-op jobs, and 20 ms CPU-bound jobs vs threads.
+bench-runtime: $(STAMP)
+	$(PY) bench/runtime.py
 
 chaos: $(STAMP)
 	$(PY) bench/chaos.py

@@ -47,6 +47,7 @@ class Child:
     killed_for: dict[Key, str] = field(default_factory=dict)
     draining: bool = False  # told to drain (recycled, or the supervisor stops)
     killed: bool = False  # SIGKILL sent
+    runs: int = 0  # jobs it started
     buffer: bytes = b""
 
     @property
@@ -55,12 +56,13 @@ class Child:
 
     # -- reports -----------------------------------------------------------------
 
-    def read(self) -> bool:
-        """Read what the child sent; False at end of file (it exited or is exiting)."""
+    def read(self, *, wait: bool = True) -> bool:
+        """Read what the child sent; False at end of file (it exited or is exiting), or
+        when nothing is there and ``wait`` is False."""
         try:
             data = self.sock.recv(65536)
         except BlockingIOError:
-            return True
+            return wait
         except OSError:
             return False
         if not data:
@@ -72,8 +74,9 @@ class Child:
         return True
 
     def read_all(self) -> None:
-        """Everything left in the socket (the process is gone)."""
-        while self.read():
+        """Everything left in the socket (the process is gone; a process it started may
+        still hold its end, so stop when nothing is there)."""
+        while self.read(wait=False):
             pass
 
     def _apply(self, line: bytes) -> None:
@@ -88,6 +91,7 @@ class Child:
                 self.held[(queue, job_id)] = ClaimedJob(queue=queue, id=job_id, token=token,
                                                         due_ms=due_ms, envelope="")
         elif kind == "start":
+            self.runs += 1
             self.running[(event["q"], event["id"])] = Run(started=float(event["at"]),
                                                           limit=event["limit"])
         elif kind == "end":

@@ -18,8 +18,8 @@ The supervisor
   job whose cancel was asked (``Job.cancel_requested``) is killed the same way and ends
   cancelled (``takeback.py``);
 - recycles: a child that claimed ``--max-jobs-per-child`` jobs finishes them and exits;
-  one whose resident memory passes ``--max-memory-per-child`` MB is told to drain; either
-  is replaced;
+  one whose resident memory passes ``--max-memory-per-child`` MB (looked at every
+  second, once it has started a job) is told to drain; either is replaced;
 - forwards SIGTERM/SIGINT: the first tells every child to drain (it exits when they all
   have: ``EXIT_OK``), the second to stop hard (``EXIT_HARD_STOP``); a child still there
   ``HARD_STOP_S`` after that is SIGKILLed and its jobs taken back. It never leaves a child
@@ -292,8 +292,10 @@ class Supervisor:
         if limit is None:
             return
         for child in self.children.values():
+            if child.draining or not child.runs:  # one over at start would never run a job
+                continue
             used = rss_mb(child.pid)
-            if used is not None and used > limit and not child.draining:
+            if used is not None and used > limit:
                 logger.info("supervisor: worker process %d uses %.0f MB (over %g): recycling",
                             child.pid, used, limit)
                 child.draining = True

@@ -12,9 +12,13 @@ line:
     {"e": "end", "q": queue, "id": id}
     {"e": "released", "jobs": [[queue, id], ...]}
 
-So the supervisor knows, at any time, the jobs a child holds and which of them run since
-when: it can kill a child whose job overruns its time limit and hand the others back at
-once (``supervisor.py``). ``time.monotonic`` is one clock for every process of a host.
+Reports leave in batches, at most ``FLUSH_S`` after the transition (one wake-up of the
+supervisor per batch, not per job). So the supervisor knows, within milliseconds, the
+jobs a child holds and which of them run since when: it can kill a child whose job
+overruns its time limit and hand the others back at once (``supervisor.py``).
+``time.monotonic`` is one clock for every process of a host. A report lost with a
+process that died (its last ``FLUSH_S``) leaves that job to its lease, as for any dead
+worker.
 
 The supervisor writes one word a line back: ``drain`` (stop claiming, finish, exit) or
 ``stop`` (the hard stop). End of file means the supervisor is gone: the child drains,
@@ -42,6 +46,7 @@ from django_delayq.worker.runner import Outcome
 
 logger = logging.getLogger(__name__)
 
+FLUSH_S = 0.01
 EXIT_ORPHAN_OVERRUN = 3  # loop.EXIT_HARD_STOP (not imported: loop imports this module)
 
 
@@ -68,17 +73,34 @@ class Link:
     """The child's end of its socket to the supervisor."""
 
     def __init__(self, fd: int) -> None:
+        os.set_inheritable(fd, False)  # a process a job starts must not keep it open
         self.sock = socket.socket(fileno=fd)
         self._lock = threading.Lock()
+        self._pending: list[bytes] = []
+        self._ready = threading.Event()
         self.orphaned = threading.Event()
+        threading.Thread(target=self._flush_loop, name="delayq-link-out", daemon=True).start()
 
     def send(self, event: dict[str, Any]) -> None:
+        """Queue a report; they leave in batches, at most ``FLUSH_S`` later (one wake-up
+        of the supervisor per batch, not per job)."""
         data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
         with self._lock:
+            self._pending.append(data)
+        self._ready.set()
+
+    def _flush_loop(self) -> None:
+        while True:
+            self._ready.wait()
+            time.sleep(FLUSH_S)  # let the reports of this moment gather
+            self._ready.clear()
+            with self._lock:
+                data, self._pending = b"".join(self._pending), []
             try:
                 self.sock.sendall(data)
             except OSError:  # the supervisor is gone: the listener drains this worker
                 self.orphaned.set()
+                return
 
     def listen(self, on_drain: Callable[[], None], on_stop: Callable[[], None],
                running: Callable[[], list[RunningJob]]) -> threading.Thread:

@@ -92,7 +92,7 @@ def test_first_sigterm_drains_second_stops_hard(start_worker, tmp_path) -> None:
 def test_drain_finishes_running_jobs_and_exits_ok(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "runs.txt"
     slow = [schedule("tests.jobs.sleep_then_record", str(out), "s%d" % i, 1.5) for i in range(2)]
-    proc = start_worker("--processes", "2", "--concurrency", "1")
+    proc = start_worker("--processes", "2", "--concurrency", "2")
     wait_until(lambda: all(h.status == JobStatus.RUNNING for h in slow), timeout=30)
     kids = children(proc.pid)
     proc.send_signal(signal.SIGTERM)
@@ -135,7 +135,8 @@ def test_registry_info_names_supervisor_processes_and_running_jobs(  # type: ign
         h.id, "default", "tests.jobs.sleep_then_record")
     assert abs(job["started_ms"] - h.job.started_at.timestamp() * 1000) < 5000
     proc.send_signal(signal.SIGTERM)
-    proc.send_signal(signal.SIGTERM)
+    wait_until(lambda: len(children(proc.pid)) == 1, timeout=30)  # one signal at a time:
+    proc.send_signal(signal.SIGTERM)  # two pending SIGTERMs are delivered as one
     assert proc.wait(30) == EXIT_HARD_STOP
 
 
@@ -157,3 +158,19 @@ def test_burst_with_processes_runs_due_jobs_and_exits(start_worker, tmp_path) ->
     assert proc.wait(60) == EXIT_OK
     assert {h.status for h in handles} == {JobStatus.SUCCEEDED}
     assert len(lines(out)) == 30
+
+
+def test_recycling_over_max_memory_per_child_loses_none_and_runs_none_twice(  # type: ignore[no-untyped-def]
+        start_worker, tmp_path) -> None:
+    out = tmp_path / "runs.txt"
+    handles = [schedule("tests.jobs.sleep_then_record", str(out), "m%d" % i, 0.3)
+               for i in range(30)]
+    # Every process is over 1 MB: each is told to drain once it has started a job.
+    proc = start_worker("--processes", "2", "--concurrency", "2", "--max-memory-per-child", "1")
+    wait_until(lambda: all(h.status == JobStatus.SUCCEEDED for h in handles), timeout=120)
+    found = lines(out)
+    assert sorted(r[0] for r in found) == sorted("m%d" % i for i in range(30))  # once each
+    assert all(h.job.attempts == 1 for h in handles)
+    assert len({r[3] for r in found}) >= 3  # recycled at least once
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
