@@ -14,12 +14,15 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from django_delayq import schedule
+from django_delayq.core import ids
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs
 from tests.e2e.test_admin_browser import CHROMIUM, CHROMIUM_ARGS
@@ -63,6 +66,23 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
+def _history(minutes: int = 14) -> int:
+    """Audit rows of jobs that ran in the last minutes (their Redis part long gone), with
+    a few late starts: what the charts draw. Returns how many."""
+    now = timezone.now()
+    rows = []
+    for minute in range(minutes):
+        for i in range(2 + (minute * 5) % 7):
+            start = now - timedelta(minutes=minute, seconds=5 + i)
+            late = timedelta(milliseconds=3 + (i * 37 + minute * 11) % 90 + (900 if i == 0 else 0))
+            rows.append(Job(id=ids.new_id(), queue="default", callable_path="tests.jobs.noop",
+                            status=JobStatus.SUCCEEDED, run_at=start - late, started_at=start,
+                            finished_at=start + timedelta(milliseconds=20), attempts=1,
+                            max_attempts=3, created_at=start - late))
+    Job.objects.bulk_create(rows)
+    return len(rows)
+
+
 def test_dashboard_shows_a_running_job_and_updates_without_reload(
         delayq_settings, delayq_engine, live_server, django_user_model, tmp_path):
     django_user_model.objects.create_superuser("boss", "boss@example.com", "s3cret-pw")
@@ -72,7 +92,11 @@ def test_dashboard_shows_a_running_job_and_updates_without_reload(
                   "started_ms": delayq_engine.time_ms()}]}))
     for _ in range(3):
         schedule("tests.jobs.noop", queue="emails", delay=3600)
-    worker = _worker(delayq_settings, tmp_path)
+    before = _history()
+    # Scheduled now (no ORM call works inside Playwright's event loop); the worker that
+    # runs it starts once the page is up, so the page can only learn of it by polling.
+    job_id = schedule("tests.jobs.sleep_then_record", str(tmp_path / "out"), "slow", 8).id
+    worker = None
     problems: list[str] = []
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -87,9 +111,11 @@ def test_dashboard_shows_a_running_job_and_updates_without_reload(
             page.evaluate("window.delayqNoReload = true")
             assert page.locator("#delayq-queues tr[data-queue=emails] "
                                 "td[data-count=scheduled]").inner_text() == "3"
+            assert page.get_attribute("#delayq-throughput", "data-total") == str(before)
+            assert page.locator("#delayq-queues tr[data-queue=default] "
+                                "td[data-count=due_now]").inner_text() == "1"
 
-            job_id = schedule("tests.jobs.sleep_then_record", str(tmp_path / "out"), "slow",
-                              8).id
+            worker = _worker(delayq_settings, tmp_path)
             running = page.locator("li[data-job='%s']" % job_id)
             running.wait_for()
             link = running.locator("a.delayq-job-link")
@@ -104,12 +130,15 @@ def test_dashboard_shows_a_running_job_and_updates_without_reload(
 
             running.wait_for(state="detached", timeout=60_000)
             page.wait_for_function("Number(document.getElementById('delayq-throughput')"
-                                   ".getAttribute('data-total')) >= 1", timeout=30_000)
+                                   ".getAttribute('data-total')) >= %d" % (before + 1),
+                                   timeout=30_000)
+            assert page.locator("#delayq-lateness circle.delayq-line-p95-dot").count() >= 10
             assert page.evaluate("window.delayqNoReload") is True
             assert page.evaluate("window.pwned") is None
         finally:
             browser.close()
-            _stop(worker)
+            if worker is not None:
+                _stop(worker)
     assert Job.objects.get(pk=job_id).status == JobStatus.SUCCEEDED
     assert not problems, problems  # a CSP violation is reported as a console error
 
@@ -134,6 +163,7 @@ def test_queues_page_pauses_a_queue_and_the_job_list(
             message = page.locator("ul.messagelist li").first.inner_text()
             state = page.locator("tr[data-queue=slow] .delayq-queue-state").inner_text()
             page.screenshot(path=str(_shots(tmp_path) / "queues.png"), full_page=True)
+            page.set_viewport_size({"width": 1920, "height": 800})  # every column
             page.goto(live_server.url + "/admin/django_delayq/job/")
             page.locator("tr", has_text=failed).wait_for()
             page.screenshot(path=str(_shots(tmp_path) / "job-list.png"), full_page=True)

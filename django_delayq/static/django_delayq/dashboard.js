@@ -135,16 +135,23 @@
       return n + m.finished; }, 0)));
   }
 
-  function line(minutes, key, max, plotH, cls) {
+  function line(node, minutes, key, max, plotH, cls) {
     var step = (W - LEFT) / Math.max(1, minutes.length);
     var points = [];
+    var dots = [];
     minutes.forEach(function (m, i) {
       if (m[key] !== null) {
-        points.push((LEFT + (i + 0.5) * step).toFixed(1) + "," +
-                    (TOP + plotH - plotH * m[key] / max).toFixed(1));
+        var x = (LEFT + (i + 0.5) * step).toFixed(1);
+        var y = (TOP + plotH - plotH * m[key] / max).toFixed(1);
+        points.push(x + "," + y);
+        var dot = svg("circle", {cx: x, cy: y, r: 2, "class": cls + "-dot"});
+        dot.appendChild(svg("title", {}, time(m.start_ms).slice(11, 16) + " " +
+                            key.replace("_ms", "") + ": " + Math.round(m[key]) + " ms"));
+        dots.push(dot);
       }
     });
-    return svg("polyline", {points: points.join(" "), "class": cls});
+    node.appendChild(svg("polyline", {points: points.join(" "), "class": cls}));
+    dots.forEach(function (dot) { node.appendChild(dot); });
   }
 
   function drawLateness(node, minutes) {
@@ -152,8 +159,8 @@
     var values = minutes.map(function (m) { return m.p95_ms || 0; });
     var max = Math.max(1, Math.max.apply(null, values));
     var plotH = axes(node, max, minutes);
-    node.appendChild(line(minutes, "p50_ms", max, plotH, "delayq-line-p50"));
-    node.appendChild(line(minutes, "p95_ms", max, plotH, "delayq-line-p95"));
+    line(node, minutes, "p50_ms", max, plotH, "delayq-line-p50");
+    line(node, minutes, "p95_ms", max, plotH, "delayq-line-p95");
   }
 
   function start(root) {
