@@ -29,3 +29,23 @@ def named_like_options(delay: int, queue: str, key: str, at: str = "") -> dict[s
 def raise_value_error(message: str) -> None:
     """A job that fails with ``ValueError(message)``."""
     raise ValueError(message)
+
+
+def stamp(path: str, tag: str) -> None:
+    """Append ``tag``, the wall-clock time at entry and the pid (one line per start)."""
+    import os
+    import time
+
+    started = time.time()
+    with open(path, "a") as f:
+        f.write("%s %.6f %d\n" % (tag, started, os.getpid()))
+
+
+def hold(path: str, tag: str, seconds: float) -> None:
+    """Run ``seconds``; append ``tag``, the wall-clock entry and exit times (one line)."""
+    import time
+
+    started = time.time()
+    time.sleep(seconds)
+    with open(path, "a") as f:
+        f.write("%s %.6f %.6f\n" % (tag, started, time.time()))

@@ -3,9 +3,11 @@
 A claimed job is *unstarted* until a thread takes it, then *running* (with the time it
 started) until its outcome is *done*; the main loop takes the done outcomes and settles
 them, and keeps those it could not settle yet (their queue is backing off: a node down)
-as *unsettled* for a later round. An attempt running past ``JOB_TIMEOUT_SECONDS`` is
+as *unsettled* for a later round. An attempt running past its time limit (given at
+``start``: ``Settings.timeout_for``, the job's, its queue's or ``JOB_TIMEOUT_SECONDS``) is
 *timed out*: its failure is done at once, its thread stays busy (it still counts against
-capacity) and whatever it returns later is dropped.
+capacity) and whatever it returns later is dropped, after ``on_late`` has seen it (the
+callable-limit slot it held is freed only then: its function was still running).
 
 Threads change the ledger only through its named transitions; each one takes the lock
 once, so the hot path (a job starts, a job finishes) costs one acquisition per step, as
@@ -31,11 +33,13 @@ def key_of(job: ClaimedJob) -> Key:
 
 
 class Ledger:
-    def __init__(self) -> None:
+    def __init__(self, on_late: Callable[[Outcome], None] | None = None) -> None:
+        self._on_late = on_late
         self._lock = threading.Lock()
         self._unstarted: dict[Key, ClaimedJob] = {}
         self._running: dict[Key, ClaimedJob] = {}
         self._started: dict[Key, tuple[float, datetime]] = {}  # monotonic, wall clock
+        self._limits: dict[Key, float] = {}  # running attempts' time limits (seconds)
         self._timed_out: set[Key] = set()  # their threads are still busy
         self._done: deque[Outcome] = deque()
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
@@ -49,14 +53,17 @@ class Ledger:
                 self._unstarted[key_of(job)] = job
             self._done.extend(ended)
 
-    def start(self, key: Key) -> bool:
-        """A thread takes the job; False when it was released meanwhile (drain)."""
+    def start(self, key: Key, limit_s: float | None = None) -> bool:
+        """A thread takes the job, whose attempt may run ``limit_s`` seconds (None: no
+        limit); False when it was released meanwhile (drain)."""
         with self._lock:
             job = self._unstarted.pop(key, None)
             if job is None:
                 return False
             self._running[key] = job
             self._started[key] = (time.monotonic(), datetime.now(UTC))
+            if limit_s is not None:
+                self._limits[key] = limit_s
             return True
 
     def finish(self, key: Key, outcome: Outcome) -> bool:
@@ -65,27 +72,52 @@ class Ledger:
         outcome is dropped (False): its failure was already recorded."""
         with self._lock:
             self._started.pop(key, None)
-            if key in self._timed_out:
-                self._timed_out.discard(key)
-                return False
-            first = not self._done
-            self._done.append(outcome)
-            self._running.pop(key, None)
-            return first
+            self._limits.pop(key, None)
+            late = key in self._timed_out
+            self._timed_out.discard(key)
+            if not late:
+                first = not self._done
+                self._done.append(outcome)
+                self._running.pop(key, None)
+                return first
+        if self._on_late is not None:
+            self._on_late(outcome)
+        return False
 
     def time_out(self, deadline: float,
                  outcome_of: Callable[[ClaimedJob, datetime], Outcome]) -> list[ClaimedJob]:
         """Fail the attempts started (monotonic) at or before ``deadline``: their outcome
         (``outcome_of(job, started_at)``) is done, they are no longer held (the heartbeat
         stops extending their lease) and their threads still count against capacity."""
+        return self._time_out(lambda key, started: started <= deadline,
+                              lambda key, job, at: outcome_of(job, at))
+
+    def time_out_limits(self, now: float, outcome_of: Callable[[ClaimedJob, datetime, float],
+                                                                Outcome]) -> list[ClaimedJob]:
+        """``time_out`` for the attempts past their own time limit (``start``'s
+        ``limit_s``) at ``now`` (monotonic); ``outcome_of(job, started_at, limit_s)``."""
+        return self._time_out(
+            lambda key, started: key in self._limits and started + self._limits[key] <= now,
+            lambda key, job, at: outcome_of(job, at, self._limits[key]))
+
+    def _time_out(self, overdue: Callable[[Key, float], bool],
+                  outcome_of: Callable[[Key, ClaimedJob, datetime], Outcome]
+                  ) -> list[ClaimedJob]:
         with self._lock:
-            overdue = [(key, job) for key, job in self._running.items()
-                       if key in self._started and self._started[key][0] <= deadline]
-            for key, job in overdue:
+            over = [(key, job) for key, job in self._running.items()
+                    if key in self._started and overdue(key, self._started[key][0])]
+            for key, job in over:
                 del self._running[key]
                 self._timed_out.add(key)
-                self._done.append(outcome_of(job, self._started[key][1]))
-        return [job for _, job in overdue]
+                self._done.append(outcome_of(key, job, self._started[key][1]))
+        return [job for _, job in over]
+
+    def next_limit(self) -> float | None:
+        """The earliest moment (monotonic) a running attempt reaches its time limit."""
+        with self._lock:
+            ends = [self._started[key][0] + limit for key, limit in self._limits.items()
+                    if key in self._started and key in self._running]
+        return min(ends, default=None)
 
     def release_unstarted(self) -> list[ClaimedJob]:
         """Drop the jobs no thread has taken yet (to hand them back to Redis)."""

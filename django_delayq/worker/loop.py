@@ -39,7 +39,7 @@ from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import ClaimedJob, Engine
-from django_delayq.worker import aside, runner
+from django_delayq.worker import aside, limits, runner
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.ledger import key_of
 from django_delayq.worker.liveness import Liveness
@@ -78,9 +78,11 @@ class Worker:
             socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
         self.wake = threading.Event()
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
-        self.settler = Settler(engine, settings, self.audit, self.id)
+        self.gate = limits.StartGate(engine, settings, self._server_now)  # expiry, limits
+        self.settler = Settler(engine, settings, self.audit, self.id, self.gate.release)
         self.recovery = LeaseRecovery(engine, settings, self.audit)
-        self.ledger = TrackedLedger(settings, options.supervision)
+        self.queue_gate = limits.QueueGate(engine, settings)  # queue limits and pauses
+        self.ledger = TrackedLedger(settings, options.supervision, on_late=self.gate.release_late)
         self.liveness = Liveness(engine, settings, self.id, queues=options.queues,
                                  concurrency=options.concurrency,
                                  running=self.ledger.running_jobs,
@@ -231,12 +233,13 @@ class Worker:
         self.backoff.each(ready, self._claim)
 
     def _claim(self, queue: str) -> None:
-        while (room := self._capacity()) > 0:
+        self.queue_gate.write_limit(queue)  # at start-up
+        while (room := self._capacity()) > 0 and self.queue_gate.open(queue, self._server_now()):
             before = monotonic_ms()
             result = self.engine.claim(queue, min(room, self.settings.claim_batch),
                                        self.settings.lease_ms)
             self.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
-            self.next_due[queue] = result.next_due_ms
+            self.next_due[queue] = self.queue_gate.note(queue, result)  # paused: None
             jobs = self._payloads(queue, result.jobs) if result.jobs else []
             for job in jobs:
                 self.local.put(job)
@@ -282,7 +285,8 @@ class Worker:
         now = self.engine.stats(self.options.queues[0]).now_ms
         for q in self.options.queues:
             self._claim(q)
-        return self.ledger.idle() and all(d is None or d > now for d in self.next_due.values())
+        return (self.ledger.idle() and not self.queue_gate.holding()  # a limit holds due jobs
+                and all(d is None or d > now for d in self.next_due.values()))
 
     def _wait_seconds(self) -> float:
         if self.ledger.has_done():
@@ -292,13 +296,14 @@ class Worker:
             now = self._server_now()
             for queue, due in self.next_due.items():
                 if due is not None:  # a queue backing off is due when its delay ends
-                    wait_ms = min(wait_ms, max(due - now, self.backoff.remaining_ms(queue)))
+                    wait_ms = min(wait_ms, max(self.queue_gate.due(queue, due) - now,
+                                               self.backoff.remaining_ms(queue)))
         for queue in self.ledger.unsettled_queues():  # settled once their delay ends
             wait_ms = min(wait_ms, self.backoff.remaining_ms(queue))
         wait_ms = min(wait_ms, self._last_recover + self.settings.recover_interval_seconds * 1000
                       - monotonic_ms())
-        if self.settings.job_timeout_seconds is not None and self.ledger.running():
-            wait_ms = min(wait_ms, 250.0)  # notice overdue attempts promptly
+        if (limit := self.ledger.next_limit()) is not None:  # fail an overdue attempt on time
+            wait_ms = min(wait_ms, (limit - time.monotonic()) * 1000 + 1)
         return max(0.0, wait_ms / 1000)
 
     # -- running -------------------------------------------------------------------
@@ -310,18 +315,24 @@ class Worker:
                 connections.close_all()  # this thread's connections, not the caller's
                 return
             key = key_of(job)
-            if not self.ledger.start(key):
+            if not self.ledger.start(key, self.gate.time_limit(job)):
                 continue  # released during drain
             try:
-                self.settler.started(job)
-                outcome = runner.run(job, worker_id=self.id,
-                                     default_max_attempts=self.settings.default_max_attempts,
-                                     default_backoff=self.settings.default_backoff)
+                admitted = self.gate.admit(job)  # expired? refused by a callable limit?
+                outcome = admitted.ended or self._attempt(job, admitted)
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", job.id)
                 outcome = runner.crashed(job, exc)
             if self.ledger.finish(key, outcome):  # the first one waiting: wake the loop
                 self.wake.set()
+
+    def _attempt(self, job: ClaimedJob, admitted: limits.Admission) -> runner.Outcome:
+        self.settler.started(job, keep_due=admitted.limited)
+        outcome = runner.run(job, worker_id=self.id,
+                             default_max_attempts=self.settings.default_max_attempts,
+                             default_backoff=self.settings.default_backoff)
+        outcome.group = admitted.group  # its callable-limit slot, freed once settled
+        return outcome
 
     def _settle_done(self) -> None:
         outcomes = self.ledger.take_done()
@@ -332,6 +343,7 @@ class Worker:
             by_queue.setdefault(o.job.queue, []).append(o)
         try:
             left = self.backoff.each(list(by_queue), lambda q: self.settler.settle(by_queue[q]))
+            self.queue_gate.settled(by_queue, self.next_due)  # a concurrency slot is free
         except ERRORS:
             self.ledger.keep_unsettled(outcomes)
             raise
@@ -353,18 +365,14 @@ class Worker:
     # -- housekeeping: heartbeat, recovery -----------------------------------------
 
     def _expire_overdue(self) -> None:
-        """Fail attempts running past JOB_TIMEOUT_SECONDS: stop heartbeating them (their
-        lease is not extended again) and settle them as failures now."""
-        limit = self.settings.job_timeout_seconds
-        if limit is None:
-            return
-        overdue = self.ledger.time_out(time.monotonic() - limit, lambda job, at: runner.timed_out(
-            job, started_at=at, seconds=limit,
-            default_max_attempts=self.settings.default_max_attempts,
+        """Fail attempts running past their time limit (``Settings.timeout_for``): stop
+        heartbeating them (their lease is not extended again), settle them as failures."""
+        overdue = self.ledger.time_out_limits(time.monotonic(), lambda job, at, s: runner.timed_out(
+            job, started_at=at, seconds=s, default_max_attempts=self.settings.default_max_attempts,
             default_backoff=self.settings.default_backoff))
         for job in overdue:
-            logger.warning("job %s: still running after %gs; failing this attempt (its "
-                           "thread stays busy until the function returns)", job.id, limit)
+            logger.warning("job %s: still running past its time limit; failing this attempt "
+                           "(its thread stays busy until the function returns)", job.id)
 
     def _housekeeping(self) -> None:
         self._expire_overdue()
@@ -384,6 +392,7 @@ class Worker:
                 try:
                     self.liveness.heartbeat(self.ledger.held(), claimed=self.claimed_total,
                                             processed=self.settler.processed)
+                    self.gate.renew()  # callable-limit slots of the functions running
                 except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
                     logger.warning("heartbeat failed: %s", exc)
             if not self.draining:

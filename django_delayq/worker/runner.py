@@ -1,7 +1,10 @@
 """Running one claimed job and deciding its outcome (no Redis calls here).
 
 Anything a payload can throw at us ends in an ``Outcome``: a success, a retry after
-the job's backoff, or dead (out of attempts, not allowed, an unusable row). ``run``
+the job's backoff, or dead (out of attempts, not allowed, an unusable row, an exception
+its ``retry_on`` does not list). Two outcomes never run the function (``limits.py``
+decides them): *expired* (not started before the row's ``expires_at``) and *deferred*
+(refused by a callable limit: back to Redis, no attempt charged). ``run``
 never raises: a retry delay that cannot be computed (a backoff the row should never have
 held, ``Retry(delay=...)`` with nonsense) ends the job dead with the reason, and any
 other failure of ours becomes a dead outcome of that job alone. The worker settles
@@ -46,6 +49,8 @@ class Kind(enum.Enum):
     SUCCESS = "success"
     RETRY = "retry"
     DEAD = "dead"
+    EXPIRED = "expired"  # never ran: past its expires_at when claimed (ack-like)
+    DEFER = "defer"  # never ran: a callable limit refused the start (attempt given back)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -62,6 +67,8 @@ class Outcome:
     error: str = ""
     traceback: str = ""
     max_attempts: int = 0
+    retry_at_ms: int | None = None  # DEFER: server time it is due again
+    group: str | None = None  # the callable limit it holds a slot of, released after settle
 
 
 def ms_to_dt(ms: int) -> datetime:
@@ -100,6 +107,33 @@ def json_result(value: Any) -> Any:
         return value
     except Exception:  # noqa: BLE001 - circular, too deep, not JSON: no result kept
         return None
+
+
+def retried(kind: type[BaseException], retry_on: tuple[str, ...] | None) -> bool:
+    """Whether an exception of class ``kind`` may be retried: ``retry_on`` ``None``
+    retries any; otherwise the class or one of its bases must be listed."""
+    if retry_on is None:
+        return True
+    return any(type_path(base) in retry_on for base in kind.__mro__
+               if isinstance(base, type) and issubclass(base, BaseException))
+
+
+NOT_RETRIED = " (not retried: %s is not in retry_on)"
+
+
+def deferred(job: ClaimedJob, path: str, at_ms: int) -> Outcome:
+    """A start refused by a callable limit: the job goes back to Redis, due at ``at_ms``."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.DEFER, path=path, started_at=now, finished_at=now,
+                   retry_at_ms=at_ms)
+
+
+def expired(job: ClaimedJob, path: str, expires_ms: int) -> Outcome:
+    """A job claimed after its ``expires_at``: never run, final ``expired``."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.EXPIRED, path=path, started_at=now, finished_at=now,
+                   error="expired at %s: not started by then, never run"
+                         % ms_to_dt(expires_ms).isoformat(timespec="milliseconds"))
 
 
 def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: Any, attempt: int) -> int:
@@ -179,6 +213,9 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
             logger.warning("job %s raised %r; treated as a failure", job.id, exc)
         common["error_type"] = error_type(exc)
+        if not retried(type(exc), env.retry_on):
+            return _failed(common, Kind.DEAD, text(exc) + NOT_RETRIED % common["error_type"],
+                           t0)
         return _retry(common, text(exc), t0, None, env, default_backoff)
     finally:
         if manage_connections:
@@ -204,8 +241,9 @@ def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env
 
 def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
               default_max_attempts: int, default_backoff: Any) -> Outcome:
-    """The outcome of an attempt still running after ``seconds``: a failure, retried
-    after the job's backoff (or dead without attempts left). Its thread cannot be
+    """The outcome of an attempt still running after ``seconds`` (its time limit): a
+    failure of type ``JobTimeout``, retried after the job's backoff (dead without attempts
+    left, or when its ``retry_on`` does not list ``JobTimeout``). Its thread cannot be
     killed; whatever it returns later is discarded."""
     try:
         env = payloads.of(job)
@@ -213,14 +251,17 @@ def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
         env = Envelope(path="")
     max_attempts = env.max_attempts or default_max_attempts
     kind = Kind.RETRY
-    error = "timed out: still running after %gs (DELAYQ['JOB_TIMEOUT_SECONDS'])" % seconds
+    error = "timed out: still running after %gs (its time limit)" % seconds
     delay: int | None = None
-    try:
-        delay = _retry_delay(None, env, default_backoff, job.token)
-    except Exception as why:  # noqa: BLE001
-        kind = Kind.DEAD
-        error += " (not retried: cannot compute the retry delay: %s)" % text(why)
-    if kind is Kind.RETRY and job.token >= max_attempts:
+    if not retried(JobTimeout, env.retry_on):
+        kind, error = Kind.DEAD, error + NOT_RETRIED % JOB_TIMEOUT
+    else:
+        try:
+            delay = _retry_delay(None, env, default_backoff, job.token)
+        except Exception as why:  # noqa: BLE001
+            kind = Kind.DEAD
+            error += " (not retried: cannot compute the retry delay: %s)" % text(why)
+    if kind is not Kind.RETRY or job.token >= max_attempts:
         kind, delay = Kind.DEAD, None
     now = datetime.now(UTC)
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,

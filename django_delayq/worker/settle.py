@@ -13,6 +13,7 @@ heartbeat is ``liveness.py``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,25 +24,31 @@ from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.limits import release_groups
 from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 
 logger = logging.getLogger(__name__)
 
 
 class Settler:
-    def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter,
-                 worker_id: str) -> None:
+    def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter, worker_id: str,
+                 release: Callable[[Sequence[Outcome]], None] | None = None) -> None:
         self.engine = engine
+        # frees the callable-limit slots of settled attempts (the worker's StartGate)
+        self.release = release or (lambda outcomes: release_groups(engine, outcomes))
         self.settings = settings
         self.audit = audit
         self.worker_id = worker_id
         self.processed = 0  # outcomes settled, published by the heartbeat
 
-    def started(self, job: ClaimedJob) -> None:
+    def started(self, job: ClaimedJob, keep_due: bool = False) -> None:
+        """The row is ``running``, due at the time Redis held it, unless ``keep_due``: a
+        job of a limited callable keeps its row's due time (a deferral moved its due time
+        in Redis only), so its lateness counts from when it was first due."""
         now = datetime.now(UTC)
-        self.audit.update(job.id, status=JobStatus.RUNNING, run_at=ms_to_dt(job.due_ms),
-                          started_at=now, finished_at=None, attempts=job.token,
-                          worker_id=self.worker_id, updated_at=now)
+        due = {} if keep_due else {"run_at": ms_to_dt(job.due_ms)}
+        self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
+                          attempts=job.token, worker_id=self.worker_id, updated_at=now, **due)
         signalled = signals.wanted(signals.job_started)
         path = _path_of(job) if signalled or self.settings.log_jobs else ""
         joblog.started(self.settings, job, path)
@@ -55,9 +62,11 @@ class Settler:
         for o in outcomes:
             by_queue.setdefault(o.job.queue, []).append(o)
         for queue, items in by_queue.items():
-            wins = [o for o in items if o.kind is Kind.SUCCESS]
-            fails = [o for o in items if o.kind is not Kind.SUCCESS]
+            wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
+            later = [o for o in items if o.kind is Kind.DEFER]
+            fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
             acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins])
+            self._defer(queue, later)
             nacked = self.engine.nack(
                 queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
                 dead_max=self.settings.dead_max)
@@ -67,10 +76,22 @@ class Settler:
                     # lost the job: nobody else owns it. The audit guard on attempts keeps
                     # this from overwriting a later attempt's record.
                     ok = True
-                self._record(o, JobStatus.SUCCEEDED if ok else None)
+                self._record(o, STATUS_OF[o.kind] if ok else None)
             for o, res in zip(fails, nacked):
                 self._record(o, STATUS_OF.get(res))
-        self.processed += len(outcomes)
+            self.release(items)  # settled: their callable-limit slots are free
+        self.processed += sum(o.kind is not Kind.DEFER for o in outcomes)
+
+    def _defer(self, queue: str, outcomes: list[Outcome]) -> None:
+        """Jobs a callable limit refused: back to pending, due at their retry time, the
+        attempt given back. Their rows are untouched (never marked running)."""
+        if not outcomes:
+            return
+        leases = [(o.job.id, o.job.token, o.retry_at_ms or o.job.due_ms) for o in outcomes]
+        for o, ok in zip(outcomes, self.engine.defer(queue, leases)):
+            if not ok:
+                logger.warning("job %s (attempt %d): lease lost before it was deferred; the "
+                               "redelivered copy owns it now", o.job.id, o.job.token)
 
     def _record(self, o: Outcome, status: JobStatus | None) -> None:
         job = o.job
@@ -82,6 +103,12 @@ class Settler:
             status=status, started_at=o.started_at, finished_at=o.finished_at,
             attempts=job.token, worker_id=self.worker_id, updated_at=o.finished_at)
         base = dict(job_id=job.id, queue=job.queue, callable_path=o.path)
+        if status is JobStatus.EXPIRED:  # never ran: the attempt claimed is not counted
+            del fields["started_at"]
+            fields.update(attempts=job.token - 1, error_type="", last_error=o.error)
+            self.audit.update(job.id, **fields)
+            logger.info("job %s %s: %s", job.id, o.path, o.error)
+            return
         if status is JobStatus.SUCCEEDED:
             self.audit.update(job.id, result=o.result, **fields)
             joblog.succeeded(self.settings, o)
@@ -118,7 +145,9 @@ def _path_of(job: ClaimedJob) -> str:
         return ""
 
 
-STATUS_OF = {  # what a nack (or a lease taken back) made of the job
+STATUS_OF: dict[object, JobStatus] = {  # what an ack or a nack made of the job
+    Kind.SUCCESS: JobStatus.SUCCEEDED,
+    Kind.EXPIRED: JobStatus.EXPIRED,
     NackOutcome.RETRYING: JobStatus.RETRYING,
     NackOutcome.DEAD: JobStatus.DEAD,
     NackOutcome.CANCELLED: JobStatus.CANCELLED,

@@ -1,0 +1,189 @@
+"""What may start, and when: queue limits and pauses at claim time, expiry and callable
+limits at start time.
+
+**Queues** (``QueueGate``). Queue limits (``DELAYQ["QUEUE_OPTIONS"]``: ``rate_limit``,
+``concurrency``) live in Redis and are enforced by the claim script; each worker writes
+its settings' limits for its queues when it starts (``QueueGate.write_limit``: the last
+worker started wins, and a queue without options has its limit cleared). A claim a
+limit stopped names the server time to try again (``blocked_until_ms``): the loop claims
+that queue again then, not before, and serves its other queues meanwhile. A paused queue
+claims nothing: the loop forgets its due time and claims it again when a wake-up
+arrives (``resume`` publishes one) or at the next poll, so it never spins on it.
+
+**Starts** (``StartGate``), in the job's thread, after its row was read at claim time:
+
+* a job whose row's ``expires_at`` has passed (on the Redis server's clock, as the loop
+  estimates it) is never run: it ends ``expired`` (acked);
+* a job whose callable has ``DELAYQ["CALLABLE_LIMITS"]`` asks Redis for a start
+  (``Engine.acquire``) right before its function is called. Refused, it is *deferred*:
+  back to ``pending`` due at the time the engine named, the attempt given back, its row
+  untouched (still ``scheduled`` or ``retrying`` with its due time, so its lateness
+  still counts from the time it was due). Granted, it holds a slot of the callable's
+  concurrency until its attempt is settled (``release``). The slot has a lease of
+  ``LEASE_SECONDS``, renewed with the worker's heartbeat (``renew``) while the function
+  runs (even past a soft time limit: it still runs), so the slot of a dead worker frees
+  itself when its lease passes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from django_delayq.core.conf import Settings
+from django_delayq.engine import ClaimedJob, ClaimResult, Engine
+from django_delayq.worker import runner
+
+logger = logging.getLogger(__name__)
+
+RETRY_AFTER_ERROR_MS = 1000  # a start Redis could not decide on is tried again this late
+
+
+class QueueGate:
+    """The loop's view of its queues' limits and pauses (main thread only)."""
+
+    def __init__(self, engine: Engine, settings: Settings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.written: set[str] = set()  # queues whose limit this worker stored in Redis
+        self.blocked: dict[str, int] = {}  # queue -> server ms it may be claimed again
+        self.limited: set[str] = set()  # a queue limit held due jobs back at the last claim
+        self.paused: set[str] = set()
+
+    def write_limit(self, queue: str) -> None:
+        """Store the queue's limit from the settings in Redis (none: clear it), once."""
+        if queue not in self.written:
+            rate, concurrency = self.settings.queue_limit(queue)
+            self.engine.set_queue_limit(queue, rate=rate, concurrency=concurrency)
+            self.written.add(queue)
+
+    def note(self, queue: str, result: ClaimResult) -> int | None:
+        """Record what a claim said; returns the queue's next due time to wait for."""
+        if result.limited:
+            self.limited.add(queue)
+        else:
+            self.limited.discard(queue)
+        if result.paused:
+            self.paused.add(queue)
+            self.blocked.pop(queue, None)
+            return None  # wait for a wake-up (resume publishes one) or the next poll
+        self.paused.discard(queue)
+        if result.blocked_until_ms is None:
+            self.blocked.pop(queue, None)
+            return result.next_due_ms
+        self.blocked[queue] = result.blocked_until_ms
+        due = result.next_due_ms
+        return result.blocked_until_ms if due is None else due
+
+    def settled(self, queues: Iterable[str], next_due: dict[str, int | None]) -> None:
+        """Jobs of ``queues`` were settled: a queue whose limit held jobs back may let
+        one in now (its concurrency has room), so it is due for a claim."""
+        for queue in self.limited.intersection(queues):
+            next_due[queue] = 0
+
+    def holding(self) -> bool:
+        """Whether a queue limit held due jobs back at the last claim of some queue."""
+        return bool(self.blocked or self.limited)
+
+    def open(self, queue: str, server_now_ms: float) -> bool:
+        """Whether ``queue`` may be claimed now (its limit's block has passed)."""
+        until = self.blocked.get(queue)
+        return until is None or until <= server_now_ms
+
+    def due(self, queue: str, due_ms: float) -> float:
+        """When to claim ``queue`` for a job due at ``due_ms``: not before its block ends."""
+        return max(due_ms, self.blocked.get(queue, due_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """``ended``: the job does not run (expired, deferred); ``group``: the callable limit
+    whose slot the attempt holds (released after it is settled); ``limited``: its
+    callable has a limit (its row's due time is kept at start: it may have been deferred)."""
+
+    ended: runner.Outcome | None = None
+    group: str | None = None
+    limited: bool = False
+
+
+class StartGate:
+    def __init__(self, engine: Engine, settings: Settings,
+                 server_now_ms: Callable[[], float]) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.server_now_ms = server_now_ms
+        self._lock = threading.Lock()
+        self._slots: dict[str, tuple[str, tuple[int, int] | None, int]] = {}  # id -> group
+
+
+    def time_limit(self, job: ClaimedJob) -> float | None:
+        """The attempt's time limit in seconds: the job's, its queue's or the global one."""
+        env = job.payload
+        return self.settings.timeout_for(job.queue, None if env is None else env.timeout)
+
+    def admit(self, job: ClaimedJob) -> Admission:
+        """Whether ``job`` may start now; call right before its function."""
+        env = job.payload
+        if env is None:  # the runner ends it as an invalid row
+            return Admission()
+        if env.expires_ms is not None and self.server_now_ms() >= env.expires_ms:
+            return Admission(ended=runner.expired(job, env.path, env.expires_ms))
+        limit = self.settings.callable_limit(env.path)
+        if limit is None:
+            return Admission()
+        rate, concurrency = limit
+        try:
+            grant = self.engine.acquire(env.path, job.id, lease_ms=self.settings.lease_ms,
+                                        rate=rate, concurrency=concurrency)
+        except RedisError as exc:  # not the job's fault: try it again a little later
+            logger.warning("job %s: could not ask for a start of %s (%s); deferred", job.id,
+                           env.path, exc)
+            later = max(job.due_ms, int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
+            return Admission(ended=runner.deferred(job, env.path, later), limited=True)
+        if grant.granted:
+            if concurrency is not None:  # a slot: renewed while the function runs
+                with self._lock:
+                    self._slots[job.id] = (env.path, rate, concurrency)
+            return Admission(group=env.path, limited=True)
+        at: int = (grant.retry_at_ms if grant.retry_at_ms is not None
+                   else int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
+        return Admission(ended=runner.deferred(job, env.path, at), limited=True)
+
+    def renew(self) -> None:
+        """Extend the slots of the functions running now (the heartbeat calls this)."""
+        with self._lock:
+            slots = list(self._slots.items())
+        for job_id, (group, rate, concurrency) in slots:
+            self.engine.acquire(group, job_id, lease_ms=self.settings.lease_ms, rate=rate,
+                                concurrency=concurrency)
+
+    def release(self, outcomes: Sequence[runner.Outcome]) -> None:
+        """Free the slots of settled attempts (``Settler`` calls this after settling)."""
+        with self._lock:
+            for o in outcomes:
+                if o.group is not None:
+                    self._slots.pop(o.job.id, None)
+        release_groups(self.engine, outcomes)
+
+    def release_late(self, outcome: runner.Outcome) -> None:
+        """A timed-out attempt's function returned at last: free its slot now."""
+        self.release([outcome])
+
+
+def release_groups(engine: Engine, outcomes: Iterable[runner.Outcome]) -> None:
+    """Free the callable-limit slots the settled ``outcomes`` held. A failure is logged:
+    the slots free themselves when their lease passes."""
+    groups: dict[str, list[str]] = {}
+    for o in outcomes:
+        if o.group is not None:
+            groups.setdefault(o.group, []).append(o.job.id)
+    for group, ids in groups.items():
+        try:
+            engine.release_group(group, ids)
+        except RedisError as exc:
+            logger.warning("could not free %d slot(s) of %s (%s); they free themselves when "
+                           "their lease passes", len(ids), group, exc)

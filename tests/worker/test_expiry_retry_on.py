@@ -1,0 +1,84 @@
+"""Expiry, retry_on and per-job soft time limits with a real worker (helpers.burst)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.core.connection import get_engine
+from django_delayq.models import JobAttempt, JobStatus
+from django_delayq.worker.loop import EXIT_OK
+from tests.helpers import burst, wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+JOB_TIMEOUT = "django_delayq.exceptions.JobTimeout"
+
+
+def tags(path: Path) -> list[str]:
+    return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_job_claimed_after_it_expired_never_runs(delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "runs.txt"
+    gone = schedule("tests.jobs.record", str(out), "gone", expires=0.2)
+    kept = schedule("tests.jobs.record", str(out), "kept", expires=timedelta(hours=1))
+    expires_at = gone.job.expires_at
+    assert expires_at is not None
+    wait_until(lambda: datetime.now(UTC) > expires_at + timedelta(milliseconds=50), timeout=5)
+    assert burst() == EXIT_OK
+    assert tags(out) == ["kept"] and kept.status == JobStatus.SUCCEEDED
+    row = gone.job
+    assert row.status == JobStatus.EXPIRED and row.is_final
+    assert row.last_error.startswith("expired at %s" % expires_at.isoformat()[:19])
+    assert (row.attempts, row.started_at, row.error_type) == (0, None, "")
+    assert not JobAttempt.objects.filter(job_id=gone.id).exists()  # it never ran
+    assert get_engine().inspect("default", gone.id).place == ""  # gone from Redis
+
+
+def test_retry_on_limits_which_exceptions_are_retried(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    later = [3600, 3600]
+    unlisted = schedule("tests.jobs_more.raise_value_error", "unlisted", retry_on=[LookupError],
+                        max_attempts=3, backoff=later)
+    listed = schedule("tests.jobs_more.raise_value_error", "listed", retry_on=[ValueError],
+                      max_attempts=3, backoff=later)
+    base = schedule("tests.jobs_more.raise_value_error", "base",
+                    retry_on=["builtins.Exception"], max_attempts=3, backoff=later)
+    asked = schedule("tests.jobs.ask_retry", 3600, retry_on=[KeyError], max_attempts=3)
+    assert burst() == EXIT_OK
+    row = unlisted.job
+    assert (row.status, row.attempts, row.error_type) == (JobStatus.DEAD, 1, "builtins.ValueError")
+    assert row.last_error == "unlisted (not retried: builtins.ValueError is not in retry_on)"
+    assert list(JobAttempt.objects.filter(job_id=unlisted.id).values_list(
+        "number", "outcome")) == [(1, "dead")]  # the attempt is recorded
+    assert get_engine().inspect("default", unlisted.id).place == "dead"
+    assert listed.status == JobStatus.RETRYING  # its class is listed
+    assert base.status == JobStatus.RETRYING  # a base class of it is listed
+    assert asked.status == JobStatus.RETRYING  # Retry is the job asking: always honoured
+
+
+def test_time_limits_per_job_and_queue_fail_the_attempt_but_cannot_stop_the_thread(delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "JOB_TIMEOUT_SECONDS": None,
+                              "QUEUE_OPTIONS": {"slow": {"timeout": 0.5}}}
+    out = tmp_path / "runs.txt"
+    run = "tests.jobs.sleep_then_record"
+    own = schedule(run, str(out), "own", 4.0, timeout=0.5, max_attempts=1)
+    free = schedule(run, str(out), "free", 1.5)  # no limit anywhere
+    queued = schedule(run, str(out), "queued", 4.0, queue="slow", max_attempts=2,
+                      backoff=[3600])
+    longer = schedule(run, str(out), "longer", 1.5, queue="slow", timeout=30)
+    assert burst(("default", "slow"), concurrency=4) == EXIT_OK
+    row = own.job
+    assert (row.status, row.attempts, row.error_type) == (JobStatus.DEAD, 1, JOB_TIMEOUT)
+    assert "0.5s" in row.last_error
+    assert row.finished_at is not None and row.started_at is not None
+    assert (row.finished_at - row.started_at).total_seconds() < 3.5  # failed before it ended
+    assert (queued.job.status, queued.job.error_type) == (JobStatus.RETRYING, JOB_TIMEOUT)
+    assert free.status == JobStatus.SUCCEEDED  # no time limit
+    assert longer.status == JobStatus.SUCCEEDED  # its own limit beats its queue's
+    # soft: the functions were not stopped; what they returned was dropped
+    wait_until(lambda: {"own", "queued"} <= set(tags(out)), timeout=20)
+    assert own.status == JobStatus.DEAD and queued.status == JobStatus.RETRYING

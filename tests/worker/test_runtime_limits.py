@@ -1,0 +1,128 @@
+"""Callable and queue limits with real workers: rates and concurrency measured by the
+jobs themselves (their own start and end times), never by the worker's bookkeeping."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from subprocess import Popen
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.core.connection import get_engine
+from django_delayq.models import Job, JobStatus
+from django_delayq.worker.loop import EXIT_OK
+from tests.helpers import burst, wait_until
+from tests.worker import limits_settings
+from tests.worker.conftest import worker_starter
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+@pytest.fixture
+def start_limited(delayq_settings, tmp_path) -> Iterator[Callable[..., Popen[str]]]:  # type: ignore[no-untyped-def]
+    """`delayq_worker` subprocesses with tests/worker/limits_settings.py's CALLABLE_LIMITS."""
+    yield from worker_starter(delayq_settings, tmp_path, "tests.worker.limits_settings")
+
+
+def lines(path: Path) -> list[list[str]]:
+    return [line.split() for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def started(start: Callable[..., Popen[str]], count: int, *args: str) -> list[Popen[str]]:
+    """``count`` workers, once every one has registered (its signal handlers are set)."""
+    procs = [start(*args) for _ in range(count)]
+    engine = get_engine()
+    wait_until(lambda: len(engine.workers()) == count, timeout=60, step=0.1)
+    return procs
+
+
+def stop(procs: list[Popen[str]]) -> None:
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        assert proc.wait(60) == EXIT_OK
+
+
+def most_in_window(starts: list[float], window_s: float) -> int:
+    """The largest number of ``starts`` inside any half-open window of ``window_s``."""
+    starts = sorted(starts)
+    most, first = 0, 0
+    for last, t in enumerate(starts):
+        while t - starts[first] >= window_s:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def most_at_once(spans: list[tuple[float, float]]) -> int:
+    """The largest number of (start, end) spans open at one moment."""
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    most = running = 0
+    for _, step in events:  # at equal times an end (-1) sorts before a start
+        running += step
+        most = max(most, running)
+    return most
+
+
+def test_a_callable_rate_limit_holds_across_four_worker_processes(start_limited, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "starts.txt"
+    jobs = 200
+    procs = started(start_limited, 4, "--concurrency", "4")
+    handles = [schedule("tests.jobs_more.stamp", str(out), "s%d" % i) for i in range(jobs)]
+    wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == jobs,
+               timeout=180, step=0.5)
+    stop(procs)
+    runs = lines(out)
+    assert sorted(tag for tag, _, _ in runs) == sorted("s%d" % i for i in range(jobs))  # once
+    assert len({pid for _, _, pid in runs}) > 1  # the workers shared the work
+    starts = [float(t) for _, t, _ in runs]
+    assert most_in_window(starts, 1.0) <= limits_settings.RATE
+    # Refused starts were deferred, not charged: one attempt each, and the row's lateness
+    # counts from the time the job was first due (all were due at once).
+    rows = Job.objects.filter(pk__in=[h.id for h in handles])
+    assert set(rows.values_list("attempts", flat=True)) == {1}
+    last = rows.order_by("-started_at").first()
+    assert last is not None and last.lateness_ms() is not None
+    assert last.lateness_ms() >= (jobs - limits_settings.RATE) / limits_settings.RATE * 1000 * 0.9
+
+
+def test_a_callable_concurrency_limit_holds_across_worker_processes(start_limited, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    out = tmp_path / "spans.txt"
+    jobs = 8
+    procs = started(start_limited, 2, "--concurrency", "4")
+    for i in range(jobs):
+        schedule("tests.jobs_more.hold", str(out), "h%d" % i, 1.0)
+    wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == jobs,
+               timeout=120, step=0.2)
+    stop(procs)
+    spans = [(float(start), float(end)) for _, start, end in lines(out)]
+    assert len(spans) == jobs
+    # 8 threads were free; the limit let exactly CONCURRENCY run together
+    assert most_at_once(spans) == limits_settings.CONCURRENCY
+    assert set(Job.objects.values_list("attempts", flat=True)) == {1}
+    engine = get_engine()
+    state = engine.limit_state("tests.jobs_more.hold", rate=None,
+                               concurrency=limits_settings.CONCURRENCY)
+    assert state.running == 0  # every slot was freed after its attempt was settled
+
+
+def test_a_queue_concurrency_limit_holds_while_other_queues_are_served(delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ,
+                              "QUEUE_OPTIONS": {"slow": {"concurrency": 1}}}
+    slow, fast = tmp_path / "slow.txt", tmp_path / "fast.txt"
+    for i in range(3):
+        schedule("tests.jobs_more.hold", str(slow), "slow%d" % i, 0.5, queue="slow")
+    for i in range(3):
+        schedule("tests.jobs_more.stamp", str(fast), "fast%d" % i)
+    assert burst(("slow", "default"), concurrency=4) == EXIT_OK
+    spans = [(float(start), float(end)) for _, start, end in lines(slow)]
+    assert len(spans) == 3 and most_at_once(spans) == 1
+    # the queue blocked by its limit did not hold up the other one
+    fast_starts = [float(t) for _, t, _ in lines(fast)]
+    assert len(fast_starts) == 3 and max(fast_starts) < sorted(s for s, _ in spans)[1]
+    limit = get_engine().queue_limit("slow")
+    assert limit is not None and limit.concurrency == 1 and limit.rate is None
+    assert get_engine().queue_limit("default") is None  # written at start-up: no limit
