@@ -2,18 +2,52 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.management.base import CommandError
 
 from django_delayq.core.conf import Settings
+from django_delayq.core.submit import MAX_QUEUE_NAME
 
 
 def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
-    """``--queues a,b`` -> the queues, in order; empty means every DELAYQ queue."""
+    """``--queues a,b`` -> the queues, in order; empty means every DELAYQ queue.
+
+    A queue ``DELAYQ["QUEUES"]`` does not list is accepted only while a DelayQ Tasks
+    backend has ``QUEUES: []`` (Django's "any queue": its tasks may name any queue, and a
+    worker serves one by being started for it)."""
     if not value:
         return settings.queues
     queues = tuple(q.strip() for q in value.split(",") if q.strip())
     unknown = [q for q in queues if q not in settings.queues]
-    if unknown:
+    if unknown and not any_queue_backends():
         raise CommandError("unknown queue(s) %s; DELAYQ['QUEUES'] is %s"
                            % (unknown, list(settings.queues)))
+    bad = [q for q in unknown if len(q) > MAX_QUEUE_NAME or "{" in q or "}" in q
+           or not q.isprintable()]
+    if bad:
+        raise CommandError("not queue names: %s (1 to %d printable characters without braces)"
+                           % (bad, MAX_QUEUE_NAME))
     return queues
+
+
+def any_queue_backends() -> list[str]:
+    """Aliases of the DelayQ Tasks backends configured with ``QUEUES: []``."""
+    from django.conf import settings
+
+    found = []
+    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
+        if isinstance(params, dict) and params.get("QUEUES") == [] and _is_delayq(params):
+            found.append(alias)
+    return found
+
+
+def _is_delayq(params: dict[str, Any]) -> bool:
+    from django.utils.module_loading import import_string
+
+    try:
+        backend = import_string(str(params.get("BACKEND", "")))
+        from django_delayq.backends import DelayQBackend
+    except ImportError:
+        return False
+    return isinstance(backend, type) and issubclass(backend, DelayQBackend)

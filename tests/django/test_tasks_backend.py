@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timedelta
+from io import StringIO
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import transaction
 from django.utils import timezone
 
 from django_delayq import compat
 from django_delayq.core import registry
+from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.management.options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs, run_worker
 from tests.helpers import burst
@@ -397,15 +402,20 @@ def test_empty_backend_queues_let_any_queue_name_through(jt, tasks_settings):
     with pytest.raises(compat.InvalidTask, match="queue '\\{x\\}' is not a queue name"):
         jt.add.using(queue_name="{x}").enqueue(1, 1)  # still a name Redis keys can hold
     assert burst(queues=("default",)) == 0 and result.status == Status().READY
-    assert burst(queues=("anything",)) == 0  # a worker started with --queues anything
+    call_command("delayq_worker", "--queues", "anything", "--burst", "--concurrency", "1",
+                 stdout=StringIO(), stderr=StringIO())
     result.refresh()
     assert (result.status, result.return_value) == (Status().SUCCESSFUL, 2)
     assert jt.on_emails.enqueue(1).task.queue_name == "emails"
+    with pytest.raises(CommandError, match="not queue names"):
+        parse_queues("a{b}", get_settings())
 
 
 def test_without_backend_queues_delayq_queues_are_the_valid_ones(jt):
     with pytest.raises(compat.InvalidTask, match="DELAYQ\\['QUEUES'\\]"):
         jt.add.using(queue_name="anything")
+    with pytest.raises(CommandError, match="unknown queue"):  # no worker for such a queue
+        parse_queues("anything", get_settings())
 
 
 def test_task_arguments_are_bound_to_the_function_when_enqueued(jt):
