@@ -18,6 +18,7 @@ from typing import Any
 
 from django_delayq.core import api
 from django_delayq.core.conf import Settings
+from django_delayq.core.queues import known_queues
 
 TEXT_CHARS = 200
 JOBS_SHOWN = 50
@@ -81,10 +82,11 @@ def describe_limit(rate: tuple[int, int] | None, concurrency: int | None) -> str
 
 
 def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
-    """One row per configured queue (one stats script and one limit read each)."""
+    """One row per known queue (``QUEUES`` and ``QUEUE_OPTIONS``): one stats script and
+    one limit read each."""
     paused = set(api.paused_queues())
     rows = []
-    for queue in settings.queues:
+    for queue in known_queues(settings):
         st = engine.stats(queue)
         limit = engine.queue_limit(queue)
         rows.append(QueueRow(
@@ -97,11 +99,8 @@ def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
 def callable_limits(engine: Any, settings: Settings) -> list[CallableLimit]:
     """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each group runs now."""
     out = []
-    for path in sorted(settings.raw.get("CALLABLE_LIMITS") or {}):
-        parsed = settings.callable_limit(path)
-        if parsed is None:
-            continue
-        rate, concurrency = parsed
+    for path, entry in sorted(settings.callable_limits.items()):
+        rate, concurrency = entry.rate, entry.concurrency
         state = engine.limit_state(path, rate=rate, concurrency=concurrency)
         out.append(CallableLimit(callable=path, limit=describe_limit(rate, concurrency),
                                  running=state.running,

@@ -27,6 +27,7 @@ from django_delayq.admin import audit, overview
 from django_delayq.core import api
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.core.queues import known_queues
 from django_delayq.exceptions import DelayQError
 
 logger = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def _act(request: HttpRequest, admin: Any) -> HttpResponse:
     if op not in OPERATIONS or not request.user.has_perm(OPERATIONS[op]):
         raise PermissionDenied
     back = HttpResponseRedirect(request.path)
-    if queue not in get_settings().queues:
+    if queue not in known_queues():
         admin.message_user(request, _("Unknown queue %r.") % queue, messages.ERROR)
         return back
     if op == "purge" and request.POST.get("confirm") != "yes":
@@ -86,10 +87,10 @@ def _act(request: HttpRequest, admin: Any) -> HttpResponse:
 def _perform(op: str, queue: str) -> tuple[str, bool]:
     """Call the core API; the message for the operator and whether anything changed."""
     if op == "pause":
-        done = api.pause_queue(queue) is not False
+        done = api.pause_queue(queue)
         return (_("Paused queue %s.") if done else _("Queue %s was already paused.")) % queue, done
     if op == "resume":
-        done = api.resume_queue(queue) is not False
+        done = api.resume_queue(queue)
         return (_("Resumed queue %s.") if done else _("Queue %s was not paused.")) % queue, done
     count = api.purge_queue(queue)
     return _("Purged queue %(queue)s: %(count)d waiting jobs cancelled.") % {

@@ -96,11 +96,13 @@ class QueueCollector:
     def _read(self, f: dict[str, Any]) -> None:
         from django_delayq.core.conf import get_settings
         from django_delayq.core.connection import get_engine
+        from django_delayq.core.queues import known_queues
 
         settings, engine = get_settings(), get_engine()
         now_ms = 0
-        paused = set(engine.paused(list(settings.queues)))
-        for queue in settings.queues:
+        queues = known_queues(settings)
+        paused = set(engine.paused(list(queues)))
+        for queue in queues:
             s = engine.stats(queue)
             now_ms = s.now_ms
             for state in STATES:
@@ -115,11 +117,8 @@ class QueueCollector:
         f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 
     def _callables(self, f: dict[str, Any], engine: Any, settings: Any) -> None:
-        for path in sorted(settings.raw.get("CALLABLE_LIMITS") or {}):
-            parsed = settings.callable_limit(path)
-            if parsed is None:
-                continue
-            rate, concurrency = parsed
+        for path, entry in sorted(settings.callable_limits.items()):
+            rate, concurrency = entry.rate, entry.concurrency
             _limit(f, "callable", path, rate, concurrency)
             state = engine.limit_state(path, rate=rate, concurrency=concurrency)
             f["delayq_callable_running"].add_metric([path], state.running)

@@ -119,3 +119,12 @@ def test_actions_need_post_with_a_csrf_token_and_a_known_queue(delayq_engine):
     admin.force_login(user)
     response = _post(admin, queue="nope", op="pause")
     assert [str(m) for m in response.context["messages"]] == ["Unknown queue 'nope'."]
+
+
+def test_a_queue_named_only_in_queue_options_is_listed_and_can_be_paused(delayq_engine,
+                                                                         settings):
+    settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {"payments": {"concurrency": 2}}}
+    client = staff_client("pause_queue")
+    assert "payments" in _rows(client.get(_url()))
+    _post(client, queue="payments", op="pause")
+    assert delayq_engine.paused(["payments"]) == ["payments"]

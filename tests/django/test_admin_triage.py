@@ -15,6 +15,7 @@ from django.utils.http import urlencode
 from django_delayq import schedule
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
+from tests.helpers import burst
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,20 +86,21 @@ def test_search_by_error_text_and_type_and_filters(delayq_settings, admin_client
     assert 'data-status="expired"' in html
 
 
-def test_a_timed_out_attempt_is_marked_on_the_change_page(delayq_settings, admin_client):
-    job_id = schedule("tests.jobs.noop", delay=3600).id
-    now = timezone.now()
-    JobAttempt.objects.create(job_id=job_id, number=1, outcome=JobStatus.RETRYING,
-                              started_at=now - timedelta(seconds=2), finished_at=now,
-                              error_type=TIMEOUT, error="exceeded its time limit of 2 s")
-    Job.objects.filter(pk=job_id).update(error_type=TIMEOUT, timeout=2.0,
-                                         last_error="exceeded its time limit of 2 s")
+def test_a_timed_out_attempt_is_marked_on_the_change_page(delayq_settings, admin_client,
+                                                         tmp_path):
+    """A real worker fails the attempt at its time limit (``JobTimeout``)."""
+    job_id = schedule("tests.jobs.sleep_then_record", str(tmp_path / "out"), "slow", 1.0,
+                      timeout=0.2, max_attempts=1).id
+    assert burst() == 0
+    job = Job.objects.get(pk=job_id)
+    assert (job.status, job.error_type) == (JobStatus.DEAD, TIMEOUT)
     html = _page(admin_client, job_id)
     assert html.count('<span class="delayq-timeout">timed out</span>') == 2  # row, attempt
     assert "<code>%s</code>" % TIMEOUT in html
-    assert "2 s" in html
+    assert '<div class="readonly">0.2 s</div>' in html  # the job's own time limit
     _ids, listing = _list(admin_client)
     assert 'class="delayq-timeout" title="%s">timed out</span>' % TIMEOUT in listing
+    assert '<td class="field-time_limit">0.2 s</td>' in listing
 
 
 def test_requeue_as_a_new_job_links_both_ways_and_is_logged(delayq_settings, admin_client):

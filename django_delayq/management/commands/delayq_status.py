@@ -165,11 +165,8 @@ def running_jobs(raw: Any, now_ms: float) -> list[RunningJob]:
 def callable_limits(engine: Any, settings: Any) -> list[CallableLimitStatus]:
     """Each callable of ``DELAYQ['CALLABLE_LIMITS']``: its limit and what it runs now."""
     out = []
-    for path in sorted(settings.raw.get("CALLABLE_LIMITS") or {}):
-        parsed = settings.callable_limit(path)
-        if parsed is None:
-            continue
-        rate, concurrency = parsed
+    for path, entry in sorted(settings.callable_limits.items()):
+        rate, concurrency = entry.rate, entry.concurrency
         state = engine.limit_state(path, rate=rate, concurrency=concurrency)
         out.append(CallableLimitStatus(
             callable=path, rate=None if rate is None else list(rate), concurrency=concurrency,
