@@ -2,8 +2,9 @@
 
 * ``run_due_jobs(now=None)``: run every job due at ``now`` (default: the test clock),
   synchronously, in this thread and this database transaction, then return how many
-  ran. Rows scheduled inside a test transaction whose on-commit enqueue never fired
-  are enqueued first (the outbox), so it works in ``TestCase`` tests too.
+  ran (a job whose ``expires`` passed ends ``expired`` instead, as with a worker). Rows
+  scheduled inside a test transaction whose on-commit enqueue never fired are enqueued
+  first (the outbox), so it works in ``TestCase`` tests too.
 * ``advance(timedelta)``: move the test clock forward (and freezegun's frozen time, when
   a ``freeze_time`` is active) and run what became due.
 * ``use_test_clock()``: make ``schedule(delay=...)`` measure from the test clock (which
@@ -99,13 +100,14 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
         _flush_outbox(engine, settings, names)
     audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
     settler = Settler(engine, settings, audit, WORKER_ID)
+    clock = clock_ms if fixed is None else (lambda: fixed)
     ran = 0
     while ran < max_jobs:
         progressed = False
         for queue in names:
             claimed = engine.claim(queue, 1, settings.lease_ms).jobs
             progressed = progressed or bool(claimed)
-            ran += _run_claimed(engine, settings, settler, queue, claimed)
+            ran += _run_claimed(engine, settings, settler, queue, claimed, clock())
             audit.flush()
         if not progressed:
             break
@@ -113,13 +115,19 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
 
 
 def _run_claimed(engine: Engine, settings: Settings, settler: Any, queue: str,
-                 claimed: list[ClaimedJob]) -> int:
+                 claimed: list[ClaimedJob], now_ms: int) -> int:
     """What the worker does with a claimed batch, in this thread: run the jobs whose row
-    is live, end those whose row is unusable dead, set aside those without a live row."""
+    is live, end those whose row is unusable dead, set aside those without a live row,
+    end ``expired`` those not started before their ``expires_at`` (on the test clock).
+    Callable limits do not apply here: the jobs run one by one."""
     loaded = payloads.read(claimed)
     aside.set_aside(engine, queue, loaded.aside, settings.dead_max)
     outcomes = [runner.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
     for job in loaded.run:
+        env = payloads.of(job)
+        if env.expires_ms is not None and now_ms >= env.expires_ms:
+            outcomes.append(runner.expired(job, env.path, env.expires_ms))
+            continue
         settler.started(job)
         outcomes.append(execute(job, settings))
     settler.settle(outcomes)

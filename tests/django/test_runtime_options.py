@@ -284,3 +284,19 @@ def test_checks_import_limited_callables_and_warn_about_unknown_queues(settings)
                      (checks.QUEUE_OPTIONS_UNUSED, checks.checks.WARNING)}
     [error] = [m for m in checks.check_settings() if m.id == "delayq.E029"]
     assert "tests.jobs.missing" in error.msg and "cannot import" in error.msg
+
+
+def test_run_due_jobs_ends_a_job_past_its_expiry_expired(dq) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import testing
+
+    try:
+        with testing.use_test_clock():
+            late = schedule(jobs.add, 1, 2, delay=10, expires=20).id
+            in_time = schedule(jobs.add, 3, 4, delay=10, expires=3600).id
+            assert testing.advance(30) == 2
+    finally:
+        testing.reset_clock()
+    late_row, in_time_row = Job.objects.get(pk=late), Job.objects.get(pk=in_time)
+    assert (late_row.status, late_row.result) == (JobStatus.EXPIRED, None)
+    assert "expired" in late_row.last_error
+    assert (in_time_row.status, in_time_row.result) == (JobStatus.SUCCEEDED, 7)
