@@ -78,6 +78,13 @@ def test_priority_zero_stores_nothing_and_the_entry_is_forgotten(engine: Engine)
     assert not engine.client.exists(k.prio)
 
 
+def test_a_priority_beyond_the_range_counts_as_its_nearest_end(engine: Engine) -> None:
+    engine.enqueue("q", [new("hi", NOW - 1, 10**6), new("top", NOW - 2, 100),
+                         new("lo", NOW - 3, -10**6)], now_ms=NOW)
+    assert [engine.inspect("q", i).priority for i in ("hi", "lo")] == [100, -100]
+    assert claim_ids(engine) == ["top", "hi", "lo"]
+
+
 def _claimed(engine: Engine, id_: str, now: int = NOW):  # type: ignore[no-untyped-def]
     [job] = [j for j in engine.claim("q", 200, LEASE, now_ms=now).jobs if j.id == id_]
     return job

@@ -17,7 +17,7 @@
 -- ARGV[3..] groups of 5: id, at_ms (absolute; "-1" = use now_ms + delay_ms), delay_ms,
 --           envelope ("" = the payload lives outside Redis, e.g. in the audit row: only
 --           the id is stored, ~130 bytes a pending job instead of ~250), priority
---           (-100..100; 0 stores nothing more)
+--           (-100..100, a value beyond is taken as the nearest; 0 stores nothing more)
 --
 -- A job whose id is already known (pending, ready, in flight, dead, or with an envelope),
 -- or repeated within the call, is left alone. Due times are clamped to years 1..9999.
@@ -59,7 +59,7 @@ for j = 1, #ids do
     local due = tonumber(ARGV[i + 1])
     if due < 0 then due = now + tonumber(ARGV[i + 2]) end
     due = clamp_ms(due)
-    local priority = tonumber(ARGV[i + 4]) or 0
+    local priority = math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 4]) or 0)))
     enter(line, id, due, priority, now)
     if ARGV[i + 3] ~= '' then envs[#envs + 1] = id; envs[#envs + 1] = ARGV[i + 3] end
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
