@@ -52,6 +52,7 @@ class QueueGate:
         self.written: set[str] = set()  # queues whose limit this worker stored in Redis
         self.blocked: dict[str, int] = {}  # queue -> server ms it may be claimed again
         self.limited: set[str] = set()  # a queue limit held due jobs back at the last claim
+        self.deferred_until = 0  # server ms: the latest due time of a job this worker deferred
         self.paused: set[str] = set()
 
     def write_limit(self, queue: str) -> None:
@@ -79,15 +80,21 @@ class QueueGate:
         due = result.next_due_ms
         return result.blocked_until_ms if due is None else due
 
-    def settled(self, queues: Iterable[str], next_due: dict[str, int | None]) -> None:
-        """Jobs of ``queues`` were settled: a queue whose limit held jobs back may let
-        one in now (its concurrency has room), so it is due for a claim."""
-        for queue in self.limited.intersection(queues):
-            next_due[queue] = 0
+    def settled(self, outcomes: Iterable[runner.Outcome], next_due: dict[str, int | None]
+                ) -> None:
+        """``outcomes`` were settled: a queue whose limit held jobs back may let one in
+        now (its concurrency has room), so it is due for a claim; deferred jobs are noted
+        (``holding``)."""
+        for o in outcomes:
+            if o.job.queue in self.limited:
+                next_due[o.job.queue] = 0
+            if o.kind is runner.Kind.DEFER and o.retry_at_ms is not None:
+                self.deferred_until = max(self.deferred_until, o.retry_at_ms)
 
-    def holding(self) -> bool:
-        """Whether a queue limit held due jobs back at the last claim of some queue."""
-        return bool(self.blocked or self.limited)
+    def holding(self, server_now_ms: float) -> bool:
+        """Whether a limit holds back jobs that are due (a burst waits for them): a queue
+        limit at the last claim of a queue, or a callable limit that deferred a job."""
+        return bool(self.blocked or self.limited) or self.deferred_until > server_now_ms
 
     def open(self, queue: str, server_now_ms: float) -> bool:
         """Whether ``queue`` may be claimed now (its limit's block has passed)."""

@@ -285,7 +285,7 @@ class Worker:
         now = self.engine.stats(self.options.queues[0]).now_ms
         for q in self.options.queues:
             self._claim(q)
-        return (self.ledger.idle() and not self.queue_gate.holding()  # a limit holds due jobs
+        return (self.ledger.idle() and not self.queue_gate.holding(now)  # a limit holds some
                 and all(d is None or d > now for d in self.next_due.values()))
 
     def _wait_seconds(self) -> float:
@@ -343,7 +343,7 @@ class Worker:
             by_queue.setdefault(o.job.queue, []).append(o)
         try:
             left = self.backoff.each(list(by_queue), lambda q: self.settler.settle(by_queue[q]))
-            self.queue_gate.settled(by_queue, self.next_due)  # a concurrency slot is free
+            self.queue_gate.settled(outcomes, self.next_due)  # a concurrency slot is free
         except ERRORS:
             self.ledger.keep_unsettled(outcomes)
             raise

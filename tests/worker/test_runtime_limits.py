@@ -4,6 +4,7 @@ jobs themselves (their own start and end times), never by the worker's bookkeepi
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from subprocess import Popen
@@ -11,9 +12,10 @@ from subprocess import Popen
 import pytest
 
 from django_delayq import schedule
+from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker.loop import EXIT_OK
+from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
 from tests.helpers import burst, wait_until
 from tests.worker import limits_settings
 from tests.worker.conftest import worker_starter
@@ -126,3 +128,40 @@ def test_a_queue_concurrency_limit_holds_while_other_queues_are_served(delayq_se
     limit = get_engine().queue_limit("slow")
     assert limit is not None and limit.concurrency == 1 and limit.rate is None
     assert get_engine().queue_limit("default") is None  # written at start-up: no limit
+
+
+def test_a_timed_out_function_keeps_its_slot_until_it_returns(delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The soft time limit fails the attempt, but its function still runs: the callable's
+    concurrency slot stays taken until it returns."""
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "CALLABLE_LIMITS": {
+        "tests.jobs_more.hold": {"concurrency": 1}}}
+    out = tmp_path / "spans.txt"
+    worker = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",),
+                                                                concurrency=2))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        first = schedule("tests.jobs_more.hold", str(out), "first", 2.0, timeout=0.3,
+                         max_attempts=1)
+        wait_until(lambda: first.status == JobStatus.RUNNING, timeout=20)
+        second = schedule("tests.jobs_more.hold", str(out), "second", 0.1)
+        wait_until(lambda: first.status == JobStatus.DEAD, timeout=20)  # timed out
+        assert first.job.error_type == "django_delayq.exceptions.JobTimeout"
+        wait_until(lambda: second.status == JobStatus.SUCCEEDED, timeout=30)
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert second.job.attempts == 1  # its refusals were not charged
+    spans = {tag: (float(start), float(end)) for tag, start, end in lines(out)}
+    assert spans["second"][0] >= spans["first"][1]  # it waited for the function to return
+
+
+def test_a_burst_waits_for_the_jobs_a_callable_limit_deferred(delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "CALLABLE_LIMITS": {
+        "tests.jobs_more.stamp": {"rate_limit": "2/s"}}}
+    out = tmp_path / "starts.txt"
+    for i in range(5):
+        schedule("tests.jobs_more.stamp", str(out), "s%d" % i)
+    assert burst(concurrency=4) == EXIT_OK
+    starts = [float(t) for _, t, _ in lines(out)]
+    assert len(starts) == 5 and most_in_window(starts, 1.0) <= 2
