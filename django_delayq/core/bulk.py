@@ -31,7 +31,8 @@ class Batch:
                                      now=now)
         self._fixed = validation.payload_head_size(common.path, common.max_attempts,
                                                    common.backoff)
-        self._signature = registry.signature(common.path)
+        signature = registry.signature(common.path)
+        self._binder = None if signature is None else options.Binder(common.path, signature)
         # The call's options, as row columns: a spec without options of its own gets them.
         self._plain = common.expires is None
         self._columns = {"priority": common.priority, "timeout": common.timeout,
@@ -44,8 +45,8 @@ class Batch:
     def add(self, spec: submit.JobSpec) -> None:
         args, kwargs = list(spec.args), dict(spec.kwargs)
         args_json, kwargs_json, size = validation.encode_args(args, kwargs)
-        if self._signature is not None:
-            options.bind(self._signature, self.common.path, args, kwargs)
+        if self._binder is not None:
+            self._binder.check(args, kwargs)
         run_at, at_ms, delay_ms = self._due(spec.delay, spec.at)
         if spec.key is None:
             job_id = ids.new_id()

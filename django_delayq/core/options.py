@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -171,6 +172,28 @@ def check_no_clash(path: str, names: list[str]) -> None:
             "of that name, not the argument: pass the argument with job(fn).schedule(..., "
             "%s=...) (every keyword goes to the function) and the option with "
             "job(fn).using(%s=...)" % (path, option, option, option, option))
+
+
+class Binder:
+    """``bind`` for many jobs of one function (``schedule_many``): plain positional
+    arguments of a plain signature are checked by counting; anything else binds."""
+
+    def __init__(self, path: str, signature: inspect.Signature) -> None:
+        self.path, self.signature = path, signature
+        params = list(signature.parameters.values())
+        kinds = {p.kind for p in params}
+        self.anything = kinds == {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
+        plain = kinds <= {inspect.Parameter.POSITIONAL_OR_KEYWORD}
+        required = sum(p.default is inspect.Parameter.empty for p in params)
+        self.counts = (required, len(params)) if plain else None
+
+    def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        if self.anything:
+            return
+        if self.counts is not None and not kwargs and (
+                self.counts[0] <= len(args) <= self.counts[1]):
+            return
+        bind(self.signature, self.path, args, kwargs)
 
 
 def bind(signature: inspect.Signature, path: str, args: Any, kwargs: dict[str, Any]) -> None:
