@@ -3,11 +3,12 @@
 
     python bench/runtime.py [--drain 20000] [--cpu 400] [--cpu-ms 20] [--concurrency 4]
 
-1. Drain: ``--drain`` due no-op jobs, run by ``delayq_worker --burst --processes 1``,
-   then by ``--processes 2`` (each process ``--concurrency`` threads): jobs/s and the ratio.
-2. CPU-bound: ``--cpu`` jobs of ~``--cpu-ms`` ms of pure Python each (calibrated here, one
-   thread): one process with ``--concurrency`` threads (the GIL lets one run at a time),
-   then ``--processes 2`` with ``--concurrency`` threads each.
+1. Drain: ``--drain`` due no-op jobs, run by ``delayq_worker --burst`` (one process, no
+   supervisor), by ``--processes 1``, then by ``--processes 2`` (each process
+   ``--concurrency`` threads): jobs/s and the ratio of the last two.
+2. CPU-bound: ``--cpu`` jobs of ~``--cpu-ms`` ms of pure Python each (calibrated here on
+   one thread's CPU time): one process with ``--concurrency`` threads (the GIL lets one
+   run at a time), then ``--processes 2`` with ``--concurrency`` threads each.
 
 Starts its own redis-server (free port, no persistence) and SQLite database, runs the
 real ``manage.py delayq_worker`` as a subprocess with audit rows on, and reads jobs/s from
@@ -35,10 +36,10 @@ def calibrate(ms: float) -> int:
     from runtime_jobs import spin
 
     n = 20_000
-    while True:
-        t0 = time.perf_counter()
+    while True:  # CPU time, not wall time: the machine may be busy
+        t0 = time.thread_time()
         spin(n)
-        took = time.perf_counter() - t0
+        took = time.thread_time() - t0
         if took > 0.2:
             return int(n * ms / 1000 / took)
         n *= 2
@@ -98,6 +99,8 @@ def main() -> int:
         print("cpus %s, load %s" % (os.cpu_count(), load()))
         if opts.drain:
             noop = [[i] for i in range(opts.drain)]
+            run("drain: one process, no supervisor, -c %s" % c, "bench_jobs.noop", noop,
+                ["-c", c])
             one = run("drain: --processes 1 -c %s" % c, "bench_jobs.noop", noop,
                       ["--processes", "1", "-c", c])
             two = run("drain: --processes 2 -c %s" % c, "bench_jobs.noop", noop,

@@ -174,3 +174,20 @@ def test_recycling_over_max_memory_per_child_loses_none_and_runs_none_twice(  # 
     assert len({r[3] for r in found}) >= 3  # recycled at least once
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == EXIT_OK
+
+
+def test_children_that_keep_dying_at_start_are_restarted_with_a_growing_delay(  # type: ignore[no-untyped-def]
+        start_worker, tmp_path) -> None:
+    proc = start_worker("--processes", "1", "--concurrency", "1")
+    for _ in range(3):  # each dies within seconds of its start
+        wait_until(lambda: len(children(proc.pid)) == 1, timeout=60)
+        (child,) = children(proc.pid)
+        os.kill(child, signal.SIGKILL)
+        wait_until(lambda victim=child: victim not in children(proc.pid), timeout=30)
+    wait_until(lambda: len(children(proc.pid)) == 1, timeout=60)
+    log = (tmp_path / "worker-0.log").read_text()
+    delays = [line.rsplit(" ", 1)[1] for line in log.splitlines()
+              if "(killed by SIGKILL); a new one starts in" in line]
+    assert delays == ["0.5s", "1.0s", "2.0s"]
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
