@@ -207,6 +207,15 @@ def test_requeue_copies_the_options_and_records_the_lineage(dq) -> None:  # type
     assert (again.args, again.scheduled_for) == ([2, 3], again.run_at)
 
 
+def test_a_dead_job_requeued_under_its_id_keeps_its_priority(dq) -> None:  # type: ignore[no-untyped-def]
+    dead = schedule(jobs.boom, "kaput", priority=60, max_attempts=1).id
+    assert burst() == 0
+    assert Job.objects.get(pk=dead).status == JobStatus.DEAD
+    plain = schedule(jobs.noop, at=timezone.now() - dt.timedelta(seconds=5)).id
+    assert requeue(dead).id == dead
+    assert claim_order(dq) == [dead, plain]
+
+
 def test_the_reconciler_re_enqueues_with_the_row_s_priority(dq) -> None:  # type: ignore[no-untyped-def]
     now = timezone.now()
     low = schedule(jobs.noop, at=now - dt.timedelta(seconds=2)).id
