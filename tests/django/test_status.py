@@ -273,3 +273,28 @@ def test_processes_and_running_jobs_with_their_age(delayq_engine):
     assert "processes=3" in text
     assert re.search(r"running 01running tests\.jobs\.noop \(default\) for 9\d\.\ds", text)
     assert "01evil\\x1b[2J" in text and "\x1b" not in text and "\x07" not in text
+
+
+@pytest.mark.worker
+def test_a_supervised_worker_shows_its_processes_and_running_job(delayq_settings,
+                                                                 delayq_engine, tmp_path):
+    job_id = schedule("tests.jobs.sleep_then_record", str(tmp_path / "out"), "slow", 30).id
+    proc = _start(delayq_settings, tmp_path, "sup", "--queues", "default", "--processes", "2")
+
+    def running() -> list[dict]:  # type: ignore[type-arg]
+        return [w for w in json.loads(_status("--json"))["workers"]
+                if any(j["id"] == job_id for j in w["jobs"])]
+
+    try:
+        wait_until(lambda: len(running()) == 1, timeout=60)
+        [worker] = running()
+        assert worker["processes"] == 2
+        [job] = [j for j in worker["jobs"] if j["id"] == job_id]
+        assert job["callable"] == "tests.jobs.sleep_then_record" and job["queue"] == "default"
+        assert job["age_s"] is not None and 0 <= job["age_s"] < 60
+        text = _status()
+        assert re.search(r"running %s tests\.jobs\.sleep_then_record \(default\) for "
+                         r"[\d.]+s" % job_id, text)
+        assert "processes=2" in text
+    finally:
+        _stop(proc)
