@@ -12,14 +12,16 @@
 
 Starts its own redis-server (free port, no persistence) and SQLite database, runs the
 real ``manage.py delayq_worker`` as a subprocess with audit rows on, and reads jobs/s from
-the audit rows (first start to last finish). Prints the load average around each run:
-on a busy machine the ratios mean little.
+the audit rows (first start to last finish). Prints the CPU seconds the worker processes
+and redis-server used, and the load average around each run: on a busy machine the
+ratios mean little.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,22 @@ def calibrate(ms: float) -> int:
         n *= 2
 
 
+def cpu_s() -> float:
+    """CPU seconds of the worker processes that ended (supervisor and children)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+REDIS_PID = 0
+
+
+def redis_cpu_s() -> float:
+    import psutil
+
+    times = psutil.Process(REDIS_PID).cpu_times()
+    return float(times.user + times.system)
+
+
 def load() -> str:
     return "%.2f %.2f %.2f" % os.getloadavg()
 
@@ -60,17 +78,20 @@ def run(label: str, path: str, args: list[list[object]], worker_args: list[str])
     reset()
     schedule_many(path, [JobSpec(args=a) for a in args])
     before = load()
+    cpu0, redis0 = cpu_s(), redis_cpu_s()
     t0 = time.perf_counter()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
     subprocess.run([sys.executable, "-m", "django", "delayq_worker", "--burst", "-v", "0",
                     *worker_args], env=env, cwd=ROOT, check=True)
     wall = time.perf_counter() - t0
+    cpu, redis_cpu = cpu_s() - cpu0, redis_cpu_s() - redis0
     done = Job.objects.filter(status="succeeded")
     agg = done.aggregate(first=Min("started_at"), last=Max("finished_at"))
     count = done.count()
     rate = count / (agg["last"] - agg["first"]).total_seconds()
-    print("%-44s %6d jobs %8.0f jobs/s  process %.1fs  load %s -> %s"
-          % (label, count, rate, wall, before, load()), flush=True)
+    print("%-44s %6d jobs %6.0f jobs/s  wall %.1fs  CPU s: worker(s) %.1f, redis %.1f  "
+          "load %s -> %s" % (label, count, rate, wall, cpu, redis_cpu, before, load()),
+          flush=True)
     if count != len(args):
         print("  !! %d jobs did not succeed" % (len(args) - count))
     return rate
@@ -87,6 +108,8 @@ def main() -> int:
     from foundation import start_redis
 
     redis_proc, url = start_redis(workdir)
+    global REDIS_PID
+    REDIS_PID = redis_proc.pid
     os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir),
                       DJANGO_SETTINGS_MODULE="runtime_settings")
     try:

@@ -48,6 +48,7 @@ class Child:
     draining: bool = False  # told to drain (recycled, or the supervisor stops)
     killed: bool = False  # SIGKILL sent
     runs: int = 0  # jobs it started
+    claimed: int = 0  # jobs it claimed
     buffer: bytes = b""
 
     @property
@@ -87,6 +88,7 @@ class Child:
             logger.warning("child %d: unreadable report %r", self.pid, line[:200])
             return
         if kind == "claimed":
+            self.claimed += len(event["jobs"])
             for queue, job_id, token, due_ms in event["jobs"]:
                 self.held[(queue, job_id)] = ClaimedJob(queue=queue, id=job_id, token=token,
                                                         due_ms=due_ms, envelope="")

@@ -63,7 +63,8 @@ TICK_S = 0.25  # the longest wait of the loop
 class SupervisorOptions:
     processes: int
     child_argv: Sequence[str]  # the command line of a child, less --supervised
-    burst: bool = False  # a child that exits 0 is done, not replaced
+    burst: bool = False  # a child that exits 0 is done, not replaced (unless recycled)
+    max_jobs_per_child: int | None = None  # passed to each child as --max-jobs
     max_memory_mb: float | None = None
     worker_id: str | None = None  # children are <worker_id>-1, -2, ... (one per start)
     metrics_port: int | None = None  # child of slot i serves on metrics_port + i
@@ -243,7 +244,7 @@ class Supervisor:
                     and self.code == EXIT_OK:
                 self.code = EXIT_ERROR
             return
-        if code == EXIT_OK and self.options.burst:
+        if code == EXIT_OK and self.options.burst and not self._recycled(child):
             logger.info("supervisor: worker process %d done", child.pid)
             return
         delay = 0.0
@@ -256,6 +257,11 @@ class Supervisor:
         logger.log(level, "supervisor: worker process %d ended (%s); a new one starts in "
                    "%.1fs", child.pid, how, delay)
         self.next_start[slot] = time.monotonic() + delay
+
+    def _recycled(self, child: Child) -> bool:
+        """Did ``child`` exit to be replaced (max jobs, memory), not because it was done?"""
+        most = self.options.max_jobs_per_child
+        return child.draining or (most is not None and child.claimed >= most)
 
     # -- limits, cancels, memory -------------------------------------------------------
 

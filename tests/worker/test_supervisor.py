@@ -151,11 +151,12 @@ def test_bad_options_exit_with_exit_config(start_worker, args) -> None:  # type:
     assert proc.wait(60) == EXIT_CONFIG
 
 
-def test_burst_with_processes_runs_due_jobs_and_exits(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("recycle", [(), ("--max-jobs-per-child", "4")])
+def test_burst_with_processes_runs_due_jobs_and_exits(start_worker, tmp_path, recycle) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "runs.txt"
     handles = [schedule("tests.jobs.record", str(out), "b%d" % i) for i in range(30)]
-    proc = start_worker("--processes", "2", "--burst")
-    assert proc.wait(60) == EXIT_OK
+    proc = start_worker("--processes", "2", "--burst", *recycle)
+    assert proc.wait(120) == EXIT_OK
     assert {h.status for h in handles} == {JobStatus.SUCCEEDED}
     assert len(lines(out)) == 30
 

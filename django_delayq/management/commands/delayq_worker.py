@@ -169,6 +169,7 @@ class Command(BaseCommand):
             argv.append("--burst")
         supervisor = Supervisor(wait_for_redis(get_engine), settings, SupervisorOptions(
             processes=processes, child_argv=argv, burst=options["burst"],
+            max_jobs_per_child=options["max_jobs_per_child"],
             max_memory_mb=options["max_memory_per_child"], worker_id=options["worker_id"],
             metrics_port=options["metrics_port"], metrics_addr=options["metrics_addr"]))
         supervisor.install_signal_handlers()
