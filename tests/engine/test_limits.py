@@ -70,6 +70,18 @@ def test_queue_concurrency_limit_counts_jobs_in_flight(engine: Engine) -> None:
     assert [j.id for j in engine.claim("q", 10, LEASE, now_ms=NOW).jobs] == ["j002"]
 
 
+def test_a_dead_workers_leases_hold_the_concurrency_until_recovered(engine: Engine) -> None:
+    fill(engine, 2)
+    engine.set_queue_limit("q", rate=None, concurrency=1)
+    [first] = engine.claim("q", 5, 10, now_ms=NOW).jobs  # its worker dies
+    assert engine.claim("q", 5, LEASE, now_ms=NOW + 20).jobs == []
+    assert [r.id for r in engine.recover("q", now_ms=NOW + 20)] == [first.id]
+    [second] = engine.claim("q", 5, LEASE, now_ms=NOW + 20).jobs  # due before the retry
+    assert engine.ack("q", [(second.id, second.token)]) == [True]
+    again = engine.claim("q", 5, LEASE, now_ms=NOW + 20).jobs
+    assert [(j.id, j.token) for j in again] == [(first.id, 2)]
+
+
 def test_a_limit_that_holds_nothing_back_is_not_reported(engine: Engine) -> None:
     fill(engine, 2)
     engine.set_queue_limit("q", rate=(5, 1000), concurrency=5)
