@@ -21,10 +21,10 @@ from typing import Any
 
 from django_delayq.engine import ClaimedJob
 from django_delayq.worker.ledger import Key
+from django_delayq.worker.loop import EXIT_HARD_STOP
 
 logger = logging.getLogger(__name__)
 
-EXIT_HARD_STOP = 3  # loop.EXIT_HARD_STOP (loop is not imported here)
 STARTUP_S = 10.0  # a child that dies sooner than this crashed at start: back off
 MB = 1024 * 1024
 

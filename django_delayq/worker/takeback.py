@@ -15,7 +15,9 @@ still held. Each is settled at once, by what became of it:
   out of memory): their attempt fails with ``error_type``
   ``django_delayq.exceptions.LeaseLost``, retried or dead by their policy, as an expired
   lease would be, only sooner: a job that kills its process is not retried forever;
-- jobs it held but had not started: handed back.
+- jobs it held but had not started: handed back. After a clean exit (0: drained,
+  recycled) the child settled everything itself; a report lost with it (the last
+  ``tracking.FLUSH_S``) makes a job look held, and its release is refused by Redis.
 
 Redis decides, as for every settlement: a job the child settled after all (its report
 lost with the process) carries a token Redis no longer accepts, and is left alone. When
@@ -38,6 +40,7 @@ from django_delayq.worker import runner
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.children import Child, describe_exit
 from django_delayq.worker.ledger import Key
+from django_delayq.worker.loop import EXIT_OK
 from django_delayq.worker.settle import Settler
 
 logger = logging.getLogger(__name__)
@@ -67,6 +70,8 @@ class TakeBack:
             why = child.killed_for.get(key)
             if run is None:
                 back.append(job)
+            elif code == EXIT_OK:  # a clean exit settled what it ran (its last reports
+                continue  # may be lost with it)
             elif why is not None:
                 failed.append((job, run.started, run.limit, why))
             elif child.killed_for:  # killed for another job: not this one's fault

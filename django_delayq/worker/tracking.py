@@ -90,17 +90,20 @@ class Link:
         self._ready.set()
 
     def _flush_loop(self) -> None:
-        while True:
+        while not self.orphaned.is_set():
             self._ready.wait()
             time.sleep(FLUSH_S)  # let the reports of this moment gather
             self._ready.clear()
-            with self._lock:
-                data, self._pending = b"".join(self._pending), []
+            self.flush()
+
+    def flush(self) -> None:
+        """Send the queued reports now (also on the way out: the last ones count)."""
+        with self._lock:
+            data, self._pending = b"".join(self._pending), []
             try:
                 self.sock.sendall(data)
             except OSError:  # the supervisor is gone: the listener drains this worker
                 self.orphaned.set()
-                return
 
     def listen(self, on_drain: Callable[[], None], on_stop: Callable[[], None],
                running: Callable[[], list[RunningJob]]) -> threading.Thread:

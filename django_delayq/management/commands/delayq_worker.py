@@ -154,7 +154,10 @@ class Command(BaseCommand):
         if supervision is not None:
             attach(worker, supervision)
         worker.install_signal_handlers()
-        return worker.run()
+        code = worker.run()
+        if supervision is not None:
+            supervision.link.flush()
+        return code
 
     def run_supervisor(self, settings: Any, queues: tuple[str, ...], concurrency: int,
                        processes: int, options: dict[str, Any]) -> int:
