@@ -36,7 +36,9 @@ class GroupLimits(RedisOwner):
                 now_ms: int | None = None) -> Grant:
         """May ``job_id`` start now under ``group``'s limits? Granted: it holds a
         concurrency slot for ``lease_ms`` unless released first (``release_group``).
-        Refused: ``retry_at_ms``, spread so that refused jobs come back one by one."""
+        Refused: ``retry_at_ms``, spread so that refused jobs come back one by one.
+        With a concurrency limit, a job that holds its slot already is granted again
+        with its deadline renewed and nothing counted twice: a long call's heartbeat."""
         count, per_ms = rate if rate is not None else (-1, 0)
         args: list[Any] = [self._now(now_ms), job_id, int(lease_ms), int(count), int(per_ms),
                            -1 if concurrency is None else int(concurrency), int(margin_ms),
