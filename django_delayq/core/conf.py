@@ -31,7 +31,7 @@ DEFAULTS: dict[str, Any] = {
     "DEFAULT_MAX_ATTEMPTS": 3,
     "DEFAULT_BACKOFF": backoff_mod.DEFAULT_POLICY,
     "ALLOWED_CALLABLES": None,  # modules of job functions, e.g. ["shop.tasks"]; None/[]: none
-    "LEASE_SECONDS": 60.0,
+    "LEASE_SECONDS": 6.0,  # heartbeat every 2 s: a killed worker's jobs run again in ~4-7 s
     "WAKE_INTERVAL_SECONDS": 2.0,  # cap on any idle wait: progress never hangs on one lost wake-up
     "RECOVER_INTERVAL_SECONDS": 1.0,
     "DEAD_MAX": 100_000,

@@ -1,8 +1,9 @@
 """The worker: claims due jobs, runs them on threads, settles them in batches.
 
-One main thread talks to Redis (claim, ack/nack, heartbeat, recovery); ``concurrency``
+One main thread talks to Redis (claim, ack/nack, recovery); ``concurrency``
 threads run jobs; a listener thread hears about earlier jobs; an audit thread writes
-rows in batches. Signal handlers only set flags: the first SIGINT/SIGTERM drains (no
+rows in batches; a heartbeat thread extends the leases; a keeper thread reconciles.
+Signal handlers only set flags: the first SIGINT/SIGTERM drains (no
 new claims, running jobs finish, claimed-but-unstarted jobs go back to Redis), the
 second stops hard (running jobs are abandoned; their leases expire and they run again).
 
@@ -136,6 +137,8 @@ class Worker:
             self._threads.append(t)
         keeper = threading.Thread(target=self._keeper_loop, name="delayq-keeper", daemon=True)
         keeper.start()
+        beat = threading.Thread(target=self._beat_loop, name="delayq-heartbeat", daemon=True)
+        beat.start()
         try:
             code = self._loop()
         except Exception:  # a step outside _step failed: stop as hard, but deregistered
@@ -144,6 +147,7 @@ class Worker:
         finally:
             self._keeper_stop.set()
             keeper.join(timeout=10)
+            beat.join(timeout=10)
             self.listener.stop()
         if code in (EXIT_HARD_STOP, EXIT_ERROR):
             self._shutdown_hard()
@@ -381,20 +385,25 @@ class Worker:
             self.backoff.each(self.options.queues, self.recovery.recover)
             self._last_recover = now  # after it worked: a failed recovery is retried next round
 
-    def _keeper_loop(self) -> None:
-        """Heartbeats and the reconciler, on a thread of their own: a busy or stalled main
-        loop can neither let this worker's leases lapse nor be held up by a reconcile."""
+    def _beat_loop(self) -> None:
+        """Heartbeats every ``LEASE_SECONDS / 3``, on a thread that does nothing else: neither
+        a busy main loop nor a slow reconcile or retention round can let the leases lapse."""
         beat_s = self.settings.lease_ms / 3000
-        next_beat = 0.0
+        while True:
+            try:
+                self.liveness.heartbeat(self.ledger.held(), claimed=self.claimed_total,
+                                        processed=self.settler.processed)
+                self.gate.renew()  # callable-limit slots of the functions running
+            except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
+                logger.warning("heartbeat failed: %s", exc)
+            if self._keeper_stop.wait(beat_s):
+                return
+
+    def _keeper_loop(self) -> None:
+        """Retention and the reconciler, on a thread of their own: a busy or stalled main
+        loop is not held up by a reconcile."""
+        beat_s = self.settings.lease_ms / 3000
         while not self._keeper_stop.is_set():
-            if time.monotonic() >= next_beat:
-                next_beat = time.monotonic() + beat_s
-                try:
-                    self.liveness.heartbeat(self.ledger.held(), claimed=self.claimed_total,
-                                            processed=self.settler.processed)
-                    self.gate.renew()  # callable-limit slots of the functions running
-                except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
-                    logger.warning("heartbeat failed: %s", exc)
             if not self.draining:
                 self.retention.tick()  # never raises
                 try:

@@ -8,8 +8,12 @@ retried, dead (no attempts left) or cancelled. The attempt is recorded as failed
 with no worker id: the worker that lost it is gone or no longer owns it.
 
 A job's ``max_attempts`` lives in its audit row, not in Redis: the rows of the leases
-about to expire (``Engine.expiring``, a margin for clock skew with Redis) are read
-first and passed along.
+about to expire (``Engine.expiring``, a margin for clock skew with Redis: ``margin_ms``)
+are read first and passed along.
+
+With the default ``LEASE_SECONDS`` (6 s, extended every 2 s by the heartbeat thread) and
+``RECOVER_INTERVAL_SECONDS`` (1 s), a killed worker's jobs are taken back 4-7 s after the
+kill and claimed again at once (``recover.lua`` publishes them as due now).
 """
 
 from __future__ import annotations
@@ -42,12 +46,20 @@ class LeaseRecovery:
         self.settings = settings
         self.audit = audit
 
+    @property
+    def margin_ms(self) -> int:
+        """How far ahead of this host's clock a lease counts as expiring (skew with Redis):
+        a third of the lease, at most 5 s. A held lease always has more than two thirds of
+        it left (it is extended every third), so rows are read only for leases whose
+        worker missed a heartbeat, not for every job running."""
+        return min(5000, self.settings.lease_ms // 3)
+
     def recover(self, queue: str) -> None:
         """Take back expired leases (bounded batches) and record the lost attempts."""
         for _ in range(ROUNDS):
             # Jobs keep their max_attempts in the audit row: read those of the leases that
             # are about to be taken back (a margin covers clock skew with Redis).
-            expiring = self.engine.expiring(queue, within_ms=5000, limit=BATCH)
+            expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
             limits = payloads.max_attempts(expiring) if expiring else {}
             found = self.engine.recover(queue, limit=BATCH,
                                         default_max_attempts=self.settings.default_max_attempts,
