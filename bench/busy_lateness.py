@@ -1,0 +1,97 @@
+#!/usr/bin/env python
+"""Lateness on a busy worker: timed jobs coming due while the same worker drains a backlog.
+
+    python bench/busy_lateness.py [--backlog 20000] [--timed 2000] [--spread 2]
+                                  [--lead 3] [--priority 0] [--concurrency 4]
+
+Starts its own redis-server and SQLite database (as ``foundation.py``) and one
+``delayq_worker``. Schedules ``--timed`` no-op jobs due over ``--spread`` seconds from
+``--lead`` seconds ahead (``--priority``: theirs), then a backlog of ``--backlog`` no-op
+jobs due now (scheduling it takes ~1.5 s), so that the timed jobs come due while the
+worker drains the backlog. ``BENCH_CLAIM_BATCH`` sets ``CLAIM_BATCH`` (default 200). Prints the
+lateness (start - due, from the audit rows) of the timed jobs, p50/p99/max, the
+backlog's drain rate and the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+import foundation  # noqa: E402 - bench/foundation.py: Redis and worker helpers
+
+
+def run(opts: argparse.Namespace) -> dict[str, float]:
+    from datetime import timedelta
+
+    from django.db.models import Max, Min
+    from django.utils import timezone
+
+    from django_delayq.core.api import JobSpec, schedule_many
+    from django_delayq.models import Job
+
+    proc = foundation.worker("--concurrency", str(opts.concurrency))
+    time.sleep(2.0)  # let it start and go idle
+    start = timezone.now() + timedelta(seconds=opts.lead)
+    timed = set(schedule_many("bench_jobs.noop", [
+        JobSpec(args=["t", i], at=start + timedelta(seconds=opts.spread * i / opts.timed))
+        for i in range(opts.timed)], priority=opts.priority))
+    schedule_many("bench_jobs.noop", [JobSpec(args=[i]) for i in range(opts.backlog)])
+    total = opts.timed + opts.backlog
+    deadline = time.monotonic() + opts.spread + 120
+    while Job.objects.filter(status="succeeded").count() < total and time.monotonic() < deadline:
+        time.sleep(0.25)
+    load = os.getloadavg()
+    proc.terminate()
+    proc.wait()
+    rows = list(Job.objects.filter(status="succeeded").values_list("id", "run_at", "started_at"))
+    late = [(s - r).total_seconds() * 1000 for i, r, s in rows if i in timed]
+    backlog = Job.objects.filter(status="succeeded").exclude(id__in=timed)
+    agg = backlog.aggregate(first=Min("started_at"), last=Max("finished_at"))
+    span = (agg["last"] - agg["first"]).total_seconds()
+    return {"timed_jobs": len(late), "p50_ms": statistics.median(late),
+            "p99_ms": foundation.pct(late, 99), "max_ms": max(late),
+            "backlog_jobs_per_s": backlog.count() / span, "load1": load[0]}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--backlog", type=int, default=20000)
+    p.add_argument("--timed", type=int, default=2000)
+    p.add_argument("--spread", type=float, default=2.0)
+    p.add_argument("--priority", type=int, default=0, help="priority of the timed jobs")
+    p.add_argument("--lead", type=float, default=3.0, help="first timed job due after, s")
+    p.add_argument("--concurrency", type=int, default=4)
+    opts = p.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="delayq-busy-lateness-"))
+    redis_proc, url = foundation.start_redis(workdir)
+    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir),
+                      DJANGO_SETTINGS_MODULE="bench_settings")
+    try:
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        r = run(opts)
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait()
+    print("timed jobs %d (priority %d) due over %g s during a %d-job backlog: lateness p50 "
+          "%.2f ms, p99 %.2f ms, max %.2f ms; backlog %d jobs/s; load average %.2f (%d cpus)"
+          % (r["timed_jobs"], opts.priority, opts.spread, opts.backlog, r["p50_ms"],
+             r["p99_ms"], r["max_ms"], r["backlog_jobs_per_s"], r["load1"],
+             os.cpu_count() or 0))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
