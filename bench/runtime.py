@@ -2,6 +2,7 @@
 """Runtime benchmark: what ``delayq_worker --processes`` buys.
 
     python bench/runtime.py [--drain 20000] [--cpu 400] [--cpu-ms 20] [--concurrency 4]
+                            [--db sqlite|postgres]
 
 1. Drain: ``--drain`` due no-op jobs, run by ``delayq_worker --burst`` (one process, no
    supervisor), by ``--processes 1``, then by ``--processes 2`` (each process
@@ -10,7 +11,8 @@
    one thread's CPU time): one process with ``--concurrency`` threads (the GIL lets one
    run at a time), then ``--processes 2`` with ``--concurrency`` threads each.
 
-Starts its own redis-server (free port, no persistence) and SQLite database, runs the
+Starts its own redis-server (free port, no persistence) and SQLite database (or, with
+``--db postgres``, an empty database delayq_bench_runtime on 127.0.0.1), runs the
 real ``manage.py delayq_worker`` as a subprocess with audit rows on, and reads jobs/s from
 the audit rows (first start to last finish). Prints the CPU seconds the worker processes
 and redis-server used, and the load average around each run: on a busy machine the
@@ -63,6 +65,19 @@ def redis_cpu_s() -> float:
     return float(times.user + times.system)
 
 
+PG_DATABASE = "delayq_bench_runtime"  # its own database: dropped and created per run
+
+
+def fresh_postgres(name: str) -> None:
+    """An empty database ``name`` on the PostgreSQL of bench_settings (127.0.0.1)."""
+    import psycopg
+
+    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres",
+                         autocommit=True) as conn:
+        conn.execute('DROP DATABASE IF EXISTS "%s"' % name)
+        conn.execute('CREATE DATABASE "%s"' % name)
+
+
 def load() -> str:
     return "%.2f %.2f %.2f" % os.getloadavg()
 
@@ -103,6 +118,7 @@ def main() -> int:
     parser.add_argument("--cpu", type=int, default=400)
     parser.add_argument("--cpu-ms", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     opts = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-runtime-"))
     from foundation import start_redis
@@ -110,12 +126,15 @@ def main() -> int:
     redis_proc, url = start_redis(workdir)
     global REDIS_PID
     REDIS_PID = redis_proc.pid
-    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir),
+    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=opts.db,
                       DJANGO_SETTINGS_MODULE="runtime_settings")
+    os.environ.setdefault("BENCH_PGDATABASE", PG_DATABASE)
     try:
         import django
         from django.core.management import call_command
 
+        if opts.db == "postgres":
+            fresh_postgres(os.environ["BENCH_PGDATABASE"])
         django.setup()
         call_command("migrate", verbosity=0)
         c = str(opts.concurrency)

@@ -9,7 +9,6 @@ is in ``killed_for`` (job key -> why), read once the process is gone.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -17,7 +16,6 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from django_delayq.engine import ClaimedJob
 from django_delayq.worker.ledger import Key
@@ -81,30 +79,28 @@ class Child:
             pass
 
     def _apply(self, line: bytes) -> None:
+        fields = line.decode(errors="replace").split("\t")
         try:
-            event: dict[str, Any] = json.loads(line)
-            kind = event["e"]
-        except (ValueError, KeyError, TypeError):
+            self._event(fields[0], fields[1:])
+        except (ValueError, IndexError):
             logger.warning("child %d: unreadable report %r", self.pid, line[:200])
-            return
-        if kind == "claimed":
-            self.claimed += len(event["jobs"])
-            for queue, job_id, token, due_ms in event["jobs"]:
-                self.held[(queue, job_id)] = ClaimedJob(queue=queue, id=job_id, token=token,
-                                                        due_ms=due_ms, envelope="")
-        elif kind == "start":
+
+    def _event(self, kind: str, f: list[str]) -> None:
+        if kind == "c":
+            self.claimed += 1
+            self.held[(f[0], f[1])] = ClaimedJob(queue=f[0], id=f[1], token=int(f[2]),
+                                                 due_ms=int(f[3]), envelope="")
+        elif kind == "s":
             self.runs += 1
-            self.running[(event["q"], event["id"])] = Run(started=float(event["at"]),
-                                                          limit=event["limit"])
-        elif kind == "end":
-            key = (event["q"], event["id"])
-            self.running.pop(key, None)
-            self.held.pop(key, None)
-        elif kind == "released":
-            for queue, job_id in event["jobs"]:
-                self.held.pop((queue, job_id), None)
-        elif kind == "hello":
-            self.worker_id = str(event["worker"])
+            self.running[(f[0], f[1])] = Run(started=float(f[3]),
+                                             limit=float(f[4]) if f[4] else None)
+        elif kind == "e":
+            self.running.pop((f[0], f[1]), None)
+            self.held.pop((f[0], f[1]), None)
+        elif kind == "r":
+            self.held.pop((f[0], f[1]), None)
+        elif kind == "h":
+            self.worker_id = f[1]
 
     # -- decisions ------------------------------------------------------------------
 

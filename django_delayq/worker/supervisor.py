@@ -327,5 +327,5 @@ def attach(worker: Worker, supervision: Supervision) -> None:
         drain()
         worker.request_stop()
 
-    supervision.link.send({"e": "hello", "worker": worker.id, "pid": os.getpid()})
+    supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
     supervision.link.listen(drain, stop, worker.ledger.running_jobs)

@@ -3,14 +3,18 @@
 ``TrackedLedger`` is the worker's ``Ledger`` plus a record of each running job (queue,
 callable, start time, time limit): the heartbeat publishes it (``"jobs"`` in the registry
 info). A worker started by ``delayq_worker --processes`` (a *child*) also reports every
-transition of its jobs over its ``Link``, a socket to the supervisor, one JSON object a
-line:
+transition of its jobs over its ``Link``, a socket to the supervisor, one line each:
 
-    {"e": "hello", "worker": id, "pid": pid}
-    {"e": "claimed", "jobs": [[queue, id, token, due_ms], ...]}
-    {"e": "start", "q": queue, "id": id, "t": token, "at": monotonic s, "limit": s | null}
-    {"e": "end", "q": queue, "id": id}
-    {"e": "released", "jobs": [[queue, id], ...]}
+    h <pid> <worker id>                        once, at start
+    c <queue> <id> <token> <due_ms>            a job claimed (one line per job)
+    s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
+                                               empty for none
+    e <queue> <id>                             ended (its outcome is settled next)
+    r <queue> <id>                             handed back unstarted (drain)
+
+fields separated by tabs (queue names are printable, ids are ours: neither holds a tab or
+a newline; a line that does not parse is ignored). Text, not JSON: the supervisor reads
+two lines per job.
 
 Reports leave in batches, at most ``FLUSH_S`` after the transition (one wake-up of the
 supervisor per batch, not per job). So the supervisor knows, within milliseconds, the
@@ -29,7 +33,6 @@ fails no attempt on its own (``Ledger.time_out`` finds nothing).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -81,10 +84,10 @@ class Link:
         self.orphaned = threading.Event()
         threading.Thread(target=self._flush_loop, name="delayq-link-out", daemon=True).start()
 
-    def send(self, event: dict[str, Any]) -> None:
-        """Queue a report; they leave in batches, at most ``FLUSH_S`` later (one wake-up
-        of the supervisor per batch, not per job)."""
-        data = json.dumps(event, separators=(",", ":")).encode() + b"\n"
+    def send(self, *fields: object) -> None:
+        """Queue a report (its fields); they leave in batches, at most ``FLUSH_S`` later
+        (one wake-up of the supervisor per batch, not per job)."""
+        data = ("\t".join(map(str, fields)) + "\n").encode()
         with self._lock:
             self._pending.append(data)
         self._ready.set()
@@ -176,18 +179,15 @@ class TrackedLedger(Ledger):
         self._claimed: dict[Key, ClaimedJob] = {}
         self._runs: dict[Key, RunningJob] = {}
 
-    def _send(self, event: dict[str, Any]) -> None:
-        if self.link is not None:
-            self.link.send(event)
 
     def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
         jobs = list(jobs)
         with self._mirror_lock:
             self._claimed.update((key_of(job), job) for job in jobs)
         super().claimed(jobs, ended)
-        if jobs:
-            self._send({"e": "claimed", "jobs": [[j.queue, j.id, j.token, j.due_ms]
-                                                 for j in jobs]})
+        if self.link is not None:
+            for j in jobs:
+                self.link.send("c", j.queue, j.id, j.token, j.due_ms)
 
     def start(self, key: Key, limit_s: float | None = None) -> bool:
         if not super().start(key, limit_s):
@@ -201,8 +201,9 @@ class TrackedLedger(Ledger):
                              limit=limit_s if limit_s is not None
                              else time_limit(self.settings, job))
             self._runs[key] = run
-        self._send({"e": "start", "q": job.queue, "id": job.id, "t": job.token,
-                    "at": run.started_mono, "limit": run.limit})
+        if self.link is not None:
+            self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
+                           "" if run.limit is None else repr(run.limit))
         return True
 
     def finish(self, key: Key, outcome: Outcome) -> bool:
@@ -232,15 +233,17 @@ class TrackedLedger(Ledger):
         with self._mirror_lock:
             for job in jobs:
                 self._claimed.pop(key_of(job), None)
-        if jobs:
-            self._send({"e": "released", "jobs": [[j.queue, j.id] for j in jobs]})
+        if self.link is not None:
+            for j in jobs:
+                self.link.send("r", j.queue, j.id)
         return jobs
 
     def _ended(self, keys: list[Key]) -> None:
         with self._mirror_lock:
             ended = [key for key in keys if self._runs.pop(key, None) is not None]
-        for queue, job_id in ended:
-            self._send({"e": "end", "q": queue, "id": job_id})
+        if self.link is not None:
+            for queue, job_id in ended:
+                self.link.send("e", queue, job_id)
 
     def running_jobs(self) -> list[RunningJob]:
         """The jobs running now, longest-running first."""
