@@ -21,6 +21,7 @@ which every step worked, so a database outage is not hidden by Redis steps that 
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import queue as queue_mod
@@ -57,6 +58,10 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
 EXIT_HARD_STOP = 3
+LAST = 1 << 30  # the rank of the threads' stop marker: after every claimed job
+
+
+Ranked = tuple[int, int, ClaimedJob | None]  # (-priority or LAST, claim order, job)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -88,7 +93,9 @@ class Worker:
                                  concurrency=options.concurrency,
                                  running=self.ledger.running_jobs,
                                  supervision=options.supervision)
-        self.local: queue_mod.SimpleQueue[ClaimedJob | None] = queue_mod.SimpleQueue()
+        # Claimed jobs wait for a thread by priority, then claim order (not behind a backlog)
+        self.local: queue_mod.PriorityQueue[Ranked] = queue_mod.PriorityQueue()
+        self._order = itertools.count()
         self.backoff = QueueBackoff()
         self.claimed_total = 0
         self.draining = False
@@ -154,7 +161,7 @@ class Worker:
             self.liveness.unregister()
         else:
             for _ in self._threads:
-                self.local.put(None)
+                self.local.put((LAST, next(self._order), None))
             for t in self._threads:
                 t.join(timeout=5)
             self.audit.stop()
@@ -246,7 +253,8 @@ class Worker:
             self.next_due[queue] = self.queue_gate.note(queue, result)  # paused: None
             jobs = self._payloads(queue, result.jobs) if result.jobs else []
             for job in jobs:
-                self.local.put(job)
+                self.local.put((-(job.payload.priority if job.payload else 0),
+                                next(self._order), job))
             self.claimed_total += len(jobs)
             if len(result.jobs) < min(room, self.settings.claim_batch):
                 return
@@ -314,7 +322,7 @@ class Worker:
 
     def _exec_loop(self) -> None:
         while True:
-            job = self.local.get()
+            job = self.local.get()[2]
             if job is None:
                 connections.close_all()  # this thread's connections, not the caller's
                 return

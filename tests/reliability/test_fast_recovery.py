@@ -1,17 +1,21 @@
 """Fast recovery: with the default lease, a SIGKILLed worker's jobs run again on a live
 worker within seconds, not after a minute; a slow worker that lost its lease cannot
-settle the copy that runs elsewhere (fencing tokens, see test_lease.py)."""
+settle the copy that runs elsewhere (fencing tokens, see test_lease.py). And a busy
+worker does not hold a job of higher priority behind the backlog it has prefetched."""
 
 from __future__ import annotations
 
 import signal
+import threading
 import time
 
 import pytest
 
 from django_delayq import schedule
-from django_delayq.core.conf import DEFAULTS
+from django_delayq.core.conf import DEFAULTS, get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.models import JobStatus
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests import jobs_chaos
 from tests.helpers import point_at, wait_until
 
@@ -66,3 +70,27 @@ def test_long_job_keeps_its_short_lease_while_a_peer_recovers_eagerly(cfg, start
     wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=60)
     assert _pids(h.id) == [first.pid]
     assert h.job.attempts == 1
+
+
+def test_busy_worker_starts_a_high_priority_job_ahead_of_its_prefetched_backlog(cfg) -> None:  # type: ignore[no-untyped-def]
+    """One thread, a backlog of 300 short jobs (the worker holds up to CLAIM_BATCH of them
+    claimed and waiting): a job of priority 50 scheduled meanwhile starts within a few jobs,
+    not after the ones already claimed."""
+    backlog = [schedule("tests.jobs_chaos.sleep_record", 0.02, "backlog") for _ in range(300)]
+    worker = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",),
+                                                                concurrency=1))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: len(jobs_chaos.executions()) >= 5, timeout=30)
+        assert worker.ledger.capacity_used() > 20  # a prefetched backlog is waiting
+        ran_before = len(jobs_chaos.executions())
+        urgent = schedule("tests.jobs_chaos.record", "urgent", priority=50)
+        wait_until(lambda: _pids(urgent.id), timeout=30)
+    finally:
+        worker.request_stop()
+        worker.request_stop()
+        thread.join(10)
+    tags = [e[4] for e in jobs_chaos.executions()]
+    assert tags.index("urgent") - ran_before < 10, tags.index("urgent") - ran_before
+    assert len(backlog) - tags.count("backlog") > 100  # most of the backlog was still to run
