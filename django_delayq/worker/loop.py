@@ -256,8 +256,8 @@ class Worker:
                 self.local.put((-(job.payload.priority if job.payload else 0),
                                 next(self._order), job))
             self.claimed_total += len(jobs)
-            if len(result.jobs) < min(room, self.settings.claim_batch):
-                return
+            if len(result.jobs) < self.settings.claim_batch:  # not a full batch: settle
+                return  # what finished first (rooms of a few jobs would loop for seconds)
 
     def _payloads(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
         """The claimed jobs that may run, with their payloads from their audit rows. A live
