@@ -34,7 +34,7 @@ def lines(path) -> list[list[str]]:  # type: ignore[no-untyped-def]
 
 def test_sigkilled_child_is_replaced_and_its_jobs_run(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "runs.txt"
-    slow = schedule("tests.jobs.sleep_then_record", str(out), "slow", 1.0, backoff=[0])
+    slow = schedule("tests.jobs.sleep_then_record", str(out), "slow", 3.0, backoff=[0])
     quick = [schedule("tests.jobs.record", str(out), "q%d" % i, delay=0.5) for i in range(5)]
     proc = start_worker("--processes", "1", "--concurrency", "1")
     wait_until(lambda: slow.status == JobStatus.RUNNING, timeout=30)
