@@ -149,3 +149,55 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return "%s #%d %s" % (self.job_id, self.number, self.outcome)
+
+
+class MissedPolicy(models.TextChoices):
+    SKIP = "skip", _("skip: next future tick only")
+    ONCE = "once", _("once: run one missed tick, then go on")
+
+
+class Schedule(models.Model):
+    """A periodic job: a cron expression or an interval, materialised one tick at a time as
+    an ordinary keyed job (core/periodic.py; docs/periodic.md)."""
+
+    name = models.CharField(_("name"), max_length=100, unique=True)
+    callable_path = models.CharField(_("callable"), max_length=255)
+    args = models.JSONField(_("args"), default=list, blank=True)
+    kwargs = models.JSONField(_("kwargs"), default=dict, blank=True)
+    queue = models.CharField(_("queue"), max_length=100, blank=True, default="",
+                             help_text=_("Empty: the default queue."))
+    priority = models.SmallIntegerField(_("priority"), default=0)
+    cron = models.CharField(
+        _("cron"), max_length=100, blank=True, default="",
+        help_text=_("Five fields or an alias such as @daily, in the schedule's time zone."))
+    interval_seconds = models.PositiveIntegerField(
+        _("interval (s)"), null=True, blank=True, help_text=_("Instead of a cron expression."))
+    time_zone = models.CharField(_("time zone"), max_length=64, default="UTC",
+                                help_text=_("IANA name, e.g. Europe/Berlin."))
+    start_at = models.DateTimeField(_("start"), null=True, blank=True)
+    end_at = models.DateTimeField(_("end"), null=True, blank=True)
+    jitter_seconds = models.PositiveIntegerField(
+        _("jitter (s)"), default=0, help_text=_("Each tick's job is due up to this much later."))
+    enabled = models.BooleanField(_("enabled"), default=True)
+    missed = models.CharField(_("missed runs"), max_length=8, choices=MissedPolicy.choices,
+                              default=MissedPolicy.SKIP)
+    from_settings = models.BooleanField(
+        _("from settings"), default=False, editable=False,
+        help_text=_("Defined in DELAYQ['SCHEDULES']: synced at worker start."))
+    version = models.PositiveIntegerField(_("version"), default=1, editable=False)
+    next_tick_at = models.DateTimeField(_("next tick"), null=True, blank=True, editable=False)
+    next_job_id = models.CharField(_("next tick's job"), max_length=26, blank=True, default="",
+                                   editable=False)
+    last_tick_at = models.DateTimeField(_("last tick"), null=True, blank=True, editable=False)
+    last_job_id = models.CharField(_("last tick's job"), max_length=26, blank=True,
+                                   default="", editable=False)
+    created_at = models.DateTimeField(_("created at"), default=timezone.now, editable=False)
+    updated_at = models.DateTimeField(_("updated at"), default=timezone.now, editable=False)
+
+    class Meta:
+        verbose_name = _("schedule")
+        verbose_name_plural = _("schedules")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
