@@ -28,6 +28,11 @@ _LAZY = {
     "requeue": "django_delayq.core.api",
     "get_job": "django_delayq.core.api",
     "JobHandle": "django_delayq.core.api",
+    # workflows: jobs that wait for other jobs (docs/workflows.md)
+    "chain": "django_delayq.core.canvas",
+    "group": "django_delayq.core.canvas",
+    "GroupResult": "django_delayq.core.canvas",
+    "Signature": "django_delayq.core.workflows",
     # whole queues
     "pause_queue": "django_delayq.core.queues",
     "resume_queue": "django_delayq.core.queues",
@@ -62,6 +67,7 @@ if TYPE_CHECKING:  # pragma: no cover
         schedule_many,
         schedule_spec,
     )
+    from django_delayq.core.canvas import GroupResult, chain, group  # noqa: F401
     from django_delayq.core.context import current_job  # noqa: F401
     from django_delayq.core.queues import (  # noqa: F401
         pause_queue,
@@ -69,6 +75,7 @@ if TYPE_CHECKING:  # pragma: no cover
         purge_queue,
         resume_queue,
     )
+    from django_delayq.core.workflows import Signature  # noqa: F401
     from django_delayq.engine.engine import CancelOutcome, MoveOutcome  # noqa: F401
     from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound, Retry  # noqa: F401
 

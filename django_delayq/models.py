@@ -17,9 +17,13 @@ class JobStatus(models.TextChoices):
     DEAD = "dead", _("dead")  # out of attempts, or not runnable; requeueable
     CANCELLED = "cancelled", _("cancelled")
     EXPIRED = "expired", _("expired")  # not started before its expires_at; never ran
+    WAITING = "waiting", _("waiting")  # for its parents (after=...); not in Redis yet
 
 
+# Live in Redis (the reconciler's rows). ``waiting`` is live too but not in Redis until its
+# parents release it (core/workflows.py): UNFINISHED_STATUSES holds both.
 LIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.RETRYING)
+UNFINISHED_STATUSES = (JobStatus.WAITING, *LIVE_STATUSES)
 FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 
 
@@ -81,6 +85,9 @@ class Job(models.Model):
         _("requeued from"), max_length=26, null=True, blank=True, db_index=True,
         help_text=_("The job this one was copied from by a requeue."))
     progress = models.JSONField(_("progress"), null=True, blank=True)
+    parents_left = models.PositiveIntegerField(
+        _("parents left"), default=0, db_default=0,
+        help_text=_("Parents (after=...) not finished yet; released to Redis at 0."))
 
     objects = JobQuerySet.as_manager()
 
@@ -149,6 +156,31 @@ class JobAttempt(models.Model):
 
     def __str__(self) -> str:
         return "%s #%d %s" % (self.job_id, self.number, self.outcome)
+
+
+class JobDependency(models.Model):
+    """``child`` waits for ``parent`` (``schedule(..., after=[parent])``): core/workflows.py.
+
+    ``resolved`` turns true, once, in the transaction that makes the parent's row final;
+    that transaction decrements the child's ``parents_left`` by the edges it resolved."""
+
+    parent_id = models.CharField(_("parent"), max_length=26)  # indexed by the constraint
+    child_id = models.CharField(_("child"), max_length=26, db_index=True)
+    resolved = models.BooleanField(_("resolved"), default=False)
+    run_on_failure = models.BooleanField(
+        _("run on failure"), default=False,
+        help_text=_("The child runs even if this parent ends dead, cancelled or expired."))
+
+    class Meta:
+        verbose_name = _("job dependency")
+        verbose_name_plural = _("job dependencies")
+        constraints = [models.UniqueConstraint(fields=["parent_id", "child_id"],
+                                               name="delayq_dependency_unique")]
+        indexes = [models.Index(fields=["resolved", "parent_id"],
+                                name="delayq_dependency_open")]
+
+    def __str__(self) -> str:
+        return "%s -> %s" % (self.parent_id, self.child_id)
 
 
 class MissedPolicy(models.TextChoices):

@@ -59,6 +59,7 @@ STATUS = {
     JobStatus.DEAD: TaskResultStatus.FAILED,
     JobStatus.CANCELLED: TaskResultStatus.FAILED,  # "unable to start" (or not retried)
     JobStatus.EXPIRED: TaskResultStatus.FAILED,  # not started before its expiry: never ran
+    JobStatus.WAITING: TaskResultStatus.READY,  # waits for its parents (after=...)
 }
 FINAL = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 # A row's due time later than its creation by more than this was a run_after.

@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin import dashboard, lineage, queues, reports
+from django_delayq.admin import dashboard, lineage, queues, reports, workflows
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import STATUS_COLOURS, error_line, pre, seconds, short_error
 from django_delayq.admin.display import status_badge as badge
@@ -117,6 +117,7 @@ class JobAdmin(admin.ModelAdmin):
         (_("Outcome"), {"fields": ("result_display", "last_error_display",
                                    "traceback_display")}),
         (_("Requeue lineage"), {"fields": ("requeued_from_display", "requeued_as_display")}),
+        (_("Workflow"), {"fields": ("parents_left", "parents_display", "children_display")}),
     )
     readonly_fields = tuple(
         f for _name, opts in fieldsets for f in opts["fields"])  # type: ignore[misc]
@@ -169,6 +170,14 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description=_("requeued as"))
     def requeued_as_display(self, obj: Job) -> str:
         return lineage.requeued_as(obj, self.admin_site.name)
+
+    @admin.display(description=_("waits for"))
+    def parents_display(self, obj: Job) -> str:
+        return workflows.parents(obj, self.admin_site.name)
+
+    @admin.display(description=_("waited for by"))
+    def children_display(self, obj: Job) -> str:
+        return workflows.children(obj, self.admin_site.name)
 
     @admin.display(description=_("attempts"), ordering="attempts")
     def attempts_display(self, obj: Job) -> str:
@@ -266,6 +275,7 @@ class JobAdmin(admin.ModelAdmin):
         for value, label in JobStatus.choices:
             n = Job.objects.filter(status=value).order_by()[:cap + 1].count()
             out.append({"value": value, "label": label, "count": min(n, cap), "more": n > cap,
-                        "colour": STATUS_COLOURS[JobStatus(value)], "active": value == active,
+                        "colour": STATUS_COLOURS.get(JobStatus(value), "#888"),
+                        "active": value == active,
                         "query": "?" + urlencode({"status__exact": value})})
         return out

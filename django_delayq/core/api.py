@@ -19,7 +19,7 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import bulk, options, registry, submit, validation
+from django_delayq.core import bulk, options, registry, submit, validation, workflows
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
@@ -27,7 +27,7 @@ from django_delayq.core.submit import JobSpec, enqueue_or_outbox, set_eager_runn
 from django_delayq.engine import CancelOutcome
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.exceptions import InvalidJob, JobNotFound
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+from django_delayq.models import UNFINISHED_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +72,8 @@ def schedule(
     timeout: float | timedelta | None = None,
     expires: datetime | float | timedelta | None = None,
     retry_on: Any = None,
+    after: Any = None,
+    after_failure: str = "cancel",
     **kwargs: Any,
 ) -> JobHandle:
     """Run ``fn(*args, **kwargs)`` after ``delay`` (seconds or timedelta) or ``at``.
@@ -81,11 +83,16 @@ def schedule(
     100), ``timeout`` (seconds), ``expires`` and ``retry_on``: see ``core/options.py``.
     A job function whose keyword arguments are named like these options: use
     ``job(fn).using(...)``; for the last four, ``schedule()`` refuses the ambiguity.
+    ``after``: jobs (handles or ids) that must succeed first; ``after_failure="run"``
+    runs it even when one of them fails (docs/workflows.md).
     """
     spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key, priority=priority,
-                   timeout=timeout, expires=expires, retry_on=retry_on)
+                   timeout=timeout, expires=expires, retry_on=retry_on, after=after,
+                   after_failure=after_failure)
     given = [name for name, value in (("priority", priority != 0), ("timeout", timeout),
-                                      ("expires", expires), ("retry_on", retry_on))
+                                      ("expires", expires), ("retry_on", retry_on),
+                                      ("after", after),
+                                      ("after_failure", after_failure != "cancel"))
              if value is not None and value is not False]
     return _schedule(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff,
                      options_given=given)
@@ -114,17 +121,29 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
     values, new = submit.build(c, spec, s, now)
     row = Job(**values, requeued_from=requeued_from)
     using = router.db_for_write(Job)
-    if spec.key is not None:
+    parents = workflows.parent_ids(spec.after)
+    on_failure = workflows.run_on_failure(spec.after_failure)
+    if spec.key is not None or parents:
         try:
             with transaction.atomic(using=using):
+                if parents:  # waiting, cancelled or scheduled: core/workflows.py
+                    plan = workflows.plan(row.id, parents, on_failure, using,
+                                          keyed=spec.key is not None)
+                    plan.apply(row, now)
                 row.save(force_insert=True, using=using)
+                if parents:
+                    plan.save_edges(using)
         except IntegrityError:
+            if spec.key is None:
+                raise
             return JobHandle(row.id, row.queue)  # same key: the first job stands
     else:
         row.save(force_insert=True, using=using)
     signals.send(signals.job_scheduled, job_id=row.id, queue=row.queue,
                  callable_path=row.callable_path, run_at=row.run_at)
-    if s.eager:  # unit tests: run inline after commit, no Redis involved
+    if row.status != JobStatus.SCHEDULED:
+        pass  # waiting for its parents, or cancelled by one that failed already
+    elif s.eager:  # unit tests: run inline after commit, no Redis involved
         run_eager = submit.eager_runner()
         submit.after_commit(using, lambda: run_eager(row.id))
     else:
@@ -144,13 +163,26 @@ def schedule_many(
     expires: datetime | float | timedelta | None = None,
     retry_on: Any = None,
     batch_size: int = 1000,
+    after: Any = None,
+    after_failure: str = "cancel",
 ) -> list[str]:
     """Schedule one job per spec with bulk inserts and one Redis call per batch.
 
     Specs with a ``key`` whose job already exists are skipped (their id is still
     returned), so replaying the same input never schedules a row twice. ``priority``,
     ``timeout``, ``expires`` and ``retry_on`` apply to the specs that leave theirs ``None``.
+    ``after`` (the specs' own, else the call's) takes the path of ``schedule()``, one
+    job at a time in one transaction (docs/workflows.md).
     """
+    if after is not None or not isinstance(specs, (list, tuple)):
+        specs = [spec if spec.after is not None or after is None else
+                 replace(spec, after=after, after_failure=after_failure) for spec in specs]
+    if any(spec.after is not None for spec in specs):  # type: ignore[union-attr]
+        with transaction.atomic(using=router.db_for_write(Job)):
+            return [_schedule(fn, spec, queue=queue, max_attempts=max_attempts,
+                              backoff=backoff).id for spec in _with_options(
+                specs, priority=priority, timeout=timeout, expires=expires,
+                retry_on=retry_on)]
     s, now = get_settings(), timezone.now()
     c = submit.common(fn, s, queue=queue, max_attempts=max_attempts, backoff=backoff,
                       use_tz=django_settings.USE_TZ, now=now, priority=priority,
@@ -166,6 +198,13 @@ def schedule_many(
                          job_ids=[job.id for job in jobs])
         submit.after_commit(using, lambda: enqueue_or_outbox(c.queue, jobs))
     return batch.ids
+
+
+def _with_options(specs: Iterable[JobSpec], **call: Any) -> Iterable[JobSpec]:
+    """Each spec with the call's run-time options where it leaves its own ``None``."""
+    for spec in specs:
+        yield replace(spec, **{k: v for k, v in call.items()
+                               if v is not None and getattr(spec, k) is None})
 
 
 _KEEP: Any = object()  # using(): "this option is not given, keep the current value"
@@ -193,18 +232,22 @@ class JobCall:
     timeout: float | timedelta | None = None
     expires: datetime | float | timedelta | None = None
     retry_on: Any = None
+    after: Any = None
+    after_failure: str = "cancel"
 
     def using(self, *, delay: float | timedelta | None = _KEEP, at: datetime | None = _KEEP,
               queue: str | None = _KEEP, max_attempts: int | None = _KEEP,
               backoff: Any = _KEEP, key: str | None = _KEEP, priority: int | None = _KEEP,
               timeout: float | timedelta | None = _KEEP,
               expires: datetime | float | timedelta | None = _KEEP,
-              retry_on: Any = _KEEP) -> JobCall:
+              retry_on: Any = _KEEP, after: Any = _KEEP, after_failure: str = _KEEP
+              ) -> JobCall:
         """These options replace the current ones (``None`` resets one); raises
         ``InvalidJob`` naming a bad option, as ``schedule()`` would."""
         given = dict(delay=delay, at=at, queue=queue, max_attempts=max_attempts,
                      backoff=backoff, key=key, priority=priority, timeout=timeout,
-                     expires=expires, retry_on=retry_on)
+                     expires=expires, retry_on=retry_on, after=after,
+                     after_failure=after_failure)
         changed = replace(self, **{k: v for k, v in given.items() if v is not _KEEP})
         changed.check()
         return changed
@@ -219,12 +262,19 @@ class JobCall:
         submit.when(self.delay, self.at, django_settings.USE_TZ)
         if self.key is not None:
             validation.check_key(self.key)
+        workflows.parent_ids(self.after)
+        workflows.run_on_failure(self.after_failure)
+
+    def s(self, *args: Any, **kwargs: Any) -> workflows.Signature:
+        """This call with its arguments, not scheduled yet: for ``chain`` and ``group``."""
+        return workflows.Signature(call=self, args=args, kwargs=kwargs)
 
     def schedule(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Schedule ``fn(*args, **kwargs)`` with this call's options."""
         spec = JobSpec(args=args, kwargs=kwargs, delay=self.delay, at=self.at, key=self.key,
                        priority=self.priority, timeout=self.timeout, expires=self.expires,
-                       retry_on=self.retry_on)
+                       retry_on=self.retry_on, after=self.after,
+                       after_failure=self.after_failure)
         return schedule_spec(self.fn, spec, queue=self.queue, max_attempts=self.max_attempts,
                              backoff=self.backoff)
 
@@ -240,7 +290,8 @@ class JobCall:
         return schedule_many(self.fn, specs, queue=self.queue, max_attempts=self.max_attempts,
                              backoff=self.backoff, priority=self.priority, timeout=self.timeout,
                              expires=self.expires, retry_on=self.retry_on,
-                             batch_size=batch_size)
+                             batch_size=batch_size, after=self.after,
+                             after_failure=self.after_failure)
 
 
 def job(fn: Callable[..., Any] | str) -> JobCall:
@@ -266,8 +317,12 @@ def _mark_cancelled(row: Job, running: bool) -> None:
     if running:
         Job.objects.filter(pk=row.pk).update(cancel_requested=True, updated_at=now)
     else:
-        Job.objects.filter(pk=row.pk, status__in=LIVE_STATUSES + (JobStatus.DEAD,)).update(
-            status=JobStatus.CANCELLED, finished_at=now, updated_at=now)
+        using = router.db_for_write(Job)
+        with transaction.atomic(using=using):  # its waiting children follow: workflows.py
+            Job.objects.filter(pk=row.pk, status__in=UNFINISHED_STATUSES + (JobStatus.DEAD,)
+                               ).update(status=JobStatus.CANCELLED, finished_at=now,
+                                        updated_at=now)
+            workflows.resolve([row.pk], using)
     signals.send(signals.job_cancelled, job_id=row.id, queue=row.queue,
                  callable_path=row.callable_path, running=running)
 
@@ -285,6 +340,8 @@ def cancel(job_id: str) -> CancelOutcome:
         outcome = CancelOutcome.CANCELLED
         queue, jid = row.queue, row.id
         submit.after_commit(router.db_for_write(Job), lambda: get_engine().cancel(queue, jid))
+    if row.status == JobStatus.WAITING:  # not in Redis until its parents release it
+        outcome = CancelOutcome.CANCELLED
     if outcome is not CancelOutcome.NOT_FOUND:
         _mark_cancelled(row, running=outcome is CancelOutcome.ALREADY_RUNNING)
     return outcome

@@ -19,6 +19,7 @@ from django.db import router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
+from django_delayq.core import workflows
 from django_delayq.exceptions import WorkerLost, type_path
 from django_delayq.models import Job, JobAttempt, JobStatus
 
@@ -73,6 +74,8 @@ def settle_one(f: Finding) -> bool:
             JobAttempt.objects.using(using).create(job_id=row.pk, number=number,
                                                    outcome=status, finished_at=finished,
                                                    error_type=WORKER_LOST, error=reason)
+        if changed:  # its waiting children follow in this transaction (workflows.py)
+            workflows.resolve([row.pk], using)
     if not changed:
         return False
     logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",

@@ -80,11 +80,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError, close_old_connections, router
 from django.db.models import Q
 from django.utils import timezone
 
-from django_delayq.core import final_rows
+from django_delayq.core import final_rows, workflows
 from django_delayq.core.conf import Settings
 from django_delayq.core.epochs import Epochs, epoch_kind  # noqa: F401 - named here too
 from django_delayq.core.final_rows import (  # noqa: F401 - named here too
@@ -113,6 +113,8 @@ URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
 # In a loss pass, rows changed less than this before the loss (or after it) may describe
 # jobs written into the new data: they get the second look instead of an instant re-enqueue.
 LOSS_MARGIN_SECONDS = 2.0
+# workflows.sweep(): the net for edges whose parent became final without the release hook.
+SWEEP_SECONDS = 10.0
 
 
 def _ms(moment: datetime) -> int:
@@ -161,6 +163,7 @@ class Reconciler:
         self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
         self._last = -1e18
         self._last_epoch = -1e18
+        self._last_sweep = time.monotonic()  # the first sweep after one SWEEP_SECONDS
         self.stats = PassStats()
 
     # -- worker entry point -----------------------------------------------------------
@@ -186,6 +189,9 @@ class Reconciler:
                 self._urgent[queue] = Cursor()
         added = self._urgent_work() if self._urgent else 0
         added += self._confirm()
+        if now - self._last_sweep >= max(SWEEP_SECONDS, self.settings.reconcile_interval_seconds):
+            self._last_sweep = now  # children of parents made final without the hook
+            workflows.sweep(router.db_for_write(Job))
         if now - self._last >= self.settings.reconcile_interval_seconds:
             self._last = now
             grace = self.settings.reconcile_grace_seconds
@@ -218,6 +224,8 @@ class Reconciler:
         Suspects get their second look after ``confirm_seconds``; right away when no
         worker is alive (nobody has an audit flush on its way)."""
         lost = set(self.check_epochs(create=not dry_run))
+        while not dry_run and workflows.sweep(router.db_for_write(Job)):
+            pass  # children of parents final elsewhere: released or cancelled first
         if assume_lost:
             for queue in set(self.queues) - lost:
                 self._lost_at[queue] = timezone.now()

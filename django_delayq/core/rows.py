@@ -97,7 +97,8 @@ class RowWriter:
             "backoff": None if backoff is None else json.dumps(backoff), "error_type": "",
             "last_error": "", "traceback": "", "worker_id": "", "result": None,
             "cancel_requested": False, "priority": 0, "timeout": None, "expires_at": None,
-            "retry_on": None, "scheduled_for": None, "requeued_from": None, "progress": None}
+            "retry_on": None, "scheduled_for": None, "requeued_from": None, "progress": None,
+            "parents_left": 0}
         missing = set(names) - set(const) - set(VARYING)
         if missing:
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))

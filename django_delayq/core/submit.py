@@ -39,6 +39,8 @@ class JobSpec:
     timeout: float | timedelta | None = None
     expires: datetime | float | timedelta | None = None
     retry_on: Any = None
+    after: Any = None  # parents: JobHandle objects or ids (core/workflows.py)
+    after_failure: str = "cancel"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -34,7 +34,8 @@ from django.db import (
     transaction,
 )
 
-from django_delayq.models import Job, JobAttempt
+from django_delayq.core import workflows
+from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
 
 logger = logging.getLogger(__name__)
 
@@ -265,6 +266,12 @@ class AuditWriter:
                     cursor.executemany("UPDATE %s SET %s WHERE %s" % (table, sets, where), rows)
             if attempts:
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
+            # Children of parents this flush made final: released or cancelled in this
+            # same transaction (the release invariant, core/workflows.py).
+            final = [job_id for job_id, fields in changes.items()
+                     if fields.get("status") in FINAL_STATUSES]
+            if final:
+                workflows.resolve(final, using)
 
 
 def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:

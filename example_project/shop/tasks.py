@@ -15,3 +15,27 @@ def close_unpaid_order(order_id: int) -> str:
         status=Order.Status.CLOSED, closed_at=timezone.now())
     logger.info("order %s: %s", order_id, "closed" if updated else "already paid or closed")
     return "closed" if updated else "unchanged"
+
+
+def pack_order(order_id: int) -> str:
+    """First step of the chain a payment starts (views.pay_order): pack, then ship."""
+    logger.info("order %s: packed", order_id)
+    return "packed"
+
+
+def ship_order(order_id: int) -> str:
+    """Runs only after pack_order succeeded (``chain``)."""
+    logger.info("order %s: shipped", order_id)
+    return "shipped"
+
+
+def count_order(order_id: int) -> str:
+    """One member of the report's fan-out (views.report): looks at one order."""
+    status = Order.objects.filter(pk=order_id).values_list("status", flat=True).first()
+    return status or "gone"
+
+
+def report_ready(count: int) -> str:
+    """The fan-in: runs once, after every count_order of the group succeeded."""
+    logger.info("report of %d orders ready", count)
+    return "report of %d orders" % count

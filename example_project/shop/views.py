@@ -6,7 +6,7 @@ from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from django_delayq import cancel, schedule
+from django_delayq import cancel, chain, group, job, schedule
 from django_delayq.models import Job
 from shop.models import Order
 
@@ -42,5 +42,19 @@ def pay_order(request, pk: int):
         order.status = Order.Status.PAID
         order.save(update_fields=["status"])
     outcome = cancel(order.close_job_id)
-    messages.success(request, "Order #%d paid; closing job: %s." % (pk, outcome.name.lower()))
+    # A chain (docs/workflows.md): ship only after packing succeeded.
+    chain(job("shop.tasks.pack_order").s(pk), job("shop.tasks.ship_order").s(pk))
+    messages.success(request, "Order #%d paid; closing job: %s; packing and shipping "
+                     "scheduled." % (pk, outcome.name.lower()))
+    return redirect("index")
+
+
+@require_POST
+def report(request):
+    """A fan-out/fan-in: one job per order, then one summary once all succeeded."""
+    ids = list(Order.objects.values_list("pk", flat=True)[:100])
+    done = group([job("shop.tasks.count_order").s(pk) for pk in ids],
+                 then=job("shop.tasks.report_ready").s(len(ids)))
+    messages.info(request, "Report of %d orders scheduled: job %s runs after them."
+                  % (len(ids), done.then.id if done.then else "-"))
     return redirect("index")

@@ -6,5 +6,6 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("orders/", views.create_order, name="create_order"),
     path("orders/<int:pk>/pay/", views.pay_order, name="pay_order"),
+    path("report/", views.report, name="report"),
     path("admin/", admin.site.urls),
 ]

@@ -27,9 +27,12 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
+from django.db.models import Count
 from redis.exceptions import RedisError
 
 from django_delayq.management.options import parse_queues
+from django_delayq.models import Job, JobStatus
 
 CLEAR = "\x1b[H\x1b[2J"
 FIELD_CHARS = 200  # of one worker info field in the text output
@@ -69,6 +72,7 @@ class QueueStatus:
     oldest_overdue_s: float | None = None
     paused: bool = False
     limit: dict[str, Any] | None = None  # {"rate": [starts, per_ms] | None, "concurrency"}
+    waiting: int = 0  # rows waiting for their parents (after=...): not in Redis yet
 
 
 @dataclass(slots=True, kw_only=True)
@@ -187,10 +191,25 @@ def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
     return info, None
 
 
+def waiting_counts(queues: list[str]) -> dict[str, int]:
+    """Rows ``waiting`` for their parents, per queue (from the database: Redis does not
+    hold them); empty when the database cannot be read."""
+    try:
+        rows = Job.objects.filter(status=JobStatus.WAITING, queue__in=queues).values(
+            "queue").annotate(n=Count("id")).values_list("queue", "n")
+        return dict(rows)
+    except DatabaseError:
+        return {}
+
+
 def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
     paused = engine.paused(queues)
+    waiting = waiting_counts(queues)
+    stats = [queue_status(engine, q, q in paused) for q in queues]
+    for q in stats:
+        q.waiting = waiting.get(q.queue, 0)
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
-                  queues=[queue_status(engine, q, q in paused) for q in queues],
+                  queues=stats,
                   workers=worker_statuses(engine, settings.lease_seconds), paused=paused,
                   callable_limits=callable_limits(engine, settings))
 
@@ -229,6 +248,8 @@ def render_text(status: Status) -> str:
             q.queue, q.scheduled, q.ready, q.inflight, q.dead, nxt, old))
         if q.expired_leases:
             lines.append("  ! %d expired lease(s) waiting for recovery" % q.expired_leases)
+        if q.waiting:
+            lines.append("  waiting for their parents (not in Redis yet): %d" % q.waiting)
         if q.limit is not None:
             lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"]))
     lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]

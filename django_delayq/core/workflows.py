@@ -1,0 +1,279 @@
+"""Jobs that wait for other jobs: ``schedule(fn, after=[a, b])`` (docs/workflows.md).
+
+A child waits, row ``waiting`` and absent from Redis, until each of its parents is final.
+Edges are ``JobDependency`` rows; the child's ``parents_left`` counts its unresolved
+edges. **Release invariant**: an edge is resolved exactly once, in the database
+transaction that makes its parent's row final (the audit writer's flush, the
+reconciler's settle, ``cancel()``), and that transaction decrements the child's
+``parents_left`` by the number of edges it resolved itself (an ``UPDATE ... WHERE
+resolved = false`` count) and, when it reaches 0, turns the child ``scheduled``. The child
+reaches Redis on commit; a crash in between leaves a live ``scheduled`` row missing from
+Redis, which the reconciler enqueues (the outbox). A parent that fails (dead, cancelled,
+expired) cancels a waiting child in the same transaction (the cancel cascades to its own
+children), unless the child was scheduled with ``after_failure="run"``. ``sweep()``, run
+by the reconciler, resolves edges whose parent is final but which no transaction resolved
+(a parent made final by a path without the hook): the net, not the rule.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from django_delayq.core import submit
+from django_delayq.engine import NewJob
+from django_delayq.exceptions import InvalidJob
+from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
+
+logger = logging.getLogger(__name__)
+
+AFTER_FAILURE = {"cancel": False, "run": True}
+FAILED = (JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
+CHUNK = 500  # ids per IN (...) query
+MAX_ANCESTORS = 10_000  # the cycle check walks at most this many ancestors
+SWEEP_EDGES = 500  # edges per sweep() call
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Signature:
+    """A job not scheduled yet: ``job(fn).using(...).s(*args, **kwargs)``; the pieces of
+    ``chain`` and ``group`` (core/canvas.py). ``call`` is the ``JobCall``."""
+
+    call: Any
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def cancel_reason(parent_id: str, status: str) -> str:
+    return "parent %s ended %s" % (parent_id, status)
+
+
+def _chunks(items: Sequence[str], size: int = CHUNK) -> Iterable[Sequence[str]]:
+    for i in range(0, len(items), size):
+        yield items[i:i + size]
+
+
+# -- schedule time -------------------------------------------------------------------
+
+
+def parent_ids(after: Any) -> list[str]:
+    """The ids ``after=`` names (``JobHandle`` objects or job ids), in order, once each."""
+    if after is None:
+        return []
+    if isinstance(after, str) or not hasattr(after, "__iter__"):
+        after = [after]
+    out: dict[str, None] = {}
+    for item in after:
+        job_id = item if isinstance(item, str) else getattr(item, "id", None)
+        if not isinstance(job_id, str) or not job_id or len(job_id) > 26:
+            raise InvalidJob("after= takes JobHandle objects or job ids; got %r" % (item,))
+        out[job_id] = None
+    return list(out)
+
+
+def run_on_failure(after_failure: Any) -> bool:
+    try:
+        return AFTER_FAILURE[after_failure]
+    except (KeyError, TypeError):
+        raise InvalidJob("after_failure=%r: use 'cancel' (the default: a parent that ends "
+                         "dead, cancelled or expired cancels the job) or 'run'"
+                         % (after_failure,)) from None
+
+
+@dataclass(slots=True)
+class Plan:
+    """What ``link`` decided for a new child: its status and its edges to save."""
+
+    child_id: str
+    status: str
+    parents_left: int = 0
+    reason: str = ""
+    edges: list[JobDependency] = field(default_factory=list)
+
+    def apply(self, row: Job, now: datetime) -> None:
+        row.status, row.parents_left = self.status, self.parents_left
+        if self.status == JobStatus.CANCELLED:
+            row.last_error, row.finished_at = self.reason, now
+
+    def save_edges(self, using: str) -> None:
+        JobDependency.objects.using(using).bulk_create(self.edges, batch_size=CHUNK)
+
+
+def plan(child_id: str, parents: list[str], on_failure: bool, using: str,
+         keyed: bool) -> Plan:
+    """Inside the schedule transaction: lock the parents' rows (a parent finishing now
+    waits for our commit, so its flush sees our edge) and decide the child's status."""
+    if child_id in parents:
+        raise InvalidJob("after=: job %s cannot wait for itself" % child_id)
+    status: dict[str, str] = {}
+    for chunk in _chunks(parents):
+        rows = Job.objects.using(using).select_for_update().filter(pk__in=chunk)
+        status.update(rows.values_list("id", "status"))
+    missing = [p for p in parents if p not in status]
+    if missing:
+        raise InvalidJob("after=: no job with id %r" % missing[0])
+    if keyed:
+        check_no_cycle(child_id, parents, using)
+    out = Plan(child_id=child_id, status=JobStatus.SCHEDULED)
+    for p in parents:
+        done = status[p] in FINAL_STATUSES
+        out.edges.append(JobDependency(parent_id=p, child_id=child_id, resolved=done,
+                                       run_on_failure=on_failure))
+        if not done:
+            out.parents_left += 1
+        elif status[p] in FAILED and not on_failure and not out.reason:
+            out.reason = cancel_reason(p, status[p])
+    if out.reason:
+        out.status, out.parents_left = JobStatus.CANCELLED, 0
+    elif out.parents_left:
+        out.status = JobStatus.WAITING
+    return out
+
+
+def check_no_cycle(child_id: str, parents: list[str], using: str) -> None:
+    """A keyed id may be named before its job exists: refuse an ancestor that is it."""
+    seen, frontier = set(parents), list(parents)
+    while frontier and len(seen) < MAX_ANCESTORS:
+        up = list(JobDependency.objects.using(using).filter(
+            child_id__in=frontier[:CHUNK]).values_list("parent_id", flat=True))
+        frontier = frontier[CHUNK:] + [p for p in up if p not in seen]
+        if child_id in up:
+            raise InvalidJob("after=: job %s would wait for itself (a cycle through %s)"
+                             % (child_id, sorted(seen)[0]))
+        seen.update(up)
+
+
+# -- release: in the transaction that makes parents final ----------------------------
+
+
+@dataclass(slots=True)
+class _Round:
+    """Edges resolved in one round: per child, how many, and the first failed parent."""
+
+    count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+def resolve(parent_ids: Iterable[str], using: str) -> list[str]:
+    """Resolve the open edges of those parents whose row is final; decrement, release or
+    cancel their children; cascade. Call inside the transaction that wrote the parents'
+    final rows (it opens one otherwise). Returns the ids released to Redis (on commit)."""
+    todo, released = list(dict.fromkeys(parent_ids)), []
+    with transaction.atomic(using=using, savepoint=False):
+        while todo:
+            chunk, todo = todo[:CHUNK], todo[CHUNK:]
+            rnd = _resolve_edges(chunk, using)
+            if rnd is None:
+                continue
+            todo.extend(_cancel_children(rnd.failed, using))
+            released.extend(_decrement(rnd.count, using))
+        if released:
+            _release(released, using)
+    return released
+
+
+def _resolve_edges(parents: Sequence[str], using: str) -> _Round | None:
+    """Lock and resolve the open edges of the final ones among ``parents``. ``SELECT ...
+    FOR UPDATE WHERE resolved = false`` returns only edges no other transaction resolved
+    (PostgreSQL re-checks the condition after waiting for a lock; SQLite runs one writer
+    at a time), so each edge is counted by exactly one transaction."""
+    edges = JobDependency.objects.using(using)
+    if not edges.filter(parent_id__in=parents, resolved=False).exists():
+        return None  # the usual case: one indexed probe per flush
+    final = dict(Job.objects.using(using).filter(pk__in=parents, status__in=FINAL_STATUSES)
+                 .values_list("id", "status"))
+    open_ = list(edges.select_for_update().filter(parent_id__in=list(final), resolved=False)
+                 .values_list("pk", "parent_id", "child_id", "run_on_failure"))
+    if not open_:
+        return None
+    for i in range(0, len(open_), CHUNK):
+        edges.filter(pk__in=[e[0] for e in open_[i:i + CHUNK]]).update(resolved=True)
+    rnd = _Round()
+    for _, parent, child, run_anyway in open_:
+        if final[parent] in FAILED and not run_anyway:
+            rnd.failed.setdefault(child, cancel_reason(parent, final[parent]))
+        else:
+            rnd.count[child] += 1
+    return rnd
+
+
+def _cancel_children(failed: dict[str, str], using: str) -> list[str]:
+    """Waiting children of failed parents end cancelled, naming the parent; returns them
+    (their own children follow)."""
+    now, out = timezone.now(), []
+    for child, reason in failed.items():
+        if Job.objects.using(using).filter(pk=child, status=JobStatus.WAITING).update(
+                status=JobStatus.CANCELLED, last_error=reason, finished_at=now,
+                updated_at=now, parents_left=0):
+            logger.info("job %s cancelled: %s", child, reason)
+            out.append(child)
+    return out
+
+
+def _decrement(count: dict[str, int], using: str) -> list[str]:
+    by_n: dict[int, list[str]] = defaultdict(list)
+    for child, n in count.items():
+        by_n[n].append(child)
+    jobs = Job.objects.using(using)
+    for n, children in by_n.items():
+        for chunk in _chunks(children):
+            jobs.filter(pk__in=chunk, parents_left__gte=n).update(
+                parents_left=F("parents_left") - n)
+    ready: list[str] = []
+    for chunk in _chunks(list(count)):
+        ready.extend(jobs.filter(pk__in=chunk, status=JobStatus.WAITING, parents_left=0)
+                     .values_list("id", flat=True))
+    return ready
+
+
+def _release(ids: list[str], using: str) -> None:
+    """Waiting -> scheduled, due at its own due time or now, whichever is later; to Redis
+    when the transaction commits."""
+    now = timezone.now()
+    jobs = Job.objects.using(using)
+    by_queue: dict[str, list[NewJob]] = defaultdict(list)
+    for chunk in _chunks(ids):
+        jobs.filter(pk__in=chunk, run_at__lt=now).update(run_at=now)
+        jobs.filter(pk__in=chunk, status=JobStatus.WAITING).update(
+            status=JobStatus.SCHEDULED, updated_at=now)
+        for job_id, queue, run_at, priority in jobs.filter(pk__in=chunk).values_list(
+                "id", "queue", "run_at", "priority"):
+            by_queue[queue].append(NewJob(id=job_id, at_ms=int(run_at.timestamp() * 1000),
+                                          delay_ms=0, priority=priority))
+    for queue, new in by_queue.items():
+        submit.after_commit(using, _sender(queue, new))
+
+
+def _sender(queue: str, new: list[NewJob]) -> Any:
+    def send() -> None:
+        from django_delayq.core.conf import get_settings
+
+        if get_settings().eager:
+            run = submit.eager_runner()
+            for job in new:
+                run(job.id)
+        else:
+            submit.enqueue_or_outbox(queue, new)
+    return send
+
+
+def sweep(using: str, limit: int = SWEEP_EDGES) -> int:
+    """The net: open edges whose parent is final (made final by a path without the hook,
+    or before this code ran). Bounded: at most ``limit`` parents; returns how many."""
+    parents = list(JobDependency.objects.using(using).filter(
+        resolved=False, parent_id__in=Job.objects.using(using).filter(
+            status__in=FINAL_STATUSES).values("id"))
+        .values_list("parent_id", flat=True).distinct()[:limit])
+    if parents:
+        logger.info("workflows: %d finished parent(s) had open edges; resolving",
+                    len(parents))
+        resolve(parents, using)
+    return len(parents)
