@@ -28,6 +28,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from django_delayq import signals
 from django_delayq.core import submit
 from django_delayq.engine import NewJob
 from django_delayq.exceptions import InvalidJob
@@ -209,12 +210,17 @@ def _cancel_children(failed: dict[str, str], using: str) -> list[str]:
     """Waiting children of failed parents end cancelled, naming the parent; returns them
     (their own children follow)."""
     now, out = timezone.now(), []
+    jobs = Job.objects.using(using)
     for child, reason in failed.items():
-        if Job.objects.using(using).filter(pk=child, status=JobStatus.WAITING).update(
+        if jobs.filter(pk=child, status=JobStatus.WAITING).update(
                 status=JobStatus.CANCELLED, last_error=reason, finished_at=now,
                 updated_at=now, parents_left=0):
             logger.info("job %s cancelled: %s", child, reason)
             out.append(child)
+    for job_id, queue, path in jobs.filter(pk__in=out).values_list("id", "queue",
+                                                                    "callable_path"):
+        signals.send(signals.job_cancelled, job_id=job_id, queue=queue, callable_path=path,
+                     running=False)
     return out
 
 

@@ -126,11 +126,23 @@ def test_a_dead_parent_cancels_its_children_and_grandchildren_naming_the_parent(
 
 
 def test_cancelling_a_waiting_job_cancels_its_children(dq) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import signals
+
     a = schedule(jobs.noop, delay=3600)
     b = schedule(jobs.noop, after=[a])
     c = schedule(jobs.noop, after=[b])
-    assert cancel(b.id).name == "CANCELLED"
+    seen: list[str] = []
+
+    def receiver(sender, job_id, **kwargs) -> None:  # type: ignore[no-untyped-def]
+        seen.append(job_id)
+
+    signals.job_cancelled.connect(receiver)
+    try:
+        assert cancel(b.id).name == "CANCELLED"
+    finally:
+        signals.job_cancelled.disconnect(receiver)
     assert status(b) == status(c) == JobStatus.CANCELLED
+    assert sorted(seen) == sorted([b.id, c.id])  # the cascade signals each job it cancels
     assert status(a) == JobStatus.SCHEDULED
     cancel(a.id)
     assert JobDependency.objects.filter(resolved=False).count() == 0
