@@ -19,7 +19,16 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import bulk, options, registry, submit, validation, workflows
+from django_delayq.core import (
+    bulk,
+    commit_batch,
+    options,
+    registry,
+    row_insert,
+    submit,
+    validation,
+    workflows,
+)
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
@@ -137,8 +146,8 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
             if spec.key is None:
                 raise
             return JobHandle(row.id, row.queue)  # same key: the first job stands
-    else:
-        row.save(force_insert=True, using=using)
+    else:  # no key, no parents: no savepoint, one prepared INSERT (core/row_insert.py)
+        row_insert.insert(row, using)
     signals.send(signals.job_scheduled, job_id=row.id, queue=row.queue,
                  callable_path=row.callable_path, run_at=row.run_at)
     if row.status != JobStatus.SCHEDULED:
@@ -147,7 +156,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
         run_eager = submit.eager_runner()
         submit.after_commit(using, lambda: run_eager(row.id))
     else:
-        submit.after_commit(using, lambda: enqueue_or_outbox(row.queue, [new]))
+        commit_batch.enqueue_after_commit(using, row.queue, new)  # one hook per transaction
     return JobHandle(row.id, row.queue)
 
 
