@@ -5,7 +5,7 @@ transaction, a loop in a view), schedule_many jobs/s, and Redis bytes per pendin
     python bench/schedule_path.py [-n 5000] [--memory 100000] [--db sqlite|postgres] [--json]
 
 Starts its own redis-server (free port, no persistence); SQLite in a temporary directory
-or PostgreSQL (127.0.0.1:5432, database ``test``: its delayq tables are dropped first).
+or PostgreSQL (127.0.0.1:5432; its own database ``delayq_bench_schedule``, created fresh).
 Every job writes its audit row (bench_settings: EVENTS on, as by default). Bytes per job
 are the ``INFO memory`` ``used_memory`` delta over ``--memory`` pending jobs after FLUSHDB
 (due in one hour), with ``MEMORY USAGE`` of each key the jobs created.
@@ -89,13 +89,12 @@ def setup(db: str) -> None:
     import django
     from django.core.management import call_command
 
-    django.setup()
     if db == "postgres":
-        from django.db import connection
+        from runtime import fresh_postgres
 
-        with connection.cursor() as c:
-            c.execute("DROP TABLE IF EXISTS django_delayq_jobattempt, django_delayq_job, "
-                      "django_migrations CASCADE")
+        os.environ.setdefault("BENCH_PGDATABASE", "delayq_bench_schedule")
+        fresh_postgres(os.environ["BENCH_PGDATABASE"])
+    django.setup()
     call_command("migrate", run_syncdb=True, verbosity=0)
 
 
