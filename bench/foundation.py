@@ -52,10 +52,18 @@ def bench_enqueue(n: int) -> dict[str, float]:
     for i in range(n):
         schedule("bench_jobs.noop", i, delay=3600)
     one = n / (time.perf_counter() - t0)
+    from django.db import transaction
+
+    t0 = time.perf_counter()
+    with transaction.atomic():  # a loop in a view: one commit, one send per queue
+        for i in range(n):
+            schedule("bench_jobs.noop", i, delay=3600)
+    one_tx = n / (time.perf_counter() - t0)
     t0 = time.perf_counter()
     schedule_many("bench_jobs.noop", [JobSpec(args=[i], delay=3600) for i in range(n * 4)])
     bulk = n * 4 / (time.perf_counter() - t0)
-    return {"enqueue_one_jobs_per_s": round(one), "enqueue_bulk_jobs_per_s": round(bulk)}
+    return {"enqueue_one_jobs_per_s": round(one), "enqueue_one_in_transaction_jobs_per_s":
+            round(one_tx), "enqueue_bulk_jobs_per_s": round(bulk)}
 
 
 def reset() -> None:
