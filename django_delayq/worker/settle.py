@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django_delayq import signals
-from django_delayq.core import payloads
+from django_delayq.core import payloads, periodic
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
@@ -40,6 +40,7 @@ class Settler:
         self.audit = audit
         self.worker_id = worker_id
         self.processed = 0  # outcomes settled, published by the heartbeat
+        self.schedules = periodic.Keeper()  # the keeper thread's pass (core/periodic.py)
 
     def started(self, job: ClaimedJob, keep_due: bool = False) -> None:
         """The row is ``running``, due at the time Redis held it, unless ``keep_due``: a
@@ -52,6 +53,8 @@ class Settler:
         signalled = signals.wanted(signals.job_started)
         path = _path_of(job) if signalled or self.settings.log_jobs else ""
         joblog.started(self.settings, job, path)
+        if job.id[0] == "k" and periodic.Keeper.active:  # a tick's job: create the next
+            periodic.tick_started(job.id)
         if signalled:
             signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
                          attempt=job.token, worker_id=self.worker_id,

@@ -1,0 +1,272 @@
+"""Periodic schedules, materialised one tick at a time as ordinary keyed jobs.
+
+The job of tick T of schedule S has the idempotency key ``delayq.tick:S:V:T`` (V: the
+schedule's version, bumped by every edit), so creating it twice is a no-op: whoever
+creates it -- the worker that starts the previous tick's job (``tick_started``) or any
+worker's keeper pass (``keep``) -- the tick has one job, and a job runs once. No
+singleton: every worker may do both, the key decides. docs/periodic.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from django_delayq.core import api, registry, schedules, validation
+from django_delayq.core.conf import get_settings
+from django_delayq.core.submit import JobSpec
+from django_delayq.engine.results import CancelOutcome
+from django_delayq.exceptions import DelayQError, InvalidJob
+from django_delayq.models import Job, JobStatus, MissedPolicy, Schedule
+
+logger = logging.getLogger(__name__)
+
+KEY_PREFIX = "delayq.tick:"
+MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed
+SETTINGS_FIELDS = ("callable_path", "args", "kwargs", "queue", "priority", "cron",
+                   "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
+                   "missed")
+
+
+def check(s: Schedule) -> None:
+    """Raises ``InvalidJob`` naming the bad value of a definition (the admin form, sync)."""
+    registry.check_schedulable(s.callable_path)
+    schedules.check_rule(s.cron, s.interval_seconds, s.time_zone)
+    if not isinstance(s.args, list) or not isinstance(s.kwargs, dict):
+        raise InvalidJob("args must be a JSON list and kwargs a JSON object, not %r, %r"
+                         % (s.args, s.kwargs))
+    validation.check_json(s.args, s.kwargs)
+    queues = get_settings().queues
+    if s.queue and s.queue not in queues:
+        raise InvalidJob("queue %r is not in DELAYQ['QUEUES'] %s" % (s.queue, list(queues)))
+    if s.start_at and s.end_at and s.end_at <= s.start_at:
+        raise InvalidJob("end %s is not after start %s" % (s.end_at, s.start_at))
+
+
+def rule_of(s: Schedule) -> schedules.Rule:
+    return schedules.Rule(cron=s.cron, interval_s=s.interval_seconds,
+                          zone=schedules.zone_of(s.time_zone),
+                          anchor=s.start_at or s.created_at, start=s.start_at, end=s.end_at)
+
+
+def tick_key(s: Schedule, tick: datetime) -> str:
+    return "%s%d:%d:%d" % (KEY_PREFIX, s.pk, s.version, int(tick.timestamp() * 1000))
+
+
+def schedule_of_key(key: str | None) -> int | None:
+    """The schedule id a tick job's key names (``None``: not a tick job)."""
+    if not key or not key.startswith(KEY_PREFIX):
+        return None
+    return int(key[len(KEY_PREFIX):].split(":", 1)[0])
+
+
+def tick_of_key(key: str | None) -> datetime | None:
+    """The tick time a tick job's key names (its due time may be later: jitter, catch-up)."""
+    if schedule_of_key(key) is None:
+        return None
+    assert key is not None
+    return datetime.fromtimestamp(int(key.rsplit(":", 1)[1]) / 1000, tz=UTC)
+
+
+def _choose(rule: schedules.Rule, after: datetime, now: datetime, catch_up: bool
+            ) -> datetime | None:
+    """The tick to materialise after ``after``: the next one, unless it is missed (due
+    before ``now`` by more than the grace): then, with ``catch_up``, the latest missed
+    tick, else the next one after ``now``."""
+    tick = schedules.next_tick(rule, after)
+    if tick is None:
+        return None
+    following = schedules.next_tick(rule, tick)
+    grace = min(MISSED_GRACE, (following - tick) / 2) if following else MISSED_GRACE
+    if tick >= now - grace:
+        return tick
+    if catch_up:
+        return schedules.last_tick(rule, after, now)
+    return schedules.next_tick(rule, now)
+
+
+def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
+    """Create (or find: same key) the job of ``tick``; returns its id."""
+    jitter = random.uniform(0, s.jitter_seconds) if s.jitter_seconds else 0.0
+    due = max(tick + timedelta(seconds=jitter), now)
+    spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
+                   key=tick_key(s, tick), priority=s.priority)
+    handle = api.schedule_spec(s.callable_path, spec, queue=s.queue or None)
+    return handle.id
+
+
+def advance(s: Schedule, after: datetime, now: datetime | None = None,
+            catch_up: bool = False) -> str | None:
+    """Materialise the tick after ``after`` and point the schedule at it (only if nobody
+    moved the schedule meanwhile). Missed ticks are skipped unless ``catch_up`` (the lost
+    job of a ``once`` schedule). Returns the job id, ``None`` past the end."""
+    now = now or timezone.now()
+    if not s.enabled:
+        return None
+    tick = _choose(rule_of(s), after, now, catch_up)
+    if tick is None:
+        return None
+    job_id = materialise(s, tick, now)
+    later = Q(next_tick_at__isnull=True) | Q(next_tick_at__lt=tick)
+    Schedule.objects.filter(later, pk=s.pk, version=s.version).update(
+        next_tick_at=tick, next_job_id=job_id)
+    return job_id
+
+
+def tick_started(job_id: str, now: datetime | None = None) -> None:
+    """A worker started ``job_id``: if it is a schedule's materialised tick, create the
+    next tick's job now (the keeper pass would, a little later). Never raises."""
+    try:
+        s = Schedule.objects.filter(next_job_id=job_id).first()
+        if s is None or s.next_tick_at is None:
+            return
+        Schedule.objects.filter(pk=s.pk, next_job_id=job_id).update(
+            last_tick_at=s.next_tick_at, last_job_id=job_id)
+        advance(s, s.next_tick_at, now)
+    except Exception:  # noqa: BLE001 - the keeper pass covers it
+        logger.exception("schedule: could not create the tick after job %s", job_id)
+
+
+def keep(s: Schedule, now: datetime | None = None) -> str | None:
+    """Make sure enabled ``s`` has its next tick's job (new schedule, a lost or consumed
+    tick job, downtime under the missed-run policy). Returns the pending job's id.
+
+    A tick job still pending long after its tick (no worker ran): ``skip`` cancels it and
+    materialises the next future tick; ``once`` lets it run (late, once) -- the tick after
+    it is then the next future one."""
+    now = now or timezone.now()
+    if not s.enabled:
+        return None
+    Keeper.active = True
+    if s.next_job_id and s.next_tick_at is not None:
+        status = Job.objects.filter(pk=s.next_job_id).values_list("status", flat=True).first()
+        if status in (JobStatus.SCHEDULED, JobStatus.RETRYING):
+            if s.missed == MissedPolicy.SKIP and _stale(s, now) and _cancelled(s.next_job_id):
+                return advance(s, now, now)  # its tick went by while no worker ran
+            return s.next_job_id  # pending: nothing to do
+        if status is not None:  # started or finished: that tick is consumed
+            Schedule.objects.filter(pk=s.pk, next_job_id=s.next_job_id).update(
+                last_tick_at=s.next_tick_at, last_job_id=s.next_job_id)
+            return advance(s, s.next_tick_at, now)
+        # lost (no row): the same tick again, or as the missed-run policy says
+        return advance(s, s.next_tick_at - timedelta(microseconds=1), now,
+                       catch_up=s.missed == MissedPolicy.ONCE)
+    after = now - timedelta(microseconds=1)  # new or edited: a tick due right now counts
+    return advance(s, max(after, s.last_tick_at or after), now)
+
+
+def _stale(s: Schedule, now: datetime) -> bool:
+    assert s.next_tick_at is not None
+    return s.next_tick_at < now - MISSED_GRACE
+
+
+def _cancelled(job_id: str) -> bool:
+    try:
+        return api.cancel(job_id) == CancelOutcome.CANCELLED
+    except DelayQError:
+        return False
+
+
+def keep_all(now: datetime | None = None) -> int:
+    """One keeper pass over the enabled schedules; returns how many failed."""
+    failed = 0
+    for s in Schedule.objects.filter(enabled=True):
+        try:
+            keep(s, now)
+        except Exception as exc:  # noqa: BLE001 - one bad schedule never stops the others
+            failed += 1
+            logger.warning("schedule %r: %s", s.name, exc)
+    return failed
+
+
+def cancel_pending(s: Schedule) -> None:
+    """Cancel the materialised future tick's job (a deleted or replaced schedule)."""
+    if s.next_job_id:
+        try:
+            api.cancel(s.next_job_id)
+        except DelayQError as exc:
+            logger.info("schedule %r: tick job %s: %s", s.name, s.next_job_id, exc)
+
+
+def replace(s: Schedule) -> None:
+    """After an edit: a new version, the materialised future tick's job cancelled; the
+    next tick is created from the new definition (or none when disabled)."""
+    with transaction.atomic():
+        Schedule.objects.filter(pk=s.pk).update(
+            version=s.version + 1, next_job_id="", next_tick_at=None,
+            updated_at=timezone.now())
+    cancel_pending(s)
+    s.refresh_from_db()
+    keep(s)
+
+
+def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
+    """Upsert ``DELAYQ["SCHEDULES"]`` as rows marked ``from_settings``; a changed definition
+    is replaced (``enabled`` stays as operators set it); rows gone from settings are
+    disabled."""
+    for name, d in definitions.items():
+        values = _settings_values(d)
+        s, created = Schedule.objects.get_or_create(
+            name=name, defaults={**values, "from_settings": True,
+                                 "enabled": d.get("enabled", True)})
+        changed = [f for f, v in values.items() if getattr(s, f) != v]
+        if not created and (changed or not s.from_settings):
+            Schedule.objects.filter(pk=s.pk).update(**values, from_settings=True)
+            s.refresh_from_db()
+            replace(s)
+    gone = Schedule.objects.filter(from_settings=True, enabled=True).exclude(
+        name__in=list(definitions))
+    for s in gone:
+        Schedule.objects.filter(pk=s.pk).update(enabled=False)
+        s.refresh_from_db()
+        replace(s)
+
+
+def _settings_values(d: dict[str, Any]) -> dict[str, Any]:
+    return {"callable_path": d["callable"], "args": list(d.get("args", [])),
+            "kwargs": dict(d.get("kwargs", {})), "queue": d.get("queue", ""),
+            "priority": d.get("priority", 0), "cron": d.get("cron", ""),
+            "interval_seconds": d.get("interval"), "time_zone": d.get("timezone", "UTC"),
+            "start_at": d.get("start"), "end_at": d.get("end"),
+            "jitter_seconds": d.get("jitter", 0), "missed": d.get("missed", "skip")}
+
+
+def sync_from_settings() -> None:
+    sync_settings(get_settings().raw.get("SCHEDULES") or {})
+
+
+class Keeper:
+    """The keeper pass of one worker: ``keep_all`` at most every ``every_s`` seconds."""
+
+    active = False  # some schedule is enabled (set by the last pass): tick_started is wanted
+
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s = every_s
+        self._last = -every_s
+
+    def tick(self, first: Callable[[], None] | None = None) -> None:
+        """Runs ``first`` (the worker's retention pass, on the same keeper thread), then,
+        at most every ``every_s``, the schedules pass. Never raises (``first`` must not
+        either). The first pass syncs ``DELAYQ["SCHEDULES"]`` (worker start)."""
+        if first is not None:
+            first()
+        now_s = time.monotonic()
+        if now_s - self._last < self.every_s:
+            return
+        starting, self._last = self._last < 0, now_s
+        try:
+            if starting:
+                sync_from_settings()
+            Keeper.active = Schedule.objects.filter(enabled=True).exists()
+            if Keeper.active:
+                keep_all()
+        except Exception as exc:  # noqa: BLE001 - never let the keeper thread die
+            logger.warning("schedules keeper pass failed: %s", exc)

@@ -1,0 +1,165 @@
+"""Tick times of periodic schedules: cron expressions (``cronsim``) and intervals.
+
+Pure functions of a definition and an instant, no database: ``next_tick(rule, after)``
+is the first tick strictly after ``after``. Daylight-saving rules (docs/periodic.md):
+as Debian's cron, which ``cronsim`` follows for 5-field expressions with a fixed hour:
+
+- a fixed time in a skipped hour runs once, right after the gap;
+- a fixed time in a repeated hour runs once (its first occurrence);
+- a wildcard hour (``0 * * * *``, ``*/15 * * * *``) and an interval fire every real
+  hour or interval through both changes.
+
+What ``cronsim`` leaves open is filled here: asked for the tick after an instant in the
+second pass of a repeated hour, it can answer the first pass (already gone) -- the answer
+must be strictly later, so the search goes on from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from django_delayq.exceptions import InvalidJob
+
+ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+           "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+           "@hourly": "0 * * * *"}
+_MAX_STEPS = 50  # strictly-later search: a repeated hour needs one or two
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """When a schedule ticks: ``cron`` (5 fields, in ``zone``) or ``interval_s`` counted
+    from ``anchor``; never before ``start`` nor after ``end``."""
+
+    cron: str
+    interval_s: int | None
+    zone: ZoneInfo
+    anchor: datetime
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+def expand(cron: str) -> str:
+    text = " ".join(cron.split())
+    return ALIASES.get(text.lower(), text)
+
+
+def zone_of(name: Any) -> ZoneInfo:
+    if not isinstance(name, str) or not name:
+        raise InvalidJob("time zone must be an IANA name such as 'Europe/Berlin', not %r"
+                         % (name,))
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise InvalidJob("unknown time zone %r" % (name,)) from exc
+
+
+def _cronsim() -> Any:
+    try:
+        import cronsim
+    except ImportError as exc:  # the optional extra
+        raise InvalidJob("cron schedules need the cronsim package: pip install "
+                         "'django-delayq[cron]'") from exc
+    return cronsim
+
+
+def check_cron(cron: Any) -> str:
+    """The expanded expression; raises ``InvalidJob`` naming a bad one."""
+    if not isinstance(cron, str) or len(expand(cron).split()) != 5:
+        raise InvalidJob("cron must have 5 fields or be an alias such as @daily, not %r"
+                         % (cron,))
+    cronsim = _cronsim()
+    try:
+        cronsim.CronSim(expand(cron), datetime(2000, 1, 1, tzinfo=UTC))
+    except cronsim.CronSimError as exc:
+        raise InvalidJob("bad cron expression %r: %s" % (cron, exc)) from exc
+    return expand(cron)
+
+
+def check_rule(cron: str, interval_s: Any, zone: str) -> None:
+    """Exactly one of ``cron`` and ``interval_s``; raises ``InvalidJob`` naming the value."""
+    if bool(cron) == (interval_s is not None):
+        raise InvalidJob("a schedule needs either a cron expression or an interval, not "
+                         "both or neither (cron=%r, interval=%r)" % (cron, interval_s))
+    if cron:
+        check_cron(cron)
+    elif isinstance(interval_s, bool) or not isinstance(interval_s, int) or interval_s < 1:
+        raise InvalidJob("interval must be a whole number of seconds >= 1, not %r"
+                         % (interval_s,))
+    zone_of(zone)
+
+
+def _cron_after(rule: Rule, after: datetime) -> datetime:
+    cronsim = _cronsim()
+    at = after.astimezone(rule.zone)
+    for _ in range(_MAX_STEPS):
+        found: datetime = next(cronsim.CronSim(expand(rule.cron), at))
+        if found.astimezone(UTC) > after:
+            return found.astimezone(UTC)
+        at = (found + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    raise InvalidJob("cron %r: no tick found after %s" % (rule.cron, after))
+
+
+def _interval_after(rule: Rule, after: datetime) -> datetime:
+    assert rule.interval_s is not None
+    step = rule.interval_s * 1_000_000
+    gone = (after - rule.anchor) // timedelta(microseconds=1)
+    n = max(0, gone // step + 1)
+    return rule.anchor + timedelta(microseconds=n * step)
+
+
+def next_tick(rule: Rule, after: datetime) -> datetime | None:
+    """The first tick strictly after ``after`` (aware, UTC), ``None`` past ``end``."""
+    if rule.start is not None and after < rule.start:
+        after = rule.start - timedelta(microseconds=1)
+    tick = _cron_after(rule, after) if rule.cron else _interval_after(rule, after)
+    if rule.end is not None and tick > rule.end:
+        return None
+    return tick
+
+
+def last_tick(rule: Rule, after: datetime, until: datetime) -> datetime | None:
+    """The latest tick in ``(after, until]``, ``None`` if there is none (bounded: it walks
+    at most 1,000 ticks, then answers the last one it reached)."""
+    found = None
+    tick = next_tick(rule, after)
+    for _ in range(1000):
+        if tick is None or tick > until:
+            break
+        found, tick = tick, next_tick(rule, tick)
+    if rule.interval_s is not None and found is not None and tick is not None and tick <= until:
+        step = timedelta(seconds=rule.interval_s)  # far behind: jump, intervals are regular
+        found = until - ((until - rule.anchor) % step)
+    return found
+
+
+SETTINGS_KEYS = {"callable", "args", "kwargs", "queue", "priority", "cron", "interval",
+                 "timezone", "start", "end", "jitter", "missed", "enabled"}
+
+
+def settings_problems(value: Any) -> list[str]:
+    """Problems of ``DELAYQ["SCHEDULES"]``: ``{name: {"callable": ..., "cron"|"interval":
+    ..., ...}}``; each message names the schedule and the bad value."""
+    if not isinstance(value, dict):
+        return ["DELAYQ['SCHEDULES'] must be a dict of name -> definition, not %r" % (value,)]
+    found = []
+    for name, d in value.items():
+        where = "DELAYQ['SCHEDULES'][%r]" % (name,)
+        if not isinstance(name, str) or not 0 < len(name) <= 100 or not isinstance(d, dict):
+            found.append("%s: a name of 1-100 characters -> a dict, not %r" % (where, d))
+            continue
+        if unknown := sorted(set(d) - SETTINGS_KEYS):
+            found.append("%s: unknown keys %s" % (where, unknown))
+        if not isinstance(d.get("callable"), str):
+            found.append("%s: 'callable' must be a dotted path, not %r"
+                         % (where, d.get("callable")))
+        if d.get("missed", "skip") not in ("skip", "once"):
+            found.append("%s: 'missed' must be 'skip' or 'once', not %r" % (where, d["missed"]))
+        try:
+            check_rule(d.get("cron", ""), d.get("interval"), d.get("timezone", "UTC"))
+        except InvalidJob as exc:
+            found.append("%s: %s" % (where, exc))
+    return found

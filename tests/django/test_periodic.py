@@ -1,0 +1,145 @@
+"""Periodic schedules on a real Redis and database (core/periodic.py): one job per tick
+(the key), the next tick created when a worker starts a tick's job, the missed-run
+policies after downtime, settings sync, and admin edits that take effect on the next tick.
+"now" is passed where a test needs another time; nothing patches the clock."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_delayq.core import periodic
+from django_delayq.core.connection import get_engine
+from django_delayq.models import Job, JobStatus, Schedule
+from tests.helpers import burst, point_at, staff_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def dq(settings, redis_server):  # type: ignore[no-untyped-def]
+    point_at(settings, redis_server, ALLOWED_CALLABLES=["tests.jobs"])
+    return get_engine()
+
+
+def every(seconds: int, start: datetime, **extra) -> Schedule:  # type: ignore[no-untyped-def]
+    return Schedule.objects.create(name="s%d" % seconds, callable_path="tests.jobs.noop",
+                                   interval_seconds=seconds, start_at=start, **extra)
+
+
+def ticks_of(s: Schedule) -> list[tuple[datetime, str]]:
+    """(tick, status) of the schedule's tick jobs, oldest first."""
+    rows = Job.objects.filter(key__startswith="%s%d:" % (periodic.KEY_PREFIX, s.pk))
+    return sorted((periodic.tick_of_key(r.key), r.status) for r in rows)  # type: ignore[misc]
+
+
+def test_keep_materialises_the_next_tick_once(dq) -> None:  # type: ignore[no-untyped-def]
+    t0 = timezone.now().replace(microsecond=0) + timedelta(minutes=1)
+    s = every(60, t0)
+    first = periodic.keep(s)
+    s.refresh_from_db()
+    assert s.next_job_id == first and s.next_tick_at == t0
+    assert periodic.keep(s) == first  # pending: nothing new
+    assert periodic.materialise(s, t0, timezone.now()) == first  # same key: same job
+    assert ticks_of(s) == [(t0, JobStatus.SCHEDULED)]
+    assert periodic.schedule_of_key(Job.objects.get(pk=first).key) == s.pk
+
+
+def test_a_started_tick_creates_the_next_one(dq) -> None:  # type: ignore[no-untyped-def]
+    t0 = timezone.now().replace(microsecond=0) - timedelta(seconds=1)
+    s = every(3600, t0)
+    periodic.keep(s, now=t0)  # tick t0 due now (a second ago)
+    assert burst() == 0
+    s.refresh_from_db()
+    assert ticks_of(s) == [(t0, JobStatus.SUCCEEDED), (t0 + timedelta(hours=1),
+                                                       JobStatus.SCHEDULED)]
+    assert s.last_tick_at == t0 and s.next_tick_at == t0 + timedelta(hours=1)
+
+
+def downtime(missed: str) -> tuple[Schedule, datetime, datetime]:
+    """A schedule whose tick job was created at t0 for t0+60 s; ``now`` is 10 minutes on."""
+    t0 = timezone.now().replace(microsecond=0)
+    s = every(60, t0, missed=missed)
+    periodic.keep(s, now=t0 + timedelta(seconds=1))
+    s.refresh_from_db()
+    return s, t0, t0 + timedelta(minutes=10, seconds=30)
+
+
+def test_skip_cancels_a_tick_job_left_over_from_downtime(dq) -> None:  # type: ignore[no-untyped-def]
+    s, t0, now = downtime("skip")
+    periodic.keep(s, now=now)
+    assert ticks_of(s) == [(t0 + timedelta(seconds=60), JobStatus.CANCELLED),
+                           (t0 + timedelta(minutes=11), JobStatus.SCHEDULED)]
+
+
+def test_once_lets_the_left_over_tick_run_once_then_goes_on_in_the_future(dq) -> None:  # type: ignore[no-untyped-def]
+    s, t0, now = downtime("once")
+    assert periodic.keep(s, now=now) == s.next_job_id  # left to run, late
+    Job.objects.filter(pk=s.next_job_id).update(status=JobStatus.SUCCEEDED)  # as if it ran
+    periodic.keep(s, now=now)
+    assert ticks_of(s) == [(t0 + timedelta(seconds=60), JobStatus.SUCCEEDED),
+                           (t0 + timedelta(minutes=11), JobStatus.SCHEDULED)]
+
+
+def test_a_lost_tick_job_comes_back_under_its_policy(dq) -> None:  # type: ignore[no-untyped-def]
+    for missed, expected in (("once", timedelta(minutes=10)), ("skip", timedelta(minutes=11))):
+        s, t0, now = downtime(missed)
+        Job.objects.filter(pk=s.next_job_id).delete()  # lost row
+        periodic.keep(s, now=now)
+        assert ticks_of(s) == [(t0 + expected, JobStatus.SCHEDULED)], missed
+        s.refresh_from_db()
+        assert Job.objects.get(pk=s.next_job_id).run_at >= now - timedelta(seconds=1)
+        s.delete()
+
+
+def test_settings_schedules_are_synced_and_keep_their_enabled_flag(dq, settings) -> None:  # type: ignore[no-untyped-def]
+    nightly = {"callable": "tests.jobs.noop", "cron": "0 2 * * *", "timezone": "Europe/Berlin"}
+    settings.DELAYQ = {**settings.DELAYQ, "SCHEDULES": {"nightly": nightly}}
+    periodic.sync_from_settings()
+    s = Schedule.objects.get(name="nightly")
+    assert (s.from_settings, s.cron, s.time_zone, s.enabled) == (True, "0 2 * * *",
+                                                                 "Europe/Berlin", True)
+    Schedule.objects.filter(pk=s.pk).update(enabled=False)  # an operator disabled it
+    settings.DELAYQ = {**settings.DELAYQ, "SCHEDULES": {"nightly": {**nightly,
+                                                                    "cron": "0 3 * * *"}}}
+    periodic.sync_from_settings()
+    s.refresh_from_db()
+    assert (s.cron, s.enabled, s.version) == ("0 3 * * *", False, 2)
+    settings.DELAYQ = {**settings.DELAYQ, "SCHEDULES": {}}
+    Schedule.objects.filter(pk=s.pk).update(enabled=True)
+    periodic.sync_from_settings()
+    assert not Schedule.objects.get(pk=s.pk).enabled  # gone from settings: disabled
+
+
+def test_an_admin_edit_replaces_the_future_tick_and_disabling_cancels_it(dq) -> None:  # type: ignore[no-untyped-def]
+    client = staff_client("view_schedule", "change_schedule")
+    t0 = timezone.now().replace(microsecond=0) + timedelta(minutes=5)
+    s = every(600, t0)
+    old = periodic.keep(s)
+    url = "/admin/django_delayq/schedule/%d/change/" % s.pk
+    form = {"name": s.name, "callable_path": "tests.jobs.noop", "args": "[1]",
+            "kwargs": "{}", "queue": "", "priority": "0", "cron": "",
+            "interval_seconds": "600", "time_zone": "UTC", "start_at_0": "", "start_at_1": "",
+            "end_at_0": "", "end_at_1": "", "jitter_seconds": "0", "missed": "skip",
+            "enabled": "on"}
+    assert client.post(url, {**form, "cron": "*/5 * * * *", "interval_seconds": ""}
+                       ).status_code == 302
+    s.refresh_from_db()
+    assert Job.objects.get(pk=old).status == JobStatus.CANCELLED
+    new = Job.objects.get(pk=s.next_job_id)
+    assert (new.status, new.args, s.version) == (JobStatus.SCHEDULED, [1], 2)
+    assert new.scheduled_for.minute % 5 == 0 and new.scheduled_for > timezone.now()
+    bad = client.post(url, {**form, "cron": "not cron"})
+    assert bad.status_code == 200 and b"cron" in bad.content
+    del form["enabled"]
+    assert client.post(url, form).status_code == 302
+    s.refresh_from_db()
+    assert Job.objects.get(pk=new.pk).status == JobStatus.CANCELLED
+    assert not s.enabled and periodic.keep(s) is None
+
+
+def test_the_admin_needs_the_schedule_permissions(dq) -> None:  # type: ignore[no-untyped-def]
+    client = staff_client()
+    assert client.get("/admin/django_delayq/schedule/").status_code == 403
