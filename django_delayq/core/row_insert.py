@@ -32,8 +32,18 @@ def _statement(using: str) -> tuple[str, list[Field[Any, Any]]]:
     return found
 
 
+def _plain_values_only() -> bool:
+    """No column left to the database (``db_default`` without ``default``): the values
+    of a new ``Job`` are then plain values a field can prepare."""
+    return not any(f.has_db_default() and not f.has_default()
+                   for f in Job._meta.local_concrete_fields)
+
+
 def insert(row: Job, using: str) -> None:
     """INSERT ``row`` (a new job: an existing id raises ``IntegrityError``)."""
+    if not _PLAIN:
+        row.save(force_insert=True, using=using)
+        return
     sql, fields = _statement(using)
     connection = connections[using]
     params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
@@ -41,3 +51,6 @@ def insert(row: Job, using: str) -> None:
         cursor.execute(sql, params)
     row._state.adding = False
     row._state.db = using
+
+
+_PLAIN = _plain_values_only()
