@@ -31,8 +31,9 @@ class _Batch:
         self.slot = slot
 
     def send(self) -> None:
-        for queue, jobs in self.jobs.items():
-            submit.enqueue_or_outbox(queue, jobs)
+        jobs, self.jobs = self.jobs, {}  # the connection keeps the batch: not its jobs
+        for queue, queued in jobs.items():
+            submit.enqueue_or_outbox(queue, queued)
 
 
 _ATTR = "_delayq_commit_batch"  # on the connection: the batch registered last
