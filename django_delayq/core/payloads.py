@@ -9,6 +9,9 @@ but never choose what runs. ``read`` sorts a claimed batch by what the rows say:
 * **broken**: a live row whose payload is unusable (args not a list, nesting deeper than
   ``validation.MAX_DEPTH``, a bad backoff, ...): the job ends ``dead``, the reason on the
   row, alone;
+* **cancelled**: a live row whose cancel was asked while the job was claimed (a job a
+  shutdown or a limit handed back to Redis keeps its cancel mark): it ends ``cancelled``
+  without running;
 * **aside**: no row, or a final one (succeeded, dead, cancelled): the job does not run
   and its row is not touched; ``set_aside`` takes it out of Redis (a job without a row
   goes to the dead set, where an operator can see it; one whose row is final is
@@ -45,7 +48,7 @@ from django_delayq.models import LIVE_STATUSES, Job
 logger = logging.getLogger(__name__)
 
 _FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff",
-           "queue", "priority", "timeout", "expires_at", "retry_on")
+           "queue", "priority", "timeout", "expires_at", "retry_on", "cancel_requested")
 OTHER_QUEUE = "other_queue"
 _COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 NO_ROW = "no_row"
@@ -73,6 +76,9 @@ class Loaded:
     run: list[ClaimedJob]  # payload set from a live row
     broken: list[Broken]
     aside: list[Aside]
+    # live rows whose cancel was asked after the claim (a claimed job handed back to Redis
+    # by a shutdown or a limit keeps its cancel mark): they end cancelled without running
+    cancelled: list[ClaimedJob] = dataclasses.field(default_factory=list)
 
 
 def read(jobs: Sequence[ClaimedJob]) -> Loaded:
@@ -83,6 +89,7 @@ def read(jobs: Sequence[ClaimedJob]) -> Loaded:
     run: list[ClaimedJob] = []
     broken: list[Broken] = []
     aside: list[Aside] = []
+    cancelled: list[ClaimedJob] = []
     for job in jobs:
         row = rows.get(job.id)
         if row is None:
@@ -99,12 +106,15 @@ def read(jobs: Sequence[ClaimedJob]) -> Loaded:
                                "it runs only where it was scheduled"
                                % (_printable(row[7]), _printable(job.queue))))
             continue
+        if row[12]:  # cancel_requested
+            cancelled.append(job)
+            continue
         try:
             run.append(dataclasses.replace(job, payload=_payload(row)))
         except Exception as exc:  # noqa: BLE001 - one row never fails the batch
             path = row[2] if isinstance(row[2], str) else ""
             broken.append(Broken(job, path, "invalid row: %s" % _printable(exc)))
-    return Loaded(run, broken, aside)
+    return Loaded(run, broken, aside, cancelled)
 
 
 def load(jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
@@ -127,7 +137,7 @@ def _select(ids: list[str]) -> list[tuple[Any, ...]]:
 
 
 def _payload(row: tuple[Any, ...]) -> Envelope:
-    _, _, path, args, kwargs, max_attempts, backoff, _, *options = row
+    _, _, path, args, kwargs, max_attempts, backoff, _, *options = row[:12]
     if not isinstance(path, str) or not path:
         raise ValueError("callable path %s is not a string" % _short(path))
     args, kwargs = _json(args, "args"), _json(kwargs, "kwargs")

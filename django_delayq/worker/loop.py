@@ -277,9 +277,10 @@ class Worker:
             raise
         for bad in loaded.broken:
             logger.warning("job %s: %s; it ends dead without running", bad.job.id, bad.reason)
-        if loaded.broken:
+        if loaded.broken or loaded.cancelled:
             self.ledger.claimed((), [runner.unusable(bad.job, bad.path, bad.reason)
-                                     for bad in loaded.broken])
+                                     for bad in loaded.broken]
+                                + [runner.cancelled_unstarted(job) for job in loaded.cancelled])
         self.set_aside += len(loaded.aside)
         try:
             aside.set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)

@@ -186,6 +186,14 @@ def unusable(job: ClaimedJob, path: str, reason: str) -> Outcome:
                    finished_at=now, error_type=INVALID_ROW, error=text(reason, 2000))
 
 
+def cancelled_unstarted(job: ClaimedJob) -> Outcome:
+    """The outcome of a claimed job whose cancel was asked before it started: settled as a
+    failure without retry, which nack.lua turns into ``cancelled`` (its cancel mark)."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.DEAD, started_at=now, finished_at=now,
+                   error="cancelled before it started; it did not run")
+
+
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
          default_backoff: Any, manage_connections: bool) -> Outcome:
     t0 = time.perf_counter()
