@@ -38,6 +38,7 @@ bench-runtime: $(STAMP)
 
 chaos: $(STAMP)
 	$(PY) bench/chaos.py
+	$(PY) bench/kill_rerun.py
 
 bench-compare: $(STAMP)
 	$(PY) bench/compare/run.py
