@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -270,3 +270,24 @@ class Keeper:
                 keep_all()
         except Exception as exc:  # noqa: BLE001 - never let the keeper thread die
             logger.warning("schedules keeper pass failed: %s", exc)
+
+
+def status_rows() -> list[dict[str, Any]]:
+    """The schedules and their next tick, for ``delayq_status`` (empty if the database
+    cannot be read)."""
+    try:
+        return [{"name": s.name, "enabled": s.enabled, "rule": s.cron or "every %ss"
+                 % s.interval_seconds, "time_zone": s.time_zone,
+                 "next_tick": s.next_tick_at.isoformat() if s.next_tick_at else None,
+                 "next_job": s.next_job_id or None} for s in Schedule.objects.all()]
+    except DatabaseError:
+        return []
+
+
+def status_lines(rows: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "SCHEDULES (%d)" % len(rows)]
+    for r in rows:
+        lines.append("  %-24s %-8s %-16s %-16s next tick %s" % (
+            r["name"], "enabled" if r["enabled"] else "disabled", r["rule"], r["time_zone"],
+            r["next_tick"] or "-"))
+    return lines

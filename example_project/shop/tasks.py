@@ -39,3 +39,11 @@ def report_ready(count: int) -> str:
     """The fan-in: runs once, after every count_order of the group succeeded."""
     logger.info("report of %d orders ready", count)
     return "report of %d orders" % count
+
+
+def nightly_unpaid_report() -> str:
+    """The nightly schedule (settings DELAYQ['SCHEDULES'], docs/periodic.md): counts the
+    orders still unpaid."""
+    unpaid = Order.objects.filter(status=Order.Status.UNPAID).count()
+    logger.info("nightly report: %d unpaid order(s)", unpaid)
+    return "%d unpaid" % unpaid

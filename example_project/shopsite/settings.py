@@ -65,6 +65,9 @@ DELAYQ = {
     "REDIS_URL": _redis_url(),
     "QUEUES": ["default"],
     "ALLOWED_CALLABLES": ["shop.tasks"],
+    # Periodic jobs, synced into the admin's Schedules at worker start (docs/periodic.md).
+    "SCHEDULES": {"nightly-unpaid-report": {"callable": "shop.tasks.nightly_unpaid_report",
+                                            "cron": "0 2 * * *", "timezone": "Europe/Berlin"}},
 }
 UNPAID_ORDER_TIMEOUT_SECONDS = float(os.environ.get("SHOP_TIMEOUT", "20"))
 

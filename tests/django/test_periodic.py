@@ -143,3 +143,16 @@ def test_an_admin_edit_replaces_the_future_tick_and_disabling_cancels_it(dq) -> 
 def test_the_admin_needs_the_schedule_permissions(dq) -> None:  # type: ignore[no-untyped-def]
     client = staff_client()
     assert client.get("/admin/django_delayq/schedule/").status_code == 403
+
+
+def test_delayq_status_lists_schedules_with_their_next_tick(dq) -> None:  # type: ignore[no-untyped-def]
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    t0 = timezone.now().replace(microsecond=0) + timedelta(minutes=1)
+    periodic.keep(every(60, t0))
+    out = StringIO()
+    call_command("delayq_status", stdout=out)
+    line = next(x for x in out.getvalue().splitlines() if x.strip().startswith("s60"))
+    assert "enabled" in line and "every 60s" in line and t0.isoformat() in line

@@ -31,6 +31,7 @@ from django.db import DatabaseError
 from django.db.models import Count
 from redis.exceptions import RedisError
 
+from django_delayq.core import periodic
 from django_delayq.management.options import parse_queues
 from django_delayq.models import Job, JobStatus
 
@@ -111,6 +112,7 @@ class Status:
     workers: list[WorkerStatus]
     paused: list[str] = field(default_factory=list)
     callable_limits: list[CallableLimitStatus] = field(default_factory=list)
+    schedules: list[dict[str, Any]] = field(default_factory=list)  # core/periodic.py
 
 
 def queue_status(engine: Any, queue: str, paused: bool = False) -> QueueStatus:
@@ -211,7 +213,8 @@ def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
                   queues=stats,
                   workers=worker_statuses(engine, settings.lease_seconds), paused=paused,
-                  callable_limits=callable_limits(engine, settings))
+                  callable_limits=callable_limits(engine, settings),
+                  schedules=periodic.status_rows())
 
 
 def describe_limit(rate: list[int] | None, concurrency: int | None) -> str:
@@ -254,6 +257,7 @@ def render_text(status: Status) -> str:
             lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"]))
     lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]
     lines += _limit_lines(status.callable_limits)
+    lines += periodic.status_lines(status.schedules)
     lines += ["", "WORKERS (%d)" % len(status.workers)]
     if not status.workers:
         lines.append("  none registered")
