@@ -20,10 +20,17 @@ from django.dispatch import receiver
 from django_delayq.core import limits, schedules
 from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
-from django_delayq.engine.urls import CLUSTER_SCHEMES, is_cluster_url
+from django_delayq.engine.urls import (
+    CLUSTER_SCHEMES,
+    SENTINEL_SCHEMES,
+    is_cluster_url,
+    is_sentinel_url,
+    sentinel_url_problem,
+)
 
 DEFAULTS: dict[str, Any] = {
-    "REDIS_URL": None,  # redis://, rediss://, unix://, redis+cluster://; env DELAYQ_REDIS_URL
+    # redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; env DELAYQ_REDIS_URL
+    "REDIS_URL": None,
     "CACHE_ALIAS": None,  # or reuse a django-redis cache's connection
     "PREFIX": "delayq",
     "QUEUES": ["default"],
@@ -135,7 +142,7 @@ def _positive(name: str, value: Any, *, integer: bool = False) -> str | None:
     return None
 
 
-URL_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES)
+URL_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
 
 
 def _url_problem(url: Any) -> str | None:
@@ -143,7 +150,11 @@ def _url_problem(url: Any) -> str | None:
         return None
     if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
         return ("DELAYQ['REDIS_URL'] must start with redis://, rediss://, unix://, "
-                "redis+cluster:// or rediss+cluster://, not %r" % (url,))
+                "redis+cluster://, rediss+cluster://, redis+sentinel:// or "
+                "rediss+sentinel://, not %r" % (url,))
+    if is_sentinel_url(url) and (why := sentinel_url_problem(url)):
+        return ("DELAYQ['REDIS_URL'] %r: %s (e.g. 'redis+sentinel://host1:26379,"
+                "host2:26379/mymaster/0')" % (url, why))
     if is_cluster_url(url) and urlsplit(url).path.strip("/") not in ("", "0"):
         return ("DELAYQ['REDIS_URL'] %r: a Redis Cluster has only database 0; drop the "
                 "database number" % (url,))

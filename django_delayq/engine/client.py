@@ -5,6 +5,14 @@
 answers tells the client the whole cluster); credentials and query options apply to
 every node. See docs/cluster.md.
 
+``redis+sentinel://[user:password@]s1:26379,s2:26379/<service>/<db>`` (``rediss+sentinel://``
+with TLS to the master) gives ``Sentinel(...).master_for(service)``: every connection asks
+the sentinels for the current master, so after a failover the next command (or the wake
+listener's next subscription) reaches the promoted replica; a connection to a demoted
+master fails with READONLY and is dropped. The credentials are the master's;
+``?sentinel_password=...`` (and ``sentinel_username``) authenticate to the sentinels, and
+the ``socket_*`` options apply to both.
+
 Every client gets timeouts (a silent partition must not hang a worker forever), TCP
 keepalive and a health check unless the caller says otherwise. No Django here: a cache
 alias is resolved by django-redis itself, imported only when one is asked for.
@@ -13,19 +21,25 @@ alias is resolved by django-redis itself, imported only when one is asked for.
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.exceptions import RedisClusterException
 
-from django_delayq.engine.urls import is_cluster_url
+from django_delayq.engine.urls import (
+    host_port,
+    is_cluster_url,
+    is_sentinel_url,
+    sentinel_parts,
+    sentinel_query,
+)
 
 DEFAULT_URL = "redis://localhost:6379/0"
 
 
 def make_client(url: str | None = None, cache_alias: str | None = None, **options: Any) -> Any:
     """A redis-py client for ``url`` (redis://, rediss://, unix://, redis+cluster://,
-    rediss+cluster://) or a cache alias."""
+    rediss+cluster://, redis+sentinel://, rediss+sentinel://) or a cache alias."""
     if cache_alias:
         return cache_client(cache_alias)
     url = url or DEFAULT_URL
@@ -36,6 +50,8 @@ def make_client(url: str | None = None, cache_alias: str | None = None, **option
         options.setdefault("socket_keepalive", True)
     if is_cluster_url(url):
         return cluster_client(url, **options)
+    if is_sentinel_url(url):
+        return sentinel_client(url, **options)
     return redis.Redis.from_url(url, **options)
 
 
@@ -59,10 +75,33 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
 
 
 def _host_port(netloc: str) -> tuple[str, int]:
-    host, colon, port = netloc.rpartition(":")
-    if not colon or host.endswith(":"):  # no port, or a bare IPv6 address
-        return netloc.strip("[]"), 6379
-    return host.strip("[]"), int(port)
+    return host_port(netloc, 6379)
+
+
+SENTINEL_ONLY = ("sentinel_password", "sentinel_username")
+
+
+def sentinel_client(url: str, **options: Any) -> Any:
+    """The master of the service a ``redis+sentinel://`` URL names, found through its
+    sentinels at every (re)connection (``redis.sentinel.SentinelConnectionPool``)."""
+    from redis.connection import parse_url
+    from redis.sentinel import Sentinel
+
+    service, db, sentinels = sentinel_parts(url)
+    parts, query = urlsplit(url), sentinel_query(url)
+    master_query = urlencode({k: v for k, v in query.items() if k not in SENTINEL_ONLY})
+    userinfo = parts.netloc.rpartition("@")[0]
+    scheme = parts.scheme.removesuffix("+sentinel")
+    master = parse_url(urlunsplit((scheme, (userinfo + "@" if userinfo else "") + "localhost",
+                                   "/%d" % db, master_query, "")))
+    for key in ("host", "port", "path"):
+        master.pop(key, None)
+    if master.pop("connection_class", None) is not None:  # rediss: TLS to the master
+        master["ssl"] = True
+    kwargs = {**options, **master}
+    own = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
+    own.update({k.removeprefix("sentinel_"): query[k] for k in SENTINEL_ONLY if k in query})
+    return Sentinel(sentinels, sentinel_kwargs=own).master_for(service, **kwargs)
 
 
 def cluster_client(url: str, **options: Any) -> Any:
@@ -83,7 +122,7 @@ def cluster_client(url: str, **options: Any) -> Any:
 def answers(url: str) -> bool:
     """Whether a Redis server answers PING at ``url`` now (False while it cannot be
     reached: not started yet, its unix socket not there yet)."""
-    client = redis.Redis.from_url(url)
+    client = sentinel_client(url) if is_sentinel_url(url) else redis.Redis.from_url(url)
     try:
         return bool(client.ping())
     except (redis.ConnectionError, FileNotFoundError):

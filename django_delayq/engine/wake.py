@@ -17,6 +17,10 @@ primary in turn: a node that is down never silences the queues of the others. Th
 subscription holds a connection of its own, outside the cluster client's pools: their
 refreshes (one per command failing on a node that is down) would reconnect it
 silently and lose the messages of the gap.
+
+Through Redis Sentinel (``redis+sentinel://``) the subscription comes from the client's
+``SentinelConnectionPool``: each (re)connection asks the sentinels for the current master,
+so after a failover the next subscription is on the promoted replica.
 """
 
 from __future__ import annotations

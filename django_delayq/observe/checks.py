@@ -59,7 +59,9 @@ _SECONDS = "a number of seconds > 0, e.g. %s"
 HINTS: dict[str, str] = {
     "REDIS_URL": "Use 'redis://host:6379/0', 'rediss://host:6380/0' (TLS), "
                  "'unix:///run/redis.sock?db=0' or, for a Redis Cluster, "
-                 "'redis+cluster://host1:7000,host2:7000/'; or set CACHE_ALIAS instead.",
+                 "'redis+cluster://host1:7000,host2:7000/', for a master behind Redis "
+                 "Sentinel 'redis+sentinel://host1:26379,host2:26379/mymaster/0'; or set "
+                 "CACHE_ALIAS instead.",
     "CACHE_ALIAS": "Name a CACHES entry whose BACKEND is 'django_redis.cache.RedisCache', "
                    "e.g. 'default'; or set REDIS_URL instead.",
     "PREFIX": "A short non-empty string without '{' or '}', e.g. 'delayq'.",

@@ -1,0 +1,114 @@
+"""A failover under Redis Sentinel: a real worker subprocess connected through
+``redis+sentinel://`` keeps draining while its master is SIGKILLed and a replica promoted.
+
+What a failover can lose is shown, not assumed: jobs scheduled after the replication stream
+is cut are acknowledged by the old master and never reach the replica (asynchronous
+replication); jobs scheduled while no master answers stay in the outbox. After the
+promotion neither group is on the new master; the reconciler brings both back from their
+audit rows and every job ends succeeded.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.core.conf import get_settings, problems
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import Reconciler
+from django_delayq.engine.client import make_client
+from django_delayq.models import Job, JobStatus
+from tests import jobs_chaos
+from tests.conftest import unique_prefix
+from tests.helpers import ALLOWED, wait_until
+from tests.reliability.sentinel_servers import SentinelSet
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def sentinel_set() -> Iterator[SentinelSet]:
+    servers = SentinelSet().start()
+    yield servers
+    servers.cleanup()
+
+
+def succeeded(ids: list[str]) -> int:
+    return Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count()
+
+
+def not_in_redis(ids: list[str]) -> list[str]:
+    engine = get_engine()
+    return [i for i in ids if engine.inspect("default", i).place == ""]
+
+
+def test_worker_follows_a_failover_and_the_outbox_brings_back_what_it_lost(  # type: ignore[no-untyped-def]
+        settings, sentinel_set, start_worker, exec_table, caplog) -> None:
+    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": sentinel_set.url,
+                       "PREFIX": unique_prefix(), "ALLOWED_CALLABLES": ALLOWED,
+                       "LEASE_SECONDS": 2.0}
+    before = [schedule("tests.jobs_chaos.record", "before%d" % i, delay=i * 0.1).id
+              for i in range(30)]
+    worker = start_worker("--concurrency", "2")
+    wait_until(lambda: succeeded(before) >= 5, timeout=60)
+
+    sentinel_set.proxy.cut()  # from here on the replica hears nothing
+    lost = [schedule("tests.jobs_chaos.record", "lost%d" % i, delay=3.0).id for i in range(5)]
+    assert not_in_redis(lost) == []  # acknowledged by the master ...
+    sentinel_set.kill_master()
+    with caplog.at_level(logging.WARNING):
+        outbox = [schedule("tests.jobs_chaos.record", "down%d" % i).id for i in range(3)]
+    assert caplog.text.count("stay in the outbox") >= len(outbox)
+    assert Job.objects.filter(pk__in=outbox).count() == len(outbox)
+
+    wait_until(sentinel_set.promoted, timeout=120, step=0.1)
+    # The wake listener subscribes again, to the new master.
+    channel = get_engine().keys("default").channel
+    new_master = sentinel_set.replica.client()
+    wait_until(lambda: dict(new_master.pubsub_numsub(channel)).get(channel.encode()) == 1,
+               timeout=60, step=0.1)
+    # ... but not replicated: neither group is on the new master.
+    assert sorted(not_in_redis(lost + outbox)) == sorted(lost + outbox)
+
+    s = get_settings()
+    reconciler = Reconciler(get_engine(), s, s.queues)
+
+    def reconciled() -> bool:
+        reconciler.run_all(grace_seconds=0)
+        return not_in_redis(lost + outbox) == []
+
+    wait_until(reconciled, timeout=60, step=0.5)
+    everything = before + lost + outbox
+    wait_until(lambda: succeeded(everything) == len(everything), timeout=120, step=0.1)
+    assert worker.poll() is None  # the worker rode it out
+    ran = {job_id for job_id, *_ in jobs_chaos.executions()}
+    assert ran == set(everything)
+
+
+@pytest.mark.parametrize(("url", "named"), [
+    ("redis+sentinel://h1:26379,h2:26379/", "service name"),
+    ("redis+sentinel://h1:26379/mymaster/x", "'x'"),
+    ("redis+sentinel://h1:port/mymaster/0", "'h1:port'"),
+    ("redis+sentinel:///mymaster/0", "no sentinel"),
+    ("redis+sentinel://h1/a/1/2", "service name"),
+])
+def test_a_bad_sentinel_url_is_a_settings_error_naming_it(url: str, named: str) -> None:
+    found = dict(problems({"REDIS_URL": url}))
+    assert named in found["REDIS_URL"] and url in found["REDIS_URL"]
+
+
+def test_a_sentinel_url_gives_the_master_of_its_service_with_its_options() -> None:
+    client = make_client("rediss+sentinel://:pw@h1,h2:26380/mymaster/3"
+                         "?socket_timeout=0.5&sentinel_password=sp")
+    pool = client.connection_pool
+    assert pool.service_name == "mymaster"
+    assert (pool.connection_kwargs["db"], pool.connection_kwargs["password"]) == (3, "pw")
+    assert pool.connection_kwargs["socket_timeout"] == 0.5
+    assert "SSL" in pool.connection_class.__name__
+    sentinels = [s.connection_pool.connection_kwargs for s in pool.sentinel_manager.sentinels]
+    assert [(k["host"], k["port"], k["password"], k["socket_timeout"]) for k in sentinels] == [
+        ("h1", 26379, "sp", 0.5), ("h2", 26380, "sp", 0.5)]
+    assert all(k.get("ssl") is None for k in sentinels)
