@@ -118,6 +118,9 @@ def advance(s: Schedule, after: datetime, now: datetime | None = None,
     later = Q(next_tick_at__isnull=True) | Q(next_tick_at__lt=tick)
     Schedule.objects.filter(later, pk=s.pk, version=s.version).update(
         next_tick_at=tick, next_job_id=job_id)
+    if not Schedule.objects.filter(pk=s.pk, version=s.version, enabled=True).exists():
+        api.cancel(job_id)  # edited or disabled meanwhile: this version's tick must not run
+        return None
     return job_id
 
 
@@ -196,16 +199,22 @@ def cancel_pending(s: Schedule) -> None:
             logger.info("schedule %r: tick job %s: %s", s.name, s.next_job_id, exc)
 
 
-def replace(s: Schedule) -> None:
-    """After an edit: a new version, the materialised future tick's job cancelled; the
-    next tick is created from the new definition (or none when disabled)."""
+def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
+    """After an edit (or to apply ``values``): a new version, the materialised future
+    tick's job cancelled; the next tick is created from the new definition (none when
+    disabled). Only one of racing callers bumps version ``s.version``: the others return
+    False. A job a racer creates for the old version is cancelled by ``advance``."""
     with transaction.atomic():
-        Schedule.objects.filter(pk=s.pk).update(
-            version=s.version + 1, next_job_id="", next_tick_at=None,
-            updated_at=timezone.now())
-    cancel_pending(s)
+        row = Schedule.objects.select_for_update().filter(pk=s.pk, version=s.version).first()
+        bumped = row is not None and Schedule.objects.filter(
+            pk=s.pk, version=s.version).update(
+                **(values or {}), version=s.version + 1, next_job_id="", next_tick_at=None,
+                updated_at=timezone.now()) == 1
+    if row is not None and bumped:
+        cancel_pending(row)
     s.refresh_from_db()
     keep(s)
+    return bumped
 
 
 def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
@@ -219,15 +228,11 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
                                  "enabled": d.get("enabled", True)})
         changed = [f for f, v in values.items() if getattr(s, f) != v]
         if not created and (changed or not s.from_settings):
-            Schedule.objects.filter(pk=s.pk).update(**values, from_settings=True)
-            s.refresh_from_db()
-            replace(s)
+            replace(s, {**values, "from_settings": True})
     gone = Schedule.objects.filter(from_settings=True, enabled=True).exclude(
         name__in=list(definitions))
     for s in gone:
-        Schedule.objects.filter(pk=s.pk).update(enabled=False)
-        s.refresh_from_db()
-        replace(s)
+        replace(s, {"enabled": False})
 
 
 def _settings_values(d: dict[str, Any]) -> dict[str, Any]:

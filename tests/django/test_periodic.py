@@ -156,3 +156,19 @@ def test_delayq_status_lists_schedules_with_their_next_tick(dq) -> None:  # type
     call_command("delayq_status", stdout=out)
     line = next(x for x in out.getvalue().splitlines() if x.strip().startswith("s60"))
     assert "enabled" in line and "every 60s" in line and t0.isoformat() in line
+
+
+def test_a_tick_created_from_a_stale_version_is_cancelled_and_replace_bumps_once(dq) -> None:  # type: ignore[no-untyped-def]
+    t0 = timezone.now().replace(microsecond=0) + timedelta(minutes=5)
+    s = every(600, t0)
+    periodic.keep(s)
+    stale = Schedule.objects.get(pk=s.pk)  # a keeper pass that read version 1
+    racer = Schedule.objects.get(pk=s.pk)  # and an edit that read it too
+    assert periodic.replace(s) is True
+    assert periodic.replace(racer) is False  # a racing replace of version 1: no second bump
+    assert periodic.advance(stale, t0) is None  # its job for t0 + 600 s, version 1
+    s.refresh_from_db()
+    assert s.version == 2
+    v1 = Job.objects.filter(key__startswith="%s%d:1:" % (periodic.KEY_PREFIX, s.pk))
+    assert sorted(v1.values_list("status", flat=True)) == [JobStatus.CANCELLED] * 2
+    assert Job.objects.get(pk=s.next_job_id).status == JobStatus.SCHEDULED
