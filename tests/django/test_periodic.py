@@ -145,6 +145,27 @@ def test_the_admin_needs_the_schedule_permissions(dq) -> None:  # type: ignore[n
     assert client.get("/admin/django_delayq/schedule/").status_code == 403
 
 
+def test_the_admin_list_shows_the_next_tick_and_links_its_job(dq) -> None:  # type: ignore[no-untyped-def]
+    s = every(60, timezone.now().replace(microsecond=0) + timedelta(minutes=1))
+    job_id = periodic.keep(s)
+    page = staff_client("view_schedule").get("/admin/django_delayq/schedule/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "/admin/django_delayq/job/%s/change/" % job_id in html and "every 60 s" in html
+    settings_row = Schedule.objects.create(name="from-settings", callable_path="tests.jobs.noop",
+                                           interval_seconds=5, from_settings=True)
+    form = staff_client_again("view_schedule", "change_schedule").get(
+        "/admin/django_delayq/schedule/%d/change/" % settings_row.pk).content.decode()
+    assert 'name="enabled"' in form and 'name="callable_path"' not in form
+
+
+def staff_client_again(*codenames: str):  # type: ignore[no-untyped-def]
+    from django.contrib.auth.models import User
+
+    User.objects.filter(username="staff").delete()
+    return staff_client(*codenames)
+
+
 def test_delayq_status_lists_schedules_with_their_next_tick(dq) -> None:  # type: ignore[no-untyped-def]
     from io import StringIO
 
