@@ -47,3 +47,5 @@ def test_three_workers_run_each_tick_of_an_every_second_schedule_exactly_once(  
     assert span >= WINDOW_S
     assert len(ticks) >= 0.9 * (span + 1), (len(ticks), span)  # a busy machine may skip some
     assert len({pid for *_, pid in runs}) >= 2  # not one process doing all the work
+    print("periodic: %d runs, %d distinct ticks over %.0f s, per process %s" % (
+        len(runs), len(ticks), span, sorted(Counter(pid for *_, pid in runs).values())))
