@@ -255,7 +255,8 @@ class Keeper:
 
     def __init__(self, every_s: float = 10.0) -> None:
         self.every_s = every_s
-        self._last = -every_s
+        self._last: float | None = None
+        self._synced = False  # DELAYQ["SCHEDULES"] synced (retried each pass until it is)
 
     def tick(self, first: Callable[[], None] | None = None) -> None:
         """Runs ``first`` (the worker's retention pass, on the same keeper thread), then,
@@ -264,12 +265,13 @@ class Keeper:
         if first is not None:
             first()
         now_s = time.monotonic()
-        if now_s - self._last < self.every_s:
+        if self._last is not None and now_s - self._last < self.every_s:
             return
-        starting, self._last = self._last < 0, now_s
+        self._last = now_s
         try:
-            if starting:
-                sync_from_settings()
+            if not self._synced:
+                sync_from_settings()  # racing workers: a unique-name clash retries next pass
+                self._synced = True
             Keeper.active = Schedule.objects.filter(enabled=True).exists()
             if Keeper.active:
                 keep_all()

@@ -193,3 +193,19 @@ def test_a_tick_created_from_a_stale_version_is_cancelled_and_replace_bumps_once
     v1 = Job.objects.filter(key__startswith="%s%d:1:" % (periodic.KEY_PREFIX, s.pk))
     assert sorted(v1.values_list("status", flat=True)) == [JobStatus.CANCELLED] * 2
     assert Job.objects.get(pk=s.next_job_id).status == JobStatus.SCHEDULED
+
+
+def test_the_keeper_pass_syncs_settings_then_keeps_each_schedule_ticking(dq, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {**settings.DELAYQ, "SCHEDULES": {
+        "minutely": {"callable": "tests.jobs.noop", "interval": 60}}}
+    retention_passes = []
+    keeper = periodic.Keeper(every_s=3600)
+    keeper.tick(lambda: retention_passes.append(1))
+    s = Schedule.objects.get(name="minutely")
+    assert s.from_settings and Job.objects.get(pk=s.next_job_id).status == JobStatus.SCHEDULED
+    Job.objects.filter(pk=s.next_job_id).delete()  # lost
+    keeper.tick(lambda: retention_passes.append(1))  # within every_s: retention only
+    assert not Job.objects.filter(pk=s.next_job_id).exists() and len(retention_passes) == 2
+    periodic.Keeper(every_s=0).tick()
+    s.refresh_from_db()
+    assert Job.objects.get(pk=s.next_job_id).status == JobStatus.SCHEDULED
