@@ -209,3 +209,11 @@ def test_the_keeper_pass_syncs_settings_then_keeps_each_schedule_ticking(dq, set
     periodic.Keeper(every_s=0).tick()
     s.refresh_from_db()
     assert Job.objects.get(pk=s.next_job_id).status == JobStatus.SCHEDULED
+
+
+def test_jitter_delays_the_due_time_but_not_the_tick(dq) -> None:  # type: ignore[no-untyped-def]
+    t0 = timezone.now().replace(microsecond=0) + timedelta(minutes=1)
+    s = every(3600, t0, jitter_seconds=30)
+    row = Job.objects.get(pk=periodic.keep(s))
+    assert periodic.tick_of_key(row.key) == t0
+    assert t0 <= row.run_at <= t0 + timedelta(seconds=30)
