@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: example test test-fast lint bench bench-runtime bench-compare chaos clean spark-cluster-demo
+.PHONY: example test test-fast lint bench bench-runtime bench-scale bench-compare chaos clean spark-cluster-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ bench-runtime: $(STAMP)
 chaos: $(STAMP)
 	$(PY) bench/chaos.py
 	$(PY) bench/kill_rerun.py
+
+# enqueue / schedule() / claim / cancel p50 and p99 at 10k, 100k, 1M pending; bytes per job.
+bench-scale: $(STAMP)
+	$(PY) bench/scale.py
 
 bench-compare: $(STAMP)
 	$(PY) bench/compare/run.py

@@ -8,7 +8,13 @@ Phases (one per process run by ``run.py``, Redis flushed in between):
   last recorded execution;
 - ``lateness``: an idle worker, then ``n`` jobs due uniformly over ``spread`` seconds;
   start - due of every execution;
-- ``memory``: ``INFO memory`` ``used_memory`` delta per job for ``n`` jobs due in 1 h.
+- ``memory``: ``INFO memory`` ``used_memory`` delta per job for ``n`` jobs due in 1 h;
+- ``kill``: ``n`` jobs already due, ONE worker, SIGKILL to its process group once a fifth
+  of them ran, then a fresh worker: how long the jobs caught by the kill took to run
+  again, how many never ran (within 60 s) and how many ran twice.
+
+The drain also reports the worker's CPU time per job (every process of its group, from
+/proc) and run.py adds Redis's own time per job (``INFO commandstats``).
 
 Every job records "<due_ms> <start_ms>" with :mod:`recorder`, whatever the system.
 """
@@ -22,6 +28,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -104,6 +111,22 @@ def _worker(system: System, concurrency: int, workdir: Path, record: str) -> Wor
     return Worker(argv, env, workdir / ("%s-worker.log" % system.name))
 
 
+def group_cpu_s(pgid: int) -> float:
+    """User + system CPU seconds of every live process in process group ``pgid``."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields[0] is the state: pgrp is the 5th stat field
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def _timed(call: Any, due_ms: list[int]) -> float | None:
     """Seconds ``call`` took (or reported itself, e.g. timed inside Node); None: no API."""
     t0 = time.perf_counter()
@@ -126,13 +149,50 @@ def phase_drain(system: System, n: int, concurrency: int, workdir: Path,
     system.enqueue_due(list(range(n)))  # the argument is a serial number here: spots repeats
     with _worker(system, concurrency, workdir, record) as w:
         seen = wait_records(record, n, 60 + n / 100, w)
+        cpu = group_cpu_s(w.proc.pid) if w.proc is not None else float("nan")
         time.sleep(1.0)  # a late duplicate would show up now
     rows = recorder.read(record)
     starts = sorted(start for _, start in rows[:n])
     span_s = (starts[-1] - starts[0]) / 1000 if len(starts) > 1 else float("nan")
     return {"drain_jobs": len(starts), "drain_expected": n, "drain_complete": seen >= n,
             "drain_duplicates": len(rows) - len({due for due, _ in rows}),
-            "drain_jobs_per_s": round(len(starts) / span_s) if span_s > 0 else None}
+            "drain_jobs_per_s": round(len(starts) / span_s) if span_s > 0 else None,
+            "worker_cpu_us_per_job": round(cpu * 1e6 / max(1, len(starts)))}
+
+
+def phase_kill(system: System, n: int, concurrency: int, workdir: Path,
+               record: str, **_: Any) -> dict[str, Any]:
+    """SIGKILL the worker mid-drain, start a fresh one: the jobs caught by the kill (not
+    run yet, serial below the highest that ran) are timed from the kill to their run."""
+    system.enqueue_due(list(range(n)))
+    with _worker(system, concurrency, workdir, record) as w:
+        while recorder.count(record) < n // 5 and w.alive():
+            time.sleep(0.002)
+        assert w.proc is not None
+        os.killpg(w.proc.pid, signal.SIGKILL)
+        killed_ms = now_ms()
+        w.proc.wait()
+    before = recorder.read(record)
+    ran = {due for due, _ in before}
+    caught = {s for s in range(int(max(ran, default=-1))) if s not in ran}
+    with _worker(system, concurrency, workdir, record) as w:
+        deadline = time.monotonic() + 60 + n / 100
+        while time.monotonic() < deadline and w.alive():
+            if len({due for due, _ in recorder.read(record)}) >= n:
+                break
+            time.sleep(0.1)
+        time.sleep(1.0)  # a late duplicate would show up now
+    rows = recorder.read(record)
+    after = rows[len(before):]
+    rerun = sorted(start - killed_ms for due, start in after if due in caught)
+    done = {due for due, _ in rows}
+    return {"kill_jobs": n, "kill_ran_before": len(ran), "kill_caught": len(caught),
+            "kill_lost": n - len(done), "kill_duplicates": len(rows) - len(done),
+            "kill_caught_never_ran": len(caught - {due for due, _ in after}),
+            "kill_rerun_p50_ms": round(pct(rerun, 50)) if rerun else None,
+            "kill_rerun_max_ms": round(max(rerun)) if rerun else None,
+            "kill_all_done_s": round((max(s for _, s in rows) - killed_ms) / 1000, 2)
+            if len(done) >= n else None}
 
 
 def phase_lateness(system: System, n: int, spread: float, concurrency: int, workdir: Path,
@@ -174,8 +234,9 @@ def phase_memory(system: System, n: int, url: str, **_: Any) -> dict[str, Any]:
     return {"memory_jobs": n, "memory_bytes_per_job": round((after - before) / n, 1)}
 
 
-PHASES = {"enqueue": phase_enqueue, "drain": phase_drain, "lateness": phase_lateness,
-          "memory": phase_memory}
+PHASES: dict[str, Callable[..., dict[str, Any]]] = {
+    "enqueue": phase_enqueue, "drain": phase_drain, "lateness": phase_lateness,
+    "memory": phase_memory, "kill": phase_kill}
 
 
 def main(system: System) -> int:

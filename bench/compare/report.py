@@ -9,10 +9,16 @@ COLUMNS = [
     ("enqueue_bulk_jobs_per_s", "bulk/s"),
     ("drain_jobs_per_s", "drain/s"),
     ("lateness_p50_ms", "late p50 ms"),
-    ("lateness_p95_ms", "p95"),
     ("lateness_p99_ms", "p99"),
     ("lateness_max_ms", "max"),
     ("memory_bytes_per_job", "B/job"),
+    ("kill_rerun_p50_ms", "kill→re-run p50 ms"),
+    ("kill_rerun_max_ms", "max"),
+    ("kill_lost", "lost"),
+    ("kill_duplicates", "twice"),
+    ("worker_cpu_us_per_job", "worker CPU µs/job"),
+    ("redis_us_per_job", "Redis µs/job"),
+    ("redis_script_us_per_job", "of it Lua"),
 ]
 
 
@@ -34,6 +40,15 @@ def _notes(name: str, r: dict[str, Any]) -> list[str]:
                                                              r.get("lateness_expected")))
     if r.get("lateness_overran"):
         notes.append("%s: enqueueing the lateness jobs overran the first due time" % name)
+    if r.get("kill_caught") is not None:
+        notes.append("%s: kill after %s of %s jobs ran; %s caught by the kill (%s never ran "
+                     "again); all done %s s after the kill" % (
+                         name, r.get("kill_ran_before"), r.get("kill_jobs"),
+                         r.get("kill_caught"), r.get("kill_caught_never_ran"),
+                         r.get("kill_all_done_s")))
+    if r.get("redis_slowest_ms"):
+        notes.append("%s: slowest Redis command during the drain %s ms, %s commands per job"
+                     % (name, r["redis_slowest_ms"], r.get("redis_commands_per_job")))
     for phase in ("drain", "lateness"):
         rows = r.get(phase + "_audit_rows_succeeded")
         if rows is not None:

@@ -36,12 +36,14 @@ import report  # noqa: E402
 ROOT = peers_env.ROOT
 OUT_DIR = ROOT / ".bench" / "compare"
 SYSTEMS = ("delayq", "rq", "dramatiq", "celery", "huey", "bullmq")
-PHASES = ("describe", "enqueue", "drain", "lateness", "memory")
+PHASES = ("describe", "enqueue", "drain", "lateness", "memory", "kill")
 logger = logging.getLogger("bench.compare")
 
 FULL = {"enqueue": 5000, "drain": 20000, "lateness": 2000, "spread": 10.0, "memory": 100000,
+        "kill": 5000,
         "latency_sizes": "10000,1000000", "backlog": 1_000_000}
 QUICK = {"enqueue": 1000, "drain": 5000, "lateness": 500, "spread": 5.0, "memory": 20000,
+         "kill": 2000,
          "latency_sizes": "10000,100000", "backlog": 100_000}
 
 
@@ -78,7 +80,7 @@ def run_bounded(argv: list[str], timeout: float, log: Path) -> dict[str, Any]:
 def phase_timeout(phase: str, sizes: dict[str, Any]) -> float:
     return {"describe": 120, "enqueue": 120 + sizes["enqueue"] / 20,
             "drain": 120 + sizes["drain"] / 50, "lateness": 90 + sizes["spread"],
-            "memory": 120 + sizes["memory"] / 100}[phase]
+            "memory": 120 + sizes["memory"] / 100, "kill": 180 + sizes["kill"] / 50}[phase]
 
 
 def run_system(name: str, python: Path, url: str, workdir: Path, sizes: dict[str, Any],
@@ -88,9 +90,11 @@ def run_system(name: str, python: Path, url: str, workdir: Path, sizes: dict[str
     client = redis.Redis.from_url(url)
     result: dict[str, Any] = {}
     n_of = {"describe": 1, "enqueue": sizes["enqueue"], "drain": sizes["drain"],
-            "lateness": sizes["lateness"], "memory": sizes["memory"]}
+            "lateness": sizes["lateness"], "memory": sizes["memory"], "kill": sizes["kill"]}
     for phase in PHASES:
         client.flushall()
+        client.config_resetstat()
+        client.slowlog_reset()
         logger.info("%s: %s", name, phase)
         argv = [str(python), str(HERE / ("peer_%s.py" % name)), phase, "--redis", url,
                 "--workdir", str(workdir / name), "-n", str(n_of[phase]),
@@ -101,8 +105,26 @@ def run_system(name: str, python: Path, url: str, workdir: Path, sizes: dict[str
             result.setdefault("errors", {})[phase] = got["error"]
         else:
             result.update(got)
+        if phase == "drain" and got.get("drain_jobs"):
+            result.update(redis_cost(client, int(got["drain_jobs"])))
     client.flushall()
     return result
+
+
+def redis_cost(client: Any, jobs: int) -> dict[str, Any]:
+    """Redis's own time per job over the drain phase (enqueue + run), from INFO
+    commandstats; the slowest command from SLOWLOG (calls over 1 ms are logged)."""
+    stats = client.info("commandstats")
+    usec = sum(int(v["usec"]) for v in stats.values())
+    scripts = sum(int(v["usec"]) for k, v in stats.items()
+                  if k.startswith(("cmdstat_evalsha", "cmdstat_eval", "cmdstat_fcall")))
+    slow = client.slowlog_get(1024)
+    return {"redis_us_per_job": round(usec / jobs, 1),
+            "redis_script_us_per_job": round(scripts / jobs, 1),
+            "redis_commands_per_job": round(sum(int(v["calls"]) for v in stats.values())
+                                            / jobs, 2),
+            "redis_slowest_ms": round(max((int(e["duration"]) for e in slow), default=0)
+                                      / 1000, 2)}
 
 
 def script_latency(url: str, sizes: dict[str, Any], workdir: Path) -> dict[str, Any]:
@@ -157,7 +179,10 @@ def main() -> int:
     try:
         import redis
 
-        results["redis_version"] = redis.Redis.from_url(url).info("server")["redis_version"]
+        admin = redis.Redis.from_url(url)
+        results["redis_version"] = admin.info("server")["redis_version"]
+        admin.config_set("slowlog-log-slower-than", 1000)
+        admin.config_set("slowlog-max-len", 1024)
         for name in chosen:
             python = Path(sys.executable) if name == "delayq" else peers_py
             assert python is not None
