@@ -263,6 +263,10 @@ class AuditWriter:
                         # Workers flush independently: a late write about attempt n (a
                         # recovered lease, say) must not undo what attempt n+1 recorded.
                         where += " AND %s <= %%s" % qn("attempts")
+                    # A final row stays final: a lease taken back after the job settled (a
+                    # Redis failover that lost the ack) must not reopen it; only requeue()
+                    # does, through the API.
+                    where += " AND %s NOT IN (%s)" % (qn("status"), _FINAL_SQL)
                     cursor.executemany("UPDATE %s SET %s WHERE %s" % (table, sets, where), rows)
             if attempts:
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
@@ -272,6 +276,9 @@ class AuditWriter:
                      if fields.get("status") in FINAL_STATUSES]
             if final:
                 workflows.resolve(final, using)
+
+
+_FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
 
 
 def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
