@@ -99,7 +99,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         try:
             handle = api.schedule_spec(task.module_path, spec, queue=task.queue_name,
                                        max_attempts=self.max_attempts, backoff=self.backoff,
-                                       any_queue=self.any_queue)
+                                       any_queue=self.any_queue, task_backend=self.alias)
         except InvalidJob as exc:
             raise compat.InvalidTask(str(exc)) from exc
         # The stored times, so that get_result(result.id) == result.

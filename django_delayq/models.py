@@ -85,6 +85,10 @@ class Job(models.Model):
         _("requeued from"), max_length=26, null=True, blank=True, db_index=True,
         help_text=_("The job this one was copied from by a requeue."))
     progress = models.JSONField(_("progress"), null=True, blank=True)
+    task_backend = models.CharField(
+        _("Tasks backend"), max_length=100, blank=True, default="", db_default="",
+        help_text=_("Alias of the Django Tasks backend that enqueued the job (empty: "
+                    "scheduled through django-delayq's API)."))
     parents_left = models.PositiveIntegerField(
         _("parents left"), default=0, db_default=0,
         help_text=_("Parents (after=...) not finished yet; released to Redis at 0."))

@@ -84,10 +84,10 @@ def run_after_of(row: Job) -> datetime | None:
 
 
 def enqueuing_alias(obj: Any, alias: str) -> str:
-    """The alias a row's task was enqueued through, as read by backend ``alias``: the
-    ``@task``'s own backend when that alias is a DelayQ backend too (the rows are shared),
-    else ``alias``. The row stores no alias: a task enqueued with ``using(backend=...)``
-    on another DelayQ backend reads as its declared one (docs/tasks.md)."""
+    """For a row without ``task_backend`` (scheduled through ``schedule()``, or before the
+    column existed): the ``@task``'s own backend when that alias is a DelayQ backend too
+    (the rows are shared), else ``alias``, the backend reading it. A row the Tasks backend
+    enqueued carries its alias (``Job.task_backend``)."""
     declared = getattr(obj, "backend", None) if isinstance(obj, Task) else None
     if not declared or declared == alias or not _sender:
         return alias
@@ -107,7 +107,7 @@ def task_of(row: Job, alias: str, task_class: Any) -> Any:
     except (ImportError, AttributeError, PermissionError) as exc:
         raise compat.TaskResultDoesNotExist("%s runs %r: %s"
                                             % (row.pk, row.callable_path, exc)) from exc
-    changes = dict(backend=enqueuing_alias(obj, alias), queue_name=row.queue,
+    changes = dict(backend=row.task_backend or enqueuing_alias(obj, alias), queue_name=row.queue,
                    run_after=run_after_of(row), priority=row.priority)
     if isinstance(obj, Task):
         if all(getattr(obj, k) == v for k, v in changes.items()):

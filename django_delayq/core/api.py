@@ -109,26 +109,28 @@ def schedule(
 
 def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None = None,
                   max_attempts: int | None = None, backoff: Any = None,
-                  any_queue: bool = False) -> JobHandle:
+                  any_queue: bool = False, task_backend: str = "") -> JobHandle:
     """``schedule()`` with the job's arguments given as values (any keyword names).
 
     ``any_queue``: accept a queue ``DELAYQ["QUEUES"]`` does not list (the Tasks backend
-    with ``QUEUES: []``, as Django's rule is); a worker must serve it with ``--queues``."""
+    with ``QUEUES: []``, as Django's rule is); a worker must serve it with ``--queues``.
+    ``task_backend``: the alias of the Django Tasks backend enqueuing it (kept on the row,
+    so ``get_result()`` reports it)."""
     return _schedule(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff,
-                     any_queue=any_queue)
+                     any_queue=any_queue, task_backend=task_backend)
 
 
 def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
               max_attempts: int | None, backoff: Any, any_queue: bool = False,
-              requeued_from: str | None = None, options_given: list[str] | None = None
-              ) -> JobHandle:
+              requeued_from: str | None = None, options_given: list[str] | None = None,
+              task_backend: str = "") -> JobHandle:
     s, now = get_settings(), timezone.now()
     c = submit.common(fn, s, queue=queue, max_attempts=max_attempts, backoff=backoff,
                       use_tz=django_settings.USE_TZ, now=now, any_queue=any_queue)
     if options_given:  # schedule(): its own keywords and the function's share one namespace
         options.check_no_clash(c.path, options_given)
     values, new = submit.build(c, spec, s, now)
-    row = Job(**values, requeued_from=requeued_from)
+    row = Job(**values, requeued_from=requeued_from, task_backend=task_backend)
     using = router.db_for_write(Job)
     parents = workflows.parent_ids(spec.after)
     on_failure = workflows.run_on_failure(spec.after_failure)
@@ -394,7 +396,8 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     spec = JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds, priority=row.priority,
                    timeout=row.timeout, retry_on=row.retry_on)
     return _schedule(row.callable_path, spec, queue=row.queue, max_attempts=row.max_attempts,
-                     backoff=row.backoff, any_queue=True, requeued_from=row.id)
+                     backoff=row.backoff, any_queue=True, requeued_from=row.id,
+                     task_backend=row.task_backend)
 
 
 def _requeue_dead(row: Job, seconds: float) -> bool:

@@ -98,7 +98,7 @@ class RowWriter:
             "last_error": "", "traceback": "", "worker_id": "", "result": None,
             "cancel_requested": False, "priority": 0, "timeout": None, "expires_at": None,
             "retry_on": None, "scheduled_for": None, "requeued_from": None, "progress": None,
-            "parents_left": 0}
+            "parents_left": 0, "task_backend": ""}
         missing = set(names) - set(const) - set(VARYING)
         if missing:
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))

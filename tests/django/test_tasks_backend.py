@@ -297,7 +297,7 @@ def test_enqueue_returns_what_get_result_reads(jt, tasks_settings):
     again = jt.add.get_result(later.id)
     assert again == later and again.task.run_after == at
     # Read through another DelayQ backend, a result names the backend that enqueued it
-    # (the @task's own: the row stores no alias).
+    # (kept on the row: Job.task_backend).
     read = compat.tasks.task_backends["other"].get_result(result.id)
     assert read == result and (read.backend, read.task.backend) == ("default", "default")
     other = jt.add.using(backend="other", queue_name="emails").enqueue(5, 6)
@@ -306,8 +306,11 @@ def test_enqueue_returns_what_get_result_reads(jt, tasks_settings):
     assert run_worker() == 2
     other.refresh()  # through the result's own backend: it keeps its alias
     assert other.return_value == 11 and other.task.backend == "other"
-    # ...but a task sent with using(backend=...) reads as its @task's backend (documented)
-    assert compat.tasks.task_backends["other"].get_result(other.id).backend == "default"
+    # ...and get_result() through any DelayQ backend names the enqueuing one
+    assert Job.objects.get(pk=other.id).task_backend == "other"
+    for alias in ("default", "other"):
+        read = compat.tasks.task_backends[alias].get_result(other.id)
+        assert (read.backend, read.task.backend) == ("other", "other")
     # run_after is the due time asked (scheduled_for), also once the task has started
     assert run_due_jobs(now=at) == 1
     assert jt.add.get_result(later.id).task.run_after == at
