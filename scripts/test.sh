@@ -34,7 +34,8 @@ step pytest-sqlite "$PY" -m pytest -q
 
 if "$PY" scripts/pg_available.py; then
   echo "PostgreSQL reachable: running the database tests on it too"
-  step pytest-postgres env DELAYQ_TEST_DB=postgres "$PY" -m pytest -q \
+  # The slow runs (minutes of real workers) ran in the SQLite pass above.
+  step pytest-postgres env DELAYQ_TEST_DB=postgres "$PY" -m pytest -q -m "not slow" \
     tests/django tests/worker tests/security tests/spark/test_bulk.py \
     tests/spark/test_rows_columns.py
 else
@@ -51,8 +52,9 @@ if [ -n "$PY6" ]; then
     .venv-dj6/bin/python -m pip install -q -e ".[embedded]" "django>=6,<7" --group dev
   }
   step django6-install dj6_install
-  # The engine's 100,000-job SLOWLOG test does not depend on Django: it ran above.
-  step pytest-django6 .venv-dj6/bin/python -m pytest -q -m "not script_bounds" \
+  # The engine's 100,000-job SLOWLOG test does not depend on Django, and the slow runs of
+  # real workers do not depend on its version: they ran above.
+  step pytest-django6 .venv-dj6/bin/python -m pytest -q -m "not script_bounds and not slow" \
     tests/django tests/worker tests/engine tests/security
   step tasks-conformance .venv-dj6/bin/python scripts/tasks_conformance.py
 else

@@ -39,6 +39,7 @@ def succeeded(*ids: str) -> int:
     return Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count()
 
 
+@pytest.mark.slow
 def test_a_fan_in_of_10000_jobs_runs_its_callback_exactly_once(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "summary.txt"
     noop, rec = job("tests.jobs.noop"), job("tests.jobs.record")
