@@ -20,7 +20,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from django_delayq.core import api, registry, schedules, validation
+from django_delayq.core import api, options, registry, schedules, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.submit import JobSpec
 from django_delayq.engine.results import CancelOutcome
@@ -44,6 +44,8 @@ def check(s: Schedule) -> None:
         raise InvalidJob("args must be a JSON list and kwargs a JSON object, not %r, %r"
                          % (s.args, s.kwargs))
     validation.check_json(s.args, s.kwargs)
+    options.check_priority(s.priority)
+    options.check_arguments(s.callable_path, s.args, s.kwargs)
     queues = get_settings().queues
     if s.queue and s.queue not in queues:
         raise InvalidJob("queue %r is not in DELAYQ['QUEUES'] %s" % (s.queue, list(queues)))

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from django_delayq.core import periodic
 from django_delayq.core.connection import get_engine
+from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus, Schedule
 from tests.helpers import burst, point_at, staff_client
 
@@ -217,3 +218,14 @@ def test_jitter_delays_the_due_time_but_not_the_tick(dq) -> None:  # type: ignor
     row = Job.objects.get(pk=periodic.keep(s))
     assert periodic.tick_of_key(row.key) == t0
     assert t0 <= row.run_at <= t0 + timedelta(seconds=30)
+
+
+@pytest.mark.parametrize(("extra", "bad"), [
+    ({"priority": 500}, "500"),
+    ({"callable_path": "tests.jobs.add", "args": [1, 2, 3]}, "tests.jobs.add"),
+])
+def test_a_definition_no_tick_could_run_is_refused_when_saved(dq, extra, bad) -> None:  # type: ignore[no-untyped-def]
+    s = Schedule(**{"name": "bad", "callable_path": "tests.jobs.noop", "interval_seconds": 60,
+                    **extra})
+    with pytest.raises(InvalidJob, match=bad):
+        periodic.check(s)

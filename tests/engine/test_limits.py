@@ -178,3 +178,25 @@ def test_limit_state_counts_the_window_and_the_slots(engine: Engine) -> None:
     assert engine.limit_state("other", rate=None, concurrency=None) == LimitState(
         started_in_window=0, running=0)
     assert now <= engine.time_ms()
+
+
+# -- values planted in Redis by another writer -----------------------------------------------
+
+
+def test_a_fractional_queue_limit_planted_in_redis_does_not_stop_claims(engine: Engine) -> None:
+    fill(engine, 5)
+    engine.client.hset(engine.keys("q").limit, mapping={"rate": "2.5", "per_ms": "1000.5",
+                                                         "concurrency": "3.5"})
+    claimed = engine.claim("q", 10, LEASE, now_ms=NOW)
+    assert len(claimed.jobs) == 2  # whole numbers: 2 per window, 3 in flight
+    assert len(engine.claim("q", 10, LEASE, now_ms=NOW + 1001).jobs) == 1
+
+
+def test_a_next_free_slot_planted_far_away_does_not_park_the_group(engine: Engine) -> None:
+    group = "shop.tasks.call_api"
+    assert acquire(engine, "a", NOW, rate=None, concurrency=1, lease_ms=5000).granted
+    for planted in ("1e15", "inf", "nan", "junk"):
+        engine.client.set(engine.group_keys(group).next_free, planted)
+        refused = acquire(engine, "b", NOW + 1, rate=None, concurrency=1)
+        assert not refused.granted
+        assert NOW < (refused.retry_at_ms or 0) <= NOW + 86_400_000, planted

@@ -70,7 +70,11 @@ if opens == nil and not full then
 end
 local step = spread
 if opens ~= nil then step = math.ceil(window / rate) end
-local at = math.max(opens or now + spread, tonumber(redis.call('GET', next_free)) or 0)
+-- a next free slot beyond a day (or not a number) is not one this script wrote for a
+-- live backlog: ignored, so a planted value cannot park the group's jobs for years
+local free = tonumber(redis.call('GET', next_free))
+if free == nil or free ~= free or free > now + 86400000 then free = 0 end
+local at = math.max(opens or now + spread, free)
 redis.call('SET', next_free, string.format('%.0f', at + step), 'PX',
            string.format('%.0f', at + step - now + window))
 return {0, at, now}

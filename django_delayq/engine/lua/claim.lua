@@ -79,6 +79,10 @@ local lease_at = string.format('%.0f', now + tonumber(ARGV[3]))
 local grant = want
 local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency')
 local rate, per_ms, conc = tonumber(conf[1]), tonumber(conf[2]), tonumber(conf[3])
+-- whole numbers only (a planted 1.5 would make the ZRANGE bounds below invalid)
+if rate then rate = math.floor(rate) end
+if per_ms then per_ms = math.floor(per_ms) end
+if conc then conc = math.floor(conc) end
 local in_window, cutoff = 0, 0
 if rate and per_ms and rate >= 1 and per_ms >= 1 then
   cutoff = now - per_ms
