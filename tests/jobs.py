@@ -50,3 +50,9 @@ def echo_context() -> dict[str, Any]:
     ctx = current_job()
     assert ctx is not None
     return {"attempt": ctx.attempt, "queue": ctx.queue, "id": ctx.id}
+
+
+def hold_the_gil() -> int:
+    """One C call that holds the GIL for many minutes from the first line (a runaway
+    computation): no other thread of its process runs until it returns."""
+    return sum(range(10**12))

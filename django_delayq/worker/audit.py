@@ -110,6 +110,10 @@ class AuditWriter:
         self._changes: dict[str, dict[str, Any]] = {}
         self._attempts: list[JobAttempt] = []
         self._stopping = False
+        # Called before each write: a supervised child sends its supervisor the reports
+        # of its claimed and started jobs first, so a row that says ``running`` is never
+        # ahead of what the supervisor knows (it takes back a killed child's jobs by them).
+        self.before_write: Callable[[], None] | None = None
         self._thread: threading.Thread | None = None
         self._outage = OutageLog(logger, "audit flush")
         self.written = 0
@@ -182,6 +186,8 @@ class AuditWriter:
             attempts, self._attempts = self._attempts, []
         if not changes and not attempts:
             return 0
+        if self.before_write is not None:
+            self.before_write()
         try:
             self._write(changes, attempts)
         except DATA_ERRORS as exc:

@@ -84,6 +84,8 @@ class Worker:
             socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
         self.wake = threading.Event()
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
+        if options.supervision is not None:
+            self.audit.before_write = options.supervision.link.flush
         self.gate = limits.StartGate(engine, settings, self._server_now)  # expiry, limits
         self.settler = Settler(engine, settings, self.audit, self.id, self.gate.release)
         self.recovery = LeaseRecovery(engine, settings, self.audit)

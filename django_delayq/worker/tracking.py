@@ -204,6 +204,8 @@ class TrackedLedger(Ledger):
         if self.link is not None:
             self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
                            "" if run.limit is None else repr(run.limit))
+            if run.limit is not None:  # sent before the call: a function that holds the
+                self.link.flush()  # GIL from its first line must still meet its limit
         return True
 
     def finish(self, key: Key, outcome: Outcome) -> bool:

@@ -98,3 +98,14 @@ def test_running_job_cancelled_is_killed_and_ends_cancelled(start_worker, tmp_pa
     assert runs(out) == ["after"]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == EXIT_OK
+
+
+def test_a_job_holding_the_gil_from_its_first_line_still_meets_its_limit(  # type: ignore[no-untyped-def]
+        start_worker) -> None:
+    stuck = schedule("tests.jobs.hold_the_gil", timeout=2, max_attempts=1)
+    proc = start_worker("--processes", "1", "--concurrency", "2")
+    wait_until(lambda: stuck.status == JobStatus.DEAD, timeout=60)
+    attempt = stuck.job.attempt_history.get()
+    assert (attempt.outcome, attempt.error_type) == (JobStatus.DEAD, JOB_TIMEOUT)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
