@@ -101,6 +101,8 @@ def sentinel_client(url: str, **options: Any) -> Any:
     kwargs = {**options, **master}
     own = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
     own.update({k.removeprefix("sentinel_"): query[k] for k in SENTINEL_ONLY if k in query})
+    if kwargs.get("ssl"):  # rediss+sentinel: TLS to the sentinels too (their password, the
+        own.update({k: v for k, v in kwargs.items() if k.startswith("ssl")})  # master's address)
     return Sentinel(sentinels, sentinel_kwargs=own).master_for(service, **kwargs)
 
 

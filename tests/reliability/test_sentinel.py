@@ -128,4 +128,10 @@ def test_a_sentinel_url_gives_the_master_of_its_service_with_its_options() -> No
     sentinels = [s.connection_pool.connection_kwargs for s in pool.sentinel_manager.sentinels]
     assert [(k["host"], k["port"], k["password"], k["socket_timeout"]) for k in sentinels] == [
         ("h1", 26379, "sp", 0.5), ("h2", 26380, "sp", 0.5)]
-    assert all(k.get("ssl") is None for k in sentinels)
+    # rediss: TLS to the sentinels too (the sentinel password and the master's address
+    # cross the network to them)
+    assert all("SSL" in s.connection_pool.connection_class.__name__
+               for s in pool.sentinel_manager.sentinels)
+    plain = make_client("redis+sentinel://h1/mymaster").connection_pool.sentinel_manager
+    assert all("SSL" not in s.connection_pool.connection_class.__name__
+               for s in plain.sentinels)
