@@ -43,11 +43,16 @@ _LAZY = {
     "MoveOutcome": "django_delayq.engine.engine",
     # inside a running job
     "current_job": "django_delayq.core.context",
+    "report_progress": "django_delayq.core.progress",
     "Retry": "django_delayq.exceptions",
     # errors
     "InvalidJob": "django_delayq.exceptions",
     "DelayQError": "django_delayq.exceptions",
     "JobNotFound": "django_delayq.exceptions",
+    "JobFailed": "django_delayq.exceptions",
+    "JobNotFinished": "django_delayq.exceptions",
+    "NotInJob": "django_delayq.exceptions",
+    "WaitTimeout": "django_delayq.exceptions",
 }
 
 __all__ = sorted(_LAZY)
@@ -69,6 +74,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from django_delayq.core.canvas import GroupResult, chain, group  # noqa: F401
     from django_delayq.core.context import current_job  # noqa: F401
+    from django_delayq.core.progress import report_progress  # noqa: F401
     from django_delayq.core.queues import (  # noqa: F401
         pause_queue,
         paused_queues,
@@ -77,7 +83,16 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from django_delayq.core.workflows import Signature  # noqa: F401
     from django_delayq.engine.engine import CancelOutcome, MoveOutcome  # noqa: F401
-    from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound, Retry  # noqa: F401
+    from django_delayq.exceptions import (  # noqa: F401
+        DelayQError,
+        InvalidJob,
+        JobFailed,
+        JobNotFinished,
+        JobNotFound,
+        NotInJob,
+        Retry,
+        WaitTimeout,
+    )
 
 
 def __getattr__(name: str) -> Any:

@@ -25,6 +25,38 @@ class JobNotFound(DelayQError, LookupError):
     """No job with that id exists (in the audit table or in Redis)."""
 
 
+class JobNotFinished(DelayQError):
+    """``JobHandle.result`` of a job that has not ended yet (``status`` says where it is)."""
+
+    def __init__(self, job_id: str, status: str) -> None:
+        self.job_id, self.status = job_id, status
+        super().__init__("job %s has not finished: it is %s; JobHandle.wait() blocks until it "
+                         "has" % (job_id, status))
+
+
+class JobFailed(DelayQError):
+    """The result of a job that ended without succeeding: ``status`` is ``dead`` (with the
+    last attempt's ``error_type`` and ``error``), ``cancelled`` or ``expired``."""
+
+    def __init__(self, job_id: str, status: str, error_type: str = "", error: str = "") -> None:
+        self.job_id, self.status = job_id, status
+        self.error_type, self.error = error_type, error
+        why = "%s: %s" % (error_type, error) if error_type else error
+        super().__init__("job %s ended %s%s" % (job_id, status, ": " + why if why else ""))
+
+
+class WaitTimeout(DelayQError, TimeoutError):
+    """``JobHandle.wait(timeout=...)`` gave up: the job was not final after ``timeout``."""
+
+    def __init__(self, job_id: str, timeout: float, status: str) -> None:
+        self.job_id, self.timeout, self.status = job_id, timeout, status
+        super().__init__("job %s is still %s after waiting %gs for it" % (job_id, status, timeout))
+
+
+class NotInJob(DelayQError, RuntimeError):
+    """``report_progress()`` was called outside a running job."""
+
+
 class LeaseLost(DelayQError):
     """The lease of a running job expired before its worker settled it (the worker died,
     hung or stopped heartbeating) and the job was taken back.

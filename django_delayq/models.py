@@ -187,6 +187,28 @@ class JobDependency(models.Model):
         return "%s -> %s" % (self.parent_id, self.child_id)
 
 
+class JobKey(models.Model):
+    """Which job holds a key scheduled with ``on_conflict="replace"`` or ``"drop"``
+    (core/dedup.py): one row per (queue, key) ever used so, whose row lock orders the
+    calls of that key. ``job_id`` may name a job that finished or was deleted: the key
+    is then free, taken over by the next call."""
+
+    queue = models.CharField(_("queue"), max_length=100)
+    key = models.CharField(_("key"), max_length=255)
+    job_id = models.CharField(_("holder"), max_length=26)
+
+    class Meta:
+        verbose_name = _("job key")
+        verbose_name_plural = _("job keys")
+        constraints = [models.UniqueConstraint(fields=["queue", "key"],
+                                               name="delayq_jobkey_unique")]
+        # Retention deletes the key rows of the jobs it deletes (worker/retention.py).
+        indexes = [models.Index(fields=["job_id"], name="delayq_jobkey_holder")]
+
+    def __str__(self) -> str:
+        return "%s/%s -> %s" % (self.queue, self.key, self.job_id)
+
+
 class MissedPolicy(models.TextChoices):
     SKIP = "skip", _("skip: next future tick only")
     ONCE = "once", _("once: run one missed tick, then go on")

@@ -193,6 +193,8 @@ def run_eager(job_id: str) -> None:
     from django.utils import timezone
 
     job = Job.objects.get(pk=job_id)
+    if job.is_final:  # cancelled before the commit that runs it: a worker would not run it
+        return
     started = timezone.now()
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
                      due_at=job.run_at, worker_id="eager")

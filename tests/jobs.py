@@ -56,3 +56,87 @@ def hold_the_gil() -> int:
     """One C call that holds the GIL for many minutes from the first line (a runaway
     computation): no other thread of its process runs until it returns."""
     return sum(range(10**12))
+
+
+def _start_alone(path: str) -> Any:
+    """Record a start as ``start-alone`` (``start-overlap`` when another copy runs at this
+    moment: that copy holds the lock file ``path``.lock, released by the kernel when its
+    process dies); returns the lock file, held until it is closed."""
+    import fcntl
+
+    lock = open(path + ".lock", "a")  # noqa: SIM115 - held until closed or the process dies
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        tag = "start-alone"
+    except BlockingIOError:
+        tag = "start-overlap"
+    record(path, tag)
+    return lock
+
+
+def hold_the_gil_alone(path: str) -> int:
+    """Record its start (``_start_alone``), then hold the GIL for many minutes in one C
+    call."""
+    lock = _start_alone(path)
+    return sum(range(10**12)) + lock.fileno()
+
+
+def sleep_alone(path: str, seconds: float) -> None:
+    """Record its start (``_start_alone``), sleep ``seconds`` with the GIL free, then
+    record ``end``."""
+    lock = _start_alone(path)
+    time.sleep(seconds)
+    record(path, "end")
+    lock.close()
+
+
+# -- progress (tests/worker/test_progress.py, tests/django/test_results.py) ------------
+
+def report_steps(total: int) -> int:
+    """Report ``{"done": i, "total": total}`` for i = 1..total, as fast as it can."""
+    from django_delayq import report_progress
+
+    for i in range(1, total + 1):
+        report_progress({"done": i, "total": total})
+    return total
+
+
+def report_for(seconds: float) -> dict[str, Any]:
+    """Report an increasing count for ``seconds`` (its own clock), one report per ms or so;
+    returns how many reports it made and the seconds from the first to the last."""
+    from django_delayq import report_progress
+
+    t0 = time.monotonic()
+    n = 0
+    while True:
+        n += 1
+        report_progress(n)
+        elapsed = time.monotonic() - t0
+        if elapsed >= seconds:
+            return {"reports": n, "elapsed": elapsed}
+        time.sleep(0.001)
+
+
+def report_then_wait(value: Any, gate: str) -> Any:
+    """Report ``value``, then run until the file ``gate`` exists (at most two minutes)."""
+    from django_delayq import report_progress
+
+    report_progress(value)
+    deadline = time.monotonic() + 120
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return value
+
+
+def report_bad_progress() -> None:
+    from django_delayq import report_progress
+
+    report_progress({"handle": object()})
+
+
+async def report_steps_async(total: int) -> int:
+    from django_delayq import report_progress
+
+    for i in range(1, total + 1):
+        report_progress(i)
+    return total

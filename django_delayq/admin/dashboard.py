@@ -1,6 +1,6 @@
 """The live dashboard in the admin: per queue counts, next due time and paused state;
 jobs finished per minute and lateness p50/p95 over the last 15 minutes (``history``);
-the workers with the jobs they run (``overview``).
+the workers with the jobs they run (``overview``) and each job's progress (its row).
 
 The page is static HTML plus one script (``django_delayq/dashboard.js``) that polls the
 JSON view every few seconds and draws everything with DOM text nodes and SVG elements:
@@ -25,8 +25,10 @@ from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
 from django_delayq.admin import history, overview
+from django_delayq.core import progress
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src
                "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
                "frame-ancestors 'self'")
 ID_PLACEHOLDER = "JOB-ID"
+MAX_PROGRESS_IDS = 1000
 
 
 def _check(request: HttpRequest) -> None:
@@ -75,7 +78,18 @@ def snapshot() -> dict[str, Any]:
     except RedisError as exc:
         logger.warning("dashboard: Redis unavailable: %s", exc)
         data["redis_error"] = str(exc)
+    with_progress(data["workers"])
     return data
+
+
+def with_progress(workers: list[dict[str, Any]]) -> None:
+    """Give each running job its row's progress (``progress``, compact text, "" for none):
+    one query for the ids the workers report (at most ``MAX_PROGRESS_IDS``)."""
+    jobs = [job for w in workers for job in w.get("jobs", [])]
+    ids = list({job["id"] for job in jobs})[:MAX_PROGRESS_IDS]
+    found = dict(Job.objects.filter(pk__in=ids).values_list("id", "progress")) if ids else {}
+    for job in jobs:
+        job["progress"] = progress.compact(found.get(job["id"]), 80)
 
 
 def dashboard_data(request: HttpRequest) -> JsonResponse:

@@ -26,6 +26,7 @@ from django_delayq.admin import dashboard, lineage, queues, reports, workflows
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import STATUS_COLOURS, error_line, pre, seconds, short_error
 from django_delayq.admin.display import status_badge as badge
+from django_delayq.core import progress
 from django_delayq.models import Job, JobAttempt, JobStatus
 
 
@@ -93,7 +94,7 @@ class JobAttemptInline(admin.TabularInline):
 class JobAdmin(admin.ModelAdmin):
     list_display = ("id", "callable_path", "queue", "status_badge", "priority", "time_limit",
                     "run_at_s", "lateness_column", "last_error_short", "attempts_display",
-                    "created_at_s", "finished_at_s")
+                    "progress_column", "created_at_s", "finished_at_s")
     list_filter = ("status", "queue", "callable_path", ("run_at", admin.DateFieldListFilter),
                    ("finished_at", admin.DateFieldListFilter))
     search_fields = ("=id", "callable_path", "=key", "last_error", "error_type")
@@ -158,6 +159,14 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description=_("retry on"))
     def retry_on_display(self, obj: Job) -> str:
         return pre(obj.retry_on) if obj.retry_on else str(_("any exception"))
+
+    @admin.display(description=_("progress"))
+    def progress_column(self, obj: Job) -> str:
+        """One escaped line, its longer text in the title."""
+        if obj.progress is None:
+            return "-"
+        return format_html('<span class="delayq-progress" title="{}">{}</span>',
+                           progress.compact(obj.progress, 300), progress.compact(obj.progress))
 
     @admin.display(description=_("progress"))
     def progress_display(self, obj: Job) -> str:

@@ -19,6 +19,8 @@ from typing import Any
 from django_delayq.core import api
 from django_delayq.core.conf import Settings
 from django_delayq.core.queues import known_queues
+from django_delayq.observe import limits
+from django_delayq.observe.limits import describe_limit
 
 TEXT_CHARS = 200
 JOBS_SHOWN = 50
@@ -71,14 +73,6 @@ def _dt(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def describe_limit(rate: tuple[int, int] | None, concurrency: int | None) -> str:
-    """``"100 per 60s, 5 at once"``; "" without either."""
-    parts = []
-    if rate is not None:
-        parts.append("%d per %gs" % (rate[0], rate[1] / 1000))
-    if concurrency is not None:
-        parts.append("%d at once" % concurrency)
-    return ", ".join(parts)
 
 
 def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
@@ -97,15 +91,11 @@ def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
 
 
 def callable_limits(engine: Any, settings: Settings) -> list[CallableLimit]:
-    """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each group runs now."""
-    out = []
-    for path, entry in sorted(settings.callable_limits.items()):
-        rate, concurrency = entry.rate, entry.concurrency
-        state = engine.limit_state(path, rate=rate, concurrency=concurrency)
-        out.append(CallableLimit(callable=path, limit=describe_limit(rate, concurrency),
-                                 running=state.running,
-                                 started_in_window=state.started_in_window))
-    return out
+    """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each group runs now
+    (``observe.limits``), as the queues page shows them."""
+    return [CallableLimit(callable=c.callable, limit=describe_limit(c.rate, c.concurrency),
+                          running=c.running, started_in_window=c.started_in_window)
+            for c in limits.callable_limits(engine, settings)]
 
 
 def _text(value: Any) -> str:

@@ -15,16 +15,19 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.db import IntegrityError, router, transaction
+from django.db import router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
 from django_delayq.core import (
     bulk,
     commit_batch,
+    dedup,
     options,
     registry,
+    results,
     row_insert,
+    sender,
     submit,
     validation,
     workflows,
@@ -67,6 +70,17 @@ class JobHandle:
     def cancel(self) -> CancelOutcome:
         return cancel(self.id)
 
+    @property
+    def result(self) -> Any:
+        """The succeeded job's return value; ``JobNotFinished`` before it ends,
+        ``JobFailed`` when it ended dead, cancelled or expired (core/results.py)."""
+        return results.result_of(self.job)
+
+    def wait(self, timeout: float | None = None, poll: float = 0.01) -> Any:
+        """Block until the job is final, then return ``result`` (or raise as it does);
+        ``WaitTimeout`` after ``timeout`` seconds. Refused inside an atomic block."""
+        return results.wait(self.id, timeout, poll)
+
 
 def schedule(
     fn: Callable[..., Any] | str,
@@ -77,6 +91,7 @@ def schedule(
     max_attempts: int | None = None,
     backoff: Any = None,
     key: str | None = None,
+    on_conflict: str = "keep",
     priority: int = 0,
     timeout: float | timedelta | None = None,
     expires: datetime | float | timedelta | None = None,
@@ -88,7 +103,8 @@ def schedule(
     """Run ``fn(*args, **kwargs)`` after ``delay`` (seconds or timedelta) or ``at``.
 
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
-    same queue) returns the first job instead of creating another. ``priority`` (-100 to
+    same queue) returns the first job instead of creating another; ``on_conflict=
+    "replace"`` (debounce) or ``"drop"`` say otherwise (core/dedup.py). ``priority`` (-100 to
     100), ``timeout`` (seconds), ``expires`` and ``retry_on``: see ``core/options.py``.
     A job function whose keyword arguments are named like these options: use
     ``job(fn).using(...)``; for the last four, ``schedule()`` refuses the ambiguity.
@@ -97,10 +113,10 @@ def schedule(
     """
     spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key, priority=priority,
                    timeout=timeout, expires=expires, retry_on=retry_on, after=after,
-                   after_failure=after_failure)
+                   after_failure=after_failure, on_conflict=on_conflict)
     given = [name for name, value in (("priority", priority != 0), ("timeout", timeout),
                                       ("expires", expires), ("retry_on", retry_on),
-                                      ("after", after),
+                                      ("after", after), ("on_conflict", on_conflict != "keep"),
                                       ("after_failure", after_failure != "cancel"))
              if value is not None and value is not False]
     return _schedule(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff,
@@ -130,24 +146,14 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
     if options_given:  # schedule(): its own keywords and the function's share one namespace
         options.check_no_clash(c.path, options_given)
     values, new = submit.build(c, spec, s, now)
-    row = Job(**values, requeued_from=requeued_from, task_backend=task_backend)
+    row = row_insert.new_row(**values, requeued_from=requeued_from, task_backend=task_backend)
     using = router.db_for_write(Job)
     parents = workflows.parent_ids(spec.after)
     on_failure = workflows.run_on_failure(spec.after_failure)
-    if spec.key is not None or parents:
-        try:
-            with transaction.atomic(using=using):
-                if parents:  # waiting, cancelled or scheduled: core/workflows.py
-                    plan = workflows.plan(row.id, parents, on_failure, using,
-                                          keyed=spec.key is not None)
-                    plan.apply(row, now)
-                row.save(force_insert=True, using=using)
-                if parents:
-                    plan.save_edges(using)
-        except IntegrityError:
-            if spec.key is None:
-                raise
-            return JobHandle(row.id, row.queue)  # same key: the first job stands
+    if spec.key is not None or parents:  # in a savepoint: core/dedup.py
+        standing = dedup.insert(row, spec, parents, on_failure, using, now)
+        if standing is not None:  # the key's job stands (keep; drop while it is live)
+            return JobHandle(standing, row.queue)
     else:  # no key, no parents: no savepoint, one prepared INSERT (core/row_insert.py)
         row_insert.insert(row, using)
     signals.send(signals.job_scheduled, job_id=row.id, queue=row.queue,
@@ -155,7 +161,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
     if row.status != JobStatus.SCHEDULED:
         pass  # waiting for its parents, or cancelled by one that failed already
     elif s.eager:  # unit tests: run inline after commit, no Redis involved
-        run_eager = submit.eager_runner()
+        run_eager = dedup.eager_runner(submit.eager_runner(), spec.on_conflict)
         submit.after_commit(using, lambda: run_eager(row.id))
     else:
         commit_batch.enqueue_after_commit(using, row.queue, new)  # one hook per transaction
@@ -180,7 +186,8 @@ def schedule_many(
     """Schedule one job per spec with bulk inserts and one Redis call per batch.
 
     Specs with a ``key`` whose job already exists are skipped (their id is still
-    returned), so replaying the same input never schedules a row twice. ``priority``,
+    returned), so replaying the same input never schedules a row twice (specs with another
+    ``on_conflict`` take the path of ``after``). ``priority``,
     ``timeout``, ``expires`` and ``retry_on`` apply to the specs that leave theirs ``None``.
     ``after`` (the specs' own, else the call's) takes the path of ``schedule()``, one
     job at a time in one transaction (docs/workflows.md).
@@ -188,7 +195,8 @@ def schedule_many(
     if after is not None or not isinstance(specs, (list, tuple)):
         specs = [spec if spec.after is not None or after is None else
                  replace(spec, after=after, after_failure=after_failure) for spec in specs]
-    if any(spec.after is not None for spec in specs):  # type: ignore[union-attr]
+    if any(spec.after is not None or spec.on_conflict != "keep"  # type: ignore[union-attr]
+           for spec in specs):
         with transaction.atomic(using=router.db_for_write(Job)):
             return [_schedule(fn, spec, queue=queue, max_attempts=max_attempts,
                               backoff=backoff).id for spec in _with_options(
@@ -245,20 +253,21 @@ class JobCall:
     retry_on: Any = None
     after: Any = None
     after_failure: str = "cancel"
+    on_conflict: str = "keep"
 
     def using(self, *, delay: float | timedelta | None = _KEEP, at: datetime | None = _KEEP,
               queue: str | None = _KEEP, max_attempts: int | None = _KEEP,
               backoff: Any = _KEEP, key: str | None = _KEEP, priority: int | None = _KEEP,
               timeout: float | timedelta | None = _KEEP,
               expires: datetime | float | timedelta | None = _KEEP,
-              retry_on: Any = _KEEP, after: Any = _KEEP, after_failure: str = _KEEP
-              ) -> JobCall:
+              retry_on: Any = _KEEP, after: Any = _KEEP, after_failure: str = _KEEP,
+              on_conflict: str = _KEEP) -> JobCall:
         """These options replace the current ones (``None`` resets one); raises
         ``InvalidJob`` naming a bad option, as ``schedule()`` would."""
         given = dict(delay=delay, at=at, queue=queue, max_attempts=max_attempts,
                      backoff=backoff, key=key, priority=priority, timeout=timeout,
                      expires=expires, retry_on=retry_on, after=after,
-                     after_failure=after_failure)
+                     after_failure=after_failure, on_conflict=on_conflict)
         changed = replace(self, **{k: v for k, v in given.items() if v is not _KEEP})
         changed.check()
         return changed
@@ -271,6 +280,7 @@ class JobCall:
                       priority=self.priority, timeout=self.timeout, expires=self.expires,
                       retry_on=self.retry_on)
         submit.when(self.delay, self.at, django_settings.USE_TZ)
+        submit.check_on_conflict(self.on_conflict, self.key)
         if self.key is not None:
             validation.check_key(self.key)
         workflows.parent_ids(self.after)
@@ -285,7 +295,7 @@ class JobCall:
         spec = JobSpec(args=args, kwargs=kwargs, delay=self.delay, at=self.at, key=self.key,
                        priority=self.priority, timeout=self.timeout, expires=self.expires,
                        retry_on=self.retry_on, after=self.after,
-                       after_failure=self.after_failure)
+                       after_failure=self.after_failure, on_conflict=self.on_conflict)
         return schedule_spec(self.fn, spec, queue=self.queue, max_attempts=self.max_attempts,
                              backoff=self.backoff)
 
@@ -338,19 +348,27 @@ def _mark_cancelled(row: Job, running: bool) -> None:
                  callable_path=row.callable_path, running=running)
 
 
+def _cancel_after_commit(queue: str, job_id: str) -> None:
+    """Redis's side of a cancel the row decided: after the job's own send (a background
+    sender may hold it still, from the same transaction's commit)."""
+    sender.flush()
+    get_engine().cancel(queue, job_id)
+
+
 def cancel(job_id: str) -> CancelOutcome:
     """Cancel a job: CANCELLED (it will never run), ALREADY_RUNNING (it runs to its end
     but is not retried), or NOT_FOUND (it already finished)."""
     row = get_job(job_id)
     if row.is_final and row.status != JobStatus.DEAD:
         return CancelOutcome.NOT_FOUND
+    sender.flush()  # a job this process scheduled is in Redis before its cancel
     outcome = get_engine().cancel(row.queue, row.id)
     if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
                                                              JobStatus.RETRYING):
         # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides.
         outcome = CancelOutcome.CANCELLED
         queue, jid = row.queue, row.id
-        submit.after_commit(router.db_for_write(Job), lambda: get_engine().cancel(queue, jid))
+        submit.after_commit(router.db_for_write(Job), lambda: _cancel_after_commit(queue, jid))
     if row.status == JobStatus.WAITING:  # not in Redis until its parents release it
         outcome = CancelOutcome.CANCELLED
     if outcome is not CancelOutcome.NOT_FOUND:
@@ -364,6 +382,7 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
     row = get_job(job_id)
     if delay is not None and at is not None:
         raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
+    sender.flush()  # a job this process scheduled is in Redis before it moves
     if at is not None:
         run_at = validation.check_at(at, django_settings.USE_TZ)
         outcome, _ = get_engine().reschedule(row.queue, row.id, at_ms=validation.at_ms(run_at))

@@ -5,9 +5,11 @@ each call appends its job to the hook registered last when that hook is a batch 
 same savepoint level, so after commit each queue gets one ``Engine.enqueue`` (split by the
 engine into script calls of ``scripts.MAX_ENQUEUE`` jobs). A batch registered inside a
 savepoint is dropped with it by Django when that savepoint rolls back, so Redis never
-receives a job whose row was rolled back. Outside a transaction (autocommit) the job is
-sent at once. A failed send leaves the rows for the reconciler, as ``enqueue_or_outbox``
-does for any send.
+receives a job whose row was rolled back. In autocommit the row is committed when
+``schedule()`` inserts it: the job is sent at once, without an ``on_commit`` hook.
+
+Sending is ``core/sender.py``'s: inline by default, or from a background thread. A failed
+send leaves the rows for the reconciler, as ``enqueue_or_outbox`` does for any send.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from django.db import transaction
 
-from django_delayq.core import submit
+from django_delayq.core import sender, submit
 from django_delayq.engine import NewJob
 
 
@@ -33,7 +35,7 @@ class _Batch:
     def send(self) -> None:
         jobs, self.jobs = self.jobs, {}  # the connection keeps the batch: not its jobs
         for queue, queued in jobs.items():
-            submit.enqueue_or_outbox(queue, queued)
+            sender.send(queue, queued)
 
 
 _ATTR = "_delayq_commit_batch"  # on the connection: the batch registered last
@@ -56,6 +58,9 @@ def enqueue_after_commit(using: str, queue: str, job: NewJob) -> None:
     """Send ``job`` to Redis once the transaction of ``using`` commits (at once in
     autocommit), sharing one hook with the jobs scheduled before it in that transaction."""
     conn = transaction.get_connection(using)
+    if not conn.in_atomic_block and conn.get_autocommit():  # the row is committed already
+        sender.send(queue, [job])
+        return
     batch = _open_batch(conn)
     if batch is not None:
         batch.jobs.setdefault(queue, []).append(job)

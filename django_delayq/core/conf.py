@@ -20,6 +20,7 @@ from django.dispatch import receiver
 from django_delayq.core import limits, schedules
 from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
+from django_delayq.engine.shards import MAX_SHARDS, SHARD_MARK
 from django_delayq.engine.urls import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
@@ -54,6 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_MAXLEN": 10_000,
     "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
     "QUEUE_OPTIONS": {},  # queue -> {"timeout": s, "rate_limit": "100/m", "concurrency": 5}
+    # ... or {"shards": 3}: the queue spread over 3 hash tags (engine/shards.py)
     "CALLABLE_LIMITS": {},  # job path -> {"rate_limit": "10/s", "concurrency": 2}
     "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
     "REPORT_DIR": None,  # absolute directory of delayq_report outputs shown in the admin
@@ -96,6 +98,7 @@ class Settings:
     http_callback_allowed_networks: tuple[IPNetwork, ...] = ()
     report_dir: str | None = None
     queue_options: dict[str, limits.Limit] = field(default_factory=dict)
+    queue_shards: dict[str, int] = field(default_factory=dict)  # queue -> shards (> 1 only)
     callable_limits: dict[str, limits.Limit] = field(default_factory=dict)
     log_jobs: bool = True
     retention: tuple[tuple[str, float], ...] = ()  # (final status, days kept); absent: forever
@@ -223,6 +226,49 @@ def _retention(value: Any) -> tuple[tuple[tuple[str, float], ...], str | None]:
                  if v is not None), None
 
 
+def _without_shards(options: Any) -> Any:
+    """QUEUE_OPTIONS without the ``shards`` of each entry (``limits`` checks the rest)."""
+    if not isinstance(options, dict):
+        return options
+    return {queue: {k: v for k, v in entry.items() if k != "shards"}
+            if isinstance(entry, dict) else entry for queue, entry in options.items()}
+
+
+def _shards(options: Any) -> dict[str, int]:
+    """queue -> shard count, for the entries of QUEUE_OPTIONS giving more than one."""
+    if not isinstance(options, dict):
+        return {}
+    return {queue: entry["shards"] for queue, entry in options.items()
+            if isinstance(entry, dict) and isinstance(entry.get("shards"), int)
+            and entry["shards"] > 1}
+
+
+def _shards_problems(options: Any, queues: Any) -> list[str]:
+    """A shard count is an integer 1..MAX_SHARDS, on a queue without rate_limit or
+    concurrency (a limit cannot be split exactly between shards), whose shard names
+    (``queue#1`` ...) are no other queue's name."""
+    if not isinstance(options, dict):
+        return []
+    names = set(queues) if isinstance(queues, (list, tuple)) else set()
+    names |= {q for q in options if isinstance(q, str)}
+    found = []
+    for queue, entry in options.items():
+        count = entry.get("shards", 1) if isinstance(entry, dict) else 1
+        where = "DELAYQ['QUEUE_OPTIONS'][%r]['shards']" % (queue,)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SHARDS:
+            found.append("%s must be an integer from 1 to %d, not %r" % (where, MAX_SHARDS, count))
+        elif count > 1 and (entry.get("rate_limit") or entry.get("concurrency")):
+            found.append("%s is %d: a sharded queue takes no rate_limit or concurrency (each "
+                         "shard would enforce its own); remove the limit or the shards"
+                         % (where, count))
+        elif count > 1 and (taken := sorted(n for n in names if isinstance(n, str)
+                                            and n.startswith("%s%s" % (queue, SHARD_MARK)))):
+            found.append("%s is %d: the shards of %r are named %r#1... and would share keys "
+                         "with queue %r; rename that queue" % (where, count, queue, queue,
+                                                               taken[0]))
+    return found
+
+
 def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Every problem of the ``DELAYQ`` setting as (key, message)."""
     user = _user_settings() if user is None else user
@@ -266,7 +312,9 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     if msg := _report_dir_problem(merged["REPORT_DIR"]):
         found.append(("REPORT_DIR", msg))
     found += [("QUEUE_OPTIONS", msg)
-              for msg in limits.queue_options_problems(merged["QUEUE_OPTIONS"])]
+              for msg in limits.queue_options_problems(_without_shards(merged["QUEUE_OPTIONS"]))]
+    found += [("QUEUE_OPTIONS", msg)
+              for msg in _shards_problems(merged["QUEUE_OPTIONS"], merged["QUEUES"])]
     found += [("CALLABLE_LIMITS", msg) for msg in limits.callable_limits_problems(
         merged["CALLABLE_LIMITS"], merged["ALLOWED_CALLABLES"])]
     if msg := _retention(merged["RETENTION"])[1]:
@@ -314,7 +362,8 @@ def get_settings() -> Settings:
         else float(m["JOB_TIMEOUT_SECONDS"]),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
         report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
-        queue_options=limits.parse_all(m["QUEUE_OPTIONS"]),
+        queue_options=limits.parse_all(_without_shards(m["QUEUE_OPTIONS"])),
+        queue_shards=_shards(m["QUEUE_OPTIONS"]),
         callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]),
         log_jobs=bool(m["LOG_JOBS"]),
         retention=_retention(m["RETENTION"])[0],

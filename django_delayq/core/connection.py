@@ -29,7 +29,8 @@ def get_engine() -> Engine:
                 from django_delayq.core.conf import get_settings
 
                 s = get_settings()
-                _engine = Engine(make_client(s.redis_url, s.cache_alias), prefix=s.prefix)
+                _engine = Engine(make_client(s.redis_url, s.cache_alias), prefix=s.prefix,
+                                 shards=s.queue_shards)
     return _engine
 
 

@@ -6,8 +6,21 @@
 * ``resume_queue(queue)``: claims again at once (the engine wakes the sleeping workers).
 * ``paused_queues()``: the paused ones among the known queues.
 * ``purge_queue(queue)``: removes every job waiting in Redis (pending: due or not; not the
-  running ones) in bounded batches (``Engine.purge_pending``) and marks their rows
-  ``cancelled`` with ``last_error`` "purged from queue <queue>"; returns how many.
+  running ones) and marks their rows ``cancelled`` with ``last_error`` "purged from queue
+  <queue>"; returns how many. **Paused, then rows first**: the queue is paused for the
+  purge (unless it was paused already), so no worker claims a job between the look at
+  what waits in Redis and the row's cancel (a job claimed then would run with a row that
+  says purged); the rows of the jobs waiting in Redis are cancelled (and committed)
+  before any job leaves Redis, in batches of ``PURGE_BATCH``; then
+  ``Engine.purge_pending`` removes the waiting jobs in bounded batches, and the queue is
+  resumed. A purge that fails half-way leaves final rows whose jobs are still in Redis:
+  a worker that claims one sets it aside without running it (its row is final) and the
+  reconciler never re-enqueues a final row, so nothing purged comes back. A purge whose
+  process is killed outright leaves the queue paused (visible in the admin and
+  ``delayq_queue``): purge again, or resume it. Only a job scheduled while the purge runs
+  is removed from Redis before its row is cancelled; a purge killed in that moment leaves
+  it ``scheduled``, and the reconciler enqueues it again (as if it had been scheduled
+  after the purge).
 
 A queue is known when ``DELAYQ["QUEUES"]`` or ``DELAYQ["QUEUE_OPTIONS"]`` names it; any
 other name is an ``InvalidJob`` naming it (a typo must not pause nothing).
@@ -23,6 +36,7 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.engine import Engine
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
@@ -30,6 +44,8 @@ logger = logging.getLogger(__name__)
 
 PURGE_BATCH = 200  # jobs removed per Redis call (Engine.purge_pending's bound)
 PURGED = "purged from queue %s"
+INFLIGHT_READ = 10_000  # leases read at once per batch (a queue's jobs in flight)
+LEASES_AHEAD_MS = 10**15  # every lease, however far its deadline (past year 9999)
 
 
 def known_queues(s: Settings | None = None) -> tuple[str, ...]:
@@ -67,27 +83,65 @@ def paused_queues() -> list[str]:
 def purge_queue(queue: str) -> int:
     """Remove the queue's waiting jobs from Redis; their rows become ``cancelled``.
 
-    Loops over bounded batches until none is left; jobs scheduled meanwhile may be purged
+    The rows are cancelled first, then the jobs leave Redis (see the module docstring);
+    loops over bounded batches until none is left; jobs scheduled meanwhile may be purged
     too. Running jobs are not touched (cancel them one by one)."""
     engine = get_engine()
     _known(queue)
+    paused_here = engine.pause(queue)  # no claim between the look and the rows' cancel
     total = 0
-    while ids := engine.purge_pending(queue, limit=PURGE_BATCH):
-        total += len(ids)
-        _cancel_rows(queue, ids)
+    try:
+        _cancel_waiting_rows(engine, queue)
+        while ids := engine.purge_pending(queue, limit=PURGE_BATCH):
+            total += len(ids)
+            _cancel_rows(queue, ids)  # only rows still live: jobs scheduled meanwhile
+    finally:
+        if paused_here:  # a job left in Redis by a failure has a final row: set aside
+            engine.resume(queue)
     logger.warning("queue %r purged: %d waiting job(s) removed", queue, total)
     return total
 
 
-def _cancel_rows(queue: str, ids: list[str]) -> None:
+def _cancel_waiting_rows(engine: Engine, queue: str) -> int:
+    """Cancel the live rows of ``queue`` whose job waits in Redis (pending or ready; not
+    one in flight), ``PURGE_BATCH`` rows per read, each batch committed before the next;
+    returns how many. Rows in id order from a cursor: each row is looked at once."""
+    using, after, cancelled = router.db_for_write(Job), "", 0
+    while True:
+        ids = list(Job.objects.using(using).filter(queue=queue, status__in=LIVE_STATUSES,
+                                                   pk__gt=after)
+                   .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH])
+        if not ids:
+            return cancelled
+        after = ids[-1]
+        waiting = _waiting_in_redis(engine, queue, ids)
+        if waiting:
+            cancelled += _cancel_rows(queue, waiting)
+
+
+def _waiting_in_redis(engine: Engine, queue: str, ids: list[str]) -> list[str]:
+    """Those of ``ids`` waiting in Redis (pending or ready), not in flight: the ones held
+    in Redis (``Engine.presence``, one MULTI per 100) less the leases of the queue (read
+    at once, at most ``INFLIGHT_READ``); with more leases than that, one ``inspect`` each."""
+    held = [i for i, p in zip(ids, engine.presence(queue, ids)) if p.queued]
+    leases = engine.expiring(queue, within_ms=LEASES_AHEAD_MS, limit=INFLIGHT_READ)
+    if len(leases) < INFLIGHT_READ:
+        running = set(leases)
+        return [i for i in held if i not in running]
+    return [i for i in held if engine.inspect(queue, i).place == "pending"]
+
+
+def _cancel_rows(queue: str, ids: list[str]) -> int:
     """The purged jobs' live rows -> cancelled (a row already final stays as it is; a
-    ``running`` one too: its job was waiting in Redis, its lease given up or lost)."""
+    ``running`` one too: its job was waiting in Redis, its lease given up or lost);
+    returns how many rows changed."""
     now = timezone.now()
     using = router.db_for_write(Job)
     rows = Job.objects.using(using).filter(pk__in=ids, status__in=LIVE_STATUSES)
     found = list(rows.values_list("id", "callable_path"))
-    rows.update(status=JobStatus.CANCELLED, last_error=PURGED % queue, finished_at=now,
-                updated_at=now)
+    changed = rows.update(status=JobStatus.CANCELLED, last_error=PURGED % queue,
+                          finished_at=now, updated_at=now)
     for job_id, path in found:
         signals.send(signals.job_cancelled, job_id=job_id, queue=queue, callable_path=path,
                      running=False)
+    return changed

@@ -23,6 +23,8 @@ from django_delayq.exceptions import InvalidJob
 logger = logging.getLogger(__name__)
 
 MAX_QUEUE_NAME = 100  # the row's ``queue`` column
+KEEP, REPLACE, DROP = "keep", "replace", "drop"  # on_conflict= (core/dedup.py)
+ON_CONFLICT = (KEEP, REPLACE, DROP)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +43,7 @@ class JobSpec:
     retry_on: Any = None
     after: Any = None  # parents: JobHandle objects or ids (core/workflows.py)
     after_failure: str = "cancel"
+    on_conflict: str = KEEP  # what its key does with the key's earlier job: core/dedup.py
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,6 +96,28 @@ def common(fn: Any, s: Settings, *, queue: str | None, max_attempts: Any, backof
                   retry_on=options.retry_on_paths(retry_on), use_tz=use_tz)
 
 
+def check_on_conflict(on_conflict: Any, key: Any) -> None:
+    """``on_conflict`` one of ``ON_CONFLICT``, and other than ``keep`` only with a key."""
+    if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
+        raise InvalidJob("on_conflict=%s: use 'keep' (the default: the key's first job "
+                         "stands, forever), 'replace' (the key's pending job is cancelled, "
+                         "the new one takes the key) or 'drop' (nothing is scheduled while "
+                         "the key's job is pending or running)" % validation.short(on_conflict))
+    if on_conflict != KEEP and key is None:
+        raise InvalidJob("on_conflict=%r needs a key: it says what a job with the same key "
+                         "does, and this call gives none (key=None)" % on_conflict)
+
+
+def job_id(queue: str, key: Any, on_conflict: Any) -> str:
+    """A keyed job's id, its key and ``on_conflict`` checked: derived from the key for
+    ``keep`` (same key, same id), fresh for ``replace`` and ``drop``."""
+    check_on_conflict(on_conflict, key)
+    if key is None:
+        return ids.new_id()
+    validation.check_key(key)
+    return ids.id_for_key(queue, key) if on_conflict == KEEP else ids.new_id()
+
+
 def when(delay: Any, at: Any, use_tz: bool) -> tuple[datetime | None, float]:
     """The due time checked: ``(at, 0)``, or ``(None, delay in seconds)``."""
     if delay is not None and at is not None:
@@ -124,16 +149,17 @@ def build(c: Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[st
     else:
         run_at, at_ms, delay_ms = now + timedelta(seconds=seconds), None, int(seconds * 1000)
     opts = run_options(c, spec, now, run_at)
-    if spec.key is not None:
-        validation.check_key(spec.key)
-    job_id = ids.new_id() if spec.key is None else ids.id_for_key(c.queue, spec.key)
+    if spec.key is None and spec.on_conflict == KEEP:
+        new_id = ids.new_id()
+    else:
+        new_id = job_id(c.queue, spec.key, spec.on_conflict)
     validation.check_size(size + validation.payload_head_size(c.path, c.max_attempts, c.backoff),
                           s.max_payload_bytes)
-    row = dict(id=job_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
+    row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
                key=spec.key, run_at=run_at, scheduled_for=run_at, created_at=now,
                updated_at=now, max_attempts=c.max_attempts, backoff=c.backoff, **opts.columns())
     # The payload stays in the row: Redis gets the id, the due time and the priority.
-    return row, NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms, priority=opts.priority)
+    return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=opts.priority)
 
 
 _eager: list[Callable[[str], object]] = []

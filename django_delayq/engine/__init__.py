@@ -4,7 +4,6 @@ from django_delayq.engine.engine import (
     CancelOutcome,
     ClaimedJob,
     ClaimResult,
-    Engine,
     JobLocation,
     NackOutcome,
     NewJob,
@@ -15,7 +14,11 @@ from django_delayq.engine.engine import (
 )
 from django_delayq.engine.keys import GroupKeys, QueueKeys
 from django_delayq.engine.results import Grant, LimitState, QueueLimit
+from django_delayq.engine.sharded import ShardedEngine, ShardLimitError
 
+# The engine of every caller: engine.py's, each queue spread over its shards (a queue of
+# one shard, the default, is engine.py's queue unchanged).
+Engine = ShardedEngine
 __all__ = [
     "CancelOutcome",
     "ClaimResult",
@@ -32,5 +35,7 @@ __all__ = [
     "QueueStats",
     "Recovered",
     "SetAside",
+    "ShardLimitError",
+    "ShardedEngine",
     "bad_id",
 ]

@@ -168,7 +168,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
             k.script_keys(),
             [self._now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms)],
         )
-        aside, start = _aside(reply, 5)
+        aside, start = _aside(reply, 6)
         self._log_aside(queue, "claim", aside)
         jobs: list[ClaimedJob] = []
         bad: list[Any] = []
@@ -183,7 +183,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
             aside += self._drop_undecodable(queue, bad, "claimed id could not be decoded")
         return ClaimResult(now_ms=int(reply[0]), next_due_ms=_opt(reply[1]), jobs=jobs,
                            set_aside=aside, paused=bool(int(reply[2])),
-                           blocked_until_ms=_opt(reply[3]), limited=bool(int(reply[4])))
+                           blocked_until_ms=_opt(reply[3]), limited=bool(int(reply[4])),
+                           next_urgent_ms=_opt(reply[5]))
 
     def ack(self, queue: str, leases: Sequence[tuple[str, int]]) -> list[bool]:
         """Settle successes. ``leases`` are (id, token); False = lease lost, refused."""

@@ -76,6 +76,13 @@ class QueueKeys:
         return self.tag + ":prio"
 
     @property
+    def urgent(self) -> str:
+        """ZSET due_ms -> id: an index of the jobs of ``pending`` whose priority is above 0,
+        so claim.lua promotes their due ones ahead of a backlog due before them (the job
+        stays in ``pending`` too; an entry whose job left pending is dropped when read)."""
+        return self.tag + ":urgent"
+
+    @property
     def paused(self) -> str:
         """STRING, present while the queue is paused (value: when, Redis ms)."""
         return self.tag + ":paused"
@@ -91,16 +98,23 @@ class QueueKeys:
         """ZSET ``<id>:<token>:<ms>`` -> claim ms: the claims of the rate limit's window."""
         return self.tag + ":starts"
 
+    @property
+    def shards(self) -> str:
+        """STRING: the highest shard count the queue's data was written with (only on
+        shard 0 of a queue ever sharded; engine/shards.py)."""
+        return self.tag + ":shards"
+
     def all(self) -> tuple[str, ...]:
         """The keys holding jobs (not the queue's settings: paused, limit, starts)."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
-                self.ready, self.prio)
+                self.ready, self.prio, self.urgent)
 
     def script_keys(self) -> tuple[str, ...]:
         """``KEYS`` of every queue script (lua/*.lua), in the one order they name them:
         each script takes them all (one slot) and uses those it needs."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
-                self.epoch, self.ready, self.prio, self.paused, self.limit, self.starts)
+                self.epoch, self.ready, self.prio, self.paused, self.limit, self.starts,
+                self.urgent)
 
 
 @dataclass(frozen=True, slots=True)

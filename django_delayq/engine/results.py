@@ -80,7 +80,9 @@ class ClaimResult:
     while due jobs wait; else the earliest due time. ``paused``: the queue is paused,
     nothing was claimed. ``blocked_until_ms``: the queue's rate limit held back due jobs;
     a claim is let in again at that server time. ``limited``: a queue limit (rate or
-    concurrency) held back due jobs."""
+    concurrency) held back due jobs. ``next_urgent_ms``: the due time of the earliest job
+    of priority above 0 still waiting in pending (None: none, or a sharded queue), for a
+    worker's timer that claims it at that time even while the worker is busy."""
 
     now_ms: int
     next_due_ms: int | None
@@ -89,6 +91,7 @@ class ClaimResult:
     paused: bool = False
     blocked_until_ms: int | None = None
     limited: bool = False
+    next_urgent_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

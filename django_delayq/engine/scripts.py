@@ -69,9 +69,13 @@ SCRIPT_NAMES = (
 # Most items per call of each script (the ``Cost:`` line of its header says the same).
 MAX_ENQUEUE = 200  # jobs
 MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
-# Due jobs claim.lua promotes from pending to ready per call (its PROMOTE): with n jobs of
-# pending due before it, a higher-priority job waits at most ceil(n / MAX_PROMOTE) claims.
+# Due jobs claim.lua promotes from pending to ready per call (its PROMOTE), in due order,
+# and due jobs of priority above 0 it promotes ahead of them from the urgent index (its
+# URGENT): such a job is promoted by the first claim after it is due when at most
+# MAX_URGENT of them are due before it; one of priority 0 or below, with n jobs of pending
+# due before it, waits at most ceil(n / MAX_PROMOTE) claims.
 MAX_PROMOTE = 250
+MAX_URGENT = 50
 MAX_ACK = 250  # (id, token) pairs
 MAX_NACK = 200  # (id, token, delay) triples
 MAX_EXTEND = 250  # (id, token) pairs

@@ -94,8 +94,9 @@ HINTS: dict[str, str] = {
     "REPORT_DIR": "None (no report in the admin) or the absolute directory whose "
                   "subdirectories hold delayq_report outputs, e.g. '/srv/delayq-reports'.",
     "QUEUE_OPTIONS": "A dict of queue name -> options, each optional: {'payments': {'timeout': "
-                     "30, 'rate_limit': '100/m', 'concurrency': 5}}; rates 'N/s', 'N/m', 'N/h' "
-                     "or 'N/10s' with N >= 1; see docs/settings.md#queue-options.",
+                     "30, 'rate_limit': '100/m', 'concurrency': 5}, 'hot': {'shards': 3}}; rates "
+                     "'N/s', 'N/m', 'N/h' or 'N/10s' with N >= 1; shards 1..64, without a "
+                     "rate_limit or concurrency; see docs/settings.md#queue-options.",
     "CALLABLE_LIMITS": "A dict of job path (a function of a module in ALLOWED_CALLABLES) -> "
                        "{'rate_limit': '10/s', 'concurrency': 2}; see "
                        "docs/settings.md#callable-limits.",

@@ -2,9 +2,10 @@
 
 A batch is: read up to ``batch_size`` finished jobs (status succeeded/dead/cancelled,
 ``finished_at`` before the cutoff) in ``(created_at, id)`` order, write them and their
-``JobAttempt`` rows to the archive, publish the files, and only then delete both in one
-transaction. A crash between the two leaves the rows in the table, to be archived
-again by the next run (the same version twice; readers deduplicate by id).
+``JobAttempt`` rows to the archive, publish the files, and only then delete both, with the
+jobs' ``JobDependency`` edges (as parent and as child), in one transaction
+(``worker.retention.delete_jobs``). A crash between the two leaves the rows in the table,
+to be archived again by the next run (the same version twice; readers deduplicate by id).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from pathlib import Path
 from typing import TextIO
 
 import pyarrow as pa
-from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
@@ -24,6 +24,7 @@ from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
 from django_delayq.spark import schema
 from django_delayq.spark.progress import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
+from django_delayq.worker.retention import delete_jobs
 
 DEFAULT_BATCH = 2000
 _UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
@@ -52,10 +53,9 @@ def prunable(cutoff: datetime) -> QuerySet[Job]:
 
 
 def _delete(ids: list[str]) -> int:
-    with transaction.atomic():
-        attempts, _ = JobAttempt.objects.filter(job_id__in=ids).delete()
-        Job.objects.filter(pk__in=ids).delete()
-    return attempts
+    """The jobs with their attempt rows and their workflow edges (as parent and as
+    child), in one transaction: ``worker.retention.delete_jobs``."""
+    return delete_jobs(ids)[1]
 
 
 def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,

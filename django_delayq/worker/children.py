@@ -4,7 +4,10 @@ jobs it holds as its reports say (``tracking.py`` describes them).
 ``held`` is every job the child claimed and has neither finished nor handed back;
 ``running`` the ones a thread runs, with their start (monotonic, one clock for every
 process of the host) and time limit. What the supervisor decided to kill the child for
-is in ``killed_for`` (job key -> why), read once the process is gone.
+is in ``killed_for`` (job key -> why), read once the process is gone. ``leases_since``
+is when its heartbeat last began (its ``b`` report; at first, its hello): every lease
+it holds runs at least one lease from then, so a child that holds jobs and stays silent
+for nearly a lease is about to lose them while it may still run them (``silent``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ class Child:
     killed: bool = False  # SIGKILL sent
     runs: int = 0  # jobs it started
     claimed: int = 0  # jobs it claimed
+    leases_since: float = field(default_factory=time.monotonic)  # its last heartbeat
     buffer: bytes = b""
 
     @property
@@ -99,8 +103,11 @@ class Child:
             self.held.pop((f[0], f[1]), None)
         elif kind == "r":
             self.held.pop((f[0], f[1]), None)
+        elif kind == "b":
+            self.leases_since = max(self.leases_since, float(f[0]))
         elif kind == "h":
             self.worker_id = f[1]
+            self.leases_since = time.monotonic()  # before its first claim
 
     # -- decisions ------------------------------------------------------------------
 
@@ -109,9 +116,17 @@ class Child:
         return [key for key, run in self.running.items()
                 if run.limit is not None and now - run.started > run.limit]
 
-    def next_deadline(self) -> float | None:
+    def silent(self, now: float, allowed_s: float) -> bool:
+        """It holds jobs and its heartbeat has been silent for over ``allowed_s``."""
+        return bool(self.held) and not self.killed and now - self.leases_since > allowed_s
+
+    def next_deadline(self, allowed_s: float | None = None) -> float | None:
+        """The next time limit of its running jobs, or the end of its allowed silence
+        (``allowed_s``, while it holds jobs), whichever comes first."""
         ends = [run.started + run.limit for run in self.running.values()
                 if run.limit is not None]
+        if allowed_s is not None and self.held:
+            ends.append(self.leases_since + allowed_s)
         return min(ends, default=None)
 
     def tell(self, word: str) -> None:

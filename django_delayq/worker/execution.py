@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from django_delayq.core import context, registry
+from django_delayq.core import context, progress, registry
 
 _local = threading.local()
 
@@ -28,10 +28,9 @@ def call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any
 
 
 def run(path: str, args: list[Any], kwargs: dict[str, Any], ctx: context.JobContext) -> Any:
-    """Resolve ``path`` through the allow-list and call it inside the job context."""
+    """Resolve ``path`` through the allow-list and call it inside the job context
+    (``current_job()``, ``report_progress()``: its last value is written before this
+    returns, so before the worker settles the attempt)."""
     fn = registry.resolve(path)
-    token = context._current.set(ctx)
-    try:
+    with progress.running(ctx):
         return call(fn, args, kwargs)
-    finally:
-        context._current.reset(token)

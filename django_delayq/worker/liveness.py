@@ -12,6 +12,12 @@ started it, or null; ``processes``: how many children that supervisor runs, else
 reconcilers wait for a registered worker's audit flush instead of re-enqueueing rows it
 settled, and ``delayq_status`` lists the live workers from it.
 
+Under ``delayq_worker --processes`` each heartbeat is also told to the supervisor
+(``tracking.Link.beat``, never blocking on the socket), besides the link's own beats
+every half second, which go on during a Redis stall: a child whose beats stop while it
+holds jobs (a job holding the GIL starves every thread) is killed before its leases
+lapse.
+
 ``unregister`` removes the worker on a clean exit, best effort: one that cannot be
 removed falls silent, as a crashed worker would.
 """
@@ -22,6 +28,7 @@ import json
 import logging
 import os
 import socket
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -49,12 +56,18 @@ class Liveness:
         self.running = running
         self.supervision = supervision
 
-    def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int) -> None:
-        """Extend the leases of held jobs and publish this worker's liveness."""
+    def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int,
+                  holding: Callable[[], list[ClaimedJob]] | None = None) -> None:
+        """Extend the leases of held jobs and publish this worker's liveness; under a
+        supervisor, tell it the heartbeat ran (``tracking.Link.beat``). ``holding``: what
+        the worker holds now; a lease not extended is reported lost only when its job is
+        still held (one settled since ``held`` was read has simply ended)."""
+        beat_at = time.monotonic()
         by_queue: dict[str, list[ClaimedJob]] = {}
         for job in held:
             by_queue.setdefault(job.queue, []).append(job)
         failed: list[Exception] = []
+        lost: list[ClaimedJob] = []
         for queue, jobs in by_queue.items():
             try:  # each queue on its own: on a cluster, one node down must not cost the
                 results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
@@ -62,9 +75,14 @@ class Liveness:
             except ERRORS as exc:
                 failed.append(exc)
                 continue
-            for job, ok in zip(jobs, results):
-                if not ok:
-                    logger.warning("job %s: lease lost while held by this worker", job.id)
+            lost += [job for job, ok in zip(jobs, results) if not ok]
+        if lost and holding is not None:
+            now_held = {(j.queue, j.id, j.token) for j in holding()}
+            lost = [j for j in lost if (j.queue, j.id, j.token) in now_held]
+        for job in lost:
+            logger.warning("job %s: lease lost while held by this worker", job.id)
+        if self.supervision is not None:  # the leases run from beat_at at least
+            self.supervision.link.beat(beat_at)
         self.engine.register_worker(self.worker_id, self.info(held, claimed, processed))
         if failed:
             raise failed[0]

@@ -1,22 +1,19 @@
 """The worker: claims due jobs, runs them on threads, settles them in batches.
 
-One main thread talks to Redis (claim, ack/nack, recovery); ``concurrency``
-threads run jobs; a listener thread hears about earlier jobs; an audit thread writes
-rows in batches; a heartbeat thread extends the leases; a keeper thread reconciles.
-Signal handlers only set flags: the first SIGINT/SIGTERM drains (no
-new claims, running jobs finish, claimed-but-unstarted jobs go back to Redis), the
-second stops hard (running jobs are abandoned; their leases expire and they run again).
+Threads: the main one talks to Redis (claim, ack/nack, recovery); ``concurrency`` run
+jobs; a listener hears about earlier jobs; the urgent timer claims a job of priority
+above 0 at its due time (``urgent.py``); an audit thread writes rows in batches; a
+heartbeat extends leases; a keeper reconciles. Signal handlers only set flags: the first
+SIGINT/SIGTERM drains (no new claims, running jobs finish, claimed-but-unstarted jobs go
+back to Redis), the second stops hard (running jobs are abandoned; their leases expire).
 
 What runs is what the database says: a claimed job runs only when its audit row is live
 and its payload usable (``payloads.read``); Redis supplies ids, never code or arguments.
-The jobs it holds, from claim to settlement, are in its ``Ledger`` (``ledger.py``);
-settling is ``settle.py``, taking back expired leases ``recovery.py``, the heartbeat
-``liveness.py``.
-
-No input stops a thread: each job's failure (even one of ours) becomes that job's outcome,
-and a failing loop step backs off with its log rate-limited (``audit.OutageLog``). The
-backoff grows while any step keeps failing; it resets only after a round of the loop in
-which every step worked, so a database outage is not hidden by Redis steps that work.
+Held jobs are in the ``Ledger`` (``ledger.py``); settling is ``settle.py``, expired leases
+``recovery.py``, the heartbeat ``liveness.py``. No input stops a thread: each job's
+failure becomes its outcome, and a failing loop step backs off with its log rate-limited
+(``audit.OutageLog``); the backoff resets only after a round in which every step worked,
+so a database outage is not hidden by Redis steps that work.
 """
 
 from __future__ import annotations
@@ -50,6 +47,7 @@ from django_delayq.worker.recovery import LeaseRecovery
 from django_delayq.worker.retention import Retention
 from django_delayq.worker.settle import Settler
 from django_delayq.worker.tracking import Supervision, TrackedLedger
+from django_delayq.worker.urgent import UrgentTimer
 from django_delayq.worker.wakeup import monotonic_ms
 
 logger = logging.getLogger(__name__)
@@ -59,6 +57,7 @@ EXIT_ERROR = 1
 EXIT_CONFIG = 2
 EXIT_HARD_STOP = 3
 LAST = 1 << 30  # the rank of the threads' stop marker: after every claimed job
+URGENT_BATCH = 4  # jobs a claim of the urgent timer takes (worker/urgent.py)
 
 
 Ranked = tuple[int, int, ClaimedJob | None]  # (-priority or LAST, claim order, job)
@@ -105,6 +104,7 @@ class Worker:
         self.next_due: dict[str, int | None] = {q: None for q in options.queues}
         self.offset_ms = 0.0  # server clock - local monotonic clock
         self.listener = engine.wake_listener(options.queues, self.wake)
+        self.urgent = UrgentTimer(self._claim_urgent, self._server_now)
         self.reconciler = Reconciler(engine, settings, options.queues)
         self.retention = Retention(engine, settings, self.id)  # old rows, dead workers
         self._threads: list[threading.Thread] = []
@@ -140,6 +140,7 @@ class Worker:
                     ",".join(self.options.queues), self.options.concurrency)
         self.audit.start()
         self.listener.start()
+        self.urgent.start()
         for i in range(self.options.concurrency):
             t = threading.Thread(target=self._exec_loop, name="delayq-exec-%d" % i, daemon=True)
             t.start()
@@ -157,6 +158,7 @@ class Worker:
             self._keeper_stop.set()
             keeper.join(timeout=10)
             beat.join(timeout=10)
+            self.urgent.stop()
             self.listener.stop()
         if code in (EXIT_HARD_STOP, EXIT_ERROR):
             self._shutdown_hard()
@@ -192,7 +194,7 @@ class Worker:
                     return EXIT_OK
             elif self.options.burst and self._burst_finished():
                 return EXIT_OK
-            elif self._max_jobs_claimed():  # --max-jobs: run what was claimed, then exit
+            elif (self.options.max_jobs or 1 << 62) <= self.claimed_total:  # --max-jobs: run
                 if self.ledger.idle():
                     return EXIT_OK
             else:
@@ -216,8 +218,7 @@ class Worker:
         return True
 
     def _pause(self, seconds: float) -> None:
-        """Sleep after a failure. Wake-ups (a job finished, an earlier job published) do not
-        cut it short, or the loop would spin on a failing step; a stop request does."""
+        """Sleep after a failure; a stop cuts it short, not a wake-up (no spin on a failure)."""
         if self._interrupt.wait(seconds):
             self._interrupt.clear()
 
@@ -237,6 +238,7 @@ class Worker:
         for queue, due in self.listener.take().items():
             known = self.next_due.get(queue)
             self.next_due[queue] = due if known is None else min(known, due)
+            self.urgent.earlier(queue, due)  # full, the main loop claims nothing: the timer
         poll_all = monotonic_ms() - self._last_poll >= self.settings.wake_interval_seconds * 1000
         if poll_all:
             self._last_poll = monotonic_ms()
@@ -253,13 +255,24 @@ class Worker:
                                        self.settings.lease_ms)
             self.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
             self.next_due[queue] = self.queue_gate.note(queue, result)  # paused: None
-            jobs = self._payloads(queue, result.jobs) if result.jobs else []
-            for job in jobs:
-                self.local.put((-(job.payload.priority if job.payload else 0),
-                                next(self._order), job))
-            self.claimed_total += len(jobs)
+            self.urgent.note(queue, result.next_urgent_ms)
+            self._hand_over(queue, result.jobs)
             if len(result.jobs) < self.settings.claim_batch:  # not a full batch: settle
                 return  # what finished first (rooms of a few jobs would loop for seconds)
+
+    def _claim_urgent(self, queue: str) -> None:
+        """The urgent timer's claim, on its thread: a few jobs over the room, not in --max-jobs"""
+        if self.draining or self.options.max_jobs is not None or self._capacity() <= -4 * \
+                URGENT_BATCH or not self.queue_gate.open(queue, self._server_now()):
+            return
+        result = self.engine.claim(queue, URGENT_BATCH, self.settings.lease_ms)
+        self.urgent.note(queue, result.next_urgent_ms)
+        self._hand_over(queue, result.jobs)
+
+    def _hand_over(self, queue: str, claimed: list[ClaimedJob]) -> None:
+        for job in self._payloads(queue, claimed) if claimed else []:
+            self.local.put((-(job.payload.priority if job.payload else 0), next(self._order), job))
+            self.claimed_total += 1
 
     def _payloads(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
         """The claimed jobs that may run, with their payloads from their audit rows. A live
@@ -290,9 +303,6 @@ class Worker:
             logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
         self.ledger.claimed(loaded.run)
         return loaded.run
-
-    def _max_jobs_claimed(self) -> bool:
-        return self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs
 
     def _burst_finished(self) -> bool:
         if not self.ledger.idle():
@@ -402,7 +412,8 @@ class Worker:
         beat_s = self.settings.lease_ms / 3000
         while True:
             try:
-                self.liveness.heartbeat(self.ledger.held(), claimed=self.claimed_total,
+                self.liveness.heartbeat(self.ledger.held(), holding=self.ledger.held,
+                                        claimed=self.claimed_total,
                                         processed=self.settler.processed)
                 self.gate.renew()  # callable-limit slots of the functions running
             except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
@@ -411,8 +422,7 @@ class Worker:
                 return
 
     def _keeper_loop(self) -> None:
-        """Retention and the reconciler, on a thread of their own: a busy or stalled main
-        loop is not held up by a reconcile."""
+        """Retention and the reconciler, on their own thread: not held up by the main loop."""
         beat_s = self.settings.lease_ms / 3000
         while not self._keeper_stop.is_set():
             if not self.draining:

@@ -12,11 +12,15 @@ from within two leases does a round:
 
 - it forgets the workers whose last heartbeat is older than ``forget_after_ms`` (killed
   without removing themselves from the registry);
-- per status, it deletes at most ``BATCH`` rows, with their ``JobAttempt`` rows, in one
-  transaction. A row goes once both its end (``finished_at``) and its due time
-  (``run_at``) are older than its status's retention: the due time keeps the query on
-  the ``(status, run_at)`` index, and only delays a row whose job was cancelled or
-  expired before it was due.
+- per status, it deletes at most ``BATCH`` rows, with their ``JobAttempt`` rows and
+  their ``JobDependency`` edges (as parent and as child), in one transaction
+  (``delete_jobs``, which ``delayq_prune`` uses too). An edge still open whose parent is
+  deleted is resolved first, in that transaction (its waiting child is released or
+  cancelled as ``workflows.sweep`` would have done): once the parent's row is gone no
+  sweep could find it, and the child would wait forever. A row goes once both its end
+  (``finished_at``) and its due time (``run_at``) are older than its status's
+  retention: the due time keeps the query on the ``(status, run_at)`` index, and only
+  delays a row whose job was cancelled or expired before it was due.
 
 A worker that stopped without its audit flush (the database was down) stays registered,
 silent, as a crashed worker would: the reconcilers treat it as dead. How long a dead
@@ -27,14 +31,16 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from datetime import timedelta
 
-from django.db import transaction
+from django.db import router, transaction
 from django.utils import timezone
 
+from django_delayq.core import workflows
 from django_delayq.core.conf import Settings
 from django_delayq.engine import Engine
-from django_delayq.models import Job, JobAttempt
+from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobDependency, JobKey
 from django_delayq.worker.audit import OutageLog
 
 logger = logging.getLogger(__name__)
@@ -56,15 +62,38 @@ def forget_after_ms(settings: Settings) -> int:
 
 def delete_batch(status: str, days: float, limit: int = BATCH) -> tuple[int, int]:
     """Delete up to ``limit`` ``status`` rows that ended over ``days`` ago, with their
-    attempt rows; returns (jobs, attempts) deleted."""
+    attempt rows and edges; returns (jobs, attempts) deleted."""
     cutoff = timezone.now() - timedelta(days=days)
     ids = list(Job.objects.filter(status=status, run_at__lt=cutoff, finished_at__lt=cutoff)
                .order_by().values_list("pk", flat=True)[:limit])
     if not ids:
         return 0, 0
-    with transaction.atomic():
-        attempts, _ = JobAttempt.objects.filter(job_id__in=ids).delete()
-        jobs, _ = Job.objects.filter(pk__in=ids, status=status).delete()
+    return delete_jobs(ids, statuses=(status,))
+
+
+def delete_jobs(ids: Sequence[str], statuses: Sequence[str] = FINAL_STATUSES,
+                using: str | None = None) -> tuple[int, int]:
+    """Delete those of ``ids`` whose row is in ``statuses`` (final ones), with their
+    ``JobAttempt`` rows, their ``JobDependency`` edges as parent and as child and the
+    ``JobKey`` rows they hold, in one transaction; returns (jobs, attempts) deleted.
+    Open edges of these parents are resolved first (``workflows.resolve``: their children
+    released or cancelled), so no child is left waiting for a parent that no longer
+    exists."""
+    using = using or router.db_for_write(Job)
+    with transaction.atomic(using=using):
+        ids = list(Job.objects.using(using).select_for_update()
+                   .filter(pk__in=list(ids), status__in=statuses).values_list("pk", flat=True))
+        if not ids:
+            return 0, 0
+        workflows.resolve(ids, using)
+        edges = JobDependency.objects.using(using)
+        edges.filter(parent_id__in=ids).delete()
+        edges.filter(child_id__in=ids).delete()
+        # A key held by a deleted job is free (core/dedup.py): its row goes too. A call
+        # of that key holding the row's lock makes this wait, and then holds a new job.
+        JobKey.objects.using(using).filter(job_id__in=ids).delete()
+        attempts, _ = JobAttempt.objects.using(using).filter(job_id__in=ids).delete()
+        jobs, _ = Job.objects.using(using).filter(pk__in=ids).delete()
     return jobs, attempts
 
 

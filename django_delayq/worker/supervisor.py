@@ -17,13 +17,21 @@ The supervisor
   out, the process's other jobs handed back at once and a replacement started. A running
   job whose cancel was asked (``Job.cancel_requested``) is killed the same way and ends
   cancelled (``takeback.py``);
+- kills a child whose beats fell silent (a job holding the GIL starves its beat and
+  heartbeat threads; a Redis stall does not stop its beats: ``tracking.Link``) while it
+  holds jobs, ``silence_allowed_s`` after its last beat (read after draining its socket), a
+  margin before its leases lapse: so no other worker takes its jobs over while it still
+  runs them. Its running jobs fail as a lapsed lease would fail them, the others are
+  handed back (``takeback.py``);
 - recycles: a child that claimed ``--max-jobs-per-child`` jobs finishes them and exits;
   one whose resident memory passes ``--max-memory-per-child`` MB (looked at every
   second, once it has started a job) is told to drain; either is replaced;
 - forwards SIGTERM/SIGINT: the first tells every child to drain (it exits when they all
   have: ``EXIT_OK``), the second to stop hard (``EXIT_HARD_STOP``); a child still there
   ``HARD_STOP_S`` after that is SIGKILLed and its jobs taken back. It never leaves a child
-  behind.
+  behind. Each child asks the kernel for ``SIGHUP`` should the supervisor die
+  (``tracking.py``: it drains; one stuck holding the GIL is ended by its dead man's
+  switch).
 """
 
 from __future__ import annotations
@@ -49,14 +57,23 @@ from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.children import Child, describe_exit, rss_mb
 from django_delayq.worker.loop import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK, Worker
-from django_delayq.worker.takeback import CANCELLED, TIMED_OUT, TakeBack, reasons
-from django_delayq.worker.tracking import Supervision
+from django_delayq.worker.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack, reasons
+from django_delayq.worker.tracking import ORPHAN_SIGNAL, Supervision
 
 logger = logging.getLogger(__name__)
 
 HARD_STOP_S = 10.0
 CHECK_S = 1.0  # cancel requests and memory, looked at this often
 TICK_S = 0.25  # the longest wait of the loop
+AWAY_S = 1.0  # a round this late: the supervisor itself was stopped or slow
+REPORTS_S = 0.01  # after reading reports, the next read waits this long (a batch)
+
+
+def silence_allowed_s(lease_s: float) -> float:
+    """How long a child holding jobs may go without a heartbeat: its lease less a margin
+    of a fifth of it (at least 1 s) for the kill and the take-back, never under half
+    the lease. Its heartbeats come every third of a lease: over two of them missed."""
+    return max(lease_s / 2, lease_s - max(1.0, lease_s / 5))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +96,7 @@ class Supervisor:
         self.id = "%s:%d:sup-%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         self.takeback = TakeBack(engine, settings, self.audit)
+        self.silence_s = silence_allowed_s(settings.lease_ms / 1000)
         self.children: dict[int, Child] = {}  # slot -> child
         self.next_start: dict[int, float] = dict.fromkeys(range(options.processes), 0.0)
         self.crashes: dict[int, int] = dict.fromkeys(range(options.processes), 0)
@@ -87,6 +105,7 @@ class Supervisor:
         self.stop_deadline: float | None = None
         self._acted_on = 0
         self._next_check = 0.0
+        self._judged_at = time.monotonic()  # the last look at the children's beats
         self._spawned = 0
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
@@ -129,6 +148,7 @@ class Supervisor:
         self._reap()
         now = time.monotonic()
         self._enforce_limits(now)
+        self._enforce_heartbeats(now)
         if now >= self._next_check:
             self._next_check = now + CHECK_S
             self._check_cancels()
@@ -174,7 +194,7 @@ class Supervisor:
         opts = self.options
         self._spawned += 1
         argv = [*opts.child_argv, "--supervised",
-                Supervision.encode(fd, opts.processes, self.id)]
+                Supervision.encode(fd, opts.processes, self.id, os.getpid())]
         if opts.worker_id is not None:
             argv += ["--worker-id", "%s-%d" % (opts.worker_id, self._spawned)]
         if opts.metrics_port is not None:
@@ -199,9 +219,10 @@ class Supervisor:
         timeout = TICK_S
         now = time.monotonic()
         for child in self.children.values():
-            deadline = None if child.killed else child.next_deadline()
+            deadline = None if child.killed else child.next_deadline(self.silence_s)
             if deadline is not None:
                 timeout = min(timeout, max(0.0, deadline - now + 0.01))
+        reports = False
         for key, _ in self._selector.select(timeout):
             if key.data is None:
                 try:
@@ -210,6 +231,9 @@ class Supervisor:
                     pass
             else:
                 key.data.read()
+                reports = True
+        if reports:  # children send each start at once: let the next ones gather, so a
+            time.sleep(min(REPORTS_S, timeout))  # round reads a batch, not one job
 
     def _reap(self) -> None:
         for slot, child in list(self.children.items()):
@@ -273,6 +297,21 @@ class Supervisor:
                                "process %d", ", ".join(i for _, i in overdue), child.pid)
                 child.kill(reasons(overdue, TIMED_OUT))
 
+    def _enforce_heartbeats(self, now: float) -> None:
+        away = now - self._judged_at > AWAY_S
+        self._judged_at = now
+        for child in self.children.values():
+            if away:  # this supervisor was stopped or slow: the silence may be its own (its
+                child.leases_since = max(child.leases_since, now)  # socket backed up)
+            if child.silent(now, self.silence_s):
+                child.read_all()  # its newest beat may wait unread behind other reports
+            if child.silent(now, self.silence_s):
+                logger.error("supervisor: worker process %d holds %d job(s) and its "
+                             "heartbeat has been silent for %.1fs (a job holding the GIL?): "
+                             "killing it before its leases lapse", child.pid,
+                             len(child.held), now - child.leases_since)
+                child.kill(reasons(list(child.held), SILENT))
+
     def _check_cancels(self) -> None:
         running = {key[1]: (child, key) for child in self.children.values()
                    for key in child.running if key not in child.killed_for}
@@ -317,7 +356,8 @@ class Supervisor:
 
 def attach(worker: Worker, supervision: Supervision) -> None:
     """Wire a child worker to its supervisor: say hello, obey ``drain``/``stop``, drain
-    when the supervisor is gone."""
+    when the supervisor is gone (end of file of the link, or ``ORPHAN_SIGNAL`` from the
+    kernel: its handler only drains, as a signal handler only sets flags)."""
 
     def drain() -> None:
         if not worker.draining:
@@ -327,5 +367,8 @@ def attach(worker: Worker, supervision: Supervision) -> None:
         drain()
         worker.request_stop()
 
+    signal.signal(ORPHAN_SIGNAL, lambda signum, frame: drain())
     supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
     supervision.link.listen(drain, stop, worker.ledger.running_jobs)
+    if supervision.orphaned():  # it died before the child asked for the signal
+        drain()

@@ -7,6 +7,11 @@ still held. Each is settled at once, by what became of it:
   ``error_type`` ``django_delayq.exceptions.JobTimeout`` (past its time limit; retried or
   dead by its policy) or as cancelled (its cancel was asked while it ran: ``nack`` finds
   the cancel mark, the job ends ``cancelled`` and is not retried);
+- the running jobs of a child killed because its heartbeat fell silent (a job holding
+  the GIL starves it) before its leases lapsed: their attempt fails with ``error_type``
+  ``django_delayq.exceptions.LeaseLost``, as the lapsed lease would have (which job held
+  the GIL cannot be told; each is retried or dead by its policy), but no other worker
+  ran them meanwhile;
 - the other jobs of a child the supervisor killed, running or not: handed back
   (``Engine.release``: due again at once, no attempt charged; not their fault). A job
   that had started is written back to ``scheduled`` first, so the row never says
@@ -48,6 +53,7 @@ logger = logging.getLogger(__name__)
 LEASE_LOST = type_path(LeaseLost)
 TIMED_OUT = "timed out"
 CANCELLED = "cancelled"
+SILENT = "heartbeat silent"
 
 
 Failure = tuple[ClaimedJob, float, float | None, str]  # job, started (monotonic), limit, why
@@ -93,6 +99,10 @@ class TakeBack:
                              "process was killed" % (limit or 0.0))
         elif why == CANCELLED:
             outcome.error = "cancelled while running: its process was killed"
+        elif why == SILENT:
+            outcome.error_type = LEASE_LOST
+            outcome.error = ("its worker process stopped heartbeating (a job holding the "
+                             "GIL?): killed before its leases lapsed")
         else:
             outcome.error_type = LEASE_LOST
             outcome.error = "the worker process running it died (%s)" % why

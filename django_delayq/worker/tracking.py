@@ -6,6 +6,9 @@ info). A worker started by ``delayq_worker --processes`` (a *child*) also report
 transition of its jobs over its ``Link``, a socket to the supervisor, one line each:
 
     h <pid> <worker id>                        once, at start
+    b <at>                                     the heartbeat thread ran at ``at``
+                                               (monotonic s), sent once its leases
+                                               were extended (``liveness.py``)
     c <queue> <id> <token> <due_ms>            a job claimed (one line per job)
     s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
                                                empty for none
@@ -24,6 +27,23 @@ overruns its time limit and hand the others back at once (``supervisor.py``).
 process that died (its last ``FLUSH_S``) leaves that job to its lease, as for any dead
 worker.
 
+A job's start report leaves at once, before its function is called, and so does each
+heartbeat: a job that holds the GIL from its first line starves every other thread of
+the process (the batch flusher too), and the supervisor must still know it runs, and
+that the heartbeat fell silent. The supervisor SIGKILLs a child whose heartbeat stays
+silent, with jobs held, until its leases are about to lapse (``supervisor.py``).
+
+**When the supervisor dies.** The child asks the kernel for ``SIGHUP`` when its parent
+dies (``PR_SET_PDEATHSIG``, Linux); its handler drains, as the end of file of the link
+does. A child stuck in a C call holding the GIL runs neither: for it, a *dead man's
+switch* (``DeadMan``) is armed while a job runs: ``ITIMER_REAL`` set to two leases,
+pushed back by every heartbeat. Nothing handles ``SIGALRM``, so when the heartbeat
+stops for two leases the kernel ends the process by the signal's default action, no
+GIL needed. Under a live supervisor the silent child is killed (and its jobs taken
+back) sooner, before its leases lapse; the switch is for an orphan. A job that sets
+``ITIMER_REAL`` or handles ``SIGALRM`` itself takes the switch over (it is armed only
+while ``SIGALRM`` has its default action).
+
 The supervisor writes one word a line back: ``drain`` (stop claiming, finish, exit) or
 ``stop`` (the hard stop). End of file means the supervisor is gone: the child drains,
 and, with nobody left to enforce its time limits, exits at once (leases left to expire)
@@ -33,9 +53,12 @@ fails no attempt on its own (``Ledger.time_out`` finds nothing).
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
+import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -50,7 +73,61 @@ from django_delayq.worker.runner import Outcome
 logger = logging.getLogger(__name__)
 
 FLUSH_S = 0.01
+TICK_S = 0.5  # the child's beats, independent of the lease extends
 EXIT_ORPHAN_OVERRUN = 3  # loop.EXIT_HARD_STOP (not imported: loop imports this module)
+DEAD_MAN_LEASES = 2.0  # an orphan stuck this many leases without a heartbeat is ended
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+ORPHAN_SIGNAL = signal.SIGHUP  # sent by the kernel when the supervisor dies: drain
+
+
+def set_parent_death_signal(signum: int) -> bool:
+    """Ask the kernel for ``signum`` when this process's parent dies (Linux only; the
+    parent must be the supervisor's main thread, which lives as long as it does)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(
+            PR_SET_PDEATHSIG, int(signum), 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class DeadMan:
+    """``ITIMER_REAL`` as a dead man's switch: armed while a job runs, pushed back by each
+    heartbeat, disarmed when no job runs. ``SIGALRM``'s default action ends the process
+    in the kernel, so it works while a C call holds the GIL. Left alone when ``SIGALRM``
+    has a handler or the platform has no ``setitimer``."""
+
+    def __init__(self, horizon_s: float) -> None:
+        self.horizon_s = horizon_s
+        self._lock = threading.Lock()
+        self._armed = False
+
+    def arm(self) -> None:
+        """Armed once when the first job starts (each heartbeat pushes it back): no
+        system call per job while jobs keep running."""
+        with self._lock:
+            if not self._armed:
+                self._armed = self._set(self.horizon_s)
+
+    def rearm(self) -> None:
+        with self._lock:
+            if self._armed:
+                self._set(self.horizon_s)
+
+    def disarm(self) -> None:
+        with self._lock:
+            if self._armed:
+                self._set(0.0)
+                self._armed = False
+
+    @staticmethod
+    def _set(seconds: float) -> bool:
+        if not hasattr(signal, "setitimer") or \
+                signal.getsignal(signal.SIGALRM) != signal.SIG_DFL:
+            return False
+        signal.setitimer(signal.ITIMER_REAL, seconds)
+        return True
 
 
 def time_limit(settings: Settings, job: ClaimedJob) -> float | None:
@@ -78,11 +155,14 @@ class Link:
     def __init__(self, fd: int) -> None:
         os.set_inheritable(fd, False)  # a process a job starts must not keep it open
         self.sock = socket.socket(fileno=fd)
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # the queued reports; never held across a send
+        self._send_lock = threading.Lock()  # one sender at a time
         self._pending: list[bytes] = []
         self._ready = threading.Event()
         self.orphaned = threading.Event()
+        self.dead_man = DeadMan(0.0)  # its horizon is set from the lease (TrackedLedger)
         threading.Thread(target=self._flush_loop, name="delayq-link-out", daemon=True).start()
+        threading.Thread(target=self._tick_loop, name="delayq-link-tick", daemon=True).start()
 
     def send(self, *fields: object) -> None:
         """Queue a report (its fields); they leave in batches, at most ``FLUSH_S`` later
@@ -100,13 +180,31 @@ class Link:
             self.flush()
 
     def flush(self) -> None:
-        """Send the queued reports now (also on the way out: the last ones count)."""
-        with self._lock:
-            data, self._pending = b"".join(self._pending), []
+        """Send the queued reports now (also on the way out: the last ones count). A
+        supervisor that stops reading blocks only the sender, never ``send``/``beat``."""
+        with self._send_lock:
+            with self._lock:
+                data, self._pending = b"".join(self._pending), []
+            if not data:
+                return
             try:
                 self.sock.sendall(data)
             except OSError:  # the supervisor is gone: the listener drains this worker
                 self.orphaned.set()
+
+    def beat(self, at: float) -> None:
+        """This process's Python threads ran at ``at`` (monotonic): tell the supervisor
+        (the sender thread sends it within ``FLUSH_S``) and push the dead man's switch
+        back. Never blocks on the socket: the heartbeat thread (lease extends) calls it."""
+        self.dead_man.rearm()
+        self.send("b", repr(at))
+
+    def _tick_loop(self) -> None:
+        """A beat every ``TICK_S``, whatever Redis does: the supervisor's silence rule is
+        about a job holding the GIL (which starves this thread too), not about a Redis
+        stall shorter than the lease (which only delays the heartbeat's extends)."""
+        while not self.orphaned.wait(TICK_S):
+            self.beat(time.monotonic())
 
     def listen(self, on_drain: Callable[[], None], on_stop: Callable[[], None],
                running: Callable[[], list[RunningJob]]) -> threading.Thread:
@@ -150,21 +248,30 @@ class Link:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Supervision:
-    """How a child worker was started: its supervisor's id, how many children it runs,
-    its link. On the command line: ``--supervised FD:PROCESSES:SUPERVISOR_ID``."""
+    """How a child worker was started: its supervisor's id and pid, how many children it
+    runs, its link. On the command line: ``--supervised FD:PROCESSES:PID:SUPERVISOR_ID``.
+    Decoding it (in the child) asks the kernel for ``ORPHAN_SIGNAL`` when the supervisor
+    dies."""
 
     supervisor_id: str
     processes: int
     link: Link
+    parent_pid: int = 0
 
     @staticmethod
-    def encode(fd: int, processes: int, supervisor_id: str) -> str:
-        return "%d:%d:%s" % (fd, processes, supervisor_id)
+    def encode(fd: int, processes: int, supervisor_id: str, parent_pid: int) -> str:
+        return "%d:%d:%d:%s" % (fd, processes, parent_pid, supervisor_id)
 
     @classmethod
     def decode(cls, spec: str) -> Supervision:
-        fd, processes, supervisor_id = spec.split(":", 2)
-        return cls(supervisor_id=supervisor_id, processes=int(processes), link=Link(int(fd)))
+        fd, processes, parent_pid, supervisor_id = spec.split(":", 3)
+        set_parent_death_signal(ORPHAN_SIGNAL)
+        return cls(supervisor_id=supervisor_id, processes=int(processes), link=Link(int(fd)),
+                   parent_pid=int(parent_pid))
+
+    def orphaned(self) -> bool:
+        """The supervisor died already (before the death signal was asked for)."""
+        return os.getppid() != self.parent_pid
 
 
 class TrackedLedger(Ledger):
@@ -175,10 +282,11 @@ class TrackedLedger(Ledger):
         super().__init__(on_late)
         self.settings = settings
         self.link = supervision.link if supervision is not None else None
+        if self.link is not None:
+            self.link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
         self._mirror_lock = threading.Lock()
         self._claimed: dict[Key, ClaimedJob] = {}
         self._runs: dict[Key, RunningJob] = {}
-
 
     def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
         jobs = list(jobs)
@@ -201,12 +309,13 @@ class TrackedLedger(Ledger):
                              limit=limit_s if limit_s is not None
                              else time_limit(self.settings, job))
             self._runs[key] = run
+            if self.link is not None:  # under the lock: never disarmed while a job runs
+                self.link.dead_man.arm()
         if self.link is not None:
             self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
                            "" if run.limit is None else repr(run.limit))
-            if run.limit is not None:  # sent before the call: a function that holds the
-                self.link.flush()  # GIL from its first line must still meet its limit
-        return True
+            self.link.flush()  # sent before the call: a function that holds the GIL from
+        return True  # its first line is still known to run (its limit, its silence)
 
     def finish(self, key: Key, outcome: Outcome) -> bool:
         first = super().finish(key, outcome)
@@ -243,6 +352,8 @@ class TrackedLedger(Ledger):
     def _ended(self, keys: list[Key]) -> None:
         with self._mirror_lock:
             ended = [key for key in keys if self._runs.pop(key, None) is not None]
+            if self.link is not None and ended and not self._runs:
+                self.link.dead_man.disarm()
         if self.link is not None:
             for queue, job_id in ended:
                 self.link.send("e", queue, job_id)

@@ -97,3 +97,13 @@ def test_eager_runs_inline_on_commit(project, delayq_eager, django_capture_on_co
     job = Job.objects.get(pk=handle.id)
     assert (job.status, job.result, job.worker_id) == ("succeeded", 42, "eager")
     assert get_engine().inspect("default", handle.id).place == ""  # Redis never saw it
+
+
+@pytest.mark.django_db
+def test_eager_does_not_run_a_job_cancelled_before_the_commit(
+        project, delayq_eager, django_capture_on_commit_callbacks):  # noqa: F811
+    with django_capture_on_commit_callbacks(execute=True):
+        handle = schedule("tests.jobs.add", 20, 22)
+        handle.cancel()
+    job = Job.objects.get(pk=handle.id)
+    assert (job.status, job.result, job.started_at) == ("cancelled", None, None)

@@ -53,10 +53,13 @@ def test_a_later_due_job_never_overtakes_an_earlier_one_of_its_priority(engine: 
     assert claimed == ["old%04d" % i for i in range(n)] + ["fresh"]
 
 
-def test_a_higher_priority_job_waits_at_most_ceil_n_over_promote_claims(engine: Engine) -> None:
+def test_a_higher_priority_job_of_priority_0_waits_at_most_ceil_n_over_promote_claims(
+        engine: Engine) -> None:
+    """Not indexed (priority 0 or below): it waits for the promotion of the backlog due
+    before it (tests/engine/test_priority_urgent.py: a priority above 0 does not)."""
     n = 2 * scripts.MAX_PROMOTE + 10
-    engine.enqueue("q", [new("b%04d" % i, NOW + i) for i in range(n)], now_ms=NOW)
-    engine.enqueue("q", [new("urgent", NOW + n, 50)], now_ms=NOW)
+    engine.enqueue("q", [new("b%04d" % i, NOW + i, -5) for i in range(n)], now_ms=NOW)
+    engine.enqueue("q", [new("urgent", NOW + n, 0)], now_ms=NOW)
     bound = math.ceil((n + 1) / scripts.MAX_PROMOTE)  # n jobs due before it, and itself
     claimed = [claim_ids(engine, 1, NOW + n) for _ in range(bound)]
     assert claimed[-1] == ["urgent"] and ["urgent"] not in claimed[:-1]

@@ -12,19 +12,23 @@
 -- KEYS[10] paused    STRING present while the queue is paused: nothing is claimed
 -- KEYS[11] limit     HASH  rate, per_ms (claims per window), concurrency (jobs in flight)
 -- KEYS[12] starts    ZSET  "<id>:<token>:<ms>" -> claim ms, the rate limit's window log
+-- KEYS[13] urgent    ZSET  due_ms -> id, the jobs of pending of priority above 0 (an index)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
 --
 -- Order. Jobs wait in pending (due_ms) until due; ready holds due jobs by priority, then
--- due time. Each call first promotes up to 250 due jobs of pending (in due order) and
--- then leases the lowest ready scores (the promoted ones included). Jobs enqueued, retried
--- or released already due go straight to ready when pending holds nothing due before
--- them (lib.lua line), so every job of ready is due no later than every job of pending:
--- among jobs of one priority the earlier due is always claimed first. Across priorities
--- the order is exact among the jobs promoted: with n jobs of pending due before it, a
--- higher-priority job waits at most ceil(n / 250) claims to be promoted (a backlog that
--- came due at once; jobs enqueued while the queue is idle are ready at once).
+-- due time. Each call first promotes up to 250 due jobs of pending (in due order) and up
+-- to 50 due jobs of the urgent index (priority above 0, in due order, wherever they stand
+-- in pending), then leases the lowest ready scores (the promoted ones included). Jobs
+-- enqueued, retried or released already due go straight to ready when pending holds
+-- nothing due before them (lib.lua line), so among jobs of one priority the earlier due
+-- is always claimed first (jobs of priority above 0 leave pending in due order through
+-- either door). A due job of priority above 0 is promoted by the first claim after it is
+-- due when at most 50 such jobs are due before it, however long the backlog of pending
+-- due before it (a job of priority 0 or below waits for that backlog's promotion, at most
+-- ceil(n / 250) claims with n jobs due before it). An index entry whose job left pending
+-- (claimed, cancelled, moved) is dropped when read or forgotten with its job.
 -- Queue limits: at most `rate` claims in any `per_ms` window (the starts log, Redis clock)
 -- and at most `concurrency` jobs in flight (the size of inflight: a dead worker's leases
 -- leave it when recover.lua takes them back). A paused queue claims and promotes nothing.
@@ -37,7 +41,8 @@
 -- not a ready score), whose attempts value is not an integer or whose envelope is not
 -- UTF-8 goes to dead (a bad attempts value dropped). Entries of pending scored past year
 -- 9999 never come due: up to 10 of them are set aside per call too.
--- Returns: {now_ms, next_due_ms, paused (1/0), blocked_until_ms, limited (1/0), n_aside,
+-- Returns: {now_ms, next_due_ms, paused (1/0), blocked_until_ms, limited (1/0),
+--           next_urgent_ms, n_aside,
 --           n_aside triples: id, reason, removed (1 removed, 0 moved to dead),
 --           then per claimed job: id, due_ms, token, envelope}
 --          next_due_ms: when a claim is next worth making: -1 none known (empty, paused,
@@ -45,11 +50,13 @@
 --          blocked_until_ms, a due time <= now while ready holds jobs, else the earliest
 --          job of pending. blocked_until_ms: -1, or when the rate limit lets a claim in
 --          again (it stopped this one). limited: a limit held back jobs that were ready.
+--          next_urgent_ms: -1, or the due time of the first entry of the urgent index
+--          (after this call: a job of priority above 0 still in pending).
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
--- Cost: at most 200 jobs leased (scripts.MAX_CLAIM), 250 promoted (scripts.MAX_PROMOTE),
---       10 set aside and 1,000 old window entries dropped per call: O((limit + 250)
---       log N), never a scan of the backlog.
+-- Cost: at most 200 jobs leased (scripts.MAX_CLAIM), 250 promoted (scripts.MAX_PROMOTE) and
+--       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call:
+--       O((limit + 300) log N), never a scan of the backlog.
 --@include now
 --@include ms_range
 --@include wrong_type
@@ -64,14 +71,15 @@
 --@include ready_score
 --@include priority
 --@include trim_log
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limit, starts = KEYS[1],
-  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limit, starts, urgent = KEYS[1],
+  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '',
-                        'hash', 'zset'})
+                        'hash', 'zset', 'zset'})
 if err then return err end
 local PROMOTE, TRIM = 250, 1000
+local URGENT = 50
 local now = now_ms(ARGV[1])
-if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, 0} end
+if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
 local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
 local lease_at = string.format('%.0f', now + tonumber(ARGV[3]))
 
@@ -102,8 +110,18 @@ if now <= MAX_MS then
   tail = redis.call('ZRANGEBYSCORE', pending, '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
                     'LIMIT', 0, 10)
 end
+-- due jobs of priority above 0 not among cand: promoted out of pending's due order
+local lead = redis.call('ZRANGEBYSCORE', urgent, '-inf', now, 'LIMIT', 0, URGENT)
+local in_cand, jump, jump_due = {}, {}, {}
+for i = 1, #cand, 2 do in_cand[cand[i]] = true end
+for _, id in ipairs(lead) do
+  if not in_cand[id] then
+    local s = tonumber(redis.call('ZSCORE', pending, id))
+    if s and s <= now then jump[#jump + 1] = id; jump_due[#jump_due + 1] = s end
+  end
+end
 local head = redis.call('ZRANGE', ready, 0, grant, 'WITHSCORES')  -- one more: held back?
-local out = {now, -1, 0, -1, 0, 0}
+local out = {now, -1, 0, -1, 0, -1, 0}
 local gone, died, from_ready, tail_ids = {}, {}, {}, {}
 local function aside(id, why, removed)
   if removed then gone[#gone + 1] = id; id = shown(id)
@@ -123,9 +141,14 @@ for i = 1, #cand, 2 do ids[#ids + 1] = cand[i]; scores[#scores + 1] = cand[i + 1
 for i = 1, #tail, 2 do
   ids[#ids + 1] = tail[i]; scores[#scores + 1] = tail[i + 1]; tail_ids[#tail_ids + 1] = tail[i]
 end
+for j = 1, #jump do ids[#ids + 1] = jump[j]; scores[#scores + 1] = jump_due[j] end
 local prios = {}
 if #ids > 0 and redis.call('EXISTS', prio) == 1 then
   prios = priorities(prio, ids)
+end
+local unindex = lead  -- the urgent entries read, and those of the jobs leaving pending
+for j = 1, #ids do
+  if priority_of(prios[j]) > 0 then unindex[#unindex + 1] = ids[j] end
 end
 for j = 1, #ids do
   local id, due = ids[j], as_ms(scores[j])
@@ -194,6 +217,8 @@ end
 -- 4. write: everything above was only read
 if #cand > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #cand / 2 - 1) end
 if #tail_ids > 0 then redis.call('ZREM', pending, unpack(tail_ids)) end
+if #jump > 0 then redis.call('ZREM', pending, unpack(jump)) end
+if #unindex > 0 then redis.call('ZREM', urgent, unpack(unindex)) end
 if #from_ready > 0 then  -- the leased (whatever copy was taken) and the set aside
   local off = {}
   for _, id in ipairs(from_ready) do if not seen[id] then off[#off + 1] = id end end
@@ -217,10 +242,12 @@ if rate then trim_log(starts, cutoff, TRIM) end
 if #died > 0 then call_many('ZADD', dead, {}, died) end
 if #reset > 0 then redis.call('HDEL', attempts, unpack(reset)) end
 forget(jobs, attempts, cancel, prio, gone)
-out[6] = (#out - 6) / 3
+out[7] = (#out - 7) / 3
 for j = 1, #claimed do out[#out + 1] = claimed[j] end
 
--- 5. when to claim next
+-- 5. when to claim next; when the urgent index's first job is due (a worker's timer)
+local u = pending_head(urgent)  -- its first entry
+if u[2] then out[6] = tonumber(u[2]) end
 if out[5] == 1 then
   out[2] = out[4]
 else

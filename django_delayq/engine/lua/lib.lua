@@ -208,12 +208,18 @@ end
 -- line_write writes and tells the queue's wake channel `channel` the earliest due time
 -- placed when it moves the queue's next claim earlier: nothing was ready (an idle worker
 -- sleeps until the head of pending) and it is before that head, or `moved` was the head.
+-- A job of priority above 0 placed in pending is also indexed in KEYS[13] (urgent: every
+-- queue script takes the queue's keys in one order), so claim.lua promotes it when due
+-- ahead of the jobs of pending due before it; when it comes before the index's first
+-- entry the channel is told too (a busy worker's urgent timer claims it at that time).
 local function new_line(pending, ready)
   local head = pending_head(pending)
   local first = nil
   if head[2] then first = tonumber(head[2]) or -math.huge end
+  local u = pending_head(KEYS[13])
   return {head = head[1], first = first, idle = redis.call('EXISTS', ready) == 0,
-          to_pending = {}, to_ready = {}, earliest = nil}
+          to_pending = {}, to_ready = {}, to_urgent = {}, earliest = nil,
+          urgent_first = tonumber(u[2]), urgent_earliest = nil}
 end
 
 local function enter(line, id, due, priority, now)
@@ -223,6 +229,13 @@ local function enter(line, id, due, priority, now)
   else
     local p = line.to_pending
     p[#p + 1] = due; p[#p + 1] = id
+    if priority > 0 then
+      local u = line.to_urgent
+      u[#u + 1] = due; u[#u + 1] = id
+      if line.urgent_earliest == nil or due < line.urgent_earliest then
+        line.urgent_earliest = due
+      end
+    end
   end
   if line.earliest == nil or due < line.earliest then line.earliest = due end
 end
@@ -230,20 +243,25 @@ end
 local function line_write(line, pending, ready, channel, moved)
   if #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
   if #line.to_ready > 0 then call_many('ZADD', ready, {}, line.to_ready) end
+  if #line.to_urgent > 0 then call_many('ZADD', KEYS[13], {}, line.to_urgent) end
   local due = line.earliest
   if due ~= nil and line.idle and (line.first == nil or due < line.first
                                    or line.head == moved) then
     redis.call('PUBLISH', channel, string.format('%.0f', due))
+  elseif line.urgent_earliest ~= nil and (line.urgent_first == nil
+                                          or line.urgent_earliest < line.urgent_first) then
+    redis.call('PUBLISH', channel, string.format('%.0f', line.urgent_earliest))
   end
 end
 
 --@define forget
 -- Forgets jobs that are final (done, cancelled, purged, trimmed from dead, set aside as
 -- poison): their envelope, attempts count (lease token), cancel mark and priority. Where
--- they were listed (pending, ready, inflight, dead) is the caller's to clear. At most a
--- few hundred ids a call.
+-- they were listed (pending, ready, inflight, dead) is the caller's to clear, except the
+-- index of urgent pending jobs (KEYS[13]). At most a few hundred ids a call.
 local function forget(jobs, attempts, cancel, prio, ids)
   if #ids == 0 then return end
+  redis.call('ZREM', KEYS[13], unpack(ids))
   redis.call('HDEL', jobs, unpack(ids))
   redis.call('HDEL', attempts, unpack(ids))
   redis.call('SREM', cancel, unpack(ids))

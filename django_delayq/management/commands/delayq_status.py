@@ -31,9 +31,10 @@ from django.db import DatabaseError
 from django.db.models import Count
 from redis.exceptions import RedisError
 
-from django_delayq.core import periodic
+from django_delayq.core import periodic, progress
 from django_delayq.management.options import parse_queues
 from django_delayq.models import Job, JobStatus
+from django_delayq.observe import limits
 
 CLEAR = "\x1b[H\x1b[2J"
 FIELD_CHARS = 200  # of one worker info field in the text output
@@ -91,6 +92,7 @@ class RunningJob:
     queue: str
     callable: str
     age_s: float | None
+    progress: Any = None  # its row's Job.progress (report_progress), None without one
 
 
 @dataclass(slots=True, kw_only=True)
@@ -169,15 +171,12 @@ def running_jobs(raw: Any, now_ms: float) -> list[RunningJob]:
 
 
 def callable_limits(engine: Any, settings: Any) -> list[CallableLimitStatus]:
-    """Each callable of ``DELAYQ['CALLABLE_LIMITS']``: its limit and what it runs now."""
-    out = []
-    for path, entry in sorted(settings.callable_limits.items()):
-        rate, concurrency = entry.rate, entry.concurrency
-        state = engine.limit_state(path, rate=rate, concurrency=concurrency)
-        out.append(CallableLimitStatus(
-            callable=path, rate=None if rate is None else list(rate), concurrency=concurrency,
-            running=state.running, started_in_window=state.started_in_window))
-    return out
+    """Each callable of ``DELAYQ['CALLABLE_LIMITS']``: its limit and what it runs now
+    (``observe.limits``)."""
+    return [CallableLimitStatus(
+        callable=c.callable, rate=None if c.rate is None else list(c.rate),
+        concurrency=c.concurrency, running=c.running, started_in_window=c.started_in_window)
+        for c in limits.callable_limits(engine, settings)]
 
 
 def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
@@ -204,27 +203,37 @@ def waiting_counts(queues: list[str]) -> dict[str, int]:
         return {}
 
 
+def with_progress(workers: list[WorkerStatus]) -> list[WorkerStatus]:
+    """Each running job's progress from its row (one query); none when the database
+    cannot be read."""
+    jobs = [job for w in workers for job in w.jobs]
+    try:
+        found = dict(Job.objects.filter(pk__in=[j.id for j in jobs[:1000]])
+                     .values_list("id", "progress")) if jobs else {}
+    except DatabaseError:
+        found = {}
+    for job in jobs:
+        job.progress = found.get(job.id)
+    return workers
+
+
 def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
     paused = engine.paused(queues)
     waiting = waiting_counts(queues)
     stats = [queue_status(engine, q, q in paused) for q in queues]
     for q in stats:
         q.waiting = waiting.get(q.queue, 0)
+    workers = with_progress(worker_statuses(engine, settings.lease_seconds))
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
                   queues=stats,
-                  workers=worker_statuses(engine, settings.lease_seconds), paused=paused,
+                  workers=workers, paused=paused,
                   callable_limits=callable_limits(engine, settings),
                   schedules=periodic.status_rows())
 
 
 def describe_limit(rate: list[int] | None, concurrency: int | None) -> str:
     """``"100 per 60s, 5 at once"``; "none" without either."""
-    parts = []
-    if rate is not None:
-        parts.append("%d per %gs" % (rate[0], rate[1] / 1000))
-    if concurrency is not None:
-        parts.append("%d at once" % concurrency)
-    return ", ".join(parts) or "none"
+    return limits.describe_limit(rate, concurrency, none="none")
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -284,9 +293,10 @@ def _worker_lines(w: WorkerStatus) -> list[str]:
     lines = ["  %-40s heartbeat %s ago%s  %s" % (
         printable(w.id), _fmt_s(w.heartbeat_age_s), " (STALE)" if w.stale else "", detail)]
     for job in w.jobs:
-        lines.append("    running %s %s (%s) for %s" % (
+        lines.append("    running %s %s (%s) for %s%s" % (
             printable(job.id), printable(job.callable[:FIELD_CHARS]), printable(job.queue),
-            _fmt_s(job.age_s)))
+            _fmt_s(job.age_s), "" if job.progress is None else
+            ", progress %s" % printable(progress.compact(job.progress, 60))))
     return lines
 
 

@@ -73,6 +73,10 @@
       li.appendChild(document.createTextNode(" "));
       li.appendChild(el("code", job.callable));
       li.appendChild(el("span", " " + job.queue + ", " + age(job.age_s), "quiet"));
+      if (job.progress) {
+        li.appendChild(document.createTextNode(" "));
+        li.appendChild(el("span", job.progress, "delayq-progress"));
+      }
       list.appendChild(li);
     });
     cell.appendChild(list);

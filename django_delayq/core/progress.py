@@ -1,0 +1,189 @@
+"""``report_progress(value)``: a running job's progress, kept on its row (``Job.progress``).
+
+The value is checked where it is given (JSON only, at most ``MAX_PROGRESS_BYTES`` encoded:
+``InvalidJob`` naming it otherwise). Writes are throttled per job: the first report is
+written at once, a later one only when ``INTERVAL_SECONDS`` have passed since the last
+write; a report that comes sooner is kept and written by the next report past the interval
+or, at the latest, when the job's attempt ends (``running`` exits), before the worker
+settles it. So a job writes at most one value per interval plus its last one, and the row
+ends with the last value reported.
+
+The write is one ``UPDATE`` of that column by the job's own thread, on its own database
+connection (the one a job function uses), guarded so that a final row is never changed.
+Inside an ``async def`` job (an event loop runs in the thread) the write goes to one
+helper thread of the process instead; the attempt's end waits for it. A write that fails
+is logged, never raised into the job: progress is a display, not a result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import DatabaseError, router
+
+from django_delayq.core import context, validation
+from django_delayq.exceptions import InvalidJob, NotInJob
+from django_delayq.models import FINAL_STATUSES, Job
+
+logger = logging.getLogger(__name__)
+
+MAX_PROGRESS_BYTES = 4096  # of the value encoded as compact JSON, in UTF-8
+INTERVAL_SECONDS = 0.5  # at most one write per job in this time, plus the last value
+
+_NOTHING = object()
+
+
+def check(value: Any) -> str:
+    """The compact JSON of ``value``; ``InvalidJob`` naming it when it is not JSON, holds a
+    NUL (PostgreSQL's jsonb refuses it) or is over ``MAX_PROGRESS_BYTES``."""
+    if bad := validation.find_bad(value, "progress"):
+        raise InvalidJob("report_progress() takes a number or small JSON (str, int, float, "
+                         "bool, None, list, dict); %s is not" % bad)
+    encoded = validation.dumps(value)
+    if "\\u0000" in encoded or "\x00" in encoded:
+        raise InvalidJob("report_progress(%s): a NUL character cannot be stored"
+                         % validation.short(value))
+    size = validation.utf8_size(encoded)
+    if size > MAX_PROGRESS_BYTES:
+        raise InvalidJob("report_progress(%s) is %d bytes of JSON, over the %d a progress "
+                         "value may take; report a number or a few fields"
+                         % (validation.short(value), size, MAX_PROGRESS_BYTES))
+    return encoded
+
+
+def row_writer(job_id: str) -> Callable[[Any], None]:
+    """Writes one progress value on ``job_id``'s row unless the row is final."""
+
+    def write(value: Any) -> None:
+        using = router.db_for_write(Job)
+        (Job.objects.using(using).filter(pk=job_id).exclude(status__in=FINAL_STATUSES)
+         .update(progress=value))
+
+    return write
+
+
+class Reporter:
+    """The throttled progress of one attempt. ``writes`` counts the values written."""
+
+    def __init__(self, job_id: str, write: Callable[[Any], None],
+                 interval: float = INTERVAL_SECONDS,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.job_id, self._write, self.interval, self._clock = job_id, write, interval, clock
+        self._lock = threading.Lock()  # a job may report from threads of its own
+        self._last: float | None = None
+        self._pending: Any = _NOTHING
+        self._futures: list[Future[None]] = []
+        self.writes = 0
+
+    def report(self, value: Any) -> None:
+        with self._lock:
+            now = self._clock()
+            if self._last is not None and now - self._last < self.interval:
+                self._pending = value  # written by a later report or at the end
+                return
+            self._pending, self._last = _NOTHING, now
+        self._send(value)
+
+    def finish(self) -> None:
+        """Write the value still pending and wait for the helper thread's writes (those
+        first: an earlier value written after the last one would stay on the row)."""
+        for future in self._futures:
+            future.result()
+        with self._lock:
+            value, self._pending = self._pending, _NOTHING
+        if value is not _NOTHING:
+            self._send(value)
+        for future in self._futures:
+            future.result()
+
+    def _send(self, value: Any) -> None:
+        self.writes += 1
+        if _in_event_loop():  # Django refuses a blocking query here: the helper thread
+            self._futures.append(_helper().submit(self._write_logged, value))
+        else:
+            self._write_logged(value)
+
+    def _write_logged(self, value: Any) -> None:
+        try:
+            self._write(value)
+        except DatabaseError as exc:
+            logger.warning("job %s: its progress could not be written: %s", self.job_id, exc)
+
+
+_reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar(
+    "delayq_progress", default=None)
+
+
+def report_progress(value: Any) -> None:
+    """Record ``value`` (a number or small JSON) as the running job's progress.
+
+    ``InvalidJob`` names a value that is not JSON or is over 4 KB encoded; ``NotInJob``
+    when no job runs in this context. Throttled: see this module's docstring."""
+    check(value)
+    reporter = _reporter.get()
+    if reporter is None:
+        raise NotInJob("report_progress() is for a running job function; no job runs here")
+    reporter.report(value)
+
+
+@contextmanager
+def running(ctx: context.JobContext,
+            write: Callable[[Any], None] | None = None) -> Iterator[Reporter]:
+    """Run the block as job ``ctx``: ``current_job()`` returns it and ``report_progress``
+    writes to its row (or ``write``); the last value pending is written on exit."""
+    reporter = Reporter(ctx.id, write or row_writer(ctx.id))
+    job_token = context._current.set(ctx)
+    token = _reporter.set(reporter)
+    try:
+        yield reporter
+    finally:
+        _reporter.reset(token)
+        context._current.reset(job_token)
+        try:
+            reporter.finish()
+        except Exception:  # noqa: BLE001 - never the job's outcome
+            logger.exception("job %s: its last progress could not be written", ctx.id)
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+_executor: list[tuple[int, ThreadPoolExecutor]] = []
+
+
+def _helper() -> ThreadPoolExecutor:
+    """One writer thread per process (made again in a forked child)."""
+    pid = os.getpid()
+    if not _executor or _executor[0][0] != pid:
+        _executor[:] = [(pid, ThreadPoolExecutor(1, thread_name_prefix="delayq-progress"))]
+    return _executor[0][1]
+
+
+def compact(value: Any, limit: int = 40) -> str:
+    """One short line of plain text for a progress value (the list, the dashboard,
+    ``delayq_status``): a number as it prints, a string as it is, other JSON compact; cut to
+    ``limit`` characters with an ellipsis; "" for none. The caller escapes it."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        text = "%g" % value
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = validation.dumps(value)
+    text = " ".join(text.split())  # one line
+    return text if len(text) <= limit else text[:limit - 1] + "\u2026"

@@ -1,0 +1,88 @@
+"""A job's result from its row: ``JobHandle.result`` and ``JobHandle.wait()``.
+
+``result_of(row)``: a ``succeeded`` row's ``result`` (the JSON value the function
+returned; ``None`` when it returned something JSON cannot hold); ``JobFailed`` for a row
+that ended otherwise (``dead`` with its last error type and text, ``cancelled``,
+``expired``); ``JobNotFinished`` for one still on its way (scheduled, waiting, running,
+retrying).
+
+``wait()`` reads the row until it is final: every ``poll`` seconds at first (10 ms), the
+interval growing by half each time up to ``MAX_POLL_SECONDS`` (250 ms), each read its own
+short query (no transaction is held while waiting). Inside an atomic block the row
+cannot change under the caller (SQLite, and PostgreSQL's snapshot isolation, show the
+caller's snapshot), so waiting for a row that is not final there raises
+``TransactionManagementError`` at once; a final row returns its result anywhere (eager
+mode runs the job before ``schedule()`` returns, outside a transaction).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from django.db import router, transaction
+from django.db.transaction import TransactionManagementError
+
+from django_delayq.exceptions import (
+    InvalidJob,
+    JobFailed,
+    JobNotFinished,
+    JobNotFound,
+    WaitTimeout,
+)
+from django_delayq.models import FINAL_STATUSES, Job, JobStatus
+
+MAX_POLL_SECONDS = 0.25
+GROWTH = 1.5
+
+
+def result_of(row: Job) -> Any:
+    """The result of a final ``row``, or the error saying why there is none."""
+    if row.status == JobStatus.SUCCEEDED:
+        return row.result
+    if row.status == JobStatus.DEAD:
+        raise JobFailed(row.id, row.status, row.error_type, row.last_error)
+    if row.status in FINAL_STATUSES:  # cancelled, expired: the reason, when one was kept
+        raise JobFailed(row.id, row.status, "", row.last_error)
+    raise JobNotFinished(row.id, row.status)
+
+
+def _seconds(value: Any, name: str, *, positive: bool) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if ok and math.isfinite(value) and (value > 0 if positive else value >= 0):
+        return float(value)
+    raise InvalidJob("wait(%s=%r): give %s seconds" % (
+        name, value, "a positive number of" if positive else "None or a number of"))
+
+
+def _read(job_id: str) -> Job:
+    using = router.db_for_read(Job)
+    try:
+        return Job.objects.using(using).only(
+            "id", "status", "result", "error_type", "last_error").get(pk=job_id)
+    except Job.DoesNotExist:
+        raise JobNotFound("no job with id %r" % job_id) from None
+
+
+def wait(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
+    """Block until job ``job_id`` is final and return ``result_of`` its row;
+    ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
+    limit = None if timeout is None else _seconds(timeout, "timeout", positive=False)
+    interval = _seconds(poll, "poll", positive=True)
+    deadline = None if limit is None else time.monotonic() + limit
+    row = _read(job_id)
+    if row.status not in FINAL_STATUSES and transaction.get_connection(
+            router.db_for_read(Job)).in_atomic_block:
+        raise TransactionManagementError(
+            "wait() for job %s inside an atomic block: the row (%s) cannot change under this "
+            "transaction; wait after it commits (transaction.on_commit) or outside it"
+            % (job_id, row.status))
+    while row.status not in FINAL_STATUSES:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise WaitTimeout(job_id, limit or 0.0, row.status)
+        time.sleep(interval if left is None else min(interval, left))
+        interval = min(interval * GROWTH, max(MAX_POLL_SECONDS, poll))
+        row = _read(job_id)
+    return result_of(row)

@@ -1,0 +1,311 @@
+"""``ShardedEngine``: the ``Engine`` of engine.py with each queue spread over shards.
+
+Callers name the logical queue; this class finds the shards (engine/shards.py) and
+runs the one-data-set methods of ``Engine`` on each (no script changes: a shard is a
+full queue under a hash tag of its own). A queue of one shard costs nothing extra
+(one record read per ``SPAN_REFRESH_SECONDS``).
+
+* ``enqueue`` groups the jobs by home shard (one chunked call per shard).
+* ``claim`` starts at the next shard at each call and fills the batch from the
+  following ones; it reports the earliest next-due time of the shards it asked (now,
+  when it stopped with a full batch before asking them all). Due order holds within a
+  shard, and across shards to the extent of one claim round.
+* Methods by id (ack, nack, extend, release, defer, cancel, reschedule, requeue,
+  inspect, the reconciler's presence) ask the home shard, then the other shards of the
+  span for the ids it did not hold (a job enqueued under another shard count): an id
+  is found wherever it is. Every such call checks the lease token, so asking a shard
+  that does not hold the job changes nothing.
+* Reads and operations of the whole queue (stats, purge, pause, resume, recover,
+  expiring, the wake channels) cover every shard of the span; jobs come back under the
+  logical queue name.
+* Queue limits (rate, concurrency) are refused on a queue of more than one shard: each
+  shard would enforce its own. The epoch (the reconciler's data-loss mark) is shard 0's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from django_delayq.engine.engine import MAX_BATCH, Engine
+from django_delayq.engine.outbox import Presence
+from django_delayq.engine.replies import bad_id, shown
+from django_delayq.engine.results import (
+    CancelOutcome,
+    ClaimResult,
+    JobLocation,
+    MoveOutcome,
+    NackOutcome,
+    NewJob,
+    QueueStats,
+    Recovered,
+)
+from django_delayq.engine.shards import ShardMap, shard_name
+
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+_S = TypeVar("_S", bound="ShardedEngine")
+
+
+class ShardLimitError(ValueError):
+    """A queue limit (rate or concurrency) asked for a queue of more than one shard."""
+
+
+def _min(values: Iterable[int | None]) -> int | None:
+    found = [v for v in values if v is not None]
+    return min(found) if found else None
+
+
+class ShardedEngine(Engine):
+    """``shards``: queue -> shard count (absent: 1). None: no queue sharded, nothing
+    read to find out (a bare engine, as engine.py's)."""
+
+    def __init__(self, client: Any, prefix: str = "delayq",
+                 clock: Callable[[], int] | None = None,
+                 shards: Mapping[str, int] | None = None) -> None:
+        super().__init__(client, prefix, clock)
+        self.shard_map = ShardMap(shards)
+
+    @classmethod
+    def like(cls: type[_S], other: Any, *args: Any, **kwargs: Any) -> _S:
+        kwargs.setdefault("shards", getattr(getattr(other, "shard_map", None), "counts", None))
+        return cls(other.client, other.prefix, *args, **kwargs)
+
+    # -- where ----------------------------------------------------------------------
+
+    def shard_queues(self, queue: str) -> list[str]:
+        """The data set names of every shard of ``queue``'s span, shard 0 first."""
+        span = self.shard_map.span(self.client, queue,
+                                   lambda i: self.keys(shard_name(queue, i)).shards)
+        return [shard_name(queue, i) for i in range(span)]
+
+    def _routed(self, queue: str, items: Sequence[_T], id_of: Callable[[_T], str],
+                call: Callable[[str, list[_T]], list[_R]],
+                missed: Callable[[_R], bool]) -> list[_R]:
+        """``call`` on each shard with the items homed there, then on the other shards
+        with the items no shard held yet; results in the order of ``items``."""
+        names = self.shard_queues(queue)
+        if len(names) == 1:
+            return call(names[0], list(items))
+        homes = [self.shard_map.home(queue, id_of(item)) for item in items]
+        out: dict[int, _R] = {}
+        for name in names:
+            self._call_some(name, [i for i in range(len(items)) if homes[i] == name],
+                            items, call, out)
+        for name in names:
+            self._call_some(name, [i for i in range(len(items))
+                                   if homes[i] != name and missed(out[i])], items, call, out)
+        return [out[i] for i in range(len(items))]
+
+    @staticmethod
+    def _call_some(name: str, picked: list[int], items: Sequence[_T],
+                   call: Callable[[str, list[_T]], list[_R]], out: dict[int, _R]) -> None:
+        if picked:
+            out.update(zip(picked, call(name, [items[i] for i in picked])))
+
+    def _first(self, queue: str, job_id: str, call: Callable[[str], _R],
+               missed: Callable[[_R], bool]) -> _R:
+        """``call`` on the home shard of ``job_id``, then the others until one holds it."""
+        home = self.shard_map.home(queue, job_id)
+        found = call(home)
+        for name in self.shard_queues(queue):
+            if not missed(found):
+                break
+            if name != home:
+                found = call(name)
+        return found
+
+    # -- producing and consuming ----------------------------------------------------
+
+    def enqueue(self, queue: str, jobs: Iterable[NewJob], now_ms: int | None = None) -> int:
+        if self.shard_map.count(queue) == 1:
+            return super().enqueue(queue, jobs, now_ms)
+        self.shard_queues(queue)  # the record covers every shard written to
+        jobs = list(jobs)
+        for job in jobs:  # every id checked before anything is sent, as engine.py does
+            why = bad_id(job.id)
+            if why is not None:
+                raise ValueError("job id %s: %s" % (shown(job.id), why))
+        groups: dict[str, list[NewJob]] = {}
+        for job in jobs:
+            groups.setdefault(self.shard_map.home(queue, job.id), []).append(job)
+        return sum(super(ShardedEngine, self).enqueue(name, group, now_ms)
+                   for name, group in groups.items())
+
+    def claim(self, queue: str, limit: int, lease_ms: int,
+              now_ms: int | None = None) -> ClaimResult:
+        names = self.shard_queues(queue)
+        if len(names) == 1:
+            return super().claim(queue, limit, lease_ms, now_ms)
+        want = max(1, min(limit, MAX_BATCH))
+        start = self.shard_map.turn(queue, len(names))
+        results: list[ClaimResult] = []
+        for step in range(len(names)):
+            taken = sum(len(r.jobs) for r in results)
+            if taken >= want:
+                break
+            results.append(super().claim(names[(start + step) % len(names)], want - taken,
+                                         lease_ms, now_ms))
+        return self._merged(queue, results, complete=len(results) == len(names))
+
+    @staticmethod
+    def _merged(queue: str, results: list[ClaimResult], complete: bool) -> ClaimResult:
+        now = results[0].now_ms
+        next_due = _min(r.next_due_ms for r in results)
+        if not complete:  # shards not asked may hold due jobs: worth claiming again now
+            next_due = now if next_due is None else min(next_due, now)
+        return ClaimResult(
+            now_ms=now, next_due_ms=next_due,
+            jobs=[dataclasses.replace(job, queue=queue) for r in results for job in r.jobs],
+            set_aside=[entry for r in results for entry in r.set_aside],
+            paused=all(r.paused for r in results),
+            blocked_until_ms=_min(r.blocked_until_ms for r in results),
+            limited=any(r.limited for r in results),
+            next_urgent_ms=_min(r.next_urgent_ms for r in results))
+
+    def ack(self, queue: str, leases: Sequence[tuple[str, int]]) -> list[bool]:
+        return self._routed(queue, leases, lambda lease: lease[0],
+                            lambda name, part: super(ShardedEngine, self).ack(name, part),
+                            lambda ok: not ok)
+
+    def nack(self, queue: str, failures: Sequence[tuple[str, int, int | None]], *,
+             dead_max: int = 100_000, now_ms: int | None = None) -> list[NackOutcome]:
+        return self._routed(
+            queue, failures, lambda f: f[0],
+            lambda name, part: super(ShardedEngine, self).nack(
+                name, part, dead_max=dead_max, now_ms=now_ms),
+            lambda outcome: outcome == NackOutcome.LEASE_LOST)
+
+    def extend(self, queue: str, leases: Sequence[tuple[str, int]], lease_ms: int,
+               now_ms: int | None = None) -> list[bool]:
+        return self._routed(
+            queue, leases, lambda lease: lease[0],
+            lambda name, part: super(ShardedEngine, self).extend(name, part, lease_ms, now_ms),
+            lambda ok: not ok)
+
+    def release(self, queue: str, claimed: Sequence[Any],
+                now_ms: int | None = None) -> list[bool]:
+        return self._routed(
+            queue, claimed, lambda job: job.id,
+            lambda name, part: super(ShardedEngine, self).release(name, part, now_ms),
+            lambda ok: not ok)
+
+    def defer(self, queue: str, leases: Sequence[tuple[str, int, int]],
+              now_ms: int | None = None) -> list[bool]:
+        return self._routed(
+            queue, leases, lambda lease: lease[0],
+            lambda name, part: super(ShardedEngine, self).defer(name, part, now_ms),
+            lambda ok: not ok)
+
+    def recover(self, queue: str, **options: Any) -> list[Recovered]:
+        found: list[Recovered] = []
+        for name in self.shard_queues(queue):
+            found += super().recover(name, **options)
+        return found
+
+    def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
+        found: list[str] = []
+        for name in self.shard_queues(queue):
+            found += super().expiring(name, within_ms, limit)
+        return found
+
+    # -- managing -------------------------------------------------------------------
+
+    def cancel(self, queue: str, job_id: str) -> CancelOutcome:
+        return self._first(queue, job_id, lambda name: super(ShardedEngine, self).cancel(
+            name, job_id), lambda outcome: outcome == CancelOutcome.NOT_FOUND)
+
+    def reschedule(self, queue: str, job_id: str, *, at_ms: int | None = None,
+                   delay_ms: int = 0, now_ms: int | None = None
+                   ) -> tuple[MoveOutcome, int | None]:
+        return self._first(queue, job_id, lambda name: super(ShardedEngine, self).reschedule(
+            name, job_id, at_ms=at_ms, delay_ms=delay_ms, now_ms=now_ms),
+            lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
+
+    def requeue(self, queue: str, job_id: str, *, delay_ms: int = 0,
+                now_ms: int | None = None) -> tuple[MoveOutcome, int | None]:
+        return self._first(queue, job_id, lambda name: super(ShardedEngine, self).requeue(
+            name, job_id, delay_ms=delay_ms, now_ms=now_ms),
+            lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
+
+    def inspect(self, queue: str, job_id: str) -> JobLocation:
+        return self._first(queue, job_id, lambda name: super(ShardedEngine, self).inspect(
+            name, job_id), lambda found: found.place == "")
+
+    def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
+        parts = [super(ShardedEngine, self).stats(name, now_ms)
+                 for name in self.shard_queues(queue)]
+        return QueueStats(
+            now_ms=parts[0].now_ms, scheduled=sum(p.scheduled for p in parts),
+            ready=sum(p.ready for p in parts), inflight=sum(p.inflight for p in parts),
+            dead=sum(p.dead for p in parts), next_due_ms=_min(p.next_due_ms for p in parts),
+            oldest_ready_ms=_min(p.oldest_ready_ms for p in parts),
+            expired_leases=sum(p.expired_leases for p in parts))
+
+    def purge(self, queue: str) -> None:
+        for name in reversed(self.shard_queues(queue)):  # shard 0 (the record) last
+            super().purge(name)
+        self.shard_map.forget(queue)
+
+    def purge_pending(self, queue: str, limit: int = 200) -> list[str]:
+        for name in self.shard_queues(queue):
+            ids = super().purge_pending(name, limit)
+            if ids:
+                return ids
+        return []
+
+    def pause(self, queue: str) -> bool:
+        return any([super(ShardedEngine, self).pause(name)
+                    for name in self.shard_queues(queue)])
+
+    def resume(self, queue: str) -> bool:
+        return any([super(ShardedEngine, self).resume(name)
+                    for name in self.shard_queues(queue)])
+
+    def paused(self, queues: Sequence[str]) -> list[str]:
+        names = {q: self.shard_queues(q) for q in queues}
+        found = set(Engine.paused(self, [n for q in queues for n in names[q]]))  # one trip
+        return [q for q in queues if found.intersection(names[q])]
+
+    def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
+                        concurrency: int | None) -> None:
+        names = self.shard_queues(queue)
+        if len(names) > 1 and (rate is not None or concurrency is not None):
+            raise ShardLimitError(
+                "queue %r has %d shards: a rate or concurrency limit cannot be split "
+                "exactly between them; remove the limit or the shards" % (queue, len(names)))
+        for name in names:
+            super().set_queue_limit(name, rate=rate, concurrency=concurrency)
+
+    def oldest_pending(self, queue: str) -> tuple[str, float] | None:
+        heads = [head for name in self.shard_queues(queue)
+                 if (head := Engine.oldest_pending(self, name)) is not None]
+        return min(heads, key=lambda head: head[1]) if heads else None
+
+    def holds_data(self, queue: str) -> bool:
+        return any(super(ShardedEngine, self).holds_data(name)
+                   for name in self.shard_queues(queue))
+
+    # -- the reconciler and the wake channels ---------------------------------------
+
+    def presence(self, queue: str, job_ids: Sequence[str]) -> list[Presence]:
+        return self._routed(queue, job_ids, str,
+                            lambda name, part: super(ShardedEngine, self).presence(name, part),
+                            lambda p: not (p.queued or p.dead or p.envelope
+                                           or p.reconciled_ms is not None))
+
+    def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
+                  seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int) -> int:
+        groups: dict[str, list[Any]] = {}
+        for job in jobs:
+            groups.setdefault(self.shard_map.home(queue, job[0]), []).append(job)
+        return sum(super(ShardedEngine, self).reenqueue(name, group, seeds, keep_ms=keep_ms,
+                                                        keep_max=keep_max)
+                   for name, group in groups.items())
+
+    def wake_listener(self, queues: Iterable[str], event: Any) -> Any:
+        listener = super().wake_listener([], event)
+        listener.channels = {self.keys(name).channel: queue for queue in queues
+                             for name in self.shard_queues(queue)}
+        return listener

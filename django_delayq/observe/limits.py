@@ -1,0 +1,46 @@
+"""The callable limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each runs now, read
+through the engine (``Engine.limit_state``: the grants of the window and the slots held,
+on the Redis clock): one reading for the admin's queues page (``admin/overview.py``) and
+``manage.py delayq_status``, each of which only formats it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django_delayq.core.conf import Settings
+from django_delayq.core.limits import Rate
+from django_delayq.engine import Engine
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallableLimitState:
+    callable: str  # the dotted path, the limit's group
+    rate: Rate | None  # (starts, per_ms)
+    concurrency: int | None
+    running: int  # slots held now
+    started_in_window: int  # grants within the rate's window
+
+
+def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitState]:
+    """Each callable of ``DELAYQ['CALLABLE_LIMITS']`` (sorted by path): its limit and what
+    it runs now."""
+    out = []
+    for path, entry in sorted(settings.callable_limits.items()):
+        rate, concurrency = entry.rate, entry.concurrency
+        state = engine.limit_state(path, rate=rate, concurrency=concurrency)
+        out.append(CallableLimitState(callable=path, rate=rate, concurrency=concurrency,
+                                      running=state.running,
+                                      started_in_window=state.started_in_window))
+    return out
+
+
+def describe_limit(rate: Sequence[int] | None, concurrency: int | None,
+                   none: str = "") -> str:
+    """``"100 per 60s, 5 at once"``; ``none`` without either."""
+    parts = []
+    if rate is not None:
+        parts.append("%d per %gs" % (rate[0], rate[1] / 1000))
+    if concurrency is not None:
+        parts.append("%d at once" % concurrency)
+    return ", ".join(parts) or none

@@ -1,0 +1,118 @@
+"""The prepared INSERT of ``schedule()`` (``core/row_insert.py``) stores a row exactly as
+``Job.save()`` stores it: its short cuts give what ``get_db_prep_save`` gives, column by
+column, and Django's cursor (query capture, execute wrappers) still sees the INSERT."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from django_delayq import job, schedule
+from django_delayq.core import ids, row_insert
+from django_delayq.models import Job
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PARIS = timezone(timedelta(hours=1))
+
+
+def _rows() -> list[Job]:
+    now = datetime.now(UTC)
+    common: dict[str, Any] = dict(queue="default", callable_path="tests.jobs.noop",
+                                  max_attempts=3, created_at=now, updated_at=now)
+    return [
+        Job(id=ids.new_id(), args=[1], kwargs={}, run_at=now, scheduled_for=now, **common),
+        Job(id=ids.new_id(), args=["é", None, 2.5, [True]], kwargs={"a": {"b": "ü"}},
+            key="k-1", run_at=datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=PARIS),
+            scheduled_for=None, priority=-7, timeout=1.5, backoff=[1, 2.5],
+            retry_on=["builtins.ValueError"], expires_at=now + timedelta(hours=1),
+            requeued_from="x" * 26, task_backend="default", parents_left=2,
+            cancel_requested=True, **common),
+    ]
+
+
+def _django(row: Job) -> list[Any]:
+    return [f.get_db_prep_save(getattr(row, f.attname), connection)
+            for f in Job._meta.local_concrete_fields]
+
+
+def _plain(value: Any) -> Any:
+    return ("json", value.obj) if hasattr(value, "obj") else value  # psycopg's Jsonb
+
+
+def test_every_column_is_prepared_as_get_db_prep_save_prepares_it() -> None:
+    for row in _rows():
+        assert [_plain(v) for v in row_insert.params(row, "default")] == [
+            _plain(v) for v in _django(row)]
+
+
+def _stored(pk: str) -> tuple[Any, ...]:
+    names = [f.column for f in Job._meta.local_concrete_fields if f.column != "id"]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s FROM %s WHERE id = %%s" % (
+            ", ".join(connection.ops.quote_name(n) for n in names),
+            connection.ops.quote_name(Job._meta.db_table)), [pk])
+        return tuple(cursor.fetchone())
+
+
+def test_the_stored_row_equals_the_one_save_stores() -> None:
+    for row in _rows():
+        twin = Job(**{f.attname: getattr(row, f.attname)
+                      for f in Job._meta.local_concrete_fields})
+        twin.id = ids.new_id()
+        row_insert.insert(row, "default")
+        twin.save(force_insert=True)
+        assert _stored(row.id) == _stored(twin.id)
+
+
+def test_query_capture_and_execute_wrappers_see_the_insert() -> None:
+    seen: list[str] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append(sql)
+        return execute(sql, params, many, context)
+
+    with CaptureQueriesContext(connection) as captured:
+        schedule("tests.jobs.noop", 1, delay=60)
+    with connection.execute_wrapper(wrapper):
+        handle = job("tests.jobs.noop").schedule(2)
+    assert any(q["sql"].startswith("INSERT INTO") for q in captured.captured_queries)
+    assert [sql for sql in seen if sql.startswith("INSERT INTO")]
+    assert Job.objects.get(pk=handle.id).args == [2]
+
+
+def _fields(row: Job) -> dict[str, Any]:
+    return {f.attname: getattr(row, f.attname) for f in Job._meta.concrete_fields}
+
+
+def test_new_row_holds_what_job_init_gives() -> None:
+    now = datetime.now(UTC)
+    values: dict[str, Any] = dict(id=ids.new_id(), queue="default", args=[1], run_at=now,
+                                  callable_path="tests.jobs.noop", max_attempts=2)
+    fast, slow = row_insert.new_row(**values), Job(**values)
+    created = (fast.created_at, slow.created_at)  # timezone.now() each: set them equal
+    fast.created_at = fast.updated_at = slow.created_at = slow.updated_at = now
+    assert _fields(fast) == _fields(slow) and all(created)
+    assert fast._state.adding and fast._state.db is None
+    fast.kwargs["x"] = 1  # a default of its own, not shared
+    assert row_insert.new_row(**values).kwargs == {}
+
+
+def test_new_row_is_job_init_when_someone_listens_to_post_init() -> None:
+    from django.db.models.signals import post_init
+
+    seen: list[Any] = []
+
+    def listener(sender: Any, instance: Any, **kwargs: Any) -> None:
+        seen.append(instance)
+
+    post_init.connect(listener, sender=Job)
+    try:
+        row = row_insert.new_row(id=ids.new_id(), queue="default")
+    finally:
+        post_init.disconnect(listener, sender=Job)
+    assert seen == [row]
