@@ -18,10 +18,8 @@ so a database outage is not hidden by Redis steps that work.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
-import queue as queue_mod
 import signal
 import socket
 import threading
@@ -34,12 +32,12 @@ from typing import Any
 from django.db import close_old_connections, connections
 from redis.exceptions import RedisError
 
-from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import ClaimedJob, Engine
-from django_delayq.worker import aside, limits, runner
+from django_delayq.worker import limits, runner
 from django_delayq.worker.audit import AuditWriter, OutageLog
+from django_delayq.worker.handover import Handover
 from django_delayq.worker.ledger import key_of
 from django_delayq.worker.liveness import Liveness
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
@@ -56,11 +54,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
 EXIT_HARD_STOP = 3
-LAST = 1 << 30  # the rank of the threads' stop marker: after every claimed job
 URGENT_BATCH = 4  # jobs a claim of the urgent timer takes (worker/urgent.py)
-
-
-Ranked = tuple[int, int, ClaimedJob | None]  # (-priority or LAST, claim order, job)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,11 +88,9 @@ class Worker:
                                  concurrency=options.concurrency,
                                  running=self.ledger.running_jobs,
                                  supervision=options.supervision)
-        # Claimed jobs wait for a thread by priority, then claim order (not behind a backlog)
-        self.local: queue_mod.PriorityQueue[Ranked] = queue_mod.PriorityQueue()
-        self._order = itertools.count()
+        # Claimed jobs wait for a thread by priority, then due time (not behind a backlog)
+        self.handover = Handover(engine, settings, self.ledger)
         self.backoff = QueueBackoff()
-        self.claimed_total = 0
         self.draining = False
         self.hard_stop = False
         self.next_due: dict[str, int | None] = {q: None for q in options.queues}
@@ -115,7 +107,10 @@ class Worker:
         self._round_failed = False
         self._outage = OutageLog(logger, "worker loop step", quiet=(RedisError,))
         self._reconcile_outage = OutageLog(logger, "reconciler tick")
-        self.set_aside = 0  # claimed jobs not run: no row, or a final one
+
+    @property
+    def claimed_total(self) -> int:
+        return self.handover.claimed_total
 
     # -- signals: flags only --------------------------------------------------------
 
@@ -164,8 +159,7 @@ class Worker:
             self._shutdown_hard()
             self.liveness.unregister()
         else:
-            for _ in self._threads:
-                self.local.put((LAST, next(self._order), None))
+            self.handover.stop_threads(len(self._threads))
             for t in self._threads:
                 t.join(timeout=5)
             self.audit.stop()
@@ -189,9 +183,10 @@ class Worker:
             if not self._step(self._settle_done):
                 continue
             if self.draining:
-                self._release_unstarted()
-                if self.ledger.idle():
-                    return EXIT_OK
+                with self.handover.lock:  # an urgent claim in flight has handed its jobs over
+                    self._release_unstarted()
+                    if self.ledger.idle():
+                        return EXIT_OK
             elif self.options.burst and self._burst_finished():
                 return EXIT_OK
             elif (self.options.max_jobs or 1 << 62) <= self.claimed_total:  # --max-jobs: run
@@ -251,58 +246,41 @@ class Worker:
         self.queue_gate.write_limit(queue)  # at start-up
         while (room := self._capacity()) > 0 and self.queue_gate.open(queue, self._server_now()):
             before = monotonic_ms()
-            result = self.engine.claim(queue, min(room, self.settings.claim_batch),
-                                       self.settings.lease_ms)
-            self.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
-            self.next_due[queue] = self.queue_gate.note(queue, result)  # paused: None
-            self.urgent.note(queue, result.next_urgent_ms)
-            self._hand_over(queue, result.jobs)
+            with self.handover.lock:
+                result = self.engine.claim(queue, min(room, self.settings.claim_batch),
+                                           self.settings.lease_ms)
+                self.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
+                self.next_due[queue] = self.queue_gate.note(queue, result)  # paused: None
+                self.urgent.note(queue, result.next_urgent_ms)
+                self._hand_over(queue, result.jobs)
             if len(result.jobs) < self.settings.claim_batch:  # not a full batch: settle
                 return  # what finished first (rooms of a few jobs would loop for seconds)
 
     def _claim_urgent(self, queue: str) -> None:
-        """The urgent timer's claim, on its thread: a few jobs over the room, not in --max-jobs"""
-        if self.draining or self.options.max_jobs is not None or self._capacity() <= -4 * \
-                URGENT_BATCH or not self.queue_gate.open(queue, self._server_now()):
-            return
-        result = self.engine.claim(queue, URGENT_BATCH, self.settings.lease_ms)
-        self.urgent.note(queue, result.next_urgent_ms)
-        self._hand_over(queue, result.jobs)
+        """The urgent timer's claim, on its thread: a few jobs over the room; not in --max-jobs
+        or --burst (their main loop claims all it may run), nor once draining."""
+        with self.handover.lock:
+            if self.draining or self.options.max_jobs is not None or self.options.burst or \
+                    self._capacity() <= -4 * URGENT_BATCH or \
+                    not self.queue_gate.open(queue, self._server_now()):
+                return
+            result = self.engine.claim(queue, URGENT_BATCH, self.settings.lease_ms)
+            self.urgent.note(queue, result.next_urgent_ms)
+            self._hand_over(queue, result.jobs)
 
     def _hand_over(self, queue: str, claimed: list[ClaimedJob]) -> None:
-        for job in self._payloads(queue, claimed) if claimed else []:
-            self.local.put((-(job.payload.priority if job.payload else 0), next(self._order), job))
-            self.claimed_total += 1
-
-    def _payloads(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
-        """The claimed jobs that may run, with their payloads from their audit rows. A live
-        row with an unusable payload ends its job dead (settled with the other outcomes); a
-        job with no row or a final one is set aside in Redis, never run. When the rows
-        cannot be read, hand the jobs back (no attempt charged) and let the loop back off."""
+        """Hand claimed jobs to the threads (``handover.py``). When their rows cannot be
+        read they are back in Redis, due again at once: the next round claims them (and
+        fails or works) instead of sleeping until a poll, so a working round means the
+        rows are back."""
         try:
-            loaded = payloads.read(jobs)
+            self.handover.take(queue, claimed)
         except Exception:
-            self.engine.release(queue, jobs)
             close_old_connections()
-            # They are due again at once: the next round claims them (and fails or works)
-            # instead of sleeping until a poll, so a working round means the rows are back.
             known = self.next_due.get(queue)
-            due = min(job.due_ms for job in jobs)
+            due = min(job.due_ms for job in claimed)
             self.next_due[queue] = due if known is None else min(known, due)
             raise
-        for bad in loaded.broken:
-            logger.warning("job %s: %s; it ends dead without running", bad.job.id, bad.reason)
-        if loaded.broken or loaded.cancelled:
-            self.ledger.claimed((), [runner.unusable(bad.job, bad.path, bad.reason)
-                                     for bad in loaded.broken]
-                                + [runner.cancelled_unstarted(job) for job in loaded.cancelled])
-        self.set_aside += len(loaded.aside)
-        try:
-            aside.set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
-        except RedisError as exc:  # their leases expire; the next claim sets them aside again
-            logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
-        self.ledger.claimed(loaded.run)
-        return loaded.run
 
     def _burst_finished(self) -> bool:
         if not self.ledger.idle():
@@ -310,8 +288,9 @@ class Worker:
         now = self.engine.stats(self.options.queues[0]).now_ms
         for q in self.options.queues:
             self._claim(q)
-        return (self.ledger.idle() and not self.queue_gate.holding(now)  # a limit holds some
-                and all(d is None or d > now for d in self.next_due.values()))
+        with self.handover.lock:
+            return (self.ledger.idle() and not self.queue_gate.holding(now)  # a limit holds some
+                    and all(d is None or d > now for d in self.next_due.values()))
 
     def _wait_seconds(self) -> float:
         if self.ledger.has_done():
@@ -335,7 +314,7 @@ class Worker:
 
     def _exec_loop(self) -> None:
         while True:
-            job = self.local.get()[2]
+            job = self.handover.next_job()
             if job is None:
                 connections.close_all()  # this thread's connections, not the caller's
                 return

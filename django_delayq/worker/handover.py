@@ -1,0 +1,83 @@
+"""Claimed jobs on their way to the worker's threads.
+
+A claim returns ids; ``Handover.take`` reads their payloads from their audit rows
+(``payloads.read``: Redis supplies ids, never code or arguments), ends a live row with an
+unusable payload dead, sets aside a job with no row or a final one, and puts the jobs that
+may run in the local queue. The local queue is ordered by priority, then due time, then
+claim order: the same order as claim.lua's ready set, so two claims that finish in
+another order (the main loop's and the urgent timer's, on two threads) never start a
+later-due job before an earlier one of the same priority.
+
+``lock`` is held across a claim and its hand-over, and across a decision that nothing is
+held (drain, burst end): a claim on one thread cannot put jobs in the local queue after
+another thread decided the worker is done with it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue as queue_mod
+import threading
+
+from redis.exceptions import RedisError
+
+from django_delayq.core import payloads
+from django_delayq.core.conf import Settings
+from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.worker import aside, runner
+from django_delayq.worker.ledger import Ledger
+
+logger = logging.getLogger(__name__)
+
+LAST = 1 << 30  # the rank of the threads' stop marker: after every claimed job
+
+# (-priority or LAST, due time in ms, claim order, job)
+Ranked = tuple[int, int, int, ClaimedJob | None]
+
+
+class Handover:
+    def __init__(self, engine: Engine, settings: Settings, ledger: Ledger) -> None:
+        self.engine, self.settings, self.ledger = engine, settings, ledger
+        self.local: queue_mod.PriorityQueue[Ranked] = queue_mod.PriorityQueue()
+        self.lock = threading.RLock()
+        self._order = itertools.count()
+        self.claimed_total = 0  # jobs handed to the threads (under ``lock``)
+        self.set_aside = 0  # claimed jobs not run: no row, or a final one
+
+    def take(self, queue: str, claimed: list[ClaimedJob]) -> None:
+        """Hand a claim's jobs to the threads (call it holding ``lock``). When the rows
+        cannot be read, the jobs go back to Redis (no attempt charged) and the error is
+        raised: the caller's loop backs off."""
+        for job in self._loaded(queue, claimed) if claimed else []:
+            priority = job.payload.priority if job.payload else 0
+            self.local.put((-priority, int(job.due_ms), next(self._order), job))
+            self.claimed_total += 1
+
+    def stop_threads(self, n: int) -> None:
+        for _ in range(n):
+            self.local.put((LAST, 0, next(self._order), None))
+
+    def next_job(self) -> ClaimedJob | None:
+        """The next job for a thread (blocks); None: the thread stops."""
+        return self.local.get()[3]
+
+    def _loaded(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
+        try:
+            loaded = payloads.read(jobs)
+        except Exception:
+            self.engine.release(queue, jobs)
+            raise
+        for bad in loaded.broken:
+            logger.warning("job %s: %s; it ends dead without running", bad.job.id, bad.reason)
+        if loaded.broken or loaded.cancelled:
+            self.ledger.claimed((), [runner.unusable(bad.job, bad.path, bad.reason)
+                                     for bad in loaded.broken]
+                                + [runner.cancelled_unstarted(job) for job in loaded.cancelled])
+        self.set_aside += len(loaded.aside)
+        try:
+            aside.set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
+        except RedisError as exc:  # their leases expire; the next claim sets them aside again
+            logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
+        self.ledger.claimed(loaded.run)
+        return loaded.run
