@@ -316,10 +316,12 @@ def test_database_outage_logs_a_bounded_number_of_errors(cfg, chaos_table, caplo
         stop(worker, thread)
     errors = [r for r in caplog.records
               if r.levelno >= logging.ERROR and r.name.startswith("django_delayq")]
-    # Bounded, not one per loop turn (it was ~75). A turn with no database work between
-    # two failures (nothing claimed) counts as a recovery, so on a busy machine a few
-    # outage starts may be logged: up to 6 seen allowed.
-    assert 1 <= len(errors) <= 6, [r.getMessage()[:120] for r in errors]
+    # Bounded, not one per loop turn (it was ~75): one per failing part (the loop, the
+    # reconciler, the audit writer). The loop's outage ends once: the jobs handed back are
+    # due at once and every claim of them (the main loop's, the urgent timer's) holds the
+    # hand-over lock, so no round finds them gone and counts as a recovery.
+    assert 1 <= len(errors) <= 3, [r.getMessage()[:120] for r in errors]
+    assert caplog.text.count("worker loop step works again") == 1
     assert errors[0].exc_info is not None  # the first one has the traceback
     assert failures <= 12  # 0.1, 0.2, 0.4 ... 5 s: about 6 in 3 s (it was ~75)
 
