@@ -3,16 +3,18 @@
 
     python bench/busy_lateness.py [--backlog 20000] [--timed 2000] [--spread 2]
                                   [--lead 3] [--priority 0] [--concurrency 4]
+                                  [--processes N]
 
 Starts its own redis-server and SQLite database (as ``foundation.py``) and one
-``delayq_worker``. Schedules ``--timed`` no-op jobs due over ``--spread`` seconds from
-``--lead`` seconds ahead (``--priority``: theirs), then a backlog of ``--backlog`` no-op
-jobs due now (scheduling it takes ~1.5 s), so that the timed jobs come due while the
-worker drains the backlog. ``BENCH_CLAIM_BATCH`` sets ``CLAIM_BATCH`` (default 200). Prints the
-lateness (start - due, from the audit rows) of the timed jobs, p50/p99/max, the
-backlog's drain rate and the load average. ``--trace``: the worker runs with its claims
-timed (``Engine.claim`` wrapped in the worker process by this bench, not in the package)
-and the lateness is split into due -> claimed and claimed -> started.
+``delayq_worker`` (``--processes N``: a supervisor and N children). Schedules ``--timed``
+no-op jobs due over ``--spread`` seconds from ``--lead`` seconds ahead (``--priority``:
+theirs), then a backlog of ``--backlog`` no-op jobs due now (scheduling it takes ~1.5 s),
+so that the timed jobs come due while the worker drains the backlog. ``BENCH_CLAIM_BATCH``
+sets ``CLAIM_BATCH`` (default 200). Prints the lateness (start - due, from the audit rows)
+of the timed jobs, p50/p99/max, the backlog's drain rate and the load average.
+``--trace``: the worker runs with its claims timed (``Engine.claim`` wrapped in the worker
+process by this bench, not in the package) and the lateness is split into due -> claimed
+and claimed -> started.
 """
 
 from __future__ import annotations
@@ -83,8 +85,10 @@ def run(opts: argparse.Namespace) -> dict[str, float]:
 
     trace = Path(os.environ["BENCH_DIR"]) / "claims.txt"
     os.environ["BENCH_TRACE"] = str(trace)
-    proc = (traced_worker if opts.trace else foundation.worker)("--concurrency",
-                                                                str(opts.concurrency))
+    args = ["--concurrency", str(opts.concurrency)]
+    if opts.processes:
+        args += ["--processes", str(opts.processes)]
+    proc = (traced_worker if opts.trace else foundation.worker)(*args)
     time.sleep(2.0)  # let it start and go idle
     start = timezone.now() + timedelta(seconds=opts.lead)
     timed = set(schedule_many("bench_jobs.noop", [
@@ -121,6 +125,8 @@ def main() -> int:
     p.add_argument("--priority", type=int, default=0, help="priority of the timed jobs")
     p.add_argument("--lead", type=float, default=3.0, help="first timed job due after, s")
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--processes", type=int, default=0,
+                   help="worker processes (0: one, no supervisor)")
     p.add_argument("--trace", action="store_true", help="split lateness at the claim")
     opts = p.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="delayq-busy-lateness-"))

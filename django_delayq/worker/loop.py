@@ -112,6 +112,10 @@ class Worker:
     def claimed_total(self) -> int:
         return self.handover.claimed_total
 
+    @property
+    def set_aside(self) -> int:  # claimed jobs not run: no row, or a final one
+        return self.handover.set_aside
+
     # -- signals: flags only --------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
