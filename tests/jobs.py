@@ -128,6 +128,34 @@ def report_then_wait(value: Any, gate: str) -> Any:
     return value
 
 
+def report_then_change(size: int) -> None:
+    """Report a dict twice (the second one is kept for later: throttled), then grow the
+    same object past what a progress value may hold and put a non-JSON value in it."""
+    from django_delayq import report_progress
+
+    value: dict[str, Any] = {"step": 1}
+    report_progress(value)
+    value["step"] = 2
+    report_progress(value)
+    value["step"] = 3
+    value["junk"] = "x" * size
+    value["handle"] = object()
+
+
+def report_in_transaction() -> None:
+    """Report progress inside a transaction of the job's own, which then rolls back."""
+    from django.db import transaction
+
+    from django_delayq import report_progress
+
+    try:
+        with transaction.atomic():
+            report_progress({"in": "transaction"})
+            raise RuntimeError("rolled back")
+    except RuntimeError:
+        pass
+
+
 def report_bad_progress() -> None:
     from django_delayq import report_progress
 

@@ -39,7 +39,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.submit import DROP, KEEP, JobSpec
 from django_delayq.engine import CancelOutcome
 from django_delayq.exceptions import DelayQError
-from django_delayq.models import UNFINISHED_STATUSES, Job, JobKey, JobStatus
+from django_delayq.models import FINAL_STATUSES, UNFINISHED_STATUSES, Job, JobKey, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,9 @@ def insert(row: Job, spec: JobSpec, parents: list[str], on_failure: bool, using:
                 plan = workflows.plan(row.id, parents, on_failure, using,
                                       keyed=spec.key is not None and keep)
                 plan.apply(row, now)
-            if spec.key is not None and not keep:
+            # A job born final (a parent already failed: cancelled) takes no key: it would
+            # replace the live job with one that never runs.
+            if spec.key is not None and not keep and row.status not in FINAL_STATUSES:
                 live = take(row, spec.on_conflict, using)
                 if live is not None:
                     return live

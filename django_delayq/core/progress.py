@@ -10,15 +10,20 @@ ends with the last value reported.
 
 The write is one ``UPDATE`` of that column by the job's own thread, on its own database
 connection (the one a job function uses), guarded so that a final row is never changed.
-Inside an ``async def`` job (an event loop runs in the thread) the write goes to one
-helper thread of the process instead; the attempt's end waits for it. A write that fails
-is logged, never raised into the job: progress is a display, not a result.
+Inside an ``async def`` job (an event loop runs in the thread), and inside a transaction
+of the job's (the write would join it: the job's row locked until it ends, the audit
+writer's flush of that row waiting behind it, the value gone with a rollback), the write
+goes to one helper thread of the process instead, on its own connection; the attempt's
+end waits for it. A write that fails is logged, never raised into the job: progress is a
+display, not a result. The value kept for a later write is a copy made when it was
+checked: a job that changes the object afterwards changes nothing written.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextvars
+import json
 import logging
 import os
 import threading
@@ -28,7 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import DatabaseError, router
+from django.db import DatabaseError, connections, router
 
 from django_delayq.core import context, validation
 from django_delayq.exceptions import InvalidJob, NotInJob
@@ -79,6 +84,7 @@ class Reporter:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.job_id, self._write, self.interval, self._clock = job_id, write, interval, clock
         self._lock = threading.Lock()  # a job may report from threads of its own
+        self._write_lock = threading.Lock()  # one write at a time, in the order sent
         self._last: float | None = None
         self._pending: Any = _NOTHING
         self._futures: list[Future[None]] = []
@@ -107,10 +113,13 @@ class Reporter:
 
     def _send(self, value: Any) -> None:
         self.writes += 1
-        if _in_event_loop():  # Django refuses a blocking query here: the helper thread
+        # In an event loop Django refuses a blocking query; in the job's transaction the
+        # write would join it: the helper thread, on a connection of its own.
+        if _in_event_loop() or _in_transaction():
             self._futures.append(_helper().submit(self._write_logged, value))
         else:
-            self._write_logged(value)
+            with self._write_lock:
+                self._write_logged(value)
 
     def _write_logged(self, value: Any) -> None:
         try:
@@ -128,11 +137,11 @@ def report_progress(value: Any) -> None:
 
     ``InvalidJob`` names a value that is not JSON or is over 4 KB encoded; ``NotInJob``
     when no job runs in this context. Throttled: see this module's docstring."""
-    check(value)
+    encoded = check(value)
     reporter = _reporter.get()
     if reporter is None:
         raise NotInJob("report_progress() is for a running job function; no job runs here")
-    reporter.report(value)
+    reporter.report(json.loads(encoded))  # a copy: later changes to ``value`` are not kept
 
 
 @contextmanager
@@ -152,6 +161,10 @@ def running(ctx: context.JobContext,
             reporter.finish()
         except Exception:  # noqa: BLE001 - never the job's outcome
             logger.exception("job %s: its last progress could not be written", ctx.id)
+
+
+def _in_transaction() -> bool:
+    return connections[router.db_for_write(Job)].in_atomic_block
 
 
 def _in_event_loop() -> bool:

@@ -5,6 +5,7 @@ send to Redis after commit."""
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -68,11 +69,19 @@ def check_queue(queue: Any, s: Settings, any_queue: bool) -> str:
         return queue
     if not any_queue:
         raise InvalidJob("unknown queue %r; DELAYQ['QUEUES'] is %r" % (queue, list(s.queues)))
-    if (not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME
-            or not queue.isprintable() or "{" in queue or "}" in queue):
+    if not isinstance(queue, str) or not_a_queue_name(queue):
         raise InvalidJob("queue %s is not a queue name: 1 to %d printable characters without "
-                         "braces" % (validation.short(queue), MAX_QUEUE_NAME))
+                         "braces, not ending in #<digits> (a sharded queue's data set names)"
+                         % (validation.short(queue), MAX_QUEUE_NAME))
     return queue
+
+
+def not_a_queue_name(queue: str) -> bool:
+    """Whether a queue ``DELAYQ["QUEUES"]`` does not list cannot be one: empty, too long,
+    not printable, with braces (a hash tag), or named like shard i of another queue
+    (``q#i``, engine/shards.py): its jobs would land in that shard's keys."""
+    return (not queue or len(queue) > MAX_QUEUE_NAME or not queue.isprintable()
+            or "{" in queue or "}" in queue or re.fullmatch(r".+#[0-9]+", queue) is not None)
 
 
 def common(fn: Any, s: Settings, *, queue: str | None, max_attempts: Any, backoff: Any,

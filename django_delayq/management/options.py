@@ -7,7 +7,7 @@ from typing import Any
 from django.core.management.base import CommandError
 
 from django_delayq.core.conf import Settings
-from django_delayq.core.submit import MAX_QUEUE_NAME
+from django_delayq.core.submit import MAX_QUEUE_NAME, not_a_queue_name
 
 
 def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
@@ -23,11 +23,10 @@ def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
     if unknown and not any_queue_backends():
         raise CommandError("unknown queue(s) %s; DELAYQ['QUEUES'] is %s"
                            % (unknown, list(settings.queues)))
-    bad = [q for q in unknown if len(q) > MAX_QUEUE_NAME or "{" in q or "}" in q
-           or not q.isprintable()]
+    bad = [q for q in unknown if not_a_queue_name(q)]
     if bad:
-        raise CommandError("not queue names: %s (1 to %d printable characters without braces)"
-                           % (bad, MAX_QUEUE_NAME))
+        raise CommandError("not queue names: %s (1 to %d printable characters without braces, "
+                           "not ending in #<digits>)" % (bad, MAX_QUEUE_NAME))
     return queues
 
 

@@ -198,6 +198,18 @@ def test_a_replaced_waiting_job_cancels_its_children(dq) -> None:  # type: ignor
     assert row(new).status == JobStatus.WAITING
 
 
+def test_a_replace_born_cancelled_leaves_the_live_job_and_its_key(dq) -> None:  # type: ignore[no-untyped-def]
+    """A parent already failed: the new job is cancelled at birth. It would never run, so
+    it does not replace the live job of its key, nor take the key."""
+    live = schedule(jobs.noop, 1, key="k", on_conflict="replace", delay=3600)
+    failed = schedule(jobs.noop, delay=3600)
+    failed.cancel()
+    born = schedule(jobs.noop, 2, key="k", on_conflict="replace", after=[failed])
+    assert row(born).status == JobStatus.CANCELLED
+    assert row(live).status == JobStatus.SCHEDULED and in_redis(dq, live.id)
+    assert holder("k") == live.id
+
+
 def test_replace_lets_a_running_job_run_on_and_schedules_the_new_one(  # type: ignore[no-untyped-def]
         dq, start_worker, tmp_path) -> None:
     gate = tmp_path / "gate"

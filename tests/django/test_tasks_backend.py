@@ -412,6 +412,13 @@ def test_empty_backend_queues_let_any_queue_name_through(jt, tasks_settings):
     assert jt.on_emails.enqueue(1).task.queue_name == "emails"
     with pytest.raises(CommandError, match="not queue names"):
         parse_queues("a{b}", get_settings())
+    # Named like shard 1 of a queue (q#1: engine/shards.py), its jobs would land in that
+    # shard's keys and be set aside there as another queue's: refused, here and by a worker.
+    with pytest.raises(compat.InvalidTask, match="queue 'default#1' is not a queue name"):
+        jt.add.using(queue_name="default#1").enqueue(1, 1)
+    with pytest.raises(CommandError, match="not queue names: \\['hot#12'\\]"):
+        parse_queues("anything,hot#12", get_settings())
+    assert parse_queues("a#b,#1x", get_settings()) == ("a#b", "#1x")  # a '#' alone is fine
 
 
 def test_without_backend_queues_delayq_queues_are_the_valid_ones(jt):

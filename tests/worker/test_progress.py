@@ -87,6 +87,19 @@ def test_a_bad_value_fails_the_job_naming_it(start_worker) -> None:  # type: ign
     assert "progress['handle']" in row.last_error and "object" in row.last_error
 
 
+def test_a_value_is_kept_as_it_was_reported_and_outlives_the_jobs_rollback(  # type: ignore[no-untyped-def]
+        start_worker) -> None:
+    """A throttled value is written at the end as it was when reported (the job grew the
+    same dict past 4 KB with a non-JSON value afterwards); a value reported inside the
+    job's own transaction is written on another connection: its rollback keeps it."""
+    changed = schedule("tests.jobs.report_then_change", 10_000)
+    rolled_back = schedule("tests.jobs.report_in_transaction")
+    assert start_worker("--burst", "--concurrency", "2").wait(120) == EXIT_OK
+    assert Job.objects.get(pk=changed.id).status == JobStatus.SUCCEEDED
+    assert Job.objects.get(pk=changed.id).progress == {"step": 2}
+    assert Job.objects.get(pk=rolled_back.id).progress == {"in": "transaction"}
+
+
 @pytest.mark.parametrize(("value", "named"), [
     (object(), "object"),
     (float("nan"), "nan"),
