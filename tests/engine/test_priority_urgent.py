@@ -6,18 +6,8 @@ each binary and on the cluster)."""
 
 from __future__ import annotations
 
-from django_delayq.engine import Engine, NewJob, scripts
-
-NOW = 1_800_000_000_000
-LEASE = 30_000
-
-
-def new(id_: str, at: int = NOW, priority: int = 0) -> NewJob:
-    return NewJob(id=id_, at_ms=at, priority=priority)
-
-
-def claim_ids(engine: Engine, limit: int = 200, now: int = NOW) -> list[str]:
-    return [j.id for j in engine.claim("q", limit, LEASE, now_ms=now).jobs]
+from django_delayq.engine import Engine, scripts
+from tests.engine.test_priority import NOW, claim_ids, new
 
 
 def backlog(engine: Engine, n: int = 4 * scripts.MAX_PROMOTE) -> int:
