@@ -293,9 +293,11 @@ class TrackedLedger(Ledger):
         with self._mirror_lock:
             self._claimed.update((key_of(job), job) for job in jobs)
         super().claimed(jobs, ended)
-        if self.link is not None:
+        if self.link is not None and jobs:
             for j in jobs:
                 self.link.send("c", j.queue, j.id, j.token, j.due_ms)
+            self.link.flush()  # now, not within FLUSH_S: a child killed meanwhile (its
+            # flusher starved on a busy machine) would leave them to lease expiry, charged
 
     def start(self, key: Key, limit_s: float | None = None) -> bool:
         if not super().start(key, limit_s):
