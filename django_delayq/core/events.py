@@ -65,6 +65,7 @@ class EventStream:
         self.flush_seconds = flush_seconds
         self._buffer: deque[Fields] = deque(maxlen=buffer_max)
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()  # one flush at a time: see flush()
         self._wake = threading.Event()
         self._stopped = False
         self._stop = threading.Event()
@@ -90,7 +91,16 @@ class EventStream:
 
     def flush(self) -> int:
         """Write every buffered event (bounded script calls); return how many were written.
-        On a Redis error the events not yet written go back to the buffer."""
+        On a Redis error the events not yet written go back to the buffer.
+
+        Flushes are serialised: a call made while the thread is writing a batch waits for
+        that batch, so when ``flush()`` returns, every event added before the call is in
+        the stream (or back in the buffer after a Redis error), not in another thread's
+        hands."""
+        with self._flushing:
+            return self._flush()
+
+    def _flush(self) -> int:
         with self._lock:
             raw = list(self._buffer)
             self._buffer.clear()
@@ -141,6 +151,7 @@ class EventStream:
         """In a forked child the parent's thread did not come along: start a new one."""
         self._thread = None
         self._lock = threading.Lock()
+        self._flushing = threading.Lock()
         if self._buffer:
             self._ensure_thread()
             self._wake.set()

@@ -109,6 +109,9 @@ class AuditWriter:
         self._lock = threading.Condition()
         self._changes: dict[str, dict[str, Any]] = {}
         self._attempts: list[JobAttempt] = []
+        # One flush at a time: a flush called while the thread writes a batch waits for
+        # it, so what was buffered before the call is written when flush() returns.
+        self._flushing = threading.RLock()
         self._stopping = False
         # Called before each write: a supervised child sends its supervisor the reports
         # of its claimed and started jobs first, so a row that says ``running`` is never
@@ -180,7 +183,12 @@ class AuditWriter:
 
     def flush(self) -> int:
         """Write what is buffered; returns how many row changes were written. An outage
-        raises and keeps everything for the next flush."""
+        raises and keeps everything for the next flush. Waits for a flush under way in
+        another thread (its batch is written, or kept, when this returns)."""
+        with self._flushing:
+            return self._flush()
+
+    def _flush(self) -> int:
         with self._lock:
             changes, self._changes = self._changes, {}
             attempts, self._attempts = self._attempts, []

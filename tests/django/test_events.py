@@ -3,6 +3,7 @@ by a background thread, never on the job's hot path."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -125,6 +126,44 @@ def test_the_background_thread_flushes_without_being_asked(redis_server):
     finally:
         stream.close()
         client.delete("{tbg}:events")
+
+
+class _HeldLog(events.EventLog):
+    """The real log, whose first write waits until the test lets it go."""
+
+    def __init__(self, client, key):  # type: ignore[no-untyped-def]
+        super().__init__(client, key, 1000)
+        self.writing = threading.Event()
+        self.go_on = threading.Event()
+
+    def append(self, batch):  # type: ignore[no-untyped-def]
+        if not self.writing.is_set():
+            self.writing.set()
+            assert self.go_on.wait(30)
+        yield from super().append(batch)
+
+
+def test_a_flush_waits_for_the_batch_another_thread_is_writing(redis_server):
+    """flush() returns once everything added before it is in the stream, even when the
+    background thread took those events a moment earlier and is still writing them."""
+    client = redis.Redis.from_url(redis_server.url)
+    log = _HeldLog(client, "{thold}:events")
+    stream = events.EventStream(log, flush_seconds=0)
+    try:
+        stream.add({"event": "started", "job": "1"})
+        assert log.writing.wait(30)  # the thread holds the batch, not yet written
+        done = threading.Event()
+        waiter = threading.Thread(target=lambda: (stream.flush(), done.set()))
+        waiter.start()
+        assert not done.wait(0.2)  # still waiting for the thread's batch
+        log.go_on.set()
+        assert done.wait(30)
+        assert client.xlen("{thold}:events") == 1  # written by the time flush() returned
+        waiter.join(30)
+    finally:
+        log.go_on.set()
+        stream.close()
+        client.delete("{thold}:events")
 
 
 def test_the_stream_is_capped(redis_server):
