@@ -30,6 +30,15 @@ holds any data at all (pending, in flight, dead, attempts, envelopes, ``reconcil
   Every reconciler that notices runs the pass (if only the one that re-created the key
   did, its death mid-pass would strand rows); they do not double jobs because each
   skips ids another one re-enqueued (``reconciled``: ``core/reconcile.py``).
+
+A sharded queue's shards are full queues in slots of their own, often on different
+nodes of a cluster, and one node can lose its data alone: every shard carries its own
+epoch (``engine.data_sets``), and a loss of any one is a loss of the queue (its loss
+pass walks the queue's rows; the reconciler asks every shard where a job is). A shard
+other than the first one is not judged on its first look: a shard that never received
+a job has no epoch and holds nothing, as one lost while nobody watched would, and a
+pass without grace over the whole queue could re-run jobs acked moments ago in the
+other shards. The first shard answers for a Redis that lost everything.
 """
 
 from __future__ import annotations
@@ -71,42 +80,54 @@ class Epochs:
         """Queues whose data Redis lost since the last look (see the module docstring),
         each with when the loss was recorded, on this host's clock.
 
+        Each data set of a queue (a sharded queue's shards) has its own epoch; the loss
+        of one is the queue's (the earliest, when several). A shard other than the
+        first one is new on its first look whatever it holds: no pass (the first shard
+        answers for a Redis that lost everything while nobody watched).
+
         ``create=False`` (a dry run) writes nothing: a missing epoch stays missing."""
-        lost = {}
-        for queue, found in zip(self.queues, self.engine.epochs(self.queues)):
-            known = self.known.get(queue)
-            value, loss = self._look_at(queue, known, found, create)
-            if loss:
-                lost[queue] = self._dated(value)
-                self._log_loss(queue, known)
+        looks = [(queue, name) for queue in self.queues
+                 for name in self.engine.data_sets(queue)]
+        lost: dict[str, datetime] = {}
+        for (queue, name), found in zip(looks, self.engine.epochs([n for _, n in looks])):
+            known = self.known.get(name)
+            value, loss = self._look_at(queue, name, known, found, create)
+            if loss and (known is not None or name == queue):
+                at = self._dated(value)
+                lost[queue] = min(at, lost.get(queue, at))
+                self._log_loss(queue if name == queue else "%s (shard %s)" % (queue, name),
+                               known)
             if value is not None:
-                self.known[queue] = value
+                self.known[name] = value
         return lost
 
-    def _look_at(self, queue: str, known: str | None, value: str | None,
+    def _look_at(self, queue: str, name: str, known: str | None, value: str | None,
                  create: bool) -> tuple[str | None, bool]:
-        """(the epoch to remember, whether the queue's data was lost)."""
+        """(the epoch to remember, whether the data set ``name`` of ``queue`` lost its
+        data). On a first look, "holds data" is the whole queue's: a first shard that
+        never received a job while the others hold some is no loss."""
         if value is not None:
             if known is None or value == known:
                 return value, False  # first look at a kept epoch, or unchanged
             return value, epoch_kind(value) != KEPT  # replaced: the old data is gone
-        value = self._create_epoch(queue, write=create)
+        held = (self.engine.set_holds_data(name) if known is not None
+                else self.engine.holds_data(queue))
+        value = self._create_epoch(name, held, write=create)
         kind = epoch_kind(value)
         if kind == KEPT:
             log = logger.info if known is None else logger.warning
             log("reconciler: queue %r had no epoch key but holds data in Redis (evicted or "
-                "deleted by hand?); not a data loss, no pass without grace", queue)
+                "deleted by hand?); not a data loss, no pass without grace", name)
         if known is None:
             return value if create else None, kind == LOST
         return value if create else None, kind != KEPT
 
-    def _create_epoch(self, queue: str, write: bool = True) -> str:
-        """``SET NX`` a new epoch whose kind says whether the queue held any data; when
-        another process created one first, that one."""
-        held = self.engine.holds_data(queue)
+    def _create_epoch(self, name: str, held: bool, write: bool = True) -> str:
+        """``SET NX`` a new epoch of data set ``name`` whose kind says whether it held
+        any data (``held``); when another process created one first, that one."""
         value = "%d:%s:%s" % (self.engine.time_ms(), uuid.uuid4().hex[:16],
                               KEPT if held else LOST)
-        return self.engine.create_epoch(queue, value) if write else value
+        return self.engine.create_epoch(name, value) if write else value
 
     def _dated(self, value: str | None) -> datetime:
         """When the loss was recorded (the new epoch's creation), on this host's clock."""

@@ -60,16 +60,28 @@ class Presence:
 
 class OutboxOps(RedisOwner):
     def epochs(self, queues: Sequence[str]) -> list[str | None]:
-        """The epoch value of each of ``queues`` (None where there is none)."""
+        """The epoch value of each of the data sets ``queues`` (None where there is
+        none)."""
         pipe = self.client.pipeline(transaction=False)
         for queue in queues:
             pipe.get(self.keys(queue).epoch)
         return [_str(raw) for raw in pipe.execute()]
 
+    def data_sets(self, queue: str) -> list[str]:
+        """The data sets holding ``queue``'s jobs, each a full queue under a hash tag of
+        its own with its own epoch: the queue itself (a sharded queue's are its shards,
+        engine/sharded.py). ``epochs``, ``set_holds_data`` and ``create_epoch`` take
+        these names."""
+        return [queue]
+
     def holds_data(self, queue: str) -> bool:
-        """Whether Redis holds anything of ``queue``: jobs in any place, attempts,
-        envelopes, or ids a reconciler re-enqueued."""
-        k = self.keys(queue)
+        """Whether Redis holds anything of ``queue`` in any of its data sets."""
+        return any(self.set_holds_data(name) for name in self.data_sets(queue))
+
+    def set_holds_data(self, name: str) -> bool:
+        """Whether Redis holds anything of the data set ``name``: jobs in any place,
+        attempts, envelopes, or ids a reconciler re-enqueued."""
+        k = self.keys(name)
         return bool(self.client.exists(*k.all(), k.reconciled))
 
     def create_epoch(self, queue: str, value: str) -> str:

@@ -19,7 +19,8 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
   expiring, the wake channels) cover every shard of the span; jobs come back under the
   logical queue name.
 * Queue limits (rate, concurrency) are refused on a queue of more than one shard: each
-  shard would enforce its own. The epoch (the reconciler's data-loss mark) is shard 0's.
+  shard would enforce its own. Each shard has its own epoch (the reconciler's data-loss
+  mark: ``data_sets`` names the shards), as its node may lose its data alone.
 """
 
 from __future__ import annotations
@@ -283,9 +284,8 @@ class ShardedEngine(Engine):
                  if (head := Engine.oldest_pending(self, name)) is not None]
         return min(heads, key=lambda head: head[1]) if heads else None
 
-    def holds_data(self, queue: str) -> bool:
-        return any(super(ShardedEngine, self).holds_data(name)
-                   for name in self.shard_queues(queue))
+    def data_sets(self, queue: str) -> list[str]:
+        return self.shard_queues(queue)
 
     # -- the reconciler and the wake channels ---------------------------------------
 

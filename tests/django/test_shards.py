@@ -105,3 +105,49 @@ def test_the_testing_helpers_run_the_jobs_of_every_shard(sharded) -> None:  # ty
     handles = [schedule("tests.jobs.add", i, 1, queue="emails") for i in range(12)]
     assert run_due_jobs(["emails"]) == 12
     assert sorted(h.job.result for h in handles) == list(range(1, 13))
+
+
+def _one_shard_loses_its_data(engine, name: str) -> int:  # type: ignore[no-untyped-def]
+    """What a cluster node that holds one shard's slot and restarts empty leaves."""
+    gone = list(engine.client.scan_iter(match=engine.keys(name).tag + "*"))
+    return engine.client.delete(*gone) if gone else 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shard_that_loses_its_data_alone_is_a_loss_of_the_queue(sharded) -> None:  # type: ignore[no-untyped-def]
+    """Each shard has its own epoch: the loss of the last shard's data (its node restarted
+    empty) starts the loss pass, which puts back exactly the jobs that shard held."""
+    from datetime import timedelta
+
+    from django_delayq.core.reconcile import Reconciler
+
+    handles = [schedule("tests.jobs.noop", queue="emails", delay=3600) for _ in range(30)]
+    Job.objects.update(updated_at=handles[0].job.updated_at - timedelta(hours=1))
+    engine = get_engine()
+    s = conf.get_settings()
+    reconciler = Reconciler(engine, s, s.queues)
+    reconciler.tick()  # the first look: epochs made by enqueue, no loss, no suspect
+    assert engine.stats("emails").scheduled == 30
+    last = shard_name("emails", SHARDS - 1)
+    held = OneDataSet.stats(engine, last).scheduled
+    assert held > 0 and _one_shard_loses_its_data(engine, last) > 0
+    assert engine.stats("emails").scheduled == 30 - held
+    reconciler._last_epoch = -1e18  # the next tick looks at the epochs again
+    assert reconciler.tick() == held  # the loss pass, without grace or second look
+    assert OneDataSet.stats(engine, last).scheduled == held
+    assert engine.stats("emails").scheduled == 30  # the others were not doubled
+    assert reconciler.check_epochs() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_shard_without_jobs_is_not_a_loss_on_the_first_look(sharded) -> None:  # type: ignore[no-untyped-def]
+    """One job: the other shards have no epoch and hold nothing, as new shards do."""
+    from django_delayq.core.reconcile import Reconciler
+
+    schedule("tests.jobs.noop", queue="emails", delay=3600)
+    engine = get_engine()
+    s = conf.get_settings()
+    assert sum(engine.client.exists(engine.keys(shard_name("emails", i)).epoch)
+               for i in range(SHARDS)) == 1
+    assert "emails" not in Reconciler(engine, s, s.queues).check_epochs()
+    assert engine.stats("emails").scheduled == 1
