@@ -78,9 +78,21 @@ class ScheduleAdmin(admin.ModelAdmin):
         return self.readonly_fields
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
+        """A new schedule is saved whole. An edit writes the definition and ``enabled``
+        only (``periodic.replace``): the tick fields (``next_job_id`` ...) are the
+        workers', and a full save would write back the values read when the POST began,
+        over a tick a worker started meanwhile (whose job the replace would then cancel
+        as the pending one, leaving the pending one to run beside the new version's)."""
         try:
-            periodic.replace(obj) if change else periodic.keep(obj)
+            if not change:
+                super().save_model(request, obj, form, change)
+                periodic.keep(obj)
+                return
+            values = {f: getattr(obj, f) for f in (*DEFINITION, "enabled")}
+            if not periodic.replace(obj, values):
+                self.message_user(request, "Not saved: the schedule was changed meanwhile "
+                                  "(another save, or a settings sync); reload it and edit "
+                                  "again.", messages.ERROR)
         except DelayQError as exc:  # Redis down: the workers' keeper pass catches up
             self.message_user(request, "Saved; the next tick is not materialised yet: %s"
                               % exc, messages.WARNING)

@@ -9,6 +9,7 @@ singleton: every worker may do both, the key decides. docs/periodic.md.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import time
@@ -22,6 +23,7 @@ from django.utils import timezone
 
 from django_delayq.core import api, options, registry, schedules, validation
 from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.core.submit import JobSpec
 from django_delayq.engine.results import CancelOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob
@@ -144,18 +146,21 @@ def keep(s: Schedule, now: datetime | None = None) -> str | None:
     """Make sure enabled ``s`` has its next tick's job (new schedule, a lost or consumed
     tick job, downtime under the missed-run policy). Returns the pending job's id.
 
-    A tick job still pending long after its tick (no worker ran): ``skip`` cancels it and
-    materialises the next future tick; ``once`` lets it run (late, once) -- the tick after
-    it is then the next future one."""
+    A tick job still pending after its due time while no worker ran (``missed``): ``skip``
+    cancels it and materialises the next future tick; ``once`` lets it run (late, once)
+    -- the tick after it is then the next future one."""
     now = now or timezone.now()
     if not s.enabled:
         return None
     Keeper.active = True
     if s.next_job_id and s.next_tick_at is not None:
-        status = Job.objects.filter(pk=s.next_job_id).values_list("status", flat=True).first()
-        if status in (JobStatus.SCHEDULED, JobStatus.RETRYING):
-            if s.missed == MissedPolicy.SKIP and _stale(s, now) and _cancelled(s.next_job_id):
-                return advance(s, now, now)  # its tick went by while no worker ran
+        row = Job.objects.filter(pk=s.next_job_id).values_list("status", "run_at",
+                                                               "queue").first()
+        status = row[0] if row is not None else None
+        if row is not None and status in (JobStatus.SCHEDULED, JobStatus.RETRYING):
+            if (s.missed == MissedPolicy.SKIP and missed(row[2], row[1], now)
+                    and _cancelled(s.next_job_id)):
+                return advance(s, now, now)  # it was due while no worker ran
             return s.next_job_id  # pending: nothing to do
         if status is not None:  # started or finished: that tick is consumed
             Schedule.objects.filter(pk=s.pk, next_job_id=s.next_job_id).update(
@@ -168,9 +173,37 @@ def keep(s: Schedule, now: datetime | None = None) -> str | None:
     return advance(s, max(after, s.last_tick_at or after), now)
 
 
-def _stale(s: Schedule, now: datetime) -> bool:
-    assert s.next_tick_at is not None
-    return s.next_tick_at < now - MISSED_GRACE
+def missed(queue: str, due: datetime, now: datetime) -> bool:
+    """Whether a tick job of ``queue`` due at ``due`` (its tick plus jitter) and not
+    started by ``now`` was missed because no worker ran: it is late by more than
+    ``MISSED_GRACE``, and no live worker serving ``queue`` has been running since before
+    it was due (one that has is merely busy: the job runs, late). A worker's first
+    keeper pass runs before its first claim, so a worker starting after a downtime
+    cancels what was missed before it could claim it."""
+    if due >= now - MISSED_GRACE:
+        return False
+    return not _served_since(queue, due)
+
+
+def _served_since(queue: str, moment: datetime) -> bool:
+    """A worker heard from within two leases serves ``queue`` and started before
+    ``moment`` (the workers registry; its info as each worker writes it)."""
+    engine = get_engine()
+    alive_ms = engine.time_ms() - 2 * get_settings().lease_ms
+    for entry in engine.workers():
+        if entry.beat_ms < alive_ms:
+            continue
+        try:
+            info = json.loads(entry.info or "")
+            started = datetime.fromisoformat(info["started"])
+            serves = queue in info["queues"]
+        except (ValueError, KeyError, TypeError):
+            continue  # an entry no worker of this version wrote
+        if started.tzinfo is None:
+            started = started.replace(tzinfo=UTC)
+        if serves and started <= moment:
+            return True
+    return False
 
 
 def _cancelled(job_id: str) -> bool:

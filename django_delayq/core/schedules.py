@@ -12,6 +12,12 @@ as Debian's cron, which ``cronsim`` follows for 5-field expressions with a fixed
 What ``cronsim`` leaves open is filled here: asked for the tick after an instant in the
 second pass of a repeated hour, it can answer the first pass (already gone) -- the answer
 must be strictly later, so the search goes on from there.
+
+Under freezegun (a project's tests), ``datetime`` is freezegun's subclass, whose
+``astimezone`` drops ``fold``: the wall time 01:00 of the second pass of a repeated hour
+reads as the first pass, and a wildcard-hour search never gets past the repeated hour.
+``_cron_after`` therefore hands ``cronsim`` a plain ``datetime`` (``_plain``), whose
+conversions keep ``fold``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 
            "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
            "@hourly": "0 * * * *"}
 _MAX_STEPS = 50  # strictly-later search: a repeated hour needs one or two
+_PLAIN = (datetime,)  # the class itself, held where freezegun's patching does not look
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +99,16 @@ def check_rule(cron: str, interval_s: Any, zone: str) -> None:
     zone_of(zone)
 
 
+def _plain(moment: datetime) -> datetime:
+    """``moment`` (aware) as a plain ``datetime`` in UTC, even under freezegun."""
+    u = moment.astimezone(UTC)
+    return _PLAIN[0](u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond,
+                     tzinfo=UTC)
+
+
 def _cron_after(rule: Rule, after: datetime) -> datetime:
     cronsim = _cronsim()
-    at = after.astimezone(rule.zone)
+    at = _plain(after).astimezone(rule.zone)
     for _ in range(_MAX_STEPS):
         found: datetime = next(cronsim.CronSim(expand(rule.cron), at))
         if found.astimezone(UTC) > after:

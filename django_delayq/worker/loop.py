@@ -137,6 +137,9 @@ class Worker:
     def run(self) -> int:
         logger.info("worker %s starting: queues=%s concurrency=%d", self.id,
                     ",".join(self.options.queues), self.options.concurrency)
+        # Schedules first: a tick missed while no worker ran is cancelled (skip policy)
+        # before this worker could claim it; then on the keeper thread every 10 s.
+        self.settler.schedules.tick()
         self.audit.start()
         self.listener.start()
         self.urgent.start()

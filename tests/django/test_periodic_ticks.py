@@ -111,3 +111,15 @@ def test_last_tick_of_a_long_downtime() -> None:
 def test_bad_definitions_name_the_bad_value(cron, interval, zone, bad) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidJob, match=bad.replace("*", r"\*")):
         check_rule(cron, interval, zone)
+
+
+@pytest.mark.parametrize("zone,day", CHANGES)
+@pytest.mark.parametrize("cron", ["0 * * * *", "*/15 * * * *", "30 1 * * *"])
+def test_the_same_ticks_under_freezegun(zone, day, cron) -> None:  # type: ignore[no-untyped-def]
+    """freezegun's datetime drops ``fold``: the ticks must not depend on it."""
+    from freezegun import freeze_time
+
+    r = rule(cron, zone)
+    plain = series(r, utc(*day, 0, 0), 30)
+    with freeze_time(utc(*day, 0, 0)):
+        assert series(r, utc(*day, 0, 0), 30) == plain
