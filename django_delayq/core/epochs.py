@@ -33,8 +33,10 @@ holds any data at all (pending, in flight, dead, attempts, envelopes, ``reconcil
 
 A sharded queue's shards are full queues in slots of their own, often on different
 nodes of a cluster, and one node can lose its data alone: every shard carries its own
-epoch (``engine.data_sets``), and a loss of any one is a loss of the queue (its loss
-pass walks the queue's rows; the reconciler asks every shard where a job is). A shard
+epoch (``engine.data_sets``), and a loss of any one is a loss of the queue: its loss
+pass walks the queue's rows (the reconciler asks every shard where a job is) and skips
+the grace only for rows homed in a lost shard (``took``); the healthy shards' acks
+still succeed, so their rows keep the second look. A shard
 other than the first one is not judged on its first look: a shard that never received
 a job has no epoch and holds nothing, as one lost while nobody watched would, and a
 pass without grace over the whole queue could re-run jobs acked moments ago in the
@@ -75,6 +77,8 @@ class Epochs:
         self.engine = engine
         self.queues = queues
         self.known: dict[str, str] = {}
+        # queue -> the data sets its last loss took (None: all of them)
+        self.lost_sets: dict[str, set[str] | None] = {}
 
     def check(self, create: bool = True) -> dict[str, datetime]:
         """Queues whose data Redis lost since the last look (see the module docstring),
@@ -89,17 +93,35 @@ class Epochs:
         looks = [(queue, name) for queue in self.queues
                  for name in self.engine.data_sets(queue)]
         lost: dict[str, datetime] = {}
+        took: dict[str, set[str] | None] = {}
         for (queue, name), found in zip(looks, self.engine.epochs([n for _, n in looks])):
             known = self.known.get(name)
             value, loss = self._look_at(queue, name, known, found, create)
             if loss and (known is not None or name == queue):
                 at = self._dated(value)
                 lost[queue] = min(at, lost.get(queue, at))
+                sets = took.setdefault(queue, set())
+                if known is None or sets is None:  # a first look: nothing anywhere
+                    took[queue] = None
+                else:
+                    sets.add(name)
                 self._log_loss(queue if name == queue else "%s (shard %s)" % (queue, name),
                                known)
             if value is not None:
                 self.known[name] = value
+        self.lost_sets.update(took)
         return lost
+
+    def assume_lost(self, queue: str) -> None:
+        """Treat every data set of ``queue`` as lost (``delayq_reconcile --assume-lost``)."""
+        self.lost_sets[queue] = None
+
+    def took(self, queue: str, job_id: str) -> bool:
+        """Whether the last loss of ``queue`` took the data set ``job_id`` is homed in: a
+        loss of one shard is no reason to skip the grace for the other shards' rows
+        (their jobs may have been acked there, their audit flush on its way)."""
+        sets = self.lost_sets.get(queue)
+        return sets is None or self.engine.home_of(queue, job_id) in sets
 
     def _look_at(self, queue: str, name: str, known: str | None, value: str | None,
                  create: bool) -> tuple[str | None, bool]:

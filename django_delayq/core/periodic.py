@@ -180,6 +180,9 @@ def missed(queue: str, due: datetime, now: datetime) -> bool:
     it was due (one that has is merely busy: the job runs, late). A worker's first
     keeper pass runs before its first claim, so a worker starting after a downtime
     cancels what was missed before it could claim it."""
+    if timezone.is_naive(due):  # USE_TZ = False: the database's local time
+        due, now = timezone.make_aware(due), (timezone.make_aware(now)
+                                              if timezone.is_naive(now) else now)
     if due >= now - MISSED_GRACE:
         return False
     return not _served_since(queue, due)

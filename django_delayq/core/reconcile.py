@@ -229,6 +229,7 @@ class Reconciler:
         if assume_lost:
             for queue in set(self.queues) - lost:
                 self._lost_at[queue] = timezone.now()
+                self._epochs.assume_lost(queue)
             lost |= set(self.queues)
         grace = self.settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
         total = 0
@@ -295,8 +296,10 @@ class Reconciler:
         self.stats.examined += len(rows)
         seen_ms = self.engine.time_ms()  # before the look: whoever beats later was alive
         found = self._find(rows)
-        if not lost:
-            found = self._leave_to_live_workers(found)
+        took = {f.row.pk for f in found if lost and self._epochs.took(f.row.queue, f.row.pk)}
+        if len(took) < len(found):  # rows of data sets the loss did not take: no loss
+            found = [f for f in found if f.row.pk in took] + self._leave_to_live_workers(
+                [f for f in found if f.row.pk not in took])
         if not found:
             return 0
         if dry_run:
@@ -305,11 +308,12 @@ class Reconciler:
             return sum(not f.settles for f in found)
         now, act = time.monotonic(), []
         for f in found:
-            if lost and not f.dead and self._before_loss(f.row):
+            taken = f.row.pk in took
+            if taken and not f.dead and self._before_loss(f.row):
                 act.append(f)
-            elif lost or len(self._suspects) < MAX_SUSPECTS:
+            elif taken or len(self._suspects) < MAX_SUSPECTS:
                 self._suspects.setdefault(f.row.pk, Suspect(f.row.status, f.row.updated_at,
-                                                            now, seen_ms, lost))
+                                                            now, seen_ms, taken))
         return self._act(act, None)
 
     def _before_loss(self, row: Job) -> bool:

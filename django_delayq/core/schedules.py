@@ -33,7 +33,6 @@ ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 
            "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
            "@hourly": "0 * * * *"}
 _MAX_STEPS = 50  # strictly-later search: a repeated hour needs one or two
-_PLAIN = (datetime,)  # the class itself, held where freezegun's patching does not look
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +101,11 @@ def check_rule(cron: str, interval_s: Any, zone: str) -> None:
 def _plain(moment: datetime) -> datetime:
     """``moment`` (aware) as a plain ``datetime`` in UTC, even under freezegun."""
     u = moment.astimezone(UTC)
-    return _PLAIN[0](u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond,
-                     tzinfo=UTC)
+    # datetime's own class: freezegun replaces the name ``datetime`` (and any module
+    # attribute holding the class) by its subclass, whose MRO still holds it
+    plain = next(c for c in datetime.__mro__ if c.__module__ == "datetime")
+    return plain(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond,
+                 tzinfo=UTC)
 
 
 def _cron_after(rule: Rule, after: datetime) -> datetime:

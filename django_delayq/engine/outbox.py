@@ -74,6 +74,10 @@ class OutboxOps(RedisOwner):
         these names."""
         return [queue]
 
+    def home_of(self, queue: str, job_id: str) -> str:
+        """The data set ``job_id`` is enqueued into (one of ``data_sets(queue)``)."""
+        return queue
+
     def holds_data(self, queue: str) -> bool:
         """Whether Redis holds anything of ``queue`` in any of its data sets."""
         return any(self.set_holds_data(name) for name in self.data_sets(queue))

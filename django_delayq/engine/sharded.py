@@ -287,6 +287,9 @@ class ShardedEngine(Engine):
     def data_sets(self, queue: str) -> list[str]:
         return self.shard_queues(queue)
 
+    def home_of(self, queue: str, job_id: str) -> str:
+        return self.shard_map.home(queue, job_id)
+
     # -- the reconciler and the wake channels ---------------------------------------
 
     def presence(self, queue: str, job_ids: Sequence[str]) -> list[Presence]:
