@@ -6,7 +6,7 @@ edit writes the definition only, never the tick fields a worker wrote meanwhile.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from django.contrib import admin as django_admin
@@ -19,20 +19,11 @@ from django_delayq.admin.schedules import ScheduleAdmin, ScheduleForm
 from django_delayq.core import periodic
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus, Schedule
-from tests.helpers import burst, point_at
+from tests.django.test_periodic import dq as _dq  # noqa: F401 - a fixture, used by name
+from tests.django.test_periodic import every
+from tests.helpers import burst
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def dq(settings, redis_server):  # type: ignore[no-untyped-def]
-    point_at(settings, redis_server, ALLOWED_CALLABLES=["tests.jobs"])
-    return get_engine()
-
-
-def every(seconds: int, start: datetime, **extra) -> Schedule:  # type: ignore[no-untyped-def]
-    return Schedule.objects.create(name="s%d" % seconds, callable_path="tests.jobs.noop",
-                                   interval_seconds=seconds, start_at=start, **extra)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("_dq")]
 
 
 def left_over(missed: str) -> tuple[Schedule, str]:
@@ -46,7 +37,7 @@ def left_over(missed: str) -> tuple[Schedule, str]:
     return s, job_id
 
 
-def test_a_tick_job_waiting_out_its_jitter_is_not_missed(dq) -> None:  # type: ignore[no-untyped-def]
+def test_a_tick_job_waiting_out_its_jitter_is_not_missed() -> None:
     t0 = timezone.now().replace(microsecond=0) + timedelta(minutes=1)
     s = every(3600, t0, jitter_seconds=30, missed="skip")
     job_id = periodic.keep(s)
@@ -58,19 +49,19 @@ def test_a_tick_job_waiting_out_its_jitter_is_not_missed(dq) -> None:  # type: i
     assert Job.objects.get(pk=job_id).status == JobStatus.CANCELLED
 
 
-def test_a_tick_job_behind_a_busy_worker_is_not_missed(dq) -> None:  # type: ignore[no-untyped-def]
+def test_a_tick_job_behind_a_busy_worker_is_not_missed() -> None:
     s, job_id = left_over("skip")
     due = Job.objects.get(pk=job_id).run_at
     info = {"queues": ["default"], "started": (due - timedelta(minutes=1)).isoformat()}
-    dq.register_worker("busy-since-before", json.dumps(info))  # alive, not done yet
+    get_engine().register_worker("busy-since-before", json.dumps(info))  # alive, not done yet
     assert periodic.keep(s) == job_id
     assert Job.objects.get(pk=job_id).status == JobStatus.SCHEDULED
-    dq.register_worker("busy-since-before", json.dumps({**info, "queues": ["other"]}))
+    get_engine().register_worker("busy-since-before", json.dumps({**info, "queues": ["other"]}))
     assert periodic.keep(s) != job_id  # no worker of its queue ran: missed
     assert Job.objects.get(pk=job_id).status == JobStatus.CANCELLED
 
 
-def test_the_first_worker_after_a_downtime_never_runs_a_missed_tick(dq) -> None:  # type: ignore[no-untyped-def]
+def test_the_first_worker_after_a_downtime_never_runs_a_missed_tick() -> None:
     s, job_id = left_over("skip")
     assert burst() == 0
     assert Job.objects.get(pk=job_id).status == JobStatus.CANCELLED  # never ran
@@ -79,7 +70,7 @@ def test_the_first_worker_after_a_downtime_never_runs_a_missed_tick(dq) -> None:
     assert Job.objects.get(pk=s.next_job_id).status == JobStatus.SCHEDULED
 
 
-def test_the_first_worker_after_a_downtime_runs_a_missed_tick_once(dq) -> None:  # type: ignore[no-untyped-def]
+def test_the_first_worker_after_a_downtime_runs_a_missed_tick_once() -> None:
     s, job_id = left_over("once")
     assert burst() == 0
     assert Job.objects.get(pk=job_id).status == JobStatus.SUCCEEDED
@@ -88,7 +79,7 @@ def test_the_first_worker_after_a_downtime_runs_a_missed_tick_once(dq) -> None: 
     assert Job.objects.get(pk=s.next_job_id).status == JobStatus.SCHEDULED
 
 
-def test_an_admin_edit_keeps_the_tick_a_worker_started_meanwhile(dq) -> None:  # type: ignore[no-untyped-def]
+def test_an_admin_edit_keeps_the_tick_a_worker_started_meanwhile() -> None:
     t0 = timezone.now().replace(microsecond=0) + timedelta(minutes=5)
     s = every(600, t0)
     started = periodic.keep(s)
