@@ -1,5 +1,12 @@
 """Rows of jobs final in Redis: the reconciler settles them instead of re-enqueueing.
 
+A live row whose job has a settled record in Redis (``Engine.ack``/``nack`` with a
+holder: succeeded, expired, or cancelled while it ran) was settled by a worker whose
+audit row has not landed: while that worker heartbeats its flush is coming (a stalled
+database delays it, nothing more); once it is silent the row is settled from the record
+(status, attempt, when), without the result or error text the worker kept, and the job
+is not run again.
+
 A live row whose id is in the dead set (a final nack or a lease recovery out of
 attempts reached Redis; the worker died before its audit flush) is settled ``dead``
 after the reconciler's second look: attempts from Redis's counter, the reason
@@ -20,6 +27,7 @@ from django.utils import timezone
 
 from django_delayq import signals
 from django_delayq.core import workflows
+from django_delayq.engine.outbox import Settled
 from django_delayq.exceptions import WorkerLost, type_path
 from django_delayq.models import Job, JobAttempt, JobStatus
 
@@ -28,6 +36,12 @@ logger = logging.getLogger(__name__)
 DEAD_IN_REDIS = "ended dead in Redis; its worker stopped before recording it"
 WORKER_LOST = type_path(WorkerLost)  # the error_type of such a row: its own error is lost
 CANCELLED_IN_REDIS = ("cancelled while it ran; its worker stopped before recording the end")
+SUCCEEDED_IN_REDIS = ("succeeded; its worker stopped before recording it (its result was "
+                      "not kept)")
+EXPIRED_IN_REDIS = "expired before it ran; its worker stopped before recording it"
+_FROM_RECORD = {"s": (JobStatus.SUCCEEDED, SUCCEEDED_IN_REDIS),
+                "x": (JobStatus.EXPIRED, EXPIRED_IN_REDIS),
+                "c": (JobStatus.CANCELLED, CANCELLED_IN_REDIS)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,11 +52,13 @@ class Finding:
     dead: bool = False
     redis_attempts: int = 0
     died_ms: int | None = None
+    settled: Settled | None = None  # a worker settled it; its audit row has not landed
 
     @property
     def settles(self) -> bool:
         """Final in Redis: the row is settled, the job not run again."""
-        return self.dead or (self.row.status == JobStatus.RUNNING and self.row.cancel_requested)
+        return self.dead or self.settled is not None or (
+            self.row.status == JobStatus.RUNNING and self.row.cancel_requested)
 
 
 def settle(found: list[Finding]) -> int:
@@ -55,7 +71,12 @@ def settle(found: list[Finding]) -> int:
 def settle_one(f: Finding) -> bool:
     """Settle one row; False when the row changed meanwhile (a late flush wins)."""
     row, now = f.row, timezone.now()
-    if f.dead:
+    if f.settled is not None and not f.dead:
+        status, reason = _FROM_RECORD[f.settled.code]
+        number = f.settled.token if status != JobStatus.EXPIRED else max(f.settled.token - 1, 0)
+        number = max(number, row.attempts)
+        finished = datetime.fromtimestamp(f.settled.at_ms / 1000, UTC)
+    elif f.dead:
         status, reason, number = JobStatus.DEAD, DEAD_IN_REDIS, max(row.attempts,
                                                                      f.redis_attempts, 1)
         finished = datetime.fromtimestamp(f.died_ms / 1000, UTC) if f.died_ms else now
@@ -69,7 +90,8 @@ def settle_one(f: Finding) -> bool:
             attempts__lte=number).update(status=status, attempts=number,
                                          finished_at=finished, last_error=reason,
                                          error_type=WORKER_LOST if f.dead else "",
-                                         traceback="", updated_at=now)
+                                         traceback="", updated_at=now,
+                                         worker_id=f.settled.holder if f.settled else row.worker_id)
         if changed and status == JobStatus.DEAD:
             JobAttempt.objects.using(using).create(job_id=row.pk, number=number,
                                                    outcome=status, finished_at=finished,
@@ -81,7 +103,12 @@ def settle_one(f: Finding) -> bool:
     logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
                    row.pk, reason, row.status, number, status)
     base = dict(job_id=row.pk, queue=row.queue, callable_path=row.callable_path)
-    if status == JobStatus.DEAD:
+    if status == JobStatus.SUCCEEDED:
+        signals.send(signals.job_succeeded, attempt=number, worker_id=f.settled.holder
+                     if f.settled else "", result=None, duration=None, **base)
+    elif status == JobStatus.EXPIRED:
+        pass  # no signal for an expiry (the worker sends none either)
+    elif status == JobStatus.DEAD:
         signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
                      error_type=WORKER_LOST, **base)
     else:

@@ -115,10 +115,21 @@ URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
 LOSS_MARGIN_SECONDS = 2.0
 # workflows.sweep(): the net for edges whose parent became final without the release hook.
 SWEEP_SECONDS = 10.0
+# Settled records older than this are dropped (forget_settled.lua): their worker died
+# long ago and the reconciler has settled their rows since.
+SETTLED_KEEP_MS = 24 * 3600 * 1000
 
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
+
+
+def _owner(f: Finding) -> str:
+    """The worker whose audit flush may still settle ``f``'s row ("" when none): the one
+    that settled it in Redis, else the one a running row names."""
+    if f.settled is not None:
+        return f.settled.holder
+    return f.row.worker_id if f.row.status == JobStatus.RUNNING else ""
 
 
 @dataclass(slots=True)
@@ -345,7 +356,14 @@ class Reconciler:
 
     def _act(self, found: list[Finding], seen: dict[str, Suspect] | None) -> int:
         """Settle what is final in Redis; re-enqueue the rest (``seen``: their first look)."""
-        self.stats.settled += final_rows.settle([f for f in found if f.settles])
+        settles = [f for f in found if f.settles]
+        self.stats.settled += final_rows.settle(settles)
+        records: dict[str, list[str]] = {}
+        for f in settles:
+            if f.settled is not None:
+                records.setdefault(f.row.queue, []).append(f.row.pk)
+        for queue, ids in records.items():  # the rows say it now: the records may go
+            self.engine.forget_settled(queue, ids, keep_ms=SETTLED_KEEP_MS)
         return self._enqueue([f.row for f in found if not f.settles], seen)
 
     # -- where the jobs are -------------------------------------------------------------
@@ -372,7 +390,10 @@ class Reconciler:
         for row, place in zip(rows, places):
             if place.queued:
                 continue
-            if place.dead:
+            if place.settled is not None:  # settled by a worker; its audit row is coming
+                found.append(Finding(row, redis_attempts=place.attempts,
+                                     settled=place.settled))
+            elif place.dead:
                 found.append(Finding(row, dead=True, redis_attempts=place.attempts,
                                      died_ms=place.died_ms))
             elif place.envelope:
@@ -387,14 +408,14 @@ class Reconciler:
         return found
 
     def _leave_to_live_workers(self, found: list[Finding]) -> list[Finding]:
-        """Without a loss, a running row whose worker heartbeats is that worker's: its
-        audit flush is on its way."""
-        running = [f for f in found if f.row.status == JobStatus.RUNNING]
-        if not running:
+        """Without a loss, a running row whose worker heartbeats is that worker's, and so
+        is a job settled in Redis by a worker that heartbeats: its audit flush is on its
+        way (however long the database keeps it waiting)."""
+        owners = [_owner(f) for f in found]
+        if not any(owners):
             return found
-        alive = self._live.alive({f.row.worker_id for f in running})
-        keep = [f for f in found
-                if f.row.status != JobStatus.RUNNING or f.row.worker_id not in alive]
+        alive = self._live.alive({w for w in owners if w})
+        keep = [f for f, owner in zip(found, owners) if not owner or owner not in alive]
         waiting = len(found) - len(keep)
         if waiting:
             self.stats.waiting_on_live_worker += waiting

@@ -186,12 +186,21 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
                            blocked_until_ms=_opt(reply[3]), limited=bool(int(reply[4])),
                            next_urgent_ms=_opt(reply[5]))
 
-    def ack(self, queue: str, leases: Sequence[tuple[str, int]]) -> list[bool]:
-        """Settle successes. ``leases`` are (id, token); False = lease lost, refused."""
+    def ack(self, queue: str, leases: Sequence[tuple[str, int]], *, holder: str = "",
+            codes: Sequence[str] | None = None, now_ms: int | None = None) -> list[bool]:
+        """Settle successes. ``leases`` are (id, token); False = lease lost, refused.
+
+        With a ``holder`` (the worker's registry id) Redis keeps a settled record of
+        each acked job (``codes[i]``: "s" succeeded, the default, or "x" expired) until
+        ``forget_settled``: the reconciler reads it instead of taking the job for lost."""
         k = self.keys(queue)
         out: list[bool] = []
-        for chunk in _chunks(leases, scripts.MAX_ACK):
-            args = [v for id_, token in chunk for v in (id_, token)]
+        marks = list(codes) if codes is not None else ["s"] * len(leases)
+        for start in range(0, len(leases), scripts.MAX_ACK):
+            chunk = leases[start:start + scripts.MAX_ACK]
+            args: list[Any] = [self._now(now_ms), holder]
+            for (id_, token), code in zip(chunk, marks[start:start + scripts.MAX_ACK]):
+                args += [id_, token, code]
             reply = self._run("ack", k.script_keys(), args)
             out += [bool(int(r)) for r in reply]
         return out
@@ -203,17 +212,33 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
         *,
         dead_max: int = 100_000,
         now_ms: int | None = None,
+        holder: str = "",
     ) -> list[NackOutcome]:
-        """Settle failures: (id, token, retry_delay_ms or None for dead)."""
+        """Settle failures: (id, token, retry_delay_ms or None for dead). With a
+        ``holder``, a job cancelled while it ran keeps a settled record (see ``ack``)."""
         k = self.keys(queue)
         out: list[NackOutcome] = []
         for chunk in _chunks(failures, scripts.MAX_NACK):
-            args: list[Any] = [self._now(now_ms), k.channel, dead_max]
+            args: list[Any] = [self._now(now_ms), k.channel, dead_max, holder]
             for id_, token, delay in chunk:
                 args += [id_, token, -1 if delay is None else max(0, int(delay))]
             reply = self._run("nack", k.script_keys(), args)
             out += [NackOutcome(int(r)) for r in reply]
         return out
+
+    def forget_settled(self, queue: str, job_ids: Sequence[str], *, keep_ms: int,
+                       now_ms: int | None = None) -> int:
+        """Drop the settled records of ``job_ids`` (their audit rows have landed) and up to
+        100 records older than ``keep_ms`` per call; returns how many of ``job_ids`` had one."""
+        k = self.keys(queue)
+        gone = 0
+        for chunk in _chunks(job_ids, scripts.MAX_FORGET):
+            reply = self._run("forget_settled", k.script_keys(),
+                              [self._now(now_ms), int(keep_ms), *chunk])
+            gone += int(reply[0])
+        if not job_ids:
+            self._run("forget_settled", k.script_keys(), [self._now(now_ms), int(keep_ms)])
+        return gone
 
     def extend(
         self,

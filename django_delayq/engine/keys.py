@@ -99,6 +99,21 @@ class QueueKeys:
         return self.tag + ":starts"
 
     @property
+    def settled(self) -> str:
+        """ZSET id -> server ms: jobs this Redis settled (acked, or cancelled while they
+        ran) for a worker whose audit row has not landed yet. The worker forgets the entry
+        once the row is written; until then the reconciler reads it instead of taking the
+        job for lost (a stalled database, a worker killed before its flush)."""
+        return self.tag + ":settled"
+
+    @property
+    def settled_by(self) -> str:
+        """HASH id -> ``<code> <token> <holder>``: how ``settled`` ended the job (``s``
+        succeeded, ``x`` expired, ``c`` cancelled), under which lease token, by which
+        worker (its registry id)."""
+        return self.tag + ":settled_by"
+
+    @property
     def shards(self) -> str:
         """STRING: the highest shard count the queue's data was written with (only on
         shard 0 of a queue ever sharded; engine/shards.py)."""
@@ -107,14 +122,14 @@ class QueueKeys:
     def all(self) -> tuple[str, ...]:
         """The keys holding jobs (not the queue's settings: paused, limit, starts)."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
-                self.ready, self.prio, self.urgent)
+                self.ready, self.prio, self.urgent, self.settled, self.settled_by)
 
     def script_keys(self) -> tuple[str, ...]:
         """``KEYS`` of every queue script (lua/*.lua), in the one order they name them:
         each script takes them all (one slot) and uses those it needs."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
                 self.epoch, self.ready, self.prio, self.paused, self.limit, self.starts,
-                self.urgent)
+                self.urgent, self.settled, self.settled_by)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@
 * **Presence**: where each job of a list is (pending, ready or in flight, dead, an envelope
   without a place, re-enqueued moments ago) and its attempts counter, read atomically
   (one MULTI, one slot; no TIME inside: a Redis Cluster pipeline refuses keyless
-  commands). Seven reads a job.
+  commands). Nine reads a job (the settled record among them).
 * **Re-enqueue**: one MULTI remembers the ids in ``{prefix:queue}:reconciled``, seeds
   their attempts counters (HSETNX: never lowers a counter Redis holds) and runs
   ``enqueue.lua`` (sent with EVAL: a NOSCRIPT inside EXEC would not undo the rest).
@@ -48,7 +48,9 @@ class Presence:
     """Where Redis holds one job. ``queued``: pending, ready or in flight. ``dead``: in the
     dead set since ``died_ms`` (None when its score is not a time). ``envelope``: its
     payload is stored. ``reconciled_ms``: when a reconciler re-enqueued it, if it is
-    remembered. ``attempts``: its counter, 0 when absent or not a number."""
+    remembered. ``attempts``: its counter, 0 when absent or not a number. ``settled``:
+    how a worker settled it, while that worker's audit row has not landed (None: no
+    record)."""
 
     queued: bool
     dead: bool
@@ -56,6 +58,29 @@ class Presence:
     envelope: bool
     reconciled_ms: float | None
     attempts: int
+    settled: Settled | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """A settled record (``keys.QueueKeys.settled``): the job ended ``code`` ("s"
+    succeeded, "x" expired, "c" cancelled while it ran) under lease ``token``, settled by
+    the worker ``holder`` at ``at_ms`` (server clock)."""
+
+    code: str
+    token: int
+    holder: str
+    at_ms: int
+
+    @classmethod
+    def parse(cls, raw: Any, score: Any) -> Settled | None:
+        """The record from its HASH value and ZSET score; None when either is missing or
+        not what a script wrote (a value planted by hand is ignored)."""
+        parts = (_str(raw) or "").split(" ", 2)
+        if len(parts) != 3 or parts[0] not in ("s", "x", "c") or score is None:
+            return None
+        token = _int(parts[1])
+        return cls(parts[0], token, parts[2], _int(score)) if token > 0 else None
 
 
 class OutboxOps(RedisOwner):
@@ -115,15 +140,19 @@ class OutboxOps(RedisOwner):
             pipe.zscore(k.dead, job_id)
             pipe.zscore(k.reconciled, job_id)
             pipe.hget(k.attempts, job_id)
+            pipe.zscore(k.settled, job_id)
+            pipe.hget(k.settled_by, job_id)
         replies = pipe.execute()
         out = []
         for i in range(len(job_ids)):
-            has_env, pending, ready, inflight, dead, recent, attempts = replies[7 * i:7 * i + 7]
+            (has_env, pending, ready, inflight, dead, recent, attempts, settled_at,
+             settled_by) = replies[9 * i:9 * i + 9]
             waiting = pending is not None or ready is not None
             out.append(Presence(queued=waiting or inflight is not None,
                                 dead=dead is not None, died_ms=_int(dead) or None,
                                 envelope=bool(has_env), reconciled_ms=recent,
-                                attempts=_int(attempts)))
+                                attempts=_int(attempts),
+                                settled=Settled.parse(settled_by, settled_at)))
         return out
 
     def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],

@@ -64,6 +64,7 @@ SCRIPT_NAMES = (
     "purge",
     "acquire",
     "release_group",
+    "forget_settled",
 )
 
 # Most items per call of each script (the ``Cost:`` line of its header says the same).
@@ -76,7 +77,8 @@ MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
 # due before it, waits at most ceil(n / MAX_PROMOTE) claims.
 MAX_PROMOTE = 250
 MAX_URGENT = 50
-MAX_ACK = 250  # (id, token) pairs
+MAX_ACK = 250  # (id, token, code) triples
+MAX_FORGET = 250  # ids whose settled records go (forget_settled.lua), plus 100 old ones
 MAX_NACK = 200  # (id, token, delay) triples
 MAX_EXTEND = 250  # (id, token) pairs
 MAX_RELEASE = 200  # (id, token, due) triples
@@ -84,8 +86,10 @@ MAX_DEFER = 200  # (id, token, at_ms) triples
 MAX_PURGE = 200  # waiting jobs removed (purge.lua caps its ``limit`` at this)
 MAX_RELEASE_GROUP = 250  # job ids whose callable-limit slot is freed
 MAX_RECOVER = 100  # expired leases (recover.lua caps its ``limit``), and max_attempts pairs
-MAX_EVENTS = 100  # events
-MAX_EVENT_ARGS = 2400  # arguments of events_add (a count and the field/value pairs)
+# events_add: 100 events a call took 5-7 ms in some 20,000-job drains (an event carries
+# up to ~15 fields and a 500-character error); 25 keep a call near 1 ms
+MAX_EVENTS = 25  # events
+MAX_EVENT_ARGS = 800  # arguments of events_add (a count and the field/value pairs)
 # Rows per MULTI of the reconciler (reconcile.py): each row costs six reads (and, when
 # re-enqueued, two writes and its share of enqueue.lua). At most MAX_ENQUEUE. 100 rows stay
 # under 1 ms at a 100,000-job backlog (latency monitor); 200 took up to 4 ms, 500 10 ms.
@@ -113,8 +117,8 @@ class Bound:
 BOUNDS: dict[str, Bound] = {
     "enqueue": Bound(2, 5, MAX_ENQUEUE),
     "claim": Bound(3, 0, 0),
-    "ack": Bound(0, 2, MAX_ACK),
-    "nack": Bound(3, 3, MAX_NACK),
+    "ack": Bound(2, 3, MAX_ACK),
+    "nack": Bound(4, 3, MAX_NACK),
     "extend": Bound(2, 2, MAX_EXTEND),
     "recover": Bound(5, 2, MAX_RECOVER),
     "cancel": Bound(1, 0, 0),
@@ -128,6 +132,7 @@ BOUNDS: dict[str, Bound] = {
     "purge": Bound(1, 0, 0),
     "acquire": Bound(8, 0, 0),
     "release_group": Bound(0, 1, MAX_RELEASE_GROUP),
+    "forget_settled": Bound(2, 1, MAX_FORGET),
 }
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")

@@ -165,18 +165,37 @@ class ShardedEngine(Engine):
             limited=any(r.limited for r in results),
             next_urgent_ms=_min(r.next_urgent_ms for r in results))
 
-    def ack(self, queue: str, leases: Sequence[tuple[str, int]]) -> list[bool]:
-        return self._routed(queue, leases, lambda lease: lease[0],
-                            lambda name, part: super(ShardedEngine, self).ack(name, part),
-                            lambda ok: not ok)
+    def ack(self, queue: str, leases: Sequence[tuple[str, int]], *, holder: str = "",
+            codes: Sequence[str] | None = None, now_ms: int | None = None) -> list[bool]:
+        marks = list(codes) if codes is not None else ["s"] * len(leases)
+        items = [(lease, code) for lease, code in zip(leases, marks)]
+        return self._routed(
+            queue, items, lambda item: item[0][0],
+            lambda name, part: super(ShardedEngine, self).ack(
+                name, [lease for lease, _ in part], holder=holder,
+                codes=[code for _, code in part], now_ms=now_ms),
+            lambda ok: not ok)
 
     def nack(self, queue: str, failures: Sequence[tuple[str, int, int | None]], *,
-             dead_max: int = 100_000, now_ms: int | None = None) -> list[NackOutcome]:
+             dead_max: int = 100_000, now_ms: int | None = None,
+             holder: str = "") -> list[NackOutcome]:
         return self._routed(
             queue, failures, lambda f: f[0],
             lambda name, part: super(ShardedEngine, self).nack(
-                name, part, dead_max=dead_max, now_ms=now_ms),
+                name, part, dead_max=dead_max, now_ms=now_ms, holder=holder),
             lambda outcome: outcome == NackOutcome.LEASE_LOST)
+
+    def forget_settled(self, queue: str, job_ids: Sequence[str], *, keep_ms: int,
+                       now_ms: int | None = None) -> int:
+        """Each shard forgets the ids homed in it; a record written in another shard
+        (an id found away from home) goes with the keep time."""
+        names = self.shard_queues(queue)
+        homes: dict[str, list[str]] = {name: [] for name in names}
+        for job_id in job_ids:
+            homes.setdefault(self.shard_map.home(queue, job_id), []).append(job_id)
+        return sum(super(ShardedEngine, self).forget_settled(name, ids, keep_ms=keep_ms,
+                                                             now_ms=now_ms)
+                   for name, ids in homes.items())
 
     def extend(self, queue: str, leases: Sequence[tuple[str, int]], lease_ms: int,
                now_ms: int | None = None) -> list[bool]:
@@ -296,7 +315,8 @@ class ShardedEngine(Engine):
         return self._routed(queue, job_ids, str,
                             lambda name, part: super(ShardedEngine, self).presence(name, part),
                             lambda p: not (p.queued or p.dead or p.envelope
-                                           or p.reconciled_ms is not None))
+                                           or p.reconciled_ms is not None
+                                           or p.settled is not None))
 
     def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int) -> int:

@@ -117,6 +117,9 @@ class AuditWriter:
         # of its claimed and started jobs first, so a row that says ``running`` is never
         # ahead of what the supervisor knows (it takes back a killed child's jobs by them).
         self.before_write: Callable[[], None] | None = None
+        # Called after a write committed, with the ids it made final (the settler drops
+        # their settled records in Redis: worker/settle.py).
+        self.after_write: Callable[[list[str]], None] | None = None
         self._thread: threading.Thread | None = None
         self._outage = OutageLog(logger, "audit flush")
         self.written = 0
@@ -205,8 +208,16 @@ class AuditWriter:
         except BaseException:
             self._keep(changes, attempts)
             raise
+        self._landed(changes)
         self.written += len(changes)
         return len(changes)
+
+    def _landed(self, changes: dict[str, dict[str, Any]]) -> None:
+        if self.after_write is not None:
+            final = [job_id for job_id, fields in changes.items()
+                     if fields.get("status") in FINAL_STATUSES]
+            if final:
+                self.after_write(final)
 
     def _keep(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:
         with self._lock:  # newer changes win over the failed ones
@@ -226,6 +237,7 @@ class AuditWriter:
             except BaseException:
                 self._keep(dict(items[i:]), attempts)
                 raise
+            self._landed({job_id: fields})
         for i, attempt in enumerate(attempts):
             try:
                 self._write({}, [attempt])

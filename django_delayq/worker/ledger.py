@@ -35,7 +35,8 @@ def key_of(job: ClaimedJob) -> Key:
 class Ledger:
     def __init__(self, on_late: Callable[[Outcome], None] | None = None) -> None:
         self._on_late = on_late
-        self._lock = threading.Lock()
+        # A condition: the settling thread waits on it for outcomes (``wait_done``)
+        self._lock = threading.Condition(threading.Lock())
         self._unstarted: dict[Key, ClaimedJob] = {}
         self._running: dict[Key, ClaimedJob] = {}
         self._started: dict[Key, tuple[float, datetime]] = {}  # monotonic, wall clock
@@ -43,6 +44,7 @@ class Ledger:
         self._timed_out: set[Key] = set()  # their threads are still busy
         self._done: deque[Outcome] = deque()
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
+        self._settling: list[Outcome] = []  # taken by ``take_done``, being settled
 
     # -- transitions ---------------------------------------------------------------
 
@@ -52,6 +54,8 @@ class Ledger:
             for job in jobs:
                 self._unstarted[key_of(job)] = job
             self._done.extend(ended)
+            if self._done:
+                self._lock.notify_all()
 
     def start(self, key: Key, limit_s: float | None = None) -> bool:
         """A thread takes the job, whose attempt may run ``limit_s`` seconds (None: no
@@ -79,6 +83,8 @@ class Ledger:
                 first = not self._done
                 self._done.append(outcome)
                 self._running.pop(key, None)
+                if first:
+                    self._lock.notify_all()
                 return first
         if self._on_late is not None:
             self._on_late(outcome)
@@ -110,6 +116,8 @@ class Ledger:
                 del self._running[key]
                 self._timed_out.add(key)
                 self._done.append(outcome_of(key, job, self._started[key][1]))
+            if over:
+                self._lock.notify_all()
         return [job for _, job in over]
 
     def next_limit(self) -> float | None:
@@ -126,28 +134,49 @@ class Ledger:
         return jobs
 
     def take_done(self) -> list[Outcome]:
-        """The outcomes to settle now: those kept unsettled, then those done since."""
+        """The outcomes to settle now: those kept unsettled, then those done since. They
+        stay held (their leases extended) until ``keep_unsettled`` says how it went."""
         with self._lock:
             outcomes, self._unsettled = self._unsettled, []
             outcomes.extend(self._done)
             self._done.clear()
+            self._settling = list(outcomes)
         return outcomes
 
+    def wait_done(self, timeout: float) -> bool:
+        """Wait until an outcome is done (or ``timeout`` seconds); True when one is."""
+        with self._lock:
+            if not self._done:
+                self._lock.wait(timeout)
+            return bool(self._done)
+
+    def wake_settling(self) -> None:
+        """Cut a ``wait_done`` short (the worker stops)."""
+        with self._lock:
+            self._lock.notify_all()
+
     def keep_unsettled(self, outcomes: list[Outcome]) -> None:
-        """Outcomes not settled this round (their queue is backing off): settle later."""
+        """The end of a settling round: ``outcomes`` were not settled (their queue is
+        backing off): settle them later; the others taken are settled."""
         with self._lock:
             self._unsettled = outcomes + self._unsettled
+            self._settling = []
 
     # -- reads ---------------------------------------------------------------------
 
     def held(self) -> list[ClaimedJob]:
-        """The jobs whose leases this worker keeps: running or waiting for a thread."""
+        """The jobs whose leases this worker keeps: running, waiting for a thread, or
+        finished and waiting to be settled (a stalled database or Redis must not let the
+        lease of a finished job lapse: another worker would run it again)."""
         with self._lock:
-            return list(self._running.values()) + list(self._unstarted.values())
+            return (list(self._running.values()) + list(self._unstarted.values())
+                    + [o.job for o in self._done] + [o.job for o in self._unsettled]
+                    + [o.job for o in self._settling])
 
     def idle(self) -> bool:
         with self._lock:
-            return not (self._running or self._done or self._unstarted or self._unsettled)
+            return not (self._running or self._done or self._unstarted or self._unsettled
+                        or self._settling)
 
     def capacity_used(self) -> int:
         """Jobs taking a thread or waiting for one (timed-out attempts still do)."""
@@ -157,6 +186,7 @@ class Ledger:
     def has_done(self) -> bool:
         with self._lock:
             return bool(self._done)
+
 
     def running(self) -> int:
         with self._lock:

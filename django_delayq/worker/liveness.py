@@ -43,13 +43,14 @@ logger = logging.getLogger(__name__)
 
 
 class Liveness:
-    def __init__(self, engine: Engine, settings: Settings, worker_id: str, *,
+    def __init__(self, engine: Engine, settings: Settings, worker_id: str, *, name: str = "",
                  queues: tuple[str, ...], concurrency: int,
                  running: Callable[[], list[RunningJob]] | None = None,
                  supervision: Supervision | None = None) -> None:
         self.engine = engine
         self.settings = settings
         self.worker_id = worker_id
+        self.name = name or worker_id
         self.queues = queues
         self.concurrency = concurrency
         self.started_ts = datetime.now(UTC)
@@ -92,7 +93,8 @@ class Liveness:
         sup = self.supervision
         runs = self.running() if self.running is not None else []
         return json.dumps({
-            "host": socket.gethostname(), "pid": os.getpid(), "queues": list(self.queues),
+            "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
+            "queues": list(self.queues),
             "concurrency": self.concurrency, "started": self.started_ts.isoformat(),
             "running": len(held), "claimed": claimed, "processed": processed,
             "supervisor": sup.supervisor_id if sup is not None else None,

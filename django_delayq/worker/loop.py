@@ -73,18 +73,24 @@ class Worker:
         self.engine = engine
         self.settings = settings
         self.options = options
-        self.id = options.worker_id or "%s:%d:%s" % (
-            socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
+        # What operators see: --worker-id, else host:pid. What holds leases and names the
+        # worker in the registry and on its rows: that name plus a token of this process
+        # start, so a restart under the same name never takes the dead process's place
+        # (its rows are the reconciler's once it falls silent).
+        self.name = options.worker_id or "%s:%d" % (socket.gethostname(), os.getpid())
+        self.id = "%s:%s" % (self.name, uuid.uuid4().hex[:6])
         self.wake = threading.Event()
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         if options.supervision is not None:
             self.audit.before_write = options.supervision.link.flush
         self.gate = limits.StartGate(engine, settings, self._server_now)  # expiry, limits
         self.settler = Settler(engine, settings, self.audit, self.id, self.gate.release)
+        self.audit.after_write = self.settler.landed  # their settled records may go
         self.recovery = LeaseRecovery(engine, settings, self.audit)
         self.queue_gate = limits.QueueGate(engine, settings)  # queue limits and pauses
         self.ledger = TrackedLedger(settings, options.supervision, on_late=self.gate.release_late)
-        self.liveness = Liveness(engine, settings, self.id, queues=options.queues,
+        self.liveness = Liveness(engine, settings, self.id, name=self.name,
+                                 queues=options.queues,
                                  concurrency=options.concurrency,
                                  running=self.ledger.running_jobs,
                                  supervision=options.supervision)
@@ -346,6 +352,7 @@ class Worker:
         return outcome
 
     def _settle_done(self) -> None:
+        self.settler.forget_landed()
         outcomes = self.ledger.take_done()
         if not outcomes:
             return

@@ -13,6 +13,7 @@ heartbeat is ``liveness.py``.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from typing import Any
 from django_delayq import signals
 from django_delayq.core import payloads, periodic
 from django_delayq.core.conf import Settings
+from django_delayq.core.reconcile import SETTLED_KEEP_MS
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
@@ -40,6 +42,10 @@ class Settler:
         self.audit = audit
         self.worker_id = worker_id
         self.processed = 0  # outcomes settled, published by the heartbeat
+        # Jobs whose settled record Redis keeps until their audit row lands: id -> queue
+        self._records: dict[str, str] = {}
+        self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
+        self._records_lock = threading.Lock()
         self.schedules = periodic.Keeper()  # the keeper thread's pass (core/periodic.py)
 
     def started(self, job: ClaimedJob, keep_due: bool = False) -> None:
@@ -68,11 +74,13 @@ class Settler:
             wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
             later = [o for o in items if o.kind is Kind.DEFER]
             fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
-            acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins])
+            acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins],
+                                    holder=self.worker_id,
+                                    codes=["x" if o.kind is Kind.EXPIRED else "s" for o in wins])
             self._defer(queue, later)
             nacked = self.engine.nack(
                 queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
-                dead_max=self.settings.dead_max)
+                dead_max=self.settings.dead_max, holder=self.worker_id)
             for o, ok in zip(wins, acked):
                 if not ok and self.engine.inspect(queue, o.job.id).place == "":
                     # Our ack ran but its reply was lost (the retry was refused), or Redis
@@ -96,12 +104,36 @@ class Settler:
                 logger.warning("job %s (attempt %d): lease lost before it was deferred; the "
                                "redelivered copy owns it now", o.job.id, o.job.token)
 
+    def landed(self, job_ids: Sequence[str]) -> None:
+        """The audit rows of ``job_ids`` are written (the audit writer's hook, on its
+        thread: no Redis call here): their settled records may go, at the next
+        ``forget_landed``."""
+        with self._records_lock:
+            for job_id in job_ids:
+                queue = self._records.pop(job_id, None)
+                if queue is not None:
+                    self._landed.setdefault(queue, []).append(job_id)
+
+    def forget_landed(self) -> None:
+        """Drop the settled records of rows that landed. A failure leaves them to the keep
+        time (the reconciler never reads a final row's record)."""
+        with self._records_lock:
+            landed, self._landed = self._landed, {}
+        for queue, ids in landed.items():
+            try:
+                self.engine.forget_settled(queue, ids, keep_ms=SETTLED_KEEP_MS)
+            except Exception as exc:  # noqa: BLE001 - Redis down: the keep time drops them
+                logger.debug("could not forget %d settled record(s): %s", len(ids), exc)
+
     def _record(self, o: Outcome, status: JobStatus | None) -> None:
         job = o.job
         if status is None:
             logger.warning("job %s (attempt %d): lease lost before it was settled; the "
                            "redelivered copy owns it now", job.id, job.token)
             return
+        if status in _RECORDED:  # Redis keeps a settled record until the row lands
+            with self._records_lock:
+                self._records[job.id] = job.queue
         fields: dict[str, Any] = dict(
             status=status, started_at=o.started_at, finished_at=o.finished_at,
             attempts=job.token, worker_id=self.worker_id, updated_at=o.finished_at)
@@ -147,6 +179,8 @@ def _path_of(job: ClaimedJob) -> str:
     except ValueError:
         return ""
 
+
+_RECORDED = (JobStatus.SUCCEEDED, JobStatus.EXPIRED, JobStatus.CANCELLED)
 
 STATUS_OF: dict[object, JobStatus] = {  # what an ack or a nack made of the job
     Kind.SUCCESS: JobStatus.SUCCEEDED,

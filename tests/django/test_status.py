@@ -113,8 +113,11 @@ def test_live_workers_with_heartbeat_age(delayq_settings, delayq_engine, tmp_pat
     try:
         wait_until(lambda: client.zcard(registry) == 3)
         doc = json.loads(_status("--json"))
-        workers = {w["id"]: w for w in doc["workers"]}
+        # a worker's id is its --worker-id plus a token of its process start
+        workers = {w["id"].split(":")[0] if w["id"].startswith("w") else w["id"]: w
+                   for w in doc["workers"]}
         assert set(workers) == {"wa", "wb", "old-host:1:gone"}
+        assert workers["wa"]["info"]["name"] == "wa"
         assert workers["wa"]["info"]["queues"] == ["default"]
         assert workers["wb"]["info"]["queues"] == ["emails", "slow"]
         assert not workers["wa"]["stale"] and workers["wa"]["heartbeat_age_s"] < 10

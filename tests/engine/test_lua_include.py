@@ -133,7 +133,8 @@ def _check_keys(name: str, order: list[str]) -> None:
 
 def test_scripts_name_their_keys_once_in_the_one_order() -> None:
     assert ORDER == ["pending", "inflight", "jobs", "attempts", "cancel", "dead", "epoch",
-                     "ready", "prio", "paused", "limit", "starts", "urgent"]
+                     "ready", "prio", "paused", "limit", "starts", "urgent", "settled",
+                     "settled_by"]
     for name in QUEUE_SCRIPTS:
         _check_keys(name, ORDER)
     group = [key.rsplit(":", 1)[1] for key in GroupKeys("p", "g").script_keys()]

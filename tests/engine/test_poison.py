@@ -264,9 +264,9 @@ def test_callers_split_lists_into_calls_within_the_bound(engine: Engine) -> None
 
 def test_a_script_refuses_a_call_beyond_its_bound(engine: Engine) -> None:
     k = engine.keys("q")
-    args = [v for i in range(scripts.MAX_ACK + 1) for v in ("x%d" % i, 1)]
+    args = [0, ""] + [v for i in range(scripts.MAX_ACK + 1) for v in ("x%d" % i, 1, "s")]
     with pytest.raises(TooManyArguments, match="ack.lua takes at most"):
-        scripts.load("ack")(engine.client, (k.inflight, k.jobs, k.attempts, k.cancel), args)
+        scripts.load("ack")(engine.client, k.script_keys(), args)
 
 
 def test_each_header_states_the_bound_its_callers_use() -> None:
@@ -274,7 +274,8 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
                 "ack": scripts.MAX_ACK, "nack": scripts.MAX_NACK, "extend": scripts.MAX_EXTEND,
                 "release": scripts.MAX_RELEASE, "recover": scripts.MAX_RECOVER,
                 "events_add": scripts.MAX_EVENTS, "defer": scripts.MAX_DEFER,
-                "purge": scripts.MAX_PURGE, "release_group": scripts.MAX_RELEASE_GROUP}
+                "purge": scripts.MAX_PURGE, "release_group": scripts.MAX_RELEASE_GROUP,
+                "forget_settled": scripts.MAX_FORGET}
     for name in scripts.SCRIPT_NAMES:
         source = scripts._read(name)
         for part in ("-- KEYS[1]", "-- Returns:", "-- Cost:"):

@@ -1,35 +1,48 @@
--- ack.lua : settle finished jobs (success): forget them.
+-- ack.lua : settle finished jobs (success, or expired before it ran): forget them, and
+-- record how they ended until their worker's audit row has landed.
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[3]  jobs      HASH  id -> envelope
--- KEYS[4]  attempts  HASH  id -> lease token
--- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
--- KEYS[9]  prio      HASH  id -> priority
--- ARGV     pairs: id, token
+-- KEYS[1]..[15]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[2]  inflight    ZSET  lease_deadline_ms -> id
+-- KEYS[3]  jobs        HASH  id -> envelope
+-- KEYS[4]  attempts    HASH  id -> lease token
+-- KEYS[5]  cancel      SET   ids whose cancel was asked while they ran
+-- KEYS[9]  prio        HASH  id -> priority
+-- KEYS[14] settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
+-- KEYS[15] settled_by  HASH  id -> "<code> <token> <holder>"
+-- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
+-- ARGV[2]  holder      the settling worker's registry id; "" = keep no record
+-- ARGV[3..] triples: id, token, code ("s" succeeded, "x" expired)
 --
 -- An ack whose token is stale (the lease expired and the job was recovered or
 -- claimed again) is refused and changes nothing. Tokens and leases are read for the
 -- whole call (HMGET, ZMSCORE) before the first write.
--- Returns: one integer per pair: 1 acked, 0 refused (lease lost)
--- Cost: at most 250 pairs per call (scripts.MAX_ACK; callers split bigger batches):
+-- Returns: one integer per triple: 1 acked, 0 refused (lease lost)
+-- Cost: at most 250 triples per call (scripts.MAX_ACK; callers split bigger batches):
 --       O(n log N).
+--@include now
 --@include wrong_type
+--@include call_many
 --@include forget
+--@include record_settled
 local inflight, jobs, attempts, cancel, prio = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[9]
-local err = wrong_type({'', 'zset', 'hash', 'hash', 'set', '', '', '', 'hash'})
+local err = wrong_type({'', 'zset', 'hash', 'hash', 'set', '', '', '', 'hash', '', '', '', '',
+                        'zset', 'hash'})
 if err then return err end
+local now = now_ms(ARGV[1])
 local ids = {}
-for i = 1, #ARGV, 2 do ids[#ids + 1] = ARGV[i] end
+for a = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[a] end
 if #ids == 0 then return {} end
 local tokens = redis.call('HMGET', attempts, unpack(ids))
 local leased = redis.call('ZMSCORE', inflight, unpack(ids))
-local out, done, seen = {}, {}, {}
+local out, done, seen, records = {}, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
-  if leased[j] and tokens[j] == ARGV[2 * j] and not seen[id] then
+  local i = 3 * j
+  if leased[j] and tokens[j] == ARGV[i + 1] and not seen[id] then
     seen[id] = true
     done[#done + 1] = id
+    records[#records + 1] = id
+    records[#records + 1] = ARGV[i + 2] .. ' ' .. ARGV[i + 1]
     out[j] = 1
   else
     out[j] = 0
@@ -38,5 +51,6 @@ end
 if #done > 0 then
   redis.call('ZREM', inflight, unpack(done))
   forget(jobs, attempts, cancel, prio, done)
+  record_settled(ARGV[2], now, records)
 end
 return out

@@ -268,6 +268,26 @@ local function forget(jobs, attempts, cancel, prio, ids)
   redis.call('HDEL', prio, unpack(ids))
 end
 
+--@define record_settled
+--@include call_many
+-- Records how jobs ended (KEYS[14] settled: id -> ms, KEYS[15] settled_by: id ->
+-- "<code> <token> <holder>") for the worker ``holder`` until its audit row lands
+-- (forget_settled.lua); ``entries`` holds id, "<code> <token>" pairs. No record when
+-- ``holder`` is "" (the bare engine, jobs set aside). ``at``: the script's now (ms),
+-- read before its first write.
+local function record_settled(holder, at, entries)
+  if holder == '' or #entries == 0 then return end
+  local scored, described = {}, {}
+  for i = 1, #entries, 2 do
+    scored[#scored + 1] = at
+    scored[#scored + 1] = entries[i]
+    described[#described + 1] = entries[i]
+    described[#described + 1] = entries[i + 1] .. ' ' .. holder
+  end
+  call_many('ZADD', KEYS[14], {}, scored)
+  call_many('HSET', KEYS[15], {}, described)
+end
+
 --@define trim_log
 -- Drops up to `most` entries scored at or before `cutoff` from the ZSET `log` (a window
 -- log of starts or grants: what left the window), oldest first.

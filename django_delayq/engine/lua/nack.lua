@@ -1,6 +1,6 @@
 -- nack.lua : settle failed jobs: back in line after a delay, or to dead.
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[15]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
@@ -9,10 +9,13 @@
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority (kept while the job lives, dead included)
+-- KEYS[14] settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
+-- KEYS[15] settled_by  HASH  id -> "c <token> <holder>"
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
 -- ARGV[3]  dead_max  dead jobs kept; the oldest beyond it are dropped (at most 100 per call)
--- ARGV[4..] triples: id, token, retry_delay_ms ("-1" = no retry: dead)
+-- ARGV[4]  holder    the settling worker's registry id; "" = keep no record
+-- ARGV[5..] triples: id, token, retry_delay_ms ("-1" = no retry: dead)
 --
 -- A retry keeps its priority: due already (delay 0), it goes straight to ready unless
 -- pending holds a job due before it (lib.lua line). A job whose cancel was asked while it
@@ -28,14 +31,16 @@
 --@include line
 --@include priority
 --@include forget
+--@include record_settled
 local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
                                                                     KEYS[4], KEYS[5], KEYS[6],
                                                                     KEYS[8], KEYS[9]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash'})
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '', '',
+                        '', '', 'zset', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}
-for i = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+for i = 5, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local out = {}
 if #ids > 0 then
   local tokens = redis.call('HMGET', attempts, unpack(ids))
@@ -43,10 +48,10 @@ if #ids > 0 then
   local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
   local prios = priorities(prio, ids)
   local line = new_line(pending, ready)
-  local settled, dropped, died, seen = {}, {}, {}, {}
+  local settled, dropped, died, seen, records = {}, {}, {}, {}, {}
   for j = 1, #ids do
     local id = ids[j]
-    local i = 3 * j + 1
+    local i = 3 * j + 2
     if not leased[j] or tokens[j] ~= ARGV[i + 1] or seen[id] then
       out[j] = 0
     else
@@ -55,6 +60,8 @@ if #ids > 0 then
       local delay = tonumber(ARGV[i + 2])
       if cancelled[j] == 1 then
         dropped[#dropped + 1] = id
+        records[#records + 1] = id
+        records[#records + 1] = 'c ' .. ARGV[i + 1]
         out[j] = 3
       elseif delay >= 0 then
         enter(line, id, clamp_ms(now + delay), priority_of(prios[j]), now)
@@ -68,6 +75,7 @@ if #ids > 0 then
   end
   if #settled > 0 then redis.call('ZREM', inflight, unpack(settled)) end
   forget(jobs, attempts, cancel, prio, dropped)
+  record_settled(ARGV[4], now, records)
   line_write(line, pending, ready, ARGV[2])
   if #died > 0 then call_many('ZADD', dead, {}, died) end
 end

@@ -1,0 +1,34 @@
+-- forget_settled.lua : drop the settled records of jobs whose audit rows have landed,
+-- and records older than the keep time (a worker gone before its rows landed, whose
+-- rows the reconciler settled long ago).
+--
+-- KEYS[1]..[15]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[14] settled     ZSET  id -> settled ms
+-- KEYS[15] settled_by  HASH  id -> "<code> <token> <holder>"
+-- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
+-- ARGV[2]  keep_ms     records settled before now - keep_ms are dropped (100 at most)
+-- ARGV[3..] ids whose records go
+--
+-- Returns: {ids forgotten, old records dropped}
+-- Cost: at most 250 ids per call (scripts.MAX_FORGET; callers split bigger batches) plus
+--       100 old records: O(n log N).
+--@include now
+--@include wrong_type
+local settled, settled_by = KEYS[14], KEYS[15]
+local err = wrong_type({'', '', '', '', '', '', '', '', '', '', '', '', '', 'zset', 'hash'})
+if err then return err end
+local now = now_ms(ARGV[1])
+local ids = {}
+for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end
+local gone = 0
+if #ids > 0 then
+  gone = redis.call('ZREM', settled, unpack(ids))
+  redis.call('HDEL', settled_by, unpack(ids))
+end
+local old = redis.call('ZRANGEBYSCORE', settled, '-inf',
+                       string.format('%.0f', now - tonumber(ARGV[2])), 'LIMIT', 0, 100)
+if #old > 0 then
+  redis.call('ZREM', settled, unpack(old))
+  redis.call('HDEL', settled_by, unpack(old))
+end
+return {gone, #old}
