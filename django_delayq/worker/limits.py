@@ -4,7 +4,10 @@ limits at start time.
 **Queues** (``QueueGate``). Queue limits (``DELAYQ["QUEUE_OPTIONS"]``: ``rate_limit``,
 ``concurrency``) live in Redis and are enforced by the claim script; each worker writes
 its settings' limits for its queues when it starts (``QueueGate.write_limit``: the last
-worker started wins, and a queue without options has its limit cleared). A claim a
+worker started wins, and a queue without options has its limit cleared), before its
+first claim of the queue, whichever thread makes it: ``open``, which every claim asks
+first (the main loop's and the urgent timer's, whose first claim may come before the main
+loop's when jobs wait at start-up), writes it when it was not written yet. A claim a
 limit stopped names the server time to try again (``blocked_until_ms``): the loop claims
 that queue again then, not before, and serves its other queues meanwhile. A paused queue
 claims nothing: the loop forgets its due time and claims it again when a wake-up
@@ -44,7 +47,8 @@ RETRY_AFTER_ERROR_MS = 1000  # a start Redis could not decide on is tried again 
 
 
 class QueueGate:
-    """The loop's view of its queues' limits and pauses (main thread only)."""
+    """The loop's view of its queues' limits and pauses (the main thread's; the urgent
+    timer's thread asks ``open`` too, under the handover lock)."""
 
     def __init__(self, engine: Engine, settings: Settings) -> None:
         self.engine = engine
@@ -56,7 +60,9 @@ class QueueGate:
         self.paused: set[str] = set()
 
     def write_limit(self, queue: str) -> None:
-        """Store the queue's limit from the settings in Redis (none: clear it), once."""
+        """Store the queue's limit from the settings in Redis (none: clear it), once.
+        Two threads may both write it (the same values): marked written only after the
+        write, so no claim goes ahead of it."""
         if queue not in self.written:
             rate, concurrency = self.settings.queue_limit(queue)
             self.engine.set_queue_limit(queue, rate=rate, concurrency=concurrency)
@@ -97,7 +103,10 @@ class QueueGate:
         return bool(self.blocked or self.limited) or self.deferred_until > server_now_ms
 
     def open(self, queue: str, server_now_ms: float) -> bool:
-        """Whether ``queue`` may be claimed now (its limit's block has passed)."""
+        """Whether ``queue`` may be claimed now (its limit's block has passed). Asked
+        before every claim: writes the queue's limit first if this worker has not yet
+        (``write_limit``; a Redis error propagates: no claim then)."""
+        self.write_limit(queue)
         until = self.blocked.get(queue)
         return until is None or until <= server_now_ms
 
