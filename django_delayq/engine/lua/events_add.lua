@@ -11,7 +11,7 @@
 -- refuses (say an entry with the largest possible ID was planted in it), ends the
 -- batch: what came before it is written, nothing after; the script does not fail.
 -- Returns: number of events written (fewer than sent: the rest was refused)
--- Cost: at most 100 events and 2,400 arguments per call (scripts.MAX_EVENTS,
+-- Cost: at most 25 events and 800 arguments per call (scripts.MAX_EVENTS,
 --       scripts.MAX_EVENT_ARGS; callers split bigger batches): O(total fields);
 --       trimming is amortised by MAXLEN ~.
 --@include wrong_type

@@ -1,0 +1,30 @@
+"""events_add.lua's per-call bound: a burst of the largest events the workers write (every
+field, a 500-character error) goes to Redis in calls of at most 25 events, each well under
+the 5 ms every script must stay under with a 100,000-job backlog (100 events a call took
+5-7 ms in some 20,000-job drains)."""
+
+from __future__ import annotations
+
+from django_delayq.engine import scripts
+from django_delayq.engine.events import calls
+
+
+def _largest_event(i: int) -> dict[str, str]:
+    fields = {"event": "retrying", "job": "01J%023d" % i, "queue": "q" * 100,
+              "callable": "shop.tasks." + "x" * 200, "ts_ms": "1767225600000",
+              "attempt": "3", "worker": "host:4242:abcdef", "running": "7",
+              "run_at": "2026-01-01T00:00:00+00:00", "retry_at": "2026-01-01T00:01:00+00:00",
+              "due_at": "2026-01-01T00:00:00+00:00", "lateness_ms": "12.5",
+              "duration_ms": "480.0", "error_type": "shop.errors.Timeout", "error": "e" * 500}
+    return fields
+
+
+def test_a_burst_of_the_largest_events_goes_in_calls_of_at_most_25() -> None:
+    batch = [_largest_event(i) for i in range(1000)]
+    sent = [(len(args), n) for args, _covered, n in calls(10_000, batch)]
+    assert sum(n for _, n in sent) == 1000  # none dropped: an event fits a call
+    assert max(n for _, n in sent) == 25 == scripts.MAX_EVENTS
+    assert max(size for size, _ in sent) <= scripts.MAX_EVENT_ARGS == 800
+    assert scripts.BOUNDS["events_add"].max_args == 800
+    header = scripts._read("events_add")
+    assert "at most 25 events and 800 arguments per call" in header
