@@ -21,7 +21,7 @@ from django.db import DatabaseError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from django_delayq.core import api, options, registry, schedules, validation
+from django_delayq.core import api, options, registry, schedules, tick_presence, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.submit import JobSpec
@@ -137,7 +137,9 @@ def tick_started(job_id: str, now: datetime | None = None) -> None:
             return
         Schedule.objects.filter(pk=s.pk, next_job_id=job_id).update(
             last_tick_at=s.next_tick_at, last_job_id=job_id)
-        advance(s, s.next_tick_at, now)
+        created = advance(s, s.next_tick_at, now)
+        if created:  # its send may fail (Redis unreachable): the keeper thread looks
+            tick_presence.watch([created])
     except Exception:  # noqa: BLE001 - the keeper pass covers it
         logger.exception("schedule: could not create the tick after job %s", job_id)
 
@@ -217,14 +219,20 @@ def _cancelled(job_id: str) -> bool:
 
 
 def keep_all(now: datetime | None = None) -> int:
-    """One keeper pass over the enabled schedules; returns how many failed."""
+    """One keeper pass over the enabled schedules; returns how many failed. Their pending
+    tick jobs are then looked for in Redis, and put back where a failed send left only
+    the row (``tick_presence``; what Redis could not answer is looked at again by the
+    keeper thread every half second)."""
     failed = 0
+    pending = []
     for s in Schedule.objects.filter(enabled=True):
         try:
-            keep(s, now)
+            pending.append(keep(s, now))
         except Exception as exc:  # noqa: BLE001 - one bad schedule never stops the others
             failed += 1
             logger.warning("schedule %r: %s", s.name, exc)
+    tick_presence.watch(job_id for job_id in pending if job_id)
+    tick_presence.confirm(force=True)
     return failed
 
 
@@ -297,11 +305,13 @@ class Keeper:
         self._synced = False  # DELAYQ["SCHEDULES"] synced (retried each pass until it is)
 
     def tick(self, first: Callable[[], None] | None = None) -> None:
-        """Runs ``first`` (the worker's retention pass, on the same keeper thread), then,
-        at most every ``every_s``, the schedules pass. Never raises (``first`` must not
+        """Runs ``first`` (the worker's retention pass, on the same keeper thread), then
+        looks for the watched tick jobs in Redis (``tick_presence.confirm``), then, at
+        most every ``every_s``, the schedules pass. Never raises (``first`` must not
         either). The first pass syncs ``DELAYQ["SCHEDULES"]`` (worker start)."""
         if first is not None:
             first()
+        tick_presence.confirm()  # tick jobs whose send may have failed, every half second
         now_s = time.monotonic()
         if self._last is not None and now_s - self._last < self.every_s:
             return

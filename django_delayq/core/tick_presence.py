@@ -1,0 +1,148 @@
+"""Pending tick jobs that Redis does not hold, put back at once (core/periodic.py).
+
+A tick's job is created by a worker that starts the tick before it (``tick_started``) or
+by a keeper pass: its row commits, then it is sent to Redis. When that send fails (Redis
+unreachable for a moment), the row is in the outbox, and the reconciler leaves rows alone
+for ``RECONCILE_GRACE_SECONDS`` (their send may still be on its way): the schedule would
+stop for up to that long. So the keeper looks: every tick job a worker creates (when it
+starts the tick before it) and every schedule's pending tick job at each keeper pass is
+*watched* (``watch``); the keeper thread's ``confirm`` (every half second) asks Redis
+where they are (``Engine.presence``) and enqueues, idempotently by id, each one whose row
+is still ``scheduled`` and which Redis holds nowhere. A Redis or database error keeps
+the ids watched: they are looked at again at the next ``confirm``, so a tick job missed
+during an outage is in Redis within a second of Redis coming back.
+
+Never a second run of a tick that ran: an id is put back only when
+
+* Redis holds it nowhere (pending, ready, in flight, dead), holds no record of its
+  settle (an ack whose audit row has not landed) and no reconciler re-enqueued it moments
+  ago;
+* its row, read again after that look, is still ``scheduled`` (a worker marks it
+  ``running`` when it starts it) and was changed more than ``SEND_GRACE`` ago (its own
+  send may still be on its way from a background sender);
+* its schedule, read after that look too, still points at it as its next tick and not as
+  its last one (``tick_started`` writes that before the tick's function runs).
+
+A row changed more than twice the reconciler's grace ago is the reconciler's: it is not
+looked at (the keeper looks at the ticks of schedules that tick often, cheaply).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError
+from django.db.models import F
+from django.utils import timezone
+from redis.exceptions import RedisError
+
+from django_delayq.core import validation
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.engine import NewJob
+from django_delayq.models import Job, JobStatus, Schedule
+
+logger = logging.getLogger(__name__)
+
+Row = tuple[str, str, datetime, int, datetime]  # id, queue, run_at, priority, updated_at
+
+SEND_GRACE = timedelta(seconds=2)  # a row younger than this: its own send may be on its way
+CONFIRM_EVERY_S = 0.5  # how often the keeper thread looks at the watched ids
+WATCH_MAX_S = 600.0  # a watched id no look could decide is left to the reconciler after this
+WATCH_MAX_IDS = 100_000  # a process whose keeper never looks (no worker) keeps no more
+
+_lock = threading.Lock()
+_watched: dict[str, float] = {}  # tick job id -> monotonic time it was first watched
+_last_confirm = [-1e18]
+
+
+def watch(job_ids: Iterable[str]) -> None:
+    """Have the keeper thread make sure these tick jobs are in Redis (``confirm``)."""
+    now_s = time.monotonic()
+    with _lock:
+        for job_id in job_ids:
+            if job_id and len(_watched) < WATCH_MAX_IDS:
+                _watched.setdefault(job_id, now_s)
+
+
+def watched() -> list[str]:
+    with _lock:
+        return list(_watched)
+
+
+def confirm(force: bool = False) -> int:
+    """Look at the watched tick jobs (at most every ``CONFIRM_EVERY_S`` unless
+    ``force``): put back those Redis lacks, forget those decided. Returns how many were
+    enqueued. Never raises: an error keeps them watched."""
+    now_s = time.monotonic()
+    with _lock:
+        if not _watched or (not force and now_s - _last_confirm[0] < CONFIRM_EVERY_S):
+            return 0
+        _last_confirm[0] = now_s
+        ids = list(_watched)
+    try:
+        undecided, added = put_back(ids)
+    except (RedisError, DatabaseError) as exc:
+        logger.debug("schedules: could not look at %d tick job(s) yet: %s", len(ids), exc)
+        undecided, added = set(ids), 0
+    except Exception:  # noqa: BLE001 - the keeper thread must live on
+        logger.exception("schedules: looking at %d tick job(s) failed", len(ids))
+        undecided, added = set(ids), 0
+    with _lock:
+        for job_id in ids:
+            if job_id not in undecided or now_s - _watched.get(job_id, now_s) > WATCH_MAX_S:
+                _watched.pop(job_id, None)
+    return added
+
+
+def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str], int]:
+    """Enqueue those of ``job_ids`` that are pending tick jobs Redis lacks (see the module
+    docstring); returns the ids to look at again (rows too young to tell) and how many
+    were enqueued. Redis and database errors propagate."""
+    now = now or timezone.now()
+    recent = now - timedelta(seconds=2 * get_settings().reconcile_grace_seconds)
+    rows: list[Row] = list(Job.objects.filter(pk__in=job_ids, status=JobStatus.SCHEDULED,
+                                              updated_at__gte=recent)
+                           .values_list("id", "queue", "run_at", "priority", "updated_at"))
+    missing = _missing(rows)
+    young = {r[0] for r in missing if r[4] > now - SEND_GRACE}
+    old = [r[0] for r in missing if r[0] not in young]
+    if not old:
+        return young, 0
+    still = set(Job.objects.filter(pk__in=old, status=JobStatus.SCHEDULED)
+                .values_list("id", flat=True))
+    pointed = set(Schedule.objects.filter(enabled=True, next_job_id__in=old)
+                  .exclude(last_job_id=F("next_job_id")).values_list("next_job_id", flat=True))
+    return young, _enqueue([r for r in missing if r[0] in still and r[0] in pointed])
+
+
+def _missing(rows: list[Row]) -> list[Row]:
+    """The rows whose job Redis holds nowhere (nor a record of its settle, nor a recent
+    re-enqueue of it by a reconciler)."""
+    engine = get_engine()
+    by_queue: dict[str, list[Row]] = {}
+    for row in rows:
+        by_queue.setdefault(row[1], []).append(row)
+    missing = []
+    for queue, items in by_queue.items():
+        for row, p in zip(items, engine.presence(queue, [r[0] for r in items]), strict=True):
+            if not (p.queued or p.dead or p.settled is not None or p.reconciled_ms is not None):
+                missing.append(row)
+    return missing
+
+
+def _enqueue(rows: list[Row]) -> int:
+    engine = get_engine()
+    added = 0
+    for row in rows:
+        job_id, queue, run_at, priority = row[:4]
+        added += engine.enqueue(queue, [NewJob(id=job_id, at_ms=validation.at_ms(run_at),
+                                               priority=priority)])
+    if rows:
+        logger.warning("schedules: %d tick job(s) missing from Redis (their send failed) "
+                       "enqueued again: %s", len(rows), ", ".join(r[0] for r in rows[:5]))
+    return added
