@@ -7,7 +7,14 @@
 * ``paused_queues()``: the paused ones among the known queues.
 * ``purge_queue(queue)``: removes every job waiting in Redis (pending: due or not; not the
   running ones) and marks their rows ``cancelled`` with ``last_error`` "purged from queue
-  <queue>"; returns how many. **Paused, then rows first**: the queue is paused for the
+  <queue>"; returns how many. ``purge_queue_report(queue)`` does the same and tells also
+  how many schedule ticks it kept (``PurgeReport``). **Schedule ticks stay**: the pending
+  job of a periodic schedule's next tick (``Schedule.next_job_id``, its row
+  ``scheduled``) is not purged: its row stays as it is and the job is back in Redis, due
+  as before, when the purge ends (``purge_pending`` removes it with the rest; it is put
+  back before the queue is resumed). A purged tick job could never be created again (its
+  id comes from its tick's key): the schedule would skip that tick and show it as its last
+  one, in the future. **Paused, then rows first**: the queue is paused for the
   purge (unless it was paused already), so no worker claims a job between the look at
   what waits in Redis and the row's cancel (a job claimed then would run with a row that
   says purged); the rows of the jobs waiting in Redis are cancelled (and committed)
@@ -20,7 +27,9 @@
   ``delayq_queue``): purge again, or resume it. Only a job scheduled while the purge runs
   is removed from Redis before its row is cancelled; a purge killed in that moment leaves
   it ``scheduled``, and the reconciler enqueues it again (as if it had been scheduled
-  after the purge).
+  after the purge). A purge that fails after removing a kept tick job from Redis and
+  before putting it back leaves its row ``scheduled``: the workers' keeper pass
+  (core/tick_presence.py) or the reconciler enqueues it again.
 
 A queue is known when ``DELAYQ["QUEUES"]`` or ``DELAYQ["QUEUE_OPTIONS"]`` names it; any
 other name is an ``InvalidJob`` naming it (a typo must not pause nothing).
@@ -29,16 +38,19 @@ other name is an ``InvalidJob`` naming it (a typo must not pause nothing).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.db import router
 from django.utils import timezone
 
 from django_delayq import signals
+from django_delayq.core import validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import Engine
+from django_delayq.engine import Engine, NewJob
 from django_delayq.exceptions import InvalidJob
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
 
 logger = logging.getLogger(__name__)
 
@@ -80,32 +92,77 @@ def paused_queues() -> list[str]:
     return list(get_engine().paused(list(known_queues())))
 
 
+@dataclass(frozen=True, slots=True)
+class PurgeReport:
+    """What a purge did: ``removed`` waiting jobs left Redis and their rows are
+    ``cancelled``; ``ticks_kept`` pending jobs of periodic schedules' next ticks were left
+    waiting (back in Redis, their rows untouched)."""
+
+    removed: int
+    ticks_kept: int
+
+
 def purge_queue(queue: str) -> int:
-    """Remove the queue's waiting jobs from Redis; their rows become ``cancelled``.
+    """Remove the queue's waiting jobs from Redis; their rows become ``cancelled``;
+    returns how many (``purge_queue_report`` tells the schedule ticks kept too).
 
     The rows are cancelled first, then the jobs leave Redis (see the module docstring);
     loops over bounded batches until none is left; jobs scheduled meanwhile may be purged
-    too. Running jobs are not touched (cancel them one by one)."""
+    too. Running jobs are not touched (cancel them one by one), nor the pending jobs of
+    periodic schedules' next ticks."""
+    return purge_queue_report(queue).removed
+
+
+def purge_queue_report(queue: str) -> PurgeReport:
+    """``purge_queue``, telling what it removed and which schedule ticks it kept."""
     engine = get_engine()
     _known(queue)
     paused_here = engine.pause(queue)  # no claim between the look and the rows' cancel
-    total = 0
+    removed, ticks = 0, set()
     try:
         _cancel_waiting_rows(engine, queue)
         while ids := engine.purge_pending(queue, limit=PURGE_BATCH):
-            total += len(ids)
-            _cancel_rows(queue, ids)  # only rows still live: jobs scheduled meanwhile
+            kept = _next_ticks(ids)  # out of Redis for now: put back before the resume
+            ticks |= kept
+            purged = [i for i in ids if i not in kept]
+            removed += len(purged)
+            _cancel_rows(queue, purged)  # only rows still live: jobs scheduled meanwhile
+        kept_count = _put_back(engine, queue, ticks)
     finally:
         if paused_here:  # a job left in Redis by a failure has a final row: set aside
             engine.resume(queue)
-    logger.warning("queue %r purged: %d waiting job(s) removed", queue, total)
-    return total
+    logger.warning("queue %r purged: %d waiting job(s) removed, %d schedule tick(s) kept",
+                   queue, removed, kept_count)
+    return PurgeReport(removed=removed, ticks_kept=kept_count)
+
+
+def _next_ticks(ids: Iterable[str]) -> set[str]:
+    """Those of ``ids`` that are a periodic schedule's pending next tick: the schedule
+    names it (``next_job_id``) and its row is ``scheduled``."""
+    named = set(Schedule.objects.filter(next_job_id__in=list(ids))
+                .values_list("next_job_id", flat=True))
+    if not named:
+        return set()
+    return set(Job.objects.filter(pk__in=named, status=JobStatus.SCHEDULED)
+               .values_list("pk", flat=True))
+
+
+def _put_back(engine: Engine, queue: str, ids: set[str]) -> int:
+    """Enqueue the kept tick jobs again, due as their rows say (idempotent by id)."""
+    rows = list(Job.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED)
+                .values_list("id", "run_at", "priority"))
+    jobs = [NewJob(id=job_id, at_ms=validation.at_ms(run_at), priority=priority)
+            for job_id, run_at, priority in rows]
+    if jobs:
+        engine.enqueue(queue, jobs)
+    return len(jobs)
 
 
 def _cancel_waiting_rows(engine: Engine, queue: str) -> int:
     """Cancel the live rows of ``queue`` whose job waits in Redis (pending or ready; not
-    one in flight), ``PURGE_BATCH`` rows per read, each batch committed before the next;
-    returns how many. Rows in id order from a cursor: each row is looked at once."""
+    one in flight; not a schedule's next tick), ``PURGE_BATCH`` rows per read, each batch
+    committed before the next; returns how many. Rows in id order from a cursor: each
+    row is looked at once."""
     using, after, cancelled = router.db_for_write(Job), "", 0
     while True:
         ids = list(Job.objects.using(using).filter(queue=queue, status__in=LIVE_STATUSES,
@@ -115,6 +172,8 @@ def _cancel_waiting_rows(engine: Engine, queue: str) -> int:
             return cancelled
         after = ids[-1]
         waiting = _waiting_in_redis(engine, queue, ids)
+        ticks = _next_ticks(waiting) if waiting else set()
+        waiting = [i for i in waiting if i not in ticks]  # schedule ticks: left waiting
         if waiting:
             cancelled += _cancel_rows(queue, waiting)
 

@@ -115,7 +115,8 @@ def test_command_purge_needs_yes(dq) -> None:  # type: ignore[no-untyped-def]
     assert refused.value.returncode == 2
     assert statuses(ids) == [JobStatus.SCHEDULED] * 3
     assert run("purge", "default", "--yes") == (
-        "default: purged 3 waiting job(s); their rows are cancelled\n")
+        "default: purged 3 waiting job(s); their rows are cancelled; kept 0 schedule "
+        "tick(s) waiting\n")
     assert statuses(ids) == [JobStatus.CANCELLED] * 3
 
 

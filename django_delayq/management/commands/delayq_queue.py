@@ -3,8 +3,10 @@
 * ``pause QUEUE ...``: workers claim nothing from them; ``schedule()`` still accepts jobs,
   due times are kept; running jobs finish.
 * ``resume QUEUE ...``: claim again at once.
-* ``purge QUEUE ... --yes``: remove every waiting job (not the running ones) and mark their
-  rows cancelled ("purged from queue <q>"). Without ``--yes`` nothing is removed.
+* ``purge QUEUE ... --yes``: remove every waiting job (not the running ones, nor the
+  pending jobs of periodic schedules' next ticks) and mark their rows cancelled ("purged
+  from queue <q>"); says how many jobs it removed and how many schedule ticks it kept.
+  Without ``--yes`` nothing is removed.
 * ``list [QUEUE ...]``: each queue's state (paused or active), its jobs in Redis and its
   limits (``DELAYQ["QUEUE_OPTIONS"]``: rate, concurrency, time limit).
 
@@ -91,9 +93,10 @@ class Command(BaseCommand):
 
     def _purge(self, names: list[str], settings: Settings) -> None:
         for queue in names:
-            count = queues.purge_queue(queue)
-            self.stdout.write("%s: purged %d waiting job(s); their rows are cancelled"
-                              % (queue, count))
+            report = queues.purge_queue_report(queue)
+            self.stdout.write("%s: purged %d waiting job(s); their rows are cancelled; kept "
+                              "%d schedule tick(s) waiting" % (queue, report.removed,
+                                                               report.ticks_kept))
 
     def _list(self, names: list[str], settings: Settings) -> None:
         engine = get_engine()
