@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from django_delayq import signals
 from django_delayq.core import workflows
+from django_delayq.engine import Engine
 from django_delayq.engine.outbox import Settled
 from django_delayq.exceptions import WorkerLost, type_path
 from django_delayq.models import Job, JobAttempt, JobStatus
@@ -39,6 +40,7 @@ CANCELLED_IN_REDIS = ("cancelled while it ran; its worker stopped before recordi
 SUCCEEDED_IN_REDIS = ("succeeded; its worker stopped before recording it (its result was "
                       "not kept)")
 EXPIRED_IN_REDIS = "expired before it ran; its worker stopped before recording it"
+SETTLED_KEEP_MS = 24 * 3600 * 1000  # settled records older than this are dropped
 _FROM_RECORD = {"s": (JobStatus.SUCCEEDED, SUCCEEDED_IN_REDIS),
                 "x": (JobStatus.EXPIRED, EXPIRED_IN_REDIS),
                 "c": (JobStatus.CANCELLED, CANCELLED_IN_REDIS)}
@@ -55,17 +57,34 @@ class Finding:
     settled: Settled | None = None  # a worker settled it; its audit row has not landed
 
     @property
+    def owner(self) -> str:
+        """The worker whose audit flush may still write this row ("" when none): the one
+        that settled the job in Redis, else the one a running row names."""
+        if self.settled is not None:
+            return self.settled.holder
+        return self.row.worker_id if self.row.status == JobStatus.RUNNING else ""
+
+    @property
     def settles(self) -> bool:
         """Final in Redis: the row is settled, the job not run again."""
         return self.dead or self.settled is not None or (
             self.row.status == JobStatus.RUNNING and self.row.cancel_requested)
 
 
-def settle(found: list[Finding]) -> int:
-    """Rows of jobs final in Redis become final too: dead (with a ``JobAttempt``) or
-    cancelled. Conditional on the row being unchanged since it was read; returns how many
-    were settled."""
-    return sum(settle_one(f) for f in found)
+def settle(found: list[Finding], engine: Engine | None = None) -> int:
+    """Rows of jobs final in Redis become final too: dead (with a ``JobAttempt``),
+    cancelled, or as their settled record says. Conditional on the row being unchanged
+    since it was read; returns how many were settled. The settled records of the rows
+    written go (through ``engine``)."""
+    count = sum(settle_one(f) for f in found)
+    records: dict[str, list[str]] = {}
+    for f in found:
+        if f.settled is not None:
+            records.setdefault(f.row.queue, []).append(f.row.pk)
+    for queue, ids in records.items():  # the rows say it now
+        if engine is not None:
+            engine.forget_settled(queue, ids, keep_ms=SETTLED_KEEP_MS)
+    return count
 
 
 def settle_one(f: Finding) -> bool:

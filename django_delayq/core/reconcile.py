@@ -90,11 +90,12 @@ from django_delayq.core.epochs import Epochs, epoch_kind  # noqa: F401 - named h
 from django_delayq.core.final_rows import (  # noqa: F401 - named here too
     CANCELLED_IN_REDIS,
     DEAD_IN_REDIS,
+    SETTLED_KEEP_MS,
     Finding,
 )
 from django_delayq.core.liveness import Liveness
 from django_delayq.engine import Engine, scripts
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job
 
 logger = logging.getLogger(__name__)
 
@@ -115,21 +116,10 @@ URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
 LOSS_MARGIN_SECONDS = 2.0
 # workflows.sweep(): the net for edges whose parent became final without the release hook.
 SWEEP_SECONDS = 10.0
-# Settled records older than this are dropped (forget_settled.lua): their worker died
-# long ago and the reconciler has settled their rows since.
-SETTLED_KEEP_MS = 24 * 3600 * 1000
 
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
-
-
-def _owner(f: Finding) -> str:
-    """The worker whose audit flush may still settle ``f``'s row ("" when none): the one
-    that settled it in Redis, else the one a running row names."""
-    if f.settled is not None:
-        return f.settled.holder
-    return f.row.worker_id if f.row.status == JobStatus.RUNNING else ""
 
 
 @dataclass(slots=True)
@@ -356,14 +346,7 @@ class Reconciler:
 
     def _act(self, found: list[Finding], seen: dict[str, Suspect] | None) -> int:
         """Settle what is final in Redis; re-enqueue the rest (``seen``: their first look)."""
-        settles = [f for f in found if f.settles]
-        self.stats.settled += final_rows.settle(settles)
-        records: dict[str, list[str]] = {}
-        for f in settles:
-            if f.settled is not None:
-                records.setdefault(f.row.queue, []).append(f.row.pk)
-        for queue, ids in records.items():  # the rows say it now: the records may go
-            self.engine.forget_settled(queue, ids, keep_ms=SETTLED_KEEP_MS)
+        self.stats.settled += final_rows.settle([f for f in found if f.settles], self.engine)
         return self._enqueue([f.row for f in found if not f.settles], seen)
 
     # -- where the jobs are -------------------------------------------------------------
@@ -411,7 +394,7 @@ class Reconciler:
         """Without a loss, a running row whose worker heartbeats is that worker's, and so
         is a job settled in Redis by a worker that heartbeats: its audit flush is on its
         way (however long the database keeps it waiting)."""
-        owners = [_owner(f) for f in found]
+        owners = [f.owner for f in found]
         if not any(owners):
             return found
         alive = self._live.alive({w for w in owners if w})

@@ -42,6 +42,7 @@ from django_delayq.engine.results import (  # noqa: F401 - their home before res
     CancelOutcome,
     ClaimedJob,
     ClaimResult,
+    Contact,
     JobLocation,
     MoveOutcome,
     NackOutcome,
@@ -279,11 +280,16 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
         max_attempts: Mapping[str, int] | None = None,
         now_ms: int | None = None,
         set_aside: list[SetAside] | None = None,
+        contact: Contact | None = None,
     ) -> list[Recovered]:
         """Take back up to ``limit`` expired leases (dead workers), in calls of at most
         ``scripts.MAX_RECOVER``. ``max_attempts`` gives the limit of jobs without an
         envelope in Redis (see ``expiring``; at most ``MAX_RECOVER`` entries are used).
-        Poison entries met on the way are logged and appended to ``set_aside``."""
+        Poison entries met on the way are logged and appended to ``set_aside``.
+
+        ``contact``: the caller's unbroken run of calls on this queue (recover.lua's
+        ARGV[6]); nothing is taken back while it is shorter than its ``need_ms``, and each
+        reply's server time extends it (``Contact.seen``)."""
         k = self.keys(queue)
         given = [v for item in list((max_attempts or {}).items())[:scripts.MAX_RECOVER]
                  for v in item]
@@ -294,9 +300,12 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
             reply = self._run(
                 "recover",
                 k.script_keys(),
-                [self._now(now_ms), size, default_max_attempts, k.channel, dead_max, *given],
+                [self._now(now_ms), size, default_max_attempts, k.channel, dead_max,
+                 contact.arg() if contact is not None else "", *given],
             )
-            aside, start = _aside(reply, 0)
+            if contact is not None:
+                contact.seen(int(reply[0]))
+            aside, start = _aside(reply, 1)
             self._log_aside(queue, "recover", aside)
             found += self._recovered(queue, reply, start, aside)
             if set_aside is not None:

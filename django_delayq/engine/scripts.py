@@ -120,7 +120,7 @@ BOUNDS: dict[str, Bound] = {
     "ack": Bound(2, 3, MAX_ACK),
     "nack": Bound(4, 3, MAX_NACK),
     "extend": Bound(2, 2, MAX_EXTEND),
-    "recover": Bound(5, 2, MAX_RECOVER),
+    "recover": Bound(6, 2, MAX_RECOVER),
     "cancel": Bound(1, 0, 0),
     "reschedule": Bound(5, 0, 0),
     "requeue": Bound(4, 0, 0),

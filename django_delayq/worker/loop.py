@@ -1,9 +1,10 @@
 """The worker: claims due jobs, runs them on threads, settles them in batches.
 
-Threads: the main one talks to Redis (claim, ack/nack, recovery); ``concurrency`` run
-jobs; a listener hears about earlier jobs; the urgent timer claims a job of priority
-above 0 at its due time (``urgent.py``); an audit thread writes rows in batches; a
-heartbeat extends leases; a keeper reconciles. Signal handlers only set flags: the first
+Threads: the main one claims and recovers expired leases; ``concurrency`` run jobs; a
+settling thread acks/nacks finished jobs as they finish (``settle.py``); a listener
+hears about earlier jobs; the urgent timer claims a job of priority above 0 at its due
+time (``urgent.py``); an audit thread writes rows in batches; a heartbeat extends
+leases; a keeper reconciles. Signal handlers only set flags: the first
 SIGINT/SIGTERM drains (no new claims, running jobs finish, claimed-but-unstarted jobs go
 back to Redis), the second stops hard (running jobs are abandoned; their leases expire).
 
@@ -40,10 +41,10 @@ from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.handover import Handover
 from django_delayq.worker.ledger import key_of
 from django_delayq.worker.liveness import Liveness
-from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
+from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.recovery import LeaseRecovery
 from django_delayq.worker.retention import Retention
-from django_delayq.worker.settle import Settler
+from django_delayq.worker.settle import Settler, SettleThread
 from django_delayq.worker.tracking import Supervision, TrackedLedger
 from django_delayq.worker.urgent import UrgentTimer
 from django_delayq.worker.wakeup import monotonic_ms
@@ -96,6 +97,8 @@ class Worker:
                                  supervision=options.supervision)
         # Claimed jobs wait for a thread by priority, then due time (not behind a backlog)
         self.handover = Handover(engine, settings, self.ledger)
+        # Finished jobs are acked by a thread of their own, within milliseconds
+        self.settling = SettleThread(self.ledger, self.settler, self._on_settled)
         self.backoff = QueueBackoff()
         self.draining = False
         self.hard_stop = False
@@ -147,6 +150,7 @@ class Worker:
         # before this worker could claim it; then on the keeper thread every 10 s.
         self.settler.schedules.tick()
         self.audit.start()
+        self.settling.start()
         self.listener.start()
         self.urgent.start()
         for i in range(self.options.concurrency):
@@ -168,6 +172,7 @@ class Worker:
             beat.join(timeout=10)
             self.urgent.stop()
             self.listener.stop()
+            self.settling.stop()  # what finished is acked before the audit's last flush
         if code in (EXIT_HARD_STOP, EXIT_ERROR):
             self._shutdown_hard()
             self.liveness.unregister()
@@ -193,8 +198,6 @@ class Worker:
             self._round_failed = False
             if self.hard_stop:
                 return EXIT_HARD_STOP
-            if not self._step(self._settle_done):
-                continue
             if self.draining:
                 with self.handover.lock:  # an urgent claim in flight has handed its jobs over
                     self._release_unstarted()
@@ -306,8 +309,6 @@ class Worker:
                     and all(d is None or d > now for d in self.next_due.values()))
 
     def _wait_seconds(self) -> float:
-        if self.ledger.has_done():
-            return 0.0
         wait_ms = self.settings.wake_interval_seconds * 1000
         if not self.draining and self._capacity() > 0:
             now = self._server_now()
@@ -315,8 +316,6 @@ class Worker:
                 if due is not None:  # a queue backing off is due when its delay ends
                     wait_ms = min(wait_ms, max(self.queue_gate.due(queue, due) - now,
                                                self.backoff.remaining_ms(queue)))
-        for queue in self.ledger.unsettled_queues():  # settled once their delay ends
-            wait_ms = min(wait_ms, self.backoff.remaining_ms(queue))
         wait_ms = min(wait_ms, self._last_recover + self.settings.recover_interval_seconds * 1000
                       - monotonic_ms())
         if (limit := self.ledger.next_limit()) is not None:  # fail an overdue attempt on time
@@ -351,21 +350,10 @@ class Worker:
         outcome.group = admitted.group  # its callable-limit slot, freed once settled
         return outcome
 
-    def _settle_done(self) -> None:
-        self.settler.forget_landed()
-        outcomes = self.ledger.take_done()
-        if not outcomes:
-            return
-        by_queue: dict[str, list[runner.Outcome]] = {}
-        for o in outcomes:
-            by_queue.setdefault(o.job.queue, []).append(o)
-        try:
-            left = self.backoff.each(list(by_queue), lambda q: self.settler.settle(by_queue[q]))
-            self.queue_gate.settled(outcomes, self.next_due)  # a concurrency slot is free
-        except ERRORS:
-            self.ledger.keep_unsettled(outcomes)
-            raise
-        self.ledger.keep_unsettled([o for q in left for o in by_queue[q]])
+    def _on_settled(self, outcomes: list[runner.Outcome]) -> None:
+        """The settling thread settled ``outcomes``: a queue limit may have room now."""
+        self.queue_gate.settled(outcomes, self.next_due)
+        self.wake.set()
 
     def _release_unstarted(self) -> None:
         jobs = self.ledger.release_unstarted()

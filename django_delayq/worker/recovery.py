@@ -14,6 +14,13 @@ are read first and passed along.
 With the default ``LEASE_SECONDS`` (6 s, extended every 2 s by the heartbeat thread) and
 ``RECOVER_INTERVAL_SECONDS`` (1 s), a killed worker's jobs are taken back 4-7 s after the
 kill and claimed again at once (``recover.lua`` publishes them as due now).
+
+A lease that expired because nobody could reach Redis (Redis stalled, or a network cut)
+is not a dead worker's: every live worker extends its leases again within a heartbeat
+once Redis answers. So a worker takes leases back only after an unbroken run of half a
+lease of recover calls on the queue (``Contact``, checked by recover.lua on the server
+clock): after a stall, the live holders re-extend first and only the dead ones' leases
+are taken back. A worker just started waits that long too.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from typing import Any
 from django_delayq import signals
 from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
-from django_delayq.engine import Engine
+from django_delayq.engine import Contact, Engine
 from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter
@@ -45,6 +52,7 @@ class LeaseRecovery:
         self.engine = engine
         self.settings = settings
         self.audit = audit
+        self._contact: dict[str, Contact] = {}  # per queue: this worker's run of calls
 
     @property
     def margin_ms(self) -> int:
@@ -61,9 +69,11 @@ class LeaseRecovery:
             # are about to be taken back (a margin covers clock skew with Redis).
             expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
             limits = payloads.max_attempts(expiring) if expiring else {}
+            contact = self._contact.setdefault(queue, Contact(self.settings.lease_ms // 2))
             found = self.engine.recover(queue, limit=BATCH,
                                         default_max_attempts=self.settings.default_max_attempts,
-                                        dead_max=self.settings.dead_max, max_attempts=limits)
+                                        dead_max=self.settings.dead_max, max_attempts=limits,
+                                        contact=contact)
             now = datetime.now(UTC)
             for r in found:
                 status = STATUS_OF.get(r.outcome)

@@ -25,8 +25,10 @@ from django_delayq.core.reconcile import SETTLED_KEEP_MS
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
-from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.audit import AuditWriter, OutageLog
+from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.limits import release_groups
+from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 
 logger = logging.getLogger(__name__)
@@ -189,3 +191,80 @@ STATUS_OF: dict[object, JobStatus] = {  # what an ack or a nack made of the job
     NackOutcome.DEAD: JobStatus.DEAD,
     NackOutcome.CANCELLED: JobStatus.CANCELLED,
 }
+
+
+class SettleThread:
+    """Settles finished jobs as they finish, on a thread of its own: an ack never waits
+    for the claim loop (a claim round reads rows from the database, which may stall), so
+    a finished job is acknowledged in Redis within milliseconds and its settled record
+    covers it from then on. Its jobs stay held (leases extended) until Redis took them.
+
+    ``on_settled(outcomes)`` runs after each round (the loop's queue limits and its
+    wake-up). A queue whose Redis fails backs off alone (``QueueBackoff``); when nothing
+    works the round backs off as a whole, its outcomes kept for the next one."""
+
+    IDLE_SECONDS = 0.25  # also how often landed rows' records are forgotten when idle
+
+    def __init__(self, ledger: Ledger, settler: Settler,
+                 on_settled: Callable[[list[Outcome]], None]) -> None:
+        self.ledger = ledger
+        self.settler = settler
+        self.on_settled = on_settled
+        self.backoff = QueueBackoff()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._outage = OutageLog(logger, "settling finished jobs", quiet=ERRORS)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="delayq-settle", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Settle what is done, then end the thread."""
+        self._stop.set()
+        self.ledger.wake_settling()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        pause = 0.0
+        while True:
+            stopping = self._stop.is_set()
+            if not stopping:
+                self.ledger.wait_done(self._wait_seconds())
+            try:
+                self.settle_once()
+            except Exception as exc:  # noqa: BLE001 - kept for the next round; never the thread
+                pause = min(max(pause * 2, 0.1), 5.0)
+                self._outage.failed(exc, pause)
+                if self._stop.wait(pause) and stopping:
+                    return
+                continue
+            pause = 0.0
+            self._outage.ok()
+            if stopping:
+                return
+
+    def _wait_seconds(self) -> float:
+        wait_ms = self.IDLE_SECONDS * 1000
+        for queue in self.ledger.unsettled_queues():  # settled once their delay ends
+            wait_ms = min(wait_ms, self.backoff.remaining_ms(queue))
+        return max(wait_ms, 1.0) / 1000
+
+    def settle_once(self) -> None:
+        """One round: forget the records of landed rows, settle what is done."""
+        self.settler.forget_landed()
+        outcomes = self.ledger.take_done()
+        if not outcomes:
+            self.ledger.keep_unsettled([])
+            return
+        by_queue: dict[str, list[Outcome]] = {}
+        for o in outcomes:
+            by_queue.setdefault(o.job.queue, []).append(o)
+        try:
+            left = self.backoff.each(list(by_queue), lambda q: self.settler.settle(by_queue[q]))
+        except BaseException:
+            self.ledger.keep_unsettled(outcomes)
+            raise
+        self.ledger.keep_unsettled([o for q in left for o in by_queue[q]])
+        self.on_settled(outcomes)

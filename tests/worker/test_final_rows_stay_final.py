@@ -30,7 +30,13 @@ def test_recovered_lease_of_a_settled_job_leaves_its_row_succeeded(  # type: ign
     wait_until(lambda: engine.stats("default").expired_leases == 1)
 
     audit = AuditWriter(0.05, 100)
-    LeaseRecovery(engine, get_settings(), audit).recover("default")
+    recovery = LeaseRecovery(engine, get_settings(), audit)
+
+    def taken_back() -> bool:  # once this worker's calls have run unbroken half a lease
+        recovery.recover("default")
+        return engine.stats("default").expired_leases == 0
+
+    wait_until(taken_back, timeout=30)
     audit.flush()
     row = Job.objects.get(pk=handle.id)
     assert (row.status, row.result) == (JobStatus.SUCCEEDED, 3)

@@ -51,7 +51,7 @@ def test_a_timed_out_attempt_is_done_at_once_and_its_late_outcome_dropped() -> N
 
     assert ledger.time_out(-1e18, outcome_of) == []  # started after the deadline: not overdue
     assert ledger.time_out(1e18, outcome_of) == [a]
-    assert ledger.held() == []  # its lease is no longer extended
+    assert ledger.held() == [a]  # its failure waits to be settled: its lease is kept
     assert ledger.capacity_used() == 1  # its thread is still busy
     [timed_out] = ledger.take_done()
     assert timed_out.job is a and timed_out.started_at == seen[0]
@@ -71,4 +71,6 @@ def test_unsettled_outcomes_come_back_first_and_keep_the_ledger_busy() -> None:
     assert ledger.start(key_of(b))
     ledger.finish(key_of(b), failed(b))
     assert [o.job.id for o in ledger.take_done()] == ["a", "b"]
-    assert ledger.unsettled_queues() == set() and ledger.idle()
+    assert not ledger.idle() and {j.id for j in ledger.held()} == {"a", "b"}  # settling
+    ledger.keep_unsettled([])  # both settled
+    assert ledger.unsettled_queues() == set() and ledger.idle() and ledger.held() == []

@@ -14,7 +14,12 @@
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
 -- ARGV[4]  channel   PUBLISH target (told now_ms) when jobs are back in line
 -- ARGV[5]  dead_max  dead jobs kept (trimmed by nack.lua; here only compared)
--- ARGV[6..] pairs: id, max_attempts — for jobs without an envelope in Redis (payload in
+-- ARGV[6]  contact   "" (no condition), or "<since_ms>,<last_ms>,<need_ms>": the caller's
+--           unbroken run of recover calls on this queue (server ms of its first and its
+--           last reply); nothing is taken back unless the last is at most need_ms old and
+--           the run at least need_ms long (after a Redis stall every live worker gets
+--           that long to extend its leases before any is taken for dead)
+-- ARGV[7..] pairs: id, max_attempts — for jobs without an envelope in Redis (payload in
 --           the audit row), as the caller read them; default_max_attempts otherwise
 --
 -- The lost delivery counts as an attempt: a job with attempts left is due again at
@@ -24,8 +29,9 @@
 -- of them are taken back per call too. The batch is read and checked before the first
 -- write; a poison entry is set aside alone: an id that cannot be a job id is removed,
 -- a job whose attempts value is not an integer goes to dead (the value dropped).
--- Returns: {n_aside, n_aside triples: id, reason, removed (1 removed, 0 moved to dead),
---           then triples: id, outcome, attempts  (outcome 1 retrying, 2 dead, 3 cancelled)}
+-- Returns: {now_ms, n_aside, n_aside triples: id, reason, removed (1 removed, 0 moved to
+--           dead), then triples: id, outcome, attempts  (outcome 1 retrying, 2 dead,
+--           3 cancelled)}; {now_ms, 0} when the contact condition refused the call
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
 -- Cost: at most 100 leases (scripts.MAX_RECOVER) and 100 max_attempts pairs per call,
 --       plus 10 absurd leases: O(limit * log N); never scans the backlog.
@@ -44,16 +50,21 @@ local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KE
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
+if ARGV[6] ~= '' then
+  local since, last, need = string.match(ARGV[6], '^(%d+),(%d+),(%d+)$')
+  since, last, need = tonumber(since), tonumber(last), tonumber(need)
+  if not need or now - last > need or now - since < need then return {now, 0} end
+end
 local limit = math.max(1, math.min(tonumber(ARGV[2]) or 1, 100))
 local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 if now <= MAX_MS then
   local stuck = redis.call('ZRANGEBYSCORE', inflight, '(' .. MAX_MS_ARG, '+inf', 'LIMIT', 0, 10)
   for _, id in ipairs(stuck) do ids[#ids + 1] = id end
 end
-local out = {0}
+local out = {now, 0}
 if #ids == 0 then return out end
 local given = {}
-for i = 6, #ARGV, 2 do given[ARGV[i]] = tonumber(ARGV[i + 1]) end
+for i = 7, #ARGV, 2 do given[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local envs = {}
 if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(ids)) end
 local counts = redis.call('HMGET', attempts, unpack(ids))
@@ -94,7 +105,7 @@ for j, id in ipairs(ids) do
     results[#results + 1] = id; results[#results + 1] = outcome; results[#results + 1] = n
   end
 end
-out[1] = #gone + #reset
+out[2] = #gone + #reset
 -- writes: everything above was only read
 redis.call('ZREM', inflight, unpack(ids))
 forget(jobs, attempts, cancel, prio, gone)
