@@ -1,10 +1,11 @@
 """One error tree for django-delayq. Imports nothing from Django.
 
 Some classes here are never raised: ``LeaseLost``, ``JobTimeout``, ``InvalidRow`` and
-``WorkerLost`` name failures the worker or the reconciler records on its own (an attempt
-cannot raise in a thread that is dead, hung or never started). Their dotted path is the
-``error_type`` of those attempts, so every failed attempt has an exception class path,
-as Django's Tasks framework expects of its ``TaskError``.
+``WorkerLost`` (and, outside eager mode, ``ResultTooLarge``) name failures the worker or
+the reconciler records on its own (an attempt cannot raise in a thread that is dead, hung
+or never started). Their dotted path is the ``error_type`` of those attempts, so every
+failed attempt has an exception class path, as Django's Tasks framework expects of its
+``TaskError``.
 """
 
 from __future__ import annotations
@@ -77,6 +78,15 @@ class InvalidRow(DelayQError, ValueError):
     """A claimed job's audit row cannot be run (missing, or a payload of the wrong shape).
 
     Never raised: its path is the ``error_type`` of the job's dead attempt.
+    """
+
+
+class ResultTooLarge(DelayQError, ValueError):
+    """A job returned a value over ``DELAYQ['MAX_PAYLOAD_BYTES']`` as JSON (UTF-8 bytes).
+
+    The attempt fails with this class's path as its ``error_type`` and the job ends
+    ``dead`` without a retry (the same value would be as large again); the value is not
+    kept. A worker records it; eager mode (``DELAYQ["EAGER"]``) raises it.
     """
 
 

@@ -31,6 +31,7 @@ from django_delayq.core import connection, payloads
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker import aside, execution, runner
 from django_delayq.worker.audit import AuditWriter
@@ -206,10 +207,17 @@ def run_eager(job_id: str) -> None:
             error_type=runner.error_type(exc), last_error=runner.text(exc, 2000),
             traceback=runner.text(traceback.format_exc())[-20000:], worker_id="eager")
         raise
+    kept, size = runner.stored_result(result)
+    limit = get_settings().max_payload_bytes
+    if size > limit:  # as a worker: dead, not retried, the value not kept
+        error = runner.too_large(size, limit)
+        Job.objects.filter(pk=job_id).update(
+            status=JobStatus.DEAD, attempts=1, started_at=started, finished_at=timezone.now(),
+            error_type=runner.RESULT_TOO_LARGE, last_error=error, worker_id="eager")
+        raise ResultTooLarge("job %s: %s" % (job_id, error))
     Job.objects.filter(pk=job_id).update(
         status=JobStatus.SUCCEEDED, attempts=1, started_at=started, finished_at=timezone.now(),
-        result=runner.json_result(result),
-        worker_id="eager")
+        result=kept, worker_id="eager")
 
 
 # -- an isolated prefix for one test ---------------------------------------------------

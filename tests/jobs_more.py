@@ -54,3 +54,8 @@ def hold(path: str, tag: str, seconds: float) -> None:
 def named_like_after(after: object = None) -> object:
     """A job whose keyword argument is named like the ``after`` option: returns it."""
     return after
+
+
+def big_result(size: int) -> str:
+    """A job returning a string of ``size`` characters (its JSON: ``size + 2`` bytes)."""
+    return "x" * size

@@ -25,7 +25,7 @@ from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
 from django_delayq.admin import history, overview
-from django_delayq.core import progress
+from django_delayq.core import progress, stored
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job
@@ -87,9 +87,12 @@ def with_progress(workers: list[dict[str, Any]]) -> None:
     one query for the ids the workers report (at most ``MAX_PROGRESS_IDS``)."""
     jobs = [job for w in workers for job in w.get("jobs", [])]
     ids = list({job["id"] for job in jobs})[:MAX_PROGRESS_IDS]
-    found = dict(Job.objects.filter(pk__in=ids).values_list("id", "progress")) if ids else {}
+    found = dict(Job.objects.filter(pk__in=ids).values_list(
+        "id", stored.as_text("progress"))) if ids else {}
     for job in jobs:
-        job["progress"] = progress.compact(found.get(job["id"]), 80)
+        value = stored.parse(found.get(job["id"]))  # any row: core/stored.py
+        job["progress"] = progress.compact(
+            value.text if isinstance(value, stored.Raw) else value, 80)
 
 
 def dashboard_data(request: HttpRequest) -> JsonResponse:

@@ -1,5 +1,6 @@
 """How the job admin shows values: status colours, error lines (the time limit's
-``JobTimeout`` marked as such), timestamps to the second, short escaped error texts."""
+``JobTimeout`` marked as such), timestamps to the second, short escaped error texts, and
+stored values of any size and depth (``core.stored``), escaped and cut."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import gettext_lazy as _
 
+from django_delayq.core import stored, validation
 from django_delayq.models import JobStatus
 
 STATUS_COLOURS = {
@@ -26,6 +28,7 @@ STATUS_COLOURS = {
 #: The ``error_type`` of an attempt stopped by its time limit.
 TIMEOUT_ERROR = "django_delayq.exceptions.JobTimeout"
 SHORT_ERROR_CHARS = 80
+SHOWN_CHARS = 100_000  # of one stored value on a job's page
 
 
 def error_line(error_type: str, message: str) -> str:
@@ -54,10 +57,26 @@ def short_error(error_type: str, message: str) -> str:
 
 
 def pre(value: Any) -> str:
+    """A stored value in a ``<pre>``, escaped: JSON indented, a value too deeply nested to
+    parse (``stored.Raw``) as its text, marked; cut to ``SHOWN_CHARS``."""
     if value in (None, "", [], {}):
         return "-"
-    text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False,
-                                                           sort_keys=True)
+    note = ""
+    if isinstance(value, stored.Raw):
+        text = value.text
+        note = _("nested more than %(depth)d levels deep: shown as stored") % {
+            "depth": validation.MAX_DEPTH}
+    elif isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    if len(text) > SHOWN_CHARS:
+        cut = _("%(n)d characters in all; the first %(shown)d shown") % {
+            "n": len(text), "shown": SHOWN_CHARS}
+        note, text = "; ".join(str(n) for n in (note, cut) if n), text[:SHOWN_CHARS] + "\u2026"
+    if note:
+        return format_html('<p class="delayq-note">{}</p><pre class="delayq-pre">{}</pre>',
+                           note, text)
     return format_html('<pre class="delayq-pre">{}</pre>', text)
 
 

@@ -26,7 +26,7 @@ from django_delayq.admin import dashboard, lineage, queues, reports, workflows
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import STATUS_COLOURS, error_line, pre, seconds, short_error
 from django_delayq.admin.display import status_badge as badge
-from django_delayq.core import progress
+from django_delayq.core import progress, stored
 from django_delayq.models import Job, JobAttempt, JobStatus
 
 
@@ -158,19 +158,23 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("retry on"))
     def retry_on_display(self, obj: Job) -> str:
-        return pre(obj.retry_on) if obj.retry_on else str(_("any exception"))
+        retry_on = stored.value(obj, "retry_on")
+        return pre(retry_on) if retry_on else str(_("any exception"))
 
     @admin.display(description=_("progress"))
     def progress_column(self, obj: Job) -> str:
         """One escaped line, its longer text in the title."""
-        if obj.progress is None:
+        value = stored.value(obj, "progress")
+        if value is None:
             return "-"
+        if isinstance(value, stored.Raw):
+            value = value.text
         return format_html('<span class="delayq-progress" title="{}">{}</span>',
-                           progress.compact(obj.progress, 300), progress.compact(obj.progress))
+                           progress.compact(value, 300), progress.compact(value))
 
     @admin.display(description=_("progress"))
     def progress_display(self, obj: Job) -> str:
-        return pre(obj.progress)
+        return pre(stored.value(obj, "progress"))
 
     @admin.display(description=_("requeued from"))
     def requeued_from_display(self, obj: Job) -> str:
@@ -194,19 +198,20 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("args"))
     def args_display(self, obj: Job) -> str:
-        return pre(obj.args)
+        return pre(stored.value(obj, "args"))
 
     @admin.display(description=_("kwargs"))
     def kwargs_display(self, obj: Job) -> str:
-        return pre(obj.kwargs)
+        return pre(stored.value(obj, "kwargs"))
 
     @admin.display(description=_("backoff"))
     def backoff_display(self, obj: Job) -> str:
-        return pre(obj.backoff) if obj.backoff is not None else str(_("default policy"))
+        backoff = stored.value(obj, "backoff")
+        return pre(backoff) if backoff is not None else str(_("default policy"))
 
     @admin.display(description=_("result"))
     def result_display(self, obj: Job) -> str:
-        return pre(obj.result)
+        return pre(stored.value(obj, "result"))
 
     @admin.display(description=_("last error"))
     def last_error_display(self, obj: Job) -> str:
@@ -220,6 +225,12 @@ class JobAdmin(admin.ModelAdmin):
     def lateness(self, obj: Job) -> str:
         ms = obj.lateness_ms()
         return "-" if ms is None else "%.1f ms" % ms
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        """The rows with their JSON columns read as text and parsed by the display
+        methods (``core.stored``): a row holding JSON too deeply nested to load still
+        shows, on the list and on its page."""
+        return stored.with_text(super().get_queryset(request))
 
     # -- read-only -----------------------------------------------------------------
 

@@ -132,7 +132,7 @@ def worker_rows(engine: Any) -> list[WorkerRow]:
     now_ms = engine.time_ms()
     rows = []
     for entry in reversed(engine.workers()):
-        info = _info(entry.info)
+        info = None if entry.info_bytes_unread else _info(entry.info)  # over the read limit
         age = max(0.0, (now_ms - entry.beat_ms) / 1000)
         if info is None:
             rows.append(WorkerRow(id=_text(entry.id), host="", pid=None, processes=None,

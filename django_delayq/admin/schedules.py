@@ -11,12 +11,14 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.core import periodic
+from django_delayq.core import periodic, schedules, validation
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Schedule
 
@@ -25,10 +27,29 @@ DEFINITION = ("name", "callable_path", "args", "kwargs", "queue", "priority", "c
               "missed")
 
 
+class ArgumentsField(forms.JSONField):
+    """A JSON form field whose nesting is measured before the text is parsed: deeper
+    than ``validation.MAX_DEPTH`` (as ``schedule()`` refuses) is a form error, where
+    parsing it would exhaust the stack (thousands of levels: a server error)."""
+
+    def to_python(self, value: Any) -> Any:
+        if isinstance(value, str) and validation.too_deep(value):
+            raise forms.ValidationError(
+                _("JSON nested more than %(depth)d levels deep; a job takes at most that."),
+                code="too_deep", params={"depth": validation.MAX_DEPTH})
+        return super().to_python(value)
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        if isinstance(data, str) and validation.too_deep(data):
+            return InvalidJSONInput(data)  # shown back as typed, never parsed
+        return super().bound_data(data, initial)
+
+
 class ScheduleForm(forms.ModelForm):
     class Meta:
         model = Schedule
         fields = [*DEFINITION, "enabled"]
+        field_classes = {"args": ArgumentsField, "kwargs": ArgumentsField}
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
@@ -38,6 +59,7 @@ class ScheduleForm(forms.ModelForm):
         probe.cron = data.get("cron") or ""
         try:
             periodic.check(probe)
+            schedules.check_start(probe.start_at, timezone.now())
         except InvalidJob as exc:
             raise forms.ValidationError(str(exc)) from exc
         return data

@@ -324,6 +324,7 @@ def job(fn: Callable[..., Any] | str) -> JobCall:
 
 
 def get_job(job_id: str) -> Job:
+    validation.check_lookup_id(job_id)  # a lone surrogate, NUL: no row has it
     try:
         return Job.objects.get(pk=job_id)
     except Job.DoesNotExist:

@@ -24,6 +24,7 @@ from typing import Any
 from django.db import router, transaction
 from django.db.transaction import TransactionManagementError
 
+from django_delayq.core import validation
 from django_delayq.exceptions import (
     InvalidJob,
     JobFailed,
@@ -58,6 +59,7 @@ def _seconds(value: Any, name: str, *, positive: bool) -> float:
 
 def _read(job_id: str) -> Job:
     using = router.db_for_read(Job)
+    validation.check_lookup_id(job_id)
     try:
         return Job.objects.using(using).only(
             "id", "status", "result", "error_type", "last_error").get(pk=job_id)

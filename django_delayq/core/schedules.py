@@ -27,6 +27,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from django_delayq.core import validation
 from django_delayq.exceptions import InvalidJob
 
 ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
@@ -128,28 +129,68 @@ def _interval_after(rule: Rule, after: datetime) -> datetime:
 
 
 def next_tick(rule: Rule, after: datetime) -> datetime | None:
-    """The first tick strictly after ``after`` (aware, UTC), ``None`` past ``end``."""
-    if rule.start is not None and after < rule.start:
-        after = rule.start - timedelta(microseconds=1)
-    tick = _cron_after(rule, after) if rule.cron else _interval_after(rule, after)
+    """The first tick strictly after ``after`` (aware, UTC), ``None`` past ``end`` or past
+    the year 9999 (no datetime holds it)."""
+    try:
+        if rule.start is not None and after < rule.start:
+            after = rule.start - timedelta(microseconds=1)
+        tick = _cron_after(rule, after) if rule.cron else _interval_after(rule, after)
+    except OverflowError:
+        return None
     if rule.end is not None and tick > rule.end:
         return None
     return tick
 
 
-def last_tick(rule: Rule, after: datetime, until: datetime) -> datetime | None:
-    """The latest tick in ``(after, until]``, ``None`` if there is none (bounded: it walks
-    at most 1,000 ticks, then answers the last one it reached)."""
+def _interval_before(rule: Rule, until: datetime) -> datetime | None:
+    """The latest interval tick at or before ``until`` (ticks: ``anchor + n * interval``)."""
+    assert rule.interval_s is not None
+    if until < rule.anchor:
+        return None
+    step = rule.interval_s * 1_000_000
+    gone = (until - rule.anchor) // timedelta(microseconds=1)
+    return rule.anchor + timedelta(microseconds=gone // step * step)
+
+
+def _cron_before(rule: Rule, until: datetime) -> datetime | None:
+    """The latest cron tick at or before ``until``: ``cronsim`` steps back two ticks from
+    it (its reverse iteration, however far back they are), and the walk forward from there
+    (``_cron_after``, the ticks ``next_tick`` gives) confirms the latest one."""
+    cronsim = _cronsim()
+    back = cronsim.CronSim(expand(rule.cron), _plain(until).astimezone(rule.zone), reverse=True)
+    probe = (next(back), next(back))[1].astimezone(UTC) - timedelta(microseconds=1)
     found = None
-    tick = next_tick(rule, after)
-    for _ in range(1000):
-        if tick is None or tick > until:
+    tick = _cron_after(rule, probe)
+    for _ in range(_MAX_STEPS):
+        if tick > until:
             break
-        found, tick = tick, next_tick(rule, tick)
-    if rule.interval_s is not None and found is not None and tick is not None and tick <= until:
-        step = timedelta(seconds=rule.interval_s)  # far behind: jump, intervals are regular
-        found = until - ((until - rule.anchor) % step)
+        found, tick = tick, _cron_after(rule, tick)
     return found
+
+
+def last_tick(rule: Rule, after: datetime, until: datetime) -> datetime | None:
+    """The latest tick in ``(after, until]``, ``None`` if there is none. However far
+    behind ``until`` is, a few steps: an interval's is computed, a cron's found stepping
+    back from ``until`` (``_cron_before``); the missed ticks are never walked one by one."""
+    if rule.end is not None and until > rule.end:
+        until = rule.end
+    try:
+        found = (_interval_before(rule, until) if rule.interval_s is not None
+                 else _cron_before(rule, until))
+    except (OverflowError, StopIteration):  # no tick before year 1
+        found = None
+    if found is None or found <= after or (rule.start is not None and found < rule.start):
+        return None
+    return found
+
+
+def check_start(start: datetime | None, now: datetime) -> None:
+    """``InvalidJob`` for a start more than 100 years after ``now``: its first tick could
+    not be a job's due time (``schedule(at=...)`` takes at most that)."""
+    limit = timedelta(seconds=validation.MAX_DELAY_SECONDS)
+    if start is not None and start - now > limit:
+        raise InvalidJob("start %s is more than 100 years from now: no tick of it could be "
+                         "scheduled" % start.isoformat())
 
 
 SETTINGS_KEYS = {"callable", "args", "kwargs", "queue", "priority", "cron", "interval",

@@ -7,7 +7,9 @@ an ``OverflowError``, ``RecursionError`` or ``UnicodeEncodeError`` from deeper d
 * arguments are JSON, nested at most ``MAX_DEPTH`` levels, and their strings (dict keys
   too) are valid Unicode: no lone surrogate, which no database can store as UTF-8;
 * a delay is at most ``MAX_DELAY_SECONDS`` (100 years); ``at`` converts to epoch
-  milliseconds (years 1 to 9999 do);
+  milliseconds (years 1 to 9999 do) and is at most as far ahead as a delay;
+* a key is a non-empty string of at most ``MAX_KEY_LENGTH`` characters, storable: no
+  lone surrogate, no control character (PostgreSQL cannot store NUL);
 * ``max_attempts`` is 1 to ``MAX_ATTEMPTS``; a backoff passes ``engine.backoff.validate``
   (finite seconds, at most a year per step);
 * the payload limit ``MAX_PAYLOAD_BYTES`` counts UTF-8 bytes.
@@ -22,11 +24,12 @@ import json
 import keyword
 import math
 import re
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django_delayq.engine import backoff as backoff_mod
-from django_delayq.exceptions import InvalidJob
+from django_delayq.exceptions import InvalidJob, JobNotFound
 
 MAX_PATH = 255  # characters of a job path or an allow-list entry
 _SEGMENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
@@ -38,6 +41,7 @@ MAX_KEY_LENGTH = 255  # the row's ``key`` column
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (Cc)
 
 
 def find_bad(value: Any, where: str, depth: int = 0) -> str | None:
@@ -179,6 +183,9 @@ def check_key(key: Any) -> None:
     if not isinstance(key, str) or not key:
         raise InvalidJob("key must be a non-empty string, not %s" % _short(key))
     check_text(key, "key")
+    if not key.isprintable() and _CONTROL.search(key):
+        raise InvalidJob("key %s contains control characters (PostgreSQL cannot store NUL; "
+                         "none belongs in a key)" % _short(key))
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidJob("key must be at most %d characters, not %d" % (MAX_KEY_LENGTH, len(key)))
 
@@ -220,7 +227,17 @@ def check_at(at: Any, use_tz: bool) -> datetime:
             "at=%s is a naive datetime while USE_TZ=True; pass an aware one "
             "(django.utils.timezone.make_aware or datetime(..., tzinfo=...))" % at.isoformat()
         )
+    if at.timestamp() - time.time() > MAX_DELAY_SECONDS:
+        raise InvalidJob("at=%s is more than 100 years from now (at most %d seconds ahead, "
+                         "as delay)" % (at.isoformat(), MAX_DELAY_SECONDS))
     return at
+
+
+def check_lookup_id(job_id: Any) -> None:
+    """``JobNotFound`` for an id no row can have and no database can be asked for (not a
+    string, a lone surrogate, NUL), naming it escaped."""
+    if not isinstance(job_id, str) or "\x00" in job_id or not utf8_ok(job_id):
+        raise JobNotFound("no job with id %s" % _short(job_id))
 
 
 def at_ms(at: datetime) -> int:

@@ -8,8 +8,15 @@ on its way) from a dead one; ``delayq_status`` and the metrics read them for dis
 A worker that died without removing itself is forgotten by the live workers once its
 last beat is older than they say (``forget_silent_workers``, called from their keeper
 threads), so the registry does not list it forever.
-Every call is one or two O(log n) commands, or a read of the whole registry (as many
-entries as workers, or as silent ones).
+Every call is one or two O(log n) commands, or a read of the registry (as many entries
+as workers, or as silent ones).
+
+Whoever can write to Redis can write anything there, so the read of the registry is
+capped (``workers``): the ``MAX_WORKERS_READ`` most recent heartbeats; an id over
+``MAX_WORKER_ID_BYTES`` is skipped (no worker has one); an info entry is read only when
+it is at most ``MAX_INFO_BYTES`` and the infos read so far leave room for it under
+``MAX_INFO_TOTAL_BYTES`` (their sizes are asked first, ``HSTRLEN``), else the entry says
+how large it was; and entries of the info hash without a heartbeat are never read.
 """
 
 from __future__ import annotations
@@ -18,6 +25,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django_delayq.engine.base import RedisOwner
+
+MAX_WORKERS_READ = 1000  # the most recent heartbeats read by ``workers``
+MAX_WORKER_ID_BYTES = 512  # a longer id is skipped (ids are host:pid:token, a --worker-id)
+MAX_INFO_BYTES = 64 * 1024  # one info entry (a worker's: under 40 KiB with 50 jobs shown)
+MAX_INFO_TOTAL_BYTES = 4 * 1024 * 1024  # all info entries of one read
+
+
+def _size(value: bytes | str) -> int:
+    return len(value) if isinstance(value, bytes) else len(value.encode(errors="replace"))
 
 
 def _text(value: object) -> str:
@@ -32,6 +48,7 @@ class WorkerEntry:
     id: str
     beat_ms: float
     info: str | None
+    info_bytes_unread: int = 0  # an info entry over the read limits: its size, not read
 
 
 class WorkerRegistry(RedisOwner):
@@ -67,15 +84,30 @@ class WorkerRegistry(RedisOwner):
             pipe.execute()
         return ids
 
-    def workers(self) -> list[WorkerEntry]:
-        """Every registered worker, oldest heartbeat first (ids and info decoded, bytes
-        that are not UTF-8 replaced)."""
+    def workers(self, limit: int = MAX_WORKERS_READ) -> list[WorkerEntry]:
+        """The registered workers with the ``limit`` most recent heartbeats, oldest
+        heartbeat first (ids and info decoded, bytes that are not UTF-8 replaced), within
+        the read limits of the module docstring."""
         keys = self.global_keys
-        beats = self.client.zrange(keys.workers, 0, -1, withscores=True)
-        infos = self.client.hgetall(keys.workers_info) if beats else {}
-        info_by_id = {_text(k): _text(v) for k, v in infos.items()}
-        return [WorkerEntry(id=_text(raw), beat_ms=float(beat),
-                            info=info_by_id.get(_text(raw))) for raw, beat in beats]
+        beats = self.client.zrevrange(keys.workers, 0, max(0, limit) - 1, withscores=True)
+        listed = [(raw, float(beat)) for raw, beat in beats
+                  if _size(raw) <= MAX_WORKER_ID_BYTES]
+        if not listed:
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for raw, _beat in listed:
+            pipe.hstrlen(keys.workers_info, raw)
+        sizes = [int(n) for n in pipe.execute()]
+        wanted, budget = [], MAX_INFO_TOTAL_BYTES
+        for (raw, _beat), size in zip(listed, sizes):  # the most recent first
+            if 0 < size <= min(MAX_INFO_BYTES, budget):
+                wanted.append(raw)
+                budget -= size
+        infos = dict(zip(wanted, self.client.hmget(keys.workers_info, wanted))) if wanted else {}
+        return [WorkerEntry(id=_text(raw), beat_ms=beat,
+                            info=None if infos.get(raw) is None else _text(infos[raw]),
+                            info_bytes_unread=0 if raw in infos else size)
+                for (raw, beat), size in reversed(list(zip(listed, sizes)))]
 
     def worker_beats(self, worker_ids: Sequence[str]) -> list[float | None]:
         """The last heartbeat (Redis ms) of each of ``worker_ids``; None if unregistered."""

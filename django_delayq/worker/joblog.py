@@ -9,6 +9,11 @@ attempt, and (once it ran) the attempt's duration::
     job 01J... shop.tasks.close_order queue=default attempt=1 failed in 0.480s, retry at
         2026-01-31T12:00:15+00:00: shop.errors.Timeout: gateway did not answer
 
+Every value on a line is escaped (``runner.shown``): a control character, a line break or a
+bidirectional override in a job id, callable path, queue or error text (an id or a row
+written into Redis or the database directly) is written as its Python escape
+(``\\n``, ``\\x1b``, ``\\u202e``), so it cannot forge a log line or recolour a terminal.
+
 ``DELAYQ["LOG_JOBS"] = False`` turns these lines off (the logger stays: its level and
 handlers are the project's ``LOGGING``; the logger is ``django_delayq.worker.joblog``).
 """
@@ -20,7 +25,7 @@ from datetime import datetime
 
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob
-from django_delayq.worker.runner import Outcome
+from django_delayq.worker.runner import Outcome, shown
 
 logger = logging.getLogger(__name__)
 
@@ -31,18 +36,19 @@ def _wanted(settings: Settings) -> bool:
 
 def started(settings: Settings, job: ClaimedJob, path: str) -> None:
     if _wanted(settings):
-        logger.info("job %s %s queue=%s attempt=%d started", job.id, path or "?", job.queue,
-                    job.token)
+        logger.info("job %s %s queue=%s attempt=%d started", shown(job.id),
+                    shown(path or "?"), shown(job.queue), job.token)
 
 
 def succeeded(settings: Settings, o: Outcome) -> None:
     if _wanted(settings):
-        logger.info("job %s %s queue=%s attempt=%d succeeded in %.3fs", o.job.id, o.path,
-                    o.job.queue, o.job.token, o.duration_s)
+        logger.info("job %s %s queue=%s attempt=%d succeeded in %.3fs", shown(o.job.id),
+                    shown(o.path), shown(o.job.queue), o.job.token, o.duration_s)
 
 
 def retrying(settings: Settings, o: Outcome, retry_at: datetime) -> None:
     if _wanted(settings):
         logger.info("job %s %s queue=%s attempt=%d failed in %.3fs, retry at %s: %s: %s",
-                    o.job.id, o.path, o.job.queue, o.job.token, o.duration_s,
-                    retry_at.isoformat(timespec="seconds"), o.error_type, o.error)
+                    shown(o.job.id), shown(o.path), shown(o.job.queue), o.job.token,
+                    o.duration_s, retry_at.isoformat(timespec="seconds"),
+                    shown(o.error_type), shown(o.error, 2000))

@@ -32,17 +32,19 @@ from typing import Any
 from django.db import close_old_connections
 
 from django_delayq.core import payloads, validation
+from django_delayq.core.conf import get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
-from django_delayq.exceptions import InvalidRow, JobTimeout, Retry, type_path
+from django_delayq.exceptions import InvalidRow, JobTimeout, ResultTooLarge, Retry, type_path
 from django_delayq.worker import execution
 
 logger = logging.getLogger(__name__)
 
 INVALID_ROW = type_path(InvalidRow)
 JOB_TIMEOUT = type_path(JobTimeout)
+RESULT_TOO_LARGE = type_path(ResultTooLarge)
 
 
 class Kind(enum.Enum):
@@ -91,22 +93,66 @@ def text(value: Any, limit: int | None = None) -> str:
     return out if limit is None else out[:limit]
 
 
+SHOWN_CHARS = 300  # of one value on a log line
+
+
+def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as one line of printable text for a log: each character that is not
+    printable (control characters, line breaks, bidirectional overrides, lone surrogates)
+    as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``); cut to ``limit`` characters
+    with "..."."""
+    out = text(value) if not isinstance(value, str) else value
+    if len(out) > limit:
+        out = out[:limit] + "..."
+    if out.isprintable():
+        return out
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in out)
+
+
 def error_type(exc: BaseException) -> str:
     """The dotted path of ``exc``'s class, storable (``Job.error_type`` holds 255)."""
     return text(type_path(type(exc)), 255)
 
 
-def json_result(value: Any) -> Any:
-    """The result when the database can store it as JSON, else None."""
+def stored_result(value: Any) -> tuple[Any, int]:
+    """``(value, its size)``: the result as the database can store it as JSON (``None``
+    when it cannot: circular, too deep for the encoder, not JSON, a lone surrogate, NUL)
+    and the UTF-8 bytes of its JSON (0 for ``None``)."""
     try:
         encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
-        if not encoded.isascii():
-            encoded.encode("utf-8")  # a lone surrogate: not storable
-        if "\\u0000" in encoded:  # PostgreSQL's jsonb refuses NUL
-            return None
-        return value
+        size = validation.utf8_size(encoded)  # UnicodeEncodeError: a lone surrogate
     except Exception:  # noqa: BLE001 - circular, too deep, not JSON: no result kept
-        return None
+        return None, 0
+    if "\\u0000" in encoded:  # PostgreSQL's jsonb refuses NUL
+        return None, 0
+    return value, size
+
+
+def json_result(value: Any) -> Any:
+    """The result when the database can store it as JSON, else None."""
+    return stored_result(value)[0]
+
+
+def too_large(size: int, limit: int) -> str:
+    """The error of a result of ``size`` bytes over the limit (``ResultTooLarge``)."""
+    return ("result is %d bytes as JSON, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d: not kept, "
+            "and not retried (it would be as large again); return an id of data stored "
+            "elsewhere instead" % (size, limit))
+
+
+def _succeeded(common: dict[str, Any], value: Any, t0: float) -> Outcome:
+    """The success of an attempt that returned ``value``; dead (``ResultTooLarge``, not
+    retried) when its JSON is over ``MAX_PAYLOAD_BYTES``."""
+    kept, size = stored_result(value)
+    limit = get_settings().max_payload_bytes
+    now, duration = datetime.now(UTC), time.perf_counter() - t0
+    if size > limit:
+        return Outcome(kind=Kind.DEAD, finished_at=now, duration_s=duration,
+                       **{**common, "error_type": RESULT_TOO_LARGE,
+                          "error": too_large(size, limit)})
+    return Outcome(kind=Kind.SUCCESS, finished_at=now, result=kept, duration_s=duration,
+                   **common)
 
 
 def retried(kind: type[BaseException], retry_on: tuple[str, ...] | None) -> bool:
@@ -165,7 +211,8 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         return _run(job, started, worker_id, default_max_attempts, default_backoff,
                     manage_connections)
     except Exception as exc:  # noqa: BLE001 - a bug of ours, or input nobody foresaw
-        logger.exception("job %s: could not run or settle its attempt; it ends dead", job.id)
+        logger.exception("job %s: could not run or settle its attempt; it ends dead",
+                         shown(job.id))
         return crashed(job, exc, started)
 
 
@@ -219,7 +266,8 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
         return _retry(common, text(exc), t0, exc, env, default_backoff)
     except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
         if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            logger.warning("job %s raised %r; treated as a failure", job.id, exc)
+            logger.warning("job %s raised %s; treated as a failure", shown(job.id),
+                           shown(repr(exc)))
         common["error_type"] = error_type(exc)
         if not retried(type(exc), env.retry_on):
             return _failed(common, Kind.DEAD, text(exc) + NOT_RETRIED % common["error_type"],
@@ -228,8 +276,7 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
     finally:
         if manage_connections:
             close_old_connections()
-    return Outcome(kind=Kind.SUCCESS, finished_at=datetime.now(UTC), result=json_result(result),
-                   duration_s=time.perf_counter() - t0, **common)
+    return _succeeded(common, result, t0)
 
 
 def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env: Envelope,

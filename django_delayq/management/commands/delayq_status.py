@@ -31,13 +31,14 @@ from django.db import DatabaseError
 from django.db.models import Count
 from redis.exceptions import RedisError
 
-from django_delayq.core import periodic, progress
+from django_delayq.core import periodic, progress, stored
 from django_delayq.management.options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import limits
 
 CLEAR = "\x1b[H\x1b[2J"
 FIELD_CHARS = 200  # of one worker info field in the text output
+JOBS_SHOWN = 50  # of one worker's info (a worker lists at most 50)
 
 
 def _s(value: Any) -> str:
@@ -142,6 +143,9 @@ def worker_statuses(engine: Any, stale_after_s: float) -> list[WorkerStatus]:
     for worker in engine.workers():
         worker_id = worker.id
         info, error = parse_info(worker.info)
+        if worker.info_bytes_unread:
+            error = "%d bytes, over the registry's read limit: not read" % (
+                worker.info_bytes_unread)
         age = max(0.0, (now_ms - worker.beat_ms) / 1000)
         processes = info.get("processes")
         out.append(WorkerStatus(id=worker_id, heartbeat_age_s=round(age, 3),
@@ -159,7 +163,7 @@ def running_jobs(raw: Any, now_ms: float) -> list[RunningJob]:
     """The ``jobs`` of a worker's info (``id``, ``queue``, ``callable``, ``started_ms``),
     each with its age; entries that are not such objects are skipped."""
     jobs = []
-    for item in raw if isinstance(raw, list) else []:
+    for item in raw[:JOBS_SHOWN] if isinstance(raw, list) else []:
         if not isinstance(item, dict) or not isinstance(item.get("id"), str):
             continue
         started = item.get("started_ms")
@@ -209,11 +213,12 @@ def with_progress(workers: list[WorkerStatus]) -> list[WorkerStatus]:
     jobs = [job for w in workers for job in w.jobs]
     try:
         found = dict(Job.objects.filter(pk__in=[j.id for j in jobs[:1000]])
-                     .values_list("id", "progress")) if jobs else {}
+                     .values_list("id", stored.as_text("progress"))) if jobs else {}
     except DatabaseError:
         found = {}
     for job in jobs:
-        job.progress = found.get(job.id)
+        value = stored.parse(found.get(job.id))  # any row, however deep (core/stored.py)
+        job.progress = value.text if isinstance(value, stored.Raw) else value
     return workers
 
 
@@ -291,10 +296,12 @@ def _worker_lines(w: WorkerStatus) -> list[str]:
                   _info_field(info, "queues"), _info_field(info, "running"),
                   _info_field(info, "processed"), "-" if w.processes is None else w.processes))
     lines = ["  %-40s heartbeat %s ago%s  %s" % (
-        printable(w.id), _fmt_s(w.heartbeat_age_s), " (STALE)" if w.stale else "", detail)]
+        printable(w.id[:FIELD_CHARS]), _fmt_s(w.heartbeat_age_s),
+        " (STALE)" if w.stale else "", detail)]
     for job in w.jobs:
         lines.append("    running %s %s (%s) for %s%s" % (
-            printable(job.id), printable(job.callable[:FIELD_CHARS]), printable(job.queue),
+            printable(job.id[:FIELD_CHARS]), printable(job.callable[:FIELD_CHARS]),
+            printable(job.queue[:FIELD_CHARS]),
             _fmt_s(job.age_s), "" if job.progress is None else
             ", progress %s" % printable(progress.compact(job.progress, 60))))
     return lines

@@ -1,0 +1,47 @@
+"""A job's result is bounded like its arguments: over ``MAX_PAYLOAD_BYTES`` as JSON, the
+attempt fails with ``ResultTooLarge`` naming the size and the limit, and the job ends
+dead without a retry (the same value would be as large again); the value is not kept."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.exceptions import JobFailed
+from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.testing import run_due_jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LIMIT = 2000
+TOO_LARGE = "result is 3002 bytes as JSON, over DELAYQ['MAX_PAYLOAD_BYTES'] = 2000"
+
+
+@pytest.fixture
+def small_limit(delayq_settings):  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "MAX_PAYLOAD_BYTES": LIMIT}
+    return delayq_settings
+
+
+def test_a_result_over_the_limit_ends_the_job_dead_without_retry(small_limit) -> None:  # type: ignore[no-untyped-def]
+    big = schedule("tests.jobs_more.big_result", 3000, max_attempts=3)
+    fits = schedule("tests.jobs_more.big_result", LIMIT - 2)  # exactly the limit as JSON
+    assert run_due_jobs() == 2
+    row = Job.objects.get(pk=big.id)
+    assert (row.status, row.attempts, row.result) == (JobStatus.DEAD, 1, None)
+    assert row.error_type == "django_delayq.exceptions.ResultTooLarge"
+    assert row.last_error.startswith(TOO_LARGE) and "not retried" in row.last_error
+    [attempt] = JobAttempt.objects.filter(job_id=big.id)
+    assert attempt.error.startswith(TOO_LARGE)
+    with pytest.raises(JobFailed, match="ResultTooLarge"):
+        _ = big.result
+    assert fits.result == "x" * (LIMIT - 2)
+
+
+def test_eager_mode_marks_the_row_dead_as_a_worker_would(small_limit) -> None:  # type: ignore[no-untyped-def]
+    small_limit.DELAYQ = {**small_limit.DELAYQ, "EAGER": True}
+    schedule("tests.jobs_more.big_result", 3000)  # runs inline after commit; Django logs it
+    row = Job.objects.get()
+    assert (row.status, row.result) == (JobStatus.DEAD, None)
+    assert row.error_type == "django_delayq.exceptions.ResultTooLarge"
+    assert row.last_error.startswith(TOO_LARGE)
