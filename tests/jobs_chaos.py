@@ -120,3 +120,28 @@ def runs(prefix: str) -> dict[str, list[int]]:
         job_id, _, attempt = (key.decode() if isinstance(key, bytes) else key).rpartition(":")
         out.setdefault(job_id, []).extend([int(attempt)] * int(count))
     return out
+
+
+def mark_run(directory: str, seconds: float = 0.0) -> None:
+    """Take ``seconds``, then append this completed run (job id, attempt, pid) to the file
+    ``runs`` of ``directory``: a record needing neither the database nor Redis, so a stall
+    of either cannot touch it (``marked_runs`` reads it back)."""
+    time.sleep(seconds)
+    ctx = current_job()
+    with open(os.path.join(directory, "runs"), "a") as out:
+        out.write("%s %d %d\n" % (ctx.id if ctx else "-", ctx.attempt if ctx else 0,
+                                  os.getpid()))
+
+
+def marked_runs(directory: str) -> dict[str, list[int]]:
+    """Attempts that completed, per job id, as ``mark_run`` wrote them."""
+    out: dict[str, list[int]] = {}
+    path = os.path.join(directory, "runs")
+    if not os.path.exists(path):
+        return out
+    with open(path) as lines:
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 3:
+                out.setdefault(parts[0], []).append(int(parts[1]))
+    return out

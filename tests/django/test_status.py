@@ -156,7 +156,9 @@ def test_follow_tails_the_events_of_every_worker(delayq_settings, delayq_engine,
     # folded in), or its own "started" when the job straddled a flush.
     tail = [(e["event"], e["job"], e.get("worker")) for e in seen[2:]]
     assert all(ev in ("started", "succeeded") for ev, _, _ in tail), tail
-    assert {(job, worker) for _, job, worker in tail} <= {(first, "wa"), (second, "wb")}
+    # a worker's id is its name plus a token of its process start
+    assert {(job, worker.rsplit(":", 1)[0]) for _, job, worker in tail} <= {
+        (first, "wa"), (second, "wb")}
     assert all("lateness_ms" in e for e in seen[2:])
     ids = [e["id"] for e in seen]
     assert ids == sorted(ids, key=lambda i: tuple(map(int, i.split("-"))))

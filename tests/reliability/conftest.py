@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -73,3 +77,47 @@ def start_worker(settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[
 
 def timeout_client(server: RedisServer, seconds: float = 0.3) -> redis.Redis:
     return redis.Redis.from_url(server.url, socket_timeout=seconds, socket_connect_timeout=seconds)
+
+
+# -- worker subprocesses with extra settings (each test's own DELAYQ overrides) ----------
+
+SETTINGS_MODULE = "delayq_nodup_settings"
+
+
+@pytest.fixture
+def cfg(settings, redis_server, exec_table):  # type: ignore[no-untyped-def]
+    point_at(settings, redis_server)
+    return settings
+
+
+@pytest.fixture
+def start_with(cfg, tmp_path, monkeypatch) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
+    """start(extra_delayq, *args): a worker with the reliability settings plus ``extra``."""
+    (tmp_path / (SETTINGS_MODULE + ".py")).write_text(
+        "import json\nimport os\n\n"
+        "from %s import *  # noqa: F403\nfrom %s import DELAYQ as _BASE\n\n"
+        "DELAYQ = {**_BASE, **json.loads(os.environ.get('DELAYQ_TEST_EXTRA', '{}'))}\n"
+        % (WORKER_SETTINGS, WORKER_SETTINGS))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))
+    starter = worker.worker_starter(cfg, tmp_path, SETTINGS_MODULE)
+    start = next(starter)
+
+    def start_with_extra(extra: dict[str, Any], *args: str) -> subprocess.Popen[str]:
+        monkeypatch.setenv("DELAYQ_TEST_EXTRA", json.dumps(extra))
+        return start(*args)
+
+    yield start_with_extra
+    next(starter, None)  # SIGKILLs the survivors
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == 0
+
+
+def kill(proc: subprocess.Popen[str]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+
+

@@ -8,13 +8,8 @@ be killed between its Redis settlement and its audit flush gets ``AUDIT_FLUSH_SE
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any
 
 import pytest
 
@@ -25,55 +20,16 @@ from django_delayq.core.reconcile import DEAD_IN_REDIS
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 from tests import jobs_chaos
 from tests.conftest import unique_prefix
-from tests.helpers import point_at, wait_until
-from tests.reliability.conftest import WORKER_SETTINGS
-from tests.worker import conftest as worker
+from tests.helpers import wait_until
+from tests.reliability.conftest import kill, stop
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
-SETTINGS_MODULE = "delayq_nodup_settings"
 SLOW_FLUSH = {"AUDIT_FLUSH_SECONDS": 5}  # a kill lands between settlement and flush
 # A flush slower than a re-claim: a job re-enqueued by mistake runs again before its
 # row says it ran (the claim-time check of the row cannot stop it then).
 SLOWER_FLUSH = {"AUDIT_FLUSH_SECONDS": 0.5}
 FAST_RECONCILE = {"RECONCILE_GRACE_SECONDS": 1, "RECONCILE_INTERVAL_SECONDS": 0.5}
-
-
-@pytest.fixture
-def cfg(settings, redis_server, exec_table):  # type: ignore[no-untyped-def]
-    point_at(settings, redis_server)
-    return settings
-
-
-@pytest.fixture
-def start_with(cfg, tmp_path, monkeypatch) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
-    """start(extra_delayq, *args): a worker with the reliability settings plus ``extra``."""
-    (tmp_path / (SETTINGS_MODULE + ".py")).write_text(
-        "import json\nimport os\n\n"
-        "from %s import *  # noqa: F403\nfrom %s import DELAYQ as _BASE\n\n"
-        "DELAYQ = {**_BASE, **json.loads(os.environ.get('DELAYQ_TEST_EXTRA', '{}'))}\n"
-        % (WORKER_SETTINGS, WORKER_SETTINGS))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))
-    starter = worker.worker_starter(cfg, tmp_path, SETTINGS_MODULE)
-    start = next(starter)
-
-    def start_with_extra(extra: dict[str, Any], *args: str) -> subprocess.Popen[str]:
-        monkeypatch.setenv("DELAYQ_TEST_EXTRA", json.dumps(extra))
-        return start(*args)
-
-    yield start_with_extra
-    next(starter, None)  # SIGKILLs the survivors
-
-
-def stop(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == 0
-
-
-def kill(proc: subprocess.Popen[str]) -> None:
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
 
 
 def busy_loops(n: int = 2) -> list[subprocess.Popen[bytes]]:
