@@ -27,7 +27,7 @@ from django_delayq.admin import audit, overview
 from django_delayq.core import api
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.queues import known_queues
+from django_delayq.core.queues import known_queues, purge_queue_report
 from django_delayq.exceptions import DelayQError
 
 logger = logging.getLogger(__name__)
@@ -92,9 +92,10 @@ def _perform(op: str, queue: str) -> tuple[str, bool]:
     if op == "resume":
         done = api.resume_queue(queue)
         return (_("Resumed queue %s.") if done else _("Queue %s was not paused.")) % queue, done
-    count = api.purge_queue(queue)
-    return _("Purged queue %(queue)s: %(count)d waiting jobs cancelled.") % {
-        "queue": queue, "count": count}, count > 0
+    report = purge_queue_report(queue)
+    return _("Purged queue %(queue)s: %(count)d waiting jobs cancelled; %(ticks)d schedule "
+             "ticks kept.") % {"queue": queue, "count": report.removed,
+                               "ticks": report.ticks_kept}, report.removed > 0
 
 
 def queue_urls(admin: Any, wrap: Callable[..., Any]) -> list[URLPattern]:

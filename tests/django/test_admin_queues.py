@@ -98,7 +98,7 @@ def test_purge_needs_its_permission_and_a_confirmation(delayq_engine):
     assert Job.objects.filter(status=JobStatus.SCHEDULED).count() == 4
     done = _post(client, queue="emails", op="purge", confirm="yes")
     assert [str(m) for m in done.context["messages"]] == [
-        "Purged queue emails: 3 waiting jobs cancelled."]
+        "Purged queue emails: 3 waiting jobs cancelled; 0 schedule ticks kept."]
     assert set(Job.objects.filter(pk__in=waiting).values_list("status", flat=True)) == {
         JobStatus.CANCELLED}
     assert Job.objects.get(pk=other).status == JobStatus.SCHEDULED
