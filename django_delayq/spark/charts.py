@@ -86,25 +86,38 @@ def throughput_chart(report: dict[str, Any], path: Path) -> Path:
 
 
 def failures_chart(report: dict[str, Any], path: Path) -> Path:
-    plt = _plt()
-    fig, (ax, bars) = plt.subplots(1, 2, figsize=(12, 4), width_ratios=[3, 2])
+    fig, (ax, bars) = _plt().subplots(1, 2, figsize=(12, 4), width_ratios=[3, 2])
+    draw_failures(ax, bars, report)
+    return _finish(fig, ax, "Failures per bucket", "jobs", path)
+
+
+def draw_failures(ax: Any, bars: Any, report: dict[str, Any]) -> None:
+    """Per queue and bucket: jobs that ended dead or expired, and retried jobs that
+    finished; beside it, the most frequent error types overall."""
     for queue, points in _by_queue(report["series"]).items():
         line, = ax.plot(_x(points), [p["dead"] for p in points], label=queue + " dead")
+        ax.plot(_x(points), [p["expired"] for p in points], linestyle="-.",
+                color=line.get_color(), label=queue + " expired")
         ax.plot(_x(points), [p["retried"] for p in points], linestyle=":",
                 color=line.get_color(), label=queue + " retried")
     overall = next((g for g in report["groups"] if g["queue"] == "*"), None)
     errors = (overall or {}).get("top_errors", [])[::-1]
     error_bars(bars, errors)
     bars.tick_params(axis="y", labelsize="small")
-    return _finish(fig, ax, "Failures per bucket", "jobs", path)
 
 
 def error_bars(ax: Any, errors: list[dict[str, Any]]) -> Any:
-    """One bar per error at its own position, labelled apart (bars keyed by label text
-    would merge two errors whose labels look alike)."""
-    container = ax.barh(range(len(errors)), [e["count"] for e in errors], color="#c0392b")
-    ax.set_yticks(range(len(errors)), [error_label(e["error"]) for e in errors])
+    """Two bars per error type at its own position, labelled apart (bars keyed by label
+    text would merge two errors whose labels look alike): the jobs whose last failure it
+    was (light), and over it those of them that ended dead (dark). Returns the first."""
+    rows = range(len(errors))
+    container = ax.barh(rows, [e["failed_jobs"] for e in errors], color="#f1a9a0",
+                        label="jobs that failed with it (last failure)")
+    ax.barh(rows, [e["dead_jobs"] for e in errors], color="#c0392b", label="of them, dead")
+    ax.set_yticks(rows, [error_label(e["error"]) for e in errors])
     ax.set_title("Most frequent errors (exception type)")
+    if errors:
+        ax.legend(fontsize="small")
     return container
 
 

@@ -51,15 +51,23 @@ def _summary_tables(groups: list[dict[str, Any]]) -> str:
             + _table(["queue", "callable", *late, *run, "/min mean", "/min peak"], timing))
 
 
+ERRORS_NOTE = """<p>Per exception type: <b>failed jobs</b>, the jobs whose last failed
+attempt raised it, whether they later succeeded, are still retrying, were cancelled or died
+(an audit row keeps its last failure only: a job that failed three times counts once); and
+<b>dead jobs</b>, those of them that ended dead. Expired jobs are in the
+<i>expired</i> column above, not here: an expiry is not an exception.</p>"""
+
+
 def _errors_table(groups: list[dict[str, Any]]) -> str:
-    rows = ["<tr>%s%s%s%s%s</tr>" % (_cell(g["queue"], True), _cell(g["callable"], True),
-                                     _cell(e["count"]), _cell(e["error"], True),
-                                     _cell(e.get("example"), True))
+    rows = ["<tr>%s%s%s%s%s%s</tr>" % (_cell(g["queue"], True), _cell(g["callable"], True),
+                                       _cell(e["failed_jobs"]), _cell(e["dead_jobs"]),
+                                       _cell(e["error"], True), _cell(e.get("example"), True))
             for g in groups if g["callable"] != "*" for e in g["top_errors"]]
     if not rows:
         return "<p>No errors.</p>"
-    return ("<table><tr><th>queue</th><th>callable</th><th>count</th><th>error type</th>"
-            "<th>example message</th></tr>%s</table>" % "".join(rows))
+    return ("%s<table><tr><th>queue</th><th>callable</th><th>failed jobs</th>"
+            "<th>dead jobs</th><th>error type</th><th>example message</th></tr>%s</table>"
+            % (ERRORS_NOTE, "".join(rows)))
 
 
 def _img(path: Path, alt: str) -> str:
@@ -75,7 +83,9 @@ def render(report: dict[str, Any], charts: dict[str, Path]) -> str:
 <h1>delayq report</h1>
 <p>%d jobs; generated %s; time buckets of %d s.
 Lateness = start &minus; due time of the same attempt, run = finish &minus; start,
-in milliseconds (exact percentiles).</p>
+in milliseconds (exact percentiles). Success = succeeded / (succeeded + dead): cancelled
+and expired jobs are neither; finished jobs (throughput) are the succeeded, dead,
+cancelled and expired ones.</p>
 <h2>Per queue and callable</h2>%s<h2>Charts</h2>%s<h2>Most frequent errors</h2>%s
 </body></html>""" % (STYLE, report["jobs"], escape(report["generated_at"]),
                      report["bucket_seconds"], _summary_tables(report["groups"]), images,

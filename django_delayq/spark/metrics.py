@@ -11,12 +11,17 @@ Definitions (docs/pipeline.md, "Lateness", is the reference):
   moved ``run_at`` to the next attempt's due time while ``started_at`` is still the failed
   attempt's, and a cancelled row may be either: neither is measured (null), so a job that
   ran once counts its first attempt's lateness and a retried job its last attempt's;
-- duration_ms = finished_at - started_at;
+- duration_ms = finished_at - started_at of succeeded, dead and cancelled rows (an
+  expired job never ran: its ``started_at``, if any, is an earlier attempt's);
 - percentiles are exact (Spark's ``percentile``, linear interpolation between the two
   nearest ranks, as numpy's default), rounded to the microsecond;
-- success_rate = succeeded / (succeeded + dead); cancelled jobs are not failures;
-- throughput: finished jobs per minute, the mean over the span from first to last
-  finish (at least one minute) and the peak of any one wall-clock minute.
+- success_rate = succeeded / (succeeded + dead); cancelled and expired jobs are neither;
+- throughput: finished jobs (succeeded, dead, cancelled, expired) per minute, the mean
+  over the span from first to last finish (at least one minute) and the peak of any one
+  wall-clock minute;
+- errors: per exception type, the jobs whose last failed attempt raised it (a row keeps
+  only its last failure), whatever became of them, and of those the jobs that ended dead.
+  An expiry is a status, not an error type.
 """
 
 from __future__ import annotations
@@ -25,12 +30,15 @@ from typing import Any
 
 from django_delayq.spark.constants import (
     BUCKETS_SECONDS,
+    DURATION_STATUSES,
     FINAL,
     LATENESS_STATUSES,
     MAX_POINTS,
+    NOT_ERRORS,
     PERCENTILES,
     STATUSES,
     TOP_ERRORS,
+    UNKNOWN_TYPE,
 )
 
 ALL = "*"
@@ -52,8 +60,7 @@ def with_levels(df: Any) -> Any:
     )
     return (df.withColumn("_l", F.explode(labels))
             .withColumn("lateness_ms", lateness_ms())
-            .withColumn("duration_ms",
-                        (F.unix_micros("finished_at") - F.unix_micros("started_at")) / 1000.0)
+            .withColumn("duration_ms", duration_ms())
             .withColumn("queue", F.col("_l.q")).withColumn("callable", F.col("_l.c"))
             .drop("_l", "callable_path"))
 
@@ -65,6 +72,14 @@ def lateness_ms() -> Any:
     measured = F.col("status").isin(*LATENESS_STATUSES) & F.col("started_at").isNotNull()
     late = (F.unix_micros("started_at") - F.unix_micros("run_at")) / 1000.0
     return F.when(measured, late)
+
+
+def duration_ms() -> Any:
+    """Finish minus start of the attempt the row describes, in ms; null for rows whose
+    ``finished_at`` does not end that attempt (expired: it never started)."""
+    F = _f()
+    run = (F.unix_micros("finished_at") - F.unix_micros("started_at")) / 1000.0
+    return F.when(F.col("status").isin(*DURATION_STATUSES), run)
 
 
 def _pct(col: str, name: str) -> list[Any]:
@@ -101,29 +116,45 @@ def attempts_frame(lv: Any) -> Any:
             .groupBy("queue", "callable", "attempts").count())
 
 
+# "Type: message" in rows written before error_type existed: a dotted class path, then a
+# colon and a space (or the end). Never the text before any colon: that cuts inside
+# timestamps ("expired at 2026-11-27T03:01:30...") and sentences.
+LEGACY_TYPE = r"(?U)^\s*([^\W\d]\w*(?:\.[^\W\d]\w*)*):(?:\s|$)"
+
+
 def error_kind() -> Any:
-    """The exception class path (``error_type``); rows written before the column existed
-    (empty type, ``"Type: message"`` in ``last_error``) fall back to the text before the
-    first colon of the message's first line. Never the message itself: messages carry
-    ids and amounts, which would make every error unique."""
+    """The exception class path (``error_type``), null for a row without an error and for
+    an expired one (its status says it; ``last_error`` only says when). Rows read from
+    data without the column (null ``error_type``: exports made before it existed, or
+    with it excluded) fall back to the class path leading ``last_error``, else
+    ``UNKNOWN_TYPE``. Never the message itself: messages carry ids, amounts and times,
+    which would make every error unique."""
     F = _f()
-    first_line = F.split(F.coalesce(F.col("last_error"), F.lit("")), "\n").getItem(0)
-    legacy = F.trim(F.split(first_line, ":").getItem(0))
-    kind = F.when(F.trim(F.coalesce(F.col("error_type"), F.lit(""))) != "", F.col("error_type"))
-    return F.coalesce(kind, F.when(legacy != "", legacy))
+    message = F.coalesce(F.col("last_error"), F.lit(""))
+    legacy = F.regexp_extract(F.split(message, "\n").getItem(0), LEGACY_TYPE, 1)
+    recorded = F.when(F.trim(F.col("error_type")) != "", F.col("error_type"))
+    unrecorded = (F.when(legacy != "", legacy)
+                  .when(F.trim(message) != "", F.lit(UNKNOWN_TYPE)))
+    kind = F.when(F.col("error_type").isNull(), unrecorded).otherwise(recorded)
+    return F.when(~F.col("status").isin(*NOT_ERRORS), kind)
 
 
 def errors_frame(lv: Any, top: int = TOP_ERRORS) -> Any:
-    """Most frequent error types per level, top ``top``, each with one example message
-    (the smallest first line, 200 chars, so the report is reproducible)."""
+    """Most frequent error types per level, top ``top``: ``failed_jobs`` (the jobs whose
+    last failed attempt raised it, whether they later succeeded, are retrying, were
+    cancelled or died) and ``dead_jobs`` (of those, the jobs that ended dead), with one
+    example message (the smallest first line, 200 chars, so the report is reproducible)."""
     from pyspark.sql import Window
 
     F = _f()
     first_line = F.substring(F.split(F.col("last_error"), "\n").getItem(0), 1, 200)
     counted = (lv.withColumn("_kind", error_kind()).filter(F.col("_kind").isNotNull())
                .groupBy("queue", "callable", F.col("_kind").alias("error"))
-               .agg(F.count(F.lit(1)).alias("count"), F.min(first_line).alias("example")))
-    rank = Window.partitionBy("queue", "callable").orderBy(F.desc("count"), F.asc("error"))
+               .agg(F.count(F.lit(1)).alias("failed_jobs"),
+                    F.sum((F.col("status") == "dead").cast("long")).alias("dead_jobs"),
+                    F.min(first_line).alias("example")))
+    rank = Window.partitionBy("queue", "callable").orderBy(
+        F.desc("failed_jobs"), F.desc("dead_jobs"), F.asc("error"))
     return counted.withColumn("rank", F.row_number().over(rank)).filter(F.col("rank") <= top)
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES
+from django_delayq.spark.preflight import check_paths, writable_dir
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,10 +64,9 @@ def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[
 def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
     from django_delayq.spark import charts, html
 
-    out = Path(out)
+    out = writable_dir(out)
     json_path = out / "report.json"
     try:
-        out.mkdir(parents=True, exist_ok=True)
         json_path.write_text(json.dumps(report, indent=2))
     except OSError as exc:
         raise ValueError("cannot write the report to %s: %s (give a directory this process "
@@ -83,8 +83,8 @@ def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
         "series": _write_csv(out / "series.csv", series, list(series[0]) if series else []),
         "attempts": _write_csv(out / "attempts.csv", attempts,
                                ["queue", "callable", "attempts", "jobs"]),
-        "errors": _write_csv(out / "errors.csv", errors, ["queue", "callable", "error", "count",
-                                                       "example"]),
+        "errors": _write_csv(out / "errors.csv", errors, ["queue", "callable", "error",
+                                                       "failed_jobs", "dead_jobs", "example"]),
     }
     pngs = charts.write_charts(report, out)
     html_path = out / "report.html"
@@ -98,11 +98,14 @@ def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
                bucket_seconds: int | None = None, progress: bool = False,
                stream: TextIO | None = None, progress_every: float = 5.0) -> ReportFiles:
     """Read, compute, write. With ``progress``, each step and the Spark stages running
-    (every ``progress_every`` seconds) are printed to ``stream`` (stderr)."""
+    (every ``progress_every`` seconds) are printed to ``stream`` (stderr). The paths are
+    checked first (``preflight``): a missing input or an unwritable output fails before
+    any row is read."""
     from django_delayq.spark.source import DEFAULT_TABLE, read_jobs
     from django_delayq.spark.stages import StageProgress
     from django_delayq.spark.summary import compute_report
 
+    check_paths(out, None if jdbc_url else input)
     with StageProgress(spark, stream, enabled=progress, every=progress_every) as steps:
         with steps.step("reading jobs from %s" % (jdbc_url.split("?")[0] if jdbc_url
                                                   else input)):
@@ -147,6 +150,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     opts = vars(parser.parse_args(argv))
     if problem := check_arguments(opts):
         parser.error(problem)
+    try:  # before Spark starts: seconds to start, minutes to compute
+        check_paths(opts["out"], None if opts["jdbc_url"] else opts["input"])
+    except (FileNotFoundError, ValueError) as exc:
+        parser.exit(2, "delayq report: %s\n" % exc)
     spark = build_session(opts["master"], app_name="delayq-report", jars=[opts["jdbc_jar"] or ""])
     props = {"user": opts["jdbc_user"], "password": opts["jdbc_password"]}
     try:

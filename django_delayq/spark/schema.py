@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from django_delayq.spark import preflight
+
 TS = pa.timestamp("us", tz="UTC")
 
 JOB_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
@@ -62,7 +64,7 @@ JOB_SCHEMA = pa.schema([pa.field(n, t) for n, t in JOB_FIELDS])
 ATTEMPT_SCHEMA = pa.schema([pa.field(n, t) for n, t in ATTEMPT_FIELDS])
 JOB_COLUMNS = tuple(n for n, _ in JOB_FIELDS)
 ATTEMPT_COLUMNS = tuple(n for n, _ in ATTEMPT_FIELDS)
-JOBS_DIR = "jobs"
+JOBS_DIR = preflight.JOBS_DIR
 ATTEMPTS_DIR = "attempts"
 
 

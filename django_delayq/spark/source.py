@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from django_delayq.spark.schema import JOBS_DIR
+from django_delayq.spark.preflight import JOBS_DIR, is_url, jobs_dir
 
 REPORT_COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "last_error",
                   "run_at", "created_at", "updated_at", "started_at", "finished_at",
@@ -71,19 +71,18 @@ def _job_files(path: Path) -> bool:
 def read_parquet(spark: Any, root: Path | str) -> Any:
     """The exported jobs under ``root``. A URL (``s3a://``, ``hdfs://``) goes to Spark as
     it is; a local directory without job files (an export that found no rows yet) is an
-    empty frame, so the report says "0 jobs" instead of failing to infer a schema."""
-    if "://" in str(root):
-        text = str(root).rstrip("/")
-        return spark.read.option("basePath", text + "/" + JOBS_DIR).parquet(
-            text + "/" + JOBS_DIR)
-    root = Path(root)
-    path = root / JOBS_DIR if (root / JOBS_DIR).is_dir() else root
-    if not path.is_dir():
-        raise FileNotFoundError("no exported jobs at %s (run delayq_export --out %s)"
-                                % (path, root))
-    if not _job_files(path):
-        return spark.createDataFrame([], REPORT_SCHEMA)
-    return spark.read.option("basePath", str(path)).parquet(str(path))
+    empty frame, so the report says "0 jobs" instead of failing to infer a schema; a
+    missing one is a FileNotFoundError (``preflight.jobs_dir``)."""
+    if is_url(root):
+        text = str(root).rstrip("/") + "/" + JOBS_DIR
+    else:
+        path = jobs_dir(root)
+        if not _job_files(path):
+            return spark.createDataFrame([], REPORT_SCHEMA)
+        text = str(path)
+    # mergeSchema: files written before a column existed (error_type, read_at) and after
+    # it are read with it, null in the older ones, whichever file Spark opens first
+    return spark.read.option("basePath", text).option("mergeSchema", "true").parquet(text)
 
 
 def read_jdbc(spark: Any, url: str, *, table: str = DEFAULT_TABLE,

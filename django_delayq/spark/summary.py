@@ -102,7 +102,8 @@ def compute_report(jobs: Any, *, bucket_seconds: int | None = None,
                 groups[(r["queue"], r["callable"])]["attempts"][str(r["attempts"])] = r["count"]
             for r in metrics.errors_frame(lv, top_errors).orderBy("rank").collect():
                 groups[(r["queue"], r["callable"])]["top_errors"].append(
-                    {"error": r["error"], "count": r["count"], "example": r["example"]})
+                    {"error": r["error"], "failed_jobs": r["failed_jobs"],
+                     "dead_jobs": r["dead_jobs"], "example": r["example"]})
         with steps.step("time series (%d s buckets)" % bucket):
             started, finished = metrics.series_frames(lv, bucket)
             series = _series(started.collect(), finished.collect(), bucket)

@@ -61,8 +61,8 @@ def test_run_duration_percentiles(report: dict[str, Any]) -> None:
 
 def test_counts_success_rate_and_attempts(report: dict[str, Any]) -> None:
     add = _group(report, "default", ADD)
-    assert add["status"] == {"scheduled": 0, "running": 0, "retrying": 0, "succeeded": 90,
-                             "dead": 10, "cancelled": 0}
+    assert add["status"] == {"waiting": 0, "scheduled": 0, "running": 0, "retrying": 0,
+                             "succeeded": 90, "dead": 10, "cancelled": 0, "expired": 0}
     assert add["success_rate"] == 0.9
     assert add["attempts"] == {"1": 80, "2": 10, "3": 10}
     emails = _group(report, "emails", "*")
@@ -78,7 +78,8 @@ def test_throughput_and_errors(report: dict[str, Any]) -> None:
     assert add["per_min_mean"] == round(100 / (100.089 / 60), 3)
     assert add["per_min_peak"] == 59  # 12:00:01 .. 12:00:59
     assert _group(report, "default", ADD)["top_errors"] == [
-        {"error": "builtins.ValueError", "count": 10, "example": "bad input for order 100"}]
+        {"error": "builtins.ValueError", "failed_jobs": 10, "dead_jobs": 10,
+         "example": "bad input for order 100"}]
     assert _group(report, "emails", NOOP)["top_errors"] == []
 
 

@@ -63,7 +63,8 @@ def test_errors_are_grouped_by_exception_type(spark: Any) -> None:
             for i, kind in enumerate(types)]
     expected = collections.Counter(types).most_common()
     top = _group(compute_report(_frame(spark, jobs)), "default", ADD)["top_errors"]
-    assert [(e["error"], e["count"]) for e in top] == expected
+    assert [(e["error"], e["failed_jobs"]) for e in top] == expected
+    assert [e["dead_jobs"] for e in top] == [n for _, n in expected]  # all dead
     assert top[0]["example"] == min("order %d: declined by bank ref %d" % (i, 1000 + i)
                                     for i, k in enumerate(types) if k == types[0])
 
@@ -88,7 +89,8 @@ def test_error_bars_keep_whole_distinct_labels() -> None:
     names = [long + "GatewayTimeoutError", long + "GatewayRefusedError", "builtins.KeyError",
              "shop.errors.Timeout", "x" * 90]
     fig, ax = _plt().subplots()
-    bars = error_bars(ax, [{"error": n, "count": 5 - i} for i, n in enumerate(names)])
+    bars = error_bars(ax, [{"error": n, "failed_jobs": 5 - i, "dead_jobs": 1}
+                           for i, n in enumerate(names)])
     labels = [t.get_text() for t in ax.get_yticklabels()]
     _plt().close(fig)
     assert len(bars) == 5
@@ -106,3 +108,68 @@ def test_summary_fits_without_sideways_scrolling(spark: Any, tmp_path: Any) -> N
     assert len(tables) >= 2
     assert all(t.count("<th>") <= MAX_COLUMNS for t in tables)
     assert "overflow-x" not in page
+
+
+def test_rows_without_error_type_fall_back_to_a_leading_class_path(spark: Any) -> None:
+    """Rows read without ``error_type`` (null: exports made before the column) take the
+    dotted class path before ``": "`` in ``last_error``; a message that does not start with
+    one is ``UNKNOWN_TYPE``, never the text before its first colon (inside a timestamp);
+    an expired row is no error at all, whatever its message says."""
+    from django_delayq.spark.constants import UNKNOWN_TYPE
+    from django_delayq.spark.summary import compute_report
+
+    messages = [("dead", "builtins.ValueError: bad input 7"),
+                ("succeeded", "shop.errors.Timeout: gateway at 2026-11-27T03:01:30: retried"),
+                ("dead", "shop.errors.Timeout: gateway at 2026-11-27T04:11:00: gave up"),
+                ("dead", "2026-11-27T03:01:30 gateway down: no answer"),
+                ("dead", "gateway down at 03:01"),
+                ("expired", "expired at 2026-11-27T03:01:30.251+00:00: not started by then"),
+                ("succeeded", "")]
+    jobs = []
+    for i, (status, message) in enumerate(messages):
+        row = _job("l%d" % i, "default", ADD, status, BASE + timedelta(seconds=i), 1.0, 1.0,
+                   2, message)
+        row["error_type"] = None  # the column was not there
+        jobs.append(row)
+    top = _group(compute_report(_frame(spark, jobs)), "default", ADD)["top_errors"]
+    assert [(e["error"], e["failed_jobs"], e["dead_jobs"]) for e in top] == [
+        (UNKNOWN_TYPE, 2, 2), ("shop.errors.Timeout", 2, 1), ("builtins.ValueError", 1, 1)]
+    assert top[1]["example"] == messages[1][1]  # ties: more dead jobs first
+
+
+def test_files_written_before_a_column_existed_are_read_with_the_newer_ones(
+        spark: Any, tmp_path: Any) -> None:
+    """An export directory holding files without ``error_type`` and ``read_at`` (older
+    versions) and files with them: each row keeps what its own file says, whichever file
+    Spark opens first to learn the schema."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from django_delayq.spark import schema
+    from django_delayq.spark.source import read_jobs
+    from django_delayq.spark.summary import compute_report
+
+    old_columns = [c for c in schema.JOB_COLUMNS if c != "error_type"]
+    old = [_job("o%d" % i, "default", ADD, "dead", BASE, 1.0, 1.0, 3,
+                "builtins.KeyError: 'sku'") for i in range(3)]
+    new = [_job("n%d" % i, "default", ADD, "dead", BASE, 1.0, 1.0, 3, "no stock",
+                "shop.errors.OutOfStock") for i in range(2)]
+    folder = tmp_path / "jobs" / "day=2025-03-01"
+    folder.mkdir(parents=True)
+
+    def table(jobs: list[dict[str, Any]], columns: list[str]) -> Any:
+        layout = pa.schema([schema.JOB_SCHEMA.field(c) for c in columns])
+        return schema.to_table([tuple(j.get(c) for c in columns) for j in jobs], layout,
+                               schema.JOB_JSON_FIELDS)
+
+    pq.write_table(table(old, old_columns), folder / "a-old.parquet")
+    pq.write_table(table(new, list(schema.JOB_COLUMNS)).append_column(
+        pa.field("read_at", schema.TS), pa.array([BASE] * len(new), schema.TS)),
+        folder / "b-new.parquet")
+    rows = {r["id"]: r for r in read_jobs(spark, tmp_path).collect()}
+    assert {i: rows[i]["error_type"] for i in rows} == {
+        "o0": None, "o1": None, "o2": None,
+        "n0": "shop.errors.OutOfStock", "n1": "shop.errors.OutOfStock"}
+    top = _group(compute_report(read_jobs(spark, tmp_path)), "default", ADD)["top_errors"]
+    assert [(e["error"], e["failed_jobs"]) for e in top] == [
+        ("builtins.KeyError", 3), ("shop.errors.OutOfStock", 2)]

@@ -41,8 +41,8 @@ def test_one_exception_type_with_five_messages_is_one_error_row(tmp_path: Path,
                  str(tmp_path / "report"), stdout=io.StringIO(), stderr=err)
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     for group in report["groups"]:  # the callable, its queue, overall: one row each
-        assert [(e["error"], e["count"]) for e in group["top_errors"]] == [
-            ("shop.errors.CardDeclined", 100)]
+        assert [(e["error"], e["failed_jobs"], e["dead_jobs"]) for e in group["top_errors"]] == [
+            ("shop.errors.CardDeclined", 100, 100)]
         assert group["top_errors"][0]["example"] == min(MESSAGES)
     page = (tmp_path / "report" / "report.html").read_text()
     errors = page.split("Most frequent errors", 1)[1]

@@ -30,11 +30,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         from django_delayq.models import Job
+        from django_delayq.spark.preflight import check_paths
         from django_delayq.spark.report import check_arguments, run_report
         from django_delayq.spark.session import build_session
 
         if problem := check_arguments(options):
             raise CommandError(problem, returncode=2)  # bad options: exit 2, as argparse
+        try:  # before Spark starts (seconds), let alone computes (minutes)
+            check_paths(options["out"], None if options["jdbc_url"] else options["input"])
+        except (FileNotFoundError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
         spark = build_session(options["master"] or "local[*]", app_name="delayq-report",
                               jars=[options["jdbc_jar"] or ""])
         try:

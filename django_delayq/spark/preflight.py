@@ -1,0 +1,54 @@
+"""The report's paths, checked before Spark starts.
+
+A session takes seconds to start and the computation minutes; an output directory this
+process cannot create or write, or an input that is not there, must fail at once, with
+the one line the report would have ended with. Nothing heavy is imported here (no
+pyspark, no pyarrow), so ``delayq_report`` and ``spark-submit report.py`` check their
+paths in a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+JOBS_DIR = "jobs"
+
+
+def is_url(path: Path | str) -> bool:
+    """``s3a://``, ``hdfs://``...: Spark's to read, nothing to check here."""
+    return "://" in str(path)
+
+
+def jobs_dir(root: Path | str) -> Path:
+    """The directory of exported job files under ``root`` (``root/jobs``, or ``root``
+    itself when it is that directory); FileNotFoundError when there is none."""
+    root = Path(root)
+    path = root / JOBS_DIR if (root / JOBS_DIR).is_dir() else root
+    if not path.is_dir():
+        raise FileNotFoundError("no exported jobs at %s (run delayq_export --out %s)"
+                                % (path, root))
+    return path
+
+
+def writable_dir(out: Path | str) -> Path:
+    """Create ``out`` and prove it writable (a probe file, removed); ValueError saying
+    why not."""
+    out = Path(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".delayq-probe.", dir=out)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError("cannot write the report to %s: %s (give a directory this process "
+                         "can create and write to)" % (out, exc.strerror or exc)) from exc
+    return out
+
+
+def check_paths(out: Path | str, input: Path | str | None = None) -> None:
+    """The input first (nothing is created when it is missing), then the output."""
+    if input is not None and not is_url(input):
+        jobs_dir(input)
+    writable_dir(out)
