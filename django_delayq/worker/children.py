@@ -1,12 +1,23 @@
 """One child worker process as its supervisor sees it: the process, its socket, and the
 jobs it holds as its reports say (``tracking.py`` describes them).
 
-``held`` is every job the child claimed and has neither finished nor handed back;
-``running`` the ones a thread runs, with their start (monotonic, one clock for every
-process of the host) and time limit. What the supervisor decided to kill the child for
-is in ``killed_for`` (job key -> why), read once the process is gone. ``leases_since``
-is when its heartbeat last began (its ``b`` report; at first, its hello): every lease
-it holds runs at least one lease from then, so a child that holds jobs and stays silent
+``held`` is every job the child claimed and has neither settled (acked or nacked in
+Redis) nor handed back; ``running`` the ones a thread runs, with their start (monotonic,
+one clock for every process of the host) and time limit; ``ended`` the ones that
+finished and wait to be settled (still held: a kill now would lose their outcome);
+``settled`` the last ones it settled in Redis, whose audit rows (and attempt rows) it may
+not have written yet (its audit writer flushes every ``AUDIT_FLUSH_SECONDS``).
+
+A job that must be stopped (cancelled while it runs, or past its time limit) is
+*doomed* (``doomed``: job key -> why). The process is killed for it only once it is
+``ripe`` (every job it still runs or has yet to settle is a doomed one still running)
+and the rows of the jobs it settled have landed (``unwritten``, read in the database by
+the supervisor). Until then the supervisor keeps it draining (no new claims), so no
+other job of it is cut short or loses its record; a doomed job that ends on its own
+first is not killed at all. What the supervisor killed the child for is in
+``killed_for`` (job key -> why), read once the process is gone. ``leases_since`` is
+when its heartbeat last began (its ``b`` report; at first, its hello): every lease it
+holds runs at least one lease from then, so a child that holds jobs and stays silent
 for nearly a lease is about to lose them while it may still run them (``silent``).
 """
 
@@ -18,9 +29,11 @@ import signal
 import socket
 import subprocess
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 from django_delayq.engine import ClaimedJob
+from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
 from django_delayq.worker.ledger import Key
 from django_delayq.worker.loop import EXIT_HARD_STOP
 
@@ -28,6 +41,14 @@ logger = logging.getLogger(__name__)
 
 STARTUP_S = 10.0  # a child that dies sooner than this crashed at start: back off
 MB = 1024 * 1024
+SETTLED_KEPT = 512  # the jobs a child settled last, whose rows a kill waits for
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    key: Key
+    token: int
+    failed: bool  # a failed attempt (retried, dead, cancelled): it has an attempt row
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,6 +66,10 @@ class Child:
     worker_id: str = ""
     held: dict[Key, ClaimedJob] = field(default_factory=dict)
     running: dict[Key, Run] = field(default_factory=dict)
+    ended: dict[Key, Run] = field(default_factory=dict)  # finished, not settled yet
+    settled: deque[Settled] = field(default_factory=lambda: deque(maxlen=SETTLED_KEPT))
+    doomed: dict[Key, str] = field(default_factory=dict)  # to be killed for (why)
+    replace_on_exit: bool = False  # doomed, its replacement waits for its exit
     killed_for: dict[Key, str] = field(default_factory=dict)
     draining: bool = False  # told to drain (recycled, or the supervisor stops)
     killed: bool = False  # SIGKILL sent
@@ -99,8 +124,14 @@ class Child:
             self.running[(f[0], f[1])] = Run(started=float(f[3]),
                                              limit=float(f[4]) if f[4] else None)
         elif kind == "e":
-            self.running.pop((f[0], f[1]), None)
+            run = self.running.pop((f[0], f[1]), None)
+            if run is not None and (f[0], f[1]) in self.held:
+                self.ended[(f[0], f[1])] = run
+        elif kind == "x":
+            self.ended.pop((f[0], f[1]), None)
             self.held.pop((f[0], f[1]), None)
+            if f[3] != "d":  # a deferred job's row is not touched
+                self.settled.append(Settled((f[0], f[1]), int(f[2]), f[3] == "f"))
         elif kind == "r":
             self.held.pop((f[0], f[1]), None)
         elif kind == "b":
@@ -112,9 +143,21 @@ class Child:
     # -- decisions ------------------------------------------------------------------
 
     def overdue(self, now: float) -> list[Key]:
-        """Running jobs past their time limit at ``now`` (monotonic)."""
+        """Running jobs past their time limit at ``now`` (monotonic), not doomed yet."""
         return [key for key, run in self.running.items()
-                if run.limit is not None and now - run.started > run.limit]
+                if run.limit is not None and now - run.started > run.limit
+                and key not in self.doomed]
+
+    def doomed_running(self) -> dict[Key, str]:
+        """The doomed jobs still running (job key -> why)."""
+        return {key: why for key, why in self.doomed.items() if key in self.running}
+
+    def ripe(self) -> bool:
+        """May it be killed now? Only when a doomed job still runs and every job it runs
+        or has yet to settle is a doomed one: no other job's run or outcome is lost.
+        Jobs it holds unstarted do not count (handed back, no attempt charged)."""
+        doomed = self.doomed_running()
+        return bool(doomed) and all(key in doomed for key in [*self.running, *self.ended])
 
     def silent(self, now: float, allowed_s: float) -> bool:
         """It holds jobs and its heartbeat has been silent for over ``allowed_s``."""
@@ -123,11 +166,28 @@ class Child:
     def next_deadline(self, allowed_s: float | None = None) -> float | None:
         """The next time limit of its running jobs, or the end of its allowed silence
         (``allowed_s``, while it holds jobs), whichever comes first."""
-        ends = [run.started + run.limit for run in self.running.values()
-                if run.limit is not None]
+        ends = [run.started + run.limit for key, run in self.running.items()
+                if run.limit is not None and key not in self.doomed]
         if allowed_s is not None and self.held:
             ends.append(self.leases_since + allowed_s)
         return min(ends, default=None)
+
+    def unwritten(self) -> bool:
+        """Is a row of a job it settled not written yet (so a kill now would lose it)?
+        Reads the rows (and attempt rows) in the database; each found written is
+        forgotten. Raises when the database cannot be read."""
+        if not self.settled:
+            return False
+        ids = [s.key[1] for s in self.settled]
+        rows = dict((pk, (status, attempts)) for pk, status, attempts in
+                    Job.objects.filter(pk__in=ids).values_list("pk", "status", "attempts"))
+        tried = set(JobAttempt.objects.filter(
+            job_id__in=[s.key[1] for s in self.settled if s.failed])
+            .values_list("job_id", "number"))
+        left = [s for s in self.settled if not _written(s, rows.get(s.key[1]), tried)]
+        self.settled.clear()
+        self.settled.extend(left)
+        return bool(left)
 
     def tell(self, word: str) -> None:
         """Send ``drain`` or ``stop``; a child that is gone cannot hear it."""
@@ -150,6 +210,16 @@ class Child:
 
     def close(self) -> None:
         self.sock.close()
+
+
+def _written(s: Settled, row: tuple[str, int] | None, tried: set[tuple[str, int]]) -> bool:
+    """Has the outcome ``s`` landed in its row ``(status, attempts)``? A later attempt, or
+    a deleted row, counts as landed."""
+    if row is None or row[1] > s.token:
+        return True
+    if s.failed:
+        return (s.key[1], s.token) in tried
+    return row[0] in FINAL_STATUSES
 
 
 def describe_exit(code: int) -> str:

@@ -12,11 +12,16 @@ The supervisor
 - restarts a child that exits, at once, or after a backoff (0.5 s doubling to 30 s) when
   children keep dying within ``STARTUP_S`` of their start; a child that exits with
   ``EXIT_CONFIG`` (bad settings) stops them all with that code;
-- enforces hard time limits: a job still running past its limit
-  (``Settings.timeout_for``) gets its process SIGKILLed, its attempt recorded as timed
-  out, the process's other jobs handed back at once and a replacement started. A running
-  job whose cancel was asked (``Job.cancel_requested``) is killed the same way and ends
-  cancelled (``takeback.py``);
+- enforces hard time limits and cancels: a job running past its limit
+  (``Settings.timeout_for``), or whose cancel was asked (``Job.cancel_requested``), gets
+  its process SIGKILLed and its attempt recorded as timed out, or cancelled
+  (``takeback.py``). A kill for one job touches no other (*drain, then kill*): a process
+  that still runs or settles other jobs is told to drain (its unstarted jobs go back to
+  Redis, uncharged), set aside and replaced at once (N + 1 processes for a while; with
+  ``--metrics-port`` the replacement waits for its port), and killed once the doomed job
+  is all it runs and its other jobs' rows are written (``Child.ripe``,
+  ``Child.unwritten``); a doomed job that ends first is not killed. With
+  ``--concurrency 1`` the kill is at once;
 - kills a child whose beats fell silent (a job holding the GIL starves its beat and
   heartbeat threads; a Redis stall does not stop its beats: ``tracking.Link``) while it
   holds jobs, ``silence_allowed_s`` after its last beat (read after draining its socket), a
@@ -54,8 +59,9 @@ from django.db import close_old_connections
 from django_delayq.core.conf import Settings
 from django_delayq.engine import Engine
 from django_delayq.models import Job
-from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.children import Child, describe_exit, rss_mb
+from django_delayq.worker.ledger import Key
 from django_delayq.worker.loop import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK, Worker
 from django_delayq.worker.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack, reasons
 from django_delayq.worker.tracking import ORPHAN_SIGNAL, Supervision
@@ -98,6 +104,7 @@ class Supervisor:
         self.takeback = TakeBack(engine, settings, self.audit)
         self.silence_s = silence_allowed_s(settings.lease_ms / 1000)
         self.children: dict[int, Child] = {}  # slot -> child
+        self.dying: list[Child] = []  # doomed, draining, replaced already: killed when ripe
         self.next_start: dict[int, float] = dict.fromkeys(range(options.processes), 0.0)
         self.crashes: dict[int, int] = dict.fromkeys(range(options.processes), 0)
         self.signals = 0
@@ -109,6 +116,8 @@ class Supervisor:
         self._spawned = 0
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = socket.socketpair()
+        self._rows_outage = OutageLog(logger, "supervisor: reading the rows of the jobs of "
+                                      "a worker process to be killed")
 
     # -- signals: flags only ---------------------------------------------------------
 
@@ -142,7 +151,7 @@ class Supervisor:
         self._act_on_signals()
         if not self._stopping():
             self._start_children()
-        if not self.children and (self._stopping() or not self.next_start):
+        if not self.children and not self.dying and (self._stopping() or not self.next_start):
             return False
         self._wait()
         self._reap()
@@ -153,10 +162,15 @@ class Supervisor:
             self._next_check = now + CHECK_S
             self._check_cancels()
             self._check_memory()
+        self._kill_ripe()
         if self.stop_deadline is not None and now >= self.stop_deadline:
-            for child in self.children.values():
+            for child in self._everyone():
                 child.kill({})
         return True
+
+    def _everyone(self) -> list[Child]:
+        """Every live child: one per slot, and those set aside to be killed."""
+        return [*self.children.values(), *self.dying]
 
     def _stopping(self) -> bool:
         return self.signals > 0 or self.code == EXIT_CONFIG
@@ -165,15 +179,15 @@ class Supervisor:
         if self.signals == self._acted_on:
             return
         if self._acted_on == 0:
-            logger.info("supervisor: draining %d worker process(es)", len(self.children))
-            for child in self.children.values():
+            logger.info("supervisor: draining %d worker process(es)", len(self._everyone()))
+            for child in self._everyone():
                 child.draining = True
                 child.tell("drain")
         if self.signals >= 2 and self.stop_deadline is None:
             logger.warning("supervisor: hard stop")
             self.code = EXIT_HARD_STOP
             self.stop_deadline = time.monotonic() + HARD_STOP_S
-            for child in self.children.values():
+            for child in self._everyone():
                 child.tell("stop")
         self._acted_on = self.signals
 
@@ -218,7 +232,7 @@ class Supervisor:
     def _wait(self) -> None:
         timeout = TICK_S
         now = time.monotonic()
-        for child in self.children.values():
+        for child in self._everyone():
             deadline = None if child.killed else child.next_deadline(self.silence_s)
             if deadline is not None:
                 timeout = min(timeout, max(0.0, deadline - now + 0.01))
@@ -236,23 +250,30 @@ class Supervisor:
             time.sleep(min(REPORTS_S, timeout))  # round reads a batch, not one job
 
     def _reap(self) -> None:
-        for slot, child in list(self.children.items()):
+        for child in self._everyone():
             code = child.proc.poll()
             if code is not None:
-                self._gone(slot, child, code)
+                self._gone(child, code)
 
-    def _gone(self, slot: int, child: Child, code: int) -> None:
+    def _gone(self, child: Child, code: int) -> None:
         child.read_all()
         self._selector.unregister(child.sock)
         child.close()
-        del self.children[slot]
+        aside = child in self.dying
+        if aside:
+            self.dying.remove(child)
+        else:
+            del self.children[child.slot]
         try:
             self.takeback.child_gone(child, code)
         except Exception:  # noqa: BLE001 - Redis or the database down: the leases expire
             logger.exception("supervisor: could not take back the jobs of worker process "
                              "%d; their leases will expire", child.pid)
             close_old_connections()
-        self._after_exit(slot, child, code)
+        if aside:
+            self._after_aside_exit(child, code)
+        else:
+            self._after_exit(child.slot, child, code)
 
     def _after_exit(self, slot: int, child: Child, code: int) -> None:
         how = describe_exit(code)
@@ -282,6 +303,17 @@ class Supervisor:
                    "%.1fs", child.pid, how, delay)
         self.next_start[slot] = time.monotonic() + delay
 
+    def _after_aside_exit(self, child: Child, code: int) -> None:
+        """A child set aside to be killed is gone: replaced already, unless its metrics
+        port was in the way (then now)."""
+        bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for
+        if bad and self._stopping() and self.code == EXIT_OK:
+            self.code = EXIT_ERROR
+        logger.log(logging.WARNING if bad else logging.INFO,
+                   "supervisor: worker process %d ended (%s)", child.pid, describe_exit(code))
+        if child.replace_on_exit and not self._stopping():
+            self.next_start[child.slot] = time.monotonic()
+
     def _recycled(self, child: Child) -> bool:
         """Did ``child`` exit to be replaced (max jobs, memory), not because it was done?"""
         most = self.options.max_jobs_per_child
@@ -290,17 +322,16 @@ class Supervisor:
     # -- limits, cancels, memory -------------------------------------------------------
 
     def _enforce_limits(self, now: float) -> None:
-        for child in self.children.values():
+        for child in self._everyone():
             overdue = [] if child.killed else child.overdue(now)
             if overdue:
-                logger.warning("supervisor: job(s) %s past their time limit: killing worker "
-                               "process %d", ", ".join(i for _, i in overdue), child.pid)
-                child.kill(reasons(overdue, TIMED_OUT))
+                self._doom(child, reasons(overdue, TIMED_OUT), "job(s) %s past their time "
+                           "limit" % ", ".join(i for _, i in overdue))
 
     def _enforce_heartbeats(self, now: float) -> None:
         away = now - self._judged_at > AWAY_S
         self._judged_at = now
-        for child in self.children.values():
+        for child in self._everyone():
             if away:  # this supervisor was stopped or slow: the silence may be its own (its
                 child.leases_since = max(child.leases_since, now)  # socket backed up)
             if child.silent(now, self.silence_s):
@@ -313,8 +344,8 @@ class Supervisor:
                 child.kill(reasons(list(child.held), SILENT))
 
     def _check_cancels(self) -> None:
-        running = {key[1]: (child, key) for child in self.children.values()
-                   for key in child.running if key not in child.killed_for}
+        running = {key[1]: (child, key) for child in self._everyone() if not child.killed
+                   for key in child.running if key not in child.doomed}
         if not running:
             return
         try:
@@ -326,11 +357,56 @@ class Supervisor:
             return
         for job_id in asked:
             child, key = running[job_id]
-            if child.killed:
-                continue
-            logger.warning("supervisor: job %s cancelled while running: killing worker "
-                           "process %d", job_id, child.pid)
-            child.kill(reasons([key], CANCELLED))
+            if not child.killed:
+                self._doom(child, reasons([key], CANCELLED), "job %s cancelled while it "
+                           "runs" % job_id)
+
+    def _doom(self, child: Child, why: dict[Key, str], what: str) -> None:
+        """Kill ``child`` for the jobs of ``why`` (job key -> why) as soon as that cuts
+        no other job short: now when it is ripe; else drain it, set it aside and start
+        its replacement (``_kill_ripe`` kills it once ripe)."""
+        child.doomed.update(why)
+        child.read_all()  # its latest reports: a job that ended, one that started
+        if self._may_kill(child):
+            logger.warning("supervisor: %s: killing worker process %d", what, child.pid)
+            child.kill(child.doomed_running())
+            return
+        logger.warning("supervisor: %s: worker process %d stops claiming and is killed once "
+                       "its %d other job(s) are done", what, child.pid,
+                       len(set(child.running) | set(child.ended)) - len(child.doomed_running()))
+        if not child.draining:
+            child.draining = True
+            child.tell("drain")
+        if self.children.get(child.slot) is child:  # a process takes its place at once
+            del self.children[child.slot]
+            self.dying.append(child)
+            if self.options.metrics_port is None:
+                self.next_start[child.slot] = time.monotonic()
+            else:  # the replacement serves on its port: only once it is free
+                child.replace_on_exit = True
+
+    def _kill_ripe(self) -> None:
+        for child in self.dying:
+            if not child.killed and child.ripe():
+                child.read_all()
+                if self._may_kill(child):
+                    logger.warning("supervisor: worker process %d runs only the job(s) it "
+                                   "is killed for now: killing it", child.pid)
+                    child.kill(child.doomed_running())
+
+    def _may_kill(self, child: Child) -> bool:
+        """Ripe, and the rows of the jobs it settled are written (not when the database
+        cannot say: the doomed job runs on, its lease extended, until it can)."""
+        if not child.ripe():
+            return False
+        try:
+            unwritten = child.unwritten()
+        except Exception as exc:  # noqa: BLE001 - the database is down: look again later
+            self._rows_outage.failed(exc, TICK_S)
+            close_old_connections()
+            return False
+        self._rows_outage.ok()
+        return not unwritten
 
     def _check_memory(self) -> None:
         limit = self.options.max_memory_mb
@@ -348,10 +424,10 @@ class Supervisor:
 
     def _leave_no_child(self) -> None:
         """On the way out (also after an error of ours): no child outlives us."""
-        for child in list(self.children.values()):
+        for child in self._everyone():
             child.kill({})
-        for slot, child in list(self.children.items()):
-            self._gone(slot, child, child.proc.wait())
+        for child in self._everyone():
+            self._gone(child, child.proc.wait())
 
 
 def attach(worker: Worker, supervision: Supervision) -> None:

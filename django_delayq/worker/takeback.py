@@ -6,23 +6,29 @@ still held. Each is settled at once, by what became of it:
 - the job the supervisor killed the child for: its attempt fails now, with
   ``error_type`` ``django_delayq.exceptions.JobTimeout`` (past its time limit; retried or
   dead by its policy) or as cancelled (its cancel was asked while it ran: ``nack`` finds
-  the cancel mark, the job ends ``cancelled`` and is not retried);
+  the cancel mark, the job ends ``cancelled``, "cancelled while it ran", not retried).
+  The supervisor kills a child for a job only once no other job of it runs or waits to
+  be settled (``children.Child.ripe``), so no other job is cut short by that kill;
 - the running jobs of a child killed because its heartbeat fell silent (a job holding
   the GIL starves it) before its leases lapsed: their attempt fails with ``error_type``
   ``django_delayq.exceptions.LeaseLost``, as the lapsed lease would have (which job held
   the GIL cannot be told; each is retried or dead by its policy), but no other worker
   ran them meanwhile;
-- the other jobs of a child the supervisor killed, running or not: handed back
-  (``Engine.release``: due again at once, no attempt charged; not their fault). A job
-  that had started is written back to ``scheduled`` first, so the row never says
-  ``running`` for a job waiting in Redis;
-- the running jobs of a child that died on its own (killed by someone else, crashed,
-  out of memory): their attempt fails with ``error_type``
-  ``django_delayq.exceptions.LeaseLost``, retried or dead by their policy, as an expired
-  lease would be, only sooner: a job that kills its process is not retried forever;
-- jobs it held but had not started: handed back. After a clean exit (0: drained,
-  recycled) the child settled everything itself; a report lost with it (the last
-  ``tracking.FLUSH_S``) makes a job look held, and its release is refused by Redis.
+- the running jobs of a child that died otherwise (on its own: killed by someone else,
+  crashed, out of memory; or stopped hard), and those that finished but were not settled
+  yet: their attempt fails with ``error_type`` ``django_delayq.exceptions.LeaseLost``,
+  retried or dead by their policy, as an expired lease would be, only sooner: every run
+  is charged its attempt and has its ``JobAttempt``, and a job that kills its process is
+  not retried forever. A job that ran is never handed back uncharged;
+- jobs it held but had not started: handed back (``Engine.release``: due again at once,
+  no attempt charged). After a clean exit (0: drained, recycled) the child settled
+  everything itself; a report lost with it (the last ``tracking.FLUSH_S``) makes a job
+  look held, and its release is refused by Redis.
+
+A job that ran and whose cancel was asked meanwhile is settled from its row's id, queue
+and callable (``payloads.read`` sorts it as *cancelled*, with no payload): ``nack`` ends
+it cancelled, its attempt recorded; it is never handed back to be settled later as
+"cancelled before it started".
 
 Redis decides, as for every settlement: a job the child settled after all (its report
 lost with the process) carries a token Redis no longer accepts, and is left alone. When
@@ -40,7 +46,7 @@ from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.exceptions import LeaseLost, type_path
-from django_delayq.models import JobStatus
+from django_delayq.models import Job, JobStatus
 from django_delayq.worker import runner
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.children import Child, describe_exit
@@ -72,18 +78,11 @@ class TakeBack:
         failed: list[Failure] = []
         back: list[ClaimedJob] = []
         for key, job in child.held.items():
-            run = child.running.get(key)
-            why = child.killed_for.get(key)
+            run = child.running.get(key) or child.ended.get(key)
             if run is None:
                 back.append(job)
-            elif code == EXIT_OK:  # a clean exit settled what it ran (its last reports
-                continue  # may be lost with it)
-            elif why is not None:
-                failed.append((job, run.started, run.limit, why))
-            elif child.killed_for:  # killed for another job: not this one's fault
-                back.append(job)
-            else:
-                failed.append((job, run.started, run.limit, describe_exit(code)))
+            elif code != EXIT_OK:  # after a clean exit it settled what it ran itself
+                failed.append((job, run.started, run.limit, why_failed(child, key, code)))
         self._settle(child, failed, back)
 
     def _outcome(self, job: ClaimedJob, started: float, limit: float | None,
@@ -98,7 +97,8 @@ class TakeBack:
             outcome.error = ("timed out: still running after its %gs time limit; its "
                              "process was killed" % (limit or 0.0))
         elif why == CANCELLED:
-            outcome.error = "cancelled while running: its process was killed"
+            outcome.error_type = ""
+            outcome.error = "cancelled while it ran: its process was killed"
         elif why == SILENT:
             outcome.error_type = LEASE_LOST
             outcome.error = ("its worker process stopped heartbeating (a job holding the "
@@ -111,14 +111,18 @@ class TakeBack:
     def _settle(self, child: Child, failed: list[Failure], back: list[ClaimedJob]) -> None:
         loaded = payloads.read([f[0] for f in failed]) if failed else None
         usable = {job.id: job for job in loaded.run} if loaded is not None else {}
+        if loaded is not None and loaded.cancelled:  # it ran: settled, never handed back
+            usable.update((job.id, job) for job in loaded.cancelled)
         outcomes = [self._outcome(usable[job.id], started, limit, why)
                     for job, started, limit, why in failed if job.id in usable]
+        _paths(outcomes)
         # no live row: handed back, and the next claim sets it aside
         self._hand_back(child, back + [f[0] for f in failed if f[0].id not in usable])
         if outcomes:
             Settler(self.engine, self.settings, self.audit, child.worker_id).settle(outcomes)
             for o in outcomes:
-                logger.warning("job %s: %s (%s)", o.job.id, o.error, o.error_type)
+                logger.warning("job %s: %s%s", o.job.id, o.error,
+                               " (%s)" % o.error_type if o.error_type else "")
         self.audit.flush()
 
     def _hand_back(self, child: Child, jobs: list[ClaimedJob]) -> None:
@@ -141,3 +145,23 @@ class TakeBack:
 
 def reasons(keys: list[Key], why: str) -> dict[Key, str]:
     return {key: why for key in keys}
+
+
+def why_failed(child: Child, key: Key, code: int) -> str:
+    """Why the attempt of ``key``, which ran in ``child`` (gone with ``code``), failed:
+    what it was doomed or killed for, else how the process ended."""
+    if key in child.running and key in child.doomed:
+        return child.doomed[key]
+    return child.killed_for.get(key) or describe_exit(code)
+
+
+def _paths(outcomes: list[runner.Outcome]) -> None:
+    """The callable of each outcome without a payload (a job cancelled while it ran: its
+    row is read only for it), for the logs and signals of its settlement."""
+    missing = [o for o in outcomes if not o.path]
+    if not missing:
+        return
+    paths = dict(Job.objects.filter(pk__in=[o.job.id for o in missing])
+                 .values_list("pk", "callable_path"))
+    for o in missing:
+        o.path = paths.get(o.job.id, "")

@@ -12,7 +12,11 @@ transition of its jobs over its ``Link``, a socket to the supervisor, one line e
     c <queue> <id> <token> <due_ms>            a job claimed (one line per job)
     s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
                                                empty for none
-    e <queue> <id>                             ended (its outcome is settled next)
+    e <queue> <id>                             ended (its outcome is settled next;
+                                               still held until then)
+    x <queue> <id> <token> <how>               settled in Redis: no longer held; how:
+                                               s acked, f nacked (an attempt row
+                                               follows), d deferred (row untouched)
     r <queue> <id>                             handed back unstarted (drain)
 
 fields separated by tabs (queue names are printable, ids are ours: neither holds a tab or
@@ -21,8 +25,9 @@ two lines per job.
 
 Reports leave in batches, at most ``FLUSH_S`` after the transition (one wake-up of the
 supervisor per batch, not per job). So the supervisor knows, within milliseconds, the
-jobs a child holds and which of them run since when: it can kill a child whose job
-overruns its time limit and hand the others back at once (``supervisor.py``).
+jobs a child holds, which of them run since when, and which finished but are not settled
+yet: it can kill a child whose job overruns its time limit once no other job of it still
+runs or waits to be settled (``supervisor.py``).
 ``time.monotonic`` is one clock for every process of a host. A report lost with a
 process that died (its last ``FLUSH_S``) leaves that job to its lease, as for any dead
 worker.
@@ -68,7 +73,7 @@ from typing import Any
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob
 from django_delayq.worker.ledger import Key, Ledger, key_of
-from django_delayq.worker.runner import Outcome
+from django_delayq.worker.runner import Kind, Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -78,6 +83,7 @@ EXIT_ORPHAN_OVERRUN = 3  # loop.EXIT_HARD_STOP (not imported: loop imports this 
 DEAD_MAN_LEASES = 2.0  # an orphan stuck this many leases without a heartbeat is ended
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 ORPHAN_SIGNAL = signal.SIGHUP  # sent by the kernel when the supervisor dies: drain
+SETTLED_AS = {Kind.RETRY: "f", Kind.DEAD: "f", Kind.DEFER: "d"}  # else "s" (``x`` report)
 
 
 def set_parent_death_signal(signum: int) -> bool:
@@ -287,6 +293,7 @@ class TrackedLedger(Ledger):
         self._mirror_lock = threading.Lock()
         self._claimed: dict[Key, ClaimedJob] = {}
         self._runs: dict[Key, RunningJob] = {}
+        self._settling_now: dict[int, Outcome] = {}  # taken to be settled (``x`` next)
 
     def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
         jobs = list(jobs)
@@ -340,6 +347,32 @@ class TrackedLedger(Ledger):
 
     def next_limit(self) -> float | None:
         return None if self.link is not None else super().next_limit()
+
+    def take_done(self) -> list[Outcome]:
+        outcomes = super().take_done()
+        if self.link is not None:
+            with self._mirror_lock:
+                self._settling_now.update((id(o), o) for o in outcomes)
+        return outcomes
+
+    def keep_unsettled(self, outcomes: list[Outcome], *args: Any, **kwargs: Any) -> None:
+        """The end of a settling round (given the outcomes it took, else every round under
+        way): those taken and not kept in ``outcomes`` are settled in Redis and no longer
+        held (reported ``x``, with how: their rows are written next)."""
+        super().keep_unsettled(outcomes, *args, **kwargs)
+        if self.link is None:
+            return
+        taken: list[Outcome] | None = args[0] if args else kwargs.get("taken")
+        with self._mirror_lock:
+            if taken is None:
+                taken = list(self._settling_now.values())
+            for o in taken:
+                self._settling_now.pop(id(o), None)
+        kept = {id(o) for o in outcomes}
+        for o in taken:
+            if id(o) not in kept:
+                self.link.send("x", o.job.queue, o.job.id, o.job.token,
+                               SETTLED_AS.get(o.kind, "s"))
 
     def release_unstarted(self) -> list[ClaimedJob]:
         jobs = super().release_unstarted()

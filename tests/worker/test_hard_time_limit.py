@@ -2,8 +2,9 @@
 
 A job still running past its time limit gets its worker process SIGKILLed by the
 supervisor; the attempt is recorded as timed out (``JobTimeout``), the process's other
-jobs are handed back without an attempt charged, a new process takes its place, and no
-process is left behind at shutdown.
+jobs are never cut short nor run again for it (the kill waits for them: see
+test_kill_touches_no_other.py), a new process takes its place, and no process is left
+behind at shutdown.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def runs(path) -> list[str]:  # type: ignore[no-untyped-def]
     return [line.split()[0] for line in path.read_text().splitlines()] if path.exists() else []
 
 
-def test_job_past_its_limit_is_killed_recorded_as_timed_out_and_the_rest_drains(
+def test_job_past_its_limit_is_killed_recorded_as_timed_out_and_the_rest_run_once(
         start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "runs.txt"
     stuck = schedule("tests.jobs.sleep_then_record", str(out), "stuck", 3600, timeout=2,
@@ -60,6 +61,7 @@ def test_job_past_its_limit_is_killed_recorded_as_timed_out_and_the_rest_drains(
     wait_until(lambda: all(h.status == JobStatus.SUCCEEDED for h in others), timeout=60)
     assert sorted(runs(out)) == sorted("o%d" % i for i in range(20))  # once each
     assert all(h.job.attempts == 1 for h in others)  # none charged for the kill
+    assert not any(h.job.attempt_history.exists() for h in others)
     wait_until(lambda: len(children(proc.pid)) == 2, timeout=30)  # a replacement started
     seen |= children(proc.pid)
     assert len(seen) == 3
@@ -90,7 +92,9 @@ def test_running_job_cancelled_is_killed_and_ends_cancelled(start_worker, tmp_pa
     before = children(proc.pid)
     cancel(h.id)
     wait_until(lambda: h.status == JobStatus.CANCELLED, timeout=30)
-    assert h.job.attempt_history.get().outcome == JobStatus.CANCELLED
+    attempt = h.job.attempt_history.get()
+    assert (attempt.number, attempt.outcome) == (1, JobStatus.CANCELLED)
+    assert attempt.error == h.job.last_error == "cancelled while it ran: its process was killed"
     wait_until(lambda: len(children(proc.pid)) == 1 and children(proc.pid) != before,
                timeout=30)
     after = schedule("tests.jobs.record", str(out), "after")
