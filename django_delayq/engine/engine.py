@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from django_delayq.engine import scripts
+from django_delayq.engine.acks import AckStream
 from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.keys import QueueKeys
 from django_delayq.engine.limits import GroupLimits
@@ -226,6 +227,15 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
             reply = self._run("nack", k.script_keys(), args)
             out += [NackOutcome(int(r)) for r in reply]
         return out
+
+    def ack_stream(self, holder: str) -> AckStream | None:
+        """An ``AckStream`` (engine/acks.py) settling successes for ``holder`` on a
+        connection of its own; None when the client has no single connection (a
+        cluster): use ``ack``."""
+        pool = getattr(self.client, "connection_pool", None)
+        if pool is None or not hasattr(pool, "get_connection"):
+            return None
+        return AckStream(self.client, self.keys, holder)
 
     def forget_settled(self, queue: str, job_ids: Sequence[str], *, keep_ms: int,
                        now_ms: int | None = None) -> int:

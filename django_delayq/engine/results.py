@@ -153,18 +153,19 @@ class LimitState:
 class Contact:
     """A caller's unbroken run of ``recover`` calls on one queue, on the server clock:
     ``since_ms`` its first reply, ``last_ms`` its latest (0: none yet). A gap longer than
-    ``need_ms`` (a Redis stall, a network cut, a busy caller) starts a new run. The script
+    ``gap_ms`` (a Redis stall, a network cut, a busy caller) starts a new run. The script
     takes leases back only from a caller whose run is ``need_ms`` long and fresh: after a
     stall of Redis, every live worker has had that long to extend its leases."""
 
     need_ms: int
+    gap_ms: int
     since_ms: int = 0
     last_ms: int = 0
 
     def arg(self) -> str:
-        return "%d,%d,%d" % (self.since_ms, self.last_ms, self.need_ms)
+        return "%d,%d,%d,%d" % (self.since_ms, self.last_ms, self.need_ms, self.gap_ms)
 
     def seen(self, now_ms: int) -> None:
-        if not self.last_ms or now_ms - self.last_ms > self.need_ms:
+        if not self.last_ms or now_ms - self.last_ms > self.gap_ms:
             self.since_ms = now_ms
         self.last_ms = now_ms

@@ -185,6 +185,13 @@ class ShardedEngine(Engine):
                 name, part, dead_max=dead_max, now_ms=now_ms, holder=holder),
             lambda outcome: outcome == NackOutcome.LEASE_LOST)
 
+    def ack_stream(self, holder: str) -> Any:
+        """``Engine.ack_stream`` for the queues of one shard (the others: ``ack``)."""
+        stream = super().ack_stream(holder)
+        if stream is not None:
+            stream.covers = lambda queue: len(self.shard_queues(queue)) == 1
+        return stream
+
     def forget_settled(self, queue: str, job_ids: Sequence[str], *, keep_ms: int,
                        now_ms: int | None = None) -> int:
         """Each shard forgets the ids homed in it; a record written in another shard

@@ -44,7 +44,9 @@ class Ledger:
         self._timed_out: set[Key] = set()  # their threads are still busy
         self._done: deque[Outcome] = deque()
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
-        self._settling: list[Outcome] = []  # taken by ``take_done``, being settled
+        # taken by ``take_done`` (maybe by several threads at once), being settled
+        self._settling: dict[int, Outcome] = {}
+        self._pace: float | None = None  # moving average of a job's run time (seconds)
 
     # -- transitions ---------------------------------------------------------------
 
@@ -75,7 +77,10 @@ class Ledger:
         (the main loop settles them all at once: one wake-up). A timed-out attempt's late
         outcome is dropped (False): its failure was already recorded."""
         with self._lock:
-            self._started.pop(key, None)
+            began = self._started.pop(key, None)
+            if began is not None:  # the recent pace of this worker's jobs (prefetch)
+                took = time.monotonic() - began[0]
+                self._pace = took if self._pace is None else 0.8 * self._pace + 0.2 * took
             self._limits.pop(key, None)
             late = key in self._timed_out
             self._timed_out.discard(key)
@@ -140,7 +145,7 @@ class Ledger:
             outcomes, self._unsettled = self._unsettled, []
             outcomes.extend(self._done)
             self._done.clear()
-            self._settling = list(outcomes)
+            self._settling.update((id(o), o) for o in outcomes)
         return outcomes
 
     def wait_done(self, timeout: float) -> bool:
@@ -155,12 +160,17 @@ class Ledger:
         with self._lock:
             self._lock.notify_all()
 
-    def keep_unsettled(self, outcomes: list[Outcome]) -> None:
-        """The end of a settling round: ``outcomes`` were not settled (their queue is
-        backing off): settle them later; the others taken are settled."""
+    def keep_unsettled(self, outcomes: list[Outcome], taken: list[Outcome] | None = None
+                       ) -> None:
+        """The end of a settling round that took ``taken`` (None: every round under
+        way): ``outcomes`` were not settled (their queue is backing off): settle them
+        later; the others taken are settled."""
         with self._lock:
             self._unsettled = outcomes + self._unsettled
-            self._settling = []
+            if taken is None:
+                self._settling.clear()
+            for o in taken or ():
+                self._settling.pop(id(o), None)
 
     # -- reads ---------------------------------------------------------------------
 
@@ -171,7 +181,7 @@ class Ledger:
         with self._lock:
             return (list(self._running.values()) + list(self._unstarted.values())
                     + [o.job for o in self._done] + [o.job for o in self._unsettled]
-                    + [o.job for o in self._settling])
+                    + [o.job for o in self._settling.values()])
 
     def idle(self) -> bool:
         with self._lock:
@@ -191,6 +201,16 @@ class Ledger:
     def running(self) -> int:
         with self._lock:
             return len(self._running)
+
+    def waiting(self) -> int:
+        """Claimed jobs no thread has taken yet."""
+        with self._lock:
+            return len(self._unstarted)
+
+    def pace(self) -> float | None:
+        """The recent average run time of a job, in seconds (None before the first)."""
+        with self._lock:
+            return self._pace
 
     def unsettled_queues(self) -> set[str]:
         with self._lock:

@@ -46,6 +46,7 @@ class Liveness:
     def __init__(self, engine: Engine, settings: Settings, worker_id: str, *, name: str = "",
                  queues: tuple[str, ...], concurrency: int,
                  running: Callable[[], list[RunningJob]] | None = None,
+                 waiting: Callable[[], int] | None = None,
                  supervision: Supervision | None = None) -> None:
         self.engine = engine
         self.settings = settings
@@ -55,6 +56,7 @@ class Liveness:
         self.concurrency = concurrency
         self.started_ts = datetime.now(UTC)
         self.running = running
+        self.waiting = waiting
         self.supervision = supervision
 
     def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int,
@@ -96,7 +98,10 @@ class Liveness:
             "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": list(self.queues),
             "concurrency": self.concurrency, "started": self.started_ts.isoformat(),
-            "running": len(held), "claimed": claimed, "processed": processed,
+            # running: jobs a thread runs; waiting: claimed, no thread yet (prefetch)
+            "running": len(runs) if self.running is not None else len(held),
+            "waiting": self.waiting() if self.waiting is not None else 0,
+            "claimed": claimed, "processed": processed,
             "supervisor": sup.supervisor_id if sup is not None else None,
             "processes": sup.processes if sup is not None else 1,
             "jobs": [r.info() for r in runs[:MAX_JOBS_SHOWN]]})

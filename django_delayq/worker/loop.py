@@ -56,6 +56,7 @@ EXIT_ERROR = 1
 EXIT_CONFIG = 2
 EXIT_HARD_STOP = 3
 URGENT_BATCH = 4  # jobs a claim of the urgent timer takes (worker/urgent.py)
+PREFETCH_SECONDS = 0.1  # claimed jobs beyond free threads: what they start in this time
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -64,7 +65,7 @@ class WorkerOptions:
     concurrency: int = 4
     burst: bool = False
     max_jobs: int | None = None
-    prefetch: int | None = None  # claimed-but-unstarted jobs held locally; default = claim batch
+    prefetch: int | None = None  # claimed-but-unstarted jobs held; None: by pace (_prefetch)
     worker_id: str | None = None
     supervision: Supervision | None = None  # a child of `delayq_worker --processes`
 
@@ -94,6 +95,7 @@ class Worker:
                                  queues=options.queues,
                                  concurrency=options.concurrency,
                                  running=self.ledger.running_jobs,
+                                 waiting=self.ledger.waiting,
                                  supervision=options.supervision)
         # Claimed jobs wait for a thread by priority, then due time (not behind a backlog)
         self.handover = Handover(engine, settings, self.ledger)
@@ -236,11 +238,23 @@ class Worker:
     # -- claiming ------------------------------------------------------------------
 
     def _capacity(self) -> int:
-        prefetch = self.options.prefetch or self.settings.claim_batch
-        room = self.options.concurrency + prefetch - self.ledger.capacity_used()
+        room = self.options.concurrency + self._prefetch() - self.ledger.capacity_used()
         if self.options.max_jobs is not None:
             room = min(room, self.options.max_jobs - self.claimed_total)
         return room
+
+    def _prefetch(self) -> int:
+        """Claimed jobs held beyond the free threads: what the threads start within
+        ``PREFETCH_SECONDS`` at the recent pace of this worker's jobs, at most
+        ``CLAIM_BATCH``; ``WorkerOptions.prefetch`` fixes it. Slow jobs are not prefetched:
+        a due job does not wait here while another worker has an idle thread for it."""
+        if self.options.prefetch is not None:
+            return self.options.prefetch
+        cap = self.settings.claim_batch
+        pace = self.ledger.pace()
+        if pace is None:
+            return 0
+        return min(cap, int(self.options.concurrency * PREFETCH_SECONDS / max(pace, 1e-4)))
 
     def _server_now(self) -> float:
         return monotonic_ms() + self.offset_ms
@@ -339,8 +353,8 @@ class Worker:
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", job.id)
                 outcome = runner.crashed(job, exc)
-            if self.ledger.finish(key, outcome):  # the first one waiting: wake the loop
-                self.wake.set()
+            self.ledger.finish(key, outcome)
+            self.settling.finished()  # acked now, on this thread
 
     def _attempt(self, job: ClaimedJob, admitted: limits.Admission) -> runner.Outcome:
         self.settler.started(job, keep_due=admitted.limited)
@@ -351,9 +365,13 @@ class Worker:
         return outcome
 
     def _on_settled(self, outcomes: list[runner.Outcome]) -> None:
-        """The settling thread settled ``outcomes``: a queue limit may have room now."""
+        """``outcomes`` were settled: a queue limit may have room now, and the claim loop
+        tops up the jobs waiting for a thread once fewer than the threads are left (a
+        wake-up per settled batch would make it claim a few jobs at a time during a
+        drain; a job of priority above 0 that comes meanwhile wakes the urgent timer)."""
         self.queue_gate.settled(outcomes, self.next_due)
-        self.wake.set()
+        if self.queue_gate.limited or self.ledger.waiting() < self.options.concurrency:
+            self.wake.set()
 
     def _release_unstarted(self) -> None:
         jobs = self.ledger.release_unstarted()

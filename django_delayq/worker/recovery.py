@@ -19,8 +19,12 @@ A lease that expired because nobody could reach Redis (Redis stalled, or a netwo
 is not a dead worker's: every live worker extends its leases again within a heartbeat
 once Redis answers. So a worker takes leases back only after an unbroken run of half a
 lease of recover calls on the queue (``Contact``, checked by recover.lua on the server
-clock): after a stall, the live holders re-extend first and only the dead ones' leases
-are taken back. A worker just started waits that long too.
+clock; a gap of more than half a lease, or two recovery intervals, breaks the run): after
+a stall, the live holders re-extend first and only the dead ones' leases are taken back.
+A worker just started waits that long too. A stall shorter than the gap goes unnoticed,
+which is safe while the gap is under the two thirds of a lease a held lease always has
+left: ``RECOVER_INTERVAL_SECONDS`` at most a quarter of ``LEASE_SECONDS`` (1 s and 6 s by
+default).
 """
 
 from __future__ import annotations
@@ -69,7 +73,7 @@ class LeaseRecovery:
             # are about to be taken back (a margin covers clock skew with Redis).
             expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
             limits = payloads.max_attempts(expiring) if expiring else {}
-            contact = self._contact.setdefault(queue, Contact(self.settings.lease_ms // 2))
+            contact = self._contact.setdefault(queue, self._new_contact())
             found = self.engine.recover(queue, limit=BATCH,
                                         default_max_attempts=self.settings.default_max_attempts,
                                         dead_max=self.settings.dead_max, max_attempts=limits,
@@ -81,6 +85,13 @@ class LeaseRecovery:
                     self._record(queue, r.id, status, r.attempts, now)
             if len(found) < BATCH:
                 return
+
+    def _new_contact(self) -> Contact:
+        """Half a lease of unbroken calls; a gap of more than half a lease, or of two
+        recovery intervals if longer (the calls' own spacing), breaks the run."""
+        lease_ms = self.settings.lease_ms
+        interval_ms = int(self.settings.recover_interval_seconds * 1000)
+        return Contact(need_ms=lease_ms // 2, gap_ms=max(lease_ms // 2, 2 * interval_ms))
 
     def _record(self, queue: str, job_id: str, status: JobStatus, attempt: int,
                 now: datetime) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -44,6 +46,7 @@ class Settler:
         self.audit = audit
         self.worker_id = worker_id
         self.processed = 0  # outcomes settled, published by the heartbeat
+        self.lags: deque[float] = deque(maxlen=100_000)  # ms from a job's end to its ack
         # Jobs whose settled record Redis keeps until their audit row lands: id -> queue
         self._records: dict[str, str] = {}
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
@@ -69,31 +72,59 @@ class Settler:
                          due_at=ms_to_dt(job.due_ms), started_at=now)
 
     def settle(self, outcomes: list[Outcome]) -> None:
+        """Settle ``outcomes`` in Redis, then record them (``send`` and ``record``)."""
+        self.record(self.send(outcomes))
+
+    def send(self, outcomes: list[Outcome]) -> Sent:
+        """Settle ``outcomes`` in Redis (ack, defer, nack: one call each per queue); what
+        each became, for ``record``. Raises on a Redis error (nothing to record then)."""
+        sent: Sent = []
         by_queue: dict[str, list[Outcome]] = {}
         for o in outcomes:
             by_queue.setdefault(o.job.queue, []).append(o)
         for queue, items in by_queue.items():
             wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
-            later = [o for o in items if o.kind is Kind.DEFER]
             fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
+            self.note_sent(items)
             acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins],
                                     holder=self.worker_id,
                                     codes=["x" if o.kind is Kind.EXPIRED else "s" for o in wins])
-            self._defer(queue, later)
+            self._defer(queue, [o for o in items if o.kind is Kind.DEFER])
             nacked = self.engine.nack(
                 queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
                 dead_max=self.settings.dead_max, holder=self.worker_id)
-            for o, ok in zip(wins, acked):
-                if not ok and self.engine.inspect(queue, o.job.id).place == "":
-                    # Our ack ran but its reply was lost (the retry was refused), or Redis
-                    # lost the job: nobody else owns it. The audit guard on attempts keeps
-                    # this from overwriting a later attempt's record.
-                    ok = True
-                self._record(o, STATUS_OF[o.kind] if ok else None)
-            for o, res in zip(fails, nacked):
-                self._record(o, STATUS_OF.get(res))
-            self.release(items)  # settled: their callable-limit slots are free
-        self.processed += sum(o.kind is not Kind.DEFER for o in outcomes)
+            # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
+            # (the retry was refused), or Redis lost the job: nobody else owns it. The
+            # audit guard on attempts keeps this from overwriting a later attempt's record.
+            sent += self.acked(queue, wins, acked)
+            sent += [(o, STATUS_OF.get(res)) for o, res in zip(fails, nacked)]
+            sent += [(o, None) for o in items if o.kind is Kind.DEFER]
+        return sent
+
+    def note_sent(self, outcomes: list[Outcome]) -> None:
+        """Outcomes whose ack leaves now (finish -> ack sent, for bench/settle_lag.py)."""
+        at = datetime.now(UTC)
+        self.lags.extend((at - o.finished_at).total_seconds() * 1000 for o in outcomes)
+
+    def acked(self, queue: str, wins: list[Outcome], acked: list[bool]) -> Sent:
+        """What an ack of ``wins`` made of them (``acked``: one bool each), for
+        ``record``; a refused one that Redis no longer holds was ours (its reply was lost
+        before, or Redis lost the job), as in ``send``."""
+        sent: Sent = []
+        for o, ok in zip(wins, acked):
+            if not ok and self.engine.inspect(queue, o.job.id).place == "":
+                ok = True
+            sent.append((o, STATUS_OF[o.kind] if ok else None))
+        return sent
+
+    def record(self, sent: Sent) -> None:
+        """Record what ``send`` settled (audit rows, signals, logs) and free the callable
+        limit slots of the settled attempts."""
+        for o, status in sent:
+            if o.kind is not Kind.DEFER:
+                self._record(o, status)
+        self.release([o for o, _ in sent])  # settled: their callable-limit slots are free
+        self.processed += sum(o.kind is not Kind.DEFER for o, _ in sent)
 
     def _defer(self, queue: str, outcomes: list[Outcome]) -> None:
         """Jobs a callable limit refused: back to pending, due at their retry time, the
@@ -182,7 +213,11 @@ def _path_of(job: ClaimedJob) -> str:
         return ""
 
 
+MAX_STREAMED = 250  # leases per streamed ack (scripts.MAX_ACK)
+SEND_EVERY = 0.001  # seconds: a job thread sends the acks done at most this often
 _RECORDED = (JobStatus.SUCCEEDED, JobStatus.EXPIRED, JobStatus.CANCELLED)
+
+Sent = list[tuple[Outcome, "JobStatus | None"]]  # what ``Settler.send`` made of each
 
 STATUS_OF: dict[object, JobStatus] = {  # what an ack or a nack made of the job
     Kind.SUCCESS: JobStatus.SUCCEEDED,
@@ -204,33 +239,66 @@ class SettleThread:
     works the round backs off as a whole, its outcomes kept for the next one."""
 
     IDLE_SECONDS = 0.25  # also how often landed rows' records are forgotten when idle
+    READ_SECONDS = 0.05  # the reader's wait for a reply; then it records what is pending
 
     def __init__(self, ledger: Ledger, settler: Settler,
                  on_settled: Callable[[list[Outcome]], None]) -> None:
         self.ledger = ledger
         self.settler = settler
         self.on_settled = on_settled
+        # successes are acked from the job thread as it finishes, replies read here
+        self.stream = settler.engine.ack_stream(settler.worker_id)
+        self._reader: threading.Thread | None = None
         self.backoff = QueueBackoff()
         self._stop = threading.Event()
+        self._leading = threading.Lock()  # a job thread settling (``finished``)
+        self._last_send = 0.0  # monotonic: the last streamed send of a job thread
+        self._to_record: deque[Sent] = deque()  # settled in Redis, recorded by this thread
         self._thread: threading.Thread | None = None
         self._outage = OutageLog(logger, "settling finished jobs", quiet=ERRORS)
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="delayq-settle", daemon=True)
         self._thread.start()
+        if self.stream is not None:
+            self._reader = threading.Thread(target=self._read, name="delayq-acks", daemon=True)
+            self._reader.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Settle what is done, then end the thread."""
+        """Settle what is done (the replies of acks in flight first), then end."""
         self._stop.set()
+        if self._reader is not None:
+            self._reader.join(timeout)
         self.ledger.wake_settling()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self.stream is not None:
+            self.stream.close()
+
+    def _read(self) -> None:
+        """The ack stream's replies, in order: record what they settled; an ack whose
+        fate is unknown goes back to the settling thread (``Engine.ack`` again)."""
+        assert self.stream is not None
+        while not (self._stop.is_set() and self.stream.in_flight() == 0):
+            for reply in self.stream.read(self.READ_SECONDS):
+                queue, wins = reply.tag
+                if reply.error is not None:
+                    logger.debug("ack stream: %s; settling %d job(s) again", reply.error,
+                                 len(wins))
+                    self.ledger.keep_unsettled(wins, wins)
+                    self.ledger.wake_settling()
+                    continue
+                sent = self.settler.acked(queue, wins, reply.acked)
+                self.ledger.keep_unsettled([], wins)
+                self.on_settled(wins)
+                self._to_record.append(sent)
+            self.record_pending()
 
     def _run(self) -> None:
         pause = 0.0
         while True:
             stopping = self._stop.is_set()
-            if not stopping:
+            if not stopping and (self.stream is not None or not self._to_record):
                 self.ledger.wait_done(self._wait_seconds())
             try:
                 self.settle_once()
@@ -238,12 +306,28 @@ class SettleThread:
                 pause = min(max(pause * 2, 0.1), 5.0)
                 self._outage.failed(exc, pause)
                 if self._stop.wait(pause) and stopping:
+                    self.record_pending()
                     return
                 continue
+            finally:
+                if self.stream is None or stopping:  # else the stream's reader records
+                    self.record_pending()
             pause = 0.0
             self._outage.ok()
             if stopping:
                 return
+
+    def record_pending(self) -> None:
+        """Record what the rounds settled (on this thread: off the job threads' path)."""
+        while self._to_record:
+            try:
+                sent = self._to_record.popleft()
+            except IndexError:
+                return
+            try:
+                self.settler.record(sent)
+            except Exception:  # noqa: BLE001 - a receiver's error must not stop the rest
+                logger.exception("recording %d settled job(s) failed", len(sent))
 
     def _wait_seconds(self) -> float:
         wait_ms = self.IDLE_SECONDS * 1000
@@ -252,19 +336,80 @@ class SettleThread:
         return max(wait_ms, 1.0) / 1000
 
     def settle_once(self) -> None:
-        """One round: forget the records of landed rows, settle what is done."""
+        """One round: forget the records of landed rows, then settle what is done: the
+        successes through the ack stream (sent, not waited for: the reader records them),
+        the rest with one call per queue, handed to the reader to record. Safe on several
+        threads at once: each outcome is taken by one round."""
         self.settler.forget_landed()
         outcomes = self.ledger.take_done()
+        if self.stream is not None and outcomes:
+            outcomes = self._stream(outcomes)
         if not outcomes:
-            self.ledger.keep_unsettled([])
             return
         by_queue: dict[str, list[Outcome]] = {}
         for o in outcomes:
             by_queue.setdefault(o.job.queue, []).append(o)
+        sent: Sent = []
         try:
-            left = self.backoff.each(list(by_queue), lambda q: self.settler.settle(by_queue[q]))
+            left = self.backoff.each(list(by_queue),
+                                     lambda q: sent.extend(self.settler.send(by_queue[q])))
         except BaseException:
-            self.ledger.keep_unsettled(outcomes)
+            self.ledger.keep_unsettled(outcomes, outcomes)
             raise
-        self.ledger.keep_unsettled([o for q in left for o in by_queue[q]])
+        finally:
+            if sent:
+                self._to_record.append(sent)
+        self.ledger.keep_unsettled([o for q in left for o in by_queue[q]], outcomes)
         self.on_settled(outcomes)
+        self.ledger.wake_settling()
+
+    def finished(self) -> None:
+        """A job thread's outcome is done. With an ack stream, the thread sends the
+        successes done so far at once unless a send left less than ``SEND_EVERY`` ago
+        (then the next one takes them: a job thread's send costs it a wait for the
+        interpreter, so a busy worker's acks leave at most that often, batched, and an
+        idle worker's at once); the settling thread sends what no job thread did and
+        settles the rest. Without one (a cluster) it is settled now, on this thread,
+        unless a round is under way on another one (that round's thread takes it next)."""
+        if self.stream is not None:
+            if time.monotonic() - self._last_send >= SEND_EVERY:
+                self._last_send = time.monotonic()
+                try:
+                    rest = self._stream(self.ledger.take_done())
+                    if rest:
+                        self.ledger.keep_unsettled(rest, rest)
+                except Exception as exc:  # noqa: BLE001 - kept for the settling thread
+                    logger.debug("ack stream send failed: %s", exc)
+            return  # what it left is the settling thread's (Ledger.finish woke it)
+        while self._leading.acquire(blocking=False):
+            try:
+                self.settle_once()
+            except Exception as exc:  # noqa: BLE001 - kept for the settling thread
+                logger.debug("settling on a job thread failed; the settling thread retries: "
+                             "%s", exc)
+                self.ledger.wake_settling()
+                return
+            finally:
+                self._leading.release()
+            if not self.ledger.has_done():  # done while this round ran: settle them too
+                return
+
+    def _stream(self, outcomes: list[Outcome]) -> list[Outcome]:
+        """Send the successes among ``outcomes`` through the stream; returns the rest."""
+        assert self.stream is not None
+        rest: list[Outcome] = []
+        by_queue: dict[str, list[Outcome]] = {}
+        for o in outcomes:
+            if o.kind in (Kind.SUCCESS, Kind.EXPIRED) and self.stream.covers(o.job.queue) \
+                    and not self.backoff.waiting(o.job.queue):
+                by_queue.setdefault(o.job.queue, []).append(o)
+            else:
+                rest.append(o)
+        for queue, wins in by_queue.items():
+            for part in [wins[i:i + MAX_STREAMED] for i in range(0, len(wins), MAX_STREAMED)]:
+                self.settler.note_sent(part)
+                codes = ["x" if o.kind is Kind.EXPIRED else "s" for o in part]
+                if not self.stream.send(queue, [(o.job.id, o.job.token) for o in part],
+                                        codes, (queue, part)):
+                    rest += part
+        return rest

@@ -199,7 +199,7 @@ def test_malformed_worker_info_is_shown_not_a_crash(delayq_settings, delayq_engi
     assert "info malformed (not a JSON object but list)" in rows["w-list"]
     assert "info malformed (200000 bytes, over the registry's read limit" in rows["w-deep"]
     assert "info malformed (not JSON)" in rows["w-bytes"]
-    assert "queues=5 running={'a': [1]} processed=\\x1b[2Jwiped" in rows["w-types"]
+    assert "queues=5 running={'a': [1]} waiting=- processed=\\x1b[2Jwiped" in rows["w-types"]
     assert "\ufffdw-\\x1b]0;owned\\x07" in text
     assert "\x1b" not in text and "\x07" not in text
     workers = {w["id"]: w for w in json.loads(_status("--json"))["workers"]}

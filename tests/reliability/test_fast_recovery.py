@@ -77,8 +77,8 @@ def test_busy_worker_starts_a_high_priority_job_ahead_of_its_prefetched_backlog(
     claimed and waiting): a job of priority 50 scheduled meanwhile starts within a few jobs,
     not after the ones already claimed."""
     backlog = [schedule("tests.jobs_chaos.sleep_record", 0.02, "backlog") for _ in range(300)]
-    worker = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",),
-                                                                concurrency=1))
+    worker = Worker(get_engine(), get_settings(), WorkerOptions(
+        queues=("default",), concurrency=1, prefetch=100))  # a prefetch fixed by hand
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:

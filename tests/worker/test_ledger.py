@@ -27,6 +27,8 @@ def test_a_job_goes_from_claimed_to_done_and_is_taken_once() -> None:
     assert ledger.finish(key_of(a), failed(a)) is True  # the first waiting: wake the loop
     assert ledger.finish(key_of(b), failed(b)) is False
     assert [o.job.id for o in ledger.take_done()] == ["a", "b"]
+    assert not ledger.idle()  # being settled: still held
+    ledger.keep_unsettled([])  # the round settled both
     assert ledger.take_done() == [] and ledger.idle() and ledger.held() == []
 
 
@@ -57,6 +59,7 @@ def test_a_timed_out_attempt_is_done_at_once_and_its_late_outcome_dropped() -> N
     assert timed_out.job is a and timed_out.started_at == seen[0]
     assert before <= seen[0] <= datetime.now(UTC)  # when its thread started it
     assert ledger.finish(key_of(a), failed(a)) is False  # what it returns later is dropped
+    ledger.keep_unsettled([])  # the round settled its failure
     assert ledger.take_done() == [] and ledger.capacity_used() == 0 and ledger.idle()
 
 

@@ -211,7 +211,9 @@ end
 -- A job of priority above 0 placed in pending is also indexed in KEYS[13] (urgent: every
 -- queue script takes the queue's keys in one order), so claim.lua promotes it when due
 -- ahead of the jobs of pending due before it; when it comes before the index's first
--- entry the channel is told too (a busy worker's urgent timer claims it at that time).
+-- entry the channel is told too (a busy worker's urgent timer claims it at that time), and
+-- so it is when one goes straight to ready ahead of a ready backlog (claimed first by
+-- the next claim, which the timer makes at once).
 local function new_line(pending, ready)
   local head = pending_head(pending)
   local first = nil
@@ -226,6 +228,9 @@ local function enter(line, id, due, priority, now)
   if due <= now and (line.first == nil or due <= line.first) then
     local r = line.to_ready
     r[#r + 1] = string.format('%.0f', ready_score(priority, due)); r[#r + 1] = id
+    if priority > 0 and not line.idle then  -- ahead of a ready backlog: tell the timers
+      line.urgent_ready = due
+    end
   else
     local p = line.to_pending
     p[#p + 1] = due; p[#p + 1] = id
@@ -251,6 +256,8 @@ local function line_write(line, pending, ready, channel, moved)
   elseif line.urgent_earliest ~= nil and (line.urgent_first == nil
                                           or line.urgent_earliest < line.urgent_first) then
     redis.call('PUBLISH', channel, string.format('%.0f', line.urgent_earliest))
+  elseif line.urgent_ready ~= nil then
+    redis.call('PUBLISH', channel, string.format('%.0f', line.urgent_ready))
   end
 end
 

@@ -14,11 +14,11 @@
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
 -- ARGV[4]  channel   PUBLISH target (told now_ms) when jobs are back in line
 -- ARGV[5]  dead_max  dead jobs kept (trimmed by nack.lua; here only compared)
--- ARGV[6]  contact   "" (no condition), or "<since_ms>,<last_ms>,<need_ms>": the caller's
---           unbroken run of recover calls on this queue (server ms of its first and its
---           last reply); nothing is taken back unless the last is at most need_ms old and
---           the run at least need_ms long (after a Redis stall every live worker gets
---           that long to extend its leases before any is taken for dead)
+-- ARGV[6]  contact   "" (no condition), or "<since_ms>,<last_ms>,<need_ms>,<gap_ms>": the
+--           caller's unbroken run of recover calls on this queue (server ms of its first
+--           and its last reply); nothing is taken back unless the last is at most gap_ms
+--           old and the run at least need_ms long (after a Redis stall every live worker
+--           gets that long to extend its leases before any is taken for dead)
 -- ARGV[7..] pairs: id, max_attempts — for jobs without an envelope in Redis (payload in
 --           the audit row), as the caller read them; default_max_attempts otherwise
 --
@@ -51,9 +51,9 @@ local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset
 if err then return err end
 local now = now_ms(ARGV[1])
 if ARGV[6] ~= '' then
-  local since, last, need = string.match(ARGV[6], '^(%d+),(%d+),(%d+)$')
-  since, last, need = tonumber(since), tonumber(last), tonumber(need)
-  if not need or now - last > need or now - since < need then return {now, 0} end
+  local since, last, need, gap = string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+)$')
+  since, last, need, gap = tonumber(since), tonumber(last), tonumber(need), tonumber(gap)
+  if not gap or now - last > gap or now - since < need then return {now, 0} end
 end
 local limit = math.max(1, math.min(tonumber(ARGV[2]) or 1, 100))
 local ids = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)

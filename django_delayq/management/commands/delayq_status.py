@@ -292,9 +292,10 @@ def _limit_lines(limits: list[CallableLimitStatus]) -> list[str]:
 def _worker_lines(w: WorkerStatus) -> list[str]:
     info = w.info
     detail = ("info malformed (%s)" % w.info_error if w.info_error else
-              "queues=%s running=%s processed=%s processes=%s" % (
+              "queues=%s running=%s waiting=%s processed=%s processes=%s" % (
                   _info_field(info, "queues"), _info_field(info, "running"),
-                  _info_field(info, "processed"), "-" if w.processes is None else w.processes))
+                  _info_field(info, "waiting"), _info_field(info, "processed"),
+                  "-" if w.processes is None else w.processes))
     lines = ["  %-40s heartbeat %s ago%s  %s" % (
         printable(w.id[:FIELD_CHARS]), _fmt_s(w.heartbeat_age_s),
         " (STALE)" if w.stale else "", detail)]

@@ -1,0 +1,170 @@
+"""Acks sent as jobs finish, their replies read in order by one reader.
+
+``Engine.ack`` sends a script call and waits for its reply. On a worker's job thread that
+wait is expensive: the reply arrives in a fraction of a millisecond, but the thread then
+waits for the interpreter lock, behind every other busy thread, for up to several
+milliseconds per job. An ``AckStream`` splits the call: ``send`` writes the ack on a
+connection of its own at once (it reaches Redis while the sending thread still holds the
+interpreter) and returns; ``read`` (one reader thread) takes the replies in the order
+the requests were written (Redis answers a connection's commands in order).
+
+Only a plain client (one server: standalone or behind Sentinel) has one connection to
+write to; ``Engine.ack_stream`` returns None for a cluster, whose callers use ``ack``.
+A request whose fate is unknown (the connection failed) is reported lost; its caller
+settles it again through ``ack``, which tells an ack that ran from one that did not (the
+token is gone from ``inflight`` either way: see worker/settle.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import socket
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from django_delayq.engine import scripts
+from django_delayq.engine.keys import QueueKeys
+
+
+def _libc_send() -> Any:
+    """libc's ``send``, called without releasing the interpreter lock (``PyDLL``); None
+    where there is none (not POSIX)."""
+    try:
+        fn = ctypes.PyDLL(None).send
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int)
+    fn.restype = ctypes.c_ssize_t
+    return fn
+
+
+_SEND = _libc_send()
+_FLAGS = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
+
+
+def _write(conn: Any, data: bytes) -> None:
+    """Write ``data`` to ``conn``'s socket. On a plain socket (not TLS) whose buffer takes
+    it at once, libc's ``send`` writes it while this thread keeps the interpreter lock:
+    a socket call through Python would let go of the lock, and getting it back on a busy
+    worker takes milliseconds, during which no other ack could be written. Whatever is
+    left is written the usual way."""
+    sock = conn._sock  # redis-py's connected socket
+    done = 0
+    if _SEND is not None and _FLAGS and type(sock) is socket.socket:
+        done = max(0, _SEND(sock.fileno(), data, len(data), _FLAGS))
+    if done < len(data):
+        sock.sendall(data[done:])
+
+
+def _connection(pool: Any) -> Any:
+    """A connection of ``pool`` for this stream alone (redis-py 5.3 dropped the
+    command name argument; older versions need it)."""
+    try:
+        return pool.get_connection()
+    except TypeError:
+        return pool.get_connection("EVALSHA")
+
+
+@dataclass(frozen=True, slots=True)
+class AckReply:
+    """The reply to one ``send``: its ``tag``, one bool per lease (acked, or refused:
+    lease lost), or ``error`` (the ack's fate is unknown: settle it again)."""
+
+    tag: Any
+    acked: list[bool]
+    error: Exception | None = None
+
+
+class AckStream:
+    def __init__(self, client: Any, keys: Any, holder: str, covers: Any = None) -> None:
+        self._client = client
+        self._keys = keys  # queue -> QueueKeys
+        # queue -> whether its jobs are all under keys(queue) (not a sharded queue)
+        self.covers = covers or (lambda queue: True)
+        self._holder = holder
+        self._script = scripts.load("ack")
+        self._conn: Any = None
+        self._lock = threading.Lock()  # one writer at a time: the order of ``_sent``
+        self._sent: deque[Any] = deque()  # tags, in the order their requests were written
+        self._ready = threading.Condition(threading.Lock())
+
+    def send(self, queue: str, leases: Sequence[tuple[str, int]], codes: Sequence[str],
+             tag: Any) -> bool:
+        """Write an ack of ``leases`` (at most ``scripts.MAX_ACK``); False when it could not
+        be written (nothing was sent: settle them through ``Engine.ack``)."""
+        keys: QueueKeys = self._keys(queue)
+        args: list[Any] = [0, self._holder]
+        for (job_id, token), code in zip(leases, codes):
+            args += [job_id, token, code]
+        self._script.check(args)
+        names = keys.script_keys()
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._client.script_load(self._script.source)  # EVALSHA finds it
+                    self._conn = _connection(self._client.connection_pool)
+                    self._conn.connect()
+                packed = self._conn.pack_command("EVALSHA", self._script.sha, len(names),
+                                                 *names, *args)
+                _write(self._conn, b"".join(bytes(part) for part in packed))
+            except Exception:  # noqa: BLE001 - the caller acks the usual way
+                if not self._sent:  # a broken connection with nothing in flight: a new one
+                    self._drop()
+                return False
+            with self._ready:
+                self._sent.append(tag)
+                self._ready.notify()
+        return True
+
+    def read(self, timeout: float) -> list[AckReply]:
+        """The replies that arrived, oldest first (the reader thread only); waits up to
+        ``timeout`` seconds for a request to be in flight. A failed connection answers
+        every request in flight with an error."""
+        with self._ready:
+            if not self._sent:
+                self._ready.wait(timeout)
+            if not self._sent:
+                return []
+            tag, conn = self._sent[0], self._conn
+        try:
+            reply = conn.read_response()
+        except ResponseError as exc:  # an error reply (NOSCRIPT, WRONGTYPE, ...): its own
+            with self._ready:
+                self._sent.popleft()
+            return [AckReply(tag, [], exc)]
+        except Exception as exc:  # noqa: BLE001 - every request in flight is in doubt
+            with self._lock:
+                lost = self._take_all()
+                self._drop()
+            return [AckReply(t, [], exc) for t in lost]
+        with self._ready:
+            self._sent.popleft()
+        return [AckReply(tag, [bool(int(r)) for r in reply])]
+
+    def in_flight(self) -> int:
+        with self._ready:
+            return len(self._sent)
+
+    def close(self) -> None:
+        with self._lock:
+            self._drop()
+
+    def _take_all(self) -> list[Any]:
+        with self._ready:
+            tags = list(self._sent)
+            self._sent.clear()
+        return tags
+
+    def _drop(self) -> None:
+        """Forget the connection (the caller holds ``_lock``); the next send opens one."""
+        if self._conn is not None:
+            try:
+                self._conn.disconnect()
+            finally:
+                self._client.connection_pool.release(self._conn)
+                self._conn = None
