@@ -115,6 +115,7 @@ class Worker:
         self._keeper_stop = threading.Event()
         self._interrupt = threading.Event()  # cuts a failure pause short: stop requested
         self._backoff_s = 0.0
+        self._settled_rounds = 0  # settling rounds so far (a --burst end waits for none)
         self._round_failed = False
         self._outage = OutageLog(logger, "worker loop step", quiet=(RedisError,))
         self._reconcile_outage = OutageLog(logger, "reconciler tick")
@@ -315,11 +316,13 @@ class Worker:
     def _burst_finished(self) -> bool:
         if not self.ledger.idle():
             return False
+        settled = self._settled_rounds  # a job claimed below may end (and retry) meanwhile
         now = self.engine.stats(self.options.queues[0]).now_ms
         for q in self.options.queues:
             self._claim(q)
         with self.handover.lock:
             return (self.ledger.idle() and not self.queue_gate.holding(now)  # a limit holds some
+                    and settled == self._settled_rounds
                     and all(d is None or d > now for d in self.next_due.values()))
 
     def _wait_seconds(self) -> float:
@@ -365,10 +368,9 @@ class Worker:
         return outcome
 
     def _on_settled(self, outcomes: list[runner.Outcome]) -> None:
-        """``outcomes`` were settled: a queue limit may have room now, and the claim loop
-        tops up the jobs waiting for a thread once fewer than the threads are left (a
-        wake-up per settled batch would make it claim a few jobs at a time during a
-        drain; a job of priority above 0 that comes meanwhile wakes the urgent timer)."""
+        """``outcomes`` were settled: a queue limit may have room now; the claim loop tops
+        up the jobs waiting for a thread once fewer than the threads are left."""
+        self._settled_rounds += 1
         self.queue_gate.settled(outcomes, self.next_due)
         if self.queue_gate.limited or self.ledger.waiting() < self.options.concurrency:
             self.wake.set()
