@@ -75,10 +75,9 @@ class Worker:
         self.engine = engine
         self.settings = settings
         self.options = options
-        # What operators see: --worker-id, else host:pid. What holds leases and names the
-        # worker in the registry and on its rows: that name plus a token of this process
-        # start, so a restart under the same name never takes the dead process's place
-        # (its rows are the reconciler's once it falls silent).
+        # Operators see the name (--worker-id, else host:pid); leases, the registry and rows
+        # name the name plus a token of this process start: a restart under the same name
+        # never takes the dead process's place (its rows are the reconciler's).
         self.name = options.worker_id or "%s:%d" % (socket.gethostname(), os.getpid())
         self.id = "%s:%s" % (self.name, uuid.uuid4().hex[:6])
         self.wake = threading.Event()
@@ -360,6 +359,7 @@ class Worker:
             self.settling.finished()  # acked now, on this thread
 
     def _attempt(self, job: ClaimedJob, admitted: limits.Admission) -> runner.Outcome:
+        self.settling.wait_recorded(job.id)  # a quick retry sees its previous attempt
         self.settler.started(job, keep_due=admitted.limited)
         outcome = runner.run(job, worker_id=self.id,
                              default_max_attempts=self.settings.default_max_attempts,

@@ -254,6 +254,8 @@ class SettleThread:
         self._leading = threading.Lock()  # a job thread settling (``finished``)
         self._last_send = 0.0  # monotonic: the last streamed send of a job thread
         self._to_record: deque[Sent] = deque()  # settled in Redis, recorded by this thread
+        self._unrecorded: set[str] = set()  # ids being settled by a round, not recorded yet
+        self._recording = threading.Condition()
         self._thread: threading.Thread | None = None
         self._outage = OutageLog(logger, "settling finished jobs", quiet=ERRORS)
 
@@ -338,8 +340,8 @@ class SettleThread:
     def settle_once(self) -> None:
         """One round: forget the records of landed rows, then settle what is done: the
         successes through the ack stream (sent, not waited for: the reader records them),
-        the rest with one call per queue, handed to the reader to record. Safe on several
-        threads at once: each outcome is taken by one round."""
+        the rest with one call per queue, recorded at once. Safe on several threads at
+        once: each outcome is taken by one round."""
         self.settler.forget_landed()
         outcomes = self.ledger.take_done()
         if self.stream is not None and outcomes:
@@ -350,6 +352,9 @@ class SettleThread:
         for o in outcomes:
             by_queue.setdefault(o.job.queue, []).append(o)
         sent: Sent = []
+        ids = {o.job.id for o in outcomes}
+        with self._recording:  # a retry of one of them waits until it is recorded
+            self._unrecorded |= ids
         try:
             left = self.backoff.each(list(by_queue),
                                      lambda q: sent.extend(self.settler.send(by_queue[q])))
@@ -357,11 +362,22 @@ class SettleThread:
             self.ledger.keep_unsettled(outcomes, outcomes)
             raise
         finally:
-            if sent:
-                self._to_record.append(sent)
+            try:
+                if sent:
+                    self.settler.record(sent)
+            finally:
+                with self._recording:
+                    self._unrecorded -= ids
+                    self._recording.notify_all()
         self.ledger.keep_unsettled([o for q in left for o in by_queue[q]], outcomes)
         self.on_settled(outcomes)
-        self.ledger.wake_settling()
+
+    def wait_recorded(self, job_id: str, timeout: float = 10.0) -> None:
+        """Before a job starts: wait while its previous attempt's outcome is being
+        settled and recorded (a retry due at once must see its previous error)."""
+        with self._recording:
+            if job_id in self._unrecorded:
+                self._recording.wait_for(lambda: job_id not in self._unrecorded, timeout)
 
     def finished(self) -> None:
         """A job thread's outcome is done. With an ack stream, the thread sends the

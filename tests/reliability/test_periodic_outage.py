@@ -33,7 +33,8 @@ def test_the_tick_after_one_started_during_an_outage_is_in_redis_soon_after_it(
     jobs_chaos.reset_hung()
     engine = get_engine()
     blocker = schedule("tests.jobs_chaos.hang", 60)  # holds the worker's only thread
-    worker = Worker(engine, get_settings(), WorkerOptions(queues=("default",), concurrency=1))
+    worker = Worker(engine, get_settings(), WorkerOptions(queues=("default",), concurrency=1,
+                                                            prefetch=4))  # claims behind it
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
