@@ -36,9 +36,12 @@ bench: $(STAMP)
 bench-runtime: $(STAMP)
 	$(PY) bench/runtime.py
 
+# Six fault scenarios (about 3.5 min; DB=postgres for PostgreSQL at 127.0.0.1:5432), then
+# kill -> re-run times over 6 kills (about 1.5 min). Both run; exit 1 if either failed.
 chaos: $(STAMP)
-	$(PY) bench/chaos.py
-	$(PY) bench/kill_rerun.py
+	$(PY) bench/chaos.py $(if $(DB),--db $(DB)); a=$$?; \
+	$(PY) bench/kill_rerun.py --kills 6; b=$$?; \
+	test $$a -eq 0 && test $$b -eq 0
 
 # enqueue / schedule() / claim / cancel p50 and p99 at 10k, 100k, 1M pending; bytes per job.
 bench-scale: $(STAMP)

@@ -1,8 +1,14 @@
 """Settings of the chaos run (``bench/chaos.py``) and of its worker subprocesses.
 
 Environment: ``CHAOS_REDIS_URL``; ``CHAOS_DB`` = ``sqlite:/path/file`` or
-``postgres:dbname`` (127.0.0.1:5432, user from ``PGUSER``, default postgres).
-Short lease, recovery and reconcile intervals so that a 30 s run converges quickly.
+``postgres:dbname`` (127.0.0.1, port ``PGPORT`` (5432; the chaos run's workers of the
+database outage get its proxy's), user from ``PGUSER``, default postgres).
+Short lease, recovery and reconcile intervals so that a 30 s run converges quickly;
+``CHAOS_LEASE`` (seconds) shortens the lease further (the small run of the test suite).
+``CHAOS_TICKS_DIR``: a 1-second periodic schedule (``chaos-tick``) appends each tick to
+the file ``stamps`` of that directory (``tests.jobs_chaos.stamp_tick``), priority 10 so
+that a scenario's backlog of due jobs does not make it late; unset (as in
+``kill_rerun_settings``, which starts from these settings), no schedule.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ DELAYQ = {
     "PREFIX": "chaos",
     "QUEUES": ["default"],
     "ALLOWED_CALLABLES": ["tests.jobs_chaos"],
-    "LEASE_SECONDS": 10.0,
+    "LEASE_SECONDS": float(os.environ.get("CHAOS_LEASE") or 10.0),
     "WAKE_INTERVAL_SECONDS": 1.0,
     "RECOVER_INTERVAL_SECONDS": 0.5,
     "RECONCILE_INTERVAL_SECONDS": 2.0,
@@ -40,6 +46,10 @@ DELAYQ = {
     "DEFAULT_MAX_ATTEMPTS": 25,
     "CONCURRENCY": 4,
 }
+if os.environ.get("CHAOS_TICKS_DIR"):
+    DELAYQ["SCHEDULES"] = {"chaos-tick": {"callable": "tests.jobs_chaos.stamp_tick",
+                                          "interval": 1, "priority": 10,
+                                          "args": [os.environ["CHAOS_TICKS_DIR"]]}}
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -145,3 +145,67 @@ def marked_runs(directory: str) -> dict[str, list[int]]:
             if len(parts) == 3:
                 out.setdefault(parts[0], []).append(int(parts[1]))
     return out
+
+
+STAMPS = "stamps"
+
+
+def _stamp(directory: str, line: str) -> None:
+    fd = os.open(os.path.join(directory, STAMPS), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())  # one short write with O_APPEND: never interleaved
+    finally:
+        os.close(fd)
+
+
+def _who() -> str:
+    ctx = current_job()
+    return "%s %d %d %s" % (ctx.id if ctx else "-", ctx.attempt if ctx else 0, os.getpid(),
+                            "".join((ctx.worker_id if ctx else "-").split()) or "-")
+
+
+def stamp(directory: str, seconds: float = 0.0) -> None:
+    """Append ``S <job> <attempt> <pid> <worker> <time>`` to the file ``stamps`` of
+    ``directory``, take ``seconds`` (at most 120), append the same line with ``E`` when
+    done: a record of every run's start and completion needing neither the database nor
+    Redis (``stamped_runs`` reads it back)."""
+    who = _who()
+    _stamp(directory, "S %s %.6f\n" % (who, time.time()))
+    time.sleep(min(max(0.0, seconds), 120.0))
+    _stamp(directory, "E %s %.6f\n" % (who, time.time()))
+
+
+def stamp_tick(directory: str) -> None:
+    """A periodic tick: ``T <job> <attempt> <pid> <worker> <time> <due time>``."""
+    ctx = current_job()
+    due = ctx.due_at.timestamp() if ctx else 0.0
+    _stamp(directory, "T %s %.6f %.6f\n" % (_who(), time.time(), due))
+
+
+def stamped_runs(directory: str) -> list[dict[str, Any]]:
+    """Every run ``stamp`` and ``stamp_tick`` recorded, in start order: job, attempt, pid,
+    worker, start, end (``None``: it never completed), due (ticks only)."""
+    path = os.path.join(directory, STAMPS)
+    if not os.path.exists(path):
+        return []
+    runs: list[dict[str, Any]] = []
+    open_: dict[tuple[str, int, int], dict[str, Any]] = {}
+    with open(path) as lines:
+        for line in lines:
+            f = line.split()
+            if len(f) < 6 or f[0] not in ("S", "E", "T"):
+                continue  # a line cut short by a kill mid-write
+            key = (f[1], int(f[2]), int(f[3]))
+            if f[0] == "E":
+                if key in open_:
+                    open_.pop(key)["end"] = float(f[5])
+                continue
+            run = {"job": f[1], "attempt": key[1], "pid": key[2], "worker": f[4],
+                   "start": float(f[5]), "end": None, "due": None}
+            if f[0] == "T" and len(f) >= 7:
+                run["end"], run["due"] = run["start"], float(f[6])
+            else:
+                open_[key] = run
+            runs.append(run)
+    runs.sort(key=lambda r: r["start"])
+    return runs
