@@ -125,12 +125,23 @@ class AckStream:
         """The replies that arrived, oldest first (the reader thread only); waits up to
         ``timeout`` seconds for a request to be in flight. A failed connection answers
         every request in flight with an error."""
+        replies: list[AckReply] = []
+        while True:
+            with self._ready:
+                if not self._sent and not replies:
+                    self._ready.wait(timeout)
+                if not self._sent:
+                    return replies
+                conn = self._conn
+            if replies and not conn.can_read(timeout=0):  # what arrived so far: a batch
+                return replies
+            replies += self._read_one(conn)
+            if replies and replies[-1].error is not None:
+                return replies
+
+    def _read_one(self, conn: Any) -> list[AckReply]:
         with self._ready:
-            if not self._sent:
-                self._ready.wait(timeout)
-            if not self._sent:
-                return []
-            tag, conn = self._sent[0], self._conn
+            tag = self._sent[0]
         try:
             reply = conn.read_response()
         except ResponseError as exc:  # an error reply (NOSCRIPT, WRONGTYPE, ...): its own

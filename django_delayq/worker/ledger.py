@@ -47,6 +47,7 @@ class Ledger:
         # taken by ``take_done`` (maybe by several threads at once), being settled
         self._settling: dict[int, Outcome] = {}
         self._pace: float | None = None  # moving average of a job's run time (seconds)
+        self.notify_done = True  # finish() wakes wait_done (not when job threads settle)
 
     # -- transitions ---------------------------------------------------------------
 
@@ -88,7 +89,7 @@ class Ledger:
                 first = not self._done
                 self._done.append(outcome)
                 self._running.pop(key, None)
-                if first:
+                if first and self.notify_done:
                     self._lock.notify_all()
                 return first
         if self._on_late is not None:

@@ -248,6 +248,7 @@ class SettleThread:
         self.on_settled = on_settled
         # successes are acked from the job thread as it finishes, replies read here
         self.stream = settler.engine.ack_stream(settler.worker_id)
+        ledger.notify_done = self.stream is None  # else finished() wakes it for leftovers
         self._reader: threading.Thread | None = None
         self.backoff = QueueBackoff()
         self._stop = threading.Event()
@@ -282,6 +283,7 @@ class SettleThread:
         fate is unknown goes back to the settling thread (``Engine.ack`` again)."""
         assert self.stream is not None
         while not (self._stop.is_set() and self.stream.in_flight() == 0):
+            done: list[Outcome] = []
             for reply in self.stream.read(self.READ_SECONDS):
                 queue, wins = reply.tag
                 if reply.error is not None:
@@ -290,10 +292,11 @@ class SettleThread:
                     self.ledger.keep_unsettled(wins, wins)
                     self.ledger.wake_settling()
                     continue
-                sent = self.settler.acked(queue, wins, reply.acked)
-                self.ledger.keep_unsettled([], wins)
-                self.on_settled(wins)
-                self._to_record.append(sent)
+                self._to_record.append(self.settler.acked(queue, wins, reply.acked))
+                done += wins
+            if done:  # the replies that arrived together: one round of bookkeeping
+                self.ledger.keep_unsettled([], done)
+                self.on_settled(done)
             self.record_pending()
 
     def _run(self) -> None:
@@ -301,7 +304,8 @@ class SettleThread:
         while True:
             stopping = self._stop.is_set()
             if not stopping and (self.stream is not None or not self._to_record):
-                self.ledger.wait_done(self._wait_seconds())
+                if self.ledger.wait_done(self._wait_seconds()) and self.stream is not None:
+                    self._stop.wait(SEND_EVERY)  # a job thread may send them meanwhile
             try:
                 self.settle_once()
             except Exception as exc:  # noqa: BLE001 - kept for the next round; never the thread
@@ -388,15 +392,19 @@ class SettleThread:
         settles the rest. Without one (a cluster) it is settled now, on this thread,
         unless a round is under way on another one (that round's thread takes it next)."""
         if self.stream is not None:
-            if time.monotonic() - self._last_send >= SEND_EVERY:
-                self._last_send = time.monotonic()
-                try:
-                    rest = self._stream(self.ledger.take_done())
-                    if rest:
-                        self.ledger.keep_unsettled(rest, rest)
-                except Exception as exc:  # noqa: BLE001 - kept for the settling thread
-                    logger.debug("ack stream send failed: %s", exc)
-            return  # what it left is the settling thread's (Ledger.finish woke it)
+            if time.monotonic() - self._last_send < SEND_EVERY:
+                self.ledger.wake_settling()  # it sends what is left within SEND_EVERY
+                return
+            self._last_send = time.monotonic()
+            try:
+                rest = self._stream(self.ledger.take_done())
+                if rest:
+                    self.ledger.keep_unsettled(rest, rest)
+                    self.ledger.wake_settling()
+            except Exception as exc:  # noqa: BLE001 - kept for the settling thread
+                logger.debug("ack stream send failed: %s", exc)
+                self.ledger.wake_settling()
+            return
         while self._leading.acquire(blocking=False):
             try:
                 self.settle_once()
