@@ -132,6 +132,10 @@ def analyse(run: Run, sc: Scenario, runs: list[dict[str, Any]], w0: float,
             reused.append(j)
         if any(r["end"] is None and (j, r["attempt"]) not in numbers for r in rs):
             unrecorded.append(j)
+    wipes = [e.at for e in events if e.kind == "wipe"]
+    around = [j for j in set(below) | set(reused) | set(unrecorded)
+              if any(min(r["start"] for r in by_job[j]) < w < max(r["start"] for r in by_job[j])
+                     for w in wipes)]
     ran, without = tick_figures(ticks, w0, w1)
     allowed = sc.outage + TICK_ALLOWANCE
     r = {"scheduled": len(sc.ids) + len(sc.special),
@@ -140,6 +144,7 @@ def analyse(run: Run, sc: Scenario, runs: list[dict[str, Any]], w0: float,
          "overlaps": overlaps, "stuck": len(stuck), "otherwise": len(otherwise),
          "mismatch": len(set(below) | set(reused) | set(unrecorded)),
          "below": len(below), "reused": len(reused), "unrecorded": len(unrecorded),
+         "around_wipe": len(around) if wipes else None,
          "ticks": ran, "no_tick_s": without, "allowed_s": allowed,
          "tick_gap": max(0, math.ceil(without - allowed)),
          "samples": {"lost": lost[:3], "unexplained": unexplained[:3], "stuck": stuck[:3],
@@ -162,7 +167,10 @@ def block(sc: Scenario, r: dict[str, Any]) -> None:
         ("rows ended otherwise than expected", r["otherwise"]),
         ("attempt mismatches", "%d (attempts below runs %d, a token run twice %d, a failed "
                                "run without its JobAttempt %d)" % (
-                                   r["mismatch"], r["below"], r["reused"], r["unrecorded"])),
+                                   r["mismatch"], r["below"], r["reused"], r["unrecorded"])
+                               + ("" if r["around_wipe"] is None else
+                                  "; %d of these jobs ran before and after the wipe"
+                                  % r["around_wipe"])),
         ("ticks of the 1 s schedule run", r["ticks"]),
         ("tick gaps", "%d s (%d s without a tick; allowed %.0f s: outage + %g)" % (
             r["tick_gap"], r["no_tick_s"], r["allowed_s"], TICK_ALLOWANCE)),
