@@ -76,7 +76,9 @@ class Command(BaseCommand):
                             help="Run every job due now, then exit.")
         parser.add_argument("--max-jobs", type=int, default=None,
                             help="Exit (gracefully) after claiming this many jobs.")
-        parser.add_argument("--worker-id", default=None, help="Name shown in audit rows.")
+        parser.add_argument("--worker-id", default=None,
+                            help="The worker's name (default host:pid); rows and the "
+                                 "registry show it followed by a token of this start.")
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="Serve Prometheus /metrics on this port (needs "
                                  "django-delayq[prometheus]).")
