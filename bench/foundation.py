@@ -124,6 +124,19 @@ def bench_lateness(n: int, spread_s: float, concurrency: int) -> dict[str, float
             "lateness_p99_ms": round(pct(late, 99), 2), "lateness_max_ms": round(max(late), 2)}
 
 
+def open_bench(db: str) -> subprocess.Popen[bytes]:
+    """A private Redis and database (``bench_settings``), Django set up; returns the
+    redis-server process to stop."""
+    workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
+    redis_proc, url = start_redis(workdir)
+    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=db,
+                      DJANGO_SETTINGS_MODULE="bench_settings")
+    import django
+
+    django.setup()
+    return redis_proc
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--enqueue", type=int, default=5000)
@@ -134,15 +147,10 @@ def main() -> int:
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--json", action="store_true")
     opts = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
-    redis_proc, url = start_redis(workdir)
-    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=opts.db,
-                      DJANGO_SETTINGS_MODULE="bench_settings")
+    redis_proc = open_bench(opts.db)
     try:
-        import django
         from django.core.management import call_command
 
-        django.setup()
         if opts.db == "postgres":
             from django.db import connection
 

@@ -15,14 +15,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from foundation import pct, reset, start_redis  # noqa: E402
+from foundation import open_bench, pct, reset  # noqa: E402
 
 
 def main() -> int:
@@ -31,15 +30,10 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     opts = parser.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
-    redis_proc, url = start_redis(workdir)
-    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=opts.db,
-                      DJANGO_SETTINGS_MODULE="bench_settings")
+    redis_proc = open_bench(opts.db)
     try:
-        import django
         from django.core.management import call_command
 
-        django.setup()
         call_command("migrate", verbosity=0)
         from django_delayq.core.api import JobSpec, schedule_many
         from django_delayq.core.conf import get_settings

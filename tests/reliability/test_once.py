@@ -53,6 +53,16 @@ def _twice(runs_dir: str, ids: set[str]) -> dict[str, list[int]]:
     return {job_id: attempts for job_id, attempts in ran.items() if len(attempts) > 1}
 
 
+def _ran_once(workers: list[Any], runs_dir: str, ids: set[str]) -> None:
+    """After the fault: every row final, the workers stopped cleanly, each job ran once."""
+    _all_final()
+    for proc in workers:
+        stop(proc)
+    twice = _twice(runs_dir, ids)
+    assert not twice, "%d job(s) completed twice after the stall: %s" % (
+        len(twice), list(twice.items())[:5])
+
+
 def _count(runs_dir: str) -> int:
     return sum(len(a) for a in jobs_chaos.marked_runs(runs_dir).values())
 
@@ -100,12 +110,7 @@ def test_a_database_stall_longer_than_the_lease_runs_nothing_twice(  # type: ign
     wait_until(lambda: _count(runs_dir) >= 20, timeout=60, step=0.05)
     with DatabaseStall(4 * LEASE):
         pass
-    _all_final()
-    for proc in workers:
-        stop(proc)
-    twice = _twice(runs_dir, ids)
-    assert not twice, "%d job(s) completed twice after the stall: %s" % (
-        len(twice), list(twice.items())[:5])
+    _ran_once(workers, runs_dir, ids)
 
 
 def test_a_redis_stall_longer_than_the_lease_runs_nothing_twice(  # type: ignore[no-untyped-def]
@@ -119,12 +124,7 @@ def test_a_redis_stall_longer_than_the_lease_runs_nothing_twice(  # type: ignore
         time.sleep(4 * LEASE)  # the stall itself: a fixed span is the fault
     finally:
         os.kill(volatile_server.proc.pid, signal.SIGCONT)
-    _all_final()
-    for proc in workers:
-        stop(proc)
-    twice = _twice(runs_dir, ids)
-    assert not twice, "%d job(s) completed twice after the stall: %s" % (
-        len(twice), list(twice.items())[:5])
+    _ran_once(workers, runs_dir, ids)
 
 
 def test_a_restart_under_the_same_worker_id_adopts_nothing(  # type: ignore[no-untyped-def]
