@@ -70,6 +70,13 @@ def _connection(pool: Any) -> Any:
         return pool.get_connection("EVALSHA")
 
 
+def plain_sockets(pool: Any) -> bool:
+    """Whether the pool's connections are plain sockets (TCP or unix): a TLS socket must
+    not be read and written from two threads at once (OpenSSL)."""
+    kind = getattr(pool, "connection_class", None)
+    return kind is not None and "ssl" not in kind.__name__.lower()
+
+
 @dataclass(frozen=True, slots=True)
 class AckReply:
     """The reply to one ``send``: its ``tag``, one bool per lease (acked, or refused:
@@ -90,13 +97,18 @@ class AckStream:
         self._script = scripts.load("ack")
         self._conn: Any = None
         self._lock = threading.Lock()  # one writer at a time: the order of ``_sent``
-        self._sent: deque[Any] = deque()  # tags, in the order their requests were written
+        # (tag, leases) of the requests in flight, in the order they were written
+        self._sent: deque[tuple[Any, int]] = deque()
+        self._stale = False  # an error reply came (NOSCRIPT, READONLY): reconnect when idle
         self._ready = threading.Condition(threading.Lock())
 
     def send(self, queue: str, leases: Sequence[tuple[str, int]], codes: Sequence[str],
              tag: Any) -> bool:
         """Write an ack of ``leases`` (at most ``scripts.MAX_ACK``); False when it could not
-        be written (nothing was sent: settle them through ``Engine.ack``)."""
+        be written (settle them through ``Engine.ack``: whether a part reached Redis is
+        unknown, and ``Engine.ack`` tells). A failed write closes the connection, so the
+        requests in flight are reported lost too (a partial command must never be followed
+        by another on the same connection)."""
         keys: QueueKeys = self._keys(queue)
         args: list[Any] = [0, self._holder]
         for (job_id, token), code in zip(leases, codes):
@@ -105,57 +117,59 @@ class AckStream:
         names = keys.script_keys()
         with self._lock:
             try:
+                if self._stale and not self._sent:  # an error reply came: start afresh
+                    self._drop()
                 if self._conn is None:
                     self._client.script_load(self._script.source)  # EVALSHA finds it
                     self._conn = _connection(self._client.connection_pool)
                     self._conn.connect()
+                    self._stale = False
                 packed = self._conn.pack_command("EVALSHA", self._script.sha, len(names),
                                                  *names, *args)
                 _write(self._conn, b"".join(bytes(part) for part in packed))
             except Exception:  # noqa: BLE001 - the caller acks the usual way
-                if not self._sent:  # a broken connection with nothing in flight: a new one
+                if self._sent:  # the reader's read fails and reports them lost
+                    self._conn.disconnect()
+                else:
                     self._drop()
                 return False
             with self._ready:
-                self._sent.append(tag)
+                self._sent.append((tag, len(leases)))
                 self._ready.notify()
         return True
 
     def read(self, timeout: float) -> list[AckReply]:
-        """The replies that arrived, oldest first (the reader thread only); waits up to
-        ``timeout`` seconds for a request to be in flight. A failed connection answers
-        every request in flight with an error."""
-        replies: list[AckReply] = []
-        while True:
-            with self._ready:
-                if not self._sent and not replies:
-                    self._ready.wait(timeout)
-                if not self._sent:
-                    return replies
-                conn = self._conn
-            if replies and not conn.can_read(timeout=0):  # what arrived so far: a batch
-                return replies
-            replies += self._read_one(conn)
-            if replies and replies[-1].error is not None:
-                return replies
-
-    def _read_one(self, conn: Any) -> list[AckReply]:
+        """The next reply (the reader thread only), waiting up to ``timeout`` seconds for
+        a request to be in flight; [] when none is. A failed connection answers every
+        request in flight with an error. Never raises."""
         with self._ready:
-            tag = self._sent[0]
+            if not self._sent:
+                self._ready.wait(timeout)
+            if not self._sent:
+                return []
+            (tag, count), conn = self._sent[0], self._conn
         try:
             reply = conn.read_response()
-        except ResponseError as exc:  # an error reply (NOSCRIPT, WRONGTYPE, ...): its own
+        except ResponseError as exc:  # an error reply (NOSCRIPT, READONLY, ...): its own
             with self._ready:
                 self._sent.popleft()
+            self._stale = True
             return [AckReply(tag, [], exc)]
         except Exception as exc:  # noqa: BLE001 - every request in flight is in doubt
             with self._lock:
                 lost = self._take_all()
                 self._drop()
-            return [AckReply(t, [], exc) for t in lost]
+            return [AckReply(t, [], exc) for t, _ in lost]
         with self._ready:
             self._sent.popleft()
-        return [AckReply(tag, [bool(int(r)) for r in reply])]
+        try:
+            acked = [bool(int(r)) for r in reply]
+        except (TypeError, ValueError) as exc:
+            return [AckReply(tag, [], exc)]
+        if len(acked) != count:
+            return [AckReply(tag, [], ValueError("%d replies for %d leases" % (
+                len(acked), count)))]
+        return [AckReply(tag, acked)]
 
     def in_flight(self) -> int:
         with self._ready:
@@ -165,7 +179,7 @@ class AckStream:
         with self._lock:
             self._drop()
 
-    def _take_all(self) -> list[Any]:
+    def _take_all(self) -> list[tuple[Any, int]]:
         with self._ready:
             tags = list(self._sent)
             self._sent.clear()

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from django_delayq.engine import scripts
-from django_delayq.engine.acks import AckStream
+from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.keys import QueueKeys
 from django_delayq.engine.limits import GroupLimits
@@ -233,8 +233,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
         connection of its own; None when the client has no single connection (a
         cluster): use ``ack``."""
         pool = getattr(self.client, "connection_pool", None)
-        if pool is None or not hasattr(pool, "get_connection"):
-            return None
+        if pool is None or not hasattr(pool, "get_connection") or not plain_sockets(pool):
+            return None  # a cluster (no single connection), or TLS (one thread at a time)
         return AckStream(self.client, self.keys, holder)
 
     def forget_settled(self, queue: str, job_ids: Sequence[str], *, keep_ms: int,

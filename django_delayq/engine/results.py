@@ -161,6 +161,11 @@ class Contact:
     gap_ms: int
     since_ms: int = 0
     last_ms: int = 0
+    parts: dict[str, Contact] = field(default_factory=dict)  # per shard (its node's clock)
+
+    def part(self, name: str) -> Contact:
+        """The run of the calls on data set ``name`` (a shard: its own node and clock)."""
+        return self.parts.setdefault(name, Contact(self.need_ms, self.gap_ms))
 
     def arg(self) -> str:
         return "%d,%d,%d,%d" % (self.since_ms, self.last_ms, self.need_ms, self.gap_ms)

@@ -227,8 +227,10 @@ class ShardedEngine(Engine):
 
     def recover(self, queue: str, **options: Any) -> list[Recovered]:
         found: list[Recovered] = []
+        contact = options.pop("contact", None)
         for name in self.shard_queues(queue):
-            found += super().recover(name, **options)
+            found += super().recover(name, contact=contact.part(name) if contact else None,
+                                     **options)
         return found
 
     def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:

@@ -233,11 +233,13 @@ class AuditWriter:
         written = 0
         for i, (job_id, fields) in enumerate(items):
             try:
-                written += self._write_one(job_id, fields)
+                one = self._write_one(job_id, fields)
             except BaseException:
                 self._keep(dict(items[i:]), attempts)
                 raise
-            self._landed({job_id: fields})
+            written += one
+            if one:  # a change dropped leaves Redis's settled record for the reconciler
+                self._landed({job_id: fields})
         for i, attempt in enumerate(attempts):
             try:
                 self._write({}, [attempt])

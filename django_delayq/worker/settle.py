@@ -25,6 +25,7 @@ from django_delayq.core import payloads, periodic
 from django_delayq.core.conf import Settings
 from django_delayq.core.reconcile import SETTLED_KEEP_MS
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
+from django_delayq.engine.acks import AckReply
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.audit import AuditWriter, OutageLog
@@ -229,14 +230,11 @@ STATUS_OF: dict[object, JobStatus] = {  # what an ack or a nack made of the job
 
 
 class SettleThread:
-    """Settles finished jobs as they finish, on a thread of its own: an ack never waits
-    for the claim loop (a claim round reads rows from the database, which may stall), so
-    a finished job is acknowledged in Redis within milliseconds and its settled record
-    covers it from then on. Its jobs stay held (leases extended) until Redis took them.
-
-    ``on_settled(outcomes)`` runs after each round (the loop's queue limits and its
-    wake-up). A queue whose Redis fails backs off alone (``QueueBackoff``); when nothing
-    works the round backs off as a whole, its outcomes kept for the next one."""
+    """Settles finished jobs as they finish, never waiting for the claim loop (whose
+    rounds read rows from the database): job threads send successes through the ack
+    stream, a reader thread records the replies, a settling thread takes the rest and
+    retries failures (a queue whose Redis fails backs off alone). Jobs stay held until
+    Redis took them. ``on_settled(outcomes)`` runs after each settlement."""
 
     IDLE_SECONDS = 0.25  # also how often landed rows' records are forgotten when idle
     READ_SECONDS = 0.05  # the reader's wait for a reply; then it records what is pending
@@ -283,21 +281,26 @@ class SettleThread:
         fate is unknown goes back to the settling thread (``Engine.ack`` again)."""
         assert self.stream is not None
         while not (self._stop.is_set() and self.stream.in_flight() == 0):
-            done: list[Outcome] = []
             for reply in self.stream.read(self.READ_SECONDS):
-                queue, wins = reply.tag
-                if reply.error is not None:
-                    logger.debug("ack stream: %s; settling %d job(s) again", reply.error,
-                                 len(wins))
-                    self.ledger.keep_unsettled(wins, wins)
-                    self.ledger.wake_settling()
-                    continue
-                self._to_record.append(self.settler.acked(queue, wins, reply.acked))
-                done += wins
-            if done:  # the replies that arrived together: one round of bookkeeping
-                self.ledger.keep_unsettled([], done)
-                self.on_settled(done)
+                self._replied(reply)
             self.record_pending()
+
+    def _replied(self, reply: AckReply) -> None:
+        """One reply of the stream: record what it settled; an error (or a failure here)
+        hands its outcomes back to be settled through ``Engine.ack``."""
+        queue, wins = reply.tag
+        try:
+            if reply.error is not None:
+                raise reply.error
+            sent = self.settler.acked(queue, wins, reply.acked)
+        except Exception as exc:  # noqa: BLE001 - never the reader thread
+            logger.debug("ack stream: %s; settling %d job(s) again", exc, len(wins))
+            self.ledger.keep_unsettled(wins, wins)
+            self.ledger.wake_settling()
+            return
+        self._to_record.append(sent)
+        self.ledger.keep_unsettled([], wins)
+        self.on_settled(wins)
 
     def _run(self) -> None:
         pause = 0.0
@@ -396,13 +399,9 @@ class SettleThread:
                 self.ledger.wake_settling()  # it sends what is left within SEND_EVERY
                 return
             self._last_send = time.monotonic()
-            try:
-                rest = self._stream(self.ledger.take_done())
-                if rest:
-                    self.ledger.keep_unsettled(rest, rest)
-                    self.ledger.wake_settling()
-            except Exception as exc:  # noqa: BLE001 - kept for the settling thread
-                logger.debug("ack stream send failed: %s", exc)
+            rest = self._stream(self.ledger.take_done())
+            if rest:
+                self.ledger.keep_unsettled(rest, rest)
                 self.ledger.wake_settling()
             return
         while self._leading.acquire(blocking=False):
@@ -419,7 +418,16 @@ class SettleThread:
                 return
 
     def _stream(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """Send the successes among ``outcomes`` through the stream; returns the rest."""
+        """Send the successes among ``outcomes`` through the stream; returns the rest (all
+        of them when something failed here: settled the usual way)."""
+        sent: set[int] = set()  # id() of the outcomes sent
+        try:
+            return self._stream_some(outcomes, sent)
+        except Exception as exc:  # noqa: BLE001 - what was sent is answered by the reader
+            logger.debug("ack stream send failed: %s", exc)
+            return [o for o in outcomes if id(o) not in sent]
+
+    def _stream_some(self, outcomes: list[Outcome], sent: set[int]) -> list[Outcome]:
         assert self.stream is not None
         rest: list[Outcome] = []
         by_queue: dict[str, list[Outcome]] = {}
@@ -433,7 +441,9 @@ class SettleThread:
             for part in [wins[i:i + MAX_STREAMED] for i in range(0, len(wins), MAX_STREAMED)]:
                 self.settler.note_sent(part)
                 codes = ["x" if o.kind is Kind.EXPIRED else "s" for o in part]
-                if not self.stream.send(queue, [(o.job.id, o.job.token) for o in part],
-                                        codes, (queue, part)):
+                if self.stream.send(queue, [(o.job.id, o.job.token) for o in part],
+                                    codes, (queue, part)):
+                    sent.update(id(o) for o in part)
+                else:
                     rest += part
         return rest
