@@ -49,6 +49,7 @@ from django.utils import timezone
 
 from django_delayq.models import Job
 from django_delayq.spark import pending, schema
+from django_delayq.spark.preflight import writable_dir
 from django_delayq.spark.progress import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
 
@@ -211,14 +212,7 @@ def keyset_pages(qs: QuerySet[Any], columns: tuple[str, ...], chunk_size: int,
 def prepare_root(root: Path) -> None:
     """Create ``root`` and prove it writable before anything is read: a clear ValueError
     (the command's error message) instead of a traceback from deep inside the writer."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".delayq-probe.", dir=root)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise ValueError("cannot export to %s: %s (give a directory this process can create "
-                         "and write to)" % (root, exc.strerror or exc)) from exc
+    writable_dir(root, "export to")
 
 
 def _stamped(page: list[tuple[Any, ...]], positions: tuple[int, ...], out: pa.Schema,

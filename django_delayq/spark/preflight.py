@@ -32,9 +32,9 @@ def jobs_dir(root: Path | str) -> Path:
     return path
 
 
-def writable_dir(out: Path | str) -> Path:
+def writable_dir(out: Path | str, doing: str = "write the report to") -> Path:
     """Create ``out`` and prove it writable (a probe file, removed); ValueError saying
-    why not."""
+    why not (``cannot <doing> <out>: ...``)."""
     out = Path(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -42,8 +42,8 @@ def writable_dir(out: Path | str) -> Path:
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
-        raise ValueError("cannot write the report to %s: %s (give a directory this process "
-                         "can create and write to)" % (out, exc.strerror or exc)) from exc
+        raise ValueError("cannot %s %s: %s (give a directory this process can create "
+                         "and write to)" % (doing, out, exc.strerror or exc)) from exc
     return out
 
 

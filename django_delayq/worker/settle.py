@@ -382,9 +382,10 @@ class SettleThread:
     def wait_recorded(self, job_id: str, timeout: float = 10.0) -> None:
         """Before a job starts: wait while its previous attempt's outcome is being
         settled and recorded (a retry due at once must see its previous error)."""
+        if job_id not in self._unrecorded:  # the usual case: no lock taken
+            return
         with self._recording:
-            if job_id in self._unrecorded:
-                self._recording.wait_for(lambda: job_id not in self._unrecorded, timeout)
+            self._recording.wait_for(lambda: job_id not in self._unrecorded, timeout)
 
     def finished(self) -> None:
         """A job thread's outcome is done. With an ack stream, the thread sends the

@@ -108,9 +108,7 @@ def test_failed_attempt_of_the_other_job_is_recorded_before_the_kill(start) -> N
     cancelled = doomed_job.job.attempt_history.get()
     assert "cancelled while it ran" in cancelled.error
     assert cancelled.finished_at >= failed.finished_at
-    wait_until(lambda: not alive(doomed), timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == EXIT_OK
+    gone_then_stop(proc, doomed)
 
 
 def test_hard_limit_kills_its_process_only_after_the_other_job_finished(start) -> None:  # type: ignore[no-untyped-def]
@@ -126,9 +124,7 @@ def test_hard_limit_kills_its_process_only_after_the_other_job_finished(start) -
     assert "its process was killed" in attempt.error
     assert attempt.finished_at >= other.job.finished_at
     assert pids(over.id) == [doomed]
-    wait_until(lambda: not alive(doomed), timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == EXIT_OK
+    gone_then_stop(proc, doomed)
 
 
 def test_doomed_job_that_ends_first_is_not_killed(start) -> None:  # type: ignore[no-untyped-def]
@@ -141,9 +137,7 @@ def test_doomed_job_that_ends_first_is_not_killed(start) -> None:  # type: ignor
     # past its limit, it returned before it was the last job of its process: never
     # killed, its outcome stands; the process drained and exited
     ran_once_and_succeeded(over)
-    wait_until(lambda: not alive(doomed), timeout=30)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == EXIT_OK
+    gone_then_stop(proc, doomed)
 
 
 def test_process_that_dies_on_its_own_charges_each_running_job(start) -> None:  # type: ignore[no-untyped-def]
@@ -163,5 +157,12 @@ def test_process_that_dies_on_its_own_charges_each_running_job(start) -> None:  
         1, JobStatus.RETRYING, LEASE_LOST)
     assert twice.job.attempts == 2 and len(pids(twice.id)) == 2
     assert pids(once.id) == [victim]  # not run again: out of attempts
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(60) == EXIT_OK
+
+
+def gone_then_stop(proc: subprocess.Popen[str], doomed: int) -> None:
+    """The doomed process ends; the supervisor then stops cleanly on SIGTERM."""
+    wait_until(lambda: not alive(doomed), timeout=30)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == EXIT_OK
