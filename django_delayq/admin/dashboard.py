@@ -70,11 +70,14 @@ def snapshot() -> dict[str, Any]:
         "minutes": [{"start_ms": int(m.start.timestamp() * 1000), "finished": m.finished,
                      "started": m.started, "p50_ms": m.p50_ms, "p95_ms": m.p95_ms}
                     for m in past.minutes],
-        "sampled": past.sampled, "queues": [], "workers": []}
+        "sampled": past.sampled, "queues": [], "workers": [], "holding": None}
     try:
         engine = get_engine()
-        data["queues"] = [asdict(q) for q in overview.queue_rows(engine, get_settings())]
-        data["workers"] = [asdict(w) for w in overview.worker_rows(engine)]
+        queues = overview.queue_rows(engine, get_settings())
+        workers = overview.worker_rows(engine)
+        data["queues"] = [asdict(q) for q in queues]
+        data["workers"] = [asdict(w) for w in workers]
+        data["holding"] = asdict(overview.held(queues, workers))
     except RedisError as exc:
         logger.warning("dashboard: Redis unavailable: %s", exc)
         data["redis_error"] = str(exc)

@@ -19,7 +19,7 @@ from typing import Any
 from django_delayq.core import api
 from django_delayq.core.conf import Settings
 from django_delayq.core.queues import known_queues
-from django_delayq.observe import limits
+from django_delayq.observe import holding, limits
 from django_delayq.observe.limits import describe_limit
 
 TEXT_CHARS = 200
@@ -65,14 +65,14 @@ class WorkerRow:
     pid: int | None
     processes: int | None
     heartbeat_age_s: float
+    running: int | None = None  # a thread runs them now (observe/holding.py)
+    prefetched: int | None = None  # claimed, no thread yet
     jobs: list[RunningJob] = field(default_factory=list)
     malformed: bool = False
 
 
 def _dt(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
-
-
 
 
 def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
@@ -140,5 +140,14 @@ def worker_rows(engine: Any) -> list[WorkerRow]:
             continue
         rows.append(WorkerRow(id=_text(entry.id), host=_text(info.get("host")),
                               pid=_int(info.get("pid")), processes=_int(info.get("processes")),
-                              heartbeat_age_s=age, jobs=_jobs(info.get("jobs"), now_ms)))
+                              heartbeat_age_s=age,
+                              running=holding.count(info, holding.RUNNING_FIELD),
+                              prefetched=holding.count(info, holding.PREFETCHED_FIELD),
+                              jobs=_jobs(info.get("jobs"), now_ms)))
     return rows
+
+
+def held(queues: list[QueueRow], workers: list[WorkerRow]) -> holding.Holding:
+    """The queues' jobs in flight, split into running, prefetched and settling."""
+    return holding.split(sum(q.inflight for q in queues),
+                         ((w.running, w.prefetched) for w in workers))

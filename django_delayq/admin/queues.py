@@ -52,6 +52,7 @@ def queues_page(request: HttpRequest, admin: Any) -> HttpResponse:
                                  current_app=admin.admin_site.name)}
     try:
         context["queues"] = overview.queue_rows(engine, settings)
+        context["holding"] = overview.held(context["queues"], overview.worker_rows(engine))
         context["callable_limits"] = overview.callable_limits(engine, settings)
     except RedisError as exc:
         logger.warning("queues page: Redis unavailable: %s", exc)

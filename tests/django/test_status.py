@@ -61,7 +61,7 @@ def test_counts_next_due_and_oldest_overdue(delayq_engine):
 def test_text_output_and_queue_selection(delayq_engine):
     overdue = schedule("tests.jobs.noop", queue="emails").id
     text = _status("--queues", "emails")
-    assert "QUEUE" in text and "SCHEDULED" in text and "INFLIGHT" in text
+    assert "QUEUE" in text and "SCHEDULED" in text and "IN FLIGHT" in text and "DUE NOW" in text
     [row] = [line for line in text.splitlines() if line.startswith("emails")]
     assert row.split()[1:5] == ["0", "1", "0", "0"] and overdue in row
     assert "default" not in text.split("WORKERS")[0].split("QUEUE", 1)[1]
@@ -199,7 +199,7 @@ def test_malformed_worker_info_is_shown_not_a_crash(delayq_settings, delayq_engi
     assert "info malformed (not a JSON object but list)" in rows["w-list"]
     assert "info malformed (200000 bytes, over the registry's read limit" in rows["w-deep"]
     assert "info malformed (not JSON)" in rows["w-bytes"]
-    assert "queues=5 running={'a': [1]} waiting=- processed=\\x1b[2Jwiped" in rows["w-types"]
+    assert "queues=5 running={'a': [1]} prefetched=- processed=\\x1b[2Jwiped" in rows["w-types"]
     assert "\ufffdw-\\x1b]0;owned\\x07" in text
     assert "\x1b" not in text and "\x07" not in text
     workers = {w["id"]: w for w in json.loads(_status("--json"))["workers"]}

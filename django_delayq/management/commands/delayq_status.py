@@ -34,6 +34,7 @@ from redis.exceptions import RedisError
 from django_delayq.core import periodic, progress, stored
 from django_delayq.management.options import parse_queues
 from django_delayq.models import Job, JobStatus
+from django_delayq.observe import holding as hold
 from django_delayq.observe import limits
 
 CLEAR = "\x1b[H\x1b[2J"
@@ -116,6 +117,7 @@ class Status:
     paused: list[str] = field(default_factory=list)
     callable_limits: list[CallableLimitStatus] = field(default_factory=list)
     schedules: list[dict[str, Any]] = field(default_factory=list)  # core/periodic.py
+    holding: hold.Holding | None = None  # in flight = running + prefetched + settling
 
 
 def queue_status(engine: Any, queue: str, paused: bool = False) -> QueueStatus:
@@ -229,11 +231,13 @@ def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
     for q in stats:
         q.waiting = waiting.get(q.queue, 0)
     workers = with_progress(worker_statuses(engine, settings.lease_seconds))
+    held = hold.split(sum(q.inflight for q in stats), (
+        (hold.count(w.info, hold.RUNNING_FIELD),
+         hold.count(w.info, hold.PREFETCHED_FIELD)) for w in workers))
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
-                  queues=stats,
-                  workers=workers, paused=paused,
+                  queues=stats, workers=workers, paused=paused,
                   callable_limits=callable_limits(engine, settings),
-                  schedules=periodic.status_rows())
+                  schedules=periodic.status_rows(), holding=held)
 
 
 def describe_limit(rate: list[int] | None, concurrency: int | None) -> str:
@@ -254,7 +258,7 @@ def _fmt_s(seconds: float | None) -> str:
 def render_text(status: Status) -> str:
     lines = ["delayq status at %s (prefix %r)" % (status.now, status.prefix), ""]
     header = "%-16s %10s %8s %9s %8s  %-29s %s" % (
-        "QUEUE", "SCHEDULED", "READY", "INFLIGHT", "DEAD", "NEXT DUE", "OLDEST OVERDUE")
+        "QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT", "DEAD", "NEXT DUE", "OLDEST OVERDUE")
     lines.append(header)
     for q in status.queues:
         nxt = "-" if q.next_due is None else "%s (in %s)" % (q.next_due[11:23],
@@ -269,6 +273,10 @@ def render_text(status: Status) -> str:
             lines.append("  waiting for their parents (not in Redis yet): %d" % q.waiting)
         if q.limit is not None:
             lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"]))
+    if status.holding is not None:
+        h = status.holding
+        lines.append("IN FLIGHT %d = %d running + %d prefetched + %d settling" % (
+            h.in_flight, h.running, h.prefetched, h.settling))
     lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]
     lines += _limit_lines(status.callable_limits)
     lines += periodic.status_lines(status.schedules)
@@ -292,9 +300,9 @@ def _limit_lines(limits: list[CallableLimitStatus]) -> list[str]:
 def _worker_lines(w: WorkerStatus) -> list[str]:
     info = w.info
     detail = ("info malformed (%s)" % w.info_error if w.info_error else
-              "queues=%s running=%s waiting=%s processed=%s processes=%s" % (
-                  _info_field(info, "queues"), _info_field(info, "running"),
-                  _info_field(info, "waiting"), _info_field(info, "processed"),
+              "queues=%s running=%s prefetched=%s processed=%s processes=%s" % (
+                  _info_field(info, "queues"), _info_field(info, hold.RUNNING_FIELD),
+                  _info_field(info, hold.PREFETCHED_FIELD), _info_field(info, "processed"),
                   "-" if w.processes is None else w.processes))
     lines = ["  %-40s heartbeat %s ago%s  %s" % (
         printable(w.id[:FIELD_CHARS]), _fmt_s(w.heartbeat_age_s),
@@ -345,7 +353,7 @@ def format_event(entry_id: str, fields: dict[str, str]) -> str:
 
 
 class Command(BaseCommand):
-    help = ("Show per queue the scheduled, ready, in-flight and dead counts, the next due "
+    help = ("Show per queue the scheduled, due-now, in-flight and dead counts, the next due "
             "time, the oldest overdue job and the live workers; or tail the event stream.")
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -46,7 +46,7 @@
       tr.setAttribute("data-queue", q.queue);
       var name = el("th", q.queue); name.setAttribute("scope", "row");
       tr.appendChild(name);
-      tr.appendChild(el("td", q.paused ? "paused" : "running", "delayq-queue-state"));
+      tr.appendChild(el("td", q.paused ? "paused" : "active", "delayq-queue-state"));
       [["due_now", q.due_now], ["scheduled", q.scheduled], ["inflight", q.inflight],
        ["dead", q.dead]].forEach(function (pair) {
         var td = num(pair[1]); td.setAttribute("data-count", pair[0]); tr.appendChild(td);
@@ -86,7 +86,7 @@
     clear(body);
     if (!workers.length) {
       var none = el("td", "no worker registered", "quiet");
-      none.setAttribute("colspan", "6");
+      none.setAttribute("colspan", "8");
       body.appendChild(el("tr")).appendChild(none);
       return;
     }
@@ -98,10 +98,20 @@
       tr.appendChild(num(w.pid === null ? "-" : w.pid));
       tr.appendChild(num(w.processes === null ? "-" : w.processes));
       tr.appendChild(num(age(w.heartbeat_age_s)));
+      tr.appendChild(num(w.running === null ? "-" : w.running));
+      tr.appendChild(num(w.prefetched === null ? "-" : w.prefetched));
       var jobs = el("td");
       drawJobs(jobs, w.jobs, template);
       tr.appendChild(jobs);
       body.appendChild(tr);
+    });
+  }
+
+  function drawHolding(node, holding) {
+    node.hidden = !holding;
+    if (!holding) { return; }
+    ["in_flight", "running", "prefetched", "settling"].forEach(function (key) {
+      node.querySelector("[data-count=" + key + "]").textContent = String(holding[key]);
     });
   }
 
@@ -182,6 +192,7 @@
       error.textContent = data.redis_error ? "Redis did not answer: " + data.redis_error : "";
       drawQueues(document.querySelector("#delayq-queues tbody"), data.queues);
       drawWorkers(document.querySelector("#delayq-workers tbody"), data.workers, template);
+      drawHolding(document.getElementById("delayq-holding"), data.holding);
       drawThroughput(document.getElementById("delayq-throughput"), data.minutes);
       drawLateness(document.getElementById("delayq-lateness"), data.minutes);
       updated.textContent = "Updated " + time(data.now_ms) + (data.sampled ? " (lateness sampled)" : "");

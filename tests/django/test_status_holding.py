@@ -1,0 +1,59 @@
+"""In flight = running + prefetched + settling: the same split, under the same names, in
+``delayq_status`` (text and JSON), the admin's queues page and the live dashboard."""
+
+from __future__ import annotations
+
+import json
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from django_delayq import schedule
+from django_delayq.observe.holding import Holding, split
+from tests.helpers import staff_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+EXPECTED = {"in_flight": 5, "running": 2, "prefetched": 1, "settling": 2}
+
+
+def _hold_five(engine) -> None:
+    """Five jobs leased in two queues; two workers report 2 running and 1 prefetched."""
+    for queue, n in (("default", 3), ("emails", 2)):
+        for _ in range(n):
+            schedule("tests.jobs.noop", queue=queue)
+        assert len(engine.claim(queue, n, lease_ms=60_000).jobs) == n
+    engine.register_worker("w-1", json.dumps({"host": "a", "running": 1, "waiting": 1}))
+    engine.register_worker("w-2", json.dumps({"host": "b", "running": 1, "waiting": True}))
+
+
+def test_split_never_goes_negative_and_skips_missing_counts():
+    assert split(3, [(1, None), (None, 1)]) == Holding(
+        in_flight=3, running=1, prefetched=1, settling=1)
+    assert split(1, [(2, 3)]).settling == 0  # worker info older than the inflight count
+
+
+def test_delayq_status_splits_in_flight(delayq_engine):
+    _hold_five(delayq_engine)
+    out = StringIO()
+    call_command("delayq_status", "--json", stdout=out)
+    assert json.loads(out.getvalue())["holding"] == EXPECTED
+    out = StringIO()
+    call_command("delayq_status", stdout=out)
+    text = out.getvalue()
+    assert "IN FLIGHT 5 = 2 running + 1 prefetched + 2 settling" in text
+    assert "running=1 prefetched=1" in text
+
+
+def test_dashboard_and_queues_page_show_the_same_split(delayq_engine):
+    _hold_five(delayq_engine)
+    client = staff_client()
+    data = json.loads(client.get(reverse("admin:django_delayq_job_dashboard_data")).content)
+    assert data["holding"] == EXPECTED
+    workers = {w["id"]: (w["running"], w["prefetched"]) for w in data["workers"]}
+    assert workers == {"w-1": (1, 1), "w-2": (1, None)}
+    html = client.get(reverse("admin:django_delayq_job_queues")).content.decode()
+    for key, n in EXPECTED.items():
+        assert '<b data-count="%s">%d</b>' % (key, n) in html
