@@ -53,7 +53,8 @@ def short_error(error_type: str, message: str) -> str:
         return format_html('<span class="delayq-timeout" title="{}">{}</span> {}',
                            error_type, _("timed out"), text)
     name = error_type.rsplit(".", 1)[-1]
-    return format_html('<code title="{}">{}</code> {}', error_type, name, text)
+    return format_html('<code title="{}">{}</code> <span title="{}">{}</span>', error_type,
+                       name, Truncator(first).chars(300), text)
 
 
 def pre(value: Any) -> str:
@@ -81,10 +82,44 @@ def pre(value: Any) -> str:
 
 
 def seconds(value: datetime | None) -> str:
-    """A timestamp in the current time zone to the second: ``2026-11-23 19:24:07``."""
+    """A timestamp in the current time zone to the second, ``2026-11-23 19:24:07``, in a
+    ``<time>`` element whose title names the zone (``2026-11-23 19:24:07 CET``)."""
     if value is None:
         return "-"
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S")
+    local = timezone.localtime(value)
+    return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(),
+                       zoned(local), local.strftime("%Y-%m-%d %H:%M:%S"))
+
+
+def short_seconds(value: datetime | None) -> str:
+    """For the list: ``11-23 19:24:07`` in the current time zone (the year and the zone
+    in the title, as ``seconds`` shows them)."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value)
+    return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(),
+                       zoned(local), local.strftime("%m-%d %H:%M:%S"))
+
+
+def duration(ms: float | None) -> str:
+    """``250 ms``, ``1.25 s``, ``3.5 min``, ``2.0 h``; "-" for none."""
+    if ms is None:
+        return "-"
+    if abs(ms) < 1000:
+        return "%.0f ms" % ms
+    if abs(ms) < 120_000:
+        return "%.3g s" % (ms / 1000)
+    if abs(ms) < 7_200_000:
+        return "%.1f min" % (ms / 60_000)
+    return "%.1f h" % (ms / 3_600_000)
+
+
+def zoned(value: datetime) -> str:
+    """``2026-11-23 19:24:07 CET (Europe/Berlin)``: the time, its abbreviation, its zone."""
+    key = getattr(value.tzinfo, "key", None) or str(value.tzinfo)
+    abbrev = value.strftime("%Z")
+    label = abbrev if abbrev == key else "%s (%s)" % (abbrev, key)
+    return "%s %s" % (value.strftime("%Y-%m-%d %H:%M:%S"), label)
 
 
 def status_badge(status: str, label: Any) -> str:

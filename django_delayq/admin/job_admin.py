@@ -24,7 +24,15 @@ from django.utils.translation import gettext_lazy as _
 
 from django_delayq.admin import dashboard, lineage, queues, reports, workflows
 from django_delayq.admin.actions import ACTIONS
-from django_delayq.admin.display import STATUS_COLOURS, error_line, pre, seconds, short_error
+from django_delayq.admin.display import (
+    STATUS_COLOURS,
+    duration,
+    error_line,
+    pre,
+    seconds,
+    short_error,
+    short_seconds,
+)
 from django_delayq.admin.display import status_badge as badge
 from django_delayq.core import progress, stored
 from django_delayq.models import Job, JobAttempt, JobStatus
@@ -92,9 +100,11 @@ class JobAttemptInline(admin.TabularInline):
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ("id", "callable_path", "queue", "status_badge", "priority", "time_limit",
-                    "run_at_s", "lateness_column", "last_error_short", "attempts_display",
-                    "progress_column", "created_at_s", "finished_at_s")
+    # One line per job, within 1400 px beside the filters: what triage needs; each cell is
+    # cut with an ellipsis (admin.css), its whole text in its title and on the job's page.
+    list_display = ("status_badge", "job_column", "queue", "due_column", "lateness_column",
+                    "attempts_display", "last_error_short")
+    list_display_links = ("job_column",)
     list_filter = ("status", "queue", "callable_path", ("run_at", admin.DateFieldListFilter),
                    ("finished_at", admin.DateFieldListFilter))
     search_fields = ("=id", "callable_path", "=key", "last_error", "error_type")
@@ -138,19 +148,38 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Job) -> str:
+        """The status, and a running job's progress in one escaped line after it."""
         label = obj.get_status_display()
         if obj.cancel_requested and obj.status == JobStatus.RUNNING:
             label = "%s (%s)" % (label, _("cancel requested"))
-        return badge(obj.status, label)
+        shown = badge(obj.status, label)
+        value = stored.value(obj, "progress")
+        if value is None:
+            return shown
+        if isinstance(value, stored.Raw):
+            value = value.text
+        return format_html('{} <span class="delayq-progress" title="{}">{}</span>', shown,
+                           progress.compact(value, 300), progress.compact(value))
+
+    @admin.display(description=_("job"), ordering="callable_path")
+    def job_column(self, obj: Job) -> str:
+        """The callable's name, then its module (the link to the job's page); the id and
+        the whole dotted path in the title."""
+        module, _dot, name = obj.callable_path.rpartition(".")
+        return format_html('<span title="{} {}">{} <span class="delayq-module">{}</span>'
+                           "</span>", obj.pk, obj.callable_path, name, module)
+
+    @admin.display(description=_("due at"), ordering="run_at")
+    def due_column(self, obj: Job) -> str:
+        return short_seconds(obj.run_at)
 
     @admin.display(description=_("time limit"), ordering="timeout")
     def time_limit(self, obj: Job) -> str:
         return "-" if obj.timeout is None else "%g s" % obj.timeout
 
-    @admin.display(description=_("lateness (ms)"))
+    @admin.display(description=_("lateness"))
     def lateness_column(self, obj: Job) -> str:
-        ms = obj.lateness_ms()
-        return "-" if ms is None else "%.0f" % ms
+        return duration(obj.lateness_ms())
 
     @admin.display(description=_("last error"))
     def last_error_short(self, obj: Job) -> str:
@@ -160,17 +189,6 @@ class JobAdmin(admin.ModelAdmin):
     def retry_on_display(self, obj: Job) -> str:
         retry_on = stored.value(obj, "retry_on")
         return pre(retry_on) if retry_on else str(_("any exception"))
-
-    @admin.display(description=_("progress"))
-    def progress_column(self, obj: Job) -> str:
-        """One escaped line, its longer text in the title."""
-        value = stored.value(obj, "progress")
-        if value is None:
-            return "-"
-        if isinstance(value, stored.Raw):
-            value = value.text
-        return format_html('<span class="delayq-progress" title="{}">{}</span>',
-                           progress.compact(value, 300), progress.compact(value))
 
     @admin.display(description=_("progress"))
     def progress_display(self, obj: Job) -> str:

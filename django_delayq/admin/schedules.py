@@ -3,14 +3,19 @@ model permissions: add/change/delete/view ``schedule``). A save takes effect on 
 tick: the materialised future tick's job is cancelled and the next one is created from the
 new definition (core/periodic.py). Schedules from ``DELAYQ["SCHEDULES"]`` are read-only
 here except ``enabled``: their definition lives in the settings and is synced at worker
-start."""
+start. The callable is picked from the job functions of ``DELAYQ["ALLOWED_CALLABLES"]``;
+tick times are shown to the second in the viewer's time zone, with the schedule's in
+their title and on its page; the last tick's job is linked with its status. Actions:
+``schedule_actions``."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.db.models import OuterRef, Subquery
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.urls import reverse
@@ -18,9 +23,11 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.core import periodic, schedules, validation
+from django_delayq.admin.display import seconds, short_seconds, status_badge, zoned
+from django_delayq.admin.schedule_actions import SCHEDULE_ACTIONS
+from django_delayq.core import periodic, registry, schedules, validation
 from django_delayq.exceptions import DelayQError, InvalidJob
-from django_delayq.models import Schedule
+from django_delayq.models import Job, JobStatus, Schedule
 
 DEFINITION = ("name", "callable_path", "args", "kwargs", "queue", "priority", "cron",
               "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
@@ -51,12 +58,23 @@ class ScheduleForm(forms.ModelForm):
         fields = [*DEFINITION, "enabled"]
         field_classes = {"args": ArgumentsField, "kwargs": ArgumentsField}
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "callable_path" in self.fields:  # a picker of the allowed job functions
+            self.fields["callable_path"] = forms.ChoiceField(
+                label=_("callable"), choices=job_functions(self.instance.callable_path),
+                help_text=_("A job function of a module in DELAYQ['ALLOWED_CALLABLES']."))
+
     def clean(self) -> dict[str, Any]:
+        """Checks the definition as it will be saved: the fields of the form over the
+        schedule's own values (a schedule from settings has only ``enabled`` here)."""
         data = super().clean() or {}
-        probe = Schedule(**{f: data.get(f) for f in DEFINITION if f in data})
-        probe.args = data.get("args") if data.get("args") is not None else []
-        probe.kwargs = data.get("kwargs") if data.get("kwargs") is not None else {}
-        probe.cron = data.get("cron") or ""
+        values = {f: getattr(self.instance, f) for f in DEFINITION}
+        values.update({f: data.get(f) for f in DEFINITION if f in self.fields})
+        probe = Schedule(**values)
+        probe.args = values["args"] if values["args"] is not None else []
+        probe.kwargs = values["kwargs"] if values["kwargs"] is not None else {}
+        probe.cron = values["cron"] or ""
         try:
             periodic.check(probe)
             schedules.check_start(probe.start_at, timezone.now())
@@ -65,26 +83,101 @@ class ScheduleForm(forms.ModelForm):
         return data
 
 
-def _job_link(job_id: str) -> Any:
+def job_functions(current: str = "") -> list[tuple[str, str]]:
+    """The job functions of ``DELAYQ["ALLOWED_CALLABLES"]`` (public top-level functions
+    of each listed module that the allow-list accepts), as form choices; ``current``
+    first when it is not one (a schedule whose function has gone stays editable)."""
+    found = set()
+    for module in sorted(registry.allowed_modules()):
+        try:
+            names = list(vars(importlib.import_module(module)))
+        except ImportError:
+            continue
+        for name in names:
+            path = "%s.%s" % (module, name)
+            if not name.startswith("_") and _is_job(path):
+                found.add(path)
+    choices = [("", "---------")] + [(p, p) for p in sorted(found)]
+    if current and current not in found:
+        choices.insert(1, (current, current))
+    return choices
+
+
+def _is_job(path: str) -> bool:
+    try:
+        registry.job_object(path)
+    except (registry.NotAllowed, ImportError, AttributeError):
+        return False
+    return True
+
+
+def _job_link(job_id: str, text: Any = None) -> Any:
     if not job_id:
         return "-"
     url = reverse("admin:django_delayq_job_change", args=[job_id])
-    return format_html('<a href="{}">{}</a>', url, job_id)
+    return format_html('<a href="{}">{}</a>', url, text if text is not None else job_id)
+
+
+def _tick(value: Any, zone: str, show: Any = seconds) -> str:
+    """A tick time to the second in the viewer's zone (``show``: ``seconds``, or
+    ``short_seconds`` in the list); beside it, when the schedule's zone differs, the same
+    time there (``= 02:00:00 CET``; the date and zone name in a title)."""
+    if value is None:
+        return "-"
+    try:
+        there = value.astimezone(schedules.zone_of(zone))
+    except InvalidJob:
+        return str(show(value))
+    here = timezone.localtime(value)
+    if there.utcoffset() == here.utcoffset() and zone == str(here.tzinfo):
+        return str(show(value))
+    return format_html('{} <span class="delayq-there" title="{}">= {} {}</span>',
+                       show(value), zoned(there), there.strftime("%H:%M:%S"),
+                       there.strftime("%Z"))
 
 
 @admin.register(Schedule)
 class ScheduleAdmin(admin.ModelAdmin):
     form = ScheduleForm
-    list_display = ("name", "enabled", "rule", "time_zone", "next_tick_at", "next_job",
-                    "last_tick_at", "last_job", "missed", "from_settings")
+    list_display = ("name", "enabled", "rule", "next_tick", "last_tick", "last_outcome",
+                    "from_settings")
     list_filter = ("enabled", "missed", "from_settings")
     search_fields = ("name", "callable_path")
-    readonly_fields = ("from_settings", "next_tick_at", "next_job", "last_tick_at",
-                       "last_job", "version")
+    actions = SCHEDULE_ACTIONS
+    readonly_fields = ("from_settings", "next_tick_at_zones", "next_job",
+                       "last_tick_at_zones", "last_job", "last_outcome", "version")
+
+    class Media:
+        css = {"all": ("django_delayq/admin.css",)}
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        """With the last tick's job status (one subquery, no query per row)."""
+        status = Job.objects.filter(pk=OuterRef("last_job_id")).values("status")[:1]
+        return super().get_queryset(request).annotate(last_status=Subquery(status))
 
     @admin.display(description=_("when"))
     def rule(self, obj: Schedule) -> str:
-        return obj.cron or "every %s s" % obj.interval_seconds
+        what = obj.cron or "every %s s" % obj.interval_seconds
+        return what if obj.time_zone == "UTC" or not obj.cron else "%s (%s)" % (
+            what, obj.time_zone)
+
+    @admin.display(description=_("next tick"), ordering="next_tick_at")
+    def next_tick(self, obj: Schedule) -> Any:
+        shown = _tick(obj.next_tick_at, obj.time_zone, short_seconds)
+        return _job_link(obj.next_job_id, shown) if obj.next_job_id else shown
+
+    @admin.display(description=_("last tick"), ordering="last_tick_at")
+    def last_tick(self, obj: Schedule) -> Any:
+        shown = _tick(obj.last_tick_at, obj.time_zone, short_seconds)
+        return _job_link(obj.last_job_id, shown) if obj.last_job_id else shown
+
+    @admin.display(description=_("next tick"))
+    def next_tick_at_zones(self, obj: Schedule) -> Any:
+        return _tick(obj.next_tick_at, obj.time_zone)
+
+    @admin.display(description=_("last tick"))
+    def last_tick_at_zones(self, obj: Schedule) -> Any:
+        return _tick(obj.last_tick_at, obj.time_zone)
 
     @admin.display(description=_("next tick's job"))
     def next_job(self, obj: Schedule) -> Any:
@@ -93,6 +186,16 @@ class ScheduleAdmin(admin.ModelAdmin):
     @admin.display(description=_("last tick's job"))
     def last_job(self, obj: Schedule) -> Any:
         return _job_link(obj.last_job_id)
+
+    @admin.display(description=_("last outcome"))
+    def last_outcome(self, obj: Schedule) -> Any:
+        """The status of the last tick's job, linked to it."""
+        status = getattr(obj, "last_status", None)
+        if not obj.last_job_id:
+            return "-"
+        if status is None:
+            return _job_link(obj.last_job_id, _("(no row)"))
+        return _job_link(obj.last_job_id, status_badge(status, JobStatus(status).label))
 
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         if obj is not None and obj.from_settings:  # defined in settings: only ``enabled``
