@@ -126,11 +126,24 @@ def _cancel_change(outcome: CancelOutcome) -> str | None:
     return None
 
 
+ALREADY_CANCELLED = gettext_lazy("already cancelled")
+
+
 @admin.action(description=gettext_lazy("Cancel selected jobs"), permissions=["cancel"])
 def cancel_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
                 queryset: QuerySet[Job]) -> None:
+    """Cancel each job; one already cancelled is said so (not "already finished")."""
     tally = Tally()
-    _each(request, _rows(queryset), api.cancel, tally, CANCEL_LABELS.__getitem__,
+
+    def not_cancelled() -> Iterable[Row]:
+        for job_id, path, status in queryset.values_list(
+                "pk", "callable_path", "status").iterator():
+            if status == JobStatus.CANCELLED:
+                tally.add(ALREADY_CANCELLED)
+            else:
+                yield job_id, path
+
+    _each(request, not_cancelled(), api.cancel, tally, CANCEL_LABELS.__getitem__,
           _cancel_change)
     tally.report(modeladmin, request, CANCEL_LABELS[CancelOutcome.CANCELLED])
 
@@ -200,18 +213,25 @@ def reschedule_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
     """Two steps: the action shows a form (delay or date-time); "apply" performs it."""
     form = RescheduleForm(request.POST if "apply" in request.POST else None)
     if "apply" in request.POST and form.is_valid():
-        when = form.when()
-        tally = Tally()
-        _each(request, _rows(queryset),
-              lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
-              tally, MOVE_LABELS.__getitem__,
-              _moved(_("Rescheduled: due %s.") % form.describe()))
-        tally.report(modeladmin, request, MOVE_LABELS[MoveOutcome.MOVED])
-        if tally.counts.get(str(MOVE_LABELS[MoveOutcome.MOVED])):
-            modeladmin.message_user(request, _("New due time: %s.") % form.describe(),
-                                    messages.INFO)
+        reschedule(modeladmin, request, queryset, form)
         return HttpResponseRedirect(request.get_full_path())
     return _reschedule_page(modeladmin, request, queryset, form)
+
+
+def reschedule(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Job],
+               form: RescheduleForm) -> None:
+    """Move the jobs of ``queryset`` to the valid ``form``'s time, reported and logged
+    (the list's action, and the button on a job's page)."""
+    when = form.when()
+    tally = Tally()
+    _each(request, _rows(queryset),
+          lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
+          tally, MOVE_LABELS.__getitem__,
+          _moved(_("Rescheduled: due %s.") % form.describe()))
+    tally.report(modeladmin, request, MOVE_LABELS[MoveOutcome.MOVED])
+    if tally.counts.get(str(MOVE_LABELS[MoveOutcome.MOVED])):
+        modeladmin.message_user(request, _("New due time: %s.") % form.describe(),
+                                messages.INFO)
 
 
 def _reschedule_page(modeladmin: admin.ModelAdmin, request: HttpRequest,

@@ -41,7 +41,11 @@ class RescheduleForm(forms.Form):
         return {"delay": float(self.cleaned_data["delay"])}
 
     def describe(self) -> str:
+        """The new due time, absolute (it stays true in the admin's log): ``2030-01-31
+        09:00:00 UTC``; for a delay, the time it gives from now, and the delay."""
         at = self.cleaned_data.get("at")
         if at is not None:
             return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")
-        return "in %s" % timedelta(seconds=float(self.cleaned_data["delay"]))
+        delay = timedelta(seconds=float(self.cleaned_data["delay"]))
+        due = timezone.localtime(timezone.now() + delay)
+        return "%s (in %s)" % (due.strftime("%Y-%m-%d %H:%M:%S %Z"), delay)

@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin import dashboard, lineage, queues, reports, workflows
+from django_delayq.admin import dashboard, job_page, lineage, queues, reports, workflows
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import (
     STATUS_COLOURS,
@@ -293,7 +293,17 @@ class JobAdmin(admin.ModelAdmin):
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         return [*reports.report_urls(self, wrap), *queues.queue_urls(self, wrap),
-                *dashboard.dashboard_urls(self, wrap), *super().get_urls()]
+                *dashboard.dashboard_urls(self, wrap), *job_page.job_page_urls(self, wrap),
+                *super().get_urls()]
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        """The job's page, with buttons for the actions this user may take on it."""
+        job = Job.objects.filter(pk=object_id).only("pk", "status").first()
+        if job is not None:
+            extra_context = {**(extra_context or {}),
+                             **job_page.page_context(self, request, job)}
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def report_link(self, request: HttpRequest) -> str | None:
         """The report page's URL for users who may see it, when REPORT_DIR is set."""

@@ -3,7 +3,7 @@ lineage both ways, and a LogEntry for every action."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -150,9 +150,12 @@ def test_every_job_action_writes_a_log_entry(delayq_settings, admin_client):
     _act(admin_client, "run_jobs_now", [a])
     _act(admin_client, "reschedule_jobs", [b], apply="1", delay="7200")
     _act(admin_client, "cancel_jobs", [c])
-    _act(admin_client, "cancel_jobs", [c])  # already finished: nothing changed, no entry
+    _act(admin_client, "cancel_jobs", [c])  # already cancelled: nothing changed, no entry
     assert _log(a) == ["Made due now (run now)."]
-    assert len(_log(b)) == 1 and _log(b)[0].startswith("Rescheduled: due in 2:00:00")
+    [moved] = _log(b)  # the due time itself: "in 2:00:00" would mean nothing later
+    logged = datetime.strptime(moved[len("Rescheduled: due "):][:19], "%Y-%m-%d %H:%M:%S")
+    due = timezone.localtime(Job.objects.get(pk=b).run_at).replace(tzinfo=None)
+    assert abs(logged - due) < timedelta(seconds=2) and moved.endswith(" UTC (in 2:00:00).")
     assert _log(c) == ["Cancelled."]
     entry = LogEntry.objects.get(object_id=c)
     assert entry.user.username == "admin" and entry.content_type.model == "job"
