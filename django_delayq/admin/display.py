@@ -38,8 +38,15 @@ def error_line(error_type: str, message: str) -> str:
         return message
     if error_type == TIMEOUT_ERROR:
         return format_html('<span class="delayq-timeout">{}</span> <code>{}</code> {}',
-                           _("timed out"), error_type, message)
+                           _("timed out"), error_type, _after_timed_out(message))
     return format_html("<code>{}</code> {}", error_type, message)
+
+
+def _after_timed_out(message: str) -> str:
+    """The message of a timed-out attempt without its own leading "timed out: " (the
+    mark says it already: never "timed out timed out: still running after 2s")."""
+    head = "timed out: "
+    return message[len(head):] if message.lower().startswith(head) else message
 
 
 def short_error(error_type: str, message: str) -> str:
@@ -51,7 +58,7 @@ def short_error(error_type: str, message: str) -> str:
     text = Truncator(first).chars(SHORT_ERROR_CHARS)
     if error_type == TIMEOUT_ERROR:
         return format_html('<span class="delayq-timeout" title="{}">{}</span> {}',
-                           error_type, _("timed out"), text)
+                           error_type, _("timed out"), _after_timed_out(text))
     name = error_type.rsplit(".", 1)[-1]
     return format_html('<code title="{}">{}</code> <span title="{}">{}</span>', error_type,
                        name, Truncator(first).chars(300), text)

@@ -22,7 +22,7 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin import dashboard, job_page, lineage, queues, reports, workflows
+from django_delayq.admin import dashboard, job_page, lineage, queues, reports, tracebacks, workflows
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import (
     STATUS_COLOURS,
@@ -82,8 +82,8 @@ class JobAttemptInline(admin.TabularInline):
         head = error_line(obj.error_type, obj.error)
         if not obj.traceback:
             return head or "-"
-        return format_html('<details><summary>{}</summary><pre class="delayq-pre">{}</pre>'
-                           "</details>", head or _("traceback"), obj.traceback)
+        return format_html("<details><summary>{}</summary>{}</details>",
+                           head or _("traceback"), tracebacks.render(obj.traceback))
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return request.user.has_perm("django_delayq.view_job")
@@ -237,7 +237,7 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("traceback of the last error"))
     def traceback_display(self, obj: Job) -> str:
-        return pre(obj.traceback)
+        return tracebacks.render(obj.traceback)
 
     @admin.display(description=_("lateness"))
     def lateness(self, obj: Job) -> str:

@@ -101,6 +101,9 @@ def test_a_timed_out_attempt_is_marked_on_the_change_page(delayq_settings, admin
     assert '<div class="readonly">0.2 s</div>' in html  # the job's own time limit
     _ids, listing = _list(admin_client)
     assert 'class="delayq-timeout" title="%s">timed out</span>' % TIMEOUT in listing
+    assert job.last_error.startswith("timed out")  # said once on the page and the list
+    assert "timed out timed out" not in html and "timed out</span> timed out" not in listing
+    assert "</code> timed out" not in html
 
 
 def test_requeue_as_a_new_job_links_both_ways_and_is_logged(delayq_settings, admin_client):

@@ -1,0 +1,87 @@
+"""A stored traceback as the job's page shows it: whole (no height limit, long lines
+wrapped), the exception first, then the frames, where each run of the worker's own frames
+(files inside the ``django_delayq`` package: the runner that called the job) is folded
+into one ``<details>`` line. Everything is escaped; a text that is not a Python traceback
+is shown as it is."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+
+FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+')
+OWN = re.compile(r"[\\/]django_delayq[\\/]")
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    text: str
+    own: bool = False  # a frame of the worker's own code
+    frame: bool = False
+
+
+def parts(text: str) -> list[Part]:
+    """``text`` cut into frames (a ``File`` line and the indented lines under it) and
+    the lines between them (headers, chain notes, the exception)."""
+    out: list[Part] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        match = FRAME.match(lines[i])
+        if match is None:
+            out.append(Part(lines[i]))
+            i += 1
+            continue
+        indent = len(lines[i]) - len(lines[i].lstrip())
+        j = i + 1
+        while j < len(lines) and _indent(lines[j]) > indent and not FRAME.match(lines[j]):
+            j += 1
+        out.append(Part("\n".join(lines[i:j]), own=bool(OWN.search(match["file"])),
+                        frame=True))
+        i = j
+    return out
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip()) if line.strip() else 10**6
+
+
+def exception_lines(found: list[Part]) -> str:
+    """The lines after the last frame: the exception raised (with its message)."""
+    last = max((i for i, p in enumerate(found) if p.frame), default=-1)
+    return "\n".join(p.text for p in found[last + 1:]).strip()
+
+
+def render(text: str | None) -> SafeString | str:
+    """The traceback as HTML (escaped), or "-" without one."""
+    if not text:
+        return "-"
+    found = parts(text)
+    head = exception_lines(found)
+    body: list[SafeString] = []
+    run: list[Part] = []
+    for part in found:
+        if part.frame and part.own:
+            run.append(part)
+            continue
+        if run:
+            body.append(_fold(run))
+            run = []
+        body.append(format_html("{}\n", part.text))
+    if run:
+        body.append(_fold(run))
+    shown = mark_safe("".join(body).rstrip("\n"))  # noqa: S308 - each piece escaped
+    first = format_html('<p class="delayq-exception">{}</p>', head) if head else ""
+    return format_html('{}<div class="delayq-traceback">{}</div>', first, shown)
+
+
+def _fold(run: list[Part]) -> SafeString:
+    label = _("%d frames of django_delayq (the worker)") % len(run) if len(run) > 1 else _(
+        "1 frame of django_delayq (the worker)")
+    inner = format_html_join("\n", "{}", ((p.text,) for p in run))
+    return format_html('<details class="delayq-own-frames"><summary>{}</summary>{}'
+                       "</details>", label, inner)
