@@ -98,8 +98,8 @@ def test_command_pauses_resumes_and_lists_state_and_limits(dq) -> None:  # type:
     assert run("pause", "emails") == "emails: already paused\n"
     schedule(jobs.noop, queue="emails")
     lines = run("list").splitlines()
-    assert lines[0].split() == ["queue", "state", "due", "scheduled", "in", "flight", "dead",
-                                "rate", "concurrency", "timeout"]
+    assert lines[0].split() == ["queue", "state", "due", "now", "scheduled", "in", "flight",
+                                "dead", "rate", "concurrency", "timeout"]
     table = {line.split()[0]: line.split()[1:] for line in lines[1:]}
     assert table["emails"] == ["paused", "1", "0", "0", "0", "100/m", "5", "30s"]
     assert table["default"] == ["active", "0", "0", "0", "0", "-", "-", "-"]

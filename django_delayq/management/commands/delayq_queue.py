@@ -101,7 +101,7 @@ class Command(BaseCommand):
     def _list(self, names: list[str], settings: Settings) -> None:
         engine = get_engine()
         paused = set(engine.paused(names))
-        header = ("queue", "state", "due", "scheduled", "in flight", "dead", "rate",
+        header = ("queue", "state", "due now", "scheduled", "in flight", "dead", "rate",
                   "concurrency", "timeout")
         lines = [header]
         for queue in names:
