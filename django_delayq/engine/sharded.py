@@ -42,9 +42,13 @@ from django_delayq.engine.results import (
     QueueStats,
     Recovered,
 )
+from django_delayq.engine.shard_health import ERRORS, ShardHealth
 from django_delayq.engine.shards import ShardMap, shard_name
 
 _T = TypeVar("_T")
+# The presence of a job whose shard cannot be read now: as if queued (nothing to do yet)
+UNREADABLE = Presence(queued=True, dead=False, died_ms=None, envelope=False,
+                      reconciled_ms=None, attempts=0)
 _R = TypeVar("_R")
 _S = TypeVar("_S", bound="ShardedEngine")
 
@@ -67,6 +71,7 @@ class ShardedEngine(Engine):
                  shards: Mapping[str, int] | None = None) -> None:
         super().__init__(client, prefix, clock)
         self.shard_map = ShardMap(shards)
+        self.health = ShardHealth()  # shards whose node failed: skipped for a while
 
     @classmethod
     def like(cls: type[_S], other: Any, *args: Any, **kwargs: Any) -> _S:
@@ -83,45 +88,80 @@ class ShardedEngine(Engine):
 
     def _routed(self, queue: str, items: Sequence[_T], id_of: Callable[[_T], str],
                 call: Callable[[str, list[_T]], list[_R]],
-                missed: Callable[[_R], bool]) -> list[_R]:
+                missed: Callable[[_R], bool],
+                unknown: Callable[[_T], _R] | None = None) -> list[_R]:
         """``call`` on each shard with the items homed there, then on the other shards
-        with the items no shard held yet; results in the order of ``items``."""
+        with the items no shard held yet; results in the order of ``items``. A shard that
+        fails (or is set aside: ``ShardHealth``) costs the others nothing: they are
+        served, then its error is raised, unless ``unknown(item)`` answers for its items.
+        A shard looked at only for ids away from home is skipped while it fails."""
         names = self.shard_queues(queue)
         if len(names) == 1:
             return call(names[0], list(items))
         homes = [self.shard_map.home(queue, id_of(item)) for item in items]
         out: dict[int, _R] = {}
+        errors: list[BaseException] = []
         for name in names:
-            self._call_some(name, [i for i in range(len(items)) if homes[i] == name],
-                            items, call, out)
+            picked = [i for i in range(len(items)) if homes[i] == name]
+            try:
+                self._call_some(name, picked, items, call, out)
+            except ERRORS as exc:
+                if unknown is None:
+                    errors.append(exc)
+                out.update((i, unknown(items[i])) for i in picked if unknown is not None)
         for name in names:
-            self._call_some(name, [i for i in range(len(items))
-                                   if homes[i] != name and missed(out[i])], items, call, out)
+            picked = [i for i in range(len(items))
+                      if homes[i] != name and i in out and missed(out[i])]
+            try:
+                self._call_some(name, picked, items, call, out)
+            except ERRORS:  # an id away from home on a shard that fails: not found there
+                pass
+        if errors:
+            raise errors[0]
         return [out[i] for i in range(len(items))]
 
-    @staticmethod
-    def _call_some(name: str, picked: list[int], items: Sequence[_T],
+    def _call_some(self, name: str, picked: list[int], items: Sequence[_T],
                    call: Callable[[str, list[_T]], list[_R]], out: dict[int, _R]) -> None:
         if picked:
-            out.update(zip(picked, call(name, [items[i] for i in picked])))
+            found = self.health.run(name, lambda: call(name, [items[i] for i in picked]))
+            out.update(zip(picked, found))
 
     def _first(self, queue: str, job_id: str, call: Callable[[str], _R],
                missed: Callable[[_R], bool]) -> _R:
-        """``call`` on the home shard of ``job_id``, then the others until one holds it."""
+        """``call`` on the home shard of ``job_id``, then the others until one holds it
+        (a failing one among the others is skipped)."""
         home = self.shard_map.home(queue, job_id)
         found = call(home)
         for name in self.shard_queues(queue):
             if not missed(found):
                 break
-            if name != home:
-                found = call(name)
+            if name != home and not self.health.down(name):
+                try:
+                    found = self.health.run(name, lambda: call(name))  # noqa: B023
+                except ERRORS:
+                    continue
         return found
+
+    def _each(self, names: Sequence[str], call: Callable[[str], _R]) -> list[_R]:
+        """``call`` on each of the shards ``names`` that works; a failing one is skipped
+        (``ShardHealth``). Raises only when none worked."""
+        done: list[_R] = []
+        errors: list[BaseException] = []
+        for name in names:
+            try:
+                done.append(self.health.run(name, lambda: call(name)))  # noqa: B023
+            except ERRORS as exc:
+                errors.append(exc)
+        if errors and not done:
+            raise errors[0]
+        return done
 
     # -- producing and consuming ----------------------------------------------------
 
     def enqueue(self, queue: str, jobs: Iterable[NewJob], now_ms: int | None = None) -> int:
-        if self.shard_map.count(queue) == 1:
-            return super().enqueue(queue, jobs, now_ms)
+        if self.shard_map.count(queue) == 1:  # a node that just failed: fail at once
+            return self.health.run(queue, lambda: super(ShardedEngine, self).enqueue(
+                queue, jobs, now_ms))
         self.shard_queues(queue)  # the record covers every shard written to
         jobs = list(jobs)
         for job in jobs:  # every id checked before anything is sent, as engine.py does
@@ -131,24 +171,49 @@ class ShardedEngine(Engine):
         groups: dict[str, list[NewJob]] = {}
         for job in jobs:
             groups.setdefault(self.shard_map.home(queue, job.id), []).append(job)
-        return sum(super(ShardedEngine, self).enqueue(name, group, now_ms)
-                   for name, group in groups.items())
+        added, errors = 0, []
+        for name, group in groups.items():  # a failing shard's jobs stay in the outbox
+            try:
+                added += self.health.run(name, lambda: super(ShardedEngine, self).enqueue(
+                    name, group, now_ms))  # noqa: B023
+            except ERRORS as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return added
 
     def claim(self, queue: str, limit: int, lease_ms: int,
               now_ms: int | None = None) -> ClaimResult:
+        """Claims from the shards in turn (see the module docstring); a shard whose node
+        fails is skipped while ``ShardHealth`` sets it aside, and the reply's next due
+        time is no later than when it may be tried again. Raises when no shard answered."""
         names = self.shard_queues(queue)
         if len(names) == 1:
             return super().claim(queue, limit, lease_ms, now_ms)
         want = max(1, min(limit, MAX_BATCH))
         start = self.shard_map.turn(queue, len(names))
         results: list[ClaimResult] = []
+        skipped: list[str] = []
+        errors: list[BaseException] = []
         for step in range(len(names)):
-            taken = sum(len(r.jobs) for r in results)
-            if taken >= want:
+            if sum(len(r.jobs) for r in results) >= want:
                 break
-            results.append(super().claim(names[(start + step) % len(names)], want - taken,
-                                         lease_ms, now_ms))
-        return self._merged(queue, results, complete=len(results) == len(names))
+            name = names[(start + step) % len(names)]
+            left = want - sum(len(r.jobs) for r in results)
+            try:
+                results.append(self.health.run(name, lambda: super(ShardedEngine, self).claim(
+                    name, left, lease_ms, now_ms)))  # noqa: B023
+            except ERRORS as exc:
+                errors.append(exc)
+                skipped.append(name)
+        if not results:
+            raise errors[0]
+        merged = self._merged(queue, results,
+                              complete=len(results) + len(skipped) == len(names))
+        if not skipped:
+            return merged
+        retry = merged.now_ms + int(min(self.health.remaining_ms(n) for n in skipped))
+        return dataclasses.replace(merged, next_due_ms=min(retry, merged.next_due_ms or retry))
 
     @staticmethod
     def _merged(queue: str, results: list[ClaimResult], complete: bool) -> ClaimResult:
@@ -226,18 +291,16 @@ class ShardedEngine(Engine):
             lambda ok: not ok)
 
     def recover(self, queue: str, **options: Any) -> list[Recovered]:
-        found: list[Recovered] = []
         contact = options.pop("contact", None)
-        for name in self.shard_queues(queue):
-            found += super().recover(name, contact=contact.part(name) if contact else None,
-                                     **options)
-        return found
+        return [found for part in self._each(self.shard_queues(queue), lambda name: super(
+                    ShardedEngine, self).recover(
+                    name, contact=contact.part(name) if contact else None, **options))
+                for found in part]
 
     def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
-        found: list[str] = []
-        for name in self.shard_queues(queue):
-            found += super().expiring(name, within_ms, limit)
-        return found
+        return [job_id for part in self._each(self.shard_queues(queue), lambda name: super(
+                    ShardedEngine, self).expiring(name, within_ms, limit))
+                for job_id in part]
 
     # -- managing -------------------------------------------------------------------
 
@@ -304,8 +367,11 @@ class ShardedEngine(Engine):
             raise ShardLimitError(
                 "queue %r has %d shards: a rate or concurrency limit cannot be split "
                 "exactly between them; remove the limit or the shards" % (queue, len(names)))
-        for name in names:
-            super().set_queue_limit(name, rate=rate, concurrency=concurrency)
+        if len(names) == 1:
+            super().set_queue_limit(queue, rate=rate, concurrency=concurrency)
+            return
+        self._each(names, lambda name: super(ShardedEngine, self).set_queue_limit(
+            name, rate=None, concurrency=None))
 
     def oldest_pending(self, queue: str) -> tuple[str, float] | None:
         heads = [head for name in self.shard_queues(queue)
@@ -321,20 +387,45 @@ class ShardedEngine(Engine):
     # -- the reconciler and the wake channels ---------------------------------------
 
     def presence(self, queue: str, job_ids: Sequence[str]) -> list[Presence]:
+        """Where each job is; a job whose home shard fails is answered as queued (the
+        reconciler leaves it for a later pass: nothing can be written there now)."""
         return self._routed(queue, job_ids, str,
                             lambda name, part: super(ShardedEngine, self).presence(name, part),
                             lambda p: not (p.queued or p.dead or p.envelope
                                            or p.reconciled_ms is not None
-                                           or p.settled is not None))
+                                           or p.settled is not None),
+                            unknown=lambda job_id: UNREADABLE)
 
     def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int) -> int:
+        if len(self.shard_queues(queue)) == 1:
+            return super().reenqueue(queue, jobs, seeds, keep_ms=keep_ms, keep_max=keep_max)
         groups: dict[str, list[Any]] = {}
         for job in jobs:
             groups.setdefault(self.shard_map.home(queue, job[0]), []).append(job)
-        return sum(super(ShardedEngine, self).reenqueue(name, group, seeds, keep_ms=keep_ms,
-                                                        keep_max=keep_max)
-                   for name, group in groups.items())
+        added, errors = 0, []
+        for name, group in groups.items():
+            try:
+                added += self.health.run(name, lambda: super(ShardedEngine, self).reenqueue(
+                    name, group, seeds, keep_ms=keep_ms, keep_max=keep_max))  # noqa: B023
+            except ERRORS as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        return added
+
+    def event_stream_of(self, queue: str, job_id: str) -> str:
+        """A sharded queue's events go to their job's shard's stream (its node)."""
+        if self.shard_map.count(queue) > 1:
+            return self.keys(self.shard_map.home(queue, job_id)).events
+        return super().event_stream_of(queue, job_id)
+
+    def event_streams(self) -> list[str]:
+        streams = super().event_streams()
+        for queue, count in (self.shard_map.counts or {}).items():
+            if count > 1:
+                streams += [self.keys(name).events for name in self.shard_queues(queue)]
+        return streams
 
     def wake_listener(self, queues: Iterable[str], event: Any) -> Any:
         listener = super().wake_listener([], event)

@@ -28,6 +28,8 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django_delayq.engine.shard_health import ERRORS
+
 SHARD_MARK = "#"  # shard i >= 1 of queue q is the data set named q#i
 MAX_SHARDS = 64
 SPAN_REFRESH_SECONDS = 30.0
@@ -73,7 +75,9 @@ class ShardMap:
         """How many shards hold data of ``queue`` (see the module docstring). The record
         is kept in every shard's slot (``record_key(i)``): shard 0's is read; when it is
         missing (its node lost its data), the others are, in one pipeline, so a count
-        lowered while retired shards still hold jobs survives the loss of shard 0."""
+        lowered while retired shards still hold jobs survives the loss of shard 0. While
+        a node is down (a read or write fails), the span last seen is kept and read again
+        a second later."""
         if self.counts is None:
             return 1
         now = time.monotonic()
@@ -81,6 +85,17 @@ class ShardMap:
         if cached is not None and now - cached[0] < SPAN_REFRESH_SECONDS:
             return cached[1]
         configured = self.count(queue)
+        try:
+            span = self._read_span(client, configured, record_key)
+        except ERRORS:  # a node down: the span last seen (or configured), read again soon
+            span = max(configured, cached[1] if cached is not None else 1)
+            self._spans[queue] = (now - SPAN_REFRESH_SECONDS + 1.0, span)
+            return span
+        self._spans[queue] = (now, span)
+        return span
+
+    @staticmethod
+    def _read_span(client: Any, configured: int, record_key: Callable[[int], str]) -> int:
         recorded = at_zero = min(_int(client.get(record_key(0))), MAX_SHARDS)
         if recorded == 0:  # never recorded, or shard 0's node lost it: ask the others
             pipe = client.pipeline(transaction=False)
@@ -91,7 +106,6 @@ class ShardMap:
         if span > 1 and (at_zero != span or _int(client.get(record_key(span - 1))) != span):
             for i in range(span):  # every shard's slot holds it
                 client.set(record_key(i), span)
-        self._spans[queue] = (now, span)
         return span
 
     def forget(self, queue: str) -> None:

@@ -38,13 +38,15 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.worker import limits, runner
 from django_delayq.worker.audit import AuditWriter, OutageLog
+from django_delayq.worker.drain import release_unstarted
 from django_delayq.worker.handover import Handover
 from django_delayq.worker.ledger import key_of
 from django_delayq.worker.liveness import Liveness
 from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.recovery import LeaseRecovery
 from django_delayq.worker.retention import Retention
-from django_delayq.worker.settle import Settler, SettleThread
+from django_delayq.worker.settle import SettleThread
+from django_delayq.worker.shards import ShardBackoff, ShardSettler
 from django_delayq.worker.tracking import Supervision, TrackedLedger
 from django_delayq.worker.urgent import UrgentTimer
 from django_delayq.worker.wakeup import monotonic_ms
@@ -85,11 +87,13 @@ class Worker:
         if options.supervision is not None:
             self.audit.before_write = options.supervision.link.flush
         self.gate = limits.StartGate(engine, settings, self._server_now)  # expiry, limits
-        self.settler = Settler(engine, settings, self.audit, self.id, self.gate.release)
+        self.ledger = TrackedLedger(settings, options.supervision, on_late=self.gate.release_late)
+        # a sharded queue is settled shard by shard: a node down holds back its shard only
+        self.settler = ShardSettler(engine, settings, self.audit, self.id, self.gate.release)
+        self.settler.keep = lambda kept: self.ledger.keep_unsettled(kept, [])
         self.audit.after_write = self.settler.landed  # their settled records may go
         self.recovery = LeaseRecovery(engine, settings, self.audit)
         self.queue_gate = limits.QueueGate(engine, settings)  # queue limits and pauses
-        self.ledger = TrackedLedger(settings, options.supervision, on_late=self.gate.release_late)
         self.liveness = Liveness(engine, settings, self.id, name=self.name,
                                  queues=options.queues,
                                  concurrency=options.concurrency,
@@ -100,6 +104,7 @@ class Worker:
         self.handover = Handover(engine, settings, self.ledger)
         # Finished jobs are acked by a thread of their own, within milliseconds
         self.settling = SettleThread(self.ledger, self.settler, self._on_settled)
+        self.settling.backoff = ShardBackoff(engine)
         self.backoff = QueueBackoff()
         self.draining = False
         self.hard_stop = False
@@ -376,17 +381,7 @@ class Worker:
             self.wake.set()
 
     def _release_unstarted(self) -> None:
-        jobs = self.ledger.release_unstarted()
-        by_queue: dict[str, list[ClaimedJob]] = {}
-        for job in jobs:
-            by_queue.setdefault(job.queue, []).append(job)
-        for queue, claimed in by_queue.items():
-            try:
-                self.engine.release(queue, claimed)
-            except RedisError as exc:  # their leases will expire; recovery runs them
-                logger.warning("could not release %d job(s): %s", len(claimed), exc)
-        if jobs:
-            logger.info("released %d claimed job(s) that had not started", len(jobs))
+        release_unstarted(self.engine, self.ledger)
 
     # -- housekeeping: heartbeat, recovery -----------------------------------------
 

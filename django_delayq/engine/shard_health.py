@@ -1,0 +1,96 @@
+"""Which data sets (shards) of this process's engine are failing, and until when.
+
+On a Redis Cluster each shard of a sharded queue lives on one node. When a node is
+down, every command on its shards fails while the other shards work. ``ShardHealth``
+remembers a failing shard and keeps it aside for a growing delay (0.1 s doubling to
+5 s): calls that span the shards (claim, recover, the lease extends, settling) serve the
+healthy ones and skip that one without waiting for its node, and ``schedule()`` into it
+fails at once (its rows stay in the outbox) instead of waiting for a connect timeout on
+every call. The first call after the delay tries the node again; one that works
+forgets the failure.
+
+Shared by every thread of the process (the claim loop, the settling thread, the
+heartbeat, the reconciler): one lock, no I/O under it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisClusterException, RedisError
+
+logger = logging.getLogger(__name__)
+
+# What a node that is down (or a slot no node serves) raises: RedisClusterException is not
+# a RedisError (SlotNotCoveredError, "no node answers" at start).
+ERRORS = (RedisError, RedisClusterException, OSError)
+FIRST_DELAY_SECONDS = 0.1
+MAX_DELAY_SECONDS = 5.0
+
+_R = TypeVar("_R")
+
+
+class ShardDown(RedisConnectionError):
+    """A call skipped because its shard failed moments ago and is still set aside."""
+
+
+class ShardHealth:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._until: dict[str, float] = {}
+        self._delay: dict[str, float] = {}
+        self._error: dict[str, str] = {}
+
+    def down(self, name: str) -> bool:
+        """Whether shard ``name`` is set aside now (it failed, its delay is running)."""
+        return self.clock() < self._until.get(name, 0.0)
+
+    def remaining_ms(self, name: str) -> float:
+        """How long shard ``name`` is still set aside, in ms (0: it may be tried)."""
+        return max(0.0, self._until.get(name, 0.0) - self.clock()) * 1000
+
+    def failing(self) -> dict[str, float]:
+        """Shard -> ms it is still set aside, for the shards whose last call failed."""
+        with self._lock:
+            return {name: self.remaining_ms(name) for name in self._delay}
+
+    def run(self, name: str, call: Callable[[], _R]) -> _R:
+        """``call()`` on shard ``name``, unless it is set aside (``ShardDown``, at once);
+        a failure sets it aside, a success forgets its failure."""
+        if self.down(name):
+            raise ShardDown("shard %r is unavailable (%s); tried again in %.1fs" % (
+                name, self._error.get(name, "failed"), self.remaining_ms(name) / 1000))
+        try:
+            result = call()
+        except ERRORS as exc:
+            self.failed(name, exc)
+            raise
+        if name in self._delay:
+            self.worked(name)
+        return result
+
+    def failed(self, name: str, exc: BaseException) -> None:
+        with self._lock:
+            delay = min(max(2 * self._delay.get(name, 0.0), FIRST_DELAY_SECONDS),
+                        MAX_DELAY_SECONDS)
+            first = name not in self._delay
+            self._delay[name] = delay
+            self._until[name] = self.clock() + delay
+            self._error[name] = str(exc)[:200]
+        log = logger.warning if first or delay >= MAX_DELAY_SECONDS else logger.debug
+        log("shard %r: Redis unavailable (%s); the other shards go on, this one is tried "
+            "again in %.1fs", name, exc, delay)
+
+    def worked(self, name: str) -> None:
+        with self._lock:
+            was = self._delay.pop(name, None)
+            self._until.pop(name, None)
+            self._error.pop(name, None)
+        if was is not None:
+            logger.warning("shard %r: Redis answers again", name)

@@ -1,0 +1,87 @@
+"""A sharded queue on a real local Redis Cluster loses one node: only that node's shard
+stops. The other shards' jobs keep being claimed, run and settled within a second of
+their due time, ``schedule()`` into the lost shard returns at once (its rows wait in the
+outbox), and once the node is back (empty: no persistence) every job of the lost shard
+runs, each once."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.core.connection import get_engine
+from django_delayq.engine.shards import shard_name
+from django_delayq.models import Job, JobStatus
+from tests.cluster.conftest import running_worker, spread_prefix
+from tests.cluster.server import LocalCluster
+from tests.helpers import wait_until
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+SHARDS = 3
+NAMES = tuple(shard_name("emails", i) for i in range(SHARDS))
+
+
+@pytest.fixture
+def sharded(settings, redis_cluster: LocalCluster):  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_cluster.url,
+                       "PREFIX": spread_prefix(redis_cluster, NAMES),
+                       "QUEUE_OPTIONS": {"emails": {"shards": SHARDS}}}
+    return settings
+
+
+def _kill(cluster: LocalCluster, port: int) -> None:
+    node = cluster.node(port)
+    assert node.proc is not None
+    node.proc.kill()  # SIGKILL: no goodbye to the other nodes or the clients
+    node.proc.wait()
+    node.proc = None
+
+
+def _started_within(ids: list[str], seconds: float) -> None:
+    """Every job of ``ids`` succeeded, each started within ``seconds`` of its due time."""
+    rows = list(Job.objects.filter(pk__in=ids))
+    assert len(rows) == len(ids)
+    late = [(r.pk, r.lateness_ms()) for r in rows
+            if r.status != JobStatus.SUCCEEDED or (r.lateness_ms() or 0) > seconds * 1000]
+    assert not late, late
+
+
+def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # type: ignore[no-untyped-def]
+        sharded, redis_cluster: LocalCluster, tmp_path) -> None:
+    engine = get_engine()
+    down = redis_cluster.node_of(engine.keys(NAMES[2]).pending)
+    assert len({redis_cluster.node_of(engine.keys(n).pending) for n in NAMES}) == SHARDS
+    out = tmp_path / "runs.txt"
+    with running_worker(("emails",), concurrency=4):
+        before = [schedule("tests.jobs.record", str(out), "b%d" % i, queue="emails",
+                           delay=timedelta(seconds=2)) for i in range(60)]
+        home = {h.id: engine.home_of("emails", h.id) for h in before}
+        _kill(redis_cluster, down)
+        try:
+            healthy = [h.id for h in before if home[h.id] != NAMES[2]]
+            wait_until(lambda: Job.objects.filter(
+                pk__in=healthy, status=JobStatus.SUCCEEDED).count() == len(healthy), 20)
+            _started_within(healthy, 1.0)  # due after the kill: served on time
+            during, slowest = [], 0.0
+            for i in range(60):  # the lost shard's stay in the outbox, at once
+                began = time.monotonic()
+                during.append(schedule("tests.jobs.record", str(out), "d%d" % i,
+                                       queue="emails"))
+                slowest = max(slowest, time.monotonic() - began)
+            assert slowest < 1.0, slowest
+            ok = [h.id for h in during if engine.home_of("emails", h.id) != NAMES[2]]
+            wait_until(lambda: Job.objects.filter(
+                pk__in=ok, status=JobStatus.SUCCEEDED).count() == len(ok), 20)
+            _started_within(ok, 1.0)
+            lost = [h.id for h in before + during if engine.home_of("emails", h.id) == NAMES[2]]
+            assert lost and not Job.objects.filter(pk__in=lost,
+                                                   status=JobStatus.SUCCEEDED).exists()
+        finally:
+            redis_cluster.restart(down)  # empty: its epoch key is gone
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 120, 60)
+    runs = [line.split() for line in out.read_text().splitlines()]
+    assert sorted(tag for tag, *_ in runs) == sorted(
+        ["b%d" % i for i in range(60)] + ["d%d" % i for i in range(60)])  # each once
