@@ -52,6 +52,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from django_delayq.engine import Engine
+from django_delayq.engine.shard_health import ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class Epochs:
         self.known: dict[str, str] = {}
         # queue -> the data sets its last loss took (None: all of them)
         self.lost_sets: dict[str, set[str] | None] = {}
+        self.unreadable: set[str] = set()  # data sets whose epoch the last check missed
 
     def check(self, create: bool = True) -> dict[str, datetime]:
         """Queues whose data Redis lost since the last look (see the module docstring),
@@ -94,7 +96,9 @@ class Epochs:
                  for name in self.engine.data_sets(queue)]
         lost: dict[str, datetime] = {}
         took: dict[str, set[str] | None] = {}
-        for (queue, name), found in zip(looks, self.engine.epochs([n for _, n in looks])):
+        for (queue, name), found in zip(looks, self._read([n for _, n in looks])):
+            if name in self.unreadable:
+                continue  # judged when its node answers again
             known = self.known.get(name)
             value, loss = self._look_at(queue, name, known, found, create)
             if loss and (known is not None or name == queue):
@@ -111,6 +115,26 @@ class Epochs:
                 self.known[name] = value
         self.lost_sets.update(took)
         return lost
+
+    def _read(self, names: list[str]) -> list[str | None]:
+        """The epochs of ``names`` in one round trip; when it fails (a cluster node
+        down), one by one: the names whose node does not answer are in ``unreadable``
+        (their value here is None). Raises when none can be read (Redis is down)."""
+        self.unreadable = set()
+        try:
+            return list(self.engine.epochs(names))
+        except ERRORS as exc:
+            failure: BaseException = exc
+        found: list[str | None] = []
+        for name in names:
+            try:
+                found += self.engine.health.run(name, lambda: self.engine.epochs([name]))  # noqa: B023
+            except ERRORS:
+                found.append(None)
+                self.unreadable.add(name)
+        if len(self.unreadable) == len(names):
+            raise failure
+        return found
 
     def assume_lost(self, queue: str) -> None:
         """Treat every data set of ``queue`` as lost (``delayq_reconcile --assume-lost``)."""

@@ -77,11 +77,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, close_old_connections, router
-from django.db.models import Q
 from django.utils import timezone
 
 from django_delayq.core import final_rows, workflows
@@ -94,7 +92,18 @@ from django_delayq.core.final_rows import (  # noqa: F401 - named here too
     Finding,
 )
 from django_delayq.core.liveness import Liveness
+from django_delayq.core.reconcile_state import (
+    LIGHT,
+    OUTAGE_GRACE_SECONDS,
+    Cursor,
+    Outage,
+    PassStats,
+    Suspect,
+    count_lost_deliveries,
+    live_rows,
+)
 from django_delayq.engine import Engine, scripts
+from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import LIVE_STATUSES, Job
 
 logger = logging.getLogger(__name__)
@@ -107,8 +116,6 @@ MULTI_ROWS = scripts.RECONCILE_CHUNK
 MAX_SUSPECTS = 10_000
 RECENT_SECONDS = 30.0
 MAX_RECENT = 100_000
-LIGHT = ("id", "queue", "status", "worker_id", "run_at", "updated_at", "attempts",
-         "cancel_requested", "callable_path", "priority")
 EPOCH_CHECK_SECONDS = 1.0
 URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
 # In a loss pass, rows changed less than this before the loss (or after it) may describe
@@ -120,34 +127,6 @@ SWEEP_SECONDS = 10.0
 
 def _ms(moment: datetime) -> int:
     return int(moment.timestamp() * 1000)
-
-
-@dataclass(slots=True)
-class Cursor:
-    """Position of a walk over live rows: status index, then (run_at, pk)."""
-
-    status: int = 0
-    after: tuple[datetime, str] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Suspect:
-    status: str
-    updated_at: datetime
-    seen: float  # monotonic
-    seen_ms: int  # Redis clock: workers heard from after this were alive after the look
-    lost: bool  # found in a loss pass: a live worker does not keep a running row
-
-
-@dataclass(slots=True)
-class PassStats:
-    examined: int = 0
-    enqueued: int = 0
-    settled: int = 0
-    orphans: int = 0
-    waiting_on_live_worker: int = 0
-    missing: list[str] = field(default_factory=list)
-    to_settle: list[str] = field(default_factory=list)
 
 
 class Reconciler:
@@ -166,6 +145,8 @@ class Reconciler:
         self._last_epoch = -1e18
         self._last_sweep = time.monotonic()  # the first sweep after one SWEEP_SECONDS
         self.stats = PassStats()
+        self._outage = Outage()  # Redis failing, as seen here: a pass once it answers
+        self._after_outage: Cursor | None = None
 
     # -- worker entry point -----------------------------------------------------------
 
@@ -176,6 +157,9 @@ class Reconciler:
         """
         try:
             return self._tick()
+        except ERRORS:
+            self._outage.failed()
+            raise
         except DatabaseError as exc:
             logger.warning("reconciler: database unavailable (%s); will retry", exc)
             close_old_connections()
@@ -188,7 +172,18 @@ class Reconciler:
             self._last_epoch = now
             for queue in self.check_epochs():
                 self._urgent[queue] = Cursor()
+            if self._epochs.unreadable:  # a node down: its rows wait for a pass after it
+                self._outage.failed()
+            else:
+                self._outage.worked()
         added = self._urgent_work() if self._urgent else 0
+        if self._after_outage is None and (walk := self._outage.take_pass()) is not None:
+            self._after_outage = walk
+            self.stats.outage_passes += 1
+            logger.info("reconciler: Redis answers again; looking at the rows changed since "
+                        "%s without the long grace", walk.since)
+        if self._after_outage is not None:
+            added += self._outage_work(self._after_outage)
         added += self._confirm()
         if now - self._last_sweep >= max(SWEEP_SECONDS, self.settings.reconcile_interval_seconds):
             self._last_sweep = now  # children of parents made final without the hook
@@ -214,6 +209,18 @@ class Reconciler:
                     del self._urgent[queue]
                     logger.info("reconciler: loss pass of queue %r done", queue)
                     break
+        return added
+
+    def _outage_work(self, cursor: Cursor) -> int:
+        """The pass after an outage (``reconcile_state.Outage``), within the urgent
+        budget per tick: rows changed since the outage began get the second look."""
+        deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        added = 0
+        while time.monotonic() < deadline:
+            added += self._batch(cursor, self.queues, OUTAGE_GRACE_SECONDS, lost=False)
+            if cursor.status == 0 and cursor.after is None:
+                self._after_outage = None
+                break
         return added
 
     # -- on demand (manage.py delayq_reconcile) ---------------------------------------
@@ -269,29 +276,9 @@ class Reconciler:
 
     # -- one batch ----------------------------------------------------------------------
 
-    def _rows(self, cursor: Cursor, queues: tuple[str, ...], grace: float,
-              batch: int) -> list[Job]:
-        """Up to ``batch`` live rows from ``cursor``; advances it (wraps to the start)."""
-        cutoff = timezone.now() - timedelta(seconds=grace)
-        while cursor.status < len(LIVE_STATUSES):
-            rows = Job.objects.filter(status=LIVE_STATUSES[cursor.status], queue__in=queues,
-                                      updated_at__lte=cutoff).only(*LIGHT)
-            if cursor.after is not None:
-                at, pk = cursor.after
-                rows = rows.filter(Q(run_at__gt=at) | Q(run_at=at, pk__gt=pk))
-            found = list(rows.order_by("run_at", "pk")[:batch])
-            if len(found) == batch:
-                cursor.after = (found[-1].run_at, found[-1].pk)
-            else:
-                cursor.status, cursor.after = cursor.status + 1, None
-            if found:
-                return found
-        cursor.status, cursor.after = 0, None
-        return []
-
     def _batch(self, cursor: Cursor, queues: tuple[str, ...], grace: float, *, lost: bool,
                batch: int = BATCH, dry_run: bool = False) -> int:
-        rows = self._rows(cursor, queues, grace, batch)
+        rows = live_rows(cursor, queues, grace, batch)
         if not rows:
             return 0
         self.stats.examined += len(rows)
@@ -315,7 +302,7 @@ class Reconciler:
             elif taken or len(self._suspects) < MAX_SUSPECTS:
                 self._suspects.setdefault(f.row.pk, Suspect(f.row.status, f.row.updated_at,
                                                             now, seen_ms, taken))
-        return self._act(act, None)
+        return self._act(act, None, lost=True)
 
     def _before_loss(self, row: Job) -> bool:
         lost_at = self._lost_at.get(row.queue)
@@ -341,13 +328,16 @@ class Reconciler:
         for lost, items in still.items():
             if items:
                 found = self._find(items)
-                added += self._act(found if lost else self._leave_to_live_workers(found), seen)
+                added += self._act(found if lost else self._leave_to_live_workers(found), seen,
+                                   lost=lost)
         return added
 
-    def _act(self, found: list[Finding], seen: dict[str, Suspect] | None) -> int:
-        """Settle what is final in Redis; re-enqueue the rest (``seen``: their first look)."""
+    def _act(self, found: list[Finding], seen: dict[str, Suspect] | None, *,
+             lost: bool = False) -> int:
+        """Settle what is final in Redis; re-enqueue the rest (``seen``: their first look;
+        ``lost``: rows of data Redis lost)."""
         self.stats.settled += final_rows.settle([f for f in found if f.settles], self.engine)
-        return self._enqueue([f.row for f in found if not f.settles], seen)
+        return self._enqueue([f.row for f in found if not f.settles], seen, lost)
 
     # -- where the jobs are -------------------------------------------------------------
 
@@ -408,11 +398,14 @@ class Reconciler:
 
     # -- acting -------------------------------------------------------------------------
 
-    def _enqueue(self, rows: list[Job], seen: dict[str, Suspect] | None) -> int:
+    def _enqueue(self, rows: list[Job], seen: dict[str, Suspect] | None,
+                 lost: bool = False) -> int:
         if not rows:
             return 0
         seen_ms = {pk: sus.seen_ms for pk, sus in seen.items()} if seen else None
         seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)
+        if lost:  # a delivery the lost data held may be unrecorded: never its token again
+            count_lost_deliveries(rows, seeds, self._lost_at, LOSS_MARGIN_SECONDS)
         ready = []
         for row in rows:
             if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:

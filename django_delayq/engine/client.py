@@ -13,8 +13,9 @@ master fails with READONLY and is dropped. The credentials are the master's;
 ``?sentinel_password=...`` (and ``sentinel_username``) authenticate to the sentinels, and
 the ``socket_*`` options apply to both.
 
-Every client gets timeouts (a silent partition must not hang a worker forever), TCP
-keepalive and a health check unless the caller says otherwise. No Django here: a cache
+Every client gets timeouts (connect 1 s, reply 5 s: a silent partition must not hang a
+worker, nor a ``schedule()`` call, for long), TCP keepalive and a health check unless the
+caller says otherwise (the URL's query options win). No Django here: a cache
 alias is resolved by django-redis itself, imported only when one is asked for.
 """
 
@@ -35,6 +36,11 @@ from django_delayq.engine.urls import (
 )
 
 DEFAULT_URL = "redis://localhost:6379/0"
+# A node that does not answer must not hold a caller for long: schedule() into it keeps
+# its row in the outbox instead. Every script and MULTI is bounded to milliseconds, so a
+# reply that takes seconds means the server (or the path to it) is stalled.
+CONNECT_TIMEOUT_SECONDS = 1.0
+SOCKET_TIMEOUT_SECONDS = 5.0
 
 
 def make_client(url: str | None = None, cache_alias: str | None = None, **options: Any) -> Any:
@@ -44,8 +50,8 @@ def make_client(url: str | None = None, cache_alias: str | None = None, **option
         return cache_client(cache_alias)
     url = url or DEFAULT_URL
     options.setdefault("health_check_interval", 30)
-    options.setdefault("socket_connect_timeout", 5)
-    options.setdefault("socket_timeout", 10)  # a silent partition must not hang forever
+    options.setdefault("socket_connect_timeout", CONNECT_TIMEOUT_SECONDS)
+    options.setdefault("socket_timeout", SOCKET_TIMEOUT_SECONDS)
     if not url.startswith("unix://"):
         options.setdefault("socket_keepalive", True)
     if is_cluster_url(url):

@@ -6,12 +6,13 @@
   without a place, re-enqueued moments ago) and its attempts counter, read atomically
   (one MULTI, one slot; no TIME inside: a Redis Cluster pipeline refuses keyless
   commands). Nine reads a job (the settled record among them).
-* **Re-enqueue**: one MULTI remembers the ids in ``{prefix:queue}:reconciled``, seeds
-  their attempts counters (HSETNX: never lowers a counter Redis holds) and runs
-  ``enqueue.lua`` (sent with EVAL: a NOSCRIPT inside EXEC would not undo the rest).
+* **Re-enqueue**: ``reenqueue.lua`` puts back the jobs Redis holds nowhere, has no
+  settled record of and did not re-enqueue within the keep time, remembers them in
+  ``{prefix:queue}:reconciled`` and raises their attempts counters to the seeds (never
+  lowering one): one script, so two reconcilers never both put a job back.
 
-Each MULTI carries at most ``scripts.RECONCILE_CHUNK`` jobs: a MULTI blocks Redis like
-a script (seven reads a job, or two writes and its share of enqueue.lua).
+Each MULTI (and each re-enqueue call) carries at most ``scripts.RECONCILE_CHUNK`` jobs:
+a MULTI blocks Redis like a script (nine reads a job).
 """
 
 from __future__ import annotations
@@ -159,11 +160,11 @@ class OutboxOps(RedisOwner):
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int) -> int:
         """Enqueue ``jobs`` ((id, due ms) or (id, due ms, priority), payload elsewhere)
         again; returns how many were
-        new. Per MULTI of at most ``scripts.RECONCILE_CHUNK`` jobs: remember the ids in
-        ``reconciled`` (dropping entries older than ``keep_ms`` and beyond the newest
-        ``keep_max``), seed the attempts counter of each id with a truthy ``seeds[id]``
-        (HSETNX), run enqueue.lua. Atomic: a caller killed half-way never leaves ids
-        remembered but not enqueued."""
+        new. Per call of ``reenqueue.lua`` (at most ``scripts.RECONCILE_CHUNK`` jobs):
+        skip the ids Redis holds, has a settled record of, or re-enqueued within
+        ``keep_ms``; enqueue the others, remember them in ``reconciled`` (at most
+        ``keep_max``) and raise their attempts counters to ``seeds[id]`` (the highest
+        token a delivery may have had: the next claim's is higher)."""
         added = 0
         for chunk in _chunks(jobs, scripts.RECONCILE_CHUNK):
             added += self._reenqueue(queue, chunk, seeds, keep_ms, keep_max)
@@ -172,18 +173,9 @@ class OutboxOps(RedisOwner):
     def _reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
                    seeds: Mapping[str, int | None], keep_ms: float, keep_max: int) -> int:
         k = self.keys(queue)
-        now_ms = self.time_ms()
-        args: list[Any] = [0, k.channel]
+        args: list[Any] = [0, k.channel, int(keep_ms), int(keep_max)]
         for job in jobs:
             priority = job[2] if len(job) > 2 else 0  # type: ignore[misc]
-            args += [job[0], job[1], 0, "", priority]  # no envelope: the payload elsewhere
-        ids = [job[0] for job in jobs]
-        pipe = self.client.pipeline(transaction=True)
-        pipe.zadd(k.reconciled, dict.fromkeys(ids, now_ms))
-        pipe.zremrangebyscore(k.reconciled, "-inf", now_ms - keep_ms)
-        pipe.zremrangebyrank(k.reconciled, 0, -keep_max - 1)
-        for job_id in ids:
-            if seeds.get(job_id):
-                pipe.hsetnx(k.attempts, job_id, seeds[job_id])
-        scripts.load("enqueue").queue(pipe, k.script_keys(), args)
-        return int(pipe.execute()[-1][0])
+            args += [job[0], job[1], priority, seeds.get(job[0]) or 0]
+        reply = scripts.load("reenqueue")(self.client, (*k.script_keys(), k.reconciled), args)
+        return int(reply[0])

@@ -65,6 +65,7 @@ SCRIPT_NAMES = (
     "acquire",
     "release_group",
     "forget_settled",
+    "reenqueue",
 )
 
 # Most items per call of each script (the ``Cost:`` line of its header says the same).
@@ -133,6 +134,7 @@ BOUNDS: dict[str, Bound] = {
     "acquire": Bound(8, 0, 0),
     "release_group": Bound(0, 1, MAX_RELEASE_GROUP),
     "forget_settled": Bound(2, 1, MAX_FORGET),
+    "reenqueue": Bound(4, 4, RECONCILE_CHUNK),
 }
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")

@@ -40,7 +40,8 @@ def test_client_is_a_redis_cluster_with_the_usual_timeouts(redis_cluster) -> Non
         assert isinstance(client, RedisCluster)
         assert len(client.get_primaries()) == 3
         kwargs = client.get_default_node().redis_connection.connection_pool.connection_kwargs
-        assert (kwargs["socket_timeout"], kwargs["socket_keepalive"]) == (10, True)
+        assert (kwargs["socket_connect_timeout"], kwargs["socket_timeout"],
+                kwargs["socket_keepalive"]) == (1.0, 5.0, True)
     finally:
         client.close()
 

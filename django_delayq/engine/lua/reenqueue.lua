@@ -1,0 +1,88 @@
+-- reenqueue.lua : the reconciler puts back jobs Redis does not hold; at most once per
+-- job however many reconcilers find it missing at once, under a fresh lease token.
+--
+-- KEYS[1]..[15]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]  pending     ZSET  due_ms -> id
+-- KEYS[2]  inflight    ZSET  lease_deadline_ms -> id
+-- KEYS[3]  jobs        HASH  id -> envelope
+-- KEYS[4]  attempts    HASH  id -> lease token (the last one handed out)
+-- KEYS[6]  dead        ZSET  died_ms -> id
+-- KEYS[7]  epoch       STRING set, if absent, as enqueue.lua does
+-- KEYS[8]  ready       ZSET  ready score -> id
+-- KEYS[9]  prio        HASH  id -> priority, only for priorities other than 0
+-- KEYS[14] settled     ZSET  id -> settled ms (a worker settled it; its row is coming)
+-- KEYS[16] reconciled  ZSET  id -> ms a reconciler re-enqueued it
+-- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
+-- ARGV[2]  channel     PUBLISH target (lib.lua line_write)
+-- ARGV[3]  keep_ms     how long a re-enqueue is remembered (ms)
+-- ARGV[4]  keep_max    how many re-enqueued ids are remembered at most
+-- ARGV[5..] groups of 4: id, due_ms (absolute), priority (-100..100), seed: the
+--           highest lease token the job may have had (0: none); the counter becomes
+--           max(its value, seed), so the next claim's token is higher than both
+--
+-- A job is left alone (not counted) when Redis holds it (pending, ready, in flight,
+-- dead, an envelope), holds a settled record of it, or re-enqueued it within keep_ms
+-- (another reconciler found it missing in the same moment: it may have run and been
+-- acked since). The reads and the writes are one script: two reconcilers cannot both
+-- decide that a job is missing and both put it back.
+-- Returns: {added, now_ms}
+-- Cost: at most 100 jobs per call (scripts.RECONCILE_CHUNK; callers split bigger
+--       batches): O(n log N); trimming `reconciled` removes at most 1,000 old ids.
+--@include now
+--@include wrong_type
+--@include clamp_ms
+--@include call_many
+--@include line
+local pending, inflight, jobs, attempts, dead, epoch, ready, prio, settled, recent =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[14], KEYS[16]
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', '', 'zset', '', 'zset', 'hash', '',
+                        '', '', 'zset', 'zset', '', 'zset'})
+if err then return err end
+local now = now_ms(ARGV[1])
+local keep_ms, keep_max = tonumber(ARGV[3]), tonumber(ARGV[4])
+local ids = {}
+for i = 5, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return {0, now} end
+local line = new_line(pending, ready)
+local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
+local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
+local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
+local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
+local in_settled = redis.call('ZMSCORE', settled, unpack(ids))
+local lately = redis.call('ZMSCORE', recent, unpack(ids))
+local counters = redis.call('HMGET', attempts, unpack(ids))
+local has_env = {}
+if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
+local seen, prios, seeds, remembered = {}, {}, {}, {}
+local added = 0
+for j = 1, #ids do
+  local id = ids[j]
+  local recently = lately[j] and tonumber(lately[j]) >= now - keep_ms
+  if not (in_pending[j] or in_ready[j] or in_flight[j] or in_dead[j] or has_env[j]
+          or in_settled[j] or recently or seen[id]) then
+    seen[id] = true
+    added = added + 1
+    local i = 4 * j + 1
+    local priority = math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 2]) or 0)))
+    enter(line, id, clamp_ms(tonumber(ARGV[i + 1])), priority, now)
+    if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
+    local seed = math.max(tonumber(ARGV[i + 3]) or 0, tonumber(counters[j]) or 0)
+    if seed > 0 then seeds[#seeds + 1] = id; seeds[#seeds + 1] = seed end
+    remembered[#remembered + 1] = now; remembered[#remembered + 1] = id
+  end
+end
+if added > 0 then
+  line_write(line, pending, ready, ARGV[2])
+  if #prios > 0 then call_many('HSET', prio, {}, prios) end
+  if #seeds > 0 then call_many('HSET', attempts, {}, seeds) end
+  call_many('ZADD', recent, {}, remembered)
+end
+local old = redis.call('ZCOUNT', recent, '-inf', string.format('(%.0f', now - keep_ms))
+local over = redis.call('ZCARD', recent) - keep_max
+local drop = math.min(math.max(old, over), 1000)
+if drop > 0 then redis.call('ZREMRANGEBYRANK', recent, 0, drop - 1) end
+if redis.call('EXISTS', epoch) == 0 then
+  local t = server_time()
+  redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')
+end
+return {added, now}
