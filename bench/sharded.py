@@ -2,7 +2,7 @@
 """One hot queue on a 3-master Redis Cluster, in 1 shard and in 3 shards.
 
     python bench/sharded.py [--jobs 10000] [--timed 1000] [--spread 3] [--workers 2]
-                            [--concurrency 8] [--shards 1,3]
+                            [--concurrency 8] [--shards 1,3] [--events on,off]
 
 Starts a local cluster of three masters (``tests/cluster/server.py``'s ``LocalCluster``)
 and a SQLite database in a temporary directory. For each shard count, under a fresh
@@ -10,8 +10,9 @@ prefix: schedules ``--jobs`` no-op jobs due now onto queue ``hot``, starts ``--w
 ``delayq_worker`` processes and measures the drain (jobs/s, from the first start to the
 last finish in the audit rows) and the Redis CPU of each node over it (INFO CPU,
 used_cpu_sys + used_cpu_user deltas); then, with the workers idle, ``--timed`` jobs due
-over ``--spread`` seconds and their lateness (start - due) p50/p99. Prints a table and
-the load average.
+over ``--spread`` seconds and their lateness (start - due) p50/p99. ``--events``: each
+shard count with the event stream on, off, or both (the busiest node's share of the
+Redis CPU shows where the stream's work lands). Prints a table and the load average.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from bench_settings import *  # noqa: F403
 from bench_settings import DELAYQ as _BASE
 DELAYQ = {**_BASE, "PREFIX": os.environ["BENCH_PREFIX"], "QUEUES": ["hot"],
           "DEFAULT_QUEUE": "hot",
+          "EVENTS": os.environ.get("BENCH_EVENTS", "on") == "on",
           "QUEUE_OPTIONS": {"hot": {"shards": int(os.environ["BENCH_SHARDS"])}}}
 '''
 
@@ -119,8 +121,8 @@ def spread_prefix(cluster: object, shards: int, fresh: object) -> str:
     raise RuntimeError("no prefix spreads %d shards over the cluster" % shards)
 
 
-def one(opts: argparse.Namespace, cluster: object, shards: int, workdir: Path
-        ) -> dict[str, object]:
+def one(opts: argparse.Namespace, cluster: object, shards: int, workdir: Path,
+        events: str = "on") -> dict[str, object]:
     from django.conf import settings
 
     from django_delayq.core import conf, connection
@@ -129,8 +131,9 @@ def one(opts: argparse.Namespace, cluster: object, shards: int, workdir: Path
 
     Job.objects.all().delete()
     os.environ.update(BENCH_PREFIX=spread_prefix(cluster, shards, unique_prefix),
-                      BENCH_SHARDS=str(shards))
+                      BENCH_SHARDS=str(shards), BENCH_EVENTS=events)
     settings.DELAYQ = {**settings.DELAYQ, "PREFIX": os.environ["BENCH_PREFIX"],
+                       "EVENTS": events == "on",
                        "QUEUE_OPTIONS": {"hot": {"shards": shards}}}
     conf.get_settings.cache_clear()
     connection.reset()
@@ -142,19 +145,19 @@ def one(opts: argparse.Namespace, cluster: object, shards: int, workdir: Path
             proc.terminate()
         for proc in procs:
             proc.wait()
-    return {"shards": shards, **result}
+    return {"shards": shards, "events": events, **result}
 
 
 def table(rows: list[dict[str, object]], opts: argparse.Namespace) -> None:
     print("%d jobs drained by %d workers x %d threads; %d timed jobs over %g s"
           % (opts.jobs, opts.workers, opts.concurrency, opts.timed, opts.spread))
-    print("| shards | drain jobs/s | Redis CPU s per node (drain) | busiest node | "
+    print("| shards | events | drain jobs/s | Redis CPU s per node (drain) | busiest node | "
           "lateness p50 ms | p99 ms |")
-    print("|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
         used: list[float] = r["cpu"]  # type: ignore[assignment]
-        print("| %d | %.0f | %s | %.0f%% | %.1f | %.1f |" % (
-            r["shards"], r["jobs_per_s"], " / ".join("%.2f" % c for c in used),
+        print("| %d | %s | %.0f | %s | %.0f%% | %.1f | %.1f |" % (
+            r["shards"], r["events"], r["jobs_per_s"], " / ".join("%.2f" % c for c in used),
             100 * max(used) / max(sum(used), 1e-9), r["p50_ms"], r["p99_ms"]))
     print("load average %.2f %.2f %.2f (%d cpus)" % (*os.getloadavg(), os.cpu_count() or 0))
 
@@ -167,6 +170,7 @@ def main() -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--shards", default="1,3")
+    p.add_argument("--events", default="on", help="on, off or on,off")
     opts = p.parse_args()
     from tests.cluster.server import LocalCluster
 
@@ -183,7 +187,8 @@ def main() -> int:
 
         django.setup()
         call_command("migrate", verbosity=0)
-        rows = [one(opts, cluster, int(n), workdir) for n in opts.shards.split(",")]
+        rows = [one(opts, cluster, int(n), workdir, events)
+                for n in opts.shards.split(",") for events in opts.events.split(",")]
     finally:
         cluster.cleanup()
     table(rows, opts)

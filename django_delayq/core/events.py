@@ -1,6 +1,9 @@
-"""The event stream: every job transition, appended to one capped Redis Stream.
+"""The event stream: every job transition, appended to a capped Redis Stream.
 
-Key ``{<prefix>}:events`` (a STREAM, capped with ``XADD MAXLEN ~ EVENTS_MAXLEN``).
+Key ``{<prefix>}:events`` (a STREAM, capped with ``XADD MAXLEN ~ EVENTS_MAXLEN``); the
+events of a sharded queue go to a stream on their shard's node instead,
+``{<prefix>:<queue>#<i>}:events``, each capped the same (``engine/events.py``), and
+readers merge the streams.
 Each entry holds strings: ``event`` (scheduled, started, succeeded, retrying, dead,
 cancelled), ``job``, ``queue``, ``callable``, ``ts_ms`` (wall clock of the process that
 saw it) and, depending on the event, ``attempt``, ``worker``, ``run_at``, ``retry_at``,
@@ -106,7 +109,7 @@ class EventStream:
             self._buffer.clear()
         if not raw:
             return 0
-        batch = _materialise(raw)
+        batch = self.log.order(_materialise(raw))  # grouped by stream: see engine/events.py
         done = 0
         try:
             for covered, sent, written in self.log.append(batch):

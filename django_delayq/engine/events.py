@@ -4,17 +4,26 @@ One call carries at most ``scripts.MAX_EVENTS`` events and ``scripts.MAX_EVENT_A
 arguments, so a burst of thousands of events is a few short script calls, never one
 long one that would hold Redis. The buffering, the flusher thread and what an event
 holds are the caller's (``core/events.py``).
+
+**Streams.** The events of a sharded queue go to a stream of their job's shard,
+``{prefix:queue#i}:events``, on that shard's node; every other event to the prefix's
+stream ``{prefix}:events``. On a Redis Cluster the stream work is then spread like the
+queue's own work (one stream on one node took half of a 3-shard queue's Redis CPU).
+Each stream is capped near ``maxlen``. Readers (``Engine.last_events``,
+``Engine.read_events``) merge the streams by entry id, which each node draws from its
+clock.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
 
 from django_delayq.engine import scripts
 
 logger = logging.getLogger(__name__)
+_F = TypeVar("_F", bound=Mapping[str, str])
 
 
 def calls(maxlen: int, batch: Sequence[Mapping[str, str]]
@@ -44,18 +53,61 @@ def calls(maxlen: int, batch: Sequence[Mapping[str, str]]
 
 class EventLog:
     """The stream at ``key`` capped near ``maxlen`` entries (``XADD MAXLEN ~``), written
-    through ``client`` (any redis-py client; ``Engine.event_log`` gives the engine's)."""
+    through ``client`` (any redis-py client; ``Engine.event_log`` gives the engine's).
+    ``route(fields)``, when given, names the stream of each event instead (a sharded
+    queue's events go to a stream on their shard's node: ``Engine.event_stream_of``)."""
 
-    def __init__(self, client: Any, key: str, maxlen: int) -> None:
+    def __init__(self, client: Any, key: str, maxlen: int,
+                 route: Callable[[Mapping[str, str]], str] | None = None) -> None:
         self.client = client
         self.key = key
         self.maxlen = maxlen
+        self.route = route
+
+    def order(self, batch: Sequence[_F]) -> list[_F]:
+        """``batch`` grouped by stream (each stream's events in their order), the order
+        ``append`` writes them in."""
+        if self.route is None:
+            return list(batch)
+        groups: dict[str, list[_F]] = {}
+        for fields in batch:
+            groups.setdefault(self.route(fields), []).append(fields)
+        return [fields for group in groups.values() for fields in group]
 
     def append(self, batch: Sequence[Mapping[str, str]]) -> Iterator[tuple[int, int, int]]:
-        """Write ``batch`` in order, one bounded call at a time; yields (events covered,
-        sent, written by Redis) after each call, so that a caller stopped by an error
-        knows how far it got. Redis writes fewer than sent only into a damaged stream."""
+        """Write ``batch`` (as ``order`` returns it) in order, one bounded call at a time;
+        yields (events covered, sent, written by Redis) after each call, so that a caller
+        stopped by an error knows how far it got. Redis writes fewer than sent only into a
+        damaged stream."""
         script = scripts.load("events_add")
-        for args, covered, sent in calls(self.maxlen, batch):
-            written = int(script(self.client, (self.key,), args))
-            yield covered, sent, written
+        for key, run in self._runs(batch):
+            for args, covered, sent in calls(self.maxlen, run):
+                written = int(script(self.client, (key,), args))
+                yield covered, sent, written
+
+    def _runs(self, batch: Sequence[Mapping[str, str]]
+              ) -> Iterator[tuple[str, list[Mapping[str, str]]]]:
+        if self.route is None:
+            yield self.key, list(batch)
+            return
+        run: list[Mapping[str, str]] = []
+        key = ""
+        for fields in batch:
+            where = self.route(fields)
+            if run and where != key:
+                yield key, run
+                run = []
+            key = where
+            run.append(fields)
+        if run:
+            yield key, run
+
+
+def entry_order(entry_id: Any) -> tuple[int, int]:
+    """A stream entry id (``<ms>-<seq>``) as a sortable pair."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    ms, _, seq = text.partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return 0, 0

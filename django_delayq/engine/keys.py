@@ -119,6 +119,12 @@ class QueueKeys:
         shard 0 of a queue ever sharded; engine/shards.py)."""
         return self.tag + ":shards"
 
+    @property
+    def events(self) -> str:
+        """STREAM: the event stream of the jobs of one shard of a sharded queue, on the
+        shard's node (engine/events.py); other queues' events are in ``GlobalKeys``'."""
+        return self.tag + ":events"
+
     def all(self) -> tuple[str, ...]:
         """The keys holding jobs (not the queue's settings: paused, limit, starts)."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,

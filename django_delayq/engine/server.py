@@ -8,6 +8,7 @@ primary), bounded by its ``count`` where it reads a list.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -16,12 +17,14 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.events import EventLog
+from django_delayq.engine.events import EventLog, entry_order
+from django_delayq.engine.shard_health import ERRORS
 from django_delayq.engine.wake import WakeListener
 
 _E = TypeVar("_E", bound="ServerReads")
 READY_LEVEL = 2 ** 44  # a ready score is (100 - priority) * READY_LEVEL + due_ms (lib.lua)
 PRIORITY_LEVELS = 201
+POLL_SECONDS = 0.05  # read_events over several streams: how often they are polled
 Entry = tuple[Any, dict[Any, Any]]  # a stream entry as redis-py returns it: (id, fields)
 
 
@@ -95,21 +98,51 @@ class ServerReads(RedisOwner):
     # -- the event stream ---------------------------------------------------------------
 
     def event_log(self, maxlen: int) -> EventLog:
-        """The event stream of this prefix, capped near ``maxlen`` entries."""
-        return EventLog(self.client, self.global_keys.events, maxlen)
+        """The event streams of this prefix, each capped near ``maxlen`` entries; each
+        event goes to ``event_stream_of`` its queue and job."""
+        return EventLog(self.client, self.global_keys.events, maxlen,
+                        route=lambda f: self.event_stream_of(f.get("queue", ""), f.get("job", "")))
+
+    def event_stream_of(self, queue: str, job_id: str) -> str:
+        """The stream an event of ``job_id`` in ``queue`` is written to (engine/events.py)."""
+        return self.global_keys.events
+
+    def event_streams(self) -> list[str]:
+        """Every stream the events of this prefix are written to."""
+        return [self.global_keys.events]
 
     def last_events(self, count: int) -> list[Entry]:
-        """The last ``count`` entries of the event stream, oldest first (raw replies)."""
-        entries = self.client.xrevrange(self.global_keys.events, count=max(1, count))
-        return list(reversed(entries))
+        """The last ``count`` entries of the event streams, oldest first (raw replies)."""
+        found: list[Entry] = []
+        for key in self.event_streams():
+            try:
+                found += self.client.xrevrange(key, count=max(1, count))
+            except ERRORS:  # a node down: its stream is left out
+                if len(self.event_streams()) == 1:
+                    raise
+        return sorted(found, key=lambda e: entry_order(e[0]))[-max(1, count):]
 
     def read_events(self, after: str, *, block_ms: int = 1000, count: int = 100
                     ) -> list[Entry]:
-        """Up to ``count`` entries of the event stream after id ``after``, waiting up to
-        ``block_ms`` for the first one (``[]`` when none came)."""
-        key = self.global_keys.events
-        reply = self.client.xread({key: after}, block=block_ms, count=count)
-        return [entry for _stream, entries in reply or [] for entry in entries]
+        """Up to ``count`` entries of the event streams after id ``after``, waiting up to
+        ``block_ms`` for the first one (``[]`` when none came). Several streams (on
+        several nodes) are polled every ``POLL_SECONDS`` and merged by entry id."""
+        keys = self.event_streams()
+        if len(keys) == 1:
+            reply = self.client.xread({keys[0]: after}, block=block_ms, count=count)
+            return [entry for _stream, entries in reply or [] for entry in entries]
+        deadline = time.monotonic() + block_ms / 1000
+        while True:
+            found: list[Entry] = []
+            for key in keys:
+                try:
+                    reply = self.client.xread({key: after}, count=count)
+                except ERRORS:
+                    continue
+                found += [entry for _stream, entries in reply or [] for entry in entries]
+            if found or time.monotonic() >= deadline:
+                return sorted(found, key=lambda e: entry_order(e[0]))[:count]
+            time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     # -- the wake channels --------------------------------------------------------------
 
