@@ -37,11 +37,14 @@ bench-runtime: $(STAMP)
 	$(PY) bench/runtime.py
 
 # Six fault scenarios (about 3.5 min; DB=postgres for PostgreSQL at 127.0.0.1:5432), then
-# kill -> re-run times over 6 kills (about 1.5 min). Both run; exit 1 if either failed.
+# kill -> re-run times over 6 kills (about 1.5 min), then 2,000 atomic jobs through 12
+# kills and a Redis restart, with atomic=False beside them (about 1.5 min). All run; exit
+# 1 if any failed.
 chaos: $(STAMP)
 	$(PY) bench/chaos.py $(if $(DB),--db $(DB)); a=$$?; \
 	$(PY) bench/kill_rerun.py --kills 6; b=$$?; \
-	test $$a -eq 0 && test $$b -eq 0
+	$(PY) bench/atomic_chaos.py $(if $(DB),--db $(DB)); c=$$?; \
+	test $$a -eq 0 && test $$b -eq 0 && test $$c -eq 0
 
 # enqueue / schedule() / claim / cancel p50 and p99 at 10k, 100k, 1M pending; bytes per job.
 bench-scale: $(STAMP)

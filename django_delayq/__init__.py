@@ -28,6 +28,7 @@ _LAZY = {
     "requeue": "django_delayq.core.api",
     "get_job": "django_delayq.core.api",
     "JobHandle": "django_delayq.core.api",
+    "atomic_job": "django_delayq.core.options",  # a function whose jobs are atomic
     # workflows: jobs that wait for other jobs (docs/workflows.md)
     "chain": "django_delayq.core.canvas",
     "group": "django_delayq.core.canvas",
@@ -74,6 +75,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from django_delayq.core.canvas import GroupResult, chain, group  # noqa: F401
     from django_delayq.core.context import current_job  # noqa: F401
+    from django_delayq.core.options import atomic_job  # noqa: F401
     from django_delayq.core.progress import report_progress  # noqa: F401
     from django_delayq.core.queues import (  # noqa: F401
         pause_queue,

@@ -92,6 +92,10 @@ class Job(models.Model):
     parents_left = models.PositiveIntegerField(
         _("parents left"), default=0, db_default=0,
         help_text=_("Parents (after=...) not finished yet; released to Redis at 0."))
+    atomic = models.BooleanField(
+        _("atomic"), default=False, db_default=False,
+        help_text=_("The function runs in one transaction with the write of its success: "
+                    "its writes to this database commit once."))
 
     objects = JobQuerySet.as_manager()
 
@@ -225,6 +229,9 @@ class Schedule(models.Model):
     queue = models.CharField(_("queue"), max_length=100, blank=True, default="",
                              help_text=_("Empty: the default queue."))
     priority = models.SmallIntegerField(_("priority"), default=0)
+    atomic = models.BooleanField(
+        _("atomic"), default=False, db_default=False,
+        help_text=_("Each tick's job runs in one transaction with the write of its success."))
     cron = models.CharField(
         _("cron"), max_length=100, blank=True, default="",
         help_text=_("Five fields or an alias such as @daily, in the schedule's time zone."))

@@ -37,7 +37,7 @@ if "$PY" scripts/pg_available.py; then
   # The slow runs (minutes of real workers) ran in the SQLite pass above.
   step pytest-postgres env DELAYQ_TEST_DB=postgres "$PY" -m pytest -q -m "not slow" \
     tests/django tests/worker tests/security tests/spark/test_bulk.py \
-    tests/spark/test_rows_columns.py
+    tests/spark/test_rows_columns.py tests/reliability/test_atomic.py
 else
   echo "PostgreSQL not reachable: SQLite only"
 fi

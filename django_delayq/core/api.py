@@ -96,6 +96,7 @@ def schedule(
     timeout: float | timedelta | None = None,
     expires: datetime | float | timedelta | None = None,
     retry_on: Any = None,
+    atomic: bool | None = None,
     after: Any = None,
     after_failure: str = "cancel",
     **kwargs: Any,
@@ -105,17 +106,18 @@ def schedule(
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
     same queue) returns the first job instead of creating another; ``on_conflict=
     "replace"`` (debounce) or ``"drop"`` say otherwise (core/dedup.py). ``priority`` (-100 to
-    100), ``timeout`` (seconds), ``expires`` and ``retry_on``: see ``core/options.py``.
+    100), ``timeout``, ``expires``, ``retry_on`` and ``atomic``: see ``core/options.py``.
     A job function whose keyword arguments are named like these options: use
-    ``job(fn).using(...)``; for the last four, ``schedule()`` refuses the ambiguity.
+    ``job(fn).using(...)``; for the last five, ``schedule()`` refuses the ambiguity.
     ``after``: jobs (handles or ids) that must succeed first; ``after_failure="run"``
     runs it even when one of them fails (docs/workflows.md).
     """
     spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key, priority=priority,
-                   timeout=timeout, expires=expires, retry_on=retry_on, after=after,
-                   after_failure=after_failure, on_conflict=on_conflict)
+                   timeout=timeout, expires=expires, retry_on=retry_on, atomic=atomic,
+                   after=after, after_failure=after_failure, on_conflict=on_conflict)
     given = [name for name, value in (("priority", priority != 0), ("timeout", timeout),
                                       ("expires", expires), ("retry_on", retry_on),
+                                      ("atomic", atomic),
                                       ("after", after), ("on_conflict", on_conflict != "keep"),
                                       ("after_failure", after_failure != "cancel"))
              if value is not None and value is not False]
@@ -179,6 +181,7 @@ def schedule_many(
     timeout: float | timedelta | None = None,
     expires: datetime | float | timedelta | None = None,
     retry_on: Any = None,
+    atomic: bool | None = None,
     batch_size: int = 1000,
     after: Any = None,
     after_failure: str = "cancel",
@@ -188,7 +191,7 @@ def schedule_many(
     Specs with a ``key`` whose job already exists are skipped (their id is still
     returned), so replaying the same input never schedules a row twice (specs with another
     ``on_conflict`` take the path of ``after``). ``priority``,
-    ``timeout``, ``expires`` and ``retry_on`` apply to the specs that leave theirs ``None``.
+    ``timeout``, ``expires``, ``retry_on``, ``atomic`` apply to the specs that leave theirs None.
     ``after`` (the specs' own, else the call's) takes the path of ``schedule()``, one
     job at a time in one transaction (docs/workflows.md).
     """
@@ -201,11 +204,11 @@ def schedule_many(
             return [_schedule(fn, spec, queue=queue, max_attempts=max_attempts,
                               backoff=backoff).id for spec in _with_options(
                 specs, priority=priority, timeout=timeout, expires=expires,
-                retry_on=retry_on)]
+                retry_on=retry_on, atomic=atomic)]
     s, now = get_settings(), timezone.now()
     c = submit.common(fn, s, queue=queue, max_attempts=max_attempts, backoff=backoff,
                       use_tz=django_settings.USE_TZ, now=now, priority=priority,
-                      timeout=timeout, expires=expires, retry_on=retry_on)
+                      timeout=timeout, expires=expires, retry_on=retry_on, atomic=atomic)
     using = router.db_for_write(Job)
     batch = bulk.build(using, specs, common=c, now=now, max_payload=s.max_payload_bytes)
     batch.drop_existing(batch_size)
@@ -251,6 +254,7 @@ class JobCall:
     timeout: float | timedelta | None = None
     expires: datetime | float | timedelta | None = None
     retry_on: Any = None
+    atomic: bool | None = None
     after: Any = None
     after_failure: str = "cancel"
     on_conflict: str = "keep"
@@ -260,13 +264,13 @@ class JobCall:
               backoff: Any = _KEEP, key: str | None = _KEEP, priority: int | None = _KEEP,
               timeout: float | timedelta | None = _KEEP,
               expires: datetime | float | timedelta | None = _KEEP,
-              retry_on: Any = _KEEP, after: Any = _KEEP, after_failure: str = _KEEP,
-              on_conflict: str = _KEEP) -> JobCall:
+              retry_on: Any = _KEEP, atomic: bool | None = _KEEP, after: Any = _KEEP,
+              after_failure: str = _KEEP, on_conflict: str = _KEEP) -> JobCall:
         """These options replace the current ones (``None`` resets one); raises
         ``InvalidJob`` naming a bad option, as ``schedule()`` would."""
         given = dict(delay=delay, at=at, queue=queue, max_attempts=max_attempts,
                      backoff=backoff, key=key, priority=priority, timeout=timeout,
-                     expires=expires, retry_on=retry_on, after=after,
+                     expires=expires, retry_on=retry_on, atomic=atomic, after=after,
                      after_failure=after_failure, on_conflict=on_conflict)
         changed = replace(self, **{k: v for k, v in given.items() if v is not _KEEP})
         changed.check()
@@ -278,7 +282,7 @@ class JobCall:
         submit.common(self.fn, get_settings(), queue=self.queue, max_attempts=self.max_attempts,
                       backoff=self.backoff, use_tz=django_settings.USE_TZ, now=now,
                       priority=self.priority, timeout=self.timeout, expires=self.expires,
-                      retry_on=self.retry_on)
+                      retry_on=self.retry_on, atomic=self.atomic)
         submit.when(self.delay, self.at, django_settings.USE_TZ)
         submit.check_on_conflict(self.on_conflict, self.key)
         if self.key is not None:
@@ -294,7 +298,7 @@ class JobCall:
         """Schedule ``fn(*args, **kwargs)`` with this call's options."""
         spec = JobSpec(args=args, kwargs=kwargs, delay=self.delay, at=self.at, key=self.key,
                        priority=self.priority, timeout=self.timeout, expires=self.expires,
-                       retry_on=self.retry_on, after=self.after,
+                       retry_on=self.retry_on, atomic=self.atomic, after=self.after,
                        after_failure=self.after_failure, on_conflict=self.on_conflict)
         return schedule_spec(self.fn, spec, queue=self.queue, max_attempts=self.max_attempts,
                              backoff=self.backoff)
@@ -310,7 +314,7 @@ class JobCall:
                      else replace(spec, delay=self.delay, at=self.at) for spec in specs)
         return schedule_many(self.fn, specs, queue=self.queue, max_attempts=self.max_attempts,
                              backoff=self.backoff, priority=self.priority, timeout=self.timeout,
-                             expires=self.expires, retry_on=self.retry_on,
+                             expires=self.expires, retry_on=self.retry_on, atomic=self.atomic,
                              batch_size=batch_size, after=self.after,
                              after_failure=self.after_failure)
 
@@ -404,7 +408,7 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     """Run a finished job again. A dead job still in Redis gets fresh attempts under the
     same id; any other finished job (or a dead one Redis trimmed) is copied to a new job
     (its row's values checked like ``schedule()``'s) with its priority, time limit and
-    retry_on (not its expiry), whose ``requeued_from`` names the original. Either way the
+    retry_on and atomic (not its expiry), whose ``requeued_from`` names the original. Either way the
     row's callable path must pass the allow-list first, as at ``schedule()``."""
     row = get_job(job_id)
     registry.check_schedulable(row.callable_path)
@@ -414,7 +418,7 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     if not row.is_final:
         raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
     spec = JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds, priority=row.priority,
-                   timeout=row.timeout, retry_on=row.retry_on)
+                   timeout=row.timeout, retry_on=row.retry_on, atomic=row.atomic)
     return _schedule(row.callable_path, spec, queue=row.queue, max_attempts=row.max_attempts,
                      backoff=row.backoff, any_queue=True, requeued_from=row.id,
                      task_backend=row.task_backend)

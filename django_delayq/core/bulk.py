@@ -36,7 +36,7 @@ class Batch:
         # The call's options, as row columns: a spec without options of its own gets them.
         self._plain = common.expires is None
         self._columns = {"priority": common.priority, "timeout": common.timeout,
-                         "retry_on": common.retry_on}
+                         "retry_on": common.retry_on, "atomic": common.atomic}
         self.rows: list[list[Any]] = []
         self.jobs: list[NewJob] = []
         self.ids: list[str] = []
@@ -77,7 +77,7 @@ class Batch:
 
     def _options(self, spec: submit.JobSpec, run_at: datetime) -> tuple[dict[str, Any], int]:
         """The row columns of the run-time options, and the priority for Redis."""
-        own = (spec.priority, spec.timeout, spec.expires, spec.retry_on)
+        own = (spec.priority, spec.timeout, spec.expires, spec.retry_on, spec.atomic)
         if self._plain and all(value is None for value in own):
             return dict(self._columns), self.common.priority
         opts = submit.run_options(self.common, spec, self.now, run_at)

@@ -11,7 +11,10 @@ Each check raises ``InvalidJob`` naming the option and the bad value:
   ``timedelta`` from now; it must be after now and after the job's due time (else it could
   never run). A job not started by then ends ``expired``;
 * ``retry_on``: exception classes or their dotted paths (one, or a list/tuple), stored as
-  dotted paths; only those (and their subclasses) are retried. ``[]`` retries nothing.
+  dotted paths; only those (and their subclasses) are retried. ``[]`` retries nothing;
+* ``atomic``: ``True`` or ``False`` (``None``: the function's default, ``True`` for a
+  function decorated with ``atomic_job``). An atomic job runs in one transaction with the
+  write of its success (``worker/atomic.py``).
 """
 
 from __future__ import annotations
@@ -41,11 +44,43 @@ class RunOptions:
     timeout: float | None = None
     expires_at: datetime | None = None
     retry_on: tuple[str, ...] | None = None
+    atomic: bool = False
 
     def columns(self) -> dict[str, Any]:
         """The row's values (``retry_on`` a list: a JSON column)."""
         return dict(priority=self.priority, timeout=self.timeout, expires_at=self.expires_at,
-                    retry_on=None if self.retry_on is None else list(self.retry_on))
+                    retry_on=None if self.retry_on is None else list(self.retry_on),
+                    atomic=self.atomic)
+
+
+ATOMIC_MARK = "delayq_atomic"  # set on a function by ``atomic_job``
+
+
+def atomic_job(fn: Any) -> Any:
+    """Decorator: every job of ``fn`` is atomic unless scheduled with ``atomic=False``.
+
+    ``fn`` is returned as it is, marked; on a Django ``Task`` the function it wraps is
+    marked. The mark is read when a job is scheduled and stored on its row."""
+    setattr(getattr(fn, "func", fn), ATOMIC_MARK, True)
+    return fn
+
+
+def check_atomic(value: Any, path: str) -> bool:
+    """``atomic=``: a bool, or ``None`` for the default of the function at ``path``. An
+    ``async def`` function cannot be atomic: its database calls run on other threads'
+    connections, outside the transaction of its attempt."""
+    func = registry.job_object(path)
+    func = getattr(func, "func", func)  # a Django Task: the function it wraps
+    if value is None:
+        value = getattr(func, ATOMIC_MARK, False) is True
+    elif not isinstance(value, bool):
+        raise InvalidJob("atomic must be True, False or None (the function's default), not %s"
+                         % validation.short(value))
+    if value and inspect.iscoroutinefunction(func):
+        raise InvalidJob("atomic=True: %s is an async def function; its database calls run "
+                         "on other threads, outside the transaction of its attempt (make it "
+                         "a plain function)" % path)
+    return value
 
 
 def check_priority(value: Any) -> int:

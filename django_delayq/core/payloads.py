@@ -48,7 +48,8 @@ from django_delayq.models import LIVE_STATUSES, Job
 logger = logging.getLogger(__name__)
 
 _FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff",
-           "queue", "priority", "timeout", "expires_at", "retry_on", "cancel_requested")
+           "queue", "priority", "timeout", "expires_at", "retry_on", "cancel_requested",
+           "atomic")
 OTHER_QUEUE = "other_queue"
 _COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 NO_ROW = "no_row"
@@ -155,7 +156,7 @@ def _payload(row: tuple[Any, ...]) -> Envelope:
     priority, timeout, expires_ms, retry_on = _options(*options)
     return Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
                     backoff=backoff, priority=priority, timeout=timeout,
-                    expires_ms=expires_ms, retry_on=retry_on)
+                    expires_ms=expires_ms, retry_on=retry_on, atomic=bool(row[13]))
 
 
 def _options(priority: Any, timeout: Any, expires_at: Any,

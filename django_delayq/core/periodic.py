@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "delayq.tick:"
 MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed
-SETTINGS_FIELDS = ("callable_path", "args", "kwargs", "queue", "priority", "cron",
+SETTINGS_FIELDS = ("callable_path", "args", "kwargs", "queue", "priority", "atomic", "cron",
                    "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
                    "missed")
 
@@ -47,6 +47,7 @@ def check(s: Schedule) -> None:
                          % (s.args, s.kwargs))
     validation.check_json(s.args, s.kwargs)
     options.check_priority(s.priority)
+    options.check_atomic(s.atomic, s.callable_path)
     options.check_arguments(s.callable_path, s.args, s.kwargs)
     queues = get_settings().queues
     if s.queue and s.queue not in queues:
@@ -102,7 +103,8 @@ def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     jitter = random.uniform(0, s.jitter_seconds) if s.jitter_seconds else 0.0
     due = max(tick + timedelta(seconds=jitter), now)
     spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
-                   key=tick_key(s, tick), priority=s.priority)
+                   key=tick_key(s, tick), priority=s.priority,
+                   atomic=True if s.atomic else None)  # else the function's default
     handle = api.schedule_spec(s.callable_path, spec, queue=s.queue or None)
     return handle.id
 
@@ -284,7 +286,8 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
 def _settings_values(d: dict[str, Any]) -> dict[str, Any]:
     return {"callable_path": d["callable"], "args": list(d.get("args", [])),
             "kwargs": dict(d.get("kwargs", {})), "queue": d.get("queue", ""),
-            "priority": d.get("priority", 0), "cron": d.get("cron", ""),
+            "priority": d.get("priority", 0), "atomic": d.get("atomic", False),
+            "cron": d.get("cron", ""),
             "interval_seconds": d.get("interval"), "time_zone": d.get("timezone", "UTC"),
             "start_at": d.get("start"), "end_at": d.get("end"),
             "jitter_seconds": d.get("jitter", 0), "missed": d.get("missed", "skip")}

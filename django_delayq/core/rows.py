@@ -20,8 +20,9 @@ from django.db.models.constants import OnConflict
 from django_delayq.models import Job, JobStatus
 
 VARYING = ("id", "key", "args", "kwargs", "run_at")  # differ between one writer's rows
-# Columns ``row()`` may set per row (else their defaults: priority 0, the others NULL).
-OPTIONS = ("priority", "timeout", "expires_at", "retry_on", "scheduled_for")
+# Columns ``row()`` may set per row (else their defaults: priority 0, atomic false, the
+# others NULL).
+OPTIONS = ("priority", "timeout", "expires_at", "retry_on", "scheduled_for", "atomic")
 COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
 
@@ -98,7 +99,7 @@ class RowWriter:
             "last_error": "", "traceback": "", "worker_id": "", "result": None,
             "cancel_requested": False, "priority": 0, "timeout": None, "expires_at": None,
             "retry_on": None, "scheduled_for": None, "requeued_from": None, "progress": None,
-            "parents_left": 0, "task_backend": ""}
+            "parents_left": 0, "task_backend": "", "atomic": False}
         missing = set(names) - set(const) - set(VARYING)
         if missing:
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))

@@ -193,8 +193,8 @@ def check_start(start: datetime | None, now: datetime) -> None:
                          "scheduled" % start.isoformat())
 
 
-SETTINGS_KEYS = {"callable", "args", "kwargs", "queue", "priority", "cron", "interval",
-                 "timezone", "start", "end", "jitter", "missed", "enabled"}
+SETTINGS_KEYS = {"callable", "args", "kwargs", "queue", "priority", "atomic", "cron",
+                 "interval", "timezone", "start", "end", "jitter", "missed", "enabled"}
 
 
 def settings_problems(value: Any) -> list[str]:
@@ -213,6 +213,8 @@ def settings_problems(value: Any) -> list[str]:
         if not isinstance(d.get("callable"), str):
             found.append("%s: 'callable' must be a dotted path, not %r"
                          % (where, d.get("callable")))
+        if not isinstance(d.get("atomic", False), bool):
+            found.append("%s: 'atomic' must be True or False, not %r" % (where, d["atomic"]))
         if d.get("missed", "skip") not in ("skip", "once"):
             found.append("%s: 'missed' must be 'skip' or 'once', not %r" % (where, d["missed"]))
         try:

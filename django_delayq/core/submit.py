@@ -42,6 +42,7 @@ class JobSpec:
     timeout: float | timedelta | None = None
     expires: datetime | float | timedelta | None = None
     retry_on: Any = None
+    atomic: bool | None = None  # None: the function's default (options.atomic_job)
     after: Any = None  # parents: JobHandle objects or ids (core/workflows.py)
     after_failure: str = "cancel"
     on_conflict: str = KEEP  # what its key does with the key's earlier job: core/dedup.py
@@ -59,6 +60,7 @@ class Common:
     timeout: float | None = None
     expires: Any = None  # checked as to its type; its moment depends on each job's due time
     retry_on: tuple[str, ...] | None = None
+    atomic: bool = False  # the call's, else the function's default
     use_tz: bool = True
 
 
@@ -86,7 +88,8 @@ def not_a_queue_name(queue: str) -> bool:
 
 def common(fn: Any, s: Settings, *, queue: str | None, max_attempts: Any, backoff: Any,
            use_tz: bool, now: datetime, any_queue: bool = False, priority: Any = None,
-           timeout: Any = None, expires: Any = None, retry_on: Any = None) -> Common:
+           timeout: Any = None, expires: Any = None, retry_on: Any = None,
+           atomic: Any = None) -> Common:
     validation.check_text(fn, "the callable path")
     path = registry.path_of(fn)
     registry.check_schedulable(path)
@@ -102,7 +105,8 @@ def common(fn: Any, s: Settings, *, queue: str | None, max_attempts: Any, backof
     return Common(path=path, queue=queue, max_attempts=max_attempts, backoff=backoff,
                   priority=0 if priority is None else options.check_priority(priority),
                   timeout=options.timeout_seconds(timeout), expires=expires,
-                  retry_on=options.retry_on_paths(retry_on), use_tz=use_tz)
+                  retry_on=options.retry_on_paths(retry_on),
+                  atomic=options.check_atomic(atomic, path), use_tz=use_tz)
 
 
 def check_on_conflict(on_conflict: Any, key: Any) -> None:
@@ -143,7 +147,8 @@ def run_options(c: Common, spec: JobSpec, now: datetime, due: datetime) -> optio
         priority=c.priority if spec.priority is None else options.check_priority(spec.priority),
         timeout=c.timeout if spec.timeout is None else options.timeout_seconds(spec.timeout),
         expires_at=options.expires_at(expires, now=now, due=due, use_tz=c.use_tz),
-        retry_on=c.retry_on if spec.retry_on is None else options.retry_on_paths(spec.retry_on))
+        retry_on=c.retry_on if spec.retry_on is None else options.retry_on_paths(spec.retry_on),
+        atomic=c.atomic if spec.atomic is None else options.check_atomic(spec.atomic, c.path))
 
 
 def build(c: Common, spec: JobSpec, s: Settings, now: datetime) -> tuple[dict[str, Any], NewJob]:

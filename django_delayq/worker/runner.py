@@ -4,7 +4,8 @@ Anything a payload can throw at us ends in an ``Outcome``: a success, a retry af
 the job's backoff, or dead (out of attempts, not allowed, an unusable row, an exception
 its ``retry_on`` does not list). Two outcomes never run the function (``limits.py``
 decides them): *expired* (not started before the row's ``expires_at``) and *deferred*
-(refused by a callable limit: back to Redis, no attempt charged). ``run``
+(refused by a callable limit: back to Redis, no attempt charged). An atomic job's call
+and the write of its success share one transaction (``atomic.py``). ``run``
 never raises: a retry delay that cannot be computed (a backoff the row should never have
 held, ``Retry(delay=...)`` with nonsense) ends the job dead with the reason, and any
 other failure of ours becomes a dead outcome of that job alone. The worker settles
@@ -37,8 +38,15 @@ from django_delayq.core.context import JobContext
 from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
-from django_delayq.exceptions import InvalidRow, JobTimeout, ResultTooLarge, Retry, type_path
-from django_delayq.worker import execution
+from django_delayq.exceptions import (
+    InvalidRow,
+    JobTimeout,
+    LeaseLost,
+    ResultTooLarge,
+    Retry,
+    type_path,
+)
+from django_delayq.worker import atomic, execution
 
 logger = logging.getLogger(__name__)
 
@@ -257,6 +265,8 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
     if manage_connections:
         close_old_connections()
     try:
+        if env.atomic:
+            return _atomic(common, env, ctx, t0, worker_id)
         result = execution.run(env.path, env.args, env.kwargs, ctx)
     except PermissionError as exc:  # not allowed (registry.NotAllowed, a refused URL, ...)
         common["error_type"] = error_type(exc)
@@ -277,6 +287,52 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
         if manage_connections:
             close_old_connections()
     return _succeeded(common, result, t0)
+
+
+def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
+            worker_id: str) -> Outcome:
+    """An attempt of an atomic job (``atomic.py``): the function and the write of its
+    success in one transaction. A success a delivery committed before is settled without
+    calling the function. An exception of the function rolls back and reaches ``_run``;
+    a result too large, or an end past the attempt's time limit, rolls back too."""
+    job: ClaimedJob = common["job"]
+    done = atomic.committed(job.id)
+    if done is None:
+        limit = get_settings().timeout_for(job.queue, env.timeout)
+        try:
+            with atomic.transaction_of() as using:
+                outcome = _succeeded(common, execution.run(env.path, env.args, env.kwargs, ctx),
+                                     t0)
+                if limit is not None and time.perf_counter() - t0 > limit:
+                    atomic.roll_back(using)  # the worker failed this attempt already
+                    return timed_out(job, started_at=common["started_at"], seconds=limit,
+                                     default_max_attempts=common["max_attempts"],
+                                     default_backoff=get_settings().default_backoff)
+                if outcome.kind is not Kind.SUCCESS:
+                    atomic.roll_back(using)  # its result is too large: dead, nothing kept
+                    return outcome
+                atomic.commit(using, job.id, job.token, worker_id=worker_id,
+                              started_at=common["started_at"], finished_at=outcome.finished_at,
+                              result=outcome.result)
+            return outcome
+        except atomic.NotOurs as refused:
+            done = refused.committed
+        if done is None:
+            return _lost_before_commit(common, t0)
+    logger.info("job %s: attempt %d committed its success; settled without running it again",
+                shown(job.id), done.attempt)
+    return Outcome(kind=Kind.SUCCESS, finished_at=datetime.now(UTC), result=done.result,
+                   duration_s=time.perf_counter() - t0, **common)
+
+
+def _lost_before_commit(common: dict[str, Any], t0: float) -> Outcome:
+    """An atomic attempt whose row a later attempt holds: rolled back, and its outcome
+    settled like a lost lease's (Redis refuses it unless this lease is still valid)."""
+    job: ClaimedJob = common["job"]
+    return Outcome(kind=Kind.RETRY, finished_at=datetime.now(UTC), retry_delay_ms=0,
+                   duration_s=time.perf_counter() - t0, error_type=type_path(LeaseLost),
+                   error="attempt %d lost its lease before its commit: rolled back"
+                         % job.token, **common)
 
 
 def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env: Envelope,
