@@ -28,6 +28,16 @@ _LAZY = {
     "requeue": "django_delayq.core.api",
     "get_job": "django_delayq.core.api",
     "JobHandle": "django_delayq.core.api",
+    # the same for async code (ASGI views): awaitable, never blocking the event loop
+    "aschedule": "django_delayq.core.aio",
+    "aschedule_spec": "django_delayq.core.aio",
+    "acancel": "django_delayq.core.aio",
+    "areschedule": "django_delayq.core.aio",
+    "arun_now": "django_delayq.core.aio",
+    "arequeue": "django_delayq.core.aio",
+    "aget_job": "django_delayq.core.aio",
+    "await_result": "django_delayq.core.aio",
+    "AsyncJobHandle": "django_delayq.core.aio",
     "atomic_job": "django_delayq.core.options",  # a function whose jobs are atomic
     # workflows: jobs that wait for other jobs (docs/workflows.md)
     "chain": "django_delayq.core.canvas",
@@ -72,6 +82,17 @@ if TYPE_CHECKING:  # pragma: no cover
         schedule,
         schedule_many,
         schedule_spec,
+    )
+    from django_delayq.core.aio import (  # noqa: F401
+        AsyncJobHandle,
+        acancel,
+        aget_job,
+        arequeue,
+        areschedule,
+        arun_now,
+        aschedule,
+        aschedule_spec,
+        await_result,
     )
     from django_delayq.core.canvas import GroupResult, chain, group  # noqa: F401
     from django_delayq.core.context import current_job  # noqa: F401
