@@ -43,6 +43,8 @@ def prepare_database() -> None:
             "U.objects.filter(username='admin').exists() or "
             "U.objects.create_superuser('admin', 'admin@example.com', 'admin')")
     subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=HERE, check=True)
+    # what a first visit of the admin shows: a retry, a dead job, a slow one, a chain
+    subprocess.run([sys.executable, "manage.py", "shop_demo"], cwd=HERE, check=True)
 
 
 def port_problem(port: int) -> str | None:
@@ -123,7 +125,7 @@ def main() -> int:
     else:
         redis_proc = None
     prepare_database()
-    children.append(manage("delayq_worker", "--concurrency", "2"))
+    children.append(manage("delayq_worker", "--concurrency", "4"))
     children.append(manage("runserver", "127.0.0.1:%d" % opts.port, "--noreload",
                            *(["-v", "0"] if opts.smoke else [])))
     base = "http://127.0.0.1:%d" % opts.port

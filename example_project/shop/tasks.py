@@ -1,9 +1,11 @@
 """Job functions: the only module DELAYQ['ALLOWED_CALLABLES'] lets a worker run."""
 
 import logging
+import time
 
 from django.utils import timezone
 
+from django_delayq import current_job, report_progress
 from shop.models import Order
 
 logger = logging.getLogger(__name__)
@@ -47,3 +49,44 @@ def nightly_unpaid_report() -> str:
     unpaid = Order.objects.filter(status=Order.Status.UNPAID).count()
     logger.info("nightly report: %d unpaid order(s)", unpaid)
     return "%d unpaid" % unpaid
+
+
+# -- what a first visit of the admin shows (shop/demo.py schedules them once) -------------
+
+
+class SupplierUnavailable(ConnectionError):
+    """The supplier's API did not answer: worth retrying."""
+
+
+class CardDeclined(Exception):
+    """The bank said no: retrying changes nothing."""
+
+
+def sync_supplier_stock() -> str:
+    """Fails its first two attempts (the supplier is "down"), succeeds on the third: the
+    admin shows it *retrying*, its attempt history, then *succeeded*."""
+    attempt = current_job().attempt  # type: ignore[union-attr]
+    if attempt < 3:
+        raise SupplierUnavailable("supplier API did not answer within 5 s (attempt %d)"
+                                  % attempt)
+    return "stock synced on attempt %d" % attempt
+
+
+def charge_card(order_id: int, last4: str) -> str:
+    """Always declined: with max_attempts=1 the job is *dead*, with its traceback."""
+    raise CardDeclined("card ending %s declined for order #%d: insufficient funds"
+                       % (last4, order_id))
+
+
+def rebuild_search_index(seconds: int = 120) -> str:
+    """A slow job: *running* for ``seconds``, reporting its progress every second."""
+    for done in range(seconds):
+        report_progress({"done": done, "total": seconds})
+        time.sleep(1)
+    return "index rebuilt"
+
+
+def restock_check() -> str:
+    """The 30-second schedule (settings DELAYQ['SCHEDULES'])."""
+    low = Order.objects.filter(status=Order.Status.UNPAID).count()
+    return "%d order(s) waiting for stock" % low
