@@ -107,9 +107,11 @@ class JobAdmin(admin.ModelAdmin):
     list_display_links = ("job_column",)
     list_filter = ("status", "queue", "callable_path", ("run_at", admin.DateFieldListFilter),
                    ("finished_at", admin.DateFieldListFilter))
-    search_fields = ("=id", "callable_path", "=key", "last_error", "error_type")
-    search_help_text = _("An exact job id or idempotency key, or part of a dotted path or "
-                         "of the last error (its text or exception class).")
+    search_fields = ("=id", "callable_path", "=key", "last_error", "error_type", "args",
+                     "kwargs")
+    search_help_text = _("An exact job id or idempotency key, or part of a dotted path, of "
+                         "the last error (its text or exception class) or of the arguments "
+                         "(as JSON text).")
     date_hierarchy = "created_at"
     list_per_page = 50
     show_full_result_count = False  # no COUNT(*) of a huge table on every page

@@ -10,7 +10,8 @@
 * ``delayq.W011`` Redis could not be reached (never an error: ``manage.py check`` must
   work on a build machine without Redis).
 * ``delayq.I010`` no persistence at all (no AOF, no RDB save points): a restart loses
-  every job in Redis; the reconciler puts them back from the audit rows.
+  every job in Redis; the reconciler puts them back from the audit rows. Reported by
+  ``manage.py check --deploy`` only (``DEPLOY_ONLY``).
 
 On a Redis Cluster every primary is inspected (each holds some queues) and the
 messages name the node.
@@ -88,8 +89,27 @@ def _inspect_node(info: ServerInfo) -> list[checks.CheckMessage]:
     return found
 
 
+#: Reported by ``manage.py check --deploy`` only: it is about production, and printed by
+#: every command that runs the checks (``migrate``, ``runserver``) it was noise in
+#: development, where a Redis without persistence is the usual case.
+DEPLOY_ONLY = ("delayq.I010",)
+
+
 @checks.register("delayq")
+def check_redis_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Eviction and reachability: with every command that runs the checks."""
+    return [m for m in check_redis() if m.id not in DEPLOY_ONLY]
+
+
+@checks.register("delayq", deploy=True)
+def check_redis_persistence(app_configs: Any = None,
+                            **kwargs: Any) -> list[checks.CheckMessage]:
+    """Persistence (``delayq.I010``): with ``manage.py check --deploy``."""
+    return [m for m in check_redis() if m.id in DEPLOY_ONLY]
+
+
 def check_redis(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Every finding about the Redis server (``W010``, ``W011``, ``I010``)."""
     if not _settings_usable():
         return []
     client = None

@@ -85,6 +85,10 @@ def test_search_by_error_text_and_type_and_filters(delayq_settings, admin_client
     assert dead in _list(admin_client, since)[0]
     html = _list(admin_client)[1]
     assert 'data-status="expired"' in html
+    with_args = schedule("tests.jobs.noop", "order-8812", customer={"email": "ann@example.com"},
+                         delay=3600).id
+    assert _list(admin_client, "?q=order-8812")[0] == [with_args]  # a positional argument
+    assert _list(admin_client, "?q=ann@example")[0] == [with_args]  # a keyword argument
 
 
 def test_a_timed_out_attempt_is_marked_on_the_change_page(delayq_settings, admin_client,
