@@ -22,7 +22,16 @@ from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin import dashboard, job_page, lineage, queues, reports, tracebacks, workflows
+from django_delayq.admin import (
+    dashboard,
+    job_page,
+    lineage,
+    queues,
+    reports,
+    tracebacks,
+    workflow_graph,
+    workflows,
+)
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import (
     STATUS_COLOURS,
@@ -130,7 +139,8 @@ class JobAdmin(admin.ModelAdmin):
         (_("Outcome"), {"fields": ("result_display", "last_error_display",
                                    "traceback_display")}),
         (_("Requeue lineage"), {"fields": ("requeued_from_display", "requeued_as_display")}),
-        (_("Workflow"), {"fields": ("parents_left", "parents_display", "children_display")}),
+        (_("Workflow"), {"fields": ("parents_left", "parents_display", "children_display",
+                                    "workflow_graph_display")}),
     )
     readonly_fields = tuple(
         f for _name, opts in fieldsets for f in opts["fields"])  # type: ignore[misc]
@@ -211,6 +221,10 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description=_("waited for by"))
     def children_display(self, obj: Job) -> str:
         return workflows.children(obj, self.admin_site.name)
+
+    @admin.display(description=_("graph"))
+    def workflow_graph_display(self, obj: Job) -> str:
+        return workflow_graph.render(obj, self.admin_site.name)
 
     @admin.display(description=_("attempts"), ordering="attempts")
     def attempts_display(self, obj: Job) -> str:

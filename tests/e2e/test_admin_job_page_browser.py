@@ -1,7 +1,8 @@
 """End to end in a real headless Chromium: a job's page cancels the job through its
-confirmation page; a dead job's page shows its traceback with the exception first; the
-queues page answers a purge without its confirmation with a message. Screenshots of the
-dead job's page (``DELAYQ_SCREENSHOT_DIR`` as in test_admin_dashboard_browser)."""
+confirmation page; a dead job's page shows its traceback with the exception first; a
+group member's page draws the group's graph; the queues page answers a purge without its
+confirmation with a message. Screenshots of the dead job's page and of the graph
+(``DELAYQ_SCREENSHOT_DIR`` as in test_admin_dashboard_browser)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from django_delayq import schedule
+from django_delayq import chain, group, job, schedule
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs
 from tests.e2e.test_admin_browser import CHROMIUM, CHROMIUM_ARGS
@@ -31,6 +32,10 @@ def test_job_page_buttons_traceback_and_purge_message(delayq_settings, live_serv
     dead = schedule("tests.jobs.boom", "card <b>declined</b>", max_attempts=1).id
     schedule("tests.jobs.noop", queue="emails", delay=3600)
     run_due_jobs()  # the dead one; the others are not due
+    chain(job("tests.jobs.add").s(1, 2), job("tests.jobs.noop").s())
+    fan = group([job("tests.jobs.add").s(i, i) for i in range(3)],
+                then=job("tests.jobs.noop").s())
+    run_due_jobs(max_jobs=2)  # the chain's first job and a member of the group
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
@@ -50,6 +55,12 @@ def test_job_page_buttons_traceback_and_purge_message(delayq_settings, live_serv
             buttons = page.eval_on_selector_all("button[data-op]",
                                                 "bs => bs.map(b => b.dataset.op)")
             page.screenshot(path=str(_shots(tmp_path) / "job-page.png"), full_page=True)
+            page.goto(live_server.url + JOBS + fan.ids[0] + "/change/")
+            graph = page.locator(".field-workflow_graph_display svg")
+            drawn = graph.locator("a.delayq-node").count()
+            box = graph.bounding_box()
+            page.locator(".field-workflow_graph_display").screenshot(
+                path=str(_shots(tmp_path) / "workflow.png"))
             page.goto(live_server.url + JOBS + "queues/")
             page.click("tr[data-queue=emails] button[value=purge]")
             purge = page.locator("ul.messagelist li").first.inner_text()
@@ -60,4 +71,5 @@ def test_job_page_buttons_traceback_and_purge_message(delayq_settings, live_serv
     assert exception == "RuntimeError: card <b>declined</b>"  # first, and as text
     assert folded is False and buttons == ["requeue"]
     assert purge == "Tick the box to confirm purging emails."
+    assert drawn == 4 and box is not None and box["width"] > 300 and box["height"] > 100
     assert Job.objects.filter(queue="emails", status=JobStatus.SCHEDULED).count() == 1

@@ -1,0 +1,144 @@
+"""A job's workflow drawn on its admin page: the chain, group or ``after=`` graph it is
+part of, as an SVG made on the server, each job a box in its status's colour linking to
+its page, each dependency an arrow from parent to child (dashed while the child still
+waits for that parent). No script and no outside asset; every text is escaped.
+
+The graph is read from the ``JobDependency`` edges (indexed both ways), breadth first
+from the job, one query per step, and cut at ``MAX_JOBS`` jobs (the picture says so);
+then one query reads the jobs' status and callable. Jobs are placed in columns by their
+depth (the longest run of parents before them), in the order they were found."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db.models import Q
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
+
+from django_delayq.admin.display import STATUS_COLOURS
+from django_delayq.models import Job, JobDependency, JobStatus
+
+MAX_JOBS = 60
+BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 180, 42, 56, 12, 8
+NAME_CHARS = 24
+
+
+@dataclass(slots=True)
+class Graph:
+    ids: list[str] = field(default_factory=list)  # in the order found, the job first
+    edges: list[tuple[str, str, bool]] = field(default_factory=list)  # parent, child, resolved
+    cut: bool = False  # more jobs than MAX_JOBS
+
+
+def collect(job_id: str, limit: int = MAX_JOBS) -> Graph:
+    """The connected jobs around ``job_id`` and the edges between them."""
+    graph = Graph(ids=[job_id])
+    seen, frontier, edges = {job_id}, [job_id], set()
+    while frontier and not graph.cut:
+        rows = JobDependency.objects.filter(
+            Q(parent_id__in=frontier) | Q(child_id__in=frontier)).order_by("pk").values_list(
+            "parent_id", "child_id", "resolved")[:limit * 4]
+        frontier = []
+        for parent, child, resolved in rows:
+            for pk in (parent, child):
+                if pk not in seen and len(seen) >= limit:
+                    graph.cut = True
+                elif pk not in seen:
+                    seen.add(pk)
+                    graph.ids.append(pk)
+                    frontier.append(pk)
+            if parent in seen and child in seen:
+                edges.add((parent, child, resolved))
+    graph.edges = sorted(edges, key=lambda e: (graph.ids.index(e[0]), graph.ids.index(e[1])))
+    return graph
+
+
+def depths(graph: Graph) -> dict[str, int]:
+    """Each job's column: 0 without parents in the graph, else one more than its deepest
+    parent (edges form no cycle: ``after=`` refuses one)."""
+    parents: dict[str, list[str]] = {pk: [] for pk in graph.ids}
+    for parent, child, _resolved in graph.edges:
+        parents[child].append(parent)
+    depth: dict[str, int] = {}
+    for _round in range(len(graph.ids) + 1):  # a longest path has at most that many steps
+        changed = False
+        for pk in graph.ids:
+            d = max((depth.get(p, 0) + 1 for p in parents[pk]), default=0)
+            if depth.get(pk) != d:
+                depth[pk], changed = d, True
+        if not changed:
+            break
+    return depth
+
+
+def render(job: Job, site: str = "admin") -> SafeString | str:
+    """The SVG for ``job``'s workflow, or "-" when it has no dependency."""
+    graph = collect(job.pk)
+    if len(graph.ids) == 1:
+        return "-"
+    rows = {pk: (status, path) for pk, status, path in Job.objects.filter(
+        pk__in=graph.ids).values_list("pk", "status", "callable_path")}
+    place = _positions(graph)
+    width = max(x for x, _y in place.values()) + BOX_W + PAD
+    height = max(y for _x, y in place.values()) + BOX_H + PAD
+    arrows = format_html_join("", "{}", ((_edge(place[p], place[c], done),)
+                                        for p, c, done in graph.edges))
+    boxes = format_html_join("", "{}", ((_box(pk, place[pk], rows.get(pk), pk == job.pk,
+                                              site),) for pk in graph.ids))
+    note = format_html('<p class="delayq-note">{}</p>', _(
+        "More than %(n)d jobs: the first %(n)d found are drawn.") % {"n": MAX_JOBS}
+    ) if graph.cut else ""
+    return format_html(
+        '{}<div class="delayq-workflow"><svg xmlns="http://www.w3.org/2000/svg" '
+        'class="delayq-workflow-graph" width="{}" height="{}" viewBox="0 0 {} {}" role="img" '
+        'aria-label="{}"><defs><marker id="delayq-arrow" viewBox="0 0 10 10" refX="10" '
+        'refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
+        '<path d="M 0 0 L 10 5 L 0 10 z" fill="#888"/></marker></defs>{}{}</svg></div>',
+        note, width, height, width, height, _("workflow of %(n)d jobs") % {
+            "n": len(graph.ids)}, arrows, boxes)
+
+
+def _positions(graph: Graph) -> dict[str, tuple[int, int]]:
+    depth = depths(graph)
+    used: dict[int, int] = {}
+    place = {}
+    for pk in graph.ids:
+        column = depth[pk]
+        row = used.get(column, 0)
+        used[column] = row + 1
+        place[pk] = (PAD + column * (BOX_W + GAP_X), PAD + row * (BOX_H + GAP_Y))
+    return place
+
+
+def _edge(start: tuple[int, int], end: tuple[int, int], resolved: bool) -> SafeString:
+    x1, y1 = start[0] + BOX_W, start[1] + BOX_H // 2
+    x2, y2 = end[0], end[1] + BOX_H // 2
+    middle = (x1 + x2) // 2
+    return format_html(
+        '<path d="M {} {} C {} {}, {} {}, {} {}" fill="none" stroke="#888" '
+        'stroke-width="1.5"{} marker-end="url(#delayq-arrow)"/>',
+        x1, y1, middle, y1, middle, y2, x2, y2,
+        "" if resolved else format_html(' stroke-dasharray="{}"', "5 4"))
+
+
+def _box(pk: str, at: tuple[int, int], row: tuple[str, str] | None, current: bool,
+         site: str) -> SafeString:
+    status, path = row if row is not None else ("", _("(row deleted)"))
+    colour = STATUS_COLOURS.get(JobStatus(status), "#888") if status else "#888"
+    name = path.rsplit(".", 1)[-1]
+    shown = name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
+    label = JobStatus(status).label if status else "-"
+    url = reverse("admin:django_delayq_job_change", args=(pk,), current_app=site)
+    x, y = at
+    return format_html(
+        '<a href="{}" class="delayq-node" data-job="{}" data-status="{}"><title>{}</title>'
+        '<rect x="{}" y="{}" width="{}" height="{}" rx="5" fill="#fff" stroke="{}" '
+        'stroke-width="{}"/><rect x="{}" y="{}" width="6" height="{}" rx="2" fill="{}"/>'
+        '<text x="{}" y="{}" font-size="12" font-weight="bold" fill="#333">{}</text>'
+        '<text x="{}" y="{}" font-size="11" fill="{}">{}</text></a>',
+        url, pk, status, "%s %s (%s)" % (path, pk, label), x, y, BOX_W, BOX_H, colour,
+        3 if current else 1, x, y, BOX_H, colour, x + 12, y + 17, shown, x + 12, y + 33,
+        colour, label)
