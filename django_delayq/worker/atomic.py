@@ -23,20 +23,23 @@ retries as usual. After it the row is final, and no delivery calls the function 
   claim that reads the row final sets the job aside (``core/payloads.py``).
 
 The audit writer's later write of the same success finds the row final and changes
-nothing (it never overwrites a final row).
-
-On SQLite a transaction that writes holds the database's write lock to its end (Django's
-``IMMEDIATE`` mode takes it at the start), so atomic jobs run one at a time whatever
-happens here; the threads of one process take their turns through a lock of the process
-(``_sqlite_turns``) rather than through SQLite's busy handler, which sleeps in steps of
-up to 100 ms and made four threads of no-op atomic jobs drain at a fraction of the rate. Only writes through the row's database
+nothing (it never overwrites a final row). Only writes through the row's database
 connection are in the transaction: another database, an e-mail, an HTTP call, or the
 database calls an ``async def`` function makes from other threads are not (``schedule()``
 refuses ``atomic=True`` for those functions).
+
+Cost per attempt: the primary-key read, and one UPDATE that also answers whether the job
+has children waiting (``RETURNING EXISTS``: ``workflows.resolve`` runs only then), both
+as raw SQL (the ORM's compilation cost more than the queries). On SQLite a transaction
+that writes holds the database's write lock to its end (Django's ``IMMEDIATE`` mode takes
+it at the start), so atomic jobs run one at a time whatever happens here; the threads of
+one process take their turns through a lock of the process (``_sqlite_turns``) rather than
+through SQLite's busy handler, which polls with sleeps of up to 100 ms.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -47,7 +50,7 @@ from typing import Any
 from django.db import connections, router, transaction
 
 from django_delayq.core import workflows
-from django_delayq.models import FINAL_STATUSES, Job, JobStatus
+from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
 from django_delayq.worker.audit import storable
 
 
@@ -76,13 +79,21 @@ def database() -> str:
 
 def committed(job_id: str, using: str | None = None) -> Committed | None:
     """The success committed for ``job_id``, or ``None`` (one primary-key read)."""
-    row = (Job.objects.using(using or database())
-           .filter(pk=job_id, status=JobStatus.SUCCEEDED)
-           .values_list("attempts", "result").first())
-    return None if row is None else Committed(attempt=row[0], result=row[1])
+    conn = connections[using or database()]
+    qn = conn.ops.quote_name
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT %s, %s FROM %s WHERE %s = %%s AND %s = %%s" % (
+            qn("attempts"), qn("result"), qn(Job._meta.db_table), qn("id"), qn("status")),
+            [job_id, JobStatus.SUCCEEDED.value])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    result = row[1]  # the JSON column's text (SQLite; PostgreSQL through Django's loaders)
+    return Committed(attempt=row[0], result=json.loads(result) if isinstance(result, str)
+                     else result)
 
 
-_sqlite_turns = threading.Lock()  # one atomic transaction at a time per process on SQLite
+_sqlite_turns = threading.RLock()  # one atomic transaction at a time per process on SQLite
 
 
 @contextmanager
@@ -105,12 +116,39 @@ def commit(using: str, job_id: str, token: int, *, worker_id: str, started_at: d
     """Write the success of attempt ``token`` into the open transaction (fenced, see the
     module docstring) and resolve the job's waiting children; ``NotOurs`` when the fence
     refuses (the caller's ``with transaction_of()`` then rolls everything back)."""
-    written = (Job.objects.using(using)
-               .filter(pk=job_id, attempts__lte=token)
-               .exclude(status__in=FINAL_STATUSES)
-               .update(status=JobStatus.SUCCEEDED, attempts=token, started_at=started_at,
-                       finished_at=finished_at, result=result,
-                       worker_id=storable(worker_id), updated_at=finished_at))
+    conn = connections[using]
+    moment = conn.ops.adapt_datetimefield_value
+    params = [JobStatus.SUCCEEDED.value, token, moment(started_at), moment(finished_at),
+              None if result is None else json.dumps(result), storable(worker_id),
+              moment(finished_at), job_id, token]
+    returning = conn.vendor == "postgresql" or (
+        conn.vendor == "sqlite" and conn.features.can_return_columns_from_insert)
+    with conn.cursor() as cursor:
+        cursor.execute(_success_sql(conn, returning), params + ([job_id] if returning else []))
+        if returning:  # one round trip: the write and whether the job has open edges
+            row = cursor.fetchone()
+            written, children = row is not None, row is not None and bool(row[0])
+        else:
+            written, children = cursor.rowcount == 1, True
     if not written:
         raise NotOurs(committed(job_id, using))
-    workflows.resolve([job_id], using)
+    if children:  # its waiting children: released or cancelled in this transaction
+        workflows.resolve([job_id], using)
+
+
+_FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
+
+
+def _success_sql(conn: Any, returning: bool) -> str:
+    """The fenced UPDATE of ``commit``; with ``returning``, it also answers whether the job
+    has edges to children not resolved yet (the probe ``workflows.resolve`` makes)."""
+    qn = conn.ops.quote_name
+    sets = ", ".join("%s = %%s" % qn(column) for column in (
+        "status", "attempts", "started_at", "finished_at", "result", "worker_id",
+        "updated_at"))
+    sql = "UPDATE %s SET %s WHERE %s = %%s AND %s <= %%s AND %s NOT IN (%s)" % (
+        qn(Job._meta.db_table), sets, qn("id"), qn("attempts"), qn("status"), _FINAL_SQL)
+    if returning:
+        sql += " RETURNING EXISTS (SELECT 1 FROM %s WHERE %s = %%s AND NOT %s)" % (
+            qn(JobDependency._meta.db_table), qn("parent_id"), qn("resolved"))
+    return sql

@@ -174,3 +174,15 @@ def test_the_fence_lets_one_transaction_make_the_row_final(dq) -> None:  # type:
     assert refused.value.committed == atomic.Committed(attempt=1, result="first")
     assert jobs_atomic.counters()["a"] == 0  # the refused transaction rolled back
     assert (h.job.result, h.job.attempts) == ("first", 1)
+
+
+def test_the_commit_releases_the_job_s_waiting_children(dq) -> None:  # type: ignore[no-untyped-def]
+    parent = schedule(BUMP, "a", atomic=True)
+    child = schedule(BUMP, "b", atomic=True, after=[parent])
+    assert child.status == JobStatus.WAITING
+    assert attempt(claimed(dq, parent.id)).kind is runner.Kind.SUCCESS
+    assert child.status == JobStatus.SCHEDULED  # released by the commit itself
+    plain_parent = schedule(BUMP, "a", atomic=True)  # no children: no resolve round
+    assert burst() == 0
+    assert [h.status for h in (parent, child, plain_parent)] == [JobStatus.SUCCEEDED] * 3
+    assert jobs_atomic.counters() == {"a": 2, "b": 1}
