@@ -3,10 +3,11 @@
 (``enabled`` is theirs to set), reports per outcome ("2 disabled, 1 already disabled")
 and writes one ``LogEntry`` (CHANGE) per schedule it changed.
 
-*Run now* schedules one job now with the schedule's callable, arguments, queue and
-priority, beside its ticks (the next tick stays due when it was); *enable* and *disable*
-go through ``periodic.replace``, as a save of the form does: disabling cancels the
-materialised next tick's job, enabling materialises the next tick."""
+*Run now* schedules one job now with the schedule's callable, arguments, queue,
+priority and ``atomic``, beside its ticks (the next tick stays due when it was);
+*enable* and *disable* go through ``periodic.replace``, as a save of the form does:
+disabling cancels the materialised next tick's job, enabling materialises the next
+tick."""
 
 from __future__ import annotations
 
@@ -77,7 +78,8 @@ def disable_schedules(modeladmin: admin.ModelAdmin, request: HttpRequest,
 
 def run_once(s: Schedule) -> str:
     """One job of ``s`` due now (not a tick: its key is none); returns its id."""
-    spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), priority=s.priority)
+    spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), priority=s.priority,
+                   atomic=True if s.atomic else None)  # as its ticks (core/periodic.py)
     return api.schedule_spec(s.callable_path, spec, queue=s.queue or None).id
 
 

@@ -29,8 +29,8 @@ from django_delayq.core import periodic, registry, schedules, validation
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus, Schedule
 
-DEFINITION = ("name", "callable_path", "args", "kwargs", "queue", "priority", "cron",
-              "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
+DEFINITION = ("name", "callable_path", "args", "kwargs", "queue", "priority", "atomic",
+              "cron", "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
               "missed")
 
 

@@ -129,3 +129,15 @@ def test_a_schedule_page_with_a_past_tick_shows(dq):  # type: ignore[no-untyped-
                                 interval_seconds=10, time_zone="UTC",
                                 next_tick_at=timezone.now() - timedelta(seconds=3))
     assert staff_client("view_schedule").get("%s%d/change/" % (LIST, s.pk)).status_code == 200
+
+
+def test_run_now_keeps_the_schedules_atomic_option(dq):  # type: ignore[no-untyped-def]
+    s = Schedule.objects.create(name="atomic", callable_path="tests.jobs.noop",
+                                interval_seconds=60, atomic=True)
+    client = staff_client("view_schedule", "change_schedule")
+    client.post(LIST, {"action": "run_schedules_now", "_selected_action": [s.pk],
+                       "index": "0"})
+    assert Job.objects.get(callable_path="tests.jobs.noop", key=None).atomic is True
+    form = client.get("%s%d/change/" % (LIST, s.pk)).content.decode()
+    field = form.split('name="atomic"', 1)
+    assert "checked" in field[0].rsplit("<input", 1)[1] + field[1].split(">", 1)[0]
