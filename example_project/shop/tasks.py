@@ -87,6 +87,6 @@ def rebuild_search_index(seconds: int = 120) -> str:
 
 
 def restock_check() -> str:
-    """The 30-second schedule (settings DELAYQ['SCHEDULES'])."""
+    """The two-minute schedule (settings DELAYQ["SCHEDULES"])."""
     low = Order.objects.filter(status=Order.Status.UNPAID).count()
     return "%d order(s) waiting for stock" % low

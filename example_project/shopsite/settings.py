@@ -68,7 +68,7 @@ DELAYQ = {
     # Periodic jobs, synced into the admin's Schedules at worker start (docs/periodic.md).
     "SCHEDULES": {"nightly-unpaid-report": {"callable": "shop.tasks.nightly_unpaid_report",
                                             "cron": "0 2 * * *", "timezone": "Europe/Berlin"},
-                  "restock-check": {"callable": "shop.tasks.restock_check", "interval": 30}},
+                  "restock-check": {"callable": "shop.tasks.restock_check", "interval": 120}},
 }
 UNPAID_ORDER_TIMEOUT_SECONDS = float(os.environ.get("SHOP_TIMEOUT", "20"))
 

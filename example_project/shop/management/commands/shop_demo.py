@@ -6,7 +6,7 @@ of the admin show each thing it can show (run.py calls it at start):
 * a running slow job with progress: ``rebuild_search_index`` (two minutes);
 * a chain: a paid demo order is packed, then shipped (``pack_order`` -> ``ship_order``),
   the second job due a minute after the first so the chain is seen half done;
-* the 30-second periodic schedule ``restock-check`` comes from the settings.
+* the two-minute periodic schedule ``restock-check`` comes from the settings.
 """
 
 from __future__ import annotations
