@@ -31,10 +31,11 @@ refuses ``atomic=True`` for those functions).
 Cost per attempt: the primary-key read, and one UPDATE that also answers whether the job
 has children waiting (``RETURNING EXISTS``: ``workflows.resolve`` runs only then), both
 as raw SQL (the ORM's compilation cost more than the queries). On SQLite a transaction
-that writes holds the database's write lock to its end (Django's ``IMMEDIATE`` mode takes
-it at the start), so atomic jobs run one at a time whatever happens here; the threads of
-one process take their turns through a lock of the process (``_sqlite_turns``) rather than
-through SQLite's busy handler, which polls with sleeps of up to 100 ms.
+that writes holds the database's write lock to its end (from its start in Django's
+``IMMEDIATE`` transaction mode), so atomic jobs run one at a time whatever happens here;
+the threads of one process take their turns through a lock of the process
+(``_sqlite_turns``) rather than through SQLite's busy handler, which polls with sleeps of
+up to 100 ms.
 """
 
 from __future__ import annotations
