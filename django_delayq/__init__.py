@@ -69,6 +69,17 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from django_delayq.core.aio import (  # noqa: F401
+        AsyncJobHandle,
+        acancel,
+        aget_job,
+        arequeue,
+        areschedule,
+        arun_now,
+        aschedule,
+        aschedule_spec,
+        await_result,
+    )
     from django_delayq.core.api import (  # noqa: F401
         JobCall,
         JobHandle,
@@ -82,17 +93,6 @@ if TYPE_CHECKING:  # pragma: no cover
         schedule,
         schedule_many,
         schedule_spec,
-    )
-    from django_delayq.core.aio import (  # noqa: F401
-        AsyncJobHandle,
-        acancel,
-        aget_job,
-        arequeue,
-        areschedule,
-        arun_now,
-        aschedule,
-        aschedule_spec,
-        await_result,
     )
     from django_delayq.core.canvas import GroupResult, chain, group  # noqa: F401
     from django_delayq.core.context import current_job  # noqa: F401
