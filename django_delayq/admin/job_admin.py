@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.utils import unquote
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, reverse
 from django.utils.html import format_html
@@ -315,7 +316,7 @@ class JobAdmin(admin.ModelAdmin):
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: dict[str, Any] | None = None) -> HttpResponse:
         """The job's page, with buttons for the actions this user may take on it."""
-        job = Job.objects.filter(pk=object_id).only("pk", "status").first()
+        job = Job.objects.filter(pk=unquote(object_id)).only("pk", "status").first()
         if job is not None:
             extra_context = {**(extra_context or {}),
                              **job_page.page_context(self, request, job)}

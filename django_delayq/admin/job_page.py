@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -74,7 +75,7 @@ def act(request: HttpRequest, admin: Any, object_id: str) -> HttpResponse:
     button = BY_OP.get(request.POST.get("op", ""))
     if request.method != "POST" or button is None or not _allowed(admin, request, button):
         raise PermissionDenied
-    job = get_object_or_404(Job, pk=object_id)
+    job = get_object_or_404(Job, pk=unquote(object_id))
     page = reverse("admin:django_delayq_job_change", args=(job.pk,),
                    current_app=admin.admin_site.name)
     if button.op == "cancel" and request.POST.get("confirm") != "yes":
