@@ -9,7 +9,8 @@ the run (after a random number of further commits, so mid-transaction, between c
 and ack, or idle), and Redis is restarted once, empty, in the middle. At the end every
 job row is final and succeeded, every counter equals its number of jobs, and no key row
 is doubled: the writes of each job committed exactly once. ``bench/atomic_chaos.py`` is
-the same run at 2,000 jobs, with ``atomic=False`` beside it.
+the same run at 2,000 jobs, with ``atomic=False`` beside it. Under ``--processes``, a
+hard time-limit kill rolls an atomic attempt's writes back.
 """
 
 from __future__ import annotations
@@ -78,3 +79,26 @@ def test_atomic_jobs_commit_once_through_kills_and_a_redis_restart(  # type: ign
     assert set(effects) == set(ids), where
     doubled = {job_id: n for job_id, n in effects.items() if n != 1}
     assert not doubled, (where, list(doubled.items())[:5])
+
+
+def test_a_hard_time_limit_kill_rolls_an_atomic_attempt_back(  # type: ignore[no-untyped-def]
+        cfg, start_with) -> None:
+    """``--processes``: each attempt writes, then outlives its time limit and its process
+    is killed. The atomic job's writes are gone with its transaction; the plain job's
+    stay, once per attempt."""
+    cfg.DELAYQ = {**cfg.DELAYQ, **FAST}
+    jobs_atomic.create_tables(("atomic", "plain"))
+    options = dict(timeout=1, max_attempts=2, backoff=[0])
+    atomic = schedule_many("tests.jobs_atomic.bump", [JobSpec(args=("atomic", 120))],
+                           atomic=True, **options)[0]
+    plain = schedule_many("tests.jobs_atomic.bump", [JobSpec(args=("plain", 120))],
+                          **options)[0]
+    proc = start_with(FAST, "--processes", "1", "--concurrency", "1")
+    wait_until(lambda: _open({atomic, plain}) == 0, timeout=120, step=0.1)
+    stop(proc)
+    rows = {row.pk: row for row in Job.objects.filter(pk__in=(atomic, plain))}
+    for job_id in (atomic, plain):
+        assert (rows[job_id].status, rows[job_id].attempts, rows[job_id].error_type) == (
+            JobStatus.DEAD, 2, "django_delayq.exceptions.JobTimeout")
+    assert jobs_atomic.counters() == {"atomic": 0, "plain": 2}
+    assert jobs_atomic.effects() == {plain: 2}
