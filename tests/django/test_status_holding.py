@@ -11,8 +11,10 @@ from django.core.management import call_command
 from django.urls import reverse
 
 from django_delayq import schedule
+from django_delayq.models import Job, JobStatus
 from django_delayq.observe.holding import Holding, split
-from tests.helpers import staff_client
+from tests.django.test_status import _start, _stop
+from tests.helpers import staff_client, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -57,3 +59,36 @@ def test_dashboard_and_queues_page_show_the_same_split(delayq_engine):
     html = client.get(reverse("admin:django_delayq_job_queues")).content.decode()
     for key, n in EXPECTED.items():
         assert '<b data-count="%s">%d</b>' % (key, n) in html
+
+
+@pytest.mark.worker
+def test_a_real_workers_jobs_add_up_the_same_everywhere(delayq_settings, tmp_path):
+    """Three jobs that run until a gate opens, a worker of two threads: two running, the
+    third due now or prefetched; delayq_status and the dashboard give the same split, and
+    it adds up to the queue's in-flight count."""
+    gate = tmp_path / "gate"
+    ids = [schedule("tests.jobs.report_then_wait", i, str(gate)).id for i in range(3)]
+    worker = _start(delayq_settings, tmp_path, "w-split", "--queues", "default",
+                    "--concurrency", "2")
+    try:
+        wait_until(lambda: _holding()["running"] == 2, timeout=60)
+        held = _holding()
+        assert held["running"] + held["prefetched"] + held["settling"] == held["in_flight"]
+        assert held["running"] == 2 and held["settling"] == 0
+        client = staff_client()
+        data = json.loads(client.get(reverse("admin:django_delayq_job_dashboard_data")).content)
+        assert data["holding"] == held
+        gate.touch()
+        wait_until(lambda: all(Job.objects.get(pk=pk).status == JobStatus.SUCCEEDED
+                               for pk in ids), timeout=60)
+        wait_until(lambda: _holding() == {"in_flight": 0, "running": 0, "prefetched": 0,
+                                          "settling": 0}, timeout=60)  # next heartbeat
+    finally:
+        gate.touch()
+        _stop(worker)
+
+
+def _holding() -> dict[str, int]:
+    out = StringIO()
+    call_command("delayq_status", "--json", stdout=out)
+    return json.loads(out.getvalue())["holding"]  # type: ignore[no-any-return]
