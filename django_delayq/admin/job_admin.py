@@ -140,7 +140,7 @@ class JobAdmin(admin.ModelAdmin):
         (_("Outcome"), {"fields": ("result_display", "last_error_display",
                                    "traceback_display")}),
         (_("Requeue lineage"), {"fields": ("requeued_from_display", "requeued_as_display")}),
-        (_("Workflow"), {"fields": ("parents_left", "parents_display", "children_display",
+        (_("Workflow"), {"fields": ("parents_left_display", "parents_display", "children_display",
                                     "workflow_graph_display")}),
     )
     readonly_fields = tuple(
@@ -222,6 +222,13 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description=_("waited for by"))
     def children_display(self, obj: Job) -> str:
         return workflows.children(obj, self.admin_site.name)
+
+    @admin.display(description=_("parents left"))
+    def parents_left_display(self, obj: Job) -> str:
+        """How many parents (``after=``) have not finished; the job reaches Redis at 0."""
+        if not obj.parents_left:
+            return "0"
+        return "%d (%s)" % (obj.parents_left, _("it is sent to Redis when all have finished"))
 
     @admin.display(description=_("graph"))
     def workflow_graph_display(self, obj: Job) -> str:

@@ -80,3 +80,11 @@ def test_depth_places_a_child_after_its_deepest_parent():
                              edges=[("a", "b", True), ("b", "c", False), ("a", "c", False),
                                     ("d", "c", False)])
     assert workflow_graph.depths(g) == {"a": 0, "b": 1, "c": 2, "d": 0}
+
+
+def test_parents_left_says_what_it_means(delayq_settings, admin_client):
+    _first, second = chain(job("tests.jobs.noop").s(), job("tests.jobs.noop").s())
+    html = admin_client.get(reverse("admin:django_delayq_job_change", args=(second.id,)))
+    cell = html.content.decode().split("field-parents_left_display", 1)[1][:400]
+    assert "1 (it is sent to Redis when all have finished)" in cell
+    assert "released to Redis at 0" not in html.content.decode()
