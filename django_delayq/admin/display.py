@@ -59,9 +59,11 @@ def short_error(error_type: str, message: str) -> str:
     if error_type == TIMEOUT_ERROR:
         return format_html('<span class="delayq-timeout" title="{}">{}</span> {}',
                            error_type, _("timed out"), _after_timed_out(text))
+    message_html = format_html('<span title="{}">{}</span>', Truncator(first).chars(300), text)
+    if not error_type:  # a note such as "purged from queue emails"
+        return message_html
     name = error_type.rsplit(".", 1)[-1]
-    return format_html('<code title="{}">{}</code> <span title="{}">{}</span>', error_type,
-                       name, Truncator(first).chars(300), text)
+    return format_html('<code title="{}">{}</code> {}', error_type, name, message_html)
 
 
 def pre(value: Any) -> str:
