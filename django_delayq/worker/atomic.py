@@ -54,6 +54,8 @@ from django_delayq.core import workflows
 from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
 from django_delayq.worker.audit import storable
 
+_COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
+
 
 @dataclass(frozen=True, slots=True)
 class Committed:
@@ -82,16 +84,18 @@ def committed(job_id: str, using: str | None = None) -> Committed | None:
     """The success committed for ``job_id``, or ``None`` (one primary-key read)."""
     conn = connections[using or database()]
     qn = conn.ops.quote_name
+    attempts, result, pk, status = (qn(_COLUMNS[name])
+                                    for name in ("attempts", "result", "id", "status"))
     with conn.cursor() as cursor:
         cursor.execute("SELECT %s, %s FROM %s WHERE %s = %%s AND %s = %%s" % (
-            qn("attempts"), qn("result"), qn(Job._meta.db_table), qn("id"), qn("status")),
+            attempts, result, qn(Job._meta.db_table), pk, status),
             [job_id, JobStatus.SUCCEEDED.value])
         row = cursor.fetchone()
     if row is None:
         return None
-    result = row[1]  # the JSON column's text (SQLite; PostgreSQL through Django's loaders)
-    return Committed(attempt=row[0], result=json.loads(result) if isinstance(result, str)
-                     else result)
+    value = row[1]  # the JSON column's text (SQLite; PostgreSQL through Django's loaders)
+    return Committed(attempt=row[0], result=json.loads(value) if isinstance(value, str)
+                     else value)
 
 
 _sqlite_turns = threading.RLock()  # one atomic transaction at a time per process on SQLite
@@ -138,18 +142,23 @@ def commit(using: str, job_id: str, token: int, *, worker_id: str, started_at: d
 
 
 _FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
+_EDGE_COLUMNS = {f.name: str(f.column) for f in JobDependency._meta.concrete_fields}
 
 
 def _success_sql(conn: Any, returning: bool) -> str:
     """The fenced UPDATE of ``commit``; with ``returning``, it also answers whether the job
     has edges to children not resolved yet (the probe ``workflows.resolve`` makes)."""
-    qn = conn.ops.quote_name
-    sets = ", ".join("%s = %%s" % qn(column) for column in (
+    def col(name: str, columns: dict[str, str] = _COLUMNS) -> str:
+        return str(conn.ops.quote_name(columns[name]))
+
+    sets = ", ".join("%s = %%s" % col(name) for name in (
         "status", "attempts", "started_at", "finished_at", "result", "worker_id",
         "updated_at"))
     sql = "UPDATE %s SET %s WHERE %s = %%s AND %s <= %%s AND %s NOT IN (%s)" % (
-        qn(Job._meta.db_table), sets, qn("id"), qn("attempts"), qn("status"), _FINAL_SQL)
+        conn.ops.quote_name(Job._meta.db_table), sets, col("id"), col("attempts"),
+        col("status"), _FINAL_SQL)
     if returning:
         sql += " RETURNING EXISTS (SELECT 1 FROM %s WHERE %s = %%s AND NOT %s)" % (
-            qn(JobDependency._meta.db_table), qn("parent_id"), qn("resolved"))
+            conn.ops.quote_name(JobDependency._meta.db_table),
+            col("parent_id", _EDGE_COLUMNS), col("resolved", _EDGE_COLUMNS))
     return sql
