@@ -28,8 +28,12 @@ holds any data at all (pending, in flight, dead, attempts, envelopes, ``reconcil
   created by this reconciler or, moments ago, by another one);
 * the remembered epoch vanished or changed: a loss, unless the new one is of kind ``K``.
   Every reconciler that notices runs the pass (if only the one that re-created the key
-  did, its death mid-pass would strand rows); they do not double jobs because each
-  skips ids another one re-enqueued (``reconciled``: ``core/reconcile.py``).
+  did, its death mid-pass would strand rows); they do not double jobs because the
+  re-enqueue script skips ids another one re-enqueued lately (``reconciled``:
+  ``core/reconcile.py``), deciding and writing at once.
+
+While a cluster node is down its data sets' epochs cannot be read: they are left out of
+the check (``unreadable``) and judged when the node answers again.
 
 A sharded queue's shards are full queues in slots of their own, often on different
 nodes of a cluster, and one node can lose its data alone: every shard carries its own

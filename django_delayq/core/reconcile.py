@@ -25,8 +25,8 @@ Every queue carries an epoch key that disappears together with the queue's data;
 ``core/epochs.py`` tells how it is written and read, and when a change of it means a
 loss. ``tick()`` reads the epochs every ``EPOCH_CHECK_SECONDS``. Every reconciler that
 notices a loss runs the pass (if only the one that re-created the key did, its death
-mid-pass would strand rows); they do not double jobs because each skips ids another one
-re-enqueued (``reconciled``, below).
+mid-pass would strand rows); they do not double jobs because the re-enqueue skips ids
+another one re-enqueued (``reconciled``, below), in the same script.
 
 Even in a loss pass, a row may describe a job written into the *new* data: scheduled
 after the loss and already acked there, its flush on its way. The loss is dated by the
@@ -51,25 +51,31 @@ crash. In a loss pass running rows are re-enqueued even with a live worker: the 
 the running copy is refused (its lease vanished with the data), so the row would stay
 ``running`` forever.
 
-Several workers reconcile the same rows. When one re-enqueues a job, it first records
-the id in ``{prefix:queue}:reconciled`` (ZSET id -> server ms, kept ``RECENT_SECONDS``,
-at most ``MAX_RECENT`` ids); the others skip ids found there (read in the same MULTI as
-the job's place), or they would re-enqueue a job that a third worker has just run and
-acked but not yet audited. The ZSET is lost with the data, so whatever it holds was
-re-enqueued after the loss. An epoch change clears the suspects.
+Several workers reconcile the same rows. When one re-enqueues a job, it records the id
+in ``{prefix:queue}:reconciled`` (ZSET id -> server ms, kept ``RECENT_SECONDS``, at most
+``MAX_RECENT`` ids), in the script that enqueues it (``reenqueue.lua``), which also
+skips ids found there and ids with a settled record: the others would re-enqueue a job
+that a third worker has just run and acked but not yet audited (with the check a read
+of its own, two loss passes ran jobs twice). The ZSET is lost with the data, so
+whatever it holds was re-enqueued after the loss. An epoch change clears the suspects.
+
+Tokens: a loss pass seeds a ``scheduled``/``retrying`` row due before the loss with its
+attempts + 1 (``reconcile_state.count_lost_deliveries``): the lost data may have handed
+it a token its row does not record yet, and no token is handed out twice.
 
 Jobs final in Redis (a live row whose job is in the dead set, or was cancelled while it
 ran) get the same second look and are then settled: ``core/final_rows.py``. What a
 re-enqueued job's attempts counter starts from, and which workers count as alive:
 ``core/liveness.py``.
 
-Re-enqueue is idempotent (``enqueue.lua`` skips ids already pending, in flight or dead),
-so running several reconcilers at once never doubles a job. enqueue.lua is sent with
-EVAL inside the MULTI (a NOSCRIPT inside EXEC would not undo the rest).
+Re-enqueue is idempotent (``reenqueue.lua`` skips ids already pending, in flight or
+dead, settled, or re-enqueued lately), so running several reconcilers at once never
+doubles a job. After a Redis outage the rows changed during it are looked at at once
+(``reconcile_state.Outage``), not after the grace.
 
-Every MULTI carries at most ``MULTI_ROWS`` (``scripts.RECONCILE_CHUNK``, 100) rows: a
-MULTI blocks Redis like a script, and 500 rows (six reads each) took ~11 ms, over the
-5 ms bound of every Redis call.
+Every MULTI (and re-enqueue call) carries at most ``MULTI_ROWS``
+(``scripts.RECONCILE_CHUNK``, 100) rows: a MULTI blocks Redis like a script, and 500
+rows (six reads each) took ~11 ms, over the 5 ms bound of every Redis call.
 """
 
 from __future__ import annotations

@@ -95,6 +95,7 @@ MAX_EVENT_ARGS = 800  # arguments of events_add (a count and the field/value pai
 # re-enqueued, two writes and its share of enqueue.lua). At most MAX_ENQUEUE. 100 rows stay
 # under 1 ms at a 100,000-job backlog (latency monitor); 200 took up to 4 ms, 500 10 ms.
 RECONCILE_CHUNK = 100
+MAX_REENQUEUE = RECONCILE_CHUNK  # jobs per reenqueue.lua call (the reconciler's chunk)
 
 # Poison entries: what the scripts refuse as a job id (lib.lua's bad_id says the same).
 MAX_ID_BYTES = 256
@@ -134,7 +135,7 @@ BOUNDS: dict[str, Bound] = {
     "acquire": Bound(8, 0, 0),
     "release_group": Bound(0, 1, MAX_RELEASE_GROUP),
     "forget_settled": Bound(2, 1, MAX_FORGET),
-    "reenqueue": Bound(4, 4, RECONCILE_CHUNK),
+    "reenqueue": Bound(4, 4, MAX_REENQUEUE),
 }
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")

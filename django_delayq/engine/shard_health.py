@@ -35,6 +35,10 @@ MAX_DELAY_SECONDS = 5.0
 _R = TypeVar("_R")
 
 
+def _named(name: str) -> tuple[str, str]:
+    return ("shard" if "#" in name else "queue"), name
+
+
 class ShardDown(RedisConnectionError):
     """A call skipped because its shard failed moments ago and is still set aside."""
 
@@ -64,8 +68,8 @@ class ShardHealth:
         """``call()`` on shard ``name``, unless it is set aside (``ShardDown``, at once);
         a failure sets it aside, a success forgets its failure."""
         if self.down(name):
-            raise ShardDown("shard %r is unavailable (%s); tried again in %.1fs" % (
-                name, self._error.get(name, "failed"), self.remaining_ms(name) / 1000))
+            raise ShardDown("%s %r is unavailable (%s); tried again in %.1fs" % (
+                *_named(name), self._error.get(name, "failed"), self.remaining_ms(name) / 1000))
         try:
             result = call()
         except ERRORS as exc:
@@ -84,8 +88,8 @@ class ShardHealth:
             self._until[name] = self.clock() + delay
             self._error[name] = str(exc)[:200]
         log = logger.warning if first or delay >= MAX_DELAY_SECONDS else logger.debug
-        log("shard %r: Redis unavailable (%s); the other shards go on, this one is tried "
-            "again in %.1fs", name, exc, delay)
+        log("%s %r: Redis unavailable (%s); the queues and shards of the other nodes go "
+            "on, this one is tried again in %.1fs", *_named(name), exc, delay)
 
     def worked(self, name: str) -> None:
         with self._lock:
@@ -93,4 +97,4 @@ class ShardHealth:
             self._until.pop(name, None)
             self._error.pop(name, None)
         if was is not None:
-            logger.warning("shard %r: Redis answers again", name)
+            logger.warning("%s %r: Redis answers again", *_named(name))

@@ -326,8 +326,11 @@ class ShardedEngine(Engine):
             name, job_id), lambda found: found.place == "")
 
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
-        parts = [super(ShardedEngine, self).stats(name, now_ms)
-                 for name in self.shard_queues(queue)]
+        names = self.shard_queues(queue)
+        if len(names) == 1:
+            return super().stats(queue, now_ms)
+        parts = self._each(names, lambda name: super(ShardedEngine, self).stats(
+            name, now_ms))  # a shard whose node is down is left out of the counts
         return QueueStats(
             now_ms=parts[0].now_ms, scheduled=sum(p.scheduled for p in parts),
             ready=sum(p.ready for p in parts), inflight=sum(p.inflight for p in parts),

@@ -6,18 +6,23 @@ runs, each once."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
-from django_delayq import schedule
+from django_delayq import schedule, schedule_many
 from django_delayq.core.connection import get_engine
+from django_delayq.core.submit import JobSpec
 from django_delayq.engine.shards import shard_name
 from django_delayq.models import Job, JobStatus
 from tests.cluster.conftest import running_worker, spread_prefix
 from tests.cluster.server import LocalCluster
 from tests.helpers import wait_until
+from tests.worker.conftest import worker_starter
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 SHARDS = 3
@@ -65,6 +70,7 @@ def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # t
             wait_until(lambda: Job.objects.filter(
                 pk__in=healthy, status=JobStatus.SUCCEEDED).count() == len(healthy), 20)
             _started_within(healthy, 1.0)  # due after the kill: served on time
+            assert engine.stats("emails").inflight == 0  # the lost shard left out
             during, slowest = [], 0.0
             for i in range(60):  # the lost shard's stay in the outbox, at once
                 began = time.monotonic()
@@ -85,3 +91,49 @@ def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # t
     runs = [line.split() for line in out.read_text().splitlines()]
     assert sorted(tag for tag, *_ in runs) == sorted(
         ["b%d" % i for i in range(60)] + ["d%d" % i for i in range(60)])  # each once
+
+
+@pytest.fixture
+def start_worker(sharded, tmp_path):  # type: ignore[no-untyped-def]
+    yield from worker_starter(sharded, tmp_path, "tests.django.test_shards_settings")
+
+
+def test_a_shard_lost_under_load_runs_no_unstarted_job_twice(  # type: ignore[no-untyped-def]
+        sharded, redis_cluster: LocalCluster, start_worker, tmp_path) -> None:
+    """Two worker processes drain a 3-shard queue; one shard's node is SIGKILLed mid-drain
+    and comes back empty: both workers' reconcilers see the loss, and every job that had
+    not started before it runs once (one that had may run again: its run's ack died with
+    the node)."""
+    total = int(os.environ.get("DELAYQ_TEST_LOSS_JOBS", "30000"))
+    engine = get_engine()
+    down = redis_cluster.node_of(engine.keys(NAMES[2]).pending)
+    out = tmp_path / "runs.txt"
+    schedule_many("tests.jobs.record", [JobSpec(args=(str(out), "j%d" % i))
+                                        for i in range(total)], queue="emails")
+    procs = [start_worker("--queues", "emails", "--concurrency", "4") for _ in range(2)]
+    try:
+        wait_until(lambda: out.exists() and _lines(out) > total // 4, timeout=120, step=0.05)
+        _kill(redis_cluster, down)
+        started = {line.split()[0] for line in out.read_text().splitlines()}
+        wait_until(lambda: _lines(out) > len(started) + total // 10, timeout=60)
+        redis_cluster.restart(down)  # empty: both reconcilers see the loss
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == total,
+                   timeout=150, step=0.5)
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            assert proc.wait(60) == 0
+    runs: dict[str, list[str]] = {}
+    for tag, _id, attempt, _pid in (line.split() for line in out.read_text().splitlines()):
+        runs.setdefault(tag, []).append(attempt)
+    assert len(runs) == total
+    twice = {t: a for t, a in runs.items() if len(a) > 1 and t not in started}
+    assert not twice, (len(twice), list(twice.items())[:5])
+    reused = {t: a for t, a in runs.items() if len(set(a)) < len(a)}  # a token run twice
+    assert not reused, (len(reused), list(reused.items())[:5])
+
+
+def _lines(path: Path) -> int:
+    with path.open("rb") as f:
+        return sum(1 for _ in f)

@@ -275,7 +275,7 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
                 "release": scripts.MAX_RELEASE, "recover": scripts.MAX_RECOVER,
                 "events_add": scripts.MAX_EVENTS, "defer": scripts.MAX_DEFER,
                 "purge": scripts.MAX_PURGE, "release_group": scripts.MAX_RELEASE_GROUP,
-                "forget_settled": scripts.MAX_FORGET}
+                "forget_settled": scripts.MAX_FORGET, "reenqueue": scripts.MAX_REENQUEUE}
     for name in scripts.SCRIPT_NAMES:
         source = scripts._read(name)
         for part in ("-- KEYS[1]", "-- Returns:", "-- Cost:"):

@@ -26,15 +26,16 @@
 -- acked since). The reads and the writes are one script: two reconcilers cannot both
 -- decide that a job is missing and both put it back.
 -- Returns: {added, now_ms}
--- Cost: at most 100 jobs per call (scripts.RECONCILE_CHUNK; callers split bigger
---       batches): O(n log N); trimming `reconciled` removes at most 1,000 old ids.
+-- Cost: at most 100 jobs per call (scripts.MAX_REENQUEUE, the reconciler's chunk; callers
+--       split bigger batches): O(n log N); trimming `reconciled` removes at most 1,000
+--       old ids.
 --@include now
 --@include wrong_type
 --@include clamp_ms
 --@include call_many
 --@include line
-local pending, inflight, jobs, attempts, dead, epoch, ready, prio, settled, recent =
-  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[14], KEYS[16]
+local pending, inflight, jobs, attempts, dead, epoch, ready, prio, settled, reconciled = KEYS[1],
+  KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[14], KEYS[16]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', '', 'zset', '', 'zset', 'hash', '',
                         '', '', 'zset', 'zset', '', 'zset'})
 if err then return err end
@@ -49,7 +50,7 @@ local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
 local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
 local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
 local in_settled = redis.call('ZMSCORE', settled, unpack(ids))
-local lately = redis.call('ZMSCORE', recent, unpack(ids))
+local lately = redis.call('ZMSCORE', reconciled, unpack(ids))
 local counters = redis.call('HMGET', attempts, unpack(ids))
 local has_env = {}
 if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
@@ -75,12 +76,12 @@ if added > 0 then
   line_write(line, pending, ready, ARGV[2])
   if #prios > 0 then call_many('HSET', prio, {}, prios) end
   if #seeds > 0 then call_many('HSET', attempts, {}, seeds) end
-  call_many('ZADD', recent, {}, remembered)
+  call_many('ZADD', reconciled, {}, remembered)
 end
-local old = redis.call('ZCOUNT', recent, '-inf', string.format('(%.0f', now - keep_ms))
-local over = redis.call('ZCARD', recent) - keep_max
+local old = redis.call('ZCOUNT', reconciled, '-inf', string.format('(%.0f', now - keep_ms))
+local over = redis.call('ZCARD', reconciled) - keep_max
 local drop = math.min(math.max(old, over), 1000)
-if drop > 0 then redis.call('ZREMRANGEBYRANK', recent, 0, drop - 1) end
+if drop > 0 then redis.call('ZREMRANGEBYRANK', reconciled, 0, drop - 1) end
 if redis.call('EXISTS', epoch) == 0 then
   local t = server_time()
   redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')
