@@ -13,6 +13,11 @@ write to; ``Engine.ack_stream`` returns None for a cluster, whose callers use ``
 A request whose fate is unknown (the connection failed) is reported lost; its caller
 settles it again through ``ack``, which tells an ack that ran from one that did not (the
 token is gone from ``inflight`` either way: see worker/settle.py).
+
+The same connection carries the start marks (``mark``): an ``HSET`` of the job's runs
+entry written before its function is called, whose reply is read and dropped. A mark is
+a hint for recovery (lua/recover.lua): one that never arrives makes a run of a killed
+worker look unstarted, so it is not charged an attempt.
 """
 
 from __future__ import annotations
@@ -77,6 +82,18 @@ def plain_sockets(pool: Any) -> bool:
     return kind is not None and "ssl" not in kind.__name__.lower()
 
 
+_MARK = object()  # the tag of a start mark in flight (its reply is dropped)
+
+
+def _resp(*parts: str) -> bytes:
+    """A command in the Redis protocol (the marks: a few short strings)."""
+    out = [b"*%d\r\n" % len(parts)]
+    for part in parts:
+        raw = part.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    return b"".join(out)
+
+
 @dataclass(frozen=True, slots=True)
 class AckReply:
     """The reply to one ``send``: its ``tag``, one bool per lease (acked, or refused:
@@ -115,6 +132,19 @@ class AckStream:
             args += [job_id, token, code]
         self._script.check(args)
         names = keys.script_keys()
+        return self._put(lambda conn: b"".join(bytes(part) for part in conn.pack_command(
+            "EVALSHA", self._script.sha, len(names), *names, *args)), tag, len(leases))
+
+    def mark(self, runs_key: str, job_id: str, value: str) -> bool:
+        """Write a start mark (``HSET runs_key job_id value``) without waiting for it;
+        False when it could not be written."""
+        try:
+            data = _resp("HSET", runs_key, job_id, value)
+        except UnicodeError:
+            return False
+        return self._put(lambda conn: data, _MARK, 0)
+
+    def _put(self, packed: Any, tag: Any, count: int) -> bool:
         with self._lock:
             try:
                 if self._stale and not self._sent:  # an error reply came: start afresh
@@ -124,9 +154,7 @@ class AckStream:
                     self._conn = _connection(self._client.connection_pool)
                     self._conn.connect()
                     self._stale = False
-                packed = self._conn.pack_command("EVALSHA", self._script.sha, len(names),
-                                                 *names, *args)
-                _write(self._conn, b"".join(bytes(part) for part in packed))
+                _write(self._conn, packed(self._conn))
             except Exception:  # noqa: BLE001 - the caller acks the usual way
                 if self._sent:  # the reader's read fails and reports them lost
                     self._conn.disconnect()
@@ -134,7 +162,7 @@ class AckStream:
                     self._drop()
                 return False
             with self._ready:
-                self._sent.append((tag, len(leases)))
+                self._sent.append((tag, count))
                 self._ready.notify()
         return True
 
@@ -142,26 +170,33 @@ class AckStream:
         """The next reply (the reader thread only), waiting up to ``timeout`` seconds for
         a request to be in flight; [] when none is. A failed connection answers every
         request in flight with an error. Never raises."""
-        with self._ready:
-            if not self._sent:
-                self._ready.wait(timeout)
-            if not self._sent:
-                return []
-            (tag, count), conn = self._sent[0], self._conn
-        try:
-            reply = conn.read_response()
-        except ResponseError as exc:  # an error reply (NOSCRIPT, READONLY, ...): its own
+        waited = False
+        while True:
+            with self._ready:
+                if not self._sent and not waited:
+                    self._ready.wait(timeout)
+                    waited = True
+                if not self._sent:
+                    return []
+                (tag, count), conn = self._sent[0], self._conn
+            try:
+                reply = conn.read_response()
+            except ResponseError as exc:  # an error reply (NOSCRIPT, READONLY, ...): its own
+                with self._ready:
+                    self._sent.popleft()
+                self._stale = True
+                if tag is _MARK:
+                    continue
+                return [AckReply(tag, [], exc)]
+            except Exception as exc:  # noqa: BLE001 - every request in flight is in doubt
+                with self._lock:
+                    lost = self._take_all()
+                    self._drop()
+                return [AckReply(t, [], exc) for t, _ in lost if t is not _MARK]
             with self._ready:
                 self._sent.popleft()
-            self._stale = True
-            return [AckReply(tag, [], exc)]
-        except Exception as exc:  # noqa: BLE001 - every request in flight is in doubt
-            with self._lock:
-                lost = self._take_all()
-                self._drop()
-            return [AckReply(t, [], exc) for t, _ in lost]
-        with self._ready:
-            self._sent.popleft()
+            if tag is not _MARK:
+                break
         try:
             acked = [bool(int(r)) for r in reply]
         except (TypeError, ValueError) as exc:

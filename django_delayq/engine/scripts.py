@@ -116,7 +116,7 @@ class Bound:
 
 BOUNDS: dict[str, Bound] = {
     "enqueue": Bound(2, 5, MAX_ENQUEUE),
-    "claim": Bound(3, 0, 0),
+    "claim": Bound(4, 0, 0),
     "ack": Bound(2, 3, MAX_ACK),
     "nack": Bound(4, 3, MAX_NACK),
     "extend": Bound(2, 2, MAX_EXTEND),

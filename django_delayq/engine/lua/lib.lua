@@ -261,14 +261,25 @@ local function line_write(line, pending, ready, channel, moved)
   end
 end
 
+--@define unstarted
+-- The deliveries of a job that never started, from its runs entry (KEYS[16]: "<token>
+-- <unstarted>", or nil): the attempt of delivery `token` is token - unstarted.
+local function unstarted(entry)
+  if not entry then return 0 end
+  local _, k = string.match(entry, '^(%d+) (%d+)$')
+  return tonumber(k) or 0
+end
+
 --@define forget
 -- Forgets jobs that are final (done, cancelled, purged, trimmed from dead, set aside as
--- poison): their envelope, attempts count (lease token), cancel mark and priority. Where
--- they were listed (pending, ready, inflight, dead) is the caller's to clear, except the
--- index of urgent pending jobs (KEYS[13]). At most a few hundred ids a call.
+-- poison): their envelope, attempts count (lease token), cancel mark, priority and start
+-- marks. Where they were listed (pending, ready, inflight, dead) is the caller's to clear,
+-- except the index of urgent pending jobs (KEYS[13]) and the runs (KEYS[16]). At most a
+-- few hundred ids a call.
 local function forget(jobs, attempts, cancel, prio, ids)
   if #ids == 0 then return end
   redis.call('ZREM', KEYS[13], unpack(ids))
+  redis.call('HDEL', KEYS[16], unpack(ids))
   redis.call('HDEL', jobs, unpack(ids))
   redis.call('HDEL', attempts, unpack(ids))
   redis.call('SREM', cancel, unpack(ids))
