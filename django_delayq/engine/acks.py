@@ -14,9 +14,11 @@ A request whose fate is unknown (the connection failed) is reported lost; its ca
 settles it again through ``ack``, which tells an ack that ran from one that did not (the
 token is gone from ``inflight`` either way: see worker/settle.py).
 
-The same connection carries the start marks (``mark``): an ``HSET`` of the job's runs
-entry written before its function is called, whose reply is read and dropped. A mark is
-a hint for recovery (lua/recover.lua): one that never arrives makes a run of a killed
+The start marks (``mark``: an ``HSET`` of the job's runs entry, written before its
+function is called) go on a second connection told ``CLIENT REPLY OFF``: written and
+never answered, nothing to read (and nothing unread when the process is killed, which
+would make the kernel reset the connection and drop what was still to be sent). A mark
+is a hint for recovery (lua/recover.lua): one that never arrives makes a run of a killed
 worker look unstarted, so it is not charged an attempt.
 """
 
@@ -82,9 +84,6 @@ def plain_sockets(pool: Any) -> bool:
     return kind is not None and "ssl" not in kind.__name__.lower()
 
 
-_MARK = object()  # the tag of a start mark in flight (its reply is dropped)
-
-
 def _resp(*parts: str) -> bytes:
     """A command in the Redis protocol (the marks: a few short strings)."""
     out = [b"*%d\r\n" % len(parts)]
@@ -118,6 +117,8 @@ class AckStream:
         self._sent: deque[tuple[Any, int]] = deque()
         self._stale = False  # an error reply came (NOSCRIPT, READONLY): reconnect when idle
         self._ready = threading.Condition(threading.Lock())
+        self._marks: Any = None  # the marks' connection (CLIENT REPLY OFF)
+        self._marks_lock = threading.Lock()
 
     def send(self, queue: str, leases: Sequence[tuple[str, int]], codes: Sequence[str],
              tag: Any) -> bool:
@@ -135,14 +136,36 @@ class AckStream:
         return self._put(lambda conn: b"".join(bytes(part) for part in conn.pack_command(
             "EVALSHA", self._script.sha, len(names), *names, *args)), tag, len(leases))
 
-    def mark(self, runs_key: str, job_id: str, value: str) -> bool:
-        """Write a start mark (``HSET runs_key job_id value``) without waiting for it;
-        False when it could not be written."""
+    def mark(self, keys: tuple[str, str], args: list[str]) -> bool:
+        """Write a start mark (lua/mark.lua; ``Engine.start_mark`` gives ``keys`` and
+        ``args``) on the marks' connection, which Redis never answers; False when it could
+        not be written (the caller marks it with a call)."""
+        mark = scripts.load("mark")
         try:
-            data = _resp("HSET", runs_key, job_id, value)
+            data = _resp("EVALSHA", mark.sha, "2", *keys, *args)
         except UnicodeError:
             return False
-        return self._put(lambda conn: data, _MARK, 0)
+        with self._marks_lock:
+            try:
+                if self._marks is None:
+                    self._marks = _connection(self._client.connection_pool)
+                    self._marks.connect()
+                    # the script loaded first, on the same connection: EVALSHA finds it
+                    _write(self._marks, _resp("CLIENT", "REPLY", "OFF") +
+                           _resp("SCRIPT", "LOAD", mark.source))
+                _write(self._marks, data)
+            except Exception:  # noqa: BLE001 - the caller marks it with a call
+                self._drop_marks()
+                return False
+        return True
+
+    def _drop_marks(self) -> None:
+        if self._marks is not None:
+            try:
+                self._marks.disconnect()
+            finally:
+                self._client.connection_pool.release(self._marks)
+                self._marks = None
 
     def _put(self, packed: Any, tag: Any, count: int) -> bool:
         with self._lock:
@@ -170,33 +193,26 @@ class AckStream:
         """The next reply (the reader thread only), waiting up to ``timeout`` seconds for
         a request to be in flight; [] when none is. A failed connection answers every
         request in flight with an error. Never raises."""
-        waited = False
-        while True:
-            with self._ready:
-                if not self._sent and not waited:
-                    self._ready.wait(timeout)
-                    waited = True
-                if not self._sent:
-                    return []
-                (tag, count), conn = self._sent[0], self._conn
-            try:
-                reply = conn.read_response()
-            except ResponseError as exc:  # an error reply (NOSCRIPT, READONLY, ...): its own
-                with self._ready:
-                    self._sent.popleft()
-                self._stale = True
-                if tag is _MARK:
-                    continue
-                return [AckReply(tag, [], exc)]
-            except Exception as exc:  # noqa: BLE001 - every request in flight is in doubt
-                with self._lock:
-                    lost = self._take_all()
-                    self._drop()
-                return [AckReply(t, [], exc) for t, _ in lost if t is not _MARK]
+        with self._ready:
+            if not self._sent:
+                self._ready.wait(timeout)
+            if not self._sent:
+                return []
+            (tag, count), conn = self._sent[0], self._conn
+        try:
+            reply = conn.read_response()
+        except ResponseError as exc:  # an error reply (NOSCRIPT, READONLY, ...): its own
             with self._ready:
                 self._sent.popleft()
-            if tag is not _MARK:
-                break
+            self._stale = True
+            return [AckReply(tag, [], exc)]
+        except Exception as exc:  # noqa: BLE001 - every request in flight is in doubt
+            with self._lock:
+                lost = self._take_all()
+                self._drop()
+            return [AckReply(t, [], exc) for t, _ in lost]
+        with self._ready:
+            self._sent.popleft()
         try:
             acked = [bool(int(r)) for r in reply]
         except (TypeError, ValueError) as exc:
@@ -213,6 +229,8 @@ class AckStream:
     def close(self) -> None:
         with self._lock:
             self._drop()
+        with self._marks_lock:
+            self._drop_marks()
 
     def _take_all(self) -> list[tuple[Any, int]]:
         with self._ready:

@@ -13,25 +13,30 @@ from django_delayq.engine.replies import bad_id
 from django_delayq.engine.replies import shown as _shown
 from django_delayq.engine.replies import text as _s
 from django_delayq.engine.results import ClaimedJob
+from django_delayq.engine.scripts import MAX_MARK
 
 logger = logging.getLogger(__name__)
 
 
 class Leases(RedisOwner):
-    def start_mark(self, job: ClaimedJob) -> tuple[str, str]:
-        """(key, value) of ``job``'s start mark: its runs entry ``<token> <unstarted>``."""
-        return (self.keys(job.home or job.queue).runs,
-                "%d %d" % (job.token, job.token - job.attempt))
+    def start_mark(self, job: ClaimedJob) -> tuple[tuple[str, str], list[str]]:
+        """(KEYS, ARGV) of lua/mark.lua marking ``job``'s run started."""
+        k = self.keys(job.home or job.queue)
+        return (k.attempts, k.runs), [job.id, str(job.token), str(job.token - job.attempt)]
 
-    def mark_started(self, jobs: Sequence[ClaimedJob]) -> None:
+    def mark_started(self, jobs: Sequence[ClaimedJob]) -> int:
         """Mark the runs of ``jobs`` started, before their functions are called: a lease
-        of theirs taken back by recovery then counts as an attempt (lua/recover.lua)."""
-        by_key: dict[str, dict[str, str]] = {}
+        of theirs taken back by recovery then counts as an attempt (lua/recover.lua).
+        Returns how many were still held (marked)."""
+        calls: dict[tuple[str, str], list[str]] = {}
         for job in jobs:
-            key, value = self.start_mark(job)
-            by_key.setdefault(key, {})[job.id] = value
-        for key, mapping in by_key.items():
-            self.client.hset(key, mapping=mapping)
+            keys, args = self.start_mark(job)
+            calls.setdefault(keys, []).extend(args)
+        done = 0
+        for keys, args in calls.items():
+            for i in range(0, len(args), 3 * MAX_MARK):
+                done += int(self._run("mark", keys, args[i:i + 3 * MAX_MARK]))
+        return done
 
     def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
         """Ids whose lease ends within ``within_ms`` of the local clock (or has ended):

@@ -184,8 +184,8 @@ class SettleThread:
     def mark(self, job: ClaimedJob) -> None:
         """A start mark through the stream (not waited for), else a call."""
         assert self.stream is not None
-        key, value = self.settler.engine.start_mark(job)
-        if not (self.stream.covers(job.queue) and self.stream.mark(key, job.id, value)):
+        if not (self.stream.covers(job.queue)
+                and self.stream.mark(*self.settler.engine.start_mark(job))):
             self.settler.engine.mark_started([job])
 
     def finished(self) -> None:

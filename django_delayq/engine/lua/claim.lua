@@ -81,15 +81,15 @@
 --@include ready_score
 --@include priority
 --@include trim_log
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limit, starts, urgent = KEYS[1],
-  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limit, starts, urgent, runs, record = KEYS[1],
+  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[16], KEYS[17]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '',
-                        'hash', 'zset', 'zset', '', '', 'hash', KEYS[17] and 'string' or ''})
+                        'hash', 'zset', 'zset', '', '', 'hash', record and 'string' or ''})
 if err then return err end
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
 local now = now_ms(ARGV[1])
-local record, nonce = KEYS[17], ARGV[4] or ''
+local nonce = ARGV[4] or ''
 if record and nonce ~= '' then
   local prev = redis.call('GET', record)
   if prev and string.sub(prev, 1, #nonce + 1) == nonce .. '|' then
@@ -98,7 +98,7 @@ if record and nonce ~= '' then
       if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == token then
         again[#again + 1] = id; again[#again + 1] = tonumber(due)
         again[#again + 1] = tonumber(token)
-        again[#again + 1] = tonumber(token) - unstarted(redis.call('HGET', KEYS[16], id))
+        again[#again + 1] = tonumber(token) - unstarted(redis.call('HGET', runs, id))
         again[#again + 1] = redis.call('HGET', jobs, id) or ''
       end
     end
@@ -206,7 +206,7 @@ if #take > 0 then
   local envs = {}
   if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(take_ids)) end
   local counts = redis.call('HMGET', attempts, unpack(take_ids))
-  local runs = redis.call('HMGET', KEYS[16], unpack(take_ids))
+  local marked = redis.call('HMGET', runs, unpack(take_ids))
   for j, e in ipairs(take) do
     local id = e[2]
     local why = bad_count(counts[j])
@@ -222,7 +222,7 @@ if #take > 0 then
       leased[#leased + 1] = lease_at; leased[#leased + 1] = id
       tokens[#tokens + 1] = id; tokens[#tokens + 1] = token
       claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
-      claimed[#claimed + 1] = token - unstarted(runs[j]); claimed[#claimed + 1] = envs[j] or ''
+      claimed[#claimed + 1] = token - unstarted(marked[j]); claimed[#claimed + 1] = envs[j] or ''
     end
   end
 end
@@ -277,7 +277,7 @@ end
 if #died > 0 then call_many('ZADD', dead, {}, died) end
 if #reset > 0 then
   redis.call('HDEL', attempts, unpack(reset))
-  redis.call('HDEL', KEYS[16], unpack(reset))
+  redis.call('HDEL', runs, unpack(reset))
 end
 forget(jobs, attempts, cancel, prio, gone)
 out[7] = (#out - 7) / 3

@@ -53,9 +53,8 @@
 --@include priority
 --@include unstarted
 --@include call_many
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
-                                                                    KEYS[4], KEYS[5], KEYS[6],
-                                                                    KEYS[8], KEYS[9]
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio, runs = KEYS[1], KEYS[2],
+  KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[16]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash',
                         '', '', '', '', '', '', 'hash'})
 if err then return err end
@@ -78,7 +77,7 @@ for i = 7, #ARGV, 2 do given[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local envs = {}
 if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(ids)) end
 local counts = redis.call('HMGET', attempts, unpack(ids))
-local runs = redis.call('HMGET', KEYS[16], unpack(ids))
+local marked = redis.call('HMGET', runs, unpack(ids))
 local UNSTARTED_MAX = 20
 local marks = {}  -- runs entries rewritten: id, "<token> <unstarted>"
 local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
@@ -96,15 +95,15 @@ for j, id in ipairs(ids) do
     out[#out + 1] = id; out[#out + 1] = bad_count(counts[j]); out[#out + 1] = 0
   else
     local n = tonumber(counts[j]) or 0
-    local k = unstarted(runs[j])
-    local started = runs[j] and string.match(runs[j], '^(%d+) ') == tostring(n)
+    local k = unstarted(marked[j])
+    local started = marked[j] and string.match(marked[j], '^(%d+) ') == tostring(n)
     local outcome
     if cancelled[j] == 1 then
       dropped[#dropped + 1] = id
       outcome = 3
     elseif not started and k < UNSTARTED_MAX then
       marks[#marks + 1] = id
-      marks[#marks + 1] = (runs[j] and string.match(runs[j], '^(%d+) ') or '0') .. ' ' .. (k + 1)
+      marks[#marks + 1] = (marked[j] and string.match(marked[j], '^(%d+) ') or '0') .. ' ' .. (k + 1)
       enter(line, id, now, priority_of(prios[j]), now)
       outcome = 4
       n = n - k - 1
@@ -133,10 +132,10 @@ redis.call('ZREM', inflight, unpack(ids))
 forget(jobs, attempts, cancel, prio, gone)
 if #reset > 0 then
   redis.call('HDEL', attempts, unpack(reset))
-  redis.call('HDEL', KEYS[16], unpack(reset))
+  redis.call('HDEL', runs, unpack(reset))
 end
 forget(jobs, attempts, cancel, prio, dropped)
-if #marks > 0 then call_many('HSET', KEYS[16], {}, marks) end
+if #marks > 0 then call_many('HSET', runs, {}, marks) end
 if #died > 0 then redis.call('ZADD', dead, unpack(died)) end
 if line.earliest ~= nil then
   line.idle = false  -- told below whatever the line's state: workers may have slept
