@@ -84,9 +84,10 @@ def plain_sockets(pool: Any) -> bool:
     return kind is not None and "ssl" not in kind.__name__.lower()
 
 
-def _resp(*parts: str) -> bytes:
-    """A command in the Redis protocol (the marks: a few short strings)."""
-    out = [b"*%d\r\n" % len(parts)]
+def _resp(*parts: str, count: int = 0) -> bytes:
+    """A command in the Redis protocol (the marks: a few short strings); ``count``: the
+    number of parts of the whole command when these are its first ones."""
+    out = [b"*%d\r\n" % (count or len(parts))]
     for part in parts:
         raw = part.encode()
         out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
@@ -119,6 +120,8 @@ class AckStream:
         self._ready = threading.Condition(threading.Lock())
         self._marks: Any = None  # the marks' connection (CLIENT REPLY OFF)
         self._marks_lock = threading.Lock()
+        # (keys, number of args) -> the start of a mark's command, written once
+        self._mark_heads: dict[tuple[tuple[str, str], int], bytes] = {}
 
     def send(self, queue: str, leases: Sequence[tuple[str, int]], codes: Sequence[str],
              tag: Any) -> bool:
@@ -141,8 +144,12 @@ class AckStream:
         ``args``) on the marks' connection, which Redis never answers; False when it could
         not be written (the caller marks it with a call)."""
         mark = scripts.load("mark")
+        head = self._mark_heads.get((keys, len(args)))
         try:
-            data = _resp("EVALSHA", mark.sha, "2", *keys, *args)
+            if head is None:
+                head = self._mark_heads[(keys, len(args))] = _resp(
+                    "EVALSHA", mark.sha, "2", *keys, count=5 + len(args))
+            data = head + _resp(*args)[len(b"*%d\r\n" % len(args)):]
         except UnicodeError:
             return False
         with self._marks_lock:

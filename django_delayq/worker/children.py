@@ -117,8 +117,9 @@ class Child:
     def _event(self, kind: str, f: list[str]) -> None:
         if kind == "c":
             self.claimed += 1
-            self.held[(f[0], f[1])] = ClaimedJob(queue=f[0], id=f[1], token=int(f[2]),
-                                                 due_ms=int(f[3]), envelope="")
+            self.held[(f[0], f[1])] = ClaimedJob(
+                queue=f[0], id=f[1], token=int(f[2]), due_ms=int(f[3]), envelope="",
+                attempt=int(f[4]) if len(f) > 4 else 0, home=f[5] if len(f) > 5 else "")
         elif kind == "s":
             self.runs += 1
             self.running[(f[0], f[1])] = Run(started=float(f[3]),

@@ -9,7 +9,8 @@ transition of its jobs over its ``Link``, a socket to the supervisor, one line e
     b <at>                                     the heartbeat thread ran at ``at``
                                                (monotonic s), sent once its leases
                                                were extended (``liveness.py``)
-    c <queue> <id> <token> <due_ms>            a job claimed (one line per job)
+    c <queue> <id> <token> <due_ms> <attempt> <home>   a job claimed (one line per job;
+                                               home: the shard holding it, or empty)
     s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
                                                empty for none
     e <queue> <id>                             ended (its outcome is settled next;
@@ -302,7 +303,8 @@ class TrackedLedger(Ledger):
         super().claimed(jobs, ended)
         if self.link is not None and jobs:
             for j in jobs:
-                self.link.send("c", j.queue, j.id, j.token, j.due_ms)
+                self.link.send("c", j.queue, j.id, j.token, j.due_ms, j.attempt,
+                               j.home if j.home != j.queue else "")
             self.link.flush()  # now, not within FLUSH_S: a child killed meanwhile (its
             # flusher starved on a busy machine) would leave them to lease expiry, charged
 

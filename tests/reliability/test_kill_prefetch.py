@@ -33,9 +33,9 @@ def test_jobs_waiting_for_a_thread_when_the_worker_is_killed_are_not_charged(
     proc = start_with(FAST, "--concurrency", "1")
     # the worker learns the pace of short jobs: it then claims more than its one thread
     wait_until(lambda: len(jobs_chaos.marked_runs(runs)) == len(warm), timeout=60)
-    slow = schedule("tests.jobs_chaos.slow_first", runs, 120, max_attempts=2, priority=5)
+    slow = schedule("tests.jobs_chaos.slow_first", runs, 120, max_attempts=2, priority=5).id
     waiting = schedule_many("tests.jobs_chaos.mark_run",
-                            [JobSpec(args=(runs,), max_attempts=1) for _ in range(20)])
+                            [JobSpec(args=(runs,)) for _ in range(20)], max_attempts=1)
     engine = get_engine()
     wait_until(lambda: os.path.exists(os.path.join(runs, "started")), timeout=60)
     held = engine.stats("default").inflight
@@ -44,8 +44,13 @@ def test_jobs_waiting_for_a_thread_when_the_worker_is_killed_are_not_charged(
 
     proc = start_with(FAST, "--concurrency", "4")
     ids = [slow, *waiting]
-    wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count()
-               == len(ids), timeout=90, step=0.2)
+    try:
+        wait_until(lambda: Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count()
+                   == len(ids), timeout=90, step=0.2)
+    except AssertionError:
+        left = [(j.id == slow, j.status, j.attempts, j.last_error[:80])
+                for j in Job.objects.filter(id__in=ids).exclude(status=JobStatus.SUCCEEDED)]
+        raise AssertionError("not succeeded: %s" % left[:5]) from None
     stop(proc)
     ran = jobs_chaos.marked_runs(runs)
     rows = {j.id: j for j in Job.objects.filter(id__in=ids)}
