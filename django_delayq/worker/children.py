@@ -47,7 +47,7 @@ SETTLED_KEPT = 512  # the jobs a child settled last, whose rows a kill waits for
 @dataclass(frozen=True, slots=True)
 class Settled:
     key: Key
-    token: int
+    attempt: int  # its number in the row and its JobAttempt
     failed: bool  # a failed attempt (retried, dead, cancelled): it has an attempt row
 
 
@@ -216,10 +216,10 @@ class Child:
 def _written(s: Settled, row: tuple[str, int] | None, tried: set[tuple[str, int]]) -> bool:
     """Has the outcome ``s`` landed in its row ``(status, attempts)``? A later attempt, or
     a deleted row, counts as landed."""
-    if row is None or row[1] > s.token:
+    if row is None or row[1] > s.attempt:
         return True
     if s.failed:
-        return (s.key[1], s.token) in tried
+        return (s.key[1], s.attempt) in tried
     return row[0] in FINAL_STATUSES
 
 

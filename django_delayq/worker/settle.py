@@ -49,7 +49,8 @@ class Settler:
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
         self._records_lock = threading.Lock()
         self.schedules = periodic.Keeper()  # the keeper thread's pass (core/periodic.py)
-        self.mark = lambda job: engine.mark_started([job])  # SettleThread: its stream
+        # how a start is marked (SettleThread: through its stream)
+        self.mark: Callable[[ClaimedJob], object] = lambda job: engine.mark_started([job])
 
     def _mark(self, job: ClaimedJob) -> None:
         """Tell Redis the run starts (before the function is called); a failure only

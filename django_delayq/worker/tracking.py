@@ -15,7 +15,7 @@ transition of its jobs over its ``Link``, a socket to the supervisor, one line e
                                                empty for none
     e <queue> <id>                             ended (its outcome is settled next;
                                                still held until then)
-    x <queue> <id> <token> <how>               settled in Redis: no longer held; how:
+    x <queue> <id> <attempt> <how>             settled in Redis: no longer held; how:
                                                s acked, f nacked (an attempt row
                                                follows), d deferred (row untouched)
     r <queue> <id>                             handed back unstarted (drain)
@@ -373,7 +373,7 @@ class TrackedLedger(Ledger):
         kept = {id(o) for o in outcomes}
         for o in taken:
             if id(o) not in kept:
-                self.link.send("x", o.job.queue, o.job.id, o.job.token,
+                self.link.send("x", o.job.queue, o.job.id, o.job.attempt,
                                SETTLED_AS.get(o.kind, "s"))
 
     def release_unstarted(self) -> list[ClaimedJob]:
