@@ -126,10 +126,12 @@ class QueueKeys:
 
     @property
     def runs(self) -> str:
-        """HASH id -> ``<token> <unstarted>``: the last delivery (lease token) whose run
-        started, marked by its worker before the function is called, and how many
-        deliveries before it never started (their worker died first): a job's attempt
-        number is its token minus ``unstarted`` (lua/claim.lua, lua/recover.lua)."""
+        """HASH id -> ``<token> <offset> <streak>``: the last delivery (lease token) whose
+        run started, marked by its worker before the function is called; how far the
+        job's tokens run ahead of its attempts (deliveries that never started: their
+        worker died first; numbers a re-enqueue skipped); how many deliveries in a row
+        never started. A job's attempt number is its token minus ``offset``
+        (lua/claim.lua, lua/recover.lua, lua/mark.lua)."""
         return self.tag + ":runs"
 
     def claim_record(self, claimer: str) -> str:

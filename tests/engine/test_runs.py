@@ -50,7 +50,7 @@ def test_marks_are_forgotten_with_the_job(engine: Engine) -> None:
     engine.enqueue("q", [NewJob(id="a", at_ms=NOW)], now_ms=NOW)
     (job,) = claim(engine, 1)
     engine.mark_started([job])
-    assert engine.client.hget(engine.keys("q").runs, "a") == b"1 0"
+    assert engine.client.hget(engine.keys("q").runs, "a") == b"1 0 0"
     assert engine.ack("q", [("a", job.token)], now_ms=NOW) == [True]
     assert engine.client.hexists(engine.keys("q").runs, "a") == 0
 
@@ -85,7 +85,7 @@ def test_the_ack_stream_writes_marks_on_a_connection_redis_never_answers(
             replies += stream.read(5.0)
         assert [(r.tag, r.acked) for r in replies] == [("tag", [True])]
         assert stream.in_flight() == 0
-        wait_until(lambda: engine.client.hget(engine.keys("q").runs, "b") == b"1 0")
+        wait_until(lambda: engine.client.hget(engine.keys("q").runs, "b") == b"1 0 0")
         assert stream.mark(*engine.start_mark(b))  # the connection is still usable
         assert not engine.client.hexists(engine.keys("q").runs, "a")  # acked: forgotten
         late = engine.start_mark(a)  # a mark arriving after the job's ack writes nothing

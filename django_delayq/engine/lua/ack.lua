@@ -9,7 +9,7 @@
 -- KEYS[9]  prio        HASH  id -> priority
 -- KEYS[14] settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
 -- KEYS[15] settled_by  HASH  id -> "<code> <token> <holder>"
--- KEYS[16] runs      HASH  id -> "<token> <unstarted>" (start marks): forgotten with the job
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  holder      the settling worker's registry id; "" = keep no record
 -- ARGV[3..] triples: id, token, code ("s" succeeded, "x" expired)

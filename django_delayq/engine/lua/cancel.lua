@@ -9,7 +9,7 @@
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority
--- KEYS[16] runs      HASH  id -> "<token> <unstarted>" (start marks): forgotten with the job
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
 -- ARGV[1]  id
 --
 -- Pending, ready or dead: removed, it will never run (again). In flight: it keeps running,

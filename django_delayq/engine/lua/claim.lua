@@ -16,7 +16,7 @@
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
--- KEYS[16] runs      HASH  id -> "<token> <unstarted>" (keys.QueueKeys.runs): read only
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs): read only
 -- KEYS[17] record    STRING (optional) the claimer's last claim: "<nonce>|" then per job
 --                    "<id>\t<due_ms>\t<token>\n", kept lease_ms (keys.claim_record)
 -- ARGV[4]  nonce     "" or the claim's nonce (with KEYS[17]). A claim whose nonce is the
@@ -41,7 +41,7 @@
 -- leave it when recover.lua takes them back). A paused queue claims and promotes nothing.
 --
 -- Each claimed job gets attempts + 1; that number is its lease token for ack/nack/extend;
--- its attempt number is the token minus the deliveries that never started (runs).
+-- its attempt number is the token minus the runs entry's offset.
 -- Everything is read and checked before the first write. A poison entry is set aside
 -- alone, without being charged an attempt, and the rest of the batch is claimed: an id
 -- that cannot be a job id (empty, over 256 bytes, control characters, not UTF-8) is
@@ -77,7 +77,7 @@
 --@include call_many
 --@include pending_head
 --@include forget
---@include unstarted
+--@include offset
 --@include ready_score
 --@include priority
 --@include trim_log
@@ -98,7 +98,7 @@ if record and nonce ~= '' then
       if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == token then
         again[#again + 1] = id; again[#again + 1] = tonumber(due)
         again[#again + 1] = tonumber(token)
-        again[#again + 1] = tonumber(token) - unstarted(redis.call('HGET', runs, id))
+        again[#again + 1] = tonumber(token) - offset_of(redis.call('HGET', runs, id))
         again[#again + 1] = redis.call('HGET', jobs, id) or ''
       end
     end
@@ -222,7 +222,7 @@ if #take > 0 then
       leased[#leased + 1] = lease_at; leased[#leased + 1] = id
       tokens[#tokens + 1] = id; tokens[#tokens + 1] = token
       claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
-      claimed[#claimed + 1] = token - unstarted(marked[j]); claimed[#claimed + 1] = envs[j] or ''
+      claimed[#claimed + 1] = token - offset_of(marked[j]); claimed[#claimed + 1] = envs[j] or ''
     end
   end
 end

@@ -261,13 +261,15 @@ local function line_write(line, pending, ready, channel, moved)
   end
 end
 
---@define unstarted
--- The deliveries of a job that never started, from its runs entry (KEYS[16]: "<token>
--- <unstarted>", or nil): the attempt of delivery `token` is token - unstarted.
-local function unstarted(entry)
-  if not entry then return 0 end
-  local _, k = string.match(entry, '^(%d+) (%d+)$')
-  return tonumber(k) or 0
+--@define offset
+-- A job's runs entry (KEYS[16]: "<token> <offset> <streak>", or nil): the delivery whose
+-- run started last; how far its lease tokens run ahead of its attempts (deliveries that
+-- never started, numbers a re-enqueue skipped): the attempt of delivery `token` is
+-- token - offset; the deliveries in a row that never started.
+local function offset_of(entry)
+  if not entry then return 0, 0 end
+  local _, offset, streak = string.match(entry, '^(%d+) (%d+) ?(%d*)$')
+  return tonumber(offset) or 0, tonumber(streak) or 0
 end
 
 --@define forget

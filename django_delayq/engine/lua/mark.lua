@@ -3,8 +3,8 @@
 -- only when its run was marked).
 --
 -- KEYS[1]  attempts  HASH  id -> lease token (keys.QueueKeys.attempts)
--- KEYS[2]  runs      HASH  id -> "<token> <unstarted>" (keys.QueueKeys.runs)
--- ARGV[1..] triples: id, token, unstarted (the deliveries of the job that never started)
+-- KEYS[2]  runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs)
+-- ARGV[1..] triples: id, token, offset (token - attempt: what claim.lua read)
 --
 -- A mark is written only while the job is held under that token: one arriving after its
 -- job ended (it travels on a connection of its own, maybe behind the job's ack) or after
@@ -21,7 +21,7 @@ for j, id in ipairs(ids) do
   local i = 3 * j - 2
   if tokens[j] == ARGV[i + 1] then
     marks[#marks + 1] = id
-    marks[#marks + 1] = ARGV[i + 1] .. ' ' .. ARGV[i + 2]
+    marks[#marks + 1] = ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' 0'  -- started: no streak
   end
 end
 if #marks > 0 then redis.call('HSET', runs, unpack(marks)) end

@@ -11,7 +11,7 @@
 -- KEYS[9]  prio      HASH  id -> priority (kept while the job lives, dead included)
 -- KEYS[14] settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
 -- KEYS[15] settled_by  HASH  id -> "c <token> <holder>"
--- KEYS[16] runs      HASH  id -> "<token> <unstarted>" (start marks): forgotten with the job
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
 -- ARGV[3]  dead_max  dead jobs kept; the oldest beyond it are dropped (at most 100 per call)

@@ -8,7 +8,7 @@
 -- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority
--- KEYS[16] runs      HASH  id -> "<token> <unstarted>" (start marks): forgotten with the job
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
 -- ARGV[1]  limit     most jobs to remove (1..200; more is capped)
 --
 -- The removed jobs are forgotten (envelope, attempts count, cancel mark, priority).

@@ -9,7 +9,7 @@
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority
--- KEYS[16] runs      HASH  id -> "<token> <unstarted>": the delivery whose run started
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>": the delivery whose run started
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most expired leases to handle in this call (1..100; more is capped)
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
@@ -28,9 +28,9 @@
 -- its priority (to ready unless pending holds a job due before: lib.lua line); one
 -- without goes to dead; one whose cancel was asked is forgotten. A lost delivery that
 -- never started (claimed, its worker killed before a thread took it) costs no attempt:
--- runs counts it as unstarted and the job is due again at now_ms (after UNSTARTED_MAX
--- such deliveries in a row it counts as an attempt after all: a job whose start mark
--- never reaches Redis cannot come back for ever).
+-- its runs entry's offset and streak grow by one and the job is due again at now_ms
+-- (after UNSTARTED_MAX such deliveries in a row it counts as an attempt after all: a job
+-- whose start mark never reaches Redis cannot come back for ever).
 -- Leases whose deadline is not a time (past year 9999, +inf) never expire: up to 10
 -- of them are taken back per call too. The batch is read and checked before the first
 -- write; a poison entry is set aside alone: an id that cannot be a job id is removed,
@@ -51,7 +51,7 @@
 --@include forget
 --@include line
 --@include priority
---@include unstarted
+--@include offset
 --@include call_many
 local pending, inflight, jobs, attempts, cancel, dead, ready, prio, runs = KEYS[1], KEYS[2],
   KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[16]
@@ -79,7 +79,7 @@ if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(
 local counts = redis.call('HMGET', attempts, unpack(ids))
 local marked = redis.call('HMGET', runs, unpack(ids))
 local UNSTARTED_MAX = 20
-local marks = {}  -- runs entries rewritten: id, "<token> <unstarted>"
+local marks = {}  -- runs entries rewritten: id, "<token> <offset> <streak>"
 local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
 local prios = priorities(prio, ids)
 local line = new_line(pending, ready)
@@ -95,15 +95,16 @@ for j, id in ipairs(ids) do
     out[#out + 1] = id; out[#out + 1] = bad_count(counts[j]); out[#out + 1] = 0
   else
     local n = tonumber(counts[j]) or 0
-    local k = unstarted(marked[j])
+    local k, streak = offset_of(marked[j])
     local started = marked[j] and string.match(marked[j], '^(%d+) ') == tostring(n)
     local outcome
     if cancelled[j] == 1 then
       dropped[#dropped + 1] = id
       outcome = 3
-    elseif not started and k < UNSTARTED_MAX then
+    elseif not started and streak < UNSTARTED_MAX then
       marks[#marks + 1] = id
-      marks[#marks + 1] = (marked[j] and string.match(marked[j], '^(%d+) ') or '0') .. ' ' .. (k + 1)
+      marks[#marks + 1] = (marked[j] and string.match(marked[j], '^(%d+) ') or '0') .. ' '
+                          .. string.format('%.0f', k + 1) .. ' ' .. (streak + 1)
       enter(line, id, now, priority_of(prios[j]), now)
       outcome = 4
       n = n - k - 1

@@ -6,7 +6,7 @@
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority (kept while the job was dead)
--- KEYS[16] runs      HASH  id -> "<token> <unstarted>" (start marks): forgotten
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id
