@@ -62,10 +62,10 @@
 --          (after this call: a job of priority above 0 still in pending).
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
--- Cost (a repeated nonce: one GET, and per recorded job at most 200 one ZSCORE, three HGET):
---       at most 200 jobs leased (scripts.MAX_CLAIM), 250 promoted (scripts.MAX_PROMOTE) and
+-- Cost: at most 200 jobs leased (scripts.MAX_CLAIM), 250 promoted (scripts.MAX_PROMOTE) and
 --       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call:
---       O((limit + 300) log N), never a scan of the backlog.
+--       O((limit + 300) log N), never a scan of the backlog. A repeated nonce: one GET,
+--       and per recorded job (at most 200) one ZSCORE and three HGET.
 --@include now
 --@include ms_range
 --@include wrong_type

@@ -102,12 +102,13 @@ for j, id in ipairs(ids) do
       dropped[#dropped + 1] = id
       outcome = 3
     elseif not started and streak < UNSTARTED_MAX then
+      k = math.min(k + 1, n)  -- this delivery's token is not an attempt (none: no token)
       marks[#marks + 1] = id
       marks[#marks + 1] = (marked[j] and string.match(marked[j], '^(%d+) ') or '0') .. ' '
-                          .. string.format('%.0f', k + 1) .. ' ' .. (streak + 1)
+                          .. string.format('%.0f', k) .. ' ' .. (streak + 1)
       enter(line, id, now, priority_of(prios[j]), now)
       outcome = 4
-      n = n - k - 1
+      n = n - k
     else
       n = n - k
       local max = given[id] or tonumber(ARGV[3])
