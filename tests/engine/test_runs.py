@@ -3,6 +3,10 @@ started (real Redis)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+
 from django_delayq.engine import Engine, NackOutcome, NewJob
 from tests.helpers import wait_until
 
@@ -92,3 +96,28 @@ def test_the_ack_stream_writes_marks_on_a_connection_redis_never_answers(
         assert engine.mark_started([a]) == 0 and engine.client.hlen(late[0][1]) == 1
     finally:
         stream.close()
+
+
+def test_a_mark_written_just_before_a_sigkill_reaches_redis(engine: Engine) -> None:
+    """The marks' connection may hold a mark back (corked) for a while; the kernel still
+    sends it when the process dies: a run whose mark was written counts as started."""
+    kw = getattr(engine.client, "connection_pool", None)
+    if kw is None:  # a cluster: marks are calls
+        return
+    engine.enqueue("q", [NewJob(id="a", at_ms=NOW)], now_ms=NOW)
+    (a,) = claim(engine, 1)
+    keys, args = engine.start_mark(a)
+    url = kw.connection_kwargs
+    script = (
+        "import os, signal, redis\n"
+        "from django_delayq.engine.acks import AckStream\n"
+        "c = redis.Redis(host=%r, port=%r, unix_socket_path=%r, db=%r)\n"
+        "s = AckStream(c, None, 'w')\n"
+        "assert s.mark(%r, %r)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n" % (
+            url.get("host", "localhost"), url.get("port", 6379), url.get("path"),
+            url.get("db", 0), keys, args))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    wait_until(lambda: engine.client.hget(engine.keys("q").runs, "a") == b"1 0 0")
+    assert recover(engine, NOW + LEASE + 1) == {"a": (NackOutcome.RETRYING, 1)}
