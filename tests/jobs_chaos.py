@@ -133,6 +133,17 @@ def mark_run(directory: str, seconds: float = 0.0) -> None:
                                   os.getpid()))
 
 
+def slow_first(directory: str, seconds: float) -> None:
+    """Its first attempt notes its start (the file ``started``), then takes ``seconds``;
+    every attempt ends as ``mark_run``."""
+    ctx = current_job()
+    if ctx is not None and ctx.attempt == 1:
+        with open(os.path.join(directory, "started"), "a") as out:
+            out.write("%s\n" % ctx.id)
+        time.sleep(seconds)
+    mark_run(directory)
+
+
 def marked_runs(directory: str) -> dict[str, list[int]]:
     """Attempts that completed, per job id, as ``mark_run`` wrote them."""
     out: dict[str, list[int]] = {}

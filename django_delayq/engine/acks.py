@@ -13,6 +13,16 @@ write to; ``Engine.ack_stream`` returns None for a cluster, whose callers use ``
 A request whose fate is unknown (the connection failed) is reported lost; its caller
 settles it again through ``ack``, which tells an ack that ran from one that did not (the
 token is gone from ``inflight`` either way: see worker/settle.py).
+
+The start marks (``mark``: lua/mark.lua for one job, written before its function is
+called) go on a second connection told ``CLIENT REPLY OFF``: written and never answered,
+nothing to read (and nothing unread when the process is killed, which would make the
+kernel reset the connection and drop what was still to be sent). They are written with
+``MSG_MORE``: the kernel may hold them back and send several in one segment (a segment
+per job start costs a no-op drain a quarter of its throughput on loopback); when the
+process dies its sockets are closed and what the kernel held is sent. A mark
+is a hint for recovery (lua/recover.lua): one that never arrives makes a run of a killed
+worker look unstarted, so it is not charged an attempt.
 """
 
 from __future__ import annotations
@@ -45,9 +55,10 @@ def _libc_send() -> Any:
 
 _SEND = _libc_send()
 _FLAGS = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
+_MORE = getattr(socket, "MSG_MORE", 0)  # more follows: the kernel may hold it (corked)
 
 
-def _write(conn: Any, data: bytes) -> None:
+def _write(conn: Any, data: bytes, more: bool = False) -> None:
     """Write ``data`` to ``conn``'s socket. On a plain socket (not TLS) whose buffer takes
     it at once, libc's ``send`` writes it while this thread keeps the interpreter lock:
     a socket call through Python would let go of the lock, and getting it back on a busy
@@ -56,7 +67,7 @@ def _write(conn: Any, data: bytes) -> None:
     sock = conn._sock  # redis-py's connected socket
     done = 0
     if _SEND is not None and _FLAGS and type(sock) is socket.socket:
-        done = max(0, _SEND(sock.fileno(), data, len(data), _FLAGS))
+        done = max(0, _SEND(sock.fileno(), data, len(data), _FLAGS | (_MORE if more else 0)))
     if done < len(data):
         sock.sendall(data[done:])
 
@@ -75,6 +86,16 @@ def plain_sockets(pool: Any) -> bool:
     not be read and written from two threads at once (OpenSSL)."""
     kind = getattr(pool, "connection_class", None)
     return kind is not None and "ssl" not in kind.__name__.lower()
+
+
+def _resp(*parts: str, count: int = 0) -> bytes:
+    """A command in the Redis protocol (the marks: a few short strings); ``count``: the
+    number of parts of the whole command when these are its first ones."""
+    out = [b"*%d\r\n" % (count or len(parts))]
+    for part in parts:
+        raw = part.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    return b"".join(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +122,10 @@ class AckStream:
         self._sent: deque[tuple[Any, int]] = deque()
         self._stale = False  # an error reply came (NOSCRIPT, READONLY): reconnect when idle
         self._ready = threading.Condition(threading.Lock())
+        self._marks: Any = None  # the marks' connection (CLIENT REPLY OFF)
+        self._marks_lock = threading.Lock()
+        # (keys, number of args) -> the start of a mark's command, written once
+        self._mark_heads: dict[tuple[tuple[str, str], int], bytes] = {}
 
     def send(self, queue: str, leases: Sequence[tuple[str, int]], codes: Sequence[str],
              tag: Any) -> bool:
@@ -115,6 +140,45 @@ class AckStream:
             args += [job_id, token, code]
         self._script.check(args)
         names = keys.script_keys()
+        return self._put(lambda conn: b"".join(bytes(part) for part in conn.pack_command(
+            "EVALSHA", self._script.sha, len(names), *names, *args)), tag, len(leases))
+
+    def mark(self, keys: tuple[str, str], args: list[str]) -> bool:
+        """Write a start mark (lua/mark.lua; ``Engine.start_mark`` gives ``keys`` and
+        ``args``) on the marks' connection, which Redis never answers; False when it could
+        not be written (the caller marks it with a call)."""
+        mark = scripts.load("mark")
+        head = self._mark_heads.get((keys, len(args)))
+        try:
+            if head is None:
+                head = self._mark_heads[(keys, len(args))] = _resp(
+                    "EVALSHA", mark.sha, "2", *keys, count=5 + len(args))
+            data = head + _resp(*args)[len(b"*%d\r\n" % len(args)):]
+        except UnicodeError:
+            return False
+        with self._marks_lock:
+            try:
+                if self._marks is None:
+                    self._marks = _connection(self._client.connection_pool)
+                    self._marks.connect()
+                    # the script loaded first, on the same connection: EVALSHA finds it
+                    _write(self._marks, _resp("CLIENT", "REPLY", "OFF") +
+                           _resp("SCRIPT", "LOAD", mark.source))
+                _write(self._marks, data, more=True)
+            except Exception:  # noqa: BLE001 - the caller marks it with a call
+                self._drop_marks()
+                return False
+        return True
+
+    def _drop_marks(self) -> None:
+        if self._marks is not None:
+            try:
+                self._marks.disconnect()
+            finally:
+                self._client.connection_pool.release(self._marks)
+                self._marks = None
+
+    def _put(self, packed: Any, tag: Any, count: int) -> bool:
         with self._lock:
             try:
                 if self._stale and not self._sent:  # an error reply came: start afresh
@@ -124,9 +188,7 @@ class AckStream:
                     self._conn = _connection(self._client.connection_pool)
                     self._conn.connect()
                     self._stale = False
-                packed = self._conn.pack_command("EVALSHA", self._script.sha, len(names),
-                                                 *names, *args)
-                _write(self._conn, b"".join(bytes(part) for part in packed))
+                _write(self._conn, packed(self._conn))
             except Exception:  # noqa: BLE001 - the caller acks the usual way
                 if self._sent:  # the reader's read fails and reports them lost
                     self._conn.disconnect()
@@ -134,7 +196,7 @@ class AckStream:
                     self._drop()
                 return False
             with self._ready:
-                self._sent.append((tag, len(leases)))
+                self._sent.append((tag, count))
                 self._ready.notify()
         return True
 
@@ -178,6 +240,8 @@ class AckStream:
     def close(self) -> None:
         with self._lock:
             self._drop()
+        with self._marks_lock:
+            self._drop_marks()
 
     def _take_all(self) -> list[tuple[Any, int]]:
         with self._ready:

@@ -19,8 +19,10 @@ committed its writes.
 
 from __future__ import annotations
 
+import itertools
 import logging
-import time
+import os
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -28,6 +30,7 @@ from django_delayq.engine import scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.keys import QueueKeys
+from django_delayq.engine.leases import Leases
 from django_delayq.engine.limits import GroupLimits
 from django_delayq.engine.outbox import OutboxOps
 from django_delayq.engine.registry import WorkerRegistry
@@ -61,7 +64,7 @@ RECONCILE_CHUNK = scripts.RECONCILE_CHUNK
 __all__ = ["Engine", "bad_id"]
 
 
-class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits):
+class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits, Leases):
     """The Redis side of django-delayq. Thread-safe (redis-py clients are).
 
     The scripts' methods are here; the workers registry (``registry.py``), the
@@ -79,6 +82,9 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
         self.prefix = prefix
         self.clock = clock
         self._keys: dict[str, QueueKeys] = {}
+        self._claimer = os.urandom(6).hex()  # names this engine's claims (claim_record)
+        self._claim_seq = itertools.count(1)
+        self._claim_nonces: dict[tuple[str, str], str] = {}  # claims whose reply was lost
 
     def keys(self, queue: str) -> QueueKeys:
         keys = self._keys.get(queue)
@@ -165,19 +171,29 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
         pause or a queue limit that held jobs back, and the poison entries set aside on
         the way (``set_aside``). See ``ClaimResult`` and lua/claim.lua."""
         k = self.keys(queue)
-        reply = self._run(
-            "claim",
-            k.script_keys(),
-            [self._now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms)],
-        )
+        # A claim whose reply is lost (a timeout, a dropped connection) leased jobs nobody
+        # knows of: the next claim of this thread on this queue asks again under the same
+        # nonce and gets them (lua/claim.lua), instead of leaving them to their lease's end.
+        claimer = "%s:%d" % (self._claimer, threading.get_ident())
+        nonce = self._claim_nonces.pop((queue, claimer), None) or "%x" % next(self._claim_seq)
+        try:
+            reply = self._run(
+                "claim",
+                (*k.script_keys(), k.claim_record(claimer)),
+                [self._now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms), nonce],
+            )
+        except Exception:
+            self._claim_nonces[(queue, claimer)] = nonce
+            raise
         aside, start = _aside(reply, 6)
         self._log_aside(queue, "claim", aside)
         jobs: list[ClaimedJob] = []
         bad: list[Any] = []
-        for i in range(start, len(reply) - 3, 4):
+        for i in range(start, len(reply) - 4, 5):
             try:
                 jobs.append(ClaimedJob(queue=queue, id=_s(reply[i]), due_ms=int(reply[i + 1]),
-                                       token=int(reply[i + 2]), envelope=_text(reply[i + 3])))
+                                       token=int(reply[i + 2]), attempt=int(reply[i + 3]),
+                                       envelope=_text(reply[i + 4]), home=queue))
             except (UnicodeDecodeError, ValueError, TypeError) as exc:
                 bad.append(reply[i])
                 logger.debug("claim reply item %s: %s", _shown(reply[i]), exc)
@@ -340,25 +356,6 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits)
         if bad:
             aside += self._drop_undecodable(queue, bad, "recovered id could not be decoded")
         return found
-
-    def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
-        """Ids whose lease ends within ``within_ms`` of the local clock (or has ended):
-        the candidates of the next ``recover``, for looking up their ``max_attempts``.
-        Ids that are not valid job ids are left out (``recover`` sets them aside)."""
-        horizon = int(time.time() * 1000) + within_ms
-        ids = self.client.zrangebyscore(self.keys(queue).inflight, "-inf", horizon, 0, limit)
-        out = []
-        for raw in ids:
-            try:
-                job_id = _s(raw)
-            except UnicodeDecodeError:
-                job_id = ""
-            if job_id and bad_id(job_id) is None:
-                out.append(job_id)
-            else:
-                logger.debug("queue %r: lease of a poison id %s left to recover", queue,
-                             _shown(raw))
-        return out
 
     # -- managing -------------------------------------------------------------------
 

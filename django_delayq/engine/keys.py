@@ -128,14 +128,30 @@ class QueueKeys:
     def all(self) -> tuple[str, ...]:
         """The keys holding jobs (not the queue's settings: paused, limit, starts)."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
-                self.ready, self.prio, self.urgent, self.settled, self.settled_by)
+                self.ready, self.prio, self.urgent, self.settled, self.settled_by, self.runs)
+
+    @property
+    def runs(self) -> str:
+        """HASH id -> ``<token> <offset> <streak>``: the last delivery (lease token) whose
+        run started, marked by its worker before the function is called; how far the
+        job's tokens run ahead of its attempts (deliveries that never started: their
+        worker died first; numbers a re-enqueue skipped); how many deliveries in a row
+        never started. A job's attempt number is its token minus ``offset``
+        (lua/claim.lua, lua/recover.lua, lua/mark.lua)."""
+        return self.tag + ":runs"
+
+    def claim_record(self, claimer: str) -> str:
+        """STRING ``<nonce>|<id>\t<due_ms>\t<token>\n...``: what ``claimer``'s last claim
+        leased (kept for a lease): a claim whose reply was lost is asked again under the
+        same nonce and answered from it (lua/claim.lua), never claimed twice."""
+        return self.tag + ":claimed:" + claimer
 
     def script_keys(self) -> tuple[str, ...]:
         """``KEYS`` of every queue script (lua/*.lua), in the one order they name them:
         each script takes them all (one slot) and uses those it needs."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
                 self.epoch, self.ready, self.prio, self.paused, self.limit, self.starts,
-                self.urgent, self.settled, self.settled_by)
+                self.urgent, self.settled, self.settled_by, self.runs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ class NackOutcome(enum.IntEnum):
     RETRYING = 1
     DEAD = 2
     CANCELLED = 3
+    NOT_STARTED = 4  # recover.lua: a lost delivery that never started, due again uncharged
 
 
 class MoveOutcome(enum.IntEnum):
@@ -52,9 +53,15 @@ class ClaimedJob:
     queue: str
     id: str
     due_ms: int
-    token: int
+    token: int  # the lease token: deliveries so far (fencing)
     envelope: str
     payload: Envelope | None = None
+    attempt: int = 0  # runs started so far, this one included if it starts; 0: the token
+    home: str = ""  # the queue (shard) whose keys hold it, when not ``queue``
+
+    def __post_init__(self) -> None:
+        if not self.attempt:
+            object.__setattr__(self, "attempt", self.token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -66,6 +66,7 @@ SCRIPT_NAMES = (
     "release_group",
     "forget_settled",
     "reenqueue",
+    "mark",
 )
 
 # Most items per call of each script (the ``Cost:`` line of its header says the same).
@@ -82,6 +83,7 @@ MAX_ACK = 250  # (id, token, code) triples
 MAX_FORGET = 250  # ids whose settled records go (forget_settled.lua), plus 100 old ones
 MAX_NACK = 200  # (id, token, delay) triples
 MAX_EXTEND = 250  # (id, token) pairs
+MAX_MARK = 100  # (id, token, offset) triples
 MAX_RELEASE = 200  # (id, token, due) triples
 MAX_DEFER = 200  # (id, token, at_ms) triples
 MAX_PURGE = 200  # waiting jobs removed (purge.lua caps its ``limit`` at this)
@@ -118,7 +120,8 @@ class Bound:
 
 BOUNDS: dict[str, Bound] = {
     "enqueue": Bound(2, 5, MAX_ENQUEUE),
-    "claim": Bound(3, 0, 0),
+    "claim": Bound(4, 0, 0),
+    "mark": Bound(0, 3, MAX_MARK),
     "ack": Bound(2, 3, MAX_ACK),
     "nack": Bound(4, 3, MAX_NACK),
     "extend": Bound(2, 2, MAX_EXTEND),

@@ -4,8 +4,8 @@ A job scheduled with ``atomic=True`` runs inside one ``transaction.atomic()`` on
 database of its row (``db_for_write(Job)``). Before the block ends, ``commit`` writes the
 attempt's success to the row with a fenced UPDATE::
 
-    UPDATE job SET status = 'succeeded', attempts = <token>, result = ..., ...
-     WHERE id = <id> AND attempts <= <token> AND status NOT IN (<final statuses>)
+    UPDATE job SET status = 'succeeded', attempts = <attempt>, result = ..., ...
+     WHERE id = <id> AND attempts <= <attempt> AND status NOT IN (<final statuses>)
 
 and resolves the job's waiting children (``core/workflows.py``) in the same transaction.
 The commit is the point of no return. Before it nothing of the attempt is in the database:
@@ -116,16 +116,16 @@ def roll_back(using: str) -> None:
     transaction.set_rollback(True, using=using)
 
 
-def commit(using: str, job_id: str, token: int, *, worker_id: str, started_at: datetime,
+def commit(using: str, job_id: str, attempt: int, *, worker_id: str, started_at: datetime,
            finished_at: datetime, result: Any) -> None:
-    """Write the success of attempt ``token`` into the open transaction (fenced, see the
+    """Write the success of attempt number ``attempt`` into the open transaction (fenced, see the
     module docstring) and resolve the job's waiting children; ``NotOurs`` when the fence
     refuses (the caller's ``with transaction_of()`` then rolls everything back)."""
     conn = connections[using]
     moment = conn.ops.adapt_datetimefield_value
-    params = [JobStatus.SUCCEEDED.value, token, moment(started_at), moment(finished_at),
+    params = [JobStatus.SUCCEEDED.value, attempt, moment(started_at), moment(finished_at),
               None if result is None else json.dumps(result), storable(worker_id),
-              moment(finished_at), job_id, token]
+              moment(finished_at), job_id, attempt]
     returning = conn.vendor == "postgresql" or (
         conn.vendor == "sqlite" and conn.features.can_return_columns_from_insert)
     with conn.cursor() as cursor:

@@ -47,7 +47,7 @@ SETTLED_KEPT = 512  # the jobs a child settled last, whose rows a kill waits for
 @dataclass(frozen=True, slots=True)
 class Settled:
     key: Key
-    token: int
+    attempt: int  # its number in the row and its JobAttempt
     failed: bool  # a failed attempt (retried, dead, cancelled): it has an attempt row
 
 
@@ -117,8 +117,9 @@ class Child:
     def _event(self, kind: str, f: list[str]) -> None:
         if kind == "c":
             self.claimed += 1
-            self.held[(f[0], f[1])] = ClaimedJob(queue=f[0], id=f[1], token=int(f[2]),
-                                                 due_ms=int(f[3]), envelope="")
+            self.held[(f[0], f[1])] = ClaimedJob(
+                queue=f[0], id=f[1], token=int(f[2]), due_ms=int(f[3]), envelope="",
+                attempt=int(f[4]) if len(f) > 4 else 0, home=f[5] if len(f) > 5 else "")
         elif kind == "s":
             self.runs += 1
             self.running[(f[0], f[1])] = Run(started=float(f[3]),
@@ -215,10 +216,10 @@ class Child:
 def _written(s: Settled, row: tuple[str, int] | None, tried: set[tuple[str, int]]) -> bool:
     """Has the outcome ``s`` landed in its row ``(status, attempts)``? A later attempt, or
     a deleted row, counts as landed."""
-    if row is None or row[1] > s.token:
+    if row is None or row[1] > s.attempt:
         return True
     if s.failed:
-        return (s.key[1], s.token) in tried
+        return (s.key[1], s.attempt) in tried
     return row[0] in FINAL_STATUSES
 
 

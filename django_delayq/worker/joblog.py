@@ -37,18 +37,18 @@ def _wanted(settings: Settings) -> bool:
 def started(settings: Settings, job: ClaimedJob, path: str) -> None:
     if _wanted(settings):
         logger.info("job %s %s queue=%s attempt=%d started", shown(job.id),
-                    shown(path or "?"), shown(job.queue), job.token)
+                    shown(path or "?"), shown(job.queue), job.attempt)
 
 
 def succeeded(settings: Settings, o: Outcome) -> None:
     if _wanted(settings):
         logger.info("job %s %s queue=%s attempt=%d succeeded in %.3fs", shown(o.job.id),
-                    shown(o.path), shown(o.job.queue), o.job.token, o.duration_s)
+                    shown(o.path), shown(o.job.queue), o.job.attempt, o.duration_s)
 
 
 def retrying(settings: Settings, o: Outcome, retry_at: datetime) -> None:
     if _wanted(settings):
         logger.info("job %s %s queue=%s attempt=%d failed in %.3fs, retry at %s: %s: %s",
-                    shown(o.job.id), shown(o.path), shown(o.job.queue), o.job.token,
+                    shown(o.job.id), shown(o.path), shown(o.job.queue), o.job.attempt,
                     o.duration_s, retry_at.isoformat(timespec="seconds"),
                     shown(o.error_type), shown(o.error, 2000))

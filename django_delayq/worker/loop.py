@@ -45,7 +45,7 @@ from django_delayq.worker.liveness import Liveness
 from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.recovery import LeaseRecovery
 from django_delayq.worker.retention import Retention
-from django_delayq.worker.settle import SettleThread
+from django_delayq.worker.settling import SettleThread
 from django_delayq.worker.shards import ShardBackoff, ShardSettler
 from django_delayq.worker.tracking import Supervision, TrackedLedger
 from django_delayq.worker.urgent import UrgentTimer

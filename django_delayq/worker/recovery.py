@@ -36,7 +36,7 @@ from typing import Any
 from django_delayq import signals
 from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
-from django_delayq.engine import Contact, Engine
+from django_delayq.engine import Contact, Engine, NackOutcome
 from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter
@@ -83,6 +83,10 @@ class LeaseRecovery:
                 status = STATUS_OF.get(r.outcome)
                 if status is not None:
                     self._record(queue, r.id, status, r.attempts, now)
+                elif r.outcome is NackOutcome.NOT_STARTED:
+                    logger.info("job %s: claimed by a worker that stopped before starting it; "
+                                "due again, no attempt charged (%d run so far)", r.id,
+                                r.attempts)
             if len(found) < BATCH:
                 return
 

@@ -127,6 +127,8 @@ def stored_result(value: Any) -> tuple[Any, int]:
     """``(value, its size)``: the result as the database can store it as JSON (``None``
     when it cannot: circular, too deep for the encoder, not JSON, a lone surrogate, NUL)
     and the UTF-8 bytes of its JSON (0 for ``None``)."""
+    if value is None or value is True or value is False or type(value) is int:
+        return value, 0 if value is None else len(str(value).lower())  # most results
     try:
         encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
         size = validation.utf8_size(encoded)  # UnicodeEncodeError: a lone surrogate
@@ -260,7 +262,7 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
                        error="invalid row: %s" % text(exc), **common)
     max_attempts = env.max_attempts or default_max_attempts
     common.update(path=env.path, max_attempts=max_attempts)
-    ctx = JobContext(id=job.id, queue=job.queue, attempt=job.token, max_attempts=max_attempts,
+    ctx = JobContext(id=job.id, queue=job.queue, attempt=job.attempt, max_attempts=max_attempts,
                      due_at=ms_to_dt(job.due_ms), worker_id=worker_id)
     if manage_connections:
         close_old_connections()
@@ -311,7 +313,7 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
                 if outcome.kind is not Kind.SUCCESS:
                     atomic.roll_back(using)  # its result is too large: dead, nothing kept
                     return outcome
-                atomic.commit(using, job.id, job.token, worker_id=worker_id,
+                atomic.commit(using, job.id, job.attempt, worker_id=worker_id,
                               started_at=common["started_at"], finished_at=outcome.finished_at,
                               result=outcome.result)
             return outcome
@@ -332,7 +334,7 @@ def _lost_before_commit(common: dict[str, Any], t0: float) -> Outcome:
     return Outcome(kind=Kind.RETRY, finished_at=datetime.now(UTC), retry_delay_ms=0,
                    duration_s=time.perf_counter() - t0, error_type=type_path(LeaseLost),
                    error="attempt %d lost its lease before its commit: rolled back"
-                         % job.token, **common)
+                         % job.attempt, **common)
 
 
 def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env: Envelope,
@@ -340,7 +342,7 @@ def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env
     """A failed attempt: retried after its delay, or dead when no delay can be computed."""
     job: ClaimedJob = common["job"]
     try:
-        delay = _retry_delay(exc, env, default_backoff, job.token)
+        delay = _retry_delay(exc, env, default_backoff, job.attempt)
     except Exception as why:  # noqa: BLE001 - a bad backoff ends this job, not the thread
         problem = text(why)
     else:
@@ -368,11 +370,11 @@ def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
         kind, error = Kind.DEAD, error + NOT_RETRIED % JOB_TIMEOUT
     else:
         try:
-            delay = _retry_delay(None, env, default_backoff, job.token)
+            delay = _retry_delay(None, env, default_backoff, job.attempt)
         except Exception as why:  # noqa: BLE001
             kind = Kind.DEAD
             error += " (not retried: cannot compute the retry delay: %s)" % text(why)
-    if kind is not Kind.RETRY or job.token >= max_attempts:
+    if kind is not Kind.RETRY or job.attempt >= max_attempts:
         kind, delay = Kind.DEAD, None
     now = datetime.now(UTC)
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
@@ -383,7 +385,7 @@ def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
 def _failed(common: dict[str, Any], kind: Kind, error: str, t0: float,
             job: ClaimedJob | None = None, max_attempts: int = 0,
             delay: int | None = None) -> Outcome:
-    if kind is Kind.RETRY and job is not None and job.token >= max_attempts:
+    if kind is Kind.RETRY and job is not None and job.attempt >= max_attempts:
         kind, delay = Kind.DEAD, None  # out of attempts: the row shows attempts n of n
     return Outcome(kind=kind, finished_at=datetime.now(UTC), error=text(error, 2000),
                    traceback=text(traceback.format_exc())[-20000:], retry_delay_ms=delay,

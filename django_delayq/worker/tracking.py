@@ -9,12 +9,13 @@ transition of its jobs over its ``Link``, a socket to the supervisor, one line e
     b <at>                                     the heartbeat thread ran at ``at``
                                                (monotonic s), sent once its leases
                                                were extended (``liveness.py``)
-    c <queue> <id> <token> <due_ms>            a job claimed (one line per job)
+    c <queue> <id> <token> <due_ms> <attempt> <home>   a job claimed (one line per job;
+                                               home: the shard holding it, or empty)
     s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
                                                empty for none
     e <queue> <id>                             ended (its outcome is settled next;
                                                still held until then)
-    x <queue> <id> <token> <how>               settled in Redis: no longer held; how:
+    x <queue> <id> <attempt> <how>             settled in Redis: no longer held; how:
                                                s acked, f nacked (an attempt row
                                                follows), d deferred (row untouched)
     r <queue> <id>                             handed back unstarted (drain)
@@ -302,7 +303,8 @@ class TrackedLedger(Ledger):
         super().claimed(jobs, ended)
         if self.link is not None and jobs:
             for j in jobs:
-                self.link.send("c", j.queue, j.id, j.token, j.due_ms)
+                self.link.send("c", j.queue, j.id, j.token, j.due_ms, j.attempt,
+                               j.home if j.home != j.queue else "")
             self.link.flush()  # now, not within FLUSH_S: a child killed meanwhile (its
             # flusher starved on a busy machine) would leave them to lease expiry, charged
 
@@ -371,7 +373,7 @@ class TrackedLedger(Ledger):
         kept = {id(o) for o in outcomes}
         for o in taken:
             if id(o) not in kept:
-                self.link.send("x", o.job.queue, o.job.id, o.job.token,
+                self.link.send("x", o.job.queue, o.job.id, o.job.attempt,
                                SETTLED_AS.get(o.kind, "s"))
 
     def release_unstarted(self) -> list[ClaimedJob]:

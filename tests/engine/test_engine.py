@@ -92,6 +92,7 @@ def test_invariant_2_every_transition_is_one_script_call(engine: Engine) -> None
     engine.enqueue("q", [job("a")], now_ms=NOW)
     assert engine.inspect("q", "a").place == "pending"
     c = engine.claim("q", 1, 50, now_ms=NOW).jobs[0]
+    engine.mark_started([c])  # its run started (a lost lease of it is an attempt)
     loc = engine.inspect("q", "a")
     assert (loc.place, loc.attempts, loc.envelope) == ("inflight", 1, ENV)
     # the client "crashes" here: no ack ever comes. Recovery alone brings it back.
@@ -135,7 +136,7 @@ def test_invariant_4_lost_worker_job_is_delivered_again(engine: Engine) -> None:
 def test_invariant_4_expired_lease_without_attempts_left_goes_dead(engine: Engine) -> None:
     env = Envelope(path="tests.jobs.noop", max_attempts=1).encode()
     engine.enqueue("q", [job("a", envelope=env)], now_ms=NOW)
-    engine.claim("q", 1, 10, now_ms=NOW)
+    engine.mark_started(engine.claim("q", 1, 10, now_ms=NOW).jobs)
     [r] = engine.recover("q", default_max_attempts=5, now_ms=NOW + 10)
     assert r.outcome is NackOutcome.DEAD
     assert places(engine, "q", "a") == ["dead"]

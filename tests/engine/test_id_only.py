@@ -39,7 +39,7 @@ def test_claim_returns_an_empty_envelope(engine: Engine) -> None:
 
 def test_recover_uses_the_max_attempts_the_caller_read(engine: Engine) -> None:
     engine.enqueue("q", [bare("one"), bare("many")], now_ms=NOW)
-    engine.claim("q", 2, 10, now_ms=NOW)
+    engine.mark_started(engine.claim("q", 2, 10, now_ms=NOW).jobs)  # both ran
     assert sorted(engine.expiring("q", within_ms=10**13)) == ["many", "one"]
     found = engine.recover("q", default_max_attempts=5, max_attempts={"one": 1},
                            now_ms=NOW + 10)

@@ -20,7 +20,7 @@ from django_delayq.engine.scripts import IncludeError, expand, library
 
 LIB = {"a": "A = 1\n", "b": "--@include a\nB = A\n", "c": "--@include b\n--@include a\nC = B\n"}
 GROUP_SCRIPTS = ["acquire", "release_group"]
-QUEUE_SCRIPTS = [n for n in scripts.SCRIPT_NAMES if n not in ("events_add", *GROUP_SCRIPTS)]
+QUEUE_SCRIPTS = [n for n in scripts.SCRIPT_NAMES if n not in ("events_add", "mark", *GROUP_SCRIPTS)]
 ORDER = [key.rsplit(":", 1)[1] for key in QueueKeys("p", "q").script_keys()]
 LOCALS = re.compile(r"^local ([\w, ]+?) = (KEYS\[\d+\](?:,\s*KEYS\[\d+\])*)\n", re.MULTILINE)
 
@@ -134,11 +134,13 @@ def _check_keys(name: str, order: list[str]) -> None:
 def test_scripts_name_their_keys_once_in_the_one_order() -> None:
     assert ORDER == ["pending", "inflight", "jobs", "attempts", "cancel", "dead", "epoch",
                      "ready", "prio", "paused", "limit", "starts", "urgent", "settled",
-                     "settled_by"]
-    for name in QUEUE_SCRIPTS:  # reenqueue.lua also takes the ids re-enqueued lately
-        _check_keys(name, ORDER + ["reconciled"] if name == "reenqueue" else ORDER)
+                     "settled_by", "runs"]
+    extra = {"reenqueue": ["reconciled"], "claim": ["record"]}  # a key beyond the queue's
+    for name in QUEUE_SCRIPTS:
+        _check_keys(name, ORDER + extra.get(name, []))
     group = [key.rsplit(":", 1)[1] for key in GroupKeys("p", "g").script_keys()]
     assert group == ["grants", "running", "next_free"]
     for name in GROUP_SCRIPTS:
         _check_keys(name, group)
     assert LOCALS.findall(_code("events_add")) == [("events", "KEYS[1]")]
+    assert LOCALS.findall(_code("mark")) == [("attempts, runs", "KEYS[1], KEYS[2]")]

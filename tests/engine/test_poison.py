@@ -197,7 +197,7 @@ def test_a_pending_key_of_the_wrong_type_is_moved_aside(engine: Engine) -> None:
 def test_recover_sets_aside_poison_leases_and_recovers_the_rest(engine: Engine) -> None:
     k = engine.keys("q")
     healthy(engine, "a", "b")
-    engine.claim("q", 10, 100, now_ms=NOW)
+    engine.mark_started(engine.claim("q", 10, 100, now_ms=NOW).jobs)  # they ran
     engine.client.zadd(k.inflight, {b"\xff": NOW, "c": NOW, "stuck": float("inf")})
     engine.client.hset(k.attempts, "c", "1.5")
     assert sorted(engine.expiring("q", within_ms=10**15)) == ["a", "b", "c"]
@@ -205,7 +205,7 @@ def test_recover_sets_aside_poison_leases_and_recovers_the_rest(engine: Engine) 
     found = engine.recover("q", now_ms=NOW + 100, set_aside=aside)
     assert sorted((r.id, r.outcome, r.attempts) for r in found) == [
         ("a", NackOutcome.RETRYING, 1), ("b", NackOutcome.RETRYING, 1),
-        ("stuck", NackOutcome.RETRYING, 0)]
+        ("stuck", NackOutcome.NOT_STARTED, 0)]  # planted: never claimed, never started
     assert sorted((s.id, s.removed) for s in aside) == [("\\xff", True), ("c", False)]
     assert in_place(engine, "c") == ["dead"] and in_place(engine, b"\xff") == []
     assert engine.client.zcard(k.inflight) == 0
@@ -275,7 +275,8 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
                 "release": scripts.MAX_RELEASE, "recover": scripts.MAX_RECOVER,
                 "events_add": scripts.MAX_EVENTS, "defer": scripts.MAX_DEFER,
                 "purge": scripts.MAX_PURGE, "release_group": scripts.MAX_RELEASE_GROUP,
-                "forget_settled": scripts.MAX_FORGET, "reenqueue": scripts.MAX_REENQUEUE}
+                "forget_settled": scripts.MAX_FORGET, "reenqueue": scripts.MAX_REENQUEUE,
+                "mark": scripts.MAX_MARK}
     for name in scripts.SCRIPT_NAMES:
         source = scripts._read(name)
         for part in ("-- KEYS[1]", "-- Returns:", "-- Cost:"):

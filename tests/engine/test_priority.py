@@ -119,7 +119,7 @@ def test_priority_survives_a_release_and_a_defer(engine: Engine) -> None:
 
 def test_priority_survives_recovery(engine: Engine) -> None:
     engine.enqueue("q", [new("vip", priority=5)], now_ms=NOW)
-    engine.claim("q", 1, 10, now_ms=NOW)
+    engine.mark_started(engine.claim("q", 1, 10, now_ms=NOW).jobs)  # it ran
     _with_rivals(engine, NOW)
     [r] = engine.recover("q", now_ms=NOW + 10)
     assert (r.id, r.outcome) == ("vip", NackOutcome.RETRYING)

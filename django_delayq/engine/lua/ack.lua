@@ -1,7 +1,7 @@
 -- ack.lua : settle finished jobs (success, or expired before it ran): forget them, and
 -- record how they ended until their worker's audit row has landed.
 --
--- KEYS[1]..[15]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[2]  inflight    ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs        HASH  id -> envelope
 -- KEYS[4]  attempts    HASH  id -> lease token
@@ -9,6 +9,7 @@
 -- KEYS[9]  prio        HASH  id -> priority
 -- KEYS[14] settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
 -- KEYS[15] settled_by  HASH  id -> "<code> <token> <holder>"
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  holder      the settling worker's registry id; "" = keep no record
 -- ARGV[3..] triples: id, token, code ("s" succeeded, "x" expired)
@@ -25,8 +26,8 @@
 --@include forget
 --@include record_settled
 local inflight, jobs, attempts, cancel, prio = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[9]
-local err = wrong_type({'', 'zset', 'hash', 'hash', 'set', '', '', '', 'hash', '', '', '', '',
-                        'zset', 'hash'})
+local err = wrong_type({'', 'zset', 'hash', 'hash', 'set', '', '', '', 'hash', '', '', '',
+                        '', 'zset', 'hash', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}

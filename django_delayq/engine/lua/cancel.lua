@@ -1,6 +1,6 @@
 -- cancel.lua : cancel one job, atomically, and say whether the cancel won the race.
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
@@ -9,6 +9,7 @@
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
 -- ARGV[1]  id
 --
 -- Pending, ready or dead: removed, it will never run (again). In flight: it keeps running,
@@ -20,7 +21,8 @@
 local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
                                                                     KEYS[4], KEYS[5], KEYS[6],
                                                                     KEYS[8], KEYS[9]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash'})
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash',
+                        '', '', '', '', '', '', 'hash'})
 if err then return err end
 local id = ARGV[1]
 if redis.call('ZREM', pending, id) == 1 or redis.call('ZREM', ready, id) == 1

@@ -1,6 +1,6 @@
 -- claim.lua : take up to `limit` due jobs, highest priority first, and lease them.
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope (absent for jobs whose payload is elsewhere)
@@ -16,6 +16,13 @@
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs): read only
+-- KEYS[17] record    STRING (optional) the claimer's last claim: "<nonce>|" then per job
+--                    "<id>\t<due_ms>\t<token>\n", kept lease_ms (keys.claim_record)
+-- ARGV[4]  nonce     "" or the claim's nonce (with KEYS[17]). A claim whose nonce is the
+--          record's is one asked again after its reply was lost: it claims nothing and
+--          answers the jobs of the record still leased under their token (next_due_ms =
+--          now: claim again), so a lost reply never strands jobs until their lease ends.
 --
 -- Order. Jobs wait in pending (due_ms) until due; ready holds due jobs by priority, then
 -- due time. Each call first promotes up to 250 due jobs of pending (in due order) and up
@@ -33,7 +40,8 @@
 -- and at most `concurrency` jobs in flight (the size of inflight: a dead worker's leases
 -- leave it when recover.lua takes them back). A paused queue claims and promotes nothing.
 --
--- Each claimed job gets attempts + 1; that number is its lease token for ack/nack/extend.
+-- Each claimed job gets attempts + 1; that number is its lease token for ack/nack/extend;
+-- its attempt number is the token minus the runs entry's offset.
 -- Everything is read and checked before the first write. A poison entry is set aside
 -- alone, without being charged an attempt, and the rest of the batch is claimed: an id
 -- that cannot be a job id (empty, over 256 bytes, control characters, not UTF-8) is
@@ -44,7 +52,7 @@
 -- Returns: {now_ms, next_due_ms, paused (1/0), blocked_until_ms, limited (1/0),
 --           next_urgent_ms, n_aside,
 --           n_aside triples: id, reason, removed (1 removed, 0 moved to dead),
---           then per claimed job: id, due_ms, token, envelope}
+--           then per claimed job: id, due_ms, token, attempt, envelope}
 --          next_due_ms: when a claim is next worth making: -1 none known (empty, paused,
 --          or the concurrency limit is full: after a job settles), the rate limit's
 --          blocked_until_ms, a due time <= now while ready holds jobs, else the earliest
@@ -56,7 +64,8 @@
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
 -- Cost: at most 200 jobs leased (scripts.MAX_CLAIM), 250 promoted (scripts.MAX_PROMOTE) and
 --       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call:
---       O((limit + 300) log N), never a scan of the backlog.
+--       O((limit + 300) log N), never a scan of the backlog. A repeated nonce: one GET,
+--       and per recorded job (at most 200) one ZSCORE and three HGET.
 --@include now
 --@include ms_range
 --@include wrong_type
@@ -68,17 +77,34 @@
 --@include call_many
 --@include pending_head
 --@include forget
+--@include offset
 --@include ready_score
 --@include priority
 --@include trim_log
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limit, starts, urgent = KEYS[1],
-  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13]
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limit, starts, urgent, runs, record = KEYS[1],
+  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[16], KEYS[17]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '',
-                        'hash', 'zset', 'zset'})
+                        'hash', 'zset', 'zset', '', '', 'hash', record and 'string' or ''})
 if err then return err end
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
 local now = now_ms(ARGV[1])
+local nonce = ARGV[4] or ''
+if record and nonce ~= '' then
+  local prev = redis.call('GET', record)
+  if prev and string.sub(prev, 1, #nonce + 1) == nonce .. '|' then
+    local again = {now, now, 0, -1, 0, -1, 0}
+    for id, due, token in string.gmatch(string.sub(prev, #nonce + 2), '([^\t\n]+)\t(-?%d+)\t(%d+)\n') do
+      if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == token then
+        again[#again + 1] = id; again[#again + 1] = tonumber(due)
+        again[#again + 1] = tonumber(token)
+        again[#again + 1] = tonumber(token) - offset_of(redis.call('HGET', runs, id))
+        again[#again + 1] = redis.call('HGET', jobs, id) or ''
+      end
+    end
+    return again
+  end
+end
 if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
 local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
 local lease_at = string.format('%.0f', now + tonumber(ARGV[3]))
@@ -180,6 +206,7 @@ if #take > 0 then
   local envs = {}
   if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(take_ids)) end
   local counts = redis.call('HMGET', attempts, unpack(take_ids))
+  local marked = redis.call('HMGET', runs, unpack(take_ids))
   for j, e in ipairs(take) do
     local id = e[2]
     local why = bad_count(counts[j])
@@ -195,7 +222,7 @@ if #take > 0 then
       leased[#leased + 1] = lease_at; leased[#leased + 1] = id
       tokens[#tokens + 1] = id; tokens[#tokens + 1] = token
       claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
-      claimed[#claimed + 1] = envs[j] or ''
+      claimed[#claimed + 1] = token - offset_of(marked[j]); claimed[#claimed + 1] = envs[j] or ''
     end
   end
 end
@@ -239,8 +266,19 @@ if n > 0 then
   end
 end
 if rate then trim_log(starts, cutoff, TRIM) end
+if record and nonce ~= '' and n > 0 then
+  local rec = {nonce, '|'}
+  for j = 1, #claimed, 5 do
+    rec[#rec + 1] = claimed[j] .. '\t' .. string.format('%.0f', claimed[j + 1]) .. '\t'
+                    .. claimed[j + 2] .. '\n'
+  end
+  redis.call('SET', record, table.concat(rec), 'PX', math.max(1, tonumber(ARGV[3]) or 1))
+end
 if #died > 0 then call_many('ZADD', dead, {}, died) end
-if #reset > 0 then redis.call('HDEL', attempts, unpack(reset)) end
+if #reset > 0 then
+  redis.call('HDEL', attempts, unpack(reset))
+  redis.call('HDEL', runs, unpack(reset))
+end
 forget(jobs, attempts, cancel, prio, gone)
 out[7] = (#out - 7) / 3
 for j = 1, #claimed do out[#out + 1] = claimed[j] end

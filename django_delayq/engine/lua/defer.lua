@@ -1,7 +1,7 @@
 -- defer.lua : put jobs in flight back in line for later, their attempt given back (a
 -- job a callable limit refused: not its fault).
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[4]  attempts  HASH  id -> lease token

@@ -1,6 +1,6 @@
 -- enqueue.lua : add jobs to a queue; idempotent by job id.
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id   (jobs not yet due, and due jobs waiting their
 --                          turn to be promoted to ready by claim.lua)
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id

@@ -2,7 +2,7 @@
 -- and records older than the keep time (a worker gone before its rows landed, whose
 -- rows the reconciler settled long ago).
 --
--- KEYS[1]..[15]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[14] settled     ZSET  id -> settled ms
 -- KEYS[15] settled_by  HASH  id -> "<code> <token> <holder>"
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME

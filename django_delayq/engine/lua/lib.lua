@@ -261,14 +261,27 @@ local function line_write(line, pending, ready, channel, moved)
   end
 end
 
+--@define offset
+-- A job's runs entry (KEYS[16]: "<token> <offset> <streak>", or nil): the delivery whose
+-- run started last; how far its lease tokens run ahead of its attempts (deliveries that
+-- never started, numbers a re-enqueue skipped): the attempt of delivery `token` is
+-- token - offset; the deliveries in a row that never started.
+local function offset_of(entry)
+  if not entry then return 0, 0 end
+  local _, offset, streak = string.match(entry, '^(%d+) (%d+) ?(%d*)$')
+  return tonumber(offset) or 0, tonumber(streak) or 0
+end
+
 --@define forget
 -- Forgets jobs that are final (done, cancelled, purged, trimmed from dead, set aside as
--- poison): their envelope, attempts count (lease token), cancel mark and priority. Where
--- they were listed (pending, ready, inflight, dead) is the caller's to clear, except the
--- index of urgent pending jobs (KEYS[13]). At most a few hundred ids a call.
+-- poison): their envelope, attempts count (lease token), cancel mark, priority and start
+-- marks. Where they were listed (pending, ready, inflight, dead) is the caller's to clear,
+-- except the index of urgent pending jobs (KEYS[13]) and the runs (KEYS[16]). At most a
+-- few hundred ids a call.
 local function forget(jobs, attempts, cancel, prio, ids)
   if #ids == 0 then return end
   redis.call('ZREM', KEYS[13], unpack(ids))
+  redis.call('HDEL', KEYS[16], unpack(ids))
   redis.call('HDEL', jobs, unpack(ids))
   redis.call('HDEL', attempts, unpack(ids))
   redis.call('SREM', cancel, unpack(ids))

@@ -1,6 +1,6 @@
 -- nack.lua : settle failed jobs: back in line after a delay, or to dead.
 --
--- KEYS[1]..[15]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
@@ -11,6 +11,7 @@
 -- KEYS[9]  prio      HASH  id -> priority (kept while the job lives, dead included)
 -- KEYS[14] settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
 -- KEYS[15] settled_by  HASH  id -> "c <token> <holder>"
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
 -- ARGV[3]  dead_max  dead jobs kept; the oldest beyond it are dropped (at most 100 per call)
@@ -35,8 +36,8 @@
 local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
                                                                     KEYS[4], KEYS[5], KEYS[6],
                                                                     KEYS[8], KEYS[9]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '', '',
-                        '', '', 'zset', 'hash'})
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash',
+                        '', '', '', '', 'zset', 'hash', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}

@@ -1,6 +1,6 @@
 -- recover.lua : take back jobs whose lease expired (their worker died or hung).
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs      HASH  id -> envelope
@@ -9,6 +9,7 @@
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>": the delivery whose run started
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most expired leases to handle in this call (1..100; more is capped)
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
@@ -22,16 +23,22 @@
 -- ARGV[7..] pairs: id, max_attempts — for jobs without an envelope in Redis (payload in
 --           the audit row), as the caller read them; default_max_attempts otherwise
 --
--- The lost delivery counts as an attempt: a job with attempts left is due again at
--- now_ms with its priority (to ready unless pending holds a job due before: lib.lua line);
--- one without goes to dead; one whose cancel was asked is forgotten.
+-- A lost delivery whose run started (its worker marked it in runs before calling the
+-- function) counts as an attempt: a job with attempts left is due again at now_ms with
+-- its priority (to ready unless pending holds a job due before: lib.lua line); one
+-- without goes to dead; one whose cancel was asked is forgotten. A lost delivery that
+-- never started (claimed, its worker killed before a thread took it) costs no attempt:
+-- its runs entry's offset and streak grow by one and the job is due again at now_ms
+-- (after UNSTARTED_MAX such deliveries in a row it counts as an attempt after all: a job
+-- whose start mark never reaches Redis cannot come back for ever).
 -- Leases whose deadline is not a time (past year 9999, +inf) never expire: up to 10
 -- of them are taken back per call too. The batch is read and checked before the first
 -- write; a poison entry is set aside alone: an id that cannot be a job id is removed,
 -- a job whose attempts value is not an integer goes to dead (the value dropped).
 -- Returns: {now_ms, n_aside, n_aside triples: id, reason, removed (1 removed, 0 moved to
 --           dead), then triples: id, outcome, attempts  (outcome 1 retrying, 2 dead,
---           3 cancelled)}; {now_ms, 0} when the contact condition refused the call
+--           3 cancelled, 4 not started: due again, not charged; attempts: the runs
+--           started so far)}; {now_ms, 0} when the contact condition refused the call
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
 -- Cost: at most 100 leases (scripts.MAX_RECOVER) and 100 max_attempts pairs per call,
 --       plus 10 absurd leases: O(limit * log N); never scans the backlog.
@@ -44,10 +51,12 @@
 --@include forget
 --@include line
 --@include priority
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
-                                                                    KEYS[4], KEYS[5], KEYS[6],
-                                                                    KEYS[8], KEYS[9]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash'})
+--@include offset
+--@include call_many
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio, runs = KEYS[1], KEYS[2],
+  KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[16]
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash',
+                        '', '', '', '', '', '', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 if ARGV[6] ~= '' then
@@ -68,6 +77,9 @@ for i = 7, #ARGV, 2 do given[ARGV[i]] = tonumber(ARGV[i + 1]) end
 local envs = {}
 if redis.call('EXISTS', jobs) == 1 then envs = redis.call('HMGET', jobs, unpack(ids)) end
 local counts = redis.call('HMGET', attempts, unpack(ids))
+local marked = redis.call('HMGET', runs, unpack(ids))
+local UNSTARTED_MAX = 20
+local marks = {}  -- runs entries rewritten: id, "<token> <offset> <streak>"
 local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
 local prios = priorities(prio, ids)
 local line = new_line(pending, ready)
@@ -83,11 +95,22 @@ for j, id in ipairs(ids) do
     out[#out + 1] = id; out[#out + 1] = bad_count(counts[j]); out[#out + 1] = 0
   else
     local n = tonumber(counts[j]) or 0
+    local k, streak = offset_of(marked[j])
+    local started = marked[j] and string.match(marked[j], '^(%d+) ') == tostring(n)
     local outcome
     if cancelled[j] == 1 then
       dropped[#dropped + 1] = id
       outcome = 3
+    elseif not started and streak < UNSTARTED_MAX then
+      k = math.min(k + 1, n)  -- this delivery's token is not an attempt (none: no token)
+      marks[#marks + 1] = id
+      marks[#marks + 1] = (marked[j] and string.match(marked[j], '^(%d+) ') or '0') .. ' '
+                          .. string.format('%.0f', k) .. ' ' .. (streak + 1)
+      enter(line, id, now, priority_of(prios[j]), now)
+      outcome = 4
+      n = n - k
     else
+      n = n - k
       local max = given[id] or tonumber(ARGV[3])
       if envs[j] then
         local ok, decoded = pcall(cjson.decode, envs[j])
@@ -109,8 +132,12 @@ out[2] = #gone + #reset
 -- writes: everything above was only read
 redis.call('ZREM', inflight, unpack(ids))
 forget(jobs, attempts, cancel, prio, gone)
-if #reset > 0 then redis.call('HDEL', attempts, unpack(reset)) end
+if #reset > 0 then
+  redis.call('HDEL', attempts, unpack(reset))
+  redis.call('HDEL', runs, unpack(reset))
+end
 forget(jobs, attempts, cancel, prio, dropped)
+if #marks > 0 then call_many('HSET', runs, {}, marks) end
 if #died > 0 then redis.call('ZADD', dead, unpack(died)) end
 if line.earliest ~= nil then
   line.idle = false  -- told below whatever the line's state: workers may have slept

@@ -1,7 +1,7 @@
 -- reenqueue.lua : the reconciler puts back jobs Redis does not hold; at most once per
 -- job however many reconcilers find it missing at once, under a fresh lease token.
 --
--- KEYS[1]..[15]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending     ZSET  due_ms -> id
 -- KEYS[2]  inflight    ZSET  lease_deadline_ms -> id
 -- KEYS[3]  jobs        HASH  id -> envelope
@@ -11,14 +11,17 @@
 -- KEYS[8]  ready       ZSET  ready score -> id
 -- KEYS[9]  prio        HASH  id -> priority, only for priorities other than 0
 -- KEYS[14] settled     ZSET  id -> settled ms (a worker settled it; its row is coming)
--- KEYS[16] reconciled  ZSET  id -> ms a reconciler re-enqueued it
+-- KEYS[16] runs        HASH  id -> "<token> <offset> <streak>" (start marks; see below)
+-- KEYS[17] reconciled  ZSET  id -> ms a reconciler re-enqueued it
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel     PUBLISH target (lib.lua line_write)
 -- ARGV[3]  keep_ms     how long a re-enqueue is remembered (ms)
 -- ARGV[4]  keep_max    how many re-enqueued ids are remembered at most
--- ARGV[5..] groups of 4: id, due_ms (absolute), priority (-100..100), seed: the
---           highest lease token the job may have had (0: none); the counter becomes
---           max(its value, seed), so the next claim's token is higher than both
+-- ARGV[5..] groups of 4: id, due_ms (absolute), priority (-100..100), seed: the most
+--           attempts the job may have had (0: none). A job with a seed or a counter gets
+--           the counter max(its value, now_ms) — the Redis clock in ms, above any count of
+--           deliveries, so the next claim's token is one no earlier delivery had — and
+--           the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1
 --
 -- A job is left alone (not counted) when Redis holds it (pending, ready, in flight,
 -- dead, an envelope), holds a settled record of it, or re-enqueued it within keep_ms
@@ -34,10 +37,10 @@
 --@include clamp_ms
 --@include call_many
 --@include line
-local pending, inflight, jobs, attempts, dead, epoch, ready, prio, settled, reconciled = KEYS[1],
-  KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[14], KEYS[16]
+local pending, inflight, jobs, attempts, dead, epoch, ready, prio, settled, runs, reconciled = KEYS[1],
+  KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[14], KEYS[16], KEYS[17]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', '', 'zset', '', 'zset', 'hash', '',
-                        '', '', 'zset', 'zset', '', 'zset'})
+                        '', '', 'zset', 'zset', '', 'hash', 'zset'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local keep_ms, keep_max = tonumber(ARGV[3]), tonumber(ARGV[4])
@@ -54,7 +57,7 @@ local lately = redis.call('ZMSCORE', reconciled, unpack(ids))
 local counters = redis.call('HMGET', attempts, unpack(ids))
 local has_env = {}
 if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
-local seen, prios, seeds, remembered = {}, {}, {}, {}
+local seen, prios, seeds, offsets, remembered = {}, {}, {}, {}, {}
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
@@ -67,15 +70,24 @@ for j = 1, #ids do
     local priority = math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 2]) or 0)))
     enter(line, id, clamp_ms(tonumber(ARGV[i + 1])), priority, now)
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
-    local seed = math.max(tonumber(ARGV[i + 3]) or 0, tonumber(counters[j]) or 0)
-    if seed > 0 then seeds[#seeds + 1] = id; seeds[#seeds + 1] = seed end
+    local seed = math.max(0, math.floor(tonumber(ARGV[i + 3]) or 0))
+    local counter = tonumber(counters[j]) or 0
+    if seed > 0 or counter > 0 then
+      local token = math.max(now, counter)
+      seeds[#seeds + 1] = id; seeds[#seeds + 1] = string.format('%.0f', token)
+      offsets[#offsets + 1] = id
+      offsets[#offsets + 1] = '0 ' .. string.format('%.0f', math.max(0, token - seed)) .. ' 0'
+    end
     remembered[#remembered + 1] = now; remembered[#remembered + 1] = id
   end
 end
 if added > 0 then
   line_write(line, pending, ready, ARGV[2])
   if #prios > 0 then call_many('HSET', prio, {}, prios) end
-  if #seeds > 0 then call_many('HSET', attempts, {}, seeds) end
+  if #seeds > 0 then
+    call_many('HSET', attempts, {}, seeds)
+    call_many('HSET', runs, {}, offsets)
+  end
   call_many('ZADD', reconciled, {}, remembered)
 end
 local old = redis.call('ZCOUNT', reconciled, '-inf', string.format('(%.0f', now - keep_ms))

@@ -1,6 +1,6 @@
 -- release.lua : hand back claimed jobs that never started (graceful shutdown).
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
 -- KEYS[4]  attempts  HASH  id -> lease token

@@ -1,11 +1,12 @@
 -- requeue.lua : give a dead job a fresh set of attempts.
 --
--- KEYS[1]..[12]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
+-- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[1]  pending   ZSET  due_ms -> id
 -- KEYS[4]  attempts  HASH  id -> lease token
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority (kept while the job was dead)
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id
@@ -20,8 +21,10 @@
 --@include clamp_ms
 --@include line
 --@include priority
-local pending, attempts, dead, ready, prio = KEYS[1], KEYS[4], KEYS[6], KEYS[8], KEYS[9]
-local err = wrong_type({'zset', '', '', 'hash', '', 'zset', '', 'zset', 'hash'})
+local pending, attempts, dead, ready, prio, runs = KEYS[1], KEYS[4], KEYS[6], KEYS[8], KEYS[9],
+                                                 KEYS[16]
+local err = wrong_type({'zset', '', '', 'hash', '', 'zset', '', 'zset', 'hash', '', '', '',
+                        '', '', '', 'hash'})
 if err then return err end
 local now = now_ms(ARGV[1])
 local id = ARGV[3]
@@ -31,5 +34,6 @@ local line = new_line(pending, ready)
 enter(line, id, due, priority_of(redis.call('HGET', prio, id)), now)
 redis.call('ZREM', dead, id)
 redis.call('HDEL', attempts, id)
+redis.call('HDEL', runs, id)  -- a requeued job starts its attempts afresh
 line_write(line, pending, ready, ARGV[2])
 return {1, due}

@@ -1,0 +1,28 @@
+-- mark.lua : start marks: the runs of these deliveries start now (their worker writes
+-- this before calling the functions; lua/recover.lua charges a lost delivery an attempt
+-- only when its run was marked).
+--
+-- KEYS[1]  attempts  HASH  id -> lease token (keys.QueueKeys.attempts)
+-- KEYS[2]  runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs)
+-- ARGV[1..] triples: id, token, offset (token - attempt: what claim.lua read)
+--
+-- A mark is written only while the job is held under that token: one arriving after its
+-- job ended (it travels on a connection of its own, maybe behind the job's ack) or after
+-- its lease passed to another delivery writes nothing, so no entry outlives its job.
+-- Returns: the number of marks written (the stream's connection never reads it).
+-- Cost: at most 100 triples per call (scripts.MAX_MARK): O(n).
+local attempts, runs = KEYS[1], KEYS[2]
+if #ARGV == 0 then return 0 end
+local ids = {}
+for i = 1, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+local tokens = redis.call('HMGET', attempts, unpack(ids))
+local marks = {}
+for j, id in ipairs(ids) do
+  local i = 3 * j - 2
+  if tokens[j] == ARGV[i + 1] then
+    marks[#marks + 1] = id
+    marks[#marks + 1] = ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' 0'  -- started: no streak
+  end
+end
+if #marks > 0 then redis.call('HSET', runs, unpack(marks)) end
+return #marks / 2
