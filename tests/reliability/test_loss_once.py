@@ -97,13 +97,17 @@ def test_reenqueue_is_once_per_job_and_never_lowers_a_counter(settings, redis_se
                             keep_max=1000) == 2
     assert engine.reenqueue("default", [("a", 0), ("b", 0)], {}, keep_ms=KEEP_MS,
                             keep_max=1000) == 0  # queued
-    claimed = {job.id: job.token for job in engine.claim("default", 10, 60_000).jobs}
-    assert claimed == {"a": 5, "b": 1}
+    jobs = {job.id: job for job in engine.claim("default", 10, 60_000).jobs}
+    # attempt 5 next (seed 4); its token from the Redis clock, above any count of deliveries
+    assert {i: j.attempt for i, j in jobs.items()} == {"a": 5, "b": 1}
+    assert jobs["a"].token > 10**12 and jobs["b"].token == 1
+    claimed = {i: j.token for i, j in jobs.items()}
     assert engine.ack("default", list(claimed.items())) == [True, True]
     assert engine.reenqueue("default", [("a", 0), ("b", 0)], {"a": 1}, keep_ms=KEEP_MS,
                             keep_max=1000) == 0  # re-enqueued moments ago: ran since
     assert engine.reenqueue("default", [("a", 0)], {"a": 2}, keep_ms=0, keep_max=1000) == 1
-    assert engine.claim("default", 10, 60_000).jobs[0].token == 3  # max(seed, counter) + 1
+    (again,) = engine.claim("default", 10, 60_000).jobs
+    assert again.attempt == 3 and again.token > claimed["a"]  # a token never handed out
 
 
 @pytest.mark.worker

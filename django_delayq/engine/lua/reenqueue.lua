@@ -19,8 +19,9 @@
 -- ARGV[4]  keep_max    how many re-enqueued ids are remembered at most
 -- ARGV[5..] groups of 4: id, due_ms (absolute), priority (-100..100), seed: the most
 --           attempts the job may have had (0: none). A job with a seed or a counter gets
---           the counter max(its value, now_ms) — the Redis clock in ms, above any count of
---           deliveries, so the next claim's token is one no earlier delivery had — and
+--           the counter max(its value, now_ms, its last re-enqueue's ms + 1) — the Redis
+--           clock in ms, above any count of deliveries (those since an earlier seed come a
+--           lease apart), so the next claim's token is one no earlier delivery had — and
 --           the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1
 --
 -- A job is left alone (not counted) when Redis holds it (pending, ready, in flight,
@@ -73,7 +74,9 @@ for j = 1, #ids do
     local seed = math.max(0, math.floor(tonumber(ARGV[i + 3]) or 0))
     local counter = tonumber(counters[j]) or 0
     if seed > 0 or counter > 0 then
-      local token = math.max(now, counter)
+      -- a later seed of the same job is higher even within the same ms (its last one is
+      -- remembered in reconciled); deliveries since a seed come a lease apart at least
+      local token = math.max(now, counter, (tonumber(lately[j]) or 0) + 1)
       seeds[#seeds + 1] = id; seeds[#seeds + 1] = string.format('%.0f', token)
       offsets[#offsets + 1] = id
       offsets[#offsets + 1] = '0 ' .. string.format('%.0f', math.max(0, token - seed)) .. ' 0'
