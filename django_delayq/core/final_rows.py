@@ -92,7 +92,8 @@ def settle_one(f: Finding) -> bool:
     row, now = f.row, timezone.now()
     if f.settled is not None and not f.dead:
         status, reason = _FROM_RECORD[f.settled.code]
-        number = f.settled.token if status != JobStatus.EXPIRED else max(f.settled.token - 1, 0)
+        number = f.settled.attempt if status != JobStatus.EXPIRED else max(f.settled.attempt - 1,
+                                                                            0)
         number = max(number, row.attempts)
         finished = datetime.fromtimestamp(f.settled.at_ms / 1000, UTC)
     elif f.dead:

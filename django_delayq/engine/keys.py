@@ -108,8 +108,8 @@ class QueueKeys:
 
     @property
     def settled_by(self) -> str:
-        """HASH id -> ``<code> <token> <holder>``: how ``settled`` ended the job (``s``
-        succeeded, ``x`` expired, ``c`` cancelled), under which lease token, by which
+        """HASH id -> ``<code> <attempt> <holder>``: how ``settled`` ended the job (``s``
+        succeeded, ``x`` expired, ``c`` cancelled), in which attempt, by which
         worker (its registry id)."""
         return self.tag + ":settled_by"
 

@@ -65,11 +65,11 @@ class Presence:
 @dataclass(frozen=True, slots=True)
 class Settled:
     """A settled record (``keys.QueueKeys.settled``): the job ended ``code`` ("s"
-    succeeded, "x" expired, "c" cancelled while it ran) under lease ``token``, settled by
-    the worker ``holder`` at ``at_ms`` (server clock)."""
+    succeeded, "x" expired, "c" cancelled while it ran) in its attempt number ``attempt``,
+    settled by the worker ``holder`` at ``at_ms`` (server clock)."""
 
     code: str
-    token: int
+    attempt: int
     holder: str
     at_ms: int
 
@@ -80,8 +80,8 @@ class Settled:
         parts = (_str(raw) or "").split(" ", 2)
         if len(parts) != 3 or parts[0] not in ("s", "x", "c") or score is None:
             return None
-        token = _int(parts[1])
-        return cls(parts[0], token, parts[2], _int(score)) if token > 0 else None
+        attempt = _int(parts[1])
+        return cls(parts[0], attempt, parts[2], _int(score)) if attempt > 0 else None
 
 
 class OutboxOps(RedisOwner):

@@ -121,3 +121,15 @@ def test_a_mark_written_just_before_a_sigkill_reaches_redis(engine: Engine) -> N
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     wait_until(lambda: engine.client.hget(engine.keys("q").runs, "a") == b"1 0 0")
     assert recover(engine, NOW + LEASE + 1) == {"a": (NackOutcome.RETRYING, 1)}
+
+
+def test_a_settled_record_names_the_attempt_not_the_token(engine: Engine) -> None:
+    engine.enqueue("q", [NewJob(id="a", at_ms=NOW)], now_ms=NOW)
+    claim(engine, 1)  # a delivery that never started: its worker died
+    assert recover(engine, NOW + LEASE + 1) == {"a": (NackOutcome.NOT_STARTED, 0)}
+    (a,) = claim(engine, 1, NOW + LEASE + 1)
+    assert (a.token, a.attempt) == (2, 1)
+    engine.mark_started([a])
+    assert engine.ack("q", [("a", a.token)], holder="w:1") == [True]
+    (p,) = engine.presence("q", ["a"])
+    assert p.settled is not None and p.settled.attempt == 1

@@ -23,7 +23,7 @@ def test_an_ack_with_a_holder_leaves_a_record_until_it_is_forgotten(engine: Engi
     assert engine.ack("q", [("c", tokens["c"])]) == [True]  # no holder: no record
     a, b, c = engine.presence("q", ["a", "b", "c"])
     assert not a.queued and a.settled is not None
-    assert (a.settled.code, a.settled.token, a.settled.holder) == ("s", tokens["a"], "w:1")
+    assert (a.settled.code, a.settled.attempt, a.settled.holder) == ("s", tokens["a"], "w:1")
     assert b.settled is not None and b.settled.code == "x" and c.settled is None
     assert engine.forget_settled("q", ["a", "b", "zz"], keep_ms=3_600_000) == 2
     assert [p.settled for p in engine.presence("q", ["a", "b"])] == [None, None]

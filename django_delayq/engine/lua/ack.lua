@@ -8,8 +8,9 @@
 -- KEYS[5]  cancel      SET   ids whose cancel was asked while they ran
 -- KEYS[9]  prio        HASH  id -> priority
 -- KEYS[14] settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
--- KEYS[15] settled_by  HASH  id -> "<code> <token> <holder>"
--- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
+-- KEYS[15] settled_by  HASH  id -> "<code> <attempt> <holder>"
+-- KEYS[16] runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
+--                      minus the offset; forgotten with the job
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  holder      the settling worker's registry id; "" = keep no record
 -- ARGV[3..] triples: id, token, code ("s" succeeded, "x" expired)
@@ -25,7 +26,9 @@
 --@include call_many
 --@include forget
 --@include record_settled
-local inflight, jobs, attempts, cancel, prio = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[9]
+--@include offset
+local inflight, jobs, attempts, cancel, prio, runs = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[9],
+                                                     KEYS[16]
 local err = wrong_type({'', 'zset', 'hash', 'hash', 'set', '', '', '', 'hash', '', '', '',
                         '', 'zset', 'hash', 'hash'})
 if err then return err end
@@ -35,6 +38,8 @@ for a = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[a] end
 if #ids == 0 then return {} end
 local tokens = redis.call('HMGET', attempts, unpack(ids))
 local leased = redis.call('ZMSCORE', inflight, unpack(ids))
+local marked = {}
+if ARGV[2] ~= '' then marked = redis.call('HMGET', runs, unpack(ids)) end
 local out, done, seen, records = {}, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
@@ -43,7 +48,8 @@ for j = 1, #ids do
     seen[id] = true
     done[#done + 1] = id
     records[#records + 1] = id
-    records[#records + 1] = ARGV[i + 2] .. ' ' .. ARGV[i + 1]
+    records[#records + 1] = ARGV[i + 2] .. ' '
+                            .. string.format('%.0f', tonumber(ARGV[i + 1]) - offset_of(marked[j]))
     out[j] = 1
   else
     out[j] = 0

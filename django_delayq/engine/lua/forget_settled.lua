@@ -4,7 +4,7 @@
 --
 -- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
 -- KEYS[14] settled     ZSET  id -> settled ms
--- KEYS[15] settled_by  HASH  id -> "<code> <token> <holder>"
+-- KEYS[15] settled_by  HASH  id -> "<code> <attempt> <holder>"
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  keep_ms     records settled before now - keep_ms are dropped (100 at most)
 -- ARGV[3..] ids whose records go

@@ -291,8 +291,8 @@ end
 --@define record_settled
 --@include call_many
 -- Records how jobs ended (KEYS[14] settled: id -> ms, KEYS[15] settled_by: id ->
--- "<code> <token> <holder>") for the worker ``holder`` until its audit row lands
--- (forget_settled.lua); ``entries`` holds id, "<code> <token>" pairs. No record when
+-- "<code> <attempt> <holder>") for the worker ``holder`` until its audit row lands
+-- (forget_settled.lua); ``entries`` holds id, "<code> <attempt>" pairs. No record when
 -- ``holder`` is "" (the bare engine, jobs set aside). ``at``: the script's now (ms),
 -- read before its first write.
 local function record_settled(holder, at, entries)

@@ -10,8 +10,9 @@
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority (kept while the job lives, dead included)
 -- KEYS[14] settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
--- KEYS[15] settled_by  HASH  id -> "c <token> <holder>"
--- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
+-- KEYS[15] settled_by  HASH  id -> "c <attempt> <holder>"
+-- KEYS[16] runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
+--                      minus the offset; forgotten with the job
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
 -- ARGV[3]  dead_max  dead jobs kept; the oldest beyond it are dropped (at most 100 per call)
@@ -33,9 +34,9 @@
 --@include priority
 --@include forget
 --@include record_settled
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
-                                                                    KEYS[4], KEYS[5], KEYS[6],
-                                                                    KEYS[8], KEYS[9]
+--@include offset
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio, runs = KEYS[1], KEYS[2],
+  KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[16]
 local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash',
                         '', '', '', '', 'zset', 'hash', 'hash'})
 if err then return err end
@@ -62,7 +63,8 @@ if #ids > 0 then
       if cancelled[j] == 1 then
         dropped[#dropped + 1] = id
         records[#records + 1] = id
-        records[#records + 1] = 'c ' .. ARGV[i + 1]
+        records[#records + 1] = 'c ' .. string.format('%.0f', tonumber(ARGV[i + 1])
+                                - offset_of(redis.call('HGET', runs, id)))
         out[j] = 3
       elseif delay >= 0 then
         enter(line, id, clamp_ms(now + delay), priority_of(prios[j]), now)
