@@ -49,9 +49,9 @@ class Presence:
     """Where Redis holds one job. ``queued``: pending, ready or in flight. ``dead``: in the
     dead set since ``died_ms`` (None when its score is not a time). ``envelope``: its
     payload is stored. ``reconciled_ms``: when a reconciler re-enqueued it, if it is
-    remembered. ``attempts``: its counter, 0 when absent or not a number. ``settled``:
-    how a worker settled it, while that worker's audit row has not landed (None: no
-    record)."""
+    remembered. ``attempts``: the attempt number of its latest delivery (its token minus
+    the runs entry's offset), 0 when absent or not a number. ``settled``: how a worker
+    settled it, while that worker's audit row has not landed (None: no record)."""
 
     queued: bool
     dead: bool
@@ -82,6 +82,12 @@ class Settled:
             return None
         attempt = _int(parts[1])
         return cls(parts[0], attempt, parts[2], _int(score)) if attempt > 0 else None
+
+
+def _offset(runs: Any) -> int:
+    """The offset of a runs entry (``<token> <offset> <streak>``): token - attempt."""
+    parts = (_str(runs) or "").split(" ")
+    return _int(parts[1]) if len(parts) > 1 else 0
 
 
 class OutboxOps(RedisOwner):
@@ -143,16 +149,17 @@ class OutboxOps(RedisOwner):
             pipe.hget(k.attempts, job_id)
             pipe.zscore(k.settled, job_id)
             pipe.hget(k.settled_by, job_id)
+            pipe.hget(k.runs, job_id)
         replies = pipe.execute()
         out = []
         for i in range(len(job_ids)):
             (has_env, pending, ready, inflight, dead, recent, attempts, settled_at,
-             settled_by) = replies[9 * i:9 * i + 9]
+             settled_by, runs) = replies[10 * i:10 * i + 10]
             waiting = pending is not None or ready is not None
             out.append(Presence(queued=waiting or inflight is not None,
                                 dead=dead is not None, died_ms=_int(dead) or None,
                                 envelope=bool(has_env), reconciled_ms=recent,
-                                attempts=_int(attempts),
+                                attempts=max(0, _int(attempts) - _offset(runs)),
                                 settled=Settled.parse(settled_by, settled_at)))
         return out
 

@@ -9,23 +9,27 @@
 -- KEYS[6]  dead      ZSET  died_ms -> id
 -- KEYS[8]  ready     ZSET  ready score -> id
 -- KEYS[9]  prio      HASH  id -> priority
+-- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (the attempt: token - offset)
 -- ARGV[1]  id
 --
 -- Returns: {place, score, attempts, envelope or false, cancel_requested, priority}
 --          place: "pending" (pending or ready) | "inflight" | "dead" | "" (not in Redis)
 --          score: the due time (of a ready job, as ready_score keeps it: 1970..2527), the
 --          lease deadline or the time of death; -1 when it is not a time (+-inf);
---          attempts -1 when not an integer; priority 0 when none (or not one)
+--          attempts: the attempt number of its latest delivery (its lease token minus the
+--          runs entry's offset; 0 before the first), -1 when the token is not an integer;
+--          priority 0 when none (or not one)
 -- Cost: O(log N), one job per call.
 --@include wrong_type
 --@include as_ms
 --@include bad_count
 --@include ready_score
 --@include priority
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio = KEYS[1], KEYS[2], KEYS[3],
-                                                                    KEYS[4], KEYS[5], KEYS[6],
-                                                                    KEYS[8], KEYS[9]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash'})
+--@include offset
+local pending, inflight, jobs, attempts, cancel, dead, ready, prio, runs = KEYS[1], KEYS[2],
+  KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[16]
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '', '',
+                        '', '', '', '', 'hash'})
 if err then return err end
 local id = ARGV[1]
 local place, score = '', -1
@@ -40,6 +44,9 @@ else
 end
 local count = redis.call('HGET', attempts, id)
 local tries = 0
-if count then tries = bad_count(count) and -1 or tonumber(count) end
+if count then
+  tries = bad_count(count) and -1
+          or math.max(0, tonumber(count) - offset_of(redis.call('HGET', runs, id)))
+end
 return {place, score, tries, redis.call('HGET', jobs, id),
         redis.call('SISMEMBER', cancel, id), priority_of(redis.call('HGET', prio, id))}
