@@ -117,7 +117,9 @@ def live_rows(cursor: Cursor, queues: tuple[str, ...], grace: float, batch: int)
 
 def count_lost_deliveries(rows: Sequence[Job], seeds: dict[str, int | None],
                           lost_at: Mapping[str, datetime], margin_s: float) -> None:
-    """Raise the seeds of rows whose job Redis lost: a scheduled or retrying row due
+    """Raise the seeds of rows whose job Redis lost (``lost_at``: the losses this
+    reconciler saw happen; a first look at a Redis that never held the queue gave no
+    token): a scheduled or retrying row due
     before the loss may have been claimed (and run) there without its row saying so yet,
     under the token its attempts + 1. Its next delivery gets a higher one: no token is
     handed out twice, and the audit counts the run it may have had (a job that never ran
