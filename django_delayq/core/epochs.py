@@ -85,6 +85,9 @@ class Epochs:
         # queue -> the data sets its last loss took (None: all of them)
         self.lost_sets: dict[str, set[str] | None] = {}
         self.unreadable: set[str] = set()  # data sets whose epoch the last check missed
+        # queues whose data this reconciler saw go (a known epoch vanished), not a first
+        # look at a Redis that never held them: deliveries may have been lost with it
+        self.witnessed: set[str] = set()
 
     def check(self, create: bool = True) -> dict[str, datetime]:
         """Queues whose data Redis lost since the last look (see the module docstring),
@@ -113,6 +116,7 @@ class Epochs:
                     took[queue] = None
                 else:
                     sets.add(name)
+                    self.witnessed.add(queue)
                 self._log_loss(queue if name == queue else "%s (shard %s)" % (queue, name),
                                known)
             if value is not None:

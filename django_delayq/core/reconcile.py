@@ -411,7 +411,8 @@ class Reconciler:
         seen_ms = {pk: sus.seen_ms for pk, sus in seen.items()} if seen else None
         seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)
         if lost:  # a delivery the lost data held may be unrecorded: never its token again
-            count_lost_deliveries(rows, seeds, self._lost_at, LOSS_MARGIN_SECONDS)
+            count_lost_deliveries(rows, seeds, self._lost_at, self._epochs.witnessed,
+                                  LOSS_MARGIN_SECONDS)
         ready = []
         for row in rows:
             if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:

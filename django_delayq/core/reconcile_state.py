@@ -116,15 +116,26 @@ def live_rows(cursor: Cursor, queues: tuple[str, ...], grace: float, batch: int)
 
 
 def count_lost_deliveries(rows: Sequence[Job], seeds: dict[str, int | None],
-                          lost_at: Mapping[str, datetime], margin_s: float) -> None:
+                          lost_at: Mapping[str, datetime], witnessed: set[str],
+                          margin_s: float) -> None:
     """Raise the seeds of rows whose job Redis lost: a scheduled or retrying row due
     before the loss may have been claimed (and run) there without its row saying so yet,
     under the token its attempts + 1. Its next delivery gets a higher one: no token is
     handed out twice, and the audit counts the run it may have had (a job that never ran
-    then shows one attempt more than its runs)."""
+    then shows one attempt more than its runs). Only where deliveries may have happened:
+    a loss this reconciler saw happen (``witnessed``: a known epoch vanished), or one
+    found on a first look at a queue that has running rows (workers were delivering); a
+    first look at a Redis that never held the queue (a new deploy, the test helpers'
+    outbox flush) handed out no token."""
+    active: dict[str, bool] = {}
     for row in rows:
         at = lost_at.get(row.queue)
         seed = seeds.get(row.pk)
-        if at is not None and seed is not None and row.status != JobStatus.RUNNING \
-                and row.run_at <= at + timedelta(seconds=margin_s):
+        if at is None or seed is None or row.status == JobStatus.RUNNING \
+                or row.run_at > at + timedelta(seconds=margin_s):
+            continue
+        if row.queue not in active:
+            active[row.queue] = row.queue in witnessed or Job.objects.filter(
+                queue=row.queue, status=JobStatus.RUNNING).exists()
+        if active[row.queue]:
             seeds[row.pk] = max(seed, row.attempts + 1)

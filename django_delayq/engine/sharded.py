@@ -81,9 +81,12 @@ class ShardedEngine(Engine):
     # -- where ----------------------------------------------------------------------
 
     def shard_queues(self, queue: str) -> list[str]:
-        """The data set names of every shard of ``queue``'s span, shard 0 first."""
-        span = self.shard_map.span(self.client, queue,
-                                   lambda i: self.keys(shard_name(queue, i)).shards)
+        """The data set names of every shard of ``queue``'s span, shard 0 first. While
+        shard 0's node is set aside, the span last read (no wait on a node that is down)."""
+        span = self.shard_map.cached(queue) if self.health.down(queue) else None
+        if span is None:
+            span = self.shard_map.span(self.client, queue,
+                                       lambda i: self.keys(shard_name(queue, i)).shards)
         return [shard_name(queue, i) for i in range(span)]
 
     def _routed(self, queue: str, items: Sequence[_T], id_of: Callable[[_T], str],

@@ -108,6 +108,11 @@ class ShardMap:
                 client.set(record_key(i), span)
         return span
 
+    def cached(self, queue: str) -> int | None:
+        """The span last read for ``queue`` (None: never read)."""
+        found = self._spans.get(queue)
+        return None if found is None else found[1]
+
     def forget(self, queue: str) -> None:
         """Read the record again at the next use (after a purge)."""
         self._spans.pop(queue, None)
