@@ -72,6 +72,20 @@ def _write(conn: Any, data: bytes, more: bool = False) -> None:
         sock.sendall(data[done:])
 
 
+def _cork(conn: Any) -> None:
+    """Let the kernel hold what is written to ``conn`` until a segment is full, at most
+    200 ms (``TCP_CORK``; a process killed meanwhile has its sockets closed, and what was
+    held is sent). Where there is no such option, nothing changes."""
+    sock = getattr(conn, "_sock", None)
+    cork = getattr(socket, "TCP_CORK", None)
+    if sock is not None and cork is not None and sock.family in (socket.AF_INET,
+                                                                  socket.AF_INET6):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
+        except OSError:
+            pass
+
+
 def _connection(pool: Any) -> Any:
     """A connection of ``pool`` for this stream alone (redis-py 5.3 dropped the
     command name argument; older versions need it)."""
@@ -161,6 +175,7 @@ class AckStream:
                 if self._marks is None:
                     self._marks = _connection(self._client.connection_pool)
                     self._marks.connect()
+                    _cork(self._marks)
                     # the script loaded first, on the same connection: EVALSHA finds it
                     _write(self._marks, _resp("CLIENT", "REPLY", "OFF") +
                            _resp("SCRIPT", "LOAD", mark.source))
