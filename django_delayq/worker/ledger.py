@@ -184,6 +184,13 @@ class Ledger:
                     + [o.job for o in self._done] + [o.job for o in self._unsettled]
                     + [o.job for o in self._settling.values()])
 
+    def unsettled_held(self) -> list[ClaimedJob]:
+        """``held`` but for the jobs a settling round has sent (their ack may have ended
+        their lease already: its reply says how it went)."""
+        with self._lock:
+            return (list(self._running.values()) + list(self._unstarted.values())
+                    + [o.job for o in self._done] + [o.job for o in self._unsettled])
+
     def idle(self) -> bool:
         with self._lock:
             return not (self._running or self._done or self._unstarted or self._unsettled

@@ -408,7 +408,7 @@ class Worker:
         beat_s = self.settings.lease_ms / 3000
         while True:
             try:
-                self.liveness.heartbeat(self.ledger.held(), holding=self.ledger.held,
+                self.liveness.heartbeat(self.ledger.held(), holding=self.ledger.unsettled_held,
                                         claimed=self.claimed_total,
                                         processed=self.settler.processed)
                 self.gate.renew()  # callable-limit slots of the functions running
