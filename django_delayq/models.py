@@ -91,7 +91,8 @@ class Job(models.Model):
                     "scheduled through django-delayq's API)."))
     parents_left = models.PositiveIntegerField(
         _("parents left"), default=0, db_default=0,
-        help_text=_("Parents (after=...) not finished yet; released to Redis at 0."))
+        help_text=_("Parents (after=...) not finished yet: the job is sent to Redis when "
+                    "none is left."))
     atomic = models.BooleanField(
         _("atomic"), default=False, db_default=False,
         help_text=_("The function runs in one transaction with the write of its success: "
