@@ -65,7 +65,9 @@ def test_eager_run_records_type_message_and_traceback(delayq_settings) -> None: 
 def test_lease_expired_attempt_records_lease_lost(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     h = schedule("tests.jobs.noop", max_attempts=2)
     engine = get_engine()
-    assert [j.id for j in engine.claim("default", 10, 50).jobs] == [h.id]
+    claimed = engine.claim("default", 10, 50).jobs
+    assert [j.id for j in claimed] == [h.id]
+    engine.mark_started(claimed)  # its run started: a lost lease of it is an attempt
     audit = AuditWriter()
     recovery = LeaseRecovery(engine, get_settings(), audit)
     deadline = time.monotonic() + 10
