@@ -424,7 +424,7 @@ class Reconciler:
             by_queue.setdefault(row.queue, []).append(row)
         added = 0
         for queue, items in by_queue.items():
-            added += self._enqueue_queue(queue, items, seeds)
+            added += self._enqueue_queue(queue, items, seeds, lost)
         if added:
             self.stats.enqueued += added
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
@@ -433,8 +433,8 @@ class Reconciler:
                                (seeds[r.pk] or 0) + 1) for r in ready[:5]))
         return added
 
-    def _enqueue_queue(self, queue: str, rows: Sequence[Job],
-                       seeds: dict[str, int | None]) -> int:
+    def _enqueue_queue(self, queue: str, rows: Sequence[Job], seeds: dict[str, int | None],
+                       lost: bool) -> int:
         """Per MULTI of ``MULTI_ROWS`` rows: remember the ids, seed their attempts, run
         enqueue.lua (``Engine.reenqueue``) with each row's due time and priority.
 
@@ -444,4 +444,5 @@ class Reconciler:
         """
         jobs = [(row.pk, _ms(row.run_at), row.priority) for row in rows]  # payload: the row
         return self.engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
-                                     keep_max=MAX_RECENT)
+                                     keep_max=MAX_RECENT,
+                                     epochs=None if lost else self._epochs.known)

@@ -17,6 +17,7 @@ a MULTI blocks Redis like a script (nine reads a job).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -25,6 +26,8 @@ from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 
 _T = TypeVar("_T")
+
+logger = logging.getLogger(__name__)
 
 
 def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
@@ -164,25 +167,33 @@ class OutboxOps(RedisOwner):
         return out
 
     def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
-                  seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int) -> int:
+                  seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int,
+                  epochs: Mapping[str, str] | None = None) -> int:
         """Enqueue ``jobs`` ((id, due ms) or (id, due ms, priority), payload elsewhere)
         again; returns how many were
         new. Per call of ``reenqueue.lua`` (at most ``scripts.RECONCILE_CHUNK`` jobs):
         skip the ids Redis holds, has a settled record of, or re-enqueued within
         ``keep_ms``; enqueue the others, remember them in ``reconciled`` (at most
         ``keep_max``) and raise their attempts counters to ``seeds[id]`` (the highest
-        token a delivery may have had: the next claim's is higher)."""
+        token a delivery may have had: the next claim's is higher). ``epochs``: the epoch
+        the caller last saw of each data set (queue or shard name); where Redis now holds
+        another (the data was lost since), that data set's jobs are left alone."""
         added = 0
+        expect = (epochs or {}).get(queue, "")
         for chunk in _chunks(jobs, scripts.RECONCILE_CHUNK):
-            added += self._reenqueue(queue, chunk, seeds, keep_ms, keep_max)
+            added += self._reenqueue(queue, chunk, seeds, keep_ms, keep_max, expect)
         return added
 
     def _reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
-                   seeds: Mapping[str, int | None], keep_ms: float, keep_max: int) -> int:
+                   seeds: Mapping[str, int | None], keep_ms: float, keep_max: int,
+                   expect: str = "") -> int:
         k = self.keys(queue)
-        args: list[Any] = [0, k.channel, int(keep_ms), int(keep_max)]
+        args: list[Any] = [0, k.channel, int(keep_ms), int(keep_max), expect]
         for job in jobs:
             priority = job[2] if len(job) > 2 else 0  # type: ignore[misc]
             args += [job[0], job[1], priority, seeds.get(job[0]) or 0]
         reply = scripts.load("reenqueue")(self.client, (*k.script_keys(), k.reconciled), args)
+        if len(reply) > 2:
+            logger.info("queue %r: its Redis data changed since the reconciler last looked; "
+                        "%d job(s) left to the loss pass", queue, len(jobs))
         return int(reply[0])

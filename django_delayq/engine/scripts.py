@@ -138,7 +138,7 @@ BOUNDS: dict[str, Bound] = {
     "acquire": Bound(8, 0, 0),
     "release_group": Bound(0, 1, MAX_RELEASE_GROUP),
     "forget_settled": Bound(2, 1, MAX_FORGET),
-    "reenqueue": Bound(4, 4, MAX_REENQUEUE),
+    "reenqueue": Bound(5, 4, MAX_REENQUEUE),
 }
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")

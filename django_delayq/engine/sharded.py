@@ -403,9 +403,11 @@ class ShardedEngine(Engine):
                             unknown=lambda job_id: UNREADABLE)
 
     def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
-                  seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int) -> int:
+                  seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int,
+                  epochs: Mapping[str, str] | None = None) -> int:
         if len(self.shard_queues(queue)) == 1:
-            return super().reenqueue(queue, jobs, seeds, keep_ms=keep_ms, keep_max=keep_max)
+            return super().reenqueue(queue, jobs, seeds, keep_ms=keep_ms, keep_max=keep_max,
+                                     epochs=epochs)
         groups: dict[str, list[Any]] = {}
         for job in jobs:
             groups.setdefault(self.shard_map.home(queue, job[0]), []).append(job)
@@ -413,7 +415,8 @@ class ShardedEngine(Engine):
         for name, group in groups.items():
             try:
                 added += self.health.run(name, lambda: super(ShardedEngine, self).reenqueue(
-                    name, group, seeds, keep_ms=keep_ms, keep_max=keep_max))  # noqa: B023
+                    name, group, seeds, keep_ms=keep_ms, keep_max=keep_max,  # noqa: B023
+                    epochs=epochs))
             except ERRORS as exc:
                 errors.append(exc)
         if errors:

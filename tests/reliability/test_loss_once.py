@@ -143,3 +143,22 @@ def test_workers_that_all_notice_a_loss_run_no_unstarted_job_twice(  # type: ign
     reused = {tag: attempts for tag, attempts in runs.items()
               if len(set(attempts)) < len(attempts)}
     assert not reused, (len(reused), list(reused.items())[:5])
+
+
+def test_an_ordinary_reenqueue_after_a_loss_leaves_the_jobs_to_the_loss_pass(  # type: ignore[no-untyped-def]
+        settings, redis_server) -> None:
+    """A reconciler that last saw epoch E does not put jobs back into a Redis whose epoch
+    is gone (wiped since): the loss pass, which counts the attempts a lost delivery may
+    have had, does; nor does it create an epoch that would hide the loss."""
+    point_at(settings, redis_server)
+    engine = get_engine()
+    k = engine.keys("default")
+    engine.client.set(k.epoch, "1:seen:e")
+    assert engine.reenqueue("default", [("a", 0)], {}, keep_ms=KEEP_MS, keep_max=1000,
+                            epochs={"default": "1:seen:e"}) == 1
+    engine.client.flushdb()  # the wipe
+    assert engine.reenqueue("default", [("b", 0)], {}, keep_ms=KEEP_MS, keep_max=1000,
+                            epochs={"default": "1:seen:e"}) == 0
+    assert engine.inspect("default", "b").place == "" and not engine.client.exists(k.epoch)
+    assert engine.reenqueue("default", [("b", 0)], {"b": 1}, keep_ms=KEEP_MS,
+                            keep_max=1000) == 1  # the loss pass

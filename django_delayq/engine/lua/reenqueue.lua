@@ -17,7 +17,11 @@
 -- ARGV[2]  channel     PUBLISH target (lib.lua line_write)
 -- ARGV[3]  keep_ms     how long a re-enqueue is remembered (ms)
 -- ARGV[4]  keep_max    how many re-enqueued ids are remembered at most
--- ARGV[5..] groups of 4: id, due_ms (absolute), priority (-100..100), seed: the most
+-- ARGV[5]  expect      "" or the epoch the caller last saw: when the epoch key holds
+--                      anything else (gone: the data was lost since), nothing is done
+--                      and {0, now_ms, 1} comes back (a loss pass, which seeds the
+--                      attempts a lost delivery may have had, is the one to put them back)
+-- ARGV[6..] groups of 4: id, due_ms (absolute), priority (-100..100), seed: the most
 --           attempts the job may have had (0: none). A job with a seed or a counter gets
 --           the counter max(its value, now_ms, its last re-enqueue's ms + 1) — the Redis
 --           clock in ms, above any count of deliveries (those since an earlier seed come a
@@ -29,7 +33,7 @@
 -- (another reconciler found it missing in the same moment: it may have run and been
 -- acked since). The reads and the writes are one script: two reconcilers cannot both
 -- decide that a job is missing and both put it back.
--- Returns: {added, now_ms}
+-- Returns: {added, now_ms}, or {0, now_ms, 1} when ARGV[5] was not the epoch
 -- Cost: at most 100 jobs per call (scripts.MAX_REENQUEUE, the reconciler's chunk; callers
 --       split bigger batches): O(n log N); trimming `reconciled` removes at most 1,000
 --       old ids.
@@ -45,8 +49,9 @@ local err = wrong_type({'zset', 'zset', 'hash', 'hash', '', 'zset', '', 'zset', 
 if err then return err end
 local now = now_ms(ARGV[1])
 local keep_ms, keep_max = tonumber(ARGV[3]), tonumber(ARGV[4])
+if ARGV[5] ~= '' and redis.call('GET', epoch) ~= ARGV[5] then return {0, now, 1} end
 local ids = {}
-for i = 5, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+for i = 6, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
 local line = new_line(pending, ready)
 local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
@@ -67,7 +72,7 @@ for j = 1, #ids do
           or in_settled[j] or recently or seen[id]) then
     seen[id] = true
     added = added + 1
-    local i = 4 * j + 1
+    local i = 4 * j + 2
     local priority = math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 2]) or 0)))
     enter(line, id, clamp_ms(tonumber(ARGV[i + 1])), priority, now)
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
