@@ -39,27 +39,20 @@ def test_a_job_settled_since_is_not_answered_again(engine: Engine) -> None:
     assert again[7::5] == [first[12]]
 
 
-def test_a_claim_whose_reply_timed_out_is_answered_by_the_next(redis_target) -> None:
+def test_a_claim_whose_reply_timed_out_is_answered_by_the_next(redis_server) -> None:
     """The claim reaches a Redis busy (a script) past the client's timeout; Redis runs it later. The
     next claim of the same engine and thread gets those jobs, under their one token."""
-    admin = redis_target()
-    if isinstance(admin, redis.RedisCluster):
-        admin.close()
-        pytest.skip("one server's client is enough here (the script is the same)")
-    kw = admin.connection_pool.connection_kwargs
-    slow = redis.Redis(host=kw.get("host", "localhost"), port=kw.get("port", 6379),
-                       unix_socket_path=kw.get("path"), db=kw.get("db", 0),
-                       socket_timeout=0.3, retry=Retry(NoBackoff(), 0))
+    url = redis_server.url  # one server: the cluster runs the same script
+    admin = redis.Redis.from_url(url)
+    slow = redis.Redis.from_url(url, socket_timeout=0.3, retry=Retry(NoBackoff(), 0))
     engine = Engine(slow, prefix=unique_prefix())
     engine.enqueue("q", [NewJob(id=i, at_ms=NOW) for i in "abc"], now_ms=NOW)
     engine.claim("other", 1, 60_000, now_ms=NOW)  # loads the script
     spin = ("local t = redis.call('TIME'); local e = t[1] * 1e6 + t[2] + 1.5e6; "
             "repeat t = redis.call('TIME') until t[1] * 1e6 + t[2] >= e; return 1")
-    busy = threading.Thread(target=lambda: redis_target().eval(spin, 0))  # Redis busy 1.5 s
+    busy = threading.Thread(target=lambda: redis.Redis.from_url(url).eval(spin, 0))  # busy 1.5 s
     busy.start()
-    probe = redis.Redis(host=kw.get("host", "localhost"), port=kw.get("port", 6379),
-                        unix_socket_path=kw.get("path"), socket_timeout=0.05,
-                        retry=Retry(NoBackoff(), 0))
+    probe = redis.Redis.from_url(url, socket_timeout=0.05, retry=Retry(NoBackoff(), 0))
     try:
         while True:  # until the server is busy (a PING goes unanswered)
             try:
