@@ -186,12 +186,9 @@ class AckStream:
         return True
 
     def _drop_marks(self) -> None:
-        if self._marks is not None:
-            try:
-                self._marks.disconnect()
-            finally:
-                self._client.connection_pool.release(self._marks)
-                self._marks = None
+        """Forget the marks' connection (the caller holds ``_marks_lock``)."""
+        conn, self._marks = self._marks, None
+        self._release(conn)
 
     def _put(self, packed: Any, tag: Any, count: int) -> bool:
         with self._lock:
@@ -266,9 +263,13 @@ class AckStream:
 
     def _drop(self) -> None:
         """Forget the connection (the caller holds ``_lock``); the next send opens one."""
-        if self._conn is not None:
+        conn, self._conn = self._conn, None
+        self._release(conn)
+
+    def _release(self, conn: Any) -> None:
+        """Close ``conn`` (if any) and give it back to the pool."""
+        if conn is not None:
             try:
-                self._conn.disconnect()
+                conn.disconnect()
             finally:
-                self._client.connection_pool.release(self._conn)
-                self._conn = None
+                self._client.connection_pool.release(conn)
