@@ -175,7 +175,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         # knows of: the next claim of this thread on this queue asks again under the same
         # nonce and gets them (lua/claim.lua), instead of leaving them to their lease's end.
         claimer = "%s:%d" % (self._claimer, threading.get_ident())
-        nonce = self._claim_nonces.pop((queue, claimer), None) or "%x" % next(self._claim_seq)
+        nonce = self._claim_nonces.pop((queue, claimer), None) or "%x%s" % (
+            next(self._claim_seq), os.urandom(6).hex())  # not guessable from outside
         try:
             reply = self._run(
                 "claim",

@@ -133,3 +133,22 @@ def test_a_settled_record_names_the_attempt_not_the_token(engine: Engine) -> Non
     assert engine.ack("q", [("a", a.token)], holder="w:1") == [True]
     (p,) = engine.presence("q", ["a"])
     assert p.settled is not None and p.settled.attempt == 1
+
+
+def test_a_planted_offset_never_makes_an_attempt_number_below_one(engine: Engine) -> None:
+    """A runs entry written by hand (an offset above the token, a huge one) is kept below
+    the token: attempts stay 1 or more and max_attempts still ends the job."""
+    engine.enqueue("q", [NewJob(id="a", at_ms=NOW)], now_ms=NOW)
+    engine.client.hset(engine.keys("q").runs, "a", "0 99999999999999999999999 0")
+    at = NOW
+    outcomes = []
+    for _ in range(3):
+        (job,) = claim(engine, 1, at)
+        assert job.attempt >= 1
+        engine.mark_started([job])
+        at += LEASE + 1
+        outcomes.append(recover(engine, at, max_attempts=2)["a"])
+        if outcomes[-1][0] == NackOutcome.DEAD:
+            break
+    assert outcomes[-1][0] == NackOutcome.DEAD and len(outcomes) <= 2
+    assert engine.inspect("q", "a").attempts >= 1

@@ -49,7 +49,8 @@ for j = 1, #ids do
     done[#done + 1] = id
     records[#records + 1] = id
     records[#records + 1] = ARGV[i + 2] .. ' '
-                            .. string.format('%.0f', tonumber(ARGV[i + 1]) - offset_of(marked[j]))
+                            .. string.format('%.0f', tonumber(ARGV[i + 1])
+                                            - offset_of(marked[j], ARGV[i + 1]))
     out[j] = 1
   else
     out[j] = 0

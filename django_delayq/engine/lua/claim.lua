@@ -94,11 +94,14 @@ if record and nonce ~= '' then
   local prev = redis.call('GET', record)
   if prev and string.sub(prev, 1, #nonce + 1) == nonce .. '|' then
     local again = {now, now, 0, -1, 0, -1, 0}
+    local read = 0
     for id, due, token in string.gmatch(string.sub(prev, #nonce + 2), '([^\t\n]+)\t(-?%d+)\t(%d+)\n') do
+      read = read + 1
+      if read > 200 then break end  -- a claim leases at most 200 (a longer record is not ours)
       if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == token then
         again[#again + 1] = id; again[#again + 1] = tonumber(due)
         again[#again + 1] = tonumber(token)
-        again[#again + 1] = tonumber(token) - offset_of(redis.call('HGET', runs, id))
+        again[#again + 1] = tonumber(token) - offset_of(redis.call('HGET', runs, id), token)
         again[#again + 1] = redis.call('HGET', jobs, id) or ''
       end
     end
@@ -222,7 +225,7 @@ if #take > 0 then
       leased[#leased + 1] = lease_at; leased[#leased + 1] = id
       tokens[#tokens + 1] = id; tokens[#tokens + 1] = token
       claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
-      claimed[#claimed + 1] = token - offset_of(marked[j]); claimed[#claimed + 1] = envs[j] or ''
+      claimed[#claimed + 1] = token - offset_of(marked[j], token); claimed[#claimed + 1] = envs[j] or ''
     end
   end
 end

@@ -46,7 +46,7 @@ local count = redis.call('HGET', attempts, id)
 local tries = 0
 if count then
   tries = bad_count(count) and -1
-          or math.max(0, tonumber(count) - offset_of(redis.call('HGET', runs, id)))
+          or math.max(0, tonumber(count) - offset_of(redis.call('HGET', runs, id), count))
 end
 return {place, score, tries, redis.call('HGET', jobs, id),
         redis.call('SISMEMBER', cancel, id), priority_of(redis.call('HGET', prio, id))}

@@ -265,11 +265,14 @@ end
 -- A job's runs entry (KEYS[16]: "<token> <offset> <streak>", or nil): the delivery whose
 -- run started last; how far its lease tokens run ahead of its attempts (deliveries that
 -- never started, numbers a re-enqueue skipped): the attempt of delivery `token` is
--- token - offset; the deliveries in a row that never started.
-local function offset_of(entry)
+-- token - offset; the deliveries in a row that never started. ``token``: the delivery's
+-- token; the offset is kept below it (an entry written by hand never makes an attempt
+-- number below 1).
+local function offset_of(entry, token)
   if not entry then return 0, 0 end
   local _, offset, streak = string.match(entry, '^(%d+) (%d+) ?(%d*)$')
-  return tonumber(offset) or 0, tonumber(streak) or 0
+  offset = math.max(0, math.min(tonumber(offset) or 0, (tonumber(token) or 0) - 1))
+  return offset, tonumber(streak) or 0
 end
 
 --@define forget

@@ -64,7 +64,7 @@ if #ids > 0 then
         dropped[#dropped + 1] = id
         records[#records + 1] = id
         records[#records + 1] = 'c ' .. string.format('%.0f', tonumber(ARGV[i + 1])
-                                - offset_of(redis.call('HGET', runs, id)))
+                                - offset_of(redis.call('HGET', runs, id), ARGV[i + 1]))
         out[j] = 3
       elseif delay >= 0 then
         enter(line, id, clamp_ms(now + delay), priority_of(prios[j]), now)

@@ -95,8 +95,8 @@ for j, id in ipairs(ids) do
     out[#out + 1] = id; out[#out + 1] = bad_count(counts[j]); out[#out + 1] = 0
   else
     local n = tonumber(counts[j]) or 0
-    local k, streak = offset_of(marked[j])
-    local started = marked[j] and string.match(marked[j], '^(%d+) ') == tostring(n)
+    local k, streak = offset_of(marked[j], n)
+    local started = marked[j] and string.match(marked[j], '^(%d+) ') == string.format('%.0f', n)
     local outcome
     if cancelled[j] == 1 then
       dropped[#dropped + 1] = id

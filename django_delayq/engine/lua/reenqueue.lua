@@ -44,7 +44,7 @@
 --@include line
 local pending, inflight, jobs, attempts, dead, epoch, ready, prio, settled, runs, reconciled = KEYS[1],
   KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[14], KEYS[16], KEYS[17]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', '', 'zset', '', 'zset', 'hash', '',
+local err = wrong_type({'zset', 'zset', 'hash', 'hash', '', 'zset', 'string', 'zset', 'hash', '',
                         '', '', 'zset', 'zset', '', 'hash', 'zset'})
 if err then return err end
 local now = now_ms(ARGV[1])
@@ -63,7 +63,7 @@ local lately = redis.call('ZMSCORE', reconciled, unpack(ids))
 local counters = redis.call('HMGET', attempts, unpack(ids))
 local has_env = {}
 if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
-local seen, prios, seeds, offsets, remembered = {}, {}, {}, {}, {}
+local seen, prios, seeds, offsets, fresh, remembered = {}, {}, {}, {}, {}, {}
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
@@ -85,6 +85,8 @@ for j = 1, #ids do
       seeds[#seeds + 1] = id; seeds[#seeds + 1] = string.format('%.0f', token)
       offsets[#offsets + 1] = id
       offsets[#offsets + 1] = '0 ' .. string.format('%.0f', math.max(0, token - seed)) .. ' 0'
+    else
+      fresh[#fresh + 1] = id  -- no delivery to count: no runs entry either
     end
     remembered[#remembered + 1] = now; remembered[#remembered + 1] = id
   end
@@ -96,6 +98,7 @@ if added > 0 then
     call_many('HSET', attempts, {}, seeds)
     call_many('HSET', runs, {}, offsets)
   end
+  if #fresh > 0 then redis.call('HDEL', runs, unpack(fresh)) end
   call_many('ZADD', reconciled, {}, remembered)
 end
 local old = redis.call('ZCOUNT', reconciled, '-inf', string.format('(%.0f', now - keep_ms))
