@@ -89,14 +89,25 @@ def bench_drain(n: int, concurrency: int) -> dict[str, float]:
     reset()
     schedule_many("bench_jobs.noop", [JobSpec(args=[i]) for i in range(n)])
     t0 = time.perf_counter()
+    cpu0 = _children_cpu_s()
     proc = worker("--burst", "--concurrency", str(concurrency))
     proc.wait()
     wall = time.perf_counter() - t0
+    cpu = _children_cpu_s() - cpu0  # the worker's whole run, its start included
     done = Job.objects.filter(status="succeeded")
     agg = done.aggregate(first=Min("started_at"), last=Max("finished_at"))
     span = (agg["last"] - agg["first"]).total_seconds()
     return {"drain_jobs": done.count(), "drain_jobs_per_s": round(done.count() / span),
-            "drain_process_wall_s": round(wall, 2)}
+            "drain_process_wall_s": round(wall, 2),
+            "drain_worker_cpu_us_per_job": round(cpu * 1e6 / max(1, n))}
+
+
+def _children_cpu_s() -> float:
+    """CPU seconds (user + system) of the ended child processes waited for so far."""
+    import resource
+
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
 
 
 def bench_lateness(n: int, spread_s: float, concurrency: int) -> dict[str, float]:

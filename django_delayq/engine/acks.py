@@ -38,7 +38,6 @@ from typing import Any
 from redis.exceptions import ResponseError
 
 from django_delayq.engine import scripts
-from django_delayq.engine.keys import QueueKeys
 
 
 def _libc_send() -> Any:
@@ -105,7 +104,12 @@ def plain_sockets(pool: Any) -> bool:
 def _resp(*parts: str, count: int = 0) -> bytes:
     """A command in the Redis protocol (the marks: a few short strings); ``count``: the
     number of parts of the whole command when these are its first ones."""
-    out = [b"*%d\r\n" % (count or len(parts))]
+    return b"*%d\r\n%s" % (count or len(parts), _bulk(*parts))
+
+
+def _bulk(*parts: str) -> bytes:
+    """``parts`` as Redis bulk strings, without the array's header (a command's parts)."""
+    out = []
     for part in parts:
         raw = part.encode()
         out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
@@ -140,6 +144,8 @@ class AckStream:
         self._marks_lock = threading.Lock()
         # (keys, number of args) -> the start of a mark's command, written once
         self._mark_heads: dict[tuple[tuple[str, str], int], bytes] = {}
+        # queue -> (parts before the arguments, those parts written) of its acks
+        self._ack_heads: dict[str, tuple[int, bytes]] = {}
 
     def send(self, queue: str, leases: Sequence[tuple[str, int]], codes: Sequence[str],
              tag: Any) -> bool:
@@ -148,14 +154,20 @@ class AckStream:
         unknown, and ``Engine.ack`` tells). A failed write closes the connection, so the
         requests in flight are reported lost too (a partial command must never be followed
         by another on the same connection)."""
-        keys: QueueKeys = self._keys(queue)
-        args: list[Any] = [0, self._holder]
+        args: list[str] = ["0", self._holder]
         for (job_id, token), code in zip(leases, codes):
-            args += [job_id, token, code]
+            args += [job_id, str(token), code]
         self._script.check(args)
-        names = keys.script_keys()
-        return self._put(lambda conn: b"".join(bytes(part) for part in conn.pack_command(
-            "EVALSHA", self._script.sha, len(names), *names, *args)), tag, len(leases))
+        head = self._ack_heads.get(queue)
+        try:
+            if head is None:
+                names = self._keys(queue).script_keys()
+                head = self._ack_heads[queue] = (
+                    len(names) + 3, _bulk("EVALSHA", self._script.sha, str(len(names)), *names))
+            data = b"*%d\r\n%s%s" % (head[0] + len(args), head[1], _bulk(*args))
+        except UnicodeError:
+            return False
+        return self._put(data, tag, len(leases))
 
     def mark(self, keys: tuple[str, str], args: list[str]) -> bool:
         """Write a start mark (lua/mark.lua; ``Engine.start_mark`` gives ``keys`` and
@@ -167,7 +179,7 @@ class AckStream:
             if head is None:
                 head = self._mark_heads[(keys, len(args))] = _resp(
                     "EVALSHA", mark.sha, "2", *keys, count=5 + len(args))
-            data = head + _resp(*args)[len(b"*%d\r\n" % len(args)):]
+            data = head + _bulk(*args)
         except UnicodeError:
             return False
         with self._marks_lock:
@@ -190,7 +202,7 @@ class AckStream:
         conn, self._marks = self._marks, None
         self._release(conn)
 
-    def _put(self, packed: Any, tag: Any, count: int) -> bool:
+    def _put(self, data: bytes, tag: Any, count: int) -> bool:
         with self._lock:
             try:
                 if self._stale and not self._sent:  # an error reply came: start afresh
@@ -200,7 +212,7 @@ class AckStream:
                     self._conn = _connection(self._client.connection_pool)
                     self._conn.connect()
                     self._stale = False
-                _write(self._conn, packed(self._conn))
+                _write(self._conn, data)
             except Exception:  # noqa: BLE001 - the caller acks the usual way
                 if self._sent:  # the reader's read fails and reports them lost
                     self._conn.disconnect()

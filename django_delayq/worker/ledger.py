@@ -205,6 +205,10 @@ class Ledger:
         with self._lock:
             return bool(self._done)
 
+    def done_count(self) -> int:
+        """Outcomes finished and not taken yet (read without the lock: a hint)."""
+        return len(self._done)
+
 
     def running(self) -> int:
         with self._lock:

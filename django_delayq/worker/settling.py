@@ -16,7 +16,7 @@ from django_delayq.worker.audit import OutageLog
 from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.worker.runner import Kind, Outcome
-from django_delayq.worker.settle import MAX_STREAMED, SEND_EVERY, Sent, Settler
+from django_delayq.worker.settle import MAX_STREAMED, SEND_AT, SEND_EVERY, Sent, Settler
 
 logger = logging.getLogger(__name__)
 
@@ -191,13 +191,15 @@ class SettleThread:
     def finished(self) -> None:
         """A job thread's outcome is done. With an ack stream, the thread sends the
         successes done so far at once unless a send left less than ``SEND_EVERY`` ago
-        (then the next one takes them: a job thread's send costs it a wait for the
-        interpreter, so a busy worker's acks leave at most that often, batched, and an
-        idle worker's at once); the settling thread sends what no job thread did and
-        settles the rest. Without one (a cluster) it is settled now, on this thread,
+        and fewer than ``SEND_AT`` wait (then the next one takes them: a job thread's
+        send costs it a wait for the interpreter, so a busy worker's acks leave batched,
+        and an idle worker's at once; a kill finds at most ``SEND_AT - 1`` finished
+        jobs unsent beside those of its threads); the settling thread sends what no job
+        thread did and settles the rest. Without one (a cluster) it is settled now, on this thread,
         unless a round is under way on another one (that round's thread takes it next)."""
         if self.stream is not None:
-            if time.monotonic() - self._last_send < SEND_EVERY:
+            if (time.monotonic() - self._last_send < SEND_EVERY
+                    and self.ledger.done_count() < SEND_AT):
                 self.ledger.wake_settling()  # it sends what is left within SEND_EVERY
                 return
             self._last_send = time.monotonic()
