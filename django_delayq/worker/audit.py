@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_id",
            "error_type", "last_error", "traceback", "result", "updated_at")
+_COLUMN_SET = frozenset(COLUMNS)
 _DATETIMES = {"run_at", "started_at", "finished_at", "updated_at"}
 _JSON = {"result"}
 _COLUMN_NAMES = {f.name: str(f.column) for f in Job._meta.concrete_fields}
@@ -125,9 +126,8 @@ class AuditWriter:
         self.written = 0
 
     def update(self, job_id: str, **fields: Any) -> None:
-        unknown = set(fields) - set(COLUMNS)
-        if unknown:
-            raise ValueError("not audit columns: %s" % sorted(unknown))
+        if not _COLUMN_SET.issuperset(fields):
+            raise ValueError("not audit columns: %s" % sorted(set(fields) - _COLUMN_SET))
         with self._lock:
             self._changes.setdefault(job_id, {}).update(fields)
             if len(self._changes) >= self.batch:

@@ -30,24 +30,25 @@ from django_delayq.worker.runner import Outcome, shown
 logger = logging.getLogger(__name__)
 
 
-def _wanted(settings: Settings) -> bool:
+def wanted(settings: Settings) -> bool:
+    """Whether job lines are written (skip building their arguments if not)."""
     return settings.log_jobs and logger.isEnabledFor(logging.INFO)
 
 
 def started(settings: Settings, job: ClaimedJob, path: str) -> None:
-    if _wanted(settings):
+    if wanted(settings):
         logger.info("job %s %s queue=%s attempt=%d started", shown(job.id),
                     shown(path or "?"), shown(job.queue), job.attempt)
 
 
 def succeeded(settings: Settings, o: Outcome) -> None:
-    if _wanted(settings):
+    if wanted(settings):
         logger.info("job %s %s queue=%s attempt=%d succeeded in %.3fs", shown(o.job.id),
                     shown(o.path), shown(o.job.queue), o.job.attempt, o.duration_s)
 
 
 def retrying(settings: Settings, o: Outcome, retry_at: datetime) -> None:
-    if _wanted(settings):
+    if wanted(settings):
         logger.info("job %s %s queue=%s attempt=%d failed in %.3fs, retry at %s: %s: %s",
                     shown(o.job.id), shown(o.path), shown(o.job.queue), o.job.attempt,
                     o.duration_s, retry_at.isoformat(timespec="seconds"),

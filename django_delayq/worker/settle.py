@@ -70,7 +70,7 @@ class Settler:
         self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
                           attempts=job.attempt, worker_id=self.worker_id, updated_at=now, **due)
         signalled = signals.wanted(signals.job_started)
-        path = _path_of(job) if signalled or self.settings.log_jobs else ""
+        path = _path_of(job) if signalled or joblog.wanted(self.settings) else ""
         joblog.started(self.settings, job, path)
         if job.id[0] == "k" and periodic.Keeper.active:  # a tick's job: create the next
             periodic.tick_started(job.id)
