@@ -17,6 +17,7 @@ _LAZY = {
     "PruneResult": "django_delayq.spark.prune",
     "build_session": "django_delayq.spark.session",
     "read_jobs": "django_delayq.spark.source",
+    "read_attempts": "django_delayq.spark.source",
     "compute_report": "django_delayq.spark.summary",
     "run_report": "django_delayq.spark.report",
     "schedule_dataframe": "django_delayq.spark.bulk",
@@ -30,7 +31,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.spark.prune import PruneResult, prune_jobs  # noqa: F401
     from django_delayq.spark.report import run_report  # noqa: F401
     from django_delayq.spark.session import build_session  # noqa: F401
-    from django_delayq.spark.source import read_jobs  # noqa: F401
+    from django_delayq.spark.source import read_attempts, read_jobs  # noqa: F401
     from django_delayq.spark.summary import compute_report  # noqa: F401
 
 

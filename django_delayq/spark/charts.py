@@ -102,18 +102,26 @@ def draw_failures(ax: Any, bars: Any, report: dict[str, Any]) -> None:
                 color=line.get_color(), label=queue + " retried")
     overall = next((g for g in report["groups"] if g["queue"] == "*"), None)
     errors = (overall or {}).get("top_errors", [])[::-1]
-    error_bars(bars, errors)
+    error_bars(bars, errors, attempts=report.get("failed_attempts_available", False))
     bars.tick_params(axis="y", labelsize="small")
 
 
-def error_bars(ax: Any, errors: list[dict[str, Any]]) -> Any:
+def error_bars(ax: Any, errors: list[dict[str, Any]], attempts: bool = True) -> Any:
     """Two bars per error type at its own position, labelled apart (bars keyed by label
-    text would merge two errors whose labels look alike): the jobs whose last failure it
-    was (light), and over it those of them that ended dead (dark). Returns the first."""
+    text would merge two errors whose labels look alike): its failed attempts (light; the
+    jobs whose last failure it was when the data has no attempt rows, and the legend
+    says so) and the jobs that ended dead with it (dark). Returns the first."""
     rows = range(len(errors))
-    container = ax.barh(rows, [e["failed_jobs"] for e in errors], color="#f1a9a0",
-                        label="jobs that failed with it (last failure)")
-    ax.barh(rows, [e["dead_jobs"] for e in errors], color="#c0392b", label="of them, dead")
+    if attempts:
+        light = [e["failed_attempts"] for e in errors]
+        label = "failed attempts"
+    else:
+        light = [e["failed_jobs"] for e in errors]
+        label = "jobs whose last failure it was\n(attempt rows not in this data)"
+    container = ax.barh([r + 0.2 for r in rows], light, height=0.4, color="#f1a9a0",
+                        label=label)
+    ax.barh([r - 0.2 for r in rows], [e["dead_jobs"] for e in errors], height=0.4,
+            color="#c0392b", label="jobs that ended dead")
     ax.set_yticks(rows, [error_label(e["error"]) for e in errors])
     ax.set_title("Most frequent errors (exception type)")
     if errors:

@@ -18,6 +18,9 @@ the version with the latest ``read_at`` (then ``updated_at``): commit order, wha
 the writers' clocks say. ``settle`` leaves rows updated in the last seconds to the
 next run.
 
+The same run writes the attempt rows (``JobAttempt``) to ``ROOT/attempts/``, read by id
+rather than by a time stamp; ``export_attempts`` explains how nothing is missed there.
+
 The state file is written to a fresh temporary file in ``ROOT`` (random name, created
 with ``O_EXCL``) and renamed over the old one, and a symlink at its path is refused: a
 link planted in the export directory can neither redirect the write to another file nor
@@ -37,6 +40,7 @@ import json
 import os
 import stat
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -48,14 +52,14 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from django_delayq.models import Job
-from django_delayq.spark import pending, schema
+from django_delayq.spark import export_attempts, pending, schema
 from django_delayq.spark.preflight import writable_dir
 from django_delayq.spark.progress import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
 
 STATE_FILE = "_delayq_export_state.json"
 DEFAULT_CHUNK = 5000
-REDACTED = "[redacted]"
+REDACTED = schema.REDACTED
 KEEP = frozenset({"id", "created_at", "updated_at"})  # paging, partitions, newest version
 DEFAULT_OVERLAP = timedelta(seconds=60)
 
@@ -66,6 +70,7 @@ class ExportResult:
     files: list[Path] = field(default_factory=list)
     previous_mark: datetime | None = None
     mark: datetime
+    attempt_rows: int | None = None  # None: not exported (a directory begun without them)
 
 
 def _iso(value: datetime | None) -> str | None:
@@ -154,19 +159,6 @@ def _check_columns(state: dict[str, Any] | None, exclude: tuple[str, ...],
             % (",".join(before[0]) or "(none)", ",".join(before[1]) or "(none)"))
 
 
-def _redacted(page: list[tuple[Any, ...]], positions: tuple[int, ...]) -> list[tuple[Any, ...]]:
-    if not positions:
-        return page
-    out = []
-    for row in page:
-        values = list(row)
-        for i in positions:
-            if values[i] is not None and values[i] != "":
-                values[i] = REDACTED
-        out.append(tuple(values))
-    return out
-
-
 def _previous_mark(state: dict[str, Any] | None, since: datetime | None,
                    until: datetime | None, full: bool) -> datetime | None:
     if state is None or full:
@@ -217,7 +209,7 @@ def prepare_root(root: Path) -> None:
 
 def _stamped(page: list[tuple[Any, ...]], positions: tuple[int, ...], out: pa.Schema,
              read_at: datetime) -> pa.Table:
-    table = schema.to_table(_redacted(page, positions), out.remove(len(out) - 1),
+    table = schema.to_table(schema.redacted(page, positions), out.remove(len(out) - 1),
                             schema.JOB_JSON_FIELDS)
     return table.append_column(out.field("read_at"),
                                pa.array([read_at] * len(page), type=schema.TS))
@@ -249,6 +241,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     _check_columns(state, excluded, redacted)
     previous = _previous_mark(state, since, until, full)
     now = now or timezone.now()
+    started = time.monotonic()  # with ``now``: the attempts' clock (export_attempts)
     mark = now - settle
     if previous is not None and mark < previous:
         mark = previous
@@ -263,20 +256,34 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     out_schema = pa.schema([*(schema.JOB_SCHEMA.field(c) for c in columns),
                             pa.field("read_at", schema.TS)])
     positions = tuple(columns.index(c) for c in redacted)
-    bar = Progress(window.count() + len(late), "delayq_export", stream=stream,
-                   enabled=progress)
+    tracked = export_attempts.tracked(state)  # None: a directory begun without them
+    attempts = None if tracked is None else export_attempts.open_window(
+        tracked, now=now, started=started, overlap=overlap, full=full)  # before the jobs
+    attempt_qs = None if attempts is None else export_attempts.rows_to_export(
+        attempts, since, until)
+    total = window.count() + len(late) + (0 if attempt_qs is None else attempt_qs.count())
+    bar = Progress(total, "delayq_export", stream=stream, enabled=progress)
     with DayPartitionedWriter(root / schema.JOBS_DIR, out_schema, kind="export",
                               day_column="created_at") as writer:
         for qs in (window, *again):
             for read_at, page in _pages(qs, columns, chunk_size):
                 writer.write(_stamped(page, positions, out_schema, read_at))
                 bar.update(len(page))
+    attempt_rows, attempt_files = (None, []) if attempt_qs is None else \
+        export_attempts.write_attempts(root, attempt_qs, exclude=excluded, redact=redacted,
+                                       chunk_size=chunk_size, bar=bar)
     bar.close()
     name = pending.write(root, captured)
     runs = (state or {}).get("runs", 0) + 1
-    _write_state(root, {"version": 2, "high_water": _iso(mark), "since": _iso(since),
-                        "until": _iso(until), "runs": runs, "last_run_rows": writer.rows,
-                        "exclude": list(excluded), "redact": list(redacted),
-                        "pending": name, "overlap_seconds": overlap.total_seconds()})
+    new_state = {"version": 3, "high_water": _iso(mark), "since": _iso(since),
+                 "until": _iso(until), "runs": runs, "last_run_rows": writer.rows,
+                 "exclude": list(excluded), "redact": list(redacted), "pending": name,
+                 "overlap_seconds": overlap.total_seconds()}
+    if attempts is not None:
+        new_state[export_attempts.STATE_KEY] = export_attempts.next_state(attempts)
+        new_state["last_run_attempt_rows"] = attempt_rows
+        export_attempts.mark_complete(root)
+    _write_state(root, new_state)
     pending.remove_others(root, keep=name)
-    return ExportResult(rows=writer.rows, files=writer.files, previous_mark=previous, mark=mark)
+    return ExportResult(rows=writer.rows, files=writer.files + attempt_files,
+                        previous_mark=previous, mark=mark, attempt_rows=attempt_rows)

@@ -51,23 +51,32 @@ def _summary_tables(groups: list[dict[str, Any]]) -> str:
             + _table(["queue", "callable", *late, *run, "/min mean", "/min peak"], timing))
 
 
-ERRORS_NOTE = """<p>Per exception type: <b>failed jobs</b>, the jobs whose last failed
-attempt raised it, whether they later succeeded, are still retrying, were cancelled or died
-(an audit row keeps its last failure only: a job that failed three times counts once); and
-<b>dead jobs</b>, those of them that ended dead. Expired jobs are in the
-<i>expired</i> column above, not here: an expiry is not an exception.</p>"""
+ERRORS_NOTE = """<p>Per exception type: <b>failed attempts</b>, the attempts that raised it,
+whether their job later succeeded, is still retrying, was cancelled or died (a job that
+failed three times counts three); <b>dead jobs</b>, the jobs that ended dead with it; and
+<b>failed jobs</b>, the jobs whose last failure it was (an audit row keeps its last failure
+only: a job that failed three times counts once). Expired jobs are in the <i>expired</i>
+column above, not here: an expiry is not an exception.</p>"""
+NO_ATTEMPTS = """<p><b>Failed attempts: unavailable.</b> This data does not hold the attempt
+rows of its jobs (an export directory begun before <code>delayq_export</code> wrote them;
+export to a new directory to have them), so that column says n/a. <b>Failed jobs</b>
+counts jobs, not attempts: a job that failed three times counts once.</p>"""
+UNAVAILABLE = "n/a"
 
 
-def _errors_table(groups: list[dict[str, Any]]) -> str:
-    rows = ["<tr>%s%s%s%s%s%s</tr>" % (_cell(g["queue"], True), _cell(g["callable"], True),
-                                       _cell(e["failed_jobs"]), _cell(e["dead_jobs"]),
-                                       _cell(e["error"], True), _cell(e.get("example"), True))
-            for g in groups if g["callable"] != "*" for e in g["top_errors"]]
+def _errors_table(report: dict[str, Any]) -> str:
+    available = report.get("failed_attempts_available", False)
+    rows = ["<tr>%s</tr>" % "".join([
+        _cell(g["queue"], True), _cell(g["callable"], True),
+        _cell(e["failed_attempts"] if available else UNAVAILABLE), _cell(e["dead_jobs"]),
+        _cell(e["failed_jobs"]), _cell(e["error"], True), _cell(e.get("example"), True)])
+        for g in report["groups"] if g["callable"] != "*" for e in g["top_errors"]]
     if not rows:
-        return "<p>No errors.</p>"
-    return ("%s<table><tr><th>queue</th><th>callable</th><th>failed jobs</th>"
-            "<th>dead jobs</th><th>error type</th><th>example message</th></tr>%s</table>"
-            % (ERRORS_NOTE, "".join(rows)))
+        return "<p>No errors.</p>" + ("" if available else NO_ATTEMPTS)
+    head = ["queue", "callable", "failed attempts", "dead jobs", "failed jobs", "error type",
+            "example message"]
+    note = ERRORS_NOTE if available else ERRORS_NOTE + NO_ATTEMPTS
+    return note + _table(head, rows)
 
 
 def _img(path: Path, alt: str) -> str:
@@ -89,4 +98,4 @@ cancelled and expired ones.</p>
 <h2>Per queue and callable</h2>%s<h2>Charts</h2>%s<h2>Most frequent errors</h2>%s
 </body></html>""" % (STYLE, report["jobs"], escape(report["generated_at"]),
                      report["bucket_seconds"], _summary_tables(report["groups"]), images,
-                     _errors_table(report["groups"]))
+                     _errors_table(report))

@@ -19,9 +19,11 @@ Definitions (docs/pipeline.md, "Lateness", is the reference):
 - throughput: finished jobs (succeeded, dead, cancelled, expired) per minute, the mean
   over the span from first to last finish (at least one minute) and the peak of any one
   wall-clock minute;
-- errors: per exception type, the jobs whose last failed attempt raised it (a row keeps
-  only its last failure), whatever became of them, and of those the jobs that ended dead.
-  An expiry is a status, not an error type.
+- errors: per exception type, the failed attempts that raised it (attempt rows, whatever
+  became of their job: later succeeded, retrying, cancelled or dead), the jobs that ended
+  dead with it, and the jobs whose last failure it was (a job row keeps only its last).
+  Without attempt rows (an export begun before they were exported) the first is null,
+  never a count of jobs. An expiry is a status, not an error type.
 """
 
 from __future__ import annotations
@@ -50,8 +52,8 @@ def _f() -> Any:
     return F
 
 
-def with_levels(df: Any) -> Any:
-    """Each job three times: (queue, callable), (queue, "*"), ("*", "*")."""
+def levels(df: Any) -> Any:
+    """Each row three times: (queue, callable), (queue, "*"), ("*", "*")."""
     F = _f()
     labels = F.array(
         F.struct(F.col("queue").alias("q"), F.col("callable_path").alias("c")),
@@ -59,10 +61,22 @@ def with_levels(df: Any) -> Any:
         F.struct(F.lit(ALL).alias("q"), F.lit(ALL).alias("c")),
     )
     return (df.withColumn("_l", F.explode(labels))
-            .withColumn("lateness_ms", lateness_ms())
-            .withColumn("duration_ms", duration_ms())
             .withColumn("queue", F.col("_l.q")).withColumn("callable", F.col("_l.c"))
             .drop("_l", "callable_path"))
+
+
+def with_levels(df: Any) -> Any:
+    """Each job three times (``levels``), with its lateness and run duration."""
+    return levels(df.withColumn("lateness_ms", lateness_ms())
+                  .withColumn("duration_ms", duration_ms()))
+
+
+def attempt_levels(attempts: Any, jobs: Any) -> Any:
+    """Each attempt row three times, at its job's levels; an attempt whose job is not in
+    the data (outside an export's ``--since``/``--until``) is left out."""
+    F = _f()
+    owners = jobs.select(F.col("id").alias("job_id"), "queue", "callable_path")
+    return levels(attempts.join(owners, "job_id"))
 
 
 def lateness_ms() -> Any:
@@ -122,40 +136,78 @@ def attempts_frame(lv: Any) -> Any:
 LEGACY_TYPE = r"(?U)^\s*([^\W\d]\w*(?:\.[^\W\d]\w*)*):(?:\s|$)"
 
 
-def error_kind() -> Any:
-    """The exception class path (``error_type``), null for a row without an error and for
-    an expired one (its status says it; ``last_error`` only says when). Rows read from
-    data without the column (null ``error_type``: exports made before it existed, or
-    with it excluded) fall back to the class path leading ``last_error``, else
+def error_kind(type_col: str = "error_type", message_col: str = "last_error") -> Any:
+    """The exception class path (``type_col``), null for a row without an error. Rows read
+    from data without the column (null: exports made before it existed, or with it
+    excluded) fall back to the class path leading the message (``message_col``), else
     ``UNKNOWN_TYPE``. Never the message itself: messages carry ids, amounts and times,
     which would make every error unique."""
     F = _f()
-    message = F.coalesce(F.col("last_error"), F.lit(""))
+    message = F.coalesce(F.col(message_col), F.lit(""))
     legacy = F.regexp_extract(F.split(message, "\n").getItem(0), LEGACY_TYPE, 1)
-    recorded = F.when(F.trim(F.col("error_type")) != "", F.col("error_type"))
+    recorded = F.when(F.trim(F.col(type_col)) != "", F.col(type_col))
     unrecorded = (F.when(legacy != "", legacy)
                   .when(F.trim(message) != "", F.lit(UNKNOWN_TYPE)))
-    kind = F.when(F.col("error_type").isNull(), unrecorded).otherwise(recorded)
-    return F.when(~F.col("status").isin(*NOT_ERRORS), kind)
+    return F.when(F.col(type_col).isNull(), unrecorded).otherwise(recorded)
 
 
-def errors_frame(lv: Any, top: int = TOP_ERRORS) -> Any:
-    """Most frequent error types per level, top ``top``: ``failed_jobs`` (the jobs whose
-    last failed attempt raised it, whether they later succeeded, are retrying, were
-    cancelled or died) and ``dead_jobs`` (of those, the jobs that ended dead), with one
-    example message (the smallest first line, 200 chars, so the report is reproducible)."""
+def job_error_kind() -> Any:
+    """A job row's error (``error_kind``); none for an expired row, whose status says it
+    (``last_error`` only says when it expired)."""
+    F = _f()
+    return F.when(~F.col("status").isin(*NOT_ERRORS), error_kind())
+
+
+def _first_line(col: str) -> Any:
+    F = _f()
+    return F.substring(F.split(F.col(col), "\n").getItem(0), 1, 200)
+
+
+def _by_job(lv: Any) -> Any:
+    F = _f()
+    return (lv.withColumn("_kind", job_error_kind()).filter(F.col("_kind").isNotNull())
+            .groupBy("queue", "callable", F.col("_kind").alias("error"))
+            .agg(F.count(F.lit(1)).alias("failed_jobs"),
+                 F.sum((F.col("status") == "dead").cast("long")).alias("dead_jobs"),
+                 F.min(_first_line("last_error")).alias("example")))
+
+
+def _by_attempt(attempt_lv: Any) -> Any:
+    F = _f()
+    return (attempt_lv.withColumn("_kind", error_kind("error_type", "error"))
+            .filter(F.col("_kind").isNotNull())
+            .groupBy("queue", "callable", F.col("_kind").alias("error"))
+            .agg(F.count(F.lit(1)).alias("failed_attempts"),
+                 F.min(_first_line("error")).alias("attempt_example")))
+
+
+def error_counts(lv: Any, attempt_lv: Any | None) -> Any:
+    """Per level and error type: ``failed_attempts`` (attempt rows that raised it, whatever
+    became of their job; null without attempt rows), ``dead_jobs`` (jobs that ended dead
+    with it), ``failed_jobs`` (jobs whose last failure it was) and ``example`` (the
+    smallest first line of its messages, 200 chars, so the report is reproducible)."""
+    F = _f()
+    jobs = _by_job(lv)
+    if attempt_lv is None:
+        return jobs.withColumn("failed_attempts", F.lit(None).cast("long"))
+    keys = ["queue", "callable", "error"]
+    both = jobs.join(_by_attempt(attempt_lv), keys, "full_outer")
+    return both.select(*keys, *[F.coalesce(F.col(c), F.lit(0)).alias(c) for c in (
+        "failed_attempts", "dead_jobs", "failed_jobs")],
+        F.least("example", "attempt_example").alias("example"))
+
+
+def errors_frame(lv: Any, attempt_lv: Any | None = None, top: int = TOP_ERRORS) -> Any:
+    """The most frequent error types per level (``error_counts``), top ``top``: by failed
+    attempts, then failed jobs, then dead jobs (without attempt rows: failed jobs first)."""
     from pyspark.sql import Window
 
     F = _f()
-    first_line = F.substring(F.split(F.col("last_error"), "\n").getItem(0), 1, 200)
-    counted = (lv.withColumn("_kind", error_kind()).filter(F.col("_kind").isNotNull())
-               .groupBy("queue", "callable", F.col("_kind").alias("error"))
-               .agg(F.count(F.lit(1)).alias("failed_jobs"),
-                    F.sum((F.col("status") == "dead").cast("long")).alias("dead_jobs"),
-                    F.min(first_line).alias("example")))
     rank = Window.partitionBy("queue", "callable").orderBy(
-        F.desc("failed_jobs"), F.desc("dead_jobs"), F.asc("error"))
-    return counted.withColumn("rank", F.row_number().over(rank)).filter(F.col("rank") <= top)
+        F.desc_nulls_last("failed_attempts"), F.desc("failed_jobs"), F.desc("dead_jobs"),
+        F.asc("error"))
+    return (error_counts(lv, attempt_lv).withColumn("rank", F.row_number().over(rank))
+            .filter(F.col("rank") <= top))
 
 
 def choose_bucket(span_seconds: float, max_points: int = MAX_POINTS) -> int:

@@ -14,6 +14,10 @@ import tempfile
 from pathlib import Path
 
 JOBS_DIR = "jobs"
+ATTEMPTS_DIR = "attempts"
+# In an export or archive directory: "every job row here has its attempt rows here too"
+# (``export_attempts``). Without it the report has no failed-attempt figure.
+ATTEMPTS_MARKER = "_delayq_attempts_complete.json"
 
 
 def is_url(path: Path | str) -> bool:
@@ -30,6 +34,15 @@ def jobs_dir(root: Path | str) -> Path:
         raise FileNotFoundError("no exported jobs at %s (run delayq_export --out %s)"
                                 % (path, root))
     return path
+
+
+def export_root(root: Path | str) -> Path:
+    """The directory holding ``jobs/`` and ``attempts/``: ``root``, or its parent when
+    ``root`` is the ``jobs`` directory itself."""
+    root = Path(root)
+    if root.name == JOBS_DIR and not (root / JOBS_DIR).is_dir():
+        return root.parent
+    return root
 
 
 def writable_dir(out: Path | str, doing: str = "write the report to") -> Path:

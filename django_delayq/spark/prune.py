@@ -1,15 +1,20 @@
 """Archive finished audit rows to Parquet, then delete them in batches.
 
-A batch is: read up to ``batch_size`` finished jobs (status succeeded/dead/cancelled,
+A batch is: read up to ``batch_size`` finished jobs (succeeded, dead, cancelled, expired;
 ``finished_at`` before the cutoff) in ``(created_at, id)`` order, write them and their
 ``JobAttempt`` rows to the archive, publish the files, and only then delete both, with the
 jobs' ``JobDependency`` edges (as parent and as child), in one transaction
 (``worker.retention.delete_jobs``). A crash between the two leaves the rows in the table,
 to be archived again by the next run (the same version twice; readers deduplicate by id).
+
+Archived jobs come with all their attempt rows, so a directory that holds archives only
+(no export state) gets the marker that lets the report count failed attempts
+(``export_attempts.mark_complete``); in an export directory the export decides.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -21,7 +26,8 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
-from django_delayq.spark import schema
+from django_delayq.spark import export_attempts, schema
+from django_delayq.spark.export import STATE_FILE
 from django_delayq.spark.progress import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
 from django_delayq.worker.retention import delete_jobs
@@ -101,8 +107,10 @@ def _archive(root: Path, page: list[tuple[object, ...]], ids: list[str],
     table = schema.to_table(rows, schema.ATTEMPT_SCHEMA)
     if rows:
         days = pa.array([created[r[1]] for r in rows], type=schema.TS)
-        table = table.append_column("job_created_at", days)
+        table = table.append_column(schema.ATTEMPT_DAY, days)
     with DayPartitionedWriter(root / schema.ATTEMPTS_DIR, table.schema, kind="archive",
-                              day_column="job_created_at") as attempts:
+                              day_column=schema.ATTEMPT_DAY) as attempts:
         attempts.write(table)
+    if not os.path.lexists(root / STATE_FILE):  # archives only: every job with its attempts
+        export_attempts.mark_complete(root)
     return jobs.files + attempts.files

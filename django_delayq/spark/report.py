@@ -19,6 +19,11 @@ from typing import Any, TextIO
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES
 from django_delayq.spark.preflight import check_paths, writable_dir
 
+# failed_attempts is empty where the data has no attempt rows (report.json:
+# failed_attempts_available false)
+ERROR_COLUMNS = ["queue", "callable", "error", "failed_attempts", "dead_jobs", "failed_jobs",
+                 "example"]
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReportFiles:
@@ -83,8 +88,7 @@ def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
         "series": _write_csv(out / "series.csv", series, list(series[0]) if series else []),
         "attempts": _write_csv(out / "attempts.csv", attempts,
                                ["queue", "callable", "attempts", "jobs"]),
-        "errors": _write_csv(out / "errors.csv", errors, ["queue", "callable", "error",
-                                                       "failed_jobs", "dead_jobs", "example"]),
+        "errors": _write_csv(out / "errors.csv", errors, ERROR_COLUMNS),
     }
     pngs = charts.write_charts(report, out)
     html_path = out / "report.html"
@@ -94,6 +98,7 @@ def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
 
 def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
                jdbc_url: str | None = None, jdbc_table: str | None = None,
+               jdbc_attempts_table: str | None = None,
                jdbc_properties: Mapping[str, str | None] | None = None,
                bucket_seconds: int | None = None, progress: bool = False,
                stream: TextIO | None = None, progress_every: float = 5.0) -> ReportFiles:
@@ -101,7 +106,7 @@ def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
     (every ``progress_every`` seconds) are printed to ``stream`` (stderr). The paths are
     checked first (``preflight``): a missing input or an unwritable output fails before
     any row is read."""
-    from django_delayq.spark.source import DEFAULT_TABLE, read_jobs
+    from django_delayq.spark import source
     from django_delayq.spark.stages import StageProgress
     from django_delayq.spark.summary import compute_report
 
@@ -109,10 +114,18 @@ def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
     with StageProgress(spark, stream, enabled=progress, every=progress_every) as steps:
         with steps.step("reading jobs from %s" % (jdbc_url.split("?")[0] if jdbc_url
                                                   else input)):
-            jobs = read_jobs(spark, input, jdbc_url=jdbc_url,
-                             jdbc_table=jdbc_table or DEFAULT_TABLE,
-                             jdbc_properties=jdbc_properties)
-        report = compute_report(jobs, bucket_seconds=bucket_seconds, progress=steps)
+            jobs = source.read_jobs(spark, input, jdbc_url=jdbc_url,
+                                    jdbc_table=jdbc_table or source.DEFAULT_TABLE,
+                                    jdbc_properties=jdbc_properties)
+            attempts = source.read_attempts(
+                spark, input, jdbc_url=jdbc_url,
+                jdbc_table=jdbc_attempts_table or source.DEFAULT_ATTEMPT_TABLE,
+                jdbc_properties=jdbc_properties)
+        if attempts is None:
+            steps.write("%s does not hold the attempt rows of its jobs (an export begun "
+                        "before delayq_export wrote them): no failed-attempt figure" % input)
+        report = compute_report(jobs, attempts=attempts, bucket_seconds=bucket_seconds,
+                                progress=steps)
         report["source"] = jdbc_url.split("?")[0] if jdbc_url else str(input)
         with steps.step("writing JSON, CSV, charts and HTML to %s" % out):
             return write_outputs(report, out)
@@ -128,6 +141,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                            "jdbc:postgresql://host:5432/db")
     parser.add_argument("--jdbc-jar", help="Path of the JDBC driver jar.")
     parser.add_argument("--jdbc-table", default=None, help="Audit table (django_delayq_job).")
+    parser.add_argument("--jdbc-attempts-table", default=None,
+                        help="Attempt table (django_delayq_jobattempt).")
     parser.add_argument("--jdbc-user", default=None)
     parser.add_argument("--jdbc-password", default=None)
     parser.add_argument("--bucket-seconds", type=int, default=None,
@@ -158,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     props = {"user": opts["jdbc_user"], "password": opts["jdbc_password"]}
     try:
         files = run_report(spark, opts["out"], input=opts["input"], jdbc_url=opts["jdbc_url"],
-                           jdbc_table=opts["jdbc_table"], jdbc_properties=props,
+                           jdbc_table=opts["jdbc_table"],
+                           jdbc_attempts_table=opts["jdbc_attempts_table"],
+                           jdbc_properties=props,
                            bucket_seconds=opts["bucket_seconds"], progress=True)
     except (FileNotFoundError, ValueError) as exc:
         parser.exit(2, "delayq report: %s\n" % exc)

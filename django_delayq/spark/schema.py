@@ -1,12 +1,14 @@
 """The Parquet layout of exported and archived audit rows.
 
 ``ROOT/jobs/day=YYYY-MM-DD/*.parquet`` (day of ``created_at``, UTC) holds job rows;
-``ROOT/attempts/day=YYYY-MM-DD/*.parquet`` holds ``JobAttempt`` rows archived by
-``delayq_prune``. Files are append-only: a row exported again after it changed is a
-newer version of the same ``id``. Exported and archived job rows carry one more column,
-``read_at`` (when the query that read them started), and readers keep per id the
-version read last, then the latest ``updated_at`` (see ``source.read_jobs``). JSON
-fields are stored as JSON text.
+``ROOT/attempts/day=YYYY-MM-DD/*.parquet`` holds ``JobAttempt`` rows, exported by
+``delayq_export`` and archived by ``delayq_prune``, partitioned by their job's day (one
+more column, ``job_created_at``) so a job and its attempts sit together. Files are
+append-only: a job row exported again after it changed is a newer version of the same
+``id``. Exported and archived job rows carry one more column, ``read_at`` (when the
+query that read them started), and readers keep per id the version read last, then the
+latest ``updated_at`` (see ``source.read_jobs``); an attempt row never changes, so a copy
+read twice is the same row. JSON fields are stored as JSON text.
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ ATTEMPT_SCHEMA = pa.schema([pa.field(n, t) for n, t in ATTEMPT_FIELDS])
 JOB_COLUMNS = tuple(n for n, _ in JOB_FIELDS)
 ATTEMPT_COLUMNS = tuple(n for n, _ in ATTEMPT_FIELDS)
 JOBS_DIR = preflight.JOBS_DIR
-ATTEMPTS_DIR = "attempts"
+ATTEMPTS_DIR = preflight.ATTEMPTS_DIR
+ATTEMPT_DAY = "job_created_at"  # the partition column of attempt files: their job's day
+REDACTED = "[redacted]"
 
 
 def _json_or_none(value: Any) -> str | None:
@@ -83,6 +87,21 @@ def to_table(
             values = [_json_or_none(v) for v in values]
         arrays.append(pa.array(values, type=field.type))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def redacted(rows: list[tuple[Any, ...]], positions: tuple[int, ...]) -> list[tuple[Any, ...]]:
+    """``rows`` with the values at ``positions`` replaced by ``REDACTED``, but for null and
+    the empty string (a redacted column still says whether a value was there)."""
+    if not positions:
+        return rows
+    out = []
+    for row in rows:
+        values = list(row)
+        for i in positions:
+            if values[i] is not None and values[i] != "":
+                values[i] = REDACTED
+        out.append(tuple(values))
+    return out
 
 
 def day_of(value: datetime) -> str:

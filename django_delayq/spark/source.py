@@ -1,8 +1,12 @@
-"""Where the report reads jobs from: the Parquet export, or PostgreSQL over JDBC.
+"""Where the report reads jobs and attempts from: the Parquet export, or PostgreSQL over JDBC.
 
 Both give one row per job id: the export is append-only, so a job exported again
 after a change appears twice, and only the version read last (``read_at``, then
-``updated_at``) is kept.
+``updated_at``) is kept. Attempt rows never change; a copy read again is the same row,
+and one per id is kept. An export directory without the marker
+``preflight.ATTEMPTS_MARKER`` (begun before ``delayq_export`` wrote attempt rows) has no
+complete attempt rows: ``read_attempts`` says so with None, and the report has no
+failed-attempt figure.
 """
 
 from __future__ import annotations
@@ -11,7 +15,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from django_delayq.spark.preflight import JOBS_DIR, is_url, jobs_dir
+from django_delayq.spark.preflight import (
+    ATTEMPTS_DIR,
+    ATTEMPTS_MARKER,
+    JOBS_DIR,
+    export_root,
+    is_url,
+    jobs_dir,
+)
 
 REPORT_COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "last_error",
                   "run_at", "created_at", "updated_at", "started_at", "finished_at",
@@ -20,6 +31,10 @@ REPORT_COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "last_er
 OPTIONAL = frozenset({"error_type", "read_at"})
 TIMESTAMPS = ("run_at", "created_at", "updated_at", "started_at", "finished_at", "read_at")
 DEFAULT_TABLE = "django_delayq_job"
+# what the report reads of an attempt row (``JobAttempt``); error_type is null in files
+# written before the column existed
+ATTEMPT_SCHEMA = "id bigint, job_id string, error_type string, error string"
+DEFAULT_ATTEMPT_TABLE = "django_delayq_jobattempt"
 
 
 def latest_versions(df: Any) -> Any:
@@ -107,3 +122,67 @@ def read_jobs(spark: Any, root: Path | str | None = None, *, jdbc_url: str | Non
     else:
         raise ValueError("read_jobs needs an export directory or a JDBC URL")
     return latest_versions(normalize(raw))
+
+
+def attempts_complete(spark: Any, root: Path | str) -> bool:
+    """Whether every job row under ``root`` has its attempt rows there (the marker)."""
+    if not is_url(root):
+        return (export_root(root) / ATTEMPTS_MARKER).is_file()
+    from pyspark.errors import AnalysisException
+
+    try:  # lists the path only: no Spark job
+        spark.read.text(str(root).rstrip("/") + "/" + ATTEMPTS_MARKER)
+    except AnalysisException:
+        return False
+    return True
+
+
+def _attempt_files(spark: Any, root: Path | str) -> Any:
+    """The attempt files under ``root`` with the report's columns; none is an empty frame."""
+    reader = spark.read.schema(ATTEMPT_SCHEMA)  # also: no schema to infer from no files
+    if not is_url(root):
+        path = export_root(root) / ATTEMPTS_DIR
+        if not path.is_dir():
+            return spark.createDataFrame([], ATTEMPT_SCHEMA)
+        return reader.parquet(str(path))
+    from pyspark.errors import AnalysisException
+
+    try:
+        return reader.parquet(str(root).rstrip("/") + "/" + ATTEMPTS_DIR)
+    except AnalysisException:  # no attempts directory: none was ever written
+        return spark.createDataFrame([], ATTEMPT_SCHEMA)
+
+
+def one_per_attempt(df: Any) -> Any:
+    """The report's attempt columns, one row per ``id`` (copies of an attempt are the same
+    row; of copies that differ, a redacted and a plain one, the same one is always kept)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    missing = [c for c in ("id", "job_id") if c not in df.columns]
+    if missing:
+        raise ValueError("attempt data lacks column(s) %s; found %s" % (missing, df.columns))
+    cols = [F.col(c) if c in df.columns else F.lit(None) for c in ("error_type", "error")]
+    df = df.select(F.col("id").cast("long").alias("id"),
+                   F.col("job_id").cast("string").alias("job_id"),
+                   cols[0].cast("string").alias("error_type"),
+                   cols[1].cast("string").alias("error"))
+    first = Window.partitionBy("id").orderBy(F.col("error").asc_nulls_last(),
+                                             F.col("error_type").asc_nulls_last())
+    return df.withColumn("_v", F.row_number().over(first)).filter(F.col("_v") == 1).drop("_v")
+
+
+def read_attempts(spark: Any, root: Path | str | None = None, *, jdbc_url: str | None = None,
+                  jdbc_table: str = DEFAULT_ATTEMPT_TABLE,
+                  jdbc_properties: Mapping[str, str | None] | None = None) -> Any | None:
+    """One row per attempt (``id``, ``job_id``, ``error_type``, ``error``) from ``root``
+    (Parquet) or ``jdbc_url``; None when ``root`` has no complete attempt rows."""
+    if jdbc_url:
+        raw = read_jdbc(spark, jdbc_url, table=jdbc_table, properties=jdbc_properties)
+    elif root is not None:
+        if not attempts_complete(spark, root):
+            return None
+        raw = _attempt_files(spark, root)
+    else:
+        raise ValueError("read_attempts needs an export directory or a JDBC URL")
+    return one_per_attempt(raw)

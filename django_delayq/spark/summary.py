@@ -78,11 +78,22 @@ def _series(started: list[Any], finished: list[Any], seconds: int) -> list[dict[
     return out
 
 
-def compute_report(jobs: Any, *, bucket_seconds: int | None = None,
-                   top_errors: int = TOP_ERRORS,
+def _errors(lv: Any, attempt_lv: Any | None, top: int,
+            groups: dict[tuple[str, str], dict[str, Any]]) -> None:
+    for r in metrics.errors_frame(lv, attempt_lv, top).orderBy("rank").collect():
+        groups[(r["queue"], r["callable"])]["top_errors"].append(
+            {"error": r["error"], "failed_attempts": r["failed_attempts"],
+             "dead_jobs": r["dead_jobs"], "failed_jobs": r["failed_jobs"],
+             "example": r["example"]})
+
+
+def compute_report(jobs: Any, *, attempts: Any | None = None,
+                   bucket_seconds: int | None = None, top_errors: int = TOP_ERRORS,
                    progress: StageProgress | None = None) -> dict[str, Any]:
-    """``jobs``: one row per job (see ``source.read_jobs``). Returns the whole report;
-    ``progress`` is told each step as it starts and ends."""
+    """``jobs``: one row per job (see ``source.read_jobs``); ``attempts``: one row per
+    attempt (``source.read_attempts``), or None when the data has none (then every
+    ``failed_attempts`` is null and ``failed_attempts_available`` false). Returns the
+    whole report; ``progress`` is told each step as it starts and ends."""
     steps = progress or StageProgress(None, enabled=False)
     jobs = jobs.cache()
     try:
@@ -100,10 +111,8 @@ def compute_report(jobs: Any, *, bucket_seconds: int | None = None,
         with steps.step("attempts and errors"):
             for r in metrics.attempts_frame(lv).collect():
                 groups[(r["queue"], r["callable"])]["attempts"][str(r["attempts"])] = r["count"]
-            for r in metrics.errors_frame(lv, top_errors).orderBy("rank").collect():
-                groups[(r["queue"], r["callable"])]["top_errors"].append(
-                    {"error": r["error"], "failed_jobs": r["failed_jobs"],
-                     "dead_jobs": r["dead_jobs"], "example": r["example"]})
+            _errors(lv, None if attempts is None else metrics.attempt_levels(attempts, jobs),
+                    top_errors, groups)
         with steps.step("time series (%d s buckets)" % bucket):
             started, finished = metrics.series_frames(lv, bucket)
             series = _series(started.collect(), finished.collect(), bucket)
@@ -114,4 +123,5 @@ def compute_report(jobs: Any, *, bucket_seconds: int | None = None,
     ordered = sorted(groups.values(), key=lambda g: (g["queue"] != "*", g["queue"],
                                                      g["callable"] != "*", g["callable"]))
     return {"generated_at": datetime.now(UTC).isoformat(), "jobs": rows,
+            "failed_attempts_available": attempts is not None,
             "bucket_seconds": bucket, "groups": ordered, "series": series}

@@ -1,8 +1,9 @@
-"""The report's figures computed in plain pandas from audit rows (``Job.objects.values``),
-straight from the definitions in docs/pipeline.md, sharing no code with the report.
+"""The report's figures computed in plain pandas from audit rows (``Job.objects.values``)
+and attempt rows (``JobAttempt.objects.values``), straight from the definitions in
+docs/pipeline.md, sharing no code with the report.
 
-``figures(rows)`` returns, per (queue, callable) level (the callable, its queue as
-``(queue, "*")``, everything as ``("*", "*")``), the figures the report's groups hold;
+``figures(rows, attempts)`` returns, per (queue, callable) level (the callable, its queue
+as ``(queue, "*")``, everything as ``("*", "*")``), the figures the report's groups hold;
 ``series(rows, seconds)`` the per-queue buckets of finished jobs.
 """
 
@@ -46,20 +47,37 @@ def _throughput(df: pd.DataFrame) -> dict[str, Any]:
             "per_min_peak": int(peak)}
 
 
-def _errors(df: pd.DataFrame, top: int = 5) -> list[dict[str, Any]]:
-    """A job's error: its ``error_type``, unless empty or the job expired."""
+def _first_lines(messages: pd.Series) -> list[str]:
+    return [m.split("\n")[0][:200] for m in messages]
+
+
+def _errors(df: pd.DataFrame, attempts: pd.DataFrame | None,
+            top: int = 5) -> list[dict[str, Any]]:
+    """A job's error: its ``error_type``, unless empty or the job expired; an attempt's:
+    its ``error_type``, unless empty. ``failed_attempts``: the attempt rows of this
+    level's jobs with that type (None without attempt rows)."""
+    kinds: dict[str, dict[str, Any]] = {}
     failed = df[(df.error_type != "") & (df.status != "expired")]
-    out = []
     for kind, rows in failed.groupby("error_type"):
-        first_lines = rows.last_error.map(lambda m: m.split("\n")[0][:200])
-        out.append({"error": kind, "failed_jobs": len(rows),
-                    "dead_jobs": int((rows.status == "dead").sum()),
-                    "example": min(first_lines)})
-    out.sort(key=lambda e: (-e["failed_jobs"], -e["dead_jobs"], e["error"]))
+        kinds[str(kind)] = {"failed_attempts": 0, "failed_jobs": len(rows),
+                            "dead_jobs": int((rows.status == "dead").sum()),
+                            "lines": _first_lines(rows.last_error)}
+    if attempts is not None:
+        tried = attempts[attempts.job_id.isin(df.id) & (attempts.error_type != "")]
+        for kind, rows in tried.groupby("error_type"):
+            entry = kinds.setdefault(str(kind), {"failed_attempts": 0, "failed_jobs": 0,
+                                                 "dead_jobs": 0, "lines": []})
+            entry["failed_attempts"] = len(rows)
+            entry["lines"] += _first_lines(rows.error)
+    out = [{"error": kind, "failed_attempts": None if attempts is None else e["failed_attempts"],
+            "dead_jobs": e["dead_jobs"], "failed_jobs": e["failed_jobs"],
+            "example": min(e["lines"])} for kind, e in kinds.items()]
+    out.sort(key=lambda e: (-(e["failed_attempts"] or 0), -e["failed_jobs"], -e["dead_jobs"],
+                            e["error"]))
     return out[:top]
 
 
-def _group(df: pd.DataFrame) -> dict[str, Any]:
+def _group(df: pd.DataFrame, attempts: pd.DataFrame | None) -> dict[str, Any]:
     status = {s: int((df.status == s).sum()) for s in STATUSES}
     decided = status["succeeded"] + status["dead"]
     measured = df[df.status.isin(("running", "succeeded", "dead")) & df.started_at.notna()]
@@ -73,7 +91,7 @@ def _group(df: pd.DataFrame) -> dict[str, Any]:
         "throughput": _throughput(df),
         "attempts": {str(k): v for k, v in sorted(Counter(
             df[df.status.isin(FINAL)].attempts).items())},
-        "top_errors": _errors(df),
+        "top_errors": _errors(df, attempts),
     }
 
 
@@ -84,13 +102,18 @@ def _frame(rows: list[dict[str, Any]]) -> pd.DataFrame:
     return df
 
 
-def figures(rows: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+def figures(rows: list[dict[str, Any]], attempts: list[dict[str, Any]] | None = None
+            ) -> dict[tuple[str, str], dict[str, Any]]:
+    """``attempts``: the attempt rows (``JobAttempt.objects.values``), or None for data
+    without them."""
     df = _frame(rows)
-    out = {("*", "*"): _group(df)}
+    tried = None if attempts is None else pd.DataFrame(
+        attempts, columns=["id", "job_id", "error_type", "error"])
+    out = {("*", "*"): _group(df, tried)}
     for queue, part in df.groupby("queue"):
-        out[(str(queue), "*")] = _group(part)
+        out[(str(queue), "*")] = _group(part, tried)
         for fn, rows_of in part.groupby("callable_path"):
-            out[(str(queue), str(fn))] = _group(rows_of)
+            out[(str(queue), str(fn))] = _group(rows_of, tried)
     return out
 
 

@@ -78,8 +78,8 @@ def test_throughput_and_errors(report: dict[str, Any]) -> None:
     assert add["per_min_mean"] == round(100 / (100.089 / 60), 3)
     assert add["per_min_peak"] == 59  # 12:00:01 .. 12:00:59
     assert _group(report, "default", ADD)["top_errors"] == [
-        {"error": "builtins.ValueError", "failed_jobs": 10, "dead_jobs": 10,
-         "example": "bad input for order 100"}]
+        {"error": "builtins.ValueError", "failed_attempts": None, "dead_jobs": 10,
+         "failed_jobs": 10, "example": "bad input for order 100"}]  # no attempt rows here
     assert _group(report, "emails", NOOP)["top_errors"] == []
 
 

@@ -89,8 +89,8 @@ def test_error_bars_keep_whole_distinct_labels() -> None:
     names = [long + "GatewayTimeoutError", long + "GatewayRefusedError", "builtins.KeyError",
              "shop.errors.Timeout", "x" * 90]
     fig, ax = _plt().subplots()
-    bars = error_bars(ax, [{"error": n, "failed_jobs": 5 - i, "dead_jobs": 1}
-                           for i, n in enumerate(names)])
+    bars = error_bars(ax, [{"error": n, "failed_attempts": 9 - i, "failed_jobs": 5 - i,
+                            "dead_jobs": 1} for i, n in enumerate(names)])
     labels = [t.get_text() for t in ax.get_yticklabels()]
     _plt().close(fig)
     assert len(bars) == 5

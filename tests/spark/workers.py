@@ -12,6 +12,7 @@ timestamp and colons in it) and end dead, ``RETRYING_JOBS`` of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,6 +29,9 @@ TOTAL = (ADD_JOBS + RETRIED_JOBS + EXPIRED_JOBS + CANCELLED_JOBS + LIVE_JOBS + D
 DECLINED = "card declined at 2026-11-27T03:01:30.251+00:00: ref %d"
 COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "error_type", "last_error",
            "run_at", "created_at", "updated_at", "started_at", "finished_at")
+ATTEMPT_COLUMNS = ("id", "job_id", "error_type", "error")
+# attempt rows: one per failed attempt (an expiry or a cancel while waiting makes none)
+FAILED_ATTEMPTS = RETRIED_JOBS + 2 * DEAD_JOBS + RETRYING_JOBS + CANCELLED_RETRYING
 
 
 def _expired() -> None:
@@ -61,8 +65,9 @@ def _scheduled() -> tuple[list[str], list[str]]:
     return later, waiting[RETRYING_JOBS:]
 
 
-def make_rows() -> list[dict[str, Any]]:
-    """Run the jobs above through a real worker; returns the audit rows as they are."""
+def make_rows(midway: Callable[[], object] | None = None) -> list[dict[str, Any]]:
+    """Run the jobs above through a real worker (``midway`` is called once they are
+    scheduled, before the worker starts); returns the audit rows as they are."""
     from django_delayq import cancel
     from django_delayq.models import Job
     from django_delayq.worker.loop import EXIT_OK
@@ -72,9 +77,18 @@ def make_rows() -> list[dict[str, Any]]:
     cancel_now, cancel_later = _scheduled()
     for job_id in cancel_now:
         cancel(job_id)
+    if midway is not None:
+        midway()
     assert burst(("default", "emails"), concurrency=4) == EXIT_OK
     for job_id in cancel_later:
         cancel(job_id)
     finished = Job.objects.exclude(status__in=("scheduled", "running"))
     wait_until(lambda: finished.count() == TOTAL - LIVE_JOBS, timeout=30)
     return list(Job.objects.values(*COLUMNS))
+
+
+def attempt_rows() -> list[dict[str, Any]]:
+    """The attempt rows (``JobAttempt``) as the database holds them."""
+    from django_delayq.models import JobAttempt
+
+    return list(JobAttempt.objects.values(*ATTEMPT_COLUMNS))

@@ -5,6 +5,8 @@ clock difference between the exporting machine and those that schedule jobs or a
 the admin, plus their longest transaction; ``django_delayq.spark.export`` explains it).
 ``--exclude`` and ``--redact`` keep columns (``args`` with tokens, personal data in
 ``kwargs`` or ``result``) out of the files; ``django_delayq.spark.export`` explains both.
+The attempt rows (``JobAttempt``) go with them, under the same choice
+(``django_delayq.spark.export_attempts``).
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ def parse_when(text: str) -> datetime:
 
 
 class Command(BaseCommand):
-    help = "Export audit rows (jobs) to Parquet under OUT/jobs/day=YYYY-MM-DD/, incrementally."
+    help = ("Export audit rows (jobs, and their attempts) to Parquet under "
+            "OUT/jobs/day=YYYY-MM-DD/ and OUT/attempts/day=YYYY-MM-DD/, incrementally.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--out", required=True, help="Export directory (created if absent).")
@@ -80,5 +83,11 @@ class Command(BaseCommand):
                                  else timedelta(seconds=overlap))
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        self.stdout.write("exported %d rows in %d files; high-water mark %s"
-                          % (result.rows, len(result.files), result.mark.isoformat()))
+        attempts = "" if result.attempt_rows is None else \
+            " and %d attempt rows" % result.attempt_rows
+        self.stdout.write("exported %d rows%s in %d files; high-water mark %s"
+                          % (result.rows, attempts, len(result.files), result.mark.isoformat()))
+        if result.attempt_rows is None:
+            self.stdout.write("attempt rows not exported: %s was begun before delayq_export "
+                              "wrote them (its report has no failed-attempt figure); export to "
+                              "a new directory to have them" % options["out"])

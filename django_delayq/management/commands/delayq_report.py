@@ -29,7 +29,7 @@ class Command(BaseCommand):
                 "password": str(password) if password else None}
 
     def handle(self, *args: Any, **options: Any) -> None:
-        from django_delayq.models import Job
+        from django_delayq.models import Job, JobAttempt
         from django_delayq.spark.preflight import check_paths
         from django_delayq.spark.report import check_arguments, run_report
         from django_delayq.spark.session import build_session
@@ -46,6 +46,7 @@ class Command(BaseCommand):
             files = run_report(
                 spark, options["out"], input=options["input"], jdbc_url=options["jdbc_url"],
                 jdbc_table=options["jdbc_table"] or Job._meta.db_table,
+                jdbc_attempts_table=options["jdbc_attempts_table"] or JobAttempt._meta.db_table,
                 jdbc_properties=self._jdbc_properties(options) if options["jdbc_url"] else None,
                 bucket_seconds=options["bucket_seconds"],
                 progress=options["verbosity"] > 0, stream=getattr(self.stderr, "_out", None))

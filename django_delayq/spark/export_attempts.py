@@ -1,0 +1,175 @@
+"""The attempt rows (``JobAttempt``) of an export, incrementally, by id.
+
+An attempt row is inserted once and never changed. Its stamps (``finished_at``) are the
+writer's, like a job's ``updated_at``: written late (buffered, retried while the
+database is locked) and by clocks that may run behind; and a worker that lost a race
+inserts its attempt row without changing its job row (which already records a later
+attempt, or is final), so no change of a job announces it. So attempt rows are read by
+``id``, which the database hands out in increasing order and never reuses
+(PostgreSQL's sequences, SQLite's AUTOINCREMENT), in keyset pages:
+
+- each run takes the highest committed id (``upper``) in one query, noting the time
+  just before (``before``) and just after it (``after``), and reads the ids in
+  ``(lower, upper]``;
+- a transaction that inserts attempt rows commits within ``overlap`` of inserting them
+  (the export's overlap: it also bounds the transactions of ``schedule()`` and the
+  admin). A row committed after a run's query was inserted after that run's
+  ``before - overlap``, so after the query of every run whose ``after`` is earlier,
+  and its id is above those runs' ``upper``. The next run's ``lower`` is the highest
+  such ``upper``; the runs within ``overlap`` of a directory's first run (and the
+  second run, whenever it comes) read every attempt row again.
+
+On SQLite the write lock makes id order commit order and the overlap only costs the
+re-read. Rows read twice are the same row; readers keep one per id.
+
+``upper`` is taken before the job rows are read, so every attempt row written has its
+job row in the export (a job row is committed before any attempt of it).
+
+Files are partitioned by their job's day (``job_created_at``, like ``delayq_prune``'s
+archive), and ``--since``/``--until`` select by the job's ``created_at``. The jobs'
+``--exclude``/``--redact`` choice covers the attempt columns of the same name
+(``error_type``, ``traceback``, ``worker_id``, ``started_at``, ``finished_at``), and
+``error`` follows ``last_error`` (the same message).
+
+The marker ``preflight.ATTEMPTS_MARKER`` tells the report that every job row of the
+directory has its attempt rows there. Every run of a directory exported with attempt
+rows since its first run writes it; a directory begun before attempt rows were exported
+(its state has no ``attempts``) goes on without them: jobs it exported then may have
+been deleted since, with their attempt rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from django.db.models import Max, QuerySet
+
+from django_delayq.models import JobAttempt
+from django_delayq.spark import schema
+from django_delayq.spark.preflight import ATTEMPTS_MARKER
+from django_delayq.spark.progress import Progress
+from django_delayq.spark.writer import DayPartitionedWriter
+
+STATE_KEY = "attempts"
+MAX_MARKS = 64  # beyond, every other mark goes: an older mark only makes a run read more
+_FROM_JOB = {"last_error": "error"}  # job column -> the attempt column its choice covers
+_COVERED = frozenset(schema.ATTEMPT_COLUMNS) - {"id"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Window:
+    """The ids one run reads, ``(lower, upper]``, and when ``upper`` was taken."""
+
+    lower: int
+    upper: int
+    before: datetime
+    after: datetime
+    floor: int  # the lowest ``lower`` any later run may use
+    marks: tuple[tuple[str, int], ...]  # (after, upper) of recent runs, not yet folded in
+
+
+def tracked(state: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The attempts part of the export state: empty for a new directory, None for one
+    begun before attempt rows were exported (they are not exported there)."""
+    if state is None:
+        return {}
+    part = state.get(STATE_KEY)
+    return None if part is None else dict(part)
+
+
+def covered(job_columns: tuple[str, ...]) -> tuple[str, ...]:
+    """The attempt columns an ``--exclude`` or ``--redact`` of ``job_columns`` covers."""
+    return tuple(sorted({_FROM_JOB.get(c, c) for c in job_columns} & _COVERED))
+
+
+def open_window(previous: dict[str, Any], *, now: datetime, started: float,
+                overlap: timedelta, full: bool) -> Window:
+    """Take ``upper`` (``now``: this run's start, on the monotonic clock ``started``) and
+    the ``lower`` the runs before allow (0 for a ``full`` run)."""
+    floor = int(previous.get("floor", 0))
+    last = previous.get("before")
+    horizon = None if last is None else datetime.fromisoformat(last) - overlap
+    marks: list[tuple[str, int]] = []
+    for at, top in previous.get("marks", []):
+        if horizon is not None and datetime.fromisoformat(at) <= horizon:
+            floor = max(floor, int(top))  # that run's query came before any row in flight
+        else:
+            marks.append((str(at), int(top)))
+    upper = JobAttempt.objects.aggregate(top=Max("id"))["top"] or 0
+    after = now + timedelta(seconds=time.monotonic() - started)
+    return Window(lower=0 if full else floor, upper=upper, before=now, after=after,
+                  floor=floor, marks=tuple(marks))
+
+
+def next_state(window: Window) -> dict[str, Any]:
+    marks = [*window.marks, (window.after.isoformat(), window.upper)]
+    if len(marks) > MAX_MARKS:
+        marks = [*marks[:-1:2], marks[-1]]
+    return {"floor": window.floor, "before": window.before.isoformat(),
+            "marks": [list(m) for m in marks]}
+
+
+def rows_to_export(window: Window, since: datetime | None,
+                   until: datetime | None) -> QuerySet[JobAttempt]:
+    qs = JobAttempt.objects.filter(id__gt=window.lower, id__lte=window.upper)
+    if since is not None:
+        qs = qs.filter(job__created_at__gte=since)
+    if until is not None:
+        qs = qs.filter(job__created_at__lt=until)
+    return qs
+
+
+def _pages(qs: QuerySet[JobAttempt], columns: tuple[str, ...],
+           chunk_size: int) -> Iterator[list[tuple[Any, ...]]]:
+    """Keyset pages by id (the first column), each with its job's ``created_at`` last."""
+    qs = qs.order_by("id")
+    after: int | None = None
+    while True:
+        page_qs = qs if after is None else qs.filter(id__gt=after)
+        page = list(page_qs.values_list(*columns, "job__created_at")[:chunk_size])
+        if not page:
+            return
+        yield page
+        after = page[-1][0]
+
+
+def write_attempts(root: Path, qs: QuerySet[JobAttempt], *, exclude: tuple[str, ...],
+                   redact: tuple[str, ...], chunk_size: int,
+                   bar: Progress) -> tuple[int, list[Path]]:
+    """Write the rows of ``qs`` under ``root/attempts``; returns (rows, files)."""
+    columns = tuple(c for c in schema.ATTEMPT_COLUMNS if c not in covered(exclude))
+    out = pa.schema([*(schema.ATTEMPT_SCHEMA.field(c) for c in columns),
+                     pa.field(schema.ATTEMPT_DAY, schema.TS)])
+    positions = tuple(columns.index(c) for c in covered(redact))
+    with DayPartitionedWriter(root / schema.ATTEMPTS_DIR, out, kind="export",
+                              day_column=schema.ATTEMPT_DAY) as writer:
+        for page in _pages(qs, columns, chunk_size):
+            writer.write(schema.to_table(schema.redacted(page, positions), out))
+            bar.update(len(page))
+    return writer.rows, writer.files
+
+
+def mark_complete(root: Path) -> None:
+    """Publish the marker (a new file renamed into place) unless it is there."""
+    path = Path(root) / ATTEMPTS_MARKER
+    if path.is_file() and not path.is_symlink():
+        return
+    text = json.dumps({"meaning": "every job row in this directory has its attempt rows "
+                                  "here (delayq_export, delayq_prune --archive)"})
+    fd, tmp = tempfile.mkstemp(prefix=".%s." % ATTEMPTS_MARKER, suffix=".tmp", dir=root)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
