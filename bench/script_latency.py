@@ -65,7 +65,7 @@ def fill(engine: Engine, n: int, due_from_ms: int, due_span_ms: int, per_call: i
             args: list[Any] = [0, k.channel]
             for i in range(done, done + size):
                 args += [new_id(), due_from_ms + random.randrange(due_span_ms), 0, envelope(i)]
-            pipe.evalsha(script.sha, len(k.script_keys()), *k.script_keys(), *args)
+            pipe.evalsha(script.sha, len(script.keys_of(k)), *script.keys_of(k), *args)
             done += size
         pipe.execute()
     return n / (time.perf_counter() - t0)

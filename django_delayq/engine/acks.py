@@ -161,7 +161,7 @@ class AckStream:
         head = self._ack_heads.get(queue)
         try:
             if head is None:
-                names = self._keys(queue).script_keys()
+                names = self._script.keys_of(self._keys(queue))
                 head = self._ack_heads[queue] = (
                     len(names) + 3, _bulk("EVALSHA", self._script.sha, str(len(names)), *names))
             data = b"*%d\r\n%s%s" % (head[0] + len(args), head[1], _bulk(*args))

@@ -54,7 +54,7 @@ class QueueControls(RedisOwner):
         """Remove up to ``limit`` (at most ``scripts.MAX_PURGE``) waiting jobs, never one
         in flight; returns their ids (bytes that are not UTF-8 replaced). Loop until []."""
         size = max(1, min(int(limit), scripts.MAX_PURGE))
-        ids = self._run("purge", self.keys(queue).script_keys(), [size])
+        ids = self._run("purge", scripts.keys_of("purge", self.keys(queue)), [size])
         return [raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
                 for raw in ids]
 
@@ -100,5 +100,5 @@ class QueueControls(RedisOwner):
             args: list[Any] = [self._now(now_ms), k.channel]
             for id_, token, at_ms in chunk:
                 args += [id_, int(token), int(at_ms)]
-            out += [bool(int(r)) for r in self._run("defer", k.script_keys(), args)]
+            out += [bool(int(r)) for r in self._run("defer", scripts.keys_of("defer", k), args)]
         return out

@@ -157,8 +157,9 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         return added
 
     def _enqueue_batch(self, k: QueueKeys, batch: list[Any], now_ms: int | None) -> int:
-        # KEYS[7]: the epoch the reconciler reads (created here if absent: reconcile.py)
-        reply = self._run("enqueue", k.script_keys(), [self._now(now_ms), k.channel, *batch])
+        # its epoch key: the one the reconciler reads (created here if absent: reconcile.py)
+        reply = self._run("enqueue", scripts.keys_of("enqueue", k),
+                          [self._now(now_ms), k.channel, *batch])
         return int(reply[0])
 
     # -- consuming ------------------------------------------------------------------
@@ -180,7 +181,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         try:
             reply = self._run(
                 "claim",
-                (*k.script_keys(), k.claim_record(claimer)),
+                scripts.keys_of("claim", k, record=k.claim_record(claimer)),
                 [self._now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms), nonce],
             )
         except Exception:
@@ -220,7 +221,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
             args: list[Any] = [self._now(now_ms), holder]
             for (id_, token), code in zip(chunk, marks[start:start + scripts.MAX_ACK]):
                 args += [id_, token, code]
-            reply = self._run("ack", k.script_keys(), args)
+            reply = self._run("ack", scripts.keys_of("ack", k), args)
             out += [bool(int(r)) for r in reply]
         return out
 
@@ -241,7 +242,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
             args: list[Any] = [self._now(now_ms), k.channel, dead_max, holder]
             for id_, token, delay in chunk:
                 args += [id_, token, -1 if delay is None else max(0, int(delay))]
-            reply = self._run("nack", k.script_keys(), args)
+            reply = self._run("nack", scripts.keys_of("nack", k), args)
             out += [NackOutcome(int(r)) for r in reply]
         return out
 
@@ -261,11 +262,12 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         k = self.keys(queue)
         gone = 0
         for chunk in _chunks(job_ids, scripts.MAX_FORGET):
-            reply = self._run("forget_settled", k.script_keys(),
+            reply = self._run("forget_settled", scripts.keys_of("forget_settled", k),
                               [self._now(now_ms), int(keep_ms), *chunk])
             gone += int(reply[0])
         if not job_ids:
-            self._run("forget_settled", k.script_keys(), [self._now(now_ms), int(keep_ms)])
+            self._run("forget_settled", scripts.keys_of("forget_settled", k),
+                      [self._now(now_ms), int(keep_ms)])
         return gone
 
     def extend(
@@ -281,7 +283,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         for chunk in _chunks(leases, scripts.MAX_EXTEND):
             args: list[Any] = [self._now(now_ms), int(lease_ms)]
             args += [v for id_, token in chunk for v in (id_, token)]
-            out += [bool(int(r)) for r in self._run("extend", k.script_keys(), args)]
+            out += [bool(int(r)) for r in self._run("extend", scripts.keys_of("extend", k), args)]
         return out
 
     def release(self, queue: str, claimed: Sequence[ClaimedJob],
@@ -293,7 +295,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
             args: list[Any] = [self._now(now_ms), k.channel]
             for job in chunk:
                 args += [job.id, job.token, job.due_ms]
-            reply = self._run("release", k.script_keys(), args)
+            reply = self._run("release", scripts.keys_of("release", k), args)
             out += [bool(int(r)) for r in reply]
         return out
 
@@ -326,7 +328,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
             size = min(left, scripts.MAX_RECOVER)
             reply = self._run(
                 "recover",
-                k.script_keys(),
+                scripts.keys_of("recover", k),
                 [self._now(now_ms), size, default_max_attempts, k.channel, dead_max,
                  contact.arg() if contact is not None else "", *given],
             )
@@ -362,7 +364,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
 
     def cancel(self, queue: str, job_id: str) -> CancelOutcome:
         k = self.keys(queue)
-        reply = self._run("cancel", k.script_keys(), [job_id])
+        reply = self._run("cancel", scripts.keys_of("cancel", k), [job_id])
         return CancelOutcome(int(reply))
 
     def reschedule(
@@ -379,7 +381,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         at = -1 if at_ms is None else int(at_ms)
         reply = self._run(
             "reschedule",
-            k.script_keys(),
+            scripts.keys_of("reschedule", k),
             [self._now(now_ms), k.channel, job_id, at, int(delay_ms)],
         )
         return MoveOutcome(int(reply[0])), _opt(reply[1])
@@ -391,7 +393,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         k = self.keys(queue)
         reply = self._run(
             "requeue",
-            k.script_keys(),
+            scripts.keys_of("requeue", k),
             [self._now(now_ms), k.channel, job_id, int(delay_ms)],
         )
         return MoveOutcome(int(reply[0])), _opt(reply[1])
@@ -400,7 +402,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         """Counts of ``queue``: ``ready`` counts every due job (promoted to ready or not),
         ``oldest_ready_ms`` is the earliest due time among them."""
         k = self.keys(queue)
-        r = [int(v) for v in self._run("stats", k.script_keys(), [self._now(now_ms)])]
+        r = [int(v) for v in self._run("stats", scripts.keys_of("stats", k), [self._now(now_ms)])]
         return QueueStats(
             now_ms=r[0], scheduled=r[1], ready=r[2], inflight=r[3], dead=r[4],
             next_due_ms=_opt(r[5]), oldest_ready_ms=_opt(r[6]), expired_leases=r[7],
@@ -410,7 +412,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits,
         """Where one job is. A score that is not a time reads as None, an attempts
         value that is not a number as -1, an envelope that is not UTF-8 with U+FFFD."""
         k = self.keys(queue)
-        r = self._run("inspect", k.script_keys(), [job_id])
+        r = self._run("inspect", scripts.keys_of("inspect", k), [job_id])
         return JobLocation(
             place=_s(r[0]),
             score_ms=_opt(r[1]),

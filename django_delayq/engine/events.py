@@ -82,7 +82,7 @@ class EventLog:
         script = scripts.load("events_add")
         for key, run in self._runs(batch):
             for args, covered, sent in calls(self.maxlen, run):
-                written = int(script(self.client, (key,), args))
+                written = int(script(self.client, script.keys_of(None, events=key), args))
                 yield covered, sent, written
 
     def _runs(self, batch: Sequence[Mapping[str, str]]

@@ -146,13 +146,6 @@ class QueueKeys:
         same nonce and answered from it (lua/claim.lua), never claimed twice."""
         return self.tag + ":claimed:" + claimer
 
-    def script_keys(self) -> tuple[str, ...]:
-        """``KEYS`` of every queue script (lua/*.lua), in the one order they name them:
-        each script takes them all (one slot) and uses those it needs."""
-        return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
-                self.epoch, self.ready, self.prio, self.paused, self.limit, self.starts,
-                self.urgent, self.settled, self.settled_by, self.runs)
-
 
 @dataclass(frozen=True, slots=True)
 class GroupKeys:
@@ -181,10 +174,6 @@ class GroupKeys:
     def next_free(self) -> str:
         """STRING: the next retry time (ms) to hand to a refused job (spreading)."""
         return self.tag + ":next_free"
-
-    def script_keys(self) -> tuple[str, ...]:
-        """``KEYS`` of acquire.lua and release_group.lua, in this order."""
-        return (self.grants, self.running, self.next_free)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,7 @@ import logging
 import time
 from collections.abc import Sequence
 
+from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.replies import bad_id
 from django_delayq.engine.replies import shown as _shown
@@ -22,7 +23,8 @@ class Leases(RedisOwner):
     def start_mark(self, job: ClaimedJob) -> tuple[tuple[str, str], list[str]]:
         """(KEYS, ARGV) of lua/mark.lua marking ``job``'s run started."""
         k = self.keys(job.home or job.queue)
-        return (k.attempts, k.runs), [job.id, str(job.token), str(job.token - job.attempt)]
+        attempts, runs = scripts.keys_of("mark", k)
+        return (attempts, runs), [job.id, str(job.token), str(job.token - job.attempt)]
 
     def mark_started(self, jobs: Sequence[ClaimedJob]) -> int:
         """Mark the runs of ``jobs`` started, before their functions are called: a lease

@@ -43,14 +43,14 @@ class GroupLimits(RedisOwner):
         args: list[Any] = [self._now(now_ms), job_id, int(lease_ms), int(count), int(per_ms),
                            -1 if concurrency is None else int(concurrency), int(margin_ms),
                            int(spread_ms)]
-        reply = self._run("acquire", self.group_keys(group).script_keys(), args)
+        reply = self._run("acquire", scripts.keys_of("acquire", self.group_keys(group)), args)
         granted = bool(int(reply[0]))
         return Grant(granted=granted, retry_at_ms=None if granted else int(reply[1]))
 
     def release_group(self, group: str, job_ids: Sequence[str]) -> int:
         """Free the concurrency slots of ``job_ids`` (their attempts are settled); returns
         how many were held."""
-        keys = self.group_keys(group).script_keys()
+        keys = scripts.keys_of("release_group", self.group_keys(group))
         return sum(int(self._run("release_group", keys, list(chunk)))
                    for chunk in chunks(job_ids, scripts.MAX_RELEASE_GROUP))
 

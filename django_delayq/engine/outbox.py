@@ -192,7 +192,7 @@ class OutboxOps(RedisOwner):
         for job in jobs:
             priority = job[2] if len(job) > 2 else 0  # type: ignore[misc]
             args += [job[0], job[1], priority, seeds.get(job[0]) or 0]
-        reply = scripts.load("reenqueue")(self.client, (*k.script_keys(), k.reconciled), args)
+        reply = scripts.load("reenqueue")(self.client, scripts.keys_of("reenqueue", k), args)
         if len(reply) > 2:
             logger.info("queue %r: its Redis data changed since the reconciler last looked; "
                         "%d job(s) left to the loss pass", queue, len(jobs))

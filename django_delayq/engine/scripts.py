@@ -8,12 +8,17 @@ with the block (its own includes filled the same way), inlines each block at mos
 per script, and refuses a name lib.lua does not define (``IncludeError``, naming the
 script and the include). The expanded text is what is sent and what the SHA is of.
 
-**Keys.** Every script of a queue takes the queue's keys in one order,
-``QueueKeys.script_keys()`` (pending, inflight, jobs, attempts, cancel, dead, epoch,
-ready, prio, paused, limit, starts), and names those it uses as locals at its top; the
-callable limits' scripts (acquire, release_group) take ``GroupKeys.script_keys()``. A
-server that lost its script cache (restart, SCRIPT FLUSH, a new cluster node) answers
-NOSCRIPT; the script is then sent with EVAL once, which also caches it.
+**Keys.** A script declares the keys it uses on its ``-- KEYS:`` header line, in the
+order of its ``KEYS``: each a name of the caller's keys object (``QueueKeys``,
+``GroupKeys``: ``inflight``, ``runs``, ...), with the Redis type it must have
+(``inflight:zset``; ``record:string?`` for a last key a caller may leave out). ``load``
+makes those names locals at the top of the script (``local inflight, runs = KEYS[1],
+KEYS[2]``, before the lib.lua blocks, which use the same names) and, when any has a type,
+checks the types after the script's includes (``wrong_type``); ``Script.keys_of`` builds
+a call's ``KEYS`` from the same declaration (``tests/engine/test_lua_include.py``
+compares each declaration with what the script and its blocks use). A server that lost
+its script cache (restart, SCRIPT FLUSH, a new cluster node) answers NOSCRIPT; the
+script is then sent with EVAL once, which also caches it.
 
 **Bounds.** Every script does a bounded amount of work per call, so none holds Redis
 for more than a few milliseconds whatever the backlog (a script blocks every other
@@ -37,6 +42,7 @@ import hashlib
 import logging
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -149,11 +155,37 @@ class TooManyArguments(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Key:
+    """One key a script declares (``-- KEYS:``): its ``name`` on the caller's keys object,
+    the Redis ``kind`` checked before the script's first write ('' = not checked), and
+    whether a caller may leave it out (``optional``: the last ones only)."""
+
+    name: str
+    kind: str = ""
+    optional: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Script:
     name: str
     source: str
     sha: str
     bound: Bound
+    keys: tuple[Key, ...] = ()
+
+    def keys_of(self, names: Any, **extra: str | None) -> tuple[str, ...]:
+        """This script's ``KEYS``: each declared key from ``extra`` if given there, else
+        the attribute of that name of ``names`` (a ``QueueKeys``, ``GroupKeys``); an
+        optional key given as None (or not at all) is left out with those after it."""
+        out: list[str] = []
+        for key in self.keys:
+            value = extra[key.name] if key.name in extra else getattr(names, key.name, None)
+            if value is None:
+                if key.optional:
+                    break
+                raise TypeError("%s.lua needs key %r" % (self.name, key.name))
+            out.append(value)
+        return tuple(out)
 
     def check(self, args: list[Any]) -> None:
         if len(args) > self.bound.max_args:
@@ -266,6 +298,51 @@ def expand(script: str, source: str, blocks: dict[str, str]) -> str:
     return inline(source)
 
 
+_KEYS_LINE = re.compile(r"^-- KEYS:(.*)$", re.MULTILINE)
+_KEY = re.compile(r"([a-z_][a-z0-9_]*)(?::([a-z]+))?(\?)?")
+
+
+def declared_keys(source: str, where: str) -> tuple[Key, ...]:
+    """The keys ``source`` declares on its ``-- KEYS:`` line(s), in order."""
+    keys: list[Key] = []
+    for item in " ".join(_KEYS_LINE.findall(source)).split():
+        match = _KEY.fullmatch(item)
+        if match is None:
+            raise IncludeError("%s: malformed key %r in its -- KEYS: line (name, name:type "
+                               "or name:type?)" % (where, item))
+        keys.append(Key(match.group(1), match.group(2) or "", bool(match.group(3))))
+    if not keys:
+        raise IncludeError("%s: no -- KEYS: line" % where)
+    if any(k.optional and not later.optional
+           for i, k in enumerate(keys) for later in keys[i + 1:]):
+        raise IncludeError("%s: only the last keys may be optional" % where)
+    return tuple(keys)
+
+
+def prelude(keys: Sequence[Key]) -> tuple[str, str]:
+    """(the line making the declared keys locals, the lines checking their types)."""
+    local = "local %s = %s\n" % (", ".join(k.name for k in keys),
+                                 ", ".join("KEYS[%d]" % i for i in range(1, len(keys) + 1)))
+    if not any(k.kind for k in keys):
+        return local, ""
+    kinds = ", ".join(("(KEYS[%d] and '%s' or '')" % (i, k.kind)) if k.optional and k.kind
+                      else "'%s'" % k.kind for i, k in enumerate(keys, 1))
+    return local, ("--@include wrong_type\n"
+                   "do local err = wrong_type({%s}) if err then return err end end\n" % kinds)
+
+
+def with_prelude(name: str, raw: str) -> tuple[str, tuple[Key, ...]]:
+    """``raw`` (a script's text) with its keys made locals at the top and their types
+    checked after its last top-level include (or its header), and the keys."""
+    keys = declared_keys(raw, name + ".lua")
+    local, check = prelude(keys)
+    lines = raw.splitlines(keepends=True)
+    includes = [i for i, line in enumerate(lines) if line.startswith("--@include")]
+    at = includes[-1] + 1 if includes else next(
+        (i for i, line in enumerate(lines) if not line.startswith("--")), len(lines))
+    return local + "".join(lines[:at]) + check + "".join(lines[at:]), keys
+
+
 def _read(name: str) -> str:
     return resources.files("django_delayq.engine").joinpath("lua", name + ".lua").read_text("utf-8")
 
@@ -279,7 +356,13 @@ def _library() -> dict[str, str]:
 def load(name: str) -> Script:
     """Script ``name`` with its includes inlined. Its first line names it and lib.lua, so
     an EVAL of it is recognisable in SLOWLOG and MONITOR."""
+    text, keys = with_prelude(name, _read(name))
     source = "-- django-delayq %s.lua with its lib.lua blocks\n%s" % (
-        name, expand(name + ".lua", _read(name), _library()))
+        name, expand(name + ".lua", text, _library()))
     return Script(name=name, source=source, sha=hashlib.sha1(source.encode()).hexdigest(),
-                  bound=BOUNDS[name])
+                  bound=BOUNDS[name], keys=keys)
+
+
+def keys_of(name: str, names: Any, **extra: str | None) -> tuple[str, ...]:
+    """``load(name).keys_of(names, **extra)``: the ``KEYS`` of a call of script ``name``."""
+    return load(name).keys_of(names, **extra)

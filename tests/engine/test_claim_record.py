@@ -10,7 +10,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from django_delayq.engine import Engine, NewJob
+from django_delayq.engine import Engine, NewJob, scripts
 from tests.conftest import unique_prefix
 
 NOW = 1_800_000_000_000
@@ -19,7 +19,7 @@ NOW = 1_800_000_000_000
 def test_a_claim_asked_again_under_its_nonce_answers_the_same_jobs(engine: Engine) -> None:
     engine.enqueue("q", [NewJob(id=i, at_ms=NOW) for i in "abcd"], now_ms=NOW)
     k = engine.keys("q")
-    keys = (*k.script_keys(), k.claim_record("me"))
+    keys = scripts.keys_of("claim", k, record=k.claim_record("me"))
     first = engine._run("claim", keys, [NOW, 3, 60_000, "n1"])
     again = engine._run("claim", keys, [NOW, 3, 60_000, "n1"])  # the reply of `first` lost
     assert first[7:] == again[7:] and len(first[7:]) == 15  # 3 jobs: id, due, token, n, env
@@ -32,7 +32,7 @@ def test_a_claim_asked_again_under_its_nonce_answers_the_same_jobs(engine: Engin
 def test_a_job_settled_since_is_not_answered_again(engine: Engine) -> None:
     engine.enqueue("q", [NewJob(id=i, at_ms=NOW) for i in "ab"], now_ms=NOW)
     k = engine.keys("q")
-    keys = (*k.script_keys(), k.claim_record("me"))
+    keys = scripts.keys_of("claim", k, record=k.claim_record("me"))
     first = engine._run("claim", keys, [NOW, 2, 60_000, "n1"])
     assert engine.ack("q", [(first[7].decode(), int(first[9]))], now_ms=NOW) == [True]
     again = engine._run("claim", keys, [NOW, 2, 60_000, "n1"])

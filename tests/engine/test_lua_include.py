@@ -2,8 +2,8 @@
 
 The expansion itself (inlining, once only, unknown names) is checked on small texts; the
 real scripts are checked for what the step is for: each shared block is written once, in
-lib.lua, a script includes only blocks it uses, names its KEYS as locals in the one order
-of ``QueueKeys.script_keys``, and the expanded text (the one whose SHA is used) is what a
+lib.lua, a script includes only blocks it uses, declares the keys it and its blocks use
+(``-- KEYS:``, made locals by ``scripts.load``), and the expanded text (the one whose SHA is used) is what a
 real Redis compiles and caches under that SHA.
 """
 
@@ -19,10 +19,6 @@ from django_delayq.engine.keys import GroupKeys, QueueKeys
 from django_delayq.engine.scripts import IncludeError, expand, library
 
 LIB = {"a": "A = 1\n", "b": "--@include a\nB = A\n", "c": "--@include b\n--@include a\nC = B\n"}
-GROUP_SCRIPTS = ["acquire", "release_group"]
-QUEUE_SCRIPTS = [n for n in scripts.SCRIPT_NAMES if n not in ("events_add", "mark", *GROUP_SCRIPTS)]
-ORDER = [key.rsplit(":", 1)[1] for key in QueueKeys("p", "q").script_keys()]
-LOCALS = re.compile(r"^local ([\w, ]+?) = (KEYS\[\d+\](?:,\s*KEYS\[\d+\])*)\n", re.MULTILINE)
 
 
 def _code(name: str) -> str:
@@ -118,29 +114,74 @@ def test_a_script_includes_only_blocks_it_uses() -> None:
                 name, wanted, sorted(_defined(blocks[wanted])))
 
 
-def _check_keys(name: str, order: list[str]) -> None:
-    code = _code(name)
-    [(names, keys)] = LOCALS.findall(code)
-    indexes = [int(i) for i in re.findall(r"KEYS\[(\d+)\]", keys)]
-    named = [n.strip() for n in names.split(",")]
-    assert named == [order[i - 1] for i in indexes], name
-    assert code.count("KEYS[") == len(indexes), "%s.lua uses KEYS[i] below its top" % name
-    header = dict(re.findall(r"^-- KEYS\[(\d+)\]\s+(\w+)", scripts._read(name), re.MULTILINE))
-    assert {i: n for i, n in header.items() if int(i) in indexes} == {
-        str(i): n for i, n in zip(indexes, named)}, name
-    assert all(order[int(i) - 1] == n for i, n in header.items()), name
+KNOWN = {name for name in dir(QueueKeys("p", "q")) + dir(GroupKeys("p", "g"))
+         if not name.startswith("_")}
+EXTRA = {"claim": {"record"}, "events_add": {"events"}}  # keys a caller passes by name
 
 
-def test_scripts_name_their_keys_once_in_the_one_order() -> None:
-    assert ORDER == ["pending", "inflight", "jobs", "attempts", "cancel", "dead", "epoch",
-                     "ready", "prio", "paused", "limit", "starts", "urgent", "settled",
-                     "settled_by", "runs"]
-    extra = {"reenqueue": ["reconciled"], "claim": ["record"]}  # a key beyond the queue's
-    for name in QUEUE_SCRIPTS:
-        _check_keys(name, ORDER + extra.get(name, []))
-    group = [key.rsplit(":", 1)[1] for key in GroupKeys("p", "g").script_keys()]
-    assert group == ["grants", "running", "next_free"]
-    for name in GROUP_SCRIPTS:
-        _check_keys(name, group)
-    assert LOCALS.findall(_code("events_add")) == [("events", "KEYS[1]")]
-    assert LOCALS.findall(_code("mark")) == [("attempts, runs", "KEYS[1], KEYS[2]")]
+def _identifiers(code: str) -> set[str]:
+    """Names in Lua ``code`` outside its strings and comments (not after a dot)."""
+    code = re.sub(r"--[^\n]*", "", code)
+    code = re.sub(r"'(?:\\.|[^'\\])*'|\"(?:\\.|[^\"\\])*\"", "''", code)
+    return set(re.findall(r"(?<![.\w])([A-Za-z_]\w*)", code))
+
+
+def _block_keys(name: str) -> set[str]:
+    """The keys a lib.lua block (with the blocks it includes) uses by name: the
+    including script must declare them (they are its locals)."""
+    text = expand("lib.lua", "--@include %s\n" % name, scripts._library())
+    params = {p for group in re.findall(r"function \w*\(([^)]*)\)", text)
+              for p in re.split(r"[,\s]+", group)}
+    return (_identifiers(text) & KNOWN) - _defined(text) - params
+
+
+def test_every_script_declares_the_keys_it_and_its_blocks_use() -> None:
+    for name in scripts.SCRIPT_NAMES:
+        declared = [key.name for key in scripts.declared_keys(scripts._read(name), name)]
+        assert len(set(declared)) == len(declared), name
+        assert set(declared) <= KNOWN | EXTRA.get(name, set()), name
+        code = _code(name)
+        assert "KEYS[" not in code, "%s.lua reads KEYS[i]: declare the key instead" % name
+        wanted = set().union(*[_block_keys(b) for b in
+                               re.findall(r"^--@include (\w+)$", code, re.MULTILINE)])
+        missing = wanted - set(declared)
+        assert not missing, "%s.lua includes blocks using %s" % (name, sorted(missing))
+        unused = set(declared) - _identifiers(code) - wanted
+        assert not unused, "%s.lua declares %s and never uses it" % (name, sorted(unused))
+
+
+def test_the_blocks_read_no_keys_by_position() -> None:
+    for name, block in scripts._library().items():
+        positions = re.findall(r"KEYS\[(\w+)\]", re.sub(r"--[^\n]*", "", block))
+        assert positions in ([], ["i"]), name  # wrong_type checks KEYS[i] of kinds[i]
+
+
+def test_a_call_passes_the_declared_keys_in_their_order() -> None:
+    k = QueueKeys("p", "q")
+    ack = scripts.load("ack")
+    assert ack.keys_of(k) == tuple(getattr(k, key.name) for key in ack.keys)
+    assert ack.source.splitlines()[1].startswith(
+        "local %s = KEYS[1], " % ", ".join(key.name for key in ack.keys))
+    claim = scripts.load("claim")
+    assert claim.keys_of(k)[-1] == k.runs  # the optional record left out
+    assert claim.keys_of(k, record="r")[-1] == "r"
+    assert scripts.keys_of("mark", k) == (k.attempts, k.runs)
+    with pytest.raises(TypeError, match="grants"):
+        scripts.keys_of("acquire", k)
+
+
+@pytest.mark.parametrize(("header", "message"), [
+    ("-- no keys\n", "no -- KEYS"), ("-- KEYS: a:Hash\n", "malformed"),
+    ("-- KEYS: a:hash? b:zset\n", "only the last")])
+def test_a_bad_declaration_is_an_error_naming_the_script(header: str, message: str) -> None:
+    with pytest.raises(IncludeError, match="s.lua: .*" + message):
+        scripts.declared_keys(header, "s.lua")
+
+
+def test_the_types_are_checked_after_the_includes_before_the_code() -> None:
+    text, keys = scripts.with_prelude("s", "-- KEYS: a:zset b c:hash?\n--@include now\nx()\n")
+    assert [k.name for k in keys] == ["a", "b", "c"]
+    assert text == ("local a, b, c = KEYS[1], KEYS[2], KEYS[3]\n"
+                    "-- KEYS: a:zset b c:hash?\n--@include now\n--@include wrong_type\n"
+                    "do local err = wrong_type({'zset', '', (KEYS[3] and 'hash' or '')}) "
+                    "if err then return err end end\nx()\n")

@@ -266,7 +266,7 @@ def test_a_script_refuses_a_call_beyond_its_bound(engine: Engine) -> None:
     k = engine.keys("q")
     args = [0, ""] + [v for i in range(scripts.MAX_ACK + 1) for v in ("x%d" % i, 1, "s")]
     with pytest.raises(TooManyArguments, match="ack.lua takes at most"):
-        scripts.load("ack")(engine.client, k.script_keys(), args)
+        scripts.load("ack")(engine.client, scripts.keys_of("ack", k), args)
 
 
 def test_each_header_states_the_bound_its_callers_use() -> None:
@@ -279,7 +279,7 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
                 "mark": scripts.MAX_MARK}
     for name in scripts.SCRIPT_NAMES:
         source = scripts._read(name)
-        for part in ("-- KEYS[1]", "-- Returns:", "-- Cost:"):
+        for part in ("-- KEYS:", "-- Returns:", "-- Cost:"):
             assert part in source, (name, part)
         cost = source[source.index("-- Cost:"):].split("\n-- ")[0]
         if name in expected:

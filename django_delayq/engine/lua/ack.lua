@@ -1,15 +1,17 @@
 -- ack.lua : settle finished jobs (success, or expired before it ran): forget them, and
 -- record how they ended until their worker's audit row has landed.
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[2]  inflight    ZSET  lease_deadline_ms -> id
--- KEYS[3]  jobs        HASH  id -> envelope
--- KEYS[4]  attempts    HASH  id -> lease token
--- KEYS[5]  cancel      SET   ids whose cancel was asked while they ran
--- KEYS[9]  prio        HASH  id -> priority
--- KEYS[14] settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
--- KEYS[15] settled_by  HASH  id -> "<code> <attempt> <holder>"
--- KEYS[16] runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
+-- KEYS: inflight:zset jobs:hash attempts:hash cancel:set prio:hash urgent settled:zset
+-- KEYS: settled_by:hash runs:hash
+-- used, in that order (the names of keys.QueueKeys):
+--          inflight    ZSET  lease_deadline_ms -> id
+--          jobs        HASH  id -> envelope
+--          attempts    HASH  id -> lease token
+--          cancel      SET   ids whose cancel was asked while they ran
+--          prio        HASH  id -> priority
+--          settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
+--          settled_by  HASH  id -> "<code> <attempt> <holder>"
+--          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  holder      the settling worker's registry id; "" = keep no record
@@ -27,11 +29,6 @@
 --@include forget
 --@include record_settled
 --@include offset
-local inflight, jobs, attempts, cancel, prio, runs = KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[9],
-                                                     KEYS[16]
-local err = wrong_type({'', 'zset', 'hash', 'hash', 'set', '', '', '', 'hash', '', '', '',
-                        '', 'zset', 'hash', 'hash'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}
 for a = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[a] end

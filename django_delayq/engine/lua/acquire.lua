@@ -1,8 +1,9 @@
 -- acquire.lua : may job `id` start now under its callable's limits? (group limits)
 --
--- KEYS[1]  grants   ZSET  "<id>:<ms>" -> grant ms: the rate limit's window log
--- KEYS[2]  running  ZSET  id -> slot deadline ms: the jobs holding a concurrency slot
--- KEYS[3]  next_free STRING the next retry time (ms) to hand to a refused job
+-- KEYS: grants:zset running:zset next_free:string
+--          grants   ZSET  "<id>:<ms>" -> grant ms: the rate limit's window log
+--          running  ZSET  id -> slot deadline ms: the jobs holding a concurrency slot
+--          next_free STRING the next retry time (ms) to hand to a refused job
 --          (keys.GroupKeys: one hash tag {prefix:limit:<group>})
 -- ARGV[1]  now_ms     integer ms, or "0" to read the server's TIME
 -- ARGV[2]  id         the job asking
@@ -34,9 +35,6 @@
 --@include now
 --@include wrong_type
 --@include trim_log
-local grants, running, next_free = KEYS[1], KEYS[2], KEYS[3]
-local err = wrong_type({'zset', 'zset', 'string'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local id, lease_ms = ARGV[2], tonumber(ARGV[3])
 local rate, window = tonumber(ARGV[4]), tonumber(ARGV[5]) + tonumber(ARGV[7])

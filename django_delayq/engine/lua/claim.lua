@@ -1,25 +1,28 @@
 -- claim.lua : take up to `limit` due jobs, highest priority first, and lease them.
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[3]  jobs      HASH  id -> envelope (absent for jobs whose payload is elsewhere)
--- KEYS[4]  attempts  HASH  id -> deliveries so far (the lease token)
--- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran (a removed id's mark)
--- KEYS[6]  dead      ZSET  died_ms -> id
--- KEYS[8]  ready     ZSET  ready score -> id (lib.lua ready_score: priority, then due)
--- KEYS[9]  prio      HASH  id -> priority (absent: 0)
--- KEYS[10] paused    STRING present while the queue is paused: nothing is claimed
--- KEYS[11] limit     HASH  rate, per_ms (claims per window), concurrency (jobs in flight)
--- KEYS[12] starts    ZSET  "<id>:<token>:<ms>" -> claim ms, the rate limit's window log
--- KEYS[13] urgent    ZSET  due_ms -> id, the jobs of pending of priority above 0 (an index)
+-- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
+-- KEYS: ready:zset prio:hash paused limit:hash starts:zset urgent:zset runs:hash
+-- KEYS: record:string?
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          inflight  ZSET  lease_deadline_ms -> id
+--          jobs      HASH  id -> envelope (absent for jobs whose payload is elsewhere)
+--          attempts  HASH  id -> deliveries so far (the lease token)
+--          cancel    SET   ids whose cancel was asked while they ran (a removed id's mark)
+--          dead      ZSET  died_ms -> id
+--          ready     ZSET  ready score -> id (lib.lua ready_score: priority, then due)
+--          prio      HASH  id -> priority (absent: 0)
+--          paused    STRING present while the queue is paused: nothing is claimed
+--          limit     HASH  rate, per_ms (claims per window), concurrency (jobs in flight)
+--          starts    ZSET  "<id>:<token>:<ms>" -> claim ms, the rate limit's window log
+--          urgent    ZSET  due_ms -> id, the jobs of pending of priority above 0 (an index)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
--- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs): read only
--- KEYS[17] record    STRING (optional) the claimer's last claim: "<nonce>|" then per job
+--          runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs): read only
+--          record    STRING (optional) the claimer's last claim: "<nonce>|" then per job
 --                    "<id>\t<due_ms>\t<token>\n", kept lease_ms (keys.claim_record)
--- ARGV[4]  nonce     "" or the claim's nonce (with KEYS[17]). A claim whose nonce is the
+-- ARGV[4]  nonce     "" or the claim's nonce (with record). A claim whose nonce is the
 --          record's is one asked again after its reply was lost: it claims nothing and
 --          answers the jobs of the record still leased under their token (next_due_ms =
 --          now: claim again), so a lost reply never strands jobs until their lease ends.
@@ -81,11 +84,6 @@
 --@include ready_score
 --@include priority
 --@include trim_log
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio, paused, limit, starts, urgent, runs, record = KEYS[1],
-  KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[10], KEYS[11], KEYS[12], KEYS[13], KEYS[16], KEYS[17]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash', '',
-                        'hash', 'zset', 'zset', '', '', 'hash', record and 'string' or ''})
-if err then return err end
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
 local now = now_ms(ARGV[1])
@@ -287,8 +285,8 @@ out[7] = (#out - 7) / 3
 for j = 1, #claimed do out[#out + 1] = claimed[j] end
 
 -- 5. when to claim next; when the urgent index's first job is due (a worker's timer)
-local u = pending_head(urgent)  -- its first entry
-if u[2] then out[6] = tonumber(u[2]) end
+local next_urgent = pending_head(urgent)  -- its first entry
+if next_urgent[2] then out[6] = tonumber(next_urgent[2]) end
 if out[5] == 1 then
   out[2] = out[4]
 else

@@ -1,12 +1,13 @@
 -- defer.lua : put jobs in flight back in line for later, their attempt given back (a
 -- job a callable limit refused: not its fault).
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[4]  attempts  HASH  id -> lease token
--- KEYS[8]  ready     ZSET  ready score -> id
--- KEYS[9]  prio      HASH  id -> priority
+-- KEYS: pending:zset inflight:zset attempts:hash ready:zset prio:hash urgent
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          inflight  ZSET  lease_deadline_ms -> id
+--          attempts  HASH  id -> lease token
+--          ready     ZSET  ready score -> id
+--          prio      HASH  id -> priority
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the queue's next claim moves earlier
 -- ARGV[3..] triples: id, token, at_ms (the new due time; clamped to years 1..9999)
@@ -20,9 +21,6 @@
 --@include now
 --@include wrong_type
 --@include give_back
-local pending, inflight, attempts, ready, prio = KEYS[1], KEYS[2], KEYS[4], KEYS[8], KEYS[9]
-local err = wrong_type({'zset', 'zset', '', 'hash', '', '', '', 'zset', 'hash'})
-if err then return err end
 local out, line = give_back(pending, inflight, attempts, ready, prio, now_ms(ARGV[1]))
 if line ~= nil then line_write(line, pending, ready, ARGV[2]) end
 return out

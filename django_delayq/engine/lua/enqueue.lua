@@ -1,16 +1,17 @@
 -- enqueue.lua : add jobs to a queue; idempotent by job id.
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id   (jobs not yet due, and due jobs waiting their
+-- KEYS: pending:zset inflight:zset jobs:hash dead:zset epoch ready:zset prio:hash urgent
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id   (jobs not yet due, and due jobs waiting their
 --                          turn to be promoted to ready by claim.lua)
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[3]  jobs      HASH  id -> envelope (JSON), only for jobs that carry one
--- KEYS[6]  dead      ZSET  died_ms -> id
--- KEYS[7]  epoch     STRING the queue's epoch (core/reconcile.py): set, if absent, to
+--          inflight  ZSET  lease_deadline_ms -> id
+--          jobs      HASH  id -> envelope (JSON), only for jobs that carry one
+--          dead      ZSET  died_ms -> id
+--          epoch     STRING the queue's epoch (core/reconcile.py): set, if absent, to
 --                    "<ms>:<us>:e" whenever jobs are given: whoever first writes a queue's
 --                    data creates it, so "no epoch" means "nothing written since empty"
--- KEYS[8]  ready     ZSET  ready score -> id (due jobs in claim order: lib.lua ready_score)
--- KEYS[9]  prio      HASH  id -> priority, only for priorities other than 0
+--          ready     ZSET  ready score -> id (due jobs in claim order: lib.lua ready_score)
+--          prio      HASH  id -> priority, only for priorities other than 0
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target, told the due time when the queue's next claim moves
 --                    earlier (lib.lua line_write)
@@ -31,10 +32,6 @@
 --@include clamp_ms
 --@include call_many
 --@include line
-local pending, inflight, jobs, dead, epoch, ready, prio = KEYS[1], KEYS[2], KEYS[3], KEYS[6],
-                                                          KEYS[7], KEYS[8], KEYS[9]
-local err = wrong_type({'zset', 'zset', 'hash', '', '', 'zset', '', 'zset', 'hash'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}
 for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end

@@ -3,7 +3,8 @@
 -- Not a job transition: the worker's and the API's signal receivers buffer events in
 -- memory and a background thread writes them with a few calls of this script.
 --
--- KEYS[1]  events    STREAM  the capped event stream of one prefix
+-- KEYS: events:stream
+--          events    STREAM  the capped event stream of one prefix
 -- ARGV[1]  maxlen    approximate cap (XADD MAXLEN ~)
 -- ARGV[2..] events, each as: n (number of field/value pairs), f1, v1, ..., fn, vn
 --
@@ -15,9 +16,6 @@
 --       scripts.MAX_EVENT_ARGS; callers split bigger batches): O(total fields);
 --       trimming is amortised by MAXLEN ~.
 --@include wrong_type
-local events = KEYS[1]
-local err = wrong_type({'stream'})
-if err then return err end
 local maxlen = ARGV[1]
 local i = 2
 local written = 0

@@ -1,8 +1,9 @@
 -- extend.lua : heartbeat; push the lease deadline of running jobs forward.
 --
--- KEYS[1]..[7]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[4]  attempts  HASH  id -> lease token
+-- KEYS: inflight:zset attempts:hash
+-- used, in that order (the names of keys.QueueKeys):
+--          inflight  ZSET  lease_deadline_ms -> id
+--          attempts  HASH  id -> lease token
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  lease_ms  new deadline = now_ms + lease_ms
 -- ARGV[3..] pairs: id, token
@@ -15,9 +16,6 @@
 --@include now
 --@include wrong_type
 --@include call_many
-local inflight, attempts = KEYS[2], KEYS[4]
-local err = wrong_type({'', 'zset', '', 'hash'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local deadline = now + tonumber(ARGV[2])
 local ids = {}

@@ -2,9 +2,10 @@
 -- and records older than the keep time (a worker gone before its rows landed, whose
 -- rows the reconciler settled long ago).
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[14] settled     ZSET  id -> settled ms
--- KEYS[15] settled_by  HASH  id -> "<code> <attempt> <holder>"
+-- KEYS: settled:zset settled_by:hash
+-- used, in that order (the names of keys.QueueKeys):
+--          settled     ZSET  id -> settled ms
+--          settled_by  HASH  id -> "<code> <attempt> <holder>"
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  keep_ms     records settled before now - keep_ms are dropped (100 at most)
 -- ARGV[3..] ids whose records go
@@ -14,9 +15,6 @@
 --       100 old records: O(n log N).
 --@include now
 --@include wrong_type
-local settled, settled_by = KEYS[14], KEYS[15]
-local err = wrong_type({'', '', '', '', '', '', '', '', '', '', '', '', '', 'zset', 'hash'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}
 for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end

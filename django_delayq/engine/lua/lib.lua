@@ -208,8 +208,8 @@ end
 -- line_write writes and tells the queue's wake channel `channel` the earliest due time
 -- placed when it moves the queue's next claim earlier: nothing was ready (an idle worker
 -- sleeps until the head of pending) and it is before that head, or `moved` was the head.
--- A job of priority above 0 placed in pending is also indexed in KEYS[13] (urgent: every
--- queue script takes the queue's keys in one order), so claim.lua promotes it when due
+-- A job of priority above 0 placed in pending is also indexed in urgent (the including
+-- script declares it), so claim.lua promotes it when due
 -- ahead of the jobs of pending due before it; when it comes before the index's first
 -- entry the channel is told too (a busy worker's urgent timer claims it at that time), and
 -- so it is when one goes straight to ready ahead of a ready backlog (claimed first by
@@ -218,7 +218,7 @@ local function new_line(pending, ready)
   local head = pending_head(pending)
   local first = nil
   if head[2] then first = tonumber(head[2]) or -math.huge end
-  local u = pending_head(KEYS[13])
+  local u = pending_head(urgent)
   return {head = head[1], first = first, idle = redis.call('EXISTS', ready) == 0,
           to_pending = {}, to_ready = {}, to_urgent = {}, earliest = nil,
           urgent_first = tonumber(u[2]), urgent_earliest = nil}
@@ -248,7 +248,7 @@ end
 local function line_write(line, pending, ready, channel, moved)
   if #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
   if #line.to_ready > 0 then call_many('ZADD', ready, {}, line.to_ready) end
-  if #line.to_urgent > 0 then call_many('ZADD', KEYS[13], {}, line.to_urgent) end
+  if #line.to_urgent > 0 then call_many('ZADD', urgent, {}, line.to_urgent) end
   local due = line.earliest
   if due ~= nil and line.idle and (line.first == nil or due < line.first
                                    or line.head == moved) then
@@ -262,7 +262,7 @@ local function line_write(line, pending, ready, channel, moved)
 end
 
 --@define offset
--- A job's runs entry (KEYS[16]: "<token> <offset> <streak>", or nil): the delivery whose
+-- A job's runs entry (runs: "<token> <offset> <streak>", or nil): the delivery whose
 -- run started last; how far its lease tokens run ahead of its attempts (deliveries that
 -- never started, numbers a re-enqueue skipped): the attempt of delivery `token` is
 -- token - offset; the deliveries in a row that never started. ``token``: the delivery's
@@ -279,12 +279,13 @@ end
 -- Forgets jobs that are final (done, cancelled, purged, trimmed from dead, set aside as
 -- poison): their envelope, attempts count (lease token), cancel mark, priority and start
 -- marks. Where they were listed (pending, ready, inflight, dead) is the caller's to clear,
--- except the index of urgent pending jobs (KEYS[13]) and the runs (KEYS[16]). At most a
+-- except the index of urgent pending jobs and the runs (the keys ``urgent`` and ``runs``
+-- the including script declares). At most a
 -- few hundred ids a call.
 local function forget(jobs, attempts, cancel, prio, ids)
   if #ids == 0 then return end
-  redis.call('ZREM', KEYS[13], unpack(ids))
-  redis.call('HDEL', KEYS[16], unpack(ids))
+  redis.call('ZREM', urgent, unpack(ids))
+  redis.call('HDEL', runs, unpack(ids))
   redis.call('HDEL', jobs, unpack(ids))
   redis.call('HDEL', attempts, unpack(ids))
   redis.call('SREM', cancel, unpack(ids))
@@ -293,7 +294,7 @@ end
 
 --@define record_settled
 --@include call_many
--- Records how jobs ended (KEYS[14] settled: id -> ms, KEYS[15] settled_by: id ->
+-- Records how jobs ended (the declared keys settled: id -> ms, settled_by: id ->
 -- "<code> <attempt> <holder>") for the worker ``holder`` until its audit row lands
 -- (forget_settled.lua); ``entries`` holds id, "<code> <attempt>" pairs. No record when
 -- ``holder`` is "" (the bare engine, jobs set aside). ``at``: the script's now (ms),
@@ -307,8 +308,8 @@ local function record_settled(holder, at, entries)
     described[#described + 1] = entries[i]
     described[#described + 1] = entries[i + 1] .. ' ' .. holder
   end
-  call_many('ZADD', KEYS[14], {}, scored)
-  call_many('HSET', KEYS[15], {}, described)
+  call_many('ZADD', settled, {}, scored)
+  call_many('HSET', settled_by, {}, described)
 end
 
 --@define trim_log

@@ -2,8 +2,9 @@
 -- this before calling the functions; lua/recover.lua charges a lost delivery an attempt
 -- only when its run was marked).
 --
--- KEYS[1]  attempts  HASH  id -> lease token (keys.QueueKeys.attempts)
--- KEYS[2]  runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs)
+-- KEYS: attempts runs
+--          attempts  HASH  id -> lease token (keys.QueueKeys.attempts)
+--          runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs)
 -- ARGV[1..] triples: id, token, offset (token - attempt: what claim.lua read)
 --
 -- A mark is written only while the job is held under that token: one arriving after its
@@ -11,7 +12,6 @@
 -- its lease passed to another delivery writes nothing, so no entry outlives its job.
 -- Returns: the number of marks written (the stream's connection never reads it).
 -- Cost: at most 100 triples per call (scripts.MAX_MARK): O(n).
-local attempts, runs = KEYS[1], KEYS[2]
 if #ARGV == 0 then return 0 end
 local ids = {}
 for i = 1, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end

@@ -1,17 +1,19 @@
 -- nack.lua : settle failed jobs: back in line after a delay, or to dead.
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[3]  jobs      HASH  id -> envelope
--- KEYS[4]  attempts  HASH  id -> lease token
--- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
--- KEYS[6]  dead      ZSET  died_ms -> id
--- KEYS[8]  ready     ZSET  ready score -> id
--- KEYS[9]  prio      HASH  id -> priority (kept while the job lives, dead included)
--- KEYS[14] settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
--- KEYS[15] settled_by  HASH  id -> "c <attempt> <holder>"
--- KEYS[16] runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
+-- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
+-- KEYS: ready:zset prio:hash urgent settled:zset settled_by:hash runs:hash
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          inflight  ZSET  lease_deadline_ms -> id
+--          jobs      HASH  id -> envelope
+--          attempts  HASH  id -> lease token
+--          cancel    SET   ids whose cancel was asked while they ran
+--          dead      ZSET  died_ms -> id
+--          ready     ZSET  ready score -> id
+--          prio      HASH  id -> priority (kept while the job lives, dead included)
+--          settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
+--          settled_by  HASH  id -> "c <attempt> <holder>"
+--          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
@@ -35,11 +37,6 @@
 --@include forget
 --@include record_settled
 --@include offset
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio, runs = KEYS[1], KEYS[2],
-  KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[16]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash',
-                        '', '', '', '', 'zset', 'hash', 'hash'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local ids = {}
 for i = 5, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end

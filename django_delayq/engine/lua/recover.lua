@@ -1,15 +1,17 @@
 -- recover.lua : take back jobs whose lease expired (their worker died or hung).
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[3]  jobs      HASH  id -> envelope
--- KEYS[4]  attempts  HASH  id -> lease token (= deliveries so far)
--- KEYS[5]  cancel    SET   ids whose cancel was asked while they ran
--- KEYS[6]  dead      ZSET  died_ms -> id
--- KEYS[8]  ready     ZSET  ready score -> id
--- KEYS[9]  prio      HASH  id -> priority
--- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>": the delivery whose run started
+-- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
+-- KEYS: ready:zset prio:hash urgent runs:hash
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          inflight  ZSET  lease_deadline_ms -> id
+--          jobs      HASH  id -> envelope
+--          attempts  HASH  id -> lease token (= deliveries so far)
+--          cancel    SET   ids whose cancel was asked while they ran
+--          dead      ZSET  died_ms -> id
+--          ready     ZSET  ready score -> id
+--          prio      HASH  id -> priority
+--          runs      HASH  id -> "<token> <offset> <streak>": the delivery whose run started
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most expired leases to handle in this call (1..100; more is capped)
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
@@ -53,11 +55,6 @@
 --@include priority
 --@include offset
 --@include call_many
-local pending, inflight, jobs, attempts, cancel, dead, ready, prio, runs = KEYS[1], KEYS[2],
-  KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[8], KEYS[9], KEYS[16]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', 'set', 'zset', '', 'zset', 'hash',
-                        '', '', '', '', '', '', 'hash'})
-if err then return err end
 local now = now_ms(ARGV[1])
 if ARGV[6] ~= '' then
   local since, last, need, gap = string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+)$')

@@ -1,18 +1,20 @@
 -- reenqueue.lua : the reconciler puts back jobs Redis does not hold; at most once per
 -- job however many reconcilers find it missing at once, under a fresh lease token.
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending     ZSET  due_ms -> id
--- KEYS[2]  inflight    ZSET  lease_deadline_ms -> id
--- KEYS[3]  jobs        HASH  id -> envelope
--- KEYS[4]  attempts    HASH  id -> lease token (the last one handed out)
--- KEYS[6]  dead        ZSET  died_ms -> id
--- KEYS[7]  epoch       STRING set, if absent, as enqueue.lua does
--- KEYS[8]  ready       ZSET  ready score -> id
--- KEYS[9]  prio        HASH  id -> priority, only for priorities other than 0
--- KEYS[14] settled     ZSET  id -> settled ms (a worker settled it; its row is coming)
--- KEYS[16] runs        HASH  id -> "<token> <offset> <streak>" (start marks; see below)
--- KEYS[17] reconciled  ZSET  id -> ms a reconciler re-enqueued it
+-- KEYS: pending:zset inflight:zset jobs:hash attempts:hash dead:zset epoch:string
+-- KEYS: ready:zset prio:hash urgent:zset settled:zset runs:hash reconciled:zset
+-- used, in that order (the names of keys.QueueKeys):
+--          pending     ZSET  due_ms -> id
+--          inflight    ZSET  lease_deadline_ms -> id
+--          jobs        HASH  id -> envelope
+--          attempts    HASH  id -> lease token (the last one handed out)
+--          dead        ZSET  died_ms -> id
+--          epoch       STRING set, if absent, as enqueue.lua does
+--          ready       ZSET  ready score -> id
+--          prio        HASH  id -> priority, only for priorities other than 0
+--          settled     ZSET  id -> settled ms (a worker settled it; its row is coming)
+--          runs        HASH  id -> "<token> <offset> <streak>" (start marks; see below)
+--          reconciled  ZSET  id -> ms a reconciler re-enqueued it
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel     PUBLISH target (lib.lua line_write)
 -- ARGV[3]  keep_ms     how long a re-enqueue is remembered (ms)
@@ -42,11 +44,6 @@
 --@include clamp_ms
 --@include call_many
 --@include line
-local pending, inflight, jobs, attempts, dead, epoch, ready, prio, settled, runs, reconciled = KEYS[1],
-  KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[14], KEYS[16], KEYS[17]
-local err = wrong_type({'zset', 'zset', 'hash', 'hash', '', 'zset', 'string', 'zset', 'hash', '',
-                        '', '', 'zset', 'zset', '', 'hash', 'zset'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local keep_ms, keep_max = tonumber(ARGV[3]), tonumber(ARGV[4])
 if ARGV[5] ~= '' and redis.call('GET', epoch) ~= ARGV[5] then return {0, now, 1} end

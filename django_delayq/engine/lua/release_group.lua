@@ -1,8 +1,9 @@
 -- release_group.lua : free the concurrency slots of settled jobs (group limits).
 --
--- KEYS[1]  grants   ZSET  "<id>:<ms>" -> grant ms (not used here)
--- KEYS[2]  running  ZSET  id -> slot deadline ms
--- KEYS[3]  next_free STRING (not used here)
+-- KEYS: running:zset
+--          grants   ZSET  "<id>:<ms>" -> grant ms (not used here)
+--          running  ZSET  id -> slot deadline ms
+--          next_free STRING (not used here)
 --          (keys.GroupKeys: one hash tag {prefix:limit:<group>})
 -- ARGV     job ids
 --
@@ -11,8 +12,5 @@
 -- Returns: how many slots were freed
 -- Cost: at most 250 ids per call (scripts.MAX_RELEASE_GROUP): O(n log N).
 --@include wrong_type
-local running = KEYS[2]
-local err = wrong_type({'', 'zset'})
-if err then return err end
 if #ARGV == 0 then return 0 end
 return redis.call('ZREM', running, unpack(ARGV))

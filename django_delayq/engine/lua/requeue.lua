@@ -1,12 +1,13 @@
 -- requeue.lua : give a dead job a fresh set of attempts.
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id
--- KEYS[4]  attempts  HASH  id -> lease token
--- KEYS[6]  dead      ZSET  died_ms -> id
--- KEYS[8]  ready     ZSET  ready score -> id
--- KEYS[9]  prio      HASH  id -> priority (kept while the job was dead)
--- KEYS[16] runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten
+-- KEYS: pending:zset attempts:hash dead:zset ready:zset prio:hash urgent runs:hash
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          attempts  HASH  id -> lease token
+--          dead      ZSET  died_ms -> id
+--          ready     ZSET  ready score -> id
+--          prio      HASH  id -> priority (kept while the job was dead)
+--          runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id
@@ -21,11 +22,6 @@
 --@include clamp_ms
 --@include line
 --@include priority
-local pending, attempts, dead, ready, prio, runs = KEYS[1], KEYS[4], KEYS[6], KEYS[8], KEYS[9],
-                                                 KEYS[16]
-local err = wrong_type({'zset', '', '', 'hash', '', 'zset', '', 'zset', 'hash', '', '', '',
-                        '', '', '', 'hash'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local id = ARGV[3]
 if not redis.call('ZSCORE', dead, id) then return {0, -1} end

@@ -1,10 +1,11 @@
 -- reschedule.lua : move a waiting job to a new due time ("run now" is delay 0).
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[8]  ready     ZSET  ready score -> id
--- KEYS[9]  prio      HASH  id -> priority
+-- KEYS: pending:zset inflight:zset ready:zset prio:hash urgent
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          inflight  ZSET  lease_deadline_ms -> id
+--          ready     ZSET  ready score -> id
+--          prio      HASH  id -> priority
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id
@@ -20,9 +21,6 @@
 --@include clamp_ms
 --@include line
 --@include priority
-local pending, inflight, ready, prio = KEYS[1], KEYS[2], KEYS[8], KEYS[9]
-local err = wrong_type({'zset', 'zset', '', '', '', '', '', 'zset', 'hash'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local id = ARGV[3]
 local due = tonumber(ARGV[4])

@@ -1,10 +1,11 @@
 -- stats.lua : counts and times of one queue, read atomically.
 --
--- KEYS[1]..[16]  the queue's keys, in their one order (keys.QueueKeys.script_keys); used:
--- KEYS[1]  pending   ZSET  due_ms -> id
--- KEYS[2]  inflight  ZSET  lease_deadline_ms -> id
--- KEYS[6]  dead      ZSET  died_ms -> id
--- KEYS[8]  ready     ZSET  ready score -> id
+-- KEYS: pending:zset inflight:zset dead:zset ready:zset
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          inflight  ZSET  lease_deadline_ms -> id
+--          dead      ZSET  died_ms -> id
+--          ready     ZSET  ready score -> id
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 --
 -- Due jobs are those of ready and those of pending due by now (not promoted yet). Times
@@ -20,9 +21,6 @@
 --@include wrong_type
 --@include as_ms
 --@include ready_score
-local pending, inflight, dead, ready = KEYS[1], KEYS[2], KEYS[6], KEYS[8]
-local err = wrong_type({'zset', 'zset', '', '', '', 'zset', '', 'zset'})
-if err then return err end
 local now = now_ms(ARGV[1])
 local due_now = redis.call('ZCOUNT', pending, '-inf', now)
 local total = redis.call('ZCARD', pending)
