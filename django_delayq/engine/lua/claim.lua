@@ -88,120 +88,133 @@ local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
 local now = now_ms(ARGV[1])
 local nonce = ARGV[4] or ''
-if record and nonce ~= '' then
-  local prev = redis.call('GET', record)
-  if prev and string.sub(prev, 1, #nonce + 1) == nonce .. '|' then
-    local again = {now, now, 0, -1, 0, -1, 0}
-    local read = 0
-    for id, due, token in string.gmatch(string.sub(prev, #nonce + 2), '([^\t\n]+)\t(-?%d+)\t(%d+)\n') do
-      read = read + 1
-      if read > 200 then break end  -- a claim leases at most 200 (a longer record is not ours)
-      if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == token then
-        again[#again + 1] = id; again[#again + 1] = tonumber(due)
-        again[#again + 1] = tonumber(token)
-        again[#again + 1] = tonumber(token) - offset_of(redis.call('HGET', runs, id), token)
-        again[#again + 1] = redis.call('HGET', jobs, id) or ''
-      end
-    end
-    return again
-  end
-end
-if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
 local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
-local lease_at = string.format('%.0f', now + tonumber(ARGV[3]))
-
--- 1. the queue's limits: how many may be claimed
-local grant = want
-local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency')
-local rate, per_ms, conc = tonumber(conf[1]), tonumber(conf[2]), tonumber(conf[3])
--- whole numbers only (a planted 1.5 would make the ZRANGE bounds below invalid)
-if rate then rate = math.floor(rate) end
-if per_ms then per_ms = math.floor(per_ms) end
-if conc then conc = math.floor(conc) end
-local in_window, cutoff = 0, 0
-if rate and per_ms and rate >= 1 and per_ms >= 1 then
-  cutoff = now - per_ms
-  in_window = redis.call('ZCOUNT', starts, '(' .. string.format('%.0f', cutoff), '+inf')
-  grant = math.min(grant, math.max(0, rate - in_window))
-else
-  rate = nil
-end
-if conc and conc >= 0 then
-  grant = math.min(grant, math.max(0, conc - redis.call('ZCARD', inflight)))
-end
-
--- 2. read: due jobs of pending to promote, the head of ready
-local cand = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'WITHSCORES', 'LIMIT', 0, PROMOTE)
-local tail = {}
-if now <= MAX_MS then
-  tail = redis.call('ZRANGEBYSCORE', pending, '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
-                    'LIMIT', 0, 10)
-end
--- due jobs of priority above 0 not among cand: promoted out of pending's due order
-local lead = redis.call('ZRANGEBYSCORE', urgent, '-inf', now, 'LIMIT', 0, URGENT)
-local in_cand, jump, jump_due = {}, {}, {}
-for i = 1, #cand, 2 do in_cand[cand[i]] = true end
-for _, id in ipairs(lead) do
-  if not in_cand[id] then
-    local s = tonumber(redis.call('ZSCORE', pending, id))
-    if s and s <= now then jump[#jump + 1] = id; jump_due[#jump_due + 1] = s end
-  end
-end
-local head = redis.call('ZRANGE', ready, 0, grant, 'WITHSCORES')  -- one more: held back?
 local out = {now, -1, 0, -1, 0, -1, 0}
-local gone, died, from_ready, tail_ids = {}, {}, {}, {}
+-- What the steps below share: the queue's limits (1), what was read (2), chosen (3) and
+-- leased (4); everything before step 6 only reads.
+local grant, rate, per_ms, in_window, cutoff = want, nil, nil, 0, 0
+local cand, tail, tail_ids, lead, jump, from_ready, unindex = {}, {}, {}, {}, {}, {}, {}
+local gone, died, entries = {}, {}, {}  -- entries: {score, id, promoted, due}
+local take, promoted, seen, left = {}, {}, {}, 0
+local leased, tokens, reset, claimed, n = {}, {}, {}, {}, 0
+
 local function aside(id, why, removed)
   if removed then gone[#gone + 1] = id; id = shown(id)
   else died[#died + 1] = now; died[#died + 1] = id end
   out[#out + 1] = id; out[#out + 1] = why; out[#out + 1] = removed and 1 or 0
 end
-local entries = {}  -- {score, id, promoted, due}
-for i = 1, #head, 2 do
-  local id, due = head[i], ready_due(head[i + 1])
-  from_ready[#from_ready + 1] = id
-  if bad_id(id) then aside(id, bad_id(id), true)
-  elseif due == nil then aside(id, 'ready score ' .. head[i + 1] .. ' is not one', false)
-  else entries[#entries + 1] = {tonumber(head[i + 1]), id, false, due} end
-end
-local ids, scores = {}, {}
-for i = 1, #cand, 2 do ids[#ids + 1] = cand[i]; scores[#scores + 1] = cand[i + 1] end
-for i = 1, #tail, 2 do
-  ids[#ids + 1] = tail[i]; scores[#scores + 1] = tail[i + 1]; tail_ids[#tail_ids + 1] = tail[i]
-end
-for j = 1, #jump do ids[#ids + 1] = jump[j]; scores[#scores + 1] = jump_due[j] end
-local prios = {}
-if #ids > 0 and redis.call('EXISTS', prio) == 1 then
-  prios = priorities(prio, ids)
-end
-local unindex = lead  -- the urgent entries read, and those of the jobs leaving pending
-for j = 1, #ids do
-  if priority_of(prios[j]) > 0 then unindex[#unindex + 1] = ids[j] end
-end
-for j = 1, #ids do
-  local id, due = ids[j], as_ms(scores[j])
-  if bad_id(id) then aside(id, bad_id(id), true)
-  elseif due == nil then aside(id, 'due score ' .. scores[j] .. ' is not a time', false)
-  else entries[#entries + 1] = {ready_score(priority_of(prios[j]), due), id, true, due} end
-end
-table.sort(entries, function(a, b)
-  if a[1] ~= b[1] then return a[1] < b[1] end
-  return a[2] < b[2]
-end)
 
--- 3. choose: the `grant` lowest scores are leased, the other promoted ones become ready
-local take, promoted, seen = {}, {}, {}
-for _, e in ipairs(entries) do
-  if not seen[e[2]] then
-    seen[e[2]] = true
-    if #take < grant then take[#take + 1] = e
-    elseif e[3] then
-      promoted[#promoted + 1] = string.format('%.0f', e[1]); promoted[#promoted + 1] = e[2]
+-- 0. a claim asked again under its nonce: the jobs of its record still leased, else nil
+local function replayed()
+  if not (record and nonce ~= '') then return nil end
+  local prev = redis.call('GET', record)
+  if not (prev and string.sub(prev, 1, #nonce + 1) == nonce .. '|') then return nil end
+  local again = {now, now, 0, -1, 0, -1, 0}
+  local read = 0
+  for id, due, token in string.gmatch(string.sub(prev, #nonce + 2), '([^\t\n]+)\t(-?%d+)\t(%d+)\n') do
+    read = read + 1
+    if read > 200 then break end  -- a claim leases at most 200 (a longer record is not ours)
+    if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == token then
+      again[#again + 1] = id; again[#again + 1] = tonumber(due)
+      again[#again + 1] = tonumber(token)
+      again[#again + 1] = tonumber(token) - offset_of(redis.call('HGET', runs, id), token)
+      again[#again + 1] = redis.call('HGET', jobs, id) or ''
     end
   end
+  return again
 end
-local left = #entries - #take  -- ready jobs a limit held back (at least)
-local leased, tokens, reset, claimed = {}, {}, {}, {}
-if #take > 0 then
+
+-- 1. the queue's limits: how many may be claimed (grant)
+local function limits()
+  local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency')
+  local conc
+  rate, per_ms, conc = tonumber(conf[1]), tonumber(conf[2]), tonumber(conf[3])
+  -- whole numbers only (a planted 1.5 would make the ZRANGE bounds below invalid)
+  if rate then rate = math.floor(rate) end
+  if per_ms then per_ms = math.floor(per_ms) end
+  if conc then conc = math.floor(conc) end
+  if rate and per_ms and rate >= 1 and per_ms >= 1 then
+    cutoff = now - per_ms
+    in_window = redis.call('ZCOUNT', starts, '(' .. string.format('%.0f', cutoff), '+inf')
+    grant = math.min(grant, math.max(0, rate - in_window))
+  else
+    rate = nil
+  end
+  if conc and conc >= 0 then
+    grant = math.min(grant, math.max(0, conc - redis.call('ZCARD', inflight)))
+  end
+end
+
+-- 2. read: due jobs of pending to promote (with the urgent ones out of their due order),
+-- the head of ready; entries are the candidates, by ready score
+local function read_candidates()
+  cand = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'WITHSCORES', 'LIMIT', 0, PROMOTE)
+  if now <= MAX_MS then
+    tail = redis.call('ZRANGEBYSCORE', pending, '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
+                      'LIMIT', 0, 10)
+  end
+  -- due jobs of priority above 0 not among cand: promoted out of pending's due order
+  lead = redis.call('ZRANGEBYSCORE', urgent, '-inf', now, 'LIMIT', 0, URGENT)
+  local in_cand, jump_due = {}, {}
+  for i = 1, #cand, 2 do in_cand[cand[i]] = true end
+  for _, id in ipairs(lead) do
+    if not in_cand[id] then
+      local s = tonumber(redis.call('ZSCORE', pending, id))
+      if s and s <= now then jump[#jump + 1] = id; jump_due[#jump_due + 1] = s end
+    end
+  end
+  local head = redis.call('ZRANGE', ready, 0, grant, 'WITHSCORES')  -- one more: held back?
+  for i = 1, #head, 2 do
+    local id, due = head[i], ready_due(head[i + 1])
+    from_ready[#from_ready + 1] = id
+    if bad_id(id) then aside(id, bad_id(id), true)
+    elseif due == nil then aside(id, 'ready score ' .. head[i + 1] .. ' is not one', false)
+    else entries[#entries + 1] = {tonumber(head[i + 1]), id, false, due} end
+  end
+  local ids, scores = {}, {}
+  for i = 1, #cand, 2 do ids[#ids + 1] = cand[i]; scores[#scores + 1] = cand[i + 1] end
+  for i = 1, #tail, 2 do
+    ids[#ids + 1] = tail[i]; scores[#scores + 1] = tail[i + 1]; tail_ids[#tail_ids + 1] = tail[i]
+  end
+  for j = 1, #jump do ids[#ids + 1] = jump[j]; scores[#scores + 1] = jump_due[j] end
+  local prios = {}
+  if #ids > 0 and redis.call('EXISTS', prio) == 1 then
+    prios = priorities(prio, ids)
+  end
+  unindex = lead  -- the urgent entries read, and those of the jobs leaving pending
+  for j = 1, #ids do
+    if priority_of(prios[j]) > 0 then unindex[#unindex + 1] = ids[j] end
+  end
+  for j = 1, #ids do
+    local id, due = ids[j], as_ms(scores[j])
+    if bad_id(id) then aside(id, bad_id(id), true)
+    elseif due == nil then aside(id, 'due score ' .. scores[j] .. ' is not a time', false)
+    else entries[#entries + 1] = {ready_score(priority_of(prios[j]), due), id, true, due} end
+  end
+  table.sort(entries, function(a, b)
+    if a[1] ~= b[1] then return a[1] < b[1] end
+    return a[2] < b[2]
+  end)
+end
+
+-- 3. choose: the `grant` lowest scores are leased, the other promoted ones become ready
+local function choose()
+  for _, e in ipairs(entries) do
+    if not seen[e[2]] then
+      seen[e[2]] = true
+      if #take < grant then take[#take + 1] = e
+      elseif e[3] then
+        promoted[#promoted + 1] = string.format('%.0f', e[1]); promoted[#promoted + 1] = e[2]
+      end
+    end
+  end
+  left = #entries - #take  -- ready jobs a limit held back (at least)
+end
+
+-- 4. lease: each chosen job's token and attempt (a poison one is set aside instead)
+local function lease()
+  if #take == 0 then return end
+  local lease_at = string.format('%.0f', now + tonumber(ARGV[3]))
   local take_ids = {}
   for j, e in ipairs(take) do take_ids[j] = e[2] end
   local envs = {}
@@ -226,9 +239,12 @@ if #take > 0 then
       claimed[#claimed + 1] = token - offset_of(marked[j], token); claimed[#claimed + 1] = envs[j] or ''
     end
   end
+  n = #tokens / 2
 end
-local n = #tokens / 2
-if left > 0 and grant < want then
+
+-- 5. held back by a limit: say so, and when a full rate window lets a claim in again
+local function held_back()
+  if not (left > 0 and grant < want) then return end
   out[5] = 1
   if rate and in_window + n >= rate then  -- the window is full: when its oldest leaves
     local at = in_window + n - rate
@@ -242,54 +258,56 @@ if left > 0 and grant < want then
   end
 end
 
--- 4. write: everything above was only read
-if #cand > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #cand / 2 - 1) end
-if #tail_ids > 0 then redis.call('ZREM', pending, unpack(tail_ids)) end
-if #jump > 0 then redis.call('ZREM', pending, unpack(jump)) end
-if #unindex > 0 then redis.call('ZREM', urgent, unpack(unindex)) end
-if #from_ready > 0 then  -- the leased (whatever copy was taken) and the set aside
-  local off = {}
-  for _, id in ipairs(from_ready) do if not seen[id] then off[#off + 1] = id end end
-  for _, e in ipairs(take) do off[#off + 1] = e[2] end
-  if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
-end
-if #promoted > 0 then call_many('ZADD', ready, {}, promoted) end
-if n > 0 then
-  call_many('HSET', attempts, {}, tokens)
-  call_many('ZADD', inflight, {}, leased)
-  if rate then
-    local logged, stamp = {}, string.format('%.0f', now)
-    for j = 1, #tokens, 2 do
-      logged[#logged + 1] = stamp
-      logged[#logged + 1] = tokens[j] .. ':' .. tokens[j + 1] .. ':' .. stamp
+-- 6. write: everything above was only read
+local function write()
+  if #cand > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #cand / 2 - 1) end
+  if #tail_ids > 0 then redis.call('ZREM', pending, unpack(tail_ids)) end
+  if #jump > 0 then redis.call('ZREM', pending, unpack(jump)) end
+  if #unindex > 0 then redis.call('ZREM', urgent, unpack(unindex)) end
+  if #from_ready > 0 then  -- the leased (whatever copy was taken) and the set aside
+    local off = {}
+    for _, id in ipairs(from_ready) do if not seen[id] then off[#off + 1] = id end end
+    for _, e in ipairs(take) do off[#off + 1] = e[2] end
+    if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
+  end
+  if #promoted > 0 then call_many('ZADD', ready, {}, promoted) end
+  if n > 0 then
+    call_many('HSET', attempts, {}, tokens)
+    call_many('ZADD', inflight, {}, leased)
+    if rate then
+      local logged, stamp = {}, string.format('%.0f', now)
+      for j = 1, #tokens, 2 do
+        logged[#logged + 1] = stamp
+        logged[#logged + 1] = tokens[j] .. ':' .. tokens[j + 1] .. ':' .. stamp
+      end
+      call_many('ZADD', starts, {}, logged)
     end
-    call_many('ZADD', starts, {}, logged)
   end
-end
-if rate then trim_log(starts, cutoff, TRIM) end
-if record and nonce ~= '' and n > 0 then
-  local rec = {nonce, '|'}
-  for j = 1, #claimed, 5 do
-    rec[#rec + 1] = claimed[j] .. '\t' .. string.format('%.0f', claimed[j + 1]) .. '\t'
-                    .. claimed[j + 2] .. '\n'
+  if rate then trim_log(starts, cutoff, TRIM) end
+  if record and nonce ~= '' and n > 0 then
+    local rec = {nonce, '|'}
+    for j = 1, #claimed, 5 do
+      rec[#rec + 1] = claimed[j] .. '\t' .. string.format('%.0f', claimed[j + 1]) .. '\t'
+                      .. claimed[j + 2] .. '\n'
+    end
+    redis.call('SET', record, table.concat(rec), 'PX', math.max(1, tonumber(ARGV[3]) or 1))
   end
-  redis.call('SET', record, table.concat(rec), 'PX', math.max(1, tonumber(ARGV[3]) or 1))
+  if #died > 0 then call_many('ZADD', dead, {}, died) end
+  if #reset > 0 then
+    redis.call('HDEL', attempts, unpack(reset))
+    redis.call('HDEL', runs, unpack(reset))
+  end
+  forget(jobs, attempts, cancel, prio, gone)
 end
-if #died > 0 then call_many('ZADD', dead, {}, died) end
-if #reset > 0 then
-  redis.call('HDEL', attempts, unpack(reset))
-  redis.call('HDEL', runs, unpack(reset))
-end
-forget(jobs, attempts, cancel, prio, gone)
-out[7] = (#out - 7) / 3
-for j = 1, #claimed do out[#out + 1] = claimed[j] end
 
--- 5. when to claim next; when the urgent index's first job is due (a worker's timer)
-local next_urgent = pending_head(urgent)  -- its first entry
-if next_urgent[2] then out[6] = tonumber(next_urgent[2]) end
-if out[5] == 1 then
-  out[2] = out[4]
-else
+-- 7. when to claim next; when the urgent index's first job is due (a worker's timer)
+local function next_claim()
+  local next_urgent = pending_head(urgent)  -- its first entry
+  if next_urgent[2] then out[6] = tonumber(next_urgent[2]) end
+  if out[5] == 1 then
+    out[2] = out[4]
+    return
+  end
   local first = pending_head(ready)  -- the same read (first entry), of ready
   if first[2] then
     out[2] = math.min(now, ready_due(first[2]) or now)
@@ -302,4 +320,18 @@ else
     end
   end
 end
+
+-- The steps.
+local again = replayed()
+if again then return again end
+if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
+limits()
+read_candidates()
+choose()
+lease()
+held_back()
+write()
+out[7] = (#out - 7) / 3
+for j = 1, #claimed do out[#out + 1] = claimed[j] end
+next_claim()
 return out
