@@ -148,6 +148,15 @@ class Epochs:
         """Treat every data set of ``queue`` as lost (``delayq_reconcile --assume-lost``)."""
         self.lost_sets[queue] = None
 
+    def began(self) -> dict[str, datetime]:
+        """When the data each queue holds now began (its known epoch's creation, this
+        host's clock), for the queues whose epoch says it began empty (not ``K``): a
+        missing row created and due before it was lost with earlier data, or never sent.
+        Dated with one ``TIME`` call per queue; nothing else is read."""
+        known = {q: self.known[q] for q in self.queues
+                 if q in self.known and epoch_kind(self.known[q]) != KEPT}
+        return {q: self._dated(value) for q, value in known.items()} if known else {}
+
     def took(self, queue: str, job_id: str) -> bool:
         """Whether the last loss of ``queue`` took the data set ``job_id`` is homed in: a
         loss of one shard is no reason to skip the grace for the other shards' rows

@@ -61,7 +61,13 @@ whatever it holds was re-enqueued after the loss. An epoch change clears the sus
 
 Tokens: a loss pass seeds a ``scheduled``/``retrying`` row due before the loss with its
 attempts + 1 (``reconcile_state.count_lost_deliveries``): the lost data may have handed
-it a token its row does not record yet, and no token is handed out twice.
+it a token its row does not record yet, and no token is handed out twice. Whatever a
+re-enqueue charges is written into the row first (its attempts, with a ``JobAttempt``
+each; a running row of a loss pass becomes ``retrying``, as after a lost lease:
+``reconcile_state.record_charges``), so a second loss before the job's next run is
+recorded seeds above it. A reconciler that did not see the loss (its first look found
+the new data's epoch) counts the same in its ordinary pass for rows created and due
+before that data began (``Epochs.began``).
 
 Jobs final in Redis (a live row whose job is in the dead set, or was cancelled while it
 ran) get the same second look and are then settled: ``core/final_rows.py``. What a
@@ -107,6 +113,7 @@ from django_delayq.core.reconcile_state import (
     Suspect,
     count_lost_deliveries,
     live_rows,
+    record_charges,
 )
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
@@ -410,15 +417,18 @@ class Reconciler:
             return 0
         seen_ms = {pk: sus.seen_ms for pk, sus in seen.items()} if seen else None
         seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)
-        if lost:  # a delivery the lost data held may be unrecorded: never its token again
-            count_lost_deliveries(rows, seeds, self._lost_at, self._epochs.witnessed,
-                                  LOSS_MARGIN_SECONDS)
+        # A delivery lost data held may be unrecorded: never its attempt number again,
+        # also when the loss came before this reconciler's first look (it saw no loss).
+        count_lost_deliveries(rows, seeds, self._lost_at if lost else self._epochs.began(),
+                              self._epochs.witnessed, LOSS_MARGIN_SECONDS,
+                              2 * self.settings.lease_seconds)
         ready = []
         for row in rows:
             if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:
                 self._suspects.setdefault(row.pk, seen[row.pk])  # look again next time
             else:
                 ready.append(row)
+        record_charges(ready, seeds, lost)  # the audit counts them before Redis does
         by_queue: dict[str, list[Job]] = {}
         for row in ready:
             by_queue.setdefault(row.queue, []).append(row)

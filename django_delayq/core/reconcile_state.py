@@ -20,10 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db import router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+from django_delayq.exceptions import LeaseLost, type_path
+from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
 OUTAGE_MARGIN_SECONDS = 5.0  # rows changed this long before the first failure seen
 OUTAGE_GRACE_SECONDS = 2.0  # after Redis answers again: then the rows are looked at
@@ -88,8 +90,13 @@ class Outage:
         return Cursor(since=self.pass_since)
 
 
-LIGHT = ("id", "queue", "status", "worker_id", "run_at", "updated_at", "attempts",
-         "cancel_requested", "callable_path", "priority")
+# The JobAttempt of a delivery a re-enqueue counts without knowing whether it ran.
+UNRECORDED = ("may have run without being recorded (Redis lost its data, or the worker "
+              "that had it died before recording it); counted as an attempt")
+LOST_WITH_DATA = "its lease was lost with Redis's data; the job was put back to run again"
+
+LIGHT = ("id", "queue", "status", "worker_id", "run_at", "created_at", "updated_at",
+         "attempts", "cancel_requested", "callable_path", "priority")
 
 
 def live_rows(cursor: Cursor, queues: tuple[str, ...], grace: float, batch: int) -> list[Job]:
@@ -117,25 +124,66 @@ def live_rows(cursor: Cursor, queues: tuple[str, ...], grace: float, batch: int)
 
 def count_lost_deliveries(rows: Sequence[Job], seeds: dict[str, int | None],
                           lost_at: Mapping[str, datetime], witnessed: set[str],
-                          margin_s: float) -> None:
-    """Raise the seeds of rows whose job Redis lost: a scheduled or retrying row due
-    before the loss may have been claimed (and run) there without its row saying so yet,
-    under the token its attempts + 1. Its next delivery gets a higher one: no token is
-    handed out twice, and the audit counts the run it may have had (a job that never ran
-    then shows one attempt more than its runs). Only where deliveries may have happened:
-    a loss this reconciler saw happen (``witnessed``: a known epoch vanished), or one
-    found on a first look at a queue that has running rows (workers were delivering); a
-    first look at a Redis that never held the queue (a new deploy, the test helpers'
-    outbox flush) handed out no token."""
+                          margin_s: float, window_s: float) -> None:
+    """Raise the seeds of rows whose job Redis lost (``lost_at``: when each queue's data
+    set began): a scheduled or retrying row created and due before it may have been
+    claimed (and run) in the lost data without its row saying so yet, under its attempts
+    + 1 (the attempts of its row count what earlier re-enqueues charged:
+    ``record_charges``). Its next delivery gets a higher one: no attempt number is handed
+    out twice, and the audit counts the run it may have had (a job that never ran then
+    shows one attempt more than its runs). Only where deliveries may have happened: a
+    loss this reconciler saw happen (``witnessed``: a known epoch vanished), or rows
+    showing workers delivering before the data set began: a running row, or a delivery
+    recorded within ``window_s`` before it (a reconciler started after the loss did not
+    see it). A Redis that never held the queue (a new deploy, the test helpers' outbox
+    flush) handed out no token."""
     active: dict[str, bool] = {}
     for row in rows:
         at = lost_at.get(row.queue)
         seed = seeds.get(row.pk)
         if at is None or seed is None or row.status == JobStatus.RUNNING \
-                or row.run_at > at + timedelta(seconds=margin_s):
+                or max(row.run_at, row.created_at) > at + timedelta(seconds=margin_s):
             continue
         if row.queue not in active:
             active[row.queue] = row.queue in witnessed or Job.objects.filter(
-                queue=row.queue, status=JobStatus.RUNNING).exists()
+                Q(status=JobStatus.RUNNING) | Q(updated_at__gte=at - timedelta(seconds=window_s)),
+                queue=row.queue, attempts__gt=0, updated_at__lt=at).exists()
         if active[row.queue]:
             seeds[row.pk] = max(seed, row.attempts + 1)
+
+
+def record_charges(rows: Sequence[Job], seeds: Mapping[str, int | None], lost: bool) -> int:
+    """Write into the audit what a re-enqueue is about to count, before it counts it: a
+    scheduled or retrying row seeded above its attempts gets those attempts (a
+    ``JobAttempt`` each), and in a loss pass a running row, whose lease went with the
+    data, becomes ``retrying`` with its attempt's ``JobAttempt``, as a lost lease does. A
+    later re-enqueue (another loss before the job's next run is recorded) then seeds from
+    the attempts counted here, never below them. Conditional on the row's status and
+    attempts being as read (a worker's flush, or another reconciler, wins); one UPDATE
+    per (status, attempts, seed) group. Returns how many rows were written."""
+    groups: dict[tuple[str, int, int], list[str]] = {}
+    for row in rows:
+        seed = seeds.get(row.pk) or 0
+        if row.status != JobStatus.RUNNING and seed > row.attempts:
+            groups.setdefault((row.status, row.attempts, seed), []).append(row.pk)
+        elif row.status == JobStatus.RUNNING and lost and row.attempts > 0:
+            groups.setdefault((row.status, row.attempts, row.attempts), []).append(row.pk)
+    using, now, attempts = router.db_for_write(Job), timezone.now(), []
+    lease_lost = type_path(LeaseLost)
+    with transaction.atomic(using=using):
+        for (status, had, seed), ids in groups.items():
+            running = status == JobStatus.RUNNING
+            put_back = dict(status=JobStatus.RETRYING, last_error=LOST_WITH_DATA,
+                            error_type=lease_lost, traceback="") if running else {}
+            jobs = Job.objects.using(using)
+            if not jobs.filter(pk__in=ids, status=status, attempts=had).update(
+                    attempts=seed, updated_at=now, **put_back):
+                continue
+            numbers = [had] if running else range(had + 1, seed + 1)
+            attempts += [JobAttempt(job_id=pk, number=n, outcome=JobStatus.RETRYING,
+                                    finished_at=now, error_type=lease_lost,
+                                    error=LOST_WITH_DATA if running else UNRECORDED)
+                         for pk in jobs.filter(pk__in=ids, updated_at=now, attempts=seed)
+                         .values_list("pk", flat=True) for n in numbers]
+        JobAttempt.objects.using(using).bulk_create(attempts)
+    return len({a.job_id for a in attempts})
