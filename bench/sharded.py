@@ -110,7 +110,7 @@ def lateness(opts: argparse.Namespace) -> dict[str, float]:
 
 def spread_prefix(cluster: object, shards: int, fresh: object) -> str:
     """A fresh prefix under which the shards of ``hot`` live on distinct nodes."""
-    from django_delayq.engine.shards import shard_name
+    from django_delayq.engine.shard_map import shard_name
 
     for _ in range(300):
         prefix: str = fresh()  # type: ignore[operator]

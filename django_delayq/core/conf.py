@@ -20,7 +20,7 @@ from django.dispatch import receiver
 from django_delayq.core import limits, schedules
 from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
-from django_delayq.engine.shards import MAX_SHARDS, SHARD_MARK
+from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
 from django_delayq.engine.urls import (
     CLUSTER_SCHEMES,
     SENTINEL_SCHEMES,
@@ -55,7 +55,7 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS_MAXLEN": 10_000,
     "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
     "QUEUE_OPTIONS": {},  # queue -> {"timeout": s, "rate_limit": "100/m", "concurrency": 5}
-    # ... or {"shards": 3}: the queue spread over 3 hash tags (engine/shards.py)
+    # ... or {"shards": 3}: the queue spread over 3 hash tags (engine/shard_map.py)
     "CALLABLE_LIMITS": {},  # job path -> {"rate_limit": "10/s", "concurrency": 2}
     "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
     "REPORT_DIR": None,  # absolute directory of delayq_report outputs shown in the admin

@@ -2,7 +2,7 @@
 
 Key ``{<prefix>}:events`` (a STREAM, capped with ``XADD MAXLEN ~ EVENTS_MAXLEN``); the
 events of a sharded queue go to a stream on their shard's node instead,
-``{<prefix>:<queue>#<i>}:events``, each capped the same (``engine/events.py``), and
+``{<prefix>:<queue>#<i>}:events``, each capped the same (``engine/event_log.py``), and
 readers merge the streams.
 Each entry holds strings: ``event`` (scheduled, started, succeeded, retrying, dead,
 cancelled), ``job``, ``queue``, ``callable``, ``ts_ms`` (wall clock of the process that
@@ -38,7 +38,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.engine.events import EventLog
+from django_delayq.engine.event_log import EventLog
 from django_delayq.engine.keys import GlobalKeys
 
 logger = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ class EventStream:
             self._buffer.clear()
         if not raw:
             return 0
-        batch = self.log.order(_materialise(raw))  # grouped by stream: see engine/events.py
+        batch = self.log.order(_materialise(raw))  # grouped by stream: see engine/event_log.py
         done = 0
         try:
             for covered, sent, written in self.log.append(batch):

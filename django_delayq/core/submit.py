@@ -81,7 +81,7 @@ def check_queue(queue: Any, s: Settings, any_queue: bool) -> str:
 def not_a_queue_name(queue: str) -> bool:
     """Whether a queue ``DELAYQ["QUEUES"]`` does not list cannot be one: empty, too long,
     not printable, with braces (a hash tag), or named like shard i of another queue
-    (``q#i``, engine/shards.py): its jobs would land in that shard's keys."""
+    (``q#i``, engine/shard_map.py): its jobs would land in that shard's keys."""
     return (not queue or len(queue) > MAX_QUEUE_NAME or not queue.isprintable()
             or "{" in queue or "}" in queue or re.fullmatch(r".+#[0-9]+", queue) is not None)
 

@@ -29,11 +29,10 @@ from typing import Any
 from django_delayq.engine import scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.controls import QueueControls
+from django_delayq.engine.group_limits import GroupLimits
 from django_delayq.engine.keys import QueueKeys
 from django_delayq.engine.leases import Leases
-from django_delayq.engine.limits import GroupLimits
 from django_delayq.engine.outbox import OutboxOps
-from django_delayq.engine.registry import WorkerRegistry
 from django_delayq.engine.replies import aside as _aside
 from django_delayq.engine.replies import bad_id
 from django_delayq.engine.replies import chunks as _chunks
@@ -56,6 +55,7 @@ from django_delayq.engine.results import (  # noqa: F401 - their home before res
     SetAside,
 )
 from django_delayq.engine.server import ServerReads
+from django_delayq.engine.worker_registry import WorkerRegistry
 
 logger = logging.getLogger(__name__)
 

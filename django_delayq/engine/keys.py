@@ -116,13 +116,13 @@ class QueueKeys:
     @property
     def shards(self) -> str:
         """STRING: the highest shard count the queue's data was written with (only on
-        shard 0 of a queue ever sharded; engine/shards.py)."""
+        shard 0 of a queue ever sharded; engine/shard_map.py)."""
         return self.tag + ":shards"
 
     @property
     def events(self) -> str:
         """STREAM: the event stream of the jobs of one shard of a sharded queue, on the
-        shard's node (engine/events.py); other queues' events are in ``GlobalKeys``'."""
+        shard's node (engine/event_log.py); other queues' events are in ``GlobalKeys``'."""
         return self.tag + ":events"
 
     def all(self) -> tuple[str, ...]:

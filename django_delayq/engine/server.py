@@ -17,7 +17,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.events import EventLog, entry_order
+from django_delayq.engine.event_log import EventLog, entry_order
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.engine.wake import WakeListener
 
@@ -104,7 +104,7 @@ class ServerReads(RedisOwner):
                         route=lambda f: self.event_stream_of(f.get("queue", ""), f.get("job", "")))
 
     def event_stream_of(self, queue: str, job_id: str) -> str:
-        """The stream an event of ``job_id`` in ``queue`` is written to (engine/events.py)."""
+        """The stream an event of ``job_id`` in ``queue`` is written to (engine/event_log.py)."""
         return self.global_keys.events
 
     def event_streams(self) -> list[str]:

@@ -1,6 +1,6 @@
 """``ShardedEngine``: the ``Engine`` of engine.py with each queue spread over shards.
 
-Callers name the logical queue; this class finds the shards (engine/shards.py) and
+Callers name the logical queue; this class finds the shards (engine/shard_map.py) and
 runs the one-data-set methods of ``Engine`` on each (no script changes: a shard is a
 full queue under a hash tag of its own). A queue of one shard costs nothing extra
 (one record read per ``SPAN_REFRESH_SECONDS``).
@@ -43,7 +43,7 @@ from django_delayq.engine.results import (
     Recovered,
 )
 from django_delayq.engine.shard_health import ERRORS, ShardHealth
-from django_delayq.engine.shards import ShardMap, shard_name
+from django_delayq.engine.shard_map import ShardMap, shard_name
 
 _T = TypeVar("_T")
 # The presence of a job whose shard cannot be read now: as if queued (nothing to do yet)

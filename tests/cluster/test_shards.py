@@ -14,7 +14,7 @@ import pytest
 from django_delayq import schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.engine import Engine as OneDataSet
-from django_delayq.engine.shards import shard_name
+from django_delayq.engine.shard_map import shard_name
 from django_delayq.models import Job, JobStatus
 from tests.cluster.conftest import spread_prefix
 from tests.cluster.server import LocalCluster

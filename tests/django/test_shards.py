@@ -16,7 +16,7 @@ from django_delayq.core import conf
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.engine import CancelOutcome
 from django_delayq.engine.engine import Engine as OneDataSet
-from django_delayq.engine.shards import shard_name
+from django_delayq.engine.shard_map import shard_name
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import checks
 from tests.django.test_shards_settings import SHARDS

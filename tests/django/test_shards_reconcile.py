@@ -11,7 +11,7 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine, reset
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.engine import Engine as OneDataSet
-from django_delayq.engine.shards import shard_index, shard_name
+from django_delayq.engine.shard_map import shard_index, shard_name
 
 pytestmark = pytest.mark.django_db(transaction=True)
 QUEUES = ("default", "emails", "slow")

@@ -414,7 +414,7 @@ def test_empty_backend_queues_let_any_queue_name_through(jt, tasks_settings):
     assert jt.on_emails.enqueue(1).task.queue_name == "emails"
     with pytest.raises(CommandError, match="not queue names"):
         parse_queues("a{b}", get_settings())
-    # Named like shard 1 of a queue (q#1: engine/shards.py), its jobs would land in that
+    # Named like shard 1 of a queue (q#1: engine/shard_map.py), its jobs would land in that
     # shard's keys and be set aside there as another queue's: refused, here and by a worker.
     with pytest.raises(compat.InvalidTask, match="queue 'default#1' is not a queue name"):
         jt.add.using(queue_name="default#1").enqueue(1, 1)

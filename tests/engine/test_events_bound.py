@@ -6,7 +6,7 @@ the 5 ms every script must stay under with a 100,000-job backlog (100 events a c
 from __future__ import annotations
 
 from django_delayq.engine import scripts
-from django_delayq.engine.events import calls
+from django_delayq.engine.event_log import calls
 
 
 def _largest_event(i: int) -> dict[str, str]:

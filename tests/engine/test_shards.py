@@ -1,4 +1,4 @@
-"""Sharded queues (engine/shards.py, engine/sharded.py): a queue of N shards keeps N full
+"""Sharded queues (engine/shard_map.py, engine/sharded.py): a queue of N shards keeps N full
 data sets under N hash tags; jobs go to the shard of their id, claims take from every
 shard in turn, look-ups by id find the job wherever it is, and whole-queue operations
 cover every shard. Every Redis target, the cluster included."""
@@ -20,7 +20,7 @@ from django_delayq.engine import (
     ShardLimitError,
 )
 from django_delayq.engine.engine import MoveOutcome
-from django_delayq.engine.shards import shard_index, shard_name
+from django_delayq.engine.shard_map import shard_index, shard_name
 from tests.conftest import unique_prefix
 
 NOW = 1_800_000_000_000
