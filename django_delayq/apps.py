@@ -17,7 +17,7 @@ class DelayQConfig(AppConfig):
         # Django Tasks ``Task`` that takes a context is called (when Tasks is installed).
         from django_delayq import compat, testing
         from django_delayq.core import api, conf, events  # noqa: F401
-        from django_delayq.observe import checks, metrics, redis_checks  # noqa: F401
+        from django_delayq.observe import checks, prometheus, redis_checks  # noqa: F401
 
         api.set_eager_runner(testing.run_eager)
         if compat.tasks is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.http import require_GET
 
-from django_delayq.observe import metrics as delayq_metrics
+from django_delayq.observe import prometheus as delayq_metrics
 
 
 @require_GET

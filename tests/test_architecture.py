@@ -5,6 +5,7 @@
 * One owner of Redis: only ``django_delayq/engine`` imports the Redis client library
   (its exception types excepted) or touches an Engine's client.
 * Small parts: no module over 450 lines, no function over 60.
+* One file name per concept: no two modules share a file name.
 """
 
 from __future__ import annotations
@@ -81,3 +82,13 @@ def test_modules_and_functions_stay_small() -> None:
                 if length > MAX_FUNCTION_LINES:
                     too_big.append("%s: %s() %d lines" % (name, node.name, length))
     assert too_big == []
+
+
+def test_one_file_name_per_concept() -> None:
+    """No two modules share a file name (``__init__.py`` and migrations aside): a name
+    says one thing wherever it is met (docs/internals.md, "Layout")."""
+    seen: dict[str, list[str]] = {}
+    for path in modules():
+        if path.name != "__init__.py":
+            seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

@@ -1,8 +1,8 @@
 """The Django admin: the job list and detail page (``job_admin``, shown by ``display``
-and ``lineage``), permission-gated actions (``actions``, logged by ``audit``), the
-reschedule form (``forms``), the queues page (``queues``), the live dashboard
+and ``lineage``), permission-gated actions (``actions``, logged by ``action_log``), the
+reschedule form (``forms``), the queues page (``queue_page``), the live dashboard
 (``dashboard``, fed by ``overview`` and ``history``) and the Spark report pages
 (``reports``). Django's admin autodiscovery imports this package; importing ``job_admin``
-registers the model admins; ``schedules`` the periodic schedules' admin."""
+registers the model admins; ``schedule_admin`` the periodic schedules' admin."""
 
-from django_delayq.admin import job_admin, schedules  # noqa: F401
+from django_delayq.admin import job_admin, schedule_admin  # noqa: F401

@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
-from django_delayq.admin import audit
+from django_delayq.admin import action_log
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
 from django_delayq.engine import CancelOutcome
@@ -115,7 +115,7 @@ def _each(request: HttpRequest, rows: Iterable[Row], call: Callable[[str], Any],
             tally.add(label_of(outcome))
             message = changed(outcome)
             if message:
-                audit.log_job(request, job_id, path, message)
+                action_log.log_job(request, job_id, path, message)
 
 
 def _cancel_change(outcome: CancelOutcome) -> str | None:
@@ -182,7 +182,7 @@ def requeue_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
         else:
             same = handle.id == job_id
             tally.add(requeued if same else as_new)
-            audit.log_job(request, job_id, path, _("Requeued with fresh attempts.") if same
+            action_log.log_job(request, job_id, path, _("Requeued with fresh attempts.") if same
                           else _("Requeued as a new job %s.") % handle.id)
             if not same:
                 copies.append((job_id, handle.id))

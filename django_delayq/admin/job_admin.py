@@ -27,11 +27,11 @@ from django_delayq.admin import (
     dashboard,
     job_page,
     lineage,
-    queues,
+    queue_page,
     reports,
     tracebacks,
     workflow_graph,
-    workflows,
+    workflow_panel,
 )
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import (
@@ -217,11 +217,11 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("waits for"))
     def parents_display(self, obj: Job) -> str:
-        return workflows.parents(obj, self.admin_site.name)
+        return workflow_panel.parents(obj, self.admin_site.name)
 
     @admin.display(description=_("waited for by"))
     def children_display(self, obj: Job) -> str:
-        return workflows.children(obj, self.admin_site.name)
+        return workflow_panel.children(obj, self.admin_site.name)
 
     @admin.display(description=_("parents left"))
     def parents_left_display(self, obj: Job) -> str:
@@ -316,7 +316,7 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
-        return [*reports.report_urls(self, wrap), *queues.queue_urls(self, wrap),
+        return [*reports.report_urls(self, wrap), *queue_page.queue_urls(self, wrap),
                 *dashboard.dashboard_urls(self, wrap), *job_page.job_page_urls(self, wrap),
                 *super().get_urls()]
 

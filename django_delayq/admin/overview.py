@@ -19,8 +19,8 @@ from typing import Any
 from django_delayq.core import api
 from django_delayq.core.conf import Settings
 from django_delayq.core.queues import known_queues
-from django_delayq.observe import holding, limits
-from django_delayq.observe.limits import describe_limit
+from django_delayq.observe import holding, limit_usage
+from django_delayq.observe.limit_usage import describe_limit
 
 TEXT_CHARS = 200
 JOBS_SHOWN = 50
@@ -95,7 +95,7 @@ def callable_limits(engine: Any, settings: Settings) -> list[CallableLimit]:
     (``observe.limits``), as the queues page shows them."""
     return [CallableLimit(callable=c.callable, limit=describe_limit(c.rate, c.concurrency),
                           running=c.running, started_in_window=c.started_in_window)
-            for c in limits.callable_limits(engine, settings)]
+            for c in limit_usage.callable_limits(engine, settings)]
 
 
 def _text(value: Any) -> str:

@@ -25,7 +25,7 @@ from django_delayq.core import api, options, registry, schedules, tick_presence,
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.submit import JobSpec
-from django_delayq.engine.results import CancelOutcome
+from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus, MissedPolicy, Schedule
 

@@ -59,24 +59,16 @@ that a third worker has just run and acked but not yet audited (with the check a
 of its own, two loss passes ran jobs twice). The ZSET is lost with the data, so
 whatever it holds was re-enqueued after the loss. An epoch change clears the suspects.
 
-Tokens: a loss pass seeds a ``scheduled``/``retrying`` row due before the loss with its
-attempts + 1 (``reconcile_state.count_lost_deliveries``): the lost data may have handed
-it a token its row does not record yet, and no token is handed out twice. Whatever a
-re-enqueue charges is written into the row first (its attempts, with a ``JobAttempt``
-each; a running row of a loss pass becomes ``retrying``, as after a lost lease:
-``reconcile_state.record_charges``), so a second loss before the job's next run is
-recorded seeds above it. A reconciler that did not see the loss (its first look found
-the new data's epoch) counts the same in its ordinary pass for rows created and due
-before that data began (``Epochs.began``).
+Tokens and attempts after a loss (docs/internals.md, "Lease tokens"): a lost delivery
+that may have run unrecorded is counted (``reconcile_state.count_lost_deliveries``, also
+by a reconciler that did not see the loss: ``Epochs.began``) and written into the row
+before the re-enqueue (``reconcile_state.record_charges``).
 
-Jobs final in Redis (a live row whose job is in the dead set, or was cancelled while it
-ran) get the same second look and are then settled: ``core/final_rows.py``. What a
-re-enqueued job's attempts counter starts from, and which workers count as alive:
+Jobs final in Redis (a live row whose job is dead there, or was cancelled while it ran)
+get the same second look, then are settled: ``core/final_rows.py``; who counts as alive:
 ``core/liveness.py``.
 
-Re-enqueue is idempotent (``reenqueue.lua`` skips ids already pending, in flight or
-dead, settled, or re-enqueued lately), so running several reconcilers at once never
-doubles a job. After a Redis outage the rows changed during it are looked at at once
+After a Redis outage the rows changed during it are looked at at once
 (``reconcile_state.Outage``), not after the grace.
 
 Every MULTI (and re-enqueue call) carries at most ``MULTI_ROWS``

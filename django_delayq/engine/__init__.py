@@ -13,7 +13,7 @@ from django_delayq.engine.engine import (
     bad_id,
 )
 from django_delayq.engine.keys import GroupKeys, QueueKeys
-from django_delayq.engine.results import Contact, Grant, LimitState, QueueLimit
+from django_delayq.engine.outcomes import Contact, Grant, LimitState, QueueLimit
 from django_delayq.engine.sharded import ShardedEngine, ShardLimitError
 
 # The engine of every caller: engine.py's, each queue spread over its shards (a queue of

@@ -19,8 +19,8 @@ from typing import Any
 
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.outcomes import QueueLimit
 from django_delayq.engine.replies import chunks
-from django_delayq.engine.results import QueueLimit
 
 
 def _int(value: Any) -> int | None:

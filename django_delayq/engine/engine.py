@@ -33,15 +33,7 @@ from django_delayq.engine.group_limits import GroupLimits
 from django_delayq.engine.keys import QueueKeys
 from django_delayq.engine.leases import Leases
 from django_delayq.engine.outbox import OutboxOps
-from django_delayq.engine.replies import aside as _aside
-from django_delayq.engine.replies import bad_id
-from django_delayq.engine.replies import chunks as _chunks
-from django_delayq.engine.replies import envelope_text as _text
-from django_delayq.engine.replies import escaped as _escaped
-from django_delayq.engine.replies import opt as _opt
-from django_delayq.engine.replies import shown as _shown
-from django_delayq.engine.replies import text as _s
-from django_delayq.engine.results import (  # noqa: F401 - their home before results.py
+from django_delayq.engine.outcomes import (  # noqa: F401 - their home before results.py
     CancelOutcome,
     ClaimedJob,
     ClaimResult,
@@ -54,6 +46,14 @@ from django_delayq.engine.results import (  # noqa: F401 - their home before res
     Recovered,
     SetAside,
 )
+from django_delayq.engine.replies import aside as _aside
+from django_delayq.engine.replies import bad_id
+from django_delayq.engine.replies import chunks as _chunks
+from django_delayq.engine.replies import envelope_text as _text
+from django_delayq.engine.replies import escaped as _escaped
+from django_delayq.engine.replies import opt as _opt
+from django_delayq.engine.replies import shown as _shown
+from django_delayq.engine.replies import text as _s
 from django_delayq.engine.server import ServerReads
 from django_delayq.engine.worker_registry import WorkerRegistry
 

@@ -18,8 +18,8 @@ from typing import Any
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.keys import GroupKeys
+from django_delayq.engine.outcomes import Grant, LimitState
 from django_delayq.engine.replies import chunks
-from django_delayq.engine.results import Grant, LimitState
 
 GRANT_MARGIN_MS = 50
 SPREAD_MS = 50

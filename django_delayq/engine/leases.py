@@ -10,10 +10,10 @@ from collections.abc import Sequence
 
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.engine.replies import bad_id
 from django_delayq.engine.replies import shown as _shown
 from django_delayq.engine.replies import text as _s
-from django_delayq.engine.results import ClaimedJob
 from django_delayq.engine.scripts import MAX_MARK
 
 logger = logging.getLogger(__name__)

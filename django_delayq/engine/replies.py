@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, TypeVar
 
 from django_delayq.engine import scripts
-from django_delayq.engine.results import SetAside
+from django_delayq.engine.outcomes import SetAside
 
 _T = TypeVar("_T")
 

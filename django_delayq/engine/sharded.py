@@ -31,8 +31,7 @@ from typing import Any, TypeVar
 
 from django_delayq.engine.engine import MAX_BATCH, Engine
 from django_delayq.engine.outbox import Presence
-from django_delayq.engine.replies import bad_id, shown
-from django_delayq.engine.results import (
+from django_delayq.engine.outcomes import (
     CancelOutcome,
     ClaimResult,
     JobLocation,
@@ -42,6 +41,7 @@ from django_delayq.engine.results import (
     QueueStats,
     Recovered,
 )
+from django_delayq.engine.replies import bad_id, shown
 from django_delayq.engine.shard_health import ERRORS, ShardHealth
 from django_delayq.engine.shard_map import ShardMap, shard_name
 

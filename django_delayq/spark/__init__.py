@@ -20,13 +20,13 @@ _LAZY = {
     "read_attempts": "django_delayq.spark.source",
     "compute_report": "django_delayq.spark.summary",
     "run_report": "django_delayq.spark.report",
-    "schedule_dataframe": "django_delayq.spark.bulk",
+    "schedule_dataframe": "django_delayq.spark.dataframe_jobs",
 }
 
 __all__ = sorted(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
-    from django_delayq.spark.bulk import schedule_dataframe  # noqa: F401
+    from django_delayq.spark.dataframe_jobs import schedule_dataframe  # noqa: F401
     from django_delayq.spark.export import ExportResult, export_jobs  # noqa: F401
     from django_delayq.spark.prune import PruneResult, prune_jobs  # noqa: F401
     from django_delayq.spark.report import run_report  # noqa: F401

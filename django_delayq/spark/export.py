@@ -54,7 +54,7 @@ from django.utils import timezone
 from django_delayq.models import Job
 from django_delayq.spark import export_attempts, pending, schema
 from django_delayq.spark.preflight import writable_dir
-from django_delayq.spark.progress import Progress
+from django_delayq.spark.progress_bar import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
 
 STATE_FILE = "_delayq_export_state.json"

@@ -56,7 +56,7 @@ from django.db.models import Max, QuerySet
 from django_delayq.models import JobAttempt
 from django_delayq.spark import schema
 from django_delayq.spark.preflight import ATTEMPTS_MARKER
-from django_delayq.spark.progress import Progress
+from django_delayq.spark.progress_bar import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
 
 STATE_KEY = "attempts"

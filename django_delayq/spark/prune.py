@@ -28,7 +28,7 @@ from django.utils import timezone
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
 from django_delayq.spark import export_attempts, schema
 from django_delayq.spark.export import STATE_FILE
-from django_delayq.spark.progress import Progress
+from django_delayq.spark.progress_bar import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
 from django_delayq.worker.retention import delete_jobs
 

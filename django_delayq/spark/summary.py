@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from django_delayq.spark import metrics
+from django_delayq.spark import figures
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES, TOP_ERRORS
 from django_delayq.spark.stages import StageProgress
 
@@ -80,7 +80,7 @@ def _series(started: list[Any], finished: list[Any], seconds: int) -> list[dict[
 
 def _errors(lv: Any, attempt_lv: Any | None, top: int,
             groups: dict[tuple[str, str], dict[str, Any]]) -> None:
-    for r in metrics.errors_frame(lv, attempt_lv, top).orderBy("rank").collect():
+    for r in figures.errors_frame(lv, attempt_lv, top).orderBy("rank").collect():
         groups[(r["queue"], r["callable"])]["top_errors"].append(
             {"error": r["error"], "failed_attempts": r["failed_attempts"],
              "dead_jobs": r["dead_jobs"], "failed_jobs": r["failed_jobs"],
@@ -99,22 +99,22 @@ def compute_report(jobs: Any, *, attempts: Any | None = None,
     try:
         with steps.step("counting jobs"):
             rows = jobs.count()
-            span = metrics.time_span_seconds(jobs)
-        bucket = bucket_seconds or metrics.choose_bucket(span)
-        lv = metrics.with_levels(jobs)
+            span = figures.time_span_seconds(jobs)
+        bucket = bucket_seconds or figures.choose_bucket(span)
+        lv = figures.with_levels(jobs)
         with steps.step("summary per queue and callable (%d jobs)" % rows):
             peaks = {(r["queue"], r["callable"]): r["peak"]
-                     for r in metrics.peak_frame(lv).collect()}
+                     for r in figures.peak_frame(lv).collect()}
             groups = {(r["queue"], r["callable"]): _group(r, peaks.get((r["queue"],
                                                                        r["callable"])))
-                      for r in metrics.summary_frame(lv).collect()}
+                      for r in figures.summary_frame(lv).collect()}
         with steps.step("attempts and errors"):
-            for r in metrics.attempts_frame(lv).collect():
+            for r in figures.attempts_frame(lv).collect():
                 groups[(r["queue"], r["callable"])]["attempts"][str(r["attempts"])] = r["count"]
-            _errors(lv, None if attempts is None else metrics.attempt_levels(attempts, jobs),
+            _errors(lv, None if attempts is None else figures.attempt_levels(attempts, jobs),
                     top_errors, groups)
         with steps.step("time series (%d s buckets)" % bucket):
-            started, finished = metrics.series_frames(lv, bucket)
+            started, finished = figures.series_frames(lv, bucket)
             series = _series(started.collect(), finished.collect(), bucket)
     finally:
         jobs.unpersist()

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from django_delayq.core.payloads import NO_ROW, Aside
 from django_delayq.engine import Engine
-from django_delayq.observe import metrics
+from django_delayq.observe import prometheus
 
 logger = logging.getLogger(__name__)
 
@@ -29,4 +29,4 @@ def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int)
     engine.ack(queue, [(a.job.id, a.job.token) for a in final])
     for a in items:
         logger.warning("job %s (queue %r) set aside, not run: %s", a.job.id, queue, a.reason)
-        metrics.count_set_aside(queue, a.kind)
+        prometheus.count_set_aside(queue, a.kind)

@@ -36,12 +36,12 @@ from redis.exceptions import RedisError
 from django_delayq.core.conf import Settings
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import ClaimedJob, Engine
-from django_delayq.worker import limits, runner
+from django_delayq.worker import gates, runner
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.drain import release_unstarted
 from django_delayq.worker.handover import Handover
+from django_delayq.worker.heartbeat import Liveness
 from django_delayq.worker.ledger import key_of
-from django_delayq.worker.liveness import Liveness
 from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.recovery import LeaseRecovery
 from django_delayq.worker.retention import Retention
@@ -86,14 +86,14 @@ class Worker:
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         if options.supervision is not None:
             self.audit.before_write = options.supervision.link.flush
-        self.gate = limits.StartGate(engine, settings, self._server_now)  # expiry, limits
+        self.gate = gates.StartGate(engine, settings, self._server_now)  # expiry, limits
         self.ledger = TrackedLedger(settings, options.supervision, on_late=self.gate.release_late)
         # a sharded queue is settled shard by shard: a node down holds back its shard only
         self.settler = ShardSettler(engine, settings, self.audit, self.id, self.gate.release)
         self.settler.keep = lambda kept: self.ledger.keep_unsettled(kept, [])
         self.audit.after_write = self.settler.landed  # their settled records may go
         self.recovery = LeaseRecovery(engine, settings, self.audit)
-        self.queue_gate = limits.QueueGate(engine, settings)  # queue limits and pauses
+        self.queue_gate = gates.QueueGate(engine, settings)  # queue limits and pauses
         self.liveness = Liveness(engine, settings, self.id, name=self.name,
                                  queues=options.queues,
                                  concurrency=options.concurrency,
@@ -363,7 +363,7 @@ class Worker:
             self.ledger.finish(key, outcome)
             self.settling.finished()  # acked now, on this thread
 
-    def _attempt(self, job: ClaimedJob, admitted: limits.Admission) -> runner.Outcome:
+    def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> runner.Outcome:
         self.settling.wait_recorded(job.id)  # a quick retry sees its previous attempt
         self.settler.started(job, keep_due=admitted.limited)
         outcome = runner.run(job, worker_id=self.id,

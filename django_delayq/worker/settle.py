@@ -27,7 +27,7 @@ from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.limits import release_groups
+from django_delayq.worker.gates import release_groups
 from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 
 logger = logging.getLogger(__name__)

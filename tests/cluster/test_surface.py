@@ -78,9 +78,9 @@ def test_status_metrics_and_events_read_every_node(cluster_settings) -> None:  #
     seen = [json.loads(line) for line in out.getvalue().splitlines()]
     assert (seen[-1]["event"], seen[-1]["job"]) == ("succeeded", first.id)
     if compat.prometheus_client is not None:
-        from django_delayq.observe import metrics
+        from django_delayq.observe import prometheus
 
-        gauge = metrics.REGISTRY.get_sample_value
+        gauge = prometheus.REGISTRY.get_sample_value
         assert gauge("delayq_queue_jobs", {"queue": "emails", "state": "scheduled"}) == 2
         assert gauge("delayq_redis_up") == 1
     assert get_engine().client.exists("{%s}:events" % cluster_settings.DELAYQ["PREFIX"])

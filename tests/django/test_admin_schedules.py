@@ -11,7 +11,7 @@ import pytest
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.utils import timezone
 
-from django_delayq.admin.schedules import ScheduleForm, job_functions
+from django_delayq.admin.schedule_admin import ScheduleForm, job_functions
 from django_delayq.core import periodic
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus, Schedule

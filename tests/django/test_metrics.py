@@ -17,9 +17,9 @@ pytestmark = [pytest.mark.django_db(transaction=True),
 
 @pytest.fixture
 def m(delayq_settings):  # type: ignore[no-untyped-def]
-    from django_delayq.observe import metrics
+    from django_delayq.observe import prometheus
 
-    return metrics
+    return prometheus
 
 
 def value(m, name: str, **labels: str) -> float:  # type: ignore[no-untyped-def]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django_delayq.admin import overview
 from django_delayq.core.conf import get_settings
 from django_delayq.management.commands import delayq_status
-from django_delayq.observe.limits import CallableLimitState, callable_limits, describe_limit
+from django_delayq.observe.limit_usage import CallableLimitState, callable_limits, describe_limit
 
 
 def test_both_surfaces_show_the_one_reading(delayq_engine, settings) -> None:  # type: ignore[no-untyped-def]

@@ -15,7 +15,7 @@ from django.contrib.messages.storage.cookie import CookieStorage
 from django.test import RequestFactory
 from django.utils import timezone
 
-from django_delayq.admin.schedules import ScheduleAdmin, ScheduleForm
+from django_delayq.admin.schedule_admin import ScheduleAdmin, ScheduleForm
 from django_delayq.core import periodic
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus, Schedule

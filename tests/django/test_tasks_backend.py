@@ -17,7 +17,7 @@ from django_delayq import compat
 from django_delayq.core import registry
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.management.options import parse_queues
+from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs, run_worker
 from tests.helpers import burst

@@ -15,7 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
 from django_delayq.core.reconcile import BATCH, Reconciler
-from django_delayq.management.options import parse_queues
+from django_delayq.management.command_options import parse_queues
 
 
 class Command(BaseCommand):

@@ -32,10 +32,10 @@ from django.db.models import Count
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic, progress, stored
-from django_delayq.management.options import parse_queues
+from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import holding as hold
-from django_delayq.observe import limits
+from django_delayq.observe import limit_usage
 
 CLEAR = "\x1b[H\x1b[2J"
 FIELD_CHARS = 200  # of one worker info field in the text output
@@ -182,7 +182,7 @@ def callable_limits(engine: Any, settings: Any) -> list[CallableLimitStatus]:
     return [CallableLimitStatus(
         callable=c.callable, rate=None if c.rate is None else list(c.rate),
         concurrency=c.concurrency, running=c.running, started_in_window=c.started_in_window)
-        for c in limits.callable_limits(engine, settings)]
+        for c in limit_usage.callable_limits(engine, settings)]
 
 
 def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
@@ -242,7 +242,7 @@ def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
 
 def describe_limit(rate: list[int] | None, concurrency: int | None) -> str:
     """``"100 per 60s, 5 at once"``; "none" without either."""
-    return limits.describe_limit(rate, concurrency, none="none")
+    return limit_usage.describe_limit(rate, concurrency, none="none")
 
 
 def _fmt_s(seconds: float | None) -> str:

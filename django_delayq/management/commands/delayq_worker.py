@@ -21,7 +21,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_delayq.management.options import parse_queues
+from django_delayq.management.command_options import parse_queues
 from django_delayq.worker.loop import EXIT_CONFIG, Worker, WorkerOptions
 from django_delayq.worker.startup import wait_for_redis
 
@@ -182,10 +182,10 @@ class Command(BaseCommand):
         return supervisor.run()
 
     def serve_metrics(self, addr: str, port: int) -> None:
-        from django_delayq.observe import metrics
+        from django_delayq.observe import prometheus
 
         try:
-            metrics.start_http_server(port, addr=addr)
+            prometheus.start_http_server(port, addr=addr)
         except OSError as exc:
             raise CommandError("cannot serve metrics on %s port %d: %s" % (addr, port, exc)
                                ) from exc

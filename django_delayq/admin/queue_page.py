@@ -23,7 +23,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
-from django_delayq.admin import audit, overview
+from django_delayq.admin import action_log, overview
 from django_delayq.core import api
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
@@ -80,7 +80,7 @@ def _act(request: HttpRequest, admin: Any) -> HttpResponse:
             "op": op, "queue": queue, "error": exc}, messages.ERROR)
         return back
     if changed:
-        audit.log_queue(request, queue, text)
+        action_log.log_queue(request, queue, text)
     admin.message_user(request, text, messages.SUCCESS if changed else messages.INFO)
     return back
 

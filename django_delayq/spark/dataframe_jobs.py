@@ -165,7 +165,7 @@ def schedule_dataframe(
         for entry in reversed(path):  # before importing django_delayq in the executor
             if entry not in sys.path:
                 sys.path.insert(0, entry)
-        from django_delayq.spark.bulk import Plan, run_partition
+        from django_delayq.spark.dataframe_jobs import Plan, run_partition
 
         return run_partition(Plan(**fields), batches)
 
