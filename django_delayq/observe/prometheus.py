@@ -174,9 +174,10 @@ if prom is not None:
         _child(STARTED, queue).inc()
         _child(LATENESS, queue).observe(max(0.0, (started_at - due_at).total_seconds()))
 
-    def _succeeded(queue: str, duration: float, **kwargs: Any) -> None:
+    def _succeeded(queue: str, duration: float | None, **kwargs: Any) -> None:
         _child(FINISHED, queue, "succeeded").inc()
-        _child(DURATION, queue).observe(duration)
+        if duration is not None:  # None: settled from Redis's record, the run not timed
+            _child(DURATION, queue).observe(duration)
 
     def _retrying(queue: str, **kwargs: Any) -> None:
         _child(RETRIES, queue).inc()

@@ -49,6 +49,20 @@ def test_counters_and_histograms_follow_the_jobs(m):
     assert value(m, "delayq_job_duration_seconds_count", queue="slow") == before["dur"] + 1
 
 
+def test_a_success_settled_from_redis_record_counts_without_a_duration(m, caplog):
+    """The reconciler settles a row from Redis's settled record with ``duration=None``
+    (the run was not timed): counted as succeeded, no duration observed."""
+    from django_delayq import signals
+
+    ok = value(m, "delayq_jobs_finished_total", queue="slow", status="succeeded")
+    dur = value(m, "delayq_job_duration_seconds_count", queue="slow")
+    signals.send(signals.job_succeeded, job_id="j", queue="slow", callable_path="tests.jobs.add",
+                 attempt=1, worker_id="w", result=None, duration=None)
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    assert value(m, "delayq_jobs_finished_total", queue="slow", status="succeeded") == ok + 1
+    assert value(m, "delayq_job_duration_seconds_count", queue="slow") == dur
+
+
 def test_queue_depth_gauges_are_read_from_redis_at_scrape(m):
     for _ in range(3):
         schedule("tests.jobs.noop", delay=3600, queue="emails")
