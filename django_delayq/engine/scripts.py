@@ -1,4 +1,4 @@
-"""Loads ``django_delayq/engine/lua/*.lua`` once and runs them by SHA (EVALSHA).
+"""Loads ``django_delayq/lua/*.lua`` once and runs them by SHA (EVALSHA).
 
 **Shared blocks.** ``lua/lib.lua`` holds the code the scripts share (the clock, the
 type checks, "wake the workers if this is the new earliest due time", forgetting a job
@@ -344,7 +344,7 @@ def with_prelude(name: str, raw: str) -> tuple[str, tuple[Key, ...]]:
 
 
 def _read(name: str) -> str:
-    return resources.files("django_delayq.engine").joinpath("lua", name + ".lua").read_text("utf-8")
+    return resources.files("django_delayq").joinpath("lua", name + ".lua").read_text("utf-8")
 
 
 @cache
