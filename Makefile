@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: example test test-fast lint bench bench-runtime bench-scale bench-compare chaos clean spark-cluster-demo
+.PHONY: example test test-fast shape lint bench bench-runtime bench-scale bench-compare chaos clean spark-cluster-demo
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,12 +18,19 @@ $(STAMP): pyproject.toml
 example: $(STAMP)
 	$(PY) example_project/run.py $(if $(PORT),--port $(PORT))
 
-# Every step runs even after one fails; the summary names the failures (exit 1 if any).
+# Every step runs even after one fails; the summary names the failures (exit 1 if any) and
+# the 20 slowest tests. DELAYQ_TEST_WORKERS=N: pytest processes per pass (default 3).
 test: $(STAMP)
 	bash scripts/test.sh $(PY)
 
+# The quick loop: the engine and Django-side tests without real worker processes, over 3
+# pytest processes, stopping at the first failure.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -x tests/engine tests/django
+	$(PY) -m pytest -q -x -n 3 -m "not worker and not slow" tests/engine tests/django
+
+# Code lines, longest import chain, imports inside functions, shared module names, bare Any.
+shape: $(STAMP)
+	$(PY) scripts/shape.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check django_delayq tests

@@ -2,67 +2,151 @@
 # The whole test suite, step by step: every step runs even when an earlier one failed,
 # a summary names the failed steps, and the exit code is non-zero if any failed.
 # `make test` calls this after creating .venv; it takes the interpreter as $1.
+#
+# The passes (docs/testing.md): pytest on SQLite runs every test; on PostgreSQL and on
+# Django 6.x it runs again the tests that tests/conftest.py marks `postgres` (they use the
+# database) and `django6` (they touch Django). While the SQLite pass runs, the linters and
+# the Django 6.x install run beside it; the PostgreSQL and Django 6.x passes then run side
+# by side. The SQLite pass spreads its tests over DELAYQ_TEST_WORKERS processes (pytest-xdist;
+# default 3: most tests wait on real workers and servers, not on the CPU), the two later
+# passes over 2 each.
 set -u
 cd "$(dirname "$0")/.."
 PY="${1:-.venv/bin/python}"
-failed=()
-passed=()
+WORKERS="${DELAYQ_TEST_WORKERS:-3}"
+LOGS=$(mktemp -d "${TMPDIR:-/tmp}/delayq-make-test.XXXXXX")
+STARTED=$SECONDS
+ORDER=(ruff mypy import-layers django-check migrations pytest-sqlite django6-install
+       tasks-conformance pytest-postgres pytest-django6)
 
+echo "load before: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null) ($(nproc 2>/dev/null) cores)"
+
+# step NAME CMD...: run CMD, its output into $LOGS/NAME.log, "exit seconds" into
+# $LOGS/NAME.status. pytest's exit code 5 (no test selected) is no failure.
 step() {
   local name="$1"; shift
-  echo
-  echo "==== $name: $*"
   local started=$SECONDS
-  "$@"; local rc=$?
-  if [ $rc -eq 0 ]; then
-    passed+=("$name")
-    echo "==== $name: ok ($((SECONDS - started)) s)"
-  else
-    failed+=("$name")
-    echo "==== $name: FAILED (exit $rc, $((SECONDS - started)) s)"
+  "$@" >"$LOGS/$name.log" 2>&1; local rc=$?
+  if [ $rc -eq 5 ] && [[ "$name" == pytest-* ]]; then
+    echo "(no test selected)" >>"$LOGS/$name.log"; rc=0
   fi
+  echo "$rc $((SECONDS - started))" >"$LOGS/$name.status"
 }
 
-step ruff "$PY" -m ruff check django_delayq tests
-step mypy "$PY" -m mypy django_delayq
-if [ -f .importlinter ]; then
-  step import-layers "$(dirname "$PY")/lint-imports" --no-cache
-fi
-step django-check "$PY" -m django check --settings=tests.settings
-step migrations "$PY" -m django makemigrations --check --dry-run --settings=tests.settings
-step pytest-sqlite "$PY" -m pytest -q
+# show NAME...: print each step's output and its result, in the order given.
+show() {
+  local name rc secs
+  for name in "$@"; do
+    [ -f "$LOGS/$name.status" ] || continue
+    read -r rc secs <"$LOGS/$name.status"
+    echo
+    echo "==== $name"
+    cat "$LOGS/$name.log"
+    if [ "$rc" -eq 0 ]; then echo "==== $name: ok ($secs s)"
+    else echo "==== $name: FAILED (exit $rc, $secs s)"; fi
+  done
+}
 
+# pytest_pass NAME N PYTHON ARGS...: one pytest pass, its tests spread over N processes,
+# except the Spark and Redis Cluster tests: each group shares one session fixture (a JVM,
+# a three-node cluster), so they run in one process of their own beside the others
+# (pytest-xdist's groups do not work with pytest 9). Without pyspark, no Spark tests.
+pytest_pass() {
+  local name="$1"; shift
+  step "$name" pytest_both "$name" "$@"
+}
+pytest_both() {
+  local name="$1" n="$2" py="$3"; shift 3
+  local own=(tests/cluster)
+  "$py" -c "import pyspark" 2>/dev/null && own+=(tests/spark)
+  "$py" -m pytest -q "${own[@]}" --junitxml="$LOGS/$name-own.xml" "$@" \
+    >"$LOGS/$name-own.out" 2>&1 &
+  local spark=$!
+  "$py" -m pytest -q -n "$n" --ignore=tests/spark --ignore=tests/cluster \
+    --junitxml="$LOGS/$name.xml" "$@"
+  local rc=$?
+  wait $spark; local rc_spark=$?
+  echo "---- ${own[*]} (one process):"
+  cat "$LOGS/$name-own.out"
+  if [ $rc -eq 5 ]; then rc=$rc_spark
+  elif [ $rc_spark -ne 0 ] && [ $rc_spark -ne 5 ]; then rc=$rc_spark; fi
+  return $rc
+}
+
+lint() {
+  step ruff "$PY" -m ruff check django_delayq tests scripts/shape.py
+  step mypy "$PY" -m mypy django_delayq
+  if [ -f .importlinter ]; then
+    step import-layers "$(dirname "$PY")/lint-imports" --no-cache
+  fi
+  step django-check "$PY" -m django check --settings=tests.settings
+  step migrations "$PY" -m django makemigrations --check --dry-run --settings=tests.settings
+}
+
+# Django 6.x needs Python 3.12+: its passes run when one is installed.
+PY6=$(scripts/find_python312.sh)
+dj6_install() {
+  { [ -x .venv-dj6/bin/python ] || "$PY6" -m venv .venv-dj6; } &&
+  .venv-dj6/bin/python -m pip install -q --upgrade pip &&
+  .venv-dj6/bin/python -m pip install -q -e ".[embedded]" "django>=6,<7" --group dev
+}
+django6() {
+  step django6-install dj6_install
+  step tasks-conformance .venv-dj6/bin/python scripts/tasks_conformance.py
+}
+
+# Phase 1: the SQLite pass (every test), the linters and the Django 6.x install beside it.
+lint &
+lint_pid=$!
+if [ -n "$PY6" ]; then django6 & dj6_pid=$!; fi
+pytest_pass pytest-sqlite "$WORKERS" "$PY"
+wait "$lint_pid"
+show ruff mypy import-layers django-check migrations pytest-sqlite
+
+# Phase 2: the tests that depend on the database backend, on PostgreSQL, beside the tests
+# that touch Django, on Django 6.x (the slow and first-pass-only ones ran above).
 if "$PY" scripts/pg_available.py; then
-  echo "PostgreSQL reachable: running the database tests on it too"
-  # The slow runs (minutes of real workers) ran in the SQLite pass above.
-  step pytest-postgres env DELAYQ_TEST_DB=postgres "$PY" -m pytest -q -m "not slow" \
-    tests/django tests/worker tests/security tests/spark/test_bulk.py \
-    tests/spark/test_rows_columns.py tests/reliability/test_atomic.py
+  echo "PostgreSQL reachable: the tests marked postgres run on it too"
+  (export DELAYQ_TEST_DB=postgres; pytest_pass pytest-postgres 2 "$PY" -m postgres) &
+  pg_pid=$!
 else
   echo "PostgreSQL not reachable: SQLite only"
 fi
-
-# Django 6.x needs Python 3.12+: run the Django-facing tests there when one is installed.
-PY6=$(scripts/find_python312.sh)
 if [ -n "$PY6" ]; then
-  echo "Django 6.x on $PY6"
-  dj6_install() {
-    { [ -x .venv-dj6/bin/python ] || "$PY6" -m venv .venv-dj6; } &&
-    .venv-dj6/bin/python -m pip install -q --upgrade pip &&
-    .venv-dj6/bin/python -m pip install -q -e ".[embedded]" "django>=6,<7" --group dev
-  }
-  step django6-install dj6_install
-  # The engine's 100,000-job SLOWLOG test does not depend on Django, and the slow runs of
-  # real workers do not depend on its version: they ran above.
-  step pytest-django6 .venv-dj6/bin/python -m pytest -q -m "not script_bounds and not slow" \
-    tests/django tests/worker tests/engine tests/security
-  step tasks-conformance .venv-dj6/bin/python scripts/tasks_conformance.py
+  echo "Django 6.x on $PY6: the tests marked django6 run there too"
+  wait "$dj6_pid"
+  pytest_pass pytest-django6 2 .venv-dj6/bin/python -m django6
 else
   echo "no Python 3.12+ found: Django 6.x tests not run"
 fi
+[ -n "${pg_pid:-}" ] && wait "$pg_pid"
+show django6-install tasks-conformance pytest-postgres pytest-django6
 
 echo
+echo "==== the 20 slowest tests (setup + call + teardown, every pass)"
+"$PY" - "$LOGS"/pytest-*.xml <<'EOF'
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+rows = [(float(case.get("time") or 0), Path(xml).stem.removeprefix("pytest-").removesuffix("-own"),
+         "%s::%s" % (case.get("classname"), case.get("name")))
+        for xml in sys.argv[1:] if Path(xml).exists()
+        for case in ET.parse(xml).iter("testcase")]
+for seconds, run, test in sorted(rows, reverse=True)[:20]:
+    print("%7.1f s  %-9s %s" % (seconds, run, test))
+EOF
+
+echo
+passed=() failed=()
+for name in "${ORDER[@]}"; do
+  [ -f "$LOGS/$name.status" ] || continue
+  read -r rc secs <"$LOGS/$name.status"
+  if [ "$rc" -eq 0 ]; then passed+=("$name ($secs s)"); else failed+=("$name"); fi
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null); wall time $((SECONDS - STARTED)) s"
 echo "passed steps: ${passed[*]:-none}"
+rm -rf "$LOGS"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED steps: ${failed[*]}"
   exit 1

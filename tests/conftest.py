@@ -1,12 +1,16 @@
 """Session fixtures: private redis-servers and a local Redis Cluster; per test, a unique
-key prefix."""
+key prefix. And the rule that decides which tests ``make test`` runs again on PostgreSQL
+and on Django 6.x (``pytest_collection_modifyitems`` below; docs/testing.md)."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import itertools
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -100,3 +104,106 @@ def delayq_engine(delayq_settings) -> Engine:  # type: ignore[no-untyped-def]
     from django_delayq.core.connection import get_engine
 
     return get_engine()
+
+
+# -- which tests the later passes of `make test` run again ------------------------------
+# Every test is marked here, from what it uses, and nowhere else:
+#   postgres: it uses the database (the django_db marker or a database fixture);
+#   django6:  it touches Django: it uses the database or a Django fixture, or its module
+#             imports Django or a django_delayq module above the engine (directly, or
+#             through a tests module's helper it imports).
+# Left out of both: `slow` tests, and those listed in FIRST_PASS_ONLY, with the reason
+# (what they check is the same under any database and Django version). A new test that
+# touches Django is in those passes unless it is listed here.
+
+FIRST_PASS_ONLY = {
+    "tests/cluster/": "Redis Cluster: nodes, shards, failover",
+    "tests/engine/test_script_bounds.py": "Redis-side time of the Lua scripts",
+    "tests/reliability/test_fast_recovery.py": "leases and fencing tokens in Redis",
+    "tests/reliability/test_hostile.py": "input planted in Redis",
+    "tests/reliability/test_kill_prefetch.py": "start marks in Redis after a SIGKILL",
+    "tests/reliability/test_no_duplicates.py": "Redis epochs, worker crashes",
+    "tests/reliability/test_redis_faults.py": "a redis-server stopped, paused, cut",
+    "tests/reliability/test_sentinel.py": "a Redis Sentinel failover",
+    "tests/spark/test_arrow_jobs.py": "Spark: Arrow batches to jobs",
+    "tests/spark/test_boundary.py": "Spark: the extra's imports",
+    "tests/spark/test_export": "Spark: rows read through the ORM, files written",
+    "tests/spark/test_prune.py": "Spark: files pruned",
+    "tests/spark/test_report": "Spark: reports computed from exported files",
+    "tests/spark/test_session.py": "Spark: the session's settings",
+    "tests/worker/test_hard_time_limit.py": "the supervisor's SIGKILLs",
+    "tests/worker/test_kill_touches_no_other.py": "the supervisor's SIGKILLs",
+    "tests/worker/test_runtime_limits.py": "rate and concurrency limits held in Redis",
+    "tests/worker/test_silent_heartbeat_kill.py": "heartbeats between processes",
+    "tests/worker/test_supervisor.py": "worker processes and signals",
+    "tests/worker/test_supervisor_stalls.py": "heartbeats between processes",
+}
+DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences",
+                     "django_db_serialized_rollback", "live_server", "admin_user",
+                     "admin_client", "django_user_model", "delayq"}
+DJANGO_FIXTURES = DATABASE_FIXTURES | {
+    "settings", "client", "async_client", "rf", "async_rf", "mailoutbox",
+    "django_capture_on_commit_callbacks", "django_assert_num_queries",
+    "django_assert_max_num_queries", "delayq_eager"}
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _django_side(module: str, names: tuple[str, ...]) -> bool:
+    top = module.partition(".")[0]
+    if top == "django" or module == "django_delayq":
+        return True
+    if top == "django_delayq":
+        return module.split(".")[1] not in ("engine", "exceptions")
+        # The engine never imports Django (the import-linter contract).
+    if top == "tests":
+        return _tests_module_touches_django(module, names)
+    return False
+
+
+def _imports(nodes: list[ast.AST]) -> Iterator[tuple[str, tuple[str, ...]]]:
+    for top in nodes:
+        for node in ast.walk(top):
+            if isinstance(node, ast.Import):
+                yield from ((alias.name, ()) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                yield node.module, tuple(alias.name for alias in node.names)
+
+
+@functools.cache
+def _tests_module_touches_django(module: str, names: tuple[str, ...]) -> bool:
+    """Whether importing a tests module, and calling the ``names`` imported from it, may
+    import Django: its module-level imports and those inside these names' definitions."""
+    path = ROOT.joinpath(*module.split("."))
+    path = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+    if not path.exists():  # a name imported from a package: a module of it
+        return False
+    tree = ast.parse(path.read_text("utf-8"))
+    defs = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    nodes: list[ast.AST] = [n for n in tree.body if not isinstance(n, defs)]
+    nodes += [n for n in tree.body if isinstance(n, defs) and n.name in names]
+    submodules = ["%s.%s" % (module, name) for name in names  # from tests import jobs
+                  if ROOT.joinpath(*module.split("."), name + ".py").exists()]
+    return any(_django_side(m, ns) for m, ns in _imports(nodes)) \
+        or any(_django_side(m, ()) for m in submodules)
+
+
+@functools.cache
+def _test_module_touches_django(path: Path) -> bool:
+    tree = ast.parse(path.read_text("utf-8"))
+    return any(_django_side(m, ns) for m, ns in _imports([tree]))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        where = item.path.relative_to(ROOT).as_posix()
+        fixtures = set(getattr(item, "fixturenames", ()))
+        database = item.get_closest_marker("django_db") is not None \
+            or bool(fixtures & DATABASE_FIXTURES)
+        django = database or bool(fixtures & DJANGO_FIXTURES) \
+            or _test_module_touches_django(item.path)
+        if item.get_closest_marker("slow") or where.startswith(tuple(FIRST_PASS_ONLY)):
+            continue
+        if database:
+            item.add_marker(pytest.mark.postgres)
+        if django:
+            item.add_marker(pytest.mark.django6)

@@ -60,21 +60,40 @@ class RedisServer:
         return str(self.client().info("server")["redis_version"])
 
     def start(self) -> RedisServer:
-        self.port = self.port or free_port()
+        """Start on ``port``, else on a free one: a port taken between its pick and the
+        server's bind (another test process picked it too) costs a second pick."""
+        if self.port:
+            return self._start()
+        for attempt in range(3):
+            self.port = free_port()
+            try:
+                return self._start()
+            except RuntimeError:
+                self.stop()
+                self.port = 0
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _start(self) -> RedisServer:
         self.dir = self.dir or tempfile.mkdtemp(prefix="delayq-redis-")
         args = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", self.dir, "--daemonize", "no",
                 "--loglevel", "warning", *self.extra]
         self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 30  # a loaded machine starts it late, not never
         while True:
             try:
-                if self.client().ping():
-                    return self
+                with self.client() as client:
+                    if client.info("server")["process_id"] == self.proc.pid:
+                        return self
+                raise RuntimeError("port %d belongs to another redis-server" % self.port)
             except redis.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
+                if self.proc.poll() is not None:
                     raise RuntimeError("redis-server did not start: %r" % (
                         self.proc.stderr.read() if self.proc.stderr else b"")) from None
+                if time.monotonic() > deadline:
+                    raise RuntimeError("redis-server did not answer within 30 s") from None
                 time.sleep(0.02)
 
     def stop(self) -> None:

@@ -24,6 +24,7 @@ def _check(*args: str) -> str:
     return out.getvalue() + err.getvalue()
 
 
+@pytest.mark.django_db  # `check` runs the model checks, which may ask the database
 def test_no_persistence_is_said_by_check_deploy_only(settings, bare_redis) -> None:  # type: ignore[no-untyped-def]
     point_at(settings, bare_redis)
     assert "delayq.I010" not in _check()

@@ -37,6 +37,7 @@ def test_no_persistence_is_reported_as_info(settings, volatile_server, fault_ser
         rdb.cleanup()
 
 
+@pytest.mark.django_db  # `check` runs the model checks, which may ask the database
 def test_unreachable_redis_warns_and_check_command_still_passes(settings, volatile_server) -> None:  # type: ignore[no-untyped-def]
     point_at(settings, volatile_server)
     volatile_server.stop()

@@ -1,0 +1,180 @@
+"""Print the package's shape: code lines, the longest import chain, imports inside
+functions, module file names used more than once, the share of bare ``Any`` parameters.
+
+``make shape`` runs it; docs/internals.md ("Shape") keeps the last figures. Scope:
+django_delayq/ without migrations/; the line counts also leave out spark/.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import sys
+import tokenize
+from collections import Counter
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "django_delayq"
+PRAGMA = re.compile(r"#\s*(noqa|type:\s*ignore|pragma)\b[^#]*$")
+
+
+def modules() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "migrations" not in p.parts)
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def docstring_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                lines.update(range(body[0].lineno, (body[0].end_lineno or 0) + 1))
+    return lines
+
+
+def comments(source: str) -> dict[int, str]:
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    return {t.start[0]: t.string for t in tokens if t.type == tokenize.COMMENT}
+
+
+def python_lines(source: str) -> tuple[int, int]:
+    """(code lines, non-blank lines): code leaves out comments and docstrings."""
+    skip = {tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+            tokenize.DEDENT, tokenize.ENDMARKER}
+    code: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type not in skip:
+            code.update(range(tok.start[0], tok.end[0] + 1))
+    code -= docstring_lines(ast.parse(source))
+    return len(code), sum(1 for line in source.splitlines() if line.strip())
+
+
+def lua_lines(source: str) -> tuple[int, int]:
+    """(code lines, non-blank lines); ``--@include`` lines are code, other ``--`` comments
+    and ``--[[ ]]`` blocks are not."""
+    source = re.sub(r"--\[(=*)\[.*?\]\1\]", lambda m: "\n" * m.group().count("\n"), source,
+                    flags=re.S)
+    code = 0
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--@") or stripped and not stripped.startswith("--"):
+            code += 1
+    return code, sum(1 for line in source.splitlines() if line.strip())
+
+
+def line_counts() -> tuple[int, int]:
+    code = total = 0
+    for path in sorted(PACKAGE.rglob("*")):
+        if "migrations" in path.parts or "spark" in path.relative_to(PACKAGE).parts:
+            continue
+        counter = {".py": python_lines, ".lua": lua_lines}.get(path.suffix)
+        if counter:
+            c, t = counter(path.read_text("utf-8"))
+            code, total = code + c, total + t
+    return code, total
+
+
+def top_level_imports(tree: ast.Module, name: str, is_package: bool) -> set[str]:
+    """Modules named by the module-level imports (``if TYPE_CHECKING:`` left out)."""
+    found: set[str] = set()
+    base = name.split(".") if is_package else name.split(".")[:-1]
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                pkg = ".".join(base[:len(base) - node.level + 1] if node.level else [])
+                mod = ".".join(p for p in (pkg, node.module or "") if p)
+                # "from package import module" imports that module (the package is
+                # already imported by then); any other name comes from ``mod`` itself.
+                found.update("%s.%s" % (mod, a.name) for a in node.names)
+                found.add(mod + ".*")
+            elif isinstance(node, ast.If) and "TYPE_CHECKING" not in ast.unparse(node.test):
+                visit(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body + node.orelse + node.finalbody
+                      + [s for h in node.handlers for s in h.body])
+
+    visit(tree.body)
+    return found
+
+
+def resolve(name: str, deps: set[str], graph: dict[str, set[str]]) -> str:
+    """The module of ``name`` ("" if not one of ours): ``mod.*`` stands for ``mod`` when
+    one of the names imported from it is not a module."""
+    if name.endswith(".*"):
+        mod = name[:-2]
+        names = {d for d in deps if d.startswith(mod + ".") and not d.endswith(".*")
+                 and d.count(".") == mod.count(".") + 1}
+        return mod if mod in graph and any(d not in graph for d in names) else ""
+    return name if name in graph else ""
+
+
+def longest_chain(graph: dict[str, set[str]]) -> list[str]:
+    best: dict[str, list[str]] = {}
+
+    def chain(mod: str, path: frozenset[str]) -> list[str]:
+        if mod not in best:
+            tails = [chain(m, path | {m}) for m in sorted(graph[mod]) if m not in path]
+            best[mod] = [mod, *max(tails, key=len, default=[])]
+        return best[mod]
+
+    return max((chain(m, frozenset({m})) for m in sorted(graph)), key=len)
+
+
+def is_reason(comment: str | None) -> bool:
+    return bool(comment) and not PRAGMA.fullmatch(comment or "")
+
+
+def main() -> int:
+    graph: dict[str, set[str]] = {}
+    inner = with_reason = params = bare_any = 0
+    for path in modules():
+        source = path.read_text("utf-8")
+        tree, notes = ast.parse(source), comments(source)
+        name = module_name(path)
+        graph[name] = top_level_imports(tree, name, path.name == "__init__.py")
+        for func in ast.walk(tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            args = func.args
+            every = [*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg]
+            for arg in (a for a in every if a is not None):
+                params += 1
+                bare_any += arg.annotation is not None \
+                    and ast.unparse(arg.annotation) in ("Any", "typing.Any")
+            for node in ast.walk(func):
+                if isinstance(node, ast.Import | ast.ImportFrom):
+                    inner += 1
+                    with_reason += any(is_reason(notes.get(n)) for n in
+                                       range(node.lineno, (node.end_lineno or 0) + 1))
+    graph = {m: {resolve(d, deps, graph) for d in deps} - {m, ""} for m, deps in graph.items()}
+    code, total = line_counts()
+    chain = longest_chain(graph)
+    names = Counter(p.name for p in modules() if p.name != "__init__.py")
+    shared = sorted((n for n, c in names.items() if c > 1), key=lambda n: (-names[n], n))
+    print("code lines (Python + Lua, without spark/ and migrations/):")
+    print("  without comments, docstrings, blank lines  %6d" % code)
+    print("  with comments and docstrings               %6d" % total)
+    print("longest import chain (module-level)          %6d modules" % len(chain))
+    print("  " + " > ".join(m.removeprefix("django_delayq.") for m in chain))
+    print("imports inside functions                     %6d (%d with a reason on the line)"
+          % (inner, with_reason))
+    print("module file names used more than once        %6d" % len(shared))
+    if shared:
+        print("  " + ", ".join("%s x%d" % (n, names[n]) for n in shared))
+    print("bare Any parameters                          %5.1f%% (%d of %d parameters)"
+          % (100 * bare_any / max(params, 1), bare_any, params))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
