@@ -95,11 +95,12 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
         kwargs = compat.normalize_json(dict(kwargs))
         delay, at = _when(task.run_after)
-        spec = api.JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, priority=task.priority)
+        spec = api.JobSpec(args=args, kwargs=kwargs, queue=task.queue_name, delay=delay, at=at,
+                           priority=task.priority, max_attempts=self.max_attempts,
+                           backoff=self.backoff)
         try:
-            handle = api.schedule_spec(task.module_path, spec, queue=task.queue_name,
-                                       max_attempts=self.max_attempts, backoff=self.backoff,
-                                       any_queue=self.any_queue, task_backend=self.alias)
+            handle = api.schedule_spec(task.module_path, spec, any_queue=self.any_queue,
+                                       task_backend=self.alias)
         except InvalidJob as exc:
             raise compat.InvalidTask(str(exc)) from exc
         # The stored times, so that get_result(result.id) == result.

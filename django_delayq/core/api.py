@@ -34,8 +34,10 @@ from django_delayq.core import (
 )
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.core.options import KEEP, JobOptions, JobSpec
 from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
-from django_delayq.core.submit import JobSpec, enqueue_or_outbox, set_eager_runner
+from django_delayq.core.sender import send as enqueue_or_outbox  # Spark's sink sends with it
+from django_delayq.core.submit import set_eager_runner
 from django_delayq.engine import CancelOutcome
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.exceptions import InvalidJob, JobNotFound
@@ -43,8 +45,8 @@ from django_delayq.models import UNFINISHED_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["JobCall", "JobHandle", "JobSpec", "cancel", "enqueue_or_outbox", "get_job", "job",
-           "pause_queue", "paused_queues", "purge_queue", "requeue", "reschedule",
+__all__ = ["JobCall", "JobHandle", "JobOptions", "JobSpec", "cancel", "enqueue_or_outbox",
+           "get_job", "job", "pause_queue", "paused_queues", "purge_queue", "requeue", "reschedule",
            "resume_queue", "run_now", "schedule", "schedule_many", "schedule_spec",
            "set_eager_runner"]
 
@@ -112,17 +114,12 @@ def schedule(
     ``after``: jobs (handles or ids) that must succeed first; ``after_failure="run"``
     runs it even when one of them fails (docs/workflows.md).
     """
-    spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, key=key, priority=priority,
-                   timeout=timeout, expires=expires, retry_on=retry_on, atomic=atomic,
-                   after=after, after_failure=after_failure, on_conflict=on_conflict)
-    given = [name for name, value in (("priority", priority != 0), ("timeout", timeout),
-                                      ("expires", expires), ("retry_on", retry_on),
-                                      ("atomic", atomic),
-                                      ("after", after), ("on_conflict", on_conflict != "keep"),
-                                      ("after_failure", after_failure != "cancel"))
-             if value is not None and value is not False]
-    return _schedule(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff,
-                     options_given=given)
+    spec = JobSpec(args=args, kwargs=kwargs, queue=queue, delay=delay, at=at, key=key,
+                   on_conflict=on_conflict, priority=priority, timeout=timeout,
+                   expires=expires, retry_on=retry_on, atomic=atomic,
+                   max_attempts=max_attempts, backoff=backoff, after=after,
+                   after_failure=after_failure)
+    return _schedule(fn, spec, clash=True)
 
 
 def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None = None,
@@ -130,30 +127,26 @@ def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | N
                   any_queue: bool = False, task_backend: str = "") -> JobHandle:
     """``schedule()`` with the job's arguments given as values (any keyword names).
 
+    ``queue``, ``max_attempts``, ``backoff``: for a spec that leaves its own ``None``.
     ``any_queue``: accept a queue ``DELAYQ["QUEUES"]`` does not list (the Tasks backend
     with ``QUEUES: []``, as Django's rule is); a worker must serve it with ``--queues``.
     ``task_backend``: the alias of the Django Tasks backend enqueuing it (kept on the row,
     so ``get_result()`` reports it)."""
-    return _schedule(fn, spec, queue=queue, max_attempts=max_attempts, backoff=backoff,
-                     any_queue=any_queue, task_backend=task_backend)
+    if queue is not None or max_attempts is not None or backoff is not None:
+        spec = spec.under(JobOptions(queue=queue, max_attempts=max_attempts, backoff=backoff))
+    return _schedule(fn, spec, any_queue=any_queue, task_backend=task_backend)
 
 
-def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
-              max_attempts: int | None, backoff: Any, any_queue: bool = False,
-              requeued_from: str | None = None, options_given: list[str] | None = None,
-              task_backend: str = "") -> JobHandle:
-    s, now = get_settings(), timezone.now()
-    c = submit.common(fn, s, queue=queue, max_attempts=max_attempts, backoff=backoff,
-                      use_tz=django_settings.USE_TZ, now=now, any_queue=any_queue)
-    if options_given:  # schedule(): its own keywords and the function's share one namespace
-        options.check_no_clash(c.path, options_given)
-    values, new = submit.build(c, spec, s, now)
+def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = False,
+              requeued_from: str | None = None, task_backend: str = "",
+              clash: bool = False) -> JobHandle:
+    s = get_settings()
+    c = spec.check(fn, any_queue=any_queue, clash=clash)
+    values, new = submit.build(c, spec.args, spec.kwargs, s.max_payload_bytes)
     row = row_insert.new_row(**values, requeued_from=requeued_from, task_backend=task_backend)
     using = router.db_for_write(Job)
-    parents = workflows.parent_ids(spec.after)
-    on_failure = workflows.run_on_failure(spec.after_failure)
-    if spec.key is not None or parents:  # in a savepoint: core/dedup.py
-        standing = dedup.insert(row, spec, parents, on_failure, using, now)
+    if c.key is not None or c.parents:  # in a savepoint: core/dedup.py
+        standing = dedup.insert(row, spec, list(c.parents), c.run_on_failure, using, c.now)
         if standing is not None:  # the key's job stands (keep; drop while it is live)
             return JobHandle(standing, row.queue)
     else:  # no key, no parents: no savepoint, one prepared INSERT (core/row_insert.py)
@@ -163,10 +156,10 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None,
     if row.status != JobStatus.SCHEDULED:
         pass  # waiting for its parents, or cancelled by one that failed already
     elif s.eager:  # unit tests: run inline after commit, no Redis involved
-        run_eager = dedup.eager_runner(submit.eager_runner(), spec.on_conflict)
+        run_eager = dedup.eager_runner(submit.eager_runner(), c.on_conflict)
         submit.after_commit(using, lambda: run_eager(row.id))
     else:
-        commit_batch.enqueue_after_commit(using, row.queue, new)  # one hook per transaction
+        commit_batch.enqueue_after_commit(using, row.queue, [new])  # one hook per transaction
     return JobHandle(row.id, row.queue)
 
 
@@ -189,28 +182,27 @@ def schedule_many(
     """Schedule one job per spec with bulk inserts and one Redis call per batch.
 
     Specs with a ``key`` whose job already exists are skipped (their id is still
-    returned), so replaying the same input never schedules a row twice (specs with another
-    ``on_conflict`` take the path of ``after``). ``priority``,
-    ``timeout``, ``expires``, ``retry_on``, ``atomic`` apply to the specs that leave theirs None.
-    ``after`` (the specs' own, else the call's) takes the path of ``schedule()``, one
-    job at a time in one transaction (docs/workflows.md).
+    returned), so replaying the same input never schedules a row twice. The call's
+    options apply to the specs that leave theirs ``None``. ``after`` (the specs' own, else
+    the call's), another ``on_conflict``, or a spec's own ``queue``, ``max_attempts`` or
+    ``backoff`` take the path of ``schedule()``, one job at a time in one transaction
+    (docs/workflows.md).
     """
-    if after is not None or not isinstance(specs, (list, tuple)):
-        specs = [spec if spec.after is not None or after is None else
-                 replace(spec, after=after, after_failure=after_failure) for spec in specs]
-    if any(spec.after is not None or spec.on_conflict != "keep"  # type: ignore[union-attr]
-           for spec in specs):
+    call = JobOptions(queue=queue, max_attempts=max_attempts, backoff=backoff,
+                      priority=priority, timeout=timeout, expires=expires, retry_on=retry_on,
+                      atomic=atomic, after=after, after_failure=after_failure)
+    return _schedule_many(fn, specs, call, batch_size)
+
+
+def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call: JobOptions,
+                   batch_size: int) -> list[str]:
+    specs = specs if isinstance(specs, (list, tuple)) else list(specs)
+    if call.after is not None or any(_alone(spec) for spec in specs):
         with transaction.atomic(using=router.db_for_write(Job)):
-            return [_schedule(fn, spec, queue=queue, max_attempts=max_attempts,
-                              backoff=backoff).id for spec in _with_options(
-                specs, priority=priority, timeout=timeout, expires=expires,
-                retry_on=retry_on, atomic=atomic)]
-    s, now = get_settings(), timezone.now()
-    c = submit.common(fn, s, queue=queue, max_attempts=max_attempts, backoff=backoff,
-                      use_tz=django_settings.USE_TZ, now=now, priority=priority,
-                      timeout=timeout, expires=expires, retry_on=retry_on, atomic=atomic)
+            return [_schedule(fn, spec.under(call)).id for spec in specs]
+    c = call.check(fn)
     using = router.db_for_write(Job)
-    batch = bulk.build(using, specs, common=c, now=now, max_payload=s.max_payload_bytes)
+    batch = bulk.build(using, specs, call=c, max_payload=get_settings().max_payload_bytes)
     batch.drop_existing(batch_size)
     with transaction.atomic(using=using):
         batch.insert(batch_size)
@@ -218,77 +210,38 @@ def schedule_many(
         if jobs:
             signals.send(signals.jobs_scheduled, queue=c.queue, callable_path=c.path,
                          job_ids=[job.id for job in jobs])
-        submit.after_commit(using, lambda: enqueue_or_outbox(c.queue, jobs))
+        commit_batch.enqueue_after_commit(using, c.queue, jobs)
     return batch.ids
 
 
-def _with_options(specs: Iterable[JobSpec], **call: Any) -> Iterable[JobSpec]:
-    """Each spec with the call's run-time options where it leaves its own ``None``."""
-    for spec in specs:
-        yield replace(spec, **{k: v for k, v in call.items()
-                               if v is not None and getattr(spec, k) is None})
-
-
-_KEEP: Any = object()  # using(): "this option is not given, keep the current value"
+def _alone(spec: JobSpec) -> bool:
+    """Whether ``schedule_many`` schedules ``spec`` as ``schedule()`` does: it has parents,
+    another ``on_conflict``, or a queue or retries of its own (a batch has the call's)."""
+    return (spec.after is not None or spec.on_conflict != KEEP or spec.queue is not None
+            or spec.max_attempts is not None or spec.backoff is not None)
 
 
 @dataclass(frozen=True, slots=True)
-class JobCall:
+class JobCall(JobOptions):
     """A job function with its scheduling options, kept apart from its arguments.
 
     ``job(fn).using(queue="emails", delay=60).schedule(*args, **kwargs)`` schedules
     ``fn(*args, **kwargs)`` exactly as ``schedule()`` would, but every keyword of
     ``.schedule()`` goes to the job function, whatever its name (``delay``, ``queue``,
     ``key``...). ``using()`` returns a new ``JobCall`` and checks its options at once;
-    ``.schedule()`` goes through ``schedule_spec``, which checks everything again.
+    ``.schedule()`` checks everything again.
     """
 
     fn: Callable[..., Any] | str
-    delay: float | timedelta | None = None
-    at: datetime | None = None
-    queue: str | None = None
-    max_attempts: int | None = None
-    backoff: Any = None
-    key: str | None = None
-    priority: int | None = None
-    timeout: float | timedelta | None = None
-    expires: datetime | float | timedelta | None = None
-    retry_on: Any = None
-    atomic: bool | None = None
-    after: Any = None
-    after_failure: str = "cancel"
-    on_conflict: str = "keep"
 
-    def using(self, *, delay: float | timedelta | None = _KEEP, at: datetime | None = _KEEP,
-              queue: str | None = _KEEP, max_attempts: int | None = _KEEP,
-              backoff: Any = _KEEP, key: str | None = _KEEP, priority: int | None = _KEEP,
-              timeout: float | timedelta | None = _KEEP,
-              expires: datetime | float | timedelta | None = _KEEP,
-              retry_on: Any = _KEEP, atomic: bool | None = _KEEP, after: Any = _KEEP,
-              after_failure: str = _KEEP, on_conflict: str = _KEEP) -> JobCall:
-        """These options replace the current ones (``None`` resets one); raises
-        ``InvalidJob`` naming a bad option, as ``schedule()`` would."""
-        given = dict(delay=delay, at=at, queue=queue, max_attempts=max_attempts,
-                     backoff=backoff, key=key, priority=priority, timeout=timeout,
-                     expires=expires, retry_on=retry_on, atomic=atomic, after=after,
-                     after_failure=after_failure, on_conflict=on_conflict)
-        changed = replace(self, **{k: v for k, v in given.items() if v is not _KEEP})
-        changed.check()
+    def using(self, **changes: Any) -> JobCall:
+        """These options (``JobOptions``' names) replace the current ones (``None`` resets
+        one); raises ``InvalidJob`` naming a bad option, as ``schedule()`` would."""
+        if unknown := sorted(set(changes) - options.NAMES):
+            raise TypeError("using() got an unexpected keyword argument %r" % unknown[0])
+        changed = replace(self, **changes)
+        changed.check(changed.fn)
         return changed
-
-    def check(self) -> None:
-        """The checks of ``schedule()`` that do not depend on the job's arguments."""
-        now = timezone.now()
-        submit.common(self.fn, get_settings(), queue=self.queue, max_attempts=self.max_attempts,
-                      backoff=self.backoff, use_tz=django_settings.USE_TZ, now=now,
-                      priority=self.priority, timeout=self.timeout, expires=self.expires,
-                      retry_on=self.retry_on, atomic=self.atomic)
-        submit.when(self.delay, self.at, django_settings.USE_TZ)
-        submit.check_on_conflict(self.on_conflict, self.key)
-        if self.key is not None:
-            validation.check_key(self.key)
-        workflows.parent_ids(self.after)
-        workflows.run_on_failure(self.after_failure)
 
     def s(self, *args: Any, **kwargs: Any) -> workflows.Signature:
         """This call with its arguments, not scheduled yet: for ``chain`` and ``group``."""
@@ -296,12 +249,7 @@ class JobCall:
 
     def schedule(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Schedule ``fn(*args, **kwargs)`` with this call's options."""
-        spec = JobSpec(args=args, kwargs=kwargs, delay=self.delay, at=self.at, key=self.key,
-                       priority=self.priority, timeout=self.timeout, expires=self.expires,
-                       retry_on=self.retry_on, atomic=self.atomic, after=self.after,
-                       after_failure=self.after_failure, on_conflict=self.on_conflict)
-        return schedule_spec(self.fn, spec, queue=self.queue, max_attempts=self.max_attempts,
-                             backoff=self.backoff)
+        return _schedule(self.fn, JobSpec(args=args, kwargs=kwargs).under(self))
 
     def schedule_many(self, specs: Iterable[JobSpec], *, batch_size: int = 1000) -> list[str]:
         """``schedule_many`` with this call's options; a spec that sets neither ``delay``
@@ -309,14 +257,7 @@ class JobCall:
         if self.key is not None:
             raise InvalidJob("key=%r names one job: give each JobSpec its own key for "
                              "schedule_many" % (self.key,))
-        if self.delay is not None or self.at is not None:
-            specs = (spec if spec.delay is not None or spec.at is not None
-                     else replace(spec, delay=self.delay, at=self.at) for spec in specs)
-        return schedule_many(self.fn, specs, queue=self.queue, max_attempts=self.max_attempts,
-                             backoff=self.backoff, priority=self.priority, timeout=self.timeout,
-                             expires=self.expires, retry_on=self.retry_on, atomic=self.atomic,
-                             batch_size=batch_size, after=self.after,
-                             after_failure=self.after_failure)
+        return _schedule_many(self.fn, specs, self, batch_size)
 
 
 def job(fn: Callable[..., Any] | str) -> JobCall:
@@ -417,10 +358,10 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
         return JobHandle(row.id, row.queue)
     if not row.is_final:
         raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
-    spec = JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds, priority=row.priority,
+    spec = JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds, queue=row.queue,
+                   max_attempts=row.max_attempts, backoff=row.backoff, priority=row.priority,
                    timeout=row.timeout, retry_on=row.retry_on, atomic=row.atomic)
-    return _schedule(row.callable_path, spec, queue=row.queue, max_attempts=row.max_attempts,
-                     backoff=row.backoff, any_queue=True, requeued_from=row.id,
+    return _schedule(row.callable_path, spec, any_queue=True, requeued_from=row.id,
                      task_backend=row.task_backend)
 
 

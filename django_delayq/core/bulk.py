@@ -2,52 +2,47 @@
 one Redis call per 1,000 jobs, with every value encoded once.
 
 The row's ``args``/``kwargs`` JSON is encoded once (its size in UTF-8 bytes checked as the
-compact payload array's); every check is ``validation``'s, shared with ``schedule()`` and
-the Spark path; the arguments are bound to the function's signature. Redis gets ids, due
-times and priorities only; constant columns are adapted once per
-call; no model instances are made.
+compact payload array's); the call's options are checked once (``JobOptions.check``) and
+a spec's own per spec (``Checked.over``), as ``schedule()`` checks them; the arguments are
+bound to the function's signature. Redis gets ids, due times and priorities only;
+constant columns are adapted once per call; no model instances are made.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
-from django_delayq.core import ids, options, registry, rows, submit, validation
+from django_delayq.core import ids, options, registry, rows, validation
 from django_delayq.engine import NewJob
-from django_delayq.exceptions import InvalidJob
 
 
 class Batch:
     """Rows and Redis entries of one ``schedule_many`` call (one queue, one callable)."""
 
-    def __init__(self, using: str, *, common: submit.Common, now: datetime,
-                 max_payload: int) -> None:
-        self.common, self.now, self.max_payload = common, now, max_payload
-        self.queue, self.use_tz = common.queue, common.use_tz
-        self.writer = rows.RowWriter(using, queue=common.queue, path=common.path,
-                                     max_attempts=common.max_attempts, backoff=common.backoff,
-                                     now=now)
-        self._fixed = validation.payload_head_size(common.path, common.max_attempts,
-                                                   common.backoff)
-        signature = registry.signature(common.path)
-        self._binder = None if signature is None else options.Binder(common.path, signature)
+    def __init__(self, using: str, *, call: options.Checked, max_payload: int) -> None:
+        self.call, self.now, self.max_payload = call, call.now, max_payload
+        self.queue = call.queue
+        self.writer = rows.RowWriter(using, queue=call.queue, path=call.path,
+                                     max_attempts=call.max_attempts, backoff=call.backoff,
+                                     now=call.now)
+        self._fixed = validation.payload_head_size(call.path, call.max_attempts, call.backoff)
+        signature = registry.signature(call.path)
+        self._binder = None if signature is None else validation.Binder(call.path, signature)
         # The call's options, as row columns: a spec without options of its own gets them.
-        self._plain = common.expires is None
-        self._columns = {"priority": common.priority, "timeout": common.timeout,
-                         "retry_on": common.retry_on, "atomic": common.atomic}
+        self._columns = call.fixed_columns()
         self.rows: list[list[Any]] = []
         self.jobs: list[NewJob] = []
         self.ids: list[str] = []
         self.keyed: list[str] = []
 
-    def add(self, spec: submit.JobSpec) -> None:
+    def add(self, spec: options.JobSpec) -> None:
         args, kwargs = list(spec.args), dict(spec.kwargs)
         args_json, kwargs_json, size = validation.encode_args(args, kwargs)
         if self._binder is not None:
             self._binder.check(args, kwargs)
-        run_at, at_ms, delay_ms = self._due(spec.delay, spec.at)
+        run_at, at_ms, delay_ms = self.call.due(spec.delay, spec.at)
         if spec.key is None:
             job_id = ids.new_id()
         else:
@@ -65,24 +60,12 @@ class Batch:
                                 priority=priority))
         self.ids.append(job_id)
 
-    def _due(self, delay: Any, at: Any) -> tuple[datetime, int | None, int]:
-        """``(run_at, at_ms, delay_ms)`` of one spec."""
-        if delay is not None and at is not None:
-            raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
-        if at is not None:
-            run_at = validation.check_at(at, self.use_tz)
-            return run_at, validation.at_ms(run_at), 0
-        seconds = validation.delay_seconds(0 if delay is None else delay)
-        return self.now + timedelta(seconds=seconds), None, int(seconds * 1000)
-
-    def _options(self, spec: submit.JobSpec, run_at: datetime) -> tuple[dict[str, Any], int]:
+    def _options(self, spec: options.JobSpec, run_at: datetime) -> tuple[dict[str, Any], int]:
         """The row columns of the run-time options, and the priority for Redis."""
-        own = (spec.priority, spec.timeout, spec.expires, spec.retry_on, spec.atomic)
-        if self._plain and all(value is None for value in own):
-            return dict(self._columns), self.common.priority
-        opts = submit.run_options(self.common, spec, self.now, run_at)
-        columns = opts.columns()
-        return columns, opts.priority
+        job = self.call.over(spec)
+        if job is self.call and self._columns is not None:  # none of its own: the call's
+            return dict(self._columns), job.priority
+        return job.columns(run_at), job.priority
 
     def drop_existing(self, batch_size: int) -> None:
         """Forget keyed jobs that already exist: replaying the same input adds nothing."""
@@ -98,10 +81,9 @@ class Batch:
         self.writer.insert(self.rows, ignore_conflicts=bool(self.keyed), batch_size=batch_size)
 
 
-def build(using: str, specs: Iterable[submit.JobSpec], *, common: submit.Common,
-          now: datetime, max_payload: int) -> Batch:
-    batch = Batch(using, common=common, now=now, max_payload=max_payload)
+def build(using: str, specs: Iterable[options.JobSpec], *, call: options.Checked,
+          max_payload: int) -> Batch:
+    batch = Batch(using, call=call, max_payload=max_payload)
     for spec in specs:
         batch.add(spec)
     return batch
-

@@ -15,7 +15,8 @@ from typing import Any
 from django.db import router, transaction
 
 from django_delayq.core.api import JobCall, JobHandle, JobSpec
-from django_delayq.core.workflows import Signature, parent_ids
+from django_delayq.core.options import parent_ids
+from django_delayq.core.workflows import Signature
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job
 

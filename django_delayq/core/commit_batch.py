@@ -8,8 +8,9 @@ savepoint is dropped with it by Django when that savepoint rolls back, so Redis 
 receives a job whose row was rolled back. In autocommit the row is committed when
 ``schedule()`` inserts it: the job is sent at once, without an ``on_commit`` hook.
 
-Sending is ``core/sender.py``'s: inline by default, or from a background thread. A failed
-send leaves the rows for the reconciler, as ``enqueue_or_outbox`` does for any send.
+Every job sent at commit goes this way (``schedule()``, ``schedule_many()``, children a
+workflow releases). Sending is ``core/sender.py``'s: inline by default, or from a
+background thread; a failed send leaves the rows for the reconciler (the outbox).
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ class _Batch:
 
     __slots__ = ("jobs", "slot")
 
-    def __init__(self, queue: str, job: NewJob, slot: int) -> None:
-        self.jobs: dict[str, list[NewJob]] = {queue: [job]}
+    def __init__(self, queue: str, jobs: list[NewJob], slot: int) -> None:
+        self.jobs: dict[str, list[NewJob]] = {queue: list(jobs)}
         self.slot = slot
 
     def send(self) -> None:
@@ -54,18 +55,20 @@ def _open_batch(conn: Any) -> _Batch | None:
     return batch
 
 
-def enqueue_after_commit(using: str, queue: str, job: NewJob) -> None:
-    """Send ``job`` to Redis once the transaction of ``using`` commits (at once in
-    autocommit), sharing one hook with the jobs scheduled before it in that transaction."""
+def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob]) -> None:
+    """Send ``jobs`` to Redis once the transaction of ``using`` commits (at once in
+    autocommit), sharing one hook with the jobs scheduled before them in that transaction."""
+    if not jobs:
+        return
     conn = transaction.get_connection(using)
-    if not conn.in_atomic_block and conn.get_autocommit():  # the row is committed already
-        sender.send(queue, [job])
+    if not conn.in_atomic_block and conn.get_autocommit():  # the rows are committed already
+        sender.send(queue, jobs)
         return
     batch = _open_batch(conn)
     if batch is not None:
-        batch.jobs.setdefault(queue, []).append(job)
+        batch.jobs.setdefault(queue, []).extend(jobs)
         return
-    batch = _Batch(queue, job, len(conn.run_on_commit))
+    batch = _Batch(queue, jobs, len(conn.run_on_commit))
     if conn.in_atomic_block:
         setattr(conn, _ATTR, batch)
     submit.after_commit(using, batch.send)

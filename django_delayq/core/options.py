@@ -1,8 +1,16 @@
-"""Run-time options of a job, checked at ``schedule()``: priority, time limit, expiry,
-retry_on; and the job's arguments against its function's signature.
+"""A job's options: one frozen ``JobOptions``, its checks, and what a row stores of them.
 
-Each check raises ``InvalidJob`` naming the option and the bad value:
+``schedule()``, ``schedule_spec()``, ``schedule_many()``, ``job(fn).using()``, the Tasks
+backend and periodic schedules all build or carry a ``JobOptions`` (``JobSpec`` is one
+with the job's arguments, ``JobCall`` one with its function); ``JobOptions.check`` is
+the one place its values are checked, and returns them resolved (``Checked``). ``None``
+means "not given": the call's value, else the default. Each check raises ``InvalidJob``
+naming the option and the bad value:
 
+* ``queue``: one of ``DELAYQ["QUEUES"]`` (default ``DEFAULT_QUEUE``);
+* ``delay`` (seconds or a ``timedelta``) or ``at`` (a datetime), not both: the due time;
+* ``key``: an idempotency key (``validation.check_key``); ``on_conflict``: what a second
+  job of the key does, ``keep`` (the default), ``replace`` or ``drop`` (core/dedup.py);
 * ``priority``: an integer from -100 to 100 (``bool`` refused); among the due jobs of a
   queue, higher runs first;
 * ``timeout``: seconds > 0 (a number or a ``timedelta``, at most ``MAX_TIMEOUT_SECONDS``),
@@ -14,7 +22,13 @@ Each check raises ``InvalidJob`` naming the option and the bad value:
   dotted paths; only those (and their subclasses) are retried. ``[]`` retries nothing;
 * ``atomic``: ``True`` or ``False`` (``None``: the function's default, ``True`` for a
   function decorated with ``atomic_job``). An atomic job runs in one transaction with the
-  write of its success (``worker/atomic.py``).
+  write of its success (``worker/atomic.py``);
+* ``max_attempts`` (1 to 1000; default ``len(backoff) + 1`` for a list backoff, else
+  ``DEFAULT_MAX_ATTEMPTS``) and ``backoff`` (``engine.backoff.validate``);
+* ``after``: jobs (handles or ids) that must succeed first; ``after_failure``: ``cancel``
+  (the default) or ``run`` when one of them fails (core/workflows.py).
+
+The job's arguments are checked against its function's signature here too.
 """
 
 from __future__ import annotations
@@ -22,36 +36,200 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Self
 
+from django.conf import settings as django_settings
 from django.utils import timezone
 
-from django_delayq.core import registry, validation
+from django_delayq.core import ids, registry, validation
+from django_delayq.core.conf import get_settings
 from django_delayq.exceptions import InvalidJob, type_path
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_TIMEOUT_SECONDS = 365 * 24 * 3600.0  # a year
 MAX_RETRY_ON = 50  # exception classes in one retry_on
+KEEP, REPLACE, DROP = "keep", "replace", "drop"  # on_conflict= (core/dedup.py)
+ON_CONFLICT = (KEEP, REPLACE, DROP)
+AFTER_FAILURE = {"cancel": False, "run": True}
+# The row's columns of the run-time options, with the values of a job that sets none.
+COLUMN_DEFAULTS: dict[str, Any] = {"priority": 0, "timeout": None, "expires_at": None,
+                                   "retry_on": None, "atomic": False}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class RunOptions:
-    """Checked options, as the row stores them."""
+class JobOptions:
+    """How and when a job runs, apart from its arguments; ``None``: not given."""
 
+    queue: str | None = None
+    delay: float | timedelta | None = None
+    at: datetime | None = None
+    key: str | None = None
+    on_conflict: str = KEEP
+    priority: int | None = None
+    timeout: float | timedelta | None = None
+    expires: datetime | float | timedelta | None = None
+    retry_on: Any = None
+    atomic: bool | None = None  # None: the function's default (atomic_job)
+    max_attempts: int | None = None
+    backoff: Any = None
+    after: Any = None  # parents: JobHandle objects or ids (core/workflows.py)
+    after_failure: str = "cancel"
+
+    def under(self, call: JobOptions) -> Self:
+        """These options with ``call``'s where these leave one unset and ``call`` sets it.
+        Pairs go together: a job that sets neither ``delay`` nor ``at`` takes both of the
+        call's, one without ``key`` its ``key`` and ``on_conflict``, one without ``after``
+        its ``after`` and ``after_failure``."""
+        changes = {name: value for name in _SINGLE
+                   if getattr(self, name) is None and (value := getattr(call, name)) is not None}
+        if self.delay is None and self.at is None and (call.delay, call.at) != (None, None):
+            changes.update(delay=call.delay, at=call.at)
+        if self.key is None and call.key is not None:
+            changes.update(key=call.key, on_conflict=call.on_conflict)
+        if self.after is None and call.after is not None:
+            changes.update(after=call.after, after_failure=call.after_failure)
+        return replace(self, **changes) if changes else self
+
+    def given(self) -> list[str]:
+        """The options set here that a job function's own arguments may be named like."""
+        return [name for name in _CLASH if (value := getattr(self, name)) is not None
+                and value is not False and value != _UNSET.get(name)]
+
+    def check(self, fn: Any, *, now: datetime | None = None, any_queue: bool = False,
+              clash: bool = False) -> Checked:
+        """Every option checked (``InvalidJob`` naming the bad value), resolved for ``fn``.
+
+        ``any_queue``: accept a queue ``DELAYQ["QUEUES"]`` does not list (the Tasks
+        backend with ``QUEUES: []``). ``clash``: ``schedule()``, whose keywords share one
+        namespace with the function's, refuses an option the function takes as an
+        argument (``check_no_clash``)."""
+        s, use_tz = get_settings(), django_settings.USE_TZ
+        now = timezone.now() if now is None else now
+        validation.check_text(fn, "the callable path")
+        path = registry.path_of(fn)
+        registry.check_schedulable(path)
+        queue = validation.check_queue(s.default_queue if self.queue is None else self.queue,
+                                       s.queues, any_queue)
+        backoff, max_attempts = self.backoff, self.max_attempts
+        validation.check_backoff(backoff)
+        if max_attempts is None:
+            is_list = isinstance(backoff, (list, tuple))
+            max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
+        validation.check_max_attempts(max_attempts)
+        expires_at(self.expires, now=now, due=now, use_tz=use_tz)  # its moment: per job
+        if clash and (names := self.given()):
+            check_no_clash(path, names)
+        at, delay_s = validation.when(self.delay, self.at, use_tz)
+        own = _own(self, path)
+        if self.atomic is None:
+            own["atomic"] = check_atomic(None, path)
+        check_on_conflict(self.on_conflict, self.key)
+        if self.key is not None:
+            validation.check_key(self.key)
+        return Checked(path=path, queue=queue, max_attempts=max_attempts,
+                       backoff=list(backoff) if isinstance(backoff, tuple) else backoff,
+                       key=self.key, on_conflict=self.on_conflict, at=at, delay_s=delay_s,
+                       parents=tuple(parent_ids(self.after)),
+                       run_on_failure=run_on_failure(self.after_failure), now=now,
+                       use_tz=use_tz, **own)
+
+
+NAMES = frozenset(f.name for f in fields(JobOptions))
+_PAIRED = ("delay", "at", "key", "on_conflict", "after", "after_failure")
+_SINGLE = tuple(f.name for f in fields(JobOptions) if f.name not in _PAIRED)
+# schedule()'s options a job function's arguments may be named like, and their defaults.
+_CLASH = ("priority", "timeout", "expires", "retry_on", "atomic", "after", "on_conflict",
+          "after_failure")
+_UNSET = {"priority": 0, "on_conflict": KEEP, "after_failure": "cancel"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobSpec(JobOptions):
+    """One job: its arguments and its own options (those it leaves ``None`` take the
+    call's: ``schedule_many(..., priority=...)``, ``schedule_spec(..., queue=...)``)."""
+
+    args: Sequence[Any] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def _own(o: JobOptions, path: str) -> dict[str, Any]:
+    """The run-time options ``o`` sets, checked (``atomic`` of ``path``'s function)."""
+    out: dict[str, Any] = {}
+    if o.priority is not None:
+        out["priority"] = check_priority(o.priority)
+    if o.timeout is not None:
+        out["timeout"] = timeout_seconds(o.timeout)
+    if o.expires is not None:
+        out["expires"] = o.expires  # its type checked; its moment depends on the due time
+    if o.retry_on is not None:
+        out["retry_on"] = retry_on_paths(o.retry_on)
+    if o.atomic is not None:
+        out["atomic"] = check_atomic(o.atomic, path)
+    return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checked:
+    """A call's options, checked and resolved: what its jobs' rows store."""
+
+    path: str
+    queue: str
+    max_attempts: int
+    backoff: Any
     priority: int = 0
     timeout: float | None = None
-    expires_at: datetime | None = None
+    expires: Any = None
     retry_on: tuple[str, ...] | None = None
     atomic: bool = False
+    key: str | None = None
+    on_conflict: str = KEEP
+    at: datetime | None = None  # the due time: ``at``, else ``now`` + ``delay_s``
+    delay_s: float = 0.0
+    parents: tuple[str, ...] = ()
+    run_on_failure: bool = False
+    now: datetime
+    use_tz: bool = True
 
-    def columns(self) -> dict[str, Any]:
-        """The row's values (``retry_on`` a list: a JSON column)."""
-        return dict(priority=self.priority, timeout=self.timeout, expires_at=self.expires_at,
-                    retry_on=None if self.retry_on is None else list(self.retry_on),
-                    atomic=self.atomic)
+    def over(self, spec: JobOptions) -> Checked:
+        """These options with the run-time options ``spec`` sets, checked, in their place
+        (a job of ``schedule_many`` with a priority of its own ...)."""
+        own = _own(spec, self.path)
+        return replace(self, **own) if own else self
 
+    def due(self, delay: Any = None, at: Any = None) -> tuple[datetime, int | None, int]:
+        """``(run_at, at_ms, delay_ms)`` of a job due at ``delay``/``at`` (checked), or at
+        the call's due time when it gives neither."""
+        if delay is None and at is None:
+            at, seconds = self.at, self.delay_s
+        else:
+            at, seconds = validation.when(delay, at, self.use_tz)
+        if at is not None:
+            return at, validation.at_ms(at), 0
+        return self.now + timedelta(seconds=seconds), None, int(seconds * 1000)
+
+    def job_id(self) -> str:
+        """Derived from the key for ``keep`` (same key, same id), else fresh."""
+        if self.key is None or self.on_conflict != KEEP:
+            return ids.new_id()
+        return ids.id_for_key(self.queue, self.key)
+
+    def fixed_columns(self) -> dict[str, Any] | None:
+        """``columns`` when they do not depend on the due time (no ``expires``), else None."""
+        return None if self.expires is not None else self.columns(self.now)
+
+    def columns(self, due: datetime) -> dict[str, Any]:
+        """The row's columns of the run-time options (``COLUMN_DEFAULTS``) for a job due
+        at ``due`` (``expires`` must be after it; ``retry_on`` a list: a JSON column)."""
+        return {"priority": self.priority, "timeout": self.timeout,
+                "expires_at": expires_at(self.expires, now=self.now, due=due,
+                                         use_tz=self.use_tz),
+                "retry_on": None if self.retry_on is None else list(self.retry_on),
+                "atomic": self.atomic}
+
+
+# -- each option's check -------------------------------------------------------------
 
 ATOMIC_MARK = "delayq_atomic"  # set on a function by ``atomic_job``
 
@@ -179,6 +357,42 @@ def retry_on_problem(paths: list[Any]) -> str | None:
     return "not dotted paths: %s" % validation.short(bad) if bad else None
 
 
+def check_on_conflict(on_conflict: Any, key: Any) -> None:
+    """``on_conflict`` one of ``ON_CONFLICT``, and other than ``keep`` only with a key."""
+    if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
+        raise InvalidJob("on_conflict=%s: use 'keep' (the default: the key's first job "
+                         "stands, forever), 'replace' (the key's pending job is cancelled, "
+                         "the new one takes the key) or 'drop' (nothing is scheduled while "
+                         "the key's job is pending or running)" % validation.short(on_conflict))
+    if on_conflict != KEEP and key is None:
+        raise InvalidJob("on_conflict=%r needs a key: it says what a job with the same key "
+                         "does, and this call gives none (key=None)" % on_conflict)
+
+
+def parent_ids(after: Any) -> list[str]:
+    """The ids ``after=`` names (``JobHandle`` objects or job ids), in order, once each."""
+    if after is None:
+        return []
+    if isinstance(after, str) or not hasattr(after, "__iter__"):
+        after = [after]
+    out: dict[str, None] = {}
+    for item in after:
+        job_id = item if isinstance(item, str) else getattr(item, "id", None)
+        if not isinstance(job_id, str) or not job_id or len(job_id) > 26:
+            raise InvalidJob("after= takes JobHandle objects or job ids; got %r" % (item,))
+        out[job_id] = None
+    return list(out)
+
+
+def run_on_failure(after_failure: Any) -> bool:
+    try:
+        return AFTER_FAILURE[after_failure]
+    except (KeyError, TypeError):
+        raise InvalidJob("after_failure=%r: use 'cancel' (the default: a parent that ends "
+                         "dead, cancelled or expired cancels the job) or 'run'"
+                         % (after_failure,)) from None
+
+
 # -- the arguments against the function's signature ---------------------------------------
 
 def check_arguments(path: str, args: Any, kwargs: dict[str, Any]) -> None:
@@ -187,7 +401,7 @@ def check_arguments(path: str, args: Any, kwargs: dict[str, Any]) -> None:
     ``TaskContext`` excluded). Paths that passed ``registry.check_schedulable`` only."""
     signature = registry.signature(path)
     if signature is not None:
-        bind(signature, path, args, kwargs)
+        validation.bind(signature, path, args, kwargs)
 
 
 def check_no_clash(path: str, names: list[str]) -> None:
@@ -207,40 +421,3 @@ def check_no_clash(path: str, names: list[str]) -> None:
             "of that name, not the argument: pass the argument with job(fn).schedule(..., "
             "%s=...) (every keyword goes to the function) and the option with "
             "job(fn).using(%s=...)" % (path, option, option, option, option))
-
-
-class Binder:
-    """``bind`` for many jobs of one function (``schedule_many``): plain positional
-    arguments of a plain signature are checked by counting; anything else binds."""
-
-    def __init__(self, path: str, signature: inspect.Signature) -> None:
-        self.path, self.signature = path, signature
-        params = list(signature.parameters.values())
-        kinds = {p.kind for p in params}
-        self.anything = kinds == {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
-        plain = kinds <= {inspect.Parameter.POSITIONAL_OR_KEYWORD}
-        required = sum(p.default is inspect.Parameter.empty for p in params)
-        self.counts = (required, len(params)) if plain else None
-
-    def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-        if self.anything:
-            return
-        if self.counts is not None and not kwargs and (
-                self.counts[0] <= len(args) <= self.counts[1]):
-            return
-        bind(self.signature, self.path, args, kwargs)
-
-
-def bind(signature: inspect.Signature, path: str, args: Any, kwargs: dict[str, Any]) -> None:
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as exc:
-        raise InvalidJob("the arguments do not match %s%s: %s"
-                         % (path, _plain(signature), exc)) from None
-
-
-def _plain(signature: inspect.Signature) -> str:
-    """The parameters without annotations: ``(a, b=1, *args)``."""
-    empty = inspect.Parameter.empty
-    params = [p.replace(annotation=empty) for p in signature.parameters.values()]
-    return str(signature.replace(parameters=params, return_annotation=empty))

@@ -24,7 +24,7 @@ from django.utils import timezone
 from django_delayq.core import api, options, registry, schedules, tick_presence, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.submit import JobSpec
+from django_delayq.core.options import JobOptions, JobSpec
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus, MissedPolicy, Schedule
@@ -46,14 +46,17 @@ def check(s: Schedule) -> None:
         raise InvalidJob("args must be a JSON list and kwargs a JSON object, not %r, %r"
                          % (s.args, s.kwargs))
     validation.check_json(s.args, s.kwargs)
-    options.check_priority(s.priority)
-    options.check_atomic(s.atomic, s.callable_path)
+    job_options(s).check(s.callable_path)
     options.check_arguments(s.callable_path, s.args, s.kwargs)
-    queues = get_settings().queues
-    if s.queue and s.queue not in queues:
-        raise InvalidJob("queue %r is not in DELAYQ['QUEUES'] %s" % (s.queue, list(queues)))
     if s.start_at and s.end_at and s.end_at <= s.start_at:
         raise InvalidJob("end %s is not after start %s" % (s.end_at, s.start_at))
+
+
+def job_options(s: Schedule) -> JobOptions:
+    """The options of a schedule's jobs: its queue (else the default), its priority, and
+    ``atomic`` when it asks for it (else the function's default)."""
+    return JobOptions(queue=s.queue or None, priority=s.priority,
+                      atomic=True if s.atomic else None)
 
 
 def rule_of(s: Schedule) -> schedules.Rule:
@@ -103,10 +106,8 @@ def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     jitter = random.uniform(0, s.jitter_seconds) if s.jitter_seconds else 0.0
     due = max(tick + timedelta(seconds=jitter), now)
     spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
-                   key=tick_key(s, tick), priority=s.priority,
-                   atomic=True if s.atomic else None)  # else the function's default
-    handle = api.schedule_spec(s.callable_path, spec, queue=s.queue or None)
-    return handle.id
+                   key=tick_key(s, tick)).under(job_options(s))
+    return api.schedule_spec(s.callable_path, spec).id
 
 
 def advance(s: Schedule, after: datetime, now: datetime | None = None,

@@ -17,12 +17,12 @@ from typing import Any
 from django.db import connections
 from django.db.models.constants import OnConflict
 
+from django_delayq.core import options
 from django_delayq.models import Job, JobStatus
 
 VARYING = ("id", "key", "args", "kwargs", "run_at")  # differ between one writer's rows
-# Columns ``row()`` may set per row (else their defaults: priority 0, atomic false, the
-# others NULL).
-OPTIONS = ("priority", "timeout", "expires_at", "retry_on", "scheduled_for", "atomic")
+# Columns ``row()`` may set per row (else ``options.COLUMN_DEFAULTS``, scheduled_for NULL).
+OPTIONS = (*options.COLUMN_DEFAULTS, "scheduled_for")
 COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
 
@@ -97,9 +97,8 @@ class RowWriter:
             "finished_at": None, "attempts": 0, "max_attempts": max_attempts,
             "backoff": None if backoff is None else json.dumps(backoff), "error_type": "",
             "last_error": "", "traceback": "", "worker_id": "", "result": None,
-            "cancel_requested": False, "priority": 0, "timeout": None, "expires_at": None,
-            "retry_on": None, "scheduled_for": None, "requeued_from": None, "progress": None,
-            "parents_left": 0, "task_backend": "", "atomic": False}
+            "cancel_requested": False, **options.COLUMN_DEFAULTS, "scheduled_for": None,
+            "requeued_from": None, "progress": None, "parents_left": 0, "task_backend": ""}
         missing = set(names) - set(const) - set(VARYING)
         if missing:
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))
@@ -109,25 +108,25 @@ class RowWriter:
         self.adapt = adapt
 
     def row(self, job_id: str, key: str | None, args_json: str, kwargs_json: str,
-            run_at: datetime, options: Mapping[str, Any] | None = None) -> list[Any]:
-        """One row's values; ``options`` sets columns of ``OPTIONS`` (checked values:
-        datetimes adapted here, ``retry_on`` encoded as JSON)."""
+            run_at: datetime, columns: Mapping[str, Any] | None = None) -> list[Any]:
+        """One row's values; ``columns`` sets columns of ``OPTIONS`` (checked values:
+        datetimes adapted here, lists encoded as JSON)."""
         values = self.template.copy()
         i_id, i_key, i_args, i_kwargs, i_run = self.slots
         values[i_id], values[i_key], values[i_args] = job_id, key, args_json
         values[i_kwargs], values[i_run] = kwargs_json, self.adapt(run_at)
-        if options:
-            for name, value in options.items():
+        if columns:
+            for name, value in columns.items():
                 values[self.index[name]] = self._option(name, value)
         return values
 
     def _option(self, name: str, value: Any) -> Any:
         if name not in OPTIONS:
             raise ValueError("RowWriter.row() does not set column %r" % name)
-        if name in ("expires_at", "scheduled_for"):
+        if isinstance(value, datetime):
             return self.adapt(value)
-        if name == "retry_on":
-            return None if value is None else json.dumps(list(value))
+        if isinstance(value, (list, tuple)):  # a JSON column
+            return json.dumps(list(value))
         return value
 
     def insert(self, rows: Sequence[list[Any]], *, ignore_conflicts: bool,

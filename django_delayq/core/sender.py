@@ -1,7 +1,8 @@
 """The send to Redis of committed jobs: inline (the default), or from a per-process
 background thread, so that ``schedule()`` returns without waiting for a Redis round trip.
 
-``send(queue, jobs)`` is called once the jobs' rows are committed. Inline, it
+``send(queue, jobs)`` is the one send of committed jobs (``commit_batch`` calls it at
+commit; ``api.enqueue_or_outbox``, the same function, serves Spark's sink). Inline, it
 sends them before it returns (``schedule()`` in autocommit returns with its job in
 Redis). In the background (``use_background(True)``), it appends them to a buffer (no
 I/O) and wakes the sender's thread when the buffer was empty. The
@@ -13,9 +14,9 @@ clocks may change after).
 
 **Invariant: a job whose row committed reaches Redis, or the reconciler brings it
 there.** The row is durable before ``give``; a send that fails (Redis down) is logged
-and its rows wait for the reconciler, as ``submit.enqueue_or_outbox`` leaves them; a
-process that dies before sending leaves the same rows. ``flush()`` waits until every job
-given before it was sent (or left to the reconciler): code that reads Redis for jobs
+and its rows wait for the reconciler (the row is the outbox); a process that dies
+before sending leaves the same rows. ``flush()`` waits until every job given before it
+was sent (or left to the reconciler): code that reads Redis for jobs
 this process just scheduled calls it first (the process's exit does). The background is
 not the default because every reader in the process would need that call: an in-process
 burst worker, ``cancel()`` and ``reschedule()`` right after ``schedule()``, the test

@@ -15,14 +15,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import TextField
+from django.db.models import JSONField, TextField
 from django.db.models.functions import Cast
 from django.db.models.query import QuerySet
 
 from django_delayq.core import validation
+from django_delayq.models import Job
 
 #: The JSON columns of ``Job``.
-JSON_FIELDS = ("args", "kwargs", "result", "progress", "retry_on", "backoff")
+JSON_FIELDS = tuple(f.name for f in Job._meta.concrete_fields if isinstance(f, JSONField))
 TEXT = "%s_stored_text"  # the name of a column's text in ``with_text``
 
 

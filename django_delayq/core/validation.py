@@ -12,6 +12,8 @@ an ``OverflowError``, ``RecursionError`` or ``UnicodeEncodeError`` from deeper d
   lone surrogate, no control character (PostgreSQL cannot store NUL);
 * ``max_attempts`` is 1 to ``MAX_ATTEMPTS``; a backoff passes ``engine.backoff.validate``
   (finite seconds, at most a year per step);
+* a queue is one of ``DELAYQ["QUEUES"]`` (with ``any_queue``, any storable name);
+* the arguments bind to the function's signature (``bind``; ``Binder`` for many jobs);
 * the payload limit ``MAX_PAYLOAD_BYTES`` counts UTF-8 bytes.
 
 The worker applies the same limits to what it reads back from a row (``payloads``).
@@ -19,12 +21,14 @@ The worker applies the same limits to what it reads back from a row (``payloads`
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import json
 import keyword
 import math
 import re
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -37,6 +41,7 @@ MAX_DEPTH = 100  # deeper than this is a mistake (or a circular structure)
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600  # 100 years
 MAX_ATTEMPTS = 1000
 MAX_KEY_LENGTH = 255  # the row's ``key`` column
+MAX_QUEUE_NAME = 100  # the row's ``queue`` column
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
@@ -233,6 +238,37 @@ def check_at(at: Any, use_tz: bool) -> datetime:
     return at
 
 
+def when(delay: Any, at: Any, use_tz: bool) -> tuple[datetime | None, float]:
+    """The due time checked: ``(at, 0)``, or ``(None, delay in seconds)``."""
+    if delay is not None and at is not None:
+        raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
+    if at is not None:
+        return check_at(at, use_tz), 0.0
+    return None, delay_seconds(0 if delay is None else delay)
+
+
+def check_queue(queue: Any, queues: tuple[str, ...], any_queue: bool) -> str:
+    """A queue of ``DELAYQ["QUEUES"]`` (``queues``); with ``any_queue`` (a Tasks backend
+    whose QUEUES is empty) any storable name, served by a worker started with ``--queues``."""
+    if isinstance(queue, str) and queue in queues:
+        return queue
+    if not any_queue:
+        raise InvalidJob("unknown queue %r; DELAYQ['QUEUES'] is %r" % (queue, list(queues)))
+    if not isinstance(queue, str) or not_a_queue_name(queue):
+        raise InvalidJob("queue %s is not a queue name: 1 to %d printable characters without "
+                         "braces, not ending in #<digits> (a sharded queue's data set names)"
+                         % (_short(queue), MAX_QUEUE_NAME))
+    return queue
+
+
+def not_a_queue_name(queue: str) -> bool:
+    """Whether a queue ``DELAYQ["QUEUES"]`` does not list cannot be one: empty, too long,
+    not printable, with braces (a hash tag), or named like shard i of another queue
+    (``q#i``, engine/shard_map.py): its jobs would land in that shard's keys."""
+    return (not queue or len(queue) > MAX_QUEUE_NAME or not queue.isprintable()
+            or "{" in queue or "}" in queue or re.fullmatch(r".+#[0-9]+", queue) is not None)
+
+
 def check_lookup_id(job_id: Any) -> None:
     """``JobNotFound`` for an id no row can have and no database can be asked for (not a
     string, a lone surrogate, NUL), naming it escaped."""
@@ -272,3 +308,42 @@ def name_problem(dotted: Any, *, what: str = "module name") -> str | None:
         if keyword.iskeyword(segment):
             return "%r is a Python keyword" % segment
     return None
+
+
+# -- the arguments against the function's signature ---------------------------------------
+
+class Binder:
+    """``bind`` for many jobs of one function (``schedule_many``): plain positional
+    arguments of a plain signature are checked by counting; anything else binds."""
+
+    def __init__(self, path: str, signature: inspect.Signature) -> None:
+        self.path, self.signature = path, signature
+        params = list(signature.parameters.values())
+        kinds = {p.kind for p in params}
+        self.anything = kinds == {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
+        plain = kinds <= {inspect.Parameter.POSITIONAL_OR_KEYWORD}
+        required = sum(p.default is inspect.Parameter.empty for p in params)
+        self.counts = (required, len(params)) if plain else None
+
+    def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        if self.anything:
+            return
+        if self.counts is not None and not kwargs and (
+                self.counts[0] <= len(args) <= self.counts[1]):
+            return
+        bind(self.signature, self.path, args, kwargs)
+
+
+def bind(signature: inspect.Signature, path: str, args: Any, kwargs: dict[str, Any]) -> None:
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise InvalidJob("the arguments do not match %s%s: %s"
+                         % (path, _plain(signature), exc)) from None
+
+
+def _plain(signature: inspect.Signature) -> str:
+    """The parameters without annotations: ``(a, b=1, *args)``."""
+    empty = inspect.Parameter.empty
+    params = [p.replace(annotation=empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=params, return_annotation=empty))

@@ -29,14 +29,14 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import submit
+from django_delayq.core import commit_batch, submit
+from django_delayq.core.conf import get_settings
 from django_delayq.engine import NewJob
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
 
 logger = logging.getLogger(__name__)
 
-AFTER_FAILURE = {"cancel": False, "run": True}
 FAILED = (JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 CHUNK = 500  # ids per IN (...) query
 MAX_ANCESTORS = 10_000  # the cycle check walks at most this many ancestors
@@ -63,30 +63,6 @@ def _chunks(items: Sequence[str], size: int = CHUNK) -> Iterable[Sequence[str]]:
 
 
 # -- schedule time -------------------------------------------------------------------
-
-
-def parent_ids(after: Any) -> list[str]:
-    """The ids ``after=`` names (``JobHandle`` objects or job ids), in order, once each."""
-    if after is None:
-        return []
-    if isinstance(after, str) or not hasattr(after, "__iter__"):
-        after = [after]
-    out: dict[str, None] = {}
-    for item in after:
-        job_id = item if isinstance(item, str) else getattr(item, "id", None)
-        if not isinstance(job_id, str) or not job_id or len(job_id) > 26:
-            raise InvalidJob("after= takes JobHandle objects or job ids; got %r" % (item,))
-        out[job_id] = None
-    return list(out)
-
-
-def run_on_failure(after_failure: Any) -> bool:
-    try:
-        return AFTER_FAILURE[after_failure]
-    except (KeyError, TypeError):
-        raise InvalidJob("after_failure=%r: use 'cancel' (the default: a parent that ends "
-                         "dead, cancelled or expired cancels the job) or 'run'"
-                         % (after_failure,)) from None
 
 
 @dataclass(slots=True)
@@ -255,20 +231,19 @@ def _release(ids: list[str], using: str) -> None:
             by_queue[queue].append(NewJob(id=job_id, at_ms=int(run_at.timestamp() * 1000),
                                           delay_ms=0, priority=priority))
     for queue, new in by_queue.items():
-        submit.after_commit(using, _sender(queue, new))
-
-
-def _sender(queue: str, new: list[NewJob]) -> Any:
-    def send() -> None:
-        from django_delayq.core.conf import get_settings
-
-        if get_settings().eager:
-            run = submit.eager_runner()
-            for job in new:
-                run(job.id)
+        if get_settings().eager:  # no Redis: each runs inline after commit
+            submit.after_commit(using, _run_eager(new))
         else:
-            submit.enqueue_or_outbox(queue, new)
-    return send
+            commit_batch.enqueue_after_commit(using, queue, new)
+
+
+def _run_eager(new: list[NewJob]) -> Any:
+    run = submit.eager_runner()
+
+    def run_all() -> None:
+        for job in new:
+            run(job.id)
+    return run_all
 
 
 def sweep(using: str, limit: int = SWEEP_EDGES) -> int:
