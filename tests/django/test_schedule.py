@@ -130,6 +130,31 @@ def test_schedule_many_bulk_and_idempotent(delayq_engine) -> None:  # type: igno
     assert Job.objects.count() == 50
 
 
+def test_schedule_many_sends_at_commit_in_a_transaction(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    with transaction.atomic():
+        ids = schedule_many("tests.jobs.noop", [JobSpec(args=[i]) for i in range(3)])
+        assert [in_redis(delayq_engine, i) for i in ids] == ["", "", ""]
+    assert {in_redis(delayq_engine, i) for i in ids} <= {"pending", "ready"}
+    assert all(in_redis(delayq_engine, i) for i in ids)
+
+
+def test_a_spec_carries_its_own_queue_and_retries(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    own, common = schedule_many("tests.jobs.noop", [
+        JobSpec(args=[1], queue="slow", max_attempts=2, backoff=[5]), JobSpec(args=[2])],
+        max_attempts=7)
+    rows = {row.pk: row for row in Job.objects.filter(pk__in=[own, common])}
+    assert (rows[own].queue, rows[own].max_attempts) == ("slow", 2)
+    assert (rows[common].queue, rows[common].max_attempts) == ("default", 7)
+    assert in_redis(delayq_engine, own, queue="slow") and in_redis(delayq_engine, common)
+
+
+def test_using_refuses_a_name_that_is_no_option(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import job
+
+    with pytest.raises(TypeError, match="retries"):
+        job("tests.jobs.noop").using(retries=3)
+
+
 def test_schedule_many_validates_every_spec(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidJob, match=r"args\[0\]"):
         schedule_many("tests.jobs.noop", [JobSpec(args=[1]), JobSpec(args=[{1, 2}])])
