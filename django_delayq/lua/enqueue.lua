@@ -32,24 +32,19 @@
 --@include clamp_ms
 --@include call_many
 --@include line
+--@include held
 local now = now_ms(ARGV[1])
 local ids = {}
 for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
 local line = new_line(pending, ready)
-local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
-local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
-local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
-local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
-local has_env = {}
-if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
+local found = held(ids)
 local seen = {}
 local envs, prios = {}, {}
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
-  if not (in_pending[j] or in_ready[j] or in_flight[j] or in_dead[j] or has_env[j]
-          or seen[id]) then
+  if not (found[j] or seen[id]) then
     seen[id] = true
     added = added + 1
     local i = 5 * j - 2

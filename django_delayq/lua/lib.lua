@@ -196,6 +196,25 @@ local function priorities(prio, ids)
   return redis.call('HMGET', prio, unpack(ids))
 end
 
+--@define held
+-- Which of ``ids`` the queue holds already, one flag each: in pending, ready, in flight or
+-- dead, or with an envelope (keys ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs``,
+-- declared by the including script). Reads only: call it before the first write.
+local function held(ids)
+  local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
+  local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
+  local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
+  local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
+  local has_env = {}
+  if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
+  local out = {}
+  for j = 1, #ids do
+    out[j] = (in_pending[j] or in_ready[j] or in_flight[j] or in_dead[j] or has_env[j]) and true
+             or false
+  end
+  return out
+end
+
 --@define line
 --@include ready_score
 --@include call_many

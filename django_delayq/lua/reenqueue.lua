@@ -44,6 +44,7 @@
 --@include clamp_ms
 --@include call_many
 --@include line
+--@include held
 local now = now_ms(ARGV[1])
 local keep_ms, keep_max = tonumber(ARGV[3]), tonumber(ARGV[4])
 if ARGV[5] ~= '' and redis.call('GET', epoch) ~= ARGV[5] then return {0, now, 1} end
@@ -51,22 +52,16 @@ local ids = {}
 for i = 6, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
 local line = new_line(pending, ready)
-local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
-local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
-local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
-local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
+local found = held(ids)
 local in_settled = redis.call('ZMSCORE', settled, unpack(ids))
 local lately = redis.call('ZMSCORE', reconciled, unpack(ids))
 local counters = redis.call('HMGET', attempts, unpack(ids))
-local has_env = {}
-if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
 local seen, prios, seeds, offsets, fresh, remembered = {}, {}, {}, {}, {}, {}
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
   local recently = lately[j] and tonumber(lately[j]) >= now - keep_ms
-  if not (in_pending[j] or in_ready[j] or in_flight[j] or in_dead[j] or has_env[j]
-          or in_settled[j] or recently or seen[id]) then
+  if not (found[j] or in_settled[j] or recently or seen[id]) then
     seen[id] = true
     added = added + 1
     local i = 4 * j + 2
