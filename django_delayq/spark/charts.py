@@ -143,6 +143,9 @@ def error_label(text: str) -> str:
 
 
 def write_charts(report: dict[str, Any], out: Path) -> dict[str, Path]:
-    return {"lateness": lateness_chart(report, out / "lateness.png"),
-            "throughput": throughput_chart(report, out / "throughput.png"),
-            "failures": failures_chart(report, out / "failures.png")}
+    """The report's charts. Every label is plain text: a queue, callable or error type
+    written into the database with ``$...$`` is no math to parse (a bad formula raised)."""
+    with _plt().rc_context({"text.parse_math": False}):
+        return {"lateness": lateness_chart(report, out / "lateness.png"),
+                "throughput": throughput_chart(report, out / "throughput.png"),
+                "failures": failures_chart(report, out / "failures.png")}

@@ -173,3 +173,20 @@ def test_files_written_before_a_column_existed_are_read_with_the_newer_ones(
     top = _group(compute_report(read_jobs(spark, tmp_path)), "default", ADD)["top_errors"]
     assert [(e["error"], e["failed_jobs"]) for e in top] == [
         ("builtins.KeyError", 3), ("shop.errors.OutOfStock", 2)]
+
+
+def test_labels_written_into_the_database_are_plain_text(tmp_path: Any) -> None:
+    """A queue or an error type holding ``$...$`` (a bad formula for matplotlib's math
+    text) is drawn as it is: the report's charts never fail on what a row says."""
+    from django_delayq.spark.charts import write_charts
+
+    points = [{"bucket": "2026-11-28T12:0%d:00" % i, "queue": "q$x", "dead": i, "expired": 0,
+               "retried": 1, "started": 1, "finished": 1,
+               "lateness_ms": {"p50": 1.0, "p95": 2.0}}
+              for i in range(3)]
+    error = {"error": r"$\frac{x$ shop.Boom", "failed_attempts": 3, "failed_jobs": 2,
+             "dead_jobs": 1}
+    report = {"series": points, "bucket_seconds": 60, "failed_attempts_available": True,
+              "groups": [{"queue": "*", "top_errors": [error]}]}
+    charts = write_charts(report, tmp_path)
+    assert charts["failures"].stat().st_size > 0
