@@ -37,6 +37,9 @@ def _wait_for(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyp
 
 def test_a_fast_job_folds_started_into_succeeded(delayq_engine):
     """A job that starts and ends within one flush is one entry carrying both."""
+    stream = events.get_stream()
+    assert stream is not None
+    stream.flush_seconds = 600  # no timed flush between start and end: only ours below
     job_id = schedule("tests.jobs.add", 1, 2).id
     run_due_jobs()
     found = _stream_events(delayq_engine)
