@@ -91,7 +91,7 @@ def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
 
 
 def callable_limits(engine: Any, settings: Settings) -> list[CallableLimit]:
-    """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each group runs now
+    """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each callable runs now
     (``observe.limits``), as the queues page shows them."""
     return [CallableLimit(callable=c.callable, limit=describe_limit(c.rate, c.concurrency),
                           running=c.running, started_in_window=c.started_in_window)

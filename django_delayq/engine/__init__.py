@@ -12,7 +12,7 @@ from django_delayq.engine.engine import (
     SetAside,
     bad_id,
 )
-from django_delayq.engine.keys import GroupKeys, QueueKeys
+from django_delayq.engine.keys import CallableLimitKeys, QueueKeys
 from django_delayq.engine.outcomes import Contact, Grant, LimitState, QueueLimit
 from django_delayq.engine.sharded import ShardedEngine, ShardLimitError
 
@@ -26,7 +26,7 @@ __all__ = [
     "Contact",
     "Engine",
     "Grant",
-    "GroupKeys",
+    "CallableLimitKeys",
     "JobLocation",
     "LimitState",
     "NackOutcome",

@@ -28,8 +28,8 @@ from typing import Any
 
 from django_delayq.engine import scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
+from django_delayq.engine.callable_limits import CallableLimits
 from django_delayq.engine.controls import QueueControls
-from django_delayq.engine.group_limits import GroupLimits
 from django_delayq.engine.keys import QueueKeys
 from django_delayq.engine.leases import Leases
 from django_delayq.engine.outbox import OutboxOps
@@ -64,7 +64,7 @@ RECONCILE_CHUNK = scripts.RECONCILE_CHUNK
 __all__ = ["Engine", "bad_id"]
 
 
-class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, GroupLimits, Leases):
+class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimits, Leases):
     """The Redis side of django-delayq. Thread-safe (redis-py clients are).
 
     The scripts' methods are here; the workers registry (``registry.py``), the

@@ -148,17 +148,17 @@ class QueueKeys:
 
 
 @dataclass(frozen=True, slots=True)
-class GroupKeys:
-    """Key names of the callable limit ``group`` under ``prefix``: all share
-    ``{prefix:limit:group}``. Their suffixes differ from every ``QueueKeys`` suffix, so a
-    queue named ``limit:<group>`` never shares a key with the group."""
+class CallableLimitKeys:
+    """Key names of the limit of the callable ``path`` (its dotted path) under ``prefix``:
+    all share ``{prefix:limit:path}``. Their suffixes differ from every ``QueueKeys``
+    suffix, so a queue named ``limit:<path>`` never shares a key with the limit."""
 
     prefix: str
-    group: str
+    path: str
 
     @property
     def tag(self) -> str:
-        return "{%s:limit:%s}" % (self.prefix, self.group)
+        return "{%s:limit:%s}" % (self.prefix, self.path)
 
     @property
     def grants(self) -> str:

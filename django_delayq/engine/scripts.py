@@ -10,7 +10,7 @@ script and the include). The expanded text is what is sent and what the SHA is o
 
 **Keys.** A script declares the keys it uses on its ``-- KEYS:`` header line, in the
 order of its ``KEYS``: each a name of the caller's keys object (``QueueKeys``,
-``GroupKeys``: ``inflight``, ``runs``, ...), with the Redis type it must have
+``CallableLimitKeys``: ``inflight``, ``runs``, ...), with the Redis type it must have
 (``inflight:zset``; ``record:string?`` for a last key a caller may leave out). ``load``
 makes those names locals at the top of the script (``local inflight, runs = KEYS[1],
 KEYS[2]``, before the lib.lua blocks, which use the same names) and, when any has a type,
@@ -69,7 +69,7 @@ SCRIPT_NAMES = (
     "defer",
     "purge",
     "acquire",
-    "release_group",
+    "release_callable",
     "forget_settled",
     "reenqueue",
     "mark",
@@ -93,7 +93,7 @@ MAX_MARK = 100  # (id, token, offset) triples
 MAX_RELEASE = 200  # (id, token, due) triples
 MAX_DEFER = 200  # (id, token, at_ms) triples
 MAX_PURGE = 200  # waiting jobs removed (purge.lua caps its ``limit`` at this)
-MAX_RELEASE_GROUP = 250  # job ids whose callable-limit slot is freed
+MAX_RELEASE_CALLABLE = 250  # job ids whose callable-limit slot is freed
 MAX_RECOVER = 100  # expired leases (recover.lua caps its ``limit``), and max_attempts pairs
 # events_add: 100 events a call took 5-7 ms in some 20,000-job drains (an event carries
 # up to ~15 fields and a 500-character error); 25 keep a call near 1 ms
@@ -142,7 +142,7 @@ BOUNDS: dict[str, Bound] = {
     "defer": Bound(2, 3, MAX_DEFER),
     "purge": Bound(1, 0, 0),
     "acquire": Bound(8, 0, 0),
-    "release_group": Bound(0, 1, MAX_RELEASE_GROUP),
+    "release_callable": Bound(0, 1, MAX_RELEASE_CALLABLE),
     "forget_settled": Bound(2, 1, MAX_FORGET),
     "reenqueue": Bound(5, 4, MAX_REENQUEUE),
 }
@@ -175,7 +175,7 @@ class Script:
 
     def keys_of(self, names: Any, **extra: str | None) -> tuple[str, ...]:
         """This script's ``KEYS``: each declared key from ``extra`` if given there, else
-        the attribute of that name of ``names`` (a ``QueueKeys``, ``GroupKeys``); an
+        the attribute of that name of ``names`` (a ``QueueKeys``, ``CallableLimitKeys``); an
         optional key given as None (or not at all) is left out with those after it."""
         out: list[str] = []
         for key in self.keys:

@@ -1,13 +1,13 @@
--- acquire.lua : may job `id` start now under its callable's limits? (group limits)
+-- acquire.lua : may job `id` start now under its callable's limits? (callable limits)
 --
 -- KEYS: grants:zset running:zset next_free:string
 --          grants   ZSET  "<id>:<ms>" -> grant ms: the rate limit's window log
 --          running  ZSET  id -> slot deadline ms: the jobs holding a concurrency slot
 --          next_free STRING the next retry time (ms) to hand to a refused job
---          (keys.GroupKeys: one hash tag {prefix:limit:<group>})
+--          (keys.CallableLimitKeys: one hash tag {prefix:limit:<path>})
 -- ARGV[1]  now_ms     integer ms, or "0" to read the server's TIME
 -- ARGV[2]  id         the job asking
--- ARGV[3]  lease_ms   how long its slot lasts unless released (release_group.lua): the
+-- ARGV[3]  lease_ms   how long its slot lasts unless released (release_callable.lua): the
 --                     slot of a dead worker frees itself then
 -- ARGV[4]  rate       most grants per window ("-1": no rate limit)
 -- ARGV[5]  per_ms     the window
@@ -21,7 +21,7 @@
 -- The margin covers the delay between a grant and the call it allows: if every call
 -- starts within margin_ms after its grant, at most `rate` calls start in any window of
 -- per_ms (two grants `rate` apart are per_ms + margin_ms apart; their calls at least
--- per_ms). Concurrency: a grant takes a slot (running) until release_group.lua frees it
+-- per_ms). Concurrency: a grant takes a slot (running) until release_callable.lua frees it
 -- or its deadline passes; expired slots are dropped first (at most 100 per call; the
 -- count of live ones is exact either way). A job already holding a slot is granted again
 -- (its deadline renewed, nothing counted twice).
@@ -69,7 +69,7 @@ end
 local step = spread
 if opens ~= nil then step = math.ceil(window / rate) end
 -- a next free slot beyond a day (or not a number) is not one this script wrote for a
--- live backlog: ignored, so a planted value cannot park the group's jobs for years
+-- live backlog: ignored, so a planted value cannot park the callable's jobs for years
 local free = tonumber(redis.call('GET', next_free))
 if free == nil or free ~= free or free > now + 86400000 then free = 0 end
 local at = math.max(opens or now + spread, free)

@@ -15,7 +15,7 @@ from django_delayq.engine import Engine
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallableLimitState:
-    callable: str  # the dotted path, the limit's group
+    callable: str  # the dotted path
     rate: Rate | None  # (starts, per_ms)
     concurrency: int | None
     running: int  # slots held now

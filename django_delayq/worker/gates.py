@@ -117,12 +117,13 @@ class QueueGate:
 
 @dataclass(frozen=True, slots=True)
 class Admission:
-    """``ended``: the job does not run (expired, deferred); ``group``: the callable limit
-    whose slot the attempt holds (released after it is settled); ``limited``: its
-    callable has a limit (its row's due time is kept at start: it may have been deferred)."""
+    """``ended``: the job does not run (expired, deferred); ``callable_limit``: the
+    callable whose limit's slot the attempt holds (released after it is settled);
+    ``limited``: its callable has a limit (its row's due time is kept at start: it may
+    have been deferred)."""
 
     ended: runner.Outcome | None = None
-    group: str | None = None
+    callable_limit: str | None = None
     limited: bool = False
 
 
@@ -133,7 +134,7 @@ class StartGate:
         self.settings = settings
         self.server_now_ms = server_now_ms
         self._lock = threading.Lock()
-        self._slots: dict[str, tuple[str, tuple[int, int] | None, int]] = {}  # id -> group
+        self._slots: dict[str, tuple[str, tuple[int, int] | None, int]] = {}  # id -> its limit
 
 
     def time_limit(self, job: ClaimedJob) -> float | None:
@@ -164,7 +165,7 @@ class StartGate:
             if concurrency is not None:  # a slot: renewed while the function runs
                 with self._lock:
                     self._slots[job.id] = (env.path, rate, concurrency)
-            return Admission(group=env.path, limited=True)
+            return Admission(callable_limit=env.path, limited=True)
         at: int = (grant.retry_at_ms if grant.retry_at_ms is not None
                    else int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
         return Admission(ended=runner.deferred(job, env.path, at), limited=True)
@@ -173,33 +174,33 @@ class StartGate:
         """Extend the slots of the functions running now (the heartbeat calls this)."""
         with self._lock:
             slots = list(self._slots.items())
-        for job_id, (group, rate, concurrency) in slots:
-            self.engine.acquire(group, job_id, lease_ms=self.settings.lease_ms, rate=rate,
+        for job_id, (path, rate, concurrency) in slots:
+            self.engine.acquire(path, job_id, lease_ms=self.settings.lease_ms, rate=rate,
                                 concurrency=concurrency)
 
     def release(self, outcomes: Sequence[runner.Outcome]) -> None:
         """Free the slots of settled attempts (``Settler`` calls this after settling)."""
         with self._lock:
             for o in outcomes:
-                if o.group is not None:
+                if o.callable_limit is not None:
                     self._slots.pop(o.job.id, None)
-        release_groups(self.engine, outcomes)
+        release_callable_slots(self.engine, outcomes)
 
     def release_late(self, outcome: runner.Outcome) -> None:
         """A timed-out attempt's function returned at last: free its slot now."""
         self.release([outcome])
 
 
-def release_groups(engine: Engine, outcomes: Iterable[runner.Outcome]) -> None:
+def release_callable_slots(engine: Engine, outcomes: Iterable[runner.Outcome]) -> None:
     """Free the callable-limit slots the settled ``outcomes`` held. A failure is logged:
     the slots free themselves when their lease passes."""
-    groups: dict[str, list[str]] = {}
+    slots: dict[str, list[str]] = {}
     for o in outcomes:
-        if o.group is not None:
-            groups.setdefault(o.group, []).append(o.job.id)
-    for group, ids in groups.items():
+        if o.callable_limit is not None:
+            slots.setdefault(o.callable_limit, []).append(o.job.id)
+    for path, ids in slots.items():
         try:
-            engine.release_group(group, ids)
+            engine.release_callable(path, ids)
         except RedisError as exc:
             logger.warning("could not free %d slot(s) of %s (%s); they free themselves when "
-                           "their lease passes", len(ids), group, exc)
+                           "their lease passes", len(ids), path, exc)

@@ -369,7 +369,7 @@ class Worker:
         outcome = runner.run(job, worker_id=self.id,
                              default_max_attempts=self.settings.default_max_attempts,
                              default_backoff=self.settings.default_backoff)
-        outcome.group = admitted.group  # its callable-limit slot, freed once settled
+        outcome.callable_limit = admitted.callable_limit  # its slot, freed once settled
         return outcome
 
     def _on_settled(self, outcomes: list[runner.Outcome]) -> None:

@@ -78,7 +78,7 @@ class Outcome:
     traceback: str = ""
     max_attempts: int = 0
     retry_at_ms: int | None = None  # DEFER: server time it is due again
-    group: str | None = None  # the callable limit it holds a slot of, released after settle
+    callable_limit: str | None = None  # whose slot it holds, freed after settle
 
 
 def ms_to_dt(ms: int) -> datetime:

@@ -27,7 +27,7 @@ from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.gates import release_groups
+from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 
 logger = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class Settler:
                  release: Callable[[Sequence[Outcome]], None] | None = None) -> None:
         self.engine = engine
         # frees the callable-limit slots of settled attempts (the worker's StartGate)
-        self.release = release or (lambda outcomes: release_groups(engine, outcomes))
+        self.release = release or (lambda outcomes: release_callable_slots(engine, outcomes))
         self.settings = settings
         self.audit = audit
         self.worker_id = worker_id

@@ -257,7 +257,7 @@ def test_running_jobs_of_a_limited_callable_are_counted(delayq_engine, settings)
     assert grant.granted
     [limit] = json.loads(_status("--json"))["callable_limits"]
     assert limit["running"] == 1
-    delayq_engine.release_group("tests.jobs.add", ["01a"])
+    delayq_engine.release_callable("tests.jobs.add", ["01a"])
     [limit] = json.loads(_status("--json"))["callable_limits"]
     assert limit["running"] == 0
 

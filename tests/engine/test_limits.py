@@ -1,5 +1,5 @@
-"""Queue limits (claim.lua: claims per window, jobs in flight), callable ("group") limits
-(acquire.lua, release_group.lua) and defer.lua, on the Redis clock given as ``now_ms``.
+"""Queue limits (claim.lua: claims per window, jobs in flight), callable limits
+(acquire.lua, release_callable.lua) and defer.lua, on the Redis clock given as ``now_ms``.
 Every Redis target, the cluster included."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from django_delayq.engine import Engine, Grant, LimitState, NewJob, QueueLimit
-from django_delayq.engine.group_limits import GRANT_MARGIN_MS, SPREAD_MS
+from django_delayq.engine.callable_limits import GRANT_MARGIN_MS, SPREAD_MS
 
 NOW = 1_800_000_000_000
 LEASE = 30_000
@@ -115,7 +115,7 @@ def acquire(engine: Engine, job: str, now: int, rate: tuple[int, int] | None = (
                           concurrency=concurrency, now_ms=now)
 
 
-def test_group_rate_grants_n_per_window_plus_margin(engine: Engine) -> None:
+def test_callable_rate_grants_n_per_window_plus_margin(engine: Engine) -> None:
     assert acquire(engine, "a", NOW).granted
     assert acquire(engine, "b", NOW + 10).granted
     refused = acquire(engine, "c", NOW + 20)
@@ -124,7 +124,7 @@ def test_group_rate_grants_n_per_window_plus_margin(engine: Engine) -> None:
     assert acquire(engine, "c", NOW + 1000 + GRANT_MARGIN_MS).granted
 
 
-def test_no_window_of_a_group_holds_more_than_n_grants(engine: Engine) -> None:
+def test_no_window_of_a_callable_limit_holds_more_than_n_grants(engine: Engine) -> None:
     rng = random.Random(11)
     grants: list[int] = []
     now = NOW
@@ -149,15 +149,15 @@ def test_refused_jobs_get_spread_retry_times(engine: Engine) -> None:
     assert retries[0] == NOW + 1000 + GRANT_MARGIN_MS
 
 
-def test_group_concurrency_slots_are_released_or_expire(engine: Engine) -> None:
-    group = "shop.tasks.call_api"
+def test_callable_concurrency_slots_are_released_or_expire(engine: Engine) -> None:
+    path = "shop.tasks.call_api"
     assert acquire(engine, "a", NOW, rate=None, concurrency=2, lease_ms=5000).granted
     assert acquire(engine, "b", NOW, rate=None, concurrency=2, lease_ms=5000).granted
     refused = [acquire(engine, "c%d" % i, NOW + 1, rate=None, concurrency=2) for i in range(3)]
     assert [g.granted for g in refused] == [False] * 3
     assert [g.retry_at_ms for g in refused] == [NOW + 1 + SPREAD_MS * i for i in (1, 2, 3)]
     assert acquire(engine, "a", NOW + 2, rate=None, concurrency=2, lease_ms=5000).granted
-    assert engine.release_group(group, ["a", "zzz"]) == 1
+    assert engine.release_callable(path, ["a", "zzz"]) == 1
     assert acquire(engine, "c0", NOW + 3, rate=None, concurrency=2, lease_ms=5000).granted
     # b's worker died: its slot comes back when its lease ends
     assert not acquire(engine, "d", NOW + 4999, rate=None, concurrency=2).granted
@@ -165,15 +165,15 @@ def test_group_concurrency_slots_are_released_or_expire(engine: Engine) -> None:
 
 
 def test_limit_state_counts_the_window_and_the_slots(engine: Engine) -> None:
-    group = "shop.tasks.call_api"
+    path = "shop.tasks.call_api"
     now = engine.time_ms()
     for job in ("a", "b"):
-        assert engine.acquire(group, job, lease_ms=60_000, rate=(5, 60_000),
+        assert engine.acquire(path, job, lease_ms=60_000, rate=(5, 60_000),
                               concurrency=3).granted
-    assert engine.limit_state(group, rate=(5, 60_000), concurrency=3) == LimitState(
+    assert engine.limit_state(path, rate=(5, 60_000), concurrency=3) == LimitState(
         started_in_window=2, running=2)
-    engine.release_group(group, ["a"])
-    state = engine.limit_state(group, rate=(5, 60_000), concurrency=3)
+    engine.release_callable(path, ["a"])
+    state = engine.limit_state(path, rate=(5, 60_000), concurrency=3)
     assert (state.started_in_window, state.running) == (2, 1)
     assert engine.limit_state("other", rate=None, concurrency=None) == LimitState(
         started_in_window=0, running=0)
@@ -192,11 +192,11 @@ def test_a_fractional_queue_limit_planted_in_redis_does_not_stop_claims(engine: 
     assert len(engine.claim("q", 10, LEASE, now_ms=NOW + 1001).jobs) == 1
 
 
-def test_a_next_free_slot_planted_far_away_does_not_park_the_group(engine: Engine) -> None:
-    group = "shop.tasks.call_api"
+def test_a_next_free_slot_planted_far_away_does_not_park_the_callable(engine: Engine) -> None:
+    path = "shop.tasks.call_api"
     assert acquire(engine, "a", NOW, rate=None, concurrency=1, lease_ms=5000).granted
     for planted in ("1e15", "inf", "nan", "junk"):
-        engine.client.set(engine.group_keys(group).next_free, planted)
+        engine.client.set(engine.callable_keys(path).next_free, planted)
         refused = acquire(engine, "b", NOW + 1, rate=None, concurrency=1)
         assert not refused.granted
         assert NOW < (refused.retry_at_ms or 0) <= NOW + 86_400_000, planted

@@ -15,7 +15,7 @@ import re
 import pytest
 
 from django_delayq.engine import Engine, scripts
-from django_delayq.engine.keys import GroupKeys, QueueKeys
+from django_delayq.engine.keys import CallableLimitKeys, QueueKeys
 from django_delayq.engine.scripts import IncludeError, expand, library
 
 LIB = {"a": "A = 1\n", "b": "--@include a\nB = A\n", "c": "--@include b\n--@include a\nC = B\n"}
@@ -114,7 +114,7 @@ def test_a_script_includes_only_blocks_it_uses() -> None:
                 name, wanted, sorted(_defined(blocks[wanted])))
 
 
-KNOWN = {name for name in dir(QueueKeys("p", "q")) + dir(GroupKeys("p", "g"))
+KNOWN = {name for name in dir(QueueKeys("p", "q")) + dir(CallableLimitKeys("p", "g"))
          if not name.startswith("_")}
 EXTRA = {"claim": {"record"}, "events_add": {"events"}}  # keys a caller passes by name
 

@@ -274,7 +274,7 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
                 "ack": scripts.MAX_ACK, "nack": scripts.MAX_NACK, "extend": scripts.MAX_EXTEND,
                 "release": scripts.MAX_RELEASE, "recover": scripts.MAX_RECOVER,
                 "events_add": scripts.MAX_EVENTS, "defer": scripts.MAX_DEFER,
-                "purge": scripts.MAX_PURGE, "release_group": scripts.MAX_RELEASE_GROUP,
+                "purge": scripts.MAX_PURGE, "release_callable": scripts.MAX_RELEASE_CALLABLE,
                 "forget_settled": scripts.MAX_FORGET, "reenqueue": scripts.MAX_REENQUEUE,
                 "mark": scripts.MAX_MARK}
     for name in scripts.SCRIPT_NAMES:

@@ -13,7 +13,7 @@ On the session's private redis-server, with ``slowlog-log-slower-than 5000``:
     bound ``scripts.MAX_PROMOTE``), under queue limits (a 100,000-entry window log) and
     with every other script of the engine called along the way: nack, release, defer,
     extend, recover, cancel, reschedule, requeue, stats, inspect, purge, acquire and
-    release_group.
+    release_callable.
 
 Then no call of one of our scripts may be in the SLOWLOG. A MULTI is not logged there
 as a whole (Redis logs its commands one by one); the latency monitor (threshold 5 ms)
@@ -236,7 +236,7 @@ def _exercise(e: Counted, jobs: list[ClaimedJob], now: int, round_: int) -> list
     for j in rest[:20]:
         e.acquire("tests.jobs.noop", j.id, lease_ms=60_000, rate=(10**9, 60_000),
                   concurrency=10**9, now_ms=now)
-    e.release_group("tests.jobs.noop", [j.id for j in rest[:20]])
+    e.release_callable("tests.jobs.noop", [j.id for j in rest[:20]])
     e.extend("q", [(j.id, j.token) for j in rest], 60_000, now_ms=now)
     return rest
 
