@@ -23,10 +23,13 @@ example: $(STAMP)
 test: $(STAMP)
 	bash scripts/test.sh $(PY)
 
-# The quick loop: the engine and Django-side tests without real worker processes, over 3
-# pytest processes, stopping at the first failure.
+# The quick loop: the tests of the package's layers (tests/<layer>/, tests/test_*.py) but
+# Spark's, without real worker processes or slow tests; not the suites across the layers
+# nor the example project. Over 3 pytest processes, stopping at the first failure.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -x -n 3 -m "not worker and not slow" tests/engine tests/django
+	$(PY) -m pytest -q -x -n 3 -m "not worker and not slow" tests --ignore=tests/cluster \
+	  --ignore=tests/reliability --ignore=tests/security --ignore=tests/spark \
+	  --ignore=tests/e2e --ignore=tests/test_example_project.py
 
 # Code lines, longest import chain, imports inside functions, shared module names, bare Any.
 shape: $(STAMP)

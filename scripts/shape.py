@@ -1,5 +1,7 @@
 """Print the package's shape: code lines, the longest import chain, imports inside
-functions, module file names used more than once, the share of bare ``Any`` parameters.
+functions, module file names used more than once, the share of bare ``Any`` parameters;
+and the test files by the folder of tests/ they sit in (a layer of the package, or a
+suite across the layers).
 
 ``make shape`` runs it; docs/internals.md ("Shape") keeps the last figures. Scope:
 django_delayq/ without migrations/; the line counts also leave out spark/.
@@ -16,6 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "django_delayq"
+TESTS = PACKAGE.parent / "tests"
 PRAGMA = re.compile(r"#\s*(noqa|type:\s*ignore|pragma)\b[^#]*$")
 
 
@@ -79,6 +82,18 @@ def line_counts() -> tuple[int, int]:
             c, t = counter(path.read_text("utf-8"))
             code, total = code + c, total + t
     return code, total
+
+
+def test_files() -> tuple[Counter[str], Counter[str]]:
+    """Test files of tests/ by folder: (of a layer of the package, with "root" for the
+    modules at the package's root; of a suite across the layers)."""
+    layers = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    mirror: Counter[str] = Counter()
+    across: Counter[str] = Counter()
+    for path in TESTS.rglob("test_*.py"):
+        folder = path.relative_to(TESTS).parts[0] if path.parent != TESTS else "root"
+        (mirror if folder in layers or folder == "root" else across)[folder] += 1
+    return mirror, across
 
 
 def top_level_imports(tree: ast.Module, name: str, is_package: bool) -> set[str]:
@@ -173,6 +188,12 @@ def main() -> int:
         print("  " + ", ".join("%s x%d" % (n, names[n]) for n in shared))
     print("bare Any parameters                          %5.1f%% (%d of %d parameters)"
           % (100 * bare_any / max(params, 1), bare_any, params))
+    mirror, across = test_files()
+    print("test files                                   %6d (%d of a layer, %d across)"
+          % (sum(mirror.values()) + sum(across.values()), sum(mirror.values()),
+             sum(across.values())))
+    for label, counts in (("of a layer", mirror), ("across", across)):
+        print("  %-11s %s" % (label, ", ".join("%s %d" % kv for kv in sorted(counts.items()))))
     return 0
 
 

@@ -1,4 +1,4 @@
-"""Async views as an ASGI project would write them, for tests/django/test_aio.py."""
+"""Async views as an ASGI project would write them, for tests/core/test_aio.py."""
 
 from __future__ import annotations
 

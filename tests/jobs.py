@@ -90,7 +90,7 @@ def sleep_alone(path: str, seconds: float) -> None:
     lock.close()
 
 
-# -- progress (tests/worker/test_progress.py, tests/django/test_results.py) ------------
+# -- progress (tests/worker/test_progress.py, tests/core/test_results.py) --------------
 
 def report_steps(total: int) -> int:
     """Report ``{"done": i, "total": total}`` for i = 1..total, as fast as it can."""

@@ -6,6 +6,8 @@
   (its exception types excepted) or touches an Engine's client.
 * Small parts: no module over 450 lines, no function over 60.
 * One file name per concept: no two modules share a file name.
+* The tests mirror the package: a folder of tests/ is a layer of the package, or one of
+  the suites that cut across the layers.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ REDIS_ONLY_ATTRIBUTES = {"client", "pipeline", "pubsub", "execute_command", "reg
                          "evalsha", "scan_iter", "zadd", "zrange", "zrangebyscore", "zscore",
                          "hset", "hget", "hgetall", "hdel", "xadd", "xrange", "xrevrange",
                          "publish", "get_redis_connection"}
+# The folders of tests/ that are no layer of the package: each tests every layer at once.
+SUITES_ACROSS_LAYERS = {"cluster", "e2e", "reliability", "security", "tasks_conformance"}
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 60
 
@@ -92,3 +96,12 @@ def test_one_file_name_per_concept() -> None:
         if path.name != "__init__.py":
             seen.setdefault(path.name, []).append(str(path.relative_to(PACKAGE)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+def test_the_tests_mirror_the_package() -> None:
+    """The tests of ``django_delayq/<layer>/`` sit in ``tests/<layer>/``, those of the
+    modules at the package's root in ``tests/`` itself (docs/testing.md)."""
+    layers = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").exists()}
+    folders = {p.name for p in (ROOT / "tests").iterdir()
+               if p.is_dir() and (p / "__init__.py").exists()}
+    assert folders - layers - SUITES_ACROSS_LAYERS == set()

@@ -8,7 +8,7 @@ shortcut where Django's own field classes make the result known: a ``str`` of a 
 text field, an ``int`` of an integer field, a ``bool``, a ``float`` and ``None`` are
 passed as they are, an aware ``datetime`` goes straight to the backend's
 ``adapt_datetimefield_value``; anything else (JSON, naive or fake datetimes, custom
-fields) takes ``get_db_prep_save`` itself. ``tests/django/test_row_insert.py`` compares
+fields) takes ``get_db_prep_save`` itself. ``tests/core/test_row_insert.py`` compares
 both on every column. When the cursor is Django's plain wrapper with no execute wrapper
 installed (otherwise, with ``DEBUG`` or ``CaptureQueriesContext`` say, Django's cursor
 runs it), the statement skips what a fixed statement makes needless: on SQLite it is

@@ -97,7 +97,7 @@ def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # t
 
 @pytest.fixture
 def start_worker(sharded, tmp_path):  # type: ignore[no-untyped-def]
-    yield from worker_starter(sharded, tmp_path, "tests.django.test_shards_settings")
+    yield from worker_starter(sharded, tmp_path, "tests.core.test_shards_settings")
 
 
 def test_a_shard_lost_under_load_runs_no_unstarted_job_twice(  # type: ignore[no-untyped-def]

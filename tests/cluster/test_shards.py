@@ -18,7 +18,7 @@ from django_delayq.engine.shard_map import shard_name
 from django_delayq.models import Job, JobStatus
 from tests.cluster.conftest import spread_prefix
 from tests.cluster.server import LocalCluster
-from tests.django.test_shards_settings import SHARDS
+from tests.core.test_shards_settings import SHARDS
 from tests.helpers import wait_until
 from tests.worker.conftest import worker_starter
 
@@ -38,7 +38,7 @@ def sharded_cluster(settings, redis_cluster: LocalCluster):  # type: ignore[no-u
 
 @pytest.fixture
 def start_worker(sharded_cluster, tmp_path) -> Iterator[Callable[..., Popen[str]]]:  # type: ignore[no-untyped-def]
-    yield from worker_starter(sharded_cluster, tmp_path, "tests.django.test_shards_settings")
+    yield from worker_starter(sharded_cluster, tmp_path, "tests.core.test_shards_settings")
 
 
 def test_shards_live_on_different_nodes_and_a_worker_drains_them_all(  # type: ignore[no-untyped-def]

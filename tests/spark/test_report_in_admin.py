@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from django_delayq import schedule
 from django_delayq.testing import run_due_jobs
-from tests.django.test_admin_report import PAGE, _file_url
+from tests.admin.test_admin_report import PAGE, _file_url
 from tests.helpers import staff_client as _staff
 
 

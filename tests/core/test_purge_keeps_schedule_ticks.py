@@ -19,8 +19,8 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import PurgeReport, purge_queue_report
 from django_delayq.models import Job, JobStatus, Schedule
 from tests import jobs
-from tests.django.test_periodic import dq as _dq  # noqa: F401 - a fixture, used by name
-from tests.django.test_periodic import every
+from tests.core.test_periodic import dq as _dq  # noqa: F401 - a fixture, used by name
+from tests.core.test_periodic import every
 from tests.helpers import burst
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("_dq")]

@@ -14,7 +14,7 @@ from freezegun import freeze_time
 from django_delayq.core import periodic
 from django_delayq.models import Job, JobStatus, Schedule
 from django_delayq.pytest_plugin import delayq  # noqa: F401
-from tests.django.test_periodic_ticks import CHANGES, DAILY, utc
+from tests.core.test_periodic_ticks import CHANGES, DAILY, utc
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -315,7 +315,7 @@ def takes_on_conflict(on_conflict: str = "") -> None:
 
 def test_a_function_taking_on_conflict_must_use_job_using(settings, dq) -> None:  # type: ignore[no-untyped-def]
     settings.DELAYQ = {**settings.DELAYQ, "ALLOWED_CALLABLES": [
-        *settings.DELAYQ["ALLOWED_CALLABLES"], "tests.django.test_dedup"]}
+        *settings.DELAYQ["ALLOWED_CALLABLES"], "tests.core.test_dedup"]}
     with pytest.raises(InvalidJob, match="argument named 'on_conflict'"):
         schedule(takes_on_conflict, key="k", on_conflict="drop")
     call = job(takes_on_conflict).using(key="k", on_conflict="drop", delay=3600)

@@ -19,7 +19,7 @@ from django_delayq.engine.engine import Engine as OneDataSet
 from django_delayq.engine.shard_map import shard_name
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import checks
-from tests.django.test_shards_settings import SHARDS
+from tests.core.test_shards_settings import SHARDS
 from tests.helpers import wait_until
 from tests.worker.conftest import worker_starter
 
@@ -68,7 +68,7 @@ def sharded(delayq_settings):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def start_sharded_worker(sharded, tmp_path) -> Iterator[Callable[..., Popen[str]]]:  # type: ignore[no-untyped-def]
-    yield from worker_starter(sharded, tmp_path, "tests.django.test_shards_settings")
+    yield from worker_starter(sharded, tmp_path, "tests.core.test_shards_settings")
 
 
 def _runs(path: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""Settings of the worker subprocesses of tests/django/test_shards.py: the test settings
+"""Settings of the worker subprocesses of tests/core/test_shards.py: the test settings
 with queue ``emails`` spread over three shards (no tests here)."""
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from django.utils import timezone
 from django_delayq.core import periodic
 from django_delayq.core.schedules import Rule, last_tick, next_tick, zone_of
 from django_delayq.models import Job, Schedule
-from tests.django.test_periodic import dq as _dq  # noqa: F401 - a fixture, used by name
+from tests.core.test_periodic import dq as _dq  # noqa: F401 - a fixture, used by name
 from tests.helpers import staff_client
 
 

@@ -12,8 +12,8 @@ from django.utils import timezone
 from django_delayq.core import periodic, tick_presence
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus, Schedule
-from tests.django.test_periodic import dq as _dq  # noqa: F401 - a fixture, used by name
-from tests.django.test_periodic import every
+from tests.core.test_periodic import dq as _dq  # noqa: F401 - a fixture, used by name
+from tests.core.test_periodic import every
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("_dq")]
 

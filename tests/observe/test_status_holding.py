@@ -13,8 +13,8 @@ from django.urls import reverse
 from django_delayq import schedule
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe.holding import Holding, split
-from tests.django.test_status import _start, _stop
 from tests.helpers import staff_client, wait_until
+from tests.management.test_status import _start, _stop
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
