@@ -39,7 +39,8 @@ def pct(values: list[float], p: float) -> float:
 
 
 def worker(*args: str) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(ROOT)]))
+    path = [str(HERE), str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in path if p))
     return subprocess.Popen([sys.executable, "-m", "django", "delayq_worker", "-v", "0", *args],
                             env=env, cwd=ROOT)
 
@@ -89,25 +90,29 @@ def bench_drain(n: int, concurrency: int) -> dict[str, float]:
     reset()
     schedule_many("bench_jobs.noop", [JobSpec(args=[i]) for i in range(n)])
     t0 = time.perf_counter()
-    cpu0 = _children_cpu_s()
+    use0 = _children_use()
     proc = worker("--burst", "--concurrency", str(concurrency))
     proc.wait()
     wall = time.perf_counter() - t0
-    cpu = _children_cpu_s() - cpu0  # the worker's whole run, its start included
+    use = [b - a for a, b in zip(use0, _children_use())]  # the worker's run, start included
+    cpu = use[0] + use[1]
     done = Job.objects.filter(status="succeeded")
     agg = done.aggregate(first=Min("started_at"), last=Max("finished_at"))
     span = (agg["last"] - agg["first"]).total_seconds()
     return {"drain_jobs": done.count(), "drain_jobs_per_s": round(done.count() / span),
             "drain_process_wall_s": round(wall, 2),
-            "drain_worker_cpu_us_per_job": round(cpu * 1e6 / max(1, n))}
+            "drain_worker_cpu_us_per_job": round(cpu * 1e6 / max(1, n)),
+            "drain_worker_system_cpu_us_per_job": round(use[1] * 1e6 / max(1, n)),
+            "drain_worker_context_switches_per_job": round((use[2] + use[3]) / max(1, n), 2)}
 
 
-def _children_cpu_s() -> float:
-    """CPU seconds (user + system) of the ended child processes waited for so far."""
+def _children_use() -> tuple[float, float, int, int]:
+    """User and system CPU seconds, voluntary and involuntary context switches of the
+    ended child processes waited for so far."""
     import resource
 
     use = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return use.ru_utime + use.ru_stime
+    return use.ru_utime, use.ru_stime, use.ru_nvcsw, use.ru_nivcsw
 
 
 def bench_lateness(n: int, spread_s: float, concurrency: int) -> dict[str, float]:

@@ -53,8 +53,9 @@ def _libc_send() -> Any:
 
 
 _SEND = _libc_send()
-_FLAGS = getattr(socket, "MSG_DONTWAIT", 0) | getattr(socket, "MSG_NOSIGNAL", 0)
-_MORE = getattr(socket, "MSG_MORE", 0)  # more follows: the kernel may hold it (corked)
+# plain ints: the flags are enum members, whose ``|`` runs Python code on every write
+_FLAGS = int(getattr(socket, "MSG_DONTWAIT", 0)) | int(getattr(socket, "MSG_NOSIGNAL", 0))
+_MORE = int(getattr(socket, "MSG_MORE", 0))  # more follows: the kernel may hold it (corked)
 
 
 def _write(conn: Any, data: bytes, more: bool = False) -> None:
@@ -66,7 +67,7 @@ def _write(conn: Any, data: bytes, more: bool = False) -> None:
     sock = conn._sock  # redis-py's connected socket
     done = 0
     if _SEND is not None and _FLAGS and type(sock) is socket.socket:
-        done = max(0, _SEND(sock.fileno(), data, len(data), _FLAGS | (_MORE if more else 0)))
+        done = max(0, _SEND(sock.fileno(), data, len(data), _FLAGS | _MORE if more else _FLAGS))
     if done < len(data):
         sock.sendall(data[done:])
 

@@ -82,6 +82,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         self.prefix = prefix
         self.clock = clock
         self._keys: dict[str, QueueKeys] = {}
+        self._mark_keys: dict[str, tuple[str, str]] = {}  # data set -> mark.lua's KEYS
         self._claimer = os.urandom(6).hex()  # names this engine's claims (claim_record)
         self._claim_seq = itertools.count(1)
         self._claim_nonces: dict[tuple[str, str], str] = {}  # claims whose reply was lost

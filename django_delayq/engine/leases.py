@@ -20,11 +20,16 @@ logger = logging.getLogger(__name__)
 
 
 class Leases(RedisOwner):
+    _mark_keys: dict[str, tuple[str, str]]  # data set -> mark.lua's KEYS (Engine sets it)
+
     def start_mark(self, job: ClaimedJob) -> tuple[tuple[str, str], list[str]]:
         """(KEYS, ARGV) of lua/mark.lua marking ``job``'s run started."""
-        k = self.keys(job.home or job.queue)
-        attempts, runs = scripts.keys_of("mark", k)
-        return (attempts, runs), [job.id, str(job.token), str(job.token - job.attempt)]
+        name = job.home or job.queue
+        keys = self._mark_keys.get(name)  # a job thread's path: built once per data set
+        if keys is None:
+            attempts, runs = scripts.keys_of("mark", self.keys(name))
+            keys = self._mark_keys[name] = (attempts, runs)
+        return keys, [job.id, str(job.token), str(job.token - job.attempt)]
 
     def mark_started(self, jobs: Sequence[ClaimedJob]) -> int:
         """Mark the runs of ``jobs`` started, before their functions are called: a lease

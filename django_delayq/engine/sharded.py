@@ -256,7 +256,7 @@ class ShardedEngine(Engine):
     def ack_stream(self, holder: str) -> Any:
         """``Engine.ack_stream`` for the queues of one shard (the others: ``ack``)."""
         stream = super().ack_stream(holder)
-        if stream is not None:
+        if stream is not None and self.shard_map.counts is not None:  # else one shard each
             stream.covers = lambda queue: len(self.shard_queues(queue)) == 1
         return stream
 

@@ -46,6 +46,7 @@ class SettleThread:
         self._stop = threading.Event()
         self._leading = threading.Lock()  # a job thread settling (``finished``)
         self._last_send = 0.0  # monotonic: the last streamed send of a job thread
+        self._woken = False  # a job thread woke this thread for leftovers, not taken yet
         self._to_record: deque[Sent] = deque()  # settled in Redis, recorded by this thread
         self._unrecorded: set[str] = set()  # ids being settled by a round, not recorded yet
         self._recording = threading.Condition()
@@ -101,6 +102,9 @@ class SettleThread:
         while True:
             stopping = self._stop.is_set()
             if not stopping and (self.stream is not None or not self._to_record):
+                # cleared before the wait, which returns at once if any is done: a job
+                # thread that saw it set left its outcome to a round still to come
+                self._woken = False
                 if self.ledger.wait_done(self._wait_seconds()) and self.stream is not None:
                     self._stop.wait(SEND_EVERY)  # a job thread may send them meanwhile
             try:
@@ -200,7 +204,9 @@ class SettleThread:
         if self.stream is not None:
             if (time.monotonic() - self._last_send < SEND_EVERY
                     and self.ledger.done_count() < SEND_AT):
-                self.ledger.wake_settling()  # it sends what is left within SEND_EVERY
+                if not self._woken:  # once per round: it sends what is left within SEND_EVERY
+                    self._woken = True
+                    self.ledger.wake_settling()
                 return
             self._last_send = time.monotonic()
             rest = self._stream(self.ledger.take_done())
