@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -33,6 +36,8 @@ logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "delayq.tick:"
 MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed
+STALLED = timedelta(seconds=1)  # a next tick this far past whose job has not started
+STALLED_EVERY_S = 1.0  # how often the keeper looks for such schedules
 SETTINGS_FIELDS = ("callable_path", "args", "kwargs", "queue", "priority", "atomic", "cron",
                    "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
                    "missed")
@@ -121,13 +126,24 @@ def advance(s: Schedule, after: datetime, now: datetime | None = None,
     tick = _choose(rule_of(s), after, now, catch_up)
     if tick is None:
         return None
-    job_id = materialise(s, tick, now)
-    later = Q(next_tick_at__isnull=True) | Q(next_tick_at__lt=tick)
-    Schedule.objects.filter(later, pk=s.pk, version=s.version).update(
-        next_tick_at=tick, next_job_id=job_id)
+    job_id = _point(s, tick, now)
     if not Schedule.objects.filter(pk=s.pk, version=s.version, enabled=True).exists():
         api.cancel(job_id)  # edited or disabled meanwhile: this version's tick must not run
         return None
+    return job_id
+
+
+def _point(s: Schedule, tick: datetime, now: datetime) -> str:
+    """Create ``tick``'s job and point the schedule at it (forward only) in one
+    transaction. The job is sent to Redis at the commit: a worker may start it at once,
+    and ``tick_started`` must then find it named as the next tick, or nobody creates the
+    tick after it until a keeper pass does."""
+    with transaction.atomic(using=router.db_for_write(Job)), \
+            transaction.atomic(using=router.db_for_write(Schedule)):
+        job_id = materialise(s, tick, now)
+        later = Q(next_tick_at__isnull=True) | Q(next_tick_at__lt=tick)
+        Schedule.objects.filter(later, pk=s.pk, version=s.version).update(
+            next_tick_at=tick, next_job_id=job_id)
     return job_id
 
 
@@ -147,13 +163,14 @@ def tick_started(job_id: str, now: datetime | None = None) -> None:
         logger.exception("schedule: could not create the tick after job %s", job_id)
 
 
-def keep(s: Schedule, now: datetime | None = None) -> str | None:
+def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None) -> str | None:
     """Make sure enabled ``s`` has its next tick's job (new schedule, a lost or consumed
     tick job, downtime under the missed-run policy). Returns the pending job's id.
 
     A tick job still pending after its due time while no worker ran (``missed``): ``skip``
     cancels it and materialises the next future tick; ``once`` lets it run (late, once)
-    -- the tick after it is then the next future one."""
+    -- the tick after it is then the next future one. ``own``: the registry entry of the
+    worker whose keeper pass this is (``Keeper.own``)."""
     now = now or timezone.now()
     if not s.enabled:
         return None
@@ -163,7 +180,7 @@ def keep(s: Schedule, now: datetime | None = None) -> str | None:
                                                                "queue").first()
         status = row[0] if row is not None else None
         if row is not None and status in (JobStatus.SCHEDULED, JobStatus.RETRYING):
-            if (s.missed == MissedPolicy.SKIP and missed(row[2], row[1], now)
+            if (s.missed == MissedPolicy.SKIP and missed(row[2], row[1], now, own)
                     and _cancelled(s.next_job_id)):
                 return advance(s, now, now)  # it was due while no worker ran
             return s.next_job_id  # pending: nothing to do
@@ -178,40 +195,68 @@ def keep(s: Schedule, now: datetime | None = None) -> str | None:
     return advance(s, max(after, s.last_tick_at or after), now)
 
 
-def missed(queue: str, due: datetime, now: datetime) -> bool:
+def missed(queue: str, due: datetime, now: datetime, own: Registered | None = None) -> bool:
     """Whether a tick job of ``queue`` due at ``due`` (its tick plus jitter) and not
     started by ``now`` was missed because no worker ran: it is late by more than
     ``MISSED_GRACE``, and no live worker serving ``queue`` has been running since before
     it was due (one that has is merely busy: the job runs, late). A worker's first
     keeper pass runs before its first claim, so a worker starting after a downtime
-    cancels what was missed before it could claim it."""
+    cancels what was missed before it could claim it. ``own``: the registry entry of the
+    worker asking (see ``_served_since``)."""
     if timezone.is_naive(due):  # USE_TZ = False: the database's local time
         due, now = timezone.make_aware(due), (timezone.make_aware(now)
                                               if timezone.is_naive(now) else now)
     if due >= now - MISSED_GRACE:
         return False
-    return not _served_since(queue, due)
+    return not _served_since(queue, due, own)
 
 
-def _served_since(queue: str, moment: datetime) -> bool:
+@dataclass(frozen=True)
+class Registered:
+    """A worker's entry of the workers registry: what ``missed`` needs of it."""
+
+    worker_id: str
+    started: datetime
+    queues: tuple[str, ...]
+    host: str = ""
+    pid: int = 0
+
+
+def _served_since(queue: str, moment: datetime, own: Registered | None = None) -> bool:
     """A worker heard from within two leases serves ``queue`` and started before
-    ``moment`` (the workers registry; its info as each worker writes it)."""
+    ``moment`` (the workers registry; its info as each worker writes it). When the
+    registry lacks ``own`` (the asking worker, alive, whose heartbeat wrote it before),
+    Redis lost the registry (a wipe, a restart without persistence) and the live workers
+    are not all back in it yet: it cannot tell, so the tick is not judged missed now (a
+    later pass judges it once they are)."""
+    live = _live_workers()
+    if own is not None and own.worker_id not in live:
+        return True
+    return any(queue in w.queues and w.started <= moment for w in live.values())
+
+
+def _live_workers() -> dict[str, Registered]:
+    """The workers heard from within two leases, by id (entries no worker of this version
+    wrote are left out)."""
     engine = get_engine()
     alive_ms = engine.time_ms() - 2 * get_settings().lease_ms
+    live = {}
     for entry in engine.workers():
-        if entry.beat_ms < alive_ms:
-            continue
-        try:
-            info = json.loads(entry.info or "")
-            started = datetime.fromisoformat(info["started"])
-            serves = queue in info["queues"]
-        except (ValueError, KeyError, TypeError):
-            continue  # an entry no worker of this version wrote
-        if started.tzinfo is None:
-            started = started.replace(tzinfo=UTC)
-        if serves and started <= moment:
-            return True
-    return False
+        if entry.beat_ms >= alive_ms and (w := _entry(entry.id, entry.info)):
+            live[w.worker_id] = w
+    return live
+
+
+def _entry(worker_id: str, raw: str | None) -> Registered | None:
+    try:
+        info = json.loads(raw or "")
+        started = datetime.fromisoformat(info["started"])
+        queues = tuple(str(q) for q in info["queues"])
+        host, pid = str(info.get("host", "")), int(info.get("pid", 0))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
+    return Registered(worker_id, started if started.tzinfo else started.replace(tzinfo=UTC),
+                      queues, host, pid)
 
 
 def _cancelled(job_id: str) -> bool:
@@ -221,16 +266,17 @@ def _cancelled(job_id: str) -> bool:
         return False
 
 
-def keep_all(now: datetime | None = None) -> int:
-    """One keeper pass over the enabled schedules; returns how many failed. Their pending
-    tick jobs are then looked for in Redis, and put back where a failed send left only
-    the row (``tick_presence``; what Redis could not answer is looked at again by the
-    keeper thread every half second)."""
+def keep_all(now: datetime | None = None, own: Registered | None = None,
+             schedules: list[Schedule] | None = None) -> int:
+    """One keeper pass over the enabled schedules (or over ``schedules``); returns how
+    many failed. Their pending tick jobs are then looked for in Redis, and put back where
+    a failed send or a data loss left only the row (``tick_presence``; what Redis could
+    not answer is looked at again by the keeper thread every half second)."""
     failed = 0
     pending = []
-    for s in Schedule.objects.filter(enabled=True):
+    for s in Schedule.objects.filter(enabled=True) if schedules is None else schedules:
         try:
-            pending.append(keep(s, now))
+            pending.append(keep(s, now, own))
         except Exception as exc:  # noqa: BLE001 - one bad schedule never stops the others
             failed += 1
             logger.warning("schedule %r: %s", s.name, exc)
@@ -299,26 +345,32 @@ def sync_from_settings() -> None:
 
 
 class Keeper:
-    """The keeper pass of one worker: ``keep_all`` at most every ``every_s`` seconds."""
+    """The keeper pass of one worker: ``keep_all`` at most every ``every_s`` seconds, and
+    every ``STALLED_EVERY_S`` over the schedules whose next tick is overdue."""
 
     active = False  # some schedule is enabled (set by the last pass): tick_started is wanted
 
     def __init__(self, every_s: float = 10.0) -> None:
         self.every_s = every_s
         self._last: float | None = None
+        self._last_stalled = -1e18
         self._synced = False  # DELAYQ["SCHEDULES"] synced (retried each pass until it is)
+        self.own: Registered | None = None  # this worker's registry entry, once read
 
     def tick(self, first: Callable[[], None] | None = None) -> None:
         """Runs ``first`` (the worker's retention pass, on the same keeper thread), then
         looks for the watched tick jobs in Redis (``tick_presence.confirm``), then, at
-        most every ``every_s``, the schedules pass. Never raises (``first`` must not
-        either). The first pass syncs ``DELAYQ["SCHEDULES"]`` (worker start)."""
+        most every ``every_s``, the schedules pass, and in between the pass over stalled
+        schedules. Never raises (``first`` must not either). The first pass syncs
+        ``DELAYQ["SCHEDULES"]`` (worker start)."""
         if first is not None:
             first()
         tick_presence.confirm()  # tick jobs whose send may have failed, every half second
         now_s = time.monotonic()
         if self._last is not None and now_s - self._last < self.every_s:
+            self._stalled(now_s)
             return
+        self._learn_own()
         self._last = now_s
         try:
             if not self._synced:
@@ -326,9 +378,43 @@ class Keeper:
                 self._synced = True
             Keeper.active = Schedule.objects.filter(enabled=True).exists()
             if Keeper.active:
-                keep_all()
+                keep_all(own=self.own)
         except Exception as exc:  # noqa: BLE001 - never let the keeper thread die
             logger.warning("schedules keeper pass failed: %s", exc)
+
+    def _stalled(self, now_s: float) -> None:
+        """Keep the schedules whose next tick is over ``STALLED`` past: its job was lost
+        with Redis's data, or the worker that started the tick before it died before
+        creating it. The full pass every ``every_s`` would find them too, but a tick
+        schedule of seconds must be back within a few."""
+        if not Keeper.active or now_s - self._last_stalled < STALLED_EVERY_S:
+            return
+        self._last_stalled = now_s
+        self._learn_own()
+        try:
+            overdue = list(Schedule.objects.filter(enabled=True,
+                                                   next_tick_at__lt=timezone.now() - STALLED))
+            if overdue:
+                keep_all(own=self.own, schedules=overdue)
+        except Exception as exc:  # noqa: BLE001 - the full pass reports a lasting failure
+            logger.debug("schedules: the pass over stalled schedules failed: %s", exc)
+
+    def _learn_own(self) -> None:
+        """Read this worker's registry entry until found (from the pass after its first
+        heartbeat on): ``missed`` then knows the registry lost it when it is gone."""
+        if self.own is None and self._last is not None:
+            try:
+                self.own = _own_entry()
+            except Exception as exc:  # noqa: BLE001 - Redis down: read at the next pass
+                logger.debug("schedules: the workers registry could not be read: %s", exc)
+
+
+def _own_entry() -> Registered | None:
+    """This process's worker in the workers registry (its host and pid), if there is
+    exactly one (a test may run several workers in one process: then none)."""
+    host, pid = socket.gethostname(), os.getpid()
+    mine = [w for w in _live_workers().values() if w.host == host and w.pid == pid]
+    return mine[0] if len(mine) == 1 else None
 
 
 def status_rows() -> list[dict[str, Any]]:

@@ -143,6 +143,7 @@ def _enqueue(rows: list[Row]) -> int:
         added += engine.enqueue(queue, [NewJob(id=job_id, at_ms=validation.at_ms(run_at),
                                                priority=priority)])
     if rows:
-        logger.warning("schedules: %d tick job(s) missing from Redis (their send failed) "
-                       "enqueued again: %s", len(rows), ", ".join(r[0] for r in rows[:5]))
+        logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
+                       "data Redis lost) enqueued again: %s", len(rows),
+                       ", ".join(r[0] for r in rows[:5]))
     return added
