@@ -90,12 +90,12 @@ def bench_drain(n: int, concurrency: int) -> dict[str, float]:
     reset()
     schedule_many("bench_jobs.noop", [JobSpec(args=[i]) for i in range(n)])
     t0 = time.perf_counter()
-    use0 = _children_use()
+    use0, redis0 = _children_use(), _redis_cpu_s()
     proc = worker("--burst", "--concurrency", str(concurrency))
     proc.wait()
     wall = time.perf_counter() - t0
     use = [b - a for a, b in zip(use0, _children_use())]  # the worker's run, start included
-    cpu = use[0] + use[1]
+    cpu, redis_cpu = use[0] + use[1], _redis_cpu_s() - redis0
     done = Job.objects.filter(status="succeeded")
     agg = done.aggregate(first=Min("started_at"), last=Max("finished_at"))
     span = (agg["last"] - agg["first"]).total_seconds()
@@ -103,7 +103,16 @@ def bench_drain(n: int, concurrency: int) -> dict[str, float]:
             "drain_process_wall_s": round(wall, 2),
             "drain_worker_cpu_us_per_job": round(cpu * 1e6 / max(1, n)),
             "drain_worker_system_cpu_us_per_job": round(use[1] * 1e6 / max(1, n)),
-            "drain_worker_context_switches_per_job": round((use[2] + use[3]) / max(1, n), 2)}
+            "drain_worker_context_switches_per_job": round((use[2] + use[3]) / max(1, n), 2),
+            "drain_redis_cpu_us_per_job": round(redis_cpu * 1e6 / max(1, n))}
+
+
+def _redis_cpu_s() -> float:
+    """CPU seconds (user + system) the private redis-server used so far."""
+    from django_delayq.core.connection import get_engine
+
+    info = get_engine().client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _children_use() -> tuple[float, float, int, int]:
