@@ -64,7 +64,8 @@ def fill(engine: Engine, n: int, due_from_ms: int, due_span_ms: int, per_call: i
                 break
             args: list[Any] = [0, k.channel]
             for i in range(done, done + size):
-                args += [new_id(), due_from_ms + random.randrange(due_span_ms), 0, envelope(i)]
+                args += [new_id(), due_from_ms + random.randrange(due_span_ms), 0, envelope(i),
+                         0, ""]
             pipe.evalsha(script.sha, len(script.keys_of(k)), *script.keys_of(k), *args)
             done += size
         pipe.execute()

@@ -31,7 +31,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
 from django_delayq import compat, tasks_results
-from django_delayq.core import registry
+from django_delayq.core import registry, validation
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt
@@ -43,7 +43,7 @@ logger = logging.getLogger(__name__)
 TaskResult = tasks_results.TaskResult
 TaskResultStatus = tasks_results.TaskResultStatus
 STATUS = tasks_results.STATUS
-OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF"})
+OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "GROUP"})
 DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once, as Django's docs describe
 
 
@@ -62,6 +62,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         if not self.own_queues:
             self.queues: set[str] = set()
         self.max_attempts, self.backoff = retry_options(alias, self.options)
+        self.group = group_option(alias, self.options)
 
     # -- validation ---------------------------------------------------------------
 
@@ -97,7 +98,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
         delay, at = _when(task.run_after)
         spec = api.JobSpec(args=args, kwargs=kwargs, queue=task.queue_name, delay=delay, at=at,
                            priority=task.priority, max_attempts=self.max_attempts,
-                           backoff=self.backoff)
+                           backoff=self.backoff, group=self.group)
         try:
             handle = api.schedule_spec(task.module_path, spec, any_queue=self.any_queue,
                                        task_backend=self.alias)
@@ -140,6 +141,18 @@ def retry_options(alias: str, options: dict[str, Any]) -> tuple[int, Any]:
         raise ImproperlyConfigured("%s['BACKOFF'] %r has no effect with one attempt: set "
                                    "MAX_ATTEMPTS > 1 to retry" % (where, backoff))
     return max_attempts, backoff
+
+
+def group_option(alias: str, options: dict[str, Any]) -> str | None:
+    """``GROUP`` of a backend's OPTIONS: the group of every task it enqueues
+    (docs/groups.md); ``None``: no group."""
+    group = options.get("GROUP")
+    if group is None:
+        return None
+    try:
+        return validation.check_group(group)
+    except InvalidJob as exc:
+        raise ImproperlyConfigured("TASKS[%r]['OPTIONS']['GROUP']: %s" % (alias, exc)) from None
 
 
 def _when(run_after: Any) -> tuple[timedelta | None, datetime | None]:

@@ -93,6 +93,10 @@ class Job(models.Model):
         _("parents left"), default=0, db_default=0,
         help_text=_("Parents (after=...) not finished yet: the job is sent to Redis when "
                     "none is left."))
+    group = models.CharField(
+        _("group"), max_length=128, blank=True, default="", db_default="",
+        help_text=_("The job's group inside its queue (a tenant): due jobs are claimed "
+                    "round-robin among groups (empty: no group)."))
     atomic = models.BooleanField(
         _("atomic"), default=False, db_default=False,
         help_text=_("The function runs in one transaction with the write of its success: "
@@ -230,6 +234,8 @@ class Schedule(models.Model):
     queue = models.CharField(_("queue"), max_length=100, blank=True, default="",
                              help_text=_("Empty: the default queue."))
     priority = models.SmallIntegerField(_("priority"), default=0)
+    group = models.CharField(_("group"), max_length=128, blank=True, default="",
+                             db_default="", help_text=_("Its jobs' group (empty: none)."))
     atomic = models.BooleanField(
         _("atomic"), default=False, db_default=False,
         help_text=_("Each tick's job runs in one transaction with the write of its success."))

@@ -59,3 +59,8 @@ def named_like_after(after: object = None) -> object:
 def big_result(size: int) -> str:
     """A job returning a string of ``size`` characters (its JSON: ``size + 2`` bytes)."""
     return "x" * size
+
+
+def takes_group(group: str = "") -> str:
+    """A job whose keyword argument is named like the ``group`` option: returns it."""
+    return group

@@ -130,7 +130,7 @@ class JobAdmin(admin.ModelAdmin):
     inlines = [JobAttemptInline]
     fieldsets = (
         (None, {"fields": ("id", "callable_path", "queue", "status_badge", "key",
-                           "cancel_requested", "priority", "progress_display")}),
+                           "cancel_requested", "priority", "group", "progress_display")}),
         (_("Arguments"), {"fields": ("args_display", "kwargs_display")}),
         (_("Timing"), {"fields": ("created_at_s", "scheduled_for_s", "run_at_s", "started_at_s",
                                   "finished_at_s", "updated_at_s", "expires_at_s",

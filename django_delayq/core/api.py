@@ -99,6 +99,7 @@ def schedule(
     expires: datetime | float | timedelta | None = None,
     retry_on: Any = None,
     atomic: bool | None = None,
+    group: str | None = None,
     after: Any = None,
     after_failure: str = "cancel",
     **kwargs: Any,
@@ -108,15 +109,16 @@ def schedule(
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
     same queue) returns the first job instead of creating another; ``on_conflict=
     "replace"`` (debounce) or ``"drop"`` say otherwise (core/dedup.py). ``priority`` (-100 to
-    100), ``timeout``, ``expires``, ``retry_on`` and ``atomic``: see ``core/options.py``.
-    A job function whose keyword arguments are named like these options: use
-    ``job(fn).using(...)``; for the last five, ``schedule()`` refuses the ambiguity.
+    100), ``timeout``, ``expires``, ``retry_on``, ``atomic`` and ``group`` (docs/groups.md):
+    see ``core/options.py``. A job function whose keyword arguments are named like these
+    options: use ``job(fn).using(...)``; for the last six, ``schedule()`` refuses the
+    ambiguity.
     ``after``: jobs (handles or ids) that must succeed first; ``after_failure="run"``
     runs it even when one of them fails (docs/workflows.md).
     """
     spec = JobSpec(args=args, kwargs=kwargs, queue=queue, delay=delay, at=at, key=key,
                    on_conflict=on_conflict, priority=priority, timeout=timeout,
-                   expires=expires, retry_on=retry_on, atomic=atomic,
+                   expires=expires, retry_on=retry_on, atomic=atomic, group=group,
                    max_attempts=max_attempts, backoff=backoff, after=after,
                    after_failure=after_failure)
     return _schedule(fn, spec, clash=True)
@@ -175,6 +177,7 @@ def schedule_many(
     expires: datetime | float | timedelta | None = None,
     retry_on: Any = None,
     atomic: bool | None = None,
+    group: str | None = None,
     batch_size: int = 1000,
     after: Any = None,
     after_failure: str = "cancel",
@@ -190,7 +193,8 @@ def schedule_many(
     """
     call = JobOptions(queue=queue, max_attempts=max_attempts, backoff=backoff,
                       priority=priority, timeout=timeout, expires=expires, retry_on=retry_on,
-                      atomic=atomic, after=after, after_failure=after_failure)
+                      atomic=atomic, group=group, after=after,
+                      after_failure=after_failure)
     return _schedule_many(fn, specs, call, batch_size)
 
 
@@ -348,9 +352,10 @@ def run_now(job_id: str) -> MoveOutcome:
 def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     """Run a finished job again. A dead job still in Redis gets fresh attempts under the
     same id; any other finished job (or a dead one Redis trimmed) is copied to a new job
-    (its row's values checked like ``schedule()``'s) with its priority, time limit and
-    retry_on and atomic (not its expiry), whose ``requeued_from`` names the original. Either way the
-    row's callable path must pass the allow-list first, as at ``schedule()``."""
+    (its row's values checked like ``schedule()``'s) with its priority, time limit,
+    retry_on, atomic and group (not its expiry), whose ``requeued_from`` names the
+    original. Either way the row's callable path must pass the allow-list first, as at
+    ``schedule()``."""
     row = get_job(job_id)
     registry.check_schedulable(row.callable_path)
     seconds = validation.delay_seconds(delay)
@@ -360,7 +365,8 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
         raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
     spec = JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds, queue=row.queue,
                    max_attempts=row.max_attempts, backoff=row.backoff, priority=row.priority,
-                   timeout=row.timeout, retry_on=row.retry_on, atomic=row.atomic)
+                   timeout=row.timeout, retry_on=row.retry_on, atomic=row.atomic,
+                   group=row.group or None)
     return _schedule(row.callable_path, spec, any_queue=True, requeued_from=row.id,
                      task_backend=row.task_backend)
 

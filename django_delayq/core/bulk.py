@@ -50,22 +50,24 @@ class Batch:
             job_id = ids.id_for_key(self.queue, spec.key)
             self.keyed.append(job_id)
         validation.check_size(self._fixed + size, self.max_payload)
-        columns, priority = self._options(spec, run_at)
+        columns, job = self._options(spec, run_at)
         if run_at.tzinfo is not None and run_at.tzinfo is not UTC:
             run_at = run_at.astimezone(UTC)
         columns["scheduled_for"] = run_at
         self.rows.append(self.writer.row(job_id, spec.key, args_json, kwargs_json, run_at,
                                          columns))
         self.jobs.append(NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms,  # payload: the row
-                                priority=priority))
+                                priority=job.priority, group=job.group))
         self.ids.append(job_id)
 
-    def _options(self, spec: options.JobSpec, run_at: datetime) -> tuple[dict[str, Any], int]:
-        """The row columns of the run-time options, and the priority for Redis."""
+    def _options(self, spec: options.JobSpec,
+                 run_at: datetime) -> tuple[dict[str, Any], options.Checked]:
+        """The row columns of the run-time options, and the job's options (its priority and
+        group for Redis)."""
         job = self.call.over(spec)
         if job is self.call and self._columns is not None:  # none of its own: the call's
-            return dict(self._columns), job.priority
-        return job.columns(run_at), job.priority
+            return dict(self._columns), job
+        return job.columns(run_at), job
 
     def drop_existing(self, batch_size: int) -> None:
         """Forget keyed jobs that already exist: replaying the same input adds nothing."""

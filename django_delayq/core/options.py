@@ -25,6 +25,8 @@ naming the option and the bad value:
   write of its success (``worker/atomic.py``);
 * ``max_attempts`` (1 to 1000; default ``len(backoff) + 1`` for a list backoff, else
   ``DEFAULT_MAX_ATTEMPTS``) and ``backoff`` (``engine.backoff.validate``);
+* ``group``: the job's group inside its queue (a tenant, a customer: docs/groups.md), a
+  string of 1 to 128 characters without control characters; ``None``: no group;
 * ``after``: jobs (handles or ids) that must succeed first; ``after_failure``: ``cancel``
   (the default) or ``run`` when one of them fails (core/workflows.py).
 
@@ -55,7 +57,7 @@ ON_CONFLICT = (KEEP, REPLACE, DROP)
 AFTER_FAILURE = {"cancel": False, "run": True}
 # The row's columns of the run-time options, with the values of a job that sets none.
 COLUMN_DEFAULTS: dict[str, Any] = {"priority": 0, "timeout": None, "expires_at": None,
-                                   "retry_on": None, "atomic": False}
+                                   "retry_on": None, "atomic": False, "group": ""}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -74,6 +76,7 @@ class JobOptions:
     atomic: bool | None = None  # None: the function's default (atomic_job)
     max_attempts: int | None = None
     backoff: Any = None
+    group: str | None = None  # None: no group (docs/groups.md)
     after: Any = None  # parents: JobHandle objects or ids (core/workflows.py)
     after_failure: str = "cancel"
 
@@ -140,8 +143,8 @@ NAMES = frozenset(f.name for f in fields(JobOptions))
 _PAIRED = ("delay", "at", "key", "on_conflict", "after", "after_failure")
 _SINGLE = tuple(f.name for f in fields(JobOptions) if f.name not in _PAIRED)
 # schedule()'s options a job function's arguments may be named like, and their defaults.
-_CLASH = ("priority", "timeout", "expires", "retry_on", "atomic", "after", "on_conflict",
-          "after_failure")
+_CLASH = ("priority", "timeout", "expires", "retry_on", "atomic", "group", "after",
+          "on_conflict", "after_failure")
 _UNSET = {"priority": 0, "on_conflict": KEEP, "after_failure": "cancel"}
 
 
@@ -167,6 +170,8 @@ def _own(o: JobOptions, path: str) -> dict[str, Any]:
         out["retry_on"] = retry_on_paths(o.retry_on)
     if o.atomic is not None:
         out["atomic"] = check_atomic(o.atomic, path)
+    if o.group is not None:
+        out["group"] = validation.check_group(o.group)
     return out
 
 
@@ -183,6 +188,7 @@ class Checked:
     expires: Any = None
     retry_on: tuple[str, ...] | None = None
     atomic: bool = False
+    group: str = ""  # "": no group
     key: str | None = None
     on_conflict: str = KEEP
     at: datetime | None = None  # the due time: ``at``, else ``now`` + ``delay_s``
@@ -226,7 +232,7 @@ class Checked:
                 "expires_at": expires_at(self.expires, now=self.now, due=due,
                                          use_tz=self.use_tz),
                 "retry_on": None if self.retry_on is None else list(self.retry_on),
-                "atomic": self.atomic}
+                "atomic": self.atomic, "group": self.group}
 
 
 # -- each option's check -------------------------------------------------------------

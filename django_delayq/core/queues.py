@@ -150,9 +150,9 @@ def _next_ticks(ids: Iterable[str]) -> set[str]:
 def _put_back(engine: Engine, queue: str, ids: set[str]) -> int:
     """Enqueue the kept tick jobs again, due as their rows say (idempotent by id)."""
     rows = list(Job.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED)
-                .values_list("id", "run_at", "priority"))
-    jobs = [NewJob(id=job_id, at_ms=validation.at_ms(run_at), priority=priority)
-            for job_id, run_at, priority in rows]
+                .values_list("id", "run_at", "priority", "group"))
+    jobs = [NewJob(id=job_id, at_ms=validation.at_ms(run_at), priority=priority, group=group)
+            for job_id, run_at, priority, group in rows]
     if jobs:
         engine.enqueue(queue, jobs)
     return len(jobs)

@@ -438,13 +438,13 @@ class Reconciler:
     def _enqueue_queue(self, queue: str, rows: Sequence[Job], seeds: dict[str, int | None],
                        lost: bool) -> int:
         """Per MULTI of ``MULTI_ROWS`` rows: remember the ids, seed their attempts, run
-        enqueue.lua (``Engine.reenqueue``) with each row's due time and priority.
+        enqueue.lua (``Engine.reenqueue``) with each row's due time, priority and group.
 
         Atomic, so a reconciler killed half-way never leaves ids "remembered" but not
         enqueued (the others would skip them for ``RECENT_SECONDS``). HSETNX: a counter
         Redis already holds (the job was claimed meanwhile) is never lowered.
         """
-        jobs = [(row.pk, _ms(row.run_at), row.priority) for row in rows]  # payload: the row
+        jobs = [(row.pk, _ms(row.run_at), row.priority, row.group) for row in rows]
         return self.engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
                                      keep_max=MAX_RECENT,
                                      epochs=None if lost else self._epochs.known)

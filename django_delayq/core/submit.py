@@ -36,8 +36,9 @@ def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
     row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
                key=c.key, run_at=run_at, scheduled_for=run_at, created_at=c.now,
                updated_at=c.now, max_attempts=c.max_attempts, backoff=c.backoff, **columns)
-    # The payload stays in the row: Redis gets the id, the due time and the priority.
-    return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=c.priority)
+    # The payload stays in the row: Redis gets the id, the due time, priority and group.
+    return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=c.priority,
+                       group=c.group)
 
 
 _eager: list[Callable[[str], object]] = []

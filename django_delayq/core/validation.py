@@ -42,6 +42,7 @@ MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600  # 100 years
 MAX_ATTEMPTS = 1000
 MAX_KEY_LENGTH = 255  # the row's ``key`` column
 MAX_QUEUE_NAME = 100  # the row's ``queue`` column
+MAX_GROUP = 128  # characters of a group id (the row's ``group`` column)
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
@@ -193,6 +194,18 @@ def check_key(key: Any) -> None:
                          "none belongs in a key)" % _short(key))
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidJob("key must be at most %d characters, not %d" % (MAX_KEY_LENGTH, len(key)))
+
+
+def check_group(group: Any) -> str:
+    """A group id (``group=``): a string of 1 to ``MAX_GROUP`` characters, no control
+    characters (the separator of Redis's group index is one: docs/groups.md)."""
+    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP:
+        raise InvalidJob("group must be a string of 1 to %d characters, not %s"
+                         % (MAX_GROUP, _short(group)))
+    check_text(group, "group")
+    if _CONTROL.search(group):
+        raise InvalidJob("group %s contains control characters" % _short(group))
+    return group
 
 
 def delay_seconds(delay: Any) -> float:

@@ -130,6 +130,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
             pipe.hdel(k.attempts, raw)
             pipe.srem(k.cancel, raw)
             pipe.hdel(k.prio, raw)
+            pipe.hdel(k.group, raw)
         pipe.execute()
         out = [SetAside(id=_escaped(raw), reason=why, removed=True) for raw in raw_ids]
         self._log_aside(queue, "decoding", out)
@@ -140,7 +141,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
     def enqueue(self, queue: str, jobs: Iterable[NewJob], now_ms: int | None = None) -> int:
         """Add jobs (idempotent by id); returns how many were new. ``ValueError`` for
         an id the scripts would refuse (``bad_id``), before anything is sent. A job's
-        ``priority`` (-100..100) orders it among due jobs; 0 costs no extra memory."""
+        ``priority`` (-100..100) orders it among due jobs; 0 costs no extra memory, and
+        neither does no ``group``."""
         k = self.keys(queue)
         added = 0
         batch: list[Any] = []
@@ -149,8 +151,9 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
             if why is not None:
                 raise ValueError("job id %s: %s" % (_shown(job.id), why))
             at = -1 if job.at_ms is None else int(job.at_ms)
-            batch += [job.id, at, int(job.delay_ms), job.envelope or "", int(job.priority)]
-            if len(batch) >= 5 * scripts.MAX_ENQUEUE:
+            batch += [job.id, at, int(job.delay_ms), job.envelope or "", int(job.priority),
+                      job.group]
+            if len(batch) >= 6 * scripts.MAX_ENQUEUE:
                 added += self._enqueue_batch(k, batch, now_ms)
                 batch = []
         if batch:

@@ -76,6 +76,12 @@ class QueueKeys:
         return self.tag + ":prio"
 
     @property
+    def group(self) -> str:
+        """HASH id -> group, only for jobs of a group (``schedule(group=...)``), for as
+        long as the job lives (dead included); forgotten with the job (docs/groups.md)."""
+        return self.tag + ":group"
+
+    @property
     def urgent(self) -> str:
         """ZSET due_ms -> id: an index of the jobs of ``pending`` whose priority is above 0,
         so claim.lua promotes their due ones ahead of a backlog due before them (the job
@@ -128,7 +134,8 @@ class QueueKeys:
     def all(self) -> tuple[str, ...]:
         """The keys holding jobs (not the queue's settings: paused, limit, starts)."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
-                self.ready, self.prio, self.urgent, self.settled, self.settled_by, self.runs)
+                self.ready, self.prio, self.urgent, self.settled, self.settled_by, self.runs,
+                self.group)
 
     @property
     def runs(self) -> str:

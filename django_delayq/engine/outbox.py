@@ -26,6 +26,8 @@ from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 
 _T = TypeVar("_T")
+# A job to re-enqueue: (id, due ms), (id, due ms, priority) or (id, due ms, priority, group).
+ReJob = tuple[str, int] | tuple[str, int, int] | tuple[str, int, int, str]
 
 logger = logging.getLogger(__name__)
 
@@ -166,11 +168,11 @@ class OutboxOps(RedisOwner):
                                 settled=Settled.parse(settled_by, settled_at)))
         return out
 
-    def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
+    def reenqueue(self, queue: str, jobs: Sequence[ReJob],
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int,
                   epochs: Mapping[str, str] | None = None) -> int:
-        """Enqueue ``jobs`` ((id, due ms) or (id, due ms, priority), payload elsewhere)
-        again; returns how many were
+        """Enqueue ``jobs`` ((id, due ms), (id, due ms, priority) or (id, due ms, priority,
+        group), payload elsewhere) again; returns how many were
         new. Per call of ``reenqueue.lua`` (at most ``scripts.RECONCILE_CHUNK`` jobs):
         skip the ids Redis holds, has a settled record of, or re-enqueued within
         ``keep_ms``; enqueue the others, remember them in ``reconciled`` (at most
@@ -184,14 +186,15 @@ class OutboxOps(RedisOwner):
             added += self._reenqueue(queue, chunk, seeds, keep_ms, keep_max, expect)
         return added
 
-    def _reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
+    def _reenqueue(self, queue: str, jobs: Sequence[ReJob],
                    seeds: Mapping[str, int | None], keep_ms: float, keep_max: int,
                    expect: str = "") -> int:
         k = self.keys(queue)
         args: list[Any] = [0, k.channel, int(keep_ms), int(keep_max), expect]
         for job in jobs:
             priority = job[2] if len(job) > 2 else 0  # type: ignore[misc]
-            args += [job[0], job[1], priority, seeds.get(job[0]) or 0]
+            group = job[3] if len(job) > 3 else ""  # type: ignore[misc]
+            args += [job[0], job[1], priority, group, seeds.get(job[0]) or 0]
         reply = scripts.load("reenqueue")(self.client, scripts.keys_of("reenqueue", k), args)
         if len(reply) > 2:
             logger.info("queue %r: its Redis data changed since the reconciler last looked; "

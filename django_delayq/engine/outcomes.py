@@ -43,6 +43,7 @@ class NewJob:
     at_ms: int | None = None
     delay_ms: int = 0
     priority: int = 0  # -100..100: higher is claimed first among due jobs
+    group: str = ""  # "": no group; else the job's group in its queue (docs/groups.md)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -125,7 +125,7 @@ class Bound:
 
 
 BOUNDS: dict[str, Bound] = {
-    "enqueue": Bound(2, 5, MAX_ENQUEUE),
+    "enqueue": Bound(2, 6, MAX_ENQUEUE),
     "claim": Bound(4, 0, 0),
     "mark": Bound(0, 3, MAX_MARK),
     "ack": Bound(2, 3, MAX_ACK),
@@ -144,7 +144,7 @@ BOUNDS: dict[str, Bound] = {
     "acquire": Bound(8, 0, 0),
     "release_callable": Bound(0, 1, MAX_RELEASE_CALLABLE),
     "forget_settled": Bound(2, 1, MAX_FORGET),
-    "reenqueue": Bound(5, 4, MAX_REENQUEUE),
+    "reenqueue": Bound(5, 5, MAX_REENQUEUE),
 }
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")

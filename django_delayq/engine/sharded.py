@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from django_delayq.engine.engine import MAX_BATCH, Engine
-from django_delayq.engine.outbox import Presence
+from django_delayq.engine.outbox import Presence, ReJob
 from django_delayq.engine.outcomes import (
     CancelOutcome,
     ClaimResult,
@@ -402,7 +402,7 @@ class ShardedEngine(Engine):
                                            or p.settled is not None),
                             unknown=lambda job_id: UNREADABLE)
 
-    def reenqueue(self, queue: str, jobs: Sequence[tuple[str, int] | tuple[str, int, int]],
+    def reenqueue(self, queue: str, jobs: Sequence[ReJob],
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int,
                   epochs: Mapping[str, str] | None = None) -> int:
         if len(self.shard_queues(queue)) == 1:

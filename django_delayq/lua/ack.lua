@@ -2,7 +2,7 @@
 -- record how they ended until their worker's audit row has landed.
 --
 -- KEYS: inflight:zset jobs:hash attempts:hash cancel:set prio:hash urgent settled:zset
--- KEYS: settled_by:hash runs:hash
+-- KEYS: settled_by:hash runs:hash group:hash
 -- used, in that order (the names of keys.QueueKeys):
 --          inflight    ZSET  lease_deadline_ms -> id
 --          jobs        HASH  id -> envelope

@@ -1,7 +1,7 @@
 -- cancel.lua : cancel one job, atomically, and say whether the cancel won the race.
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
--- KEYS: ready:zset prio:hash urgent runs:hash
+-- KEYS: ready:zset prio:hash urgent runs:hash group:hash
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id

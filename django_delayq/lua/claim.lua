@@ -2,7 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash paused limit:hash starts:zset urgent:zset runs:hash
--- KEYS: record:string?
+-- KEYS: group:hash record:string?
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id

@@ -1,6 +1,7 @@
 -- enqueue.lua : add jobs to a queue; idempotent by job id.
 --
 -- KEYS: pending:zset inflight:zset jobs:hash dead:zset epoch ready:zset prio:hash urgent
+-- KEYS: group:hash
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id   (jobs not yet due, and due jobs waiting their
 --                          turn to be promoted to ready by claim.lua)
@@ -12,13 +13,15 @@
 --                    data creates it, so "no epoch" means "nothing written since empty"
 --          ready     ZSET  ready score -> id (due jobs in claim order: lib.lua ready_score)
 --          prio      HASH  id -> priority, only for priorities other than 0
+--          group     HASH  id -> group, only for jobs of a group (docs/groups.md)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target, told the due time when the queue's next claim moves
 --                    earlier (lib.lua line_write)
--- ARGV[3..] groups of 5: id, at_ms (absolute; "-1" = use now_ms + delay_ms), delay_ms,
+-- ARGV[3..] 6 per job: id, at_ms (absolute; "-1" = use now_ms + delay_ms), delay_ms,
 --           envelope ("" = the payload lives outside Redis, e.g. in the audit row: only
 --           the id is stored, ~130 bytes a pending job instead of ~250), priority
---           (-100..100, a value beyond is taken as the nearest; 0 stores nothing more)
+--           (-100..100, a value beyond is taken as the nearest; 0 stores nothing more),
+--           group ("" = none, stores nothing more)
 --
 -- A job whose id is already known (pending, ready, in flight, dead, or with an envelope),
 -- or repeated within the call, is left alone. Due times are clamped to years 1..9999.
@@ -35,19 +38,19 @@
 --@include held
 local now = now_ms(ARGV[1])
 local ids = {}
-for i = 3, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
+for i = 3, #ARGV, 6 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
 local line = new_line(pending, ready)
 local found = held(ids)
 local seen = {}
-local envs, prios = {}, {}
+local envs, prios, groups = {}, {}, {}
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
   if not (found[j] or seen[id]) then
     seen[id] = true
     added = added + 1
-    local i = 5 * j - 2
+    local i = 6 * j - 3
     local due = tonumber(ARGV[i + 1])
     if due < 0 then due = now + tonumber(ARGV[i + 2]) end
     due = clamp_ms(due)
@@ -55,11 +58,13 @@ for j = 1, #ids do
     enter(line, id, due, priority, now)
     if ARGV[i + 3] ~= '' then envs[#envs + 1] = id; envs[#envs + 1] = ARGV[i + 3] end
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
+    if ARGV[i + 5] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 5] end
   end
 end
 line_write(line, pending, ready, ARGV[2])
 if #envs > 0 then call_many('HSET', jobs, {}, envs) end
 if #prios > 0 then call_many('HSET', prio, {}, prios) end
+if #groups > 0 then call_many('HSET', group, {}, groups) end
 if redis.call('EXISTS', epoch) == 0 then
   local t = server_time()
   redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')

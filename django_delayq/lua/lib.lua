@@ -296,10 +296,10 @@ end
 
 --@define forget
 -- Forgets jobs that are final (done, cancelled, purged, trimmed from dead, set aside as
--- poison): their envelope, attempts count (lease token), cancel mark, priority and start
--- marks. Where they were listed (pending, ready, inflight, dead) is the caller's to clear,
--- except the index of urgent pending jobs and the runs (the keys ``urgent`` and ``runs``
--- the including script declares). At most a
+-- poison): their envelope, attempts count (lease token), cancel mark, priority, start
+-- marks and group. Where they were listed (pending, ready, inflight, dead) is the
+-- caller's to clear, except the index of urgent pending jobs, the runs and the groups
+-- (the keys ``urgent``, ``runs`` and ``group`` the including script declares). At most a
 -- few hundred ids a call.
 local function forget(jobs, attempts, cancel, prio, ids)
   if #ids == 0 then return end
@@ -309,6 +309,7 @@ local function forget(jobs, attempts, cancel, prio, ids)
   redis.call('HDEL', attempts, unpack(ids))
   redis.call('SREM', cancel, unpack(ids))
   redis.call('HDEL', prio, unpack(ids))
+  redis.call('HDEL', group, unpack(ids))
 end
 
 --@define record_settled

@@ -1,7 +1,7 @@
 -- nack.lua : settle failed jobs: back in line after a delay, or to dead.
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
--- KEYS: ready:zset prio:hash urgent settled:zset settled_by:hash runs:hash
+-- KEYS: ready:zset prio:hash urgent settled:zset settled_by:hash runs:hash group:hash
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id

@@ -2,7 +2,7 @@
 -- in flight; the operator's purge of a queue, called until it returns nothing.
 --
 -- KEYS: pending:zset jobs:hash attempts:hash cancel:set ready:zset prio:hash urgent
--- KEYS: runs:hash
+-- KEYS: runs:hash group:hash
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          jobs      HASH  id -> envelope

@@ -2,7 +2,7 @@
 -- job however many reconcilers find it missing at once, under a fresh lease token.
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash dead:zset epoch:string
--- KEYS: ready:zset prio:hash urgent:zset settled:zset runs:hash reconciled:zset
+-- KEYS: ready:zset prio:hash urgent:zset settled:zset runs:hash reconciled:zset group:hash
 -- used, in that order (the names of keys.QueueKeys):
 --          pending     ZSET  due_ms -> id
 --          inflight    ZSET  lease_deadline_ms -> id
@@ -15,6 +15,7 @@
 --          settled     ZSET  id -> settled ms (a worker settled it; its row is coming)
 --          runs        HASH  id -> "<token> <offset> <streak>" (start marks; see below)
 --          reconciled  ZSET  id -> ms a reconciler re-enqueued it
+--          group       HASH  id -> group, only for jobs of a group
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel     PUBLISH target (lib.lua line_write)
 -- ARGV[3]  keep_ms     how long a re-enqueue is remembered (ms)
@@ -23,7 +24,8 @@
 --                      anything else (gone: the data was lost since), nothing is done
 --                      and {0, now_ms, 1} comes back (a loss pass, which seeds the
 --                      attempts a lost delivery may have had, is the one to put them back)
--- ARGV[6..] groups of 4: id, due_ms (absolute), priority (-100..100), seed: the most
+-- ARGV[6..] 5 per job: id, due_ms (absolute), priority (-100..100), group ("": none),
+--           seed: the most
 --           attempts the job may have had (0: none). A job with a seed or a counter gets
 --           the counter max(its value, now_ms, its last re-enqueue's ms + 1) — the Redis
 --           clock in ms, above any count of deliveries (those since an earlier seed come a
@@ -49,14 +51,14 @@ local now = now_ms(ARGV[1])
 local keep_ms, keep_max = tonumber(ARGV[3]), tonumber(ARGV[4])
 if ARGV[5] ~= '' and redis.call('GET', epoch) ~= ARGV[5] then return {0, now, 1} end
 local ids = {}
-for i = 6, #ARGV, 4 do ids[#ids + 1] = ARGV[i] end
+for i = 6, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
 local line = new_line(pending, ready)
 local found = held(ids)
 local in_settled = redis.call('ZMSCORE', settled, unpack(ids))
 local lately = redis.call('ZMSCORE', reconciled, unpack(ids))
 local counters = redis.call('HMGET', attempts, unpack(ids))
-local seen, prios, seeds, offsets, fresh, remembered = {}, {}, {}, {}, {}, {}
+local seen, prios, seeds, offsets, fresh, remembered, groups = {}, {}, {}, {}, {}, {}, {}
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
@@ -64,11 +66,12 @@ for j = 1, #ids do
   if not (found[j] or in_settled[j] or recently or seen[id]) then
     seen[id] = true
     added = added + 1
-    local i = 4 * j + 2
+    local i = 5 * j + 1
     local priority = math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 2]) or 0)))
     enter(line, id, clamp_ms(tonumber(ARGV[i + 1])), priority, now)
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
-    local seed = math.max(0, math.floor(tonumber(ARGV[i + 3]) or 0))
+    if ARGV[i + 3] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 3] end
+    local seed = math.max(0, math.floor(tonumber(ARGV[i + 4]) or 0))
     local counter = tonumber(counters[j]) or 0
     if seed > 0 or counter > 0 then
       -- a later seed of the same job is higher even within the same ms (its last one is
@@ -86,6 +89,7 @@ end
 if added > 0 then
   line_write(line, pending, ready, ARGV[2])
   if #prios > 0 then call_many('HSET', prio, {}, prios) end
+  if #groups > 0 then call_many('HSET', group, {}, groups) end
   if #seeds > 0 then
     call_many('HSET', attempts, {}, seeds)
     call_many('HSET', runs, {}, offsets)
