@@ -29,7 +29,7 @@ from django_delayq.core import periodic, registry, schedules, validation
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus, Schedule
 
-DEFINITION = ("name", "callable_path", "args", "kwargs", "queue", "priority", "atomic",
+DEFINITION = ("name", "callable_path", "args", "kwargs", "queue", "priority", "group", "atomic",
               "cron", "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
               "missed")
 

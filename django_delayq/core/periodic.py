@@ -38,8 +38,8 @@ KEY_PREFIX = "delayq.tick:"
 MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed
 STALLED = timedelta(seconds=1)  # a next tick this far past whose job has not started
 STALLED_EVERY_S = 1.0  # how often the keeper looks for such schedules
-SETTINGS_FIELDS = ("callable_path", "args", "kwargs", "queue", "priority", "atomic", "cron",
-                   "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
+SETTINGS_FIELDS = ("callable_path", "args", "kwargs", "queue", "priority", "group", "atomic",
+                   "cron", "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
                    "missed")
 
 
@@ -58,9 +58,9 @@ def check(s: Schedule) -> None:
 
 
 def job_options(s: Schedule) -> JobOptions:
-    """The options of a schedule's jobs: its queue (else the default), its priority, and
-    ``atomic`` when it asks for it (else the function's default)."""
-    return JobOptions(queue=s.queue or None, priority=s.priority,
+    """The options of a schedule's jobs: its queue (else the default), its priority and
+    group, and ``atomic`` when it asks for it (else the function's default)."""
+    return JobOptions(queue=s.queue or None, priority=s.priority, group=s.group or None,
                       atomic=True if s.atomic else None)
 
 
@@ -333,7 +333,8 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
 def _settings_values(d: dict[str, Any]) -> dict[str, Any]:
     return {"callable_path": d["callable"], "args": list(d.get("args", [])),
             "kwargs": dict(d.get("kwargs", {})), "queue": d.get("queue", ""),
-            "priority": d.get("priority", 0), "atomic": d.get("atomic", False),
+            "priority": d.get("priority", 0), "group": d.get("group", ""),
+            "atomic": d.get("atomic", False),
             "cron": d.get("cron", ""),
             "interval_seconds": d.get("interval"), "time_zone": d.get("timezone", "UTC"),
             "start_at": d.get("start"), "end_at": d.get("end"),

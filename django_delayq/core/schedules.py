@@ -193,7 +193,7 @@ def check_start(start: datetime | None, now: datetime) -> None:
                          "scheduled" % start.isoformat())
 
 
-SETTINGS_KEYS = {"callable", "args", "kwargs", "queue", "priority", "atomic", "cron",
+SETTINGS_KEYS = {"callable", "args", "kwargs", "queue", "priority", "group", "atomic", "cron",
                  "interval", "timezone", "start", "end", "jitter", "missed", "enabled"}
 
 
@@ -215,6 +215,11 @@ def settings_problems(value: Any) -> list[str]:
                          % (where, d.get("callable")))
         if not isinstance(d.get("atomic", False), bool):
             found.append("%s: 'atomic' must be True or False, not %r" % (where, d["atomic"]))
+        if "group" in d:
+            try:
+                validation.check_group(d["group"])
+            except InvalidJob as exc:
+                found.append("%s: %s" % (where, exc))
         if d.get("missed", "skip") not in ("skip", "once"):
             found.append("%s: 'missed' must be 'skip' or 'once', not %r" % (where, d["missed"]))
         try:

@@ -48,7 +48,8 @@ from django_delayq.models import Job, JobStatus, Schedule
 
 logger = logging.getLogger(__name__)
 
-Row = tuple[str, str, datetime, int, datetime]  # id, queue, run_at, priority, updated_at
+Row = tuple[str, str, datetime, int, datetime, str]  # id, queue, run_at, priority,
+# updated_at, group
 
 SEND_GRACE = timedelta(seconds=2)  # a row younger than this: its own send may be on its way
 CONFIRM_EVERY_S = 0.5  # how often the keeper thread looks at the watched ids
@@ -107,7 +108,7 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
     recent = now - timedelta(seconds=2 * get_settings().reconcile_grace_seconds)
     rows: list[Row] = list(Job.objects.filter(pk__in=job_ids, status=JobStatus.SCHEDULED,
                                               updated_at__gte=recent)
-                           .values_list("id", "queue", "run_at", "priority", "updated_at"))
+                           .values_list("id", "queue", "run_at", "priority", "updated_at", "group"))
     missing = _missing(rows)
     young = {r[0] for r in missing if r[4] > now - SEND_GRACE}
     old = [r[0] for r in missing if r[0] not in young]
@@ -141,7 +142,7 @@ def _enqueue(rows: list[Row]) -> int:
     for row in rows:
         job_id, queue, run_at, priority = row[:4]
         added += engine.enqueue(queue, [NewJob(id=job_id, at_ms=validation.at_ms(run_at),
-                                               priority=priority)])
+                                               priority=priority, group=row[5])])
     if rows:
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(rows),
