@@ -318,7 +318,7 @@ _FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
 
 def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
     """One value adapter per column for ``conn``, decided once per flush."""
-    adapt_dt = conn.ops.adapt_datetimefield_value
+    adapt_dt, iso = conn.ops.adapt_datetimefield_value, datetime.isoformat
     sqlite_utc = conn.vendor == "sqlite" and conn.timezone_name == "UTC"
 
     def json_value(value: Any) -> Any:
@@ -327,8 +327,8 @@ def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
     def moment(value: datetime | None) -> Any:
         if value is None:
             return None
-        if sqlite_utc and value.tzinfo is UTC:
-            return str(value.replace(tzinfo=None))  # what the adapter returns, 5x faster
+        if sqlite_utc and value.tzinfo is UTC:  # what the adapter returns, 10x faster:
+            return iso(value, " ")[:-6]  # without the "+00:00" of UTC
         return adapt_dt(value)
 
     def plain(value: Any) -> Any:
