@@ -28,7 +28,7 @@ Reports leave in batches, at most ``FLUSH_S`` after the transition (one wake-up 
 supervisor per batch, not per job). So the supervisor knows, within milliseconds, the
 jobs a child holds, which of them run since when, and which finished but are not settled
 yet: it can kill a child whose job overruns its time limit once no other job of it still
-runs or waits to be settled (``supervisor.py``).
+runs or waits to be settled (``processes/supervisor.py``).
 ``time.monotonic`` is one clock for every process of a host. A report lost with a
 process that died (its last ``FLUSH_S``) leaves that job to its lease, as for any dead
 worker.
@@ -37,7 +37,7 @@ A job's start report leaves at once, before its function is called, and so does 
 heartbeat: a job that holds the GIL from its first line starves every other thread of
 the process (the batch flusher too), and the supervisor must still know it runs, and
 that the heartbeat fell silent. The supervisor SIGKILLs a child whose heartbeat stays
-silent, with jobs held, until its leases are about to lapse (``supervisor.py``).
+silent, with jobs held, until its leases are about to lapse (``processes/supervisor.py``).
 
 **When the supervisor dies.** The child asks the kernel for ``SIGHUP`` when its parent
 dies (``PR_SET_PDEATHSIG``, Linux); its handler drains, as the end of file of the link

@@ -133,7 +133,7 @@ class Command(BaseCommand):
             raise config_error("--max-jobs counts the jobs of one process; with --processes "
                                "use --max-jobs-per-child")
         if options["max_memory_per_child"] is not None:
-            from django_delayq.worker.children import can_measure_memory
+            from django_delayq.worker.processes.children import can_measure_memory
 
             if not can_measure_memory():
                 raise config_error("--max-memory-per-child needs psutil or /proc")
@@ -142,7 +142,7 @@ class Command(BaseCommand):
     def run_worker(self, settings: Any, queues: tuple[str, ...], concurrency: int,
                    options: dict[str, Any]) -> int:
         from django_delayq.core.connection import get_engine
-        from django_delayq.worker.supervisor import attach
+        from django_delayq.worker.processes.supervisor import attach
         from django_delayq.worker.tracking import Supervision
 
         supervision = (Supervision.decode(options["supervised"])
@@ -165,7 +165,7 @@ class Command(BaseCommand):
     def run_supervisor(self, settings: Any, queues: tuple[str, ...], concurrency: int,
                        processes: int, options: dict[str, Any]) -> int:
         from django_delayq.core.connection import get_engine
-        from django_delayq.worker.supervisor import Supervisor, SupervisorOptions
+        from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
 
         argv = [sys.executable, "-m", "django", "delayq_worker", "--queues", ",".join(queues),
                 "--concurrency", str(concurrency), "-v", str(options["verbosity"])]

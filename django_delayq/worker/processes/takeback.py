@@ -1,6 +1,6 @@
 """Taking back the jobs of a child worker process that is gone, without waiting for leases.
 
-When a child exits, its supervisor knows from its reports (``tracking.py``) which jobs it
+When a child exits, its supervisor knows from its reports (``worker/tracking.py``) which jobs it
 still held. Each is settled at once, by what became of it:
 
 - the job the supervisor killed the child for: its attempt fails now, with
@@ -49,9 +49,9 @@ from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker import runner
 from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.children import Child, describe_exit
 from django_delayq.worker.ledger import Key
 from django_delayq.worker.loop import EXIT_OK
+from django_delayq.worker.processes.children import Child, describe_exit
 from django_delayq.worker.settle import Settler
 
 logger = logging.getLogger(__name__)

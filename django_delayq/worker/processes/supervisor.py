@@ -4,7 +4,7 @@ Each child is a full ``Worker`` (its ``--concurrency`` threads claim, run and se
 their own), started as a new interpreter (``python -m django delayq_worker
 --supervised ...``): nothing is shared across a fork (database connections, Redis
 sockets, locks held by a thread). Each child has a socket to the supervisor
-(``tracking.py``): it reports the jobs it holds and runs; the supervisor tells it to
+(``worker/tracking.py``): it reports the jobs it holds and runs; the supervisor tells it to
 drain or to stop; its end of file tells a child its supervisor is gone (it drains).
 
 The supervisor
@@ -35,7 +35,7 @@ The supervisor
   have: ``EXIT_OK``), the second to stop hard (``EXIT_HARD_STOP``); a child still there
   ``HARD_STOP_S`` after that is SIGKILLed and its jobs taken back. It never leaves a child
   behind. Each child asks the kernel for ``SIGHUP`` should the supervisor die
-  (``tracking.py``: it drains; one stuck holding the GIL is ended by its dead man's
+  (``worker/tracking.py``: it drains; one stuck holding the GIL is ended by its dead man's
   switch).
 """
 
@@ -60,10 +60,10 @@ from django_delayq.core.conf import Settings
 from django_delayq.engine import Engine
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.children import Child, describe_exit, rss_mb
 from django_delayq.worker.ledger import Key
 from django_delayq.worker.loop import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK, Worker
-from django_delayq.worker.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack, reasons
+from django_delayq.worker.processes.children import Child, describe_exit, rss_mb
+from django_delayq.worker.processes.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack, reasons
 from django_delayq.worker.tracking import ORPHAN_SIGNAL, Supervision
 
 logger = logging.getLogger(__name__)

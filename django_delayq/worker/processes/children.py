@@ -1,5 +1,5 @@
 """One child worker process as its supervisor sees it: the process, its socket, and the
-jobs it holds as its reports say (``tracking.py`` describes them).
+jobs it holds as its reports say (``worker/tracking.py`` describes them).
 
 ``held`` is every job the child claimed and has neither settled (acked or nacked in
 Redis) nor handed back; ``running`` the ones a thread runs, with their start (monotonic,
