@@ -48,7 +48,7 @@ def main() -> int:
         t0 = time.perf_counter()
         worker.run()
         wall = time.perf_counter() - t0
-        lags = list(worker.settler.lags)
+        lags = list(worker.settlement.settler.lags)
     finally:
         redis_proc.terminate()
         redis_proc.wait()

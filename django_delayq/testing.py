@@ -33,7 +33,7 @@ from django_delayq.core.context import JobContext
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker import aside, execution, runner
+from django_delayq.worker import handover, runner
 from django_delayq.worker.audit import AuditWriter
 
 logger = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ def _run_claimed(engine: Engine, settings: Settings, settler: Any, queue: str,
     end ``expired`` those not started before their ``expires_at`` (on the test clock).
     Callable limits do not apply here: the jobs run one by one."""
     loaded = payloads.read(claimed)
-    aside.set_aside(engine, queue, loaded.aside, settings.dead_max)
+    handover.set_aside(engine, queue, loaded.aside, settings.dead_max)
     outcomes = [runner.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
     for job in loaded.run:
         env = payloads.of(job)
@@ -200,7 +200,7 @@ def run_eager(job_id: str) -> None:
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
                      due_at=job.run_at, worker_id="eager")
     try:
-        result = execution.run(job.callable_path, job.args, job.kwargs, ctx)
+        result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except Exception as exc:
         Job.objects.filter(pk=job_id).update(
             status=JobStatus.DEAD, attempts=1, started_at=started, finished_at=timezone.now(),

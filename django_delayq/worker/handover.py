@@ -11,6 +11,10 @@ later-due job before an earlier one of the same priority.
 ``lock`` is held across a claim and its hand-over, and across a decision that nothing is
 held (drain, burst end): a claim on one thread cannot put jobs in the local queue after
 another thread decided the worker is done with it.
+
+Claimed jobs that must not run (no audit row, or a final one) leave Redis's in-flight set
+here (``set_aside``), each with a warning and a count (``payloads.read`` decides which;
+this module acts on it, a layer above, where the metrics live).
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ import itertools
 import logging
 import queue as queue_mod
 import threading
+from collections.abc import Sequence
 
 from redis.exceptions import RedisError
 
 from django_delayq.core import payloads
 from django_delayq.core.conf import Settings
+from django_delayq.core.payloads import NO_ROW, Aside
 from django_delayq.engine import ClaimedJob, Engine
-from django_delayq.worker import aside, runner
+from django_delayq.observe import prometheus
+from django_delayq.worker import runner
 from django_delayq.worker.ledger import Ledger
 
 logger = logging.getLogger(__name__)
@@ -76,8 +83,26 @@ class Handover:
                                 + [runner.cancelled_unstarted(job) for job in loaded.cancelled])
         self.set_aside += len(loaded.aside)
         try:
-            aside.set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
+            set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
         except RedisError as exc:  # their leases expire; the next claim sets them aside again
             logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
         self.ledger.claimed(loaded.run)
         return loaded.run
+
+
+def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int) -> None:
+    """Take jobs that must not run out of Redis's in-flight set, with a warning each: a job
+    without a row goes to the dead set; one whose row is final, or belongs to another queue
+    (a copy of its id in this queue's keys), is forgotten here (ack: this queue's keys
+    only, so a job waiting in its own queue stays there). The row is never touched.
+    ``RedisError`` propagates (the leases then expire and the next claim sets them aside
+    again)."""
+    if not items:
+        return
+    no_row = [a for a in items if a.kind == NO_ROW]
+    final = [a for a in items if a.kind != NO_ROW]
+    engine.nack(queue, [(a.job.id, a.job.token, None) for a in no_row], dead_max=dead_max)
+    engine.ack(queue, [(a.job.id, a.job.token) for a in final])
+    for a in items:
+        logger.warning("job %s (queue %r) set aside, not run: %s", a.job.id, queue, a.reason)
+        prometheus.count_set_aside(queue, a.kind)

@@ -20,19 +20,23 @@ Error texts are made storable (lone surrogates escaped) before they reach the au
 
 from __future__ import annotations
 
+import asyncio
 import enum
+import inspect
 import json
 import logging
 import math
+import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import close_old_connections
 
-from django_delayq.core import payloads, validation
+from django_delayq.core import payloads, progress, registry, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.engine import ClaimedJob
@@ -46,7 +50,7 @@ from django_delayq.exceptions import (
     Retry,
     type_path,
 )
-from django_delayq.worker import atomic, execution
+from django_delayq.worker import atomic
 
 logger = logging.getLogger(__name__)
 
@@ -251,6 +255,34 @@ def cancelled_unstarted(job: ClaimedJob) -> Outcome:
                    error="cancelled before it started; it did not run")
 
 
+# -- calling the function: sync or ``async def``, with the job context set ------------
+
+_local = threading.local()
+
+
+def _event_loop() -> asyncio.AbstractEventLoop:
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+    return loop
+
+
+def call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
+    result = fn(*args, **kwargs)
+    if inspect.isawaitable(result):
+        return _event_loop().run_until_complete(result)
+    return result
+
+
+def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext) -> Any:
+    """Resolve ``path`` through the allow-list and call it inside the job context
+    (``current_job()``, ``report_progress()``: its last value is written before this
+    returns, so before the worker settles the attempt)."""
+    fn = registry.resolve(path)
+    with progress.running(ctx):
+        return call(fn, args, kwargs)
+
+
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
          default_backoff: Any, manage_connections: bool) -> Outcome:
     t0 = time.perf_counter()
@@ -269,7 +301,7 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
     try:
         if env.atomic:
             return _atomic(common, env, ctx, t0, worker_id)
-        result = execution.run(env.path, env.args, env.kwargs, ctx)
+        result = call_job(env.path, env.args, env.kwargs, ctx)
     except PermissionError as exc:  # not allowed (registry.NotAllowed, a refused URL, ...)
         common["error_type"] = error_type(exc)
         return _failed(common, Kind.DEAD, text(exc), t0)
@@ -303,7 +335,7 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
         limit = get_settings().timeout_for(job.queue, env.timeout)
         try:
             with atomic.transaction_of() as using:
-                outcome = _succeeded(common, execution.run(env.path, env.args, env.kwargs, ctx),
+                outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx),
                                      t0)
                 if limit is not None and time.perf_counter() - t0 > limit:
                     atomic.roll_back(using)  # the worker failed this attempt already

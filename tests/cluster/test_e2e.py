@@ -102,7 +102,7 @@ def test_a_node_down_stops_only_its_own_queue_and_comes_back_empty(  # type: ign
         assert engine.inspect(lost, stranded.id).place == "pending"
         for queue in SPREAD:
             _on_time(queue)
-    assert worker.reconciler.stats.enqueued >= 2
+    assert worker.housekeeping.reconciler.stats.enqueued >= 2
 
 
 def test_the_wake_subscription_keeps_its_connection_while_a_node_is_down(  # type: ignore[no-untyped-def]

@@ -90,7 +90,7 @@ def test_worker_start_waits_until_a_node_answers(redis_cluster, caplog) -> None:
     """``delayq_worker`` builds its engine through ``wait_for_redis``: a cluster client
     that cannot be created yet (no node answers) is retried, not fatal."""
     from django_delayq.engine import Engine
-    from django_delayq.worker.startup import wait_for_redis
+    from django_delayq.worker.loop import wait_for_redis
 
     dead = "redis+cluster://127.0.0.1:%d/" % free_cluster_port()
     urls = [dead, dead, redis_cluster.url]

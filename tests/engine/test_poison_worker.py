@@ -119,9 +119,9 @@ def test_wake_listener_survives_any_message(idle_worker: Worker) -> None:
     channel = idle_worker.engine.keys("default").channel
     for message in GARBAGE:
         assert client.publish(channel, message) == 1
-    wait_until(lambda: client.ping() and idle_worker.listener._thread.is_alive(), timeout=2)
+    wait_until(lambda: client.ping() and idle_worker.claiming.listener._thread.is_alive(), timeout=2)
     _runs_promptly(idle_worker)  # heard the real enqueue after all that
-    assert idle_worker.listener._thread.is_alive()
+    assert idle_worker.claiming.listener._thread.is_alive()
 
 
 def test_wake_listener_reconnects_after_its_connection_drops(idle_worker: Worker) -> None:
@@ -129,4 +129,4 @@ def test_wake_listener_reconnects_after_its_connection_drops(idle_worker: Worker
     assert client.client_kill_filter(_type="pubsub") >= 1
     wait_until(lambda: _subscribers(idle_worker) == 1, timeout=10)
     _runs_promptly(idle_worker)
-    assert idle_worker.listener._thread.is_alive()
+    assert idle_worker.claiming.listener._thread.is_alive()

@@ -31,7 +31,7 @@ def test_the_outbox_of_an_outage_drains_within_seconds_of_its_end(  # type: igno
         first = schedule("tests.jobs.noop")
         wait_until(lambda: first.status == JobStatus.SUCCEEDED)
         fault_server.stop()  # AOF on: it comes back with its data
-        wait_until(lambda: worker.reconciler._outage.since is not None, timeout=10)
+        wait_until(lambda: worker.housekeeping.reconciler._outage.since is not None, timeout=10)
         slowest, during = 0.0, []
         for _ in range(5):
             began = time.monotonic()
@@ -44,7 +44,7 @@ def test_the_outbox_of_an_outage_drains_within_seconds_of_its_end(  # type: igno
         wait_until(lambda: Job.objects.filter(
             pk__in=during, status=JobStatus.SUCCEEDED).count() == 5, timeout=30)
         assert time.monotonic() - back < 15
-        assert worker.reconciler.stats.outage_passes >= 1
+        assert worker.housekeeping.reconciler.stats.outage_passes >= 1
     finally:
         worker.request_stop()
         thread.join(30)

@@ -36,7 +36,7 @@ def test_a_priority_job_due_while_the_worker_is_full_is_claimed_and_starts_next(
     try:
         # the thread runs `busy` (jobs claimed at start-up may run before it), the others
         # wait claimed: no room, the main loop claims nothing
-        wait_until(lambda: worker._capacity() <= 0 and busy.job.started_at, 60)
+        wait_until(lambda: worker.claiming.capacity() <= 0 and busy.job.started_at, 60)
         # due in a moment, while nothing frees up: the wake message tells the urgent timer
         vip = schedule("tests.jobs.record", str(out), "vip", priority=10, delay=0.5)
         wait_until(lambda: engine.inspect("default", vip.id).place == "inflight", 60)

@@ -58,7 +58,7 @@ def test_a_running_worker_claims_nothing_from_a_paused_queue_and_does_not_spin(d
     thread.start()
     client = redis.Redis.from_url(redis_server.url)
     try:
-        wait_until(lambda: "default" in worker.queue_gate.paused, timeout=20)
+        wait_until(lambda: "default" in worker.claiming.queue_gate.paused, timeout=20)
         before = sum(s["calls"] for s in client.info("commandstats").values())
         time.sleep(2.0)  # an observation window: a spinning loop would make thousands of calls
         calls = sum(s["calls"] for s in client.info("commandstats").values()) - before

@@ -18,7 +18,8 @@ from django_delayq import schedule
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker.loop import URGENT_BATCH, Worker, WorkerOptions
+from django_delayq.worker.claiming import URGENT_BATCH
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.helpers import wait_until
 from tests.worker.test_runtime_limits import most_in_window
 
@@ -50,11 +51,11 @@ def test_the_urgent_timers_claim_before_the_main_loops_first_one_is_limited(limi
     worker = Worker(get_engine(), get_settings(),
                     WorkerOptions(queues=("slow",), prefetch=100))  # room for the window
     client, starts = window_log(limited.DELAYQ["REDIS_URL"])
-    worker._claim_urgent("slow")  # what the start-up wake-up makes the urgent timer do
+    worker.claiming.claim_urgent("slow")  # what the start-up wake-up makes the urgent timer do
     limit = get_engine().queue_limit("slow")
     assert limit is not None and limit.rate == (RATE, 1000)  # written before that claim
     assert client.zcard(starts) == URGENT_BATCH  # and the claim counted in the window
-    worker._claim("slow")  # the main loop's first claim: the rest of the window only
+    worker.claiming.claim("slow")  # the main loop's first claim: the rest of the window only
     assert client.zcard(starts) == RATE
     assert worker.claimed_total == RATE
 

@@ -91,7 +91,7 @@ def test_the_schedule_names_its_next_tick_before_the_job_reaches_redis(
 def test_a_tick_job_redis_lost_is_back_within_the_bound(worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
     # The full pass runs once, at the worker's start: what follows is the pass over
     # stalled schedules (the full pass every 10 s would be too late for the bound).
-    worker.settler.schedules.every_s = 3600.0
+    worker.housekeeping.schedules.every_s = 3600.0
     out = tmp_path / "runs.txt"
     s = every_second(out)
     periodic.keep(s)  # its first tick (the worker's full pass ran before it existed)
@@ -116,7 +116,7 @@ def test_a_keeper_pass_with_the_registry_wiped_keeps_a_late_tick(worker, tmp_pat
     gate = tmp_path / "gate"
     blocker = schedule("tests.jobs.report_then_wait", 1, str(gate))  # the only thread
     wait_until(lambda: status(blocker.id) == JobStatus.RUNNING, timeout=30)
-    keeper = worker.settler.schedules
+    keeper = worker.housekeeping.schedules
     keeper.every_s = 0.0  # each keeper tick is a full pass (as every 10 s)
     s = every_second(tmp_path / "runs.txt")
     periodic.keep(s)

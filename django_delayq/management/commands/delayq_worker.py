@@ -22,8 +22,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.management.command_options import parse_queues
-from django_delayq.worker.loop import EXIT_CONFIG, Worker, WorkerOptions
-from django_delayq.worker.startup import wait_for_redis
+from django_delayq.worker.loop import EXIT_CONFIG, Worker, WorkerOptions, wait_for_redis
 
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
 

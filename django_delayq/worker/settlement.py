@@ -1,6 +1,10 @@
-"""The settling thread and the ack stream's reader: finished jobs settled as they
-finish, never waiting for the claim loop (see ``Settler`` in settle.py for what a
-settlement is, and docs/internals.md, "Settlement")."""
+"""Settlement: finished jobs settled as they finish, never waiting for the claim loop.
+
+``Settlement`` is the worker's component: the settler (``settle.py``: acks, nacks and
+defers in Redis, then the rows, signals and log lines; shard by shard for a sharded
+queue: ``shards.py``) and its threads (``SettleThread``: the settling thread
+``delayq-settle`` and the ack stream's reader ``delayq-acks``). See docs/internals.md,
+"Settlement"."""
 
 from __future__ import annotations
 
@@ -8,17 +12,50 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
-from django_delayq.engine import ClaimedJob
+from django_delayq.core.conf import Settings
+from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.engine.acks import AckReply
-from django_delayq.worker.audit import OutageLog
+from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.worker.runner import Kind, Outcome
 from django_delayq.worker.settle import MAX_STREAMED, SEND_AT, SEND_EVERY, Sent, Settler
+from django_delayq.worker.shards import ShardBackoff, ShardSettler
 
 logger = logging.getLogger(__name__)
+
+
+class Settlement:
+    """Who settles: the settler and the settling threads (``start``; ``stop`` settles what
+    is done first). ``release`` frees the callable-limit slots of settled attempts;
+    ``on_settled(outcomes)`` runs after each settlement."""
+
+    def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter, ledger: Ledger,
+                 worker_id: str, *, release: Callable[[Sequence[Outcome]], None],
+                 on_settled: Callable[[list[Outcome]], None]) -> None:
+        # a sharded queue is settled shard by shard: a node down holds back its shard only
+        self.settler = ShardSettler(engine, settings, audit, worker_id, release)
+        self.settler.keep = lambda kept: ledger.keep_unsettled(kept, [])
+        audit.after_write = self.settler.landed  # their settled records may go
+        # Finished jobs are acked by a thread of their own, within milliseconds
+        self.thread = SettleThread(ledger, self.settler, on_settled)
+        self.thread.backoff = ShardBackoff(engine)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self.thread.stop()  # what finished is acked before the audit's last flush
+
+    def finished(self) -> None:
+        """A job thread's outcome is done (``SettleThread.finished``)."""
+        self.thread.finished()
+
+    def wait_recorded(self, job_id: str) -> None:
+        """Before a job starts: its previous attempt is recorded (``SettleThread``)."""
+        self.thread.wait_recorded(job_id)
 
 
 class SettleThread:

@@ -1,0 +1,227 @@
+"""Claiming: due jobs from Redis to the job threads, at most what the threads start soon.
+
+The main loop calls ``claim_due`` each round: it claims only from the queues whose next
+due time has come (known from the last claim's reply or a wake message; every queue at
+each ``WAKE_INTERVAL_SECONDS``), at most the room the threads fill soon (``capacity``:
+free threads plus the prefetch by pace). The urgent timer (``urgent.py``) claims a few
+jobs of priority above 0 at their due time, on its own thread (``claim_urgent``). Every
+claim asks the queue's gate first (limits and pause: ``gates.QueueGate``) and hands its
+jobs over to the threads (``handover.py``). The wake listener (``Engine.wake_listener``:
+the subscription, its reconnects) hears of jobs due earlier than known. A queue whose
+Redis fails backs off alone (``queue_backoff.py``).
+
+Due times are on the Redis server's clock; each claim aligns a local monotonic clock to
+it (``ServerClock``: offset = server now - the midpoint of the claim's round trip), so
+the loop waits on a local timer, never on Redis's own (late by up to 100 ms at ``hz 10``).
+
+A drain hands the claimed jobs no thread has started back to Redis (``hand_back``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.db import close_old_connections
+from redis.exceptions import RedisError
+
+from django_delayq.core.conf import Settings
+from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.worker import gates, runner
+from django_delayq.worker.handover import Handover
+from django_delayq.worker.ledger import Ledger
+from django_delayq.worker.queue_backoff import QueueBackoff
+from django_delayq.worker.urgent import UrgentTimer
+
+logger = logging.getLogger(__name__)
+
+URGENT_BATCH = 4  # jobs a claim of the urgent timer takes (worker/urgent.py)
+PREFETCH_SECONDS = 0.1  # claimed jobs beyond free threads: what they start in this time
+
+
+def monotonic_ms() -> float:
+    return time.monotonic() * 1000
+
+
+class ServerClock:
+    """The Redis server's clock as the worker keeps it: the local monotonic clock plus the
+    offset the last claim measured."""
+
+    def __init__(self) -> None:
+        self.offset_ms = 0.0  # server clock - local monotonic clock
+
+    def now_ms(self) -> float:
+        return monotonic_ms() + self.offset_ms
+
+
+class Claiming:
+    """Who claims: the main loop's claims, the urgent timer, the wake listener, the queues'
+    gates and backoff, the handover to the threads. ``start``/``stop``: the listener's and
+    the timer's threads."""
+
+    def __init__(self, engine: Engine, settings: Settings, ledger: Ledger, clock: ServerClock,
+                 wake: threading.Event, *, queues: tuple[str, ...], concurrency: int,
+                 prefetch: int | None, max_jobs: int | None, burst: bool) -> None:
+        self.engine, self.settings, self.ledger, self.clock = engine, settings, ledger, clock
+        self.queues, self.concurrency, self.prefetch = queues, concurrency, prefetch
+        self.max_jobs, self.burst = max_jobs, burst
+        self.wake = wake  # the main loop's: a wake message, a settled job with room now
+        self.queue_gate = gates.QueueGate(engine, settings)  # queue limits and pauses
+        # Claimed jobs wait for a thread by priority, then due time (not behind a backlog)
+        self.handover = Handover(engine, settings, ledger)
+        self.urgent = UrgentTimer(self.claim_urgent, clock.now_ms)
+        self.listener = engine.wake_listener(queues, wake)
+        self.backoff = QueueBackoff()
+        self.next_due: dict[str, int | None] = {q: None for q in queues}
+        self.draining = False
+        self.settled_rounds = 0  # settling rounds so far (a --burst end waits for none)
+        self._last_poll = -1e18
+
+    @property
+    def claimed_total(self) -> int:
+        return self.handover.claimed_total
+
+    def start(self) -> None:
+        self.listener.start()
+        self.urgent.start()
+
+    def stop(self) -> None:
+        self.urgent.stop()
+        self.listener.stop()
+
+    def drain(self) -> None:
+        """No claim from now on (a flag: a signal handler calls it); wakes the main loop."""
+        self.draining = True
+        self.wake.set()
+
+    # -- room ----------------------------------------------------------------------
+
+    def capacity(self) -> int:
+        room = self.concurrency + self._prefetch() - self.ledger.capacity_used()
+        if self.max_jobs is not None:
+            room = min(room, self.max_jobs - self.claimed_total)
+        return room
+
+    def _prefetch(self) -> int:
+        """Claimed jobs held beyond the free threads: what the threads start within
+        ``PREFETCH_SECONDS`` at the recent pace of this worker's jobs, at most
+        ``CLAIM_BATCH``; ``WorkerOptions.prefetch`` fixes it. Slow jobs are not prefetched:
+        a due job does not wait here while another worker has an idle thread for it."""
+        if self.prefetch is not None:
+            return self.prefetch
+        cap = self.settings.claim_batch
+        pace = self.ledger.pace()
+        if pace is None:
+            return 0
+        return min(cap, int(self.concurrency * PREFETCH_SECONDS / max(pace, 1e-4)))
+
+    # -- claims --------------------------------------------------------------------
+
+    def claim_due(self) -> None:
+        for queue, due in self.listener.take().items():
+            known = self.next_due.get(queue)
+            self.next_due[queue] = due if known is None else min(known, due)
+            self.urgent.earlier(queue, due)  # full, the main loop claims nothing: the timer
+        poll_all = monotonic_ms() - self._last_poll >= self.settings.wake_interval_seconds * 1000
+        if poll_all:
+            self._last_poll = monotonic_ms()
+        now = self.clock.now_ms()
+        ready = [q for q in self.queues
+                 if poll_all or ((d := self.next_due[q]) is not None and d <= now)]
+        self.backoff.each(ready, self.claim)
+
+    def claim(self, queue: str) -> None:
+        self.queue_gate.write_limit(queue)  # at start-up
+        while (room := self.capacity()) > 0 and self.queue_gate.open(queue, self.clock.now_ms()):
+            before = monotonic_ms()
+            with self.handover.lock:
+                result = self.engine.claim(queue, min(room, self.settings.claim_batch),
+                                           self.settings.lease_ms)
+                self.clock.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
+                self.next_due[queue] = self.queue_gate.note(queue, result)  # paused: None
+                self.urgent.note(queue, result.next_urgent_ms)
+                self._hand_over(queue, result.jobs)
+            if len(result.jobs) < self.settings.claim_batch:  # not a full batch: settle
+                return  # what finished first (rooms of a few jobs would loop for seconds)
+
+    def claim_urgent(self, queue: str) -> None:
+        """The urgent timer's claim, on its thread: a few jobs over the room; not in --max-jobs
+        or --burst (their main loop claims all it may run), nor once draining."""
+        with self.handover.lock:
+            if self.draining or self.max_jobs is not None or self.burst or \
+                    self.capacity() <= -4 * URGENT_BATCH or \
+                    not self.queue_gate.open(queue, self.clock.now_ms()):
+                return
+            result = self.engine.claim(queue, URGENT_BATCH, self.settings.lease_ms)
+            self.urgent.note(queue, result.next_urgent_ms)
+            self._hand_over(queue, result.jobs)
+
+    def _hand_over(self, queue: str, claimed: list[ClaimedJob]) -> None:
+        """Hand claimed jobs to the threads (``handover.py``). When their rows cannot be
+        read they are back in Redis, due again at once: the next round claims them (and
+        fails or works) instead of sleeping until a poll, so a working round means the
+        rows are back."""
+        try:
+            self.handover.take(queue, claimed)
+        except Exception:
+            close_old_connections()
+            known = self.next_due.get(queue)
+            due = min(job.due_ms for job in claimed)
+            self.next_due[queue] = due if known is None else min(known, due)
+            raise
+
+    def settled(self, outcomes: list[runner.Outcome]) -> None:
+        """``outcomes`` were settled (the settling thread's hook): a queue limit may have
+        room now; the main loop tops up the jobs waiting for a thread once fewer than the
+        threads are left."""
+        self.settled_rounds += 1
+        self.queue_gate.settled(outcomes, self.next_due)
+        if self.queue_gate.limited or self.ledger.waiting() < self.concurrency:
+            self.wake.set()
+
+    # -- the main loop's questions -------------------------------------------------
+
+    def burst_finished(self) -> bool:
+        if not self.ledger.idle():
+            return False
+        settled = self.settled_rounds  # a job claimed below may end (and retry) meanwhile
+        now = self.engine.stats(self.queues[0]).now_ms
+        for q in self.queues:
+            self.claim(q)
+        with self.handover.lock:
+            return (self.ledger.idle() and not self.queue_gate.holding(now)  # a limit holds some
+                    and settled == self.settled_rounds
+                    and all(d is None or d > now for d in self.next_due.values()))
+
+    def wait_ms(self, wait_ms: float) -> float:
+        """``wait_ms``, or less: until the next due time of a queue with room to claim."""
+        if not self.draining and self.capacity() > 0:
+            now = self.clock.now_ms()
+            for queue, due in self.next_due.items():
+                if due is not None:  # a queue backing off is due when its delay ends
+                    wait_ms = min(wait_ms, max(self.queue_gate.due(queue, due) - now,
+                                               self.backoff.remaining_ms(queue)))
+        return wait_ms
+
+    def hand_back(self) -> bool:
+        """A drain's round: the unstarted jobs go back to Redis; True once nothing is held.
+        Under the handover lock: an urgent claim in flight has handed its jobs over."""
+        with self.handover.lock:
+            self.release_unstarted()
+            return self.ledger.idle()
+
+    def release_unstarted(self) -> None:
+        """Give back (uncharged) the jobs the ledger holds that no thread has started; one
+        that cannot be given back keeps its lease until it expires, then recovery runs it."""
+        jobs = self.ledger.release_unstarted()
+        by_queue: dict[str, list[ClaimedJob]] = {}
+        for job in jobs:
+            by_queue.setdefault(job.queue, []).append(job)
+        for queue, claimed in by_queue.items():
+            try:
+                self.engine.release(queue, claimed)
+            except RedisError as exc:  # their leases will expire; recovery runs them
+                logger.warning("could not release %d job(s): %s", len(claimed), exc)
+        if jobs:
+            logger.info("released %d claimed job(s) that had not started", len(jobs))
