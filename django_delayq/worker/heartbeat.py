@@ -1,11 +1,11 @@
 """Worker liveness: extending the leases this worker holds and publishing that it lives.
 
-The keeper thread calls ``heartbeat`` every ``LEASE_SECONDS / 3`` with the jobs the
-worker holds (running or waiting for a thread). Each queue's leases are extended on
-their own: on a cluster, one node down must not cost the other queues their leases. A
-lease that could not be extended was already taken back (the job is redelivered) and is
-logged. The worker's info (host, pid, queues, concurrency, start time, jobs held,
-claimed and settled; ``supervisor``: the id of the ``delayq_worker --processes`` that
+The heartbeat thread (``housekeeping.py``) calls ``heartbeat`` every ``LEASE_SECONDS /
+3`` with the jobs the worker holds (running or waiting for a thread). Each queue's leases
+are extended on their own: on a cluster, one node down must not cost the other queues
+their leases. A lease that could not be extended was already taken back (the job is
+redelivered) and is logged. The worker's info (host, pid, queues, concurrency, start time,
+jobs held, claimed and settled; ``supervisor``: the id of the ``delayq_worker --processes`` that
 started it, or null; ``processes``: how many children that supervisor runs, else 1;
 ``jobs``: the running jobs, longest-running first, at most 50, each ``{"id", "queue",
 "callable", "started_ms"}``) is then published under its id (``Engine.register_worker``): the

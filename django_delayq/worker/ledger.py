@@ -1,17 +1,18 @@
 """The worker's ledger: every job it holds, from claim to settlement, under one lock.
 
 A claimed job is *unstarted* until a thread takes it, then *running* (with the time it
-started) until its outcome is *done*; the main loop takes the done outcomes and settles
-them, and keeps those it could not settle yet (their queue is backing off: a node down)
-as *unsettled* for a later round. An attempt running past its time limit (given at
-``start``: ``Settings.timeout_for``, the job's, its queue's or ``JOB_TIMEOUT_SECONDS``) is
-*timed out*: its failure is done at once, its thread stays busy (it still counts against
-capacity) and whatever it returns later is dropped, after ``on_late`` has seen it (the
-callable-limit slot it held is freed only then: its function was still running).
+started) until its outcome is *done*; the settlement (``settlement.py``) takes the done
+outcomes and settles them, and keeps those it could not settle yet (their queue is
+backing off: a node down) as *unsettled* for a later round. An attempt running past its
+time limit (given at ``start``: ``Settings.timeout_for``, the job's, its queue's or
+``JOB_TIMEOUT_SECONDS``) is *timed out*: its failure is done at once, its thread stays
+busy (it still counts against capacity) and whatever it returns later is dropped, after
+``on_late`` has seen it (the callable-limit slot it held is freed only then: its function
+was still running).
 
 Threads change the ledger only through its named transitions; each one takes the lock
 once, so the hot path (a job starts, a job finishes) costs one acquisition per step, as
-when these were bare containers. The keeper thread reads ``held()`` for the heartbeat.
+when these were bare containers. The heartbeat thread reads ``held()``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Anything a payload can throw at us ends in an ``Outcome``: a success, a retry after
 the job's backoff, or dead (out of attempts, not allowed, an unusable row, an exception
-its ``retry_on`` does not list). Two outcomes never run the function (``limits.py``
+its ``retry_on`` does not list). Two outcomes never run the function (``gates.py``
 decides them): *expired* (not started before the row's ``expires_at``) and *deferred*
 (refused by a callable limit: back to Redis, no attempt charged). An atomic job's call
 and the write of its success share one transaction (``atomic.py``). ``run``
