@@ -7,7 +7,18 @@ row to the redelivered copy.
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
 ``JobAttempt``. Leases that expired are taken back by ``recovery.py``; this worker's
-heartbeat is ``liveness.py``.
+heartbeat is ``heartbeat.py``.
+
+A sharded queue is settled shard by shard (``ShardSettler``): a node that is down holds
+back only the outcomes of its own shard. The settling thread backs off per queue
+(``queue_backoff.py``); a sharded queue spans several nodes, so the unit that fails
+together is the shard: ``ShardSettler.send`` settles each shard's outcomes with calls of
+their own; the outcomes of a shard whose node fails (or that ``ShardHealth`` sets aside)
+are kept for a later round, still held (their leases extended like a running job's),
+while the other shards' are settled and recorded now. Only when every shard of the queue
+fails is the error raised, and the queue backs off as a whole, as a plain queue does.
+``ShardBackoff`` makes the settling thread wait for the set-aside shard's delay rather
+than retry its outcomes every millisecond.
 """
 
 from __future__ import annotations
@@ -24,10 +35,12 @@ from django_delayq.core import payloads, periodic
 from django_delayq.core.conf import Settings
 from django_delayq.core.reconcile import SETTLED_KEEP_MS
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
+from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.gates import release_callable_slots
+from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
 
 logger = logging.getLogger(__name__)
@@ -48,7 +61,6 @@ class Settler:
         self._records: dict[str, str] = {}
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
         self._records_lock = threading.Lock()
-        self.schedules = periodic.Keeper()  # the keeper thread's pass (core/periodic.py)
         # how a start is marked (SettleThread: through its stream)
         self.mark: Callable[[ClaimedJob], object] = lambda job: engine.mark_started([job])
 
@@ -212,6 +224,59 @@ class Settler:
                          error=o.error, error_type=o.error_type, **base)
         else:
             signals.send(signals.job_cancelled, running=True, **base)
+
+
+class ShardSettler(Settler):
+    """``Settler`` whose ``send`` goes shard by shard for sharded queues. ``keep``: hands
+    outcomes not settled back to the ledger (``Ledger.keep_unsettled``)."""
+
+    keep: Callable[[list[Outcome]], None] = staticmethod(lambda outcomes: None)  # type: ignore[assignment]
+
+    def send(self, outcomes: list[Outcome]) -> Sent:
+        by_queue: dict[str, list[Outcome]] = {}
+        for o in outcomes:
+            by_queue.setdefault(o.job.queue, []).append(o)
+        sent: Sent = []
+        for queue, items in by_queue.items():
+            names = self.engine.data_sets(queue)
+            sent += (super().send(items) if len(names) == 1
+                     else self._send_shards(queue, names, items))
+        return sent
+
+    def _send_shards(self, queue: str, names: list[str], items: list[Outcome]) -> Sent:
+        parts: dict[str, list[Outcome]] = {}
+        for o in items:
+            parts.setdefault(self.engine.home_of(queue, o.job.id), []).append(o)
+        sent: Sent = []
+        kept: list[Outcome] = []
+        errors: list[BaseException] = []
+        for part in parts.values():
+            try:
+                sent += super().send(part)
+            except ERRORS as exc:
+                kept += part
+                errors.append(exc)
+        if kept and not sent and all(self.engine.health.down(n) for n in names):
+            raise errors[0]  # every shard fails: the queue backs off as a whole
+        if kept:
+            self.keep(kept)
+        return sent
+
+
+class ShardBackoff(QueueBackoff):
+    """The settling thread's per-queue backoff; a sharded queue whose outcomes wait for
+    a set-aside shard is retried when the first such shard may be tried again."""
+
+    def __init__(self, engine: Engine) -> None:
+        super().__init__()
+        self.engine = engine
+
+    def remaining_ms(self, queue: str) -> float:
+        own = super().remaining_ms(queue)
+        health = self.engine.health
+        waits = [health.remaining_ms(name) for name in self.engine.data_sets(queue)
+                 if health.down(name)]
+        return max(own, min(waits)) if waits else own
 
 
 def _path_of(job: ClaimedJob) -> str:

@@ -2,7 +2,7 @@
 
 ``Settlement`` is the worker's component: the settler (``settle.py``: acks, nacks and
 defers in Redis, then the rows, signals and log lines; shard by shard for a sharded
-queue: ``shards.py``) and its threads (``SettleThread``: the settling thread
+queue: ``ShardSettler``) and its threads (``SettleThread``: the settling thread
 ``delayq-settle`` and the ack stream's reader ``delayq-acks``). See docs/internals.md,
 "Settlement"."""
 
@@ -21,8 +21,15 @@ from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.worker.runner import Kind, Outcome
-from django_delayq.worker.settle import MAX_STREAMED, SEND_AT, SEND_EVERY, Sent, Settler
-from django_delayq.worker.shards import ShardBackoff, ShardSettler
+from django_delayq.worker.settle import (
+    MAX_STREAMED,
+    SEND_AT,
+    SEND_EVERY,
+    Sent,
+    Settler,
+    ShardBackoff,
+    ShardSettler,
+)
 
 logger = logging.getLogger(__name__)
 
