@@ -23,8 +23,10 @@ Never a second run of a tick that ran: an id is put back only when
 * its schedule, read after that look too, still points at it as its next tick and not as
   its last one (``tick_started`` writes that before the tick's function runs).
 
-A row changed more than twice the reconciler's grace ago is the reconciler's: it is not
-looked at (the keeper looks at the ticks of schedules that tick often, cheaply).
+However long ago the row changed: a tick job whose send failed during an outage longer
+than the reconciler's grace, or one Redis lost with its data (the reconciler's loss pass
+then walks every live row of the queue, behind whatever backlog it holds), is one row per
+schedule, put back within a second of Redis answering.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_delayq.core import validation
-from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine import NewJob
 from django_delayq.models import Job, JobStatus, Schedule
@@ -105,9 +106,7 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
     docstring); returns the ids to look at again (rows too young to tell) and how many
     were enqueued. Redis and database errors propagate."""
     now = now or timezone.now()
-    recent = now - timedelta(seconds=2 * get_settings().reconcile_grace_seconds)
-    rows: list[Row] = list(Job.objects.filter(pk__in=job_ids, status=JobStatus.SCHEDULED,
-                                              updated_at__gte=recent)
+    rows: list[Row] = list(Job.objects.filter(pk__in=job_ids, status=JobStatus.SCHEDULED)
                            .values_list("id", "queue", "run_at", "priority", "updated_at", "group"))
     missing = _missing(rows)
     young = {r[0] for r in missing if r[4] > now - SEND_GRACE}

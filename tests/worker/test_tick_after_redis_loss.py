@@ -5,7 +5,8 @@
 * A pending tick job Redis lost (a failover to a replica that missed the last writes:
   the queue's epoch survives, so no loss pass) is back in Redis within max(2 intervals,
   5 s) through the worker's keeper, not after its 10-second pass or the reconciler's
-  grace.
+  grace; so is one whose row was written long before (the reconciler's loss pass would
+  reach it only after the queue's backlog).
 * A keeper pass run while the workers registry is empty (wiped with the rest of Redis,
   the live workers not back in it yet) does not cancel a late tick as missed: the worker
   running that pass was serving the queue when the tick was due.
@@ -86,6 +87,22 @@ def test_the_schedule_names_its_next_tick_before_the_job_reaches_redis(
     assert job_id is not None and next_job(s) == job_id
     assert seen == [0]  # pointed at it while Redis did not hold it yet
     assert engine.inspect("default", job_id).place == "pending"  # sent at the commit
+
+
+def test_a_pending_tick_job_is_put_back_however_old_its_row(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """A tick job created an hour before Redis lost it (an hourly schedule), or whose send
+    failed at the start of a long outage: the keeper pass puts it back, rather than
+    leaving it to the reconciler's loss pass behind the queue's backlog."""
+    s = Schedule.objects.create(name="hourly", callable_path="tests.jobs.noop",
+                                interval_seconds=3600)
+    job_id = periodic.keep(s)
+    assert job_id is not None
+    assert get_engine().purge_pending("default") == [job_id]  # lost with Redis's data
+    Job.objects.filter(pk=job_id).update(updated_at=timezone.now() - timedelta(hours=1))
+    s.refresh_from_db()
+    assert periodic.keep_all() == 0
+    assert get_engine().inspect("default", job_id).place == "pending"
+    assert status(job_id) == JobStatus.SCHEDULED and next_job(s) == job_id
 
 
 def test_a_tick_job_redis_lost_is_back_within_the_bound(worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
