@@ -66,7 +66,7 @@ _LAZY = {
     "WaitTimeout": "django_delayq.exceptions",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = list(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.core.aio import (  # noqa: F401

@@ -21,7 +21,7 @@ task_signals: ModuleType | None
 normalize_json: Any
 
 try:  # Django 6.x
-    import django.tasks as tasks
+    from django import tasks
     from django.tasks import base as tasks_base
     from django.tasks import signals as task_signals
     from django.tasks.backends.base import BaseTaskBackend

@@ -107,8 +107,8 @@ def task_of(row: Job, alias: str, task_class: Any) -> Any:
     except (ImportError, AttributeError, PermissionError) as exc:
         raise compat.TaskResultDoesNotExist("%s runs %r: %s"
                                             % (row.pk, row.callable_path, exc)) from exc
-    changes = dict(backend=row.task_backend or enqueuing_alias(obj, alias), queue_name=row.queue,
-                   run_after=run_after_of(row), priority=row.priority)
+    changes = {"backend": row.task_backend or enqueuing_alias(obj, alias), "queue_name": row.queue,
+               "run_after": run_after_of(row), "priority": row.priority}
     if isinstance(obj, Task):
         if all(getattr(obj, k) == v for k, v in changes.items()):
             return obj

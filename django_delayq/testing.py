@@ -51,7 +51,7 @@ def clock_ms() -> int:
 
 
 def reset_clock() -> None:
-    global _offset_ms
+    global _offset_ms  # noqa: PLW0603 - the test clock, set under _offset_lock
     with _offset_lock:
         _offset_ms = 0
 
@@ -141,7 +141,7 @@ def advance(delta: timedelta | float, queues: list[str] | None = None) -> int:
     Under ``freezegun.freeze_time`` the frozen clock is ticked (job code sees the new
     time); otherwise only the test clock moves (Redis due times, not ``timezone.now()``).
     """
-    global _offset_ms
+    global _offset_ms  # noqa: PLW0603 - the test clock, set under _offset_lock
     if not isinstance(delta, timedelta):
         delta = timedelta(seconds=delta)
     if not _tick_freezegun(delta):

@@ -120,7 +120,7 @@ _resolver_lock = threading.Lock()
 
 def _resolve(host: str, port: int, deadline: _Deadline) -> list[SockAddr]:
     """``getaddrinfo`` on a small thread pool, so the deadline covers a slow DNS answer."""
-    global _resolver
+    global _resolver  # noqa: PLW0603 - one pool per process, made under a lock
     with _resolver_lock:
         if _resolver is None:
             _resolver = ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="delayq-dns")

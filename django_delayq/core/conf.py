@@ -10,6 +10,7 @@ import ipaddress
 import os
 from dataclasses import dataclass, field
 from functools import cache
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -137,7 +138,7 @@ def _user_settings() -> dict[str, Any]:
     return value
 
 
-def _positive(name: str, value: Any, *, integer: bool = False) -> str | None:
+def _positive(name: str, value: object, *, integer: bool = False) -> str | None:
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
         kind = "an integer" if integer else "a number"
@@ -148,7 +149,7 @@ def _positive(name: str, value: Any, *, integer: bool = False) -> str | None:
 URL_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
 
 
-def _url_problem(url: Any) -> str | None:
+def _url_problem(url: object) -> str | None:
     if url is None:
         return None
     if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
@@ -164,7 +165,7 @@ def _url_problem(url: Any) -> str | None:
     return None
 
 
-def _allowed_problem(allowed: Any) -> str | None:
+def _allowed_problem(allowed: object) -> str | None:
     """ALLOWED_CALLABLES: None or a list of module names (an empty list is a check error)."""
     if allowed is None:
         return None
@@ -178,7 +179,7 @@ def _allowed_problem(allowed: Any) -> str | None:
     return None
 
 
-def _networks(value: Any) -> tuple[tuple[IPNetwork, ...], str | None]:
+def _networks(value: object) -> tuple[tuple[IPNetwork, ...], str | None]:
     """HTTP_CALLBACK_ALLOWED_NETWORKS: addresses or networks ("10.1.0.0/16", "::1")."""
     if not isinstance(value, (list, tuple)):
         return (), ("DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] must be a list of IP addresses or "
@@ -197,18 +198,18 @@ def _networks(value: Any) -> tuple[tuple[IPNetwork, ...], str | None]:
     return tuple(nets), None
 
 
-def _report_dir_problem(value: Any) -> str | None:
+def _report_dir_problem(value: object) -> str | None:
     """REPORT_DIR: None or an absolute path (whether it exists is the admin view's concern:
     reports may be written there after the site starts)."""
     if value is None:
         return None
-    if not isinstance(value, (str, os.PathLike)) or not os.path.isabs(os.fspath(value)):
+    if not isinstance(value, (str, os.PathLike)) or not Path(value).is_absolute():
         return ("DELAYQ['REPORT_DIR'] must be None or an absolute directory path such as "
                 "'/srv/delayq-reports', not %r" % (value,))
     return None
 
 
-def _retention(value: Any) -> tuple[tuple[tuple[str, float], ...], str | None]:
+def _retention(value: object) -> tuple[tuple[tuple[str, float], ...], str | None]:
     """RETENTION: None (keep every row) or {"<final status>_days": days or None}; keys
     left out keep their default."""
     if value is None:
@@ -226,15 +227,17 @@ def _retention(value: Any) -> tuple[tuple[tuple[str, float], ...], str | None]:
                  if v is not None), None
 
 
-def _without_shards(options: Any) -> Any:
+def _without_shards(options: object) -> object:
     """QUEUE_OPTIONS without the ``shards`` of each entry (``limits`` checks the rest)."""
-    if not isinstance(options, dict):
-        return options
+    return _entries_without_shards(options) if isinstance(options, dict) else options
+
+
+def _entries_without_shards(options: dict[str, object]) -> dict[str, object]:
     return {queue: {k: v for k, v in entry.items() if k != "shards"}
             if isinstance(entry, dict) else entry for queue, entry in options.items()}
 
 
-def _shards(options: Any) -> dict[str, int]:
+def _shards(options: object) -> dict[str, int]:
     """queue -> shard count, for the entries of QUEUE_OPTIONS giving more than one."""
     if not isinstance(options, dict):
         return {}
@@ -243,7 +246,7 @@ def _shards(options: Any) -> dict[str, int]:
             and entry["shards"] > 1}
 
 
-def _shards_problems(options: Any, queues: Any) -> list[str]:
+def _shards_problems(options: object, queues: object) -> list[str]:
     """A shard count is an integer 1..MAX_SHARDS, on a queue without rate_limit or
     concurrency (a limit cannot be split exactly between shards), whose shard names
     (``queue#1`` ...) are no other queue's name."""
@@ -269,48 +272,66 @@ def _shards_problems(options: Any, queues: Any) -> list[str]:
     return found
 
 
+_POSITIVE = ("LEASE_SECONDS", "WAKE_INTERVAL_SECONDS", "RECOVER_INTERVAL_SECONDS",
+             "AUDIT_FLUSH_SECONDS", "RECONCILE_INTERVAL_SECONDS", "RECONCILE_GRACE_SECONDS")
+_POSITIVE_INTEGERS = ("DEFAULT_MAX_ATTEMPTS", "DEAD_MAX", "MAX_PAYLOAD_BYTES", "AUDIT_BATCH",
+                      "CLAIM_BATCH", "CONCURRENCY", "EVENTS_MAXLEN")
+_FLAGS = ("EAGER", "EVENTS", "LOG_JOBS")
+
+
 def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
     """Every problem of the ``DELAYQ`` setting as (key, message)."""
     user = _user_settings() if user is None else user
-    found: list[tuple[str, str]] = []
-    for name in sorted(set(user) - set(DEFAULTS)):
-        found.append((name, "unknown DELAYQ key %r (known: %s)" % (name, ", ".join(DEFAULTS))))
     merged = {**DEFAULTS, **user}
-    for name in ("LEASE_SECONDS", "WAKE_INTERVAL_SECONDS", "RECOVER_INTERVAL_SECONDS",
-                 "AUDIT_FLUSH_SECONDS", "RECONCILE_INTERVAL_SECONDS", "RECONCILE_GRACE_SECONDS"):
-        if msg := _positive(name, merged[name]):
-            found.append((name, msg))
-    for name in ("DEFAULT_MAX_ATTEMPTS", "DEAD_MAX", "MAX_PAYLOAD_BYTES", "AUDIT_BATCH",
-                 "CLAIM_BATCH", "CONCURRENCY", "EVENTS_MAXLEN"):
-        if msg := _positive(name, merged[name], integer=True):
-            found.append((name, msg))
+    return [
+        *((name, "unknown DELAYQ key %r (known: %s)" % (name, ", ".join(DEFAULTS)))
+          for name in sorted(set(user) - set(DEFAULTS))),
+        *_scalar_problems(merged),
+        *_queues_problems(merged),
+        *_shape_problems(merged),
+    ]
+
+
+def _scalar_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
+    """The numbers and the flags."""
+    found = [(name, msg) for name in _POSITIVE if (msg := _positive(name, merged[name]))]
+    found += [(name, msg) for name in _POSITIVE_INTEGERS
+              if (msg := _positive(name, merged[name], integer=True))]
     timeout = merged["JOB_TIMEOUT_SECONDS"]
     if timeout is not None and (msg := _positive("JOB_TIMEOUT_SECONDS", timeout)):
         found.append(("JOB_TIMEOUT_SECONDS", msg + " (or None for no limit)"))
-    for name in ("EAGER", "EVENTS", "LOG_JOBS"):
-        if not isinstance(merged[name], bool):
-            found.append((name, "DELAYQ[%r] must be True or False, not %r" % (name, merged[name])))
+    found += [(name, "DELAYQ[%r] must be True or False, not %r" % (name, merged[name]))
+              for name in _FLAGS if not isinstance(merged[name], bool)]
+    return found
+
+
+def _queues_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
+    """QUEUES and DEFAULT_QUEUE."""
     queues = merged["QUEUES"]
     if not isinstance(queues, (list, tuple)) or not queues or not all(
         isinstance(q, str) and q and q.isprintable() and "{" not in q and "}" not in q
         for q in queues
     ):
-        found.append(("QUEUES", "DELAYQ['QUEUES'] must be a non-empty list of queue names "
-                                "without braces, not %r" % (queues,)))
-    elif merged["DEFAULT_QUEUE"] not in queues:
-        found.append(("DEFAULT_QUEUE", "DELAYQ['DEFAULT_QUEUE'] %r is not in QUEUES %r"
-                      % (merged["DEFAULT_QUEUE"], list(queues))))
+        return [("QUEUES", "DELAYQ['QUEUES'] must be a non-empty list of queue names "
+                           "without braces, not %r" % (queues,))]
+    if merged["DEFAULT_QUEUE"] not in queues:
+        return [("DEFAULT_QUEUE", "DELAYQ['DEFAULT_QUEUE'] %r is not in QUEUES %r"
+                 % (merged["DEFAULT_QUEUE"], list(queues)))]
+    return []
+
+
+def _shape_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
+    """The settings with a structure: backoff, lists, URL, options, schedules, prefix."""
+    found = []
     if why := backoff_mod.validate(merged["DEFAULT_BACKOFF"]):
         found.append(("DEFAULT_BACKOFF", "DELAYQ['DEFAULT_BACKOFF'] %r: %s"
                       % (merged["DEFAULT_BACKOFF"], why)))
-    if msg := _allowed_problem(merged["ALLOWED_CALLABLES"]):
-        found.append(("ALLOWED_CALLABLES", msg))
-    if msg := _url_problem(merged["REDIS_URL"]):
-        found.append(("REDIS_URL", msg))
-    if msg := _networks(merged["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]:
-        found.append(("HTTP_CALLBACK_ALLOWED_NETWORKS", msg))
-    if msg := _report_dir_problem(merged["REPORT_DIR"]):
-        found.append(("REPORT_DIR", msg))
+    found += [(key, msg) for key, msg in (
+        ("ALLOWED_CALLABLES", _allowed_problem(merged["ALLOWED_CALLABLES"])),
+        ("REDIS_URL", _url_problem(merged["REDIS_URL"])),
+        ("HTTP_CALLBACK_ALLOWED_NETWORKS", _networks(merged["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]),
+        ("REPORT_DIR", _report_dir_problem(merged["REPORT_DIR"])),
+    ) if msg]
     found += [("QUEUE_OPTIONS", msg)
               for msg in limits.queue_options_problems(_without_shards(merged["QUEUE_OPTIONS"]))]
     found += [("QUEUE_OPTIONS", msg)
@@ -362,7 +383,7 @@ def get_settings() -> Settings:
         else float(m["JOB_TIMEOUT_SECONDS"]),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
         report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
-        queue_options=limits.parse_all(_without_shards(m["QUEUE_OPTIONS"])),
+        queue_options=limits.parse_all(_entries_without_shards(m["QUEUE_OPTIONS"])),
         queue_shards=_shards(m["QUEUE_OPTIONS"]),
         callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]),
         log_jobs=bool(m["LOG_JOBS"]),
@@ -372,6 +393,6 @@ def get_settings() -> Settings:
 
 
 @receiver(setting_changed)
-def _reset(*, setting: str, **kwargs: Any) -> None:
+def _reset(*, setting: str, **kwargs: object) -> None:
     if setting in ("DELAYQ", "INSTALLED_APPS", "CACHES"):
         get_settings.cache_clear()  # connection and registry clear their own caches

@@ -22,7 +22,7 @@ _engine: Engine | None = None
 
 
 def get_engine() -> Engine:
-    global _engine
+    global _engine  # noqa: PLW0603 - one per process, set under _lock
     if _engine is None:
         with _lock:
             if _engine is None:
@@ -36,13 +36,13 @@ def get_engine() -> Engine:
 
 def set_engine(engine: Engine | None) -> None:
     """Use ``engine`` in this process (test helpers); ``None`` goes back to the settings."""
-    global _engine
+    global _engine  # noqa: PLW0603 - one per process, set under _lock
     with _lock:
         _engine = engine
 
 
 def reset() -> None:
-    global _engine
+    global _engine  # noqa: PLW0603 - one per process, set under _lock
     with _lock:
         _engine = None
 

@@ -27,6 +27,7 @@ Enabled by ``DELAYQ["EVENTS"]`` (default True); ``DELAYQ["EVENTS_MAXLEN"]`` (def
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -210,7 +211,7 @@ def events_config() -> tuple[bool, int]:
 
 def get_stream() -> EventStream | None:
     """The stream of this process, or None when DELAYQ["EVENTS"] is False."""
-    global _stream
+    global _stream  # noqa: PLW0603 - one per process, set under _lock
     stream = _stream
     if stream is not None:
         return stream
@@ -347,10 +348,8 @@ def disconnect() -> None:
 
 
 def _close_at_exit() -> None:
-    try:
+    with contextlib.suppress(Exception):  # interpreter shutdown
         reset()
-    except Exception:  # noqa: BLE001 - interpreter shutdown
-        pass
 
 
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:

@@ -122,7 +122,7 @@ def settle_one(f: Finding) -> bool:
         return False
     logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
                    row.pk, reason, row.status, number, status)
-    base = dict(job_id=row.pk, queue=row.queue, callable_path=row.callable_path)
+    base = {"job_id": row.pk, "queue": row.queue, "callable_path": row.callable_path}
     if status == JobStatus.SUCCEEDED:
         signals.send(signals.job_succeeded, attempt=number, worker_id=f.settled.holder
                      if f.settled else "", result=None, duration=None, **base)

@@ -431,9 +431,8 @@ def status_rows() -> list[dict[str, Any]]:
 
 
 def status_lines(rows: list[dict[str, Any]]) -> list[str]:
-    lines = ["", "SCHEDULES (%d)" % len(rows)]
-    for r in rows:
-        lines.append("  %-24s %-8s %-16s %-16s next tick %s" % (
+    return ["", "SCHEDULES (%d)" % len(rows)] + [
+        "  %-24s %-8s %-16s %-16s next tick %s" % (
             r["name"], "enabled" if r["enabled"] else "disabled", r["rule"], r["time_zone"],
-            r["next_tick"] or "-"))
-    return lines
+            r["next_tick"] or "-")
+        for r in rows]

@@ -173,8 +173,8 @@ def record_charges(rows: Sequence[Job], seeds: Mapping[str, int | None], lost: b
     with transaction.atomic(using=using):
         for (status, had, seed), ids in groups.items():
             running = status == JobStatus.RUNNING
-            put_back = dict(status=JobStatus.RETRYING, last_error=LOST_WITH_DATA,
-                            error_type=lease_lost, traceback="") if running else {}
+            put_back = {"status": JobStatus.RETRYING, "last_error": LOST_WITH_DATA,
+                        "error_type": lease_lost, "traceback": ""} if running else {}
             jobs = Job.objects.using(using)
             if not jobs.filter(pk__in=ids, status=status, attempts=had).update(
                     attempts=seed, updated_at=now, **put_back):

@@ -80,7 +80,7 @@ def set_task_caller(caller: Callable[[Any], Callable[..., Any]]) -> None:
     """How a Django ``Task`` is called: the Tasks backend registers it (it passes a
     ``TaskContext`` first when the task ``takes_context``, and checks the return value).
     A hook, so that this module never imports the surface above it."""
-    global _task_caller
+    global _task_caller  # noqa: PLW0603 - the Tasks backend's hook, one per process
     _task_caller = caller
 
 

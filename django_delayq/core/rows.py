@@ -149,10 +149,9 @@ class RowWriter:
         """PostgreSQL: stream the rows with COPY (several times faster than INSERTs)."""
         sql = "COPY %s (%s) FROM STDIN" % (conn.ops.quote_name(Job._meta.db_table),
                                            self._columns(conn))
-        with conn.cursor() as wrapper:
-            with wrapper.cursor.copy(sql) as copy:
-                for row in rows:
-                    copy.write_row(row)
+        with conn.cursor() as wrapper, wrapper.cursor.copy(sql) as copy:
+            for row in rows:
+                copy.write_row(row)
 
     # -- column-wise (Spark's schedule_dataframe) -------------------------------------
 

@@ -50,7 +50,7 @@ _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (Cc)
 
 
-def find_bad(value: Any, where: str, depth: int = 0) -> str | None:
+def find_bad(value: object, where: str, depth: int = 0) -> str | None:
     """What in ``value`` is not JSON (or not storable), named with its place, or None."""
     if isinstance(value, str):
         return None if utf8_ok(value) else "%s = %s (%s)" % (where, _short(value), SURROGATE)
@@ -58,25 +58,35 @@ def find_bad(value: Any, where: str, depth: int = 0) -> str | None:
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else "%s = %r (not finite)" % (where, value)
-    if depth >= MAX_DEPTH and isinstance(value, (list, tuple, dict)):
+    if isinstance(value, (list, tuple, dict)):
+        return _find_bad_inside(value, where, depth)
+    return "%s = %s (%s)" % (where, _short(value), type(value).__name__)
+
+
+def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, object],
+                     where: str, depth: int) -> str | None:
+    """``find_bad`` of a list, a tuple or a dict: its depth, then its items."""
+    if depth >= MAX_DEPTH:
         place = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
         return "%s is nested more than %d levels deep (circular?)" % (place, MAX_DEPTH)
-    if isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            if bad := find_bad(item, "%s[%d]" % (where, i), depth + 1):
-                return bad
-        return None
     if isinstance(value, dict):
-        for key, item in value.items():
-            if not isinstance(key, str):
-                return "%s has the key %r (%s); JSON keys must be strings" % (
-                    where, key, type(key).__name__)
-            if not utf8_ok(key):
-                return "%s has the key %s (%s)" % (where, _short(key), SURROGATE)
-            if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):
-                return bad
-        return None
-    return "%s = %s (%s)" % (where, _short(value), type(value).__name__)
+        return _find_bad_in_dict(value, where, depth)
+    for i, item in enumerate(value):
+        if bad := find_bad(item, "%s[%d]" % (where, i), depth + 1):
+            return bad
+    return None
+
+
+def _find_bad_in_dict(value: dict[object, object], where: str, depth: int) -> str | None:
+    for key, item in value.items():
+        if not isinstance(key, str):
+            return "%s has the key %r (%s); JSON keys must be strings" % (
+                where, key, type(key).__name__)
+        if not utf8_ok(key):
+            return "%s has the key %s (%s)" % (where, _short(key), SURROGATE)
+        if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):
+            return bad
+    return None
 
 
 SURROGATE = "a lone surrogate: not valid Unicode, cannot be stored as UTF-8"

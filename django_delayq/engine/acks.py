@@ -27,6 +27,7 @@ worker look unstarted, so it is not charged an attempt.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import socket
 import threading
@@ -80,10 +81,8 @@ def _cork(conn: Any) -> None:
     cork = getattr(socket, "TCP_CORK", None)
     if sock is not None and cork is not None and sock.family in (socket.AF_INET,
                                                                   socket.AF_INET6):
-        try:
+        with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
-        except OSError:
-            pass
 
 
 def _connection(pool: Any) -> Any:

@@ -68,16 +68,20 @@ def validate(policy: Any) -> str | None:
     if isinstance(policy, Mapping):
         return _mapping_problem(policy)
     if isinstance(policy, Sequence) and not isinstance(policy, (str, bytes, bytearray)):
-        if not policy:
-            return "an explicit backoff list must not be empty"
-        if len(policy) > MAX_STEPS:
-            return "an explicit backoff list holds at most %d delays, not %d" % (
-                MAX_STEPS, len(policy))
-        for i, value in enumerate(policy):
-            if why := _seconds_problem(value, "delay [%d] of the list" % i):
-                return why
-        return None
+        return _list_problem(policy)
     return "expected seconds, a list of seconds or a dict, got %s" % type(policy).__name__
+
+
+def _list_problem(policy: Sequence[object]) -> str | None:
+    if not policy:
+        return "an explicit backoff list must not be empty"
+    if len(policy) > MAX_STEPS:
+        return "an explicit backoff list holds at most %d delays, not %d" % (
+            MAX_STEPS, len(policy))
+    for i, value in enumerate(policy):
+        if why := _seconds_problem(value, "delay [%d] of the list" % i):
+            return why
+    return None
 
 
 def _mapping_problem(policy: Mapping[Any, Any]) -> str | None:

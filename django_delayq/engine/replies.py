@@ -40,21 +40,18 @@ def chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
 def bad_id(job_id: str) -> str | None:
     """Why ``job_id`` cannot be a job id in Redis, or None. The scripts apply the same
     rule (``lua/lib.lua``) to what they find, and set such an entry aside."""
-    if job_id.isascii():
-        if not job_id:
-            return "empty id"
-        if len(job_id) > scripts.MAX_ID_BYTES:
-            return "id longer than %d bytes" % scripts.MAX_ID_BYTES
-        return None if job_id.isprintable() else "id has control characters"
+    if not job_id:
+        return "empty id"
+    ascii_only = job_id.isascii()
     try:
-        size = len(job_id.encode())
+        size = len(job_id) if ascii_only else len(job_id.encode())
     except UnicodeEncodeError:
         return "id is not UTF-8"
     if size > scripts.MAX_ID_BYTES:
         return "id longer than %d bytes" % scripts.MAX_ID_BYTES
-    if any(c < " " or c == "\x7f" for c in job_id):
-        return "id has control characters"
-    return None
+    control = (not job_id.isprintable() if ascii_only
+               else any(c < " " or c == "\x7f" for c in job_id))
+    return "id has control characters" if control else None
 
 
 def envelope_text(value: Any) -> str:

@@ -25,6 +25,7 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -115,10 +116,9 @@ class ShardedEngine(Engine):
         for name in names:
             picked = [i for i in range(len(items))
                       if homes[i] != name and i in out and missed(out[i])]
-            try:
+            # an id away from home on a shard that fails: not found there
+            with contextlib.suppress(*ERRORS):
                 self._call_some(name, picked, items, call, out)
-            except ERRORS:  # an id away from home on a shard that fails: not found there
-                pass
         if errors:
             raise errors[0]
         return [out[i] for i in range(len(items))]
@@ -354,12 +354,12 @@ class ShardedEngine(Engine):
         return []
 
     def pause(self, queue: str) -> bool:
-        return any([super(ShardedEngine, self).pause(name)
-                    for name in self.shard_queues(queue)])
+        paused = [super(ShardedEngine, self).pause(name) for name in self.shard_queues(queue)]
+        return any(paused)  # every shard paused first: no short-circuit
 
     def resume(self, queue: str) -> bool:
-        return any([super(ShardedEngine, self).resume(name)
-                    for name in self.shard_queues(queue)])
+        resumed = [super(ShardedEngine, self).resume(name) for name in self.shard_queues(queue)]
+        return any(resumed)
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         names = {q: self.shard_queues(q) for q in queues}

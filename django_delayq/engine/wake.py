@@ -25,6 +25,7 @@ so after a failover the next subscription is on the promoted replica.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from typing import Any
@@ -93,10 +94,8 @@ class WakeListener:
                 backoff = min(backoff * 2, 5.0)
             finally:
                 if pubsub is not None:
-                    try:
+                    with contextlib.suppress(Exception):
                         pubsub.close()
-                    except Exception:  # noqa: BLE001
-                        pass
 
     def _pubsub(self) -> Any:
         self._connections += 1

@@ -168,13 +168,13 @@ def _limits_messages() -> list[checks.CheckMessage]:
             found.append(checks.Error(
                 "DELAYQ['CALLABLE_LIMITS'][%r]: %s" % (path, exc), hint=HINTS["CALLABLE_LIMITS"],
                 obj="DELAYQ['CALLABLE_LIMITS']", id=ERROR_IDS["CALLABLE_LIMITS"]))
-    for queue in sorted(set(settings.queue_options) - set(settings.queues)):
-        found.append(checks.Warning(
-            "DELAYQ['QUEUE_OPTIONS'] names queue %r, which DELAYQ['QUEUES'] %r does not list"
-            % (queue, list(settings.queues)),
-            hint="Fix the name; keep it only for a queue that a Tasks backend with QUEUES [] "
-                 "uses and a worker serves with --queues.",
-            obj="DELAYQ['QUEUE_OPTIONS']", id=QUEUE_OPTIONS_UNUSED))
+    found += [checks.Warning(
+        "DELAYQ['QUEUE_OPTIONS'] names queue %r, which DELAYQ['QUEUES'] %r does not list"
+        % (queue, list(settings.queues)),
+        hint="Fix the name; keep it only for a queue that a Tasks backend with QUEUES [] "
+             "uses and a worker serves with --queues.",
+        obj="DELAYQ['QUEUE_OPTIONS']", id=QUEUE_OPTIONS_UNUSED)
+        for queue in sorted(set(settings.queue_options) - set(settings.queues))]
     return found
 
 
@@ -193,9 +193,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         return [checks.Error(str(exc), hint="DELAYQ = {'REDIS_URL': 'redis://...', ...}",
                              obj="DELAYQ", id=NOT_A_DICT)]
     found = conf.problems(user)
-    if not any(key == "CACHE_ALIAS" for key, _ in found):
-        if msg := _cache_alias_problem(user):
-            found.append(("CACHE_ALIAS", msg))
+    if not any(key == "CACHE_ALIAS" for key, _ in found) and (
+            msg := _cache_alias_problem(user)):
+        found.append(("CACHE_ALIAS", msg))
     messages = _messages(found)
     if error := _no_allowed_callables(user):
         messages.append(error)

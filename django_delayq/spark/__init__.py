@@ -23,7 +23,7 @@ _LAZY = {
     "schedule_dataframe": "django_delayq.spark.dataframe_jobs",
 }
 
-__all__ = sorted(_LAZY)
+__all__ = list(_LAZY)
 
 if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.spark.dataframe_jobs import schedule_dataframe  # noqa: F401

@@ -307,12 +307,12 @@ def _worker_lines(w: WorkerStatus) -> list[str]:
     lines = ["  %-40s heartbeat %s ago%s  %s" % (
         printable(w.id[:FIELD_CHARS]), _fmt_s(w.heartbeat_age_s),
         " (STALE)" if w.stale else "", detail)]
-    for job in w.jobs:
-        lines.append("    running %s %s (%s) for %s%s" % (
-            printable(job.id[:FIELD_CHARS]), printable(job.callable[:FIELD_CHARS]),
-            printable(job.queue[:FIELD_CHARS]),
-            _fmt_s(job.age_s), "" if job.progress is None else
-            ", progress %s" % printable(progress.compact(job.progress, 60))))
+    lines += ["    running %s %s (%s) for %s%s" % (
+        printable(job.id[:FIELD_CHARS]), printable(job.callable[:FIELD_CHARS]),
+        printable(job.queue[:FIELD_CHARS]),
+        _fmt_s(job.age_s), "" if job.progress is None else
+        ", progress %s" % printable(progress.compact(job.progress, 60)))
+        for job in w.jobs]
     return lines
 
 
@@ -329,7 +329,7 @@ def _info_field(info: dict[str, Any], key: str) -> str:
 
 def _event_time(entry_id: str, ts: str | None) -> str:
     """The time of an event: its ``ts_ms`` field, else the stream entry id's milliseconds."""
-    for candidate in (ts, entry_id.split("-")[0]):
+    for candidate in (ts, entry_id.split("-", 1)[0]):
         if candidate and candidate.isdigit():
             try:
                 return _iso(int(candidate)) or ""
@@ -341,11 +341,10 @@ def _event_time(entry_id: str, ts: str | None) -> str:
 def format_event(entry_id: str, fields: dict[str, str]) -> str:
     """One line for ``--follow``; every value is escaped (see the module docstring)."""
     when = _event_time(entry_id, fields.get("ts_ms"))
-    extra = []
-    for key in ("attempt", "worker", "run_at", "retry_at", "lateness_ms", "duration_ms",
-                "running", "error_type", "error"):
-        if key in fields:
-            extra.append("%s=%s" % (key, printable(fields[key])))
+    extra = ["%s=%s" % (key, printable(fields[key]))
+             for key in ("attempt", "worker", "run_at", "retry_at", "lateness_ms", "duration_ms",
+                         "running", "error_type", "error")
+             if key in fields]
     return "%s %-9s %-12s %-26s %s %s" % (
         when[11:23], printable(fields.get("event", "?")), printable(fields.get("queue", "")),
         printable(fields.get("job", "")), printable(fields.get("callable", "")),
