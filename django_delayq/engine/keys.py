@@ -82,6 +82,19 @@ class QueueKeys:
         return self.tag + ":group"
 
     @property
+    def group_ready(self) -> str:
+        """ZSET, every score 0: the index of ``ready``'s jobs by group while the queue is
+        grouped, member ``<group>\n<ready score, 16 digits><id>`` (lua/lib.lua
+        ``group_index``; ``ready`` stays the truth)."""
+        return self.tag + ":group_ready"
+
+    @property
+    def group_turns(self) -> str:
+        """ZSET group -> turn: the groups with indexed due jobs, in round-robin order
+        (claim.lua serves the lowest turn and moves it to the end)."""
+        return self.tag + ":group_turns"
+
+    @property
     def urgent(self) -> str:
         """ZSET due_ms -> id: an index of the jobs of ``pending`` whose priority is above 0,
         so claim.lua promotes their due ones ahead of a backlog due before them (the job
@@ -135,7 +148,7 @@ class QueueKeys:
         """The keys holding jobs (not the queue's settings: paused, limit, starts)."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
                 self.ready, self.prio, self.urgent, self.settled, self.settled_by, self.runs,
-                self.group)
+                self.group, self.group_ready, self.group_turns)
 
     @property
     def runs(self) -> str:

@@ -2,7 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash paused limit:hash starts:zset urgent:zset runs:hash
--- KEYS: group:hash record:string?
+-- KEYS: group_ready:zset group_turns:zset group:hash record:string?
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -16,6 +16,8 @@
 --          limit     HASH  rate, per_ms (claims per window), concurrency (jobs in flight)
 --          starts    ZSET  "<id>:<token>:<ms>" -> claim ms, the rate limit's window log
 --          urgent    ZSET  due_ms -> id, the jobs of pending of priority above 0 (an index)
+--          group_ready, group_turns, group  a grouped queue's index by group, its rotation
+--                    and each job's group (lib.lua group_index; docs/groups.md)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
@@ -39,6 +41,13 @@
 -- due before it (a job of priority 0 or below waits for that backlog's promotion, at most
 -- ceil(n / 250) claims with n jobs due before it). An index entry whose job left pending
 -- (claimed, cancelled, moved) is dropped when read or forgotten with its job.
+-- Groups. While the queue is grouped (`group` or `group_ready` exists), a claim first
+-- promotes as above, leasing nothing, and indexes the promoted jobs and the first 10 of
+-- ready by group (2g); it then leases at most 50 jobs (TURNS) in turns among the groups
+-- with due jobs, lowest turn first: each group of a round an equal share (at least one)
+-- of what is still wanted, in the queue's order inside the group; a group served goes to
+-- the end of the rotation, one with nothing left leaves it (3g). Jobs without a group are
+-- the group "". Index entries whose job left ready are dropped when met (at most 100).
 -- Queue limits: at most `rate` claims in any `per_ms` window (the starts log, Redis clock)
 -- and at most `concurrency` jobs in flight (the size of inflight: a dead worker's leases
 -- leave it when recover.lua takes them back). A paused queue claims and promotes nothing.
@@ -65,7 +74,9 @@
 --          (after this call: a job of priority above 0 still in pending).
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
--- Cost: at most 200 jobs leased (scripts.MAX_CLAIM), 250 promoted (scripts.MAX_PROMOTE) and
+-- Cost: at most 200 jobs leased (scripts.MAX_CLAIM; a grouped queue 50, scripts.MAX_TURNS
+--       over at most 20 rounds, one index read per group a round, 100 stale entries
+--       dropped, 10 of ready indexed), 250 promoted (scripts.MAX_PROMOTE) and
 --       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call:
 --       O((limit + 300) log N), never a scan of the backlog. A repeated nonce: one GET,
 --       and per recorded job (at most 200) one ZSCORE and three HGET.
@@ -84,8 +95,11 @@
 --@include ready_score
 --@include priority
 --@include trim_log
+--@include group_index
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
+local TURNS, SKIPS, ROUNDS, HEAD = 50, 100, 20, 10  -- a grouped queue: 2g, 3g
+local GROUP_PROMOTE = 100  -- promoted per claim in a grouped queue (each is indexed too)
 local now = now_ms(ARGV[1])
 local nonce = ARGV[4] or ''
 local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
@@ -258,8 +272,8 @@ local function held_back()
   end
 end
 
--- 6. write: everything above was only read
-local function write()
+-- 6. write: everything above was only read (a grouped queue's 3g wrote already)
+local function write_moves()
   if #cand > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #cand / 2 - 1) end
   if #tail_ids > 0 then redis.call('ZREM', pending, unpack(tail_ids)) end
   if #jump > 0 then redis.call('ZREM', pending, unpack(jump)) end
@@ -271,6 +285,9 @@ local function write()
     if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
   end
   if #promoted > 0 then call_many('ZADD', ready, {}, promoted) end
+end
+
+local function write_leases()
   if n > 0 then
     call_many('HSET', attempts, {}, tokens)
     call_many('ZADD', inflight, {}, leased)
@@ -321,16 +338,114 @@ local function next_claim()
   end
 end
 
+-- 2g. a grouped queue: the promoted jobs and the first HEAD of ready (jobs placed before
+-- the queue was grouped reach the index so) are indexed by group; a poison entry of that
+-- head is set aside (it could not be indexed)
+local function index_promoted()
+  index_ready(promoted)
+  local head = redis.call('ZRANGE', ready, 0, HEAD - 1, 'WITHSCORES')
+  local placed, off = {}, {}
+  for i = 1, #head, 2 do
+    local id, score = head[i], head[i + 1]
+    if bad_id(id) or ready_due(score) == nil then
+      off[#off + 1] = id
+      if bad_id(id) then aside(id, bad_id(id), true)
+      else aside(id, 'ready score ' .. score .. ' is not one', false) end
+    else placed[#placed + 1] = score; placed[#placed + 1] = id end
+  end
+  if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
+  index_ready(placed)
+end
+
+-- 3g. a grouped queue: round-robin among the groups of group_turns, lowest turn first. A
+-- round reads the next groups (at most as many as jobs still wanted) and takes from each
+-- an equal share of what is wanted (at least one), its next jobs by its index (priority,
+-- then due time); a group goes to the end of the rotation, or leaves it when it has no
+-- job left. An entry whose job left ready (or is there under another score), or a group
+-- without entries, is dropped: at most SKIPS per call, and at most ROUNDS rounds.
+local function turn_of(g, e, quota, picked, turns, done)
+  local k = math.min(quota, #e)
+  for i = 1, k do picked[#picked + 1] = {e[i], #g} end
+  if #e > k then turns[#turns + 1] = g else done[#done + 1] = g end
+  return k
+end
+
+local function keep_valid(picked)
+  local ids, members, off = {}, {}, {}
+  for j, m in ipairs(picked) do ids[j] = string.sub(m[1], m[2] + 18); members[j] = m[1] end
+  local scores = redis.call('ZMSCORE', ready, unpack(ids))
+  redis.call('ZREM', group_ready, unpack(members))
+  local stale = 0
+  for j, id in ipairs(ids) do
+    local m = picked[j]
+    local s = scores[j]
+    if s and tonumber(s) == tonumber(string.sub(m[1], m[2] + 2, m[2] + 17)) then
+      off[#off + 1] = id
+      local due = ready_due(s)
+      if bad_id(id) then aside(id, bad_id(id), true)
+      elseif due == nil then aside(id, 'ready score ' .. s .. ' is not one', false)
+      else take[#take + 1] = {tonumber(s), id, false, due} end
+    else
+      stale = stale + 1
+    end
+  end
+  if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
+  return stale
+end
+
+local function take_turns()
+  local top = redis.call('ZRANGE', group_turns, -1, -1, 'WITHSCORES')
+  local turn, skips, rounds = tonumber(top[2]) or 0, 0, 0
+  while #take < grant and skips < SKIPS and rounds < ROUNDS do
+    rounds = rounds + 1
+    local quota = grant - #take
+    local gs = redis.call('ZRANGE', group_turns, 0, quota - 1)
+    if #gs == 0 then break end
+    local per = math.max(1, math.floor(quota / #gs))
+    local picked, turns, done = {}, {}, {}
+    for _, g in ipairs(gs) do
+      if quota == 0 then break end
+      local e = redis.call('ZRANGEBYLEX', group_ready, '[' .. g .. '\n', '(' .. g .. '\11',
+                           'LIMIT', 0, per + 1)
+      if #e == 0 then skips = skips + 1 end  -- a group left without entries
+      quota = quota - turn_of(g, e, math.min(per, quota), picked, turns, done)
+    end
+    if #picked > 0 then skips = skips + keep_valid(picked) end
+    local scored = {}
+    for _, g in ipairs(turns) do
+      turn = turn + 1; scored[#scored + 1] = turn; scored[#scored + 1] = g
+    end
+    if #scored > 0 then redis.call('ZADD', group_turns, unpack(scored)) end
+    if #done > 0 then redis.call('ZREM', group_turns, unpack(done)) end
+  end
+  left = redis.call('EXISTS', group_turns)
+end
+
 -- The steps.
 local again = replayed()
 if again then return again end
 if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
 limits()
-read_candidates()
-choose()
-lease()
-held_back()
-write()
+if redis.call('EXISTS', group, group_ready) == 0 then
+  read_candidates()
+  choose()
+  lease()
+  held_back()
+  write_moves()
+else  -- a grouped queue: promote (2, 3 with nothing to lease), index (2g), take turns (3g)
+  want = math.min(want, TURNS)
+  local share = math.min(grant, want)
+  grant, PROMOTE = 0, GROUP_PROMOTE
+  read_candidates()
+  choose()
+  write_moves()
+  index_promoted()
+  grant = share
+  take_turns()
+  lease()
+  held_back()
+end
+write_leases()
 out[7] = (#out - 7) / 3
 for j = 1, #claimed do out[#out + 1] = claimed[j] end
 next_claim()

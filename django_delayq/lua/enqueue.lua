@@ -2,6 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash dead:zset epoch ready:zset prio:hash urgent
 -- KEYS: group:hash
+-- KEYS: group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id   (jobs not yet due, and due jobs waiting their
 --                          turn to be promoted to ready by claim.lua)
@@ -14,6 +15,7 @@
 --          ready     ZSET  ready score -> id (due jobs in claim order: lib.lua ready_score)
 --          prio      HASH  id -> priority, only for priorities other than 0
 --          group     HASH  id -> group, only for jobs of a group (docs/groups.md)
+--          group_ready, group_turns  the group index of a grouped queue (lib.lua group_index)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target, told the due time when the queue's next claim moves
 --                    earlier (lib.lua line_write)
@@ -61,10 +63,10 @@ for j = 1, #ids do
     if ARGV[i + 5] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 5] end
   end
 end
+if #groups > 0 then call_many('HSET', group, {}, groups) end  -- before line_write indexes
 line_write(line, pending, ready, ARGV[2])
 if #envs > 0 then call_many('HSET', jobs, {}, envs) end
 if #prios > 0 then call_many('HSET', prio, {}, prios) end
-if #groups > 0 then call_many('HSET', group, {}, groups) end
 if redis.call('EXISTS', epoch) == 0 then
   local t = server_time()
   redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')

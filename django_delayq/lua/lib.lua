@@ -215,10 +215,52 @@ local function held(ids)
   return out
 end
 
+--@define group_index
+--@include call_many
+-- The index of a grouped queue's due jobs (docs/groups.md; the including script declares
+-- ``group``, ``group_ready`` and ``group_turns``). A queue is grouped while ``group``
+-- (id -> group) exists. ``ready`` stays the truth; ``group_ready`` (all scores 0) indexes
+-- its jobs by group, then ready score: member "<group>\n<score, 16 digits><id>" ("" for
+-- the jobs without a group), so ZRANGEBYLEX "[<g>\n" "(<g>\11" LIMIT 0 1 is group g's
+-- next job (a group id holds no control character). ``group_turns`` (group -> turn)
+-- holds the groups with indexed jobs; the lowest turn is served next. An entry whose job
+-- left ready (claimed, cancelled, moved) is dropped by the claim that meets it.
+local function index_member(g, score, id)
+  return g .. '\n' .. string.format('%016.0f', score) .. id
+end
+
+-- Groups `gs` join the rotation at its end; a group in it keeps its turn (NX).
+local function join_turns(gs)
+  local last = redis.call('ZRANGE', group_turns, -1, -1, 'WITHSCORES')
+  local turn = tonumber(last[2]) or 0
+  local args = {}
+  for _, g in ipairs(gs) do turn = turn + 1; args[#args + 1] = turn; args[#args + 1] = g end
+  if #args > 0 then call_many('ZADD', group_turns, {'NX'}, args) end
+end
+
+-- Index jobs placed in ready (`placed`: score, id, score, id, ... as ZADD takes them),
+-- when the queue is grouped. Reads each one's group; writes the entries (again: no-op).
+local function index_ready(placed)
+  if #placed == 0 or redis.call('EXISTS', group) == 0 then return end
+  local ids = {}
+  for i = 2, #placed, 2 do ids[#ids + 1] = placed[i] end
+  local gs = redis.call('HMGET', group, unpack(ids))
+  local members, fresh, seen = {}, {}, {}
+  for j, job in ipairs(ids) do
+    local g = gs[j] or ''
+    members[#members + 1] = 0
+    members[#members + 1] = index_member(g, tonumber(placed[2 * j - 1]), job)
+    if not seen[g] then seen[g] = true; fresh[#fresh + 1] = g end
+  end
+  call_many('ZADD', group_ready, {}, members)
+  join_turns(fresh)
+end
+
 --@define line
 --@include ready_score
 --@include call_many
 --@include pending_head
+--@include group_index
 -- Puts jobs back in line. A job due by `now` goes straight to ready when no job of
 -- pending is due before it; any other job goes to pending, from where claim.lua promotes
 -- due jobs in due order. So every job of ready is due no later than every job of pending,
@@ -227,8 +269,9 @@ end
 -- line_write writes and tells the queue's wake channel `channel` the earliest due time
 -- placed when it moves the queue's next claim earlier: nothing was ready (an idle worker
 -- sleeps until the head of pending) and it is before that head, or `moved` was the head.
--- A job of priority above 0 placed in pending is also indexed in urgent (the including
--- script declares it), so claim.lua promotes it when due
+-- A job placed in ready is also indexed by group when the queue is grouped (lib.lua
+-- group_index). A job of priority above 0 placed in pending is also indexed in urgent (the
+-- including script declares it), so claim.lua promotes it when due
 -- ahead of the jobs of pending due before it; when it comes before the index's first
 -- entry the channel is told too (a busy worker's urgent timer claims it at that time), and
 -- so it is when one goes straight to ready ahead of a ready backlog (claimed first by
@@ -267,6 +310,7 @@ end
 local function line_write(line, pending, ready, channel, moved)
   if #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
   if #line.to_ready > 0 then call_many('ZADD', ready, {}, line.to_ready) end
+  index_ready(line.to_ready)
   if #line.to_urgent > 0 then call_many('ZADD', urgent, {}, line.to_urgent) end
   local due = line.earliest
   if due ~= nil and line.idle and (line.first == nil or due < line.first

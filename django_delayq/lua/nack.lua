@@ -2,6 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash urgent settled:zset settled_by:hash runs:hash group:hash
+-- KEYS: group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -15,6 +16,8 @@
 --          settled_by  HASH  id -> "c <attempt> <holder>"
 --          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
+--          group_ready, group_turns (and group)  a grouped queue's index, its rotation
+--                    (lib.lua group_index, written by line_write; docs/groups.md)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
 -- ARGV[3]  dead_max  dead jobs kept; the oldest beyond it are dropped (at most 100 per call)

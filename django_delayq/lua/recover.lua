@@ -2,6 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash urgent runs:hash group:hash
+-- KEYS: group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -12,6 +13,8 @@
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority
 --          runs      HASH  id -> "<token> <offset> <streak>": the delivery whose run started
+--          group_ready, group_turns (and group)  a grouped queue's index, its rotation
+--                    (lib.lua group_index, written by line_write; docs/groups.md)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most expired leases to handle in this call (1..100; more is capped)
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own

@@ -3,6 +3,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash dead:zset epoch:string
 -- KEYS: ready:zset prio:hash urgent:zset settled:zset runs:hash reconciled:zset group:hash
+-- KEYS: group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending     ZSET  due_ms -> id
 --          inflight    ZSET  lease_deadline_ms -> id
@@ -16,6 +17,8 @@
 --          runs        HASH  id -> "<token> <offset> <streak>" (start marks; see below)
 --          reconciled  ZSET  id -> ms a reconciler re-enqueued it
 --          group       HASH  id -> group, only for jobs of a group
+--          group_ready, group_turns (and group)  a grouped queue's index, its rotation
+--                    (lib.lua group_index, written by line_write; docs/groups.md)
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel     PUBLISH target (lib.lua line_write)
 -- ARGV[3]  keep_ms     how long a re-enqueue is remembered (ms)
@@ -87,9 +90,9 @@ for j = 1, #ids do
   end
 end
 if added > 0 then
+  if #groups > 0 then call_many('HSET', group, {}, groups) end  -- before line_write indexes
   line_write(line, pending, ready, ARGV[2])
   if #prios > 0 then call_many('HSET', prio, {}, prios) end
-  if #groups > 0 then call_many('HSET', group, {}, groups) end
   if #seeds > 0 then
     call_many('HSET', attempts, {}, seeds)
     call_many('HSET', runs, {}, offsets)

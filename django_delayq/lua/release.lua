@@ -1,12 +1,15 @@
 -- release.lua : hand back claimed jobs that never started (graceful shutdown).
 --
 -- KEYS: pending:zset inflight:zset attempts:hash ready:zset prio:hash urgent
+-- KEYS: group:hash group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
 --          attempts  HASH  id -> lease token
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority
+--          group_ready, group_turns (and group)  a grouped queue's index, its rotation
+--                    (lib.lua group_index, written by line_write; docs/groups.md)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target, told the earliest released due time
 -- ARGV[3..] triples: id, token, due_ms (the due time the job had when claimed)

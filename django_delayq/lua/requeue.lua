@@ -1,6 +1,7 @@
 -- requeue.lua : give a dead job a fresh set of attempts.
 --
 -- KEYS: pending:zset attempts:hash dead:zset ready:zset prio:hash urgent runs:hash
+-- KEYS: group:hash group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          attempts  HASH  id -> lease token
@@ -8,6 +9,8 @@
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority (kept while the job was dead)
 --          runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten
+--          group_ready, group_turns (and group)  a grouped queue's index, its rotation
+--                    (lib.lua group_index, written by line_write; docs/groups.md)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id

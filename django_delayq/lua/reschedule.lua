@@ -1,11 +1,14 @@
 -- reschedule.lua : move a waiting job to a new due time ("run now" is delay 0).
 --
 -- KEYS: pending:zset inflight:zset ready:zset prio:hash urgent
+-- KEYS: group:hash group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority
+--          group_ready, group_turns (and group)  a grouped queue's index, its rotation
+--                    (lib.lua group_index, written by line_write; docs/groups.md)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id

@@ -1,0 +1,54 @@
+"""A grouped queue's scripts stay under 5 ms Redis-side with a 100,000-job backlog
+(invariant 3), judged as tests/engine/test_script_bounds.py judges them: 50,000 due jobs
+of one group and 50,000 of 10,000 groups (half enqueued before they were due, so claims
+promote them, half due at once), drained by claims of 100 with acks, nacks, releases and
+cancels along the way. Select it with ``-m script_bounds``."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from django_delayq.engine import Engine, NewJob, scripts
+from tests.conftest import unique_prefix
+from tests.engine.test_script_bounds import JOBS, Counted, _judge
+from tests.engine.test_script_bounds import watched as watched  # noqa: F401  (the fixture)
+
+pytestmark = [pytest.mark.script_bounds]
+
+
+BATCH = 100
+
+
+def _enqueue(e: Counted, now: int) -> None:
+    for start in range(0, JOBS, scripts.MAX_ENQUEUE):
+        ids = range(start, start + scripts.MAX_ENQUEUE)
+        jobs = [NewJob(id="b%06d" % i, at_ms=now - JOBS + i, priority=i % 3,
+                       group="heavy" if i % 2 else "g%d" % (i % 10_000)) for i in ids]
+        e.enqueue("q", jobs, now_ms=now - JOBS - 1 if start < JOBS // 2 else now)
+
+
+def test_no_script_over_5ms_draining_100k_jobs_of_10_001_groups(
+        redis_server, watched) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    e = Counted(Engine(redis_server.client(), prefix=unique_prefix()))
+    now = 1_800_000_000_000
+    _enqueue(e, now)
+    started, claimed, rounds = time.monotonic(), 0, 0
+    while True:
+        jobs = e.claim("q", BATCH, 60_000, now_ms=now).jobs
+        if not jobs:
+            break
+        claimed += len(jobs)
+        rounds += 1
+        if rounds % 10 == 0:
+            e.nack("q", [(jobs[0].id, jobs[0].token, 0)], now_ms=now)  # back, due now
+            e.release("q", jobs[1:2], now_ms=now)
+            e.cancel("q", "b%06d" % (JOBS - 1 - rounds))
+            jobs = jobs[2:]
+        e.ack("q", [(j.id, j.token) for j in jobs], now_ms=now)
+    print(_judge(watched, e.calls))
+    print("claimed %d in %d claims, %.1fs" % (claimed, rounds, time.monotonic() - started))
+    k = e.engine.keys("q")
+    assert e.engine.stats("q", now_ms=now).ready == 0
+    assert not e.engine.client.exists(k.group_ready, k.group_turns)
