@@ -1,7 +1,6 @@
 #!/usr/bin/env python
 """schedule() path: jobs/s one at a time (autocommit, as a view does; and in one
-transaction, a loop in a view; each with the inline send, the default, and with the
-background sender of core/sender.py), schedule_many jobs/s, and Redis bytes per pending job.
+transaction, a loop in a view), schedule_many jobs/s, and Redis bytes per pending job.
 
     python bench/schedule_path.py [-n 5000] [--memory 100000] [--db sqlite|postgres] [--json]
                                   [--floors] [--repeat 1]
@@ -17,8 +16,9 @@ a bare autocommit INSERT of a job's row through Django's cursor (the prepared st
 ``core/row_insert.py``, values prepared once; on SQLite with ``synchronous`` FULL, the test
 settings' WAL default, and NORMAL, the benchmark's), and a bare Redis round trip
 (``EVALSHA`` of ``return 1``). ``--repeat R`` reports the best of R rounds of each figure
-(a loaded machine). On a tree from before ``core/sender.py`` the background figures are
-left out, so this script measures a "before" tree too.
+(a loaded machine). The script runs unchanged on trees since ``core/row_insert.py``, so
+it measures a "before" tree too (a tree that has a background sender sends inline, its
+default).
 """
 
 from __future__ import annotations
@@ -38,17 +38,9 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from foundation import start_redis  # noqa: E402
 
 
-def _flush() -> None:
-    try:
-        from django_delayq.core import sender
-    except ImportError:  # a tree from before core/sender.py (a "before" run)
-        return
-    sender.flush()
-
-
 def _loops(n: int, repeat: int) -> tuple[float, float, float, float]:
     """The best jobs/s of ``repeat`` rounds of ``n`` calls in autocommit, and of ``n``
-    calls in one transaction, each until the sender has sent them all; and the least
+    calls in one transaction (each job in Redis when the call or the block returns); the least
     CPU time of this process per job (µs) of each (less sensitive to a busy machine)."""
     from django.db import transaction
 
@@ -60,32 +52,15 @@ def _loops(n: int, repeat: int) -> tuple[float, float, float, float]:
         t0, c0 = time.perf_counter(), time.process_time()
         for i in range(n):
             schedule("bench_jobs.noop", i, delay=3600)
-        _flush()
         auto = max(auto, n / (time.perf_counter() - t0))
         auto_cpu = min(auto_cpu, (time.process_time() - c0) / n * 1e6)
         t0, c0 = time.perf_counter(), time.process_time()
         with transaction.atomic():
             for i in range(n):
                 schedule("bench_jobs.noop", i, delay=3600)
-        _flush()
         one_tx = max(one_tx, n / (time.perf_counter() - t0))
         tx_cpu = min(tx_cpu, (time.process_time() - c0) / n * 1e6)
     return auto, one_tx, auto_cpu, tx_cpu
-
-
-def _background(n: int, repeat: int) -> dict[str, int]:
-    try:
-        from django_delayq.core import sender
-    except ImportError:
-        return {}
-    sender.use_background(True)
-    try:
-        auto, one_tx, auto_cpu, _ = _loops(n, repeat)
-    finally:
-        sender.use_background(False)
-    return {"schedule_autocommit_background_send_jobs_per_s": round(auto),
-            "schedule_one_transaction_background_send_jobs_per_s": round(one_tx),
-            "schedule_autocommit_background_send_cpu_us_per_job": round(auto_cpu)}
 
 
 def rates(n: int, repeat: int = 1) -> dict[str, float]:
@@ -95,7 +70,6 @@ def rates(n: int, repeat: int = 1) -> dict[str, float]:
     for i in range(200):  # warm-up: scripts loaded, connections open
         schedule("bench_jobs.noop", i, delay=3600)
     auto, one_tx, auto_cpu, tx_cpu = _loops(n, repeat)
-    background = _background(n, repeat)
     many = 0.0
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -104,7 +78,7 @@ def rates(n: int, repeat: int = 1) -> dict[str, float]:
     return {"schedule_autocommit_jobs_per_s": round(auto),
             "schedule_one_transaction_jobs_per_s": round(one_tx),
             "schedule_autocommit_cpu_us_per_job": round(auto_cpu),
-            "schedule_one_transaction_cpu_us_per_job": round(tx_cpu), **background,
+            "schedule_one_transaction_cpu_us_per_job": round(tx_cpu),
             "schedule_many_jobs_per_s": round(many)}
 
 

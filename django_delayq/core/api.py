@@ -27,7 +27,6 @@ from django_delayq.core import (
     registry,
     results,
     row_insert,
-    sender,
     submit,
     validation,
     workflows,
@@ -298,27 +297,21 @@ def _mark_cancelled(row: Job, running: bool) -> None:
                  callable_path=row.callable_path, running=running)
 
 
-def _cancel_after_commit(queue: str, job_id: str) -> None:
-    """Redis's side of a cancel the row decided: after the job's own send (a background
-    sender may hold it still, from the same transaction's commit)."""
-    sender.flush()
-    get_engine().cancel(queue, job_id)
-
-
 def cancel(job_id: str) -> CancelOutcome:
     """Cancel a job: CANCELLED (it will never run), ALREADY_RUNNING (it runs to its end
     but is not retried), or NOT_FOUND (it already finished)."""
     row = get_job(job_id)
     if row.is_final and row.status != JobStatus.DEAD:
         return CancelOutcome.NOT_FOUND
-    sender.flush()  # a job this process scheduled is in Redis before its cancel
     outcome = get_engine().cancel(row.queue, row.id)
     if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
                                                              JobStatus.RETRYING):
         # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides.
         outcome = CancelOutcome.CANCELLED
         queue, jid = row.queue, row.id
-        submit.after_commit(router.db_for_write(Job), lambda: _cancel_after_commit(queue, jid))
+        # Redis's side, after the job's own send when this transaction scheduled it
+        commit_batch.after_sends(router.db_for_write(Job),
+                                 lambda: get_engine().cancel(queue, jid))
     if row.status == JobStatus.WAITING:  # not in Redis until its parents release it
         outcome = CancelOutcome.CANCELLED
     if outcome is not CancelOutcome.NOT_FOUND:
@@ -332,7 +325,6 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
     row = get_job(job_id)
     if delay is not None and at is not None:
         raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
-    sender.flush()  # a job this process scheduled is in Redis before it moves
     if at is not None:
         run_at = validation.check_at(at, django_settings.USE_TZ)
         outcome, _ = get_engine().reschedule(row.queue, row.id, at_ms=validation.at_ms(run_at))

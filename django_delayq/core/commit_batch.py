@@ -1,74 +1,108 @@
-"""The send to Redis of jobs scheduled one at a time, gathered per transaction.
+"""The send to Redis of the jobs a transaction scheduled: after its commit, one
+``Engine.enqueue`` per queue for all of them, through Django's public ``on_commit`` only.
 
-``schedule()`` called N times in one transaction registers one ``on_commit`` hook, not N:
-each call appends its job to the hook registered last when that hook is a batch of the
-same savepoint level, so after commit each queue gets one ``Engine.enqueue`` (split by the
-engine into script calls of ``scripts.MAX_ENQUEUE`` jobs). A batch registered inside a
-savepoint is dropped with it by Django when that savepoint rolls back, so Redis never
-receives a job whose row was rolled back. In autocommit the row is committed when
-``schedule()`` inserts it: the job is sent at once, without an ``on_commit`` hook.
+Each call (a ``schedule()``, a ``schedule_many()`` batch, the children a workflow
+releases) registers its own ``transaction.on_commit`` callback, so Django decides which
+jobs are sent: a callback registered inside a savepoint that rolls back is discarded with
+it, a rolled-back transaction runs none. At commit each callback that runs adds its jobs
+to its connection's pending jobs, and the last one to run sends them all, by queue (split
+by the engine into script calls of ``scripts.MAX_ENQUEUE``). Which one is the last: the
+connection keeps a weak reference to each callback, in the order registered; Django holds
+the callbacks it will run and drops those it discards, so a callback sees whether one
+registered after it is still alive (it will run, and send), else it sends.
 
-Every job sent at commit goes this way (``schedule()``, ``schedule_many()``, children a
-workflow releases). Sending is ``core/sender.py``'s: inline by default, or from a
-background thread; a failed send leaves the rows for the reconciler (the outbox).
+On an interpreter that frees objects later than CPython does, a discarded callback can
+look alive; and a hook registered before ours that raises stops Django's run of the
+others. Then jobs can stay pending: the next send on that connection takes them, and
+their rows (committed, ``scheduled``) are the reconciler's anyway, as after a failed send.
+A callback of your own registered between two ``schedule()`` calls of one transaction
+runs before either job is sent; one registered after the last call runs after the send.
+``after_sends`` runs a function at commit after the jobs of the callbacks registered
+before it are sent (a cancel in the transaction that scheduled the job).
+
+In autocommit the rows are committed by their INSERT: the jobs are sent at once. Sending
+is ``core/sender.py``'s, which never fails the caller (a failed send leaves the rows for
+the reconciler: the outbox).
 """
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 
 from django_delayq.core import sender, submit
 from django_delayq.engine import NewJob
 
 
-class _Batch:
-    """The jobs one ``on_commit`` hook sends, by queue (in the order they were given);
-    ``slot``: the hook's index in the connection's ``run_on_commit`` list."""
+class _Pending:
+    """One database connection's jobs whose callbacks ran and that are not sent yet, by
+    queue, and weak references to the callbacks registered, in their order."""
 
-    __slots__ = ("jobs", "slot")
+    __slots__ = ("callbacks", "jobs")
 
-    def __init__(self, queue: str, jobs: list[NewJob], slot: int) -> None:
-        self.jobs: dict[str, list[NewJob]] = {queue: list(jobs)}
-        self.slot = slot
+    def __init__(self) -> None:
+        self.jobs: dict[str, list[NewJob]] = {}
+        self.callbacks: list[weakref.ref[Callable[[], None]]] = []
+
+    def add(self, queue: str, jobs: list[NewJob]) -> None:
+        self.jobs.setdefault(queue, []).extend(jobs)
+
+    def send_if_last(self, me: weakref.ref[Callable[[], None]]) -> None:
+        """Send, unless a callback registered after ``me`` is still registered (it runs
+        later and sends). Django dropped the discarded ones: their references are dead."""
+        callbacks = self.callbacks
+        while callbacks and callbacks[-1]() is None:
+            callbacks.pop()
+        if not callbacks or callbacks[-1] is me:
+            callbacks.clear()
+            self.send()
 
     def send(self) -> None:
-        jobs, self.jobs = self.jobs, {}  # the connection keeps the batch: not its jobs
+        jobs, self.jobs = self.jobs, {}
         for queue, queued in jobs.items():
             sender.send(queue, queued)
 
 
-_ATTR = "_delayq_commit_batch"  # on the connection: the batch registered last
-
-
-def _open_batch(conn: Any) -> _Batch | None:
-    """The connection's batch if its hook is still registered at the current savepoint
-    level (a rollback or a commit since then removed it: Django rebuilds the list)."""
-    batch: _Batch | None = getattr(conn, _ATTR, None)
-    hooks = conn.run_on_commit
-    if batch is None or not conn.in_atomic_block or batch.slot >= len(hooks):
-        return None
-    sids, fn, _ = hooks[batch.slot]
-    if getattr(fn, "__self__", None) is not batch or sids != set(conn.savepoint_ids):
-        return None
-    return batch
+# Keyed by Django's connection object: one per thread (or async context) and alias.
+_by_connection: weakref.WeakKeyDictionary[Any, _Pending] = weakref.WeakKeyDictionary()
 
 
 def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob]) -> None:
     """Send ``jobs`` to Redis once the transaction of ``using`` commits (at once in
-    autocommit), sharing one hook with the jobs scheduled before them in that transaction."""
+    autocommit), in one send with the other jobs that transaction scheduled."""
     if not jobs:
         return
-    conn = transaction.get_connection(using)
-    if not conn.in_atomic_block and conn.get_autocommit():  # the rows are committed already
-        sender.send(queue, jobs)
+    conn = connections[using]
+    pending = _by_connection.get(conn)
+    if pending is None:
+        pending = _by_connection[conn] = _Pending()
+    if transaction.get_autocommit(using):  # no transaction: the rows are committed already
+        pending.add(queue, jobs)
+        pending.send()
         return
-    batch = _open_batch(conn)
-    if batch is not None:
-        batch.jobs.setdefault(queue, []).extend(jobs)
-        return
-    batch = _Batch(queue, jobs, len(conn.run_on_commit))
-    if conn.in_atomic_block:
-        setattr(conn, _ATTR, batch)
-    submit.after_commit(using, batch.send)
+    jobs = list(jobs)
+
+    def send_at_commit() -> None:  # holds no reference to itself: freed when discarded
+        pending.add(queue, jobs)
+        pending.send_if_last(me)
+
+    me = weakref.ref(send_at_commit)
+    pending.callbacks.append(me)
+    submit.after_commit(using, send_at_commit)
+
+
+def after_sends(using: str, fn: Callable[[], object]) -> None:
+    """Run ``fn`` after the commit of ``using``'s transaction (at once in autocommit), once
+    the jobs of the callbacks registered before it are sent: a cancel of a job scheduled in
+    the same transaction reaches Redis after the job."""
+
+    def run() -> None:
+        pending = _by_connection.get(connections[using])
+        if pending is not None and pending.jobs:
+            pending.send()
+        fn()
+
+    submit.after_commit(using, run)

@@ -33,7 +33,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.core import ids, sender, submit, workflows
+from django_delayq.core import commit_batch, ids, workflows
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.submit import DROP, KEEP, JobSpec
@@ -126,7 +126,6 @@ def _replace(old: Job, new_id: str, using: str) -> None:
     if old.status == JobStatus.WAITING or get_settings().eager:  # not in Redis
         outcome = CancelOutcome.CANCELLED
     else:
-        sender.flush()  # a job this process scheduled is in Redis before its cancel
         try:
             outcome = get_engine().cancel(old.queue, old.id)
         except RedisError as exc:  # as when it is not in Redis: the row decides
@@ -137,7 +136,7 @@ def _replace(old: Job, new_id: str, using: str) -> None:
                                                                  JobStatus.RETRYING):
             outcome = CancelOutcome.CANCELLED
             queue, jid = old.queue, old.id
-            submit.after_commit(using, lambda: get_engine().cancel(queue, jid))
+            commit_batch.after_sends(using, lambda: get_engine().cancel(queue, jid))
     if outcome is not CancelOutcome.CANCELLED:
         return  # running (or its end not recorded yet): it runs on, the key moves on
     now = timezone.now()
