@@ -1,6 +1,7 @@
-"""A job's audit row inserted with one prepared statement, without the ORM's per-call
-query compilation (``Model.save()`` rebuilds the INSERT and asks for RETURNING on every
-call: about half of ``schedule()``'s time on SQLite).
+"""A job's audit row inserted with one prepared statement through Django's cursor
+(``connection.cursor()``), without the ORM's per-call query compilation (``Model.save()``
+rebuilds the INSERT and asks for RETURNING on every call: about half of ``schedule()``'s
+time on SQLite).
 
 The statement lists every concrete column of ``Job`` (built once per database alias and
 kept). Each value is prepared as ``save()`` prepares it (``get_db_prep_save``), through a
@@ -9,14 +10,12 @@ text field, an ``int`` of an integer field, a ``bool``, a ``float`` and ``None``
 passed as they are, an aware ``datetime`` goes straight to the backend's
 ``adapt_datetimefield_value``; anything else (JSON, naive or fake datetimes, custom
 fields) takes ``get_db_prep_save`` itself. ``tests/core/test_row_insert.py`` compares
-both on every column. When the cursor is Django's plain wrapper with no execute wrapper
-installed (otherwise, with ``DEBUG`` or ``CaptureQueriesContext`` say, Django's cursor
-runs it), the statement skips what a fixed statement makes needless: on SQLite it is
-converted to qmark style once, not on every call; on PostgreSQL with client-side binding
-(Django's default) psycopg binds the values on the server instead of merging each one
-into the SQL text (``_direct``).
-``Job`` has no ``pre_save`` work (no ``auto_now``) and no save signals are sent:
-``schedule()`` sends its own.
+both on every column, and the rows this module stores with the rows ``save()`` stores,
+column by column, on each database. The statement runs through Django's cursor, so
+``DEBUG``, query capture and execute wrappers see it; on PostgreSQL, Django's
+``OPTIONS["server_side_binding"]`` has the server bind its values instead of psycopg
+merging them into the SQL text. ``Job`` has no ``pre_save`` work (no ``auto_now``) and no
+save signals are sent: ``schedule()`` sends its own.
 """
 
 from __future__ import annotations
@@ -27,10 +26,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections
-from django.db.backends.utils import CursorWrapper
 from django.db.models import Field
-from django.db.models.base import ModelState
-from django.db.models.signals import post_init, pre_init
 
 from django_delayq.models import Job
 
@@ -44,7 +40,6 @@ _PLAIN = {"CharField": str, "TextField": str, "IntegerField": int, "BigIntegerFi
 @dataclass(frozen=True, slots=True)
 class _Statement:
     sql: str
-    qmark: str | None  # SQLite: the same statement in the driver's style
     fields: list[Field[Any, Any]]
     prepare: list[Prepare]
 
@@ -76,13 +71,7 @@ def _statement(using: str) -> _Statement:
         sql = "INSERT INTO %s (%s) VALUES (%s)" % (
             qn(str(Job._meta.db_table)), ", ".join(qn(str(f.column)) for f in fields),
             ", ".join(["%s"] * len(fields)))
-        qmark = None
-        if connection.vendor == "sqlite":
-            from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
-
-            qmark = FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%")
-        found = _statements[using] = _Statement(sql, qmark, fields,
-                                                [_preparer(f) for f in fields])
+        found = _statements[using] = _Statement(sql, fields, [_preparer(f) for f in fields])
     return found
 
 
@@ -94,19 +83,14 @@ def _plain_values_only() -> bool:
 
 
 def new_row(**values: Any) -> Job:
-    """``Job(**values)`` for a new row, without ``Model.__init__``'s per-field work when
-    nobody listens to ``pre_init``/``post_init`` for ``Job``: every concrete field takes its
-    value or its default, as ``__init__`` gives it. Anything else goes to ``Job(...)``."""
-    if not _ONLY_PLAIN or not set(values) <= _ATTNAMES or (
-            pre_init.has_listeners(Job) or post_init.has_listeners(Job)):
-        return Job(**values)
-    row = Job.__new__(Job)
-    row._state = ModelState()
-    fill = row.__dict__
-    for f in Job._meta.concrete_fields:
-        name = f.attname
-        fill[name] = values[name] if name in values else f.get_default()
-    return row
+    """``Job(**values)`` for a new row, built as Django builds a row it loads
+    (``Model.from_db``): every concrete field's value given by position, its default where
+    ``values`` has none (positional arguments skip ``__init__``'s per-keyword work)."""
+    if not set(values) <= _ATTNAMES:
+        return Job(**values)  # not a column's name: Job raises as it does
+    by_position: Any = [values[f.attname] if f.attname in values else f.get_default()
+                        for f in _CONCRETE]
+    return Job(*by_position)
 
 
 def params(row: Job, using: str) -> list[Any]:
@@ -124,42 +108,11 @@ def insert(row: Job, using: str) -> None:
     values = [prep(getattr(row, f.attname), connection)
               for f, prep in zip(st.fields, st.prepare)]
     with connection.cursor() as cursor:
-        if not _direct(connection, cursor, st, values):
-            cursor.execute(st.sql, values)
+        cursor.execute(st.sql, values)
     row._state.adding = False
     row._state.db = using
 
 
-def _direct(connection: Any, cursor: Any, st: _Statement, values: list[Any]) -> bool:
-    """What ``CursorWrapper.execute`` does, minus what a fixed statement makes needless:
-    on SQLite the conversion to qmark style (done once), on PostgreSQL with Django's
-    client-side binding (psycopg's ``ClientCursor``, the default) the merging of every
-    value into the SQL text: the values are bound by the server instead, without a
-    prepared statement (half the time of the INSERT, and poolers need nothing prepared).
-    False, nothing done, unless the cursor is Django's plain one with no execute wrapper."""
-    if type(cursor) is not CursorWrapper or connection.execute_wrappers:
-        return False
-    raw = cursor.cursor
-    if st.qmark is not None:
-        import sqlite3
-
-        if not isinstance(raw, sqlite3.Cursor):
-            return False
-        connection.validate_no_broken_transaction()
-        with connection.wrap_database_errors:
-            sqlite3.Cursor.execute(raw, st.qmark, values)
-        return True
-    if connection.vendor != "postgresql" or type(raw).__name__ != "ClientCursor":
-        return False
-    import psycopg
-
-    if not isinstance(raw, psycopg.ClientCursor):
-        return False
-    connection.validate_no_broken_transaction()
-    with connection.wrap_database_errors, psycopg.Cursor(raw.connection) as bound:
-        bound.execute(st.sql, values, prepare=False)
-    return True
-
-
 _ONLY_PLAIN = _plain_values_only()
-_ATTNAMES = frozenset(f.attname for f in Job._meta.concrete_fields)
+_CONCRETE = tuple(Job._meta.concrete_fields)
+_ATTNAMES = frozenset(f.attname for f in _CONCRETE)

@@ -1,6 +1,7 @@
-"""The prepared INSERT of ``schedule()`` (``core/row_insert.py``) stores a row exactly as
-``Job.save()`` stores it: its short cuts give what ``get_db_prep_save`` gives, column by
-column, and Django's cursor (query capture, execute wrappers) still sees the INSERT."""
+"""The prepared INSERT of ``schedule()`` (``core/row_insert.py``, through Django's cursor)
+stores a row exactly as the ORM's ``Job.save()`` stores it, column by column, on every
+database the tests run on; its short cuts give what ``get_db_prep_save`` gives; query
+capture and execute wrappers see the INSERT."""
 
 from __future__ import annotations
 
@@ -50,23 +51,41 @@ def test_every_column_is_prepared_as_get_db_prep_save_prepares_it() -> None:
             _plain(v) for v in _django(row)]
 
 
-def _stored(pk: str) -> tuple[Any, ...]:
+def _stored(pk: str) -> dict[str, Any]:
+    """The row as the database holds it, by column, read with a plain cursor."""
     names = [f.column for f in Job._meta.local_concrete_fields if f.column != "id"]
     with connection.cursor() as cursor:
         cursor.execute("SELECT %s FROM %s WHERE id = %%s" % (
             ", ".join(connection.ops.quote_name(n) for n in names),
             connection.ops.quote_name(Job._meta.db_table)), [pk])
-        return tuple(cursor.fetchone())
+        return dict(zip(names, cursor.fetchone(), strict=True))
 
 
-def test_the_stored_row_equals_the_one_save_stores() -> None:
+def test_the_stored_row_equals_the_one_save_stores_column_by_column() -> None:
     for row in _rows():
         twin = Job(**{f.attname: getattr(row, f.attname)
                       for f in Job._meta.local_concrete_fields})
         twin.id = ids.new_id()
         row_insert.insert(row, "default")
         twin.save(force_insert=True)
-        assert _stored(row.id) == _stored(twin.id)
+        ours, orm = _stored(row.id), _stored(twin.id)
+        assert ours.keys() == orm.keys()
+        for column, value in ours.items():
+            assert (column, value) == (column, orm[column])
+
+
+def test_a_scheduled_row_equals_the_one_save_stores_column_by_column(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    handle = schedule("tests.jobs.noop", "é", [1.5, None], delay=60, priority=3, timeout=2,
+                      retry_on=[ValueError], expires=timedelta(hours=2), group="g",
+                      extra={"k": True})
+    row = Job.objects.get(pk=handle.id)
+    twin = Job(**{f.attname: getattr(row, f.attname) for f in Job._meta.local_concrete_fields})
+    twin.id = ids.new_id()
+    twin.save(force_insert=True)
+    ours, orm = _stored(row.id), _stored(twin.id)
+    for column, value in ours.items():
+        assert (column, value) == (column, orm[column])
 
 
 def test_query_capture_and_execute_wrappers_see_the_insert() -> None:
@@ -100,9 +119,11 @@ def test_new_row_holds_what_job_init_gives() -> None:
     assert fast._state.adding and fast._state.db is None
     fast.kwargs["x"] = 1  # a default of its own, not shared
     assert row_insert.new_row(**values).kwargs == {}
+    with pytest.raises(TypeError):  # a name that is no field's, as Job(...) says
+        row_insert.new_row(**values, nonsense=1)
 
 
-def test_new_row_is_job_init_when_someone_listens_to_post_init() -> None:
+def test_new_row_sends_post_init_as_job_init_does() -> None:
     from django.db.models.signals import post_init
 
     seen: list[Any] = []
