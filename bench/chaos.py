@@ -28,7 +28,12 @@ schedule (``DELAYQ["SCHEDULES"]`` in ``chaos_settings.py``) stamps its ticks the
 Per scenario it prints jobs scheduled, lost, completed twice (explained: the harness
 SIGKILLed the process that had run it, or wiped Redis; none else), runs of one job
 overlapping in time, rows stuck non-final or ended otherwise, attempt mismatches and
-tick gaps (``chaos_report.py``); then a summary table. Exit 1 when a scenario fails.
+tick gaps (``chaos_report.py``): the seconds without a tick beyond the scenario's outage
+and 5 s, less those explained, each printed with its reason: the tick's job was held by
+a worker the harness SIGKILLed (it waits for the dead worker's lease, by design; the
+report names that worker), or no worker was up (each one killed or still starting: a
+worker is up from its first heartbeat, noted in the timeline). Then a summary table.
+Exit 1 when a scenario fails.
 """
 
 from __future__ import annotations
@@ -99,7 +104,8 @@ def first_tick(run: Run, timeout: float) -> float | None:
     return None
 
 
-def scenarios(run: Run, rng: random.Random) -> list[tuple[chaos_scenarios.Scenario, dict]]:
+def scenarios(run: Run, rng: random.Random, registered: chaos_report.Registered
+              ) -> list[tuple[chaos_scenarios.Scenario, dict]]:
     from tests import jobs_chaos
 
     done: list[tuple[chaos_scenarios.Scenario, dict]] = []
@@ -117,7 +123,7 @@ def scenarios(run: Run, rng: random.Random) -> list[tuple[chaos_scenarios.Scenar
             chaos_scenarios.cancel_limit_figures(run, sc, runs)
         if window_start is None:  # from the schedule's first tick
             window_start = first_tick(run, 1.0) or sc.t0
-        result = chaos_report.analyse(run, sc, runs, window_start, sc.t1 - 2)
+        result = chaos_report.analyse(run, sc, runs, window_start, sc.t1 - 2, registered)
         window_start = sc.t1 - 2
         chaos_report.block(sc, result)
         done.append((sc, result))
@@ -145,11 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         proxy = TcpProxy(5432)
     run.proxy = proxy
     watch = PidWatch(run)
+    registered = None
     try:
         setup_django(env)
+        registered = chaos_report.Registered(run)
         print("chaos run: %s, lease %g s, scenarios %s" % (
             opts.db, chaos_scenarios.lease(run), ",".join(map(str, opts.scenarios))))
-        done = scenarios(run, rng)
+        done = scenarios(run, rng, registered)
         stop_workers(run)
         chaos_report.summary(done)
         print("wall time %.1f s; load average %.2f %.2f %.2f (%d cpus)" % (
@@ -161,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_workers(run)
         watch.close()
+        if registered is not None:
+            registered.close()
         if proxy is not None:
             proxy.close()
         redis.cleanup()

@@ -38,6 +38,7 @@ class Scenario:
     ids: list[str] = field(default_factory=list)  # jobs that must succeed
     special: dict[str, str] = field(default_factory=dict)  # job id -> its expected status
     outage: float = 0.0  # seconds of the fault that stop every job (and tick)
+    outages: list[tuple[float, float]] = field(default_factory=list)  # when (time.time())
     t0: float = 0.0
     t1: float = 0.0
     converge_s: float = 0.0
@@ -118,6 +119,24 @@ def wipe_redis(run: Run) -> int:
     return len(inflight)
 
 
+def loaded(run: Run, timeout: float) -> bool:
+    """Wait until the restarted Redis has loaded its data (it answers INFO at once, but
+    refuses every command on the data with LOADING until then): the outage lasts until
+    it serves the queue again."""
+    import redis
+
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with run.redis.client() as client:
+                client.ping()
+                return True
+        except redis.ConnectionError:  # LOADING is one
+            time.sleep(0.05)
+    note(run, "redis still loading after %g s" % timeout)
+    return False
+
+
 def kills(run: Run, sc: Scenario, rng: random.Random) -> None:
     o = run.opts
     switch(run, *[(THREADS, None)] * o.workers)
@@ -137,7 +156,9 @@ def kills(run: Run, sc: Scenario, rng: random.Random) -> None:
             sc.ids += schedule_stamps(run, outbox, due(1), 4.0, max_attempts=25)  # outbox
             time.sleep(1.0)
             run.redis.start()
+            loaded(run, 60)
             sc.outage += time.time() - now
+            sc.outages.append((now, time.time()))
             note(run, "redis started")
         elif wipe_at and now >= wipe_at:
             wipe_at = 0
@@ -210,6 +231,7 @@ def db_outage(run: Run, sc: Scenario, rng: random.Random) -> None:
             lock.close()
         how = "BEGIN EXCLUSIVE held"
     sc.outage = time.time() - started
+    sc.outages.append((started, time.time()))
     note(run, "database back")
     sc.figures.append(("database outage", "%.1f s, %s (lease %g s)" % (sc.outage, how,
                                                                         lease(run))))
@@ -233,6 +255,7 @@ def redis_stop(run: Run, sc: Scenario, rng: random.Random) -> None:
     finally:
         os.kill(pid, signal.SIGCONT)
     sc.outage = time.time() - started
+    sc.outages.append((started, time.time()))
     note(run, "redis SIGCONT")
     sc.figures.append(("Redis stopped", "%.1f s (lease %g s)" % (sc.outage, lease(run))))
 
