@@ -50,8 +50,8 @@ _LAZY = {
     "paused_queues": "django_delayq.core.queues",
     "purge_queue": "django_delayq.core.queues",
     # what cancel() and reschedule()/run_now() return
-    "CancelOutcome": "django_delayq.engine.engine",
-    "MoveOutcome": "django_delayq.engine.engine",
+    "CancelOutcome": "django_delayq.engine.outcomes",
+    "MoveOutcome": "django_delayq.engine.outcomes",
     # inside a running job
     "current_job": "django_delayq.core.context",
     "report_progress": "django_delayq.core.progress",
@@ -105,7 +105,7 @@ if TYPE_CHECKING:  # pragma: no cover
         resume_queue,
     )
     from django_delayq.core.workflows import Signature  # noqa: F401
-    from django_delayq.engine.engine import CancelOutcome, MoveOutcome  # noqa: F401
+    from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome  # noqa: F401
     from django_delayq.exceptions import (  # noqa: F401
         DelayQError,
         InvalidJob,

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
@@ -35,6 +35,9 @@ from django_delayq.core import registry, validation
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt
+
+if TYPE_CHECKING:
+    from django_delayq.tasks_results import AnyResult, AnyTask
 
 compat.require_tasks()
 
@@ -47,7 +50,7 @@ OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "GROUP"})
 DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once, as Django's docs describe
 
 
-class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
+class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
     supports_defer = True
     supports_async_task = True
     supports_get_result = True
@@ -66,7 +69,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
 
     # -- validation ---------------------------------------------------------------
 
-    def validate_task(self, task: Any) -> None:
+    def validate_task(self, task: AnyTask) -> None:
         if isinstance(task.run_after, timedelta):
             if task.run_after < timedelta(0):
                 raise compat.InvalidTask("run_after must not be a negative timedelta, not %r"
@@ -81,7 +84,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
                 raise compat.InvalidTask("Queue %r is not in DELAYQ['QUEUES'] %r"
                                          % (task.queue_name, list(queues)))
 
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+    def check(self, **kwargs: object) -> Iterable[checks.CheckMessage]:
         unknown = sorted(set(self.options) - OPTIONS)
         if unknown:
             yield checks.Error("TASKS[%r]['OPTIONS'] has unknown key(s) %s" % (self.alias, unknown),
@@ -89,15 +92,16 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
 
     # -- enqueue ------------------------------------------------------------------
 
-    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+    def enqueue(self, task: AnyTask, args: Iterable[object],
+                kwargs: Mapping[str, object]) -> AnyResult:
         from django_delayq.core import api
 
         self.validate_task(task)
-        args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
-        kwargs = compat.normalize_json(dict(kwargs))
+        json_args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
+        json_kwargs = compat.normalize_json(dict(kwargs))
         delay, at = _when(task.run_after)
-        spec = api.JobSpec(args=args, kwargs=kwargs, queue=task.queue_name, delay=delay, at=at,
-                           priority=task.priority, max_attempts=self.max_attempts,
+        spec = api.JobSpec(args=json_args, kwargs=json_kwargs, queue=task.queue_name, delay=delay,
+                           at=at, priority=task.priority, max_attempts=self.max_attempts,
                            backoff=self.backoff, group=self.group)
         try:
             handle = api.schedule_spec(task.module_path, spec, any_queue=self.any_queue,
@@ -111,14 +115,14 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc, name-defined]
             task = dataclasses.replace(task, run_after=run_at)
         result = TaskResult(task=task, id=handle.id, status=TaskResultStatus.READY,
                             enqueued_at=created_at, started_at=None, finished_at=None,
-                            last_attempted_at=None, args=args, kwargs=kwargs,
+                            last_attempted_at=None, args=json_args, kwargs=json_kwargs,
                             backend=self.alias, errors=[], worker_ids=[])
         tasks_results.task_signals.task_enqueued.send(sender=type(self), task_result=result)
         return result
 
     # -- results ------------------------------------------------------------------
 
-    def get_result(self, result_id: str) -> Any:
+    def get_result(self, result_id: str) -> AnyResult:
         row = Job.objects.filter(pk=result_id).first()
         if row is None:
             raise compat.TaskResultDoesNotExist(result_id)
@@ -155,7 +159,7 @@ def group_option(alias: str, options: dict[str, Any]) -> str | None:
         raise ImproperlyConfigured("TASKS[%r]['OPTIONS']['GROUP']: %s" % (alias, exc)) from None
 
 
-def _when(run_after: Any) -> tuple[timedelta | None, datetime | None]:
+def _when(run_after: timedelta | datetime | None) -> tuple[timedelta | None, datetime | None]:
     if run_after is None:
         return None, None
     if isinstance(run_after, timedelta):

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from django.dispatch import Signal
 
@@ -63,7 +62,7 @@ def wanted(signal: Signal) -> bool:
     return bool(_observers.get(signal) or signal.receivers)
 
 
-def send(signal: Signal, **kwargs: Any) -> None:
+def send(signal: Signal, **kwargs: object) -> None:
     """``send_robust`` that costs nothing without receivers and logs receiver errors."""
     observers = _observers.get(signal)
     if not observers and not signal.receivers:

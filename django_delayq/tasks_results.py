@@ -27,9 +27,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils import timezone
 
@@ -38,6 +38,17 @@ from django_delayq.core import registry
 from django_delayq.core.context import JobContext, current_job
 from django_delayq.models import Job, JobAttempt, JobStatus
 
+if TYPE_CHECKING:  # the backport's classes; Django 6.x's django.tasks has the same ones
+    from django.dispatch import Signal
+    from django_tasks.base import Task as TaskT
+    from django_tasks.base import TaskContext as TaskContextT
+    from django_tasks.base import TaskError as TaskErrorT
+    from django_tasks.base import TaskResult as TaskResultT
+    from django_tasks.base import TaskResultStatus as TaskResultStatusT
+
+    AnyTask = TaskT[..., Any]
+    AnyResult = TaskResultT[Any]
+
 compat.require_tasks()
 assert compat.tasks_base is not None and compat.task_signals is not None
 
@@ -45,11 +56,11 @@ logger = logging.getLogger(__name__)
 
 base = compat.tasks_base
 task_signals = compat.task_signals
-Task = base.Task
-TaskContext = base.TaskContext
-TaskError = base.TaskError
-TaskResult = base.TaskResult
-TaskResultStatus = base.TaskResultStatus
+Task: type[AnyTask] = base.Task
+TaskContext: type[TaskContextT] = base.TaskContext
+TaskError: type[TaskErrorT] = base.TaskError
+TaskResult: type[AnyResult] = base.TaskResult
+TaskResultStatus: type[TaskResultStatusT] = base.TaskResultStatus
 
 STATUS = {
     JobStatus.SCHEDULED: TaskResultStatus.READY,
@@ -83,7 +94,7 @@ def run_after_of(row: Job) -> datetime | None:
     return None
 
 
-def enqueuing_alias(obj: Any, alias: str) -> str:
+def enqueuing_alias(obj: object, alias: str) -> str:
     """For a row without ``task_backend`` (scheduled through ``schedule()``, or before the
     column existed): the ``@task``'s own backend when that alias is a DelayQ backend too
     (the rows are shared), else ``alias``, the backend reading it. A row the Tasks backend
@@ -98,7 +109,7 @@ def enqueuing_alias(obj: Any, alias: str) -> str:
     return declared if isinstance(backend, _sender[0]) else alias
 
 
-def task_of(row: Job, alias: str, task_class: Any) -> Any:
+def task_of(row: Job, alias: str, task_class: type[AnyTask]) -> AnyTask:
     """The ``Task`` a row runs, as seen by backend ``alias``: the module's ``@task`` object
     (or a plain job's function wrapped) with the row's queue, the enqueuing backend's
     alias and run_after."""
@@ -107,8 +118,9 @@ def task_of(row: Job, alias: str, task_class: Any) -> Any:
     except (ImportError, AttributeError, PermissionError) as exc:
         raise compat.TaskResultDoesNotExist("%s runs %r: %s"
                                             % (row.pk, row.callable_path, exc)) from exc
-    changes = {"backend": row.task_backend or enqueuing_alias(obj, alias), "queue_name": row.queue,
-               "run_after": run_after_of(row), "priority": row.priority}
+    changes: dict[str, Any] = {
+        "backend": row.task_backend or enqueuing_alias(obj, alias), "queue_name": row.queue,
+        "run_after": run_after_of(row), "priority": row.priority}
     if isinstance(obj, Task):
         if all(getattr(obj, k) == v for k, v in changes.items()):
             return obj
@@ -116,7 +128,7 @@ def task_of(row: Job, alias: str, task_class: Any) -> Any:
     return task_class(func=obj, **changes)
 
 
-def task_at(path: str) -> Any:
+def task_at(path: str) -> AnyTask | None:
     """The ``Task`` object at ``path`` (a worker ran it, so it is allowed), else ``None``.
     The registry's own lookup: the same checks as a run, no module ``__getattr__``."""
     try:
@@ -128,7 +140,7 @@ def task_at(path: str) -> Any:
 
 # -- errors ------------------------------------------------------------------------------
 
-def task_error(error_type: str, error: str, traceback: str) -> Any:
+def task_error(error_type: str, error: str, traceback: str) -> TaskErrorT:
     """A ``TaskError`` from an attempt's recorded failure: its exception class path as
     recorded, and its traceback (``"Type: message"`` when it has none, as a lost lease)."""
     path = error_type or "builtins.Exception"  # rows written before error_type existed
@@ -136,11 +148,11 @@ def task_error(error_type: str, error: str, traceback: str) -> Any:
                      traceback=traceback or "%s: %s" % (path, error))
 
 
-_recent: dict[str, dict[int, tuple[str, Any]]] = {}  # job id -> attempt -> (worker, error)
+_recent: dict[str, dict[int, tuple[str, TaskErrorT]]] = {}  # job id -> attempt -> (worker, error)
 _recent_lock = threading.Lock()
 
 
-def remember_retry(job_id: str, attempt: int, worker_id: str, error: Any) -> None:
+def remember_retry(job_id: str, attempt: int, worker_id: str, error: TaskErrorT) -> None:
     with _recent_lock:
         _recent.setdefault(job_id, {})[attempt] = (worker_id, error)
         while len(_recent) > REMEMBERED_JOBS:
@@ -153,7 +165,7 @@ def forget(job_id: str) -> None:
 
 
 def previous_attempts(row: Job | None, attempts: list[JobAttempt],
-                      upto: int) -> tuple[list[Any], list[str]]:
+                      upto: int) -> tuple[list[TaskErrorT], list[str]]:
     """Errors and worker ids of attempts ``1..upto``: rows first, then what this process
     remembers of retries whose rows are not written yet."""
     with _recent_lock:
@@ -176,7 +188,8 @@ def previous_attempts(row: Job | None, attempts: list[JobAttempt],
 
 # -- results -----------------------------------------------------------------------------
 
-def stored_result(row: Job, attempts: list[JobAttempt], alias: str, task_class: Any) -> Any:
+def stored_result(row: Job, attempts: list[JobAttempt], alias: str,
+                  task_class: type[AnyTask]) -> AnyResult:
     """``get_result()``: the row as it is stored."""
     errors, workers = previous_attempts(row, attempts, row.attempts)
     if not errors and row.status == JobStatus.DEAD and (row.error_type or row.last_error):
@@ -196,8 +209,8 @@ def stored_result(row: Job, attempts: list[JobAttempt], alias: str, task_class: 
     return result
 
 
-def live_result(task: Any, job_id: str, attempt: int, worker_id: str, started_at: datetime,
-                status: Any) -> Any:
+def live_result(task: AnyTask, job_id: str, attempt: int, worker_id: str, started_at: datetime,
+                status: TaskResultStatusT) -> AnyResult:
     """The result of attempt ``attempt`` running (or ended) in this worker: the row's
     arguments, the previous attempts' errors and workers, then this one's worker."""
     row = Job.objects.filter(pk=job_id).first()
@@ -215,11 +228,11 @@ def live_result(task: Any, job_id: str, attempt: int, worker_id: str, started_at
 
 # -- running tasks -----------------------------------------------------------------------
 
-def task_callable(task: Any) -> Callable[..., Any]:
+def task_callable(task: AnyTask) -> Callable[..., object]:
     """What the worker calls for a ``Task`` object: its function (given a ``TaskContext``
     first when the task ``takes_context``), whose return value must be JSON: a value that
     is not raises ``TypeError``, so the task fails as Django's contract says."""
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: object, **kwargs: object) -> object:
         if task.takes_context:
             ctx = current_job()
             if ctx is None:
@@ -234,11 +247,11 @@ def task_callable(task: Any) -> Callable[..., Any]:
     return call
 
 
-async def _awaited_json(awaitable: Any) -> Any:
+async def _awaited_json(awaitable: Awaitable[object]) -> object:
     return compat.normalize_json(await awaitable)
 
 
-def running_result(task: Any, ctx: JobContext) -> Any:
+def running_result(task: AnyTask, ctx: JobContext) -> AnyResult:
     """The ``TaskResult`` of the attempt running now (``context.attempt == ctx.attempt``)."""
     return live_result(task, ctx.id, ctx.attempt, ctx.worker_id, timezone.now(),
                        TaskResultStatus.RUNNING)
@@ -249,7 +262,7 @@ def running_result(task: Any, ctx: JobContext) -> Any:
 _sender: list[type] = []  # the backend class, given by connect()
 
 
-def _send(signal: Any, result: Any) -> None:
+def _send(signal: Signal, result: AnyResult) -> None:
     for receiver, outcome in signal.send_robust(sender=_sender[0], task_result=result):
         if isinstance(outcome, Exception):
             logger.error("%r receiver %r failed: %s", signal, receiver, outcome,
@@ -257,7 +270,7 @@ def _send(signal: Any, result: Any) -> None:
 
 
 def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
-               started_at: datetime, **kwargs: Any) -> None:
+               started_at: datetime, **kwargs: object) -> None:
     task = task_at(callable_path)
     if task is not None:
         _send(task_signals.task_started, live_result(
@@ -265,25 +278,26 @@ def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
 
 
 def on_retrying(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
-                error: str, error_type: str, **kwargs: Any) -> None:
+                error: str, error_type: str, **kwargs: object) -> None:
     if task_at(callable_path) is not None:
         remember_retry(job_id, attempt, worker_id, task_error(error_type, error, ""))
 
 
 def on_succeeded(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
-                 result: Any, **kwargs: Any) -> None:
+                 result: object, **kwargs: object) -> None:
     _finished(job_id, callable_path, attempt, worker_id, TaskResultStatus.SUCCESSFUL,
               return_value=result)
 
 
 def on_dead(*, job_id: str, callable_path: str, attempt: int, worker_id: str, error: str,
-            error_type: str, **kwargs: Any) -> None:
+            error_type: str, **kwargs: object) -> None:
     _finished(job_id, callable_path, attempt, worker_id, TaskResultStatus.FAILED,
               error=task_error(error_type, error, ""))
 
 
-def _finished(job_id: str, path: str, attempt: int, worker_id: str, status: Any,
-              return_value: Any = None, error: Any = None) -> None:
+def _finished(job_id: str, path: str, attempt: int, worker_id: str,
+              status: TaskResultStatusT, return_value: object = None,
+              error: TaskErrorT | None = None) -> None:
     task = task_at(path)
     if task is None:
         return

@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_delayq.core import connection, payloads
 from django_delayq.core.conf import Settings, get_settings
@@ -35,6 +35,9 @@ from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker import handover, runner
 from django_delayq.worker.audit import AuditWriter
+
+if TYPE_CHECKING:
+    from django_delayq.worker.settle import Settler
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +118,7 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     return ran
 
 
-def _run_claimed(engine: Engine, settings: Settings, settler: Any, queue: str,
+def _run_claimed(engine: Engine, settings: Settings, settler: Settler, queue: str,
                  claimed: list[ClaimedJob], now_ms: int) -> int:
     """What the worker does with a claimed batch, in this thread: run the jobs whose row
     is live, end those whose row is unusable dead, set aside those without a live row,
@@ -232,7 +235,7 @@ class DelayQ:
     def advance(self, delta: timedelta | float, queues: list[str] | None = None) -> int:
         return advance(delta, queues)
 
-    def jobs(self, **filters: Any) -> Any:
+    def jobs(self, **filters: object) -> Any:
         return Job.objects.filter(**filters)
 
     @property

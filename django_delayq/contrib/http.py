@@ -42,10 +42,13 @@ import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection, HTTPException, HTTPResponse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
 from django_delayq.core.context import current_job
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
 
 logger = logging.getLogger(__name__)
 
@@ -159,14 +162,14 @@ class _DeadlineReader(io.RawIOBase):
     """The socket's reader, but every read first checks the deadline and may block only
     for the time left, so no sequence of slow reads outlasts it."""
 
-    def __init__(self, raw: Any, sock: socket.socket, deadline: _Deadline) -> None:
+    def __init__(self, raw: io.RawIOBase, sock: socket.socket, deadline: _Deadline) -> None:
         super().__init__()
         self._raw, self._sock, self._deadline = raw, sock, deadline
 
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer: Any) -> int:
+    def readinto(self, buffer: WriteableBuffer) -> int:
         self._sock.settimeout(self._deadline.left())
         return int(self._raw.readinto(buffer) or 0)
 
@@ -178,8 +181,9 @@ class _DeadlineReader(io.RawIOBase):
 
 def _response_class(deadline: _Deadline) -> type[HTTPResponse]:
     class Response(HTTPResponse):
-        def __init__(self, sock: Any, *args: Any, **kwargs: Any) -> None:
-            super().__init__(sock, *args, **kwargs)
+        def __init__(self, sock: socket.socket, debuglevel: int = 0, method: str | None = None,
+                     url: str | None = None) -> None:
+            super().__init__(sock, debuglevel, method, url)
             raw = self.fp.detach()  # nothing read yet
             self.fp = io.BufferedReader(_DeadlineReader(raw, sock, deadline))
 
@@ -219,7 +223,7 @@ class _Connection(HTTPConnection):
         assert error is not None
         raise error
 
-    def send(self, data: Any) -> None:
+    def send(self, data: ReadableBuffer) -> None:  # type: ignore[override] # bytes here
         if self.sock is None:
             self.connect()
         view = memoryview(data).cast("B")
@@ -293,7 +297,7 @@ def _exchange(url: str, body: bytes, headers: dict[str, str],
         conn.close()
 
 
-def post_json(url: str, body: Any = None, *, timeout: float = DEFAULT_TIMEOUT,
+def post_json(url: str, body: object = None, *, timeout: float = DEFAULT_TIMEOUT,
               headers: dict[str, str] | None = None,
               expected: int | Iterable[int] | None = None) -> dict[str, Any]:
     """POST ``body`` as JSON to ``url``; return ``{"status", "body"}`` on an expected

@@ -25,7 +25,7 @@ from asgiref.sync import sync_to_async
 
 from django_delayq.core import api, results
 from django_delayq.core.options import JobSpec
-from django_delayq.engine.engine import CancelOutcome, MoveOutcome
+from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import WaitTimeout
 from django_delayq.models import FINAL_STATUSES, Job
 

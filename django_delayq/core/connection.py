@@ -9,7 +9,6 @@ forgetting the engine when they change.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -48,6 +47,6 @@ def reset() -> None:
 
 
 @receiver(setting_changed)
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+def _settings_changed(*, setting: str, **kwargs: object) -> None:
     if setting in ("DELAYQ", "CACHES"):
         reset()

@@ -62,7 +62,7 @@ class EventStream:
     """A bounded buffer of events and the daemon thread that writes them to ``log``
     (the engine's ``EventLog``; or give a redis-py client, the stream's key and cap)."""
 
-    def __init__(self, client: Any, key: str = "", maxlen: int = DEFAULT_MAXLEN,
+    def __init__(self, client: object, key: str = "", maxlen: int = DEFAULT_MAXLEN,
                  flush_seconds: float = FLUSH_SECONDS, buffer_max: int = BUFFER_MAX) -> None:
         self.log = client if isinstance(client, EventLog) else EventLog(client, key, maxlen)
         self.key = self.log.key
@@ -244,7 +244,7 @@ def flush() -> int:
 # -- signal receivers --------------------------------------------------------------------
 
 
-def _iso(value: Any) -> str:
+def _iso(value: object) -> str:
     return value.isoformat() if hasattr(value, "isoformat") else str(value)
 
 
@@ -307,7 +307,7 @@ def _materialise(raw: list[Any]) -> list[Fields]:
     return out
 
 
-def _on_scheduled(sender: Any, **kwargs: Any) -> None:
+def _on_scheduled(sender: object, **kwargs: object) -> None:
     from django.db import router, transaction
 
     from django_delayq.models import Job
@@ -323,7 +323,7 @@ def _add_now(fields: Fields) -> None:
 
 
 def _receiver(event: str) -> Callable[..., None]:
-    def receive(sender: Any, **kwargs: Any) -> None:
+    def receive(sender: object, **kwargs: object) -> None:
         _record(event, kwargs)
 
     receive.__name__ = "delayq_event_%s" % event
@@ -352,7 +352,7 @@ def _close_at_exit() -> None:
         reset()
 
 
-def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
+def _on_setting_changed(*, setting: str, **kwargs: object) -> None:
     if setting == "DELAYQ":
         reset()
 

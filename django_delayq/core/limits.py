@@ -40,7 +40,7 @@ class Limit:
     timeout: float | None = None
 
 
-def parse_rate(text: Any) -> Rate | None:
+def parse_rate(text: object) -> Rate | None:
     """``"10/s"`` -> ``(10, 1000)``, ``"5/10s"`` -> ``(5, 10000)``; ``None`` when invalid."""
     if not isinstance(text, str):
         return None
@@ -54,7 +54,7 @@ def parse_rate(text: Any) -> Rate | None:
     return count, per_ms
 
 
-def _entry_problems(where: str, entry: Any, keys: Sequence[str]) -> list[str]:
+def _entry_problems(where: str, entry: object, keys: Sequence[str]) -> list[str]:
     if not isinstance(entry, dict):
         return ["%s must be a dict with keys among %s, not %r" % (where, ", ".join(keys), entry)]
     found = ["%s has an unknown key %r (known: %s)" % (where, key, ", ".join(keys))
@@ -74,7 +74,7 @@ def _entry_problems(where: str, entry: Any, keys: Sequence[str]) -> list[str]:
     return found
 
 
-def queue_options_problems(value: Any) -> list[str]:
+def queue_options_problems(value: object) -> list[str]:
     """QUEUE_OPTIONS: a dict of queue name -> options (any queue name: a queue served
     through the Tasks backend need not be in QUEUES; ``checks`` warns about the others)."""
     if not isinstance(value, dict):
@@ -91,7 +91,7 @@ def queue_options_problems(value: Any) -> list[str]:
     return found
 
 
-def callable_limits_problems(value: Any, allowed: Any) -> list[str]:
+def callable_limits_problems(value: object, allowed: object) -> list[str]:
     """CALLABLE_LIMITS: a dict of job path -> limits; each path in an allowed module."""
     if not isinstance(value, dict):
         return ["DELAYQ['CALLABLE_LIMITS'] must be a dict of job path -> limits such as "

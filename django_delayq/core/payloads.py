@@ -159,8 +159,8 @@ def _payload(row: tuple[Any, ...]) -> Envelope:
                     expires_ms=expires_ms, retry_on=retry_on, atomic=bool(row[13]))
 
 
-def _options(priority: Any, timeout: Any, expires_at: Any,
-             retry_on: Any) -> tuple[int, float | None, int | None, tuple[str, ...] | None]:
+def _options(priority: object, timeout: object, expires_at: object,
+             retry_on: object) -> tuple[int, float | None, int | None, tuple[str, ...] | None]:
     """The run-time options of a row, checked as ``schedule()`` checks them."""
     if priority is None:
         priority = 0
@@ -180,7 +180,7 @@ def _options(priority: Any, timeout: Any, expires_at: Any,
     return priority, None if timeout is None else float(timeout), _epoch_ms(expires_at), retry_on
 
 
-def _epoch_ms(moment: Any) -> int | None:
+def _epoch_ms(moment: object) -> int | None:
     """A datetime column read by the raw cursor: aware (PostgreSQL), naive (SQLite: UTC with
     ``USE_TZ``, else the current time zone) or text."""
     if moment is None:
@@ -198,7 +198,7 @@ def _epoch_ms(moment: Any) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
-def _json(value: Any, name: str) -> Any:
+def _json(value: object, name: str) -> Any:
     """A JSON column's value: text (SQLite; PostgreSQL with Django's loaders) is decoded
     here, after a non-recursive depth check, so no value raises ``RecursionError``."""
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -210,12 +210,12 @@ def _json(value: Any, name: str) -> Any:
     return json.loads(value)
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def _printable(value: Any) -> str:
+def _printable(value: object) -> str:
     """``str(value)``, never raising, with lone surrogates escaped."""
     try:
         text = str(value)

@@ -47,7 +47,7 @@ INTERVAL_SECONDS = 0.5  # at most one write per job in this time, plus the last 
 _NOTHING = object()
 
 
-def check(value: Any) -> str:
+def check(value: object) -> str:
     """The compact JSON of ``value``; ``InvalidJob`` naming it when it is not JSON, holds a
     NUL (PostgreSQL's jsonb refuses it) or is over ``MAX_PROGRESS_BYTES``."""
     if bad := validation.find_bad(value, "progress"):
@@ -68,7 +68,7 @@ def check(value: Any) -> str:
 def row_writer(job_id: str) -> Callable[[Any], None]:
     """Writes one progress value on ``job_id``'s row unless the row is final."""
 
-    def write(value: Any) -> None:
+    def write(value: object) -> None:
         using = router.db_for_write(Job)
         (Job.objects.using(using).filter(pk=job_id).exclude(status__in=FINAL_STATUSES)
          .update(progress=value))
@@ -90,7 +90,7 @@ class Reporter:
         self._futures: list[Future[None]] = []
         self.writes = 0
 
-    def report(self, value: Any) -> None:
+    def report(self, value: object) -> None:
         with self._lock:
             now = self._clock()
             if self._last is not None and now - self._last < self.interval:
@@ -111,7 +111,7 @@ class Reporter:
         for future in self._futures:
             future.result()
 
-    def _send(self, value: Any) -> None:
+    def _send(self, value: object) -> None:
         self.writes += 1
         # In an event loop Django refuses a blocking query; in the job's transaction the
         # write would join it: the helper thread, on a connection of its own.
@@ -121,7 +121,7 @@ class Reporter:
             with self._write_lock:
                 self._write_logged(value)
 
-    def _write_logged(self, value: Any) -> None:
+    def _write_logged(self, value: object) -> None:
         try:
             self._write(value)
         except DatabaseError as exc:
@@ -132,7 +132,7 @@ _reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar(
     "delayq_progress", default=None)
 
 
-def report_progress(value: Any) -> None:
+def report_progress(value: object) -> None:
     """Record ``value`` (a number or small JSON) as the running job's progress.
 
     ``InvalidJob`` names a value that is not JSON or is over 4 KB encoded; ``NotInJob``
@@ -186,7 +186,7 @@ def _helper() -> ThreadPoolExecutor:
     return _executor[0][1]
 
 
-def compact(value: Any, limit: int = 40) -> str:
+def compact(value: object, limit: int = 40) -> str:
     """One short line of plain text for a progress value (the list, the dashboard,
     ``delayq_status``): a number as it prints, a string as it is, other JSON compact; cut to
     ``limit`` characters with an ellipsis; "" for none. The caller escapes it."""

@@ -68,7 +68,7 @@ def reset() -> None:
 
 
 @receiver(setting_changed)
-def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+def _settings_changed(*, setting: str, **kwargs: object) -> None:
     if setting in ("DELAYQ", "INSTALLED_APPS"):
         reset()
 
@@ -84,9 +84,10 @@ def set_task_caller(caller: Callable[[Any], Callable[..., Any]]) -> None:
     _task_caller = caller
 
 
-def refusal(path: Any) -> str | None:
+def refusal(path: object) -> str | None:
     """Why ``path`` is refused before anything is imported (steps 1 and 2), or ``None``."""
-    if why := name_problem(path, what="dotted path"):
+    why = name_problem(path, what="dotted path")
+    if why or not isinstance(path, str):  # not a str: name_problem says so
         return "%r is not a job path such as %s: %s" % (path, EXAMPLE, why)
     module, _, name = path.rpartition(".")
     if not module:
@@ -107,7 +108,7 @@ def is_allowed(path: str) -> bool:
     return refusal(path) is None
 
 
-def path_of(fn: Any) -> str:
+def path_of(fn: object) -> str:
     """The dotted path of a module-level function; refuses what a worker could not import."""
     if isinstance(fn, str):
         return fn
@@ -190,7 +191,7 @@ def _resolve(path: str) -> Callable[..., Any]:
     return func  # type: ignore[no-any-return]
 
 
-def _not_a_job_function(func: Any, module: str, name: str) -> str | None:
+def _not_a_job_function(func: object, module: str, name: str) -> str | None:
     """Why ``func`` (found as ``module.name``) is not a job function, or ``None``."""
     if inspect.isclass(func):
         return "a class, not a function; schedule a module-level function"

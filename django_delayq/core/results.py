@@ -49,9 +49,9 @@ def result_of(row: Job) -> Any:
     raise JobNotFinished(row.id, row.status)
 
 
-def _seconds(value: Any, name: str, *, positive: bool) -> float:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and (value > 0 if positive else value >= 0):
+def _seconds(value: object, name: str, *, positive: bool) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
+            value) and (value > 0 if positive else value >= 0):
         return float(value)
     raise InvalidJob("wait(%s=%r): give %s seconds" % (
         name, value, "a positive number of" if positive else "None or a number of"))

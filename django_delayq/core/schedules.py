@@ -54,7 +54,7 @@ def expand(cron: str) -> str:
     return ALIASES.get(text.lower(), text)
 
 
-def zone_of(name: Any) -> ZoneInfo:
+def zone_of(name: object) -> ZoneInfo:
     if not isinstance(name, str) or not name:
         raise InvalidJob("time zone must be an IANA name such as 'Europe/Berlin', not %r"
                          % (name,))
@@ -73,7 +73,7 @@ def _cronsim() -> Any:
     return cronsim
 
 
-def check_cron(cron: Any) -> str:
+def check_cron(cron: object) -> str:
     """The expanded expression; raises ``InvalidJob`` naming a bad one."""
     if not isinstance(cron, str) or len(expand(cron).split()) != 5:
         raise InvalidJob("cron must have 5 fields or be an alias such as @daily, not %r"
@@ -86,7 +86,7 @@ def check_cron(cron: Any) -> str:
     return expand(cron)
 
 
-def check_rule(cron: str, interval_s: Any, zone: str) -> None:
+def check_rule(cron: str, interval_s: object, zone: str) -> None:
     """Exactly one of ``cron`` and ``interval_s``; raises ``InvalidJob`` naming the value."""
     if bool(cron) == (interval_s is not None):
         raise InvalidJob("a schedule needs either a cron expression or an interval, not "
@@ -104,7 +104,7 @@ def _plain(moment: datetime) -> datetime:
     u = moment.astimezone(UTC)
     # datetime's own class: freezegun replaces the name ``datetime`` (and any module
     # attribute holding the class) by its subclass, whose MRO still holds it
-    plain = next(c for c in datetime.__mro__ if c.__module__ == "datetime")
+    plain: type[datetime] = next(c for c in datetime.__mro__ if c.__module__ == "datetime")
     return plain(u.year, u.month, u.day, u.hour, u.minute, u.second, u.microsecond,
                  tzinfo=UTC)
 
@@ -197,7 +197,7 @@ SETTINGS_KEYS = {"callable", "args", "kwargs", "queue", "priority", "group", "at
                  "interval", "timezone", "start", "end", "jitter", "missed", "enabled"}
 
 
-def settings_problems(value: Any) -> list[str]:
+def settings_problems(value: object) -> list[str]:
     """Problems of ``DELAYQ["SCHEDULES"]``: ``{name: {"callable": ..., "cron"|"interval":
     ..., ...}}``; each message names the schedule and the bad value."""
     if not isinstance(value, dict):

@@ -42,8 +42,9 @@ def as_text(field: str) -> Cast:
 def with_text(queryset: QuerySet[Any]) -> QuerySet[Any]:
     """``queryset`` without loading the JSON columns, each selected as text instead
     (read with ``value``)."""
-    return queryset.defer(*JSON_FIELDS).annotate(
+    deferred: QuerySet[Any] = queryset.defer(*JSON_FIELDS).annotate(
         **{TEXT % name: as_text(name) for name in JSON_FIELDS})
+    return deferred
 
 
 def parse(text: str | None) -> Any:
@@ -59,7 +60,7 @@ def parse(text: str | None) -> Any:
         return Raw(text)
 
 
-def value(obj: Any, name: str) -> Any:
+def value(obj: object, name: str) -> Any:
     """Column ``name`` of a row loaded through ``with_text`` (``parse``d), or of one
     loaded whole."""
     text_name = TEXT % name

@@ -107,7 +107,7 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
@@ -124,13 +124,13 @@ def not_json(bad: str) -> InvalidJob:
                       "%s is not. Pass an id or a plain value instead." % bad)
 
 
-def check_json(args: Any, kwargs: dict[str, Any]) -> None:
+def check_json(args: object, kwargs: dict[str, Any]) -> None:
     for value, name in ((args, "args"), (kwargs, "kwargs")):
         if bad := find_bad(value, name):
             raise not_json(bad)
 
 
-def dumps(value: Any) -> str:
+def dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
@@ -175,7 +175,7 @@ def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, int]
     return args_json, kwargs_json, size
 
 
-def payload_head_size(path: str, max_attempts: int, backoff: Any) -> int:
+def payload_head_size(path: str, max_attempts: int, backoff: object) -> int:
     """UTF-8 bytes of a payload besides its arguments: ``[path,`` ... ``,{max},{backoff}]``
     (the size limit counts the payload as the compact array ``[path,args,kwargs,...]``)."""
     tail = "" if backoff is None else "," + dumps(backoff)
@@ -189,13 +189,13 @@ def check_size(size: int, limit: int, where: str = "") -> None:
                          % (size, limit, where))
 
 
-def check_text(value: Any, what: str) -> None:
+def check_text(value: object, what: str) -> None:
     """A string option (key, callable path) that must be storable."""
     if isinstance(value, str) and not utf8_ok(value):
         raise InvalidJob("%s %s contains %s" % (what, _short(value), SURROGATE))
 
 
-def check_key(key: Any) -> None:
+def check_key(key: object) -> None:
     if not isinstance(key, str) or not key:
         raise InvalidJob("key must be a non-empty string, not %s" % _short(key))
     check_text(key, "key")
@@ -206,7 +206,7 @@ def check_key(key: Any) -> None:
         raise InvalidJob("key must be at most %d characters, not %d" % (MAX_KEY_LENGTH, len(key)))
 
 
-def check_group(group: Any) -> str:
+def check_group(group: object) -> str:
     """A group id (``group=``): a string of 1 to ``MAX_GROUP`` characters, no control
     characters (the separator of Redis's group index is one: docs/groups.md)."""
     if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP:
@@ -218,7 +218,7 @@ def check_group(group: Any) -> str:
     return group
 
 
-def delay_seconds(delay: Any) -> float:
+def delay_seconds(delay: object) -> float:
     if isinstance(delay, timedelta):
         seconds = delay.total_seconds()
     elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
@@ -237,7 +237,7 @@ def delay_seconds(delay: Any) -> float:
     return seconds
 
 
-def check_at(at: Any, use_tz: bool) -> datetime:
+def check_at(at: object, use_tz: bool) -> datetime:
     """``at`` checked: a datetime (aware with ``USE_TZ``) that converts to UTC and to
     epoch milliseconds without overflowing."""
     if not isinstance(at, datetime):
@@ -261,7 +261,7 @@ def check_at(at: Any, use_tz: bool) -> datetime:
     return at
 
 
-def when(delay: Any, at: Any, use_tz: bool) -> tuple[datetime | None, float]:
+def when(delay: object, at: object, use_tz: bool) -> tuple[datetime | None, float]:
     """The due time checked: ``(at, 0)``, or ``(None, delay in seconds)``."""
     if delay is not None and at is not None:
         raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
@@ -270,7 +270,7 @@ def when(delay: Any, at: Any, use_tz: bool) -> tuple[datetime | None, float]:
     return None, delay_seconds(0 if delay is None else delay)
 
 
-def check_queue(queue: Any, queues: tuple[str, ...], any_queue: bool) -> str:
+def check_queue(queue: object, queues: tuple[str, ...], any_queue: bool) -> str:
     """A queue of ``DELAYQ["QUEUES"]`` (``queues``); with ``any_queue`` (a Tasks backend
     whose QUEUES is empty) any storable name, served by a worker started with ``--queues``."""
     if isinstance(queue, str) and queue in queues:
@@ -292,7 +292,7 @@ def not_a_queue_name(queue: str) -> bool:
             or "{" in queue or "}" in queue or re.fullmatch(r".+#[0-9]+", queue) is not None)
 
 
-def check_lookup_id(job_id: Any) -> None:
+def check_lookup_id(job_id: object) -> None:
     """``JobNotFound`` for an id no row can have and no database can be asked for (not a
     string, a lone surrogate, NUL), naming it escaped."""
     if not isinstance(job_id, str) or "\x00" in job_id or not utf8_ok(job_id):
@@ -304,19 +304,19 @@ def at_ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
 
 
-def check_max_attempts(value: Any) -> int:
+def check_max_attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
         raise InvalidJob("max_attempts must be an integer from 1 to %d, got %s"
                          % (MAX_ATTEMPTS, _short(value)))
     return value
 
 
-def check_backoff(backoff: Any) -> None:
+def check_backoff(backoff: object) -> None:
     if why := backoff_mod.validate(backoff):
         raise InvalidJob("backoff %s is not valid: %s" % (_short(backoff), why))
 
 
-def name_problem(dotted: Any, *, what: str = "module name") -> str | None:
+def name_problem(dotted: object, *, what: str = "module name") -> str | None:
     """Why ``dotted`` is not a dotted name the allow-list accepts, or ``None``."""
     if not isinstance(dotted, str) or not dotted:
         return "not a %s" % what
@@ -357,7 +357,8 @@ class Binder:
         bind(self.signature, self.path, args, kwargs)
 
 
-def bind(signature: inspect.Signature, path: str, args: Any, kwargs: dict[str, Any]) -> None:
+def bind(signature: inspect.Signature, path: str, args: Sequence[object],
+         kwargs: dict[str, Any]) -> None:
     try:
         signature.bind(*args, **kwargs)
     except TypeError as exc:

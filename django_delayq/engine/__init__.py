@@ -1,19 +1,22 @@
 """Layer 0: the Redis engine. Redis and Lua only; never imports Django."""
 
-from django_delayq.engine.engine import (
+from django_delayq.engine.keys import CallableLimitKeys, QueueKeys
+from django_delayq.engine.outcomes import (
     CancelOutcome,
     ClaimedJob,
     ClaimResult,
+    Contact,
+    Grant,
     JobLocation,
+    LimitState,
     NackOutcome,
     NewJob,
+    QueueLimit,
     QueueStats,
     Recovered,
     SetAside,
-    bad_id,
 )
-from django_delayq.engine.keys import CallableLimitKeys, QueueKeys
-from django_delayq.engine.outcomes import Contact, Grant, LimitState, QueueLimit
+from django_delayq.engine.replies import bad_id
 from django_delayq.engine.sharded import ShardedEngine, ShardLimitError
 
 # The engine of every caller: engine.py's, each queue spread over its shards (a queue of

@@ -186,7 +186,7 @@ def _messages(found: list[tuple[str, str]]) -> list[checks.CheckMessage]:
 
 
 @checks.register("delayq")
-def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     try:
         user = conf._user_settings()
     except Exception as exc:  # DELAYQ is not even a dict

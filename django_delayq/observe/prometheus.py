@@ -15,11 +15,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 
 from django_delayq import compat, signals
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from prometheus_client.metrics import MetricWrapperBase
+
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -116,7 +124,7 @@ class QueueCollector:
         self._callables(f, engine, settings)
         f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 
-    def _callables(self, f: dict[str, Any], engine: Any, settings: Any) -> None:
+    def _callables(self, f: dict[str, Any], engine: Engine, settings: Settings) -> None:
         for path, entry in sorted(settings.callable_limits.items()):
             rate, concurrency = entry.rate, entry.concurrency
             _limit(f, "callable", path, rate, concurrency)
@@ -156,7 +164,7 @@ if prom is not None:
 
     _children: dict[tuple[Any, ...], Any] = {}
 
-    def _child(metric: Any, *labels: str) -> Any:
+    def _child(metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(...)``, memoised: the lookup costs more than the increment."""
         key = (metric, *labels)
         child = _children.get(key)
@@ -164,28 +172,28 @@ if prom is not None:
             child = _children[key] = metric.labels(*labels)
         return child
 
-    def _scheduled(queue: str, **kwargs: Any) -> None:
+    def _scheduled(queue: str, **kwargs: object) -> None:
         _child(SCHEDULED, queue).inc()
 
-    def _bulk_scheduled(queue: str, job_ids: list[str], **kwargs: Any) -> None:
+    def _bulk_scheduled(queue: str, job_ids: list[str], **kwargs: object) -> None:
         _child(SCHEDULED, queue).inc(len(job_ids))
 
-    def _started(queue: str, due_at: Any, started_at: Any, **kwargs: Any) -> None:
+    def _started(queue: str, due_at: datetime, started_at: datetime, **kwargs: object) -> None:
         _child(STARTED, queue).inc()
         _child(LATENESS, queue).observe(max(0.0, (started_at - due_at).total_seconds()))
 
-    def _succeeded(queue: str, duration: float | None, **kwargs: Any) -> None:
+    def _succeeded(queue: str, duration: float | None, **kwargs: object) -> None:
         _child(FINISHED, queue, "succeeded").inc()
         if duration is not None:  # None: settled from Redis's record, the run not timed
             _child(DURATION, queue).observe(duration)
 
-    def _retrying(queue: str, **kwargs: Any) -> None:
+    def _retrying(queue: str, **kwargs: object) -> None:
         _child(RETRIES, queue).inc()
 
-    def _dead(queue: str, **kwargs: Any) -> None:
+    def _dead(queue: str, **kwargs: object) -> None:
         _child(FINISHED, queue, "dead").inc()
 
-    def _cancelled(queue: str, running: bool, **kwargs: Any) -> None:
+    def _cancelled(queue: str, running: bool, **kwargs: object) -> None:
         if not running:  # a running job's cancellation is reported twice (api + worker)
             _child(FINISHED, queue, "cancelled").inc()
 

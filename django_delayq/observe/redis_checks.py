@@ -39,7 +39,7 @@ TIMEOUT_SECONDS = 1.0
 
 def _client() -> Any:
     from django_delayq.core.conf import get_settings
-    from django_delayq.core.connection import make_client
+    from django_delayq.engine.client import make_client
 
     s = get_settings()
     if s.cache_alias:
@@ -96,19 +96,19 @@ DEPLOY_ONLY = ("delayq.I010",)
 
 
 @checks.register("delayq")
-def check_redis_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_redis_settings(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     """Eviction and reachability: with every command that runs the checks."""
     return [m for m in check_redis() if m.id not in DEPLOY_ONLY]
 
 
 @checks.register("delayq", deploy=True)
-def check_redis_persistence(app_configs: Any = None,
-                            **kwargs: Any) -> list[checks.CheckMessage]:
+def check_redis_persistence(app_configs: object = None,
+                            **kwargs: object) -> list[checks.CheckMessage]:
     """Persistence (``delayq.I010``): with ``manage.py check --deploy``."""
     return [m for m in check_redis() if m.id in DEPLOY_ONLY]
 
 
-def check_redis(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+def check_redis(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     """Every finding about the Redis server (``W010``, ``W011``, ``I010``)."""
     if not _settings_usable():
         return []
