@@ -73,10 +73,18 @@ def with_levels(df: Any) -> Any:
 
 def attempt_levels(attempts: Any, jobs: Any) -> Any:
     """Each attempt row three times, at its job's levels; an attempt whose job is not in
-    the data (outside an export's ``--since``/``--until``) is left out."""
+    the data is left out (``without_job`` counts them)."""
     F = _f()
     owners = jobs.select(F.col("id").alias("job_id"), "queue", "callable_path")
     return levels(attempts.join(owners, "job_id"))
+
+
+def without_job(attempts: Any, jobs: Any) -> int:
+    """The attempt rows whose job is not in the data (a table read over JDBC while jobs
+    were being added, jobs filtered out before the report): counted at no level."""
+    F = _f()
+    owners = jobs.select(F.col("id").alias("job_id"))
+    return int(attempts.join(owners, "job_id", "left_anti").count())
 
 
 def lateness_ms() -> Any:

@@ -64,6 +64,14 @@ counts jobs, not attempts: a job that failed three times counts once.</p>"""
 UNAVAILABLE = "n/a"
 
 
+def _not_counted(report: dict[str, Any]) -> str:
+    """Attempt rows the error figures leave out, said rather than dropped."""
+    if orphans := report.get("attempts_without_job"):
+        return ("<p><b>%d attempt rows not counted:</b> their job is not in this data "
+                "(<code>attempts_without_job</code>).</p>" % orphans)
+    return ""
+
+
 def _errors_table(report: dict[str, Any]) -> str:
     available = report.get("failed_attempts_available", False)
     rows = ["<tr>%s</tr>" % "".join([
@@ -72,11 +80,11 @@ def _errors_table(report: dict[str, Any]) -> str:
         _cell(e["failed_jobs"]), _cell(e["error"], True), _cell(e.get("example"), True)])
         for g in report["groups"] if g["callable"] != "*" for e in g["top_errors"]]
     if not rows:
-        return "<p>No errors.</p>" + ("" if available else NO_ATTEMPTS)
+        return "<p>No errors.</p>" + ("" if available else NO_ATTEMPTS) + _not_counted(report)
     head = ["queue", "callable", "failed attempts", "dead jobs", "failed jobs", "error type",
             "example message"]
     note = ERRORS_NOTE if available else ERRORS_NOTE + NO_ATTEMPTS
-    return note + _table(head, rows)
+    return note + _not_counted(report) + _table(head, rows)
 
 
 def _img(path: Path, alt: str) -> str:

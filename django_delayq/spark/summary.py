@@ -92,8 +92,10 @@ def compute_report(jobs: Any, *, attempts: Any | None = None,
                    progress: StageProgress | None = None) -> dict[str, Any]:
     """``jobs``: one row per job (see ``source.read_jobs``); ``attempts``: one row per
     attempt (``source.read_attempts``), or None when the data has none (then every
-    ``failed_attempts`` is null and ``failed_attempts_available`` false). Returns the
-    whole report; ``progress`` is told each step as it starts and ends."""
+    ``failed_attempts`` is null and ``failed_attempts_available`` false). Attempt rows
+    whose job is not in ``jobs`` are counted in no error row, and in
+    ``attempts_without_job`` (null without attempt rows). Returns the whole report;
+    ``progress`` is told each step as it starts and ends."""
     steps = progress or StageProgress(None, enabled=False)
     jobs = jobs.cache()
     try:
@@ -113,6 +115,7 @@ def compute_report(jobs: Any, *, attempts: Any | None = None,
                 groups[(r["queue"], r["callable"])]["attempts"][str(r["attempts"])] = r["count"]
             _errors(lv, None if attempts is None else figures.attempt_levels(attempts, jobs),
                     top_errors, groups)
+            orphans = None if attempts is None else figures.without_job(attempts, jobs)
         with steps.step("time series (%d s buckets)" % bucket):
             started, finished = figures.series_frames(lv, bucket)
             series = _series(started.collect(), finished.collect(), bucket)
@@ -122,6 +125,9 @@ def compute_report(jobs: Any, *, attempts: Any | None = None,
         group["attempts"] = dict(sorted(group["attempts"].items(), key=lambda kv: int(kv[0])))
     ordered = sorted(groups.values(), key=lambda g: (g["queue"] != "*", g["queue"],
                                                      g["callable"] != "*", g["callable"]))
+    if orphans:
+        steps.write("%d attempt rows not counted: their job is not in the data" % orphans)
     return {"generated_at": datetime.now(UTC).isoformat(), "jobs": rows,
             "failed_attempts_available": attempts is not None,
+            "attempts_without_job": orphans,
             "bucket_seconds": bucket, "groups": ordered, "series": series}
