@@ -24,7 +24,11 @@ rather than by a time stamp; ``export_attempts`` explains how nothing is missed 
 The state file is written to a fresh temporary file in ``ROOT`` (random name, created
 with ``O_EXCL``) and renamed over the old one, and a symlink at its path is refused: a
 link planted in the export directory can neither redirect the write to another file nor
-feed the export someone else's state.
+feed the export someone else's state. A value in it that is not what this module writes
+(a negative or fractional id, a text where a list belongs, a time without a zone, a
+mark later than this run, a pending record that is not there) is refused with one line
+naming the file, the key and the value: read as anything else, it would make a run skip
+rows without a word.
 
 ``exclude`` leaves columns out of the files (never read from the database); ``redact``
 keeps a text column but writes ``"[redacted]"`` for every value but null and the empty
@@ -81,9 +85,67 @@ def _parse(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
 
 
+def _bad(path: Path, key: str, value: Any, expected: str) -> ValueError:
+    return ValueError("%s: %s is %s, not %s; fix the file, or export to a new directory"
+                      % (path, key, json.dumps(value, default=str), expected))
+
+
+def _when(path: Path, key: str, value: Any) -> datetime | None:
+    if value is None:
+        return None
+    parsed = None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise _bad(path, key, value, "an ISO datetime with a time zone")
+    return parsed
+
+
+def check_state(state: Any, path: Path) -> dict[str, Any]:
+    """``state`` if every value is of the kind this module writes; else a ValueError
+    naming ``path``, the key and the value (see the module docstring)."""
+    if not isinstance(state, dict):
+        raise ValueError("%s: not a JSON object; fix the file, or export to a new directory"
+                         % path)
+    if _when(path, "high_water", state.get("high_water")) is None:
+        raise _bad(path, "high_water", state.get("high_water"),
+                   "an ISO datetime with a time zone")
+    for key in ("since", "until"):
+        _when(path, key, state.get(key))
+    for key in ("version", "runs", "last_run_rows", "last_run_attempt_rows"):
+        value = state.get(key, 0)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise _bad(path, key, value, "an integer >= 0")
+    for key in ("exclude", "redact"):
+        names = state.get(key, [])
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise _bad(path, key, names, "a list of column names")
+    name = state.get("pending")
+    if name is not None and not pending.is_name(name):
+        raise _bad(path, "pending", name, "the name of a record %s<hex>.parquet" % pending.PREFIX)
+    overlap = state.get("overlap_seconds", 0)
+    if isinstance(overlap, bool) or not isinstance(overlap, int | float) \
+            or not 0 <= overlap < float("inf"):
+        raise _bad(path, "overlap_seconds", overlap, "a number of seconds >= 0")
+    export_attempts.check_state(state.get(export_attempts.STATE_KEY), str(path))
+    return state
+
+
+def _not_later(path: Path, key: str, value: datetime | None, latest: datetime) -> None:
+    if value is not None and value > latest:
+        raise ValueError("%s: %s is %s, later than this run's time plus the overlap (%s): "
+                         "a run would skip every row changed until then; fix the file, run "
+                         "a full export, or export to a new directory"
+                         % (path, key, value.isoformat(), latest.isoformat()))
+
+
 def read_state(root: Path) -> dict[str, Any] | None:
     """The state of the last run, or None; a symlink (or anything not a regular file) at
-    the state file's path is refused, never followed."""
+    the state file's path is refused, never followed, and so is a value that is not of
+    the kind this module writes (``check_state``)."""
     path = Path(root) / STATE_FILE
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
@@ -97,7 +159,12 @@ def read_state(root: Path) -> dict[str, Any] | None:
     with os.fdopen(fd, "r") as fh:
         if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
             raise ValueError("%s is not a regular file; refusing it" % path)
-        return dict(json.loads(fh.read()))
+        try:
+            state = json.loads(fh.read())
+        except ValueError as exc:
+            raise ValueError("%s: not JSON (%s); fix the file, or export to a new directory"
+                             % (path, exc)) from None
+        return check_state(state, path)
 
 
 def _write_state(root: Path, state: dict[str, Any]) -> None:
@@ -159,15 +226,17 @@ def _check_columns(state: dict[str, Any] | None, exclude: tuple[str, ...],
             % (",".join(before[0]) or "(none)", ",".join(before[1]) or "(none)"))
 
 
-def _previous_mark(state: dict[str, Any] | None, since: datetime | None,
-                   until: datetime | None, full: bool) -> datetime | None:
+def _previous_mark(root: Path, state: dict[str, Any] | None, since: datetime | None,
+                   until: datetime | None, full: bool, latest: datetime) -> datetime | None:
     if state is None or full:
         return None
     if (state.get("since"), state.get("until")) != (_iso(since), _iso(until)):
         raise ValueError(
             "this directory was exported with --since %s --until %s; use the same range, "
             "another directory, or a full export" % (state.get("since"), state.get("until")))
-    return _parse(state["high_water"])
+    mark = _parse(state["high_water"])
+    _not_later(root / STATE_FILE, "high_water", mark, latest)
+    return mark
 
 
 def rows_to_export(previous_mark: datetime | None, mark: datetime,
@@ -227,6 +296,18 @@ def _pages(qs: QuerySet[Any], columns: tuple[str, ...],
         yield read_at, page
 
 
+def _recorded(root: Path, state: dict[str, Any] | None) -> pa.Table | None:
+    """The record of live, due rows the last run left (``pending``); a state naming one
+    that is not there is refused: without it, rows changed late would be missed."""
+    name = (state or {}).get("pending")
+    table = pending.read(root, name)
+    if name and table is None:
+        raise ValueError("%s names the record %s, which is not in %s: the rows it lists "
+                         "could not be checked for late changes; restore it, or run a full "
+                         "export" % (root / STATE_FILE, name, root))
+    return table
+
+
 def export_jobs(root: Path | str, *, since: datetime | None = None,
                 until: datetime | None = None, full: bool = False,
                 chunk_size: int = DEFAULT_CHUNK, settle: timedelta = timedelta(seconds=2),
@@ -239,13 +320,16 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     prepare_root(root)
     state = read_state(root)
     _check_columns(state, excluded, redacted)
-    previous = _previous_mark(state, since, until, full)
     now = now or timezone.now()
     started = time.monotonic()  # with ``now``: the attempts' clock (export_attempts)
+    previous = _previous_mark(root, state, since, until, full, now + overlap)
+    if state is not None and state.get(export_attempts.STATE_KEY):
+        _not_later(root / STATE_FILE, "attempts.before",
+                   _parse(state[export_attempts.STATE_KEY].get("before")), now + overlap)
     mark = now - settle
     if previous is not None and mark < previous:
         mark = previous
-    recorded = pending.read(root, (state or {}).get("pending")) if previous else None
+    recorded = _recorded(root, state) if previous else None
     captured = pending.capture(now + overlap)  # before reading anything: see ``pending``
     lower = None if previous is None else previous - overlap
     window = rows_to_export(lower, mark, since, until)

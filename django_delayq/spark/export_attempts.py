@@ -77,6 +77,51 @@ class Window:
     marks: tuple[tuple[str, int], ...]  # (after, upper) of recent runs, not yet folded in
 
 
+def _bad(where: str, key: str, value: Any, expected: str) -> ValueError:
+    return ValueError("%s: %s is %s, not %s; fix the file, or export to a new directory"
+                      % (where, key, json.dumps(value, default=str), expected))
+
+
+def _id(where: str, key: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise _bad(where, key, value, "an attempt id (an integer >= 0)")
+    return value
+
+
+def _when(where: str, key: str, value: Any) -> datetime:
+    parsed = None
+    if isinstance(value, str):
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise _bad(where, key, value, "an ISO datetime with a time zone")
+    return parsed
+
+
+def check_state(part: Any, where: str) -> None:
+    """The attempts part of a state file (``where``): ids that are integers >= 0 and times
+    that are ISO datetimes, or a ValueError naming the first value that is not. A mark
+    read as anything else would make a run skip attempt rows, or read the wrong ones."""
+    if part is None:
+        return
+    if not isinstance(part, dict):
+        raise _bad(where, STATE_KEY, part, "an object (floor, before, marks)")
+    _id(where, STATE_KEY + ".floor", part.get("floor", 0))
+    if part.get("before") is not None:
+        _when(where, STATE_KEY + ".before", part["before"])
+    marks = part.get("marks", [])
+    if not isinstance(marks, list):
+        raise _bad(where, STATE_KEY + ".marks", marks, "a list of [time, id] pairs")
+    for i, mark in enumerate(marks):
+        key = "%s.marks[%d]" % (STATE_KEY, i)
+        if not isinstance(mark, list) or len(mark) != 2:
+            raise _bad(where, key, mark, "a [time, id] pair")
+        _when(where, key + "[0]", mark[0])
+        _id(where, key + "[1]", mark[1])
+
+
 def tracked(state: dict[str, Any] | None) -> dict[str, Any] | None:
     """The attempts part of the export state: empty for a new directory, None for one
     begun before attempt rows were exported (they are not exported there)."""

@@ -28,6 +28,7 @@ names it; a failed run leaves the previous state, and its record, in force.
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import datetime
@@ -66,8 +67,14 @@ def write(root: Path, table: pa.Table) -> str:
     return name
 
 
+def is_name(name: object) -> bool:
+    """Whether ``name`` is one ``write`` gives (no path, no other file)."""
+    return isinstance(name, str) and re.fullmatch(re.escape(PREFIX) + r"[0-9a-f]{32}\.parquet",
+                                                  name) is not None
+
+
 def read(root: Path, name: str | None) -> pa.Table | None:
-    if not name or "/" in name or not name.startswith(PREFIX):
+    if not name or not is_name(name):
         return None
     path = root / name
     return pq.read_table(path) if path.is_file() and not path.is_symlink() else None
