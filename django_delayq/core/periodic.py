@@ -163,14 +163,17 @@ def tick_started(job_id: str, now: datetime | None = None) -> None:
         logger.exception("schedule: could not create the tick after job %s", job_id)
 
 
-def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None) -> str | None:
+def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None,
+         judge: bool = True) -> str | None:
     """Make sure enabled ``s`` has its next tick's job (new schedule, a lost or consumed
     tick job, downtime under the missed-run policy). Returns the pending job's id.
 
     A tick job still pending after its due time while no worker ran (``missed``): ``skip``
     cancels it and materialises the next future tick; ``once`` lets it run (late, once)
     -- the tick after it is then the next future one. ``own``: the registry entry of the
-    worker whose keeper pass this is (``Keeper.own``)."""
+    worker whose keeper pass this is (``Keeper.own``); ``judge``: whether to judge a late
+    tick missed (the full pass does; the keeper's every-second pass leaves it to it, as
+    each judgement reads the whole workers registry)."""
     now = now or timezone.now()
     if not s.enabled:
         return None
@@ -180,7 +183,7 @@ def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None
                                                                "queue").first()
         status = row[0] if row is not None else None
         if row is not None and status in (JobStatus.SCHEDULED, JobStatus.RETRYING):
-            if (s.missed == MissedPolicy.SKIP and missed(row[2], row[1], now, own)
+            if (judge and s.missed == MissedPolicy.SKIP and missed(row[2], row[1], now, own)
                     and _cancelled(s.next_job_id)):
                 return advance(s, now, now)  # it was due while no worker ran
             return s.next_job_id  # pending: nothing to do
@@ -267,7 +270,7 @@ def _cancelled(job_id: str) -> bool:
 
 
 def keep_all(now: datetime | None = None, own: Registered | None = None,
-             schedules: list[Schedule] | None = None) -> int:
+             schedules: list[Schedule] | None = None, judge: bool = True) -> int:
     """One keeper pass over the enabled schedules (or over ``schedules``); returns how
     many failed. Their pending tick jobs are then looked for in Redis, and put back where
     a failed send or a data loss left only the row (``tick_presence``; what Redis could
@@ -276,7 +279,7 @@ def keep_all(now: datetime | None = None, own: Registered | None = None,
     pending = []
     for s in Schedule.objects.filter(enabled=True) if schedules is None else schedules:
         try:
-            pending.append(keep(s, now, own))
+            pending.append(keep(s, now, own, judge))
         except Exception as exc:  # noqa: BLE001 - one bad schedule never stops the others
             failed += 1
             logger.warning("schedule %r: %s", s.name, exc)
@@ -396,7 +399,7 @@ class Keeper:
             overdue = list(Schedule.objects.filter(enabled=True,
                                                    next_tick_at__lt=timezone.now() - STALLED))
             if overdue:
-                keep_all(own=self.own, schedules=overdue)
+                keep_all(own=self.own, schedules=overdue, judge=False)
         except Exception as exc:  # noqa: BLE001 - the full pass reports a lasting failure
             logger.debug("schedules: the pass over stalled schedules failed: %s", exc)
 
