@@ -50,15 +50,24 @@ class _Pending:
     def add(self, queue: str, jobs: list[NewJob]) -> None:
         self.jobs.setdefault(queue, []).extend(jobs)
 
+    def register(self, callback: Callable[[], None]) -> weakref.ref[Callable[[], None]]:
+        self._forget_discarded()  # after a rollback: none is alive any more
+        me = weakref.ref(callback)
+        self.callbacks.append(me)
+        return me
+
     def send_if_last(self, me: weakref.ref[Callable[[], None]]) -> None:
         """Send, unless a callback registered after ``me`` is still registered (it runs
         later and sends). Django dropped the discarded ones: their references are dead."""
+        self._forget_discarded()
+        if not self.callbacks or self.callbacks[-1] is me:
+            self.callbacks.clear()
+            self.send()
+
+    def _forget_discarded(self) -> None:
         callbacks = self.callbacks
         while callbacks and callbacks[-1]() is None:
             callbacks.pop()
-        if not callbacks or callbacks[-1] is me:
-            callbacks.clear()
-            self.send()
 
     def send(self) -> None:
         jobs, self.jobs = self.jobs, {}
@@ -89,8 +98,7 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob]) -> None:
         pending.add(queue, jobs)
         pending.send_if_last(me)
 
-    me = weakref.ref(send_at_commit)
-    pending.callbacks.append(me)
+    me = pending.register(send_at_commit)
     submit.after_commit(using, send_at_commit)
 
 
