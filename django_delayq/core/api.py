@@ -85,23 +85,23 @@ class JobHandle:
 
 def schedule(
     fn: Callable[..., Any] | str,
-    *args: Any,
+    *args: object,
     delay: float | timedelta | None = None,
     at: datetime | None = None,
     queue: str | None = None,
     max_attempts: int | None = None,
-    backoff: Any = None,
+    backoff: object = None,
     key: str | None = None,
     on_conflict: str = "keep",
     priority: int = 0,
     timeout: float | timedelta | None = None,
     expires: datetime | float | timedelta | None = None,
-    retry_on: Any = None,
+    retry_on: object = None,
     atomic: bool | None = None,
     group: str | None = None,
-    after: Any = None,
+    after: object = None,
     after_failure: str = "cancel",
-    **kwargs: Any,
+    **kwargs: object,
 ) -> JobHandle:
     """Run ``fn(*args, **kwargs)`` after ``delay`` (seconds or timedelta) or ``at``.
 
@@ -124,7 +124,7 @@ def schedule(
 
 
 def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None = None,
-                  max_attempts: int | None = None, backoff: Any = None,
+                  max_attempts: int | None = None, backoff: object = None,
                   any_queue: bool = False, task_backend: str = "") -> JobHandle:
     """``schedule()`` with the job's arguments given as values (any keyword names).
 
@@ -170,15 +170,15 @@ def schedule_many(
     *,
     queue: str | None = None,
     max_attempts: int | None = None,
-    backoff: Any = None,
+    backoff: object = None,
     priority: int | None = None,
     timeout: float | timedelta | None = None,
     expires: datetime | float | timedelta | None = None,
-    retry_on: Any = None,
+    retry_on: object = None,
     atomic: bool | None = None,
     group: str | None = None,
     batch_size: int = 1000,
-    after: Any = None,
+    after: object = None,
     after_failure: str = "cancel",
 ) -> list[str]:
     """Schedule one job per spec with bulk inserts and one Redis call per batch.
@@ -246,11 +246,11 @@ class JobCall(JobOptions):
         changed.check(changed.fn)
         return changed
 
-    def s(self, *args: Any, **kwargs: Any) -> workflows.Signature:
+    def s(self, *args: object, **kwargs: object) -> workflows.Signature:
         """This call with its arguments, not scheduled yet: for ``chain`` and ``group``."""
         return workflows.Signature(call=self, args=args, kwargs=kwargs)
 
-    def schedule(self, *args: Any, **kwargs: Any) -> JobHandle:
+    def schedule(self, *args: object, **kwargs: object) -> JobHandle:
         """Schedule ``fn(*args, **kwargs)`` with this call's options."""
         return _schedule(self.fn, JobSpec(args=args, kwargs=kwargs).under(self))
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from datetime import datetime
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -51,7 +51,7 @@ def replaced_reason(new_id: str) -> str:
 
 
 def insert(row: Job, spec: JobSpec, parents: list[str], on_failure: bool, using: str,
-           now: Any) -> str | None:
+           now: datetime) -> str | None:
     """Insert a keyed or waiting job in a savepoint. None: ``row`` was inserted; else the
     id of the job that stands instead (``keep``: the key's first; ``drop``: the live one)."""
     keep = spec.on_conflict == KEEP

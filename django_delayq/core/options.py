@@ -100,7 +100,7 @@ class JobOptions:
         return [name for name in _CLASH if (value := getattr(self, name)) is not None
                 and value is not False and value != _UNSET.get(name)]
 
-    def check(self, fn: Any, *, now: datetime | None = None, any_queue: bool = False,
+    def check(self, fn: object, *, now: datetime | None = None, any_queue: bool = False,
               clash: bool = False) -> Checked:
         """Every option checked (``InvalidJob`` naming the bad value), resolved for ``fn``.
 
@@ -204,7 +204,7 @@ class Checked:
         own = _own(spec, self.path)
         return replace(self, **own) if own else self
 
-    def due(self, delay: Any = None, at: Any = None) -> tuple[datetime, int | None, int]:
+    def due(self, delay: object = None, at: object = None) -> tuple[datetime, int | None, int]:
         """``(run_at, at_ms, delay_ms)`` of a job due at ``delay``/``at`` (checked), or at
         the call's due time when it gives neither."""
         if delay is None and at is None:
@@ -240,7 +240,7 @@ class Checked:
 ATOMIC_MARK = "delayq_atomic"  # set on a function by ``atomic_job``
 
 
-def atomic_job(fn: Any) -> Any:
+def atomic_job(fn: object) -> Any:
     """Decorator: every job of ``fn`` is atomic unless scheduled with ``atomic=False``.
 
     ``fn`` is returned as it is, marked; on a Django ``Task`` the function it wraps is
@@ -249,7 +249,7 @@ def atomic_job(fn: Any) -> Any:
     return fn
 
 
-def check_atomic(value: Any, path: str) -> bool:
+def check_atomic(value: object, path: str) -> bool:
     """``atomic=``: a bool, or ``None`` for the default of the function at ``path``. An
     ``async def`` function cannot be atomic: its database calls run on other threads'
     connections, outside the transaction of its attempt."""
@@ -267,7 +267,7 @@ def check_atomic(value: Any, path: str) -> bool:
     return value
 
 
-def check_priority(value: Any) -> int:
+def check_priority(value: object) -> int:
     if (isinstance(value, bool) or not isinstance(value, int)
             or not MIN_PRIORITY <= value <= MAX_PRIORITY):
         raise InvalidJob("priority must be an integer from %d to %d, not %s"
@@ -275,7 +275,7 @@ def check_priority(value: Any) -> int:
     return value
 
 
-def timeout_seconds(value: Any) -> float | None:
+def timeout_seconds(value: object) -> float | None:
     if value is None:
         return None
     if isinstance(value, timedelta):
@@ -291,7 +291,7 @@ def timeout_seconds(value: Any) -> float | None:
     return seconds
 
 
-def expires_at(value: Any, *, now: datetime, due: datetime, use_tz: bool) -> datetime | None:
+def expires_at(value: object, *, now: datetime, due: datetime, use_tz: bool) -> datetime | None:
     """The moment of ``expires`` (a datetime, or seconds/timedelta from ``now``), after
     ``now`` and after the due time ``due``."""
     if value is None:
@@ -321,7 +321,7 @@ def expires_at(value: Any, *, now: datetime, due: datetime, use_tz: bool) -> dat
     return moment
 
 
-def retry_on_paths(value: Any) -> tuple[str, ...] | None:
+def retry_on_paths(value: object) -> tuple[str, ...] | None:
     """Exception classes or dotted paths -> their dotted paths (the row's ``retry_on``)."""
     if value is None:
         return None
@@ -363,7 +363,7 @@ def retry_on_problem(paths: list[Any]) -> str | None:
     return "not dotted paths: %s" % validation.short(bad) if bad else None
 
 
-def check_on_conflict(on_conflict: Any, key: Any) -> None:
+def check_on_conflict(on_conflict: object, key: object) -> None:
     """``on_conflict`` one of ``ON_CONFLICT``, and other than ``keep`` only with a key."""
     if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
         raise InvalidJob("on_conflict=%s: use 'keep' (the default: the key's first job "
@@ -375,7 +375,7 @@ def check_on_conflict(on_conflict: Any, key: Any) -> None:
                          "does, and this call gives none (key=None)" % on_conflict)
 
 
-def parent_ids(after: Any) -> list[str]:
+def parent_ids(after: object) -> list[str]:
     """The ids ``after=`` names (``JobHandle`` objects or job ids), in order, once each."""
     if after is None:
         return []
@@ -390,18 +390,16 @@ def parent_ids(after: Any) -> list[str]:
     return list(out)
 
 
-def run_on_failure(after_failure: Any) -> bool:
-    try:
+def run_on_failure(after_failure: object) -> bool:
+    if isinstance(after_failure, str) and after_failure in AFTER_FAILURE:
         return AFTER_FAILURE[after_failure]
-    except (KeyError, TypeError):
-        raise InvalidJob("after_failure=%r: use 'cancel' (the default: a parent that ends "
-                         "dead, cancelled or expired cancels the job) or 'run'"
-                         % (after_failure,)) from None
+    raise InvalidJob("after_failure=%r: use 'cancel' (the default: a parent that ends "
+                     "dead, cancelled or expired cancels the job) or 'run'" % (after_failure,))
 
 
 # -- the arguments against the function's signature ---------------------------------------
 
-def check_arguments(path: str, args: Any, kwargs: dict[str, Any]) -> None:
+def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -> None:
     """``InvalidJob`` when ``fn(*args, **kwargs)`` would fail to bind (a missing or an
     unexpected argument). A Django ``@task`` is checked against the function it wraps (its
     ``TaskContext`` excluded). Paths that passed ``registry.check_schedulable`` only."""

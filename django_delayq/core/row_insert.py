@@ -82,7 +82,7 @@ def _plain_values_only() -> bool:
                    for f in Job._meta.local_concrete_fields)
 
 
-def new_row(**values: Any) -> Job:
+def new_row(**values: object) -> Job:
     """``Job(**values)`` for a new row, built as Django builds a row it loads
     (``Model.from_db``): every concrete field's value given by position, its default where
     ``values`` has none (positional arguments skip ``__init__``'s per-keyword work)."""

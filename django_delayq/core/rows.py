@@ -15,6 +15,7 @@ from itertools import repeat
 from typing import Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models.constants import OnConflict
 
 from django_delayq.core import options
@@ -55,7 +56,7 @@ def text_datetimes(using: str) -> str | None:
     return None
 
 
-def copy_escape(value: Any) -> str:
+def copy_escape(value: object) -> str:
     """One value in PostgreSQL's COPY text format."""
     if value is None:
         return "\\N"
@@ -69,7 +70,7 @@ def copy_escape(value: Any) -> str:
     return text
 
 
-def _has_copy(conn: Any) -> bool:
+def _has_copy(conn: BaseDatabaseWrapper) -> bool:
     conn.ensure_connection()
     return hasattr(conn.connection, "pipeline")  # psycopg 3: cursor.copy() streams rows
 
@@ -85,7 +86,7 @@ class PreparedInsert:
 class RowWriter:
     """Builds INSERT parameter rows for one queue and callable, and inserts them."""
 
-    def __init__(self, using: str, *, queue: str, path: str, max_attempts: int, backoff: Any,
+    def __init__(self, using: str, *, queue: str, path: str, max_attempts: int, backoff: object,
                  now: datetime) -> None:
         self.using = using
         self.fields = list(Job._meta.concrete_fields)
@@ -120,7 +121,7 @@ class RowWriter:
                 values[self.index[name]] = self._option(name, value)
         return values
 
-    def _option(self, name: str, value: Any) -> Any:
+    def _option(self, name: str, value: object) -> Any:
         if name not in OPTIONS:
             raise ValueError("RowWriter.row() does not set column %r" % name)
         if isinstance(value, datetime):
@@ -142,10 +143,10 @@ class RowWriter:
             for i in range(0, len(rows), batch_size):
                 cursor.executemany(sql, rows[i:i + batch_size])
 
-    def _columns(self, conn: Any) -> str:
+    def _columns(self, conn: BaseDatabaseWrapper) -> str:
         return ", ".join(conn.ops.quote_name(str(f.column)) for f in self.fields)
 
-    def _copy(self, conn: Any, rows: Sequence[list[Any]]) -> None:
+    def _copy(self, conn: BaseDatabaseWrapper, rows: Sequence[list[Any]]) -> None:
         """PostgreSQL: stream the rows with COPY (several times faster than INSERTs)."""
         sql = "COPY %s (%s) FROM STDIN" % (conn.ops.quote_name(Job._meta.db_table),
                                            self._columns(conn))
@@ -155,7 +156,7 @@ class RowWriter:
 
     # -- column-wise (Spark's schedule_dataframe) -------------------------------------
 
-    def _sqlite_literals(self, conn: Any) -> list[str]:
+    def _sqlite_literals(self, conn: BaseDatabaseWrapper) -> list[str]:
         """SQLite: the constant columns as SQL literals (its own ``quote()``), so that
         ``executemany`` binds only the varying ones."""
         with conn.cursor() as cursor:
@@ -195,7 +196,7 @@ class RowWriter:
         self.insert_prepared(self.prepare_columns(columns, ignore_conflicts=ignore_conflicts),
                              batch_size)
 
-    def _insert_sql(self, conn: Any, ignore_conflicts: bool, values: str) -> str:
+    def _insert_sql(self, conn: BaseDatabaseWrapper, ignore_conflicts: bool, values: str) -> str:
         ops = conn.ops
         on_conflict = OnConflict.IGNORE if ignore_conflicts else None
         return "%s %s (%s) VALUES (%s) %s" % (

@@ -32,13 +32,16 @@ import ctypes
 import socket
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from redis import ConnectionPool, Redis
+from redis.connection import Connection
 from redis.exceptions import ResponseError
 
 from django_delayq.engine import scripts
+from django_delayq.engine.keys import QueueKeys
 
 
 def _libc_send() -> Any:
@@ -59,13 +62,15 @@ _FLAGS = int(getattr(socket, "MSG_DONTWAIT", 0)) | int(getattr(socket, "MSG_NOSI
 _MORE = int(getattr(socket, "MSG_MORE", 0))  # more follows: the kernel may hold it (corked)
 
 
-def _write(conn: Any, data: bytes, more: bool = False) -> None:
+def _write(conn: Connection, data: bytes, more: bool = False) -> None:
     """Write ``data`` to ``conn``'s socket. On a plain socket (not TLS) whose buffer takes
     it at once, libc's ``send`` writes it while this thread keeps the interpreter lock:
     a socket call through Python would let go of the lock, and getting it back on a busy
     worker takes milliseconds, during which no other ack could be written. Whatever is
     left is written the usual way."""
     sock = conn._sock  # redis-py's connected socket
+    if sock is None:
+        raise ConnectionError("not connected")
     done = 0
     if _SEND is not None and _FLAGS and type(sock) is socket.socket:
         done = max(0, _SEND(sock.fileno(), data, len(data), _FLAGS | _MORE if more else _FLAGS))
@@ -73,7 +78,7 @@ def _write(conn: Any, data: bytes, more: bool = False) -> None:
         sock.sendall(data[done:])
 
 
-def _cork(conn: Any) -> None:
+def _cork(conn: object) -> None:
     """Let the kernel hold what is written to ``conn`` until a segment is full, at most
     200 ms (``TCP_CORK``; a process killed meanwhile has its sockets closed, and what was
     held is sent). Where there is no such option, nothing changes."""
@@ -85,7 +90,7 @@ def _cork(conn: Any) -> None:
             sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
 
 
-def _connection(pool: Any) -> Any:
+def _connection(pool: ConnectionPool) -> Connection:
     """A connection of ``pool`` for this stream alone (redis-py 5.3 dropped the
     command name argument; older versions need it)."""
     try:
@@ -94,7 +99,7 @@ def _connection(pool: Any) -> Any:
         return pool.get_connection("EVALSHA")
 
 
-def plain_sockets(pool: Any) -> bool:
+def plain_sockets(pool: ConnectionPool) -> bool:
     """Whether the pool's connections are plain sockets (TCP or unix): a TLS socket must
     not be read and written from two threads at once (OpenSSL)."""
     kind = getattr(pool, "connection_class", None)
@@ -127,7 +132,8 @@ class AckReply:
 
 
 class AckStream:
-    def __init__(self, client: Any, keys: Any, holder: str, covers: Any = None) -> None:
+    def __init__(self, client: Redis, keys: Callable[[str], QueueKeys], holder: str,
+                 covers: Callable[[str], bool] | None = None) -> None:
         self._client = client
         self._keys = keys  # queue -> QueueKeys
         # queue -> whether its jobs are all under keys(queue) (not a sharded queue)
@@ -148,7 +154,7 @@ class AckStream:
         self._ack_heads: dict[str, tuple[int, bytes]] = {}
 
     def send(self, queue: str, leases: Sequence[tuple[str, int]], codes: Sequence[str],
-             tag: Any) -> bool:
+             tag: object) -> bool:
         """Write an ack of ``leases`` (at most ``scripts.MAX_ACK``); False when it could not
         be written (settle them through ``Engine.ack``: whether a part reached Redis is
         unknown, and ``Engine.ack`` tells). A failed write closes the connection, so the
@@ -202,7 +208,7 @@ class AckStream:
         conn, self._marks = self._marks, None
         self._release(conn)
 
-    def _put(self, data: bytes, tag: Any, count: int) -> bool:
+    def _put(self, data: bytes, tag: object, count: int) -> bool:
         with self._lock:
             try:
                 if self._stale and not self._sent:  # an error reply came: start afresh
@@ -278,7 +284,7 @@ class AckStream:
         conn, self._conn = self._conn, None
         self._release(conn)
 
-    def _release(self, conn: Any) -> None:
+    def _release(self, conn: Connection | None) -> None:
         """Close ``conn`` (if any) and give it back to the pool."""
         if conn is not None:
             try:

@@ -22,6 +22,10 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+# A backoff policy: seconds, a list of seconds (one per retry), or an exponential's
+# {"base", "factor", "max", "jitter"}; None: DEFAULT_POLICY. ``validate`` checks one.
+Policy = float | Sequence[float] | Mapping[str, Any] | None
+
 DEFAULT_POLICY: dict[str, Any] = {"base": 5, "factor": 2, "max": 3600, "jitter": True}
 MAX_SECONDS = 365 * 24 * 3600  # one retry never waits more than a year
 MAX_STEPS = 999  # an explicit list: one delay per retry of at most 1,000 attempts
@@ -29,7 +33,7 @@ MAX_FACTOR = 1000
 _KEYS = ("base", "factor", "max", "jitter")
 
 
-def delay_ms(policy: Any, retry_number: int, rng: random.Random | None = None) -> int:
+def delay_ms(policy: Policy, retry_number: int, rng: random.Random | None = None) -> int:
     """Milliseconds to wait before retry ``retry_number`` (1 = first retry); at most
     ``MAX_SECONDS`` s. ``ValueError`` naming the problem when ``policy`` is not valid."""
     n = max(1, retry_number)
@@ -57,7 +61,7 @@ def _exponential(policy: Mapping[str, Any], n: int, rng: random.Random | None) -
     return seconds
 
 
-def validate(policy: Any) -> str | None:
+def validate(policy: object) -> str | None:
     """Return why ``policy`` is not a valid backoff, or ``None`` when it is."""
     if policy is None:
         return None
@@ -104,7 +108,7 @@ def _mapping_problem(policy: Mapping[Any, Any]) -> str | None:
     return None
 
 
-def _seconds_problem(value: Any, what: str) -> str | None:
+def _seconds_problem(value: object, what: str) -> str | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return "%s must be a number of seconds, not %s" % (what, _short(value))
     if not (0 <= value <= MAX_SECONDS):  # NaN fails both comparisons; ints never overflow
@@ -113,6 +117,6 @@ def _seconds_problem(value: Any, what: str) -> str | None:
     return None
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."

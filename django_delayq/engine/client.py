@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisClusterException
 
 from django_delayq.engine.urls import (
@@ -34,6 +35,9 @@ from django_delayq.engine.urls import (
     sentinel_parts,
     sentinel_query,
 )
+
+# A client of one Redis server (or a Sentinel's primary), or of a Redis Cluster.
+RedisClient = redis.Redis | RedisCluster
 
 DEFAULT_URL = "redis://localhost:6379/0"
 # A node that does not answer must not hold a caller for long: schedule() into it keeps

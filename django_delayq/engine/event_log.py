@@ -57,7 +57,7 @@ class EventLog:
     ``route(fields)``, when given, names the stream of each event instead (a sharded
     queue's events go to a stream on their shard's node: ``Engine.event_stream_of``)."""
 
-    def __init__(self, client: Any, key: str, maxlen: int,
+    def __init__(self, client: object, key: str, maxlen: int,
                  route: Callable[[Mapping[str, str]], str] | None = None) -> None:
         self.client = client
         self.key = key
@@ -103,7 +103,7 @@ class EventLog:
             yield key, run
 
 
-def entry_order(entry_id: Any) -> tuple[int, int]:
+def entry_order(entry_id: object) -> tuple[int, int]:
     """A stream entry id (``<ms>-<seq>``) as a sortable pair."""
     text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
     ms, _, seq = text.partition("-")

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.replies import Scalar
 
 _T = TypeVar("_T")
 # A job to re-enqueue: (id, due ms), (id, due ms, priority) or (id, due ms, priority, group).
@@ -37,7 +38,7 @@ def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
         yield items[start:start + size]
 
 
-def _int(value: Any) -> int:
+def _int(value: Scalar) -> int:
     """An integer reply, 0 when absent or not a number (a value planted by hand)."""
     try:
         return int(value) if value is not None else 0
@@ -45,7 +46,7 @@ def _int(value: Any) -> int:
         return 0
 
 
-def _str(value: Any) -> str | None:
+def _str(value: bytes | str | None) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
@@ -79,7 +80,7 @@ class Settled:
     at_ms: int
 
     @classmethod
-    def parse(cls, raw: Any, score: Any) -> Settled | None:
+    def parse(cls, raw: bytes | str | None, score: Scalar) -> Settled | None:
         """The record from its HASH value and ZSET score; None when either is missing or
         not what a script wrote (a value planted by hand is ignored)."""
         parts = (_str(raw) or "").split(" ", 2)
@@ -89,7 +90,7 @@ class Settled:
         return cls(parts[0], attempt, parts[2], _int(score)) if attempt > 0 else None
 
 
-def _offset(runs: Any) -> int:
+def _offset(runs: bytes | str | None) -> int:
     """The offset of a runs entry (``<token> <offset> <streak>``): token - attempt."""
     parts = (_str(runs) or "").split(" ")
     return _int(parts[1]) if len(parts) > 1 else 0
@@ -192,8 +193,8 @@ class OutboxOps(RedisOwner):
         k = self.keys(queue)
         args: list[Any] = [0, k.channel, int(keep_ms), int(keep_max), expect]
         for job in jobs:
-            priority = job[2] if len(job) > 2 else 0  # type: ignore[misc]
-            group = job[3] if len(job) > 3 else ""  # type: ignore[misc]
+            priority = job[2] if len(job) > 2 else 0
+            group = job[3] if len(job) > 3 else ""
             args += [job[0], job[1], priority, group, seeds.get(job[0]) or 0]
         reply = scripts.load("reenqueue")(self.client, scripts.keys_of("reenqueue", k), args)
         if len(reply) > 2:

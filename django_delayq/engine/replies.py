@@ -11,21 +11,24 @@ from typing import Any, TypeVar
 from django_delayq.engine import scripts
 from django_delayq.engine.outcomes import SetAside
 
+# A scalar reply of redis-py: bytes, or text with decode_responses; a number; nil.
+Scalar = bytes | str | int | float | None
+
 _T = TypeVar("_T")
 
 
-def text(value: Any) -> str:
+def text(value: object) -> str:
     """Text of a reply item; strict: bytes that are not UTF-8 raise UnicodeDecodeError."""
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A reply item for a log line, whatever it holds (repr-escaped, cut to 100 chars)."""
     seen = repr(value)
     return seen if len(seen) <= 100 else seen[:97] + "..."
 
 
-def escaped(raw: Any) -> str:
+def escaped(raw: object) -> str:
     """An id as ASCII for a log, other bytes as \\xHH, cut to 64 bytes (as the scripts
     show the ids they remove)."""
     data = raw if isinstance(raw, bytes) else str(raw).encode("utf-8", "surrogateescape")
@@ -54,13 +57,13 @@ def bad_id(job_id: str) -> str | None:
     return "id has control characters" if control else None
 
 
-def envelope_text(value: Any) -> str:
+def envelope_text(value: object) -> str:
     """An envelope as text; bytes that are not UTF-8 become U+FFFD (and fail JSON later,
     so the job goes dead with a reason instead of stopping the worker)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def opt(value: Any) -> int | None:
+def opt(value: bytes | str | int) -> int | None:
     number = int(value)
     return None if number < 0 else number
 

@@ -17,6 +17,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.client import RedisClient
 from django_delayq.engine.event_log import EventLog, entry_order
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.engine.wake import WakeListener
@@ -40,23 +41,23 @@ class ServerInfo:
     save: str | None
 
 
-def _save_points(client: Any) -> str | None:
+def _save_points(client: RedisClient) -> str | None:
     try:
-        reply = client.config_get("save")
+        reply: dict[Any, Any] = client.config_get("save")  # bytes keys, or text ones
     except ResponseError:
         return None
     value = reply.get("save", reply.get(b"save", ""))
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _server_info(client: Any, node: str | None) -> ServerInfo:
+def _server_info(client: RedisClient, node: str | None) -> ServerInfo:
     return ServerInfo(node=node, memory=client.info("memory"),
                       persistence=client.info("persistence"), save=_save_points(client))
 
 
 class ServerReads(RedisOwner):
     @classmethod
-    def like(cls: type[_E], other: RedisOwner, *args: Any, **kwargs: Any) -> _E:
+    def like(cls: type[_E], other: RedisOwner, *args: object, **kwargs: object) -> _E:
         """A new engine of this class on ``other``'s client and prefix (``args`` and
         ``kwargs`` follow them to the constructor)."""
         return cls(other.client, other.prefix, *args, **kwargs)  # type: ignore[call-arg]

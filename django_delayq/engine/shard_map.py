@@ -26,8 +26,9 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from django_delayq.engine.client import RedisClient
+from django_delayq.engine.replies import Scalar
 from django_delayq.engine.shard_health import ERRORS
 
 SHARD_MARK = "#"  # shard i >= 1 of queue q is the data set named q#i
@@ -47,7 +48,7 @@ def shard_index(job_id: str, count: int) -> int:
     return zlib.crc32(job_id.encode("utf-8", "surrogatepass")) % count
 
 
-def _int(value: Any) -> int:
+def _int(value: Scalar) -> int:
     try:
         return max(0, int(value)) if value is not None else 0
     except (TypeError, ValueError):
@@ -71,7 +72,7 @@ class ShardMap:
     def home(self, queue: str, job_id: str) -> str:
         return shard_name(queue, shard_index(job_id, self.count(queue)))
 
-    def span(self, client: Any, queue: str, record_key: Callable[[int], str]) -> int:
+    def span(self, client: RedisClient, queue: str, record_key: Callable[[int], str]) -> int:
         """How many shards hold data of ``queue`` (see the module docstring). The record
         is kept in every shard's slot (``record_key(i)``): shard 0's is read; when it is
         missing (its node lost its data), the others are, in one pipeline, so a count
@@ -95,7 +96,7 @@ class ShardMap:
         return span
 
     @staticmethod
-    def _read_span(client: Any, configured: int, record_key: Callable[[int], str]) -> int:
+    def _read_span(client: RedisClient, configured: int, record_key: Callable[[int], str]) -> int:
         recorded = at_zero = min(_int(client.get(record_key(0))), MAX_SHARDS)
         if recorded == 0:  # never recorded, or shard 0's node lost it: ask the others
             pipe = client.pipeline(transaction=False)

@@ -31,8 +31,10 @@ import threading
 from typing import Any
 
 from redis import ConnectionPool, Redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
+
+from django_delayq.engine.client import RedisClient
 
 logger = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ class WakeListener:
     """A daemon thread subscribed to ``channels`` (channel -> queue); ``take()`` hands
     over the earliest due time announced per queue since the last call."""
 
-    def __init__(self, client: Any, channels: dict[str, str], event: threading.Event) -> None:
+    def __init__(self, client: RedisClient, channels: dict[str, str],
+                 event: threading.Event) -> None:
         self.client = client
         self.channels = channels  # channel -> queue
         self.event = event
@@ -145,7 +148,7 @@ _CLUSTER_BOUND = ("redis_connect_func", "himport_registry",
                   "oss_cluster_maint_notifications_handler")
 
 
-def _own_client(cluster: RedisCluster, node: Any) -> Redis:
+def _own_client(cluster: RedisCluster, node: ClusterNode) -> Redis:
     """A client of ``node`` with a pool of its own (same address, credentials, TLS and
     timeouts). The cluster client's pools do not suit a subscription: every command that
     fails on a node that is down makes that client refresh its view of the cluster, and
