@@ -30,6 +30,9 @@ mark later than this run, a pending record that is not there) is refused with on
 naming the file, the key and the value: read as anything else, it would make a run skip
 rows without a word.
 
+Each run that writes files publishes a record of them (``records``), naming the database
+it read (``database_identity``).
+
 ``exclude`` leaves columns out of the files (never read from the database); ``redact``
 keeps a text column but writes ``"[redacted]"`` for every value but null and the empty
 string (JSON columns hold the JSON string ``"[redacted]"``), so e.g. ``args`` carrying
@@ -56,7 +59,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from django_delayq.models import Job
-from django_delayq.spark import export_attempts, pending, schema
+from django_delayq.spark import export_attempts, pending, records, schema
 from django_delayq.spark.preflight import writable_dir
 from django_delayq.spark.progress_bar import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
@@ -83,6 +86,21 @@ def _iso(value: datetime | None) -> str | None:
 
 def _parse(value: str | None) -> datetime | None:
     return None if value is None else datetime.fromisoformat(value)
+
+
+def database_identity(alias: str | None = None) -> str:
+    """Which database the rows come from: its engine, host, port and name (never the user
+    or the password), e.g. ``postgresql://db:5432/shop`` or ``sqlite:/srv/db.sqlite3``.
+    One database reached under two host names counts as two."""
+    from django.db import connections
+
+    connection = connections[alias or Job.objects.db]
+    settings = connection.settings_dict
+    name = str(settings.get("NAME") or "")
+    host, port = str(settings.get("HOST") or ""), str(settings.get("PORT") or "")
+    if not host and not port:
+        return "%s:%s" % (connection.vendor, name)
+    return "%s://%s%s/%s" % (connection.vendor, host, ":" + port if port else "", name)
 
 
 def _bad(path: Path, key: str, value: Any, expected: str) -> ValueError:
@@ -320,6 +338,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     prepare_root(root)
     state = read_state(root)
     _check_columns(state, excluded, redacted)
+    database = database_identity()
     now = now or timezone.now()
     started = time.monotonic()  # with ``now``: the attempts' clock (export_attempts)
     previous = _previous_mark(root, state, since, until, full, now + overlap)
@@ -341,6 +360,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
                             pa.field("read_at", schema.TS)])
     positions = tuple(columns.index(c) for c in redacted)
     tracked = export_attempts.tracked(state)  # None: a directory begun without them
+    records.adopt(root, database)  # files of a directory written before records existed
     attempts = None if tracked is None else export_attempts.open_window(
         tracked, now=now, started=started, overlap=overlap, full=full)  # before the jobs
     attempt_qs = None if attempts is None else export_attempts.rows_to_export(
@@ -353,10 +373,16 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
             for read_at, page in _pages(qs, columns, chunk_size):
                 writer.write(_stamped(page, positions, out_schema, read_at))
                 bar.update(len(page))
-    attempt_rows, attempt_files = (None, []) if attempt_qs is None else \
-        export_attempts.write_attempts(root, attempt_qs, exclude=excluded, redact=redacted,
-                                       chunk_size=chunk_size, bar=bar)
+    attempt_writer = None if attempt_qs is None else export_attempts.write_attempts(
+        root, attempt_qs, exclude=excluded, redact=redacted, chunk_size=chunk_size, bar=bar)
+    attempt_rows = None if attempt_writer is None else attempt_writer.rows
+    attempt_files = [] if attempt_writer is None else attempt_writer.files
     bar.close()
+    files = {**writer.written, **({} if attempt_writer is None else attempt_writer.written)}
+    if files:  # what the report may read: these files, from this database
+        records.write(root, records.new_name("export"), writer="export", database=database,
+                      attempts_complete=attempts is not None,
+                      files=records.written(root, files))
     name = pending.write(root, captured)
     runs = (state or {}).get("runs", 0) + 1
     new_state = {"version": 3, "high_water": _iso(mark), "since": _iso(since),

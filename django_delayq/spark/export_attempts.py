@@ -189,18 +189,19 @@ def _pages(qs: QuerySet[JobAttempt], columns: tuple[str, ...],
 
 def write_attempts(root: Path, qs: QuerySet[JobAttempt], *, exclude: tuple[str, ...],
                    redact: tuple[str, ...], chunk_size: int,
-                   bar: Progress) -> tuple[int, list[Path]]:
-    """Write the rows of ``qs`` under ``root/attempts``; returns (rows, files)."""
+                   bar: Progress) -> DayPartitionedWriter:
+    """Write the rows of ``qs`` under ``root/attempts``; returns the closed writer (its
+    rows, files and what each file holds)."""
     columns = tuple(c for c in schema.ATTEMPT_COLUMNS if c not in covered(exclude))
     out = pa.schema([*(schema.ATTEMPT_SCHEMA.field(c) for c in columns),
                      pa.field(schema.ATTEMPT_DAY, schema.TS)])
     positions = tuple(columns.index(c) for c in covered(redact))
     with DayPartitionedWriter(root / schema.ATTEMPTS_DIR, out, kind="export",
-                              day_column=schema.ATTEMPT_DAY) as writer:
+                              day_column=schema.ATTEMPT_DAY, max_column="id") as writer:
         for page in _pages(qs, columns, chunk_size):
             writer.write(schema.to_table(schema.redacted(page, positions), out))
             bar.update(len(page))
-    return writer.rows, writer.files
+    return writer
 
 
 def mark_complete(root: Path) -> None:

@@ -72,6 +72,15 @@ def _not_counted(report: dict[str, Any]) -> str:
     return ""
 
 
+def _not_read(report: dict[str, Any]) -> str:
+    """Files of the input the report left out, said rather than dropped."""
+    if unrecorded := report.get("unrecorded_files"):
+        return ("<p><b>%d Parquet files not read:</b> no record says <code>delayq_export"
+                "</code> or <code>delayq_prune</code> wrote them (<code>unrecorded_files"
+                "</code>).</p>" % unrecorded)
+    return ""
+
+
 def _errors_table(report: dict[str, Any]) -> str:
     available = report.get("failed_attempts_available", False)
     rows = ["<tr>%s</tr>" % "".join([
@@ -102,8 +111,8 @@ def render(report: dict[str, Any], charts: dict[str, Path]) -> str:
 Lateness = start &minus; due time of the same attempt, run = finish &minus; start,
 in milliseconds (exact percentiles). Success = succeeded / (succeeded + dead): cancelled
 and expired jobs are neither; finished jobs (throughput) are the succeeded, dead,
-cancelled and expired ones.</p>
+cancelled and expired ones.</p>%s
 <h2>Per queue and callable</h2>%s<h2>Charts</h2>%s<h2>Most frequent errors</h2>%s
 </body></html>""" % (STYLE, report["jobs"], escape(report["generated_at"]),
-                     report["bucket_seconds"], _summary_tables(report["groups"]), images,
-                     _errors_table(report))
+                     report["bucket_seconds"], _not_read(report),
+                     _summary_tables(report["groups"]), images, _errors_table(report))

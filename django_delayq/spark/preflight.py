@@ -18,6 +18,9 @@ ATTEMPTS_DIR = "attempts"
 # In an export or archive directory: "every job row here has its attempt rows here too"
 # (``export_attempts``). Without it the report has no failed-attempt figure.
 ATTEMPTS_MARKER = "_delayq_attempts_complete.json"
+# In an export or archive directory: one record per run of what it wrote (``records``);
+# the report reads the files listed there and no other.
+RECORDS_DIR = "_delayq_files"
 
 
 def is_url(path: Path | str) -> bool:

@@ -10,6 +10,9 @@ to be archived again by the next run (the same version twice; readers deduplicat
 Archived jobs come with all their attempt rows, so a directory that holds archives only
 (no export state) gets the marker that lets the report count failed attempts
 (``export_attempts.mark_complete``); in an export directory the export decides.
+
+Each run's files are listed in one record (``records``), rewritten after each batch
+before its rows are deleted, naming the database.
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
-from django_delayq.spark import export_attempts, schema
-from django_delayq.spark.export import STATE_FILE
+from django_delayq.spark import export_attempts, records, schema
+from django_delayq.spark.export import STATE_FILE, database_identity
+from django_delayq.spark.preflight import writable_dir
 from django_delayq.spark.progress_bar import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
 from django_delayq.worker.retention import delete_jobs
@@ -74,6 +78,7 @@ def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
     if dry_run:  # the attempt rows of exactly those jobs, counted in the database
         attempts = JobAttempt.objects.filter(job_id__in=prunable(cutoff).values("pk")).count()
         return PruneResult(cutoff=cutoff, jobs=total, attempts=attempts)
+    run = None if archive is None else _Run(Path(archive))
     bar = Progress(total, "delayq_prune", stream=stream, enabled=progress)
     jobs = attempts = 0
     files: list[Path] = []
@@ -83,8 +88,8 @@ def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
         if not page:
             break
         ids = [row[0] for row in page]
-        if archive is not None:
-            files += _archive(Path(archive), page, ids, read_at)
+        if run is not None:
+            files += _archive(run, page, ids, read_at)
         attempts += _delete(ids)
         jobs += len(ids)
         bar.update(len(ids))
@@ -92,8 +97,27 @@ def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
     return PruneResult(cutoff=cutoff, jobs=jobs, attempts=attempts, files=files)
 
 
-def _archive(root: Path, page: list[tuple[object, ...]], ids: list[str],
+class _Run:
+    """One archiving run into ``root``: its database and its record, rewritten with every
+    batch's files."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = writable_dir(root, "archive to")
+        self.database = database_identity()
+        records.adopt(root, self.database)  # files written before records existed
+        self.name = records.new_name("archive")
+        self.files: dict[Path, tuple[int, int | None]] = {}
+
+    def record(self, *written: dict[Path, tuple[int, int | None]]) -> None:
+        for files in written:
+            self.files.update(files)
+        records.write(self.root, self.name, writer="archive", database=self.database,
+                      attempts_complete=True, files=records.written(self.root, self.files))
+
+
+def _archive(run: _Run, page: list[tuple[object, ...]], ids: list[str],
              read_at: datetime) -> list[Path]:
+    root = run.root
     created = {row[0]: row[schema.JOB_COLUMNS.index("created_at")] for row in page}
     table = schema.to_table(page, schema.JOB_SCHEMA, schema.JOB_JSON_FIELDS)
     table = table.append_column(pa.field("read_at", schema.TS),
@@ -109,8 +133,9 @@ def _archive(root: Path, page: list[tuple[object, ...]], ids: list[str],
         days = pa.array([created[r[1]] for r in rows], type=schema.TS)
         table = table.append_column(schema.ATTEMPT_DAY, days)
     with DayPartitionedWriter(root / schema.ATTEMPTS_DIR, table.schema, kind="archive",
-                              day_column=schema.ATTEMPT_DAY) as attempts:
+                              day_column=schema.ATTEMPT_DAY, max_column="id") as attempts:
         attempts.write(table)
+    run.record(jobs.written, attempts.written)  # before the rows go
     if not os.path.lexists(root / STATE_FILE):  # archives only: every job with its attempts
         export_attempts.mark_complete(root)
     return jobs.files + attempts.files

@@ -114,19 +114,26 @@ def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
     with StageProgress(spark, stream, enabled=progress, every=progress_every) as steps:
         with steps.step("reading jobs from %s" % (jdbc_url.split("?")[0] if jdbc_url
                                                   else input)):
+            files = None if jdbc_url or input is None else source.inventory(spark, input)
             jobs = source.read_jobs(spark, input, jdbc_url=jdbc_url,
                                     jdbc_table=jdbc_table or source.DEFAULT_TABLE,
-                                    jdbc_properties=jdbc_properties)
+                                    jdbc_properties=jdbc_properties, files=files)
             attempts = source.read_attempts(
                 spark, input, jdbc_url=jdbc_url,
                 jdbc_table=jdbc_attempts_table or source.DEFAULT_ATTEMPT_TABLE,
-                jdbc_properties=jdbc_properties)
+                jdbc_properties=jdbc_properties, files=files)
+        unrecorded = None if files is None or files.unrecorded is None \
+            else len(files.unrecorded)
+        if unrecorded:
+            steps.write("%d Parquet files under %s not read: no record says delayq_export or "
+                        "delayq_prune wrote them" % (unrecorded, input))
         if attempts is None:
             steps.write("%s does not hold the attempt rows of its jobs (an export begun "
                         "before delayq_export wrote them): no failed-attempt figure" % input)
         report = compute_report(jobs, attempts=attempts, bucket_seconds=bucket_seconds,
                                 progress=steps)
         report["source"] = jdbc_url.split("?")[0] if jdbc_url else str(input)
+        report["unrecorded_files"] = unrecorded
         with steps.step("writing JSON, CSV, charts and HTML to %s" % out):
             return write_outputs(report, out)
 

@@ -7,6 +7,12 @@ and one per id is kept. An export directory without the marker
 ``preflight.ATTEMPTS_MARKER`` (begun before ``delayq_export`` wrote attempt rows) has no
 complete attempt rows: ``read_attempts`` says so with None, and the report has no
 failed-attempt figure.
+
+Of an export directory only the files its records list are read (``records``: what
+``delayq_export`` and ``delayq_prune --archive`` wrote there), and what is read is
+checked against them: a listed file missing, rows missing from the listed files, or a
+marker that some record contradicts make the report refuse with one line (a ValueError)
+rather than show figures of data that is not what was written.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from django_delayq.spark import records
 from django_delayq.spark.preflight import (
     ATTEMPTS_DIR,
     ATTEMPTS_MARKER,
     JOBS_DIR,
+    RECORDS_DIR,
     export_root,
     is_url,
     jobs_dir,
@@ -74,30 +82,106 @@ REPORT_SCHEMA = ", ".join(
     for c in REPORT_COLUMNS)
 
 
-def _job_files(path: Path) -> bool:
-    """Whether ``path`` holds a published Parquet file (not a dot- or underscore-name,
-    which Spark skips: files still being written, state and marker files)."""
-    for found in path.rglob("*.parquet"):
-        if not any(part[0] in "._" for part in found.relative_to(path).parts):
-            return True
-    return False
+def _base(root: Path | str) -> str:
+    """The export directory holding ``jobs/``, ``attempts/`` and the records."""
+    return str(root).rstrip("/") if is_url(root) else str(export_root(root))
 
 
-def read_parquet(spark: Any, root: Path | str) -> Any:
-    """The exported jobs under ``root``. A URL (``s3a://``, ``hdfs://``) goes to Spark as
-    it is; a local directory without job files (an export that found no rows yet) is an
-    empty frame, so the report says "0 jobs" instead of failing to infer a schema; a
-    missing one is a FileNotFoundError (``preflight.jobs_dir``)."""
+def _record_texts(spark: Any, base: str) -> list[tuple[str, str]]:
+    """The records under a URL, ``(name, text)``: Spark reads them (one file, one row)."""
+    from pyspark.errors import AnalysisException
+
+    try:
+        frame = spark.read.option("pathGlobFilter", "*.json").text(base + "/" + RECORDS_DIR,
+                                                                   wholetext=True)
+        rows = frame.select("_metadata.file_name", "value").collect()
+    except AnalysisException:  # no records directory
+        return []
+    return [(row[0], row[1]) for row in rows]
+
+
+def _url_listing(spark: Any, base: str) -> list[str]:
+    """The Parquet files under a URL's ``jobs/`` and ``attempts/``, as paths under it
+    (``jobs/day=.../name.parquet``) where they sit where the writers put them; Spark lists
+    them (``binaryFile`` without its content column reads no file)."""
+    from pyspark.errors import AnalysisException
+
+    found = []
+    for sub in (JOBS_DIR, ATTEMPTS_DIR):
+        try:
+            rows = (spark.read.format("binaryFile").option("pathGlobFilter", "*.parquet")
+                    .option("recursiveFileLookup", "true").load(base + "/" + sub)
+                    .select("path").collect())
+        except AnalysisException:  # no such directory
+            continue
+        for row in rows:
+            tail = "/".join(row[0].rsplit("/", 3)[-3:])
+            found.append(tail if records.FILE_PATH.match(tail) else row[0])
+    return found
+
+
+def inventory(spark: Any, root: Path | str) -> records.Inventory:
+    """What the writers recorded in ``root`` and which Parquet files are there, checked
+    (``records.usable``); a missing local directory is a FileNotFoundError."""
+    base = _base(root)
     if is_url(root):
-        text = str(root).rstrip("/") + "/" + JOBS_DIR
+        texts, found = _record_texts(spark, base), _url_listing(spark, base)
     else:
-        path = jobs_dir(root)
-        if not _job_files(path):
-            return spark.createDataFrame([], REPORT_SCHEMA)
-        text = str(path)
+        jobs_dir(root)
+        texts, found = records.read_texts(Path(base)), records.listing(Path(base))
+    return records.usable(records.inventory(texts, found, base), base)
+
+
+def _listed(root: Path | str, paths: list[str], where: str) -> list[str]:
+    """The full paths of the listed files; a local one that is not there is refused."""
+    base = _base(root)
+    if not is_url(root):
+        missing = [p for p in paths if not (Path(base) / p).is_file()]
+        if missing:
+            raise ValueError("%s: %d file(s) its records list are not there (%s%s): restore "
+                             "them, or export to a new directory" % (
+                                 where, len(missing), ", ".join(missing[:3]),
+                                 ", ..." if len(missing) > 3 else ""))
+    return [base + "/" + p for p in paths]
+
+
+def _read_listed(reader: Any, paths: list[str], where: str) -> Any:
+    from pyspark.errors import AnalysisException
+
+    try:
+        return reader.parquet(*paths)
+    except AnalysisException as exc:  # a listed file not there (URLs), or not Parquet
+        raise ValueError("%s: a file its records list cannot be read (%s): restore it, or "
+                         "export to a new directory"
+                         % (where, str(exc).strip().splitlines()[0])) from None
+
+
+def _mismatch(where: str, what: str, read: Any, recorded: Any) -> ValueError:
+    return ValueError("%s does not hold the %s its records list: read %s, recorded %s; "
+                      "restore the files, or export to a new directory" % (where, what, read,
+                                                                          recorded))
+
+
+def read_parquet(spark: Any, root: Path | str,
+                 files: records.Inventory | None = None) -> Any:
+    """The exported jobs under ``root``: the job files its records list (``files``, read
+    here unless given), checked against them. A URL (``s3a://``, ``hdfs://``) goes to
+    Spark as it is; a directory without job files (an export that found no rows yet) is
+    an empty frame, so the report says "0 jobs" instead of failing to infer a schema; a
+    missing local one is a FileNotFoundError (``preflight.jobs_dir``)."""
+    files = files or inventory(spark, root)
+    where = "%s/%s" % (_base(root), JOBS_DIR)
+    paths = _listed(root, sorted(files.jobs), where)
+    if not paths:
+        return spark.createDataFrame([], REPORT_SCHEMA)
     # mergeSchema: files written before a column existed (error_type, read_at) and after
     # it are read with it, null in the older ones, whichever file Spark opens first
-    return spark.read.option("basePath", text).option("mergeSchema", "true").parquet(text)
+    reader = spark.read.option("basePath", where).option("mergeSchema", "true")
+    raw = _read_listed(reader, paths, where)
+    rows = raw.count()
+    if rows != files.job_rows:
+        raise _mismatch(where, "job rows", rows, files.job_rows)
+    return raw
 
 
 def read_jdbc(spark: Any, url: str, *, table: str = DEFAULT_TABLE,
@@ -113,12 +197,14 @@ def read_jdbc(spark: Any, url: str, *, table: str = DEFAULT_TABLE,
 
 def read_jobs(spark: Any, root: Path | str | None = None, *, jdbc_url: str | None = None,
               jdbc_table: str = DEFAULT_TABLE,
-              jdbc_properties: Mapping[str, str | None] | None = None) -> Any:
-    """One row per job, from ``root`` (Parquet) or from ``jdbc_url``."""
+              jdbc_properties: Mapping[str, str | None] | None = None,
+              files: records.Inventory | None = None) -> Any:
+    """One row per job, from ``root`` (Parquet: the files its records list, ``files``
+    when given) or from ``jdbc_url``."""
     if jdbc_url:
         raw = read_jdbc(spark, jdbc_url, table=jdbc_table, properties=jdbc_properties)
     elif root is not None:
-        raw = read_parquet(spark, root)
+        raw = read_parquet(spark, root, files)
     else:
         raise ValueError("read_jobs needs an export directory or a JDBC URL")
     return latest_versions(normalize(raw))
@@ -137,20 +223,32 @@ def attempts_complete(spark: Any, root: Path | str) -> bool:
     return True
 
 
-def _attempt_files(spark: Any, root: Path | str) -> Any:
-    """The attempt files under ``root`` with the report's columns; none is an empty frame."""
-    reader = spark.read.schema(ATTEMPT_SCHEMA)  # also: no schema to infer from no files
-    if not is_url(root):
-        path = export_root(root) / ATTEMPTS_DIR
-        if not path.is_dir():
-            return spark.createDataFrame([], ATTEMPT_SCHEMA)
-        return reader.parquet(str(path))
-    from pyspark.errors import AnalysisException
+def _attempt_files(spark: Any, root: Path | str, files: records.Inventory) -> Any:
+    """The attempt files the records of ``root`` list, with the report's columns, checked
+    against the records (rows, highest id); none is an empty frame. A record that says its
+    run did not write the attempt rows of its jobs contradicts the marker: refused."""
+    from pyspark.sql import functions as F
 
-    try:
-        return reader.parquet(str(root).rstrip("/") + "/" + ATTEMPTS_DIR)
-    except AnalysisException:  # no attempts directory: none was ever written
-        return spark.createDataFrame([], ATTEMPT_SCHEMA)
+    where = "%s/%s" % (_base(root), ATTEMPTS_DIR)
+    if files.incomplete:
+        raise ValueError(
+            "%s/%s says every job row there has its attempt rows, but %d of its file records "
+            "say their run wrote none (%s): a directory begun before delayq_export wrote "
+            "attempt rows, or a marker put there by hand; remove the marker, or export to a "
+            "new directory" % (_base(root), ATTEMPTS_MARKER, len(files.incomplete),
+                               ", ".join(files.incomplete[:3])))
+    paths = _listed(root, sorted(files.attempts), where)
+    if not paths:
+        frame = spark.createDataFrame([], ATTEMPT_SCHEMA)
+    else:
+        reader = spark.read.schema(ATTEMPT_SCHEMA).option("basePath", where)
+        frame = _read_listed(reader, paths, where)
+    got = frame.agg(F.count(F.lit(1)).alias("rows"), F.max("id").alias("top")).first()
+    read, recorded = (got["rows"], got["top"]), (files.attempt_rows, files.attempt_max_id)
+    if read != recorded:
+        raise _mismatch(where, "attempt rows", "%d (highest id %s)" % read,
+                        "%d (highest id %s)" % recorded)
+    return frame
 
 
 def one_per_attempt(df: Any) -> Any:
@@ -174,15 +272,17 @@ def one_per_attempt(df: Any) -> Any:
 
 def read_attempts(spark: Any, root: Path | str | None = None, *, jdbc_url: str | None = None,
                   jdbc_table: str = DEFAULT_ATTEMPT_TABLE,
-                  jdbc_properties: Mapping[str, str | None] | None = None) -> Any | None:
+                  jdbc_properties: Mapping[str, str | None] | None = None,
+                  files: records.Inventory | None = None) -> Any | None:
     """One row per attempt (``id``, ``job_id``, ``error_type``, ``error``) from ``root``
-    (Parquet) or ``jdbc_url``; None when ``root`` has no complete attempt rows."""
+    (Parquet: the attempt files its records list, ``files`` when given, checked against
+    them) or ``jdbc_url``; None when ``root`` has no complete attempt rows (no marker)."""
     if jdbc_url:
         raw = read_jdbc(spark, jdbc_url, table=jdbc_table, properties=jdbc_properties)
     elif root is not None:
         if not attempts_complete(spark, root):
             return None
-        raw = _attempt_files(spark, root)
+        raw = _attempt_files(spark, root, files or inventory(spark, root))
     else:
         raise ValueError("read_attempts needs an export directory or a JDBC URL")
     return one_per_attempt(raw)

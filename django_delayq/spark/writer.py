@@ -22,17 +22,23 @@ class DayPartitionedWriter:
     """Appends tables to ``root/day=YYYY-MM-DD/<stem>-<n>.parquet`` (UTC day of ``day_column``).
 
     One file per day per writer; each ``write()`` adds a row group, so memory stays
-    bounded by one chunk. Close it (or use ``with``) to publish the files.
+    bounded by one chunk. Close it (or use ``with``) to publish the files. ``written``
+    says, per published file, its rows and (with ``max_column``) that column's highest
+    value: what the file records (``records``) list.
     """
 
-    def __init__(self, root: Path, schema: pa.Schema, *, kind: str, day_column: str) -> None:
+    def __init__(self, root: Path, schema: pa.Schema, *, kind: str, day_column: str,
+                 max_column: str | None = None) -> None:
         self.root = Path(root)
         self.schema = schema
         self.day_column = day_column
+        self.max_column = max_column
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
         self.stem = "%s-%s-%s" % (kind, stamp, uuid.uuid4().hex[:8])
         self._open: dict[str, tuple[pq.ParquetWriter, Path, Path]] = {}
+        self._counts: dict[str, tuple[int, int | None]] = {}  # per open day: rows, max
         self.files: list[Path] = []
+        self.written: dict[Path, tuple[int, int | None]] = {}
         self.rows = 0
 
     def __enter__(self) -> DayPartitionedWriter:
@@ -52,6 +58,11 @@ class DayPartitionedWriter:
             part = table.filter(pc.equal(days, day))
             self._writer(day).write_table(part)
             self.rows += part.num_rows
+            rows, top = self._counts.get(day, (0, None))
+            if self.max_column is not None:
+                high = pc.max(part[self.max_column]).as_py()
+                top = high if top is None or (high is not None and high > top) else top
+            self._counts[day] = (rows + part.num_rows, top)
 
     def _writer(self, day: str) -> pq.ParquetWriter:
         if day not in self._open:
@@ -70,6 +81,7 @@ class DayPartitionedWriter:
         writer.close()
         os.replace(tmp, final)
         self.files.append(final)
+        self.written[final] = self._counts.pop(day, (0, None))
 
     def close(self) -> list[Path]:
         for day in list(self._open):
@@ -81,3 +93,4 @@ class DayPartitionedWriter:
             writer.close()
             tmp.unlink(missing_ok=True)
         self._open.clear()
+        self._counts.clear()

@@ -1,5 +1,6 @@
 """An export directory as a version from before attempt rows were exported left it: job
-files and a state without ``attempts``, no attempt files, no marker."""
+files and a state without ``attempts``, no attempt files, no marker, and no record of the
+files written (records came later still)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 def as_an_earlier_version_left_it(root: Path) -> None:
     from django_delayq.spark.export import STATE_FILE
-    from django_delayq.spark.preflight import ATTEMPTS_DIR, ATTEMPTS_MARKER
+    from django_delayq.spark.preflight import ATTEMPTS_DIR, ATTEMPTS_MARKER, RECORDS_DIR
 
     state = json.loads((root / STATE_FILE).read_text())
     for key in ("attempts", "last_run_attempt_rows"):
@@ -18,3 +19,4 @@ def as_an_earlier_version_left_it(root: Path) -> None:
     (root / STATE_FILE).write_text(json.dumps({**state, "version": 2}))
     (root / ATTEMPTS_MARKER).unlink(missing_ok=True)
     shutil.rmtree(root / ATTEMPTS_DIR, ignore_errors=True)
+    shutil.rmtree(root / RECORDS_DIR, ignore_errors=True)

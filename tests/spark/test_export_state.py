@@ -16,6 +16,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_delayq.spark.export import STATE_FILE, export_jobs
+from django_delayq.spark.preflight import RECORDS_DIR
 from tests.spark.data import BASE, known_jobs, save_jobs
 from tests.spark.test_export_attempts import _fail, _jobs
 
@@ -98,6 +99,7 @@ def test_a_missing_pending_record_is_refused_and_a_full_export_goes_on(tmp_path:
     result = export_jobs(tmp_path, now=NOW + timedelta(minutes=1), full=True, progress=False)
     assert (result.rows, result.attempt_rows) == (111, 5)
     assert (tmp_path / json.loads((tmp_path / STATE_FILE).read_text())["pending"]).is_file()
+    assert len(list((tmp_path / RECORDS_DIR).iterdir())) == 2
 
 
 def test_the_states_earlier_versions_wrote_are_still_read(tmp_path: Path) -> None:

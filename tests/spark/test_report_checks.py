@@ -1,19 +1,33 @@
-"""What the report leaves out, it says: attempt rows whose job is not in the data are
-counted in ``attempts_without_job`` (report.json, the page), not dropped in silence."""
+"""The report reads the files delayq_export and delayq_prune recorded writing, checks what
+it reads against those records, and says what it leaves out.
+
+- attempt files gone, emptied, or a marker that the records contradict: refused with one
+  line, never a failed-attempt figure of 0;
+- Parquet files no record lists (even named as the writers name them): not read,
+  counted in ``unrecorded_files``;
+- attempt rows whose job is not in the data: counted in ``attempts_without_job``.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import re
+import shutil
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
+from django.core.management import CommandError, call_command
 
 from django_delayq.models import Job, JobAttempt
 from django_delayq.spark.export import export_jobs
+from django_delayq.spark.preflight import ATTEMPTS_MARKER, RECORDS_DIR
 from tests.spark import plain
 from tests.spark.data import BASE, known_jobs, save_jobs
+from tests.spark.earlier import as_an_earlier_version_left_it
 from tests.spark.test_export_attempts import _fail, _jobs
 from tests.spark.test_report_from_workers import _same
 from tests.spark.workers import ATTEMPT_COLUMNS, COLUMNS
@@ -21,6 +35,26 @@ from tests.spark.workers import ATTEMPT_COLUMNS, COLUMNS
 pytestmark = pytest.mark.django_db
 
 NOW = BASE + timedelta(days=2)
+
+
+def _made(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Known jobs, 10 timeouts of jobs that then succeeded and 30 ``ValueError``s of jobs
+    that died, exported; returns the rows as the database holds them."""
+    save_jobs(known_jobs())
+    _fail(_jobs(81, 90))
+    _fail(_jobs(91, 100), times=3, kind="builtins.ValueError")
+    export_jobs(root, now=NOW, progress=False)
+    return (list(Job.objects.values(*COLUMNS)),
+            list(JobAttempt.objects.values(*ATTEMPT_COLUMNS)))
+
+
+def _report(root: Path | str, out: Path) -> dict[str, Any]:
+    err = io.StringIO()
+    call_command("delayq_report", "--input", str(root), "--out", str(out),
+                 stdout=io.StringIO(), stderr=err)
+    report = dict(json.loads((out / "report.json").read_text()))
+    report["_stderr"] = err.getvalue()
+    return report
 
 
 def _exact(report: dict[str, Any], rows: list[dict[str, Any]],
@@ -31,6 +65,110 @@ def _exact(report: dict[str, Any], rows: list[dict[str, Any]],
     assert report["jobs"] == len(rows) and set(got) == set(expected)
     for level, want in expected.items():
         _same(got[level], want, "%s/%s" % level)
+
+
+def _refused(root: Path, out: Path, message: str) -> str:
+    """The report stops with one line matching ``message`` and writes nothing."""
+    with pytest.raises(CommandError) as raised:
+        call_command("delayq_report", "--input", str(root), "--out", str(out),
+                     stdout=io.StringIO(), stderr=io.StringIO())
+    text = str(raised.value)
+    assert "\n" not in text and re.search(message, text), text
+    assert not (out / "report.json").exists()
+    return text
+
+
+def test_a_marker_whose_attempt_files_are_gone_is_refused(tmp_path: Path, spark: Any) -> None:
+    from django_delayq.spark.source import read_attempts
+
+    root = tmp_path / "export"
+    _made(root)
+    shutil.rmtree(root / "attempts")
+    _refused(root, tmp_path / "report", r"^%s/attempts: 1 file\(s\) its records list are not "
+             r"there \(attempts/day=2025-03-01/export-\S+\.parquet\): restore them, or "
+             r"export to a new directory$" % re.escape(str(root)))
+    with pytest.raises(ValueError, match=r"attempts: a file its records list cannot be read"):
+        read_attempts(spark, "file://%s" % root)  # Spark's to read: its error, in one line
+
+
+def test_attempt_or_job_files_emptied_are_refused(tmp_path: Path, spark: Any) -> None:
+    root = tmp_path / "export"
+    _, attempts = _made(root)
+    top = max(a["id"] for a in attempts)
+    [attempt_file] = (root / "attempts").rglob("*.parquet")
+    table = pq.ParquetFile(attempt_file).read()
+    pq.write_table(table.slice(0, 0), attempt_file)  # the same file, no rows
+    _refused(root, tmp_path / "report", r"%s/attempts does not hold the attempt rows its "
+             r"records list: read 0 \(highest id None\), recorded 40 \(highest id %d\)"
+             % (re.escape(str(root)), top))
+    pq.write_table(table.slice(0, 39), attempt_file)  # one row short
+    _refused(root, tmp_path / "report", r"read 39 \(highest id \d+\), recorded 40")
+    pq.write_table(table, attempt_file)
+    [job_file] = (root / "jobs").rglob("*.parquet")
+    pq.write_table(pq.ParquetFile(job_file).read().slice(0, 100), job_file)
+    _refused(root, tmp_path / "report", r"%s/jobs does not hold the job rows its records "
+             r"list: read 100, recorded 111" % re.escape(str(root)))
+
+
+def test_a_marker_the_records_contradict_is_refused(tmp_path: Path, spark: Any) -> None:
+    """A directory begun before attempt rows were exported, with a marker put there: its
+    records say its runs wrote none. Without the marker: the figure is unavailable."""
+    root = tmp_path / "export"
+    rows, _ = _made(root)
+    as_an_earlier_version_left_it(root)
+    export_jobs(root, now=NOW + timedelta(minutes=1), progress=False)  # records its files
+    (root / ATTEMPTS_MARKER).write_text(json.dumps({"meaning": "every job row ..."}))
+    _refused(root, tmp_path / "report", r"%s says every job row there has its attempt rows, "
+             r"but 1 of its file records say their run wrote none \(adopted-\S+\.json\)"
+             % re.escape(str(root / ATTEMPTS_MARKER)))
+    (root / ATTEMPTS_MARKER).unlink()
+    report = _report(root, tmp_path / "report")
+    assert report["failed_attempts_available"] is False
+    _exact(report, rows, None)
+
+
+def test_a_directory_without_records_is_refused_until_a_run_records_its_files(
+        tmp_path: Path, spark: Any) -> None:
+    root = tmp_path / "export"
+    rows, _ = _made(root)
+    as_an_earlier_version_left_it(root)
+    _refused(root, tmp_path / "report", r"%s holds 1 Parquet files but no record of what "
+             r"delayq wrote there .*: run delayq_export --out %s \(or delayq_prune --archive "
+             r"%s\) once to record them" % ((re.escape(str(root)),) * 3))
+    call_command("delayq_export", "--out", str(root), "--settle", "0", verbosity=0,
+                 stdout=io.StringIO())
+    [record] = (root / RECORDS_DIR).iterdir()
+    body = json.loads(record.read_text())
+    assert record.name.startswith("adopted-") and body["attempts_complete"] is False
+    assert [(f["path"].split("/")[0], f["rows"]) for f in body["files"]] == [("jobs", 111)]
+    report = _report(root, tmp_path / "report")
+    assert report["unrecorded_files"] == 0
+    _exact(report, rows, None)
+
+
+def test_parquet_files_no_record_lists_are_not_read_and_are_counted(tmp_path: Path,
+                                                                    spark: Any) -> None:
+    """Files another export wrote (more failures, one more job), copied in under the
+    names the writers give, and one under another name: none is read."""
+    root, other = tmp_path / "export", tmp_path / "other"
+    rows, attempts = _made(root)
+    _fail(_jobs(1, 20), kind="shop.errors.Planted")
+    save_jobs([dict(known_jobs()[0], id="x001")])
+    export_jobs(other, now=NOW, progress=False)
+    planted = []
+    for found in sorted((other / "jobs").rglob("*.parquet")) + sorted(
+            (other / "attempts").rglob("*.parquet")):
+        planted.append(root / found.relative_to(other))
+        shutil.copy(found, planted[-1])
+    shutil.copy(planted[-1], planted[-1].parent / "extra.parquet")
+    report = _report(root, tmp_path / "report")
+    assert report["unrecorded_files"] == 3
+    assert "3 Parquet files under %s not read" % root in report["_stderr"]
+    _exact(report, rows, attempts)
+    assert "<b>3 Parquet files not read:</b>" in (tmp_path / "report" / "report.html").read_text()
+    url = _report("file://%s" % root, tmp_path / "url")  # listed by Spark, not Python
+    assert url["unrecorded_files"] == 3
+    _exact(url, rows, attempts)
 
 
 def test_attempt_rows_whose_job_is_not_in_the_data_are_counted(tmp_path: Path,

@@ -140,12 +140,13 @@ def test_rows_without_error_type_fall_back_to_a_leading_class_path(spark: Any) -
 def test_files_written_before_a_column_existed_are_read_with_the_newer_ones(
         spark: Any, tmp_path: Any) -> None:
     """An export directory holding files without ``error_type`` and ``read_at`` (older
-    versions) and files with them: each row keeps what its own file says, whichever file
-    Spark opens first to learn the schema."""
+    versions) and files with them, recorded as a run records the files of a directory
+    written before records existed: each row keeps what its own file says, whichever
+    file Spark opens first to learn the schema."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from django_delayq.spark import schema
+    from django_delayq.spark import records, schema
     from django_delayq.spark.source import read_jobs
     from django_delayq.spark.summary import compute_report
 
@@ -162,10 +163,12 @@ def test_files_written_before_a_column_existed_are_read_with_the_newer_ones(
         return schema.to_table([tuple(j.get(c) for c in columns) for j in jobs], layout,
                                schema.JOB_JSON_FIELDS)
 
-    pq.write_table(table(old, old_columns), folder / "a-old.parquet")
+    pq.write_table(table(old, old_columns),
+                   folder / "export-20250301T120000Z-0aaaaaaa-000.parquet")
     pq.write_table(table(new, list(schema.JOB_COLUMNS)).append_column(
         pa.field("read_at", schema.TS), pa.array([BASE] * len(new), schema.TS)),
-        folder / "b-new.parquet")
+        folder / "export-20261128T120000Z-0bbbbbbb-000.parquet")
+    assert records.adopt(tmp_path, "sqlite:/srv/shop.sqlite3") is not None
     rows = {r["id"]: r for r in read_jobs(spark, tmp_path).collect()}
     assert {i: rows[i]["error_type"] for i in rows} == {
         "o0": None, "o1": None, "o2": None,
