@@ -31,7 +31,8 @@ naming the file, the key and the value: read as anything else, it would make a r
 rows without a word.
 
 Each run that writes files publishes a record of them (``records``), naming the database
-it read (``database_identity``).
+it read (``database_identity``); a directory holds the rows of one database, and a run
+from another is refused (ids of one database name other rows in another).
 
 ``exclude`` leaves columns out of the files (never read from the database); ``redact``
 keeps a text column but writes ``"[redacted]"`` for every value but null and the empty
@@ -148,6 +149,8 @@ def check_state(state: Any, path: Path) -> dict[str, Any]:
     if isinstance(overlap, bool) or not isinstance(overlap, int | float) \
             or not 0 <= overlap < float("inf"):
         raise _bad(path, "overlap_seconds", overlap, "a number of seconds >= 0")
+    if not isinstance(state.get("database", ""), str):
+        raise _bad(path, "database", state["database"], "a text naming a database")
     export_attempts.check_state(state.get(export_attempts.STATE_KEY), str(path))
     return state
 
@@ -242,6 +245,19 @@ def _check_columns(state: dict[str, Any] | None, exclude: tuple[str, ...],
             "this directory was exported with --exclude %s --redact %s; use the same "
             "columns or another directory (its files must share one layout)"
             % (",".join(before[0]) or "(none)", ",".join(before[1]) or "(none)"))
+
+
+def check_database(root: Path, database: str, state: dict[str, Any] | None = None) -> None:
+    """One directory, one database: refuse a run reading another than the one named by
+    the state file (read here unless given) or by the directory's file records."""
+    if state is None:
+        state = read_state(root)
+    before = (state or {}).get("database")
+    if before is not None and before != database:
+        raise ValueError("%s was exported from another database (%s), not from this one (%s): "
+                         "ids of one name other rows in another; export each database to "
+                         "its own directory" % (root, before, database))
+    records.check_database(root, database)
 
 
 def _previous_mark(root: Path, state: dict[str, Any] | None, since: datetime | None,
@@ -339,6 +355,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     state = read_state(root)
     _check_columns(state, excluded, redacted)
     database = database_identity()
+    check_database(root, database, state)
     now = now or timezone.now()
     started = time.monotonic()  # with ``now``: the attempts' clock (export_attempts)
     previous = _previous_mark(root, state, since, until, full, now + overlap)
@@ -388,7 +405,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     new_state = {"version": 3, "high_water": _iso(mark), "since": _iso(since),
                  "until": _iso(until), "runs": runs, "last_run_rows": writer.rows,
                  "exclude": list(excluded), "redact": list(redacted), "pending": name,
-                 "overlap_seconds": overlap.total_seconds()}
+                 "overlap_seconds": overlap.total_seconds(), "database": database}
     if attempts is not None:
         new_state[export_attempts.STATE_KEY] = export_attempts.next_state(attempts)
         new_state["last_run_attempt_rows"] = attempt_rows

@@ -12,7 +12,8 @@ Archived jobs come with all their attempt rows, so a directory that holds archiv
 (``export_attempts.mark_complete``); in an export directory the export decides.
 
 Each run's files are listed in one record (``records``), rewritten after each batch
-before its rows are deleted, naming the database.
+before its rows are deleted, naming the database; archiving into a directory whose state
+or records name another database is refused.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from django.utils import timezone
 
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
 from django_delayq.spark import export_attempts, records, schema
-from django_delayq.spark.export import STATE_FILE, database_identity
+from django_delayq.spark.export import STATE_FILE, check_database, database_identity
 from django_delayq.spark.preflight import writable_dir
 from django_delayq.spark.progress_bar import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
@@ -98,12 +99,13 @@ def prune_jobs(older_than: timedelta, *, archive: Path | str | None = None,
 
 
 class _Run:
-    """One archiving run into ``root``: its database and its record, rewritten with every
-    batch's files."""
+    """One archiving run into ``root``: its database, checked against the directory's,
+    and its record, rewritten with every batch's files."""
 
     def __init__(self, root: Path) -> None:
         self.root = writable_dir(root, "archive to")
         self.database = database_identity()
+        check_database(root, self.database)
         records.adopt(root, self.database)  # files written before records existed
         self.name = records.new_name("archive")
         self.files: dict[Path, tuple[int, int | None]] = {}

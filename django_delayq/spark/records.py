@@ -14,6 +14,8 @@ The report (``source``) reads only the files the records list; a Parquet file pu
 ``jobs/`` or ``attempts/`` by anything else is left out and counted. What it reads is
 checked against the records: every listed file present, the rows of the listed job and
 attempt files adding up to the recorded rows, the highest attempt id the recorded one.
+A directory whose records name two databases is refused: an id of one database names
+another row, or none, in the other.
 
 A directory written before records existed has none. The first export or archive run
 that writes to it records the files already there that are named as the writers name
@@ -176,7 +178,11 @@ def inventory(texts: Iterable[tuple[str, str]], found: Iterable[str] | None,
 
 
 def usable(inv: Inventory, where: str) -> Inventory:
-    """The checks before anything is read: records for the files there."""
+    """The checks before anything is read: one database; records for the files there."""
+    if len(inv.databases) > 1:
+        raise ValueError("%s holds files exported from %d databases (%s): ids of one name "
+                         "other rows in another; report on each database's directory apart"
+                         % (where, len(inv.databases), ", ".join(sorted(inv.databases))))
     if inv.records == 0 and inv.unrecorded:
         raise ValueError("%s holds %d Parquet files but no record of what delayq wrote there "
                          "(written before delayq_export recorded its files): run delayq_export "
@@ -207,6 +213,17 @@ def listing(root: Path) -> list[str]:
             if path.is_file() and not any(p[0] in "._" for p in parts):
                 out.append(path.relative_to(root).as_posix())
     return sorted(out)
+
+
+def check_database(root: Path, database: str) -> None:
+    """Refuse to write from ``database`` into a directory whose records name another."""
+    others = {parse(text, "%s/%s/%s" % (root, RECORDS_DIR, name))["database"]
+              for name, text in read_texts(root)} - {database}
+    if others:
+        raise ValueError("%s holds files exported from another database (%s), not from this "
+                         "one (%s): ids of one name other rows in another; write each "
+                         "database to its own directory" % (root, ", ".join(sorted(others)),
+                                                           database))
 
 
 def adopt(root: Path, database: str) -> str | None:

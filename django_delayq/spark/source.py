@@ -10,9 +10,10 @@ failed-attempt figure.
 
 Of an export directory only the files its records list are read (``records``: what
 ``delayq_export`` and ``delayq_prune --archive`` wrote there), and what is read is
-checked against them: a listed file missing, rows missing from the listed files, or a
-marker that some record contradicts make the report refuse with one line (a ValueError)
-rather than show figures of data that is not what was written.
+checked against them: a listed file missing, rows missing from the listed files, a
+marker that some record contradicts, or records of two databases make the report
+refuse with one line (a ValueError) rather than show figures of data that is not what
+was written. Ids are unique within one database, so one directory holds one.
 """
 
 from __future__ import annotations

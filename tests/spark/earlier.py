@@ -14,7 +14,7 @@ def as_an_earlier_version_left_it(root: Path) -> None:
     from django_delayq.spark.preflight import ATTEMPTS_DIR, ATTEMPTS_MARKER, RECORDS_DIR
 
     state = json.loads((root / STATE_FILE).read_text())
-    for key in ("attempts", "last_run_attempt_rows"):
+    for key in ("attempts", "last_run_attempt_rows", "database"):
         state.pop(key, None)
     (root / STATE_FILE).write_text(json.dumps({**state, "version": 2}))
     (root / ATTEMPTS_MARKER).unlink(missing_ok=True)

@@ -5,15 +5,20 @@ it reads against those records, and says what it leaves out.
   line, never a failed-attempt figure of 0;
 - Parquet files no record lists (even named as the writers name them): not read,
   counted in ``unrecorded_files``;
-- attempt rows whose job is not in the data: counted in ``attempts_without_job``.
+- attempt rows whose job is not in the data: counted in ``attempts_without_job``;
+- rows of two databases in one directory: refused, by the export, the archive and the
+  report (ids of one database name other rows in another).
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,7 @@ from django.core.management import CommandError, call_command
 from django_delayq.models import Job, JobAttempt
 from django_delayq.spark.export import export_jobs
 from django_delayq.spark.preflight import ATTEMPTS_MARKER, RECORDS_DIR
+from django_delayq.spark.prune import prune_jobs
 from tests.spark import plain
 from tests.spark.data import BASE, known_jobs, save_jobs
 from tests.spark.earlier import as_an_earlier_version_left_it
@@ -35,6 +41,7 @@ from tests.spark.workers import ATTEMPT_COLUMNS, COLUMNS
 pytestmark = pytest.mark.django_db
 
 NOW = BASE + timedelta(days=2)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _made(root: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -199,3 +206,64 @@ def test_attempt_rows_whose_job_is_not_in_the_data_are_counted(tmp_path: Path,
     page = files.html.read_text()
     assert "<b>2 attempt rows not counted:</b> their job is not in this data" in page
     assert "not counted" not in write_outputs(whole, tmp_path / "whole").html.read_text()
+
+
+OTHER_DATABASE = """
+import sys
+from datetime import timedelta
+
+import django
+
+django.setup()
+from django.core.management import call_command
+
+call_command("migrate", verbosity=0)
+from django_delayq.models import JobAttempt
+from django_delayq.spark.export import export_jobs
+from tests.spark.data import BASE, known_jobs, save_jobs
+
+save_jobs(known_jobs())
+for job_id in ("a001", "a002"):
+    JobAttempt.objects.create(job_id=job_id, number=1, outcome="retrying",
+                              error_type="other.Error", error="other database")
+export_jobs(sys.argv[1], now=BASE + timedelta(days=2), progress=False)
+"""
+
+
+def _other_database_export(tmp_path: Path) -> tuple[Path, Path]:
+    """The same jobs (ids included) and two attempt rows (ids 1 and 2) in another, fresh
+    SQLite database, exported by another process."""
+    database, out = tmp_path / "other.sqlite3", tmp_path / "other"
+    env = {"DJANGO_SETTINGS_MODULE": "tests.settings", "PATH": os.environ.get("PATH", ""),
+           "PYTHONPATH": str(ROOT), "DELAYQ_TEST_SQLITE": str(database)}
+    done = subprocess.run([sys.executable, "-c", OTHER_DATABASE, str(out)], env=env,
+                          cwd=str(ROOT), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return database, out
+
+
+def test_one_directory_holds_the_rows_of_one_database(tmp_path: Path, spark: Any) -> None:
+    database, other = _other_database_export(tmp_path)
+    root = tmp_path / "export"
+    rows, attempts = _made(root)
+    named = r"another database \(sqlite:%s\)" % re.escape(str(database))
+    with pytest.raises(CommandError, match=r"%s was exported from %s, not from this one"
+                       % (re.escape(str(other)), named)):
+        call_command("delayq_export", "--out", str(other), "--settle", "0", verbosity=0)
+    Job.objects.update(finished_at=NOW - timedelta(days=400))
+    with pytest.raises(ValueError, match=r"was exported from %s" % named):
+        prune_jobs(timedelta(days=30), archive=other, progress=False)
+    assert Job.objects.count() == len(rows)  # nothing archived, nothing deleted
+    before = sorted(p.name for p in other.rglob("*"))
+    (other / "_delayq_export_state.json").unlink()  # an archive directory of that database
+    with pytest.raises(ValueError, match=r"%s holds files exported from %s"
+                       % (re.escape(str(other)), named)):
+        prune_jobs(timedelta(days=30), archive=other, progress=False)
+    assert sorted(p.name for p in other.rglob("*")) == [
+        n for n in before if n != "_delayq_export_state.json"]
+    for sub in ("jobs", "attempts", RECORDS_DIR):  # both exports, files and records, in one
+        shutil.copytree(other / sub, root / sub, dirs_exist_ok=True)
+    _refused(root, tmp_path / "report", r"^%s holds files exported from 2 databases \(.*sqlite:"
+             r"%s.*\): ids of one name other rows in another" % (re.escape(str(root)),
+                                                                re.escape(str(database))))
+    assert len(attempts) == 40
