@@ -48,6 +48,9 @@ _LAZY = {
     "pause_queue": "django_delayq.core.queues",
     "resume_queue": "django_delayq.core.queues",
     "paused_queues": "django_delayq.core.queues",
+    "pause_group": "django_delayq.core.queues",
+    "resume_group": "django_delayq.core.queues",
+    "paused_groups": "django_delayq.core.queues",
     "purge_queue": "django_delayq.core.queues",
     # what cancel() and reschedule()/run_now() return
     "CancelOutcome": "django_delayq.engine.outcomes",
@@ -99,9 +102,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from django_delayq.core.options import atomic_job  # noqa: F401
     from django_delayq.core.progress import report_progress  # noqa: F401
     from django_delayq.core.queues import (  # noqa: F401
+        pause_group,
         pause_queue,
+        paused_groups,
         paused_queues,
         purge_queue,
+        resume_group,
         resume_queue,
     )
     from django_delayq.core.workflows import Signature  # noqa: F401

@@ -5,6 +5,9 @@
   Jobs already running finish. Returns whether the state changed.
 * ``resume_queue(queue)``: claims again at once (the engine wakes the sleeping workers).
 * ``paused_queues()``: the paused ones among the known queues.
+* ``pause_group(queue, group)``, ``resume_group(queue, group)``, ``paused_groups(queue)``:
+  the same for one group of a queue (docs/groups.md): workers claim none of its jobs, the
+  queue's other groups go on.
 * ``purge_queue(queue)``: removes every job waiting in Redis (pending: due or not; not the
   running ones) and marks their rows ``cancelled`` with ``last_error`` "purged from queue
   <queue>"; returns how many. ``purge_queue_report(queue)`` does the same and tells also
@@ -90,6 +93,26 @@ def resume_queue(queue: str) -> bool:
 def paused_queues() -> list[str]:
     """The paused queues among the known ones, in settings order."""
     return list(get_engine().paused(list(known_queues())))
+
+
+def pause_group(queue: str, group: str) -> bool:
+    """Claim none of ``group``'s jobs of ``queue``; True when it was not paused before."""
+    changed = get_engine().pause_group(_known(queue), validation.check_group(group))
+    logger.info("group %r of queue %r paused%s", group, queue, "" if changed else " (already)")
+    return changed
+
+
+def resume_group(queue: str, group: str) -> bool:
+    """Claim ``group``'s jobs of ``queue`` again; True when it was paused."""
+    changed = get_engine().resume_group(_known(queue), validation.check_group(group))
+    logger.info("group %r of queue %r resumed%s", group, queue,
+                "" if changed else " (was not paused)")
+    return changed
+
+
+def paused_groups(queue: str) -> list[str]:
+    """The paused groups of ``queue``, sorted."""
+    return get_engine().paused_groups(_known(queue))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,6 +10,8 @@ waiting jobs, set its limits, and put jobs in flight back for later (``defer``).
   enforced inside claim.lua (lua/claim.lua's header).
 * **Defer** (defer.lua): a job a callable limit refused goes back in line at a later
   time with its attempt given back.
+* **Pause one group** (group_control.lua): claim.lua takes none of its jobs until it is
+  resumed (docs/groups.md).
 """
 
 from __future__ import annotations
@@ -42,6 +44,25 @@ class QueueControls(RedisOwner):
             return False
         self.client.publish(k.channel, self.time_ms())
         return True
+
+    def pause_group(self, queue: str, group: str) -> bool:
+        """Claim none of ``group``'s jobs of ``queue``. True when it was not paused."""
+        return self._group_control(queue, "pause", group)
+
+    def resume_group(self, queue: str, group: str) -> bool:
+        """Claim ``group``'s jobs again (its workers told at once when it has due jobs).
+        True when it was paused."""
+        return self._group_control(queue, "resume", group)
+
+    def paused_groups(self, queue: str) -> list[str]:
+        """The paused groups of ``queue``, sorted."""
+        found = self.client.smembers(self.keys(queue).group_paused)
+        return sorted(g.decode("utf-8", "replace") if isinstance(g, bytes) else g for g in found)
+
+    def _group_control(self, queue: str, op: str, group: str) -> bool:
+        k = self.keys(queue)
+        keys = scripts.keys_of("group_control", k)
+        return bool(int(self._run("group_control", keys, [op, group, k.channel])))
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         """The paused ones among ``queues`` (one round trip)."""

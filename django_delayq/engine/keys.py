@@ -95,6 +95,12 @@ class QueueKeys:
         return self.tag + ":group_turns"
 
     @property
+    def group_paused(self) -> str:
+        """SET: the paused groups of the queue (lua/group_control.lua); claim.lua takes
+        none of their jobs."""
+        return self.tag + ":group_paused"
+
+    @property
     def urgent(self) -> str:
         """ZSET due_ms -> id: an index of the jobs of ``pending`` whose priority is above 0,
         so claim.lua promotes their due ones ahead of a backlog due before them (the job

@@ -73,6 +73,7 @@ SCRIPT_NAMES = (
     "forget_settled",
     "reenqueue",
     "mark",
+    "group_control",
 )
 
 # Most items per call of each script (the ``Cost:`` line of its header says the same).
@@ -149,6 +150,7 @@ BOUNDS: dict[str, Bound] = {
     "release_callable": Bound(0, 1, MAX_RELEASE_CALLABLE),
     "forget_settled": Bound(2, 1, MAX_FORGET),
     "reenqueue": Bound(5, 5, MAX_REENQUEUE),
+    "group_control": Bound(3, 0, 0),
 }
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")

@@ -361,6 +361,12 @@ class ShardedEngine(Engine):
         resumed = [super(ShardedEngine, self).resume(name) for name in self.shard_queues(queue)]
         return any(resumed)
 
+    def pause_group(self, queue: str, group: str) -> bool:  # every shard; shard 0 is read
+        return any([Engine.pause_group(self, name, group) for name in self.shard_queues(queue)])
+
+    def resume_group(self, queue: str, group: str) -> bool:
+        return any([Engine.resume_group(self, name, group) for name in self.shard_queues(queue)])
+
     def paused(self, queues: Sequence[str]) -> list[str]:
         names = {q: self.shard_queues(q) for q in queues}
         found = set(Engine.paused(self, [n for q in queues for n in names[q]]))  # one trip

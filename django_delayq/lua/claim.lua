@@ -2,7 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash paused limit:hash starts:zset urgent:zset runs:hash
--- KEYS: group_ready:zset group_turns:zset group:hash record:string?
+-- KEYS: group_ready:zset group_turns:zset group:hash group_paused:set record:string?
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -18,6 +18,7 @@
 --          urgent    ZSET  due_ms -> id, the jobs of pending of priority above 0 (an index)
 --          group_ready, group_turns, group  a grouped queue's index by group, its rotation
 --                    and each job's group (lib.lua group_index; docs/groups.md)
+--          group_paused  SET  the paused groups (group_control.lua): none of their jobs
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
@@ -111,6 +112,7 @@ local cand, tail, tail_ids, lead, jump, from_ready, unindex = {}, {}, {}, {}, {}
 local gone, died, entries = {}, {}, {}  -- entries: {score, id, promoted, due}
 local take, promoted, seen, left = {}, {}, {}, 0
 local leased, tokens, reset, claimed, n = {}, {}, {}, {}, 0
+local grouped = false  -- the queue has groups: steps 2g and 3g
 
 local function aside(id, why, removed)
   if removed then gone[#gone + 1] = id; id = shown(id)
@@ -326,6 +328,7 @@ local function next_claim()
     return
   end
   local first = pending_head(ready)  -- the same read (first entry), of ready
+  if grouped and left == 0 then first = {} end  -- what ready holds is paused groups'
   if first[2] then
     out[2] = math.min(now, ready_due(first[2]) or now)
   else
@@ -393,15 +396,27 @@ local function keep_valid(picked)
   return stale
 end
 
+-- The groups of `gs` not paused (a paused one leaves the rotation); nil when `gs` is empty.
+local function unpaused(gs)
+  if #gs == 0 then return nil end
+  if redis.call('EXISTS', group_paused) == 0 then return gs end
+  local marks, out, off = redis.call('SMISMEMBER', group_paused, unpack(gs)), {}, {}
+  for j, g in ipairs(gs) do
+    if marks[j] == 1 then off[#off + 1] = g else out[#out + 1] = g end
+  end
+  if #off > 0 then redis.call('ZREM', group_turns, unpack(off)) end
+  return out
+end
+
 local function take_turns()
   local top = redis.call('ZRANGE', group_turns, -1, -1, 'WITHSCORES')
   local turn, skips, rounds = tonumber(top[2]) or 0, 0, 0
   while #take < grant and skips < SKIPS and rounds < ROUNDS do
     rounds = rounds + 1
     local quota = grant - #take
-    local gs = redis.call('ZRANGE', group_turns, 0, quota - 1)
-    if #gs == 0 then break end
-    local per = math.max(1, math.floor(quota / #gs))
+    local gs = unpaused(redis.call('ZRANGE', group_turns, 0, quota - 1))
+    if gs == nil then break end
+    local per = math.max(1, math.floor(quota / math.max(1, #gs)))  -- gs {}: all paused
     local picked, turns, done = {}, {}, {}
     for _, g in ipairs(gs) do
       if quota == 0 then break end
@@ -426,7 +441,8 @@ local again = replayed()
 if again then return again end
 if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
 limits()
-if redis.call('EXISTS', group, group_ready) == 0 then
+grouped = redis.call('EXISTS', group, group_ready) > 0
+if not grouped then
   read_candidates()
   choose()
   lease()

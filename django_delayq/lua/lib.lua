@@ -281,7 +281,10 @@ local function new_line(pending, ready)
   local first = nil
   if head[2] then first = tonumber(head[2]) or -math.huge end
   local u = pending_head(urgent)
-  return {head = head[1], first = first, idle = redis.call('EXISTS', ready) == 0,
+  -- idle: no claim would take a job now (in a grouped queue: no group in the rotation)
+  local idle = redis.call('EXISTS', ready) == 0 or
+               (redis.call('EXISTS', group) == 1 and redis.call('EXISTS', group_turns) == 0)
+  return {head = head[1], first = first, idle = idle,
           to_pending = {}, to_ready = {}, to_urgent = {}, earliest = nil,
           urgent_first = tonumber(u[2]), urgent_earliest = nil}
 end

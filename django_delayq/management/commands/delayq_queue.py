@@ -3,6 +3,8 @@
 * ``pause QUEUE ...``: workers claim nothing from them; ``schedule()`` still accepts jobs,
   due times are kept; running jobs finish.
 * ``resume QUEUE ...``: claim again at once.
+* ``pause|resume QUEUE ... --group G``: the same for group G of each queue only
+  (docs/groups.md); ``list`` names each queue's paused groups.
 * ``purge QUEUE ... --yes``: remove every waiting job (not the running ones, nor the
   pending jobs of periodic schedules' next ticks) and mark their rows cancelled ("purged
   from queue <q>"); says how many jobs it removed and how many schedule ticks it kept.
@@ -24,6 +26,7 @@ from redis.exceptions import RedisError
 from django_delayq.core import limits, queues
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.exceptions import InvalidJob
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
 EXIT_USAGE = 2  # bad options, as argparse's own usage errors
@@ -53,10 +56,17 @@ class Command(BaseCommand):
                             help="Queue names (list: default all).")
         parser.add_argument("--yes", action="store_true",
                             help="purge: confirm that the waiting jobs are to be removed.")
+        parser.add_argument("--group", help="pause, resume: this group of each queue only.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
         names = self._queues(options["action"], options["queues"], settings)
+        if options["group"] is not None and options["action"] not in ("pause", "resume"):
+            raise CommandError("--group goes with pause and resume only",
+                               returncode=EXIT_USAGE)
+        if options["group"] is not None:
+            self._groups(options["action"], names, options["group"])
+            return
         if options["action"] == "purge" and not options["yes"]:
             raise CommandError("purge removes every waiting job of %s and cancels their rows; "
                                "run it again with --yes to confirm" % ", ".join(names),
@@ -80,6 +90,20 @@ class Command(BaseCommand):
                                "DELAYQ['QUEUE_OPTIONS'])" % (", ".join(unknown), ", ".join(known)),
                                returncode=EXIT_USAGE)
         return list(dict.fromkeys(given))
+
+    def _groups(self, action: str, names: list[str], group: str) -> None:
+        try:
+            for queue in names:
+                if action == "pause":
+                    done = "paused" if queues.pause_group(queue, group) else "already paused"
+                else:
+                    done = "resumed" if queues.resume_group(queue, group) else "was not paused"
+                self.stdout.write("%s: group %s %s" % (queue, group, done))
+        except InvalidJob as exc:
+            raise CommandError(str(exc), returncode=EXIT_USAGE) from exc
+        except RedisError as exc:
+            raise CommandError("Redis is unavailable: %s" % exc,
+                               returncode=EXIT_UNAVAILABLE) from exc
 
     def _pause(self, names: list[str], settings: Settings) -> None:
         for queue in names:
@@ -116,3 +140,6 @@ class Command(BaseCommand):
         for line in lines:
             self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths,
                                                                          strict=True)).rstrip())
+        for queue in names:
+            if groups := engine.paused_groups(queue):
+                self.stdout.write("%s: paused groups: %s" % (queue, ", ".join(groups)))

@@ -1,0 +1,51 @@
+"""Pausing and resuming one group from the API and ``delayq_queue ... --group``: the
+queue's other jobs still run, the group's wait, names are checked."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from django_delayq import InvalidJob, pause_group, paused_groups, resume_group, schedule
+from django_delayq.models import Job, JobStatus
+from django_delayq.testing import run_due_jobs
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def status(handle) -> str:  # type: ignore[no-untyped-def]
+    return Job.objects.get(pk=handle.id).status
+
+
+def test_a_paused_group_waits_while_the_queue_runs(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    assert pause_group("default", "acme") and paused_groups("default") == ["acme"]
+    acme, bob = schedule("tests.jobs.noop", group="acme"), schedule("tests.jobs.noop", group="bob")
+    plain = schedule("tests.jobs.noop")
+    run_due_jobs()
+    assert (status(acme), status(bob), status(plain)) == (
+        JobStatus.SCHEDULED, JobStatus.SUCCEEDED, JobStatus.SUCCEEDED)
+    assert resume_group("default", "acme") and paused_groups("default") == []
+    run_due_jobs()
+    assert status(acme) == JobStatus.SUCCEEDED
+
+
+def test_names_are_checked(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidJob, match="nowhere"):
+        pause_group("nowhere", "acme")
+    with pytest.raises(InvalidJob, match="group"):
+        pause_group("default", "a\nb")
+
+
+def test_the_command_pauses_lists_and_resumes_a_group(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    out = StringIO()
+    call_command("delayq_queue", "pause", "default", "--group", "acme", stdout=out)
+    call_command("delayq_queue", "list", "default", stdout=out)
+    call_command("delayq_queue", "resume", "default", "--group", "acme", stdout=out)
+    text = out.getvalue()
+    assert "default: group acme paused" in text and "default: paused groups: acme" in text
+    assert "default: group acme resumed" in text
+    with pytest.raises(CommandError, match="pause and resume only"):
+        call_command("delayq_queue", "purge", "default", "--group", "acme", "--yes")
