@@ -161,13 +161,15 @@ def tick_times() -> dict[str, float]:
 
 
 def held_ticks(events: list[Event], runs: list[dict[str, Any]], ticks: dict[str, float],
-               lease: float) -> list[Held]:
+               lease: float, up: dict[int, float]) -> list[Held]:
     """The tick jobs in flight when the harness SIGKILLed a worker (its snapshot of the
     queue's leases) that did not run again within half a lease of the kill: a live holder
     runs a tick at once, a dead one's lease must expire (by design) before a live worker
-    takes it back. The first such kill names the holder."""
+    takes it back. The first such kill of a worker that was up (``up``: pid -> its first
+    heartbeat; one still starting claims nothing) names the holder."""
     held: dict[str, Held] = {}
-    for e in sorted((e for e in events if e.kind == "kill"), key=lambda e: e.at):
+    kills = [e for e in events if e.kind == "kill" and up.get(e.pid, math.inf) < e.at]
+    for e in sorted(kills, key=lambda e: e.at):
         for job in sorted((e.inflight & ticks.keys()) - held.keys()):
             again = min((r["start"] for r in runs if r["job"] == job and r["start"] > e.at),
                         default=math.inf)
@@ -245,7 +247,8 @@ def analyse(run: Run, sc: Scenario, runs: list[dict[str, Any]], w0: float,
     idle = [m for m in nobody_up(missing, run, registered.first)
             if not any(a <= m <= b for a, b in sc.outages)]  # the allowance counts those
     held = explain_gaps([m for m in missing if m not in idle],
-                        held_ticks(events, runs, tick_at, lease_seconds()), sc.outages)
+                        held_ticks(events, runs, tick_at, lease_seconds(), registered.first),
+                        sc.outages)
     allowed = sc.outage + TICK_ALLOWANCE
     workers = {**{r["pid"]: r["worker"] for r in runs}, **registered.ids}
     r = {"scheduled": len(sc.ids) + len(sc.special),
@@ -256,7 +259,7 @@ def analyse(run: Run, sc: Scenario, runs: list[dict[str, Any]], w0: float,
          "below": len(below), "reused": len(reused), "unrecorded": len(unrecorded),
          "around_wipe": len(around) if wipes else None,
          "ticks": ran, "no_tick_s": len(missing), "allowed_s": allowed,
-         "held": {"%d (%s)" % (pid, workers.get(pid, "never registered")): n
+         "held": {"%d (%s)" % (pid, workers.get(pid, "id unknown")): n
                   for pid, n in held.items()},
          "idle": len(idle),
          "tick_gap": max(0, math.ceil(len(missing) - len(idle) - sum(held.values())
