@@ -43,6 +43,12 @@ def report_ready(count: int) -> str:
     return "report of %d orders" % count
 
 
+def send_invoice(customer: str, number: int) -> str:
+    """One invoice of a customer (views.invoices: each customer is a group of the queue)."""
+    time.sleep(0.01)  # the mail server
+    return "%s: invoice %d sent" % (customer, number)
+
+
 def nightly_unpaid_report() -> str:
     """The nightly schedule (settings DELAYQ['SCHEDULES'], docs/periodic.md): counts the
     orders still unpaid."""

@@ -6,7 +6,7 @@ from django.db import transaction
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from django_delayq import cancel, chain, group, job, schedule
+from django_delayq import JobSpec, cancel, chain, group, job, schedule, schedule_many
 from django_delayq.models import Job
 from shop.models import Order
 
@@ -46,6 +46,19 @@ def pay_order(request, pk: int):
     chain(job("shop.tasks.pack_order").s(pk), job("shop.tasks.ship_order").s(pk))
     messages.success(request, "Order #%d paid; closing job: %s; packing and shipping "
                      "scheduled." % (pk, outcome.name.lower()))
+    return redirect("index")
+
+
+@require_POST
+def invoices(request):
+    """Two customers share the queue: acme floods it, then bob sends a few. Each is a group
+    (docs/groups.md): workers take their jobs in turns, so bob's run at once."""
+    schedule_many("shop.tasks.send_invoice", [JobSpec(args=["acme", i]) for i in range(2000)],
+                  group="acme")
+    schedule_many("shop.tasks.send_invoice", [JobSpec(args=["bob", i]) for i in range(5)],
+                  group="bob")
+    messages.info(request, "acme sent 2,000 invoices, then bob 5: bob's run in turns with "
+                  "acme's, not after them (docs/groups.md).")
     return redirect("index")
 
 
