@@ -31,7 +31,7 @@ from django_delayq.admin import action_log
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
 from django_delayq.engine import CancelOutcome
-from django_delayq.engine.engine import MoveOutcome
+from django_delayq.engine.outcomes import MoveOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound
 from django_delayq.models import Job, JobStatus
 
@@ -59,10 +59,10 @@ class Tally:
         self.counts: Counter[str] = Counter()
         self.errors: list[str] = []
 
-    def add(self, label: Any) -> None:
+    def add(self, label: object) -> None:
         self.counts[str(label)] += 1
 
-    def fail(self, job_id: str, exc: Exception, label: Any = ERROR) -> None:
+    def fail(self, job_id: str, exc: Exception, label: object = ERROR) -> None:
         self.add(label)
         self.errors.append("%s: %s" % (job_id, exc))
 
@@ -70,7 +70,8 @@ class Tally:
         return ", ".join("%d %s" % (n, label) for label, n in self.counts.most_common()) or _(
             "nothing")
 
-    def report(self, modeladmin: admin.ModelAdmin, request: HttpRequest, *success: Any) -> None:
+    def report(self, modeladmin: admin.ModelAdmin[Any], request: HttpRequest,
+               *success: object) -> None:
         """SUCCESS when every outcome is one of ``success``, else WARNING; errors listed."""
         ok = bool(self.counts) and set(self.counts) <= {str(label) for label in success}
         level = messages.SUCCESS if ok else messages.WARNING
@@ -130,7 +131,7 @@ ALREADY_CANCELLED = gettext_lazy("already cancelled")
 
 
 @admin.action(description=gettext_lazy("Cancel selected jobs"), permissions=["cancel"])
-def cancel_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def cancel_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                 queryset: QuerySet[Job]) -> None:
     """Cancel each job; one already cancelled is said so (not "already finished")."""
     tally = Tally()
@@ -153,7 +154,7 @@ def _moved(message: str) -> Callable[[MoveOutcome], str | None]:
 
 
 @admin.action(description=gettext_lazy("Run selected jobs now"), permissions=["run_now"])
-def run_jobs_now(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def run_jobs_now(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                  queryset: QuerySet[Job]) -> None:
     labels = {**MOVE_LABELS, MoveOutcome.MOVED: gettext_lazy("due now")}
     tally = Tally()
@@ -164,7 +165,7 @@ def run_jobs_now(modeladmin: admin.ModelAdmin, request: HttpRequest,
 
 @admin.action(description=gettext_lazy("Requeue selected jobs (finished → a new run)"),
               permissions=["requeue"])
-def requeue_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def requeue_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                  queryset: QuerySet[Job]) -> None:
     requeued, as_new = gettext_lazy("requeued"), gettext_lazy("requeued as a new job")
     not_final = gettext_lazy("not finished (still live)")
@@ -194,7 +195,7 @@ def requeue_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
 NEW_JOBS_LISTED = 10
 
 
-def _new_jobs_message(modeladmin: admin.ModelAdmin, copies: list[Row]) -> str:
+def _new_jobs_message(modeladmin: admin.ModelAdmin[Job], copies: list[Row]) -> str:
     """ "Requeued as a new job: NEW (from OLD), ..." with each id linking to its page."""
     def link(job_id: str) -> str:
         url = reverse("admin:django_delayq_job_change", args=(job_id,),
@@ -208,7 +209,7 @@ def _new_jobs_message(modeladmin: admin.ModelAdmin, copies: list[Row]) -> str:
 
 
 @admin.action(description=gettext_lazy("Reschedule selected jobs…"), permissions=["reschedule"])
-def reschedule_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def reschedule_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                     queryset: QuerySet[Job]) -> HttpResponse | None:
     """Two steps: the action shows a form (delay or date-time); "apply" performs it."""
     form = RescheduleForm(request.POST if "apply" in request.POST else None)
@@ -218,7 +219,7 @@ def reschedule_jobs(modeladmin: admin.ModelAdmin, request: HttpRequest,
     return _reschedule_page(modeladmin, request, queryset, form)
 
 
-def reschedule(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: QuerySet[Job],
+def reschedule(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset: QuerySet[Job],
                form: RescheduleForm) -> None:
     """Move the jobs of ``queryset`` to the valid ``form``'s time, reported and logged
     (the list's action, and the button on a job's page)."""
@@ -234,7 +235,7 @@ def reschedule(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Que
                                 messages.INFO)
 
 
-def _reschedule_page(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                      queryset: QuerySet[Job], form: RescheduleForm) -> TemplateResponse:
     opts = modeladmin.model._meta
     jobs = list(queryset[:101])

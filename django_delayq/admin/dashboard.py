@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -29,6 +29,9 @@ from django_delayq.core import progress, stored
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +49,7 @@ def _check(request: HttpRequest) -> None:
         raise PermissionDenied
 
 
-def dashboard_page(request: HttpRequest, admin: Any) -> HttpResponse:
+def dashboard_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     _check(request)
     site = admin.admin_site.name
     context = {
@@ -103,7 +106,7 @@ def dashboard_data(request: HttpRequest) -> JsonResponse:
     return JsonResponse(snapshot())  # admin_view adds never_cache: Cache-Control no-store
 
 
-def dashboard_urls(admin: Any, wrap: Callable[..., Any]) -> list[URLPattern]:
+def dashboard_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:
     """The page and its JSON under the Job admin; ``wrap`` is ``admin_site.admin_view``."""
     return [
         path("dashboard/", wrap(lambda request: dashboard_page(request, admin)),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
 
 from django.utils import timezone
 from django.utils.html import format_html
@@ -66,7 +65,7 @@ def short_error(error_type: str, message: str) -> str:
     return format_html('<code title="{}">{}</code> {}', error_type, name, message_html)
 
 
-def pre(value: Any) -> str:
+def pre(value: object) -> str:
     """A stored value in a ``<pre>``, escaped: JSON indented, a value too deeply nested to
     parse (``stored.Raw``) as its text, marked; cut to ``SHOWN_CHARS``."""
     if value in (None, "", [], {}):
@@ -131,6 +130,6 @@ def zoned(value: datetime) -> str:
     return "%s %s" % (value.strftime("%Y-%m-%d %H:%M:%S"), label)
 
 
-def status_badge(status: str, label: Any) -> str:
+def status_badge(status: str, label: object) -> str:
     colour = STATUS_COLOURS.get(JobStatus(status), "#666")
     return format_html('<span class="delayq-status" style="color:{}">{}</span>', colour, label)

@@ -13,7 +13,7 @@ no actions at all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
@@ -47,15 +47,24 @@ from django_delayq.admin.display import status_badge as badge
 from django_delayq.core import progress, stored
 from django_delayq.models import Job, JobAttempt, JobStatus
 
+if TYPE_CHECKING:  # generic for the type checker only: Django's classes take no [...]
+    from django_stubs_ext import StrOrPromise
 
-def _at_seconds(field: str, label: Any) -> Callable[[Any, Any], str]:
+    _InlineBase = admin.TabularInline[JobAttempt, Job]
+    _JobAdminBase = admin.ModelAdmin[Job]
+else:
+    _InlineBase = admin.TabularInline
+    _JobAdminBase = admin.ModelAdmin
+
+
+def _at_seconds(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
     """A display method showing the datetime ``field`` to the second, sortable by it."""
-    def show(self: Any, obj: Any) -> str:
+    def show(self: object, obj: object) -> str:
         return seconds(getattr(obj, field))
     return admin.display(description=label, ordering=field)(show)
 
 
-class JobAttemptInline(admin.TabularInline):
+class JobAttemptInline(_InlineBase):
     """Attempt history: one row per failed or lost delivery, read-only."""
 
     model = JobAttempt
@@ -95,21 +104,21 @@ class JobAttemptInline(admin.TabularInline):
         return format_html("<details><summary>{}</summary>{}</details>",
                            head or _("traceback"), tracebacks.render(obj.traceback))
 
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return request.user.has_perm("django_delayq.view_job")
 
-    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
 
 @admin.register(Job)
-class JobAdmin(admin.ModelAdmin):
+class JobAdmin(_JobAdminBase):
     # One line per job, within 1400 px beside the filters: what triage needs; each cell is
     # cut with an ellipsis (admin.css), its whole text in its title and on the job's page.
     list_display = ("status_badge", "job_column", "queue", "due_column", "lateness_column",
@@ -279,10 +288,10 @@ class JobAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
     # -- action permissions (checked by @admin.action(permissions=[...])) ------------

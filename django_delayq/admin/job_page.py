@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.contrib.admin.utils import unquote
@@ -27,6 +27,9 @@ from django.utils.translation import gettext_lazy
 from django_delayq.admin import actions
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.models import Job, JobStatus
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
 
 WAITING = (JobStatus.SCHEDULED, JobStatus.RETRYING)
 UNFINISHED = (JobStatus.WAITING, JobStatus.SCHEDULED, JobStatus.RETRYING, JobStatus.RUNNING)
@@ -56,11 +59,11 @@ BUTTONS = (
 BY_OP = {b.op: b for b in BUTTONS}
 
 
-def _allowed(admin: Any, request: HttpRequest, button: Button) -> bool:
+def _allowed(admin: ModelAdmin[Any], request: HttpRequest, button: Button) -> bool:
     return bool(getattr(admin, "has_%s_permission" % button.permission)(request))
 
 
-def page_context(admin: Any, request: HttpRequest, job: Job) -> dict[str, Any]:
+def page_context(admin: ModelAdmin[Any], request: HttpRequest, job: Job) -> dict[str, Any]:
     """What the job's page shows above its fields: the buttons this user may press for
     this job, the URL they post to, and the reschedule form when it is one of them."""
     shown = [b for b in BUTTONS if job.status in b.statuses and _allowed(admin, request, b)]
@@ -71,7 +74,7 @@ def page_context(admin: Any, request: HttpRequest, job: Job) -> dict[str, Any]:
             if any(b.op == "reschedule" for b in shown) else None}
 
 
-def act(request: HttpRequest, admin: Any, object_id: str) -> HttpResponse:
+def act(request: HttpRequest, admin: ModelAdmin[Any], object_id: str) -> HttpResponse:
     button = BY_OP.get(request.POST.get("op", ""))
     if request.method != "POST" or button is None or not _allowed(admin, request, button):
         raise PermissionDenied
@@ -92,7 +95,7 @@ def act(request: HttpRequest, admin: Any, object_id: str) -> HttpResponse:
     return HttpResponseRedirect(page)
 
 
-def _confirm(request: HttpRequest, admin: Any, job: Job) -> TemplateResponse:
+def _confirm(request: HttpRequest, admin: ModelAdmin[Any], job: Job) -> TemplateResponse:
     opts = admin.model._meta
     context = {**admin.admin_site.each_context(request), "opts": opts, "job": job,
                "title": _("Cancel job %s?") % job.pk, "media": admin.media,
@@ -103,7 +106,7 @@ def _confirm(request: HttpRequest, admin: Any, job: Job) -> TemplateResponse:
     return TemplateResponse(request, "admin/django_delayq/job/confirm_cancel.html", context)
 
 
-def job_page_urls(admin: Any, wrap: Callable[..., Any]) -> list[URLPattern]:
+def job_page_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:
     """``<id>/act/`` under the Job admin; ``wrap`` is ``admin_site.admin_view``."""
     return [path("<path:object_id>/act/",
                  wrap(lambda request, object_id: act(request, admin, object_id)),

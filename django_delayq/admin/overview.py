@@ -19,6 +19,7 @@ from typing import Any
 from django_delayq.core import api
 from django_delayq.core.conf import Settings
 from django_delayq.core.queues import known_queues
+from django_delayq.engine import Engine
 from django_delayq.observe import holding, limit_usage
 from django_delayq.observe.limit_usage import describe_limit
 
@@ -75,7 +76,7 @@ def _dt(ms: int | None) -> datetime | None:
     return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
-def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
+def queue_rows(engine: Engine, settings: Settings) -> list[QueueRow]:
     """One row per known queue (``QUEUES`` and ``QUEUE_OPTIONS``): one stats script and
     one limit read each."""
     paused = set(api.paused_queues())
@@ -90,7 +91,7 @@ def queue_rows(engine: Any, settings: Settings) -> list[QueueRow]:
     return rows
 
 
-def callable_limits(engine: Any, settings: Settings) -> list[CallableLimit]:
+def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimit]:
     """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each callable runs now
     (``observe.limits``), as the queues page shows them."""
     return [CallableLimit(callable=c.callable, limit=describe_limit(c.rate, c.concurrency),
@@ -98,15 +99,15 @@ def callable_limits(engine: Any, settings: Settings) -> list[CallableLimit]:
             for c in limit_usage.callable_limits(engine, settings)]
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value[:TEXT_CHARS] if isinstance(value, str) else ""
 
 
-def _int(value: Any) -> int | None:
+def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _jobs(raw: Any, now_ms: float) -> list[RunningJob]:
+def _jobs(raw: object, now_ms: float) -> list[RunningJob]:
     jobs = []
     for item in raw[:JOBS_SHOWN] if isinstance(raw, list) else []:
         if not isinstance(item, dict) or not _text(item.get("id")):
@@ -127,7 +128,7 @@ def _info(raw: str | None) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def worker_rows(engine: Any) -> list[WorkerRow]:
+def worker_rows(engine: Engine) -> list[WorkerRow]:
     """Every registered worker, most recent heartbeat first, with its running jobs."""
     now_ms = engine.time_ms()
     rows = []

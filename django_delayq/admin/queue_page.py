@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
@@ -30,6 +30,9 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues, purge_queue_report
 from django_delayq.exceptions import DelayQError
 
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
+
 logger = logging.getLogger(__name__)
 
 VIEW = "django_delayq.view_job"
@@ -38,7 +41,7 @@ PURGE = "django_delayq.purge_queue"
 OPERATIONS = {"pause": PAUSE, "resume": PAUSE, "purge": PURGE}
 
 
-def queues_page(request: HttpRequest, admin: Any) -> HttpResponse:
+def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     if not request.user.has_perm(VIEW):
         raise PermissionDenied
     if request.method == "POST":
@@ -60,7 +63,7 @@ def queues_page(request: HttpRequest, admin: Any) -> HttpResponse:
     return TemplateResponse(request, "admin/django_delayq/job/queues.html", context)
 
 
-def _act(request: HttpRequest, admin: Any) -> HttpResponse:
+def _act(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     queue, op = request.POST.get("queue", ""), request.POST.get("op", "")
     if op not in OPERATIONS or not request.user.has_perm(OPERATIONS[op]):
         raise PermissionDenied
@@ -99,7 +102,7 @@ def _perform(op: str, queue: str) -> tuple[str, bool]:
                                "ticks": report.ticks_kept}, report.removed > 0
 
 
-def queue_urls(admin: Any, wrap: Callable[..., Any]) -> list[URLPattern]:
+def queue_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:
     """The queues page under the Job admin; ``wrap`` is ``admin_site.admin_view``."""
     return [path("queues/", wrap(lambda request: queues_page(request, admin)),
                  name="django_delayq_job_queues")]

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import PermissionDenied
 from django.http import FileResponse, Http404, HttpRequest
@@ -34,6 +34,9 @@ from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 
 from django_delayq.core.conf import get_settings
+
+if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +113,7 @@ def _find(root: Path | None, name: str) -> Report:
     raise Http404("no such report")
 
 
-def report_page(request: HttpRequest, admin: Any) -> TemplateResponse:
+def report_page(request: HttpRequest, admin: ModelAdmin[Any]) -> TemplateResponse:
     """The list of reports, and the one asked for (``?report=NAME``; else the newest)."""
     _check_permission(request)
     root = report_root()
@@ -158,7 +161,7 @@ def report_file(request: HttpRequest, subpath: str) -> FileResponse:
     return response
 
 
-def report_urls(admin: Any, wrap: Callable[..., Any]) -> list[URLPattern]:
+def report_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:
     """URLs under the Job admin; ``wrap`` is ``admin_site.admin_view`` (staff login)."""
     return [
         path("report/", wrap(lambda request: report_page(request, admin)),

@@ -42,7 +42,7 @@ def log_schedule(request: HttpRequest, s: Schedule, message: str) -> None:
         object_repr=str(s)[:200], action_flag=CHANGE, change_message=message)
 
 
-def _set_enabled(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def _set_enabled(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
                  queryset: QuerySet[Schedule], enabled: bool) -> None:
     done = gettext_lazy("enabled") if enabled else gettext_lazy("disabled")
     already = gettext_lazy("already enabled") if enabled else gettext_lazy("already disabled")
@@ -65,13 +65,13 @@ def _set_enabled(modeladmin: admin.ModelAdmin, request: HttpRequest,
 
 
 @admin.action(description=gettext_lazy("Enable selected schedules"), permissions=["change"])
-def enable_schedules(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def enable_schedules(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
                      queryset: QuerySet[Schedule]) -> None:
     _set_enabled(modeladmin, request, queryset, True)
 
 
 @admin.action(description=gettext_lazy("Disable selected schedules"), permissions=["change"])
-def disable_schedules(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def disable_schedules(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
                       queryset: QuerySet[Schedule]) -> None:
     _set_enabled(modeladmin, request, queryset, False)
 
@@ -86,7 +86,7 @@ def run_once(s: Schedule) -> str:
 
 @admin.action(description=gettext_lazy("Run selected schedules now (one job each)"),
               permissions=["change"])
-def run_schedules_now(modeladmin: admin.ModelAdmin, request: HttpRequest,
+def run_schedules_now(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
                       queryset: QuerySet[Schedule]) -> None:
     started = gettext_lazy("scheduled to run now")
     tally = Tally()

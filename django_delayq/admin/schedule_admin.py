@@ -11,11 +11,13 @@ their title and on its page; the last tick's job is linked with its status. Acti
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import OuterRef, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
 from django.urls import reverse
@@ -29,6 +31,13 @@ from django_delayq.core import periodic, registry, schedules, validation
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus, Schedule
 
+if TYPE_CHECKING:  # generic for the type checker only: Django's classes take no [...]
+    _ScheduleFormBase = forms.ModelForm[Schedule]
+    _ScheduleAdminBase = admin.ModelAdmin[Schedule]
+else:
+    _ScheduleFormBase = forms.ModelForm
+    _ScheduleAdminBase = admin.ModelAdmin
+
 DEFINITION = ("name", "callable_path", "args", "kwargs", "queue", "priority", "group", "atomic",
               "cron", "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
               "missed")
@@ -39,20 +48,20 @@ class ArgumentsField(forms.JSONField):
     than ``validation.MAX_DEPTH`` (as ``schedule()`` refuses) is a form error, where
     parsing it would exhaust the stack (thousands of levels: a server error)."""
 
-    def to_python(self, value: Any) -> Any:
+    def to_python(self, value: object) -> Any:
         if isinstance(value, str) and validation.too_deep(value):
             raise forms.ValidationError(
                 _("JSON nested more than %(depth)d levels deep; a job takes at most that."),
                 code="too_deep", params={"depth": validation.MAX_DEPTH})
         return super().to_python(value)
 
-    def bound_data(self, data: Any, initial: Any) -> Any:
+    def bound_data(self, data: object, initial: object) -> Any:
         if isinstance(data, str) and validation.too_deep(data):
             return InvalidJSONInput(data)  # shown back as typed, never parsed
         return super().bound_data(data, initial)
 
 
-class ScheduleForm(forms.ModelForm):
+class ScheduleForm(_ScheduleFormBase):
     class Meta:
         model = Schedule
         fields = [*DEFINITION, "enabled"]
@@ -111,14 +120,15 @@ def _is_job(path: str) -> bool:
     return True
 
 
-def _job_link(job_id: str, text: Any = None) -> Any:
+def _job_link(job_id: str, text: object = None) -> Any:
     if not job_id:
         return "-"
     url = reverse("admin:django_delayq_job_change", args=[job_id])
     return format_html('<a href="{}">{}</a>', url, text if text is not None else job_id)
 
 
-def _tick(value: Any, zone: str, show: Any = seconds) -> str:
+def _tick(value: datetime | None, zone: str,
+          show: Callable[[datetime], str] = seconds) -> str:
     """A tick time to the second in the viewer's zone (``show``: ``seconds``, or
     ``short_seconds`` in the list); beside it, when the schedule's zone differs, the same
     time there (``= 02:00:00 CET``; the date and zone name in a title)."""
@@ -137,7 +147,7 @@ def _tick(value: Any, zone: str, show: Any = seconds) -> str:
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(_ScheduleAdminBase):
     form = ScheduleForm
     list_display = ("name", "enabled", "rule", "next_tick", "last_tick", "last_outcome",
                     "from_settings")
@@ -197,12 +207,13 @@ class ScheduleAdmin(admin.ModelAdmin):
             return _job_link(obj.last_job_id, _("(no row)"))
         return _job_link(obj.last_job_id, status_badge(status, JobStatus(status).label))
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+    def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
         if obj is not None and obj.from_settings:  # defined in settings: only ``enabled``
             return (*DEFINITION, *self.readonly_fields)
         return self.readonly_fields
 
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: Schedule, form: forms.ModelForm[Schedule],
+                   change: bool) -> None:
         """A new schedule is saved whole. An edit writes the definition and ``enabled``
         only (``periodic.replace``): the tick fields (``next_job_id`` ...) are the
         workers', and a full save would write back the values read when the POST began,
@@ -222,11 +233,11 @@ class ScheduleAdmin(admin.ModelAdmin):
             self.message_user(request, "Saved; the next tick is not materialised yet: %s"
                               % exc, messages.WARNING)
 
-    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+    def delete_model(self, request: HttpRequest, obj: Schedule) -> None:
         periodic.cancel_pending(obj)
         super().delete_model(request, obj)
 
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Schedule]) -> None:
         for obj in queryset:
             periodic.cancel_pending(obj)
         super().delete_queryset(request, queryset)

@@ -59,7 +59,7 @@ class Command(BaseCommand):
         parser.add_argument("--redact", action="append", metavar="COL[,COL]",
                             help="Write '[redacted]' instead of these text columns' values.")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         try:
             from django_delayq.spark.export import DEFAULT_OVERLAP, export_jobs
         except ImportError as exc:

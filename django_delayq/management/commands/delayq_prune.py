@@ -21,7 +21,7 @@ class Command(BaseCommand):
                             help="Rows archived and deleted per transaction (default 2000).")
         parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         try:
             from django_delayq.spark.prune import parse_age, prune_jobs
         except ImportError as exc:

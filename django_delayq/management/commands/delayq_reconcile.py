@@ -34,7 +34,7 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true",
                             help="Only count (and with -v 2 list) what would be re-enqueued.")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         from django_delayq.core.conf import get_settings
         from django_delayq.core.connection import get_engine
 

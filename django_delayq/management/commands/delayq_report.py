@@ -28,7 +28,7 @@ class Command(BaseCommand):
         return {"user": str(user) if user else None,
                 "password": str(password) if password else None}
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         from django_delayq.models import Job, JobAttempt
         from django_delayq.spark.preflight import check_paths
         from django_delayq.spark.report import check_arguments, run_report

@@ -23,7 +23,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -37,16 +37,20 @@ from django_delayq.models import Job, JobStatus
 from django_delayq.observe import holding as hold
 from django_delayq.observe import limit_usage
 
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+
 CLEAR = "\x1b[H\x1b[2J"
 FIELD_CHARS = 200  # of one worker info field in the text output
 JOBS_SHOWN = 50  # of one worker's info (a worker lists at most 50)
 
 
-def _s(value: Any) -> str:
+def _s(value: object) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def printable(value: Any) -> str:
+def printable(value: object) -> str:
     """``value`` as text safe for a terminal: every non-printable character (escape,
     carriage return, newline, bidirectional overrides, ...) becomes its Python escape."""
     text = _s(value)
@@ -120,7 +124,7 @@ class Status:
     holding: hold.Holding | None = None  # in flight = running + prefetched + settling
 
 
-def queue_status(engine: Any, queue: str, paused: bool = False) -> QueueStatus:
+def queue_status(engine: Engine, queue: str, paused: bool = False) -> QueueStatus:
     st = engine.stats(queue)
     limit = engine.queue_limit(queue)
     q = QueueStatus(
@@ -139,7 +143,7 @@ def queue_status(engine: Any, queue: str, paused: bool = False) -> QueueStatus:
     return q
 
 
-def worker_statuses(engine: Any, stale_after_s: float) -> list[WorkerStatus]:
+def worker_statuses(engine: Engine, stale_after_s: float) -> list[WorkerStatus]:
     now_ms = engine.time_ms()
     out = []
     for worker in engine.workers():
@@ -157,11 +161,11 @@ def worker_statuses(engine: Any, stale_after_s: float) -> list[WorkerStatus]:
     return out
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def running_jobs(raw: Any, now_ms: float) -> list[RunningJob]:
+def running_jobs(raw: object, now_ms: float) -> list[RunningJob]:
     """The ``jobs`` of a worker's info (``id``, ``queue``, ``callable``, ``started_ms``),
     each with its age; entries that are not such objects are skipped."""
     jobs = []
@@ -176,7 +180,7 @@ def running_jobs(raw: Any, now_ms: float) -> list[RunningJob]:
     return jobs
 
 
-def callable_limits(engine: Any, settings: Any) -> list[CallableLimitStatus]:
+def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitStatus]:
     """Each callable of ``DELAYQ['CALLABLE_LIMITS']``: its limit and what it runs now
     (``observe.limits``)."""
     return [CallableLimitStatus(
@@ -224,7 +228,7 @@ def with_progress(workers: list[WorkerStatus]) -> list[WorkerStatus]:
     return workers
 
 
-def collect(engine: Any, settings: Any, queues: list[str]) -> Status:
+def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
     paused = engine.paused(queues)
     waiting = waiting_counts(queues)
     stats = [queue_status(engine, q, q in paused) for q in queues]
@@ -370,7 +374,7 @@ class Command(BaseCommand):
         parser.add_argument("--count", type=int, default=None,
                             help="Stop after this many refreshes (--watch) or events (--follow).")
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         from django_delayq.core.conf import get_settings
         from django_delayq.core.connection import get_engine
 
@@ -395,13 +399,13 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("")
 
-    def render(self, engine: Any, settings: Any, queues: list[str], as_json: bool) -> str:
+    def render(self, engine: Engine, settings: Settings, queues: list[str], as_json: bool) -> str:
         status = collect(engine, settings, queues)
         if as_json:
             return json.dumps(asdict(status), indent=2) + "\n"
         return render_text(status)
 
-    def watch(self, engine: Any, settings: Any, queues: list[str], interval: float,
+    def watch(self, engine: Engine, settings: Settings, queues: list[str], interval: float,
               count: int | None, *, as_json: bool) -> None:
         if interval <= 0:
             raise CommandError("--interval must be > 0, not %r" % interval)
@@ -418,7 +422,7 @@ class Command(BaseCommand):
             self.stdout.flush()
             shown += 1
 
-    def follow(self, engine: Any, last: int, count: int | None,
+    def follow(self, engine: Engine, last: int, count: int | None,
                *, json_lines: bool) -> None:
         past = engine.last_events(last)
         cursor = _s(past[-1][0]) if past else "0-0"  # not "$": no gap between two XREADs
@@ -434,7 +438,7 @@ class Command(BaseCommand):
                 if count is not None and seen >= count:
                     return
 
-    def _emit(self, entry_id: Any, raw: dict[Any, Any], json_lines: bool) -> None:
+    def _emit(self, entry_id: object, raw: dict[Any, Any], json_lines: bool) -> None:
         fields = {_s(k): _s(v) for k, v in raw.items()}
         if json_lines:
             self.stdout.write(json.dumps({"id": _s(entry_id), **fields}))

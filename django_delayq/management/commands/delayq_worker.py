@@ -16,13 +16,16 @@ import argparse
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.management.command_options import parse_queues
 from django_delayq.worker.loop import EXIT_CONFIG, Worker, WorkerOptions, wait_for_redis
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
 
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
 
@@ -87,7 +90,7 @@ class Command(BaseCommand):
         # set by --processes on the command line of each child
         parser.add_argument("--supervised", default=None, help=argparse.SUPPRESS)
 
-    def handle(self, *args: Any, **options: Any) -> None:
+    def handle(self, *args: object, **options: Any) -> None:
         from django_delayq.core.conf import get_settings
 
         try:
@@ -138,7 +141,7 @@ class Command(BaseCommand):
                 raise config_error("--max-memory-per-child needs psutil or /proc")
         return processes
 
-    def run_worker(self, settings: Any, queues: tuple[str, ...], concurrency: int,
+    def run_worker(self, settings: Settings, queues: tuple[str, ...], concurrency: int,
                    options: dict[str, Any]) -> int:
         from django_delayq.core.connection import get_engine
         from django_delayq.worker.processes.supervisor import attach
@@ -161,7 +164,7 @@ class Command(BaseCommand):
             supervision.link.flush()
         return code
 
-    def run_supervisor(self, settings: Any, queues: tuple[str, ...], concurrency: int,
+    def run_supervisor(self, settings: Settings, queues: tuple[str, ...], concurrency: int,
                        processes: int, options: dict[str, Any]) -> int:
         from django_delayq.core.connection import get_engine
         from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
