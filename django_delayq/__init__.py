@@ -51,6 +51,7 @@ _LAZY = {
     "pause_group": "django_delayq.core.queues",
     "resume_group": "django_delayq.core.queues",
     "paused_groups": "django_delayq.core.queues",
+    "purge_group": "django_delayq.core.queues",
     "purge_queue": "django_delayq.core.queues",
     # what cancel() and reschedule()/run_now() return
     "CancelOutcome": "django_delayq.engine.outcomes",
@@ -106,6 +107,7 @@ if TYPE_CHECKING:  # pragma: no cover
         pause_queue,
         paused_groups,
         paused_queues,
+        purge_group,
         purge_queue,
         resume_group,
         resume_queue,

@@ -1,5 +1,5 @@
-"""Pausing and resuming one group from the API and ``delayq_queue ... --group``: the
-queue's other jobs still run, the group's wait, names are checked."""
+"""Pausing, resuming and purging one group from the API and ``delayq_queue ... --group``:
+the queue's other jobs still run, the group's wait or go, names are checked."""
 
 from __future__ import annotations
 
@@ -9,7 +9,14 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from django_delayq import InvalidJob, pause_group, paused_groups, resume_group, schedule
+from django_delayq import (
+    InvalidJob,
+    pause_group,
+    paused_groups,
+    purge_group,
+    resume_group,
+    schedule,
+)
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs
 
@@ -47,5 +54,19 @@ def test_the_command_pauses_lists_and_resumes_a_group(delayq_engine) -> None:  #
     text = out.getvalue()
     assert "default: group acme paused" in text and "default: paused groups: acme" in text
     assert "default: group acme resumed" in text
-    with pytest.raises(CommandError, match="pause and resume only"):
-        call_command("delayq_queue", "purge", "default", "--group", "acme", "--yes")
+    with pytest.raises(CommandError, match="pause, resume and purge"):
+        call_command("delayq_queue", "list", "default", "--group", "acme")
+
+
+def test_purging_a_group_cancels_its_waiting_jobs_only(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    acme = [schedule("tests.jobs.noop", i, group="acme", delay=3600) for i in range(3)]
+    bob = schedule("tests.jobs.noop", group="bob", delay=3600)
+    out = StringIO()
+    call_command("delayq_queue", "purge", "default", "--group", "acme", "--yes", stdout=out)
+    assert "default: group acme purged: 3 waiting job(s)" in out.getvalue()
+    rows = Job.objects.filter(pk__in=[h.id for h in acme])
+    assert {(r.status, r.last_error) for r in rows} == {
+        (JobStatus.CANCELLED, "purged from group acme of queue default")}
+    assert [delayq_engine.inspect("default", h.id).place for h in acme] == ["", "", ""]
+    assert status(bob) == JobStatus.SCHEDULED and paused_groups("default") == []
+    assert purge_group("default", "acme") == 0

@@ -7,7 +7,9 @@
 * ``paused_queues()``: the paused ones among the known queues.
 * ``pause_group(queue, group)``, ``resume_group(queue, group)``, ``paused_groups(queue)``:
   the same for one group of a queue (docs/groups.md): workers claim none of its jobs, the
-  queue's other groups go on.
+  queue's other groups go on. ``purge_group(queue, group)``: as ``purge_queue``, for the
+  group's jobs only (its rows found by their ``group`` column; the group is paused for
+  the purge instead of the queue; each job leaves Redis by ``Engine.cancel``).
 * ``purge_queue(queue)``: removes every job waiting in Redis (pending: due or not; not the
   running ones) and marks their rows ``cancelled`` with ``last_error`` "purged from queue
   <queue>"; returns how many. ``purge_queue_report(queue)`` does the same and tells also
@@ -51,7 +53,7 @@ from django_delayq import signals
 from django_delayq.core import validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import Engine, NewJob
+from django_delayq.engine import CancelOutcome, Engine, NewJob
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
 
@@ -59,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 PURGE_BATCH = 200  # jobs removed per Redis call (Engine.purge_pending's bound)
 PURGED = "purged from queue %s"
+PURGED_GROUP = "purged from group %s of queue %s"
 INFLIGHT_READ = 10_000  # leases read at once per batch (a queue's jobs in flight)
 LEASES_AHEAD_MS = 10**15  # every lease, however far its deadline (past year 9999)
 
@@ -113,6 +116,30 @@ def resume_group(queue: str, group: str) -> bool:
 def paused_groups(queue: str) -> list[str]:
     """The paused groups of ``queue``, sorted."""
     return get_engine().paused_groups(_known(queue))
+
+
+def purge_group(queue: str, group: str) -> int:
+    """Remove ``group``'s waiting jobs of ``queue`` (not the running ones, nor schedules'
+    next ticks) and cancel their rows, rows first; returns how many left Redis."""
+    engine, queue, group = get_engine(), _known(queue), validation.check_group(group)
+    paused_here = engine.pause_group(queue, group)  # none claimed between look and cancel
+    removed, after = 0, ""
+    try:
+        while ids := list(Job.objects.filter(queue=queue, group=group, pk__gt=after,
+                                             status__in=LIVE_STATUSES)
+                          .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH]):
+            after = ids[-1]
+            waiting = _waiting_in_redis(engine, queue, ids)
+            ticks = _next_ticks(waiting) if waiting else set()
+            waiting = [i for i in waiting if i not in ticks]
+            _cancel_rows(queue, waiting, PURGED_GROUP % (group, queue))
+            removed += sum(engine.cancel(queue, i) == CancelOutcome.CANCELLED for i in waiting)
+    finally:
+        if paused_here:
+            engine.resume_group(queue, group)
+    logger.warning("group %r of queue %r purged: %d waiting job(s) removed", group, queue,
+                   removed)
+    return removed
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +240,7 @@ def _waiting_in_redis(engine: Engine, queue: str, ids: list[str]) -> list[str]:
     return [i for i in held if engine.inspect(queue, i).place == "pending"]
 
 
-def _cancel_rows(queue: str, ids: list[str]) -> int:
+def _cancel_rows(queue: str, ids: list[str], why: str = "") -> int:
     """The purged jobs' live rows -> cancelled (a row already final stays as it is; a
     ``running`` one too: its job was waiting in Redis, its lease given up or lost);
     returns how many rows changed."""
@@ -221,7 +248,7 @@ def _cancel_rows(queue: str, ids: list[str]) -> int:
     using = router.db_for_write(Job)
     rows = Job.objects.using(using).filter(pk__in=ids, status__in=LIVE_STATUSES)
     found = list(rows.values_list("id", "callable_path"))
-    changed = rows.update(status=JobStatus.CANCELLED, last_error=PURGED % queue,
+    changed = rows.update(status=JobStatus.CANCELLED, last_error=why or PURGED % queue,
                           finished_at=now, updated_at=now)
     for job_id, path in found:
         signals.send(signals.job_cancelled, job_id=job_id, queue=queue, callable_path=path,

@@ -3,8 +3,8 @@
 * ``pause QUEUE ...``: workers claim nothing from them; ``schedule()`` still accepts jobs,
   due times are kept; running jobs finish.
 * ``resume QUEUE ...``: claim again at once.
-* ``pause|resume QUEUE ... --group G``: the same for group G of each queue only
-  (docs/groups.md); ``list`` names each queue's paused groups.
+* ``pause|resume|purge QUEUE ... --group G``: the same for group G of each queue only
+  (docs/groups.md; purge needs ``--yes``); ``list`` names each queue's paused groups.
 * ``purge QUEUE ... --yes``: remove every waiting job (not the running ones, nor the
   pending jobs of periodic schedules' next ticks) and mark their rows cancelled ("purged
   from queue <q>"); says how many jobs it removed and how many schedule ticks it kept.
@@ -56,23 +56,26 @@ class Command(BaseCommand):
                             help="Queue names (list: default all).")
         parser.add_argument("--yes", action="store_true",
                             help="purge: confirm that the waiting jobs are to be removed.")
-        parser.add_argument("--group", help="pause, resume: this group of each queue only.")
+        parser.add_argument("--group",
+                            help="pause, resume, purge: this group of each queue only.")
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
         names = self._queues(options["action"], options["queues"], settings)
-        if options["group"] is not None and options["action"] not in ("pause", "resume"):
-            raise CommandError("--group goes with pause and resume only",
+        if options["group"] is not None and options["action"] == "list":
+            raise CommandError("--group goes with pause, resume and purge",
                                returncode=EXIT_USAGE)
-        if options["group"] is not None:
-            self._groups(options["action"], names, options["group"])
-            return
         if options["action"] == "purge" and not options["yes"]:
             raise CommandError("purge removes every waiting job of %s and cancels their rows; "
                                "run it again with --yes to confirm" % ", ".join(names),
                                returncode=EXIT_USAGE)
         try:
-            getattr(self, "_" + options["action"])(names, settings)
+            if options["group"] is not None:
+                self._groups(options["action"], names, options["group"])
+            else:
+                getattr(self, "_" + options["action"])(names, settings)
+        except InvalidJob as exc:
+            raise CommandError(str(exc), returncode=EXIT_USAGE) from exc
         except RedisError as exc:
             raise CommandError("Redis is unavailable: %s" % exc,
                                returncode=EXIT_UNAVAILABLE) from exc
@@ -92,18 +95,15 @@ class Command(BaseCommand):
         return list(dict.fromkeys(given))
 
     def _groups(self, action: str, names: list[str], group: str) -> None:
-        try:
-            for queue in names:
-                if action == "pause":
-                    done = "paused" if queues.pause_group(queue, group) else "already paused"
-                else:
-                    done = "resumed" if queues.resume_group(queue, group) else "was not paused"
-                self.stdout.write("%s: group %s %s" % (queue, group, done))
-        except InvalidJob as exc:
-            raise CommandError(str(exc), returncode=EXIT_USAGE) from exc
-        except RedisError as exc:
-            raise CommandError("Redis is unavailable: %s" % exc,
-                               returncode=EXIT_UNAVAILABLE) from exc
+        for queue in names:
+            if action == "pause":
+                done = "paused" if queues.pause_group(queue, group) else "already paused"
+            elif action == "resume":
+                done = "resumed" if queues.resume_group(queue, group) else "was not paused"
+            else:
+                done = "purged: %d waiting job(s); their rows are cancelled" % (
+                    queues.purge_group(queue, group))
+            self.stdout.write("%s: group %s %s" % (queue, group, done))
 
     def _pause(self, names: list[str], settings: Settings) -> None:
         for queue in names:
