@@ -122,7 +122,8 @@ MAX_SUSPECTS = 10_000
 RECENT_SECONDS = 30.0
 MAX_RECENT = 100_000
 EPOCH_CHECK_SECONDS = 1.0
-URGENT_BUDGET_SECONDS = 2.0  # at most; never more than a quarter of the lease
+URGENT_BUDGET_SECONDS = 0.5  # per tick, never more than a quarter of the lease: the
+# keeper thread ticks again at once while work is left (``busy``), its schedules pass between
 # In a loss pass, rows changed less than this before the loss (or after it) may describe
 # jobs written into the new data: they get the second look instead of an instant re-enqueue.
 LOSS_MARGIN_SECONDS = 2.0
@@ -201,6 +202,11 @@ class Reconciler:
                 if self._cursor.status == 0 and self._cursor.after is None:
                     break  # wrapped around: a full cycle is done
         return added
+
+    @property
+    def busy(self) -> bool:
+        """A loss pass or the pass after an outage has rows left (tick again at once)."""
+        return bool(self._urgent) or self._after_outage is not None
 
     def _urgent_work(self) -> int:
         budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)

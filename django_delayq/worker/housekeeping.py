@@ -6,7 +6,9 @@
   running (``gates.StartGate.renew``).
 - The keeper thread (``delayq-keeper``), every half second (at most a third of a lease),
   not while draining: retention (``retention.py``), then the schedules' pass
-  (``core/periodic.py``), then the reconciler (``core/reconcile.py``).
+  (``core/periodic.py``), then the reconciler (``core/reconcile.py``); at once again while
+  a loss pass has rows left (it works in slices of half a second), so a pass after a
+  loss never holds the schedules' pass back longer than a slice.
 - Lease recovery (``recovery.py``), on the main loop (``recover``) every
   ``RECOVER_INTERVAL_SECONDS``, queue by queue through the claims' per-queue backoff.
 
@@ -125,5 +127,7 @@ class Housekeeping:
                     self._reconcile_outage.failed(exc, min(beat_s, 0.5))
                 else:
                     self._reconcile_outage.ok()
+                    if self.reconciler.busy:  # a loss pass in slices: schedules between them
+                        continue
             self._stop.wait(min(beat_s, 0.5))
         connections.close_all()  # this thread's own database connections
