@@ -1,0 +1,22 @@
+"""The admin's job list filters by group: the groups with the most live jobs as links,
+any group by ``?group=`` (docs/groups.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_delayq import schedule
+from tests.helpers import staff_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_job_list_filters_by_group(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    acme = [schedule("tests.jobs.noop", i, group="acme", delay=3600) for i in range(2)]
+    bob = schedule("tests.jobs.noop", group="bob", delay=3600)
+    plain = schedule("tests.jobs.noop", delay=3600)
+    client = staff_client()
+    page = client.get("/admin/django_delayq/job/").content.decode()
+    assert "?group=acme" in page and "?group=bob" in page
+    page = client.get("/admin/django_delayq/job/?group=acme").content.decode()
+    assert all(h.id in page for h in acme) and bob.id not in page and plain.id not in page
