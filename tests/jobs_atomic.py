@@ -76,14 +76,14 @@ async def async_plain() -> None:
 def counters() -> dict[str, int]:
     with connection.cursor() as cursor:
         cursor.execute("SELECT name, n FROM atomic_counter")
-        return {name: n for name, n in cursor.fetchall()}
+        return dict(cursor.fetchall())
 
 
 def effects() -> dict[str, int]:
     """Key rows per job id."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT job_id, COUNT(*) FROM atomic_effect GROUP BY job_id")
-        return {job_id: n for job_id, n in cursor.fetchall()}
+        return dict(cursor.fetchall())
 
 
 def summary(ids: Any) -> tuple[int, int]:

@@ -62,7 +62,7 @@ class BaitConfig(AppConfig):
     label = "bait"
 
 
-shout = lambda command: os.system(command)  # noqa: E731  (bait: a lambda)
+shout = lambda command: os.system(command)  # noqa: E731, PLW0108  (bait: a lambda)
 run_shell: Any = functools.partial(os.system)  # bait: a partial object
 alias = honest  # bait: one function under a second name
 

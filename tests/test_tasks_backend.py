@@ -390,7 +390,7 @@ def test_a_quick_retry_sees_the_previous_error(jt, tasks_settings):
 
 
 def test_keyword_arguments_may_be_named_like_scheduling_options(jt):
-    values = dict(fn=1, delay=2, at=3, queue=4, max_attempts=5, backoff=6, key=7)
+    values = {"fn": 1, "delay": 2, "at": 3, "queue": 4, "max_attempts": 5, "backoff": 6, "key": 7}
     result = jt.named_like_options.enqueue(**values)
     assert Job.objects.get(pk=result.id).kwargs == values
     assert run_due_jobs() == 1

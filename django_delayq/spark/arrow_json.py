@@ -60,8 +60,8 @@ def _plain(value: Any, kind: pa.DataType) -> Any:
 
 def _nested(col: pa.Array, where: str) -> pa.Array:
     out = []
-    for i, value in enumerate(col.to_pylist()):
-        value = _plain(value, col.type)
+    for i, raw in enumerate(col.to_pylist()):
+        value = _plain(raw, col.type)
         if bad := validation.find_bad(value, where):
             raise validation.not_json("%s (row %d of the batch)" % (bad, i))
         out.append(None if value is None else _ENCODE(value))

@@ -205,7 +205,7 @@ def setup_django(plan: Plan) -> None:
         return
     from django.conf import settings
 
-    if settings.SETTINGS_MODULE != plan.settings_module:
+    if plan.settings_module != settings.SETTINGS_MODULE:
         raise InvalidJob("this Spark Python worker already runs Django with %r, not %r"
                          % (settings.SETTINGS_MODULE, plan.settings_module))
 

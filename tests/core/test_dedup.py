@@ -339,9 +339,8 @@ def hammer(mode: str, out: Any) -> list[str]:
     def run(t: int) -> None:
         try:
             start.wait(timeout=60)
-            for i in range(CALLS):
-                returned.append(schedule(jobs.record, str(out), "%d-%d" % (t, i), key="hot",
-                                         on_conflict=mode).id)
+            returned.extend(schedule(jobs.record, str(out), "%d-%d" % (t, i), key="hot",
+                                     on_conflict=mode).id for i in range(CALLS))
         except BaseException as exc:  # noqa: BLE001 - reported below
             errors.append(exc)
         finally:

@@ -23,8 +23,8 @@ PARIS = timezone(timedelta(hours=1))
 
 def _rows() -> list[Job]:
     now = datetime.now(UTC)
-    common: dict[str, Any] = dict(queue="default", callable_path="tests.jobs.noop",
-                                  max_attempts=3, created_at=now, updated_at=now)
+    common: dict[str, Any] = {"queue": "default", "callable_path": "tests.jobs.noop",
+                              "max_attempts": 3, "created_at": now, "updated_at": now}
     return [
         Job(id=ids.new_id(), args=[1], kwargs={}, run_at=now, scheduled_for=now, **common),
         Job(id=ids.new_id(), args=["é", None, 2.5, [True]], kwargs={"a": {"b": "ü"}},
@@ -110,8 +110,8 @@ def _fields(row: Job) -> dict[str, Any]:
 
 def test_new_row_holds_what_job_init_gives() -> None:
     now = datetime.now(UTC)
-    values: dict[str, Any] = dict(id=ids.new_id(), queue="default", args=[1], run_at=now,
-                                  callable_path="tests.jobs.noop", max_attempts=2)
+    values: dict[str, Any] = {"id": ids.new_id(), "queue": "default", "args": [1],
+                              "run_at": now, "callable_path": "tests.jobs.noop", "max_attempts": 2}
     fast, slow = row_insert.new_row(**values), Job(**values)
     created = (fast.created_at, slow.created_at)  # timezone.now() each: set them equal
     fast.created_at = fast.updated_at = slow.created_at = slow.updated_at = now

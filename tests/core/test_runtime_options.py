@@ -138,7 +138,7 @@ def test_bad_options_are_refused_naming_the_value(dq, options, named) -> None:  
     with pytest.raises(InvalidJob, match=named.replace("(", r"\(").replace(")", r"\)")):
         schedule(jobs.noop, **options)
     with pytest.raises(InvalidJob):
-        schedule_many(jobs.noop, [JobSpec(**{k: v for k, v in options.items()})])
+        schedule_many(jobs.noop, [JobSpec(**options)])
     assert not Job.objects.exists()
 
 

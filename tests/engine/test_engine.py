@@ -21,10 +21,9 @@ def job(id_: str, at: int = NOW, envelope: str = ENV) -> NewJob:
 def places(engine: Engine, queue: str, id_: str) -> list[str]:
     k = engine.keys(queue)
     c = engine.client
-    found = [name for name, key in (("pending", k.pending), ("ready", k.ready),
+    return [name for name, key in (("pending", k.pending), ("ready", k.ready),
                                     ("inflight", k.inflight), ("dead", k.dead))
              if c.zscore(key, id_) is not None]
-    return found
 
 
 def due_of(engine: Engine, queue: str, id_: str) -> int | None:
@@ -108,7 +107,7 @@ def test_invariant_3_scripts_touch_only_their_batch(engine: Engine) -> None:
     k = engine.keys("q")
     backlog = {("f%d" % i): NOW + 60_000 + i for i in range(20_000)}
     engine.client.zadd(k.pending, backlog)
-    engine.client.hset(k.jobs, mapping={i: ENV for i in list(backlog)[:10]})
+    engine.client.hset(k.jobs, mapping=dict.fromkeys(list(backlog)[:10], ENV))
     engine.enqueue("q", [job("due%d" % i) for i in range(5)], now_ms=NOW)
     result = engine.claim("q", 3, 1000, now_ms=NOW)
     assert len(result.jobs) == 3

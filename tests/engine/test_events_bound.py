@@ -10,13 +10,12 @@ from django_delayq.engine.event_log import calls
 
 
 def _largest_event(i: int) -> dict[str, str]:
-    fields = {"event": "retrying", "job": "01J%023d" % i, "queue": "q" * 100,
+    return {"event": "retrying", "job": "01J%023d" % i, "queue": "q" * 100,
               "callable": "shop.tasks." + "x" * 200, "ts_ms": "1767225600000",
               "attempt": "3", "worker": "host:4242:abcdef", "running": "7",
               "run_at": "2026-01-01T00:00:00+00:00", "retry_at": "2026-01-01T00:01:00+00:00",
               "due_at": "2026-01-01T00:00:00+00:00", "lateness_ms": "12.5",
               "duration_ms": "480.0", "error_type": "shop.errors.Timeout", "error": "e" * 500}
-    return fields
 
 
 def test_a_burst_of_the_largest_events_goes_in_calls_of_at_most_25() -> None:

@@ -179,8 +179,8 @@ def test_a_key_of_the_wrong_type_is_moved_aside_and_the_batch_claimed(
         result = engine.claim("q", 10, LEASE, now_ms=NOW)
     assert [(j.id, j.token) for j in result.jobs] == [("a", 1), ("b", 1)]
     assert re.search(r"is a \w+, not a \w+: moved aside", caplog.text)
-    [moved] = [m for m in engine.client.scan_iter(match=key.replace("{", "\\{").replace(
-        "}", "\\}") + ":damaged:*")]
+    [moved] = list(engine.client.scan_iter(match=key.replace("{", "\\{").replace(
+        "}", "\\}") + ":damaged:*"))
     assert engine.client.type(moved) != engine.client.type(key)
     assert engine.ack("q", [(j.id, j.token) for j in result.jobs]) == [True, True]
     housekeeping_survives(engine)

@@ -31,7 +31,7 @@ def test_a_flooded_registry_is_read_and_shown_within_limits(delayq_engine) -> No
     now_ms = delayq_engine.time_ms()
     junk = {"j%03d" % i + "x" * 100_000: now_ms + i for i in range(200)}
     client.zadd(keys.workers, junk)
-    client.hset(keys.workers_info, mapping={k: INFO for k in junk})
+    client.hset(keys.workers_info, mapping=dict.fromkeys(junk, INFO))
     client.hset(keys.workers_info, mapping={"ghost%d" % i: "y" * 100_000 for i in range(50)})
     client.zadd(keys.workers, {"bigw": now_ms + 500})
     client.hset(keys.workers_info, "bigw", "z" * 100_000)

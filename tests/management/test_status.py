@@ -190,7 +190,7 @@ def test_malformed_worker_info_is_shown_not_a_crash(delayq_settings, delayq_engi
         b"w-bytes": b"\xff\xfe{",
         b"\xffw-\x1b]0;owned\x07": b"{}",
     }
-    client.zadd(registry, {worker_id: now for worker_id in planted})
+    client.zadd(registry, dict.fromkeys(planted, now))
     client.hset(registry + ":info", mapping=planted)
     text = _status()
     assert "WORKERS (6)" in text

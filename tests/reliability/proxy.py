@@ -7,6 +7,7 @@ sees a reset after the server acted, the fault a network partition produces.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 
@@ -66,8 +67,6 @@ class LossyProxy:
         except OSError:
             pass
         for s in (client, upstream):
-            try:
+            with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()

@@ -10,6 +10,7 @@ asynchronous replication loses when the master dies at that moment.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import socket
@@ -78,10 +79,8 @@ class ReplicationCut:
             pass
         finally:
             for s in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 s.close()
 
 

@@ -88,7 +88,7 @@ def test_a_hard_time_limit_kill_rolls_an_atomic_attempt_back(  # type: ignore[no
     stay, once per attempt."""
     cfg.DELAYQ = {**cfg.DELAYQ, **FAST}
     jobs_atomic.create_tables(("atomic", "plain"))
-    options = dict(timeout=1, max_attempts=2, backoff=[0])
+    options = {"timeout": 1, "max_attempts": 2, "backoff": [0]}
     atomic = schedule_many("tests.jobs_atomic.bump", [JobSpec(args=("atomic", 120))],
                            atomic=True, **options)[0]
     plain = schedule_many("tests.jobs_atomic.bump", [JobSpec(args=("plain", 120))],

@@ -44,12 +44,10 @@ def known_jobs() -> list[dict[str, Any]]:
         kind = "builtins.ValueError" if status == "dead" else ""
         jobs.append(_job("a%03d" % i, "default", ADD, status, BASE + timedelta(seconds=i),
                          float(i), 10.0 * i, attempts, error, kind))
-    for i in range(1, 9):
-        jobs.append(_job("e%03d" % i, "emails", NOOP, "succeeded",
-                         BASE + timedelta(seconds=i), 1000.0, 5.0, 1))
-    for i in range(9, 11):
-        jobs.append(_job("e%03d" % i, "emails", NOOP, "cancelled",
-                         BASE + timedelta(seconds=i), None, None, 0))
+    jobs += [_job("e%03d" % i, "emails", NOOP, "succeeded", BASE + timedelta(seconds=i),
+                  1000.0, 5.0, 1) for i in range(1, 9)]
+    jobs += [_job("e%03d" % i, "emails", NOOP, "cancelled", BASE + timedelta(seconds=i),
+                  None, None, 0) for i in range(9, 11)]
     jobs.append(_job("e011", "emails", NOOP, "scheduled", BASE + timedelta(days=1),
                      None, None, 0))
     jobs[-1]["created_at"] = BASE - timedelta(minutes=5) + timedelta(seconds=11)

@@ -19,10 +19,10 @@ NOW = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
 def _target(**changes: Any) -> arrow_jobs.Target:
-    values: dict[str, Any] = dict(queue="default", path="tests.jobs.add", max_attempts=5,
-                                  backoff=None, max_payload=10_000, when=None, n_args=1,
-                                  kwargs_names=(), arg_names=("a",), when_name="d",
-                                  key_name="k")
+    values: dict[str, Any] = {"queue": "default", "path": "tests.jobs.add", "max_attempts": 5,
+                              "backoff": None, "max_payload": 10_000, "when": None, "n_args": 1,
+                              "kwargs_names": (), "arg_names": ("a",), "when_name": "d",
+                              "key_name": "k"}
     return arrow_jobs.Target(**{**values, **changes})
 
 

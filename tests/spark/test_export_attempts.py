@@ -32,14 +32,11 @@ OVERLAP = timedelta(seconds=60)
 
 def _fail(job_ids: list[str], times: int = 1, kind: str = "shop.errors.Timeout") -> list[int]:
     """``times`` failed attempts of each job; returns their ids, in insertion order."""
-    ids = []
-    for job_id in job_ids:
-        for n in range(1, times + 1):
-            ids.append(JobAttempt.objects.create(
-                job_id=job_id, number=n, outcome="retrying", error_type=kind,
-                error="%s timed out (attempt %d)" % (job_id, n),
-                traceback="Traceback: token sk_live_%s" % job_id, worker_id="host-1").pk)
-    return ids
+    return [JobAttempt.objects.create(
+        job_id=job_id, number=n, outcome="retrying", error_type=kind,
+        error="%s timed out (attempt %d)" % (job_id, n),
+        traceback="Traceback: token sk_live_%s" % job_id, worker_id="host-1").pk
+        for job_id in job_ids for n in range(1, times + 1)]
 
 
 def _jobs(first: int, last: int) -> list[str]:

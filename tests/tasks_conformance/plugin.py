@@ -45,8 +45,7 @@ SKIPPED = {
 
 def pytest_configure(config: pytest.Config) -> None:
     """Django is set up by now (pytest-django): put the DelayQ backends in place."""
-    import django.tasks.backends.dummy as dummy
-    import django.tasks.backends.immediate as immediate
+    from django.tasks.backends import dummy, immediate
     from django.test import SimpleTestCase
 
     from tests.tasks_conformance.backends import Enqueued, RunAtOnce

@@ -167,13 +167,12 @@ def test_an_attempt_whose_row_a_later_attempt_holds_rolls_back(dq) -> None:  # t
 def test_the_fence_lets_one_transaction_make_the_row_final(dq) -> None:  # type: ignore[no-untyped-def]
     h = schedule(BUMP, "a", atomic=True)
     now = timezone.now()
-    done = dict(worker_id="w", started_at=now, finished_at=now)
+    done = {"worker_id": "w", "started_at": now, "finished_at": now}
     with atomic.transaction_of() as using:
         atomic.commit(using, h.id, 1, result="first", **done)
-    with pytest.raises(atomic.NotOurs) as refused:
-        with atomic.transaction_of() as using:
-            jobs_atomic.bump("a")
-            atomic.commit(using, h.id, 2, result="second", **done)
+    with pytest.raises(atomic.NotOurs) as refused, atomic.transaction_of() as using:
+        jobs_atomic.bump("a")
+        atomic.commit(using, h.id, 2, result="second", **done)
     assert refused.value.committed == atomic.Committed(attempt=1, result="first")
     assert jobs_atomic.counters()["a"] == 0  # the refused transaction rolled back
     assert (h.job.result, h.job.attempts) == ("first", 1)

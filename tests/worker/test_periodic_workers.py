@@ -27,7 +27,7 @@ def test_three_workers_run_each_tick_of_an_every_second_schedule_exactly_once(  
     s = Schedule.objects.create(name="every-second", callable_path="tests.jobs.record",
                                 args=[str(out), "tick"], interval_seconds=1)
     procs = [start_worker() for _ in range(3)]
-    wait_until(lambda: out.exists(), timeout=60)  # the first keeper pass made a tick
+    wait_until(out.exists, timeout=60)  # the first keeper pass made a tick
     started = time.monotonic()
     wait_until(lambda: time.monotonic() - started >= WINDOW_S, timeout=WINDOW_S + 30, step=1)
     Schedule.objects.filter(pk=s.pk).update(enabled=False)
