@@ -369,8 +369,8 @@ def _requeue_dead(row: Job, seconds: float) -> bool:
     The row says ``scheduled`` *before* Redis hands the job out again: a worker runs only
     jobs whose row is live, and sets aside one whose row is final (dead)."""
     now = timezone.now()
-    live = dict(status=JobStatus.SCHEDULED, attempts=0, run_at=now + timedelta(seconds=seconds),
-                finished_at=None, updated_at=now)
+    live = {"status": JobStatus.SCHEDULED, "attempts": 0,
+            "run_at": now + timedelta(seconds=seconds), "finished_at": None, "updated_at": now}
     if not Job.objects.filter(pk=row.pk, status=JobStatus.DEAD).update(**live):
         row.refresh_from_db()
         return False

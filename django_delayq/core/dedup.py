@@ -81,7 +81,7 @@ def take(row: Job, mode: str, using: str) -> str | None:
     """Make ``row`` (not saved yet) the holder of its key, as ``mode`` says; returns the
     id of the live holder that stands instead (``drop``), else None."""
     keys = JobKey.objects.using(using)
-    which = dict(queue=row.queue, key=row.key)
+    which = {"queue": row.queue, "key": row.key}
     for _ in range(ROUNDS):
         keys.bulk_create([JobKey(**which, job_id=ids.id_for_key(row.queue, str(row.key)))],
                          ignore_conflicts=True)

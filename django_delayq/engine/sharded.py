@@ -362,10 +362,12 @@ class ShardedEngine(Engine):
         return any(resumed)
 
     def pause_group(self, queue: str, group: str) -> bool:  # every shard; shard 0 is read
-        return any([Engine.pause_group(self, name, group) for name in self.shard_queues(queue)])
+        paused = [Engine.pause_group(self, name, group) for name in self.shard_queues(queue)]
+        return any(paused)  # every shard paused first: no short-circuit
 
     def resume_group(self, queue: str, group: str) -> bool:
-        return any([Engine.resume_group(self, name, group) for name in self.shard_queues(queue)])
+        resumed = [Engine.resume_group(self, name, group) for name in self.shard_queues(queue)]
+        return any(resumed)
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         names = {q: self.shard_queues(q) for q in queues}
