@@ -1,0 +1,59 @@
+"""The groups of some queues as ``delayq_status`` shows them (docs/groups.md): the
+groups with the most due jobs, how many of their jobs run and whether they are paused.
+
+Due and running counts come from the rows (one ``GROUP BY`` over the partial index of
+the rows that have a group, one for the running ones of those groups), so they lag Redis
+by the audit writer's flush; paused groups come from Redis (``Engine.paused_groups``).
+A database that cannot be read shows no groups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from django.db import DatabaseError
+from django.db.models import Count
+from django.utils import timezone
+
+from django_delayq.engine import Engine
+from django_delayq.models import Job, JobStatus
+
+SHOWN = 10  # groups shown
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupUsage:
+    queue: str
+    group: str
+    due: int  # rows scheduled or retrying whose due time has come
+    running: int
+    paused: bool
+
+
+def busiest(engine: Engine, queues: Sequence[str], shown: int = SHOWN) -> list[GroupUsage]:
+    """The ``shown`` groups of ``queues`` with the most due jobs, most first."""
+    rows = Job.objects.filter(queue__in=list(queues)).exclude(group="")
+    try:
+        due = list(rows.filter(status__in=(JobStatus.SCHEDULED, JobStatus.RETRYING),
+                               run_at__lte=timezone.now())
+                   .values("queue", "group").annotate(n=Count("pk"))
+                   .order_by("-n", "queue", "group").values_list("queue", "group", "n")[:shown])
+        running = {(q, g): n for q, g, n in rows.filter(
+            status=JobStatus.RUNNING, group__in={g for _, g, _ in due})
+            .values("queue", "group").annotate(n=Count("pk")).values_list("queue", "group", "n")}
+    except DatabaseError:
+        return []
+    paused = {q: set(engine.paused_groups(q)) for q in {q for q, _, _ in due}}
+    return [GroupUsage(queue=q, group=g, due=n, running=running.get((q, g), 0),
+                       paused=g in paused[q]) for q, g, n in due]
+
+
+def lines(groups: Sequence[GroupUsage], printable: Callable[[object], str] = str) -> list[str]:
+    """Text lines for ``delayq_status`` (none without groups); ``printable`` escapes."""
+    if not groups:
+        return []
+    return ["", "GROUPS (most due jobs)"] + [
+        "  %-16s %-32s due %d, running %d%s" % (u.queue, printable(u.group), u.due, u.running,
+                                                ", paused" if u.paused else "")
+        for u in groups]
