@@ -1,12 +1,14 @@
 """The queues page of the admin: per queue the counts in Redis (due now, scheduled, in
 flight, dead), next due time, paused state and limit, the callable limits, and buttons to
-pause, resume and purge a queue.
+pause, resume and purge a queue, or one group of it (docs/groups.md), and the paused
+groups.
 
 Seeing the page needs ``django_delayq.view_job``; pausing and resuming need
 ``pause_queue``, purging ``purge_queue`` (a confirmation box must be ticked: purging
 cancels every job waiting in the queue). Actions are POST (CSRF-checked by the admin),
 call the core API (``pause_queue``, ``resume_queue``, ``purge_queue``) and are written to
-the admin's log.
+the admin's log. The same buttons with a group given act on that group of the queue
+(``pause_group``, ``resume_group``, ``purge_group``), behind the same permissions.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from redis.exceptions import RedisError
 
 from django_delayq.admin import action_log, overview
 from django_delayq.core import api
+from django_delayq.core import queues as controls
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues, purge_queue_report
@@ -57,6 +60,8 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
         context["queues"] = overview.queue_rows(engine, settings)
         context["holding"] = overview.held(context["queues"], overview.worker_rows(engine))
         context["callable_limits"] = overview.callable_limits(engine, settings)
+        context["paused_groups"] = [(q.queue, ", ".join(groups)) for q in context["queues"]
+                                    if (groups := engine.paused_groups(q.queue))]
     except RedisError as exc:
         logger.warning("queues page: Redis unavailable: %s", exc)
         context["redis_error"] = str(exc)
@@ -75,8 +80,9 @@ def _act(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
         admin.message_user(request, _("Tick the box to confirm purging %s.") % queue,
                            messages.WARNING)
         return back
+    group = request.POST.get("group", "").strip()
     try:
-        text, changed = _perform(op, queue)
+        text, changed = _perform_group(op, queue, group) if group else _perform(op, queue)
     except (DelayQError, RedisError) as exc:
         logger.warning("queue %s: %s failed: %s", queue, op, exc)
         admin.message_user(request, _("%(op)s %(queue)s failed: %(error)s") % {
@@ -100,6 +106,22 @@ def _perform(op: str, queue: str) -> tuple[str, bool]:
     return _("Purged queue %(queue)s: %(count)d waiting jobs cancelled; %(ticks)d schedule "
              "ticks kept.") % {"queue": queue, "count": report.removed,
                                "ticks": report.ticks_kept}, report.removed > 0
+
+
+def _perform_group(op: str, queue: str, group: str) -> tuple[str, bool]:
+    """``_perform`` for one group of ``queue`` (``InvalidJob`` for a bad group id)."""
+    names = {"queue": queue, "group": group}
+    if op == "pause":
+        done = controls.pause_group(queue, group)
+        return (_("Paused group %(group)s of queue %(queue)s.") if done else
+                _("Group %(group)s of queue %(queue)s was already paused.")) % names, done
+    if op == "resume":
+        done = controls.resume_group(queue, group)
+        return (_("Resumed group %(group)s of queue %(queue)s.") if done else
+                _("Group %(group)s of queue %(queue)s was not paused.")) % names, done
+    count = controls.purge_group(queue, group)
+    return _("Purged group %(group)s of queue %(queue)s: %(count)d waiting jobs "
+             "cancelled.") % {**names, "count": count}, count > 0
 
 
 def queue_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:

@@ -1,0 +1,40 @@
+"""The queues page pauses, resumes and purges one group, behind the queue permissions,
+each written to the admin's log (docs/groups.md)."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.admin.models import LogEntry
+
+from django_delayq import paused_groups, schedule
+from django_delayq.models import Job, JobStatus
+from tests.helpers import staff_client
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+PAGE = "/admin/django_delayq/job/queues/"
+
+
+def test_a_group_is_paused_resumed_and_purged_from_the_queues_page(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    acme = schedule("tests.jobs.noop", group="acme", delay=3600)
+    client = staff_client("pause_queue", "purge_queue")
+    client.post(PAGE, {"queue": "default", "group": "acme", "op": "pause"})
+    assert paused_groups("default") == ["acme"]
+    assert "default: paused groups acme" in client.get(PAGE).content.decode()
+    client.post(PAGE, {"queue": "default", "group": "acme", "op": "resume"})
+    assert paused_groups("default") == []
+    client.post(PAGE, {"queue": "default", "group": "acme", "op": "purge"})  # no confirm
+    assert Job.objects.get(pk=acme.id).status == JobStatus.SCHEDULED
+    client.post(PAGE, {"queue": "default", "group": "acme", "op": "purge", "confirm": "yes"})
+    assert Job.objects.get(pk=acme.id).status == JobStatus.CANCELLED
+    logged = list(LogEntry.objects.order_by("pk").values_list("change_message", flat=True))
+    assert logged == ["Paused group acme of queue default.",
+                      "Resumed group acme of queue default.",
+                      "Purged group acme of queue default: 1 waiting jobs cancelled."]
+
+
+def test_group_controls_need_the_queue_permissions(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    client = staff_client()
+    assert client.post(PAGE, {"queue": "default", "group": "acme", "op": "pause"}
+                       ).status_code == 403
+    assert paused_groups("default") == []
