@@ -198,7 +198,7 @@ def _write_state(root: Path, state: dict[str, Any]) -> None:
             fh.write(json.dumps(state, indent=2, sort_keys=True))
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        Path(tmp).replace(path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

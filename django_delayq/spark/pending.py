@@ -27,7 +27,6 @@ names it; a failed run leaves the previous state, and its record, in force.
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from collections.abc import Iterator
@@ -63,7 +62,7 @@ def write(root: Path, table: pa.Table) -> str:
     name = "%s%s.parquet" % (PREFIX, uuid.uuid4().hex)
     tmp = root / (".%s.tmp" % name)
     pq.write_table(table, tmp)
-    os.replace(tmp, root / name)
+    tmp.replace(root / name)
     return name
 
 

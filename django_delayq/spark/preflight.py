@@ -56,7 +56,7 @@ def writable_dir(out: Path | str, doing: str = "write the report to") -> Path:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(prefix=".delayq-probe.", dir=out)
         os.close(fd)
-        os.unlink(probe)
+        Path(probe).unlink()
     except OSError as exc:
         raise ValueError("cannot %s %s: %s (give a directory this process can create "
                          "and write to)" % (doing, out, exc.strerror or exc)) from exc

@@ -110,7 +110,7 @@ def write(root: Path, name: str, *, writer: str, database: str, attempts_complet
             fh.write(json.dumps(body, separators=(",", ":")) + "\n")  # one line: one row
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, folder / name)
+        Path(tmp).replace(folder / name)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -73,7 +73,7 @@ def _series(started: list[Any], finished: list[Any], seconds: int) -> list[dict[
     out = []
     for (queue, bucket), point in sorted(points.items()):
         base = {"queue": queue, "bucket": _utc_us(bucket * 1_000_000), "started": 0,
-                "lateness_ms": None, "finished": 0, "retried": 0, **{s: 0 for s in FINAL}}
+                "lateness_ms": None, "finished": 0, "retried": 0, **dict.fromkeys(FINAL, 0)}
         out.append({**base, **point})
     return out
 

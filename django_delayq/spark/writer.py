@@ -6,7 +6,6 @@ renamed into place when closed, so a reader never sees half a file.
 
 from __future__ import annotations
 
-import os
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,7 +78,7 @@ class DayPartitionedWriter:
     def _publish(self, day: str) -> None:
         writer, tmp, final = self._open.pop(day)
         writer.close()
-        os.replace(tmp, final)
+        Path(tmp).replace(final)
         self.files.append(final)
         self.written[final] = self._counts.pop(day, (0, None))
 
