@@ -28,7 +28,7 @@ Definitions (docs/pipeline.md, "Lateness", is the reference):
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django_delayq.spark.constants import (
     BUCKETS_SECONDS,
@@ -43,18 +43,15 @@ from django_delayq.spark.constants import (
     UNKNOWN_TYPE,
 )
 
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+
 ALL = "*"
 
 
-def _f() -> Any:
-    from pyspark.sql import functions as F
-
-    return F
-
-
-def levels(df: Any) -> Any:
+def levels(df: DataFrame) -> DataFrame:
     """Each row three times: (queue, callable), (queue, "*"), ("*", "*")."""
-    F = _f()
+    from pyspark.sql import functions as F
     labels = F.array(
         F.struct(F.col("queue").alias("q"), F.col("callable_path").alias("c")),
         F.struct(F.col("queue").alias("q"), F.lit(ALL).alias("c")),
@@ -65,54 +62,54 @@ def levels(df: Any) -> Any:
             .drop("_l", "callable_path"))
 
 
-def with_levels(df: Any) -> Any:
+def with_levels(df: DataFrame) -> DataFrame:
     """Each job three times (``levels``), with its lateness and run duration."""
     return levels(df.withColumn("lateness_ms", lateness_ms())
                   .withColumn("duration_ms", duration_ms()))
 
 
-def attempt_levels(attempts: Any, jobs: Any) -> Any:
+def attempt_levels(attempts: DataFrame, jobs: DataFrame) -> DataFrame:
     """Each attempt row three times, at its job's levels; an attempt whose job is not in
     the data is left out (``without_job`` counts them)."""
-    F = _f()
+    from pyspark.sql import functions as F
     owners = jobs.select(F.col("id").alias("job_id"), "queue", "callable_path")
     return levels(attempts.join(owners, "job_id"))
 
 
-def without_job(attempts: Any, jobs: Any) -> int:
+def without_job(attempts: DataFrame, jobs: DataFrame) -> int:
     """The attempt rows whose job is not in the data (a table read over JDBC while jobs
     were being added, jobs filtered out before the report): counted at no level."""
-    F = _f()
+    from pyspark.sql import functions as F
     owners = jobs.select(F.col("id").alias("job_id"))
     return int(attempts.join(owners, "job_id", "left_anti").count())
 
 
-def lateness_ms() -> Any:
+def lateness_ms() -> Column:
     """Start minus due time of the attempt the row describes, in ms; null when the row's
     ``run_at`` is not that attempt's due time (see the module docstring)."""
-    F = _f()
+    from pyspark.sql import functions as F
     measured = F.col("status").isin(*LATENESS_STATUSES) & F.col("started_at").isNotNull()
     late = (F.unix_micros("started_at") - F.unix_micros("run_at")) / 1000.0
     return F.when(measured, late)
 
 
-def duration_ms() -> Any:
+def duration_ms() -> Column:
     """Finish minus start of the attempt the row describes, in ms; null for rows whose
     ``finished_at`` does not end that attempt (expired: it never started)."""
-    F = _f()
+    from pyspark.sql import functions as F
     run = (F.unix_micros("finished_at") - F.unix_micros("started_at")) / 1000.0
     return F.when(F.col("status").isin(*DURATION_STATUSES), run)
 
 
-def _pct(col: str, name: str) -> list[Any]:
-    F = _f()
+def _pct(col: str, name: str) -> list[Column]:
+    from pyspark.sql import functions as F
     fractions = ", ".join(str(p) for p in PERCENTILES)
     return [F.expr("percentile(%s, array(%s))" % (col, fractions)).alias(name + "_p"),
             F.max(col).alias(name + "_max"), F.avg(col).alias(name + "_mean")]
 
 
-def summary_frame(lv: Any) -> Any:
-    F = _f()
+def summary_frame(lv: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
     counts = [F.sum((F.col("status") == s).cast("long")).alias("n_" + s) for s in STATUSES]
     finished = F.col("status").isin(*FINAL) & F.col("finished_at").isNotNull()
     return lv.groupBy("queue", "callable").agg(
@@ -124,16 +121,16 @@ def summary_frame(lv: Any) -> Any:
     )
 
 
-def peak_frame(lv: Any) -> Any:
-    F = _f()
+def peak_frame(lv: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
     minute = F.date_trunc("minute", F.col("finished_at"))
     per_minute = (lv.filter(F.col("status").isin(*FINAL) & F.col("finished_at").isNotNull())
                   .groupBy("queue", "callable", minute.alias("m")).count())
     return per_minute.groupBy("queue", "callable").agg(F.max("count").alias("peak"))
 
 
-def attempts_frame(lv: Any) -> Any:
-    F = _f()
+def attempts_frame(lv: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
     return (lv.filter(F.col("status").isin(*FINAL))
             .groupBy("queue", "callable", "attempts").count())
 
@@ -144,13 +141,13 @@ def attempts_frame(lv: Any) -> Any:
 LEGACY_TYPE = r"(?U)^\s*([^\W\d]\w*(?:\.[^\W\d]\w*)*):(?:\s|$)"
 
 
-def error_kind(type_col: str = "error_type", message_col: str = "last_error") -> Any:
+def error_kind(type_col: str = "error_type", message_col: str = "last_error") -> Column:
     """The exception class path (``type_col``), null for a row without an error. Rows read
     from data without the column (null: exports made before it existed, or with it
     excluded) fall back to the class path leading the message (``message_col``), else
     ``UNKNOWN_TYPE``. Never the message itself: messages carry ids, amounts and times,
     which would make every error unique."""
-    F = _f()
+    from pyspark.sql import functions as F
     message = F.coalesce(F.col(message_col), F.lit(""))
     legacy = F.regexp_extract(F.split(message, "\n").getItem(0), LEGACY_TYPE, 1)
     recorded = F.when(F.trim(F.col(type_col)) != "", F.col(type_col))
@@ -159,20 +156,20 @@ def error_kind(type_col: str = "error_type", message_col: str = "last_error") ->
     return F.when(F.col(type_col).isNull(), unrecorded).otherwise(recorded)
 
 
-def job_error_kind() -> Any:
+def job_error_kind() -> Column:
     """A job row's error (``error_kind``); none for an expired row, whose status says it
     (``last_error`` only says when it expired)."""
-    F = _f()
+    from pyspark.sql import functions as F
     return F.when(~F.col("status").isin(*NOT_ERRORS), error_kind())
 
 
-def _first_line(col: str) -> Any:
-    F = _f()
+def _first_line(col: str) -> Column:
+    from pyspark.sql import functions as F
     return F.substring(F.split(F.col(col), "\n").getItem(0), 1, 200)
 
 
-def _by_job(lv: Any) -> Any:
-    F = _f()
+def _by_job(lv: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
     return (lv.withColumn("_kind", job_error_kind()).filter(F.col("_kind").isNotNull())
             .groupBy("queue", "callable", F.col("_kind").alias("error"))
             .agg(F.count(F.lit(1)).alias("failed_jobs"),
@@ -180,8 +177,8 @@ def _by_job(lv: Any) -> Any:
                  F.min(_first_line("last_error")).alias("example")))
 
 
-def _by_attempt(attempt_lv: Any) -> Any:
-    F = _f()
+def _by_attempt(attempt_lv: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
     return (attempt_lv.withColumn("_kind", error_kind("error_type", "error"))
             .filter(F.col("_kind").isNotNull())
             .groupBy("queue", "callable", F.col("_kind").alias("error"))
@@ -189,12 +186,12 @@ def _by_attempt(attempt_lv: Any) -> Any:
                  F.min(_first_line("error")).alias("attempt_example")))
 
 
-def error_counts(lv: Any, attempt_lv: Any | None) -> Any:
+def error_counts(lv: DataFrame, attempt_lv: DataFrame | None) -> DataFrame:
     """Per level and error type: ``failed_attempts`` (attempt rows that raised it, whatever
     became of their job; null without attempt rows), ``dead_jobs`` (jobs that ended dead
     with it), ``failed_jobs`` (jobs whose last failure it was) and ``example`` (the
     smallest first line of its messages, 200 chars, so the report is reproducible)."""
-    F = _f()
+    from pyspark.sql import functions as F
     jobs = _by_job(lv)
     if attempt_lv is None:
         return jobs.withColumn("failed_attempts", F.lit(None).cast("long"))
@@ -205,12 +202,12 @@ def error_counts(lv: Any, attempt_lv: Any | None) -> Any:
         F.least("example", "attempt_example").alias("example"))
 
 
-def errors_frame(lv: Any, attempt_lv: Any | None = None, top: int = TOP_ERRORS) -> Any:
+def errors_frame(lv: DataFrame, attempt_lv: DataFrame | None = None,
+                 top: int = TOP_ERRORS) -> DataFrame:
     """The most frequent error types per level (``error_counts``), top ``top``: by failed
     attempts, then failed jobs, then dead jobs (without attempt rows: failed jobs first)."""
     from pyspark.sql import Window
-
-    F = _f()
+    from pyspark.sql import functions as F
     rank = Window.partitionBy("queue", "callable").orderBy(
         F.desc_nulls_last("failed_attempts"), F.desc("failed_jobs"), F.desc("dead_jobs"),
         F.asc("error"))
@@ -225,15 +222,15 @@ def choose_bucket(span_seconds: float, max_points: int = MAX_POINTS) -> int:
     return BUCKETS_SECONDS[-1]
 
 
-def _bucket(col: str, seconds: int) -> Any:
+def _bucket(col: str, seconds: int) -> Column:
     """Start of the bucket, in epoch seconds (collected as int: no local-time conversion)."""
-    F = _f()
+    from pyspark.sql import functions as F
     return (F.floor(F.unix_seconds(F.col(col)) / seconds) * seconds).cast("long")
 
 
-def series_frames(lv: Any, seconds: int) -> tuple[Any, Any]:
+def series_frames(lv: DataFrame, seconds: int) -> tuple[DataFrame, DataFrame]:
     """Per queue (and overall) and bucket: lateness by start time; outcomes by finish time."""
-    F = _f()
+    from pyspark.sql import functions as F
     queues = lv.filter(F.col("callable") == ALL)
     started = (queues.filter(F.col("started_at").isNotNull())  # lateness: measured rows only
                .groupBy("queue", _bucket("started_at", seconds).alias("bucket"))
@@ -247,9 +244,9 @@ def series_frames(lv: Any, seconds: int) -> tuple[Any, Any]:
     return started, finished
 
 
-def time_span_seconds(df: Any) -> float:
+def time_span_seconds(df: DataFrame) -> float:
     """Seconds between the first start or finish and the last one (0 when none)."""
-    F = _f()
+    from pyspark.sql import functions as F
     lo = F.least(F.min(F.unix_micros("started_at")), F.min(F.unix_micros("finished_at")))
     hi = F.greatest(F.max(F.unix_micros("started_at")), F.max(F.unix_micros("finished_at")))
     row = df.agg(lo.alias("lo"), hi.alias("hi")).first()

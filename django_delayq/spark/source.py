@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from django_delayq.spark import records
 from django_delayq.spark.preflight import (
@@ -32,6 +32,9 @@ from django_delayq.spark.preflight import (
     is_url,
     jobs_dir,
 )
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 REPORT_COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "last_error",
                   "run_at", "created_at", "updated_at", "started_at", "finished_at",
@@ -46,7 +49,7 @@ ATTEMPT_SCHEMA = "id bigint, job_id string, error_type string, error string"
 DEFAULT_ATTEMPT_TABLE = "django_delayq_jobattempt"
 
 
-def latest_versions(df: Any) -> Any:
+def latest_versions(df: DataFrame) -> DataFrame:
     """Keep one row per ``id``: the one read last (``read_at``: a later read saw every
     commit an earlier one saw), then the greatest ``updated_at``."""
     from pyspark.sql import Window
@@ -58,7 +61,7 @@ def latest_versions(df: Any) -> Any:
             .filter(F.col("_v") == 1).drop("_v"))
 
 
-def normalize(df: Any) -> Any:
+def normalize(df: DataFrame) -> DataFrame:
     """The report's columns with the report's types (JDBC drivers vary)."""
     from pyspark.sql import functions as F
 
@@ -88,7 +91,7 @@ def _base(root: Path | str) -> str:
     return str(root).rstrip("/") if is_url(root) else str(export_root(root))
 
 
-def _record_texts(spark: Any, base: str) -> list[tuple[str, str]]:
+def _record_texts(spark: SparkSession, base: str) -> list[tuple[str, str]]:
     """The records under a URL, ``(name, text)``: Spark reads them (one file, one row)."""
     from pyspark.errors import AnalysisException
 
@@ -101,7 +104,7 @@ def _record_texts(spark: Any, base: str) -> list[tuple[str, str]]:
     return [(row[0], row[1]) for row in rows]
 
 
-def _url_listing(spark: Any, base: str) -> list[str]:
+def _url_listing(spark: SparkSession, base: str) -> list[str]:
     """The Parquet files under a URL's ``jobs/`` and ``attempts/``, as paths under it
     (``jobs/day=.../name.parquet``) where they sit where the writers put them; Spark lists
     them (``binaryFile`` without its content column reads no file)."""
@@ -121,7 +124,7 @@ def _url_listing(spark: Any, base: str) -> list[str]:
     return found
 
 
-def inventory(spark: Any, root: Path | str) -> records.Inventory:
+def inventory(spark: SparkSession, root: Path | str) -> records.Inventory:
     """What the writers recorded in ``root`` and which Parquet files are there, checked
     (``records.usable``); a missing local directory is a FileNotFoundError."""
     base = _base(root)
@@ -146,7 +149,7 @@ def _listed(root: Path | str, paths: list[str], where: str) -> list[str]:
     return [base + "/" + p for p in paths]
 
 
-def _read_listed(reader: Any, paths: list[str], where: str) -> Any:
+def _read_listed(reader: DataFrameReader, paths: list[str], where: str) -> DataFrame:
     from pyspark.errors import AnalysisException
 
     try:
@@ -157,14 +160,14 @@ def _read_listed(reader: Any, paths: list[str], where: str) -> Any:
                          % (where, str(exc).strip().splitlines()[0])) from None
 
 
-def _mismatch(where: str, what: str, read: Any, recorded: Any) -> ValueError:
+def _mismatch(where: str, what: str, read: object, recorded: object) -> ValueError:
     return ValueError("%s does not hold the %s its records list: read %s, recorded %s; "
                       "restore the files, or export to a new directory" % (where, what, read,
                                                                           recorded))
 
 
-def read_parquet(spark: Any, root: Path | str,
-                 files: records.Inventory | None = None) -> Any:
+def read_parquet(spark: SparkSession, root: Path | str,
+                 files: records.Inventory | None = None) -> DataFrame:
     """The exported jobs under ``root``: the job files its records list (``files``, read
     here unless given), checked against them. A URL (``s3a://``, ``hdfs://``) goes to
     Spark as it is; a directory without job files (an export that found no rows yet) is
@@ -185,8 +188,8 @@ def read_parquet(spark: Any, root: Path | str,
     return raw
 
 
-def read_jdbc(spark: Any, url: str, *, table: str = DEFAULT_TABLE,
-              properties: Mapping[str, str | None] | None = None) -> Any:
+def read_jdbc(spark: SparkSession, url: str, *, table: str = DEFAULT_TABLE,
+              properties: Mapping[str, str | None] | None = None) -> DataFrame:
     """Read the audit table over JDBC (the driver jar must be on ``spark.jars``)."""
     reader = spark.read.format("jdbc").option("url", url).option("dbtable", table)
     reader = reader.option("fetchsize", "10000")
@@ -196,10 +199,10 @@ def read_jdbc(spark: Any, url: str, *, table: str = DEFAULT_TABLE,
     return reader.load()
 
 
-def read_jobs(spark: Any, root: Path | str | None = None, *, jdbc_url: str | None = None,
+def read_jobs(spark: SparkSession, root: Path | str | None = None, *, jdbc_url: str | None = None,
               jdbc_table: str = DEFAULT_TABLE,
               jdbc_properties: Mapping[str, str | None] | None = None,
-              files: records.Inventory | None = None) -> Any:
+              files: records.Inventory | None = None) -> DataFrame:
     """One row per job, from ``root`` (Parquet: the files its records list, ``files``
     when given) or from ``jdbc_url``."""
     if jdbc_url:
@@ -211,7 +214,7 @@ def read_jobs(spark: Any, root: Path | str | None = None, *, jdbc_url: str | Non
     return latest_versions(normalize(raw))
 
 
-def attempts_complete(spark: Any, root: Path | str) -> bool:
+def attempts_complete(spark: SparkSession, root: Path | str) -> bool:
     """Whether every job row under ``root`` has its attempt rows there (the marker)."""
     if not is_url(root):
         return (export_root(root) / ATTEMPTS_MARKER).is_file()
@@ -224,7 +227,7 @@ def attempts_complete(spark: Any, root: Path | str) -> bool:
     return True
 
 
-def _attempt_files(spark: Any, root: Path | str, files: records.Inventory) -> Any:
+def _attempt_files(spark: SparkSession, root: Path | str, files: records.Inventory) -> DataFrame:
     """The attempt files the records of ``root`` list, with the report's columns, checked
     against the records (rows, highest id); none is an empty frame. A record that says its
     run did not write the attempt rows of its jobs contradicts the marker: refused."""
@@ -245,6 +248,7 @@ def _attempt_files(spark: Any, root: Path | str, files: records.Inventory) -> An
         reader = spark.read.schema(ATTEMPT_SCHEMA).option("basePath", where)
         frame = _read_listed(reader, paths, where)
     got = frame.agg(F.count(F.lit(1)).alias("rows"), F.max("id").alias("top")).first()
+    assert got is not None  # an aggregate without grouping has one row
     read, recorded = (got["rows"], got["top"]), (files.attempt_rows, files.attempt_max_id)
     if read != recorded:
         raise _mismatch(where, "attempt rows", "%d (highest id %s)" % read,
@@ -252,7 +256,7 @@ def _attempt_files(spark: Any, root: Path | str, files: records.Inventory) -> An
     return frame
 
 
-def one_per_attempt(df: Any) -> Any:
+def one_per_attempt(df: DataFrame) -> DataFrame:
     """The report's attempt columns, one row per ``id`` (copies of an attempt are the same
     row; of copies that differ, a redacted and a plain one, the same one is always kept)."""
     from pyspark.sql import Window
@@ -271,10 +275,10 @@ def one_per_attempt(df: Any) -> Any:
     return df.withColumn("_v", F.row_number().over(first)).filter(F.col("_v") == 1).drop("_v")
 
 
-def read_attempts(spark: Any, root: Path | str | None = None, *, jdbc_url: str | None = None,
-                  jdbc_table: str = DEFAULT_ATTEMPT_TABLE,
+def read_attempts(spark: SparkSession, root: Path | str | None = None, *,
+                  jdbc_url: str | None = None, jdbc_table: str = DEFAULT_ATTEMPT_TABLE,
                   jdbc_properties: Mapping[str, str | None] | None = None,
-                  files: records.Inventory | None = None) -> Any | None:
+                  files: records.Inventory | None = None) -> DataFrame | None:
     """One row per attempt (``id``, ``job_id``, ``error_type``, ``error``) from ``root``
     (Parquet: the attempt files its records list, ``files`` when given, checked against
     them) or ``jdbc_url``; None when ``root`` has no complete attempt rows (no marker)."""

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_delayq.spark import figures
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES, TOP_ERRORS
 from django_delayq.spark.stages import StageProgress
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, Row
 
 
 def _r(value: Any) -> float | None:
@@ -20,7 +23,7 @@ def _utc_us(us: int | None) -> str | None:
     return datetime.fromtimestamp(us / 1e6, tz=UTC).isoformat()
 
 
-def _dist(row: Any, name: str) -> dict[str, float | None]:
+def _dist(row: Row, name: str) -> dict[str, float | None]:
     values = row[name + "_p"] or [None] * len(PERCENTILE_NAMES)
     out = {p: _r(v) for p, v in zip(PERCENTILE_NAMES, values)}
     out["max"] = _r(row[name + "_max"])
@@ -28,7 +31,7 @@ def _dist(row: Any, name: str) -> dict[str, float | None]:
     return out
 
 
-def _throughput(row: Any, peak: int | None) -> dict[str, Any]:
+def _throughput(row: Row, peak: int | None) -> dict[str, Any]:
     first, last, n = row["first_finished_us"], row["last_finished_us"], row["finished"] or 0
     minutes = max(1.0, (last - first) / 60e6) if first is not None else 1.0
     return {"finished": n, "per_min_mean": _r(n / minutes) if n else 0.0,
@@ -36,7 +39,7 @@ def _throughput(row: Any, peak: int | None) -> dict[str, Any]:
             "last_finished": _utc_us(last)}
 
 
-def _group(row: Any, peak: int | None) -> dict[str, Any]:
+def _group(row: Row, peak: int | None) -> dict[str, Any]:
     counts = {s: row["n_" + s] or 0 for s in STATUSES}
     decided = counts["succeeded"] + counts["dead"]
     return {
@@ -78,7 +81,7 @@ def _series(started: list[Any], finished: list[Any], seconds: int) -> list[dict[
     return out
 
 
-def _errors(lv: Any, attempt_lv: Any | None, top: int,
+def _errors(lv: DataFrame, attempt_lv: DataFrame | None, top: int,
             groups: dict[tuple[str, str], dict[str, Any]]) -> None:
     for r in figures.errors_frame(lv, attempt_lv, top).orderBy("rank").collect():
         groups[(r["queue"], r["callable"])]["top_errors"].append(
@@ -87,7 +90,7 @@ def _errors(lv: Any, attempt_lv: Any | None, top: int,
              "example": r["example"]})
 
 
-def compute_report(jobs: Any, *, attempts: Any | None = None,
+def compute_report(jobs: DataFrame, *, attempts: DataFrame | None = None,
                    bucket_seconds: int | None = None, top_errors: int = TOP_ERRORS,
                    progress: StageProgress | None = None) -> dict[str, Any]:
     """``jobs``: one row per job (see ``source.read_jobs``); ``attempts``: one row per
