@@ -61,6 +61,7 @@ DEFAULTS: dict[str, Any] = {
     "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
     "REPORT_DIR": None,  # absolute directory of delayq_report outputs shown in the admin
     "LOG_JOBS": True,  # an INFO line per job start, success and retry (worker/joblog.py)
+    "METRICS_GROUPS": None,  # N: gauges of the N groups with the most due jobs (None: none)
     "SCHEDULES": {},  # name -> periodic job, synced at worker start (docs/periodic.md)
     # Days a finished row is kept (None: forever); workers delete older ones in batches.
     "RETENTION": {"succeeded_days": 7, "cancelled_days": 7, "expired_days": 30,
@@ -102,6 +103,7 @@ class Settings:
     queue_shards: dict[str, int] = field(default_factory=dict)  # queue -> shards (> 1 only)
     callable_limits: dict[str, limits.Limit] = field(default_factory=dict)
     log_jobs: bool = True
+    metrics_groups: int | None = None  # groups exported as metrics (label cardinality)
     retention: tuple[tuple[str, float], ...] = ()  # (final status, days kept); absent: forever
     raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -297,6 +299,9 @@ def _scalar_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
     found = [(name, msg) for name in _POSITIVE if (msg := _positive(name, merged[name]))]
     found += [(name, msg) for name in _POSITIVE_INTEGERS
               if (msg := _positive(name, merged[name], integer=True))]
+    shown = merged["METRICS_GROUPS"]
+    if shown is not None and (msg := _positive("METRICS_GROUPS", shown, integer=True)):
+        found.append(("METRICS_GROUPS", msg + " (or None for no metrics per group)"))
     timeout = merged["JOB_TIMEOUT_SECONDS"]
     if timeout is not None and (msg := _positive("JOB_TIMEOUT_SECONDS", timeout)):
         found.append(("JOB_TIMEOUT_SECONDS", msg + " (or None for no limit)"))
@@ -387,6 +392,7 @@ def get_settings() -> Settings:
         queue_shards=_shards(m["QUEUE_OPTIONS"]),
         callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]),
         log_jobs=bool(m["LOG_JOBS"]),
+        metrics_groups=None if m["METRICS_GROUPS"] is None else int(m["METRICS_GROUPS"]),
         retention=_retention(m["RETENTION"])[0],
         raw=dict(user),
     )

@@ -52,6 +52,7 @@ ERROR_IDS: dict[str, str] = {
     "LOG_JOBS": "delayq.E030",
     "RETENTION": "delayq.E031",
     "SCHEDULES": "delayq.E032",
+    "METRICS_GROUPS": "delayq.E033",
 }
 QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
 
@@ -101,6 +102,7 @@ HINTS: dict[str, str] = {
                        "{'rate_limit': '10/s', 'concurrency': 2}; see "
                        "docs/settings.md#callable-limits.",
     "LOG_JOBS": "True or False: an INFO log line per job start, success and retry.",
+    "METRICS_GROUPS": "None (no metrics per group) or how many groups to export, e.g. 20.",
     "RETENTION": "None (keep every row) or a dict such as {'succeeded_days': 7, "
                  "'dead_days': 30}: days a finished row is kept (None: forever).",
     "SCHEDULES": "{'nightly': {'callable': 'shop.tasks.report', 'cron': '0 2 * * *', "

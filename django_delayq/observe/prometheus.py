@@ -4,7 +4,9 @@ Counters and histograms are updated in-process by receivers of the lifecycle sig
 (cheap: no I/O); queue depths are read from Redis (``Engine.stats``, one script call
 per queue) when Prometheus scrapes, with each queue's paused state (``Engine.paused``)
 and limit (``Engine.queue_limit``), and the limit and running jobs of each callable of
-``DELAYQ['CALLABLE_LIMITS']`` (``Engine.limit_state``). Expose them from the worker with
+``DELAYQ['CALLABLE_LIMITS']`` (``Engine.limit_state``), and, opt-in (``METRICS_GROUPS``:
+label cardinality), the due and running jobs of the busiest groups (observe/group_usage.py,
+docs/groups.md). Expose them from the worker with
 ``start_http_server(port)`` and from Django with ``django_delayq.metrics_views.metrics``.
 
 Without ``prometheus_client`` importing this module does nothing: no receivers are
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
+    from django_delayq.observe.group_usage import GroupUsage
 
 logger = logging.getLogger(__name__)
 
@@ -84,6 +87,10 @@ class QueueCollector:
               "A callable's concurrency limit (CALLABLE_LIMITS)", labels=["callable"]),
             g("delayq_callable_running", "Running jobs of a callable with CALLABLE_LIMITS",
               labels=["callable"]),
+            g("delayq_group_due_jobs", "Due jobs of the groups with the most (METRICS_GROUPS)",
+              labels=["queue", "group"]),
+            g("delayq_group_running", "Running jobs of those groups", labels=["queue", "group"]),
+            g("delayq_group_paused", "1 when the group is paused", labels=["queue", "group"]),
             g("delayq_workers", "Workers that sent a heartbeat within two leases"),
             g("delayq_redis_up", "1 when Redis answered this scrape"))
         return {f.name: f for f in families}
@@ -122,6 +129,10 @@ class QueueCollector:
             if limit is not None:
                 _limit(f, "queue", queue, limit.rate, limit.concurrency)
         self._callables(f, engine, settings)
+        if settings.metrics_groups:
+            from django_delayq.observe import group_usage
+
+            _groups(f, group_usage.busiest(engine, queues, settings.metrics_groups))
         f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 
     def _callables(self, f: dict[str, Any], engine: Engine, settings: Settings) -> None:
@@ -130,6 +141,13 @@ class QueueCollector:
             _limit(f, "callable", path, rate, concurrency)
             state = engine.limit_state(path, rate=rate, concurrency=concurrency)
             f["delayq_callable_running"].add_metric([path], state.running)
+
+
+def _groups(f: dict[str, Any], groups: list[GroupUsage]) -> None:
+    for u in groups:
+        f["delayq_group_due_jobs"].add_metric([u.queue, u.group], u.due)
+        f["delayq_group_running"].add_metric([u.queue, u.group], u.running)
+        f["delayq_group_paused"].add_metric([u.queue, u.group], 1 if u.paused else 0)
 
 
 def _limit(f: dict[str, Any], kind: str, label: str, rate: tuple[int, int] | None,
