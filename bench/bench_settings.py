@@ -1,5 +1,6 @@
 """Settings for the benchmarks: a private Redis (DELAYQ_REDIS_URL) and SQLite in BENCH_DIR,
-or PostgreSQL when BENCH_DB=postgres."""
+or PostgreSQL when BENCH_DB=postgres (with Django's server-side binding when
+BENCH_PG_SERVER_BINDING=1)."""
 
 import os
 
@@ -11,7 +12,10 @@ INSTALLED_APPS = ["django.contrib.contenttypes", "django.contrib.auth", "django_
 if os.environ.get("BENCH_DB") == "postgres":
     DATABASES = {"default": {"ENGINE": "django.db.backends.postgresql",
                              "NAME": os.environ.get("BENCH_PGDATABASE", "test"),
-                             "USER": "postgres", "HOST": "127.0.0.1", "CONN_MAX_AGE": 600}}
+                             "USER": "postgres", "HOST": "127.0.0.1", "CONN_MAX_AGE": 600,
+                             # Django's option: psycopg has the server bind the values
+                             "OPTIONS": {"server_side_binding":
+                                         os.environ.get("BENCH_PG_SERVER_BINDING") == "1"}}}
 else:
     DATABASES = {"default": {
         "ENGINE": "django.db.backends.sqlite3",

@@ -1,0 +1,124 @@
+#!/usr/bin/env python
+"""schedule() path, this tree against an older one in the same process: the older tree's
+``core/row_insert.py`` and ``core/commit_batch.py`` are loaded beside this tree's and the
+two take turns, round after round, so that a busy machine's swings fall on both alike.
+
+    python bench/schedule_path_ab.py --before DIR [-n 500] [--rounds 12] [--db sqlite|postgres]
+
+``DIR`` is a checkout of the older tree (``git archive <commit> | tar -x -C DIR``); both
+modules must keep the names this tree's ``core/api.py`` calls (``new_row``, ``insert``,
+``enqueue_after_commit``). Each round schedules ``-n`` jobs in autocommit and ``-n`` in one
+transaction with each tree's modules; printed: the median and the best of the rounds, jobs/s
+and CPU µs per job of this process. Starts its own redis-server; SQLite in a temporary
+directory or PostgreSQL (``delayq_bench_schedule_ab``, created fresh; Django's server-side
+binding with ``BENCH_PG_SERVER_BINDING=1``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from foundation import start_redis  # noqa: E402
+
+
+def _load(tree: Path, name: str) -> ModuleType:
+    path = tree / "django_delayq" / "core" / ("%s.py" % name)
+    spec = importlib.util.spec_from_file_location("before_%s" % name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def _round(n: int) -> tuple[float, float, float, float]:
+    """jobs/s and CPU µs/job: ``n`` calls in autocommit, then ``n`` in one transaction."""
+    from django.db import transaction
+
+    from django_delayq import schedule
+
+    t0, c0 = time.perf_counter(), time.process_time()
+    for i in range(n):
+        schedule("bench_jobs.noop", i, delay=3600)
+    auto, auto_cpu = n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
+    t0, c0 = time.perf_counter(), time.process_time()
+    with transaction.atomic():
+        for i in range(n):
+            schedule("bench_jobs.noop", i, delay=3600)
+    return (auto, auto_cpu, n / (time.perf_counter() - t0),
+            (time.process_time() - c0) / n * 1e6)
+
+
+def compare(before_tree: Path, n: int, rounds: int) -> dict[str, Any]:
+    from django_delayq.core import api
+
+    trees = {"after": (api.row_insert, api.commit_batch),
+             "before": (_load(before_tree, "row_insert"), _load(before_tree, "commit_batch"))}
+    names = ("autocommit_jobs_per_s", "autocommit_cpu_us_per_job",
+             "one_transaction_jobs_per_s", "one_transaction_cpu_us_per_job")
+    seen: dict[str, list[tuple[float, ...]]] = {label: [] for label in trees}
+    for r in range(rounds + 1):
+        for label in (("before", "after") if r % 2 else ("after", "before")):
+            api.row_insert, api.commit_batch = trees[label]  # type: ignore[assignment]
+            figures = _round(n)
+            if r:  # round 0 warms both up
+                seen[label].append(figures)
+    api.row_insert, api.commit_batch = trees["after"]  # type: ignore[assignment]
+    out: dict[str, Any] = {}
+    for i, name in enumerate(names):
+        row: dict[str, Any] = {}
+        for label, runs in seen.items():
+            values = [run[i] for run in runs]
+            row[label] = {"median": round(statistics.median(values)),
+                          "best": round(min(values) if "cpu" in name else max(values))}
+        row["after/before (medians)"] = round(row["after"]["median"] / row["before"]["median"], 3)
+        out[name] = row
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--before", type=Path, required=True)
+    p.add_argument("-n", type=int, default=500)
+    p.add_argument("--rounds", type=int, default=12)
+    p.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
+    opts = p.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="delayq-schedule-ab-"))
+    redis_proc, url = start_redis(workdir)
+    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=opts.db,
+                      BENCH_PGDATABASE="delayq_bench_schedule_ab")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench_settings")
+    try:
+        from schedule_path import setup
+
+        setup(opts.db)
+        load = os.getloadavg()[0]
+        out = {"db": opts.db, "n": opts.n, "rounds": opts.rounds, "load_before": load,
+               **compare(opts.before, opts.n, opts.rounds),
+               "load_after": os.getloadavg()[0]}
+        from django_delayq.core import events
+
+        events.flush()  # the scheduled events, before their Redis goes
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait()
+    for key, value in out.items():
+        print("%-32s %s" % (key, json.dumps(value)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
