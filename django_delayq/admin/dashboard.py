@@ -29,6 +29,7 @@ from django_delayq.core import progress, stored
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job
+from django_delayq.observe import group_usage
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -73,7 +74,7 @@ def snapshot() -> dict[str, Any]:
         "minutes": [{"start_ms": int(m.start.timestamp() * 1000), "finished": m.finished,
                      "started": m.started, "p50_ms": m.p50_ms, "p95_ms": m.p95_ms}
                     for m in past.minutes],
-        "sampled": past.sampled, "queues": [], "workers": [], "holding": None}
+        "sampled": past.sampled, "queues": [], "workers": [], "holding": None, "groups": []}
     try:
         engine = get_engine()
         queues = overview.queue_rows(engine, get_settings())
@@ -81,6 +82,8 @@ def snapshot() -> dict[str, Any]:
         data["queues"] = [asdict(q) for q in queues]
         data["workers"] = [asdict(w) for w in workers]
         data["holding"] = asdict(overview.held(queues, workers))
+        data["groups"] = [asdict(g) for g in group_usage.busiest(  # docs/groups.md
+            engine, [q.queue for q in queues])]
     except RedisError as exc:
         logger.warning("dashboard: Redis unavailable: %s", exc)
         data["redis_error"] = str(exc)

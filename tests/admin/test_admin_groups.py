@@ -20,3 +20,13 @@ def test_the_job_list_filters_by_group(delayq_settings) -> None:  # type: ignore
     assert "?group=acme" in page and "?group=bob" in page
     page = client.get("/admin/django_delayq/job/?group=acme").content.decode()
     assert all(h.id in page for h in acme) and bob.id not in page and plain.id not in page
+
+
+def test_the_dashboard_data_has_the_busiest_groups(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    for i in range(2):
+        schedule("tests.jobs.noop", i, group="acme")
+    schedule("tests.jobs.noop", group="bob")
+    data = staff_client().get("/admin/django_delayq/job/dashboard/data/").json()
+    assert [(g["queue"], g["group"], g["due"], g["running"], g["paused"])
+            for g in data["groups"]] == [("default", "acme", 2, 0, False),
+                                         ("default", "bob", 1, 0, False)]

@@ -57,6 +57,19 @@
     });
   }
 
+  function drawGroups(body, groups) {
+    clear(body);
+    (groups || []).forEach(function (g) {
+      var tr = el("tr", null, g.paused ? "delayq-paused" : "");
+      tr.appendChild(el("td", g.queue));
+      tr.appendChild(el("td", g.group));
+      tr.appendChild(num(g.due));
+      tr.appendChild(num(g.running));
+      tr.appendChild(el("td", g.paused ? "paused" : "active"));
+      body.appendChild(tr);
+    });
+  }
+
   function jobLink(template, id) {
     var a = el("a", id, "delayq-job-link");
     a.href = template.replace("JOB-ID", encodeURIComponent(id));
@@ -191,6 +204,7 @@
       error.hidden = !data.redis_error;
       error.textContent = data.redis_error ? "Redis did not answer: " + data.redis_error : "";
       drawQueues(document.querySelector("#delayq-queues tbody"), data.queues);
+      drawGroups(document.querySelector("#delayq-groups tbody"), data.groups);
       drawWorkers(document.querySelector("#delayq-workers tbody"), data.workers, template);
       drawHolding(document.getElementById("delayq-holding"), data.holding);
       drawThroughput(document.getElementById("delayq-throughput"), data.minutes);
