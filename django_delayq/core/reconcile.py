@@ -16,8 +16,8 @@ Two modes, both bounded per call:
   ``RECONCILE_GRACE_SECONDS`` are skipped: their on-commit enqueue or their audit flush
   may still be on its way.
 * **Loss pass** (data loss detected): a full walk of the queue's live rows without
-  grace, at most ``URGENT_BUDGET_SECONDS`` (and a quarter of the lease) per tick until
-  done, so heartbeats keep flowing.
+  grace, at most ``URGENT_BUDGET_SECONDS`` (and a quarter of the lease) per tick, ticked
+  again at once until done (``busy``), so heartbeats and the schedules' pass keep flowing.
 
 Telling a data loss from a new Redis: the epoch
 -----------------------------------------------
@@ -68,8 +68,7 @@ Jobs final in Redis (a live row whose job is dead there, or was cancelled while 
 get the same second look, then are settled: ``core/final_rows.py``; who counts as alive:
 ``core/liveness.py``.
 
-After a Redis outage the rows changed during it are looked at at once
-(``reconcile_state.Outage``), not after the grace.
+After a Redis outage the rows changed during it get a look at once (``Outage``).
 
 Every MULTI (and re-enqueue call) carries at most ``MULTI_ROWS``
 (``scripts.RECONCILE_CHUNK``, 100) rows: a MULTI blocks Redis like a script, and 500
@@ -115,15 +114,12 @@ logger = logging.getLogger(__name__)
 
 BATCH = 500
 BATCHES_PER_TICK = 4
-# Rows per MULTI (six reads each, or their re-enqueue): a MULTI blocks Redis like a
-# script; 500 rows took ~11 ms, over the 5 ms bound of any Redis call (engine/scripts.py).
-MULTI_ROWS = scripts.RECONCILE_CHUNK
+MULTI_ROWS = scripts.RECONCILE_CHUNK  # rows per MULTI: see the module's last paragraph
 MAX_SUSPECTS = 10_000
 RECENT_SECONDS = 30.0
 MAX_RECENT = 100_000
 EPOCH_CHECK_SECONDS = 1.0
-URGENT_BUDGET_SECONDS = 0.5  # per tick, never more than a quarter of the lease: the
-# keeper thread ticks again at once while work is left (``busy``), its schedules pass between
+URGENT_BUDGET_SECONDS = 0.5  # per tick (a quarter lease at most); ticked again while busy
 # In a loss pass, rows changed less than this before the loss (or after it) may describe
 # jobs written into the new data: they get the second look instead of an instant re-enqueue.
 LOSS_MARGIN_SECONDS = 2.0
@@ -204,13 +200,11 @@ class Reconciler:
         return added
 
     @property
-    def busy(self) -> bool:
-        """A loss pass or the pass after an outage has rows left (tick again at once)."""
+    def busy(self) -> bool:  # a loss pass or the pass after an outage has rows left
         return bool(self._urgent) or self._after_outage is not None
 
     def _urgent_work(self) -> int:
-        budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
-        deadline = time.monotonic() + budget
+        deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
         added = 0
         for queue in list(self._urgent):
             cursor = self._urgent[queue]
