@@ -104,12 +104,12 @@ def database_identity(alias: str | None = None) -> str:
     return "%s://%s%s/%s" % (connection.vendor, host, ":" + port if port else "", name)
 
 
-def _bad(path: Path, key: str, value: Any, expected: str) -> ValueError:
+def _bad(path: Path, key: str, value: object, expected: str) -> ValueError:
     return ValueError("%s: %s is %s, not %s; fix the file, or export to a new directory"
                       % (path, key, json.dumps(value, default=str), expected))
 
 
-def _when(path: Path, key: str, value: Any) -> datetime | None:
+def _when(path: Path, key: str, value: object) -> datetime | None:
     if value is None:
         return None
     parsed = None
@@ -123,7 +123,7 @@ def _when(path: Path, key: str, value: Any) -> datetime | None:
     return parsed
 
 
-def check_state(state: Any, path: Path) -> dict[str, Any]:
+def check_state(state: object, path: Path) -> dict[str, Any]:
     """``state`` if every value is of the kind this module writes; else a ValueError
     naming ``path``, the key and the value (see the module docstring)."""
     if not isinstance(state, dict):

@@ -77,18 +77,18 @@ class Window:
     marks: tuple[tuple[str, int], ...]  # (after, upper) of recent runs, not yet folded in
 
 
-def _bad(where: str, key: str, value: Any, expected: str) -> ValueError:
+def _bad(where: str, key: str, value: object, expected: str) -> ValueError:
     return ValueError("%s: %s is %s, not %s; fix the file, or export to a new directory"
                       % (where, key, json.dumps(value, default=str), expected))
 
 
-def _id(where: str, key: str, value: Any) -> int:
+def _id(where: str, key: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise _bad(where, key, value, "an attempt id (an integer >= 0)")
     return value
 
 
-def _when(where: str, key: str, value: Any) -> datetime:
+def _when(where: str, key: str, value: object) -> datetime:
     parsed = None
     if isinstance(value, str):
         try:
@@ -100,7 +100,7 @@ def _when(where: str, key: str, value: Any) -> datetime:
     return parsed
 
 
-def check_state(part: Any, where: str) -> None:
+def check_state(part: object, where: str) -> None:
     """The attempts part of a state file (``where``): ids that are integers >= 0 and times
     that are ISO datetimes, or a ValueError naming the first value that is not. A mark
     read as anything else would make a run skip attempt rows, or read the wrong ones."""

@@ -20,12 +20,15 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 LABEL = "delayq_report"
 
 
-def active_stages(spark: Any) -> list[str]:
+def active_stages(spark: SparkSession) -> list[str]:
     """One line per Spark stage running now: id, name, tasks done of all, running."""
     tracker = spark.sparkContext.statusTracker()
     lines = []
@@ -40,8 +43,8 @@ def active_stages(spark: Any) -> list[str]:
 
 
 class StageProgress:
-    def __init__(self, spark: Any, stream: TextIO | None = None, *, enabled: bool = True,
-                 every: float = 5.0) -> None:
+    def __init__(self, spark: SparkSession | None, stream: TextIO | None = None, *,
+                 enabled: bool = True, every: float = 5.0) -> None:
         self.spark = spark
         self.stream = stream if stream is not None else sys.stderr
         self.enabled = enabled
@@ -77,6 +80,8 @@ class StageProgress:
 
     def _poll(self) -> None:
         while not self._stop.wait(self.every):
+            if self.spark is None:  # no session to ask
+                return
             try:
                 lines = active_stages(self.spark)
             except Exception:  # noqa: BLE001 - the session is stopping: nothing to show
