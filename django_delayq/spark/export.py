@@ -342,6 +342,34 @@ def _recorded(root: Path, state: dict[str, Any] | None) -> pa.Table | None:
     return table
 
 
+def _checked_mark(root: Path, state: dict[str, Any] | None, since: datetime | None,
+                  until: datetime | None, full: bool, latest: datetime) -> datetime | None:
+    """The previous run's mark (None: export from the start), its attempts' mark checked
+    not to be later than ``latest`` too."""
+    previous = _previous_mark(root, state, since, until, full, latest)
+    if state is not None and state.get(export_attempts.STATE_KEY):
+        _not_later(root / STATE_FILE, "attempts.before",
+                   _parse(state[export_attempts.STATE_KEY].get("before")), latest)
+    return previous
+
+
+def _write_jobs(root: Path, querysets: Iterable[QuerySet[Job]], excluded: tuple[str, ...],
+                redacted: tuple[str, ...], chunk_size: int, bar: Progress,
+                ) -> DayPartitionedWriter:
+    """Write the rows of ``querysets`` to the jobs' day files; the closed writer."""
+    columns = tuple(c for c in schema.JOB_COLUMNS if c not in excluded)
+    out_schema = pa.schema([*(schema.JOB_SCHEMA.field(c) for c in columns),
+                            pa.field("read_at", schema.TS)])
+    positions = tuple(columns.index(c) for c in redacted)
+    with DayPartitionedWriter(root / schema.JOBS_DIR, out_schema, kind="export",
+                              day_column="created_at") as writer:
+        for qs in querysets:
+            for read_at, page in _pages(qs, columns, chunk_size):
+                writer.write(_stamped(page, positions, out_schema, read_at))
+                bar.update(len(page))
+    return writer
+
+
 def export_jobs(root: Path | str, *, since: datetime | None = None,
                 until: datetime | None = None, full: bool = False,
                 chunk_size: int = DEFAULT_CHUNK, settle: timedelta = timedelta(seconds=2),
@@ -358,10 +386,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     check_database(root, database, state)
     now = now or timezone.now()
     started = time.monotonic()  # with ``now``: the attempts' clock (export_attempts)
-    previous = _previous_mark(root, state, since, until, full, now + overlap)
-    if state is not None and state.get(export_attempts.STATE_KEY):
-        _not_later(root / STATE_FILE, "attempts.before",
-                   _parse(state[export_attempts.STATE_KEY].get("before")), now + overlap)
+    previous = _checked_mark(root, state, since, until, full, now + overlap)
     mark = now - settle
     if previous is not None and mark < previous:
         mark = previous
@@ -372,10 +397,6 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     late = [] if lower is None else list(pending.changed(recorded))
     again = [rows_to_export(None, lower or mark, since, until).filter(pk__in=late[i:i + 1000])
              for i in range(0, len(late), 1000)]  # changed late: older than the window
-    columns = tuple(c for c in schema.JOB_COLUMNS if c not in excluded)
-    out_schema = pa.schema([*(schema.JOB_SCHEMA.field(c) for c in columns),
-                            pa.field("read_at", schema.TS)])
-    positions = tuple(columns.index(c) for c in redacted)
     tracked = export_attempts.tracked(state)  # None: a directory begun without them
     records.adopt(root, database)  # files of a directory written before records existed
     attempts = None if tracked is None else export_attempts.open_window(
@@ -384,12 +405,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
         attempts, since, until)
     total = window.count() + len(late) + (0 if attempt_qs is None else attempt_qs.count())
     bar = Progress(total, "delayq_export", stream=stream, enabled=progress)
-    with DayPartitionedWriter(root / schema.JOBS_DIR, out_schema, kind="export",
-                              day_column="created_at") as writer:
-        for qs in (window, *again):
-            for read_at, page in _pages(qs, columns, chunk_size):
-                writer.write(_stamped(page, positions, out_schema, read_at))
-                bar.update(len(page))
+    writer = _write_jobs(root, (window, *again), excluded, redacted, chunk_size, bar)
     attempt_writer = None if attempt_qs is None else export_attempts.write_attempts(
         root, attempt_qs, exclude=excluded, redact=redacted, chunk_size=chunk_size, bar=bar)
     attempt_rows = None if attempt_writer is None else attempt_writer.rows
