@@ -334,8 +334,8 @@ def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
     def plain(value: Any) -> Any:
         return value
 
-    out: dict[str, Callable[[Any], Any]] = {c: plain for c in COLUMNS}
-    out.update({c: storable for c in _TEXT})
-    out.update({c: moment for c in _DATETIMES})
-    out.update({c: json_value for c in _JSON})
+    out: dict[str, Callable[[Any], Any]] = dict.fromkeys(COLUMNS, plain)
+    out.update(dict.fromkeys(_TEXT, storable))
+    out.update(dict.fromkeys(_DATETIMES, moment))
+    out.update(dict.fromkeys(_JSON, json_value))
     return out

@@ -73,7 +73,7 @@ class Claiming:
         self.urgent = UrgentTimer(self.claim_urgent, clock.now_ms)
         self.listener = engine.wake_listener(queues, wake)
         self.backoff = QueueBackoff()
-        self.next_due: dict[str, int | None] = {q: None for q in queues}
+        self.next_due: dict[str, int | None] = dict.fromkeys(queues)
         self.draining = False
         self.settled_rounds = 0  # settling rounds so far (a --burst end waits for none)
         self._last_poll = -1e18

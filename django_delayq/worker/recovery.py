@@ -100,13 +100,13 @@ class LeaseRecovery:
     def _record(self, queue: str, job_id: str, status: JobStatus, attempt: int,
                 now: datetime) -> None:
         logger.warning("job %s: %s (attempt %d) -> %s", job_id, LOST_LEASE, attempt, status)
-        fields: dict[str, Any] = dict(status=status, attempts=attempt, error_type=LEASE_LOST,
-                                      last_error=LOST_LEASE, traceback="", updated_at=now)
+        fields: dict[str, Any] = {"status": status, "attempts": attempt, "error_type": LEASE_LOST,
+                                  "last_error": LOST_LEASE, "traceback": "", "updated_at": now}
         fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
         self.audit.update(job_id, **fields)
         self.audit.attempt(job_id=job_id, number=attempt, outcome=status,
                            finished_at=now, error_type=LEASE_LOST, error=LOST_LEASE)
-        base = dict(job_id=job_id, queue=queue, callable_path="")
+        base = {"job_id": job_id, "queue": queue, "callable_path": ""}
         if status is JobStatus.RETRYING:
             signals.send(signals.job_retrying, attempt=attempt, worker_id="", error=LOST_LEASE,
                          error_type=LEASE_LOST, retry_at=now, **base)

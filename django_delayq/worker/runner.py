@@ -302,25 +302,28 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
         if env.atomic:
             return _atomic(common, env, ctx, t0, worker_id)
         result = call_job(env.path, env.args, env.kwargs, ctx)
-    except PermissionError as exc:  # not allowed (registry.NotAllowed, a refused URL, ...)
-        common["error_type"] = error_type(exc)
-        return _failed(common, Kind.DEAD, text(exc), t0)
-    except Retry as exc:
-        common["error_type"] = error_type(exc)
-        return _retry(common, text(exc), t0, exc, env, default_backoff)
     except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
-        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-            logger.warning("job %s raised %s; treated as a failure", shown(job.id),
-                           shown(repr(exc)))
-        common["error_type"] = error_type(exc)
-        if not retried(type(exc), env.retry_on):
-            return _failed(common, Kind.DEAD, text(exc) + NOT_RETRIED % common["error_type"],
-                           t0)
-        return _retry(common, text(exc), t0, None, env, default_backoff)
+        return _raised(exc, common, t0, env, default_backoff)
     finally:
         if manage_connections:
             close_old_connections()
     return _succeeded(common, result, t0)
+
+
+def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope,
+            default_backoff: backoff_mod.Policy) -> Outcome:
+    """The outcome of an attempt whose function raised ``exc``."""
+    common["error_type"] = error_type(exc)
+    if isinstance(exc, PermissionError):  # not allowed (registry.NotAllowed, a refused URL)
+        return _failed(common, Kind.DEAD, text(exc), t0)
+    if isinstance(exc, Retry):
+        return _retry(common, text(exc), t0, exc, env, default_backoff)
+    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+        logger.warning("job %s raised %s; treated as a failure", shown(common["job"].id),
+                       shown(repr(exc)))
+    if not retried(type(exc), env.retry_on):
+        return _failed(common, Kind.DEAD, text(exc) + NOT_RETRIED % common["error_type"], t0)
+    return _retry(common, text(exc), t0, None, env, default_backoff)
 
 
 def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,

@@ -33,7 +33,7 @@ from typing import Any
 from django_delayq import signals
 from django_delayq.core import payloads, periodic
 from django_delayq.core.conf import Settings
-from django_delayq.core.reconcile import SETTLED_KEEP_MS
+from django_delayq.core.final_rows import SETTLED_KEEP_MS
 from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
@@ -131,9 +131,8 @@ class Settler:
         ``record``; a refused one that Redis no longer holds was ours (its reply was lost
         before, or Redis lost the job), as in ``send``."""
         sent: Sent = []
-        for o, ok in zip(wins, acked):
-            if not ok and self.engine.inspect(queue, o.job.id).place == "":
-                ok = True
+        for o, acked_ok in zip(wins, acked):
+            ok = acked_ok or self.engine.inspect(queue, o.job.id).place == ""
             sent.append((o, STATUS_OF[o.kind] if ok else None))
         return sent
 
@@ -187,10 +186,10 @@ class Settler:
         if status in _RECORDED:  # Redis keeps a settled record until the row lands
             with self._records_lock:
                 self._records[job.id] = job.queue
-        fields: dict[str, Any] = dict(
-            status=status, started_at=o.started_at, finished_at=o.finished_at,
-            attempts=job.attempt, worker_id=self.worker_id, updated_at=o.finished_at)
-        base = dict(job_id=job.id, queue=job.queue, callable_path=o.path)
+        fields: dict[str, Any] = {
+            "status": status, "started_at": o.started_at, "finished_at": o.finished_at,
+            "attempts": job.attempt, "worker_id": self.worker_id, "updated_at": o.finished_at}
+        base = {"job_id": job.id, "queue": job.queue, "callable_path": o.path}
         if status is JobStatus.EXPIRED:  # never ran: the attempt claimed is not counted
             del fields["started_at"]
             fields.update(attempts=job.attempt - 1, error_type="", last_error=o.error)
@@ -230,7 +229,7 @@ class ShardSettler(Settler):
     """``Settler`` whose ``send`` goes shard by shard for sharded queues. ``keep``: hands
     outcomes not settled back to the ledger (``Ledger.keep_unsettled``)."""
 
-    keep: Callable[[list[Outcome]], None] = staticmethod(lambda outcomes: None)  # type: ignore[assignment]
+    keep: Callable[[list[Outcome]], None] = staticmethod(lambda outcomes: None)
 
     def send(self, outcomes: list[Outcome]) -> Sent:
         by_queue: dict[str, list[Outcome]] = {}

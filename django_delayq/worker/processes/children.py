@@ -23,6 +23,7 @@ for nearly a lease is about to lose them while it may still run them (``silent``
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -31,6 +32,7 @@ import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django_delayq.engine import ClaimedJob
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
@@ -180,8 +182,8 @@ class Child:
         if not self.settled:
             return False
         ids = [s.key[1] for s in self.settled]
-        rows = dict((pk, (status, attempts)) for pk, status, attempts in
-                    Job.objects.filter(pk__in=ids).values_list("pk", "status", "attempts"))
+        rows = {pk: (status, attempts) for pk, status, attempts in
+                Job.objects.filter(pk__in=ids).values_list("pk", "status", "attempts")}
         tried = set(JobAttempt.objects.filter(
             job_id__in=[s.key[1] for s in self.settled if s.failed])
             .values_list("job_id", "number"))
@@ -192,19 +194,15 @@ class Child:
 
     def tell(self, word: str) -> None:
         """Send ``drain`` or ``stop``; a child that is gone cannot hear it."""
-        try:
+        with contextlib.suppress(OSError):
             self.sock.sendall(word.encode() + b"\n")
-        except OSError:
-            pass
 
     def kill(self, reasons: dict[Key, str]) -> None:
         """SIGKILL the process for ``reasons`` (job key -> why)."""
         self.killed_for.update(reasons)
         self.killed = True
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
     def quick_death(self) -> bool:
         return time.monotonic() - self.started < STARTUP_S
@@ -241,8 +239,7 @@ def rss_mb(pid: int) -> float | None:
         import psutil
     except ImportError:
         try:
-            with open("/proc/%d/statm" % pid) as f:
-                pages = int(f.read().split()[1])
+            pages = int(Path("/proc/%d/statm" % pid).read_text().split()[1])
         except (OSError, ValueError, IndexError):
             return None
         return pages * os.sysconf("SC_PAGE_SIZE") / MB

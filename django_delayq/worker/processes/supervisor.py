@@ -41,6 +41,7 @@ The supervisor
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import selectors
@@ -219,7 +220,8 @@ class Supervisor:
     def _spawn(self, slot: int) -> None:
         ours, theirs = socket.socketpair()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [os.path.abspath(p or ".") for p in sys.path]))
+            # abspath normalises ".." without following symlinks, as Path cannot
+            [os.path.abspath(p or ".") for p in sys.path]))  # noqa: PTH100
         proc = subprocess.Popen(self._argv(slot, theirs.fileno()), env=env,
                                 pass_fds=(theirs.fileno(),))
         theirs.close()
@@ -239,10 +241,8 @@ class Supervisor:
         reports = False
         for key, _ in self._selector.select(timeout):
             if key.data is None:
-                try:
+                with contextlib.suppress(BlockingIOError):
                     self._wake_r.recv(512)
-                except BlockingIOError:
-                    pass
             else:
                 key.data.read()
                 reports = True

@@ -144,7 +144,7 @@ class TakeBack:
 
 
 def reasons(keys: list[Key], why: str) -> dict[Key, str]:
-    return {key: why for key in keys}
+    return dict.fromkeys(keys, why)
 
 
 def why_failed(child: Child, key: Key, code: int) -> str:
