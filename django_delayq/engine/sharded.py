@@ -91,8 +91,7 @@ class ShardedEngine(Engine):
         return [shard_name(queue, i) for i in range(span)]
 
     def _routed(self, queue: str, items: Sequence[_T], id_of: Callable[[_T], str],
-                call: Callable[[str, list[_T]], list[_R]],
-                missed: Callable[[_R], bool],
+                call: Callable[[str, list[_T]], list[_R]], missed: Callable[[_R], bool],
                 unknown: Callable[[_T], _R] | None = None) -> list[_R]:
         """``call`` on each shard with the items homed there, then on the other shards
         with the items no shard held yet; results in the order of ``items``. A shard that
