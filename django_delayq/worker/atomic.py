@@ -46,13 +46,16 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections, router, transaction
 
 from django_delayq.core import workflows
 from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
 from django_delayq.worker.audit import storable
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 _COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 
@@ -123,9 +126,9 @@ def commit(using: str, job_id: str, attempt: int, *, worker_id: str, started_at:
     refuses (the caller's ``with transaction_of()`` then rolls everything back)."""
     conn = connections[using]
     moment = conn.ops.adapt_datetimefield_value
-    params = [JobStatus.SUCCEEDED.value, attempt, moment(started_at), moment(finished_at),
-              None if result is None else json.dumps(result), storable(worker_id),
-              moment(finished_at), job_id, attempt]
+    params: list[Any] = [JobStatus.SUCCEEDED.value, attempt, moment(started_at),
+                         moment(finished_at), None if result is None else json.dumps(result),
+                         storable(worker_id), moment(finished_at), job_id, attempt]
     returning = conn.vendor == "postgresql" or (
         conn.vendor == "sqlite" and conn.features.can_return_columns_from_insert)
     with conn.cursor() as cursor:
@@ -145,7 +148,7 @@ _FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
 _EDGE_COLUMNS = {f.name: str(f.column) for f in JobDependency._meta.concrete_fields}
 
 
-def _success_sql(conn: Any, returning: bool) -> str:
+def _success_sql(conn: BaseDatabaseWrapper, returning: bool) -> str:
     """The fenced UPDATE of ``commit``; with ``returning``, it also answers whether the job
     has edges to children not resolved yet (the probe ``workflows.resolve`` makes)."""
     def col(name: str, columns: dict[str, str] = _COLUMNS) -> str:

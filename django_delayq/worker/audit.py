@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import (
     DataError,
@@ -36,6 +36,9 @@ from django.db import (
 
 from django_delayq.core import workflows
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +53,7 @@ _TEXT = ("status", "worker_id", "error_type", "last_error", "traceback")
 DATA_ERRORS = (DataError, IntegrityError, ValueError, TypeError, OverflowError)
 
 
-def storable(value: Any) -> Any:
+def storable(value: object) -> str | None:
     """Text any database takes: lone surrogates become ``\\udXXX``, NUL becomes ``\\x00``."""
     if value is None:
         return None
@@ -316,12 +319,12 @@ class AuditWriter:
 _FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
 
 
-def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
+def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:
     """One value adapter per column for ``conn``, decided once per flush."""
     adapt_dt, iso = conn.ops.adapt_datetimefield_value, datetime.isoformat
     sqlite_utc = conn.vendor == "sqlite" and conn.timezone_name == "UTC"
 
-    def json_value(value: Any) -> Any:
+    def json_value(value: object) -> str | None:
         return None if value is None else json.dumps(value)
 
     def moment(value: datetime | None) -> Any:
@@ -331,7 +334,7 @@ def _adapters(conn: Any) -> dict[str, Callable[[Any], Any]]:
             return iso(value, " ")[:-6]  # without the "+00:00" of UTC
         return adapt_dt(value)
 
-    def plain(value: Any) -> Any:
+    def plain(value: object) -> object:
         return value
 
     out: dict[str, Callable[[Any], Any]] = dict.fromkeys(COLUMNS, plain)

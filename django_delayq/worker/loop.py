@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
 
 from django.db import connections
 from redis.exceptions import RedisError
@@ -136,7 +136,7 @@ class Worker:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.request_stop()
 
     def request_stop(self) -> None:

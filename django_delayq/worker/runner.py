@@ -94,7 +94,7 @@ def ms_to_dt(ms: int) -> datetime:
         return datetime.now(UTC)
 
 
-def text(value: Any, limit: int | None = None) -> str:
+def text(value: object, limit: int | None = None) -> str:
     """``str(value)`` that never raises and is storable (lone surrogates escaped)."""
     try:
         out = value if isinstance(value, str) else str(value)
@@ -108,7 +108,7 @@ def text(value: Any, limit: int | None = None) -> str:
 SHOWN_CHARS = 300  # of one value on a log line
 
 
-def shown(value: Any, limit: int = SHOWN_CHARS) -> str:
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
     """``value`` as one line of printable text for a log: each character that is not
     printable (control characters, line breaks, bidirectional overrides, lone surrogates)
     as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``); cut to ``limit`` characters
@@ -127,7 +127,7 @@ def error_type(exc: BaseException) -> str:
     return text(type_path(type(exc)), 255)
 
 
-def stored_result(value: Any) -> tuple[Any, int]:
+def stored_result(value: object) -> tuple[object, int]:
     """``(value, its size)``: the result as the database can store it as JSON (``None``
     when it cannot: circular, too deep for the encoder, not JSON, a lone surrogate, NUL)
     and the UTF-8 bytes of its JSON (0 for ``None``)."""
@@ -143,7 +143,7 @@ def stored_result(value: Any) -> tuple[Any, int]:
     return value, size
 
 
-def json_result(value: Any) -> Any:
+def json_result(value: object) -> object:
     """The result when the database can store it as JSON, else None."""
     return stored_result(value)[0]
 
@@ -155,7 +155,7 @@ def too_large(size: int, limit: int) -> str:
             "elsewhere instead" % (size, limit))
 
 
-def _succeeded(common: dict[str, Any], value: Any, t0: float) -> Outcome:
+def _succeeded(common: dict[str, Any], value: object, t0: float) -> Outcome:
     """The success of an attempt that returned ``value``; dead (``ResultTooLarge``, not
     retried) when its JSON is over ``MAX_PAYLOAD_BYTES``."""
     kept, size = stored_result(value)
@@ -196,7 +196,8 @@ def expired(job: ClaimedJob, path: str, expires_ms: int) -> Outcome:
                          % ms_to_dt(expires_ms).isoformat(timespec="milliseconds"))
 
 
-def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: Any, attempt: int) -> int:
+def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: backoff_mod.Policy,
+                 attempt: int) -> int:
     """Milliseconds before the retry; ``ValueError`` (or another error) when the delay
     cannot be computed. ``Retry(delay=...)`` beyond ``validation.MAX_DELAY_SECONDS`` is
     capped there."""
@@ -216,7 +217,7 @@ def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: Any, attempt
 
 
 def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
-        default_backoff: Any, manage_connections: bool = True) -> Outcome:
+        default_backoff: backoff_mod.Policy, manage_connections: bool = True) -> Outcome:
     """Run one attempt; never raises. ``manage_connections`` closes stale database
     connections around it (a worker thread); ``django_delayq.testing`` turns that off,
     since it would close the test's connection inside a ``TestCase`` transaction."""
@@ -284,7 +285,7 @@ def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext
 
 
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
-         default_backoff: Any, manage_connections: bool) -> Outcome:
+         default_backoff: backoff_mod.Policy, manage_connections: bool) -> Outcome:
     t0 = time.perf_counter()
     common: dict[str, Any] = {"job": job, "started_at": started}
     try:
@@ -373,7 +374,7 @@ def _lost_before_commit(common: dict[str, Any], t0: float) -> Outcome:
 
 
 def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env: Envelope,
-           default_backoff: Any) -> Outcome:
+           default_backoff: backoff_mod.Policy) -> Outcome:
     """A failed attempt: retried after its delay, or dead when no delay can be computed."""
     job: ClaimedJob = common["job"]
     try:
@@ -388,7 +389,7 @@ def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env
 
 
 def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
-              default_max_attempts: int, default_backoff: Any) -> Outcome:
+              default_max_attempts: int, default_backoff: backoff_mod.Policy) -> Outcome:
     """The outcome of an attempt still running after ``seconds`` (its time limit): a
     failure of type ``JobTimeout``, retried after the job's backoff (dead without attempts
     left, or when its ``retry_on`` does not list ``JobTimeout``). Its thread cannot be
