@@ -110,17 +110,7 @@ def _bad(path: Path, key: str, value: object, expected: str) -> ValueError:
 
 
 def _when(path: Path, key: str, value: object) -> datetime | None:
-    if value is None:
-        return None
-    parsed = None
-    if isinstance(value, str):
-        try:
-            parsed = datetime.fromisoformat(value)
-        except ValueError:
-            parsed = None
-    if parsed is None or parsed.tzinfo is None:
-        raise _bad(path, key, value, "an ISO datetime with a time zone")
-    return parsed
+    return None if value is None else export_attempts.checked_when(str(path), key, value)
 
 
 def check_state(state: object, path: Path) -> dict[str, Any]:

@@ -88,7 +88,8 @@ def _id(where: str, key: str, value: object) -> int:
     return value
 
 
-def _when(where: str, key: str, value: object) -> datetime:
+def checked_when(where: str, key: str, value: object) -> datetime:
+    """``value`` as an aware datetime, or a ValueError naming ``where``, ``key`` and it."""
     parsed = None
     if isinstance(value, str):
         try:
@@ -110,7 +111,7 @@ def check_state(part: object, where: str) -> None:
         raise _bad(where, STATE_KEY, part, "an object (floor, before, marks)")
     _id(where, STATE_KEY + ".floor", part.get("floor", 0))
     if part.get("before") is not None:
-        _when(where, STATE_KEY + ".before", part["before"])
+        checked_when(where, STATE_KEY + ".before", part["before"])
     marks = part.get("marks", [])
     if not isinstance(marks, list):
         raise _bad(where, STATE_KEY + ".marks", marks, "a list of [time, id] pairs")
@@ -118,7 +119,7 @@ def check_state(part: object, where: str) -> None:
         key = "%s.marks[%d]" % (STATE_KEY, i)
         if not isinstance(mark, list) or len(mark) != 2:
             raise _bad(where, key, mark, "a [time, id] pair")
-        _when(where, key + "[0]", mark[0])
+        checked_when(where, key + "[0]", mark[0])
         _id(where, key + "[1]", mark[1])
 
 
