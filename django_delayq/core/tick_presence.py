@@ -19,7 +19,7 @@ Never a second run of a tick that ran: an id is put back only when
   ago;
 * its row, read again after that look, is still ``scheduled`` (a worker marks it
   ``running`` when it starts it) and was changed more than ``SEND_GRACE`` ago (its own
-  send may still be on its way from a background sender);
+  send, at its transaction's commit, may still be on its way);
 * its schedule, read after that look too, still points at it as its next tick and not as
   its last one (``tick_started`` writes that before the tick's function runs).
 

@@ -34,9 +34,13 @@ class Command(BaseCommand):
             age = parse_age(options["older_than"])
         except ValueError as exc:
             raise CommandError("--older-than: %s" % exc, returncode=EXIT_USAGE) from exc
-        result = prune_jobs(age, archive=options["archive"], batch_size=options["batch_size"],
-                            dry_run=options["dry_run"], progress=options["verbosity"] > 0,
-                            stream=getattr(self.stderr, "_out", None))
+        try:
+            result = prune_jobs(age, archive=options["archive"],
+                                batch_size=options["batch_size"], dry_run=options["dry_run"],
+                                progress=options["verbosity"] > 0,
+                                stream=getattr(self.stderr, "_out", None))
+        except ValueError as exc:  # an archive directory it refuses: one line, no traceback
+            raise CommandError(str(exc)) from exc
         verb = "would delete" if options["dry_run"] else "deleted"
         self.stdout.write("%s %d jobs finished before %s (%d attempt rows); %d archive files"
                           % (verb, result.jobs, result.cutoff.isoformat(), result.attempts,
