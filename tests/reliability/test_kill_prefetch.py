@@ -38,8 +38,8 @@ def test_jobs_waiting_for_a_thread_when_the_worker_is_killed_are_not_charged(
                             [JobSpec(args=(runs,)) for _ in range(20)], max_attempts=1)
     engine = get_engine()
     wait_until(lambda: os.path.exists(os.path.join(runs, "started")), timeout=60)
-    held = engine.stats("default").inflight
-    assert held >= 3, "expected jobs claimed beyond the one thread, held %d" % held
+    # the claim after the slow job's start may come a loop later on a busy machine
+    wait_until(lambda: engine.stats("default").inflight >= 3, timeout=30, step=0.05)
     kill(proc)  # the slow job ran; the others held by the worker never started
 
     proc = start_with(FAST, "--concurrency", "4")
