@@ -87,9 +87,10 @@ MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
 MAX_PROMOTE = 250
 MAX_URGENT = 50
 # Jobs claim.lua leases per call in a grouped queue (its TURNS: docs/groups.md): a turn
-# costs an index read per group and per job a few more writes than the plain path, so 50
-# keep a grouped claim near a plain claim of 100 (bench/groups_claim.py).
-MAX_TURNS = 50
+# costs an index read per group and per job a few more writes than the plain path: 25 keep
+# a grouped claim (with its 50 promoted) under half the 5 ms bound with 10,000 groups
+# (bench/groups_claim.py, tests/engine/test_groups_bounds.py).
+MAX_TURNS = 25
 MAX_ACK = 250  # (id, token, code) triples
 MAX_FORGET = 250  # ids whose settled records go (forget_settled.lua), plus 100 old ones
 MAX_NACK = 200  # (id, token, delay) triples

@@ -44,7 +44,7 @@
 -- (claimed, cancelled, moved) is dropped when read or forgotten with its job.
 -- Groups. While the queue is grouped (`group` or `group_ready` exists), a claim first
 -- promotes as above, leasing nothing, and indexes the promoted jobs and the first 10 of
--- ready by group (2g); it then leases at most 50 jobs (TURNS) in turns among the groups
+-- ready by group (2g); it then leases at most 25 jobs (TURNS) in turns among the groups
 -- with due jobs, lowest turn first: each group of a round an equal share (at least one)
 -- of what is still wanted, in the queue's order inside the group; a group served goes to
 -- the end of the rotation, one with nothing left leaves it (3g). Jobs without a group are
@@ -75,7 +75,7 @@
 --          (after this call: a job of priority above 0 still in pending).
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
--- Cost: at most 200 jobs leased (scripts.MAX_CLAIM; a grouped queue 50, scripts.MAX_TURNS
+-- Cost: at most 200 jobs leased (scripts.MAX_CLAIM; a grouped queue 25, scripts.MAX_TURNS
 --       over at most 20 rounds, one index read per group a round, 100 stale entries
 --       dropped, 10 of ready indexed), 250 promoted (scripts.MAX_PROMOTE) and
 --       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call:
@@ -99,8 +99,8 @@
 --@include group_index
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
-local TURNS, SKIPS, ROUNDS, HEAD = 50, 100, 20, 10  -- a grouped queue: 2g, 3g
-local GROUP_PROMOTE = 100  -- promoted per claim in a grouped queue (each is indexed too)
+local TURNS, SKIPS, ROUNDS, HEAD = 25, 100, 20, 10  -- a grouped queue: 2g, 3g
+local GROUP_PROMOTE = 50  -- promoted per claim in a grouped queue (each is indexed too)
 local now = now_ms(ARGV[1])
 local nonce = ARGV[4] or ''
 local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
