@@ -24,6 +24,7 @@ and never affect the job (``send_robust``).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 
@@ -62,20 +63,27 @@ def wanted(signal: Signal) -> bool:
     return bool(_observers.get(signal) or signal.receivers)
 
 
+@functools.cache
+def _job_model() -> type:
+    """The sender of every signal, looked up once (a worker sends two signals a job)."""
+    from django_delayq.models import Job  # lazy: models need the app registry, not ready here
+
+    return Job
+
+
 def send(signal: Signal, **kwargs: object) -> None:
     """``send_robust`` that costs nothing without receivers and logs receiver errors."""
     observers = _observers.get(signal)
     if not observers and not signal.receivers:
         return
-    from django_delayq.models import Job
-
+    job = _job_model()
     for fn in observers or ():
         try:
-            fn(sender=Job, **kwargs)
+            fn(sender=job, **kwargs)
         except Exception as exc:  # noqa: BLE001 - like send_robust: never affect the job
             logger.error("signal receiver %r failed: %s", fn, exc, exc_info=exc)
     if not signal.receivers:
         return
-    for receiver, result in signal.send_robust(sender=Job, **kwargs):
+    for receiver, result in signal.send_robust(sender=job, **kwargs):
         if isinstance(result, Exception):
             logger.error("signal receiver %r failed: %s", receiver, result, exc_info=result)

@@ -286,8 +286,8 @@ def _path_of(job: ClaimedJob) -> str:
 
 
 MAX_STREAMED = 250  # leases per streamed ack (scripts.MAX_ACK)
-SEND_EVERY = 0.001  # seconds: a job thread sends the acks done at most this often,
-SEND_AT = 3  # unless this many wait (a kill re-runs them: finished, not yet acked)
+SEND_EVERY = 0.002  # seconds: a job thread sends the acks done at most this often,
+SEND_AT = 5  # unless this many wait (a kill re-runs them: finished, not yet acked)
 _RECORDED = (JobStatus.SUCCEEDED, JobStatus.EXPIRED, JobStatus.CANCELLED)
 
 Sent = list[tuple[Outcome, "JobStatus | None"]]  # what ``Settler.send`` made of each
