@@ -105,15 +105,24 @@ class SettleThread:
             self._reader.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Settle what is done (the replies of acks in flight first), then end."""
+        """Settle what is done, then end: the settling thread's last round settles with
+        calls (nothing more goes through the stream), the reader then records the
+        replies of what was streamed before, and what it hands back (an ack whose fate
+        is unknown) is settled here."""
         self._stop.set()
-        if self._reader is not None:
-            self._reader.join(timeout)
         self.ledger.wake_settling()
         if self._thread is not None:
             self._thread.join(timeout)
+        if self._reader is not None:
+            self._reader.join(timeout)
         if self.stream is not None:
             self.stream.close()
+            try:
+                self.settle_once(stream=False)
+            except Exception as exc:  # noqa: BLE001 - their leases expire; recovery settles
+                logger.warning("could not settle %d finished job(s) at stop: %s",
+                               self.ledger.done_count(), exc)
+            self.record_pending()
 
     def _read(self) -> None:
         """The ack stream's replies, in order: record what they settled; an ack whose
@@ -152,7 +161,7 @@ class SettleThread:
                 if self.ledger.wait_done(self._wait_seconds()) and self.stream is not None:
                     self._stop.wait(SEND_EVERY)  # a job thread may send them meanwhile
             try:
-                self.settle_once()
+                self.settle_once(stream=not stopping)
             except Exception as exc:  # noqa: BLE001 - kept for the next round; never the thread
                 pause = min(max(pause * 2, 0.1), 5.0)
                 self._outage.failed(exc, pause)
@@ -186,14 +195,14 @@ class SettleThread:
             wait_ms = min(wait_ms, self.backoff.remaining_ms(queue))
         return max(wait_ms, 1.0) / 1000
 
-    def settle_once(self) -> None:
+    def settle_once(self, stream: bool = True) -> None:
         """One round: forget the records of landed rows, then settle what is done: the
-        successes through the ack stream (sent, not waited for: the reader records them),
-        the rest with one call per queue, recorded at once. Safe on several threads at
-        once: each outcome is taken by one round."""
+        successes through the ack stream (sent, not waited for: the reader records them)
+        unless ``stream`` is False, the rest with one call per queue, recorded at once.
+        Safe on several threads at once: each outcome is taken by one round."""
         self.settler.forget_landed()
         outcomes = self.ledger.take_done()
-        if self.stream is not None and outcomes:
+        if stream and self.stream is not None and outcomes:
             outcomes = self._stream(outcomes)
         if not outcomes:
             return

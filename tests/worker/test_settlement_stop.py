@@ -1,0 +1,42 @@
+"""Settlement's stop: what finished is settled in Redis and recorded, none left unread."""
+
+from __future__ import annotations
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.core import payloads
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.models import JobStatus
+from django_delayq.worker import runner
+from django_delayq.worker.ledger import key_of
+from django_delayq.worker.loop import Worker, WorkerOptions
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_outcomes_left_at_stop_are_acked_and_recorded(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """A success no job thread sent (left to the settling thread) when the worker stops:
+    the last round settles it with a call and records it. (Its ack used to go through
+    the stream after the reader had stopped: acked in Redis, never recorded.)"""
+    handles = [schedule("tests.jobs.add", i, 1) for i in range(3)]
+    engine = get_engine()
+    worker = Worker(engine, get_settings(), WorkerOptions(queues=("default",)))
+    claimed = payloads.load(engine.claim("default", 10, 60_000).jobs)
+    assert len(claimed) == 3
+    worker.settlement.start()
+    worker.ledger.claimed(claimed)
+    for job in claimed:
+        assert worker.ledger.start(key_of(job))
+        outcome = runner.run(job, worker_id=worker.id, default_max_attempts=3,
+                             default_backoff=get_settings().default_backoff,
+                             manage_connections=False)
+        assert outcome.kind is runner.Kind.SUCCESS
+        worker.ledger.finish(key_of(job), outcome)  # done; no job thread sends it
+    worker.settlement.stop()
+    worker.audit.flush()
+    assert worker.ledger.idle()
+    assert [h.job.status for h in handles] == [JobStatus.SUCCEEDED] * 3
+    assert [h.job.result for h in handles] == [1, 2, 3]
+    assert all(engine.inspect("default", h.id).place == "" for h in handles)
