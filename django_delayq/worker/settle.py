@@ -95,9 +95,10 @@ class Settler:
         """Settle ``outcomes`` in Redis, then record them (``send`` and ``record``)."""
         self.record(self.send(outcomes))
 
-    def send(self, outcomes: list[Outcome]) -> Sent:
+    def send(self, outcomes: list[Outcome], kept: list[Outcome] | None = None) -> Sent:
         """Settle ``outcomes`` in Redis (ack, defer, nack: one call each per queue); what
-        each became, for ``record``. Raises on a Redis error (nothing to record then)."""
+        each became, for ``record``. Raises on a Redis error (nothing to record then).
+        ``kept``: where ``ShardSettler`` puts the outcomes it could not settle."""
         sent: Sent = []
         by_queue: dict[str, list[Outcome]] = {}
         for o in outcomes:
@@ -226,12 +227,10 @@ class Settler:
 
 
 class ShardSettler(Settler):
-    """``Settler`` whose ``send`` goes shard by shard for sharded queues. ``keep``: hands
-    outcomes not settled back to the ledger (``Ledger.keep_unsettled``)."""
+    """``Settler`` whose ``send`` goes shard by shard for sharded queues: the outcomes of
+    a shard whose node fails go to ``kept`` (settled later, still held)."""
 
-    keep: Callable[[list[Outcome]], None] = staticmethod(lambda outcomes: None)
-
-    def send(self, outcomes: list[Outcome]) -> Sent:
+    def send(self, outcomes: list[Outcome], kept: list[Outcome] | None = None) -> Sent:
         by_queue: dict[str, list[Outcome]] = {}
         for o in outcomes:
             by_queue.setdefault(o.job.queue, []).append(o)
@@ -239,10 +238,11 @@ class ShardSettler(Settler):
         for queue, items in by_queue.items():
             names = self.engine.data_sets(queue)
             sent += (super().send(items) if len(names) == 1
-                     else self._send_shards(queue, names, items))
+                     else self._send_shards(queue, names, items, kept))
         return sent
 
-    def _send_shards(self, queue: str, names: list[str], items: list[Outcome]) -> Sent:
+    def _send_shards(self, queue: str, names: list[str], items: list[Outcome],
+                     kept_out: list[Outcome] | None) -> Sent:
         parts: dict[str, list[Outcome]] = {}
         for o in items:
             parts.setdefault(self.engine.home_of(queue, o.job.id), []).append(o)
@@ -257,8 +257,8 @@ class ShardSettler(Settler):
                 errors.append(exc)
         if kept and not sent and all(self.engine.health.down(n) for n in names):
             raise errors[0]  # every shard fails: the queue backs off as a whole
-        if kept:
-            self.keep(kept)
+        if kept_out is not None:
+            kept_out += kept
         return sent
 
 

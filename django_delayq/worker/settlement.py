@@ -44,7 +44,6 @@ class Settlement:
                  on_settled: Callable[[list[Outcome]], None]) -> None:
         # a sharded queue is settled shard by shard: a node down holds back its shard only
         self.settler = ShardSettler(engine, settings, audit, worker_id, release)
-        self.settler.keep = lambda kept: ledger.keep_unsettled(kept, [])
         audit.after_write = self.settler.landed  # their settled records may go
         # Finished jobs are acked by a thread of their own, within milliseconds
         self.thread = SettleThread(ledger, self.settler, on_settled)
@@ -210,12 +209,13 @@ class SettleThread:
         for o in outcomes:
             by_queue.setdefault(o.job.queue, []).append(o)
         sent: Sent = []
+        kept: list[Outcome] = []  # a sharded queue's outcomes whose shard failed
         ids = {o.job.id for o in outcomes}
         with self._recording:  # a retry of one of them waits until it is recorded
             self._unrecorded |= ids
         try:
             left = self.backoff.each(list(by_queue),
-                                     lambda q: sent.extend(self.settler.send(by_queue[q])))
+                                     lambda q: sent.extend(self.settler.send(by_queue[q], kept)))
         except BaseException:
             self.ledger.keep_unsettled(outcomes, outcomes)
             raise
@@ -223,11 +223,13 @@ class SettleThread:
             try:
                 if sent:
                     self.settler.record(sent)
+            except Exception:  # noqa: BLE001 - a receiver's error: they are settled all the same
+                logger.exception("recording %d settled job(s) failed", len(sent))
             finally:
                 with self._recording:
                     self._unrecorded -= ids
                     self._recording.notify_all()
-        self.ledger.keep_unsettled([o for q in left for o in by_queue[q]], outcomes)
+        self.ledger.keep_unsettled([o for q in left for o in by_queue[q]] + kept, outcomes)
         self.on_settled(outcomes)
 
     def wait_recorded(self, job_id: str, timeout: float = 10.0) -> None:
