@@ -132,7 +132,6 @@ class Claiming:
         self.backoff.each(ready, self.claim)
 
     def claim(self, queue: str) -> None:
-        self.queue_gate.write_limit(queue)  # at start-up
         while (room := self.capacity()) > 0 and self.queue_gate.open(queue, self.clock.now_ms()):
             before = monotonic_ms()
             with self.handover.lock:
@@ -186,7 +185,7 @@ class Claiming:
         if not self.ledger.idle():
             return False
         settled = self.settled_rounds  # a job claimed below may end (and retry) meanwhile
-        now = self.engine.stats(self.queues[0]).now_ms
+        now = self.engine.time_ms()
         for q in self.queues:
             self.claim(q)
         with self.handover.lock:

@@ -64,12 +64,15 @@ class Execution:
             key = key_of(job)
             if not self.ledger.start(key, self.gate.time_limit(job)):
                 continue  # released during drain
+            admitted: gates.Admission | None = None
             try:
                 admitted = self.gate.admit(job)  # expired? refused by a callable limit?
                 outcome = admitted.ended or self._attempt(job, admitted)
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", job.id)
                 outcome = runner.crashed(job, exc)
+                if admitted is not None:  # its callable-limit slot, freed once settled
+                    outcome.callable_limit = admitted.callable_limit
             self.ledger.finish(key, outcome)
             self.settlement.finished()  # acked now, on this thread
 
