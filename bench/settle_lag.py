@@ -16,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -45,10 +46,11 @@ def main() -> int:
         worker = Worker(get_engine(), get_settings(),
                         WorkerOptions(queues=("default",), concurrency=opts.concurrency,
                                       burst=True))
+        worker.settlement.settler.lags = deque()
         t0 = time.perf_counter()
         worker.run()
         wall = time.perf_counter() - t0
-        lags = list(worker.settlement.settler.lags)
+        lags = list(worker.settlement.settler.lags or ())
     finally:
         redis_proc.terminate()
         redis_proc.wait()

@@ -56,7 +56,8 @@ class Settler:
         self.audit = audit
         self.worker_id = worker_id
         self.processed = 0  # outcomes settled, published by the heartbeat
-        self.lags: deque[float] = deque(maxlen=100_000)  # ms from a job's end to its ack
+        # ms from a job's end to its ack write, when a benchmark sets it (bench/settle_lag.py)
+        self.lags: deque[float] | None = None
         # Jobs whose settled record Redis keeps until their audit row lands: id -> queue
         self._records: dict[str, str] = {}
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
@@ -124,6 +125,8 @@ class Settler:
 
     def note_sent(self, outcomes: list[Outcome]) -> None:
         """Outcomes whose ack leaves now (finish -> ack sent, for bench/settle_lag.py)."""
+        if self.lags is None:
+            return
         at = datetime.now(UTC)
         self.lags.extend((at - o.finished_at).total_seconds() * 1000 for o in outcomes)
 
