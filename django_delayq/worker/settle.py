@@ -134,11 +134,11 @@ class Settler:
         """What an ack of ``wins`` made of them (``acked``: one bool each), for
         ``record``; a refused one that Redis no longer holds was ours (its reply was lost
         before, or Redis lost the job), as in ``send``."""
-        sent: Sent = []
-        for o, acked_ok in zip(wins, acked):
-            ok = acked_ok or self.engine.inspect(queue, o.job.id).place == ""
-            sent.append((o, STATUS_OF[o.kind] if ok else None))
-        return sent
+        refused = [o.job.id for o, ok in zip(wins, acked) if not ok]
+        gone = {job_id for job_id, p in zip(refused, self.engine.presence(queue, refused))
+                if not (p.queued or p.dead)} if refused else set()
+        return [(o, STATUS_OF[o.kind] if ok or o.job.id in gone else None)
+                for o, ok in zip(wins, acked)]
 
     def record(self, sent: Sent) -> None:
         """Record what ``send`` settled (audit rows, signals, logs) and free the callable
