@@ -34,8 +34,9 @@ from datetime import UTC, datetime
 
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.worker.ledger import RunningJob
 from django_delayq.worker.queue_backoff import ERRORS
-from django_delayq.worker.tracking import RunningJob, Supervision
+from django_delayq.worker.tracking import Supervision
 
 MAX_JOBS_SHOWN = 50
 

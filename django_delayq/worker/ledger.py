@@ -11,8 +11,9 @@ busy (it still counts against capacity) and whatever it returns later is dropped
 was still running).
 
 Threads change the ledger only through its named transitions; each one takes the lock
-once, so the hot path (a job starts, a job finishes) costs one acquisition per step, as
-when these were bare containers. The heartbeat thread reads ``held()``.
+once, so the hot path (a job starts, a job finishes) costs one acquisition per step. The
+heartbeat thread reads ``held()`` and ``running_jobs()``. ``TrackedLedger``
+(``tracking.py``) reports each transition to a supervisor.
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from django_delayq.engine import ClaimedJob
 from django_delayq.worker.runner import Outcome
@@ -33,16 +36,30 @@ def key_of(job: ClaimedJob) -> Key:
     return (job.queue, job.id)
 
 
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job a thread runs: since when (monotonic; wall clock) and its time limit in
+    seconds (None: none)."""
+
+    job: ClaimedJob
+    started_mono: float
+    started_at: datetime
+    limit: float | None
+
+    def info(self) -> dict[str, Any]:
+        return {"id": self.job.id, "queue": self.job.queue,
+                "callable": getattr(self.job.payload, "path", ""),
+                "started_ms": int(self.started_at.timestamp() * 1000)}
+
+
 class Ledger:
     def __init__(self, on_late: Callable[[Outcome], None] | None = None) -> None:
         self._on_late = on_late
         # A condition: the settling thread waits on it for outcomes (``wait_done``)
         self._lock = threading.Condition(threading.Lock())
         self._unstarted: dict[Key, ClaimedJob] = {}
-        self._running: dict[Key, ClaimedJob] = {}
-        self._started: dict[Key, tuple[float, datetime]] = {}  # monotonic, wall clock
-        self._limits: dict[Key, float] = {}  # running attempts' time limits (seconds)
-        self._timed_out: set[Key] = set()  # their threads are still busy
+        self._running: dict[Key, RunningJob] = {}
+        self._timed_out: dict[Key, RunningJob] = {}  # their threads are still busy
         self._done: deque[Outcome] = deque()
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
         # taken by ``take_done`` (maybe by several threads at once), being settled
@@ -61,77 +78,62 @@ class Ledger:
             if self._done:
                 self._lock.notify_all()
 
-    def start(self, key: Key, limit_s: float | None = None) -> bool:
+    def start(self, key: Key, limit_s: float | None = None) -> RunningJob | None:
         """A thread takes the job, whose attempt may run ``limit_s`` seconds (None: no
-        limit); False when it was released meanwhile (drain)."""
+        limit); None when it was released meanwhile (drain)."""
         with self._lock:
             job = self._unstarted.pop(key, None)
             if job is None:
-                return False
-            self._running[key] = job
-            self._started[key] = (time.monotonic(), datetime.now(UTC))
-            if limit_s is not None:
-                self._limits[key] = limit_s
-            return True
+                return None
+            run = self._running[key] = RunningJob(job, time.monotonic(), datetime.now(UTC),
+                                                  limit_s)
+            self._changed()
+            return run
 
-    def finish(self, key: Key, outcome: Outcome) -> bool:
-        """Record a job's outcome; True when it is the first one waiting to be settled
-        (the main loop settles them all at once: one wake-up). A timed-out attempt's late
-        outcome is dropped (False): its failure was already recorded."""
+    def finish(self, key: Key, outcome: Outcome) -> None:
+        """Record a job's outcome. A timed-out attempt's late outcome is dropped (its
+        failure was already recorded), after ``on_late`` has seen it."""
         with self._lock:
-            began = self._started.pop(key, None)
-            if began is not None:  # the recent pace of this worker's jobs (prefetch)
-                took = time.monotonic() - began[0]
+            run = self._running.pop(key, None)
+            late = run is None and (run := self._timed_out.pop(key, None)) is not None
+            if run is not None:  # the recent pace of this worker's jobs (prefetch)
+                took = time.monotonic() - run.started_mono
                 self._pace = took if self._pace is None else 0.8 * self._pace + 0.2 * took
-            self._limits.pop(key, None)
-            late = key in self._timed_out
-            self._timed_out.discard(key)
             if not late:
                 first = not self._done
                 self._done.append(outcome)
-                self._running.pop(key, None)
                 if first and self.notify_done:
                     self._lock.notify_all()
-                return first
-        if self._on_late is not None:
+            self._changed()
+        if late and self._on_late is not None:
             self._on_late(outcome)
-        return False
-
-    def time_out(self, deadline: float,
-                 outcome_of: Callable[[ClaimedJob, datetime], Outcome]) -> list[ClaimedJob]:
-        """Fail the attempts started (monotonic) at or before ``deadline``: their outcome
-        (``outcome_of(job, started_at)``) is done, they are no longer held (the heartbeat
-        stops extending their lease) and their threads still count against capacity."""
-        return self._time_out(lambda key, started: started <= deadline,
-                              lambda key, job, at: outcome_of(job, at))
 
     def time_out_limits(self, now: float, outcome_of: Callable[[ClaimedJob, datetime, float],
                                                                 Outcome]) -> list[ClaimedJob]:
-        """``time_out`` for the attempts past their own time limit (``start``'s
-        ``limit_s``) at ``now`` (monotonic); ``outcome_of(job, started_at, limit_s)``."""
-        return self._time_out(
-            lambda key, started: key in self._limits and started + self._limits[key] <= now,
-            lambda key, job, at: outcome_of(job, at, self._limits[key]))
-
-    def _time_out(self, overdue: Callable[[Key, float], bool],
-                  outcome_of: Callable[[Key, ClaimedJob, datetime], Outcome]
-                  ) -> list[ClaimedJob]:
+        """Fail the attempts past their time limit (``start``'s ``limit_s``) at ``now``
+        (monotonic): their outcome (``outcome_of(job, started_at, limit_s)``) is done,
+        they are no longer held (the heartbeat stops extending their lease) and their
+        threads still count against capacity."""
         with self._lock:
-            over = [(key, job) for key, job in self._running.items()
-                    if key in self._started and overdue(key, self._started[key][0])]
-            for key, job in over:
+            over = [(key, run) for key, run in self._running.items()
+                    if run.limit is not None and run.started_mono + run.limit <= now]
+            for key, run in over:
                 del self._running[key]
-                self._timed_out.add(key)
-                self._done.append(outcome_of(key, job, self._started[key][1]))
+                self._timed_out[key] = run
+                self._done.append(outcome_of(run.job, run.started_at, run.limit or 0.0))
             if over:
                 self._lock.notify_all()
-        return [job for _, job in over]
+                self._changed()
+        return [run.job for _, run in over]
+
+    def _changed(self) -> None:
+        """The running jobs changed (called holding the lock): ``TrackedLedger``'s hook."""
 
     def next_limit(self) -> float | None:
         """The earliest moment (monotonic) a running attempt reaches its time limit."""
         with self._lock:
-            ends = [self._started[key][0] + limit for key, limit in self._limits.items()
-                    if key in self._started and key in self._running]
+            ends = [run.started_mono + run.limit for run in self._running.values()
+                    if run.limit is not None]
         return min(ends, default=None)
 
     def release_unstarted(self) -> list[ClaimedJob]:
@@ -162,16 +164,12 @@ class Ledger:
         with self._lock:
             self._lock.notify_all()
 
-    def keep_unsettled(self, outcomes: list[Outcome], taken: list[Outcome] | None = None
-                       ) -> None:
-        """The end of a settling round that took ``taken`` (None: every round under
-        way): ``outcomes`` were not settled (their queue is backing off): settle them
-        later; the others taken are settled."""
+    def keep_unsettled(self, outcomes: list[Outcome], taken: list[Outcome]) -> None:
+        """The end of a settling round that took ``taken``: ``outcomes`` were not settled
+        (their queue is backing off): settle them later; the others taken are settled."""
         with self._lock:
             self._unsettled = outcomes + self._unsettled
-            if taken is None:
-                self._settling.clear()
-            for o in taken or ():
+            for o in taken:
                 self._settling.pop(id(o), None)
 
     # -- reads ---------------------------------------------------------------------
@@ -181,7 +179,7 @@ class Ledger:
         finished and waiting to be settled (a stalled database or Redis must not let the
         lease of a finished job lapse: another worker would run it again)."""
         with self._lock:
-            return (list(self._running.values()) + list(self._unstarted.values())
+            return ([r.job for r in self._running.values()] + list(self._unstarted.values())
                     + [o.job for o in self._done] + [o.job for o in self._unsettled]
                     + [o.job for o in self._settling.values()])
 
@@ -189,7 +187,7 @@ class Ledger:
         """``held`` but for the jobs a settling round has sent (their ack may have ended
         their lease already: its reply says how it went)."""
         with self._lock:
-            return (list(self._running.values()) + list(self._unstarted.values())
+            return ([r.job for r in self._running.values()] + list(self._unstarted.values())
                     + [o.job for o in self._done] + [o.job for o in self._unsettled])
 
     def idle(self) -> bool:
@@ -210,10 +208,15 @@ class Ledger:
         """Outcomes finished and not taken yet (read without the lock: a hint)."""
         return len(self._done)
 
-
     def running(self) -> int:
         with self._lock:
             return len(self._running)
+
+    def running_jobs(self) -> list[RunningJob]:
+        """The jobs running now, longest-running first."""
+        with self._lock:
+            runs = list(self._running.values())
+        return sorted(runs, key=lambda r: r.started_mono)
 
     def waiting(self) -> int:
         """Claimed jobs no thread has taken yet."""

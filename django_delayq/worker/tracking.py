@@ -69,11 +69,11 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
 
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob
-from django_delayq.worker.ledger import Key, Ledger, key_of
+from django_delayq.worker.ledger import Key, Ledger, RunningJob
 from django_delayq.worker.runner import Kind, Outcome
 
 logger = logging.getLogger(__name__)
@@ -135,25 +135,6 @@ class DeadMan:
             return False
         signal.setitimer(signal.ITIMER_REAL, seconds)
         return True
-
-
-def time_limit(settings: Settings, job: ClaimedJob) -> float | None:
-    """The attempt's time limit in seconds: the job's own, else its queue's, else
-    ``JOB_TIMEOUT_SECONDS`` (``Settings.timeout_for``)."""
-    return settings.timeout_for(job.queue, job.payload.timeout if job.payload else None)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunningJob:
-    job: ClaimedJob
-    callable: str
-    started_ms: int  # wall clock, epoch ms
-    started_mono: float
-    limit: float | None
-
-    def info(self) -> dict[str, Any]:
-        return {"id": self.job.id, "queue": self.job.queue, "callable": self.callable,
-                "started_ms": self.started_ms}
 
 
 class Link:
@@ -282,24 +263,19 @@ class Supervision:
 
 
 class TrackedLedger(Ledger):
-    """The ledger, recording running jobs and reporting each transition to the link."""
+    """The ledger, reporting each transition to the supervisor's link (a child of
+    ``delayq_worker --processes``; without one it is the plain ledger), and keeping the
+    dead man's switch armed while a job runs."""
 
     def __init__(self, settings: Settings, supervision: Supervision | None = None,
                  on_late: Callable[[Outcome], None] | None = None) -> None:
         super().__init__(on_late)
-        self.settings = settings
         self.link = supervision.link if supervision is not None else None
         if self.link is not None:
             self.link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
-        self._mirror_lock = threading.Lock()
-        self._claimed: dict[Key, ClaimedJob] = {}
-        self._runs: dict[Key, RunningJob] = {}
-        self._settling_now: dict[int, Outcome] = {}  # taken to be settled (``x`` next)
 
     def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
         jobs = list(jobs)
-        with self._mirror_lock:
-            self._claimed.update((key_of(job), job) for job in jobs)
         super().claimed(jobs, ended)
         if self.link is not None and jobs:
             for j in jobs:
@@ -308,68 +284,44 @@ class TrackedLedger(Ledger):
             self.link.flush()  # now, not within FLUSH_S: a child killed meanwhile (its
             # flusher starved on a busy machine) would leave them to lease expiry, charged
 
-    def start(self, key: Key, limit_s: float | None = None) -> bool:
-        if not super().start(key, limit_s):
-            return False
-        with self._mirror_lock:
-            job = self._claimed.pop(key, None)
-            if job is None:
-                return True
-            run = RunningJob(job=job, callable=getattr(job.payload, "path", ""),
-                             started_ms=int(time.time() * 1000), started_mono=time.monotonic(),
-                             limit=limit_s if limit_s is not None
-                             else time_limit(self.settings, job))
-            self._runs[key] = run
-            if self.link is not None:  # under the lock: never disarmed while a job runs
-                self.link.dead_man.arm()
-        if self.link is not None:
+    def start(self, key: Key, limit_s: float | None = None) -> RunningJob | None:
+        run = super().start(key, limit_s)
+        if run is not None and self.link is not None:
+            job = run.job
             self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
                            "" if run.limit is None else repr(run.limit))
             self.link.flush()  # sent before the call: a function that holds the GIL from
-        return True  # its first line is still known to run (its limit, its silence)
+        return run  # its first line is still known to run (its limit, its silence)
 
-    def finish(self, key: Key, outcome: Outcome) -> bool:
-        first = super().finish(key, outcome)
-        self._ended([key])
-        return first
+    def finish(self, key: Key, outcome: Outcome) -> None:
+        super().finish(key, outcome)
+        if self.link is not None:
+            self.link.send("e", *key)
 
-    def time_out(self, *args: Any, **kwargs: Any) -> list[ClaimedJob]:
+    def time_out_limits(self, now: float, outcome_of: Callable[[ClaimedJob, datetime, float],
+                                                                Outcome]) -> list[ClaimedJob]:
         if self.link is not None:
             return []  # hard limits: the supervisor stops the process
-        overdue: list[ClaimedJob] = super().time_out(*args, **kwargs)
-        self._ended([key_of(job) for job in overdue])
-        return overdue
-
-    def time_out_limits(self, *args: Any, **kwargs: Any) -> list[ClaimedJob]:
-        if self.link is not None:
-            return []  # hard limits: the supervisor stops the process
-        overdue: list[ClaimedJob] = super().time_out_limits(*args, **kwargs)
-        self._ended([key_of(job) for job in overdue])
-        return overdue
+        return super().time_out_limits(now, outcome_of)
 
     def next_limit(self) -> float | None:
         return None if self.link is not None else super().next_limit()
 
-    def take_done(self) -> list[Outcome]:
-        outcomes = super().take_done()
+    def _changed(self) -> None:
+        """Under the ledger's lock: never disarmed while a job runs."""
         if self.link is not None:
-            with self._mirror_lock:
-                self._settling_now.update((id(o), o) for o in outcomes)
-        return outcomes
+            if self._running:
+                self.link.dead_man.arm()
+            else:
+                self.link.dead_man.disarm()
 
-    def keep_unsettled(self, outcomes: list[Outcome], *args: Any, **kwargs: Any) -> None:
-        """The end of a settling round (given the outcomes it took, else every round under
-        way): those taken and not kept in ``outcomes`` are settled in Redis and no longer
-        held (reported ``x``, with how: their rows are written next)."""
-        super().keep_unsettled(outcomes, *args, **kwargs)
+    def keep_unsettled(self, outcomes: list[Outcome], taken: list[Outcome]) -> None:
+        """The end of a settling round that took ``taken``: those not kept in
+        ``outcomes`` are settled in Redis and no longer held (reported ``x``, with how:
+        their rows are written next)."""
+        super().keep_unsettled(outcomes, taken)
         if self.link is None:
             return
-        taken: list[Outcome] | None = args[0] if args else kwargs.get("taken")
-        with self._mirror_lock:
-            if taken is None:
-                taken = list(self._settling_now.values())
-            for o in taken:
-                self._settling_now.pop(id(o), None)
         kept = {id(o) for o in outcomes}
         for o in taken:
             if id(o) not in kept:
@@ -378,26 +330,7 @@ class TrackedLedger(Ledger):
 
     def release_unstarted(self) -> list[ClaimedJob]:
         jobs = super().release_unstarted()
-        with self._mirror_lock:
-            for job in jobs:
-                self._claimed.pop(key_of(job), None)
         if self.link is not None:
             for j in jobs:
                 self.link.send("r", j.queue, j.id)
         return jobs
-
-    def _ended(self, keys: list[Key]) -> None:
-        with self._mirror_lock:
-            ended = [key for key in keys if self._runs.pop(key, None) is not None]
-            if self.link is not None and ended and not self._runs:
-                self.link.dead_man.disarm()
-        if self.link is not None:
-            for queue, job_id in ended:
-                self.link.send("e", queue, job_id)
-
-    def running_jobs(self) -> list[RunningJob]:
-        """The jobs running now, longest-running first."""
-        with self._mirror_lock:
-            runs = list(self._runs.values())
-        return sorted(runs, key=lambda r: r.started_mono)
-

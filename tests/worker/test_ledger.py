@@ -24,11 +24,12 @@ def test_a_job_goes_from_claimed_to_done_and_is_taken_once() -> None:
     assert ledger.start(key_of(a)) and ledger.start(key_of(b))
     assert not ledger.start(key_of(a))  # a job starts once
     assert ledger.running() == 2 and {j.id for j in ledger.held()} == {"a", "b"}
-    assert ledger.finish(key_of(a), failed(a)) is True  # the first waiting: wake the loop
-    assert ledger.finish(key_of(b), failed(b)) is False
-    assert [o.job.id for o in ledger.take_done()] == ["a", "b"]
+    ledger.finish(key_of(a), failed(a))
+    ledger.finish(key_of(b), failed(b))
+    taken = ledger.take_done()
+    assert [o.job.id for o in taken] == ["a", "b"]
     assert not ledger.idle()  # being settled: still held
-    ledger.keep_unsettled([])  # the round settled both
+    ledger.keep_unsettled([], taken)  # the round settled both
     assert ledger.take_done() == [] and ledger.idle() and ledger.held() == []
 
 
@@ -41,25 +42,29 @@ def test_released_jobs_do_not_start() -> None:
 
 
 def test_a_timed_out_attempt_is_done_at_once_and_its_late_outcome_dropped() -> None:
-    ledger, a = Ledger(), job("a")
+    late: list[runner.Outcome] = []
+    ledger, a = Ledger(on_late=late.append), job("a")
     ledger.claimed([a])
     before = datetime.now(UTC)
-    assert ledger.start(key_of(a))
-    seen: list[datetime] = []
+    assert ledger.start(key_of(a), limit_s=5.0)
+    seen: list[tuple[datetime, float]] = []
 
-    def outcome_of(claimed: ClaimedJob, started_at: datetime) -> runner.Outcome:
-        seen.append(started_at)
+    def outcome_of(claimed: ClaimedJob, started_at: datetime, limit: float) -> runner.Outcome:
+        seen.append((started_at, limit))
         return failed(claimed, started_at)
 
-    assert ledger.time_out(-1e18, outcome_of) == []  # started after the deadline: not overdue
-    assert ledger.time_out(1e18, outcome_of) == [a]
+    started = ledger.running_jobs()[0].started_mono
+    assert ledger.next_limit() == started + 5.0
+    assert ledger.time_out_limits(started + 4.9, outcome_of) == []  # within its limit
+    assert ledger.time_out_limits(started + 5.0, outcome_of) == [a]
     assert ledger.held() == [a]  # its failure waits to be settled: its lease is kept
     assert ledger.capacity_used() == 1  # its thread is still busy
     [timed_out] = ledger.take_done()
-    assert timed_out.job is a and timed_out.started_at == seen[0]
-    assert before <= seen[0] <= datetime.now(UTC)  # when its thread started it
-    assert ledger.finish(key_of(a), failed(a)) is False  # what it returns later is dropped
-    ledger.keep_unsettled([])  # the round settled its failure
+    assert timed_out.job is a and (timed_out.started_at, 5.0) == seen[0]
+    assert before <= seen[0][0] <= datetime.now(UTC)  # when its thread started it
+    ledger.finish(key_of(a), returned := failed(a))  # what it returns later is dropped
+    assert late == [returned]  # after on_late saw it (its callable-limit slot)
+    ledger.keep_unsettled([], [timed_out])  # the round settled its failure
     assert ledger.take_done() == [] and ledger.capacity_used() == 0 and ledger.idle()
 
 
@@ -68,12 +73,13 @@ def test_unsettled_outcomes_come_back_first_and_keep_the_ledger_busy() -> None:
     ledger.claimed([], [failed(a)])  # ended without running (an unusable row)
     assert ledger.has_done()
     kept = ledger.take_done()
-    ledger.keep_unsettled(kept)  # its queue is backing off
+    ledger.keep_unsettled(kept, kept)  # its queue is backing off
     assert not ledger.idle() and ledger.unsettled_queues() == {"down"}
     ledger.claimed([b])
     assert ledger.start(key_of(b))
     ledger.finish(key_of(b), failed(b))
-    assert [o.job.id for o in ledger.take_done()] == ["a", "b"]
+    taken = ledger.take_done()
+    assert [o.job.id for o in taken] == ["a", "b"]
     assert not ledger.idle() and {j.id for j in ledger.held()} == {"a", "b"}  # settling
-    ledger.keep_unsettled([])  # both settled
+    ledger.keep_unsettled([], taken)  # both settled
     assert ledger.unsettled_queues() == set() and ledger.idle() and ledger.held() == []
