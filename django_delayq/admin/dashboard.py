@@ -25,11 +25,10 @@ from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
 from django_delayq.admin import history, overview
-from django_delayq.core import progress, stored
+from django_delayq.core import progress
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.models import Job
-from django_delayq.observe import group_usage
+from django_delayq.observe import group_usage, holding
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -42,7 +41,6 @@ PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src
                "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
                "frame-ancestors 'self'")
 ID_PLACEHOLDER = "JOB-ID"
-MAX_PROGRESS_IDS = 1000
 
 
 def _check(request: HttpRequest) -> None:
@@ -93,15 +91,11 @@ def snapshot() -> dict[str, Any]:
 
 def with_progress(workers: list[dict[str, Any]]) -> None:
     """Give each running job its row's progress (``progress``, compact text, "" for none):
-    one query for the ids the workers report (at most ``MAX_PROGRESS_IDS``)."""
+    one query for the ids the workers report (``holding.progress_of``)."""
     jobs = [job for w in workers for job in w.get("jobs", [])]
-    ids = list({job["id"] for job in jobs})[:MAX_PROGRESS_IDS]
-    found = dict(Job.objects.filter(pk__in=ids).values_list(
-        "id", stored.as_text("progress"))) if ids else {}
+    found = holding.progress_of(job["id"] for job in jobs)
     for job in jobs:
-        value = stored.parse(found.get(job["id"]))  # any row: core/stored.py
-        job["progress"] = progress.compact(
-            value.text if isinstance(value, stored.Raw) else value, 80)
+        job["progress"] = progress.compact(found.get(job["id"]), 80)
 
 
 def dashboard_data(request: HttpRequest) -> JsonResponse:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 
 from django_delayq import compat, signals
+from django_delayq.observe import limit_usage
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -136,11 +137,9 @@ class QueueCollector:
         f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 
     def _callables(self, f: dict[str, Any], engine: Engine, settings: Settings) -> None:
-        for path, entry in sorted(settings.callable_limits.items()):
-            rate, concurrency = entry.rate, entry.concurrency
-            _limit(f, "callable", path, rate, concurrency)
-            state = engine.limit_state(path, rate=rate, concurrency=concurrency)
-            f["delayq_callable_running"].add_metric([path], state.running)
+        for c in limit_usage.callable_limits(engine, settings):
+            _limit(f, "callable", c.callable, c.rate, c.concurrency)
+            f["delayq_callable_running"].add_metric([c.callable], c.running)
 
 
 def _groups(f: dict[str, Any], groups: list[GroupUsage]) -> None:
