@@ -89,24 +89,19 @@ def pre(value: object) -> str:
     return format_html('<pre class="delayq-pre">{}</pre>', text)
 
 
-def seconds(value: datetime | None) -> str:
+def seconds(value: datetime | None, shown: str = "%Y-%m-%d %H:%M:%S") -> str:
     """A timestamp in the current time zone to the second, ``2026-11-23 19:24:07``, in a
     ``<time>`` element whose title names the zone (``2026-11-23 19:24:07 CET``)."""
     if value is None:
         return "-"
     local = timezone.localtime(value)
     return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(),
-                       zoned(local), local.strftime("%Y-%m-%d %H:%M:%S"))
+                       zoned(local), local.strftime(shown))
 
 
 def short_seconds(value: datetime | None) -> str:
-    """For the list: ``11-23 19:24:07`` in the current time zone (the year and the zone
-    in the title, as ``seconds`` shows them)."""
-    if value is None:
-        return "-"
-    local = timezone.localtime(value)
-    return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(),
-                       zoned(local), local.strftime("%m-%d %H:%M:%S"))
+    """For the list: ``11-23 19:24:07`` (the year and the zone in the title)."""
+    return seconds(value, "%m-%d %H:%M:%S")
 
 
 def duration(ms: float | None) -> str:
