@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -43,13 +43,8 @@ PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src
 ID_PLACEHOLDER = "JOB-ID"
 
 
-def _check(request: HttpRequest) -> None:
-    if not request.user.has_perm(VIEW):
-        raise PermissionDenied
-
-
+@permission_required(VIEW, raise_exception=True)
 def dashboard_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
-    _check(request)
     site = admin.admin_site.name
     context = {
         **admin.admin_site.each_context(request), "opts": admin.model._meta,
@@ -98,8 +93,8 @@ def with_progress(workers: list[dict[str, Any]]) -> None:
         job["progress"] = progress.compact(found.get(job["id"]), 80)
 
 
+@permission_required(VIEW, raise_exception=True)
 def dashboard_data(request: HttpRequest) -> JsonResponse:
-    _check(request)
     return JsonResponse(snapshot())  # admin_view adds never_cache: Cache-Control no-store
 
 
