@@ -99,9 +99,11 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         self.validate_task(task)
         json_args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
         json_kwargs = compat.normalize_json(dict(kwargs))
-        delay, at = _when(task.run_after)
-        spec = api.JobSpec(args=json_args, kwargs=json_kwargs, queue=task.queue_name, delay=delay,
-                           at=at, priority=task.priority, max_attempts=self.max_attempts,
+        after = task.run_after
+        spec = api.JobSpec(args=json_args, kwargs=json_kwargs, queue=task.queue_name,
+                           delay=after if isinstance(after, timedelta) else None,
+                           at=after if isinstance(after, datetime) else None,
+                           priority=task.priority, max_attempts=self.max_attempts,
                            backoff=self.backoff, group=self.group)
         try:
             handle = api.schedule_spec(task.module_path, spec, any_queue=self.any_queue,
@@ -157,14 +159,6 @@ def group_option(alias: str, options: dict[str, Any]) -> str | None:
         return validation.check_group(group)
     except InvalidJob as exc:
         raise ImproperlyConfigured("TASKS[%r]['OPTIONS']['GROUP']: %s" % (alias, exc)) from None
-
-
-def _when(run_after: timedelta | datetime | None) -> tuple[timedelta | None, datetime | None]:
-    if run_after is None:
-        return None, None
-    if isinstance(run_after, timedelta):
-        return run_after, None
-    return None, run_after
 
 
 registry.set_task_caller(tasks_results.task_callable)
