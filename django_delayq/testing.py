@@ -98,13 +98,13 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
 
     settings = get_settings()
     fixed = _to_ms(now)
-    engine = _clocked(clock_ms if fixed is None else (lambda: fixed))
+    clock = clock_ms if fixed is None else (lambda: fixed)
+    engine = _clocked(clock)
     names = tuple(queues or settings.queues)
     if flush_outbox:
         _flush_outbox(engine, settings, names)
     audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
     settler = Settler(engine, settings, audit, WORKER_ID)
-    clock = clock_ms if fixed is None else (lambda: fixed)
     ran = 0
     while ran < max_jobs:
         progressed = False
@@ -232,8 +232,7 @@ class DelayQ:
                      max_jobs: int = 1000) -> int:
         return run_due_jobs(queues, now=now, max_jobs=max_jobs)
 
-    def advance(self, delta: timedelta | float, queues: list[str] | None = None) -> int:
-        return advance(delta, queues)
+    advance = staticmethod(advance)
 
     def jobs(self, **filters: object) -> Any:
         return Job.objects.filter(**filters)
