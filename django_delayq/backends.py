@@ -43,9 +43,6 @@ compat.require_tasks()
 
 logger = logging.getLogger(__name__)
 
-TaskResult = tasks_results.TaskResult
-TaskResultStatus = tasks_results.TaskResultStatus
-STATUS = tasks_results.STATUS
 OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "GROUP"})
 DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once, as Django's docs describe
 
@@ -115,10 +112,10 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
             pk=handle.id).values_list("created_at", "run_at").get()
         if isinstance(task.run_after, timedelta):
             task = dataclasses.replace(task, run_after=run_at)
-        result = TaskResult(task=task, id=handle.id, status=TaskResultStatus.READY,
-                            enqueued_at=created_at, started_at=None, finished_at=None,
-                            last_attempted_at=None, args=json_args, kwargs=json_kwargs,
-                            backend=self.alias, errors=[], worker_ids=[])
+        result = tasks_results.TaskResult(
+            task=task, id=handle.id, status=tasks_results.TaskResultStatus.READY,
+            enqueued_at=created_at, started_at=None, finished_at=None, last_attempted_at=None,
+            args=json_args, kwargs=json_kwargs, backend=self.alias, errors=[], worker_ids=[])
         tasks_results.task_signals.task_enqueued.send(sender=type(self), task_result=result)
         return result
 
