@@ -249,7 +249,8 @@ def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
         "more": max(0, queryset.count() - 100) if len(jobs) > 100 else 0,
         "live_count": queryset.filter(status__in=(JobStatus.SCHEDULED,
                                                   JobStatus.RETRYING)).count(),
-        "selected_ids": [] if request.POST.get("select_across") == "1" else _ids(queryset),
+        "selected_ids": [] if request.POST.get("select_across") == "1" else
+        queryset.values_list("pk", flat=True),
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "action": "reschedule_jobs",
         "select_across": request.POST.get("select_across", "0"),
@@ -258,10 +259,6 @@ def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
     }
     request.current_app = modeladmin.admin_site.name
     return TemplateResponse(request, "admin/django_delayq/job/reschedule.html", context)
-
-
-def _ids(queryset: QuerySet[Job]) -> Iterable[str]:
-    return queryset.values_list("pk", flat=True)
 
 
 ACTIONS = [cancel_jobs, run_jobs_now, reschedule_jobs, requeue_jobs]
