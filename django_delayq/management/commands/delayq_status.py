@@ -148,16 +148,14 @@ def worker_statuses(engine: Engine, stale_after_s: float) -> list[WorkerStatus]:
     now_ms = engine.time_ms()
     out = []
     for worker in engine.workers():
-        worker_id = worker.id
         info, error = hold.parse_info(worker.info)
         if worker.info_bytes_unread:
             error = "%d bytes, over the registry's read limit: not read" % (
                 worker.info_bytes_unread)
         age = max(0.0, (now_ms - worker.beat_ms) / 1000)
-        processes = info.get("processes")
-        out.append(WorkerStatus(id=worker_id, heartbeat_age_s=round(age, 3),
+        out.append(WorkerStatus(id=worker.id, heartbeat_age_s=round(age, 3),
                                 stale=age > stale_after_s, info=info, info_error=error,
-                                processes=hold.integer(processes),
+                                processes=hold.integer(info.get("processes")),
                                 jobs=running_jobs(info.get("jobs"), now_ms)))
     return out
 
