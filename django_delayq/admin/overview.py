@@ -41,14 +41,6 @@ class QueueRow:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class CallableLimit:
-    callable: str
-    limit: str
-    running: int
-    started_in_window: int
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
 class RunningJob:
     id: str
     queue: str
@@ -88,12 +80,9 @@ def queue_rows(engine: Engine, settings: Settings) -> list[QueueRow]:
     return rows
 
 
-def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimit]:
-    """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each callable runs now
-    (``observe.limits``), as the queues page shows them."""
-    return [CallableLimit(callable=c.callable, limit=describe_limit(c.rate, c.concurrency),
-                          running=c.running, started_in_window=c.started_in_window)
-            for c in limit_usage.callable_limits(engine, settings)]
+#: The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each callable runs now, as the
+#: queues page shows them (``limit``: ``"100 per 60s, 5 at once"``).
+callable_limits = limit_usage.callable_limits
 
 
 def _text(value: object) -> str:
