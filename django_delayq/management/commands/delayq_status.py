@@ -371,10 +371,11 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("")
 
-    def render(self, engine: Engine, settings: Settings, queues: list[str], as_json: bool) -> str:
+    def render(self, engine: Engine, settings: Settings, queues: list[str], as_json: bool,
+               indent: int | None = 2) -> str:
         status = collect(engine, settings, queues)
         if as_json:
-            return json.dumps(asdict(status), indent=2) + "\n"
+            return json.dumps(asdict(status), indent=indent) + "\n"
         return render_text(status)
 
     def watch(self, engine: Engine, settings: Settings, queues: list[str], interval: float,
@@ -386,9 +387,7 @@ class Command(BaseCommand):
         while count is None or shown < count:
             if shown:
                 time.sleep(interval)
-            text = self.render(engine, settings, queues, as_json)
-            if as_json:  # one compact document per line, for pipes
-                text = json.dumps(json.loads(text)) + "\n"
+            text = self.render(engine, settings, queues, as_json, indent=None)  # JSON: a line each
             self.stdout.write((CLEAR if tty else ("" if as_json or not shown else "\n"))
                               + text, ending="")
             self.stdout.flush()
