@@ -37,7 +37,8 @@ class QueueRow:
 
     @property
     def next_due(self) -> datetime | None:
-        return _dt(self.next_due_ms)
+        ms = self.next_due_ms
+        return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -59,10 +60,6 @@ class WorkerRow:
     prefetched: int | None = None  # claimed, no thread yet
     jobs: list[RunningJob] = field(default_factory=list)
     malformed: bool = False
-
-
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 def queue_rows(engine: Engine, settings: Settings) -> list[QueueRow]:
