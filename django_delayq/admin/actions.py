@@ -21,13 +21,13 @@ from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
 from django_delayq.admin import action_log
+from django_delayq.admin.display import job_link
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
 from django_delayq.engine import CancelOutcome
@@ -197,13 +197,10 @@ NEW_JOBS_LISTED = 10
 
 def _new_jobs_message(modeladmin: admin.ModelAdmin[Job], copies: list[Row]) -> str:
     """ "Requeued as a new job: NEW (from OLD), ..." with each id linking to its page."""
-    def link(job_id: str) -> str:
-        url = reverse("admin:django_delayq_job_change", args=(job_id,),
-                      current_app=modeladmin.admin_site.name)
-        return format_html('<a href="{}">{}</a>', url, job_id)
-
+    site = modeladmin.admin_site.name
     shown = format_html_join(", ", "{} ({} {})", (
-        (link(new), _("from"), link(old)) for old, new in copies[:NEW_JOBS_LISTED]))
+        (job_link(new, site=site), _("from"), job_link(old, site=site))
+        for old, new in copies[:NEW_JOBS_LISTED]))
     more = "" if len(copies) <= NEW_JOBS_LISTED else " …"
     return format_html("{}: {}{}", _("Requeued as a new job"), shown, more)
 

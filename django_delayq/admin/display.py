@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import Truncator
@@ -123,6 +124,14 @@ def zoned(value: datetime) -> str:
     abbrev = value.strftime("%Z")
     label = abbrev if abbrev == key else "%s (%s)" % (abbrev, key)
     return "%s %s" % (value.strftime("%Y-%m-%d %H:%M:%S"), label)
+
+
+def job_link(job_id: str, text: object = None, site: str = "admin") -> str:
+    """A link to the job's page showing ``text`` (default: the id); "-" without an id."""
+    if not job_id:
+        return "-"
+    url = reverse("admin:django_delayq_job_change", args=(job_id,), current_app=site)
+    return format_html('<a href="{}">{}</a>', url, job_id if text is None else text)
 
 
 def status_badge(status: str, label: object) -> str:

@@ -16,13 +16,13 @@ import logging
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
 from django_delayq.admin.actions import Tally
+from django_delayq.admin.display import job_link
 from django_delayq.core import api, periodic
 from django_delayq.core.submit import JobSpec
 from django_delayq.exceptions import DelayQError
@@ -93,9 +93,8 @@ def run_schedules_now(modeladmin: admin.ModelAdmin[Schedule], request: HttpReque
     tally.report(modeladmin, request, started)
     if created:
         site = modeladmin.admin_site.name
-        links = format_html_join(", ", '{}: <a href="{}">{}</a>', (
-            (name, reverse("admin:django_delayq_job_change", args=(job_id,), current_app=site),
-             job_id) for name, job_id in created[:10]))
+        links = format_html_join(", ", "{}: {}", (
+            (name, job_link(job_id, site=site)) for name, job_id in created[:10]))
         modeladmin.message_user(request, format_html("{} {}", _("New jobs:"), links),
                                 messages.INFO)
 
