@@ -43,9 +43,6 @@ compat.require_tasks()
 
 logger = logging.getLogger(__name__)
 
-TaskResult = tasks_results.TaskResult
-TaskResultStatus = tasks_results.TaskResultStatus
-STATUS = tasks_results.STATUS
 OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "GROUP"})
 DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once, as Django's docs describe
 
@@ -99,9 +96,11 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         self.validate_task(task)
         json_args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
         json_kwargs = compat.normalize_json(dict(kwargs))
-        delay, at = _when(task.run_after)
-        spec = api.JobSpec(args=json_args, kwargs=json_kwargs, queue=task.queue_name, delay=delay,
-                           at=at, priority=task.priority, max_attempts=self.max_attempts,
+        after = task.run_after
+        spec = api.JobSpec(args=json_args, kwargs=json_kwargs, queue=task.queue_name,
+                           delay=after if isinstance(after, timedelta) else None,
+                           at=after if isinstance(after, datetime) else None,
+                           priority=task.priority, max_attempts=self.max_attempts,
                            backoff=self.backoff, group=self.group)
         try:
             handle = api.schedule_spec(task.module_path, spec, any_queue=self.any_queue,
@@ -113,10 +112,10 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
             pk=handle.id).values_list("created_at", "run_at").get()
         if isinstance(task.run_after, timedelta):
             task = dataclasses.replace(task, run_after=run_at)
-        result = TaskResult(task=task, id=handle.id, status=TaskResultStatus.READY,
-                            enqueued_at=created_at, started_at=None, finished_at=None,
-                            last_attempted_at=None, args=json_args, kwargs=json_kwargs,
-                            backend=self.alias, errors=[], worker_ids=[])
+        result = tasks_results.TaskResult(
+            task=task, id=handle.id, status=tasks_results.TaskResultStatus.READY,
+            enqueued_at=created_at, started_at=None, finished_at=None, last_attempted_at=None,
+            args=json_args, kwargs=json_kwargs, backend=self.alias, errors=[], worker_ids=[])
         tasks_results.task_signals.task_enqueued.send(sender=type(self), task_result=result)
         return result
 
@@ -157,14 +156,6 @@ def group_option(alias: str, options: dict[str, Any]) -> str | None:
         return validation.check_group(group)
     except InvalidJob as exc:
         raise ImproperlyConfigured("TASKS[%r]['OPTIONS']['GROUP']: %s" % (alias, exc)) from None
-
-
-def _when(run_after: timedelta | datetime | None) -> tuple[timedelta | None, datetime | None]:
-    if run_after is None:
-        return None, None
-    if isinstance(run_after, timedelta):
-        return run_after, None
-    return None, run_after
 
 
 registry.set_task_caller(tasks_results.task_callable)

@@ -98,13 +98,13 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
 
     settings = get_settings()
     fixed = _to_ms(now)
-    engine = _clocked(clock_ms if fixed is None else (lambda: fixed))
+    clock = clock_ms if fixed is None else (lambda: fixed)
+    engine = _clocked(clock)
     names = tuple(queues or settings.queues)
     if flush_outbox:
         _flush_outbox(engine, settings, names)
     audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
     settler = Settler(engine, settings, audit, WORKER_ID)
-    clock = clock_ms if fixed is None else (lambda: fixed)
     ran = 0
     while ran < max_jobs:
         progressed = False
@@ -202,25 +202,25 @@ def run_eager(job_id: str) -> None:
     started = timezone.now()
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
                      due_at=job.run_at, worker_id="eager")
+
+    def record(status: str, **fields: object) -> None:
+        Job.objects.filter(pk=job_id).update(status=status, attempts=1, started_at=started,
+                                             finished_at=timezone.now(), worker_id="eager",
+                                             **fields)
+
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except Exception as exc:
-        Job.objects.filter(pk=job_id).update(
-            status=JobStatus.DEAD, attempts=1, started_at=started, finished_at=timezone.now(),
-            error_type=runner.error_type(exc), last_error=runner.text(exc, 2000),
-            traceback=runner.text(traceback.format_exc())[-20000:], worker_id="eager")
+        record(JobStatus.DEAD, error_type=runner.error_type(exc), last_error=runner.text(exc, 2000),
+               traceback=runner.text(traceback.format_exc())[-20000:])
         raise
     kept, size = runner.stored_result(result)
     limit = get_settings().max_payload_bytes
     if size > limit:  # as a worker: dead, not retried, the value not kept
         error = runner.too_large(size, limit)
-        Job.objects.filter(pk=job_id).update(
-            status=JobStatus.DEAD, attempts=1, started_at=started, finished_at=timezone.now(),
-            error_type=runner.RESULT_TOO_LARGE, last_error=error, worker_id="eager")
+        record(JobStatus.DEAD, error_type=runner.RESULT_TOO_LARGE, last_error=error)
         raise ResultTooLarge("job %s: %s" % (job_id, error))
-    Job.objects.filter(pk=job_id).update(
-        status=JobStatus.SUCCEEDED, attempts=1, started_at=started, finished_at=timezone.now(),
-        result=kept, worker_id="eager")
+    record(JobStatus.SUCCEEDED, result=kept)
 
 
 # -- an isolated prefix for one test ---------------------------------------------------
@@ -232,8 +232,7 @@ class DelayQ:
                      max_jobs: int = 1000) -> int:
         return run_due_jobs(queues, now=now, max_jobs=max_jobs)
 
-    def advance(self, delta: timedelta | float, queues: list[str] | None = None) -> int:
-        return advance(delta, queues)
+    advance = staticmethod(advance)
 
     def jobs(self, **filters: object) -> Any:
         return Job.objects.filter(**filters)

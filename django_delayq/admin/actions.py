@@ -21,13 +21,13 @@ from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
 from django_delayq.admin import action_log
+from django_delayq.admin.display import job_link
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
 from django_delayq.engine import CancelOutcome
@@ -197,13 +197,10 @@ NEW_JOBS_LISTED = 10
 
 def _new_jobs_message(modeladmin: admin.ModelAdmin[Job], copies: list[Row]) -> str:
     """ "Requeued as a new job: NEW (from OLD), ..." with each id linking to its page."""
-    def link(job_id: str) -> str:
-        url = reverse("admin:django_delayq_job_change", args=(job_id,),
-                      current_app=modeladmin.admin_site.name)
-        return format_html('<a href="{}">{}</a>', url, job_id)
-
+    site = modeladmin.admin_site.name
     shown = format_html_join(", ", "{} ({} {})", (
-        (link(new), _("from"), link(old)) for old, new in copies[:NEW_JOBS_LISTED]))
+        (job_link(new, site=site), _("from"), job_link(old, site=site))
+        for old, new in copies[:NEW_JOBS_LISTED]))
     more = "" if len(copies) <= NEW_JOBS_LISTED else " …"
     return format_html("{}: {}{}", _("Requeued as a new job"), shown, more)
 
@@ -249,7 +246,8 @@ def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
         "more": max(0, queryset.count() - 100) if len(jobs) > 100 else 0,
         "live_count": queryset.filter(status__in=(JobStatus.SCHEDULED,
                                                   JobStatus.RETRYING)).count(),
-        "selected_ids": [] if request.POST.get("select_across") == "1" else _ids(queryset),
+        "selected_ids": [] if request.POST.get("select_across") == "1" else
+        queryset.values_list("pk", flat=True),
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "action": "reschedule_jobs",
         "select_across": request.POST.get("select_across", "0"),
@@ -258,10 +256,6 @@ def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
     }
     request.current_app = modeladmin.admin_site.name
     return TemplateResponse(request, "admin/django_delayq/job/reschedule.html", context)
-
-
-def _ids(queryset: QuerySet[Job]) -> Iterable[str]:
-    return queryset.values_list("pk", flat=True)
 
 
 ACTIONS = [cancel_jobs, run_jobs_now, reschedule_jobs, requeue_jobs]

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -25,11 +25,10 @@ from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
 from django_delayq.admin import history, overview
-from django_delayq.core import progress, stored
+from django_delayq.core import progress
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.models import Job
-from django_delayq.observe import group_usage
+from django_delayq.observe import group_usage, holding
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -42,16 +41,10 @@ PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src
                "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
                "frame-ancestors 'self'")
 ID_PLACEHOLDER = "JOB-ID"
-MAX_PROGRESS_IDS = 1000
 
 
-def _check(request: HttpRequest) -> None:
-    if not request.user.has_perm(VIEW):
-        raise PermissionDenied
-
-
+@permission_required(VIEW, raise_exception=True)
 def dashboard_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
-    _check(request)
     site = admin.admin_site.name
     context = {
         **admin.admin_site.each_context(request), "opts": admin.model._meta,
@@ -93,19 +86,15 @@ def snapshot() -> dict[str, Any]:
 
 def with_progress(workers: list[dict[str, Any]]) -> None:
     """Give each running job its row's progress (``progress``, compact text, "" for none):
-    one query for the ids the workers report (at most ``MAX_PROGRESS_IDS``)."""
+    one query for the ids the workers report (``holding.progress_of``)."""
     jobs = [job for w in workers for job in w.get("jobs", [])]
-    ids = list({job["id"] for job in jobs})[:MAX_PROGRESS_IDS]
-    found = dict(Job.objects.filter(pk__in=ids).values_list(
-        "id", stored.as_text("progress"))) if ids else {}
+    found = holding.progress_of(job["id"] for job in jobs)
     for job in jobs:
-        value = stored.parse(found.get(job["id"]))  # any row: core/stored.py
-        job["progress"] = progress.compact(
-            value.text if isinstance(value, stored.Raw) else value, 80)
+        job["progress"] = progress.compact(found.get(job["id"]), 80)
 
 
+@permission_required(VIEW, raise_exception=True)
 def dashboard_data(request: HttpRequest) -> JsonResponse:
-    _check(request)
     return JsonResponse(snapshot())  # admin_view adds never_cache: Cache-Control no-store
 
 

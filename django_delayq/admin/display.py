@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.text import Truncator
@@ -89,24 +90,19 @@ def pre(value: object) -> str:
     return format_html('<pre class="delayq-pre">{}</pre>', text)
 
 
-def seconds(value: datetime | None) -> str:
+def seconds(value: datetime | None, shown: str = "%Y-%m-%d %H:%M:%S") -> str:
     """A timestamp in the current time zone to the second, ``2026-11-23 19:24:07``, in a
     ``<time>`` element whose title names the zone (``2026-11-23 19:24:07 CET``)."""
     if value is None:
         return "-"
     local = timezone.localtime(value)
     return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(),
-                       zoned(local), local.strftime("%Y-%m-%d %H:%M:%S"))
+                       zoned(local), local.strftime(shown))
 
 
 def short_seconds(value: datetime | None) -> str:
-    """For the list: ``11-23 19:24:07`` in the current time zone (the year and the zone
-    in the title, as ``seconds`` shows them)."""
-    if value is None:
-        return "-"
-    local = timezone.localtime(value)
-    return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(),
-                       zoned(local), local.strftime("%m-%d %H:%M:%S"))
+    """For the list: ``11-23 19:24:07`` (the year and the zone in the title)."""
+    return seconds(value, "%m-%d %H:%M:%S")
 
 
 def duration(ms: float | None) -> str:
@@ -128,6 +124,14 @@ def zoned(value: datetime) -> str:
     abbrev = value.strftime("%Z")
     label = abbrev if abbrev == key else "%s (%s)" % (abbrev, key)
     return "%s %s" % (value.strftime("%Y-%m-%d %H:%M:%S"), label)
+
+
+def job_link(job_id: str, text: object = None, site: str = "admin") -> str:
+    """A link to the job's page showing ``text`` (default: the id); "-" without an id."""
+    if not job_id:
+        return "-"
+    url = reverse("admin:django_delayq_job_change", args=(job_id,), current_app=site)
+    return format_html('<a href="{}">{}</a>', url, job_id if text is None else text)
 
 
 def status_badge(status: str, label: object) -> str:

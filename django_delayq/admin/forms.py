@@ -6,7 +6,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import forms
-from django.conf import settings
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -30,9 +29,7 @@ class RescheduleForm(forms.Form):
         if (delay is None) == (at is None):
             raise forms.ValidationError(_("Give either a delay or a date and time, not both."),
                                         code="one_of")
-        if at is not None and settings.USE_TZ and timezone.is_naive(at):
-            data["at"] = timezone.make_aware(at)
-        return data
+        return data  # a naive "at" is already aware: DateTimeField reads it in the current zone
 
     def when(self) -> dict[str, float | datetime]:
         """Keyword arguments for ``api.reschedule``: ``delay=`` or ``at=``."""

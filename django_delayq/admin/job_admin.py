@@ -65,6 +65,13 @@ def _at_seconds(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
     return admin.display(description=label, ordering=field)(show)
 
 
+def _stored(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
+    """A display method showing the stored JSON ``field`` in a ``<pre>`` (``display.pre``)."""
+    def show(self: object, obj: object) -> str:
+        return pre(stored.value(obj, field))
+    return admin.display(description=label)(show)
+
+
 class JobAttemptInline(_InlineBase):
     """Attempt history: one row per failed or lost delivery, read-only."""
 
@@ -182,6 +189,10 @@ class JobAdmin(_JobAdminBase):
     updated_at_s = _at_seconds("updated_at", _("updated at"))
     scheduled_for_s = _at_seconds("scheduled_for", _("first due at"))
     expires_at_s = _at_seconds("expires_at", _("expires at"))
+    args_display = _stored("args", _("args"))
+    kwargs_display = _stored("kwargs", _("kwargs"))
+    result_display = _stored("result", _("result"))
+    progress_display = _stored("progress", _("progress"))
 
     class Media:
         css = {"all": ("django_delayq/admin.css",)}
@@ -232,10 +243,6 @@ class JobAdmin(_JobAdminBase):
         retry_on = stored.value(obj, "retry_on")
         return pre(retry_on) if retry_on else str(_("any exception"))
 
-    @admin.display(description=_("progress"))
-    def progress_display(self, obj: Job) -> str:
-        return pre(stored.value(obj, "progress"))
-
     @admin.display(description=_("requeued from"))
     def requeued_from_display(self, obj: Job) -> str:
         return lineage.requeued_from(obj, self.admin_site.name)
@@ -267,22 +274,10 @@ class JobAdmin(_JobAdminBase):
     def attempts_display(self, obj: Job) -> str:
         return "%d / %d" % (obj.attempts, obj.max_attempts)
 
-    @admin.display(description=_("args"))
-    def args_display(self, obj: Job) -> str:
-        return pre(stored.value(obj, "args"))
-
-    @admin.display(description=_("kwargs"))
-    def kwargs_display(self, obj: Job) -> str:
-        return pre(stored.value(obj, "kwargs"))
-
     @admin.display(description=_("backoff"))
     def backoff_display(self, obj: Job) -> str:
         backoff = stored.value(obj, "backoff")
         return pre(backoff) if backoff is not None else str(_("default policy"))
-
-    @admin.display(description=_("result"))
-    def result_display(self, obj: Job) -> str:
-        return pre(stored.value(obj, "result"))
 
     @admin.display(description=_("last error"))
     def last_error_display(self, obj: Job) -> str:

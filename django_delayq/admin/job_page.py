@@ -38,29 +38,28 @@ FINISHED = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Button:
-    op: str
+    op: str  # also the action's permission: JobAdmin.has_<op>_permission
     label: Any
-    permission: str  # the JobAdmin method suffix: has_<permission>_permission
     statuses: tuple[str, ...]  # where it is shown
     action: Callable[..., Any]
     danger: bool = False
 
 
 BUTTONS = (
-    Button(op="run_now", label=gettext_lazy("Run now"), permission="run_now",
-           statuses=WAITING, action=actions.run_jobs_now),
-    Button(op="reschedule", label=gettext_lazy("Reschedule"), permission="reschedule",
-           statuses=WAITING, action=actions.reschedule_jobs),
-    Button(op="requeue", label=gettext_lazy("Requeue"), permission="requeue",
-           statuses=FINISHED, action=actions.requeue_jobs),
-    Button(op="cancel", label=gettext_lazy("Cancel job…"), permission="cancel",
-           statuses=UNFINISHED, action=actions.cancel_jobs, danger=True),
+    Button(op="run_now", label=gettext_lazy("Run now"), statuses=WAITING,
+           action=actions.run_jobs_now),
+    Button(op="reschedule", label=gettext_lazy("Reschedule"), statuses=WAITING,
+           action=actions.reschedule_jobs),
+    Button(op="requeue", label=gettext_lazy("Requeue"), statuses=FINISHED,
+           action=actions.requeue_jobs),
+    Button(op="cancel", label=gettext_lazy("Cancel job…"), statuses=UNFINISHED,
+           action=actions.cancel_jobs, danger=True),
 )
 BY_OP = {b.op: b for b in BUTTONS}
 
 
 def _allowed(admin: ModelAdmin[Any], request: HttpRequest, button: Button) -> bool:
-    return bool(getattr(admin, "has_%s_permission" % button.permission)(request))
+    return bool(getattr(admin, "has_%s_permission" % button.op)(request))
 
 
 def page_context(admin: ModelAdmin[Any], request: HttpRequest, job: Job) -> dict[str, Any]:

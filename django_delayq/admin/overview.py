@@ -11,10 +11,8 @@ the templates and the dashboard's script escape everything shown.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from django_delayq.core import api
 from django_delayq.core.conf import Settings
@@ -24,7 +22,6 @@ from django_delayq.observe import holding, limit_usage
 from django_delayq.observe.limit_usage import describe_limit
 
 TEXT_CHARS = 200
-JOBS_SHOWN = 50
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -40,15 +37,8 @@ class QueueRow:
 
     @property
     def next_due(self) -> datetime | None:
-        return _dt(self.next_due_ms)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CallableLimit:
-    callable: str
-    limit: str
-    running: int
-    started_in_window: int
+        ms = self.next_due_ms
+        return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,10 +62,6 @@ class WorkerRow:
     malformed: bool = False
 
 
-def _dt(ms: int | None) -> datetime | None:
-    return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
-
-
 def queue_rows(engine: Engine, settings: Settings) -> list[QueueRow]:
     """One row per known queue (``QUEUES`` and ``QUEUE_OPTIONS``): one stats script and
     one limit read each."""
@@ -91,41 +77,19 @@ def queue_rows(engine: Engine, settings: Settings) -> list[QueueRow]:
     return rows
 
 
-def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimit]:
-    """The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each callable runs now
-    (``observe.limits``), as the queues page shows them."""
-    return [CallableLimit(callable=c.callable, limit=describe_limit(c.rate, c.concurrency),
-                          running=c.running, started_in_window=c.started_in_window)
-            for c in limit_usage.callable_limits(engine, settings)]
+#: The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each callable runs now, as the
+#: queues page shows them (``limit``: ``"100 per 60s, 5 at once"``).
+callable_limits = limit_usage.callable_limits
 
 
 def _text(value: object) -> str:
     return value[:TEXT_CHARS] if isinstance(value, str) else ""
 
 
-def _int(value: object) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def _jobs(raw: object, now_ms: float) -> list[RunningJob]:
-    jobs = []
-    for item in raw[:JOBS_SHOWN] if isinstance(raw, list) else []:
-        if not isinstance(item, dict) or not _text(item.get("id")):
-            continue
-        started = item.get("started_ms")
-        age = (max(0.0, (now_ms - started) / 1000) if isinstance(started, (int, float))
-               and not isinstance(started, bool) else None)
-        jobs.append(RunningJob(id=_text(item.get("id")), queue=_text(item.get("queue")),
-                               callable=_text(item.get("callable")), age_s=age))
-    return jobs
-
-
-def _info(raw: str | None) -> dict[str, Any] | None:
-    try:
-        info = json.loads(raw) if raw is not None else {}
-    except (ValueError, RecursionError):
-        return None
-    return info if isinstance(info, dict) else None
+    return [RunningJob(id=_text(job["id"]), queue=_text(job.get("queue")),
+                       callable=_text(job.get("callable")), age_s=age)
+            for job, age in holding.running_jobs(raw, now_ms) if job["id"]]
 
 
 def worker_rows(engine: Engine) -> list[WorkerRow]:
@@ -133,14 +97,15 @@ def worker_rows(engine: Engine) -> list[WorkerRow]:
     now_ms = engine.time_ms()
     rows = []
     for entry in reversed(engine.workers()):
-        info = None if entry.info_bytes_unread else _info(entry.info)  # over the read limit
+        info, error = holding.parse_info(entry.info)
         age = max(0.0, (now_ms - entry.beat_ms) / 1000)
-        if info is None:
+        if error or entry.info_bytes_unread:  # not a JSON object, or over the read limit
             rows.append(WorkerRow(id=_text(entry.id), host="", pid=None, processes=None,
                                   heartbeat_age_s=age, malformed=True))
             continue
         rows.append(WorkerRow(id=_text(entry.id), host=_text(info.get("host")),
-                              pid=_int(info.get("pid")), processes=_int(info.get("processes")),
+                              pid=holding.integer(info.get("pid")),
+                              processes=holding.integer(info.get("processes")),
                               heartbeat_age_s=age,
                               running=holding.count(info, holding.RUNNING_FIELD),
                               prefetched=holding.count(info, holding.PREFETCHED_FIELD),

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import PermissionDenied
+from django.contrib.auth.decorators import permission_required
 from django.http import FileResponse, Http404, HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -101,11 +101,6 @@ def report_files(root: Path, report: Report) -> dict[str, Path]:
     return found
 
 
-def _check_permission(request: HttpRequest) -> None:
-    if not request.user.has_perm(PERMISSION):
-        raise PermissionDenied
-
-
 def _find(root: Path | None, name: str) -> Report:
     for report in list_reports(root) if root is not None else []:
         if report.name == name:
@@ -113,9 +108,9 @@ def _find(root: Path | None, name: str) -> Report:
     raise Http404("no such report")
 
 
+@permission_required(PERMISSION, raise_exception=True)
 def report_page(request: HttpRequest, admin: ModelAdmin[Any]) -> TemplateResponse:
     """The list of reports, and the one asked for (``?report=NAME``; else the newest)."""
-    _check_permission(request)
     root = report_root()
     reports = list_reports(root) if root is not None else []
     wanted = request.GET.get("report")
@@ -139,13 +134,13 @@ def file_url(name: str, filename: str) -> str:
 
 
 @xframe_options_sameorigin
+@permission_required(PERMISSION, raise_exception=True)
 def report_file(request: HttpRequest, subpath: str) -> FileResponse:
     """One file of one listed report, with a restrictive policy; 404 for anything else.
 
     ``subpath`` is ``NAME/FILE`` and takes every character after ``report/`` (slashes
     included), so that no malformed request falls through to another admin URL.
     """
-    _check_permission(request)
     name, _slash, filename = subpath.partition("/")
     root = report_root()
     report = _find(root, name)

@@ -1,7 +1,7 @@
 """Admin actions on periodic schedules: run now, enable, disable. Each needs Django's
 ``change_schedule`` permission, works for schedules from ``DELAYQ["SCHEDULES"]`` too
 (``enabled`` is theirs to set), reports per outcome ("2 disabled, 1 already disabled")
-and writes one ``LogEntry`` (CHANGE) per schedule it changed.
+and writes one ``LogEntry`` (CHANGE) per schedule it changed (``ModelAdmin.log_change``).
 
 *Run now* schedules one job now with the schedule's callable, arguments, queue,
 priority and ``atomic``, beside its ticks (the next tick stays due when it was);
@@ -12,34 +12,23 @@ tick."""
 from __future__ import annotations
 
 import logging
-from typing import Any, cast
 
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.contenttypes.models import ContentType
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
 from django_delayq.admin.actions import Tally
+from django_delayq.admin.display import job_link
 from django_delayq.core import api, periodic
 from django_delayq.core.submit import JobSpec
 from django_delayq.exceptions import DelayQError
 from django_delayq.models import Schedule
 
 logger = logging.getLogger(__name__)
-
-
-def log_schedule(request: HttpRequest, s: Schedule, message: str) -> None:
-    """One CHANGE entry on the schedule (its history page lists it)."""
-    LogEntry.objects.create(
-        user_id=cast(Any, request.user.pk),
-        content_type=ContentType.objects.get_for_model(Schedule), object_id=str(s.pk),
-        object_repr=str(s)[:200], action_flag=CHANGE, change_message=message)
 
 
 def _set_enabled(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
@@ -60,7 +49,7 @@ def _set_enabled(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
             continue
         tally.add(done if bumped else raced)
         if bumped:
-            log_schedule(request, s, _("Enabled.") if enabled else _("Disabled."))
+            modeladmin.log_change(request, s, _("Enabled.") if enabled else _("Disabled."))
     tally.report(modeladmin, request, done, already)
 
 
@@ -100,13 +89,12 @@ def run_schedules_now(modeladmin: admin.ModelAdmin[Schedule], request: HttpReque
             continue
         tally.add(started)
         created.append((s.name, job_id))
-        log_schedule(request, s, _("Run now as job %s.") % job_id)
+        modeladmin.log_change(request, s, _("Run now as job %s.") % job_id)
     tally.report(modeladmin, request, started)
     if created:
         site = modeladmin.admin_site.name
-        links = format_html_join(", ", '{}: <a href="{}">{}</a>', (
-            (name, reverse("admin:django_delayq_job_change", args=(job_id,), current_app=site),
-             job_id) for name, job_id in created[:10]))
+        links = format_html_join(", ", "{}: {}", (
+            (name, job_link(job_id, site=site)) for name, job_id in created[:10]))
         modeladmin.message_user(request, format_html("{} {}", _("New jobs:"), links),
                                 messages.INFO)
 

@@ -20,12 +20,11 @@ from django.contrib import admin, messages
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.forms.fields import InvalidJSONInput
 from django.http import HttpRequest
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin.display import seconds, short_seconds, status_badge, zoned
+from django_delayq.admin.display import job_link, seconds, short_seconds, status_badge, zoned
 from django_delayq.admin.schedule_actions import SCHEDULE_ACTIONS
 from django_delayq.core import periodic, registry, schedules, validation
 from django_delayq.exceptions import DelayQError, InvalidJob
@@ -120,13 +119,6 @@ def _is_job(path: str) -> bool:
     return True
 
 
-def _job_link(job_id: str, text: object = None) -> Any:
-    if not job_id:
-        return "-"
-    url = reverse("admin:django_delayq_job_change", args=[job_id])
-    return format_html('<a href="{}">{}</a>', url, text if text is not None else job_id)
-
-
 def _tick(value: datetime | None, zone: str,
           show: Callable[[datetime], str] = seconds) -> str:
     """A tick time to the second in the viewer's zone (``show``: ``seconds``, or
@@ -174,12 +166,12 @@ class ScheduleAdmin(_ScheduleAdminBase):
     @admin.display(description=_("next tick"), ordering="next_tick_at")
     def next_tick(self, obj: Schedule) -> Any:
         shown = _tick(obj.next_tick_at, obj.time_zone, short_seconds)
-        return _job_link(obj.next_job_id, shown) if obj.next_job_id else shown
+        return job_link(obj.next_job_id, shown) if obj.next_job_id else shown
 
     @admin.display(description=_("last tick"), ordering="last_tick_at")
     def last_tick(self, obj: Schedule) -> Any:
         shown = _tick(obj.last_tick_at, obj.time_zone, short_seconds)
-        return _job_link(obj.last_job_id, shown) if obj.last_job_id else shown
+        return job_link(obj.last_job_id, shown) if obj.last_job_id else shown
 
     @admin.display(description=_("next tick"))
     def next_tick_at_zones(self, obj: Schedule) -> Any:
@@ -191,11 +183,11 @@ class ScheduleAdmin(_ScheduleAdminBase):
 
     @admin.display(description=_("next tick's job"))
     def next_job(self, obj: Schedule) -> Any:
-        return _job_link(obj.next_job_id)
+        return job_link(obj.next_job_id)
 
     @admin.display(description=_("last tick's job"))
     def last_job(self, obj: Schedule) -> Any:
-        return _job_link(obj.last_job_id)
+        return job_link(obj.last_job_id)
 
     @admin.display(description=_("last outcome"))
     def last_outcome(self, obj: Schedule) -> Any:
@@ -204,8 +196,8 @@ class ScheduleAdmin(_ScheduleAdminBase):
         if not obj.last_job_id:
             return "-"
         if status is None:
-            return _job_link(obj.last_job_id, _("(no row)"))
-        return _job_link(obj.last_job_id, status_badge(status, JobStatus(status).label))
+            return job_link(obj.last_job_id, _("(no row)"))
+        return job_link(obj.last_job_id, status_badge(status, JobStatus(status).label))
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
         if obj is not None and obj.from_settings:  # defined in settings: only ``enabled``

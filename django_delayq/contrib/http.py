@@ -56,7 +56,6 @@ UPSTREAM_BACKOFF = [15, 180, 600, 1800, 1800, 3600, 7200, 21600, 54000]
 DEFAULT_TIMEOUT = 10.0
 MAX_BODY_BYTES = 64 * 1024  # of the answer read back; the rest is never read
 RESULT_BODY_CHARS = 1000  # of the answer kept in the job's result
-READ_CHUNK = 8192
 RESOLVER_THREADS = 4
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -233,14 +232,6 @@ class _Connection(HTTPConnection):
             sent += self.sock.send(view[sent:])
 
 
-def _expected(expected: int | Iterable[int] | None) -> set[int] | range:
-    if expected is None:
-        return range(200, 300)
-    if isinstance(expected, int):
-        return {expected}
-    return set(expected)
-
-
 def _target(url: str) -> tuple[SplitResult, str, int]:
     """The URL's parts, host and port; ``CallbackRefused`` for what is never called."""
     parts = urlsplit(url)
@@ -268,17 +259,6 @@ def _headers(headers: dict[str, str] | None) -> dict[str, str]:
     return sent
 
 
-def _read_body(response: HTTPResponse) -> bytes:
-    chunks, size = [], 0
-    while size < MAX_BODY_BYTES:
-        chunk = response.read(min(READ_CHUNK, MAX_BODY_BYTES - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)
-
-
 def _exchange(url: str, body: bytes, headers: dict[str, str],
               deadline: _Deadline) -> tuple[int, bytes]:
     parts, host, port = _target(url)
@@ -290,7 +270,7 @@ def _exchange(url: str, body: bytes, headers: dict[str, str],
         conn.request("POST", path, body=body, headers=headers)
         response = conn.getresponse()
         try:
-            return response.status, _read_body(response)
+            return response.status, response.read(MAX_BODY_BYTES)  # each raw read: deadline
         finally:
             response.close()
     finally:
@@ -318,7 +298,8 @@ def post_json(url: str, body: object = None, *, timeout: float = DEFAULT_TIMEOUT
     except (OSError, HTTPException) as exc:
         raise CallbackFailed("POST %s: %s" % (url, exc or type(exc).__name__)) from exc
     text = raw.decode("utf-8", errors="replace")
-    if status not in _expected(expected):
+    if status not in (range(200, 300) if expected is None else
+                      {expected} if isinstance(expected, int) else set(expected)):
         raise CallbackFailed("POST %s answered %d: %s" % (url, status, text[:200]), status)
     logger.debug("POST %s answered %d", url, status)
     return {"status": status, "body": text[:RESULT_BODY_CHARS]}

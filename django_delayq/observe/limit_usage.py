@@ -21,6 +21,11 @@ class CallableLimitState:
     running: int  # slots held now
     started_in_window: int  # grants within the rate's window
 
+    @property
+    def limit(self) -> str:
+        """``"100 per 60s, 5 at once"`` (the admin's queues page)."""
+        return describe_limit(self.rate, self.concurrency)
+
 
 def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitState]:
     """Each callable of ``DELAYQ['CALLABLE_LIMITS']`` (sorted by path): its limit and what

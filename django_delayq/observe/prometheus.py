@@ -10,7 +10,7 @@ docs/groups.md). Expose them from the worker with
 ``start_http_server(port)`` and from Django with ``django_delayq.metrics_views.metrics``.
 
 Without ``prometheus_client`` importing this module does nothing: no receivers are
-connected and ``enabled()`` is False.
+connected, and serving the metrics raises ``ImproperlyConfigured``.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 
 from django_delayq import compat, signals
+from django_delayq.observe import limit_usage
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -42,10 +43,6 @@ DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5
 STATES = ("scheduled", "ready", "inflight", "dead")
 
 
-def enabled() -> bool:
-    return prom is not None
-
-
 def _require() -> Any:
     if prom is None:
         raise ImproperlyConfigured("django-delayq metrics need prometheus-client: "
@@ -54,11 +51,6 @@ def _require() -> Any:
 
 
 # -- queue depths, read at scrape time ------------------------------------------------
-
-def _rate_per_second(rate: tuple[int, int] | None) -> float | None:
-    """A rate limit ``(starts, per_ms)`` as starts per second."""
-    return None if rate is None else rate[0] * 1000 / rate[1]
-
 
 class QueueCollector:
     """Gauges from Redis at each scrape: jobs per queue and state, oldest ready job's
@@ -136,11 +128,9 @@ class QueueCollector:
         f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 
     def _callables(self, f: dict[str, Any], engine: Engine, settings: Settings) -> None:
-        for path, entry in sorted(settings.callable_limits.items()):
-            rate, concurrency = entry.rate, entry.concurrency
-            _limit(f, "callable", path, rate, concurrency)
-            state = engine.limit_state(path, rate=rate, concurrency=concurrency)
-            f["delayq_callable_running"].add_metric([path], state.running)
+        for c in limit_usage.callable_limits(engine, settings):
+            _limit(f, "callable", c.callable, c.rate, c.concurrency)
+            f["delayq_callable_running"].add_metric([c.callable], c.running)
 
 
 def _groups(f: dict[str, Any], groups: list[GroupUsage]) -> None:
@@ -152,9 +142,8 @@ def _groups(f: dict[str, Any], groups: list[GroupUsage]) -> None:
 
 def _limit(f: dict[str, Any], kind: str, label: str, rate: tuple[int, int] | None,
            concurrency: int | None) -> None:
-    per_second = _rate_per_second(rate)
-    if per_second is not None:
-        f["delayq_%s_rate_limit_per_second" % kind].add_metric([label], per_second)
+    if rate is not None:  # (starts, per_ms) as starts per second
+        f["delayq_%s_rate_limit_per_second" % kind].add_metric([label], rate[0] * 1000 / rate[1])
     if concurrency is not None:
         f["delayq_%s_concurrency_limit" % kind].add_metric([label], concurrency)
 

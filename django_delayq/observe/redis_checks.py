@@ -28,7 +28,9 @@ from typing import Any
 from django.core import checks
 from redis.exceptions import RedisError
 
+from django_delayq.core import conf
 from django_delayq.engine import Engine
+from django_delayq.engine.client import make_client
 from django_delayq.engine.server import ServerInfo
 
 logger = logging.getLogger(__name__)
@@ -38,10 +40,7 @@ TIMEOUT_SECONDS = 1.0
 
 
 def _client() -> Any:
-    from django_delayq.core.conf import get_settings
-    from django_delayq.engine.client import make_client
-
-    s = get_settings()
+    s = conf.get_settings()
     if s.cache_alias:
         return make_client(cache_alias=s.cache_alias)
     return make_client(s.redis_url, socket_connect_timeout=TIMEOUT_SECONDS,
@@ -49,8 +48,6 @@ def _client() -> Any:
 
 
 def _settings_usable() -> bool:
-    from django_delayq.core import conf
-
     try:
         return not conf.problems() and not conf.get_settings().eager
     except Exception:  # noqa: BLE001 - checks.py reports bad settings
@@ -122,11 +119,5 @@ def check_redis(app_configs: object = None, **kwargs: object) -> list[checks.Che
             hint="Start Redis or set DELAYQ['REDIS_URL']; workers wait for it.",
             id="delayq.W011")]
     finally:
-        if client is not None and not get_cache_alias():
+        if client is not None and not conf.get_settings().cache_alias:
             client.close()
-
-
-def get_cache_alias() -> str | None:
-    from django_delayq.core.conf import get_settings
-
-    return get_settings().cache_alias

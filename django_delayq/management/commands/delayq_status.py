@@ -31,11 +31,12 @@ from django.db import DatabaseError
 from django.db.models import Count
 from redis.exceptions import RedisError
 
-from django_delayq.core import periodic, progress, stored
+from django_delayq.core import periodic, progress
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import group_usage, limit_usage
 from django_delayq.observe import holding as hold
+from django_delayq.observe.limit_usage import describe_limit
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 CLEAR = "\x1b[H\x1b[2J"
 FIELD_CHARS = 200  # of one worker info field in the text output
-JOBS_SHOWN = 50  # of one worker's info (a worker lists at most 50)
 
 
 def _s(value: object) -> str:
@@ -148,37 +148,25 @@ def worker_statuses(engine: Engine, stale_after_s: float) -> list[WorkerStatus]:
     now_ms = engine.time_ms()
     out = []
     for worker in engine.workers():
-        worker_id = worker.id
-        info, error = parse_info(worker.info)
+        info, error = hold.parse_info(worker.info)
         if worker.info_bytes_unread:
             error = "%d bytes, over the registry's read limit: not read" % (
                 worker.info_bytes_unread)
         age = max(0.0, (now_ms - worker.beat_ms) / 1000)
-        processes = info.get("processes")
-        out.append(WorkerStatus(id=worker_id, heartbeat_age_s=round(age, 3),
+        out.append(WorkerStatus(id=worker.id, heartbeat_age_s=round(age, 3),
                                 stale=age > stale_after_s, info=info, info_error=error,
-                                processes=processes if _is_int(processes) else None,
+                                processes=hold.integer(info.get("processes")),
                                 jobs=running_jobs(info.get("jobs"), now_ms)))
     return out
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def running_jobs(raw: object, now_ms: float) -> list[RunningJob]:
     """The ``jobs`` of a worker's info (``id``, ``queue``, ``callable``, ``started_ms``),
     each with its age; entries that are not such objects are skipped."""
-    jobs = []
-    for item in raw[:JOBS_SHOWN] if isinstance(raw, list) else []:
-        if not isinstance(item, dict) or not isinstance(item.get("id"), str):
-            continue
-        started = item.get("started_ms")
-        age = (round(max(0.0, (now_ms - started) / 1000), 3)
-               if isinstance(started, (int, float)) and not isinstance(started, bool) else None)
-        jobs.append(RunningJob(id=item["id"], queue=_s(item.get("queue", "")),
-                               callable=_s(item.get("callable", "")), age_s=age))
-    return jobs
+    return [RunningJob(id=item["id"], queue=_s(item.get("queue", "")),
+                       callable=_s(item.get("callable", "")),
+                       age_s=None if age is None else round(age, 3))
+            for item, age in hold.running_jobs(raw, now_ms)]
 
 
 def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitStatus]:
@@ -188,19 +176,6 @@ def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitSta
         callable=c.callable, rate=None if c.rate is None else list(c.rate),
         concurrency=c.concurrency, running=c.running, started_in_window=c.started_in_window)
         for c in limit_usage.callable_limits(engine, settings)]
-
-
-def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
-    """A worker's info entry as a dict, or ``({}, why)`` when it is not a JSON object."""
-    if raw is None:
-        return {}, None
-    try:
-        info = json.loads(raw)
-    except (ValueError, RecursionError):
-        return {}, "not JSON"
-    if not isinstance(info, dict):
-        return {}, "not a JSON object but %s" % type(info).__name__
-    return info, None
 
 
 def waiting_counts(queues: list[str]) -> dict[str, int]:
@@ -219,13 +194,11 @@ def with_progress(workers: list[WorkerStatus]) -> list[WorkerStatus]:
     cannot be read."""
     jobs = [job for w in workers for job in w.jobs]
     try:
-        found = dict(Job.objects.filter(pk__in=[j.id for j in jobs[:1000]])
-                     .values_list("id", stored.as_text("progress"))) if jobs else {}
+        found = hold.progress_of(job.id for job in jobs)
     except DatabaseError:
         found = {}
     for job in jobs:
-        value = stored.parse(found.get(job.id))  # any row, however deep (core/stored.py)
-        job.progress = value.text if isinstance(value, stored.Raw) else value
+        job.progress = found.get(job.id)
     return workers
 
 
@@ -244,11 +217,6 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
                   callable_limits=callable_limits(engine, settings),
                   groups=group_usage.busiest(engine, queues),
                   schedules=periodic.status_rows(), holding=held)
-
-
-def describe_limit(rate: list[int] | None, concurrency: int | None) -> str:
-    """``"100 per 60s, 5 at once"``; "none" without either."""
-    return limit_usage.describe_limit(rate, concurrency, none="none")
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -278,7 +246,8 @@ def render_text(status: Status) -> str:
         if q.waiting:
             lines.append("  waiting for their parents (not in Redis yet): %d" % q.waiting)
         if q.limit is not None:
-            lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"]))
+            lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"],
+                                                        "none"))
     if status.holding is not None:
         h = status.holding
         lines.append("IN FLIGHT %d = %d running + %d prefetched + %d settling" % (
@@ -299,7 +268,8 @@ def _limit_lines(limits: list[CallableLimitStatus]) -> list[str]:
         return []
     return ["", "CALLABLE LIMITS"] + [
         "  %-40s %-24s running %d, started in window %d" % (
-            c.callable, describe_limit(c.rate, c.concurrency), c.running, c.started_in_window)
+            c.callable, describe_limit(c.rate, c.concurrency, "none"), c.running,
+            c.started_in_window)
         for c in limits]
 
 
@@ -401,10 +371,11 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             self.stdout.write("")
 
-    def render(self, engine: Engine, settings: Settings, queues: list[str], as_json: bool) -> str:
+    def render(self, engine: Engine, settings: Settings, queues: list[str], as_json: bool,
+               indent: int | None = 2) -> str:
         status = collect(engine, settings, queues)
         if as_json:
-            return json.dumps(asdict(status), indent=2) + "\n"
+            return json.dumps(asdict(status), indent=indent) + "\n"
         return render_text(status)
 
     def watch(self, engine: Engine, settings: Settings, queues: list[str], interval: float,
@@ -416,9 +387,7 @@ class Command(BaseCommand):
         while count is None or shown < count:
             if shown:
                 time.sleep(interval)
-            text = self.render(engine, settings, queues, as_json)
-            if as_json:  # one compact document per line, for pipes
-                text = json.dumps(json.loads(text)) + "\n"
+            text = self.render(engine, settings, queues, as_json, indent=None)  # JSON: a line each
             self.stdout.write((CLEAR if tty else ("" if as_json or not shown else "\n"))
                               + text, ending="")
             self.stdout.flush()

@@ -109,11 +109,9 @@ class Command(BaseCommand):
             raise config_error("--concurrency must be >= 1 (threads running jobs in each "
                                "process), not %d" % concurrency)
         processes = self.check_processes(options)
-        if not logging.getLogger().handlers:
-            logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else
-                                logging.WARNING,
-                                format="%(asctime)s %(process)d %(levelname)s %(name)s: "
-                                       "%(message)s")
+        # a no-op when the root logger has handlers (the project's LOGGING)
+        logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else logging.WARNING,
+                            format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
         if processes is None:
             code = self.run_worker(settings, queues, concurrency, options)
         else:
