@@ -40,6 +40,7 @@ from django_delayq.engine.outcomes import (
     NackOutcome,
     NewJob,
     QueueStats,
+    QueueLimit,
     Recovered,
 )
 from django_delayq.engine.replies import bad_id, shown
@@ -364,6 +365,14 @@ class ShardedEngine(Engine):
         paused = [Engine.pause_group(self, name, group) for name in self.shard_queues(queue)]
         return any(paused)  # every shard paused first: no short-circuit
 
+    def set_group_limit(self, queue: str, group: str, *, rate: tuple[int, int] | None,
+                        concurrency: int | None) -> bool:
+        names = self.shard_queues(queue)
+        if len(names) > 1:
+            raise ShardLimitError("queue %r has %d shards: a group's limit cannot be split "
+                                  "exactly between them" % (queue, len(names)))
+        return super().set_group_limit(queue, group, rate=rate, concurrency=concurrency)
+
     def resume_group(self, queue: str, group: str) -> bool:
         resumed = [Engine.resume_group(self, name, group) for name in self.shard_queues(queue)]
         return any(resumed)
@@ -374,14 +383,14 @@ class ShardedEngine(Engine):
         return [q for q in queues if found.intersection(names[q])]
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
-                        concurrency: int | None) -> None:
+                        concurrency: int | None, groups: QueueLimit | None = None) -> None:
         names = self.shard_queues(queue)
-        if len(names) > 1 and (rate is not None or concurrency is not None):
+        if len(names) > 1 and (rate is not None or concurrency is not None or groups):
             raise ShardLimitError(
                 "queue %r has %d shards: a rate or concurrency limit cannot be split "
                 "exactly between them; remove the limit or the shards" % (queue, len(names)))
         if len(names) == 1:
-            super().set_queue_limit(queue, rate=rate, concurrency=concurrency)
+            super().set_queue_limit(queue, rate=rate, concurrency=concurrency, groups=groups)
             return
         self._each(names, lambda name: super(ShardedEngine, self).set_queue_limit(
             name, rate=None, concurrency=None))
