@@ -364,7 +364,7 @@ local function next_claim()
     end
   end
   if grouped and left == 0 then  -- held groups only: when the first is looked at again
-    local h = redis.call('ZRANGE', group_held, 0, 0, 'WITHSCORES')
+    local h = pending_head(group_held)  -- its first entry
     if h[2] then
       out[5] = 1
       if out[2] == -1 or tonumber(h[2]) < out[2] then out[2] = tonumber(h[2]) end

@@ -300,10 +300,10 @@ end
 local function free_slots(ids, gs)
   if gs == nil then return false end
   local members, groups, seen = {}, {}, {}
-  for j, id in ipairs(ids) do
+  for j, job in ipairs(ids) do
     local g = gs[j]
     if g and g ~= '' then
-      members[#members + 1] = g .. '\n' .. id
+      members[#members + 1] = g .. '\n' .. job
       if not seen[g] then seen[g] = true; groups[#groups + 1] = g end
     end
   end
@@ -348,8 +348,8 @@ local function round_limits(gs)
   if not glim.any then return end
   local o = {}
   if glim.overrides then o = redis.call('HMGET', group_limits, unpack(gs)) end
-  for j, g in ipairs(gs) do
-    local rate, per_ms, conc = glim.rate, glim.per_ms, glim.conc
+  for j = 1, #gs do
+    local g, rate, per_ms, conc = gs[j], glim.rate, glim.per_ms, glim.conc
     if o[j] then
       local r, p, c = string.match(o[j], '^(-?%d+) (-?%d+) (-?%d+)$')
       if r and tonumber(r) >= 0 then rate, per_ms = whole(r), whole(p) end
