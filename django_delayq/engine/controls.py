@@ -85,11 +85,11 @@ class QueueControls(RedisOwner):
         return {_text(g): _text(v) for g, v in
                 self.client.hscan_iter(self.keys(queue).group_limits, count=500)}
 
-    def sync_group_limits(self, queue: str, wanted: dict[str, str]) -> int:
-        """Make Redis's overrides ``wanted`` (group -> ``override_value``): the ones that
-        differ are written, the others removed (the reconciler, from the rows); how many
-        changed."""
-        have = self.group_limit_overrides(queue)
+    def sync_group_limits(self, queue: str, wanted: dict[str, str], have: dict[str, str]
+                          ) -> int:
+        """Make Redis's overrides ``wanted`` (group -> ``override_value``), where ``have``
+        (``group_limit_overrides``, read before ``wanted``) differs: written or removed
+        (the reconciler, from the rows); how many changed."""
         changed = 0
         for group in sorted(set(have) | set(wanted)):
             if have.get(group) != wanted.get(group):

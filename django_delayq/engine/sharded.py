@@ -39,8 +39,8 @@ from django_delayq.engine.outcomes import (
     MoveOutcome,
     NackOutcome,
     NewJob,
-    QueueStats,
     QueueLimit,
+    QueueStats,
     Recovered,
 )
 from django_delayq.engine.replies import bad_id, shown
