@@ -61,6 +61,21 @@ def parse_rate(text: object) -> Rate | None:
     return count, per_ms
 
 
+UNIT_NAMES = {ms: unit for unit, ms in UNIT_MS.items()}
+
+
+def rate_text(rate: Rate | None) -> str:
+    """``(10, 1000)`` -> ``"10/s"``, ``(5, 10000)`` -> ``"5/10s"``; ``"-"`` for none."""
+    if rate is None:
+        return "-"
+    count, per_ms = rate
+    for ms in sorted(UNIT_NAMES, reverse=True):
+        if per_ms % ms == 0:
+            multiple = per_ms // ms
+            return "%d/%s%s" % (count, "" if multiple == 1 else multiple, UNIT_NAMES[ms])
+    return "%d/%dms" % (count, per_ms)
+
+
 def rate_problem(rate: object) -> str | None:
     """Why ``rate`` (None: no limit) is not a rate, naming it; None when it is fine."""
     if rate is None or parse_rate(rate) is not None:

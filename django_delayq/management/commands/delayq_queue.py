@@ -28,27 +28,15 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
-from django_delayq.core import group_limits, limits, queues
+from django_delayq.core import group_limits, queues
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.core.limits import rate_text
 from django_delayq.exceptions import InvalidJob
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
 EXIT_USAGE = 2  # bad options, as argparse's own usage errors
 ACTIONS = ("pause", "resume", "purge", "limit", "unlimit", "list")
-UNIT_NAMES = {ms: unit for unit, ms in limits.UNIT_MS.items()}
-
-
-def rate_text(rate: limits.Rate | None) -> str:
-    """``(10, 1000)`` -> ``"10/s"``, ``(5, 10000)`` -> ``"5/10s"``; ``"-"`` for none."""
-    if rate is None:
-        return "-"
-    count, per_ms = rate
-    for ms in sorted(UNIT_NAMES, reverse=True):
-        if per_ms % ms == 0:
-            multiple = per_ms // ms
-            return "%d/%s%s" % (count, "" if multiple == 1 else multiple, UNIT_NAMES[ms])
-    return "%d/%dms" % (count, per_ms)
 
 
 class Command(BaseCommand):
