@@ -18,9 +18,9 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
 * Reads and operations of the whole queue (stats, purge, pause, resume, recover,
   expiring, the wake channels) cover every shard of the span; jobs come back under the
   logical queue name.
-* Queue limits (rate, concurrency) are refused on a queue of more than one shard: each
-  shard would enforce its own. Each shard has its own epoch (the reconciler's data-loss
-  mark: ``data_sets`` names the shards), as its node may lose its data alone.
+* Queue limits (rate, concurrency, the groups') are refused on a queue of more than one
+  shard: each shard would enforce its own (so are group overrides, by the core API).
+  Each shard has its own epoch (the reconciler's data-loss mark: ``data_sets``).
 """
 
 from __future__ import annotations
@@ -365,14 +365,6 @@ class ShardedEngine(Engine):
         paused = [Engine.pause_group(self, name, group) for name in self.shard_queues(queue)]
         return any(paused)  # every shard paused first: no short-circuit
 
-    def set_group_limit(self, queue: str, group: str, *, rate: tuple[int, int] | None,
-                        concurrency: int | None) -> bool:
-        names = self.shard_queues(queue)
-        if len(names) > 1:
-            raise ShardLimitError("queue %r has %d shards: a group's limit cannot be split "
-                                  "exactly between them" % (queue, len(names)))
-        return super().set_group_limit(queue, group, rate=rate, concurrency=concurrency)
-
     def resume_group(self, queue: str, group: str) -> bool:
         resumed = [Engine.resume_group(self, name, group) for name in self.shard_queues(queue)]
         return any(resumed)
@@ -386,9 +378,8 @@ class ShardedEngine(Engine):
                         concurrency: int | None, groups: QueueLimit | None = None) -> None:
         names = self.shard_queues(queue)
         if len(names) > 1 and (rate is not None or concurrency is not None or groups):
-            raise ShardLimitError(
-                "queue %r has %d shards: a rate or concurrency limit cannot be split "
-                "exactly between them; remove the limit or the shards" % (queue, len(names)))
+            raise ShardLimitError("queue %r has %d shards: no rate or concurrency limit splits "
+                                  "between them; remove it or the shards" % (queue, len(names)))
         if len(names) == 1:
             super().set_queue_limit(queue, rate=rate, concurrency=concurrency, groups=groups)
             return
