@@ -100,20 +100,19 @@ def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:
     limits from the settings are written when Redis holds none. Returns how many
     overrides changed. Redis is read before the rows: a call that commits meanwhile has
     its row read here, so nothing older than what Redis held is written back."""
-    changed = 0
-    shards = settings.queue_shards
-    for queue in queues:
-        if queue in shards:
-            continue
+    names = [q for q in queues if q not in settings.queue_shards]
+    for queue in names:
         rate, concurrency = settings.queue_limit(queue)
         if engine.restore_queue_limit(queue, rate=rate, concurrency=concurrency,
                                       groups=defaults(settings, queue)):
             logger.warning("queue %r: its limits were missing from Redis; written again "
                            "from the settings", queue)
-        have = engine.group_limit_overrides(queue)
-        wanted = {row.group: _value(row) for row in GroupLimit.objects.filter(queue=queue)}
-        if have != wanted:
-            changed += engine.sync_group_limits(queue, wanted, have)
+    have = {queue: engine.group_limit_overrides(queue) for queue in names}
+    wanted: dict[str, dict[str, str]] = {queue: {} for queue in names}
+    for row in GroupLimit.objects.filter(queue__in=names):  # one query for every queue
+        wanted[row.queue][row.group] = _value(row)
+    changed = sum(engine.sync_group_limits(queue, wanted[queue], have[queue])
+                  for queue in names if have[queue] != wanted[queue])
     if changed:
         logger.warning("reconciler: %d group limit(s) written to Redis from the rows", changed)
     return changed
