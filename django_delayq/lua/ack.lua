@@ -27,7 +27,8 @@
 -- whole call (HMGET, ZMSCORE) before the first write.
 -- Returns: one integer per triple: 1 acked, 0 refused (lease lost)
 -- Cost: at most 250 triples per call (scripts.MAX_ACK; callers split bigger batches):
---       O(n log N).
+--       O(n log N); group slots: one HMGET and one ZREM, one index read per held group
+--       (at most n).
 --@include now
 --@include wrong_type
 --@include call_many

@@ -22,7 +22,8 @@
 -- Tokens and leases are read for the whole call before the first write.
 -- Returns: one integer per triple: 1 deferred, 0 refused (lease lost)
 -- Cost: at most 200 triples per call (scripts.MAX_DEFER; callers split bigger batches):
---       O(n log N).
+--       O(n log N); group slots: one HMGET and one ZREM, one index read per held group
+--       (at most n).
 --@include now
 --@include wrong_type
 --@include give_back

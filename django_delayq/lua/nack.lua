@@ -32,7 +32,8 @@
 -- read for the whole call before the first write.
 -- Returns: one integer per triple: 0 refused (lease lost), 1 retrying, 2 dead, 3 cancelled
 -- Cost: at most 200 triples per call (scripts.MAX_NACK; callers split bigger batches):
---       O(n log N), plus at most 100 trimmed dead jobs.
+--       O(n log N), plus at most 100 trimmed dead jobs; group slots: one HMGET
+--       and one ZREM, one index read per held group (at most n).
 --@include now
 --@include wrong_type
 --@include clamp_ms

@@ -48,7 +48,8 @@
 --           started so far)}; {now_ms, 0} when the contact condition refused the call
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
 -- Cost: at most 100 leases (scripts.MAX_RECOVER) and 100 max_attempts pairs per call,
---       plus 10 absurd leases: O(limit * log N); never scans the backlog.
+--       plus 10 absurd leases: O(limit * log N); never scans the backlog. Group slots:
+--       one HMGET and one ZREM, one index read per held group (at most limit).
 --@include now
 --@include ms_range
 --@include wrong_type

@@ -21,7 +21,8 @@
 -- changes nothing. Tokens and leases are read for the whole call before the first write.
 -- Returns: one integer per triple: 1 released, 0 refused (lease lost)
 -- Cost: at most 200 triples per call (scripts.MAX_RELEASE; callers split bigger
---       batches): O(n log N).
+--       batches): O(n log N); group slots: one HMGET and one ZREM, one index read
+--       per held group (at most n).
 --@include now
 --@include wrong_type
 --@include give_back
