@@ -109,10 +109,14 @@ class QueueControls(RedisOwner):
             out[group] = out.get(group, 0) + 1
         return out
 
-    def held_groups(self, queue: str) -> dict[str, int]:
-        """group -> server ms a claim looks at it again: the groups a limit holds back."""
-        return {_text(g): int(ms) for g, ms in
-                self.client.zrange(self.keys(queue).group_held, 0, -1, withscores=True)}
+    def held_groups(self, queue: str, among: Sequence[str] | None = None) -> dict[str, int]:
+        """group -> server ms a claim looks at it again: the groups a limit holds back
+        (all of them, or those of ``among``: one read)."""
+        key = self.keys(queue).group_held
+        if among is not None:
+            found = self.client.zmscore(key, list(among)) if among else []
+            return {g: int(ms) for g, ms in zip(among, found) if ms is not None}
+        return {_text(g): int(ms) for g, ms in self.client.zrange(key, 0, -1, withscores=True)}
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         """The paused ones among ``queues`` (one round trip)."""
