@@ -139,3 +139,19 @@ def test_a_queue_without_group_limits_counts_slots_only(engine: Engine) -> None:
     assert len(claim(engine, 25)) == 25
     assert engine.group_slots("q") == {"a": 25}
     assert engine.held_groups("q") == {}
+
+
+def test_a_held_group_put_back_in_an_empty_rotation_wakes_the_workers(engine: Engine) -> None:
+    engine.set_queue_limit("q", rate=None, concurrency=None,
+                           groups=QueueLimit(concurrency=1))
+    enqueue(engine, "a", 2)
+    first = leases(engine, 5)
+    assert claim(engine, 5) == []  # a held, nothing else to claim: workers wait
+    listener = engine.client.pubsub()
+    listener.subscribe(engine.keys("q").channel)
+    assert listener.get_message(timeout=5)["type"] == "subscribe"  # type: ignore[index]
+    assert engine.ack("q", first, now_ms=NOW + 5) == [True]
+    told = listener.get_message(timeout=5)
+    listener.close()
+    assert told is not None and int(told["data"]) == NOW + 5
+    assert claim(engine, 5, NOW + 5) == ["a01"]
