@@ -31,7 +31,7 @@ from redis.exceptions import RedisError
 from django_delayq.admin import action_log, overview
 from django_delayq.core import api, group_limits, limits
 from django_delayq.core import queues as controls
-from django_delayq.core.conf import get_settings
+from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues, purge_queue_report
 from django_delayq.exceptions import DelayQError
@@ -138,19 +138,21 @@ def _perform_limit(op: str, queue: str, group: str, form: Any) -> tuple[str, boo
     names = {"queue": queue, "group": group}
     if op == "unlimit":
         done = group_limits.clear_group_limit(queue, group)
-        return (_("Group %(group)s of queue %(queue)s back to the queue's group limits.")
-                if done else _("Group %(group)s of queue %(queue)s had no limits of its own."))\
-            % names, done
-    concurrency, rate = form.get("concurrency", "").strip(), form.get("rate_limit", "").strip()
-    got = group_limits.set_group_limit(
-        queue, group, concurrency=(int(concurrency) if concurrency.isdigit() else concurrency)
-        if concurrency else None, rate_limit=rate or None)
+        text = (_("Group %(group)s of queue %(queue)s back to the queue's group limits.")
+                if done else _("Group %(group)s of queue %(queue)s had no limits of its own."))
+        return text % names, done
+    raw = form.get("concurrency", "").strip()
+    concurrency: Any = None  # a text that is no integer goes to the API, refused naming it
+    if raw:
+        concurrency = int(raw) if raw.isdigit() else raw
+    got = group_limits.set_group_limit(queue, group, concurrency=concurrency,
+                                       rate_limit=form.get("rate_limit", "").strip() or None)
     return _("Limited group %(group)s of queue %(queue)s: concurrency %(concurrency)s, rate "
              "%(rate)s.") % {**names, "concurrency": got.concurrency or _("default"),
                              "rate": got.rate_limit or _("default")}, True
 
 
-def _group_limits(settings: Any) -> list[tuple[str, str, str]]:
+def _group_limits(settings: Settings) -> list[tuple[str, str, str]]:
     """(queue, its groups' defaults, its overrides) of the queues that have either."""
     out = []
     for queue in known_queues(settings):

@@ -51,6 +51,9 @@ def test_a_group_limit_is_set_and_lifted_from_the_queues_page(delayq_settings) -
     page = client.post(PAGE, {"queue": "default", "group": "acme", "op": "limit",
                               "concurrency": "-2"}, follow=True).content.decode()
     assert "concurrency must be an integer &gt;= 1, not &#x27;-2&#x27;" in page
+    page = client.post(PAGE, {"queue": "default", "group": "acme", "op": "limit",
+                              "concurrency": "0"}, follow=True).content.decode()
+    assert "concurrency must be an integer &gt;= 1, not 0" in page
     client.post(PAGE, {"queue": "default", "group": "acme", "op": "unlimit"})
     assert group_limits("default") == []
     logged = list(LogEntry.objects.order_by("pk").values_list("change_message", flat=True))
