@@ -1,7 +1,9 @@
 """Group limits inside claim.lua (lua/lib.lua ``group_limits``, ``group_slots``), on the
 Redis clock given as ``now_ms``: a group at its concurrency or out of its rate is held
 out of the rotation while the other groups are served; every script that takes a job
-out of flight frees its slot; an override beats the queue's defaults."""
+out of flight frees its slot; an override beats the queue's defaults. Invariant 9 of
+docs/internals.md: a job of a group holds one slot from its claim until it leaves flight,
+and no claim leases beyond a group's concurrency or rate."""
 
 from __future__ import annotations
 

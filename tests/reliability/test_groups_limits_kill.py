@@ -2,7 +2,8 @@
 leases taken back free the groups' concurrency slots (recover.lua), no group ever holds
 more slots than its limit, every job ends succeeded, and once the queue is drained the
 slot counters are back to zero and no group is held (nothing leaks). Real
-``delayq_worker`` subprocesses, two at a time, short leases."""
+``delayq_worker`` subprocesses, two at a time, short leases. Invariant 9 of
+docs/internals.md under SIGKILL."""
 
 from __future__ import annotations
 
