@@ -1,9 +1,12 @@
 """What a claim costs Redis in a grouped queue (docs/groups.md): 100,000 due jobs spread
 over G groups (no group: the plain path), drained by claims of 100; every script call's
 time from the SLOWLOG (threshold 0), so the figures are Redis's own, not the round trip.
-With --pending the jobs are enqueued before they are due, so every claim promotes.
+With --pending the jobs are enqueued before they are due, so every claim promotes. With
+--group-limits every group has a concurrency and a rate limit that never bind (1,000 in
+flight, 10^9 claims a second): what checking and counting them costs each claim.
 
     python bench/groups_claim.py [--jobs 100000] [--groups 0 10 100000] [--pending]
+                                 [--group-limits]
 
 A private redis-server (the tests' helper) at real-time priority where permitted.
 """
@@ -19,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from django_delayq.engine import Engine, NewJob, scripts  # noqa: E402
+from django_delayq.engine.outcomes import QueueLimit  # noqa: E402
 from tests.redis_server import RedisServer, binaries  # noqa: E402
 
 NOW = 1_800_000_000_000
@@ -54,6 +58,8 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=100)
     p.add_argument("--pending", action="store_true",
                    help="enqueue before they are due: every claim promotes (250 a claim)")
+    p.add_argument("--group-limits", action="store_true",
+                   help="every group limited (never binding): the checks' cost")
     a = p.parse_args()
     print("load average:", " ".join("%.2f" % x for x in os.getloadavg()))
     server = RedisServer(binaries()[0]).start()
@@ -70,6 +76,9 @@ def main() -> None:
         for groups in a.groups:
             client.flushall()
             engine = Engine(client, prefix="bench")
+            if a.group_limits:
+                engine.set_queue_limit("q", rate=None, concurrency=None, groups=QueueLimit(
+                    rate=(10**9, 1000), concurrency=1000))
             fill(engine, a.jobs, groups, a.pending)
             times, claimed = drain(engine, client, a.batch)
             assert claimed == a.jobs, claimed

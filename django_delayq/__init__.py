@@ -52,6 +52,10 @@ _LAZY = {
     "resume_group": "django_delayq.core.queues",
     "paused_groups": "django_delayq.core.queues",
     "purge_group": "django_delayq.core.queues",
+    "set_group_limit": "django_delayq.core.group_limits",
+    "clear_group_limit": "django_delayq.core.group_limits",
+    "group_limits": "django_delayq.core.group_limits",
+    "GroupOverride": "django_delayq.core.group_limits",
     "purge_queue": "django_delayq.core.queues",
     # what cancel() and reschedule()/run_now() return
     "CancelOutcome": "django_delayq.engine.outcomes",
@@ -100,6 +104,12 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from django_delayq.core.canvas import GroupResult, chain, group  # noqa: F401
     from django_delayq.core.context import current_job  # noqa: F401
+    from django_delayq.core.group_limits import (  # noqa: F401
+        GroupOverride,
+        clear_group_limit,
+        group_limits,
+        set_group_limit,
+    )
     from django_delayq.core.options import atomic_job  # noqa: F401
     from django_delayq.core.progress import report_progress  # noqa: F401
     from django_delayq.core.queues import (  # noqa: F401

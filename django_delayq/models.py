@@ -223,6 +223,29 @@ class JobKey(models.Model):
         return "%s/%s -> %s" % (self.queue, self.key, self.job_id)
 
 
+class GroupLimit(models.Model):
+    """One group's limits where they differ from its queue's defaults
+    (``QUEUE_OPTIONS[q]["group_concurrency"]``, ``["group_rate_limit"]``; docs/groups.md,
+    "Limits"): the durable copy of the override Redis enforces (``core/group_limits.py``
+    writes both; the reconciler writes Redis again from these rows). An empty field keeps
+    the queue's default."""
+
+    queue = models.CharField(_("queue"), max_length=100)
+    group = models.CharField(_("group"), max_length=128)
+    concurrency = models.PositiveIntegerField(_("concurrency"), null=True, blank=True)
+    rate_limit = models.CharField(_("rate limit"), max_length=32, blank=True, default="")
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("group limit")
+        verbose_name_plural = _("group limits")
+        constraints = [models.UniqueConstraint(fields=["queue", "group"],
+                                               name="delayq_grouplimit_unique")]
+
+    def __str__(self) -> str:
+        return "%s/%s" % (self.queue, self.group)
+
+
 class MissedPolicy(models.TextChoices):
     SKIP = "skip", _("skip: next future tick only")
     ONCE = "once", _("once: run one missed tick, then go on")

@@ -35,3 +35,15 @@ def test_status_names_the_busiest_groups(delayq_engine) -> None:  # type: ignore
     groups = json.loads(out.getvalue())["groups"]
     assert [(g["group"], g["due"], g["running"], g["paused"]) for g in groups] == [
         ("acme", 3, 0, False), ("bob", 1, 1, True)]
+
+
+def test_status_names_a_group_its_limit_holds_back(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import set_group_limit
+
+    set_group_limit("default", "acme", concurrency=1)
+    for i in range(3):
+        schedule("tests.jobs.noop", i, group="acme")
+    assert len(delayq_engine.claim("default", 10, 60_000).jobs) == 1  # acme now held
+    out = StringIO()
+    call_command("delayq_status", stdout=out)
+    assert "due 3, running 0, held by its limit" in out.getvalue()  # rows: no worker wrote

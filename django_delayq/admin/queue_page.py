@@ -8,7 +8,10 @@ Seeing the page needs ``django_delayq.view_job``; pausing and resuming need
 cancels every job waiting in the queue). Actions are POST (CSRF-checked by the admin),
 call the core API (``pause_queue``, ``resume_queue``, ``purge_queue``) and are written to
 the admin's log. The same buttons with a group given act on that group of the queue
-(``pause_group``, ``resume_group``, ``purge_group``), behind the same permissions.
+(``pause_group``, ``resume_group``, ``purge_group``), behind the same permissions. A
+group's limits (docs/groups.md, "Limits") are set or lifted with ``set_group_limit`` and
+``clear_group_limit`` (the ``change_grouplimit`` permission), written to the log too; the
+page lists each queue's group defaults and overrides.
 """
 
 from __future__ import annotations
@@ -26,9 +29,9 @@ from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
 from django_delayq.admin import action_log, overview
-from django_delayq.core import api
+from django_delayq.core import api, group_limits, limits
 from django_delayq.core import queues as controls
-from django_delayq.core.conf import get_settings
+from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues, purge_queue_report
 from django_delayq.exceptions import DelayQError
@@ -41,7 +44,9 @@ logger = logging.getLogger(__name__)
 VIEW = "django_delayq.view_job"
 PAUSE = "django_delayq.pause_queue"
 PURGE = "django_delayq.purge_queue"
-OPERATIONS = {"pause": PAUSE, "resume": PAUSE, "purge": PURGE}
+LIMIT = "django_delayq.change_grouplimit"
+OPERATIONS = {"pause": PAUSE, "resume": PAUSE, "purge": PURGE, "limit": LIMIT,
+              "unlimit": LIMIT}
 
 
 def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
@@ -54,6 +59,7 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
         **admin.admin_site.each_context(request), "opts": admin.model._meta,
         "title": _("Queues"), "media": admin.media,
         "can_pause": request.user.has_perm(PAUSE), "can_purge": request.user.has_perm(PURGE),
+        "can_limit": request.user.has_perm(LIMIT), "group_limits": _group_limits(settings),
         "dashboard_url": reverse("admin:django_delayq_job_dashboard",
                                  current_app=admin.admin_site.name)}
     try:
@@ -82,7 +88,10 @@ def _act(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
         return back
     group = request.POST.get("group", "").strip()
     try:
-        text, changed = _perform_group(op, queue, group) if group else _perform(op, queue)
+        if op in ("limit", "unlimit"):
+            text, changed = _perform_limit(op, queue, group, request.POST)
+        else:
+            text, changed = _perform_group(op, queue, group) if group else _perform(op, queue)
     except (DelayQError, RedisError) as exc:
         logger.warning("queue %s: %s failed: %s", queue, op, exc)
         admin.message_user(request, _("%(op)s %(queue)s failed: %(error)s") % {
@@ -122,6 +131,42 @@ def _perform_group(op: str, queue: str, group: str) -> tuple[str, bool]:
     count = controls.purge_group(queue, group)
     return _("Purged group %(group)s of queue %(queue)s: %(count)d waiting jobs "
              "cancelled.") % {**names, "count": count}, count > 0
+
+
+def _perform_limit(op: str, queue: str, group: str, form: Any) -> tuple[str, bool]:
+    """Set or lift ``group``'s limits (``InvalidJob`` naming a bad value)."""
+    names = {"queue": queue, "group": group}
+    if op == "unlimit":
+        done = group_limits.clear_group_limit(queue, group)
+        text = (_("Group %(group)s of queue %(queue)s back to the queue's group limits.")
+                if done else _("Group %(group)s of queue %(queue)s had no limits of its own."))
+        return text % names, done
+    raw = form.get("concurrency", "").strip()
+    concurrency: Any = None  # a text that is no integer goes to the API, refused naming it
+    if raw:
+        concurrency = int(raw) if raw.isdigit() else raw
+    got = group_limits.set_group_limit(queue, group, concurrency=concurrency,
+                                       rate_limit=form.get("rate_limit", "").strip() or None)
+    return _("Limited group %(group)s of queue %(queue)s: concurrency %(concurrency)s, rate "
+             "%(rate)s.") % {**names, "concurrency": got.concurrency or _("default"),
+                             "rate": got.rate_limit or _("default")}, True
+
+
+def _group_limits(settings: Settings) -> list[tuple[str, str, str]]:
+    """(queue, its groups' defaults, its overrides) of the queues that have either."""
+    out = []
+    for queue in known_queues(settings):
+        rate, concurrency = settings.group_limit(queue)
+        shown = ", ".join("%s: %s" % (o.group, _limit_text(o.concurrency, o.rate_limit))
+                          for o in ([] if queue in settings.queue_shards
+                                    else group_limits.group_limits(queue)))
+        if rate is not None or concurrency is not None or shown:
+            out.append((queue, _limit_text(concurrency, rate and limits.rate_text(rate)), shown))
+    return out
+
+
+def _limit_text(concurrency: int | None, rate: str | None) -> str:
+    return _("concurrency %(c)s, rate %(r)s") % {"c": concurrency or "-", "r": rate or "-"}
 
 
 def queue_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:

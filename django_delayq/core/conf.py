@@ -30,6 +30,9 @@ from django_delayq.engine.urls import (
     sentinel_url_problem,
 )
 
+# QUEUE_OPTIONS keys a sharded queue refuses: each shard's claim.lua would count its own
+LIMIT_KEYS = ("rate_limit", "concurrency", "group_rate_limit", "group_concurrency")
+
 DEFAULTS: dict[str, Any] = {
     # redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; env DELAYQ_REDIS_URL
     "REDIS_URL": None,
@@ -55,7 +58,9 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS": True,  # write every transition to the capped stream "{PREFIX}:events"
     "EVENTS_MAXLEN": 10_000,
     "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
-    "QUEUE_OPTIONS": {},  # queue -> {"timeout": s, "rate_limit": "100/m", "concurrency": 5}
+    # queue -> {"timeout": s, "rate_limit": "100/m", "concurrency": 5,
+    #           "group_rate_limit": "10/m", "group_concurrency": 2}
+    "QUEUE_OPTIONS": {},
     # ... or {"shards": 3}: the queue spread over 3 hash tags (engine/shard_map.py)
     "CALLABLE_LIMITS": {},  # job path -> {"rate_limit": "10/s", "concurrency": 2}
     "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
@@ -124,6 +129,13 @@ class Settings:
         """``(rate, concurrency)`` of ``queue`` (``(None, None)``: no limit)."""
         options = self.queue_options.get(queue)
         return (None, None) if options is None else (options.rate, options.concurrency)
+
+    def group_limit(self, queue: str) -> tuple[limits.Rate | None, int | None]:
+        """``(rate, concurrency)`` of each group of ``queue`` by default (``(None, None)``:
+        none; docs/groups.md)."""
+        options = self.queue_options.get(queue)
+        return (None, None) if options is None else (options.group_rate,
+                                                     options.group_concurrency)
 
     def callable_limit(self, path: str) -> tuple[limits.Rate | None, int | None] | None:
         """``(rate, concurrency)`` of the job function at ``path``, ``None`` when unlimited."""
@@ -262,10 +274,11 @@ def _shards_problems(options: object, queues: object) -> list[str]:
         where = "DELAYQ['QUEUE_OPTIONS'][%r]['shards']" % (queue,)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SHARDS:
             found.append("%s must be an integer from 1 to %d, not %r" % (where, MAX_SHARDS, count))
-        elif count > 1 and (entry.get("rate_limit") or entry.get("concurrency")):
-            found.append("%s is %d: a sharded queue takes no rate_limit or concurrency (each "
-                         "shard would enforce its own); remove the limit or the shards"
-                         % (where, count))
+        elif count > 1 and any(entry.get(k) for k in LIMIT_KEYS):
+            found.append("%s is %d: a sharded queue takes no rate_limit or concurrency, nor "
+                         "group limits (each shard would enforce its own; given: %s); remove "
+                         "the limit or the shards" % (where, count, ", ".join(
+                             "%s=%r" % (k, entry[k]) for k in LIMIT_KEYS if entry.get(k))))
         elif count > 1 and (taken := sorted(n for n in names if isinstance(n, str)
                                             and n.startswith("%s%s" % (queue, SHARD_MARK)))):
             found.append("%s is %d: the shards of %r are named %r#1... and would share keys "

@@ -2,15 +2,19 @@
 
 ::
 
-    "QUEUE_OPTIONS": {"payments": {"timeout": 30, "rate_limit": "100/m", "concurrency": 5}},
+    "QUEUE_OPTIONS": {"payments": {"timeout": 30, "rate_limit": "100/m", "concurrency": 5,
+                                   "group_rate_limit": "10/m", "group_concurrency": 2}},
     "CALLABLE_LIMITS": {"shop.tasks.call_api": {"rate_limit": "10/s", "concurrency": 2}},
 
 Every key of an entry is optional. A rate is ``"N/<unit>"``: at most N starts per unit
 (``s``, ``m``, ``h``), the unit optionally with a whole multiplier (``"5/10s"``, ``"100/15m"``);
 N >= 1. ``concurrency`` is an integer >= 1: at most that many running at once.
 ``timeout`` (queues only) is seconds > 0: the time limit of an attempt of that queue's
-jobs that set none. Each problem is a message naming the key and the value; ``conf``
-reports them (``manage.py check``, ``ImproperlyConfigured``).
+jobs that set none. ``group_rate_limit`` and ``group_concurrency`` (queues only) are the
+same for each group of the queue (docs/groups.md, "Limits"): every group's default, which
+an override of one group replaces (``core/group_limits.py``). Each problem is a message
+naming the key and the value; ``conf`` reports them (``manage.py check``,
+``ImproperlyConfigured``).
 """
 
 from __future__ import annotations
@@ -26,18 +30,21 @@ Rate = tuple[int, int]  # (starts, per_ms)
 
 UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000}
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*")
-QUEUE_KEYS = ("timeout", "rate_limit", "concurrency")
+QUEUE_KEYS = ("timeout", "rate_limit", "concurrency", "group_rate_limit", "group_concurrency")
 CALLABLE_KEYS = ("rate_limit", "concurrency")
 MAX_RATE_MS = 7 * 24 * 3_600_000  # a window of at most a week
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limit:
-    """A parsed entry: ``rate`` (starts, per_ms), ``concurrency``; ``timeout`` (queues)."""
+    """A parsed entry: ``rate`` (starts, per_ms), ``concurrency``; ``timeout`` and each
+    group's defaults ``group_rate``, ``group_concurrency`` (queues)."""
 
     rate: Rate | None = None
     concurrency: int | None = None
     timeout: float | None = None
+    group_rate: Rate | None = None
+    group_concurrency: int | None = None
 
 
 def parse_rate(text: object) -> Rate | None:
@@ -54,19 +61,46 @@ def parse_rate(text: object) -> Rate | None:
     return count, per_ms
 
 
+UNIT_NAMES = {ms: unit for unit, ms in UNIT_MS.items()}
+
+
+def rate_text(rate: Rate | None) -> str:
+    """``(10, 1000)`` -> ``"10/s"``, ``(5, 10000)`` -> ``"5/10s"``; ``"-"`` for none."""
+    if rate is None:
+        return "-"
+    count, per_ms = rate
+    for ms in sorted(UNIT_NAMES, reverse=True):
+        if per_ms % ms == 0:
+            multiple = per_ms // ms
+            return "%d/%s%s" % (count, "" if multiple == 1 else multiple, UNIT_NAMES[ms])
+    return "%d/%dms" % (count, per_ms)
+
+
+def rate_problem(rate: object) -> str | None:
+    """Why ``rate`` (None: no limit) is not a rate, naming it; None when it is fine."""
+    if rate is None or parse_rate(rate) is not None:
+        return None
+    return ("must be a rate such as '10/s', '100/m', '5/10s' or '1000/h' (N >= 1, at most "
+            "a week per window), not %r" % (rate,))
+
+
+def concurrency_problem(concurrency: object) -> str | None:
+    """Why ``concurrency`` (None: no limit) is not one, naming it; None when it is fine."""
+    if concurrency is None or (isinstance(concurrency, int) and not isinstance(concurrency, bool)
+                               and concurrency >= 1):
+        return None
+    return "must be an integer >= 1, not %r" % (concurrency,)
+
+
 def _entry_problems(where: str, entry: object, keys: Sequence[str]) -> list[str]:
     if not isinstance(entry, dict):
         return ["%s must be a dict with keys among %s, not %r" % (where, ", ".join(keys), entry)]
     found = ["%s has an unknown key %r (known: %s)" % (where, key, ", ".join(keys))
              for key in entry if key not in keys]
-    rate = entry.get("rate_limit")
-    if rate is not None and parse_rate(rate) is None:
-        found.append("%s['rate_limit'] must be a rate such as '10/s', '100/m', '5/10s' or "
-                     "'1000/h' (N >= 1, at most a week per window), not %r" % (where, rate))
-    concurrency = entry.get("concurrency")
-    if concurrency is not None and (isinstance(concurrency, bool)
-                                    or not isinstance(concurrency, int) or concurrency < 1):
-        found.append("%s['concurrency'] must be an integer >= 1, not %r" % (where, concurrency))
+    checks = (("rate_limit", rate_problem), ("group_rate_limit", rate_problem),
+              ("concurrency", concurrency_problem), ("group_concurrency", concurrency_problem))
+    found += ["%s[%r] %s" % (where, key, why) for key, check in checks
+              if key in keys and (why := check(entry.get(key))) is not None]
     timeout = entry.get("timeout")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                 or not 0 < timeout < float("inf")):
@@ -121,7 +155,9 @@ def parse(entry: dict[str, Any]) -> Limit:
     """An entry that passed the checks above."""
     timeout = entry.get("timeout")
     return Limit(rate=parse_rate(entry.get("rate_limit")), concurrency=entry.get("concurrency"),
-                 timeout=None if timeout is None else float(timeout))
+                 timeout=None if timeout is None else float(timeout),
+                 group_rate=parse_rate(entry.get("group_rate_limit")),
+                 group_concurrency=entry.get("group_concurrency"))
 
 
 def parse_all(value: dict[str, Any]) -> dict[str, Limit]:

@@ -71,7 +71,8 @@ def known_queues(s: Settings | None = None) -> tuple[str, ...]:
     return tuple(dict.fromkeys([*s.queues, *s.queue_options]))
 
 
-def _known(queue: str) -> str:
+def known_queue(queue: str) -> str:
+    """``queue`` when the settings name it, else an ``InvalidJob`` naming it."""
     known = known_queues()
     if queue not in known:
         raise InvalidJob("unknown queue %r; the queues are %r (DELAYQ['QUEUES'] and "
@@ -81,14 +82,14 @@ def _known(queue: str) -> str:
 
 def pause_queue(queue: str) -> bool:
     """Stop claiming from ``queue``; True when it was not paused before."""
-    changed = get_engine().pause(_known(queue))
+    changed = get_engine().pause(known_queue(queue))
     logger.info("queue %r paused%s", queue, "" if changed else " (already)")
     return changed
 
 
 def resume_queue(queue: str) -> bool:
     """Claim from ``queue`` again; True when it was paused."""
-    changed = get_engine().resume(_known(queue))
+    changed = get_engine().resume(known_queue(queue))
     logger.info("queue %r resumed%s", queue, "" if changed else " (was not paused)")
     return changed
 
@@ -100,14 +101,14 @@ def paused_queues() -> list[str]:
 
 def pause_group(queue: str, group: str) -> bool:
     """Claim none of ``group``'s jobs of ``queue``; True when it was not paused before."""
-    changed = get_engine().pause_group(_known(queue), validation.check_group(group))
+    changed = get_engine().pause_group(known_queue(queue), validation.check_group(group))
     logger.info("group %r of queue %r paused%s", group, queue, "" if changed else " (already)")
     return changed
 
 
 def resume_group(queue: str, group: str) -> bool:
     """Claim ``group``'s jobs of ``queue`` again; True when it was paused."""
-    changed = get_engine().resume_group(_known(queue), validation.check_group(group))
+    changed = get_engine().resume_group(known_queue(queue), validation.check_group(group))
     logger.info("group %r of queue %r resumed%s", group, queue,
                 "" if changed else " (was not paused)")
     return changed
@@ -115,13 +116,13 @@ def resume_group(queue: str, group: str) -> bool:
 
 def paused_groups(queue: str) -> list[str]:
     """The paused groups of ``queue``, sorted."""
-    return get_engine().paused_groups(_known(queue))
+    return get_engine().paused_groups(known_queue(queue))
 
 
 def purge_group(queue: str, group: str) -> int:
     """Remove ``group``'s waiting jobs of ``queue`` (not the running ones, nor schedules'
     next ticks) and cancel their rows, rows first; returns how many left Redis."""
-    engine, queue, group = get_engine(), _known(queue), validation.check_group(group)
+    engine, queue, group = get_engine(), known_queue(queue), validation.check_group(group)
     paused_here = engine.pause_group(queue, group)  # none claimed between look and cancel
     removed, after = 0, ""
     try:
@@ -166,7 +167,7 @@ def purge_queue(queue: str) -> int:
 def purge_queue_report(queue: str) -> PurgeReport:
     """``purge_queue``, telling what it removed and which schedule ticks it kept."""
     engine = get_engine()
-    _known(queue)
+    known_queue(queue)
     paused_here = engine.pause(queue)  # no claim between the look and the rows' cancel
     removed, ticks = 0, set()
     try:

@@ -85,7 +85,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, close_old_connections, router
 from django.utils import timezone
 
-from django_delayq.core import final_rows, workflows
+from django_delayq.core import final_rows, group_limits, workflows
 from django_delayq.core.conf import Settings
 from django_delayq.core.epochs import Epochs, epoch_kind  # noqa: F401 - named here too
 from django_delayq.core.final_rows import (  # noqa: F401 - named here too
@@ -192,6 +192,7 @@ class Reconciler:
             workflows.sweep(router.db_for_write(Job))
         if now - self._last >= self.settings.reconcile_interval_seconds:
             self._last = now
+            group_limits.sync(self.engine, self.settings, self.queues)  # limits the rows hold
             grace = self.settings.reconcile_grace_seconds
             for _ in range(BATCHES_PER_TICK):
                 added += self._batch(self._cursor, self.queues, grace, lost=False)
@@ -237,6 +238,8 @@ class Reconciler:
         Suspects get their second look after ``confirm_seconds``; right away when no
         worker is alive (nobody has an audit flush on its way)."""
         lost = set(self.check_epochs(create=not dry_run))
+        if not dry_run:  # Redis's group limits as the rows and the settings say
+            group_limits.sync(self.engine, self.settings, self.queues)
         while not dry_run and workflows.sweep(router.db_for_write(Job)):
             pass  # children of parents final elsewhere: released or cancelled first
         if assume_lost:
@@ -345,9 +348,6 @@ class Reconciler:
         return self._enqueue([f.row for f in found if not f.settles], seen, lost)
 
     # -- where the jobs are -------------------------------------------------------------
-
-    def recent_key(self, queue: str) -> str:
-        return self.engine.keys(queue).reconciled
 
     def _find(self, rows: list[Job]) -> list[Finding]:
         """Rows whose job Redis does not hold, or holds as dead."""

@@ -160,7 +160,7 @@ class AckStream:
         unknown, and ``Engine.ack`` tells). A failed write closes the connection, so the
         requests in flight are reported lost too (a partial command must never be followed
         by another on the same connection)."""
-        args: list[str] = ["0", self._holder]
+        args: list[str] = ["0", self._holder, self._keys(queue).channel]
         for (job_id, token), code in zip(leases, codes):
             args += [job_id, str(token), code]
         self._script.check(args)

@@ -12,6 +12,10 @@ waiting jobs, set its limits, and put jobs in flight back for later (``defer``).
   time with its attempt given back.
 * **Pause one group** (group_control.lua): claim.lua takes none of its jobs until it is
   resumed (docs/groups.md).
+* **Group limits**: every group's defaults are fields of ``QueueKeys.limit``
+  (``group_rate``, ``group_per_ms``, ``group_concurrency``), one group's override a field
+  of ``QueueKeys.group_limits`` (group_control.lua), both enforced inside claim.lua
+  (lua/lib.lua's ``group_limits`` and ``group_slots``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.outcomes import QueueLimit
 from django_delayq.engine.replies import chunks
+
+INHERIT = -1  # an override's field that keeps the queue's default (lib.lua group_limits)
 
 
 def _int(value: Any) -> int | None:
@@ -59,10 +65,58 @@ class QueueControls(RedisOwner):
         found = self.client.smembers(self.keys(queue).group_paused)
         return sorted(g.decode("utf-8", "replace") if isinstance(g, bytes) else g for g in found)
 
-    def _group_control(self, queue: str, op: str, group: str) -> bool:
+    def _group_control(self, queue: str, op: str, group: str, value: str = "") -> bool:
         k = self.keys(queue)
         keys = scripts.keys_of("group_control", k)
-        return bool(int(self._run("group_control", keys, [op, group, k.channel])))
+        return bool(int(self._run("group_control", keys, [op, group, k.channel, value])))
+
+    def set_group_limit(self, queue: str, group: str, *, rate: tuple[int, int] | None,
+                        concurrency: int | None) -> bool:
+        """Override the queue's group defaults for ``group`` (None: that field keeps the
+        default); a group a limit held back is weighed again at once. True when changed."""
+        return self._group_control(queue, "limit", group, override_value(rate, concurrency))
+
+    def clear_group_limit(self, queue: str, group: str) -> bool:
+        """``group`` back to the queue's defaults. True when it had an override."""
+        return self._group_control(queue, "unlimit", group)
+
+    def group_limit_overrides(self, queue: str) -> dict[str, str]:
+        """group -> its override as Redis holds it (``override_value``'s form)."""
+        return {_text(g): _text(v) for g, v in
+                self.client.hscan_iter(self.keys(queue).group_limits, count=500)}
+
+    def sync_group_limits(self, queue: str, wanted: dict[str, str], have: dict[str, str]
+                          ) -> int:
+        """Make Redis's overrides ``wanted`` (group -> ``override_value``), where ``have``
+        (``group_limit_overrides``, read before ``wanted``) differs: written or removed
+        (the reconciler, from the rows); how many changed."""
+        changed = 0
+        for group in sorted(set(have) | set(wanted)):
+            if have.get(group) != wanted.get(group):
+                changed += 1
+                if group in wanted:
+                    self._group_control(queue, "limit", group, wanted[group])
+                else:
+                    self._group_control(queue, "unlimit", group)
+        return changed
+
+    def group_slots(self, queue: str) -> dict[str, int]:
+        """group -> its jobs in flight as the group limits count them (``group_running``;
+        a read of the whole set: for status and tests)."""
+        out: dict[str, int] = {}
+        for member, _ in self.client.zscan_iter(self.keys(queue).group_running, count=1000):
+            group = _text(member).partition("\n")[0]
+            out[group] = out.get(group, 0) + 1
+        return out
+
+    def held_groups(self, queue: str, among: Sequence[str] | None = None) -> dict[str, int]:
+        """group -> server ms a claim looks at it again: the groups a limit holds back
+        (all of them, or those of ``among``: one read)."""
+        key = self.keys(queue).group_held
+        if among is not None:
+            found = self.client.zmscore(key, list(among)) if among else []
+            return {g: int(ms) for g, ms in zip(among, found) if ms is not None}
+        return {_text(g): int(ms) for g, ms in self.client.zrange(key, 0, -1, withscores=True)}
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         """The paused ones among ``queues`` (one round trip)."""
@@ -80,16 +134,13 @@ class QueueControls(RedisOwner):
                 for raw in ids]
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
-                        concurrency: int | None) -> None:
+                        concurrency: int | None, groups: QueueLimit | None = None) -> None:
         """Set (or, with None, lift) ``queue``'s limits: at most ``rate[0]`` claims in any
-        window of ``rate[1]`` ms, at most ``concurrency`` jobs in flight. Workers write
-        theirs at start-up; the last writer wins."""
+        window of ``rate[1]`` ms, at most ``concurrency`` jobs in flight; ``groups``: the
+        same for each group of the queue (its defaults). Workers write theirs at start-up;
+        the last writer wins."""
         k = self.keys(queue)
-        fields: dict[str, int] = {}
-        if rate is not None:
-            fields.update(rate=int(rate[0]), per_ms=int(rate[1]))
-        if concurrency is not None:
-            fields["concurrency"] = int(concurrency)
+        fields = _limit_fields(rate, concurrency, groups)
         pipe = self.client.pipeline(transaction=True)
         pipe.delete(k.limit)
         if fields:
@@ -97,6 +148,17 @@ class QueueControls(RedisOwner):
         if rate is None:
             pipe.delete(k.starts)
         pipe.execute()
+
+    def restore_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
+                            concurrency: int | None, groups: QueueLimit | None = None) -> bool:
+        """Write the limits as ``set_queue_limit`` does when Redis holds none for
+        ``queue`` (its data was lost); True when it wrote them."""
+        fields = _limit_fields(rate, concurrency, groups)
+        k = self.keys(queue)
+        if not fields or self.client.exists(k.limit):
+            return False
+        self.client.hset(k.limit, mapping=fields)
+        return True
 
     def queue_limit(self, queue: str) -> QueueLimit | None:
         """``queue``'s limits, None when it has none."""
@@ -123,3 +185,28 @@ class QueueControls(RedisOwner):
                 args += [id_, int(token), int(at_ms)]
             out += [bool(int(r)) for r in self._run("defer", scripts.keys_of("defer", k), args)]
         return out
+
+
+def override_value(rate: tuple[int, int] | None, concurrency: int | None) -> str:
+    """A group's override as ``group_limits`` holds it: ``<rate> <per_ms> <concurrency>``,
+    ``INHERIT`` for a field left to the queue's default."""
+    count, per_ms = rate if rate is not None else (INHERIT, INHERIT)
+    return "%d %d %d" % (count, per_ms, INHERIT if concurrency is None else concurrency)
+
+
+def _limit_fields(rate: tuple[int, int] | None, concurrency: int | None,
+                  groups: QueueLimit | None) -> dict[str, int]:
+    fields: dict[str, int] = {}
+    if rate is not None:
+        fields.update(rate=int(rate[0]), per_ms=int(rate[1]))
+    if concurrency is not None:
+        fields["concurrency"] = int(concurrency)
+    if groups is not None and groups.rate is not None:
+        fields.update(group_rate=int(groups.rate[0]), group_per_ms=int(groups.rate[1]))
+    if groups is not None and groups.concurrency is not None:
+        fields["group_concurrency"] = int(groups.concurrency)
+    return fields
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)

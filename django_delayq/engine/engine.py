@@ -222,7 +222,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         marks = list(codes) if codes is not None else ["s"] * len(leases)
         for start in range(0, len(leases), scripts.MAX_ACK):
             chunk = leases[start:start + scripts.MAX_ACK]
-            args: list[Any] = [self._now(now_ms), holder]
+            args: list[Any] = [self._now(now_ms), holder, k.channel]
             for (id_, token), code in zip(chunk, marks[start:start + scripts.MAX_ACK]):
                 args += [id_, token, code]
             reply = self._run("ack", scripts.keys_of("ack", k), args)

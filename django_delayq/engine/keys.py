@@ -101,6 +101,39 @@ class QueueKeys:
         return self.tag + ":group_paused"
 
     @property
+    def group_limits(self) -> str:
+        """HASH group -> ``<rate> <per_ms> <concurrency>``: the groups whose limits differ
+        from the queue's defaults (``limit``'s ``group_*`` fields), -1 where a group keeps
+        the default. A setting, like ``limit``: the database holds it too (GroupLimit)."""
+        return self.tag + ":group_limits"
+
+    @property
+    def group_running(self) -> str:
+        """ZSET, every score 0: the grouped jobs in flight, member ``<group>\n<id>``; a
+        group's count is one ZLEXCOUNT (its concurrency). Written by claim.lua, emptied by
+        every script that takes a job out of ``inflight`` (lua/lib.lua ``group_slots``)."""
+        return self.tag + ":group_running"
+
+    @property
+    def group_starts(self) -> str:
+        """ZSET, every score 0: the claims of the rate-limited groups, member
+        ``<group>\n<claim ms, 16 digits><id>:<token>``; a group's count in its window is
+        one ZLEXCOUNT."""
+        return self.tag + ":group_starts"
+
+    @property
+    def group_expiry(self) -> str:
+        """ZSET ms -> member of ``group_starts``: when each start leaves its group's
+        window (claim.lua drops the expired ones from both, at most 100 a call)."""
+        return self.tag + ":group_expiry"
+
+    @property
+    def group_held(self) -> str:
+        """ZSET group -> ms: the groups a limit took out of the rotation, and when a claim
+        looks at them again (a settle of one of their jobs puts them back sooner)."""
+        return self.tag + ":group_held"
+
+    @property
     def urgent(self) -> str:
         """ZSET due_ms -> id: an index of the jobs of ``pending`` whose priority is above 0,
         so claim.lua promotes their due ones ahead of a backlog due before them (the job
@@ -151,10 +184,12 @@ class QueueKeys:
         return self.tag + ":events"
 
     def all(self) -> tuple[str, ...]:
-        """The keys holding jobs (not the queue's settings: paused, limit, starts)."""
+        """The keys holding jobs (not the queue's settings: paused, limit, starts,
+        group_limits)."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
                 self.ready, self.prio, self.urgent, self.settled, self.settled_by, self.runs,
-                self.group, self.group_ready, self.group_turns)
+                self.group, self.group_ready, self.group_turns, self.group_running,
+                self.group_starts, self.group_expiry, self.group_held)
 
     @property
     def runs(self) -> str:

@@ -134,7 +134,7 @@ BOUNDS: dict[str, Bound] = {
     "enqueue": Bound(2, 6, MAX_ENQUEUE),
     "claim": Bound(4, 0, 0),
     "mark": Bound(0, 3, MAX_MARK),
-    "ack": Bound(2, 3, MAX_ACK),
+    "ack": Bound(3, 3, MAX_ACK),
     "nack": Bound(4, 3, MAX_NACK),
     "extend": Bound(2, 2, MAX_EXTEND),
     "recover": Bound(6, 2, MAX_RECOVER),
@@ -151,7 +151,7 @@ BOUNDS: dict[str, Bound] = {
     "release_callable": Bound(0, 1, MAX_RELEASE_CALLABLE),
     "forget_settled": Bound(2, 1, MAX_FORGET),
     "reenqueue": Bound(5, 5, MAX_REENQUEUE),
-    "group_control": Bound(3, 0, 0),
+    "group_control": Bound(4, 0, 0),
 }
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")

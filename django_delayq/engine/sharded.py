@@ -18,9 +18,9 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
 * Reads and operations of the whole queue (stats, purge, pause, resume, recover,
   expiring, the wake channels) cover every shard of the span; jobs come back under the
   logical queue name.
-* Queue limits (rate, concurrency) are refused on a queue of more than one shard: each
-  shard would enforce its own. Each shard has its own epoch (the reconciler's data-loss
-  mark: ``data_sets`` names the shards), as its node may lose its data alone.
+* Queue limits (rate, concurrency, the groups') are refused on a queue of more than one
+  shard: each shard would enforce its own (so are group overrides, by the core API).
+  Each shard has its own epoch (the reconciler's data-loss mark: ``data_sets``).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from django_delayq.engine.outcomes import (
     MoveOutcome,
     NackOutcome,
     NewJob,
+    QueueLimit,
     QueueStats,
     Recovered,
 )
@@ -374,14 +375,13 @@ class ShardedEngine(Engine):
         return [q for q in queues if found.intersection(names[q])]
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
-                        concurrency: int | None) -> None:
+                        concurrency: int | None, groups: QueueLimit | None = None) -> None:
         names = self.shard_queues(queue)
-        if len(names) > 1 and (rate is not None or concurrency is not None):
-            raise ShardLimitError(
-                "queue %r has %d shards: a rate or concurrency limit cannot be split "
-                "exactly between them; remove the limit or the shards" % (queue, len(names)))
+        if len(names) > 1 and (rate is not None or concurrency is not None or groups):
+            raise ShardLimitError("queue %r has %d shards: no rate or concurrency limit splits "
+                                  "between them; remove it or the shards" % (queue, len(names)))
         if len(names) == 1:
-            super().set_queue_limit(queue, rate=rate, concurrency=concurrency)
+            super().set_queue_limit(queue, rate=rate, concurrency=concurrency, groups=groups)
             return
         self._each(names, lambda name: super(ShardedEngine, self).set_queue_limit(
             name, rate=None, concurrency=None))

@@ -2,7 +2,8 @@
 -- record how they ended until their worker's audit row has landed.
 --
 -- KEYS: inflight:zset jobs:hash attempts:hash cancel:set prio:hash urgent settled:zset
--- KEYS: settled_by:hash runs:hash group:hash
+-- KEYS: settled_by:hash runs:hash group:hash group_running:zset group_held:zset
+-- KEYS: group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          inflight    ZSET  lease_deadline_ms -> id
 --          jobs        HASH  id -> envelope
@@ -13,25 +14,31 @@
 --          settled_by  HASH  id -> "<code> <attempt> <holder>"
 --          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
+--          group_running, group_held (group_ready, group_turns)  the acked jobs' group
+--                      slots are freed and their held groups put back (lib.lua group_slots)
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  holder      the settling worker's registry id; "" = keep no record
--- ARGV[3..] triples: id, token, code ("s" succeeded, "x" expired)
+-- ARGV[3]  channel     PUBLISH target, told now when a held group is put back in an
+--                      empty rotation (the queue's workers may all be waiting)
+-- ARGV[4..] triples: id, token, code ("s" succeeded, "x" expired)
 --
 -- An ack whose token is stale (the lease expired and the job was recovered or
 -- claimed again) is refused and changes nothing. Tokens and leases are read for the
 -- whole call (HMGET, ZMSCORE) before the first write.
 -- Returns: one integer per triple: 1 acked, 0 refused (lease lost)
 -- Cost: at most 250 triples per call (scripts.MAX_ACK; callers split bigger batches):
---       O(n log N).
+--       O(n log N); group slots: one HMGET and one ZREM, one index read per held group
+--       (at most n).
 --@include now
 --@include wrong_type
 --@include call_many
 --@include forget
 --@include record_settled
 --@include offset
+--@include group_slots
 local now = now_ms(ARGV[1])
 local ids = {}
-for a = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[a] end
+for a = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[a] end
 if #ids == 0 then return {} end
 local tokens = redis.call('HMGET', attempts, unpack(ids))
 local leased = redis.call('ZMSCORE', inflight, unpack(ids))
@@ -40,7 +47,7 @@ if ARGV[2] ~= '' then marked = redis.call('HMGET', runs, unpack(ids)) end
 local out, done, seen, records = {}, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
-  local i = 3 * j
+  local i = 3 * j + 1
   if leased[j] and tokens[j] == ARGV[i + 1] and not seen[id] then
     seen[id] = true
     done[#done + 1] = id
@@ -54,7 +61,9 @@ for j = 1, #ids do
   end
 end
 if #done > 0 then
+  local gs = slot_groups(done)
   redis.call('ZREM', inflight, unpack(done))
+  if free_slots(done, gs) then redis.call('PUBLISH', ARGV[3], string.format('%.0f', now)) end
   forget(jobs, attempts, cancel, prio, done)
   record_settled(ARGV[2], now, records)
 end

@@ -2,7 +2,9 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash paused limit:hash starts:zset urgent:zset runs:hash
--- KEYS: group_ready:zset group_turns:zset group:hash group_paused:set record:string?
+-- KEYS: group_ready:zset group_turns:zset group:hash group_paused:set group_limits:hash
+-- KEYS: group_running:zset group_starts:zset group_expiry:zset group_held:zset
+-- KEYS: record:string?
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -13,12 +15,16 @@
 --          ready     ZSET  ready score -> id (lib.lua ready_score: priority, then due)
 --          prio      HASH  id -> priority (absent: 0)
 --          paused    STRING present while the queue is paused: nothing is claimed
---          limit     HASH  rate, per_ms (claims per window), concurrency (jobs in flight)
+--          limit     HASH  rate, per_ms (claims per window), concurrency (jobs in flight);
+--                    group_rate, group_per_ms, group_concurrency: each group's defaults
 --          starts    ZSET  "<id>:<token>:<ms>" -> claim ms, the rate limit's window log
 --          urgent    ZSET  due_ms -> id, the jobs of pending of priority above 0 (an index)
 --          group_ready, group_turns, group  a grouped queue's index by group, its rotation
 --                    and each job's group (lib.lua group_index; docs/groups.md)
 --          group_paused  SET  the paused groups (group_control.lua): none of their jobs
+--          group_limits, group_running, group_starts, group_expiry, group_held  the groups'
+--                    limits: overrides, slots in flight, window log, the log's expiry, the
+--                    groups a limit took out of the rotation (lib.lua group_limits)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
@@ -49,6 +55,12 @@
 -- of what is still wanted, in the queue's order inside the group; a group served goes to
 -- the end of the rotation, one with nothing left leaves it (3g). Jobs without a group are
 -- the group "". Index entries whose job left ready are dropped when met (at most 100).
+-- Group limits (3g): a group takes at most what its concurrency and rate leave room for;
+-- a group with no room leaves the rotation for group_held (counted among the 100 skips),
+-- so the other groups are served; it comes back when one of its jobs leaves inflight
+-- (lib.lua group_slots), or at its time (rate: when its window lets a claim in;
+-- concurrency: a lease later), 25 a claim. Each leased job of a group gets a slot
+-- (group_running) and, when its group has a rate, a window entry.
 -- Queue limits: at most `rate` claims in any `per_ms` window (the starts log, Redis clock)
 -- and at most `concurrency` jobs in flight (the size of inflight: a dead worker's leases
 -- leave it when recover.lua takes them back). A paused queue claims and promotes nothing.
@@ -73,13 +85,18 @@
 --          again (it stopped this one). limited: a limit held back jobs that were ready.
 --          next_urgent_ms: -1, or the due time of the first entry of the urgent index
 --          (after this call: a job of priority above 0 still in pending).
+--          A grouped queue: limited is 1 also when a group limit held a group back, and
+--          with no group left in the rotation next_due_ms is the first held group's time.
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
 -- Cost: at most 200 jobs leased (scripts.MAX_CLAIM; a grouped queue 25, scripts.MAX_TURNS
 --       over at most 20 rounds, one index read per group a round, 100 stale entries
 --       dropped, 10 of ready indexed), 250 promoted (scripts.MAX_PROMOTE) and
---       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call:
---       O((limit + 300) log N), never a scan of the backlog. A repeated nonce: one GET,
+--       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call;
+--       group limits: two ZLEXCOUNT per limited group met (within the 100 skips), 100
+--       slots checked against inflight, 25 held groups looked at again and 100 expired
+--       window entries dropped per call:
+--       O((limit + 300) log N), never a scan of the backlog or of the groups. A repeated nonce: one GET,
 --       and per recorded job (at most 200) one ZSCORE and three HGET.
 --@include now
 --@include ms_range
@@ -97,6 +114,7 @@
 --@include priority
 --@include trim_log
 --@include group_index
+--@include group_limits
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
 local TURNS, SKIPS, ROUNDS, HEAD = 25, 100, 20, 10  -- a grouped queue: 2g, 3g
@@ -112,7 +130,9 @@ local cand, tail, tail_ids, lead, jump, from_ready, unindex = {}, {}, {}, {}, {}
 local gone, died, entries = {}, {}, {}  -- entries: {score, id, promoted, due}
 local take, promoted, seen, left = {}, {}, {}, 0
 local leased, tokens, reset, claimed, n = {}, {}, {}, {}, 0
+local slots = {}  -- a grouped queue: {group, id, token} of each job leased
 local grouped = false  -- the queue has groups: steps 2g and 3g
+local group_conf = {}  -- limit's group_* fields (the groups' defaults)
 
 local function aside(id, why, removed)
   if removed then gone[#gone + 1] = id; id = shown(id)
@@ -142,8 +162,10 @@ end
 
 -- 1. the queue's limits: how many may be claimed (grant)
 local function limits()
-  local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency')
+  local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency', 'group_rate',
+                          'group_per_ms', 'group_concurrency')
   local conc
+  group_conf = {conf[4], conf[5], conf[6]}
   rate, per_ms, conc = tonumber(conf[1]), tonumber(conf[2]), tonumber(conf[3])
   -- whole numbers only (a planted 1.5 would make the ZRANGE bounds below invalid)
   if rate then rate = math.floor(rate) end
@@ -253,6 +275,7 @@ local function lease()
       tokens[#tokens + 1] = id; tokens[#tokens + 1] = token
       claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
       claimed[#claimed + 1] = token - offset_of(marked[j], token); claimed[#claimed + 1] = envs[j] or ''
+      if e[5] then slots[#slots + 1] = {e[5], id, token} end
     end
   end
   n = #tokens / 2
@@ -290,6 +313,7 @@ local function write_moves()
 end
 
 local function write_leases()
+  if grouped then log_starts(slots, now) end
   if n > 0 then
     call_many('HSET', attempts, {}, tokens)
     call_many('ZADD', inflight, {}, leased)
@@ -328,7 +352,7 @@ local function next_claim()
     return
   end
   local first = pending_head(ready)  -- the same read (first entry), of ready
-  if grouped and left == 0 then first = {} end  -- what ready holds is paused groups'
+  if grouped and left == 0 then first = {} end  -- what ready holds is paused or held groups'
   if first[2] then
     out[2] = math.min(now, ready_due(first[2]) or now)
   else
@@ -337,6 +361,13 @@ local function next_claim()
       local due = as_ms(h[2])
       if due ~= nil then out[2] = due
       elseif tonumber(h[2]) < 0 then out[2] = now end  -- -inf left over: claim again now
+    end
+  end
+  if grouped and left == 0 then  -- held groups only: when the first is looked at again
+    local h = pending_head(group_held)  -- its first entry
+    if h[2] then
+      out[5] = 1
+      if out[2] == -1 or tonumber(h[2]) < out[2] then out[2] = tonumber(h[2]) end
     end
   end
 end
@@ -387,7 +418,7 @@ local function keep_valid(picked)
       local due = ready_due(s)
       if bad_id(id) then aside(id, bad_id(id), true)
       elseif due == nil then aside(id, 'ready score ' .. s .. ' is not one', false)
-      else take[#take + 1] = {tonumber(s), id, false, due} end
+      else take[#take + 1] = {tonumber(s), id, false, due, string.sub(m[1], 1, m[2])} end
     else
       stale = stale + 1
     end
@@ -408,7 +439,25 @@ local function unpaused(gs)
   return out
 end
 
+-- A group of a round whose limit leaves it no room goes to group_held (out of the
+-- rotation: `off`); else its share, at most its room.
+local function serve(g, per, quota, picked, turns, done, off, holds)
+  local e = redis.call('ZRANGEBYLEX', group_ready, '[' .. g .. '\n', '(' .. g .. '\11',
+                       'LIMIT', 0, per + 1)
+  if #e == 0 then done[#done + 1] = g; return 0, 1 end  -- a group left without entries
+  local room, until_ms = group_room(g, now, tonumber(ARGV[3]))
+  if room == 0 then
+    off[#off + 1] = g; holds[#holds + 1] = until_ms; holds[#holds + 1] = g
+    glim.refused = glim.refused + 1
+    return 0, 1
+  end
+  local k = turn_of(g, e, math.min(per, quota, room or quota), picked, turns, done)
+  glim.used[g] = (glim.used[g] or 0) + k
+  return k, 0
+end
+
 local function take_turns()
+  unhold_due(now)
   local top = redis.call('ZRANGE', group_turns, -1, -1, 'WITHSCORES')
   local turn, skips, rounds = tonumber(top[2]) or 0, 0, 0
   while #take < grant and skips < SKIPS and rounds < ROUNDS do
@@ -417,13 +466,12 @@ local function take_turns()
     local gs = unpaused(redis.call('ZRANGE', group_turns, 0, quota - 1))
     if gs == nil then break end
     local per = math.max(1, math.floor(quota / math.max(1, #gs)))  -- gs {}: all paused
-    local picked, turns, done = {}, {}, {}
+    local picked, turns, done, off, holds = {}, {}, {}, {}, {}
+    if #gs > 0 then round_limits(gs) end
     for _, g in ipairs(gs) do
       if quota == 0 then break end
-      local e = redis.call('ZRANGEBYLEX', group_ready, '[' .. g .. '\n', '(' .. g .. '\11',
-                           'LIMIT', 0, per + 1)
-      if #e == 0 then skips = skips + 1 end  -- a group left without entries
-      quota = quota - turn_of(g, e, math.min(per, quota), picked, turns, done)
+      local k, skipped = serve(g, per, quota, picked, turns, done, off, holds)
+      quota, skips = quota - k, skips + skipped
     end
     if #picked > 0 then skips = skips + keep_valid(picked) end
     local scored = {}
@@ -432,6 +480,10 @@ local function take_turns()
     end
     if #scored > 0 then redis.call('ZADD', group_turns, unpack(scored)) end
     if #done > 0 then redis.call('ZREM', group_turns, unpack(done)) end
+    if #off > 0 then
+      redis.call('ZREM', group_turns, unpack(off))
+      redis.call('ZADD', group_held, unpack(holds))
+    end
   end
   left = redis.call('EXISTS', group_turns)
 end
@@ -450,6 +502,7 @@ if not grouped then
   write_moves()
 else  -- a grouped queue: promote (2, 3 with nothing to lease), index (2g), take turns (3g)
   want = math.min(want, TURNS)
+  group_defaults(group_conf[1], group_conf[2], group_conf[3])
   local share = math.min(grant, want)
   grant, PROMOTE = 0, GROUP_PROMOTE
   read_candidates()
@@ -465,4 +518,5 @@ write_leases()
 out[7] = (#out - 7) / 3
 for j = 1, #claimed do out[#out + 1] = claimed[j] end
 next_claim()
+if glim.refused > 0 then out[5] = 1 end
 return out

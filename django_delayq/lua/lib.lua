@@ -256,6 +256,189 @@ local function index_ready(placed)
   join_turns(fresh)
 end
 
+--@define group_slots
+--@include group_index
+-- The concurrency slots of a grouped queue's jobs in flight (docs/groups.md, "Limits";
+-- the including script declares ``group``, ``group_ready``, ``group_turns``,
+-- ``group_running`` and ``group_held``). ``group_running`` (all scores 0) holds one
+-- member "<group>\n<id>" per job of a group in flight: a group's count is one ZLEXCOUNT.
+-- claim.lua adds the members; every script that takes a job out of inflight frees them
+-- (ack, nack, release, defer, recover). A member is an id, not a count: freeing twice, or
+-- freeing a job that held none, changes nothing. ``group_held`` (group -> ms) holds the
+-- groups a limit took out of the rotation; a freed slot puts its group back.
+
+-- The groups of `ids` (the group hash's values), read before the caller's writes; nil
+-- when no job of a group is in flight (nothing to free).
+local function slot_groups(ids)
+  if #ids == 0 or redis.call('EXISTS', group_running) == 0 then return nil end
+  return redis.call('HMGET', group, unpack(ids))
+end
+
+-- The held groups among `groups` leave group_held; those with due jobs join the rotation
+-- at its end. True when the rotation was empty and got a group back (nothing else was
+-- claimable: the caller tells the queue's workers).
+local function unhold(groups)
+  if #groups == 0 or redis.call('EXISTS', group_held) == 0 then return false end
+  local marks = redis.call('ZMSCORE', group_held, unpack(groups))
+  local off, back = {}, {}
+  for j, g in ipairs(groups) do
+    if marks[j] then
+      off[#off + 1] = g
+      if redis.call('ZRANGEBYLEX', group_ready, '[' .. g .. '\n', '(' .. g .. '\11',
+                    'LIMIT', 0, 1)[1] then back[#back + 1] = g end
+    end
+  end
+  if #off == 0 then return false end
+  redis.call('ZREM', group_held, unpack(off))
+  local idle = redis.call('EXISTS', group_turns) == 0
+  join_turns(back)
+  return idle and #back > 0
+end
+
+-- Frees the slots of `ids` (jobs that left inflight; `gs`: slot_groups(ids)) and puts
+-- their held groups back (unhold). True when the caller should tell the workers.
+local function free_slots(ids, gs)
+  if gs == nil then return false end
+  local members, groups, seen = {}, {}, {}
+  for j, job in ipairs(ids) do
+    local g = gs[j]
+    if g and g ~= '' then
+      members[#members + 1] = g .. '\n' .. job
+      if not seen[g] then seen[g] = true; groups[#groups + 1] = g end
+    end
+  end
+  if #members == 0 then return false end
+  redis.call('ZREM', group_running, unpack(members))
+  return unhold(groups)
+end
+
+--@define group_limits
+--@include call_many
+--@include group_slots
+-- Per-group limits at claim time (docs/groups.md, "Limits"; claim.lua declares the keys:
+-- ``limit``, ``inflight``, ``group_limits``, ``group_running``, ``group_starts``,
+-- ``group_expiry``, ``group_held``). A group's limits are its override in group_limits
+-- ("<rate> <per_ms> <concurrency>": -1 keeps the queue's default, 0 is none), else the
+-- queue's defaults (limit's group_rate, group_per_ms, group_concurrency). The group ""
+-- (jobs without a group) has none. Concurrency: the group's members of group_running,
+-- plus what this claim took. Rate: the group's entries of group_starts whose claim ms
+-- is less than per_ms old, plus what this claim took; an entry is also in group_expiry
+-- (ms it leaves the window -> member), from where claims drop it (GROUP_TRIM a call).
+local GROUP_TRIM, GROUP_REPAIR, GROUP_UNHOLD = 100, 100, 25
+local glim = {of = {}, used = {}, repair = GROUP_REPAIR, refused = 0}
+
+local function whole(v)
+  local n = tonumber(v)
+  if n == nil or n ~= n or n < 1 or n > 1e15 then return nil end
+  return math.floor(n)
+end
+
+local function pad(ms) return string.format('%016.0f', math.max(0, ms)) end
+
+-- The queue's defaults (limit's group_* fields, as claim.lua's limits() read them).
+local function group_defaults(rate, per_ms, conc)
+  glim.rate, glim.per_ms, glim.conc = whole(rate), whole(per_ms), whole(conc)
+  if not (glim.rate and glim.per_ms) then glim.rate, glim.per_ms = nil, nil end
+  glim.overrides = redis.call('EXISTS', group_limits) == 1
+  glim.any = glim.overrides or glim.rate ~= nil or glim.conc ~= nil
+end
+
+-- The limits of the groups `gs` of a round, into glim.of: {rate, per_ms, conc} or false.
+local function round_limits(gs)
+  if not glim.any then return end
+  local o = {}
+  if glim.overrides then o = redis.call('HMGET', group_limits, unpack(gs)) end
+  for j = 1, #gs do
+    local g, rate, per_ms, conc = gs[j], glim.rate, glim.per_ms, glim.conc
+    if o[j] then
+      local r, p, c = string.match(o[j], '^(-?%d+) (-?%d+) (-?%d+)$')
+      if r and tonumber(r) >= 0 then rate, per_ms = whole(r), whole(p) end
+      if c and tonumber(c) >= 0 then conc = whole(c) end
+    end
+    if not (rate and per_ms) then rate, per_ms = nil, nil end
+    glim.of[g] = g ~= '' and (rate or conc) and {rate, per_ms, conc} or false
+  end
+end
+
+-- Drops g's members of group_running whose job is not in flight (one no script could
+-- free: its group entry removed by hand), at most GROUP_REPAIR a claim; how many.
+local function repair(g, running, lo, hi)
+  local k = math.min(running, glim.repair)
+  if k <= 0 then return 0 end
+  glim.repair = glim.repair - k
+  local ms = redis.call('ZRANGEBYLEX', group_running, lo, hi, 'LIMIT', 0, k)
+  local ids, off = {}, {}
+  for j, m in ipairs(ms) do ids[j] = string.sub(m, #g + 2) end
+  local live = redis.call('ZMSCORE', inflight, unpack(ids))
+  for j, m in ipairs(ms) do if not live[j] then off[#off + 1] = m end end
+  if #off > 0 then redis.call('ZREM', group_running, unpack(off)) end
+  return #off
+end
+
+-- How many more jobs group g may take in this claim (nil: no limit) and, when none,
+-- until when it is held: concurrency, now + lease_ms (a settle of one of its jobs puts
+-- it back sooner); rate, when the window lets one more claim in.
+local function group_room(g, now, lease_ms)
+  local lim = glim.of[g]
+  if not lim then return nil, nil end
+  local used, lo, hi = glim.used[g] or 0, '[' .. g .. '\n', '(' .. g .. '\11'
+  local room, until_ms = nil, nil
+  if lim[3] then
+    local running = redis.call('ZLEXCOUNT', group_running, lo, hi)
+    if running > 0 and running + used >= lim[3] then
+      running = running - repair(g, running, lo, hi)
+    end
+    room = math.max(0, lim[3] - running - used)
+    if room == 0 then return 0, now + lease_ms end
+  end
+  if lim[1] then
+    local from = lo .. pad(now - lim[2] + 1)
+    local n = redis.call('ZLEXCOUNT', group_starts, from, hi)
+    local free = math.max(0, lim[1] - n - used)
+    if room == nil or free < room then room = free end
+    if free == 0 then
+      local at = n + used - lim[1]
+      until_ms = now + lim[2]
+      local s = at < n and redis.call('ZRANGEBYLEX', group_starts, from, hi, 'LIMIT', at, 1)[1]
+      if s then until_ms = (tonumber(string.sub(s, #g + 2, #g + 17)) or now) + lim[2] end
+    end
+  end
+  return room, until_ms
+end
+
+-- The held groups whose time came are looked at again (GROUP_UNHOLD a claim).
+local function unhold_due(now)
+  unhold(redis.call('ZRANGEBYSCORE', group_held, '-inf', now, 'LIMIT', 0, GROUP_UNHOLD))
+end
+
+-- The slots and window entries of the leased jobs (`taken`: {group, id, token} each),
+-- and the window entries that expired dropped.
+local function log_starts(taken, now)
+  local running, starts, expiry = {}, {}, {}
+  for _, t in ipairs(taken) do
+    local g = t[1]
+    if g ~= '' then
+      running[#running + 1] = 0; running[#running + 1] = g .. '\n' .. t[2]
+      local lim = glim.of[g]
+      if lim and lim[1] then
+        local m = g .. '\n' .. pad(now) .. t[2] .. ':' .. t[3]
+        starts[#starts + 1] = 0; starts[#starts + 1] = m
+        expiry[#expiry + 1] = string.format('%.0f', now + lim[2]); expiry[#expiry + 1] = m
+      end
+    end
+  end
+  if #running > 0 then call_many('ZADD', group_running, {}, running) end
+  if #starts > 0 then
+    call_many('ZADD', group_starts, {}, starts)
+    call_many('ZADD', group_expiry, {}, expiry)
+  end
+  local old = redis.call('ZRANGEBYSCORE', group_expiry, '-inf', now, 'LIMIT', 0, GROUP_TRIM)
+  if #old > 0 then
+    redis.call('ZREM', group_starts, unpack(old))
+    redis.call('ZREM', group_expiry, unpack(old))
+  end
+end
+
 --@define line
 --@include ready_score
 --@include call_many
@@ -391,15 +574,17 @@ end
 --@include line
 --@include priority
 --@include clamp_ms
+--@include group_slots
 -- Hands leased jobs back (release.lua, defer.lua): ARGV[3..] triples id, token, due_ms.
--- A job whose token is current goes back in line at due_ms with its priority, and the
--- attempt it was charged is given back (its attempts count lowered by one). Reads
--- everything before its writes; returns {one 1/0 per triple}, the line (lib.lua line:
--- the caller calls line_write).
+-- A job whose token is current goes back in line at due_ms with its priority, the
+-- attempt it was charged is given back (its attempts count lowered by one) and its group
+-- slot freed (group_slots). Reads everything before its writes; returns {one 1/0 per
+-- triple}, the line (lib.lua line: the caller calls line_write), and whether a held group
+-- came back to an empty rotation (the caller tells the workers).
 local function give_back(pending, inflight, attempts, ready, prio, now)
   local ids = {}
   for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
-  if #ids == 0 then return {}, nil end
+  if #ids == 0 then return {}, nil, false end
   local held = redis.call('HMGET', attempts, unpack(ids))
   local live = redis.call('ZMSCORE', inflight, unpack(ids))
   local prio_of = priorities(prio, ids)
@@ -420,10 +605,13 @@ local function give_back(pending, inflight, attempts, ready, prio, now)
       out[j] = 0
     end
   end
+  local woke = false
   if #back > 0 then
+    local gs = slot_groups(back)
     redis.call('ZREM', inflight, unpack(back))
     if #counts > 0 then call_many('HSET', attempts, {}, counts) end
     if #fresh > 0 then redis.call('HDEL', attempts, unpack(fresh)) end
+    woke = free_slots(back, gs)
   end
-  return out, line
+  return out, line, woke
 end

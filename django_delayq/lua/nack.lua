@@ -2,7 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash urgent settled:zset settled_by:hash runs:hash group:hash
--- KEYS: group_ready:zset group_turns:zset
+-- KEYS: group_ready:zset group_turns:zset group_running:zset group_held:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -18,6 +18,8 @@
 --                      minus the offset; forgotten with the job
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
 --                    (lib.lua group_index, written by line_write; docs/groups.md)
+--          group_running, group_held  the settled jobs' group slots are freed and their
+--                    held groups put back (lib.lua group_slots)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
 -- ARGV[3]  dead_max  dead jobs kept; the oldest beyond it are dropped (at most 100 per call)
@@ -30,7 +32,8 @@
 -- read for the whole call before the first write.
 -- Returns: one integer per triple: 0 refused (lease lost), 1 retrying, 2 dead, 3 cancelled
 -- Cost: at most 200 triples per call (scripts.MAX_NACK; callers split bigger batches):
---       O(n log N), plus at most 100 trimmed dead jobs.
+--       O(n log N), plus at most 100 trimmed dead jobs; group slots: one HMGET
+--       and one ZREM, one index read per held group (at most n).
 --@include now
 --@include wrong_type
 --@include clamp_ms
@@ -40,6 +43,7 @@
 --@include forget
 --@include record_settled
 --@include offset
+--@include group_slots
 local now = now_ms(ARGV[1])
 local ids = {}
 for i = 5, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
@@ -76,7 +80,9 @@ if #ids > 0 then
       end
     end
   end
+  local gs = slot_groups(settled)
   if #settled > 0 then redis.call('ZREM', inflight, unpack(settled)) end
+  if free_slots(settled, gs) then redis.call('PUBLISH', ARGV[2], string.format('%.0f', now)) end
   forget(jobs, attempts, cancel, prio, dropped)
   record_settled(ARGV[4], now, records)
   line_write(line, pending, ready, ARGV[2])

@@ -2,7 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash urgent runs:hash group:hash
--- KEYS: group_ready:zset group_turns:zset
+-- KEYS: group_ready:zset group_turns:zset group_running:zset group_held:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -15,6 +15,8 @@
 --          runs      HASH  id -> "<token> <offset> <streak>": the delivery whose run started
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
 --                    (lib.lua group_index, written by line_write; docs/groups.md)
+--          group_running, group_held  the jobs' group slots are freed (a dead worker's
+--                    included) and their held groups put back (lib.lua group_slots)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most expired leases to handle in this call (1..100; more is capped)
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own
@@ -46,7 +48,8 @@
 --           started so far)}; {now_ms, 0} when the contact condition refused the call
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
 -- Cost: at most 100 leases (scripts.MAX_RECOVER) and 100 max_attempts pairs per call,
---       plus 10 absurd leases: O(limit * log N); never scans the backlog.
+--       plus 10 absurd leases: O(limit * log N); never scans the backlog. Group slots:
+--       one HMGET and one ZREM, one index read per held group (at most limit).
 --@include now
 --@include ms_range
 --@include wrong_type
@@ -58,6 +61,7 @@
 --@include priority
 --@include offset
 --@include call_many
+--@include group_slots
 local now = now_ms(ARGV[1])
 if ARGV[6] ~= '' then
   local since, last, need, gap = string.match(ARGV[6], '^(%d+),(%d+),(%d+),(%d+)$')
@@ -83,6 +87,7 @@ local marks = {}  -- runs entries rewritten: id, "<token> <offset> <streak>"
 local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
 local prios = priorities(prio, ids)
 local line = new_line(pending, ready)
+local slot_gs = slot_groups(ids)
 local gone, dropped, died, reset, results = {}, {}, {}, {}, {}
 for j, id in ipairs(ids) do
   local why = bad_id(id)
@@ -131,6 +136,7 @@ end
 out[2] = #gone + #reset
 -- writes: everything above was only read
 redis.call('ZREM', inflight, unpack(ids))
+local woke = free_slots(ids, slot_gs)
 forget(jobs, attempts, cancel, prio, gone)
 if #reset > 0 then
   redis.call('HDEL', attempts, unpack(reset))
@@ -139,6 +145,7 @@ end
 forget(jobs, attempts, cancel, prio, dropped)
 if #marks > 0 then call_many('HSET', runs, {}, marks) end
 if #died > 0 then redis.call('ZADD', dead, unpack(died)) end
+if woke and line.earliest == nil then redis.call('PUBLISH', ARGV[4], string.format('%.0f', now)) end
 if line.earliest ~= nil then
   line.idle = false  -- told below whatever the line's state: workers may have slept
   line_write(line, pending, ready, ARGV[4])

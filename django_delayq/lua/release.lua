@@ -1,7 +1,7 @@
 -- release.lua : hand back claimed jobs that never started (graceful shutdown).
 --
 -- KEYS: pending:zset inflight:zset attempts:hash ready:zset prio:hash urgent
--- KEYS: group:hash group_ready:zset group_turns:zset
+-- KEYS: group:hash group_ready:zset group_turns:zset group_running:zset group_held:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -10,6 +10,8 @@
 --          prio      HASH  id -> priority
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
 --                    (lib.lua group_index, written by line_write; docs/groups.md)
+--          group_running, group_held  the jobs' group slots are freed and their held
+--                    groups put back (lib.lua group_slots, through give_back)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target, told the earliest released due time
 -- ARGV[3..] triples: id, token, due_ms (the due time the job had when claimed)
@@ -19,7 +21,8 @@
 -- changes nothing. Tokens and leases are read for the whole call before the first write.
 -- Returns: one integer per triple: 1 released, 0 refused (lease lost)
 -- Cost: at most 200 triples per call (scripts.MAX_RELEASE; callers split bigger
---       batches): O(n log N).
+--       batches): O(n log N); group slots: one HMGET and one ZREM, one index read
+--       per held group (at most n).
 --@include now
 --@include wrong_type
 --@include give_back

@@ -1,9 +1,11 @@
 """The groups of some queues as ``delayq_status`` shows them (docs/groups.md): the
-groups with the most due jobs, how many of their jobs run and whether they are paused.
+groups with the most due jobs, how many of their jobs run and whether they are paused
+or held back by their limits (docs/groups.md, "Limits per group").
 
 Due and running counts come from the rows (one ``GROUP BY`` over the partial index of
 the rows that have a group, one for the running ones of those groups), so they lag Redis
-by the audit writer's flush; paused groups come from Redis (``Engine.paused_groups``).
+by the audit writer's flush; paused and held groups come from Redis
+(``Engine.paused_groups``, ``Engine.held_groups``).
 A database that cannot be read shows no groups.
 """
 
@@ -29,6 +31,7 @@ class GroupUsage:
     due: int  # rows scheduled or retrying whose due time has come
     running: int
     paused: bool
+    held: bool = False  # a limit of its own holds it out of the rotation (Redis)
 
 
 def busiest(engine: Engine, queues: Sequence[str], shown: int = SHOWN) -> list[GroupUsage]:
@@ -44,9 +47,12 @@ def busiest(engine: Engine, queues: Sequence[str], shown: int = SHOWN) -> list[G
             .values("queue", "group").annotate(n=Count("pk")).values_list("queue", "group", "n")}
     except DatabaseError:
         return []
-    paused = {q: set(engine.paused_groups(q)) for q in {q for q, _, _ in due}}
+    queues_shown = {q for q, _, _ in due}
+    paused = {q: set(engine.paused_groups(q)) for q in queues_shown}
+    held = {q: set(engine.held_groups(q, [g for q2, g, _ in due if q2 == q]))
+            for q in queues_shown}
     return [GroupUsage(queue=q, group=g, due=n, running=running.get((q, g), 0),
-                       paused=g in paused[q]) for q, g, n in due]
+                       paused=g in paused[q], held=g in held[q]) for q, g, n in due]
 
 
 def lines(groups: Sequence[GroupUsage], printable: Callable[[object], str] = str) -> list[str]:
@@ -54,6 +60,7 @@ def lines(groups: Sequence[GroupUsage], printable: Callable[[object], str] = str
     if not groups:
         return []
     return ["", "GROUPS (most due jobs)"] + [
-        "  %-16s %-32s due %d, running %d%s" % (u.queue, printable(u.group), u.due, u.running,
-                                                ", paused" if u.paused else "")
+        "  %-16s %-32s due %d, running %d%s%s" % (
+            u.queue, printable(u.group), u.due, u.running, ", paused" if u.paused else "",
+            ", held by its limit" if u.held else "")
         for u in groups]

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
+from django_delayq.core import group_limits
 from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, ClaimResult, Engine
 from django_delayq.worker import runner
@@ -65,7 +66,8 @@ class QueueGate:
         write, so no claim goes ahead of it."""
         if queue not in self.written:
             rate, concurrency = self.settings.queue_limit(queue)
-            self.engine.set_queue_limit(queue, rate=rate, concurrency=concurrency)
+            self.engine.set_queue_limit(queue, rate=rate, concurrency=concurrency,
+                                        groups=group_limits.defaults(self.settings, queue))
             self.written.add(queue)
 
     def note(self, queue: str, result: ClaimResult) -> int | None:

@@ -1,12 +1,13 @@
-"""The queues page pauses, resumes and purges one group, behind the queue permissions,
-each written to the admin's log (docs/groups.md)."""
+"""The queues page pauses, resumes and purges one group, behind the queue permissions, and
+sets or lifts its limits behind their own, each written to the admin's log
+(docs/groups.md)."""
 
 from __future__ import annotations
 
 import pytest
 from django.contrib.admin.models import LogEntry
 
-from django_delayq import paused_groups, schedule
+from django_delayq import GroupOverride, group_limits, paused_groups, schedule
 from django_delayq.models import Job, JobStatus
 from tests.helpers import staff_client
 
@@ -38,3 +39,30 @@ def test_group_controls_need_the_queue_permissions(delayq_settings) -> None:  # 
     assert client.post(PAGE, {"queue": "default", "group": "acme", "op": "pause"}
                        ).status_code == 403
     assert paused_groups("default") == []
+
+
+def test_a_group_limit_is_set_and_lifted_from_the_queues_page(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    client = staff_client("change_grouplimit")
+    client.post(PAGE, {"queue": "default", "group": "acme", "op": "limit", "concurrency": "3",
+                       "rate_limit": "10/s"})
+    assert group_limits("default") == [GroupOverride(queue="default", group="acme",
+                                                     concurrency=3, rate_limit="10/s")]
+    assert "acme: concurrency 3, rate 10/s" in client.get(PAGE).content.decode()
+    page = client.post(PAGE, {"queue": "default", "group": "acme", "op": "limit",
+                              "concurrency": "-2"}, follow=True).content.decode()
+    assert "concurrency must be an integer &gt;= 1, not &#x27;-2&#x27;" in page
+    page = client.post(PAGE, {"queue": "default", "group": "acme", "op": "limit",
+                              "concurrency": "0"}, follow=True).content.decode()
+    assert "concurrency must be an integer &gt;= 1, not 0" in page
+    client.post(PAGE, {"queue": "default", "group": "acme", "op": "unlimit"})
+    assert group_limits("default") == []
+    logged = list(LogEntry.objects.order_by("pk").values_list("change_message", flat=True))
+    assert logged == ["Limited group acme of queue default: concurrency 3, rate 10/s.",
+                      "Group acme of queue default back to the queue's group limits."]
+
+
+def test_group_limits_need_their_permission(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    client = staff_client("pause_queue", "purge_queue")
+    assert client.post(PAGE, {"queue": "default", "group": "acme", "op": "limit",
+                              "concurrency": "3"}).status_code == 403
+    assert group_limits("default") == []

@@ -2,7 +2,9 @@
 (invariant 3), judged as tests/engine/test_script_bounds.py judges them: 50,000 due jobs
 of one group and 50,000 of 10,000 groups (half enqueued before they were due, so claims
 promote them, half due at once), drained by claims of 100 with acks, nacks, releases and
-cancels along the way. Select it with ``-m script_bounds``."""
+cancels along the way; and the same backlog claimed with every group limited (concurrency
+and rate, so that claims meet held groups, refuse groups and put them back, and acks put
+held groups back). Select it with ``-m script_bounds``."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import time
 import pytest
 
 from django_delayq.engine import Engine, NewJob, scripts
+from django_delayq.engine.outcomes import QueueLimit
 from tests.conftest import unique_prefix
 from tests.engine.test_script_bounds import JOBS, Counted, _judge
 from tests.engine.test_script_bounds import watched as watched  # noqa: F401  (the fixture)
@@ -52,3 +55,29 @@ def test_no_script_over_5ms_draining_100k_jobs_of_10_001_groups(
     k = e.engine.keys("q")
     assert e.engine.stats("q", now_ms=now).ready == 0
     assert not e.engine.client.exists(k.group_ready, k.group_turns)
+
+
+LIMITED_ROUNDS = 3000  # claims of 100 asked (25 leased at most), 2 ms of Redis clock apart
+
+
+def test_no_script_over_5ms_claiming_100k_jobs_of_10_001_limited_groups(
+        redis_server, watched) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    e = Counted(Engine(redis_server.client(), prefix=unique_prefix()))
+    now = 1_800_000_000_000
+    e.set_queue_limit("q", rate=None, concurrency=None,
+                      groups=QueueLimit(rate=(5, 1000), concurrency=3))
+    e.set_group_limit("q", "heavy", rate=(2000, 1000), concurrency=20)
+    _enqueue(e, now)
+    started, claimed, limited, running = time.monotonic(), 0, 0, []
+    for _ in range(LIMITED_ROUNDS):
+        got = e.claim("q", BATCH, 60_000, now_ms=now)
+        claimed, limited = claimed + len(got.jobs), limited + got.limited
+        e.ack("q", [(j.id, j.token) for j in running], now_ms=now)  # a round later
+        running = got.jobs
+        now += 2
+    e.ack("q", [(j.id, j.token) for j in running], now_ms=now)
+    print(_judge(watched, e.calls))
+    print("claimed %d in %d claims (%d limited), %.1fs" % (
+        claimed, LIMITED_ROUNDS, limited, time.monotonic() - started))
+    assert claimed > 10 * LIMITED_ROUNDS and limited > LIMITED_ROUNDS // 10
+    assert e.engine.group_slots("q") == {}

@@ -163,7 +163,7 @@ def test_a_call_passes_the_declared_keys_in_their_order() -> None:
     assert ack.source.splitlines()[1].startswith(
         "local %s = KEYS[1], " % ", ".join(key.name for key in ack.keys))
     claim = scripts.load("claim")
-    assert claim.keys_of(k)[-1] == k.group_paused  # the optional record left out
+    assert claim.keys_of(k)[-1] == k.group_held  # the optional record left out
     assert claim.keys_of(k, record="r")[-1] == "r"
     assert scripts.keys_of("mark", k) == (k.attempts, k.runs)
     with pytest.raises(TypeError, match="grants"):

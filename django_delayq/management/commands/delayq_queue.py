@@ -1,10 +1,15 @@
-"""``manage.py delayq_queue pause|resume|purge|list [QUEUE ...]``: operate whole queues.
+"""``manage.py delayq_queue pause|resume|purge|limit|unlimit|list [QUEUE ...]``: operate
+whole queues, or one group of them.
 
 * ``pause QUEUE ...``: workers claim nothing from them; ``schedule()`` still accepts jobs,
   due times are kept; running jobs finish.
 * ``resume QUEUE ...``: claim again at once.
 * ``pause|resume|purge QUEUE ... --group G``: the same for group G of each queue only
   (docs/groups.md; purge needs ``--yes``); ``list`` names each queue's paused groups.
+* ``limit QUEUE ... --group G [--concurrency N] [--rate R]``: group G's own limits (the
+  queue's group defaults for what is not given; docs/groups.md, "Limits");
+  ``unlimit QUEUE ... --group G`` gives it back the defaults; ``list`` names the
+  overrides.
 * ``purge QUEUE ... --yes``: remove every waiting job (not the running ones, nor the
   pending jobs of periodic schedules' next ticks) and mark their rows cancelled ("purged
   from queue <q>"); says how many jobs it removed and how many schedule ticks it kept.
@@ -13,7 +18,7 @@
   limits (``DELAYQ["QUEUE_OPTIONS"]``: rate, concurrency, time limit).
 
 Exit codes, as the other commands: 0 done; 1 Redis unavailable; 2 a usage error (an
-unknown queue, ``purge`` without ``--yes``, no queue given).
+unknown queue, ``purge`` without ``--yes``, no queue given, a bad limit).
 """
 
 from __future__ import annotations
@@ -23,32 +28,21 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
-from django_delayq.core import limits, queues
+from django_delayq.core import group_limits, queues
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.core.limits import rate_text
 from django_delayq.exceptions import InvalidJob
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
 EXIT_USAGE = 2  # bad options, as argparse's own usage errors
-ACTIONS = ("pause", "resume", "purge", "list")
-UNIT_NAMES = {ms: unit for unit, ms in limits.UNIT_MS.items()}
-
-
-def rate_text(rate: limits.Rate | None) -> str:
-    """``(10, 1000)`` -> ``"10/s"``, ``(5, 10000)`` -> ``"5/10s"``; ``"-"`` for none."""
-    if rate is None:
-        return "-"
-    count, per_ms = rate
-    for ms in sorted(UNIT_NAMES, reverse=True):
-        if per_ms % ms == 0:
-            multiple = per_ms // ms
-            return "%d/%s%s" % (count, "" if multiple == 1 else multiple, UNIT_NAMES[ms])
-    return "%d/%dms" % (count, per_ms)
+ACTIONS = ("pause", "resume", "purge", "limit", "unlimit", "list")
 
 
 class Command(BaseCommand):
     help = ("Pause, resume, purge or list queues: pause stops claiming (jobs are still "
-            "accepted), purge removes waiting jobs (needs --yes), list shows state and limits.")
+            "accepted), purge removes waiting jobs (needs --yes), list shows state and limits; "
+            "limit and unlimit set or lift one group's limits (--group).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("action", choices=ACTIONS)
@@ -57,7 +51,13 @@ class Command(BaseCommand):
         parser.add_argument("--yes", action="store_true",
                             help="purge: confirm that the waiting jobs are to be removed.")
         parser.add_argument("--group",
-                            help="pause, resume, purge: this group of each queue only.")
+                            help="pause, resume, purge: this group of each queue only; "
+                                 "limit, unlimit: the group whose limits change.")
+        parser.add_argument("--concurrency", type=int,
+                            help="limit: the group's jobs in flight at once (an integer >= 1).")
+        parser.add_argument("--rate",
+                            help="limit: the group's claims per window ('10/s', '100/m', "
+                                 "'5/10s').")
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
@@ -65,12 +65,17 @@ class Command(BaseCommand):
         if options["group"] is not None and options["action"] == "list":
             raise CommandError("--group goes with pause, resume and purge",
                                returncode=EXIT_USAGE)
+        if options["group"] is None and options["action"] in ("limit", "unlimit"):
+            raise CommandError("%s needs --group: the group whose limits change"
+                               % options["action"], returncode=EXIT_USAGE)
         if options["action"] == "purge" and not options["yes"]:
             raise CommandError("purge removes every waiting job of %s and cancels their rows; "
                                "run it again with --yes to confirm" % ", ".join(names),
                                returncode=EXIT_USAGE)
         try:
-            if options["group"] is not None:
+            if options["action"] in ("limit", "unlimit"):
+                self._limit(options["action"], names, options)
+            elif options["group"] is not None:
                 self._groups(options["action"], names, options["group"])
             else:
                 getattr(self, "_" + options["action"])(names, settings)
@@ -104,6 +109,18 @@ class Command(BaseCommand):
                 done = "purged: %d waiting job(s); their rows are cancelled" % (
                     queues.purge_group(queue, group))
             self.stdout.write("%s: group %s %s" % (queue, group, done))
+
+    def _limit(self, action: str, names: list[str], options: dict[str, Any]) -> None:
+        group = options["group"]
+        for queue in names:
+            if action == "unlimit":
+                group_limits.clear_group_limit(queue, group)
+                self.stdout.write("%s: group %s back to the queue's group limits"
+                                  % (queue, group))
+                continue
+            done = group_limits.set_group_limit(queue, group, concurrency=options["concurrency"],
+                                                rate_limit=options["rate"])
+            self.stdout.write("%s: group %s limited to %s" % (queue, group, _override_text(done)))
 
     def _pause(self, names: list[str], settings: Settings) -> None:
         for queue in names:
@@ -143,3 +160,16 @@ class Command(BaseCommand):
         for queue in names:
             if groups := engine.paused_groups(queue):
                 self.stdout.write("%s: paused groups: %s" % (queue, ", ".join(groups)))
+            rate, concurrency = settings.group_limit(queue)
+            if rate is not None or concurrency is not None:
+                self.stdout.write("%s: each group: concurrency %s, rate %s" % (
+                    queue, "-" if concurrency is None else concurrency, rate_text(rate)))
+            overrides = [] if queue in settings.queue_shards else group_limits.group_limits(queue)
+            if overrides:
+                self.stdout.write("%s: group limits: %s" % (queue, ", ".join(
+                    "%s (%s)" % (o.group, _override_text(o)) for o in overrides)))
+
+
+def _override_text(o: group_limits.GroupOverride) -> str:
+    return "concurrency %s, rate %s" % ("default" if o.concurrency is None else o.concurrency,
+                                        o.rate_limit or "default")

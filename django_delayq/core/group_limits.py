@@ -1,0 +1,156 @@
+"""Per-group limits: every group's defaults from the settings, one group's override at
+run time (docs/groups.md, "Limits").
+
+* ``set_group_limit(queue, group, concurrency=..., rate_limit=...)``: the group's own
+  limits, a field not given keeping the queue's default
+  (``QUEUE_OPTIONS[queue]["group_concurrency"]``, ``["group_rate_limit"]``);
+  ``clear_group_limit(queue, group)`` gives the group back its defaults;
+  ``group_limits(queue)`` lists the overrides.
+* **The row, then Redis.** An override is a ``GroupLimit`` row (the durable copy) and a
+  field of the queue's ``group_limits`` hash in Redis (what claim.lua enforces): the row is
+  written first, Redis when the row's transaction commits (at once in autocommit). The
+  reconciler (``sync``, each pass of ``core/reconcile.py``) writes Redis again from the rows
+  where they differ: after a Redis loss, a Redis write that failed, or two calls whose
+  Redis writes crossed; it also writes a queue's limits from the settings when Redis lost
+  them (the workers write them only at start-up).
+
+A bad value is an ``InvalidJob`` naming it; a queue not in the settings too; a sharded
+queue takes no group limit (each shard would count its own).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import cast
+
+from django.db import router, transaction
+
+from django_delayq.core import limits, validation
+from django_delayq.core.conf import Settings, get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.queues import known_queue
+from django_delayq.engine import Engine
+from django_delayq.engine.controls import override_value
+from django_delayq.engine.outcomes import QueueLimit
+from django_delayq.exceptions import InvalidJob
+from django_delayq.models import GroupLimit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GroupOverride:
+    """One group's limits where they differ from its queue's defaults: ``concurrency``
+    (jobs in flight at once), ``rate_limit`` (claims per window, ``"10/s"``); None keeps
+    the queue's default."""
+
+    queue: str
+    group: str
+    concurrency: int | None = None
+    rate_limit: str | None = None
+
+
+def defaults(settings: Settings, queue: str) -> QueueLimit | None:
+    """Every group's limits in ``queue`` by default (the settings), None when none."""
+    rate, concurrency = settings.group_limit(queue)
+    if rate is None and concurrency is None:
+        return None
+    return QueueLimit(rate=rate, concurrency=concurrency)
+
+
+def set_group_limit(queue: str, group: str, *, concurrency: int | None = None,
+                    rate_limit: str | None = None) -> GroupOverride:
+    """Give ``group`` of ``queue`` its own limits (a field left None keeps the queue's
+    default); the row is written, Redis when it commits. Returns the override."""
+    override = _checked(queue, group, concurrency, rate_limit)
+    using = router.db_for_write(GroupLimit)
+    with transaction.atomic(using=using):
+        GroupLimit.objects.using(using).update_or_create(
+            queue=override.queue, group=override.group,
+            defaults={"concurrency": concurrency, "rate_limit": rate_limit or ""})
+        transaction.on_commit(lambda: _to_redis(override), using=using)
+    logger.info("group %r of queue %r: limits concurrency=%s rate_limit=%s", group, queue,
+                concurrency, rate_limit)
+    return override
+
+
+def clear_group_limit(queue: str, group: str) -> bool:
+    """``group`` of ``queue`` back to the queue's defaults; True when it had an override."""
+    queue, group = _queue(queue), validation.check_group(group)
+    using = router.db_for_write(GroupLimit)
+    with transaction.atomic(using=using):
+        deleted, _ = GroupLimit.objects.using(using).filter(queue=queue, group=group).delete()
+        transaction.on_commit(lambda: get_engine().clear_group_limit(queue, group), using=using)
+    logger.info("group %r of queue %r: back to the queue's limits%s", group, queue,
+                "" if deleted else " (had none of its own)")
+    return bool(deleted)
+
+
+def group_limits(queue: str) -> list[GroupOverride]:
+    """The overrides of ``queue``'s groups (the rows), by group."""
+    return [_override(row) for row in
+            GroupLimit.objects.filter(queue=_queue(queue)).order_by("group")]
+
+
+def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:
+    """Redis's group limits as the rows and the settings say, for ``queues`` (the
+    reconciler's pass): the overrides that differ are written or removed, and a queue's
+    limits from the settings are written when Redis holds none. Returns how many
+    overrides changed. Redis is read before the rows: a call that commits meanwhile has
+    its row read here, so nothing older than what Redis held is written back."""
+    names = [q for q in queues if q not in settings.queue_shards]
+    for queue in names:
+        rate, concurrency = settings.queue_limit(queue)
+        if engine.restore_queue_limit(queue, rate=rate, concurrency=concurrency,
+                                      groups=defaults(settings, queue)):
+            logger.warning("queue %r: its limits were missing from Redis; written again "
+                           "from the settings", queue)
+    have = {queue: engine.group_limit_overrides(queue) for queue in names}
+    wanted: dict[str, dict[str, str]] = {queue: {} for queue in names}
+    for row in GroupLimit.objects.filter(queue__in=names):  # one query for every queue
+        wanted[row.queue][row.group] = _value(row)
+    changed = sum(engine.sync_group_limits(queue, wanted[queue], have[queue])
+                  for queue in names if have[queue] != wanted[queue])
+    if changed:
+        logger.warning("reconciler: %d group limit(s) written to Redis from the rows", changed)
+    return changed
+
+
+def _checked(queue: str, group: str, concurrency: object, rate_limit: object
+             ) -> GroupOverride:
+    queue, group = _queue(queue), validation.check_group(group)
+    if concurrency is None and rate_limit is None:
+        raise InvalidJob("set_group_limit(%r, %r) needs a concurrency, a rate_limit or both "
+                         "(clear_group_limit gives the group its queue's defaults)"
+                         % (queue, group))
+    for name, why in (("concurrency", limits.concurrency_problem(concurrency)),
+                      ("rate_limit", limits.rate_problem(rate_limit))):
+        if why is not None:
+            raise InvalidJob("group %r of queue %r: %s %s" % (group, queue, name, why))
+    return GroupOverride(queue=queue, group=group, concurrency=cast("int | None", concurrency),
+                         rate_limit=cast("str | None", rate_limit))
+
+
+def _queue(queue: str) -> str:
+    queue = known_queue(queue)
+    if queue in get_settings().queue_shards:
+        raise InvalidJob("queue %r is sharded: a group limit cannot be split exactly between "
+                         "its shards" % (queue,))
+    return queue
+
+
+def _to_redis(override: GroupOverride) -> None:
+    get_engine().set_group_limit(override.queue, override.group,
+                                 rate=limits.parse_rate(override.rate_limit),
+                                 concurrency=override.concurrency)
+
+
+def _value(row: GroupLimit) -> str:
+    return override_value(limits.parse_rate(row.rate_limit or None), row.concurrency)
+
+
+def _override(row: GroupLimit) -> GroupOverride:
+    return GroupOverride(queue=row.queue, group=row.group, concurrency=row.concurrency,
+                         rate_limit=row.rate_limit or None)

@@ -1,0 +1,165 @@
+"""Group limits from the API, the settings and ``delayq_queue limit``: an override is a
+row and a Redis field, written at commit, checked at the call; the settings' defaults
+are checked by ``manage.py check``; after a Redis loss the reconciler writes both back
+from the rows and the settings."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.db import transaction
+
+from django_delayq import (
+    GroupOverride,
+    InvalidJob,
+    clear_group_limit,
+    group_limits,
+    schedule,
+    set_group_limit,
+)
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import Reconciler
+from django_delayq.models import GroupLimit
+from django_delayq.worker.gates import QueueGate
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_an_override_is_a_row_and_a_redis_field(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    got = set_group_limit("default", "acme", concurrency=3, rate_limit="10/s")
+    assert got == GroupOverride(queue="default", group="acme", concurrency=3,
+                                rate_limit="10/s")
+    set_group_limit("default", "bob", concurrency=1)
+    assert group_limits("default") == [got, GroupOverride(queue="default", group="bob",
+                                                          concurrency=1)]
+    assert delayq_engine.group_limit_overrides("default") == {"acme": "10 1000 3",
+                                                              "bob": "-1 -1 1"}
+    assert clear_group_limit("default", "acme") and not clear_group_limit("default", "acme")
+    assert delayq_engine.group_limit_overrides("default") == {"bob": "-1 -1 1"}
+    assert list(GroupLimit.objects.values_list("group", flat=True)) == ["bob"]
+
+
+def test_an_override_reaches_redis_when_its_transaction_commits(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(RuntimeError), transaction.atomic():
+        set_group_limit("default", "acme", concurrency=3)
+        raise RuntimeError("rolled back")
+    assert delayq_engine.group_limit_overrides("default") == {}
+    assert not GroupLimit.objects.exists()
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"concurrency": 0}, "concurrency must be an integer >= 1, not 0"),
+    ({"concurrency": "3"}, "concurrency must be an integer >= 1, not '3'"),
+    ({"concurrency": True}, "concurrency must be an integer >= 1, not True"),
+    ({"rate_limit": "ten/s"}, "rate_limit must be a rate such as '10/s'.*not 'ten/s'"),
+    ({"rate_limit": "0/s"}, "not '0/s'"),
+    ({}, "needs a concurrency, a rate_limit or both"),
+])
+def test_bad_values_are_refused_naming_them(delayq_engine, kwargs, message) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidJob, match=message):
+        set_group_limit("default", "acme", **kwargs)
+    assert not GroupLimit.objects.exists()
+
+
+def test_names_are_checked(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(InvalidJob, match="nowhere"):
+        set_group_limit("nowhere", "acme", concurrency=1)
+    with pytest.raises(InvalidJob, match="group"):
+        clear_group_limit("default", "")
+    with pytest.raises(ValueError, match="control characters"):  # InvalidJob is one
+        set_group_limit("default", "a\tb", concurrency=1)
+
+
+@pytest.mark.parametrize(("entry", "message"), [
+    ({"group_concurrency": 0}, "['default']['group_concurrency'] must be an integer >= 1, "
+                               "not 0"),
+    ({"group_rate_limit": "fast"}, "['default']['group_rate_limit'] must be a rate such as "
+                                   "'10/s'"),
+])
+def test_bad_settings_name_the_key_and_the_value(settings, entry, message) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {"default": entry}}
+    with pytest.raises(ImproperlyConfigured) as info:
+        get_settings()
+    assert message in str(info.value)
+
+
+def test_a_sharded_queue_takes_no_group_limit(settings, delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {**settings.DELAYQ,
+                       "QUEUE_OPTIONS": {"default": {"shards": 2, "group_concurrency": 2}}}
+    with pytest.raises(ImproperlyConfigured, match="group_concurrency=2"):
+        get_settings()
+    settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {"default": {"shards": 2}}}
+    with pytest.raises(InvalidJob, match="sharded"):
+        set_group_limit("default", "acme", concurrency=1)
+
+
+def test_the_workers_write_the_settings_defaults(settings, delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {
+        "default": {"group_concurrency": 2, "group_rate_limit": "5/10s"}}}
+    QueueGate(get_engine(), get_settings()).write_limit("default")
+    raw = get_engine().client.hgetall(get_engine().keys("default").limit)
+    assert raw == {b"group_concurrency": b"2", b"group_rate": b"5", b"group_per_ms": b"10000"}
+
+
+def test_a_redis_loss_gets_its_limits_back_from_the_rows(settings, delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {**settings.DELAYQ,
+                       "QUEUE_OPTIONS": {"default": {"group_concurrency": 2}}}
+    engine, s = get_engine(), get_settings()
+    QueueGate(engine, s).write_limit("default")
+    set_group_limit("default", "acme", concurrency=5)
+    set_group_limit("default", "bob", rate_limit="3/m")
+    handle = schedule("tests.jobs.noop", group="acme")
+    engine.client.flushdb()  # the loss: Redis forgot everything
+    assert engine.group_limit_overrides("default") == {}
+    Reconciler(engine, s, ("default",)).run_all(grace_seconds=0, assume_lost=True)
+    assert engine.group_limit_overrides("default") == {"acme": "-1 -1 5",
+                                                       "bob": "3 60000 -1"}
+    assert engine.client.hgetall(engine.keys("default").limit) == {b"group_concurrency": b"2"}
+    assert engine.inspect("default", handle.id).place == "pending"  # and the job, grouped
+    assert engine.client.hget(engine.keys("default").group, handle.id) == b"acme"
+
+
+def test_the_reconciler_makes_redis_agree_with_the_rows(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    set_group_limit("default", "acme", concurrency=5)
+    engine = get_engine()
+    engine.set_group_limit("default", "stale", rate=None, concurrency=1)  # no row: dropped
+    engine.set_group_limit("default", "acme", rate=None, concurrency=9)  # the row wins
+    GroupLimit.objects.create(queue="default", group="late", concurrency=4)  # Redis missed it
+    Reconciler(engine, get_settings(), ("default",)).run_all(grace_seconds=0)
+    assert engine.group_limit_overrides("default") == {"acme": "-1 -1 5", "late": "-1 -1 4"}
+
+
+def test_the_command_sets_lists_and_clears_a_group_limit(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    out = StringIO()
+    call_command("delayq_queue", "limit", "default", "--group", "acme", "--concurrency", "3",
+                 "--rate", "10/s", stdout=out)
+    call_command("delayq_queue", "list", "default", stdout=out)
+    call_command("delayq_queue", "unlimit", "default", "--group", "acme", stdout=out)
+    text = out.getvalue()
+    assert "default: group acme limited to concurrency 3, rate 10/s" in text
+    assert "default: group limits: acme (concurrency 3, rate 10/s)" in text
+    assert "default: group acme back to the queue's group limits" in text
+    assert delayq_engine.group_limit_overrides("default") == {}
+
+
+def test_the_command_refuses_bad_values_naming_them(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    from django.core.management.base import CommandError
+
+    with pytest.raises(CommandError, match="not 'x/s'"):
+        call_command("delayq_queue", "limit", "default", "--group", "acme", "--rate", "x/s")
+    with pytest.raises(CommandError, match="--group"):
+        call_command("delayq_queue", "limit", "default", "--concurrency", "3")
+
+
+def test_defaults_reach_the_claim(settings, delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {"default": {"group_concurrency": 1}}}
+    engine = get_engine()
+    QueueGate(engine, get_settings()).write_limit("default")
+    for _ in range(3):
+        schedule("tests.jobs.noop", group="acme")
+    assert len(engine.claim("default", 10, 60_000).jobs) == 1
+    assert engine.group_slots("default") == {"acme": 1}
