@@ -48,7 +48,9 @@
 -- due before it (a job of priority 0 or below waits for that backlog's promotion, at most
 -- ceil(n / 250) claims with n jobs due before it). An index entry whose job left pending
 -- (claimed, cancelled, moved) is dropped when read or forgotten with its job.
--- Groups. While the queue is grouped (`group` or `group_ready` exists), a claim first
+-- Groups. While the queue is grouped (`group` exists: a job of it has a group; once the
+-- last is gone the index, the rotation and the held groups are dropped, left over they
+-- would hide the jobs without a group from this step), a claim first
 -- promotes as above, leasing nothing, and indexes the promoted jobs and the first 10 of
 -- ready by group (2g); it then leases at most 25 jobs (TURNS) in turns among the groups
 -- with due jobs, lowest turn first: each group of a round an equal share (at least one)
@@ -493,7 +495,10 @@ local again = replayed()
 if again then return again end
 if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
 limits()
-grouped = redis.call('EXISTS', group, group_ready) > 0
+grouped = redis.call('EXISTS', group) == 1
+if not grouped and redis.call('EXISTS', group_ready, group_turns, group_held) > 0 then
+  redis.call('UNLINK', group_ready, group_turns, group_held)  -- O(1) here: freed apart
+end
 if not grouped then
   read_candidates()
   choose()

@@ -33,3 +33,22 @@ def test_pausing_a_group_of_another_queue_or_with_nothing_due(engine: Engine) ->
     engine.enqueue("q", [NewJob(id="x", at_ms=NOW, group="g")], now_ms=NOW)
     engine.pause_group("other", "g")
     assert claim_ids(engine, 1) == ["x"]
+
+
+def test_a_job_without_a_group_is_claimed_once_the_last_grouped_job_is_gone(
+        engine: Engine) -> None:
+    """The paused group's index entries outlive its cancelled job; once no job of the
+    queue has a group, the claim takes the plain path and drops them: a job without a
+    group is never hidden behind them."""
+    engine.enqueue("q", [NewJob(id="a0", at_ms=NOW, group="a")], now_ms=NOW)
+    assert engine.pause_group("q", "a")
+    assert claim_ids(engine, 10) == []  # indexes a0 under its paused group
+    assert engine.cancel("q", "a0").name == "CANCELLED"
+    engine.enqueue("q", [NewJob(id="b", at_ms=NOW)], now_ms=NOW)
+    assert claim_ids(engine, 10) == ["b"]
+    assert engine.paused_groups("q") == ["a"]  # the pause stays for the group's next jobs
+    engine.enqueue("q", [NewJob(id="a1", at_ms=NOW, group="a"), NewJob(id="c", at_ms=NOW)],
+                   now_ms=NOW)
+    assert claim_ids(engine, 10) == ["c"]
+    assert engine.resume_group("q", "a")
+    assert claim_ids(engine, 10) == ["a1"]
