@@ -1,0 +1,61 @@
+"""A script call written as prepared bytes on a pooled connection, its reply read back:
+the enqueue of one ``schedule()`` without redis-py's per-command work (argument
+encoding, the retry wrapper, response callbacks: about 70 µs of Python a call).
+
+Only the plain case is served here. ``call`` returns None when it got no reply: a client
+with no single pool (a cluster), TLS, a connection that fails, any error reply
+(NOSCRIPT, READONLY after a Sentinel failover, DELAYQ-WRONGTYPE, ...). Its caller then
+makes the same call the usual way (``Script``: redis-py's retries and reconnects, EVAL
+after NOSCRIPT, a key of the wrong type moved aside), so a script called through here
+must be idempotent: a request whose reply was lost may have run, and runs again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from redis.exceptions import ResponseError
+
+from django_delayq.engine.acks import _connection, plain_sockets
+from django_delayq.engine.scripts import Script
+
+
+def _bulk(parts: tuple[Any, ...] | list[Any]) -> bytes:
+    out = []
+    for part in parts:
+        raw = part if isinstance(part, bytes) else str(part).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    return b"".join(out)
+
+
+class DirectCalls:
+    def __init__(self, client: Any) -> None:
+        pool = getattr(client, "connection_pool", None)
+        usable = pool is not None and hasattr(pool, "get_connection") and plain_sockets(pool)
+        self._pool = pool if usable else None
+        # (sha, keys) -> (parts before the arguments, those parts encoded)
+        self._heads: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
+
+    def call(self, script: Script, keys: tuple[str, ...], args: list[Any]) -> Any:
+        """``script``'s reply, or None when it could not be had this way."""
+        if self._pool is None:
+            return None
+        script.check(args)
+        try:
+            head = self._heads.get((script.sha, keys))
+            if head is None:
+                head = self._heads[(script.sha, keys)] = (
+                    len(keys) + 3, _bulk(("EVALSHA", script.sha, len(keys), *keys)))
+            data = b"*%d\r\n%s%s" % (head[0] + len(args), head[1], _bulk(args))
+            conn = _connection(self._pool)
+        except Exception:  # noqa: BLE001 - the usual call says what is wrong
+            return None
+        try:
+            conn.send_packed_command(data)
+            return conn.read_response()
+        except Exception as exc:  # noqa: BLE001 - an error reply, or the connection failed
+            if not isinstance(exc, ResponseError):  # mid-reply: never reuse the connection
+                conn.disconnect()
+            return None
+        finally:
+            self._pool.release(conn)
