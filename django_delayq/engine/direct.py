@@ -51,7 +51,7 @@ class DirectCalls:
         except Exception:  # noqa: BLE001 - the usual call says what is wrong
             return None
         try:
-            conn.send_packed_command(data)
+            conn.send_packed_command([data])
             return conn.read_response()
         except Exception as exc:  # noqa: BLE001 - an error reply, or the connection failed
             if not isinstance(exc, ResponseError):  # mid-reply: never reuse the connection

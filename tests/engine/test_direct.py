@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from django_delayq.engine import Engine, NewJob
+from django_delayq.engine import Engine, NewJob, scripts
 
 NOW = 1_800_000_000_000
 JOBS = [NewJob(id="a", at_ms=NOW + 5), NewJob(id="b", at_ms=NOW - 5),
@@ -33,7 +33,9 @@ def test_the_direct_call_writes_what_the_usual_call_writes(engine: Engine) -> No
     assert engine.enqueue("q", JOBS, now_ms=NOW) == plain.enqueue("q", JOBS, now_ms=NOW) == 0
     assert dump(engine, "q") == dump(plain, "q")
     if engine._direct._pool is not None:  # a cluster client has no single pool
-        assert engine._direct._heads  # it was used
+        script = scripts.load("enqueue")
+        args = [NOW, engine.keys("q").channel, "e", NOW, 0, "", 0, ""]
+        assert engine._direct.call(script, script.keys_of(engine.keys("q")), args) == [1, NOW]
 
 
 def test_what_it_cannot_serve_goes_the_usual_way(engine: Engine) -> None:
