@@ -88,6 +88,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         self._claim_seq = itertools.count(1)
         self._claim_nonces: dict[tuple[str, str], str] = {}  # claims whose reply was lost
         self._direct = DirectCalls(client)  # the enqueue's plain calls
+        self._enqueue_keys: dict[str, tuple[str, ...]] = {}  # data set -> enqueue.lua's KEYS
 
     def keys(self, queue: str) -> QueueKeys:
         keys = self._keys.get(queue)
@@ -165,7 +166,10 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
     def _enqueue_batch(self, k: QueueKeys, batch: list[Any], now_ms: int | None) -> int:
         # its epoch key: the one the reconciler reads (created here if absent: reconcile.py)
         script = scripts.load("enqueue")
-        keys, args = script.keys_of(k), [self._now(now_ms), k.channel, *batch]
+        keys = self._enqueue_keys.get(k.queue)
+        if keys is None:
+            keys = self._enqueue_keys[k.queue] = script.keys_of(k)
+        args = [self._now(now_ms), k.channel, *batch]
         reply = self._direct.call(script, keys, args)  # engine/direct.py, else as usual
         if reply is None:
             reply = script(self.client, keys, args)

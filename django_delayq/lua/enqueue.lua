@@ -56,7 +56,7 @@ if not plain or redis.call('EXISTS', group) == 1 then
   local err = wrong_type(KINDS)
   if err then return err end
 end
-local read, line, found = pcall(function() return new_line(pending, ready), held(ids) end)
+local read, line, found = pcall(function() return new_line(pending, ready, plain), held(ids) end)
 if not read then  -- a key of the wrong type: say which (before any write), else fail
   local err = wrong_type(KINDS)
   if err then return err end
