@@ -4,6 +4,7 @@ a lost script cache, a key of the wrong type, a connection killed under it."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -52,3 +53,23 @@ def test_what_it_cannot_serve_goes_the_usual_way(engine: Engine) -> None:
     assert engine.enqueue("q", [NewJob(id="d", at_ms=NOW + 4)], now_ms=NOW) == 1
     assert engine.enqueue("q", [NewJob(id="e", at_ms=NOW + 5)], now_ms=NOW) == 1
     assert c.zrange(k.pending, 0, -1) == [b"c", b"d", b"e"]
+
+
+def test_each_thread_calls_on_a_connection_of_its_own(engine: Engine) -> None:
+    if engine._direct._pool is None:
+        pytest.skip("a cluster client: every call goes the usual way")
+    script = scripts.load("enqueue")
+    keys = script.keys_of(engine.keys("q"))
+    conns, replies = [], []
+
+    def enqueue(job_id: str) -> None:
+        args = [NOW, engine.keys("q").channel, job_id, NOW + 1, 0, "", 0, ""]
+        replies.append(engine._direct.call(script, keys, args))
+        conns.append(engine._direct._mine.conn)
+
+    threads = [threading.Thread(target=enqueue, args=(i,)) for i in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert replies == [[1, NOW], [1, NOW]] and conns[0] is not conns[1]
