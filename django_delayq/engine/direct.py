@@ -40,7 +40,7 @@ class DirectCalls:
     def __init__(self, client: Any) -> None:
         pool = getattr(client, "connection_pool", None)
         usable = pool is not None and hasattr(pool, "get_connection") and plain_sockets(pool)
-        self._pool = pool if usable else None
+        self._pool: Any = pool if usable else None
         # (sha, keys) -> (parts before the arguments, those parts encoded)
         self._heads: dict[tuple[str, tuple[str, ...]], tuple[int, bytes]] = {}
         self._mine = threading.local()  # .conn, .pid: this thread's connection
