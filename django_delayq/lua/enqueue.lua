@@ -29,10 +29,11 @@
 -- or repeated within the call, is left alone. Due times are clamped to years 1..9999.
 -- A job due already goes straight to ready unless pending holds a job due before it
 -- (lib.lua line). Everything is read (ZMSCORE, HMGET) before the first write.
--- Key types: a plain call (no envelope, priority 0, no group) on a queue that is not
--- grouped writes only keys its reads met first (pending or ready, and the untyped epoch
--- and channel); a read meeting a wrong type ends it, before any write, with wrong_type's
--- reply. Any other call checks every key's type first (TYPE each), as the other scripts do.
+-- Key types: a plain call (no envelope, priority 0, no group) writes only keys its reads
+-- met (pending or ready, and the untyped epoch and channel) unless a job goes to ready
+-- in a grouped queue (index_ready); a read meeting a wrong type ends it, before any
+-- write, with wrong_type's reply. Any other call checks every key's type (TYPE each)
+-- after its reads, before its first write.
 -- Returns: {added, now_ms}
 -- Cost: at most 200 jobs per call (scripts.MAX_ENQUEUE; callers split bigger batches):
 --       O(n log N), independent of the backlog size.
@@ -52,10 +53,6 @@ for i = 3, #ARGV, 6 do
   plain = plain and ARGV[i + 3] == '' and ARGV[i + 5] == '' and priority_at(i) == 0
 end
 if #ids == 0 then return {0, now} end
-if not plain or redis.call('EXISTS', group) == 1 then
-  local err = wrong_type(KINDS)
-  if err then return err end
-end
 local read, line, found = pcall(function() return new_line(pending, ready, plain), held(ids) end)
 if not read then  -- a key of the wrong type: say which (before any write), else fail
   local err = wrong_type(KINDS)
@@ -80,6 +77,11 @@ for j = 1, #ids do
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
     if ARGV[i + 5] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 5] end
   end
+end
+-- the first write: a call that may write a key its reads did not meet checks every type
+if not plain or (#line.to_ready > 0 and redis.call('EXISTS', group) == 1) then
+  local err = wrong_type(KINDS)
+  if err then return err end
 end
 if #groups > 0 then call_many('HSET', group, {}, groups) end  -- before line_write indexes
 line_write(line, pending, ready, ARGV[2])

@@ -224,8 +224,8 @@ def test_enqueue_moves_a_key_of_the_wrong_type_aside_before_any_write(
     if written:
         assert written == [0]  # the script ended before its first write
         assert engine.client.type(key) != b"string"  # moved aside, maybe written since
-    else:  # a plain job on a queue not grouped never touches its priorities or groups
-        assert job.priority == 0 and name in ("prio", "group_ready", "group_turns")
+    else:  # a plain job never touches the priorities, nor the groups unless due
+        assert job.priority == 0 and name in ("prio", "group", "group_ready", "group_turns")
         assert engine.client.get(key) == b"planted"
     assert engine.inspect("q", "new").place in ("pending", "ready")
     assert engine.enqueue("q", [job], now_ms=NOW) == 0  # known: still idempotent
