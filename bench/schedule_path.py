@@ -1,24 +1,36 @@
 #!/usr/bin/env python
 """schedule() path: jobs/s one at a time (autocommit, as a view does; and in one
-transaction, a loop in a view), schedule_many jobs/s, and Redis bytes per pending job.
+transaction, a loop in a view) next to the floor, schedule_many jobs/s, and Redis bytes
+per pending job.
 
     python bench/schedule_path.py [-n 5000] [--memory 100000] [--db sqlite|postgres] [--json]
-                                  [--floors] [--repeat 1]
+                                  [--repeat 1]
 
 Starts its own redis-server (free port, no persistence); SQLite in a temporary directory
-or PostgreSQL (127.0.0.1:5432; its own database ``delayq_bench_schedule``, created fresh).
-Every job writes its audit row (bench_settings: EVENTS on, as by default). Bytes per job
-are the ``INFO memory`` ``used_memory`` delta over ``--memory`` pending jobs after FLUSHDB
-(due in one hour), with ``MEMORY USAGE`` of each key the jobs created.
+(WAL, ``synchronous`` NORMAL: bench_settings) or PostgreSQL (127.0.0.1:5432; its own
+database ``delayq_bench_schedule``, created fresh). Every job writes its audit row
+(bench_settings: EVENTS on, as by default).
 
-``--floors`` measures what no ``schedule()`` can beat on this machine, ``-n`` times each:
-a bare autocommit INSERT of a job's row through Django's cursor (the prepared statement of
-``core/row_insert.py``, values prepared once; on SQLite with ``synchronous`` FULL, the test
-settings' WAL default, and NORMAL, the benchmark's), and a bare Redis round trip
-(``EVALSHA`` of ``return 1``). ``--repeat R`` reports the best of R rounds of each figure
-(a loaded machine). The script runs unchanged on trees since ``core/row_insert.py``, so
-it measures a "before" tree too (a tree that has a background sender sends inline, its
-default).
+**The floor**, measured in the same run, ``-n`` times each: what no ``schedule()`` can
+beat on this machine. One job in autocommit: a bare INSERT of a job's row with its commit
+(the prepared statement of ``core/row_insert.py`` through Django's cursor, values
+prepared once) plus one Redis round trip (``EVALSHA`` of ``return 1``). One job in one
+transaction: the same INSERTs in one transaction, its commit shared, plus a round trip per
+``MAX_ENQUEUE`` jobs. ``ratio`` is schedule()'s jobs/s over the floor's.
+
+**CPU per call**: this process's CPU time (user + system) per ``schedule()``, which
+includes the database driver (and on SQLite the database's own work, in process) and the
+socket calls; ``python_us_per_call`` is that minus the floor's CPU per job (the bare
+INSERT and round trip): what ``schedule()`` adds in this process above its parts.
+
+**Redis time of the enqueue script** per single-job call: the median SLOWLOG duration of
+its ``EVALSHA`` calls (threshold 0) over ``-n`` more autocommit calls, on the private
+redis-server (the time Redis spends running the script, not the round trip).
+
+Bytes per job are the ``INFO memory`` ``used_memory`` delta over ``--memory`` pending
+jobs after FLUSHDB (due in one hour), with ``MEMORY USAGE`` of each key the jobs created.
+``--repeat R`` reports the best of R rounds of each figure (a loaded machine). The script
+runs unchanged on trees since ``core/row_insert.py``, so it measures a "before" tree too.
 """
 
 from __future__ import annotations
@@ -26,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -38,62 +51,35 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from foundation import start_redis  # noqa: E402
 
 
-def _loops(n: int, repeat: int) -> tuple[float, float, float, float]:
-    """The best jobs/s of ``repeat`` rounds of ``n`` calls in autocommit, and of ``n``
-    calls in one transaction (each job in Redis when the call or the block returns); the least
-    CPU time of this process per job (µs) of each (less sensitive to a busy machine)."""
+def _timed(n: int, repeat: int, step: Any, one_tx: bool = False) -> tuple[float, float]:
+    """The best jobs/s of ``repeat`` rounds of ``n`` calls of ``step(i)`` (in one
+    transaction when ``one_tx``), and the least CPU time of this process per call (µs)."""
     from django.db import transaction
 
-    from django_delayq import schedule
-
-    auto = one_tx = 0.0
-    auto_cpu = tx_cpu = float("inf")
+    rate, cpu = 0.0, float("inf")
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        for i in range(n):
-            schedule("bench_jobs.noop", i, delay=3600)
-        auto = max(auto, n / (time.perf_counter() - t0))
-        auto_cpu = min(auto_cpu, (time.process_time() - c0) / n * 1e6)
-        t0, c0 = time.perf_counter(), time.process_time()
-        with transaction.atomic():
+        if one_tx:
+            with transaction.atomic():
+                for i in range(n):
+                    step(i)
+        else:
             for i in range(n):
-                schedule("bench_jobs.noop", i, delay=3600)
-        one_tx = max(one_tx, n / (time.perf_counter() - t0))
-        tx_cpu = min(tx_cpu, (time.process_time() - c0) / n * 1e6)
-    return auto, one_tx, auto_cpu, tx_cpu
+                step(i)
+        rate = max(rate, n / (time.perf_counter() - t0))
+        cpu = min(cpu, (time.process_time() - c0) / n * 1e6)
+    return rate, cpu
 
 
-def rates(n: int, repeat: int = 1) -> dict[str, float]:
+def _schedule(i: int) -> None:
     from django_delayq import schedule
-    from django_delayq.core.api import JobSpec, schedule_many
 
-    for i in range(200):  # warm-up: scripts loaded, connections open
-        schedule("bench_jobs.noop", i, delay=3600)
-    auto, one_tx, auto_cpu, tx_cpu = _loops(n, repeat)
-    many = 0.0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        schedule_many("bench_jobs.noop", [JobSpec(args=[i], delay=3600) for i in range(n)])
-        many = max(many, n / (time.perf_counter() - t0))
-    return {"schedule_autocommit_jobs_per_s": round(auto),
-            "schedule_one_transaction_jobs_per_s": round(one_tx),
-            "schedule_autocommit_cpu_us_per_job": round(auto_cpu),
-            "schedule_one_transaction_cpu_us_per_job": round(tx_cpu),
-            "schedule_many_jobs_per_s": round(many)}
+    schedule("bench_jobs.noop", i, delay=3600)
 
 
-def _per_s(n: int, step: Any, repeat: int = 1) -> int:
-    best = 0.0
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for i in range(n):
-            step(i)
-        best = max(best, n / (time.perf_counter() - t0))
-    return round(best)
-
-
-def floors(n: int, repeat: int = 1) -> dict[str, int]:
-    """Bare autocommit INSERTs of a job's row and bare Redis round trips, per second."""
+def floors(n: int, repeat: int) -> dict[str, float]:
+    """Bare INSERTs of a job's row (autocommit, and one transaction) and bare Redis round
+    trips: per second and CPU µs per call."""
     from django.db import connection
     from django.utils import timezone
 
@@ -112,19 +98,79 @@ def floors(n: int, repeat: int = 1) -> dict[str, int]:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
 
-    out: dict[str, int] = {}
-    modes = ["FULL", "NORMAL"] if connection.vendor == "sqlite" else [""]
-    for mode in modes:
-        if mode:
-            connection.cursor().execute("PRAGMA synchronous=%s" % mode)
-        _per_s(200, insert)
-        name = "insert_autocommit%s_per_s" % ("_" + mode.lower() if mode else "")
-        out[name] = _per_s(n, insert, repeat)
     client = get_engine().client
     sha = client.script_load("return 1")
-    out["redis_evalsha_round_trips_per_s"] = _per_s(n, lambda i: client.evalsha(sha, 0),
-                                                        repeat)
+    _timed(200, 1, insert)
+    out: dict[str, float] = {}
+    for name, step, one_tx in (("insert_autocommit", insert, False),
+                               ("insert_one_transaction", insert, True),
+                               ("redis_round_trip", lambda i: client.evalsha(sha, 0), False)):
+        rate, cpu = _timed(n, repeat, step, one_tx)
+        out[name + "_per_s"], out[name + "_cpu_us"] = round(rate), round(cpu, 1)
     return out
+
+
+def _enqueue_redis(n: int) -> dict[str, Any]:
+    """Redis-side µs of the enqueue script over ``n`` autocommit ``schedule()`` calls
+    (SLOWLOG at threshold 0 on the private server: median and 10th percentile, the
+    latter less lengthened by a busy machine), and the commands Redis ran per call
+    (``INFO commandstats``, the script's commands counted one by one)."""
+    from django_delayq.core.connection import get_engine
+    from django_delayq.engine import scripts
+
+    client = get_engine().client
+    sha = scripts.load("enqueue").sha.encode()
+    client.config_set("slowlog-max-len", 4 * n + 1000)
+    client.slowlog_reset()
+    client.config_resetstat()
+    client.config_set("slowlog-log-slower-than", 0)
+    for i in range(n):
+        _schedule(i)
+    client.config_set("slowlog-log-slower-than", 10000)
+    stats = client.info("commandstats")
+    entries = client.slowlog_get(4 * n + 1000)
+    times = sorted(e["duration"] for e in entries
+                   if len(e["command"].split()) > 1 and e["command"].split()[1] == sha)
+    calls = {name.removeprefix("cmdstat_"): round(v["calls"] / n, 2)
+             for name, v in stats.items() if v["calls"] >= n / 2 and "config" not in name}
+    return {"median_us": statistics.median(times) if times else None,
+            "p10_us": times[len(times) // 10] if times else None,
+            "commands_per_call": calls}
+
+
+def rates(n: int, repeat: int = 1) -> dict[str, Any]:
+    from django_delayq.core.api import JobSpec, schedule_many
+    from django_delayq.engine import scripts
+
+    for i in range(200):  # warm-up: scripts loaded, connections open
+        _schedule(i)
+    floor = floors(n, repeat)
+    auto, auto_cpu = _timed(n, repeat, _schedule)
+    one_tx, tx_cpu = _timed(n, repeat, _schedule, one_tx=True)
+    trip_us = 1e6 / floor["redis_round_trip_per_s"]
+    auto_floor = 1e6 / (1e6 / floor["insert_autocommit_per_s"] + trip_us)
+    tx_floor = 1e6 / (1e6 / floor["insert_one_transaction_per_s"]
+                      + trip_us / scripts.MAX_ENQUEUE)
+    cpu_floor = floor["insert_autocommit_cpu_us"] + floor["redis_round_trip_cpu_us"]
+    tx_cpu_floor = (floor["insert_one_transaction_cpu_us"]
+                    + floor["redis_round_trip_cpu_us"] / scripts.MAX_ENQUEUE)
+    many = 0.0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        schedule_many("bench_jobs.noop", [JobSpec(args=[i], delay=3600) for i in range(n)])
+        many = max(many, n / (time.perf_counter() - t0))
+    return {"floors": floor,
+            "autocommit": {"floor_jobs_per_s": round(auto_floor), "jobs_per_s": round(auto),
+                           "ratio": round(auto / auto_floor, 2),
+                           "cpu_us_per_call": round(auto_cpu),
+                           "python_us_per_call": round(auto_cpu - cpu_floor)},
+            "one_transaction": {"floor_jobs_per_s": round(tx_floor),
+                                "jobs_per_s": round(one_tx),
+                                "ratio": round(one_tx / tx_floor, 2),
+                                "cpu_us_per_call": round(tx_cpu),
+                                "python_us_per_call": round(tx_cpu - tx_cpu_floor)},
+            "enqueue_script_redis": _enqueue_redis(n),
+            "schedule_many_jobs_per_s": round(many)}
 
 
 def _bytes(n: int, fill: Any) -> dict[str, Any]:
@@ -178,7 +224,6 @@ def main() -> int:
     p.add_argument("--memory", type=int, default=100_000)
     p.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--floors", action="store_true", help="bare INSERT and Redis round trips")
     p.add_argument("--repeat", type=int, default=1, help="best of this many rounds")
     opts = p.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="delayq-schedule-"))
@@ -188,9 +233,6 @@ def main() -> int:
     try:
         setup(opts.db)
         out: dict[str, Any] = {"db": opts.db, "load": os.getloadavg()[0]}
-        if opts.floors:
-            out.update(floors(opts.n or 5000, opts.repeat))
-            opts.n = opts.memory = 0
         if opts.n:
             out.update(rates(opts.n, opts.repeat))
         if opts.memory:

@@ -31,7 +31,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 
 from django_delayq.core import sender, submit
 from django_delayq.engine import NewJob
@@ -88,7 +88,7 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob]) -> None:
     pending = _by_connection.get(conn)
     if pending is None:
         pending = _by_connection[conn] = _Pending()
-    if transaction.get_autocommit(using):  # no transaction: the rows are committed already
+    if conn.get_autocommit():  # no transaction: the rows are committed already
         pending.add(queue, jobs)
         pending.send()
         return

@@ -326,23 +326,28 @@ def declared_keys(source: str, where: str) -> tuple[Key, ...]:
     return tuple(keys)
 
 
-def prelude(keys: Sequence[Key]) -> tuple[str, str]:
-    """(the line making the declared keys locals, the lines checking their types)."""
+def prelude(keys: Sequence[Key], own_check: bool = False) -> tuple[str, str]:
+    """(the line making the declared keys locals, the lines checking their types; with
+    ``own_check``, the line naming them ``KINDS`` for the script's own ``wrong_type``)."""
     local = "local %s = %s\n" % (", ".join(k.name for k in keys),
                                  ", ".join("KEYS[%d]" % i for i in range(1, len(keys) + 1)))
     if not any(k.kind for k in keys):
         return local, ""
     kinds = ", ".join(("(KEYS[%d] and '%s' or '')" % (i, k.kind)) if k.optional and k.kind
                       else "'%s'" % k.kind for i, k in enumerate(keys, 1))
+    if own_check:
+        return local, "--@include wrong_type\nlocal KINDS = {%s}\n" % kinds
     return local, ("--@include wrong_type\n"
                    "do local err = wrong_type({%s}) if err then return err end end\n" % kinds)
 
 
 def with_prelude(name: str, raw: str) -> tuple[str, tuple[Key, ...]]:
     """``raw`` (a script's text) with its keys made locals at the top and their types
-    checked after its last top-level include (or its header), and the keys."""
+    checked after its last top-level include (or its header), and the keys. A script that
+    calls ``wrong_type(KINDS)`` itself (enqueue.lua: only when a read cannot tell) gets
+    ``KINDS`` instead of the check; it must still check before its first write."""
     keys = declared_keys(raw, name + ".lua")
-    local, check = prelude(keys)
+    local, check = prelude(keys, own_check="wrong_type(KINDS)" in raw)
     lines = raw.splitlines(keepends=True)
     includes = [i for i, line in enumerate(lines) if line.startswith("--@include")]
     at = includes[-1] + 1 if includes else next(

@@ -29,6 +29,11 @@
 -- or repeated within the call, is left alone. Due times are clamped to years 1..9999.
 -- A job due already goes straight to ready unless pending holds a job due before it
 -- (lib.lua line). Everything is read (ZMSCORE, HMGET) before the first write.
+-- Key types: a plain call (no envelope, priority 0, no group) writes only keys its reads
+-- met (pending or ready, and the untyped epoch and channel) unless a job goes to ready
+-- in a grouped queue (index_ready); a read meeting a wrong type ends it, before any
+-- write, with wrong_type's reply. Any other call checks every key's type (TYPE each)
+-- after its reads, before its first write.
 -- Returns: {added, now_ms}
 -- Cost: at most 200 jobs per call (scripts.MAX_ENQUEUE; callers split bigger batches):
 --       O(n log N), independent of the backlog size.
@@ -39,11 +44,21 @@
 --@include line
 --@include held
 local now = now_ms(ARGV[1])
-local ids = {}
-for i = 3, #ARGV, 6 do ids[#ids + 1] = ARGV[i] end
+local function priority_at(i)
+  return math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 4]) or 0)))
+end
+local ids, plain = {}, true
+for i = 3, #ARGV, 6 do
+  ids[#ids + 1] = ARGV[i]
+  plain = plain and ARGV[i + 3] == '' and ARGV[i + 5] == '' and priority_at(i) == 0
+end
 if #ids == 0 then return {0, now} end
-local line = new_line(pending, ready)
-local found = held(ids)
+local read, line, found = pcall(function() return new_line(pending, ready, plain), held(ids) end)
+if not read then  -- a key of the wrong type: say which (before any write), else fail
+  local err = wrong_type(KINDS)
+  if err then return err end
+  error(line)
+end
 local seen = {}
 local envs, prios, groups = {}, {}, {}
 local added = 0
@@ -56,12 +71,17 @@ for j = 1, #ids do
     local due = tonumber(ARGV[i + 1])
     if due < 0 then due = now + tonumber(ARGV[i + 2]) end
     due = clamp_ms(due)
-    local priority = math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 4]) or 0)))
+    local priority = priority_at(i)
     enter(line, id, due, priority, now)
     if ARGV[i + 3] ~= '' then envs[#envs + 1] = id; envs[#envs + 1] = ARGV[i + 3] end
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
     if ARGV[i + 5] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 5] end
   end
+end
+-- the first write: a call that may write a key its reads did not meet checks every type
+if not plain or (#line.to_ready > 0 and redis.call('EXISTS', group) == 1) then
+  local err = wrong_type(KINDS)
+  if err then return err end
 end
 if #groups > 0 then call_many('HSET', group, {}, groups) end  -- before line_write indexes
 line_write(line, pending, ready, ARGV[2])

@@ -459,11 +459,12 @@ end
 -- entry the channel is told too (a busy worker's urgent timer claims it at that time), and
 -- so it is when one goes straight to ready ahead of a ready backlog (claimed first by
 -- the next claim, which the timer makes at once).
-local function new_line(pending, ready)
+-- `no_urgent`: the caller enters no job of priority above 0 (urgent is then not read).
+local function new_line(pending, ready, no_urgent)
   local head = pending_head(pending)
   local first = nil
   if head[2] then first = tonumber(head[2]) or -math.huge end
-  local u = pending_head(urgent)
+  local u = no_urgent and {} or pending_head(urgent)
   -- idle: no claim would take a job now (in a grouped queue: no group in the rotation)
   local idle = redis.call('EXISTS', ready) == 0 or
                (redis.call('EXISTS', group) == 1 and redis.call('EXISTS', group_turns) == 0)

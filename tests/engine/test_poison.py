@@ -194,6 +194,43 @@ def test_a_pending_key_of_the_wrong_type_is_moved_aside(engine: Engine) -> None:
     assert [j.id for j in engine.claim("q", 10, LEASE, now_ms=NOW).jobs] == ["a"]
 
 
+ENQUEUE_TYPED = [k.name for k in scripts.load("enqueue").keys if k.kind]
+
+
+@pytest.mark.parametrize("name", ENQUEUE_TYPED)
+@pytest.mark.parametrize("job", [
+    NewJob(id="new", at_ms=NOW + 5),  # a plain job: the reads find the wrong type
+    NewJob(id="new", at_ms=NOW - 5),  # due: straight to ready
+    NewJob(id="new", at_ms=NOW + 5, priority=3, group="g"),  # every type checked first
+], ids=["plain", "due", "grouped"])
+def test_enqueue_moves_a_key_of_the_wrong_type_aside_before_any_write(
+        engine: Engine, name: str, job: NewJob) -> None:
+    k = engine.keys("q")
+    key = getattr(k, name)
+    engine.client.set(key, "planted")
+    others = [getattr(k, n.name) for n in scripts.load("enqueue").keys if n.name != name]
+    written: list[int] = []
+    original = scripts.move_aside
+
+    def moving(client: object, *args: str) -> None:  # what the script wrote before it ended
+        written.append(engine.client.exists(*others))
+        original(client, *args)
+
+    scripts.move_aside = moving
+    try:
+        assert engine.enqueue("q", [job], now_ms=NOW) == 1
+    finally:
+        scripts.move_aside = original
+    if written:
+        assert written == [0]  # the script ended before its first write
+        assert engine.client.type(key) != b"string"  # moved aside, maybe written since
+    else:  # a plain job never touches the priorities, nor the groups unless due
+        assert job.priority == 0 and name in ("prio", "group", "group_ready", "group_turns")
+        assert engine.client.get(key) == b"planted"
+    assert engine.inspect("q", "new").place in ("pending", "ready")
+    assert engine.enqueue("q", [job], now_ms=NOW) == 0  # known: still idempotent
+
+
 def test_recover_sets_aside_poison_leases_and_recovers_the_rest(engine: Engine) -> None:
     k = engine.keys("q")
     healthy(engine, "a", "b")
