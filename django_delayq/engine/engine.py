@@ -30,7 +30,6 @@ from django_delayq.engine import scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.callable_limits import CallableLimits
 from django_delayq.engine.controls import QueueControls
-from django_delayq.engine.direct import DirectCalls
 from django_delayq.engine.keys import QueueKeys
 from django_delayq.engine.leases import Leases
 from django_delayq.engine.outbox import OutboxOps
@@ -87,7 +86,6 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         self._claimer = os.urandom(6).hex()  # names this engine's claims (claim_record)
         self._claim_seq = itertools.count(1)
         self._claim_nonces: dict[tuple[str, str], str] = {}  # claims whose reply was lost
-        self._direct = DirectCalls(client)  # the enqueue's plain calls
         self._enqueue_keys: dict[str, tuple[str, ...]] = {}  # data set -> enqueue.lua's KEYS
 
     def keys(self, queue: str) -> QueueKeys:
@@ -169,11 +167,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         keys = self._enqueue_keys.get(k.queue)
         if keys is None:
             keys = self._enqueue_keys[k.queue] = script.keys_of(k)
-        args = [self._now(now_ms), k.channel, *batch]
-        reply = self._direct.call(script, keys, args)  # engine/direct.py, else as usual
-        if reply is None:
-            reply = script(self.client, keys, args)
-        return int(reply[0])
+        return int(script(self.client, keys, [self._now(now_ms), k.channel, *batch])[0])
 
     # -- consuming ------------------------------------------------------------------
 
