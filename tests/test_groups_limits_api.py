@@ -58,11 +58,23 @@ def test_an_override_reaches_redis_when_its_transaction_commits(delayq_engine) -
     ({"rate_limit": "ten/s"}, "rate_limit must be a rate such as '10/s'.*not 'ten/s'"),
     ({"rate_limit": "0/s"}, "not '0/s'"),
     ({}, "needs a concurrency, a rate_limit or both"),
+    # beyond what the row's column holds (PostgreSQL's integer, SQLite's 64 bits)
+    ({"concurrency": 2**31}, "concurrency must be an integer >= 1, at most 2147483647, "
+                             "not 2147483648"),
+    ({"concurrency": 10**20}, "at most 2147483647, not 100000000000000000000"),
+    ({"rate_limit": "1" * 30 + "/s"}, "at most 2147483647.*not '1{30}/s'"),
 ])
 def test_bad_values_are_refused_naming_them(delayq_engine, kwargs, message) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidJob, match=message):
         set_group_limit("default", "acme", **kwargs)
     assert not GroupLimit.objects.exists()
+
+
+def test_a_rate_is_kept_as_written_canonically(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    got = set_group_limit("default", "acme", rate_limit=" 60 / 60s " + " " * 30)
+    assert got.rate_limit == "60/m"
+    assert GroupLimit.objects.get().rate_limit == "60/m"  # fits its column, whatever the input
+    assert delayq_engine.group_limit_overrides("default") == {"acme": "60 60000 -1"}
 
 
 def test_names_are_checked(delayq_engine) -> None:  # type: ignore[no-untyped-def]
@@ -79,6 +91,8 @@ def test_names_are_checked(delayq_engine) -> None:  # type: ignore[no-untyped-de
                                "not 0"),
     ({"group_rate_limit": "fast"}, "['default']['group_rate_limit'] must be a rate such as "
                                    "'10/s'"),
+    ({"group_concurrency": 10**16}, "['default']['group_concurrency'] must be an integer >= 1, "
+                                    "at most 2147483647, not 10000000000000000"),
 ])
 def test_bad_settings_name_the_key_and_the_value(settings, entry, message) -> None:  # type: ignore[no-untyped-def]
     settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {"default": entry}}

@@ -144,7 +144,7 @@ def _perform_limit(op: str, queue: str, group: str, form: Any) -> tuple[str, boo
     raw = form.get("concurrency", "").strip()
     concurrency: Any = None  # a text that is no integer goes to the API, refused naming it
     if raw:
-        concurrency = int(raw) if raw.isdigit() else raw
+        concurrency = int(raw) if raw.isdecimal() else raw  # isdigit() lets "²" through
     got = group_limits.set_group_limit(queue, group, concurrency=concurrency,
                                        rate_limit=form.get("rate_limit", "").strip() or None)
     return _("Limited group %(group)s of queue %(queue)s: concurrency %(concurrency)s, rate "

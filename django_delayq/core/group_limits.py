@@ -69,10 +69,11 @@ def set_group_limit(queue: str, group: str, *, concurrency: int | None = None,
     with transaction.atomic(using=using):
         GroupLimit.objects.using(using).update_or_create(
             queue=override.queue, group=override.group,
-            defaults={"concurrency": concurrency, "rate_limit": rate_limit or ""})
+            defaults={"concurrency": override.concurrency,
+                      "rate_limit": override.rate_limit or ""})
         transaction.on_commit(lambda: _to_redis(override), using=using)
     logger.info("group %r of queue %r: limits concurrency=%s rate_limit=%s", group, queue,
-                concurrency, rate_limit)
+                override.concurrency, override.rate_limit)
     return override
 
 
@@ -129,8 +130,9 @@ def _checked(queue: str, group: str, concurrency: object, rate_limit: object
                       ("rate_limit", limits.rate_problem(rate_limit))):
         if why is not None:
             raise InvalidJob("group %r of queue %r: %s %s" % (group, queue, name, why))
+    rate = limits.parse_rate(rate_limit)  # kept as rate_text writes it: "10/s", "5/10s"
     return GroupOverride(queue=queue, group=group, concurrency=cast("int | None", concurrency),
-                         rate_limit=cast("str | None", rate_limit))
+                         rate_limit=None if rate is None else limits.rate_text(rate))
 
 
 def _queue(queue: str) -> str:

@@ -33,6 +33,7 @@ _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*")
 QUEUE_KEYS = ("timeout", "rate_limit", "concurrency", "group_rate_limit", "group_concurrency")
 CALLABLE_KEYS = ("rate_limit", "concurrency")
 MAX_RATE_MS = 7 * 24 * 3_600_000  # a window of at most a week
+MAX_COUNT = 2**31 - 1  # a concurrency or a rate's N: what GroupLimit's column holds anywhere
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,7 +57,7 @@ def parse_rate(text: object) -> Rate | None:
         return None
     count, multiplier, unit = int(match[1]), int(match[2] or 1), match[3]
     per_ms = multiplier * UNIT_MS[unit]
-    if count < 1 or multiplier < 1 or per_ms > MAX_RATE_MS:
+    if not 1 <= count <= MAX_COUNT or multiplier < 1 or per_ms > MAX_RATE_MS:
         return None
     return count, per_ms
 
@@ -81,14 +82,16 @@ def rate_problem(rate: object) -> str | None:
     if rate is None or parse_rate(rate) is not None:
         return None
     return ("must be a rate such as '10/s', '100/m', '5/10s' or '1000/h' (N >= 1, at most "
-            "a week per window), not %r" % (rate,))
+            "%d; at most a week per window), not %r" % (MAX_COUNT, rate))
 
 
 def concurrency_problem(concurrency: object) -> str | None:
     """Why ``concurrency`` (None: no limit) is not one, naming it; None when it is fine."""
     if concurrency is None or (isinstance(concurrency, int) and not isinstance(concurrency, bool)
-                               and concurrency >= 1):
+                               and 1 <= concurrency <= MAX_COUNT):
         return None
+    if isinstance(concurrency, int) and concurrency > MAX_COUNT:
+        return "must be an integer >= 1, at most %d, not %r" % (MAX_COUNT, concurrency)
     return "must be an integer >= 1, not %r" % (concurrency,)
 
 

@@ -54,6 +54,12 @@ def test_a_group_limit_is_set_and_lifted_from_the_queues_page(delayq_settings) -
     page = client.post(PAGE, {"queue": "default", "group": "acme", "op": "limit",
                               "concurrency": "0"}, follow=True).content.decode()
     assert "concurrency must be an integer &gt;= 1, not 0" in page
+    for bad, shown in (("99999999999999999999", "at most 2147483647, not 99999999999999999999"),
+                       ("\u00b2", "not &#x27;\u00b2&#x27;")):  # "²" is a digit to isdigit()
+        page = client.post(PAGE, {"queue": "default", "group": "acme", "op": "limit",
+                                  "concurrency": bad}, follow=True).content.decode()
+        assert shown in page
+    assert group_limits("default")[0].concurrency == 3
     client.post(PAGE, {"queue": "default", "group": "acme", "op": "unlimit"})
     assert group_limits("default") == []
     logged = list(LogEntry.objects.order_by("pk").values_list("change_message", flat=True))
