@@ -377,7 +377,10 @@ end
 
 -- How many more jobs group g may take in this claim (nil: no limit) and, when none,
 -- until when it is held: concurrency, now + lease_ms (a settle of one of its jobs puts
--- it back sooner); rate, when the window lets one more claim in.
+-- it back sooner), or now when the repair dropped a whole budget of stale slots (more
+-- may be stale: the next claim goes on); rate, when the window lets one more claim in
+-- (the entry that leaves first is looked up among the first GROUP_TRIM past the rate:
+-- more than that were never written by a claim, which adds at most 25; else a window).
 local function group_room(g, now, lease_ms)
   local lim = glim.of[g]
   if not lim then return nil, nil end
@@ -386,7 +389,10 @@ local function group_room(g, now, lease_ms)
   if lim[3] then
     local running = redis.call('ZLEXCOUNT', group_running, lo, hi)
     if running > 0 and running + used >= lim[3] then
-      running = running - repair(g, running, lo, hi)
+      local budget = glim.repair
+      local dropped = repair(g, running, lo, hi)
+      running = running - dropped
+      if dropped > 0 and dropped == budget and lim[3] <= running + used then return 0, now end
     end
     room = math.max(0, lim[3] - running - used)
     if room == 0 then return 0, now + lease_ms end
@@ -399,7 +405,8 @@ local function group_room(g, now, lease_ms)
     if free == 0 then
       local at = n + used - lim[1]
       until_ms = now + lim[2]
-      local s = at < n and redis.call('ZRANGEBYLEX', group_starts, from, hi, 'LIMIT', at, 1)[1]
+      local s = at < math.min(n, GROUP_TRIM) and
+                redis.call('ZRANGEBYLEX', group_starts, from, hi, 'LIMIT', at, 1)[1]
       if s then until_ms = (tonumber(string.sub(s, #g + 2, #g + 17)) or now) + lim[2] end
     end
   end

@@ -136,6 +136,33 @@ def test_a_slot_whose_job_left_flight_unseen_is_repaired(engine: Engine) -> None
     assert claim(engine, 5) == ["a01"]  # the claim checked the slot against inflight
 
 
+def test_planted_slots_are_repaired_claim_after_claim_not_a_lease_apart(
+        engine: Engine) -> None:
+    engine.set_queue_limit("q", rate=None, concurrency=None,
+                           groups=QueueLimit(concurrency=3))
+    engine.enqueue("q", [NewJob(id="b%02d" % i, at_ms=NOW - 1000, group="b")
+                         for i in range(30)], now_ms=NOW)  # first in ready: a's are not
+    enqueue(engine, "a", 3)                              # indexed again at every claim
+    engine.client.zadd(engine.keys("q").group_running,  # a hostile writer's slots
+                       {"a\nplanted%03d" % i: 0 for i in range(250)})
+    got = [claim(engine, 5, NOW + i) for i in range(4)]  # each drops at most 100
+    assert "a00" in got[3] or "a00" in got[2]  # not a lease later (250 slots: 3 claims)
+    assert engine.group_slots("q")["a"] <= 3
+
+
+def test_a_window_stuffed_by_hand_costs_no_walk_through_it(engine: Engine) -> None:
+    engine.set_queue_limit("q", rate=None, concurrency=None,
+                           groups=QueueLimit(rate=(5, 1000)))
+    enqueue(engine, "a", 3)
+    engine.client.zadd(engine.keys("q").group_starts,  # 2,000 claims no claim made
+                       {"a\n%016d%04d:1" % (NOW - 500, i): 0 for i in range(2000)})
+    got = engine.claim("q", 5, LEASE, now_ms=NOW)
+    assert got.jobs == [] and got.limited
+    # the entry that would let a claim in is not looked for 1,995 entries deep (a walk as
+    # long as what was planted): the group is held for one window
+    assert engine.held_groups("q") == {"a": NOW + 1000}
+
+
 def test_a_queue_without_group_limits_counts_slots_only(engine: Engine) -> None:
     enqueue(engine, "a", 30)
     assert len(claim(engine, 25)) == 25
