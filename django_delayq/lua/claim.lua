@@ -460,8 +460,7 @@ end
 
 local function take_turns()
   unhold_due(now)
-  local top = redis.call('ZRANGE', group_turns, -1, -1, 'WITHSCORES')
-  local turn, skips, rounds = tonumber(top[2]) or 0, 0, 0
+  local turn, skips, rounds = last_turn(), 0, 0
   while #take < grant and skips < SKIPS and rounds < ROUNDS do
     rounds = rounds + 1
     local quota = grant - #take

@@ -229,10 +229,18 @@ local function index_member(g, score, id)
   return g .. '\n' .. string.format('%016.0f', score) .. id
 end
 
+-- The highest turn of the rotation within +-2^53 (one beyond, +-inf included, was
+-- planted: counting on from it, every turn would be the same number and the rotation
+-- would become the groups' alphabetical order, the first ones served forever).
+local function last_turn()
+  local top = redis.call('ZREVRANGEBYSCORE', group_turns, '(9007199254740992',
+                         '(-9007199254740992', 'WITHSCORES', 'LIMIT', 0, 1)
+  return tonumber(top[2]) or 0
+end
+
 -- Groups `gs` join the rotation at its end; a group in it keeps its turn (NX).
 local function join_turns(gs)
-  local last = redis.call('ZRANGE', group_turns, -1, -1, 'WITHSCORES')
-  local turn = tonumber(last[2]) or 0
+  local turn = last_turn()
   local args = {}
   for _, g in ipairs(gs) do turn = turn + 1; args[#args + 1] = turn; args[#args + 1] = g end
   if #args > 0 then call_many('ZADD', group_turns, {'NX'}, args) end

@@ -85,3 +85,14 @@ def test_a_queue_without_groups_keeps_no_index(engine: Engine) -> None:
     assert claim_ids(engine, 5) == ["n4", "n3", "n2", "n1", "n0"]
     k = engine.keys("q")
     assert not engine.client.exists(k.group, k.group_ready, k.group_turns)
+
+
+def test_a_planted_endless_turn_does_not_freeze_the_rotation(engine: Engine) -> None:
+    engine.enqueue("q", [NewJob(id="%s%02d" % (g, i), at_ms=NOW, group=g)
+                         for g in "abcd" for i in range(10)], now_ms=NOW)
+    k = engine.keys("q")
+    engine.client.zadd(k.group_turns, {"~planted": float("inf"), "~low": float("-inf")})
+    # a turn counted on from +inf would stay +inf: the rotation the alphabet, a and b
+    # served at every claim of two and c and d never
+    served = [i[0] for _ in range(4) for i in claim_ids(engine, 2)]
+    assert served.count("c") == served.count("d") == 2
