@@ -58,6 +58,13 @@ def test_the_command_pauses_lists_and_resumes_a_group(delayq_engine) -> None:  #
         call_command("delayq_queue", "list", "default", "--group", "acme")
 
 
+def test_the_command_lists_a_paused_group_written_by_hand_escaped(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    delayq_engine.client.sadd(delayq_engine.keys("default").group_paused, "\x1b[2Jevil")
+    out = StringIO()
+    call_command("delayq_queue", "list", "default", stdout=out)
+    assert "default: paused groups: \\x1b[2Jevil" in out.getvalue()  # no terminal escape
+
+
 def test_purging_a_group_cancels_its_waiting_jobs_only(delayq_engine) -> None:  # type: ignore[no-untyped-def]
     acme = [schedule("tests.jobs.noop", i, group="acme", delay=3600) for i in range(3)]
     bob = schedule("tests.jobs.noop", group="bob", delay=3600)

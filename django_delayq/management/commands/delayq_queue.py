@@ -33,6 +33,7 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.limits import rate_text
 from django_delayq.exceptions import InvalidJob
+from django_delayq.management.commands.delayq_status import printable
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
 EXIT_USAGE = 2  # bad options, as argparse's own usage errors
@@ -159,7 +160,8 @@ class Command(BaseCommand):
                                                                          strict=True)).rstrip())
         for queue in names:
             if groups := engine.paused_groups(queue):
-                self.stdout.write("%s: paused groups: %s" % (queue, ", ".join(groups)))
+                self.stdout.write("%s: paused groups: %s" % (queue, ", ".join(
+                    map(printable, groups))))  # read from Redis: anyone could have written them
             rate, concurrency = settings.group_limit(queue)
             if rate is not None or concurrency is not None:
                 self.stdout.write("%s: each group: concurrency %s, rate %s" % (
