@@ -387,8 +387,9 @@ end
 -- until when it is held: concurrency, now + lease_ms (a settle of one of its jobs puts
 -- it back sooner), or now when the repair dropped a whole budget of stale slots (more
 -- may be stale: the next claim goes on); rate, when the window lets one more claim in
--- (the entry that leaves first is looked up among the first GROUP_TRIM past the rate:
--- more than that were never written by a claim, which adds at most 25; else a window).
+-- (the entry whose leaving lets a claim in is looked up among the first GROUP_TRIM past
+-- the rate, a claim adds at most 25; further, a rate lowered at run time or entries
+-- written by hand, the group is held for a window: never a walk through the window).
 local function group_room(g, now, lease_ms)
   local lim = glim.of[g]
   if not lim then return nil, nil end
