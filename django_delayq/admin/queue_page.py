@@ -86,12 +86,14 @@ def _act(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
         admin.message_user(request, _("Tick the box to confirm purging %s.") % queue,
                            messages.WARNING)
         return back
-    group = request.POST.get("group", "").strip()
+    group = request.POST.get("group")  # sent by the group forms only, blank or not
     try:
         if op in ("limit", "unlimit"):
-            text, changed = _perform_limit(op, queue, group, request.POST)
+            text, changed = _perform_limit(op, queue, (group or "").strip(), request.POST)
+        elif group is not None:  # a blank one is refused, never taken for the whole queue
+            text, changed = _perform_group(op, queue, group.strip())
         else:
-            text, changed = _perform_group(op, queue, group) if group else _perform(op, queue)
+            text, changed = _perform(op, queue)
     except (DelayQError, RedisError) as exc:
         logger.warning("queue %s: %s failed: %s", queue, op, exc)
         admin.message_user(request, _("%(op)s %(queue)s failed: %(error)s") % {

@@ -34,6 +34,18 @@ def test_a_group_is_paused_resumed_and_purged_from_the_queues_page(delayq_settin
                       "Purged group acme of queue default: 1 waiting jobs cancelled."]
 
 
+def test_a_blank_group_is_refused_not_taken_for_the_whole_queue(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    other = schedule("tests.jobs.noop", delay=3600)  # a job of the queue, of no group
+    client = staff_client("pause_queue", "purge_queue")
+    page = client.post(PAGE, {"queue": "default", "group": "   ", "op": "purge",
+                              "confirm": "yes"}, follow=True).content.decode()
+    assert "group must be a string of 1 to 128 characters, not &#x27;&#x27;" in page
+    client.post(PAGE, {"queue": "default", "group": " ", "op": "pause"})
+    assert Job.objects.get(pk=other.id).status == JobStatus.SCHEDULED  # the group form's
+    assert "Resume</button>" not in client.get(PAGE).content.decode()  # blank: nothing done
+    assert not LogEntry.objects.exists()
+
+
 def test_group_controls_need_the_queue_permissions(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     client = staff_client()
     assert client.post(PAGE, {"queue": "default", "group": "acme", "op": "pause"}
