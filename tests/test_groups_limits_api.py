@@ -22,6 +22,7 @@ from django_delayq import (
 )
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.core.group_limits import sync
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.models import GroupLimit
 from django_delayq.worker.gates import QueueGate
@@ -145,6 +146,15 @@ def test_the_reconciler_makes_redis_agree_with_the_rows(delayq_engine) -> None: 
     GroupLimit.objects.create(queue="default", group="late", concurrency=4)  # Redis missed it
     Reconciler(engine, get_settings(), ("default",)).run_all(grace_seconds=0)
     assert engine.group_limit_overrides("default") == {"acme": "-1 -1 5", "late": "-1 -1 4"}
+
+
+def test_an_override_written_by_hand_under_a_name_not_utf8_is_removed_once(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    key = delayq_engine.keys("default").group_limits
+    delayq_engine.client.hset(key, b"\xffbad", "1 1 1")  # no group's name: no row has it
+    s = get_settings()
+    assert sync(delayq_engine, s, ["default"]) == 1
+    assert delayq_engine.client.hgetall(key) == {}
+    assert sync(delayq_engine, s, ["default"]) == 0  # not again at every pass
 
 
 def test_the_command_sets_lists_and_clears_a_group_limit(delayq_engine) -> None:  # type: ignore[no-untyped-def]

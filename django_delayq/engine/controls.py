@@ -68,7 +68,8 @@ class QueueControls(RedisOwner):
     def _group_control(self, queue: str, op: str, group: str, value: str = "") -> bool:
         k = self.keys(queue)
         keys = scripts.keys_of("group_control", k)
-        return bool(int(self._run("group_control", keys, [op, group, k.channel, value])))
+        name = group.encode("utf-8", "surrogateescape")  # a name read from Redis as it was
+        return bool(int(self._run("group_control", keys, [op, name, k.channel, value])))
 
     def set_group_limit(self, queue: str, group: str, *, rate: tuple[int, int] | None,
                         concurrency: int | None) -> bool:
@@ -81,8 +82,10 @@ class QueueControls(RedisOwner):
         return self._group_control(queue, "unlimit", group)
 
     def group_limit_overrides(self, queue: str) -> dict[str, str]:
-        """group -> its override as Redis holds it (``override_value``'s form)."""
-        return {_text(g): _text(v) for g, v in
+        """group -> its override as Redis holds it (``override_value``'s form); a name
+        that is not UTF-8 (no group's: written by hand) keeps its bytes as surrogates, so
+        ``sync_group_limits`` can remove it."""
+        return {_name(g): _text(v) for g, v in
                 self.client.hscan_iter(self.keys(queue).group_limits, count=500)}
 
     def sync_group_limits(self, queue: str, wanted: dict[str, str], have: dict[str, str]
@@ -210,3 +213,7 @@ def _limit_fields(rate: tuple[int, int] | None, concurrency: int | None,
 
 def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def _name(value: Any) -> str:
+    return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes) else str(value)
