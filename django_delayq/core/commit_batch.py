@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
 from django_delayq.core import sender, submit
-from django_delayq.engine import NewJob
+
+if TYPE_CHECKING:
+    from django_delayq.engine import NewJob
 
 
 class _Pending:

@@ -16,11 +16,14 @@ reconciler enqueues them.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import NewJob
+
+if TYPE_CHECKING:
+    from django_delayq.engine import NewJob
 
 logger = logging.getLogger(__name__)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import CommandError
 
-from django_delayq.core.conf import Settings
 from django_delayq.core.submit import MAX_QUEUE_NAME, not_a_queue_name
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
 
 
 def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:

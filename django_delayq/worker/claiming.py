@@ -22,18 +22,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 from redis.exceptions import RedisError
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.engine.scripts import MAX_TURNS
 from django_delayq.worker import gates, runner
 from django_delayq.worker.handover import Handover
-from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.urgent import UrgentTimer
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import ClaimedJob, Engine
+    from django_delayq.worker.ledger import Ledger
 
 logger = logging.getLogger(__name__)
 

@@ -17,15 +17,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob
 from django_delayq.worker import gates, runner
-from django_delayq.worker.handover import Handover
 from django_delayq.worker.ledger import Ledger, key_of
-from django_delayq.worker.settlement import Settlement
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import ClaimedJob
+    from django_delayq.worker.handover import Handover
+    from django_delayq.worker.settlement import Settlement
 
 logger = logging.getLogger(__name__)
 

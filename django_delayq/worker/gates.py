@@ -34,13 +34,16 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from django_delayq.core import group_limits
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob, ClaimResult, Engine
 from django_delayq.worker import runner
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import ClaimedJob, ClaimResult, Engine
 
 logger = logging.getLogger(__name__)
 

@@ -24,16 +24,19 @@ import logging
 import queue as queue_mod
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from django_delayq.core import payloads
-from django_delayq.core.conf import Settings
 from django_delayq.core.payloads import NO_ROW, Aside
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.observe import prometheus
 from django_delayq.worker import runner
-from django_delayq.worker.ledger import Ledger
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.worker.ledger import Ledger
 
 logger = logging.getLogger(__name__)
 

@@ -22,10 +22,13 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob
 from django_delayq.worker.runner import Outcome, shown
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import ClaimedJob
 
 logger = logging.getLogger(__name__)
 

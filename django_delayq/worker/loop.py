@@ -36,12 +36,11 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from django.db import connections
 from redis.exceptions import RedisError
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import Engine
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
 from django_delayq.worker.execution import Execution
@@ -49,6 +48,10 @@ from django_delayq.worker.gates import StartGate
 from django_delayq.worker.housekeeping import Housekeeping
 from django_delayq.worker.settlement import Settlement
 from django_delayq.worker.tracking import Supervision, TrackedLedger
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
 

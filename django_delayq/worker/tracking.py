@@ -70,11 +70,14 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob
 from django_delayq.worker.ledger import Key, Ledger, RunningJob
 from django_delayq.worker.runner import Kind, Outcome
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import ClaimedJob
 
 logger = logging.getLogger(__name__)
 

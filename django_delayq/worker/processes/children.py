@@ -33,11 +33,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from django_delayq.engine import ClaimedJob
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
-from django_delayq.worker.ledger import Key
 from django_delayq.worker.loop import EXIT_HARD_STOP
+
+if TYPE_CHECKING:
+    from django_delayq.worker.ledger import Key
 
 logger = logging.getLogger(__name__)
 

@@ -54,18 +54,21 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import Engine
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.ledger import Key
 from django_delayq.worker.loop import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK, Worker
 from django_delayq.worker.processes.children import Child, describe_exit, rss_mb
 from django_delayq.worker.processes.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack, reasons
 from django_delayq.worker.tracking import ORPHAN_SIGNAL, Supervision
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.worker.ledger import Key
 
 logger = logging.getLogger(__name__)
 

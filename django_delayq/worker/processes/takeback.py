@@ -41,18 +41,21 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from django_delayq.core import payloads
-from django_delayq.core.conf import Settings
 from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker import runner
-from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.ledger import Key
 from django_delayq.worker.loop import EXIT_OK
 from django_delayq.worker.processes.children import Child, describe_exit
 from django_delayq.worker.settle import Settler
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.worker.audit import AuditWriter
+    from django_delayq.worker.ledger import Key
 
 logger = logging.getLogger(__name__)
 
