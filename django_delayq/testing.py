@@ -30,13 +30,14 @@ from typing import TYPE_CHECKING, Any
 from django_delayq.core import connection, payloads
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
-from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker import handover, runner
+from django_delayq.worker import handover, outcome, runner
 from django_delayq.worker.audit import AuditWriter
 
 if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.settle import Settler
 
 logger = logging.getLogger(__name__)
@@ -126,11 +127,11 @@ def _run_claimed(engine: Engine, settings: Settings, settler: Settler, queue: st
     Callable limits do not apply here: the jobs run one by one."""
     loaded = payloads.read(claimed)
     handover.set_aside(engine, queue, loaded.aside, settings.dead_max)
-    outcomes = [runner.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
+    outcomes = [outcome.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
     for job in loaded.run:
         env = payloads.of(job)
         if env.expires_ms is not None and now_ms >= env.expires_ms:
-            outcomes.append(runner.expired(job, env.path, env.expires_ms))
+            outcomes.append(outcome.expired(job, env.path, env.expires_ms))
             continue
         settler.started(job)
         outcomes.append(execute(job, settings))
@@ -172,7 +173,7 @@ def _flush_outbox(engine: Engine, settings: Settings, queues: tuple[str, ...]) -
     Reconciler(engine, settings, queues).run_all(grace_seconds=0.0)
 
 
-def execute(job: ClaimedJob, settings: Settings) -> runner.Outcome:
+def execute(job: ClaimedJob, settings: Settings) -> outcome.Outcome:
     """One attempt of ``job`` in this thread, on the test's own database connection."""
     return runner.run(job, worker_id=WORKER_ID, default_max_attempts=settings.default_max_attempts,
                       default_backoff=settings.default_backoff, manage_connections=False)
@@ -211,8 +212,8 @@ def run_eager(job_id: str) -> None:
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except Exception as exc:
-        record(JobStatus.DEAD, error_type=runner.error_type(exc), last_error=runner.text(exc, 2000),
-               traceback=runner.text(traceback.format_exc())[-20000:])
+        record(JobStatus.DEAD, error_type=outcome.error_type(exc), last_error=outcome.text(exc, 2000),
+               traceback=outcome.text(traceback.format_exc())[-20000:])
         raise
     kept, size = runner.stored_result(result)
     limit = get_settings().max_payload_bytes

@@ -37,8 +37,7 @@ from django_delayq.core.options import KEEP, JobOptions, JobSpec
 from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
 from django_delayq.core.sender import send as enqueue_or_outbox  # Spark's sink sends with it
 from django_delayq.core.submit import set_eager_runner
-from django_delayq.engine import CancelOutcome
-from django_delayq.engine.outcomes import MoveOutcome
+from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob, JobNotFound
 from django_delayq.models import UNFINISHED_STATUSES, Job, JobStatus
 

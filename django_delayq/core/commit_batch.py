@@ -36,7 +36,7 @@ from django.db import connections
 from django_delayq.core import sender, submit
 
 if TYPE_CHECKING:
-    from django_delayq.engine import NewJob
+    from django_delayq.engine.outcomes import NewJob
 
 
 class _Pending:

@@ -13,8 +13,8 @@ import threading
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_delayq.engine import Engine
 from django_delayq.engine.client import make_client, split_cluster_url  # noqa: F401
+from django_delayq.engine.sharded import ShardedEngine as Engine
 
 _lock = threading.Lock()
 _engine: Engine | None = None

@@ -23,7 +23,7 @@ from redis.exceptions import RedisError
 from django_delayq.core.connection import get_engine
 
 if TYPE_CHECKING:
-    from django_delayq.engine import NewJob
+    from django_delayq.engine.outcomes import NewJob
 
 logger = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from django.db import transaction
 from django_delayq.core import options, validation
 from django_delayq.core.options import DROP, KEEP, REPLACE, JobSpec
 from django_delayq.core.validation import MAX_QUEUE_NAME, not_a_queue_name
-from django_delayq.engine import NewJob
+from django_delayq.engine.outcomes import NewJob
 
 # The option names and checks re-exported: core/dedup.py, the admin and the management
 # commands import them from here.

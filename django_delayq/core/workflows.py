@@ -31,7 +31,7 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core import commit_batch, submit
 from django_delayq.core.conf import get_settings
-from django_delayq.engine import NewJob
+from django_delayq.engine.outcomes import NewJob
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
 

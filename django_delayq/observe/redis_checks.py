@@ -29,8 +29,8 @@ from django.core import checks
 from redis.exceptions import RedisError
 
 from django_delayq.core import conf
-from django_delayq.engine import Engine
 from django_delayq.engine.client import make_client
+from django_delayq.engine.sharded import ShardedEngine as Engine
 
 if TYPE_CHECKING:
     from django_delayq.engine.server import ServerInfo

@@ -29,7 +29,7 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core.api import enqueue_or_outbox
 from django_delayq.core.rows import COPY_ESCAPES, RowWriter, text_datetimes
-from django_delayq.engine import NewJob
+from django_delayq.engine.outcomes import NewJob
 
 if TYPE_CHECKING:
     from django_delayq.spark.arrow_jobs import JobColumns, Target

@@ -37,7 +37,8 @@ from django_delayq.worker.queue_backoff import ERRORS
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
-    from django_delayq.engine import ClaimedJob, Engine
+    from django_delayq.engine import Engine
+    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.ledger import RunningJob
     from django_delayq.worker.tracking import Supervision
 

@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django_delayq.engine import ClaimedJob
-    from django_delayq.worker.runner import Outcome
+    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.outcome import Outcome
 
 Key = tuple[str, str]  # (queue, job id)
 

@@ -22,7 +22,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.management.command_options import parse_queues
-from django_delayq.worker.loop import EXIT_CONFIG, Worker, WorkerOptions, wait_for_redis
+from django_delayq.worker.loop import Worker, WorkerOptions, attach, wait_for_redis
+from django_delayq.worker.tracking import EXIT_CONFIG
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -142,7 +143,6 @@ class Command(BaseCommand):
     def run_worker(self, settings: Settings, queues: tuple[str, ...], concurrency: int,
                    options: dict[str, Any]) -> int:
         from django_delayq.core.connection import get_engine
-        from django_delayq.worker.processes.supervisor import attach
         from django_delayq.worker.tracking import Supervision
 
         supervision = (Supervision.decode(options["supervised"])

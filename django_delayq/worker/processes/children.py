@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from django_delayq.engine import ClaimedJob
+from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
-from django_delayq.worker.loop import EXIT_HARD_STOP
+from django_delayq.worker.tracking import EXIT_HARD_STOP
 
 if TYPE_CHECKING:
     from django_delayq.worker.ledger import Key
