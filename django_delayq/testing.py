@@ -27,9 +27,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+from django.test import override_settings
+from django.utils import timezone
+
 from django_delayq.core import connection, payloads
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
+from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobStatus
@@ -95,7 +100,7 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     Jobs that become due meanwhile (retries with no delay, jobs scheduled by jobs) run
     too; ``max_jobs`` bounds a job that keeps rescheduling itself. Returns the count.
     """
-    from django_delayq.worker.settle import Settler
+    from django_delayq.worker.settle import Settler  # lazy: apps.ready imports testing
 
     settings = get_settings()
     fixed = _to_ms(now)
@@ -156,7 +161,7 @@ def advance(delta: timedelta | float, queues: list[str] | None = None) -> int:
 
 def _tick_freezegun(delta: timedelta) -> bool:
     try:
-        from freezegun import api as freezegun_api
+        from freezegun import api as freezegun_api  # optional: when the test uses it
     except ImportError:
         return False
     factories = getattr(freezegun_api, "freeze_factories", None)
@@ -168,8 +173,6 @@ def _tick_freezegun(delta: timedelta) -> bool:
 
 def _flush_outbox(engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
     """Enqueue live rows Redis does not hold (their on-commit enqueue never fired)."""
-    from django_delayq.core.reconcile import Reconciler
-
     Reconciler(engine, settings, queues).run_all(grace_seconds=0.0)
 
 
@@ -184,7 +187,7 @@ def execute(job: ClaimedJob, settings: Settings) -> outcome.Outcome:
 def run_worker(queues: list[str] | None = None, concurrency: int = 1) -> int:
     """Run a real ``Worker`` in burst mode (its own threads: use
     ``django_db(transaction=True)``); return how many jobs it claimed."""
-    from django_delayq.worker.loop import Worker, WorkerOptions
+    from django_delayq.worker.loop import Worker, WorkerOptions  # lazy: apps.ready imports testing
 
     settings = get_settings()
     worker = Worker(connection.get_engine(), settings, WorkerOptions(
@@ -195,8 +198,6 @@ def run_worker(queues: list[str] | None = None, concurrency: int = 1) -> int:
 
 def run_eager(job_id: str) -> None:
     """Run job ``job_id`` now, in this thread, and record the outcome on its row."""
-    from django.utils import timezone
-
     job = Job.objects.get(pk=job_id)
     if job.is_final:  # cancelled before the commit that runs it: a worker would not run it
         return
@@ -212,7 +213,8 @@ def run_eager(job_id: str) -> None:
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except Exception as exc:
-        record(JobStatus.DEAD, error_type=outcome.error_type(exc), last_error=outcome.text(exc, 2000),
+        record(JobStatus.DEAD, error_type=outcome.error_type(exc),
+               last_error=outcome.text(exc, 2000),
                traceback=outcome.text(traceback.format_exc())[-20000:])
         raise
     kept, size = runner.stored_result(result)
@@ -251,9 +253,6 @@ class DelayQ:
 @contextmanager
 def isolated() -> Iterator[DelayQ]:
     """A unique ``DELAYQ["PREFIX"]`` and the test clock for the duration of one test."""
-    from django.conf import settings
-    from django.test import override_settings
-
     current = dict(getattr(settings, "DELAYQ", {}) or {})
     prefix = "%s-test-%s" % (current.get("PREFIX", "delayq"), uuid.uuid4().hex[:10])
     helper = DelayQ()

@@ -239,7 +239,7 @@ def rss_mb(pid: int) -> float | None:
     """The resident memory of process ``pid`` in MB (psutil when installed, else
     /proc); None when it cannot be read."""
     try:
-        import psutil
+        import psutil  # optional: when installed, else /proc
     except ImportError:
         try:
             pages = int(Path("/proc/%d/statm" % pid).read_text().split()[1])
