@@ -234,7 +234,7 @@ def _release(ids: list[str], using: str) -> None:
                                           delay_ms=0, priority=priority))
     for queue, new in by_queue.items():
         if get_settings().eager:  # no Redis: each runs inline after commit
-            submit.after_commit(using, _run_eager(new))
+            commit_batch.after_commit(using, _run_eager(new))
         else:
             commit_batch.enqueue_after_commit(using, queue, new)
 
