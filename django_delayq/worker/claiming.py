@@ -28,7 +28,7 @@ from django.db import close_old_connections
 from redis.exceptions import RedisError
 
 from django_delayq.engine.scripts import MAX_TURNS
-from django_delayq.worker import gates, outcome
+from django_delayq.worker import gates
 from django_delayq.worker.handover import Handover
 from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.urgent import UrgentTimer
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from django_delayq.engine import Engine
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.ledger import Ledger
+    from django_delayq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -180,7 +181,7 @@ class Claiming:
             self.next_due[queue] = due if known is None else min(known, due)
             raise
 
-    def settled(self, outcomes: list[outcome.Outcome]) -> None:
+    def settled(self, outcomes: list[Outcome]) -> None:
         """``outcomes`` were settled (the settling thread's hook): a queue limit may have
         room now; the main loop tops up the jobs waiting for a thread once fewer than the
         threads are left."""
