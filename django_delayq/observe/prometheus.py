@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 
 from django_delayq import compat, signals
-from django_delayq.observe import limit_usage
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.queues import known_queues
+from django_delayq.observe import group_usage, limit_usage
 
 if TYPE_CHECKING:
     from datetime import datetime
