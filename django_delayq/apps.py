@@ -15,10 +15,11 @@ class DelayQConfig(AppConfig):
         # signal receivers (metrics only when prometheus-client is installed).
         # The hooks the core takes from the surface above it: eager mode, and how a
         # Django Tasks ``Task`` that takes a context is called (when Tasks is installed).
-        from django_delayq import compat, testing
-        from django_delayq.core import api, conf, events  # noqa: F401
-        from django_delayq.observe import checks, prometheus, redis_checks  # noqa: F401
+        # Imported here, not at the top: apps.py is imported before the models load.
+        from django_delayq import compat, testing  # lazy: models load after apps.py
+        from django_delayq.core import api, conf, events  # lazy  # noqa: F401
+        from django_delayq.observe import checks, prometheus, redis_checks  # lazy  # noqa: F401
 
         api.set_eager_runner(testing.run_eager)
         if compat.tasks is not None:
-            from django_delayq import backends  # noqa: F401  (registers its task caller)
+            from django_delayq import backends  # lazy: with Tasks only  # noqa: F401

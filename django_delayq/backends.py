@@ -31,7 +31,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
 from django_delayq import compat, tasks_results
-from django_delayq.core import registry, validation
+from django_delayq.core import api, registry, validation
+from django_delayq.core.conf import get_settings
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt
@@ -74,8 +75,6 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
             task = dataclasses.replace(task, run_after=None)
         super().validate_task(task)
         if not self.own_queues:
-            from django_delayq.core.conf import get_settings
-
             queues = get_settings().queues
             if task.queue_name not in queues:
                 raise compat.InvalidTask("Queue %r is not in DELAYQ['QUEUES'] %r"
@@ -91,8 +90,6 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
 
     def enqueue(self, task: AnyTask, args: Iterable[object],
                 kwargs: Mapping[str, object]) -> AnyResult:
-        from django_delayq.core import api
-
         self.validate_task(task)
         json_args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
         json_kwargs = compat.normalize_json(dict(kwargs))

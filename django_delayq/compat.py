@@ -12,6 +12,8 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
+
 tasks: ModuleType | None
 tasks_base: ModuleType | None
 BaseTaskBackend: Any
@@ -50,8 +52,6 @@ except ImportError:
 def require_tasks() -> ModuleType:
     """The Tasks module, or ``ImproperlyConfigured`` saying what to install."""
     if tasks is None:
-        from django.core.exceptions import ImproperlyConfigured
-
         raise ImproperlyConfigured(
             "django_delayq.backends needs Django's Tasks framework: Django >= 6.0, or "
             "'pip install django-tasks' on Django 5.2")

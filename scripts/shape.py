@@ -157,6 +157,7 @@ def main() -> int:
         tree, notes = ast.parse(source), comments(source)
         name = module_name(path)
         graph[name] = top_level_imports(tree, name, path.name == "__init__.py")
+        seen: set[int] = set()
         for func in ast.walk(tree):
             if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
@@ -166,8 +167,9 @@ def main() -> int:
                 params += 1
                 bare_any += arg.annotation is not None \
                     and ast.unparse(arg.annotation) in ("Any", "typing.Any")
-            for node in ast.walk(func):
-                if isinstance(node, ast.Import | ast.ImportFrom):
+            for node in ast.walk(func):  # a nested function's imports counted once
+                if isinstance(node, ast.Import | ast.ImportFrom) and id(node) not in seen:
+                    seen.add(id(node))
                     inner += 1
                     with_reason += any(is_reason(notes.get(n)) for n in
                                        range(node.lineno, (node.end_lineno or 0) + 1))

@@ -30,8 +30,7 @@ from django_delayq.admin import action_log
 from django_delayq.admin.display import job_link
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
-from django_delayq.engine import CancelOutcome
-from django_delayq.engine.outcomes import MoveOutcome
+from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound
 from django_delayq.models import Job, JobStatus
 

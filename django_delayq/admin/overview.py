@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from django_delayq.core import api
-from django_delayq.core.conf import Settings
 from django_delayq.core.queues import known_queues
-from django_delayq.engine import Engine
 from django_delayq.observe import holding, limit_usage
 from django_delayq.observe.limit_usage import describe_limit
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
 
 TEXT_CHARS = 200
 

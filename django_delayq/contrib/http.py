@@ -45,6 +45,7 @@ from http.client import HTTPConnection, HTTPException, HTTPResponse
 from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, urlsplit
 
+from django_delayq.core.conf import get_settings
 from django_delayq.core.context import current_job
 
 if TYPE_CHECKING:
@@ -104,8 +105,6 @@ def refusal(ip: IPAddress) -> str | None:
 
 
 def _allowed_networks() -> tuple[Any, ...]:
-    from django_delayq.core.conf import get_settings
-
     return get_settings().http_callback_allowed_networks
 
 

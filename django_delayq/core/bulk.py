@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django_delayq.core import ids, options, registry, rows, validation
-from django_delayq.engine import NewJob
+from django_delayq.engine.outcomes import NewJob
 
 
 class Batch:

@@ -20,21 +20,37 @@ runs before either job is sent; one registered after the last call runs after th
 ``after_sends`` runs a function at commit after the jobs of the callbacks registered
 before it are sent (a cancel in the transaction that scheduled the job).
 
-In autocommit the rows are committed by their INSERT: the jobs are sent at once. Sending
-is ``core/sender.py``'s, which never fails the caller (a failed send leaves the rows for
-the reconciler: the outbox).
+In autocommit the rows are committed by their INSERT: the jobs are sent at once.
+
+``send(queue, jobs)`` is the one send of committed jobs (at commit, or at once in
+autocommit; ``api.enqueue_or_outbox``, the same function, serves Spark's sink): one
+``Engine.enqueue`` of the current settings' engine, split by the engine into script calls
+of ``scripts.MAX_ENQUEUE``. When it returns, the jobs are in Redis: ``schedule()`` in
+autocommit returns with its job in Redis, and a worker, ``cancel()`` or a test helper of
+the same process reading Redis next finds it there.
+
+**Invariant: a job whose row committed reaches Redis, or the reconciler brings it
+there.** The row is committed before the send; a send that fails (Redis down) is logged
+and never fails the caller: its rows stay ``scheduled`` (the row is the outbox) and the
+reconciler enqueues them.
 """
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django.db import connections
+from django.db import connections, transaction
+from redis.exceptions import RedisError
 
-from django_delayq.core import sender, submit
-from django_delayq.engine import NewJob
+from django_delayq.core.connection import get_engine
+
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import NewJob
+
+logger = logging.getLogger(__name__)
 
 
 class _Pending:
@@ -72,7 +88,7 @@ class _Pending:
     def send(self) -> None:
         jobs, self.jobs = self.jobs, {}
         for queue, queued in jobs.items():
-            sender.send(queue, queued)
+            send(queue, queued)
 
 
 # Keyed by Django's connection object: one per thread (or async context) and alias.
@@ -99,7 +115,13 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob]) -> None:
         pending.send_if_last(me)
 
     me = pending.register(send_at_commit)
-    submit.after_commit(using, send_at_commit)
+    after_commit(using, send_at_commit)
+
+
+def after_commit(using: str, fn: Callable[[], object]) -> None:
+    """Run ``fn`` when the transaction of ``using`` commits (at once in autocommit); an
+    error it raises is logged by Django, never the caller's."""
+    transaction.on_commit(fn, using=using, robust=True)
 
 
 def after_sends(using: str, fn: Callable[[], object]) -> None:
@@ -113,4 +135,16 @@ def after_sends(using: str, fn: Callable[[], object]) -> None:
             pending.send()
         fn()
 
-    submit.after_commit(using, run)
+    after_commit(using, run)
+
+
+def send(queue: str, jobs: list[NewJob]) -> None:
+    """Send committed jobs to Redis (the engine of the current settings)."""
+    try:
+        get_engine().enqueue(queue, jobs)  # a cluster client connects when it is made
+    except RedisError as exc:
+        logger.warning("Redis unavailable; %d job(s) of queue %r stay in the outbox for the "
+                       "reconciler: %s", len(jobs), queue, exc)
+    except Exception:  # noqa: BLE001 - the rows are committed: never fail the caller
+        logger.exception("sending %d job(s) of queue %r to Redis failed; the reconciler "
+                         "enqueues them", len(jobs), queue)

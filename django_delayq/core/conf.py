@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -144,8 +145,6 @@ class Settings:
 
 
 def _user_settings() -> dict[str, Any]:
-    from django.conf import settings
-
     value = getattr(settings, "DELAYQ", {}) or {}
     if not isinstance(value, dict):
         raise ImproperlyConfigured("DELAYQ must be a dict, not %r" % (value,))

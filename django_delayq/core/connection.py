@@ -13,8 +13,9 @@ import threading
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from django_delayq.engine import Engine
+from django_delayq.core.conf import get_settings
 from django_delayq.engine.client import make_client, split_cluster_url  # noqa: F401
+from django_delayq.engine.sharded import ShardedEngine as Engine
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -25,8 +26,6 @@ def get_engine() -> Engine:
     if _engine is None:
         with _lock:
             if _engine is None:
-                from django_delayq.core.conf import get_settings
-
                 s = get_settings()
                 _engine = Engine(make_client(s.redis_url, s.cache_alias), prefix=s.prefix,
                                  shards=s.queue_shards)

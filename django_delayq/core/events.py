@@ -36,11 +36,16 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from django.core.signals import setting_changed
+from django.db import router, transaction
 from redis.exceptions import RedisError
 
 from django_delayq import signals
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.engine.event_log import EventLog
 from django_delayq.engine.keys import GlobalKeys
+from django_delayq.models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -201,8 +206,6 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 def events_config() -> tuple[bool, int]:
     """(enabled, maxlen) from DELAYQ["EVENTS"] / DELAYQ["EVENTS_MAXLEN"]."""
-    from django_delayq.core.conf import get_settings
-
     s = get_settings()
     enabled = getattr(s, "events", s.raw.get("EVENTS", True))
     maxlen = getattr(s, "events_maxlen", s.raw.get("EVENTS_MAXLEN", DEFAULT_MAXLEN))
@@ -220,8 +223,6 @@ def get_stream() -> EventStream | None:
         return None
     with _lock:
         if _stream is None:
-            from django_delayq.core.connection import get_engine
-
             _stream = EventStream(get_engine().event_log(maxlen))
         return _stream
 
@@ -308,10 +309,6 @@ def _materialise(raw: list[Any]) -> list[Fields]:
 
 
 def _on_scheduled(sender: object, **kwargs: object) -> None:
-    from django.db import router, transaction
-
-    from django_delayq.models import Job
-
     fields = _fields("scheduled", kwargs)  # the job exists once the caller commits
     transaction.on_commit(lambda: _add_now(fields), using=router.db_for_write(Job))
 
@@ -358,8 +355,6 @@ def _on_setting_changed(*, setting: str, **kwargs: object) -> None:
 
 
 def _connect_setting_changed() -> None:
-    from django.core.signals import setting_changed
-
     setting_changed.connect(_on_setting_changed, dispatch_uid="delayq.events.settings")
 
 

@@ -31,12 +31,15 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import Engine
 from django_delayq.models import Job, JobStatus
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
 
 # A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
 SILENT_BEATS = 2

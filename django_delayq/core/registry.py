@@ -42,6 +42,8 @@ from typing import Any
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from django_delayq import compat
+from django_delayq.core.conf import get_settings
 from django_delayq.core.validation import name_problem
 from django_delayq.exceptions import InvalidJob
 
@@ -55,8 +57,6 @@ class NotAllowed(PermissionError):
 @cache
 def allowed_modules() -> frozenset[str]:
     """The modules of ``DELAYQ["ALLOWED_CALLABLES"]``; empty when unset."""
-    from django_delayq.core.conf import get_settings
-
     return frozenset(get_settings().allowed_callables or ())
 
 
@@ -227,6 +227,4 @@ def signature(path: str) -> inspect.Signature | None:
 
 def _task_type() -> type[Any] | None:
     """Django's ``Task`` class when the Tasks framework is installed."""
-    from django_delayq import compat
-
     return compat.tasks_base.Task if compat.tasks_base is not None else None

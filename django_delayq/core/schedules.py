@@ -66,7 +66,7 @@ def zone_of(name: object) -> ZoneInfo:
 
 def _cronsim() -> Any:
     try:
-        import cronsim
+        import cronsim  # optional: the cron extra
     except ImportError as exc:  # the optional extra
         raise InvalidJob("cron schedules need the cronsim package: pip install "
                          "'django-delayq[cron]'") from exc

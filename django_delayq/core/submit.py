@@ -1,6 +1,6 @@
 """One job's row, once its options are checked (``options.JobOptions.check``): its values
-and its entry for Redis; and the hooks every way of scheduling shares (eager runs, on
-commit). The send to Redis at commit is ``commit_batch``'s, through ``sender``."""
+and its entry for Redis; and the hook every way of scheduling shares (eager runs). What
+runs at commit, and the send to Redis then, is ``commit_batch``'s."""
 
 from __future__ import annotations
 
@@ -8,16 +8,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 
 from django_delayq.core import options, validation
 from django_delayq.core.options import DROP, KEEP, REPLACE, JobSpec
 from django_delayq.core.validation import MAX_QUEUE_NAME, not_a_queue_name
-from django_delayq.engine import NewJob
+from django_delayq.engine.outcomes import NewJob
 
 # The option names and checks re-exported: core/dedup.py, the admin and the management
 # commands import them from here.
-__all__ = ["DROP", "KEEP", "MAX_QUEUE_NAME", "REPLACE", "JobSpec", "after_commit", "build",
+__all__ = ["DROP", "KEEP", "MAX_QUEUE_NAME", "REPLACE", "JobSpec", "build",
            "eager_runner", "not_a_queue_name", "set_eager_runner"]
 
 
@@ -56,6 +55,3 @@ def eager_runner() -> Callable[[str], object]:
                                    "'django_delayq' in INSTALLED_APPS?")
     return _eager[0]
 
-
-def after_commit(using: str, fn: Callable[[], object]) -> None:
-    transaction.on_commit(fn, using=using, robust=True)

@@ -44,7 +44,7 @@ from redis.exceptions import RedisError
 
 from django_delayq.core import validation
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import NewJob
+from django_delayq.engine.outcomes import NewJob
 from django_delayq.models import Job, JobStatus, Schedule
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core import commit_batch, submit
 from django_delayq.core.conf import get_settings
-from django_delayq.engine import NewJob
+from django_delayq.engine.outcomes import NewJob
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
 
@@ -234,7 +234,7 @@ def _release(ids: list[str], using: str) -> None:
                                           delay_ms=0, priority=priority))
     for queue, new in by_queue.items():
         if get_settings().eager:  # no Redis: each runs inline after commit
-            submit.after_commit(using, _run_eager(new))
+            commit_batch.after_commit(using, _run_eager(new))
         else:
             commit_batch.enqueue_after_commit(using, queue, new)
 

@@ -34,14 +34,16 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import ConnectionPool, Redis
 from redis.connection import Connection
 from redis.exceptions import ResponseError
 
 from django_delayq.engine import scripts
-from django_delayq.engine.keys import QueueKeys
+
+if TYPE_CHECKING:
+    from django_delayq.engine.keys import QueueKeys
 
 
 def _libc_send() -> Any:

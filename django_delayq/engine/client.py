@@ -25,8 +25,10 @@ from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 import redis
-from redis.cluster import RedisCluster
+from redis.cluster import ClusterNode, RedisCluster
+from redis.connection import parse_url
 from redis.exceptions import RedisClusterException
+from redis.sentinel import Sentinel
 
 from django_delayq.engine.urls import (
     host_port,
@@ -67,7 +69,7 @@ def make_client(url: str | None = None, cache_alias: str | None = None, **option
 
 def cache_client(alias: str) -> Any:
     """The raw client of the django-redis cache ``alias`` (shares its connection pool)."""
-    from django_redis import get_redis_connection
+    from django_redis import get_redis_connection  # lazy: it imports Django; CACHE_ALIAS only
 
     return get_redis_connection(alias)
 
@@ -94,9 +96,6 @@ SENTINEL_ONLY = ("sentinel_password", "sentinel_username")
 def sentinel_client(url: str, **options: Any) -> Any:
     """The master of the service a ``redis+sentinel://`` URL names, found through its
     sentinels at every (re)connection (``redis.sentinel.SentinelConnectionPool``)."""
-    from redis.connection import parse_url
-    from redis.sentinel import Sentinel
-
     service, db, sentinels = sentinel_parts(url)
     parts, query = urlsplit(url), sentinel_query(url)
     master_query = urlencode({k: v for k, v in query.items() if k not in SENTINEL_ONLY})
@@ -120,8 +119,6 @@ def cluster_client(url: str, **options: Any) -> Any:
     """A ``RedisCluster``. It must reach a node to start: when none answers, the error is
     a ``redis.ConnectionError`` like any outage (``schedule()`` keeps the row in the
     outbox, ``manage.py check`` warns) rather than a ``RedisClusterException``."""
-    from redis.cluster import ClusterNode, RedisCluster
-
     base, others = split_cluster_url(url)
     startup = [ClusterNode(host, port) for host, port in others]
     try:

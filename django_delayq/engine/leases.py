@@ -7,14 +7,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.engine.replies import bad_id
 from django_delayq.engine.replies import shown as _shown
 from django_delayq.engine.replies import text as _s
 from django_delayq.engine.scripts import MAX_MARK
+
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import ClaimedJob
 
 logger = logging.getLogger(__name__)
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.replies import Scalar
+
+if TYPE_CHECKING:
+    from django_delayq.engine.replies import Scalar
 
 _T = TypeVar("_T")
 # A job to re-enqueue: (id, due ms), (id, due ms, priority) or (id, due ms, priority, group).

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from django_delayq.engine.envelope import Envelope
+if TYPE_CHECKING:
+    from django_delayq.engine.envelope import Envelope
 
 
 class CancelOutcome(enum.IntEnum):

@@ -11,16 +11,18 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.client import RedisClient
 from django_delayq.engine.event_log import EventLog, entry_order
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.engine.wake import WakeListener
+
+if TYPE_CHECKING:
+    from django_delayq.engine.client import RedisClient
 
 _E = TypeVar("_E", bound="ServerReads")
 READY_LEVEL = 2 ** 44  # a ready score is (100 - priority) * READY_LEVEL + due_ms (lib.lua)

@@ -26,10 +26,13 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
-from django_delayq.engine.client import RedisClient
-from django_delayq.engine.replies import Scalar
 from django_delayq.engine.shard_health import ERRORS
+
+if TYPE_CHECKING:
+    from django_delayq.engine.client import RedisClient
+    from django_delayq.engine.replies import Scalar
 
 SHARD_MARK = "#"  # shard i >= 1 of queue q is the data set named q#i
 MAX_SHARDS = 64

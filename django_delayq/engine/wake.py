@@ -28,13 +28,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from redis import ConnectionPool, Redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError
 
-from django_delayq.engine.client import RedisClient
+if TYPE_CHECKING:
+    from django_delayq.engine.client import RedisClient
 
 logger = logging.getLogger(__name__)
 

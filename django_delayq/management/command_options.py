@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.core.management.base import CommandError
+from django.utils.module_loading import import_string
 
-from django_delayq.core.conf import Settings
 from django_delayq.core.submit import MAX_QUEUE_NAME, not_a_queue_name
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
 
 
 def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
@@ -32,8 +36,6 @@ def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
 
 def any_queue_backends() -> list[str]:
     """Aliases of the DelayQ Tasks backends configured with ``QUEUES: []``."""
-    from django.conf import settings
-
     found = []
     for alias, params in (getattr(settings, "TASKS", None) or {}).items():
         if isinstance(params, dict) and params.get("QUEUES") == [] and _is_delayq(params):
@@ -42,11 +44,9 @@ def any_queue_backends() -> list[str]:
 
 
 def _is_delayq(params: dict[str, Any]) -> bool:
-    from django.utils.module_loading import import_string
-
     try:
         backend = import_string(str(params.get("BACKEND", "")))
-        from django_delayq.backends import DelayQBackend
+        from django_delayq.backends import DelayQBackend  # lazy: it raises without Django Tasks
     except ImportError:
         return False
     return isinstance(backend, type) and issubclass(backend, DelayQBackend)

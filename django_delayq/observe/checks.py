@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core import checks
 
 from django_delayq.core import conf, registry
@@ -131,8 +132,6 @@ def hint_for(key: str) -> str:
 
 def _cache_alias_problem(user: dict[str, Any]) -> str | None:
     """CACHE_ALIAS must name a django-redis cache (not validated by conf.problems())."""
-    from django.conf import settings
-
     alias = user.get("CACHE_ALIAS")
     if alias is None:
         return None

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 from django.db.models import Count
 from django.utils import timezone
 
-from django_delayq.engine import Engine
 from django_delayq.models import Job, JobStatus
+
+if TYPE_CHECKING:
+    from django_delayq.engine import Engine
 
 SHOWN = 10  # groups shown
 

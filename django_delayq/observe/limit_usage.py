@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from django_delayq.core.conf import Settings
-from django_delayq.core.limits import Rate
-from django_delayq.engine import Engine
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.core.limits import Rate
+    from django_delayq.engine import Engine
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

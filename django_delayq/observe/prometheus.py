@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 
 from django_delayq import compat, signals
-from django_delayq.observe import limit_usage
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.queues import known_queues
+from django_delayq.observe import group_usage, limit_usage
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -61,7 +64,7 @@ class QueueCollector:
         yield from self._families().values()
 
     def _families(self) -> dict[str, Any]:
-        from prometheus_client.core import GaugeMetricFamily as g  # noqa: N813
+        from prometheus_client.core import GaugeMetricFamily as g  # optional extra  # noqa: N813
         families = (
             g("delayq_queue_jobs", "Jobs in Redis by queue and state", labels=["queue", "state"]),
             g("delayq_queue_oldest_ready_age_seconds",
@@ -101,10 +104,6 @@ class QueueCollector:
         yield from (*families.values(), up)
 
     def _read(self, f: dict[str, Any]) -> None:
-        from django_delayq.core.conf import get_settings
-        from django_delayq.core.connection import get_engine
-        from django_delayq.core.queues import known_queues
-
         settings, engine = get_settings(), get_engine()
         now_ms = 0
         queues = known_queues(settings)
@@ -122,8 +121,6 @@ class QueueCollector:
                 _limit(f, "queue", queue, limit.rate, limit.concurrency)
         self._callables(f, engine, settings)
         if settings.metrics_groups:
-            from django_delayq.observe import group_usage
-
             _groups(f, group_usage.busiest(engine, queues, settings.metrics_groups))
         f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 

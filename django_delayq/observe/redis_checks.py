@@ -23,15 +23,17 @@ reports those).
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from redis.exceptions import RedisError
 
 from django_delayq.core import conf
-from django_delayq.engine import Engine
 from django_delayq.engine.client import make_client
-from django_delayq.engine.server import ServerInfo
+from django_delayq.engine.sharded import ShardedEngine as Engine
+
+if TYPE_CHECKING:
+    from django_delayq.engine.server import ServerInfo
 
 logger = logging.getLogger(__name__)
 

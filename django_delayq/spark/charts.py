@@ -15,10 +15,10 @@ LABEL_WIDTH = 34  # characters per line of an error label; long labels wrap, nev
 
 
 def _plt() -> Any:
-    import matplotlib
+    import matplotlib  # lazy: the Spark extra, only to draw
 
     matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: after use("Agg")
 
     return plt
 

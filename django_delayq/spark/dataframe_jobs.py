@@ -17,7 +17,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import django
+import pyarrow as pa
+from django.apps import apps
+from django.conf import settings
+from django.db import connections, router
+from django.utils import timezone
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from django_delayq.core.conf import get_settings
 from django_delayq.exceptions import InvalidJob
+from django_delayq.spark.arrow_jobs import Target
 
 DEFAULT_BATCH = 10_000  # Spark's Arrow batches hold 10,000 rows by default
 
@@ -63,8 +74,6 @@ def _check_columns(df: Any, at_col: str | None, delay_col: str | None, key_col: 
 
 def _not_json(kind: Any) -> str | None:
     """Why a Spark type's values are not JSON, or None."""
-    from pyspark.sql import types as T
-
     atoms = (T.StringType, T.VarcharType, T.CharType, T.BooleanType, T.NullType,
              T.IntegralType, T.FloatType, T.DoubleType)
     if isinstance(kind, atoms):
@@ -82,9 +91,6 @@ def _not_json(kind: Any) -> str | None:
 
 def _at_expr(df: Any, col: str) -> Any:
     """Due time as epoch microseconds: from a timestamp, or from epoch seconds."""
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     kind = df.schema[col].dataType
     if isinstance(kind, (T.TimestampType, T.TimestampNTZType)):
         return F.unix_micros(F.col(col).cast("timestamp"))
@@ -95,9 +101,6 @@ def _at_expr(df: Any, col: str) -> Any:
 
 
 def _delay_expr(df: Any, col: str) -> Any:
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     kind = df.schema[col].dataType
     if not isinstance(kind, T.NumericType):
         raise InvalidJob("delay_col %r has type %s; it must be a number of seconds"
@@ -115,11 +118,14 @@ def _settings_module(explicit: str | None) -> str:
 
 def _validate_on_driver(plan: Plan) -> None:
     """Reject a bad callable, queue, attempts or backoff before any executor starts."""
-    from django.apps import apps
+    if apps.ready:
+        _check_options(plan)
 
-    if not apps.ready:
-        return
-    from django_delayq.core.api import schedule_many
+
+def _check_options(plan: Plan) -> None:
+    """``InvalidJob`` on a bad callable, queue, attempts or backoff (``schedule_many``'s
+    checks, scheduling nothing)."""
+    from django_delayq.core.api import schedule_many  # lazy: needs Django's apps loaded
 
     schedule_many(plan.fn_path, [], queue=plan.queue, max_attempts=plan.max_attempts,
                   backoff=plan.backoff)
@@ -160,12 +166,12 @@ def schedule_dataframe(
     path = plan.sys_path
 
     def run(batches: Iterator[Any]) -> Iterator[Any]:  # pickled by value
-        import sys
+        import sys  # in the executor: run is pickled by value
 
         for entry in reversed(path):  # before importing django_delayq in the executor
             if entry not in sys.path:
                 sys.path.insert(0, entry)
-        from django_delayq.spark.dataframe_jobs import Plan, run_partition
+        from django_delayq.spark.dataframe_jobs import Plan, run_partition  # lazy: sys.path set
 
         return run_partition(Plan(**fields), batches)
 
@@ -177,8 +183,6 @@ def schedule_dataframe(
 def _columns(df: Any, at_col: str | None, delay_col: str | None, key_col: str | None,
              args_cols: Sequence[str], kwargs_cols: Sequence[str]) -> list[Any]:
     """The executors' input: ``_when``, ``_key``, ``_a0..``, ``_k0..``."""
-    from pyspark.sql import functions as F
-
     cols = []
     if at_col is not None:
         cols.append(_at_expr(df, at_col).alias("_when"))
@@ -196,14 +200,10 @@ def _columns(df: Any, at_col: str | None, delay_col: str | None, key_col: str | 
 def setup_django(plan: Plan) -> None:
     """Set Django up in this executor process with the driver's settings module."""
     os.environ["DJANGO_SETTINGS_MODULE"] = plan.settings_module
-    from django.apps import apps
 
     if not apps.ready:
-        import django
-
         django.setup()
         return
-    from django.conf import settings
 
     if plan.settings_module != settings.SETTINGS_MODULE:
         raise InvalidJob("this Spark Python worker already runs Django with %r, not %r"
@@ -212,12 +212,7 @@ def setup_django(plan: Plan) -> None:
 
 def _target(plan: Plan) -> Any:
     """The call's constants with DELAYQ's defaults, checked like ``schedule_many``."""
-    from django_delayq.core.api import schedule_many
-    from django_delayq.core.conf import get_settings
-    from django_delayq.spark.arrow_jobs import Target
-
-    schedule_many(plan.fn_path, [], queue=plan.queue, max_attempts=plan.max_attempts,
-                  backoff=plan.backoff)  # raises InvalidJob on a bad option
+    _check_options(plan)
     s = get_settings()
     backoff = list(plan.backoff) if isinstance(plan.backoff, tuple) else plan.backoff
     max_attempts = plan.max_attempts
@@ -234,12 +229,9 @@ def _target(plan: Plan) -> Any:
 def run_partition(plan: Plan, batches: Iterator[Any]) -> Iterator[Any]:
     """Schedule one partition's Arrow batches, ``plan.batch_size`` rows per transaction."""
     setup_django(plan)
-    import pyarrow as pa
-    from django.db import connections, router
-    from django.utils import timezone
 
-    from django_delayq.models import Job
-    from django_delayq.spark import arrow_jobs, sink
+    from django_delayq.models import Job  # lazy: Django is set up just above
+    from django_delayq.spark import arrow_jobs, sink  # lazy: as above
 
     target, using = _target(plan), router.db_for_write(Job)
     done = 0

@@ -56,6 +56,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import pyarrow as pa
+from django.db import connections
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
@@ -93,8 +94,6 @@ def database_identity(alias: str | None = None) -> str:
     """Which database the rows come from: its engine, host, port and name (never the user
     or the password), e.g. ``postgresql://db:5432/shop`` or ``sqlite:/srv/db.sqlite3``.
     One database reached under two host names counts as two."""
-    from django.db import connections
-
     connection = connections[alias or Job.objects.db]
     settings = connection.settings_dict
     name = str(settings.get("NAME") or "")

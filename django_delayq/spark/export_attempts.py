@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from django.db.models import Max, QuerySet
@@ -56,8 +56,10 @@ from django.db.models import Max, QuerySet
 from django_delayq.models import JobAttempt
 from django_delayq.spark import schema
 from django_delayq.spark.preflight import ATTEMPTS_MARKER
-from django_delayq.spark.progress_bar import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
+
+if TYPE_CHECKING:
+    from django_delayq.spark.progress_bar import Progress
 
 STATE_KEY = "attempts"
 MAX_MARKS = 64  # beyond, every other mark goes: an older mark only makes a run read more

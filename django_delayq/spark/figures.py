@@ -30,6 +30,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
 from django_delayq.spark.constants import (
     BUCKETS_SECONDS,
     DURATION_STATUSES,
@@ -51,7 +54,6 @@ ALL = "*"
 
 def levels(df: DataFrame) -> DataFrame:
     """Each row three times: (queue, callable), (queue, "*"), ("*", "*")."""
-    from pyspark.sql import functions as F
     labels = F.array(
         F.struct(F.col("queue").alias("q"), F.col("callable_path").alias("c")),
         F.struct(F.col("queue").alias("q"), F.lit(ALL).alias("c")),
@@ -71,7 +73,6 @@ def with_levels(df: DataFrame) -> DataFrame:
 def attempt_levels(attempts: DataFrame, jobs: DataFrame) -> DataFrame:
     """Each attempt row three times, at its job's levels; an attempt whose job is not in
     the data is left out (``without_job`` counts them)."""
-    from pyspark.sql import functions as F
     owners = jobs.select(F.col("id").alias("job_id"), "queue", "callable_path")
     return levels(attempts.join(owners, "job_id"))
 
@@ -79,7 +80,6 @@ def attempt_levels(attempts: DataFrame, jobs: DataFrame) -> DataFrame:
 def without_job(attempts: DataFrame, jobs: DataFrame) -> int:
     """The attempt rows whose job is not in the data (a table read over JDBC while jobs
     were being added, jobs filtered out before the report): counted at no level."""
-    from pyspark.sql import functions as F
     owners = jobs.select(F.col("id").alias("job_id"))
     return int(attempts.join(owners, "job_id", "left_anti").count())
 
@@ -87,7 +87,6 @@ def without_job(attempts: DataFrame, jobs: DataFrame) -> int:
 def lateness_ms() -> Column:
     """Start minus due time of the attempt the row describes, in ms; null when the row's
     ``run_at`` is not that attempt's due time (see the module docstring)."""
-    from pyspark.sql import functions as F
     measured = F.col("status").isin(*LATENESS_STATUSES) & F.col("started_at").isNotNull()
     late = (F.unix_micros("started_at") - F.unix_micros("run_at")) / 1000.0
     return F.when(measured, late)
@@ -96,20 +95,17 @@ def lateness_ms() -> Column:
 def duration_ms() -> Column:
     """Finish minus start of the attempt the row describes, in ms; null for rows whose
     ``finished_at`` does not end that attempt (expired: it never started)."""
-    from pyspark.sql import functions as F
     run = (F.unix_micros("finished_at") - F.unix_micros("started_at")) / 1000.0
     return F.when(F.col("status").isin(*DURATION_STATUSES), run)
 
 
 def _pct(col: str, name: str) -> list[Column]:
-    from pyspark.sql import functions as F
     fractions = ", ".join(str(p) for p in PERCENTILES)
     return [F.expr("percentile(%s, array(%s))" % (col, fractions)).alias(name + "_p"),
             F.max(col).alias(name + "_max"), F.avg(col).alias(name + "_mean")]
 
 
 def summary_frame(lv: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
     counts = [F.sum((F.col("status") == s).cast("long")).alias("n_" + s) for s in STATUSES]
     finished = F.col("status").isin(*FINAL) & F.col("finished_at").isNotNull()
     return lv.groupBy("queue", "callable").agg(
@@ -122,7 +118,6 @@ def summary_frame(lv: DataFrame) -> DataFrame:
 
 
 def peak_frame(lv: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
     minute = F.date_trunc("minute", F.col("finished_at"))
     per_minute = (lv.filter(F.col("status").isin(*FINAL) & F.col("finished_at").isNotNull())
                   .groupBy("queue", "callable", minute.alias("m")).count())
@@ -130,7 +125,6 @@ def peak_frame(lv: DataFrame) -> DataFrame:
 
 
 def attempts_frame(lv: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
     return (lv.filter(F.col("status").isin(*FINAL))
             .groupBy("queue", "callable", "attempts").count())
 
@@ -147,7 +141,6 @@ def error_kind(type_col: str = "error_type", message_col: str = "last_error") ->
     excluded) fall back to the class path leading the message (``message_col``), else
     ``UNKNOWN_TYPE``. Never the message itself: messages carry ids, amounts and times,
     which would make every error unique."""
-    from pyspark.sql import functions as F
     message = F.coalesce(F.col(message_col), F.lit(""))
     legacy = F.regexp_extract(F.split(message, "\n").getItem(0), LEGACY_TYPE, 1)
     recorded = F.when(F.trim(F.col(type_col)) != "", F.col(type_col))
@@ -159,17 +152,14 @@ def error_kind(type_col: str = "error_type", message_col: str = "last_error") ->
 def job_error_kind() -> Column:
     """A job row's error (``error_kind``); none for an expired row, whose status says it
     (``last_error`` only says when it expired)."""
-    from pyspark.sql import functions as F
     return F.when(~F.col("status").isin(*NOT_ERRORS), error_kind())
 
 
 def _first_line(col: str) -> Column:
-    from pyspark.sql import functions as F
     return F.substring(F.split(F.col(col), "\n").getItem(0), 1, 200)
 
 
 def _by_job(lv: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
     return (lv.withColumn("_kind", job_error_kind()).filter(F.col("_kind").isNotNull())
             .groupBy("queue", "callable", F.col("_kind").alias("error"))
             .agg(F.count(F.lit(1)).alias("failed_jobs"),
@@ -178,7 +168,6 @@ def _by_job(lv: DataFrame) -> DataFrame:
 
 
 def _by_attempt(attempt_lv: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
     return (attempt_lv.withColumn("_kind", error_kind("error_type", "error"))
             .filter(F.col("_kind").isNotNull())
             .groupBy("queue", "callable", F.col("_kind").alias("error"))
@@ -191,7 +180,6 @@ def error_counts(lv: DataFrame, attempt_lv: DataFrame | None) -> DataFrame:
     became of their job; null without attempt rows), ``dead_jobs`` (jobs that ended dead
     with it), ``failed_jobs`` (jobs whose last failure it was) and ``example`` (the
     smallest first line of its messages, 200 chars, so the report is reproducible)."""
-    from pyspark.sql import functions as F
     jobs = _by_job(lv)
     if attempt_lv is None:
         return jobs.withColumn("failed_attempts", F.lit(None).cast("long"))
@@ -206,8 +194,6 @@ def errors_frame(lv: DataFrame, attempt_lv: DataFrame | None = None,
                  top: int = TOP_ERRORS) -> DataFrame:
     """The most frequent error types per level (``error_counts``), top ``top``: by failed
     attempts, then failed jobs, then dead jobs (without attempt rows: failed jobs first)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
     rank = Window.partitionBy("queue", "callable").orderBy(
         F.desc_nulls_last("failed_attempts"), F.desc("failed_jobs"), F.desc("dead_jobs"),
         F.asc("error"))
@@ -224,13 +210,11 @@ def choose_bucket(span_seconds: float, max_points: int = MAX_POINTS) -> int:
 
 def _bucket(col: str, seconds: int) -> Column:
     """Start of the bucket, in epoch seconds (collected as int: no local-time conversion)."""
-    from pyspark.sql import functions as F
     return (F.floor(F.unix_seconds(F.col(col)) / seconds) * seconds).cast("long")
 
 
 def series_frames(lv: DataFrame, seconds: int) -> tuple[DataFrame, DataFrame]:
     """Per queue (and overall) and bucket: lateness by start time; outcomes by finish time."""
-    from pyspark.sql import functions as F
     queues = lv.filter(F.col("callable") == ALL)
     started = (queues.filter(F.col("started_at").isNotNull())  # lateness: measured rows only
                .groupBy("queue", _bucket("started_at", seconds).alias("bucket"))
@@ -246,7 +230,6 @@ def series_frames(lv: DataFrame, seconds: int) -> tuple[DataFrame, DataFrame]:
 
 def time_span_seconds(df: DataFrame) -> float:
     """Seconds between the first start or finish and the last one (0 when none)."""
-    from pyspark.sql import functions as F
     lo = F.least(F.min(F.unix_micros("started_at")), F.min(F.unix_micros("finished_at")))
     hi = F.greatest(F.max(F.unix_micros("started_at")), F.max(F.unix_micros("finished_at")))
     row = df.agg(lo.alias("lo"), hi.alias("hi")).first()

@@ -229,7 +229,7 @@ def check_database(root: Path, database: str) -> None:
 def adopt(root: Path, database: str) -> str | None:
     """Record the files of a directory written before records existed (see the module
     docstring); returns the record's name, or None when there was nothing to adopt."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: the report reads records without pyarrow
 
     if read_texts(root):
         return None

@@ -16,8 +16,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+from django_delayq.spark import charts, html
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES
 from django_delayq.spark.preflight import check_paths, writable_dir
+from django_delayq.spark.session import build_session
+from django_delayq.spark.stages import StageProgress
 
 # failed_attempts is empty where the data has no attempt rows (report.json:
 # failed_attempts_available false)
@@ -67,8 +70,6 @@ def _write_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[
 
 
 def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
-    from django_delayq.spark import charts, html
-
     out = writable_dir(out)
     json_path = out / "report.json"
     try:
@@ -106,9 +107,7 @@ def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
     (every ``progress_every`` seconds) are printed to ``stream`` (stderr). The paths are
     checked first (``preflight``): a missing input or an unwritable output fails before
     any row is read."""
-    from django_delayq.spark import source
-    from django_delayq.spark.stages import StageProgress
-    from django_delayq.spark.summary import compute_report
+    from django_delayq.spark import source, summary  # lazy: pyspark, once the paths are checked
 
     check_paths(out, None if jdbc_url else input)
     with StageProgress(spark, stream, enabled=progress, every=progress_every) as steps:
@@ -130,7 +129,7 @@ def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
         if attempts is None:
             steps.write("%s does not hold the attempt rows of its jobs (an export begun "
                         "before delayq_export wrote them): no failed-attempt figure" % input)
-        report = compute_report(jobs, attempts=attempts, bucket_seconds=bucket_seconds,
+        report = summary.compute_report(jobs, attempts=attempts, bucket_seconds=bucket_seconds,
                                 progress=steps)
         report["source"] = jdbc_url.split("?")[0] if jdbc_url else str(input)
         report["unrecorded_files"] = unrecorded
@@ -165,8 +164,6 @@ def check_arguments(opts: Mapping[str, Any]) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from django_delayq.spark.session import build_session
-
     parser = argparse.ArgumentParser(description="delayq report on Spark")
     add_arguments(parser)
     opts = vars(parser.parse_args(argv))

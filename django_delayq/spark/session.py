@@ -44,7 +44,7 @@ def executor_python(conf: Mapping[str, str] | None = None) -> str:
 def build_session(master: str | None = "local[*]", *, app_name: str = "delayq",
                   jars: Iterable[str] = (), conf: Mapping[str, str] | None = None) -> Any:
     """``master=None``: ``spark-submit --master`` decides, else ``local[*]``."""
-    from pyspark.sql import SparkSession
+    from pyspark.sql import SparkSession  # lazy: the checks before a session run without pyspark
 
     builder = SparkSession.builder.appName(app_name)
     if not master and "PYSPARK_GATEWAY_PORT" not in os.environ:  # not under spark-submit

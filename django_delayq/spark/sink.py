@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,8 +29,10 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core.api import enqueue_or_outbox
 from django_delayq.core.rows import COPY_ESCAPES, RowWriter, text_datetimes
-from django_delayq.engine import NewJob
-from django_delayq.spark.arrow_jobs import JobColumns, Target
+from django_delayq.engine.outcomes import NewJob
+
+if TYPE_CHECKING:
+    from django_delayq.spark.arrow_jobs import JobColumns, Target
 
 
 def _run_at_text(cols: JobColumns, mode: str) -> pa.Array:

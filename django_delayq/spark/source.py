@@ -22,6 +22,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pyspark.errors import AnalysisException
+from pyspark.sql import Window
+from pyspark.sql import functions as F
+
 from django_delayq.spark import records
 from django_delayq.spark.preflight import (
     ATTEMPTS_DIR,
@@ -52,9 +56,6 @@ DEFAULT_ATTEMPT_TABLE = "django_delayq_jobattempt"
 def latest_versions(df: DataFrame) -> DataFrame:
     """Keep one row per ``id``: the one read last (``read_at``: a later read saw every
     commit an earlier one saw), then the greatest ``updated_at``."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     newest = Window.partitionBy("id").orderBy(F.col("read_at").desc_nulls_last(),
                                                F.col("updated_at").desc_nulls_last())
     return (df.withColumn("_v", F.row_number().over(newest))
@@ -63,8 +64,6 @@ def latest_versions(df: DataFrame) -> DataFrame:
 
 def normalize(df: DataFrame) -> DataFrame:
     """The report's columns with the report's types (JDBC drivers vary)."""
-    from pyspark.sql import functions as F
-
     missing = [c for c in REPORT_COLUMNS if c not in df.columns and c not in OPTIONAL]
     if missing:
         raise ValueError("audit data lacks column(s) %s; found %s" % (missing, df.columns))
@@ -93,8 +92,6 @@ def _base(root: Path | str) -> str:
 
 def _record_texts(spark: SparkSession, base: str) -> list[tuple[str, str]]:
     """The records under a URL, ``(name, text)``: Spark reads them (one file, one row)."""
-    from pyspark.errors import AnalysisException
-
     try:
         frame = spark.read.option("pathGlobFilter", "*.json").text(base + "/" + RECORDS_DIR,
                                                                    wholetext=True)
@@ -108,8 +105,6 @@ def _url_listing(spark: SparkSession, base: str) -> list[str]:
     """The Parquet files under a URL's ``jobs/`` and ``attempts/``, as paths under it
     (``jobs/day=.../name.parquet``) where they sit where the writers put them; Spark lists
     them (``binaryFile`` without its content column reads no file)."""
-    from pyspark.errors import AnalysisException
-
     found = []
     for sub in (JOBS_DIR, ATTEMPTS_DIR):
         try:
@@ -150,8 +145,6 @@ def _listed(root: Path | str, paths: list[str], where: str) -> list[str]:
 
 
 def _read_listed(reader: DataFrameReader, paths: list[str], where: str) -> DataFrame:
-    from pyspark.errors import AnalysisException
-
     try:
         return reader.parquet(*paths)
     except AnalysisException as exc:  # a listed file not there (URLs), or not Parquet
@@ -218,7 +211,6 @@ def attempts_complete(spark: SparkSession, root: Path | str) -> bool:
     """Whether every job row under ``root`` has its attempt rows there (the marker)."""
     if not is_url(root):
         return (export_root(root) / ATTEMPTS_MARKER).is_file()
-    from pyspark.errors import AnalysisException
 
     try:  # lists the path only: no Spark job
         spark.read.text(str(root).rstrip("/") + "/" + ATTEMPTS_MARKER)
@@ -231,8 +223,6 @@ def _attempt_files(spark: SparkSession, root: Path | str, files: records.Invento
     """The attempt files the records of ``root`` list, with the report's columns, checked
     against the records (rows, highest id); none is an empty frame. A record that says its
     run did not write the attempt rows of its jobs contradicts the marker: refused."""
-    from pyspark.sql import functions as F
-
     where = "%s/%s" % (_base(root), ATTEMPTS_DIR)
     if files.incomplete:
         raise ValueError(
@@ -259,9 +249,6 @@ def _attempt_files(spark: SparkSession, root: Path | str, files: records.Invento
 def one_per_attempt(df: DataFrame) -> DataFrame:
     """The report's attempt columns, one row per ``id`` (copies of an attempt are the same
     row; of copies that differ, a redacted and a plain one, the same one is always kept)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     missing = [c for c in ("id", "job_id") if c not in df.columns]
     if missing:
         raise ValueError("attempt data lacks column(s) %s; found %s" % (missing, df.columns))

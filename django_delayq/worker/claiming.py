@@ -22,18 +22,23 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 from redis.exceptions import RedisError
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob, Engine
 from django_delayq.engine.scripts import MAX_TURNS
-from django_delayq.worker import gates, runner
+from django_delayq.worker import gates
 from django_delayq.worker.handover import Handover
-from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.urgent import UrgentTimer
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.ledger import Ledger
+    from django_delayq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +181,7 @@ class Claiming:
             self.next_due[queue] = due if known is None else min(known, due)
             raise
 
-    def settled(self, outcomes: list[runner.Outcome]) -> None:
+    def settled(self, outcomes: list[Outcome]) -> None:
         """``outcomes`` were settled (the settling thread's hook): a queue limit may have
         room now; the main loop tops up the jobs waiting for a thread once fewer than the
         threads are left."""

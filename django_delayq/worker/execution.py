@@ -17,15 +17,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob
 from django_delayq.worker import gates, runner
-from django_delayq.worker.handover import Handover
 from django_delayq.worker.ledger import Ledger, key_of
-from django_delayq.worker.settlement import Settlement
+from django_delayq.worker.outcome import Outcome, crashed
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.handover import Handover
+    from django_delayq.worker.settlement import Settlement
 
 logger = logging.getLogger(__name__)
 
@@ -70,13 +74,13 @@ class Execution:
                 outcome = admitted.ended or self._attempt(job, admitted)
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", job.id)
-                outcome = runner.crashed(job, exc)
+                outcome = crashed(job, exc)
                 if admitted is not None:  # its callable-limit slot, freed once settled
                     outcome.callable_limit = admitted.callable_limit
             self.ledger.finish(key, outcome)
             self.settlement.finished()  # acked now, on this thread
 
-    def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> runner.Outcome:
+    def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
         self.settlement.settler.started(job, keep_due=admitted.limited)
         outcome = runner.run(job, worker_id=self.worker_id,

@@ -34,13 +34,17 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from django_delayq.core import group_limits
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob, ClaimResult, Engine
-from django_delayq.worker import runner
+from django_delayq.worker.outcome import Kind, Outcome, deferred, expired
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.engine.outcomes import ClaimedJob, ClaimResult
 
 logger = logging.getLogger(__name__)
 
@@ -88,7 +92,7 @@ class QueueGate:
         due = result.next_due_ms
         return result.blocked_until_ms if due is None else due
 
-    def settled(self, outcomes: Iterable[runner.Outcome], next_due: dict[str, int | None]
+    def settled(self, outcomes: Iterable[Outcome], next_due: dict[str, int | None]
                 ) -> None:
         """``outcomes`` were settled: a queue whose limit held jobs back may let one in
         now (its concurrency has room), so it is due for a claim; deferred jobs are noted
@@ -96,7 +100,7 @@ class QueueGate:
         for o in outcomes:
             if o.job.queue in self.limited:
                 next_due[o.job.queue] = 0
-            if o.kind is runner.Kind.DEFER and o.retry_at_ms is not None:
+            if o.kind is Kind.DEFER and o.retry_at_ms is not None:
                 self.deferred_until = max(self.deferred_until, o.retry_at_ms)
 
     def holding(self, server_now_ms: float) -> bool:
@@ -124,7 +128,7 @@ class Admission:
     ``limited``: its callable has a limit (its row's due time is kept at start: it may
     have been deferred)."""
 
-    ended: runner.Outcome | None = None
+    ended: Outcome | None = None
     callable_limit: str | None = None
     limited: bool = False
 
@@ -150,7 +154,7 @@ class StartGate:
         if env is None:  # the runner ends it as an invalid row
             return Admission()
         if env.expires_ms is not None and self.server_now_ms() >= env.expires_ms:
-            return Admission(ended=runner.expired(job, env.path, env.expires_ms))
+            return Admission(ended=expired(job, env.path, env.expires_ms))
         limit = self.settings.callable_limit(env.path)
         if limit is None:
             return Admission()
@@ -162,7 +166,7 @@ class StartGate:
             logger.warning("job %s: could not ask for a start of %s (%s); deferred", job.id,
                            env.path, exc)
             later = max(job.due_ms, int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
-            return Admission(ended=runner.deferred(job, env.path, later), limited=True)
+            return Admission(ended=deferred(job, env.path, later), limited=True)
         if grant.granted:
             if concurrency is not None:  # a slot: renewed while the function runs
                 with self._lock:
@@ -170,7 +174,7 @@ class StartGate:
             return Admission(callable_limit=env.path, limited=True)
         at: int = (grant.retry_at_ms if grant.retry_at_ms is not None
                    else int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
-        return Admission(ended=runner.deferred(job, env.path, at), limited=True)
+        return Admission(ended=deferred(job, env.path, at), limited=True)
 
     def renew(self) -> None:
         """Extend the slots of the functions running now (the heartbeat calls this)."""
@@ -180,7 +184,7 @@ class StartGate:
             self.engine.acquire(path, job_id, lease_ms=self.settings.lease_ms, rate=rate,
                                 concurrency=concurrency)
 
-    def release(self, outcomes: Sequence[runner.Outcome]) -> None:
+    def release(self, outcomes: Sequence[Outcome]) -> None:
         """Free the slots of settled attempts (``Settler`` calls this after settling)."""
         with self._lock:
             for o in outcomes:
@@ -188,12 +192,12 @@ class StartGate:
                     self._slots.pop(o.job.id, None)
         release_callable_slots(self.engine, outcomes)
 
-    def release_late(self, outcome: runner.Outcome) -> None:
+    def release_late(self, outcome: Outcome) -> None:
         """A timed-out attempt's function returned at last: free its slot now."""
         self.release([outcome])
 
 
-def release_callable_slots(engine: Engine, outcomes: Iterable[runner.Outcome]) -> None:
+def release_callable_slots(engine: Engine, outcomes: Iterable[Outcome]) -> None:
     """Free the callable-limit slots the settled ``outcomes`` held. A failure is logged:
     the slots free themselves when their lease passes."""
     slots: dict[str, list[str]] = {}

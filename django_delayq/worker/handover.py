@@ -24,16 +24,20 @@ import logging
 import queue as queue_mod
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from django_delayq.core import payloads
-from django_delayq.core.conf import Settings
 from django_delayq.core.payloads import NO_ROW, Aside
-from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.observe import prometheus
-from django_delayq.worker import runner
-from django_delayq.worker.ledger import Ledger
+from django_delayq.worker import outcome
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.worker.ledger import Ledger
 
 logger = logging.getLogger(__name__)
 
@@ -78,9 +82,9 @@ class Handover:
         for bad in loaded.broken:
             logger.warning("job %s: %s; it ends dead without running", bad.job.id, bad.reason)
         if loaded.broken or loaded.cancelled:
-            self.ledger.claimed((), [runner.unusable(bad.job, bad.path, bad.reason)
+            self.ledger.claimed((), [outcome.unusable(bad.job, bad.path, bad.reason)
                                      for bad in loaded.broken]
-                                + [runner.cancelled_unstarted(job) for job in loaded.cancelled])
+                                + [outcome.cancelled_unstarted(job) for job in loaded.cancelled])
         self.set_aside += len(loaded.aside)
         try:
             set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)

@@ -31,12 +31,16 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob, Engine
-from django_delayq.worker.ledger import RunningJob
 from django_delayq.worker.queue_backoff import ERRORS
-from django_delayq.worker.tracking import Supervision
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.ledger import RunningJob
+    from django_delayq.worker.tracking import Supervision
 
 MAX_JOBS_SHOWN = 50
 

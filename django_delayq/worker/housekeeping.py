@@ -20,22 +20,25 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import TYPE_CHECKING
 
 from django.db import connections
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic
-from django_delayq.core.conf import Settings
 from django_delayq.core.reconcile import Reconciler
-from django_delayq.engine import Engine
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, monotonic_ms
-from django_delayq.worker.gates import StartGate
 from django_delayq.worker.heartbeat import Liveness
 from django_delayq.worker.recovery import LeaseRecovery
 from django_delayq.worker.retention import Retention
-from django_delayq.worker.settlement import Settlement
-from django_delayq.worker.tracking import Supervision, TrackedLedger
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.worker.gates import StartGate
+    from django_delayq.worker.settlement import Settlement
+    from django_delayq.worker.tracking import Supervision, TrackedLedger
 
 logger = logging.getLogger(__name__)
 

@@ -24,10 +24,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_delayq.engine import ClaimedJob
-from django_delayq.worker.runner import Outcome
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.outcome import Outcome
 
 Key = tuple[str, str]  # (queue, job id)
 

@@ -14,7 +14,7 @@ and the ``AuditWriter`` (``audit.py``), which starts first and stops last.
 
 Signal handlers only set flags: the first SIGINT/SIGTERM drains (no new claims, running
 jobs finish, claimed-but-unstarted jobs go back to Redis), the second stops hard (running
-jobs are abandoned; their leases expire). Exit codes: ``EXIT_*`` below.
+jobs are abandoned; their leases expire). Exit codes: ``EXIT_*`` (``tracking.py``).
 
 What runs is what the database says: a claimed job runs only when its audit row is live
 and its payload usable (``payloads.read``); Redis supplies ids, never code or arguments.
@@ -36,26 +36,32 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from django.db import connections
 from redis.exceptions import RedisError
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import Engine
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
 from django_delayq.worker.execution import Execution
 from django_delayq.worker.gates import StartGate
 from django_delayq.worker.housekeeping import Housekeeping
 from django_delayq.worker.settlement import Settlement
-from django_delayq.worker.tracking import Supervision, TrackedLedger
+from django_delayq.worker.tracking import (  # noqa: F401 - EXIT_*: named here too
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_HARD_STOP,
+    EXIT_OK,
+    ORPHAN_SIGNAL,
+    Supervision,
+    TrackedLedger,
+)
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
-
-EXIT_OK = 0
-EXIT_ERROR = 1
-EXIT_CONFIG = 2
-EXIT_HARD_STOP = 3
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -246,3 +252,23 @@ class Worker:
             self.audit.flush()
         except Exception:  # noqa: BLE001
             logger.exception("audit flush failed during hard stop")
+
+
+def attach(worker: Worker, supervision: Supervision) -> None:
+    """Wire a child worker to its supervisor: say hello, obey ``drain``/``stop``, drain
+    when the supervisor is gone (end of file of the link, or ``ORPHAN_SIGNAL`` from the
+    kernel: its handler only drains, as a signal handler only sets flags)."""
+
+    def drain() -> None:
+        if not worker.draining:
+            worker.request_stop()
+
+    def stop() -> None:
+        drain()
+        worker.request_stop()
+
+    signal.signal(ORPHAN_SIGNAL, lambda signum, frame: drain())
+    supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
+    supervision.link.listen(drain, stop, worker.ledger.running_jobs)
+    if supervision.orphaned():  # it died before the child asked for the signal
+        drain()

@@ -31,16 +31,19 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
 from django_delayq.core import payloads
-from django_delayq.core.conf import Settings
-from django_delayq.engine import Contact, Engine, NackOutcome
+from django_delayq.engine.outcomes import Contact, NackOutcome
 from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import JobStatus
-from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.settle import STATUS_OF
+from django_delayq.worker.outcome import STATUS_OF
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.worker.audit import AuditWriter
 
 logger = logging.getLogger(__name__)
 

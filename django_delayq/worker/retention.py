@@ -33,15 +33,18 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.db import router, transaction
 from django.utils import timezone
 
 from django_delayq.core import workflows
-from django_delayq.core.conf import Settings
-from django_delayq.engine import Engine
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobDependency, JobKey
 from django_delayq.worker.audit import OutageLog
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
 

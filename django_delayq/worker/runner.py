@@ -21,7 +21,6 @@ Error texts are made storable (lone surrogates escaped) before they reach the au
 from __future__ import annotations
 
 import asyncio
-import enum
 import inspect
 import json
 import logging
@@ -30,20 +29,17 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
 from django_delayq.core import payloads, progress, registry, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.context import JobContext
-from django_delayq.engine import ClaimedJob
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
 from django_delayq.exceptions import (
-    InvalidRow,
     JobTimeout,
     LeaseLost,
     ResultTooLarge,
@@ -51,80 +47,29 @@ from django_delayq.exceptions import (
     type_path,
 )
 from django_delayq.worker import atomic
+from django_delayq.worker.outcome import (  # noqa: F401 - named here too
+    INVALID_ROW,
+    SHOWN_CHARS,
+    Kind,
+    Outcome,
+    cancelled_unstarted,
+    crashed,
+    deferred,
+    error_type,
+    expired,
+    ms_to_dt,
+    shown,
+    text,
+    unusable,
+)
+
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import ClaimedJob
 
 logger = logging.getLogger(__name__)
 
-INVALID_ROW = type_path(InvalidRow)
 JOB_TIMEOUT = type_path(JobTimeout)
 RESULT_TOO_LARGE = type_path(ResultTooLarge)
-
-
-class Kind(enum.Enum):
-    SUCCESS = "success"
-    RETRY = "retry"
-    DEAD = "dead"
-    EXPIRED = "expired"  # never ran: past its expires_at when claimed (ack-like)
-    DEFER = "defer"  # never ran: a callable limit refused the start (attempt given back)
-
-
-@dataclass(slots=True, kw_only=True)
-class Outcome:
-    job: ClaimedJob
-    kind: Kind
-    path: str = ""
-    started_at: datetime
-    finished_at: datetime
-    duration_s: float = 0.0
-    retry_delay_ms: int | None = None
-    result: Any = None
-    error_type: str = ""
-    error: str = ""
-    traceback: str = ""
-    max_attempts: int = 0
-    retry_at_ms: int | None = None  # DEFER: server time it is due again
-    callable_limit: str | None = None  # whose slot it holds, freed after settle
-
-
-def ms_to_dt(ms: int) -> datetime:
-    """An aware datetime of epoch ``ms``; now for a value no datetime can hold (a due
-    time Redis was made to hold)."""
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=UTC)
-    except (OverflowError, ValueError, OSError):
-        return datetime.now(UTC)
-
-
-def text(value: object, limit: int | None = None) -> str:
-    """``str(value)`` that never raises and is storable (lone surrogates escaped)."""
-    try:
-        out = value if isinstance(value, str) else str(value)
-    except Exception:  # noqa: BLE001 - a broken __str__ of a job's exception
-        out = "<unprintable %s>" % type(value).__name__
-    if not out.isascii():
-        out = out.encode("utf-8", "backslashreplace").decode("utf-8")
-    return out if limit is None else out[:limit]
-
-
-SHOWN_CHARS = 300  # of one value on a log line
-
-
-def shown(value: object, limit: int = SHOWN_CHARS) -> str:
-    """``value`` as one line of printable text for a log: each character that is not
-    printable (control characters, line breaks, bidirectional overrides, lone surrogates)
-    as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``); cut to ``limit`` characters
-    with "..."."""
-    out = text(value) if not isinstance(value, str) else value
-    if len(out) > limit:
-        out = out[:limit] + "..."
-    if out.isprintable():
-        return out
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in out)
-
-
-def error_type(exc: BaseException) -> str:
-    """The dotted path of ``exc``'s class, storable (``Job.error_type`` holds 255)."""
-    return text(type_path(type(exc)), 255)
 
 
 def stored_result(value: object) -> tuple[object, int]:
@@ -181,21 +126,6 @@ def retried(kind: type[BaseException], retry_on: tuple[str, ...] | None) -> bool
 NOT_RETRIED = " (not retried: %s is not in retry_on)"
 
 
-def deferred(job: ClaimedJob, path: str, at_ms: int) -> Outcome:
-    """A start refused by a callable limit: the job goes back to Redis, due at ``at_ms``."""
-    now = datetime.now(UTC)
-    return Outcome(job=job, kind=Kind.DEFER, path=path, started_at=now, finished_at=now,
-                   retry_at_ms=at_ms)
-
-
-def expired(job: ClaimedJob, path: str, expires_ms: int) -> Outcome:
-    """A job claimed after its ``expires_at``: never run, final ``expired``."""
-    now = datetime.now(UTC)
-    return Outcome(job=job, kind=Kind.EXPIRED, path=path, started_at=now, finished_at=now,
-                   error="expired at %s: not started by then, never run"
-                         % ms_to_dt(expires_ms).isoformat(timespec="milliseconds"))
-
-
 def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: backoff_mod.Policy,
                  attempt: int) -> int:
     """Milliseconds before the retry; ``ValueError`` (or another error) when the delay
@@ -229,31 +159,6 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         logger.exception("job %s: could not run or settle its attempt; it ends dead",
                          shown(job.id))
         return crashed(job, exc, started)
-
-
-def crashed(job: ClaimedJob, exc: BaseException, started: datetime | None = None) -> Outcome:
-    """The dead outcome of a job whose attempt failed in the worker itself."""
-    now = datetime.now(UTC)
-    path = job.payload.path if job.payload is not None else ""
-    return Outcome(job=job, kind=Kind.DEAD, path=path, started_at=started or now,
-                   finished_at=now, error_type=error_type(exc),
-                   error=text("worker error: %s" % text(exc), 2000),
-                   traceback=text(traceback.format_exc(), 20000))
-
-
-def unusable(job: ClaimedJob, path: str, reason: str) -> Outcome:
-    """The dead outcome of a job whose row cannot be run (``payloads.Broken``)."""
-    now = datetime.now(UTC)
-    return Outcome(job=job, kind=Kind.DEAD, path=text(path, 255), started_at=now,
-                   finished_at=now, error_type=INVALID_ROW, error=text(reason, 2000))
-
-
-def cancelled_unstarted(job: ClaimedJob) -> Outcome:
-    """The outcome of a claimed job whose cancel was asked before it started: settled as a
-    failure without retry, which nack.lua turns into ``cancelled`` (its cancel mark)."""
-    now = datetime.now(UTC)
-    return Outcome(job=job, kind=Kind.DEAD, started_at=now, finished_at=now,
-                   error="cancelled before it started; it did not run")
 
 
 # -- calling the function: sync or ``async def``, with the job context set ------------

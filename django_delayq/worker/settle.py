@@ -28,20 +28,23 @@ import threading
 from collections import deque
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
 from django_delayq.core import payloads, periodic
-from django_delayq.core.conf import Settings
 from django_delayq.core.final_rows import SETTLED_KEEP_MS
-from django_delayq.engine import ClaimedJob, Engine, NackOutcome
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
-from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.gates import release_callable_slots
+from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
 from django_delayq.worker.queue_backoff import QueueBackoff
-from django_delayq.worker.runner import Kind, Outcome, ms_to_dt
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.audit import AuditWriter
 
 logger = logging.getLogger(__name__)
 
@@ -294,11 +297,3 @@ SEND_AT = 5  # unless this many wait (a kill re-runs them: finished, not yet ack
 _RECORDED = (JobStatus.SUCCEEDED, JobStatus.EXPIRED, JobStatus.CANCELLED)
 
 Sent = list[tuple[Outcome, "JobStatus | None"]]  # what ``Settler.send`` made of each
-
-STATUS_OF: dict[object, JobStatus] = {  # what an ack or a nack made of the job
-    Kind.SUCCESS: JobStatus.SUCCEEDED,
-    Kind.EXPIRED: JobStatus.EXPIRED,
-    NackOutcome.RETRYING: JobStatus.RETRYING,
-    NackOutcome.DEAD: JobStatus.DEAD,
-    NackOutcome.CANCELLED: JobStatus.CANCELLED,
-}

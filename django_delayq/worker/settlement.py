@@ -13,14 +13,11 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob, Engine
-from django_delayq.engine.acks import AckReply
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.ledger import Ledger
+from django_delayq.worker.outcome import Kind, Outcome
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
-from django_delayq.worker.runner import Kind, Outcome
 from django_delayq.worker.settle import (
     MAX_STREAMED,
     SEND_AT,
@@ -30,6 +27,13 @@ from django_delayq.worker.settle import (
     ShardBackoff,
     ShardSettler,
 )
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.engine.acks import AckReply
+    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.ledger import Ledger
 
 logger = logging.getLogger(__name__)
 

@@ -70,17 +70,25 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob
 from django_delayq.worker.ledger import Key, Ledger, RunningJob
-from django_delayq.worker.runner import Kind, Outcome
+from django_delayq.worker.outcome import Kind, Outcome
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine.outcomes import ClaimedJob
 
 logger = logging.getLogger(__name__)
 
 FLUSH_S = 0.01
 TICK_S = 0.5  # the child's beats, independent of the lease extends
-EXIT_ORPHAN_OVERRUN = 3  # loop.EXIT_HARD_STOP (not imported: loop imports this module)
+# A worker process's exit codes (``loop.Worker.run``), which its supervisor reads.
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CONFIG = 2
+EXIT_HARD_STOP = 3
+EXIT_ORPHAN_OVERRUN = EXIT_HARD_STOP
 DEAD_MAN_LEASES = 2.0  # an orphan stuck this many leases without a heartbeat is ended
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 ORPHAN_SIGNAL = signal.SIGHUP  # sent by the kernel when the supervisor dies: drain

@@ -1,4 +1,4 @@
-"""The send of committed jobs (``core/sender.py``): done before the caller goes on, so a
+"""The send of committed jobs (``commit_batch.send``): done before the caller goes on, so a
 job is in Redis when ``schedule()`` returns in autocommit (and when its transaction's
 ``atomic`` block exits); a failed send never fails the caller and leaves its rows for the
 reconciler; a process that exits right after scheduling has sent its jobs."""

@@ -61,7 +61,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, **options: Any) -> None:
         try:
-            from django_delayq.spark.export import DEFAULT_OVERLAP, export_jobs
+            from django_delayq.spark.export import DEFAULT_OVERLAP, export_jobs  # lazy: Spark extra
         except ImportError as exc:
             raise CommandError("delayq_export needs pyarrow: pip install "
                                "'django-delayq[spark]' (%s)" % exc) from exc

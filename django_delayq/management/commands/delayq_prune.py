@@ -23,7 +23,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: object, **options: Any) -> None:
         try:
-            from django_delayq.spark.prune import parse_age, prune_jobs
+            from django_delayq.spark.prune import parse_age, prune_jobs  # lazy: the Spark extra
         except ImportError as exc:
             raise CommandError("delayq_prune needs pyarrow: pip install "
                                "'django-delayq[spark]' (%s)" % exc) from exc

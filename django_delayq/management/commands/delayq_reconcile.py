@@ -14,6 +14,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import BATCH, Reconciler
 from django_delayq.management.command_options import parse_queues
 
@@ -35,9 +37,6 @@ class Command(BaseCommand):
                             help="Only count (and with -v 2 list) what would be re-enqueued.")
 
     def handle(self, *args: object, **options: Any) -> None:
-        from django_delayq.core.conf import get_settings
-        from django_delayq.core.connection import get_engine
-
         settings = get_settings()
         queues = parse_queues(options["queues"], settings)
         if options["batch"] < 1:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_delayq.models import Job, JobAttempt
 
 
 class Command(BaseCommand):
@@ -13,15 +16,13 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         try:
-            from django_delayq.spark.report import add_arguments
+            from django_delayq.spark.report import add_arguments  # lazy: the Spark extra
         except ImportError as exc:  # pragma: no cover - only without the extra
             raise CommandError("delayq_report needs pip install 'django-delayq[spark]' (%s)"
                                % exc) from exc
         add_arguments(parser)
 
     def _jdbc_properties(self, options: dict[str, Any]) -> dict[str, str | None]:
-        from django.conf import settings
-
         db: dict[str, Any] = dict(settings.DATABASES.get("default", {}))
         user = options["jdbc_user"] or db.get("USER")
         password = options["jdbc_password"] or db.get("PASSWORD")
@@ -29,21 +30,19 @@ class Command(BaseCommand):
                 "password": str(password) if password else None}
 
     def handle(self, *args: object, **options: Any) -> None:
-        from django_delayq.models import Job, JobAttempt
-        from django_delayq.spark.preflight import check_paths
-        from django_delayq.spark.report import check_arguments, run_report
-        from django_delayq.spark.session import build_session
+        from django_delayq.spark import preflight, report, session  # lazy: the Spark extra
 
-        if problem := check_arguments(options):
+        if problem := report.check_arguments(options):
             raise CommandError(problem, returncode=2)  # bad options: exit 2, as argparse
         try:  # before Spark starts (seconds), let alone computes (minutes)
-            check_paths(options["out"], None if options["jdbc_url"] else options["input"])
+            preflight.check_paths(options["out"],
+                                  None if options["jdbc_url"] else options["input"])
         except (FileNotFoundError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
-        spark = build_session(options["master"] or "local[*]", app_name="delayq-report",
-                              jars=[options["jdbc_jar"] or ""])
+        spark = session.build_session(options["master"] or "local[*]",
+                                      app_name="delayq-report", jars=[options["jdbc_jar"] or ""])
         try:
-            files = run_report(
+            files = report.run_report(
                 spark, options["out"], input=options["input"], jdbc_url=options["jdbc_url"],
                 jdbc_table=options["jdbc_table"] or Job._meta.db_table,
                 jdbc_attempts_table=options["jdbc_attempts_table"] or JobAttempt._meta.db_table,

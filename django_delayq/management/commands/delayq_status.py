@@ -32,6 +32,8 @@ from django.db.models import Count
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic, progress
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import group_usage, limit_usage
@@ -347,9 +349,6 @@ class Command(BaseCommand):
                             help="Stop after this many refreshes (--watch) or events (--follow).")
 
     def handle(self, *args: object, **options: Any) -> None:
-        from django_delayq.core.conf import get_settings
-        from django_delayq.core.connection import get_engine
-
         try:
             settings = get_settings()
         except ImproperlyConfigured as exc:

@@ -21,8 +21,14 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
-from django_delayq.worker.loop import EXIT_CONFIG, Worker, WorkerOptions, wait_for_redis
+from django_delayq.observe import prometheus
+from django_delayq.worker.loop import Worker, WorkerOptions, attach, wait_for_redis
+from django_delayq.worker.processes.children import can_measure_memory
+from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
+from django_delayq.worker.tracking import EXIT_CONFIG, Supervision
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -91,8 +97,6 @@ class Command(BaseCommand):
         parser.add_argument("--supervised", default=None, help=argparse.SUPPRESS)
 
     def handle(self, *args: object, **options: Any) -> None:
-        from django_delayq.core.conf import get_settings
-
         try:
             settings = get_settings()
         except ImproperlyConfigured as exc:
@@ -132,19 +136,12 @@ class Command(BaseCommand):
         if options["max_jobs"] is not None:
             raise config_error("--max-jobs counts the jobs of one process; with --processes "
                                "use --max-jobs-per-child")
-        if options["max_memory_per_child"] is not None:
-            from django_delayq.worker.processes.children import can_measure_memory
-
-            if not can_measure_memory():
-                raise config_error("--max-memory-per-child needs psutil or /proc")
+        if options["max_memory_per_child"] is not None and not can_measure_memory():
+            raise config_error("--max-memory-per-child needs psutil or /proc")
         return processes
 
     def run_worker(self, settings: Settings, queues: tuple[str, ...], concurrency: int,
                    options: dict[str, Any]) -> int:
-        from django_delayq.core.connection import get_engine
-        from django_delayq.worker.processes.supervisor import attach
-        from django_delayq.worker.tracking import Supervision
-
         supervision = (Supervision.decode(options["supervised"])
                        if options["supervised"] else None)
         engine = wait_for_redis(get_engine)
@@ -164,9 +161,6 @@ class Command(BaseCommand):
 
     def run_supervisor(self, settings: Settings, queues: tuple[str, ...], concurrency: int,
                        processes: int, options: dict[str, Any]) -> int:
-        from django_delayq.core.connection import get_engine
-        from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
-
         argv = [sys.executable, "-m", "django", "delayq_worker", "--queues", ",".join(queues),
                 "--concurrency", str(concurrency), "-v", str(options["verbosity"])]
         if options["max_jobs_per_child"] is not None:
@@ -182,8 +176,6 @@ class Command(BaseCommand):
         return supervisor.run()
 
     def serve_metrics(self, addr: str, port: int) -> None:
-        from django_delayq.observe import prometheus
-
         try:
             prometheus.start_http_server(port, addr=addr)
         except OSError as exc:

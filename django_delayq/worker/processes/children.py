@@ -33,11 +33,14 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from django_delayq.engine import ClaimedJob
+from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
-from django_delayq.worker.ledger import Key
-from django_delayq.worker.loop import EXIT_HARD_STOP
+from django_delayq.worker.tracking import EXIT_HARD_STOP
+
+if TYPE_CHECKING:
+    from django_delayq.worker.ledger import Key
 
 logger = logging.getLogger(__name__)
 
@@ -236,7 +239,7 @@ def rss_mb(pid: int) -> float | None:
     """The resident memory of process ``pid`` in MB (psutil when installed, else
     /proc); None when it cannot be read."""
     try:
-        import psutil
+        import psutil  # optional: when installed, else /proc
     except ImportError:
         try:
             pages = int(Path("/proc/%d/statm" % pid).read_text().split()[1])

@@ -54,18 +54,26 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 
-from django_delayq.core.conf import Settings
-from django_delayq.engine import Engine
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.ledger import Key
-from django_delayq.worker.loop import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK, Worker
 from django_delayq.worker.processes.children import Child, describe_exit, rss_mb
 from django_delayq.worker.processes.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack, reasons
-from django_delayq.worker.tracking import ORPHAN_SIGNAL, Supervision
+from django_delayq.worker.tracking import (
+    EXIT_CONFIG,
+    EXIT_ERROR,
+    EXIT_HARD_STOP,
+    EXIT_OK,
+    Supervision,
+)
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.worker.ledger import Key
 
 logger = logging.getLogger(__name__)
 
@@ -428,23 +436,3 @@ class Supervisor:
             child.kill({})
         for child in self._everyone():
             self._gone(child, child.proc.wait())
-
-
-def attach(worker: Worker, supervision: Supervision) -> None:
-    """Wire a child worker to its supervisor: say hello, obey ``drain``/``stop``, drain
-    when the supervisor is gone (end of file of the link, or ``ORPHAN_SIGNAL`` from the
-    kernel: its handler only drains, as a signal handler only sets flags)."""
-
-    def drain() -> None:
-        if not worker.draining:
-            worker.request_stop()
-
-    def stop() -> None:
-        drain()
-        worker.request_stop()
-
-    signal.signal(ORPHAN_SIGNAL, lambda signum, frame: drain())
-    supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
-    supervision.link.listen(drain, stop, worker.ledger.running_jobs)
-    if supervision.orphaned():  # it died before the child asked for the signal
-        drain()

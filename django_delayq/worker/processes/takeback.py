@@ -41,18 +41,23 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from django_delayq.core import payloads
-from django_delayq.core.conf import Settings
-from django_delayq.engine import ClaimedJob, Engine
+from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker import runner
-from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.ledger import Key
-from django_delayq.worker.loop import EXIT_OK
 from django_delayq.worker.processes.children import Child, describe_exit
 from django_delayq.worker.settle import Settler
+from django_delayq.worker.tracking import EXIT_OK
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
+    from django_delayq.worker.audit import AuditWriter
+    from django_delayq.worker.ledger import Key
+    from django_delayq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +91,7 @@ class TakeBack:
         self._settle(child, failed, back)
 
     def _outcome(self, job: ClaimedJob, started: float, limit: float | None,
-                 why: str) -> runner.Outcome:
+                 why: str) -> Outcome:
         now = datetime.now(UTC)
         started_at = datetime.fromtimestamp(now.timestamp() - (time.monotonic() - started),
                                             tz=UTC)
@@ -155,7 +160,7 @@ def why_failed(child: Child, key: Key, code: int) -> str:
     return child.killed_for.get(key) or describe_exit(code)
 
 
-def _paths(outcomes: list[runner.Outcome]) -> None:
+def _paths(outcomes: list[Outcome]) -> None:
     """The callable of each outcome without a payload (a job cancelled while it ran: its
     row is read only for it), for the logs and signals of its settlement."""
     missing = [o for o in outcomes if not o.path]

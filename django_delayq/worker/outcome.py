@@ -1,0 +1,140 @@
+"""The outcome of one claimed job (``Outcome``: a success, a retry, dead, expired or
+deferred), the outcomes decided without running the job (``expired``, ``deferred``,
+``crashed``, ``unusable``, ``cancelled_unstarted``), the job status each settlement makes
+(``STATUS_OF``) and the text helpers of their error fields. ``runner.py`` runs a job and
+decides its outcome; the modules that hold, settle and record outcomes need only this one.
+"""
+
+from __future__ import annotations
+
+import enum
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from django_delayq.engine.outcomes import NackOutcome
+from django_delayq.exceptions import InvalidRow, type_path
+from django_delayq.models import JobStatus
+
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import ClaimedJob
+
+INVALID_ROW = type_path(InvalidRow)
+
+
+class Kind(enum.Enum):
+    SUCCESS = "success"
+    RETRY = "retry"
+    DEAD = "dead"
+    EXPIRED = "expired"  # never ran: past its expires_at when claimed (ack-like)
+    DEFER = "defer"  # never ran: a callable limit refused the start (attempt given back)
+
+
+@dataclass(slots=True, kw_only=True)
+class Outcome:
+    job: ClaimedJob
+    kind: Kind
+    path: str = ""
+    started_at: datetime
+    finished_at: datetime
+    duration_s: float = 0.0
+    retry_delay_ms: int | None = None
+    result: Any = None
+    error_type: str = ""
+    error: str = ""
+    traceback: str = ""
+    max_attempts: int = 0
+    retry_at_ms: int | None = None  # DEFER: server time it is due again
+    callable_limit: str | None = None  # whose slot it holds, freed after settle
+
+
+def ms_to_dt(ms: int) -> datetime:
+    """An aware datetime of epoch ``ms``; now for a value no datetime can hold (a due
+    time Redis was made to hold)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC)
+    except (OverflowError, ValueError, OSError):
+        return datetime.now(UTC)
+
+
+def text(value: object, limit: int | None = None) -> str:
+    """``str(value)`` that never raises and is storable (lone surrogates escaped)."""
+    try:
+        out = value if isinstance(value, str) else str(value)
+    except Exception:  # noqa: BLE001 - a broken __str__ of a job's exception
+        out = "<unprintable %s>" % type(value).__name__
+    if not out.isascii():
+        out = out.encode("utf-8", "backslashreplace").decode("utf-8")
+    return out if limit is None else out[:limit]
+
+
+SHOWN_CHARS = 300  # of one value on a log line
+
+
+def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+    """``value`` as one line of printable text for a log: each character that is not
+    printable (control characters, line breaks, bidirectional overrides, lone surrogates)
+    as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``); cut to ``limit`` characters
+    with "..."."""
+    out = text(value) if not isinstance(value, str) else value
+    if len(out) > limit:
+        out = out[:limit] + "..."
+    if out.isprintable():
+        return out
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in out)
+
+
+def error_type(exc: BaseException) -> str:
+    """The dotted path of ``exc``'s class, storable (``Job.error_type`` holds 255)."""
+    return text(type_path(type(exc)), 255)
+
+
+def deferred(job: ClaimedJob, path: str, at_ms: int) -> Outcome:
+    """A start refused by a callable limit: the job goes back to Redis, due at ``at_ms``."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.DEFER, path=path, started_at=now, finished_at=now,
+                   retry_at_ms=at_ms)
+
+
+def expired(job: ClaimedJob, path: str, expires_ms: int) -> Outcome:
+    """A job claimed after its ``expires_at``: never run, final ``expired``."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.EXPIRED, path=path, started_at=now, finished_at=now,
+                   error="expired at %s: not started by then, never run"
+                         % ms_to_dt(expires_ms).isoformat(timespec="milliseconds"))
+
+
+def crashed(job: ClaimedJob, exc: BaseException, started: datetime | None = None) -> Outcome:
+    """The dead outcome of a job whose attempt failed in the worker itself."""
+    now = datetime.now(UTC)
+    path = job.payload.path if job.payload is not None else ""
+    return Outcome(job=job, kind=Kind.DEAD, path=path, started_at=started or now,
+                   finished_at=now, error_type=error_type(exc),
+                   error=text("worker error: %s" % text(exc), 2000),
+                   traceback=text(traceback.format_exc(), 20000))
+
+
+def unusable(job: ClaimedJob, path: str, reason: str) -> Outcome:
+    """The dead outcome of a job whose row cannot be run (``payloads.Broken``)."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.DEAD, path=text(path, 255), started_at=now,
+                   finished_at=now, error_type=INVALID_ROW, error=text(reason, 2000))
+
+
+def cancelled_unstarted(job: ClaimedJob) -> Outcome:
+    """The outcome of a claimed job whose cancel was asked before it started: settled as a
+    failure without retry, which nack.lua turns into ``cancelled`` (its cancel mark)."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.DEAD, started_at=now, finished_at=now,
+                   error="cancelled before it started; it did not run")
+
+
+STATUS_OF: dict[object, JobStatus] = {  # what an ack or a nack made of the job
+    Kind.SUCCESS: JobStatus.SUCCEEDED,
+    Kind.EXPIRED: JobStatus.EXPIRED,
+    NackOutcome.RETRYING: JobStatus.RETRYING,
+    NackOutcome.DEAD: JobStatus.DEAD,
+    NackOutcome.CANCELLED: JobStatus.CANCELLED,
+}
