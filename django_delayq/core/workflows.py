@@ -32,6 +32,7 @@ from django_delayq import signals
 from django_delayq.core import commit_batch, submit
 from django_delayq.core.conf import get_settings
 from django_delayq.engine.outcomes import NewJob
+from django_delayq.engine.replies import chunks
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
 
@@ -55,11 +56,6 @@ class Signature:
 
 def cancel_reason(parent_id: str, status: str) -> str:
     return "parent %s ended %s" % (parent_id, status)
-
-
-def _chunks(items: Sequence[str], size: int = CHUNK) -> Iterable[Sequence[str]]:
-    for i in range(0, len(items), size):
-        yield items[i:i + size]
 
 
 # -- schedule time -------------------------------------------------------------------
@@ -91,7 +87,7 @@ def plan(child_id: str, parents: list[str], on_failure: bool, using: str,
     if child_id in parents:
         raise InvalidJob("after=: job %s cannot wait for itself" % child_id)
     status: dict[str, str] = {}
-    for chunk in _chunks(parents):
+    for chunk in chunks(parents, CHUNK):
         rows = Job.objects.using(using).select_for_update().filter(pk__in=chunk)
         status.update(rows.values_list("id", "status"))
     missing = [p for p in parents if p not in status]
@@ -208,11 +204,11 @@ def _decrement(count: dict[str, int], using: str) -> list[str]:
         by_n[n].append(child)
     jobs = Job.objects.using(using)
     for n, children in by_n.items():
-        for chunk in _chunks(children):
+        for chunk in chunks(children, CHUNK):
             jobs.filter(pk__in=chunk, parents_left__gte=n).update(
                 parents_left=F("parents_left") - n)
     ready: list[str] = []
-    for chunk in _chunks(list(count)):
+    for chunk in chunks(list(count), CHUNK):
         ready.extend(jobs.filter(pk__in=chunk, status=JobStatus.WAITING, parents_left=0)
                      .values_list("id", flat=True))
     return ready
@@ -224,7 +220,7 @@ def _release(ids: list[str], using: str) -> None:
     now = timezone.now()
     jobs = Job.objects.using(using)
     by_queue: dict[str, list[NewJob]] = defaultdict(list)
-    for chunk in _chunks(ids):
+    for chunk in chunks(ids, CHUNK):
         jobs.filter(pk__in=chunk, run_at__lt=now).update(run_at=now)
         jobs.filter(pk__in=chunk, status=JobStatus.WAITING).update(
             status=JobStatus.SCHEDULED, updated_at=now)

@@ -18,12 +18,13 @@ a MULTI blocks Redis like a script (nine reads a job).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.replies import chunks
 
 if TYPE_CHECKING:
     from django_delayq.engine.replies import Scalar
@@ -33,11 +34,6 @@ _T = TypeVar("_T")
 ReJob = tuple[str, int] | tuple[str, int, int] | tuple[str, int, int, str]
 
 logger = logging.getLogger(__name__)
-
-
-def _chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
 
 
 def _int(value: Scalar) -> int:
@@ -140,7 +136,7 @@ class OutboxOps(RedisOwner):
         """Where each of ``job_ids`` is in ``queue`` (one MULTI per
         ``scripts.RECONCILE_CHUNK`` ids; each MULTI reads its ids atomically)."""
         found: list[Presence] = []
-        for chunk in _chunks(job_ids, scripts.RECONCILE_CHUNK):
+        for chunk in chunks(job_ids, scripts.RECONCILE_CHUNK):
             found += self._presence(queue, chunk)
         return found
 
@@ -185,7 +181,7 @@ class OutboxOps(RedisOwner):
         another (the data was lost since), that data set's jobs are left alone."""
         added = 0
         expect = (epochs or {}).get(queue, "")
-        for chunk in _chunks(jobs, scripts.RECONCILE_CHUNK):
+        for chunk in chunks(jobs, scripts.RECONCILE_CHUNK):
             added += self._reenqueue(queue, chunk, seeds, keep_ms, keep_max, expect)
         return added
 

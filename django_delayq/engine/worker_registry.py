@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.replies import envelope_text
 
 MAX_WORKERS_READ = 1000  # the most recent heartbeats read by ``workers``
 MAX_WORKER_ID_BYTES = 512  # a longer id is skipped (ids are host:pid:token, a --worker-id)
@@ -34,10 +35,6 @@ MAX_INFO_TOTAL_BYTES = 4 * 1024 * 1024  # all info entries of one read
 
 def _size(value: bytes | str) -> int:
     return len(value) if isinstance(value, bytes) else len(value.encode(errors="replace"))
-
-
-def _text(value: object) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +73,8 @@ class WorkerRegistry(RedisOwner):
         at its next beat)."""
         keys = self.global_keys
         bound = "(%r" % float(silent_before_ms)
-        ids = [_text(raw) for raw in self.client.zrangebyscore(keys.workers, "-inf", bound)]
+        ids = [envelope_text(raw)
+               for raw in self.client.zrangebyscore(keys.workers, "-inf", bound)]
         if ids:
             pipe = self.client.pipeline(transaction=False)
             pipe.zremrangebyscore(keys.workers, "-inf", bound)
@@ -104,8 +102,8 @@ class WorkerRegistry(RedisOwner):
                 wanted.append(raw)
                 budget -= size
         infos = dict(zip(wanted, self.client.hmget(keys.workers_info, wanted))) if wanted else {}
-        return [WorkerEntry(id=_text(raw), beat_ms=beat,
-                            info=None if infos.get(raw) is None else _text(infos[raw]),
+        return [WorkerEntry(id=envelope_text(raw), beat_ms=beat,
+                            info=None if infos.get(raw) is None else envelope_text(infos[raw]),
                             info_bytes_unread=0 if raw in infos else size)
                 for (raw, beat), size in reversed(list(zip(listed, sizes)))]
 

@@ -126,7 +126,7 @@ class Settler:
             sent += [(o, None) for o in items if o.kind is Kind.DEFER]
         return sent
 
-    def note_sent(self, outcomes: list[Outcome]) -> None:
+    def note_sent(self, outcomes: Sequence[Outcome]) -> None:
         """Outcomes whose ack leaves now (finish -> ack sent, for bench/settle_lag.py)."""
         if self.lags is None:
             return
@@ -291,7 +291,6 @@ def _path_of(job: ClaimedJob) -> str:
         return ""
 
 
-MAX_STREAMED = 250  # leases per streamed ack (scripts.MAX_ACK)
 SEND_EVERY = 0.002  # seconds: a job thread sends the acks done at most this often,
 SEND_AT = 5  # unless this many wait (a kill re-runs them: finished, not yet acked)
 _RECORDED = (JobStatus.SUCCEEDED, JobStatus.EXPIRED, JobStatus.CANCELLED)

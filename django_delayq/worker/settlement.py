@@ -15,11 +15,12 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from django_delayq.engine.replies import chunks
+from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.outcome import Kind, Outcome
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from django_delayq.worker.settle import (
-    MAX_STREAMED,
     SEND_AT,
     SEND_EVERY,
     Sent,
@@ -311,7 +312,7 @@ class SettleThread:
             else:
                 rest.append(o)
         for queue, wins in by_queue.items():
-            for part in [wins[i:i + MAX_STREAMED] for i in range(0, len(wins), MAX_STREAMED)]:
+            for part in chunks(wins, MAX_ACK):
                 self.settler.note_sent(part)
                 codes = ["x" if o.kind is Kind.EXPIRED else "s" for o in part]
                 if self.stream.send(queue, [(o.job.id, o.job.token) for o in part],
