@@ -33,7 +33,7 @@ from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.keys import QueueKeys
 from django_delayq.engine.leases import Leases
 from django_delayq.engine.outbox import OutboxOps
-from django_delayq.engine.outcomes import (  # noqa: F401 - their home before results.py
+from django_delayq.engine.outcomes import (
     CancelOutcome,
     ClaimedJob,
     ClaimResult,
