@@ -222,14 +222,14 @@ def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope
     common["error_type"] = error_type(exc)
     if isinstance(exc, PermissionError):  # not allowed (registry.NotAllowed, a refused URL)
         return _failed(common, Kind.DEAD, text(exc), t0)
-    if isinstance(exc, Retry):
-        return _retry(common, text(exc), t0, exc, env, default_backoff)
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         logger.warning("job %s raised %s; treated as a failure", shown(common["job"].id),
                        shown(repr(exc)))
-    if not retried(type(exc), env.retry_on):
-        return _failed(common, Kind.DEAD, text(exc) + NOT_RETRIED % common["error_type"], t0)
-    return _retry(common, text(exc), t0, None, env, default_backoff)
+    asked = exc if isinstance(exc, Retry) else None  # retried whatever retry_on says
+    kind, error, delay = _decide(
+        text(exc), common["error_type"], asked is None and not retried(type(exc), env.retry_on),
+        asked, env, common["job"], common["max_attempts"], default_backoff)
+    return _failed(common, kind, error, t0, delay)
 
 
 def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
@@ -278,19 +278,22 @@ def _lost_before_commit(common: dict[str, Any], t0: float) -> Outcome:
                          % job.attempt, **common)
 
 
-def _retry(common: dict[str, Any], error: str, t0: float, exc: Retry | None, env: Envelope,
-           default_backoff: backoff_mod.Policy) -> Outcome:
-    """A failed attempt: retried after its delay, or dead when no delay can be computed."""
-    job: ClaimedJob = common["job"]
+def _decide(error: str, kind_of: str, refused: bool, asked: Retry | None, env: Envelope,
+            job: ClaimedJob, max_attempts: int, default_backoff: backoff_mod.Policy
+            ) -> tuple[Kind, str, int | None]:
+    """(kind, error, retry delay) of a failed attempt: retried after its delay, or dead
+    when ``retry_on`` does not list its type (``refused``), no delay can be computed, or
+    it was the last attempt (the row shows attempts n of n)."""
+    if refused:
+        return Kind.DEAD, error + NOT_RETRIED % kind_of, None
     try:
-        delay = _retry_delay(exc, env, default_backoff, job.attempt)
+        delay = _retry_delay(asked, env, default_backoff, job.attempt)
     except Exception as why:  # noqa: BLE001 - a bad backoff ends this job, not the thread
-        problem = text(why)
-    else:
-        return _failed(common, Kind.RETRY, error, t0, job, common["max_attempts"], delay)
-    # outside the handler above: the traceback recorded is the job's, not ours
-    error += " (not retried: cannot compute the retry delay: %s)" % problem
-    return _failed(common, Kind.DEAD, error, t0)
+        return Kind.DEAD, error + " (not retried: cannot compute the retry delay: %s)" % (
+            text(why)), None
+    if job.attempt >= max_attempts:
+        return Kind.DEAD, error, None
+    return Kind.RETRY, error, delay
 
 
 def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
@@ -304,19 +307,9 @@ def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
     except ValueError:
         env = Envelope(path="")
     max_attempts = env.max_attempts or default_max_attempts
-    kind = Kind.RETRY
-    error = "timed out: still running after %gs (its time limit)" % seconds
-    delay: int | None = None
-    if not retried(JobTimeout, env.retry_on):
-        kind, error = Kind.DEAD, error + NOT_RETRIED % JOB_TIMEOUT
-    else:
-        try:
-            delay = _retry_delay(None, env, default_backoff, job.attempt)
-        except Exception as why:  # noqa: BLE001
-            kind = Kind.DEAD
-            error += " (not retried: cannot compute the retry delay: %s)" % text(why)
-    if kind is not Kind.RETRY or job.attempt >= max_attempts:
-        kind, delay = Kind.DEAD, None
+    kind, error, delay = _decide(
+        "timed out: still running after %gs (its time limit)" % seconds, JOB_TIMEOUT,
+        not retried(JobTimeout, env.retry_on), None, env, job, max_attempts, default_backoff)
     now = datetime.now(UTC)
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
                    duration_s=(now - started_at).total_seconds(), retry_delay_ms=delay,
@@ -324,10 +317,9 @@ def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
 
 
 def _failed(common: dict[str, Any], kind: Kind, error: str, t0: float,
-            job: ClaimedJob | None = None, max_attempts: int = 0,
             delay: int | None = None) -> Outcome:
-    if kind is Kind.RETRY and job is not None and job.attempt >= max_attempts:
-        kind, delay = Kind.DEAD, None  # out of attempts: the row shows attempts n of n
+    """The outcome of a failed attempt; its traceback is the one being handled (the job's:
+    called in the handler of the job's exception, never inside one of ours)."""
     return Outcome(kind=kind, finished_at=datetime.now(UTC), error=text(error, 2000),
                    traceback=text(traceback.format_exc())[-20000:], retry_delay_ms=delay,
                    duration_s=time.perf_counter() - t0, **common)
