@@ -64,6 +64,9 @@ def main() -> int:
     p.add_argument("--light", type=int, default=100)
     p.add_argument("--each", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=1,
+                   help="grouped and ungrouped drains in turns, the first one alternating "
+                        "(a machine whose load changes favours neither)")
     a = p.parse_args()
     print("load average before:", " ".join("%.2f" % x for x in os.getloadavg()))
     redis_proc = open_bench("sqlite")
@@ -71,9 +74,10 @@ def main() -> int:
         from django.core.management import call_command
 
         call_command("migrate", verbosity=0)
-        for grouped in (True, False):
-            figures = run(a.heavy, a.light, a.each, a.concurrency, grouped)
-            print("grouped" if grouped else "ungrouped", figures)
+        for i in range(a.rounds):
+            for grouped in ((True, False) if i % 2 == 0 else (False, True)):
+                figures = run(a.heavy, a.light, a.each, a.concurrency, grouped)
+                print("grouped" if grouped else "ungrouped", figures)
     finally:
         redis_proc.terminate()
         redis_proc.wait()
