@@ -1,5 +1,5 @@
-"""``delayq_status`` shows the groups with the most due jobs, their running jobs and
-whether they are paused (observe/group_usage.py)."""
+"""``delayq_status`` shows the groups with the most due jobs, their running jobs, their
+limits and whether they are paused or held (observe/group_usage.py)."""
 
 from __future__ import annotations
 
@@ -46,4 +46,20 @@ def test_status_names_a_group_its_limit_holds_back(delayq_engine) -> None:  # ty
     assert len(delayq_engine.claim("default", 10, 60_000).jobs) == 1  # acme now held
     out = StringIO()
     call_command("delayq_status", stdout=out)
-    assert "due 3, running 0, held by its limit" in out.getvalue()  # rows: no worker wrote
+    assert "due 3, running 0, limit 1 at once, held by its limit" in out.getvalue()  # rows
+
+
+def test_status_shows_each_groups_own_limits_else_its_queues(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    from django_delayq import set_group_limit
+
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "QUEUE_OPTIONS": {
+        "default": {"group_concurrency": 3, "group_rate_limit": "10/s"}}}
+    set_group_limit("default", "acme", concurrency=1)
+    set_group_limit("default", "bob", rate_limit="5/m")
+    for g in ("acme", "bob", "carol"):
+        schedule("tests.jobs.noop", group=g)
+    out = StringIO()
+    call_command("delayq_status", "--json", stdout=out)
+    limits = {g["group"]: g["limit"] for g in json.loads(out.getvalue())["groups"]}
+    assert limits == {"acme": "10 per 1s, 1 at once", "bob": "5 per 60s, 3 at once",
+                      "carol": "10 per 1s, 3 at once"}

@@ -65,6 +65,7 @@
       tr.appendChild(el("td", g.group));
       tr.appendChild(num(g.due));
       tr.appendChild(num(g.running));
+      tr.appendChild(el("td", g.limit || "-"));
       tr.appendChild(el("td", g.paused ? "paused" : g.held ? "held by its limit" : "active"));
       body.appendChild(tr);
     });
