@@ -499,8 +499,9 @@ local again = replayed()
 if again then return again end
 if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
 limits()
-grouped = redis.call('EXISTS', group) == 1
-if not grouped and redis.call('EXISTS', group_ready, group_turns, group_held) > 0 then
+local has = redis.call('EXISTS', group, group_ready, group_turns, group_held)  -- one read
+grouped = has > 0 and redis.call('EXISTS', group) == 1  -- without groups: nothing more
+if has > 0 and not grouped then
   redis.call('UNLINK', group_ready, group_turns, group_held)  -- O(1) here: freed apart
 end
 if not grouped then

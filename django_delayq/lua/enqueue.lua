@@ -79,7 +79,10 @@ for j = 1, #ids do
   end
 end
 -- the first write: a call that may write a key its reads did not meet checks every type
-if not plain or (#line.to_ready > 0 and redis.call('EXISTS', group) == 1) then
+-- (a plain call writes no group: whether the queue is grouped, read once, holds for
+-- line_write's index too)
+if plain and #line.to_ready > 0 then line.grouped = redis.call('EXISTS', group) == 1 end
+if not plain or line.grouped then
   local err = wrong_type(KINDS)
   if err then return err end
 end

@@ -247,9 +247,12 @@ local function join_turns(gs)
 end
 
 -- Index jobs placed in ready (`placed`: score, id, score, id, ... as ZADD takes them),
--- when the queue is grouped. Reads each one's group; writes the entries (again: no-op).
-local function index_ready(placed)
-  if #placed == 0 or redis.call('EXISTS', group) == 0 then return end
+-- when the queue is grouped (``grouped``: known already, else nil and read here). Reads
+-- each one's group; writes the entries (again: no-op).
+local function index_ready(placed, grouped)
+  if #placed == 0 then return end
+  if grouped == nil then grouped = redis.call('EXISTS', group) == 1 end  -- else read already
+  if not grouped then return end
   local ids = {}
   for i = 2, #placed, 2 do ids[#ids + 1] = placed[i] end
   local gs = redis.call('HMGET', group, unpack(ids))
@@ -513,7 +516,7 @@ end
 local function line_write(line, pending, ready, channel, moved)
   if #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
   if #line.to_ready > 0 then call_many('ZADD', ready, {}, line.to_ready) end
-  index_ready(line.to_ready)
+  index_ready(line.to_ready, line.grouped)
   if #line.to_urgent > 0 then call_many('ZADD', urgent, {}, line.to_urgent) end
   local due = line.earliest
   if due ~= nil and line.idle and (line.first == nil or due < line.first
