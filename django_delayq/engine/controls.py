@@ -26,7 +26,7 @@ from typing import Any
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.outcomes import QueueLimit
-from django_delayq.engine.replies import chunks
+from django_delayq.engine.replies import chunks, envelope_text
 
 INHERIT = -1  # an override's field that keeps the queue's default (lib.lua group_limits)
 
@@ -63,7 +63,7 @@ class QueueControls(RedisOwner):
     def paused_groups(self, queue: str) -> list[str]:
         """The paused groups of ``queue``, sorted."""
         found = self.client.smembers(self.keys(queue).group_paused)
-        return sorted(g.decode("utf-8", "replace") if isinstance(g, bytes) else g for g in found)
+        return sorted(envelope_text(g) for g in found)
 
     def _group_control(self, queue: str, op: str, group: str, value: str = "") -> bool:
         k = self.keys(queue)
@@ -85,7 +85,7 @@ class QueueControls(RedisOwner):
         """group -> its override as Redis holds it (``override_value``'s form); a name
         that is not UTF-8 (no group's: written by hand) keeps its bytes as surrogates, so
         ``sync_group_limits`` can remove it."""
-        return {_name(g): _text(v) for g, v in
+        return {_name(g): envelope_text(v) for g, v in
                 self.client.hscan_iter(self.keys(queue).group_limits, count=500)}
 
     def sync_group_limits(self, queue: str, wanted: dict[str, str], have: dict[str, str]
@@ -108,7 +108,7 @@ class QueueControls(RedisOwner):
         a read of the whole set: for status and tests)."""
         out: dict[str, int] = {}
         for member, _ in self.client.zscan_iter(self.keys(queue).group_running, count=1000):
-            group = _text(member).partition("\n")[0]
+            group = envelope_text(member).partition("\n")[0]
             out[group] = out.get(group, 0) + 1
         return out
 
@@ -119,7 +119,8 @@ class QueueControls(RedisOwner):
         if among is not None:
             found = self.client.zmscore(key, list(among)) if among else []
             return {g: int(ms) for g, ms in zip(among, found) if ms is not None}
-        return {_text(g): int(ms) for g, ms in self.client.zrange(key, 0, -1, withscores=True)}
+        return {envelope_text(g): int(ms)
+                for g, ms in self.client.zrange(key, 0, -1, withscores=True)}
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         """The paused ones among ``queues`` (one round trip)."""
@@ -133,8 +134,7 @@ class QueueControls(RedisOwner):
         in flight; returns their ids (bytes that are not UTF-8 replaced). Loop until []."""
         size = max(1, min(int(limit), scripts.MAX_PURGE))
         ids = self._run("purge", scripts.keys_of("purge", self.keys(queue)), [size])
-        return [raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-                for raw in ids]
+        return [envelope_text(raw) for raw in ids]
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
                         concurrency: int | None, groups: QueueLimit | None = None) -> None:
@@ -209,10 +209,6 @@ def _limit_fields(rate: tuple[int, int] | None, concurrency: int | None,
     if groups is not None and groups.concurrency is not None:
         fields["group_concurrency"] = int(groups.concurrency)
     return fields
-
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
 def _name(value: Any) -> str:
