@@ -157,11 +157,12 @@ def _perform_limit(op: str, queue: str, group: str, form: Any) -> tuple[str, boo
 def _group_limits(settings: Settings) -> list[tuple[str, str, str]]:
     """(queue, its groups' defaults, its overrides) of the queues that have either."""
     out = []
-    for queue in known_queues(settings):
+    queues = known_queues(settings)
+    overrides = group_limits.by_queue(q for q in queues if q not in settings.queue_shards)
+    for queue in queues:
         rate, concurrency = settings.group_limit(queue)
         shown = ", ".join("%s: %s" % (o.group, _limit_text(o.concurrency, o.rate_limit))
-                          for o in ([] if queue in settings.queue_shards
-                                    else group_limits.group_limits(queue)))
+                          for o in overrides.get(queue, []))
         if rate is not None or concurrency is not None or shown:
             out.append((queue, _limit_text(concurrency, rate and limits.rate_text(rate)), shown))
     return out

@@ -93,8 +93,16 @@ def clear_group_limit(queue: str, group: str) -> bool:
 
 def group_limits(queue: str) -> list[GroupOverride]:
     """The overrides of ``queue``'s groups (the rows), by group."""
-    return [_override(row) for row in
-            GroupLimit.objects.filter(queue=_queue(queue)).order_by("group")]
+    queue = _queue(queue)
+    return by_queue([queue]).get(queue, [])
+
+
+def by_queue(queues: Iterable[str]) -> dict[str, list[GroupOverride]]:
+    """The overrides of the groups of ``queues`` (one query), by queue, each by group."""
+    out: dict[str, list[GroupOverride]] = {}
+    for row in GroupLimit.objects.filter(queue__in=list(queues)).order_by("queue", "group"):
+        out.setdefault(row.queue, []).append(_override(row))
+    return out
 
 
 def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:

@@ -158,6 +158,7 @@ class Command(BaseCommand):
         for line in lines:
             self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths,
                                                                          strict=True)).rstrip())
+        every_override = group_limits.by_queue(q for q in names if q not in settings.queue_shards)
         for queue in names:
             if groups := engine.paused_groups(queue):
                 self.stdout.write("%s: paused groups: %s" % (queue, ", ".join(
@@ -166,8 +167,7 @@ class Command(BaseCommand):
             if rate is not None or concurrency is not None:
                 self.stdout.write("%s: each group: concurrency %s, rate %s" % (
                     queue, "-" if concurrency is None else concurrency, rate_text(rate)))
-            overrides = [] if queue in settings.queue_shards else group_limits.group_limits(queue)
-            if overrides:
+            if overrides := every_override.get(queue):
                 self.stdout.write("%s: group limits: %s" % (queue, ", ".join(
                     "%s (%s)" % (o.group, _override_text(o)) for o in overrides)))
 
