@@ -86,13 +86,11 @@ MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
 # due before it, waits at most ceil(n / MAX_PROMOTE) claims.
 MAX_PROMOTE = 250
 MAX_URGENT = 50
-# Groups a grouped queue's claim serves per call (claim.lua's TURNS: docs/groups.md), and
-# the jobs it leases from them (GROUPED): a group met costs an index read, a job a few
-# more writes than the plain path; 25 groups keep a grouped claim (with its 50 promoted)
-# under the 5 ms bound with 10,000 groups (bench/groups_claim.py,
-# tests/engine/test_groups_bounds.py), and up to 100 jobs from them a few groups' drain.
+# Jobs claim.lua leases per call in a grouped queue (its TURNS: docs/groups.md): a turn
+# costs an index read per group and per job a few more writes than the plain path: 25 keep
+# a grouped claim (with its 50 promoted) under half the 5 ms bound with 10,000 groups
+# (bench/groups_claim.py, tests/engine/test_groups_bounds.py).
 MAX_TURNS = 25
-MAX_GROUPED = 100
 MAX_ACK = 250  # (id, token, code) triples
 MAX_FORGET = 250  # ids whose settled records go (forget_settled.lua), plus 100 old ones
 MAX_NACK = 200  # (id, token, delay) triples

@@ -52,8 +52,7 @@
 -- last is gone the index, the rotation and the held groups are dropped, left over they
 -- would hide the jobs without a group from this step), a claim first
 -- promotes as above, leasing nothing, and indexes the promoted jobs and the first 10 of
--- ready by group (2g); it then leases at most 100 jobs (GROUPED) from at most 25 groups
--- (TURNS) in turns among the groups
+-- ready by group (2g); it then leases at most 25 jobs (TURNS) in turns among the groups
 -- with due jobs, lowest turn first: each group of a round an equal share (at least one)
 -- of what is still wanted, in the queue's order inside the group; a group served goes to
 -- the end of the rotation, one with nothing left leaves it (3g). Jobs without a group are
@@ -92,9 +91,8 @@
 --          with no group left in the rotation next_due_ms is the first held group's time.
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
--- Cost: at most 200 jobs leased (scripts.MAX_CLAIM; a grouped queue 100,
---       scripts.MAX_GROUPED, from at most 25 groups, scripts.MAX_TURNS, over at most 20
---       rounds, one index read per group met, 100 stale entries
+-- Cost: at most 200 jobs leased (scripts.MAX_CLAIM; a grouped queue 25, scripts.MAX_TURNS
+--       over at most 20 rounds, one index read per group a round, 100 stale entries
 --       dropped, 10 of ready indexed), 250 promoted (scripts.MAX_PROMOTE) and
 --       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call;
 --       group limits: two ZLEXCOUNT per limited group met (within the 100 skips), 100
@@ -122,7 +120,6 @@
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
 local TURNS, SKIPS, ROUNDS, HEAD = 25, 100, 20, 10  -- a grouped queue: 2g, 3g
-local GROUPED = 100  -- jobs leased per claim in a grouped queue (from at most TURNS groups)
 local GROUP_PROMOTE = 50  -- promoted per claim in a grouped queue (each is indexed too)
 local now = now_ms(ARGV[1])
 local nonce = ARGV[4] or ''
@@ -463,13 +460,11 @@ end
 
 local function take_turns()
   unhold_due(now)
-  local turn, skips, rounds, seen = last_turn(), 0, 0, 0
-  while #take < grant and skips < SKIPS and rounds < ROUNDS and seen < TURNS do
+  local turn, skips, rounds = last_turn(), 0, 0
+  while #take < grant and skips < SKIPS and rounds < ROUNDS do
     rounds = rounds + 1
     local quota = grant - #take
-    local front = redis.call('ZRANGE', group_turns, 0, math.min(quota, TURNS - seen) - 1)
-    seen = seen + #front
-    local gs = unpaused(front)
+    local gs = unpaused(redis.call('ZRANGE', group_turns, 0, quota - 1))
     if gs == nil then break end
     local per = math.max(1, math.floor(quota / math.max(1, #gs)))  -- gs {}: all paused
     local picked, turns, done, off, holds = {}, {}, {}, {}, {}
@@ -511,7 +506,7 @@ if not grouped then
   held_back()
   write_moves()
 else  -- a grouped queue: promote (2, 3 with nothing to lease), index (2g), take turns (3g)
-  want = math.min(want, GROUPED)
+  want = math.min(want, TURNS)
   group_defaults(group_conf[1], group_conf[2], group_conf[3])
   local share = math.min(grant, want)
   grant, PROMOTE = 0, GROUP_PROMOTE

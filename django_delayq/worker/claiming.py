@@ -153,7 +153,7 @@ class Claiming:
                 self._hand_over(queue, result.jobs)
             more = result.next_due_ms is not None and result.next_due_ms <= result.now_ms
             if not more or len(result.jobs) < min(asked, MAX_TURNS):  # all there was (a
-                return  # grouped claim takes at least MAX_TURNS while due): settle first
+                return  # grouped queue's claim takes at most MAX_TURNS): settle first
 
     def claim_urgent(self, queue: str) -> None:
         """The urgent timer's claim, on its thread: a few jobs over the room; not in --max-jobs
