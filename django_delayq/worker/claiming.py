@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 from django.db import close_old_connections
 from redis.exceptions import RedisError
 
+from django_delayq.engine.scripts import MAX_TURNS
 from django_delayq.worker import gates
 from django_delayq.worker.handover import Handover
 from django_delayq.worker.queue_backoff import QueueBackoff
@@ -43,6 +44,7 @@ logger = logging.getLogger(__name__)
 
 URGENT_BATCH = 4  # jobs a claim of the urgent timer takes (worker/urgent.py)
 PREFETCH_SECONDS = 0.1  # claimed jobs beyond free threads: what they start in this time
+CLAIMS_PER_ROUND = 8  # claims of one queue in one round of the main loop, at most
 
 
 def monotonic_ms() -> float:
@@ -137,17 +139,21 @@ class Claiming:
         self.backoff.each(ready, self.claim)
 
     def claim(self, queue: str) -> None:
-        while (room := self.capacity()) > 0 and self.queue_gate.open(queue, self.clock.now_ms()):
+        for _ in range(CLAIMS_PER_ROUND):  # then the round goes on (other queues, limits)
+            room = self.capacity()
+            if room <= 0 or not self.queue_gate.open(queue, self.clock.now_ms()):
+                return
             before = monotonic_ms()
+            asked = min(room, self.settings.claim_batch)
             with self.handover.lock:
-                result = self.engine.claim(queue, min(room, self.settings.claim_batch),
-                                           self.settings.lease_ms)
+                result = self.engine.claim(queue, asked, self.settings.lease_ms)
                 self.clock.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
                 self.next_due[queue] = self.queue_gate.note(queue, result)  # paused: None
                 self.urgent.note(queue, result.next_urgent_ms)
                 self._hand_over(queue, result.jobs)
-            if len(result.jobs) < self.settings.claim_batch:  # not a full batch: settle
-                return  # what finished first (rooms of a few jobs would loop for seconds)
+            more = result.next_due_ms is not None and result.next_due_ms <= result.now_ms
+            if not more or len(result.jobs) < min(asked, MAX_TURNS):  # all there was (a
+                return  # grouped queue's claim takes at most MAX_TURNS): settle first
 
     def claim_urgent(self, queue: str) -> None:
         """The urgent timer's claim, on its thread: a few jobs over the room; not in --max-jobs
