@@ -3,10 +3,11 @@
 A claim returns ids; ``Handover.take`` reads their payloads from their audit rows
 (``payloads.read``: Redis supplies ids, never code or arguments), ends a live row with an
 unusable payload dead, sets aside a job with no row or a final one, and puts the jobs that
-may run in the local queue. The local queue is ordered by priority, then due time, then
-claim order: the same order as claim.lua's ready set, so two claims that finish in
-another order (the main loop's and the urgent timer's, on two threads) never start a
-later-due job before an earlier one of the same priority.
+may run in the local queue, ordered by priority, then claim order. Claims and their
+hand-overs hold one lock (``lock``), so claim order is the order Redis gave: due order
+among ungrouped jobs of one priority, the groups' turns among grouped ones (a heavy
+group's older jobs claimed later never jump ahead of the light groups' turns), also when
+the main loop and the urgent timer claim on two threads.
 
 ``lock`` is held across a claim and its hand-over, and across a decision that nothing is
 held (drain, burst end): a claim on one thread cannot put jobs in the local queue after
@@ -43,8 +44,8 @@ logger = logging.getLogger(__name__)
 
 LAST = 1 << 30  # the rank of the threads' stop marker: after every claimed job
 
-# (-priority or LAST, due time in ms, claim order, job)
-Ranked = tuple[int, int, int, ClaimedJob | None]
+# (-priority or LAST, claim order, job)
+Ranked = tuple[int, int, ClaimedJob | None]
 
 
 class Handover:
@@ -62,16 +63,16 @@ class Handover:
         raised: the caller's loop backs off."""
         for job in self._loaded(queue, claimed) if claimed else []:
             priority = job.payload.priority if job.payload else 0
-            self.local.put((-priority, int(job.due_ms), next(self._order), job))
+            self.local.put((-priority, next(self._order), job))
             self.claimed_total += 1
 
     def stop_threads(self, n: int) -> None:
         for _ in range(n):
-            self.local.put((LAST, 0, next(self._order), None))
+            self.local.put((LAST, next(self._order), None))
 
     def next_job(self) -> ClaimedJob | None:
         """The next job for a thread (blocks); None: the thread stops."""
-        return self.local.get()[3]
+        return self.local.get()[2]
 
     def _loaded(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
         try:
