@@ -18,7 +18,7 @@ from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker, pytest.mark.slow]
 
-WINDOW_S = 120
+WINDOW_S = 60
 
 
 def test_three_workers_run_each_tick_of_an_every_second_schedule_exactly_once(  # type: ignore[no-untyped-def]
