@@ -22,24 +22,7 @@ from django_delayq.engine.sharded import ShardedEngine, ShardLimitError
 # The engine of every caller: engine.py's, each queue spread over its shards (a queue of
 # one shard, the default, is engine.py's queue unchanged).
 Engine = ShardedEngine
-__all__ = [
-    "CancelOutcome",
-    "ClaimResult",
-    "ClaimedJob",
-    "Contact",
-    "Engine",
-    "Grant",
-    "CallableLimitKeys",
-    "JobLocation",
-    "LimitState",
-    "NackOutcome",
-    "NewJob",
-    "QueueKeys",
-    "QueueLimit",
-    "QueueStats",
-    "Recovered",
-    "SetAside",
-    "ShardLimitError",
-    "ShardedEngine",
-    "bad_id",
-]
+__all__ = ["CancelOutcome", "ClaimResult", "ClaimedJob", "Contact", "Engine", "Grant",
+           "CallableLimitKeys", "JobLocation", "LimitState", "NackOutcome", "NewJob", "QueueKeys",
+           "QueueLimit", "QueueStats", "Recovered", "SetAside", "ShardLimitError",
+           "ShardedEngine", "bad_id"]

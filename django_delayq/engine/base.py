@@ -7,9 +7,12 @@ module of its own; every group reaches Redis through ``client`` and names its ke
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from django_delayq.engine import scripts
 from django_delayq.engine.keys import GlobalKeys, QueueKeys
+from django_delayq.engine.replies import chunks
 
 
 class RedisOwner:
@@ -33,6 +36,21 @@ class RedisOwner:
     def _now(self, now_ms: int | None) -> int:
         """The ``now_ms`` argument of a script: given, the clock's, or 0 (Redis TIME)."""
         raise NotImplementedError
+
+    def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
+        """Run script ``name`` on ``queue``'s keys (``extra``: keys the caller names)."""
+        return self._run(name, scripts.keys_of(name, self.keys(queue), **extra), args)
+
+    def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
+                  rows: Sequence[Sequence[Any]]) -> list[int]:
+        """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
+        of items, each with ARGV now, ``head``, then its rows; one integer per row."""
+        keys = scripts.keys_of(name, self.keys(queue))
+        out: list[int] = []
+        for chunk in chunks(rows, scripts.BOUNDS[name].items):
+            args = [self._now(now_ms), *head, *(value for row in chunk for value in row)]
+            out += [int(r) for r in self._run(name, keys, args)]
+        return out
 
     @property
     def global_keys(self) -> GlobalKeys:

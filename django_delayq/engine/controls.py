@@ -26,7 +26,7 @@ from typing import Any
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.outcomes import QueueLimit
-from django_delayq.engine.replies import chunks, envelope_text
+from django_delayq.engine.replies import envelope_text
 
 INHERIT = -1  # an override's field that keeps the queue's default (lib.lua group_limits)
 
@@ -66,10 +66,9 @@ class QueueControls(RedisOwner):
         return sorted(envelope_text(g) for g in found)
 
     def _group_control(self, queue: str, op: str, group: str, value: str = "") -> bool:
-        k = self.keys(queue)
-        keys = scripts.keys_of("group_control", k)
         name = group.encode("utf-8", "surrogateescape")  # a name read from Redis as it was
-        return bool(int(self._run("group_control", keys, [op, name, k.channel, value])))
+        return bool(int(self._script("group_control", queue,
+                                     [op, name, self.keys(queue).channel, value])))
 
     def set_group_limit(self, queue: str, group: str, *, rate: tuple[int, int] | None,
                         concurrency: int | None) -> bool:
@@ -133,8 +132,7 @@ class QueueControls(RedisOwner):
         """Remove up to ``limit`` (at most ``scripts.MAX_PURGE``) waiting jobs, never one
         in flight; returns their ids (bytes that are not UTF-8 replaced). Loop until []."""
         size = max(1, min(int(limit), scripts.MAX_PURGE))
-        ids = self._run("purge", scripts.keys_of("purge", self.keys(queue)), [size])
-        return [envelope_text(raw) for raw in ids]
+        return [envelope_text(raw) for raw in self._script("purge", queue, [size])]
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
                         concurrency: int | None, groups: QueueLimit | None = None) -> None:
@@ -180,14 +178,9 @@ class QueueControls(RedisOwner):
               now_ms: int | None = None) -> list[bool]:
         """Put jobs in flight, (id, token, at_ms), back in line due at ``at_ms`` with the
         attempt they were charged given back. False: the lease was lost, nothing done."""
-        k = self.keys(queue)
-        out: list[bool] = []
-        for chunk in chunks(leases, scripts.MAX_DEFER):
-            args: list[Any] = [self._now(now_ms), k.channel]
-            for id_, token, at_ms in chunk:
-                args += [id_, int(token), int(at_ms)]
-            out += [bool(int(r)) for r in self._run("defer", scripts.keys_of("defer", k), args)]
-        return out
+        rows = [(id_, int(token), int(at_ms)) for id_, token, at_ms in leases]
+        return [bool(r) for r in self._per_item("defer", queue, now_ms,
+                                                [self.keys(queue).channel], rows)]
 
 
 def override_value(rate: tuple[int, int] | None, concurrency: int | None) -> str:

@@ -24,7 +24,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from django_delayq.engine import scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
@@ -62,6 +62,7 @@ logger = logging.getLogger(__name__)
 MAX_BATCH = scripts.MAX_CLAIM  # most jobs one claim leases
 RECONCILE_CHUNK = scripts.RECONCILE_CHUNK
 __all__ = ["Engine", "bad_id"]
+_T = TypeVar("_T")
 
 
 class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimits, Leases):
@@ -124,18 +125,32 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         k = self.keys(queue)
         pipe = self.client.pipeline(transaction=True)
         for raw in raw_ids:
-            pipe.zrem(k.pending, raw)
-            pipe.zrem(k.ready, raw)
-            pipe.zrem(k.inflight, raw)
-            pipe.hdel(k.jobs, raw)
-            pipe.hdel(k.attempts, raw)
+            for placed in (k.pending, k.ready, k.inflight):
+                pipe.zrem(placed, raw)
+            for known in (k.jobs, k.attempts, k.prio, k.group):
+                pipe.hdel(known, raw)
             pipe.srem(k.cancel, raw)
-            pipe.hdel(k.prio, raw)
-            pipe.hdel(k.group, raw)
         pipe.execute()
         out = [SetAside(id=_escaped(raw), reason=why, removed=True) for raw in raw_ids]
         self._log_aside(queue, "decoding", out)
         return out
+
+    def _decoded(self, queue: str, script: str, reply: Sequence[Any], start: int, size: int,
+                 aside: list[SetAside], make: Callable[[Sequence[Any]], _T]) -> list[_T]:
+        """``make`` of each item (``size`` values) of ``reply`` from ``start``; the id of an
+        item that cannot be decoded is removed from Redis and added to ``aside``."""
+        found: list[_T] = []
+        bad: list[Any] = []
+        for i in range(start, len(reply) - size + 1, size):
+            try:
+                found.append(make(reply[i:i + size]))
+            except (UnicodeDecodeError, ValueError, TypeError) as exc:
+                bad.append(reply[i])
+                logger.debug("%s reply item %s: %s", script, _shown(reply[i]), exc)
+        if bad:
+            aside += self._drop_undecodable(queue, bad, "%s id could not be decoded" % (
+                "claimed" if script == "claim" else "recovered"))
+        return found
 
     # -- producing ------------------------------------------------------------------
 
@@ -171,9 +186,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
 
     # -- consuming ------------------------------------------------------------------
 
-    def claim(
-        self, queue: str, limit: int, lease_ms: int, now_ms: int | None = None
-    ) -> ClaimResult:
+    def claim(self, queue: str, limit: int, lease_ms: int,
+              now_ms: int | None = None) -> ClaimResult:
         """Lease up to ``limit`` (at most ``MAX_BATCH``) due jobs, higher priority first,
         equal priority in due order; also reports when a claim is next worth making, a
         pause or a queue limit that held jobs back, and the poison entries set aside on
@@ -186,28 +200,17 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         nonce = self._claim_nonces.pop((queue, claimer), None) or "%x%s" % (
             next(self._claim_seq), os.urandom(6).hex())  # not guessable from outside
         try:
-            reply = self._run(
-                "claim",
-                scripts.keys_of("claim", k, record=k.claim_record(claimer)),
-                [self._now(now_ms), max(1, min(limit, MAX_BATCH)), int(lease_ms), nonce],
-            )
+            reply = self._script("claim", queue, [self._now(now_ms), max(1, min(limit, MAX_BATCH)),
+                                                  int(lease_ms), nonce],
+                                 record=k.claim_record(claimer))
         except Exception:
             self._claim_nonces[(queue, claimer)] = nonce
             raise
         aside, start = _aside(reply, 6)
         self._log_aside(queue, "claim", aside)
-        jobs: list[ClaimedJob] = []
-        bad: list[Any] = []
-        for i in range(start, len(reply) - 4, 5):
-            try:
-                jobs.append(ClaimedJob(queue=queue, id=_s(reply[i]), due_ms=int(reply[i + 1]),
-                                       token=int(reply[i + 2]), attempt=int(reply[i + 3]),
-                                       envelope=_text(reply[i + 4]), home=queue))
-            except (UnicodeDecodeError, ValueError, TypeError) as exc:
-                bad.append(reply[i])
-                logger.debug("claim reply item %s: %s", _shown(reply[i]), exc)
-        if bad:
-            aside += self._drop_undecodable(queue, bad, "claimed id could not be decoded")
+        jobs = self._decoded(queue, "claim", reply, start, 5, aside, lambda r: ClaimedJob(
+            queue=queue, id=_s(r[0]), due_ms=int(r[1]), token=int(r[2]), attempt=int(r[3]),
+            envelope=_text(r[4]), home=queue))
         return ClaimResult(now_ms=int(reply[0]), next_due_ms=_opt(reply[1]), jobs=jobs,
                            set_aside=aside, paused=bool(int(reply[2])),
                            blocked_until_ms=_opt(reply[3]), limited=bool(int(reply[4])),
@@ -220,38 +223,20 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         With a ``holder`` (the worker's registry id) Redis keeps a settled record of
         each acked job (``codes[i]``: "s" succeeded, the default, or "x" expired) until
         ``forget_settled``: the reconciler reads it instead of taking the job for lost."""
-        k = self.keys(queue)
-        out: list[bool] = []
         marks = list(codes) if codes is not None else ["s"] * len(leases)
-        for start in range(0, len(leases), scripts.MAX_ACK):
-            chunk = leases[start:start + scripts.MAX_ACK]
-            args: list[Any] = [self._now(now_ms), holder, k.channel]
-            for (id_, token), code in zip(chunk, marks[start:start + scripts.MAX_ACK]):
-                args += [id_, token, code]
-            reply = self._run("ack", scripts.keys_of("ack", k), args)
-            out += [bool(int(r)) for r in reply]
-        return out
+        rows = [(id_, token, code) for (id_, token), code in zip(leases, marks)]
+        return [bool(r) for r in self._per_item("ack", queue, now_ms,
+                                                [holder, self.keys(queue).channel], rows)]
 
-    def nack(
-        self,
-        queue: str,
-        failures: Sequence[tuple[str, int, int | None]],
-        *,
-        dead_max: int = 100_000,
-        now_ms: int | None = None,
-        holder: str = "",
-    ) -> list[NackOutcome]:
+    def nack(self, queue: str, failures: Sequence[tuple[str, int, int | None]], *,
+             dead_max: int = 100_000, now_ms: int | None = None,
+             holder: str = "") -> list[NackOutcome]:
         """Settle failures: (id, token, retry_delay_ms or None for dead). With a
         ``holder``, a job cancelled while it ran keeps a settled record (see ``ack``)."""
-        k = self.keys(queue)
-        out: list[NackOutcome] = []
-        for chunk in _chunks(failures, scripts.MAX_NACK):
-            args: list[Any] = [self._now(now_ms), k.channel, dead_max, holder]
-            for id_, token, delay in chunk:
-                args += [id_, token, -1 if delay is None else max(0, int(delay))]
-            reply = self._run("nack", scripts.keys_of("nack", k), args)
-            out += [NackOutcome(int(r)) for r in reply]
-        return out
+        rows = [(id_, token, -1 if delay is None else max(0, int(delay)))
+                for id_, token, delay in failures]
+        return [NackOutcome(r) for r in self._per_item(
+            "nack", queue, now_ms, [self.keys(queue).channel, dead_max, holder], rows)]
 
     def ack_stream(self, holder: str) -> AckStream | None:
         """An ``AckStream`` (engine/acks.py) settling successes for ``holder`` on a
@@ -266,58 +251,31 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
                        now_ms: int | None = None) -> int:
         """Drop the settled records of ``job_ids`` (their audit rows have landed) and up to
         100 records older than ``keep_ms`` per call; returns how many of ``job_ids`` had one."""
-        k = self.keys(queue)
         gone = 0
         for chunk in _chunks(job_ids, scripts.MAX_FORGET):
-            reply = self._run("forget_settled", scripts.keys_of("forget_settled", k),
-                              [self._now(now_ms), int(keep_ms), *chunk])
-            gone += int(reply[0])
+            gone += int(self._script("forget_settled", queue,
+                                     [self._now(now_ms), int(keep_ms), *chunk])[0])
         if not job_ids:
-            self._run("forget_settled", scripts.keys_of("forget_settled", k),
-                      [self._now(now_ms), int(keep_ms)])
+            self._script("forget_settled", queue, [self._now(now_ms), int(keep_ms)])
         return gone
 
-    def extend(
-        self,
-        queue: str,
-        leases: Sequence[tuple[str, int]],
-        lease_ms: int,
-        now_ms: int | None = None,
-    ) -> list[bool]:
+    def extend(self, queue: str, leases: Sequence[tuple[str, int]], lease_ms: int,
+               now_ms: int | None = None) -> list[bool]:
         """Heartbeat: push lease deadlines to now + lease_ms. False = lease lost."""
-        k = self.keys(queue)
-        out: list[bool] = []
-        for chunk in _chunks(leases, scripts.MAX_EXTEND):
-            args: list[Any] = [self._now(now_ms), int(lease_ms)]
-            args += [v for id_, token in chunk for v in (id_, token)]
-            out += [bool(int(r)) for r in self._run("extend", scripts.keys_of("extend", k), args)]
-        return out
+        rows = [(id_, token) for id_, token in leases]
+        return [bool(r) for r in self._per_item("extend", queue, now_ms, [int(lease_ms)], rows)]
 
     def release(self, queue: str, claimed: Sequence[ClaimedJob],
                 now_ms: int | None = None) -> list[bool]:
         """Undo claims of jobs that never started (graceful shutdown)."""
-        k = self.keys(queue)
-        out: list[bool] = []
-        for chunk in _chunks(claimed, scripts.MAX_RELEASE):
-            args: list[Any] = [self._now(now_ms), k.channel]
-            for job in chunk:
-                args += [job.id, job.token, job.due_ms]
-            reply = self._run("release", scripts.keys_of("release", k), args)
-            out += [bool(int(r)) for r in reply]
-        return out
+        rows = [(job.id, job.token, job.due_ms) for job in claimed]
+        return [bool(r) for r in self._per_item("release", queue, now_ms,
+                                                [self.keys(queue).channel], rows)]
 
-    def recover(
-        self,
-        queue: str,
-        *,
-        limit: int = 100,
-        default_max_attempts: int = 3,
-        dead_max: int = 100_000,
-        max_attempts: Mapping[str, int] | None = None,
-        now_ms: int | None = None,
-        set_aside: list[SetAside] | None = None,
-        contact: Contact | None = None,
-    ) -> list[Recovered]:
+    def recover(self, queue: str, *, limit: int = 100, default_max_attempts: int = 3,
+                dead_max: int = 100_000, max_attempts: Mapping[str, int] | None = None,
+                now_ms: int | None = None, set_aside: list[SetAside] | None = None,
+                contact: Contact | None = None) -> list[Recovered]:
         """Take back up to ``limit`` expired leases (dead workers), in calls of at most
         ``scripts.MAX_RECOVER``. ``max_attempts`` gives the limit of jobs without an
         envelope in Redis (see ``expiring``; at most ``MAX_RECOVER`` entries are used).
@@ -333,17 +291,15 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         left = max(1, limit)
         while left > 0:
             size = min(left, scripts.MAX_RECOVER)
-            reply = self._run(
-                "recover",
-                scripts.keys_of("recover", k),
-                [self._now(now_ms), size, default_max_attempts, k.channel, dead_max,
-                 contact.arg() if contact is not None else "", *given],
-            )
+            reply = self._script("recover", queue, [
+                self._now(now_ms), size, default_max_attempts, k.channel, dead_max,
+                contact.arg() if contact is not None else "", *given])
             if contact is not None:
                 contact.seen(int(reply[0]))
             aside, start = _aside(reply, 1)
             self._log_aside(queue, "recover", aside)
-            found += self._recovered(queue, reply, start, aside)
+            found += self._decoded(queue, "recover", reply, start, 3, aside, lambda r: Recovered(
+                id=_s(r[0]), outcome=NackOutcome(int(r[1])), attempts=int(r[2])))
             if set_aside is not None:
                 set_aside += aside
             handled = (len(reply) - start) // 3 + len(aside)
@@ -352,82 +308,42 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
             left -= size
         return found
 
-    def _recovered(self, queue: str, reply: Sequence[Any], start: int,
-                   aside: list[SetAside]) -> list[Recovered]:
-        found: list[Recovered] = []
-        bad: list[Any] = []
-        for i in range(start, len(reply) - 2, 3):
-            try:
-                found.append(Recovered(id=_s(reply[i]), outcome=NackOutcome(int(reply[i + 1])),
-                                       attempts=int(reply[i + 2])))
-            except (UnicodeDecodeError, ValueError, TypeError) as exc:
-                bad.append(reply[i])
-                logger.debug("recover reply item %s: %s", _shown(reply[i]), exc)
-        if bad:
-            aside += self._drop_undecodable(queue, bad, "recovered id could not be decoded")
-        return found
-
     # -- managing -------------------------------------------------------------------
 
     def cancel(self, queue: str, job_id: str) -> CancelOutcome:
-        k = self.keys(queue)
-        reply = self._run("cancel", scripts.keys_of("cancel", k), [job_id])
-        return CancelOutcome(int(reply))
+        return CancelOutcome(int(self._script("cancel", queue, [job_id])))
 
-    def reschedule(
-        self,
-        queue: str,
-        job_id: str,
-        *,
-        at_ms: int | None = None,
-        delay_ms: int = 0,
-        now_ms: int | None = None,
-    ) -> tuple[MoveOutcome, int | None]:
+    def reschedule(self, queue: str, job_id: str, *, at_ms: int | None = None,
+                   delay_ms: int = 0, now_ms: int | None = None
+                   ) -> tuple[MoveOutcome, int | None]:
         """Move a pending job; ``delay_ms=0`` with no ``at_ms`` is "run now"."""
-        k = self.keys(queue)
         at = -1 if at_ms is None else int(at_ms)
-        reply = self._run(
-            "reschedule",
-            scripts.keys_of("reschedule", k),
-            [self._now(now_ms), k.channel, job_id, at, int(delay_ms)],
-        )
+        reply = self._script("reschedule", queue, [self._now(now_ms), self.keys(queue).channel,
+                                                   job_id, at, int(delay_ms)])
         return MoveOutcome(int(reply[0])), _opt(reply[1])
 
-    def requeue(
-        self, queue: str, job_id: str, *, delay_ms: int = 0, now_ms: int | None = None
-    ) -> tuple[MoveOutcome, int | None]:
+    def requeue(self, queue: str, job_id: str, *, delay_ms: int = 0,
+                now_ms: int | None = None) -> tuple[MoveOutcome, int | None]:
         """Dead -> pending with a fresh set of attempts."""
-        k = self.keys(queue)
-        reply = self._run(
-            "requeue",
-            scripts.keys_of("requeue", k),
-            [self._now(now_ms), k.channel, job_id, int(delay_ms)],
-        )
+        reply = self._script("requeue", queue, [self._now(now_ms), self.keys(queue).channel,
+                                                job_id, int(delay_ms)])
         return MoveOutcome(int(reply[0])), _opt(reply[1])
 
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
         """Counts of ``queue``: ``ready`` counts every due job (promoted to ready or not),
         ``oldest_ready_ms`` is the earliest due time among them."""
-        k = self.keys(queue)
-        r = [int(v) for v in self._run("stats", scripts.keys_of("stats", k), [self._now(now_ms)])]
-        return QueueStats(
-            now_ms=r[0], scheduled=r[1], ready=r[2], inflight=r[3], dead=r[4],
-            next_due_ms=_opt(r[5]), oldest_ready_ms=_opt(r[6]), expired_leases=r[7],
-        )
+        r = [int(v) for v in self._script("stats", queue, [self._now(now_ms)])]
+        return QueueStats(now_ms=r[0], scheduled=r[1], ready=r[2], inflight=r[3], dead=r[4],
+                          next_due_ms=_opt(r[5]), oldest_ready_ms=_opt(r[6]),
+                          expired_leases=r[7])
 
     def inspect(self, queue: str, job_id: str) -> JobLocation:
         """Where one job is. A score that is not a time reads as None, an attempts
         value that is not a number as -1, an envelope that is not UTF-8 with U+FFFD."""
-        k = self.keys(queue)
-        r = self._run("inspect", scripts.keys_of("inspect", k), [job_id])
-        return JobLocation(
-            place=_s(r[0]),
-            score_ms=_opt(r[1]),
-            attempts=int(r[2]),
-            envelope=_text(r[3]) if r[3] else None,
-            cancel_requested=bool(int(r[4])),
-            priority=int(r[5]),
-        )
+        r = self._script("inspect", queue, [job_id])
+        return JobLocation(place=_s(r[0]), score_ms=_opt(r[1]), attempts=int(r[2]),
+                           envelope=_text(r[3]) if r[3] else None,
+                           cancel_requested=bool(int(r[4])), priority=int(r[5]))
 
     def purge(self, queue: str) -> None:
         """Delete every key of ``queue``: the engine's and any other under its hash tag

@@ -16,6 +16,7 @@ clock.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -80,27 +81,10 @@ class EventLog:
         stopped by an error knows how far it got. Redis writes fewer than sent only into a
         damaged stream."""
         script = scripts.load("events_add")
-        for key, run in self._runs(batch):
-            for args, covered, sent in calls(self.maxlen, run):
+        for key, run in itertools.groupby(batch, self.route or (lambda _fields: self.key)):
+            for args, covered, sent in calls(self.maxlen, list(run)):
                 written = int(script(self.client, script.keys_of(None, events=key), args))
                 yield covered, sent, written
-
-    def _runs(self, batch: Sequence[Mapping[str, str]]
-              ) -> Iterator[tuple[str, list[Mapping[str, str]]]]:
-        if self.route is None:
-            yield self.key, list(batch)
-            return
-        run: list[Mapping[str, str]] = []
-        key = ""
-        for fields in batch:
-            where = self.route(fields)
-            if run and where != key:
-                yield key, run
-                run = []
-            key = where
-            run.append(fields)
-        if run:
-            yield key, run
 
 
 def entry_order(entry_id: object) -> tuple[int, int]:

@@ -11,6 +11,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+class Key:
+    """A key name of the keys classes below: their ``tag``, then ``:<suffix>`` (the
+    attribute's own name unless given)."""
+
+    def __init__(self, suffix: str = "") -> None:
+        self.suffix = ":" + suffix if suffix else ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.suffix = self.suffix or ":" + name  # (a slots dataclass calls it again)
+
+    def __get__(self, keys: QueueKeys | CallableLimitKeys | GlobalKeys, owner: type) -> str:
+        return keys.tag + self.suffix
+
+
 @dataclass(frozen=True, slots=True)
 class QueueKeys:
     """Key names of queue ``queue`` under ``prefix``: all share ``{prefix:queue}``."""
@@ -22,166 +36,105 @@ class QueueKeys:
     def tag(self) -> str:
         return "{%s:%s}" % (self.prefix, self.queue)
 
-    @property
-    def pending(self) -> str:
-        return self.tag + ":pending"
+    pending = Key()
+    inflight = Key()
+    jobs = Key()
+    attempts = Key()
+    cancel = Key()
+    dead = Key()
 
-    @property
-    def inflight(self) -> str:
-        return self.tag + ":inflight"
+    # Pub/Sub channel told the new earliest due time of the queue.
+    channel = Key("wake")
 
-    @property
-    def jobs(self) -> str:
-        return self.tag + ":jobs"
+    # When (and by whom) this queue's data was first written: ``<ms>:<token>:<kind>``
+    # (enqueue.lua creates it; the reconciler reads it to tell a data loss).
+    epoch = Key()
 
-    @property
-    def attempts(self) -> str:
-        return self.tag + ":attempts"
+    # ZSET id -> server ms: jobs a reconciler re-enqueued moments ago.
+    reconciled = Key()
 
-    @property
-    def cancel(self) -> str:
-        return self.tag + ":cancel"
+    # ZSET ready score -> id: due jobs in claim order, priority first, then due time
+    # (lua/lib.lua ``ready_score``). Every job in it is due no later than every job of
+    # ``pending``.
+    ready = Key()
 
-    @property
-    def dead(self) -> str:
-        return self.tag + ":dead"
+    # HASH id -> priority, only for jobs whose priority is not 0 (pending, ready, in
+    # flight or dead); forgotten with the job.
+    prio = Key()
 
-    @property
-    def channel(self) -> str:
-        """Pub/Sub channel told the new earliest due time of the queue."""
-        return self.tag + ":wake"
+    # HASH id -> group, only for jobs of a group (``schedule(group=...)``), for as
+    # long as the job lives (dead included); forgotten with the job (docs/groups.md).
+    group = Key()
 
-    @property
-    def epoch(self) -> str:
-        """When (and by whom) this queue's data was first written: ``<ms>:<token>:<kind>``
-        (enqueue.lua creates it; the reconciler reads it to tell a data loss)."""
-        return self.tag + ":epoch"
+    # ZSET, every score 0: the index of ``ready``'s jobs by group while the queue is
+    # grouped, member ``<group>\n<ready score, 16 digits><id>`` (lua/lib.lua
+    # ``group_index``; ``ready`` stays the truth).
+    group_ready = Key()
 
-    @property
-    def reconciled(self) -> str:
-        """ZSET id -> server ms: jobs a reconciler re-enqueued moments ago."""
-        return self.tag + ":reconciled"
+    # ZSET group -> turn: the groups with indexed due jobs, in round-robin order
+    # (claim.lua serves the lowest turn and moves it to the end).
+    group_turns = Key()
 
-    @property
-    def ready(self) -> str:
-        """ZSET ready score -> id: due jobs in claim order, priority first, then due time
-        (lua/lib.lua ``ready_score``). Every job in it is due no later than every job of
-        ``pending``."""
-        return self.tag + ":ready"
+    # SET: the paused groups of the queue (lua/group_control.lua); claim.lua takes
+    # none of their jobs.
+    group_paused = Key()
 
-    @property
-    def prio(self) -> str:
-        """HASH id -> priority, only for jobs whose priority is not 0 (pending, ready, in
-        flight or dead); forgotten with the job."""
-        return self.tag + ":prio"
+    # HASH group -> ``<rate> <per_ms> <concurrency>``: the groups whose limits differ
+    # from the queue's defaults (``limit``'s ``group_*`` fields), -1 where a group keeps
+    # the default. A setting, like ``limit``: the database holds it too (GroupLimit).
+    group_limits = Key()
 
-    @property
-    def group(self) -> str:
-        """HASH id -> group, only for jobs of a group (``schedule(group=...)``), for as
-        long as the job lives (dead included); forgotten with the job (docs/groups.md)."""
-        return self.tag + ":group"
+    # ZSET, every score 0: the grouped jobs in flight, member ``<group>\n<id>``; a
+    # group's count is one ZLEXCOUNT (its concurrency). Written by claim.lua, emptied by
+    # every script that takes a job out of ``inflight`` (lua/lib.lua ``group_slots``).
+    group_running = Key()
 
-    @property
-    def group_ready(self) -> str:
-        """ZSET, every score 0: the index of ``ready``'s jobs by group while the queue is
-        grouped, member ``<group>\n<ready score, 16 digits><id>`` (lua/lib.lua
-        ``group_index``; ``ready`` stays the truth)."""
-        return self.tag + ":group_ready"
+    # ZSET, every score 0: the claims of the rate-limited groups, member
+    # ``<group>\n<claim ms, 16 digits><id>:<token>``; a group's count in its window is
+    # one ZLEXCOUNT.
+    group_starts = Key()
 
-    @property
-    def group_turns(self) -> str:
-        """ZSET group -> turn: the groups with indexed due jobs, in round-robin order
-        (claim.lua serves the lowest turn and moves it to the end)."""
-        return self.tag + ":group_turns"
+    # ZSET ms -> member of ``group_starts``: when each start leaves its group's
+    # window (claim.lua drops the expired ones from both, at most 100 a call).
+    group_expiry = Key()
 
-    @property
-    def group_paused(self) -> str:
-        """SET: the paused groups of the queue (lua/group_control.lua); claim.lua takes
-        none of their jobs."""
-        return self.tag + ":group_paused"
+    # ZSET group -> ms: the groups a limit took out of the rotation, and when a claim
+    # looks at them again (a settle of one of their jobs puts them back sooner).
+    group_held = Key()
 
-    @property
-    def group_limits(self) -> str:
-        """HASH group -> ``<rate> <per_ms> <concurrency>``: the groups whose limits differ
-        from the queue's defaults (``limit``'s ``group_*`` fields), -1 where a group keeps
-        the default. A setting, like ``limit``: the database holds it too (GroupLimit)."""
-        return self.tag + ":group_limits"
+    # ZSET due_ms -> id: an index of the jobs of ``pending`` whose priority is above 0,
+    # so claim.lua promotes their due ones ahead of a backlog due before them (the job
+    # stays in ``pending`` too; an entry whose job left pending is dropped when read).
+    urgent = Key()
 
-    @property
-    def group_running(self) -> str:
-        """ZSET, every score 0: the grouped jobs in flight, member ``<group>\n<id>``; a
-        group's count is one ZLEXCOUNT (its concurrency). Written by claim.lua, emptied by
-        every script that takes a job out of ``inflight`` (lua/lib.lua ``group_slots``)."""
-        return self.tag + ":group_running"
+    # STRING, present while the queue is paused (value: when, Redis ms).
+    paused = Key()
 
-    @property
-    def group_starts(self) -> str:
-        """ZSET, every score 0: the claims of the rate-limited groups, member
-        ``<group>\n<claim ms, 16 digits><id>:<token>``; a group's count in its window is
-        one ZLEXCOUNT."""
-        return self.tag + ":group_starts"
+    # HASH of the queue's limits: ``rate`` and ``per_ms`` (starts per window),
+    # ``concurrency`` (jobs in flight at once). Absent: no limit.
+    limit = Key()
 
-    @property
-    def group_expiry(self) -> str:
-        """ZSET ms -> member of ``group_starts``: when each start leaves its group's
-        window (claim.lua drops the expired ones from both, at most 100 a call)."""
-        return self.tag + ":group_expiry"
+    # ZSET ``<id>:<token>:<ms>`` -> claim ms: the claims of the rate limit's window.
+    starts = Key()
 
-    @property
-    def group_held(self) -> str:
-        """ZSET group -> ms: the groups a limit took out of the rotation, and when a claim
-        looks at them again (a settle of one of their jobs puts them back sooner)."""
-        return self.tag + ":group_held"
+    # ZSET id -> server ms: jobs this Redis settled (acked, or cancelled while they
+    # ran) for a worker whose audit row has not landed yet. The worker forgets the entry
+    # once the row is written; until then the reconciler reads it instead of taking the
+    # job for lost (a stalled database, a worker killed before its flush).
+    settled = Key()
 
-    @property
-    def urgent(self) -> str:
-        """ZSET due_ms -> id: an index of the jobs of ``pending`` whose priority is above 0,
-        so claim.lua promotes their due ones ahead of a backlog due before them (the job
-        stays in ``pending`` too; an entry whose job left pending is dropped when read)."""
-        return self.tag + ":urgent"
+    # HASH id -> ``<code> <attempt> <holder>``: how ``settled`` ended the job (``s``
+    # succeeded, ``x`` expired, ``c`` cancelled), in which attempt, by which
+    # worker (its registry id).
+    settled_by = Key()
 
-    @property
-    def paused(self) -> str:
-        """STRING, present while the queue is paused (value: when, Redis ms)."""
-        return self.tag + ":paused"
+    # STRING: the highest shard count the queue's data was written with (only on
+    # shard 0 of a queue ever sharded; engine/shard_map.py).
+    shards = Key()
 
-    @property
-    def limit(self) -> str:
-        """HASH of the queue's limits: ``rate`` and ``per_ms`` (starts per window),
-        ``concurrency`` (jobs in flight at once). Absent: no limit."""
-        return self.tag + ":limit"
-
-    @property
-    def starts(self) -> str:
-        """ZSET ``<id>:<token>:<ms>`` -> claim ms: the claims of the rate limit's window."""
-        return self.tag + ":starts"
-
-    @property
-    def settled(self) -> str:
-        """ZSET id -> server ms: jobs this Redis settled (acked, or cancelled while they
-        ran) for a worker whose audit row has not landed yet. The worker forgets the entry
-        once the row is written; until then the reconciler reads it instead of taking the
-        job for lost (a stalled database, a worker killed before its flush)."""
-        return self.tag + ":settled"
-
-    @property
-    def settled_by(self) -> str:
-        """HASH id -> ``<code> <attempt> <holder>``: how ``settled`` ended the job (``s``
-        succeeded, ``x`` expired, ``c`` cancelled), in which attempt, by which
-        worker (its registry id)."""
-        return self.tag + ":settled_by"
-
-    @property
-    def shards(self) -> str:
-        """STRING: the highest shard count the queue's data was written with (only on
-        shard 0 of a queue ever sharded; engine/shard_map.py)."""
-        return self.tag + ":shards"
-
-    @property
-    def events(self) -> str:
-        """STREAM: the event stream of the jobs of one shard of a sharded queue, on the
-        shard's node (engine/event_log.py); other queues' events are in ``GlobalKeys``'."""
-        return self.tag + ":events"
+    # STREAM: the event stream of the jobs of one shard of a sharded queue, on the
+    # shard's node (engine/event_log.py); other queues' events are in ``GlobalKeys``'.
+    events = Key()
 
     def all(self) -> tuple[str, ...]:
         """The keys holding jobs (not the queue's settings: paused, limit, starts,
@@ -191,15 +144,13 @@ class QueueKeys:
                 self.group, self.group_ready, self.group_turns, self.group_running,
                 self.group_starts, self.group_expiry, self.group_held)
 
-    @property
-    def runs(self) -> str:
-        """HASH id -> ``<token> <offset> <streak>``: the last delivery (lease token) whose
-        run started, marked by its worker before the function is called; how far the
-        job's tokens run ahead of its attempts (deliveries that never started: their
-        worker died first; numbers a re-enqueue skipped); how many deliveries in a row
-        never started. A job's attempt number is its token minus ``offset``
-        (lua/claim.lua, lua/recover.lua, lua/mark.lua)."""
-        return self.tag + ":runs"
+    # HASH id -> ``<token> <offset> <streak>``: the last delivery (lease token) whose
+    # run started, marked by its worker before the function is called; how far the
+    # job's tokens run ahead of its attempts (deliveries that never started: their
+    # worker died first; numbers a re-enqueue skipped); how many deliveries in a row
+    # never started. A job's attempt number is its token minus ``offset``
+    # (lua/claim.lua, lua/recover.lua, lua/mark.lua).
+    runs = Key()
 
     def claim_record(self, claimer: str) -> str:
         """STRING ``<nonce>|<id>\t<due_ms>\t<token>\n...``: what ``claimer``'s last claim
@@ -221,20 +172,14 @@ class CallableLimitKeys:
     def tag(self) -> str:
         return "{%s:limit:%s}" % (self.prefix, self.path)
 
-    @property
-    def grants(self) -> str:
-        """ZSET ``<job id>:<ms>`` -> grant ms: the grants of the rate limit's window."""
-        return self.tag + ":grants"
+    # ZSET ``<job id>:<ms>`` -> grant ms: the grants of the rate limit's window.
+    grants = Key()
 
-    @property
-    def running(self) -> str:
-        """ZSET job id -> slot deadline ms: the jobs holding a concurrency slot."""
-        return self.tag + ":running"
+    # ZSET job id -> slot deadline ms: the jobs holding a concurrency slot.
+    running = Key()
 
-    @property
-    def next_free(self) -> str:
-        """STRING: the next retry time (ms) to hand to a refused job (spreading)."""
-        return self.tag + ":next_free"
+    # STRING: the next retry time (ms) to hand to a refused job (spreading).
+    next_free = Key()
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,17 +192,11 @@ class GlobalKeys:
     def tag(self) -> str:
         return "{%s}" % self.prefix
 
-    @property
-    def workers(self) -> str:
-        """ZSET worker id -> last heartbeat (Redis ms): the workers registry."""
-        return self.tag + ":workers"
+    # ZSET worker id -> last heartbeat (Redis ms): the workers registry.
+    workers = Key()
 
-    @property
-    def workers_info(self) -> str:
-        """HASH worker id -> JSON the worker wrote about itself (host, pid, queues, ...)."""
-        return self.tag + ":workers:info"
+    # HASH worker id -> JSON the worker wrote about itself (host, pid, queues, ...).
+    workers_info = Key("workers:info")
 
-    @property
-    def events(self) -> str:
-        """STREAM of every job transition of every queue (core/events.py)."""
-        return self.tag + ":events"
+    # STREAM of every job transition of every queue (core/events.py).
+    events = Key()

@@ -52,30 +52,6 @@ from redis.exceptions import NoScriptError, ResponseError
 
 logger = logging.getLogger(__name__)
 
-SCRIPT_NAMES = (
-    "enqueue",
-    "claim",
-    "ack",
-    "nack",
-    "extend",
-    "recover",
-    "cancel",
-    "reschedule",
-    "requeue",
-    "release",
-    "stats",
-    "inspect",
-    "events_add",
-    "defer",
-    "purge",
-    "acquire",
-    "release_callable",
-    "forget_settled",
-    "reenqueue",
-    "mark",
-    "group_control",
-)
-
 # Most items per call of each script (the ``Cost:`` line of its header says the same).
 MAX_ENQUEUE = 200  # jobs
 MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
@@ -153,6 +129,8 @@ BOUNDS: dict[str, Bound] = {
     "reenqueue": Bound(5, 5, MAX_REENQUEUE),
     "group_control": Bound(4, 0, 0),
 }
+
+SCRIPT_NAMES = tuple(BOUNDS)  # every script of lua/ (lib.lua is not one)
 
 _WRONG_TYPE = re.compile(r"DELAYQ-WRONGTYPE (\d+) (\S+) (\S+)")
 

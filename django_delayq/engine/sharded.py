@@ -28,14 +28,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django_delayq.engine.engine import MAX_BATCH, Engine
 from django_delayq.engine.outbox import Presence, ReJob
 from django_delayq.engine.outcomes import (
     CancelOutcome,
     ClaimResult,
-    JobLocation,
     MoveOutcome,
     NackOutcome,
     NewJob,
@@ -53,6 +52,7 @@ UNREADABLE = Presence(queued=True, dead=False, died_ms=None, envelope=False,
                       reconciled_ms=None, attempts=0)
 _R = TypeVar("_R")
 _S = TypeVar("_S", bound="ShardedEngine")
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class ShardLimitError(ValueError):
@@ -62,6 +62,39 @@ class ShardLimitError(ValueError):
 def _min(values: Iterable[int | None]) -> int | None:
     found = [v for v in values if v is not None]
     return min(found) if found else None
+
+
+def _not(ok: bool) -> bool:
+    return not ok
+
+
+def _by_id(method: _F, missed: Callable[[Any], bool]) -> _F:
+    """``method`` (of ``Engine``, on one job id) on the job's home shard, then on the
+    others until one holds it (``missed``: the reply of a shard that does not)."""
+    def on_shards(self: ShardedEngine, queue: str, job_id: str, *args: object,
+                  **kwargs: object) -> object:
+        return self._first(queue, job_id, lambda name: method(self, name, job_id, *args,
+                                                               **kwargs), missed)
+    return cast(_F, on_shards)
+
+
+def _by_ids(method: _F, id_of: Callable[[Any], str], missed: Callable[[Any], bool]) -> _F:
+    """``method`` (of ``Engine``, on a list of jobs: one reply each) on each job's home
+    shard, then on the others for the jobs no shard held yet (``ShardedEngine._routed``)."""
+    def on_shards(self: ShardedEngine, queue: str, items: Sequence[object], *args: object,
+                  **kwargs: object) -> object:
+        return self._routed(queue, items, id_of, lambda name, part: method(
+            self, name, part, *args, **kwargs), missed)
+    return cast(_F, on_shards)
+
+
+def _on_all(method: _F) -> _F:
+    """``method`` (of ``Engine``: pause, resume, ...) on every shard (no short-circuit:
+    every shard is changed); True when any changed."""
+    def on_shards(self: ShardedEngine, queue: str, *args: object, **kwargs: object) -> bool:
+        return any([method(self, name, *args, **kwargs)  # noqa: C419 - each shard changed
+                    for name in self.shard_queues(queue)])
+    return cast(_F, on_shards)
 
 
 class ShardedEngine(Engine):
@@ -171,14 +204,20 @@ class ShardedEngine(Engine):
             why = bad_id(job.id)
             if why is not None:
                 raise ValueError("job id %s: %s" % (shown(job.id), why))
-        groups: dict[str, list[NewJob]] = {}
-        for job in jobs:
-            groups.setdefault(self.shard_map.home(queue, job.id), []).append(job)
+        return self._by_home(queue, jobs, lambda job: job.id, lambda name, part: super(
+            ShardedEngine, self).enqueue(name, part, now_ms))
+
+    def _by_home(self, queue: str, items: Iterable[_T], id_of: Callable[[_T], str],
+                 call: Callable[[str, list[_T]], int]) -> int:
+        """The sum of ``call`` on each shard with the items homed there; a failing shard
+        costs the others nothing (its jobs stay in the outbox), then its error is raised."""
+        groups: dict[str, list[_T]] = {}
+        for item in items:
+            groups.setdefault(self.shard_map.home(queue, id_of(item)), []).append(item)
         added, errors = 0, []
-        for name, group in groups.items():  # a failing shard's jobs stay in the outbox
+        for name, group in groups.items():
             try:
-                added += self.health.run(name, lambda: super(ShardedEngine, self).enqueue(
-                    name, group, now_ms))  # noqa: B023
+                added += self.health.run(name, lambda: call(name, group))  # noqa: B023
             except ERRORS as exc:
                 errors.append(exc)
         if errors:
@@ -244,14 +283,7 @@ class ShardedEngine(Engine):
                 codes=[code for _, code in part], now_ms=now_ms),
             lambda ok: not ok)
 
-    def nack(self, queue: str, failures: Sequence[tuple[str, int, int | None]], *,
-             dead_max: int = 100_000, now_ms: int | None = None,
-             holder: str = "") -> list[NackOutcome]:
-        return self._routed(
-            queue, failures, lambda f: f[0],
-            lambda name, part: super(ShardedEngine, self).nack(
-                name, part, dead_max=dead_max, now_ms=now_ms, holder=holder),
-            lambda outcome: outcome == NackOutcome.LEASE_LOST)
+    nack = _by_ids(Engine.nack, lambda f: f[0], lambda outcome: outcome == NackOutcome.LEASE_LOST)
 
     def ack_stream(self, holder: str) -> Any:
         """``Engine.ack_stream`` for the queues of one shard (the others: ``ack``)."""
@@ -272,26 +304,9 @@ class ShardedEngine(Engine):
                                                              now_ms=now_ms)
                    for name, ids in homes.items())
 
-    def extend(self, queue: str, leases: Sequence[tuple[str, int]], lease_ms: int,
-               now_ms: int | None = None) -> list[bool]:
-        return self._routed(
-            queue, leases, lambda lease: lease[0],
-            lambda name, part: super(ShardedEngine, self).extend(name, part, lease_ms, now_ms),
-            lambda ok: not ok)
-
-    def release(self, queue: str, claimed: Sequence[Any],
-                now_ms: int | None = None) -> list[bool]:
-        return self._routed(
-            queue, claimed, lambda job: job.id,
-            lambda name, part: super(ShardedEngine, self).release(name, part, now_ms),
-            lambda ok: not ok)
-
-    def defer(self, queue: str, leases: Sequence[tuple[str, int, int]],
-              now_ms: int | None = None) -> list[bool]:
-        return self._routed(
-            queue, leases, lambda lease: lease[0],
-            lambda name, part: super(ShardedEngine, self).defer(name, part, now_ms),
-            lambda ok: not ok)
+    extend = _by_ids(Engine.extend, lambda lease: lease[0], _not)
+    release = _by_ids(Engine.release, lambda job: job.id, _not)
+    defer = _by_ids(Engine.defer, lambda lease: lease[0], _not)
 
     def recover(self, queue: str, **options: Any) -> list[Recovered]:
         contact = options.pop("contact", None)
@@ -307,26 +322,10 @@ class ShardedEngine(Engine):
 
     # -- managing -------------------------------------------------------------------
 
-    def cancel(self, queue: str, job_id: str) -> CancelOutcome:
-        return self._first(queue, job_id, lambda name: super(ShardedEngine, self).cancel(
-            name, job_id), lambda outcome: outcome == CancelOutcome.NOT_FOUND)
-
-    def reschedule(self, queue: str, job_id: str, *, at_ms: int | None = None,
-                   delay_ms: int = 0, now_ms: int | None = None
-                   ) -> tuple[MoveOutcome, int | None]:
-        return self._first(queue, job_id, lambda name: super(ShardedEngine, self).reschedule(
-            name, job_id, at_ms=at_ms, delay_ms=delay_ms, now_ms=now_ms),
-            lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
-
-    def requeue(self, queue: str, job_id: str, *, delay_ms: int = 0,
-                now_ms: int | None = None) -> tuple[MoveOutcome, int | None]:
-        return self._first(queue, job_id, lambda name: super(ShardedEngine, self).requeue(
-            name, job_id, delay_ms=delay_ms, now_ms=now_ms),
-            lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
-
-    def inspect(self, queue: str, job_id: str) -> JobLocation:
-        return self._first(queue, job_id, lambda name: super(ShardedEngine, self).inspect(
-            name, job_id), lambda found: found.place == "")
+    cancel = _by_id(Engine.cancel, lambda outcome: outcome == CancelOutcome.NOT_FOUND)
+    reschedule = _by_id(Engine.reschedule, lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
+    requeue = _by_id(Engine.requeue, lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
+    inspect = _by_id(Engine.inspect, lambda found: found.place == "")
 
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
         names = self.shard_queues(queue)
@@ -353,21 +352,10 @@ class ShardedEngine(Engine):
                 return ids
         return []
 
-    def pause(self, queue: str) -> bool:
-        paused = [super(ShardedEngine, self).pause(name) for name in self.shard_queues(queue)]
-        return any(paused)  # every shard paused first: no short-circuit
-
-    def resume(self, queue: str) -> bool:
-        resumed = [super(ShardedEngine, self).resume(name) for name in self.shard_queues(queue)]
-        return any(resumed)
-
-    def pause_group(self, queue: str, group: str) -> bool:  # every shard; shard 0 is read
-        paused = [Engine.pause_group(self, name, group) for name in self.shard_queues(queue)]
-        return any(paused)  # every shard paused first: no short-circuit
-
-    def resume_group(self, queue: str, group: str) -> bool:
-        resumed = [Engine.resume_group(self, name, group) for name in self.shard_queues(queue)]
-        return any(resumed)
+    pause = _on_all(Engine.pause)
+    resume = _on_all(Engine.resume)
+    pause_group = _on_all(Engine.pause_group)
+    resume_group = _on_all(Engine.resume_group)
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         names = {q: self.shard_queues(q) for q in queues}
@@ -415,20 +403,9 @@ class ShardedEngine(Engine):
         if len(self.shard_queues(queue)) == 1:
             return super().reenqueue(queue, jobs, seeds, keep_ms=keep_ms, keep_max=keep_max,
                                      epochs=epochs)
-        groups: dict[str, list[Any]] = {}
-        for job in jobs:
-            groups.setdefault(self.shard_map.home(queue, job[0]), []).append(job)
-        added, errors = 0, []
-        for name, group in groups.items():
-            try:
-                added += self.health.run(name, lambda: super(ShardedEngine, self).reenqueue(
-                    name, group, seeds, keep_ms=keep_ms, keep_max=keep_max,  # noqa: B023
-                    epochs=epochs))
-            except ERRORS as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        return added
+        return self._by_home(queue, jobs, lambda job: job[0], lambda name, part: super(
+            ShardedEngine, self).reenqueue(name, part, seeds, keep_ms=keep_ms,
+                                           keep_max=keep_max, epochs=epochs))
 
     def event_stream_of(self, queue: str, job_id: str) -> str:
         """A sharded queue's events go to their job's shard's stream (its node)."""

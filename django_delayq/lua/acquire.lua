@@ -33,7 +33,6 @@
 -- Cost: one job per call, O(log N) per command: at most 100 expired slots and 1,000 old
 --       window entries dropped per call.
 --@include now
---@include wrong_type
 --@include trim_log
 local now = now_ms(ARGV[1])
 local id, lease_ms = ARGV[2], tonumber(ARGV[3])

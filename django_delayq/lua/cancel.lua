@@ -18,7 +18,6 @@
 -- but it is marked so that a failure or a lost lease does not retry it.
 -- Returns: 1 cancelled, 2 already running (marked: no retry), 0 not found (done or unknown)
 -- Cost: O(log N), one job per call.
---@include wrong_type
 --@include forget
 local id = ARGV[1]
 if redis.call('ZREM', pending, id) == 1 or redis.call('ZREM', ready, id) == 1

@@ -100,23 +100,18 @@
 --       window entries dropped per call:
 --       O((limit + 300) log N), never a scan of the backlog or of the groups. A repeated nonce: one GET,
 --       and per recorded job (at most 200) one ZSCORE and three HGET.
---@include now
---@include ms_range
---@include wrong_type
 --@include as_ms
 --@include bad_id
 --@include bad_count
---@include utf8_ok
 --@include shown
---@include call_many
 --@include pending_head
 --@include forget
 --@include offset
 --@include ready_score
 --@include priority
 --@include trim_log
---@include group_index
 --@include group_limits
+-- (as_ms brings ms_range, bad_id utf8_ok, group_limits now, call_many and group_index)
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
 local TURNS, SKIPS, ROUNDS, HEAD = 25, 100, 20, 10  -- a grouped queue: 2g, 3g
@@ -166,13 +161,11 @@ end
 local function limits()
   local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency', 'group_rate',
                           'group_per_ms', 'group_concurrency')
-  local conc
   group_conf = {conf[4], conf[5], conf[6]}
-  rate, per_ms, conc = tonumber(conf[1]), tonumber(conf[2]), tonumber(conf[3])
   -- whole numbers only (a planted 1.5 would make the ZRANGE bounds below invalid)
-  if rate then rate = math.floor(rate) end
-  if per_ms then per_ms = math.floor(per_ms) end
-  if conc then conc = math.floor(conc) end
+  local function floor(v) return tonumber(v) and math.floor(tonumber(v)) end
+  local conc
+  rate, per_ms, conc = floor(conf[1]), floor(conf[2]), floor(conf[3])
   if rate and per_ms and rate >= 1 and per_ms >= 1 then
     cutoff = now - per_ms
     in_window = redis.call('ZCOUNT', starts, '(' .. string.format('%.0f', cutoff), '+inf')
@@ -223,10 +216,8 @@ local function read_candidates()
   end
   unindex = lead  -- the urgent entries read, and those of the jobs leaving pending
   for j = 1, #ids do
-    if priority_of(prios[j]) > 0 then unindex[#unindex + 1] = ids[j] end
-  end
-  for j = 1, #ids do
     local id, due = ids[j], as_ms(scores[j])
+    if priority_of(prios[j]) > 0 then unindex[#unindex + 1] = id end
     if bad_id(id) then aside(id, bad_id(id), true)
     elseif due == nil then aside(id, 'due score ' .. scores[j] .. ' is not a time', false)
     else entries[#entries + 1] = {ready_score(priority_of(prios[j]), due), id, true, due} end
@@ -444,8 +435,7 @@ end
 -- A group of a round whose limit leaves it no room goes to group_held (out of the
 -- rotation: `off`); else its share, at most its room.
 local function serve(g, per, quota, picked, turns, done, off, holds)
-  local e = redis.call('ZRANGEBYLEX', group_ready, '[' .. g .. '\n', '(' .. g .. '\11',
-                       'LIMIT', 0, per + 1)
+  local e = group_entries(g, per + 1)
   if #e == 0 then done[#done + 1] = g; return 0, 1 end  -- a group left without entries
   local room, until_ms = group_room(g, now, tonumber(ARGV[3]))
   if room == 0 then

@@ -24,11 +24,7 @@
 -- Cost: at most 200 triples per call (scripts.MAX_DEFER; callers split bigger batches):
 --       O(n log N); group slots: one HMGET and one ZREM, one index read per held group
 --       (at most n).
---@include now
---@include wrong_type
 --@include give_back
-local now = now_ms(ARGV[1])
-local out, line, woke = give_back(pending, inflight, attempts, ready, prio, now)
+local out, line = give_back(pending, inflight, attempts, ready, prio, now_ms(ARGV[1]), ARGV[2])
 if line ~= nil then line_write(line, pending, ready, ARGV[2]) end
-if woke then redis.call('PUBLISH', ARGV[2], string.format('%.0f', now)) end
 return out

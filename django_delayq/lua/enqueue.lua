@@ -37,10 +37,7 @@
 -- Returns: {added, now_ms}
 -- Cost: at most 200 jobs per call (scripts.MAX_ENQUEUE; callers split bigger batches):
 --       O(n log N), independent of the backlog size.
---@include now
---@include wrong_type
 --@include clamp_ms
---@include call_many
 --@include line
 --@include held
 local now = now_ms(ARGV[1])

@@ -15,7 +15,6 @@
 -- Cost: at most 25 events and 800 arguments per call (scripts.MAX_EVENTS,
 --       scripts.MAX_EVENT_ARGS; callers split bigger batches): O(total fields);
 --       trimming is amortised by MAXLEN ~.
---@include wrong_type
 local maxlen = ARGV[1]
 local i = 2
 local written = 0

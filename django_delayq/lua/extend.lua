@@ -14,7 +14,6 @@
 -- Cost: at most 250 pairs per call (scripts.MAX_EXTEND; callers split bigger batches):
 --       O(n log N).
 --@include now
---@include wrong_type
 --@include call_many
 local now = now_ms(ARGV[1])
 local deadline = now + tonumber(ARGV[2])

@@ -14,7 +14,6 @@
 -- Cost: at most 250 ids per call (scripts.MAX_FORGET; callers split bigger batches) plus
 --       100 old records: O(n log N).
 --@include now
---@include wrong_type
 local now = now_ms(ARGV[1])
 local ids = {}
 for i = 3, #ARGV do ids[#ids + 1] = ARGV[i] end

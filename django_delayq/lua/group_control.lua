@@ -29,9 +29,6 @@
 -- Returns: 1 when the state changed, 0 when it was so already
 -- Cost: a constant number of commands (one index read, two or three ZSET, SET or HASH
 --       writes), each O(log N).
---@include now
---@include wrong_type
---@include group_index
 --@include group_slots
 local op, g = ARGV[1], ARGV[2]
 if op == 'pause' then
@@ -48,14 +45,13 @@ if op == 'limit' or op == 'unlimit' then
     changed = redis.call('HDEL', group_limits, g)
   end
   if unhold({g}) and redis.call('SISMEMBER', group_paused, g) == 0 then
-    redis.call('PUBLISH', ARGV[3], string.format('%.0f', now_ms('0')))
+    tell(ARGV[3], now_ms('0'))
   end
   return changed
 end
 local removed = redis.call('SREM', group_paused, g)
-if removed == 1 and redis.call('ZRANGEBYLEX', group_ready, '[' .. g .. '\n',
-                               '(' .. g .. '\11', 'LIMIT', 0, 1)[1] then
+if removed == 1 and group_entries(g, 1)[1] then
   join_turns({g})
-  redis.call('PUBLISH', ARGV[3], string.format('%.0f', now_ms('0')))
+  tell(ARGV[3], now_ms('0'))
 end
 return removed

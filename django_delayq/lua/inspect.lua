@@ -22,7 +22,6 @@
 --          runs entry's offset; 0 before the first), -1 when the token is not an integer;
 --          priority 0 when none (or not one)
 -- Cost: O(log N), one job per call.
---@include wrong_type
 --@include as_ms
 --@include bad_count
 --@include ready_score

@@ -9,6 +9,8 @@
 -- Every script reads and checks what it found in Redis before its first write, so a
 -- value planted by hand (or by a bug) can never make it fail half-way: Redis does not
 -- roll a script back, and a script that errors after a write has committed that write.
+-- A script includes the blocks it calls, except those another of its includes brings
+-- already; scripts.load brings wrong_type itself (with the check of the declared types).
 --   * wrong_type: a key of the wrong type ends the script before any write, with the
 --     error "DELAYQ-WRONGTYPE <KEYS index> <found> <expected>"; the Python side moves
 --     that key aside and runs the script again (scripts.Script).
@@ -42,6 +44,12 @@ local function now_ms(arg)
   local now = tonumber(arg)
   if now == 0 then now = time_ms(server_time()) end
   return now
+end
+
+-- Tells the queue's workers on their wake channel `channel` a time `ms` (when a job is
+-- due, or now: claim now).
+local function tell(channel, ms)
+  redis.call('PUBLISH', channel, string.format('%.0f', ms))
 end
 
 --@define wrong_type
@@ -229,6 +237,16 @@ local function index_member(g, score, id)
   return g .. '\n' .. string.format('%016.0f', score) .. id
 end
 
+-- The lex range of group g's members, in group_ready and in the ZSETs of group_slots and
+-- group_limits (each member starts "<group>\n").
+local function group_range(g) return '[' .. g .. '\n', '(' .. g .. '\11' end
+
+-- Group g's first `n` entries of group_ready: its next jobs.
+local function group_entries(g, n)
+  local lo, hi = group_range(g)
+  return redis.call('ZRANGEBYLEX', group_ready, lo, hi, 'LIMIT', 0, n)
+end
+
 -- The highest turn of the rotation within +-2^53 (one beyond, +-inf included, was
 -- planted: counting on from it, every turn would be the same number and the rotation
 -- would become the groups' alphabetical order, the first ones served forever).
@@ -268,6 +286,7 @@ local function index_ready(placed, grouped)
 end
 
 --@define group_slots
+--@include now
 --@include group_index
 -- The concurrency slots of a grouped queue's jobs in flight (docs/groups.md, "Limits";
 -- the including script declares ``group``, ``group_ready``, ``group_turns``,
@@ -295,8 +314,7 @@ local function unhold(groups)
   for j, g in ipairs(groups) do
     if marks[j] then
       off[#off + 1] = g
-      if redis.call('ZRANGEBYLEX', group_ready, '[' .. g .. '\n', '(' .. g .. '\11',
-                    'LIMIT', 0, 1)[1] then back[#back + 1] = g end
+      if group_entries(g, 1)[1] then back[#back + 1] = g end
     end
   end
   if #off == 0 then return false end
@@ -307,8 +325,9 @@ local function unhold(groups)
 end
 
 -- Frees the slots of `ids` (jobs that left inflight; `gs`: slot_groups(ids)) and puts
--- their held groups back (unhold). True when the caller should tell the workers.
-local function free_slots(ids, gs)
+-- their held groups back (unhold). True when the workers should be told: with a
+-- `channel`, they are (now, `now`).
+local function free_slots(ids, gs, channel, now)
   if gs == nil then return false end
   local members, groups, seen = {}, {}, {}
   for j, job in ipairs(ids) do
@@ -320,7 +339,9 @@ local function free_slots(ids, gs)
   end
   if #members == 0 then return false end
   redis.call('ZREM', group_running, unpack(members))
-  return unhold(groups)
+  local woke = unhold(groups)
+  if woke and channel then tell(channel, now) end
+  return woke
 end
 
 --@define group_limits
@@ -396,7 +417,7 @@ end
 local function group_room(g, now, lease_ms)
   local lim = glim.of[g]
   if not lim then return nil, nil end
-  local used, lo, hi = glim.used[g] or 0, '[' .. g .. '\n', '(' .. g .. '\11'
+  local used, lo, hi = glim.used[g] or 0, group_range(g)
   local room, until_ms = nil, nil
   if lim[3] then
     local running = redis.call('ZLEXCOUNT', group_running, lo, hi)
@@ -459,6 +480,7 @@ local function log_starts(taken, now)
 end
 
 --@define line
+--@include now
 --@include ready_score
 --@include call_many
 --@include pending_head
@@ -521,12 +543,12 @@ local function line_write(line, pending, ready, channel, moved)
   local due = line.earliest
   if due ~= nil and line.idle and (line.first == nil or due < line.first
                                    or line.head == moved) then
-    redis.call('PUBLISH', channel, string.format('%.0f', due))
+    tell(channel, due)
   elseif line.urgent_earliest ~= nil and (line.urgent_first == nil
                                           or line.urgent_earliest < line.urgent_first) then
-    redis.call('PUBLISH', channel, string.format('%.0f', line.urgent_earliest))
+    tell(channel, line.urgent_earliest)
   elseif line.urgent_ready ~= nil then
-    redis.call('PUBLISH', channel, string.format('%.0f', line.urgent_ready))
+    tell(channel, line.urgent_ready)
   end
 end
 
@@ -598,13 +620,13 @@ end
 -- Hands leased jobs back (release.lua, defer.lua): ARGV[3..] triples id, token, due_ms.
 -- A job whose token is current goes back in line at due_ms with its priority, the
 -- attempt it was charged is given back (its attempts count lowered by one) and its group
--- slot freed (group_slots). Reads everything before its writes; returns {one 1/0 per
--- triple}, the line (lib.lua line: the caller calls line_write), and whether a held group
--- came back to an empty rotation (the caller tells the workers).
-local function give_back(pending, inflight, attempts, ready, prio, now)
+-- slot freed (group_slots: a held group back to an empty rotation is told on `channel`
+-- when given). Reads everything before its writes; returns {one 1/0 per triple} and the
+-- line (lib.lua line: the caller calls line_write).
+local function give_back(pending, inflight, attempts, ready, prio, now, channel)
   local ids = {}
   for i = 3, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
-  if #ids == 0 then return {}, nil, false end
+  if #ids == 0 then return {}, nil end
   local held = redis.call('HMGET', attempts, unpack(ids))
   local live = redis.call('ZMSCORE', inflight, unpack(ids))
   local prio_of = priorities(prio, ids)
@@ -625,13 +647,12 @@ local function give_back(pending, inflight, attempts, ready, prio, now)
       out[j] = 0
     end
   end
-  local woke = false
   if #back > 0 then
     local gs = slot_groups(back)
     redis.call('ZREM', inflight, unpack(back))
     if #counts > 0 then call_many('HSET', attempts, {}, counts) end
     if #fresh > 0 then redis.call('HDEL', attempts, unpack(fresh)) end
-    woke = free_slots(back, gs)
+    free_slots(back, gs, channel, now)
   end
-  return out, line, woke
+  return out, line
 end

@@ -34,10 +34,7 @@
 -- Cost: at most 200 triples per call (scripts.MAX_NACK; callers split bigger batches):
 --       O(n log N), plus at most 100 trimmed dead jobs; group slots: one HMGET
 --       and one ZREM, one index read per held group (at most n).
---@include now
---@include wrong_type
 --@include clamp_ms
---@include call_many
 --@include line
 --@include priority
 --@include forget
@@ -82,7 +79,7 @@ if #ids > 0 then
   end
   local gs = slot_groups(settled)
   if #settled > 0 then redis.call('ZREM', inflight, unpack(settled)) end
-  if free_slots(settled, gs) then redis.call('PUBLISH', ARGV[2], string.format('%.0f', now)) end
+  free_slots(settled, gs, ARGV[2], now)
   forget(jobs, attempts, cancel, prio, dropped)
   record_settled(ARGV[4], now, records)
   line_write(line, pending, ready, ARGV[2])

@@ -16,7 +16,6 @@
 -- The removed jobs are forgotten (envelope, attempts count, cancel mark, priority).
 -- Returns: the removed ids (as stored)
 -- Cost: at most 200 jobs per call (scripts.MAX_PURGE): O(limit log N).
---@include wrong_type
 --@include forget
 local want = math.max(1, math.min(tonumber(ARGV[1]) or 1, 200))
 local ids = redis.call('ZRANGE', ready, 0, want - 1)

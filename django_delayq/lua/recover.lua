@@ -50,9 +50,7 @@
 -- Cost: at most 100 leases (scripts.MAX_RECOVER) and 100 max_attempts pairs per call,
 --       plus 10 absurd leases: O(limit * log N); never scans the backlog. Group slots:
 --       one HMGET and one ZREM, one index read per held group (at most limit).
---@include now
 --@include ms_range
---@include wrong_type
 --@include bad_id
 --@include bad_count
 --@include shown
@@ -60,7 +58,6 @@
 --@include line
 --@include priority
 --@include offset
---@include call_many
 --@include group_slots
 local now = now_ms(ARGV[1])
 if ARGV[6] ~= '' then
@@ -136,7 +133,7 @@ end
 out[2] = #gone + #reset
 -- writes: everything above was only read
 redis.call('ZREM', inflight, unpack(ids))
-local woke = free_slots(ids, slot_gs)
+local woke = free_slots(ids, slot_gs)  -- told below
 forget(jobs, attempts, cancel, prio, gone)
 if #reset > 0 then
   redis.call('HDEL', attempts, unpack(reset))
@@ -145,11 +142,10 @@ end
 forget(jobs, attempts, cancel, prio, dropped)
 if #marks > 0 then call_many('HSET', runs, {}, marks) end
 if #died > 0 then redis.call('ZADD', dead, unpack(died)) end
-if woke and line.earliest == nil then redis.call('PUBLISH', ARGV[4], string.format('%.0f', now)) end
 if line.earliest ~= nil then
   line.idle = false  -- told below whatever the line's state: workers may have slept
   line_write(line, pending, ready, ARGV[4])
-  redis.call('PUBLISH', ARGV[4], string.format('%.0f', now))
 end
+if woke or line.earliest ~= nil then tell(ARGV[4], now) end
 for j = 1, #results do out[#out + 1] = results[j] end
 return out

@@ -44,10 +44,7 @@
 -- Cost: at most 100 jobs per call (scripts.MAX_REENQUEUE, the reconciler's chunk; callers
 --       split bigger batches): O(n log N); trimming `reconciled` removes at most 1,000
 --       old ids.
---@include now
---@include wrong_type
 --@include clamp_ms
---@include call_many
 --@include line
 --@include held
 local now = now_ms(ARGV[1])

@@ -23,13 +23,11 @@
 -- Cost: at most 200 triples per call (scripts.MAX_RELEASE; callers split bigger
 --       batches): O(n log N); group slots: one HMGET and one ZREM, one index read
 --       per held group (at most n).
---@include now
---@include wrong_type
 --@include give_back
 local out, line = give_back(pending, inflight, attempts, ready, prio, now_ms(ARGV[1]))
 if line ~= nil and line.earliest ~= nil then
   line.idle = false  -- told below whatever the line's state: other workers take them
   line_write(line, pending, ready, ARGV[2])
-  redis.call('PUBLISH', ARGV[2], string.format('%.0f', line.earliest))
+  tell(ARGV[2], line.earliest)
 end
 return out

@@ -11,6 +11,5 @@
 -- (already freed, expired) changes nothing.
 -- Returns: how many slots were freed
 -- Cost: at most 250 ids per call (scripts.MAX_RELEASE_CALLABLE): O(n log N).
---@include wrong_type
 if #ARGV == 0 then return 0 end
 return redis.call('ZREM', running, unpack(ARGV))

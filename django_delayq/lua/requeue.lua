@@ -20,8 +20,6 @@
 -- its priority and goes back in line (lib.lua line).
 -- Returns: {outcome, due_ms}  outcome 1 requeued, 0 not in dead
 -- Cost: O(log N), one job per call.
---@include now
---@include wrong_type
 --@include clamp_ms
 --@include line
 --@include priority

@@ -19,8 +19,6 @@
 -- with its priority (lib.lua line).
 -- Returns: {outcome, due_ms}  outcome 1 moved, 2 already running, 0 not found
 -- Cost: O(log N), one job per call.
---@include now
---@include wrong_type
 --@include clamp_ms
 --@include line
 --@include priority

@@ -17,8 +17,6 @@
 --           expired leases}
 -- Cost: O(log N) per command, a constant number of commands per call (at most 209).
 --@include now
---@include ms_range
---@include wrong_type
 --@include as_ms
 --@include ready_score
 local now = now_ms(ARGV[1])
