@@ -12,7 +12,6 @@ from typing import Any
 
 from django_delayq.engine import scripts
 from django_delayq.engine.keys import GlobalKeys, QueueKeys
-from django_delayq.engine.replies import chunks
 
 
 class RedisOwner:
@@ -45,9 +44,10 @@ class RedisOwner:
                   rows: Sequence[Sequence[Any]]) -> list[int]:
         """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
         of items, each with ARGV now, ``head``, then its rows; one integer per row."""
-        keys = scripts.keys_of(name, self.keys(queue))
+        keys, size = scripts.keys_of(name, self.keys(queue)), scripts.BOUNDS[name].items
         out: list[int] = []
-        for chunk in chunks(rows, scripts.BOUNDS[name].items):
+        for start in range(0, len(rows), size):
+            chunk = rows[start:start + size]
             args = [self._now(now_ms), *head, *(value for row in chunk for value in row)]
             out += [int(r) for r in self._run(name, keys, args)]
         return out

@@ -83,11 +83,7 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
     first, *others = [h.strip() for h in hosts.split(",") if h.strip()] or ["localhost"]
     scheme = parts.scheme.removesuffix("+cluster")
     base = urlunsplit((scheme, userinfo + at + first, parts.path, parts.query, ""))
-    return base, [_host_port(h) for h in others]
-
-
-def _host_port(netloc: str) -> tuple[str, int]:
-    return host_port(netloc, 6379)
+    return base, [host_port(h, 6379) for h in others]
 
 
 SENTINEL_ONLY = ("sentinel_password", "sentinel_username")

@@ -20,6 +20,7 @@ waiting jobs, set its limits, and put jobs in flight back for later (``defer``).
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -96,20 +97,15 @@ class QueueControls(RedisOwner):
         for group in sorted(set(have) | set(wanted)):
             if have.get(group) != wanted.get(group):
                 changed += 1
-                if group in wanted:
-                    self._group_control(queue, "limit", group, wanted[group])
-                else:
-                    self._group_control(queue, "unlimit", group)
+                self._group_control(queue, "limit" if group in wanted else "unlimit", group,
+                                    wanted.get(group, ""))
         return changed
 
     def group_slots(self, queue: str) -> dict[str, int]:
         """group -> its jobs in flight as the group limits count them (``group_running``;
         a read of the whole set: for status and tests)."""
-        out: dict[str, int] = {}
-        for member, _ in self.client.zscan_iter(self.keys(queue).group_running, count=1000):
-            group = envelope_text(member).partition("\n")[0]
-            out[group] = out.get(group, 0) + 1
-        return out
+        members = self.client.zscan_iter(self.keys(queue).group_running, count=1000)
+        return dict(Counter(envelope_text(member).partition("\n")[0] for member, _ in members))
 
     def held_groups(self, queue: str, among: Sequence[str] | None = None) -> dict[str, int]:
         """group -> server ms a claim looks at it again: the groups a limit holds back

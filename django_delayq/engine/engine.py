@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from django_delayq.engine import scripts
+from django_delayq.engine import replies, scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.callable_limits import CallableLimits
 from django_delayq.engine.controls import QueueControls
@@ -46,14 +46,7 @@ from django_delayq.engine.outcomes import (
     Recovered,
     SetAside,
 )
-from django_delayq.engine.replies import aside as _aside
 from django_delayq.engine.replies import bad_id
-from django_delayq.engine.replies import chunks as _chunks
-from django_delayq.engine.replies import envelope_text as _text
-from django_delayq.engine.replies import escaped as _escaped
-from django_delayq.engine.replies import opt as _opt
-from django_delayq.engine.replies import shown as _shown
-from django_delayq.engine.replies import text as _s
 from django_delayq.engine.server import ServerReads
 from django_delayq.engine.worker_registry import WorkerRegistry
 
@@ -114,7 +107,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
 
     def _log_aside(self, queue: str, script: str, entries: list[SetAside]) -> None:
         for entry in entries:  # a removed id comes already escaped (\xHH), ASCII only
-            shown = "b'%s'" % entry.id if entry.removed else _shown(entry.id)
+            shown = "b'%s'" % entry.id if entry.removed else replies.shown(entry.id)
             logger.warning("queue %r: %s set aside job %s (%s): %s", queue, script, shown,
                            entry.reason,
                            "removed from Redis" if entry.removed else "moved to dead")
@@ -131,7 +124,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
                 pipe.hdel(known, raw)
             pipe.srem(k.cancel, raw)
         pipe.execute()
-        out = [SetAside(id=_escaped(raw), reason=why, removed=True) for raw in raw_ids]
+        out = [SetAside(id=replies.escaped(raw), reason=why, removed=True) for raw in raw_ids]
         self._log_aside(queue, "decoding", out)
         return out
 
@@ -146,7 +139,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
                 found.append(make(reply[i:i + size]))
             except (UnicodeDecodeError, ValueError, TypeError) as exc:
                 bad.append(reply[i])
-                logger.debug("%s reply item %s: %s", script, _shown(reply[i]), exc)
+                logger.debug("%s reply item %s: %s", script, replies.shown(reply[i]), exc)
         if bad:
             aside += self._drop_undecodable(queue, bad, "%s id could not be decoded" % (
                 "claimed" if script == "claim" else "recovered"))
@@ -165,7 +158,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         for job in jobs:
             why = bad_id(job.id)
             if why is not None:
-                raise ValueError("job id %s: %s" % (_shown(job.id), why))
+                raise ValueError("job id %s: %s" % (replies.shown(job.id), why))
             at = -1 if job.at_ms is None else int(job.at_ms)
             batch += [job.id, at, int(job.delay_ms), job.envelope or "", int(job.priority),
                       job.group]
@@ -206,15 +199,15 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         except Exception:
             self._claim_nonces[(queue, claimer)] = nonce
             raise
-        aside, start = _aside(reply, 6)
+        aside, start = replies.aside(reply, 6)
         self._log_aside(queue, "claim", aside)
         jobs = self._decoded(queue, "claim", reply, start, 5, aside, lambda r: ClaimedJob(
-            queue=queue, id=_s(r[0]), due_ms=int(r[1]), token=int(r[2]), attempt=int(r[3]),
-            envelope=_text(r[4]), home=queue))
-        return ClaimResult(now_ms=int(reply[0]), next_due_ms=_opt(reply[1]), jobs=jobs,
+            queue=queue, id=replies.text(r[0]), due_ms=int(r[1]), token=int(r[2]),
+            attempt=int(r[3]), envelope=replies.envelope_text(r[4]), home=queue))
+        return ClaimResult(now_ms=int(reply[0]), next_due_ms=replies.opt(reply[1]), jobs=jobs,
                            set_aside=aside, paused=bool(int(reply[2])),
-                           blocked_until_ms=_opt(reply[3]), limited=bool(int(reply[4])),
-                           next_urgent_ms=_opt(reply[5]))
+                           blocked_until_ms=replies.opt(reply[3]), limited=bool(int(reply[4])),
+                           next_urgent_ms=replies.opt(reply[5]))
 
     def ack(self, queue: str, leases: Sequence[tuple[str, int]], *, holder: str = "",
             codes: Sequence[str] | None = None, now_ms: int | None = None) -> list[bool]:
@@ -251,13 +244,10 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
                        now_ms: int | None = None) -> int:
         """Drop the settled records of ``job_ids`` (their audit rows have landed) and up to
         100 records older than ``keep_ms`` per call; returns how many of ``job_ids`` had one."""
-        gone = 0
-        for chunk in _chunks(job_ids, scripts.MAX_FORGET):
-            gone += int(self._script("forget_settled", queue,
-                                     [self._now(now_ms), int(keep_ms), *chunk])[0])
-        if not job_ids:
-            self._script("forget_settled", queue, [self._now(now_ms), int(keep_ms)])
-        return gone
+        parts = list(replies.chunks(job_ids, scripts.MAX_FORGET)) or [[]]  # []: the old ones
+        return sum(int(self._script("forget_settled", queue,
+                                    [self._now(now_ms), int(keep_ms), *part])[0])
+                   for part in parts)
 
     def extend(self, queue: str, leases: Sequence[tuple[str, int]], lease_ms: int,
                now_ms: int | None = None) -> list[bool]:
@@ -296,10 +286,10 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
                 contact.arg() if contact is not None else "", *given])
             if contact is not None:
                 contact.seen(int(reply[0]))
-            aside, start = _aside(reply, 1)
+            aside, start = replies.aside(reply, 1)
             self._log_aside(queue, "recover", aside)
             found += self._decoded(queue, "recover", reply, start, 3, aside, lambda r: Recovered(
-                id=_s(r[0]), outcome=NackOutcome(int(r[1])), attempts=int(r[2])))
+                id=replies.text(r[0]), outcome=NackOutcome(int(r[1])), attempts=int(r[2])))
             if set_aside is not None:
                 set_aside += aside
             handled = (len(reply) - start) // 3 + len(aside)
@@ -320,29 +310,30 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         at = -1 if at_ms is None else int(at_ms)
         reply = self._script("reschedule", queue, [self._now(now_ms), self.keys(queue).channel,
                                                    job_id, at, int(delay_ms)])
-        return MoveOutcome(int(reply[0])), _opt(reply[1])
+        return MoveOutcome(int(reply[0])), replies.opt(reply[1])
 
     def requeue(self, queue: str, job_id: str, *, delay_ms: int = 0,
                 now_ms: int | None = None) -> tuple[MoveOutcome, int | None]:
         """Dead -> pending with a fresh set of attempts."""
         reply = self._script("requeue", queue, [self._now(now_ms), self.keys(queue).channel,
                                                 job_id, int(delay_ms)])
-        return MoveOutcome(int(reply[0])), _opt(reply[1])
+        return MoveOutcome(int(reply[0])), replies.opt(reply[1])
 
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
         """Counts of ``queue``: ``ready`` counts every due job (promoted to ready or not),
         ``oldest_ready_ms`` is the earliest due time among them."""
         r = [int(v) for v in self._script("stats", queue, [self._now(now_ms)])]
         return QueueStats(now_ms=r[0], scheduled=r[1], ready=r[2], inflight=r[3], dead=r[4],
-                          next_due_ms=_opt(r[5]), oldest_ready_ms=_opt(r[6]),
+                          next_due_ms=replies.opt(r[5]), oldest_ready_ms=replies.opt(r[6]),
                           expired_leases=r[7])
 
     def inspect(self, queue: str, job_id: str) -> JobLocation:
         """Where one job is. A score that is not a time reads as None, an attempts
         value that is not a number as -1, an envelope that is not UTF-8 with U+FFFD."""
         r = self._script("inspect", queue, [job_id])
-        return JobLocation(place=_s(r[0]), score_ms=_opt(r[1]), attempts=int(r[2]),
-                           envelope=_text(r[3]) if r[3] else None,
+        return JobLocation(place=replies.text(r[0]), score_ms=replies.opt(r[1]),
+                           attempts=int(r[2]),
+                           envelope=replies.envelope_text(r[3]) if r[3] else None,
                            cancel_requested=bool(int(r[4])), priority=int(r[5]))
 
     def purge(self, queue: str) -> None:

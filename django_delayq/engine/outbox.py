@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.replies import chunks
+from django_delayq.engine.replies import integer as _int
 
 if TYPE_CHECKING:
     from django_delayq.engine.replies import Scalar
@@ -34,14 +35,6 @@ _T = TypeVar("_T")
 ReJob = tuple[str, int] | tuple[str, int, int] | tuple[str, int, int, str]
 
 logger = logging.getLogger(__name__)
-
-
-def _int(value: Scalar) -> int:
-    """An integer reply, 0 when absent or not a number (a value planted by hand)."""
-    try:
-        return int(value) if value is not None else 0
-    except (TypeError, ValueError, OverflowError):
-        return 0
 
 
 def _str(value: bytes | str | None) -> str | None:
@@ -135,21 +128,16 @@ class OutboxOps(RedisOwner):
     def presence(self, queue: str, job_ids: Sequence[str]) -> list[Presence]:
         """Where each of ``job_ids`` is in ``queue`` (one MULTI per
         ``scripts.RECONCILE_CHUNK`` ids; each MULTI reads its ids atomically)."""
-        found: list[Presence] = []
-        for chunk in chunks(job_ids, scripts.RECONCILE_CHUNK):
-            found += self._presence(queue, chunk)
-        return found
+        return [found for chunk in chunks(job_ids, scripts.RECONCILE_CHUNK)
+                for found in self._presence(queue, chunk)]
 
     def _presence(self, queue: str, job_ids: Sequence[str]) -> list[Presence]:
         k = self.keys(queue)
         pipe = self.client.pipeline(transaction=True)
         for job_id in job_ids:
             pipe.hexists(k.jobs, job_id)
-            pipe.zscore(k.pending, job_id)
-            pipe.zscore(k.ready, job_id)
-            pipe.zscore(k.inflight, job_id)
-            pipe.zscore(k.dead, job_id)
-            pipe.zscore(k.reconciled, job_id)
+            for placed in (k.pending, k.ready, k.inflight, k.dead, k.reconciled):
+                pipe.zscore(placed, job_id)
             pipe.hget(k.attempts, job_id)
             pipe.zscore(k.settled, job_id)
             pipe.hget(k.settled_by, job_id)
@@ -179,11 +167,9 @@ class OutboxOps(RedisOwner):
         token a delivery may have had: the next claim's is higher). ``epochs``: the epoch
         the caller last saw of each data set (queue or shard name); where Redis now holds
         another (the data was lost since), that data set's jobs are left alone."""
-        added = 0
         expect = (epochs or {}).get(queue, "")
-        for chunk in chunks(jobs, scripts.RECONCILE_CHUNK):
-            added += self._reenqueue(queue, chunk, seeds, keep_ms, keep_max, expect)
-        return added
+        return sum(self._reenqueue(queue, chunk, seeds, keep_ms, keep_max, expect)
+                   for chunk in chunks(jobs, scripts.RECONCILE_CHUNK))
 
     def _reenqueue(self, queue: str, jobs: Sequence[ReJob],
                    seeds: Mapping[str, int | None], keep_ms: float, keep_max: int,

@@ -63,6 +63,14 @@ def envelope_text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+def integer(value: Scalar) -> int:
+    """An integer reply, 0 when absent or not a number (a value planted by hand)."""
+    try:
+        return int(value) if value is not None else 0
+    except (TypeError, ValueError, OverflowError):
+        return 0
+
+
 def opt(value: bytes | str | int) -> int | None:
     number = int(value)
     return None if number < 0 else number

@@ -28,11 +28,11 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from django_delayq.engine.replies import integer
 from django_delayq.engine.shard_health import ERRORS
 
 if TYPE_CHECKING:
     from django_delayq.engine.client import RedisClient
-    from django_delayq.engine.replies import Scalar
 
 SHARD_MARK = "#"  # shard i >= 1 of queue q is the data set named q#i
 MAX_SHARDS = 64
@@ -49,13 +49,6 @@ def shard_index(job_id: str, count: int) -> int:
     if count <= 1:
         return 0
     return zlib.crc32(job_id.encode("utf-8", "surrogatepass")) % count
-
-
-def _int(value: Scalar) -> int:
-    try:
-        return max(0, int(value)) if value is not None else 0
-    except (TypeError, ValueError):
-        return 0
 
 
 class ShardMap:
@@ -100,14 +93,14 @@ class ShardMap:
 
     @staticmethod
     def _read_span(client: RedisClient, configured: int, record_key: Callable[[int], str]) -> int:
-        recorded = at_zero = min(_int(client.get(record_key(0))), MAX_SHARDS)
+        recorded = at_zero = min(max(0, integer(client.get(record_key(0)))), MAX_SHARDS)
         if recorded == 0:  # never recorded, or shard 0's node lost it: ask the others
             pipe = client.pipeline(transaction=False)
             for i in range(1, MAX_SHARDS):
                 pipe.get(record_key(i))
-            recorded = min(max([_int(v) for v in pipe.execute()] or [0]), MAX_SHARDS)
+            recorded = min(max([0, *(integer(v) for v in pipe.execute())]), MAX_SHARDS)
         span = max(configured, recorded, 1)
-        if span > 1 and (at_zero != span or _int(client.get(record_key(span - 1))) != span):
+        if span > 1 and (at_zero != span or integer(client.get(record_key(span - 1))) != span):
             for i in range(span):  # every shard's slot holds it
                 client.set(record_key(i), span)
         return span

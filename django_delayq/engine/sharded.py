@@ -178,9 +178,11 @@ class ShardedEngine(Engine):
                     continue
         return found
 
-    def _each(self, names: Sequence[str], call: Callable[[str], _R]) -> list[_R]:
+    def _each(self, names: Sequence[str], call: Callable[[str], _R],
+              every: bool = False) -> list[_R]:
         """``call`` on each of the shards ``names`` that works; a failing one is skipped
-        (``ShardHealth``). Raises only when none worked."""
+        (``ShardHealth``). Raises only when none worked, or (``every``) when one failed,
+        once every other was served."""
         done: list[_R] = []
         errors: list[BaseException] = []
         for name in names:
@@ -188,7 +190,7 @@ class ShardedEngine(Engine):
                 done.append(self.health.run(name, lambda: call(name)))  # noqa: B023
             except ERRORS as exc:
                 errors.append(exc)
-        if errors and not done:
+        if errors and (every or not done):
             raise errors[0]
         return done
 
@@ -214,15 +216,7 @@ class ShardedEngine(Engine):
         groups: dict[str, list[_T]] = {}
         for item in items:
             groups.setdefault(self.shard_map.home(queue, id_of(item)), []).append(item)
-        added, errors = 0, []
-        for name, group in groups.items():
-            try:
-                added += self.health.run(name, lambda: call(name, group))  # noqa: B023
-            except ERRORS as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        return added
+        return sum(self._each(list(groups), lambda name: call(name, groups[name]), every=True))
 
     def claim(self, queue: str, limit: int, lease_ms: int,
               now_ms: int | None = None) -> ClaimResult:

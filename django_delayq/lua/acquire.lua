@@ -65,8 +65,7 @@ if opens == nil and not full then
   if conc >= 0 then redis.call('ZADD', running, deadline, id) end
   return {1, -1, now}
 end
-local step = spread
-if opens ~= nil then step = math.ceil(window / rate) end
+local step = opens and math.ceil(window / rate) or spread
 -- a next free slot beyond a day (or not a number) is not one this script wrote for a
 -- live backlog: ignored, so a planted value cannot park the callable's jobs for years
 local free = tonumber(redis.call('GET', next_free))

@@ -137,6 +137,15 @@ local function aside(id, why, removed)
   out[#out + 1] = id; out[#out + 1] = why; out[#out + 1] = removed and 1 or 0
 end
 
+-- The due time of ready's entry (id, score), or nil when it is poison: set aside.
+local function ready_ok(id, score)
+  local why, due = bad_id(id), ready_due(score)
+  if why then aside(id, why, true)
+  elseif due == nil then aside(id, 'ready score ' .. score .. ' is not one', false)
+  else return due end
+  return nil
+end
+
 -- 0. a claim asked again under its nonce: the jobs of its record still leased, else nil
 local function replayed()
   if not (record and nonce ~= '') then return nil end
@@ -198,11 +207,9 @@ local function read_candidates()
   end
   local head = redis.call('ZRANGE', ready, 0, grant, 'WITHSCORES')  -- one more: held back?
   for i = 1, #head, 2 do
-    local id, due = head[i], ready_due(head[i + 1])
+    local id, due = head[i], ready_ok(head[i], head[i + 1])
     from_ready[#from_ready + 1] = id
-    if bad_id(id) then aside(id, bad_id(id), true)
-    elseif due == nil then aside(id, 'ready score ' .. head[i + 1] .. ' is not one', false)
-    else entries[#entries + 1] = {tonumber(head[i + 1]), id, false, due} end
+    if due then entries[#entries + 1] = {tonumber(head[i + 1]), id, false, due} end
   end
   local ids, scores = {}, {}
   for i = 1, #cand, 2 do ids[#ids + 1] = cand[i]; scores[#scores + 1] = cand[i + 1] end
@@ -374,10 +381,7 @@ local function index_promoted()
   local placed, off = {}, {}
   for i = 1, #head, 2 do
     local id, score = head[i], head[i + 1]
-    if bad_id(id) or ready_due(score) == nil then
-      off[#off + 1] = id
-      if bad_id(id) then aside(id, bad_id(id), true)
-      else aside(id, 'ready score ' .. score .. ' is not one', false) end
+    if not ready_ok(id, score) then off[#off + 1] = id
     else placed[#placed + 1] = score; placed[#placed + 1] = id end
   end
   if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
@@ -408,10 +412,8 @@ local function keep_valid(picked)
     local s = scores[j]
     if s and tonumber(s) == tonumber(string.sub(m[1], m[2] + 2, m[2] + 17)) then
       off[#off + 1] = id
-      local due = ready_due(s)
-      if bad_id(id) then aside(id, bad_id(id), true)
-      elseif due == nil then aside(id, 'ready score ' .. s .. ' is not one', false)
-      else take[#take + 1] = {tonumber(s), id, false, due, string.sub(m[1], 1, m[2])} end
+      local due = ready_ok(id, s)
+      if due then take[#take + 1] = {tonumber(s), id, false, due, string.sub(m[1], 1, m[2])} end
     else
       stale = stale + 1
     end

@@ -527,9 +527,7 @@ local function enter(line, id, due, priority, now)
     if priority > 0 then
       local u = line.to_urgent
       u[#u + 1] = due; u[#u + 1] = id
-      if line.urgent_earliest == nil or due < line.urgent_earliest then
-        line.urgent_earliest = due
-      end
+      line.urgent_earliest = math.min(due, line.urgent_earliest or due)
     end
   end
   if line.earliest == nil or due < line.earliest then line.earliest = due end

@@ -25,8 +25,7 @@ local total = redis.call('ZCARD', pending)
 local nxt = redis.call('ZRANGEBYSCORE', pending, '(' .. now, MAX_MS_ARG, 'WITHSCORES',
                       'LIMIT', 0, 1)
 local first = redis.call('ZRANGEBYSCORE', pending, MIN_MS_ARG, now, 'WITHSCORES', 'LIMIT', 0, 1)
-local oldest = -1
-if first[2] then oldest = as_ms(first[2]) or -1 end
+local oldest = first[2] and as_ms(first[2]) or -1
 local from = '-inf'
 for _ = 1, 201 do
   local top = redis.call('ZRANGEBYSCORE', ready, from, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
@@ -35,7 +34,6 @@ for _ = 1, 201 do
   if oldest < 0 or due < oldest then oldest = due end
   from = string.format('%.0f', (math.floor(tonumber(top[2]) / LEVEL) + 1) * LEVEL)
 end
-local next_due = -1
-if nxt[2] then next_due = as_ms(nxt[2]) or -1 end
+local next_due = nxt[2] and as_ms(nxt[2]) or -1
 return {now, total - due_now, due_now + redis.call('ZCARD', ready), redis.call('ZCARD', inflight),
         redis.call('ZCARD', dead), next_due, oldest, redis.call('ZCOUNT', inflight, '-inf', now)}
