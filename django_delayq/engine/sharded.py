@@ -268,14 +268,10 @@ class ShardedEngine(Engine):
 
     def ack(self, queue: str, leases: Sequence[tuple[str, int]], *, holder: str = "",
             codes: Sequence[str] | None = None, now_ms: int | None = None) -> list[bool]:
-        marks = list(codes) if codes is not None else ["s"] * len(leases)
-        items = [(lease, code) for lease, code in zip(leases, marks)]
-        return self._routed(
-            queue, items, lambda item: item[0][0],
-            lambda name, part: super(ShardedEngine, self).ack(
-                name, [lease for lease, _ in part], holder=holder,
-                codes=[code for _, code in part], now_ms=now_ms),
-            lambda ok: not ok)
+        items = list(zip(leases, codes if codes is not None else ["s"] * len(leases)))
+        return self._routed(queue, items, lambda item: item[0][0], lambda name, part: super(
+            ShardedEngine, self).ack(name, [lease for lease, _ in part], holder=holder,
+                                     codes=[code for _, code in part], now_ms=now_ms), _not)
 
     nack = _by_ids(Engine.nack, lambda f: f[0], lambda outcome: outcome == NackOutcome.LEASE_LOST)
 
