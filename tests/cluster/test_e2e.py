@@ -26,8 +26,9 @@ from tests.helpers import wait_until
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 
-def _on_time(queue: str, delay_ms: int = 500, within_ms: float = 400) -> None:
-    """A job due in ``delay_ms`` starts within ``within_ms`` of its due time."""
+def _on_time(queue: str, delay_ms: int = 500, within_ms: float = 2000) -> None:
+    """A job due in ``delay_ms`` starts within ``within_ms`` of its due time: woken by its
+    wake message, not by the 60 s poll these tests set (room for a busy machine)."""
     h = schedule("tests.jobs.noop", delay=timedelta(milliseconds=delay_ms), queue=queue)
     wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=10)
     lateness = h.job.lateness_ms()
