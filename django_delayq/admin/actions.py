@@ -20,13 +20,12 @@ from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
-from django_delayq.admin import action_log
+from django_delayq.admin import action_log, pages
 from django_delayq.admin.display import job_link
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
@@ -232,29 +231,18 @@ def reschedule(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset
 
 
 def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
-                     queryset: QuerySet[Job], form: RescheduleForm) -> TemplateResponse:
-    opts = modeladmin.model._meta
+                     queryset: QuerySet[Job], form: RescheduleForm) -> HttpResponse:
     jobs = list(queryset[:101])
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": _("Reschedule jobs"),
-        "opts": opts,
-        "app_label": opts.app_label,
-        "form": form,
-        "jobs": jobs[:100],
-        "more": max(0, queryset.count() - 100) if len(jobs) > 100 else 0,
-        "live_count": queryset.filter(status__in=(JobStatus.SCHEDULED,
-                                                  JobStatus.RETRYING)).count(),
-        "selected_ids": [] if request.POST.get("select_across") == "1" else
+    return pages.render(
+        request, modeladmin, "reschedule", _("Reschedule jobs"),
+        app_label=modeladmin.model._meta.app_label, form=form, jobs=jobs[:100],
+        more=max(0, queryset.count() - 100) if len(jobs) > 100 else 0,
+        live_count=queryset.filter(status__in=(JobStatus.SCHEDULED, JobStatus.RETRYING)).count(),
+        selected_ids=[] if request.POST.get("select_across") == "1" else
         queryset.values_list("pk", flat=True),
-        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "action": "reschedule_jobs",
-        "select_across": request.POST.get("select_across", "0"),
-        "index": request.POST.get("index", "0"),
-        "media": modeladmin.media,
-    }
-    request.current_app = modeladmin.admin_site.name
-    return TemplateResponse(request, "admin/django_delayq/job/reschedule.html", context)
+        action_checkbox_name=helpers.ACTION_CHECKBOX_NAME, action="reschedule_jobs",
+        select_across=request.POST.get("select_across", "0"),
+        index=request.POST.get("index", "0"))
 
 
 ACTIONS = [cancel_jobs, run_jobs_now, reschedule_jobs, requeue_jobs]

@@ -12,19 +12,17 @@ served with a strict Content-Security-Policy.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
-from django_delayq.admin import history, overview
+from django_delayq.admin import history, overview, pages
 from django_delayq.core import progress
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
@@ -46,14 +44,12 @@ ID_PLACEHOLDER = "JOB-ID"
 @permission_required(VIEW, raise_exception=True)
 def dashboard_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     site = admin.admin_site.name
-    context = {
-        **admin.admin_site.each_context(request), "opts": admin.model._meta,
-        "title": _("Live dashboard"), "poll_ms": POLL_MS,
-        "data_url": reverse("admin:django_delayq_job_dashboard_data", current_app=site),
-        "job_url": reverse("admin:django_delayq_job_change", args=(ID_PLACEHOLDER,),
-                           current_app=site),
-        "queues_url": reverse("admin:django_delayq_job_queues", current_app=site)}
-    response = TemplateResponse(request, "admin/django_delayq/job/dashboard.html", context)
+    response = pages.render(
+        request, admin, "dashboard", _("Live dashboard"), poll_ms=POLL_MS,
+        data_url=reverse("admin:django_delayq_job_dashboard_data", current_app=site),
+        job_url=reverse("admin:django_delayq_job_change", args=(ID_PLACEHOLDER,),
+                        current_app=site),
+        queues_url=reverse("admin:django_delayq_job_queues", current_app=site))
     response["Content-Security-Policy"] = PAGE_POLICY
     return response
 
@@ -97,11 +93,3 @@ def with_progress(workers: list[dict[str, Any]]) -> None:
 def dashboard_data(request: HttpRequest) -> JsonResponse:
     return JsonResponse(snapshot())  # admin_view adds never_cache: Cache-Control no-store
 
-
-def dashboard_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:
-    """The page and its JSON under the Job admin; ``wrap`` is ``admin_site.admin_view``."""
-    return [
-        path("dashboard/", wrap(lambda request: dashboard_page(request, admin)),
-             name="django_delayq_job_dashboard"),
-        path("dashboard/data/", wrap(dashboard_data), name="django_delayq_job_dashboard_data"),
-    ]

@@ -13,13 +13,14 @@ no actions at all.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.utils import unquote
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
@@ -72,7 +73,34 @@ def _stored(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
     return admin.display(description=label)(show)
 
 
-class JobAttemptInline(_InlineBase):
+def _on_site(render: Callable[[Job, str], str], label: StrOrPromise) -> Callable[[Any, Any], str]:
+    """A display method showing ``render(job, admin site name)`` (links to other jobs)."""
+    def show(self: Any, obj: Job) -> str:
+        return render(obj, self.admin_site.name)
+    return admin.display(description=label)(show)
+
+
+def _may(codename: str) -> Callable[[Any, HttpRequest], bool]:
+    """An action's permission check (``@admin.action(permissions=[...])``)."""
+    def check(self: object, request: HttpRequest) -> bool:
+        return request.user.has_perm("django_delayq." + codename)
+    return check
+
+
+class ReadOnly:
+    """Rows are never added, changed or deleted through the admin."""
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class JobAttemptInline(ReadOnly, _InlineBase):
     """Attempt history: one row per failed or lost delivery, read-only."""
 
     model = JobAttempt
@@ -115,15 +143,6 @@ class JobAttemptInline(_InlineBase):
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return request.user.has_perm("django_delayq.view_job")
 
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
 
 class GroupFilter(admin.SimpleListFilter):
     """The jobs of one group (docs/groups.md): the 20 groups with the most live jobs as
@@ -144,7 +163,7 @@ class GroupFilter(admin.SimpleListFilter):
 
 
 @admin.register(Job)
-class JobAdmin(_JobAdminBase):
+class JobAdmin(ReadOnly, _JobAdminBase):
     # One line per job, within 1400 px beside the filters: what triage needs; each cell is
     # cut with an ellipsis (admin.css), its whole text in its title and on the job's page.
     list_display = ("status_badge", "job_column", "queue", "due_column", "lateness_column",
@@ -193,6 +212,11 @@ class JobAdmin(_JobAdminBase):
     kwargs_display = _stored("kwargs", _("kwargs"))
     result_display = _stored("result", _("result"))
     progress_display = _stored("progress", _("progress"))
+    requeued_from_display = _on_site(lineage.requeued_from, _("requeued from"))
+    requeued_as_display = _on_site(lineage.requeued_as, _("requeued as"))
+    parents_display = _on_site(workflow_panel.parents, _("waits for"))
+    children_display = _on_site(workflow_panel.children, _("waited for by"))
+    workflow_graph_display = _on_site(workflow_graph.render, _("graph"))
 
     class Media:
         css = {"all": ("django_delayq/admin.css",)}
@@ -243,32 +267,12 @@ class JobAdmin(_JobAdminBase):
         retry_on = stored.value(obj, "retry_on")
         return pre(retry_on) if retry_on else str(_("any exception"))
 
-    @admin.display(description=_("requeued from"))
-    def requeued_from_display(self, obj: Job) -> str:
-        return lineage.requeued_from(obj, self.admin_site.name)
-
-    @admin.display(description=_("requeued as"))
-    def requeued_as_display(self, obj: Job) -> str:
-        return lineage.requeued_as(obj, self.admin_site.name)
-
-    @admin.display(description=_("waits for"))
-    def parents_display(self, obj: Job) -> str:
-        return workflow_panel.parents(obj, self.admin_site.name)
-
-    @admin.display(description=_("waited for by"))
-    def children_display(self, obj: Job) -> str:
-        return workflow_panel.children(obj, self.admin_site.name)
-
     @admin.display(description=_("parents left"))
     def parents_left_display(self, obj: Job) -> str:
         """How many parents (``after=``) have not finished; the job reaches Redis at 0."""
         if not obj.parents_left:
             return "0"
         return "%d (%s)" % (obj.parents_left, _("it is sent to Redis when all have finished"))
-
-    @admin.display(description=_("graph"))
-    def workflow_graph_display(self, obj: Job) -> str:
-        return workflow_graph.render(obj, self.admin_site.name)
 
     @admin.display(description=_("attempts"), ordering="attempts")
     def attempts_display(self, obj: Job) -> str:
@@ -298,30 +302,12 @@ class JobAdmin(_JobAdminBase):
         shows, on the list and on its page."""
         return stored.with_text(super().get_queryset(request))
 
-    # -- read-only -----------------------------------------------------------------
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
     # -- action permissions (checked by @admin.action(permissions=[...])) ------------
 
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_delayq.cancel_job")
-
-    def has_run_now_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_delayq.run_job_now")
-
-    def has_reschedule_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_delayq.reschedule_job")
-
-    def has_requeue_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_delayq.requeue_job")
+    has_cancel_permission = _may("cancel_job")
+    has_run_now_permission = _may("run_job_now")
+    has_reschedule_permission = _may("reschedule_job")
+    has_requeue_permission = _may("requeue_job")
 
     # -- counts per status in the changelist header ----------------------------------
 
@@ -339,9 +325,17 @@ class JobAdmin(_JobAdminBase):
     # -- the Spark report (django_delayq.admin.reports) ---------------------------------
 
     def get_urls(self) -> list[URLPattern]:
-        wrap = self.admin_site.admin_view
-        return [*reports.report_urls(self, wrap), *queue_page.queue_urls(self, wrap),
-                *dashboard.dashboard_urls(self, wrap), *job_page.job_page_urls(self, wrap),
+        """The pages of ``reports``, ``queue_page``, ``dashboard`` and ``job_page`` (behind
+        ``admin_site.admin_view``: staff login), before Django's own ``<id>/...`` ones."""
+        def own(route: str, name: str, view: Callable[..., Any]) -> URLPattern:
+            return path(route, self.admin_site.admin_view(view), name="django_delayq_job_" + name)
+
+        return [own("report/", "report", partial(reports.report_page, admin=self)),
+                own("report/<path:subpath>", "report_file", reports.report_file),
+                own("queues/", "queues", partial(queue_page.queues_page, admin=self)),
+                own("dashboard/", "dashboard", partial(dashboard.dashboard_page, admin=self)),
+                own("dashboard/data/", "dashboard_data", dashboard.dashboard_data),
+                own("<path:object_id>/act/", "act", partial(job_page.act, admin=self)),
                 *super().get_urls()]
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",

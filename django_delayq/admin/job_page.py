@@ -19,12 +19,11 @@ from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from django_delayq.admin import actions
+from django_delayq.admin import actions, pages
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.models import Job, JobStatus
 
@@ -81,32 +80,14 @@ def act(request: HttpRequest, admin: ModelAdmin[Any], object_id: str) -> HttpRes
     page = reverse("admin:django_delayq_job_change", args=(job.pk,),
                    current_app=admin.admin_site.name)
     if button.op == "cancel" and request.POST.get("confirm") != "yes":
-        return _confirm(request, admin, job)
-    if button.op == "reschedule":
-        form = RescheduleForm(request.POST)
-        if form.is_valid():
-            actions.reschedule(admin, request, Job.objects.filter(pk=job.pk), form)
-        else:
-            errors = "; ".join(str(e) for errs in form.errors.values() for e in errs)
-            admin.message_user(request, _("Not rescheduled: %s") % errors, messages.ERROR)
-        return HttpResponseRedirect(page)
-    button.action(admin, request, Job.objects.filter(pk=job.pk))
+        return pages.render(request, admin, "confirm_cancel", _("Cancel job %s?") % job.pk,
+                            job=job, act_url=request.path, page_url=page)
+    jobs = Job.objects.filter(pk=job.pk)
+    if button.op != "reschedule":
+        button.action(admin, request, jobs)
+    elif (form := RescheduleForm(request.POST)).is_valid():
+        actions.reschedule(admin, request, jobs, form)
+    else:
+        errors = "; ".join(str(e) for errs in form.errors.values() for e in errs)
+        admin.message_user(request, _("Not rescheduled: %s") % errors, messages.ERROR)
     return HttpResponseRedirect(page)
-
-
-def _confirm(request: HttpRequest, admin: ModelAdmin[Any], job: Job) -> TemplateResponse:
-    opts = admin.model._meta
-    context = {**admin.admin_site.each_context(request), "opts": opts, "job": job,
-               "title": _("Cancel job %s?") % job.pk, "media": admin.media,
-               "act_url": request.path,
-               "page_url": reverse("admin:django_delayq_job_change", args=(job.pk,),
-                                   current_app=admin.admin_site.name)}
-    request.current_app = admin.admin_site.name
-    return TemplateResponse(request, "admin/django_delayq/job/confirm_cancel.html", context)
-
-
-def job_page_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:
-    """``<id>/act/`` under the Job admin; ``wrap`` is ``admin_site.admin_view``."""
-    return [path("<path:object_id>/act/",
-                 wrap(lambda request, object_id: act(request, admin, object_id)),
-                 name="django_delayq_job_act")]

@@ -17,24 +17,23 @@ page lists each queue's group defaults and overrides.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
-from django_delayq.admin import action_log, overview
-from django_delayq.core import api, group_limits, limits
+from django_delayq.admin import action_log, overview, pages
+from django_delayq.core import api, group_limits
 from django_delayq.core import queues as controls
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues, purge_queue_report
 from django_delayq.exceptions import DelayQError
+from django_delayq.observe.limit_usage import group_limit_text, queue_group_limits
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -56,8 +55,6 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
         return _act(request, admin)
     settings, engine = get_settings(), get_engine()
     context: dict[str, Any] = {
-        **admin.admin_site.each_context(request), "opts": admin.model._meta,
-        "title": _("Queues"), "media": admin.media,
         "can_pause": request.user.has_perm(PAUSE), "can_purge": request.user.has_perm(PURGE),
         "can_limit": request.user.has_perm(LIMIT), "group_limits": _group_limits(settings),
         "dashboard_url": reverse("admin:django_delayq_job_dashboard",
@@ -71,7 +68,7 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     except RedisError as exc:
         logger.warning("queues page: Redis unavailable: %s", exc)
         context["redis_error"] = str(exc)
-    return TemplateResponse(request, "admin/django_delayq/job/queues.html", context)
+    return pages.render(request, admin, "queues", _("Queues"), **context)
 
 
 def _act(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
@@ -149,30 +146,12 @@ def _perform_limit(op: str, queue: str, group: str, form: Any) -> tuple[str, boo
         concurrency = int(raw) if raw.isdecimal() else raw  # isdigit() lets "²" through
     got = group_limits.set_group_limit(queue, group, concurrency=concurrency,
                                        rate_limit=form.get("rate_limit", "").strip() or None)
-    return _("Limited group %(group)s of queue %(queue)s: concurrency %(concurrency)s, rate "
-             "%(rate)s.") % {**names, "concurrency": got.concurrency or _("default"),
-                             "rate": got.rate_limit or _("default")}, True
+    return _("Limited group %(group)s of queue %(queue)s: %(limits)s.") % {
+        **names, "limits": group_limit_text(got.concurrency, got.rate_limit, _("default"))}, True
 
 
 def _group_limits(settings: Settings) -> list[tuple[str, str, str]]:
     """(queue, its groups' defaults, its overrides) of the queues that have either."""
-    out = []
-    queues = known_queues(settings)
-    overrides = group_limits.by_queue(q for q in queues if q not in settings.queue_shards)
-    for queue in queues:
-        rate, concurrency = settings.group_limit(queue)
-        shown = ", ".join("%s: %s" % (o.group, _limit_text(o.concurrency, o.rate_limit))
-                          for o in overrides.get(queue, []))
-        if rate is not None or concurrency is not None or shown:
-            out.append((queue, _limit_text(concurrency, rate and limits.rate_text(rate)), shown))
-    return out
-
-
-def _limit_text(concurrency: int | None, rate: str | None) -> str:
-    return _("concurrency %(c)s, rate %(r)s") % {"c": concurrency or "-", "r": rate or "-"}
-
-
-def queue_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:
-    """The queues page under the Job admin; ``wrap`` is ``admin_site.admin_view``."""
-    return [path("queues/", wrap(lambda request: queues_page(request, admin)),
-                 name="django_delayq_job_queues")]
+    return [(queue, defaults or group_limit_text(None, None), ", ".join(
+        "%s: %s" % (o.group, group_limit_text(o.concurrency, o.rate_limit)) for o in own))
+        for queue, (defaults, own) in queue_group_limits(settings, known_queues(settings)).items()]

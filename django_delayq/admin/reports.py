@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,10 +28,11 @@ from typing import TYPE_CHECKING, Any
 from django.contrib.auth.decorators import permission_required
 from django.http import FileResponse, Http404, HttpRequest
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 
+from django_delayq.admin import pages
 from django_delayq.core.conf import get_settings
 
 if TYPE_CHECKING:
@@ -115,18 +115,11 @@ def report_page(request: HttpRequest, admin: ModelAdmin[Any]) -> TemplateRespons
     reports = list_reports(root) if root is not None else []
     wanted = request.GET.get("report")
     shown = _find(root, wanted) if wanted is not None else (reports[0] if reports else None)
-    context = {
-        **admin.admin_site.each_context(request),
-        "opts": admin.model._meta,
-        "title": _("Spark report"),
-        "report_dir": root,
-        "reports": reports,
-        "shown": shown,
-        "frame_url": None if shown is None else file_url(shown.name, REPORT_FILE),
-        "charts": [] if shown is None or root is None else
-        [(n, file_url(shown.name, n)) for n in report_files(root, shown) if n != REPORT_FILE],
-    }
-    return TemplateResponse(request, "admin/django_delayq/job/report.html", context)
+    return pages.render(
+        request, admin, "report", _("Spark report"), report_dir=root, reports=reports,
+        shown=shown, frame_url=None if shown is None else file_url(shown.name, REPORT_FILE),
+        charts=[] if shown is None or root is None else
+        [(n, file_url(shown.name, n)) for n in report_files(root, shown) if n != REPORT_FILE])
 
 
 def file_url(name: str, filename: str) -> str:
@@ -155,12 +148,3 @@ def report_file(request: HttpRequest, subpath: str) -> FileResponse:
     response["Referrer-Policy"] = "no-referrer"
     return response
 
-
-def report_urls(admin: ModelAdmin[Any], wrap: Callable[..., Any]) -> list[URLPattern]:
-    """URLs under the Job admin; ``wrap`` is ``admin_site.admin_view`` (staff login)."""
-    return [
-        path("report/", wrap(lambda request: report_page(request, admin)),
-             name="django_delayq_job_report"),
-        path("report/<path:subpath>", wrap(report_file),
-             name="django_delayq_job_report_file"),
-    ]

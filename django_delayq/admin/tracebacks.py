@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from itertools import groupby
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -63,17 +64,9 @@ def render(text: str | None) -> SafeString | str:
     found = parts(text)
     head = exception_lines(found)
     body: list[SafeString] = []
-    run: list[Part] = []
-    for part in found:
-        if part.frame and part.own:
-            run.append(part)
-            continue
-        if run:
-            body.append(_fold(run))
-            run = []
-        body.append(format_html("{}\n", part.text))
-    if run:
-        body.append(_fold(run))
+    for own, group in groupby(found, key=lambda part: part.frame and part.own):
+        run = list(group)  # a run of the worker's own frames is folded into one line
+        body += [_fold(run)] if own else [format_html("{}\n", p.text) for p in run]
     shown = mark_safe("".join(body).rstrip("\n"))  # noqa: S308 - each piece escaped
     first = format_html('<p class="delayq-exception">{}</p>', head) if head else ""
     return format_html('{}<div class="delayq-traceback">{}</div>', first, shown)

@@ -14,31 +14,30 @@ from django_delayq.models import Job, JobDependency
 LISTED = 20
 
 
-def _listed(ids: list[str], total: int, site: str, pending: set[str]) -> str:
-    if not ids:
-        return "-"
-    status = dict(Job.objects.filter(pk__in=ids).values_list("pk", "status"))
-    items = format_html_join("", "<li>{} {}{}</li>", (
-        (job_link(pk, site), status.get(pk, _("(row deleted)")),
-         format_html(' <span class="quiet">{}</span>', _("waited for")) if pk in pending else "")
-        for pk in ids))
-    more = (format_html("<li>{}</li>", _("… %(n)d in all") % {"n": total})
-            if total > len(ids) else "")
-    return format_html('<ul class="delayq-lineage">{}{}</ul>', items, more)
-
-
 def parents(job: Job, site: str = "admin") -> str:
     """The jobs this one waits for; those not finished yet are marked "waited for"."""
-    edges = JobDependency.objects.filter(child_id=job.pk).order_by("pk")
-    rows = list(edges.values_list("parent_id", "resolved")[:LISTED])
-    pending = {pk for pk, resolved in rows if not resolved}
-    total = edges.count() if len(rows) == LISTED else len(rows)
-    return _listed([pk for pk, _r in rows], total, site, pending)
+    return _listed(site, "parent_id", child_id=job.pk)
 
 
 def children(job: Job, site: str = "admin") -> str:
     """The jobs waiting for this one (or that did)."""
-    edges = JobDependency.objects.filter(parent_id=job.pk).order_by("pk")
-    ids = list(edges.values_list("child_id", flat=True)[:LISTED])
-    total = edges.count() if len(ids) == LISTED else len(ids)
-    return _listed(ids, total, site, set())
+    return _listed(site, "child_id", parent_id=job.pk)
+
+
+def _listed(site: str, other: str, **edge: str) -> str:
+    """The jobs at the ``other`` end of the edges ``edge`` selects, each with its status;
+    a parent not finished yet is marked "waited for"."""
+    edges = JobDependency.objects.filter(**edge).order_by("pk")
+    rows = list(edges.values_list(other, "resolved")[:LISTED])
+    if not rows:
+        return "-"
+    total = edges.count() if len(rows) == LISTED else len(rows)
+    status = dict(Job.objects.filter(pk__in=[pk for pk, _r in rows]).values_list("pk", "status"))
+    items = format_html_join("", "<li>{} {}{}</li>", (
+        (job_link(pk, site), status.get(pk, _("(row deleted)")),
+         format_html(' <span class="quiet">{}</span>', _("waited for"))
+         if other == "parent_id" and not resolved else "")
+        for pk, resolved in rows))
+    more = (format_html("<li>{}</li>", _("… %(n)d in all") % {"n": total})
+            if total > len(rows) else "")
+    return format_html('<ul class="delayq-lineage">{}{}</ul>', items, more)

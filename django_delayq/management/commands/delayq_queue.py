@@ -31,9 +31,11 @@ from redis.exceptions import RedisError
 from django_delayq.core import group_limits, queues
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.core.group_limits import GroupOverride
 from django_delayq.core.limits import rate_text
 from django_delayq.exceptions import InvalidJob
 from django_delayq.management.commands.delayq_status import printable
+from django_delayq.observe.limit_usage import group_limit_text, queue_group_limits
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
 EXIT_USAGE = 2  # bad options, as argparse's own usage errors
@@ -74,12 +76,10 @@ class Command(BaseCommand):
                                "run it again with --yes to confirm" % ", ".join(names),
                                returncode=EXIT_USAGE)
         try:
-            if options["action"] in ("limit", "unlimit"):
-                self._limit(options["action"], names, options)
-            elif options["group"] is not None:
-                self._groups(options["action"], names, options["group"])
+            if options["action"] == "list":
+                self._list(names, settings)
             else:
-                getattr(self, "_" + options["action"])(names, settings)
+                self._control(options["action"], names, options)
         except InvalidJob as exc:
             raise CommandError(str(exc), returncode=EXIT_USAGE) from exc
         except RedisError as exc:
@@ -100,45 +100,34 @@ class Command(BaseCommand):
                                returncode=EXIT_USAGE)
         return list(dict.fromkeys(given))
 
-    def _groups(self, action: str, names: list[str], group: str) -> None:
+    def _control(self, action: str, names: list[str], options: dict[str, Any]) -> None:
+        """Pause, resume or purge each queue of ``names``, or only its ``--group``; limit
+        or unlimit that group."""
+        group = options["group"]
         for queue in names:
             if action == "pause":
-                done = "paused" if queues.pause_group(queue, group) else "already paused"
+                changed = queues.pause_queue(queue) if group is None else queues.pause_group(
+                    queue, group)
+                done = "paused" if changed else "already paused"
             elif action == "resume":
-                done = "resumed" if queues.resume_group(queue, group) else "was not paused"
+                changed = queues.resume_queue(queue) if group is None else queues.resume_group(
+                    queue, group)
+                done = "resumed" if changed else "was not paused"
+            elif action == "limit":
+                done = "limited to %s" % _override_text(group_limits.set_group_limit(
+                    queue, group, concurrency=options["concurrency"], rate_limit=options["rate"]))
+            elif action == "unlimit":
+                group_limits.clear_group_limit(queue, group)
+                done = "back to the queue's group limits"
+            elif group is None:
+                report = queues.purge_queue_report(queue)
+                done = ("purged %d waiting job(s); their rows are cancelled; kept %d schedule "
+                        "tick(s) waiting" % (report.removed, report.ticks_kept))
             else:
                 done = "purged: %d waiting job(s); their rows are cancelled" % (
                     queues.purge_group(queue, group))
-            self.stdout.write("%s: group %s %s" % (queue, group, done))
-
-    def _limit(self, action: str, names: list[str], options: dict[str, Any]) -> None:
-        group = options["group"]
-        for queue in names:
-            if action == "unlimit":
-                group_limits.clear_group_limit(queue, group)
-                self.stdout.write("%s: group %s back to the queue's group limits"
-                                  % (queue, group))
-                continue
-            done = group_limits.set_group_limit(queue, group, concurrency=options["concurrency"],
-                                                rate_limit=options["rate"])
-            self.stdout.write("%s: group %s limited to %s" % (queue, group, _override_text(done)))
-
-    def _pause(self, names: list[str], settings: Settings) -> None:
-        for queue in names:
-            changed = queues.pause_queue(queue)
-            self.stdout.write("%s: %s" % (queue, "paused" if changed else "already paused"))
-
-    def _resume(self, names: list[str], settings: Settings) -> None:
-        for queue in names:
-            changed = queues.resume_queue(queue)
-            self.stdout.write("%s: %s" % (queue, "resumed" if changed else "was not paused"))
-
-    def _purge(self, names: list[str], settings: Settings) -> None:
-        for queue in names:
-            report = queues.purge_queue_report(queue)
-            self.stdout.write("%s: purged %d waiting job(s); their rows are cancelled; kept "
-                              "%d schedule tick(s) waiting" % (queue, report.removed,
-                                                               report.ticks_kept))
+            where = "%s:" % queue if group is None else "%s: group %s" % (queue, group)
+            self.stdout.write("%s %s" % (where, done))
 
     def _list(self, names: list[str], settings: Settings) -> None:
         engine = get_engine()
@@ -158,20 +147,18 @@ class Command(BaseCommand):
         for line in lines:
             self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths,
                                                                          strict=True)).rstrip())
-        every_override = group_limits.by_queue(q for q in names if q not in settings.queue_shards)
+        limits = queue_group_limits(settings, names)
         for queue in names:
             if groups := engine.paused_groups(queue):
                 self.stdout.write("%s: paused groups: %s" % (queue, ", ".join(
                     map(printable, groups))))  # read from Redis: anyone could have written them
-            rate, concurrency = settings.group_limit(queue)
-            if rate is not None or concurrency is not None:
-                self.stdout.write("%s: each group: concurrency %s, rate %s" % (
-                    queue, "-" if concurrency is None else concurrency, rate_text(rate)))
-            if overrides := every_override.get(queue):
+            defaults, overrides = limits.get(queue, ("", []))
+            if defaults:
+                self.stdout.write("%s: each group: %s" % (queue, defaults))
+            if overrides:
                 self.stdout.write("%s: group limits: %s" % (queue, ", ".join(
                     "%s (%s)" % (o.group, _override_text(o)) for o in overrides)))
 
 
-def _override_text(o: group_limits.GroupOverride) -> str:
-    return "concurrency %s, rate %s" % ("default" if o.concurrency is None else o.concurrency,
-                                        o.rate_limit or "default")
+def _override_text(o: GroupOverride) -> str:
+    return group_limit_text(o.concurrency, o.rate_limit, "default")
