@@ -99,33 +99,40 @@ def _runnable(queryset: QuerySet[Job], tally: Tally) -> Iterable[Row]:
             yield job_id, path
 
 
-def _each(request: HttpRequest, rows: Iterable[Row], call: Callable[[str], Any], tally: Tally,
-          label_of: Callable[[Any], Any], changed: Callable[[Any], str | None]) -> None:
-    """``call`` each job; count its outcome's label and log what ``changed`` says."""
+Done = tuple[object, str | None]  # an outcome's label, and what the job's log says (if any)
+
+
+def _each(request: HttpRequest, rows: Iterable[Row], call: Callable[[str], Done],
+          tally: Tally) -> None:
+    """``call`` each job; count the label it returns and log its message."""
     for job_id, path in rows:
         try:
-            outcome = call(job_id)
+            label, message = call(job_id)
         except JobNotFound:
             tally.add(GONE)
         except (DelayQError, RedisError) as exc:
             logger.warning("admin action on job %s failed: %s", job_id, exc)
             tally.fail(job_id, exc)
         else:
-            tally.add(label_of(outcome))
-            message = changed(outcome)
+            tally.add(label)
             if message:
                 action_log.log_job(request, job_id, path, message)
 
 
-def _cancel_change(outcome: CancelOutcome) -> str | None:
-    if outcome is CancelOutcome.CANCELLED:
-        return _("Cancelled.")
-    if outcome is CancelOutcome.ALREADY_RUNNING:
-        return _("Cancel requested while running: not retried.")
-    return None
+def _move(move: Callable[[str], MoveOutcome], done: object, message: str) -> Callable[[str], Done]:
+    """A ``call`` for ``_each`` that moves a job in Redis: ``done`` and ``message`` when
+    it moved."""
+    def call(job_id: str) -> Done:
+        outcome = move(job_id)
+        return (done, message) if outcome is MoveOutcome.MOVED else (MOVE_LABELS[outcome], None)
+    return call
 
 
 ALREADY_CANCELLED = gettext_lazy("already cancelled")
+CANCEL_CHANGES = {
+    CancelOutcome.CANCELLED: gettext_lazy("Cancelled."),
+    CancelOutcome.ALREADY_RUNNING: gettext_lazy("Cancel requested while running: not retried."),
+}
 
 
 @admin.action(description=gettext_lazy("Cancel selected jobs"), permissions=["cancel"])
@@ -142,23 +149,22 @@ def cancel_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
             else:
                 yield job_id, path
 
-    _each(request, not_cancelled(), api.cancel, tally, CANCEL_LABELS.__getitem__,
-          _cancel_change)
+    def cancel(job_id: str) -> Done:
+        outcome = api.cancel(job_id)
+        change = CANCEL_CHANGES.get(outcome)
+        return CANCEL_LABELS[outcome], None if change is None else str(change)
+
+    _each(request, not_cancelled(), cancel, tally)
     tally.report(modeladmin, request, CANCEL_LABELS[CancelOutcome.CANCELLED])
-
-
-def _moved(message: str) -> Callable[[MoveOutcome], str | None]:
-    return lambda outcome: message if outcome is MoveOutcome.MOVED else None
 
 
 @admin.action(description=gettext_lazy("Run selected jobs now"), permissions=["run_now"])
 def run_jobs_now(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                  queryset: QuerySet[Job]) -> None:
-    labels = {**MOVE_LABELS, MoveOutcome.MOVED: gettext_lazy("due now")}
-    tally = Tally()
-    _each(request, _runnable(queryset, tally), api.run_now, tally, labels.__getitem__,
-          _moved(_("Made due now (run now).")))
-    tally.report(modeladmin, request, labels[MoveOutcome.MOVED])
+    done, tally = gettext_lazy("due now"), Tally()
+    _each(request, _runnable(queryset, tally),
+          _move(api.run_now, done, _("Made due now (run now).")), tally)
+    tally.report(modeladmin, request, done)
 
 
 @admin.action(description=gettext_lazy("Requeue selected jobs (finished → a new run)"),
@@ -166,25 +172,20 @@ def run_jobs_now(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
 def requeue_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                  queryset: QuerySet[Job]) -> None:
     requeued, as_new = gettext_lazy("requeued"), gettext_lazy("requeued as a new job")
-    not_final = gettext_lazy("not finished (still live)")
     tally = Tally()
     copies: list[Row] = []
-    for job_id, path in _runnable(queryset, tally):
+
+    def requeue(job_id: str) -> Done:
         try:
             handle = api.requeue(job_id)
         except InvalidJob:
-            tally.add(not_final)
-        except JobNotFound:
-            tally.add(GONE)
-        except (DelayQError, RedisError) as exc:
-            tally.fail(job_id, exc)
-        else:
-            same = handle.id == job_id
-            tally.add(requeued if same else as_new)
-            action_log.log_job(request, job_id, path, _("Requeued with fresh attempts.") if same
-                          else _("Requeued as a new job %s.") % handle.id)
-            if not same:
-                copies.append((job_id, handle.id))
+            return gettext_lazy("not finished (still live)"), None
+        if handle.id == job_id:
+            return requeued, _("Requeued with fresh attempts.")
+        copies.append((job_id, handle.id))
+        return as_new, _("Requeued as a new job %s.") % handle.id
+
+    _each(request, _runnable(queryset, tally), requeue, tally)
     tally.report(modeladmin, request, requeued, as_new)
     if copies:
         modeladmin.message_user(request, _new_jobs_message(modeladmin, copies), messages.INFO)
@@ -220,10 +221,9 @@ def reschedule(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset
     (the list's action, and the button on a job's page)."""
     when = form.when()
     tally = Tally()
-    _each(request, _rows(queryset),
-          lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
-          tally, MOVE_LABELS.__getitem__,
-          _moved(_("Rescheduled: due %s.") % form.describe()))
+    _each(request, _rows(queryset), _move(
+        lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
+        MOVE_LABELS[MoveOutcome.MOVED], _("Rescheduled: due %s.") % form.describe()), tally)
     tally.report(modeladmin, request, MOVE_LABELS[MoveOutcome.MOVED])
     if tally.counts.get(str(MOVE_LABELS[MoveOutcome.MOVED])):
         modeladmin.message_user(request, _("New due time: %s.") % form.describe(),

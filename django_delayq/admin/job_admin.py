@@ -59,18 +59,20 @@ else:
     _JobAdminBase = admin.ModelAdmin
 
 
+def _shown(label: StrOrPromise, show: Callable[[Any], str],
+           ordering: str | None = None) -> Callable[[Any, Any], str]:
+    """A display method showing ``show(obj)``, sortable by the field ``ordering``."""
+    return admin.display(description=label, ordering=ordering)(lambda self, obj: show(obj))
+
+
 def _at_seconds(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
     """A display method showing the datetime ``field`` to the second, sortable by it."""
-    def show(self: object, obj: object) -> str:
-        return seconds(getattr(obj, field))
-    return admin.display(description=label, ordering=field)(show)
+    return _shown(label, lambda obj: seconds(getattr(obj, field)), field)
 
 
 def _stored(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
     """A display method showing the stored JSON ``field`` in a ``<pre>`` (``display.pre``)."""
-    def show(self: object, obj: object) -> str:
-        return pre(stored.value(obj, field))
-    return admin.display(description=label)(show)
+    return _shown(label, lambda obj: pre(stored.value(obj, field)))
 
 
 def _on_site(render: Callable[[Job, str], str], label: StrOrPromise) -> Callable[[Any, Any], str]:
@@ -217,6 +219,18 @@ class JobAdmin(ReadOnly, _JobAdminBase):
     parents_display = _on_site(workflow_panel.parents, _("waits for"))
     children_display = _on_site(workflow_panel.children, _("waited for by"))
     workflow_graph_display = _on_site(workflow_graph.render, _("graph"))
+    due_column = _shown(_("due at"), lambda job: short_seconds(job.run_at), "run_at")
+    time_limit = _shown(_("time limit"), lambda job: "-" if job.timeout is None
+                        else "%g s" % job.timeout, "timeout")
+    lateness_column = _shown(_("lateness"), lambda job: duration(job.lateness_ms()))
+    last_error_short = _shown(_("last error"),
+                              lambda job: short_error(job.error_type, job.last_error))
+    attempts_display = _shown(_("attempts"), lambda job: "%d / %d" % (
+        job.attempts, job.max_attempts), "attempts")
+    last_error_display = _shown(_("last error"),
+                                lambda job: error_line(job.error_type, job.last_error) or "-")
+    traceback_display = _shown(_("traceback of the last error"),
+                               lambda job: tracebacks.render(job.traceback))
 
     class Media:
         css = {"all": ("django_delayq/admin.css",)}
@@ -246,22 +260,6 @@ class JobAdmin(ReadOnly, _JobAdminBase):
         return format_html('<span title="{} {}">{} <span class="delayq-module">{}</span>'
                            "</span>", obj.pk, obj.callable_path, name, module)
 
-    @admin.display(description=_("due at"), ordering="run_at")
-    def due_column(self, obj: Job) -> str:
-        return short_seconds(obj.run_at)
-
-    @admin.display(description=_("time limit"), ordering="timeout")
-    def time_limit(self, obj: Job) -> str:
-        return "-" if obj.timeout is None else "%g s" % obj.timeout
-
-    @admin.display(description=_("lateness"))
-    def lateness_column(self, obj: Job) -> str:
-        return duration(obj.lateness_ms())
-
-    @admin.display(description=_("last error"))
-    def last_error_short(self, obj: Job) -> str:
-        return short_error(obj.error_type, obj.last_error)
-
     @admin.display(description=_("retry on"))
     def retry_on_display(self, obj: Job) -> str:
         retry_on = stored.value(obj, "retry_on")
@@ -274,22 +272,10 @@ class JobAdmin(ReadOnly, _JobAdminBase):
             return "0"
         return "%d (%s)" % (obj.parents_left, _("it is sent to Redis when all have finished"))
 
-    @admin.display(description=_("attempts"), ordering="attempts")
-    def attempts_display(self, obj: Job) -> str:
-        return "%d / %d" % (obj.attempts, obj.max_attempts)
-
     @admin.display(description=_("backoff"))
     def backoff_display(self, obj: Job) -> str:
         backoff = stored.value(obj, "backoff")
         return pre(backoff) if backoff is not None else str(_("default policy"))
-
-    @admin.display(description=_("last error"))
-    def last_error_display(self, obj: Job) -> str:
-        return error_line(obj.error_type, obj.last_error) or "-"
-
-    @admin.display(description=_("traceback of the last error"))
-    def traceback_display(self, obj: Job) -> str:
-        return tracebacks.render(obj.traceback)
 
     @admin.display(description=_("lateness"))
     def lateness(self, obj: Job) -> str:

@@ -21,94 +21,77 @@ NOT_A_DICT = "delayq.E000"
 UNKNOWN_KEY = "delayq.E001"
 UNMAPPED_KEY = "delayq.E099"
 NO_ALLOWED_CALLABLES = "delayq.E025"  # ALLOWED_CALLABLES unset or empty: no job may run
-
-ERROR_IDS: dict[str, str] = {
-    "REDIS_URL": "delayq.E002",
-    "CACHE_ALIAS": "delayq.E003",
-    "PREFIX": "delayq.E004",
-    "QUEUES": "delayq.E005",
-    "DEFAULT_QUEUE": "delayq.E006",
-    "DEFAULT_MAX_ATTEMPTS": "delayq.E007",
-    "DEFAULT_BACKOFF": "delayq.E008",
-    "ALLOWED_CALLABLES": "delayq.E009",
-    "LEASE_SECONDS": "delayq.E010",
-    "WAKE_INTERVAL_SECONDS": "delayq.E011",
-    "RECOVER_INTERVAL_SECONDS": "delayq.E012",
-    "DEAD_MAX": "delayq.E013",
-    "MAX_PAYLOAD_BYTES": "delayq.E014",
-    "AUDIT_FLUSH_SECONDS": "delayq.E015",
-    "AUDIT_BATCH": "delayq.E016",
-    "CLAIM_BATCH": "delayq.E017",
-    "CONCURRENCY": "delayq.E018",
-    "RECONCILE_INTERVAL_SECONDS": "delayq.E019",
-    "RECONCILE_GRACE_SECONDS": "delayq.E020",
-    "EAGER": "delayq.E021",
-    "EVENTS": "delayq.E022",
-    "EVENTS_MAXLEN": "delayq.E023",
-    "JOB_TIMEOUT_SECONDS": "delayq.E024",
-    "HTTP_CALLBACK_ALLOWED_NETWORKS": "delayq.E026",
-    "REPORT_DIR": "delayq.E027",
-    "QUEUE_OPTIONS": "delayq.E028",
-    "CALLABLE_LIMITS": "delayq.E029",
-    "LOG_JOBS": "delayq.E030",
-    "RETENTION": "delayq.E031",
-    "SCHEDULES": "delayq.E032",
-    "METRICS_GROUPS": "delayq.E033",
-}
 QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
 
+
 _SECONDS = "a number of seconds > 0, e.g. %s"
-HINTS: dict[str, str] = {
-    "REDIS_URL": "Use 'redis://host:6379/0', 'rediss://host:6380/0' (TLS), "
-                 "'unix:///run/redis.sock?db=0' or, for a Redis Cluster, "
-                 "'redis+cluster://host1:7000,host2:7000/', for a master behind Redis "
-                 "Sentinel 'redis+sentinel://host1:26379,host2:26379/mymaster/0'; or set "
-                 "CACHE_ALIAS instead.",
-    "CACHE_ALIAS": "Name a CACHES entry whose BACKEND is 'django_redis.cache.RedisCache', "
-                   "e.g. 'default'; or set REDIS_URL instead.",
-    "PREFIX": "A short non-empty string without '{' or '}', e.g. 'delayq'.",
-    "QUEUES": "A non-empty list of names without braces, e.g. ['default', 'emails'].",
-    "DEFAULT_QUEUE": "One of the names in DELAYQ['QUEUES'].",
-    "DEFAULT_MAX_ATTEMPTS": "An integer >= 1, e.g. 3.",
-    "DEFAULT_BACKOFF": "A list of seconds such as [15, 180, 600], or a policy dict; see "
-                       "docs/settings.md#default_backoff.",
-    "ALLOWED_CALLABLES": "A list of module names such as ['shop.tasks', "
-                         "'django_delayq.contrib.http']: each listed module's top-level "
-                         "functions may run as jobs (not its submodules).",
-    "LEASE_SECONDS": _SECONDS % "60",
-    "WAKE_INTERVAL_SECONDS": _SECONDS % "2",
-    "RECOVER_INTERVAL_SECONDS": _SECONDS % "1",
-    "DEAD_MAX": "An integer >= 1: how many dead jobs Redis keeps, e.g. 100000.",
-    "MAX_PAYLOAD_BYTES": "An integer >= 1, e.g. 524288 (512 KiB); pass ids, not data.",
-    "AUDIT_FLUSH_SECONDS": _SECONDS % "0.05",
-    "AUDIT_BATCH": "An integer >= 1, e.g. 500.",
-    "CLAIM_BATCH": "An integer >= 1, e.g. 100.",
-    "CONCURRENCY": "An integer >= 1: job threads per worker, e.g. 4.",
-    "RECONCILE_INTERVAL_SECONDS": _SECONDS % "30",
-    "RECONCILE_GRACE_SECONDS": _SECONDS % "60",
-    "EAGER": "True or False (True runs jobs inline: unit tests only).",
-    "EVENTS": "True or False: write every transition to the capped event stream.",
-    "EVENTS_MAXLEN": "An integer >= 1: about how many events the stream keeps, e.g. 10000.",
-    "JOB_TIMEOUT_SECONDS": "None (no limit) or seconds > 0 after which a running attempt is "
-                           "failed and retried, e.g. 300.",
-    "HTTP_CALLBACK_ALLOWED_NETWORKS": "A list of IP addresses or networks post_json may reach "
-                                      "although not public, e.g. ['10.1.0.0/16']; default [].",
-    "REPORT_DIR": "None (no report in the admin) or the absolute directory whose "
-                  "subdirectories hold delayq_report outputs, e.g. '/srv/delayq-reports'.",
-    "QUEUE_OPTIONS": "A dict of queue name -> options, each optional: {'payments': {'timeout': "
-                     "30, 'rate_limit': '100/m', 'concurrency': 5}, 'hot': {'shards': 3}}; rates "
-                     "'N/s', 'N/m', 'N/h' or 'N/10s' with N >= 1; shards 1..64, without a "
-                     "rate_limit or concurrency; see docs/settings.md#queue-options.",
-    "CALLABLE_LIMITS": "A dict of job path (a function of a module in ALLOWED_CALLABLES) -> "
-                       "{'rate_limit': '10/s', 'concurrency': 2}; see "
-                       "docs/settings.md#callable-limits.",
-    "LOG_JOBS": "True or False: an INFO log line per job start, success and retry.",
-    "METRICS_GROUPS": "None (no metrics per group) or how many groups to export, e.g. 20.",
-    "RETENTION": "None (keep every row) or a dict such as {'succeeded_days': 7, "
-                 "'dead_days': 30}: days a finished row is kept (None: forever).",
-    "SCHEDULES": "{'nightly': {'callable': 'shop.tasks.report', 'cron': '0 2 * * *', "
-                 "'timezone': 'Europe/Berlin'}}: see docs/periodic.md.",
+#: Each DELAYQ key's check id (documented in docs/settings.md; an id never changes meaning:
+#: a new key gets a new number) and its hint: what is accepted.
+KEYS: dict[str, tuple[str, str]] = {
+    "REDIS_URL": ("delayq.E002", "Use 'redis://host:6379/0', 'rediss://host:6380/0' (TLS), "
+                                 "'unix:///run/redis.sock?db=0' or, for a Redis Cluster, "
+                                 "'redis+cluster://host1:7000,host2:7000/', for a master behind "
+                                 "Redis Sentinel 'redis+sentinel://host1:26379,host2:26379/"
+                                 "mymaster/0'; or set CACHE_ALIAS instead."),
+    "CACHE_ALIAS": ("delayq.E003", "Name a CACHES entry whose BACKEND is "
+                                   "'django_redis.cache.RedisCache', e.g. 'default'; or set "
+                                   "REDIS_URL instead."),
+    "PREFIX": ("delayq.E004", "A short non-empty string without '{' or '}', e.g. 'delayq'."),
+    "QUEUES": ("delayq.E005", "A non-empty list of names without braces, e.g. ['default', "
+                              "'emails']."),
+    "DEFAULT_QUEUE": ("delayq.E006", "One of the names in DELAYQ['QUEUES']."),
+    "DEFAULT_MAX_ATTEMPTS": ("delayq.E007", "An integer >= 1, e.g. 3."),
+    "DEFAULT_BACKOFF": ("delayq.E008", "A list of seconds such as [15, 180, 600], or a policy "
+                                       "dict; see docs/settings.md#default_backoff."),
+    "ALLOWED_CALLABLES": ("delayq.E009", "A list of module names such as ['shop.tasks', "
+                                         "'django_delayq.contrib.http']: each listed module's "
+                                         "top-level functions may run as jobs (not its "
+                                         "submodules)."),
+    "LEASE_SECONDS": ("delayq.E010", _SECONDS % "60"),
+    "WAKE_INTERVAL_SECONDS": ("delayq.E011", _SECONDS % "2"),
+    "RECOVER_INTERVAL_SECONDS": ("delayq.E012", _SECONDS % "1"),
+    "DEAD_MAX": ("delayq.E013", "An integer >= 1: how many dead jobs Redis keeps, e.g. 100000."),
+    "MAX_PAYLOAD_BYTES": ("delayq.E014", "An integer >= 1, e.g. 524288 (512 KiB); pass ids, not "
+                                         "data."),
+    "AUDIT_FLUSH_SECONDS": ("delayq.E015", _SECONDS % "0.05"),
+    "AUDIT_BATCH": ("delayq.E016", "An integer >= 1, e.g. 500."),
+    "CLAIM_BATCH": ("delayq.E017", "An integer >= 1, e.g. 100."),
+    "CONCURRENCY": ("delayq.E018", "An integer >= 1: job threads per worker, e.g. 4."),
+    "RECONCILE_INTERVAL_SECONDS": ("delayq.E019", _SECONDS % "30"),
+    "RECONCILE_GRACE_SECONDS": ("delayq.E020", _SECONDS % "60"),
+    "EAGER": ("delayq.E021", "True or False (True runs jobs inline: unit tests only)."),
+    "EVENTS": ("delayq.E022", "True or False: write every transition to the capped event stream."),
+    "EVENTS_MAXLEN": ("delayq.E023", "An integer >= 1: about how many events the stream keeps, "
+                                     "e.g. 10000."),
+    "JOB_TIMEOUT_SECONDS": ("delayq.E024", "None (no limit) or seconds > 0 after which a running "
+                                           "attempt is failed and retried, e.g. 300."),
+    "HTTP_CALLBACK_ALLOWED_NETWORKS": ("delayq.E026", "A list of IP addresses or networks "
+                                                      "post_json may reach although not public, "
+                                                      "e.g. ['10.1.0.0/16']; default []."),
+    "REPORT_DIR": ("delayq.E027", "None (no report in the admin) or the absolute directory whose "
+                                  "subdirectories hold delayq_report outputs, e.g. "
+                                  "'/srv/delayq-reports'."),
+    "QUEUE_OPTIONS": ("delayq.E028", "A dict of queue name -> options, each optional: "
+                                     "{'payments': {'timeout': 30, 'rate_limit': '100/m', "
+                                     "'concurrency': 5}, 'hot': {'shards': 3}}; rates 'N/s', "
+                                     "'N/m', 'N/h' or 'N/10s' with N >= 1; shards 1..64, without "
+                                     "a rate_limit or concurrency; see "
+                                     "docs/settings.md#queue-options."),
+    "CALLABLE_LIMITS": ("delayq.E029", "A dict of job path (a function of a module in "
+                                       "ALLOWED_CALLABLES) -> {'rate_limit': '10/s', "
+                                       "'concurrency': 2}; see docs/settings.md#callable-limits."),
+    "LOG_JOBS": ("delayq.E030", "True or False: an INFO log line per job start, success and "
+                                "retry."),
+    "RETENTION": ("delayq.E031", "None (keep every row) or a dict such as {'succeeded_days': 7, "
+                                 "'dead_days': 30}: days a finished row is kept (None: forever)."),
+    "SCHEDULES": ("delayq.E032", "{'nightly': {'callable': 'shop.tasks.report', "
+                                 "'cron': '0 2 * * *', 'timezone': 'Europe/Berlin'}}: see "
+                                 "docs/periodic.md."),
+    "METRICS_GROUPS": ("delayq.E033", "None (no metrics per group) or how many groups to export, "
+                                      "e.g. 20."),
 }
+ERROR_IDS = {key: check_id for key, (check_id, _hint) in KEYS.items()}
+HINTS = {key: hint for key, (_id, hint) in KEYS.items()}
 NO_ALLOWED_HINT = (
     "List the modules that define your job functions, e.g. DELAYQ = {..., "
     "'ALLOWED_CALLABLES': ['shop.tasks']} (add 'django_delayq.contrib.http' for the built-in "
