@@ -1,6 +1,7 @@
-"""The Django admin: the job list and detail page (``job_admin``, shown by ``display``
-and ``lineage``), permission-gated actions (``actions``, logged by ``action_log``), the
-reschedule form (``forms``), the queues page (``queue_page``), the live dashboard
+"""The Django admin: the job list and detail page (``job_admin``, shown by ``display``,
+``lineage`` and ``workflow_graph``; its buttons ``job_page``), permission-gated actions
+(``actions``, which also write the admin's log), the reschedule form (``forms``), the
+pages it adds (``pages``): the queues page (``queue_page``), the live dashboard
 (``dashboard``, fed by ``overview`` and ``history``) and the Spark report pages
 (``reports``). Django's admin autodiscovery imports this package; importing ``job_admin``
 registers the model admins; ``schedule_admin`` the periodic schedules' admin."""

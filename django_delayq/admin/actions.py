@@ -1,8 +1,10 @@
 """Admin actions on jobs. Each calls ``django_delayq.core.api`` once per selected job and
 reports what happened per outcome ("3 cancelled, 1 already running").
 
-Every change an action makes is written to the admin's log (``audit``): one CHANGE
-``LogEntry`` per job, saying what happened to it.
+Every change an action makes is written to the admin's log: one CHANGE ``LogEntry`` per
+job, saying what happened to it (``log_job``); the queues page logs its changes to queues
+the same way (``log_queue``), so "who paused payments at 03:12?" has an answer in the
+admin's history.
 
 "Run now" and "Requeue" make a job run, so they first check the row's callable path
 against the allow-list (``registry.check_schedulable``, as ``schedule()`` does): a row
@@ -14,10 +16,12 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.contenttypes.models import ContentType
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils.html import format_html, format_html_join
@@ -25,7 +29,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
-from django_delayq.admin import action_log, pages
+from django_delayq.admin import pages
 from django_delayq.admin.display import job_link
 from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
@@ -45,9 +49,27 @@ MOVE_LABELS = {
     MoveOutcome.ALREADY_RUNNING: gettext_lazy("already running"),
     MoveOutcome.NOT_FOUND: gettext_lazy("not waiting in Redis"),
 }
+REPR_CHARS = 200  # LogEntry.object_repr is a CharField(200)
 ERROR = gettext_lazy("failed")
 NOT_ALLOWED = gettext_lazy("not allowed")
 GONE = gettext_lazy("no longer exist")
+
+
+def log_job(request: HttpRequest, job_id: str, callable_path: str, message: str) -> None:
+    """One CHANGE entry on the job ``job_id`` (its history page lists it)."""
+    _log(request, job_id, "%s %s" % (callable_path, job_id), message)
+
+
+def log_queue(request: HttpRequest, queue: str, message: str) -> None:
+    """One CHANGE entry on no job in particular: ``queue <name>`` with ``message``."""
+    _log(request, None, "queue %s" % queue, message)
+
+
+def _log(request: HttpRequest, object_id: str | None, text: str, message: str) -> None:
+    LogEntry.objects.create(
+        user_id=cast(Any, request.user.pk), content_type=ContentType.objects.get_for_model(Job),
+        object_id=object_id, object_repr=text[:REPR_CHARS], action_flag=CHANGE,
+        change_message=message)
 
 
 class Tally:
@@ -116,7 +138,7 @@ def _each(request: HttpRequest, rows: Iterable[Row], call: Callable[[str], Done]
         else:
             tally.add(label)
             if message:
-                action_log.log_job(request, job_id, path, message)
+                log_job(request, job_id, path, message)
 
 
 def _move(move: Callable[[str], MoveOutcome], done: object, message: str) -> Callable[[str], Done]:

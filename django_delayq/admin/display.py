@@ -5,8 +5,11 @@ stored values of any size and depth (``core.stored``), escaped and cut."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
+from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -15,6 +18,9 @@ from django.utils.translation import gettext_lazy as _
 
 from django_delayq.core import stored, validation
 from django_delayq.models import JobStatus
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 STATUS_COLOURS = {
     JobStatus.SCHEDULED: "#417690",
@@ -29,6 +35,13 @@ STATUS_COLOURS = {
 TIMEOUT_ERROR = "django_delayq.exceptions.JobTimeout"
 SHORT_ERROR_CHARS = 80
 SHOWN_CHARS = 100_000  # of one stored value on a job's page
+
+
+def column(label: StrOrPromise, show: Callable[[Any], str],
+           ordering: str | None = None) -> Callable[[Any, Any], str]:
+    """A display method (a list column or a read-only field) showing ``show(obj)``,
+    sortable by the field ``ordering``."""
+    return admin.display(description=label, ordering=ordering)(lambda self, obj: show(obj))
 
 
 def error_line(error_type: str, message: str) -> str:

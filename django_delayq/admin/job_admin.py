@@ -27,25 +27,16 @@ from django.utils.translation import gettext_lazy as _
 
 from django_delayq.admin import (
     dashboard,
+    display,
     job_page,
     lineage,
     queue_page,
     reports,
     tracebacks,
     workflow_graph,
-    workflow_panel,
 )
 from django_delayq.admin.actions import ACTIONS
-from django_delayq.admin.display import (
-    STATUS_COLOURS,
-    duration,
-    error_line,
-    pre,
-    seconds,
-    short_error,
-    short_seconds,
-)
-from django_delayq.admin.display import status_badge as badge
+from django_delayq.admin.display import column, error_line, pre
 from django_delayq.core import progress, stored
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
@@ -59,20 +50,14 @@ else:
     _JobAdminBase = admin.ModelAdmin
 
 
-def _shown(label: StrOrPromise, show: Callable[[Any], str],
-           ordering: str | None = None) -> Callable[[Any, Any], str]:
-    """A display method showing ``show(obj)``, sortable by the field ``ordering``."""
-    return admin.display(description=label, ordering=ordering)(lambda self, obj: show(obj))
-
-
 def _at_seconds(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
     """A display method showing the datetime ``field`` to the second, sortable by it."""
-    return _shown(label, lambda obj: seconds(getattr(obj, field)), field)
+    return column(label, lambda obj: display.seconds(getattr(obj, field)), field)
 
 
 def _stored(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
     """A display method showing the stored JSON ``field`` in a ``<pre>`` (``display.pre``)."""
-    return _shown(label, lambda obj: pre(stored.value(obj, field)))
+    return column(label, lambda obj: pre(stored.value(obj, field)))
 
 
 def _on_site(render: Callable[[Job, str], str], label: StrOrPromise) -> Callable[[Any, Any], str]:
@@ -216,20 +201,20 @@ class JobAdmin(ReadOnly, _JobAdminBase):
     progress_display = _stored("progress", _("progress"))
     requeued_from_display = _on_site(lineage.requeued_from, _("requeued from"))
     requeued_as_display = _on_site(lineage.requeued_as, _("requeued as"))
-    parents_display = _on_site(workflow_panel.parents, _("waits for"))
-    children_display = _on_site(workflow_panel.children, _("waited for by"))
+    parents_display = _on_site(workflow_graph.parents, _("waits for"))
+    children_display = _on_site(workflow_graph.children, _("waited for by"))
     workflow_graph_display = _on_site(workflow_graph.render, _("graph"))
-    due_column = _shown(_("due at"), lambda job: short_seconds(job.run_at), "run_at")
-    time_limit = _shown(_("time limit"), lambda job: "-" if job.timeout is None
+    due_column = column(_("due at"), lambda job: display.short_seconds(job.run_at), "run_at")
+    time_limit = column(_("time limit"), lambda job: "-" if job.timeout is None
                         else "%g s" % job.timeout, "timeout")
-    lateness_column = _shown(_("lateness"), lambda job: duration(job.lateness_ms()))
-    last_error_short = _shown(_("last error"),
-                              lambda job: short_error(job.error_type, job.last_error))
-    attempts_display = _shown(_("attempts"), lambda job: "%d / %d" % (
+    lateness_column = column(_("lateness"), lambda job: display.duration(job.lateness_ms()))
+    last_error_short = column(_("last error"),
+                              lambda job: display.short_error(job.error_type, job.last_error))
+    attempts_display = column(_("attempts"), lambda job: "%d / %d" % (
         job.attempts, job.max_attempts), "attempts")
-    last_error_display = _shown(_("last error"),
+    last_error_display = column(_("last error"),
                                 lambda job: error_line(job.error_type, job.last_error) or "-")
-    traceback_display = _shown(_("traceback of the last error"),
+    traceback_display = column(_("traceback of the last error"),
                                lambda job: tracebacks.render(job.traceback))
 
     class Media:
@@ -243,7 +228,7 @@ class JobAdmin(ReadOnly, _JobAdminBase):
         label = obj.get_status_display()
         if obj.cancel_requested and obj.status == JobStatus.RUNNING:
             label = "%s (%s)" % (label, _("cancel requested"))
-        shown = badge(obj.status, label)
+        shown = display.status_badge(obj.status, label)
         value = stored.value(obj, "progress")
         if value is None:
             return shown
@@ -351,7 +336,7 @@ class JobAdmin(ReadOnly, _JobAdminBase):
         for value, label in JobStatus.choices:
             n = Job.objects.filter(status=value).order_by()[:cap + 1].count()
             out.append({"value": value, "label": label, "count": min(n, cap), "more": n > cap,
-                        "colour": STATUS_COLOURS.get(JobStatus(value), "#888"),
+                        "colour": display.STATUS_COLOURS.get(JobStatus(value), "#888"),
                         "active": value == active,
                         "query": "?" + urlencode({"status__exact": value})})
         return out

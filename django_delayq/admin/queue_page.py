@@ -26,7 +26,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
-from django_delayq.admin import action_log, overview, pages
+from django_delayq.admin import actions, overview, pages
 from django_delayq.core import api, group_limits
 from django_delayq.core import queues as controls
 from django_delayq.core.conf import Settings, get_settings
@@ -97,7 +97,7 @@ def _act(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
             "op": op, "queue": queue, "error": exc}, messages.ERROR)
         return back
     if changed:
-        action_log.log_queue(request, queue, text)
+        actions.log_queue(request, queue, text)
     admin.message_user(request, text, messages.SUCCESS if changed else messages.INFO)
     return back
 

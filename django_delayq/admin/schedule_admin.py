@@ -24,7 +24,8 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin.display import job_link, seconds, short_seconds, status_badge, zoned
+from django_delayq.admin import display
+from django_delayq.admin.display import column, job_link, short_seconds, status_badge, zoned
 from django_delayq.admin.schedule_actions import SCHEDULE_ACTIONS
 from django_delayq.core import periodic, registry, schedules, validation
 from django_delayq.exceptions import DelayQError, InvalidJob
@@ -120,7 +121,7 @@ def _is_job(path: str) -> bool:
 
 
 def _tick(value: datetime | None, zone: str,
-          show: Callable[[datetime], str] = seconds) -> str:
+          show: Callable[[datetime], str] = display.seconds) -> str:
     """A tick time to the second in the viewer's zone (``show``: ``seconds``, or
     ``short_seconds`` in the list); beside it, when the schedule's zone differs, the same
     time there (``= 02:00:00 CET``; the date and zone name in a title)."""
@@ -173,21 +174,10 @@ class ScheduleAdmin(_ScheduleAdminBase):
         shown = _tick(obj.last_tick_at, obj.time_zone, short_seconds)
         return job_link(obj.last_job_id, shown) if obj.last_job_id else shown
 
-    @admin.display(description=_("next tick"))
-    def next_tick_at_zones(self, obj: Schedule) -> Any:
-        return _tick(obj.next_tick_at, obj.time_zone)
-
-    @admin.display(description=_("last tick"))
-    def last_tick_at_zones(self, obj: Schedule) -> Any:
-        return _tick(obj.last_tick_at, obj.time_zone)
-
-    @admin.display(description=_("next tick's job"))
-    def next_job(self, obj: Schedule) -> Any:
-        return job_link(obj.next_job_id)
-
-    @admin.display(description=_("last tick's job"))
-    def last_job(self, obj: Schedule) -> Any:
-        return job_link(obj.last_job_id)
+    next_tick_at_zones = column(_("next tick"), lambda s: _tick(s.next_tick_at, s.time_zone))
+    last_tick_at_zones = column(_("last tick"), lambda s: _tick(s.last_tick_at, s.time_zone))
+    next_job = column(_("next tick's job"), lambda s: job_link(s.next_job_id))
+    last_job = column(_("last tick's job"), lambda s: job_link(s.last_job_id))
 
     @admin.display(description=_("last outcome"))
     def last_outcome(self, obj: Schedule) -> Any:

@@ -1,7 +1,11 @@
-"""A job's workflow drawn on its admin page: the chain, group or ``after=`` graph it is
-part of, as an SVG made on the server, each job a box in its status's colour linking to
-its page, each dependency an arrow from parent to child (dashed while the child still
-waits for that parent). No script and no outside asset; every text is escaped.
+"""A job's workflow on its admin page: the parents it waits for (``after=``) and the
+children that wait for it, each a link with its status (at most ``LISTED`` each); why a
+child was cancelled is its last error, which names the parent ("parent <id> ended dead").
+
+And drawn: the chain, group or ``after=`` graph it is part of, as an SVG made on the
+server, each job a box in its status's colour linking to its page, each dependency an
+arrow from parent to child (dashed while the child still waits for that parent). No
+script and no outside asset; every text is escaped.
 
 The graph is read from the ``JobDependency`` edges (indexed both ways), breadth first
 from the job, one query per step, and cut at ``MAX_JOBS`` jobs (the picture says so);
@@ -19,8 +23,10 @@ from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
 from django_delayq.admin.display import STATUS_COLOURS
+from django_delayq.admin.lineage import job_link
 from django_delayq.models import Job, JobDependency, JobStatus
 
+LISTED = 20
 MAX_JOBS = 60
 BOX_W, BOX_H, GAP_X, GAP_Y, PAD = 180, 42, 56, 12, 8
 NAME_CHARS = 24
@@ -142,3 +148,32 @@ def _box(pk: str, at: tuple[int, int], row: tuple[str, str] | None, current: boo
         url, pk, status, "%s %s (%s)" % (path, pk, label), x, y, BOX_W, BOX_H, colour,
         3 if current else 1, x, y, BOX_H, colour, x + 12, y + 17, shown, x + 12, y + 33,
         colour, label)
+
+
+def parents(job: Job, site: str = "admin") -> str:
+    """The jobs this one waits for; those not finished yet are marked "waited for"."""
+    return _listed(site, "parent_id", child_id=job.pk)
+
+
+def children(job: Job, site: str = "admin") -> str:
+    """The jobs waiting for this one (or that did)."""
+    return _listed(site, "child_id", parent_id=job.pk)
+
+
+def _listed(site: str, other: str, **edge: str) -> str:
+    """The jobs at the ``other`` end of the edges ``edge`` selects, each with its status;
+    a parent not finished yet is marked "waited for"."""
+    edges = JobDependency.objects.filter(**edge).order_by("pk")
+    rows = list(edges.values_list(other, "resolved")[:LISTED])
+    if not rows:
+        return "-"
+    total = edges.count() if len(rows) == LISTED else len(rows)
+    status = dict(Job.objects.filter(pk__in=[pk for pk, _r in rows]).values_list("pk", "status"))
+    items = format_html_join("", "<li>{} {}{}</li>", (
+        (job_link(pk, site), status.get(pk, _("(row deleted)")),
+         format_html(' <span class="quiet">{}</span>', _("waited for"))
+         if other == "parent_id" and not resolved else "")
+        for pk, resolved in rows))
+    more = (format_html("<li>{}</li>", _("… %(n)d in all") % {"n": total})
+            if total > len(rows) else "")
+    return format_html('<ul class="delayq-lineage">{}{}</ul>', items, more)
