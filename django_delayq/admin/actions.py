@@ -16,14 +16,17 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
 from typing import Any, cast
 
+from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -31,7 +34,6 @@ from redis.exceptions import RedisError
 
 from django_delayq.admin import pages
 from django_delayq.admin.display import job_link
-from django_delayq.admin.forms import RescheduleForm
 from django_delayq.core import api, registry
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound
@@ -224,6 +226,45 @@ def _new_jobs_message(modeladmin: admin.ModelAdmin[Job], copies: list[Row]) -> s
         for old, new in copies[:NEW_JOBS_LISTED]))
     more = "" if len(copies) <= NEW_JOBS_LISTED else " …"
     return format_html("{}: {}{}", _("Requeued as a new job"), shown, more)
+
+
+MAX_DELAY_SECONDS = 10 * 365 * 24 * 3600
+
+
+class RescheduleForm(forms.Form):
+    """The reschedule form (the list's action, a job's page): a delay in seconds, or a
+    date-time."""
+
+    delay = forms.FloatField(
+        label=gettext_lazy("Delay (seconds from now)"), required=False, min_value=0,
+        max_value=MAX_DELAY_SECONDS, widget=forms.NumberInput(attrs={"step": "any"}))
+    at = forms.DateTimeField(
+        label=gettext_lazy("Or at (date and time)"), required=False,
+        help_text=gettext_lazy("In the current time zone, e.g. 2030-01-31 09:00."),
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"))
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not self.errors and (data.get("delay") is None) == (data.get("at") is None):
+            raise forms.ValidationError(_("Give either a delay or a date and time, not both."),
+                                        code="one_of")
+        return data  # a naive "at" is already aware: DateTimeField reads it in the current zone
+
+    def when(self) -> dict[str, float | datetime]:
+        """Keyword arguments for ``api.reschedule``: ``delay=`` or ``at=``."""
+        if self.cleaned_data.get("at") is not None:
+            return {"at": self.cleaned_data["at"]}
+        return {"delay": float(self.cleaned_data["delay"])}
+
+    def describe(self) -> str:
+        """The new due time, absolute (it stays true in the admin's log): ``2030-01-31
+        09:00:00 UTC``; for a delay, the time it gives from now, and the delay."""
+        at = self.cleaned_data.get("at")
+        if at is not None:
+            return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")
+        delay = timedelta(seconds=float(self.cleaned_data["delay"]))
+        due = timezone.localtime(timezone.now() + delay)
+        return "%s (in %s)" % (due.strftime("%Y-%m-%d %H:%M:%S %Z"), delay)
 
 
 @admin.action(description=gettext_lazy("Reschedule selected jobs…"), permissions=["reschedule"])
