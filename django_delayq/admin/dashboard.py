@@ -26,7 +26,7 @@ from django_delayq.admin import history, overview, pages
 from django_delayq.core import progress
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.observe import group_usage, holding
+from django_delayq.observe import holding, limit_usage
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -71,7 +71,7 @@ def snapshot() -> dict[str, Any]:
         data["queues"] = [asdict(q) for q in queues]
         data["workers"] = [asdict(w) for w in workers]
         data["holding"] = asdict(overview.held(queues, workers))
-        data["groups"] = [asdict(g) for g in group_usage.busiest(  # docs/groups.md
+        data["groups"] = [asdict(g) for g in limit_usage.busiest(  # docs/groups.md
             engine, [q.queue for q in queues])]
     except RedisError as exc:
         logger.warning("dashboard: Redis unavailable: %s", exc)

@@ -5,7 +5,7 @@ Counters and histograms are updated in-process by receivers of the lifecycle sig
 per queue) when Prometheus scrapes, with each queue's paused state (``Engine.paused``)
 and limit (``Engine.queue_limit``), and the limit and running jobs of each callable of
 ``DELAYQ['CALLABLE_LIMITS']`` (``Engine.limit_state``), and, opt-in (``METRICS_GROUPS``:
-label cardinality), the due and running jobs of the busiest groups (observe/group_usage.py,
+label cardinality), the due and running jobs of the busiest groups (observe/limit_usage.py,
 docs/groups.md). Expose them from the worker with
 ``start_http_server(port)`` and from Django with ``django_delayq.metrics_views.metrics``.
 
@@ -25,7 +25,7 @@ from django_delayq import compat, signals
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues
-from django_delayq.observe import group_usage, limit_usage
+from django_delayq.observe import limit_usage
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
-    from django_delayq.observe.group_usage import GroupUsage
+    from django_delayq.observe.limit_usage import GroupUsage
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class QueueCollector:
                 _limit(f, "queue", queue, limit.rate, limit.concurrency)
         self._callables(f, engine, settings)
         if settings.metrics_groups:
-            _groups(f, group_usage.busiest(engine, queues, settings.metrics_groups))
+            _groups(f, limit_usage.busiest(engine, queues, settings.metrics_groups))
         f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 
     def _callables(self, f: dict[str, Any], engine: Engine, settings: Settings) -> None:
@@ -176,8 +176,9 @@ if prom is not None:
             child = _children[key] = metric.labels(*labels)
         return child
 
-    def _scheduled(queue: str, **kwargs: object) -> None:
-        _child(SCHEDULED, queue).inc()
+    def _counted(metric: MetricWrapperBase, *labels: str) -> Callable[..., None]:
+        """A receiver adding one to ``metric`` for the job's queue (and ``labels``)."""
+        return lambda queue, **kwargs: _child(metric, queue, *labels).inc()
 
     def _bulk_scheduled(queue: str, job_ids: list[str], **kwargs: object) -> None:
         _child(SCHEDULED, queue).inc(len(job_ids))
@@ -191,19 +192,14 @@ if prom is not None:
         if duration is not None:  # None: settled from Redis's record, the run not timed
             _child(DURATION, queue).observe(duration)
 
-    def _retrying(queue: str, **kwargs: object) -> None:
-        _child(RETRIES, queue).inc()
-
-    def _dead(queue: str, **kwargs: object) -> None:
-        _child(FINISHED, queue, "dead").inc()
-
     def _cancelled(queue: str, running: bool, **kwargs: object) -> None:
         if not running:  # a running job's cancellation is reported twice (api + worker)
             _child(FINISHED, queue, "cancelled").inc()
 
     _RECEIVERS: dict[str, Callable[..., None]] = {
-        "job_scheduled": _scheduled, "job_started": _started, "job_succeeded": _succeeded,
-        "job_retrying": _retrying, "job_dead": _dead, "job_cancelled": _cancelled,
+        "job_scheduled": _counted(SCHEDULED), "job_started": _started,
+        "job_succeeded": _succeeded, "job_retrying": _counted(RETRIES),
+        "job_dead": _counted(FINISHED, "dead"), "job_cancelled": _cancelled,
         "jobs_scheduled": _bulk_scheduled}
     for _name, _receiver in _RECEIVERS.items():
         signals.observe(getattr(signals, _name), _receiver)

@@ -36,8 +36,8 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
-from django_delayq.observe import group_usage, limit_usage
 from django_delayq.observe import holding as hold
+from django_delayq.observe import limit_usage
 from django_delayq.observe.limit_usage import describe_limit
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class Status:
     workers: list[WorkerStatus]
     paused: list[str] = field(default_factory=list)
     callable_limits: list[CallableLimitStatus] = field(default_factory=list)
-    groups: list[group_usage.GroupUsage] = field(default_factory=list)  # docs/groups.md
+    groups: list[limit_usage.GroupUsage] = field(default_factory=list)  # docs/groups.md
     schedules: list[dict[str, Any]] = field(default_factory=list)  # core/periodic.py
     holding: hold.Holding | None = None  # in flight = running + prefetched + settling
 
@@ -217,7 +217,7 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
                   queues=stats, workers=workers, paused=paused,
                   callable_limits=callable_limits(engine, settings),
-                  groups=group_usage.busiest(engine, queues),
+                  groups=limit_usage.busiest(engine, queues),
                   schedules=periodic.status_rows(), holding=held)
 
 
@@ -255,7 +255,7 @@ def render_text(status: Status) -> str:
         lines.append("IN FLIGHT %d = %d running + %d prefetched + %d settling" % (
             h.in_flight, h.running, h.prefetched, h.settling))
     lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]
-    lines += _limit_lines(status.callable_limits) + group_usage.lines(status.groups, printable)
+    lines += _limit_lines(status.callable_limits) + limit_usage.lines(status.groups, printable)
     lines += periodic.status_lines(status.schedules)
     lines += ["", "WORKERS (%d)" % len(status.workers)]
     if not status.workers:
