@@ -101,18 +101,15 @@ def worker_rows(engine: Engine) -> list[WorkerRow]:
     rows = []
     for entry in reversed(engine.workers()):
         info, error = holding.parse_info(entry.info)
-        age = max(0.0, (now_ms - entry.beat_ms) / 1000)
-        if error or entry.info_bytes_unread:  # not a JSON object, or over the read limit
-            rows.append(WorkerRow(id=_text(entry.id), host="", pid=None, processes=None,
-                                  heartbeat_age_s=age, malformed=True))
-            continue
+        malformed = bool(error or entry.info_bytes_unread)  # not JSON, or over the read limit
+        info = {} if malformed else info  # then none of its fields is shown
         rows.append(WorkerRow(id=_text(entry.id), host=_text(info.get("host")),
                               pid=holding.integer(info.get("pid")),
                               processes=holding.integer(info.get("processes")),
-                              heartbeat_age_s=age,
+                              heartbeat_age_s=max(0.0, (now_ms - entry.beat_ms) / 1000),
                               running=holding.count(info, holding.RUNNING_FIELD),
                               prefetched=holding.count(info, holding.PREFETCHED_FIELD),
-                              jobs=_jobs(info.get("jobs"), now_ms)))
+                              jobs=_jobs(info.get("jobs"), now_ms), malformed=malformed))
     return rows
 
 

@@ -127,23 +127,20 @@ class Status:
     holding: hold.Holding | None = None  # in flight = running + prefetched + settling
 
 
-def queue_status(engine: Engine, queue: str, paused: bool = False) -> QueueStatus:
+def queue_status(engine: Engine, queue: str, paused: bool = False, waiting: int = 0
+                 ) -> QueueStatus:
     st = engine.stats(queue)
     limit = engine.queue_limit(queue)
-    q = QueueStatus(
+    head = engine.oldest_pending(queue) if st.ready else None  # (job id, due ms)
+    return QueueStatus(
         queue=queue, scheduled=st.scheduled, ready=st.ready, inflight=st.inflight,
         dead=st.dead, expired_leases=st.expired_leases, next_due=_iso(st.next_due_ms),
         next_due_in_s=None if st.next_due_ms is None else (st.next_due_ms - st.now_ms) / 1000,
-        paused=paused, limit=None if limit is None else {
+        oldest_overdue_id=head[0] if head else None,
+        oldest_overdue_s=max(0.0, (st.now_ms - head[1]) / 1000) if head else None,
+        paused=paused, waiting=waiting, limit=None if limit is None else {
             "rate": None if limit.rate is None else list(limit.rate),
             "concurrency": limit.concurrency})
-    if st.ready:
-        head = engine.oldest_pending(queue)
-        if head:
-            job_id, due_ms = head
-            q.oldest_overdue_id = job_id
-            q.oldest_overdue_s = max(0.0, (st.now_ms - due_ms) / 1000)
-    return q
 
 
 def worker_statuses(engine: Engine, stale_after_s: float) -> list[WorkerStatus]:
@@ -207,9 +204,7 @@ def with_progress(workers: list[WorkerStatus]) -> list[WorkerStatus]:
 def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
     paused = engine.paused(queues)
     waiting = waiting_counts(queues)
-    stats = [queue_status(engine, q, q in paused) for q in queues]
-    for q in stats:
-        q.waiting = waiting.get(q.queue, 0)
+    stats = [queue_status(engine, q, q in paused, waiting.get(q, 0)) for q in queues]
     workers = with_progress(worker_statuses(engine, settings.lease_seconds))
     held = hold.split(sum(q.inflight for q in stats), (
         (hold.count(w.info, hold.RUNNING_FIELD),
