@@ -20,6 +20,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import messages
+from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -48,11 +49,14 @@ OPERATIONS = {"pause": PAUSE, "resume": PAUSE, "purge": PURGE, "limit": LIMIT,
               "unlimit": LIMIT}
 
 
+@permission_required(VIEW, raise_exception=True)
 def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
-    if not request.user.has_perm(VIEW):
-        raise PermissionDenied
     if request.method == "POST":
-        return _act(request, admin)
+        queue, op = request.POST.get("queue", ""), request.POST.get("op", "")
+        if op not in OPERATIONS or not request.user.has_perm(OPERATIONS[op]):
+            raise PermissionDenied
+        admin.message_user(request, *_act(request, op, queue))
+        return HttpResponseRedirect(request.path)
     settings, engine = get_settings(), get_engine()
     context: dict[str, Any] = {
         "can_pause": request.user.has_perm(PAUSE), "can_purge": request.user.has_perm(PURGE),
@@ -71,18 +75,13 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     return pages.render(request, admin, "queues", _("Queues"), **context)
 
 
-def _act(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
-    queue, op = request.POST.get("queue", ""), request.POST.get("op", "")
-    if op not in OPERATIONS or not request.user.has_perm(OPERATIONS[op]):
-        raise PermissionDenied
-    back = HttpResponseRedirect(request.path)
+def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
+    """Perform ``op`` on ``queue``, or on the group the form names: the message for the
+    operator and its level. A change is written to the admin's log."""
     if queue not in known_queues():
-        admin.message_user(request, _("Unknown queue %r.") % queue, messages.ERROR)
-        return back
+        return _("Unknown queue %r.") % queue, messages.ERROR
     if op == "purge" and request.POST.get("confirm") != "yes":
-        admin.message_user(request, _("Tick the box to confirm purging %s.") % queue,
-                           messages.WARNING)
-        return back
+        return _("Tick the box to confirm purging %s.") % queue, messages.WARNING
     group = request.POST.get("group")  # sent by the group forms only, blank or not
     try:
         if op in ("limit", "unlimit"):
@@ -93,13 +92,11 @@ def _act(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
             text, changed = _perform(op, queue)
     except (DelayQError, RedisError) as exc:
         logger.warning("queue %s: %s failed: %s", queue, op, exc)
-        admin.message_user(request, _("%(op)s %(queue)s failed: %(error)s") % {
-            "op": op, "queue": queue, "error": exc}, messages.ERROR)
-        return back
+        return _("%(op)s %(queue)s failed: %(error)s") % {
+            "op": op, "queue": queue, "error": exc}, messages.ERROR
     if changed:
         actions.log_queue(request, queue, text)
-    admin.message_user(request, text, messages.SUCCESS if changed else messages.INFO)
-    return back
+    return text, messages.SUCCESS if changed else messages.INFO
 
 
 def _perform(op: str, queue: str) -> tuple[str, bool]:

@@ -52,11 +52,7 @@ IMAGE_POLICY = "default-src 'none'; frame-ancestors 'self'; sandbox"
 class Report:
     name: str
     directory: Path
-    modified: float
-
-    @property
-    def modified_at(self) -> datetime:
-        return datetime.fromtimestamp(self.modified, tz=UTC)
+    modified_at: datetime  # of its report.html
 
 
 def report_root() -> Path | None:
@@ -86,8 +82,9 @@ def list_reports(root: Path) -> list[Report]:
         page = _inside(root, Path(entry.path) / REPORT_FILE)
         if directory is None or page is None or not directory.is_dir() or not page.is_file():
             continue
-        found.append(Report(entry.name, Path(entry.path), page.stat().st_mtime))
-    return sorted(found, key=lambda r: (-r.modified, r.name))
+        found.append(Report(entry.name, Path(entry.path),
+                            datetime.fromtimestamp(page.stat().st_mtime, tz=UTC)))
+    return sorted(found, key=lambda r: (-r.modified_at.timestamp(), r.name))
 
 
 def report_files(root: Path, report: Report) -> dict[str, Path]:

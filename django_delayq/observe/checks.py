@@ -162,13 +162,6 @@ def _limits_messages() -> list[checks.CheckMessage]:
     return found
 
 
-def _messages(found: list[tuple[str, str]]) -> list[checks.CheckMessage]:
-    return [
-        checks.Error(message, hint=hint_for(key), obj="DELAYQ[%r]" % key, id=error_id(key))
-        for key, message in found
-    ]
-
-
 @checks.register("delayq")
 def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     try:
@@ -180,7 +173,9 @@ def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.
     if not any(key == "CACHE_ALIAS" for key, _ in found) and (
             msg := _cache_alias_problem(user)):
         found.append(("CACHE_ALIAS", msg))
-    messages = _messages(found)
+    messages: list[checks.CheckMessage] = [
+        checks.Error(text, hint=hint_for(key), obj="DELAYQ[%r]" % key, id=error_id(key))
+        for key, text in found]
     if error := _no_allowed_callables(user):
         messages.append(error)
     if not found:
