@@ -23,9 +23,7 @@ def job_link(job_id: str, admin_site: str = "admin") -> str:
 
 def requeued_from(job: Job, admin_site: str = "admin") -> str:
     """A link to the original of a copy made by a requeue; "-" for an original."""
-    if not job.requeued_from:
-        return "-"
-    return job_link(job.requeued_from, admin_site)
+    return job_link(job.requeued_from, admin_site) if job.requeued_from else "-"
 
 
 def requeued_as(job: Job, admin_site: str = "admin") -> str:

@@ -1,4 +1,5 @@
-"""Command-line options shared by the management commands."""
+"""Command-line options shared by the management commands: the queues of ``--queues``,
+and bad options (exit 2, nothing done, as argparse's own usage errors)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,19 @@ from django_delayq.core.submit import MAX_QUEUE_NAME, not_a_queue_name
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
+
+EXIT_USAGE = 2  # bad options, as argparse's own usage errors (the worker's EXIT_CONFIG)
+
+
+def usage_error(message: str) -> CommandError:
+    """A bad option or setting: exit code 2, nothing ran."""
+    return CommandError(message, returncode=EXIT_USAGE)
+
+
+def positive(name: str, value: float | None) -> None:
+    """The option ``name``, when given, must be > 0."""
+    if value is not None and value <= 0:
+        raise usage_error("%s must be > 0, not %s" % (name, value))
 
 
 def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:

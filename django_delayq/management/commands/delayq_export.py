@@ -18,8 +18,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from django_delayq.management.command_options import positive, usage_error
+
 MAX_OVERLAP = 365 * 86400  # a longer re-read is a --full export
-EXIT_USAGE = 2  # bad options, as argparse's own usage errors
 
 
 def parse_when(text: str) -> datetime:
@@ -65,13 +66,11 @@ class Command(BaseCommand):
         except ImportError as exc:
             raise CommandError("delayq_export needs pyarrow: pip install "
                                "'django-delayq[spark]' (%s)" % exc) from exc
-        if options["chunk_size"] <= 0:
-            raise CommandError("--chunk-size must be > 0, not %r" % options["chunk_size"],
-                               returncode=EXIT_USAGE)
+        positive("--chunk-size", options["chunk_size"])
         overlap = options["overlap"]
         if overlap is not None and not 0 <= overlap <= MAX_OVERLAP:  # also refuses nan
-            raise CommandError("--overlap must be a number of seconds from 0 to %d (a year), "
-                               "not %r" % (MAX_OVERLAP, overlap), returncode=EXIT_USAGE)
+            raise usage_error("--overlap must be a number of seconds from 0 to %d (a year), "
+                              "not %r" % (MAX_OVERLAP, overlap))
         try:
             result = export_jobs(options["out"], since=options["since"], until=options["until"],
                                  full=options["full"], chunk_size=options["chunk_size"],

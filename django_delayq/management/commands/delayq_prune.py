@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-EXIT_USAGE = 2  # bad options, as argparse's own usage errors
+from django_delayq.management.command_options import positive, usage_error
 
 
 class Command(BaseCommand):
@@ -27,13 +27,11 @@ class Command(BaseCommand):
         except ImportError as exc:
             raise CommandError("delayq_prune needs pyarrow: pip install "
                                "'django-delayq[spark]' (%s)" % exc) from exc
-        if options["batch_size"] <= 0:
-            raise CommandError("--batch-size must be > 0, not %r" % options["batch_size"],
-                               returncode=EXIT_USAGE)
+        positive("--batch-size", options["batch_size"])
         try:
             age = parse_age(options["older_than"])
         except ValueError as exc:
-            raise CommandError("--older-than: %s" % exc, returncode=EXIT_USAGE) from exc
+            raise usage_error("--older-than: %s" % exc) from exc
         try:
             result = prune_jobs(age, archive=options["archive"],
                                 batch_size=options["batch_size"], dry_run=options["dry_run"],

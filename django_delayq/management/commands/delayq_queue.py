@@ -34,11 +34,11 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.group_limits import GroupOverride
 from django_delayq.core.limits import rate_text
 from django_delayq.exceptions import InvalidJob
+from django_delayq.management.command_options import usage_error
 from django_delayq.management.commands.delayq_status import printable
 from django_delayq.observe.limit_usage import group_limit_text, queue_group_limits
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
-EXIT_USAGE = 2  # bad options, as argparse's own usage errors
 ACTIONS = ("pause", "resume", "purge", "limit", "unlimit", "list")
 
 
@@ -66,22 +66,20 @@ class Command(BaseCommand):
         settings = get_settings()
         names = self._queues(options["action"], options["queues"], settings)
         if options["group"] is not None and options["action"] == "list":
-            raise CommandError("--group goes with pause, resume and purge",
-                               returncode=EXIT_USAGE)
+            raise usage_error("--group goes with pause, resume and purge")
         if options["group"] is None and options["action"] in ("limit", "unlimit"):
-            raise CommandError("%s needs --group: the group whose limits change"
-                               % options["action"], returncode=EXIT_USAGE)
+            raise usage_error("%s needs --group: the group whose limits change"
+                              % options["action"])
         if options["action"] == "purge" and not options["yes"]:
-            raise CommandError("purge removes every waiting job of %s and cancels their rows; "
-                               "run it again with --yes to confirm" % ", ".join(names),
-                               returncode=EXIT_USAGE)
+            raise usage_error("purge removes every waiting job of %s and cancels their rows; "
+                              "run it again with --yes to confirm" % ", ".join(names))
         try:
             if options["action"] == "list":
                 self._list(names, settings)
             else:
                 self._control(options["action"], names, options)
         except InvalidJob as exc:
-            raise CommandError(str(exc), returncode=EXIT_USAGE) from exc
+            raise usage_error(str(exc)) from exc
         except RedisError as exc:
             raise CommandError("Redis is unavailable: %s" % exc,
                                returncode=EXIT_UNAVAILABLE) from exc
@@ -90,14 +88,13 @@ class Command(BaseCommand):
         known = queues.known_queues(settings)
         if not given:
             if action != "list":
-                raise CommandError("%s needs at least one queue (known: %s)"
-                                   % (action, ", ".join(known)), returncode=EXIT_USAGE)
+                raise usage_error("%s needs at least one queue (known: %s)"
+                                  % (action, ", ".join(known)))
             return list(known)
         unknown = [q for q in given if q not in known]
         if unknown:
-            raise CommandError("unknown queue(s) %s; the queues are %s (DELAYQ['QUEUES'] and "
-                               "DELAYQ['QUEUE_OPTIONS'])" % (", ".join(unknown), ", ".join(known)),
-                               returncode=EXIT_USAGE)
+            raise usage_error("unknown queue(s) %s; the queues are %s (DELAYQ['QUEUES'] and "
+                              "DELAYQ['QUEUE_OPTIONS'])" % (", ".join(unknown), ", ".join(known)))
         return list(dict.fromkeys(given))
 
     def _control(self, action: str, names: list[str], options: dict[str, Any]) -> None:

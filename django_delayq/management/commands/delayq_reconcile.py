@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import BATCH, Reconciler
-from django_delayq.management.command_options import parse_queues
+from django_delayq.management.command_options import parse_queues, usage_error
 
 
 class Command(BaseCommand):
@@ -40,7 +40,7 @@ class Command(BaseCommand):
         settings = get_settings()
         queues = parse_queues(options["queues"], settings)
         if options["batch"] < 1:
-            raise CommandError("--batch must be >= 1, not %d" % options["batch"], returncode=2)
+            raise usage_error("--batch must be >= 1, not %d" % options["batch"])
         reconciler = Reconciler(get_engine(), settings, queues)
         try:
             count = reconciler.run_all(options["batch"], options["grace"],

@@ -7,6 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_delayq.management.command_options import usage_error
 from django_delayq.models import Job, JobAttempt
 
 
@@ -33,7 +34,7 @@ class Command(BaseCommand):
         from django_delayq.spark import preflight, report, session  # lazy: the Spark extra
 
         if problem := report.check_arguments(options):
-            raise CommandError(problem, returncode=2)  # bad options: exit 2, as argparse
+            raise usage_error(problem)  # bad options: exit 2, as argparse
         try:  # before Spark starts (seconds), let alone computes (minutes)
             preflight.check_paths(options["out"],
                                   None if options["jdbc_url"] else options["input"])

@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.management.command_options import parse_queues
+from django_delayq.management.command_options import parse_queues, positive, usage_error
 from django_delayq.observe import prometheus
 from django_delayq.worker.loop import Worker, WorkerOptions, attach, wait_for_redis
 from django_delayq.worker.processes.children import can_measure_memory
@@ -34,11 +34,6 @@ if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
 
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
-
-
-def config_error(message: str) -> CommandError:
-    """A bad option or setting: exit code 2 (EXIT_CONFIG), nothing ran."""
-    return CommandError(message, returncode=EXIT_CONFIG)
 
 
 def parse_processes(value: str | None) -> int | None:
@@ -52,13 +47,8 @@ def parse_processes(value: str | None) -> int | None:
     except ValueError:
         n = 0
     if n < 1:
-        raise config_error("--processes must be a number >= 1 or 'auto', not %r" % value)
+        raise usage_error("--processes must be a number >= 1 or 'auto', not %r" % value)
     return n
-
-
-def positive(name: str, value: float | None) -> None:
-    if value is not None and value <= 0:
-        raise config_error("%s must be > 0, not %s" % (name, value))
 
 
 class Command(BaseCommand):
@@ -105,13 +95,13 @@ class Command(BaseCommand):
         try:
             queues = parse_queues(options["queues"], settings)
         except CommandError as exc:
-            raise config_error(str(exc)) from exc
+            raise usage_error(str(exc)) from exc
         concurrency = options["concurrency"]
         if concurrency is None:
             concurrency = settings.concurrency
         if concurrency < 1:
-            raise config_error("--concurrency must be >= 1 (threads running jobs in each "
-                               "process), not %d" % concurrency)
+            raise usage_error("--concurrency must be >= 1 (threads running jobs in each "
+                              "process), not %d" % concurrency)
         processes = self.check_processes(options)
         # a no-op when the root logger has handlers (the project's LOGGING)
         logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else logging.WARNING,
@@ -125,19 +115,18 @@ class Command(BaseCommand):
 
     def check_processes(self, options: dict[str, Any]) -> int | None:
         processes = parse_processes(options["processes"])
-        positive("--max-jobs-per-child", options["max_jobs_per_child"])
-        positive("--max-memory-per-child", options["max_memory_per_child"])
-        positive("--max-jobs", options["max_jobs"])
+        for name in ("max_jobs_per_child", "max_memory_per_child", "max_jobs"):
+            positive("--" + name.replace("_", "-"), options[name])
         if processes is None:
             for name in ("max_jobs_per_child", "max_memory_per_child"):
                 if options[name] is not None:
-                    raise config_error("--%s needs --processes" % name.replace("_", "-"))
+                    raise usage_error("--%s needs --processes" % name.replace("_", "-"))
             return None
         if options["max_jobs"] is not None:
-            raise config_error("--max-jobs counts the jobs of one process; with --processes "
-                               "use --max-jobs-per-child")
+            raise usage_error("--max-jobs counts the jobs of one process; with --processes "
+                              "use --max-jobs-per-child")
         if options["max_memory_per_child"] is not None and not can_measure_memory():
-            raise config_error("--max-memory-per-child needs psutil or /proc")
+            raise usage_error("--max-memory-per-child needs psutil or /proc")
         return processes
 
     def run_worker(self, settings: Settings, queues: tuple[str, ...], concurrency: int,
