@@ -391,10 +391,10 @@ class Command(BaseCommand):
                *, json_lines: bool) -> None:
         past = engine.last_events(last)
         cursor = _s(past[-1][0]) if past else "0-0"  # not "$": no gap between two XREADs
-        seen = 0
-        for entry_id, fields in past[-last:] if last > 0 else []:
+        shown = past[-last:] if last > 0 else []
+        for entry_id, fields in shown:
             self._emit(entry_id, fields, json_lines)
-            seen += 1
+        seen = len(shown)
         while count is None or seen < count:
             for entry_id, fields in engine.read_events(cursor, block_ms=1000, count=100):
                 cursor = _s(entry_id)
@@ -404,9 +404,7 @@ class Command(BaseCommand):
                     return
 
     def _emit(self, entry_id: object, raw: dict[Any, Any], json_lines: bool) -> None:
-        fields = {_s(k): _s(v) for k, v in raw.items()}
-        if json_lines:
-            self.stdout.write(json.dumps({"id": _s(entry_id), **fields}))
-        else:
-            self.stdout.write(format_event(_s(entry_id), fields))
+        entry, fields = _s(entry_id), {_s(k): _s(v) for k, v in raw.items()}
+        self.stdout.write(json.dumps({"id": entry, **fields}) if json_lines
+                          else format_event(entry, fields))
         self.stdout.flush()
