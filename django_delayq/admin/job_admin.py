@@ -66,7 +66,7 @@ def _stored(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
 
 def _on_site(render: Callable[[Job, str], str], label: StrOrPromise) -> Callable[[Any, Any], str]:
     """A display method showing ``render(job, admin site name)`` (links to other jobs)."""
-    def show(self: Any, obj: Job) -> str:
+    def show(self: admin.ModelAdmin[Job], obj: Job) -> str:
         return render(obj, self.admin_site.name)
     return admin.display(description=label)(show)
 

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def render(request: HttpRequest, admin: ModelAdmin[Any], template: str, title: object,
-           **context: Any) -> TemplateResponse:
+           **context: object) -> TemplateResponse:
     """``admin/django_delayq/job/<template>.html`` with ``context`` over the common one."""
     request.current_app = admin.admin_site.name
     return TemplateResponse(request, "admin/django_delayq/job/%s.html" % template, {
