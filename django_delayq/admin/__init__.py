@@ -1,7 +1,7 @@
 """The Django admin: the job list and detail page (``job_admin``, shown by ``display``,
 ``lineage`` and ``workflow_graph``, with buttons for the actions), permission-gated actions
 (``actions``, with the reschedule form; they also write the admin's log), the pages it
-adds (``pages``): the queues page (``queue_page``), the live dashboard
+adds (rendered by ``display``): the queues page (``queue_page``), the live dashboard
 (``dashboard``, fed by ``overview`` and ``history``) and the Spark report pages
 (``reports``). Django's admin autodiscovery imports this package; importing ``job_admin``
 registers the model admins; ``schedule_admin`` the periodic schedules' admin."""

@@ -32,8 +32,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
-from django_delayq.admin import pages
-from django_delayq.admin.display import job_link
+from django_delayq.admin.display import job_link, render
 from django_delayq.core import api, registry
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound
@@ -296,7 +295,7 @@ def reschedule(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset
 def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                      queryset: QuerySet[Job], form: RescheduleForm) -> HttpResponse:
     jobs = list(queryset[:101])
-    return pages.render(
+    return render(
         request, modeladmin, "reschedule", _("Reschedule jobs"),
         app_label=modeladmin.model._meta.app_label, form=form, jobs=jobs[:100],
         more=max(0, queryset.count() - 100) if len(jobs) > 100 else 0,

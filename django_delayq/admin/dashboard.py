@@ -22,7 +22,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
-from django_delayq.admin import history, overview, pages
+from django_delayq.admin import display, history, overview
 from django_delayq.core import progress
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
@@ -44,7 +44,7 @@ ID_PLACEHOLDER = "JOB-ID"
 @permission_required(VIEW, raise_exception=True)
 def dashboard_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     site = admin.admin_site.name
-    response = pages.render(
+    response = display.render(
         request, admin, "dashboard", _("Live dashboard"), poll_ms=POLL_MS,
         data_url=reverse("admin:django_delayq_job_dashboard_data", current_app=site),
         job_url=reverse("admin:django_delayq_job_change", args=(ID_PLACEHOLDER,),

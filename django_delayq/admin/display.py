@@ -1,6 +1,11 @@
 """How the job admin shows values: status colours, error lines (the time limit's
 ``JobTimeout`` marked as such), timestamps to the second, short escaped error texts, and
-stored values of any size and depth (``core.stored``), escaped and cut."""
+stored values of any size and depth (``core.stored``), escaped and cut.
+
+And ``render``, for the pages the admin adds beside Django's own (queues, dashboard, Spark
+report, the confirmation of a cancel, the reschedule form): each starts from the admin
+site's context, the Job model's options, its title and the Job admin's media, under the
+admin site's name (``current_app``: its URLs reverse within that site)."""
 
 from __future__ import annotations
 
@@ -10,6 +15,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -20,6 +27,7 @@ from django_delayq.core import stored, validation
 from django_delayq.models import JobStatus
 
 if TYPE_CHECKING:
+    from django.contrib.admin import ModelAdmin
     from django_stubs_ext import StrOrPromise
 
 STATUS_COLOURS = {
@@ -150,3 +158,12 @@ def job_link(job_id: str, text: object = None, site: str = "admin") -> str:
 def status_badge(status: str, label: object) -> str:
     colour = STATUS_COLOURS.get(JobStatus(status), "#666")
     return format_html('<span class="delayq-status" style="color:{}">{}</span>', colour, label)
+
+
+def render(request: HttpRequest, admin: ModelAdmin[Any], template: str, title: object,
+           **context: object) -> TemplateResponse:
+    """``admin/django_delayq/job/<template>.html`` with ``context`` over the common one."""
+    request.current_app = admin.admin_site.name
+    return TemplateResponse(request, "admin/django_delayq/job/%s.html" % template, {
+        **admin.admin_site.each_context(request), "opts": admin.model._meta, "title": title,
+        "media": admin.media, **context})

@@ -33,7 +33,6 @@ from django_delayq.admin import (
     dashboard,
     display,
     lineage,
-    pages,
     queue_page,
     reports,
     tracebacks,
@@ -408,7 +407,7 @@ def act(request: HttpRequest, admin: JobAdmin, object_id: str) -> HttpResponse:
     page = reverse("admin:django_delayq_job_change", args=(job.pk,),
                    current_app=admin.admin_site.name)
     if button.op == "cancel" and request.POST.get("confirm") != "yes":
-        return pages.render(request, admin, "confirm_cancel", _("Cancel job %s?") % job.pk,
+        return display.render(request, admin, "confirm_cancel", _("Cancel job %s?") % job.pk,
                             job=job, act_url=request.path, page_url=page)
     jobs = Job.objects.filter(pk=job.pk)
     if button.op != "reschedule":

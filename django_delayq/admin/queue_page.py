@@ -27,7 +27,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
-from django_delayq.admin import actions, overview, pages
+from django_delayq.admin import actions, display, overview
 from django_delayq.core import api, group_limits
 from django_delayq.core import queues as controls
 from django_delayq.core.conf import Settings, get_settings
@@ -72,7 +72,7 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     except RedisError as exc:
         logger.warning("queues page: Redis unavailable: %s", exc)
         context["redis_error"] = str(exc)
-    return pages.render(request, admin, "queues", _("Queues"), **context)
+    return display.render(request, admin, "queues", _("Queues"), **context)
 
 
 def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:

@@ -32,7 +32,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.clickjacking import xframe_options_sameorigin
 
-from django_delayq.admin import pages
+from django_delayq.admin import display
 from django_delayq.core.conf import get_settings
 
 if TYPE_CHECKING:
@@ -112,7 +112,7 @@ def report_page(request: HttpRequest, admin: ModelAdmin[Any]) -> TemplateRespons
     reports = list_reports(root) if root is not None else []
     wanted = request.GET.get("report")
     shown = _find(root, wanted) if wanted is not None else (reports[0] if reports else None)
-    return pages.render(
+    return display.render(
         request, admin, "report", _("Spark report"), report_dir=root, reports=reports,
         shown=shown, frame_url=None if shown is None else file_url(shown.name, REPORT_FILE),
         charts=[] if shown is None or root is None else
