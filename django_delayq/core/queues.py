@@ -66,8 +66,6 @@ logger = logging.getLogger(__name__)
 PURGE_BATCH = 200  # jobs removed per Redis call (Engine.purge_pending's bound)
 PURGED = "purged from queue %s"
 PURGED_GROUP = "purged from group %s of queue %s"
-INFLIGHT_READ = 10_000  # leases read at once per batch (a queue's jobs in flight)
-LEASES_AHEAD_MS = 10**15  # every lease, however far its deadline (past year 9999)
 
 
 def known_queues(s: Settings | None = None) -> tuple[str, ...]:
@@ -234,15 +232,12 @@ def _cancel_waiting_rows(engine: Engine, queue: str) -> int:
 
 
 def _waiting_in_redis(engine: Engine, queue: str, ids: list[str]) -> list[str]:
-    """Those of ``ids`` waiting in Redis (pending or ready), not in flight: the ones held
-    in Redis (``Engine.presence``, one MULTI per 100) less the leases of the queue (read
-    at once, at most ``INFLIGHT_READ``); with more leases than that, one ``inspect`` each."""
-    held = [i for i, p in zip(ids, engine.presence(queue, ids)) if p.queued]
-    leases = engine.expiring(queue, within_ms=LEASES_AHEAD_MS, limit=INFLIGHT_READ)
-    if len(leases) < INFLIGHT_READ:
-        running = set(leases)
-        return [i for i in held if i not in running]
-    return [i for i in held if engine.inspect(queue, i).place == "pending"]
+    """Those of ``ids`` waiting in Redis (pending or ready), not in flight, as one read
+    (``Engine.presence``: one MULTI per 100 ids) sees them. The queue or group is paused,
+    so a job waiting then stays waiting; a job in flight then is left alone, also when it
+    ends before the purge goes on (its row may still say ``scheduled``: the worker
+    writes rows in batches)."""
+    return [i for i, p in zip(ids, engine.presence(queue, ids)) if p.waiting]
 
 
 def _cancel_rows(queue: str, ids: list[str], why: str = "") -> int:

@@ -43,7 +43,8 @@ def _str(value: bytes | str | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Presence:
-    """Where Redis holds one job. ``queued``: pending, ready or in flight. ``dead``: in the
+    """Where Redis holds one job. ``queued``: pending, ready or in flight; ``waiting``:
+    pending or ready (not in flight), read in the same MULTI. ``dead``: in the
     dead set since ``died_ms`` (None when its score is not a time). ``envelope``: its
     payload is stored. ``reconciled_ms``: when a reconciler re-enqueued it, if it is
     remembered. ``attempts``: the attempt number of its latest delivery (its token minus
@@ -57,6 +58,7 @@ class Presence:
     reconciled_ms: float | None
     attempts: int
     settled: Settled | None = None
+    waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +154,8 @@ class OutboxOps(RedisOwner):
                                 dead=dead is not None, died_ms=_int(dead) or None,
                                 envelope=bool(has_env), reconciled_ms=recent,
                                 attempts=max(0, _int(attempts) - _offset(runs)),
-                                settled=Settled.parse(settled_by, settled_at)))
+                                settled=Settled.parse(settled_by, settled_at),
+                                waiting=waiting))
         return out
 
     def reenqueue(self, queue: str, jobs: Sequence[ReJob],

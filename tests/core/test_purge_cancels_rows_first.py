@@ -100,3 +100,31 @@ def test_a_paused_queue_stays_paused_after_a_purge(dq) -> None:  # type: ignore[
     dq.pause("default")
     assert purge_queue("default") == 3
     assert dq.paused(["default"]) == ["default"]
+
+
+@pytest.mark.parametrize("purge", ["queue", "group"])
+def test_a_job_in_flight_at_the_look_that_ends_meanwhile_keeps_its_row(  # type: ignore[no-untyped-def]
+        dq, monkeypatch, purge) -> None:
+    """A job claimed before the purge, its row still ``scheduled`` (a worker writes rows
+    in batches), ends (its ack) while the purge reads Redis: the purge leaves its row
+    alone, for the worker's audit to say it ran; only the waiting jobs are purged."""
+    group = {"group": "g"} if purge == "group" else {}
+    running = schedule_many("tests.jobs.noop", [JobSpec()], **group)[0]
+    claimed = dq.claim("default", 1, 60_000).jobs
+    assert [job.id for job in claimed] == [running]
+    waiting = schedule_many("tests.jobs.noop", [JobSpec() for _ in range(3)], **group)
+    presence = Engine.presence
+
+    def read_then_the_job_ends(self: Engine, queue: str, job_ids: Any) -> Any:
+        found = presence(self, queue, job_ids)
+        self.ack(queue, [(job.id, job.token) for job in claimed])
+        return found
+
+    monkeypatch.setattr(Engine, "presence", read_then_the_job_ends)
+    removed = queues.purge_queue("default") if purge == "queue" \
+        else queues.purge_group("default", "g")
+    monkeypatch.undo()
+    assert removed == 3
+    assert Job.objects.get(pk=running).status == JobStatus.SCHEDULED  # not said purged
+    assert set(Job.objects.filter(pk__in=waiting).values_list("status", flat=True)) == {
+        JobStatus.CANCELLED}
