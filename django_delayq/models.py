@@ -28,17 +28,6 @@ UNFINISHED_STATUSES = (JobStatus.WAITING, *LIVE_STATUSES)
 FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 
 
-class JobQuerySet(models.QuerySet["Job"]):
-    def live(self) -> JobQuerySet:
-        return self.filter(status__in=LIVE_STATUSES)
-
-    def final(self) -> JobQuerySet:
-        return self.filter(status__in=FINAL_STATUSES)
-
-    def for_queue(self, queue: str) -> JobQuerySet:
-        return self.filter(queue=queue)
-
-
 class Job(models.Model):
     id = models.CharField(_("id"), max_length=26, primary_key=True, editable=False)
     queue = models.CharField(_("queue"), max_length=100)
@@ -102,8 +91,6 @@ class Job(models.Model):
         _("atomic"), default=False, db_default=False,
         help_text=_("The function runs in one transaction with the write of its success: "
                     "its writes to this database commit once."))
-
-    objects = JobQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("job")

@@ -322,15 +322,10 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
                at: datetime | None = None) -> MoveOutcome:
     """Move a pending job to ``at`` or ``delay`` from now; ``run_now`` is ``delay=0``."""
     row = get_job(job_id)
-    if delay is not None and at is not None:
-        raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
-    if at is not None:
-        run_at = validation.check_at(at, django_settings.USE_TZ)
-        outcome, _ = get_engine().reschedule(row.queue, row.id, at_ms=validation.at_ms(run_at))
-    else:
-        seconds = validation.delay_seconds(delay or 0)
-        run_at = timezone.now() + timedelta(seconds=seconds)
-        outcome, _ = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000))
+    at, seconds = validation.when(delay, at, django_settings.USE_TZ)
+    run_at = timezone.now() + timedelta(seconds=seconds) if at is None else at
+    outcome, _ = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
+                                         at_ms=None if at is None else validation.at_ms(at))
     if outcome is MoveOutcome.MOVED:
         Job.objects.filter(pk=row.pk).update(run_at=run_at, updated_at=timezone.now())
     return outcome

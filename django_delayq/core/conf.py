@@ -76,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+NO_LIMIT = limits.Limit()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,24 +120,21 @@ class Settings:
 
     def timeout_for(self, queue: str, job_timeout: float | None) -> float | None:
         """The time limit of an attempt: the job's, else its queue's, else the global one."""
-        if job_timeout is not None:
-            return job_timeout
-        options = self.queue_options.get(queue)
-        if options is not None and options.timeout is not None:
-            return options.timeout
+        for seconds in (job_timeout, self.queue_options.get(queue, NO_LIMIT).timeout):
+            if seconds is not None:
+                return seconds
         return self.job_timeout_seconds
 
     def queue_limit(self, queue: str) -> tuple[limits.Rate | None, int | None]:
         """``(rate, concurrency)`` of ``queue`` (``(None, None)``: no limit)."""
-        options = self.queue_options.get(queue)
-        return (None, None) if options is None else (options.rate, options.concurrency)
+        options = self.queue_options.get(queue, NO_LIMIT)
+        return options.rate, options.concurrency
 
     def group_limit(self, queue: str) -> tuple[limits.Rate | None, int | None]:
         """``(rate, concurrency)`` of each group of ``queue`` by default (``(None, None)``:
         none; docs/groups.md)."""
-        options = self.queue_options.get(queue)
-        return (None, None) if options is None else (options.group_rate,
-                                                     options.group_concurrency)
+        options = self.queue_options.get(queue, NO_LIMIT)
+        return options.group_rate, options.group_concurrency
 
     def callable_limit(self, path: str) -> tuple[limits.Rate | None, int | None] | None:
         """``(rate, concurrency)`` of the job function at ``path``, ``None`` when unlimited."""
@@ -240,20 +238,16 @@ def _retention(value: object) -> tuple[tuple[tuple[str, float], ...], str | None
                  if v is not None), None
 
 
-def _without_shards(options: object) -> object:
+def _without_shards(options: Any) -> Any:
     """QUEUE_OPTIONS without the ``shards`` of each entry (``limits`` checks the rest)."""
-    return _entries_without_shards(options) if isinstance(options, dict) else options
-
-
-def _entries_without_shards(options: dict[str, object]) -> dict[str, object]:
+    if not isinstance(options, dict):
+        return options
     return {queue: {k: v for k, v in entry.items() if k != "shards"}
             if isinstance(entry, dict) else entry for queue, entry in options.items()}
 
 
-def _shards(options: object) -> dict[str, int]:
-    """queue -> shard count, for the entries of QUEUE_OPTIONS giving more than one."""
-    if not isinstance(options, dict):
-        return {}
+def _shards(options: dict[str, Any]) -> dict[str, int]:
+    """queue -> shard count, for the entries of (checked) QUEUE_OPTIONS giving more than one."""
     return {queue: entry["shards"] for queue, entry in options.items()
             if isinstance(entry, dict) and isinstance(entry.get("shards"), int)
             and entry["shards"] > 1}
@@ -311,12 +305,10 @@ def _scalar_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
     found = [(name, msg) for name in _POSITIVE if (msg := _positive(name, merged[name]))]
     found += [(name, msg) for name in _POSITIVE_INTEGERS
               if (msg := _positive(name, merged[name], integer=True))]
-    shown = merged["METRICS_GROUPS"]
-    if shown is not None and (msg := _positive("METRICS_GROUPS", shown, integer=True)):
-        found.append(("METRICS_GROUPS", msg + " (or None for no metrics per group)"))
-    timeout = merged["JOB_TIMEOUT_SECONDS"]
-    if timeout is not None and (msg := _positive("JOB_TIMEOUT_SECONDS", timeout)):
-        found.append(("JOB_TIMEOUT_SECONDS", msg + " (or None for no limit)"))
+    for name, integer, none in (("METRICS_GROUPS", True, "no metrics per group"),
+                                ("JOB_TIMEOUT_SECONDS", False, "no limit")):
+        if merged[name] is not None and (msg := _positive(name, merged[name], integer=integer)):
+            found.append((name, "%s (or None for %s)" % (msg, none)))
     found += [(name, "DELAYQ[%r] must be True or False, not %r" % (name, merged[name]))
               for name in _FLAGS if not isinstance(merged[name], bool)]
     return found
@@ -372,39 +364,23 @@ def get_settings() -> Settings:
     if found:
         raise ImproperlyConfigured("; ".join(msg for _, msg in found))
     m = {**DEFAULTS, **user}
-    allowed = m["ALLOWED_CALLABLES"]
+    # checked above: the integers, flags and strings are used as they are, seconds as floats
+    plain = ("CACHE_ALIAS", "PREFIX", "DEFAULT_QUEUE", "DEFAULT_BACKOFF", "METRICS_GROUPS",
+             *_POSITIVE_INTEGERS, *_FLAGS)
+    seconds = (*_POSITIVE, "JOB_TIMEOUT_SECONDS")
+    values: dict[str, Any] = {key.lower(): m[key] for key in plain}
+    values.update((key.lower(), None if m[key] is None else float(m[key])) for key in seconds)
     return Settings(
+        **values,
         redis_url=m["REDIS_URL"] or os.environ.get("DELAYQ_REDIS_URL") or None,
-        cache_alias=m["CACHE_ALIAS"],
-        prefix=m["PREFIX"],
         queues=tuple(m["QUEUES"]),
-        default_queue=m["DEFAULT_QUEUE"],
-        default_max_attempts=int(m["DEFAULT_MAX_ATTEMPTS"]),
-        default_backoff=m["DEFAULT_BACKOFF"],
-        allowed_callables=None if allowed is None else tuple(allowed),
-        lease_seconds=float(m["LEASE_SECONDS"]),
-        wake_interval_seconds=float(m["WAKE_INTERVAL_SECONDS"]),
-        recover_interval_seconds=float(m["RECOVER_INTERVAL_SECONDS"]),
-        dead_max=int(m["DEAD_MAX"]),
-        max_payload_bytes=int(m["MAX_PAYLOAD_BYTES"]),
-        audit_flush_seconds=float(m["AUDIT_FLUSH_SECONDS"]),
-        audit_batch=int(m["AUDIT_BATCH"]),
-        claim_batch=int(m["CLAIM_BATCH"]),
-        concurrency=int(m["CONCURRENCY"]),
-        reconcile_interval_seconds=float(m["RECONCILE_INTERVAL_SECONDS"]),
-        reconcile_grace_seconds=float(m["RECONCILE_GRACE_SECONDS"]),
-        eager=bool(m["EAGER"]),
-        events=bool(m["EVENTS"]),
-        events_maxlen=int(m["EVENTS_MAXLEN"]),
-        job_timeout_seconds=None if m["JOB_TIMEOUT_SECONDS"] is None
-        else float(m["JOB_TIMEOUT_SECONDS"]),
+        allowed_callables=None if m["ALLOWED_CALLABLES"] is None
+        else tuple(m["ALLOWED_CALLABLES"]),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
         report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
-        queue_options=limits.parse_all(_entries_without_shards(m["QUEUE_OPTIONS"])),
+        queue_options=limits.parse_all(_without_shards(m["QUEUE_OPTIONS"])),
         queue_shards=_shards(m["QUEUE_OPTIONS"]),
         callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]),
-        log_jobs=bool(m["LOG_JOBS"]),
-        metrics_groups=None if m["METRICS_GROUPS"] is None else int(m["METRICS_GROUPS"]),
         retention=_retention(m["RETENTION"])[0],
         raw=dict(user),
     )

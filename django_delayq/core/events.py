@@ -80,7 +80,6 @@ class EventStream:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.dropped = 0
-        self.written = 0
         self.failing = False
 
     def add(self, fields: Fields) -> None:
@@ -94,9 +93,6 @@ class EventStream:
             self._ensure_thread()
         if was_empty:
             self._wake.set()
-
-    def pending(self) -> int:
-        return len(self._buffer)
 
     def flush(self) -> int:
         """Write every buffered event (bounded script calls); return how many were written.
@@ -130,13 +126,11 @@ class EventStream:
             log("event stream: could not write %d event(s), kept for a retry: %s",
                 len(batch) - done, exc)
             self.failing = True
-            self.written += done
             return done
         if self.failing:
             self.failing = False
             logger.info("event stream: Redis is back; %d event(s) dropped meanwhile",
                         self.dropped)
-        self.written += len(batch)
         return len(raw)
 
     def _requeue(self, batch: list[Fields]) -> None:
@@ -204,26 +198,18 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def events_config() -> tuple[bool, int]:
-    """(enabled, maxlen) from DELAYQ["EVENTS"] / DELAYQ["EVENTS_MAXLEN"]."""
-    s = get_settings()
-    enabled = getattr(s, "events", s.raw.get("EVENTS", True))
-    maxlen = getattr(s, "events_maxlen", s.raw.get("EVENTS_MAXLEN", DEFAULT_MAXLEN))
-    return bool(enabled), int(maxlen)
-
-
 def get_stream() -> EventStream | None:
     """The stream of this process, or None when DELAYQ["EVENTS"] is False."""
     global _stream  # noqa: PLW0603 - one per process, set under _lock
     stream = _stream
     if stream is not None:
         return stream
-    enabled, maxlen = events_config()
-    if not enabled:
+    s = get_settings()  # DELAYQ["EVENTS"], DELAYQ["EVENTS_MAXLEN"]
+    if not s.events:
         return None
     with _lock:
         if _stream is None:
-            _stream = EventStream(get_engine().event_log(maxlen))
+            _stream = EventStream(get_engine().event_log(s.events_maxlen))
         return _stream
 
 
@@ -272,13 +258,6 @@ def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fiel
     return out
 
 
-def _record(event: str, kwargs: dict[str, Any]) -> None:
-    """Buffer the raw event; it is formatted (or folded) by the flusher, off the job path."""
-    stream = get_stream()
-    if stream is not None:
-        stream.add((event, time.time(), kwargs))  # type: ignore[arg-type]
-
-
 _FINAL = ("succeeded", "retrying", "dead")
 
 
@@ -310,18 +289,20 @@ def _materialise(raw: list[Any]) -> list[Fields]:
 
 def _on_scheduled(sender: object, **kwargs: object) -> None:
     fields = _fields("scheduled", kwargs)  # the job exists once the caller commits
-    transaction.on_commit(lambda: _add_now(fields), using=router.db_for_write(Job))
+    transaction.on_commit(lambda: _add(fields), using=router.db_for_write(Job))
 
 
-def _add_now(fields: Fields) -> None:
+def _add(item: Any) -> None:
+    """Buffer formatted fields, or a raw event ``(event, ts, kwargs)``: the flusher formats
+    (or folds) it, off the job path."""
     stream = get_stream()
     if stream is not None:
-        stream.add(fields)
+        stream.add(item)
 
 
 def _receiver(event: str) -> Callable[..., None]:
     def receive(sender: object, **kwargs: object) -> None:
-        _record(event, kwargs)
+        _add((event, time.time(), kwargs))
 
     receive.__name__ = "delayq_event_%s" % event
     return receive
@@ -339,11 +320,6 @@ def connect() -> None:
         signals.observe(getattr(signals, "job_%s" % name), fn)
 
 
-def disconnect() -> None:
-    for name, fn in _RECEIVERS.items():
-        signals.unobserve(getattr(signals, "job_%s" % name), fn)
-
-
 def _close_at_exit() -> None:
     with contextlib.suppress(Exception):  # interpreter shutdown
         reset()
@@ -354,10 +330,6 @@ def _on_setting_changed(*, setting: str, **kwargs: object) -> None:
         reset()
 
 
-def _connect_setting_changed() -> None:
-    setting_changed.connect(_on_setting_changed, dispatch_uid="delayq.events.settings")
-
-
-_connect_setting_changed()
+setting_changed.connect(_on_setting_changed, dispatch_uid="delayq.events.settings")
 atexit.register(_close_at_exit)
 connect()

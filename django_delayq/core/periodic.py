@@ -38,9 +38,6 @@ KEY_PREFIX = "delayq.tick:"
 MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed
 STALLED = timedelta(seconds=1)  # a next tick this far past whose job has not started
 STALLED_EVERY_S = 1.0  # how often the keeper looks for such schedules
-SETTINGS_FIELDS = ("callable_path", "args", "kwargs", "queue", "priority", "group", "atomic",
-                   "cron", "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
-                   "missed")
 
 
 def check(s: Schedule) -> None:
