@@ -35,7 +35,7 @@ from django.utils import timezone
 
 from django_delayq import compat, signals
 from django_delayq.core import registry
-from django_delayq.core.context import JobContext, current_job
+from django_delayq.core.context import current_job
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 
 if TYPE_CHECKING:  # the backport's classes; Django 6.x's django.tasks has the same ones
@@ -225,7 +225,9 @@ def task_callable(task: AnyTask) -> Callable[..., object]:
             if ctx is None:
                 raise RuntimeError("%s takes a context: it runs only as a job"
                                    % task.module_path)
-            args = (TaskContext(task_result=running_result(task, ctx)), *args)
+            running = live_result(task, ctx.id, ctx.attempt, ctx.worker_id, timezone.now(),
+                                  TaskResultStatus.RUNNING)  # the attempt running now
+            args = (TaskContext(task_result=running), *args)
         value = task.func(*args, **kwargs)
         if hasattr(value, "__await__"):
             return _awaited_json(value)
@@ -236,12 +238,6 @@ def task_callable(task: AnyTask) -> Callable[..., object]:
 
 async def _awaited_json(awaitable: Awaitable[object]) -> object:
     return compat.normalize_json(await awaitable)
-
-
-def running_result(task: AnyTask, ctx: JobContext) -> AnyResult:
-    """The ``TaskResult`` of the attempt running now (``context.attempt == ctx.attempt``)."""
-    return live_result(task, ctx.id, ctx.attempt, ctx.worker_id, timezone.now(),
-                       TaskResultStatus.RUNNING)
 
 
 # -- Django's task_started / task_finished from the worker's signals ---------------------

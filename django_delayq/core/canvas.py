@@ -46,8 +46,7 @@ def _after(call: JobCall, parents: Sequence[str]) -> JobCall:
 
 
 def schedule_signature(sig: Signature, after: Sequence[str] = ()) -> JobHandle:
-    handle: JobHandle = _after(sig.call, after).schedule(*sig.args, **sig.kwargs)
-    return handle
+    return _after(sig.call, after).schedule(*sig.args, **sig.kwargs)
 
 
 def chain(*pieces: Signature) -> list[JobHandle]:

@@ -94,6 +94,9 @@ class EventStream:
         if was_empty:
             self._wake.set()
 
+    def pending(self) -> int:
+        return len(self._buffer)
+
     def flush(self) -> int:
         """Write every buffered event (bounded script calls); return how many were written.
         On a Redis error the events not yet written go back to the buffer.

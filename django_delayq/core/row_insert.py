@@ -104,11 +104,8 @@ def insert(row: Job, using: str) -> None:
     if not _ONLY_PLAIN:
         row.save(force_insert=True, using=using)
         return
-    st, connection = _statement(using), connections[using]
-    values = [prep(getattr(row, f.attname), connection)
-              for f, prep in zip(st.fields, st.prepare)]
-    with connection.cursor() as cursor:
-        cursor.execute(st.sql, values)
+    with connections[using].cursor() as cursor:
+        cursor.execute(_statement(using).sql, params(row, using))
     row._state.adding = False
     row._state.db = using
 
