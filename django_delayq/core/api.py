@@ -114,12 +114,8 @@ def schedule(
     ``after``: jobs (handles or ids) that must succeed first; ``after_failure="run"``
     runs it even when one of them fails (docs/workflows.md).
     """
-    spec = JobSpec(args=args, kwargs=kwargs, queue=queue, delay=delay, at=at, key=key,
-                   on_conflict=on_conflict, priority=priority, timeout=timeout,
-                   expires=expires, retry_on=retry_on, atomic=atomic, group=group,
-                   max_attempts=max_attempts, backoff=backoff, after=after,
-                   after_failure=after_failure)
-    return _schedule(fn, spec, clash=True)
+    given = {name: value for name, value in locals().items() if name in options.NAMES}
+    return _schedule(fn, JobSpec(args=args, kwargs=kwargs, **given), clash=True)
 
 
 def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None = None,
@@ -189,11 +185,8 @@ def schedule_many(
     ``backoff`` take the path of ``schedule()``, one job at a time in one transaction
     (docs/workflows.md).
     """
-    call = JobOptions(queue=queue, max_attempts=max_attempts, backoff=backoff,
-                      priority=priority, timeout=timeout, expires=expires, retry_on=retry_on,
-                      atomic=atomic, group=group, after=after,
-                      after_failure=after_failure)
-    return _schedule_many(fn, specs, call, batch_size)
+    given = {name: value for name, value in locals().items() if name in options.NAMES}
+    return _schedule_many(fn, specs, JobOptions(**given), batch_size)
 
 
 def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call: JobOptions,

@@ -331,30 +331,25 @@ def _queues_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _shape_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
     """The settings with a structure: backoff, lists, URL, options, schedules, prefix."""
-    found = []
-    if why := backoff_mod.validate(merged["DEFAULT_BACKOFF"]):
-        found.append(("DEFAULT_BACKOFF", "DELAYQ['DEFAULT_BACKOFF'] %r: %s"
-                      % (merged["DEFAULT_BACKOFF"], why)))
-    found += [(key, msg) for key, msg in (
-        ("ALLOWED_CALLABLES", _allowed_problem(merged["ALLOWED_CALLABLES"])),
-        ("REDIS_URL", _url_problem(merged["REDIS_URL"])),
-        ("HTTP_CALLBACK_ALLOWED_NETWORKS", _networks(merged["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]),
-        ("REPORT_DIR", _report_dir_problem(merged["REPORT_DIR"])),
-    ) if msg]
-    found += [("QUEUE_OPTIONS", msg)
-              for msg in limits.queue_options_problems(_without_shards(merged["QUEUE_OPTIONS"]))]
-    found += [("QUEUE_OPTIONS", msg)
-              for msg in _shards_problems(merged["QUEUE_OPTIONS"], merged["QUEUES"])]
-    found += [("CALLABLE_LIMITS", msg) for msg in limits.callable_limits_problems(
-        merged["CALLABLE_LIMITS"], merged["ALLOWED_CALLABLES"])]
-    if msg := _retention(merged["RETENTION"])[1]:
-        found.append(("RETENTION", msg))
-    found += [("SCHEDULES", msg) for msg in schedules.settings_problems(merged["SCHEDULES"])]
-    prefix = merged["PREFIX"]
-    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
-        found.append(("PREFIX", "DELAYQ['PREFIX'] must be a non-empty string without braces, "
-                                "not %r" % (prefix,)))
-    return found
+    m, backoff, prefix = merged, merged["DEFAULT_BACKOFF"], merged["PREFIX"]
+    why = backoff_mod.validate(backoff)
+    prefix_ok = isinstance(prefix, str) and prefix and "{" not in prefix and "}" not in prefix
+    found: list[tuple[str, list[str | None]]] = [
+        ("DEFAULT_BACKOFF", [why and "DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)]),
+        ("ALLOWED_CALLABLES", [_allowed_problem(m["ALLOWED_CALLABLES"])]),
+        ("REDIS_URL", [_url_problem(m["REDIS_URL"])]),
+        ("HTTP_CALLBACK_ALLOWED_NETWORKS", [_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]]),
+        ("REPORT_DIR", [_report_dir_problem(m["REPORT_DIR"])]),
+        ("QUEUE_OPTIONS", [*limits.queue_options_problems(_without_shards(m["QUEUE_OPTIONS"])),
+                           *_shards_problems(m["QUEUE_OPTIONS"], m["QUEUES"])]),
+        ("CALLABLE_LIMITS", [*limits.callable_limits_problems(m["CALLABLE_LIMITS"],
+                                                               m["ALLOWED_CALLABLES"])]),
+        ("RETENTION", [_retention(m["RETENTION"])[1]]),
+        ("SCHEDULES", [*schedules.settings_problems(m["SCHEDULES"])]),
+        ("PREFIX", [None if prefix_ok else "DELAYQ['PREFIX'] must be a non-empty string "
+                                           "without braces, not %r" % (prefix,)]),
+    ]
+    return [(key, msg) for key, msgs in found for msg in msgs if msg]
 
 
 @cache
