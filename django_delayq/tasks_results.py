@@ -88,9 +88,7 @@ def run_after_of(row: Job) -> datetime | None:
     when later than its creation."""
     if row.scheduled_for is not None:
         return None if row.scheduled_for == row.created_at else row.scheduled_for
-    if row.attempts == 0 and row.run_at - row.created_at > DUE_PRECISION:
-        return row.run_at
-    return None
+    return row.run_at if row.attempts == 0 and row.run_at - row.created_at > DUE_PRECISION else None
 
 
 def enqueuing_alias(obj: object, alias: str) -> str:
@@ -229,9 +227,7 @@ def task_callable(task: AnyTask) -> Callable[..., object]:
                                   TaskResultStatus.RUNNING)  # the attempt running now
             args = (TaskContext(task_result=running), *args)
         value = task.func(*args, **kwargs)
-        if hasattr(value, "__await__"):
-            return _awaited_json(value)
-        return compat.normalize_json(value)
+        return _awaited_json(value) if hasattr(value, "__await__") else compat.normalize_json(value)
 
     return call
 

@@ -40,9 +40,7 @@ def _checked(pieces: Iterable[Any], what: str) -> list[Signature]:
 
 def _after(call: JobCall, parents: Sequence[str]) -> JobCall:
     """The call waiting for ``parents`` on top of its own ``after``."""
-    if not parents:
-        return call
-    return replace(call, after=[*parents, *parent_ids(call.after)])
+    return replace(call, after=[*parents, *parent_ids(call.after)]) if parents else call
 
 
 def schedule_signature(sig: Signature, after: Sequence[str] = ()) -> JobHandle:

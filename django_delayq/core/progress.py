@@ -115,7 +115,7 @@ class Reporter:
         self.writes += 1
         # In an event loop Django refuses a blocking query; in the job's transaction the
         # write would join it: the helper thread, on a connection of its own.
-        if _in_event_loop() or _in_transaction():
+        if _in_event_loop() or connections[router.db_for_write(Job)].in_atomic_block:
             self._futures.append(_helper().submit(self._write_logged, value))
         else:
             with self._write_lock:
@@ -161,10 +161,6 @@ def running(ctx: context.JobContext,
             reporter.finish()
         except Exception:  # noqa: BLE001 - never the job's outcome
             logger.exception("job %s: its last progress could not be written", ctx.id)
-
-
-def _in_transaction() -> bool:
-    return connections[router.db_for_write(Job)].in_atomic_block
 
 
 def _in_event_loop() -> bool:

@@ -36,9 +36,7 @@ def datetime_adapter(using: str) -> Callable[[datetime | None], Any]:
     def adapter(value: datetime | None) -> Any:
         if value is None:
             return None
-        if fast and value.tzinfo is UTC:
-            return str(value.replace(tzinfo=None))
-        return adapt(value)
+        return str(value.replace(tzinfo=None)) if fast and value.tzinfo is UTC else adapt(value)
 
     return adapter
 
@@ -51,9 +49,7 @@ def text_datetimes(using: str) -> str | None:
     conn = connections[using]
     if conn.vendor == "sqlite" and conn.timezone_name == "UTC":
         return "sqlite"
-    if conn.vendor == "postgresql" and _has_copy(conn):
-        return "copy"
-    return None
+    return "copy" if conn.vendor == "postgresql" and _has_copy(conn) else None
 
 
 def copy_escape(value: object) -> str:
