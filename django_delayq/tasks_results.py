@@ -156,18 +156,15 @@ def previous_attempts(row: Job | None, attempts: list[JobAttempt],
     with _recent_lock:
         recent = dict(_recent.get(row.pk, {})) if row is not None else {}
     by_number = {a.number: a for a in attempts if a.number <= upto}
-    errors, workers = [], []
+    errors, workers, default = [], [], row.worker_id if row is not None else ""
     for n in range(1, upto + 1):
         a = by_number.get(n)
-        if a is not None:
-            if a.error_type or a.error:
-                errors.append(task_error(a.error_type, a.error, a.traceback))
-            workers.append(a.worker_id or (row.worker_id if row else ""))
-        elif n in recent:
-            workers.append(recent[n][0])
+        if a is not None and (a.error_type or a.error):
+            errors.append(task_error(a.error_type, a.error, a.traceback))
+        if a is None and n in recent:
             errors.append(recent[n][1])
-        else:
-            workers.append(row.worker_id if row is not None else "")
+        remembered = recent.get(n, (default, None))[0]  # a retry whose row is not written yet
+        workers.append(remembered if a is None else a.worker_id or default)
     return errors, workers
 
 

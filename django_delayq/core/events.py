@@ -234,10 +234,6 @@ def flush() -> int:
 # -- signal receivers --------------------------------------------------------------------
 
 
-def _iso(value: object) -> str:
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
-
-
 def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fields:
     out: Fields = {"event": event, "job": str(kwargs.get("job_id", "")),
                    "queue": str(kwargs.get("queue", "")),
@@ -248,7 +244,8 @@ def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fiel
             out[key] = str(int(kwargs[name]) if name == "running" else kwargs[name])
     for name in ("run_at", "retry_at", "due_at"):
         if kwargs.get(name) is not None:
-            out[name] = _iso(kwargs[name])
+            value = kwargs[name]
+            out[name] = value.isoformat() if hasattr(value, "isoformat") else str(value)
     if kwargs.get("due_at") is not None and kwargs.get("started_at") is not None:
         late = (kwargs["started_at"] - kwargs["due_at"]).total_seconds() * 1000
         out["lateness_ms"] = "%.1f" % late
