@@ -81,8 +81,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
                                          % (task.queue_name, list(queues)))
 
     def check(self, **kwargs: object) -> Iterable[checks.CheckMessage]:
-        unknown = sorted(set(self.options) - OPTIONS)
-        if unknown:
+        if unknown := sorted(set(self.options) - OPTIONS):
             yield checks.Error("TASKS[%r]['OPTIONS'] has unknown key(s) %s" % (self.alias, unknown),
                                hint="Known: %s" % ", ".join(sorted(OPTIONS)), id="delayq.E101")
 

@@ -247,8 +247,7 @@ def _send(signal: Signal, result: AnyResult) -> None:
 
 def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
                started_at: datetime, **kwargs: object) -> None:
-    task = task_at(callable_path)
-    if task is not None:
+    if (task := task_at(callable_path)) is not None:
         _send(task_signals.task_started, live_result(
             task, job_id, attempt, worker_id, started_at, TaskResultStatus.RUNNING))
 

@@ -73,8 +73,7 @@ class Batch:
         """Forget keyed jobs that already exist: replaying the same input adds nothing."""
         if not self.keyed:
             return
-        existing = self.writer.existing(self.keyed, batch_size)
-        if existing:
+        if existing := self.writer.existing(self.keyed, batch_size):
             keep = [i for i, job in enumerate(self.jobs) if job.id not in existing]
             self.rows = [self.rows[i] for i in keep]
             self.jobs = [self.jobs[i] for i in keep]

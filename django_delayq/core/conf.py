@@ -183,8 +183,7 @@ def _allowed_problem(allowed: object) -> str | None:
     if not isinstance(allowed, (list, tuple)):
         return ("DELAYQ['ALLOWED_CALLABLES'] must be a list of module names such as "
                 "['shop.tasks'], not %r" % (allowed,))
-    bad = ["%r (%s)" % (entry, why) for entry in allowed if (why := name_problem(entry))]
-    if bad:
+    if bad := ["%r (%s)" % (entry, why) for entry in allowed if (why := name_problem(entry))]:
         return ("DELAYQ['ALLOWED_CALLABLES'] %r must list module names such as ['shop.tasks']; "
                 "not module names: %s" % (allowed, ", ".join(bad)))
     return None
@@ -230,8 +229,7 @@ def _retention(value: object) -> tuple[tuple[tuple[str, float], ...], str | None
         return (), ("DELAYQ['RETENTION'] must be None or a dict with keys %s (days, or None "
                     "to keep), not %r" % (", ".join(known), value))
     days = {**known, **value}
-    bad = {k: v for k, v in days.items() if v is not None and _positive(k, v)}
-    if bad:
+    if bad := {k: v for k, v in days.items() if v is not None and _positive(k, v)}:
         return (), ("DELAYQ['RETENTION'] %r: days must be numbers > 0 or None, not %s"
                     % (value, ", ".join("%s=%r" % kv for kv in bad.items())))
     return tuple((k.removesuffix("_days"), float(v)) for k, v in days.items()
@@ -355,8 +353,7 @@ def _shape_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
 @cache
 def get_settings() -> Settings:
     user = _user_settings()
-    found = problems(user)
-    if found:
+    if found := problems(user):
         raise ImproperlyConfigured("; ".join(msg for _, msg in found))
     m = {**DEFAULTS, **user}
     # checked above: the integers, flags and strings are used as they are, seconds as floats

@@ -295,8 +295,7 @@ def _on_scheduled(sender: object, **kwargs: object) -> None:
 def _add(item: Any) -> None:
     """Buffer formatted fields, or a raw event ``(event, ts, kwargs)``: the flusher formats
     (or folds) it, off the job path."""
-    stream = get_stream()
-    if stream is not None:
+    if (stream := get_stream()) is not None:
         stream.add(item)
 
 

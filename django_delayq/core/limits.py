@@ -143,8 +143,7 @@ def callable_limits_problems(value: object, allowed: object) -> list[str]:
             found.append("%s: not a job path such as 'shop.tasks.call_api' (%s)"
                          % (where, why or "no module part"))
             continue
-        module = path.rpartition(".")[0]
-        if module not in modules:
+        if (module := path.rpartition(".")[0]) not in modules:
             found.append("%s: module %r is not in DELAYQ['ALLOWED_CALLABLES'] %r: no such job "
                          "can run" % (where, module, sorted(modules)))
             continue

@@ -396,8 +396,7 @@ def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -
     """``InvalidJob`` when ``fn(*args, **kwargs)`` would fail to bind (a missing or an
     unexpected argument). A Django ``@task`` is checked against the function it wraps (its
     ``TaskContext`` excluded). Paths that passed ``registry.check_schedulable`` only."""
-    signature = registry.signature(path)
-    if signature is not None:
+    if (signature := registry.signature(path)) is not None:
         validation.bind(signature, path, args, kwargs)
 
 

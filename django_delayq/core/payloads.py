@@ -97,8 +97,7 @@ def read(jobs: Sequence[ClaimedJob]) -> Loaded:
             aside.append(Aside(job, NO_ROW, "no audit row with this id (never scheduled "
                                             "through django-delayq, or the row was deleted)"))
             continue
-        status = row[1]
-        if status not in LIVE_STATUSES:
+        if (status := row[1]) not in LIVE_STATUSES:
             aside.append(Aside(job, FINAL_ROW, "its audit row is %s, not live: it does not run "
                                                "again" % _printable(status)))
             continue

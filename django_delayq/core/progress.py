@@ -57,8 +57,7 @@ def check(value: object) -> str:
     if "\\u0000" in encoded or "\x00" in encoded:
         raise InvalidJob("report_progress(%s): a NUL character cannot be stored"
                          % validation.short(value))
-    size = validation.utf8_size(encoded)
-    if size > MAX_PROGRESS_BYTES:
+    if (size := validation.utf8_size(encoded)) > MAX_PROGRESS_BYTES:
         raise InvalidJob("report_progress(%s) is %d bytes of JSON, over the %d a progress "
                          "value may take; report a number or a few fields"
                          % (validation.short(value), size, MAX_PROGRESS_BYTES))

@@ -391,8 +391,7 @@ class Reconciler:
             return found
         alive = self._live.alive({w for w in owners if w})
         keep = [f for f, owner in zip(found, owners) if not owner or owner not in alive]
-        waiting = len(found) - len(keep)
-        if waiting:
+        if waiting := len(found) - len(keep):
             self.stats.waiting_on_live_worker += waiting
             logger.debug("reconciler: %d running row(s) missing from Redis left to their live "
                          "worker (audit flush pending)", waiting)

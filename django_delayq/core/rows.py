@@ -96,8 +96,7 @@ class RowWriter:
             "last_error": "", "traceback": "", "worker_id": "", "result": None,
             "cancel_requested": False, **options.COLUMN_DEFAULTS, "scheduled_for": None,
             "requeued_from": None, "progress": None, "parents_left": 0, "task_backend": ""}
-        missing = set(names) - set(const) - set(VARYING)
-        if missing:
+        if missing := set(names) - set(const) - set(VARYING):
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))
         self.template = [const.get(name) for name in names]
         self.slots = tuple(names.index(name) for name in VARYING)

@@ -233,8 +233,7 @@ def check_at(at: object, use_tz: bool) -> datetime:
     if not isinstance(at, datetime):
         raise InvalidJob("at must be a datetime, not %s" % short(at))
     try:
-        offset = at.utcoffset()
-        if offset is not None:
+        if (offset := at.utcoffset()) is not None:
             at.astimezone(UTC)
         at.timestamp()
     except (OverflowError, ValueError, OSError, TypeError) as exc:
