@@ -75,13 +75,12 @@ def _clocked(clock: Callable[[], int] = clock_ms) -> Engine:
 def use_test_clock() -> Iterator[Engine]:
     """Within the block, ``schedule()``/``cancel()``/… use the test clock (freezegun-aware)."""
     engine = _clocked()
-    with connection._lock:
-        previous, connection._engine = connection._engine, engine
+    previous = connection._engine
+    connection.set_engine(engine)
     try:
         yield engine
     finally:
-        with connection._lock:
-            connection._engine = previous
+        connection.set_engine(previous)
 
 
 # -- running due jobs synchronously ---------------------------------------------------

@@ -82,26 +82,14 @@ class JobHandle:
         return results.wait(self.id, timeout, poll)
 
 
-def schedule(
-    fn: Callable[..., Any] | str,
-    *args: object,
-    delay: float | timedelta | None = None,
-    at: datetime | None = None,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-    backoff: object = None,
-    key: str | None = None,
-    on_conflict: str = "keep",
-    priority: int = 0,
-    timeout: float | timedelta | None = None,
-    expires: datetime | float | timedelta | None = None,
-    retry_on: object = None,
-    atomic: bool | None = None,
-    group: str | None = None,
-    after: object = None,
-    after_failure: str = "cancel",
-    **kwargs: object,
-) -> JobHandle:
+def schedule(fn: Callable[..., Any] | str, *args: object,
+             delay: float | timedelta | None = None, at: datetime | None = None,
+             queue: str | None = None, max_attempts: int | None = None, backoff: object = None,
+             key: str | None = None, on_conflict: str = "keep", priority: int = 0,
+             timeout: float | timedelta | None = None,
+             expires: datetime | float | timedelta | None = None, retry_on: object = None,
+             atomic: bool | None = None, group: str | None = None, after: object = None,
+             after_failure: str = "cancel", **kwargs: object) -> JobHandle:
     """Run ``fn(*args, **kwargs)`` after ``delay`` (seconds or timedelta) or ``at``.
 
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
@@ -159,23 +147,13 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     return JobHandle(row.id, row.queue)
 
 
-def schedule_many(
-    fn: Callable[..., Any] | str,
-    specs: Iterable[JobSpec],
-    *,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-    backoff: object = None,
-    priority: int | None = None,
-    timeout: float | timedelta | None = None,
-    expires: datetime | float | timedelta | None = None,
-    retry_on: object = None,
-    atomic: bool | None = None,
-    group: str | None = None,
-    batch_size: int = 1000,
-    after: object = None,
-    after_failure: str = "cancel",
-) -> list[str]:
+def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
+                  queue: str | None = None, max_attempts: int | None = None,
+                  backoff: object = None, priority: int | None = None,
+                  timeout: float | timedelta | None = None,
+                  expires: datetime | float | timedelta | None = None, retry_on: object = None,
+                  atomic: bool | None = None, group: str | None = None, batch_size: int = 1000,
+                  after: object = None, after_failure: str = "cancel") -> list[str]:
     """Schedule one job per spec with bulk inserts and one Redis call per batch.
 
     Specs with a ``key`` whose job already exists are skipped (their id is still

@@ -362,20 +362,16 @@ def get_settings() -> Settings:
     seconds = (*_POSITIVE, "JOB_TIMEOUT_SECONDS")
     values: dict[str, Any] = {key.lower(): m[key] for key in plain}
     values.update((key.lower(), None if m[key] is None else float(m[key])) for key in seconds)
+    allowed = m["ALLOWED_CALLABLES"]
     return Settings(
-        **values,
+        **values, queues=tuple(m["QUEUES"]), raw=dict(user),
         redis_url=m["REDIS_URL"] or os.environ.get("DELAYQ_REDIS_URL") or None,
-        queues=tuple(m["QUEUES"]),
-        allowed_callables=None if m["ALLOWED_CALLABLES"] is None
-        else tuple(m["ALLOWED_CALLABLES"]),
+        allowed_callables=None if allowed is None else tuple(allowed),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
         report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
         queue_options=limits.parse_all(_without_shards(m["QUEUE_OPTIONS"])),
-        queue_shards=_shards(m["QUEUE_OPTIONS"]),
-        callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]),
-        retention=_retention(m["RETENTION"])[0],
-        raw=dict(user),
-    )
+        queue_shards=_shards(m["QUEUE_OPTIONS"]), retention=_retention(m["RETENTION"])[0],
+        callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]))
 
 
 @receiver(setting_changed)

@@ -122,10 +122,8 @@ def path_of(fn: object) -> str:
     if qualname == "<lambda>" or "<lambda>" in qualname:
         raise InvalidJob("%r is a lambda; schedule a module-level function instead" % (fn,))
     if "<locals>" in qualname:
-        raise InvalidJob(
-            "%s.%s is a nested function or closure; a worker cannot import it. Move it to "
-            "module level." % (module, qualname)
-        )
+        raise InvalidJob("%s.%s is a nested function or closure; a worker cannot import it. "
+                         "Move it to module level." % (module, qualname))
     if inspect.ismethod(target):
         raise InvalidJob("%r is a bound method; schedule a module-level function" % (fn,))
     if module == "__main__":

@@ -240,10 +240,9 @@ def check_at(at: object, use_tz: bool) -> datetime:
         raise InvalidJob("at=%s cannot be converted to a time (%s); use a year from 1 to "
                          "9999" % (short(at), exc)) from None
     if use_tz and offset is None:
-        raise InvalidJob(
-            "at=%s is a naive datetime while USE_TZ=True; pass an aware one "
-            "(django.utils.timezone.make_aware or datetime(..., tzinfo=...))" % at.isoformat()
-        )
+        raise InvalidJob("at=%s is a naive datetime while USE_TZ=True; pass an aware one "
+                         "(django.utils.timezone.make_aware or datetime(..., tzinfo=...))"
+                         % at.isoformat())
     if at.timestamp() - time.time() > MAX_DELAY_SECONDS:
         raise InvalidJob("at=%s is more than 100 years from now (at most %d seconds ahead, "
                          "as delay)" % (at.isoformat(), MAX_DELAY_SECONDS))
