@@ -35,9 +35,8 @@ class Job(models.Model):
     args = models.JSONField(_("args"), default=list)
     kwargs = models.JSONField(_("kwargs"), default=dict)
     key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
-    status = models.CharField(
-        _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.SCHEDULED
-    )
+    status = models.CharField(_("status"), max_length=16, choices=JobStatus.choices,
+                              default=JobStatus.SCHEDULED)
     run_at = models.DateTimeField(_("due at"), help_text=_("Due time of the current attempt."))
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
@@ -141,9 +140,8 @@ class Job(models.Model):
 class JobAttempt(models.Model):
     """One failed or lost delivery of a job (successful attempts live on the job row)."""
 
-    job = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="attempt_history", db_constraint=False
-    )
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_history",
+                            db_constraint=False)
     number = models.PositiveIntegerField(_("attempt"))
     outcome = models.CharField(_("outcome"), max_length=16, choices=JobStatus.choices)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)

@@ -175,7 +175,7 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
             return [_schedule(fn, spec.under(call)).id for spec in specs]
     c = call.check(fn)
     using = router.db_for_write(Job)
-    batch = bulk.build(using, specs, call=c, max_payload=get_settings().max_payload_bytes)
+    batch = bulk.Batch(using, specs, call=c, max_payload=get_settings().max_payload_bytes)
     batch.drop_existing(batch_size)
     with transaction.atomic(using=using):
         batch.insert(batch_size)

@@ -76,7 +76,6 @@ class EventStream:
         self._lock = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time: see flush()
         self._wake = threading.Event()
-        self._stopped = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.dropped = 0
@@ -145,7 +144,6 @@ class EventStream:
 
     def close(self) -> None:
         """Stop the thread after a last flush (atexit; tests)."""
-        self._stopped = True
         self._stop.set()
         self._wake.set()
         thread = self._thread
@@ -163,7 +161,7 @@ class EventStream:
             self._wake.set()
 
     def _ensure_thread(self) -> None:
-        if self._thread is not None or self._stopped:
+        if self._thread is not None or self._stop.is_set():
             return
         with self._lock:
             if self._thread is None:
@@ -172,10 +170,10 @@ class EventStream:
                 self._thread.start()
 
     def _run(self) -> None:
-        while not self._stopped:
+        while not self._stop.is_set():
             self._wake.wait()
             self._wake.clear()
-            if self._stopped:
+            if self._stop.is_set():
                 return
             self._stop.wait(self.flush_seconds)  # coalesce: one pipeline per interval
             try:
