@@ -74,11 +74,9 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
                                          % (task.run_after,))
             task = dataclasses.replace(task, run_after=None)
         super().validate_task(task)
-        if not self.own_queues:
-            queues = get_settings().queues
-            if task.queue_name not in queues:
-                raise compat.InvalidTask("Queue %r is not in DELAYQ['QUEUES'] %r"
-                                         % (task.queue_name, list(queues)))
+        if not self.own_queues and task.queue_name not in (queues := get_settings().queues):
+            raise compat.InvalidTask("Queue %r is not in DELAYQ['QUEUES'] %r"
+                                     % (task.queue_name, list(queues)))
 
     def check(self, **kwargs: object) -> Iterable[checks.CheckMessage]:
         if unknown := sorted(set(self.options) - OPTIONS):

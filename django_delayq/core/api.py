@@ -278,10 +278,9 @@ def cancel(job_id: str) -> CancelOutcome:
                                                              JobStatus.RETRYING):
         # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides.
         outcome = CancelOutcome.CANCELLED
-        queue, jid = row.queue, row.id
         # Redis's side, after the job's own send when this transaction scheduled it
         commit_batch.after_sends(router.db_for_write(Job),
-                                 lambda: get_engine().cancel(queue, jid))
+                                 lambda: get_engine().cancel(row.queue, row.id))
     if row.status == JobStatus.WAITING:  # not in Redis until its parents release it
         outcome = CancelOutcome.CANCELLED
     if outcome is not CancelOutcome.NOT_FOUND:

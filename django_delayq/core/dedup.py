@@ -131,8 +131,7 @@ def _replace(old: Job, new_id: str, using: str) -> None:
         if outcome is CancelOutcome.NOT_FOUND and old.status in (JobStatus.SCHEDULED,
                                                                  JobStatus.RETRYING):
             outcome = CancelOutcome.CANCELLED
-            queue, jid = old.queue, old.id
-            commit_batch.after_sends(using, lambda: get_engine().cancel(queue, jid))
+            commit_batch.after_sends(using, lambda: get_engine().cancel(old.queue, old.id))
     if outcome is not CancelOutcome.CANCELLED:
         return  # running (or its end not recorded yet): it runs on, the key moves on
     now, reason = timezone.now(), "replaced by %s" % new_id

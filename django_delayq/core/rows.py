@@ -76,7 +76,7 @@ class PreparedInsert:
     """An INSERT statement and its parameter rows (``RowWriter.prepare_columns``)."""
 
     sql: str
-    rows: list[tuple[Any, ...]]
+    rows: Sequence[Sequence[Any]]
 
 
 class RowWriter:
@@ -134,9 +134,7 @@ class RowWriter:
             self._copy(conn, rows)
             return
         sql = self._insert_sql(conn, ignore_conflicts, ", ".join(["%s"] * len(self.fields)))
-        with conn.cursor() as cursor:
-            for i in range(0, len(rows), batch_size):
-                cursor.executemany(sql, rows[i:i + batch_size])
+        self.insert_prepared(PreparedInsert(sql=sql, rows=rows), batch_size)
 
     def _columns(self, conn: BaseDatabaseWrapper) -> str:
         return ", ".join(conn.ops.quote_name(str(f.column)) for f in self.fields)
