@@ -63,14 +63,15 @@ TaskResult: type[AnyResult] = base.TaskResult
 TaskResultStatus: type[TaskResultStatusT] = base.TaskResultStatus
 
 STATUS = {
-    JobStatus.SCHEDULED: TaskResultStatus.READY,
-    JobStatus.RETRYING: TaskResultStatus.READY,  # "ready to be executed again"
+    # retrying: "ready to be executed again"; waiting: for its parents (after=...)
+    **dict.fromkeys((JobStatus.SCHEDULED, JobStatus.RETRYING, JobStatus.WAITING),
+                    TaskResultStatus.READY),
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
-    JobStatus.DEAD: TaskResultStatus.FAILED,
-    JobStatus.CANCELLED: TaskResultStatus.FAILED,  # "unable to start" (or not retried)
-    JobStatus.EXPIRED: TaskResultStatus.FAILED,  # not started before its expiry: never ran
-    JobStatus.WAITING: TaskResultStatus.READY,  # waits for its parents (after=...)
+    # cancelled: "unable to start" (or not retried); expired: not started before its
+    # expiry, never ran
+    **dict.fromkeys((JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED),
+                    TaskResultStatus.FAILED),
 }
 # A row's due time later than its creation by more than this was a run_after.
 DUE_PRECISION = timedelta(milliseconds=1)
