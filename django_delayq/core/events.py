@@ -241,18 +241,16 @@ def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fiel
         if name in kwargs:
             out[key] = str(int(kwargs[name]) if name == "running" else kwargs[name])
     for name in ("run_at", "retry_at", "due_at"):
-        if kwargs.get(name) is not None:
-            value = kwargs[name]
+        if (value := kwargs.get(name)) is not None:
             out[name] = value.isoformat() if hasattr(value, "isoformat") else str(value)
     if kwargs.get("due_at") is not None and kwargs.get("started_at") is not None:
         late = (kwargs["started_at"] - kwargs["due_at"]).total_seconds() * 1000
         out["lateness_ms"] = "%.1f" % late
     if kwargs.get("duration") is not None:
         out["duration_ms"] = "%.1f" % (float(kwargs["duration"]) * 1000)
-    if kwargs.get("error_type"):
-        out["error_type"] = str(kwargs["error_type"])[:ERROR_CHARS]
-    if kwargs.get("error"):
-        out["error"] = str(kwargs["error"])[:ERROR_CHARS]
+    for name in ("error_type", "error"):
+        if kwargs.get(name):
+            out[name] = str(kwargs[name])[:ERROR_CHARS]
     return out
 
 
