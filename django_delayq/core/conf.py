@@ -236,7 +236,7 @@ def _retention(value: object) -> tuple[tuple[tuple[str, float], ...], str | None
                  if v is not None), None
 
 
-def _without_shards(options: Any) -> Any:
+def _without_shards(options: object) -> Any:
     """QUEUE_OPTIONS without the ``shards`` of each entry (``limits`` checks the rest)."""
     if not isinstance(options, dict):
         return options

@@ -288,11 +288,11 @@ def _on_scheduled(sender: object, **kwargs: object) -> None:
     transaction.on_commit(lambda: _add(fields), using=router.db_for_write(Job))
 
 
-def _add(item: Any) -> None:
+def _add(item: Fields | tuple[str, float, dict[str, Any]]) -> None:
     """Buffer formatted fields, or a raw event ``(event, ts, kwargs)``: the flusher formats
     (or folds) it, off the job path."""
     if (stream := get_stream()) is not None:
-        stream.add(item)
+        stream.add(item)  # type: ignore[arg-type]
 
 
 def _receiver(event: str) -> Callable[..., None]:

@@ -218,7 +218,7 @@ def signature(path: str) -> inspect.Signature | None:
     return found
 
 
-def _function(obj: Any) -> Any:
+def _function(obj: object) -> Any:
     """The function a Django ``Task`` wraps (the Tasks framework installed), else ``obj``."""
     task = compat.tasks_base.Task if compat.tasks_base is not None else None
     return obj.func if task is not None and isinstance(obj, task) else obj
