@@ -74,15 +74,12 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
                                          % (task.run_after,))
             task = dataclasses.replace(task, run_after=None)
         super().validate_task(task)
-        if not self.own_queues:
-            queues = get_settings().queues
-            if task.queue_name not in queues:
-                raise compat.InvalidTask("Queue %r is not in DELAYQ['QUEUES'] %r"
-                                         % (task.queue_name, list(queues)))
+        if not self.own_queues and task.queue_name not in (queues := get_settings().queues):
+            raise compat.InvalidTask("Queue %r is not in DELAYQ['QUEUES'] %r"
+                                     % (task.queue_name, list(queues)))
 
     def check(self, **kwargs: object) -> Iterable[checks.CheckMessage]:
-        unknown = sorted(set(self.options) - OPTIONS)
-        if unknown:
+        if unknown := sorted(set(self.options) - OPTIONS):
             yield checks.Error("TASKS[%r]['OPTIONS'] has unknown key(s) %s" % (self.alias, unknown),
                                hint="Known: %s" % ", ".join(sorted(OPTIONS)), id="delayq.E101")
 

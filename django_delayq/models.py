@@ -28,17 +28,6 @@ UNFINISHED_STATUSES = (JobStatus.WAITING, *LIVE_STATUSES)
 FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 
 
-class JobQuerySet(models.QuerySet["Job"]):
-    def live(self) -> JobQuerySet:
-        return self.filter(status__in=LIVE_STATUSES)
-
-    def final(self) -> JobQuerySet:
-        return self.filter(status__in=FINAL_STATUSES)
-
-    def for_queue(self, queue: str) -> JobQuerySet:
-        return self.filter(queue=queue)
-
-
 class Job(models.Model):
     id = models.CharField(_("id"), max_length=26, primary_key=True, editable=False)
     queue = models.CharField(_("queue"), max_length=100)
@@ -46,9 +35,8 @@ class Job(models.Model):
     args = models.JSONField(_("args"), default=list)
     kwargs = models.JSONField(_("kwargs"), default=dict)
     key = models.CharField(_("idempotency key"), max_length=255, null=True, blank=True)
-    status = models.CharField(
-        _("status"), max_length=16, choices=JobStatus.choices, default=JobStatus.SCHEDULED
-    )
+    status = models.CharField(_("status"), max_length=16, choices=JobStatus.choices,
+                              default=JobStatus.SCHEDULED)
     run_at = models.DateTimeField(_("due at"), help_text=_("Due time of the current attempt."))
     created_at = models.DateTimeField(_("created at"), default=timezone.now)
     updated_at = models.DateTimeField(_("updated at"), default=timezone.now)
@@ -103,8 +91,6 @@ class Job(models.Model):
         help_text=_("The function runs in one transaction with the write of its success: "
                     "its writes to this database commit once."))
 
-    objects = JobQuerySet.as_manager()
-
     class Meta:
         verbose_name = _("job")
         verbose_name_plural = _("jobs")
@@ -154,9 +140,8 @@ class Job(models.Model):
 class JobAttempt(models.Model):
     """One failed or lost delivery of a job (successful attempts live on the job row)."""
 
-    job = models.ForeignKey(
-        Job, on_delete=models.CASCADE, related_name="attempt_history", db_constraint=False
-    )
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempt_history",
+                            db_constraint=False)
     number = models.PositiveIntegerField(_("attempt"))
     outcome = models.CharField(_("outcome"), max_length=16, choices=JobStatus.choices)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)

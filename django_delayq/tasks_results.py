@@ -35,8 +35,8 @@ from django.utils import timezone
 
 from django_delayq import compat, signals
 from django_delayq.core import registry
-from django_delayq.core.context import JobContext, current_job
-from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.core.context import current_job
+from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 
 if TYPE_CHECKING:  # the backport's classes; Django 6.x's django.tasks has the same ones
     from django.dispatch import Signal
@@ -63,16 +63,16 @@ TaskResult: type[AnyResult] = base.TaskResult
 TaskResultStatus: type[TaskResultStatusT] = base.TaskResultStatus
 
 STATUS = {
-    JobStatus.SCHEDULED: TaskResultStatus.READY,
-    JobStatus.RETRYING: TaskResultStatus.READY,  # "ready to be executed again"
+    # retrying: "ready to be executed again"; waiting: for its parents (after=...)
+    **dict.fromkeys((JobStatus.SCHEDULED, JobStatus.RETRYING, JobStatus.WAITING),
+                    TaskResultStatus.READY),
     JobStatus.RUNNING: TaskResultStatus.RUNNING,
     JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
-    JobStatus.DEAD: TaskResultStatus.FAILED,
-    JobStatus.CANCELLED: TaskResultStatus.FAILED,  # "unable to start" (or not retried)
-    JobStatus.EXPIRED: TaskResultStatus.FAILED,  # not started before its expiry: never ran
-    JobStatus.WAITING: TaskResultStatus.READY,  # waits for its parents (after=...)
+    # cancelled: "unable to start" (or not retried); expired: not started before its
+    # expiry, never ran
+    **dict.fromkeys((JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED),
+                    TaskResultStatus.FAILED),
 }
-FINAL = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 # A row's due time later than its creation by more than this was a run_after.
 DUE_PRECISION = timedelta(milliseconds=1)
 REMEMBERED_JOBS = 10_000
@@ -89,9 +89,7 @@ def run_after_of(row: Job) -> datetime | None:
     when later than its creation."""
     if row.scheduled_for is not None:
         return None if row.scheduled_for == row.created_at else row.scheduled_for
-    if row.attempts == 0 and row.run_at - row.created_at > DUE_PRECISION:
-        return row.run_at
-    return None
+    return row.run_at if row.attempts == 0 and row.run_at - row.created_at > DUE_PRECISION else None
 
 
 def enqueuing_alias(obj: object, alias: str) -> str:
@@ -152,18 +150,6 @@ _recent: dict[str, dict[int, tuple[str, TaskErrorT]]] = {}  # job id -> attempt 
 _recent_lock = threading.Lock()
 
 
-def remember_retry(job_id: str, attempt: int, worker_id: str, error: TaskErrorT) -> None:
-    with _recent_lock:
-        _recent.setdefault(job_id, {})[attempt] = (worker_id, error)
-        while len(_recent) > REMEMBERED_JOBS:
-            del _recent[next(iter(_recent))]
-
-
-def forget(job_id: str) -> None:
-    with _recent_lock:
-        _recent.pop(job_id, None)
-
-
 def previous_attempts(row: Job | None, attempts: list[JobAttempt],
                       upto: int) -> tuple[list[TaskErrorT], list[str]]:
     """Errors and worker ids of attempts ``1..upto``: rows first, then what this process
@@ -171,18 +157,15 @@ def previous_attempts(row: Job | None, attempts: list[JobAttempt],
     with _recent_lock:
         recent = dict(_recent.get(row.pk, {})) if row is not None else {}
     by_number = {a.number: a for a in attempts if a.number <= upto}
-    errors, workers = [], []
+    errors, workers, default = [], [], row.worker_id if row is not None else ""
     for n in range(1, upto + 1):
         a = by_number.get(n)
-        if a is not None:
-            if a.error_type or a.error:
-                errors.append(task_error(a.error_type, a.error, a.traceback))
-            workers.append(a.worker_id or (row.worker_id if row else ""))
-        elif n in recent:
-            workers.append(recent[n][0])
+        if a is not None and (a.error_type or a.error):
+            errors.append(task_error(a.error_type, a.error, a.traceback))
+        if a is None and n in recent:
             errors.append(recent[n][1])
-        else:
-            workers.append(row.worker_id if row is not None else "")
+        remembered = recent.get(n, (default, None))[0]  # a retry whose row is not written yet
+        workers.append(remembered if a is None else a.worker_id or default)
     return errors, workers
 
 
@@ -201,7 +184,7 @@ def stored_result(row: Job, attempts: list[JobAttempt], alias: str,
         task=task, id=row.pk, status=STATUS[JobStatus(row.status)],
         enqueued_at=row.created_at, started_at=first_start,
         last_attempted_at=row.started_at,
-        finished_at=row.finished_at if row.status in FINAL else None,
+        finished_at=row.finished_at if row.status in FINAL_STATUSES else None,
         args=row.args, kwargs=row.kwargs, backend=task.backend, errors=errors,
         worker_ids=workers)
     if row.status == JobStatus.SUCCEEDED:
@@ -238,23 +221,17 @@ def task_callable(task: AnyTask) -> Callable[..., object]:
             if ctx is None:
                 raise RuntimeError("%s takes a context: it runs only as a job"
                                    % task.module_path)
-            args = (TaskContext(task_result=running_result(task, ctx)), *args)
+            running = live_result(task, ctx.id, ctx.attempt, ctx.worker_id, timezone.now(),
+                                  TaskResultStatus.RUNNING)  # the attempt running now
+            args = (TaskContext(task_result=running), *args)
         value = task.func(*args, **kwargs)
-        if hasattr(value, "__await__"):
-            return _awaited_json(value)
-        return compat.normalize_json(value)
+        return _awaited_json(value) if hasattr(value, "__await__") else compat.normalize_json(value)
 
     return call
 
 
 async def _awaited_json(awaitable: Awaitable[object]) -> object:
     return compat.normalize_json(await awaitable)
-
-
-def running_result(task: AnyTask, ctx: JobContext) -> AnyResult:
-    """The ``TaskResult`` of the attempt running now (``context.attempt == ctx.attempt``)."""
-    return live_result(task, ctx.id, ctx.attempt, ctx.worker_id, timezone.now(),
-                       TaskResultStatus.RUNNING)
 
 
 # -- Django's task_started / task_finished from the worker's signals ---------------------
@@ -271,8 +248,7 @@ def _send(signal: Signal, result: AnyResult) -> None:
 
 def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
                started_at: datetime, **kwargs: object) -> None:
-    task = task_at(callable_path)
-    if task is not None:
+    if (task := task_at(callable_path)) is not None:
         _send(task_signals.task_started, live_result(
             task, job_id, attempt, worker_id, started_at, TaskResultStatus.RUNNING))
 
@@ -280,41 +256,37 @@ def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
 def on_retrying(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
                 error: str, error_type: str, **kwargs: object) -> None:
     if task_at(callable_path) is not None:
-        remember_retry(job_id, attempt, worker_id, task_error(error_type, error, ""))
+        with _recent_lock:
+            _recent.setdefault(job_id, {})[attempt] = (worker_id,
+                                                       task_error(error_type, error, ""))
+            while len(_recent) > REMEMBERED_JOBS:
+                del _recent[next(iter(_recent))]
 
 
-def on_succeeded(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
-                 result: object, **kwargs: object) -> None:
-    _finished(job_id, callable_path, attempt, worker_id, TaskResultStatus.SUCCESSFUL,
-              return_value=result)
-
-
-def on_dead(*, job_id: str, callable_path: str, attempt: int, worker_id: str, error: str,
-            error_type: str, **kwargs: object) -> None:
-    _finished(job_id, callable_path, attempt, worker_id, TaskResultStatus.FAILED,
-              error=task_error(error_type, error, ""))
-
-
-def _finished(job_id: str, path: str, attempt: int, worker_id: str,
-              status: TaskResultStatusT, return_value: object = None,
-              error: TaskErrorT | None = None) -> None:
-    task = task_at(path)
+def on_finished(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
+                result: object = None, error: str | None = None, error_type: str = "",
+                **kwargs: object) -> None:
+    """``job_succeeded`` (its ``result``) and ``job_dead`` (its ``error``, ``error_type``)."""
+    task = task_at(callable_path)
     if task is None:
         return
     now = timezone.now()
-    result = live_result(task, job_id, attempt, worker_id, now, status)
-    if error is not None:
-        result.errors.append(error)
-    object.__setattr__(result, "finished_at", now)
-    object.__setattr__(result, "_return_value", return_value)
-    forget(job_id)
-    if error is None:
-        _send(task_signals.task_finished, result)
+    failure = None if error is None else task_error(error_type, error, "")
+    status = TaskResultStatus.SUCCESSFUL if failure is None else TaskResultStatus.FAILED
+    finished = live_result(task, job_id, attempt, worker_id, now, status)
+    if failure is not None:
+        finished.errors.append(failure)
+    object.__setattr__(finished, "finished_at", now)
+    object.__setattr__(finished, "_return_value", result)
+    with _recent_lock:
+        _recent.pop(job_id, None)
+    if failure is None:
+        _send(task_signals.task_finished, finished)
         return
     try:  # Django's receivers log sys.exc_info() with a FAILED result
-        raise TaskFailed(error.traceback)
+        raise TaskFailed(failure.traceback)
     except TaskFailed:
-        _send(task_signals.task_finished, result)
+        _send(task_signals.task_finished, finished)
 
 
 class TaskFailed(Exception):
@@ -325,7 +297,6 @@ class TaskFailed(Exception):
 def connect(sender: type) -> None:
     """Observe the worker's lifecycle signals, sending Django's as ``sender`` (idempotent)."""
     _sender[:] = [sender]
-    signals.observe(signals.job_started, on_started)
-    signals.observe(signals.job_retrying, on_retrying)
-    signals.observe(signals.job_succeeded, on_succeeded)
-    signals.observe(signals.job_dead, on_dead)
+    for signal, fn in ((signals.job_started, on_started), (signals.job_retrying, on_retrying),
+                       (signals.job_succeeded, on_finished), (signals.job_dead, on_finished)):
+        signals.observe(signal, fn)

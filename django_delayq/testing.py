@@ -35,6 +35,7 @@ from django_delayq.core import connection, payloads
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.core.reconcile import Reconciler
+from django_delayq.core.validation import at_ms
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobStatus
@@ -74,21 +75,12 @@ def _clocked(clock: Callable[[], int] = clock_ms) -> Engine:
 def use_test_clock() -> Iterator[Engine]:
     """Within the block, ``schedule()``/``cancel()``/… use the test clock (freezegun-aware)."""
     engine = _clocked()
-    with connection._lock:
-        previous, connection._engine = connection._engine, engine
+    previous = connection._engine
+    connection.set_engine(engine)
     try:
         yield engine
     finally:
-        with connection._lock:
-            connection._engine = previous
-
-
-def _to_ms(now: datetime | None) -> int | None:
-    if now is None:
-        return None
-    if now.tzinfo is None:
-        now = now.replace(tzinfo=UTC)
-    return int(now.timestamp() * 1000)
+        connection.set_engine(previous)
 
 
 # -- running due jobs synchronously ---------------------------------------------------
@@ -103,12 +95,12 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     from django_delayq.worker.settle import Settler  # lazy: apps.ready imports testing
 
     settings = get_settings()
-    fixed = _to_ms(now)
+    fixed = None if now is None else at_ms(now if now.tzinfo else now.replace(tzinfo=UTC))
     clock = clock_ms if fixed is None else (lambda: fixed)
     engine = _clocked(clock)
     names = tuple(queues or settings.queues)
-    if flush_outbox:
-        _flush_outbox(engine, settings, names)
+    if flush_outbox:  # live rows Redis does not hold (their on-commit enqueue never fired)
+        Reconciler(engine, settings, names).run_all(grace_seconds=0.0)
     audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
     settler = Settler(engine, settings, audit, WORKER_ID)
     ran = 0
@@ -169,11 +161,6 @@ def _tick_freezegun(delta: timedelta) -> bool:
         return False
     factories[-1].tick(delta)
     return True
-
-
-def _flush_outbox(engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
-    """Enqueue live rows Redis does not hold (their on-commit enqueue never fired)."""
-    Reconciler(engine, settings, queues).run_all(grace_seconds=0.0)
 
 
 def execute(job: ClaimedJob, settings: Settings) -> outcome.Outcome:

@@ -82,26 +82,14 @@ class JobHandle:
         return results.wait(self.id, timeout, poll)
 
 
-def schedule(
-    fn: Callable[..., Any] | str,
-    *args: object,
-    delay: float | timedelta | None = None,
-    at: datetime | None = None,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-    backoff: object = None,
-    key: str | None = None,
-    on_conflict: str = "keep",
-    priority: int = 0,
-    timeout: float | timedelta | None = None,
-    expires: datetime | float | timedelta | None = None,
-    retry_on: object = None,
-    atomic: bool | None = None,
-    group: str | None = None,
-    after: object = None,
-    after_failure: str = "cancel",
-    **kwargs: object,
-) -> JobHandle:
+def schedule(fn: Callable[..., Any] | str, *args: object,
+             delay: float | timedelta | None = None, at: datetime | None = None,
+             queue: str | None = None, max_attempts: int | None = None, backoff: object = None,
+             key: str | None = None, on_conflict: str = "keep", priority: int = 0,
+             timeout: float | timedelta | None = None,
+             expires: datetime | float | timedelta | None = None, retry_on: object = None,
+             atomic: bool | None = None, group: str | None = None, after: object = None,
+             after_failure: str = "cancel", **kwargs: object) -> JobHandle:
     """Run ``fn(*args, **kwargs)`` after ``delay`` (seconds or timedelta) or ``at``.
 
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
@@ -114,12 +102,8 @@ def schedule(
     ``after``: jobs (handles or ids) that must succeed first; ``after_failure="run"``
     runs it even when one of them fails (docs/workflows.md).
     """
-    spec = JobSpec(args=args, kwargs=kwargs, queue=queue, delay=delay, at=at, key=key,
-                   on_conflict=on_conflict, priority=priority, timeout=timeout,
-                   expires=expires, retry_on=retry_on, atomic=atomic, group=group,
-                   max_attempts=max_attempts, backoff=backoff, after=after,
-                   after_failure=after_failure)
-    return _schedule(fn, spec, clash=True)
+    given = {name: value for name, value in locals().items() if name in options.NAMES}
+    return _schedule(fn, JobSpec(args=args, kwargs=kwargs, **given), clash=True)
 
 
 def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None = None,
@@ -163,23 +147,13 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     return JobHandle(row.id, row.queue)
 
 
-def schedule_many(
-    fn: Callable[..., Any] | str,
-    specs: Iterable[JobSpec],
-    *,
-    queue: str | None = None,
-    max_attempts: int | None = None,
-    backoff: object = None,
-    priority: int | None = None,
-    timeout: float | timedelta | None = None,
-    expires: datetime | float | timedelta | None = None,
-    retry_on: object = None,
-    atomic: bool | None = None,
-    group: str | None = None,
-    batch_size: int = 1000,
-    after: object = None,
-    after_failure: str = "cancel",
-) -> list[str]:
+def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
+                  queue: str | None = None, max_attempts: int | None = None,
+                  backoff: object = None, priority: int | None = None,
+                  timeout: float | timedelta | None = None,
+                  expires: datetime | float | timedelta | None = None, retry_on: object = None,
+                  atomic: bool | None = None, group: str | None = None, batch_size: int = 1000,
+                  after: object = None, after_failure: str = "cancel") -> list[str]:
     """Schedule one job per spec with bulk inserts and one Redis call per batch.
 
     Specs with a ``key`` whose job already exists are skipped (their id is still
@@ -189,11 +163,8 @@ def schedule_many(
     ``backoff`` take the path of ``schedule()``, one job at a time in one transaction
     (docs/workflows.md).
     """
-    call = JobOptions(queue=queue, max_attempts=max_attempts, backoff=backoff,
-                      priority=priority, timeout=timeout, expires=expires, retry_on=retry_on,
-                      atomic=atomic, group=group, after=after,
-                      after_failure=after_failure)
-    return _schedule_many(fn, specs, call, batch_size)
+    given = {name: value for name, value in locals().items() if name in options.NAMES}
+    return _schedule_many(fn, specs, JobOptions(**given), batch_size)
 
 
 def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call: JobOptions,
@@ -204,7 +175,7 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
             return [_schedule(fn, spec.under(call)).id for spec in specs]
     c = call.check(fn)
     using = router.db_for_write(Job)
-    batch = bulk.build(using, specs, call=c, max_payload=get_settings().max_payload_bytes)
+    batch = bulk.Batch(using, specs, call=c, max_payload=get_settings().max_payload_bytes)
     batch.drop_existing(batch_size)
     with transaction.atomic(using=using):
         batch.insert(batch_size)
@@ -307,10 +278,9 @@ def cancel(job_id: str) -> CancelOutcome:
                                                              JobStatus.RETRYING):
         # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides.
         outcome = CancelOutcome.CANCELLED
-        queue, jid = row.queue, row.id
         # Redis's side, after the job's own send when this transaction scheduled it
         commit_batch.after_sends(router.db_for_write(Job),
-                                 lambda: get_engine().cancel(queue, jid))
+                                 lambda: get_engine().cancel(row.queue, row.id))
     if row.status == JobStatus.WAITING:  # not in Redis until its parents release it
         outcome = CancelOutcome.CANCELLED
     if outcome is not CancelOutcome.NOT_FOUND:
@@ -322,15 +292,10 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
                at: datetime | None = None) -> MoveOutcome:
     """Move a pending job to ``at`` or ``delay`` from now; ``run_now`` is ``delay=0``."""
     row = get_job(job_id)
-    if delay is not None and at is not None:
-        raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
-    if at is not None:
-        run_at = validation.check_at(at, django_settings.USE_TZ)
-        outcome, _ = get_engine().reschedule(row.queue, row.id, at_ms=validation.at_ms(run_at))
-    else:
-        seconds = validation.delay_seconds(delay or 0)
-        run_at = timezone.now() + timedelta(seconds=seconds)
-        outcome, _ = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000))
+    at, seconds = validation.when(delay, at, django_settings.USE_TZ)
+    run_at = timezone.now() + timedelta(seconds=seconds) if at is None else at
+    outcome, _ = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
+                                         at_ms=None if at is None else validation.at_ms(at))
     if outcome is MoveOutcome.MOVED:
         Job.objects.filter(pk=row.pk).update(run_at=run_at, updated_at=timezone.now())
     return outcome

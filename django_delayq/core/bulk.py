@@ -21,7 +21,8 @@ from django_delayq.engine.outcomes import NewJob
 class Batch:
     """Rows and Redis entries of one ``schedule_many`` call (one queue, one callable)."""
 
-    def __init__(self, using: str, *, call: options.Checked, max_payload: int) -> None:
+    def __init__(self, using: str, specs: Iterable[options.JobSpec], *, call: options.Checked,
+                 max_payload: int) -> None:
         self.call, self.now, self.max_payload = call, call.now, max_payload
         self.queue = call.queue
         self.writer = rows.RowWriter(using, queue=call.queue, path=call.path,
@@ -36,6 +37,8 @@ class Batch:
         self.jobs: list[NewJob] = []
         self.ids: list[str] = []
         self.keyed: list[str] = []
+        for spec in specs:
+            self.add(spec)
 
     def add(self, spec: options.JobSpec) -> None:
         args, kwargs = list(spec.args), dict(spec.kwargs)
@@ -73,8 +76,7 @@ class Batch:
         """Forget keyed jobs that already exist: replaying the same input adds nothing."""
         if not self.keyed:
             return
-        existing = self.writer.existing(self.keyed, batch_size)
-        if existing:
+        if existing := self.writer.existing(self.keyed, batch_size):
             keep = [i for i, job in enumerate(self.jobs) if job.id not in existing]
             self.rows = [self.rows[i] for i in keep]
             self.jobs = [self.jobs[i] for i in keep]
@@ -82,10 +84,3 @@ class Batch:
     def insert(self, batch_size: int) -> None:
         self.writer.insert(self.rows, ignore_conflicts=bool(self.keyed), batch_size=batch_size)
 
-
-def build(using: str, specs: Iterable[options.JobSpec], *, call: options.Checked,
-          max_payload: int) -> Batch:
-    batch = Batch(using, call=call, max_payload=max_payload)
-    for spec in specs:
-        batch.add(spec)
-    return batch

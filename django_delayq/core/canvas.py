@@ -40,14 +40,11 @@ def _checked(pieces: Iterable[Any], what: str) -> list[Signature]:
 
 def _after(call: JobCall, parents: Sequence[str]) -> JobCall:
     """The call waiting for ``parents`` on top of its own ``after``."""
-    if not parents:
-        return call
-    return replace(call, after=[*parents, *parent_ids(call.after)])
+    return replace(call, after=[*parents, *parent_ids(call.after)]) if parents else call
 
 
 def schedule_signature(sig: Signature, after: Sequence[str] = ()) -> JobHandle:
-    handle: JobHandle = _after(sig.call, after).schedule(*sig.args, **sig.kwargs)
-    return handle
+    return _after(sig.call, after).schedule(*sig.args, **sig.kwargs)
 
 
 def chain(*pieces: Signature) -> list[JobHandle]:

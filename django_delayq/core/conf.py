@@ -76,6 +76,7 @@ DEFAULTS: dict[str, Any] = {
 
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+NO_LIMIT = limits.Limit()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,24 +120,21 @@ class Settings:
 
     def timeout_for(self, queue: str, job_timeout: float | None) -> float | None:
         """The time limit of an attempt: the job's, else its queue's, else the global one."""
-        if job_timeout is not None:
-            return job_timeout
-        options = self.queue_options.get(queue)
-        if options is not None and options.timeout is not None:
-            return options.timeout
+        for seconds in (job_timeout, self.queue_options.get(queue, NO_LIMIT).timeout):
+            if seconds is not None:
+                return seconds
         return self.job_timeout_seconds
 
     def queue_limit(self, queue: str) -> tuple[limits.Rate | None, int | None]:
         """``(rate, concurrency)`` of ``queue`` (``(None, None)``: no limit)."""
-        options = self.queue_options.get(queue)
-        return (None, None) if options is None else (options.rate, options.concurrency)
+        options = self.queue_options.get(queue, NO_LIMIT)
+        return options.rate, options.concurrency
 
     def group_limit(self, queue: str) -> tuple[limits.Rate | None, int | None]:
         """``(rate, concurrency)`` of each group of ``queue`` by default (``(None, None)``:
         none; docs/groups.md)."""
-        options = self.queue_options.get(queue)
-        return (None, None) if options is None else (options.group_rate,
-                                                     options.group_concurrency)
+        options = self.queue_options.get(queue, NO_LIMIT)
+        return options.group_rate, options.group_concurrency
 
     def callable_limit(self, path: str) -> tuple[limits.Rate | None, int | None] | None:
         """``(rate, concurrency)`` of the job function at ``path``, ``None`` when unlimited."""
@@ -185,8 +183,7 @@ def _allowed_problem(allowed: object) -> str | None:
     if not isinstance(allowed, (list, tuple)):
         return ("DELAYQ['ALLOWED_CALLABLES'] must be a list of module names such as "
                 "['shop.tasks'], not %r" % (allowed,))
-    bad = ["%r (%s)" % (entry, why) for entry in allowed if (why := name_problem(entry))]
-    if bad:
+    if bad := ["%r (%s)" % (entry, why) for entry in allowed if (why := name_problem(entry))]:
         return ("DELAYQ['ALLOWED_CALLABLES'] %r must list module names such as ['shop.tasks']; "
                 "not module names: %s" % (allowed, ", ".join(bad)))
     return None
@@ -232,28 +229,23 @@ def _retention(value: object) -> tuple[tuple[tuple[str, float], ...], str | None
         return (), ("DELAYQ['RETENTION'] must be None or a dict with keys %s (days, or None "
                     "to keep), not %r" % (", ".join(known), value))
     days = {**known, **value}
-    bad = {k: v for k, v in days.items() if v is not None and _positive(k, v)}
-    if bad:
+    if bad := {k: v for k, v in days.items() if v is not None and _positive(k, v)}:
         return (), ("DELAYQ['RETENTION'] %r: days must be numbers > 0 or None, not %s"
                     % (value, ", ".join("%s=%r" % kv for kv in bad.items())))
     return tuple((k.removesuffix("_days"), float(v)) for k, v in days.items()
                  if v is not None), None
 
 
-def _without_shards(options: object) -> object:
+def _without_shards(options: object) -> Any:
     """QUEUE_OPTIONS without the ``shards`` of each entry (``limits`` checks the rest)."""
-    return _entries_without_shards(options) if isinstance(options, dict) else options
-
-
-def _entries_without_shards(options: dict[str, object]) -> dict[str, object]:
+    if not isinstance(options, dict):
+        return options
     return {queue: {k: v for k, v in entry.items() if k != "shards"}
             if isinstance(entry, dict) else entry for queue, entry in options.items()}
 
 
-def _shards(options: object) -> dict[str, int]:
-    """queue -> shard count, for the entries of QUEUE_OPTIONS giving more than one."""
-    if not isinstance(options, dict):
-        return {}
+def _shards(options: dict[str, Any]) -> dict[str, int]:
+    """queue -> shard count, for the entries of (checked) QUEUE_OPTIONS giving more than one."""
     return {queue: entry["shards"] for queue, entry in options.items()
             if isinstance(entry, dict) and isinstance(entry.get("shards"), int)
             and entry["shards"] > 1}
@@ -311,12 +303,10 @@ def _scalar_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
     found = [(name, msg) for name in _POSITIVE if (msg := _positive(name, merged[name]))]
     found += [(name, msg) for name in _POSITIVE_INTEGERS
               if (msg := _positive(name, merged[name], integer=True))]
-    shown = merged["METRICS_GROUPS"]
-    if shown is not None and (msg := _positive("METRICS_GROUPS", shown, integer=True)):
-        found.append(("METRICS_GROUPS", msg + " (or None for no metrics per group)"))
-    timeout = merged["JOB_TIMEOUT_SECONDS"]
-    if timeout is not None and (msg := _positive("JOB_TIMEOUT_SECONDS", timeout)):
-        found.append(("JOB_TIMEOUT_SECONDS", msg + " (or None for no limit)"))
+    for name, integer, none in (("METRICS_GROUPS", True, "no metrics per group"),
+                                ("JOB_TIMEOUT_SECONDS", False, "no limit")):
+        if merged[name] is not None and (msg := _positive(name, merged[name], integer=integer)):
+            found.append((name, "%s (or None for %s)" % (msg, none)))
     found += [(name, "DELAYQ[%r] must be True or False, not %r" % (name, merged[name]))
               for name in _FLAGS if not isinstance(merged[name], bool)]
     return found
@@ -339,75 +329,49 @@ def _queues_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
 
 def _shape_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
     """The settings with a structure: backoff, lists, URL, options, schedules, prefix."""
-    found = []
-    if why := backoff_mod.validate(merged["DEFAULT_BACKOFF"]):
-        found.append(("DEFAULT_BACKOFF", "DELAYQ['DEFAULT_BACKOFF'] %r: %s"
-                      % (merged["DEFAULT_BACKOFF"], why)))
-    found += [(key, msg) for key, msg in (
-        ("ALLOWED_CALLABLES", _allowed_problem(merged["ALLOWED_CALLABLES"])),
-        ("REDIS_URL", _url_problem(merged["REDIS_URL"])),
-        ("HTTP_CALLBACK_ALLOWED_NETWORKS", _networks(merged["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]),
-        ("REPORT_DIR", _report_dir_problem(merged["REPORT_DIR"])),
-    ) if msg]
-    found += [("QUEUE_OPTIONS", msg)
-              for msg in limits.queue_options_problems(_without_shards(merged["QUEUE_OPTIONS"]))]
-    found += [("QUEUE_OPTIONS", msg)
-              for msg in _shards_problems(merged["QUEUE_OPTIONS"], merged["QUEUES"])]
-    found += [("CALLABLE_LIMITS", msg) for msg in limits.callable_limits_problems(
-        merged["CALLABLE_LIMITS"], merged["ALLOWED_CALLABLES"])]
-    if msg := _retention(merged["RETENTION"])[1]:
-        found.append(("RETENTION", msg))
-    found += [("SCHEDULES", msg) for msg in schedules.settings_problems(merged["SCHEDULES"])]
-    prefix = merged["PREFIX"]
-    if not isinstance(prefix, str) or not prefix or "{" in prefix or "}" in prefix:
-        found.append(("PREFIX", "DELAYQ['PREFIX'] must be a non-empty string without braces, "
-                                "not %r" % (prefix,)))
-    return found
+    m, backoff, prefix = merged, merged["DEFAULT_BACKOFF"], merged["PREFIX"]
+    why = backoff_mod.validate(backoff)
+    prefix_ok = isinstance(prefix, str) and prefix and "{" not in prefix and "}" not in prefix
+    found: list[tuple[str, list[str | None]]] = [
+        ("DEFAULT_BACKOFF", [why and "DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)]),
+        ("ALLOWED_CALLABLES", [_allowed_problem(m["ALLOWED_CALLABLES"])]),
+        ("REDIS_URL", [_url_problem(m["REDIS_URL"])]),
+        ("HTTP_CALLBACK_ALLOWED_NETWORKS", [_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]]),
+        ("REPORT_DIR", [_report_dir_problem(m["REPORT_DIR"])]),
+        ("QUEUE_OPTIONS", [*limits.queue_options_problems(_without_shards(m["QUEUE_OPTIONS"])),
+                           *_shards_problems(m["QUEUE_OPTIONS"], m["QUEUES"])]),
+        ("CALLABLE_LIMITS", [*limits.callable_limits_problems(m["CALLABLE_LIMITS"],
+                                                               m["ALLOWED_CALLABLES"])]),
+        ("RETENTION", [_retention(m["RETENTION"])[1]]),
+        ("SCHEDULES", [*schedules.settings_problems(m["SCHEDULES"])]),
+        ("PREFIX", [None if prefix_ok else "DELAYQ['PREFIX'] must be a non-empty string "
+                                           "without braces, not %r" % (prefix,)]),
+    ]
+    return [(key, msg) for key, msgs in found for msg in msgs if msg]
 
 
 @cache
 def get_settings() -> Settings:
     user = _user_settings()
-    found = problems(user)
-    if found:
+    if found := problems(user):
         raise ImproperlyConfigured("; ".join(msg for _, msg in found))
     m = {**DEFAULTS, **user}
+    # checked above: the integers, flags and strings are used as they are, seconds as floats
+    plain = ("CACHE_ALIAS", "PREFIX", "DEFAULT_QUEUE", "DEFAULT_BACKOFF", "METRICS_GROUPS",
+             *_POSITIVE_INTEGERS, *_FLAGS)
+    seconds = (*_POSITIVE, "JOB_TIMEOUT_SECONDS")
+    values: dict[str, Any] = {key.lower(): m[key] for key in plain}
+    values.update((key.lower(), None if m[key] is None else float(m[key])) for key in seconds)
     allowed = m["ALLOWED_CALLABLES"]
     return Settings(
+        **values, queues=tuple(m["QUEUES"]), raw=dict(user),
         redis_url=m["REDIS_URL"] or os.environ.get("DELAYQ_REDIS_URL") or None,
-        cache_alias=m["CACHE_ALIAS"],
-        prefix=m["PREFIX"],
-        queues=tuple(m["QUEUES"]),
-        default_queue=m["DEFAULT_QUEUE"],
-        default_max_attempts=int(m["DEFAULT_MAX_ATTEMPTS"]),
-        default_backoff=m["DEFAULT_BACKOFF"],
         allowed_callables=None if allowed is None else tuple(allowed),
-        lease_seconds=float(m["LEASE_SECONDS"]),
-        wake_interval_seconds=float(m["WAKE_INTERVAL_SECONDS"]),
-        recover_interval_seconds=float(m["RECOVER_INTERVAL_SECONDS"]),
-        dead_max=int(m["DEAD_MAX"]),
-        max_payload_bytes=int(m["MAX_PAYLOAD_BYTES"]),
-        audit_flush_seconds=float(m["AUDIT_FLUSH_SECONDS"]),
-        audit_batch=int(m["AUDIT_BATCH"]),
-        claim_batch=int(m["CLAIM_BATCH"]),
-        concurrency=int(m["CONCURRENCY"]),
-        reconcile_interval_seconds=float(m["RECONCILE_INTERVAL_SECONDS"]),
-        reconcile_grace_seconds=float(m["RECONCILE_GRACE_SECONDS"]),
-        eager=bool(m["EAGER"]),
-        events=bool(m["EVENTS"]),
-        events_maxlen=int(m["EVENTS_MAXLEN"]),
-        job_timeout_seconds=None if m["JOB_TIMEOUT_SECONDS"] is None
-        else float(m["JOB_TIMEOUT_SECONDS"]),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
         report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
-        queue_options=limits.parse_all(_entries_without_shards(m["QUEUE_OPTIONS"])),
-        queue_shards=_shards(m["QUEUE_OPTIONS"]),
-        callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]),
-        log_jobs=bool(m["LOG_JOBS"]),
-        metrics_groups=None if m["METRICS_GROUPS"] is None else int(m["METRICS_GROUPS"]),
-        retention=_retention(m["RETENTION"])[0],
-        raw=dict(user),
-    )
+        queue_options=limits.parse_all(_without_shards(m["QUEUE_OPTIONS"])),
+        queue_shards=_shards(m["QUEUE_OPTIONS"]), retention=_retention(m["RETENTION"])[0],
+        callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]))
 
 
 @receiver(setting_changed)

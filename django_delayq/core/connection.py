@@ -40,9 +40,7 @@ def set_engine(engine: Engine | None) -> None:
 
 
 def reset() -> None:
-    global _engine  # noqa: PLW0603 - one per process, set under _lock
-    with _lock:
-        _engine = None
+    set_engine(None)
 
 
 @receiver(setting_changed)

@@ -17,9 +17,8 @@ class JobContext:
     worker_id: str
 
 
-_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar(
-    "delayq_job", default=None
-)
+_current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("delayq_job",
+                                                                            default=None)
 
 
 def current_job() -> JobContext | None:

@@ -46,10 +46,6 @@ logger = logging.getLogger(__name__)
 ROUNDS = 5  # compare-and-set attempts; the row lock makes the first one succeed
 
 
-def replaced_reason(new_id: str) -> str:
-    return "replaced by %s" % new_id
-
-
 def insert(row: Job, spec: JobSpec, parents: list[str], on_failure: bool, using: str,
            now: datetime) -> str | None:
     """Insert a keyed or waiting job in a savepoint. None: ``row`` was inserted; else the
@@ -135,15 +131,13 @@ def _replace(old: Job, new_id: str, using: str) -> None:
         if outcome is CancelOutcome.NOT_FOUND and old.status in (JobStatus.SCHEDULED,
                                                                  JobStatus.RETRYING):
             outcome = CancelOutcome.CANCELLED
-            queue, jid = old.queue, old.id
-            commit_batch.after_sends(using, lambda: get_engine().cancel(queue, jid))
+            commit_batch.after_sends(using, lambda: get_engine().cancel(old.queue, old.id))
     if outcome is not CancelOutcome.CANCELLED:
         return  # running (or its end not recorded yet): it runs on, the key moves on
-    now = timezone.now()
+    now, reason = timezone.now(), "replaced by %s" % new_id
     if Job.objects.using(using).filter(pk=old.pk, status__in=UNFINISHED_STATUSES).update(
-            status=JobStatus.CANCELLED, last_error=replaced_reason(new_id), finished_at=now,
-            updated_at=now):
+            status=JobStatus.CANCELLED, last_error=reason, finished_at=now, updated_at=now):
         workflows.resolve([old.pk], using)  # its waiting children follow
-        logger.info("job %s cancelled: %s", old.id, replaced_reason(new_id))
+        logger.info("job %s cancelled: %s", old.id, reason)
         signals.send(signals.job_cancelled, job_id=old.id, queue=old.queue,
                      callable_path=old.callable_path, running=False)

@@ -73,11 +73,6 @@ def epoch_kind(value: str | None) -> str:
     return parts[-1] if len(parts) >= 2 else ""
 
 
-def epoch_created_ms(value: str | None) -> int | None:
-    head = (value or "").split(":")[0]
-    return int(head) if head.isdigit() else None
-
-
 class Epochs:
     """The epochs of ``queues`` as last seen by one reconciler."""
 
@@ -197,11 +192,10 @@ class Epochs:
 
     def _dated(self, value: str | None) -> datetime:
         """When the loss was recorded (the new epoch's creation), on this host's clock."""
-        now = timezone.now()
-        created = epoch_created_ms(value)
-        if created is None:
+        now, created = timezone.now(), (value or "").split(":")[0]
+        if not created.isdigit():
             return now
-        age_ms = self.engine.time_ms() - created
+        age_ms = self.engine.time_ms() - int(created)
         return now - timedelta(milliseconds=age_ms) if age_ms >= 0 else now
 
     def _log_loss(self, queue: str, known: str | None) -> None:

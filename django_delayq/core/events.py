@@ -76,11 +76,9 @@ class EventStream:
         self._lock = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time: see flush()
         self._wake = threading.Event()
-        self._stopped = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.dropped = 0
-        self.written = 0
         self.failing = False
 
     def add(self, fields: Fields) -> None:
@@ -130,13 +128,11 @@ class EventStream:
             log("event stream: could not write %d event(s), kept for a retry: %s",
                 len(batch) - done, exc)
             self.failing = True
-            self.written += done
             return done
         if self.failing:
             self.failing = False
             logger.info("event stream: Redis is back; %d event(s) dropped meanwhile",
                         self.dropped)
-        self.written += len(batch)
         return len(raw)
 
     def _requeue(self, batch: list[Fields]) -> None:
@@ -148,7 +144,6 @@ class EventStream:
 
     def close(self) -> None:
         """Stop the thread after a last flush (atexit; tests)."""
-        self._stopped = True
         self._stop.set()
         self._wake.set()
         thread = self._thread
@@ -166,7 +161,7 @@ class EventStream:
             self._wake.set()
 
     def _ensure_thread(self) -> None:
-        if self._thread is not None or self._stopped:
+        if self._thread is not None or self._stop.is_set():
             return
         with self._lock:
             if self._thread is None:
@@ -175,10 +170,10 @@ class EventStream:
                 self._thread.start()
 
     def _run(self) -> None:
-        while not self._stopped:
+        while not self._stop.is_set():
             self._wake.wait()
             self._wake.clear()
-            if self._stopped:
+            if self._stop.is_set():
                 return
             self._stop.wait(self.flush_seconds)  # coalesce: one pipeline per interval
             try:
@@ -204,26 +199,18 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def events_config() -> tuple[bool, int]:
-    """(enabled, maxlen) from DELAYQ["EVENTS"] / DELAYQ["EVENTS_MAXLEN"]."""
-    s = get_settings()
-    enabled = getattr(s, "events", s.raw.get("EVENTS", True))
-    maxlen = getattr(s, "events_maxlen", s.raw.get("EVENTS_MAXLEN", DEFAULT_MAXLEN))
-    return bool(enabled), int(maxlen)
-
-
 def get_stream() -> EventStream | None:
     """The stream of this process, or None when DELAYQ["EVENTS"] is False."""
     global _stream  # noqa: PLW0603 - one per process, set under _lock
     stream = _stream
     if stream is not None:
         return stream
-    enabled, maxlen = events_config()
-    if not enabled:
+    s = get_settings()  # DELAYQ["EVENTS"], DELAYQ["EVENTS_MAXLEN"]
+    if not s.events:
         return None
     with _lock:
         if _stream is None:
-            _stream = EventStream(get_engine().event_log(maxlen))
+            _stream = EventStream(get_engine().event_log(s.events_maxlen))
         return _stream
 
 
@@ -245,10 +232,6 @@ def flush() -> int:
 # -- signal receivers --------------------------------------------------------------------
 
 
-def _iso(value: object) -> str:
-    return value.isoformat() if hasattr(value, "isoformat") else str(value)
-
-
 def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fields:
     out: Fields = {"event": event, "job": str(kwargs.get("job_id", "")),
                    "queue": str(kwargs.get("queue", "")),
@@ -258,25 +241,17 @@ def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fiel
         if name in kwargs:
             out[key] = str(int(kwargs[name]) if name == "running" else kwargs[name])
     for name in ("run_at", "retry_at", "due_at"):
-        if kwargs.get(name) is not None:
-            out[name] = _iso(kwargs[name])
+        if (value := kwargs.get(name)) is not None:
+            out[name] = value.isoformat() if hasattr(value, "isoformat") else str(value)
     if kwargs.get("due_at") is not None and kwargs.get("started_at") is not None:
         late = (kwargs["started_at"] - kwargs["due_at"]).total_seconds() * 1000
         out["lateness_ms"] = "%.1f" % late
     if kwargs.get("duration") is not None:
         out["duration_ms"] = "%.1f" % (float(kwargs["duration"]) * 1000)
-    if kwargs.get("error_type"):
-        out["error_type"] = str(kwargs["error_type"])[:ERROR_CHARS]
-    if kwargs.get("error"):
-        out["error"] = str(kwargs["error"])[:ERROR_CHARS]
+    for name in ("error_type", "error"):
+        if kwargs.get(name):
+            out[name] = str(kwargs[name])[:ERROR_CHARS]
     return out
-
-
-def _record(event: str, kwargs: dict[str, Any]) -> None:
-    """Buffer the raw event; it is formatted (or folded) by the flusher, off the job path."""
-    stream = get_stream()
-    if stream is not None:
-        stream.add((event, time.time(), kwargs))  # type: ignore[arg-type]
 
 
 _FINAL = ("succeeded", "retrying", "dead")
@@ -310,18 +285,19 @@ def _materialise(raw: list[Any]) -> list[Fields]:
 
 def _on_scheduled(sender: object, **kwargs: object) -> None:
     fields = _fields("scheduled", kwargs)  # the job exists once the caller commits
-    transaction.on_commit(lambda: _add_now(fields), using=router.db_for_write(Job))
+    transaction.on_commit(lambda: _add(fields), using=router.db_for_write(Job))
 
 
-def _add_now(fields: Fields) -> None:
-    stream = get_stream()
-    if stream is not None:
-        stream.add(fields)
+def _add(item: Fields | tuple[str, float, dict[str, Any]]) -> None:
+    """Buffer formatted fields, or a raw event ``(event, ts, kwargs)``: the flusher formats
+    (or folds) it, off the job path."""
+    if (stream := get_stream()) is not None:
+        stream.add(item)  # type: ignore[arg-type]
 
 
 def _receiver(event: str) -> Callable[..., None]:
     def receive(sender: object, **kwargs: object) -> None:
-        _record(event, kwargs)
+        _add((event, time.time(), kwargs))
 
     receive.__name__ = "delayq_event_%s" % event
     return receive
@@ -339,11 +315,6 @@ def connect() -> None:
         signals.observe(getattr(signals, "job_%s" % name), fn)
 
 
-def disconnect() -> None:
-    for name, fn in _RECEIVERS.items():
-        signals.unobserve(getattr(signals, "job_%s" % name), fn)
-
-
 def _close_at_exit() -> None:
     with contextlib.suppress(Exception):  # interpreter shutdown
         reset()
@@ -354,10 +325,6 @@ def _on_setting_changed(*, setting: str, **kwargs: object) -> None:
         reset()
 
 
-def _connect_setting_changed() -> None:
-    setting_changed.connect(_on_setting_changed, dispatch_uid="delayq.events.settings")
-
-
-_connect_setting_changed()
+setting_changed.connect(_on_setting_changed, dispatch_uid="delayq.events.settings")
 atexit.register(_close_at_exit)
 connect()

@@ -101,7 +101,9 @@ def by_queue(queues: Iterable[str]) -> dict[str, list[GroupOverride]]:
     """The overrides of the groups of ``queues`` (one query), by queue, each by group."""
     out: dict[str, list[GroupOverride]] = {}
     for row in GroupLimit.objects.filter(queue__in=list(queues)).order_by("queue", "group"):
-        out.setdefault(row.queue, []).append(_override(row))
+        out.setdefault(row.queue, []).append(GroupOverride(
+            queue=row.queue, group=row.group, concurrency=row.concurrency,
+            rate_limit=row.rate_limit or None))
     return out
 
 
@@ -121,7 +123,8 @@ def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:
     have = {queue: engine.group_limit_overrides(queue) for queue in names}
     wanted: dict[str, dict[str, str]] = {queue: {} for queue in names}
     for row in GroupLimit.objects.filter(queue__in=names):  # one query for every queue
-        wanted[row.queue][row.group] = _value(row)
+        wanted[row.queue][row.group] = override_value(limits.parse_rate(row.rate_limit or None),
+                                                      row.concurrency)
     changed = sum(engine.sync_group_limits(queue, wanted[queue], have[queue])
                   for queue in names if have[queue] != wanted[queue])
     if changed:
@@ -158,11 +161,3 @@ def _to_redis(override: GroupOverride) -> None:
                                  rate=limits.parse_rate(override.rate_limit),
                                  concurrency=override.concurrency)
 
-
-def _value(row: GroupLimit) -> str:
-    return override_value(limits.parse_rate(row.rate_limit or None), row.concurrency)
-
-
-def _override(row: GroupLimit) -> GroupOverride:
-    return GroupOverride(queue=row.queue, group=row.group, concurrency=row.concurrency,
-                         rate_limit=row.rate_limit or None)

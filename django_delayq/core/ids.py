@@ -10,11 +10,7 @@ _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"  # Crockford base32, lower case
 
 
 def _b32(number: int, length: int) -> str:
-    out = []
-    for _ in range(length):
-        out.append(_ALPHABET[number & 31])
-        number >>= 5
-    return "".join(reversed(out))
+    return "".join(_ALPHABET[(number >> 5 * i) & 31] for i in reversed(range(length)))
 
 
 _PAIRS = [a + b for a in _ALPHABET for b in _ALPHABET]  # 10 bits -> 2 characters

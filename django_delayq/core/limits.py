@@ -143,8 +143,7 @@ def callable_limits_problems(value: object, allowed: object) -> list[str]:
             found.append("%s: not a job path such as 'shop.tasks.call_api' (%s)"
                          % (where, why or "no module part"))
             continue
-        module = path.rpartition(".")[0]
-        if module not in modules:
+        if (module := path.rpartition(".")[0]) not in modules:
             found.append("%s: module %r is not in DELAYQ['ALLOWED_CALLABLES'] %r: no such job "
                          "can run" % (where, module, sorted(modules)))
             continue
@@ -154,14 +153,10 @@ def callable_limits_problems(value: object, allowed: object) -> list[str]:
     return found
 
 
-def parse(entry: dict[str, Any]) -> Limit:
-    """An entry that passed the checks above."""
-    timeout = entry.get("timeout")
-    return Limit(rate=parse_rate(entry.get("rate_limit")), concurrency=entry.get("concurrency"),
-                 timeout=None if timeout is None else float(timeout),
-                 group_rate=parse_rate(entry.get("group_rate_limit")),
-                 group_concurrency=entry.get("group_concurrency"))
-
-
 def parse_all(value: dict[str, Any]) -> dict[str, Limit]:
-    return {name: parse(entry) for name, entry in value.items()}
+    """The entries (that passed the checks above), parsed."""
+    return {name: Limit(rate=parse_rate(e.get("rate_limit")), concurrency=e.get("concurrency"),
+                        timeout=None if e.get("timeout") is None else float(e["timeout"]),
+                        group_rate=parse_rate(e.get("group_rate_limit")),
+                        group_concurrency=e.get("group_concurrency"))
+            for name, e in value.items()}

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
+from django_delayq.core.validation import at_ms
 from django_delayq.models import Job, JobStatus
 
 if TYPE_CHECKING:
@@ -43,10 +44,6 @@ if TYPE_CHECKING:
 
 # A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
 SILENT_BEATS = 2
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +110,10 @@ class Liveness:
                and r.run_at <= now + timedelta(seconds=margin_s)]
         if not due:
             return seeds
-        offset_ms = self.engine.time_ms() - _ms(now)  # Redis clock - this host's clock
+        offset_ms = self.engine.time_ms() - at_ms(now)  # Redis clock - this host's clock
 
         def since(row: Job) -> int:  # a worker that delivered it was alive after this
-            return _ms(max(row.updated_at, row.run_at)) + offset_ms - self.settings.lease_ms
+            return at_ms(max(row.updated_at, row.run_at)) + offset_ms - self.settings.lease_ms
 
         beats = self.beats(min(since(r) for r in due))
         for row in due:

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, Self
@@ -159,20 +159,13 @@ class JobSpec(JobOptions):
 
 def _own(o: JobOptions, path: str) -> dict[str, Any]:
     """The run-time options ``o`` sets, checked (``atomic`` of ``path``'s function)."""
-    out: dict[str, Any] = {}
-    if o.priority is not None:
-        out["priority"] = check_priority(o.priority)
-    if o.timeout is not None:
-        out["timeout"] = timeout_seconds(o.timeout)
-    if o.expires is not None:
-        out["expires"] = o.expires  # its type checked; its moment depends on the due time
-    if o.retry_on is not None:
-        out["retry_on"] = retry_on_paths(o.retry_on)
-    if o.atomic is not None:
-        out["atomic"] = check_atomic(o.atomic, path)
-    if o.group is not None:
-        out["group"] = validation.check_group(o.group)
-    return out
+    checks: dict[str, Callable[[Any], Any]] = {
+        "priority": check_priority, "timeout": timeout_seconds,
+        "expires": lambda value: value,  # its type checked; its moment depends on the due time
+        "retry_on": retry_on_paths, "atomic": lambda value: check_atomic(value, path),
+        "group": validation.check_group}
+    return {name: check(value) for name, check in checks.items()
+            if (value := getattr(o, name)) is not None}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -403,8 +396,7 @@ def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -
     """``InvalidJob`` when ``fn(*args, **kwargs)`` would fail to bind (a missing or an
     unexpected argument). A Django ``@task`` is checked against the function it wraps (its
     ``TaskContext`` excluded). Paths that passed ``registry.check_schedulable`` only."""
-    signature = registry.signature(path)
-    if signature is not None:
+    if (signature := registry.signature(path)) is not None:
         validation.bind(signature, path, args, kwargs)
 
 

@@ -89,18 +89,15 @@ def read(jobs: Sequence[ClaimedJob]) -> Loaded:
     if not jobs:
         return Loaded([], [], [])
     rows = {row[0]: row for row in _select([job.id for job in jobs])}
-    run: list[ClaimedJob] = []
-    broken: list[Broken] = []
-    aside: list[Aside] = []
-    cancelled: list[ClaimedJob] = []
+    out = Loaded([], [], [], [])
+    run, broken, aside, cancelled = out.run, out.broken, out.aside, out.cancelled
     for job in jobs:
         row = rows.get(job.id)
         if row is None:
             aside.append(Aside(job, NO_ROW, "no audit row with this id (never scheduled "
                                             "through django-delayq, or the row was deleted)"))
             continue
-        status = row[1]
-        if status not in LIVE_STATUSES:
+        if (status := row[1]) not in LIVE_STATUSES:
             aside.append(Aside(job, FINAL_ROW, "its audit row is %s, not live: it does not run "
                                                "again" % _printable(status)))
             continue
@@ -117,7 +114,7 @@ def read(jobs: Sequence[ClaimedJob]) -> Loaded:
         except Exception as exc:  # noqa: BLE001 - one row never fails the batch
             path = row[2] if isinstance(row[2], str) else ""
             broken.append(Broken(job, path, "invalid row: %s" % _printable(exc)))
-    return Loaded(run, broken, aside, cancelled)
+    return out
 
 
 def load(jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
@@ -188,10 +185,7 @@ def _epoch_ms(moment: object) -> int | None:
     if moment is None:
         return None
     if isinstance(moment, str):
-        parsed = parse_datetime(moment)
-        if parsed is None:
-            raise ValueError("expires_at %s is not a date and time" % _short(moment))
-        moment = parsed
+        moment = parse_datetime(moment) or moment  # text that does not parse stays text
     if not isinstance(moment, datetime):
         raise ValueError("expires_at %s is not a date and time" % _short(moment))
     if moment.tzinfo is None:

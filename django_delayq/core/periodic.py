@@ -38,9 +38,6 @@ KEY_PREFIX = "delayq.tick:"
 MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed
 STALLED = timedelta(seconds=1)  # a next tick this far past whose job has not started
 STALLED_EVERY_S = 1.0  # how often the keeper looks for such schedules
-SETTINGS_FIELDS = ("callable_path", "args", "kwargs", "queue", "priority", "group", "atomic",
-                   "cron", "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
-                   "missed")
 
 
 def check(s: Schedule) -> None:
@@ -64,16 +61,6 @@ def job_options(s: Schedule) -> JobOptions:
                       atomic=True if s.atomic else None)
 
 
-def rule_of(s: Schedule) -> schedules.Rule:
-    return schedules.Rule(cron=s.cron, interval_s=s.interval_seconds,
-                          zone=schedules.zone_of(s.time_zone),
-                          anchor=s.start_at or s.created_at, start=s.start_at, end=s.end_at)
-
-
-def tick_key(s: Schedule, tick: datetime) -> str:
-    return "%s%d:%d:%d" % (KEY_PREFIX, s.pk, s.version, int(tick.timestamp() * 1000))
-
-
 def schedule_of_key(key: str | None) -> int | None:
     """The schedule id a tick job's key names (``None``: not a tick job)."""
     if not key or not key.startswith(KEY_PREFIX):
@@ -83,9 +70,8 @@ def schedule_of_key(key: str | None) -> int | None:
 
 def tick_of_key(key: str | None) -> datetime | None:
     """The tick time a tick job's key names (its due time may be later: jitter, catch-up)."""
-    if schedule_of_key(key) is None:
+    if key is None or schedule_of_key(key) is None:
         return None
-    assert key is not None
     return datetime.fromtimestamp(int(key.rsplit(":", 1)[1]) / 1000, tz=UTC)
 
 
@@ -101,17 +87,16 @@ def _choose(rule: schedules.Rule, after: datetime, now: datetime, catch_up: bool
     grace = min(MISSED_GRACE, (following - tick) / 2) if following else MISSED_GRACE
     if tick >= now - grace:
         return tick
-    if catch_up:
-        return schedules.last_tick(rule, after, now)
-    return schedules.next_tick(rule, now)
+    return schedules.last_tick(rule, after, now) if catch_up else schedules.next_tick(rule, now)
 
 
 def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     """Create (or find: same key) the job of ``tick``; returns its id."""
     jitter = random.uniform(0, s.jitter_seconds) if s.jitter_seconds else 0.0
     due = max(tick + timedelta(seconds=jitter), now)
+    key = "%s%d:%d:%d" % (KEY_PREFIX, s.pk, s.version, validation.at_ms(tick))
     spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
-                   key=tick_key(s, tick)).under(job_options(s))
+                   key=key).under(job_options(s))
     return api.schedule_spec(s.callable_path, spec).id
 
 
@@ -123,7 +108,10 @@ def advance(s: Schedule, after: datetime, now: datetime | None = None,
     now = now or timezone.now()
     if not s.enabled:
         return None
-    tick = _choose(rule_of(s), after, now, catch_up)
+    rule = schedules.Rule(cron=s.cron, interval_s=s.interval_seconds,
+                          zone=schedules.zone_of(s.time_zone),
+                          anchor=s.start_at or s.created_at, start=s.start_at, end=s.end_at)
+    tick = _choose(rule, after, now, catch_up)
     if tick is None:
         return None
     job_id = _point(s, tick, now)
@@ -209,9 +197,7 @@ def missed(queue: str, due: datetime, now: datetime, own: Registered | None = No
     if timezone.is_naive(due):  # USE_TZ = False: the database's local time
         due, now = timezone.make_aware(due), (timezone.make_aware(now)
                                               if timezone.is_naive(now) else now)
-    if due >= now - MISSED_GRACE:
-        return False
-    return not _served_since(queue, due, own)
+    return due < now - MISSED_GRACE and not _served_since(queue, due, own)
 
 
 @dataclass(frozen=True)
@@ -320,7 +306,13 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
     is replaced (``enabled`` stays as operators set it); rows gone from settings are
     disabled."""
     for name, d in definitions.items():
-        values = _settings_values(d)
+        values = {"callable_path": d["callable"], "args": list(d.get("args", [])),
+                  "kwargs": dict(d.get("kwargs", {})), "queue": d.get("queue", ""),
+                  "priority": d.get("priority", 0), "group": d.get("group", ""),
+                  "atomic": d.get("atomic", False), "cron": d.get("cron", ""),
+                  "interval_seconds": d.get("interval"), "time_zone": d.get("timezone", "UTC"),
+                  "start_at": d.get("start"), "end_at": d.get("end"),
+                  "jitter_seconds": d.get("jitter", 0), "missed": d.get("missed", "skip")}
         s, created = Schedule.objects.get_or_create(
             name=name, defaults={**values, "from_settings": True,
                                  "enabled": d.get("enabled", True)})
@@ -331,17 +323,6 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
         name__in=list(definitions))
     for s in gone:
         replace(s, {"enabled": False})
-
-
-def _settings_values(d: dict[str, Any]) -> dict[str, Any]:
-    return {"callable_path": d["callable"], "args": list(d.get("args", [])),
-            "kwargs": dict(d.get("kwargs", {})), "queue": d.get("queue", ""),
-            "priority": d.get("priority", 0), "group": d.get("group", ""),
-            "atomic": d.get("atomic", False),
-            "cron": d.get("cron", ""),
-            "interval_seconds": d.get("interval"), "time_zone": d.get("timezone", "UTC"),
-            "start_at": d.get("start"), "end_at": d.get("end"),
-            "jitter_seconds": d.get("jitter", 0), "missed": d.get("missed", "skip")}
 
 
 def sync_from_settings() -> None:
@@ -407,18 +388,12 @@ class Keeper:
         """Read this worker's registry entry until found (from the pass after its first
         heartbeat on): ``missed`` then knows the registry lost it when it is gone."""
         if self.own is None and self._last is not None:
-            try:
-                self.own = _own_entry()
+            host, pid = socket.gethostname(), os.getpid()
+            try:  # this process's worker, if exactly one (a test may run several in one)
+                mine = [w for w in _live_workers().values() if w.host == host and w.pid == pid]
+                self.own = mine[0] if len(mine) == 1 else None
             except Exception as exc:  # noqa: BLE001 - Redis down: read at the next pass
                 logger.debug("schedules: the workers registry could not be read: %s", exc)
-
-
-def _own_entry() -> Registered | None:
-    """This process's worker in the workers registry (its host and pid), if there is
-    exactly one (a test may run several workers in one process: then none)."""
-    host, pid = socket.gethostname(), os.getpid()
-    mine = [w for w in _live_workers().values() if w.host == host and w.pid == pid]
-    return mine[0] if len(mine) == 1 else None
 
 
 def status_rows() -> list[dict[str, Any]]:

@@ -57,8 +57,7 @@ def check(value: object) -> str:
     if "\\u0000" in encoded or "\x00" in encoded:
         raise InvalidJob("report_progress(%s): a NUL character cannot be stored"
                          % validation.short(value))
-    size = validation.utf8_size(encoded)
-    if size > MAX_PROGRESS_BYTES:
+    if (size := validation.utf8_size(encoded)) > MAX_PROGRESS_BYTES:
         raise InvalidJob("report_progress(%s) is %d bytes of JSON, over the %d a progress "
                          "value may take; report a number or a few fields"
                          % (validation.short(value), size, MAX_PROGRESS_BYTES))
@@ -115,7 +114,7 @@ class Reporter:
         self.writes += 1
         # In an event loop Django refuses a blocking query; in the job's transaction the
         # write would join it: the helper thread, on a connection of its own.
-        if _in_event_loop() or _in_transaction():
+        if _in_event_loop() or connections[router.db_for_write(Job)].in_atomic_block:
             self._futures.append(_helper().submit(self._write_logged, value))
         else:
             with self._write_lock:
@@ -161,10 +160,6 @@ def running(ctx: context.JobContext,
             reporter.finish()
         except Exception:  # noqa: BLE001 - never the job's outcome
             logger.exception("job %s: its last progress could not be written", ctx.id)
-
-
-def _in_transaction() -> bool:
-    return connections[router.db_for_write(Job)].in_atomic_block
 
 
 def _in_event_loop() -> bool:

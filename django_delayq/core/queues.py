@@ -43,7 +43,7 @@ other name is an ``InvalidJob`` naming it (a typo must not pause nothing).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -126,15 +126,9 @@ def purge_group(queue: str, group: str) -> int:
     next ticks) and cancel their rows, rows first; returns how many left Redis."""
     engine, queue, group = get_engine(), known_queue(queue), validation.check_group(group)
     paused_here = engine.pause_group(queue, group)  # none claimed between look and cancel
-    removed, after = 0, ""
+    removed = 0
     try:
-        while ids := list(Job.objects.filter(queue=queue, group=group, pk__gt=after,
-                                             status__in=LIVE_STATUSES)
-                          .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH]):
-            after = ids[-1]
-            waiting = _waiting_in_redis(engine, queue, ids)
-            ticks = _next_ticks(waiting) if waiting else set()
-            waiting = [i for i in waiting if i not in ticks]
+        for waiting in _waiting_batches(engine, queue, None, group=group):
             _cancel_rows(queue, waiting, PURGED_GROUP % (group, queue))
             removed += sum(engine.cancel(queue, i) == CancelOutcome.CANCELLED for i in waiting)
     finally:
@@ -173,7 +167,9 @@ def purge_queue_report(queue: str) -> PurgeReport:
     paused_here = engine.pause(queue)  # no claim between the look and the rows' cancel
     removed, ticks = 0, set()
     try:
-        _cancel_waiting_rows(engine, queue)
+        # the rows of the jobs waiting in Redis first, each batch committed before the next
+        for waiting in _waiting_batches(engine, queue, router.db_for_write(Job)):
+            _cancel_rows(queue, waiting)
         while ids := engine.purge_pending(queue, limit=PURGE_BATCH):
             kept = _next_ticks(ids)  # out of Redis for now: put back before the resume
             ticks |= kept
@@ -211,24 +207,20 @@ def _put_back(engine: Engine, queue: str, ids: set[str]) -> int:
     return len(jobs)
 
 
-def _cancel_waiting_rows(engine: Engine, queue: str) -> int:
-    """Cancel the live rows of ``queue`` whose job waits in Redis (pending or ready; not
-    one in flight; not a schedule's next tick), ``PURGE_BATCH`` rows per read, each batch
-    committed before the next; returns how many. Rows in id order from a cursor: each
-    row is looked at once."""
-    using, after, cancelled = router.db_for_write(Job), "", 0
-    while True:
-        ids = list(Job.objects.using(using).filter(queue=queue, status__in=LIVE_STATUSES,
-                                                   pk__gt=after)
-                   .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH])
-        if not ids:
-            return cancelled
+def _waiting_batches(engine: Engine, queue: str, using: str | None,
+                     **filters: str) -> Iterator[list[str]]:
+    """The ids of the live rows of ``queue`` (and ``filters``) whose job waits in Redis
+    (pending or ready; not one in flight; not a schedule's next tick), ``PURGE_BATCH``
+    rows per read. Rows in id order from a cursor: each row is looked at once."""
+    after = ""
+    while ids := list(Job.objects.using(using).filter(queue=queue, status__in=LIVE_STATUSES,
+                                                      pk__gt=after, **filters)
+                      .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH]):
         after = ids[-1]
         waiting = _waiting_in_redis(engine, queue, ids)
         ticks = _next_ticks(waiting) if waiting else set()
-        waiting = [i for i in waiting if i not in ticks]  # schedule ticks: left waiting
-        if waiting:
-            cancelled += _cancel_rows(queue, waiting)
+        if waiting := [i for i in waiting if i not in ticks]:  # schedule ticks: left waiting
+            yield waiting
 
 
 def _waiting_in_redis(engine: Engine, queue: str, ids: list[str]) -> list[str]:

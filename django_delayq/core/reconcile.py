@@ -106,6 +106,7 @@ from django_delayq.core.reconcile_state import (
     live_rows,
     record_charges,
 )
+from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import LIVE_STATUSES, Job
@@ -125,10 +126,6 @@ URGENT_BUDGET_SECONDS = 0.5  # per tick (a quarter lease at most); ticked again 
 LOSS_MARGIN_SECONDS = 2.0
 # workflows.sweep(): the net for edges whose parent became final without the release hook.
 SWEEP_SECONDS = 10.0
-
-
-def _ms(moment: datetime) -> int:
-    return int(moment.timestamp() * 1000)
 
 
 class Reconciler:
@@ -394,8 +391,7 @@ class Reconciler:
             return found
         alive = self._live.alive({w for w in owners if w})
         keep = [f for f, owner in zip(found, owners) if not owner or owner not in alive]
-        waiting = len(found) - len(keep)
-        if waiting:
+        if waiting := len(found) - len(keep):
             self.stats.waiting_on_live_worker += waiting
             logger.debug("reconciler: %d running row(s) missing from Redis left to their live "
                          "worker (audit flush pending)", waiting)
@@ -444,7 +440,7 @@ class Reconciler:
         enqueued (the others would skip them for ``RECENT_SECONDS``). HSETNX: a counter
         Redis already holds (the job was claimed meanwhile) is never lowered.
         """
-        jobs = [(row.pk, _ms(row.run_at), row.priority, row.group) for row in rows]
+        jobs = [(row.pk, at_ms(row.run_at), row.priority, row.group) for row in rows]
         return self.engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
                                      keep_max=MAX_RECENT,
                                      epochs=None if lost else self._epochs.known)

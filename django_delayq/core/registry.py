@@ -114,8 +114,7 @@ def path_of(fn: object) -> str:
         return fn
     if not callable(fn):
         raise InvalidJob("expected a function or a dotted path, got %r" % (fn,))
-    task = _task_type()
-    target = fn.func if task is not None and isinstance(fn, task) else fn
+    target = _function(fn)
     module = getattr(target, "__module__", None)
     qualname = getattr(target, "__qualname__", None)
     if not module or not qualname:
@@ -123,10 +122,8 @@ def path_of(fn: object) -> str:
     if qualname == "<lambda>" or "<lambda>" in qualname:
         raise InvalidJob("%r is a lambda; schedule a module-level function instead" % (fn,))
     if "<locals>" in qualname:
-        raise InvalidJob(
-            "%s.%s is a nested function or closure; a worker cannot import it. Move it to "
-            "module level." % (module, qualname)
-        )
+        raise InvalidJob("%s.%s is a nested function or closure; a worker cannot import it. "
+                         "Move it to module level." % (module, qualname))
     if inspect.ismethod(target):
         raise InvalidJob("%r is a bound method; schedule a module-level function" % (fn,))
     if module == "__main__":
@@ -171,9 +168,7 @@ def _job_object(path: str) -> Any:
     if name not in namespace:
         raise AttributeError("module %r has no function %r" % (module_name, name))
     obj = namespace[name]
-    task = _task_type()
-    func = obj.func if task is not None and isinstance(obj, task) else obj
-    if why := _not_a_job_function(func, module_name, name):
+    if why := _not_a_job_function(_function(obj), module_name, name):
         raise NotAllowed("%r: %s" % (path, why))
     return obj
 
@@ -181,8 +176,7 @@ def _job_object(path: str) -> Any:
 @cache
 def _resolve(path: str) -> Callable[..., Any]:
     obj = _job_object(path)
-    task = _task_type()
-    func = obj.func if task is not None and isinstance(obj, task) else obj
+    func = _function(obj)
     if func is not obj and _task_caller is not None:
         return _task_caller(obj)  # the Tasks backend's call: context, JSON return value
     if func is not obj and getattr(obj, "takes_context", False):
@@ -214,17 +208,17 @@ def signature(path: str) -> inspect.Signature | None:
     ``Task`` the wrapped function's without the ``TaskContext`` a ``takes_context`` task
     gets first. ``None`` when Python cannot tell. ``path`` passed ``check_schedulable``."""
     obj = job_object(path)
-    task = _task_type()
-    is_task = task is not None and isinstance(obj, task)
+    func = _function(obj)
     try:
-        found = inspect.signature(obj.func if is_task else obj)
+        found = inspect.signature(func)
     except (TypeError, ValueError):
         return None
-    if is_task and obj.takes_context:
+    if func is not obj and obj.takes_context:
         found = found.replace(parameters=list(found.parameters.values())[1:])
     return found
 
 
-def _task_type() -> type[Any] | None:
-    """Django's ``Task`` class when the Tasks framework is installed."""
-    return compat.tasks_base.Task if compat.tasks_base is not None else None
+def _function(obj: object) -> Any:
+    """The function a Django ``Task`` wraps (the Tasks framework installed), else ``obj``."""
+    task = compat.tasks_base.Task if compat.tasks_base is not None else None
+    return obj.func if task is not None and isinstance(obj, task) else obj

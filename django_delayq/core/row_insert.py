@@ -53,8 +53,7 @@ def _preparer(field: Field[Any, Any]) -> Prepare:
     if not type(field).__module__.startswith("django.db.models.fields"):
         return slow
     kind = field.get_internal_type()
-    plain = _PLAIN.get(kind)
-    if plain is not None:
+    if (plain := _PLAIN.get(kind)) is not None:
         return lambda v, c: v if v is None or type(v) is plain else slow(v, c)
     if kind == "DateTimeField":
         return lambda v, c: (c.ops.adapt_datetimefield_value(v) if type(v) is datetime
@@ -104,11 +103,8 @@ def insert(row: Job, using: str) -> None:
     if not _ONLY_PLAIN:
         row.save(force_insert=True, using=using)
         return
-    st, connection = _statement(using), connections[using]
-    values = [prep(getattr(row, f.attname), connection)
-              for f, prep in zip(st.fields, st.prepare)]
-    with connection.cursor() as cursor:
-        cursor.execute(st.sql, values)
+    with connections[using].cursor() as cursor:
+        cursor.execute(_statement(using).sql, params(row, using))
     row._state.adding = False
     row._state.db = using
 

@@ -36,9 +36,7 @@ def datetime_adapter(using: str) -> Callable[[datetime | None], Any]:
     def adapter(value: datetime | None) -> Any:
         if value is None:
             return None
-        if fast and value.tzinfo is UTC:
-            return str(value.replace(tzinfo=None))
-        return adapt(value)
+        return str(value.replace(tzinfo=None)) if fast and value.tzinfo is UTC else adapt(value)
 
     return adapter
 
@@ -51,9 +49,7 @@ def text_datetimes(using: str) -> str | None:
     conn = connections[using]
     if conn.vendor == "sqlite" and conn.timezone_name == "UTC":
         return "sqlite"
-    if conn.vendor == "postgresql" and _has_copy(conn):
-        return "copy"
-    return None
+    return "copy" if conn.vendor == "postgresql" and _has_copy(conn) else None
 
 
 def copy_escape(value: object) -> str:
@@ -80,7 +76,7 @@ class PreparedInsert:
     """An INSERT statement and its parameter rows (``RowWriter.prepare_columns``)."""
 
     sql: str
-    rows: list[tuple[Any, ...]]
+    rows: Sequence[Sequence[Any]]
 
 
 class RowWriter:
@@ -100,8 +96,7 @@ class RowWriter:
             "last_error": "", "traceback": "", "worker_id": "", "result": None,
             "cancel_requested": False, **options.COLUMN_DEFAULTS, "scheduled_for": None,
             "requeued_from": None, "progress": None, "parents_left": 0, "task_backend": ""}
-        missing = set(names) - set(const) - set(VARYING)
-        if missing:
+        if missing := set(names) - set(const) - set(VARYING):
             raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))
         self.template = [const.get(name) for name in names]
         self.slots = tuple(names.index(name) for name in VARYING)
@@ -139,9 +134,7 @@ class RowWriter:
             self._copy(conn, rows)
             return
         sql = self._insert_sql(conn, ignore_conflicts, ", ".join(["%s"] * len(self.fields)))
-        with conn.cursor() as cursor:
-            for i in range(0, len(rows), batch_size):
-                cursor.executemany(sql, rows[i:i + batch_size])
+        self.insert_prepared(PreparedInsert(sql=sql, rows=rows), batch_size)
 
     def _columns(self, conn: BaseDatabaseWrapper) -> str:
         return ", ".join(conn.ops.quote_name(str(f.column)) for f in self.fields)

@@ -137,9 +137,7 @@ def next_tick(rule: Rule, after: datetime) -> datetime | None:
         tick = _cron_after(rule, after) if rule.cron else _interval_after(rule, after)
     except OverflowError:
         return None
-    if rule.end is not None and tick > rule.end:
-        return None
-    return tick
+    return None if rule.end is not None and tick > rule.end else tick
 
 
 def _interval_before(rule: Rule, until: datetime) -> datetime | None:

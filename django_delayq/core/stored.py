@@ -64,6 +64,4 @@ def value(obj: object, name: str) -> Any:
     """Column ``name`` of a row loaded through ``with_text`` (``parse``d), or of one
     loaded whole."""
     text_name = TEXT % name
-    if text_name in obj.__dict__:
-        return parse(obj.__dict__[text_name])
-    return getattr(obj, name)
+    return parse(obj.__dict__[text_name]) if text_name in obj.__dict__ else getattr(obj, name)

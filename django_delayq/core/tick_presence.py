@@ -137,11 +137,9 @@ def _missing(rows: list[Row]) -> list[Row]:
 
 def _enqueue(rows: list[Row]) -> int:
     engine = get_engine()
-    added = 0
-    for row in rows:
-        job_id, queue, run_at, priority = row[:4]
-        added += engine.enqueue(queue, [NewJob(id=job_id, at_ms=validation.at_ms(run_at),
-                                               priority=priority, group=row[5])])
+    added = sum(engine.enqueue(queue, [NewJob(id=job_id, at_ms=validation.at_ms(run_at),
+                                              priority=priority, group=group)])
+                for job_id, queue, run_at, priority, _, group in rows)
     if rows:
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(rows),

@@ -53,14 +53,14 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (
 def find_bad(value: object, where: str, depth: int = 0) -> str | None:
     """What in ``value`` is not JSON (or not storable), named with its place, or None."""
     if isinstance(value, str):
-        return None if utf8_ok(value) else "%s = %s (%s)" % (where, _short(value), SURROGATE)
+        return None if utf8_ok(value) else "%s = %s (%s)" % (where, short(value), SURROGATE)
     if value is None or isinstance(value, (bool, int)):
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else "%s = %r (not finite)" % (where, value)
     if isinstance(value, (list, tuple, dict)):
         return _find_bad_inside(value, where, depth)
-    return "%s = %s (%s)" % (where, _short(value), type(value).__name__)
+    return "%s = %s (%s)" % (where, short(value), type(value).__name__)
 
 
 def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, object],
@@ -69,22 +69,14 @@ def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, obj
     if depth >= MAX_DEPTH:
         place = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
         return "%s is nested more than %d levels deep (circular?)" % (place, MAX_DEPTH)
-    if isinstance(value, dict):
-        return _find_bad_in_dict(value, where, depth)
-    for i, item in enumerate(value):
-        if bad := find_bad(item, "%s[%d]" % (where, i), depth + 1):
-            return bad
-    return None
-
-
-def _find_bad_in_dict(value: dict[object, object], where: str, depth: int) -> str | None:
-    for key, item in value.items():
-        if not isinstance(key, str):
+    is_dict = isinstance(value, dict)
+    for key, item in value.items() if is_dict else enumerate(value):  # type: ignore[union-attr]
+        if is_dict and not isinstance(key, str):
             return "%s has the key %r (%s); JSON keys must be strings" % (
                 where, key, type(key).__name__)
-        if not utf8_ok(key):
-            return "%s has the key %s (%s)" % (where, _short(key), SURROGATE)
-        if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):
+        if isinstance(key, str) and not utf8_ok(key):
+            return "%s has the key %s (%s)" % (where, short(key), SURROGATE)
+        if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):  # a list's index: %d
             return bad
     return None
 
@@ -107,15 +99,13 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
-def _short(value: object) -> str:
+def short(value: object) -> str:
+    """``repr(value)`` cut to 200 characters, never raising (the checks of schedule())."""
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
         text = "<%s>" % type(value).__name__
     return text if len(text) <= 200 else text[:197] + "..."
-
-
-short = _short  # for the other checks of schedule()
 
 
 def not_json(bad: str) -> InvalidJob:
@@ -192,16 +182,16 @@ def check_size(size: int, limit: int, where: str = "") -> None:
 def check_text(value: object, what: str) -> None:
     """A string option (key, callable path) that must be storable."""
     if isinstance(value, str) and not utf8_ok(value):
-        raise InvalidJob("%s %s contains %s" % (what, _short(value), SURROGATE))
+        raise InvalidJob("%s %s contains %s" % (what, short(value), SURROGATE))
 
 
 def check_key(key: object) -> None:
     if not isinstance(key, str) or not key:
-        raise InvalidJob("key must be a non-empty string, not %s" % _short(key))
+        raise InvalidJob("key must be a non-empty string, not %s" % short(key))
     check_text(key, "key")
     if not key.isprintable() and _CONTROL.search(key):
         raise InvalidJob("key %s contains control characters (PostgreSQL cannot store NUL; "
-                         "none belongs in a key)" % _short(key))
+                         "none belongs in a key)" % short(key))
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidJob("key must be at most %d characters, not %d" % (MAX_KEY_LENGTH, len(key)))
 
@@ -211,10 +201,10 @@ def check_group(group: object) -> str:
     characters (the separator of Redis's group index is one: docs/groups.md)."""
     if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP:
         raise InvalidJob("group must be a string of 1 to %d characters, not %s"
-                         % (MAX_GROUP, _short(group)))
+                         % (MAX_GROUP, short(group)))
     check_text(group, "group")
     if _CONTROL.search(group):
-        raise InvalidJob("group %s contains control characters" % _short(group))
+        raise InvalidJob("group %s contains control characters" % short(group))
     return group
 
 
@@ -228,12 +218,12 @@ def delay_seconds(delay: object) -> float:
             seconds = float(delay)
     else:
         raise InvalidJob("delay must be seconds (int/float) or a timedelta, not %s"
-                         % _short(delay))
+                         % short(delay))
     if not seconds >= 0:  # NaN too
-        raise InvalidJob("delay must be >= 0, got %s" % _short(delay))
+        raise InvalidJob("delay must be >= 0, got %s" % short(delay))
     if seconds > MAX_DELAY_SECONDS:
         raise InvalidJob("delay must be at most %d seconds (100 years), got %s"
-                         % (MAX_DELAY_SECONDS, _short(delay)))
+                         % (MAX_DELAY_SECONDS, short(delay)))
     return seconds
 
 
@@ -241,20 +231,18 @@ def check_at(at: object, use_tz: bool) -> datetime:
     """``at`` checked: a datetime (aware with ``USE_TZ``) that converts to UTC and to
     epoch milliseconds without overflowing."""
     if not isinstance(at, datetime):
-        raise InvalidJob("at must be a datetime, not %s" % _short(at))
+        raise InvalidJob("at must be a datetime, not %s" % short(at))
     try:
-        offset = at.utcoffset()
-        if offset is not None:
+        if (offset := at.utcoffset()) is not None:
             at.astimezone(UTC)
         at.timestamp()
     except (OverflowError, ValueError, OSError, TypeError) as exc:
         raise InvalidJob("at=%s cannot be converted to a time (%s); use a year from 1 to "
-                         "9999" % (_short(at), exc)) from None
+                         "9999" % (short(at), exc)) from None
     if use_tz and offset is None:
-        raise InvalidJob(
-            "at=%s is a naive datetime while USE_TZ=True; pass an aware one "
-            "(django.utils.timezone.make_aware or datetime(..., tzinfo=...))" % at.isoformat()
-        )
+        raise InvalidJob("at=%s is a naive datetime while USE_TZ=True; pass an aware one "
+                         "(django.utils.timezone.make_aware or datetime(..., tzinfo=...))"
+                         % at.isoformat())
     if at.timestamp() - time.time() > MAX_DELAY_SECONDS:
         raise InvalidJob("at=%s is more than 100 years from now (at most %d seconds ahead, "
                          "as delay)" % (at.isoformat(), MAX_DELAY_SECONDS))
@@ -280,7 +268,7 @@ def check_queue(queue: object, queues: tuple[str, ...], any_queue: bool) -> str:
     if not isinstance(queue, str) or not_a_queue_name(queue):
         raise InvalidJob("queue %s is not a queue name: 1 to %d printable characters without "
                          "braces, not ending in #<digits> (a sharded queue's data set names)"
-                         % (_short(queue), MAX_QUEUE_NAME))
+                         % (short(queue), MAX_QUEUE_NAME))
     return queue
 
 
@@ -296,7 +284,7 @@ def check_lookup_id(job_id: object) -> None:
     """``JobNotFound`` for an id no row can have and no database can be asked for (not a
     string, a lone surrogate, NUL), naming it escaped."""
     if not isinstance(job_id, str) or "\x00" in job_id or not utf8_ok(job_id):
-        raise JobNotFound("no job with id %s" % _short(job_id))
+        raise JobNotFound("no job with id %s" % short(job_id))
 
 
 def at_ms(at: datetime) -> int:
@@ -307,13 +295,13 @@ def at_ms(at: datetime) -> int:
 def check_max_attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
         raise InvalidJob("max_attempts must be an integer from 1 to %d, got %s"
-                         % (MAX_ATTEMPTS, _short(value)))
+                         % (MAX_ATTEMPTS, short(value)))
     return value
 
 
 def check_backoff(backoff: object) -> None:
     if why := backoff_mod.validate(backoff):
-        raise InvalidJob("backoff %s is not valid: %s" % (_short(backoff), why))
+        raise InvalidJob("backoff %s is not valid: %s" % (short(backoff), why))
 
 
 def name_problem(dotted: object, *, what: str = "module name") -> str | None:

@@ -90,8 +90,7 @@ def plan(child_id: str, parents: list[str], on_failure: bool, using: str,
     for chunk in chunks(parents, CHUNK):
         rows = Job.objects.using(using).select_for_update().filter(pk__in=chunk)
         status.update(rows.values_list("id", "status"))
-    missing = [p for p in parents if p not in status]
-    if missing:
+    if missing := [p for p in parents if p not in status]:
         raise InvalidJob("after=: no job with id %r" % missing[0])
     if keyed:
         check_no_cycle(child_id, parents, using)
