@@ -168,6 +168,9 @@ def test_the_command_sets_lists_and_clears_a_group_limit(delayq_engine) -> None:
     assert "default: group limits: acme (concurrency 3, rate 10/s)" in text
     assert "default: group acme back to the queue's group limits" in text
     assert delayq_engine.group_limit_overrides("default") == {}
+    out = StringIO()
+    call_command("delayq_queue", "unlimit", "default", "--group", "acme", stdout=out)
+    assert "default: group acme had no limits of its own" in out.getvalue()
 
 
 def test_the_command_refuses_bad_values_naming_them(delayq_engine) -> None:  # type: ignore[no-untyped-def]
@@ -177,6 +180,10 @@ def test_the_command_refuses_bad_values_naming_them(delayq_engine) -> None:  # t
         call_command("delayq_queue", "limit", "default", "--group", "acme", "--rate", "x/s")
     with pytest.raises(CommandError, match="--group"):
         call_command("delayq_queue", "limit", "default", "--concurrency", "3")
+    with pytest.raises(CommandError, match="--concurrency and --rate go with limit"):
+        call_command("delayq_queue", "pause", "default", "--group", "acme", "--concurrency", "3")
+    with pytest.raises(CommandError, match="of group 'acme' of default"):
+        call_command("delayq_queue", "purge", "default", "--group", "acme")
 
 
 def test_defaults_reach_the_claim(settings, delayq_engine) -> None:  # type: ignore[no-untyped-def]

@@ -80,14 +80,18 @@ def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
     operator and its level. A change is written to the admin's log."""
     if queue not in known_queues():
         return _("Unknown queue %r.") % queue, messages.ERROR
-    if op == "purge" and request.POST.get("confirm") != "yes":
-        return _("Tick the box to confirm purging %s.") % queue, messages.WARNING
     group = request.POST.get("group")  # sent by the group forms only, blank or not
+    if op == "purge" and request.POST.get("confirm") != "yes":
+        if group:
+            return _("Tick the box to confirm purging group %(group)r of %(queue)s.") % {
+                "group": group, "queue": queue}, messages.WARNING
+        return _("Tick the box to confirm purging %s.") % queue, messages.WARNING
     try:
         if op in ("limit", "unlimit"):
-            text, changed = _perform_limit(op, queue, (group or "").strip(), request.POST)
+            # as typed, as the API and delayq_queue take it (a group id may hold spaces)
+            text, changed = _perform_limit(op, queue, group or "", request.POST)
         elif group is not None:  # a blank one is refused, never taken for the whole queue
-            text, changed = _perform_group(op, queue, group.strip())
+            text, changed = _perform_group(op, queue, group)
         else:
             text, changed = _perform(op, queue)
     except (DelayQError, RedisError) as exc:

@@ -37,13 +37,27 @@ def test_a_group_is_paused_resumed_and_purged_from_the_queues_page(delayq_settin
 def test_a_blank_group_is_refused_not_taken_for_the_whole_queue(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     other = schedule("tests.jobs.noop", delay=3600)  # a job of the queue, of no group
     client = staff_client("pause_queue", "purge_queue")
-    page = client.post(PAGE, {"queue": "default", "group": "   ", "op": "purge",
+    page = client.post(PAGE, {"queue": "default", "group": "", "op": "purge",
                               "confirm": "yes"}, follow=True).content.decode()
     assert "group must be a string of 1 to 128 characters, not &#x27;&#x27;" in page
-    client.post(PAGE, {"queue": "default", "group": " ", "op": "pause"})
+    client.post(PAGE, {"queue": "default", "group": "", "op": "pause"})
     assert Job.objects.get(pk=other.id).status == JobStatus.SCHEDULED  # the group form's
     assert "Resume</button>" not in client.get(PAGE).content.decode()  # blank: nothing done
     assert not LogEntry.objects.exists()
+
+
+def test_a_group_is_taken_as_typed_spaces_included(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """A group id may hold spaces (as in ``schedule()`` and ``delayq_queue``): the page
+    acts on that group, never on the whole queue."""
+    other = schedule("tests.jobs.noop", delay=3600)
+    spaced = schedule("tests.jobs.noop", group="  ", delay=3600)
+    client = staff_client("pause_queue", "purge_queue")
+    page = client.post(PAGE, {"queue": "default", "group": "  ", "op": "purge"},
+                       follow=True).content.decode()
+    assert "Tick the box to confirm purging group &#x27;  &#x27; of default." in page
+    client.post(PAGE, {"queue": "default", "group": "  ", "op": "purge", "confirm": "yes"})
+    assert Job.objects.get(pk=spaced.id).status == JobStatus.CANCELLED
+    assert Job.objects.get(pk=other.id).status == JobStatus.SCHEDULED
 
 
 def test_group_controls_need_the_queue_permissions(delayq_settings) -> None:  # type: ignore[no-untyped-def]

@@ -70,9 +70,14 @@ class Command(BaseCommand):
         if options["group"] is None and options["action"] in ("limit", "unlimit"):
             raise usage_error("%s needs --group: the group whose limits change"
                               % options["action"])
+        if options["action"] != "limit" and (options["concurrency"] is not None
+                                             or options["rate"] is not None):
+            raise usage_error("--concurrency and --rate go with limit")
         if options["action"] == "purge" and not options["yes"]:
+            what = ", ".join(names) if options["group"] is None else "group %r of %s" % (
+                options["group"], ", ".join(names))
             raise usage_error("purge removes every waiting job of %s and cancels their rows; "
-                              "run it again with --yes to confirm" % ", ".join(names))
+                              "run it again with --yes to confirm" % what)
         try:
             if options["action"] == "list":
                 self._list(names, settings)
@@ -114,8 +119,8 @@ class Command(BaseCommand):
                 done = "limited to %s" % _override_text(group_limits.set_group_limit(
                     queue, group, concurrency=options["concurrency"], rate_limit=options["rate"]))
             elif action == "unlimit":
-                group_limits.clear_group_limit(queue, group)
-                done = "back to the queue's group limits"
+                done = "back to the queue's group limits" if group_limits.clear_group_limit(
+                    queue, group) else "had no limits of its own"
             elif group is None:
                 report = queues.purge_queue_report(queue)
                 done = ("purged %d waiting job(s); their rows are cancelled; kept %d schedule "
