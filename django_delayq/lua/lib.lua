@@ -54,10 +54,13 @@ end
 
 --@define wrong_type
 -- KEYS[i] must be of type kinds[i] (or absent); '' = not used by this script, not checked.
-local function wrong_type(kinds)
+-- ``known`` (optional): a set of key names the caller knows to be fine (a read met them,
+-- or they are absent), not checked again.
+local function wrong_type(kinds, known)
   for i, kind in ipairs(kinds) do
-    if kind ~= '' then
-      local found = redis.call('TYPE', KEYS[i])['ok']
+    local key = KEYS[i]
+    if kind ~= '' and not (known and known[key]) then
+      local found = redis.call('TYPE', key)['ok']
       if found ~= 'none' and found ~= kind then
         return redis.error_reply('DELAYQ-WRONGTYPE ' .. i .. ' ' .. found .. ' ' .. kind)
       end
@@ -570,13 +573,16 @@ end
 -- marks and group. Where they were listed (pending, ready, inflight, dead) is the
 -- caller's to clear, except the index of urgent pending jobs, the runs and the groups
 -- (the keys ``urgent``, ``runs`` and ``group`` the including script declares). At most a
--- few hundred ids a call.
-local function forget(jobs, attempts, cancel, prio, ids)
+-- few hundred ids a call. ``plain`` (optional): the caller read that ``cancel``, ``prio``,
+-- ``urgent`` and ``group`` are absent (a queue without cancels, priorities or groups):
+-- nothing to remove there.
+local function forget(jobs, attempts, cancel, prio, ids, plain)
   if #ids == 0 then return end
-  redis.call('ZREM', urgent, unpack(ids))
   redis.call('HDEL', runs, unpack(ids))
   redis.call('HDEL', jobs, unpack(ids))
   redis.call('HDEL', attempts, unpack(ids))
+  if plain then return end
+  redis.call('ZREM', urgent, unpack(ids))
   redis.call('SREM', cancel, unpack(ids))
   redis.call('HDEL', prio, unpack(ids))
   redis.call('HDEL', group, unpack(ids))
