@@ -164,6 +164,10 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
 # -- calling the function: sync or ``async def``, with the job context set ------------
 
 _local = threading.local()
+# The stale database connections are closed around each attempt (Django's request
+# hooks do the same around a request); before an attempt that follows one of the same
+# thread by less than this, the check after that one stands for it.
+FRESH_S = 1.0
 
 
 def _event_loop() -> asyncio.AbstractEventLoop:
@@ -202,8 +206,8 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
     common.update(path=env.path, max_attempts=max_attempts)
     ctx = JobContext(id=job.id, queue=job.queue, attempt=job.attempt, max_attempts=max_attempts,
                      due_at=ms_to_dt(job.due_ms), worker_id=worker_id)
-    if manage_connections:
-        close_old_connections()
+    if manage_connections and time.monotonic() - getattr(_local, "closed", -FRESH_S) >= FRESH_S:
+        close_old_connections()  # else this thread's last attempt just closed them
     try:
         if env.atomic:
             return _atomic(common, env, ctx, t0, worker_id)
@@ -213,6 +217,7 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
     finally:
         if manage_connections:
             close_old_connections()
+            _local.closed = time.monotonic()
     return _succeeded(common, result, t0)
 
 
