@@ -11,8 +11,14 @@
 -- job ended (it travels on a connection of its own, maybe behind the job's ack) or after
 -- its lease passed to another delivery writes nothing, so no entry outlives its job.
 -- Returns: the number of marks written (the stream's connection never reads it).
--- Cost: at most 100 triples per call (scripts.MAX_MARK): O(n).
+-- Cost: at most 100 triples per call (scripts.MAX_MARK): O(n). One triple (a job
+-- thread's mark, the usual call) is one HGET, and one HSET when still held.
 if #ARGV == 0 then return 0 end
+if #ARGV == 3 then  -- one mark: no tables
+  if redis.call('HGET', attempts, ARGV[1]) ~= ARGV[2] then return 0 end
+  redis.call('HSET', runs, ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' 0')  -- started: no streak
+  return 1
+end
 local ids = {}
 for i = 1, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local tokens = redis.call('HMGET', attempts, unpack(ids))

@@ -59,6 +59,17 @@ def test_marks_are_forgotten_with_the_job(engine: Engine) -> None:
     assert engine.client.hexists(engine.keys("q").runs, "a") == 0
 
 
+def test_one_mark_and_several_in_a_call_write_only_what_is_still_held(engine: Engine) -> None:
+    engine.enqueue("q", [NewJob(id=i, at_ms=NOW) for i in "abc"], now_ms=NOW)
+    a, b, c = claim(engine, 3)
+    assert engine.ack("q", [("b", b.token)], now_ms=NOW) == [True]
+    assert engine.mark_started([a, b, c]) == 2  # b was acked: its mark writes nothing
+    runs = engine.keys("q").runs
+    assert engine.client.hgetall(runs) == {b"a": b"1 0 0", b"c": b"1 0 0"}
+    assert engine.mark_started([b]) == 0 and engine.mark_started([c]) == 1
+    assert engine.client.hlen(runs) == 2
+
+
 def test_a_mark_of_an_older_delivery_does_not_count(engine: Engine) -> None:
     """A mark left by an earlier delivery (its token) does not make the current one
     started: a lost lease of the current one is not charged."""
