@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from django_delayq.admin import overview
 from django_delayq.core.conf import get_settings
 from django_delayq.management.commands import delayq_status
 from django_delayq.observe.limit_usage import CallableLimitState, callable_limits, describe_limit
@@ -24,7 +23,7 @@ def test_both_surfaces_show_the_one_reading(delayq_engine, settings) -> None:  #
                            running=1, started_in_window=1),
         CallableLimitState(callable="tests.jobs.noop", rate=None, concurrency=1, running=0,
                            started_in_window=0)]
-    page = overview.callable_limits(delayq_engine, s)
+    page = callable_limits(delayq_engine, s)  # the admin's queues page shows c.limit
     # delayq_status --json shows the reading as it is, its rate a list
     status = delayq_status.Status(now="", prefix="", queues=[], workers=[],
                                   callable_limits=callable_limits(delayq_engine, s))
