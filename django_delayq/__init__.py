@@ -14,65 +14,34 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_LAZY = {
+# The public names by the module they come from (under django_delayq.); each is imported
+# from there the first time it is used.
+_MODULES = {
     # scheduling and managing jobs
-    "schedule": "django_delayq.core.api",
-    "schedule_many": "django_delayq.core.api",
-    "schedule_spec": "django_delayq.core.api",
-    "JobSpec": "django_delayq.core.api",
-    "job": "django_delayq.core.api",
-    "JobCall": "django_delayq.core.api",
-    "cancel": "django_delayq.core.api",
-    "run_now": "django_delayq.core.api",
-    "reschedule": "django_delayq.core.api",
-    "requeue": "django_delayq.core.api",
-    "get_job": "django_delayq.core.api",
-    "JobHandle": "django_delayq.core.api",
+    "core.api": ("schedule", "schedule_many", "schedule_spec", "JobSpec", "job", "JobCall",
+                 "cancel", "run_now", "reschedule", "requeue", "get_job", "JobHandle"),
     # the same for async code (ASGI views): awaitable, never blocking the event loop
-    "aschedule": "django_delayq.core.aio",
-    "aschedule_spec": "django_delayq.core.aio",
-    "acancel": "django_delayq.core.aio",
-    "areschedule": "django_delayq.core.aio",
-    "arun_now": "django_delayq.core.aio",
-    "arequeue": "django_delayq.core.aio",
-    "aget_job": "django_delayq.core.aio",
-    "await_result": "django_delayq.core.aio",
-    "AsyncJobHandle": "django_delayq.core.aio",
-    "atomic_job": "django_delayq.core.options",  # a function whose jobs are atomic
+    "core.aio": ("aschedule", "aschedule_spec", "acancel", "areschedule", "arun_now",
+                 "arequeue", "aget_job", "await_result", "AsyncJobHandle"),
+    "core.options": ("atomic_job",),  # a function whose jobs are atomic
     # workflows: jobs that wait for other jobs (docs/workflows.md)
-    "chain": "django_delayq.core.canvas",
-    "group": "django_delayq.core.canvas",
-    "GroupResult": "django_delayq.core.canvas",
-    "Signature": "django_delayq.core.workflows",
+    "core.canvas": ("chain", "group", "GroupResult"),
+    "core.workflows": ("Signature",),
     # whole queues
-    "pause_queue": "django_delayq.core.queues",
-    "resume_queue": "django_delayq.core.queues",
-    "paused_queues": "django_delayq.core.queues",
-    "pause_group": "django_delayq.core.queues",
-    "resume_group": "django_delayq.core.queues",
-    "paused_groups": "django_delayq.core.queues",
-    "purge_group": "django_delayq.core.queues",
-    "set_group_limit": "django_delayq.core.group_limits",
-    "clear_group_limit": "django_delayq.core.group_limits",
-    "group_limits": "django_delayq.core.group_limits",
-    "GroupOverride": "django_delayq.core.group_limits",
-    "purge_queue": "django_delayq.core.queues",
+    "core.queues": ("pause_queue", "resume_queue", "paused_queues", "purge_queue",
+                    "pause_group", "resume_group", "paused_groups", "purge_group"),
+    "core.group_limits": ("set_group_limit", "clear_group_limit", "group_limits",
+                          "GroupOverride"),
     # what cancel() and reschedule()/run_now() return
-    "CancelOutcome": "django_delayq.engine.outcomes",
-    "MoveOutcome": "django_delayq.engine.outcomes",
+    "engine.outcomes": ("CancelOutcome", "MoveOutcome"),
     # inside a running job
-    "current_job": "django_delayq.core.context",
-    "report_progress": "django_delayq.core.progress",
-    "Retry": "django_delayq.exceptions",
-    # errors
-    "InvalidJob": "django_delayq.exceptions",
-    "DelayQError": "django_delayq.exceptions",
-    "JobNotFound": "django_delayq.exceptions",
-    "JobFailed": "django_delayq.exceptions",
-    "JobNotFinished": "django_delayq.exceptions",
-    "NotInJob": "django_delayq.exceptions",
-    "WaitTimeout": "django_delayq.exceptions",
+    "core.context": ("current_job",),
+    "core.progress": ("report_progress",),
+    # Retry (raised inside a running job), then the errors
+    "exceptions": ("Retry", "InvalidJob", "DelayQError", "JobNotFound", "JobFailed",
+                   "JobNotFinished", "NotInJob", "WaitTimeout"),
 }
+_LAZY = {name: "django_delayq." + module for module, names in _MODULES.items() for name in names}
 
 __all__ = list(_LAZY)
 

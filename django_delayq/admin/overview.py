@@ -1,8 +1,8 @@
 """What the queues page and the live dashboard show from Redis, read through the engine
 and core APIs only: per queue its counts (``Engine.stats``), next due time, paused state
-(``paused_queues``) and limit (``Engine.queue_limit``); the callable limits of
-``DELAYQ['CALLABLE_LIMITS']`` with their running jobs (``Engine.limit_state``); the
-workers of the registry (``Engine.workers``) with the jobs they run.
+(``paused_queues``) and limit (``Engine.queue_limit``); the workers of the registry
+(``Engine.workers``) with the jobs they run. The callable limits come from
+``observe.limit_usage.callable_limits``.
 
 A worker's info entry is JSON any process with access to Redis could have written: each
 field is used only when it has the expected type, texts are cut to ``TEXT_CHARS``, and
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from django_delayq.core import api
 from django_delayq.core.queues import known_queues
-from django_delayq.observe import holding, limit_usage
+from django_delayq.observe import holding
 from django_delayq.observe.limit_usage import describe_limit
 
 if TYPE_CHECKING:
@@ -78,11 +78,6 @@ def queue_rows(engine: Engine, settings: Settings) -> list[QueueRow]:
             dead=st.dead, next_due_ms=st.next_due_ms, paused=queue in paused,
             limit="" if limit is None else describe_limit(limit.rate, limit.concurrency)))
     return rows
-
-
-#: The limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each callable runs now, as the
-#: queues page shows them (``limit``: ``"100 per 60s, 5 at once"``).
-callable_limits = limit_usage.callable_limits
 
 
 def _text(value: object) -> str:

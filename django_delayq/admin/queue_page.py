@@ -34,7 +34,7 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues, purge_queue_report
 from django_delayq.exceptions import DelayQError
-from django_delayq.observe.limit_usage import group_limit_text, queue_group_limits
+from django_delayq.observe.limit_usage import callable_limits, group_limit_text, queue_group_limits
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -66,7 +66,7 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     try:
         context["queues"] = overview.queue_rows(engine, settings)
         context["holding"] = overview.held(context["queues"], overview.worker_rows(engine))
-        context["callable_limits"] = overview.callable_limits(engine, settings)
+        context["callable_limits"] = callable_limits(engine, settings)
         context["paused_groups"] = [(q.queue, ", ".join(groups)) for q in context["queues"]
                                     if (groups := engine.paused_groups(q.queue))]
     except RedisError as exc:

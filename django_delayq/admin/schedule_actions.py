@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from django_delayq.admin.actions import Tally
 from django_delayq.admin.display import job_link
 from django_delayq.core import api, periodic
-from django_delayq.core.submit import JobSpec
+from django_delayq.core.options import JobSpec
 from django_delayq.exceptions import DelayQError
 from django_delayq.models import Schedule
 

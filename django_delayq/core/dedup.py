@@ -36,7 +36,7 @@ from django_delayq import signals
 from django_delayq.core import commit_batch, ids, workflows
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.submit import DROP, KEEP, JobSpec
+from django_delayq.core.options import DROP, KEEP, JobSpec
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import DelayQError
 from django_delayq.models import FINAL_STATUSES, UNFINISHED_STATUSES, Job, JobKey, JobStatus

@@ -87,13 +87,8 @@ from django.utils import timezone
 
 from django_delayq.core import final_rows, group_limits, workflows
 from django_delayq.core.conf import Settings
-from django_delayq.core.epochs import Epochs, epoch_kind  # noqa: F401 - named here too
-from django_delayq.core.final_rows import (  # noqa: F401 - named here too
-    CANCELLED_IN_REDIS,
-    DEAD_IN_REDIS,
-    SETTLED_KEEP_MS,
-    Finding,
-)
+from django_delayq.core.epochs import Epochs
+from django_delayq.core.final_rows import Finding
 from django_delayq.core.liveness import Liveness
 from django_delayq.core.reconcile_state import (
     LIGHT,

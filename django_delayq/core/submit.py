@@ -10,14 +10,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from django_delayq.core import options, validation
-from django_delayq.core.options import DROP, KEEP, REPLACE, JobSpec
-from django_delayq.core.validation import MAX_QUEUE_NAME, not_a_queue_name
 from django_delayq.engine.outcomes import NewJob
-
-# The option names and checks re-exported: core/dedup.py, the admin and the management
-# commands import them from here.
-__all__ = ["DROP", "KEEP", "MAX_QUEUE_NAME", "REPLACE", "JobSpec", "build",
-           "eager_runner", "not_a_queue_name", "set_eager_runner"]
 
 
 def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],

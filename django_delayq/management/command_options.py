@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.utils.module_loading import import_string
 
-from django_delayq.core.submit import MAX_QUEUE_NAME, not_a_queue_name
+from django_delayq.core.validation import MAX_QUEUE_NAME, not_a_queue_name
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings

@@ -16,7 +16,7 @@ import pytest
 
 from django_delayq import schedule, schedule_many
 from django_delayq.core.connection import get_engine
-from django_delayq.core.submit import JobSpec
+from django_delayq.core.options import JobSpec
 from django_delayq.engine.shard_map import shard_name
 from django_delayq.models import Job, JobStatus
 from tests.cluster.conftest import running_worker, spread_prefix

@@ -3,7 +3,9 @@ page and ``delayq_status``: the same numbers, each surface only formats them."""
 
 from __future__ import annotations
 
-from django_delayq.admin import overview
+import json
+from dataclasses import asdict
+
 from django_delayq.core.conf import get_settings
 from django_delayq.management.commands import delayq_status
 from django_delayq.observe.limit_usage import CallableLimitState, callable_limits, describe_limit
@@ -21,10 +23,13 @@ def test_both_surfaces_show_the_one_reading(delayq_engine, settings) -> None:  #
                            running=1, started_in_window=1),
         CallableLimitState(callable="tests.jobs.noop", rate=None, concurrency=1, running=0,
                            started_in_window=0)]
-    page = overview.callable_limits(delayq_engine, s)
-    status = delayq_status.callable_limits(delayq_engine, s)
+    page = callable_limits(delayq_engine, s)  # the admin's queues page shows c.limit
+    # delayq_status --json shows the reading as it is, its rate a list
+    status = delayq_status.Status(now="", prefix="", queues=[], workers=[],
+                                  callable_limits=callable_limits(delayq_engine, s))
+    shown = json.loads(json.dumps(asdict(status)))["callable_limits"]
     assert [(c.callable, c.limit, c.running, c.started_in_window) for c in page] == [
         ("tests.jobs.add", "10 per 1s, 2 at once", 1, 1), ("tests.jobs.noop", "1 at once", 0, 0)]
-    assert [(c.callable, c.rate, c.concurrency, c.running) for c in status] == [
+    assert [(c["callable"], c["rate"], c["concurrency"], c["running"]) for c in shown] == [
         ("tests.jobs.add", [10, 1000], 2, 1), ("tests.jobs.noop", None, 1, 0)]
     assert (describe_limit(None, None), describe_limit(None, None, none="none")) == ("", "none")

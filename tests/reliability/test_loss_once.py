@@ -17,9 +17,9 @@ import pytest
 from django_delayq import schedule, schedule_many
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.core.options import JobSpec
 from django_delayq.core.reconcile import RECENT_SECONDS, Reconciler
 from django_delayq.core.reconcile_state import Cursor
-from django_delayq.core.submit import JobSpec
 from django_delayq.models import Job, JobStatus
 from tests.helpers import point_at, wait_until
 

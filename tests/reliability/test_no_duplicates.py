@@ -16,7 +16,7 @@ import pytest
 from django_delayq import schedule
 from django_delayq.core import final_rows
 from django_delayq.core.connection import get_engine
-from django_delayq.core.reconcile import DEAD_IN_REDIS
+from django_delayq.core.final_rows import DEAD_IN_REDIS
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 from tests import jobs_chaos
 from tests.conftest import unique_prefix

@@ -86,15 +86,6 @@ class QueueStatus:
 
 
 @dataclass(slots=True, kw_only=True)
-class CallableLimitStatus:
-    callable: str
-    rate: list[int] | None  # [starts, per_ms]
-    concurrency: int | None
-    running: int
-    started_in_window: int
-
-
-@dataclass(slots=True, kw_only=True)
 class RunningJob:
     id: str
     queue: str
@@ -121,7 +112,8 @@ class Status:
     queues: list[QueueStatus]
     workers: list[WorkerStatus]
     paused: list[str] = field(default_factory=list)
-    callable_limits: list[CallableLimitStatus] = field(default_factory=list)
+    # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list in JSON)
+    callable_limits: list[limit_usage.CallableLimitState] = field(default_factory=list)
     groups: list[limit_usage.GroupUsage] = field(default_factory=list)  # docs/groups.md
     schedules: list[dict[str, Any]] = field(default_factory=list)  # core/periodic.py
     holding: hold.Holding | None = None  # in flight = running + prefetched + settling
@@ -168,15 +160,6 @@ def running_jobs(raw: object, now_ms: float) -> list[RunningJob]:
             for item, age in hold.running_jobs(raw, now_ms)]
 
 
-def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitStatus]:
-    """Each callable of ``DELAYQ['CALLABLE_LIMITS']``: its limit and what it runs now
-    (``observe.limits``)."""
-    return [CallableLimitStatus(
-        callable=c.callable, rate=None if c.rate is None else list(c.rate),
-        concurrency=c.concurrency, running=c.running, started_in_window=c.started_in_window)
-        for c in limit_usage.callable_limits(engine, settings)]
-
-
 def waiting_counts(queues: list[str]) -> dict[str, int]:
     """Rows ``waiting`` for their parents, per queue (from the database: Redis does not
     hold them); empty when the database cannot be read."""
@@ -211,7 +194,7 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
          hold.count(w.info, hold.PREFETCHED_FIELD)) for w in workers))
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
                   queues=stats, workers=workers, paused=paused,
-                  callable_limits=callable_limits(engine, settings),
+                  callable_limits=limit_usage.callable_limits(engine, settings),
                   groups=limit_usage.busiest(engine, queues),
                   schedules=periodic.status_rows(), holding=held)
 
@@ -260,7 +243,7 @@ def render_text(status: Status) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _limit_lines(limits: list[CallableLimitStatus]) -> list[str]:
+def _limit_lines(limits: list[limit_usage.CallableLimitState]) -> list[str]:
     if not limits:
         return []
     return ["", "CALLABLE LIMITS"] + [
