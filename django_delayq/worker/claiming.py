@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 from django_delayq.engine.scripts import MAX_TURNS
 from django_delayq.worker import gates
 from django_delayq.worker.handover import Handover
-from django_delayq.worker.queue_backoff import QueueBackoff
+from django_delayq.worker.queue_backoff import QueueBackoff, grouped
 from django_delayq.worker.urgent import UrgentTimer
 
 if TYPE_CHECKING:
@@ -225,9 +225,7 @@ class Claiming:
         """Give back (uncharged) the jobs the ledger holds that no thread has started; one
         that cannot be given back keeps its lease until it expires, then recovery runs it."""
         jobs = self.ledger.release_unstarted()
-        by_queue: dict[str, list[ClaimedJob]] = {}
-        for job in jobs:
-            by_queue.setdefault(job.queue, []).append(job)
+        by_queue = grouped(jobs, lambda job: job.queue)
         for queue, claimed in by_queue.items():
             try:
                 self.engine.release(queue, claimed)

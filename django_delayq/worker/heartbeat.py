@@ -33,7 +33,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from django_delayq.worker.queue_backoff import ERRORS
+from django_delayq.worker.queue_backoff import ERRORS, grouped
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -71,9 +71,7 @@ class Liveness:
         the worker holds now; a lease not extended is reported lost only when its job is
         still held (one settled since ``held`` was read has simply ended)."""
         beat_at = time.monotonic()
-        by_queue: dict[str, list[ClaimedJob]] = {}
-        for job in held:
-            by_queue.setdefault(job.queue, []).append(job)
+        by_queue = grouped(held, lambda job: job.queue)
         failed: list[Exception] = []
         lost: list[ClaimedJob] = []
         for queue, jobs in by_queue.items():

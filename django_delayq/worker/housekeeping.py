@@ -61,7 +61,7 @@ class Housekeeping:
         self.reconciler = Reconciler(engine, settings, self.queues)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
         self.schedules = periodic.Keeper()  # the keeper thread's pass (core/periodic.py)
-        self.draining = False
+        self.draining = False  # no keeper pass once set (by a signal handler)
         self._last_recover = -1e18
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -78,13 +78,6 @@ class Housekeeping:
         self._stop.set()
         for thread in self._threads:
             thread.join(timeout=10)
-
-    def drain(self) -> None:
-        """No keeper pass from now on (a flag: a signal handler calls it)."""
-        self.draining = True
-
-    def unregister(self) -> None:
-        self.liveness.unregister()
 
     # -- lease recovery, on the main loop ------------------------------------------
 
@@ -107,9 +100,9 @@ class Housekeeping:
         beat_s = self.settings.lease_ms / 3000
         while True:
             try:
-                self.liveness.heartbeat(self.ledger.held(), holding=self.ledger.unsettled_held,
-                                        claimed=self.claiming.claimed_total,
-                                        processed=self.settlement.settler.processed)
+                self.liveness.heartbeat(self.ledger.held(), claimed=self.claiming.claimed_total,
+                                        processed=self.settlement.settler.processed,
+                                        holding=lambda: self.ledger.held(sent=False))
                 self.gate.renew()  # callable-limit slots of the functions running
             except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
                 logger.warning("heartbeat failed: %s", exc)

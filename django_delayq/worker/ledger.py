@@ -175,21 +175,18 @@ class Ledger:
 
     # -- reads ---------------------------------------------------------------------
 
-    def held(self) -> list[ClaimedJob]:
+    def held(self, *, sent: bool = True) -> list[ClaimedJob]:
         """The jobs whose leases this worker keeps: running, waiting for a thread, or
         finished and waiting to be settled (a stalled database or Redis must not let the
-        lease of a finished job lapse: another worker would run it again)."""
+        lease of a finished job lapse: another worker would run it again). ``sent``
+        False: but for the jobs a settling round has sent (their ack may have ended their
+        lease already: its reply says how it went)."""
         with self._lock:
-            return ([r.job for r in self._running.values()] + list(self._unstarted.values())
-                    + [o.job for o in self._done] + [o.job for o in self._unsettled]
-                    + [o.job for o in self._settling.values()])
-
-    def unsettled_held(self) -> list[ClaimedJob]:
-        """``held`` but for the jobs a settling round has sent (their ack may have ended
-        their lease already: its reply says how it went)."""
-        with self._lock:
-            return ([r.job for r in self._running.values()] + list(self._unstarted.values())
+            jobs = ([r.job for r in self._running.values()] + list(self._unstarted.values())
                     + [o.job for o in self._done] + [o.job for o in self._unsettled])
+            if sent:
+                jobs += [o.job for o in self._settling.values()]
+            return jobs
 
     def idle(self) -> bool:
         with self._lock:

@@ -149,7 +149,7 @@ class Worker:
         if self.draining:
             self.hard_stop = True
         self.draining = True
-        self.housekeeping.drain()
+        self.housekeeping.draining = True  # no keeper pass from now on
         self.claiming.drain()  # wakes the main loop
         self._interrupt.set()
 
@@ -177,7 +177,7 @@ class Worker:
             self.settlement.stop()  # what finished is acked before the audit's last flush
         if code in (EXIT_HARD_STOP, EXIT_ERROR):
             self._shutdown_hard()
-            self.housekeeping.unregister()
+            self.housekeeping.liveness.unregister()
         else:
             self.execution.stop()
             self.audit.stop()
@@ -185,7 +185,7 @@ class Worker:
             # flush instead of re-enqueueing rows it settled; changes it could not write
             # leave it registered until it falls silent, as a crashed worker would.
             if not self.audit.pending():
-                self.housekeeping.unregister()
+                self.housekeeping.liveness.unregister()
         if threading.current_thread() is not threading.main_thread():
             connections.close_all()  # run() on a thread of its own: close what it opened
         logger.info("worker %s stopped (exit %d, %d jobs claimed)", self.id, code,
@@ -214,22 +214,17 @@ class Worker:
                 self._outage.ok()
             self.wake.wait(self._wait_seconds())
 
-    def _step(self, step: Callable[[], object]) -> bool:
-        """Run one loop step; on failure log (rate-limited), pause and return False."""
+    def _step(self, step: Callable[[], object]) -> None:
+        """Run one loop step; on failure log (rate-limited) and pause: a stop cuts the
+        pause short, not a wake-up (no spin on a failure)."""
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - nothing may escape the loop
             self._round_failed = True
             self._backoff_s = min(max(self._backoff_s * 2, 0.1), 5.0)
             self._outage.failed(exc, self._backoff_s)
-            self._pause(self._backoff_s)
-            return False
-        return True
-
-    def _pause(self, seconds: float) -> None:
-        """Sleep after a failure; a stop cuts it short, not a wake-up (no spin on a failure)."""
-        if self._interrupt.wait(seconds):
-            self._interrupt.clear()
+            if self._interrupt.wait(self._backoff_s):
+                self._interrupt.clear()
 
     def _housekeeping(self) -> None:
         """The main loop's housekeeping: attempts past their time limit fail, expired

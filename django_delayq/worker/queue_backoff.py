@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from redis.exceptions import RedisError, SlotNotCoveredError
 
@@ -27,6 +28,15 @@ logger = logging.getLogger(__name__)
 ERRORS = (RedisError, SlotNotCoveredError, OSError)
 FIRST_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 5.0
+_T = TypeVar("_T")
+
+
+def grouped(items: Iterable[_T], key: Callable[[_T], str]) -> dict[str, list[_T]]:
+    """``items`` by ``key`` (their queue, their shard), each list in their order."""
+    groups: dict[str, list[_T]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
 
 
 class QueueBackoff:

@@ -88,11 +88,6 @@ def stored_result(value: object) -> tuple[object, int]:
     return value, size
 
 
-def json_result(value: object) -> object:
-    """The result when the database can store it as JSON, else None."""
-    return stored_result(value)[0]
-
-
 def too_large(size: int, limit: int) -> str:
     """The error of a result of ``size`` bytes over the limit (``ResultTooLarge``)."""
     return ("result is %d bytes as JSON, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d: not kept, "
@@ -170,17 +165,13 @@ _local = threading.local()
 FRESH_S = 1.0
 
 
-def _event_loop() -> asyncio.AbstractEventLoop:
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = _local.loop = asyncio.new_event_loop()
-    return loop
-
-
 def call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
     result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):
-        return _event_loop().run_until_complete(result)
+    if inspect.isawaitable(result):  # on this thread's event loop
+        loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+        if loop is None or loop.is_closed():
+            loop = _local.loop = asyncio.new_event_loop()
+        return loop.run_until_complete(result)
     return result
 
 
@@ -265,22 +256,16 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
             return outcome
         except atomic.NotOurs as refused:
             done = refused.committed
-        if done is None:
-            return _lost_before_commit(common, t0)
+        if done is None:  # a later attempt holds its row: rolled back, and its outcome
+            # settled like a lost lease's (Redis refuses it unless this lease is still valid)
+            return Outcome(kind=Kind.RETRY, finished_at=datetime.now(UTC), retry_delay_ms=0,
+                           duration_s=time.perf_counter() - t0, error_type=type_path(LeaseLost),
+                           error="attempt %d lost its lease before its commit: rolled back"
+                                 % job.attempt, **common)
     logger.info("job %s: attempt %d committed its success; settled without running it again",
                 shown(job.id), done.attempt)
     return Outcome(kind=Kind.SUCCESS, finished_at=datetime.now(UTC), result=done.result,
                    duration_s=time.perf_counter() - t0, **common)
-
-
-def _lost_before_commit(common: dict[str, Any], t0: float) -> Outcome:
-    """An atomic attempt whose row a later attempt holds: rolled back, and its outcome
-    settled like a lost lease's (Redis refuses it unless this lease is still valid)."""
-    job: ClaimedJob = common["job"]
-    return Outcome(kind=Kind.RETRY, finished_at=datetime.now(UTC), retry_delay_ms=0,
-                   duration_s=time.perf_counter() - t0, error_type=type_path(LeaseLost),
-                   error="attempt %d lost its lease before its commit: rolled back"
-                         % job.attempt, **common)
 
 
 def _decide(error: str, kind_of: str, refused: bool, asked: Retry | None, env: Envelope,

@@ -38,7 +38,7 @@ from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
-from django_delayq.worker.queue_backoff import QueueBackoff
+from django_delayq.worker.queue_backoff import QueueBackoff, grouped
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -104,9 +104,7 @@ class Settler:
         each became, for ``record``. Raises on a Redis error (nothing to record then).
         ``kept``: where ``ShardSettler`` puts the outcomes it could not settle."""
         sent: Sent = []
-        by_queue: dict[str, list[Outcome]] = {}
-        for o in outcomes:
-            by_queue.setdefault(o.job.queue, []).append(o)
+        by_queue = grouped(outcomes, lambda o: o.job.queue)
         for queue, items in by_queue.items():
             wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
             fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
@@ -237,9 +235,7 @@ class ShardSettler(Settler):
     a shard whose node fails go to ``kept`` (settled later, still held)."""
 
     def send(self, outcomes: list[Outcome], kept: list[Outcome] | None = None) -> Sent:
-        by_queue: dict[str, list[Outcome]] = {}
-        for o in outcomes:
-            by_queue.setdefault(o.job.queue, []).append(o)
+        by_queue = grouped(outcomes, lambda o: o.job.queue)
         sent: Sent = []
         for queue, items in by_queue.items():
             names = self.engine.data_sets(queue)
@@ -249,9 +245,7 @@ class ShardSettler(Settler):
 
     def _send_shards(self, queue: str, names: list[str], items: list[Outcome],
                      kept_out: list[Outcome] | None) -> Sent:
-        parts: dict[str, list[Outcome]] = {}
-        for o in items:
-            parts.setdefault(self.engine.home_of(queue, o.job.id), []).append(o)
+        parts = grouped(items, lambda o: self.engine.home_of(queue, o.job.id))
         sent: Sent = []
         kept: list[Outcome] = []
         errors: list[BaseException] = []

@@ -19,7 +19,7 @@ from django_delayq.engine.replies import chunks
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.outcome import Kind, Outcome
-from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
+from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff, grouped
 from django_delayq.worker.settle import (
     SEND_AT,
     SEND_EVERY,
@@ -210,9 +210,7 @@ class SettleThread:
             outcomes = self._stream(outcomes)
         if not outcomes:
             return
-        by_queue: dict[str, list[Outcome]] = {}
-        for o in outcomes:
-            by_queue.setdefault(o.job.queue, []).append(o)
+        by_queue = grouped(outcomes, lambda o: o.job.queue)
         sent: Sent = []
         kept: list[Outcome] = []  # a sharded queue's outcomes whose shard failed
         ids = {o.job.id for o in outcomes}

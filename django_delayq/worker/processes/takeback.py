@@ -49,6 +49,7 @@ from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker import runner
 from django_delayq.worker.processes.children import Child, describe_exit
+from django_delayq.worker.queue_backoff import grouped
 from django_delayq.worker.settle import Settler
 from django_delayq.worker.tracking import EXIT_OK
 
@@ -138,9 +139,7 @@ class TakeBack:
                               worker_id="", updated_at=now)
         if started:
             self.audit.flush()
-        by_queue: dict[str, list[ClaimedJob]] = {}
-        for job in jobs:
-            by_queue.setdefault(job.queue, []).append(job)
+        by_queue = grouped(jobs, lambda job: job.queue)
         for queue, claimed in by_queue.items():
             self.engine.release(queue, claimed)
         if jobs:
