@@ -207,9 +207,6 @@ class Child:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
 
-    def quick_death(self) -> bool:
-        return time.monotonic() - self.started < STARTUP_S
-
     def close(self) -> None:
         self.sock.close()
 

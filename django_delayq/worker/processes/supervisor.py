@@ -60,7 +60,7 @@ from django.db import close_old_connections
 
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.processes.children import Child, describe_exit, rss_mb
+from django_delayq.worker.processes.children import STARTUP_S, Child, describe_exit, rss_mb
 from django_delayq.worker.processes.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack, reasons
 from django_delayq.worker.tracking import (
     EXIT_CONFIG,
@@ -163,7 +163,10 @@ class Supervisor:
         if not self.children and not self.dying and (self._stopping() or not self.next_start):
             return False
         self._wait()
-        self._reap()
+        for child in self._everyone():  # reap those that exited
+            code = child.proc.poll()
+            if code is not None:
+                self._gone(child, code)
         now = time.monotonic()
         self._enforce_limits(now)
         self._enforce_heartbeats(now)
@@ -257,12 +260,6 @@ class Supervisor:
         if reports:  # children send each start at once: let the next ones gather, so a
             time.sleep(min(REPORTS_S, timeout))  # round reads a batch, not one job
 
-    def _reap(self) -> None:
-        for child in self._everyone():
-            code = child.proc.poll()
-            if code is not None:
-                self._gone(child, code)
-
     def _gone(self, child: Child, code: int) -> None:
         child.read_all()
         self._selector.unregister(child.sock)
@@ -301,7 +298,7 @@ class Supervisor:
             logger.info("supervisor: worker process %d done", child.pid)
             return
         delay = 0.0
-        if code == EXIT_OK or child.killed_for or not child.quick_death():
+        if code == EXIT_OK or child.killed_for or time.monotonic() - child.started >= STARTUP_S:
             self.crashes[slot] = 0
         else:
             self.crashes[slot] += 1
