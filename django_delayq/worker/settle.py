@@ -68,19 +68,25 @@ class Settler:
         # how a start is marked (SettleThread: through its stream)
         self.mark: Callable[[ClaimedJob], object] = lambda job: engine.mark_started([job])
 
-    def _mark(self, job: ClaimedJob) -> None:
-        """Tell Redis the run starts (before the function is called); a failure only
-        makes a kill of this worker look like the job never started (not charged)."""
+    def _mark(self, job: ClaimedJob) -> bool:
+        """Tell Redis the run starts (before the function is called); False when the mark
+        could not be written (Redis unreachable): the job must not start, or a kill of
+        this worker would make its run look unstarted (re-run under the same attempt)."""
         try:
             self.mark(job)
-        except Exception as exc:  # noqa: BLE001 - a hint: the job runs anyway
-            logger.debug("job %s: start mark not written: %s", job.id, exc)
+        except Exception as exc:  # noqa: BLE001 - the caller defers the job
+            logger.warning("job %s: start mark not written (%s): not started, deferred",
+                           job.id, exc)
+            return False
+        return True
 
-    def started(self, job: ClaimedJob, keep_due: bool = False) -> None:
-        """The row is ``running``, due at the time Redis held it, unless ``keep_due``: a
+    def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
+        """Mark the start; False (nothing else done) when it could not be marked. Then
+        the row is ``running``, due at the time Redis held it, unless ``keep_due``: a
         job of a limited callable keeps its row's due time (a deferral moved its due time
         in Redis only), so its lateness counts from when it was first due."""
-        self._mark(job)
+        if not self._mark(job):
+            return False
         now = datetime.now(UTC)
         due = {} if keep_due else {"run_at": ms_to_dt(job.due_ms)}
         self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
@@ -94,6 +100,7 @@ class Settler:
             signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
                          attempt=job.attempt, worker_id=self.worker_id,
                          due_at=ms_to_dt(job.due_ms), started_at=now)
+        return True
 
     def settle(self, outcomes: list[Outcome]) -> None:
         """Settle ``outcomes`` in Redis, then record them (``send`` and ``record``)."""

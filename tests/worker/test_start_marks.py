@@ -1,0 +1,45 @@
+"""No start mark, no start: a job whose start mark cannot be written (Redis unreachable
+for that moment) is not run; it goes back to Redis uncharged, its row untouched, and runs
+once, as attempt 1, when marks can be written again. (A job run without its mark and then
+lost with a SIGKILLed worker would look unstarted to recovery: re-run under the same
+attempt number, one run missing from the audit.)"""
+
+from __future__ import annotations
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from django_delayq.core.api import schedule
+from django_delayq.core.connection import get_engine
+from django_delayq.engine.acks import AckStream
+from django_delayq.engine.leases import Leases
+from django_delayq.models import Job, JobStatus
+from tests.helpers import burst
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
+
+
+def test_a_job_whose_start_mark_cannot_be_written_is_not_run(  # type: ignore[no-untyped-def]
+        delayq_settings, monkeypatch, tmp_path) -> None:
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.record", str(out), "ran")
+    mark_started = Leases.mark_started
+    marks: list[tuple[str, bool, tuple[str, int]]] = []  # (id, written, its row then)
+
+    def unreachable_once(self, jobs):  # type: ignore[no-untyped-def]
+        row = Job.objects.get(pk=jobs[0].id)
+        marks.append((jobs[0].id, bool(marks), (row.status, row.attempts)))
+        if len(marks) == 1:
+            raise RedisConnectionError("Redis unreachable for the start mark")
+        return mark_started(self, jobs)
+
+    # both ways a mark is written go through the call: the marks' connection fails
+    monkeypatch.setattr(AckStream, "mark", lambda self, keys, args: False)
+    monkeypatch.setattr(Leases, "mark_started", unreachable_once)
+    assert burst() == 0  # the job comes due again a second later: the burst runs it then
+    assert marks == [(h.id, False, (JobStatus.SCHEDULED, 0)),  # not started, not charged,
+                     (h.id, True, (JobStatus.SCHEDULED, 0))]  # its row untouched
+    assert [line.split()[:3] for line in out.read_text().splitlines()] == [["ran", h.id, "1"]]
+    row = Job.objects.get(pk=h.id)
+    assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 1)
+    assert get_engine().inspect("default", h.id).place == ""  # settled, gone from Redis
