@@ -8,6 +8,7 @@ import pytest
 import redis
 
 from django_delayq.engine import Engine, NewJob, scripts
+from tests.conftest import unique_prefix
 
 NOW = 1_800_000_000_000
 LEASE = 30_000
@@ -71,9 +72,9 @@ def test_an_ack_in_a_queue_with_priorities_and_groups_forgets_them(engine: Engin
     assert engine.client.zcard(k.settled) == 2
 
 
-def test_a_plain_ack_runs_fourteen_commands(engine: Engine) -> None:
-    if not isinstance(engine.client, redis.Redis):
-        pytest.skip("INFO commandstats of one node")
+def test_a_plain_ack_runs_fourteen_commands(any_redis_server) -> None:  # type: ignore[no-untyped-def]
+    # one server (INFO commandstats of one node), each redis-server binary
+    engine = Engine(redis.Redis.from_url(any_redis_server.url), prefix=unique_prefix())
     jobs = _claimed(engine, "a", "b", "c")
     engine.ack("q", [(jobs[0].id, jobs[0].token)], holder="w", now_ms=NOW)  # loaded
     engine.client.config_resetstat()
@@ -84,3 +85,4 @@ def test_a_plain_ack_runs_fourteen_commands(engine: Engine) -> None:
                                  "cmdstat_config")}  # 6.2 names no subcommand
     assert sum(inner.values()) == 14, inner
     assert "cmdstat_srem" not in inner and inner["cmdstat_type"] == 3
+    engine.client.close()
