@@ -23,7 +23,7 @@ from django.db import connections
 
 from django_delayq.worker import gates, runner
 from django_delayq.worker.ledger import Ledger, key_of
-from django_delayq.worker.outcome import Outcome, crashed, deferred
+from django_delayq.worker.outcome import Outcome, crashed
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -83,10 +83,8 @@ class Execution:
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
         if not self.settlement.settler.started(job, keep_due=admitted.limited):
-            # no start mark (Redis unreachable): not run; back to Redis a little later,
-            # uncharged, its row untouched (as a start the callable limits could not ask)
-            later = max(job.due_ms, int(self.gate.server_now_ms()) + gates.RETRY_AFTER_ERROR_MS)
-            unmarked = deferred(job, job.payload.path if job.payload else "", later)
+            # no start mark (Redis unreachable): not run, its row untouched
+            unmarked = self.gate.retry_later(job)
             unmarked.callable_limit = admitted.callable_limit
             return unmarked
         outcome = runner.run(job, worker_id=self.worker_id,

@@ -165,8 +165,7 @@ class StartGate:
         except RedisError as exc:  # not the job's fault: try it again a little later
             logger.warning("job %s: could not ask for a start of %s (%s); deferred", job.id,
                            env.path, exc)
-            later = max(job.due_ms, int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
-            return Admission(ended=deferred(job, env.path, later), limited=True)
+            return Admission(ended=self.retry_later(job), limited=True)
         if grant.granted:
             if concurrency is not None:  # a slot: renewed while the function runs
                 with self._lock:
@@ -175,6 +174,12 @@ class StartGate:
         at: int = (grant.retry_at_ms if grant.retry_at_ms is not None
                    else int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
         return Admission(ended=deferred(job, env.path, at), limited=True)
+
+    def retry_later(self, job: ClaimedJob) -> Outcome:
+        """A start Redis could not decide on (a limit not asked, a start mark not
+        written): not run, back to Redis ``RETRY_AFTER_ERROR_MS`` later, uncharged."""
+        later = max(job.due_ms, int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
+        return deferred(job, job.payload.path if job.payload else "", later)
 
     def renew(self) -> None:
         """Extend the slots of the functions running now (the heartbeat calls this)."""
