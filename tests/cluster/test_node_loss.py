@@ -89,7 +89,7 @@ def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # t
                                                        status=JobStatus.SUCCEEDED).exists()
         finally:
             redis_cluster.restart(down)  # empty: its epoch key is gone
-        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 120, 60)
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 120, 120)
     runs = [line.split() for line in out.read_text().splitlines()]
     assert sorted(tag for tag, *_ in runs) == sorted(
         ["b%d" % i for i in range(60)] + ["d%d" % i for i in range(60)])  # each once
