@@ -47,9 +47,10 @@ publish how far their flushes got). A ``running`` row is left alone while
 the worker named on it heartbeats (its flush is coming); once that worker is silent for
 ``2 * LEASE_SECONDS`` its audit buffer died with it: we cannot tell "ran and acked" from
 "lost", and at-least-once means we run it again, a duplicate of a job in flight at a
-crash. In a loss pass running rows are re-enqueued even with a live worker: the ack of
-the running copy is refused (its lease vanished with the data), so the row would stay
-``running`` forever.
+crash. Such rows do not wait for the grace: every ``LEASE_SECONDS`` the running rows
+of silent workers get the first look (``_look_at_orphans``). In a loss pass running rows
+are re-enqueued even with a live worker: the ack of the running copy is refused (its
+lease vanished with the data), so the row would stay ``running`` forever.
 
 Several workers reconcile the same rows. When one re-enqueues a job, it records the id
 in ``{prefix:queue}:reconciled`` (ZSET id -> server ms, kept ``RECENT_SECONDS``, at most
@@ -104,7 +105,7 @@ from django_delayq.core.reconcile_state import (
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.models import LIVE_STATUSES, Job
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,7 @@ class Reconciler:
         self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
         self._last = -1e18
         self._last_epoch = -1e18
+        self._last_orphans = -1e18
         self._last_sweep = time.monotonic()  # the first sweep after one SWEEP_SECONDS
         self.stats = PassStats()
         self._outage = Outage()  # Redis failing, as seen here: a pass once it answers
@@ -179,6 +181,9 @@ class Reconciler:
         if self._after_outage is not None:
             added += self._outage_work(self._after_outage)
         added += self._confirm()
+        if now - self._last_orphans >= self.settings.lease_seconds:
+            self._last_orphans = now
+            self._look_at_orphans()
         if now - self._last_sweep >= max(SWEEP_SECONDS, self.settings.reconcile_interval_seconds):
             self._last_sweep = now  # children of parents made final without the hook
             workflows.sweep(router.db_for_write(Job))
@@ -303,6 +308,27 @@ class Reconciler:
                 self._suspects.setdefault(f.row.pk, Suspect(f.row.status, f.row.updated_at,
                                                             now, seen_ms, taken))
         return self._act(act, None, lost=True)
+
+    def _look_at_orphans(self) -> None:
+        """Running rows of workers that went silent get the second look now, not after
+        ``RECONCILE_GRACE_SECONDS``: a worker silent for two leases died (or is stopped)
+        with its audit buffer, so its flush is not coming; a job it settled in Redis is
+        settled from the record, one it left is re-enqueued (``_confirm``). Running
+        rows are as many as the workers' threads: one query of the oldest ``BATCH``."""
+        cutoff = timezone.now() - timedelta(seconds=2 * self.settings.lease_seconds)
+        rows = [r for r in Job.objects.filter(status=JobStatus.RUNNING, queue__in=self.queues,
+                                              updated_at__lte=cutoff)
+                .only(*LIGHT).order_by("updated_at")[:BATCH] if r.pk not in self._suspects]
+        alive = self._live.alive({r.worker_id for r in rows}) if rows else set()
+        rows = [r for r in rows if r.worker_id not in alive]  # one ZMSCORE before any MULTI
+        if not rows:
+            return
+        seen_ms = self.engine.time_ms()  # before the look, as in ``_batch``
+        found = self._leave_to_live_workers(self._find(rows))
+        now = time.monotonic()
+        for f in found[:max(0, MAX_SUSPECTS - len(self._suspects))]:
+            self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, now, seen_ms,
+                                               False)
 
     def _before_loss(self, row: Job) -> bool:
         lost_at = self._lost_at.get(row.queue)
