@@ -42,7 +42,7 @@ def test_schedule_many_stores_the_call_s_group_or_a_spec_s_own(delayq_engine) ->
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 129, "a\nb", "tab\there", "\x7f", 42, b"bytes",
-                                 "\udc80"])
+                                 "\udc80", "line\u2028break", "para\u2029graph"])
 def test_a_bad_group_is_invalid_job_naming_it(delayq_engine, bad) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidJob, match="group") as info:
         schedule("tests.jobs.noop", group=bad)

@@ -48,6 +48,7 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (Cc)
+_LINE_BREAK = re.compile("[\u2028\u2029]")  # line and paragraph separators (Zl, Zp)
 
 
 def find_bad(value: object, where: str, depth: int = 0) -> str | None:
@@ -198,13 +199,14 @@ def check_key(key: object) -> None:
 
 def check_group(group: object) -> str:
     """A group id (``group=``): a string of 1 to ``MAX_GROUP`` characters, no control
-    characters (the separator of Redis's group index is one: docs/groups.md)."""
+    characters (the separator of Redis's group index is one: docs/groups.md) and no line
+    breaks (a group id is printed in log lines, ``delayq_status`` and the admin)."""
     if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP:
         raise InvalidJob("group must be a string of 1 to %d characters, not %s"
                          % (MAX_GROUP, short(group)))
     check_text(group, "group")
-    if _CONTROL.search(group):
-        raise InvalidJob("group %s contains control characters" % short(group))
+    if _CONTROL.search(group) or _LINE_BREAK.search(group):
+        raise InvalidJob("group %s contains control characters or line breaks" % short(group))
     return group
 
 
