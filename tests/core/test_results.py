@@ -4,7 +4,6 @@ error saying why there is none (not finished, dead, cancelled, expired, timed ou
 from __future__ import annotations
 
 import threading
-from datetime import timedelta
 
 import pytest
 from django.db import transaction
@@ -55,8 +54,8 @@ def test_cancelled_and_expired_jobs_say_so(delayq_settings) -> None:  # type: ig
     with pytest.raises(JobFailed, match="ended cancelled") as info:
         cancelled.wait(timeout=5)
     assert info.value.status == JobStatus.CANCELLED
-    expired = schedule("tests.jobs.noop", delay=0.05,
-                       expires=timezone.now() + timedelta(milliseconds=60))
+    # seconds from schedule()'s own now: always after its due time, however slow the call
+    expired = schedule("tests.jobs.noop", delay=0.05, expires=0.2)
     wait_until(lambda: timezone.now() > Job.objects.get(pk=expired.id).expires_at)
     run_due_jobs()
     with pytest.raises(JobFailed, match="ended expired: expired at") as info:
