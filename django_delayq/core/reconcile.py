@@ -48,7 +48,8 @@ the worker named on it heartbeats (its flush is coming); once that worker is sil
 ``2 * LEASE_SECONDS`` its audit buffer died with it: we cannot tell "ran and acked" from
 "lost", and at-least-once means we run it again, a duplicate of a job in flight at a
 crash. Such rows do not wait for the grace: every ``LEASE_SECONDS`` the running rows
-of silent workers get the first look (``_look_at_orphans``). In a loss pass running rows
+of silent workers get the first look (``_look_at_orphans``), and the second a lease
+later (a worker whose beats a Redis stall held up has beaten again by then). In a loss pass running rows
 are re-enqueued even with a live worker: the ack of the running copy is refused (its
 lease vanished with the data), so the row would stay ``running`` forever.
 
@@ -325,9 +326,11 @@ class Reconciler:
             return
         seen_ms = self.engine.time_ms()  # before the look, as in ``_batch``
         found = self._leave_to_live_workers(self._find(rows))
-        now = time.monotonic()
+        # The second look a lease later, not ``confirm_seconds``: a live worker whose beats
+        # a Redis stall held up beats again within a third of a lease of Redis's return.
+        seen = time.monotonic() + max(0.0, self.settings.lease_seconds - self.confirm_seconds)
         for f in found[:max(0, MAX_SUSPECTS - len(self._suspects))]:
-            self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, now, seen_ms,
+            self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, seen, seen_ms,
                                                False)
 
     def _before_loss(self, row: Job) -> bool:

@@ -85,3 +85,23 @@ def test_a_row_that_started_moments_ago_is_not_looked_at(engine) -> None:  # typ
     row = _look(Reconciler(engine, get_settings(), ("default",)))
 
     assert row.status == JobStatus.RUNNING
+
+
+def test_a_worker_that_beats_again_before_the_second_look_keeps_its_rows(engine) -> None:  # type: ignore[no-untyped-def]
+    """As after a Redis stall: every beat is old at the first look, the worker's next
+    beat comes before the second look (a lease later)."""
+    h = schedule("tests.jobs.noop")
+    [job] = engine.claim("default", 1, lease_ms=60_000).jobs
+    assert engine.ack("default", [(job.id, job.token)], holder="stalled:1") == [True]
+    _running_on(h.id, "stalled:1")
+    engine.client.zadd(engine.global_keys.workers, {"stalled:1": engine.time_ms() - 60_000})
+    reconciler = Reconciler(engine, get_settings(), ("default",))
+    reconciler.tick()
+    assert h.id in reconciler._suspects  # silent at the first look
+    reconciler._confirm()
+    assert h.id in reconciler._suspects  # the second look waits a lease
+    engine.register_worker("stalled:1", "{}")  # its heartbeat, Redis back
+
+    row = _look(reconciler)
+
+    assert row.status == JobStatus.RUNNING  # its own flush will write it
