@@ -28,13 +28,14 @@ the count on purpose.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
+from django_delayq.core.reconcile_state import LIGHT
 from django_delayq.core.validation import at_ms
 from django_delayq.models import Job, JobStatus
 
@@ -83,6 +84,18 @@ class Liveness:
     def silent_ms(self) -> int:
         """How old a heartbeat is when its worker may be dead (``SILENT_BEATS`` periods)."""
         return SILENT_BEATS * self.settings.lease_ms // 3
+
+    def orphaned(self, queues: Sequence[str], skip: Container[str], batch: int) -> list[Job]:
+        """The oldest ``batch`` running rows of ``queues`` (not in ``skip``) unchanged for two
+        leases whose worker is silent: died (or stopped) with its audit buffer, so its
+        flush is not coming. Running rows are as many as the workers' threads: one query,
+        one ZMSCORE."""
+        cutoff = timezone.now() - timedelta(seconds=2 * self.settings.lease_seconds)
+        rows = [r for r in Job.objects.filter(status=JobStatus.RUNNING, queue__in=queues,
+                                              updated_at__lte=cutoff)
+                .only(*LIGHT).order_by("updated_at")[:batch] if r.pk not in skip]
+        alive = self.alive({r.worker_id for r in rows}) if rows else set()
+        return [r for r in rows if r.worker_id not in alive]
 
     def any_alive(self) -> bool:
         """Whether any worker heartbeated lately (its audit flush may be on its way)."""

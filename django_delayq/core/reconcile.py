@@ -1,11 +1,10 @@
 """The outbox reconciler: audit rows that should be in Redis but are not get enqueued.
 
-The row is the durable record. A row in a live status (scheduled, retrying, running)
-whose job is in none of the queue's sets in Redis was never enqueued (Redis was down at
-commit), was lost (Redis restarted without persistence, FLUSHALL, eviction), or was
-finished in Redis by a worker whose audit flush has not landed (yet, or ever: the worker
-died). A live row whose job sits in the dead set ended dead in Redis; its worker stopped
-before recording it.
+The row is the durable record. A live row (scheduled, retrying, running) whose job is in
+none of the queue's sets in Redis was never enqueued (Redis down at commit), was lost
+(restart without persistence, FLUSHALL, eviction), or was finished by a worker whose
+audit flush has not landed (yet, or ever: the worker died). A live row whose job is in
+the dead set ended dead in Redis; its worker stopped before recording it.
 
 Two modes, both bounded per call:
 
@@ -43,15 +42,13 @@ So, outside a loss pass, a row found missing is only a *suspect*: it is acted on
 second look, at least ``confirm_seconds`` later (``max(1 s, 20 * AUDIT_FLUSH_SECONDS)``),
 finds the row unchanged and the job still absent (a live worker's flush held up longer
 than that, by a stalled database, is the one delay it cannot wait out: workers do not
-publish how far their flushes got). A ``running`` row is left alone while
-the worker named on it heartbeats (its flush is coming); once that worker is silent for
-``2 * LEASE_SECONDS`` its audit buffer died with it: we cannot tell "ran and acked" from
-"lost", and at-least-once means we run it again, a duplicate of a job in flight at a
-crash. Such rows do not wait for the grace: every ``LEASE_SECONDS`` the running rows
-of silent workers get the first look (``_look_at_orphans``), and the second a lease
-later (a worker whose beats a Redis stall held up has beaten again by then). In a loss pass running rows
-are re-enqueued even with a live worker: the ack of the running copy is refused (its
-lease vanished with the data), so the row would stay ``running`` forever.
+publish how far their flushes got). A ``running`` row is left alone while the worker
+named on it heartbeats (its flush is coming); once that worker is silent for ``2 *
+LEASE_SECONDS`` its audit buffer died with it: we cannot tell "ran and acked" from "lost",
+and at-least-once means we run it again, a duplicate of a job in flight at a crash. Such
+rows do not wait for the grace (``_look_at_orphans``, every lease). In a loss pass
+running rows are re-enqueued even with a live worker: the ack of the running copy is
+refused (its lease vanished with the data), so the row would stay ``running`` forever.
 
 Several workers reconcile the same rows. When one re-enqueues a job, it records the id
 in ``{prefix:queue}:reconciled`` (ZSET id -> server ms, kept ``RECENT_SECONDS``, at most
@@ -66,15 +63,12 @@ that may have run unrecorded is counted (``reconcile_state.count_lost_deliveries
 by a reconciler that did not see the loss: ``Epochs.began``) and written into the row
 before the re-enqueue (``reconcile_state.record_charges``).
 
-Jobs final in Redis (a live row whose job is dead there, or was cancelled while it ran)
-get the same second look, then are settled: ``core/final_rows.py``; who counts as alive:
-``core/liveness.py``.
-
+Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
+then are settled (``core/final_rows.py``); who counts as alive: ``core/liveness.py``.
 After a Redis outage the rows changed during it get a look at once (``Outage``).
 
-Every MULTI (and re-enqueue call) carries at most ``MULTI_ROWS``
-(``scripts.RECONCILE_CHUNK``, 100) rows: a MULTI blocks Redis like a script, and 500
-rows (six reads each) took ~11 ms, over the 5 ms bound of every Redis call.
+Every MULTI (and re-enqueue call) carries at most ``MULTI_ROWS`` (100) rows: a MULTI
+blocks Redis like a script; 500 rows (six reads each) took ~11 ms, over the 5 ms bound.
 """
 
 from __future__ import annotations
@@ -106,7 +100,7 @@ from django_delayq.core.reconcile_state import (
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job
 
 logger = logging.getLogger(__name__)
 
@@ -266,10 +260,6 @@ class Reconciler:
 
     # -- epoch: did Redis lose this queue's data? -------------------------------------
 
-    def epoch_key(self, queue: str) -> str:
-        """Also written by enqueue.lua: the same name on both sides."""
-        return self.engine.keys(queue).epoch
-
     def check_epochs(self, create: bool = True) -> list[str]:
         """Queues whose data Redis lost (``core/epochs.py``): they need a loss pass.
 
@@ -311,27 +301,16 @@ class Reconciler:
         return self._act(act, None, lost=True)
 
     def _look_at_orphans(self) -> None:
-        """Running rows of workers that went silent get the second look now, not after
-        ``RECONCILE_GRACE_SECONDS``: a worker silent for two leases died (or is stopped)
-        with its audit buffer, so its flush is not coming; a job it settled in Redis is
-        settled from the record, one it left is re-enqueued (``_confirm``). Running
-        rows are as many as the workers' threads: one query of the oldest ``BATCH``."""
-        cutoff = timezone.now() - timedelta(seconds=2 * self.settings.lease_seconds)
-        rows = [r for r in Job.objects.filter(status=JobStatus.RUNNING, queue__in=self.queues,
-                                              updated_at__lte=cutoff)
-                .only(*LIGHT).order_by("updated_at")[:BATCH] if r.pk not in self._suspects]
-        alive = self._live.alive({r.worker_id for r in rows}) if rows else set()
-        rows = [r for r in rows if r.worker_id not in alive]  # one ZMSCORE before any MULTI
-        if not rows:
+        """The running rows of silent workers (``Liveness.orphaned``): first look now,
+        the second a lease later (a worker whose beats a Redis stall held up has beaten
+        again by then)."""
+        if not (rows := self._live.orphaned(self.queues, skip=self._suspects, batch=BATCH)):
             return
         seen_ms = self.engine.time_ms()  # before the look, as in ``_batch``
-        found = self._leave_to_live_workers(self._find(rows))
-        # The second look a lease later, not ``confirm_seconds``: a live worker whose beats
-        # a Redis stall held up beats again within a third of a lease of Redis's return.
         seen = time.monotonic() + max(0.0, self.settings.lease_seconds - self.confirm_seconds)
-        for f in found[:max(0, MAX_SUSPECTS - len(self._suspects))]:
-            self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, seen, seen_ms,
-                                               False)
+        found = self._leave_to_live_workers(self._find(rows))
+        for f in found[:MAX_SUSPECTS - len(self._suspects)]:
+            self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, seen, seen_ms, False)
 
     def _before_loss(self, row: Job) -> bool:
         lost_at = self._lost_at.get(row.queue)

@@ -119,7 +119,7 @@ def test_enqueue_creates_the_epoch_so_the_first_worker_of_a_deploy_sees_no_loss(
         settings, fault_server) -> None:  # type: ignore[no-untyped-def]
     point_at(settings, fault_server)
     engine = get_engine()
-    key = reconciler().epoch_key("default")
+    key = get_engine().keys("default").epoch
     assert not engine.client.exists(key)  # a Redis no worker has looked at
     h = schedule("tests.jobs_chaos.record")  # a web process, before any worker starts
     assert epoch_kind(engine.client.get(key).decode()) == "e"
@@ -140,14 +140,14 @@ def test_first_look_without_epoch_at_a_queue_holding_jobs_is_not_a_loss(
     engine = get_engine()
     handles = [schedule("tests.jobs_chaos.record", i) for i in range(3)]
     _backdate(*handles)
-    engine.client.delete(reconciler().epoch_key("default"))
+    engine.client.delete(get_engine().keys("default").epoch)
     job = engine.claim("default", 1, 60_000).jobs[0]
     assert engine.ack("default", [(job.id, job.token)]) == [True]  # audit flush pending
     r = reconciler()
     assert r.tick() == 0
     assert "default" not in r._urgent  # no pass without grace
     assert engine.inspect("default", job.id).place == ""  # not re-enqueued
-    assert epoch_kind(engine.client.get(r.epoch_key("default")).decode()) == "K"
+    assert epoch_kind(engine.client.get(get_engine().keys("default").epoch).decode()) == "K"
     engine.purge("default")  # now the data is gone too: that is a loss
     r._last_epoch = -1e18
     assert r.tick() == 3
