@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
-from django_delayq.admin.actions import Tally
+from django_delayq.admin.action_log import Tally
 from django_delayq.admin.display import job_link
 from django_delayq.core import api, periodic
 from django_delayq.core.options import JobSpec
