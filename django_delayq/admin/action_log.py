@@ -2,7 +2,7 @@
 (``log_job``: its history page lists it) or on a queue (``log_queue``), and the message
 counting its outcomes, most common first (``Tally``: "3 cancelled, 1 already running").
 The job actions (``actions``), the queues page (``queue_page``) and the schedules' actions
-(``schedule_actions``) share them."""
+(in ``schedule_admin``) share them."""
 
 from __future__ import annotations
 
