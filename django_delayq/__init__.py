@@ -9,43 +9,31 @@ and kept in this module from then on.
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-# The public names by the module they come from (under django_delayq.); each is imported
-# from there the first time it is used.
-_MODULES = {
-    # scheduling and managing jobs
-    "core.api": ("schedule", "schedule_many", "schedule_spec", "JobSpec", "job", "JobCall",
-                 "cancel", "run_now", "reschedule", "requeue", "get_job", "JobHandle"),
-    # the same for async code (ASGI views): awaitable, never blocking the event loop
-    "core.aio": ("aschedule", "aschedule_spec", "acancel", "areschedule", "arun_now",
-                 "arequeue", "aget_job", "await_result", "AsyncJobHandle"),
-    "core.options": ("atomic_job",),  # a function whose jobs are atomic
-    # workflows: jobs that wait for other jobs (docs/workflows.md)
-    "core.canvas": ("chain", "group", "GroupResult"),
-    "core.workflows": ("Signature",),
-    # whole queues
-    "core.queues": ("pause_queue", "resume_queue", "paused_queues", "purge_queue",
-                    "pause_group", "resume_group", "paused_groups", "purge_group"),
-    "core.group_limits": ("set_group_limit", "clear_group_limit", "group_limits",
-                          "GroupOverride"),
-    # what cancel() and reschedule()/run_now() return
-    "engine.outcomes": ("CancelOutcome", "MoveOutcome"),
-    # inside a running job
-    "core.context": ("current_job",),
-    "core.progress": ("report_progress",),
-    # Retry (raised inside a running job), then the errors
-    "exceptions": ("Retry", "InvalidJob", "DelayQError", "JobNotFound", "JobFailed",
-                   "JobNotFinished", "NotInJob", "WaitTimeout"),
-}
-_LAZY = {name: "django_delayq." + module for module, names in _MODULES.items() for name in names}
 
+def _public_names() -> dict[str, str]:
+    """Each public name and the module it comes from (under django_delayq.), read from the
+    imports under ``if TYPE_CHECKING:`` below: the type checker and the lazy loader share
+    that one list (as ``lazy_loader.attach_stub`` reads a stub's imports). Each name is
+    imported from its module the first time it is used (``__getattr__``)."""
+    tree = ast.parse(Path(__file__).read_text("utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If)
+                 and ast.unparse(node.test) == "TYPE_CHECKING")
+    return {alias.name: node.module for node in block.body
+            if isinstance(node, ast.ImportFrom) and node.module for alias in node.names}
+
+
+_LAZY = _public_names()
 __all__ = list(_LAZY)
 
-if TYPE_CHECKING:  # pragma: no cover
+if TYPE_CHECKING:  # pragma: no cover - the one list of the public names (_public_names)
+    # async code (ASGI views): the same, awaitable, never blocking the event loop
     from django_delayq.core.aio import (  # noqa: F401
         AsyncJobHandle,
         acancel,
@@ -57,6 +45,8 @@ if TYPE_CHECKING:  # pragma: no cover
         aschedule_spec,
         await_result,
     )
+
+    # scheduling and managing jobs
     from django_delayq.core.api import (  # noqa: F401
         JobCall,
         JobHandle,
@@ -71,16 +61,26 @@ if TYPE_CHECKING:  # pragma: no cover
         schedule_many,
         schedule_spec,
     )
+
+    # workflows: jobs that wait for other jobs (docs/workflows.md)
     from django_delayq.core.canvas import GroupResult, chain, group  # noqa: F401
+
+    # inside a running job
     from django_delayq.core.context import current_job  # noqa: F401
+
+    # the limits of a queue's groups
     from django_delayq.core.group_limits import (  # noqa: F401
         GroupOverride,
         clear_group_limit,
         group_limits,
         set_group_limit,
     )
+
+    # a function whose jobs are atomic
     from django_delayq.core.options import atomic_job  # noqa: F401
     from django_delayq.core.progress import report_progress  # noqa: F401
+
+    # whole queues
     from django_delayq.core.queues import (  # noqa: F401
         pause_group,
         pause_queue,
@@ -92,7 +92,11 @@ if TYPE_CHECKING:  # pragma: no cover
         resume_queue,
     )
     from django_delayq.core.workflows import Signature  # noqa: F401
+
+    # what cancel() and reschedule()/run_now() return
     from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome  # noqa: F401
+
+    # Retry (raised inside a running job), then the errors
     from django_delayq.exceptions import (  # noqa: F401
         DelayQError,
         InvalidJob,

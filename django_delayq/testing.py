@@ -31,7 +31,7 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from django_delayq.core import connection, payloads
+from django_delayq.core import connection, payloads, periodic
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.core.reconcile import Reconciler
@@ -102,7 +102,7 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     if flush_outbox:  # live rows Redis does not hold (their on-commit enqueue never fired)
         Reconciler(engine, settings, names).run_all(grace_seconds=0.0)
     audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
-    settler = Settler(engine, settings, audit, WORKER_ID)
+    settler = Settler(engine, settings, audit, WORKER_ID, on_start=periodic.started)
     ran = 0
     while ran < max_jobs:
         progressed = False

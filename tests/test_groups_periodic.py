@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_delayq.admin.schedule_actions import run_once
+from django_delayq.admin.schedule_admin import run_once
 from django_delayq.core import periodic, schedules
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, Schedule

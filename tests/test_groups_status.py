@@ -61,5 +61,5 @@ def test_status_shows_each_groups_own_limits_else_its_queues(delayq_settings) ->
     out = StringIO()
     call_command("delayq_status", "--json", stdout=out)
     limits = {g["group"]: g["limit"] for g in json.loads(out.getvalue())["groups"]}
-    assert limits == {"acme": "10 per 1s, 1 at once", "bob": "5 per 60s, 3 at once",
-                      "carol": "10 per 1s, 3 at once"}
+    assert limits == {"acme": "10/s, 1 at once", "bob": "5/m, 3 at once",
+                      "carol": "10/s, 3 at once"}

@@ -2,9 +2,9 @@
 reports what happened per outcome ("3 cancelled, 1 already running").
 
 Every change an action makes is written to the admin's log: one CHANGE ``LogEntry`` per
-job, saying what happened to it (``log_job``); the queues page logs its changes to queues
-the same way (``log_queue``), so "who paused payments at 03:12?" has an answer in the
-admin's history.
+job, saying what happened to it (``action_log.log_job``); the queues page logs its changes
+to queues the same way (``log_queue``), so "who paused payments at 03:12?" has an answer
+in the admin's history.
 
 "Run now" and "Requeue" make a job run, so they first check the row's callable path
 against the allow-list (``registry.check_schedulable``, as ``schedule()`` does): a row
@@ -14,16 +14,13 @@ allowed" with the reason and left as it is."""
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.contrib.admin.models import CHANGE, LogEntry
-from django.contrib.contenttypes.models import ContentType
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.utils import timezone
@@ -32,6 +29,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
+from django_delayq.admin.action_log import Tally, log_job
 from django_delayq.admin.display import job_link, render
 from django_delayq.core import api, registry
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
@@ -50,56 +48,8 @@ MOVE_LABELS = {
     MoveOutcome.ALREADY_RUNNING: gettext_lazy("already running"),
     MoveOutcome.NOT_FOUND: gettext_lazy("not waiting in Redis"),
 }
-REPR_CHARS = 200  # LogEntry.object_repr is a CharField(200)
-ERROR = gettext_lazy("failed")
 NOT_ALLOWED = gettext_lazy("not allowed")
 GONE = gettext_lazy("no longer exist")
-
-
-def log_job(request: HttpRequest, job_id: str, callable_path: str, message: str) -> None:
-    """One CHANGE entry on the job ``job_id`` (its history page lists it)."""
-    _log(request, job_id, "%s %s" % (callable_path, job_id), message)
-
-
-def log_queue(request: HttpRequest, queue: str, message: str) -> None:
-    """One CHANGE entry on no job in particular: ``queue <name>`` with ``message``."""
-    _log(request, None, "queue %s" % queue, message)
-
-
-def _log(request: HttpRequest, object_id: str | None, text: str, message: str) -> None:
-    LogEntry.objects.create(
-        user_id=cast(Any, request.user.pk), content_type=ContentType.objects.get_for_model(Job),
-        object_id=object_id, object_repr=text[:REPR_CHARS], action_flag=CHANGE,
-        change_message=message)
-
-
-class Tally:
-    """Counts outcome labels and renders them most common first: "3 cancelled, 1 failed"."""
-
-    def __init__(self) -> None:
-        self.counts: Counter[str] = Counter()
-        self.errors: list[str] = []
-
-    def add(self, label: object) -> None:
-        self.counts[str(label)] += 1
-
-    def fail(self, job_id: str, exc: Exception, label: object = ERROR) -> None:
-        self.add(label)
-        self.errors.append("%s: %s" % (job_id, exc))
-
-    def text(self) -> str:
-        return ", ".join("%d %s" % (n, label) for label, n in self.counts.most_common()) or _(
-            "nothing")
-
-    def report(self, modeladmin: admin.ModelAdmin[Any], request: HttpRequest,
-               *success: object) -> None:
-        """SUCCESS when every outcome is one of ``success``, else WARNING; errors listed."""
-        ok = bool(self.counts) and set(self.counts) <= {str(label) for label in success}
-        level = messages.SUCCESS if ok else messages.WARNING
-        modeladmin.message_user(request, self.text() + ".", level)
-        if self.errors:
-            shown = "; ".join(self.errors[:5]) + ("…" if len(self.errors) > 5 else "")
-            modeladmin.message_user(request, _("Errors: %s") % shown, messages.ERROR)
 
 
 Row = tuple[str, str]  # (job id, callable path)

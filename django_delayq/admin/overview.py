@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from django_delayq.core import api
-from django_delayq.core.queues import known_queues
+from django_delayq.core.queues import known_queues, paused_queues
 from django_delayq.observe import holding
 from django_delayq.observe.limit_usage import describe_limit
 
@@ -68,7 +67,7 @@ class WorkerRow:
 def queue_rows(engine: Engine, settings: Settings) -> list[QueueRow]:
     """One row per known queue (``QUEUES`` and ``QUEUE_OPTIONS``): one stats script and
     one limit read each."""
-    paused = set(api.paused_queues())
+    paused = set(paused_queues())
     rows = []
     for queue in known_queues(settings):
         st = engine.stats(queue)

@@ -27,8 +27,9 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
-from django_delayq.admin import actions, display, overview
-from django_delayq.core import api, group_limits
+from django_delayq.admin import display, overview
+from django_delayq.admin.action_log import log_queue
+from django_delayq.core import group_limits
 from django_delayq.core import queues as controls
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
@@ -99,17 +100,17 @@ def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
         return _("%(op)s %(queue)s failed: %(error)s") % {
             "op": op, "queue": queue, "error": exc}, messages.ERROR
     if changed:
-        actions.log_queue(request, queue, text)
+        log_queue(request, queue, text)
     return text, messages.SUCCESS if changed else messages.INFO
 
 
 def _perform(op: str, queue: str) -> tuple[str, bool]:
     """Call the core API; the message for the operator and whether anything changed."""
     if op == "pause":
-        done = api.pause_queue(queue)
+        done = controls.pause_queue(queue)
         return (_("Paused queue %s.") if done else _("Queue %s was already paused.")) % queue, done
     if op == "resume":
-        done = api.resume_queue(queue)
+        done = controls.resume_queue(queue)
         return (_("Resumed queue %s.") if done else _("Queue %s was not paused.")) % queue, done
     report = purge_queue_report(queue)
     return _("Purged queue %(queue)s: %(count)d waiting jobs cancelled; %(ticks)d schedule "

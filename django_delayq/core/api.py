@@ -32,11 +32,11 @@ from django_delayq.core import (
     workflows,
 )
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
+from django_delayq.core.commit_batch import set_eager_runner
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.options import KEEP, JobOptions, JobSpec
 from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
-from django_delayq.core.submit import set_eager_runner
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob, JobNotFound
 from django_delayq.models import UNFINISHED_STATUSES, Job, JobStatus
@@ -140,7 +140,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     if row.status != JobStatus.SCHEDULED:
         pass  # waiting for its parents, or cancelled by one that failed already
     elif s.eager:  # unit tests: run inline after commit, no Redis involved
-        run_eager = dedup.eager_runner(submit.eager_runner(), c.on_conflict)
+        run_eager = dedup.eager_runner(commit_batch.eager_runner(), c.on_conflict)
         commit_batch.after_commit(using, lambda: run_eager(row.id))
     else:
         commit_batch.enqueue_after_commit(using, row.queue, [new])  # one hook per transaction

@@ -29,6 +29,10 @@ of ``scripts.MAX_ENQUEUE``. When it returns, the jobs are in Redis: ``schedule()
 autocommit returns with its job in Redis, and a worker, ``cancel()`` or a test helper of
 the same process reading Redis next finds it there.
 
+Eager mode (``DELAYQ["EAGER"]``) sends nothing: every way of scheduling runs its jobs at
+commit through ``eager_runner()``, the runner ``django_delayq.testing`` plugs in when the
+app is ready (``set_eager_runner``: a hook, this layer never imports it).
+
 **Invariant: a job whose row committed reaches Redis, or the reconciler brings it
 there.** The row is committed before the send; a send that fails (Redis down) is logged
 and never fails the caller: its rows stay ``scheduled`` (the row is the outbox) and the
@@ -42,6 +46,7 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from redis.exceptions import RedisError
 
@@ -148,3 +153,20 @@ def send(queue: str, jobs: list[NewJob]) -> None:
     except Exception:  # noqa: BLE001 - the rows are committed: never fail the caller
         logger.exception("sending %d job(s) of queue %r to Redis failed; the reconciler "
                          "enqueues them", len(jobs), queue)
+
+
+_eager: list[Callable[[str], object]] = []
+
+
+def set_eager_runner(runner: Callable[[str], object]) -> None:
+    """What runs a job inline when ``DELAYQ["EAGER"]`` is on: ``django_delayq.testing``
+    plugs its runner in when the app is ready (a hook: this layer never imports it)."""
+    _eager[:] = [runner]
+
+
+def eager_runner() -> Callable[[str], object]:
+    if not _eager:
+        raise ImproperlyConfigured("DELAYQ['EAGER'] is on but no eager runner is set: is "
+                                   "'django_delayq' in INSTALLED_APPS?")
+    return _eager[0]
+

@@ -151,6 +151,14 @@ def tick_started(job_id: str, now: datetime | None = None) -> None:
         logger.exception("schedule: could not create the tick after job %s", job_id)
 
 
+def started(job_id: str) -> None:
+    """The worker's hook at each start (``Settler.on_start``): ``tick_started`` when
+    ``job_id`` may be a tick's (an id from a key) and some schedule is enabled
+    (``Keeper.active``). Never raises."""
+    if job_id[0] == "k" and Keeper.active:
+        tick_started(job_id)
+
+
 def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None,
          judge: bool = True) -> str | None:
     """Make sure enabled ``s`` has its next tick's job (new schedule, a lost or consumed

@@ -1,13 +1,11 @@
 """One job's row, once its options are checked (``options.JobOptions.check``): its values
-and its entry for Redis; and the hook every way of scheduling shares (eager runs). What
-runs at commit, and the send to Redis then, is ``commit_batch``'s."""
+and its entry for Redis. What runs at commit (the send to Redis, or eager mode's runs) is
+``commit_batch``'s."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
-
-from django.core.exceptions import ImproperlyConfigured
 
 from django_delayq.core import options, validation
 from django_delayq.engine.outcomes import NewJob
@@ -31,20 +29,3 @@ def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
     # The payload stays in the row: Redis gets the id, the due time, priority and group.
     return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=c.priority,
                        group=c.group)
-
-
-_eager: list[Callable[[str], object]] = []
-
-
-def set_eager_runner(runner: Callable[[str], object]) -> None:
-    """What runs a job inline when ``DELAYQ["EAGER"]`` is on: ``django_delayq.testing``
-    plugs its runner in when the app is ready (a hook: this layer never imports it)."""
-    _eager[:] = [runner]
-
-
-def eager_runner() -> Callable[[str], object]:
-    if not _eager:
-        raise ImproperlyConfigured("DELAYQ['EAGER'] is on but no eager runner is set: is "
-                                   "'django_delayq' in INSTALLED_APPS?")
-    return _eager[0]
-

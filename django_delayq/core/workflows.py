@@ -29,7 +29,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import commit_batch, submit
+from django_delayq.core import commit_batch
 from django_delayq.core.conf import get_settings
 from django_delayq.engine.outcomes import NewJob
 from django_delayq.engine.replies import chunks
@@ -235,7 +235,7 @@ def _release(ids: list[str], using: str) -> None:
 
 
 def _run_eager(new: list[NewJob]) -> Any:
-    run = submit.eager_runner()
+    run = commit_batch.eager_runner()
 
     def run_all() -> None:
         for job in new:

@@ -3,15 +3,17 @@
 The ``Engine`` class is assembled from these groups so that each Redis concern keeps a
 module of its own; every group reaches Redis through ``client`` and names its keys with
 ``keys()`` (one queue) or ``global_keys`` (every queue under the prefix), never by hand.
+``RedisOwner`` only declares them: ``Engine`` (engine.py) provides every one, so a group
+imports no more of the engine than it uses itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_delayq.engine import scripts
-from django_delayq.engine.keys import GlobalKeys, QueueKeys
+if TYPE_CHECKING:
+    from django_delayq.engine.keys import GlobalKeys, QueueKeys
 
 
 class RedisOwner:
@@ -38,21 +40,15 @@ class RedisOwner:
 
     def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
         """Run script ``name`` on ``queue``'s keys (``extra``: keys the caller names)."""
-        return self._run(name, scripts.keys_of(name, self.keys(queue), **extra), args)
+        raise NotImplementedError
 
     def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
                   rows: Sequence[Sequence[Any]]) -> list[int]:
         """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
         of items, each with ARGV now, ``head``, then its rows; one integer per row."""
-        keys, size = scripts.keys_of(name, self.keys(queue)), scripts.BOUNDS[name].items
-        out: list[int] = []
-        for start in range(0, len(rows), size):
-            chunk = rows[start:start + size]
-            args = [self._now(now_ms), *head, *(value for row in chunk for value in row)]
-            out += [int(r) for r in self._run(name, keys, args)]
-        return out
+        raise NotImplementedError
 
     @property
     def global_keys(self) -> GlobalKeys:
         """The key names shared by every queue under this engine's prefix."""
-        return GlobalKeys(self.prefix)
+        raise NotImplementedError

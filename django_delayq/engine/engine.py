@@ -30,7 +30,8 @@ from django_delayq.engine import replies, scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.callable_limits import CallableLimits
 from django_delayq.engine.controls import QueueControls
-from django_delayq.engine.keys import QueueKeys
+from django_delayq.engine.event_log import EventLog
+from django_delayq.engine.keys import GlobalKeys, QueueKeys
 from django_delayq.engine.leases import Leases
 from django_delayq.engine.outbox import OutboxOps
 from django_delayq.engine.outcomes import (
@@ -102,6 +103,29 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
             return int(self.clock())
         seconds, micros = self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
+
+    def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
+        return self._run(name, scripts.keys_of(name, self.keys(queue), **extra), args)
+
+    def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
+                  rows: Sequence[Sequence[Any]]) -> list[int]:
+        keys, size = scripts.keys_of(name, self.keys(queue)), scripts.BOUNDS[name].items
+        out: list[int] = []
+        for start in range(0, len(rows), size):
+            chunk = rows[start:start + size]
+            args = [self._now(now_ms), *head, *(value for row in chunk for value in row)]
+            out += [int(r) for r in self._run(name, keys, args)]
+        return out
+
+    @property
+    def global_keys(self) -> GlobalKeys:
+        return GlobalKeys(self.prefix)
+
+    def event_log(self, maxlen: int) -> EventLog:
+        """The event streams of this prefix, each capped near ``maxlen`` entries; each
+        event goes to ``event_stream_of`` its queue and job."""
+        return EventLog(self.client, self.global_keys.events, maxlen,
+                        route=lambda f: self.event_stream_of(f.get("queue", ""), f.get("job", "")))
 
     # -- poison entries -------------------------------------------------------------
 
@@ -199,7 +223,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         except Exception:
             self._claim_nonces[(queue, claimer)] = nonce
             raise
-        aside, start = replies.aside(reply, 6)
+        aside, start = _aside(reply, 6)
         self._log_aside(queue, "claim", aside)
         jobs = self._decoded(queue, "claim", reply, start, 5, aside, lambda r: ClaimedJob(
             queue=queue, id=replies.text(r[0]), due_ms=int(r[1]), token=int(r[2]),
@@ -286,7 +310,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
                 contact.arg() if contact is not None else "", *given])
             if contact is not None:
                 contact.seen(int(reply[0]))
-            aside, start = replies.aside(reply, 1)
+            aside, start = _aside(reply, 1)
             self._log_aside(queue, "recover", aside)
             found += self._decoded(queue, "recover", reply, start, 3, aside, lambda r: Recovered(
                 id=replies.text(r[0]), outcome=NackOutcome(int(r[1])), attempts=int(r[2])))
@@ -343,3 +367,16 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         pattern = "".join("\\" + c if c in "*?[]\\" else c for c in tag) + "*"
         extra = list(self.client.scan_iter(match=pattern, count=1000))
         self.client.delete(*self.keys(queue).all(), *extra)
+
+
+def _aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:
+    """The ``n, (id, reason, removed) * n`` section of a reply at ``start``; returns the
+    entries and the index after them. Ids the script moved to dead are valid UTF-8."""
+    count = int(reply[start])
+    out = []
+    for i in range(start + 1, start + 1 + 3 * count, 3):
+        raw = reply[i]
+        id_ = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
+        out.append(SetAside(id=id_, reason=replies.text(reply[i + 1]),
+                            removed=bool(int(reply[i + 2]))))
+    return out, start + 1 + 3 * count

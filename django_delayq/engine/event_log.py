@@ -85,13 +85,3 @@ class EventLog:
             for args, covered, sent in calls(self.maxlen, list(run)):
                 written = int(script(self.client, script.keys_of(None, events=key), args))
                 yield covered, sent, written
-
-
-def entry_order(entry_id: object) -> tuple[int, int]:
-    """A stream entry id (``<ms>-<seq>``) as a sortable pair."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-    ms, _, seq = text.partition("-")
-    try:
-        return int(ms), int(seq or 0)
-    except ValueError:
-        return 0, 0

@@ -1,20 +1,21 @@
 """Reading script replies: text of reply items (strict, or for a log), ids as the scripts
-check them (``bad_id``), the "set aside" section of a reply, and list chunks for bounded
-calls. Shared by the ``Engine``'s method groups; no Redis here.
+check them (``bad_id``), stream entry ids in order, and list chunks for bounded calls.
+Shared by the ``Engine``'s method groups; no Redis here, and no import of the rest of the
+engine.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, TypeVar
-
-from django_delayq.engine import scripts
-from django_delayq.engine.outcomes import SetAside
+from typing import TypeVar
 
 # A scalar reply of redis-py: bytes, or text with decode_responses; a number; nil.
 Scalar = bytes | str | int | float | None
 
 _T = TypeVar("_T")
+
+# Poison entries: what the scripts refuse as a job id (lib.lua's bad_id says the same).
+MAX_ID_BYTES = 256
 
 
 def text(value: object) -> str:
@@ -50,8 +51,8 @@ def bad_id(job_id: str) -> str | None:
         size = len(job_id) if ascii_only else len(job_id.encode())
     except UnicodeEncodeError:
         return "id is not UTF-8"
-    if size > scripts.MAX_ID_BYTES:
-        return "id longer than %d bytes" % scripts.MAX_ID_BYTES
+    if size > MAX_ID_BYTES:
+        return "id longer than %d bytes" % MAX_ID_BYTES
     control = (not job_id.isprintable() if ascii_only
                else any(c < " " or c == "\x7f" for c in job_id))
     return "id has control characters" if control else None
@@ -76,13 +77,11 @@ def opt(value: bytes | str | int) -> int | None:
     return None if number < 0 else number
 
 
-def aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:
-    """The ``n, (id, reason, removed) * n`` section of a reply at ``start``; returns the
-    entries and the index after them. Ids the script moved to dead are valid UTF-8."""
-    count = int(reply[start])
-    out = []
-    for i in range(start + 1, start + 1 + 3 * count, 3):
-        raw = reply[i]
-        id_ = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
-        out.append(SetAside(id=id_, reason=text(reply[i + 1]), removed=bool(int(reply[i + 2]))))
-    return out, start + 1 + 3 * count
+def entry_order(entry_id: object) -> tuple[int, int]:
+    """A stream entry id (``<ms>-<seq>``) as a sortable pair."""
+    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
+    ms, _, seq = text.partition("-")
+    try:
+        return int(ms), int(seq or 0)
+    except ValueError:
+        return 0, 0

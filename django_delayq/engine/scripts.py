@@ -87,9 +87,6 @@ MAX_EVENT_ARGS = 800  # arguments of events_add (a count and the field/value pai
 RECONCILE_CHUNK = 100
 MAX_REENQUEUE = RECONCILE_CHUNK  # jobs per reenqueue.lua call (the reconciler's chunk)
 
-# Poison entries: what the scripts refuse as a job id (lib.lua's bad_id says the same).
-MAX_ID_BYTES = 256
-
 
 @dataclass(frozen=True, slots=True)
 class Bound:

@@ -17,7 +17,7 @@ from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.event_log import EventLog, entry_order
+from django_delayq.engine.replies import entry_order
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.engine.wake import WakeListener
 
@@ -99,12 +99,6 @@ class ServerReads(RedisOwner):
         return job_id, float(due_ms)
 
     # -- the event stream ---------------------------------------------------------------
-
-    def event_log(self, maxlen: int) -> EventLog:
-        """The event streams of this prefix, each capped near ``maxlen`` entries; each
-        event goes to ``event_stream_of`` its queue and job."""
-        return EventLog(self.client, self.global_keys.events, maxlen,
-                        route=lambda f: self.event_stream_of(f.get("queue", ""), f.get("job", "")))
 
     def event_stream_of(self, queue: str, job_id: str) -> str:
         """The stream an event of ``job_id`` in ``queue`` is written to (engine/event_log.py)."""

@@ -52,7 +52,7 @@ class CallableLimitState:
 
     @property
     def limit(self) -> str:
-        """``"100 per 60s, 5 at once"`` (the admin's queues page)."""
+        """``"100/m, 5 at once"`` (the admin's queues page)."""
         return describe_limit(self.rate, self.concurrency)
 
 
@@ -71,10 +71,11 @@ def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitSta
 
 def describe_limit(rate: Sequence[int] | None, concurrency: int | None,
                    none: str = "") -> str:
-    """``"100 per 60s, 5 at once"``; ``none`` without either."""
+    """``"100/m, 5 at once"``: the rate as the settings and ``delayq_queue`` spell it
+    (``rate_text``); ``none`` without either."""
     parts = []
     if rate is not None:
-        parts.append("%d per %gs" % (rate[0], rate[1] / 1000))
+        parts.append(rate_text((rate[0], rate[1])))
     if concurrency is not None:
         parts.append("%d at once" % concurrency)
     return ", ".join(parts) or none
@@ -113,7 +114,7 @@ class GroupUsage:
     running: int
     paused: bool
     held: bool = False  # a limit of its own holds it out of the rotation (Redis)
-    limit: str = ""  # "10 per 1s, 2 at once": its own limits, else its queue's; "": none
+    limit: str = ""  # "10/s, 2 at once": its own limits, else its queue's; "": none
 
 
 def busiest(engine: Engine, queues: Sequence[str], shown: int = SHOWN) -> list[GroupUsage]:

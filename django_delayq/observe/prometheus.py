@@ -1,8 +1,9 @@
 """Prometheus metrics (the ``prometheus`` extra: ``pip install prometheus-client``).
 
-Counters and histograms are updated in-process by receivers of the lifecycle signals
-(cheap: no I/O); queue depths are read from Redis (``Engine.stats``, one script call
-per queue) when Prometheus scrapes, with each queue's paused state (``Engine.paused``)
+Counters and histograms are updated in-process (observe/counters.py: receivers of the
+lifecycle signals, cheap, no I/O; the worker's count of jobs set aside); queue depths are
+read from Redis (``Engine.stats``, one script call per queue) when Prometheus scrapes,
+with each queue's paused state (``Engine.paused``)
 and limit (``Engine.queue_limit``), and the limit and running jobs of each callable of
 ``DELAYQ['CALLABLE_LIMITS']`` (``Engine.limit_state``), and, opt-in (``METRICS_GROUPS``:
 label cardinality), the due and running jobs of the busiest groups (observe/limit_usage.py,
@@ -16,22 +17,21 @@ connected, and serving the metrics raises ``ImproperlyConfigured``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from django_delayq import compat, signals
+from django_delayq import compat
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues
-from django_delayq.observe import limit_usage
+from django_delayq.observe import (
+    counters,  # noqa: F401 - served here; receivers connect on import
+    limit_usage,
+)
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
-    from prometheus_client.metrics import MetricWrapperBase
-
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
     from django_delayq.observe.limit_usage import GroupUsage
@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 prom = compat.prometheus_client
-LATENESS_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
-                    10.0, 30.0, 60.0, 300.0, 900.0, 3600.0)
-DURATION_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
-                    30.0, 60.0, 300.0, 1800.0)
 STATES = ("scheduled", "ready", "inflight", "dead")
 
 
@@ -145,71 +141,11 @@ def _limit(f: dict[str, Any], kind: str, label: str, rate: tuple[int, int] | Non
         f["delayq_%s_concurrency_limit" % kind].add_metric([label], concurrency)
 
 
-# -- counters and histograms, fed by signal receivers --------------------------------
+# -- the registry served: the counters' (prometheus_client's default) and the gauges ----
 
 if prom is not None:
     REGISTRY = prom.REGISTRY
-    SCHEDULED = prom.Counter("delayq_jobs_scheduled", "Jobs scheduled", ["queue"])
-    STARTED = prom.Counter("delayq_jobs_started", "Job attempts started", ["queue"])
-    FINISHED = prom.Counter("delayq_jobs_finished",
-                            "Jobs that reached a final status (succeeded, dead, cancelled)",
-                            ["queue", "status"])
-    RETRIES = prom.Counter("delayq_job_retries", "Failed attempts that will be retried",
-                           ["queue"])
-    LATENESS = prom.Histogram("delayq_job_lateness_seconds",
-                              "Start of an attempt minus its due time", ["queue"],
-                              buckets=LATENESS_BUCKETS)
-    DURATION = prom.Histogram("delayq_job_duration_seconds", "Run time of successful attempts",
-                              ["queue"], buckets=DURATION_BUCKETS)
-    SET_ASIDE = prom.Counter("delayq_jobs_set_aside",
-                             "Claimed jobs not run because their audit row is missing "
-                             "(reason no_row) or final (final_row)", ["queue", "reason"])
     REGISTRY.register(QueueCollector())
-
-    _children: dict[tuple[Any, ...], Any] = {}
-
-    def _child(metric: MetricWrapperBase, *labels: str) -> Any:
-        """``metric.labels(...)``, memoised: the lookup costs more than the increment."""
-        key = (metric, *labels)
-        child = _children.get(key)
-        if child is None:
-            child = _children[key] = metric.labels(*labels)
-        return child
-
-    def _counted(metric: MetricWrapperBase, *labels: str) -> Callable[..., None]:
-        """A receiver adding one to ``metric`` for the job's queue (and ``labels``)."""
-        return lambda queue, **kwargs: _child(metric, queue, *labels).inc()
-
-    def _bulk_scheduled(queue: str, job_ids: list[str], **kwargs: object) -> None:
-        _child(SCHEDULED, queue).inc(len(job_ids))
-
-    def _started(queue: str, due_at: datetime, started_at: datetime, **kwargs: object) -> None:
-        _child(STARTED, queue).inc()
-        _child(LATENESS, queue).observe(max(0.0, (started_at - due_at).total_seconds()))
-
-    def _succeeded(queue: str, duration: float | None, **kwargs: object) -> None:
-        _child(FINISHED, queue, "succeeded").inc()
-        if duration is not None:  # None: settled from Redis's record, the run not timed
-            _child(DURATION, queue).observe(duration)
-
-    def _cancelled(queue: str, running: bool, **kwargs: object) -> None:
-        if not running:  # a running job's cancellation is reported twice (api + worker)
-            _child(FINISHED, queue, "cancelled").inc()
-
-    _RECEIVERS: dict[str, Callable[..., None]] = {
-        "job_scheduled": _counted(SCHEDULED), "job_started": _started,
-        "job_succeeded": _succeeded, "job_retrying": _counted(RETRIES),
-        "job_dead": _counted(FINISHED, "dead"), "job_cancelled": _cancelled,
-        "jobs_scheduled": _bulk_scheduled}
-    for _name, _receiver in _RECEIVERS.items():
-        signals.observe(getattr(signals, _name), _receiver)
-
-
-def count_set_aside(queue: str, reason: str) -> None:
-    """One claimed job the worker did not run: ``reason`` is ``no_row`` or ``final_row``
-    (``payloads.set_aside``). A no-op without prometheus-client."""
-    if prom is not None:
-        _child(SET_ASIDE, queue, reason).inc()
 
 
 def start_http_server(port: int, addr: str = "127.0.0.1") -> Any:

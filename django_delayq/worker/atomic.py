@@ -52,7 +52,7 @@ from django.db import connections, router, transaction
 
 from django_delayq.core import workflows
 from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
-from django_delayq.worker.audit import storable
+from django_delayq.worker.outcome import storable
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper

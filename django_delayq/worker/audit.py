@@ -36,6 +36,7 @@ from django.db import (
 
 from django_delayq.core import workflows
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
+from django_delayq.worker.outcome import storable
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -51,16 +52,6 @@ _COLUMN_NAMES = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 _TEXT = ("status", "worker_id", "error_type", "last_error", "traceback")
 # Errors that one row's values cause; anything else (OperationalError, ...) is an outage.
 DATA_ERRORS = (DataError, IntegrityError, ValueError, TypeError, OverflowError)
-
-
-def storable(value: object) -> str | None:
-    """Text any database takes: lone surrogates become ``\\udXXX``, NUL becomes ``\\x00``."""
-    if value is None:
-        return None
-    text = value if type(value) is str else str(value)  # TextChoices members are str subclasses
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text.replace("\x00", "\\x00") if "\x00" in text else text
 
 
 class OutageLog:

@@ -32,7 +32,7 @@ from redis.exceptions import RedisError
 from django_delayq.core import payloads
 from django_delayq.core.payloads import NO_ROW, Aside
 from django_delayq.engine.outcomes import ClaimedJob
-from django_delayq.observe import prometheus
+from django_delayq.observe import counters
 from django_delayq.worker import outcome
 
 if TYPE_CHECKING:
@@ -110,4 +110,4 @@ def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int)
     engine.ack(queue, [(a.job.id, a.job.token) for a in final])
     for a in items:
         logger.warning("job %s (queue %r) set aside, not run: %s", a.job.id, queue, a.reason)
-        prometheus.count_set_aside(queue, a.kind)
+        counters.count_set_aside(queue, a.kind)

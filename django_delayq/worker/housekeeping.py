@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING
 from django.db import connections
 from redis.exceptions import RedisError
 
-from django_delayq.core import periodic
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, monotonic_ms
@@ -35,6 +34,7 @@ from django_delayq.worker.retention import Retention
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
+    from django_delayq.core.periodic import Keeper
     from django_delayq.engine import Engine
     from django_delayq.worker.gates import StartGate
     from django_delayq.worker.settlement import Settlement
@@ -48,7 +48,7 @@ class Housekeeping:
     loop's lease recovery (``recover``)."""
 
     def __init__(self, engine: Engine, settings: Settings, ledger: TrackedLedger,
-                 audit: AuditWriter, *, gate: StartGate, claiming: Claiming,
+                 audit: AuditWriter, *, gate: StartGate, claiming: Claiming, schedules: Keeper,
                  settlement: Settlement, worker_id: str, name: str, concurrency: int,
                  supervision: Supervision | None) -> None:
         self.settings, self.ledger, self.gate = settings, ledger, gate
@@ -60,7 +60,7 @@ class Housekeeping:
         self.recovery = LeaseRecovery(engine, settings, audit)
         self.reconciler = Reconciler(engine, settings, self.queues)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
-        self.schedules = periodic.Keeper()  # the keeper thread's pass (core/periodic.py)
+        self.schedules = schedules  # the keeper thread's pass (core/periodic.py)
         self.draining = False  # no keeper pass once set (by a signal handler)
         self._last_recover = -1e18
         self._stop = threading.Event()

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from django.db import connections
 from redis.exceptions import RedisError
 
+from django_delayq.core import periodic
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
 from django_delayq.worker.execution import Execution
@@ -111,13 +112,17 @@ class Worker:
                                  queues=options.queues, concurrency=options.concurrency,
                                  prefetch=options.prefetch, max_jobs=options.max_jobs,
                                  burst=options.burst)
+        # Periodic schedules: the keeper thread's pass, and the next tick at a tick's start
+        schedules = periodic.Keeper()
         self.settlement = Settlement(engine, settings, self.audit, self.ledger, self.id,
-                                     release=gate.release, on_settled=self.claiming.settled)
+                                     release=gate.release, on_settled=self.claiming.settled,
+                                     on_start=periodic.started)
         self.execution = Execution(settings, gate, self.ledger, self.claiming.handover,
                                    self.settlement, worker_id=self.id,
                                    concurrency=options.concurrency)
         self.housekeeping = Housekeeping(engine, settings, self.ledger, self.audit, gate=gate,
-                                         claiming=self.claiming, settlement=self.settlement,
+                                         claiming=self.claiming, schedules=schedules,
+                                         settlement=self.settlement,
                                          worker_id=self.id, name=self.name,
                                          concurrency=options.concurrency,
                                          supervision=options.supervision)

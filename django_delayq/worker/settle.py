@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
-from django_delayq.core import payloads, periodic
+from django_delayq.core import payloads
 from django_delayq.core.final_rows import SETTLED_KEEP_MS
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
@@ -51,8 +51,12 @@ logger = logging.getLogger(__name__)
 
 class Settler:
     def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter, worker_id: str,
-                 release: Callable[[Sequence[Outcome]], None] | None = None) -> None:
+                 release: Callable[[Sequence[Outcome]], None] | None = None,
+                 on_start: Callable[[str], object] | None = None) -> None:
         self.engine = engine
+        # told each job id that starts: the schedules' next tick (core/periodic.py's
+        # ``started``, which the worker passes in); None: nothing to tell
+        self.on_start = on_start
         # frees the callable-limit slots of settled attempts (the worker's StartGate)
         self.release = release or (lambda outcomes: release_callable_slots(engine, outcomes))
         self.settings = settings
@@ -94,8 +98,8 @@ class Settler:
         signalled = signals.wanted(signals.job_started)
         path = _path_of(job) if signalled or joblog.wanted(self.settings) else ""
         joblog.started(self.settings, job, path)
-        if job.id[0] == "k" and periodic.Keeper.active:  # a tick's job: create the next
-            periodic.tick_started(job.id)
+        if self.on_start is not None:  # a tick's job: its schedule's next tick is created
+            self.on_start(job.id)
         if signalled:
             signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
                          attempt=job.attempt, worker_id=self.worker_id,

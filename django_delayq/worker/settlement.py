@@ -46,9 +46,10 @@ class Settlement:
 
     def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter, ledger: Ledger,
                  worker_id: str, *, release: Callable[[Sequence[Outcome]], None],
-                 on_settled: Callable[[list[Outcome]], None]) -> None:
+                 on_settled: Callable[[list[Outcome]], None],
+                 on_start: Callable[[str], object] | None = None) -> None:
         # a sharded queue is settled shard by shard: a node down holds back its shard only
-        self.settler = ShardSettler(engine, settings, audit, worker_id, release)
+        self.settler = ShardSettler(engine, settings, audit, worker_id, release, on_start)
         audit.after_write = self.settler.landed  # their settled records may go
         # Finished jobs are acked by a thread of their own, within milliseconds
         self.thread = SettleThread(ledger, self.settler, on_settled)

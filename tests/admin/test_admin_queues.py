@@ -44,7 +44,7 @@ def test_counts_next_due_paused_state_and_limits(delayq_engine, settings, admin_
     rows = _rows(response)
     emails = rows["emails"]
     assert (emails.due_now, emails.scheduled, emails.inflight, emails.dead) == (1, 3, 1, 0)
-    assert emails.limit == "100 per 60s, 5 at once" and not emails.paused
+    assert emails.limit == "100/m, 5 at once" and not emails.paused
     assert emails.next_due is not None
     assert rows["slow"].paused and rows["default"].limit == ""
     html = response.content.decode()

@@ -244,9 +244,9 @@ def test_paused_queues_and_queue_and_callable_limits(delayq_engine, settings):
                      "running": 0, "started_in_window": 0}
     text = _status()
     assert "PAUSED: emails" in text
-    assert "  limit: 100 per 60s, 5 at once" in text
+    assert "  limit: 100/m, 5 at once" in text
     assert "tests.jobs.add" in text.split("CALLABLE LIMITS", 1)[1]
-    assert "10 per 1s, 2 at once" in text
+    assert "10/s, 2 at once" in text
 
 
 def test_running_jobs_of_a_limited_callable_are_counted(delayq_engine, settings):

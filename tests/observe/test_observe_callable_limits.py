@@ -29,7 +29,7 @@ def test_both_surfaces_show_the_one_reading(delayq_engine, settings) -> None:  #
                                   callable_limits=callable_limits(delayq_engine, s))
     shown = json.loads(json.dumps(asdict(status)))["callable_limits"]
     assert [(c.callable, c.limit, c.running, c.started_in_window) for c in page] == [
-        ("tests.jobs.add", "10 per 1s, 2 at once", 1, 1), ("tests.jobs.noop", "1 at once", 0, 0)]
+        ("tests.jobs.add", "10/s, 2 at once", 1, 1), ("tests.jobs.noop", "1 at once", 0, 0)]
     assert [(c["callable"], c["rate"], c["concurrency"], c["running"]) for c in shown] == [
         ("tests.jobs.add", [10, 1000], 2, 1), ("tests.jobs.noop", None, 1, 0)]
     assert (describe_limit(None, None), describe_limit(None, None, none="none")) == ("", "none")

@@ -1,0 +1,68 @@
+"""What an admin action leaves behind: one CHANGE ``LogEntry`` per change, on the job
+(``log_job``: its history page lists it) or on a queue (``log_queue``), and the message
+counting its outcomes, most common first (``Tally``: "3 cancelled, 1 already running").
+The job actions (``actions``), the queues page (``queue_page``) and the schedules' actions
+(in ``schedule_admin``) share them."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, cast
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.contenttypes.models import ContentType
+from django.http import HttpRequest
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from django_delayq.models import Job
+
+REPR_CHARS = 200  # LogEntry.object_repr is a CharField(200)
+ERROR = gettext_lazy("failed")
+
+
+def log_job(request: HttpRequest, job_id: str, callable_path: str, message: str) -> None:
+    """One CHANGE entry on the job ``job_id`` (its history page lists it)."""
+    _log(request, job_id, "%s %s" % (callable_path, job_id), message)
+
+
+def log_queue(request: HttpRequest, queue: str, message: str) -> None:
+    """One CHANGE entry on no job in particular: ``queue <name>`` with ``message``."""
+    _log(request, None, "queue %s" % queue, message)
+
+
+def _log(request: HttpRequest, object_id: str | None, text: str, message: str) -> None:
+    LogEntry.objects.create(
+        user_id=cast(Any, request.user.pk), content_type=ContentType.objects.get_for_model(Job),
+        object_id=object_id, object_repr=text[:REPR_CHARS], action_flag=CHANGE,
+        change_message=message)
+
+
+class Tally:
+    """Counts outcome labels and renders them most common first: "3 cancelled, 1 failed"."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self.errors: list[str] = []
+
+    def add(self, label: object) -> None:
+        self.counts[str(label)] += 1
+
+    def fail(self, job_id: str, exc: Exception, label: object = ERROR) -> None:
+        self.add(label)
+        self.errors.append("%s: %s" % (job_id, exc))
+
+    def text(self) -> str:
+        return ", ".join("%d %s" % (n, label) for label, n in self.counts.most_common()) or _(
+            "nothing")
+
+    def report(self, modeladmin: admin.ModelAdmin[Any], request: HttpRequest,
+               *success: object) -> None:
+        """SUCCESS when every outcome is one of ``success``, else WARNING; errors listed."""
+        ok = bool(self.counts) and set(self.counts) <= {str(label) for label in success}
+        level = messages.SUCCESS if ok else messages.WARNING
+        modeladmin.message_user(request, self.text() + ".", level)
+        if self.errors:
+            shown = "; ".join(self.errors[:5]) + ("…" if len(self.errors) > 5 else "")
+            modeladmin.message_user(request, _("Errors: %s") % shown, messages.ERROR)
