@@ -127,24 +127,28 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     s = get_settings()
     c = spec.check(fn, any_queue=any_queue, clash=clash)
     values, new = submit.build(c, spec.args, spec.kwargs, s.max_payload_bytes)
-    row = row_insert.new_row(**values, requeued_from=requeued_from, task_backend=task_backend)
+    values.update(requeued_from=requeued_from, task_backend=task_backend)
     using = router.db_for_write(Job)
+    job_id, queue = new.id, c.queue
+    status: str = JobStatus.SCHEDULED  # the column's default: no key, no parents
     if c.key is not None or c.parents:  # in a savepoint: core/dedup.py
+        row = row_insert.new_row(**values)
         standing = dedup.insert(row, spec, list(c.parents), c.run_on_failure, using, c.now)
         if standing is not None:  # the key's job stands (keep; drop while it is live)
-            return JobHandle(standing, row.queue)
+            return JobHandle(standing, queue)
+        status = row.status
     else:  # no key, no parents: no savepoint, one prepared INSERT (core/row_insert.py)
-        row_insert.insert(row, using)
-    signals.send(signals.job_scheduled, job_id=row.id, queue=row.queue,
-                 callable_path=row.callable_path, run_at=row.run_at)
-    if row.status != JobStatus.SCHEDULED:
+        row_insert.insert_values(values, using)
+    signals.send(signals.job_scheduled, job_id=job_id, queue=queue, callable_path=c.path,
+                 run_at=values["run_at"])
+    if status != JobStatus.SCHEDULED:
         pass  # waiting for its parents, or cancelled by one that failed already
     elif s.eager:  # unit tests: run inline after commit, no Redis involved
         run_eager = dedup.eager_runner(commit_batch.eager_runner(), c.on_conflict)
-        commit_batch.after_commit(using, lambda: run_eager(row.id))
+        commit_batch.after_commit(using, lambda: run_eager(job_id))
     else:
-        commit_batch.enqueue_after_commit(using, row.queue, [new])  # one hook per transaction
-    return JobHandle(row.id, row.queue)
+        commit_batch.enqueue_after_commit(using, queue, [new])  # one hook per transaction
+    return JobHandle(job_id, queue)
 
 
 def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,

@@ -29,8 +29,7 @@ class Batch:
                                      max_attempts=call.max_attempts, backoff=call.backoff,
                                      now=call.now)
         self._fixed = validation.payload_head_size(call.path, call.max_attempts, call.backoff)
-        signature = registry.signature(call.path)
-        self._binder = None if signature is None else validation.Binder(call.path, signature)
+        self._binder = registry.binder(call.path)
         # The call's options, as row columns: a spec without options of its own gets them.
         self._columns = call.fixed_columns()
         self.rows: list[list[Any]] = []

@@ -107,12 +107,15 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob]) -> None:
         return
     conn = connections[using]
     pending = _by_connection.get(conn)
+    if conn.get_autocommit():  # no transaction: the rows are committed already
+        if pending is not None and pending.jobs:  # jobs left pending go with these
+            pending.add(queue, jobs)
+            pending.send()
+        else:
+            send(queue, jobs)
+        return
     if pending is None:
         pending = _by_connection[conn] = _Pending()
-    if conn.get_autocommit():  # no transaction: the rows are committed already
-        pending.add(queue, jobs)
-        pending.send()
-        return
     jobs = list(jobs)
 
     def send_at_commit() -> None:  # holds no reference to itself: freed when discarded

@@ -159,13 +159,11 @@ class JobSpec(JobOptions):
 
 def _own(o: JobOptions, path: str) -> dict[str, Any]:
     """The run-time options ``o`` sets, checked (``atomic`` of ``path``'s function)."""
-    checks: dict[str, Callable[[Any], Any]] = {
-        "priority": check_priority, "timeout": timeout_seconds,
-        "expires": lambda value: value,  # its type checked; its moment depends on the due time
-        "retry_on": retry_on_paths, "atomic": lambda value: check_atomic(value, path),
-        "group": validation.check_group}
-    return {name: check(value) for name, check in checks.items()
-            if (value := getattr(o, name)) is not None}
+    own: dict[str, Any] = {}
+    for name, check in _CHECKS:
+        if (value := getattr(o, name)) is not None:
+            own[name] = check_atomic(value, path) if check is None else check(value)
+    return own
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -396,8 +394,8 @@ def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -
     """``InvalidJob`` when ``fn(*args, **kwargs)`` would fail to bind (a missing or an
     unexpected argument). A Django ``@task`` is checked against the function it wraps (its
     ``TaskContext`` excluded). Paths that passed ``registry.check_schedulable`` only."""
-    if (signature := registry.signature(path)) is not None:
-        validation.bind(signature, path, args, kwargs)
+    if (binder := registry.binder(path)) is not None:
+        binder.check(args, kwargs)
 
 
 def check_no_clash(path: str, names: list[str]) -> None:
@@ -417,3 +415,10 @@ def check_no_clash(path: str, names: list[str]) -> None:
             "of that name, not the argument: pass the argument with job(fn).schedule(..., "
             "%s=...) (every keyword goes to the function) and the option with "
             "job(fn).using(%s=...)" % (path, option, option, option, option))
+
+
+# The run-time options' checks, in order (``_own``; None: ``check_atomic``, of the function).
+_CHECKS: tuple[tuple[str, Callable[[Any], Any] | None], ...] = (
+    ("priority", check_priority), ("timeout", timeout_seconds),
+    ("expires", lambda value: value),  # its type checked; its moment depends on the due time
+    ("retry_on", retry_on_paths), ("atomic", None), ("group", validation.check_group))

@@ -36,7 +36,7 @@ import importlib
 import inspect
 import types
 from collections.abc import Callable
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -44,7 +44,7 @@ from django.dispatch import receiver
 
 from django_delayq import compat
 from django_delayq.core.conf import get_settings
-from django_delayq.core.validation import name_problem
+from django_delayq.core.validation import Binder, name_problem
 from django_delayq.exceptions import InvalidJob
 
 EXAMPLE = "'shop.tasks.close_order'"
@@ -62,9 +62,11 @@ def allowed_modules() -> frozenset[str]:
 
 def reset() -> None:
     allowed_modules.cache_clear()
+    _refusal.cache_clear()
     _job_object.cache_clear()
     _resolve.cache_clear()
     signature.cache_clear()
+    binder.cache_clear()
 
 
 @receiver(setting_changed)
@@ -85,7 +87,12 @@ def set_task_caller(caller: Callable[[Any], Callable[..., Any]]) -> None:
 
 
 def refusal(path: object) -> str | None:
-    """Why ``path`` is refused before anything is imported (steps 1 and 2), or ``None``."""
+    """Why ``path`` is refused before anything is imported (steps 1 and 2), or ``None``
+    (the answer for a string kept for the settings' life: ``reset()`` clears it)."""
+    return _refusal(path) if type(path) is str else _why_refused(path)
+
+
+def _why_refused(path: object) -> str | None:
     why = name_problem(path, what="dotted path")
     if why or not isinstance(path, str):  # not a str: name_problem says so
         return "%r is not a job path such as %s: %s" % (path, EXAMPLE, why)
@@ -101,6 +108,9 @@ def refusal(path: object) -> str | None:
                 "listed module and the name of a function defined in it)"
                 % (path, module, sorted(allowed)))
     return None
+
+
+_refusal = lru_cache(maxsize=1024)(_why_refused)  # bounded: a worker reads paths from rows
 
 
 def is_allowed(path: str) -> bool:
@@ -216,6 +226,13 @@ def signature(path: str) -> inspect.Signature | None:
     if func is not obj and obj.takes_context:
         found = found.replace(parameters=list(found.parameters.values())[1:])
     return found
+
+
+@cache
+def binder(path: str) -> Binder | None:
+    """``signature(path)``'s ``Binder`` (kept like the signature), ``None`` with none."""
+    found = signature(path)
+    return None if found is None else Binder(path, found)
 
 
 def _function(obj: object) -> Any:

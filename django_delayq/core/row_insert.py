@@ -26,7 +26,8 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connections
-from django.db.models import Field
+from django.db.models import DateTimeField, Field
+from django.db.models.signals import post_init, pre_init
 
 from django_delayq.models import Job
 
@@ -42,6 +43,14 @@ class _Statement:
     sql: str
     fields: list[Field[Any, Any]]
     prepare: list[Prepare]
+    # per field: its attname, its preparer, its default prepared once (a constant
+    # default whose prepared value is immutable; else _EACH_TIME: prepared per row), and
+    # whether it is one of Django's DateTimeFields (a datetime given twice: adapted once)
+    by_name: list[tuple[str, Prepare, Any, bool]]
+
+
+_EACH_TIME = object()  # a default prepared per row (a callable default, a mutable value)
+_IMMUTABLE = (type(None), str, int, bool, float)
 
 
 _statements: dict[str, _Statement] = {}
@@ -70,8 +79,20 @@ def _statement(using: str) -> _Statement:
         sql = "INSERT INTO %s (%s) VALUES (%s)" % (
             qn(str(Job._meta.db_table)), ", ".join(qn(str(f.column)) for f in fields),
             ", ".join(["%s"] * len(fields)))
-        found = _statements[using] = _Statement(sql, fields, [_preparer(f) for f in fields])
+        prepare = [_preparer(f) for f in fields]
+        by_name = [(f.attname, prep, _prepared_default(f, prep, connection),
+                    type(f) is DateTimeField) for f, prep in zip(fields, prepare, strict=True)]
+        found = _statements[using] = _Statement(sql, fields, prepare, by_name)
     return found
+
+
+def _prepared_default(field: Field[Any, Any], prep: Prepare, connection: Any) -> Any:
+    """``field``'s default as the INSERT sends it, when it is the same for every row (not
+    a callable, prepared to an immutable value); else ``_EACH_TIME``."""
+    if not field.has_default() or callable(field.default):
+        return _EACH_TIME
+    value = prep(field.get_default(), connection)
+    return value if type(value) in _IMMUTABLE else _EACH_TIME
 
 
 def _plain_values_only() -> bool:
@@ -98,6 +119,49 @@ def params(row: Job, using: str) -> list[Any]:
     return [prep(getattr(row, f.attname), connection) for f, prep in zip(st.fields, st.prepare)]
 
 
+def values_params(values: dict[str, Any], using: str) -> list[Any]:
+    """``params(new_row(**values), using)`` without building the row: each field's value
+    from ``values``, else its default (a constant one prepared once per alias). A datetime
+    given for two columns (due and scheduled, created and updated) is adapted once.
+    ``values`` holds column names only (``new_row`` checks that for ``insert_values``)."""
+    return _values_params(values, _statement(using), connections[using])
+
+
+def _values_params(values: dict[str, Any], st: _Statement, connection: Any) -> list[Any]:
+    out: list[Any] = []
+    moments: dict[int, Any] = {}  # id of a datetime of ``values`` -> its adapted value
+    for name, prep, default, is_moment in st.by_name:
+        if name in values:
+            value = values[name]
+            if not is_moment:
+                out.append(prep(value, connection))
+            elif (done := moments.get(id(value))) is not None:
+                out.append(done)
+            else:
+                out.append(moments.setdefault(id(value), prep(value, connection)))
+        elif default is _EACH_TIME:
+            out.append(prep(_FIELDS[name].get_default(), connection))
+        else:
+            out.append(default)
+    return out
+
+
+def insert_values(values: dict[str, Any], using: str) -> None:
+    """``insert(new_row(**values), using)`` for a caller that needs no ``Job`` object (a
+    ``schedule()`` without key or parents): the same statement and values."""
+    if not _ONLY_PLAIN or not values.keys() <= _ATTNAMES or _observed():
+        insert(new_row(**values), using)  # Job(**values) raises for a name not a column's
+        return
+    connection, st = connections[using], _statement(using)
+    with connection.cursor() as cursor:
+        cursor.execute(st.sql, _values_params(values, st, connection))
+
+
+def _observed() -> bool:
+    """Whether ``Job(...)`` has ``pre_init``/``post_init`` receivers to send to."""
+    return pre_init.has_listeners(Job) or post_init.has_listeners(Job)
+
+
 def insert(row: Job, using: str) -> None:
     """INSERT ``row`` (a new job: an existing id raises ``IntegrityError``)."""
     if not _ONLY_PLAIN:
@@ -112,3 +176,4 @@ def insert(row: Job, using: str) -> None:
 _ONLY_PLAIN = _plain_values_only()
 _CONCRETE = tuple(Job._meta.concrete_fields)
 _ATTNAMES = frozenset(f.attname for f in _CONCRETE)
+_FIELDS = {f.attname: f for f in Job._meta.local_concrete_fields}

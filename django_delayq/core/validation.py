@@ -30,6 +30,7 @@ import re
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
+from functools import lru_cache
 from typing import Any
 
 from django_delayq.engine import backoff as backoff_mod
@@ -170,7 +171,13 @@ def payload_head_size(path: str, max_attempts: int, backoff: object) -> int:
     """UTF-8 bytes of a payload besides its arguments: ``[path,`` ... ``,{max},{backoff}]``
     (the size limit counts the payload as the compact array ``[path,args,kwargs,...]``)."""
     tail = "" if backoff is None else "," + dumps(backoff)
-    return utf8_size("[" + dumps(path) + ",") + 1 + utf8_size(",%d%s]" % (max_attempts, tail))
+    return _path_size(path) + 1 + utf8_size(",%d%s]" % (max_attempts, tail))
+
+
+@lru_cache(maxsize=256)
+def _path_size(path: str) -> int:
+    """UTF-8 bytes of ``[path,`` (a job's path: the same on each of its calls)."""
+    return utf8_size("[" + dumps(path) + ",")
 
 
 def check_size(size: int, limit: int, where: str = "") -> None:
@@ -326,8 +333,9 @@ def name_problem(dotted: object, *, what: str = "module name") -> str | None:
 # -- the arguments against the function's signature ---------------------------------------
 
 class Binder:
-    """``bind`` for many jobs of one function (``schedule_many``): plain positional
-    arguments of a plain signature are checked by counting; anything else binds."""
+    """``bind`` for the jobs of one function (one kept per path: ``registry.binder``):
+    plain positional arguments of a plain signature are checked by counting; anything
+    else binds."""
 
     def __init__(self, path: str, signature: inspect.Signature) -> None:
         self.path, self.signature = path, signature

@@ -78,7 +78,10 @@ end
 -- the first write: a call that may write a key its reads did not meet checks every type
 -- (a plain call writes no group: whether the queue is grouped, read once, holds for
 -- line_write's index too)
-if plain and #line.to_ready > 0 then line.grouped = redis.call('EXISTS', group) == 1 end
+if plain then
+  line_reads(line)
+  if #line.to_ready > 0 then line.grouped = redis.call('EXISTS', group) == 1 end
+end
 if not plain or line.grouped then
   local err = wrong_type(KINDS)
   if err then return err end

@@ -503,18 +503,35 @@ end
 -- entry the channel is told too (a busy worker's urgent timer claims it at that time), and
 -- so it is when one goes straight to ready ahead of a ready backlog (claimed first by
 -- the next claim, which the timer makes at once).
--- `no_urgent`: the caller enters no job of priority above 0 (urgent is then not read).
+-- `no_urgent`: the caller enters no job of priority above 0: urgent is not read, and
+-- whether the queue is idle is read only if a wake-up depends on it (line_reads, which
+-- the caller then calls after its enters, before its first write).
+
+-- Whether no claim would take a job now (in a grouped queue: no group in the rotation).
+local function queue_idle()
+  return redis.call('EXISTS', ready) == 0 or
+         (redis.call('EXISTS', group) == 1 and redis.call('EXISTS', group_turns) == 0)
+end
+
 local function new_line(pending, ready, no_urgent)
   local head = pending_head(pending)
   local first = nil
   if head[2] then first = tonumber(head[2]) or -math.huge end
-  local u = no_urgent and {} or pending_head(urgent)
-  -- idle: no claim would take a job now (in a grouped queue: no group in the rotation)
-  local idle = redis.call('EXISTS', ready) == 0 or
-               (redis.call('EXISTS', group) == 1 and redis.call('EXISTS', group_turns) == 0)
-  return {head = head[1], first = first, idle = idle,
-          to_pending = {}, to_ready = {}, to_urgent = {}, earliest = nil,
-          urgent_first = tonumber(u[2]), urgent_earliest = nil}
+  local line = {head = head[1], first = first, to_pending = {}, to_ready = {},
+                to_urgent = {}, earliest = nil, urgent_earliest = nil}
+  if not no_urgent then
+    line.urgent_first = tonumber(pending_head(urgent)[2])
+    line.idle = queue_idle()
+  end
+  return line
+end
+
+-- The rest of a `no_urgent` line's reads: whether the queue is idle, when the earliest
+-- job entered comes before the head of pending (or none is there); else line_write tells
+-- nobody whatever the answer.
+local function line_reads(line)
+  local due = line.earliest
+  if due ~= nil and (line.first == nil or due < line.first) then line.idle = queue_idle() end
 end
 
 local function enter(line, id, due, priority, now)

@@ -51,6 +51,44 @@ def test_every_column_is_prepared_as_get_db_prep_save_prepares_it() -> None:
             _plain(v) for v in _django(row)]
 
 
+def test_values_give_the_params_of_the_row_they_make() -> None:
+    for row in _rows():
+        values = {f.attname: getattr(row, f.attname) for f in Job._meta.local_concrete_fields
+                  if f.attname not in ("status", "attempts", "result", "group", "atomic")}
+        made = row_insert.new_row(**values)
+        assert [_plain(v) for v in row_insert.values_params(values, "default")] == [
+            _plain(v) for v in row_insert.params(made, "default")]
+
+
+def test_insert_values_stores_the_row_insert_stores() -> None:
+    now = datetime.now(UTC)
+    values: dict[str, Any] = {"queue": "default", "callable_path": "tests.jobs.noop",
+                              "args": [1, "é"], "run_at": now, "scheduled_for": now,
+                              "created_at": now, "updated_at": now, "max_attempts": 2}
+    first, second = ids.new_id(), ids.new_id()
+    row_insert.insert_values({"id": first, **values}, "default")
+    row_insert.insert(row_insert.new_row(id=second, **values), "default")
+    assert _stored(first) == _stored(second)
+
+
+def test_insert_values_sends_post_init_when_it_has_receivers() -> None:
+    from django.db.models.signals import post_init
+
+    seen: list[Any] = []
+
+    def listener(sender: Any, instance: Any, **kwargs: Any) -> None:
+        seen.append(instance.id)
+
+    post_init.connect(listener, sender=Job)
+    try:
+        handle = schedule("tests.jobs.noop", 1, delay=60)
+    finally:
+        post_init.disconnect(listener, sender=Job)
+    assert handle.id in seen
+    with pytest.raises(TypeError):  # a name that is no column's, as Job(...) says
+        row_insert.insert_values({"id": ids.new_id(), "nonsense": 1}, "default")
+
+
 def _stored(pk: str) -> dict[str, Any]:
     """The row as the database holds it, by column, read with a plain cursor."""
     names = [f.column for f in Job._meta.local_concrete_fields if f.column != "id"]
