@@ -45,3 +45,36 @@ def test_recover_uses_the_max_attempts_the_caller_read(engine: Engine) -> None:
                            now_ms=NOW + 10)
     assert {r.id: r.outcome for r in found} == {"one": NackOutcome.DEAD,
                                                 "many": NackOutcome.RETRYING}
+
+
+def _told(engine: Engine, queue: str, enqueue: list[NewJob]) -> list[int]:
+    """The due times ``queue``'s wake channel hears while ``enqueue`` goes in one call."""
+    pubsub = engine.client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(engine.keys(queue).channel)
+    pubsub.get_message(timeout=1)
+    engine.enqueue(queue, enqueue, now_ms=NOW)
+    got = []
+    while (m := pubsub.get_message(timeout=0.2)) is not None:
+        got.append(int(m["data"]))
+    pubsub.close()
+    return got
+
+
+def test_a_plain_job_wakes_the_workers_only_when_it_comes_first_on_an_idle_queue(
+        engine: Engine) -> None:
+    assert _told(engine, "q", [bare("a", NOW + 100)]) == [NOW + 100]  # nothing was there
+    assert _told(engine, "q", [bare("b", NOW + 200)]) == []  # behind the head: silent
+    assert _told(engine, "q", [bare("c", NOW + 50)]) == [NOW + 50]  # the new head
+    assert _told(engine, "q", [bare("r")]) == [NOW]  # due now: straight to ready
+    assert _told(engine, "q", [bare("d", NOW + 10)]) == []  # first, but ready holds a job
+    assert _told(engine, "q", [bare("e", NOW + 5), bare("f", NOW + 300)]) == []
+    assert engine.client.zrange(engine.keys("q").pending, 0, 0) == [b"e"]
+
+
+def test_a_plain_job_in_a_grouped_queue_wakes_the_workers_when_no_group_is_in_turn(
+        engine: Engine) -> None:
+    engine.enqueue("g", [NewJob(id="x", at_ms=NOW + 500, group="t")], now_ms=NOW)
+    k = engine.keys("g")
+    engine.client.zadd(k.ready, {"y": 1})  # ready holds a job, yet no group has a turn
+    assert not engine.client.exists(k.group_turns)
+    assert _told(engine, "g", [bare("z", NOW + 100)]) == [NOW + 100]
