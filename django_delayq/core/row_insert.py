@@ -88,8 +88,9 @@ def _statement(using: str) -> _Statement:
 
 def _prepared_default(field: Field[Any, Any], prep: Prepare, connection: Any) -> Any:
     """``field``'s default as the INSERT sends it, when it is the same for every row (not
-    a callable, prepared to an immutable value); else ``_EACH_TIME``."""
-    if not field.has_default() or callable(field.default):
+    a callable, prepared to an immutable value; a field without one: Django's None or
+    ""); else ``_EACH_TIME``."""
+    if field.has_default() and callable(field.default):
         return _EACH_TIME
     value = prep(field.get_default(), connection)
     return value if type(value) in _IMMUTABLE else _EACH_TIME

@@ -28,7 +28,9 @@
 -- A job whose id is already known (pending, ready, in flight, dead, or with an envelope),
 -- or repeated within the call, is left alone. Due times are clamped to years 1..9999.
 -- A job due already goes straight to ready unless pending holds a job due before it
--- (lib.lua line). Everything is read (ZMSCORE, HMGET) before the first write.
+-- (lib.lua line). Everything is read (ZMSCORE, HMGET) before the first write; a plain
+-- call reads whether the queue is idle only when its earliest job comes before the head
+-- of pending (lib.lua line_reads: else no wake-up depends on it).
 -- Key types: a plain call (no envelope, priority 0, no group) writes only keys its reads
 -- met (pending or ready, and the untyped epoch and channel) unless a job goes to ready
 -- in a grouped queue (index_ready); a read meeting a wrong type ends it, before any

@@ -492,7 +492,8 @@ end
 -- pending is due before it; any other job goes to pending, from where claim.lua promotes
 -- due jobs in due order. So every job of ready is due no later than every job of pending,
 -- and a job never overtakes one of the same priority that was due before it.
--- new_line reads (call it before the script's writes), enter only collects,
+-- new_line reads (call it before the script's writes; with `no_urgent`, line_reads after
+-- the enters too), enter only collects,
 -- line_write writes and tells the queue's wake channel `channel` the earliest due time
 -- placed when it moves the queue's next claim earlier: nothing was ready (an idle worker
 -- sleeps until the head of pending) and it is before that head, or `moved` was the head.
