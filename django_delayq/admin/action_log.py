@@ -6,8 +6,10 @@ The job actions (``actions``), the queues page (``queue_page``) and the schedule
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
-from typing import Any, cast
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -15,11 +17,18 @@ from django.contrib.contenttypes.models import ContentType
 from django.http import HttpRequest
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
+from redis.exceptions import RedisError
 
+from django_delayq.exceptions import DelayQError, JobNotFound
 from django_delayq.models import Job
+
+logger = logging.getLogger(__name__)
 
 REPR_CHARS = 200  # LogEntry.object_repr is a CharField(200)
 ERROR = gettext_lazy("failed")
+GONE = gettext_lazy("no longer exist")
+T = TypeVar("T")
+Done = tuple[object, str | None]  # an outcome's label, and what the log says (if any)
 
 
 def log_job(request: HttpRequest, job_id: str, callable_path: str, message: str) -> None:
@@ -66,3 +75,21 @@ class Tally:
         if self.errors:
             shown = "; ".join(self.errors[:5]) + ("…" if len(self.errors) > 5 else "")
             modeladmin.message_user(request, _("Errors: %s") % shown, messages.ERROR)
+
+
+def each(tally: Tally, items: Iterable[T], kind: str, name: Callable[[T], str],
+         call: Callable[[T], Done], log: Callable[[T, str], object]) -> None:
+    """``call`` each item (a job, a schedule: ``name`` says which); count the label it
+    returns and ``log`` its message; a job gone or an error is counted, not raised."""
+    for item in items:
+        try:
+            label, message = call(item)
+        except JobNotFound:
+            tally.add(GONE)
+        except (DelayQError, RedisError) as exc:
+            logger.warning("admin action on %s %s failed: %s", kind, name(item), exc)
+            tally.fail(name(item), exc)
+        else:
+            tally.add(label)
+            if message:
+                log(item, message)

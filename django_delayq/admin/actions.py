@@ -27,13 +27,12 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
-from redis.exceptions import RedisError
 
-from django_delayq.admin.action_log import Tally, log_job
+from django_delayq.admin.action_log import Done, Tally, each, log_job
 from django_delayq.admin.display import job_link, render
 from django_delayq.core import api, registry
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
-from django_delayq.exceptions import DelayQError, InvalidJob, JobNotFound
+from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -49,7 +48,6 @@ MOVE_LABELS = {
     MoveOutcome.NOT_FOUND: gettext_lazy("not waiting in Redis"),
 }
 NOT_ALLOWED = gettext_lazy("not allowed")
-GONE = gettext_lazy("no longer exist")
 
 
 Row = tuple[str, str]  # (job id, callable path)
@@ -72,24 +70,11 @@ def _runnable(queryset: QuerySet[Job], tally: Tally) -> Iterable[Row]:
             yield job_id, path
 
 
-Done = tuple[object, str | None]  # an outcome's label, and what the job's log says (if any)
-
-
 def _each(request: HttpRequest, rows: Iterable[Row], call: Callable[[str], Done],
           tally: Tally) -> None:
     """``call`` each job; count the label it returns and log its message."""
-    for job_id, path in rows:
-        try:
-            label, message = call(job_id)
-        except JobNotFound:
-            tally.add(GONE)
-        except (DelayQError, RedisError) as exc:
-            logger.warning("admin action on job %s failed: %s", job_id, exc)
-            tally.fail(job_id, exc)
-        else:
-            tally.add(label)
-            if message:
-                log_job(request, job_id, path, message)
+    each(tally, rows, "job", lambda row: row[0], lambda row: call(row[0]),
+         lambda row, message: log_job(request, row[0], row[1], message))
 
 
 def _move(move: Callable[[str], MoveOutcome], done: object, message: str) -> Callable[[str], Done]:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.http import HttpRequest
+from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -43,6 +44,7 @@ STATUS_COLOURS = {
 TIMEOUT_ERROR = "django_delayq.exceptions.JobTimeout"
 SHORT_ERROR_CHARS = 80
 SHOWN_CHARS = 100_000  # of one stored value on a job's page
+LINK = "delayq-job-link"  # the class of the links in lists of jobs (as the dashboard's)
 
 
 def column(label: StrOrPromise, show: Callable[[Any], str],
@@ -147,12 +149,19 @@ def zoned(value: datetime) -> str:
     return "%s %s" % (value.strftime("%Y-%m-%d %H:%M:%S"), label)
 
 
-def job_link(job_id: str, text: object = None, site: str = "admin") -> str:
+def job_link(job_id: str, text: object = None, site: str = "admin", css: str = "") -> str:
     """A link to the job's page showing ``text`` (default: the id); "-" without an id."""
     if not job_id:
         return "-"
     url = reverse("admin:django_delayq_job_change", args=(job_id,), current_app=site)
-    return format_html('<a href="{}">{}</a>', url, job_id if text is None else text)
+    attrs = format_html(' class="{}"', css) if css else ""
+    return format_html('<a href="{}"{}>{}</a>', url, attrs, job_id if text is None else text)
+
+
+def job_list(items: list[tuple[object, object, object]], more: object = "") -> str:
+    """A ``<ul>`` of (link, text, note) items, ``more`` last; escaped by the template."""
+    return render_to_string("admin/django_delayq/job/_job_list.html",
+                            {"items": items, "more": more})
 
 
 def status_badge(status: str, label: object) -> str:

@@ -77,17 +77,14 @@ def _may(codename: str) -> Callable[[Any, HttpRequest], bool]:
     return check
 
 
+def _never(self: object, request: HttpRequest, obj: object = None) -> bool:
+    return False
+
+
 class ReadOnly:
     """Rows are never added, changed or deleted through the admin."""
 
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
+    has_add_permission = has_change_permission = has_delete_permission = _never
 
 
 class JobAttemptInline(ReadOnly, _InlineBase):
@@ -248,27 +245,16 @@ class JobAdmin(ReadOnly, _JobAdminBase):
         return format_html('<span title="{} {}">{} <span class="delayq-module">{}</span>'
                            "</span>", obj.pk, obj.callable_path, name, module)
 
-    @admin.display(description=_("retry on"))
-    def retry_on_display(self, obj: Job) -> str:
-        retry_on = stored.value(obj, "retry_on")
-        return pre(retry_on) if retry_on else str(_("any exception"))
-
-    @admin.display(description=_("parents left"))
-    def parents_left_display(self, obj: Job) -> str:
-        """How many parents (``after=``) have not finished; the job reaches Redis at 0."""
-        if not obj.parents_left:
-            return "0"
-        return "%d (%s)" % (obj.parents_left, _("it is sent to Redis when all have finished"))
-
-    @admin.display(description=_("backoff"))
-    def backoff_display(self, obj: Job) -> str:
-        backoff = stored.value(obj, "backoff")
-        return pre(backoff) if backoff is not None else str(_("default policy"))
-
-    @admin.display(description=_("lateness"))
-    def lateness(self, obj: Job) -> str:
-        ms = obj.lateness_ms()
-        return "-" if ms is None else "%.1f ms" % ms
+    retry_on_display = column(_("retry on"), lambda job: pre(v) if (
+        v := stored.value(job, "retry_on")) else str(_("any exception")))
+    # how many parents (after=) have not finished; the job reaches Redis at 0
+    parents_left_display = column(_("parents left"), lambda job: "%d (%s)" % (
+        job.parents_left, _("it is sent to Redis when all have finished"))
+        if job.parents_left else "0")
+    backoff_display = column(_("backoff"), lambda job: pre(v) if (
+        v := stored.value(job, "backoff")) is not None else str(_("default policy")))
+    lateness = column(_("lateness"), lambda job: "-" if (ms := job.lateness_ms()) is None
+                      else "%.1f ms" % ms)
 
     def get_queryset(self, request: HttpRequest) -> Any:
         """The rows with their JSON columns read as text and parsed by the display

@@ -6,24 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from django.urls import reverse
-from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 
-from django_delayq.admin.display import seconds
+from django_delayq.admin.display import LINK, job_link, job_list, seconds
 from django_delayq.models import Job, JobAttempt
 
 COPIES_LISTED = 20
 
 
-def job_link(job_id: str, admin_site: str = "admin") -> str:
-    url = reverse("admin:django_delayq_job_change", args=(job_id,), current_app=admin_site)
-    return format_html('<a href="{}" class="delayq-job-link">{}</a>', url, job_id)
-
-
 def requeued_from(job: Job, admin_site: str = "admin") -> str:
     """A link to the original of a copy made by a requeue; "-" for an original."""
-    return job_link(job.requeued_from, admin_site) if job.requeued_from else "-"
+    return job_link(job.requeued_from, site=admin_site, css=LINK) if job.requeued_from else "-"
 
 
 def requeued_as(job: Job, admin_site: str = "admin") -> str:
@@ -32,11 +25,9 @@ def requeued_as(job: Job, admin_site: str = "admin") -> str:
                   .values_list("pk", "status", "created_at")[:COPIES_LISTED + 1])
     if not copies:
         return "-"
-    items = format_html_join("", "<li>{} {} <span class=\"quiet\">{}</span></li>", (
-        (job_link(pk, admin_site), status, seconds(created))
-        for pk, status, created in copies[:COPIES_LISTED]))
-    more = format_html("<li>{}</li>", _("… and more")) if len(copies) > COPIES_LISTED else ""
-    return format_html('<ul class="delayq-lineage">{}{}</ul>', items, more)
+    return job_list([(job_link(pk, site=admin_site, css=LINK), status, seconds(created))
+                     for pk, status, created in copies[:COPIES_LISTED]],
+                    _("… and more") if len(copies) > COPIES_LISTED else "")
 
 
 def requeue_points(attempts: Sequence[JobAttempt]) -> set[int]:

@@ -19,7 +19,6 @@ tick's job, enabling materialises the next tick."""
 from __future__ import annotations
 
 import importlib
-import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -33,10 +32,9 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext, gettext_lazy
 from django.utils.translation import gettext_lazy as _
-from redis.exceptions import RedisError
 
 from django_delayq.admin import display
-from django_delayq.admin.action_log import Tally
+from django_delayq.admin.action_log import Done, Tally, each
 from django_delayq.admin.display import column, job_link, short_seconds, status_badge, zoned
 from django_delayq.core import api, periodic, registry, schedules, validation
 from django_delayq.core.options import JobSpec
@@ -50,7 +48,6 @@ else:
     _ScheduleFormBase = forms.ModelForm
     _ScheduleAdminBase = admin.ModelAdmin
 
-logger = logging.getLogger(__name__)
 
 DEFINITION = ("name", "callable_path", "args", "kwargs", "queue", "priority", "group", "atomic",
               "cron", "interval_seconds", "time_zone", "start_at", "end_at", "jitter_seconds",
@@ -155,27 +152,29 @@ def _tick(value: datetime | None, zone: str,
 
 # -- actions: run now, enable, disable ---------------------------------------------------
 
+def _each(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
+          queryset: QuerySet[Schedule], call: Callable[[Schedule], Done], *success: object
+          ) -> None:
+    """``call`` each schedule, count its outcomes, log its changes and report."""
+    tally = Tally()
+    each(tally, queryset, "schedule", lambda s: s.name, call,
+         lambda s, message: modeladmin.log_change(request, s, message))
+    tally.report(modeladmin, request, *success)
+
+
 def _set_enabled(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
                  queryset: QuerySet[Schedule], enabled: bool) -> None:
+    """Through ``periodic.replace``; an error leaves it saved (the keeper pass catches up)."""
     done = gettext_lazy("enabled") if enabled else gettext_lazy("disabled")
     already = gettext_lazy("already enabled") if enabled else gettext_lazy("already disabled")
-    raced = gettext_lazy("changed meanwhile (reload and try again)")
-    tally = Tally()
-    for s in queryset:
+
+    def call(s: Schedule) -> Done:
         if s.enabled == enabled:
-            tally.add(already)
-            continue
-        try:
-            bumped = periodic.replace(s, {"enabled": enabled})
-        except (DelayQError, RedisError) as exc:  # saved; the keeper pass catches up
-            logger.warning("schedule %s: %s", s.name, exc)
-            tally.fail(s.name, exc)
-            continue
-        tally.add(done if bumped else raced)
-        if bumped:
-            modeladmin.log_change(request, s,
-                                  gettext("Enabled.") if enabled else gettext("Disabled."))
-    tally.report(modeladmin, request, done, already)
+            return already, None
+        if periodic.replace(s, {"enabled": enabled}):
+            return done, gettext("Enabled.") if enabled else gettext("Disabled.")
+        return gettext_lazy("changed meanwhile (reload and try again)"), None
+    _each(modeladmin, request, queryset, call, done, already)
 
 
 @admin.action(description=gettext_lazy("Enable selected schedules"), permissions=["change"])
@@ -203,19 +202,12 @@ def run_once(s: Schedule) -> str:
 def run_schedules_now(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
                       queryset: QuerySet[Schedule]) -> None:
     started = gettext_lazy("scheduled to run now")
-    tally = Tally()
     created: list[tuple[str, str]] = []
-    for s in queryset:
-        try:
-            job_id = run_once(s)
-        except (DelayQError, RedisError) as exc:
-            logger.warning("schedule %s: run now failed: %s", s.name, exc)
-            tally.fail(s.name, exc)
-            continue
-        tally.add(started)
-        created.append((s.name, job_id))
-        modeladmin.log_change(request, s, gettext("Run now as job %s.") % job_id)
-    tally.report(modeladmin, request, started)
+
+    def call(s: Schedule) -> Done:
+        created.append((s.name, run_once(s)))
+        return started, gettext("Run now as job %s.") % created[-1][1]
+    _each(modeladmin, request, queryset, call, started)
     if created:
         site = modeladmin.admin_site.name
         links = format_html_join(", ", "{}: {}", (

@@ -15,15 +15,15 @@ depth (the longest run of parents before them), in the order they were found."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.db.models import Q
+from django.template.loader import render_to_string
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from django_delayq.admin.display import STATUS_COLOURS
-from django_delayq.admin.lineage import job_link
+from django_delayq.admin.display import LINK, STATUS_COLOURS, job_link, job_list
 from django_delayq.models import Job, JobDependency, JobStatus
 
 LISTED = 20
@@ -88,23 +88,12 @@ def render(job: Job, site: str = "admin") -> SafeString | str:
     rows = {pk: (status, path) for pk, status, path in Job.objects.filter(
         pk__in=graph.ids).values_list("pk", "status", "callable_path")}
     place = _positions(graph)
-    width = max(x for x, _y in place.values()) + BOX_W + PAD
-    height = max(y for _x, y in place.values()) + BOX_H + PAD
-    arrows = format_html_join("", "{}", ((_edge(place[p], place[c], done),)
-                                        for p, c, done in graph.edges))
-    boxes = format_html_join("", "{}", ((_box(pk, place[pk], rows.get(pk), pk == job.pk,
-                                              site),) for pk in graph.ids))
-    note = format_html('<p class="delayq-note">{}</p>', _(
-        "More than %(n)d jobs: the first %(n)d found are drawn.") % {"n": MAX_JOBS}
-    ) if graph.cut else ""
-    return format_html(
-        '{}<div class="delayq-workflow"><svg xmlns="http://www.w3.org/2000/svg" '
-        'class="delayq-workflow-graph" width="{}" height="{}" viewBox="0 0 {} {}" role="img" '
-        'aria-label="{}"><defs><marker id="delayq-arrow" viewBox="0 0 10 10" refX="10" '
-        'refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse">'
-        '<path d="M 0 0 L 10 5 L 0 10 z" fill="#888"/></marker></defs>{}{}</svg></div>',
-        note, width, height, width, height, _("workflow of %(n)d jobs") % {
-            "n": len(graph.ids)}, arrows, boxes)
+    return render_to_string("admin/django_delayq/job/_workflow_graph.html", {
+        "cut": graph.cut, "max_jobs": MAX_JOBS, "box_w": BOX_W, "box_h": BOX_H,
+        "width": max(x for x, _y in place.values()) + BOX_W + PAD,
+        "height": max(y for _x, y in place.values()) + BOX_H + PAD,
+        "edges": [_edge(place[p], place[c], done) for p, c, done in graph.edges],
+        "jobs": [_box(pk, place[pk], rows.get(pk), pk == job.pk, site) for pk in graph.ids]})
 
 
 def _positions(graph: Graph) -> dict[str, tuple[int, int]]:
@@ -119,35 +108,21 @@ def _positions(graph: Graph) -> dict[str, tuple[int, int]]:
     return place
 
 
-def _edge(start: tuple[int, int], end: tuple[int, int], resolved: bool) -> SafeString:
-    x1, y1 = start[0] + BOX_W, start[1] + BOX_H // 2
-    x2, y2 = end[0], end[1] + BOX_H // 2
-    middle = (x1 + x2) // 2
-    return format_html(
-        '<path d="M {} {} C {} {}, {} {}, {} {}" fill="none" stroke="#888" '
-        'stroke-width="1.5"{} marker-end="url(#delayq-arrow)"/>',
-        x1, y1, middle, y1, middle, y2, x2, y2,
-        "" if resolved else format_html(' stroke-dasharray="{}"', "5 4"))
+def _edge(start: tuple[int, int], end: tuple[int, int], resolved: bool) -> dict[str, Any]:
+    x1, y1, x2, y2 = start[0] + BOX_W, start[1] + BOX_H // 2, end[0], end[1] + BOX_H // 2
+    return {"x1": x1, "y1": y1, "x2": x2, "y2": y2, "mid": (x1 + x2) // 2, "resolved": resolved}
 
 
 def _box(pk: str, at: tuple[int, int], row: tuple[str, str] | None, current: bool,
-         site: str) -> SafeString:
+         site: str) -> dict[str, Any]:
     status, path = row if row is not None else ("", _("(row deleted)"))
-    colour = STATUS_COLOURS.get(JobStatus(status), "#888") if status else "#888"
     name = path.rsplit(".", 1)[-1]
-    shown = name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026"
-    label = JobStatus(status).label if status else "-"
-    url = reverse("admin:django_delayq_job_change", args=(pk,), current_app=site)
-    x, y = at
-    return format_html(
-        '<a href="{}" class="delayq-node" data-job="{}" data-status="{}"><title>{}</title>'
-        '<rect x="{}" y="{}" width="{}" height="{}" rx="5" fill="#fff" stroke="{}" '
-        'stroke-width="{}"/><rect x="{}" y="{}" width="6" height="{}" rx="2" fill="{}"/>'
-        '<text x="{}" y="{}" font-size="12" font-weight="bold" fill="#333">{}</text>'
-        '<text x="{}" y="{}" font-size="11" fill="{}">{}</text></a>',
-        url, pk, status, "%s %s (%s)" % (path, pk, label), x, y, BOX_W, BOX_H, colour,
-        3 if current else 1, x, y, BOX_H, colour, x + 12, y + 17, shown, x + 12, y + 33,
-        colour, label)
+    return {"pk": pk, "status": status, "path": path, "current": current,
+            "colour": STATUS_COLOURS.get(JobStatus(status), "#888") if status else "#888",
+            "name": name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026",
+            "label": JobStatus(status).label if status else "-",
+            "url": reverse("admin:django_delayq_job_change", args=(pk,), current_app=site),
+            "x": at[0], "y": at[1], "tx": at[0] + 12, "y1": at[1] + 17, "y2": at[1] + 33}
 
 
 def parents(job: Job, site: str = "admin") -> str:
@@ -169,11 +144,7 @@ def _listed(site: str, other: str, **edge: str) -> str:
         return "-"
     total = edges.count() if len(rows) == LISTED else len(rows)
     status = dict(Job.objects.filter(pk__in=[pk for pk, _r in rows]).values_list("pk", "status"))
-    items = format_html_join("", "<li>{} {}{}</li>", (
-        (job_link(pk, site), status.get(pk, _("(row deleted)")),
-         format_html(' <span class="quiet">{}</span>', _("waited for"))
-         if other == "parent_id" and not resolved else "")
-        for pk, resolved in rows))
-    more = (format_html("<li>{}</li>", _("… %(n)d in all") % {"n": total})
-            if total > len(rows) else "")
-    return format_html('<ul class="delayq-lineage">{}{}</ul>', items, more)
+    return job_list([(job_link(pk, site=site, css=LINK), status.get(pk, _("(row deleted)")),
+                      _("waited for") if other == "parent_id" and not resolved else "")
+                     for pk, resolved in rows],
+                    _("… %(n)d in all") % {"n": total} if total > len(rows) else "")
