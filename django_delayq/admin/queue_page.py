@@ -24,7 +24,9 @@ from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
+from django.utils.text import capfirst
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
 from django_delayq.admin import display, overview
@@ -87,14 +89,10 @@ def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
             return _("Tick the box to confirm purging group %(group)r of %(queue)s.") % {
                 "group": group, "queue": queue}, messages.WARNING
         return _("Tick the box to confirm purging %s.") % queue, messages.WARNING
-    try:
-        if op in ("limit", "unlimit"):
-            # as typed, as the API and delayq_queue take it (a group id may hold spaces)
-            text, changed = _perform_limit(op, queue, group or "", request.POST)
-        elif group is not None:  # a blank one is refused, never taken for the whole queue
-            text, changed = _perform_group(op, queue, group)
-        else:
-            text, changed = _perform(op, queue)
+    if op in ("limit", "unlimit"):  # as typed, as the API and delayq_queue take it
+        group = group or ""  # (a group id may hold spaces)
+    try:  # a blank group is refused, never taken for the whole queue
+        text, changed = _perform(op, queue, group, request.POST)
     except (DelayQError, RedisError) as exc:
         logger.warning("queue %s: %s failed: %s", queue, op, exc)
         return _("%(op)s %(queue)s failed: %(error)s") % {
@@ -104,52 +102,43 @@ def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
     return text, messages.SUCCESS if changed else messages.INFO
 
 
-def _perform(op: str, queue: str) -> tuple[str, bool]:
-    """Call the core API; the message for the operator and whether anything changed."""
-    if op == "pause":
-        done = controls.pause_queue(queue)
-        return (_("Paused queue %s.") if done else _("Queue %s was already paused.")) % queue, done
-    if op == "resume":
-        done = controls.resume_queue(queue)
-        return (_("Resumed queue %s.") if done else _("Queue %s was not paused.")) % queue, done
-    report = purge_queue_report(queue)
-    return _("Purged queue %(queue)s: %(count)d waiting jobs cancelled; %(ticks)d schedule "
-             "ticks kept.") % {"queue": queue, "count": report.removed,
-                               "ticks": report.ticks_kept}, report.removed > 0
+TOGGLES = {  # op: (on a queue, on one group of it, the message if changed, if not)
+    "pause": (controls.pause_queue, controls.pause_group, gettext_lazy("Paused %s."),
+              gettext_lazy("%s was already paused.")),
+    "resume": (controls.resume_queue, controls.resume_group, gettext_lazy("Resumed %s."),
+               gettext_lazy("%s was not paused.")),
+    "unlimit": (None, group_limits.clear_group_limit,
+                gettext_lazy("%s back to the queue's group limits."),
+                gettext_lazy("%s had no limits of its own.")),
+}
 
 
-def _perform_group(op: str, queue: str, group: str) -> tuple[str, bool]:
-    """``_perform`` for one group of ``queue`` (``InvalidJob`` for a bad group id)."""
-    names = {"queue": queue, "group": group}
-    if op == "pause":
-        done = controls.pause_group(queue, group)
-        return (_("Paused group %(group)s of queue %(queue)s.") if done else
-                _("Group %(group)s of queue %(queue)s was already paused.")) % names, done
-    if op == "resume":
-        done = controls.resume_group(queue, group)
-        return (_("Resumed group %(group)s of queue %(queue)s.") if done else
-                _("Group %(group)s of queue %(queue)s was not paused.")) % names, done
-    count = controls.purge_group(queue, group)
-    return _("Purged group %(group)s of queue %(queue)s: %(count)d waiting jobs "
-             "cancelled.") % {**names, "count": count}, count > 0
-
-
-def _perform_limit(op: str, queue: str, group: str, form: Any) -> tuple[str, bool]:
-    """Set or lift ``group``'s limits (``InvalidJob`` naming a bad value)."""
-    names = {"queue": queue, "group": group}
-    if op == "unlimit":
-        done = group_limits.clear_group_limit(queue, group)
-        text = (_("Group %(group)s of queue %(queue)s back to the queue's group limits.")
-                if done else _("Group %(group)s of queue %(queue)s had no limits of its own."))
-        return text % names, done
+def _perform(op: str, queue: str, group: str | None, form: Any) -> tuple[str, bool]:
+    """Call the core API on ``queue``, or on its ``group``; the message for the operator
+    and whether anything changed (``InvalidJob`` names a bad group id or limit)."""
+    what = _("queue %s") % queue if group is None else _(
+        "group %(group)s of queue %(queue)s") % {"group": group, "queue": queue}
+    if op in TOGGLES:
+        on_queue, on_group, done, not_done = TOGGLES[op]
+        changed = on_queue(queue) if group is None else on_group(queue, group)  # type: ignore[misc]
+        return capfirst((done if changed else not_done) % what), changed
+    if op == "purge" and group is None:
+        report = purge_queue_report(queue)
+        return _("Purged %(what)s: %(count)d waiting jobs cancelled; %(ticks)d schedule "
+                 "ticks kept.") % {"what": what, "count": report.removed,
+                                   "ticks": report.ticks_kept}, report.removed > 0
+    if op == "purge":
+        count = controls.purge_group(queue, str(group))
+        return _("Purged %(what)s: %(count)d waiting jobs cancelled.") % {
+            "what": what, "count": count}, count > 0
     raw = form.get("concurrency", "").strip()
     concurrency: Any = None  # a text that is no integer goes to the API, refused naming it
     if raw:
         concurrency = int(raw) if raw.isdecimal() else raw  # isdigit() lets "²" through
-    got = group_limits.set_group_limit(queue, group, concurrency=concurrency,
+    got = group_limits.set_group_limit(queue, str(group), concurrency=concurrency,
                                        rate_limit=form.get("rate_limit", "").strip() or None)
-    return _("Limited group %(group)s of queue %(queue)s: %(limits)s.") % {
-        **names, "limits": group_limit_text(got.concurrency, got.rate_limit, _("default"))}, True
+    return _("Limited %(what)s: %(limits)s.") % {"what": what, "limits": group_limit_text(
+        got.concurrency, got.rate_limit, _("default"))}, True
 
 
 def _group_limits(settings: Settings) -> list[tuple[str, str, str]]:
