@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
@@ -46,10 +45,9 @@ def dashboard_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse
     site = admin.admin_site.name
     response = display.render(
         request, admin, "dashboard", _("Live dashboard"), poll_ms=POLL_MS,
-        data_url=reverse("admin:django_delayq_job_dashboard_data", current_app=site),
-        job_url=reverse("admin:django_delayq_job_change", args=(ID_PLACEHOLDER,),
-                        current_app=site),
-        queues_url=reverse("admin:django_delayq_job_queues", current_app=site))
+        data_url=display.job_url(site, "dashboard_data"),
+        job_url=display.job_url(site, "change", ID_PLACEHOLDER),
+        queues_url=display.job_url(site, "queues"))
     response["Content-Security-Policy"] = PAGE_POLICY
     return response
 

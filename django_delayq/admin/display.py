@@ -153,9 +153,14 @@ def job_link(job_id: str, text: object = None, site: str = "admin", css: str = "
     """A link to the job's page showing ``text`` (default: the id); "-" without an id."""
     if not job_id:
         return "-"
-    url = reverse("admin:django_delayq_job_change", args=(job_id,), current_app=site)
+    url = job_url(site, "change", job_id)
     attrs = format_html(' class="{}"', css) if css else ""
     return format_html('<a href="{}"{}>{}</a>', url, attrs, job_id if text is None else text)
+
+
+def job_url(site: str, name: str, *args: object) -> str:
+    """The URL of the Job admin's page ``name`` (``change``, ``queues``, ...) on ``site``."""
+    return reverse("admin:django_delayq_job_" + name, args=args, current_app=site)
 
 
 def job_list(items: list[tuple[object, object, object]], more: object = "") -> str:

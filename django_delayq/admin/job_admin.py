@@ -23,7 +23,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
@@ -276,10 +276,9 @@ class JobAdmin(ReadOnly, _JobAdminBase):
         extra_context = {**(extra_context or {}), "delayq_status_counts":
                          self.status_counts(request),
                          "delayq_report_url": self.report_link(request),
-                         "delayq_queues_url": reverse("admin:django_delayq_job_queues",
-                                                      current_app=self.admin_site.name),
-                         "delayq_dashboard_url": reverse("admin:django_delayq_job_dashboard",
-                                                         current_app=self.admin_site.name)}
+                         "delayq_queues_url": display.job_url(self.admin_site.name, "queues"),
+                         "delayq_dashboard_url": display.job_url(self.admin_site.name,
+                                                                 "dashboard")}
         return super().changelist_view(request, extra_context=extra_context)
 
     # -- the Spark report (django_delayq.admin.reports) ---------------------------------
@@ -311,7 +310,7 @@ class JobAdmin(ReadOnly, _JobAdminBase):
         """The report page's URL for users who may see it, when REPORT_DIR is set."""
         if not request.user.has_perm(reports.PERMISSION) or reports.report_root() is None:
             return None
-        return reverse("admin:django_delayq_job_report", current_app=self.admin_site.name)
+        return display.job_url(self.admin_site.name, "report")
 
     #: Counts stop here ("10000+"): each is one index range scan of at most this many
     #: rows, so the page stays fast with hundreds of millions of finished jobs.
@@ -379,8 +378,7 @@ def page_context(admin: JobAdmin, request: HttpRequest, job: Job) -> dict[str, A
     this job, the URL they post to, and the reschedule form when it is one of them."""
     shown = [b for b in BUTTONS if job.status in b.statuses and _allowed(admin, request, b)]
     return {"delayq_buttons": shown,
-            "delayq_act_url": reverse("admin:django_delayq_job_act", args=(job.pk,),
-                                      current_app=admin.admin_site.name),
+            "delayq_act_url": display.job_url(admin.admin_site.name, "act", job.pk),
             "delayq_reschedule_form": actions.RescheduleForm()
             if any(b.op == "reschedule" for b in shown) else None}
 
@@ -390,8 +388,7 @@ def act(request: HttpRequest, admin: JobAdmin, object_id: str) -> HttpResponse:
     if request.method != "POST" or button is None or not _allowed(admin, request, button):
         raise PermissionDenied
     job = get_object_or_404(Job, pk=unquote(object_id))
-    page = reverse("admin:django_delayq_job_change", args=(job.pk,),
-                   current_app=admin.admin_site.name)
+    page = display.job_url(admin.admin_site.name, "change", job.pk)
     if button.op == "cancel" and request.POST.get("confirm") != "yes":
         return display.render(request, admin, "confirm_cancel", _("Cancel job %s?") % job.pk,
                             job=job, act_url=request.path, page_url=page)

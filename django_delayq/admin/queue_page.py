@@ -23,7 +23,6 @@ from django.contrib import messages
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.urls import reverse
 from django.utils.text import capfirst
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -64,8 +63,7 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
     context: dict[str, Any] = {
         "can_pause": request.user.has_perm(PAUSE), "can_purge": request.user.has_perm(PURGE),
         "can_limit": request.user.has_perm(LIMIT), "group_limits": _group_limits(settings),
-        "dashboard_url": reverse("admin:django_delayq_job_dashboard",
-                                 current_app=admin.admin_site.name)}
+        "dashboard_url": display.job_url(admin.admin_site.name, "dashboard")}
     try:
         context["queues"] = overview.queue_rows(engine, settings)
         context["holding"] = overview.held(context["queues"], overview.worker_rows(engine))

@@ -150,6 +150,12 @@ def _tick(value: datetime | None, zone: str,
                        there.strftime("%Z"))
 
 
+def _linked_tick(value: datetime | None, zone: str, job_id: str) -> str:
+    """For the list: the tick (``short_seconds``) linked to its job, when it has one."""
+    shown = _tick(value, zone, short_seconds)
+    return job_link(job_id, shown) if job_id else shown
+
+
 # -- actions: run now, enable, disable ---------------------------------------------------
 
 def _each(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
@@ -244,16 +250,10 @@ class ScheduleAdmin(_ScheduleAdminBase):
         return what if obj.time_zone == "UTC" or not obj.cron else "%s (%s)" % (
             what, obj.time_zone)
 
-    @admin.display(description=_("next tick"), ordering="next_tick_at")
-    def next_tick(self, obj: Schedule) -> Any:
-        shown = _tick(obj.next_tick_at, obj.time_zone, short_seconds)
-        return job_link(obj.next_job_id, shown) if obj.next_job_id else shown
-
-    @admin.display(description=_("last tick"), ordering="last_tick_at")
-    def last_tick(self, obj: Schedule) -> Any:
-        shown = _tick(obj.last_tick_at, obj.time_zone, short_seconds)
-        return job_link(obj.last_job_id, shown) if obj.last_job_id else shown
-
+    next_tick = column(_("next tick"), lambda s: _linked_tick(s.next_tick_at, s.time_zone,
+                                                              s.next_job_id), "next_tick_at")
+    last_tick = column(_("last tick"), lambda s: _linked_tick(s.last_tick_at, s.time_zone,
+                                                              s.last_job_id), "last_tick_at")
     next_tick_at_zones = column(_("next tick"), lambda s: _tick(s.next_tick_at, s.time_zone))
     last_tick_at_zones = column(_("last tick"), lambda s: _tick(s.last_tick_at, s.time_zone))
     next_job = column(_("next tick's job"), lambda s: job_link(s.next_job_id))

@@ -12,7 +12,7 @@ from itertools import groupby
 
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
-from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+')
 OWN = re.compile(r"[\\/]django_delayq[\\/]")
@@ -73,8 +73,8 @@ def render(text: str | None) -> SafeString | str:
 
 
 def _fold(run: list[Part]) -> SafeString:
-    label = _("%d frames of django_delayq (the worker)") % len(run) if len(run) > 1 else _(
-        "1 frame of django_delayq (the worker)")
+    label = ngettext("%d frame of django_delayq (the worker)",
+                     "%d frames of django_delayq (the worker)", len(run)) % len(run)
     inner = format_html_join("\n", "{}", ((p.text,) for p in run))
     return format_html('<details class="delayq-own-frames"><summary>{}</summary>{}'
                        "</details>", label, inner)

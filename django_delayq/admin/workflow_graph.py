@@ -19,11 +19,10 @@ from typing import Any
 
 from django.db.models import Q
 from django.template.loader import render_to_string
-from django.urls import reverse
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from django_delayq.admin.display import LINK, STATUS_COLOURS, job_link, job_list
+from django_delayq.admin.display import LINK, STATUS_COLOURS, job_link, job_list, job_url
 from django_delayq.models import Job, JobDependency, JobStatus
 
 LISTED = 20
@@ -121,7 +120,7 @@ def _box(pk: str, at: tuple[int, int], row: tuple[str, str] | None, current: boo
             "colour": STATUS_COLOURS.get(JobStatus(status), "#888") if status else "#888",
             "name": name if len(name) <= NAME_CHARS else name[:NAME_CHARS - 1] + "\u2026",
             "label": JobStatus(status).label if status else "-",
-            "url": reverse("admin:django_delayq_job_change", args=(pk,), current_app=site),
+            "url": job_url(site, "change", pk),
             "x": at[0], "y": at[1], "tx": at[0] + 12, "y1": at[1] + 17, "y2": at[1] + 33}
 
 
