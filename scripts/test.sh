@@ -51,6 +51,10 @@ show() {
 # except the Spark and Redis Cluster tests: each group shares one session fixture (a JVM,
 # a three-node cluster), so they run in one process of their own beside the others
 # (pytest-xdist's groups do not work with pytest 9). Without pyspark, no Spark tests.
+# The tests go out one at a time (--maxschedchunk 1), the real worker processes' first
+# (tests/conftest.py orders them): pytest-xdist's default hands each process a run of
+# neighbouring tests in advance, and one process got the worker tests' minutes while the
+# others had finished.
 pytest_pass() {
   local name="$1"; shift
   step "$name" pytest_both "$name" "$@"
@@ -62,7 +66,7 @@ pytest_both() {
   "$py" -m pytest -q "${own[@]}" --junitxml="$LOGS/$name-own.xml" "$@" \
     >"$LOGS/$name-own.out" 2>&1 &
   local spark=$!
-  "$py" -m pytest -q -n "$n" --ignore=tests/spark --ignore=tests/cluster \
+  "$py" -m pytest -q -n "$n" --maxschedchunk 1 --ignore=tests/spark --ignore=tests/cluster \
     --junitxml="$LOGS/$name.xml" "$@"
   local rc=$?
   wait $spark; local rc_spark=$?

@@ -113,13 +113,19 @@ def delayq_engine(delayq_settings) -> Engine:  # type: ignore[no-untyped-def]
 #             imports Django or a django_delayq module above the engine (directly, or
 #             through a tests module's helper it imports).
 # Left out of both: `slow` tests, and those listed in FIRST_PASS_ONLY, with the reason
-# (what they check is the same under any database and Django version). A new test that
-# touches Django is in those passes unless it is listed here.
+# (what they check is the same under any database and Django version). Left out of the
+# Django 6.x pass only: those listed in POSTGRES_NOT_DJANGO6 (what they add is the
+# database's side under real processes; the Django calls they make run on Django 6.x in
+# lighter tests). A new test that touches Django is in those passes unless it is listed
+# here. An entry is a file, a folder or one test (path::name).
 
 FIRST_PASS_ONLY = {
     "tests/cluster/": "Redis Cluster: nodes, shards, failover",
+    "tests/engine/test_groups_bounds.py": "Redis-side time of the Lua scripts",
     "tests/engine/test_script_bounds.py": "Redis-side time of the Lua scripts",
     "tests/reliability/test_fast_recovery.py": "leases and fencing tokens in Redis",
+    "tests/reliability/test_groups_kill.py": "group state in Redis after SIGKILLs",
+    "tests/reliability/test_groups_limits_kill.py": "group slots in Redis after SIGKILLs",
     "tests/reliability/test_hostile.py": "input planted in Redis",
     "tests/reliability/test_kill_prefetch.py": "start marks in Redis after a SIGKILL",
     "tests/reliability/test_no_duplicates.py": "Redis epochs, worker crashes",
@@ -133,10 +139,20 @@ FIRST_PASS_ONLY = {
     "tests/spark/test_session.py": "Spark: the session's settings",
     "tests/worker/test_hard_time_limit.py": "the supervisor's SIGKILLs",
     "tests/worker/test_kill_touches_no_other.py": "the supervisor's SIGKILLs",
+    "tests/worker/test_queue_rate_first_claim.py": "a queue's rate limit held in Redis",
     "tests/worker/test_runtime_limits.py": "rate and concurrency limits held in Redis",
     "tests/worker/test_silent_heartbeat_kill.py": "heartbeats between processes",
     "tests/worker/test_supervisor.py": "worker processes and signals",
     "tests/worker/test_supervisor_stalls.py": "heartbeats between processes",
+}
+POSTGRES_NOT_DJANGO6 = {
+    "tests/reliability/test_atomic.py": "transactions rolled back by kills and restarts",
+    "tests/reliability/test_lease.py": "leases and attempts counted through crashes",
+    "tests/reliability/test_once.py": "database and Redis stalls longer than a lease",
+    "tests/worker/test_retention_joblog.py::test_a_real_worker_deletes_old_rows":
+        "rows deleted in batches by a worker process (delete_batch runs on Django 6.x)",
+    "tests/worker/test_tick_after_redis_loss.py": "ticks Redis lost, back through the keeper",
+    "tests/worker/test_workflows_worker.py": "children released by a worker SIGKILLed",
 }
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences",
                      "django_db_serialized_rollback", "live_server", "admin_user",
@@ -193,9 +209,12 @@ def _test_module_touches_django(path: Path) -> bool:
     return any(_django_side(m, ns) for m, ns in _imports([tree]))
 
 
+# Tryfirst: pytest-django's hook runs after this one and sorts the tests by how they use
+# the database (a stable sort), so the order set here holds within each of its groups.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        where = item.path.relative_to(ROOT).as_posix()
+        where = "%s::%s" % (item.path.relative_to(ROOT).as_posix(), item.name)
         fixtures = set(getattr(item, "fixturenames", ()))
         database = item.get_closest_marker("django_db") is not None \
             or bool(fixtures & DATABASE_FIXTURES)
@@ -205,5 +224,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if database:
             item.add_marker(pytest.mark.postgres)
-        if django:
+        if django and not where.startswith(tuple(POSTGRES_NOT_DJANGO6)):
             item.add_marker(pytest.mark.django6)
+    # The tests of real worker processes first: they take seconds to minutes each, and
+    # started last they would keep one process of a pytest-xdist pass busy long after the
+    # others ran out of tests (make test hands its tests out one by one: --maxschedchunk 1).
+    items.sort(key=lambda item: all(item.get_closest_marker(name) is None
+                                    for name in ("slow", "worker", "chaos")))

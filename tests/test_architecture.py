@@ -105,3 +105,17 @@ def test_the_tests_mirror_the_package() -> None:
     folders = {p.name for p in (ROOT / "tests").iterdir()
                if p.is_dir() and (p / "__init__.py").exists()}
     assert folders - layers - SUITES_ACROSS_LAYERS == set()
+
+
+def test_the_tests_left_out_of_a_later_pass_exist() -> None:
+    """An entry of ``FIRST_PASS_ONLY`` or ``POSTGRES_NOT_DJANGO6`` (tests/conftest.py) that
+    names nothing, after a rename, would leave nothing out without saying so."""
+    from tests.conftest import FIRST_PASS_ONLY, POSTGRES_NOT_DJANGO6
+
+    stale = []
+    for entry in (*FIRST_PASS_ONLY, *POSTGRES_NOT_DJANGO6):
+        path, _, name = entry.partition("::")
+        found = [p for p in ROOT.glob(path + "*") if p.suffix == ".py" or p.is_dir()]
+        if not found or (name and "def %s" % name not in found[0].read_text("utf-8")):
+            stale.append(entry)
+    assert stale == []
