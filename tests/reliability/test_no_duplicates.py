@@ -30,6 +30,9 @@ SLOW_FLUSH = {"AUDIT_FLUSH_SECONDS": 5}  # a kill lands between settlement and f
 # row says it ran (the claim-time check of the row cannot stop it then).
 SLOWER_FLUSH = {"AUDIT_FLUSH_SECONDS": 0.5}
 FAST_RECONCILE = {"RECONCILE_GRACE_SECONDS": 1, "RECONCILE_INTERVAL_SECONDS": 0.5}
+# A reconciler settles the row of a killed worker once that worker was silent for two
+# leases: 3 s with this lease, not the 20 s of the tests' default.
+SHORT_LEASE = {"LEASE_SECONDS": 1.5}
 
 
 def busy_loops(n: int = 2) -> list[subprocess.Popen[bytes]]:
@@ -109,12 +112,12 @@ def test_a_run_its_worker_never_recorded_is_settled_from_redis_not_run_again(  #
     again."""
     engine = get_engine()
     h = schedule("tests.jobs_chaos.record", "unrecorded")
-    first = start_with(SLOW_FLUSH)
+    first = start_with({**SLOW_FLUSH, **SHORT_LEASE})
     wait_until(lambda: bool(jobs_chaos.executions(h.id))
                and engine.inspect("default", h.id).place == "", timeout=30, step=0.005)
     kill(first)
     assert (h.job.status, h.job.attempts) == (JobStatus.SCHEDULED, 0)  # never flushed
-    second = start_with(FAST_RECONCILE)
+    second = start_with({**FAST_RECONCILE, **SHORT_LEASE})
     wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=30)
     stop(second)
     assert [e[1] for e in jobs_chaos.executions(h.id)] == [1]  # ran once, under token 1
