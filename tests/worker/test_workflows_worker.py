@@ -13,6 +13,7 @@ from django_delayq import job
 from django_delayq.core.canvas import chain, group
 from django_delayq.models import Job, JobDependency, JobStatus
 from tests.helpers import wait_until
+from tests.worker.conftest import worker_starter
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -57,8 +58,16 @@ def test_a_fan_in_of_10000_jobs_runs_its_callback_exactly_once(start_worker, tmp
     print("fan-in 10,000: group() %.1fs, members and callback run in %.1fs" % (scheduled, ran))
 
 
+@pytest.fixture
+def start_reconciling_worker(delayq_settings, tmp_path):  # type: ignore[no-untyped-def]
+    """Workers whose reconciler enqueues a released child the kill kept from Redis after
+    1 s, not 60 s (tests/worker/reconcile_settings.py)."""
+    yield from worker_starter(delayq_settings, tmp_path, "tests.worker.reconcile_settings")
+
+
 def test_a_worker_killed_while_it_releases_children_loses_and_doubles_none(  # type: ignore[no-untyped-def]
-        start_worker, delayq_settings, tmp_path) -> None:
+        start_reconciling_worker, delayq_settings, tmp_path) -> None:
+    start_worker = start_reconciling_worker
     delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "LEASE_SECONDS": 2}
     out = tmp_path / "runs.txt"
     noop, rec = job("tests.jobs.noop"), job("tests.jobs.record")
