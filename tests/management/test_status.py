@@ -283,7 +283,8 @@ def test_processes_and_running_jobs_with_their_age(delayq_engine):
 @pytest.mark.worker
 def test_a_supervised_worker_shows_its_processes_and_running_job(delayq_settings,
                                                                  delayq_engine, tmp_path):
-    job_id = schedule("tests.jobs.sleep_then_record", str(tmp_path / "out"), "slow", 30).id
+    gate = tmp_path / "gate"  # the job runs until the test creates it
+    job_id = schedule("tests.jobs.report_then_wait", 1, str(gate)).id
     proc = _start(delayq_settings, tmp_path, "sup", "--queues", "default", "--processes", "2")
 
     def running() -> list[dict]:  # type: ignore[type-arg]
@@ -295,11 +296,12 @@ def test_a_supervised_worker_shows_its_processes_and_running_job(delayq_settings
         [worker] = running()
         assert worker["processes"] == 2
         [job] = [j for j in worker["jobs"] if j["id"] == job_id]
-        assert job["callable"] == "tests.jobs.sleep_then_record" and job["queue"] == "default"
+        assert job["callable"] == "tests.jobs.report_then_wait" and job["queue"] == "default"
         assert job["age_s"] is not None and 0 <= job["age_s"] < 60
         text = _status()
-        assert re.search(r"running %s tests\.jobs\.sleep_then_record \(default\) for "
+        assert re.search(r"running %s tests\.jobs\.report_then_wait \(default\) for "
                          r"[\d.]+s" % job_id, text)
         assert "processes=2" in text
     finally:
+        gate.touch()  # the drain waits for the running job
         _stop(proc)
