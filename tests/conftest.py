@@ -154,6 +154,7 @@ POSTGRES_NOT_DJANGO6 = {
     "tests/worker/test_tick_after_redis_loss.py": "ticks Redis lost, back through the keeper",
     "tests/worker/test_workflows_worker.py": "children released by a worker SIGKILLed",
 }
+LONG_MARKERS = ("slow", "worker", "chaos", "script_bounds")
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences",
                      "django_db_serialized_rollback", "live_server", "admin_user",
                      "admin_client", "django_user_model", "delayq"}
@@ -226,8 +227,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.postgres)
         if django and not where.startswith(tuple(POSTGRES_NOT_DJANGO6)):
             item.add_marker(pytest.mark.django6)
-    # The tests of real worker processes first: they take seconds to minutes each, and
-    # started last they would keep one process of a pytest-xdist pass busy long after the
-    # others ran out of tests (make test hands its tests out one by one: --maxschedchunk 1).
+    # The long tests first (real worker processes, 100,000-job backlogs): they take seconds
+    # to minutes each, and started last they would keep one process of a pytest-xdist pass
+    # busy long after the others ran out of tests (make test hands its tests out one by
+    # one: --maxschedchunk 1).
     items.sort(key=lambda item: all(item.get_closest_marker(name) is None
-                                    for name in ("slow", "worker", "chaos")))
+                                    for name in LONG_MARKERS))

@@ -11,9 +11,12 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import wait_until
 from tests.redis_server import free_port
 
+pytestmark = pytest.mark.worker  # the example's own worker process, beside its web server
 ROOT = Path(__file__).resolve().parents[1]
 
 
