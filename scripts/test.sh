@@ -139,6 +139,13 @@ rows = [(float(case.get("time") or 0), Path(xml).stem.removeprefix("pytest-").re
         for case in ET.parse(xml).iter("testcase")]
 for seconds, run, test in sorted(rows, reverse=True)[:20]:
     print("%7.1f s  %-9s %s" % (seconds, run, test))
+print("each pass's two parts (wall time, tests): the later one decides when the pass ends")
+for xml in sys.argv[1:]:
+    if Path(xml).exists():
+        suite = ET.parse(xml).getroot()
+        suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+        print("%7.0f s  %-20s %s tests" % (float(suite.get("time") or 0), Path(xml).stem,
+                                          suite.get("tests")))
 EOF
 
 echo
