@@ -157,7 +157,8 @@ for name in "${ORDER[@]}"; do
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null); wall time $((SECONDS - STARTED)) s"
 echo "passed steps: ${passed[*]:-none}"
-rm -rf "$LOGS"
+if [ -n "${DELAYQ_TEST_KEEP_LOGS:-}" ]; then echo "logs and junit XML kept in $LOGS"
+else rm -rf "$LOGS"; fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo "FAILED steps: ${failed[*]}"
   exit 1
