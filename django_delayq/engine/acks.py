@@ -116,10 +116,17 @@ def _resp(*parts: str, count: int = 0) -> bytes:
 
 def _bulk(*parts: str) -> bytes:
     """``parts`` as Redis bulk strings, without the array's header (a command's parts)."""
+    return b"".join([b"$%d\r\n%s\r\n" % (len(raw), raw) for raw in [p.encode() for p in parts]])
+
+
+def _leases(leases: Sequence[tuple[str, int]], codes: Sequence[str]) -> bytes:
+    """An ack's triples (id, token, code) as bulk strings (a job thread's path: one
+    format per lease)."""
     out = []
-    for part in parts:
-        raw = part.encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
+    for (job_id, token), code in zip(leases, codes):
+        raw, tok, c = job_id.encode(), b"%d" % token, code.encode()
+        out.append(b"$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (
+            len(raw), raw, len(tok), tok, len(c), c))
     return b"".join(out)
 
 
@@ -142,6 +149,7 @@ class AckStream:
         self.covers = covers or (lambda queue: True)
         self._holder = holder
         self._script = scripts.load("ack")
+        self._mark = scripts.load("mark")
         self._conn: Any = None
         self._lock = threading.Lock()  # one writer at a time: the order of ``_sent``
         # (tag, leases) of the requests in flight, in the order they were written
@@ -152,7 +160,7 @@ class AckStream:
         self._marks_lock = threading.Lock()
         # (keys, number of args) -> the start of a mark's command, written once
         self._mark_heads: dict[tuple[tuple[str, str], int], bytes] = {}
-        # queue -> (parts before the arguments, those parts written) of its acks
+        # queue -> (parts before the leases, those parts written) of its acks
         self._ack_heads: dict[str, tuple[int, bytes]] = {}
 
     def send(self, queue: str, leases: Sequence[tuple[str, int]], codes: Sequence[str],
@@ -162,17 +170,18 @@ class AckStream:
         unknown, and ``Engine.ack`` tells). A failed write closes the connection, so the
         requests in flight are reported lost too (a partial command must never be followed
         by another on the same connection)."""
-        args: list[str] = ["0", self._holder, self._keys(queue).channel]
-        for (job_id, token), code in zip(leases, codes):
-            args += [job_id, str(token), code]
-        self._script.check(args)
+        if 3 + 3 * len(leases) > self._script.bound.max_args:  # the callers split by MAX_ACK
+            self._script.check(["0", self._holder, ""] + [""] * (3 * len(leases)))
         head = self._ack_heads.get(queue)
         try:
-            if head is None:
-                names = self._script.keys_of(self._keys(queue))
-                head = self._ack_heads[queue] = (
-                    len(names) + 3, _bulk("EVALSHA", self._script.sha, str(len(names)), *names))
-            data = b"*%d\r\n%s%s" % (head[0] + len(args), head[1], _bulk(*args))
+            if head is None:  # the parts before the leases: the same for every ack of queue
+                keys = self._keys(queue)
+                names = self._script.keys_of(keys)
+                head = self._ack_heads[queue] = (len(names) + 6, _bulk(
+                    "EVALSHA", self._script.sha, str(len(names)), *names, "0", self._holder,
+                    keys.channel))
+            data = b"*%d\r\n%s%s" % (head[0] + 3 * len(leases), head[1],
+                                        _leases(leases, codes))
         except UnicodeError:
             return False
         return self._put(data, tag, len(leases))
@@ -181,7 +190,7 @@ class AckStream:
         """Write a start mark (lua/mark.lua; ``Engine.start_mark`` gives ``keys`` and
         ``args``) on the marks' connection, which Redis never answers; False when it could
         not be written (the caller marks it with a call)."""
-        mark = scripts.load("mark")
+        mark = self._mark
         head = self._mark_heads.get((keys, len(args)))
         try:
             if head is None:
@@ -227,9 +236,10 @@ class AckStream:
                 else:
                     self._drop()
                 return False
-            with self._ready:
+            with self._ready:  # the reader waits on it only when nothing is in flight
+                if not self._sent:
+                    self._ready.notify()
                 self._sent.append((tag, count))
-                self._ready.notify()
         return True
 
     def read(self, timeout: float) -> list[AckReply]:

@@ -245,10 +245,11 @@ class SettleThread:
             self._recording.wait_for(lambda: job_id not in self._unrecorded, timeout)
 
     def mark(self, job: ClaimedJob) -> None:
-        """A start mark through the stream (not waited for), else a call."""
+        """A start mark through the stream (not waited for), else a call. Any job's: a mark
+        names the keys of the data set that holds the job (``Engine.start_mark``: its
+        shard's), all on the stream's one server."""
         assert self.stream is not None
-        if not (self.stream.covers(job.queue)
-                and self.stream.mark(*self.settler.engine.start_mark(job))):
+        if not self.stream.mark(*self.settler.engine.start_mark(job)):
             self.settler.engine.mark_started([job])
 
     def finished(self) -> None:
@@ -297,26 +298,36 @@ class SettleThread:
             return [o for o in outcomes if id(o) not in sent]
 
     def _stream_some(self, outcomes: list[Outcome], sent: set[int]) -> list[Outcome]:
+        """Each success is acked in the data set that holds it (``job.home``: its queue's,
+        or a shard's), unless its queue backs off."""
         assert self.stream is not None
         rest: list[Outcome] = []
-        by_queue: dict[str, list[Outcome]] = {}
-        streamed: dict[str, bool] = {}  # queue -> acked through the stream now
+        by_home: dict[tuple[str, str], list[Outcome]] = {}  # (queue, home) -> successes
+        waiting: dict[str, bool] = {}  # queue -> backing off: settled the usual way
         for o in outcomes:
             queue = o.job.queue
-            if (ok := streamed.get(queue)) is None:
-                ok = streamed[queue] = bool(self.stream.covers(queue)) and \
-                    not self.backoff.waiting(queue)
-            if ok and o.kind in (Kind.SUCCESS, Kind.EXPIRED):
-                by_queue.setdefault(queue, []).append(o)
+            if (held := waiting.get(queue)) is None:
+                held = waiting[queue] = self.backoff.waiting(queue)
+            home = self._home(o.job)
+            if home and not held and (o.kind is Kind.SUCCESS or o.kind is Kind.EXPIRED):
+                by_home.setdefault((queue, home), []).append(o)
             else:
                 rest.append(o)
-        for queue, wins in by_queue.items():
+        for (queue, home), wins in by_home.items():
             for part in chunks(wins, MAX_ACK):
                 self.settler.note_sent(part)
                 codes = ["x" if o.kind is Kind.EXPIRED else "s" for o in part]
-                if self.stream.send(queue, [(o.job.id, o.job.token) for o in part],
-                                    codes, (queue, part)):
+                if self.stream.send(home, [(o.job.id, o.job.token) for o in part], codes,
+                                    (queue, part)):
                     sent.update(id(o) for o in part)
                 else:
                     rest += part
         return rest
+
+    def _home(self, job: ClaimedJob) -> str:
+        """The data set whose keys hold ``job`` (its claim's); "" when unknown and its
+        queue spans several (then ``Engine.ack`` finds it)."""
+        assert self.stream is not None
+        if job.home:
+            return job.home
+        return job.queue if self.stream.covers(job.queue) else ""
