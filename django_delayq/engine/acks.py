@@ -244,8 +244,25 @@ class AckStream:
 
     def read(self, timeout: float) -> list[AckReply]:
         """The next reply (the reader thread only), waiting up to ``timeout`` seconds for
-        a request to be in flight; [] when none is. A failed connection answers every
-        request in flight with an error. Never raises."""
+        a request to be in flight, and those after it that have arrived too (one wake of
+        the reader for several acks); [] when none is in flight. A failed connection
+        answers every request in flight with an error. Never raises."""
+        replies = self._read_one(timeout)
+        while replies and replies[-1].error is None and self._arrived():
+            replies += self._read_one(0)
+        return replies
+
+    def _arrived(self) -> bool:
+        """Whether the reply of the next request in flight can be read without waiting
+        (the parser's check: a dropped connection is never connected again here)."""
+        with self._ready:
+            conn = self._conn if self._sent else None
+        try:
+            return conn is not None and bool(conn._parser.can_read(0))
+        except Exception:  # noqa: BLE001 - the next read reports it
+            return False
+
+    def _read_one(self, timeout: float) -> list[AckReply]:
         with self._ready:
             if not self._sent:
                 self._ready.wait(timeout)

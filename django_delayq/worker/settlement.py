@@ -134,26 +134,30 @@ class SettleThread:
         fate is unknown goes back to the settling thread (``Engine.ack`` again)."""
         assert self.stream is not None
         while not (self._stop.is_set() and self.stream.in_flight() == 0):
-            for reply in self.stream.read(self.READ_SECONDS):
-                self._replied(reply)
+            if replies := self.stream.read(self.READ_SECONDS):
+                self._replied(replies)
             self.record_pending()
 
-    def _replied(self, reply: AckReply) -> None:
-        """One reply of the stream: record what it settled; an error (or a failure here)
-        hands its outcomes back to be settled through ``Engine.ack``."""
-        queue, wins = reply.tag
-        try:
-            if reply.error is not None:
-                raise reply.error
-            sent = self.settler.acked(queue, wins, reply.acked)
-        except Exception as exc:  # noqa: BLE001 - never the reader thread
-            logger.debug("ack stream: %s; settling %d job(s) again", exc, len(wins))
-            self.ledger.keep_unsettled(wins, wins)
-            self.ledger.wake_settling()
-            return
-        self._to_record.append(sent)
-        self.ledger.keep_unsettled([], wins)
-        self.on_settled(wins)
+    def _replied(self, replies: list[AckReply]) -> None:
+        """Replies of the stream: record what they settled; an error (or a failure here)
+        hands a reply's outcomes back to be settled through ``Engine.ack``."""
+        settled: list[Outcome] = []
+        for reply in replies:
+            queue, wins = reply.tag
+            try:
+                if reply.error is not None:
+                    raise reply.error
+                sent = self.settler.acked(queue, wins, reply.acked)
+            except Exception as exc:  # noqa: BLE001 - never the reader thread
+                logger.debug("ack stream: %s; settling %d job(s) again", exc, len(wins))
+                self.ledger.keep_unsettled(wins, wins)
+                self.ledger.wake_settling()
+                continue
+            self._to_record.append(sent)
+            settled += wins
+        if settled:
+            self.ledger.keep_unsettled([], settled)
+            self.on_settled(settled)
 
     def _run(self) -> None:
         pause = 0.0
