@@ -92,7 +92,8 @@ class Settler:
         if not self._mark(job):
             return False
         now = datetime.now(UTC)
-        due = {} if keep_due else {"run_at": ms_to_dt(job.due_ms)}
+        due_at = ms_to_dt(job.due_ms)
+        due = {} if keep_due else {"run_at": due_at}
         self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
                           attempts=job.attempt, worker_id=self.worker_id, updated_at=now, **due)
         signalled = signals.wanted(signals.job_started)
@@ -102,8 +103,8 @@ class Settler:
             self.on_start(job.id)
         if signalled:
             signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
-                         attempt=job.attempt, worker_id=self.worker_id,
-                         due_at=ms_to_dt(job.due_ms), started_at=now)
+                         attempt=job.attempt, worker_id=self.worker_id, due_at=due_at,
+                         started_at=now)
         return True
 
     def settle(self, outcomes: list[Outcome]) -> None:
@@ -158,7 +159,8 @@ class Settler:
         for o, status in sent:
             if o.kind is not Kind.DEFER:
                 self._record(o, status)
-        self.release([o for o, _ in sent])  # settled: their callable-limit slots are free
+        if limited := [o for o, _ in sent if o.callable_limit is not None]:
+            self.release(limited)  # settled: their callable-limit slots are free
         self.processed += sum(o.kind is not Kind.DEFER for o, _ in sent)
 
     def _defer(self, queue: str, outcomes: list[Outcome]) -> None:

@@ -294,14 +294,16 @@ class SettleThread:
     def _stream(self, outcomes: list[Outcome]) -> list[Outcome]:
         """Send the successes among ``outcomes`` through the stream; returns the rest (all
         of them when something failed here: settled the usual way)."""
-        sent: set[int] = set()  # id() of the outcomes sent
+        sent: list[Sequence[Outcome]] = []  # the parts written
         try:
             return self._stream_some(outcomes, sent)
         except Exception as exc:  # noqa: BLE001 - what was sent is answered by the reader
             logger.debug("ack stream send failed: %s", exc)
-            return [o for o in outcomes if id(o) not in sent]
+            written = {id(o) for part in sent for o in part}
+            return [o for o in outcomes if id(o) not in written]
 
-    def _stream_some(self, outcomes: list[Outcome], sent: set[int]) -> list[Outcome]:
+    def _stream_some(self, outcomes: list[Outcome], sent: list[Sequence[Outcome]]
+                     ) -> list[Outcome]:
         """Each success is acked in the data set that holds it (``job.home``: its queue's,
         or a shard's), unless its queue backs off."""
         assert self.stream is not None
@@ -312,26 +314,20 @@ class SettleThread:
             queue = o.job.queue
             if (held := waiting.get(queue)) is None:
                 held = waiting[queue] = self.backoff.waiting(queue)
-            home = self._home(o.job)
+            # the data set whose keys hold it (its claim's); "" when unknown and its queue
+            # spans several (then Engine.ack finds it)
+            home = o.job.home or (queue if self.stream.covers(queue) else "")
             if home and not held and (o.kind is Kind.SUCCESS or o.kind is Kind.EXPIRED):
                 by_home.setdefault((queue, home), []).append(o)
             else:
                 rest.append(o)
         for (queue, home), wins in by_home.items():
-            for part in chunks(wins, MAX_ACK):
+            for part in (wins,) if len(wins) <= MAX_ACK else chunks(wins, MAX_ACK):
                 self.settler.note_sent(part)
                 codes = ["x" if o.kind is Kind.EXPIRED else "s" for o in part]
                 if self.stream.send(home, [(o.job.id, o.job.token) for o in part], codes,
                                     (queue, part)):
-                    sent.update(id(o) for o in part)
+                    sent.append(part)
                 else:
                     rest += part
         return rest
-
-    def _home(self, job: ClaimedJob) -> str:
-        """The data set whose keys hold ``job`` (its claim's); "" when unknown and its
-        queue spans several (then ``Engine.ack`` finds it)."""
-        assert self.stream is not None
-        if job.home:
-            return job.home
-        return job.queue if self.stream.covers(job.queue) else ""
