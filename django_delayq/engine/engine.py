@@ -124,8 +124,16 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
     def event_log(self, maxlen: int) -> EventLog:
         """The event streams of this prefix, each capped near ``maxlen`` entries; each
         event goes to ``event_stream_of`` its queue and job."""
-        return EventLog(self.client, self.global_keys.events, maxlen,
-                        route=lambda f: self.event_stream_of(f.get("queue", ""), f.get("job", "")))
+        route = (lambda f: self.event_stream_of(f.get("queue", ""), f.get("job", ""))) \
+            if self.routes_events else None
+        return EventLog(self.client, self.global_keys.events, maxlen, route=route)
+
+    @property
+    def routes_events(self) -> bool:
+        """Whether events go to more than one stream (``event_stream_of``): a sharded
+        queue's go to its shards' nodes; without one every event is routed to the same
+        stream, and ``EventLog`` is told not to ask, event by event."""
+        return False
 
     # -- poison entries -------------------------------------------------------------
 

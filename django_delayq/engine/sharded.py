@@ -397,6 +397,10 @@ class ShardedEngine(Engine):
             ShardedEngine, self).reenqueue(name, part, seeds, keep_ms=keep_ms,
                                            keep_max=keep_max, epochs=epochs))
 
+    @property
+    def routes_events(self) -> bool:
+        return any(n > 1 for n in (self.shard_map.counts or {}).values())
+
     def event_stream_of(self, queue: str, job_id: str) -> str:
         """A sharded queue's events go to their job's shard's stream (its node)."""
         if self.shard_map.count(queue) > 1:
