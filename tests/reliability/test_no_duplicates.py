@@ -124,3 +124,26 @@ def test_a_run_its_worker_never_recorded_is_settled_from_redis_not_run_again(  #
     row = h.job
     assert row.attempts == 1 and row.last_error == final_rows.SUCCEEDED_IN_REDIS
     assert engine.presence("default", [h.id])[0].settled is None  # the record is gone
+
+
+def test_a_killed_workers_running_row_ends_from_redis_without_the_grace(  # type: ignore[no-untyped-def]
+        cfg, start_with, tmp_path) -> None:
+    """The row said ``running`` (its start flushed), the job then finished and was acked;
+    its worker was SIGKILLed before the flush of its end. Another worker's reconciler,
+    with the default 60 s grace, settles the row from the settled record once the dead
+    worker was silent for two leases (3 s here), and the job is not run again."""
+    engine = get_engine()
+    gate = tmp_path / "gate"
+    h = schedule("tests.jobs.report_then_wait", "ran", str(gate))
+    first = start_with({**SLOW_FLUSH, **SHORT_LEASE})
+    wait_until(lambda: h.status == JobStatus.RUNNING, timeout=30)  # the first flush
+    gate.touch()
+    wait_until(lambda: (p := engine.presence("default", [h.id])[0]).settled is not None
+               and not p.queued, timeout=30, step=0.005)
+    kill(first)  # well before its next flush, 5 s after the one that wrote running
+    assert h.status == JobStatus.RUNNING
+    second = start_with(SHORT_LEASE)
+    wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=30)
+    stop(second)
+    assert h.job.last_error == final_rows.SUCCEEDED_IN_REDIS
+    assert engine.inspect("default", h.id).place == ""  # not put back to run again
