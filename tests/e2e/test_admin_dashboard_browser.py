@@ -26,7 +26,7 @@ from django_delayq import schedule
 from django_delayq.core import ids
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs
-from tests.e2e.test_admin_browser import CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.test_admin_browser import CHROMIUM, open_page
 from tests.worker.conftest import ROOT, worker_env
 
 sync_api = pytest.importorskip("playwright.sync_api")
@@ -39,14 +39,6 @@ HOSTILE = "<img src=x onerror=\"window.pwned=1\"><script>window.pwned=2</script>
 
 def _shots(tmp_path: Path) -> Path:
     return Path(os.environ.get("DELAYQ_SCREENSHOT_DIR") or tmp_path)
-
-
-def _login(page: Any, url: str, next_path: str) -> None:
-    page.goto(url + "/admin/login/?next=" + next_path)
-    page.fill("#id_username", "boss")
-    page.fill("#id_password", "s3cret-pw")
-    page.click("input[type=submit]")
-    page.wait_for_url("**" + next_path)
 
 
 def _worker(settings: Any, tmp_path: Path) -> subprocess.Popen[bytes]:
@@ -100,14 +92,15 @@ def test_dashboard_shows_a_running_job_and_updates_without_reload(
     worker = None
     problems: list[str] = []
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(30_000)
+        def watch(page: Any) -> None:
             page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error"
                     and not msg.location.get("url", "").endswith("/favicon.ico") else None)
             page.on("pageerror", lambda exc: problems.append(str(exc)))
-            _login(page, live_server.url, "/admin/django_delayq/job/dashboard/")
+
+        browser, page = open_page(pw, live_server.url, "/admin/django_delayq/job/dashboard/",
+                                  timeout_ms=30_000, viewport={"width": 1280, "height": 900},
+                                  setup=watch)
+        try:
             page.wait_for_selector(".delayq-dashboard[data-polls]")
             page.evaluate("window.delayqNoReload = true")
             assert page.locator("#delayq-queues tr[data-queue=emails] "
@@ -155,11 +148,9 @@ def test_queues_page_pauses_a_queue_and_the_job_list(
     assert run_due_jobs(["default"]) == 2
     delayq_engine.set_queue_limit("emails", rate=(100, 60_000), concurrency=5)
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser, page = open_page(pw, live_server.url, "/admin/django_delayq/job/queues/",
+                                  timeout_ms=30_000, viewport={"width": 1280, "height": 800})
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
-            page.set_default_timeout(30_000)
-            _login(page, live_server.url, "/admin/django_delayq/job/queues/")
             page.click("tr[data-queue=slow] button[value=pause]")
             message = page.locator("ul.messagelist li").first.inner_text()
             state = page.locator("tr[data-queue=slow] .delayq-queue-state").inner_text()

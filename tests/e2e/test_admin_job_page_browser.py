@@ -14,8 +14,8 @@ import pytest
 from django_delayq import chain, group, job, schedule
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs
-from tests.e2e.test_admin_browser import CHROMIUM, CHROMIUM_ARGS
-from tests.e2e.test_admin_dashboard_browser import _login, _shots
+from tests.e2e.test_admin_browser import CHROMIUM, open_page
+from tests.e2e.test_admin_dashboard_browser import _shots
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = [
@@ -37,11 +37,9 @@ def test_job_page_buttons_traceback_and_purge_message(delayq_settings, live_serv
                 then=job("tests.jobs.noop").s())
     run_due_jobs(max_jobs=2)  # the chain's first job and a member of the group
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser, page = open_page(pw, live_server.url, JOBS, timeout_ms=30_000,
+                                  viewport={"width": 1400, "height": 900})
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.set_default_timeout(30_000)
-            _login(page, live_server.url, JOBS)
             page.goto(live_server.url + JOBS + waiting + "/change/")
             page.click("button[data-op=cancel]")
             asked = page.locator("#content").inner_text()

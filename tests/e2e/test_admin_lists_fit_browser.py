@@ -15,8 +15,8 @@ from django.utils import timezone
 
 from django_delayq.core import ids
 from django_delayq.models import Job, JobStatus, Schedule
-from tests.e2e.test_admin_browser import CHROMIUM, CHROMIUM_ARGS
-from tests.e2e.test_admin_dashboard_browser import _login, _shots
+from tests.e2e.test_admin_browser import CHROMIUM, open_page
+from tests.e2e.test_admin_dashboard_browser import _shots
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = [
@@ -82,11 +82,9 @@ def test_the_job_and_schedule_lists_fit_1400_px(delayq_settings, live_server,
     _rows()
     _schedules()
     with sync_api.sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        browser, page = open_page(pw, live_server.url, "/admin/django_delayq/job/",
+                                  timeout_ms=30_000, viewport=VIEWPORT)
         try:
-            page = browser.new_page(viewport=VIEWPORT)
-            page.set_default_timeout(30_000)
-            _login(page, live_server.url, "/admin/django_delayq/job/")
             jobs = _fits(page, "/admin/django_delayq/job/", live_server.url)
             titles = page.eval_on_selector_all(
                 "td.field-last_error_short code", "nodes => nodes.map(n => n.title)")

@@ -14,8 +14,8 @@ import pytest
 
 from django_delayq import schedule
 from django_delayq.models import Job, JobStatus
-from tests.e2e.test_admin_browser import CHROMIUM, CHROMIUM_ARGS
-from tests.e2e.test_admin_dashboard_browser import HOSTILE, _login, _stop, _worker
+from tests.e2e.test_admin_browser import CHROMIUM, open_page
+from tests.e2e.test_admin_dashboard_browser import HOSTILE, _stop, _worker
 
 sync_api = pytest.importorskip("playwright.sync_api")
 pytestmark = [
@@ -40,12 +40,10 @@ def test_dashboard_shows_running_job_progress_as_text(  # type: ignore[no-untype
     problems: list[str] = []
     try:
         with sync_api.sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            browser, page = open_page(
+                pw, live_server.url, "/admin/django_delayq/job/dashboard/", timeout_ms=60_000,
+                viewport={"width": 1280, "height": 900}, setup=lambda p: _watch(p, problems))
             try:
-                page = browser.new_page(viewport={"width": 1280, "height": 900})
-                page.set_default_timeout(60_000)
-                _watch(page, problems)
-                _login(page, live_server.url, "/admin/django_delayq/job/dashboard/")
                 shown = page.locator("li[data-job='%s'] .delayq-progress" % job_id)
                 shown.wait_for()
                 assert shown.inner_text().startswith("half <img src=x")  # text, not markup
