@@ -53,3 +53,20 @@ def worker_starter(settings, tmp_path, module: str = "tests.settings"  # type: i
 @pytest.fixture
 def start_worker(delayq_settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
     yield from worker_starter(delayq_settings, tmp_path)
+
+
+def run_claimed(worker, claimed) -> None:  # type: ignore[no-untyped-def]
+    """Run ``claimed`` (loaded jobs) as the worker's job threads would, each a success,
+    and leave their outcomes in its ledger: no job thread sends them."""
+    from django_delayq.core.conf import get_settings
+    from django_delayq.worker import runner
+    from django_delayq.worker.ledger import key_of
+
+    worker.ledger.claimed(claimed)
+    for job in claimed:
+        assert worker.ledger.start(key_of(job))
+        outcome = runner.run(job, worker_id=worker.id, default_max_attempts=3,
+                             default_backoff=get_settings().default_backoff,
+                             manage_connections=False)
+        assert outcome.kind is runner.Kind.SUCCESS
+        worker.ledger.finish(key_of(job), outcome)

@@ -9,9 +9,8 @@ from django_delayq.core import payloads
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import JobStatus
-from django_delayq.worker import runner
-from django_delayq.worker.ledger import key_of
 from django_delayq.worker.loop import Worker, WorkerOptions
+from tests.worker.conftest import run_claimed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -26,14 +25,7 @@ def test_outcomes_left_at_stop_are_acked_and_recorded(delayq_settings) -> None: 
     claimed = payloads.load(engine.claim("default", 10, 60_000).jobs)
     assert len(claimed) == 3
     worker.settlement.start()
-    worker.ledger.claimed(claimed)
-    for job in claimed:
-        assert worker.ledger.start(key_of(job))
-        outcome = runner.run(job, worker_id=worker.id, default_max_attempts=3,
-                             default_backoff=get_settings().default_backoff,
-                             manage_connections=False)
-        assert outcome.kind is runner.Kind.SUCCESS
-        worker.ledger.finish(key_of(job), outcome)  # done; no job thread sends it
+    run_claimed(worker, claimed)  # done; no job thread sends them
     worker.settlement.stop()
     worker.audit.flush()
     assert worker.ledger.idle()

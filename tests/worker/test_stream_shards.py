@@ -10,11 +10,10 @@ from django_delayq.core import payloads
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import JobStatus
-from django_delayq.worker import runner
-from django_delayq.worker.ledger import key_of
 from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.core.test_shards_settings import SHARDS
 from tests.helpers import wait_until
+from tests.worker.conftest import run_claimed
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,14 +34,7 @@ def test_a_sharded_queues_successes_are_acked_through_the_stream_in_their_shards
     assert thread.stream is not None  # one server: one connection to write to
     claimed = payloads.load(engine.claim("emails", 20, 60_000).jobs)
     assert len(claimed) == 12 and len({job.home for job in claimed}) > 1  # several shards
-    worker.ledger.claimed(claimed)
-    for job in claimed:
-        assert worker.ledger.start(key_of(job))
-        outcome = runner.run(job, worker_id=worker.id, default_max_attempts=3,
-                             default_backoff=get_settings().default_backoff,
-                             manage_connections=False)
-        assert outcome.kind is runner.Kind.SUCCESS
-        worker.ledger.finish(key_of(job), outcome)
+    run_claimed(worker, claimed)
     thread.finished()  # a job thread's send: every success done so far
     assert worker.ledger.unsettled_queues() == set()  # none left to the settling thread
     assert thread.stream.in_flight() >= 1
