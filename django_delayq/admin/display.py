@@ -57,19 +57,7 @@ def column(label: StrOrPromise, show: Callable[[Any], str],
 def error_line(error_type: str, message: str) -> str:
     """``error_type`` in code type beside its message, both escaped ("" without either);
     an attempt stopped by its time limit is marked "timed out" first."""
-    if not error_type:
-        return message
-    if error_type == TIMEOUT_ERROR:
-        return format_html('<span class="delayq-timeout">{}</span> <code>{}</code> {}',
-                           _("timed out"), error_type, _after_timed_out(message))
-    return format_html("<code>{}</code> {}", error_type, message)
-
-
-def _after_timed_out(message: str) -> str:
-    """The message of a timed-out attempt without its own leading "timed out: " (the
-    mark says it already: never "timed out timed out: still running after 2s")."""
-    head = "timed out: "
-    return message[len(head):] if message.lower().startswith(head) else message
+    return _error("_error", error_type, message) if error_type else message
 
 
 def short_error(error_type: str, message: str) -> str:
@@ -77,16 +65,20 @@ def short_error(error_type: str, message: str) -> str:
     to ``SHORT_ERROR_CHARS``; "-" without an error."""
     if not error_type and not message:
         return "-"
-    first = (message or "").splitlines()[0] if message else ""
-    text = Truncator(first).chars(SHORT_ERROR_CHARS)
-    if error_type == TIMEOUT_ERROR:
-        return format_html('<span class="delayq-timeout" title="{}">{}</span> {}',
-                           error_type, _("timed out"), _after_timed_out(text))
-    message_html = format_html('<span title="{}">{}</span>', Truncator(first).chars(300), text)
-    if not error_type:  # a note such as "purged from queue emails"
-        return message_html
-    name = error_type.rsplit(".", 1)[-1]
-    return format_html('<code title="{}">{}</code> {}', error_type, name, message_html)
+    first = message.splitlines()[0] if message else ""
+    return _error("_short_error", error_type, Truncator(first).chars(SHORT_ERROR_CHARS),
+                  title=Truncator(first).chars(300))
+
+
+def _error(template: str, error_type: str, message: str, **context: object) -> str:
+    """The error ``template``; the message of a timed-out attempt without its own leading
+    "timed out: " (the mark says it already: never "timed out timed out: ...")."""
+    timed_out = error_type == TIMEOUT_ERROR
+    if timed_out and message.lower().startswith("timed out: "):
+        message = message[len("timed out: "):]
+    return render_to_string("admin/django_delayq/job/%s.html" % template, {
+        "type": error_type, "name": error_type.rsplit(".", 1)[-1], "message": message,
+        "timed_out": timed_out, **context})
 
 
 def pre(value: object) -> str:

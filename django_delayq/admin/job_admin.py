@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count
+from django.db.models import Count, F, Window
+from django.db.models.functions import Lag
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path
@@ -102,19 +103,17 @@ class JobAttemptInline(ReadOnly, _InlineBase):
     started = _at_seconds("started_at", _("started at"))
     finished = _at_seconds("finished_at", _("finished at"))
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._requeue_points: dict[str, set[int]] = {}
+    def get_queryset(self, request: HttpRequest) -> Any:
+        """Each attempt with the number of the one recorded before it (``previous``)."""
+        previous = Window(Lag("number"), partition_by=F("job_id"), order_by=F("pk").asc())
+        return super().get_queryset(request).annotate(previous=previous)
 
     @admin.display(description=_("requeue"))
     def requeue_mark(self, obj: JobAttempt) -> str:
-        """"requeued before this attempt" on the first attempt after a requeue."""
-        points = self._requeue_points.get(obj.job_id)
-        if points is None:
-            attempts = JobAttempt.objects.filter(job_id=obj.job_id).order_by("pk").only(
-                "pk", "number")
-            points = self._requeue_points[obj.job_id] = lineage.requeue_points(list(attempts))
-        if obj.pk not in points:
+        """"requeued before this attempt" on the first attempt after a requeue: a requeue
+        under the same id starts the count over, so the number does not go up."""
+        previous = getattr(obj, "previous", None)
+        if previous is None or obj.number > previous:
             return ""
         return format_html('<span class="delayq-requeue-mark">{}</span>',
                            _("requeued before this attempt"))

@@ -1,15 +1,14 @@
 """Requeue lineage on a job's page, both ways: the job a requeue copied (``requeued_from``)
-and the jobs requeued from this one (an indexed lookup on ``requeued_from``); and, in the
-attempt history, where a requeue under the same id started the attempts over."""
+and the jobs requeued from this one (an indexed lookup on ``requeued_from``). Where a
+requeue under the same id started the attempts over is marked in the attempt history
+(``job_admin.JobAttemptInline.requeue_mark``)."""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 from django.utils.translation import gettext as _
 
 from django_delayq.admin.display import LINK, job_link, job_list, seconds
-from django_delayq.models import Job, JobAttempt
+from django_delayq.models import Job
 
 COPIES_LISTED = 20
 
@@ -29,13 +28,3 @@ def requeued_as(job: Job, admin_site: str = "admin") -> str:
                      for pk, status, created in copies[:COPIES_LISTED]],
                     _("… and more") if len(copies) > COPIES_LISTED else "")
 
-
-def requeue_points(attempts: Sequence[JobAttempt]) -> set[int]:
-    """The primary keys of the attempts (in recording order) that follow a requeue under
-    the same id: a requeue starts the count over, so the number does not go up."""
-    points, previous = set(), 0
-    for attempt in attempts:
-        if attempt.number <= previous:
-            points.add(attempt.pk)
-        previous = attempt.number
-    return points

@@ -63,20 +63,20 @@ def collect(job_id: str, limit: int = MAX_JOBS) -> Graph:
 
 def depths(graph: Graph) -> dict[str, int]:
     """Each job's column: 0 without parents in the graph, else one more than its deepest
-    parent (edges form no cycle: ``after=`` refuses one)."""
+    parent (edges form no cycle: ``after=`` refuses one; at most ``MAX_JOBS`` deep)."""
     parents: dict[str, list[str]] = {pk: [] for pk in graph.ids}
     for parent, child, _resolved in graph.edges:
         parents[child].append(parent)
     depth: dict[str, int] = {}
-    for _round in range(len(graph.ids) + 1):  # a longest path has at most that many steps
-        changed = False
-        for pk in graph.ids:
-            d = max((depth.get(p, 0) + 1 for p in parents[pk]), default=0)
-            if depth.get(pk) != d:
-                depth[pk], changed = d, True
-        if not changed:
-            break
-    return depth
+
+    def of(pk: str, below: frozenset[str] = frozenset()) -> int:
+        """``below``: the jobs on the way here, never followed again (a cycle in edited
+        rows ends, drawn as it may be)."""
+        if pk not in depth:
+            below = below | {pk}
+            depth[pk] = max((of(p, below) + 1 for p in parents[pk] if p not in below), default=0)
+        return depth[pk]
+    return {pk: of(pk) for pk in graph.ids}
 
 
 def render(job: Job, site: str = "admin") -> SafeString | str:
