@@ -218,10 +218,7 @@ def run_eager(job_id: str) -> None:
 class DelayQ:
     """What the ``delayq`` fixture yields."""
 
-    def run_due_jobs(self, queues: list[str] | None = None, *, now: datetime | None = None,
-                     max_jobs: int = 1000) -> int:
-        return run_due_jobs(queues, now=now, max_jobs=max_jobs)
-
+    run_due_jobs = staticmethod(run_due_jobs)
     advance = staticmethod(advance)
 
     def jobs(self, **filters: object) -> Any:

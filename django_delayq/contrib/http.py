@@ -104,10 +104,6 @@ def refusal(ip: IPAddress) -> str | None:
     return None if ip.is_global else "not public"
 
 
-def _allowed_networks() -> tuple[Any, ...]:
-    return get_settings().http_callback_allowed_networks
-
-
 def _is_allowed(ip: IPAddress, networks: Sequence[Any]) -> bool:
     candidates: list[IPAddress] = [ip]
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
@@ -138,7 +134,7 @@ def vetted_addresses(url: str, host: str, port: int, deadline: _Deadline) -> lis
         resolved = _resolve(host, port, deadline)
     except socket.gaierror as exc:
         raise CallbackFailed("POST %s: cannot resolve %r: %s" % (url, host, exc)) from exc
-    networks = _allowed_networks()
+    networks = get_settings().http_callback_allowed_networks
     allowed, refused = [], []
     for family, sockaddr in resolved:
         ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])

@@ -96,9 +96,8 @@ class Command(BaseCommand):
             queues = parse_queues(options["queues"], settings)
         except CommandError as exc:
             raise usage_error(str(exc)) from exc
-        concurrency = options["concurrency"]
-        if concurrency is None:
-            concurrency = settings.concurrency
+        concurrency = (settings.concurrency if options["concurrency"] is None
+                       else options["concurrency"])
         if concurrency < 1:
             raise usage_error("--concurrency must be >= 1 (threads running jobs in each "
                               "process), not %d" % concurrency)
