@@ -86,23 +86,21 @@ def pre(value: object) -> str:
     parse (``stored.Raw``) as its text, marked; cut to ``SHOWN_CHARS``."""
     if value in (None, "", [], {}):
         return "-"
-    note = ""
+    notes = []
     if isinstance(value, stored.Raw):
         text = value.text
-        note = _("nested more than %(depth)d levels deep: shown as stored") % {
-            "depth": validation.MAX_DEPTH}
+        notes.append(_("nested more than %(depth)d levels deep: shown as stored") % {
+            "depth": validation.MAX_DEPTH})
     elif isinstance(value, str):
         text = value
     else:
         text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
     if len(text) > SHOWN_CHARS:
-        cut = _("%(n)d characters in all; the first %(shown)d shown") % {
-            "n": len(text), "shown": SHOWN_CHARS}
-        note, text = "; ".join(str(n) for n in (note, cut) if n), text[:SHOWN_CHARS] + "\u2026"
-    if note:
-        return format_html('<p class="delayq-note">{}</p><pre class="delayq-pre">{}</pre>',
-                           note, text)
-    return format_html('<pre class="delayq-pre">{}</pre>', text)
+        notes.append(_("%(n)d characters in all; the first %(shown)d shown") % {
+            "n": len(text), "shown": SHOWN_CHARS})
+        text = text[:SHOWN_CHARS] + "\u2026"
+    return render_to_string("admin/django_delayq/job/_pre.html",
+                            {"note": "; ".join(map(str, notes)), "text": text})
 
 
 def seconds(value: datetime | None, shown: str = "%Y-%m-%d %H:%M:%S") -> str:

@@ -92,9 +92,6 @@ class JobAttemptInline(ReadOnly, _InlineBase):
     """Attempt history: one row per failed or lost delivery, read-only."""
 
     model = JobAttempt
-    extra = 0
-    can_delete = False
-    show_change_link = False
     ordering = ("pk",)  # recording order: a requeue under the same id restarts the numbers
     fields = ("number", "requeue_mark", "outcome", "started", "finished", "worker_id",
               "error_detail")

@@ -10,8 +10,7 @@ import re
 from dataclasses import dataclass
 from itertools import groupby
 
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.template.loader import render_to_string
 from django.utils.translation import ngettext
 
 FRAME = re.compile(r'^\s*File "(?P<file>[^"]*)", line \d+')
@@ -57,24 +56,22 @@ def exception_lines(found: list[Part]) -> str:
     return "\n".join(p.text for p in found[last + 1:]).strip()
 
 
-def render(text: str | None) -> SafeString | str:
-    """The traceback as HTML (escaped), or "-" without one."""
+def render(text: str | None) -> str:
+    """The traceback as HTML (escaped), or "-" without one: each run of the worker's own
+    frames folded into one ``<details>`` line, the other lines as they are."""
     if not text:
         return "-"
     found = parts(text)
-    head = exception_lines(found)
-    body: list[SafeString] = []
+    runs: list[tuple[str, str]] = []  # (the fold's summary, or "" for lines shown; text)
     for own, group in groupby(found, key=lambda part: part.frame and part.own):
-        run = list(group)  # a run of the worker's own frames is folded into one line
-        body += [_fold(run)] if own else [format_html("{}\n", p.text) for p in run]
-    shown = mark_safe("".join(body).rstrip("\n"))  # noqa: S308 - each piece escaped
-    first = format_html('<p class="delayq-exception">{}</p>', head) if head else ""
-    return format_html('{}<div class="delayq-traceback">{}</div>', first, shown)
-
-
-def _fold(run: list[Part]) -> SafeString:
-    label = ngettext("%d frame of django_delayq (the worker)",
-                     "%d frames of django_delayq (the worker)", len(run)) % len(run)
-    inner = format_html_join("\n", "{}", ((p.text,) for p in run))
-    return format_html('<details class="delayq-own-frames"><summary>{}</summary>{}'
-                       "</details>", label, inner)
+        texts = [p.text for p in group]
+        if own:
+            runs.append((ngettext("%d frame of django_delayq (the worker)",
+                                  "%d frames of django_delayq (the worker)", len(texts))
+                         % len(texts), "\n".join(texts)))
+        else:
+            runs.append(("", "\n".join(texts) + "\n"))
+    if runs and not runs[-1][0]:  # no newline after the last line
+        runs[-1] = ("", runs[-1][1].rstrip("\n"))
+    return render_to_string("admin/django_delayq/job/_traceback.html",
+                            {"head": exception_lines(found), "runs": runs})
