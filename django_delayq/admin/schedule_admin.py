@@ -196,11 +196,10 @@ def disable_schedules(modeladmin: admin.ModelAdmin[Schedule], request: HttpReque
 
 
 def run_once(s: Schedule) -> str:
-    """One job of ``s`` due now (not a tick: its key is none); returns its id."""
-    spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}),
-                   priority=s.priority, group=s.group or None,
-                   atomic=True if s.atomic else None)  # as its ticks (core/periodic.py)
-    return api.schedule_spec(s.callable_path, spec, queue=s.queue or None).id
+    """One job of ``s`` due now with its ticks' options (not a tick: its key is none);
+    returns its id."""
+    spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}))
+    return api.schedule_spec(s.callable_path, spec.under(periodic.job_options(s))).id
 
 
 @admin.action(description=gettext_lazy("Run selected schedules now (one job each)"),
