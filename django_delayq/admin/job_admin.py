@@ -26,7 +26,6 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import URLPattern, path
 from django.utils.html import format_html
-from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from django_delayq.admin import (
@@ -269,8 +268,7 @@ class JobAdmin(ReadOnly, _JobAdminBase):
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
-        extra_context = {**(extra_context or {}), "delayq_status_counts":
-                         self.status_counts(request),
+        extra_context = {**(extra_context or {}), "delayq_status_counts": self.status_counts(),
                          "delayq_report_url": self.report_link(request),
                          "delayq_queues_url": display.job_url(self.admin_site.name, "queues"),
                          "delayq_dashboard_url": display.job_url(self.admin_site.name,
@@ -312,17 +310,15 @@ class JobAdmin(ReadOnly, _JobAdminBase):
     #: rows, so the page stays fast with hundreds of millions of finished jobs.
     status_count_cap = 10_000
 
-    def status_counts(self, request: HttpRequest) -> list[dict[str, Any]]:
-        """One entry per status (zeros included) over every row, linking to its filter."""
+    def status_counts(self) -> list[dict[str, Any]]:
+        """One entry per status (zeros included) over every row; the template links each
+        to its filter (``?status__exact=``)."""
         cap = self.status_count_cap
-        active = request.GET.get("status__exact")
         out = []
         for value, label in JobStatus.choices:
             n = Job.objects.filter(status=value).order_by()[:cap + 1].count()
             out.append({"value": value, "label": label, "count": min(n, cap), "more": n > cap,
-                        "colour": display.STATUS_COLOURS.get(JobStatus(value), "#888"),
-                        "active": value == active,
-                        "query": "?" + urlencode({"status__exact": value})})
+                        "colour": display.STATUS_COLOURS.get(JobStatus(value), "#888")})
         return out
 
 
