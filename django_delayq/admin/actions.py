@@ -231,8 +231,7 @@ def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                      queryset: QuerySet[Job], form: RescheduleForm) -> HttpResponse:
     jobs = list(queryset[:101])
     return render(
-        request, modeladmin, "reschedule", _("Reschedule jobs"),
-        app_label=modeladmin.model._meta.app_label, form=form, jobs=jobs[:100],
+        request, modeladmin, "reschedule", _("Reschedule jobs"), form=form, jobs=jobs[:100],
         more=max(0, queryset.count() - 100) if len(jobs) > 100 else 0,
         live_count=queryset.filter(status__in=(JobStatus.SCHEDULED, JobStatus.RETRYING)).count(),
         selected_ids=[] if request.POST.get("select_across") == "1" else
