@@ -15,7 +15,6 @@ does). Cancelling the awaiting task stops the wait and leaves the job alone.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,7 +23,6 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import sync_to_async
 
 from django_delayq.core import api, results
-from django_delayq.exceptions import WaitTimeout
 from django_delayq.models import FINAL_STATUSES, Job
 
 if TYPE_CHECKING:
@@ -95,17 +93,10 @@ async def aget_job(job_id: str) -> Job:
 async def await_result(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
     """``wait()`` for async code: the job's result once it is final (``JobFailed`` when
     it ended otherwise), ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
-    limit = None if timeout is None else results._seconds(timeout, "timeout",
-                                                             positive=False)
-    interval = results._seconds(poll, "poll", positive=True)
-    deadline = None if limit is None else time.monotonic() + limit
-    read = sync_to_async(results._read)
+    waiting = results.Waiting(job_id, timeout, poll)
+    read = sync_to_async(results.read)
     row = await read(job_id)
     while row.status not in FINAL_STATUSES:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise WaitTimeout(job_id, limit or 0.0, row.status)
-        await asyncio.sleep(interval if left is None else min(interval, left))
-        interval = min(interval * results.GROWTH, max(results.MAX_POLL_SECONDS, poll))
+        await asyncio.sleep(waiting.pause(row))
         row = await read(job_id)
     return results.result_of(row)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -34,85 +34,68 @@ from django_delayq.engine.urls import (
 # QUEUE_OPTIONS keys a sharded queue refuses: each shard's claim.lua would count its own
 LIMIT_KEYS = ("rate_limit", "concurrency", "group_rate_limit", "group_concurrency")
 
-DEFAULTS: dict[str, Any] = {
-    # redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; env DELAYQ_REDIS_URL
-    "REDIS_URL": None,
-    "CACHE_ALIAS": None,  # or reuse a django-redis cache's connection
-    "PREFIX": "delayq",
-    "QUEUES": ["default"],
-    "DEFAULT_QUEUE": "default",
-    "DEFAULT_MAX_ATTEMPTS": 3,
-    "DEFAULT_BACKOFF": backoff_mod.DEFAULT_POLICY,
-    "ALLOWED_CALLABLES": None,  # modules of job functions, e.g. ["shop.tasks"]; None/[]: none
-    "LEASE_SECONDS": 6.0,  # heartbeat every 2 s: a killed worker's jobs run again in ~4-7 s
-    "WAKE_INTERVAL_SECONDS": 2.0,  # cap on any idle wait: progress never hangs on one lost wake-up
-    "RECOVER_INTERVAL_SECONDS": 1.0,
-    "DEAD_MAX": 100_000,
-    "MAX_PAYLOAD_BYTES": 512 * 1024,
-    "AUDIT_FLUSH_SECONDS": 0.05,
-    "AUDIT_BATCH": 500,
-    "CLAIM_BATCH": 100,
-    "CONCURRENCY": 4,
-    "RECONCILE_INTERVAL_SECONDS": 30.0,
-    "RECONCILE_GRACE_SECONDS": 60.0,
-    "EAGER": False,  # run jobs inline at schedule() time (unit tests)
-    "EVENTS": True,  # write every transition to the capped stream "{PREFIX}:events"
-    "EVENTS_MAXLEN": 10_000,
-    "JOB_TIMEOUT_SECONDS": None,  # a running attempt longer than this is failed and retried
-    # queue -> {"timeout": s, "rate_limit": "100/m", "concurrency": 5,
-    #           "group_rate_limit": "10/m", "group_concurrency": 2}
-    "QUEUE_OPTIONS": {},
-    # ... or {"shards": 3}: the queue spread over 3 hash tags (engine/shard_map.py)
-    "CALLABLE_LIMITS": {},  # job path -> {"rate_limit": "10/s", "concurrency": 2}
-    "HTTP_CALLBACK_ALLOWED_NETWORKS": [],  # non-public addresses post_json may reach anyway
-    "REPORT_DIR": None,  # absolute directory of delayq_report outputs shown in the admin
-    "LOG_JOBS": True,  # an INFO line per job start, success and retry (worker/joblog.py)
-    "METRICS_GROUPS": None,  # N: gauges of the N groups with the most due jobs (None: none)
-    "SCHEDULES": {},  # name -> periodic job, synced at worker start (docs/periodic.md)
-    # Days a finished row is kept (None: forever); workers delete older ones in batches.
-    "RETENTION": {"succeeded_days": 7, "cancelled_days": 7, "expired_days": 30,
-                  "dead_days": 30},
-}
-
-
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 NO_LIMIT = limits.Limit()
 
 
+def _key(default: object) -> Any:
+    """The field of the ``DELAYQ`` key named as it is, upper-cased; ``default``: the
+    key's value when the setting leaves it out (``DEFAULTS``)."""
+    return field(metadata={"default": default})
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
-    redis_url: str | None
-    cache_alias: str | None
-    prefix: str
-    queues: tuple[str, ...]
-    default_queue: str
-    default_max_attempts: int
-    default_backoff: Any
-    allowed_callables: tuple[str, ...] | None
-    lease_seconds: float
-    wake_interval_seconds: float
-    recover_interval_seconds: float
-    dead_max: int
-    max_payload_bytes: int
-    audit_flush_seconds: float
-    audit_batch: int
-    claim_batch: int
-    concurrency: int
-    reconcile_interval_seconds: float
-    reconcile_grace_seconds: float
-    eager: bool
-    events: bool
-    events_maxlen: int
-    job_timeout_seconds: float | None
-    http_callback_allowed_networks: tuple[IPNetwork, ...] = ()
-    report_dir: str | None = None
-    queue_options: dict[str, limits.Limit] = field(default_factory=dict)
+    """``DELAYQ`` checked and parsed: a field per key (in the order ``DEFAULTS`` lists
+    them), then what is derived from them."""
+
+    # redis://, rediss://, unix://, redis+cluster://, redis+sentinel://; env DELAYQ_REDIS_URL
+    redis_url: str | None = _key(None)
+    cache_alias: str | None = _key(None)  # or reuse a django-redis cache's connection
+    prefix: str = _key("delayq")
+    queues: tuple[str, ...] = _key(["default"])
+    default_queue: str = _key("default")
+    default_max_attempts: int = _key(3)
+    default_backoff: Any = _key(backoff_mod.DEFAULT_POLICY)
+    # modules of job functions, e.g. ["shop.tasks"]; None/[]: none
+    allowed_callables: tuple[str, ...] | None = _key(None)
+    # heartbeat every 2 s: a killed worker's jobs run again in ~4-7 s
+    lease_seconds: float = _key(6.0)
+    # cap on any idle wait: progress never hangs on one lost wake-up
+    wake_interval_seconds: float = _key(2.0)
+    recover_interval_seconds: float = _key(1.0)
+    dead_max: int = _key(100_000)
+    max_payload_bytes: int = _key(512 * 1024)
+    audit_flush_seconds: float = _key(0.05)
+    audit_batch: int = _key(500)
+    claim_batch: int = _key(100)
+    concurrency: int = _key(4)
+    reconcile_interval_seconds: float = _key(30.0)
+    reconcile_grace_seconds: float = _key(60.0)
+    eager: bool = _key(False)  # run jobs inline at schedule() time (unit tests)
+    events: bool = _key(True)  # write every transition to the capped stream "{PREFIX}:events"
+    events_maxlen: int = _key(10_000)
+    # a running attempt longer than this is failed and retried
+    job_timeout_seconds: float | None = _key(None)
+    # queue -> {"timeout": s, "rate_limit": "100/m", "concurrency": 5,
+    #           "group_rate_limit": "10/m", "group_concurrency": 2}
+    # ... or {"shards": 3}: the queue spread over 3 hash tags (engine/shard_map.py)
+    queue_options: dict[str, limits.Limit] = _key({})
+    # job path -> {"rate_limit": "10/s", "concurrency": 2}
+    callable_limits: dict[str, limits.Limit] = _key({})
+    # non-public addresses post_json may reach anyway
+    http_callback_allowed_networks: tuple[IPNetwork, ...] = _key([])
+    report_dir: str | None = _key(None)  # absolute directory of delayq_report outputs (admin)
+    log_jobs: bool = _key(True)  # an INFO line per job start, success and retry (worker/joblog.py)
+    # N: gauges of the N groups with the most due jobs (None: none; label cardinality)
+    metrics_groups: int | None = _key(None)
+    # name -> periodic job, synced at worker start (docs/periodic.md)
+    schedules: dict[str, Any] = _key({})
+    # Days a finished row is kept (None: forever); workers delete older ones in batches.
+    # Parsed: (final status, days kept); a status left out is kept forever.
+    retention: tuple[tuple[str, float], ...] = _key({
+        "succeeded_days": 7, "cancelled_days": 7, "expired_days": 30, "dead_days": 30})
     queue_shards: dict[str, int] = field(default_factory=dict)  # queue -> shards (> 1 only)
-    callable_limits: dict[str, limits.Limit] = field(default_factory=dict)
-    log_jobs: bool = True
-    metrics_groups: int | None = None  # groups exported as metrics (label cardinality)
-    retention: tuple[tuple[str, float], ...] = ()  # (final status, days kept); absent: forever
-    raw: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def lease_ms(self) -> int:
@@ -140,6 +123,10 @@ class Settings:
         """``(rate, concurrency)`` of the job function at ``path``, ``None`` when unlimited."""
         entry = self.callable_limits.get(path)
         return None if entry is None else (entry.rate, entry.concurrency)
+
+
+DEFAULTS: dict[str, Any] = {f.name.upper(): f.metadata["default"] for f in fields(Settings)
+                            if "default" in f.metadata}
 
 
 def _user_settings() -> dict[str, Any]:
@@ -278,11 +265,10 @@ def _shards_problems(options: object, queues: object) -> list[str]:
     return found
 
 
-_POSITIVE = ("LEASE_SECONDS", "WAKE_INTERVAL_SECONDS", "RECOVER_INTERVAL_SECONDS",
-             "AUDIT_FLUSH_SECONDS", "RECONCILE_INTERVAL_SECONDS", "RECONCILE_GRACE_SECONDS")
-_POSITIVE_INTEGERS = ("DEFAULT_MAX_ATTEMPTS", "DEAD_MAX", "MAX_PAYLOAD_BYTES", "AUDIT_BATCH",
-                      "CLAIM_BATCH", "CONCURRENCY", "EVENTS_MAXLEN")
-_FLAGS = ("EAGER", "EVENTS", "LOG_JOBS")
+# The keys with a number or a flag by default take numbers > 0 (seconds, or integers) or flags.
+_POSITIVE = tuple(key for key, value in DEFAULTS.items() if type(value) is float)
+_POSITIVE_INTEGERS = tuple(key for key, value in DEFAULTS.items() if type(value) is int)
+_FLAGS = tuple(key for key, value in DEFAULTS.items() if type(value) is bool)
 
 
 def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
@@ -357,14 +343,12 @@ def get_settings() -> Settings:
         raise ImproperlyConfigured("; ".join(msg for _, msg in found))
     m = {**DEFAULTS, **user}
     # checked above: the integers, flags and strings are used as they are, seconds as floats
-    plain = ("CACHE_ALIAS", "PREFIX", "DEFAULT_QUEUE", "DEFAULT_BACKOFF", "METRICS_GROUPS",
-             *_POSITIVE_INTEGERS, *_FLAGS)
-    seconds = (*_POSITIVE, "JOB_TIMEOUT_SECONDS")
-    values: dict[str, Any] = {key.lower(): m[key] for key in plain}
-    values.update((key.lower(), None if m[key] is None else float(m[key])) for key in seconds)
+    values: dict[str, Any] = {key.lower(): m[key] for key in DEFAULTS}
+    values.update((key.lower(), float(m[key])) for key in (*_POSITIVE, "JOB_TIMEOUT_SECONDS")
+                  if m[key] is not None)
     allowed = m["ALLOWED_CALLABLES"]
-    return Settings(
-        **values, queues=tuple(m["QUEUES"]), raw=dict(user),
+    values.update(
+        queues=tuple(m["QUEUES"]),
         redis_url=m["REDIS_URL"] or os.environ.get("DELAYQ_REDIS_URL") or None,
         allowed_callables=None if allowed is None else tuple(allowed),
         http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
@@ -372,6 +356,7 @@ def get_settings() -> Settings:
         queue_options=limits.parse_all(_without_shards(m["QUEUE_OPTIONS"])),
         queue_shards=_shards(m["QUEUE_OPTIONS"]), retention=_retention(m["RETENTION"])[0],
         callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]))
+    return Settings(**values)
 
 
 @receiver(setting_changed)

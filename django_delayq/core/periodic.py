@@ -334,7 +334,7 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
 
 
 def sync_from_settings() -> None:
-    sync_settings(get_settings().raw.get("SCHEDULES") or {})
+    sync_settings(get_settings().schedules or {})
 
 
 class Keeper:

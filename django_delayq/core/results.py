@@ -57,7 +57,7 @@ def _seconds(value: object, name: str, *, positive: bool) -> float:
         name, value, "a positive number of" if positive else "None or a number of"))
 
 
-def _read(job_id: str) -> Job:
+def read(job_id: str) -> Job:
     using = router.db_for_read(Job)
     validation.check_lookup_id(job_id)
     try:
@@ -67,13 +67,32 @@ def _read(job_id: str) -> Job:
         raise JobNotFound("no job with id %r" % job_id) from None
 
 
+class Waiting:
+    """The pauses between the reads of a row that ``wait()`` and ``await_result()`` make:
+    ``poll`` seconds at first, growing to ``MAX_POLL_SECONDS``, never past ``timeout``."""
+
+    def __init__(self, job_id: str, timeout: float | None, poll: float) -> None:
+        self.job_id, self.poll = job_id, poll
+        self.limit = None if timeout is None else _seconds(timeout, "timeout", positive=False)
+        self.interval = _seconds(poll, "poll", positive=True)
+        self.deadline = None if self.limit is None else time.monotonic() + self.limit
+
+    def pause(self, row: Job) -> float:
+        """Seconds to sleep before the next read of the (not final) ``row``;
+        ``WaitTimeout`` once the time is up."""
+        left = None if self.deadline is None else self.deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise WaitTimeout(self.job_id, self.limit or 0.0, row.status)
+        interval = self.interval
+        self.interval = min(interval * GROWTH, max(MAX_POLL_SECONDS, self.poll))
+        return interval if left is None else min(interval, left)
+
+
 def wait(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
     """Block until job ``job_id`` is final and return ``result_of`` its row;
     ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
-    limit = None if timeout is None else _seconds(timeout, "timeout", positive=False)
-    interval = _seconds(poll, "poll", positive=True)
-    deadline = None if limit is None else time.monotonic() + limit
-    row = _read(job_id)
+    waiting = Waiting(job_id, timeout, poll)
+    row = read(job_id)
     if row.status not in FINAL_STATUSES and transaction.get_connection(
             router.db_for_read(Job)).in_atomic_block:
         raise TransactionManagementError(
@@ -81,10 +100,6 @@ def wait(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
             "transaction; wait after it commits (transaction.on_commit) or outside it"
             % (job_id, row.status))
     while row.status not in FINAL_STATUSES:
-        left = None if deadline is None else deadline - time.monotonic()
-        if left is not None and left <= 0:
-            raise WaitTimeout(job_id, limit or 0.0, row.status)
-        time.sleep(interval if left is None else min(interval, left))
-        interval = min(interval * GROWTH, max(MAX_POLL_SECONDS, poll))
-        row = _read(job_id)
+        time.sleep(waiting.pause(row))
+        row = read(job_id)
     return result_of(row)
