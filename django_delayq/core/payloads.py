@@ -40,7 +40,6 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from django_delayq.core import options, validation
-from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
 from django_delayq.models import LIVE_STATUSES, Job
 
@@ -139,19 +138,16 @@ def _select(ids: list[str]) -> list[tuple[Any, ...]]:
 def _payload(row: tuple[Any, ...]) -> Envelope:
     _, _, path, args, kwargs, max_attempts, backoff, _, *options = row[:12]
     if not isinstance(path, str) or not path:
-        raise ValueError("callable path %s is not a string" % _short(path))
+        raise ValueError("callable path %s is not a string" % validation.short(path, 80))
     args, kwargs = _json(args, "args"), _json(kwargs, "kwargs")
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise ValueError("args/kwargs have the wrong types (args is %s, kwargs is %s; "
                          "expected a list and a dict)" % (type(args).__name__,
                                                           type(kwargs).__name__))
-    if (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-            or not 1 <= max_attempts <= validation.MAX_ATTEMPTS):
-        raise ValueError("max_attempts %s is not an integer from 1 to %d"
-                         % (_short(max_attempts), validation.MAX_ATTEMPTS))
+    # schedule()'s checks: their InvalidJob is a ValueError naming the value
+    validation.check_max_attempts(max_attempts)
     backoff = _json(backoff, "backoff")
-    if why := backoff_mod.validate(backoff):
-        raise ValueError("backoff %s: %s" % (_short(backoff), why))
+    validation.check_backoff(backoff)
     priority, timeout, expires_ms, retry_on = _options(*options)
     return Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
                     backoff=backoff, priority=priority, timeout=timeout,
@@ -161,22 +157,14 @@ def _payload(row: tuple[Any, ...]) -> Envelope:
 def _options(priority: object, timeout: object, expires_at: object,
              retry_on: object) -> tuple[int, float | None, int | None, tuple[str, ...] | None]:
     """The run-time options of a row, checked as ``schedule()`` checks them."""
-    if priority is None:
-        priority = 0
-    if (isinstance(priority, bool) or not isinstance(priority, int)
-            or not options.MIN_PRIORITY <= priority <= options.MAX_PRIORITY):
-        raise ValueError("priority %s is not an integer from %d to %d"
-                         % (_short(priority), options.MIN_PRIORITY, options.MAX_PRIORITY))
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not 0 < timeout <= options.MAX_TIMEOUT_SECONDS):
-        raise ValueError("timeout %s is not seconds > 0" % _short(timeout))
+    priority = options.check_priority(0 if priority is None else priority)
     retry_on = _json(retry_on, "retry_on")
     if retry_on is not None:
         if not isinstance(retry_on, list) or options.retry_on_problem(retry_on):
             raise ValueError("retry_on %s is not a list of exception class paths"
-                             % _short(retry_on))
+                             % validation.short(retry_on, 80))
         retry_on = tuple(retry_on)
-    return priority, None if timeout is None else float(timeout), _epoch_ms(expires_at), retry_on
+    return priority, options.timeout_seconds(timeout), _epoch_ms(expires_at), retry_on
 
 
 def _epoch_ms(moment: object) -> int | None:
@@ -187,7 +175,7 @@ def _epoch_ms(moment: object) -> int | None:
     if isinstance(moment, str):
         moment = parse_datetime(moment) or moment  # text that does not parse stays text
     if not isinstance(moment, datetime):
-        raise ValueError("expires_at %s is not a date and time" % _short(moment))
+        raise ValueError("expires_at %s is not a date and time" % validation.short(moment, 80))
     if moment.tzinfo is None:
         zone = UTC if django_settings.USE_TZ else timezone.get_current_timezone()
         moment = moment.replace(tzinfo=zone)
@@ -204,11 +192,6 @@ def _json(value: object, name: str) -> Any:
     if validation.too_deep(value, _ROW_DEPTH):
         raise ValueError("%s is nested more than %d levels deep" % (name, validation.MAX_DEPTH))
     return json.loads(value)
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _printable(value: object) -> str:

@@ -101,13 +101,13 @@ def utf8_size(text: str) -> int:
     return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
-def short(value: object) -> str:
-    """``repr(value)`` cut to 200 characters, never raising (the checks of schedule())."""
+def short(value: object, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters, never raising (the checks of schedule())."""
     try:
         text = repr(value)
     except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
         text = "<%s>" % type(value).__name__
-    return text if len(text) <= 200 else text[:197] + "..."
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def not_json(bad: str) -> InvalidJob:
