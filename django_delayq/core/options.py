@@ -36,7 +36,6 @@ The job's arguments are checked against its function's signature here too.
 from __future__ import annotations
 
 import inspect
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
@@ -269,11 +268,7 @@ def check_priority(value: object) -> int:
 def timeout_seconds(value: object) -> float | None:
     if value is None:
         return None
-    if isinstance(value, timedelta):
-        seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value) if abs(value) < 1e300 else math.inf
-    else:
+    if (seconds := validation.as_seconds(value)) is None:
         raise InvalidJob("timeout must be seconds (int/float) > 0, a timedelta or None, not %s"
                          % validation.short(value))
     if not 0 < seconds <= MAX_TIMEOUT_SECONDS:  # NaN too

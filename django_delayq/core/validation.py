@@ -217,15 +217,20 @@ def check_group(group: object) -> str:
     return group
 
 
+def as_seconds(value: object) -> float | None:
+    """Seconds of a ``timedelta`` or a number (``None`` for anything else, ``bool``
+    included); an integer too large for a float is infinite."""
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if abs(value) < 1e300:
+            return float(value)
+        return math.inf if value > 0 else -math.inf  # float() of it would overflow
+    return None
+
+
 def delay_seconds(delay: object) -> float:
-    if isinstance(delay, timedelta):
-        seconds = delay.total_seconds()
-    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        if isinstance(delay, int) and abs(delay) > MAX_DELAY_SECONDS:
-            seconds = math.inf if delay > 0 else -math.inf  # float() of it would overflow
-        else:
-            seconds = float(delay)
-    else:
+    if (seconds := as_seconds(delay)) is None:
         raise InvalidJob("delay must be seconds (int/float) or a timedelta, not %s"
                          % short(delay))
     if not seconds >= 0:  # NaN too
