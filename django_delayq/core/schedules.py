@@ -120,12 +120,12 @@ def _cron_after(rule: Rule, after: datetime) -> datetime:
     raise InvalidJob("cron %r: no tick found after %s" % (rule.cron, after))
 
 
-def _interval_after(rule: Rule, after: datetime) -> datetime:
+def _interval_tick(rule: Rule, moment: datetime, later: int = 0) -> datetime:
+    """The interval tick ``later`` ticks after the latest one at or before ``moment``
+    (ticks: ``anchor + n * interval``, ``n >= 0``)."""
     assert rule.interval_s is not None
-    step = rule.interval_s * 1_000_000
-    gone = (after - rule.anchor) // timedelta(microseconds=1)
-    n = max(0, gone // step + 1)
-    return rule.anchor + timedelta(microseconds=n * step)
+    step = timedelta(seconds=rule.interval_s)
+    return rule.anchor + max(0, (moment - rule.anchor) // step + later) * step
 
 
 def next_tick(rule: Rule, after: datetime) -> datetime | None:
@@ -134,20 +134,10 @@ def next_tick(rule: Rule, after: datetime) -> datetime | None:
     try:
         if rule.start is not None and after < rule.start:
             after = rule.start - timedelta(microseconds=1)
-        tick = _cron_after(rule, after) if rule.cron else _interval_after(rule, after)
+        tick = _cron_after(rule, after) if rule.cron else _interval_tick(rule, after, 1)
     except OverflowError:
         return None
     return None if rule.end is not None and tick > rule.end else tick
-
-
-def _interval_before(rule: Rule, until: datetime) -> datetime | None:
-    """The latest interval tick at or before ``until`` (ticks: ``anchor + n * interval``)."""
-    assert rule.interval_s is not None
-    if until < rule.anchor:
-        return None
-    step = rule.interval_s * 1_000_000
-    gone = (until - rule.anchor) // timedelta(microseconds=1)
-    return rule.anchor + timedelta(microseconds=gone // step * step)
 
 
 def _cron_before(rule: Rule, until: datetime) -> datetime | None:
@@ -173,8 +163,10 @@ def last_tick(rule: Rule, after: datetime, until: datetime) -> datetime | None:
     if rule.end is not None and until > rule.end:
         until = rule.end
     try:
-        found = (_interval_before(rule, until) if rule.interval_s is not None
-                 else _cron_before(rule, until))
+        if rule.interval_s is None:
+            found = _cron_before(rule, until)
+        else:  # none before the anchor
+            found = _interval_tick(rule, until) if until >= rule.anchor else None
     except (OverflowError, StopIteration):  # no tick before year 1
         found = None
     if found is None or found <= after or (rule.start is not None and found < rule.start):
