@@ -41,11 +41,10 @@ _PLAIN = {"CharField": str, "TextField": str, "IntegerField": int, "BigIntegerFi
 @dataclass(frozen=True, slots=True)
 class _Statement:
     sql: str
-    fields: list[Field[Any, Any]]
-    prepare: list[Prepare]
-    # per field: its attname, its preparer, its default prepared once (a constant
-    # default whose prepared value is immutable; else _EACH_TIME: prepared per row), and
-    # whether it is one of Django's DateTimeFields (a datetime given twice: adapted once)
+    # per field, in the statement's column order: its attname, its preparer, its default
+    # prepared once (a constant default whose prepared value is immutable; else
+    # _EACH_TIME: prepared per row), and whether it is one of Django's DateTimeFields (a
+    # datetime given twice: adapted once)
     by_name: list[tuple[str, Prepare, Any, bool]]
 
 
@@ -82,7 +81,7 @@ def _statement(using: str) -> _Statement:
         prepare = [_preparer(f) for f in fields]
         by_name = [(f.attname, prep, _prepared_default(f, prep, connection),
                     type(f) is DateTimeField) for f, prep in zip(fields, prepare, strict=True)]
-        found = _statements[using] = _Statement(sql, fields, prepare, by_name)
+        found = _statements[using] = _Statement(sql, by_name)
     return found
 
 
@@ -117,7 +116,7 @@ def new_row(**values: object) -> Job:
 def params(row: Job, using: str) -> list[Any]:
     """The values of ``row`` as the INSERT sends them, in the statement's column order."""
     st, connection = _statement(using), connections[using]
-    return [prep(getattr(row, f.attname), connection) for f, prep in zip(st.fields, st.prepare)]
+    return [prep(getattr(row, name), connection) for name, prep, _, _ in st.by_name]
 
 
 def values_params(values: dict[str, Any], using: str) -> list[Any]:
