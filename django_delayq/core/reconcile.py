@@ -351,11 +351,8 @@ class Reconciler:
 
     def _find(self, rows: list[Job]) -> list[Finding]:
         """Rows whose job Redis does not hold, or holds as dead."""
-        by_queue: dict[str, list[Job]] = {}
-        for row in rows:
-            by_queue.setdefault(row.queue, []).append(row)
         found: list[Finding] = []
-        for queue, items in by_queue.items():
+        for queue, items in _by_queue(rows).items():
             horizon = self.engine.time_ms() - RECENT_SECONDS * 1000
             found += self._find_in(queue, items, horizon)
         return found
@@ -420,12 +417,17 @@ class Reconciler:
             else:
                 ready.append(row)
         record_charges(ready, seeds, lost)  # the audit counts them before Redis does
-        by_queue: dict[str, list[Job]] = {}
-        for row in ready:
-            by_queue.setdefault(row.queue, []).append(row)
         added = 0
-        for queue, items in by_queue.items():
-            added += self._enqueue_queue(queue, items, seeds, lost)
+        for queue, items in _by_queue(ready).items():
+            # Per MULTI of MULTI_ROWS rows (``Engine.reenqueue``): remember the ids, seed
+            # their attempts, run enqueue.lua with each row's due time, priority and group.
+            # Atomic, so a reconciler killed half-way never leaves ids "remembered" but not
+            # enqueued (the others would skip them for RECENT_SECONDS). HSETNX: a counter
+            # Redis already holds (the job was claimed meanwhile) is never lowered.
+            jobs = [(row.pk, at_ms(row.run_at), row.priority, row.group) for row in items]
+            added += self.engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
+                                           keep_max=MAX_RECENT,
+                                           epochs=None if lost else self._epochs.known)
         if added:
             self.stats.enqueued += added
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
@@ -434,16 +436,9 @@ class Reconciler:
                                (seeds[r.pk] or 0) + 1) for r in ready[:5]))
         return added
 
-    def _enqueue_queue(self, queue: str, rows: Sequence[Job], seeds: dict[str, int | None],
-                       lost: bool) -> int:
-        """Per MULTI of ``MULTI_ROWS`` rows: remember the ids, seed their attempts, run
-        enqueue.lua (``Engine.reenqueue``) with each row's due time, priority and group.
 
-        Atomic, so a reconciler killed half-way never leaves ids "remembered" but not
-        enqueued (the others would skip them for ``RECENT_SECONDS``). HSETNX: a counter
-        Redis already holds (the job was claimed meanwhile) is never lowered.
-        """
-        jobs = [(row.pk, at_ms(row.run_at), row.priority, row.group) for row in rows]
-        return self.engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
-                                     keep_max=MAX_RECENT,
-                                     epochs=None if lost else self._epochs.known)
+def _by_queue(rows: Sequence[Job]) -> dict[str, list[Job]]:
+    by_queue: dict[str, list[Job]] = {}
+    for row in rows:
+        by_queue.setdefault(row.queue, []).append(row)
+    return by_queue
