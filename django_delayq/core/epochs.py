@@ -173,7 +173,7 @@ class Epochs:
             return value, epoch_kind(value) != KEPT  # replaced: the old data is gone
         held = (self.engine.set_holds_data(name) if known is not None
                 else self.engine.holds_data(queue))
-        value = self._create_epoch(name, held, write=create)
+        value = self._create_epoch(name, held, create)
         kind = epoch_kind(value)
         if kind == KEPT:
             log = logger.info if known is None else logger.warning
@@ -183,7 +183,7 @@ class Epochs:
             return value if create else None, kind == LOST
         return value if create else None, kind != KEPT
 
-    def _create_epoch(self, name: str, held: bool, write: bool = True) -> str:
+    def _create_epoch(self, name: str, held: bool, write: bool) -> str:
         """``SET NX`` a new epoch of data set ``name`` whose kind says whether it held
         any data (``held``); when another process created one first, that one."""
         value = "%d:%s:%s" % (self.engine.time_ms(), uuid.uuid4().hex[:16],

@@ -74,7 +74,7 @@ class Finding:
             self.row.status == JobStatus.RUNNING and self.row.cancel_requested)
 
 
-def settle(found: list[Finding], engine: Engine | None = None) -> int:
+def settle(found: list[Finding], engine: Engine) -> int:
     """Rows of jobs final in Redis become final too: dead (with a ``JobAttempt``),
     cancelled, or as their settled record says. Conditional on the row being unchanged
     since it was read; returns how many were settled. The settled records of the rows
@@ -85,8 +85,7 @@ def settle(found: list[Finding], engine: Engine | None = None) -> int:
         if f.settled is not None:
             records.setdefault(f.row.queue, []).append(f.row.pk)
     for queue, ids in records.items():  # the rows say it now
-        if engine is not None:
-            engine.forget_settled(queue, ids, keep_ms=SETTLED_KEEP_MS)
+        engine.forget_settled(queue, ids, keep_ms=SETTLED_KEEP_MS)
     return count
 
 
