@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Any
 
 from django.db import DatabaseError, connections, router
@@ -115,7 +116,7 @@ class Reporter:
         # In an event loop Django refuses a blocking query; in the job's transaction the
         # write would join it: the helper thread, on a connection of its own.
         if _in_event_loop() or connections[router.db_for_write(Job)].in_atomic_block:
-            self._futures.append(_helper().submit(self._write_logged, value))
+            self._futures.append(_helper(os.getpid()).submit(self._write_logged, value))
         else:
             with self._write_lock:
                 self._write_logged(value)
@@ -170,15 +171,11 @@ def _in_event_loop() -> bool:
     return True
 
 
-_executor: list[tuple[int, ThreadPoolExecutor]] = []
-
-
-def _helper() -> ThreadPoolExecutor:
-    """One writer thread per process (made again in a forked child)."""
-    pid = os.getpid()
-    if not _executor or _executor[0][0] != pid:
-        _executor[:] = [(pid, ThreadPoolExecutor(1, thread_name_prefix="delayq-progress"))]
-    return _executor[0][1]
+@lru_cache(maxsize=1)
+def _helper(pid: int) -> ThreadPoolExecutor:
+    """One writer thread per process: asked with ``os.getpid()``, so that a forked child
+    makes its own (the parent's thread is not in the child)."""
+    return ThreadPoolExecutor(1, thread_name_prefix="delayq-progress")
 
 
 def compact(value: object, limit: int = 40) -> str:
