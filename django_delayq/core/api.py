@@ -174,11 +174,11 @@ def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
 def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call: JobOptions,
                    batch_size: int) -> list[str]:
     specs = specs if isinstance(specs, (list, tuple)) else list(specs)
+    using = router.db_for_write(Job)
     if call.after is not None or any(_alone(spec) for spec in specs):
-        with transaction.atomic(using=router.db_for_write(Job)):
+        with transaction.atomic(using=using):
             return [_schedule(fn, spec.under(call)).id for spec in specs]
     c = call.check(fn)
-    using = router.db_for_write(Job)
     batch = bulk.Batch(using, specs, call=c, max_payload=get_settings().max_payload_bytes)
     batch.drop_existing(batch_size)
     with transaction.atomic(using=using):

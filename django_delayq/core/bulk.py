@@ -30,8 +30,9 @@ class Batch:
                                      now=call.now)
         self._fixed = validation.payload_head_size(call.path, call.max_attempts, call.backoff)
         self._binder = registry.binder(call.path)
-        # The call's options, as row columns: a spec without options of its own gets them.
-        self._columns = call.fixed_columns()
+        # The call's options, as row columns: a spec without options of its own gets them
+        # (None: they depend on each job's due time, through ``expires``).
+        self._columns = None if call.expires is not None else call.columns(call.now)
         self.rows: list[list[Any]] = []
         self.jobs: list[NewJob] = []
         self.ids: list[str] = []

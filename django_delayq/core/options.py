@@ -211,10 +211,6 @@ class Checked:
             return ids.new_id()
         return ids.id_for_key(self.queue, self.key)
 
-    def fixed_columns(self) -> dict[str, Any] | None:
-        """``columns`` when they do not depend on the due time (no ``expires``), else None."""
-        return None if self.expires is not None else self.columns(self.now)
-
     def columns(self, due: datetime) -> dict[str, Any]:
         """The row's columns of the run-time options (``COLUMN_DEFAULTS``) for a job due
         at ``due`` (``expires`` must be after it; ``retry_on`` a list: a JSON column)."""
