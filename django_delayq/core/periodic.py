@@ -342,9 +342,9 @@ class Keeper:
     every ``STALLED_EVERY_S`` over the schedules whose next tick is overdue."""
 
     active = False  # some schedule is enabled (set by the last pass): tick_started is wanted
-    every_s = 10.0
 
-    def __init__(self) -> None:
+    def __init__(self, every_s: float = 10.0) -> None:
+        self.every_s = every_s
         self._last: float | None = None
         self._last_stalled = -1e18
         self._synced = False  # DELAYQ["SCHEDULES"] synced (retried each pass until it is)
