@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -228,19 +229,12 @@ def _release(ids: list[str], using: str) -> None:
             by_queue[queue].append(NewJob(id=job_id, at_ms=int(run_at.timestamp() * 1000),
                                           delay_ms=0, priority=priority))
     for queue, new in by_queue.items():
-        if get_settings().eager:  # no Redis: each runs inline after commit
-            commit_batch.after_commit(using, _run_eager(new))
+        if get_settings().eager:  # no Redis: each runs inline after commit, as schedule()'s
+            run = commit_batch.eager_runner()
+            for job in new:
+                commit_batch.after_commit(using, partial(run, job.id))
         else:
             commit_batch.enqueue_after_commit(using, queue, new)
-
-
-def _run_eager(new: list[NewJob]) -> Any:
-    run = commit_batch.eager_runner()
-
-    def run_all() -> None:
-        for job in new:
-            run(job.id)
-    return run_all
 
 
 def sweep(using: str, limit: int = SWEEP_EDGES) -> int:
