@@ -38,7 +38,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.options import KEEP, JobOptions, JobSpec
 from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
-from django_delayq.exceptions import InvalidJob, JobNotFound
+from django_delayq.exceptions import InvalidJob
 from django_delayq.models import UNFINISHED_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -246,11 +246,8 @@ def job(fn: Callable[..., Any] | str) -> JobCall:
 
 
 def get_job(job_id: str) -> Job:
-    validation.check_lookup_id(job_id)  # a lone surrogate, NUL: no row has it
     try:
-        return Job.objects.get(pk=job_id)
-    except Job.DoesNotExist:
-        raise JobNotFound("no job with id %r" % (job_id,)) from None
+        return results.read(job_id, only=())
     except RecursionError:  # only a row edited by hand: schedule() refuses such nesting
         raise InvalidJob("job %s: its row holds JSON nested too deeply to load (more than "
                          "%d levels)" % (job_id, validation.MAX_DEPTH)) from None

@@ -57,14 +57,18 @@ def _seconds(value: object, name: str, *, positive: bool) -> float:
         name, value, "a positive number of" if positive else "None or a number of"))
 
 
-def read(job_id: str) -> Job:
-    using = router.db_for_read(Job)
-    validation.check_lookup_id(job_id)
+RESULT_COLUMNS = ("id", "status", "result", "error_type", "last_error")  # of ``result_of``
+
+
+def read(job_id: str, only: tuple[str, ...] = RESULT_COLUMNS) -> Job:
+    """The row of ``job_id`` (``only`` these columns; all for ``()``); ``JobNotFound``
+    without one."""
+    validation.check_lookup_id(job_id)  # a lone surrogate, NUL: no row has it
+    rows = Job.objects.using(router.db_for_read(Job))
     try:
-        return Job.objects.using(using).only(
-            "id", "status", "result", "error_type", "last_error").get(pk=job_id)
+        return (rows.only(*only) if only else rows).get(pk=job_id)
     except Job.DoesNotExist:
-        raise JobNotFound("no job with id %r" % job_id) from None
+        raise JobNotFound("no job with id %r" % (job_id,)) from None
 
 
 class Waiting:
