@@ -286,9 +286,8 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
 
 def _scalar_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
     """The numbers and the flags."""
-    found = [(name, msg) for name in _POSITIVE if (msg := _positive(name, merged[name]))]
-    found += [(name, msg) for name in _POSITIVE_INTEGERS
-              if (msg := _positive(name, merged[name], integer=True))]
+    found = [(name, msg) for name in (*_POSITIVE, *_POSITIVE_INTEGERS)
+             if (msg := _positive(name, merged[name], integer=name in _POSITIVE_INTEGERS))]
     for name, integer, none in (("METRICS_GROUPS", True, "no metrics per group"),
                                 ("JOB_TIMEOUT_SECONDS", False, "no limit")):
         if merged[name] is not None and (msg := _positive(name, merged[name], integer=integer)):
