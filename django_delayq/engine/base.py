@@ -2,53 +2,80 @@
 
 The ``Engine`` class is assembled from these groups so that each Redis concern keeps a
 module of its own; every group reaches Redis through ``client`` and names its keys with
-``keys()`` (one queue) or ``global_keys`` (every queue under the prefix), never by hand.
-``RedisOwner`` only declares them: ``Engine`` (engine.py) provides every one, so a group
-imports no more of the engine than it uses itself.
+``keys()`` (one queue) or ``global_keys`` (every queue under the prefix), never by hand,
+and runs its scripts with ``_script`` or ``_per_item``. ``RedisOwner`` holds those few
+shared pieces (a group imports no more of the engine than the keys and the scripts).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
-if TYPE_CHECKING:
-    from django_delayq.engine.keys import GlobalKeys, QueueKeys
+from django_delayq.engine import scripts
+from django_delayq.engine.keys import GlobalKeys, QueueKeys
 
 
 class RedisOwner:
-    """The client, the key prefix and the server clock (``Engine`` provides them)."""
+    """The client, the key prefix and the server clock, and how a script is run."""
 
-    client: Any
-    prefix: str
+    def __init__(self, client: Any, prefix: str = "delayq",
+                 clock: Callable[[], int] | None = None) -> None:
+        """``clock``: a function giving "now" in ms for every script, instead of the Redis
+        server's ``TIME`` (tests and ``django_delayq.testing`` pass one; production never
+        does: one clock, the server's, for every worker). A ``now_ms`` given to a method
+        wins over both."""
+        self.client = client
+        self.prefix = prefix
+        self.clock = clock
+        self._keys: dict[str, QueueKeys] = {}
 
     def keys(self, queue: str) -> QueueKeys:
         """The key names of ``queue``."""
-        raise NotImplementedError
+        keys = self._keys.get(queue)
+        if keys is None:
+            keys = self._keys[queue] = QueueKeys(self.prefix, queue)
+        return keys
+
+    @property
+    def global_keys(self) -> GlobalKeys:
+        """The key names shared by every queue under this engine's prefix."""
+        return GlobalKeys(self.prefix)
 
     def time_ms(self) -> int:
-        """Now on the Redis clock (ms)."""
-        raise NotImplementedError
+        """Now on the Redis clock (ms), or the engine's ``clock``."""
+        if self.clock is not None:
+            return int(self.clock())
+        seconds, micros = self.client.time()
+        return int(seconds) * 1000 + int(micros) // 1000
+
+    def _now(self, now_ms: int | None) -> int:
+        """The ``now_ms`` argument of a script: given, the clock's, or 0 (read Redis TIME)."""
+        if now_ms is not None:
+            return int(now_ms)
+        return 0 if self.clock is None else int(self.clock())
 
     def _run(self, name: str, keys: tuple[str, ...], args: list[Any]) -> Any:
         """Run script ``name`` (scripts.load) with ``keys`` and ``args``."""
-        raise NotImplementedError
-
-    def _now(self, now_ms: int | None) -> int:
-        """The ``now_ms`` argument of a script: given, the clock's, or 0 (Redis TIME)."""
-        raise NotImplementedError
+        return scripts.load(name)(self.client, keys, args)
 
     def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
         """Run script ``name`` on ``queue``'s keys (``extra``: keys the caller names)."""
-        raise NotImplementedError
+        return self._run(name, scripts.keys_of(name, self.keys(queue), **extra), args)
 
     def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
                   rows: Sequence[Sequence[Any]]) -> list[int]:
         """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
         of items, each with ARGV now, ``head``, then its rows; one integer per row."""
-        raise NotImplementedError
+        keys, size = scripts.keys_of(name, self.keys(queue)), scripts.BOUNDS[name].items
+        out: list[int] = []
+        for start in range(0, len(rows), size):
+            chunk = rows[start:start + size]
+            args = [self._now(now_ms), *head, *(value for row in chunk for value in row)]
+            out += [int(r) for r in self._run(name, keys, args)]
+        return out
 
-    @property
-    def global_keys(self) -> GlobalKeys:
-        """The key names shared by every queue under this engine's prefix."""
-        raise NotImplementedError
+    def _flags(self, name: str, queue: str, now_ms: int | None, head: list[Any],
+               rows: Sequence[Sequence[Any]]) -> list[bool]:
+        """``_per_item`` of a script answering 1 (done) or 0 (the lease was lost) per row."""
+        return [bool(r) for r in self._per_item(name, queue, now_ms, head, rows)]

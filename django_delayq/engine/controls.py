@@ -159,11 +159,9 @@ class QueueControls(RedisOwner):
 
     def queue_limit(self, queue: str) -> QueueLimit | None:
         """``queue``'s limits, None when it has none."""
-        raw = self.client.hgetall(self.keys(queue).limit)
-        found = {(k.decode() if isinstance(k, bytes) else k): _int(v) for k, v in raw.items()}
-        count, per_ms = found.get("rate"), found.get("per_ms")
+        count, per_ms, concurrency = (_int(v) for v in self.client.hmget(
+            self.keys(queue).limit, "rate", "per_ms", "concurrency"))
         rate = (count, per_ms) if count and per_ms and count > 0 and per_ms > 0 else None
-        concurrency = found.get("concurrency")
         if concurrency is not None and concurrency < 0:
             concurrency = None
         if rate is None and concurrency is None:
@@ -175,8 +173,7 @@ class QueueControls(RedisOwner):
         """Put jobs in flight, (id, token, at_ms), back in line due at ``at_ms`` with the
         attempt they were charged given back. False: the lease was lost, nothing done."""
         rows = [(id_, int(token), int(at_ms)) for id_, token, at_ms in leases]
-        return [bool(r) for r in self._per_item("defer", queue, now_ms,
-                                                [self.keys(queue).channel], rows)]
+        return self._flags("defer", queue, now_ms, [self.keys(queue).channel], rows)
 
 
 def override_value(rate: tuple[int, int] | None, concurrency: int | None) -> str:

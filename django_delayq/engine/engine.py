@@ -31,7 +31,6 @@ from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.callable_limits import CallableLimits
 from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.event_log import EventLog
-from django_delayq.engine.keys import GlobalKeys, QueueKeys
 from django_delayq.engine.leases import Leases
 from django_delayq.engine.outbox import OutboxOps
 from django_delayq.engine.outcomes import (
@@ -69,57 +68,12 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
 
     def __init__(self, client: Any, prefix: str = "delayq",
                  clock: Callable[[], int] | None = None) -> None:
-        """``clock``: a function giving "now" in ms for every script, instead of the Redis
-        server's ``TIME`` (tests and ``django_delayq.testing`` pass one; production never
-        does: one clock, the server's, for every worker). A ``now_ms`` given to a method
-        wins over both."""
-        self.client = client
-        self.prefix = prefix
-        self.clock = clock
-        self._keys: dict[str, QueueKeys] = {}
+        super().__init__(client, prefix, clock)
         self._mark_keys: dict[str, tuple[str, str]] = {}  # data set -> mark.lua's KEYS
         self._claimer = os.urandom(6).hex()  # names this engine's claims (claim_record)
         self._claim_seq = itertools.count(1)
         self._claim_nonces: dict[tuple[str, str], str] = {}  # claims whose reply was lost
         self._enqueue_keys: dict[str, tuple[str, ...]] = {}  # data set -> enqueue.lua's KEYS
-
-    def keys(self, queue: str) -> QueueKeys:
-        keys = self._keys.get(queue)
-        if keys is None:
-            keys = self._keys[queue] = QueueKeys(self.prefix, queue)
-        return keys
-
-    def _run(self, name: str, keys: tuple[str, ...], args: list[Any]) -> Any:
-        return scripts.load(name)(self.client, keys, args)
-
-    def _now(self, now_ms: int | None) -> int:
-        """The ``now_ms`` argument of a script: given, the clock's, or 0 (read Redis TIME)."""
-        if now_ms is not None:
-            return int(now_ms)
-        return 0 if self.clock is None else int(self.clock())
-
-    def time_ms(self) -> int:
-        if self.clock is not None:
-            return int(self.clock())
-        seconds, micros = self.client.time()
-        return int(seconds) * 1000 + int(micros) // 1000
-
-    def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
-        return self._run(name, scripts.keys_of(name, self.keys(queue), **extra), args)
-
-    def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
-                  rows: Sequence[Sequence[Any]]) -> list[int]:
-        keys, size = scripts.keys_of(name, self.keys(queue)), scripts.BOUNDS[name].items
-        out: list[int] = []
-        for start in range(0, len(rows), size):
-            chunk = rows[start:start + size]
-            args = [self._now(now_ms), *head, *(value for row in chunk for value in row)]
-            out += [int(r) for r in self._run(name, keys, args)]
-        return out
-
-    @property
-    def global_keys(self) -> GlobalKeys:
-        return GlobalKeys(self.prefix)
 
     def event_log(self, maxlen: int) -> EventLog:
         """The event streams of this prefix, each capped near ``maxlen`` entries; each
@@ -160,10 +114,13 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         self._log_aside(queue, "decoding", out)
         return out
 
-    def _decoded(self, queue: str, script: str, reply: Sequence[Any], start: int, size: int,
-                 aside: list[SetAside], make: Callable[[Sequence[Any]], _T]) -> list[_T]:
-        """``make`` of each item (``size`` values) of ``reply`` from ``start``; the id of an
-        item that cannot be decoded is removed from Redis and added to ``aside``."""
+    def _decoded(self, queue: str, script: str, reply: Sequence[Any], at: int, size: int,
+                 make: Callable[[Sequence[Any]], _T]) -> tuple[list[_T], list[SetAside], int]:
+        """The entries ``reply``'s section at ``at`` set aside (logged), ``make`` of each
+        item (``size`` values) after them, and where the items start; the id of an item
+        that cannot be decoded is removed from Redis and set aside too."""
+        aside, start = _aside(reply, at)
+        self._log_aside(queue, script, aside)
         found: list[_T] = []
         bad: list[Any] = []
         for i in range(start, len(reply) - size + 1, size):
@@ -175,7 +132,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         if bad:
             aside += self._drop_undecodable(queue, bad, "%s id could not be decoded" % (
                 "claimed" if script == "claim" else "recovered"))
-        return found
+        return found, aside, start
 
     # -- producing ------------------------------------------------------------------
 
@@ -184,30 +141,15 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         an id the scripts would refuse (``bad_id``), before anything is sent. A job's
         ``priority`` (-100..100) orders it among due jobs; 0 costs no extra memory, and
         neither does no ``group``."""
+        rows = [(job.id, -1 if job.at_ms is None else int(job.at_ms), int(job.delay_ms),
+                 job.envelope or "", int(job.priority), job.group) for job in checked(jobs)]
         k = self.keys(queue)
-        added = 0
-        batch: list[Any] = []
-        for job in jobs:
-            why = bad_id(job.id)
-            if why is not None:
-                raise ValueError("job id %s: %s" % (replies.shown(job.id), why))
-            at = -1 if job.at_ms is None else int(job.at_ms)
-            batch += [job.id, at, int(job.delay_ms), job.envelope or "", int(job.priority),
-                      job.group]
-            if len(batch) >= 6 * scripts.MAX_ENQUEUE:
-                added += self._enqueue_batch(k, batch, now_ms)
-                batch = []
-        if batch:
-            added += self._enqueue_batch(k, batch, now_ms)
-        return added
-
-    def _enqueue_batch(self, k: QueueKeys, batch: list[Any], now_ms: int | None) -> int:
-        # its epoch key: the one the reconciler reads (created here if absent: reconcile.py)
-        script = scripts.load("enqueue")
-        keys = self._enqueue_keys.get(k.queue)
+        keys = self._enqueue_keys.get(queue)  # its epoch key: the one the reconciler reads
         if keys is None:
-            keys = self._enqueue_keys[k.queue] = script.keys_of(k)
-        return int(script(self.client, keys, [self._now(now_ms), k.channel, *batch])[0])
+            keys = self._enqueue_keys[queue] = scripts.keys_of("enqueue", k)
+        return sum(int(self._run("enqueue", keys, [self._now(now_ms), k.channel,
+                                                   *(v for row in part for v in row)])[0])
+                   for part in replies.chunks(rows, scripts.MAX_ENQUEUE))
 
     # -- consuming ------------------------------------------------------------------
 
@@ -231,9 +173,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         except Exception:
             self._claim_nonces[(queue, claimer)] = nonce
             raise
-        aside, start = _aside(reply, 6)
-        self._log_aside(queue, "claim", aside)
-        jobs = self._decoded(queue, "claim", reply, start, 5, aside, lambda r: ClaimedJob(
+        jobs, aside, _ = self._decoded(queue, "claim", reply, 6, 5, lambda r: ClaimedJob(
             queue=queue, id=replies.text(r[0]), due_ms=int(r[1]), token=int(r[2]),
             attempt=int(r[3]), envelope=replies.envelope_text(r[4]), home=queue))
         return ClaimResult(now_ms=int(reply[0]), next_due_ms=replies.opt(reply[1]), jobs=jobs,
@@ -250,8 +190,7 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         ``forget_settled``: the reconciler reads it instead of taking the job for lost."""
         marks = list(codes) if codes is not None else ["s"] * len(leases)
         rows = [(id_, token, code) for (id_, token), code in zip(leases, marks)]
-        return [bool(r) for r in self._per_item("ack", queue, now_ms,
-                                                [holder, self.keys(queue).channel], rows)]
+        return self._flags("ack", queue, now_ms, [holder, self.keys(queue).channel], rows)
 
     def nack(self, queue: str, failures: Sequence[tuple[str, int, int | None]], *,
              dead_max: int = 100_000, now_ms: int | None = None,
@@ -284,15 +223,13 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
     def extend(self, queue: str, leases: Sequence[tuple[str, int]], lease_ms: int,
                now_ms: int | None = None) -> list[bool]:
         """Heartbeat: push lease deadlines to now + lease_ms. False = lease lost."""
-        rows = [(id_, token) for id_, token in leases]
-        return [bool(r) for r in self._per_item("extend", queue, now_ms, [int(lease_ms)], rows)]
+        return self._flags("extend", queue, now_ms, [int(lease_ms)], leases)
 
     def release(self, queue: str, claimed: Sequence[ClaimedJob],
                 now_ms: int | None = None) -> list[bool]:
         """Undo claims of jobs that never started (graceful shutdown)."""
         rows = [(job.id, job.token, job.due_ms) for job in claimed]
-        return [bool(r) for r in self._per_item("release", queue, now_ms,
-                                                [self.keys(queue).channel], rows)]
+        return self._flags("release", queue, now_ms, [self.keys(queue).channel], rows)
 
     def recover(self, queue: str, *, limit: int = 100, default_max_attempts: int = 3,
                 dead_max: int = 100_000, max_attempts: Mapping[str, int] | None = None,
@@ -318,10 +255,9 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
                 contact.arg() if contact is not None else "", *given])
             if contact is not None:
                 contact.seen(int(reply[0]))
-            aside, start = _aside(reply, 1)
-            self._log_aside(queue, "recover", aside)
-            found += self._decoded(queue, "recover", reply, start, 3, aside, lambda r: Recovered(
+            items, aside, start = self._decoded(queue, "recover", reply, 1, 3, lambda r: Recovered(
                 id=replies.text(r[0]), outcome=NackOutcome(int(r[1])), attempts=int(r[2])))
+            found += items
             if set_aside is not None:
                 set_aside += aside
             handled = (len(reply) - start) // 3 + len(aside)
@@ -375,6 +311,16 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         pattern = "".join("\\" + c if c in "*?[]\\" else c for c in tag) + "*"
         extra = list(self.client.scan_iter(match=pattern, count=1000))
         self.client.delete(*self.keys(queue).all(), *extra)
+
+
+def checked(jobs: Iterable[NewJob]) -> list[NewJob]:
+    """``jobs`` as a list; ``ValueError`` for an id the scripts would refuse (``bad_id``),
+    before anything is sent."""
+    jobs = list(jobs)
+    for job in jobs:
+        if (why := bad_id(job.id)) is not None:
+            raise ValueError("job id %s: %s" % (replies.shown(job.id), why))
+    return jobs
 
 
 def _aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
@@ -30,7 +30,6 @@ from django_delayq.engine.replies import integer as _int
 if TYPE_CHECKING:
     from django_delayq.engine.replies import Scalar
 
-_T = TypeVar("_T")
 # A job to re-enqueue: (id, due ms), (id, due ms, priority) or (id, due ms, priority, group).
 ReJob = tuple[str, int] | tuple[str, int, int] | tuple[str, int, int, str]
 
@@ -170,21 +169,16 @@ class OutboxOps(RedisOwner):
         token a delivery may have had: the next claim's is higher). ``epochs``: the epoch
         the caller last saw of each data set (queue or shard name); where Redis now holds
         another (the data was lost since), that data set's jobs are left alone."""
-        expect = (epochs or {}).get(queue, "")
-        return sum(self._reenqueue(queue, chunk, seeds, keep_ms, keep_max, expect)
-                   for chunk in chunks(jobs, scripts.RECONCILE_CHUNK))
-
-    def _reenqueue(self, queue: str, jobs: Sequence[ReJob],
-                   seeds: Mapping[str, int | None], keep_ms: float, keep_max: int,
-                   expect: str = "") -> int:
         k = self.keys(queue)
-        args: list[Any] = [0, k.channel, int(keep_ms), int(keep_max), expect]
-        for job in jobs:
-            priority = job[2] if len(job) > 2 else 0
-            group = job[3] if len(job) > 3 else ""
-            args += [job[0], job[1], priority, group, seeds.get(job[0]) or 0]
-        reply = scripts.load("reenqueue")(self.client, scripts.keys_of("reenqueue", k), args)
-        if len(reply) > 2:
-            logger.info("queue %r: its Redis data changed since the reconciler last looked; "
-                        "%d job(s) left to the loss pass", queue, len(jobs))
-        return int(reply[0])
+        head: list[Any] = [0, k.channel, int(keep_ms), int(keep_max), (epochs or {}).get(queue, "")]
+        added = 0
+        for chunk in chunks(jobs, scripts.RECONCILE_CHUNK):
+            args = head + [value for job in chunk for value in (
+                job[0], job[1], job[2] if len(job) > 2 else 0, job[3] if len(job) > 3 else "",
+                seeds.get(job[0]) or 0)]
+            reply = self._run("reenqueue", scripts.keys_of("reenqueue", k), args)
+            if len(reply) > 2:
+                logger.info("queue %r: its Redis data changed since the reconciler last looked; "
+                            "%d job(s) left to the loss pass", queue, len(chunk))
+            added += int(reply[0])
+        return added

@@ -203,12 +203,9 @@ class Script:
 def _wrong_type(exc: ResponseError, keys: tuple[str, ...]) -> tuple[str, str, str] | None:
     """(key, found type, expected type) of a DELAYQ-WRONGTYPE error, else None."""
     match = _WRONG_TYPE.search(str(exc))
-    if match is None:
+    if match is None or not 1 <= int(match.group(1)) <= len(keys):
         return None
-    index = int(match.group(1))
-    if not 1 <= index <= len(keys):
-        return None
-    return keys[index - 1], match.group(2), match.group(3)
+    return keys[int(match.group(1)) - 1], match.group(2), match.group(3)
 
 
 def move_aside(client: Any, key: str, found: str, expected: str) -> None:

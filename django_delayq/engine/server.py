@@ -62,7 +62,7 @@ class ServerReads(RedisOwner):
     def like(cls: type[_E], other: RedisOwner, *args: object, **kwargs: object) -> _E:
         """A new engine of this class on ``other``'s client and prefix (``args`` and
         ``kwargs`` follow them to the constructor)."""
-        return cls(other.client, other.prefix, *args, **kwargs)  # type: ignore[call-arg]
+        return cls(other.client, other.prefix, *args, **kwargs)  # type: ignore[arg-type]
 
     def ping(self) -> bool:
         """Whether Redis answers (raises the client's error when it does not)."""

@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar, cast
 
-from django_delayq.engine.engine import MAX_BATCH, Engine
+from django_delayq.engine.engine import MAX_BATCH, Engine, checked
 from django_delayq.engine.outbox import Presence, ReJob
 from django_delayq.engine.outcomes import (
     CancelOutcome,
@@ -42,7 +43,6 @@ from django_delayq.engine.outcomes import (
     QueueStats,
     Recovered,
 )
-from django_delayq.engine.replies import bad_id, shown
 from django_delayq.engine.shard_health import ERRORS, ShardHealth
 from django_delayq.engine.shard_map import ShardMap, shard_name
 
@@ -62,10 +62,6 @@ class ShardLimitError(ValueError):
 def _min(values: Iterable[int | None]) -> int | None:
     found = [v for v in values if v is not None]
     return min(found) if found else None
-
-
-def _not(ok: bool) -> bool:
-    return not ok
 
 
 def _by_id(method: _F, missed: Callable[[Any], bool]) -> _F:
@@ -201,12 +197,7 @@ class ShardedEngine(Engine):
             return self.health.run(queue, lambda: super(ShardedEngine, self).enqueue(
                 queue, jobs, now_ms))
         self.shard_queues(queue)  # the record covers every shard written to
-        jobs = list(jobs)
-        for job in jobs:  # every id checked before anything is sent, as engine.py does
-            why = bad_id(job.id)
-            if why is not None:
-                raise ValueError("job id %s: %s" % (shown(job.id), why))
-        return self._by_home(queue, jobs, lambda job: job.id, lambda name, part: super(
+        return self._by_home(queue, checked(jobs), lambda job: job.id, lambda name, part: super(
             ShardedEngine, self).enqueue(name, part, now_ms))
 
     def _by_home(self, queue: str, items: Iterable[_T], id_of: Callable[[_T], str],
@@ -271,7 +262,8 @@ class ShardedEngine(Engine):
         items = list(zip(leases, codes if codes is not None else ["s"] * len(leases)))
         return self._routed(queue, items, lambda item: item[0][0], lambda name, part: super(
             ShardedEngine, self).ack(name, [lease for lease, _ in part], holder=holder,
-                                     codes=[code for _, code in part], now_ms=now_ms), _not)
+                                     codes=[code for _, code in part], now_ms=now_ms),
+                            operator.not_)
 
     nack = _by_ids(Engine.nack, lambda f: f[0], lambda outcome: outcome == NackOutcome.LEASE_LOST)
 
@@ -294,21 +286,22 @@ class ShardedEngine(Engine):
                                                              now_ms=now_ms)
                    for name, ids in homes.items())
 
-    extend = _by_ids(Engine.extend, lambda lease: lease[0], _not)
-    release = _by_ids(Engine.release, lambda job: job.id, _not)
-    defer = _by_ids(Engine.defer, lambda lease: lease[0], _not)
+    extend = _by_ids(Engine.extend, lambda lease: lease[0], operator.not_)
+    release = _by_ids(Engine.release, lambda job: job.id, operator.not_)
+    defer = _by_ids(Engine.defer, lambda lease: lease[0], operator.not_)
+
+    def _joined(self, queue: str, call: Callable[[str], list[_T]]) -> list[_T]:
+        """The lists ``call`` returns on each working shard of ``queue``, one after another."""
+        return [item for part in self._each(self.shard_queues(queue), call) for item in part]
 
     def recover(self, queue: str, **options: Any) -> list[Recovered]:
         contact = options.pop("contact", None)
-        return [found for part in self._each(self.shard_queues(queue), lambda name: super(
-                    ShardedEngine, self).recover(
-                    name, contact=contact.part(name) if contact else None, **options))
-                for found in part]
+        return self._joined(queue, lambda name: super(ShardedEngine, self).recover(
+            name, contact=contact.part(name) if contact else None, **options))
 
     def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
-        return [job_id for part in self._each(self.shard_queues(queue), lambda name: super(
-                    ShardedEngine, self).expiring(name, within_ms, limit))
-                for job_id in part]
+        return self._joined(queue, lambda name: super(ShardedEngine, self).expiring(
+            name, within_ms, limit))
 
     # -- managing -------------------------------------------------------------------
 
@@ -323,12 +316,10 @@ class ShardedEngine(Engine):
             return super().stats(queue, now_ms)
         parts = self._each(names, lambda name: super(ShardedEngine, self).stats(
             name, now_ms))  # a shard whose node is down is left out of the counts
-        return QueueStats(
-            now_ms=parts[0].now_ms, scheduled=sum(p.scheduled for p in parts),
-            ready=sum(p.ready for p in parts), inflight=sum(p.inflight for p in parts),
-            dead=sum(p.dead for p in parts), next_due_ms=_min(p.next_due_ms for p in parts),
-            oldest_ready_ms=_min(p.oldest_ready_ms for p in parts),
-            expired_leases=sum(p.expired_leases for p in parts))
+        counts = {f: sum(getattr(p, f) for p in parts)
+                  for f in ("scheduled", "ready", "inflight", "dead", "expired_leases")}
+        return QueueStats(now_ms=parts[0].now_ms, next_due_ms=_min(p.next_due_ms for p in parts),
+                          oldest_ready_ms=_min(p.oldest_ready_ms for p in parts), **counts)
 
     def purge(self, queue: str) -> None:
         for name in reversed(self.shard_queues(queue)):  # shard 0 (the record) last
@@ -336,11 +327,8 @@ class ShardedEngine(Engine):
         self.shard_map.forget(queue)
 
     def purge_pending(self, queue: str, limit: int = 200) -> list[str]:
-        for name in self.shard_queues(queue):
-            ids = super().purge_pending(name, limit)
-            if ids:
-                return ids
-        return []
+        return next((ids for name in self.shard_queues(queue)
+                     if (ids := Engine.purge_pending(self, name, limit))), [])
 
     pause = _on_all(Engine.pause)
     resume = _on_all(Engine.resume)
@@ -360,9 +348,9 @@ class ShardedEngine(Engine):
                                   "between them; remove it or the shards" % (queue, len(names)))
         if len(names) == 1:
             super().set_queue_limit(queue, rate=rate, concurrency=concurrency, groups=groups)
-            return
-        self._each(names, lambda name: super(ShardedEngine, self).set_queue_limit(
-            name, rate=None, concurrency=None))
+        else:
+            self._each(names, lambda name: super(ShardedEngine, self).set_queue_limit(
+                name, rate=None, concurrency=None))
 
     def oldest_pending(self, queue: str) -> tuple[str, float] | None:
         heads = [head for name in self.shard_queues(queue)

@@ -470,11 +470,9 @@ local function log_starts(taken, now)
       end
     end
   end
-  if #running > 0 then call_many('ZADD', group_running, {}, running) end
-  if #starts > 0 then
-    call_many('ZADD', group_starts, {}, starts)
-    call_many('ZADD', group_expiry, {}, expiry)
-  end
+  call_many('ZADD', group_running, {}, running)  -- (no call for an empty list)
+  call_many('ZADD', group_starts, {}, starts)
+  call_many('ZADD', group_expiry, {}, expiry)
   local old = redis.call('ZRANGEBYSCORE', group_expiry, '-inf', now, 'LIMIT', 0, GROUP_TRIM)
   if #old > 0 then
     redis.call('ZREM', group_starts, unpack(old))

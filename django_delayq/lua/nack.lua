@@ -85,11 +85,9 @@ if #ids > 0 then
   line_write(line, pending, ready, ARGV[2])
   if #died > 0 then call_many('ZADD', dead, {}, died) end
 end
-local excess = redis.call('ZCARD', dead) - tonumber(ARGV[3])
-if excess > 0 then
-  local gone = redis.call('ZPOPMIN', dead, math.min(excess, 100))
-  local trimmed = {}
-  for j = 1, #gone, 2 do trimmed[#trimmed + 1] = gone[j] end
-  forget(jobs, attempts, cancel, prio, trimmed)
+local excess = math.min(redis.call('ZCARD', dead) - tonumber(ARGV[3]), 100)
+if excess > 0 then  -- the oldest dead jobs
+  forget(jobs, attempts, cancel, prio, redis.call('ZRANGE', dead, 0, excess - 1))
+  redis.call('ZREMRANGEBYRANK', dead, 0, excess - 1)
 end
 return out

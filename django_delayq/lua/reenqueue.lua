@@ -90,10 +90,8 @@ if added > 0 then
   if #groups > 0 then call_many('HSET', group, {}, groups) end  -- before line_write indexes
   line_write(line, pending, ready, ARGV[2])
   if #prios > 0 then call_many('HSET', prio, {}, prios) end
-  if #seeds > 0 then
-    call_many('HSET', attempts, {}, seeds)
-    call_many('HSET', runs, {}, offsets)
-  end
+  call_many('HSET', attempts, {}, seeds)  -- (no call for an empty list)
+  call_many('HSET', runs, {}, offsets)
   if #fresh > 0 then redis.call('HDEL', runs, unpack(fresh)) end
   call_many('ZADD', reconciled, {}, remembered)
 end
