@@ -2,22 +2,23 @@
 
 The ``Engine`` class is assembled from these groups so that each Redis concern keeps a
 module of its own; every group reaches Redis through ``client`` and names its keys with
-``keys()`` (one queue) or ``global_keys`` (every queue under the prefix), never by hand,
-and runs its scripts with ``_script`` or ``_per_item``. ``RedisOwner`` holds those few
-shared pieces (a group imports no more of the engine than the keys and the scripts).
+``keys()`` (one queue) or ``global_keys`` (every queue under the prefix), never by hand.
+``RedisOwner`` holds the client, the prefix and the clock; the methods it only declares
+``Engine`` (engine.py) provides, so a group imports no more of the engine than it uses
+itself (and this module imports none of it: it stays at the bottom of the chains).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from django_delayq.engine import scripts
-from django_delayq.engine.keys import GlobalKeys, QueueKeys
+if TYPE_CHECKING:
+    from django_delayq.engine.keys import GlobalKeys, QueueKeys
 
 
 class RedisOwner:
-    """The client, the key prefix and the server clock, and how a script is run."""
+    """The client, the key prefix and the server clock."""
 
     def __init__(self, client: Any, prefix: str = "delayq",
                  clock: Callable[[], int] | None = None) -> None:
@@ -28,19 +29,6 @@ class RedisOwner:
         self.client = client
         self.prefix = prefix
         self.clock = clock
-        self._keys: dict[str, QueueKeys] = {}
-
-    def keys(self, queue: str) -> QueueKeys:
-        """The key names of ``queue``."""
-        keys = self._keys.get(queue)
-        if keys is None:
-            keys = self._keys[queue] = QueueKeys(self.prefix, queue)
-        return keys
-
-    @property
-    def global_keys(self) -> GlobalKeys:
-        """The key names shared by every queue under this engine's prefix."""
-        return GlobalKeys(self.prefix)
 
     def time_ms(self) -> int:
         """Now on the Redis clock (ms), or the engine's ``clock``."""
@@ -55,25 +43,28 @@ class RedisOwner:
             return int(now_ms)
         return 0 if self.clock is None else int(self.clock())
 
+    def keys(self, queue: str) -> QueueKeys:
+        """The key names of ``queue``."""
+        raise NotImplementedError
+
+    @property
+    def global_keys(self) -> GlobalKeys:
+        """The key names shared by every queue under this engine's prefix."""
+        raise NotImplementedError
+
     def _run(self, name: str, keys: tuple[str, ...], args: list[Any]) -> Any:
         """Run script ``name`` (scripts.load) with ``keys`` and ``args``."""
-        return scripts.load(name)(self.client, keys, args)
+        raise NotImplementedError
 
     def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
         """Run script ``name`` on ``queue``'s keys (``extra``: keys the caller names)."""
-        return self._run(name, scripts.keys_of(name, self.keys(queue), **extra), args)
+        raise NotImplementedError
 
     def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
                   rows: Sequence[Sequence[Any]]) -> list[int]:
         """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
         of items, each with ARGV now, ``head``, then its rows; one integer per row."""
-        keys, size = scripts.keys_of(name, self.keys(queue)), scripts.BOUNDS[name].items
-        out: list[int] = []
-        for start in range(0, len(rows), size):
-            chunk = rows[start:start + size]
-            args = [self._now(now_ms), *head, *(value for row in chunk for value in row)]
-            out += [int(r) for r in self._run(name, keys, args)]
-        return out
+        raise NotImplementedError
 
     def _flags(self, name: str, queue: str, now_ms: int | None, head: list[Any],
                rows: Sequence[Sequence[Any]]) -> list[bool]:
