@@ -218,9 +218,7 @@ local function read_candidates()
   end
   for j = 1, #jump do ids[#ids + 1] = jump[j]; scores[#scores + 1] = jump_due[j] end
   local prios = {}
-  if #ids > 0 and redis.call('EXISTS', prio) == 1 then
-    prios = priorities(prio, ids)
-  end
+  if #ids > 0 and redis.call('EXISTS', prio) == 1 then prios = priorities(prio, ids) end
   unindex = lead  -- the urgent entries read, and those of the jobs leaving pending
   for j = 1, #ids do
     local id, due = ids[j], as_ms(scores[j])
@@ -229,10 +227,7 @@ local function read_candidates()
     elseif due == nil then aside(id, 'due score ' .. scores[j] .. ' is not a time', false)
     else entries[#entries + 1] = {ready_score(priority_of(prios[j]), due), id, true, due} end
   end
-  table.sort(entries, function(a, b)
-    if a[1] ~= b[1] then return a[1] < b[1] end
-    return a[2] < b[2]
-  end)
+  table.sort(entries, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
 end
 
 -- 3. choose: the `grant` lowest scores are leased, the other promoted ones become ready
@@ -314,19 +309,17 @@ end
 
 local function write_leases()
   if grouped then log_starts(slots, now) end
-  if n > 0 then
-    call_many('HSET', attempts, {}, tokens)
-    call_many('ZADD', inflight, {}, leased)
-    if rate then
-      local logged, stamp = {}, string.format('%.0f', now)
-      for j = 1, #tokens, 2 do
-        logged[#logged + 1] = stamp
-        logged[#logged + 1] = tokens[j] .. ':' .. tokens[j + 1] .. ':' .. stamp
-      end
-      call_many('ZADD', starts, {}, logged)
+  call_many('HSET', attempts, {}, tokens)  -- (no call for an empty list)
+  call_many('ZADD', inflight, {}, leased)
+  if rate then
+    local logged, stamp = {}, string.format('%.0f', now)
+    for j = 1, #tokens, 2 do
+      logged[#logged + 1] = stamp
+      logged[#logged + 1] = tokens[j] .. ':' .. tokens[j + 1] .. ':' .. stamp
     end
+    call_many('ZADD', starts, {}, logged)
+    trim_log(starts, cutoff, TRIM)
   end
-  if rate then trim_log(starts, cutoff, TRIM) end
   if record and nonce ~= '' and n > 0 then
     local rec = {nonce, '|'}
     for j = 1, #claimed, 5 do
@@ -394,13 +387,6 @@ end
 -- then due time); a group goes to the end of the rotation, or leaves it when it has no
 -- job left. An entry whose job left ready (or is there under another score), or a group
 -- without entries, is dropped: at most SKIPS per call, and at most ROUNDS rounds.
-local function turn_of(g, e, quota, picked, turns, done)
-  local k = math.min(quota, #e)
-  for i = 1, k do picked[#picked + 1] = {e[i], #g} end
-  if #e > k then turns[#turns + 1] = g else done[#done + 1] = g end
-  return k
-end
-
 local function keep_valid(picked)
   local ids, members, off = {}, {}, {}
   for j, m in ipairs(picked) do ids[j] = string.sub(m[1], m[2] + 18); members[j] = m[1] end
@@ -435,7 +421,8 @@ local function unpaused(gs)
 end
 
 -- A group of a round whose limit leaves it no room goes to group_held (out of the
--- rotation: `off`); else its share, at most its room.
+-- rotation: `off`); else its share, at most its room, is picked (`picked`: {member, #g})
+-- and it goes to the end of the rotation (`turns`), or leaves it with no job left (`done`).
 local function serve(g, per, quota, picked, turns, done, off, holds)
   local e = group_entries(g, per + 1)
   if #e == 0 then done[#done + 1] = g; return 0, 1 end  -- a group left without entries
@@ -445,7 +432,9 @@ local function serve(g, per, quota, picked, turns, done, off, holds)
     glim.refused = glim.refused + 1
     return 0, 1
   end
-  local k = turn_of(g, e, math.min(per, quota, room or quota), picked, turns, done)
+  local k = math.min(per, quota, room or quota, #e)
+  for i = 1, k do picked[#picked + 1] = {e[i], #g} end
+  if #e > k then turns[#turns + 1] = g else done[#done + 1] = g end
   glim.used[g] = (glim.used[g] or 0) + k
   return k, 0
 end
