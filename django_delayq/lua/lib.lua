@@ -514,10 +514,8 @@ end
 
 local function new_line(pending, ready, no_urgent)
   local head = pending_head(pending)
-  local first = nil
-  if head[2] then first = tonumber(head[2]) or -math.huge end
-  local line = {head = head[1], first = first, to_pending = {}, to_ready = {},
-                to_urgent = {}, earliest = nil, urgent_earliest = nil}
+  local first = head[2] and (tonumber(head[2]) or -math.huge)  -- nil: pending is empty
+  local line = {head = head[1], first = first, to_pending = {}, to_ready = {}, to_urgent = {}}
   if not no_urgent then
     line.urgent_first = tonumber(pending_head(urgent)[2])
     line.idle = queue_idle()

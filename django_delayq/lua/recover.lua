@@ -85,7 +85,7 @@ local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
 local prios = priorities(prio, ids)
 local line = new_line(pending, ready)
 local slot_gs = slot_groups(ids)
-local gone, dropped, died, reset, results = {}, {}, {}, {}, {}
+local gone, died, reset, results = {}, {}, {}, {}  -- gone: forgotten (poison, cancelled)
 for j, id in ipairs(ids) do
   local why = bad_id(id)
   if why then
@@ -101,7 +101,7 @@ for j, id in ipairs(ids) do
     local started = marked[j] and string.match(marked[j], '^(%d+) ') == string.format('%.0f', n)
     local outcome
     if cancelled[j] == 1 then
-      dropped[#dropped + 1] = id
+      gone[#gone + 1] = id
       outcome = 3
     elseif not started and streak < UNSTARTED_MAX then
       k = math.min(k + 1, n)  -- this delivery's token is not an attempt (none: no token)
@@ -130,7 +130,7 @@ for j, id in ipairs(ids) do
     results[#results + 1] = id; results[#results + 1] = outcome; results[#results + 1] = n
   end
 end
-out[2] = #gone + #reset
+out[2] = (#out - 2) / 3  -- the entries set aside
 -- writes: everything above was only read
 redis.call('ZREM', inflight, unpack(ids))
 local woke = free_slots(ids, slot_gs)  -- told below
@@ -139,7 +139,6 @@ if #reset > 0 then
   redis.call('HDEL', attempts, unpack(reset))
   redis.call('HDEL', runs, unpack(reset))
 end
-forget(jobs, attempts, cancel, prio, dropped)
 if #marks > 0 then call_many('HSET', runs, {}, marks) end
 if #died > 0 then redis.call('ZADD', dead, unpack(died)) end
 if line.earliest ~= nil then
