@@ -220,21 +220,19 @@ class ShardedEngine(Engine):
         want = max(1, min(limit, MAX_BATCH))
         start = self.shard_map.turn(queue, len(names))
         results: list[ClaimResult] = []
-        skipped: list[str] = []
-        errors: list[BaseException] = []
+        skipped: dict[str, BaseException] = {}  # shard -> its error
         for step in range(len(names)):
-            if sum(len(r.jobs) for r in results) >= want:
+            left = want - sum(len(r.jobs) for r in results)
+            if left <= 0:
                 break
             name = names[(start + step) % len(names)]
-            left = want - sum(len(r.jobs) for r in results)
             try:
                 results.append(self.health.run(name, lambda: super(ShardedEngine, self).claim(
                     name, left, lease_ms, now_ms)))  # noqa: B023
             except ERRORS as exc:
-                errors.append(exc)
-                skipped.append(name)
+                skipped[name] = exc
         if not results:
-            raise errors[0]
+            raise next(iter(skipped.values()))
         merged = self._merged(queue, results,
                               complete=len(results) + len(skipped) == len(names))
         if not skipped:
