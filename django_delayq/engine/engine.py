@@ -130,12 +130,11 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         set them aside already): out of every place of the queue, with a WARNING."""
         k = self.keys(queue)
         pipe = self.client.pipeline(transaction=True)
-        for raw in raw_ids:
-            for placed in (k.pending, k.ready, k.inflight):
-                pipe.zrem(placed, raw)
-            for known in (k.jobs, k.attempts, k.prio, k.group):
-                pipe.hdel(known, raw)
-            pipe.srem(k.cancel, raw)
+        for placed in (k.pending, k.ready, k.inflight):
+            pipe.zrem(placed, *raw_ids)
+        for known in (k.jobs, k.attempts, k.prio, k.group):
+            pipe.hdel(known, *raw_ids)
+        pipe.srem(k.cancel, *raw_ids)
         pipe.execute()
         out = [SetAside(id=replies.escaped(raw), reason=why, removed=True) for raw in raw_ids]
         self._log_aside(queue, "decoding", out)

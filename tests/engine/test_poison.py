@@ -371,6 +371,33 @@ def test_a_damaged_event_stream_never_fails_the_flush(engine: Engine,
     engine.client.delete(key)
 
 
+def test_a_reply_item_python_cannot_decode_is_removed_from_every_place(
+        engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    """The scripts set such an id aside themselves; one a reply carries all the same is
+    removed from the queue's places by the reply's decoding, with a WARNING, and the other
+    items of the reply are decoded."""
+    raw = b"j\xff"
+    healthy(engine, "a")
+    k, c = engine.keys("q"), engine.client
+    for key in (k.pending, k.ready, k.inflight):
+        c.zadd(key, {raw: NOW})
+    for key in (k.jobs, k.attempts, k.prio, k.group):
+        c.hset(key, raw, "1")
+    c.sadd(k.cancel, raw)
+    reply = [NOW, 0, raw, 1, 2, b"a", 1, 1]
+    with caplog.at_level(logging.WARNING):
+        found, aside, start = engine._decoded(
+            "q", "recover", reply, 1, 3, lambda r: (r[0].decode(), int(r[1])))
+    assert (found, start) == ([("a", 1)], 2)
+    assert [(a.id, a.reason, a.removed) for a in aside] == [
+        ("j\\xff", "recovered id could not be decoded", True)]
+    assert "set aside job b'j\\xff'" in caplog.text
+    assert [key for key in (k.pending, k.ready, k.inflight) if c.zscore(key, raw)] == []
+    assert [key for key in (k.jobs, k.attempts, k.prio, k.group) if c.hexists(key, raw)] == []
+    assert not c.sismember(k.cancel, raw)
+    assert c.zscore(k.ready, "a") is not None  # the healthy job stays where it was
+
+
 def test_an_envelope_that_is_not_utf8_is_set_aside(redis_target) -> None:  # type: ignore[no-untyped-def]
     """Even a client decoding every reply (decode_responses) never meets it."""
     client = redis_target(decode_responses=True)
