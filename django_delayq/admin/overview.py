@@ -1,7 +1,6 @@
-"""What the queues page and the live dashboard show from Redis, read through the engine
-and core APIs only: per queue its counts (``Engine.stats``), next due time, paused state
-(``paused_queues``) and limit (``Engine.queue_limit``); the workers of the registry
-(``Engine.workers``) with the jobs they run. The callable limits come from
+"""What the queues page and the live dashboard show from Redis, in their own rows: per
+queue its counts, next due time, paused state and limit; the workers of the registry with
+the jobs they run (all read by ``observe.redis_state``). The callable limits come from
 ``observe.limit_usage.callable_limits``.
 
 A worker's info entry is JSON any process with access to Redis could have written: each
@@ -15,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from django_delayq.core.queues import known_queues, paused_queues
-from django_delayq.observe import holding
+from django_delayq.core.queues import known_queues
+from django_delayq.observe import holding, redis_state
 from django_delayq.observe.limit_usage import describe_limit
 
 if TYPE_CHECKING:
@@ -65,46 +64,35 @@ class WorkerRow:
 
 
 def queue_rows(engine: Engine, settings: Settings) -> list[QueueRow]:
-    """One row per known queue (``QUEUES`` and ``QUEUE_OPTIONS``): one stats script and
-    one limit read each."""
-    paused = set(paused_queues())
-    rows = []
-    for queue in known_queues(settings):
-        st = engine.stats(queue)
-        limit = engine.queue_limit(queue)
-        rows.append(QueueRow(
-            queue=queue, due_now=st.ready, scheduled=st.scheduled, inflight=st.inflight,
-            dead=st.dead, next_due_ms=st.next_due_ms, paused=queue in paused,
-            limit="" if limit is None else describe_limit(limit.rate, limit.concurrency)))
-    return rows
+    """One row per known queue (``QUEUES`` and ``QUEUE_OPTIONS``)."""
+    return [_queue_row(q) for q in redis_state.queues(engine, known_queues(settings))]
+
+
+def _queue_row(q: redis_state.QueueState) -> QueueRow:
+    st, limit = q.stats, q.limit
+    return QueueRow(queue=q.queue, due_now=st.ready, scheduled=st.scheduled, inflight=st.inflight,
+                    dead=st.dead, next_due_ms=st.next_due_ms, paused=q.paused,
+                    limit="" if limit is None else describe_limit(limit.rate, limit.concurrency))
 
 
 def _text(value: object) -> str:
     return value[:TEXT_CHARS] if isinstance(value, str) else ""
 
 
-def _jobs(raw: object, now_ms: float) -> list[RunningJob]:
-    return [RunningJob(id=_text(job["id"]), queue=_text(job.get("queue")),
-                       callable=_text(job.get("callable")), age_s=age)
-            for job, age in holding.running_jobs(raw, now_ms) if job["id"]]
-
-
 def worker_rows(engine: Engine) -> list[WorkerRow]:
     """Every registered worker, most recent heartbeat first, with its running jobs."""
-    now_ms = engine.time_ms()
-    rows = []
-    for entry in reversed(engine.workers()):
-        info, error = holding.parse_info(entry.info)
-        malformed = bool(error or entry.info_bytes_unread)  # not JSON, or over the read limit
-        info = {} if malformed else info  # then none of its fields is shown
-        rows.append(WorkerRow(id=_text(entry.id), host=_text(info.get("host")),
-                              pid=holding.integer(info.get("pid")),
-                              processes=holding.integer(info.get("processes")),
-                              heartbeat_age_s=max(0.0, (now_ms - entry.beat_ms) / 1000),
-                              running=holding.count(info, holding.RUNNING_FIELD),
-                              prefetched=holding.count(info, holding.PREFETCHED_FIELD),
-                              jobs=_jobs(info.get("jobs"), now_ms), malformed=malformed))
-    return rows
+    return [_worker_row(w) for w in reversed(redis_state.workers(engine))]
+
+
+def _worker_row(w: redis_state.WorkerState) -> WorkerRow:
+    """An info entry not a worker's JSON, or over the read limit, shows none of its fields."""
+    jobs = [RunningJob(id=_text(job["id"]), queue=_text(job.get("queue")),
+                       callable=_text(job.get("callable")), age_s=age)
+            for job, age in w.jobs if job["id"]]
+    return WorkerRow(id=_text(w.id), host=_text(w.info.get("host")),
+                     pid=holding.integer(w.info.get("pid")), processes=w.processes,
+                     heartbeat_age_s=w.heartbeat_age_s, running=w.running,
+                     prefetched=w.prefetched, jobs=jobs, malformed=w.error is not None)
 
 
 def held(queues: list[QueueRow], workers: list[WorkerRow]) -> holding.Holding:

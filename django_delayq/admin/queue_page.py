@@ -6,9 +6,10 @@ groups.
 Seeing the page needs ``django_delayq.view_job``; pausing and resuming need
 ``pause_queue``, purging ``purge_queue`` (a confirmation box must be ticked: purging
 cancels every job waiting in the queue). Actions are POST (CSRF-checked by the admin),
-call the core API (``pause_queue``, ``resume_queue``, ``purge_queue``) and are written to
-the admin's log. The same buttons with a group given act on that group of the queue
-(``pause_group``, ``resume_group``, ``purge_group``), behind the same permissions. A
+call the core API (``core.queue_controls.control``: ``pause_queue``, ``resume_queue``,
+``purge_queue``) and are written to the admin's log. The same buttons with a group
+given act on that group of the queue (``pause_group``, ``resume_group``,
+``purge_group``), behind the same permissions. A
 group's limits (docs/groups.md, "Limits") are set or lifted with ``set_group_limit`` and
 ``clear_group_limit`` (the ``change_grouplimit`` permission), written to the log too; the
 page lists each queue's group defaults and overrides.
@@ -30,11 +31,10 @@ from redis.exceptions import RedisError
 
 from django_delayq.admin import display, overview
 from django_delayq.admin.action_log import log_queue
-from django_delayq.core import group_limits
-from django_delayq.core import queues as controls
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.queues import known_queues, purge_queue_report
+from django_delayq.core.queue_controls import control
+from django_delayq.core.queues import known_queues
 from django_delayq.exceptions import DelayQError
 from django_delayq.observe.limit_usage import callable_limits, group_limit_text, queue_group_limits
 
@@ -100,43 +100,37 @@ def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
     return text, messages.SUCCESS if changed else messages.INFO
 
 
-TOGGLES = {  # op: (on a queue, on one group of it, the message if changed, if not)
-    "pause": (controls.pause_queue, controls.pause_group, gettext_lazy("Paused %s."),
-              gettext_lazy("%s was already paused.")),
-    "resume": (controls.resume_queue, controls.resume_group, gettext_lazy("Resumed %s."),
-               gettext_lazy("%s was not paused.")),
-    "unlimit": (None, group_limits.clear_group_limit,
-                gettext_lazy("%s back to the queue's group limits."),
+TOGGLES = {  # op: the message if it changed something, if not
+    "pause": (gettext_lazy("Paused %s."), gettext_lazy("%s was already paused.")),
+    "resume": (gettext_lazy("Resumed %s."), gettext_lazy("%s was not paused.")),
+    "unlimit": (gettext_lazy("%s back to the queue's group limits."),
                 gettext_lazy("%s had no limits of its own.")),
 }
 
 
 def _perform(op: str, queue: str, group: str | None, form: Any) -> tuple[str, bool]:
-    """Call the core API on ``queue``, or on its ``group``; the message for the operator
-    and whether anything changed (``InvalidJob`` names a bad group id or limit)."""
-    what = _("queue %s") % queue if group is None else _(
-        "group %(group)s of queue %(queue)s") % {"group": group, "queue": queue}
-    if op in TOGGLES:
-        on_queue, on_group, done, not_done = TOGGLES[op]
-        changed = on_queue(queue) if group is None else on_group(queue, group)  # type: ignore[misc]
-        return capfirst((done if changed else not_done) % what), changed
-    if op == "purge" and group is None:
-        report = purge_queue_report(queue)
-        return _("Purged %(what)s: %(count)d waiting jobs cancelled; %(ticks)d schedule "
-                 "ticks kept.") % {"what": what, "count": report.removed,
-                                   "ticks": report.ticks_kept}, report.removed > 0
-    if op == "purge":
-        count = controls.purge_group(queue, str(group))
-        return _("Purged %(what)s: %(count)d waiting jobs cancelled.") % {
-            "what": what, "count": count}, count > 0
-    raw = form.get("concurrency", "").strip()
+    """Perform ``op`` on ``queue``, or on its ``group``; the message for the operator and
+    whether anything changed (``InvalidJob`` names a bad group id or limit)."""
+    raw = form.get("concurrency", "").strip()  # limit's
     concurrency: Any = None  # a text that is no integer goes to the API, refused naming it
     if raw:
         concurrency = int(raw) if raw.isdecimal() else raw  # isdigit() lets "²" through
-    got = group_limits.set_group_limit(queue, str(group), concurrency=concurrency,
-                                       rate_limit=form.get("rate_limit", "").strip() or None)
-    return _("Limited %(what)s: %(limits)s.") % {"what": what, "limits": group_limit_text(
-        got.concurrency, got.rate_limit, _("default"))}, True
+    done = control(op, queue, group, concurrency=concurrency,
+                   rate_limit=form.get("rate_limit", "").strip() or None)
+    what = _("queue %s") % queue if group is None else _(
+        "group %(group)s of queue %(queue)s") % {"group": group, "queue": queue}
+    if op in TOGGLES:
+        if_changed, if_not = TOGGLES[op]
+        return capfirst((if_changed if done.changed else if_not) % what), done.changed
+    if done.limits is not None:
+        return _("Limited %(what)s: %(limits)s.") % {"what": what, "limits": group_limit_text(
+            done.limits.concurrency, done.limits.rate_limit, _("default"))}, done.changed
+    if group is None:
+        return _("Purged %(what)s: %(count)d waiting jobs cancelled; %(ticks)d schedule "
+                 "ticks kept.") % {"what": what, "count": done.removed,
+                                   "ticks": done.ticks_kept}, done.changed
+    return _("Purged %(what)s: %(count)d waiting jobs cancelled.") % {
+        "what": what, "count": done.removed}, done.changed
 
 
 def _group_limits(settings: Settings) -> list[tuple[str, str, str]]:

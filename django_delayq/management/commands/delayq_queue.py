@@ -28,18 +28,19 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
 
-from django_delayq.core import group_limits, queues
+from django_delayq.core import queues
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.group_limits import GroupOverride
 from django_delayq.core.limits import rate_text
+from django_delayq.core.queue_controls import CONTROLS, Control, control
 from django_delayq.exceptions import InvalidJob
 from django_delayq.management.command_options import usage_error
 from django_delayq.management.commands.delayq_status import printable
 from django_delayq.observe.limit_usage import group_limit_text, queue_group_limits
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
-ACTIONS = ("pause", "resume", "purge", "limit", "unlimit", "list")
+ACTIONS = (*CONTROLS, "list")
 
 
 class Command(BaseCommand):
@@ -107,29 +108,10 @@ class Command(BaseCommand):
         or unlimit that group."""
         group = options["group"]
         for queue in names:
-            if action == "pause":
-                changed = queues.pause_queue(queue) if group is None else queues.pause_group(
-                    queue, group)
-                done = "paused" if changed else "already paused"
-            elif action == "resume":
-                changed = queues.resume_queue(queue) if group is None else queues.resume_group(
-                    queue, group)
-                done = "resumed" if changed else "was not paused"
-            elif action == "limit":
-                done = "limited to %s" % _override_text(group_limits.set_group_limit(
-                    queue, group, concurrency=options["concurrency"], rate_limit=options["rate"]))
-            elif action == "unlimit":
-                done = "back to the queue's group limits" if group_limits.clear_group_limit(
-                    queue, group) else "had no limits of its own"
-            elif group is None:
-                report = queues.purge_queue_report(queue)
-                done = ("purged %d waiting job(s); their rows are cancelled; kept %d schedule "
-                        "tick(s) waiting" % (report.removed, report.ticks_kept))
-            else:
-                done = "purged: %d waiting job(s); their rows are cancelled" % (
-                    queues.purge_group(queue, group))
+            done = control(action, queue, group, concurrency=options["concurrency"],
+                           rate_limit=options["rate"])
             where = "%s:" % queue if group is None else "%s: group %s" % (queue, group)
-            self.stdout.write("%s %s" % (where, done))
+            self.stdout.write("%s %s" % (where, _said(action, group, done)))
 
     def _list(self, names: list[str], settings: Settings) -> None:
         engine = get_engine()
@@ -160,6 +142,25 @@ class Command(BaseCommand):
             if overrides:
                 self.stdout.write("%s: group limits: %s" % (queue, ", ".join(
                     "%s (%s)" % (o.group, _override_text(o)) for o in overrides)))
+
+
+TOGGLED = {  # action: what it did if it changed something, if not
+    "pause": ("paused", "already paused"),
+    "resume": ("resumed", "was not paused"),
+    "unlimit": ("back to the queue's group limits", "had no limits of its own"),
+}
+
+
+def _said(action: str, group: str | None, done: Control) -> str:
+    if action in TOGGLED:
+        if_changed, if_not = TOGGLED[action]
+        return if_changed if done.changed else if_not
+    if done.limits is not None:
+        return "limited to %s" % _override_text(done.limits)
+    if group is None:
+        return ("purged %d waiting job(s); their rows are cancelled; kept %d schedule "
+                "tick(s) waiting" % (done.removed, done.ticks_kept))
+    return "purged: %d waiting job(s); their rows are cancelled" % done.removed
 
 
 def _override_text(o: GroupOverride) -> str:

@@ -2,12 +2,12 @@
 with their processes and running jobs; ``--watch``, ``--json``, ``--follow`` (tail the
 event stream of every worker).
 
-Reads only, through the engine: ``Engine.stats`` per queue (one atomic script each),
-``Engine.oldest_pending`` (the head of the queue's pending ZSET: the oldest overdue
-job), ``Engine.paused`` and ``Engine.queue_limit`` (the queue limits the workers wrote),
-``Engine.limit_state`` for each callable of ``DELAYQ['CALLABLE_LIMITS']``,
-``Engine.workers`` (the workers registry: heartbeat and JSON info of each, with the jobs
-each runs) and the event stream (``Engine.last_events``, ``Engine.read_events``).
+Reads only, through the engine: the queues' counts, paused state and limits and the
+workers registry (heartbeat and JSON info of each, with the jobs each runs) as
+``observe.redis_state`` reads them, ``Engine.oldest_pending`` (the head of the queue's
+pending ZSET: the oldest overdue job), ``Engine.limit_state`` for each callable of
+``DELAYQ['CALLABLE_LIMITS']`` and the event stream (``Engine.last_events``,
+``Engine.read_events``).
 
 Whatever it prints came from Redis, where any process with access can write anything:
 an entry that is not what a worker writes (invalid JSON, a list, a number where a list
@@ -37,7 +37,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import holding as hold
-from django_delayq.observe import limit_usage
+from django_delayq.observe import limit_usage, redis_state
 from django_delayq.observe.limit_usage import describe_limit
 
 if TYPE_CHECKING:
@@ -119,45 +119,30 @@ class Status:
     holding: hold.Holding | None = None  # in flight = running + prefetched + settling
 
 
-def queue_status(engine: Engine, queue: str, paused: bool = False, waiting: int = 0
+def queue_status(engine: Engine, state: redis_state.QueueState, waiting: int = 0
                  ) -> QueueStatus:
-    st = engine.stats(queue)
-    limit = engine.queue_limit(queue)
-    head = engine.oldest_pending(queue) if st.ready else None  # (job id, due ms)
+    st, limit = state.stats, state.limit
+    head = engine.oldest_pending(state.queue) if st.ready else None  # (job id, due ms)
     return QueueStatus(
-        queue=queue, scheduled=st.scheduled, ready=st.ready, inflight=st.inflight,
+        queue=state.queue, scheduled=st.scheduled, ready=st.ready, inflight=st.inflight,
         dead=st.dead, expired_leases=st.expired_leases, next_due=_iso(st.next_due_ms),
         next_due_in_s=None if st.next_due_ms is None else (st.next_due_ms - st.now_ms) / 1000,
         oldest_overdue_id=head[0] if head else None,
         oldest_overdue_s=max(0.0, (st.now_ms - head[1]) / 1000) if head else None,
-        paused=paused, waiting=waiting, limit=None if limit is None else {
+        paused=state.paused, waiting=waiting, limit=None if limit is None else {
             "rate": None if limit.rate is None else list(limit.rate),
             "concurrency": limit.concurrency})
 
 
-def worker_statuses(engine: Engine, stale_after_s: float) -> list[WorkerStatus]:
-    now_ms = engine.time_ms()
-    out = []
-    for worker in engine.workers():
-        info, error = hold.parse_info(worker.info)
-        if worker.info_bytes_unread:
-            error = "%d bytes, over the registry's read limit: not read" % (
-                worker.info_bytes_unread)
-        age = max(0.0, (now_ms - worker.beat_ms) / 1000)
-        out.append(WorkerStatus(id=worker.id, heartbeat_age_s=round(age, 3),
-                                stale=age > stale_after_s, info=info, info_error=error,
-                                processes=hold.integer(info.get("processes")),
-                                jobs=running_jobs(info.get("jobs"), now_ms)))
-    return out
-
-
-def running_jobs(raw: object, now_ms: float) -> list[RunningJob]:
-    """The ``jobs`` of a worker's info (``id``, ``queue``, ``callable``, ``started_ms``),
-    each with its age; entries that are not such objects are skipped."""
-    return [RunningJob(id=item["id"], queue=_s(item.get("queue", "")),
-                       callable=_s(item.get("callable", "")),
-                       age_s=None if age is None else round(age, 3))
-            for item, age in hold.running_jobs(raw, now_ms)]
+def worker_status(worker: redis_state.WorkerState, stale_after_s: float) -> WorkerStatus:
+    beat_age = worker.heartbeat_age_s
+    return WorkerStatus(id=worker.id, heartbeat_age_s=round(beat_age, 3),
+                        stale=beat_age > stale_after_s, info=worker.info,
+                        info_error=worker.error, processes=worker.processes,
+                        jobs=[RunningJob(id=item["id"], queue=_s(item.get("queue", "")),
+                                         callable=_s(item.get("callable", "")),
+                                         age_s=None if age is None else round(age, 3))
+                              for item, age in worker.jobs])
 
 
 def waiting_counts(queues: list[str]) -> dict[str, int]:
@@ -185,15 +170,16 @@ def with_progress(workers: list[WorkerStatus]) -> list[WorkerStatus]:
 
 
 def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
-    paused = engine.paused(queues)
+    states = redis_state.queues(engine, queues)
     waiting = waiting_counts(queues)
-    stats = [queue_status(engine, q, q in paused, waiting.get(q, 0)) for q in queues]
-    workers = with_progress(worker_statuses(engine, settings.lease_seconds))
-    held = hold.split(sum(q.inflight for q in stats), (
-        (hold.count(w.info, hold.RUNNING_FIELD),
-         hold.count(w.info, hold.PREFETCHED_FIELD)) for w in workers))
+    workers = redis_state.workers(engine)
+    held = hold.split(sum(q.stats.inflight for q in states),
+                      ((w.running, w.prefetched) for w in workers))
     return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
-                  queues=stats, workers=workers, paused=paused,
+                  queues=[queue_status(engine, q, waiting.get(q.queue, 0)) for q in states],
+                  workers=with_progress([worker_status(w, settings.lease_seconds)
+                                         for w in workers]),
+                  paused=[q.queue for q in states if q.paused],
                   callable_limits=limit_usage.callable_limits(engine, settings),
                   groups=limit_usage.busiest(engine, queues),
                   schedules=periodic.status_rows(), holding=held)
