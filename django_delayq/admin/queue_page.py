@@ -87,9 +87,7 @@ def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
             return _("Tick the box to confirm purging group %(group)r of %(queue)s.") % {
                 "group": group, "queue": queue}, messages.WARNING
         return _("Tick the box to confirm purging %s.") % queue, messages.WARNING
-    if op in ("limit", "unlimit"):  # as typed, as the API and delayq_queue take it
-        group = group or ""  # (a group id may hold spaces)
-    try:  # a blank group is refused, never taken for the whole queue
+    try:  # a group as typed (it may hold spaces); a blank one is refused
         text, changed = _perform(op, queue, group, request.POST)
     except (DelayQError, RedisError) as exc:
         logger.warning("queue %s: %s failed: %s", queue, op, exc)

@@ -27,9 +27,10 @@ class Control:
 
 def control(op: str, queue: str, group: str | None = None, *, concurrency: int | None = None,
             rate_limit: str | None = None) -> Control:
-    """Perform ``op`` (one of ``CONTROLS``) on ``queue``, or on its ``group``; limit and
-    unlimit act on a group only, limit with ``concurrency`` and ``rate_limit``. An
-    ``InvalidJob`` names a bad queue, group, limit or operation."""
+    """Perform ``op`` (one of ``CONTROLS``) on ``queue``, or on its ``group`` (a group id
+    as typed: a blank one is refused, never taken for the whole queue); limit and unlimit
+    act on a group only, limit with ``concurrency`` and ``rate_limit``. An ``InvalidJob``
+    names a bad queue, group, limit or operation."""
     if op in TOGGLES:
         on_queue, on_group = TOGGLES[op]
         return Control(changed=on_queue(queue) if group is None else on_group(queue, group))
@@ -40,10 +41,9 @@ def control(op: str, queue: str, group: str | None = None, *, concurrency: int |
         report = queues.purge_queue_report(queue)
         return Control(changed=report.removed > 0, removed=report.removed,
                        ticks_kept=report.ticks_kept)
-    if op == "unlimit" and group is not None:
-        return Control(changed=group_limits.clear_group_limit(queue, group))
-    if op == "limit" and group is not None:
+    if op == "unlimit":  # a group's only: none given is refused as a blank one
+        return Control(changed=group_limits.clear_group_limit(queue, group or ""))
+    if op == "limit":
         return Control(changed=True, limits=group_limits.set_group_limit(
-            queue, group, concurrency=concurrency, rate_limit=rate_limit))
-    raise InvalidJob("%r of queue %r: the controls are %s (limit and unlimit: of a group)"
-                     % (op, queue, ", ".join(CONTROLS)))
+            queue, group or "", concurrency=concurrency, rate_limit=rate_limit))
+    raise InvalidJob("unknown control %r; the controls are %s" % (op, ", ".join(CONTROLS)))

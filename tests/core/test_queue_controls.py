@@ -1,4 +1,5 @@
-"""Queue controls: pause_queue / resume_queue / paused_queues / purge_queue, and
+"""Queue controls: pause_queue / resume_queue / paused_queues / purge_queue, the one
+control the admin and the command perform (``core.queue_controls``), and
 ``manage.py delayq_queue`` (exit codes 0, 1, 2), on a real Redis with a real worker."""
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import django_delayq
 from django_delayq import InvalidJob, pause_queue, paused_queues, purge_queue, resume_queue
 from django_delayq.core.api import JobSpec, schedule, schedule_many
 from django_delayq.core.connection import get_engine
+from django_delayq.core.group_limits import GroupOverride
+from django_delayq.core.queue_controls import Control, control
 from django_delayq.management.commands.delayq_queue import rate_text
 from django_delayq.models import Job, JobStatus
 from tests import jobs
@@ -55,10 +58,30 @@ def test_a_paused_queue_accepts_jobs_keeps_due_times_and_runs_them_after_resume(
 
 
 def test_unknown_queues_are_refused_by_name(dq) -> None:  # type: ignore[no-untyped-def]
-    for control in (pause_queue, resume_queue, purge_queue):
+    for each in (pause_queue, resume_queue, purge_queue):
         with pytest.raises(InvalidJob, match="unknown queue 'nope'"):
-            control("nope")
+            each("nope")
     assert paused_queues() == []
+
+
+def test_one_control_of_a_queue_or_group_says_what_it_did(dq) -> None:  # type: ignore[no-untyped-def]
+    """``core.queue_controls.control``: what the queues page and delayq_queue perform."""
+    assert control("pause", "default") == Control(changed=True)
+    assert control("pause", "default") == Control(changed=False)
+    assert control("resume", "default") == Control(changed=True)
+    assert control("resume", "default", "acme") == Control(changed=False)  # a group's
+    schedule(jobs.noop, delay=3600)
+    schedule(jobs.noop, group="acme", delay=3600)
+    assert control("purge", "default", "acme") == Control(changed=True, removed=1)
+    assert control("purge", "default") == Control(changed=True, removed=1, ticks_kept=0)
+    assert control("limit", "default", "acme", concurrency=2) == Control(
+        changed=True, limits=GroupOverride(queue="default", group="acme", concurrency=2))
+    assert control("unlimit", "default", "acme") == Control(changed=True)
+    for op, group, message in (("limit", None, "group must be a string"),
+                               ("unlimit", "", "group must be a string"),
+                               ("drain", None, "unknown control 'drain'")):
+        with pytest.raises(InvalidJob, match=message):
+            control(op, "default", group)
 
 
 def test_purge_cancels_the_waiting_jobs_rows_in_batches_and_leaves_running_ones(dq) -> None:  # type: ignore[no-untyped-def]

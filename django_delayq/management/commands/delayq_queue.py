@@ -37,6 +37,7 @@ from django_delayq.core.queue_controls import CONTROLS, Control, control
 from django_delayq.exceptions import InvalidJob
 from django_delayq.management.command_options import usage_error
 from django_delayq.management.commands.delayq_status import printable
+from django_delayq.observe import redis_state
 from django_delayq.observe.limit_usage import group_limit_text, queue_group_limits
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
@@ -115,15 +116,14 @@ class Command(BaseCommand):
 
     def _list(self, names: list[str], settings: Settings) -> None:
         engine = get_engine()
-        paused = set(engine.paused(names))
         header = ("queue", "state", "due now", "scheduled", "in flight", "dead", "rate",
                   "concurrency", "timeout")
         lines = [header]
-        for queue in names:
-            st = engine.stats(queue)
-            rate, concurrency = settings.queue_limit(queue)
+        for state in redis_state.queues(engine, names):
+            queue, st = state.queue, state.stats
+            rate, concurrency = settings.queue_limit(queue)  # as set, not as the workers wrote
             timeout = settings.timeout_for(queue, None)
-            lines.append((queue, "paused" if queue in paused else "active", str(st.ready),
+            lines.append((queue, "paused" if state.paused else "active", str(st.ready),
                           str(st.scheduled), str(st.inflight), str(st.dead), rate_text(rate),
                           "-" if concurrency is None else str(concurrency),
                           "-" if timeout is None else "%gs" % timeout))
