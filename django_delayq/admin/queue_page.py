@@ -9,10 +9,10 @@ cancels every job waiting in the queue). Actions are POST (CSRF-checked by the a
 call the core API (``core.queue_controls.control``: ``pause_queue``, ``resume_queue``,
 ``purge_queue``) and are written to the admin's log. The same buttons with a group
 given act on that group of the queue (``pause_group``, ``resume_group``,
-``purge_group``), behind the same permissions. A
-group's limits (docs/groups.md, "Limits") are set or lifted with ``set_group_limit`` and
-``clear_group_limit`` (the ``change_grouplimit`` permission), written to the log too; the
-page lists each queue's group defaults and overrides.
+``purge_group``), behind the same permissions. A group's limits (docs/groups.md,
+"Limits") are set or lifted with ``set_group_limit`` and ``clear_group_limit`` (the
+``change_grouplimit`` permission), written to the log too; the page lists each queue's
+group defaults and overrides.
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ TOGGLES = {  # op: the message if it changed something, if not
 def _perform(op: str, queue: str, group: str | None, form: Any) -> tuple[str, bool]:
     """Perform ``op`` on ``queue``, or on its ``group``; the message for the operator and
     whether anything changed (``InvalidJob`` names a bad group id or limit)."""
-    raw = form.get("concurrency", "").strip()  # limit's
+    raw = form.get("concurrency", "").strip()  # sent by the limit form
     concurrency: Any = None  # a text that is no integer goes to the API, refused naming it
     if raw:
         concurrency = int(raw) if raw.isdecimal() else raw  # isdigit() lets "²" through

@@ -39,9 +39,9 @@ class WorkerState:
     heartbeat_age_s: float
     info: dict[str, Any]  # {} when the entry is absent or ``error`` says why it was not used
     error: str | None
-    processes: int | None  # each figure None when the info lacks it
-    running: int | None  # holding: running + prefetched + settling = in flight
-    prefetched: int | None
+    processes: int | None  # each figure None when the info has no such count
+    running: int | None  # jobs a thread runs now (observe/holding.py)
+    prefetched: int | None  # claimed, no thread yet
     jobs: list[tuple[dict[str, Any], float | None]]  # running: its entry, its age in seconds
 
 
@@ -55,7 +55,7 @@ def workers(engine: Engine) -> list[WorkerState]:
     now_ms = engine.time_ms()
     out = []
     for entry in engine.workers():
-        info, error = holding.parse_info(entry.info)  # None when unread: {}
+        info, error = holding.parse_info(entry.info)  # absent or not read: {}
         if entry.info_bytes_unread:
             error = "%d bytes, over the registry's read limit: not read" % (
                 entry.info_bytes_unread)
