@@ -172,11 +172,10 @@ def with_progress(workers: list[WorkerStatus]) -> list[WorkerStatus]:
 def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
     states = redis_state.queues(engine, queues)
     waiting = waiting_counts(queues)
+    stats = [queue_status(engine, q, waiting.get(q.queue, 0)) for q in states]
     workers = redis_state.workers(engine)
-    held = hold.split(sum(q.stats.inflight for q in states),
-                      ((w.running, w.prefetched) for w in workers))
-    return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
-                  queues=[queue_status(engine, q, waiting.get(q.queue, 0)) for q in states],
+    held = hold.split(sum(q.inflight for q in stats), ((w.running, w.prefetched) for w in workers))
+    return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix, queues=stats,
                   workers=with_progress([worker_status(w, settings.lease_seconds)
                                          for w in workers]),
                   paused=[q.queue for q in states if q.paused],
