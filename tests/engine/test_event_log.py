@@ -1,0 +1,39 @@
+"""``EventLog.append`` encodes its ``events_add`` calls itself on a plain client: the
+events land as written (text outside ASCII too), and a Redis that lost its scripts is
+answered by the script's usual call, each event written once."""
+
+from __future__ import annotations
+
+import redis
+
+from django_delayq.engine import event_log
+from django_delayq.engine.event_log import EventLog
+
+
+def _event(i: int) -> dict[str, str]:
+    return {"event": "succeeded", "job": "j%d" % i, "queue": "default",
+            "callable": "app.tasks.é", "ts_ms": str(1_767_225_600_000 + i), "attempt": "1",
+            "error": "☃ %d" % i}
+
+
+def test_the_encoded_command_is_the_protocol_of_its_parts() -> None:
+    parts = ("EVALSHA", "abc", 1, "{p}:events", 10_000, 2, "event", "é☃", "event", "x")
+    raw = [str(p).encode() for p in parts]
+    expected = b"*%d\r\n" % len(raw) + b"".join(b"$%d\r\n%s\r\n" % (len(r), r) for r in raw)
+    assert event_log.command(*parts) == expected
+
+
+def test_events_land_in_order_and_after_a_script_flush_once_each(redis_server) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    key = "{tlog}:events"
+    log = EventLog(client, key, 1000)
+    try:
+        batch = [_event(i) for i in range(60)]  # three calls of at most 25 events
+        assert sum(written for _, _, written in log.append(batch)) == 60
+        client.script_flush()  # a restarted Redis: the next call meets NOSCRIPT
+        assert sum(written for _, _, written in log.append([_event(60)])) == 1
+        found = [{k.decode(): v.decode() for k, v in f.items()}
+                 for _, f in client.xrange(key)]
+        assert found == [_event(i) for i in range(61)]
+    finally:
+        client.delete(key)
