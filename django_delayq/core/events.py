@@ -34,6 +34,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.signals import setting_changed
@@ -232,29 +233,55 @@ def flush() -> int:
 # -- signal receivers --------------------------------------------------------------------
 
 
-def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None) -> Fields:
-    out: Fields = {"event": event, "job": str(kwargs.get("job_id", "")),
-                   "queue": str(kwargs.get("queue", "")),
-                   "callable": str(kwargs.get("callable_path", "")),
+def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None,
+            first: dict[str, Any] | None = None) -> Fields:
+    """An event's stream fields from its signal's ``kwargs``; ``first``: the kwargs of
+    its attempt's ``started`` event, folded in (its due and start times, its callable)."""
+    get = kwargs.get
+    path = get("callable_path", "")
+    if first is not None:
+        path = path or first.get("callable_path", "")
+        due, started = first.get("due_at"), first.get("started_at")
+    else:
+        due, started = get("due_at"), get("started_at")
+    out: Fields = {"event": event, "job": str(get("job_id", "")), "queue": str(get("queue", "")),
+                   "callable": str(path or ""),
                    "ts_ms": str(int((time.time() if ts is None else ts) * 1000))}
-    for name, key in (("attempt", "attempt"), ("worker_id", "worker"), ("running", "running")):
-        if name in kwargs:
-            out[key] = str(int(kwargs[name]) if name == "running" else kwargs[name])
-    for name in ("run_at", "retry_at", "due_at"):
-        if (value := kwargs.get(name)) is not None:
-            out[name] = value.isoformat() if hasattr(value, "isoformat") else str(value)
-    if kwargs.get("due_at") is not None and kwargs.get("started_at") is not None:
-        late = (kwargs["started_at"] - kwargs["due_at"]).total_seconds() * 1000
-        out["lateness_ms"] = "%.1f" % late
-    if kwargs.get("duration") is not None:
-        out["duration_ms"] = "%.1f" % (float(kwargs["duration"]) * 1000)
+    if "attempt" in kwargs:
+        out["attempt"] = str(kwargs["attempt"])
+    if "worker_id" in kwargs:
+        out["worker"] = str(kwargs["worker_id"])
+    if "running" in kwargs:
+        out["running"] = str(int(kwargs["running"]))
+    for name, value in (("run_at", get("run_at")), ("retry_at", get("retry_at")),
+                        ("due_at", due)):
+        if value is not None:
+            out[name] = _iso(value)
+    if due is not None and started is not None:
+        out["lateness_ms"] = "%.1f" % ((started - due).total_seconds() * 1000)
+    if (duration := get("duration")) is not None:
+        out["duration_ms"] = "%.1f" % (float(duration) * 1000)
     for name in ("error_type", "error"):
-        if kwargs.get(name):
-            out[name] = str(kwargs[name])[:ERROR_CHARS]
+        if value := get(name):
+            out[name] = str(value)[:ERROR_CHARS]
     return out
 
 
 _FINAL = ("succeeded", "retrying", "dead")
+_ISO: dict[datetime, str] = {}  # UTC times as text: a burst's jobs share their due times
+
+
+def _iso(value: object) -> str:
+    """``value.isoformat()`` (or ``str``); a UTC time's is remembered (only a UTC time:
+    equal times of other zones have other texts)."""
+    if not isinstance(value, datetime) or value.tzinfo is not UTC:
+        return value.isoformat() if hasattr(value, "isoformat") else str(value)
+    text = _ISO.get(value)
+    if text is None:
+        if len(_ISO) >= 1024:
+            _ISO.clear()
+        text = _ISO[value] = value.isoformat()
+    return text
 
 
 def _materialise(raw: list[Any]) -> list[Fields]:
@@ -274,12 +301,8 @@ def _materialise(raw: list[Any]) -> list[Fields]:
         if event == "started" and key in finals:
             started[key] = kwargs
             continue
-        if event in _FINAL and key in started:
-            first = started.pop(key)
-            kwargs = {**kwargs, "due_at": first.get("due_at"),
-                      "started_at": first.get("started_at"),
-                      "callable_path": kwargs.get("callable_path") or first.get("callable_path")}
-        out.append(_fields(event, kwargs, ts))
+        first = started.pop(key, None) if event in _FINAL else None
+        out.append(_fields(event, kwargs, ts, first))
     return out
 
 
