@@ -79,39 +79,63 @@ class EventLog:
         return [fields for group in groups.values() for fields in group]
 
     def append(self, batch: Sequence[Mapping[str, str]]) -> Iterator[tuple[int, int, int]]:
-        """Write ``batch`` (as ``order`` returns it) in order, one bounded call at a time;
-        yields (events covered, sent, written by Redis) after each call, so that a caller
+        """Write ``batch`` (as ``order`` returns it) in order, in bounded calls; yields
+        (events covered, sent, written by Redis) after each call's reply, so that a caller
         stopped by an error knows how far it got. Redis writes fewer than sent only into a
         damaged stream."""
         script = scripts.load("events_add")
         for key, run in itertools.groupby(batch, self.route or (lambda _fields: self.key)):
             keys = script.keys_of(None, events=key)
-            for args, covered, sent in calls(self.maxlen, list(run)):
-                yield covered, sent, int(self._call(script, keys, args))
+            todo = list(calls(self.maxlen, list(run)))
+            for i in range(0, len(todo), PIPELINED):
+                yield from self._calls(script, keys, todo[i:i + PIPELINED])
 
-    def _call(self, script: scripts.Script, keys: tuple[str, ...], args: list[Any]) -> Any:
-        """One ``events_add`` call. On a plain client the command is encoded here (a
-        call's few hundred arguments repeat the same names, queue and callable: each
-        distinct one is encoded once, at a third of redis-py's cost) and sent on a
-        connection of its pool; an error reply (the script not loaded, a key of the
-        wrong type) takes the script's usual call, which handles it."""
+    def _calls(self, script: scripts.Script, keys: tuple[str, ...],
+               todo: list[tuple[list[Any], int, int]]) -> Iterator[tuple[int, int, int]]:
+        """``todo``'s calls. On a plain client they are encoded here (a call's few hundred
+        arguments repeat the same names, queue and callable: each distinct one is
+        encoded once, at a third of redis-py's cost) and written together on a
+        connection of its pool, then their replies read in order: one round trip, and
+        one wait of this thread, for up to ``PIPELINED`` calls (each round trip let go
+        of the interpreter and had to win it back from the job threads). Redis still
+        runs each call on its own, between other clients' commands. A call answered
+        with an error (the script not loaded, a key of the wrong type) is made again
+        with the script's usual call, which handles it."""
         if type(self.client) is not Redis:  # a cluster (its node by key), a wrapper
-            return script(self.client, keys, args)
-        script.check(args)
-        data = command("EVALSHA", script.sha, len(keys), *keys, *args)
+            for args, covered, sent in todo:
+                yield covered, sent, int(script(self.client, keys, args))
+            return
+        head: tuple[str | int, ...] = ("EVALSHA", script.sha, len(keys), *keys)
+        data = []
+        for args, _covered, _sent in todo:
+            script.check(args)
+            data.append(command(*head, *args))
+        # from the first call answered with an error on: (call, written or None: again)
+        later: list[tuple[tuple[list[Any], int, int], int | None]] = []
         pool = self.client.connection_pool
         conn = pool.get_connection()
         try:
-            conn.send_packed_command([data])
-            return conn.read_response()
-        except ResponseError:
-            pass  # the script did not run: NOSCRIPT, or a key of the wrong type
+            conn.send_packed_command(data)
+            for call in todo:
+                try:
+                    written: int | None = int(conn.read_response())
+                except ResponseError:  # the script did not run: NOSCRIPT, a wrong type
+                    written = None
+                if written is None or later:  # yielded in order, after the one made again
+                    later.append((call, written))
+                else:
+                    yield call[1], call[2], written
         except BaseException:
-            conn.disconnect()  # a reply may still be on its way: never read it as another's
+            conn.disconnect()  # replies may still be on their way: never read as another's
             raise
         finally:
             pool.release(conn)
-        return script(self.client, keys, args)
+        for (args, covered, sent), written in later:
+            yield covered, sent, int(script(self.client, keys, args)) if written is None \
+                else written
+
+
+PIPELINED = 16  # events_add calls written before their replies are read
 
 
 def command(*parts: str | int) -> bytes:
