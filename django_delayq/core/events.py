@@ -12,7 +12,8 @@ characters) and ``running``.
 
 Events are written with ``events_add.lua`` in calls of at most ``scripts.MAX_EVENTS``
 events (and ``scripts.MAX_EVENT_ARGS`` arguments): a burst of thousands of events is a
-few short script calls, never one long one that would hold Redis.
+few short script calls, never one long one that would hold Redis (several are written
+together, one round trip for up to ``event_log.PIPELINED``: ``engine/event_log.py``).
 
 The receivers of :mod:`django_delayq.signals` never talk to Redis: they append to an
 in-process buffer that a daemon thread flushes every ``FLUSH_SECONDS`` (50 ms). The

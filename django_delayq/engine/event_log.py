@@ -2,8 +2,11 @@
 
 One call carries at most ``scripts.MAX_EVENTS`` events and ``scripts.MAX_EVENT_ARGS``
 arguments, so a burst of thousands of events is a few short script calls, never one
-long one that would hold Redis. The buffering, the flusher thread and what an event
-holds are the caller's (``core/events.py``).
+long one that would hold Redis. Up to ``PIPELINED`` calls are written together and their
+replies read in order: one round trip for a flush of a few hundred events (Redis reads a
+client's input 16 KB at a time, a call or two, and serves the others in between). The
+buffering, the flusher thread and what an event holds are the caller's
+(``core/events.py``).
 
 **Streams.** The events of a sharded queue go to a stream of their job's shard,
 ``{prefix:queue#i}:events``, on that shard's node; every other event to the prefix's
