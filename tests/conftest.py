@@ -116,7 +116,8 @@ def delayq_engine(delayq_settings) -> Engine:  # type: ignore[no-untyped-def]
 # (what they check is the same under any database and Django version). Left out of the
 # Django 6.x pass only: those listed in POSTGRES_NOT_DJANGO6 (what they add is the
 # database's side under real processes; the Django calls they make run on Django 6.x in
-# lighter tests). A new test that touches Django is in those passes unless it is listed
+# lighter tests). Left out of the PostgreSQL pass only: those in DJANGO6_NOT_POSTGRES
+# (what they add is Django's side; their queries run on PostgreSQL in lighter tests). A new test that touches Django is in those passes unless it is listed
 # here. An entry is a file, a folder or one test (path::name).
 
 FIRST_PASS_ONLY = {
@@ -153,6 +154,10 @@ POSTGRES_NOT_DJANGO6 = {
         "rows deleted in batches by a worker process (delete_batch runs on Django 6.x)",
     "tests/worker/test_tick_after_redis_loss.py": "ticks Redis lost, back through the keeper",
     "tests/worker/test_workflows_worker.py": "children released by a worker SIGKILLed",
+}
+DJANGO6_NOT_POSTGRES = {
+    "tests/e2e/": "the admin in a browser: its pages' layout and scripts (Django's admin "
+                  "templates); the queries behind those pages run on PostgreSQL in tests/admin",
 }
 LONG_MARKERS = ("slow", "worker", "chaos", "script_bounds")
 DATABASE_FIXTURES = {"db", "transactional_db", "django_db_reset_sequences",
@@ -223,7 +228,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             or _test_module_touches_django(item.path)
         if item.get_closest_marker("slow") or where.startswith(tuple(FIRST_PASS_ONLY)):
             continue
-        if database:
+        if database and not where.startswith(tuple(DJANGO6_NOT_POSTGRES)):
             item.add_marker(pytest.mark.postgres)
         if django and not where.startswith(tuple(POSTGRES_NOT_DJANGO6)):
             item.add_marker(pytest.mark.django6)

@@ -29,15 +29,17 @@ def worker_env(settings, module: str = "tests.settings") -> dict[str, str]:  # t
     return env
 
 
-def worker_starter(settings, tmp_path, module: str = "tests.settings"  # type: ignore[no-untyped-def]
+def worker_starter(settings, tmp_path, module: str = "tests.settings",  # type: ignore[no-untyped-def]
+                   entry: tuple[str, ...] = ("django", "delayq_worker"),
                    ) -> Iterator[Callable[..., subprocess.Popen[str]]]:
-    """Yield start(*args) -> a `delayq_worker` subprocess; SIGKILL the survivors after."""
+    """Yield start(*args) -> a `delayq_worker` subprocess (``python -m *entry *args``);
+    SIGKILL the survivors after."""
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: str) -> subprocess.Popen[str]:
         log = open(tmp_path / ("worker-%d.log" % len(procs)), "w")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "delayq_worker", *args],
+            [sys.executable, "-m", *entry, *args],
             cwd=ROOT, env=worker_env(settings, module), stdout=log, stderr=subprocess.STDOUT,
             text=True)
         procs.append(proc)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from tests.settings import *  # noqa: F403
 from tests.settings import DELAYQ as _BASE
 
-RATE = 10  # starts per second of tests.jobs_more.stamp
+RATE = 20  # starts per second of tests.jobs_more.stamp
 CONCURRENCY = 2  # tests.jobs_more.hold running at once
 
 DELAYQ = {**_BASE, "CALLABLE_LIMITS": {

@@ -18,8 +18,15 @@ from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.loop import EXIT_OK
 from django_delayq.worker.retention import BATCH, delete_batch, forget_after_ms
 from tests.helpers import burst, wait_until
+from tests.worker.conftest import worker_starter
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def start_quick_rounds(delayq_settings, tmp_path):  # type: ignore[no-untyped-def]
+    """Workers whose retention rounds come every second, not every ``INTERVAL_S``."""
+    yield from worker_starter(delayq_settings, tmp_path, entry=("tests.worker.retention_rounds",))
 
 
 def _rows(prefix: str, n: int, status: str, days_ago: float, attempts: int = 0) -> None:
@@ -71,7 +78,7 @@ def test_retention_setting_is_checked_and_merged_with_the_defaults(delayq_settin
 
 @pytest.mark.worker
 def test_a_real_worker_deletes_old_rows_in_batches_and_forgets_dead_workers(
-        delayq_settings, start_worker) -> None:  # type: ignore[no-untyped-def]
+        delayq_settings, start_quick_rounds) -> None:  # type: ignore[no-untyped-def]
     _rows("old", 2 * BATCH + 100, JobStatus.SUCCEEDED, 8, attempts=2)
     _rows("gone", 30, JobStatus.DEAD, 31, attempts=3)
     _rows("cold", 30, JobStatus.CANCELLED, 8)
@@ -83,7 +90,7 @@ def test_a_real_worker_deletes_old_rows_in_batches_and_forgets_dead_workers(
     forget_ms = forget_after_ms(get_settings())
     engine.client.zadd(registry, {"killed": engine.time_ms() - forget_ms - 5000,
                                   "quiet": engine.time_ms() - forget_ms // 2})
-    proc = start_worker("--worker-id", "a-worker", "--concurrency", "1")
+    proc = start_quick_rounds("--worker-id", "a-worker", "--concurrency", "1")
     wait_until(lambda: _ids("old") + _ids("gone") + _ids("cold") == 0, timeout=120, step=0.5)
     assert (_ids("keep"), _ids("warm"), _ids("live")) == (40, 40, 20)
     attempts = JobAttempt.objects.values_list("job_id", flat=True)
