@@ -9,7 +9,8 @@
 # the Django 6.x install run beside it; the PostgreSQL and Django 6.x passes then run side
 # by side. The SQLite pass spreads its tests over DELAYQ_TEST_WORKERS processes (pytest-xdist;
 # default 3: most tests wait on real workers and servers, not on the CPU), the two later
-# passes over 2 each.
+# passes over 2 each. The PostgreSQL pass starts once the SQLite pass's Spark and Redis
+# Cluster process is done (the SQLite pass's other processes may still run).
 set -u
 cd "$(dirname "$0")/.."
 PY="${1:-.venv/bin/python}"
@@ -63,13 +64,15 @@ pytest_both() {
   local name="$1" n="$2" py="$3"; shift 3
   local own=(tests/cluster)
   "$py" -c "import pyspark" 2>/dev/null && own+=(tests/spark)
-  "$py" -m pytest -q "${own[@]}" --junitxml="$LOGS/$name-own.xml" "$@" \
-    >"$LOGS/$name-own.out" 2>&1 &
+  # $LOGS/NAME-own.rc appears when that process is done (the next pass may start then).
+  { "$py" -m pytest -q "${own[@]}" --junitxml="$LOGS/$name-own.xml" "$@" \
+      >"$LOGS/$name-own.out" 2>&1
+    echo $? >"$LOGS/$name-own.rc"; } &
   local spark=$!
   "$py" -m pytest -q -n "$n" --maxschedchunk 1 --ignore=tests/spark --ignore=tests/cluster \
     --junitxml="$LOGS/$name.xml" "$@"
   local rc=$?
-  wait $spark; local rc_spark=$?
+  wait $spark; local rc_spark; rc_spark=$(cat "$LOGS/$name-own.rc")
   echo "---- ${own[*]} (one process):"
   cat "$LOGS/$name-own.out"
   if [ $rc -eq 5 ]; then rc=$rc_spark
@@ -103,12 +106,20 @@ django6() {
 lint &
 lint_pid=$!
 if [ -n "$PY6" ]; then django6 & dj6_pid=$!; fi
-pytest_pass pytest-sqlite "$WORKERS" "$PY"
-wait "$lint_pid"
-show ruff mypy import-layers django-check migrations pytest-sqlite
+pytest_pass pytest-sqlite "$WORKERS" "$PY" &
+sqlite_pid=$!
 
 # Phase 2: the tests that depend on the database backend, on PostgreSQL, beside the tests
-# that touch Django, on Django 6.x (the slow and first-pass-only ones ran above).
+# that touch Django, on Django 6.x (the slow and first-pass-only ones run on SQLite only).
+# The PostgreSQL pass, the longer of the two, starts as soon as the SQLite pass's own
+# process (Spark, Redis Cluster) is done, a minute or more before its other processes
+# are: its first tests (real worker processes, waiting more than computing) then run
+# beside the SQLite pass's last ones in the place of that process, and no more pytest
+# processes run at once than while the two later passes run side by side. The Django
+# 6.x pass starts once the SQLite pass is done.
+while [ ! -e "$LOGS/pytest-sqlite-own.rc" ] && kill -0 "$sqlite_pid" 2>/dev/null; do
+  sleep 1
+done
 if "$PY" scripts/pg_available.py; then
   echo "PostgreSQL reachable: the tests marked postgres run on it too"
   (export DELAYQ_TEST_DB=postgres; pytest_pass pytest-postgres 2 "$PY" -m postgres) &
@@ -116,6 +127,10 @@ if "$PY" scripts/pg_available.py; then
 else
   echo "PostgreSQL not reachable: SQLite only"
 fi
+wait "$sqlite_pid"
+wait "$lint_pid"
+show ruff mypy import-layers django-check migrations pytest-sqlite
+
 if [ -n "$PY6" ]; then
   echo "Django 6.x on $PY6: the tests marked django6 run there too"
   wait "$dj6_pid"
