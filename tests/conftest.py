@@ -123,6 +123,11 @@ def delayq_engine(delayq_settings) -> Engine:  # type: ignore[no-untyped-def]
 FIRST_PASS_ONLY = {
     "tests/cluster/": "Redis Cluster: nodes, shards, failover",
     "tests/engine/test_groups_bounds.py": "Redis-side time of the Lua scripts",
+    "tests/management/test_status.py::test_a_supervised_worker_shows_its_processes_and_running_job":
+        "a worker's processes and jobs, as its entry in Redis holds them (the command's "
+        "database counts run on both in the lighter tests of the file)",
+    "tests/management/test_status.py::test_live_workers_with_heartbeat_age":
+        "workers' heartbeats in Redis (the command on both: the lighter tests of the file)",
     "tests/engine/test_script_bounds.py": "Redis-side time of the Lua scripts",
     "tests/reliability/test_fast_recovery.py": "leases and fencing tokens in Redis",
     "tests/reliability/test_groups_kill.py": "group state in Redis after SIGKILLs",
