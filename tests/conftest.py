@@ -154,10 +154,18 @@ FIRST_PASS_ONLY = {
 POSTGRES_NOT_DJANGO6 = {
     "tests/reliability/test_atomic.py": "transactions rolled back by kills and restarts",
     "tests/reliability/test_lease.py": "leases and attempts counted through crashes",
+    "tests/reliability/test_loss_once.py::test_workers_that_all_notice_a_loss_run_no_unstarted":
+        "real workers' reconcilers noticing one loss (the loss pass runs on Django 6.x in "
+        "the lighter tests of the file)",
+    "tests/reliability/test_loss_once_outbox.py": "rows scheduled during a Redis outage, back "
+        "through a worker's reconciler (its queries run on Django 6.x in test_outbox.py)",
     "tests/reliability/test_once.py": "database and Redis stalls longer than a lease",
     "tests/worker/test_retention_joblog.py::test_a_real_worker_deletes_old_rows":
         "rows deleted in batches by a worker process (delete_batch runs on Django 6.x)",
     "tests/worker/test_tick_after_redis_loss.py": "ticks Redis lost, back through the keeper",
+    "tests/worker/test_worker_process.py": "a worker process's signals, exits and crashes "
+        "around its rows (the worker's Django calls run on Django 6.x in "
+        "test_worker_inprocess.py)",
     "tests/worker/test_workflows_worker.py": "children released by a worker SIGKILLed",
 }
 DJANGO6_NOT_POSTGRES = {
