@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from datetime import datetime
 from typing import Any
 
@@ -46,6 +47,22 @@ class _Statement:
     # _EACH_TIME: prepared per row), and whether it is one of Django's DateTimeFields (a
     # datetime given twice: adapted once)
     by_name: list[tuple[str, Prepare, Any, bool]]
+    # per field, its None prepared once when that gives an immutable value (else
+    # _EACH_TIME); and the plans of ``_values_params``, by the names a caller gives
+    nulls: list[Any]
+    plans: dict[tuple[str, ...], _Plan] = dataclass_field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """How ``_values_params`` fills the statement's values from a dict of these names:
+    a copy of ``template`` (each constant default prepared already), then per name given
+    (index, name, preparer, is a DateTimeField, its prepared None), then per default
+    prepared per row (index, name, preparer)."""
+
+    template: list[Any]
+    given: tuple[tuple[int, str, Prepare, bool, Any], ...]
+    each_time: tuple[tuple[int, str, Prepare], ...]
 
 
 _EACH_TIME = object()  # a default prepared per row (a callable default, a mutable value)
@@ -81,8 +98,17 @@ def _statement(using: str) -> _Statement:
         prepare = [_preparer(f) for f in fields]
         by_name = [(f.attname, prep, _prepared_default(f, prep, connection),
                     type(f) is DateTimeField) for f, prep in zip(fields, prepare, strict=True)]
-        found = _statements[using] = _Statement(sql, by_name)
+        nulls = [_immutable(prep, None, connection) for prep in prepare]
+        found = _statements[using] = _Statement(sql, by_name, nulls)
     return found
+
+
+def _immutable(prep: Prepare, value: Any, connection: Any) -> Any:
+    """``prep(value)`` when it is an immutable value (the same for every row), else
+    ``_EACH_TIME``. A ``str`` or ``int`` subclass (a ``TextChoices`` member) counts as
+    its plain value: the driver sends the same."""
+    prepared = prep(value, connection)
+    return prepared if isinstance(prepared, _IMMUTABLE) else _EACH_TIME
 
 
 def _prepared_default(field: Field[Any, Any], prep: Prepare, connection: Any) -> Any:
@@ -91,8 +117,7 @@ def _prepared_default(field: Field[Any, Any], prep: Prepare, connection: Any) ->
     ""); else ``_EACH_TIME``."""
     if field.has_default() and callable(field.default):
         return _EACH_TIME
-    value = prep(field.get_default(), connection)
-    return value if type(value) in _IMMUTABLE else _EACH_TIME
+    return _immutable(prep, field.get_default(), connection)
 
 
 def _plain_values_only() -> bool:
@@ -128,22 +153,45 @@ def values_params(values: dict[str, Any], using: str) -> list[Any]:
 
 
 def _values_params(values: dict[str, Any], st: _Statement, connection: Any) -> list[Any]:
-    out: list[Any] = []
+    names = tuple(values)
+    plan = st.plans.get(names)
+    if plan is None:
+        plan = _plan(names, st)
+        if len(st.plans) < _MAX_PLANS:
+            st.plans[names] = plan
+    out = plan.template.copy()
     moments: dict[int, Any] = {}  # id of a datetime of ``values`` -> its adapted value
-    for name, prep, default, is_moment in st.by_name:
-        if name in values:
-            value = values[name]
-            if not is_moment:
-                out.append(prep(value, connection))
-            elif (done := moments.get(id(value))) is not None:
-                out.append(done)
-            else:
-                out.append(moments.setdefault(id(value), prep(value, connection)))
-        elif default is _EACH_TIME:
-            out.append(prep(_FIELDS[name].get_default(), connection))
+    for index, name, prep, is_moment, null in plan.given:
+        value = values[name]
+        if value is None and null is not _EACH_TIME:
+            out[index] = null
+        elif not is_moment:
+            out[index] = prep(value, connection)
+        elif (done := moments.get(id(value))) is not None:
+            out[index] = done
         else:
-            out.append(default)
+            out[index] = moments[id(value)] = prep(value, connection)
+    for index, name, prep in plan.each_time:
+        out[index] = prep(_FIELDS[name].get_default(), connection)
     return out
+
+
+_MAX_PLANS = 32  # the sets of names callers give: a handful (schedule(), requeue)
+
+
+def _plan(names: tuple[str, ...], st: _Statement) -> _Plan:
+    given = set(names)
+    template: list[Any] = []
+    filled: list[tuple[int, str, Prepare, bool, Any]] = []
+    each_time: list[tuple[int, str, Prepare]] = []
+    for index, ((name, prep, default, is_moment), null) in enumerate(
+            zip(st.by_name, st.nulls, strict=True)):
+        template.append(None if name in given or default is _EACH_TIME else default)
+        if name in given:
+            filled.append((index, name, prep, is_moment, null))
+        elif default is _EACH_TIME:
+            each_time.append((index, name, prep))
+    return _Plan(template, tuple(filled), tuple(each_time))
 
 
 def insert_values(values: dict[str, Any], using: str) -> None:

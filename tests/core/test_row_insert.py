@@ -60,6 +60,19 @@ def test_values_give_the_params_of_the_row_they_make() -> None:
             _plain(v) for v in row_insert.params(made, "default")]
 
 
+def test_values_in_another_order_or_with_fewer_names_give_the_same_params() -> None:
+    # each set of names has its own plan (core/row_insert.py): none leaks into another
+    for row in _rows():
+        values = {f.attname: getattr(row, f.attname) for f in Job._meta.local_concrete_fields}
+        expected = [_plain(v) for v in row_insert.params(row, "default")]
+        backwards = dict(reversed(list(values.items())))
+        assert [_plain(v) for v in row_insert.values_params(backwards, "default")] == expected
+        fewer = {name: value for name, value in values.items() if value is not None}
+        made = row_insert.new_row(**fewer)
+        assert [_plain(v) for v in row_insert.values_params(fewer, "default")] == [
+            _plain(v) for v in row_insert.params(made, "default")]
+
+
 def test_insert_values_stores_the_row_insert_stores() -> None:
     now = datetime.now(UTC)
     values: dict[str, Any] = {"queue": "default", "callable_path": "tests.jobs.noop",
