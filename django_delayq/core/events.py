@@ -15,11 +15,19 @@ events (and ``scripts.MAX_EVENT_ARGS`` arguments): a burst of thousands of event
 few short script calls, never one long one that would hold Redis (several are written
 together, one round trip for up to ``event_log.PIPELINED``: ``engine/event_log.py``).
 
-The receivers of :mod:`django_delayq.signals` never talk to Redis: they append to an
-in-process buffer that a daemon thread flushes every ``FLUSH_SECONDS`` (50 ms). The
-buffer is bounded; when Redis is unreachable the oldest events are dropped (and
-counted), never the job. ``delayq_status --follow`` tails the stream of every worker
-with ``XREAD BLOCK``.
+The receivers of :mod:`django_delayq.signals` never talk to Redis, and never wake a
+thread: they append a raw event to an in-process buffer (O(1), its formatting left to
+the flusher). A daemon thread flushes it on its own clock: every ``FLUSH_SECONDS``
+(50 ms) while events come in numbers (the last flush wrote at least ``BUSY_EVENTS``),
+every ``IDLE_FLUSH_SECONDS`` (0.5 s) otherwise, and at once when ``WAKE_AT`` events are
+waiting; after ``PARK_TICKS`` ticks in a row with nothing to write (~5 s) it sleeps until
+the next event wakes it. So an event is in the stream at most ~0.5 s after it was
+buffered while Redis answers (50 ms while busy), and a process calling ``schedule()``
+now and then pays no thread wake per call (each wake was a hand-over of the interpreter
+in the middle of the call, and a round trip per event). ``close()`` (at exit) writes
+what is left. The buffer is bounded; when Redis is unreachable the oldest events are
+dropped (and counted), never the job. ``delayq_status --follow`` tails the stream of
+every worker with ``XREAD BLOCK``.
 
 Enabled by ``DELAYQ["EVENTS"]`` (default True); ``DELAYQ["EVENTS_MAXLEN"]`` (default
 10000) caps the stream.
@@ -29,6 +37,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -51,7 +60,11 @@ from django_delayq.models import Job
 
 logger = logging.getLogger(__name__)
 
-FLUSH_SECONDS = 0.05
+FLUSH_SECONDS = 0.05  # the flusher's tick while busy
+IDLE_FLUSH_SECONDS = 0.5  # ... and otherwise: the bound on how late an event is written
+BUSY_EVENTS = 25  # a flush of at least this many (one script call's worth): busy
+WAKE_AT = 2_000  # this many waiting wake the flusher at once (a burst: bounded memory)
+PARK_TICKS = 10  # idle ticks in a row before the flusher sleeps until the next event
 BUFFER_MAX = 50_000
 ERROR_CHARS = 500
 DEFAULT_MAXLEN = 10_000
@@ -70,29 +83,34 @@ class EventStream:
     (the engine's ``EventLog``; or give a redis-py client, the stream's key and cap)."""
 
     def __init__(self, client: object, key: str = "", maxlen: int = DEFAULT_MAXLEN,
-                 flush_seconds: float = FLUSH_SECONDS, buffer_max: int = BUFFER_MAX) -> None:
+                 flush_seconds: float = FLUSH_SECONDS, buffer_max: int = BUFFER_MAX,
+                 idle_seconds: float = IDLE_FLUSH_SECONDS) -> None:
         self.log = client if isinstance(client, EventLog) else EventLog(client, key, maxlen)
         self.key = self.log.key
-        self.flush_seconds = flush_seconds
+        self.flush_seconds = flush_seconds  # the tick while busy
+        self.idle_seconds = idle_seconds  # the tick otherwise (never below flush_seconds)
         self._buffer: deque[Fields] = deque(maxlen=buffer_max)
         self._lock = threading.Lock()
         self._flushing = threading.Lock()  # one flush at a time: see flush()
-        self._wake = threading.Event()
+        self._wake = threading.Event()  # a burst, a parked flusher's next event, close()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._parked = False  # the flusher sleeps until an event comes
         self.dropped = 0
         self.failing = False
 
     def add(self, fields: Fields) -> None:
-        """Buffer one event; O(1), no I/O. Wakes the flusher only on empty -> non-empty."""
+        """Buffer one event; O(1), no I/O. The flusher is woken only by a burst (``WAKE_AT``
+        events waiting) or when it sleeps after a long idle spell, never per event."""
+        buffer = self._buffer
         with self._lock:
-            was_empty = not self._buffer
-            if len(self._buffer) == self._buffer.maxlen:
+            if len(buffer) == buffer.maxlen:
                 self.dropped += 1
-            self._buffer.append(fields)
+            buffer.append(fields)
+            size = len(buffer)
         if self._thread is None:
             self._ensure_thread()
-        if was_empty:
+        if size == WAKE_AT or self._parked:
             self._wake.set()
 
     def pending(self) -> int:
@@ -156,11 +174,12 @@ class EventStream:
     def after_fork(self) -> None:
         """In a forked child the parent's thread did not come along: start a new one."""
         self._thread = None
+        self._parked = False
         self._lock = threading.Lock()
         self._flushing = threading.Lock()
+        self._wake = threading.Event()
         if self._buffer:
             self._ensure_thread()
-            self._wake.set()
 
     def _ensure_thread(self) -> None:
         if self._thread is not None or self._stop.is_set():
@@ -172,19 +191,30 @@ class EventStream:
                 self._thread.start()
 
     def _run(self) -> None:
+        """Tick and flush: every ``flush_seconds`` after a flush of ``BUSY_EVENTS`` or
+        more, every ``idle_seconds`` otherwise (Redis down: the events wait for the next
+        tick); after ``PARK_TICKS`` empty ticks, sleep until ``add()`` wakes it."""
+        busy, quiet = False, 0
         while not self._stop.is_set():
-            self._wake.wait()
+            if quiet >= PARK_TICKS:
+                self._parked = True
+                if not self._buffer:  # read after _parked is set: add() sees one or the other
+                    self._wake.wait()
+                self._parked = False
+                self._wake.clear()  # then a tick: the events that follow come along
+                quiet = 0
+            period = self.flush_seconds if busy else max(self.flush_seconds, self.idle_seconds)
+            self._wake.wait(period)  # coalesce: one pipeline per tick
             self._wake.clear()
             if self._stop.is_set():
                 return
-            self._stop.wait(self.flush_seconds)  # coalesce: one pipeline per interval
+            written = 0
             try:
-                self.flush()
+                written = self.flush()
             except Exception:  # noqa: BLE001 - the flusher must survive anything
                 logger.exception("event stream flush failed")
-            if self._buffer:
-                self._stop.wait(self.flush_seconds)  # Redis is down: back off, keep buffering
-                self._wake.set()
+            busy = written >= BUSY_EVENTS
+            quiet = quiet + 1 if not written and not self._buffer else 0
 
 
 # -- the process-wide stream -------------------------------------------------------------
@@ -307,9 +337,10 @@ def _materialise(raw: list[Any]) -> list[Fields]:
     return out
 
 
-def _on_scheduled(sender: object, **kwargs: object) -> None:
-    fields = _fields("scheduled", kwargs)  # the job exists once the caller commits
-    transaction.on_commit(lambda: _add(fields), using=router.db_for_write(Job))
+def _on_scheduled(sender: object, **kwargs: Any) -> None:
+    item = ("scheduled", time.time(), kwargs)  # formatted by the flusher, like the others
+    # the job exists once the caller commits
+    transaction.on_commit(functools.partial(_add, item), using=router.db_for_write(Job))
 
 
 def _add(item: Fields | tuple[str, float, dict[str, Any]]) -> None:
