@@ -215,3 +215,63 @@ def test_events_can_be_turned_off(delayq_settings, delayq_engine):
     run_due_jobs()
     assert events.get_stream() is None
     assert _stream_events(delayq_engine) == []
+
+
+def test_a_scheduled_event_keeps_its_fields(delayq_engine):
+    """Buffered raw and formatted by the flusher: the same fields as when formatted at once."""
+    from django_delayq.models import Job
+
+    before_ms = int(time.time() * 1000)
+    job_id = schedule("tests.jobs.noop", delay=3600).id
+    [found] = [e for e in _stream_events(delayq_engine) if e["job"] == job_id]
+    row = Job.objects.get(id=job_id)
+    assert set(found) == {"event", "job", "queue", "callable", "ts_ms", "run_at"}
+    assert found["event"] == "scheduled" and found["queue"] == "default"
+    assert found["callable"] == "tests.jobs.noop"
+    assert found["run_at"] == row.run_at.isoformat()
+    assert before_ms <= int(found["ts_ms"]) <= int(time.time() * 1000)
+
+
+def test_adding_an_event_does_not_wake_a_ticking_flusher(redis_server):
+    """The flusher writes on its own clock: an event is appended, nobody is woken."""
+    client = redis.Redis.from_url(redis_server.url)
+    stream = events.EventStream(client, "{tnowake}:events", maxlen=10_000,
+                                flush_seconds=600, idle_seconds=600)
+    try:
+        for i in range(events.WAKE_AT - 1):
+            stream.add({"event": "started", "job": str(i)})
+            assert not stream._wake.is_set()
+        assert client.xlen("{tnowake}:events") == 0
+    finally:
+        stream.close()
+    assert client.xlen("{tnowake}:events") == events.WAKE_AT - 1  # close() wrote them
+    client.delete("{tnowake}:events")
+
+
+def test_a_burst_wakes_the_flusher_at_once(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    stream = events.EventStream(client, "{tburst}:events", maxlen=10_000,
+                                flush_seconds=600, idle_seconds=600)  # no tick in this test
+    try:
+        for i in range(events.WAKE_AT):
+            stream.add({"event": "started", "job": str(i)})
+        assert _wait_for(lambda: client.xlen("{tburst}:events") == events.WAKE_AT)
+    finally:
+        stream.close()
+        client.delete("{tburst}:events")
+
+
+def test_an_idle_flusher_sleeps_and_the_next_event_wakes_it(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    stream = events.EventStream(client, "{tpark}:events", maxlen=1000,
+                                flush_seconds=0.005, idle_seconds=0.005)
+    try:
+        stream.add({"event": "started", "job": "1"})
+        assert _wait_for(lambda: client.xlen("{tpark}:events") == 1)
+        assert _wait_for(lambda: stream._parked)  # PARK_TICKS empty ticks: asleep
+        stream.add({"event": "started", "job": "2"})
+        assert _wait_for(lambda: client.xlen("{tpark}:events") == 2)
+        assert [f[b"job"] for _, f in client.xrange("{tpark}:events")] == [b"1", b"2"]
+    finally:
+        stream.close()
+        client.delete("{tpark}:events")
