@@ -201,6 +201,8 @@ class EventStream:
                 if not self._buffer:  # read after _parked is set: add() sees one or the other
                     self._wake.wait()
                 self._parked = False
+                if self._stop.is_set():
+                    return
                 self._wake.clear()  # then a tick: the events that follow come along
                 quiet = 0
             period = self.flush_seconds if busy else max(self.flush_seconds, self.idle_seconds)

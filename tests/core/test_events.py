@@ -275,3 +275,17 @@ def test_an_idle_flusher_sleeps_and_the_next_event_wakes_it(redis_server):
     finally:
         stream.close()
         client.delete("{tpark}:events")
+
+
+def test_close_stops_a_sleeping_flusher_at_once(redis_server):
+    client = redis.Redis.from_url(redis_server.url)
+    stream = events.EventStream(client, "{tclose}:events", maxlen=1000,
+                                flush_seconds=0.005, idle_seconds=0.005)
+    stream.add({"event": "started", "job": "1"})
+    thread = stream._thread
+    assert thread is not None
+    assert _wait_for(lambda: stream._parked)
+    stream.idle_seconds = 600  # a tick after waking would be a long one
+    stream.close()
+    assert not thread.is_alive()  # close() joined it: its wait ended, not timed out
+    client.delete("{tclose}:events")
