@@ -15,19 +15,19 @@ events (and ``scripts.MAX_EVENT_ARGS`` arguments): a burst of thousands of event
 few short script calls, never one long one that would hold Redis (several are written
 together, one round trip for up to ``event_log.PIPELINED``: ``engine/event_log.py``).
 
-The receivers of :mod:`django_delayq.signals` never talk to Redis, and never wake a
-thread: they append a raw event to an in-process buffer (O(1), its formatting left to
-the flusher). A daemon thread flushes it on its own clock: every ``FLUSH_SECONDS``
-(50 ms) while events come in numbers (the last flush wrote at least ``BUSY_EVENTS``),
-every ``IDLE_FLUSH_SECONDS`` (0.5 s) otherwise, and at once when ``WAKE_AT`` events are
-waiting; after ``PARK_TICKS`` ticks in a row with nothing to write (~5 s) it sleeps until
-the next event wakes it. So an event is in the stream at most ~0.5 s after it was
-buffered while Redis answers (50 ms while busy), and a process calling ``schedule()``
-now and then pays no thread wake per call (each wake was a hand-over of the interpreter
-in the middle of the call, and a round trip per event). ``close()`` (at exit) writes
-what is left. The buffer is bounded; when Redis is unreachable the oldest events are
-dropped (and counted), never the job. ``delayq_status --follow`` tails the stream of
-every worker with ``XREAD BLOCK``.
+The receivers of :mod:`django_delayq.signals` never talk to Redis, nor wake a
+thread per event: they append an event to an in-process buffer, O(1) (a raw one; ``scheduled``
+formatted, at commit). A daemon thread formats and writes them on its own clock: every
+``FLUSH_SECONDS`` (50 ms) while events come in numbers (the last flush wrote at least
+``BUSY_EVENTS``), every ``IDLE_FLUSH_SECONDS`` (0.5 s) otherwise, and at once when
+``WAKE_AT`` events are waiting; after ``PARK_TICKS`` ticks in a row with nothing to write
+(~5 s) it sleeps until the next event wakes it. So an event is in the stream at most
+~0.5 s after it was buffered while Redis answers (50 ms while busy), and a process
+calling ``schedule()`` now and then pays no thread wake per call (each wake was a
+hand-over of the interpreter in the middle of the call, and a round trip per event).
+``close()`` (at exit) writes what is left. The buffer is bounded; when Redis is
+unreachable the oldest events are dropped (and counted), never the job.
+``delayq_status --follow`` tails the stream of every worker with ``XREAD BLOCK``.
 
 Enabled by ``DELAYQ["EVENTS"]`` (default True); ``DELAYQ["EVENTS_MAXLEN"]`` (default
 10000) caps the stream.
@@ -339,10 +339,11 @@ def _materialise(raw: list[Any]) -> list[Fields]:
     return out
 
 
-def _on_scheduled(sender: object, **kwargs: Any) -> None:
-    item = ("scheduled", time.time(), kwargs)  # formatted by the flusher, like the others
-    # the job exists once the caller commits
-    transaction.on_commit(functools.partial(_add, item), using=router.db_for_write(Job))
+def _on_scheduled(sender: object, **kwargs: object) -> None:
+    # Formatted here, not by the flusher: the same work a tick later, on data gone cold,
+    # took ~2-3 µs more a call (measured: bench/schedule_path_threads.py).
+    fields = _fields("scheduled", kwargs)  # the job exists once the caller commits
+    transaction.on_commit(functools.partial(_add, fields), using=router.db_for_write(Job))
 
 
 def _add(item: Fields | tuple[str, float, dict[str, Any]]) -> None:

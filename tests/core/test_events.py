@@ -218,7 +218,7 @@ def test_events_can_be_turned_off(delayq_settings, delayq_engine):
 
 
 def test_a_scheduled_event_keeps_its_fields(delayq_engine):
-    """Buffered raw and formatted by the flusher: the same fields as when formatted at once."""
+    """Every field of a ``scheduled`` entry, its due time as the row's."""
     from django_delayq.models import Job
 
     before_ms = int(time.time() * 1000)
