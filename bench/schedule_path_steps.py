@@ -7,7 +7,8 @@ Each step runs ``-n`` times in a loop of its own, the steps taking turns round a
 (so a busy machine's swings fall on all of them alike); printed: the median and the best of
 the rounds, CPU µs per call of this process (``time.process_time``: the database driver,
 SQLite's own work and the socket calls included; a wait for a reply is not CPU, the sleep
-and wake-up around it are). The steps, in the order ``schedule()`` runs them:
+and wake-up around it are; each loop ends by writing the events it buffered). The steps,
+in the order ``schedule()`` runs them:
 
 - ``options``: ``JobSpec`` made and checked (``JobOptions.check``: the allow-list, queue,
   retries, due time...);
@@ -116,6 +117,8 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
 def _loop(n: int, step: Callable[[int], object], one_tx: bool) -> float:
     from django.db import transaction
 
+    from django_delayq.core import events
+
     c0 = time.process_time()
     if one_tx:
         with transaction.atomic():
@@ -124,6 +127,7 @@ def _loop(n: int, step: Callable[[int], object], one_tx: bool) -> float:
     else:
         for i in range(n):
             step(i)
+    events.flush()  # the events of this loop written in it, not in the next step's
     return (time.process_time() - c0) / n * 1e6
 
 
