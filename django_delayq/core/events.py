@@ -18,11 +18,11 @@ together, one round trip for up to ``event_log.PIPELINED``: ``engine/event_log.p
 The receivers of :mod:`django_delayq.signals` never talk to Redis, nor wake a
 thread per event: they append an event to an in-process buffer, O(1) (a raw one; ``scheduled``
 formatted, at commit). A daemon thread formats and writes them on its own clock: every
-``FLUSH_SECONDS`` (50 ms) while events come in numbers (the last flush wrote at least
+``FLUSH_SECONDS`` (100 ms) while events come in numbers (the last flush wrote at least
 ``BUSY_EVENTS``), every ``IDLE_FLUSH_SECONDS`` (0.5 s) otherwise, and at once when
 ``WAKE_AT`` events are waiting; after ``PARK_TICKS`` ticks in a row with nothing to write
 (~5 s) it sleeps until the next event wakes it. So an event is in the stream at most
-~0.5 s after it was buffered while Redis answers (50 ms while busy), and a process
+~0.5 s after it was buffered while Redis answers (0.1 s while busy), and a process
 calling ``schedule()`` now and then pays no thread wake per call (each wake was a
 hand-over of the interpreter in the middle of the call, and a round trip per event).
 ``close()`` (at exit) writes what is left. The buffer is bounded; when Redis is
@@ -60,8 +60,12 @@ from django_delayq.models import Job
 
 logger = logging.getLogger(__name__)
 
-FLUSH_SECONDS = 0.05  # the flusher's tick while busy
-IDLE_FLUSH_SECONDS = 0.5  # ... and otherwise: the bound on how late an event is written
+# The flusher's tick while busy. The loop before this one waited 50 ms after its wake and,
+# when events had come during a flush (always, in a drain), another 50 ms: 100 ms a
+# tick. Ticking at 50 ms made a 20,000-job drain ~10 % slower (twice the flusher's
+# round trips and hand-overs of the interpreter; Redis CPU a job up by ~10 % too).
+FLUSH_SECONDS = 0.1
+IDLE_FLUSH_SECONDS = 0.5  # the tick otherwise: the bound on how late an event is written
 BUSY_EVENTS = 25  # a flush of at least this many (one script call's worth): busy
 WAKE_AT = 2_000  # this many waiting wake the flusher at once (a burst: bounded memory)
 PARK_TICKS = 10  # idle ticks in a row before the flusher sleeps until the next event
