@@ -198,7 +198,7 @@ class EventStream:
         """Tick and flush: every ``flush_seconds`` after a flush of ``BUSY_EVENTS`` or
         more, every ``idle_seconds`` otherwise (Redis down: the events wait for the next
         tick); after ``PARK_TICKS`` empty ticks, sleep until ``add()`` wakes it."""
-        busy, quiet = False, 0
+        busy, quiet = True, 0  # the first tick is short: a drain starts at its pace
         while not self._stop.is_set():
             if quiet >= PARK_TICKS:
                 self._parked = True
@@ -208,7 +208,7 @@ class EventStream:
                 if self._stop.is_set():
                     return
                 self._wake.clear()  # then a tick: the events that follow come along
-                quiet = 0
+                busy, quiet = True, 0
             period = self.flush_seconds if busy else max(self.flush_seconds, self.idle_seconds)
             self._wake.wait(period)  # coalesce: one pipeline per tick
             self._wake.clear()
