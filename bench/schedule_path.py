@@ -39,12 +39,14 @@ runs unchanged on trees since ``core/row_insert.py``, so it measures a "before" 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,26 +56,53 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from foundation import start_redis  # noqa: E402
 
 
+def run_calls(n: int, step: Any, one_tx: bool) -> None:
+    """``step(i)`` for i in 0..n-1 (in one transaction when ``one_tx``), then the events
+    those calls buffered written (``events.flush()``): their cost falls in this loop."""
+    from django.db import transaction
+
+    from django_delayq.core import events
+
+    if one_tx:
+        with transaction.atomic():
+            for i in range(n):
+                step(i)
+    else:
+        for i in range(n):
+            step(i)
+    events.flush()
+
+
+@contextlib.contextmanager
+def bench_session(prefix: str, db: str, pgdatabase: str) -> Iterator[Path]:
+    """A private redis-server and the benchmark's Django (SQLite or a fresh PostgreSQL
+    database ``pgdatabase``) for the block; yields the work directory. At the end the
+    events still buffered are written while Redis is up, then the server stops."""
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    redis_proc, url = start_redis(workdir)
+    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=db)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench_settings")
+    os.environ.setdefault("BENCH_PGDATABASE", pgdatabase)
+    try:
+        setup(db)
+        yield workdir
+        from django_delayq.core import events
+
+        events.reset()
+    finally:
+        redis_proc.terminate()
+        redis_proc.wait()
+
+
 def _timed(n: int, repeat: int, step: Any, one_tx: bool = False) -> tuple[float, float]:
     """The best jobs/s of ``repeat`` rounds of ``n`` calls of ``step(i)`` (in one
     transaction when ``one_tx``), and the least CPU time of this process per call (µs).
     Each round ends by writing the events its calls buffered (``events.flush()``), so
     their cost falls in the round that made them, not in the next one or in none."""
-    from django.db import transaction
-
-    from django_delayq.core import events
-
     rate, cpu = 0.0, float("inf")
     for _ in range(repeat):
         t0, c0 = time.perf_counter(), time.process_time()
-        if one_tx:
-            with transaction.atomic():
-                for i in range(n):
-                    step(i)
-        else:
-            for i in range(n):
-                step(i)
-        events.flush()
+        run_calls(n, step, one_tx)
         rate = max(rate, n / (time.perf_counter() - t0))
         cpu = min(cpu, (time.process_time() - c0) / n * 1e6)
     return rate, cpu
@@ -234,20 +263,12 @@ def main() -> int:
     p.add_argument("--json", action="store_true")
     p.add_argument("--repeat", type=int, default=1, help="best of this many rounds")
     opts = p.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="delayq-schedule-"))
-    redis_proc, url = start_redis(workdir)
-    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=opts.db)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench_settings")
-    try:
-        setup(opts.db)
+    with bench_session("delayq-schedule-", opts.db, "delayq_bench_schedule"):
         out: dict[str, Any] = {"db": opts.db, "load": os.getloadavg()[0]}
         if opts.n:
             out.update(rates(opts.n, opts.repeat))
         if opts.memory:
             out.update(memory(opts.memory))
-    finally:
-        redis_proc.terminate()
-        redis_proc.wait()
     print(json.dumps(out) if opts.json else json.dumps(out, indent=1))
     return 0
 

@@ -42,7 +42,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,7 +50,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from foundation import start_redis  # noqa: E402
+from schedule_path import bench_session, run_calls  # noqa: E402
 
 
 def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
@@ -115,19 +114,8 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
 
 
 def _loop(n: int, step: Callable[[int], object], one_tx: bool) -> float:
-    from django.db import transaction
-
-    from django_delayq.core import events
-
     c0 = time.process_time()
-    if one_tx:
-        with transaction.atomic():
-            for i in range(n):
-                step(i)
-    else:
-        for i in range(n):
-            step(i)
-    events.flush()  # the events of this loop written in it, not in the next step's
+    run_calls(n, step, one_tx)  # the events of this loop written in it, not in the next's
     return (time.process_time() - c0) / n * 1e6
 
 
@@ -150,26 +138,11 @@ def main() -> int:
     p.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     p.add_argument("--json", action="store_true")
     opts = p.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="delayq-steps-"))
-    redis_proc, url = start_redis(workdir)
-    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=opts.db)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench_settings")
-    if opts.db == "postgres":
-        os.environ.setdefault("BENCH_PGDATABASE", "delayq_bench_schedule_steps")
-    try:
-        from schedule_path import setup
-
-        setup(opts.db)
+    with bench_session("delayq-steps-", opts.db, "delayq_bench_schedule_steps"):
         out: dict[str, Any] = {"db": opts.db, "n": opts.n, "rounds": opts.rounds,
                                "load_before": os.getloadavg()[0]}
         out["steps_cpu_us_per_call"] = measure(opts.n, opts.rounds)
         out["load_after"] = os.getloadavg()[0]
-        from django_delayq.core import events
-
-        events.reset()  # its last events written while Redis is up
-    finally:
-        redis_proc.terminate()
-        redis_proc.wait()
     if opts.json:
         print(json.dumps(out))
     else:

@@ -29,7 +29,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from foundation import start_redis  # noqa: E402
+from schedule_path import bench_session  # noqa: E402
 
 
 def _task(tid: int) -> tuple[int, int]:
@@ -144,26 +143,11 @@ def main() -> int:
     p.add_argument("--gap-ms", type=float, default=100.0)
     p.add_argument("--json", action="store_true")
     opts = p.parse_args()
-    workdir = Path(tempfile.mkdtemp(prefix="delayq-threads-"))
-    redis_proc, url = start_redis(workdir)
-    os.environ.update(DELAYQ_REDIS_URL=url, BENCH_DIR=str(workdir), BENCH_DB=opts.db)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench_settings")
-    if opts.db == "postgres":
-        os.environ.setdefault("BENCH_PGDATABASE", "delayq_bench_schedule_threads")
-    try:
-        from schedule_path import setup
-
-        setup(opts.db)
+    with bench_session("delayq-threads-", opts.db, "delayq_bench_schedule_threads"):
         out: dict[str, Any] = {"db": opts.db, "n": opts.n, "rounds": opts.rounds,
                                "load_before": os.getloadavg()[0]}
         out.update(measure(opts.n, opts.rounds, opts.sparse, opts.gap_ms))
         out["load_after"] = os.getloadavg()[0]
-        from django_delayq.core import events
-
-        events.reset()  # its last events written while Redis is up
-    finally:
-        redis_proc.terminate()
-        redis_proc.wait()
     if opts.json:
         print(json.dumps(out))
     else:
