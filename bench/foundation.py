@@ -81,7 +81,45 @@ def reset() -> None:
     call_command("delayq_reconcile", verbosity=0)
 
 
-def bench_drain(n: int, concurrency: int) -> dict[str, float]:
+def start_breakdown() -> None:
+    """Log every Redis command of the drain (SLOWLOG at 0 µs) for ``print_breakdown``."""
+    from django_delayq.core.connection import get_engine
+
+    client = get_engine().client
+    client.config_set("slowlog-log-slower-than", 0)
+    client.config_set("slowlog-max-len", 2_000_000)
+    client.slowlog_reset()
+
+
+def print_breakdown(n: int) -> None:
+    """Print to stderr where Redis spent its time during the drain, per job: each script
+    by name (its SHA looked up among lua/*.lua) and each plain command, then restore the
+    SLOWLOG settings of bench_settings' private server."""
+    from django_delayq.core.connection import get_engine
+    from django_delayq.engine import scripts
+
+    client = get_engine().client
+    names = {scripts.load(f.stem).sha: f.stem
+             for f in (Path(scripts.__file__).parents[1] / "lua").glob("*.lua")
+             if f.stem != "lib"}
+    totals: dict[str, list[int]] = {}
+    for entry in client.slowlog_get(2_000_000):
+        cmd = entry["command"].split()
+        name = cmd[0].decode().upper()
+        if name == "EVALSHA" and len(cmd) > 1:
+            name = names.get(cmd[1].decode(), name)
+        row = totals.setdefault(name, [0, 0])
+        row[0] += 1
+        row[1] += entry["duration"]
+    client.config_set("slowlog-log-slower-than", 10_000)
+    client.config_set("slowlog-max-len", 128)
+    client.slowlog_reset()
+    print("%-16s %9s %9s %9s" % ("redis", "calls/job", "µs/job", "µs/call"), file=sys.stderr)
+    for name, (calls, us) in sorted(totals.items(), key=lambda kv: -kv[1][1])[:15]:
+        print("%-16s %9.3f %9.2f %9.2f" % (name, calls / n, us / n, us / calls), file=sys.stderr)
+
+
+def bench_drain(n: int, concurrency: int, breakdown: bool = False) -> dict[str, float]:
     from django.db.models import Max, Min
 
     from django_delayq.core.api import JobSpec, schedule_many
@@ -89,10 +127,14 @@ def bench_drain(n: int, concurrency: int) -> dict[str, float]:
 
     reset()
     schedule_many("bench_jobs.noop", [JobSpec(args=[i]) for i in range(n)])
+    if breakdown:
+        start_breakdown()
     t0 = time.perf_counter()
     use0, redis0 = _children_use(), _redis_cpu_s()
     proc = worker("--burst", "--concurrency", str(concurrency))
     proc.wait()
+    if breakdown:
+        print_breakdown(n)
     wall = time.perf_counter() - t0
     use = [b - a for a, b in zip(use0, _children_use())]  # the worker's run, start included
     cpu, redis_cpu = use[0] + use[1], _redis_cpu_s() - redis0
@@ -171,6 +213,10 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--db", choices=["sqlite", "postgres"], default="sqlite")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--redis-breakdown", action="store_true",
+                        help="print to stderr Redis's time per job during the drain, by "
+                             "script and command (SLOWLOG at 0 µs: its own cost is "
+                             "counted in the drain's figures)")
     opts = parser.parse_args()
     redis_proc = open_bench(opts.db)
     try:
@@ -187,7 +233,7 @@ def main() -> int:
         if opts.enqueue:
             results.update(bench_enqueue(opts.enqueue))
         if opts.drain:
-            results.update(bench_drain(opts.drain, opts.concurrency))
+            results.update(bench_drain(opts.drain, opts.concurrency, opts.redis_breakdown))
         if opts.lateness:
             results.update(bench_lateness(opts.lateness, opts.spread, opts.concurrency))
     finally:
