@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
@@ -27,7 +27,7 @@ from django_delayq.models import FINAL_STATUSES, Job
 
 if TYPE_CHECKING:
     from django_delayq.core.options import JobSpec
-    from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
+    from django_delayq.engine.outcomes import CancelOutcome
 
 __all__ = ["AsyncJobHandle", "acancel", "aget_job", "arequeue", "areschedule", "arun_now",
            "aschedule", "aschedule_spec", "await_result"]
@@ -64,20 +64,10 @@ async def aschedule_spec(fn: Callable[..., Any] | str, spec: JobSpec,
     return _async(await sync_to_async(api.schedule_spec)(fn, spec, **options))
 
 
-async def acancel(job_id: str) -> CancelOutcome:
-    """``cancel()`` for async code."""
-    return await sync_to_async(api.cancel)(job_id)
-
-
-async def areschedule(job_id: str, *, delay: float | timedelta | None = None,
-                      at: datetime | None = None) -> MoveOutcome:
-    """``reschedule()`` for async code."""
-    return await sync_to_async(api.reschedule)(job_id, delay=delay, at=at)
-
-
-async def arun_now(job_id: str) -> MoveOutcome:
-    """``run_now()`` for async code."""
-    return await sync_to_async(api.run_now)(job_id)
+# ``cancel()``, ``reschedule()`` and ``run_now()`` for async code
+acancel = sync_to_async(api.cancel)
+areschedule = sync_to_async(api.reschedule)
+arun_now = sync_to_async(api.run_now)
 
 
 async def arequeue(job_id: str, *, delay: float | timedelta = 0) -> AsyncJobHandle:
@@ -85,9 +75,7 @@ async def arequeue(job_id: str, *, delay: float | timedelta = 0) -> AsyncJobHand
     return _async(await sync_to_async(api.requeue)(job_id, delay=delay))
 
 
-async def aget_job(job_id: str) -> Job:
-    """``get_job()`` for async code: the job's row; ``JobNotFound`` without one."""
-    return await sync_to_async(api.get_job)(job_id)
+aget_job = sync_to_async(api.get_job)  # the job's row; ``JobNotFound`` without one
 
 
 async def await_result(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:

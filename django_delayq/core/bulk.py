@@ -11,7 +11,7 @@ constant columns are adapted once per call; no model instances are made.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC
 from typing import Any
 
 from django_delayq.core import ids, options, registry, rows, validation
@@ -53,7 +53,11 @@ class Batch:
             job_id = ids.id_for_key(self.queue, spec.key)
             self.keyed.append(job_id)
         validation.check_size(self._fixed + size, self.max_payload)
-        columns, job = self._options(spec, run_at)
+        job = self.call.over(spec)  # the job's options (its priority and group for Redis)
+        if job is self.call and self._columns is not None:  # none of its own: the call's
+            columns = dict(self._columns)
+        else:  # the row columns of the run-time options
+            columns = job.columns(run_at)
         if run_at.tzinfo is not None and run_at.tzinfo is not UTC:
             run_at = run_at.astimezone(UTC)
         columns["scheduled_for"] = run_at
@@ -62,15 +66,6 @@ class Batch:
         self.jobs.append(NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms,  # payload: the row
                                 priority=job.priority, group=job.group))
         self.ids.append(job_id)
-
-    def _options(self, spec: options.JobSpec,
-                 run_at: datetime) -> tuple[dict[str, Any], options.Checked]:
-        """The row columns of the run-time options, and the job's options (its priority and
-        group for Redis)."""
-        job = self.call.over(spec)
-        if job is self.call and self._columns is not None:  # none of its own: the call's
-            return dict(self._columns), job
-        return job.columns(run_at), job
 
     def drop_existing(self, batch_size: int) -> None:
         """Forget keyed jobs that already exist: replaying the same input adds nothing."""

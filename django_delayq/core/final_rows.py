@@ -94,9 +94,8 @@ def settle_one(f: Finding) -> bool:
     row, now = f.row, timezone.now()
     if f.settled is not None and not f.dead:
         status, reason = _FROM_RECORD[f.settled.code]
-        number = f.settled.attempt if status != JobStatus.EXPIRED else max(f.settled.attempt - 1,
-                                                                            0)
-        number = max(number, row.attempts)
+        expired = status == JobStatus.EXPIRED  # the attempt it was claimed for never started
+        number = max(f.settled.attempt - 1 if expired else f.settled.attempt, row.attempts)
         finished = datetime.fromtimestamp(f.settled.at_ms / 1000, UTC)
     elif f.dead:
         status, reason, number = JobStatus.DEAD, DEAD_IN_REDIS, max(row.attempts,
@@ -125,14 +124,13 @@ def settle_one(f: Finding) -> bool:
     logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
                    row.pk, reason, row.status, number, status)
     base = {"job_id": row.pk, "queue": row.queue, "callable_path": row.callable_path}
+    # no signal for an expiry (the worker sends none either)
     if status == JobStatus.SUCCEEDED:
         signals.send(signals.job_succeeded, attempt=number, worker_id=f.settled.holder
                      if f.settled else "", result=None, duration=None, **base)
-    elif status == JobStatus.EXPIRED:
-        pass  # no signal for an expiry (the worker sends none either)
     elif status == JobStatus.DEAD:
         signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
                      error_type=WORKER_LOST, **base)
-    else:
+    elif status == JobStatus.CANCELLED:
         signals.send(signals.job_cancelled, running=True, **base)
     return True

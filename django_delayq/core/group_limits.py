@@ -73,7 +73,9 @@ def set_group_limit(queue: str, group: str, *, concurrency: int | None = None,
             queue=override.queue, group=override.group,
             defaults={"concurrency": override.concurrency,
                       "rate_limit": override.rate_limit or ""})
-        transaction.on_commit(lambda: _to_redis(override), using=using)
+        transaction.on_commit(lambda: get_engine().set_group_limit(
+            override.queue, override.group, rate=limits.parse_rate(override.rate_limit),
+            concurrency=override.concurrency), using=using)
     logger.info("group %r of queue %r: limits concurrency=%s rate_limit=%s", group, queue,
                 override.concurrency, override.rate_limit)
     return override
@@ -154,10 +156,4 @@ def _queue(queue: str) -> str:
         raise InvalidJob("queue %r is sharded: a group limit cannot be split exactly between "
                          "its shards" % (queue,))
     return queue
-
-
-def _to_redis(override: GroupOverride) -> None:
-    get_engine().set_group_limit(override.queue, override.group,
-                                 rate=limits.parse_rate(override.rate_limit),
-                                 concurrency=override.concurrency)
 

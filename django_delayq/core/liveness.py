@@ -29,7 +29,6 @@ the count on purpose.
 from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -45,23 +44,6 @@ if TYPE_CHECKING:
 
 # A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
 SILENT_BEATS = 2
-
-
-@dataclass(frozen=True, slots=True)
-class Beats:
-    """Last heartbeats (Redis ms) of the workers heard from since some moment."""
-
-    now_ms: int
-    beats: tuple[float, ...]
-    silent_ms: int
-
-    def silent_since(self, since_ms: int) -> bool:
-        """A worker active after ``since_ms`` has gone silent (died, most likely)."""
-        return any(since_ms <= b < self.now_ms - self.silent_ms for b in self.beats)
-
-    def heard_after(self, since_ms: int, after_ms: int) -> bool:
-        """Every worker active after ``since_ms`` has heartbeated after ``after_ms``."""
-        return all(b > after_ms for b in self.beats if b >= since_ms)
 
 
 class Liveness:
@@ -102,11 +84,6 @@ class Liveness:
         now = self.engine.time_ms()
         return bool(self.engine.count_workers(now - self.silent_ms))
 
-    def beats(self, since_ms: int) -> Beats:
-        """The heartbeats of the workers heard from since ``since_ms`` (Redis ms)."""
-        now = self.engine.time_ms()
-        return Beats(now, tuple(self.engine.beats_since(since_ms)), self.silent_ms)
-
     def seeds(self, rows: Sequence[Job], seen_ms: Mapping[str, int] | None,
               margin_s: float) -> dict[str, int | None]:
         """The attempts counter each re-enqueued job starts from (None: decide later).
@@ -128,11 +105,14 @@ class Liveness:
         def since(row: Job) -> int:  # a worker that delivered it was alive after this
             return at_ms(max(row.updated_at, row.run_at)) + offset_ms - self.settings.lease_ms
 
-        beats = self.beats(min(since(r) for r in due))
+        # The last heartbeats (Redis ms) of the workers heard from since the oldest row's
+        # moment, and the beat a worker silent (dead, most likely) last gave at the latest.
+        silent_ms = self.engine.time_ms() - self.silent_ms
+        beats = tuple(self.engine.beats_since(min(since(r) for r in due)))
         for row in due:
-            first = seen_ms.get(row.pk) if seen_ms else None
-            if beats.silent_since(since(row)):
+            first, active = seen_ms.get(row.pk) if seen_ms else None, since(row)
+            if any(active <= b < silent_ms for b in beats):  # one active since has gone silent
                 seeds[row.pk] = row.attempts + 1
-            elif first is not None and not beats.heard_after(since(row), first):
-                seeds[row.pk] = None
+            elif first is not None and not all(b > first for b in beats if b >= active):
+                seeds[row.pk] = None  # not every one active since was heard after the look
         return seeds

@@ -136,7 +136,8 @@ def _select(ids: list[str]) -> list[tuple[Any, ...]]:
 
 
 def _payload(row: tuple[Any, ...]) -> Envelope:
-    _, _, path, args, kwargs, max_attempts, backoff, _, *options = row[:12]
+    (_, _, path, args, kwargs, max_attempts, backoff, _, priority, timeout, expires, retry_on,
+     _, atomic) = row
     if not isinstance(path, str) or not path:
         raise ValueError("callable path %s is not a string" % validation.short(path, 80))
     args, kwargs = _json(args, "args"), _json(kwargs, "kwargs")
@@ -148,23 +149,17 @@ def _payload(row: tuple[Any, ...]) -> Envelope:
     validation.check_max_attempts(max_attempts)
     backoff = _json(backoff, "backoff")
     validation.check_backoff(backoff)
-    priority, timeout, expires_ms, retry_on = _options(*options)
-    return Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
-                    backoff=backoff, priority=priority, timeout=timeout,
-                    expires_ms=expires_ms, retry_on=retry_on, atomic=bool(row[13]))
-
-
-def _options(priority: object, timeout: object, expires_at: object,
-             retry_on: object) -> tuple[int, float | None, int | None, tuple[str, ...] | None]:
-    """The run-time options of a row, checked as ``schedule()`` checks them."""
+    # the run-time options, checked as ``schedule()`` checks them
     priority = options.check_priority(0 if priority is None else priority)
     retry_on = _json(retry_on, "retry_on")
-    if retry_on is not None:
-        if not isinstance(retry_on, list) or options.retry_on_problem(retry_on):
-            raise ValueError("retry_on %s is not a list of exception class paths"
-                             % validation.short(retry_on, 80))
-        retry_on = tuple(retry_on)
-    return priority, options.timeout_seconds(timeout), _epoch_ms(expires_at), retry_on
+    if retry_on is not None and (not isinstance(retry_on, list)
+                                 or options.retry_on_problem(retry_on)):
+        raise ValueError("retry_on %s is not a list of exception class paths"
+                         % validation.short(retry_on, 80))
+    return Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
+                    backoff=backoff, priority=priority, timeout=options.timeout_seconds(timeout),
+                    expires_ms=_epoch_ms(expires), retry_on=None if retry_on is None
+                    else tuple(retry_on), atomic=bool(atomic))
 
 
 def _epoch_ms(moment: object) -> int | None:

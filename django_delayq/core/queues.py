@@ -82,18 +82,21 @@ def known_queue(queue: str) -> str:
     return queue
 
 
+def _logged(changed: bool, what: str, done: str) -> bool:
+    """Log a pause (``done``: "paused") or a resume of ``what``; returns ``changed``."""
+    unchanged = " (already)" if done == "paused" else " (was not paused)"
+    logger.info("%s %s%s", what, done, "" if changed else unchanged)
+    return changed
+
+
 def pause_queue(queue: str) -> bool:
     """Stop claiming from ``queue``; True when it was not paused before."""
-    changed = get_engine().pause(known_queue(queue))
-    logger.info("queue %r paused%s", queue, "" if changed else " (already)")
-    return changed
+    return _logged(get_engine().pause(known_queue(queue)), "queue %r" % queue, "paused")
 
 
 def resume_queue(queue: str) -> bool:
     """Claim from ``queue`` again; True when it was paused."""
-    changed = get_engine().resume(known_queue(queue))
-    logger.info("queue %r resumed%s", queue, "" if changed else " (was not paused)")
-    return changed
+    return _logged(get_engine().resume(known_queue(queue)), "queue %r" % queue, "resumed")
 
 
 def paused_queues() -> list[str]:
@@ -104,16 +107,13 @@ def paused_queues() -> list[str]:
 def pause_group(queue: str, group: str) -> bool:
     """Claim none of ``group``'s jobs of ``queue``; True when it was not paused before."""
     changed = get_engine().pause_group(known_queue(queue), validation.check_group(group))
-    logger.info("group %r of queue %r paused%s", group, queue, "" if changed else " (already)")
-    return changed
+    return _logged(changed, "group %r of queue %r" % (group, queue), "paused")
 
 
 def resume_group(queue: str, group: str) -> bool:
     """Claim ``group``'s jobs of ``queue`` again; True when it was paused."""
     changed = get_engine().resume_group(known_queue(queue), validation.check_group(group))
-    logger.info("group %r of queue %r resumed%s", group, queue,
-                "" if changed else " (was not paused)")
-    return changed
+    return _logged(changed, "group %r of queue %r" % (group, queue), "resumed")
 
 
 def paused_groups(queue: str) -> list[str]:

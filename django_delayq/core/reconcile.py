@@ -131,9 +131,7 @@ class Reconciler:
         self._lost_at: dict[str, datetime] = {}
         self._suspects: dict[str, Suspect] = {}
         self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
-        self._last = -1e18
-        self._last_epoch = -1e18
-        self._last_orphans = -1e18
+        self._last = self._last_epoch = self._last_orphans = -1e18
         self._last_sweep = time.monotonic()  # the first sweep after one SWEEP_SECONDS
         self.stats = PassStats()
         self._outage = Outage()  # Redis failing, as seen here: a pass once it answers
@@ -351,16 +349,12 @@ class Reconciler:
 
     def _find(self, rows: list[Job]) -> list[Finding]:
         """Rows whose job Redis does not hold, or holds as dead."""
-        found: list[Finding] = []
-        for queue, items in _by_queue(rows).items():
-            horizon = self.engine.time_ms() - RECENT_SECONDS * 1000
-            found += self._find_in(queue, items, horizon)
-        return found
+        return [f for queue, items in _by_queue(rows).items() for f in self._find_in(queue, items)]
 
-    def _find_in(self, queue: str, rows: Sequence[Job], horizon: float) -> list[Finding]:
+    def _find_in(self, queue: str, rows: Sequence[Job]) -> list[Finding]:
         """Each row's place, envelope and attempts (read atomically, ``MULTI_ROWS`` rows
         per MULTI: ``Engine.presence``)."""
-        found = []
+        found, horizon = [], self.engine.time_ms() - RECENT_SECONDS * 1000
         places = self.engine.presence(queue, [row.pk for row in rows])
         for row, place in zip(rows, places):
             if place.queued:

@@ -48,14 +48,14 @@ class _Statement:
     # datetime given twice: adapted once)
     by_name: list[tuple[str, Prepare, Any, bool]]
     # per field, its None prepared once when that gives an immutable value (else
-    # _EACH_TIME); and the plans of ``_values_params``, by the names a caller gives
+    # _EACH_TIME); and the plans of ``values_params``, by the names a caller gives
     nulls: list[Any]
     plans: dict[tuple[str, ...], _Plan] = dataclass_field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """How ``_values_params`` fills the statement's values from a dict of these names:
+    """How ``values_params`` fills the statement's values from a dict of these names:
     a copy of ``template`` (each constant default prepared already), then per name given
     (index, name, preparer, is a DateTimeField, its prepared None), then per default
     prepared per row (index, name, preparer)."""
@@ -120,13 +120,6 @@ def _prepared_default(field: Field[Any, Any], prep: Prepare, connection: Any) ->
     return _immutable(prep, field.get_default(), connection)
 
 
-def _plain_values_only() -> bool:
-    """No column left to the database (``db_default`` without ``default``): the values
-    of a new ``Job`` are then plain values a field can prepare."""
-    return not any(f.has_db_default() and not f.has_default()
-                   for f in Job._meta.local_concrete_fields)
-
-
 def new_row(**values: object) -> Job:
     """``Job(**values)`` for a new row, built as Django builds a row it loads
     (``Model.from_db``): every concrete field's value given by position, its default where
@@ -149,11 +142,7 @@ def values_params(values: dict[str, Any], using: str) -> list[Any]:
     from ``values``, else its default (a constant one prepared once per alias). A datetime
     given for two columns (due and scheduled, created and updated) is adapted once.
     ``values`` holds column names only (``new_row`` checks that for ``insert_values``)."""
-    return _values_params(values, _statement(using), connections[using])
-
-
-def _values_params(values: dict[str, Any], st: _Statement, connection: Any) -> list[Any]:
-    names = tuple(values)
+    st, connection, names = _statement(using), connections[using], tuple(values)
     plan = st.plans.get(names)
     if plan is None:
         plan = _plan(names, st)
@@ -197,17 +186,13 @@ def _plan(names: tuple[str, ...], st: _Statement) -> _Plan:
 def insert_values(values: dict[str, Any], using: str) -> None:
     """``insert(new_row(**values), using)`` for a caller that needs no ``Job`` object (a
     ``schedule()`` without key or parents): the same statement and values."""
-    if not _ONLY_PLAIN or not values.keys() <= _ATTNAMES or _observed():
+    # ``Job(...)`` with ``pre_init``/``post_init`` receivers: they are sent to
+    if (not _ONLY_PLAIN or not values.keys() <= _ATTNAMES or pre_init.has_listeners(Job)
+            or post_init.has_listeners(Job)):
         insert(new_row(**values), using)  # Job(**values) raises for a name not a column's
         return
-    connection, st = connections[using], _statement(using)
-    with connection.cursor() as cursor:
-        cursor.execute(st.sql, _values_params(values, st, connection))
-
-
-def _observed() -> bool:
-    """Whether ``Job(...)`` has ``pre_init``/``post_init`` receivers to send to."""
-    return pre_init.has_listeners(Job) or post_init.has_listeners(Job)
+    with connections[using].cursor() as cursor:
+        cursor.execute(_statement(using).sql, values_params(values, using))
 
 
 def insert(row: Job, using: str) -> None:
@@ -221,7 +206,10 @@ def insert(row: Job, using: str) -> None:
     row._state.db = using
 
 
-_ONLY_PLAIN = _plain_values_only()
+# No column left to the database (``db_default`` without ``default``): the values of a
+# new ``Job`` are then plain values a field can prepare.
+_ONLY_PLAIN = not any(f.has_db_default() and not f.has_default()
+                      for f in Job._meta.local_concrete_fields)
 _CONCRETE = tuple(Job._meta.concrete_fields)
 _ATTNAMES = frozenset(f.attname for f in _CONCRETE)
 _FIELDS = {f.attname: f for f in Job._meta.local_concrete_fields}

@@ -127,14 +127,6 @@ def check_no_cycle(child_id: str, parents: list[str], using: str) -> None:
 # -- release: in the transaction that makes parents final ----------------------------
 
 
-@dataclass(slots=True)
-class _Round:
-    """Edges resolved in one round: per child, how many, and the first failed parent."""
-
-    count: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    failed: dict[str, str] = field(default_factory=dict)
-
-
 def resolve(parent_ids: Iterable[str], using: str) -> list[str]:
     """Resolve the open edges of those parents whose row is final; decrement, release or
     cancel their children; cascade. Call inside the transaction that wrote the parents'
@@ -145,39 +137,38 @@ def resolve(parent_ids: Iterable[str], using: str) -> list[str]:
             return []  # no workflow waits: one probe without parameters (index prefix)
         while todo:
             chunk, todo = todo[:CHUNK], todo[CHUNK:]
-            rnd = _resolve_edges(chunk, using)
-            if rnd is None:
-                continue
-            todo.extend(_cancel_children(rnd.failed, using))
-            released.extend(_decrement(rnd.count, using))
+            count, failed = _resolve_edges(chunk, using)
+            todo.extend(_cancel_children(failed, using))
+            released.extend(_decrement(count, using))
         if released:
             _release(released, using)
     return released
 
 
-def _resolve_edges(parents: Sequence[str], using: str) -> _Round | None:
+def _resolve_edges(parents: Sequence[str],
+                   using: str) -> tuple[dict[str, int], dict[str, str]]:
     """Lock and resolve the open edges of the final ones among ``parents``. ``SELECT ...
     FOR UPDATE WHERE resolved = false`` returns only edges no other transaction resolved
     (PostgreSQL re-checks the condition after waiting for a lock; SQLite runs one writer
-    at a time), so each edge is counted by exactly one transaction."""
+    at a time), so each edge is counted by exactly one transaction. Returns the edges
+    resolved: per child, how many, and the first failed parent's reason."""
+    count: dict[str, int] = defaultdict(int)
+    failed: dict[str, str] = {}
     edges = JobDependency.objects.using(using)
     if not edges.filter(parent_id__in=parents, resolved=False).exists():
-        return None  # the usual case: one indexed probe per flush
+        return count, failed  # the usual case: one indexed probe per flush
     final = dict(Job.objects.using(using).filter(pk__in=parents, status__in=FINAL_STATUSES)
                  .values_list("id", "status"))
     open_ = list(edges.select_for_update().filter(parent_id__in=list(final), resolved=False)
                  .values_list("pk", "parent_id", "child_id", "run_on_failure"))
-    if not open_:
-        return None
-    for i in range(0, len(open_), CHUNK):
-        edges.filter(pk__in=[e[0] for e in open_[i:i + CHUNK]]).update(resolved=True)
-    rnd = _Round()
+    for chunk in chunks(open_, CHUNK):
+        edges.filter(pk__in=[e[0] for e in chunk]).update(resolved=True)
     for _, parent, child, run_anyway in open_:
         if final[parent] in FAILED and not run_anyway:
-            rnd.failed.setdefault(child, cancel_reason(parent, final[parent]))
+            failed.setdefault(child, cancel_reason(parent, final[parent]))
         else:
-            rnd.count[child] += 1
-    return rnd
+            count[child] += 1
+    return count, failed
 
 
 def _cancel_children(failed: dict[str, str], using: str) -> list[str]:
