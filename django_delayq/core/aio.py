@@ -18,16 +18,14 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from django_delayq.core import api, results
+from django_delayq.core import api
+from django_delayq.core.options import JobSpec
+from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.models import FINAL_STATUSES, Job
-
-if TYPE_CHECKING:
-    from django_delayq.core.options import JobSpec
-    from django_delayq.engine.outcomes import CancelOutcome
 
 __all__ = ["AsyncJobHandle", "acancel", "aget_job", "arequeue", "areschedule", "arun_now",
            "aschedule", "aschedule_spec", "await_result"]
@@ -81,10 +79,10 @@ aget_job = sync_to_async(api.get_job)  # the job's row; ``JobNotFound`` without 
 async def await_result(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
     """``wait()`` for async code: the job's result once it is final (``JobFailed`` when
     it ended otherwise), ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
-    waiting = results.Waiting(job_id, timeout, poll)
-    read = sync_to_async(results.read)
+    waiting = api.Waiting(job_id, timeout, poll)
+    read = sync_to_async(api.read)
     row = await read(job_id)
     while row.status not in FINAL_STATUSES:
         await asyncio.sleep(waiting.pause(row))
         row = await read(job_id)
-    return results.result_of(row)
+    return api.result_of(row)

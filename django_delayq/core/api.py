@@ -1,4 +1,5 @@
-"""The public API: schedule, schedule_many, job, cancel, run_now, reschedule, requeue, get_job.
+"""The public API: schedule, schedule_many, job, cancel, run_now, reschedule, requeue, get_job,
+and a job's result (``result_of``, ``wait``: the section "results" below).
 
 ``schedule()`` checks everything and raises ``InvalidJob`` naming the bad value. The
 audit row is written in the caller's transaction; the job reaches Redis on commit
@@ -9,37 +10,30 @@ worker's reconciler enqueues it later: the row is the durable record.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import math
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import router, transaction
+from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import (
-    bulk,
-    commit_batch,
-    dedup,
-    options,
-    registry,
-    results,
-    row_insert,
-    submit,
-    validation,
-    workflows,
-)
+from django_delayq.core import bulk, commit_batch, dedup, options, row_insert, validation, workflows
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
 from django_delayq.core.commit_batch import set_eager_runner
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.options import KEEP, JobOptions, JobSpec
 from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
-from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
-from django_delayq.exceptions import InvalidJob
-from django_delayq.models import UNFINISHED_STATUSES, Job, JobStatus
+from django_delayq.core.registry import check_schedulable
+from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome, NewJob
+from django_delayq.exceptions import InvalidJob, JobFailed, JobNotFinished, JobNotFound, WaitTimeout
+from django_delayq.models import FINAL_STATUSES, UNFINISHED_STATUSES, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +67,13 @@ class JobHandle:
     @property
     def result(self) -> Any:
         """The succeeded job's return value; ``JobNotFinished`` before it ends,
-        ``JobFailed`` when it ended dead, cancelled or expired (core/results.py)."""
-        return results.result_of(self.job)
+        ``JobFailed`` when it ended dead, cancelled or expired (``result_of``)."""
+        return result_of(self.job)
 
     def wait(self, timeout: float | None = None, poll: float = 0.01) -> Any:
         """Block until the job is final, then return ``result`` (or raise as it does);
         ``WaitTimeout`` after ``timeout`` seconds. Refused inside an atomic block."""
-        return results.wait(self.id, timeout, poll)
+        return wait(self.id, timeout, poll)
 
 
 def schedule(fn: Callable[..., Any] | str, *args: object,
@@ -126,7 +120,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
               clash: bool = False) -> JobHandle:
     s = get_settings()
     c = spec.check(fn, any_queue=any_queue, clash=clash)
-    values, new = submit.build(c, spec.args, spec.kwargs, s.max_payload_bytes)
+    values, new = build(c, spec.args, spec.kwargs, s.max_payload_bytes)
     values.update(requeued_from=requeued_from, task_backend=task_backend)
     using = router.db_for_write(Job)
     job_id, queue = new.id, c.queue
@@ -149,6 +143,26 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     else:
         commit_batch.enqueue_after_commit(using, queue, [new])  # one hook per transaction
     return JobHandle(job_id, queue)
+
+
+def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
+          max_payload: int) -> tuple[dict[str, Any], NewJob]:
+    """One job's row values and its entry for Redis (``schedule``; ``schedule_many`` uses
+    ``bulk``, with the same checks)."""
+    args, kwargs = list(args), dict(kwargs)
+    _, _, size = validation.encode_args(args, kwargs)
+    options.check_arguments(c.path, args, kwargs)
+    run_at, at_ms, delay_ms = c.due()
+    columns = c.columns(run_at)
+    new_id = c.job_id()
+    validation.check_size(size + validation.payload_head_size(c.path, c.max_attempts, c.backoff),
+                          max_payload)
+    row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
+               key=c.key, run_at=run_at, scheduled_for=run_at, created_at=c.now,
+               updated_at=c.now, max_attempts=c.max_attempts, backoff=c.backoff, **columns)
+    # The payload stays in the row: Redis gets the id, the due time, priority and group.
+    return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=c.priority,
+                       group=c.group)
 
 
 def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
@@ -247,7 +261,7 @@ def job(fn: Callable[..., Any] | str) -> JobCall:
 
 def get_job(job_id: str) -> Job:
     try:
-        return results.read(job_id, only=())
+        return read(job_id, only=())
     except RecursionError:  # only a row edited by hand: schedule() refuses such nesting
         raise InvalidJob("job %s: its row holds JSON nested too deeply to load (more than "
                          "%d levels)" % (job_id, validation.MAX_DEPTH)) from None
@@ -314,7 +328,7 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     original. Either way the row's callable path must pass the allow-list first, as at
     ``schedule()``."""
     row = get_job(job_id)
-    registry.check_schedulable(row.callable_path)
+    check_schedulable(row.callable_path)
     seconds = validation.delay_seconds(delay)
     if row.status == JobStatus.DEAD and _requeue_dead(row, seconds):
         return JobHandle(row.id, row.queue)
@@ -348,3 +362,95 @@ def _requeue_dead(row: Job, seconds: float) -> bool:
                 status=JobStatus.DEAD, attempts=row.attempts, run_at=row.run_at,
                 finished_at=row.finished_at, updated_at=timezone.now())
     return outcome is MoveOutcome.MOVED
+
+
+# -- results ----------------------------------------------------------------------------
+# A job's result from its row: ``JobHandle.result`` and ``JobHandle.wait()``.
+#
+# ``result_of(row)``: a ``succeeded`` row's ``result`` (the JSON value the function
+# returned; ``None`` when it returned something JSON cannot hold); ``JobFailed`` for a row
+# that ended otherwise (``dead`` with its last error type and text, ``cancelled``,
+# ``expired``); ``JobNotFinished`` for one still on its way (scheduled, waiting, running,
+# retrying).
+#
+# ``wait()`` reads the row until it is final: every ``poll`` seconds at first (10 ms), the
+# interval growing by half each time up to ``MAX_POLL_SECONDS`` (250 ms), each read its own
+# short query (no transaction is held while waiting). Inside an atomic block the row
+# cannot change under the caller (SQLite, and PostgreSQL's snapshot isolation, show the
+# caller's snapshot), so waiting for a row that is not final there raises
+# ``TransactionManagementError`` at once; a final row returns its result anywhere (eager
+# mode runs the job before ``schedule()`` returns, outside a transaction).
+
+MAX_POLL_SECONDS = 0.25
+GROWTH = 1.5
+
+
+def result_of(row: Job) -> Any:
+    """The result of a final ``row``, or the error saying why there is none."""
+    if row.status == JobStatus.SUCCEEDED:
+        return row.result
+    if row.status == JobStatus.DEAD:
+        raise JobFailed(row.id, row.status, row.error_type, row.last_error)
+    if row.status in FINAL_STATUSES:  # cancelled, expired: the reason, when one was kept
+        raise JobFailed(row.id, row.status, "", row.last_error)
+    raise JobNotFinished(row.id, row.status)
+
+
+def _seconds(value: object, name: str, *, positive: bool) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
+            value) and (value > 0 if positive else value >= 0):
+        return float(value)
+    raise InvalidJob("wait(%s=%r): give %s seconds" % (
+        name, value, "a positive number of" if positive else "None or a number of"))
+
+
+RESULT_COLUMNS = ("id", "status", "result", "error_type", "last_error")  # of ``result_of``
+
+
+def read(job_id: str, only: tuple[str, ...] = RESULT_COLUMNS) -> Job:
+    """The row of ``job_id`` (``only`` these columns; all for ``()``); ``JobNotFound``
+    without one."""
+    validation.check_lookup_id(job_id)  # a lone surrogate, NUL: no row has it
+    rows = Job.objects.using(router.db_for_read(Job))
+    try:
+        return (rows.only(*only) if only else rows).get(pk=job_id)
+    except Job.DoesNotExist:
+        raise JobNotFound("no job with id %r" % (job_id,)) from None
+
+
+class Waiting:
+    """The pauses between the reads of a row that ``wait()`` and ``await_result()`` make:
+    ``poll`` seconds at first, growing to ``MAX_POLL_SECONDS``, never past ``timeout``."""
+
+    def __init__(self, job_id: str, timeout: float | None, poll: float) -> None:
+        self.job_id, self.poll = job_id, poll
+        self.limit = None if timeout is None else _seconds(timeout, "timeout", positive=False)
+        self.interval = _seconds(poll, "poll", positive=True)
+        self.deadline = None if self.limit is None else time.monotonic() + self.limit
+
+    def pause(self, row: Job) -> float:
+        """Seconds to sleep before the next read of the (not final) ``row``;
+        ``WaitTimeout`` once the time is up."""
+        left = None if self.deadline is None else self.deadline - time.monotonic()
+        if left is not None and left <= 0:
+            raise WaitTimeout(self.job_id, self.limit or 0.0, row.status)
+        interval = self.interval
+        self.interval = min(interval * GROWTH, max(MAX_POLL_SECONDS, self.poll))
+        return interval if left is None else min(interval, left)
+
+
+def wait(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
+    """Block until job ``job_id`` is final and return ``result_of`` its row;
+    ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
+    waiting = Waiting(job_id, timeout, poll)
+    row = read(job_id)
+    if row.status not in FINAL_STATUSES and transaction.get_connection(
+            router.db_for_read(Job)).in_atomic_block:
+        raise TransactionManagementError(
+            "wait() for job %s inside an atomic block: the row (%s) cannot change under this "
+            "transaction; wait after it commits (transaction.on_commit) or outside it"
+            % (job_id, row.status))
+    while row.status not in FINAL_STATUSES:
+        time.sleep(waiting.pause(row))
+        row = read(job_id)
+    return result_of(row)

@@ -44,16 +44,14 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from redis.exceptions import RedisError
 
 from django_delayq.core.connection import get_engine
-
-if TYPE_CHECKING:
-    from django_delayq.engine.outcomes import NewJob
+from django_delayq.engine.outcomes import NewJob
 
 logger = logging.getLogger(__name__)
 
@@ -86,9 +84,8 @@ class _Pending:
             self.send()
 
     def _forget_discarded(self) -> None:
-        callbacks = self.callbacks
-        while callbacks and callbacks[-1]() is None:
-            callbacks.pop()
+        while self.callbacks and self.callbacks[-1]() is None:
+            self.callbacks.pop()
 
     def send(self) -> None:
         jobs, self.jobs = self.jobs, {}

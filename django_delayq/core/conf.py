@@ -22,14 +22,8 @@ from django.dispatch import receiver
 from django_delayq.core import limits, schedules
 from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
+from django_delayq.engine import urls
 from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
-from django_delayq.engine.urls import (
-    CLUSTER_SCHEMES,
-    SENTINEL_SCHEMES,
-    is_cluster_url,
-    is_sentinel_url,
-    sentinel_url_problem,
-)
 
 # QUEUE_OPTIONS keys a sharded queue refuses: each shard's claim.lua would count its own
 LIMIT_KEYS = ("rate_limit", "concurrency", "group_rate_limit", "group_concurrency")
@@ -144,7 +138,7 @@ def _positive(name: str, value: object, *, integer: bool = False) -> str | None:
     return None
 
 
-URL_SCHEMES = ("redis://", "rediss://", "unix://", *CLUSTER_SCHEMES, *SENTINEL_SCHEMES)
+URL_SCHEMES = ("redis://", "rediss://", "unix://", *urls.CLUSTER_SCHEMES, *urls.SENTINEL_SCHEMES)
 
 
 def _url_problem(url: object) -> str | None:
@@ -154,10 +148,10 @@ def _url_problem(url: object) -> str | None:
         return ("DELAYQ['REDIS_URL'] must start with redis://, rediss://, unix://, "
                 "redis+cluster://, rediss+cluster://, redis+sentinel:// or "
                 "rediss+sentinel://, not %r" % (url,))
-    if is_sentinel_url(url) and (why := sentinel_url_problem(url)):
+    if urls.is_sentinel_url(url) and (why := urls.sentinel_url_problem(url)):
         return ("DELAYQ['REDIS_URL'] %r: %s (e.g. 'redis+sentinel://host1:26379,"
                 "host2:26379/mymaster/0')" % (url, why))
-    if is_cluster_url(url) and urlsplit(url).path.strip("/") not in ("", "0"):
+    if urls.is_cluster_url(url) and urlsplit(url).path.strip("/") not in ("", "0"):
         return ("DELAYQ['REDIS_URL'] %r: a Redis Cluster has only database 0; drop the "
                 "database number" % (url,))
     return None

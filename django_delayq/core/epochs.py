@@ -52,14 +52,11 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
+from django_delayq.engine import Engine
 from django_delayq.engine.shard_health import ERRORS
-
-if TYPE_CHECKING:
-    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -115,8 +112,13 @@ class Epochs:
                 else:
                     sets.add(name)
                     self.witnessed.add(queue)
-                self._log_loss(queue if name == queue else "%s (shard %s)" % (queue, name),
-                               known)
+                where = queue if name == queue else "%s (shard %s)" % (queue, name)
+                if known is None:  # first look: a new Redis, or one lost while nobody watched
+                    logger.info("reconciler: queue %r has no epoch key and no data in Redis; "
+                                "full pass without grace", where)
+                else:
+                    logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
+                                   "re-enqueueing its live rows without grace", where)
             if value is not None:
                 self.known[name] = value
         self.lost_sets.update(took)
@@ -197,11 +199,3 @@ class Epochs:
             return now
         age_ms = self.engine.time_ms() - int(created)
         return now - timedelta(milliseconds=age_ms) if age_ms >= 0 else now
-
-    def _log_loss(self, queue: str, known: str | None) -> None:
-        if known is None:  # first look: a new Redis, or one lost while nobody watched
-            logger.info("reconciler: queue %r has no epoch key and no data in Redis; "
-                        "full pass without grace", queue)
-        else:
-            logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
-                           "re-enqueueing its live rows without grace", queue)

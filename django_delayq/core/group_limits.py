@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 from django.db import router, transaction
 
@@ -31,13 +31,11 @@ from django_delayq.core import limits, validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queue
+from django_delayq.engine import Engine
 from django_delayq.engine.controls import override_value
 from django_delayq.engine.outcomes import QueueLimit
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import GroupLimit
-
-if TYPE_CHECKING:
-    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
 
@@ -57,9 +55,8 @@ class GroupOverride:
 def defaults(settings: Settings, queue: str) -> QueueLimit | None:
     """Every group's limits in ``queue`` by default (the settings), None when none."""
     rate, concurrency = settings.group_limit(queue)
-    if rate is None and concurrency is None:
-        return None
-    return QueueLimit(rate=rate, concurrency=concurrency)
+    return None if rate is None and concurrency is None else QueueLimit(
+        rate=rate, concurrency=concurrency)
 
 
 def set_group_limit(queue: str, group: str, *, concurrency: int | None = None,

@@ -158,11 +158,8 @@ class JobSpec(JobOptions):
 
 def _own(o: JobOptions, path: str) -> dict[str, Any]:
     """The run-time options ``o`` sets, checked (``atomic`` of ``path``'s function)."""
-    own: dict[str, Any] = {}
-    for name, check in _CHECKS:
-        if (value := getattr(o, name)) is not None:
-            own[name] = check_atomic(value, path) if check is None else check(value)
-    return own
+    return {name: check_atomic(value, path) if check is None else check(value)
+            for name, check in _CHECKS if (value := getattr(o, name)) is not None}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,7 +32,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import connections, router
@@ -41,10 +41,8 @@ from django.utils.dateparse import parse_datetime
 
 from django_delayq.core import options, validation
 from django_delayq.engine.envelope import Envelope
+from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.models import LIVE_STATUSES, Job
-
-if TYPE_CHECKING:
-    from django_delayq.engine.outcomes import ClaimedJob
 
 logger = logging.getLogger(__name__)
 
@@ -85,34 +83,29 @@ class Loaded:
 
 def read(jobs: Sequence[ClaimedJob]) -> Loaded:
     """Sort ``jobs`` by their rows (one query); see the module docstring."""
-    if not jobs:
-        return Loaded([], [], [])
-    rows = {row[0]: row for row in _select([job.id for job in jobs])}
     out = Loaded([], [], [], [])
+    rows = {row[0]: row for row in _select([job.id for job in jobs])} if jobs else {}
     run, broken, aside, cancelled = out.run, out.broken, out.aside, out.cancelled
     for job in jobs:
         row = rows.get(job.id)
         if row is None:
             aside.append(Aside(job, NO_ROW, "no audit row with this id (never scheduled "
                                             "through django-delayq, or the row was deleted)"))
-            continue
-        if (status := row[1]) not in LIVE_STATUSES:
+        elif (status := row[1]) not in LIVE_STATUSES:
             aside.append(Aside(job, FINAL_ROW, "its audit row is %s, not live: it does not run "
                                                "again" % _printable(status)))
-            continue
-        if row[7] != job.queue:  # an id copied into another queue's keys in Redis
+        elif row[7] != job.queue:  # an id copied into another queue's keys in Redis
             aside.append(Aside(job, OTHER_QUEUE, "its audit row belongs to queue %s, not %s: "
                                "it runs only where it was scheduled"
                                % (_printable(row[7]), _printable(job.queue))))
-            continue
-        if row[12]:  # cancel_requested
+        elif row[12]:  # cancel_requested
             cancelled.append(job)
-            continue
-        try:
-            run.append(dataclasses.replace(job, payload=_payload(row)))
-        except Exception as exc:  # noqa: BLE001 - one row never fails the batch
-            path = row[2] if isinstance(row[2], str) else ""
-            broken.append(Broken(job, path, "invalid row: %s" % _printable(exc)))
+        else:
+            try:
+                run.append(dataclasses.replace(job, payload=_payload(row)))
+            except Exception as exc:  # noqa: BLE001 - one row never fails the batch
+                path = row[2] if isinstance(row[2], str) else ""
+                broken.append(Broken(job, path, "invalid row: %s" % _printable(exc)))
     return out
 
 

@@ -237,11 +237,8 @@ def _live_workers() -> dict[str, Registered]:
     wrote are left out)."""
     engine = get_engine()
     alive_ms = engine.time_ms() - 2 * get_settings().lease_ms
-    live = {}
-    for entry in engine.workers():
-        if entry.beat_ms >= alive_ms and (w := _entry(entry.id, entry.info)):
-            live[w.worker_id] = w
-    return live
+    return {w.worker_id: w for entry in engine.workers()
+            if entry.beat_ms >= alive_ms and (w := _entry(entry.id, entry.info))}
 
 
 def _entry(worker_id: str, raw: str | None) -> Registered | None:

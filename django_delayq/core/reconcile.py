@@ -81,22 +81,12 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, close_old_connections, router
 from django.utils import timezone
 
-from django_delayq.core import final_rows, group_limits, workflows
+from django_delayq.core import final_rows, group_limits, reconcile_state, workflows
 from django_delayq.core.conf import Settings
 from django_delayq.core.epochs import Epochs
 from django_delayq.core.final_rows import Finding
 from django_delayq.core.liveness import Liveness
-from django_delayq.core.reconcile_state import (
-    LIGHT,
-    OUTAGE_GRACE_SECONDS,
-    Cursor,
-    Outage,
-    PassStats,
-    Suspect,
-    count_lost_deliveries,
-    live_rows,
-    record_charges,
-)
+from django_delayq.core.reconcile_state import Cursor, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
@@ -133,8 +123,9 @@ class Reconciler:
         self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
         self._last = self._last_epoch = self._last_orphans = -1e18
         self._last_sweep = time.monotonic()  # the first sweep after one SWEEP_SECONDS
-        self.stats = PassStats()
-        self._outage = Outage()  # Redis failing, as seen here: a pass once it answers
+        self.stats = reconcile_state.PassStats()
+        # Redis failing, as seen here: a pass once it answers
+        self._outage = reconcile_state.Outage()
         self._after_outage: Cursor | None = None
 
     # -- worker entry point -----------------------------------------------------------
@@ -159,8 +150,7 @@ class Reconciler:
         if now - self._last_epoch >= min(EPOCH_CHECK_SECONDS,
                                          self.settings.reconcile_interval_seconds):
             self._last_epoch = now
-            for queue in self.check_epochs():
-                self._urgent[queue] = Cursor()
+            self._urgent.update((queue, Cursor()) for queue in self.check_epochs())
             if self._epochs.unreadable:  # a node down: its rows wait for a pass after it
                 self._outage.failed()
             else:
@@ -213,7 +203,8 @@ class Reconciler:
         deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
         added = 0
         while time.monotonic() < deadline:
-            added += self._batch(cursor, self.queues, OUTAGE_GRACE_SECONDS, lost=False)
+            added += self._batch(cursor, self.queues, reconcile_state.OUTAGE_GRACE_SECONDS,
+                                 lost=False)
             if cursor.status == 0 and cursor.after is None:
                 self._after_outage = None
                 break
@@ -272,7 +263,7 @@ class Reconciler:
 
     def _batch(self, cursor: Cursor, queues: tuple[str, ...], grace: float, *, lost: bool,
                batch: int = BATCH, dry_run: bool = False) -> int:
-        rows = live_rows(cursor, queues, grace, batch)
+        rows = reconcile_state.live_rows(cursor, queues, grace, batch)
         if not rows:
             return 0
         self.stats.examined += len(rows)
@@ -290,8 +281,9 @@ class Reconciler:
             return sum(not f.settles for f in found)
         now, act = time.monotonic(), []
         for f in found:
-            taken = f.row.pk in took
-            if taken and not f.dead and self._before_loss(f.row):
+            taken, lost_at = f.row.pk in took, self._lost_at.get(f.row.queue)
+            if taken and not f.dead and lost_at is not None and (  # changed before the loss
+                    f.row.updated_at < lost_at - timedelta(seconds=LOSS_MARGIN_SECONDS)):
                 act.append(f)
             elif taken or len(self._suspects) < MAX_SUSPECTS:
                 self._suspects.setdefault(f.row.pk, Suspect(f.row.status, f.row.updated_at,
@@ -310,11 +302,6 @@ class Reconciler:
         for f in found[:MAX_SUSPECTS - len(self._suspects)]:
             self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, seen, seen_ms, False)
 
-    def _before_loss(self, row: Job) -> bool:
-        lost_at = self._lost_at.get(row.queue)
-        return lost_at is not None and \
-            row.updated_at < lost_at - timedelta(seconds=LOSS_MARGIN_SECONDS)
-
     def _confirm(self, force: bool = False) -> int:
         """Second look at suspects: act on those whose row did not move meanwhile."""
         horizon = time.monotonic() - self.confirm_seconds
@@ -322,7 +309,7 @@ class Reconciler:
         if not due:
             return 0
         rows = {r.pk: r for r in Job.objects.filter(pk__in=due, status__in=LIVE_STATUSES)
-                .only(*LIGHT)}
+                .only(*reconcile_state.LIGHT)}
         still: dict[bool, list[Job]] = {False: [], True: []}
         seen: dict[str, Suspect] = {}
         for pk in due:
@@ -401,16 +388,17 @@ class Reconciler:
         seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)
         # A delivery lost data held may be unrecorded: never its attempt number again,
         # also when the loss came before this reconciler's first look (it saw no loss).
-        count_lost_deliveries(rows, seeds, self._lost_at if lost else self._epochs.began(),
-                              self._epochs.witnessed, LOSS_MARGIN_SECONDS,
-                              2 * self.settings.lease_seconds)
+        reconcile_state.count_lost_deliveries(
+            rows, seeds, self._lost_at if lost else self._epochs.began(),
+            self._epochs.witnessed, LOSS_MARGIN_SECONDS, 2 * self.settings.lease_seconds)
         ready = []
         for row in rows:
             if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:
                 self._suspects.setdefault(row.pk, seen[row.pk])  # look again next time
             else:
                 ready.append(row)
-        record_charges(ready, seeds, lost)  # the audit counts them before Redis does
+        # the audit counts them before Redis does
+        reconcile_state.record_charges(ready, seeds, lost)
         added = 0
         for queue, items in _by_queue(ready).items():
             # Per MULTI of MULTI_ROWS rows (``Engine.reenqueue``): remember the ids, seed

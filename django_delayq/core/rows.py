@@ -22,8 +22,6 @@ from django_delayq.core import options
 from django_delayq.models import Job, JobStatus
 
 VARYING = ("id", "key", "args", "kwargs", "run_at")  # differ between one writer's rows
-# Columns ``row()`` may set per row (else ``options.COLUMN_DEFAULTS``, scheduled_for NULL).
-OPTIONS = (*options.COLUMN_DEFAULTS, "scheduled_for")
 COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
 
@@ -104,26 +102,21 @@ class RowWriter:
         self.adapt = adapt
 
     def row(self, job_id: str, key: str | None, args_json: str, kwargs_json: str,
-            run_at: datetime, columns: Mapping[str, Any] | None = None) -> list[Any]:
-        """One row's values; ``columns`` sets columns of ``OPTIONS`` (checked values:
-        datetimes adapted here, lists encoded as JSON)."""
+            run_at: datetime, columns: Mapping[str, Any]) -> list[Any]:
+        """One row's values; ``columns`` sets the columns of the run-time options
+        (``Checked.columns``) and ``scheduled_for`` (checked values: datetimes adapted
+        here, lists encoded as JSON); the others keep the template's."""
         values = self.template.copy()
         i_id, i_key, i_args, i_kwargs, i_run = self.slots
         values[i_id], values[i_key], values[i_args] = job_id, key, args_json
         values[i_kwargs], values[i_run] = kwargs_json, self.adapt(run_at)
-        if columns:
-            for name, value in columns.items():
-                values[self.index[name]] = self._option(name, value)
+        for name, value in columns.items():
+            i = self.index[name]
+            if isinstance(value, datetime):
+                values[i] = self.adapt(value)
+            else:  # a list or tuple: a JSON column
+                values[i] = json.dumps(list(value)) if isinstance(value, (list, tuple)) else value
         return values
-
-    def _option(self, name: str, value: object) -> Any:
-        if name not in OPTIONS:
-            raise ValueError("RowWriter.row() does not set column %r" % name)
-        if isinstance(value, datetime):
-            return self.adapt(value)
-        if isinstance(value, (list, tuple)):  # a JSON column
-            return json.dumps(list(value))
-        return value
 
     def insert(self, rows: Sequence[list[Any]], *, ignore_conflicts: bool,
                batch_size: int = 1000) -> None:
@@ -131,21 +124,18 @@ class RowWriter:
             return
         conn = connections[self.using]
         if conn.vendor == "postgresql" and not ignore_conflicts and _has_copy(conn):
-            self._copy(conn, rows)
-            return
-        sql = self._insert_sql(conn, ignore_conflicts, ", ".join(["%s"] * len(self.fields)))
-        self.insert_prepared(PreparedInsert(sql=sql, rows=rows), batch_size)
+            # PostgreSQL: stream the rows with COPY (several times faster than INSERTs)
+            sql = "COPY %s (%s) FROM STDIN" % (conn.ops.quote_name(Job._meta.db_table),
+                                               self._columns(conn))
+            with conn.cursor() as wrapper, wrapper.cursor.copy(sql) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            sql = self._insert_sql(conn, ignore_conflicts, ", ".join(["%s"] * len(self.fields)))
+            self.insert_prepared(PreparedInsert(sql=sql, rows=rows), batch_size)
 
     def _columns(self, conn: BaseDatabaseWrapper) -> str:
         return ", ".join(conn.ops.quote_name(str(f.column)) for f in self.fields)
-
-    def _copy(self, conn: BaseDatabaseWrapper, rows: Sequence[list[Any]]) -> None:
-        """PostgreSQL: stream the rows with COPY (several times faster than INSERTs)."""
-        sql = "COPY %s (%s) FROM STDIN" % (conn.ops.quote_name(Job._meta.db_table),
-                                           self._columns(conn))
-        with conn.cursor() as wrapper, wrapper.cursor.copy(sql) as copy:
-            for row in rows:
-                copy.write_row(row)
 
     # -- column-wise (Spark's schedule_dataframe) -------------------------------------
 

@@ -86,14 +86,13 @@ def confirm(force: bool = False) -> int:
             return 0
         _last_confirm[0] = now_s
         ids = list(_watched)
+    undecided, added = set(ids), 0  # unless the look decides
     try:
         undecided, added = put_back(ids)
     except (RedisError, DatabaseError) as exc:
         logger.debug("schedules: could not look at %d tick job(s) yet: %s", len(ids), exc)
-        undecided, added = set(ids), 0
     except Exception:  # noqa: BLE001 - the keeper thread must live on
         logger.exception("schedules: looking at %d tick job(s) failed", len(ids))
-        undecided, added = set(ids), 0
     with _lock:
         for job_id in ids:
             if job_id not in undecided or now_s - _watched.get(job_id, now_s) > WATCH_MAX_S:

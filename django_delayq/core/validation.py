@@ -352,12 +352,10 @@ class Binder:
         self.counts = (required, len(params)) if plain else None
 
     def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-        if self.anything:
-            return
-        if self.counts is not None and not kwargs and (
-                self.counts[0] <= len(args) <= self.counts[1]):
-            return
-        bind(self.signature, self.path, args, kwargs)
+        counted = self.counts is not None and not kwargs and (
+            self.counts[0] <= len(args) <= self.counts[1])
+        if not (self.anything or counted):
+            bind(self.signature, self.path, args, kwargs)
 
 
 def bind(signature: inspect.Signature, path: str, args: Sequence[object],
