@@ -74,8 +74,7 @@ class Epochs:
     """The epochs of ``queues`` as last seen by one reconciler."""
 
     def __init__(self, engine: Engine, queues: tuple[str, ...]) -> None:
-        self.engine = engine
-        self.queues = queues
+        self.engine, self.queues = engine, queues
         self.known: dict[str, str] = {}
         # queue -> the data sets its last loss took (None: all of them)
         self.lost_sets: dict[str, set[str] | None] = {}
@@ -170,12 +169,16 @@ class Epochs:
         data). On a first look, "holds data" is the whole queue's: a first shard that
         never received a job while the others hold some is no loss."""
         if value is not None:
-            if known is None or value == known:
-                return value, False  # first look at a kept epoch, or unchanged
-            return value, epoch_kind(value) != KEPT  # replaced: the old data is gone
+            # a first look at a kept epoch, or unchanged: no loss; replaced: the old data is
+            # gone (unless the new one is of kind K)
+            return value, known not in (None, value) and epoch_kind(value) != KEPT
         held = (self.engine.set_holds_data(name) if known is not None
                 else self.engine.holds_data(queue))
-        value = self._create_epoch(name, held, create)
+        # a new epoch whose kind says whether the data set held any data; ``SET NX``: when
+        # another process created one first, that one
+        value = "%d:%s:%s" % (self.engine.time_ms(), uuid.uuid4().hex[:16], KEPT if held else LOST)
+        if create:
+            value = self.engine.create_epoch(name, value)
         kind = epoch_kind(value)
         if kind == KEPT:
             log = logger.info if known is None else logger.warning
@@ -184,13 +187,6 @@ class Epochs:
         if known is None:
             return value if create else None, kind == LOST
         return value if create else None, kind != KEPT
-
-    def _create_epoch(self, name: str, held: bool, write: bool) -> str:
-        """``SET NX`` a new epoch of data set ``name`` whose kind says whether it held
-        any data (``held``); when another process created one first, that one."""
-        value = "%d:%s:%s" % (self.engine.time_ms(), uuid.uuid4().hex[:16],
-                              KEPT if held else LOST)
-        return self.engine.create_epoch(name, value) if write else value
 
     def _dated(self, value: str | None) -> datetime:
         """When the loss was recorded (the new epoch's creation), on this host's clock."""

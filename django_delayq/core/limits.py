@@ -57,9 +57,8 @@ def parse_rate(text: object) -> Rate | None:
         return None
     count, multiplier, unit = int(match[1]), int(match[2] or 1), match[3]
     per_ms = multiplier * UNIT_MS[unit]
-    if not 1 <= count <= MAX_COUNT or multiplier < 1 or per_ms > MAX_RATE_MS:
-        return None
-    return count, per_ms
+    valid = 1 <= count <= MAX_COUNT and multiplier >= 1 and per_ms <= MAX_RATE_MS
+    return (count, per_ms) if valid else None
 
 
 UNIT_NAMES = {ms: unit for unit, ms in UNIT_MS.items()}

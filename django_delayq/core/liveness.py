@@ -47,8 +47,7 @@ class Liveness:
     """The workers' heartbeats as the reconciler of ``engine`` reads them."""
 
     def __init__(self, engine: Engine, settings: Settings) -> None:
-        self.engine = engine
-        self.settings = settings
+        self.engine, self.settings = engine, settings
 
     def alive(self, worker_ids: set[str]) -> set[str]:
         """Those of ``worker_ids`` that heartbeated within two leases."""

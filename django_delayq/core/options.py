@@ -194,10 +194,8 @@ class Checked:
     def due(self, delay: object = None, at: object = None) -> tuple[datetime, int | None, int]:
         """``(run_at, at_ms, delay_ms)`` of a job due at ``delay``/``at`` (checked), or at
         the call's due time when it gives neither."""
-        if delay is None and at is None:
-            at, seconds = self.at, self.delay_s
-        else:
-            at, seconds = validation.when(delay, at, self.use_tz)
+        at, seconds = ((self.at, self.delay_s) if delay is None and at is None
+                       else validation.when(delay, at, self.use_tz))
         if at is not None:
             return at, validation.at_ms(at), 0
         return self.now + timedelta(seconds=seconds), None, int(seconds * 1000)

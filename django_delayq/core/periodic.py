@@ -63,9 +63,8 @@ def job_options(s: Schedule) -> JobOptions:
 
 def schedule_of_key(key: str | None) -> int | None:
     """The schedule id a tick job's key names (``None``: not a tick job)."""
-    if not key or not key.startswith(KEY_PREFIX):
-        return None
-    return int(key[len(KEY_PREFIX):].split(":", 1)[0])
+    return (int(key[len(KEY_PREFIX):].split(":", 1)[0])
+            if key and key.startswith(KEY_PREFIX) else None)
 
 
 def tick_of_key(key: str | None) -> datetime | None:
@@ -227,9 +226,8 @@ def _served_since(queue: str, moment: datetime, own: Registered | None = None) -
     are not all back in it yet: it cannot tell, so the tick is not judged missed now (a
     later pass judges it once they are)."""
     live = _live_workers()
-    if own is not None and own.worker_id not in live:
-        return True
-    return any(queue in w.queues and w.started <= moment for w in live.values())
+    return (own is not None and own.worker_id not in live) or any(
+        queue in w.queues and w.started <= moment for w in live.values())
 
 
 def _live_workers() -> dict[str, Registered]:

@@ -186,9 +186,7 @@ def _next_ticks(ids: Iterable[str]) -> set[str]:
     """Those of ``ids`` that are a periodic schedule's pending next tick: the schedule
     names it (``next_job_id``) and its row is ``scheduled``."""
     named = set(Schedule.objects.filter(next_job_id__in=list(ids))
-                .values_list("next_job_id", flat=True))
-    if not named:
-        return set()
+                .values_list("next_job_id", flat=True))  # none: no query below
     return set(Job.objects.filter(pk__in=named, status=JobStatus.SCHEDULED)
                .values_list("pk", flat=True))
 
@@ -214,19 +212,15 @@ def _waiting_batches(engine: Engine, queue: str, using: str | None,
                                                       pk__gt=after, **filters)
                       .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH]):
         after = ids[-1]
-        waiting = _waiting_in_redis(engine, queue, ids)
+        # those waiting in Redis (pending or ready), not in flight, as one read
+        # (``Engine.presence``: one MULTI per 100 ids) sees them. The queue or group is
+        # paused, so a job waiting then stays waiting; a job in flight then is left alone,
+        # also when it ends before the purge goes on (its row may still say ``scheduled``:
+        # the worker writes rows in batches)
+        waiting = [i for i, p in zip(ids, engine.presence(queue, ids)) if p.waiting]
         ticks = _next_ticks(waiting) if waiting else set()
         if waiting := [i for i in waiting if i not in ticks]:  # schedule ticks: left waiting
             yield waiting
-
-
-def _waiting_in_redis(engine: Engine, queue: str, ids: list[str]) -> list[str]:
-    """Those of ``ids`` waiting in Redis (pending or ready), not in flight, as one read
-    (``Engine.presence``: one MULTI per 100 ids) sees them. The queue or group is paused,
-    so a job waiting then stays waiting; a job in flight then is left alone, also when it
-    ends before the purge goes on (its row may still say ``scheduled``: the worker
-    writes rows in batches)."""
-    return [i for i, p in zip(ids, engine.presence(queue, ids)) if p.waiting]
 
 
 def _cancel_rows(queue: str, ids: list[str], why: str = "") -> int:

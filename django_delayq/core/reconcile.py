@@ -111,8 +111,7 @@ SWEEP_SECONDS = 10.0
 
 class Reconciler:
     def __init__(self, engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
-        self.engine = engine
-        self.settings = settings
+        self.engine, self.settings = engine, settings
         self._live = Liveness(engine, settings)
         self.queues = tuple(queues)
         self._cursor = Cursor()

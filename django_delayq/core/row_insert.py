@@ -115,9 +115,8 @@ def _prepared_default(field: Field[Any, Any], prep: Prepare, connection: Any) ->
     """``field``'s default as the INSERT sends it, when it is the same for every row (not
     a callable, prepared to an immutable value; a field without one: Django's None or
     ""); else ``_EACH_TIME``."""
-    if field.has_default() and callable(field.default):
-        return _EACH_TIME
-    return _immutable(prep, field.get_default(), connection)
+    each_time = field.has_default() and callable(field.default)
+    return _EACH_TIME if each_time else _immutable(prep, field.get_default(), connection)
 
 
 def new_row(**values: object) -> Job:

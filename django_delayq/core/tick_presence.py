@@ -126,12 +126,9 @@ def _missing(rows: list[Row]) -> list[Row]:
     by_queue: dict[str, list[Row]] = {}
     for row in rows:
         by_queue.setdefault(row[1], []).append(row)
-    missing = []
-    for queue, items in by_queue.items():
-        for row, p in zip(items, engine.presence(queue, [r[0] for r in items]), strict=True):
-            if not (p.queued or p.dead or p.settled is not None or p.reconciled_ms is not None):
-                missing.append(row)
-    return missing
+    return [row for queue, items in by_queue.items()
+            for row, p in zip(items, engine.presence(queue, [r[0] for r in items]), strict=True)
+            if not (p.queued or p.dead or p.settled is not None or p.reconciled_ms is not None)]
 
 
 def _enqueue(rows: list[Row]) -> int:

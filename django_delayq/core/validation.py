@@ -267,9 +267,8 @@ def when(delay: object, at: object, use_tz: bool) -> tuple[datetime | None, floa
     """The due time checked: ``(at, 0)``, or ``(None, delay in seconds)``."""
     if delay is not None and at is not None:
         raise InvalidJob("pass delay or at, not both (delay=%r, at=%r)" % (delay, at))
-    if at is not None:
-        return check_at(at, use_tz), 0.0
-    return None, delay_seconds(0 if delay is None else delay)
+    return ((check_at(at, use_tz), 0.0) if at is not None
+            else (None, delay_seconds(0 if delay is None else delay)))
 
 
 def check_queue(queue: object, queues: tuple[str, ...], any_queue: bool) -> str:
