@@ -23,8 +23,7 @@ class Batch:
 
     def __init__(self, using: str, specs: Iterable[options.JobSpec], *, call: options.Checked,
                  max_payload: int) -> None:
-        self.call, self.now, self.max_payload = call, call.now, max_payload
-        self.queue = call.queue
+        self.call, self.max_payload = call, max_payload
         self.writer = rows.RowWriter(using, queue=call.queue, path=call.path,
                                      max_attempts=call.max_attempts, backoff=call.backoff,
                                      now=call.now)
@@ -50,7 +49,7 @@ class Batch:
             job_id = ids.new_id()
         else:
             validation.check_key(spec.key)
-            job_id = ids.id_for_key(self.queue, spec.key)
+            job_id = ids.id_for_key(self.call.queue, spec.key)
             self.keyed.append(job_id)
         validation.check_size(self._fixed + size, self.max_payload)
         job = self.call.over(spec)  # the job's options (its priority and group for Redis)

@@ -141,14 +141,13 @@ def callable_limits_problems(value: object, allowed: object) -> list[str]:
         if why or "." not in path:
             found.append("%s: not a job path such as 'shop.tasks.call_api' (%s)"
                          % (where, why or "no module part"))
-            continue
-        if (module := path.rpartition(".")[0]) not in modules:
+        elif (module := path.rpartition(".")[0]) not in modules:
             found.append("%s: module %r is not in DELAYQ['ALLOWED_CALLABLES'] %r: no such job "
                          "can run" % (where, module, sorted(modules)))
-            continue
-        found += _entry_problems(where, entry, CALLABLE_KEYS)
-        if isinstance(entry, dict) and not entry:
+        elif isinstance(entry, dict) and not entry:
             found.append("%s is empty: give a rate_limit, a concurrency or both" % where)
+        else:
+            found += _entry_problems(where, entry, CALLABLE_KEYS)
     return found
 
 

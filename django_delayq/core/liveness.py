@@ -103,11 +103,11 @@ class Liveness:
 
         # The last heartbeats (Redis ms) of the workers heard from since the oldest row's
         # moment, and the beat a worker silent (dead, most likely) last gave at the latest.
-        silent_ms = self.engine.time_ms() - self.silent_ms
+        silent_before = self.engine.time_ms() - self.silent_ms
         beats = tuple(self.engine.beats_since(min(since(r) for r in due)))
         for row in due:
             first, active = seen_ms.get(row.pk) if seen_ms else None, since(row)
-            if any(active <= b < silent_ms for b in beats):  # one active since has gone silent
+            if any(active <= b < silent_before for b in beats):  # one active since has gone silent
                 seeds[row.pk] = row.attempts + 1
             elif first is not None and not all(b > first for b in beats if b >= active):
                 seeds[row.pk] = None  # not every one active since was heard after the look

@@ -193,11 +193,8 @@ def _printable(value: object) -> str:
 
 def max_attempts(ids: Iterable[str]) -> dict[str, int]:
     """The ``max_attempts`` of each job id that has a row (for lease recovery)."""
-    ids = list(ids)
-    if not ids:
-        return {}
-    using = router.db_for_write(Job)  # never a lagging replica
-    return dict(Job.objects.using(using).filter(pk__in=ids)
+    using = router.db_for_write(Job)  # never a lagging replica; no ids: no query
+    return dict(Job.objects.using(using).filter(pk__in=list(ids))
                 .values_list("id", "max_attempts"))
 
 

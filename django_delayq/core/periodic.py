@@ -27,7 +27,6 @@ from django.utils import timezone
 from django_delayq.core import api, options, registry, schedules, tick_presence, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.options import JobOptions, JobSpec
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus, MissedPolicy, Schedule
@@ -54,10 +53,10 @@ def check(s: Schedule) -> None:
         raise InvalidJob("end %s is not after start %s" % (s.end_at, s.start_at))
 
 
-def job_options(s: Schedule) -> JobOptions:
+def job_options(s: Schedule) -> options.JobOptions:
     """The options of a schedule's jobs: its queue (else the default), its priority and
     group, and ``atomic`` when it asks for it (else the function's default)."""
-    return JobOptions(queue=s.queue or None, priority=s.priority, group=s.group or None,
+    return options.JobOptions(queue=s.queue or None, priority=s.priority, group=s.group or None,
                       atomic=True if s.atomic else None)
 
 
@@ -69,9 +68,8 @@ def schedule_of_key(key: str | None) -> int | None:
 
 def tick_of_key(key: str | None) -> datetime | None:
     """The tick time a tick job's key names (its due time may be later: jitter, catch-up)."""
-    if key is None or schedule_of_key(key) is None:
-        return None
-    return datetime.fromtimestamp(int(key.rsplit(":", 1)[1]) / 1000, tz=UTC)
+    return (datetime.fromtimestamp(int(key.rsplit(":", 1)[1]) / 1000, tz=UTC)
+            if key is not None and schedule_of_key(key) is not None else None)
 
 
 def _choose(rule: schedules.Rule, after: datetime, now: datetime, catch_up: bool
@@ -94,7 +92,7 @@ def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     jitter = random.uniform(0, s.jitter_seconds) if s.jitter_seconds else 0.0
     due = max(tick + timedelta(seconds=jitter), now)
     key = "%s%d:%d:%d" % (KEY_PREFIX, s.pk, s.version, validation.at_ms(tick))
-    spec = JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
+    spec = options.JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
                    key=key).under(job_options(s))
     return api.schedule_spec(s.callable_path, spec).id
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django_delayq.core import group_limits, queues
-from django_delayq.core.group_limits import GroupOverride
 from django_delayq.exceptions import InvalidJob
 
 CONTROLS = ("pause", "resume", "purge", "limit", "unlimit")
@@ -22,7 +21,7 @@ class Control:
     changed: bool  # paused, resumed, a job purged, limits set or lifted
     removed: int = 0  # purge: the waiting jobs removed, their rows cancelled
     ticks_kept: int = 0  # purge of a whole queue: periodic schedules' next ticks kept
-    limits: GroupOverride | None = None  # limit: the group's own limits now
+    limits: group_limits.GroupOverride | None = None  # limit: the group's own limits now
 
 
 def control(op: str, queue: str, group: str | None = None, *, concurrency: int | None = None,

@@ -212,15 +212,19 @@ def _waiting_batches(engine: Engine, queue: str, using: str | None,
                                                       pk__gt=after, **filters)
                       .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH]):
         after = ids[-1]
-        # those waiting in Redis (pending or ready), not in flight, as one read
-        # (``Engine.presence``: one MULTI per 100 ids) sees them. The queue or group is
-        # paused, so a job waiting then stays waiting; a job in flight then is left alone,
-        # also when it ends before the purge goes on (its row may still say ``scheduled``:
-        # the worker writes rows in batches)
-        waiting = [i for i, p in zip(ids, engine.presence(queue, ids)) if p.waiting]
+        waiting = _waiting_in_redis(engine, queue, ids)
         ticks = _next_ticks(waiting) if waiting else set()
         if waiting := [i for i in waiting if i not in ticks]:  # schedule ticks: left waiting
             yield waiting
+
+
+def _waiting_in_redis(engine: Engine, queue: str, ids: list[str]) -> list[str]:
+    """Those of ``ids`` waiting in Redis (pending or ready), not in flight, as one read
+    (``Engine.presence``: one MULTI per 100 ids) sees them. The queue or group is paused,
+    so a job waiting then stays waiting; a job in flight then is left alone, also when it
+    ends before the purge goes on (its row may still say ``scheduled``: the worker
+    writes rows in batches)."""
+    return [i for i, p in zip(ids, engine.presence(queue, ids)) if p.waiting]
 
 
 def _cancel_rows(queue: str, ids: list[str], why: str = "") -> int:

@@ -26,8 +26,8 @@ worker's ``resolve`` raises ``NotAllowed`` (a ``PermissionError``: the runner en
 job dead, "not allowed: ..."). A listed module that fails to import, or lacks the
 name, raises ``ImportError`` / ``AttributeError`` instead: the job is retried, since a
 worker running a newer deploy may have it. Only successful resolutions are cached
-(``functools.cache`` keeps no exceptions); they are cleared when the settings
-change.
+(``functools.cache`` keeps no exceptions); ``reset()`` clears the cache when the
+settings change.
 """
 
 from __future__ import annotations
@@ -60,12 +60,15 @@ def allowed_modules() -> frozenset[str]:
     return frozenset(get_settings().allowed_callables or ())
 
 
+def reset() -> None:
+    for cached in (allowed_modules, _refusal, _job_object, _resolve, signature, binder):
+        cached.cache_clear()
+
+
 @receiver(setting_changed)
 def _settings_changed(*, setting: str, **kwargs: object) -> None:
-    """The caches go when the settings change."""
     if setting in ("DELAYQ", "INSTALLED_APPS"):
-        for cached in (allowed_modules, _refusal, _job_object, _resolve, signature, binder):
-            cached.cache_clear()
+        reset()
 
 
 _task_caller: Callable[[Any], Callable[..., Any]] | None = None
@@ -81,7 +84,7 @@ def set_task_caller(caller: Callable[[Any], Callable[..., Any]]) -> None:
 
 def refusal(path: object) -> str | None:
     """Why ``path`` is refused before anything is imported (steps 1 and 2), or ``None``
-    (the answer for a string kept for the settings' life)."""
+    (the answer for a string kept for the settings' life: ``reset()`` clears it)."""
     return _refusal(path) if type(path) is str else _why_refused(path)
 
 

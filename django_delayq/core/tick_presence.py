@@ -109,9 +109,7 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
                            .values_list("id", "queue", "run_at", "priority", "updated_at", "group"))
     missing = _missing(rows)
     young = {r[0] for r in missing if r[4] > now - SEND_GRACE}
-    old = [r[0] for r in missing if r[0] not in young]
-    if not old:
-        return young, 0
+    old = [r[0] for r in missing if r[0] not in young]  # none: no query below
     still = set(Job.objects.filter(pk__in=old, status=JobStatus.SCHEDULED)
                 .values_list("id", flat=True))
     pointed = set(Schedule.objects.filter(enabled=True, next_job_id__in=old)

@@ -126,20 +126,16 @@ def dumps(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
-def json_depth(text: str) -> int:
-    """How deeply JSON ``text`` nests lists and dicts, without recursion: O(len) in C
+def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
+    """Whether JSON ``text`` nests deeper than ``limit`` (cheap when it has few brackets:
+    no deeper than their count). Its depth is measured without recursion: O(len) in C
     (regular expressions) plus one step per bracket."""
-    if text.count("[") + text.count("{") <= 1:
-        return 1 if text.lstrip()[:1] in ("[", "{") else 0
+    if text.count("[") + text.count("{") <= limit:
+        return False
     if '"' in text:
         text = _STRING.sub("", text)
     brackets = _NOT_BRACKET.sub("", text)
-    return max(itertools.accumulate(_STEP[c] for c in brackets), default=0)
-
-
-def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
-    """Whether JSON ``text`` nests deeper than ``limit`` (cheap when it has few brackets)."""
-    return text.count("[") + text.count("{") > limit and json_depth(text) > limit
+    return max(itertools.accumulate(_STEP[c] for c in brackets), default=0) > limit
 
 
 def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, int]:
