@@ -97,10 +97,8 @@ class Settings:
 
     def timeout_for(self, queue: str, job_timeout: float | None) -> float | None:
         """The time limit of an attempt: the job's, else its queue's, else the global one."""
-        for seconds in (job_timeout, self.queue_options.get(queue, NO_LIMIT).timeout):
-            if seconds is not None:
-                return seconds
-        return self.job_timeout_seconds
+        given = (job_timeout, self.queue_options.get(queue, NO_LIMIT).timeout)
+        return next((s for s in given if s is not None), self.job_timeout_seconds)
 
     def queue_limit(self, queue: str) -> tuple[limits.Rate | None, int | None]:
         """``(rate, concurrency)`` of ``queue`` (``(None, None)``: no limit)."""

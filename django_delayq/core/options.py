@@ -327,9 +327,8 @@ def path_problem(path: str) -> str | None:
     if not validation.utf8_ok(path) or not 3 <= len(path) <= validation.MAX_PATH:
         return "not a dotted path of 3 to %d characters" % validation.MAX_PATH
     parts = path.split(".")
-    if len(parts) < 2 or not all(part.isidentifier() for part in parts):
-        return "not a dotted path (module.Class)"
-    return None
+    dotted = len(parts) >= 2 and all(part.isidentifier() for part in parts)
+    return None if dotted else "not a dotted path (module.Class)"
 
 
 def retry_on_problem(paths: list[Any]) -> str | None:

@@ -186,8 +186,7 @@ class Reconciler:
     def _urgent_work(self) -> int:
         deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
         added = 0
-        for queue in list(self._urgent):
-            cursor = self._urgent[queue]
+        for queue, cursor in list(self._urgent.items()):
             while time.monotonic() < deadline:
                 added += self._batch(cursor, (queue,), 0.0, lost=True)
                 if cursor.status == 0 and cursor.after is None:

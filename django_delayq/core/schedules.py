@@ -169,9 +169,8 @@ def last_tick(rule: Rule, after: datetime, until: datetime) -> datetime | None:
             found = _interval_tick(rule, until) if until >= rule.anchor else None
     except (OverflowError, StopIteration):  # no tick before year 1
         found = None
-    if found is None or found <= after or (rule.start is not None and found < rule.start):
-        return None
-    return found
+    before_start = found is not None and rule.start is not None and found < rule.start
+    return None if found is None or found <= after or before_start else found
 
 
 def check_start(start: datetime | None, now: datetime) -> None:

@@ -198,11 +198,8 @@ def _decrement(count: dict[str, int], using: str) -> list[str]:
         for chunk in chunks(children, CHUNK):
             jobs.filter(pk__in=chunk, parents_left__gte=n).update(
                 parents_left=F("parents_left") - n)
-    ready: list[str] = []
-    for chunk in chunks(list(count), CHUNK):
-        ready.extend(jobs.filter(pk__in=chunk, status=JobStatus.WAITING, parents_left=0)
-                     .values_list("id", flat=True))
-    return ready
+    return [job_id for chunk in chunks(list(count), CHUNK) for job_id in jobs.filter(
+        pk__in=chunk, status=JobStatus.WAITING, parents_left=0).values_list("id", flat=True)]
 
 
 def _release(ids: list[str], using: str) -> None:
