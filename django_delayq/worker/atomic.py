@@ -97,8 +97,7 @@ def committed(job_id: str, using: str | None = None) -> Committed | None:
     if row is None:
         return None
     value = row[1]  # the JSON column's text (SQLite; PostgreSQL through Django's loaders)
-    return Committed(attempt=row[0], result=json.loads(value) if isinstance(value, str)
-                     else value)
+    return Committed(attempt=row[0], result=json.loads(value) if isinstance(value, str) else value)
 
 
 _sqlite_turns = threading.RLock()  # one atomic transaction at a time per process on SQLite
@@ -155,13 +154,12 @@ def _success_sql(conn: BaseDatabaseWrapper, returning: bool) -> str:
         return str(conn.ops.quote_name(columns[name]))
 
     sets = ", ".join("%s = %%s" % col(name) for name in (
-        "status", "attempts", "started_at", "finished_at", "result", "worker_id",
-        "updated_at"))
+        "status", "attempts", "started_at", "finished_at", "result", "worker_id", "updated_at"))
     sql = "UPDATE %s SET %s WHERE %s = %%s AND %s <= %%s AND %s NOT IN (%s)" % (
         conn.ops.quote_name(Job._meta.db_table), sets, col("id"), col("attempts"),
         col("status"), _FINAL_SQL)
     if returning:
         sql += " RETURNING EXISTS (SELECT 1 FROM %s WHERE %s = %%s AND NOT %s)" % (
-            conn.ops.quote_name(JobDependency._meta.db_table),
-            col("parent_id", _EDGE_COLUMNS), col("resolved", _EDGE_COLUMNS))
+            conn.ops.quote_name(JobDependency._meta.db_table), col("parent_id", _EDGE_COLUMNS),
+            col("resolved", _EDGE_COLUMNS))
     return sql

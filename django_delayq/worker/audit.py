@@ -99,8 +99,7 @@ class AuditWriter:
     """Thread-safe buffer of row changes, flushed by its own thread (``start``) or ``flush``."""
 
     def __init__(self, flush_seconds: float = 0.05, batch: int = 500) -> None:
-        self.flush_seconds = flush_seconds
-        self.batch = batch
+        self.flush_seconds, self.batch = flush_seconds, batch
         self._lock = threading.Condition()
         self._changes: dict[str, dict[str, Any]] = {}
         self._attempts: list[JobAttempt] = []
@@ -207,11 +206,8 @@ class AuditWriter:
         return len(changes)
 
     def _landed(self, changes: dict[str, dict[str, Any]]) -> None:
-        if self.after_write is not None:
-            final = [job_id for job_id, fields in changes.items()
-                     if fields.get("status") in FINAL_STATUSES]
-            if final:
-                self.after_write(final)
+        if self.after_write is not None and (final := _final(changes)):
+            self.after_write(final)
 
     def _keep(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:
         with self._lock:  # newer changes win over the failed ones
@@ -219,8 +215,7 @@ class AuditWriter:
                 self._changes[job_id] = {**fields, **self._changes.get(job_id, {})}
             self._attempts[:0] = attempts
 
-    def _write_each(self, changes: dict[str, dict[str, Any]],
-                    attempts: list[JobAttempt]) -> int:
+    def _write_each(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> int:
         """Row by row: a change the database refuses is retried without its result, then
         dropped with an error logged; an outage keeps what is left and raises."""
         items = list(changes.items())
@@ -301,10 +296,13 @@ class AuditWriter:
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
             # Children of parents this flush made final: released or cancelled in this
             # same transaction (the release invariant, core/workflows.py).
-            final = [job_id for job_id, fields in changes.items()
-                     if fields.get("status") in FINAL_STATUSES]
-            if final:
+            if final := _final(changes):
                 workflows.resolve(final, using)
+
+
+def _final(changes: dict[str, dict[str, Any]]) -> list[str]:
+    """The ids of the jobs whose rows ``changes`` make final."""
+    return [job_id for job_id, fields in changes.items() if fields.get("status") in FINAL_STATUSES]
 
 
 _FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
@@ -333,8 +331,5 @@ def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:
     def plain(value: object) -> object:
         return value
 
-    out: dict[str, Callable[[Any], Any]] = dict.fromkeys(COLUMNS, plain)
-    out.update(dict.fromkeys(_TEXT, storable))
-    out.update(dict.fromkeys(_DATETIMES, moment))
-    out.update(dict.fromkeys(_JSON, json_value))
-    return out
+    return {**dict.fromkeys(COLUMNS, plain), **dict.fromkeys(_TEXT, storable),
+            **dict.fromkeys(_DATETIMES, moment), **dict.fromkeys(_JSON, json_value)}

@@ -85,10 +85,6 @@ class Claiming:
         self.settled_rounds = 0  # settling rounds so far (a --burst end waits for none)
         self._last_poll = -1e18
 
-    @property
-    def claimed_total(self) -> int:
-        return self.handover.claimed_total
-
     def start(self) -> None:
         self.listener.start()
         self.urgent.start()
@@ -107,7 +103,7 @@ class Claiming:
     def capacity(self) -> int:
         room = self.concurrency + self._prefetch() - self.ledger.capacity_used()
         if self.max_jobs is not None:
-            room = min(room, self.max_jobs - self.claimed_total)
+            room = min(room, self.max_jobs - self.handover.claimed_total)
         return room
 
     def _prefetch(self) -> int:
@@ -225,8 +221,7 @@ class Claiming:
         """Give back (uncharged) the jobs the ledger holds that no thread has started; one
         that cannot be given back keeps its lease until it expires, then recovery runs it."""
         jobs = self.ledger.release_unstarted()
-        by_queue = grouped(jobs, lambda job: job.queue)
-        for queue, claimed in by_queue.items():
+        for queue, claimed in grouped(jobs, lambda job: job.queue).items():
             try:
                 self.engine.release(queue, claimed)
             except RedisError as exc:  # their leases will expire; recovery runs them

@@ -44,8 +44,7 @@ class Execution:
         self.settings = settings
         self.gate = gate  # expiry, callable limits
         self.ledger, self.handover, self.settlement = ledger, handover, settlement
-        self.worker_id = worker_id
-        self.concurrency = concurrency
+        self.worker_id, self.concurrency = worker_id, concurrency
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:

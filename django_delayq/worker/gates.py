@@ -56,8 +56,7 @@ class QueueGate:
     timer's thread asks ``open`` too, under the handover lock)."""
 
     def __init__(self, engine: Engine, settings: Settings) -> None:
-        self.engine = engine
-        self.settings = settings
+        self.engine, self.settings = engine, settings
         self.written: set[str] = set()  # queues whose limit this worker stored in Redis
         self.blocked: dict[str, int] = {}  # queue -> server ms it may be claimed again
         self.limited: set[str] = set()  # a queue limit held due jobs back at the last claim
@@ -89,11 +88,9 @@ class QueueGate:
             self.blocked.pop(queue, None)
             return result.next_due_ms
         self.blocked[queue] = result.blocked_until_ms
-        due = result.next_due_ms
-        return result.blocked_until_ms if due is None else due
+        return result.blocked_until_ms if result.next_due_ms is None else result.next_due_ms
 
-    def settled(self, outcomes: Iterable[Outcome], next_due: dict[str, int | None]
-                ) -> None:
+    def settled(self, outcomes: Iterable[Outcome], next_due: dict[str, int | None]) -> None:
         """``outcomes`` were settled: a queue whose limit held jobs back may let one in
         now (its concurrency has room), so it is due for a claim; deferred jobs are noted
         (``holding``)."""
@@ -136,9 +133,7 @@ class Admission:
 class StartGate:
     def __init__(self, engine: Engine, settings: Settings,
                  server_now_ms: Callable[[], float]) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.server_now_ms = server_now_ms
+        self.engine, self.settings, self.server_now_ms = engine, settings, server_now_ms
         self._lock = threading.Lock()
         self._slots: dict[str, tuple[str, tuple[int, int] | None, int]] = {}  # id -> its limit
 
@@ -196,10 +191,6 @@ class StartGate:
                 if o.callable_limit is not None:
                     self._slots.pop(o.job.id, None)
         release_callable_slots(self.engine, outcomes)
-
-    def release_late(self, outcome: Outcome) -> None:
-        """A timed-out attempt's function returned at last: free its slot now."""
-        self.release([outcome])
 
 
 def release_callable_slots(engine: Engine, outcomes: Iterable[Outcome]) -> None:

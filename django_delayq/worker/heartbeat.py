@@ -51,18 +51,13 @@ class Liveness:
     def __init__(self, engine: Engine, settings: Settings, worker_id: str, *, name: str = "",
                  queues: tuple[str, ...], concurrency: int,
                  running: Callable[[], list[RunningJob]] | None = None,
-                 waiting: Callable[[], int] | None = None,
-                 supervision: Supervision | None = None) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.worker_id = worker_id
+                 waiting: Callable[[], int] | None = None, supervision: Supervision | None = None
+                 ) -> None:
+        self.engine, self.settings, self.worker_id = engine, settings, worker_id
         self.name = name or worker_id
-        self.queues = queues
-        self.concurrency = concurrency
+        self.queues, self.concurrency = queues, concurrency
         self.started_ts = datetime.now(UTC)
-        self.running = running
-        self.waiting = waiting
-        self.supervision = supervision
+        self.running, self.waiting, self.supervision = running, waiting, supervision
 
     def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int,
                   holding: Callable[[], list[ClaimedJob]] | None = None) -> None:
@@ -71,10 +66,9 @@ class Liveness:
         the worker holds now; a lease not extended is reported lost only when its job is
         still held (one settled since ``held`` was read has simply ended)."""
         beat_at = time.monotonic()
-        by_queue = grouped(held, lambda job: job.queue)
         failed: list[Exception] = []
         lost: list[ClaimedJob] = []
-        for queue, jobs in by_queue.items():
+        for queue, jobs in grouped(held, lambda job: job.queue).items():
             try:  # each queue on its own: on a cluster, one node down must not cost the
                 results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
                                              self.settings.lease_ms)  # others their leases

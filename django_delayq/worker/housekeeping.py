@@ -100,7 +100,8 @@ class Housekeeping:
         beat_s = self.settings.lease_ms / 3000
         while True:
             try:
-                self.liveness.heartbeat(self.ledger.held(), claimed=self.claiming.claimed_total,
+                self.liveness.heartbeat(self.ledger.held(),
+                                        claimed=self.claiming.handover.claimed_total,
                                         processed=self.settlement.settler.processed,
                                         holding=lambda: self.ledger.held(sent=False))
                 self.gate.renew()  # callable-limit slots of the functions running

@@ -86,8 +86,7 @@ class Ledger:
             job = self._unstarted.pop(key, None)
             if job is None:
                 return None
-            run = self._running[key] = RunningJob(job, time.monotonic(), datetime.now(UTC),
-                                                  limit_s)
+            run = self._running[key] = RunningJob(job, time.monotonic(), datetime.now(UTC), limit_s)
             self._changed()
             return run
 

@@ -35,7 +35,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from types import FrameType
 from typing import TYPE_CHECKING
 
 from django.db import connections
@@ -93,9 +92,7 @@ def wait_for_redis(make_engine: Callable[[], Engine]) -> Engine:
 
 class Worker:
     def __init__(self, engine: Engine, settings: Settings, options: WorkerOptions) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.options = options
+        self.engine, self.settings, self.options = engine, settings, options
         # Operators see the name (--worker-id, else host:pid); leases, the registry and rows
         # name the name plus a token of this process start: a restart under the same name
         # never takes the dead process's place (its rows are the reconciler's).
@@ -107,7 +104,8 @@ class Worker:
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         if options.supervision is not None:
             self.audit.before_write = options.supervision.link.flush
-        self.ledger = TrackedLedger(settings, options.supervision, on_late=gate.release_late)
+        self.ledger = TrackedLedger(settings, options.supervision,  # a late end frees its slot
+                                    on_late=lambda late: gate.release([late]))
         self.claiming = Claiming(engine, settings, self.ledger, clock, self.wake,
                                  queues=options.queues, concurrency=options.concurrency,
                                  prefetch=options.prefetch, max_jobs=options.max_jobs,
@@ -122,9 +120,8 @@ class Worker:
                                    concurrency=options.concurrency)
         self.housekeeping = Housekeeping(engine, settings, self.ledger, self.audit, gate=gate,
                                          claiming=self.claiming, schedules=schedules,
-                                         settlement=self.settlement,
-                                         worker_id=self.id, name=self.name,
-                                         concurrency=options.concurrency,
+                                         settlement=self.settlement, worker_id=self.id,
+                                         name=self.name, concurrency=options.concurrency,
                                          supervision=options.supervision)
         self.draining = False
         self.hard_stop = False
@@ -135,7 +132,7 @@ class Worker:
 
     @property
     def claimed_total(self) -> int:
-        return self.claiming.claimed_total
+        return self.claiming.handover.claimed_total
 
     @property
     def set_aside(self) -> int:  # claimed jobs not run: no row, or a final one
@@ -144,11 +141,8 @@ class Worker:
     # -- signals: flags only --------------------------------------------------------
 
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
-
-    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
-        self.request_stop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda signum, frame: self.request_stop())
 
     def request_stop(self) -> None:
         if self.draining:

@@ -101,17 +101,20 @@ def error_type(exc: BaseException) -> str:
     return text(type_path(type(exc)), 255)
 
 
+def not_run(job: ClaimedJob, kind: Kind, **fields: Any) -> Outcome:
+    """An outcome decided without running the job: it starts and finishes now."""
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=kind, started_at=now, finished_at=now, **fields)
+
+
 def deferred(job: ClaimedJob, path: str, at_ms: int) -> Outcome:
     """A start refused by a callable limit: the job goes back to Redis, due at ``at_ms``."""
-    now = datetime.now(UTC)
-    return Outcome(job=job, kind=Kind.DEFER, path=path, started_at=now, finished_at=now,
-                   retry_at_ms=at_ms)
+    return not_run(job, Kind.DEFER, path=path, retry_at_ms=at_ms)
 
 
 def expired(job: ClaimedJob, path: str, expires_ms: int) -> Outcome:
     """A job claimed after its ``expires_at``: never run, final ``expired``."""
-    now = datetime.now(UTC)
-    return Outcome(job=job, kind=Kind.EXPIRED, path=path, started_at=now, finished_at=now,
+    return not_run(job, Kind.EXPIRED, path=path,
                    error="expired at %s: not started by then, never run"
                          % ms_to_dt(expires_ms).isoformat(timespec="milliseconds"))
 
@@ -128,17 +131,14 @@ def crashed(job: ClaimedJob, exc: BaseException, started: datetime | None = None
 
 def unusable(job: ClaimedJob, path: str, reason: str) -> Outcome:
     """The dead outcome of a job whose row cannot be run (``payloads.Broken``)."""
-    now = datetime.now(UTC)
-    return Outcome(job=job, kind=Kind.DEAD, path=text(path, 255), started_at=now,
-                   finished_at=now, error_type=INVALID_ROW, error=text(reason, 2000))
+    return not_run(job, Kind.DEAD, path=text(path, 255), error_type=INVALID_ROW,
+                   error=text(reason, 2000))
 
 
 def cancelled_unstarted(job: ClaimedJob) -> Outcome:
     """The outcome of a claimed job whose cancel was asked before it started: settled as a
     failure without retry, which nack.lua turns into ``cancelled`` (its cancel mark)."""
-    now = datetime.now(UTC)
-    return Outcome(job=job, kind=Kind.DEAD, started_at=now, finished_at=now,
-                   error="cancelled before it started; it did not run")
+    return not_run(job, Kind.DEAD, error="cancelled before it started; it did not run")
 
 
 STATUS_OF: dict[object, JobStatus] = {  # what an ack or a nack made of the job

@@ -91,8 +91,7 @@ class QueueBackoff:
         return all(queue in self._delay or queue in failed for queue in self._tried)
 
     def _back_off(self, queue: str, exc: BaseException) -> None:
-        delay = min(max(2 * self._delay.get(queue, 0.0), FIRST_DELAY_SECONDS),
-                    MAX_DELAY_SECONDS)
+        delay = min(max(2 * self._delay.get(queue, 0.0), FIRST_DELAY_SECONDS), MAX_DELAY_SECONDS)
         self._delay[queue] = delay
         self._until[queue] = self.clock() + delay
         logger.warning("queue %r: Redis unavailable (%s); the other queues go on, this one "

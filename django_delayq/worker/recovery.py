@@ -56,9 +56,7 @@ ROUNDS = 10  # batches per queue and call: a large backlog of lapsed leases is s
 
 class LeaseRecovery:
     def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.audit = audit
+        self.engine, self.settings, self.audit = engine, settings, audit
         self._contact: dict[str, Contact] = {}  # per queue: this worker's run of calls
 
     @property
@@ -88,8 +86,7 @@ class LeaseRecovery:
                     self._record(queue, r.id, status, r.attempts, now)
                 elif r.outcome is NackOutcome.NOT_STARTED:
                     logger.info("job %s: claimed by a worker that stopped before starting it; "
-                                "due again, no attempt charged (%d run so far)", r.id,
-                                r.attempts)
+                                "due again, no attempt charged (%d run so far)", r.id, r.attempts)
             if len(found) < BATCH:
                 return
 

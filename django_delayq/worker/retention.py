@@ -102,11 +102,8 @@ def delete_jobs(ids: Sequence[str], statuses: Sequence[str] = FINAL_STATUSES,
 
 class Retention:
     def __init__(self, engine: Engine, settings: Settings, worker_id: str) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.worker_id = worker_id
+        self.engine, self.settings, self.worker_id = engine, settings, worker_id
         self.next_round = time.monotonic() + INTERVAL_S  # a short-lived worker never prunes
-        self.deleted = 0
         self._outage = OutageLog(logger, "retention")
 
     def tick(self) -> None:
@@ -133,7 +130,6 @@ class Retention:
         for status, days in self.settings.retention:
             jobs, attempts = delete_batch(status, days)
             if jobs:
-                self.deleted += jobs
                 logger.info("retention: deleted %d %s job(s) older than %g days, with %d "
                             "attempt row(s)", jobs, status, days, attempts)
             more = more or jobs >= BATCH

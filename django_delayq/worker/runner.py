@@ -39,28 +39,17 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
-from django_delayq.exceptions import (
-    JobTimeout,
-    LeaseLost,
-    ResultTooLarge,
-    Retry,
-    type_path,
-)
+from django_delayq.exceptions import JobTimeout, LeaseLost, ResultTooLarge, Retry, type_path
 from django_delayq.worker import atomic
-from django_delayq.worker.outcome import (  # noqa: F401 - named here too
+from django_delayq.worker.outcome import (
     INVALID_ROW,
-    SHOWN_CHARS,
     Kind,
     Outcome,
-    cancelled_unstarted,
     crashed,
-    deferred,
     error_type,
-    expired,
     ms_to_dt,
     shown,
     text,
-    unusable,
 )
 
 if TYPE_CHECKING:
@@ -105,8 +94,7 @@ def _succeeded(common: dict[str, Any], value: object, t0: float) -> Outcome:
         return Outcome(kind=Kind.DEAD, finished_at=now, duration_s=duration,
                        **{**common, "error_type": RESULT_TOO_LARGE,
                           "error": too_large(size, limit)})
-    return Outcome(kind=Kind.SUCCESS, finished_at=now, result=kept, duration_s=duration,
-                   **common)
+    return Outcome(kind=Kind.SUCCESS, finished_at=now, result=kept, duration_s=duration, **common)
 
 
 def retried(kind: type[BaseException], retry_on: tuple[str, ...] | None) -> bool:
@@ -116,9 +104,6 @@ def retried(kind: type[BaseException], retry_on: tuple[str, ...] | None) -> bool
         return True
     return any(type_path(base) in retry_on for base in kind.__mro__
                if isinstance(base, type) and issubclass(base, BaseException))
-
-
-NOT_RETRIED = " (not retried: %s is not in retry_on)"
 
 
 def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: backoff_mod.Policy,
@@ -151,8 +136,7 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         return _run(job, started, worker_id, default_max_attempts, default_backoff,
                     manage_connections)
     except Exception as exc:  # noqa: BLE001 - a bug of ours, or input nobody foresaw
-        logger.exception("job %s: could not run or settle its attempt; it ends dead",
-                         shown(job.id))
+        logger.exception("job %s: could not run or settle its attempt; it ends dead", shown(job.id))
         return crashed(job, exc, started)
 
 
@@ -240,8 +224,7 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
         limit = get_settings().timeout_for(job.queue, env.timeout)
         try:
             with atomic.transaction_of() as using:
-                outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx),
-                                     t0)
+                outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
                 if limit is not None and time.perf_counter() - t0 > limit:
                     atomic.roll_back(using)  # the worker failed this attempt already
                     return timed_out(job, started_at=common["started_at"], seconds=limit,
@@ -275,7 +258,7 @@ def _decide(error: str, kind_of: str, refused: bool, asked: Retry | None, env: E
     when ``retry_on`` does not list its type (``refused``), no delay can be computed, or
     it was the last attempt (the row shows attempts n of n)."""
     if refused:
-        return Kind.DEAD, error + NOT_RETRIED % kind_of, None
+        return Kind.DEAD, error + " (not retried: %s is not in retry_on)" % kind_of, None
     try:
         delay = _retry_delay(asked, env, default_backoff, job.attempt)
     except Exception as why:  # noqa: BLE001 - a bad backoff ends this job, not the thread

@@ -203,11 +203,9 @@ class Link:
             self.beat(time.monotonic())
 
     def listen(self, on_drain: Callable[[], None], on_stop: Callable[[], None],
-               running: Callable[[], list[RunningJob]]) -> threading.Thread:
-        thread = threading.Thread(target=self._listen, args=(on_drain, on_stop, running),
-                                  name="delayq-link", daemon=True)
-        thread.start()
-        return thread
+               running: Callable[[], list[RunningJob]]) -> None:
+        threading.Thread(target=self._listen, args=(on_drain, on_stop, running),
+                         name="delayq-link", daemon=True).start()
 
     def _listen(self, on_drain: Callable[[], None], on_stop: Callable[[], None],
                 running: Callable[[], list[RunningJob]]) -> None:

@@ -207,9 +207,6 @@ class Child:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.pid, signal.SIGKILL)
 
-    def close(self) -> None:
-        self.sock.close()
-
 
 def _written(s: Settled, row: tuple[str, int] | None, tried: set[tuple[str, int]]) -> bool:
     """Has the outcome ``s`` landed in its row ``(status, attempts)``? A later attempt, or

@@ -61,7 +61,7 @@ from django.db import close_old_connections
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.processes.children import STARTUP_S, Child, describe_exit, rss_mb
-from django_delayq.worker.processes.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack, reasons
+from django_delayq.worker.processes.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack
 from django_delayq.worker.tracking import (
     EXIT_CONFIG,
     EXIT_ERROR,
@@ -105,9 +105,7 @@ class SupervisorOptions:
 
 class Supervisor:
     def __init__(self, engine: Engine, settings: Settings, options: SupervisorOptions) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.options = options
+        self.engine, self.settings, self.options = engine, settings, options
         self.id = "%s:%d:sup-%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:6])
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         self.takeback = TakeBack(engine, settings, self.audit)
@@ -142,8 +140,7 @@ class Supervisor:
     # -- lifecycle -------------------------------------------------------------------
 
     def run(self) -> int:
-        logger.info("supervisor %s starting %d worker process(es)", self.id,
-                    self.options.processes)
+        logger.info("supervisor %s starting %d worker process(es)", self.id, self.options.processes)
         self.audit.start()
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         try:
@@ -263,7 +260,7 @@ class Supervisor:
     def _gone(self, child: Child, code: int) -> None:
         child.read_all()
         self._selector.unregister(child.sock)
-        child.close()
+        child.sock.close()
         aside = child in self.dying
         if aside:
             self.dying.remove(child)
@@ -330,7 +327,7 @@ class Supervisor:
         for child in self._everyone():
             overdue = [] if child.killed else child.overdue(now)
             if overdue:
-                self._doom(child, reasons(overdue, TIMED_OUT), "job(s) %s past their time "
+                self._doom(child, dict.fromkeys(overdue, TIMED_OUT), "job(s) %s past their time "
                            "limit" % ", ".join(i for _, i in overdue))
 
     def _enforce_heartbeats(self, now: float) -> None:
@@ -342,11 +339,11 @@ class Supervisor:
             if child.silent(now, self.silence_s):
                 child.read_all()  # its newest beat may wait unread behind other reports
             if child.silent(now, self.silence_s):
-                logger.error("supervisor: worker process %d holds %d job(s) and its "
-                             "heartbeat has been silent for %.1fs (a job holding the GIL?): "
-                             "killing it before its leases lapse", child.pid,
-                             len(child.held), now - child.leases_since)
-                child.kill(reasons(list(child.held), SILENT))
+                logger.error("supervisor: worker process %d holds %d job(s) and its heartbeat "
+                             "has been silent for %.1fs (a job holding the GIL?): killing it "
+                             "before its leases lapse", child.pid, len(child.held),
+                             now - child.leases_since)
+                child.kill(dict.fromkeys(child.held, SILENT))
 
     def _check_cancels(self) -> None:
         running = {key[1]: (child, key) for child in self._everyone() if not child.killed
@@ -363,8 +360,7 @@ class Supervisor:
         for job_id in asked:
             child, key = running[job_id]
             if not child.killed:
-                self._doom(child, reasons([key], CANCELLED), "job %s cancelled while it "
-                           "runs" % job_id)
+                self._doom(child, {key: CANCELLED}, "job %s cancelled while it runs" % job_id)
 
     def _doom(self, child: Child, why: dict[Key, str], what: str) -> None:
         """Kill ``child`` for the jobs of ``why`` (job key -> why) as soon as that cuts

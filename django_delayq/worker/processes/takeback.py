@@ -73,9 +73,7 @@ Failure = tuple[ClaimedJob, float, float | None, str]  # job, started (monotonic
 
 class TakeBack:
     def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.audit = audit
+        self.engine, self.settings, self.audit = engine, settings, audit
 
     def child_gone(self, child: Child, code: int) -> None:
         """Settle every job ``child`` (exited with ``code``) still held."""
@@ -91,11 +89,9 @@ class TakeBack:
                 failed.append((job, run.started, run.limit, why_failed(child, key, code)))
         self._settle(child, failed, back)
 
-    def _outcome(self, job: ClaimedJob, started: float, limit: float | None,
-                 why: str) -> Outcome:
+    def _outcome(self, job: ClaimedJob, started: float, limit: float | None, why: str) -> Outcome:
         now = datetime.now(UTC)
-        started_at = datetime.fromtimestamp(now.timestamp() - (time.monotonic() - started),
-                                            tz=UTC)
+        started_at = datetime.fromtimestamp(now.timestamp() - (time.monotonic() - started), tz=UTC)
         outcome = runner.timed_out(job, started_at=started_at, seconds=limit or 0.0,
                                    default_max_attempts=self.settings.default_max_attempts,
                                    default_backoff=self.settings.default_backoff)
@@ -116,9 +112,8 @@ class TakeBack:
 
     def _settle(self, child: Child, failed: list[Failure], back: list[ClaimedJob]) -> None:
         loaded = payloads.read([f[0] for f in failed]) if failed else None
-        usable = {job.id: job for job in loaded.run} if loaded is not None else {}
-        if loaded is not None and loaded.cancelled:  # it ran: settled, never handed back
-            usable.update((job.id, job) for job in loaded.cancelled)
+        usable = ({job.id: job for job in [*loaded.run, *loaded.cancelled]}  # one cancelled
+                  if loaded is not None else {})  # while it ran: settled, never handed back
         outcomes = [self._outcome(usable[job.id], started, limit, why)
                     for job, started, limit, why in failed if job.id in usable]
         _paths(outcomes)
@@ -139,16 +134,11 @@ class TakeBack:
                               worker_id="", updated_at=now)
         if started:
             self.audit.flush()
-        by_queue = grouped(jobs, lambda job: job.queue)
-        for queue, claimed in by_queue.items():
+        for queue, claimed in grouped(jobs, lambda job: job.queue).items():
             self.engine.release(queue, claimed)
         if jobs:
             logger.info("handed back %d job(s) of worker process %d (%d had started)",
                         len(jobs), child.pid, len(started))
-
-
-def reasons(keys: list[Key], why: str) -> dict[Key, str]:
-    return dict.fromkeys(keys, why)
 
 
 def why_failed(child: Child, key: Key, code: int) -> str:
