@@ -37,8 +37,9 @@ if TYPE_CHECKING:
     from django_delayq.core.periodic import Keeper
     from django_delayq.engine import Engine
     from django_delayq.worker.gates import StartGate
+    from django_delayq.worker.ledger import Ledger
     from django_delayq.worker.settlement import Settlement
-    from django_delayq.worker.tracking import Supervision, TrackedLedger
+    from django_delayq.worker.tracking import Supervision
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Housekeeping:
     """Who keeps house: the heartbeat and keeper threads (``start``, ``stop``) and the main
     loop's lease recovery (``recover``)."""
 
-    def __init__(self, engine: Engine, settings: Settings, ledger: TrackedLedger,
+    def __init__(self, engine: Engine, settings: Settings, ledger: Ledger,
                  audit: AuditWriter, *, gate: StartGate, claiming: Claiming, schedules: Keeper,
                  settlement: Settlement, worker_id: str, name: str, concurrency: int,
                  supervision: Supervision | None) -> None:

@@ -73,8 +73,7 @@ class Ledger:
     def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
         """Jobs claimed to run, and outcomes of claimed jobs that end without running."""
         with self._lock:
-            for job in jobs:
-                self._unstarted[key_of(job)] = job
+            self._unstarted.update((key_of(job), job) for job in jobs)
             self._done.extend(ended)
             if self._done:
                 self._lock.notify_all()

@@ -46,6 +46,7 @@ from django_delayq.worker.claiming import Claiming, ServerClock
 from django_delayq.worker.execution import Execution
 from django_delayq.worker.gates import StartGate
 from django_delayq.worker.housekeeping import Housekeeping
+from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.settlement import Settlement
 from django_delayq.worker.tracking import (  # noqa: F401 - EXIT_*: named here too
     EXIT_CONFIG,
@@ -104,8 +105,8 @@ class Worker:
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         if options.supervision is not None:
             self.audit.before_write = options.supervision.link.flush
-        self.ledger = TrackedLedger(settings, options.supervision,  # a late end frees its slot
-                                    on_late=lambda late: gate.release([late]))
+        self.ledger = (Ledger(gate.release_late) if options.supervision is None
+                       else TrackedLedger(settings, options.supervision, gate.release_late))
         self.claiming = Claiming(engine, settings, self.ledger, clock, self.wake,
                                  queues=options.queues, concurrency=options.concurrency,
                                  prefetch=options.prefetch, max_jobs=options.max_jobs,

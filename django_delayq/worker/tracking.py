@@ -1,8 +1,8 @@
 """What a worker runs, told to its registry entry and, under a supervisor, to the supervisor.
 
-``TrackedLedger`` is the worker's ``Ledger`` plus a record of each running job (queue,
-callable, start time, time limit): the heartbeat publishes it (``"jobs"`` in the registry
-info). A worker started by ``delayq_worker --processes`` (a *child*) also reports every
+The ``Ledger`` keeps a record of each running job (queue, callable, start time, time
+limit): the heartbeat publishes it (``"jobs"`` in the registry info). A worker started by
+``delayq_worker --processes`` (a *child*) has a ``TrackedLedger``, which also reports every
 transition of its jobs over its ``Link``, a socket to the supervisor, one line each:
 
     h <pid> <worker id>                        once, at start
@@ -88,7 +88,6 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CONFIG = 2
 EXIT_HARD_STOP = 3
-EXIT_ORPHAN_OVERRUN = EXIT_HARD_STOP
 DEAD_MAN_LEASES = 2.0  # an orphan stuck this many leases without a heartbeat is ended
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 ORPHAN_SIGNAL = signal.SIGHUP  # sent by the kernel when the supervisor dies: drain
@@ -223,7 +222,7 @@ class Link:
             if over:
                 logger.error("job %s: past its %gs time limit with no supervisor to stop "
                              "it; exiting (its lease will expire)", over[0].job.id, over[0].limit)
-                os._exit(EXIT_ORPHAN_OVERRUN)
+                os._exit(EXIT_HARD_STOP)  # as a hard stop
             time.sleep(0.2)
 
     def _words(self) -> Iterable[str]:
@@ -269,21 +268,20 @@ class Supervision:
 
 
 class TrackedLedger(Ledger):
-    """The ledger, reporting each transition to the supervisor's link (a child of
-    ``delayq_worker --processes``; without one it is the plain ledger), and keeping the
-    dead man's switch armed while a job runs."""
+    """The ledger of a child of ``delayq_worker --processes`` (a worker without a
+    supervisor has the plain ``Ledger``): it reports each transition to the supervisor's
+    link, and keeps the dead man's switch armed while a job runs."""
 
-    def __init__(self, settings: Settings, supervision: Supervision | None = None,
+    def __init__(self, settings: Settings, supervision: Supervision,
                  on_late: Callable[[Outcome], None] | None = None) -> None:
         super().__init__(on_late)
-        self.link = supervision.link if supervision is not None else None
-        if self.link is not None:
-            self.link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
+        self.link = supervision.link
+        self.link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
 
     def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
         jobs = list(jobs)
         super().claimed(jobs, ended)
-        if self.link is not None and jobs:
+        if jobs:
             for j in jobs:
                 self.link.send("c", j.queue, j.id, j.token, j.due_ms, j.attempt,
                                j.home if j.home != j.queue else "")
@@ -292,7 +290,7 @@ class TrackedLedger(Ledger):
 
     def start(self, key: Key, limit_s: float | None = None) -> RunningJob | None:
         run = super().start(key, limit_s)
-        if run is not None and self.link is not None:
+        if run is not None:
             job = run.job
             self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
                            "" if run.limit is None else repr(run.limit))
@@ -301,33 +299,27 @@ class TrackedLedger(Ledger):
 
     def finish(self, key: Key, outcome: Outcome) -> None:
         super().finish(key, outcome)
-        if self.link is not None:
-            self.link.send("e", *key)
+        self.link.send("e", *key)
 
     def time_out_limits(self, now: float, outcome_of: Callable[[ClaimedJob, datetime, float],
                                                                 Outcome]) -> list[ClaimedJob]:
-        if self.link is not None:
-            return []  # hard limits: the supervisor stops the process
-        return super().time_out_limits(now, outcome_of)
+        return []  # hard limits: the supervisor stops the process
 
     def next_limit(self) -> float | None:
-        return None if self.link is not None else super().next_limit()
+        return None
 
     def _changed(self) -> None:
         """Under the ledger's lock: never disarmed while a job runs."""
-        if self.link is not None:
-            if self._running:
-                self.link.dead_man.arm()
-            else:
-                self.link.dead_man.disarm()
+        if self._running:
+            self.link.dead_man.arm()
+        else:
+            self.link.dead_man.disarm()
 
     def keep_unsettled(self, outcomes: list[Outcome], taken: list[Outcome]) -> None:
         """The end of a settling round that took ``taken``: those not kept in
         ``outcomes`` are settled in Redis and no longer held (reported ``x``, with how:
         their rows are written next)."""
         super().keep_unsettled(outcomes, taken)
-        if self.link is None:
-            return
         kept = {id(o) for o in outcomes}
         for o in taken:
             if id(o) not in kept:
@@ -336,7 +328,6 @@ class TrackedLedger(Ledger):
 
     def release_unstarted(self) -> list[ClaimedJob]:
         jobs = super().release_unstarted()
-        if self.link is not None:
-            for j in jobs:
-                self.link.send("r", j.queue, j.id)
+        for j in jobs:
+            self.link.send("r", j.queue, j.id)
         return jobs

@@ -240,12 +240,9 @@ class Supervisor:
         logger.info("supervisor: worker process %d started (slot %d)", proc.pid, slot)
 
     def _wait(self) -> None:
-        timeout = TICK_S
         now = time.monotonic()
-        for child in self._everyone():
-            deadline = None if child.killed else child.next_deadline(self.silence_s)
-            if deadline is not None:
-                timeout = min(timeout, max(0.0, deadline - now + 0.01))
+        deadlines = (c.next_deadline(self.silence_s) for c in self._everyone() if not c.killed)
+        timeout = min([TICK_S, *(max(0.0, d - now + 0.01) for d in deadlines if d is not None)])
         reports = False
         for key, _ in self._selector.select(timeout):
             if key.data is None:

@@ -66,6 +66,11 @@ LEASE_LOST = type_path(LeaseLost)
 TIMED_OUT = "timed out"
 CANCELLED = "cancelled"
 SILENT = "heartbeat silent"
+KILLED = {  # why -> (error_type, error) of the attempt its process was killed for
+    CANCELLED: ("", "cancelled while it ran: its process was killed"),
+    SILENT: (LEASE_LOST, "its worker process stopped heartbeating (a job holding the GIL?): "
+             "killed before its leases lapsed"),
+}
 
 
 Failure = tuple[ClaimedJob, float, float | None, str]  # job, started (monotonic), limit, why
@@ -95,19 +100,12 @@ class TakeBack:
         outcome = runner.timed_out(job, started_at=started_at, seconds=limit or 0.0,
                                    default_max_attempts=self.settings.default_max_attempts,
                                    default_backoff=self.settings.default_backoff)
-        if why == TIMED_OUT:
+        if why == TIMED_OUT:  # a failure of type JobTimeout, as timed_out made it
             outcome.error = ("timed out: still running after its %gs time limit; its "
                              "process was killed" % (limit or 0.0))
-        elif why == CANCELLED:
-            outcome.error_type = ""
-            outcome.error = "cancelled while it ran: its process was killed"
-        elif why == SILENT:
-            outcome.error_type = LEASE_LOST
-            outcome.error = ("its worker process stopped heartbeating (a job holding the "
-                             "GIL?): killed before its leases lapsed")
         else:
-            outcome.error_type = LEASE_LOST
-            outcome.error = "the worker process running it died (%s)" % why
+            outcome.error_type, outcome.error = KILLED.get(why) or (
+                LEASE_LOST, "the worker process running it died (%s)" % why)
         return outcome
 
     def _settle(self, child: Child, failed: list[Failure], back: list[ClaimedJob]) -> None:
