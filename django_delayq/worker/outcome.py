@@ -101,20 +101,22 @@ def error_type(exc: BaseException) -> str:
     return text(type_path(type(exc)), 255)
 
 
-def not_run(job: ClaimedJob, kind: Kind, **fields: Any) -> Outcome:
+def not_run(job: ClaimedJob, kind: Kind, path: str = "", *, error_type: str = "",
+            error: str = "", retry_at_ms: int | None = None) -> Outcome:
     """An outcome decided without running the job: it starts and finishes now."""
     now = datetime.now(UTC)
-    return Outcome(job=job, kind=kind, started_at=now, finished_at=now, **fields)
+    return Outcome(job=job, kind=kind, path=path, started_at=now, finished_at=now,
+                   error_type=error_type, error=error, retry_at_ms=retry_at_ms)
 
 
 def deferred(job: ClaimedJob, path: str, at_ms: int) -> Outcome:
     """A start refused by a callable limit: the job goes back to Redis, due at ``at_ms``."""
-    return not_run(job, Kind.DEFER, path=path, retry_at_ms=at_ms)
+    return not_run(job, Kind.DEFER, path, retry_at_ms=at_ms)
 
 
 def expired(job: ClaimedJob, path: str, expires_ms: int) -> Outcome:
     """A job claimed after its ``expires_at``: never run, final ``expired``."""
-    return not_run(job, Kind.EXPIRED, path=path,
+    return not_run(job, Kind.EXPIRED, path,
                    error="expired at %s: not started by then, never run"
                          % ms_to_dt(expires_ms).isoformat(timespec="milliseconds"))
 
@@ -131,7 +133,7 @@ def crashed(job: ClaimedJob, exc: BaseException, started: datetime | None = None
 
 def unusable(job: ClaimedJob, path: str, reason: str) -> Outcome:
     """The dead outcome of a job whose row cannot be run (``payloads.Broken``)."""
-    return not_run(job, Kind.DEAD, path=text(path, 255), error_type=INVALID_ROW,
+    return not_run(job, Kind.DEAD, text(path, 255), error_type=INVALID_ROW,
                    error=text(reason, 2000))
 
 
