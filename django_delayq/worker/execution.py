@@ -81,14 +81,12 @@ class Execution:
 
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
-        if not self.settlement.settler.started(job, keep_due=admitted.limited):
-            # no start mark (Redis unreachable): not run, its row untouched
-            unmarked = self.gate.retry_later(job)
-            unmarked.callable_limit = admitted.callable_limit
-            return unmarked
-        outcome = runner.run(job, worker_id=self.worker_id,
-                             default_max_attempts=self.settings.default_max_attempts,
-                             default_backoff=self.settings.default_backoff)
+        if self.settlement.settler.started(job, keep_due=admitted.limited):
+            outcome = runner.run(job, worker_id=self.worker_id,
+                                 default_max_attempts=self.settings.default_max_attempts,
+                                 default_backoff=self.settings.default_backoff)
+        else:  # no start mark (Redis unreachable): not run, its row untouched
+            outcome = self.gate.retry_later(job)
         outcome.callable_limit = admitted.callable_limit  # its slot, freed once settled
         return outcome
 
