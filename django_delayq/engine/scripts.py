@@ -315,14 +315,14 @@ def check_order(keys: Sequence[Key]) -> list[int]:
 def prelude(keys: Sequence[Key], own_check: bool = False) -> tuple[str, str]:
     """(the line making the declared keys locals, the lines checking their types; with
     ``own_check``, the line naming them ``KINDS`` for the script's own ``wrong_type``).
-    The kinds table carries ``order`` (``check_order``)."""
+    The kinds table carries ``order`` (``check_order``, a byte per index)."""
     local = "local %s = %s\n" % (", ".join(k.name for k in keys),
                                  ", ".join("KEYS[%d]" % i for i in range(1, len(keys) + 1)))
     if not any(k.kind for k in keys):
         return local, ""
     kinds = ", ".join(("(KEYS[%d] and '%s' or '')" % (i, k.kind)) if k.optional and k.kind
                       else "'%s'" % k.kind for i, k in enumerate(keys, 1))
-    kinds += ", order = {%s}" % ", ".join(str(i) for i in check_order(keys))
+    kinds += ", order = '%s'" % "".join("\\%03d" % i for i in check_order(keys))
     if own_check:
         return local, "--@include wrong_type\nlocal KINDS = {%s}\n" % kinds
     return local, ("--@include wrong_type\n"

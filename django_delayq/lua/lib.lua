@@ -56,25 +56,31 @@ end
 -- KEYS[i] must be of type kinds[i] (or absent); '' = not used by this script, not checked.
 -- ``known`` (optional): a set of key names the caller knows to be fine (a read met them,
 -- or they are absent), not checked again. ``kinds.order`` (scripts.load sets it): the
--- indices in the order to check them, the keys a busy queue always has first. With three
--- keys or more to check, one EXISTS counts those that exist and a TYPE each is read only
--- until that many were met: the keys left are absent (a plain queue's claim reads 6
--- types, not 22). A key that exists is always typed: the check is as strict as a TYPE each.
+-- indices in the order to check them, one byte each (a constant: nothing built per call),
+-- the keys a busy queue always has first. With three keys or more to check, one EXISTS
+-- counts those that exist and a TYPE each is read only until that many were met: the
+-- keys left are absent (a plain queue's claim types 5 keys, not 22). Every key that
+-- exists is typed: the check is as strict as a TYPE each.
 local function wrong_type(kinds, known)
-  local check, names, order = {}, {}, kinds.order
-  if not order then order = {} for i = 1, #kinds do order[i] = i end end
-  for _, i in ipairs(order) do
+  local order, todo = kinds.order or '', {}  -- todo: index, key, index, key, ...
+  for j = 1, #kinds do
+    local i = string.byte(order, j) or j
     local key = KEYS[i]
     if kinds[i] ~= '' and not (known and known[key]) then
-      check[#check + 1] = i
-      names[#names + 1] = key
+      todo[#todo + 1] = i
+      todo[#todo + 1] = key
     end
   end
-  local left = #check
-  if left > 2 then left = redis.call('EXISTS', unpack(names)) end
-  for j, i in ipairs(check) do
+  local left = #todo / 2
+  if left > 2 then
+    local names = {}
+    for t = 2, #todo, 2 do names[#names + 1] = todo[t] end
+    left = redis.call('EXISTS', unpack(names))
+  end
+  for t = 1, #todo, 2 do
     if left == 0 then return nil end
-    local found = redis.call('TYPE', names[j])['ok']
+    local i = todo[t]
+    local found = redis.call('TYPE', todo[t + 1])['ok']
     if found ~= 'none' then
       left = left - 1
       if found ~= kinds[i] then

@@ -184,5 +184,5 @@ def test_the_types_are_checked_after_the_includes_before_the_code() -> None:
     assert text == ("local a, b, c = KEYS[1], KEYS[2], KEYS[3]\n"
                     "-- KEYS: a:zset b c:hash?\n--@include now\n--@include wrong_type\n"
                     "do local err = wrong_type({'zset', '', (KEYS[3] and 'hash' or ''), "
-                    "order = {1, 2, 3}}) "
+                    "order = '\\001\\002\\003'}) "
                     "if err then return err end end\nx()\n")
