@@ -41,6 +41,7 @@ from redis.connection import Connection
 from redis.exceptions import ResponseError
 
 from django_delayq.engine import scripts
+from django_delayq.engine.resp import bulk, command
 
 if TYPE_CHECKING:
     from django_delayq.engine.keys import QueueKeys
@@ -108,17 +109,6 @@ def plain_sockets(pool: ConnectionPool) -> bool:
     return kind is not None and "ssl" not in kind.__name__.lower()
 
 
-def _resp(*parts: str, count: int = 0) -> bytes:
-    """A command in the Redis protocol (the marks: a few short strings); ``count``: the
-    number of parts of the whole command when these are its first ones."""
-    return b"*%d\r\n%s" % (count or len(parts), _bulk(*parts))
-
-
-def _bulk(*parts: str) -> bytes:
-    """``parts`` as Redis bulk strings, without the array's header (a command's parts)."""
-    return b"".join([b"$%d\r\n%s\r\n" % (len(raw), raw) for raw in [p.encode() for p in parts]])
-
-
 def _leases(leases: Sequence[tuple[str, int]], codes: Sequence[str]) -> bytes:
     """An ack's triples (id, token, code) as bulk strings (a job thread's path: one
     format per lease)."""
@@ -177,9 +167,9 @@ class AckStream:
             if head is None:  # the parts before the leases: the same for every ack of queue
                 keys = self._keys(queue)
                 names = self._script.keys_of(keys)
-                head = self._ack_heads[queue] = (len(names) + 6, _bulk(
-                    "EVALSHA", self._script.sha, str(len(names)), *names, "0", self._holder,
-                    keys.channel))
+                head = self._ack_heads[queue] = (len(names) + 6, bulk((
+                    "EVALSHA", self._script.sha, len(names), *names, "0", self._holder,
+                    keys.channel)))
             data = b"*%d\r\n%s%s" % (head[0] + 3 * len(leases), head[1],
                                         _leases(leases, codes))
         except UnicodeError:
@@ -194,9 +184,9 @@ class AckStream:
         head = self._mark_heads.get((keys, len(args)))
         try:
             if head is None:
-                head = self._mark_heads[(keys, len(args))] = _resp(
-                    "EVALSHA", mark.sha, "2", *keys, count=5 + len(args))
-            data = head + _bulk(*args)
+                head = self._mark_heads[(keys, len(args))] = command(
+                    "EVALSHA", mark.sha, 2, *keys, count=5 + len(args))
+            data = head + bulk(args)
         except UnicodeError:
             return False
         with self._marks_lock:
@@ -206,8 +196,8 @@ class AckStream:
                     self._marks.connect()
                     _cork(self._marks)
                     # the script loaded first, on the same connection: EVALSHA finds it
-                    _write(self._marks, _resp("CLIENT", "REPLY", "OFF") +
-                           _resp("SCRIPT", "LOAD", mark.source))
+                    _write(self._marks, command("CLIENT", "REPLY", "OFF") +
+                           command("SCRIPT", "LOAD", mark.source))
                 _write(self._marks, data, more=True)
             except Exception:  # noqa: BLE001 - the caller marks it with a call
                 self._drop_marks()

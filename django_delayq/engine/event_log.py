@@ -28,6 +28,7 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from django_delayq.engine import scripts
+from django_delayq.engine.resp import command
 
 logger = logging.getLogger(__name__)
 _F = TypeVar("_F", bound=Mapping[str, str])
@@ -95,10 +96,10 @@ class EventLog:
 
     def _calls(self, script: scripts.Script, keys: tuple[str, ...],
                todo: list[tuple[list[Any], int, int]]) -> Iterator[tuple[int, int, int]]:
-        """``todo``'s calls. On a plain client they are encoded here (a call's few hundred
-        arguments repeat the same names, queue and callable: each distinct one is
-        encoded once, at a third of redis-py's cost) and written together on a
-        connection of its pool, then their replies read in order: one round trip, and
+        """``todo``'s calls. On a plain client they are encoded here (``resp.command``:
+        the calls' arguments repeat the same names, queue and callable, each distinct one
+        encoded once for all of them, at a third of redis-py's cost) and written together
+        on a connection of its pool, then their replies read in order: one round trip, and
         one wait of this thread, for up to ``PIPELINED`` calls (each round trip let go
         of the interpreter and had to win it back from the job threads). Redis still
         runs each call on its own, between other clients' commands. A call answered
@@ -110,9 +111,10 @@ class EventLog:
             return
         head: tuple[str | int, ...] = ("EVALSHA", script.sha, len(keys), *keys)
         data = []
+        seen: dict[str | int, bytes] = {}  # the parts encoded so far, for all the calls
         for args, _covered, _sent in todo:
             script.check(args)
-            data.append(command(*head, *args))
+            data.append(command(*head, *args, seen=seen))
         # from the first call answered with an error on: (call, written or None: again)
         later: list[tuple[tuple[list[Any], int, int], int | None]] = []
         pool = self.client.connection_pool
@@ -140,15 +142,3 @@ class EventLog:
 
 PIPELINED = 16  # events_add calls written before their replies are read
 
-
-def command(*parts: str | int) -> bytes:
-    """``parts`` as one command of the Redis protocol, each distinct part encoded once."""
-    seen: dict[str | int, bytes] = {}
-    out = []
-    for part in parts:
-        bulk = seen.get(part)
-        if bulk is None:
-            raw = part.encode() if isinstance(part, str) else b"%d" % part
-            bulk = seen[part] = b"$%d\r\n%s\r\n" % (len(raw), raw)
-        out.append(bulk)
-    return b"*%d\r\n%s" % (len(out), b"".join(out))

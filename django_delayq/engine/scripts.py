@@ -298,15 +298,31 @@ def declared_keys(source: str, where: str) -> tuple[Key, ...]:
     return tuple(keys)
 
 
+# The keys a busy queue always has, which ``wrong_type`` types first: once it has met as
+# many existing keys as its one EXISTS counted, the others are absent and not typed.
+LIKELY_KEYS = ("ready", "inflight", "attempts", "pending", "settled", "settled_by", "record",
+               "runs", "epoch", "reconciled", "dead", "events")
+
+
+def check_order(keys: Sequence[Key]) -> list[int]:
+    """The 1-based indices of ``keys`` in the order ``wrong_type`` checks them: those of
+    ``LIKELY_KEYS`` first (in that order), then the others as declared."""
+    rank = {name: i for i, name in enumerate(LIKELY_KEYS)}
+    return sorted(range(1, len(keys) + 1),
+                  key=lambda i: (rank.get(keys[i - 1].name, len(rank)), i))
+
+
 def prelude(keys: Sequence[Key], own_check: bool = False) -> tuple[str, str]:
     """(the line making the declared keys locals, the lines checking their types; with
-    ``own_check``, the line naming them ``KINDS`` for the script's own ``wrong_type``)."""
+    ``own_check``, the line naming them ``KINDS`` for the script's own ``wrong_type``).
+    The kinds table carries ``order`` (``check_order``, a byte per index)."""
     local = "local %s = %s\n" % (", ".join(k.name for k in keys),
                                  ", ".join("KEYS[%d]" % i for i in range(1, len(keys) + 1)))
     if not any(k.kind for k in keys):
         return local, ""
     kinds = ", ".join(("(KEYS[%d] and '%s' or '')" % (i, k.kind)) if k.optional and k.kind
                       else "'%s'" % k.kind for i, k in enumerate(keys, 1))
+    kinds += ", order = '%s'" % "".join("\\%03d" % i for i in check_order(keys))
     if own_check:
         return local, "--@include wrong_type\nlocal KINDS = {%s}\n" % kinds
     return local, ("--@include wrong_type\n"

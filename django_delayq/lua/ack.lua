@@ -30,14 +30,15 @@
 -- reads whether any of cancel, prio, urgent and the group keys exists (none does in a
 -- queue without cancels, priorities or groups: nothing is written there either); then the
 -- keys still unchecked (jobs, settled, settled_by, and those the EXISTS found) are typed
--- (TYPE each): a plain call of a plain queue runs 14 commands, not 28.
+-- (TYPE each; jobs absent, as django-delayq leaves it, is not written either). With a
+-- holder, the runs entries read are the only ones deleted: a plain call of a plain queue
+-- runs 12 commands (13 when a start mark came before the ack, 14 with envelopes), not 28.
 -- Returns: one integer per triple: 1 acked, 0 refused (lease lost)
 -- Cost: at most 250 triples per call (scripts.MAX_ACK; callers split bigger batches):
 --       O(n log N); group slots: one HMGET and one ZREM, one index read per held group
 --       (at most n).
 --@include now
 --@include wrong_type
---@include call_many
 --@include forget
 --@include record_settled
 --@include offset
@@ -56,7 +57,7 @@ if not read then  -- a key of the wrong type: say which (before any write), else
   if err then return err end
   error(tokens)
 end
-local out, done, seen, records = {}, {}, {}, {}
+local out, done, seen, records, unmark = {}, {}, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
   local i = 3 * j + 1
@@ -67,6 +68,7 @@ for j = 1, #ids do
     local attempt = ARGV[i + 1]  -- the token (claim.lua's integer): no runs entry, no offset
     if marked[j] then
       attempt = string.format('%.0f', tonumber(attempt) - offset_of(marked[j], attempt))
+      unmark[#unmark + 1] = id
     end
     records[#records + 1] = ARGV[i + 2] .. ' ' .. attempt
     out[j] = 1
@@ -77,7 +79,9 @@ end
 if #done == 0 then return out end
 local rare = {cancel, prio, urgent, group, group_running, group_held, group_ready, group_turns}
 local plain = redis.call('EXISTS', unpack(rare)) == 0
+local envelopes = redis.call('TYPE', jobs)['ok']  -- 'none': no HDEL of jobs either
 local known = {[attempts] = true, [inflight] = true}
+known[jobs] = envelopes == 'none' or envelopes == 'hash'  -- else wrong_type says so
 if holder ~= '' then known[runs] = true else known[settled], known[settled_by] = true, true end
 if plain then for _, key in ipairs(rare) do known[key] = true end end
 local err = wrong_type(KINDS, known)
@@ -86,6 +90,8 @@ local gs = nil
 if not plain then gs = slot_groups(done) end
 redis.call('ZREM', inflight, unpack(done))
 if free_slots(done, gs) then redis.call('PUBLISH', ARGV[3], string.format('%.0f', now)) end
-forget(jobs, attempts, cancel, prio, done, plain)
+-- plain: nothing of these jobs in cancel, prio, urgent or group; runs read with a holder
+forget(jobs, attempts, cancel, prio, done, plain and {jobs = envelopes ~= 'none',
+                                                      runs = holder ~= '' and unmark or nil})
 record_settled(holder, now, records)
 return out

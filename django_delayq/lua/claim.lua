@@ -128,6 +128,7 @@ local gone, died, entries = {}, {}, {}  -- entries: {score, id, promoted, due}
 local take, promoted, seen, left = {}, {}, {}, 0
 local leased, tokens, reset, claimed, n = {}, {}, {}, {}, 0
 local slots = {}  -- a grouped queue: {group, id, token} of each job leased
+local rec_parts = {nonce, '|'}  -- the claim record (with a record key): lease() adds a line a job
 local grouped = false  -- the queue has groups: steps 2g and 3g
 local group_conf = {}  -- limit's group_* fields (the groups' defaults)
 
@@ -227,7 +228,9 @@ local function read_candidates()
     elseif due == nil then aside(id, 'due score ' .. scores[j] .. ' is not a time', false)
     else entries[#entries + 1] = {ready_score(priority_of(prios[j]), due), id, true, due} end
   end
-  table.sort(entries, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  if #ids > 0 then  -- else the head of ready only: in its order (score, then id) already
+    table.sort(entries, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
+  end
 end
 
 -- 3. choose: the `grant` lowest scores are leased, the other promoted ones become ready
@@ -267,10 +270,16 @@ local function lease()
     else
       local token = (tonumber(counts[j]) or 0) + 1
       leased[#leased + 1] = lease_at; leased[#leased + 1] = id
-      tokens[#tokens + 1] = id; tokens[#tokens + 1] = token
+      local tok = string.format('%d', token)
+      tokens[#tokens + 1] = id; tokens[#tokens + 1] = tok
       claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
       claimed[#claimed + 1] = token - offset_of(marked[j], token); claimed[#claimed + 1] = envs[j] or ''
       if e[5] then slots[#slots + 1] = {e[5], id, token} end
+      if record and nonce ~= '' then  -- the claim record's line, in pieces (one table.concat: no copies)
+        local r = rec_parts
+        r[#r + 1] = id; r[#r + 1] = '\t'; r[#r + 1] = string.format('%d', e[4])
+        r[#r + 1] = '\t'; r[#r + 1] = tok; r[#r + 1] = '\n'
+      end
     end
   end
   n = #tokens / 2
@@ -309,8 +318,10 @@ end
 
 local function write_leases()
   if grouped then log_starts(slots, now) end
-  call_many('HSET', attempts, {}, tokens)  -- (no call for an empty list)
-  call_many('ZADD', inflight, {}, leased)
+  if n > 0 then  -- at most 200 leases: 400 arguments, within unpack's reach
+    redis.call('HSET', attempts, unpack(tokens))
+    redis.call('ZADD', inflight, unpack(leased))
+  end
   if rate then
     local logged, stamp = {}, string.format('%.0f', now)
     for j = 1, #tokens, 2 do
@@ -320,13 +331,8 @@ local function write_leases()
     call_many('ZADD', starts, {}, logged)
     trim_log(starts, cutoff, TRIM)
   end
-  if record and nonce ~= '' and n > 0 then
-    local rec = {nonce, '|'}
-    for j = 1, #claimed, 5 do
-      rec[#rec + 1] = claimed[j] .. '\t' .. string.format('%.0f', claimed[j + 1]) .. '\t'
-                      .. claimed[j + 2] .. '\n'
-    end
-    redis.call('SET', record, table.concat(rec), 'PX', math.max(1, tonumber(ARGV[3]) or 1))
+  if record and nonce ~= '' and n > 0 then  -- rec_parts: "<nonce>|" then lease()'s lines
+    redis.call('SET', record, table.concat(rec_parts), 'PX', math.max(1, tonumber(ARGV[3]) or 1))
   end
   if #died > 0 then call_many('ZADD', dead, {}, died) end
   if #reset > 0 then

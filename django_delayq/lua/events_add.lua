@@ -15,15 +15,17 @@
 -- Cost: at most 25 events and 800 arguments per call (scripts.MAX_EVENTS,
 --       scripts.MAX_EVENT_ARGS; callers split bigger batches): O(total fields);
 --       trimming is amortised by MAXLEN ~.
-local maxlen = ARGV[1]
+-- One table holds every XADD's arguments (an event's fields overwrite the last one's, and
+-- unpack takes only its own): no table, and no garbage, per event.
+local entry = {'XADD', events, 'MAXLEN', '~', ARGV[1], '*'}
+local argc = #ARGV
 local i = 2
 local written = 0
-while i <= #ARGV do
+while i <= argc do
   local n = tonumber(ARGV[i])
-  if n == nil or n < 1 or n ~= math.floor(n) or i + 2 * n > #ARGV then break end
-  local entry = {'XADD', events, 'MAXLEN', '~', maxlen, '*'}
+  if n == nil or n < 1 or n ~= math.floor(n) or i + 2 * n > argc then break end
   for j = 1, 2 * n do entry[6 + j] = ARGV[i + j] end
-  local reply = redis.pcall(unpack(entry))
+  local reply = redis.pcall(unpack(entry, 1, 6 + 2 * n))
   if type(reply) == 'table' and reply['err'] then break end
   written = written + 1
   i = i + 2 * n + 1

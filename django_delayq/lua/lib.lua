@@ -55,14 +55,36 @@ end
 --@define wrong_type
 -- KEYS[i] must be of type kinds[i] (or absent); '' = not used by this script, not checked.
 -- ``known`` (optional): a set of key names the caller knows to be fine (a read met them,
--- or they are absent), not checked again.
+-- or they are absent), not checked again. ``kinds.order`` (scripts.load sets it): the
+-- indices in the order to check them, one byte each (a constant: nothing built per call),
+-- the keys a busy queue always has first. With three keys or more to check, one EXISTS
+-- counts those that exist and a TYPE each is read only until that many were met: the
+-- keys left are absent (a plain queue's claim types 5 keys, not 22). Every key that
+-- exists is typed: the check is as strict as a TYPE each.
 local function wrong_type(kinds, known)
-  for i, kind in ipairs(kinds) do
+  local order, todo = kinds.order or '', {}  -- todo: index, key, index, key, ...
+  for j = 1, #kinds do
+    local i = string.byte(order, j) or j
     local key = KEYS[i]
-    if kind ~= '' and not (known and known[key]) then
-      local found = redis.call('TYPE', key)['ok']
-      if found ~= 'none' and found ~= kind then
-        return redis.error_reply('DELAYQ-WRONGTYPE ' .. i .. ' ' .. found .. ' ' .. kind)
+    if kinds[i] ~= '' and not (known and known[key]) then
+      todo[#todo + 1] = i
+      todo[#todo + 1] = key
+    end
+  end
+  local left = #todo / 2
+  if left > 2 then
+    local names = {}
+    for t = 2, #todo, 2 do names[#names + 1] = todo[t] end
+    left = redis.call('EXISTS', unpack(names))
+  end
+  for t = 1, #todo, 2 do
+    if left == 0 then return nil end
+    local i = todo[t]
+    local found = redis.call('TYPE', todo[t + 1])['ok']
+    if found ~= 'none' then
+      left = left - 1
+      if found ~= kinds[i] then
+        return redis.error_reply('DELAYQ-WRONGTYPE ' .. i .. ' ' .. found .. ' ' .. kinds[i])
       end
     end
   end
@@ -589,13 +611,20 @@ end
 -- (the keys ``urgent``, ``runs`` and ``group`` the including script declares). At most a
 -- few hundred ids a call. ``plain`` (optional): the caller read that ``cancel``, ``prio``,
 -- ``urgent`` and ``group`` are absent (a queue without cancels, priorities or groups):
--- nothing to remove there.
+-- nothing to remove there; ``plain.jobs`` false: ``jobs`` is absent too; ``plain.runs``
+-- (when given): the only ids of ``ids`` with a runs entry (the caller read them).
 local function forget(jobs, attempts, cancel, prio, ids, plain)
   if #ids == 0 then return end
+  if plain then
+    redis.call('HDEL', attempts, unpack(ids))
+    if plain.jobs then redis.call('HDEL', jobs, unpack(ids)) end
+    local marked = plain.runs or ids
+    if #marked > 0 then redis.call('HDEL', runs, unpack(marked)) end
+    return
+  end
   redis.call('HDEL', runs, unpack(ids))
   redis.call('HDEL', jobs, unpack(ids))
   redis.call('HDEL', attempts, unpack(ids))
-  if plain then return end
   redis.call('ZREM', urgent, unpack(ids))
   redis.call('SREM', cancel, unpack(ids))
   redis.call('HDEL', prio, unpack(ids))
@@ -603,23 +632,25 @@ local function forget(jobs, attempts, cancel, prio, ids, plain)
 end
 
 --@define record_settled
---@include call_many
 -- Records how jobs ended (the declared keys settled: id -> ms, settled_by: id ->
 -- "<code> <attempt> <holder>") for the worker ``holder`` until its audit row lands
--- (forget_settled.lua); ``entries`` holds id, "<code> <attempt>" pairs. No record when
--- ``holder`` is "" (the bare engine, jobs set aside). ``at``: the script's now (ms),
--- read before its first write.
+-- (forget_settled.lua); ``entries`` holds id, "<code> <attempt>" pairs (at most 250: one
+-- ZADD and one HSET, their arguments built once). No record when ``holder`` is "" (the
+-- bare engine, jobs set aside). ``at``: the script's now (integer ms), read before its
+-- first write, formatted once.
 local function record_settled(holder, at, entries)
   if holder == '' or #entries == 0 then return end
-  local scored, described = {}, {}
+  local stamp = string.format('%d', at)
+  local scored, described = {'ZADD', settled}, {'HSET', settled_by}
   for i = 1, #entries, 2 do
-    scored[#scored + 1] = at
-    scored[#scored + 1] = entries[i]
-    described[#described + 1] = entries[i]
+    local id = entries[i]
+    scored[#scored + 1] = stamp
+    scored[#scored + 1] = id
+    described[#described + 1] = id
     described[#described + 1] = entries[i + 1] .. ' ' .. holder
   end
-  call_many('ZADD', settled, {}, scored)
-  call_many('HSET', settled_by, {}, described)
+  redis.call(unpack(scored))
+  redis.call(unpack(described))
 end
 
 --@define trim_log

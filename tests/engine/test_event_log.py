@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import redis
 
-from django_delayq.engine import event_log
 from django_delayq.engine.event_log import EventLog
+from django_delayq.engine.resp import bulk, command
 
 
 def _event(i: int) -> dict[str, str]:
@@ -21,7 +21,11 @@ def test_the_encoded_command_is_the_protocol_of_its_parts() -> None:
     parts = ("EVALSHA", "abc", 1, "{p}:events", 10_000, 2, "event", "é☃", "event", "x")
     raw = [str(p).encode() for p in parts]
     expected = b"*%d\r\n" % len(raw) + b"".join(b"$%d\r\n%s\r\n" % (len(r), r) for r in raw)
-    assert event_log.command(*parts) == expected
+    assert command(*parts, seen={}) == command(*parts) == expected
+    seen: dict[str | int, bytes] = {}
+    assert b"*%d\r\n" % len(raw) + bulk(parts[:5], seen) + bulk(parts[5:], seen) == expected
+    assert seen["event"] == b"$5\r\nevent\r\n" and len(seen) == len(set(parts))
+    assert command(*parts[:3], count=len(parts)) + bulk(parts[3:]) == expected
 
 
 def test_events_land_in_order_and_after_a_script_flush_once_each(redis_server) -> None:

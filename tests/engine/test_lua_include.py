@@ -183,5 +183,6 @@ def test_the_types_are_checked_after_the_includes_before_the_code() -> None:
     assert [k.name for k in keys] == ["a", "b", "c"]
     assert text == ("local a, b, c = KEYS[1], KEYS[2], KEYS[3]\n"
                     "-- KEYS: a:zset b c:hash?\n--@include now\n--@include wrong_type\n"
-                    "do local err = wrong_type({'zset', '', (KEYS[3] and 'hash' or '')}) "
+                    "do local err = wrong_type({'zset', '', (KEYS[3] and 'hash' or ''), "
+                    "order = '\\001\\002\\003'}) "
                     "if err then return err end end\nx()\n")
