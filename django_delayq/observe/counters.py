@@ -11,6 +11,7 @@ connected and ``count_set_aside`` is a no-op.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -44,15 +45,10 @@ if prom is not None:
                              "Claimed jobs not run because their audit row is missing "
                              "(reason no_row) or final (final_row)", ["queue", "reason"])
 
-    _children: dict[tuple[Any, ...], Any] = {}
-
+    @functools.cache
     def _child(metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(...)``, memoised: the lookup costs more than the increment."""
-        key = (metric, *labels)
-        child = _children.get(key)
-        if child is None:
-            child = _children[key] = metric.labels(*labels)
-        return child
+        return metric.labels(*labels)
 
     def _counted(metric: MetricWrapperBase, *labels: str) -> Callable[..., None]:
         """A receiver adding one to ``metric`` for the job's queue (and ``labels``)."""

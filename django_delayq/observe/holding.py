@@ -74,10 +74,8 @@ def running_jobs(raw: object, now_ms: float) -> Iterator[tuple[dict[str, Any], f
     for item in raw[:JOBS_SHOWN] if isinstance(raw, list) else []:
         if isinstance(item, dict) and isinstance(item.get("id"), str):
             started = item.get("started_ms")
-            if isinstance(started, (int, float)) and not isinstance(started, bool):
-                yield item, max(0.0, (now_ms - started) / 1000)
-            else:
-                yield item, None
+            timed = isinstance(started, (int, float)) and not isinstance(started, bool)
+            yield item, max(0.0, (now_ms - started) / 1000) if timed else None
 
 
 def progress_of(ids: Iterable[str]) -> dict[str, Any]:
@@ -92,9 +90,7 @@ def progress_of(ids: Iterable[str]) -> dict[str, Any]:
 def split(in_flight: int, workers: Iterable[tuple[int | None, int | None]]) -> Holding:
     """The split of ``in flight`` (summed over the queues shown) by the workers'
     ``(running, prefetched)`` counts (``None`` for a count a worker's info lacks)."""
-    running = prefetched = 0
-    for runs, waits in workers:
-        running += runs or 0
-        prefetched += waits or 0
+    pairs = list(workers)
+    running, prefetched = sum(r or 0 for r, _ in pairs), sum(w or 0 for _, w in pairs)
     return Holding(in_flight=in_flight, running=running, prefetched=prefetched,
                    settling=max(0, in_flight - running - prefetched))

@@ -59,25 +59,19 @@ class CallableLimitState:
 def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitState]:
     """Each callable of ``DELAYQ['CALLABLE_LIMITS']`` (sorted by path): its limit and what
     it runs now."""
-    out = []
-    for path, entry in sorted(settings.callable_limits.items()):
-        rate, concurrency = entry.rate, entry.concurrency
-        state = engine.limit_state(path, rate=rate, concurrency=concurrency)
-        out.append(CallableLimitState(callable=path, rate=rate, concurrency=concurrency,
-                                      running=state.running,
-                                      started_in_window=state.started_in_window))
-    return out
+    found = ((path, e, engine.limit_state(path, rate=e.rate, concurrency=e.concurrency))
+             for path, e in sorted(settings.callable_limits.items()))
+    return [CallableLimitState(callable=path, rate=e.rate, concurrency=e.concurrency,
+                               running=s.running, started_in_window=s.started_in_window)
+            for path, e, s in found]
 
 
 def describe_limit(rate: Sequence[int] | None, concurrency: int | None,
                    none: str = "") -> str:
     """``"100/m, 5 at once"``: the rate as the settings and ``delayq_queue`` spell it
     (``rate_text``); ``none`` without either."""
-    parts = []
-    if rate is not None:
-        parts.append(rate_text((rate[0], rate[1])))
-    if concurrency is not None:
-        parts.append("%d at once" % concurrency)
+    parts = [] if rate is None else [rate_text((rate[0], rate[1]))]
+    parts += [] if concurrency is None else ["%d at once" % concurrency]
     return ", ".join(parts) or none
 
 
