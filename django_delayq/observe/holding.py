@@ -74,8 +74,10 @@ def running_jobs(raw: object, now_ms: float) -> Iterator[tuple[dict[str, Any], f
     for item in raw[:JOBS_SHOWN] if isinstance(raw, list) else []:
         if isinstance(item, dict) and isinstance(item.get("id"), str):
             started = item.get("started_ms")
-            timed = isinstance(started, (int, float)) and not isinstance(started, bool)
-            yield item, max(0.0, (now_ms - started) / 1000) if timed else None
+            if isinstance(started, (int, float)) and not isinstance(started, bool):
+                yield item, max(0.0, (now_ms - started) / 1000)
+            else:
+                yield item, None
 
 
 def progress_of(ids: Iterable[str]) -> dict[str, Any]:
