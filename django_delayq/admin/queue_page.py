@@ -110,9 +110,8 @@ def _perform(op: str, queue: str, group: str | None, form: Any) -> tuple[str, bo
     """Perform ``op`` on ``queue``, or on its ``group``; the message for the operator and
     whether anything changed (``InvalidJob`` names a bad group id or limit)."""
     raw = form.get("concurrency", "").strip()  # sent by the limit form
-    concurrency: Any = None  # a text that is no integer goes to the API, refused naming it
-    if raw:
-        concurrency = int(raw) if raw.isdecimal() else raw  # isdigit() lets "²" through
+    # a text that is no integer goes to the API, refused naming it; isdigit() lets "²" through
+    concurrency: Any = int(raw) if raw.isdecimal() else raw or None
     done = control(op, queue, group, concurrency=concurrency,
                    rate_limit=form.get("rate_limit", "").strip() or None)
     what = _("queue %s") % queue if group is None else _(

@@ -90,12 +90,8 @@ def list_reports(root: Path) -> list[Report]:
 def report_files(root: Path, report: Report) -> dict[str, Path]:
     """The files of ``report`` that may be served: its page and its PNG charts."""
     names = [REPORT_FILE, *sorted(p.name for p in report.directory.glob("*.png"))]
-    found = {}
-    for name in names:
-        resolved = _inside(root, report.directory / name)
-        if resolved is not None and resolved.is_file():
-            found[name] = resolved
-    return found
+    found = {name: _inside(root, report.directory / name) for name in names}
+    return {name: path for name, path in found.items() if path is not None and path.is_file()}
 
 
 def _find(root: Path | None, name: str) -> Report:

@@ -65,12 +65,9 @@ def render(text: str | None) -> str:
     runs: list[tuple[str, str]] = []  # (the fold's summary, or "" for lines shown; text)
     for own, group in groupby(found, key=lambda part: part.frame and part.own):
         texts = [p.text for p in group]
-        if own:
-            runs.append((ngettext("%d frame of django_delayq (the worker)",
-                                  "%d frames of django_delayq (the worker)", len(texts))
-                         % len(texts), "\n".join(texts)))
-        else:
-            runs.append(("", "\n".join(texts) + "\n"))
+        fold = ngettext("%d frame of django_delayq (the worker)",
+                        "%d frames of django_delayq (the worker)", len(texts)) % len(texts)
+        runs.append((fold, "\n".join(texts)) if own else ("", "\n".join(texts) + "\n"))
     if runs and not runs[-1][0]:  # no newline after the last line
         runs[-1] = ("", runs[-1][1].rstrip("\n"))
     return render_to_string("admin/django_delayq/job/_traceback.html",

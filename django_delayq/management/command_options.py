@@ -48,13 +48,10 @@ def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
     return queues
 
 
-def any_queue_backends() -> list[str]:
-    """Aliases of the DelayQ Tasks backends configured with ``QUEUES: []``."""
-    found = []
-    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
-        if isinstance(params, dict) and params.get("QUEUES") == [] and _is_delayq(params):
-            found.append(alias)
-    return found
+def any_queue_backends() -> bool:
+    """Whether a DelayQ Tasks backend is configured with ``QUEUES: []``."""
+    return any(isinstance(params, dict) and params.get("QUEUES") == [] and _is_delayq(params)
+               for params in (getattr(settings, "TASKS", None) or {}).values())
 
 
 def _is_delayq(params: dict[str, Any]) -> bool:

@@ -54,9 +54,6 @@ if prom is not None:
         """A receiver adding one to ``metric`` for the job's queue (and ``labels``)."""
         return lambda queue, **kwargs: _child(metric, queue, *labels).inc()
 
-    def _bulk_scheduled(queue: str, job_ids: list[str], **kwargs: object) -> None:
-        _child(SCHEDULED, queue).inc(len(job_ids))
-
     def _started(queue: str, due_at: datetime, started_at: datetime, **kwargs: object) -> None:
         _child(STARTED, queue).inc()
         _child(LATENESS, queue).observe(max(0.0, (started_at - due_at).total_seconds()))
@@ -74,7 +71,8 @@ if prom is not None:
         "job_scheduled": _counted(SCHEDULED), "job_started": _started,
         "job_succeeded": _succeeded, "job_retrying": _counted(RETRIES),
         "job_dead": _counted(FINISHED, "dead"), "job_cancelled": _cancelled,
-        "jobs_scheduled": _bulk_scheduled}
+        "jobs_scheduled": lambda queue, job_ids, **kwargs: _child(SCHEDULED, queue).inc(
+            len(job_ids))}
     for _name, _receiver in _RECEIVERS.items():
         signals.observe(getattr(signals, _name), _receiver)
 

@@ -19,6 +19,7 @@ the terminal of whoever runs ``--follow``. ``--json`` output is escaped by JSON 
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 
 CLEAR = "\x1b[H\x1b[2J"
 FIELD_CHARS = 200  # of one worker info field in the text output
+UNITS = (("s", 1, 120), ("m", 60, 7200))  # unit, its seconds, used below; else hours
 
 
 def _s(value: object) -> str:
@@ -55,11 +57,8 @@ def _s(value: object) -> str:
 def printable(value: object) -> str:
     """``value`` as text safe for a terminal: every non-printable character (escape,
     carriage return, newline, bidirectional overrides, ...) becomes its Python escape."""
-    text = _s(value)
-    if text.isprintable():
-        return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
+                   for ch in _s(value))
 
 
 def _iso(ms: int | None) -> str | None:
@@ -149,9 +148,8 @@ def waiting_counts(queues: list[str]) -> dict[str, int]:
     """Rows ``waiting`` for their parents, per queue (from the database: Redis does not
     hold them); empty when the database cannot be read."""
     try:
-        rows = Job.objects.filter(status=JobStatus.WAITING, queue__in=queues).values(
-            "queue").annotate(n=Count("id")).values_list("queue", "n")
-        return dict(rows)
+        return dict(Job.objects.filter(status=JobStatus.WAITING, queue__in=queues).values(
+            "queue").annotate(n=Count("id")).values_list("queue", "n"))
     except DatabaseError:
         return {}
 
@@ -187,11 +185,8 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
 def _fmt_s(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    if seconds < 120:
-        return "%.1fs" % seconds
-    if seconds < 7200:
-        return "%.1fm" % (seconds / 60)
-    return "%.1fh" % (seconds / 3600)
+    unit, per = next(((u, p) for u, p, below in UNITS if seconds < below), ("h", 3600))
+    return "%.1f%s" % (seconds / per, unit)
 
 
 def render_text(status: Status) -> str:
@@ -218,7 +213,13 @@ def render_text(status: Status) -> str:
         lines.append("IN FLIGHT %d = %d running + %d prefetched + %d settling" % (
             h.in_flight, h.running, h.prefetched, h.settling))
     lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]
-    lines += _limit_lines(status.callable_limits) + limit_usage.lines(status.groups, printable)
+    if status.callable_limits:
+        lines += ["", "CALLABLE LIMITS"] + [
+            "  %-40s %-24s running %d, started in window %d" % (
+                c.callable, describe_limit(c.rate, c.concurrency, "none"), c.running,
+                c.started_in_window)
+            for c in status.callable_limits]
+    lines += limit_usage.lines(status.groups, printable)
     lines += periodic.status_lines(status.schedules)
     lines += ["", "WORKERS (%d)" % len(status.workers)]
     if not status.workers:
@@ -226,16 +227,6 @@ def render_text(status: Status) -> str:
     for w in status.workers:
         lines += _worker_lines(w)
     return "\n".join(lines) + "\n"
-
-
-def _limit_lines(limits: list[limit_usage.CallableLimitState]) -> list[str]:
-    if not limits:
-        return []
-    return ["", "CALLABLE LIMITS"] + [
-        "  %-40s %-24s running %d, started in window %d" % (
-            c.callable, describe_limit(c.rate, c.concurrency, "none"), c.running,
-            c.started_in_window)
-        for c in limits]
 
 
 def _worker_lines(w: WorkerStatus) -> list[str]:
@@ -345,15 +336,13 @@ class Command(BaseCommand):
         if interval <= 0:
             raise CommandError("--interval must be > 0, not %r" % interval)
         tty = not as_json and hasattr(self.stdout, "isatty") and self.stdout.isatty()
-        shown = 0
-        while count is None or shown < count:
+        for shown in itertools.count() if count is None else range(count):
             if shown:
                 time.sleep(interval)
             text = self.render(engine, settings, queues, as_json, indent=None)  # JSON: a line each
             self.stdout.write((CLEAR if tty else ("" if as_json or not shown else "\n"))
                               + text, ending="")
             self.stdout.flush()
-            shown += 1
 
     def follow(self, engine: Engine, last: int, count: int | None,
                *, json_lines: bool) -> None:

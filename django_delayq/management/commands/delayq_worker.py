@@ -138,7 +138,12 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"], worker_id=options["worker_id"],
             supervision=supervision))
         if options["metrics_port"] is not None:
-            self.serve_metrics(options["metrics_addr"], options["metrics_port"])
+            addr, port = options["metrics_addr"], options["metrics_port"]
+            try:
+                prometheus.start_http_server(port, addr=addr)
+            except OSError as exc:
+                raise CommandError("cannot serve metrics on %s port %d: %s" % (addr, port, exc)
+                                   ) from exc
         if supervision is not None:
             attach(worker, supervision)
         worker.install_signal_handlers()
@@ -162,10 +167,3 @@ class Command(BaseCommand):
             metrics_port=options["metrics_port"], metrics_addr=options["metrics_addr"]))
         supervisor.install_signal_handlers()
         return supervisor.run()
-
-    def serve_metrics(self, addr: str, port: int) -> None:
-        try:
-            prometheus.start_http_server(port, addr=addr)
-        except OSError as exc:
-            raise CommandError("cannot serve metrics on %s port %d: %s" % (addr, port, exc)
-                               ) from exc
