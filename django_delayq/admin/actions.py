@@ -216,13 +216,12 @@ def reschedule(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset
                form: RescheduleForm) -> None:
     """Move the jobs of ``queryset`` to the valid ``form``'s time, reported and logged
     (the list's action, and the button on a job's page)."""
-    when = form.when()
-    tally = Tally()
+    when, tally, moved = form.when(), Tally(), MOVE_LABELS[MoveOutcome.MOVED]
     _each(request, _rows(queryset), _move(
         lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
-        MOVE_LABELS[MoveOutcome.MOVED], _("Rescheduled: due %s.") % form.describe()), tally)
-    tally.report(modeladmin, request, MOVE_LABELS[MoveOutcome.MOVED])
-    if tally.counts.get(str(MOVE_LABELS[MoveOutcome.MOVED])):
+        moved, _("Rescheduled: due %s.") % form.describe()), tally)
+    tally.report(modeladmin, request, moved)
+    if tally.counts.get(str(moved)):
         modeladmin.message_user(request, _("New due time: %s.") % form.describe(),
                                 messages.INFO)
 

@@ -18,9 +18,10 @@ group defaults and overrides.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import messages
+from django.contrib.admin import ModelAdmin
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -37,9 +38,6 @@ from django_delayq.core.queue_controls import control
 from django_delayq.core.queues import known_queues
 from django_delayq.exceptions import DelayQError
 from django_delayq.observe.limit_usage import callable_limits, group_limit_text, queue_group_limits
-
-if TYPE_CHECKING:
-    from django.contrib.admin import ModelAdmin
 
 logger = logging.getLogger(__name__)
 

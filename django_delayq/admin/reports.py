@@ -23,8 +23,9 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django.contrib.admin import ModelAdmin
 from django.contrib.auth.decorators import permission_required
 from django.http import FileResponse, Http404, HttpRequest
 from django.template.response import TemplateResponse
@@ -34,9 +35,6 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 
 from django_delayq.admin import display
 from django_delayq.core.conf import get_settings
-
-if TYPE_CHECKING:
-    from django.contrib.admin import ModelAdmin
 
 logger = logging.getLogger(__name__)
 

@@ -31,14 +31,11 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from django_delayq.core import group_limits
-from django_delayq.core.conf import get_settings
-from django_delayq.core.limits import parse_rate, rate_text
+from django_delayq.core.conf import Settings, get_settings
+from django_delayq.core.limits import Rate, parse_rate, rate_text
 from django_delayq.models import GroupLimit, Job, JobStatus
 
 if TYPE_CHECKING:
-    from django_delayq.core.conf import Settings
-    from django_delayq.core.group_limits import GroupOverride
-    from django_delayq.core.limits import Rate
     from django_delayq.engine import Engine
 
 
@@ -82,8 +79,8 @@ def group_limit_text(concurrency: int | None, rate: str | None, missing: str = "
         "c": missing if concurrency is None else concurrency, "r": rate or missing}
 
 
-def queue_group_limits(settings: Settings,
-                       queues: Sequence[str]) -> dict[str, tuple[str, list[GroupOverride]]]:
+def queue_group_limits(settings: Settings, queues: Sequence[str]
+                       ) -> dict[str, tuple[str, list[group_limits.GroupOverride]]]:
     """The queues of ``queues`` whose groups have limits: each one's defaults for its
     groups (``group_limit_text``; "" without any) and the groups' own (in one query)."""
     overrides = group_limits.by_queue(q for q in queues if q not in settings.queue_shards)

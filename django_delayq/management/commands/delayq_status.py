@@ -33,7 +33,7 @@ from django.db.models import Count
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic, progress
-from django_delayq.core.conf import get_settings
+from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
@@ -42,7 +42,6 @@ from django_delayq.observe import limit_usage, redis_state
 from django_delayq.observe.limit_usage import describe_limit
 
 if TYPE_CHECKING:
-    from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
 
 CLEAR = "\x1b[H\x1b[2J"
