@@ -186,9 +186,8 @@ class RescheduleForm(forms.Form):
 
     def when(self) -> dict[str, float | datetime]:
         """Keyword arguments for ``api.reschedule``: ``delay=`` or ``at=``."""
-        if self.cleaned_data.get("at") is not None:
-            return {"at": self.cleaned_data["at"]}
-        return {"delay": float(self.cleaned_data["delay"])}
+        at = self.cleaned_data.get("at")
+        return {"delay": float(self.cleaned_data["delay"])} if at is None else {"at": at}
 
     def describe(self) -> str:
         """The new due time, absolute (it stays true in the admin's log): ``2030-01-31

@@ -28,20 +28,14 @@ def parts(text: str) -> list[Part]:
     """``text`` cut into frames (a ``File`` line and the indented lines under it) and
     the lines between them (headers, chain notes, the exception)."""
     out: list[Part] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        match = FRAME.match(lines[i])
-        if match is None:
-            out.append(Part(lines[i]))
-            i += 1
-            continue
-        indent = len(lines[i]) - len(lines[i].lstrip())
-        j = i + 1
-        while j < len(lines) and _indent(lines[j]) > indent and not FRAME.match(lines[j]):
+    lines, i = text.splitlines(), 0
+    while i < len(lines):  # a frame takes the lines indented deeper, up to the next frame
+        match, j = FRAME.match(lines[i]), i + 1
+        while (match and j < len(lines) and _indent(lines[j]) > _indent(lines[i])
+               and not FRAME.match(lines[j])):
             j += 1
-        out.append(Part("\n".join(lines[i:j]), own=bool(OWN.search(match["file"])),
-                        frame=True))
+        out.append(Part("\n".join(lines[i:j]), own=bool(match and OWN.search(match["file"])),
+                        frame=match is not None))
         i = j
     return out
 
