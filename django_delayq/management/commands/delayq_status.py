@@ -189,10 +189,9 @@ def _fmt_s(seconds: float | None) -> str:
 
 
 def render_text(status: Status) -> str:
-    lines = ["delayq status at %s (prefix %r)" % (status.now, status.prefix), ""]
-    header = "%-16s %10s %8s %9s %8s  %-29s %s" % (
-        "QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT", "DEAD", "NEXT DUE", "OLDEST OVERDUE")
-    lines.append(header)
+    lines = ["delayq status at %s (prefix %r)" % (status.now, status.prefix), "",
+             "%-16s %10s %8s %9s %8s  %-29s %s" % ("QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT",
+                                                   "DEAD", "NEXT DUE", "OLDEST OVERDUE")]
     for q in status.queues:
         nxt = "-" if q.next_due is None else "%s (in %s)" % (q.next_due[11:23],
                                                              _fmt_s(q.next_due_in_s))
@@ -207,8 +206,7 @@ def render_text(status: Status) -> str:
         if q.limit is not None:
             lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"],
                                                         "none"))
-    if status.holding is not None:
-        h = status.holding
+    if (h := status.holding) is not None:
         lines.append("IN FLIGHT %d = %d running + %d prefetched + %d settling" % (
             h.in_flight, h.running, h.prefetched, h.settling))
     lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]
