@@ -29,19 +29,15 @@ def find_binary() -> str:
     return str(bundled)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start(directory: Path, *, tcp: bool = False,
           persistence: bool = True) -> tuple[subprocess.Popen[bytes], str]:
     """Start a redis-server in ``directory``, on a unix socket there or (``tcp``) on a free
     loopback port, with AOF persistence unless told otherwise; returns (proc, url)."""
     directory.mkdir(parents=True, exist_ok=True)
     if tcp:
-        port = _free_port()
+        with socket.socket() as probe:  # a free port
+            probe.bind(("127.0.0.1", 0))
+            port = int(probe.getsockname()[1])
         listen = ["--port", str(port), "--bind", "127.0.0.1"]
         url = "redis://127.0.0.1:%d/0" % port
     else:

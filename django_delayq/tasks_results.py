@@ -272,19 +272,18 @@ def on_finished(*, job_id: str, callable_path: str, attempt: int, worker_id: str
         return
     now = timezone.now()
     failure = None if error is None else task_error(error_type, error, "")
-    status = TaskResultStatus.SUCCESSFUL if failure is None else TaskResultStatus.FAILED
-    finished = live_result(task, job_id, attempt, worker_id, now, status)
+    finished = live_result(task, job_id, attempt, worker_id, now, TaskResultStatus.SUCCESSFUL
+                           if failure is None else TaskResultStatus.FAILED)
     if failure is not None:
         finished.errors.append(failure)
     object.__setattr__(finished, "finished_at", now)
     object.__setattr__(finished, "_return_value", result)
     with _recent_lock:
         _recent.pop(job_id, None)
-    if failure is None:
-        _send(task_signals.task_finished, finished)
-        return
     try:  # Django's receivers log sys.exc_info() with a FAILED result
-        raise TaskFailed(failure.traceback)
+        if failure is not None:
+            raise TaskFailed(failure.traceback)
+        _send(task_signals.task_finished, finished)
     except TaskFailed:
         _send(task_signals.task_finished, finished)
 

@@ -157,10 +157,9 @@ def _tick_freezegun(delta: timedelta) -> bool:
     except ImportError:
         return False
     factories = getattr(freezegun_api, "freeze_factories", None)
-    if not factories:
-        return False
-    factories[-1].tick(delta)
-    return True
+    if factories:
+        factories[-1].tick(delta)
+    return bool(factories)
 
 
 def execute(job: ClaimedJob, settings: Settings) -> outcome.Outcome:
@@ -229,9 +228,8 @@ class DelayQ:
         return connection.get_engine()
 
     def purge(self) -> None:
-        engine = self.engine
         for queue in get_settings().queues:
-            engine.purge(queue)
+            self.engine.purge(queue)
 
 
 @contextmanager

@@ -186,9 +186,8 @@ class RescheduleForm(forms.Form):
 
     def when(self) -> dict[str, float | datetime]:
         """Keyword arguments for ``api.reschedule``: ``delay=`` or ``at=``."""
-        if self.cleaned_data.get("at") is not None:
-            return {"at": self.cleaned_data["at"]}
-        return {"delay": float(self.cleaned_data["delay"])}
+        at = self.cleaned_data.get("at")
+        return {"delay": float(self.cleaned_data["delay"])} if at is None else {"at": at}
 
     def describe(self) -> str:
         """The new due time, absolute (it stays true in the admin's log): ``2030-01-31
@@ -216,13 +215,12 @@ def reschedule(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset
                form: RescheduleForm) -> None:
     """Move the jobs of ``queryset`` to the valid ``form``'s time, reported and logged
     (the list's action, and the button on a job's page)."""
-    when = form.when()
-    tally = Tally()
+    when, tally, moved = form.when(), Tally(), MOVE_LABELS[MoveOutcome.MOVED]
     _each(request, _rows(queryset), _move(
         lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
-        MOVE_LABELS[MoveOutcome.MOVED], _("Rescheduled: due %s.") % form.describe()), tally)
-    tally.report(modeladmin, request, MOVE_LABELS[MoveOutcome.MOVED])
-    if tally.counts.get(str(MOVE_LABELS[MoveOutcome.MOVED])):
+        moved, _("Rescheduled: due %s.") % form.describe()), tally)
+    tally.report(modeladmin, request, moved)
+    if tally.counts.get(str(moved)):
         modeladmin.message_user(request, _("New due time: %s.") % form.describe(),
                                 messages.INFO)
 

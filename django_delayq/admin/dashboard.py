@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django.contrib.admin import ModelAdmin
 from django.contrib.auth.decorators import permission_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -26,9 +27,6 @@ from django_delayq.core import progress
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.observe import holding, limit_usage
-
-if TYPE_CHECKING:
-    from django.contrib.admin import ModelAdmin
 
 logger = logging.getLogger(__name__)
 

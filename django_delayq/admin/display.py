@@ -44,6 +44,8 @@ STATUS_COLOURS = {
 TIMEOUT_ERROR = "django_delayq.exceptions.JobTimeout"
 SHORT_ERROR_CHARS = 80
 SHOWN_CHARS = 100_000  # of one stored value on a job's page
+#: ``duration``'s format, its milliseconds, the durations it is used below; else hours
+DURATIONS = (("%.0f ms", 1, 1000), ("%.3g s", 1000, 120_000), ("%.1f min", 60_000, 7_200_000))
 LINK = "delayq-job-link"  # the class of the links in lists of jobs (as the dashboard's)
 
 
@@ -122,13 +124,9 @@ def duration(ms: float | None) -> str:
     """``250 ms``, ``1.25 s``, ``3.5 min``, ``2.0 h``; "-" for none."""
     if ms is None:
         return "-"
-    if abs(ms) < 1000:
-        return "%.0f ms" % ms
-    if abs(ms) < 120_000:
-        return "%.3g s" % (ms / 1000)
-    if abs(ms) < 7_200_000:
-        return "%.1f min" % (ms / 60_000)
-    return "%.1f h" % (ms / 3_600_000)
+    shown, per = next(((f, p) for f, p, below in DURATIONS if abs(ms) < below),
+                      ("%.1f h", 3_600_000))
+    return shown % (ms / per)
 
 
 def zoned(value: datetime) -> str:

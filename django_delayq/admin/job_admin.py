@@ -314,12 +314,11 @@ class JobAdmin(ReadOnly, _JobAdminBase):
         """One entry per status (zeros included) over every row; the template links each
         to its filter (``?status__exact=``)."""
         cap = self.status_count_cap
-        out = []
-        for value, label in JobStatus.choices:
-            n = Job.objects.filter(status=value).order_by()[:cap + 1].count()
-            out.append({"value": value, "label": label, "count": min(n, cap), "more": n > cap,
-                        "colour": display.STATUS_COLOURS.get(JobStatus(value), "#888")})
-        return out
+        counts = ((value, label, Job.objects.filter(status=value).order_by()[:cap + 1].count())
+                  for value, label in JobStatus.choices)
+        return [{"value": value, "label": label, "count": min(n, cap), "more": n > cap,
+                 "colour": display.STATUS_COLOURS.get(JobStatus(value), "#888")}
+                for value, label, n in counts]
 
 
 # -- the job's page: buttons for the actions of the list --------------------------------

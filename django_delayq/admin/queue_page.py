@@ -18,9 +18,10 @@ group defaults and overrides.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib import messages
+from django.contrib.admin import ModelAdmin
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -37,9 +38,6 @@ from django_delayq.core.queue_controls import control
 from django_delayq.core.queues import known_queues
 from django_delayq.exceptions import DelayQError
 from django_delayq.observe.limit_usage import callable_limits, group_limit_text, queue_group_limits
-
-if TYPE_CHECKING:
-    from django.contrib.admin import ModelAdmin
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +108,8 @@ def _perform(op: str, queue: str, group: str | None, form: Any) -> tuple[str, bo
     """Perform ``op`` on ``queue``, or on its ``group``; the message for the operator and
     whether anything changed (``InvalidJob`` names a bad group id or limit)."""
     raw = form.get("concurrency", "").strip()  # sent by the limit form
-    concurrency: Any = None  # a text that is no integer goes to the API, refused naming it
-    if raw:
-        concurrency = int(raw) if raw.isdecimal() else raw  # isdigit() lets "²" through
+    # a text that is no integer goes to the API, refused naming it; isdigit() lets "²" through
+    concurrency: Any = int(raw) if raw.isdecimal() else raw or None
     done = control(op, queue, group, concurrency=concurrency,
                    rate_limit=form.get("rate_limit", "").strip() or None)
     what = _("queue %s") % queue if group is None else _(

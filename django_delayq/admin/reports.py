@@ -23,8 +23,9 @@ import os
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from django.contrib.admin import ModelAdmin
 from django.contrib.auth.decorators import permission_required
 from django.http import FileResponse, Http404, HttpRequest
 from django.template.response import TemplateResponse
@@ -34,9 +35,6 @@ from django.views.decorators.clickjacking import xframe_options_sameorigin
 
 from django_delayq.admin import display
 from django_delayq.core.conf import get_settings
-
-if TYPE_CHECKING:
-    from django.contrib.admin import ModelAdmin
 
 logger = logging.getLogger(__name__)
 
@@ -90,12 +88,8 @@ def list_reports(root: Path) -> list[Report]:
 def report_files(root: Path, report: Report) -> dict[str, Path]:
     """The files of ``report`` that may be served: its page and its PNG charts."""
     names = [REPORT_FILE, *sorted(p.name for p in report.directory.glob("*.png"))]
-    found = {}
-    for name in names:
-        resolved = _inside(root, report.directory / name)
-        if resolved is not None and resolved.is_file():
-            found[name] = resolved
-    return found
+    found = {name: _inside(root, report.directory / name) for name in names}
+    return {name: path for name, path in found.items() if path is not None and path.is_file()}
 
 
 def _find(root: Path | None, name: str) -> Report:

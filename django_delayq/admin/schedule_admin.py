@@ -107,16 +107,14 @@ def job_functions(current: str = "") -> list[tuple[str, str]]:
     """The job functions of ``DELAYQ["ALLOWED_CALLABLES"]`` (public top-level functions
     of each listed module that the allow-list accepts), as form choices; ``current``
     first when it is not one (a schedule whose function has gone stays editable)."""
-    found = set()
+    found: set[str] = set()
     for module in sorted(registry.allowed_modules()):
         try:
             names = list(vars(importlib.import_module(module)))
         except ImportError:
             continue
-        for name in names:
-            path = "%s.%s" % (module, name)
-            if not name.startswith("_") and _is_job(path):
-                found.add(path)
+        found.update(path for path in ("%s.%s" % (module, n) for n in names
+                                       if not n.startswith("_")) if _is_job(path))
     choices = [("", "---------")] + [(p, p) for p in sorted(found)]
     if current and current not in found:
         choices.insert(1, (current, current))

@@ -28,20 +28,14 @@ def parts(text: str) -> list[Part]:
     """``text`` cut into frames (a ``File`` line and the indented lines under it) and
     the lines between them (headers, chain notes, the exception)."""
     out: list[Part] = []
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        match = FRAME.match(lines[i])
-        if match is None:
-            out.append(Part(lines[i]))
-            i += 1
-            continue
-        indent = len(lines[i]) - len(lines[i].lstrip())
-        j = i + 1
-        while j < len(lines) and _indent(lines[j]) > indent and not FRAME.match(lines[j]):
+    lines, i = text.splitlines(), 0
+    while i < len(lines):  # a frame takes the lines indented deeper, up to the next frame
+        match, j = FRAME.match(lines[i]), i + 1
+        while (match and j < len(lines) and _indent(lines[j]) > _indent(lines[i])
+               and not FRAME.match(lines[j])):
             j += 1
-        out.append(Part("\n".join(lines[i:j]), own=bool(OWN.search(match["file"])),
-                        frame=True))
+        out.append(Part("\n".join(lines[i:j]), own=bool(match and OWN.search(match["file"])),
+                        frame=match is not None))
         i = j
     return out
 
@@ -65,12 +59,9 @@ def render(text: str | None) -> str:
     runs: list[tuple[str, str]] = []  # (the fold's summary, or "" for lines shown; text)
     for own, group in groupby(found, key=lambda part: part.frame and part.own):
         texts = [p.text for p in group]
-        if own:
-            runs.append((ngettext("%d frame of django_delayq (the worker)",
-                                  "%d frames of django_delayq (the worker)", len(texts))
-                         % len(texts), "\n".join(texts)))
-        else:
-            runs.append(("", "\n".join(texts) + "\n"))
+        fold = ngettext("%d frame of django_delayq (the worker)",
+                        "%d frames of django_delayq (the worker)", len(texts)) % len(texts)
+        runs.append((fold, "\n".join(texts)) if own else ("", "\n".join(texts) + "\n"))
     if runs and not runs[-1][0]:  # no newline after the last line
         runs[-1] = ("", runs[-1][1].rstrip("\n"))
     return render_to_string("admin/django_delayq/job/_traceback.html",

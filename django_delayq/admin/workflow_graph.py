@@ -14,6 +14,7 @@ depth (the longest run of parents before them), in the order they were found."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,14 +97,11 @@ def render(job: Job, site: str = "admin") -> SafeString | str:
 
 
 def _positions(graph: Graph) -> dict[str, tuple[int, int]]:
-    depth = depths(graph)
-    used: dict[int, int] = {}
-    place = {}
+    depth, used, place = depths(graph), Counter[int](), {}
     for pk in graph.ids:
         column = depth[pk]
-        row = used.get(column, 0)
-        used[column] = row + 1
-        place[pk] = (PAD + column * (BOX_W + GAP_X), PAD + row * (BOX_H + GAP_Y))
+        place[pk] = (PAD + column * (BOX_W + GAP_X), PAD + used[column] * (BOX_H + GAP_Y))
+        used[column] += 1
     return place
 
 

@@ -105,10 +105,8 @@ def refusal(ip: IPAddress) -> str | None:
 
 
 def _is_allowed(ip: IPAddress, networks: Sequence[Any]) -> bool:
-    candidates: list[IPAddress] = [ip]
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        candidates.append(ip.ipv4_mapped)
-    return any(c in net for c in candidates for net in networks)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return any(c in net for c in (ip, mapped) if c is not None for net in networks)
 
 
 _resolver: ThreadPoolExecutor | None = None
@@ -246,12 +244,10 @@ def _target(url: str) -> tuple[SplitResult, str, int]:
 
 
 def _headers(headers: dict[str, str] | None) -> dict[str, str]:
-    sent = {"Content-Type": "application/json", "User-Agent": "django-delayq"}
     job = current_job()
-    if job is not None:
-        sent.update({"Idempotency-Key": job.id, "X-DelayQ-Attempt": str(job.attempt)})
-    sent.update(headers or {})
-    return sent
+    ids = {} if job is None else {"Idempotency-Key": job.id, "X-DelayQ-Attempt": str(job.attempt)}
+    return {"Content-Type": "application/json", "User-Agent": "django-delayq", **ids,
+            **(headers or {})}
 
 
 def _exchange(url: str, body: bytes, headers: dict[str, str],

@@ -3,16 +3,14 @@ and bad options (exit 2, nothing done, as argparse's own usage errors)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import CommandError
 from django.utils.module_loading import import_string
 
+from django_delayq.core.conf import Settings
 from django_delayq.core.validation import MAX_QUEUE_NAME, not_a_queue_name
-
-if TYPE_CHECKING:
-    from django_delayq.core.conf import Settings
 
 EXIT_USAGE = 2  # bad options, as argparse's own usage errors (the worker's EXIT_CONFIG)
 
@@ -48,13 +46,10 @@ def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
     return queues
 
 
-def any_queue_backends() -> list[str]:
-    """Aliases of the DelayQ Tasks backends configured with ``QUEUES: []``."""
-    found = []
-    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
-        if isinstance(params, dict) and params.get("QUEUES") == [] and _is_delayq(params):
-            found.append(alias)
-    return found
+def any_queue_backends() -> bool:
+    """Whether a DelayQ Tasks backend is configured with ``QUEUES: []``."""
+    return any(isinstance(params, dict) and params.get("QUEUES") == [] and _is_delayq(params)
+               for params in (getattr(settings, "TASKS", None) or {}).values())
 
 
 def _is_delayq(params: dict[str, Any]) -> bool:

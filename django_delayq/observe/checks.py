@@ -102,15 +102,11 @@ DEFAULT_HINT = "See docs/settings.md for the accepted values."
 
 
 def error_id(key: str) -> str:
-    if key in ERROR_IDS:
-        return ERROR_IDS[key]
-    return UNMAPPED_KEY if key in conf.DEFAULTS else UNKNOWN_KEY
+    return ERROR_IDS.get(key, UNMAPPED_KEY if key in conf.DEFAULTS else UNKNOWN_KEY)
 
 
 def hint_for(key: str) -> str:
-    if key not in conf.DEFAULTS and key not in ERROR_IDS:
-        return UNKNOWN_HINT
-    return HINTS.get(key, DEFAULT_HINT)
+    return HINTS.get(key, DEFAULT_HINT if key in conf.DEFAULTS else UNKNOWN_HINT)
 
 
 def _cache_alias_problem(user: dict[str, Any]) -> str | None:

@@ -11,6 +11,7 @@ connected and ``count_set_aside`` is a no-op.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -44,22 +45,14 @@ if prom is not None:
                              "Claimed jobs not run because their audit row is missing "
                              "(reason no_row) or final (final_row)", ["queue", "reason"])
 
-    _children: dict[tuple[Any, ...], Any] = {}
-
+    @functools.cache
     def _child(metric: MetricWrapperBase, *labels: str) -> Any:
         """``metric.labels(...)``, memoised: the lookup costs more than the increment."""
-        key = (metric, *labels)
-        child = _children.get(key)
-        if child is None:
-            child = _children[key] = metric.labels(*labels)
-        return child
+        return metric.labels(*labels)
 
     def _counted(metric: MetricWrapperBase, *labels: str) -> Callable[..., None]:
         """A receiver adding one to ``metric`` for the job's queue (and ``labels``)."""
         return lambda queue, **kwargs: _child(metric, queue, *labels).inc()
-
-    def _bulk_scheduled(queue: str, job_ids: list[str], **kwargs: object) -> None:
-        _child(SCHEDULED, queue).inc(len(job_ids))
 
     def _started(queue: str, due_at: datetime, started_at: datetime, **kwargs: object) -> None:
         _child(STARTED, queue).inc()
@@ -78,7 +71,8 @@ if prom is not None:
         "job_scheduled": _counted(SCHEDULED), "job_started": _started,
         "job_succeeded": _succeeded, "job_retrying": _counted(RETRIES),
         "job_dead": _counted(FINISHED, "dead"), "job_cancelled": _cancelled,
-        "jobs_scheduled": _bulk_scheduled}
+        "jobs_scheduled": lambda queue, job_ids, **kwargs: _child(SCHEDULED, queue).inc(
+            len(job_ids))}
     for _name, _receiver in _RECEIVERS.items():
         signals.observe(getattr(signals, _name), _receiver)
 

@@ -92,9 +92,7 @@ def progress_of(ids: Iterable[str]) -> dict[str, Any]:
 def split(in_flight: int, workers: Iterable[tuple[int | None, int | None]]) -> Holding:
     """The split of ``in flight`` (summed over the queues shown) by the workers'
     ``(running, prefetched)`` counts (``None`` for a count a worker's info lacks)."""
-    running = prefetched = 0
-    for runs, waits in workers:
-        running += runs or 0
-        prefetched += waits or 0
+    pairs = list(workers)
+    running, prefetched = sum(r or 0 for r, _ in pairs), sum(w or 0 for _, w in pairs)
     return Holding(in_flight=in_flight, running=running, prefetched=prefetched,
                    settling=max(0, in_flight - running - prefetched))

@@ -31,14 +31,11 @@ from django.utils import timezone
 from django.utils.translation import gettext
 
 from django_delayq.core import group_limits
-from django_delayq.core.conf import get_settings
-from django_delayq.core.limits import parse_rate, rate_text
+from django_delayq.core.conf import Settings, get_settings
+from django_delayq.core.limits import Rate, parse_rate, rate_text
 from django_delayq.models import GroupLimit, Job, JobStatus
 
 if TYPE_CHECKING:
-    from django_delayq.core.conf import Settings
-    from django_delayq.core.group_limits import GroupOverride
-    from django_delayq.core.limits import Rate
     from django_delayq.engine import Engine
 
 
@@ -59,25 +56,19 @@ class CallableLimitState:
 def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitState]:
     """Each callable of ``DELAYQ['CALLABLE_LIMITS']`` (sorted by path): its limit and what
     it runs now."""
-    out = []
-    for path, entry in sorted(settings.callable_limits.items()):
-        rate, concurrency = entry.rate, entry.concurrency
-        state = engine.limit_state(path, rate=rate, concurrency=concurrency)
-        out.append(CallableLimitState(callable=path, rate=rate, concurrency=concurrency,
-                                      running=state.running,
-                                      started_in_window=state.started_in_window))
-    return out
+    found = ((path, e, engine.limit_state(path, rate=e.rate, concurrency=e.concurrency))
+             for path, e in sorted(settings.callable_limits.items()))
+    return [CallableLimitState(callable=path, rate=e.rate, concurrency=e.concurrency,
+                               running=s.running, started_in_window=s.started_in_window)
+            for path, e, s in found]
 
 
 def describe_limit(rate: Sequence[int] | None, concurrency: int | None,
                    none: str = "") -> str:
     """``"100/m, 5 at once"``: the rate as the settings and ``delayq_queue`` spell it
     (``rate_text``); ``none`` without either."""
-    parts = []
-    if rate is not None:
-        parts.append(rate_text((rate[0], rate[1])))
-    if concurrency is not None:
-        parts.append("%d at once" % concurrency)
+    parts = [] if rate is None else [rate_text((rate[0], rate[1]))]
+    parts += [] if concurrency is None else ["%d at once" % concurrency]
     return ", ".join(parts) or none
 
 
@@ -88,8 +79,8 @@ def group_limit_text(concurrency: int | None, rate: str | None, missing: str = "
         "c": missing if concurrency is None else concurrency, "r": rate or missing}
 
 
-def queue_group_limits(settings: Settings,
-                       queues: Sequence[str]) -> dict[str, tuple[str, list[GroupOverride]]]:
+def queue_group_limits(settings: Settings, queues: Sequence[str]
+                       ) -> dict[str, tuple[str, list[group_limits.GroupOverride]]]:
     """The queues of ``queues`` whose groups have limits: each one's defaults for its
     groups (``group_limit_text``; "" without any) and the groups' own (in one query)."""
     overrides = group_limits.by_queue(q for q in queues if q not in settings.queue_shards)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -31,15 +31,28 @@ from django_delayq.observe import (
     limit_usage,
 )
 
-if TYPE_CHECKING:
-    from django_delayq.core.conf import Settings
-    from django_delayq.engine import Engine
-    from django_delayq.observe.limit_usage import GroupUsage
-
 logger = logging.getLogger(__name__)
 
 prom = compat.prometheus_client
 STATES = ("scheduled", "ready", "inflight", "dead")
+Q, C, G = ["queue"], ["callable"], ["queue", "group"]  # the gauges' labels
+GAUGES = (  # name, help, labels
+    ("delayq_queue_jobs", "Jobs in Redis by queue and state", ["queue", "state"]),
+    ("delayq_queue_oldest_ready_age_seconds",
+     "How long the oldest due job has waited for a worker", Q),
+    ("delayq_queue_paused", "1 when the queue is paused (its jobs are not claimed)", Q),
+    ("delayq_queue_rate_limit_per_second", "A queue's rate limit: job starts per second", Q),
+    ("delayq_queue_concurrency_limit",
+     "A queue's concurrency limit: most of its jobs in flight", Q),
+    ("delayq_callable_rate_limit_per_second",
+     "A callable's rate limit (CALLABLE_LIMITS): starts per second", C),
+    ("delayq_callable_concurrency_limit", "A callable's concurrency limit (CALLABLE_LIMITS)", C),
+    ("delayq_callable_running", "Running jobs of a callable with CALLABLE_LIMITS", C),
+    ("delayq_group_due_jobs", "Due jobs of the groups with the most (METRICS_GROUPS)", G),
+    ("delayq_group_running", "Running jobs of those groups", G),
+    ("delayq_group_paused", "1 when the group is paused", G),
+    ("delayq_workers", "Workers that sent a heartbeat within two leases", None),
+    ("delayq_redis_up", "1 when Redis answered this scrape", None))
 
 
 def _require() -> Any:
@@ -60,31 +73,8 @@ class QueueCollector:
         yield from self._families().values()
 
     def _families(self) -> dict[str, Any]:
-        from prometheus_client.core import GaugeMetricFamily as g  # optional extra  # noqa: N813
-        families = (
-            g("delayq_queue_jobs", "Jobs in Redis by queue and state", labels=["queue", "state"]),
-            g("delayq_queue_oldest_ready_age_seconds",
-              "How long the oldest due job has waited for a worker", labels=["queue"]),
-            g("delayq_queue_paused", "1 when the queue is paused (its jobs are not claimed)",
-              labels=["queue"]),
-            g("delayq_queue_rate_limit_per_second",
-              "A queue's rate limit: job starts per second", labels=["queue"]),
-            g("delayq_queue_concurrency_limit",
-              "A queue's concurrency limit: most of its jobs in flight", labels=["queue"]),
-            g("delayq_callable_rate_limit_per_second",
-              "A callable's rate limit (CALLABLE_LIMITS): starts per second",
-              labels=["callable"]),
-            g("delayq_callable_concurrency_limit",
-              "A callable's concurrency limit (CALLABLE_LIMITS)", labels=["callable"]),
-            g("delayq_callable_running", "Running jobs of a callable with CALLABLE_LIMITS",
-              labels=["callable"]),
-            g("delayq_group_due_jobs", "Due jobs of the groups with the most (METRICS_GROUPS)",
-              labels=["queue", "group"]),
-            g("delayq_group_running", "Running jobs of those groups", labels=["queue", "group"]),
-            g("delayq_group_paused", "1 when the group is paused", labels=["queue", "group"]),
-            g("delayq_workers", "Workers that sent a heartbeat within two leases"),
-            g("delayq_redis_up", "1 when Redis answered this scrape"))
-        return {f.name: f for f in families}
+        from prometheus_client.core import GaugeMetricFamily  # optional extra
+        return {name: GaugeMetricFamily(name, doc, labels=labels) for name, doc, labels in GAUGES}
 
     def collect(self) -> Iterator[Any]:
         families = self._families()
@@ -115,22 +105,15 @@ class QueueCollector:
             limit = engine.queue_limit(queue)
             if limit is not None:
                 _limit(f, "queue", queue, limit.rate, limit.concurrency)
-        self._callables(f, engine, settings)
-        if settings.metrics_groups:
-            _groups(f, limit_usage.busiest(engine, queues, settings.metrics_groups))
-        f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
-
-    def _callables(self, f: dict[str, Any], engine: Engine, settings: Settings) -> None:
         for c in limit_usage.callable_limits(engine, settings):
             _limit(f, "callable", c.callable, c.rate, c.concurrency)
             f["delayq_callable_running"].add_metric([c.callable], c.running)
-
-
-def _groups(f: dict[str, Any], groups: list[GroupUsage]) -> None:
-    for u in groups:
-        f["delayq_group_due_jobs"].add_metric([u.queue, u.group], u.due)
-        f["delayq_group_running"].add_metric([u.queue, u.group], u.running)
-        f["delayq_group_paused"].add_metric([u.queue, u.group], 1 if u.paused else 0)
+        for u in (limit_usage.busiest(engine, queues, settings.metrics_groups)
+                  if settings.metrics_groups else []):
+            f["delayq_group_due_jobs"].add_metric([u.queue, u.group], u.due)
+            f["delayq_group_running"].add_metric([u.queue, u.group], u.running)
+            f["delayq_group_paused"].add_metric([u.queue, u.group], 1 if u.paused else 0)
+        f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
 
 
 def _limit(f: dict[str, Any], kind: str, label: str, rate: tuple[int, int] | None,

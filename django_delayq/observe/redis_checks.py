@@ -56,12 +56,6 @@ def _settings_usable() -> bool:
         return False
 
 
-def inspect_server(engine: Engine) -> list[checks.CheckMessage]:
-    """Messages about the server ``engine`` talks to, or about each primary of a cluster
-    (raises ``RedisError``)."""
-    return [message for info in engine.server_info() for message in _inspect_node(info)]
-
-
 def _inspect_node(info: ServerInfo) -> list[checks.CheckMessage]:
     server = "Redis" if info.node is None else "Redis cluster node %s" % info.node
     found: list[checks.CheckMessage] = []
@@ -114,7 +108,8 @@ def check_redis(app_configs: object = None, **kwargs: object) -> list[checks.Che
     client = None
     try:
         client = _client()
-        return inspect_server(Engine(client))
+        # the server, or each primary of a cluster
+        return [message for info in Engine(client).server_info() for message in _inspect_node(info)]
     except (RedisError, OSError) as exc:
         return [checks.Warning(
             "cannot reach Redis to check its eviction and persistence settings: %s" % exc,

@@ -32,9 +32,7 @@ def parse_when(text: str) -> datetime:
         raise ArgumentTypeError("%r is not an ISO date or datetime; give a date such as "
                                 "2025-01-31 or a datetime such as 2025-01-31T12:00:00+00:00 "
                                 "(naive ones are read in TIME_ZONE)" % (text,)) from None
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
-    return value
+    return timezone.make_aware(value) if timezone.is_naive(value) else value
 
 
 class Command(BaseCommand):

@@ -25,10 +25,8 @@ class Command(BaseCommand):
 
     def _jdbc_properties(self, options: dict[str, Any]) -> dict[str, str | None]:
         db: dict[str, Any] = dict(settings.DATABASES.get("default", {}))
-        user = options["jdbc_user"] or db.get("USER")
-        password = options["jdbc_password"] or db.get("PASSWORD")
-        return {"user": str(user) if user else None,
-                "password": str(password) if password else None}
+        given = {key: options["jdbc_" + key] or db.get(key.upper()) for key in ("user", "password")}
+        return {key: str(value) if value else None for key, value in given.items()}
 
     def handle(self, *args: object, **options: Any) -> None:
         from django_delayq.spark import preflight, report, session  # lazy: the Spark extra

@@ -19,6 +19,7 @@ the terminal of whoever runs ``--follow``. ``--json`` output is escaped by JSON 
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,7 +33,7 @@ from django.db.models import Count
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic, progress
-from django_delayq.core.conf import get_settings
+from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
@@ -41,11 +42,11 @@ from django_delayq.observe import limit_usage, redis_state
 from django_delayq.observe.limit_usage import describe_limit
 
 if TYPE_CHECKING:
-    from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
 
 CLEAR = "\x1b[H\x1b[2J"
 FIELD_CHARS = 200  # of one worker info field in the text output
+UNITS = (("s", 1, 120), ("m", 60, 7200))  # unit, its seconds, used below; else hours
 
 
 def _s(value: object) -> str:
@@ -55,11 +56,8 @@ def _s(value: object) -> str:
 def printable(value: object) -> str:
     """``value`` as text safe for a terminal: every non-printable character (escape,
     carriage return, newline, bidirectional overrides, ...) becomes its Python escape."""
-    text = _s(value)
-    if text.isprintable():
-        return text
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in text)
+                   for ch in _s(value))
 
 
 def _iso(ms: int | None) -> str | None:
@@ -149,9 +147,8 @@ def waiting_counts(queues: list[str]) -> dict[str, int]:
     """Rows ``waiting`` for their parents, per queue (from the database: Redis does not
     hold them); empty when the database cannot be read."""
     try:
-        rows = Job.objects.filter(status=JobStatus.WAITING, queue__in=queues).values(
-            "queue").annotate(n=Count("id")).values_list("queue", "n")
-        return dict(rows)
+        return dict(Job.objects.filter(status=JobStatus.WAITING, queue__in=queues).values(
+            "queue").annotate(n=Count("id")).values_list("queue", "n"))
     except DatabaseError:
         return {}
 
@@ -187,18 +184,14 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
 def _fmt_s(seconds: float | None) -> str:
     if seconds is None:
         return "-"
-    if seconds < 120:
-        return "%.1fs" % seconds
-    if seconds < 7200:
-        return "%.1fm" % (seconds / 60)
-    return "%.1fh" % (seconds / 3600)
+    unit, per = next(((u, p) for u, p, below in UNITS if seconds < below), ("h", 3600))
+    return "%.1f%s" % (seconds / per, unit)
 
 
 def render_text(status: Status) -> str:
-    lines = ["delayq status at %s (prefix %r)" % (status.now, status.prefix), ""]
-    header = "%-16s %10s %8s %9s %8s  %-29s %s" % (
-        "QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT", "DEAD", "NEXT DUE", "OLDEST OVERDUE")
-    lines.append(header)
+    lines = ["delayq status at %s (prefix %r)" % (status.now, status.prefix), "",
+             "%-16s %10s %8s %9s %8s  %-29s %s" % ("QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT",
+                                                   "DEAD", "NEXT DUE", "OLDEST OVERDUE")]
     for q in status.queues:
         nxt = "-" if q.next_due is None else "%s (in %s)" % (q.next_due[11:23],
                                                              _fmt_s(q.next_due_in_s))
@@ -213,12 +206,17 @@ def render_text(status: Status) -> str:
         if q.limit is not None:
             lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"],
                                                         "none"))
-    if status.holding is not None:
-        h = status.holding
+    if (h := status.holding) is not None:
         lines.append("IN FLIGHT %d = %d running + %d prefetched + %d settling" % (
             h.in_flight, h.running, h.prefetched, h.settling))
     lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]
-    lines += _limit_lines(status.callable_limits) + limit_usage.lines(status.groups, printable)
+    if status.callable_limits:
+        lines += ["", "CALLABLE LIMITS"] + [
+            "  %-40s %-24s running %d, started in window %d" % (
+                c.callable, describe_limit(c.rate, c.concurrency, "none"), c.running,
+                c.started_in_window)
+            for c in status.callable_limits]
+    lines += limit_usage.lines(status.groups, printable)
     lines += periodic.status_lines(status.schedules)
     lines += ["", "WORKERS (%d)" % len(status.workers)]
     if not status.workers:
@@ -226,16 +224,6 @@ def render_text(status: Status) -> str:
     for w in status.workers:
         lines += _worker_lines(w)
     return "\n".join(lines) + "\n"
-
-
-def _limit_lines(limits: list[limit_usage.CallableLimitState]) -> list[str]:
-    if not limits:
-        return []
-    return ["", "CALLABLE LIMITS"] + [
-        "  %-40s %-24s running %d, started in window %d" % (
-            c.callable, describe_limit(c.rate, c.concurrency, "none"), c.running,
-            c.started_in_window)
-        for c in limits]
 
 
 def _worker_lines(w: WorkerStatus) -> list[str]:
@@ -345,15 +333,13 @@ class Command(BaseCommand):
         if interval <= 0:
             raise CommandError("--interval must be > 0, not %r" % interval)
         tty = not as_json and hasattr(self.stdout, "isatty") and self.stdout.isatty()
-        shown = 0
-        while count is None or shown < count:
+        for shown in itertools.count() if count is None else range(count):
             if shown:
                 time.sleep(interval)
             text = self.render(engine, settings, queues, as_json, indent=None)  # JSON: a line each
             self.stdout.write((CLEAR if tty else ("" if as_json or not shown else "\n"))
                               + text, ending="")
             self.stdout.flush()
-            shown += 1
 
     def follow(self, engine: Engine, last: int, count: int | None,
                *, json_lines: bool) -> None:

@@ -16,12 +16,12 @@ import argparse
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_delayq.core.conf import get_settings
+from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues, positive, usage_error
 from django_delayq.observe import prometheus
@@ -29,9 +29,6 @@ from django_delayq.worker.loop import Worker, WorkerOptions, attach, wait_for_re
 from django_delayq.worker.processes.children import can_measure_memory
 from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
 from django_delayq.worker.tracking import EXIT_CONFIG, Supervision
-
-if TYPE_CHECKING:
-    from django_delayq.core.conf import Settings
 
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
 
@@ -138,7 +135,12 @@ class Command(BaseCommand):
             max_jobs=options["max_jobs"], worker_id=options["worker_id"],
             supervision=supervision))
         if options["metrics_port"] is not None:
-            self.serve_metrics(options["metrics_addr"], options["metrics_port"])
+            addr, port = options["metrics_addr"], options["metrics_port"]
+            try:
+                prometheus.start_http_server(port, addr=addr)
+            except OSError as exc:
+                raise CommandError("cannot serve metrics on %s port %d: %s" % (addr, port, exc)
+                                   ) from exc
         if supervision is not None:
             attach(worker, supervision)
         worker.install_signal_handlers()
@@ -162,10 +164,3 @@ class Command(BaseCommand):
             metrics_port=options["metrics_port"], metrics_addr=options["metrics_addr"]))
         supervisor.install_signal_handlers()
         return supervisor.run()
-
-    def serve_metrics(self, addr: str, port: int) -> None:
-        try:
-            prometheus.start_http_server(port, addr=addr)
-        except OSError as exc:
-            raise CommandError("cannot serve metrics on %s port %d: %s" % (addr, port, exc)
-                               ) from exc
