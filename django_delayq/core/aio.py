@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from django_delayq.core import api
+from django_delayq.core import api, results
 from django_delayq.core.options import JobSpec
-from django_delayq.engine.outcomes import CancelOutcome
+from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.models import FINAL_STATUSES, Job
 
 __all__ = ["AsyncJobHandle", "acancel", "aget_job", "arequeue", "areschedule", "arun_now",
@@ -62,10 +62,20 @@ async def aschedule_spec(fn: Callable[..., Any] | str, spec: JobSpec,
     return _async(await sync_to_async(api.schedule_spec)(fn, spec, **options))
 
 
-# ``cancel()``, ``reschedule()`` and ``run_now()`` for async code
-acancel = sync_to_async(api.cancel)
-areschedule = sync_to_async(api.reschedule)
-arun_now = sync_to_async(api.run_now)
+async def acancel(job_id: str) -> CancelOutcome:
+    """``cancel()`` for async code."""
+    return await sync_to_async(api.cancel)(job_id)
+
+
+async def areschedule(job_id: str, *, delay: float | timedelta | None = None,
+                      at: datetime | None = None) -> MoveOutcome:
+    """``reschedule()`` for async code."""
+    return await sync_to_async(api.reschedule)(job_id, delay=delay, at=at)
+
+
+async def arun_now(job_id: str) -> MoveOutcome:
+    """``run_now()`` for async code."""
+    return await sync_to_async(api.run_now)(job_id)
 
 
 async def arequeue(job_id: str, *, delay: float | timedelta = 0) -> AsyncJobHandle:
@@ -73,16 +83,18 @@ async def arequeue(job_id: str, *, delay: float | timedelta = 0) -> AsyncJobHand
     return _async(await sync_to_async(api.requeue)(job_id, delay=delay))
 
 
-aget_job = sync_to_async(api.get_job)  # the job's row; ``JobNotFound`` without one
+async def aget_job(job_id: str) -> Job:
+    """``get_job()`` for async code: the job's row; ``JobNotFound`` without one."""
+    return await sync_to_async(api.get_job)(job_id)
 
 
 async def await_result(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
     """``wait()`` for async code: the job's result once it is final (``JobFailed`` when
     it ended otherwise), ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
-    waiting = api.Waiting(job_id, timeout, poll)
-    read = sync_to_async(api.read)
+    waiting = results.Waiting(job_id, timeout, poll)
+    read = sync_to_async(results.read)
     row = await read(job_id)
     while row.status not in FINAL_STATUSES:
         await asyncio.sleep(waiting.pause(row))
         row = await read(job_id)
-    return api.result_of(row)
+    return results.result_of(row)

@@ -23,7 +23,7 @@ from django_delayq import (
     schedule,
     schedule_many,
 )
-from django_delayq.core import api
+from django_delayq.core import results
 from django_delayq.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
                                             (17, "17")])
 def test_an_id_no_row_can_have_is_not_found(delayq_settings, bad, shown) -> None:  # type: ignore[no-untyped-def]
     for call in (cancel, get_job, run_now, requeue, lambda i: reschedule(i, delay=5),
-                 lambda i: api.wait(i, timeout=1)):
+                 lambda i: results.wait(i, timeout=1)):
         with pytest.raises(JobNotFound) as info:
             call(bad)
         assert str(info.value) == "no job with id %s" % shown

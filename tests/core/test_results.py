@@ -11,7 +11,7 @@ from django.db.transaction import TransactionManagementError
 from django.utils import timezone
 
 from django_delayq import schedule
-from django_delayq.core import api
+from django_delayq.core import results
 from django_delayq.exceptions import (
     InvalidJob,
     JobFailed,
@@ -100,7 +100,7 @@ def test_wait_checks_its_arguments_and_the_id(delayq_settings) -> None:  # type:
     with pytest.raises(InvalidJob, match=r"poll=0\)"):
         h.wait(poll=0)
     with pytest.raises(JobNotFound, match="nope"):
-        api.wait("nope", timeout=1)
+        results.wait("nope", timeout=1)
 
 
 def test_eager_mode_result_wait_and_progress(delayq_settings) -> None:  # type: ignore[no-untyped-def]
