@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 _FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff",
            "queue", "priority", "timeout", "expires_at", "retry_on", "cancel_requested",
-           "atomic")
+           "atomic", "attempts")
 OTHER_QUEUE = "other_queue"
 _COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 NO_ROW = "no_row"
@@ -81,11 +81,13 @@ class Loaded:
     cancelled: list[ClaimedJob] = dataclasses.field(default_factory=list)
 
 
-def read(jobs: Sequence[ClaimedJob]) -> Loaded:
-    """Sort ``jobs`` by their rows (one query); see the module docstring."""
+def read(jobs: Sequence[ClaimedJob], claimed: bool = False) -> Loaded:
+    """Sort ``jobs`` by their rows (one query); see the module docstring. ``claimed``:
+    the jobs were just claimed (none started yet): each one's attempt is at least its
+    row's attempts + 1 (``_counted``)."""
     out = Loaded([], [], [], [])
     rows = {row[0]: row for row in _select([job.id for job in jobs])} if jobs else {}
-    run, broken, aside, cancelled = out.run, out.broken, out.aside, out.cancelled
+    aside = out.aside
     for job in jobs:
         row = rows.get(job.id)
         if row is None:
@@ -98,15 +100,31 @@ def read(jobs: Sequence[ClaimedJob]) -> Loaded:
             aside.append(Aside(job, OTHER_QUEUE, "its audit row belongs to queue %s, not %s: "
                                "it runs only where it was scheduled"
                                % (_printable(row[7]), _printable(job.queue))))
-        elif row[12]:  # cancel_requested
-            cancelled.append(job)
         else:
-            try:
-                run.append(dataclasses.replace(job, payload=_payload(row)))
-            except Exception as exc:  # noqa: BLE001 - one row never fails the batch
-                path = row[2] if isinstance(row[2], str) else ""
-                broken.append(Broken(job, path, "invalid row: %s" % _printable(exc)))
+            _sort_live(_counted(job, row[14]) if claimed else job, row, out)
     return out
+
+
+def _counted(job: ClaimedJob, attempts: object) -> ClaimedJob:
+    """``job`` as the attempt after the ``attempts`` its row counted. Redis's number is
+    lower only when an earlier delivery under it started (its row said so) but its start
+    mark never reached Redis (Redis stopped or paused before reading it, then that worker
+    died): that run counts, and this one's start mark tells Redis the new number."""
+    if isinstance(attempts, int) and attempts >= job.attempt:
+        return dataclasses.replace(job, attempt=attempts + 1)
+    return job
+
+
+def _sort_live(job: ClaimedJob, row: tuple[Any, ...], out: Loaded) -> None:
+    """Put ``job`` of live ``row`` in ``out``: cancelled, run (its payload), or broken."""
+    if row[12]:  # cancel_requested
+        out.cancelled.append(job)
+    else:
+        try:
+            out.run.append(dataclasses.replace(job, payload=_payload(row)))
+        except Exception as exc:  # noqa: BLE001 - one row never fails the batch
+            path = row[2] if isinstance(row[2], str) else ""
+            out.broken.append(Broken(job, path, "invalid row: %s" % _printable(exc)))
 
 
 def load(jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
@@ -130,7 +148,7 @@ def _select(ids: list[str]) -> list[tuple[Any, ...]]:
 
 def _payload(row: tuple[Any, ...]) -> Envelope:
     (_, _, path, args, kwargs, max_attempts, backoff, _, priority, timeout, expires, retry_on,
-     _, atomic) = row
+     _, atomic, _) = row
     if not isinstance(path, str) or not path:
         raise ValueError("callable path %s is not a string" % validation.short(path, 80))
     args, kwargs = _json(args, "args"), _json(kwargs, "kwargs")

@@ -76,7 +76,7 @@ class Handover:
 
     def _loaded(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
         try:
-            loaded = payloads.read(jobs)
+            loaded = payloads.read(jobs, claimed=True)
         except Exception:
             self.engine.release(queue, jobs)
             raise

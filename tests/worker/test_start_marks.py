@@ -7,14 +7,16 @@ attempt number, one run missing from the audit.)"""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from django_delayq.core.api import schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.acks import AckStream
 from django_delayq.engine.leases import Leases
+from django_delayq.engine.outcomes import NackOutcome
 from django_delayq.models import Job, JobStatus
-from tests.helpers import burst
+from tests.helpers import burst, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -43,3 +45,22 @@ def test_a_job_whose_start_mark_cannot_be_written_is_not_run(  # type: ignore[no
     row = Job.objects.get(pk=h.id)
     assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 1)
     assert get_engine().inspect("default", h.id).place == ""  # settled, gone from Redis
+
+
+def test_a_run_whose_start_mark_never_reached_redis_still_counts(  # type: ignore[no-untyped-def]
+        delayq_settings, tmp_path) -> None:
+    """A worker started attempt 1 (its row says so), its start mark never reached Redis
+    (Redis stopped before reading it), then the worker died: Redis's recovery sees an
+    unstarted delivery, but the next run is attempt 2, as the row counts."""
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.record", str(out), "ran")
+    first = get_engine().claim("default", 1, lease_ms=1).jobs  # its worker dies at once
+    assert [(j.id, j.attempt) for j in first] == [(h.id, 1)]
+    Job.objects.filter(pk=h.id).update(status=JobStatus.RUNNING, attempts=1,
+                                       started_at=timezone.now())
+    wait_until(lambda: [r.outcome for r in get_engine().recover("default")]
+               == [NackOutcome.NOT_STARTED])  # unmarked: due again, uncharged in Redis
+    assert burst() == 0
+    assert [line.split()[:3] for line in out.read_text().splitlines()] == [["ran", h.id, "2"]]
+    row = Job.objects.get(pk=h.id)
+    assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 2)
