@@ -159,10 +159,12 @@ def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
     new_id = c.job_id()
     validation.check_size(size + validation.payload_head_size(c.path, c.max_attempts, c.backoff),
                           max_payload)
-    row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
+    row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args,
                run_at=run_at, scheduled_for=run_at, created_at=c.now, updated_at=c.now,
                max_attempts=c.max_attempts, **columns)
-    # a column left out takes its default (None): the INSERT writes it as a literal
+    # a column left out takes its default (None, {}): the INSERT writes it as a literal
+    if kwargs:
+        row["kwargs"] = kwargs
     if c.key is not None:
         row["key"] = c.key
     if c.backoff is not None:

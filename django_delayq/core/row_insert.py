@@ -80,6 +80,9 @@ class _Plan:
     # as parameters, and the getter of those parameters from the row's values
     sql: str
     bound: Callable[[list[Any]], Sequence[Any]]
+    # the callable defaults the statement writes as literals (an empty JSON object), per
+    # row for ``values_params`` only (index, name, preparer)
+    each_literal: tuple[tuple[int, str, Prepare], ...]
 
 
 _EACH_TIME = object()  # a default prepared per row (a callable default, a mutable value)
@@ -172,16 +175,14 @@ def values_params(values: dict[str, Any], using: str, connection: Any = None) ->
     return _fill(values, using, connection)[1]
 
 
-def _fill(values: dict[str, Any], using: str, connection: Any) -> tuple[_Plan, list[Any]]:
-    """``values_params`` and the plan of ``values``' names."""
+def _fill(values: dict[str, Any], using: str, connection: Any,
+          full: bool = True) -> tuple[_Plan, list[Any]]:
+    """``values_params`` and the plan of ``values``' names; not ``full``: without the
+    defaults the plan's statement writes as literals (``plan.each_literal``)."""
     st, names = _statement(using), tuple(values)
     if connection is None:
         connection = connections[using]
-    plan = st.plans.get(names)
-    if plan is None:
-        plan = _plan(names, st)
-        if len(st.plans) < _MAX_PLANS:
-            st.plans[names] = plan
+    plan = st.plans.get(names) or _plan(names, st)
     out = plan.template.copy()
     # SQLite with USE_TZ and the connection in UTC: an aware UTC datetime is adapted as
     # its adapter would (``make_naive`` to UTC, then ``str``), without the calls
@@ -203,6 +204,9 @@ def _fill(values: dict[str, Any], using: str, connection: Any) -> tuple[_Plan, l
             out[index] = moments[id(value)] = prep(value, connection)
     for index, name, prep in plan.each_time:
         out[index] = prep(_FIELDS[name].get_default(), connection)
+    if full:
+        for index, name, prep in plan.each_literal:
+            out[index] = prep(_FIELDS[name].get_default(), connection)
     return plan, out
 
 
@@ -212,10 +216,20 @@ _MAX_PLANS = 512
 
 
 def _plan(names: tuple[str, ...], st: _Statement) -> _Plan:
+    """The plan of these names, kept in ``st.plans`` (up to ``_MAX_PLANS`` of them)."""
+    plan = _make_plan(names, st)
+    if len(st.plans) < _MAX_PLANS:
+        st.plans[names] = plan
+    return plan
+
+
+def _make_plan(names: tuple[str, ...], st: _Statement) -> _Plan:
     given = set(names)
     template: list[Any] = []
     filled: list[tuple[int, str, type | None, Prepare, bool, Any]] = []
     each_time: list[tuple[int, str, Prepare]] = []
+    each_literal: list[tuple[int, str, Prepare]] = []
+    literals: dict[int, str] = {}
     given_at: set[int] = set()
     each_at: set[int] = set()
     for index, ((name, prep, default, is_moment), null, plain) in enumerate(
@@ -224,6 +238,9 @@ def _plan(names: tuple[str, ...], st: _Statement) -> _Plan:
         if name in given:
             filled.append((index, name, plain, prep, is_moment, null))
             given_at.add(index)
+        elif default is _EACH_TIME and (literal := _empty_json(_FIELDS[name])) is not None:
+            each_literal.append((index, name, prep))  # ``kwargs`` left out: ``{}``
+            literals[index] = literal
         elif default is _EACH_TIME:
             each_time.append((index, name, prep))
             each_at.add(index)
@@ -231,12 +248,24 @@ def _plan(names: tuple[str, ...], st: _Statement) -> _Plan:
     # row (a default not given) written as an SQL literal when it is a plain one
     marks, bound = [], []
     for index, value in enumerate(template):
-        literal = None if index in given_at or index in each_at else _literal(value)
+        literal = (None if index in given_at or index in each_at
+                   else literals[index] if index in literals else _literal(value))
         if literal is None:
             bound.append(index)
         marks.append("%s" if literal is None else literal)
     sql = st.head + ", ".join(marks) + ")"
-    return _Plan(template, tuple(filled), tuple(each_time), sql, _getter(bound))
+    return _Plan(template, tuple(filled), tuple(each_time), sql, _getter(bound),
+                 tuple(each_literal))
+
+
+def _empty_json(field: Field[Any, Any]) -> str | None:
+    """The literal of an empty JSON object or array, for Django's own ``JSONField``
+    without an encoder whose default is one (``default=dict``): what the driver would
+    store for it (``'{}'``, ``'[]'``, the text ``json.dumps`` gives); else ``None``."""
+    if type(field) is not JSONField or field.encoder is not None:
+        return None
+    empty = field.get_default()
+    return {dict: "'{}'", list: "'[]'"}.get(type(empty)) if not empty else None
 
 
 def _literal(value: Any) -> str | None:
@@ -275,7 +304,7 @@ def insert_values(values: dict[str, Any], using: str, connection: Any = None) ->
         return
     if connection is None:
         connection = connections[using]
-    plan, out = _fill(values, using, connection)
+    plan, out = _fill(values, using, connection, full=False)
     with connection.cursor() as cursor:
         cursor.execute(plan.sql, plan.bound(out))
 

@@ -199,6 +199,8 @@ def _values(**more: Any) -> dict[str, Any]:
 
 @pytest.mark.parametrize("more", [
     {},  # schedule() with no option: every other column a default, written as a literal
+    {"kwargs": None},  # left out: its default, {}, written as the literal '{}'
+    {"args": [], "kwargs": {"a": [1, {"b": None}]}},
     {"key": "k-2", "backoff": [1, 2], "priority": -3, "timeout": 2.5, "atomic": True,
      "group": "g", "requeued_from": "r" * 26, "task_backend": "tasks"},
     {"priority": 100, "retry_on": ["builtins.ValueError"], "group": "it's 100%"},
@@ -207,7 +209,7 @@ def test_insert_values_stores_the_row_the_orm_stores_with_the_same_values(
         more: dict[str, Any]) -> None:
     # insert_values' statement of these names (its constant columns as SQL literals)
     # against Job(**values).save(): the ORM fills the columns left out with its defaults
-    values = _values(**more)
+    values = {name: value for name, value in _values(**more).items() if value is not None}
     row_insert.insert_values(values, "default")
     twin = Job(**{**values, "id": ids.new_id()})
     twin.save(force_insert=True)
