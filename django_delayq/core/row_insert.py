@@ -265,7 +265,9 @@ def _empty_json(field: Field[Any, Any]) -> str | None:
     if type(field) is not JSONField or field.encoder is not None:
         return None
     empty = field.get_default()
-    return {dict: "'{}'", list: "'[]'"}.get(type(empty)) if not empty else None
+    if empty == {} and type(empty) is dict:
+        return "'{}'"
+    return "'[]'" if empty == [] and type(empty) is list else None
 
 
 def _literal(value: Any) -> str | None:
