@@ -211,7 +211,8 @@ def _fill(values: dict[str, Any], using: str, connection: Any,
 
 
 # the sets of names callers give: schedule() leaves out the columns its call leaves at
-# their defaults (eight of them: 2**8 sets at most), requeue, ...
+# their defaults (eleven may be: an application uses a handful of sets); past this many a
+# plan is made per call, not kept
 _MAX_PLANS = 512
 
 
