@@ -1,15 +1,17 @@
 #!/usr/bin/env python
 """schedule() path, this tree against an older one in the same process: the older tree's
-``core/row_insert.py`` and ``core/commit_batch.py`` are loaded beside this tree's and the
-two take turns, round after round, so that a busy machine's swings fall on both alike.
+``core`` modules of the path (``validation``, ``ids``, ``registry``, ``options``,
+``row_insert``, ``commit_batch``, ``api``) are loaded beside this tree's, their references
+to one another pointed at the older copies, and the two trees' ``schedule()`` take turns,
+round after round, so that a busy machine's swings fall on both alike.
 
     python bench/schedule_path_ab.py --before DIR [-n 500] [--rounds 12] [--db sqlite|postgres]
 
-``DIR`` is a checkout of the older tree (``git archive <commit> | tar -x -C DIR``); both
-modules must keep the names this tree's ``core/api.py`` calls (``new_row``, ``insert``,
-``enqueue_after_commit``). Each round schedules ``-n`` jobs in autocommit and ``-n`` in one
-transaction with each tree's modules; printed: the median and the best of the rounds, jobs/s
-and CPU µs per job of this process. Starts its own redis-server; SQLite in a temporary
+``DIR`` is a checkout of the older tree (``git worktree add DIR <commit> --detach``). The
+modules outside that list (signals, events, the engine) are this tree's for both. Each
+round schedules ``-n`` jobs in autocommit and ``-n`` in one transaction with each tree;
+printed: the median and the best of the rounds, jobs/s and CPU µs per job of this process
+(each loop ends by writing its events). Starts its own redis-server; SQLite in a temporary
 directory or PostgreSQL (``delayq_bench_schedule_ab``, created fresh; Django's server-side
 binding with ``BENCH_PG_SERVER_BINDING=1``).
 """
@@ -17,6 +19,7 @@ binding with ``BENCH_PG_SERVER_BINDING=1``).
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.util
 import json
 import os
@@ -33,6 +36,8 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 
 from foundation import start_redis  # noqa: E402
 
+MODULES = ("validation", "ids", "registry", "options", "row_insert", "commit_batch", "api")
+
 
 def _load(tree: Path, name: str) -> ModuleType:
     path = tree / "django_delayq" / "core" / ("%s.py" % name)
@@ -44,20 +49,33 @@ def _load(tree: Path, name: str) -> ModuleType:
     return module
 
 
-def _round(n: int) -> tuple[float, float, float, float]:
-    """jobs/s and CPU µs/job: ``n`` calls in autocommit, then ``n`` in one transaction."""
-    from django.db import transaction
+def _older_schedule(tree: Path) -> Any:
+    """The older tree's ``api.schedule``, its modules calling one another's older copies."""
+    current = {name: importlib.import_module("django_delayq.core." + name) for name in MODULES}
+    older = {name: _load(tree, name) for name in MODULES}
+    for module in older.values():
+        for attr, value in list(vars(module).items()):
+            for name, mine in current.items():
+                if value is mine:  # ``from django_delayq.core import options``
+                    setattr(module, attr, older[name])
+                elif (getattr(value, "__module__", None) == mine.__name__
+                      and getattr(mine, attr, None) is value and hasattr(older[name], attr)):
+                    setattr(module, attr, getattr(older[name], attr))  # ``import JobSpec``
+    return older["api"].schedule
 
-    from django_delayq import schedule
+
+def _round(n: int, schedule: Any) -> tuple[float, float, float, float]:
+    """jobs/s and CPU µs/job: ``n`` calls in autocommit, then ``n`` in one transaction."""
+    from schedule_path import run_calls
+
+    def step(i: int) -> None:
+        schedule("bench_jobs.noop", i, delay=3600)
 
     t0, c0 = time.perf_counter(), time.process_time()
-    for i in range(n):
-        schedule("bench_jobs.noop", i, delay=3600)
+    run_calls(n, step, False)
     auto, auto_cpu = n / (time.perf_counter() - t0), (time.process_time() - c0) / n * 1e6
     t0, c0 = time.perf_counter(), time.process_time()
-    with transaction.atomic():
-        for i in range(n):
-            schedule("bench_jobs.noop", i, delay=3600)
+    run_calls(n, step, True)
     return (auto, auto_cpu, n / (time.perf_counter() - t0),
             (time.process_time() - c0) / n * 1e6)
 
@@ -65,18 +83,15 @@ def _round(n: int) -> tuple[float, float, float, float]:
 def compare(before_tree: Path, n: int, rounds: int) -> dict[str, Any]:
     from django_delayq.core import api
 
-    trees = {"after": (api.row_insert, api.commit_batch),
-             "before": (_load(before_tree, "row_insert"), _load(before_tree, "commit_batch"))}
+    trees = {"after": api.schedule, "before": _older_schedule(before_tree)}
     names = ("autocommit_jobs_per_s", "autocommit_cpu_us_per_job",
              "one_transaction_jobs_per_s", "one_transaction_cpu_us_per_job")
     seen: dict[str, list[tuple[float, ...]]] = {label: [] for label in trees}
     for r in range(rounds + 1):
         for label in (("before", "after") if r % 2 else ("after", "before")):
-            api.row_insert, api.commit_batch = trees[label]  # type: ignore[assignment]
-            figures = _round(n)
+            figures = _round(n, trees[label])
             if r:  # round 0 warms both up
                 seen[label].append(figures)
-    api.row_insert, api.commit_batch = trees["after"]  # type: ignore[assignment]
     out: dict[str, Any] = {}
     for i, name in enumerate(names):
         row: dict[str, Any] = {}

@@ -70,8 +70,7 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
     path, limit = "bench_jobs.noop", get_settings().max_payload_bytes
     spec = JobSpec(args=(1,), kwargs={}, delay=3600)
     checked = spec.check(path, clash=True)
-    values, _ = api.build(checked, spec.args, spec.kwargs, limit)
-    values.update(requeued_from=None, task_backend="")
+    values, _ = api.build(checked, spec.args, spec.kwargs, limit)  # as schedule() gives it
     sql = row_insert._statement("default").sql
     now = timezone.now()
     row = Job(id=ids.new_id(), queue="default", callable_path=path, args=[1], kwargs={},

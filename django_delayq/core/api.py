@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.db import router, transaction
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
@@ -119,8 +119,12 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     s = get_settings()
     c = spec.check(fn, any_queue=any_queue, clash=clash)
     values, new = build(c, spec.args, spec.kwargs, s.max_payload_bytes)
-    values.update(requeued_from=requeued_from, task_backend=task_backend)
+    if requeued_from is not None:  # else the columns' defaults (None, "")
+        values["requeued_from"] = requeued_from
+    if task_backend:
+        values["task_backend"] = task_backend
     using = router.db_for_write(Job)
+    conn = connections[using]  # looked up once (a thread-local read)
     job_id, queue = new.id, c.queue
     status: str = JobStatus.SCHEDULED  # the column's default: no key, no parents
     if c.key is not None or c.parents:  # in a savepoint: core/dedup.py
@@ -130,7 +134,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
             return JobHandle(standing, queue)
         status = row.status
     else:  # no key, no parents: no savepoint, one prepared INSERT (core/row_insert.py)
-        row_insert.insert_values(values, using)
+        row_insert.insert_values(values, using, conn)
     signals.send(signals.job_scheduled, job_id=job_id, queue=queue, callable_path=c.path,
                  run_at=values["run_at"])
     if status != JobStatus.SCHEDULED:
@@ -139,7 +143,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
         run_eager = dedup.eager_runner(commit_batch.eager_runner(), c.on_conflict)
         commit_batch.after_commit(using, lambda: run_eager(job_id))
     else:
-        commit_batch.enqueue_after_commit(using, queue, [new])  # one hook per transaction
+        commit_batch.enqueue_after_commit(using, queue, [new], conn)  # a callback per call
     return JobHandle(job_id, queue)
 
 
@@ -155,9 +159,16 @@ def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
     new_id = c.job_id()
     validation.check_size(size + validation.payload_head_size(c.path, c.max_attempts, c.backoff),
                           max_payload)
-    row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args, kwargs=kwargs,
-               key=c.key, run_at=run_at, scheduled_for=run_at, created_at=c.now,
-               updated_at=c.now, max_attempts=c.max_attempts, backoff=c.backoff, **columns)
+    row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args,
+               run_at=run_at, scheduled_for=run_at, created_at=c.now, updated_at=c.now,
+               max_attempts=c.max_attempts, **columns)
+    # a column left out takes its default (None, {}): the INSERT writes it as a literal
+    if kwargs:
+        row["kwargs"] = kwargs
+    if c.key is not None:
+        row["key"] = c.key
+    if c.backoff is not None:
+        row["backoff"] = c.backoff
     # The payload stays in the row: Redis gets the id, the due time, priority and group.
     return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=c.priority,
                        group=c.group)

@@ -97,12 +97,14 @@ class _Pending:
 _by_connection: weakref.WeakKeyDictionary[Any, _Pending] = weakref.WeakKeyDictionary()
 
 
-def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob]) -> None:
+def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any = None) -> None:
     """Send ``jobs`` to Redis once the transaction of ``using`` commits (at once in
-    autocommit), in one send with the other jobs that transaction scheduled."""
+    autocommit), in one send with the other jobs that transaction scheduled. ``conn``:
+    ``connections[using]``, when the caller has it."""
     if not jobs:
         return
-    conn = connections[using]
+    if conn is None:
+        conn = connections[using]
     pending = _by_connection.get(conn)
     if conn.get_autocommit():  # no transaction: the rows are committed already
         if pending is not None and pending.jobs:  # jobs left pending go with these

@@ -4,30 +4,38 @@ rebuilds the INSERT and asks for RETURNING on every call: about half of ``schedu
 time on SQLite).
 
 The statement lists every concrete column of ``Job`` (built once per database alias and
-kept). Each value is prepared as ``save()`` prepares it (``get_db_prep_save``), through a
-shortcut where Django's own field classes make the result known: a ``str`` of a char or
+kept). ``insert_values`` runs one statement per set of names given (a plan, kept): the
+columns left at a constant default (``NULL``, ``''``, ``0``, ``FALSE``, ``'scheduled'``)
+are written as SQL literals and only the others bound, so that the driver adapts (and on
+SQLite, Django's cursor converts to ``?``) ten parameters for a plain ``schedule()``, not
+thirty. Each value is prepared as ``save()`` prepares it (``get_db_prep_save``), through
+a shortcut where Django's own field classes make the result known: a ``str`` of a char or
 text field, an ``int`` of an integer field, a ``bool``, a ``float`` and ``None`` are
 passed as they are, an aware ``datetime`` goes straight to the backend's
-``adapt_datetimefield_value``; anything else (JSON, naive or fake datetimes, custom
-fields) takes ``get_db_prep_save`` itself. ``tests/core/test_row_insert.py`` compares
-both on every column, and the rows this module stores with the rows ``save()`` stores,
-column by column, on each database. The statement runs through Django's cursor, so
-``DEBUG``, query capture and execute wrappers see it; on PostgreSQL, Django's
-``OPTIONS["server_side_binding"]`` has the server bind its values instead of psycopg
-merging them into the SQL text. ``Job`` has no ``pre_save`` work (no ``auto_now``) and no
-save signals are sent: ``schedule()`` sends its own.
+``adapt_datetimefield_value`` (on SQLite with ``USE_TZ`` and the connection in UTC, a UTC
+datetime becomes the text that adapter gives, without the call), a list or a dict of a
+``JSONField`` straight to ``adapt_json_value``; anything else (naive or fake datetimes,
+other JSON values, custom fields) takes ``get_db_prep_save`` itself.
+``tests/core/test_row_insert.py`` compares both on every column, and the rows this module
+stores with the rows ``save()`` stores, column by column, on each database. The statement
+runs through Django's cursor, so ``DEBUG``, query capture and execute wrappers see it; on
+PostgreSQL, Django's ``OPTIONS["server_side_binding"]`` has the server bind its values
+instead of psycopg merging them into the SQL text. ``Job`` has no ``pre_save`` work (no
+``auto_now``) and no save signals are sent: ``schedule()`` sends its own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
-from datetime import datetime
+from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any
 
 from django.db import connections
-from django.db.models import DateTimeField, Field
+from django.db.models import DateTimeField, Field, JSONField
 from django.db.models.signals import post_init, pre_init
 
 from django_delayq.models import Job
@@ -42,11 +50,16 @@ _PLAIN = {"CharField": str, "TextField": str, "IntegerField": int, "BigIntegerFi
 @dataclass(frozen=True, slots=True)
 class _Statement:
     sql: str
+    head: str  # ``sql`` up to its VALUES' parenthesis (a plan's statement follows)
     # per field, in the statement's column order: its attname, its preparer, its default
     # prepared once (a constant default whose prepared value is immutable; else
     # _EACH_TIME: prepared per row), and whether it is one of Django's DateTimeFields (a
     # datetime given twice: adapted once)
     by_name: list[tuple[str, Prepare, Any, bool]]
+    # per field, the type of value it sends as it is (``_PLAIN``), else ``None``
+    plain: list[type | None]
+    # SQLite: its datetime adapter's result is known for a UTC datetime (``values_params``)
+    sqlite: bool
     # per field, its None prepared once when that gives an immutable value (else
     # _EACH_TIME); and the plans of ``values_params``, by the names a caller gives
     nulls: list[Any]
@@ -57,12 +70,19 @@ class _Statement:
 class _Plan:
     """How ``values_params`` fills the statement's values from a dict of these names:
     a copy of ``template`` (each constant default prepared already), then per name given
-    (index, name, preparer, is a DateTimeField, its prepared None), then per default
-    prepared per row (index, name, preparer)."""
+    (index, name, the type passed as it is or ``None``, preparer, is a DateTimeField, its
+    prepared None), then per default prepared per row (index, name, preparer)."""
 
     template: list[Any]
-    given: tuple[tuple[int, str, Prepare, bool, Any], ...]
+    given: tuple[tuple[int, str, type | None, Prepare, bool, Any], ...]
     each_time: tuple[tuple[int, str, Prepare], ...]
+    # ``insert_values``' statement: the constant defaults as literals, the other columns
+    # as parameters, and the getter of those parameters from the row's values
+    sql: str
+    bound: Callable[[list[Any]], Sequence[Any]]
+    # the callable defaults the statement writes as literals (an empty JSON object), per
+    # row for ``values_params`` only (index, name, preparer)
+    each_literal: tuple[tuple[int, str, Prepare], ...]
 
 
 _EACH_TIME = object()  # a default prepared per row (a callable default, a mutable value)
@@ -72,17 +92,25 @@ _IMMUTABLE = (type(None), str, int, bool, float)
 _statements: dict[str, _Statement] = {}
 
 
+def _plain_type(field: Field[Any, Any]) -> type | None:
+    """The type whose values ``field`` sends as they are (Django's own fields), or None."""
+    if not type(field).__module__.startswith("django.db.models.fields"):
+        return None
+    return _PLAIN.get(field.get_internal_type())
+
+
 def _preparer(field: Field[Any, Any]) -> Prepare:
     """``field.get_db_prep_save``, short-cut for the values whose result is known."""
     slow = field.get_db_prep_save
-    if not type(field).__module__.startswith("django.db.models.fields"):
-        return slow
-    kind = field.get_internal_type()
-    if (plain := _PLAIN.get(kind)) is not None:
+    if (plain := _plain_type(field)) is not None:
         return lambda v, c: v if v is None or type(v) is plain else slow(v, c)
-    if kind == "DateTimeField":
+    if type(field) is DateTimeField:
         return lambda v, c: (c.ops.adapt_datetimefield_value(v) if type(v) is datetime
                              and v.tzinfo is not None else slow(v, c))
+    if type(field) is JSONField:  # get_prep_value keeps a list or a dict as it is
+        encoder = field.encoder
+        return lambda v, c: (c.ops.adapt_json_value(v, encoder) if type(v) is list
+                             or type(v) is dict else slow(v, c))
     return slow
 
 
@@ -92,14 +120,16 @@ def _statement(using: str) -> _Statement:
         connection = connections[using]
         qn = connection.ops.quote_name
         fields: list[Field[Any, Any]] = list(Job._meta.local_concrete_fields)
-        sql = "INSERT INTO %s (%s) VALUES (%s)" % (
-            qn(str(Job._meta.db_table)), ", ".join(qn(str(f.column)) for f in fields),
-            ", ".join(["%s"] * len(fields)))
+        head = "INSERT INTO %s (%s) VALUES (" % (
+            qn(str(Job._meta.db_table)), ", ".join(qn(str(f.column)) for f in fields))
+        sql = head + ", ".join(["%s"] * len(fields)) + ")"
         prepare = [_preparer(f) for f in fields]
         by_name = [(f.attname, prep, _prepared_default(f, prep, connection),
                     type(f) is DateTimeField) for f, prep in zip(fields, prepare, strict=True)]
         nulls = [_immutable(prep, None, connection) for prep in prepare]
-        found = _statements[using] = _Statement(sql, by_name, nulls)
+        plain = [_plain_type(f) for f in fields]
+        found = _statements[using] = _Statement(
+            sql, head, by_name, plain, connection.vendor == "sqlite", nulls)
     return found
 
 
@@ -136,62 +166,150 @@ def params(row: Job, using: str) -> list[Any]:
     return [prep(getattr(row, name), connection) for name, prep, _, _ in st.by_name]
 
 
-def values_params(values: dict[str, Any], using: str) -> list[Any]:
+def values_params(values: dict[str, Any], using: str, connection: Any = None) -> list[Any]:
     """``params(new_row(**values), using)`` without building the row: each field's value
     from ``values``, else its default (a constant one prepared once per alias). A datetime
     given for two columns (due and scheduled, created and updated) is adapted once.
-    ``values`` holds column names only (``new_row`` checks that for ``insert_values``)."""
-    st, connection, names = _statement(using), connections[using], tuple(values)
-    plan = st.plans.get(names)
-    if plan is None:
-        plan = _plan(names, st)
-        if len(st.plans) < _MAX_PLANS:
-            st.plans[names] = plan
+    ``values`` holds column names only (``new_row`` checks that for ``insert_values``).
+    ``connection``: ``connections[using]``, when the caller has it."""
+    return _fill(values, using, connection)[1]
+
+
+def _fill(values: dict[str, Any], using: str, connection: Any,
+          full: bool = True) -> tuple[_Plan, list[Any]]:
+    """``values_params`` and the plan of ``values``' names; not ``full``: without the
+    defaults the plan's statement writes as literals (``plan.each_literal``)."""
+    st, names = _statement(using), tuple(values)
+    if connection is None:
+        connection = connections[using]
+    plan = st.plans.get(names) or _plan(names, st)
     out = plan.template.copy()
+    # SQLite with USE_TZ and the connection in UTC: an aware UTC datetime is adapted as
+    # its adapter would (``make_naive`` to UTC, then ``str``), without the calls
+    utc = st.sqlite and connection.timezone is UTC
     moments: dict[int, Any] = {}  # id of a datetime of ``values`` -> its adapted value
-    for index, name, prep, is_moment, null in plan.given:
+    for index, name, plain, prep, is_moment, null in plan.given:
         value = values[name]
-        if value is None and null is not _EACH_TIME:
-            out[index] = null
+        if value is None:
+            out[index] = prep(value, connection) if null is _EACH_TIME else null
+        elif type(value) is plain:
+            out[index] = value
         elif not is_moment:
             out[index] = prep(value, connection)
         elif (done := moments.get(id(value))) is not None:
             out[index] = done
+        elif utc and type(value) is datetime and value.tzinfo is UTC:
+            out[index] = moments[id(value)] = str(value.replace(tzinfo=None))
         else:
             out[index] = moments[id(value)] = prep(value, connection)
     for index, name, prep in plan.each_time:
         out[index] = prep(_FIELDS[name].get_default(), connection)
-    return out
+    if full:
+        for index, name, prep in plan.each_literal:
+            out[index] = prep(_FIELDS[name].get_default(), connection)
+    return plan, out
 
 
-_MAX_PLANS = 32  # the sets of names callers give: a handful (schedule(), requeue)
+# the sets of names callers give: schedule() leaves out the columns its call leaves at
+# their defaults (eleven may be: an application uses a handful of sets); past this many a
+# plan is made per call, not kept
+_MAX_PLANS = 512
 
 
 def _plan(names: tuple[str, ...], st: _Statement) -> _Plan:
+    """The plan of these names, kept in ``st.plans`` (up to ``_MAX_PLANS`` of them)."""
+    plan = _make_plan(names, st)
+    if len(st.plans) < _MAX_PLANS:
+        st.plans[names] = plan
+    return plan
+
+
+def _make_plan(names: tuple[str, ...], st: _Statement) -> _Plan:
     given = set(names)
     template: list[Any] = []
-    filled: list[tuple[int, str, Prepare, bool, Any]] = []
+    filled: list[tuple[int, str, type | None, Prepare, bool, Any]] = []
     each_time: list[tuple[int, str, Prepare]] = []
-    for index, ((name, prep, default, is_moment), null) in enumerate(
-            zip(st.by_name, st.nulls, strict=True)):
+    each_literal: list[tuple[int, str, Prepare]] = []
+    literals: dict[int, str] = {}
+    given_at: set[int] = set()
+    each_at: set[int] = set()
+    for index, ((name, prep, default, is_moment), null, plain) in enumerate(
+            zip(st.by_name, st.nulls, st.plain, strict=True)):
         template.append(None if name in given or default is _EACH_TIME else default)
         if name in given:
-            filled.append((index, name, prep, is_moment, null))
+            filled.append((index, name, plain, prep, is_moment, null))
+            given_at.add(index)
+        elif default is _EACH_TIME and (literal := _empty_json(_FIELDS[name])) is not None:
+            each_literal.append((index, name, prep))  # ``kwargs`` left out: ``{}``
+            literals[index] = literal
         elif default is _EACH_TIME:
             each_time.append((index, name, prep))
-    return _Plan(template, tuple(filled), tuple(each_time))
+            each_at.add(index)
+    # the statement of these names: a column whose value is the same constant on every
+    # row (a default not given) written as an SQL literal when it is a plain one
+    marks, bound = [], []
+    for index, value in enumerate(template):
+        literal = (None if index in given_at or index in each_at
+                   else literals[index] if index in literals else _literal(value))
+        if literal is None:
+            bound.append(index)
+        marks.append("%s" if literal is None else literal)
+    sql = st.head + ", ".join(marks) + ")"
+    return _Plan(template, tuple(filled), tuple(each_time), sql, _getter(bound),
+                 tuple(each_literal))
 
 
-def insert_values(values: dict[str, Any], using: str) -> None:
+def _empty_json(field: Field[Any, Any]) -> str | None:
+    """The literal of an empty JSON object or array, for Django's own ``JSONField``
+    without an encoder whose default is one (``default=dict``): what the driver would
+    store for it (``'{}'``, ``'[]'``, the text ``json.dumps`` gives); else ``None``."""
+    if type(field) is not JSONField or field.encoder is not None:
+        return None
+    empty = field.get_default()
+    if empty == {} and type(empty) is dict:
+        return "'{}'"
+    return "'[]'" if empty == [] and type(empty) is list else None
+
+
+def _literal(value: Any) -> str | None:
+    """``value`` as an SQL literal that every backend reads as the driver's bound value
+    would be stored (NULL, TRUE/FALSE, an int, a str of letters, digits and ``_``), else
+    ``None``: it stays a parameter."""
+    if value is None:
+        return "NULL"
+    if type(value) is bool:
+        return "TRUE" if value else "FALSE"
+    if type(value) is int:
+        return str(value)
+    if isinstance(value, str) and _SAFE_TEXT.fullmatch(value):
+        return "'%s'" % str.__str__(value)  # a TextChoices member: its value
+    return None
+
+
+_SAFE_TEXT = re.compile("[A-Za-z0-9_]*")
+
+
+def _getter(indexes: list[int]) -> Callable[[list[Any]], Sequence[Any]]:
+    """The values at ``indexes`` of a row's values, in order (``itemgetter``, in C)."""
+    if len(indexes) < 2:  # itemgetter of one index gives the value, of none raises
+        return lambda out: [out[i] for i in indexes]
+    return itemgetter(*indexes)
+
+
+def insert_values(values: dict[str, Any], using: str, connection: Any = None) -> None:
     """``insert(new_row(**values), using)`` for a caller that needs no ``Job`` object (a
-    ``schedule()`` without key or parents): the same statement and values."""
+    ``schedule()`` without key or parents): the same statement and values. ``connection``:
+    ``connections[using]``, when the caller has it."""
     # ``Job(...)`` with ``pre_init``/``post_init`` receivers: they are sent to
     if (not _ONLY_PLAIN or not values.keys() <= _ATTNAMES or pre_init.has_listeners(Job)
             or post_init.has_listeners(Job)):
         insert(new_row(**values), using)  # Job(**values) raises for a name not a column's
         return
-    with connections[using].cursor() as cursor:
-        cursor.execute(_statement(using).sql, values_params(values, using))
+    if connection is None:
+        connection = connections[using]
+    plan, out = _fill(values, using, connection, full=False)
+    with connection.cursor() as cursor:
+        cursor.execute(plan.sql, plan.bound(out))
 
 
 def insert(row: Job, using: str) -> None:

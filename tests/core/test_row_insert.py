@@ -188,3 +188,50 @@ def test_new_row_sends_post_init_as_job_init_does() -> None:
     finally:
         post_init.disconnect(listener, sender=Job)
     assert seen == [row]
+
+
+def _values(**more: Any) -> dict[str, Any]:
+    now = datetime.now(UTC)
+    return {"id": ids.new_id(), "queue": "default", "callable_path": "tests.jobs.noop",
+            "args": [1, "é"], "kwargs": {}, "run_at": now, "scheduled_for": now,
+            "created_at": now, "updated_at": now, "max_attempts": 3, **more}
+
+
+@pytest.mark.parametrize("more", [
+    {},  # schedule() with no option: every other column a default, written as a literal
+    {"kwargs": None},  # left out: its default, {}, written as the literal '{}'
+    {"args": [], "kwargs": {"a": [1, {"b": None}]}},
+    {"key": "k-2", "backoff": [1, 2], "priority": -3, "timeout": 2.5, "atomic": True,
+     "group": "g", "requeued_from": "r" * 26, "task_backend": "tasks"},
+    {"priority": 100, "retry_on": ["builtins.ValueError"], "group": "it's 100%"},
+])
+def test_insert_values_stores_the_row_the_orm_stores_with_the_same_values(
+        more: dict[str, Any]) -> None:
+    # insert_values' statement of these names (its constant columns as SQL literals)
+    # against Job(**values).save(): the ORM fills the columns left out with its defaults
+    values = {name: value for name, value in _values(**more).items() if value is not None}
+    row_insert.insert_values(values, "default")
+    twin = Job(**{**values, "id": ids.new_id()})
+    twin.save(force_insert=True)
+    ours, orm = _stored(values["id"]), _stored(twin.id)
+    for column, value in ours.items():
+        assert (column, value) == (column, orm[column])
+
+
+def test_a_constant_is_a_literal_only_when_plain() -> None:
+    from django_delayq.models import JobStatus
+
+    assert [row_insert._literal(v) for v in (None, True, False, 0, -7, "", "scheduled",
+                                             JobStatus.SCHEDULED)] == [
+        "NULL", "TRUE", "FALSE", "0", "-7", "''", "'scheduled'", "'scheduled'"]
+    for value in ("it's", "100%", "a b", "é", 1.5, [], b"x"):  # stays a parameter
+        assert row_insert._literal(value) is None
+
+
+def test_a_plan_binds_what_is_not_a_literal_in_column_order() -> None:
+    values = _values(priority=4)
+    plan, out = row_insert._fill(values, "default", connection)
+    assert plan.sql.count("%s") == len(plan.bound(out))
+    assert list(plan.bound(out)) == [v for v, mark in zip(
+        out, plan.sql.split("VALUES (", 1)[1].rstrip(")").split(", "), strict=True)
+        if mark == "%s"]
