@@ -18,14 +18,16 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import sync_to_async
 
 from django_delayq.core import api, results
-from django_delayq.core.options import JobSpec
-from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.models import FINAL_STATUSES, Job
+
+if TYPE_CHECKING:
+    from django_delayq.core.options import JobSpec
+    from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 
 __all__ = ["AsyncJobHandle", "acancel", "aget_job", "arequeue", "areschedule", "arun_now",
            "aschedule", "aschedule_spec", "await_result"]

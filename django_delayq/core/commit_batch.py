@@ -44,14 +44,16 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from redis.exceptions import RedisError
 
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.outcomes import NewJob
+
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import NewJob
 
 logger = logging.getLogger(__name__)
 

@@ -52,11 +52,14 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from django_delayq.engine import Engine
 from django_delayq.engine.shard_health import ERRORS
+
+if TYPE_CHECKING:
+    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
 

@@ -21,16 +21,19 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from django.db import router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
 from django_delayq.core import workflows
-from django_delayq.engine import Engine
-from django_delayq.engine.outbox import Settled
 from django_delayq.exceptions import WorkerLost, type_path
 from django_delayq.models import Job, JobAttempt, JobStatus
+
+if TYPE_CHECKING:
+    from django_delayq.engine import Engine
+    from django_delayq.engine.outbox import Settled
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from django.db import router, transaction
 
@@ -31,11 +31,13 @@ from django_delayq.core import limits, validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queue
-from django_delayq.engine import Engine
 from django_delayq.engine.controls import override_value
 from django_delayq.engine.outcomes import QueueLimit
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import GroupLimit
+
+if TYPE_CHECKING:
+    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
 

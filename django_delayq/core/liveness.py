@@ -30,14 +30,17 @@ from __future__ import annotations
 
 from collections.abc import Container, Mapping, Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
-from django_delayq.core.conf import Settings
 from django_delayq.core.reconcile_state import LIGHT
 from django_delayq.core.validation import at_ms
-from django_delayq.engine import Engine
 from django_delayq.models import Job, JobStatus
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
 
 # A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
 SILENT_BEATS = 2

@@ -32,7 +32,7 @@ import json
 import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings as django_settings
 from django.db import connections, router
@@ -41,8 +41,10 @@ from django.utils.dateparse import parse_datetime
 
 from django_delayq.core import options, validation
 from django_delayq.engine.envelope import Envelope
-from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.models import LIVE_STATUSES, Job
+
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import ClaimedJob
 
 logger = logging.getLogger(__name__)
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.db import router
 from django.utils import timezone
@@ -53,10 +54,12 @@ from django_delayq import signals
 from django_delayq.core import validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import Engine
 from django_delayq.engine.outcomes import CancelOutcome, NewJob
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
+
+if TYPE_CHECKING:
+    from django_delayq.engine import Engine
 
 logger = logging.getLogger(__name__)
 

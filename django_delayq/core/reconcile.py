@@ -77,12 +77,12 @@ import logging
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, router
 from django.utils import timezone
 
 from django_delayq.core import final_rows, group_limits, reconcile_state, workflows
-from django_delayq.core.conf import Settings
 from django_delayq.core.epochs import Epochs
 from django_delayq.core.final_rows import Finding
 from django_delayq.core.liveness import Liveness
@@ -91,6 +91,9 @@ from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import LIVE_STATUSES, Job
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
 
 logger = logging.getLogger(__name__)
 

@@ -3,14 +3,16 @@ and bad options (exit 2, nothing done, as argparse's own usage errors)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.management.base import CommandError
 from django.utils.module_loading import import_string
 
-from django_delayq.core.conf import Settings
 from django_delayq.core.validation import MAX_QUEUE_NAME, not_a_queue_name
+
+if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
 
 EXIT_USAGE = 2  # bad options, as argparse's own usage errors (the worker's EXIT_CONFIG)
 

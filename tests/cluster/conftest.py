@@ -7,13 +7,16 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pytest
 
 from django_delayq.worker.loop import Worker, WorkerOptions
-from tests.cluster.server import LocalCluster
 from tests.conftest import unique_prefix
 from tests.worker import conftest as worker
+
+if TYPE_CHECKING:
+    from tests.cluster.server import LocalCluster
 
 SPREAD = ("default", "emails", "slow")  # tests.settings' QUEUES: one per node
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import pytest
 from redis.cluster import RedisCluster
@@ -18,10 +19,12 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import CancelOutcome
 from django_delayq.models import JobStatus
-from django_delayq.worker.loop import Worker
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
 from tests.cluster.conftest import SPREAD, grouped_prefix, running_worker
 from tests.helpers import wait_until
+
+if TYPE_CHECKING:
+    from django_delayq.worker.loop import Worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 

@@ -11,6 +11,7 @@ import signal
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,9 +21,11 @@ from django_delayq.core.options import JobSpec
 from django_delayq.engine.shard_map import shard_name
 from django_delayq.models import Job, JobStatus
 from tests.cluster.conftest import running_worker, spread_prefix
-from tests.cluster.server import LocalCluster
 from tests.helpers import wait_until
 from tests.worker.conftest import worker_starter
+
+if TYPE_CHECKING:
+    from tests.cluster.server import LocalCluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 SHARDS = 3

@@ -8,6 +8,7 @@ import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from subprocess import Popen
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,10 +18,12 @@ from django_delayq.engine.engine import Engine as OneDataSet
 from django_delayq.engine.shard_map import shard_name
 from django_delayq.models import Job, JobStatus
 from tests.cluster.conftest import spread_prefix
-from tests.cluster.server import LocalCluster
 from tests.core.test_shards_settings import SHARDS
 from tests.helpers import wait_until
 from tests.worker.conftest import worker_starter
+
+if TYPE_CHECKING:
+    from tests.cluster.server import LocalCluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 NAMES = tuple(shard_name("emails", i) for i in range(SHARDS))

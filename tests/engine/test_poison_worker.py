@@ -8,16 +8,19 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from django_delayq import schedule
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import Engine
 from django_delayq.models import JobStatus
 from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.helpers import burst, wait_until
+
+if TYPE_CHECKING:
+    from django_delayq.engine import Engine
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -7,15 +7,19 @@ docs/internals.md under SIGKILL."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pytest
 
 from django_delayq import JobSpec, schedule_many, set_group_limit
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import Engine
 from django_delayq.models import Job, JobStatus
 from tests import jobs_chaos
 from tests.helpers import wait_until
 from tests.reliability.conftest import kill, stop
+
+if TYPE_CHECKING:
+    from django_delayq.engine import Engine
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 

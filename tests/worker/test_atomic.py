@@ -7,7 +7,7 @@ The jobs add one to a counter row and insert a row keyed by their id
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from django.utils import timezone
@@ -15,11 +15,13 @@ from django.utils import timezone
 from django_delayq import InvalidJob, JobSpec, job, requeue, schedule, schedule_many
 from django_delayq.core import payloads, periodic, schedules
 from django_delayq.core.connection import get_engine
-from django_delayq.engine import ClaimedJob
 from django_delayq.models import Job, JobStatus, Schedule
 from django_delayq.worker import atomic, runner
 from tests import jobs_atomic
 from tests.helpers import ALLOWED, burst, point_at
+
+if TYPE_CHECKING:
+    from django_delayq.engine import ClaimedJob
 
 pytestmark = pytest.mark.django_db(transaction=True)
 BUMP = "tests.jobs_atomic.bump"

@@ -23,7 +23,7 @@ unknown queue, ``purge`` without ``--yes``, no queue given, a bad limit).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from redis.exceptions import RedisError
@@ -31,7 +31,6 @@ from redis.exceptions import RedisError
 from django_delayq.core import queues
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.group_limits import GroupOverride
 from django_delayq.core.limits import rate_text
 from django_delayq.core.queue_controls import CONTROLS, Control, control
 from django_delayq.exceptions import InvalidJob
@@ -39,6 +38,9 @@ from django_delayq.management.command_options import usage_error
 from django_delayq.management.commands.delayq_status import printable
 from django_delayq.observe import redis_state
 from django_delayq.observe.limit_usage import group_limit_text, queue_group_limits
+
+if TYPE_CHECKING:
+    from django_delayq.core.group_limits import GroupOverride
 
 EXIT_UNAVAILABLE = 1  # Redis could not be reached
 ACTIONS = (*CONTROLS, "list")
