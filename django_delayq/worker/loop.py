@@ -76,11 +76,14 @@ class WorkerOptions:
     supervision: Supervision | None = None  # a child of `delayq_worker --processes`
 
 
-def wait_for_redis(make_engine: Callable[[], Engine]) -> Engine:
+def wait_for_redis(make_engine: Callable[[], Engine],
+                   orphaned: Callable[[], bool] | None = None) -> Engine | None:
     """The engine once Redis answers: the worker waits out an outage at start-up (a Redis
-    Cluster client cannot even be created while no node answers)."""
+    Cluster client cannot even be created while no node answers). None when ``orphaned``
+    says the process that started this one is gone (a supervised child started as its
+    supervisor died, before it could ask for the death signal): nobody waits for it."""
     delay = 0.1
-    while True:
+    while orphaned is None or not orphaned():
         try:
             engine = make_engine()
             engine.ping()
@@ -89,6 +92,8 @@ def wait_for_redis(make_engine: Callable[[], Engine]) -> Engine:
             logger.warning("waiting for Redis (%s); next try in %.1fs", exc, delay)
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+    logger.warning("the supervisor is gone: this child stops before it starts")
+    return None
 
 
 class Worker:

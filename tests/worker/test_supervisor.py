@@ -18,7 +18,7 @@ import pytest
 from django_delayq import schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.models import JobStatus
-from django_delayq.worker.loop import EXIT_CONFIG, EXIT_HARD_STOP, EXIT_OK
+from django_delayq.worker.loop import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK
 from tests.helpers import wait_until
 from tests.worker.test_hard_time_limit import alive, children
 
@@ -192,3 +192,37 @@ def test_children_that_keep_dying_at_start_are_restarted_with_a_growing_delay(  
     assert delays == ["0.5s", "1.0s", "2.0s"]
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(30) == EXIT_OK
+
+
+def test_a_child_whose_supervisor_died_before_it_asked_for_the_signal_stops(  # type: ignore[no-untyped-def]
+        delayq_settings, tmp_path) -> None:
+    """A child started just as its supervisor died (the kernel's death signal asked for
+    too late) and finding no Redis does not wait for Redis forever: it exits."""
+    import socket
+    import subprocess
+    import sys
+
+    from tests.worker.conftest import ROOT, worker_env
+
+    env = worker_env(delayq_settings)
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        env["DELAYQ_REDIS_URL"] = "redis://127.0.0.1:%d/0" % closed.getsockname()[1]
+    ours, theirs = socket.socketpair()
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # the "supervisor": a pid that is not the child's parent
+    spec = "%d:1:%d:sup-gone" % (theirs.fileno(), gone.pid)
+    with open(tmp_path / "child.log", "w") as log:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "django", "delayq_worker", "--supervised", spec],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            pass_fds=(theirs.fileno(),))
+    try:
+        assert child.wait(60) == EXIT_ERROR
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        ours.close()
+        theirs.close()
+    assert "the supervisor is gone" in (tmp_path / "child.log").read_text()

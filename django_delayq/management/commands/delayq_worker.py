@@ -28,7 +28,7 @@ from django_delayq.observe import prometheus
 from django_delayq.worker.loop import Worker, WorkerOptions, attach, wait_for_redis
 from django_delayq.worker.processes.children import can_measure_memory
 from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
-from django_delayq.worker.tracking import EXIT_CONFIG, Supervision
+from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_ERROR, Supervision
 
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
 
@@ -129,7 +129,9 @@ class Command(BaseCommand):
                    options: dict[str, Any]) -> int:
         supervision = (Supervision.decode(options["supervised"])
                        if options["supervised"] else None)
-        engine = wait_for_redis(get_engine)
+        engine = wait_for_redis(get_engine, supervision.orphaned if supervision else None)
+        if engine is None:
+            return EXIT_ERROR
         worker = Worker(engine, settings, WorkerOptions(
             queues=queues, concurrency=concurrency, burst=options["burst"],
             max_jobs=options["max_jobs"], worker_id=options["worker_id"],
@@ -157,7 +159,10 @@ class Command(BaseCommand):
             argv += ["--max-jobs", str(options["max_jobs_per_child"])]
         if options["burst"]:
             argv.append("--burst")
-        supervisor = Supervisor(wait_for_redis(get_engine), settings, SupervisorOptions(
+        engine = wait_for_redis(get_engine)
+        if engine is None:  # only a supervised child's wait gives up
+            return EXIT_ERROR
+        supervisor = Supervisor(engine, settings, SupervisorOptions(
             processes=processes, child_argv=argv, burst=options["burst"],
             max_jobs_per_child=options["max_jobs_per_child"],
             max_memory_mb=options["max_memory_per_child"], worker_id=options["worker_id"],
