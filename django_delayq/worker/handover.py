@@ -20,6 +20,7 @@ this module acts on it, a layer above, where the metrics live).
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import queue as queue_mod
@@ -46,6 +47,17 @@ LAST = 1 << 30  # the rank of the threads' stop marker: after every claimed job
 
 # (-priority or LAST, claim order, job)
 Ranked = tuple[int, int, ClaimedJob | None]
+
+
+def _spent(job: ClaimedJob) -> outcome.Outcome:
+    """The dead outcome of a job whose last attempt (``job.attempt`` - 1, its row's
+    count) ran and was lost with its worker before the start mark reached Redis: it does
+    not run again, as ``recover.lua`` would have decided with the mark (that attempt's
+    ``JobAttempt`` says so)."""
+    last = dataclasses.replace(job, attempt=job.attempt - 1)
+    path = job.payload.path if job.payload else ""
+    return outcome.not_run(last, outcome.Kind.DEAD, outcome.text(path, 255),
+                           error_type=outcome.LEASE_LOST, error=outcome.LOST_LEASE)
 
 
 class Handover:
@@ -91,8 +103,16 @@ class Handover:
             set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
         except RedisError as exc:  # their leases expire; the next claim sets them aside again
             logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
-        self.ledger.claimed(loaded.run)
-        return loaded.run
+        run: list[ClaimedJob] = []
+        spent: list[ClaimedJob] = []
+        for job in loaded.run:  # a job's attempt may exceed its Redis count: payloads._counted
+            limit = (job.payload.max_attempts if job.payload else None) \
+                or self.settings.default_max_attempts
+            (spent if job.attempt > limit else run).append(job)
+        if spent:  # its last attempt ran, its start mark lost with its worker: ends dead
+            self.ledger.claimed((), [_spent(job) for job in spent])
+        self.ledger.claimed(run)
+        return run
 
 
 def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int) -> None:

@@ -14,13 +14,15 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django_delayq.engine.outcomes import NackOutcome
-from django_delayq.exceptions import InvalidRow, type_path
+from django_delayq.exceptions import InvalidRow, LeaseLost, type_path
 from django_delayq.models import JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
 
 INVALID_ROW = type_path(InvalidRow)
+LEASE_LOST = type_path(LeaseLost)  # a run lost with its worker
+LOST_LEASE = "lease expired: the worker running it died or stopped heartbeating"
 
 
 class Kind(enum.Enum):

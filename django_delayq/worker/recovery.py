@@ -36,9 +36,8 @@ from typing import TYPE_CHECKING, Any
 from django_delayq import signals
 from django_delayq.core import payloads
 from django_delayq.engine.outcomes import Contact, NackOutcome
-from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import JobStatus
-from django_delayq.worker.outcome import STATUS_OF
+from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE, STATUS_OF
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -47,8 +46,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LOST_LEASE = "lease expired: the worker running it died or stopped heartbeating"
-LEASE_LOST = type_path(LeaseLost)
 
 BATCH = 100
 ROUNDS = 10  # batches per queue and call: a large backlog of lapsed leases is spread out

@@ -16,6 +16,7 @@ from django_delayq.engine.acks import AckStream
 from django_delayq.engine.leases import Leases
 from django_delayq.engine.outcomes import NackOutcome
 from django_delayq.models import Job, JobStatus
+from django_delayq.worker.outcome import LEASE_LOST
 from tests.helpers import burst, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -64,3 +65,21 @@ def test_a_run_whose_start_mark_never_reached_redis_still_counts(  # type: ignor
     assert [line.split()[:3] for line in out.read_text().splitlines()] == [["ran", h.id, "2"]]
     row = Job.objects.get(pk=h.id)
     assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 2)
+
+
+def test_a_lost_last_attempt_whose_mark_never_reached_redis_ends_dead(  # type: ignore[no-untyped-def]
+        delayq_settings, tmp_path) -> None:
+    """As above with ``max_attempts=1``: the run the row counted was the last one, so the
+    job ends dead without running again, as it would have with its mark in Redis."""
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.record", str(out), "ran", max_attempts=1)
+    assert [j.attempt for j in get_engine().claim("default", 1, lease_ms=1).jobs] == [1]
+    Job.objects.filter(pk=h.id).update(status=JobStatus.RUNNING, attempts=1,
+                                       started_at=timezone.now())
+    wait_until(lambda: [r.outcome for r in get_engine().recover("default")]
+               == [NackOutcome.NOT_STARTED])
+    assert burst() == 0
+    assert not out.exists()  # not run again
+    row = Job.objects.get(pk=h.id)
+    assert (row.status, row.attempts, row.error_type) == (JobStatus.DEAD, 1, LEASE_LOST)
+    assert [(a.number, a.outcome) for a in row.attempt_history.all()] == [(1, JobStatus.DEAD)]
