@@ -72,17 +72,34 @@ def test_an_ack_in_a_queue_with_priorities_and_groups_forgets_them(engine: Engin
     assert engine.client.zcard(k.settled) == 2
 
 
-def test_a_plain_ack_runs_fourteen_commands(any_redis_server) -> None:  # type: ignore[no-untyped-def]
-    # one server (INFO commandstats of one node), each redis-server binary
-    engine = Engine(redis.Redis.from_url(any_redis_server.url), prefix=unique_prefix())
-    jobs = _claimed(engine, "a", "b", "c")
+def _ack_commands(engine: Engine, jobs: list) -> dict[str, int]:
+    """The commands (by INFO commandstats name) one ack of ``jobs[1:]`` runs inside its
+    script, ``jobs[0]``'s ack having loaded it first."""
     engine.ack("q", [(jobs[0].id, jobs[0].token)], holder="w", now_ms=NOW)  # loaded
     engine.client.config_resetstat()
     assert engine.ack("q", [(j.id, j.token) for j in jobs[1:]], holder="w") == [True, True]
     stats = engine.client.info("commandstats")
-    inner = {name: s["calls"] for name, s in stats.items()
-             if name not in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_config|resetstat",
-                                 "cmdstat_config")}  # 6.2 names no subcommand
+    return {name: s["calls"] for name, s in stats.items()
+            if name not in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_config|resetstat",
+                            "cmdstat_config")}  # 6.2 names no subcommand
+
+
+def test_a_plain_ack_runs_fourteen_commands(any_redis_server) -> None:  # type: ignore[no-untyped-def]
+    # one server (INFO commandstats of one node), each redis-server binary
+    engine = Engine(redis.Redis.from_url(any_redis_server.url), prefix=unique_prefix())
+    inner = _ack_commands(engine, _claimed(engine, "a", "b", "c"))
     assert sum(inner.values()) == 14, inner
     assert "cmdstat_srem" not in inner and inner["cmdstat_type"] == 3
+    engine.client.close()
+
+
+def test_a_plain_ack_of_a_django_delayq_job_runs_twelve_commands(any_redis_server) -> None:  # type: ignore[no-untyped-def]
+    # no envelope in Redis, no start mark arrived yet: no HDEL of jobs or runs
+    engine = Engine(redis.Redis.from_url(any_redis_server.url), prefix=unique_prefix())
+    engine.enqueue("q", [NewJob(id=i, at_ms=NOW - 10) for i in "abc"], now_ms=NOW)
+    inner = _ack_commands(engine, engine.claim("q", 10, LEASE, now_ms=NOW).jobs)
+    assert sum(inner.values()) == 12, inner
+    assert inner["cmdstat_hdel"] == 1 and inner["cmdstat_type"] == 3, inner
+    k = engine.keys("q")
+    assert engine.client.zcard(k.settled) == 3 and engine.client.exists(k.attempts) == 0
     engine.client.close()

@@ -56,22 +56,3 @@ def test_a_plain_claim_types_only_the_keys_that_exist(any_redis_server) -> None:
     assert stats["cmdstat_type"]["calls"] == 5, stats["cmdstat_type"]
     assert stats["cmdstat_exists"]["calls"] <= 6  # the count, paused, groups, jobs, prio
     engine.client.close()
-
-
-def test_a_plain_ack_of_a_django_delayq_job_runs_twelve_commands(any_redis_server) -> None:  # type: ignore[no-untyped-def]
-    # no envelope in Redis, no start mark arrived yet: no HDEL of jobs or runs
-    engine = Engine(redis.Redis.from_url(any_redis_server.url), prefix=unique_prefix())
-    engine.enqueue("q", [NewJob(id=i, at_ms=NOW - 10) for i in "abc"], now_ms=NOW)
-    jobs = engine.claim("q", 10, LEASE, now_ms=NOW).jobs
-    engine.ack("q", [(jobs[0].id, jobs[0].token)], holder="w", now_ms=NOW)  # loaded
-    engine.client.config_resetstat()
-    assert engine.ack("q", [(j.id, j.token) for j in jobs[1:]], holder="w") == [True, True]
-    stats = engine.client.info("commandstats")
-    inner = {name: s["calls"] for name, s in stats.items()
-             if name not in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_config|resetstat",
-                             "cmdstat_config")}
-    assert sum(inner.values()) == 12, inner
-    assert inner["cmdstat_hdel"] == 1 and inner["cmdstat_type"] == 3, inner
-    k = engine.keys("q")
-    assert engine.client.zcard(k.settled) == 3 and engine.client.exists(k.attempts) == 0
-    engine.client.close()
