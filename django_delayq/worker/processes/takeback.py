@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING
 
 from django_delayq.core import payloads
 from django_delayq.engine.outcomes import ClaimedJob
-from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker import runner
+from django_delayq.worker.outcome import LEASE_LOST
 from django_delayq.worker.processes.children import Child, describe_exit
 from django_delayq.worker.queue_backoff import grouped
 from django_delayq.worker.settle import Settler
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-LEASE_LOST = type_path(LeaseLost)
 TIMED_OUT = "timed out"
 CANCELLED = "cancelled"
 SILENT = "heartbeat silent"
