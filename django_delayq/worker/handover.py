@@ -105,10 +105,11 @@ class Handover:
             logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
         run: list[ClaimedJob] = []
         spent: list[ClaimedJob] = []
-        for job in loaded.run:  # a job's attempt may exceed its Redis count: payloads._counted
+        counted = {job.id: job.attempt for job in jobs}  # as Redis counted them
+        for job in loaded.run:  # raised to its row's count + 1 (payloads._counted) past its
             limit = (job.payload.max_attempts if job.payload else None) \
-                or self.settings.default_max_attempts
-            (spent if job.attempt > limit else run).append(job)
+                or self.settings.default_max_attempts  # limit: only then it does not run
+            (spent if counted[job.id] < job.attempt > limit else run).append(job)
         if spent:  # its last attempt ran, its start mark lost with its worker: ends dead
             self.ledger.claimed((), [_spent(job) for job in spent])
         self.ledger.claimed(run)

@@ -83,3 +83,15 @@ def test_a_lost_last_attempt_whose_mark_never_reached_redis_ends_dead(  # type: 
     row = Job.objects.get(pk=h.id)
     assert (row.status, row.attempts, row.error_type) == (JobStatus.DEAD, 1, LEASE_LOST)
     assert [(a.number, a.outcome) for a in row.attempt_history.all()] == [(1, JobStatus.DEAD)]
+
+
+def test_a_redis_count_past_max_attempts_alone_does_not_end_a_job(  # type: ignore[no-untyped-def]
+        delayq_settings, tmp_path) -> None:
+    """Only a run the row counted ends the job unrun: a count in Redis past
+    ``max_attempts`` (planted there) with a row that counted nothing still runs it."""
+    out = tmp_path / "runs.txt"
+    h = schedule("tests.jobs.record", str(out), "ran", max_attempts=1)
+    get_engine().client.hset(get_engine().keys("default").attempts, h.id, 1)
+    assert burst() == 0
+    assert [line.split()[:2] for line in out.read_text().splitlines()] == [["ran", h.id]]
+    assert Job.objects.get(pk=h.id).status == JobStatus.SUCCEEDED
