@@ -30,7 +30,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router
 
-from django_delayq import compat, tasks_results
+from django_delayq import compat, tasks_results  # tasks_results: compat.require_tasks()
 from django_delayq.core import api, registry, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.engine import backoff as backoff_mod
@@ -39,8 +39,6 @@ from django_delayq.models import Job, JobAttempt
 
 if TYPE_CHECKING:
     from django_delayq.tasks_results import AnyResult, AnyTask
-
-compat.require_tasks()
 
 logger = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from django_delayq.core.queues import known_queues
 from django_delayq.observe import (
     counters,  # noqa: F401 - served here; receivers connect on import
     limit_usage,
+    redis_state,
 )
 
 logger = logging.getLogger(__name__)
@@ -93,18 +94,15 @@ class QueueCollector:
         settings, engine = get_settings(), get_engine()
         now_ms = 0
         queues = known_queues(settings)
-        paused = set(engine.paused(list(queues)))
-        for queue in queues:
-            s = engine.stats(queue)
-            now_ms = s.now_ms
+        for q in redis_state.queues(engine, queues):
+            s, now_ms = q.stats, q.stats.now_ms
             for state in STATES:
-                f["delayq_queue_jobs"].add_metric([queue, state], getattr(s, state))
+                f["delayq_queue_jobs"].add_metric([q.queue, state], getattr(s, state))
             age = 0.0 if s.oldest_ready_ms is None else (s.now_ms - s.oldest_ready_ms) / 1000
-            f["delayq_queue_oldest_ready_age_seconds"].add_metric([queue], max(0.0, age))
-            f["delayq_queue_paused"].add_metric([queue], 1 if queue in paused else 0)
-            limit = engine.queue_limit(queue)
-            if limit is not None:
-                _limit(f, "queue", queue, limit.rate, limit.concurrency)
+            f["delayq_queue_oldest_ready_age_seconds"].add_metric([q.queue], max(0.0, age))
+            f["delayq_queue_paused"].add_metric([q.queue], 1 if q.paused else 0)
+            if q.limit is not None:
+                _limit(f, "queue", q.queue, q.limit.rate, q.limit.concurrency)
         for c in limit_usage.callable_limits(engine, settings):
             _limit(f, "callable", c.callable, c.rate, c.concurrency)
             f["delayq_callable_running"].add_metric([c.callable], c.running)
