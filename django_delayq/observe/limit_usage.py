@@ -21,7 +21,7 @@ A database that cannot be read shows no groups.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -140,14 +140,3 @@ def busiest(engine: Engine, queues: Sequence[str], shown: int = SHOWN) -> list[G
                        paused=g in paused[q], held=g in held[q], limit=limit(q, g))
             for q, g, n in due]
 
-
-def lines(groups: Sequence[GroupUsage], printable: Callable[[object], str] = str) -> list[str]:
-    """Text lines for ``delayq_status`` (none without groups); ``printable`` escapes."""
-    if not groups:
-        return []
-    return ["", "GROUPS (most due jobs)"] + [
-        "  %-16s %-32s due %d, running %d%s%s%s" % (
-            u.queue, printable(u.group), u.due, u.running,
-            ", limit %s" % u.limit if u.limit else "", ", paused" if u.paused else "",
-            ", held by its limit" if u.held else "")
-        for u in groups]

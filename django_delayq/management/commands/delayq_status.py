@@ -216,7 +216,7 @@ def render_text(status: Status) -> str:
                 c.callable, describe_limit(c.rate, c.concurrency, "none"), c.running,
                 c.started_in_window)
             for c in status.callable_limits]
-    lines += limit_usage.lines(status.groups, printable)
+    lines += _group_lines(status.groups)
     lines += periodic.status_lines(status.schedules)
     lines += ["", "WORKERS (%d)" % len(status.workers)]
     if not status.workers:
@@ -243,6 +243,18 @@ def _worker_lines(w: WorkerStatus) -> list[str]:
         ", progress %s" % printable(progress.compact(job.progress, 60)))
         for job in w.jobs]
     return lines
+
+
+def _group_lines(groups: list[limit_usage.GroupUsage]) -> list[str]:
+    """The busiest groups (none without groups); a group id is escaped (from the rows)."""
+    if not groups:
+        return []
+    return ["", "GROUPS (most due jobs)"] + [
+        "  %-16s %-32s due %d, running %d%s%s%s" % (
+            u.queue, printable(u.group), u.due, u.running,
+            ", limit %s" % u.limit if u.limit else "", ", paused" if u.paused else "",
+            ", held by its limit" if u.held else "")
+        for u in groups]
 
 
 def _info_field(info: dict[str, Any], key: str) -> str:
