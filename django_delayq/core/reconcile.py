@@ -74,6 +74,7 @@ blocks Redis like a script; 500 rows (six reads each) took ~11 ms, over the 5 ms
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -117,7 +118,7 @@ class Reconciler:
         self.engine, self.settings = engine, settings
         self._live = Liveness(engine, settings)
         self.queues = tuple(queues)
-        self._cursor = Cursor()
+        self._cursor = Cursor(self.queues, settings.reconcile_grace_seconds)
         self._urgent: dict[str, Cursor] = {}
         self._epochs = Epochs(engine, self.queues)
         self._lost_at: dict[str, datetime] = {}
@@ -148,24 +149,32 @@ class Reconciler:
             return 0
 
     def _tick(self) -> int:
-        now = time.monotonic()
+        now, enqueued = time.monotonic(), self.stats.enqueued
         if now - self._last_epoch >= min(EPOCH_CHECK_SECONDS,
                                          self.settings.reconcile_interval_seconds):
             self._last_epoch = now
-            self._urgent.update((queue, Cursor()) for queue in self.check_epochs())
+            self._urgent.update((queue, Cursor((queue,), 0.0, lost=True))
+                                for queue in self.check_epochs())
             if self._epochs.unreadable:  # a node down: its rows wait for a pass after it
                 self._outage.failed()
             else:
                 self._outage.worked()
-        added = self._urgent_work() if self._urgent else 0
-        if self._after_outage is None and (walk := self._outage.take_pass()) is not None:
+        # the loss passes, then the pass after an outage (``reconcile_state.Outage``: rows
+        # changed since it began get the second look), within the urgent budget per tick
+        deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        for queue, cursor in list(self._urgent.items()):
+            if self._walk(cursor, deadline):
+                del self._urgent[queue]
+                logger.info("reconciler: loss pass of queue %r done", queue)
+        if self._after_outage is None and (
+                walk := self._outage.take_pass(self.queues)) is not None:
             self._after_outage = walk
             self.stats.outage_passes += 1
             logger.info("reconciler: Redis answers again; looking at the rows changed since "
                         "%s without the long grace", walk.since)
-        if self._after_outage is not None:
-            added += self._outage_work(self._after_outage)
-        added += self._confirm()
+        if self._after_outage is not None and self._walk(self._after_outage, deadline):
+            self._after_outage = None
+        self._confirm()
         if now - self._last_orphans >= self.settings.lease_seconds:
             self._last_orphans = now
             self._look_at_orphans()
@@ -175,41 +184,23 @@ class Reconciler:
         if now - self._last >= self.settings.reconcile_interval_seconds:
             self._last = now
             group_limits.sync(self.engine, self.settings, self.queues)  # limits the rows hold
-            grace = self.settings.reconcile_grace_seconds
-            for _ in range(BATCHES_PER_TICK):
-                added += self._batch(self._cursor, self.queues, grace, lost=False)
-                if self._cursor.status == 0 and self._cursor.after is None:
-                    break  # wrapped around: a full cycle is done
-        return added
+            self._walk(self._cursor, batches=BATCHES_PER_TICK)
+        return self.stats.enqueued - enqueued
 
     @property
     def busy(self) -> bool:  # a loss pass or the pass after an outage has rows left
         return bool(self._urgent) or self._after_outage is not None
 
-    def _urgent_work(self) -> int:
-        deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
-        added = 0
-        for queue, cursor in list(self._urgent.items()):
-            while time.monotonic() < deadline:
-                added += self._batch(cursor, (queue,), 0.0, lost=True)
-                if cursor.status == 0 and cursor.after is None:
-                    del self._urgent[queue]
-                    logger.info("reconciler: loss pass of queue %r done", queue)
-                    break
-        return added
-
-    def _outage_work(self, cursor: Cursor) -> int:
-        """The pass after an outage (``reconcile_state.Outage``), within the urgent
-        budget per tick: rows changed since the outage began get the second look."""
-        deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
-        added = 0
-        while time.monotonic() < deadline:
-            added += self._batch(cursor, self.queues, reconcile_state.OUTAGE_GRACE_SECONDS,
-                                 lost=False)
-            if cursor.status == 0 and cursor.after is None:
-                self._after_outage = None
-                break
-        return added
+    def _walk(self, cursor: Cursor, deadline: float = math.inf, batches: int = -1, *,
+              batch: int = BATCH, dry_run: bool = False) -> bool:
+        """Batches of ``cursor``'s walk until it wraps around (True: a full walk is done),
+        ``deadline`` (monotonic) passes or ``batches`` were looked at."""
+        while batches != 0 and time.monotonic() < deadline:
+            batches -= 1
+            self._batch(cursor, batch=batch, dry_run=dry_run)
+            if cursor.wrapped:
+                return True
+        return False
 
     # -- on demand (manage.py delayq_reconcile) ---------------------------------------
 
@@ -230,23 +221,19 @@ class Reconciler:
                 self._epochs.assume_lost(queue)
             lost |= set(self.queues)
         grace = self.settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
-        total = 0
+        enqueued, missing = self.stats.enqueued, len(self.stats.missing)
         for queue in self.queues:
-            cursor = Cursor()
-            while True:
-                total += self._batch(cursor, (queue,), 0.0 if queue in lost else grace,
-                                     lost=queue in lost, batch=batch, dry_run=dry_run)
-                if cursor.status == 0 and cursor.after is None:
-                    break
+            self._walk(Cursor((queue,), 0.0 if queue in lost else grace, lost=queue in lost),
+                       batch=batch, dry_run=dry_run)
         if self._suspects and not dry_run:
             if self._live.any_alive():
                 time.sleep(self.confirm_seconds)
             while self._suspects:
                 before = len(self._suspects)
-                total += self._confirm(force=True)
+                self._confirm(force=True)
                 if len(self._suspects) >= before:  # decisions waiting on a silent worker
                     time.sleep(0.5)
-        return total
+        return self.stats.enqueued - enqueued + len(self.stats.missing) - missing
 
     # -- epoch: did Redis lose this queue's data? -------------------------------------
 
@@ -262,20 +249,18 @@ class Reconciler:
 
     # -- one batch ----------------------------------------------------------------------
 
-    def _batch(self, cursor: Cursor, queues: tuple[str, ...], grace: float, *, lost: bool,
-               batch: int = BATCH, dry_run: bool = False) -> int:
-        rows = reconcile_state.live_rows(cursor, queues, grace, batch)
-        if not rows:
+    def _batch(self, cursor: Cursor, *, batch: int = BATCH, dry_run: bool = False) -> int:
+        """One batch of ``cursor``'s walk; returns how many jobs were (or, in a dry run,
+        would be) re-enqueued at once."""
+        if not (rows := reconcile_state.live_rows(cursor, batch)):
             return 0
         self.stats.examined += len(rows)
         seen_ms = self.engine.time_ms()  # before the look: whoever beats later was alive
         found = self._find(rows)
-        took = {f.row.pk for f in found if lost and self._epochs.took(f.row.queue, f.row.pk)}
+        took = {f.row.pk for f in found if cursor.lost and self._epochs.took(f.row.queue, f.row.pk)}
         if len(took) < len(found):  # rows of data sets the loss did not take: no loss
             found = [f for f in found if f.row.pk in took] + self._leave_to_live_workers(
                 [f for f in found if f.row.pk not in took])
-        if not found:
-            return 0
         if dry_run:
             self.stats.missing += [f.row.pk for f in found if not f.settles]
             self.stats.to_settle += [f.row.pk for f in found if f.settles]
@@ -303,12 +288,12 @@ class Reconciler:
         for f in found[:MAX_SUSPECTS - len(self._suspects)]:
             self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, seen, seen_ms, False)
 
-    def _confirm(self, force: bool = False) -> int:
+    def _confirm(self, force: bool = False) -> None:
         """Second look at suspects: act on those whose row did not move meanwhile."""
         horizon = time.monotonic() - self.confirm_seconds
         due = [pk for pk, sus in self._suspects.items() if force or sus.seen <= horizon][:BATCH]
         if not due:
-            return 0
+            return
         rows = {r.pk: r for r in Job.objects.filter(pk__in=due, status__in=LIVE_STATUSES)
                 .only(*reconcile_state.LIGHT)}
         still: dict[bool, list[Job]] = {False: [], True: []}
@@ -318,13 +303,10 @@ class Reconciler:
             if row is not None and (row.status, row.updated_at) == (sus.status, sus.updated_at):
                 still[sus.lost].append(row)
                 seen[pk] = sus
-        added = 0
         for lost, items in still.items():
             if items:
                 found = self._find(items)
-                added += self._act(found if lost else self._leave_to_live_workers(found), seen,
-                                   lost=lost)
-        return added
+                self._act(found if lost else self._leave_to_live_workers(found), seen, lost=lost)
 
     def _act(self, found: list[Finding], seen: dict[str, Suspect] | None, *,
              lost: bool = False) -> int:

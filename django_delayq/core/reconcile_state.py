@@ -33,12 +33,21 @@ OUTAGE_GRACE_SECONDS = 2.0  # after Redis answers again: then the rows are looke
 
 @dataclass(slots=True)
 class Cursor:
-    """Position of a walk over live rows: status index, then (run_at, pk). ``since``:
-    only rows changed at or after it (None: all)."""
+    """A walk over the live rows of ``queues`` changed at least ``grace`` seconds ago (and
+    at or after ``since``, None: all); ``lost``: rows of data Redis lost. Its position:
+    status index, then (run_at, pk)."""
 
+    queues: tuple[str, ...]
+    grace: float
+    lost: bool = False
+    since: datetime | None = None
     status: int = 0
     after: tuple[datetime, str] | None = None
-    since: datetime | None = None
+
+    @property
+    def wrapped(self) -> bool:
+        """Back at the start: a full walk is done."""
+        return self.status == 0 and self.after is None
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,12 +91,12 @@ class Outage:
             self.pass_at = time.monotonic() + OUTAGE_GRACE_SECONDS
             self.since = None
 
-    def take_pass(self) -> Cursor | None:
-        """A walk to start now, once per outage (None: nothing to do yet)."""
+    def take_pass(self, queues: tuple[str, ...]) -> Cursor | None:
+        """A walk over ``queues`` to start now, once per outage (None: nothing to do yet)."""
         if self.pass_at is None or time.monotonic() < self.pass_at:
             return None
         self.pass_at = None
-        return Cursor(since=self.pass_since)
+        return Cursor(queues, OUTAGE_GRACE_SECONDS, since=self.pass_since)
 
 
 # The JobAttempt of a delivery a re-enqueue counts without knowing whether it ran.
@@ -99,12 +108,12 @@ LIGHT = ("id", "queue", "status", "worker_id", "run_at", "created_at", "updated_
          "attempts", "cancel_requested", "callable_path", "priority", "group")
 
 
-def live_rows(cursor: Cursor, queues: tuple[str, ...], grace: float, batch: int) -> list[Job]:
-    """Up to ``batch`` live rows of ``queues`` changed at least ``grace`` seconds ago, from
-    ``cursor``; advances it (wraps to the start)."""
-    cutoff = timezone.now() - timedelta(seconds=grace)
+def live_rows(cursor: Cursor, batch: int) -> list[Job]:
+    """Up to ``batch`` rows of ``cursor``'s walk from where it is; advances it (wraps to
+    the start)."""
+    cutoff = timezone.now() - timedelta(seconds=cursor.grace)
     while cursor.status < len(LIVE_STATUSES):
-        rows = Job.objects.filter(status=LIVE_STATUSES[cursor.status], queue__in=queues,
+        rows = Job.objects.filter(status=LIVE_STATUSES[cursor.status], queue__in=cursor.queues,
                                   updated_at__lte=cutoff).only(*LIGHT)
         if cursor.since is not None:
             rows = rows.filter(updated_at__gte=cursor.since)

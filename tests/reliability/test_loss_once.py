@@ -66,7 +66,7 @@ def test_two_loss_passes_put_each_job_back_once(settings, redis_server, holder: 
     rows = list(Job.objects.all())
     stale = second._find(rows)  # the second one looks first: every job is missing
     assert len(stale) == len(handles)
-    assert first._batch(Cursor(), ("default",), 0.0, lost=True) == len(handles)
+    assert first._batch(Cursor(("default",), 0.0, lost=True)) == len(handles)
     ran = _run_and_ack("default", holder)
     assert len(ran) == len(handles)
     assert second._act(stale, None, lost=True) == 0  # the jobs ran: none put back again
@@ -85,7 +85,7 @@ def test_a_delivery_the_lost_data_held_is_never_given_its_token_again(  # type: 
     reconciler.check_epochs()
     _wipe(settings.DELAYQ["PREFIX"])
     assert reconciler.check_epochs() == ["default"]
-    assert reconciler._batch(Cursor(), ("default",), 0.0, lost=True) == 1
+    assert reconciler._batch(Cursor(("default",), 0.0, lost=True)) == 1
     [after] = engine.claim("default", 1, lease_ms=60_000).jobs
     assert after.id == h.id and after.token > before.token
     assert not engine.ack("default", [(before.id, before.token)])[0]  # the old lease: refused
