@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
@@ -128,12 +129,35 @@ def _user_settings() -> dict[str, Any]:
     return value
 
 
+Problems = list[str]
+# A key's reader: (key, its value, the merged setting) -> (the value parsed, its problems).
+# The parsed value is used only when no key has a problem.
+Reader = Callable[[str, Any, dict[str, Any]], tuple[Any, Problems]]
+
+
 def _positive(name: str, value: object, *, integer: bool = False) -> str | None:
     kinds = (int,) if integer else (int, float)
     if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
         kind = "an integer" if integer else "a number"
         return "DELAYQ[%r] must be %s > 0, not %r" % (name, kind, value)
     return None
+
+
+def _number(integer: bool, none: str | None = None) -> Reader:
+    """A number > 0 (seconds: read as a float), or an integer; ``none``: what None means
+    when the key takes it."""
+    def read(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+        if value is None and none is not None:
+            return None, []
+        if why := _positive(name, value, integer=integer):
+            return None, [why if none is None else "%s (or None for %s)" % (why, none)]
+        return value if integer else float(value), []
+    return read
+
+
+def _flag(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    return value, [] if isinstance(value, bool) else [
+        "DELAYQ[%r] must be True or False, not %r" % (name, value)]
 
 
 URL_SCHEMES = ("redis://", "rediss://", "unix://", *urls.CLUSTER_SCHEMES, *urls.SENTINEL_SCHEMES)
@@ -155,24 +179,30 @@ def _url_problem(url: object) -> str | None:
     return None
 
 
-def _allowed_problem(allowed: object) -> str | None:
+def _url(name: str, url: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    """REDIS_URL, else the environment's DELAYQ_REDIS_URL."""
+    why = _url_problem(url)
+    return url or os.environ.get("DELAYQ_REDIS_URL") or None, [why] if why else []
+
+
+def _allowed(name: str, allowed: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """ALLOWED_CALLABLES: None or a list of module names (an empty list is a check error)."""
     if allowed is None:
-        return None
+        return None, []
     if not isinstance(allowed, (list, tuple)):
-        return ("DELAYQ['ALLOWED_CALLABLES'] must be a list of module names such as "
-                "['shop.tasks'], not %r" % (allowed,))
+        return None, ["DELAYQ['ALLOWED_CALLABLES'] must be a list of module names such as "
+                      "['shop.tasks'], not %r" % (allowed,)]
     if bad := ["%r (%s)" % (entry, why) for entry in allowed if (why := name_problem(entry))]:
-        return ("DELAYQ['ALLOWED_CALLABLES'] %r must list module names such as ['shop.tasks']; "
-                "not module names: %s" % (allowed, ", ".join(bad)))
-    return None
+        return None, ["DELAYQ['ALLOWED_CALLABLES'] %r must list module names such as "
+                      "['shop.tasks']; not module names: %s" % (allowed, ", ".join(bad))]
+    return tuple(allowed), []
 
 
-def _networks(value: object) -> tuple[tuple[IPNetwork, ...], str | None]:
+def _networks(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """HTTP_CALLBACK_ALLOWED_NETWORKS: addresses or networks ("10.1.0.0/16", "::1")."""
     if not isinstance(value, (list, tuple)):
-        return (), ("DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] must be a list of IP addresses or "
-                    "networks such as ['10.1.0.0/16'], not %r" % (value,))
+        return (), ["DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] must be a list of IP addresses or "
+                    "networks such as ['10.1.0.0/16'], not %r" % (value,)]
     nets, bad = [], []
     for entry in value:
         try:
@@ -182,45 +212,37 @@ def _networks(value: object) -> tuple[tuple[IPNetwork, ...], str | None]:
         except (TypeError, ValueError):
             bad.append(entry)
     if bad:
-        return (), ("DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] %r: not IP addresses or networks: "
-                    "%s" % (value, ", ".join(map(repr, bad))))
-    return tuple(nets), None
+        return (), ["DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] %r: not IP addresses or networks: "
+                    "%s" % (value, ", ".join(map(repr, bad)))]
+    return tuple(nets), []
 
 
-def _report_dir_problem(value: object) -> str | None:
+def _report_dir(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """REPORT_DIR: None or an absolute path (whether it exists is the admin view's concern:
     reports may be written there after the site starts)."""
     if value is None:
-        return None
+        return None, []
     if not isinstance(value, (str, os.PathLike)) or not Path(value).is_absolute():
-        return ("DELAYQ['REPORT_DIR'] must be None or an absolute directory path such as "
-                "'/srv/delayq-reports', not %r" % (value,))
-    return None
+        return None, ["DELAYQ['REPORT_DIR'] must be None or an absolute directory path such as "
+                      "'/srv/delayq-reports', not %r" % (value,)]
+    return os.fspath(value), []
 
 
-def _retention(value: object) -> tuple[tuple[tuple[str, float], ...], str | None]:
+def _retention(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """RETENTION: None (keep every row) or {"<final status>_days": days or None}; keys
     left out keep their default."""
     if value is None:
-        return (), None
+        return (), []
     known = DEFAULTS["RETENTION"]
     if not isinstance(value, dict) or set(value) - set(known):
-        return (), ("DELAYQ['RETENTION'] must be None or a dict with keys %s (days, or None "
-                    "to keep), not %r" % (", ".join(known), value))
+        return (), ["DELAYQ['RETENTION'] must be None or a dict with keys %s (days, or None "
+                    "to keep), not %r" % (", ".join(known), value)]
     days = {**known, **value}
     if bad := {k: v for k, v in days.items() if v is not None and _positive(k, v)}:
-        return (), ("DELAYQ['RETENTION'] %r: days must be numbers > 0 or None, not %s"
-                    % (value, ", ".join("%s=%r" % kv for kv in bad.items())))
+        return (), ["DELAYQ['RETENTION'] %r: days must be numbers > 0 or None, not %s"
+                    % (value, ", ".join("%s=%r" % kv for kv in bad.items()))]
     return tuple((k.removesuffix("_days"), float(v)) for k, v in days.items()
-                 if v is not None), None
-
-
-def _without_shards(options: object) -> Any:
-    """QUEUE_OPTIONS without the ``shards`` of each entry (``limits`` checks the rest)."""
-    if not isinstance(options, dict):
-        return options
-    return {queue: {k: v for k, v in entry.items() if k != "shards"}
-            if isinstance(entry, dict) else entry for queue, entry in options.items()}
+                 if v is not None), []
 
 
 def _shards(options: dict[str, Any]) -> dict[str, int]:
@@ -257,97 +279,93 @@ def _shards_problems(options: object, queues: object) -> list[str]:
     return found
 
 
-# The keys with a number or a flag by default take numbers > 0 (seconds, or integers) or flags.
-_POSITIVE = tuple(key for key, value in DEFAULTS.items() if type(value) is float)
-_POSITIVE_INTEGERS = tuple(key for key, value in DEFAULTS.items() if type(value) is int)
-_FLAGS = tuple(key for key, value in DEFAULTS.items() if type(value) is bool)
+def _queue_options(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    """QUEUE_OPTIONS: each queue's limits (``core/limits.py``) and shards."""
+    found = [*limits.queue_options_problems(value), *_shards_problems(value, merged["QUEUES"])]
+    return None if found else limits.parse_all(value), found
 
 
-def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
-    """Every problem of the ``DELAYQ`` setting as (key, message)."""
-    user = _user_settings() if user is None else user
-    merged = {**DEFAULTS, **user}
-    return [
-        *((name, "unknown DELAYQ key %r (known: %s)" % (name, ", ".join(DEFAULTS)))
-          for name in sorted(set(user) - set(DEFAULTS))),
-        *_scalar_problems(merged),
-        *_queues_problems(merged),
-        *_shape_problems(merged),
-    ]
+def _callable_limits(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    found = limits.callable_limits_problems(value, merged["ALLOWED_CALLABLES"])
+    return None if found else limits.parse_all(value), found
 
 
-def _scalar_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
-    """The numbers and the flags."""
-    found = [(name, msg) for name in (*_POSITIVE, *_POSITIVE_INTEGERS)
-             if (msg := _positive(name, merged[name], integer=name in _POSITIVE_INTEGERS))]
-    for name, integer, none in (("METRICS_GROUPS", True, "no metrics per group"),
-                                ("JOB_TIMEOUT_SECONDS", False, "no limit")):
-        if merged[name] is not None and (msg := _positive(name, merged[name], integer=integer)):
-            found.append((name, "%s (or None for %s)" % (msg, none)))
-    found += [(name, "DELAYQ[%r] must be True or False, not %r" % (name, merged[name]))
-              for name in _FLAGS if not isinstance(merged[name], bool)]
-    return found
-
-
-def _queues_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
-    """QUEUES and DEFAULT_QUEUE."""
-    queues = merged["QUEUES"]
+def _queues(name: str, queues: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
     if not isinstance(queues, (list, tuple)) or not queues or not all(
         isinstance(q, str) and q and q.isprintable() and "{" not in q and "}" not in q
         for q in queues
     ):
-        return [("QUEUES", "DELAYQ['QUEUES'] must be a non-empty list of queue names "
-                           "without braces, not %r" % (queues,))]
-    if merged["DEFAULT_QUEUE"] not in queues:
-        return [("DEFAULT_QUEUE", "DELAYQ['DEFAULT_QUEUE'] %r is not in QUEUES %r"
-                 % (merged["DEFAULT_QUEUE"], list(queues)))]
-    return []
+        return None, ["DELAYQ['QUEUES'] must be a non-empty list of queue names "
+                      "without braces, not %r" % (queues,)]
+    return tuple(queues), []
 
 
-def _shape_problems(merged: dict[str, Any]) -> list[tuple[str, str]]:
-    """The settings with a structure: backoff, lists, URL, options, schedules, prefix."""
-    m, backoff, prefix = merged, merged["DEFAULT_BACKOFF"], merged["PREFIX"]
+def _default_queue(name: str, queue: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    queues = merged["QUEUES"]
+    if isinstance(queues, (list, tuple)) and queues and queue not in queues:
+        return None, ["DELAYQ['DEFAULT_QUEUE'] %r is not in QUEUES %r" % (queue, list(queues))]
+    return queue, []
+
+
+def _backoff(name: str, backoff: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
     why = backoff_mod.validate(backoff)
-    prefix_ok = isinstance(prefix, str) and prefix and "{" not in prefix and "}" not in prefix
-    found: list[tuple[str, list[str | None]]] = [
-        ("DEFAULT_BACKOFF", [why and "DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)]),
-        ("ALLOWED_CALLABLES", [_allowed_problem(m["ALLOWED_CALLABLES"])]),
-        ("REDIS_URL", [_url_problem(m["REDIS_URL"])]),
-        ("HTTP_CALLBACK_ALLOWED_NETWORKS", [_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[1]]),
-        ("REPORT_DIR", [_report_dir_problem(m["REPORT_DIR"])]),
-        ("QUEUE_OPTIONS", [*limits.queue_options_problems(_without_shards(m["QUEUE_OPTIONS"])),
-                           *_shards_problems(m["QUEUE_OPTIONS"], m["QUEUES"])]),
-        ("CALLABLE_LIMITS", [*limits.callable_limits_problems(m["CALLABLE_LIMITS"],
-                                                               m["ALLOWED_CALLABLES"])]),
-        ("RETENTION", [_retention(m["RETENTION"])[1]]),
-        ("SCHEDULES", [*schedules.settings_problems(m["SCHEDULES"])]),
-        ("PREFIX", [None if prefix_ok else "DELAYQ['PREFIX'] must be a non-empty string "
-                                           "without braces, not %r" % (prefix,)]),
-    ]
-    return [(key, msg) for key, msgs in found for msg in msgs if msg]
+    return backoff, ["DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)] if why else []
+
+
+def _schedules(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    return value, schedules.settings_problems(value)
+
+
+def _prefix(name: str, prefix: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    if isinstance(prefix, str) and prefix and "{" not in prefix and "}" not in prefix:
+        return prefix, []
+    return None, ["DELAYQ['PREFIX'] must be a non-empty string without braces, not %r"
+                  % (prefix,)]
+
+
+def _as_is(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    return value, []
+
+
+# The keys with a number or a flag by default take numbers > 0 (seconds, or integers) or flags.
+READERS: dict[str, Reader] = {
+    **{key: _number(type(value) is int) for key, value in DEFAULTS.items()
+       if type(value) in (int, float)},
+    **{key: _flag for key, value in DEFAULTS.items() if type(value) is bool},
+    "METRICS_GROUPS": _number(True, "no metrics per group"),
+    "JOB_TIMEOUT_SECONDS": _number(False, "no limit"),
+    "REDIS_URL": _url, "PREFIX": _prefix, "QUEUES": _queues, "DEFAULT_QUEUE": _default_queue,
+    "DEFAULT_BACKOFF": _backoff, "ALLOWED_CALLABLES": _allowed,
+    "QUEUE_OPTIONS": _queue_options, "CALLABLE_LIMITS": _callable_limits,
+    "HTTP_CALLBACK_ALLOWED_NETWORKS": _networks, "REPORT_DIR": _report_dir,
+    "SCHEDULES": _schedules, "RETENTION": _retention,
+}
+
+
+def _read(user: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """The settings' fields, parsed, and every problem as (key, message)."""
+    merged = {**DEFAULTS, **user}
+    found = [(name, "unknown DELAYQ key %r (known: %s)" % (name, ", ".join(DEFAULTS)))
+             for name in sorted(set(user) - set(DEFAULTS))]
+    values = {}
+    for key in DEFAULTS:
+        values[key.lower()], why = READERS.get(key, _as_is)(key, merged[key], merged)
+        found += [(key, msg) for msg in why]
+    return values, found
+
+
+def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """Every problem of the ``DELAYQ`` setting as (key, message)."""
+    return _read(_user_settings() if user is None else user)[1]
 
 
 @cache
 def get_settings() -> Settings:
     user = _user_settings()
-    if found := problems(user):
+    values, found = _read(user)
+    if found:
         raise ImproperlyConfigured("; ".join(msg for _, msg in found))
-    m = {**DEFAULTS, **user}
-    # checked above: the integers, flags and strings are used as they are, seconds as floats
-    values: dict[str, Any] = {key.lower(): m[key] for key in DEFAULTS}
-    values.update((key.lower(), float(m[key])) for key in (*_POSITIVE, "JOB_TIMEOUT_SECONDS")
-                  if m[key] is not None)
-    allowed = m["ALLOWED_CALLABLES"]
-    values.update(
-        queues=tuple(m["QUEUES"]),
-        redis_url=m["REDIS_URL"] or os.environ.get("DELAYQ_REDIS_URL") or None,
-        allowed_callables=None if allowed is None else tuple(allowed),
-        http_callback_allowed_networks=_networks(m["HTTP_CALLBACK_ALLOWED_NETWORKS"])[0],
-        report_dir=None if m["REPORT_DIR"] is None else os.fspath(m["REPORT_DIR"]),
-        queue_options=limits.parse_all(_without_shards(m["QUEUE_OPTIONS"])),
-        queue_shards=_shards(m["QUEUE_OPTIONS"]), retention=_retention(m["RETENTION"])[0],
-        callable_limits=limits.parse_all(m["CALLABLE_LIMITS"]))
-    return Settings(**values)
+    return Settings(**values, queue_shards=_shards({**DEFAULTS, **user}["QUEUE_OPTIONS"]))
 
 
 @receiver(setting_changed)

@@ -30,7 +30,8 @@ Rate = tuple[int, int]  # (starts, per_ms)
 
 UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000}
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*")
-QUEUE_KEYS = ("timeout", "rate_limit", "concurrency", "group_rate_limit", "group_concurrency")
+QUEUE_KEYS = ("timeout", "rate_limit", "concurrency", "group_rate_limit", "group_concurrency",
+              "shards")  # the shards: conf checks them
 CALLABLE_KEYS = ("rate_limit", "concurrency")
 MAX_RATE_MS = 7 * 24 * 3_600_000  # a window of at most a week
 MAX_COUNT = 2**31 - 1  # a concurrency or a rate's N: what GroupLimit's column holds anywhere
