@@ -43,7 +43,7 @@ other name is an ``InvalidJob`` naming it (a typo must not pause nothing).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -51,12 +51,12 @@ from django.db import router
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import validation
+from django_delayq.core import tick_presence, validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.outcomes import CancelOutcome, NewJob
+from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import InvalidJob
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
@@ -171,38 +171,18 @@ def purge_queue_report(queue: str) -> PurgeReport:
         for waiting in _waiting_batches(engine, queue, router.db_for_write(Job)):
             _cancel_rows(queue, waiting)
         while ids := engine.purge_pending(queue, limit=PURGE_BATCH):
-            kept = _next_ticks(ids)  # out of Redis for now: put back before the resume
+            kept = tick_presence.pending_ticks(ids)  # out of Redis: put back before the resume
             ticks |= kept
             purged = [i for i in ids if i not in kept]
             removed += len(purged)
             _cancel_rows(queue, purged)  # only rows still live: jobs scheduled meanwhile
-        kept_count = _put_back(engine, queue, ticks)
+        kept_count = tick_presence.enqueue_rows(ticks)  # due as before
     finally:
         if paused_here:  # a job left in Redis by a failure has a final row: set aside
             engine.resume(queue)
     logger.warning("queue %r purged: %d waiting job(s) removed, %d schedule tick(s) kept",
                    queue, removed, kept_count)
     return PurgeReport(removed=removed, ticks_kept=kept_count)
-
-
-def _next_ticks(ids: Iterable[str]) -> set[str]:
-    """Those of ``ids`` that are a periodic schedule's pending next tick: the schedule
-    names it (``next_job_id``) and its row is ``scheduled``."""
-    named = set(Schedule.objects.filter(next_job_id__in=list(ids))
-                .values_list("next_job_id", flat=True))  # none: no query below
-    return set(Job.objects.filter(pk__in=named, status=JobStatus.SCHEDULED)
-               .values_list("pk", flat=True))
-
-
-def _put_back(engine: Engine, queue: str, ids: set[str]) -> int:
-    """Enqueue the kept tick jobs again, due as their rows say (idempotent by id)."""
-    rows = list(Job.objects.filter(pk__in=ids, status=JobStatus.SCHEDULED)
-                .values_list("id", "run_at", "priority", "group"))
-    jobs = [NewJob(id=job_id, at_ms=validation.at_ms(run_at), priority=priority, group=group)
-            for job_id, run_at, priority, group in rows]
-    if jobs:
-        engine.enqueue(queue, jobs)
-    return len(jobs)
 
 
 def _waiting_batches(engine: Engine, queue: str, using: str | None,
@@ -216,7 +196,7 @@ def _waiting_batches(engine: Engine, queue: str, using: str | None,
                       .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH]):
         after = ids[-1]
         waiting = _waiting_in_redis(engine, queue, ids)
-        ticks = _next_ticks(waiting) if waiting else set()
+        ticks = tick_presence.pending_ticks(waiting) if waiting else set()
         if waiting := [i for i in waiting if i not in ticks]:  # schedule ticks: left waiting
             yield waiting
 

@@ -49,8 +49,7 @@ from django_delayq.models import Job, JobStatus, Schedule
 
 logger = logging.getLogger(__name__)
 
-Row = tuple[str, str, datetime, int, datetime, str]  # id, queue, run_at, priority,
-# updated_at, group
+Row = tuple[str, str, datetime]  # id, queue, updated_at
 
 SEND_GRACE = timedelta(seconds=2)  # a row younger than this: its own send may be on its way
 CONFIRM_EVERY_S = 0.5  # how often the keeper thread looks at the watched ids
@@ -106,15 +105,38 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
     were enqueued. Redis and database errors propagate."""
     now = now or timezone.now()
     rows: list[Row] = list(Job.objects.filter(pk__in=job_ids, status=JobStatus.SCHEDULED)
-                           .values_list("id", "queue", "run_at", "priority", "updated_at", "group"))
+                           .values_list("id", "queue", "updated_at"))
     missing = _missing(rows)
-    young = {r[0] for r in missing if r[4] > now - SEND_GRACE}
-    old = [r[0] for r in missing if r[0] not in young]  # none: no query below
-    still = set(Job.objects.filter(pk__in=old, status=JobStatus.SCHEDULED)
-                .values_list("id", flat=True))
-    pointed = set(Schedule.objects.filter(enabled=True, next_job_id__in=old)
-                  .exclude(last_job_id=F("next_job_id")).values_list("next_job_id", flat=True))
-    return young, _enqueue([r for r in missing if r[0] in still and r[0] in pointed])
+    young = {r[0] for r in missing if r[2] > now - SEND_GRACE}
+    back = pending_ticks(r[0] for r in missing if r[0] not in young)  # none: no query
+    if back:
+        logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
+                       "data Redis lost) enqueued again: %s", len(back),
+                       ", ".join(sorted(back)[:5]))
+    return young, enqueue_rows(back)
+
+
+def pending_ticks(job_ids: Iterable[str]) -> set[str]:
+    """Those of ``job_ids`` that are a schedule's pending next tick: an enabled schedule
+    names it as its next tick and not as its last one (``tick_started`` writes that
+    before the tick's function runs), and its row is ``scheduled``."""
+    named = set(Schedule.objects.filter(enabled=True, next_job_id__in=list(job_ids))
+                .exclude(last_job_id=F("next_job_id")).values_list("next_job_id", flat=True))
+    return set(Job.objects.filter(pk__in=named, status=JobStatus.SCHEDULED)
+               .values_list("pk", flat=True))
+
+
+def enqueue_rows(job_ids: Iterable[str]) -> int:
+    """Enqueue the jobs of ``job_ids`` whose row is ``scheduled`` again, due as their rows
+    say (idempotent by id); returns how many Redis took."""
+    by_queue: dict[str, list[NewJob]] = {}
+    for job_id, queue, run_at, priority, group in Job.objects.filter(
+            pk__in=list(job_ids), status=JobStatus.SCHEDULED).values_list(
+            "id", "queue", "run_at", "priority", "group"):
+        by_queue.setdefault(queue, []).append(NewJob(id=job_id, at_ms=validation.at_ms(run_at),
+                                                     priority=priority, group=group))
+    engine = get_engine()
+    return sum(engine.enqueue(queue, jobs) for queue, jobs in by_queue.items())
 
 
 def _missing(rows: list[Row]) -> list[Row]:
@@ -127,15 +149,3 @@ def _missing(rows: list[Row]) -> list[Row]:
     return [row for queue, items in by_queue.items()
             for row, p in zip(items, engine.presence(queue, [r[0] for r in items]), strict=True)
             if not (p.queued or p.dead or p.settled is not None or p.reconciled_ms is not None)]
-
-
-def _enqueue(rows: list[Row]) -> int:
-    engine = get_engine()
-    added = sum(engine.enqueue(queue, [NewJob(id=job_id, at_ms=validation.at_ms(run_at),
-                                              priority=priority, group=group)])
-                for job_id, queue, run_at, priority, _, group in rows)
-    if rows:
-        logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
-                       "data Redis lost) enqueued again: %s", len(rows),
-                       ", ".join(r[0] for r in rows[:5]))
-    return added
