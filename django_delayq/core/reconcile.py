@@ -64,7 +64,8 @@ by a reconciler that did not see the loss: ``Epochs.began``) and written into th
 before the re-enqueue (``reconcile_state.record_charges``).
 
 Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
-then are settled (``core/final_rows.py``); who counts as alive: ``core/liveness.py``.
+then are settled (``core/final_rows.py``); who counts as alive:
+``reconcile_state.Liveness``.
 After a Redis outage the rows changed during it get a look at once (``Outage``).
 
 Every MULTI (and re-enqueue call) carries at most ``MULTI_ROWS`` (100) rows: a MULTI
@@ -86,8 +87,7 @@ from django.utils import timezone
 from django_delayq.core import final_rows, group_limits, reconcile_state, workflows
 from django_delayq.core.epochs import Epochs
 from django_delayq.core.final_rows import Finding
-from django_delayq.core.liveness import Liveness
-from django_delayq.core.reconcile_state import Cursor, Suspect
+from django_delayq.core.reconcile_state import Cursor, Liveness, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
