@@ -79,6 +79,7 @@ class Epochs:
     def __init__(self, engine: Engine, queues: tuple[str, ...]) -> None:
         self.engine, self.queues = engine, queues
         self.known: dict[str, str] = {}
+        self.lost_at: dict[str, datetime] = {}  # queue -> when its last loss was recorded
         # queue -> the data sets its last loss took (None: all of them)
         self.lost_sets: dict[str, set[str] | None] = {}
         self.unreadable: set[str] = set()  # data sets whose epoch the last check missed
@@ -124,6 +125,7 @@ class Epochs:
             if value is not None:
                 self.known[name] = value
         self.lost_sets.update(took)
+        self.lost_at.update(lost)
         return lost
 
     def _read(self, names: list[str]) -> list[str | None]:
@@ -149,6 +151,7 @@ class Epochs:
     def assume_lost(self, queue: str) -> None:
         """Treat every data set of ``queue`` as lost (``delayq_reconcile --assume-lost``)."""
         self.lost_sets[queue] = None
+        self.lost_at[queue] = timezone.now()
 
     def began(self) -> dict[str, datetime]:
         """When the data each queue holds now began (its known epoch's creation, this

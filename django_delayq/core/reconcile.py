@@ -78,11 +78,10 @@ import logging
 import math
 import time
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, router
-from django.utils import timezone
 
 from django_delayq.core import final_rows, group_limits, reconcile_state, workflows
 from django_delayq.core.epochs import Epochs
@@ -121,7 +120,6 @@ class Reconciler:
         self._cursor = Cursor(self.queues, settings.reconcile_grace_seconds)
         self._urgent: dict[str, Cursor] = {}
         self._epochs = Epochs(engine, self.queues)
-        self._lost_at: dict[str, datetime] = {}
         self._suspects: dict[str, Suspect] = {}
         self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
         self._last = self._last_epoch = self._last_orphans = -1e18
@@ -217,7 +215,6 @@ class Reconciler:
             pass  # children of parents final elsewhere: released or cancelled first
         if assume_lost:
             for queue in set(self.queues) - lost:
-                self._lost_at[queue] = timezone.now()
                 self._epochs.assume_lost(queue)
             lost |= set(self.queues)
         grace = self.settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
@@ -243,7 +240,6 @@ class Reconciler:
         ``create=False`` (a dry run) writes nothing: a missing epoch stays missing."""
         lost = self._epochs.check(create)
         if lost:
-            self._lost_at.update(lost)
             self._suspects.clear()  # whatever they were, the loss pass decides now
         return list(lost)
 
@@ -267,7 +263,7 @@ class Reconciler:
             return sum(not f.settles for f in found)
         now, act = time.monotonic(), []
         for f in found:
-            taken, lost_at = f.row.pk in took, self._lost_at.get(f.row.queue)
+            taken, lost_at = f.row.pk in took, self._epochs.lost_at.get(f.row.queue)
             if taken and not f.dead and lost_at is not None and (  # changed before the loss
                     f.row.updated_at < lost_at - timedelta(seconds=LOSS_MARGIN_SECONDS)):
                 act.append(f)
@@ -372,7 +368,7 @@ class Reconciler:
         # A delivery lost data held may be unrecorded: never its attempt number again,
         # also when the loss came before this reconciler's first look (it saw no loss).
         reconcile_state.count_lost_deliveries(
-            rows, seeds, self._lost_at if lost else self._epochs.began(),
+            rows, seeds, self._epochs.lost_at if lost else self._epochs.began(),
             self._epochs.witnessed, LOSS_MARGIN_SECONDS, 2 * self.settings.lease_seconds)
         ready = []
         for row in rows:
