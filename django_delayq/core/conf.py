@@ -163,26 +163,21 @@ def _flag(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]
 URL_SCHEMES = ("redis://", "rediss://", "unix://", *urls.CLUSTER_SCHEMES, *urls.SENTINEL_SCHEMES)
 
 
-def _url_problem(url: object) -> str | None:
-    if url is None:
-        return None
-    if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
-        return ("DELAYQ['REDIS_URL'] must start with redis://, rediss://, unix://, "
-                "redis+cluster://, rediss+cluster://, redis+sentinel:// or "
-                "rediss+sentinel://, not %r" % (url,))
-    if urls.is_sentinel_url(url) and (why := urls.sentinel_url_problem(url)):
-        return ("DELAYQ['REDIS_URL'] %r: %s (e.g. 'redis+sentinel://host1:26379,"
-                "host2:26379/mymaster/0')" % (url, why))
-    if urls.is_cluster_url(url) and urlsplit(url).path.strip("/") not in ("", "0"):
-        return ("DELAYQ['REDIS_URL'] %r: a Redis Cluster has only database 0; drop the "
-                "database number" % (url,))
-    return None
-
-
 def _url(name: str, url: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """REDIS_URL, else the environment's DELAYQ_REDIS_URL."""
-    why = _url_problem(url)
-    return url or os.environ.get("DELAYQ_REDIS_URL") or None, [why] if why else []
+    if url is None:
+        return os.environ.get("DELAYQ_REDIS_URL") or None, []
+    if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
+        return None, ["DELAYQ['REDIS_URL'] must start with redis://, rediss://, unix://, "
+                      "redis+cluster://, rediss+cluster://, redis+sentinel:// or "
+                      "rediss+sentinel://, not %r" % (url,)]
+    if urls.is_sentinel_url(url) and (why := urls.sentinel_url_problem(url)):
+        return None, ["DELAYQ['REDIS_URL'] %r: %s (e.g. 'redis+sentinel://host1:26379,"
+                      "host2:26379/mymaster/0')" % (url, why)]
+    if urls.is_cluster_url(url) and urlsplit(url).path.strip("/") not in ("", "0"):
+        return None, ["DELAYQ['REDIS_URL'] %r: a Redis Cluster has only database 0; drop the "
+                      "database number" % (url,)]
+    return url, []
 
 
 def _allowed(name: str, allowed: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
@@ -252,15 +247,17 @@ def _shards(options: dict[str, Any]) -> dict[str, int]:
             and entry["shards"] > 1}
 
 
-def _shards_problems(options: object, queues: object) -> list[str]:
-    """A shard count is an integer 1..MAX_SHARDS, on a queue without rate_limit or
-    concurrency (a limit cannot be split exactly between shards), whose shard names
-    (``queue#1`` ...) are no other queue's name."""
+def _queue_options(name: str, options: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    """QUEUE_OPTIONS: each queue's limits (``core/limits.py``) and shards. A shard count is
+    an integer 1..MAX_SHARDS, on a queue without rate_limit or concurrency (a limit cannot
+    be split exactly between shards), whose shard names (``queue#1`` ...) are no other
+    queue's name."""
+    found = limits.queue_options_problems(options)
     if not isinstance(options, dict):
-        return []
+        return None, found
+    queues = merged["QUEUES"]
     names = set(queues) if isinstance(queues, (list, tuple)) else set()
     names |= {q for q in options if isinstance(q, str)}
-    found = []
     for queue, entry in options.items():
         count = entry.get("shards", 1) if isinstance(entry, dict) else 1
         where = "DELAYQ['QUEUE_OPTIONS'][%r]['shards']" % (queue,)
@@ -276,13 +273,7 @@ def _shards_problems(options: object, queues: object) -> list[str]:
             found.append("%s is %d: the shards of %r are named %r#1... and would share keys "
                          "with queue %r; rename that queue" % (where, count, queue, queue,
                                                                taken[0]))
-    return found
-
-
-def _queue_options(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    """QUEUE_OPTIONS: each queue's limits (``core/limits.py``) and shards."""
-    found = [*limits.queue_options_problems(value), *_shards_problems(value, merged["QUEUES"])]
-    return None if found else limits.parse_all(value), found
+    return None if found else limits.parse_all(options), found
 
 
 def _callable_limits(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:

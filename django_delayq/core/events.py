@@ -94,14 +94,10 @@ class EventStream:
         self.flush_seconds = flush_seconds  # the tick while busy
         self.idle_seconds = idle_seconds  # the tick otherwise (never below flush_seconds)
         self._buffer: deque[Fields] = deque(maxlen=buffer_max)
-        self._lock = threading.Lock()
-        self._flushing = threading.Lock()  # one flush at a time: see flush()
-        self._wake = threading.Event()  # a burst, a parked flusher's next event, close()
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._parked = False  # the flusher sleeps until an event comes
         self.dropped = 0
         self.failing = False
+        self.after_fork()  # the flusher's state
 
     def add(self, fields: Fields) -> None:
         """Buffer one event; O(1), no I/O. The flusher is woken only by a burst (``WAKE_AT``
@@ -176,12 +172,13 @@ class EventStream:
         self.flush()
 
     def after_fork(self) -> None:
-        """In a forked child the parent's thread did not come along: start a new one."""
-        self._thread = None
-        self._parked = False
+        """The flusher's state, new: at the start, and in a forked child, where the
+        parent's thread did not come along (a new one starts when events wait)."""
+        self._thread: threading.Thread | None = None
+        self._parked = False  # the flusher sleeps until an event comes
         self._lock = threading.Lock()
-        self._flushing = threading.Lock()
-        self._wake = threading.Event()
+        self._flushing = threading.Lock()  # one flush at a time: see flush()
+        self._wake = threading.Event()  # a burst, a parked flusher's next event, close()
         if self._buffer:
             self._ensure_thread()
 
