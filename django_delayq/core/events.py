@@ -271,13 +271,9 @@ def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None,
             first: dict[str, Any] | None = None) -> Fields:
     """An event's stream fields from its signal's ``kwargs``; ``first``: the kwargs of
     its attempt's ``started`` event, folded in (its due and start times, its callable)."""
-    get = kwargs.get
-    path = get("callable_path", "")
-    if first is not None:
-        path = path or first.get("callable_path", "")
-        due, started = first.get("due_at"), first.get("started_at")
-    else:
-        due, started = get("due_at"), get("started_at")
+    get, times = kwargs.get, kwargs if first is None else first
+    path = get("callable_path") or times.get("callable_path")
+    due, started = times.get("due_at"), times.get("started_at")
     out: Fields = {"event": event, "job": str(get("job_id", "")), "queue": str(get("queue", "")),
                    "callable": str(path or ""),
                    "ts_ms": str(int((time.time() if ts is None else ts) * 1000))}

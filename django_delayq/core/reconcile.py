@@ -314,32 +314,28 @@ class Reconciler:
     # -- where the jobs are -------------------------------------------------------------
 
     def _find(self, rows: list[Job]) -> list[Finding]:
-        """Rows whose job Redis does not hold, or holds as dead."""
-        return [f for queue, items in _by_queue(rows).items() for f in self._find_in(queue, items)]
-
-    def _find_in(self, queue: str, rows: Sequence[Job]) -> list[Finding]:
-        """Each row's place, envelope and attempts (read atomically, ``MULTI_ROWS`` rows
-        per MULTI: ``Engine.presence``)."""
+        """Rows whose job Redis does not hold, or holds as dead: each row's place, envelope
+        and attempts (read atomically, ``MULTI_ROWS`` rows per MULTI: ``Engine.presence``)."""
         found, horizon = [], self.engine.time_ms() - RECENT_SECONDS * 1000
-        places = self.engine.presence(queue, [row.pk for row in rows])
-        for row, place in zip(rows, places):
-            if place.queued:
-                continue
-            if place.settled is not None:  # settled by a worker; its audit row is coming
-                found.append(Finding(row, redis_attempts=place.attempts,
-                                     settled=place.settled))
-            elif place.dead:
-                found.append(Finding(row, dead=True, redis_attempts=place.attempts,
-                                     died_ms=place.died_ms))
-            elif place.envelope:
-                self.stats.orphans += 1
-                logger.error("reconciler: job %s has an envelope but is in no queue set of "
-                             "%r (partial data loss or eviction?); it cannot run until "
-                             "repaired", row.pk, queue)
-            elif place.reconciled_ms is not None and place.reconciled_ms >= horizon:
-                logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
-            else:
-                found.append(Finding(row, redis_attempts=place.attempts))
+        for queue, items in _by_queue(rows).items():
+            for row, place in zip(items, self.engine.presence(queue, [r.pk for r in items])):
+                if place.queued:
+                    continue
+                if place.settled is not None:  # settled by a worker; its audit row is coming
+                    found.append(Finding(row, redis_attempts=place.attempts,
+                                         settled=place.settled))
+                elif place.dead:
+                    found.append(Finding(row, dead=True, redis_attempts=place.attempts,
+                                         died_ms=place.died_ms))
+                elif place.envelope:
+                    self.stats.orphans += 1
+                    logger.error("reconciler: job %s has an envelope but is in no queue set of "
+                                 "%r (partial data loss or eviction?); it cannot run until "
+                                 "repaired", row.pk, queue)
+                elif place.reconciled_ms is not None and place.reconciled_ms >= horizon:
+                    logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
+                else:
+                    found.append(Finding(row, redis_attempts=place.attempts))
         return found
 
     def _leave_to_live_workers(self, found: list[Finding]) -> list[Finding]:
