@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -132,7 +132,7 @@ def _user_settings() -> dict[str, Any]:
 Problems = list[str]
 # A key's reader: (key, its value, the merged setting) -> (the value parsed, its problems).
 # The parsed value is used only when no key has a problem.
-Reader = Callable[[str, Any, dict[str, Any]], tuple[Any, Problems]]
+Reader = Callable[[str, object, dict[str, Any]], tuple[Any, Problems]]
 
 
 def _positive(name: str, value: object, *, integer: bool = False) -> str | None:
@@ -146,16 +146,16 @@ def _positive(name: str, value: object, *, integer: bool = False) -> str | None:
 def _number(integer: bool, none: str | None = None) -> Reader:
     """A number > 0 (seconds: read as a float), or an integer; ``none``: what None means
     when the key takes it."""
-    def read(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    def read(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
         if value is None and none is not None:
             return None, []
         if why := _positive(name, value, integer=integer):
             return None, [why if none is None else "%s (or None for %s)" % (why, none)]
-        return value if integer else float(value), []
+        return value if integer else float(cast("float", value)), []  # checked: a number
     return read
 
 
-def _flag(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _flag(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     return value, [] if isinstance(value, bool) else [
         "DELAYQ[%r] must be True or False, not %r" % (name, value)]
 
@@ -163,7 +163,7 @@ def _flag(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]
 URL_SCHEMES = ("redis://", "rediss://", "unix://", *urls.CLUSTER_SCHEMES, *urls.SENTINEL_SCHEMES)
 
 
-def _url(name: str, url: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _url(name: str, url: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """REDIS_URL, else the environment's DELAYQ_REDIS_URL."""
     if url is None:
         return os.environ.get("DELAYQ_REDIS_URL") or None, []
@@ -180,7 +180,7 @@ def _url(name: str, url: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
     return url, []
 
 
-def _allowed(name: str, allowed: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _allowed(name: str, allowed: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """ALLOWED_CALLABLES: None or a list of module names (an empty list is a check error)."""
     if allowed is None:
         return None, []
@@ -193,7 +193,7 @@ def _allowed(name: str, allowed: Any, merged: dict[str, Any]) -> tuple[Any, Prob
     return tuple(allowed), []
 
 
-def _networks(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _networks(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """HTTP_CALLBACK_ALLOWED_NETWORKS: addresses or networks ("10.1.0.0/16", "::1")."""
     if not isinstance(value, (list, tuple)):
         return (), ["DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] must be a list of IP addresses or "
@@ -212,7 +212,7 @@ def _networks(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Probl
     return tuple(nets), []
 
 
-def _report_dir(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _report_dir(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """REPORT_DIR: None or an absolute path (whether it exists is the admin view's concern:
     reports may be written there after the site starts)."""
     if value is None:
@@ -223,7 +223,7 @@ def _report_dir(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Pro
     return os.fspath(value), []
 
 
-def _retention(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _retention(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """RETENTION: None (keep every row) or {"<final status>_days": days or None}; keys
     left out keep their default."""
     if value is None:
@@ -247,7 +247,7 @@ def _shards(options: dict[str, Any]) -> dict[str, int]:
             and entry["shards"] > 1}
 
 
-def _queue_options(name: str, options: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _queue_options(name: str, options: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """QUEUE_OPTIONS: each queue's limits (``core/limits.py``) and shards. A shard count is
     an integer 1..MAX_SHARDS, on a queue without rate_limit or concurrency (a limit cannot
     be split exactly between shards), whose shard names (``queue#1`` ...) are no other
@@ -276,12 +276,12 @@ def _queue_options(name: str, options: Any, merged: dict[str, Any]) -> tuple[Any
     return None if found else limits.parse_all(options), found
 
 
-def _callable_limits(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _callable_limits(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     found = limits.callable_limits_problems(value, merged["ALLOWED_CALLABLES"])
-    return None if found else limits.parse_all(value), found
+    return None if found else limits.parse_all(cast("dict[str, Any]", value)), found
 
 
-def _queues(name: str, queues: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _queues(name: str, queues: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     if not isinstance(queues, (list, tuple)) or not queues or not all(
         isinstance(q, str) and q and q.isprintable() and "{" not in q and "}" not in q
         for q in queues
@@ -291,30 +291,30 @@ def _queues(name: str, queues: Any, merged: dict[str, Any]) -> tuple[Any, Proble
     return tuple(queues), []
 
 
-def _default_queue(name: str, queue: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _default_queue(name: str, queue: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     queues = merged["QUEUES"]
     if isinstance(queues, (list, tuple)) and queues and queue not in queues:
         return None, ["DELAYQ['DEFAULT_QUEUE'] %r is not in QUEUES %r" % (queue, list(queues))]
     return queue, []
 
 
-def _backoff(name: str, backoff: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _backoff(name: str, backoff: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     why = backoff_mod.validate(backoff)
     return backoff, ["DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)] if why else []
 
 
-def _schedules(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _schedules(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     return value, schedules.settings_problems(value)
 
 
-def _prefix(name: str, prefix: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _prefix(name: str, prefix: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     if isinstance(prefix, str) and prefix and "{" not in prefix and "}" not in prefix:
         return prefix, []
     return None, ["DELAYQ['PREFIX'] must be a non-empty string without braces, not %r"
                   % (prefix,)]
 
 
-def _as_is(name: str, value: Any, merged: dict[str, Any]) -> tuple[Any, Problems]:
+def _as_is(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     return value, []
 
 

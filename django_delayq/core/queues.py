@@ -43,20 +43,21 @@ other name is an ``InvalidJob`` naming it (a typo must not pause nothing).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from django.db import router
+from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import tick_presence, validation
+from django_delayq.core import validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.outcomes import CancelOutcome
+from django_delayq.engine.outcomes import CancelOutcome, NewJob
 from django_delayq.exceptions import InvalidJob
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
 
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
@@ -171,18 +172,41 @@ def purge_queue_report(queue: str) -> PurgeReport:
         for waiting in _waiting_batches(engine, queue, router.db_for_write(Job)):
             _cancel_rows(queue, waiting)
         while ids := engine.purge_pending(queue, limit=PURGE_BATCH):
-            kept = tick_presence.pending_ticks(ids)  # out of Redis: put back before the resume
+            kept = pending_ticks(ids)  # out of Redis: put back before the resume
             ticks |= kept
             purged = [i for i in ids if i not in kept]
             removed += len(purged)
             _cancel_rows(queue, purged)  # only rows still live: jobs scheduled meanwhile
-        kept_count = tick_presence.enqueue_rows(ticks)  # due as before
+        kept_count = enqueue_rows(ticks)  # due as before
     finally:
         if paused_here:  # a job left in Redis by a failure has a final row: set aside
             engine.resume(queue)
     logger.warning("queue %r purged: %d waiting job(s) removed, %d schedule tick(s) kept",
                    queue, removed, kept_count)
     return PurgeReport(removed=removed, ticks_kept=kept_count)
+
+
+def pending_ticks(job_ids: Iterable[str]) -> set[str]:
+    """Those of ``job_ids`` that are a schedule's pending next tick: an enabled schedule
+    names it as its next tick and not as its last one (``tick_started`` writes that
+    before the tick's function runs), and its row is ``scheduled``."""
+    named = set(Schedule.objects.filter(enabled=True, next_job_id__in=list(job_ids))
+                .exclude(last_job_id=F("next_job_id")).values_list("next_job_id", flat=True))
+    return set(Job.objects.filter(pk__in=named, status=JobStatus.SCHEDULED)
+               .values_list("pk", flat=True))
+
+
+def enqueue_rows(job_ids: Iterable[str]) -> int:
+    """Enqueue the jobs of ``job_ids`` whose row is ``scheduled`` again, due as their rows
+    say (idempotent by id); returns how many Redis took."""
+    by_queue: dict[str, list[NewJob]] = {}
+    for job_id, queue, run_at, priority, group in Job.objects.filter(
+            pk__in=list(job_ids), status=JobStatus.SCHEDULED).values_list(
+            "id", "queue", "run_at", "priority", "group"):
+        by_queue.setdefault(queue, []).append(NewJob(id=job_id, at_ms=validation.at_ms(run_at),
+                                                     priority=priority, group=group))
+    engine = get_engine()
+    return sum(engine.enqueue(queue, jobs) for queue, jobs in by_queue.items())
 
 
 def _waiting_batches(engine: Engine, queue: str, using: str | None,
@@ -196,7 +220,7 @@ def _waiting_batches(engine: Engine, queue: str, using: str | None,
                       .order_by("pk").values_list("pk", flat=True)[:PURGE_BATCH]):
         after = ids[-1]
         waiting = _waiting_in_redis(engine, queue, ids)
-        ticks = tick_presence.pending_ticks(waiting) if waiting else set()
+        ticks = pending_ticks(waiting) if waiting else set()
         if waiting := [i for i in waiting if i not in ticks]:  # schedule ticks: left waiting
             yield waiting
 

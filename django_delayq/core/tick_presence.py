@@ -38,14 +38,12 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError
-from django.db.models import F
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_delayq.core import validation
+from django_delayq.core import queues
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.outcomes import NewJob
-from django_delayq.models import Job, JobStatus, Schedule
+from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -108,35 +106,12 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
                            .values_list("id", "queue", "updated_at"))
     missing = _missing(rows)
     young = {r[0] for r in missing if r[2] > now - SEND_GRACE}
-    back = pending_ticks(r[0] for r in missing if r[0] not in young)  # none: no query
+    back = queues.pending_ticks(r[0] for r in missing if r[0] not in young)  # none: no query
     if back:
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(back),
                        ", ".join(sorted(back)[:5]))
-    return young, enqueue_rows(back)
-
-
-def pending_ticks(job_ids: Iterable[str]) -> set[str]:
-    """Those of ``job_ids`` that are a schedule's pending next tick: an enabled schedule
-    names it as its next tick and not as its last one (``tick_started`` writes that
-    before the tick's function runs), and its row is ``scheduled``."""
-    named = set(Schedule.objects.filter(enabled=True, next_job_id__in=list(job_ids))
-                .exclude(last_job_id=F("next_job_id")).values_list("next_job_id", flat=True))
-    return set(Job.objects.filter(pk__in=named, status=JobStatus.SCHEDULED)
-               .values_list("pk", flat=True))
-
-
-def enqueue_rows(job_ids: Iterable[str]) -> int:
-    """Enqueue the jobs of ``job_ids`` whose row is ``scheduled`` again, due as their rows
-    say (idempotent by id); returns how many Redis took."""
-    by_queue: dict[str, list[NewJob]] = {}
-    for job_id, queue, run_at, priority, group in Job.objects.filter(
-            pk__in=list(job_ids), status=JobStatus.SCHEDULED).values_list(
-            "id", "queue", "run_at", "priority", "group"):
-        by_queue.setdefault(queue, []).append(NewJob(id=job_id, at_ms=validation.at_ms(run_at),
-                                                     priority=priority, group=group))
-    engine = get_engine()
-    return sum(engine.enqueue(queue, jobs) for queue, jobs in by_queue.items())
+    return young, queues.enqueue_rows(back)
 
 
 def _missing(rows: list[Row]) -> list[Row]:
