@@ -23,7 +23,7 @@ from django.dispatch import receiver
 from django_delayq.core import limits, schedules
 from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
-from django_delayq.engine import urls
+from django_delayq.engine import client as urls
 from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
 
 # QUEUE_OPTIONS keys a sharded queue refuses: each shard's claim.lua would count its own

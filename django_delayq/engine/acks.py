@@ -149,7 +149,7 @@ class AckStream:
         self._marks: Any = None  # the marks' connection (CLIENT REPLY OFF)
         self._marks_lock = threading.Lock()
         # (keys, number of args) -> the start of a mark's command, written once
-        self._mark_heads: dict[tuple[tuple[str, str], int], bytes] = {}
+        self._mark_heads: dict[tuple[tuple[str, ...], int], bytes] = {}
         # queue -> (parts before the leases, those parts written) of its acks
         self._ack_heads: dict[str, tuple[int, bytes]] = {}
 
@@ -176,7 +176,7 @@ class AckStream:
             return False
         return self._put(data, tag, len(leases))
 
-    def mark(self, keys: tuple[str, str], args: list[str]) -> bool:
+    def mark(self, keys: tuple[str, ...], args: list[str]) -> bool:
         """Write a start mark (lua/mark.lua; ``Engine.start_mark`` gives ``keys`` and
         ``args``) on the marks' connection, which Redis never answers; False when it could
         not be written (the caller marks it with a call)."""

@@ -23,6 +23,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -31,8 +32,6 @@ from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.callable_limits import CallableLimits
 from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.event_log import EventLog
-from django_delayq.engine.keys import GlobalKeys, QueueKeys
-from django_delayq.engine.leases import Leases
 from django_delayq.engine.outbox import OutboxOps
 from django_delayq.engine.outcomes import (
     CancelOutcome,
@@ -59,48 +58,21 @@ __all__ = ["Engine", "bad_id"]
 _T = TypeVar("_T")
 
 
-class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimits, Leases):
+class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimits):
     """The Redis side of django-delayq. Thread-safe (redis-py clients are).
 
-    The scripts' methods are here; the workers registry (``registry.py``), the
-    reconciler's look-ups and re-enqueues (``outbox.py``), the operators' reads
-    (``server.py``), pause, purge, queue limits and defer (``controls.py``) and the
-    callable limits (``limits.py``) come from the classes in their own modules."""
+    The scripts' methods and the leases' reads and start marks are here; the workers
+    registry (``worker_registry.py``), the reconciler's look-ups and re-enqueues
+    (``outbox.py``), the operators' reads (``server.py``), pause, purge, queue limits and
+    defer (``controls.py``) and the callable limits (``callable_limits.py``) come from the
+    classes in their own modules."""
 
     def __init__(self, client: Any, prefix: str = "delayq",
                  clock: Callable[[], int] | None = None) -> None:
         super().__init__(client, prefix, clock)
-        self._mark_keys: dict[str, tuple[str, str]] = {}  # data set -> mark.lua's KEYS
         self._claimer = os.urandom(6).hex()  # names this engine's claims (claim_record)
         self._claim_seq = itertools.count(1)
         self._claim_nonces: dict[tuple[str, str], str] = {}  # claims whose reply was lost
-        self._enqueue_keys: dict[str, tuple[str, ...]] = {}  # data set -> enqueue.lua's KEYS
-        self._keys: dict[str, QueueKeys] = {}
-
-    def keys(self, queue: str) -> QueueKeys:
-        keys = self._keys.get(queue)
-        if keys is None:
-            keys = self._keys[queue] = QueueKeys(self.prefix, queue)
-        return keys
-
-    @property
-    def global_keys(self) -> GlobalKeys:
-        return GlobalKeys(self.prefix)
-
-    def _run(self, name: str, keys: tuple[str, ...], args: list[Any]) -> Any:
-        return scripts.load(name)(self.client, keys, args)
-
-    def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
-        return self._run(name, scripts.keys_of(name, self.keys(queue), **extra), args)
-
-    def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
-                  rows: Sequence[Sequence[Any]]) -> list[int]:
-        keys, size = scripts.keys_of(name, self.keys(queue)), scripts.BOUNDS[name].items
-        out: list[int] = []
-        for part in replies.chunks(rows, size):
-            args = [self._now(now_ms), *head, *(value for row in part for value in row)]
-            out += [int(r) for r in self._run(name, keys, args)]
-        return out
 
     def event_log(self, maxlen: int) -> EventLog:
         """The event streams of this prefix, each capped near ``maxlen`` entries; each
@@ -169,11 +141,8 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         neither does no ``group``."""
         rows = [(job.id, -1 if job.at_ms is None else int(job.at_ms), int(job.delay_ms),
                  job.envelope or "", int(job.priority), job.group) for job in checked(jobs)]
-        k = self.keys(queue)
-        keys = self._enqueue_keys.get(queue)  # its epoch key: the one the reconciler reads
-        if keys is None:
-            keys = self._enqueue_keys[queue] = scripts.keys_of("enqueue", k)
-        return sum(int(self._run("enqueue", keys, [self._now(now_ms), k.channel,
+        keys = self._keys_of("enqueue", queue)  # its epoch key: the one the reconciler reads
+        return sum(int(self._run("enqueue", keys, [self._now(now_ms), self.keys(queue).channel,
                                                    *(v for row in part for v in row)])[0])
                    for part in replies.chunks(rows, scripts.MAX_ENQUEUE))
 
@@ -236,6 +205,44 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         if pool is None or not hasattr(pool, "get_connection") or not plain_sockets(pool):
             return None  # a cluster (no single connection), or TLS (one thread at a time)
         return AckStream(self.client, self.keys, holder)
+
+    def start_mark(self, job: ClaimedJob) -> tuple[tuple[str, ...], list[str]]:
+        """(KEYS, ARGV) of lua/mark.lua marking ``job``'s run started."""
+        keys = self._keys_of("mark", job.home or job.queue)  # a job thread's path
+        return keys, [job.id, str(job.token), str(job.token - job.attempt)]
+
+    def mark_started(self, jobs: Sequence[ClaimedJob]) -> int:
+        """Mark the runs of ``jobs`` started, before their functions are called: a lease
+        of theirs taken back by recovery then counts as an attempt (lua/recover.lua).
+        Returns how many were still held (marked)."""
+        calls: dict[tuple[str, ...], list[str]] = {}
+        for job in jobs:
+            keys, args = self.start_mark(job)
+            calls.setdefault(keys, []).extend(args)
+        done = 0
+        for keys, args in calls.items():
+            for i in range(0, len(args), 3 * scripts.MAX_MARK):
+                done += int(self._run("mark", keys, args[i:i + 3 * scripts.MAX_MARK]))
+        return done
+
+    def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
+        """Ids whose lease ends within ``within_ms`` of the local clock (or has ended):
+        the candidates of the next ``recover``, for looking up their ``max_attempts``.
+        Ids that are not valid job ids are left out (``recover`` sets them aside)."""
+        horizon = int(time.time() * 1000) + within_ms
+        ids = self.client.zrangebyscore(self.keys(queue).inflight, "-inf", horizon, 0, limit)
+        out = []
+        for raw in ids:
+            try:
+                job_id = replies.text(raw)
+            except UnicodeDecodeError:
+                job_id = ""
+            if job_id and bad_id(job_id) is None:
+                out.append(job_id)
+            else:
+                logger.debug("queue %r: lease of a poison id %s left to recover", queue,
+                             replies.shown(raw))
+        return out
 
     def forget_settled(self, queue: str, job_ids: Sequence[str], *, keep_ms: int,
                        now_ms: int | None = None) -> int:

@@ -13,7 +13,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from django_delayq.core.api import schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.acks import AckStream
-from django_delayq.engine.leases import Leases
+from django_delayq.engine.engine import Engine as Leases
 from django_delayq.engine.outcomes import NackOutcome
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker.outcome import LEASE_LOST
