@@ -268,7 +268,9 @@ class AckStream:
             return [AckReply(tag, [], exc)]
         except Exception as exc:  # noqa: BLE001 - every request in flight is in doubt
             with self._lock:
-                lost = self._take_all()
+                with self._ready:
+                    lost = list(self._sent)
+                    self._sent.clear()
                 self._drop()
             return [AckReply(t, [], exc) for t, _ in lost]
         with self._ready:
@@ -291,12 +293,6 @@ class AckStream:
             self._drop()
         with self._marks_lock:
             self._drop_marks()
-
-    def _take_all(self) -> list[tuple[Any, int]]:
-        with self._ready:
-            tags = list(self._sent)
-            self._sent.clear()
-        return tags
 
     def _drop(self) -> None:
         """Forget the connection (the caller holds ``_lock``); the next send opens one."""

@@ -79,8 +79,7 @@ def opt(value: bytes | str | int) -> int | None:
 
 def entry_order(entry_id: object) -> tuple[int, int]:
     """A stream entry id (``<ms>-<seq>``) as a sortable pair."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
-    ms, _, seq = text.partition("-")
+    ms, _, seq = text(entry_id).partition("-")
     try:
         return int(ms), int(seq or 0)
     except ValueError:

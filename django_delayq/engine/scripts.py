@@ -24,8 +24,8 @@ script is then sent with EVAL once, which also caches it.
 for more than a few milliseconds whatever the backlog (a script blocks every other
 client while it runs). The bound is the ``Cost:`` line of the script's header and a
 constant here; ``Script`` refuses a call that goes beyond it, and the callers (the
-``Engine`` methods, the event stream, the reconciler's MULTI) split their lists into
-chunks of at most that size. The sizes keep a call near 1 ms Redis-side on a small
+``Engine`` methods, the event stream, the reconciler) split their lists into chunks of
+at most that size. The sizes keep a call near 1 ms Redis-side on a small
 machine with a 100,000-job backlog (``tests/engine/test_script_bounds.py`` checks
 the SLOWLOG), while keeping enough jobs per round trip for throughput.
 
@@ -192,12 +192,6 @@ class Script:
             return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             return client.eval(self.source, len(keys), *keys, *args)
-
-    def queue(self, pipe: Any, keys: tuple[str, ...], args: list[Any]) -> None:
-        """Add an EVAL of this script to ``pipe`` (inside MULTI a NOSCRIPT could not be
-        retried). ``execute_command``: a cluster pipeline's ``eval()`` takes no script."""
-        self.check(args)
-        pipe.execute_command("EVAL", self.source, len(keys), *keys, *args)
 
 
 def _wrong_type(exc: ResponseError, keys: tuple[str, ...]) -> tuple[str, str, str] | None:

@@ -11,20 +11,19 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.replies import entry_order
+from django_delayq.engine.replies import entry_order, envelope_text
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.engine.wake import WakeListener
 
 if TYPE_CHECKING:
     from django_delayq.engine.client import RedisClient
 
-_E = TypeVar("_E", bound="ServerReads")
 READY_LEVEL = 2 ** 44  # a ready score is (100 - priority) * READY_LEVEL + due_ms (lib.lua)
 PRIORITY_LEVELS = 201
 POLL_SECONDS = 0.05  # read_events over several streams: how often they are polled
@@ -43,27 +42,17 @@ class ServerInfo:
     save: str | None
 
 
-def _save_points(client: RedisClient) -> str | None:
+def _server_info(client: RedisClient, node: str | None) -> ServerInfo:
     try:
         reply: dict[Any, Any] = client.config_get("save")  # bytes keys, or text ones
+        save: str | None = envelope_text(reply.get("save", reply.get(b"save", "")))
     except ResponseError:
-        return None
-    value = reply.get("save", reply.get(b"save", ""))
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _server_info(client: RedisClient, node: str | None) -> ServerInfo:
+        save = None
     return ServerInfo(node=node, memory=client.info("memory"),
-                      persistence=client.info("persistence"), save=_save_points(client))
+                      persistence=client.info("persistence"), save=save)
 
 
 class ServerReads(RedisOwner):
-    @classmethod
-    def like(cls: type[_E], other: RedisOwner, *args: object, **kwargs: object) -> _E:
-        """A new engine of this class on ``other``'s client and prefix (``args`` and
-        ``kwargs`` follow them to the constructor)."""
-        return cls(other.client, other.prefix, *args, **kwargs)  # type: ignore[arg-type]
-
     def ping(self) -> bool:
         """Whether Redis answers (raises the client's error when it does not)."""
         return bool(self.client.ping())
@@ -95,8 +84,7 @@ class ServerReads(RedisOwner):
         if not found:
             return None
         raw, due_ms = min(found, key=lambda item: item[1])
-        job_id = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
-        return job_id, float(due_ms)
+        return envelope_text(raw), float(due_ms)
 
     # -- the event stream ---------------------------------------------------------------
 

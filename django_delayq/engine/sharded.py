@@ -74,13 +74,15 @@ def _by_id(method: _F, missed: Callable[[Any], bool]) -> _F:
     return cast(_F, on_shards)
 
 
-def _by_ids(method: _F, id_of: Callable[[Any], str], missed: Callable[[Any], bool]) -> _F:
+def _by_ids(method: _F, id_of: Callable[[Any], str], missed: Callable[[Any], bool],
+            unknown: Callable[[Any], Any] | None = None) -> _F:
     """``method`` (of ``Engine``, on a list of jobs: one reply each) on each job's home
-    shard, then on the others for the jobs no shard held yet (``ShardedEngine._routed``)."""
+    shard, then on the others for the jobs no shard held yet (``ShardedEngine._routed``,
+    as is ``unknown``)."""
     def on_shards(self: ShardedEngine, queue: str, items: Sequence[object], *args: object,
                   **kwargs: object) -> object:
         return self._routed(queue, items, id_of, lambda name, part: method(
-            self, name, part, *args, **kwargs), missed)
+            self, name, part, *args, **kwargs), missed, unknown)
     return cast(_F, on_shards)
 
 
@@ -106,6 +108,8 @@ class ShardedEngine(Engine):
 
     @classmethod
     def like(cls: type[_S], other: Any, *args: Any, **kwargs: Any) -> _S:
+        """A new engine of this class on ``other``'s client, prefix and shard counts
+        (``args`` and ``kwargs`` follow them to the constructor)."""
         kwargs.setdefault("shards", getattr(getattr(other, "shard_map", None), "counts", None))
         return cls(other.client, other.prefix, *args, **kwargs)
 
@@ -363,22 +367,16 @@ class ShardedEngine(Engine):
 
     # -- the reconciler and the wake channels ---------------------------------------
 
-    def presence(self, queue: str, job_ids: Sequence[str]) -> list[Presence]:
-        """Where each job is; a job whose home shard fails is answered as queued (the
-        reconciler leaves it for a later pass: nothing can be written there now)."""
-        return self._routed(queue, job_ids, str,
-                            lambda name, part: super(ShardedEngine, self).presence(name, part),
-                            lambda p: not (p.queued or p.dead or p.envelope
-                                           or p.reconciled_ms is not None
-                                           or p.settled is not None),
-                            unknown=lambda job_id: UNREADABLE)
+    # Where each job is; a job whose home shard fails is answered as queued (the
+    # reconciler leaves it for a later pass: nothing can be written there now).
+    presence = _by_ids(Engine.presence, str, lambda p: not (
+        p.queued or p.dead or p.envelope or p.reconciled_ms is not None
+        or p.settled is not None), unknown=lambda job_id: UNREADABLE)
 
     def reenqueue(self, queue: str, jobs: Sequence[ReJob],
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int,
                   epochs: Mapping[str, str] | None = None) -> int:
-        if len(self.shard_queues(queue)) == 1:
-            return super().reenqueue(queue, jobs, seeds, keep_ms=keep_ms, keep_max=keep_max,
-                                     epochs=epochs)
+        self.shard_queues(queue)  # the record covers every shard written to
         return self._by_home(queue, jobs, lambda job: job[0], lambda name, part: super(
             ShardedEngine, self).reenqueue(name, part, seeds, keep_ms=keep_ms,
                                            keep_max=keep_max, epochs=epochs))

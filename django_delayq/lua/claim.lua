@@ -219,7 +219,9 @@ local function read_candidates()
   end
   for j = 1, #jump do ids[#ids + 1] = jump[j]; scores[#scores + 1] = jump_due[j] end
   local prios = {}
-  if #ids > 0 and redis.call('EXISTS', prio) == 1 then prios = priorities(prio, ids) end
+  if #ids > 0 and redis.call('EXISTS', prio) == 1 then
+    prios = redis.call('HMGET', prio, unpack(ids))
+  end
   unindex = lead  -- the urgent entries read, and those of the jobs leaving pending
   for j = 1, #ids do
     local id, due = ids[j], as_ms(scores[j])

@@ -224,11 +224,6 @@ local function priority_of(value)
   return p
 end
 
--- The prio hash's values for `ids` (HMGET: false where absent), for priority_of.
-local function priorities(prio, ids)
-  return redis.call('HMGET', prio, unpack(ids))
-end
-
 --@define held
 -- Which of ``ids`` the queue holds already, one flag each: in pending, ready, in flight or
 -- dead, or with an envelope (keys ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs``,
@@ -678,7 +673,7 @@ local function give_back(pending, inflight, attempts, ready, prio, now, channel)
   if #ids == 0 then return {}, nil end
   local held = redis.call('HMGET', attempts, unpack(ids))
   local live = redis.call('ZMSCORE', inflight, unpack(ids))
-  local prio_of = priorities(prio, ids)
+  local prio_of = redis.call('HMGET', prio, unpack(ids))
   local line = new_line(pending, ready)  -- reads, before any write
   local out, back, counts, fresh, seen = {}, {}, {}, {}, {}
   for j = 1, #ids do

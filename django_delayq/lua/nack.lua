@@ -49,7 +49,7 @@ if #ids > 0 then
   local tokens = redis.call('HMGET', attempts, unpack(ids))
   local leased = redis.call('ZMSCORE', inflight, unpack(ids))
   local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
-  local prios = priorities(prio, ids)
+  local prios = redis.call('HMGET', prio, unpack(ids))
   local line = new_line(pending, ready)
   local settled, dropped, died, seen, records = {}, {}, {}, {}, {}
   for j = 1, #ids do
