@@ -32,6 +32,7 @@ from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.callable_limits import CallableLimits
 from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.event_log import EventLog
+from django_delayq.engine.keys import GlobalKeys, QueueKeys
 from django_delayq.engine.outbox import OutboxOps
 from django_delayq.engine.outcomes import (
     CancelOutcome,
@@ -73,6 +74,43 @@ class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimi
         self._claimer = os.urandom(6).hex()  # names this engine's claims (claim_record)
         self._claim_seq = itertools.count(1)
         self._claim_nonces: dict[tuple[str, str], str] = {}  # claims whose reply was lost
+        self._keys: dict[str, QueueKeys] = {}
+        self._script_keys: dict[tuple[str, str], tuple[str, ...]] = {}  # (script, queue)
+
+    def keys(self, queue: str) -> QueueKeys:
+        keys = self._keys.get(queue)
+        if keys is None:
+            keys = self._keys[queue] = QueueKeys(self.prefix, queue)
+        return keys
+
+    @property
+    def global_keys(self) -> GlobalKeys:
+        return GlobalKeys(self.prefix)
+
+    def _keys_of(self, name: str, queue: str) -> tuple[str, ...]:
+        """The ``KEYS`` of script ``name`` on ``queue``, built once per pair (the job
+        threads' and the claimer's paths ask for them at every call)."""
+        keys = self._script_keys.get((name, queue))
+        if keys is None:
+            keys = self._script_keys[(name, queue)] = scripts.keys_of(name, self.keys(queue))
+        return keys
+
+    def _run(self, name: str, keys: tuple[str, ...], args: list[Any]) -> Any:
+        return scripts.load(name)(self.client, keys, args)
+
+    def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
+        keys = scripts.keys_of(name, self.keys(queue), **extra) if extra else \
+            self._keys_of(name, queue)
+        return self._run(name, keys, args)
+
+    def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
+                  rows: Sequence[Sequence[Any]]) -> list[int]:
+        keys, size = self._keys_of(name, queue), scripts.BOUNDS[name].items
+        out: list[int] = []
+        for part in replies.chunks(rows, size):
+            args = [self._now(now_ms), *head, *(value for row in part for value in row)]
+            out += [int(r) for r in self._run(name, keys, args)]
+        return out
 
     def event_log(self, maxlen: int) -> EventLog:
         """The event streams of this prefix, each capped near ``maxlen`` entries; each

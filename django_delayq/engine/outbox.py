@@ -176,7 +176,7 @@ class OutboxOps(RedisOwner):
             args = head + [value for job in chunk for value in (
                 job[0], job[1], job[2] if len(job) > 2 else 0, job[3] if len(job) > 3 else "",
                 seeds.get(job[0]) or 0)]
-            reply = self._run("reenqueue", self._keys_of("reenqueue", queue), args)
+            reply = self._run("reenqueue", scripts.keys_of("reenqueue", k), args)
             if len(reply) > 2:
                 logger.info("queue %r: its Redis data changed since the reconciler last looked; "
                             "%d job(s) left to the loss pass", queue, len(chunk))
