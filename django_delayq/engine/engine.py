@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 
 from django_delayq.engine import replies, scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
-from django_delayq.engine.callable_limits import CallableLimits
 from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.event_log import EventLog
 from django_delayq.engine.keys import GlobalKeys, QueueKeys
@@ -49,7 +48,6 @@ from django_delayq.engine.outcomes import (
 )
 from django_delayq.engine.replies import bad_id
 from django_delayq.engine.server import ServerReads
-from django_delayq.engine.worker_registry import WorkerRegistry
 
 logger = logging.getLogger(__name__)
 
@@ -59,14 +57,13 @@ __all__ = ["Engine", "bad_id"]
 _T = TypeVar("_T")
 
 
-class Engine(WorkerRegistry, OutboxOps, ServerReads, QueueControls, CallableLimits):
+class Engine(OutboxOps, ServerReads, QueueControls):
     """The Redis side of django-delayq. Thread-safe (redis-py clients are).
 
-    The scripts' methods and the leases' reads and start marks are here; the workers
-    registry (``worker_registry.py``), the reconciler's look-ups and re-enqueues
-    (``outbox.py``), the operators' reads (``server.py``), pause, purge, queue limits and
-    defer (``controls.py``) and the callable limits (``callable_limits.py``) come from the
-    classes in their own modules."""
+    The scripts' methods and the leases' reads and start marks are here; the
+    reconciler's look-ups and re-enqueues (``outbox.py``), the operators' reads and the
+    workers registry (``server.py``), pause, purge, queue limits, defer and the callable
+    limits (``controls.py``) come from the classes in their own modules."""
 
     def __init__(self, client: Any, prefix: str = "delayq",
                  clock: Callable[[], int] | None = None) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from django_delayq.engine import Engine, Grant, LimitState, NewJob, QueueLimit
-from django_delayq.engine.callable_limits import GRANT_MARGIN_MS, SPREAD_MS
+from django_delayq.engine.controls import GRANT_MARGIN_MS, SPREAD_MS
 
 NOW = 1_800_000_000_000
 LEASE = 30_000

@@ -11,7 +11,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_delayq.engine import worker_registry as registry
+from django_delayq.engine import server as registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
