@@ -37,7 +37,6 @@
 -- Cost: at most 250 triples per call (scripts.MAX_ACK; callers split bigger batches):
 --       O(n log N); group slots: one HMGET and one ZREM, one index read per held group
 --       (at most n).
---@include now
 --@include wrong_type
 --@include forget
 --@include record_settled

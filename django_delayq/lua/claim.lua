@@ -100,18 +100,14 @@
 --       window entries dropped per call:
 --       O((limit + 300) log N), never a scan of the backlog or of the groups. A repeated nonce: one GET,
 --       and per recorded job (at most 200) one ZSCORE and three HGET.
---@include as_ms
---@include bad_id
---@include bad_count
---@include shown
---@include pending_head
+--@include ms_range
+--@include poison
+--@include priority
 --@include forget
 --@include offset
---@include ready_score
---@include priority
 --@include trim_log
 --@include group_limits
--- (as_ms brings ms_range, bad_id utf8_ok, group_limits now, call_many and group_index)
+-- (group_limits brings now, call_many, group_index and group_slots)
 local PROMOTE, TRIM = 250, 1000
 local URGENT = 50
 local TURNS, SKIPS, ROUNDS, HEAD = 25, 100, 20, 10  -- a grouped queue: 2g, 3g

@@ -39,7 +39,7 @@
 -- Returns: {added, now_ms}
 -- Cost: at most 200 jobs per call (scripts.MAX_ENQUEUE; callers split bigger batches):
 --       O(n log N), independent of the backlog size.
---@include clamp_ms
+--@include ms_range
 --@include line
 --@include held
 local now = now_ms(ARGV[1])

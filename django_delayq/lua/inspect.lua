@@ -22,9 +22,8 @@
 --          runs entry's offset; 0 before the first), -1 when the token is not an integer;
 --          priority 0 when none (or not one)
 -- Cost: O(log N), one job per call.
---@include as_ms
---@include bad_count
---@include ready_score
+--@include ms_range
+--@include poison
 --@include priority
 --@include offset
 local id = ARGV[1]

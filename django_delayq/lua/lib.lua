@@ -14,14 +14,30 @@
 --   * wrong_type: a key of the wrong type ends the script before any write, with the
 --     error "DELAYQ-WRONGTYPE <KEYS index> <found> <expected>"; the Python side moves
 --     that key aside and runs the script again (scripts.Script).
---   * bad_id / as_ms / bad_count: a job id, a score or an attempts value that cannot be
---     what django-delayq wrote; the scripts set such an entry aside, alone.
+--   * poison (bad_id, bad_count) / ms_range (as_ms): a job id, an attempts value or a
+--     score that cannot be what django-delayq wrote; the scripts set such an entry
+--     aside, alone.
 
 --@define ms_range
--- What a datetime can hold (years 1..9999), in ms; string forms for score ranges (Lua
--- prints numbers with 14 digits, too few for these).
+-- Times in ms: what a datetime can hold (years 1..9999); string forms for score ranges
+-- (Lua prints numbers with 14 digits, too few for these); a score as a time (as_ms), a
+-- number kept to the range (clamp_ms).
 local MIN_MS, MAX_MS = -62135596800000, 253402300799999
 local MIN_MS_ARG, MAX_MS_ARG = '-62135596800000', '253402300799999'
+
+-- A score as integer ms, or nil when it is not a time (+-inf, out of a datetime's range).
+local function as_ms(score)
+  local n = tonumber(score)
+  if n == nil or n ~= n or n < MIN_MS or n > MAX_MS then return nil end
+  return math.floor(n)
+end
+
+-- A number kept within that range, as integer ms (nan: the earliest).
+local function clamp_ms(n)
+  if n ~= n or n < MIN_MS then return MIN_MS end
+  if n > MAX_MS then return MAX_MS end
+  return math.floor(n)
+end
 
 --@define now
 -- The server's clock, {seconds, microseconds}. A script that reads TIME and then writes
@@ -91,24 +107,9 @@ local function wrong_type(kinds, known)
   return nil
 end
 
---@define as_ms
---@include ms_range
--- A score as integer ms, or nil when it is not a time (+-inf, out of a datetime's range).
-local function as_ms(score)
-  local n = tonumber(score)
-  if n == nil or n ~= n or n < MIN_MS or n > MAX_MS then return nil end
-  return math.floor(n)
-end
-
---@define clamp_ms
---@include ms_range
-local function clamp_ms(n)
-  if n ~= n or n < MIN_MS then return MIN_MS end
-  if n > MAX_MS then return MAX_MS end
-  return math.floor(n)
-end
-
---@define utf8_ok
+--@define poison
+-- What cannot be an entry django-delayq wrote (a job id: bad_id; an attempts value:
+-- bad_count), and an entry shown for the caller's log (shown).
 -- Strict UTF-8 (what Python's decode accepts: no overlong forms, no surrogates).
 local function utf8_ok(s)
   local i, n = 1, #s
@@ -139,8 +140,6 @@ local function utf8_ok(s)
   return true
 end
 
---@define bad_id
---@include utf8_ok
 local MAX_ID_BYTES = 256
 
 -- Why `id` cannot be a job id, or nil (engine.bad_id is the same rule in Python).
@@ -154,7 +153,6 @@ local function bad_id(id)
   return nil
 end
 
---@define bad_count
 -- An attempts value (false = none yet) that is not a count: nil when it is fine.
 local function bad_count(value)
   if not value then return nil end
@@ -164,7 +162,6 @@ local function bad_count(value)
   return nil
 end
 
---@define shown
 local SHOWN_ID_BYTES = 64
 
 -- An id for the caller's log: ASCII, at most SHOWN_ID_BYTES bytes, other bytes as \xHH.
@@ -187,14 +184,16 @@ local function call_many(cmd, key, head, items, per)
   end
 end
 
---@define pending_head
+--@define priority
+-- A job's place in line: the head of pending (pending_head), the ready ZSET's scores
+-- (ready_score, ready_due) and a job's priority (priority_of).
+
 -- The earliest pending job, {id, due} ({} when none): read before the script's writes.
 -- (The first entry of any ZSET: claim.lua reads ready's with it too.)
 local function pending_head(pending)
   return redis.call('ZRANGE', pending, 0, 0, 'WITHSCORES')
 end
 
---@define ready_score
 -- Where a due job stands in the ready ZSET (lowest score claimed first): priority first,
 -- then due time. score = (100 - priority) * 2^44 + due_ms, the due time kept within
 -- [0, 2^44) (years 1970..2527: a job due earlier stands as due at 1970, one due later
@@ -215,7 +214,6 @@ local function ready_due(score)
   return n - math.floor(n / LEVEL) * LEVEL
 end
 
---@define priority
 -- A job's priority as the prio hash holds it (false: absent, priority 0); a value that is
 -- not an integer in -100..100 (planted) reads as 0.
 local function priority_of(value)
@@ -499,9 +497,8 @@ end
 
 --@define line
 --@include now
---@include ready_score
+--@include priority
 --@include call_many
---@include pending_head
 --@include group_index
 -- Puts jobs back in line. A job due by `now` goes straight to ready when no job of
 -- pending is due before it; any other job goes to pending, from where claim.lua promotes
@@ -658,8 +655,7 @@ end
 
 --@define give_back
 --@include line
---@include priority
---@include clamp_ms
+--@include ms_range
 --@include group_slots
 -- Hands leased jobs back (release.lua, defer.lua): ARGV[3..] triples id, token, due_ms.
 -- A job whose token is current goes back in line at due_ms with its priority, the

@@ -34,9 +34,8 @@
 -- Cost: at most 200 triples per call (scripts.MAX_NACK; callers split bigger batches):
 --       O(n log N), plus at most 100 trimmed dead jobs; group slots: one HMGET
 --       and one ZREM, one index read per held group (at most n).
---@include clamp_ms
+--@include ms_range
 --@include line
---@include priority
 --@include forget
 --@include record_settled
 --@include offset

@@ -51,12 +51,9 @@
 --       plus 10 absurd leases: O(limit * log N); never scans the backlog. Group slots:
 --       one HMGET and one ZREM, one index read per held group (at most limit).
 --@include ms_range
---@include bad_id
---@include bad_count
---@include shown
+--@include poison
 --@include forget
 --@include line
---@include priority
 --@include offset
 --@include group_slots
 local now = now_ms(ARGV[1])

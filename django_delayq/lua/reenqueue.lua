@@ -44,7 +44,7 @@
 -- Cost: at most 100 jobs per call (scripts.MAX_REENQUEUE, the reconciler's chunk; callers
 --       split bigger batches): O(n log N); trimming `reconciled` removes at most 1,000
 --       old ids.
---@include clamp_ms
+--@include ms_range
 --@include line
 --@include held
 local now = now_ms(ARGV[1])

@@ -20,9 +20,8 @@
 -- its priority and goes back in line (lib.lua line).
 -- Returns: {outcome, due_ms}  outcome 1 requeued, 0 not in dead
 -- Cost: O(log N), one job per call.
---@include clamp_ms
+--@include ms_range
 --@include line
---@include priority
 local now = now_ms(ARGV[1])
 local id = ARGV[3]
 if not redis.call('ZSCORE', dead, id) then return {0, -1} end

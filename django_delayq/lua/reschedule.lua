@@ -19,9 +19,8 @@
 -- with its priority (lib.lua line).
 -- Returns: {outcome, due_ms}  outcome 1 moved, 2 already running, 0 not found
 -- Cost: O(log N), one job per call.
---@include clamp_ms
+--@include ms_range
 --@include line
---@include priority
 local now = now_ms(ARGV[1])
 local id = ARGV[3]
 local due = tonumber(ARGV[4])

@@ -17,8 +17,8 @@
 --           expired leases}
 -- Cost: O(log N) per command, a constant number of commands per call (at most 209).
 --@include now
---@include as_ms
---@include ready_score
+--@include ms_range
+--@include priority
 local now = now_ms(ARGV[1])
 local due_now = redis.call('ZCOUNT', pending, '-inf', now)
 local total = redis.call('ZCARD', pending)
