@@ -363,7 +363,6 @@ local function free_slots(ids, gs, channel, now)
 end
 
 --@define group_limits
---@include call_many
 --@include group_slots
 -- Per-group limits at claim time (docs/groups.md, "Limits"; claim.lua declares the keys:
 -- ``limit``, ``inflight``, ``group_limits``, ``group_running``, ``group_starts``,
@@ -498,7 +497,6 @@ end
 --@define line
 --@include now
 --@include priority
---@include call_many
 --@include group_index
 -- Puts jobs back in line. A job due by `now` goes straight to ready when no job of
 -- pending is due before it; any other job goes to pending, from where claim.lua promotes
