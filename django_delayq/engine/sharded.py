@@ -376,7 +376,9 @@ class ShardedEngine(Engine):
     def reenqueue(self, queue: str, jobs: Sequence[ReJob],
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int,
                   epochs: Mapping[str, str] | None = None) -> int:
-        self.shard_queues(queue)  # the record covers every shard written to
+        if len(self.shard_queues(queue)) == 1:
+            return super().reenqueue(queue, jobs, seeds, keep_ms=keep_ms, keep_max=keep_max,
+                                     epochs=epochs)
         return self._by_home(queue, jobs, lambda job: job[0], lambda name, part: super(
             ShardedEngine, self).reenqueue(name, part, seeds, keep_ms=keep_ms,
                                            keep_max=keep_max, epochs=epochs))
