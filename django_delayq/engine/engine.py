@@ -52,7 +52,6 @@ from django_delayq.engine.server import ServerReads
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = scripts.MAX_CLAIM  # most jobs one claim leases
-RECONCILE_CHUNK = scripts.RECONCILE_CHUNK
 __all__ = ["Engine", "bad_id"]
 _T = TypeVar("_T")
 
