@@ -20,7 +20,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import bulk, commit_batch, dedup, options, row_insert, validation, workflows
+from django_delayq.core import commit_batch, dedup, options, row_insert, rows, validation, workflows
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
 from django_delayq.core.commit_batch import set_eager_runner
 from django_delayq.core.conf import get_settings
@@ -150,7 +150,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
 def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
           max_payload: int) -> tuple[dict[str, Any], NewJob]:
     """One job's row values and its entry for Redis (``schedule``; ``schedule_many`` uses
-    ``bulk``, with the same checks)."""
+    ``rows.batch``, with the same checks)."""
     args, kwargs = list(args), dict(kwargs)
     _, _, size = validation.encode_args(args, kwargs)
     options.check_arguments(c.path, args, kwargs)
@@ -202,8 +202,8 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
         with transaction.atomic(using=using):
             return [_schedule(fn, spec.under(call)).id for spec in specs]
     c = call.check(fn)
-    batch = bulk.Batch(using, specs, call=c, max_payload=get_settings().max_payload_bytes)
-    batch.drop_existing(batch_size)
+    batch = rows.batch(using, specs, c, max_payload=get_settings().max_payload_bytes,
+                       batch_size=batch_size)
     with transaction.atomic(using=using):
         batch.insert(batch_size)
         jobs = batch.jobs
