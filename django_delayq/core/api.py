@@ -20,7 +20,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import commit_batch, dedup, options, row_insert, rows, validation, workflows
+from django_delayq.core import commit_batch, options, row_insert, rows, validation, workflows
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
 from django_delayq.core.commit_batch import set_eager_runner
 from django_delayq.core.conf import get_settings
@@ -86,7 +86,7 @@ def schedule(fn: Callable[..., Any] | str, *args: object,
 
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
     same queue) returns the first job instead of creating another; ``on_conflict=
-    "replace"`` (debounce) or ``"drop"`` say otherwise (core/dedup.py). ``priority`` (-100 to
+    "replace"`` (debounce) or ``"drop"`` say otherwise (core/workflows.py). ``priority`` (-100 to
     100), ``timeout``, ``expires``, ``retry_on``, ``atomic`` and ``group`` (docs/groups.md):
     see ``core/options.py``. A job function whose keyword arguments are named like these
     options: use ``job(fn).using(...)``; for the last six, ``schedule()`` refuses the
@@ -127,9 +127,9 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     conn = connections[using]  # looked up once (a thread-local read)
     job_id, queue = new.id, c.queue
     status: str = JobStatus.SCHEDULED  # the column's default: no key, no parents
-    if c.key is not None or c.parents:  # in a savepoint: core/dedup.py
+    if c.key is not None or c.parents:  # in a savepoint: core/workflows.py
         row = row_insert.new_row(**values)
-        standing = dedup.insert(row, spec, list(c.parents), c.run_on_failure, using, c.now)
+        standing = workflows.insert(row, spec, list(c.parents), c.run_on_failure, using, c.now)
         if standing is not None:  # the key's job stands (keep; drop while it is live)
             return JobHandle(standing, queue)
         status = row.status
@@ -140,7 +140,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     if status != JobStatus.SCHEDULED:
         pass  # waiting for its parents, or cancelled by one that failed already
     elif s.eager:  # unit tests: run inline after commit, no Redis involved
-        run_eager = dedup.eager_runner(commit_batch.eager_runner(), c.on_conflict)
+        run_eager = workflows.eager_runner(commit_batch.eager_runner(), c.on_conflict)
         commit_batch.after_commit(using, lambda: run_eager(job_id))
     else:
         commit_batch.enqueue_after_commit(using, queue, [new], conn)  # a callback per call

@@ -10,7 +10,7 @@ naming the option and the bad value:
 * ``queue``: one of ``DELAYQ["QUEUES"]`` (default ``DEFAULT_QUEUE``);
 * ``delay`` (seconds or a ``timedelta``) or ``at`` (a datetime), not both: the due time;
 * ``key``: an idempotency key (``validation.check_key``); ``on_conflict``: what a second
-  job of the key does, ``keep`` (the default), ``replace`` or ``drop`` (core/dedup.py);
+  job of the key does, ``keep`` (the default), ``replace`` or ``drop`` (core/workflows.py);
 * ``priority``: an integer from -100 to 100 (``bool`` refused); among the due jobs of a
   queue, higher runs first;
 * ``timeout``: seconds > 0 (a number or a ``timedelta``, at most ``MAX_TIMEOUT_SECONDS``),
@@ -51,7 +51,7 @@ from django_delayq.exceptions import InvalidJob, type_path
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_TIMEOUT_SECONDS = 365 * 24 * 3600.0  # a year
 MAX_RETRY_ON = 50  # exception classes in one retry_on
-KEEP, REPLACE, DROP = "keep", "replace", "drop"  # on_conflict= (core/dedup.py)
+KEEP, REPLACE, DROP = "keep", "replace", "drop"  # on_conflict= (core/workflows.py)
 ON_CONFLICT = (KEEP, REPLACE, DROP)
 AFTER_FAILURE = {"cancel": False, "run": True}
 # The row's columns of the run-time options, with the values of a job that sets none.
