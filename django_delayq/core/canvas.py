@@ -38,13 +38,12 @@ def _checked(pieces: Iterable[Any], what: str) -> list[Signature]:
     return out
 
 
-def _after(call: JobCall, parents: Sequence[str]) -> JobCall:
-    """The call waiting for ``parents`` on top of its own ``after``."""
-    return replace(call, after=[*parents, *parent_ids(call.after)]) if parents else call
-
-
 def schedule_signature(sig: Signature, after: Sequence[str] = ()) -> JobHandle:
-    return _after(sig.call, after).schedule(*sig.args, **sig.kwargs)
+    """Schedule ``sig``, waiting for ``after`` on top of its call's own ``after``."""
+    call: JobCall = sig.call
+    if after:
+        call = replace(call, after=[*after, *parent_ids(call.after)])
+    return call.schedule(*sig.args, **sig.kwargs)
 
 
 def chain(*pieces: Signature) -> list[JobHandle]:

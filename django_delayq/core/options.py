@@ -402,9 +402,9 @@ def check_no_clash(path: str, names: list[str]) -> None:
     """``schedule(fn, ..., timeout=5)`` when ``fn`` itself takes ``timeout``: the value would
     silently become the job's option instead of the function's argument (the meaning it had
     before these options existed), so ``InvalidJob`` says how to pass either."""
-    signature = registry.signature(path)
-    if signature is None:
+    if (binder := registry.binder(path)) is None:
         return
+    signature = binder.signature
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     clash = [n for n in names if n in signature.parameters
              and signature.parameters[n].kind in named]
