@@ -83,7 +83,7 @@ ROUNDS = 5  # a key's compare-and-set attempts; the row lock makes the first one
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Signature:
     """A job not scheduled yet: ``job(fn).using(...).s(*args, **kwargs)``; the pieces of
-    ``chain`` and ``group`` (core/canvas.py). ``call`` is the ``JobCall``."""
+    ``chain`` and ``group`` (core/api.py). ``call`` is the ``JobCall``."""
 
     call: Any
     args: tuple[Any, ...] = ()
