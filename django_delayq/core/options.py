@@ -54,9 +54,6 @@ MAX_RETRY_ON = 50  # exception classes in one retry_on
 KEEP, REPLACE, DROP = "keep", "replace", "drop"  # on_conflict= (core/workflows.py)
 ON_CONFLICT = (KEEP, REPLACE, DROP)
 AFTER_FAILURE = {"cancel": False, "run": True}
-# The row's columns of the run-time options, with the values of a job that sets none.
-COLUMN_DEFAULTS: dict[str, Any] = {"priority": 0, "timeout": None, "expires_at": None,
-                                   "retry_on": None, "atomic": False, "group": ""}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,7 +207,7 @@ class Checked:
         return ids.id_for_key(self.queue, self.key)
 
     def columns(self, due: datetime) -> dict[str, Any]:
-        """The row's columns of the run-time options (``COLUMN_DEFAULTS``) for a job due
+        """The row's columns of the run-time options (``priority`` ... ``group``) for a job due
         at ``due`` (``expires`` must be after it; ``retry_on`` a list: a JSON column),
         those whose value is not the column's default only (a row left without one gets
         that default: ``schedule()``'s INSERT writes it as a literal, core/row_insert.py)."""

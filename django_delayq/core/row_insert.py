@@ -213,13 +213,6 @@ _MAX_PLANS = 512
 
 def _plan(names: tuple[str, ...], st: _Statement) -> _Plan:
     """The plan of these names, kept in ``st.plans`` (up to ``_MAX_PLANS`` of them)."""
-    plan = _make_plan(names, st)
-    if len(st.plans) < _MAX_PLANS:
-        st.plans[names] = plan
-    return plan
-
-
-def _make_plan(names: tuple[str, ...], st: _Statement) -> _Plan:
     given = set(names)
     template: list[Any] = []
     filled: list[tuple[int, str, type | None, Prepare, bool, Any]] = []
@@ -243,9 +236,11 @@ def _make_plan(names: tuple[str, ...], st: _Statement) -> _Plan:
         if literal is None:
             bound.append(index)
         marks.append("%s" if literal is None else literal)
-    sql = st.head + ", ".join(marks) + ")"
-    return _Plan(template, tuple(filled), tuple(each_time), sql, _getter(bound),
-                 tuple(each_literal))
+    plan = _Plan(template, tuple(filled), tuple(each_time), st.head + ", ".join(marks) + ")",
+                 _getter(bound), tuple(each_literal))
+    if len(st.plans) < _MAX_PLANS:
+        st.plans[names] = plan
+    return plan
 
 
 def _empty_json(field: Field[Any, Any]) -> str | None:

@@ -24,11 +24,12 @@ from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field
 from django.db.models.constants import OnConflict
 
 from django_delayq.core import ids, options, registry, validation
 from django_delayq.engine.outcomes import NewJob
-from django_delayq.models import Job, JobStatus
+from django_delayq.models import Job
 
 VARYING = ("id", "key", "args", "kwargs", "run_at")  # differ between one writer's rows
 COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
@@ -78,6 +79,15 @@ def _has_copy(conn: BaseDatabaseWrapper) -> bool:
     return hasattr(conn.connection, "pipeline")  # psycopg 3: cursor.copy() streams rows
 
 
+def _default(field: Field[Any, Any]) -> Any:
+    """``field``'s default as a row of ``RowWriter`` holds it: JSON as its text, a
+    ``TextChoices`` member as its plain value."""
+    value = field.get_default()
+    if isinstance(value, (list, dict)):
+        return json.dumps(value)
+    return str.__str__(value) if isinstance(value, str) else value
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedInsert:
     """An INSERT statement and its parameter rows (``RowWriter.prepare_columns``)."""
@@ -96,16 +106,12 @@ class RowWriter:
         names = [f.attname for f in self.fields]
         adapt = datetime_adapter(using)
         const: dict[str, Any] = {
-            "queue": queue, "callable_path": path, "status": JobStatus.SCHEDULED.value,
-            "created_at": adapt(now), "updated_at": adapt(now), "started_at": None,
-            "finished_at": None, "attempts": 0, "max_attempts": max_attempts,
-            "backoff": None if backoff is None else json.dumps(backoff), "error_type": "",
-            "last_error": "", "traceback": "", "worker_id": "", "result": None,
-            "cancel_requested": False, **options.COLUMN_DEFAULTS, "scheduled_for": None,
-            "requeued_from": None, "progress": None, "parents_left": 0, "task_backend": ""}
-        if missing := set(names) - set(const) - set(VARYING):
-            raise RuntimeError("RowWriter does not know the Job columns %s" % sorted(missing))
-        self.template = [const.get(name) for name in names]
+            "queue": queue, "callable_path": path, "created_at": adapt(now),
+            "updated_at": adapt(now), "max_attempts": max_attempts,
+            "backoff": None if backoff is None else json.dumps(backoff)}
+        # every other column holds its field's default, as ``save()`` would write it
+        self.template = [const[f.attname] if f.attname in const else _default(f)
+                         for f in self.fields]
         self.slots = tuple(names.index(name) for name in VARYING)
         self.index = {name: i for i, name in enumerate(names)}
         self.adapt = adapt
