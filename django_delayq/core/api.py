@@ -136,7 +136,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     status: str = JobStatus.SCHEDULED  # the column's default: no key, no parents
     if c.key is not None or c.parents:  # in a savepoint: core/workflows.py
         row = row_insert.new_row(**values)
-        standing = workflows.insert(row, spec, list(c.parents), c.run_on_failure, using, c.now)
+        standing = workflows.insert(row, c, using)
         if standing is not None:  # the key's job stands (keep; drop while it is live)
             return JobHandle(standing, queue)
         status = row.status

@@ -58,7 +58,7 @@ from django_delayq import signals
 from django_delayq.core import commit_batch, ids
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.options import DROP, KEEP, JobSpec
+from django_delayq.core.options import DROP, KEEP, Checked
 from django_delayq.engine.outcomes import CancelOutcome, NewJob
 from django_delayq.engine.replies import chunks
 from django_delayq.exceptions import DelayQError, InvalidJob
@@ -276,28 +276,28 @@ def sweep(using: str, limit: int = SWEEP_EDGES) -> int:
 
 # -- keys: keep, replace, drop -------------------------------------------------------
 
-def insert(row: Job, spec: JobSpec, parents: list[str], on_failure: bool, using: str,
-           now: datetime) -> str | None:
-    """Insert a keyed or waiting job in a savepoint. None: ``row`` was inserted; else the
-    id of the job that stands instead (``keep``: the key's first; ``drop``: the live one)."""
-    keep = spec.on_conflict == KEEP
+def insert(row: Job, c: Checked, using: str) -> str | None:
+    """Insert a keyed or waiting job (its options ``c``) in a savepoint. None: ``row`` was
+    inserted; else the id of the job that stands instead (``keep``: the key's first;
+    ``drop``: the live one)."""
+    keep = c.on_conflict == KEEP
     try:
         with transaction.atomic(using=using):
-            if parents:  # waiting, cancelled or scheduled: ``plan``
-                waiting = plan(row.id, parents, on_failure, using,
-                                 keyed=spec.key is not None and keep)
-                waiting.apply(row, now)
+            if c.parents:  # waiting, cancelled or scheduled: ``plan``
+                waiting = plan(row.id, list(c.parents), c.run_on_failure, using,
+                               keyed=c.key is not None and keep)
+                waiting.apply(row, c.now)
             # A job born final (a parent already failed: cancelled) takes no key: it would
             # replace the live job with one that never runs.
-            if spec.key is not None and not keep and row.status not in FINAL_STATUSES:
-                live = take(row, spec.on_conflict, using)
+            if c.key is not None and not keep and row.status not in FINAL_STATUSES:
+                live = take(row, c.on_conflict, using)
                 if live is not None:
                     return live
             row.save(force_insert=True, using=using)
-            if parents:
+            if c.parents:
                 waiting.save_edges(using)
     except IntegrityError:
-        if spec.key is None or not keep:
+        if c.key is None or not keep:
             raise
         return row.id  # same key, same id: the first job stands
     return None
