@@ -147,7 +147,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     if status != JobStatus.SCHEDULED:
         pass  # waiting for its parents, or cancelled by one that failed already
     elif s.eager:  # unit tests: run inline after commit, no Redis involved
-        run_eager = workflows.eager_runner(commit_batch.eager_runner(), c.on_conflict)
+        run_eager = commit_batch.eager_runner()  # a job replaced before the commit: not run
         commit_batch.after_commit(using, lambda: run_eager(job_id))
     else:
         commit_batch.enqueue_after_commit(using, queue, [new], conn)  # a callback per call

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -324,18 +324,6 @@ def take(row: Job, mode: str, using: str) -> str | None:
             return None
     raise DelayQError("key %r of queue %r: its holder changed %d times in a row while this "
                       "call tried to take it" % (row.key, row.queue, ROUNDS))
-
-
-def eager_runner(run: Callable[[str], object], on_conflict: str) -> Callable[[str], object]:
-    """Eager mode's runner for a job scheduled with ``on_conflict``: a job replaced before
-    the commit that runs it is final, and is not run (as a worker would not)."""
-    if on_conflict == KEEP:
-        return run
-
-    def run_live(job_id: str) -> None:
-        if Job.objects.filter(pk=job_id, status__in=UNFINISHED_STATUSES).exists():
-            run(job_id)
-    return run_live
 
 
 def _live(job_id: str, using: str) -> Job | None:
