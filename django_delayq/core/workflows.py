@@ -45,7 +45,6 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import partial
 from typing import Any
 
@@ -97,29 +96,12 @@ def cancel_reason(parent_id: str, status: str) -> str:
 # -- schedule time -------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Plan:
-    """What ``link`` decided for a new child: its status and its edges to save."""
-
-    child_id: str
-    status: str
-    parents_left: int = 0
-    reason: str = ""
-    edges: list[JobDependency] = field(default_factory=list)
-
-    def apply(self, row: Job, now: datetime) -> None:
-        row.status, row.parents_left = self.status, self.parents_left
-        if self.status == JobStatus.CANCELLED:
-            row.last_error, row.finished_at = self.reason, now
-
-    def save_edges(self, using: str) -> None:
-        JobDependency.objects.using(using).bulk_create(self.edges, batch_size=CHUNK)
-
-
-def plan(child_id: str, parents: list[str], on_failure: bool, using: str,
-         keyed: bool) -> Plan:
+def plan(row: Job, c: Checked, using: str) -> list[JobDependency]:
     """Inside the schedule transaction: lock the parents' rows (a parent finishing now
-    waits for our commit, so its flush sees our edge) and decide the child's status."""
+    waits for our commit, so its flush sees our edge), set the new child ``row``'s status
+    (``scheduled``, ``waiting``, or ``cancelled`` by a parent that failed already) and
+    return its edges, to save once the row is."""
+    child_id, parents = row.id, list(c.parents)
     if child_id in parents:
         raise InvalidJob("after=: job %s cannot wait for itself" % child_id)
     status: dict[str, str] = {}
@@ -128,22 +110,22 @@ def plan(child_id: str, parents: list[str], on_failure: bool, using: str,
         status.update(rows.values_list("id", "status"))
     if missing := [p for p in parents if p not in status]:
         raise InvalidJob("after=: no job with id %r" % missing[0])
-    if keyed:
+    if c.key is not None and c.on_conflict == KEEP:  # its id may be named already
         check_no_cycle(child_id, parents, using)
-    out = Plan(child_id=child_id, status=JobStatus.SCHEDULED)
+    edges, left, reason = [], 0, ""
     for p in parents:
         done = status[p] in FINAL_STATUSES
-        out.edges.append(JobDependency(parent_id=p, child_id=child_id, resolved=done,
-                                       run_on_failure=on_failure))
+        edges.append(JobDependency(parent_id=p, child_id=child_id, resolved=done,
+                                   run_on_failure=c.run_on_failure))
         if not done:
-            out.parents_left += 1
-        elif status[p] in FAILED and not on_failure and not out.reason:
-            out.reason = cancel_reason(p, status[p])
-    if out.reason:
-        out.status, out.parents_left = JobStatus.CANCELLED, 0
-    elif out.parents_left:
-        out.status = JobStatus.WAITING
-    return out
+            left += 1
+        elif status[p] in FAILED and not c.run_on_failure and not reason:
+            reason = cancel_reason(p, status[p])
+    if reason:
+        row.status, row.last_error, row.finished_at = JobStatus.CANCELLED, reason, c.now
+    elif left:
+        row.status, row.parents_left = JobStatus.WAITING, left
+    return edges
 
 
 def check_no_cycle(child_id: str, parents: list[str], using: str) -> None:
@@ -283,10 +265,7 @@ def insert(row: Job, c: Checked, using: str) -> str | None:
     keep = c.on_conflict == KEEP
     try:
         with transaction.atomic(using=using):
-            if c.parents:  # waiting, cancelled or scheduled: ``plan``
-                waiting = plan(row.id, list(c.parents), c.run_on_failure, using,
-                               keyed=c.key is not None and keep)
-                waiting.apply(row, c.now)
+            edges = plan(row, c, using) if c.parents else []  # waiting, cancelled ...
             # A job born final (a parent already failed: cancelled) takes no key: it would
             # replace the live job with one that never runs.
             if c.key is not None and not keep and row.status not in FINAL_STATUSES:
@@ -294,8 +273,7 @@ def insert(row: Job, c: Checked, using: str) -> str | None:
                 if live is not None:
                     return live
             row.save(force_insert=True, using=using)
-            if c.parents:
-                waiting.save_edges(using)
+            JobDependency.objects.using(using).bulk_create(edges, batch_size=CHUNK)
     except IntegrityError:
         if c.key is None or not keep:
             raise
