@@ -209,16 +209,15 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
         with transaction.atomic(using=using):
             return [_schedule(fn, spec.under(call)).id for spec in specs]
     c = call.check(fn)
-    batch = rows.batch(using, specs, c, max_payload=get_settings().max_payload_bytes,
-                       batch_size=batch_size)
+    job_ids, jobs, insert = rows.batch(using, specs, c, batch_size=batch_size,
+                                       max_payload=get_settings().max_payload_bytes)
     with transaction.atomic(using=using):
-        batch.insert(batch_size)
-        jobs = batch.jobs
+        insert()
         if jobs:
             signals.send(signals.jobs_scheduled, queue=c.queue, callable_path=c.path,
                          job_ids=[job.id for job in jobs])
         commit_batch.enqueue_after_commit(using, c.queue, jobs)
-    return batch.ids
+    return job_ids
 
 
 def _alone(spec: JobSpec) -> bool:

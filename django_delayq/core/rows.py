@@ -19,6 +19,7 @@ import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from itertools import repeat
 from typing import Any
 
@@ -253,25 +254,11 @@ class RowWriter:
         return found
 
 
-@dataclass(slots=True)
-class Batch:
-    """The rows and Redis entries of one ``schedule_many`` call (one queue, one callable):
-    ``ids`` of every spec, ``rows`` and ``jobs`` of those not there already (``batch``)."""
-
-    writer: RowWriter
-    rows: list[list[Any]]
-    jobs: list[NewJob]
-    ids: list[str]
-    keyed: bool
-
-    def insert(self, batch_size: int) -> None:
-        self.writer.insert(self.rows, ignore_conflicts=self.keyed, batch_size=batch_size)
-
-
 def batch(using: str, specs: Iterable[options.JobSpec], call: options.Checked, *,
-          max_payload: int, batch_size: int) -> Batch:
-    """Each spec checked and made a row; keyed jobs that exist already left out, so that
-    replaying the same input adds nothing."""
+          max_payload: int, batch_size: int) -> tuple[list[str], list[NewJob], Callable[[], None]]:
+    """Each spec checked and made a row: every spec's id, the jobs to send and the INSERT
+    of their rows (to run in the transaction). Keyed jobs that exist already are left out,
+    so that replaying the same input adds nothing."""
     writer = RowWriter(using, queue=call.queue, path=call.path,
                        max_attempts=call.max_attempts, backoff=call.backoff, now=call.now)
     fixed = validation.payload_head_size(call.path, call.max_attempts, call.backoff)
@@ -279,7 +266,9 @@ def batch(using: str, specs: Iterable[options.JobSpec], call: options.Checked, *
     # The call's options, as row columns: a spec without options of its own gets them
     # (None: they depend on each job's due time, through ``expires``).
     call_columns = None if call.expires is not None else call.columns(call.now)
-    out = Batch(writer, [], [], [], keyed=False)
+    rows: list[list[Any]] = []
+    jobs: list[NewJob] = []
+    job_ids: list[str] = []
     keyed: list[str] = []
     for spec in specs:
         args, kwargs = list(spec.args), dict(spec.kwargs)
@@ -302,13 +291,12 @@ def batch(using: str, specs: Iterable[options.JobSpec], call: options.Checked, *
         if run_at.tzinfo is not None and run_at.tzinfo is not UTC:
             run_at = run_at.astimezone(UTC)
         columns["scheduled_for"] = run_at
-        out.rows.append(writer.row(job_id, spec.key, args_json, kwargs_json, run_at, columns))
-        out.jobs.append(NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms,  # payload: the row
-                               priority=job.priority, group=job.group))
-        out.ids.append(job_id)
+        rows.append(writer.row(job_id, spec.key, args_json, kwargs_json, run_at, columns))
+        jobs.append(NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms,  # payload: the row
+                           priority=job.priority, group=job.group))
+        job_ids.append(job_id)
     if keyed and (existing := writer.existing(keyed, batch_size)):
-        keep = [i for i, job in enumerate(out.jobs) if job.id not in existing]
-        out.rows = [out.rows[i] for i in keep]
-        out.jobs = [out.jobs[i] for i in keep]
-    out.keyed = bool(keyed)
-    return out
+        keep = [i for i, job in enumerate(jobs) if job.id not in existing]
+        rows, jobs = [rows[i] for i in keep], [jobs[i] for i in keep]
+    return job_ids, jobs, partial(writer.insert, rows, ignore_conflicts=bool(keyed),
+                                  batch_size=batch_size)
