@@ -46,13 +46,17 @@ if TYPE_CHECKING:  # pragma: no cover - the one list of the public names (_publi
         await_result,
     )
 
-    # scheduling and managing jobs
+    # scheduling and managing jobs; chain and group: jobs that wait for other jobs
+    # (docs/workflows.md)
     from django_delayq.core.api import (  # noqa: F401
+        GroupResult,
         JobCall,
         JobHandle,
         JobSpec,
         cancel,
+        chain,
         get_job,
+        group,
         job,
         requeue,
         reschedule,
@@ -61,9 +65,6 @@ if TYPE_CHECKING:  # pragma: no cover - the one list of the public names (_publi
         schedule_many,
         schedule_spec,
     )
-
-    # workflows: jobs that wait for other jobs (docs/workflows.md)
-    from django_delayq.core.canvas import GroupResult, chain, group  # noqa: F401
 
     # inside a running job
     from django_delayq.core.context import current_job  # noqa: F401

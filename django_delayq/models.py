@@ -188,7 +188,7 @@ class JobDependency(models.Model):
 
 class JobKey(models.Model):
     """Which job holds a key scheduled with ``on_conflict="replace"`` or ``"drop"``
-    (core/dedup.py): one row per (queue, key) ever used so, whose row lock orders the
+    (core/workflows.py): one row per (queue, key) ever used so, whose row lock orders the
     calls of that key. ``job_id`` may name a job that finished or was deleted: the key
     is then free, taken over by the next call."""
 

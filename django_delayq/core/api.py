@@ -1,10 +1,15 @@
 """The public API: schedule, schedule_many, job, cancel, run_now, reschedule, requeue, get_job,
-and a job's result (``result_of``, ``wait``: ``core/results.py``).
+chain, group, and a job's result (``result_of``, ``wait``: ``core/results.py``).
 
 ``schedule()`` checks everything and raises ``InvalidJob`` naming the bad value. The
 audit row is written in the caller's transaction; the job reaches Redis on commit
 (idempotent by id). If Redis is down then, the row stays ``scheduled`` and the
 worker's reconciler enqueues it later: the row is the durable record.
+
+``chain(a, b, c)`` and ``group([...], then=summary)`` are thin helpers over ``after=``.
+Each piece is a ``Signature``, ``job(fn).using(...).s(*args, **kwargs)``: the call's
+options (queue, delay, priority, its own ``after`` ...) and the job's arguments. Every
+job of one helper call is scheduled in one transaction: all of them or none.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from itertools import groupby
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -20,15 +26,16 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import bulk, commit_batch, dedup, options, row_insert, validation, workflows
+from django_delayq.core import commit_batch, options, row_insert, rows, validation, workflows
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
 from django_delayq.core.commit_batch import set_eager_runner
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.options import KEEP, JobOptions, JobSpec
+from django_delayq.core.options import KEEP, JobOptions, JobSpec, parent_ids
 from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
 from django_delayq.core.registry import check_schedulable
 from django_delayq.core.results import read, result_of, wait
+from django_delayq.core.workflows import Signature
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome, NewJob
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import UNFINISHED_STATUSES, Job, JobStatus
@@ -86,7 +93,7 @@ def schedule(fn: Callable[..., Any] | str, *args: object,
 
     Returns a ``JobHandle``. With ``key``, scheduling again with the same key (on the
     same queue) returns the first job instead of creating another; ``on_conflict=
-    "replace"`` (debounce) or ``"drop"`` say otherwise (core/dedup.py). ``priority`` (-100 to
+    "replace"`` (debounce) or ``"drop"`` say otherwise (core/workflows.py). ``priority`` (-100 to
     100), ``timeout``, ``expires``, ``retry_on``, ``atomic`` and ``group`` (docs/groups.md):
     see ``core/options.py``. A job function whose keyword arguments are named like these
     options: use ``job(fn).using(...)``; for the last six, ``schedule()`` refuses the
@@ -127,9 +134,9 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     conn = connections[using]  # looked up once (a thread-local read)
     job_id, queue = new.id, c.queue
     status: str = JobStatus.SCHEDULED  # the column's default: no key, no parents
-    if c.key is not None or c.parents:  # in a savepoint: core/dedup.py
+    if c.key is not None or c.parents:  # in a savepoint: core/workflows.py
         row = row_insert.new_row(**values)
-        standing = dedup.insert(row, spec, list(c.parents), c.run_on_failure, using, c.now)
+        standing = workflows.insert(row, c, using)
         if standing is not None:  # the key's job stands (keep; drop while it is live)
             return JobHandle(standing, queue)
         status = row.status
@@ -140,7 +147,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     if status != JobStatus.SCHEDULED:
         pass  # waiting for its parents, or cancelled by one that failed already
     elif s.eager:  # unit tests: run inline after commit, no Redis involved
-        run_eager = dedup.eager_runner(commit_batch.eager_runner(), c.on_conflict)
+        run_eager = commit_batch.eager_runner()  # a job replaced before the commit: not run
         commit_batch.after_commit(using, lambda: run_eager(job_id))
     else:
         commit_batch.enqueue_after_commit(using, queue, [new], conn)  # a callback per call
@@ -150,7 +157,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
 def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
           max_payload: int) -> tuple[dict[str, Any], NewJob]:
     """One job's row values and its entry for Redis (``schedule``; ``schedule_many`` uses
-    ``bulk``, with the same checks)."""
+    ``rows.batch``, with the same checks)."""
     args, kwargs = list(args), dict(kwargs)
     _, _, size = validation.encode_args(args, kwargs)
     options.check_arguments(c.path, args, kwargs)
@@ -202,16 +209,15 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
         with transaction.atomic(using=using):
             return [_schedule(fn, spec.under(call)).id for spec in specs]
     c = call.check(fn)
-    batch = bulk.Batch(using, specs, call=c, max_payload=get_settings().max_payload_bytes)
-    batch.drop_existing(batch_size)
+    job_ids, jobs, insert = rows.batch(using, specs, c, batch_size=batch_size,
+                                       max_payload=get_settings().max_payload_bytes)
     with transaction.atomic(using=using):
-        batch.insert(batch_size)
-        jobs = batch.jobs
+        insert()
         if jobs:
             signals.send(signals.jobs_scheduled, queue=c.queue, callable_path=c.path,
                          job_ids=[job.id for job in jobs])
         commit_batch.enqueue_after_commit(using, c.queue, jobs)
-    return batch.ids
+    return job_ids
 
 
 def _alone(spec: JobSpec) -> bool:
@@ -243,9 +249,9 @@ class JobCall(JobOptions):
         changed.check(changed.fn)
         return changed
 
-    def s(self, *args: object, **kwargs: object) -> workflows.Signature:
+    def s(self, *args: object, **kwargs: object) -> Signature:
         """This call with its arguments, not scheduled yet: for ``chain`` and ``group``."""
-        return workflows.Signature(call=self, args=args, kwargs=kwargs)
+        return Signature(call=self, args=args, kwargs=kwargs)
 
     def schedule(self, *args: object, **kwargs: object) -> JobHandle:
         """Schedule ``fn(*args, **kwargs)`` with this call's options."""
@@ -371,3 +377,64 @@ def _requeue_dead(row: Job, seconds: float) -> bool:
                 status=JobStatus.DEAD, attempts=row.attempts, run_at=row.run_at,
                 finished_at=row.finished_at, updated_at=timezone.now())
     return outcome is MoveOutcome.MOVED
+
+
+# -- chain and group: helpers over after= ---------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class GroupResult:
+    """What ``group()`` returns: the members' ids, in order, and the ``then`` job."""
+
+    ids: list[str]
+    then: JobHandle | None
+
+
+def _checked(pieces: Iterable[Any], what: str) -> list[Signature]:
+    out = list(pieces)
+    for piece in out:
+        if not isinstance(piece, Signature):
+            raise InvalidJob("%s takes job(fn).s(*args, **kwargs) signatures; got %r"
+                             % (what, piece))
+    return out
+
+
+def schedule_signature(sig: Signature, after: Sequence[str] = ()) -> JobHandle:
+    """Schedule ``sig``, waiting for ``after`` on top of its call's own ``after``."""
+    call: JobCall = sig.call
+    if after:
+        call = replace(call, after=[*after, *parent_ids(call.after)])
+    return call.schedule(*sig.args, **sig.kwargs)
+
+
+def chain(*pieces: Signature) -> list[JobHandle]:
+    """Schedule ``pieces`` so that each one runs after the one before it succeeded; a
+    piece that fails cancels the rest (its ``after_failure="run"`` runs it anyway).
+    Returns their handles, in order."""
+    sigs = _checked(pieces, "chain()")
+    if not sigs:
+        raise InvalidJob("chain() needs at least one signature")
+    handles: list[JobHandle] = []
+    with transaction.atomic(using=router.db_for_write(Job)):
+        for sig in sigs:
+            handles.append(schedule_signature(sig, [handles[-1].id] if handles else ()))
+    return handles
+
+
+def group(pieces: Iterable[Signature], *, then: Signature | None = None) -> GroupResult:
+    """Schedule every piece (they run in parallel) and, with ``then``, a job that runs
+    once all of them succeeded. Runs of pieces with the same call go through
+    ``schedule_many`` (bulk inserts): 10,000 pieces are one call per 1,000."""
+    sigs = _checked(pieces, "group()")
+    if then is not None:
+        _checked([then], "group(then=...)")
+    ids: list[str] = []
+    with transaction.atomic(using=router.db_for_write(Job)):
+        for call, run in groupby(sigs, key=lambda sig: sig.call):
+            batch = list(run)
+            if len(batch) == 1 or call.key is not None:
+                ids.extend(schedule_signature(sig).id for sig in batch)
+            else:
+                ids.extend(call.schedule_many([JobSpec(args=sig.args, kwargs=sig.kwargs)
+                                               for sig in batch]))
+        last = None if then is None else schedule_signature(then, ids)
+    return GroupResult(ids=ids, then=last)

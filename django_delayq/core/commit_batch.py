@@ -164,7 +164,9 @@ _eager: list[Callable[[str], object]] = []
 
 def set_eager_runner(runner: Callable[[str], object]) -> None:
     """What runs a job inline when ``DELAYQ["EAGER"]`` is on: ``django_delayq.testing``
-    plugs its runner in when the app is ready (a hook: this layer never imports it)."""
+    plugs its runner in when the app is ready (a hook: this layer never imports it). It
+    runs a job whose row is live, and skips one whose row is final (cancelled, or replaced
+    by a later job of its key, before the commit that runs it), as a worker would."""
     _eager[:] = [runner]
 
 

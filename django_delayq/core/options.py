@@ -10,7 +10,7 @@ naming the option and the bad value:
 * ``queue``: one of ``DELAYQ["QUEUES"]`` (default ``DEFAULT_QUEUE``);
 * ``delay`` (seconds or a ``timedelta``) or ``at`` (a datetime), not both: the due time;
 * ``key``: an idempotency key (``validation.check_key``); ``on_conflict``: what a second
-  job of the key does, ``keep`` (the default), ``replace`` or ``drop`` (core/dedup.py);
+  job of the key does, ``keep`` (the default), ``replace`` or ``drop`` (core/workflows.py);
 * ``priority``: an integer from -100 to 100 (``bool`` refused); among the due jobs of a
   queue, higher runs first;
 * ``timeout``: seconds > 0 (a number or a ``timedelta``, at most ``MAX_TIMEOUT_SECONDS``),
@@ -51,12 +51,9 @@ from django_delayq.exceptions import InvalidJob, type_path
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
 MAX_TIMEOUT_SECONDS = 365 * 24 * 3600.0  # a year
 MAX_RETRY_ON = 50  # exception classes in one retry_on
-KEEP, REPLACE, DROP = "keep", "replace", "drop"  # on_conflict= (core/dedup.py)
+KEEP, REPLACE, DROP = "keep", "replace", "drop"  # on_conflict= (core/workflows.py)
 ON_CONFLICT = (KEEP, REPLACE, DROP)
 AFTER_FAILURE = {"cancel": False, "run": True}
-# The row's columns of the run-time options, with the values of a job that sets none.
-COLUMN_DEFAULTS: dict[str, Any] = {"priority": 0, "timeout": None, "expires_at": None,
-                                   "retry_on": None, "atomic": False, "group": ""}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -210,7 +207,7 @@ class Checked:
         return ids.id_for_key(self.queue, self.key)
 
     def columns(self, due: datetime) -> dict[str, Any]:
-        """The row's columns of the run-time options (``COLUMN_DEFAULTS``) for a job due
+        """The row's columns of the run-time options (``priority`` ... ``group``) for a job due
         at ``due`` (``expires`` must be after it; ``retry_on`` a list: a JSON column),
         those whose value is not the column's default only (a row left without one gets
         that default: ``schedule()``'s INSERT writes it as a literal, core/row_insert.py)."""
@@ -402,9 +399,9 @@ def check_no_clash(path: str, names: list[str]) -> None:
     """``schedule(fn, ..., timeout=5)`` when ``fn`` itself takes ``timeout``: the value would
     silently become the job's option instead of the function's argument (the meaning it had
     before these options existed), so ``InvalidJob`` says how to pass either."""
-    signature = registry.signature(path)
-    if signature is None:
+    if (binder := registry.binder(path)) is None:
         return
+    signature = binder.signature
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
     clash = [n for n in names if n in signature.parameters
              and signature.parameters[n].kind in named]

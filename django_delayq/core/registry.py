@@ -61,7 +61,7 @@ def allowed_modules() -> frozenset[str]:
 
 
 def reset() -> None:
-    for cached in (allowed_modules, _refusal, _job_object, _resolve, signature, binder):
+    for cached in (allowed_modules, _refusal, _job_object, _resolve, binder):
         cached.cache_clear()
 
 
@@ -209,10 +209,11 @@ def _not_a_job_function(func: object, module: str, name: str) -> str | None:
 
 
 @cache
-def signature(path: str) -> inspect.Signature | None:
-    """The signature the job at ``path`` is called with: its function's, or for a Django
-    ``Task`` the wrapped function's without the ``TaskContext`` a ``takes_context`` task
-    gets first. ``None`` when Python cannot tell. ``path`` passed ``check_schedulable``."""
+def binder(path: str) -> Binder | None:
+    """The ``Binder`` of the signature the job at ``path`` is called with: its function's,
+    or for a Django ``Task`` the wrapped function's without the ``TaskContext`` a
+    ``takes_context`` task gets first (kept per path). ``None`` when Python cannot tell.
+    ``path`` passed ``check_schedulable``."""
     obj = job_object(path)
     func = _function(obj)
     try:
@@ -221,14 +222,7 @@ def signature(path: str) -> inspect.Signature | None:
         return None
     if func is not obj and obj.takes_context:
         found = found.replace(parameters=list(found.parameters.values())[1:])
-    return found
-
-
-@cache
-def binder(path: str) -> Binder | None:
-    """``signature(path)``'s ``Binder`` (kept like the signature), ``None`` with none."""
-    found = signature(path)
-    return None if found is None else Binder(path, found)
+    return Binder(path, found)
 
 
 def _function(obj: object) -> Any:

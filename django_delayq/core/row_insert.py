@@ -53,16 +53,14 @@ class _Statement:
     head: str  # ``sql`` up to its VALUES' parenthesis (a plan's statement follows)
     # per field, in the statement's column order: its attname, its preparer, its default
     # prepared once (a constant default whose prepared value is immutable; else
-    # _EACH_TIME: prepared per row), and whether it is one of Django's DateTimeFields (a
-    # datetime given twice: adapted once)
-    by_name: list[tuple[str, Prepare, Any, bool]]
-    # per field, the type of value it sends as it is (``_PLAIN``), else ``None``
-    plain: list[type | None]
+    # _EACH_TIME: prepared per row), whether it is one of Django's DateTimeFields (a
+    # datetime given twice: adapted once), the type of value it sends as it is
+    # (``_PLAIN``, else ``None``) and its None prepared once when that gives an immutable
+    # value (else _EACH_TIME)
+    by_name: list[tuple[str, Prepare, Any, bool, type | None, Any]]
     # SQLite: its datetime adapter's result is known for a UTC datetime (``values_params``)
     sqlite: bool
-    # per field, its None prepared once when that gives an immutable value (else
-    # _EACH_TIME); and the plans of ``values_params``, by the names a caller gives
-    nulls: list[Any]
+    # the plans of ``values_params``, by the names a caller gives
     plans: dict[tuple[str, ...], _Plan] = dataclass_field(default_factory=dict)
 
 
@@ -123,13 +121,10 @@ def _statement(using: str) -> _Statement:
         head = "INSERT INTO %s (%s) VALUES (" % (
             qn(str(Job._meta.db_table)), ", ".join(qn(str(f.column)) for f in fields))
         sql = head + ", ".join(["%s"] * len(fields)) + ")"
-        prepare = [_preparer(f) for f in fields]
         by_name = [(f.attname, prep, _prepared_default(f, prep, connection),
-                    type(f) is DateTimeField) for f, prep in zip(fields, prepare, strict=True)]
-        nulls = [_immutable(prep, None, connection) for prep in prepare]
-        plain = [_plain_type(f) for f in fields]
-        found = _statements[using] = _Statement(
-            sql, head, by_name, plain, connection.vendor == "sqlite", nulls)
+                    type(f) is DateTimeField, _plain_type(f), _immutable(prep, None, connection))
+                   for f, prep in ((f, _preparer(f)) for f in fields)]
+        found = _statements[using] = _Statement(sql, head, by_name, connection.vendor == "sqlite")
     return found
 
 
@@ -163,7 +158,7 @@ def new_row(**values: object) -> Job:
 def params(row: Job, using: str) -> list[Any]:
     """The values of ``row`` as the INSERT sends them, in the statement's column order."""
     st, connection = _statement(using), connections[using]
-    return [prep(getattr(row, name), connection) for name, prep, _, _ in st.by_name]
+    return [prep(getattr(row, name), connection) for name, prep, *_ in st.by_name]
 
 
 def values_params(values: dict[str, Any], using: str, connection: Any = None) -> list[Any]:
@@ -218,45 +213,34 @@ _MAX_PLANS = 512
 
 def _plan(names: tuple[str, ...], st: _Statement) -> _Plan:
     """The plan of these names, kept in ``st.plans`` (up to ``_MAX_PLANS`` of them)."""
-    plan = _make_plan(names, st)
-    if len(st.plans) < _MAX_PLANS:
-        st.plans[names] = plan
-    return plan
-
-
-def _make_plan(names: tuple[str, ...], st: _Statement) -> _Plan:
     given = set(names)
     template: list[Any] = []
     filled: list[tuple[int, str, type | None, Prepare, bool, Any]] = []
     each_time: list[tuple[int, str, Prepare]] = []
     each_literal: list[tuple[int, str, Prepare]] = []
-    literals: dict[int, str] = {}
-    given_at: set[int] = set()
-    each_at: set[int] = set()
-    for index, ((name, prep, default, is_moment), null, plain) in enumerate(
-            zip(st.by_name, st.nulls, st.plain, strict=True)):
-        template.append(None if name in given or default is _EACH_TIME else default)
-        if name in given:
-            filled.append((index, name, plain, prep, is_moment, null))
-            given_at.add(index)
-        elif default is _EACH_TIME and (literal := _empty_json(_FIELDS[name])) is not None:
-            each_literal.append((index, name, prep))  # ``kwargs`` left out: ``{}``
-            literals[index] = literal
-        elif default is _EACH_TIME:
-            each_time.append((index, name, prep))
-            each_at.add(index)
     # the statement of these names: a column whose value is the same constant on every
     # row (a default not given) written as an SQL literal when it is a plain one
-    marks, bound = [], []
-    for index, value in enumerate(template):
-        literal = (None if index in given_at or index in each_at
-                   else literals[index] if index in literals else _literal(value))
+    marks: list[str] = []
+    bound: list[int] = []
+    for index, (name, prep, default, is_moment, plain, null) in enumerate(st.by_name):
+        template.append(None if name in given or default is _EACH_TIME else default)
+        literal = None
+        if name in given:
+            filled.append((index, name, plain, prep, is_moment, null))
+        elif default is _EACH_TIME and (literal := _empty_json(_FIELDS[name])) is not None:
+            each_literal.append((index, name, prep))  # ``kwargs`` left out: ``{}``
+        elif default is _EACH_TIME:
+            each_time.append((index, name, prep))
+        else:
+            literal = _literal(default)
         if literal is None:
             bound.append(index)
         marks.append("%s" if literal is None else literal)
-    sql = st.head + ", ".join(marks) + ")"
-    return _Plan(template, tuple(filled), tuple(each_time), sql, _getter(bound),
-                 tuple(each_literal))
+    plan = _Plan(template, tuple(filled), tuple(each_time), st.head + ", ".join(marks) + ")",
+                 _getter(bound), tuple(each_literal))
+    if len(st.plans) < _MAX_PLANS:
+        st.plans[names] = plan
+    return plan
 
 
 def _empty_json(field: Field[Any, Any]) -> str | None:

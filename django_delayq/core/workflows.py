@@ -13,6 +13,30 @@ expired) cancels a waiting child in the same transaction (the cancel cascades to
 children), unless the child was scheduled with ``after_failure="run"``. ``sweep()``, run
 by the reconciler, resolves edges whose parent is final but which no transaction resolved
 (a parent made final by a path without the hook): the net, not the rule.
+
+**Keys**: what a key does at ``schedule()`` time, ``on_conflict="keep"``, ``"replace"``
+or ``"drop"``.
+
+``keep`` (the default) is an idempotency key: the job's id derives from (queue, key), so
+the second INSERT of that id fails and the first job stands, forever. ``replace`` and
+``drop`` give each job a fresh id and record the key's holder in a ``JobKey`` row, one per
+(queue, key), unique. In the caller's transaction a call creates that row if it is
+missing (``INSERT ... ON CONFLICT DO NOTHING``; its first holder is the ``keep`` id of the
+key, so a ``keep`` job already there counts), locks it (``SELECT ... FOR UPDATE``), reads
+the holder's job row and decides:
+
+- the holder is pending (``scheduled``, ``retrying``, ``waiting``): ``drop`` returns it;
+  ``replace`` cancels it (the engine's cancel first, as ``cancel()`` does) and takes the key;
+- it is running: ``drop`` returns it; ``replace`` lets it run on (its Redis entry is
+  marked: a failure is not retried) and takes the key;
+- it finished (any final status), or there is no such row: the new job takes the key.
+
+The key is taken with a compare-and-set ``UPDATE ... WHERE job_id = <holder read>``.
+**Invariant: the calls of one (queue, key) take its row lock one after the other, each
+seeing the holder the previous one committed**, so at most one job of the key is pending
+(``replace``: the last committed call's) and ``drop`` creates a job only when the holder
+is final. The lock is held until the caller's transaction ends. See docs/internals.md,
+"Deduplication keys".
 """
 
 from __future__ import annotations
@@ -21,21 +45,30 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from functools import partial
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.core import commit_batch
+from django_delayq.core import commit_batch, ids
 from django_delayq.core.conf import get_settings
-from django_delayq.engine.outcomes import NewJob
+from django_delayq.core.connection import get_engine
+from django_delayq.core.options import DROP, KEEP, Checked
+from django_delayq.engine.outcomes import CancelOutcome, NewJob
 from django_delayq.engine.replies import chunks
-from django_delayq.exceptions import InvalidJob
-from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
+from django_delayq.exceptions import DelayQError, InvalidJob
+from django_delayq.models import (
+    FINAL_STATUSES,
+    UNFINISHED_STATUSES,
+    Job,
+    JobDependency,
+    JobKey,
+    JobStatus,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -43,12 +76,13 @@ FAILED = (JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 CHUNK = 500  # ids per IN (...) query
 MAX_ANCESTORS = 10_000  # the cycle check walks at most this many ancestors
 SWEEP_EDGES = 500  # edges per sweep() call
+ROUNDS = 5  # a key's compare-and-set attempts; the row lock makes the first one succeed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Signature:
     """A job not scheduled yet: ``job(fn).using(...).s(*args, **kwargs)``; the pieces of
-    ``chain`` and ``group`` (core/canvas.py). ``call`` is the ``JobCall``."""
+    ``chain`` and ``group`` (core/api.py). ``call`` is the ``JobCall``."""
 
     call: Any
     args: tuple[Any, ...] = ()
@@ -62,29 +96,12 @@ def cancel_reason(parent_id: str, status: str) -> str:
 # -- schedule time -------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class Plan:
-    """What ``link`` decided for a new child: its status and its edges to save."""
-
-    child_id: str
-    status: str
-    parents_left: int = 0
-    reason: str = ""
-    edges: list[JobDependency] = field(default_factory=list)
-
-    def apply(self, row: Job, now: datetime) -> None:
-        row.status, row.parents_left = self.status, self.parents_left
-        if self.status == JobStatus.CANCELLED:
-            row.last_error, row.finished_at = self.reason, now
-
-    def save_edges(self, using: str) -> None:
-        JobDependency.objects.using(using).bulk_create(self.edges, batch_size=CHUNK)
-
-
-def plan(child_id: str, parents: list[str], on_failure: bool, using: str,
-         keyed: bool) -> Plan:
+def plan(row: Job, c: Checked, using: str) -> list[JobDependency]:
     """Inside the schedule transaction: lock the parents' rows (a parent finishing now
-    waits for our commit, so its flush sees our edge) and decide the child's status."""
+    waits for our commit, so its flush sees our edge), set the new child ``row``'s status
+    (``scheduled``, ``waiting``, or ``cancelled`` by a parent that failed already) and
+    return its edges, to save once the row is."""
+    child_id, parents = row.id, list(c.parents)
     if child_id in parents:
         raise InvalidJob("after=: job %s cannot wait for itself" % child_id)
     status: dict[str, str] = {}
@@ -93,22 +110,22 @@ def plan(child_id: str, parents: list[str], on_failure: bool, using: str,
         status.update(rows.values_list("id", "status"))
     if missing := [p for p in parents if p not in status]:
         raise InvalidJob("after=: no job with id %r" % missing[0])
-    if keyed:
+    if c.key is not None and c.on_conflict == KEEP:  # its id may be named already
         check_no_cycle(child_id, parents, using)
-    out = Plan(child_id=child_id, status=JobStatus.SCHEDULED)
+    edges, left, reason = [], 0, ""
     for p in parents:
         done = status[p] in FINAL_STATUSES
-        out.edges.append(JobDependency(parent_id=p, child_id=child_id, resolved=done,
-                                       run_on_failure=on_failure))
+        edges.append(JobDependency(parent_id=p, child_id=child_id, resolved=done,
+                                   run_on_failure=c.run_on_failure))
         if not done:
-            out.parents_left += 1
-        elif status[p] in FAILED and not on_failure and not out.reason:
-            out.reason = cancel_reason(p, status[p])
-    if out.reason:
-        out.status, out.parents_left = JobStatus.CANCELLED, 0
-    elif out.parents_left:
-        out.status = JobStatus.WAITING
-    return out
+            left += 1
+        elif status[p] in FAILED and not c.run_on_failure and not reason:
+            reason = cancel_reason(p, status[p])
+    if reason:
+        row.status, row.last_error, row.finished_at = JobStatus.CANCELLED, reason, c.now
+    elif left:
+        row.status, row.parents_left = JobStatus.WAITING, left
+    return edges
 
 
 def check_no_cycle(child_id: str, parents: list[str], using: str) -> None:
@@ -237,3 +254,86 @@ def sweep(using: str, limit: int = SWEEP_EDGES) -> int:
                     len(parents))
         resolve(parents, using)
     return len(parents)
+
+
+# -- keys: keep, replace, drop -------------------------------------------------------
+
+def insert(row: Job, c: Checked, using: str) -> str | None:
+    """Insert a keyed or waiting job (its options ``c``) in a savepoint. None: ``row`` was
+    inserted; else the id of the job that stands instead (``keep``: the key's first;
+    ``drop``: the live one)."""
+    keep = c.on_conflict == KEEP
+    try:
+        with transaction.atomic(using=using):
+            edges = plan(row, c, using) if c.parents else []  # waiting, cancelled ...
+            # A job born final (a parent already failed: cancelled) takes no key: it would
+            # replace the live job with one that never runs.
+            if c.key is not None and not keep and row.status not in FINAL_STATUSES:
+                live = take(row, c.on_conflict, using)
+                if live is not None:
+                    return live
+            row.save(force_insert=True, using=using)
+            JobDependency.objects.using(using).bulk_create(edges, batch_size=CHUNK)
+    except IntegrityError:
+        if c.key is None or not keep:
+            raise
+        return row.id  # same key, same id: the first job stands
+    return None
+
+
+def take(row: Job, mode: str, using: str) -> str | None:
+    """Make ``row`` (not saved yet) the holder of its key, as ``mode`` says; returns the
+    id of the live holder that stands instead (``drop``), else None."""
+    keys = JobKey.objects.using(using)
+    which = {"queue": row.queue, "key": row.key}
+    for _ in range(ROUNDS):
+        keys.bulk_create([JobKey(**which, job_id=ids.id_for_key(row.queue, str(row.key)))],
+                         ignore_conflicts=True)
+        holder = keys.select_for_update().filter(**which).values_list("job_id",
+                                                                      flat=True).first()
+        if holder is None:
+            continue  # deleted meanwhile: create it again
+        live = _live(holder, using)
+        if live is not None and mode == DROP:
+            return live.id
+        if live is not None:
+            _replace(live, row.id, using)
+        if keys.filter(**which, job_id=holder).update(job_id=row.id):
+            return None
+    raise DelayQError("key %r of queue %r: its holder changed %d times in a row while this "
+                      "call tried to take it" % (row.key, row.queue, ROUNDS))
+
+
+def _live(job_id: str, using: str) -> Job | None:
+    """The holder's row if it is not final (pending or running)."""
+    return (Job.objects.using(using).filter(pk=job_id, status__in=UNFINISHED_STATUSES)
+            .only("id", "queue", "status", "callable_path").first())
+
+
+def _replace(old: Job, new_id: str, using: str) -> None:
+    """Cancel ``old``, replaced by ``new_id``, the way ``cancel()`` does: Redis first (a
+    job it cancels never runs; one already running runs on, marked not to be retried);
+    the row decides when Redis does not hold the job yet, and Redis is told after commit
+    (a worker never runs a job whose row is final). Eager mode has no Redis: the row."""
+    if old.status == JobStatus.WAITING or get_settings().eager:  # not in Redis
+        outcome = CancelOutcome.CANCELLED
+    else:
+        try:
+            outcome = get_engine().cancel(old.queue, old.id)
+        except RedisError as exc:  # as when it is not in Redis: the row decides
+            logger.warning("job %s: Redis unavailable for its cancel (%s); its row decides "
+                           "(a worker does not run a job whose row is final)", old.id, exc)
+            outcome = CancelOutcome.NOT_FOUND
+        if outcome is CancelOutcome.NOT_FOUND and old.status in (JobStatus.SCHEDULED,
+                                                                 JobStatus.RETRYING):
+            outcome = CancelOutcome.CANCELLED
+            commit_batch.after_sends(using, lambda: get_engine().cancel(old.queue, old.id))
+    if outcome is not CancelOutcome.CANCELLED:
+        return  # running (or its end not recorded yet): it runs on, the key moves on
+    now, reason = timezone.now(), "replaced by %s" % new_id
+    if Job.objects.using(using).filter(pk=old.pk, status__in=UNFINISHED_STATUSES).update(
+            status=JobStatus.CANCELLED, last_error=reason, finished_at=now, updated_at=now):
+        resolve([old.pk], using)  # its waiting children follow
+        logger.info("job %s cancelled: %s", old.id, reason)
+        signals.send(signals.job_cancelled, job_id=old.id, queue=old.queue,
+                     callable_path=old.callable_path, running=False)

@@ -92,7 +92,7 @@ def delete_jobs(ids: Sequence[str], statuses: Sequence[str] = FINAL_STATUSES,
         edges = JobDependency.objects.using(using)
         edges.filter(parent_id__in=ids).delete()
         edges.filter(child_id__in=ids).delete()
-        # A key held by a deleted job is free (core/dedup.py): its row goes too. A call
+        # A key held by a deleted job is free (core/workflows.py): its row goes too. A call
         # of that key holding the row's lock makes this wait, and then holds a new job.
         JobKey.objects.using(using).filter(job_id__in=ids).delete()
         attempts, _ = JobAttempt.objects.using(using).filter(job_id__in=ids).delete()

@@ -1,5 +1,5 @@
 """Deduplication and debounce: ``schedule(..., key=k, on_conflict="keep" | "replace" |
-"drop")`` (core/dedup.py; docs/workflows.md, "Deduplication and debounce") on a private
+"drop")`` (core/workflows.py; docs/workflows.md, "Deduplication and debounce") on a private
 Redis, with real workers (in this process and as subprocesses), and the invariant of
 docs/internals.md ("Deduplication keys": one live holder per (queue, key)) under
 concurrent calls on PostgreSQL."""

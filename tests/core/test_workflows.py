@@ -8,8 +8,7 @@ import pytest
 
 from django_delayq import InvalidJob, cancel, job, schedule
 from django_delayq.core import workflows
-from django_delayq.core.api import JobSpec, schedule_many
-from django_delayq.core.canvas import chain, group
+from django_delayq.core.api import JobSpec, chain, group, schedule_many
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobDependency, JobStatus
 from tests import jobs

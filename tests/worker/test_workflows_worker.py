@@ -10,7 +10,7 @@ import time
 import pytest
 
 from django_delayq import job
-from django_delayq.core.canvas import chain, group
+from django_delayq.core.api import chain, group
 from django_delayq.models import Job, JobDependency, JobStatus
 from tests.helpers import wait_until
 from tests.worker.conftest import worker_starter
