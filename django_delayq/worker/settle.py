@@ -9,10 +9,10 @@ A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``
 ``JobAttempt``. Leases that expired are taken back by ``recovery.py``; this worker's
 heartbeat is ``heartbeat.py``.
 
-A sharded queue is settled shard by shard (``ShardSettler``): a node that is down holds
+A sharded queue is settled shard by shard (``Settler.send``): a node that is down holds
 back only the outcomes of its own shard. The settling thread backs off per queue
 (``queue_backoff.py``); a sharded queue spans several nodes, so the unit that fails
-together is the shard: ``ShardSettler.send`` settles each shard's outcomes with calls of
+together is the shard: ``Settler.send`` settles each shard's outcomes with calls of
 their own; the outcomes of a shard whose node fails (or that ``ShardHealth`` sets aside)
 are kept for a later round, still held (their leases extended like a running job's),
 while the other shards' are settled and recorded now. Only when every shard of the queue
@@ -69,7 +69,7 @@ class Settler:
         self._records: dict[str, str] = {}
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
         self._records_lock = threading.Lock()
-        # how a start is marked (SettleThread: through its stream)
+        # how a start is marked (Settlement: through its stream)
         self.mark: Callable[[ClaimedJob], object] = lambda job: engine.mark_started([job])
 
     def _mark(self, job: ClaimedJob) -> bool:
@@ -112,28 +112,51 @@ class Settler:
         self.record(self.send(outcomes))
 
     def send(self, outcomes: list[Outcome], kept: list[Outcome] | None = None) -> Sent:
-        """Settle ``outcomes`` in Redis (ack, defer, nack: one call each per queue); what
-        each became, for ``record``. Raises on a Redis error (nothing to record then).
-        ``kept``: where ``ShardSettler`` puts the outcomes it could not settle."""
+        """Settle ``outcomes`` in Redis (ack, defer, nack: one call each per queue, or per
+        shard); what each became, for ``record``. Raises on a Redis error (nothing to
+        record then). Given ``kept``, a sharded queue is settled shard by shard, and the
+        outcomes of a shard whose node fails go there (settled later, still held)."""
         sent: Sent = []
-        by_queue = grouped(outcomes, lambda o: o.job.queue)
-        for queue, items in by_queue.items():
-            wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
-            fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
-            self.note_sent(items)
-            acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins],
-                                    holder=self.worker_id,
-                                    codes=["x" if o.kind is Kind.EXPIRED else "s" for o in wins])
-            self._defer(queue, [o for o in items if o.kind is Kind.DEFER])
-            nacked = self.engine.nack(
-                queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
-                dead_max=self.settings.dead_max, holder=self.worker_id)
-            # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
-            # (the retry was refused), or Redis lost the job: nobody else owns it. The
-            # audit guard on attempts keeps this from overwriting a later attempt's record.
-            sent += self.acked(queue, wins, acked)
-            sent += [(o, STATUS_OF.get(res)) for o, res in zip(fails, nacked)]
-            sent += [(o, None) for o in items if o.kind is Kind.DEFER]
+        for queue, items in grouped(outcomes, lambda o: o.job.queue).items():
+            if kept is not None and len(names := self.engine.data_sets(queue)) > 1:
+                sent += self._send_shards(queue, names, items, kept)
+            else:
+                sent += self._send(queue, items)
+        return sent
+
+    def _send(self, queue: str, items: list[Outcome]) -> Sent:
+        """Settle the outcomes of one queue (or one shard of it)."""
+        wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
+        fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
+        self.note_sent(items)
+        acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins],
+                                holder=self.worker_id,
+                                codes=["x" if o.kind is Kind.EXPIRED else "s" for o in wins])
+        self._defer(queue, [o for o in items if o.kind is Kind.DEFER])
+        nacked = self.engine.nack(
+            queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
+            dead_max=self.settings.dead_max, holder=self.worker_id)
+        # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
+        # (the retry was refused), or Redis lost the job: nobody else owns it. The
+        # audit guard on attempts keeps this from overwriting a later attempt's record.
+        return (self.acked(queue, wins, acked)
+                + [(o, STATUS_OF.get(res)) for o, res in zip(fails, nacked)]
+                + [(o, None) for o in items if o.kind is Kind.DEFER])
+
+    def _send_shards(self, queue: str, names: list[str], items: list[Outcome],
+                     kept_out: list[Outcome]) -> Sent:
+        sent: Sent = []
+        kept: list[Outcome] = []
+        errors: list[BaseException] = []
+        for part in grouped(items, lambda o: self.engine.home_of(queue, o.job.id)).values():
+            try:
+                sent += self._send(queue, part)
+            except ERRORS as exc:
+                kept += part
+                errors.append(exc)
+        if kept and not sent and all(self.engine.health.down(n) for n in names):
+            raise errors[0]  # every shard fails: the queue backs off as a whole
+        kept_out += kept
         return sent
 
     def note_sent(self, outcomes: Sequence[Outcome]) -> None:
@@ -241,38 +264,6 @@ class Settler:
                          error=o.error, error_type=o.error_type, **base)
         else:
             signals.send(signals.job_cancelled, running=True, **base)
-
-
-class ShardSettler(Settler):
-    """``Settler`` whose ``send`` goes shard by shard for sharded queues: the outcomes of
-    a shard whose node fails go to ``kept`` (settled later, still held)."""
-
-    def send(self, outcomes: list[Outcome], kept: list[Outcome] | None = None) -> Sent:
-        by_queue = grouped(outcomes, lambda o: o.job.queue)
-        sent: Sent = []
-        for queue, items in by_queue.items():
-            names = self.engine.data_sets(queue)
-            sent += (super().send(items) if len(names) == 1
-                     else self._send_shards(queue, names, items, kept))
-        return sent
-
-    def _send_shards(self, queue: str, names: list[str], items: list[Outcome],
-                     kept_out: list[Outcome] | None) -> Sent:
-        parts = grouped(items, lambda o: self.engine.home_of(queue, o.job.id))
-        sent: Sent = []
-        kept: list[Outcome] = []
-        errors: list[BaseException] = []
-        for part in parts.values():
-            try:
-                sent += super().send(part)
-            except ERRORS as exc:
-                kept += part
-                errors.append(exc)
-        if kept and not sent and all(self.engine.health.down(n) for n in names):
-            raise errors[0]  # every shard fails: the queue backs off as a whole
-        if kept_out is not None:
-            kept_out += kept
-        return sent
 
 
 class ShardBackoff(QueueBackoff):
