@@ -6,8 +6,8 @@ row to the redelivered copy.
 
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
-``JobAttempt``. Leases that expired are taken back by ``recovery.py``; this worker's
-heartbeat is ``heartbeat.py``.
+``JobAttempt``. Leases that expired are taken back by ``housekeeping.py``, which also
+holds this worker's heartbeat.
 
 A sharded queue is settled shard by shard (``Settler.send``): a node that is down holds
 back only the outcomes of its own shard. The settling thread backs off per queue

@@ -8,7 +8,7 @@ transition of its jobs over its ``Link``, a socket to the supervisor, one line e
     h <pid> <worker id>                        once, at start
     b <at>                                     the heartbeat thread ran at ``at``
                                                (monotonic s), sent once its leases
-                                               were extended (``heartbeat.py``)
+                                               were extended (``housekeeping.py``)
     c <queue> <id> <token> <due_ms> <attempt> <home>   a job claimed (one line per job;
                                                home: the shard holding it, or empty)
     s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
