@@ -99,7 +99,7 @@ if TYPE_CHECKING:
     from django_delayq.engine import Engine
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.gates import StartGate
-    from django_delayq.worker.ledger import Ledger, RunningJob
+    from django_delayq.worker.ledger import Ledger
     from django_delayq.worker.settlement import Settlement
     from django_delayq.worker.tracking import Supervision
 
@@ -121,9 +121,9 @@ class Housekeeping:
         self.settings, self.ledger, self.gate = settings, ledger, gate
         self.claiming, self.settlement = claiming, settlement
         self.queues = claiming.queues
-        self.liveness = Liveness(engine, settings, worker_id, name=name, queues=self.queues,
-                                 concurrency=concurrency, running=ledger.running_jobs,
-                                 waiting=ledger.waiting, supervision=supervision)
+        self.liveness = Liveness(engine, settings, worker_id, ledger, name=name,
+                                 queues=self.queues, concurrency=concurrency,
+                                 supervision=supervision)
         self.recovery = LeaseRecovery(engine, settings, audit)
         self.reconciler = Reconciler(engine, settings, self.queues)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
@@ -198,16 +198,14 @@ class Housekeeping:
 
 
 class Liveness:
-    def __init__(self, engine: Engine, settings: Settings, worker_id: str, *, name: str = "",
-                 queues: tuple[str, ...], concurrency: int,
-                 running: Callable[[], list[RunningJob]] | None = None,
-                 waiting: Callable[[], int] | None = None, supervision: Supervision | None = None
-                 ) -> None:
+    def __init__(self, engine: Engine, settings: Settings, worker_id: str, ledger: Ledger, *,
+                 name: str = "", queues: tuple[str, ...], concurrency: int,
+                 supervision: Supervision | None = None) -> None:
         self.engine, self.settings, self.worker_id = engine, settings, worker_id
         self.name = name or worker_id
         self.queues, self.concurrency = queues, concurrency
         self.started_ts = datetime.now(UTC)
-        self.running, self.waiting, self.supervision = running, waiting, supervision
+        self.ledger, self.supervision = ledger, supervision
 
     def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int,
                   holding: Callable[[], list[ClaimedJob]] | None = None) -> None:
@@ -240,14 +238,13 @@ class Liveness:
     def info(self, held: list[ClaimedJob], claimed: int, processed: int) -> str:
         """This worker's registry entry (JSON)."""
         sup = self.supervision
-        runs = self.running() if self.running is not None else []
+        runs = self.ledger.running_jobs()
         return json.dumps({
             "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": list(self.queues),
             "concurrency": self.concurrency, "started": self.started_ts.isoformat(),
             # running: jobs a thread runs; waiting: claimed, no thread yet (prefetch)
-            "running": len(runs) if self.running is not None else len(held),
-            "waiting": self.waiting() if self.waiting is not None else 0,
+            "running": len(runs), "waiting": self.ledger.waiting(),
             "claimed": claimed, "processed": processed,
             "supervisor": sup.supervisor_id if sup is not None else None,
             "processes": sup.processes if sup is not None else 1,

@@ -3,7 +3,7 @@ in a stated order; the main thread runs the loop that decides when the worker is
 
 - ``Claiming`` (``claiming.py``): claims due jobs (the main loop's claims, the urgent
   timer, the wake listener, the queues' gates and backoff) and hands them to the threads.
-- ``Execution`` (``execution.py``): ``concurrency`` job threads run them.
+- ``Execution`` (``runner.py``): ``concurrency`` job threads run them.
 - ``Settlement`` (``settlement.py``): settles each outcome in Redis as it finishes, then
   records it (the settling thread, the ack stream's reader).
 - ``Housekeeping`` (``housekeeping.py``): the heartbeat (leases, the registry), the
@@ -43,10 +43,10 @@ from redis.exceptions import RedisError
 from django_delayq.core import periodic
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
-from django_delayq.worker.execution import Execution
 from django_delayq.worker.gates import StartGate
 from django_delayq.worker.housekeeping import Housekeeping
 from django_delayq.worker.ledger import Ledger
+from django_delayq.worker.runner import Execution
 from django_delayq.worker.settlement import Settlement
 from django_delayq.worker.tracking import (  # noqa: F401 - EXIT_*: named here too
     EXIT_CONFIG,

@@ -156,7 +156,7 @@ class Settler:
                 errors.append(exc)
         if kept and not sent and all(self.engine.health.down(n) for n in names):
             raise errors[0]  # every shard fails: the queue backs off as a whole
-        kept_out += kept
+        kept_out.extend(kept)
         return sent
 
     def note_sent(self, outcomes: Sequence[Outcome]) -> None:
