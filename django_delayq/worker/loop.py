@@ -49,13 +49,13 @@ from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.runner import Execution
 from django_delayq.worker.settlement import Settlement
 from django_delayq.worker.tracking import (  # noqa: F401 - EXIT_*: named here too
+    DEAD_MAN_LEASES,
     EXIT_CONFIG,
     EXIT_ERROR,
     EXIT_HARD_STOP,
     EXIT_OK,
     ORPHAN_SIGNAL,
     Supervision,
-    TrackedLedger,
 )
 
 if TYPE_CHECKING:
@@ -108,10 +108,11 @@ class Worker:
         clock = ServerClock()  # Redis's clock, as each claim measures it
         gate = StartGate(engine, settings, clock.now_ms)  # at start: expiry, callable limits
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
-        if options.supervision is not None:
-            self.audit.before_write = options.supervision.link.flush
-        self.ledger = (Ledger(gate.release_late) if options.supervision is None
-                       else TrackedLedger(settings, options.supervision, gate.release_late))
+        link = None if options.supervision is None else options.supervision.link
+        if link is not None:
+            self.audit.before_write = link.flush
+            link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
+        self.ledger = Ledger(gate.release_late, link)  # a child's reports its transitions
         self.claiming = Claiming(engine, settings, self.ledger, clock, self.wake,
                                  queues=options.queues, concurrency=options.concurrency,
                                  prefetch=options.prefetch, max_jobs=options.max_jobs,

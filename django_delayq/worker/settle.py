@@ -31,7 +31,6 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
-from django_delayq.core import payloads
 from django_delayq.core.final_rows import SETTLED_KEEP_MS
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
@@ -72,24 +71,19 @@ class Settler:
         # how a start is marked (Settlement: through its stream)
         self.mark: Callable[[ClaimedJob], object] = lambda job: engine.mark_started([job])
 
-    def _mark(self, job: ClaimedJob) -> bool:
-        """Tell Redis the run starts (before the function is called); False when the mark
-        could not be written (Redis unreachable): the job must not start, or a kill of
-        this worker would make its run look unstarted (re-run under the same attempt)."""
+    def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
+        """Tell Redis the run starts (the start mark, before the function is called);
+        False (nothing else done) when the mark could not be written (Redis unreachable):
+        the job must not start, or a kill of this worker would make its run look unstarted
+        (re-run under the same attempt). Then the row is ``running``, due at the time
+        Redis held it, unless ``keep_due``: a job of a limited callable keeps its row's
+        due time (a deferral moved its due time in Redis only), so its lateness counts
+        from when it was first due."""
         try:
             self.mark(job)
         except Exception as exc:  # noqa: BLE001 - the caller defers the job
             logger.warning("job %s: start mark not written (%s): not started, deferred",
                            job.id, exc)
-            return False
-        return True
-
-    def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
-        """Mark the start; False (nothing else done) when it could not be marked. Then
-        the row is ``running``, due at the time Redis held it, unless ``keep_due``: a
-        job of a limited callable keeps its row's due time (a deferral moved its due time
-        in Redis only), so its lateness counts from when it was first due."""
-        if not self._mark(job):
             return False
         now = datetime.now(UTC)
         due_at = ms_to_dt(job.due_ms)
@@ -97,7 +91,7 @@ class Settler:
         self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
                           attempts=job.attempt, worker_id=self.worker_id, updated_at=now, **due)
         signalled = signals.wanted(signals.job_started)
-        path = _path_of(job) if signalled or joblog.wanted(self.settings) else ""
+        path = job.payload.path if job.payload is not None else ""
         joblog.started(self.settings, job, path)
         if self.on_start is not None:  # a tick's job: its schedule's next tick is created
             self.on_start(job.id)
@@ -280,13 +274,6 @@ class ShardBackoff(QueueBackoff):
         waits = [health.remaining_ms(name) for name in self.engine.data_sets(queue)
                  if health.down(name)]
         return max(own, min(waits)) if waits else own
-
-
-def _path_of(job: ClaimedJob) -> str:
-    try:
-        return payloads.of(job).path
-    except ValueError:
-        return ""
 
 
 SEND_EVERY = 0.002  # seconds: a job thread sends the acks done at most this often,
