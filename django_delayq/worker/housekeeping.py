@@ -2,7 +2,7 @@
 
 - The heartbeat thread (``delayq-heartbeat``, nothing else on it) every ``LEASE_SECONDS /
   3``: extends the leases of the jobs held and publishes the worker in the registry
-  (``Liveness``), renews the callable-limit slots of the functions
+  (``Housekeeping.heartbeat``), renews the callable-limit slots of the functions
   running (``gates.StartGate.renew``).
 - The keeper thread (``delayq-keeper``), every half second (at most a third of a lease),
   not while draining: retention (``retention.py``), then the schedules' pass
@@ -15,9 +15,8 @@
 Neither a busy main loop nor a slow reconcile or retention round can let this worker's
 leases lapse (which would run its jobs twice), and a reconcile pass cannot delay a due job.
 
-Worker liveness: extending the leases this worker holds and publishing that it lives.
-
-**Liveness.** The heartbeat thread calls ``heartbeat`` every ``LEASE_SECONDS /
+**Worker liveness**: extending the leases this worker holds and publishing that it
+lives. The heartbeat thread calls ``heartbeat`` every ``LEASE_SECONDS /
 3`` with the jobs the worker holds (running or waiting for a thread). Each queue's leases
 are extended on their own: on a cluster, one node down must not cost the other queues
 their leases. A lease that could not be extended was already taken back (the job is
@@ -118,12 +117,13 @@ class Housekeeping:
                  audit: AuditWriter, *, gate: StartGate, claiming: Claiming, schedules: Keeper,
                  settlement: Settlement, worker_id: str, name: str, concurrency: int,
                  supervision: Supervision | None) -> None:
-        self.settings, self.ledger, self.gate = settings, ledger, gate
+        self.engine, self.settings, self.ledger, self.gate = engine, settings, ledger, gate
         self.claiming, self.settlement = claiming, settlement
         self.queues = claiming.queues
-        self.liveness = Liveness(engine, settings, worker_id, ledger, name=name,
-                                 queues=self.queues, concurrency=concurrency,
-                                 supervision=supervision)
+        # what the heartbeat publishes (``info``)
+        self.worker_id, self.name, self.concurrency = worker_id, name, concurrency
+        self.supervision = supervision
+        self.started_ts = datetime.now(UTC)
         self.recovery = LeaseRecovery(engine, settings, audit)
         self.reconciler = Reconciler(engine, settings, self.queues)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
@@ -159,53 +159,7 @@ class Housekeeping:
         return min(wait_ms, self._last_recover + self.settings.recover_interval_seconds * 1000
                    - monotonic_ms())
 
-    # -- the threads ---------------------------------------------------------------
-
-    def _beat_loop(self) -> None:
-        """Heartbeats every ``LEASE_SECONDS / 3``, on a thread that does nothing else: neither
-        a busy main loop nor a slow reconcile or retention round can let the leases lapse."""
-        beat_s = self.settings.lease_ms / 3000
-        while True:
-            try:
-                self.liveness.heartbeat(self.ledger.held(),
-                                        claimed=self.claiming.handover.claimed_total,
-                                        processed=self.settlement.settler.processed,
-                                        holding=lambda: self.ledger.held(sent=False))
-                self.gate.renew()  # callable-limit slots of the functions running
-            except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
-                logger.warning("heartbeat failed: %s", exc)
-            if self._stop.wait(beat_s):
-                return
-
-    def _keeper_loop(self) -> None:
-        """Retention and the reconciler, on their own thread: not held up by the main loop."""
-        beat_s = self.settings.lease_ms / 3000
-        while not self._stop.is_set():
-            if not self.draining:
-                self.schedules.tick(self.retention.tick)  # retention, then schedules
-                try:
-                    self.reconciler.tick()
-                except RedisError as exc:  # the main loop reports outages; try next time
-                    logger.debug("reconciler: Redis unavailable: %s", exc)
-                except Exception as exc:  # noqa: BLE001 - never let the keeper die
-                    self._reconcile_outage.failed(exc, min(beat_s, 0.5))
-                else:
-                    self._reconcile_outage.ok()
-                    if self.reconciler.busy:  # a loss pass in slices: schedules between them
-                        continue
-            self._stop.wait(min(beat_s, 0.5))
-        connections.close_all()  # this thread's own database connections
-
-
-class Liveness:
-    def __init__(self, engine: Engine, settings: Settings, worker_id: str, ledger: Ledger, *,
-                 name: str = "", queues: tuple[str, ...], concurrency: int,
-                 supervision: Supervision | None = None) -> None:
-        self.engine, self.settings, self.worker_id = engine, settings, worker_id
-        self.name = name or worker_id
-        self.queues, self.concurrency = queues, concurrency
-        self.started_ts = datetime.now(UTC)
-        self.ledger, self.supervision = ledger, supervision
+    # -- the heartbeat: leases extended, the registry entry -------------------------
 
     def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int,
                   holding: Callable[[], list[ClaimedJob]] | None = None) -> None:
@@ -255,6 +209,42 @@ class Liveness:
             self.engine.unregister_worker(self.worker_id)
         except Exception:  # noqa: BLE001 - best effort on the way out
             logger.debug("could not unregister worker %s", self.worker_id)
+
+    # -- the threads ---------------------------------------------------------------
+
+    def _beat_loop(self) -> None:
+        """Heartbeats every ``LEASE_SECONDS / 3``, on a thread that does nothing else: neither
+        a busy main loop nor a slow reconcile or retention round can let the leases lapse."""
+        beat_s = self.settings.lease_ms / 3000
+        while True:
+            try:
+                self.heartbeat(self.ledger.held(), claimed=self.claiming.handover.claimed_total,
+                               processed=self.settlement.settler.processed,
+                               holding=lambda: self.ledger.held(sent=False))
+                self.gate.renew()  # callable-limit slots of the functions running
+            except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
+                logger.warning("heartbeat failed: %s", exc)
+            if self._stop.wait(beat_s):
+                return
+
+    def _keeper_loop(self) -> None:
+        """Retention and the reconciler, on their own thread: not held up by the main loop."""
+        beat_s = self.settings.lease_ms / 3000
+        while not self._stop.is_set():
+            if not self.draining:
+                self.schedules.tick(self.retention.tick)  # retention, then schedules
+                try:
+                    self.reconciler.tick()
+                except RedisError as exc:  # the main loop reports outages; try next time
+                    logger.debug("reconciler: Redis unavailable: %s", exc)
+                except Exception as exc:  # noqa: BLE001 - never let the keeper die
+                    self._reconcile_outage.failed(exc, min(beat_s, 0.5))
+                else:
+                    self._reconcile_outage.ok()
+                    if self.reconciler.busy:  # a loss pass in slices: schedules between them
+                        continue
+            self._stop.wait(min(beat_s, 0.5))
+        connections.close_all()  # this thread's own database connections
 
 
 class LeaseRecovery:

@@ -183,7 +183,7 @@ class Worker:
             self.settlement.stop()  # what finished is acked before the audit's last flush
         if code in (EXIT_HARD_STOP, EXIT_ERROR):
             self._shutdown_hard()
-            self.housekeeping.liveness.unregister()
+            self.housekeeping.unregister()
         else:
             self.execution.stop()
             self.audit.stop()
@@ -191,7 +191,7 @@ class Worker:
             # flush instead of re-enqueueing rows it settled; changes it could not write
             # leave it registered until it falls silent, as a crashed worker would.
             if not self.audit.pending():
-                self.housekeeping.liveness.unregister()
+                self.housekeeping.unregister()
         if threading.current_thread() is not threading.main_thread():
             connections.close_all()  # run() on a thread of its own: close what it opened
         logger.info("worker %s stopped (exit %d, %d jobs claimed)", self.id, code,
