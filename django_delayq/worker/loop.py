@@ -112,7 +112,8 @@ class Worker:
         if link is not None:
             self.audit.before_write = link.flush
             link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
-        self.ledger = Ledger(gate.release_late, link)  # a child's reports its transitions
+        # a timed-out attempt's function returned at last: its slot is freed now
+        self.ledger = Ledger(lambda late: gate.release([late]), link)  # a child's reports
         self.claiming = Claiming(engine, settings, self.ledger, clock, self.wake,
                                  queues=options.queues, concurrency=options.concurrency,
                                  prefetch=options.prefetch, max_jobs=options.max_jobs,

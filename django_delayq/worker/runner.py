@@ -245,9 +245,7 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
                 outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
                 if limit is not None and time.perf_counter() - t0 > limit:
                     atomic.roll_back(using)  # the worker failed this attempt already
-                    return timed_out(job, started_at=common["started_at"], seconds=limit,
-                                     default_max_attempts=common["max_attempts"],
-                                     default_backoff=get_settings().default_backoff)
+                    return timed_out(job, common["started_at"], limit)
                 if outcome.kind is not Kind.SUCCESS:
                     atomic.roll_back(using)  # its result is too large: dead, nothing kept
                     return outcome
@@ -287,20 +285,21 @@ def _decide(error: str, kind_of: str, refused: bool, asked: Retry | None, env: E
     return Kind.RETRY, error, delay
 
 
-def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
-              default_max_attempts: int, default_backoff: backoff_mod.Policy) -> Outcome:
+def timed_out(job: ClaimedJob, started_at: datetime, seconds: float) -> Outcome:
     """The outcome of an attempt still running after ``seconds`` (its time limit): a
     failure of type ``JobTimeout``, retried after the job's backoff (dead without attempts
-    left, or when its ``retry_on`` does not list ``JobTimeout``). Its thread cannot be
-    killed; whatever it returns later is discarded."""
+    left, or when its ``retry_on`` does not list ``JobTimeout``; the defaults are the
+    settings'). Its thread cannot be killed; whatever it returns later is discarded."""
+    settings = get_settings()
     try:
         env = payloads.of(job)
     except ValueError:
         env = Envelope(path="")
-    max_attempts = env.max_attempts or default_max_attempts
+    max_attempts = env.max_attempts or settings.default_max_attempts
     kind, error, delay = _decide(
         "timed out: still running after %gs (its time limit)" % seconds, JOB_TIMEOUT,
-        not retried(JobTimeout, env.retry_on), None, env, job, max_attempts, default_backoff)
+        not retried(JobTimeout, env.retry_on), None, env, job, max_attempts,
+        settings.default_backoff)
     now = datetime.now(UTC)
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
                    duration_s=(now - started_at).total_seconds(), retry_delay_ms=delay,
@@ -377,9 +376,7 @@ class Execution:
     def expire_overdue(self) -> None:
         """Fail attempts running past their time limit (``Settings.timeout_for``): stop
         heartbeating them (their lease is not extended again), settle them as failures."""
-        overdue = self.ledger.time_out_limits(time.monotonic(), lambda job, at, s: timed_out(
-            job, started_at=at, seconds=s, default_max_attempts=self.settings.default_max_attempts,
-            default_backoff=self.settings.default_backoff))
+        overdue = self.ledger.time_out_limits(time.monotonic(), timed_out)
         for job in overdue:
             logger.warning("job %s: still running past its time limit; failing this attempt "
                            "(its thread stays busy until the function returns)", job.id)
