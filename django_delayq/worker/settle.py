@@ -17,8 +17,8 @@ their own; the outcomes of a shard whose node fails (or that ``ShardHealth`` set
 are kept for a later round, still held (their leases extended like a running job's),
 while the other shards' are settled and recorded now. Only when every shard of the queue
 fails is the error raised, and the queue backs off as a whole, as a plain queue does.
-``ShardBackoff`` makes the settling thread wait for the set-aside shard's delay rather
-than retry its outcomes every millisecond.
+The settling thread waits for the set-aside shard's delay (``Settlement._wait_seconds``)
+rather than retry its outcomes every millisecond.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
-from django_delayq.worker.queue_backoff import QueueBackoff, grouped
+from django_delayq.worker.queue_backoff import grouped
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -258,22 +258,6 @@ class Settler:
                          error=o.error, error_type=o.error_type, **base)
         else:
             signals.send(signals.job_cancelled, running=True, **base)
-
-
-class ShardBackoff(QueueBackoff):
-    """The settling thread's per-queue backoff; a sharded queue whose outcomes wait for
-    a set-aside shard is retried when the first such shard may be tried again."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__()
-        self.engine = engine
-
-    def remaining_ms(self, queue: str) -> float:
-        own = super().remaining_ms(queue)
-        health = self.engine.health
-        waits = [health.remaining_ms(name) for name in self.engine.data_sets(queue)
-                 if health.down(name)]
-        return max(own, min(waits)) if waits else own
 
 
 SEND_EVERY = 0.002  # seconds: a job thread sends the acks done at most this often,

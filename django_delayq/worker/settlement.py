@@ -18,8 +18,8 @@ from django_delayq.engine.replies import chunks
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.outcome import Kind, Outcome
-from django_delayq.worker.queue_backoff import ERRORS, grouped
-from django_delayq.worker.settle import SEND_AT, SEND_EVERY, Sent, Settler, ShardBackoff
+from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff, grouped
+from django_delayq.worker.settle import SEND_AT, SEND_EVERY, Sent, Settler
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -59,7 +59,7 @@ class Settlement:
         if self.stream is not None:
             self.settler.mark = self.mark
         self._reader: threading.Thread | None = None
-        self.backoff = ShardBackoff(engine)
+        self.backoff = QueueBackoff()
         self._stop = threading.Event()
         self._leading = threading.Lock()  # a job thread settling (``finished``)
         self._last_send = 0.0  # monotonic: the last streamed send of a job thread
@@ -173,9 +173,13 @@ class Settlement:
                 logger.exception("recording %d settled job(s) failed", len(sent))
 
     def _wait_seconds(self) -> float:
+        """Until the unsettled outcomes may be settled again: their queue's delay ends,
+        and a sharded queue's set-aside shard's (the first of them) may be tried again."""
         wait_ms = self.IDLE_SECONDS * 1000
+        engine, health = self.settler.engine, self.settler.engine.health
         for queue in self.ledger.unsettled_queues():  # settled once their delay ends
-            wait_ms = min(wait_ms, self.backoff.remaining_ms(queue))
+            shards = [health.remaining_ms(n) for n in engine.data_sets(queue) if health.down(n)]
+            wait_ms = min(wait_ms, max(self.backoff.remaining_ms(queue), min(shards, default=0)))
         return max(wait_ms, 1.0) / 1000
 
     def settle_once(self, stream: bool = True) -> None:
