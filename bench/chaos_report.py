@@ -88,7 +88,7 @@ def _chunks(ids: list[str], n: int = 500) -> list[list[str]]:
 def _rows(ids: list[str]) -> tuple[dict[str, dict[str, Any]], set[tuple[str, int]],
                                    dict[str, list[float]]]:
     from django_delayq.models import Job, JobAttempt
-    from django_delayq.worker.recovery import LOST_LEASE
+    from django_delayq.worker.outcome import LOST_LEASE
 
     rows: dict[str, dict[str, Any]] = {}
     numbers: set[tuple[str, int]] = set()

@@ -254,7 +254,8 @@ def test_a_lost_lease_is_a_lease_lost_error(jt):
     from django_delayq.core.conf import get_settings
     from django_delayq.exceptions import LeaseLost
     from django_delayq.worker.audit import AuditWriter
-    from django_delayq.worker.recovery import LOST_LEASE, LeaseRecovery
+    from django_delayq.worker.housekeeping import LeaseRecovery
+    from django_delayq.worker.outcome import LOST_LEASE
 
     result = jt.add.enqueue(1, 2)
     engine = get_engine()

@@ -3,7 +3,7 @@
 The main loop calls ``claim_due`` each round: it claims only from the queues whose next
 due time has come (known from the last claim's reply or a wake message; every queue at
 each ``WAKE_INTERVAL_SECONDS``), at most the room the threads fill soon (``capacity``:
-free threads plus the prefetch by pace). The urgent timer (``urgent.py``) claims a few
+free threads plus the prefetch by pace). The urgent timer (``UrgentTimer``) claims a few
 jobs of priority above 0 at their due time, on its own thread (``claim_urgent``). Every
 claim asks the queue's gate first (limits and pause: ``gates.QueueGate``) and hands its
 jobs over to the threads (``handover.py``). The wake listener (``Engine.wake_listener``:
@@ -15,6 +15,19 @@ it (``ServerClock``: offset = server now - the midpoint of the claim's round tri
 the loop waits on a local timer, never on Redis's own (late by up to 100 ms at ``hz 10``).
 
 A drain hands the claimed jobs no thread has started back to Redis (``hand_back``).
+
+**The urgent timer**: a thread that claims a queue's job of priority above 0 at its due time.
+
+The main loop claims between settling and housekeeping; during a backlog one round (settle a
+batch, claim ``CLAIM_BATCH`` jobs, read their payloads) lasts tens of milliseconds, and a
+job coming due in the middle of it waited for the next round. Each claim reply tells the
+due time of the queue's earliest job of priority above 0 still in pending
+(``ClaimResult.next_urgent_ms``, claim.lua's urgent index), and a wake message tells it
+when one placed comes first (lua/lib.lua ``line``); this thread sleeps until then
+on the local clock and makes a small claim of its own (``claim``: the worker's), whatever
+the main loop is doing. claim.lua promotes that job ahead of the backlog and leases the
+lowest ready scores, so the job is among those claimed; the worker's local queue puts it
+ahead of the claimed jobs of lower priority, and the next free thread starts it.
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
@@ -31,7 +45,6 @@ from django_delayq.engine.scripts import MAX_TURNS
 from django_delayq.worker import gates
 from django_delayq.worker.handover import Handover
 from django_delayq.worker.queue_backoff import QueueBackoff, grouped
-from django_delayq.worker.urgent import UrgentTimer
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -42,7 +55,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-URGENT_BATCH = 4  # jobs a claim of the urgent timer takes (worker/urgent.py)
+URGENT_BATCH = 4  # jobs a claim of the urgent timer takes (UrgentTimer)
+MAX_SLEEP_S = 1.0  # the urgent timer's: a due time noted meanwhile wakes it at once; this
+# only bounds a wait
 PREFETCH_SECONDS = 0.1  # claimed jobs beyond free threads: what they start in this time
 CLAIMS_PER_ROUND = 8  # claims of one queue in one round of the main loop, at most
 
@@ -228,3 +243,63 @@ class Claiming:
                 logger.warning("could not release %d job(s): %s", len(claimed), exc)
         if jobs:
             logger.info("released %d claimed job(s) that had not started", len(jobs))
+
+
+class UrgentTimer:
+    def __init__(self, claim: Callable[[str], None], now_ms: Callable[[], float]) -> None:
+        self._claim = claim  # claims a few jobs of the queue; notes the next due time
+        self._now_ms = now_ms  # the server clock as the worker keeps it
+        self._due: dict[str, int] = {}
+        self._cond = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="delayq-urgent", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def note(self, queue: str, due_ms: int | None) -> None:
+        """The queue's next urgent due time from a claim reply (None: there is none)."""
+        with self._cond:
+            if due_ms is None:
+                self._due.pop(queue, None)
+            elif self._due.get(queue) != due_ms:
+                self._due[queue] = due_ms
+                self._cond.notify()
+
+    def earlier(self, queue: str, due_ms: int) -> None:
+        """A wake message's due time (the channel tells an urgent job that comes first)."""
+        with self._cond:
+            if due_ms < self._due.get(queue, due_ms + 1):
+                self._due[queue] = due_ms
+                self._cond.notify()
+
+    def _next(self) -> str | None:
+        """Wait for the earliest due time; the queue to claim from, None when stopped."""
+        with self._cond:
+            while not self._stopped:
+                if not self._due:
+                    self._cond.wait(MAX_SLEEP_S)
+                    continue
+                queue, at = min(self._due.items(), key=lambda item: item[1])
+                wait_s = (at - self._now_ms()) / 1000
+                if wait_s <= 0:
+                    del self._due[queue]  # the claim's reply notes the next one
+                    return queue
+                self._cond.wait(min(wait_s, MAX_SLEEP_S))
+        return None
+
+    def _run(self) -> None:
+        while (queue := self._next()) is not None:
+            try:
+                self._claim(queue)
+            except Exception as exc:  # noqa: BLE001 - the main loop claims it at its next round
+                logger.debug("urgent claim of %s failed: %s", queue, exc)
+                with self._cond:
+                    self._cond.wait(0.1)

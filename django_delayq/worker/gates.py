@@ -192,10 +192,6 @@ class StartGate:
                     self._slots.pop(o.job.id, None)
         release_callable_slots(self.engine, outcomes)
 
-    def release_late(self, outcome: Outcome) -> None:
-        """A timed-out attempt's function returned at last: free its slot now."""
-        self.release([outcome])
-
 
 def release_callable_slots(engine: Engine, outcomes: Iterable[Outcome]) -> None:
     """Free the callable-limit slots the settled ``outcomes`` held. A failure is logged:

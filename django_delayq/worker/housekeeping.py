@@ -2,46 +2,111 @@
 
 - The heartbeat thread (``delayq-heartbeat``, nothing else on it) every ``LEASE_SECONDS /
   3``: extends the leases of the jobs held and publishes the worker in the registry
-  (``heartbeat.py``: ``Liveness``), renews the callable-limit slots of the functions
+  (``Housekeeping.heartbeat``), renews the callable-limit slots of the functions
   running (``gates.StartGate.renew``).
 - The keeper thread (``delayq-keeper``), every half second (at most a third of a lease),
   not while draining: retention (``retention.py``), then the schedules' pass
   (``core/periodic.py``), then the reconciler (``core/reconcile.py``); at once again while
   a loss pass has rows left (it works in slices of half a second), so a pass after a
   loss never holds the schedules' pass back longer than a slice.
-- Lease recovery (``recovery.py``), on the main loop (``recover``) every
+- Lease recovery (``LeaseRecovery``), on the main loop (``recover``) every
   ``RECOVER_INTERVAL_SECONDS``, queue by queue through the claims' per-queue backoff.
 
 Neither a busy main loop nor a slow reconcile or retention round can let this worker's
 leases lapse (which would run its jobs twice), and a reconcile pass cannot delay a due job.
+
+**Worker liveness**: extending the leases this worker holds and publishing that it
+lives. The heartbeat thread calls ``heartbeat`` every ``LEASE_SECONDS /
+3`` with the jobs the worker holds (running or waiting for a thread). Each queue's leases
+are extended on their own: on a cluster, one node down must not cost the other queues
+their leases. A lease that could not be extended was already taken back (the job is
+redelivered) and is logged. The worker's info (host, pid, queues, concurrency, start time,
+jobs held, claimed and settled; ``supervisor``: the id of the ``delayq_worker --processes`` that
+started it, or null; ``processes``: how many children that supervisor runs, else 1;
+``jobs``: the running jobs, longest-running first, at most 50, each ``{"id", "queue",
+"callable", "started_ms"}``) is then published under its id (``Engine.register_worker``): the
+reconcilers wait for a registered worker's audit flush instead of re-enqueueing rows it
+settled, and ``delayq_status`` lists the live workers from it.
+
+Under ``delayq_worker --processes`` each heartbeat is also told to the supervisor
+(``tracking.Link.beat``, never blocking on the socket), besides the link's own beats
+every half second, which go on during a Redis stall: a child whose beats stop while it
+holds jobs (a job holding the GIL starves every thread) is killed before its leases
+lapse.
+
+``unregister`` removes the worker on a clean exit, best effort: one that cannot be
+removed falls silent, as a crashed worker would.
+
+**Lease recovery**: taking back the leases that expired and recording the lost attempts.
+
+A job whose worker died, or stopped heartbeating, keeps its lease until it expires; the
+main loop of every worker then takes it back (``Engine.recover``, bounded batches of 100,
+at most ten per queue and round). Redis decides what becomes of each job, as for a nack:
+retried, dead (no attempts left) or cancelled. The attempt is recorded as failed with
+``error_type`` ``django_delayq.exceptions.LeaseLost`` and ``LOST_LEASE`` as its message,
+with no worker id: the worker that lost it is gone or no longer owns it.
+
+A job's ``max_attempts`` lives in its audit row, not in Redis: the rows of the leases
+about to expire (``Engine.expiring``, a margin for clock skew with Redis: ``margin_ms``)
+are read first and passed along.
+
+With the default ``LEASE_SECONDS`` (6 s, extended every 2 s by the heartbeat thread) and
+``RECOVER_INTERVAL_SECONDS`` (1 s), a killed worker's jobs are taken back 4-7 s after the
+kill and claimed again at once (``recover.lua`` publishes them as due now).
+
+A lease that expired because nobody could reach Redis (Redis stalled, or a network cut)
+is not a dead worker's: every live worker extends its leases again within a heartbeat
+once Redis answers. So a worker takes leases back only after an unbroken run of half a
+lease of recover calls on the queue (``Contact``, checked by recover.lua on the server
+clock; a gap of more than half a lease, or two recovery intervals, breaks the run): after
+a stall, the live holders re-extend first and only the dead ones' leases are taken back.
+A worker just started waits that long too. A stall shorter than the gap goes unnoticed,
+which is safe while the gap is under the two thirds of a lease a held lease always has
+left: ``RECOVER_INTERVAL_SECONDS`` at most a quarter of ``LEASE_SECONDS`` (1 s and 6 s by
+default).
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import socket
 import threading
-from typing import TYPE_CHECKING
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 from redis.exceptions import RedisError
 
+from django_delayq import signals
+from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
+from django_delayq.engine.outcomes import Contact, NackOutcome
+from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, monotonic_ms
-from django_delayq.worker.heartbeat import Liveness
-from django_delayq.worker.recovery import LeaseRecovery
+from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE, STATUS_OF
+from django_delayq.worker.queue_backoff import ERRORS, grouped
 from django_delayq.worker.retention import Retention
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.core.periodic import Keeper
     from django_delayq.engine import Engine
+    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.gates import StartGate
     from django_delayq.worker.ledger import Ledger
     from django_delayq.worker.settlement import Settlement
     from django_delayq.worker.tracking import Supervision
 
 logger = logging.getLogger(__name__)
+
+MAX_JOBS_SHOWN = 50
+BATCH = 100  # leases taken back per recover call
+ROUNDS = 10  # batches per queue and call: a large backlog of lapsed leases is spread out
 
 
 class Housekeeping:
@@ -52,12 +117,13 @@ class Housekeeping:
                  audit: AuditWriter, *, gate: StartGate, claiming: Claiming, schedules: Keeper,
                  settlement: Settlement, worker_id: str, name: str, concurrency: int,
                  supervision: Supervision | None) -> None:
-        self.settings, self.ledger, self.gate = settings, ledger, gate
+        self.engine, self.settings, self.ledger, self.gate = engine, settings, ledger, gate
         self.claiming, self.settlement = claiming, settlement
         self.queues = claiming.queues
-        self.liveness = Liveness(engine, settings, worker_id, name=name, queues=self.queues,
-                                 concurrency=concurrency, running=ledger.running_jobs,
-                                 waiting=ledger.waiting, supervision=supervision)
+        # what the heartbeat publishes (``info``)
+        self.worker_id, self.name, self.concurrency = worker_id, name, concurrency
+        self.supervision = supervision
+        self.started_ts = datetime.now(UTC)
         self.recovery = LeaseRecovery(engine, settings, audit)
         self.reconciler = Reconciler(engine, settings, self.queues)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
@@ -93,6 +159,57 @@ class Housekeeping:
         return min(wait_ms, self._last_recover + self.settings.recover_interval_seconds * 1000
                    - monotonic_ms())
 
+    # -- the heartbeat: leases extended, the registry entry -------------------------
+
+    def heartbeat(self, held: list[ClaimedJob], *, claimed: int, processed: int,
+                  holding: Callable[[], list[ClaimedJob]] | None = None) -> None:
+        """Extend the leases of held jobs and publish this worker's liveness; under a
+        supervisor, tell it the heartbeat ran (``tracking.Link.beat``). ``holding``: what
+        the worker holds now; a lease not extended is reported lost only when its job is
+        still held (one settled since ``held`` was read has simply ended)."""
+        beat_at = time.monotonic()
+        failed: list[Exception] = []
+        lost: list[ClaimedJob] = []
+        for queue, jobs in grouped(held, lambda job: job.queue).items():
+            try:  # each queue on its own: on a cluster, one node down must not cost the
+                results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
+                                             self.settings.lease_ms)  # others their leases
+            except ERRORS as exc:
+                failed.append(exc)
+                continue
+            lost += [job for job, ok in zip(jobs, results) if not ok]
+        if lost and holding is not None:
+            now_held = {(j.queue, j.id, j.token) for j in holding()}
+            lost = [j for j in lost if (j.queue, j.id, j.token) in now_held]
+        for job in lost:
+            logger.warning("job %s: lease lost while held by this worker", job.id)
+        if self.supervision is not None:  # the leases run from beat_at at least
+            self.supervision.link.beat(beat_at)
+        self.engine.register_worker(self.worker_id, self.info(held, claimed, processed))
+        if failed:
+            raise failed[0]
+
+    def info(self, held: list[ClaimedJob], claimed: int, processed: int) -> str:
+        """This worker's registry entry (JSON)."""
+        sup = self.supervision
+        runs = self.ledger.running_jobs()
+        return json.dumps({
+            "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
+            "queues": list(self.queues),
+            "concurrency": self.concurrency, "started": self.started_ts.isoformat(),
+            # running: jobs a thread runs; waiting: claimed, no thread yet (prefetch)
+            "running": len(runs), "waiting": self.ledger.waiting(),
+            "claimed": claimed, "processed": processed,
+            "supervisor": sup.supervisor_id if sup is not None else None,
+            "processes": sup.processes if sup is not None else 1,
+            "jobs": [r.info() for r in runs[:MAX_JOBS_SHOWN]]})
+
+    def unregister(self) -> None:
+        try:
+            self.engine.unregister_worker(self.worker_id)
+        except Exception:  # noqa: BLE001 - best effort on the way out
+            logger.debug("could not unregister worker %s", self.worker_id)
+
     # -- the threads ---------------------------------------------------------------
 
     def _beat_loop(self) -> None:
@@ -101,10 +218,9 @@ class Housekeeping:
         beat_s = self.settings.lease_ms / 3000
         while True:
             try:
-                self.liveness.heartbeat(self.ledger.held(),
-                                        claimed=self.claiming.handover.claimed_total,
-                                        processed=self.settlement.settler.processed,
-                                        holding=lambda: self.ledger.held(sent=False))
+                self.heartbeat(self.ledger.held(), claimed=self.claiming.handover.claimed_total,
+                               processed=self.settlement.settler.processed,
+                               holding=lambda: self.ledger.held(sent=False))
                 self.gate.renew()  # callable-limit slots of the functions running
             except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
                 logger.warning("heartbeat failed: %s", exc)
@@ -129,3 +245,66 @@ class Housekeeping:
                         continue
             self._stop.wait(min(beat_s, 0.5))
         connections.close_all()  # this thread's own database connections
+
+
+class LeaseRecovery:
+    def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter) -> None:
+        self.engine, self.settings, self.audit = engine, settings, audit
+        self._contact: dict[str, Contact] = {}  # per queue: this worker's run of calls
+
+    @property
+    def margin_ms(self) -> int:
+        """How far ahead of this host's clock a lease counts as expiring (skew with Redis):
+        a third of the lease, at most 5 s. A held lease always has more than two thirds of
+        it left (it is extended every third), so rows are read only for leases whose
+        worker missed a heartbeat, not for every job running."""
+        return min(5000, self.settings.lease_ms // 3)
+
+    def recover(self, queue: str) -> None:
+        """Take back expired leases (bounded batches) and record the lost attempts."""
+        for _ in range(ROUNDS):
+            # Jobs keep their max_attempts in the audit row: read those of the leases that
+            # are about to be taken back (a margin covers clock skew with Redis).
+            expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
+            limits = payloads.max_attempts(expiring) if expiring else {}
+            contact = self._contact.setdefault(queue, self._new_contact())
+            found = self.engine.recover(queue, limit=BATCH,
+                                        default_max_attempts=self.settings.default_max_attempts,
+                                        dead_max=self.settings.dead_max, max_attempts=limits,
+                                        contact=contact)
+            now = datetime.now(UTC)
+            for r in found:
+                status = STATUS_OF.get(r.outcome)
+                if status is not None:
+                    self._record(queue, r.id, status, r.attempts, now)
+                elif r.outcome is NackOutcome.NOT_STARTED:
+                    logger.info("job %s: claimed by a worker that stopped before starting it; "
+                                "due again, no attempt charged (%d run so far)", r.id, r.attempts)
+            if len(found) < BATCH:
+                return
+
+    def _new_contact(self) -> Contact:
+        """Half a lease of unbroken calls; a gap of more than half a lease, or of two
+        recovery intervals if longer (the calls' own spacing), breaks the run."""
+        lease_ms = self.settings.lease_ms
+        interval_ms = int(self.settings.recover_interval_seconds * 1000)
+        return Contact(need_ms=lease_ms // 2, gap_ms=max(lease_ms // 2, 2 * interval_ms))
+
+    def _record(self, queue: str, job_id: str, status: JobStatus, attempt: int,
+                now: datetime) -> None:
+        logger.warning("job %s: %s (attempt %d) -> %s", job_id, LOST_LEASE, attempt, status)
+        fields: dict[str, Any] = {"status": status, "attempts": attempt, "error_type": LEASE_LOST,
+                                  "last_error": LOST_LEASE, "traceback": "", "updated_at": now}
+        fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
+        self.audit.update(job_id, **fields)
+        self.audit.attempt(job_id=job_id, number=attempt, outcome=status,
+                           finished_at=now, error_type=LEASE_LOST, error=LOST_LEASE)
+        base = {"job_id": job_id, "queue": queue, "callable_path": ""}
+        if status is JobStatus.RETRYING:
+            signals.send(signals.job_retrying, attempt=attempt, worker_id="", error=LOST_LEASE,
+                         error_type=LEASE_LOST, retry_at=now, **base)
+        elif status is JobStatus.DEAD:
+            signals.send(signals.job_dead, attempt=attempt, worker_id="", error=LOST_LEASE,
+                         error_type=LEASE_LOST, **base)
+        else:
+            signals.send(signals.job_cancelled, running=True, **base)

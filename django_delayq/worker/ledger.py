@@ -12,8 +12,12 @@ was still running).
 
 Threads change the ledger only through its named transitions; each one takes the lock
 once, so the hot path (a job starts, a job finishes) costs one acquisition per step. The
-heartbeat thread reads ``held()`` and ``running_jobs()``. ``TrackedLedger``
-(``tracking.py``) reports each transition to a supervisor.
+heartbeat thread reads ``held()`` and ``running_jobs()``.
+
+The ledger of a child of ``delayq_worker --processes`` has its ``Link`` to the supervisor
+(``tracking.py``; a worker without a supervisor has none): it reports each transition
+over it, and keeps the dead man's switch armed while a job runs. Its time limits are
+hard: the supervisor stops the process, so ``time_out_limits`` finds nothing.
 """
 
 from __future__ import annotations
@@ -21,41 +25,30 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from django_delayq.worker.outcome import Kind
+from django_delayq.worker.tracking import Link, RunningJob
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.outcome import Outcome
 
 Key = tuple[str, str]  # (queue, job id)
+SETTLED_AS = {Kind.RETRY: "f", Kind.DEAD: "f", Kind.DEFER: "d"}  # else "s" (the ``x`` report)
 
 
 def key_of(job: ClaimedJob) -> Key:
     return (job.queue, job.id)
 
 
-@dataclass(frozen=True, slots=True)
-class RunningJob:
-    """A job a thread runs: since when (monotonic; wall clock) and its time limit in
-    seconds (None: none)."""
-
-    job: ClaimedJob
-    started_mono: float
-    started_at: datetime
-    limit: float | None
-
-    def info(self) -> dict[str, Any]:
-        return {"id": self.job.id, "queue": self.job.queue,
-                "callable": getattr(self.job.payload, "path", ""),
-                "started_ms": int(self.started_at.timestamp() * 1000)}
-
-
 class Ledger:
-    def __init__(self, on_late: Callable[[Outcome], None] | None = None) -> None:
+    def __init__(self, on_late: Callable[[Outcome], None] | None = None,
+                 link: Link | None = None) -> None:
         self._on_late = on_late
+        self.link = link  # a supervised child's: each transition is reported over it
         # A condition: the settling thread waits on it for outcomes (``wait_done``)
         self._lock = threading.Condition(threading.Lock())
         self._unstarted: dict[Key, ClaimedJob] = {}
@@ -70,13 +63,19 @@ class Ledger:
 
     # -- transitions ---------------------------------------------------------------
 
-    def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
+    def claimed(self, jobs: Sequence[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
         """Jobs claimed to run, and outcomes of claimed jobs that end without running."""
         with self._lock:
             self._unstarted.update((key_of(job), job) for job in jobs)
             self._done.extend(ended)
             if self._done:
                 self._lock.notify_all()
+        if self.link is not None and jobs:
+            for j in jobs:
+                self.link.send("c", j.queue, j.id, j.token, j.due_ms, j.attempt,
+                               j.home if j.home != j.queue else "")
+            self.link.flush()  # now, not within FLUSH_S: a child killed meanwhile (its
+            # flusher starved on a busy machine) would leave them to lease expiry, charged
 
     def start(self, key: Key, limit_s: float | None = None) -> RunningJob | None:
         """A thread takes the job, whose attempt may run ``limit_s`` seconds (None: no
@@ -87,7 +86,11 @@ class Ledger:
                 return None
             run = self._running[key] = RunningJob(job, time.monotonic(), datetime.now(UTC), limit_s)
             self._changed()
-            return run
+        if self.link is not None:
+            self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
+                           "" if run.limit is None else repr(run.limit))
+            self.link.flush()  # sent before the call: a function that holds the GIL from
+        return run  # its first line is still known to run (its limit, its silence)
 
     def finish(self, key: Key, outcome: Outcome) -> None:
         """Record a job's outcome. A timed-out attempt's late outcome is dropped (its
@@ -106,6 +109,8 @@ class Ledger:
             self._changed()
         if late and self._on_late is not None:
             self._on_late(outcome)
+        if self.link is not None:
+            self.link.send("e", *key)
 
     def time_out_limits(self, now: float, outcome_of: Callable[[ClaimedJob, datetime, float],
                                                                 Outcome]) -> list[ClaimedJob]:
@@ -113,6 +118,8 @@ class Ledger:
         (monotonic): their outcome (``outcome_of(job, started_at, limit_s)``) is done,
         they are no longer held (the heartbeat stops extending their lease) and their
         threads still count against capacity."""
+        if self.link is not None:
+            return []  # hard limits: the supervisor stops the process
         with self._lock:
             over = [(key, run) for key, run in self._running.items()
                     if run.limit is not None and run.started_mono + run.limit <= now]
@@ -126,10 +133,20 @@ class Ledger:
         return [run.job for _, run in over]
 
     def _changed(self) -> None:
-        """The running jobs changed (called holding the lock): ``TrackedLedger``'s hook."""
+        """The running jobs changed (called holding the lock): a supervised child's dead
+        man's switch is armed while a job runs, never disarmed while one does."""
+        if self.link is None:
+            return
+        if self._running:
+            self.link.dead_man.arm()
+        else:
+            self.link.dead_man.disarm()
 
     def next_limit(self) -> float | None:
-        """The earliest moment (monotonic) a running attempt reaches its time limit."""
+        """The earliest moment (monotonic) a running attempt reaches its time limit (None
+        under a supervisor: it enforces them)."""
+        if self.link is not None:
+            return None
         with self._lock:
             ends = [run.started_mono + run.limit for run in self._running.values()
                     if run.limit is not None]
@@ -139,6 +156,9 @@ class Ledger:
         """Drop the jobs no thread has taken yet (to hand them back to Redis)."""
         with self._lock:
             jobs, self._unstarted = list(self._unstarted.values()), {}
+        if self.link is not None:
+            for j in jobs:
+                self.link.send("r", j.queue, j.id)
         return jobs
 
     def take_done(self) -> list[Outcome]:
@@ -165,11 +185,19 @@ class Ledger:
 
     def keep_unsettled(self, outcomes: list[Outcome], taken: list[Outcome]) -> None:
         """The end of a settling round that took ``taken``: ``outcomes`` were not settled
-        (their queue is backing off): settle them later; the others taken are settled."""
+        (their queue is backing off): settle them later; the others taken are settled, no
+        longer held (to a supervisor: reported ``x``, with how: their rows are written
+        next)."""
         with self._lock:
             self._unsettled = outcomes + self._unsettled
             for o in taken:
                 self._settling.pop(id(o), None)
+        if self.link is not None:
+            kept = {id(o) for o in outcomes}
+            for o in taken:
+                if id(o) not in kept:
+                    self.link.send("x", o.job.queue, o.job.id, o.job.attempt,
+                                   SETTLED_AS.get(o.kind, "s"))
 
     # -- reads ---------------------------------------------------------------------
 

@@ -3,7 +3,7 @@ in a stated order; the main thread runs the loop that decides when the worker is
 
 - ``Claiming`` (``claiming.py``): claims due jobs (the main loop's claims, the urgent
   timer, the wake listener, the queues' gates and backoff) and hands them to the threads.
-- ``Execution`` (``execution.py``): ``concurrency`` job threads run them.
+- ``Execution`` (``runner.py``): ``concurrency`` job threads run them.
 - ``Settlement`` (``settlement.py``): settles each outcome in Redis as it finishes, then
   records it (the settling thread, the ack stream's reader).
 - ``Housekeeping`` (``housekeeping.py``): the heartbeat (leases, the registry), the
@@ -43,19 +43,19 @@ from redis.exceptions import RedisError
 from django_delayq.core import periodic
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
-from django_delayq.worker.execution import Execution
 from django_delayq.worker.gates import StartGate
 from django_delayq.worker.housekeeping import Housekeeping
 from django_delayq.worker.ledger import Ledger
+from django_delayq.worker.runner import Execution
 from django_delayq.worker.settlement import Settlement
 from django_delayq.worker.tracking import (  # noqa: F401 - EXIT_*: named here too
+    DEAD_MAN_LEASES,
     EXIT_CONFIG,
     EXIT_ERROR,
     EXIT_HARD_STOP,
     EXIT_OK,
     ORPHAN_SIGNAL,
     Supervision,
-    TrackedLedger,
 )
 
 if TYPE_CHECKING:
@@ -108,10 +108,12 @@ class Worker:
         clock = ServerClock()  # Redis's clock, as each claim measures it
         gate = StartGate(engine, settings, clock.now_ms)  # at start: expiry, callable limits
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
-        if options.supervision is not None:
-            self.audit.before_write = options.supervision.link.flush
-        self.ledger = (Ledger(gate.release_late) if options.supervision is None
-                       else TrackedLedger(settings, options.supervision, gate.release_late))
+        link = None if options.supervision is None else options.supervision.link
+        if link is not None:
+            self.audit.before_write = link.flush
+            link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
+        # a timed-out attempt's function returned at last: its slot is freed now
+        self.ledger = Ledger(lambda late: gate.release([late]), link)  # a child's reports
         self.claiming = Claiming(engine, settings, self.ledger, clock, self.wake,
                                  queues=options.queues, concurrency=options.concurrency,
                                  prefetch=options.prefetch, max_jobs=options.max_jobs,
@@ -182,7 +184,7 @@ class Worker:
             self.settlement.stop()  # what finished is acked before the audit's last flush
         if code in (EXIT_HARD_STOP, EXIT_ERROR):
             self._shutdown_hard()
-            self.housekeeping.liveness.unregister()
+            self.housekeeping.unregister()
         else:
             self.execution.stop()
             self.audit.stop()
@@ -190,7 +192,7 @@ class Worker:
             # flush instead of re-enqueueing rows it settled; changes it could not write
             # leave it registered until it falls silent, as a crashed worker would.
             if not self.audit.pending():
-                self.housekeeping.liveness.unregister()
+                self.housekeeping.unregister()
         if threading.current_thread() is not threading.main_thread():
             connections.close_all()  # run() on a thread of its own: close what it opened
         logger.info("worker %s stopped (exit %d, %d jobs claimed)", self.id, code,

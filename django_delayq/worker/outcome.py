@@ -75,10 +75,8 @@ def storable(value: object) -> str | None:
     """Text any database takes: lone surrogates become ``\\udXXX``, NUL becomes ``\\x00``."""
     if value is None:
         return None
-    text = value if type(value) is str else str(value)  # TextChoices members are str subclasses
-    if not text.isascii():
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text.replace("\x00", "\\x00") if "\x00" in text else text
+    out = text(value if type(value) is str else str(value))  # TextChoices: str subclasses
+    return out.replace("\x00", "\\x00") if "\x00" in out else out
 
 
 SHOWN_CHARS = 300  # of one value on a log line

@@ -58,7 +58,7 @@ def forget_after_ms(settings: Settings) -> int:
     """How long a worker may be silent before the registry forgets it: several leases
     (its leases have long expired and been taken back) plus the reconciler's grace and
     interval, so a reconciler waiting to learn whether that worker died still sees its
-    last beat (``core.liveness``)."""
+    last beat (``core.reconcile_state.Liveness``)."""
     return int(FORGET_AFTER_LEASES * settings.lease_ms + 1000 * (
         settings.reconcile_grace_seconds + settings.reconcile_interval_seconds))
 

@@ -16,6 +16,20 @@ the exception class, ``builtins.ValueError``), ``error`` (its message) and
 ``traceback``. A failure the worker decides on its own has a declared type of
 ``django_delayq.exceptions`` (``JobTimeout``, ``InvalidRow``) and a message of ours.
 Error texts are made storable (lone surrogates escaped) before they reach the audit row.
+
+**Execution** (``Execution``): the job threads (``delayq-exec-N``), each running one
+claimed job at a time.
+
+A thread takes the next job from the handover (``handover.py``: by priority, due time,
+claim order), marks it started in the ledger (``ledger.py``), asks the start gate
+whether it may start (``gates.StartGate``: expired? refused by a callable limit?), has
+its start recorded (``Settler.started``: the start mark, the row ``running``), runs it
+(``run``) and hands its outcome to the settlement (``settlement.py``), which acks
+it at once on this thread when it may. No failure of ours stops a thread: the job ends
+dead with it.
+
+Time limits (``Settings.timeout_for``): the main loop calls ``expire_overdue``, which fails
+the attempts running past theirs; their threads stay busy until the function returns.
 """
 
 from __future__ import annotations
@@ -32,7 +46,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from django_delayq.core import payloads, progress, registry, validation
 from django_delayq.core.conf import get_settings
@@ -40,7 +54,8 @@ from django_delayq.core.context import JobContext
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
 from django_delayq.exceptions import JobTimeout, LeaseLost, ResultTooLarge, Retry, type_path
-from django_delayq.worker import atomic
+from django_delayq.worker import atomic, gates
+from django_delayq.worker.ledger import Ledger, key_of
 from django_delayq.worker.outcome import (
     INVALID_ROW,
     Kind,
@@ -53,7 +68,10 @@ from django_delayq.worker.outcome import (
 )
 
 if TYPE_CHECKING:
+    from django_delayq.core.conf import Settings
     from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.handover import Handover
+    from django_delayq.worker.settlement import Settlement
 
 logger = logging.getLogger(__name__)
 
@@ -227,9 +245,7 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
                 outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
                 if limit is not None and time.perf_counter() - t0 > limit:
                     atomic.roll_back(using)  # the worker failed this attempt already
-                    return timed_out(job, started_at=common["started_at"], seconds=limit,
-                                     default_max_attempts=common["max_attempts"],
-                                     default_backoff=get_settings().default_backoff)
+                    return timed_out(job, common["started_at"], limit)
                 if outcome.kind is not Kind.SUCCESS:
                     atomic.roll_back(using)  # its result is too large: dead, nothing kept
                     return outcome
@@ -269,20 +285,21 @@ def _decide(error: str, kind_of: str, refused: bool, asked: Retry | None, env: E
     return Kind.RETRY, error, delay
 
 
-def timed_out(job: ClaimedJob, *, started_at: datetime, seconds: float,
-              default_max_attempts: int, default_backoff: backoff_mod.Policy) -> Outcome:
+def timed_out(job: ClaimedJob, started_at: datetime, seconds: float) -> Outcome:
     """The outcome of an attempt still running after ``seconds`` (its time limit): a
     failure of type ``JobTimeout``, retried after the job's backoff (dead without attempts
-    left, or when its ``retry_on`` does not list ``JobTimeout``). Its thread cannot be
-    killed; whatever it returns later is discarded."""
+    left, or when its ``retry_on`` does not list ``JobTimeout``; the defaults are the
+    settings'). Its thread cannot be killed; whatever it returns later is discarded."""
+    settings = get_settings()
     try:
         env = payloads.of(job)
     except ValueError:
         env = Envelope(path="")
-    max_attempts = env.max_attempts or default_max_attempts
+    max_attempts = env.max_attempts or settings.default_max_attempts
     kind, error, delay = _decide(
         "timed out: still running after %gs (its time limit)" % seconds, JOB_TIMEOUT,
-        not retried(JobTimeout, env.retry_on), None, env, job, max_attempts, default_backoff)
+        not retried(JobTimeout, env.retry_on), None, env, job, max_attempts,
+        settings.default_backoff)
     now = datetime.now(UTC)
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
                    duration_s=(now - started_at).total_seconds(), retry_delay_ms=delay,
@@ -296,3 +313,77 @@ def _failed(common: dict[str, Any], kind: Kind, error: str, t0: float,
     return Outcome(kind=kind, finished_at=datetime.now(UTC), error=text(error, 2000),
                    traceback=text(traceback.format_exc())[-20000:], retry_delay_ms=delay,
                    duration_s=time.perf_counter() - t0, **common)
+
+
+class Execution:
+    """Who runs: ``concurrency`` job threads (``start``; ``stop`` ends them once the jobs
+    handed over before it have run)."""
+
+    def __init__(self, settings: Settings, gate: gates.StartGate, ledger: Ledger,
+                 handover: Handover, settlement: Settlement, *, worker_id: str,
+                 concurrency: int) -> None:
+        self.settings = settings
+        self.gate = gate  # expiry, callable limits
+        self.ledger, self.handover, self.settlement = ledger, handover, settlement
+        self.worker_id, self.concurrency = worker_id, concurrency
+        self._threads: list[threading.Thread] = []
+
+    def start(self) -> None:
+        for i in range(self.concurrency):
+            t = threading.Thread(target=self._run, name="delayq-exec-%d" % i, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self.handover.stop_threads(len(self._threads))
+        for t in self._threads:
+            t.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            job = self.handover.next_job()
+            if job is None:
+                connections.close_all()  # this thread's connections, not the caller's
+                return
+            key = key_of(job)
+            if not self.ledger.start(key, self.gate.time_limit(job)):
+                continue  # released during drain
+            admitted: gates.Admission | None = None
+            try:
+                admitted = self.gate.admit(job)  # expired? refused by a callable limit?
+                outcome = admitted.ended or self._attempt(job, admitted)
+            except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
+                logger.exception("job %s: the worker failed around its attempt", job.id)
+                outcome = crashed(job, exc)
+                if admitted is not None:  # its callable-limit slot, freed once settled
+                    outcome.callable_limit = admitted.callable_limit
+            self.ledger.finish(key, outcome)
+            self.settlement.finished()  # acked now, on this thread
+
+    def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> Outcome:
+        self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
+        if self.settlement.settler.started(job, keep_due=admitted.limited):
+            outcome = run(job, worker_id=self.worker_id,
+                                 default_max_attempts=self.settings.default_max_attempts,
+                                 default_backoff=self.settings.default_backoff)
+        else:  # no start mark (Redis unreachable): not run, its row untouched
+            outcome = self.gate.retry_later(job)
+        outcome.callable_limit = admitted.callable_limit  # its slot, freed once settled
+        return outcome
+
+    # -- time limits (the main loop's) ---------------------------------------------
+
+    def expire_overdue(self) -> None:
+        """Fail attempts running past their time limit (``Settings.timeout_for``): stop
+        heartbeating them (their lease is not extended again), settle them as failures."""
+        overdue = self.ledger.time_out_limits(time.monotonic(), timed_out)
+        for job in overdue:
+            logger.warning("job %s: still running past its time limit; failing this attempt "
+                           "(its thread stays busy until the function returns)", job.id)
+
+    def wait_ms(self, wait_ms: float) -> float:
+        """``wait_ms``, or less: until the earliest time limit of a running attempt (the main
+        loop fails an overdue attempt on time)."""
+        if (limit := self.ledger.next_limit()) is not None:
+            wait_ms = min(wait_ms, (limit - time.monotonic()) * 1000 + 1)
+        return wait_ms

@@ -6,19 +6,19 @@ row to the redelivered copy.
 
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
-``JobAttempt``. Leases that expired are taken back by ``recovery.py``; this worker's
-heartbeat is ``heartbeat.py``.
+``JobAttempt``. Leases that expired are taken back by ``housekeeping.py``, which also
+holds this worker's heartbeat.
 
-A sharded queue is settled shard by shard (``ShardSettler``): a node that is down holds
+A sharded queue is settled shard by shard (``Settler.send``): a node that is down holds
 back only the outcomes of its own shard. The settling thread backs off per queue
 (``queue_backoff.py``); a sharded queue spans several nodes, so the unit that fails
-together is the shard: ``ShardSettler.send`` settles each shard's outcomes with calls of
+together is the shard: ``Settler.send`` settles each shard's outcomes with calls of
 their own; the outcomes of a shard whose node fails (or that ``ShardHealth`` sets aside)
 are kept for a later round, still held (their leases extended like a running job's),
 while the other shards' are settled and recorded now. Only when every shard of the queue
 fails is the error raised, and the queue backs off as a whole, as a plain queue does.
-``ShardBackoff`` makes the settling thread wait for the set-aside shard's delay rather
-than retry its outcomes every millisecond.
+The settling thread waits for the set-aside shard's delay (``Settlement._wait_seconds``)
+rather than retry its outcomes every millisecond.
 """
 
 from __future__ import annotations
@@ -31,14 +31,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
-from django_delayq.core import payloads
 from django_delayq.core.final_rows import SETTLED_KEEP_MS
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
-from django_delayq.worker.queue_backoff import QueueBackoff, grouped
+from django_delayq.worker.queue_backoff import grouped
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -69,27 +68,22 @@ class Settler:
         self._records: dict[str, str] = {}
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
         self._records_lock = threading.Lock()
-        # how a start is marked (SettleThread: through its stream)
+        # how a start is marked (Settlement: through its stream)
         self.mark: Callable[[ClaimedJob], object] = lambda job: engine.mark_started([job])
 
-    def _mark(self, job: ClaimedJob) -> bool:
-        """Tell Redis the run starts (before the function is called); False when the mark
-        could not be written (Redis unreachable): the job must not start, or a kill of
-        this worker would make its run look unstarted (re-run under the same attempt)."""
+    def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
+        """Tell Redis the run starts (the start mark, before the function is called);
+        False (nothing else done) when the mark could not be written (Redis unreachable):
+        the job must not start, or a kill of this worker would make its run look unstarted
+        (re-run under the same attempt). Then the row is ``running``, due at the time
+        Redis held it, unless ``keep_due``: a job of a limited callable keeps its row's
+        due time (a deferral moved its due time in Redis only), so its lateness counts
+        from when it was first due."""
         try:
             self.mark(job)
         except Exception as exc:  # noqa: BLE001 - the caller defers the job
             logger.warning("job %s: start mark not written (%s): not started, deferred",
                            job.id, exc)
-            return False
-        return True
-
-    def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
-        """Mark the start; False (nothing else done) when it could not be marked. Then
-        the row is ``running``, due at the time Redis held it, unless ``keep_due``: a
-        job of a limited callable keeps its row's due time (a deferral moved its due time
-        in Redis only), so its lateness counts from when it was first due."""
-        if not self._mark(job):
             return False
         now = datetime.now(UTC)
         due_at = ms_to_dt(job.due_ms)
@@ -97,7 +91,7 @@ class Settler:
         self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
                           attempts=job.attempt, worker_id=self.worker_id, updated_at=now, **due)
         signalled = signals.wanted(signals.job_started)
-        path = _path_of(job) if signalled or joblog.wanted(self.settings) else ""
+        path = job.payload.path if job.payload is not None else ""
         joblog.started(self.settings, job, path)
         if self.on_start is not None:  # a tick's job: its schedule's next tick is created
             self.on_start(job.id)
@@ -112,28 +106,51 @@ class Settler:
         self.record(self.send(outcomes))
 
     def send(self, outcomes: list[Outcome], kept: list[Outcome] | None = None) -> Sent:
-        """Settle ``outcomes`` in Redis (ack, defer, nack: one call each per queue); what
-        each became, for ``record``. Raises on a Redis error (nothing to record then).
-        ``kept``: where ``ShardSettler`` puts the outcomes it could not settle."""
+        """Settle ``outcomes`` in Redis (ack, defer, nack: one call each per queue, or per
+        shard); what each became, for ``record``. Raises on a Redis error (nothing to
+        record then). Given ``kept``, a sharded queue is settled shard by shard, and the
+        outcomes of a shard whose node fails go there (settled later, still held)."""
         sent: Sent = []
-        by_queue = grouped(outcomes, lambda o: o.job.queue)
-        for queue, items in by_queue.items():
-            wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
-            fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
-            self.note_sent(items)
-            acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins],
-                                    holder=self.worker_id,
-                                    codes=["x" if o.kind is Kind.EXPIRED else "s" for o in wins])
-            self._defer(queue, [o for o in items if o.kind is Kind.DEFER])
-            nacked = self.engine.nack(
-                queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
-                dead_max=self.settings.dead_max, holder=self.worker_id)
-            # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
-            # (the retry was refused), or Redis lost the job: nobody else owns it. The
-            # audit guard on attempts keeps this from overwriting a later attempt's record.
-            sent += self.acked(queue, wins, acked)
-            sent += [(o, STATUS_OF.get(res)) for o, res in zip(fails, nacked)]
-            sent += [(o, None) for o in items if o.kind is Kind.DEFER]
+        for queue, items in grouped(outcomes, lambda o: o.job.queue).items():
+            if kept is not None and len(names := self.engine.data_sets(queue)) > 1:
+                sent += self._send_shards(queue, names, items, kept)
+            else:
+                sent += self._send(queue, items)
+        return sent
+
+    def _send(self, queue: str, items: list[Outcome]) -> Sent:
+        """Settle the outcomes of one queue (or one shard of it)."""
+        wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
+        fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
+        self.note_sent(items)
+        acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins],
+                                holder=self.worker_id,
+                                codes=["x" if o.kind is Kind.EXPIRED else "s" for o in wins])
+        self._defer(queue, [o for o in items if o.kind is Kind.DEFER])
+        nacked = self.engine.nack(
+            queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
+            dead_max=self.settings.dead_max, holder=self.worker_id)
+        # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
+        # (the retry was refused), or Redis lost the job: nobody else owns it. The
+        # audit guard on attempts keeps this from overwriting a later attempt's record.
+        return (self.acked(queue, wins, acked)
+                + [(o, STATUS_OF.get(res)) for o, res in zip(fails, nacked)]
+                + [(o, None) for o in items if o.kind is Kind.DEFER])
+
+    def _send_shards(self, queue: str, names: list[str], items: list[Outcome],
+                     kept_out: list[Outcome]) -> Sent:
+        sent: Sent = []
+        kept: list[Outcome] = []
+        errors: list[BaseException] = []
+        for part in grouped(items, lambda o: self.engine.home_of(queue, o.job.id)).values():
+            try:
+                sent += self._send(queue, part)
+            except ERRORS as exc:
+                kept += part
+                errors.append(exc)
+        if kept and not sent and all(self.engine.health.down(n) for n in names):
+            raise errors[0]  # every shard fails: the queue backs off as a whole
+        kept_out.extend(kept)
         return sent
 
     def note_sent(self, outcomes: Sequence[Outcome]) -> None:
@@ -241,61 +258,6 @@ class Settler:
                          error=o.error, error_type=o.error_type, **base)
         else:
             signals.send(signals.job_cancelled, running=True, **base)
-
-
-class ShardSettler(Settler):
-    """``Settler`` whose ``send`` goes shard by shard for sharded queues: the outcomes of
-    a shard whose node fails go to ``kept`` (settled later, still held)."""
-
-    def send(self, outcomes: list[Outcome], kept: list[Outcome] | None = None) -> Sent:
-        by_queue = grouped(outcomes, lambda o: o.job.queue)
-        sent: Sent = []
-        for queue, items in by_queue.items():
-            names = self.engine.data_sets(queue)
-            sent += (super().send(items) if len(names) == 1
-                     else self._send_shards(queue, names, items, kept))
-        return sent
-
-    def _send_shards(self, queue: str, names: list[str], items: list[Outcome],
-                     kept_out: list[Outcome] | None) -> Sent:
-        parts = grouped(items, lambda o: self.engine.home_of(queue, o.job.id))
-        sent: Sent = []
-        kept: list[Outcome] = []
-        errors: list[BaseException] = []
-        for part in parts.values():
-            try:
-                sent += super().send(part)
-            except ERRORS as exc:
-                kept += part
-                errors.append(exc)
-        if kept and not sent and all(self.engine.health.down(n) for n in names):
-            raise errors[0]  # every shard fails: the queue backs off as a whole
-        if kept_out is not None:
-            kept_out += kept
-        return sent
-
-
-class ShardBackoff(QueueBackoff):
-    """The settling thread's per-queue backoff; a sharded queue whose outcomes wait for
-    a set-aside shard is retried when the first such shard may be tried again."""
-
-    def __init__(self, engine: Engine) -> None:
-        super().__init__()
-        self.engine = engine
-
-    def remaining_ms(self, queue: str) -> float:
-        own = super().remaining_ms(queue)
-        health = self.engine.health
-        waits = [health.remaining_ms(name) for name in self.engine.data_sets(queue)
-                 if health.down(name)]
-        return max(own, min(waits)) if waits else own
-
-
-def _path_of(job: ClaimedJob) -> str:
-    try:
-        return payloads.of(job).path
-    except ValueError:
-        return ""
 
 
 SEND_EVERY = 0.002  # seconds: a job thread sends the acks done at most this often,

@@ -2,9 +2,8 @@
 
 ``Settlement`` is the worker's component: the settler (``settle.py``: acks, nacks and
 defers in Redis, then the rows, signals and log lines; shard by shard for a sharded
-queue: ``ShardSettler``) and its threads (``SettleThread``: the settling thread
-``delayq-settle`` and the ack stream's reader ``delayq-acks``). See docs/internals.md,
-"Settlement"."""
+queue) and its threads: the settling thread ``delayq-settle`` and the ack stream's
+reader ``delayq-acks``. See docs/internals.md, "Settlement"."""
 
 from __future__ import annotations
 
@@ -20,14 +19,7 @@ from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.outcome import Kind, Outcome
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff, grouped
-from django_delayq.worker.settle import (
-    SEND_AT,
-    SEND_EVERY,
-    Sent,
-    Settler,
-    ShardBackoff,
-    ShardSettler,
-)
+from django_delayq.worker.settle import SEND_AT, SEND_EVERY, Sent, Settler
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -40,57 +32,32 @@ logger = logging.getLogger(__name__)
 
 
 class Settlement:
-    """Who settles: the settler and the settling threads (``start``; ``stop`` settles what
-    is done first). ``release`` frees the callable-limit slots of settled attempts;
-    ``on_settled(outcomes)`` runs after each settlement."""
-
-    def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter, ledger: Ledger,
-                 worker_id: str, *, release: Callable[[Sequence[Outcome]], None],
-                 on_settled: Callable[[list[Outcome]], None],
-                 on_start: Callable[[str], object] | None = None) -> None:
-        # a sharded queue is settled shard by shard: a node down holds back its shard only
-        self.settler = ShardSettler(engine, settings, audit, worker_id, release, on_start)
-        audit.after_write = self.settler.landed  # their settled records may go
-        # Finished jobs are acked by a thread of their own, within milliseconds
-        self.thread = SettleThread(ledger, self.settler, on_settled)
-        self.thread.backoff = ShardBackoff(engine)
-
-    def start(self) -> None:
-        self.thread.start()
-
-    def stop(self) -> None:
-        self.thread.stop()  # what finished is acked before the audit's last flush
-
-    def finished(self) -> None:
-        """A job thread's outcome is done (``SettleThread.finished``)."""
-        self.thread.finished()
-
-    def wait_recorded(self, job_id: str) -> None:
-        """Before a job starts: its previous attempt is recorded (``SettleThread``)."""
-        self.thread.wait_recorded(job_id)
-
-
-class SettleThread:
-    """Settles finished jobs as they finish, never waiting for the claim loop (whose
-    rounds read rows from the database): job threads send successes through the ack
-    stream, a reader thread records the replies, a settling thread takes the rest and
-    retries failures (a queue whose Redis fails backs off alone). Jobs stay held until
-    Redis took them. ``on_settled(outcomes)`` runs after each settlement."""
+    """Who settles: the settler (``settle.py``; a sharded queue shard by shard: a node
+    down holds back its shard only) and the settling threads, which settle finished
+    jobs as they finish, never waiting for the claim loop (whose rounds read rows from
+    the database): job threads send successes through the ack stream, a reader thread
+    records the replies, a settling thread takes the rest and retries failures (a queue
+    whose Redis fails backs off alone). Jobs stay held until Redis took them.
+    ``start``; ``stop`` settles what is done first. ``release`` frees the callable-limit
+    slots of settled attempts; ``on_settled(outcomes)`` runs after each settlement."""
 
     IDLE_SECONDS = 0.25  # also how often landed rows' records are forgotten when idle
     READ_SECONDS = 0.05  # the reader's wait for a reply; then it records what is pending
     READ_PAUSE = 0.002  # the reader's pause after replies
 
-    def __init__(self, ledger: Ledger, settler: Settler,
-                 on_settled: Callable[[list[Outcome]], None]) -> None:
+    def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter, ledger: Ledger,
+                 worker_id: str, *, release: Callable[[Sequence[Outcome]], None],
+                 on_settled: Callable[[list[Outcome]], None],
+                 on_start: Callable[[str], object] | None = None) -> None:
         self.ledger = ledger
-        self.settler = settler
+        self.settler = Settler(engine, settings, audit, worker_id, release, on_start)
+        audit.after_write = self.settler.landed  # their settled records may go
         self.on_settled = on_settled
         # successes are acked from the job thread as it finishes, replies read here
-        self.stream = settler.engine.ack_stream(settler.worker_id)
+        self.stream = engine.ack_stream(worker_id)
         ledger.notify_done = self.stream is None  # else finished() wakes it for leftovers
         if self.stream is not None:
-            settler.mark = self.mark
+            self.settler.mark = self.mark
         self._reader: threading.Thread | None = None
         self.backoff = QueueBackoff()
         self._stop = threading.Event()
@@ -206,9 +173,13 @@ class SettleThread:
                 logger.exception("recording %d settled job(s) failed", len(sent))
 
     def _wait_seconds(self) -> float:
+        """Until the unsettled outcomes may be settled again: their queue's delay ends,
+        and a sharded queue's set-aside shard's (the first of them) may be tried again."""
         wait_ms = self.IDLE_SECONDS * 1000
+        engine, health = self.settler.engine, self.settler.engine.health
         for queue in self.ledger.unsettled_queues():  # settled once their delay ends
-            wait_ms = min(wait_ms, self.backoff.remaining_ms(queue))
+            shards = [health.remaining_ms(n) for n in engine.data_sets(queue) if health.down(n)]
+            wait_ms = min(wait_ms, max(self.backoff.remaining_ms(queue), min(shards, default=0)))
         return max(wait_ms, 1.0) / 1000
 
     def settle_once(self, stream: bool = True) -> None:

@@ -2,13 +2,13 @@
 
 The ``Ledger`` keeps a record of each running job (queue, callable, start time, time
 limit): the heartbeat publishes it (``"jobs"`` in the registry info). A worker started by
-``delayq_worker --processes`` (a *child*) has a ``TrackedLedger``, which also reports every
-transition of its jobs over its ``Link``, a socket to the supervisor, one line each:
+``delayq_worker --processes`` (a *child*) has a ``Link``, a socket to the supervisor, over
+which its ledger also reports every transition of its jobs, one line each:
 
     h <pid> <worker id>                        once, at start
     b <at>                                     the heartbeat thread ran at ``at``
                                                (monotonic s), sent once its leases
-                                               were extended (``heartbeat.py``)
+                                               were extended (``housekeeping.py``)
     c <queue> <id> <token> <due_ms> <attempt> <home>   a job claimed (one line per job;
                                                home: the shard holding it, or empty)
     s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
@@ -54,7 +54,7 @@ The supervisor writes one word a line back: ``drain`` (stop claiming, finish, ex
 ``stop`` (the hard stop). End of file means the supervisor is gone: the child drains,
 and, with nobody left to enforce its time limits, exits at once (leases left to expire)
 when a running job overruns its limit. Under a supervisor the limits are hard: the child
-fails no attempt on its own (``Ledger.time_out`` finds nothing).
+fails no attempt on its own (``Ledger.time_out_limits`` finds nothing).
 """
 
 from __future__ import annotations
@@ -70,13 +70,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
-
-from django_delayq.worker.ledger import Key, Ledger, RunningJob
-from django_delayq.worker.outcome import Kind, Outcome
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from django_delayq.core.conf import Settings
     from django_delayq.engine.outcomes import ClaimedJob
 
 logger = logging.getLogger(__name__)
@@ -91,7 +87,22 @@ EXIT_HARD_STOP = 3
 DEAD_MAN_LEASES = 2.0  # an orphan stuck this many leases without a heartbeat is ended
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 ORPHAN_SIGNAL = signal.SIGHUP  # sent by the kernel when the supervisor dies: drain
-SETTLED_AS = {Kind.RETRY: "f", Kind.DEAD: "f", Kind.DEFER: "d"}  # else "s" (``x`` report)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    """A job a thread runs: since when (monotonic; wall clock) and its time limit in
+    seconds (None: none)."""
+
+    job: ClaimedJob
+    started_mono: float
+    started_at: datetime
+    limit: float | None
+
+    def info(self) -> dict[str, Any]:
+        return {"id": self.job.id, "queue": self.job.queue,
+                "callable": getattr(self.job.payload, "path", ""),
+                "started_ms": int(self.started_at.timestamp() * 1000)}
 
 
 def set_parent_death_signal(signum: int) -> bool:
@@ -155,7 +166,7 @@ class Link:
         self._pending: list[bytes] = []
         self._ready = threading.Event()
         self.orphaned = threading.Event()
-        self.dead_man = DeadMan(0.0)  # its horizon is set from the lease (TrackedLedger)
+        self.dead_man = DeadMan(0.0)  # its horizon is set from the lease (the Worker)
         threading.Thread(target=self._flush_loop, name="delayq-link-out", daemon=True).start()
         threading.Thread(target=self._tick_loop, name="delayq-link-tick", daemon=True).start()
 
@@ -265,69 +276,3 @@ class Supervision:
     def orphaned(self) -> bool:
         """The supervisor died already (before the death signal was asked for)."""
         return os.getppid() != self.parent_pid
-
-
-class TrackedLedger(Ledger):
-    """The ledger of a child of ``delayq_worker --processes`` (a worker without a
-    supervisor has the plain ``Ledger``): it reports each transition to the supervisor's
-    link, and keeps the dead man's switch armed while a job runs."""
-
-    def __init__(self, settings: Settings, supervision: Supervision,
-                 on_late: Callable[[Outcome], None] | None = None) -> None:
-        super().__init__(on_late)
-        self.link = supervision.link
-        self.link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
-
-    def claimed(self, jobs: Iterable[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
-        jobs = list(jobs)
-        super().claimed(jobs, ended)
-        if jobs:
-            for j in jobs:
-                self.link.send("c", j.queue, j.id, j.token, j.due_ms, j.attempt,
-                               j.home if j.home != j.queue else "")
-            self.link.flush()  # now, not within FLUSH_S: a child killed meanwhile (its
-            # flusher starved on a busy machine) would leave them to lease expiry, charged
-
-    def start(self, key: Key, limit_s: float | None = None) -> RunningJob | None:
-        run = super().start(key, limit_s)
-        if run is not None:
-            job = run.job
-            self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
-                           "" if run.limit is None else repr(run.limit))
-            self.link.flush()  # sent before the call: a function that holds the GIL from
-        return run  # its first line is still known to run (its limit, its silence)
-
-    def finish(self, key: Key, outcome: Outcome) -> None:
-        super().finish(key, outcome)
-        self.link.send("e", *key)
-
-    def time_out_limits(self, now: float, outcome_of: Callable[[ClaimedJob, datetime, float],
-                                                                Outcome]) -> list[ClaimedJob]:
-        return []  # hard limits: the supervisor stops the process
-
-    def next_limit(self) -> float | None:
-        return None
-
-    def _changed(self) -> None:
-        """Under the ledger's lock: never disarmed while a job runs."""
-        if self._running:
-            self.link.dead_man.arm()
-        else:
-            self.link.dead_man.disarm()
-
-    def keep_unsettled(self, outcomes: list[Outcome], taken: list[Outcome]) -> None:
-        """The end of a settling round that took ``taken``: those not kept in
-        ``outcomes`` are settled in Redis and no longer held (reported ``x``, with how:
-        their rows are written next)."""
-        super().keep_unsettled(outcomes, taken)
-        kept = {id(o) for o in outcomes}
-        for o in taken:
-            if id(o) not in kept:
-                self.link.send("x", o.job.queue, o.job.id, o.job.attempt,
-                               SETTLED_AS.get(o.kind, "s"))
-
-    def release_unstarted(self) -> list[ClaimedJob]:
-        jobs = super().release_unstarted()
-        for j in jobs:
-            self.link.send("r", j.queue, j.id)
-        return jobs

@@ -19,7 +19,7 @@ from django_delayq.engine import ClaimedJob, NackOutcome
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.loop import Worker, WorkerOptions
-from django_delayq.worker.recovery import LOST_LEASE
+from django_delayq.worker.outcome import LOST_LEASE
 from django_delayq.worker.runner import Kind, Outcome
 from django_delayq.worker.settle import Settler
 from tests import jobs_chaos

@@ -207,7 +207,7 @@ def test_acked_row_with_lagging_audit_is_not_rerun_while_its_worker_lives(
     # The worker's audit flush has not happened yet: the row still says running.
     Job.objects.filter(pk=h.id).update(status=JobStatus.RUNNING, attempts=1, worker_id="w1")
     workers = "{%s}:workers" % get_settings().prefix
-    engine.client.zadd(workers, {"w1": engine.time_ms()})  # what Liveness.heartbeat writes
+    engine.client.zadd(workers, {"w1": engine.time_ms()})  # what Housekeeping.heartbeat writes
     r = reconciler()
     r.check_epochs()
     assert r.run_all(grace_seconds=0) == 0

@@ -13,7 +13,8 @@ from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
 from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.recovery import LOST_LEASE, LeaseRecovery
+from django_delayq.worker.housekeeping import LeaseRecovery
+from django_delayq.worker.outcome import LOST_LEASE
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,7 +11,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.engine import NewJob
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.recovery import LeaseRecovery
+from django_delayq.worker.housekeeping import LeaseRecovery
 from tests.helpers import burst, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

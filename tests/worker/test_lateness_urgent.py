@@ -1,5 +1,6 @@
-"""A busy worker claims a job of priority above 0 when it comes due (worker/urgent.py), not
-when a thread or room frees up, and starts it ahead of the jobs it had already claimed.
+"""A busy worker claims a job of priority above 0 when it comes due (worker/claiming.py,
+UrgentTimer), not when a thread or room frees up, and starts it ahead of the jobs it had
+already claimed.
 Asserted by claim state and start order, not by milliseconds: a real worker, a real Redis."""
 
 from __future__ import annotations

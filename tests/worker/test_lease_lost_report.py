@@ -11,7 +11,7 @@ import pytest
 from django_delayq import schedule
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.worker.heartbeat import Liveness
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.helpers import point_at
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -26,8 +26,9 @@ def test_a_job_acked_since_the_read_is_not_reported_lost(settings, redis_server,
     # Both leases are gone; only `held` is still held by the worker (its lease lost).
     assert engine.ack("default", [(acked.id, acked.token), (held.id, held.token)]) == [True,
                                                                                         True]
-    live = Liveness(engine, get_settings(), "w-test", queues=("default",), concurrency=1)
-    with caplog.at_level(logging.WARNING, logger="django_delayq.worker.heartbeat"):
+    live = Worker(engine, get_settings(), WorkerOptions(queues=("default",), concurrency=1,
+                                                        worker_id="w-test")).housekeeping
+    with caplog.at_level(logging.WARNING, logger="django_delayq.worker.housekeeping"):
         live.heartbeat([acked, held], claimed=2, processed=1, holding=lambda: [held])
     lost = [r.getMessage() for r in caplog.records if "lease lost" in r.getMessage()]
     assert lost == ["job %s: lease lost while held by this worker" % held.id]

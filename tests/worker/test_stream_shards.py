@@ -30,7 +30,7 @@ def test_a_sharded_queues_successes_are_acked_through_the_stream_in_their_shards
     handles = [schedule("tests.jobs.add", i, 1, queue="emails") for i in range(12)]
     engine = get_engine()
     worker = Worker(engine, get_settings(), WorkerOptions(queues=("emails",)))
-    thread = worker.settlement.thread
+    thread = worker.settlement
     assert thread.stream is not None  # one server: one connection to write to
     claimed = payloads.load(engine.claim("emails", 20, 60_000).jobs)
     assert len(claimed) == 12 and len({job.home for job in claimed}) > 1  # several shards

@@ -269,6 +269,9 @@ class Supervisor:
             logger.exception("supervisor: could not take back the jobs of worker process "
                              "%d; their leases will expire", child.pid)
             close_old_connections()
+        if self._stopping() and code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for \
+                and self.code == EXIT_OK:
+            self.code = EXIT_ERROR
         if aside:
             self._after_aside_exit(child, code)
         else:
@@ -283,10 +286,7 @@ class Supervisor:
             for other in self.children.values():
                 other.tell("drain")
             return
-        if self._stopping():
-            if code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for \
-                    and self.code == EXIT_OK:
-                self.code = EXIT_ERROR
+        if self._stopping():  # a bad exit meanwhile set EXIT_ERROR (``_gone``)
             return
         if code == EXIT_OK and self.options.burst and not self._recycled(child):
             logger.info("supervisor: worker process %d done", child.pid)
@@ -306,8 +306,6 @@ class Supervisor:
         """A child set aside to be killed is gone: replaced already, unless its metrics
         port was in the way (then now)."""
         bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for
-        if bad and self._stopping() and self.code == EXIT_OK:
-            self.code = EXIT_ERROR
         logger.log(logging.WARNING if bad else logging.INFO,
                    "supervisor: worker process %d ended (%s)", child.pid, describe_exit(code))
         if child.replace_on_exit and not self._stopping():

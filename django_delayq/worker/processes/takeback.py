@@ -96,9 +96,7 @@ class TakeBack:
     def _outcome(self, job: ClaimedJob, started: float, limit: float | None, why: str) -> Outcome:
         now = datetime.now(UTC)
         started_at = datetime.fromtimestamp(now.timestamp() - (time.monotonic() - started), tz=UTC)
-        outcome = runner.timed_out(job, started_at=started_at, seconds=limit or 0.0,
-                                   default_max_attempts=self.settings.default_max_attempts,
-                                   default_backoff=self.settings.default_backoff)
+        outcome = runner.timed_out(job, started_at, limit or 0.0)
         if why == TIMED_OUT:  # a failure of type JobTimeout, as timed_out made it
             outcome.error = ("timed out: still running after its %gs time limit; its "
                              "process was killed" % (limit or 0.0))
