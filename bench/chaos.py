@@ -115,7 +115,12 @@ def scenarios(run: Run, rng: random.Random, registered: chaos_report.Registered
         sc = chaos_scenarios.Scenario(number=number, key=key, title=title, t0=time.time())
         note(run, "scenario %d %s" % (number, key))
         body(run, sc, rng)
-        sc.converge_s = chaos_report.converge(sc.ids + list(sc.special),
+        # the ticks that ran during the faults end final too: one killed between its ack
+        # and its audit flush waits for the reconciler's grace and second look, which
+        # may take longer than a fixed window after the faults
+        ticks = [r["job"] for r in jobs_chaos.stamped_runs(run.runs_dir)
+                 if r["due"] is not None and r["start"] >= sc.t0 - 2]
+        sc.converge_s = chaos_report.converge(sc.ids + list(sc.special) + ticks,
                                               run.opts.converge_timeout)
         sc.t1 = time.time()
         runs = jobs_chaos.stamped_runs(run.runs_dir)
