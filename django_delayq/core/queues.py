@@ -186,12 +186,17 @@ def purge_queue_report(queue: str) -> PurgeReport:
     return PurgeReport(removed=removed, ticks_kept=kept_count)
 
 
-def pending_ticks(job_ids: Iterable[str]) -> set[str]:
-    """Those of ``job_ids`` that are a schedule's pending next tick: an enabled schedule
-    names it as its next tick and not as its last one (``tick_started`` writes that
-    before the tick's function runs), and its row is ``scheduled``."""
-    named = set(Schedule.objects.filter(enabled=True, next_job_id__in=list(job_ids))
-                .exclude(last_job_id=F("next_job_id")).values_list("next_job_id", flat=True))
+def pending_ticks(job_ids: Iterable[str], *, to_run: bool = False) -> set[str]:
+    """Those of ``job_ids`` that are a schedule's pending next tick: a schedule names it
+    as its next tick and its row is ``scheduled``. A purge keeps every such tick, a
+    disabled schedule's too (its id comes from the tick's key: cancelled, it could never
+    be created again). ``to_run``: only those due to run, whose schedule is enabled and
+    does not name it as its last tick too (``tick_started`` writes that before the tick's
+    function runs): the keeper's put-back."""
+    schedules = Schedule.objects.filter(next_job_id__in=list(job_ids))
+    if to_run:
+        schedules = schedules.filter(enabled=True).exclude(last_job_id=F("next_job_id"))
+    named = set(schedules.values_list("next_job_id", flat=True))
     return set(Job.objects.filter(pk__in=named, status=JobStatus.SCHEDULED)
                .values_list("pk", flat=True))
 

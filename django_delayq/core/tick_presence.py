@@ -106,7 +106,7 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
                            .values_list("id", "queue", "updated_at"))
     missing = _missing(rows)
     young = {r[0] for r in missing if r[2] > now - SEND_GRACE}
-    back = queues.pending_ticks(r[0] for r in missing if r[0] not in young)  # none: no query
+    back = queues.pending_ticks((r[0] for r in missing if r[0] not in young), to_run=True)
     if back:
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(back),

@@ -52,6 +52,16 @@ def test_a_purge_keeps_the_pending_tick_job_and_the_schedule_goes_on() -> None:
     assert get_engine().stats("default").scheduled == 1
 
 
+def test_a_purge_keeps_a_disabled_schedule_s_tick_for_when_it_is_enabled_again() -> None:
+    s, tick = ticking(3600, timedelta(minutes=5))
+    Schedule.objects.filter(pk=s.pk).update(enabled=False)
+    assert purge_queue("default") == 0
+    assert Job.objects.get(pk=tick).status == JobStatus.SCHEDULED
+    Schedule.objects.filter(pk=s.pk).update(enabled=True)
+    s.refresh_from_db()
+    assert periodic.keep(s) == tick  # the same tick, due as before: none skipped
+
+
 def test_a_due_tick_kept_by_a_purge_runs_and_chains_the_next() -> None:
     s, tick = ticking(3600, timedelta(seconds=-1))  # due a second ago: ready in Redis
     schedule_many(jobs.noop, [JobSpec() for _ in range(2)])
