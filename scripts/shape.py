@@ -72,16 +72,21 @@ def lua_lines(source: str) -> tuple[int, int]:
     return code, sum(1 for line in source.splitlines() if line.strip())
 
 
-def line_counts() -> tuple[int, int]:
+def line_counts() -> tuple[int, int, Counter[str]]:
+    """(code lines, lines with comments and docstrings, code lines by folder of the
+    package: "root" for its top-level modules)."""
     code = total = 0
+    by_folder: Counter[str] = Counter()
     for path in sorted(PACKAGE.rglob("*")):
-        if "migrations" in path.parts or "spark" in path.relative_to(PACKAGE).parts:
+        parts = path.relative_to(PACKAGE).parts
+        if "migrations" in path.parts or "spark" in parts:
             continue
         counter = {".py": python_lines, ".lua": lua_lines}.get(path.suffix)
         if counter:
             c, t = counter(path.read_text("utf-8"))
             code, total = code + c, total + t
-    return code, total
+            by_folder[parts[0] if len(parts) > 1 else "root"] += c
+    return code, total, by_folder
 
 
 def test_files() -> tuple[Counter[str], Counter[str]]:
@@ -174,13 +179,14 @@ def main() -> int:
                     with_reason += any(is_reason(notes.get(n)) for n in
                                        range(node.lineno, (node.end_lineno or 0) + 1))
     graph = {m: {resolve(d, deps, graph) for d in deps} - {m, ""} for m, deps in graph.items()}
-    code, total = line_counts()
+    code, total, by_folder = line_counts()
     chain = longest_chain(graph)
     names = Counter(p.name for p in modules() if p.name != "__init__.py")
     shared = sorted((n for n, c in names.items() if c > 1), key=lambda n: (-names[n], n))
     print("code lines (Python + Lua, without spark/ and migrations/):")
     print("  without comments, docstrings, blank lines  %6d" % code)
     print("  with comments and docstrings               %6d" % total)
+    print("  by folder   %s" % ", ".join("%s %d" % kv for kv in by_folder.most_common()))
     print("longest import chain (module-level)          %6d modules" % len(chain))
     print("  " + " > ".join(m.removeprefix("django_delayq.") for m in chain))
     print("imports inside functions                     %6d (%d with a reason on the line)"
