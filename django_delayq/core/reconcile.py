@@ -158,8 +158,9 @@ class Reconciler:
             else:
                 self._outage.worked()
         # the loss passes, then the pass after an outage (``reconcile_state.Outage``: rows
-        # changed since it began get the second look), within the urgent budget per tick
-        deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        # changed since it began get the second look), each within the urgent budget
+        budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        deadline = time.monotonic() + budget
         for queue, cursor in list(self._urgent.items()):
             if self._walk(cursor, deadline):
                 del self._urgent[queue]
@@ -170,7 +171,8 @@ class Reconciler:
             self.stats.outage_passes += 1
             logger.info("reconciler: Redis answers again; looking at the rows changed since "
                         "%s without the long grace", walk.since)
-        if self._after_outage is not None and self._walk(self._after_outage, deadline):
+        if self._after_outage is not None and self._walk(self._after_outage,
+                                                         time.monotonic() + budget):
             self._after_outage = None
         self._confirm()
         if now - self._last_orphans >= self.settings.lease_seconds:
