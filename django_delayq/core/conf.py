@@ -356,7 +356,8 @@ def get_settings() -> Settings:
     values, found = _read(user)
     if found:
         raise ImproperlyConfigured("; ".join(msg for _, msg in found))
-    return Settings(**values, queue_shards=_shards({**DEFAULTS, **user}["QUEUE_OPTIONS"]))
+    return Settings(**values, queue_shards=_shards(user.get("QUEUE_OPTIONS",
+                                                             DEFAULTS["QUEUE_OPTIONS"])))
 
 
 @receiver(setting_changed)

@@ -254,7 +254,7 @@ class Reconciler:
             return 0
         self.stats.examined += len(rows)
         seen_ms = self.engine.time_ms()  # before the look: whoever beats later was alive
-        found = self._find(rows)
+        found = self._find(rows, seen_ms)
         took = {f.row.pk for f in found if cursor.lost and self._epochs.took(f.row.queue, f.row.pk)}
         if len(took) < len(found):  # rows of data sets the loss did not take: no loss
             found = [f for f in found if f.row.pk in took] + self._leave_to_live_workers(
@@ -282,7 +282,7 @@ class Reconciler:
             return
         seen_ms = self.engine.time_ms()  # before the look, as in ``_batch``
         seen = time.monotonic() + max(0.0, self.settings.lease_seconds - self.confirm_seconds)
-        found = self._leave_to_live_workers(self._find(rows))
+        found = self._leave_to_live_workers(self._find(rows, seen_ms))
         for f in found[:MAX_SUSPECTS - len(self._suspects)]:
             self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, seen, seen_ms, False)
 
@@ -315,10 +315,12 @@ class Reconciler:
 
     # -- where the jobs are -------------------------------------------------------------
 
-    def _find(self, rows: list[Job]) -> list[Finding]:
+    def _find(self, rows: list[Job], now_ms: int | None = None) -> list[Finding]:
         """Rows whose job Redis does not hold, or holds as dead: each row's place, envelope
-        and attempts (read atomically, ``MULTI_ROWS`` rows per MULTI: ``Engine.presence``)."""
-        found, horizon = [], self.engine.time_ms() - RECENT_SECONDS * 1000
+        and attempts (read atomically, ``MULTI_ROWS`` rows per MULTI: ``Engine.presence``).
+        ``now_ms``: Redis's time, when the caller has just read it."""
+        now_ms = self.engine.time_ms() if now_ms is None else now_ms
+        found, horizon = [], now_ms - RECENT_SECONDS * 1000
         for queue, items in _by_queue(rows).items():
             for row, place in zip(items, self.engine.presence(queue, [r.pk for r in items])):
                 if place.queued:
