@@ -245,7 +245,7 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
                 outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
                 if limit is not None and time.perf_counter() - t0 > limit:
                     atomic.roll_back(using)  # the worker failed this attempt already
-                    return timed_out(job, common["started_at"], limit)
+                    return timed_out(job, common["started_at"], limit, common["max_attempts"])
                 if outcome.kind is not Kind.SUCCESS:
                     atomic.roll_back(using)  # its result is too large: dead, nothing kept
                     return outcome
@@ -285,17 +285,19 @@ def _decide(error: str, kind_of: str, refused: bool, asked: Retry | None, env: E
     return Kind.RETRY, error, delay
 
 
-def timed_out(job: ClaimedJob, started_at: datetime, seconds: float) -> Outcome:
+def timed_out(job: ClaimedJob, started_at: datetime, seconds: float,
+              max_attempts: int | None = None) -> Outcome:
     """The outcome of an attempt still running after ``seconds`` (its time limit): a
     failure of type ``JobTimeout``, retried after the job's backoff (dead without attempts
     left, or when its ``retry_on`` does not list ``JobTimeout``; the defaults are the
-    settings'). Its thread cannot be killed; whatever it returns later is discarded."""
+    settings'; ``max_attempts``: the attempt's own, when its caller worked it out). Its
+    thread cannot be killed; whatever it returns later is discarded."""
     settings = get_settings()
     try:
         env = payloads.of(job)
     except ValueError:
         env = Envelope(path="")
-    max_attempts = env.max_attempts or settings.default_max_attempts
+    max_attempts = max_attempts or env.max_attempts or settings.default_max_attempts
     kind, error, delay = _decide(
         "timed out: still running after %gs (its time limit)" % seconds, JOB_TIMEOUT,
         not retried(JobTimeout, env.retry_on), None, env, job, max_attempts,
