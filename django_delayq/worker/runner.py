@@ -30,6 +30,7 @@ dead with it.
 
 Time limits (``Settings.timeout_for``): the main loop calls ``expire_overdue``, which fails
 the attempts running past theirs; their threads stay busy until the function returns.
+An attempt that ends past its limit before the main loop looked is timed out all the same.
 """
 
 from __future__ import annotations
@@ -201,17 +202,27 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
                      due_at=ms_to_dt(job.due_ms), worker_id=worker_id)
     if manage_connections and time.monotonic() - getattr(_local, "closed", -FRESH_S) >= FRESH_S:
         close_old_connections()  # else this thread's last attempt just closed them
+    limit = get_settings().timeout_for(job.queue, env.timeout)
     try:
         if env.atomic:
-            return _atomic(common, env, ctx, t0, worker_id)
+            return _atomic(common, env, ctx, t0, limit, worker_id)
         result = call_job(env.path, env.args, env.kwargs, ctx)
     except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
-        return _raised(exc, common, t0, env, default_backoff)
+        return _past(limit, t0, common) or _raised(exc, common, t0, env, default_backoff)
     finally:
         if manage_connections:
             close_old_connections()
             _local.closed = time.monotonic()
-    return _succeeded(common, result, t0)
+    return _past(limit, t0, common) or _succeeded(common, result, t0)
+
+
+def _past(limit: float | None, t0: float, common: dict[str, Any]) -> Outcome | None:
+    """The outcome of an attempt that ended past its time limit: timed out, whatever it
+    returned or raised, however late the main loop (busy) or the supervisor looked for it
+    (the outcome they recorded first stands: this one comes late and is dropped)."""
+    if limit is None or time.perf_counter() - t0 <= limit:
+        return None
+    return timed_out(common["job"], common["started_at"], limit, common["max_attempts"])
 
 
 def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope,
@@ -231,7 +242,7 @@ def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope
 
 
 def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
-            worker_id: str) -> Outcome:
+            limit: float | None, worker_id: str) -> Outcome:
     """An attempt of an atomic job (``atomic.py``): the function and the write of its
     success in one transaction. A success a delivery committed before is settled without
     calling the function. An exception of the function rolls back and reaches ``_run``;
@@ -239,13 +250,12 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
     job: ClaimedJob = common["job"]
     done = atomic.committed(job.id)
     if done is None:
-        limit = get_settings().timeout_for(job.queue, env.timeout)
         try:
             with atomic.transaction_of() as using:
                 outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
-                if limit is not None and time.perf_counter() - t0 > limit:
+                if (late := _past(limit, t0, common)) is not None:
                     atomic.roll_back(using)  # the worker failed this attempt already
-                    return timed_out(job, common["started_at"], limit, common["max_attempts"])
+                    return late
                 if outcome.kind is not Kind.SUCCESS:
                     atomic.roll_back(using)  # its result is too large: dead, nothing kept
                     return outcome

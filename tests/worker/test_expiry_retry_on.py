@@ -82,3 +82,22 @@ def test_time_limits_per_job_and_queue_fail_the_attempt_but_cannot_stop_the_thre
     # soft: the functions were not stopped; what they returned was dropped
     wait_until(lambda: {"own", "queued"} <= set(tags(out)), timeout=20)
     assert own.status == JobStatus.DEAD and queued.status == JobStatus.RETRYING
+
+
+def test_an_attempt_that_ends_past_its_time_limit_times_out_however_late_the_loop_looks(delayq_settings, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A main loop too busy to look (here: never) does not let an attempt that ran past its
+    limit succeed: it ends timed out when it returns, in thread and atomic mode alike."""
+    from django_delayq.worker.runner import Execution
+    monkeypatch.setattr(Execution, "expire_overdue", lambda self: None)
+    out = tmp_path / "runs.txt"
+    run = "tests.jobs.sleep_then_record"
+    plain = schedule(run, str(out), "plain", 0.6, timeout=0.2, max_attempts=1)
+    in_time = schedule(run, str(out), "in-time", 0.0, timeout=30, max_attempts=1)
+    assert burst() == EXIT_OK
+    row = plain.job
+    assert (row.status, row.attempts, row.error_type) == (JobStatus.DEAD, 1, JOB_TIMEOUT)
+    assert "0.2s" in row.last_error
+    assert list(JobAttempt.objects.filter(job_id=plain.id).values_list(
+        "number", "error_type")) == [(1, JOB_TIMEOUT)]
+    assert in_time.status == JobStatus.SUCCEEDED
+    assert sorted(tags(out)) == ["in-time", "plain"]  # soft: the function ran to its end
