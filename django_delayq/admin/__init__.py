@@ -2,7 +2,7 @@
 ``lineage`` and ``workflow_graph``, with buttons for the actions), permission-gated actions
 (``actions``, with the reschedule form; they also write the admin's log), the pages it
 adds (rendered by ``display``): the queues page (``queue_page``), the live dashboard
-(``dashboard``, fed by ``overview`` and ``history``) and the Spark report pages
+(``dashboard``, fed by ``observe.redis_state`` and ``history``) and the Spark report pages
 (``reports``). Django's admin autodiscovery imports this package; importing ``job_admin``
 registers the model admins; ``schedule_admin`` the periodic schedules' admin."""
 

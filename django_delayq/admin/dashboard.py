@@ -1,6 +1,7 @@
 """The live dashboard in the admin: per queue counts, next due time and paused state;
 jobs finished per minute and lateness p50/p95 over the last 15 minutes (``history``);
-the workers with the jobs they run (``overview``) and each job's progress (its row).
+the workers with the jobs they run and each job's progress (its row), as
+``observe.redis_state`` reads them.
 
 The page is static HTML plus one script (``django_delayq/dashboard.js``) that polls the
 JSON view every few seconds and draws everything with DOM text nodes and SVG elements:
@@ -22,11 +23,10 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from redis.exceptions import RedisError
 
-from django_delayq.admin import display, history, overview
+from django_delayq.admin import display, history
 from django_delayq.core import progress
-from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.observe import holding, limit_usage
+from django_delayq.observe import limit_usage, redis_state
 
 logger = logging.getLogger(__name__)
 
@@ -36,6 +36,7 @@ PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src
                "connect-src 'self'; font-src 'self'; base-uri 'none'; form-action 'self'; "
                "frame-ancestors 'self'")
 ID_PLACEHOLDER = "JOB-ID"
+TEXT_CHARS = 200  # of a text from a worker's info entry
 
 
 @permission_required(VIEW, raise_exception=True)
@@ -62,27 +63,39 @@ def snapshot() -> dict[str, Any]:
         "sampled": past.sampled, "queues": [], "workers": [], "holding": None, "groups": []}
     try:
         engine = get_engine()
-        queues = overview.queue_rows(engine, get_settings())
-        workers = overview.worker_rows(engine)
-        data["queues"] = [asdict(q) for q in queues]
-        data["workers"] = [asdict(w) for w in workers]
-        data["holding"] = asdict(overview.held(queues, workers))
+        queues = redis_state.queues(engine)
+        workers = redis_state.with_progress(redis_state.workers(engine)[::-1])  # newest first
+        data["queues"] = [queue_data(q) for q in queues]
+        data["workers"] = [worker_data(w) for w in workers]
+        data["holding"] = asdict(redis_state.held(queues, workers))
         data["groups"] = [asdict(g) for g in limit_usage.busiest(  # docs/groups.md
             engine, [q.queue for q in queues])]
     except RedisError as exc:
         logger.warning("dashboard: Redis unavailable: %s", exc)
         data["redis_error"] = str(exc)
-    with_progress(data["workers"])
     return data
 
 
-def with_progress(workers: list[dict[str, Any]]) -> None:
-    """Give each running job its row's progress (``progress``, compact text, "" for none):
-    one query for the ids the workers report (``holding.progress_of``)."""
-    jobs = [job for w in workers for job in w.get("jobs", [])]
-    found = holding.progress_of(job["id"] for job in jobs)
-    for job in jobs:
-        job["progress"] = progress.compact(found.get(job["id"]), 80)
+def queue_data(q: redis_state.QueueRow) -> dict[str, Any]:
+    return {"queue": q.queue, "due_now": q.ready, "scheduled": q.scheduled,
+            "inflight": q.inflight, "dead": q.dead, "next_due_ms": q.next_due_ms,
+            "paused": q.paused, "limit": q.limit_text}
+
+
+def _text(value: object) -> str:
+    return value[:TEXT_CHARS] if isinstance(value, str) else ""
+
+
+def worker_data(w: redis_state.WorkerRow) -> dict[str, Any]:
+    """An info entry not a worker's JSON, or over the read limit, shows none of its
+    fields; each running job with its progress as compact text ("" for none)."""
+    return {"id": _text(w.id), "host": _text(w.info.get("host")),
+            "pid": redis_state.integer(w.info.get("pid")), "processes": w.processes,
+            "heartbeat_age_s": w.heartbeat_age_s, "running": w.running,
+            "prefetched": w.prefetched, "malformed": w.error is not None, "jobs": [
+                {"id": _text(j.id), "queue": _text(j.queue), "callable": _text(j.callable),
+                 "age_s": j.age_s, "progress": progress.compact(j.progress, 80)}
+                for j in w.jobs if j.id]}
 
 
 @permission_required(VIEW, raise_exception=True)

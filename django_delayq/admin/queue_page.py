@@ -30,13 +30,14 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
-from django_delayq.admin import display, overview
+from django_delayq.admin import display
 from django_delayq.admin.action_log import log_queue
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queue_controls import control
 from django_delayq.core.queues import known_queues
 from django_delayq.exceptions import DelayQError
+from django_delayq.observe import redis_state
 from django_delayq.observe.limit_usage import callable_limits, group_limit_text, queue_group_limits
 
 logger = logging.getLogger(__name__)
@@ -63,8 +64,8 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
         "can_limit": request.user.has_perm(LIMIT), "group_limits": _group_limits(settings),
         "dashboard_url": display.job_url(admin.admin_site.name, "dashboard")}
     try:
-        context["queues"] = overview.queue_rows(engine, settings)
-        context["holding"] = overview.held(context["queues"], overview.worker_rows(engine))
+        context["queues"] = redis_state.queues(engine, known_queues(settings))
+        context["holding"] = redis_state.held(context["queues"], redis_state.workers(engine))
         context["callable_limits"] = callable_limits(engine, settings)
         context["paused_groups"] = [(q.queue, ", ".join(groups)) for q in context["queues"]
                                     if (groups := engine.paused_groups(q.queue))]

@@ -1,6 +1,6 @@
 """The callable limits of ``DELAYQ['CALLABLE_LIMITS']`` with what each runs now, read
 through the engine (``Engine.limit_state``: the grants of the window and the slots held,
-on the Redis clock): one reading for the admin's queues page (``admin/overview.py``) and
+on the Redis clock): one reading for the admin's queues page (``admin/queue_page.py``) and
 ``manage.py delayq_status``, each of which only formats it.
 
 The limits of the groups of some queues (docs/groups.md, "Limits"): each queue's

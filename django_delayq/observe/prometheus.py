@@ -95,11 +95,10 @@ class QueueCollector:
         now_ms = 0
         queues = known_queues(settings)
         for q in redis_state.queues(engine, queues):
-            s, now_ms = q.stats, q.stats.now_ms
+            now_ms = q.now_ms
             for state in STATES:
-                f["delayq_queue_jobs"].add_metric([q.queue, state], getattr(s, state))
-            age = 0.0 if s.oldest_ready_ms is None else (s.now_ms - s.oldest_ready_ms) / 1000
-            f["delayq_queue_oldest_ready_age_seconds"].add_metric([q.queue], max(0.0, age))
+                f["delayq_queue_jobs"].add_metric([q.queue, state], getattr(q, state))
+            f["delayq_queue_oldest_ready_age_seconds"].add_metric([q.queue], q.oldest_ready_s)
             f["delayq_queue_paused"].add_metric([q.queue], 1 if q.paused else 0)
             if q.limit is not None:
                 _limit(f, "queue", q.queue, q.limit.rate, q.limit.concurrency)

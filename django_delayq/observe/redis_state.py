@@ -1,68 +1,226 @@
-"""What Redis holds of the queues and the workers, read in one place for every surface
-that shows it (the admin's queues page and live dashboard, ``manage.py delayq_status``):
-plain data, each surface keeping its own field names and texts.
+"""What Redis holds of the queues and the workers, read in one place and as one row type
+each for every surface that shows it (the admin's queues page and live dashboard,
+``manage.py delayq_status``, ``delayq_queue list``, the Prometheus gauges): each surface
+renders these rows its own way (its field names, texts and JSON), reading nothing else
+of Redis for them.
 
-* ``queues(engine, names)``: per queue its counts and next due time (``Engine.stats``,
-  one atomic script each), whether it is paused (``Engine.paused``, one round trip for
-  all) and its limit (``Engine.queue_limit``: what the workers wrote).
-* ``workers(engine)``: the workers of the registry (``Engine.workers``, oldest heartbeat
-  first), each with its heartbeat's age on the Redis clock, its info entry and the jobs
-  it runs (``holding``: each job's entry as the worker wrote it, any JSON value in its
-  fields). An entry that is not a worker's JSON, or that is over the registry's read
-  limit, has its ``error`` and an empty ``info``.
+* ``queues(engine, names)``: a ``QueueRow`` per queue: its counts and next due time
+  (``Engine.stats``, one atomic script each), whether it is paused (``Engine.paused``,
+  one round trip for all) and its limit (``Engine.queue_limit``: what the workers wrote).
+  ``names`` defaults to the known queues (``QUEUES`` and ``QUEUE_OPTIONS``).
+* ``workers(engine)``: a ``WorkerRow`` per worker of the registry (``Engine.workers``,
+  oldest heartbeat first), with its heartbeat's age on the Redis clock, its info entry
+  and the jobs it runs (``RunningJob``: from the entry the worker wrote, any JSON value
+  of a job's ``queue`` and ``callable`` as its text). An entry that is not a worker's
+  JSON, or that is over the registry's read limit, has its ``error`` and an empty
+  ``info``. ``with_progress`` gives each running job its row's progress.
+* ``held(queues, workers)``: the queues' jobs in flight split into running, prefetched
+  and settling, the same way wherever it is shown:
+
+A queue's ``in flight`` count (its ``inflight`` set in Redis: every job under a lease) is
+the sum of three figures, each with one name:
+
+* **running**: a thread (or child process) runs it now;
+* **prefetched**: claimed by a worker, no thread has started it yet;
+* **settling**: finished, its acknowledgement not yet recorded in Redis.
+
+Each worker publishes ``running`` and ``prefetched`` (its registry info's ``running``
+and ``waiting`` fields) at every heartbeat; ``settling`` is what is left of ``in flight``
+once both are taken away. The workers' figures are as of their last heartbeat, the
+``in flight`` count as of now: when the two disagree (a worker's info is older than a
+claim), ``settling`` is 0, never negative.
+
+A worker's info entry is JSON any process with access to Redis could have written
+(``parse_info``): each field is used only when it has the expected type.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django_delayq.observe import holding
+from django.db import DatabaseError
+
+from django_delayq.core import stored
+from django_delayq.core.queues import known_queues
+from django_delayq.models import Job
+from django_delayq.observe.limit_usage import describe_limit
 
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
-    from django_delayq.engine.outcomes import QueueLimit, QueueStats
+    from django_delayq.engine.outcomes import QueueLimit
+
+#: A worker's registry info field for each figure.
+RUNNING_FIELD = "running"
+PREFETCHED_FIELD = "waiting"
+JOBS_SHOWN = 50  # of one worker's info (a worker lists at most 50)
+MAX_PROGRESS_IDS = 1000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class QueueState:
+class QueueRow:
     queue: str
-    stats: QueueStats
+    scheduled: int
+    ready: int  # due now
+    inflight: int
+    dead: int
+    expired_leases: int
+    now_ms: int  # the Redis clock when the counts were read
+    next_due_ms: int | None
+    oldest_ready_ms: int | None
     paused: bool
     limit: QueueLimit | None  # None when the queue has none
 
+    @property
+    def next_due(self) -> datetime | None:
+        ms = self.next_due_ms
+        return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
+
+    @property
+    def next_due_in_s(self) -> float | None:
+        return None if self.next_due_ms is None else (self.next_due_ms - self.now_ms) / 1000
+
+    @property
+    def oldest_ready_s(self) -> float:
+        """How long the oldest due job has waited for a worker (0 without one)."""
+        ms = self.oldest_ready_ms
+        return 0.0 if ms is None else max(0.0, (self.now_ms - ms) / 1000)
+
+    @property
+    def limit_text(self) -> str:
+        """``"100/m, 5 at once"``; "" when the queue has none."""
+        limit = self.limit
+        return "" if limit is None else describe_limit(limit.rate, limit.concurrency)
+
+
+@dataclass(slots=True, kw_only=True)
+class RunningJob:
+    id: str
+    queue: str
+    callable: str
+    age_s: float | None  # None when the worker gave no start time
+    progress: Any = None  # its row's Job.progress (``with_progress``), None without one
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class WorkerState:
+class WorkerRow:
     id: str
     heartbeat_age_s: float
     info: dict[str, Any]  # {} when the entry is absent or ``error`` says why it was not used
     error: str | None
     processes: int | None  # each figure None when the info has no such count
-    running: int | None  # jobs a thread runs now (observe/holding.py)
+    running: int | None  # jobs a thread runs now (see above)
     prefetched: int | None  # claimed, no thread yet
-    jobs: list[tuple[dict[str, Any], float | None]]  # running: its entry, its age in seconds
+    jobs: list[RunningJob]
 
 
-def queues(engine: Engine, names: Sequence[str]) -> list[QueueState]:
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Holding:
+    in_flight: int
+    running: int
+    prefetched: int
+    settling: int
+
+
+def queues(engine: Engine, names: Sequence[str] | None = None) -> list[QueueRow]:
+    names = known_queues() if names is None else names
     paused = set(engine.paused(names))
-    return [QueueState(queue=queue, stats=engine.stats(queue), paused=queue in paused,
-                       limit=engine.queue_limit(queue)) for queue in names]
+    return [QueueRow(queue=queue, paused=queue in paused, limit=engine.queue_limit(queue),
+                     **asdict(engine.stats(queue))) for queue in names]
 
 
-def workers(engine: Engine) -> list[WorkerState]:
+def workers(engine: Engine) -> list[WorkerRow]:
     now_ms = engine.time_ms()
     out = []
     for entry in engine.workers():
-        info, error = holding.parse_info(entry.info)  # absent or not read: {}
+        info, error = parse_info(entry.info)  # absent or not read: {}
         if entry.info_bytes_unread:
             error = "%d bytes, over the registry's read limit: not read" % (
                 entry.info_bytes_unread)
-        out.append(WorkerState(
-            id=entry.id, heartbeat_age_s=max(0.0, (now_ms - entry.beat_ms) / 1000), info=info,
-            error=error, processes=holding.integer(info.get("processes")),
-            running=holding.count(info, holding.RUNNING_FIELD),
-            prefetched=holding.count(info, holding.PREFETCHED_FIELD),
-            jobs=list(holding.running_jobs(info.get("jobs"), now_ms))))
+        out.append(WorkerRow(
+            id=entry.id, heartbeat_age_s=round(max(0.0, (now_ms - entry.beat_ms) / 1000), 3),
+            info=info, error=error, processes=integer(info.get("processes")),
+            running=count(info, RUNNING_FIELD), prefetched=count(info, PREFETCHED_FIELD),
+            jobs=_jobs(info.get("jobs"), now_ms)))
     return out
+
+
+def with_progress(rows: list[WorkerRow]) -> list[WorkerRow]:
+    """Each running job's progress from its row (one query); none when the database
+    cannot be read."""
+    jobs = [job for w in rows for job in w.jobs]
+    try:
+        found = progress_of(job.id for job in jobs)
+    except DatabaseError:
+        found = {}
+    for job in jobs:
+        job.progress = found.get(job.id)
+    return rows
+
+
+def held(queue_rows: Sequence[QueueRow], worker_rows: Sequence[WorkerRow]) -> Holding:
+    """The queues' jobs in flight, split into running, prefetched and settling."""
+    return split(sum(q.inflight for q in queue_rows),
+                 ((w.running, w.prefetched) for w in worker_rows))
+
+
+def integer(value: object) -> int | None:
+    """``value`` when it is an int (not a bool), else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def count(info: Mapping[str, Any], field: str) -> int | None:
+    """``info[field]`` when it is a count (an int, not a bool, not negative), else None."""
+    value = integer(info.get(field))
+    return value if value is not None and value >= 0 else None
+
+
+def parse_info(raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """A worker's info entry as a dict, or ``({}, why)`` when it is not a JSON object."""
+    if raw is None:
+        return {}, None
+    try:
+        info = json.loads(raw)
+    except (ValueError, RecursionError):
+        return {}, "not JSON"
+    if not isinstance(info, dict):
+        return {}, "not a JSON object but %s" % type(info).__name__
+    return info, None
+
+
+def _jobs(raw: object, now_ms: float) -> list[RunningJob]:
+    """The entries of a worker's ``jobs`` info that are objects with a text ``id`` (at
+    most ``JOBS_SHOWN``), any JSON value of their ``queue`` and ``callable`` as its text."""
+    items = raw[:JOBS_SHOWN] if isinstance(raw, list) else []
+    return [RunningJob(id=item["id"], queue=str(item.get("queue", "")),
+                       callable=str(item.get("callable", "")),
+                       age_s=_age(item.get("started_ms"), now_ms))
+            for item in items if isinstance(item, dict) and isinstance(item.get("id"), str)]
+
+
+def _age(started_ms: object, now_ms: float) -> float | None:
+    """Seconds since ``started_ms`` (None when it is not a number)."""
+    if isinstance(started_ms, bool) or not isinstance(started_ms, int | float):
+        return None
+    return round(max(0.0, (now_ms - started_ms) / 1000), 3)
+
+
+def progress_of(ids: Iterable[str]) -> dict[str, Any]:
+    """The progress of each job of ``ids`` (at most ``MAX_PROGRESS_IDS``) that has one,
+    from its row in one query: any row however deep (``core.stored``), as its text then."""
+    wanted = list(dict.fromkeys(ids))[:MAX_PROGRESS_IDS]
+    rows = Job.objects.filter(pk__in=wanted).values_list("id", stored.as_text("progress"))
+    found = {pk: stored.parse(text) for pk, text in rows} if wanted else {}
+    return {pk: v.text if isinstance(v, stored.Raw) else v for pk, v in found.items()}
+
+
+def split(in_flight: int, workers: Iterable[tuple[int | None, int | None]]) -> Holding:
+    """The split of ``in flight`` (summed over the queues shown) by the workers'
+    ``(running, prefetched)`` counts (``None`` for a count a worker's info lacks)."""
+    pairs = list(workers)
+    running, prefetched = sum(r or 0 for r, _ in pairs), sum(w or 0 for _, w in pairs)
+    return Holding(in_flight=in_flight, running=running, prefetched=prefetched,
+                   settling=max(0, in_flight - running - prefetched))

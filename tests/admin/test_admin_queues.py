@@ -43,10 +43,10 @@ def test_counts_next_due_paused_state_and_limits(delayq_engine, settings, admin_
     assert response.status_code == 200
     rows = _rows(response)
     emails = rows["emails"]
-    assert (emails.due_now, emails.scheduled, emails.inflight, emails.dead) == (1, 3, 1, 0)
-    assert emails.limit == "100/m, 5 at once" and not emails.paused
+    assert (emails.ready, emails.scheduled, emails.inflight, emails.dead) == (1, 3, 1, 0)
+    assert emails.limit_text == "100/m, 5 at once" and not emails.paused
     assert emails.next_due is not None
-    assert rows["slow"].paused and rows["default"].limit == ""
+    assert rows["slow"].paused and rows["default"].limit_text == ""
     html = response.content.decode()
     assert '<tr data-queue="slow" class="delayq-paused">' in html
     assert 'value="resume"' in html and 'value="purge"' in html

@@ -12,8 +12,8 @@ from django.urls import reverse
 from django_delayq import schedule
 from django_delayq.admin import dashboard
 from django_delayq.admin.display import SHOWN_CHARS
-from django_delayq.management.commands import delayq_status
 from django_delayq.models import Job
+from django_delayq.observe import redis_state
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,10 +55,10 @@ def test_a_huge_result_is_cut_on_the_page(delayq_settings, admin_client) -> None
 def test_dashboard_and_status_read_a_deep_progress(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     job = schedule("tests.jobs.noop", delay=3600)
     _write(job.id, "progress", DEEP)
-    workers = [{"jobs": [{"id": job.id}]}]
-    dashboard.with_progress(workers)
-    assert workers[0]["jobs"][0]["progress"].startswith("[[[[")
-    status = delayq_status.WorkerStatus(id="w", heartbeat_age_s=0.0, stale=False, jobs=[
-        delayq_status.RunningJob(id=job.id, queue="default", callable="x", age_s=1.0)])
-    [shown] = delayq_status.with_progress([status])
+    row = redis_state.WorkerRow(
+        id="w", heartbeat_age_s=0.0, info={}, error=None, processes=None, running=None,
+        prefetched=None, jobs=[redis_state.RunningJob(id=job.id, queue="default", callable="x",
+                                                      age_s=1.0)])
+    [shown] = redis_state.with_progress([row])  # one reading for the dashboard and the status
+    assert dashboard.worker_data(shown)["jobs"][0]["progress"].startswith("[[[[")
     assert shown.jobs[0].progress == DEEP

@@ -1,6 +1,7 @@
 """``observe.redis_state``: the queues and the workers as Redis holds them, read once for
-the admin's queues page and dashboard and for ``delayq_status``; each shapes its own
-output (their tests: tests/admin/, tests/management/test_status.py)."""
+the admin's queues page and dashboard, ``delayq_status`` and the metrics, as one row type
+each; each renders its own output (their tests: tests/admin/, tests/management/,
+tests/observe/test_metrics.py)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ def test_the_queues_with_their_counts_paused_state_and_limit(delayq_engine) -> N
     default, emails = redis_state.queues(delayq_engine, ["default", "emails"])
     assert (default.queue, default.paused, default.limit) == ("default", False, None)
     assert (emails.paused, emails.limit) == (True, QueueLimit(rate=(10, 1000), concurrency=3))
-    assert emails.stats.scheduled == emails.stats.inflight == 0
+    assert emails.scheduled == emails.inflight == emails.ready == 0
+    assert (emails.next_due, emails.next_due_in_s, emails.oldest_ready_s) == (None, None, 0.0)
+    assert (default.limit_text, emails.limit_text) == ("", "10/s, 3 at once")
 
 
 def test_the_workers_with_their_figures_jobs_and_what_was_not_read(delayq_engine) -> None:  # type: ignore[no-untyped-def]
@@ -31,8 +34,8 @@ def test_the_workers_with_their_figures_jobs_and_what_was_not_read(delayq_engine
     found = {w.id: w for w in redis_state.workers(delayq_engine)}
     ok = found["w-ok"]
     assert (ok.processes, ok.running, ok.prefetched, ok.error) == (2, 1, 0, None)
-    assert [(job["id"], job["queue"]) for job, _age in ok.jobs] == [("j1", 5)]  # as written
-    assert ok.jobs[0][1] is not None and ok.jobs[0][1] > 0  # started at 0 ms: long ago
+    assert [(job.id, job.queue, job.callable) for job in ok.jobs] == [("j1", "5", "")]  # as text
+    assert ok.jobs[0].age_s is not None and ok.jobs[0].age_s > 0  # started at 0 ms: long ago
     assert (found["w-json"].info, found["w-json"].error) == ({}, "not JSON")
     assert (found["w-big"].info, found["w-big"].jobs, found["w-big"].error) == (
         {}, [], "100000 bytes, over the registry's read limit: not read")

@@ -12,7 +12,7 @@ from django.urls import reverse
 
 from django_delayq import schedule
 from django_delayq.models import Job, JobStatus
-from django_delayq.observe.holding import Holding, split
+from django_delayq.observe.redis_state import Holding, split
 from tests.helpers import staff_client, wait_until
 from tests.management.test_status import _start, _stop
 

@@ -121,12 +121,11 @@ class Command(BaseCommand):
         header = ("queue", "state", "due now", "scheduled", "in flight", "dead", "rate",
                   "concurrency", "timeout")
         lines = [header]
-        for state in redis_state.queues(engine, names):
-            queue, st = state.queue, state.stats
-            rate, concurrency = settings.queue_limit(queue)  # as set, not as the workers wrote
-            timeout = settings.timeout_for(queue, None)
-            lines.append((queue, "paused" if state.paused else "active", str(st.ready),
-                          str(st.scheduled), str(st.inflight), str(st.dead), rate_text(rate),
+        for q in redis_state.queues(engine, names):
+            rate, concurrency = settings.queue_limit(q.queue)  # as set, not as the workers wrote
+            timeout = settings.timeout_for(q.queue, None)
+            lines.append((q.queue, "paused" if q.paused else "active", str(q.ready),
+                          str(q.scheduled), str(q.inflight), str(q.dead), rate_text(rate),
                           "-" if concurrency is None else str(concurrency),
                           "-" if timeout is None else "%gs" % timeout))
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]

@@ -37,7 +37,6 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
-from django_delayq.observe import holding as hold
 from django_delayq.observe import limit_usage, redis_state
 from django_delayq.observe.limit_usage import describe_limit
 
@@ -67,80 +66,39 @@ def _iso(ms: int | None) -> str | None:
 
 
 @dataclass(slots=True, kw_only=True)
-class QueueStatus:
-    queue: str
-    scheduled: int
-    ready: int
-    inflight: int
-    dead: int
-    expired_leases: int
-    next_due: str | None
-    next_due_in_s: float | None
-    oldest_overdue_id: str | None = None
-    oldest_overdue_s: float | None = None
-    paused: bool = False
-    limit: dict[str, Any] | None = None  # {"rate": [starts, per_ms] | None, "concurrency"}
-    waiting: int = 0  # rows waiting for their parents (after=...): not in Redis yet
-
-
-@dataclass(slots=True, kw_only=True)
-class RunningJob:
-    id: str
-    queue: str
-    callable: str
-    age_s: float | None
-    progress: Any = None  # its row's Job.progress (report_progress), None without one
-
-
-@dataclass(slots=True, kw_only=True)
-class WorkerStatus:
-    id: str
-    heartbeat_age_s: float
-    stale: bool
-    info: dict[str, Any] = field(default_factory=dict)
-    info_error: str | None = None  # why the info entry was ignored (not a worker's JSON)
-    processes: int | None = None
-    jobs: list[RunningJob] = field(default_factory=list)
-
-
-@dataclass(slots=True, kw_only=True)
 class Status:
     now: str
     prefix: str
-    queues: list[QueueStatus]
-    workers: list[WorkerStatus]
+    queues: list[dict[str, Any]]  # queue_data
+    workers: list[dict[str, Any]]  # worker_data
     paused: list[str] = field(default_factory=list)
     # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list in JSON)
     callable_limits: list[limit_usage.CallableLimitState] = field(default_factory=list)
     groups: list[limit_usage.GroupUsage] = field(default_factory=list)  # docs/groups.md
     schedules: list[dict[str, Any]] = field(default_factory=list)  # core/periodic.py
-    holding: hold.Holding | None = None  # in flight = running + prefetched + settling
+    holding: redis_state.Holding | None = None  # in flight = running + prefetched + settling
 
 
-def queue_status(engine: Engine, state: redis_state.QueueState, waiting: int = 0
-                 ) -> QueueStatus:
-    st, limit = state.stats, state.limit
-    head = engine.oldest_pending(state.queue) if st.ready else None  # (job id, due ms)
-    return QueueStatus(
-        queue=state.queue, scheduled=st.scheduled, ready=st.ready, inflight=st.inflight,
-        dead=st.dead, expired_leases=st.expired_leases, next_due=_iso(st.next_due_ms),
-        next_due_in_s=None if st.next_due_ms is None else (st.next_due_ms - st.now_ms) / 1000,
-        oldest_overdue_id=head[0] if head else None,
-        oldest_overdue_s=max(0.0, (st.now_ms - head[1]) / 1000) if head else None,
-        paused=state.paused, waiting=waiting, limit=None if limit is None else {
-            "rate": None if limit.rate is None else list(limit.rate),
-            "concurrency": limit.concurrency})
+def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dict[str, Any]:
+    """A queue as shown: its row, its oldest overdue job (``Engine.oldest_pending``) and
+    its rows ``waiting`` for their parents (after=...: not in Redis yet)."""
+    head = engine.oldest_pending(q.queue) if q.ready else None  # (job id, due ms)
+    limit = q.limit  # {"rate": [starts, per_ms] | None, "concurrency"}
+    return {"queue": q.queue, "scheduled": q.scheduled, "ready": q.ready,
+            "inflight": q.inflight, "dead": q.dead, "expired_leases": q.expired_leases,
+            "next_due": _iso(q.next_due_ms), "next_due_in_s": q.next_due_in_s,
+            "oldest_overdue_id": head[0] if head else None,
+            "oldest_overdue_s": max(0.0, (q.now_ms - head[1]) / 1000) if head else None,
+            "paused": q.paused, "limit": None if limit is None else {
+                "rate": None if limit.rate is None else list(limit.rate),
+                "concurrency": limit.concurrency}, "waiting": waiting}
 
 
-def worker_status(worker: redis_state.WorkerState, stale_after_s: float) -> WorkerStatus:
-    beat_age = worker.heartbeat_age_s
-    return WorkerStatus(id=worker.id, heartbeat_age_s=round(beat_age, 3),
-                        stale=beat_age > stale_after_s, info=worker.info,
-                        info_error=worker.error, processes=worker.processes,
-                        jobs=[RunningJob(id=item["id"], queue=_s(item.get("queue", "")),
-                                         callable=_s(item.get("callable", "")),
-                                         age_s=None if age is None else round(age, 3))
-                              for item, age in worker.jobs])
+def worker_data(w: redis_state.WorkerRow, stale_after_s: float) -> dict[str, Any]:
+    """A worker as shown; ``info_error`` says why its info entry was ignored."""
+    return {"id": w.id, "heartbeat_age_s": w.heartbeat_age_s,
+            "stale": w.heartbeat_age_s > stale_after_s, "info": w.info, "info_error": w.error,
+            "processes": w.processes, "jobs": [asdict(job) for job in w.jobs]}
 
 
 def waiting_counts(queues: list[str]) -> dict[str, int]:
@@ -153,32 +111,17 @@ def waiting_counts(queues: list[str]) -> dict[str, int]:
         return {}
 
 
-def with_progress(workers: list[WorkerStatus]) -> list[WorkerStatus]:
-    """Each running job's progress from its row (one query); none when the database
-    cannot be read."""
-    jobs = [job for w in workers for job in w.jobs]
-    try:
-        found = hold.progress_of(job.id for job in jobs)
-    except DatabaseError:
-        found = {}
-    for job in jobs:
-        job.progress = found.get(job.id)
-    return workers
-
-
 def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
     states = redis_state.queues(engine, queues)
     waiting = waiting_counts(queues)
-    stats = [queue_status(engine, q, waiting.get(q.queue, 0)) for q in states]
-    workers = redis_state.workers(engine)
-    held = hold.split(sum(q.inflight for q in stats), ((w.running, w.prefetched) for w in workers))
-    return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix, queues=stats,
-                  workers=with_progress([worker_status(w, settings.lease_seconds)
-                                         for w in workers]),
+    workers = redis_state.with_progress(redis_state.workers(engine))
+    return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
+                  queues=[queue_data(engine, q, waiting.get(q.queue, 0)) for q in states],
+                  workers=[worker_data(w, settings.lease_seconds) for w in workers],
                   paused=[q.queue for q in states if q.paused],
                   callable_limits=limit_usage.callable_limits(engine, settings),
                   groups=limit_usage.busiest(engine, queues),
-                  schedules=periodic.status_rows(), holding=held)
+                  schedules=periodic.status_rows(), holding=redis_state.held(states, workers))
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -193,18 +136,18 @@ def render_text(status: Status) -> str:
              "%-16s %10s %8s %9s %8s  %-29s %s" % ("QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT",
                                                    "DEAD", "NEXT DUE", "OLDEST OVERDUE")]
     for q in status.queues:
-        nxt = "-" if q.next_due is None else "%s (in %s)" % (q.next_due[11:23],
-                                                             _fmt_s(q.next_due_in_s))
-        old = "-" if q.oldest_overdue_id is None else "%s late %s" % (
-            printable(q.oldest_overdue_id), _fmt_s(q.oldest_overdue_s))
+        nxt = "-" if q["next_due"] is None else "%s (in %s)" % (q["next_due"][11:23],
+                                                                _fmt_s(q["next_due_in_s"]))
+        old = "-" if q["oldest_overdue_id"] is None else "%s late %s" % (
+            printable(q["oldest_overdue_id"]), _fmt_s(q["oldest_overdue_s"]))
         lines.append("%-16s %10d %8d %9d %8d  %-29s %s" % (
-            q.queue, q.scheduled, q.ready, q.inflight, q.dead, nxt, old))
-        if q.expired_leases:
-            lines.append("  ! %d expired lease(s) waiting for recovery" % q.expired_leases)
-        if q.waiting:
-            lines.append("  waiting for their parents (not in Redis yet): %d" % q.waiting)
-        if q.limit is not None:
-            lines.append("  limit: %s" % describe_limit(q.limit["rate"], q.limit["concurrency"],
+            q["queue"], q["scheduled"], q["ready"], q["inflight"], q["dead"], nxt, old))
+        if q["expired_leases"]:
+            lines.append("  ! %d expired lease(s) waiting for recovery" % q["expired_leases"])
+        if q["waiting"]:
+            lines.append("  waiting for their parents (not in Redis yet): %d" % q["waiting"])
+        if (limit := q["limit"]) is not None:
+            lines.append("  limit: %s" % describe_limit(limit["rate"], limit["concurrency"],
                                                         "none"))
     if (h := status.holding) is not None:
         lines.append("IN FLIGHT %d = %d running + %d prefetched + %d settling" % (
@@ -226,22 +169,22 @@ def render_text(status: Status) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _worker_lines(w: WorkerStatus) -> list[str]:
-    info = w.info
-    detail = ("info malformed (%s)" % w.info_error if w.info_error else
+def _worker_lines(w: dict[str, Any]) -> list[str]:
+    info = w["info"]
+    detail = ("info malformed (%s)" % w["info_error"] if w["info_error"] else
               "queues=%s running=%s prefetched=%s processed=%s processes=%s" % (
-                  _info_field(info, "queues"), _info_field(info, hold.RUNNING_FIELD),
-                  _info_field(info, hold.PREFETCHED_FIELD), _info_field(info, "processed"),
-                  "-" if w.processes is None else w.processes))
+                  _info_field(info, "queues"), _info_field(info, redis_state.RUNNING_FIELD),
+                  _info_field(info, redis_state.PREFETCHED_FIELD), _info_field(info, "processed"),
+                  "-" if w["processes"] is None else w["processes"]))
     lines = ["  %-40s heartbeat %s ago%s  %s" % (
-        printable(w.id[:FIELD_CHARS]), _fmt_s(w.heartbeat_age_s),
-        " (STALE)" if w.stale else "", detail)]
+        printable(w["id"][:FIELD_CHARS]), _fmt_s(w["heartbeat_age_s"]),
+        " (STALE)" if w["stale"] else "", detail)]
     lines += ["    running %s %s (%s) for %s%s" % (
-        printable(job.id[:FIELD_CHARS]), printable(job.callable[:FIELD_CHARS]),
-        printable(job.queue[:FIELD_CHARS]),
-        _fmt_s(job.age_s), "" if job.progress is None else
-        ", progress %s" % printable(progress.compact(job.progress, 60)))
-        for job in w.jobs]
+        printable(job["id"][:FIELD_CHARS]), printable(job["callable"][:FIELD_CHARS]),
+        printable(job["queue"][:FIELD_CHARS]),
+        _fmt_s(job["age_s"]), "" if job["progress"] is None else
+        ", progress %s" % printable(progress.compact(job["progress"], 60)))
+        for job in w["jobs"]]
     return lines
 
 
