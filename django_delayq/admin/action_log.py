@@ -77,10 +77,14 @@ class Tally:
             modeladmin.message_user(request, _("Errors: %s") % shown, messages.ERROR)
 
 
-def each(tally: Tally, items: Iterable[T], kind: str, name: Callable[[T], str],
-         call: Callable[[T], Done], log: Callable[[T, str], object]) -> None:
+def each(modeladmin: admin.ModelAdmin[Any], request: HttpRequest, items: Iterable[T],
+         kind: str, name: Callable[[T], str], call: Callable[[T], Done],
+         log: Callable[[T, str], object], *success: object, tally: Tally | None = None
+         ) -> Tally:
     """``call`` each item (a job, a schedule: ``name`` says which); count the label it
-    returns and ``log`` its message; a job gone or an error is counted, not raised."""
+    returns in ``tally`` and ``log`` its message; a job gone or an error is counted, not
+    raised. Then report the count (``Tally.report``: ``success`` are the good labels)."""
+    tally = Tally() if tally is None else tally
     for item in items:
         try:
             label, message = call(item)
@@ -93,3 +97,5 @@ def each(tally: Tally, items: Iterable[T], kind: str, name: Callable[[T], str],
             tally.add(label)
             if message:
                 log(item, message)
+    tally.report(modeladmin, request, *success)
+    return tally

@@ -70,11 +70,12 @@ def _runnable(queryset: QuerySet[Job], tally: Tally) -> Iterable[Row]:
             yield job_id, path
 
 
-def _each(request: HttpRequest, rows: Iterable[Row], call: Callable[[str], Done],
-          tally: Tally) -> None:
-    """``call`` each job; count the label it returns and log its message."""
-    each(tally, rows, "job", lambda row: row[0], lambda row: call(row[0]),
-         lambda row, message: log_job(request, row[0], row[1], message))
+def _each(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, rows: Iterable[Row],
+          call: Callable[[str], Done], *success: object, tally: Tally | None = None) -> Tally:
+    """``call`` each job; count the label it returns, log its message, report."""
+    return each(modeladmin, request, rows, "job", lambda row: row[0], lambda row: call(row[0]),
+                lambda row, message: log_job(request, row[0], row[1], message), *success,
+                tally=tally)
 
 
 def _move(move: Callable[[str], MoveOutcome], done: object, message: str) -> Callable[[str], Done]:
@@ -112,17 +113,16 @@ def cancel_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
         change = CANCEL_CHANGES.get(outcome)
         return CANCEL_LABELS[outcome], None if change is None else str(change)
 
-    _each(request, not_cancelled(), cancel, tally)
-    tally.report(modeladmin, request, CANCEL_LABELS[CancelOutcome.CANCELLED])
+    _each(modeladmin, request, not_cancelled(), cancel, CANCEL_LABELS[CancelOutcome.CANCELLED],
+          tally=tally)
 
 
 @admin.action(description=gettext_lazy("Run selected jobs now"), permissions=["run_now"])
 def run_jobs_now(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                  queryset: QuerySet[Job]) -> None:
     done, tally = gettext_lazy("due now"), Tally()
-    _each(request, _runnable(queryset, tally),
-          _move(api.run_now, done, _("Made due now (run now).")), tally)
-    tally.report(modeladmin, request, done)
+    _each(modeladmin, request, _runnable(queryset, tally),
+          _move(api.run_now, done, _("Made due now (run now).")), done, tally=tally)
 
 
 @admin.action(description=gettext_lazy("Requeue selected jobs (finished → a new run)"),
@@ -143,8 +143,8 @@ def requeue_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
         copies.append((job_id, handle.id))
         return as_new, _("Requeued as a new job %s.") % handle.id
 
-    _each(request, _runnable(queryset, tally), requeue, tally)
-    tally.report(modeladmin, request, requeued, as_new)
+    _each(modeladmin, request, _runnable(queryset, tally), requeue, requeued, as_new,
+          tally=tally)
     if copies:
         modeladmin.message_user(request, _new_jobs_message(modeladmin, copies), messages.INFO)
 
@@ -215,11 +215,10 @@ def reschedule(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, queryset
                form: RescheduleForm) -> None:
     """Move the jobs of ``queryset`` to the valid ``form``'s time, reported and logged
     (the list's action, and the button on a job's page)."""
-    when, tally, moved = form.when(), Tally(), MOVE_LABELS[MoveOutcome.MOVED]
-    _each(request, _rows(queryset), _move(
+    when, moved = form.when(), MOVE_LABELS[MoveOutcome.MOVED]
+    tally = _each(modeladmin, request, _rows(queryset), _move(
         lambda job_id: api.reschedule(job_id, **when),  # type: ignore[arg-type]
-        moved, _("Rescheduled: due %s.") % form.describe()), tally)
-    tally.report(modeladmin, request, moved)
+        moved, _("Rescheduled: due %s.") % form.describe()), moved)
     if tally.counts.get(str(moved)):
         modeladmin.message_user(request, _("New due time: %s.") % form.describe(),
                                 messages.INFO)

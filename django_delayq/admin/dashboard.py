@@ -54,13 +54,9 @@ def dashboard_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse
 def snapshot() -> dict[str, Any]:
     """Everything the dashboard shows, as JSON-ready data (times in epoch ms)."""
     now = timezone.now()
-    past = history.last_minutes(now)
     data: dict[str, Any] = {
         "now_ms": int(now.timestamp() * 1000), "redis_error": None,
-        "minutes": [{"start_ms": int(m.start.timestamp() * 1000), "finished": m.finished,
-                     "started": m.started, "p50_ms": m.p50_ms, "p95_ms": m.p95_ms}
-                    for m in past.minutes],
-        "sampled": past.sampled, "queues": [], "workers": [], "holding": None, "groups": []}
+        **history.last_minutes(now), "queues": [], "workers": [], "holding": None, "groups": []}
     try:
         engine = get_engine()
         queues = redis_state.queues(engine)

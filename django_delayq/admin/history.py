@@ -11,8 +11,8 @@ first, at most ``SAMPLE_CAP`` rows (``sampled`` says when the cap was reached).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count
 from django.db.models.functions import TruncMinute
@@ -24,21 +24,6 @@ DUE_LOOKBACK = timedelta(hours=1)
 SAMPLE_CAP = 20_000
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.DEAD)
 STARTED = (JobStatus.RUNNING, JobStatus.SUCCEEDED, JobStatus.DEAD)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Minute:
-    start: datetime
-    finished: int
-    started: int
-    p50_ms: float | None
-    p95_ms: float | None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class History:
-    minutes: list[Minute]
-    sampled: bool
 
 
 def _floor(moment: datetime) -> datetime:
@@ -79,15 +64,17 @@ def _lateness_per_minute(now: datetime, since: datetime) -> tuple[dict[datetime,
     return by_minute, len(rows) > SAMPLE_CAP
 
 
-def last_minutes(now: datetime) -> History:
-    """The ``WINDOW_MINUTES`` minutes up to ``now`` (the current one last, partial)."""
+def last_minutes(now: datetime) -> dict[str, Any]:
+    """The ``WINDOW_MINUTES`` minutes up to ``now`` (the current one last, partial), as
+    the dashboard's JSON gives them (``minutes``: each one's start in epoch ms), and
+    whether the lateness samples were capped (``sampled``)."""
     first = _floor(now) - timedelta(minutes=WINDOW_MINUTES - 1)
     finished = _finished_per_minute(now, first)
     lateness, sampled = _lateness_per_minute(now, first)
     minutes = []
-    for i in range(WINDOW_MINUTES):
-        start = first + timedelta(minutes=i)
+    for start in (first + timedelta(minutes=i) for i in range(WINDOW_MINUTES)):
         values = sorted(lateness.get(start, []))
-        minutes.append(Minute(start=start, finished=finished.get(start, 0), started=len(values),
-                              p50_ms=percentile(values, 0.5), p95_ms=percentile(values, 0.95)))
-    return History(minutes=minutes, sampled=sampled)
+        minutes.append({"start_ms": int(start.timestamp() * 1000),
+                        "finished": finished.get(start, 0), "started": len(values),
+                        "p50_ms": percentile(values, 0.5), "p95_ms": percentile(values, 0.95)})
+    return {"minutes": minutes, "sampled": sampled}

@@ -34,7 +34,7 @@ from django.utils.translation import gettext, gettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from django_delayq.admin import display
-from django_delayq.admin.action_log import Done, Tally, each
+from django_delayq.admin.action_log import Done, each
 from django_delayq.admin.display import column, job_link, short_seconds, status_badge, zoned
 from django_delayq.core import api, periodic, registry, schedules, validation
 from django_delayq.core.options import JobSpec
@@ -160,10 +160,8 @@ def _each(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,
           queryset: QuerySet[Schedule], call: Callable[[Schedule], Done], *success: object
           ) -> None:
     """``call`` each schedule, count its outcomes, log its changes and report."""
-    tally = Tally()
-    each(tally, queryset, "schedule", lambda s: s.name, call,
-         lambda s, message: modeladmin.log_change(request, s, message))
-    tally.report(modeladmin, request, *success)
+    each(modeladmin, request, queryset, "schedule", lambda s: s.name, call,
+         lambda s, message: modeladmin.log_change(request, s, message), *success)
 
 
 def _set_enabled(modeladmin: admin.ModelAdmin[Schedule], request: HttpRequest,

@@ -101,12 +101,12 @@ def test_last_minutes_count_finished_jobs_and_lateness_percentiles(delayq_settin
     _finished(1, 5, status=JobStatus.CANCELLED)  # never ran: not a finished run
     _finished(0, 5, due_hours_ago=3)  # due before the bounded range: left out
     past = history.last_minutes(timezone.now())
-    assert sum(m.finished for m in past.minutes) == 6
-    current = past.minutes[-1]
-    if current.finished == 5:  # the minute did not turn while the rows were written
-        assert (current.p50_ms, current.p95_ms) == pytest.approx((30, 1000), abs=1)
-    assert max(m.p95_ms or 0 for m in past.minutes) == pytest.approx(1000, abs=1)
-    assert not past.sampled
+    assert sum(m["finished"] for m in past["minutes"]) == 6
+    current = past["minutes"][-1]
+    if current["finished"] == 5:  # the minute did not turn while the rows were written
+        assert (current["p50_ms"], current["p95_ms"]) == pytest.approx((30, 1000), abs=1)
+    assert max(m["p95_ms"] or 0 for m in past["minutes"]) == pytest.approx(1000, abs=1)
+    assert not past["sampled"]
 
 
 def test_percentile_is_nearest_rank():
