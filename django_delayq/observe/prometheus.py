@@ -98,7 +98,8 @@ class QueueCollector:
             now_ms = q.now_ms
             for state in STATES:
                 f["delayq_queue_jobs"].add_metric([q.queue, state], getattr(q, state))
-            f["delayq_queue_oldest_ready_age_seconds"].add_metric([q.queue], q.oldest_ready_s)
+            age = 0.0 if q.oldest_ready_ms is None else (q.now_ms - q.oldest_ready_ms) / 1000
+            f["delayq_queue_oldest_ready_age_seconds"].add_metric([q.queue], max(0.0, age))
             f["delayq_queue_paused"].add_metric([q.queue], 1 if q.paused else 0)
             if q.limit is not None:
                 _limit(f, "queue", q.queue, q.limit.rate, q.limit.concurrency)

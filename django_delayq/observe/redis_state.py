@@ -80,16 +80,6 @@ class QueueRow:
         return None if ms is None else datetime.fromtimestamp(ms / 1000, UTC)
 
     @property
-    def next_due_in_s(self) -> float | None:
-        return None if self.next_due_ms is None else (self.next_due_ms - self.now_ms) / 1000
-
-    @property
-    def oldest_ready_s(self) -> float:
-        """How long the oldest due job has waited for a worker (0 without one)."""
-        ms = self.oldest_ready_ms
-        return 0.0 if ms is None else max(0.0, (self.now_ms - ms) / 1000)
-
-    @property
     def limit_text(self) -> str:
         """``"100/m, 5 at once"``; "" when the queue has none."""
         limit = self.limit

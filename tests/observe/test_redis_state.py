@@ -21,7 +21,7 @@ def test_the_queues_with_their_counts_paused_state_and_limit(delayq_engine) -> N
     assert (default.queue, default.paused, default.limit) == ("default", False, None)
     assert (emails.paused, emails.limit) == (True, QueueLimit(rate=(10, 1000), concurrency=3))
     assert emails.scheduled == emails.inflight == emails.ready == 0
-    assert (emails.next_due, emails.next_due_in_s, emails.oldest_ready_s) == (None, None, 0.0)
+    assert (emails.next_due, emails.next_due_ms, emails.oldest_ready_ms) == (None, None, None)
     assert (default.limit_text, emails.limit_text) == ("", "10/s, 3 at once")
 
 

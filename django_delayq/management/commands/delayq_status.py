@@ -86,7 +86,8 @@ def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dic
     limit = q.limit  # {"rate": [starts, per_ms] | None, "concurrency"}
     return {"queue": q.queue, "scheduled": q.scheduled, "ready": q.ready,
             "inflight": q.inflight, "dead": q.dead, "expired_leases": q.expired_leases,
-            "next_due": _iso(q.next_due_ms), "next_due_in_s": q.next_due_in_s,
+            "next_due": _iso(q.next_due_ms), "next_due_in_s": None if q.next_due_ms is None
+            else (q.next_due_ms - q.now_ms) / 1000,
             "oldest_overdue_id": head[0] if head else None,
             "oldest_overdue_s": max(0.0, (q.now_ms - head[1]) / 1000) if head else None,
             "paused": q.paused, "limit": None if limit is None else {
