@@ -4,13 +4,16 @@ page and ``delayq_status``: the same numbers, each surface only formats them."""
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
 
 from django_delayq.core.conf import get_settings
-from django_delayq.management.commands import delayq_status
 from django_delayq.observe.limit_usage import CallableLimitState, callable_limits, describe_limit
 
 
+@pytest.mark.django_db
 def test_both_surfaces_show_the_one_reading(delayq_engine, settings) -> None:  # type: ignore[no-untyped-def]
     settings.DELAYQ = {**settings.DELAYQ, "CALLABLE_LIMITS": {
         "tests.jobs.add": {"rate_limit": "10/s", "concurrency": 2},
@@ -25,9 +28,9 @@ def test_both_surfaces_show_the_one_reading(delayq_engine, settings) -> None:  #
                            started_in_window=0)]
     page = callable_limits(delayq_engine, s)  # the admin's queues page shows c.limit
     # delayq_status --json shows the reading as it is, its rate a list
-    status = delayq_status.Status(now="", prefix="", queues=[], workers=[],
-                                  callable_limits=callable_limits(delayq_engine, s))
-    shown = json.loads(json.dumps(asdict(status)))["callable_limits"]
+    out = StringIO()
+    call_command("delayq_status", "--json", stdout=out)
+    shown = json.loads(out.getvalue())["callable_limits"]
     assert [(c.callable, c.limit, c.running, c.started_in_window) for c in page] == [
         ("tests.jobs.add", "10/s, 2 at once", 1, 1), ("tests.jobs.noop", "1 at once", 0, 0)]
     assert [(c["callable"], c["rate"], c["concurrency"], c["running"]) for c in shown] == [

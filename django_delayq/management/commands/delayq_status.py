@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -65,20 +65,6 @@ def _iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-@dataclass(slots=True, kw_only=True)
-class Status:
-    now: str
-    prefix: str
-    queues: list[dict[str, Any]]  # queue_data
-    workers: list[dict[str, Any]]  # worker_data
-    paused: list[str] = field(default_factory=list)
-    # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list in JSON)
-    callable_limits: list[limit_usage.CallableLimitState] = field(default_factory=list)
-    groups: list[limit_usage.GroupUsage] = field(default_factory=list)  # docs/groups.md
-    schedules: list[dict[str, Any]] = field(default_factory=list)  # core/periodic.py
-    holding: redis_state.Holding | None = None  # in flight = running + prefetched + settling
-
-
 def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dict[str, Any]:
     """A queue as shown: its row, its oldest overdue job (``Engine.oldest_pending``) and
     its rows ``waiting`` for their parents (after=...: not in Redis yet)."""
@@ -112,17 +98,21 @@ def waiting_counts(queues: list[str]) -> dict[str, int]:
         return {}
 
 
-def collect(engine: Engine, settings: Settings, queues: list[str]) -> Status:
+def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, Any]:
+    """The status as ``--json`` prints it; the text output renders the same."""
     states = redis_state.queues(engine, queues)
     waiting = waiting_counts(queues)
     workers = redis_state.with_progress(redis_state.workers(engine))
-    return Status(now=_iso(engine.time_ms()) or "", prefix=settings.prefix,
-                  queues=[queue_data(engine, q, waiting.get(q.queue, 0)) for q in states],
-                  workers=[worker_data(w, settings.lease_seconds) for w in workers],
-                  paused=[q.queue for q in states if q.paused],
-                  callable_limits=limit_usage.callable_limits(engine, settings),
-                  groups=limit_usage.busiest(engine, queues),
-                  schedules=periodic.status_rows(), holding=redis_state.held(states, workers))
+    return {"now": _iso(engine.time_ms()) or "", "prefix": settings.prefix,
+            "queues": [queue_data(engine, q, waiting.get(q.queue, 0)) for q in states],
+            "workers": [worker_data(w, settings.lease_seconds) for w in workers],
+            "paused": [q.queue for q in states if q.paused],
+            # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list)
+            "callable_limits": [asdict(c) for c in limit_usage.callable_limits(engine, settings)],
+            "groups": [asdict(u) for u in limit_usage.busiest(engine, queues)],  # docs/groups.md
+            "schedules": periodic.status_rows(),  # core/periodic.py
+            # in flight = running + prefetched + settling
+            "holding": asdict(redis_state.held(states, workers))}
 
 
 def _fmt_s(seconds: float | None) -> str:
@@ -132,11 +122,11 @@ def _fmt_s(seconds: float | None) -> str:
     return "%.1f%s" % (seconds / per, unit)
 
 
-def render_text(status: Status) -> str:
-    lines = ["delayq status at %s (prefix %r)" % (status.now, status.prefix), "",
+def render_text(status: dict[str, Any]) -> str:
+    lines = ["delayq status at %s (prefix %r)" % (status["now"], status["prefix"]), "",
              "%-16s %10s %8s %9s %8s  %-29s %s" % ("QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT",
                                                    "DEAD", "NEXT DUE", "OLDEST OVERDUE")]
-    for q in status.queues:
+    for q in status["queues"]:
         nxt = "-" if q["next_due"] is None else "%s (in %s)" % (q["next_due"][11:23],
                                                                 _fmt_s(q["next_due_in_s"]))
         old = "-" if q["oldest_overdue_id"] is None else "%s late %s" % (
@@ -150,22 +140,21 @@ def render_text(status: Status) -> str:
         if (limit := q["limit"]) is not None:
             lines.append("  limit: %s" % describe_limit(limit["rate"], limit["concurrency"],
                                                         "none"))
-    if (h := status.holding) is not None:
-        lines.append("IN FLIGHT %d = %d running + %d prefetched + %d settling" % (
-            h.in_flight, h.running, h.prefetched, h.settling))
-    lines += ["", "PAUSED: %s" % (", ".join(status.paused) or "none")]
-    if status.callable_limits:
+    lines += ["IN FLIGHT %(in_flight)d = %(running)d running + %(prefetched)d prefetched + "
+              "%(settling)d settling" % status["holding"],
+              "", "PAUSED: %s" % (", ".join(status["paused"]) or "none")]
+    if status["callable_limits"]:
         lines += ["", "CALLABLE LIMITS"] + [
             "  %-40s %-24s running %d, started in window %d" % (
-                c.callable, describe_limit(c.rate, c.concurrency, "none"), c.running,
-                c.started_in_window)
-            for c in status.callable_limits]
-    lines += _group_lines(status.groups)
-    lines += periodic.status_lines(status.schedules)
-    lines += ["", "WORKERS (%d)" % len(status.workers)]
-    if not status.workers:
+                c["callable"], describe_limit(c["rate"], c["concurrency"], "none"),
+                c["running"], c["started_in_window"])
+            for c in status["callable_limits"]]
+    lines += _group_lines(status["groups"])
+    lines += periodic.status_lines(status["schedules"])
+    lines += ["", "WORKERS (%d)" % len(status["workers"])]
+    if not status["workers"]:
         lines.append("  none registered")
-    for w in status.workers:
+    for w in status["workers"]:
         lines += _worker_lines(w)
     return "\n".join(lines) + "\n"
 
@@ -189,15 +178,15 @@ def _worker_lines(w: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _group_lines(groups: list[limit_usage.GroupUsage]) -> list[str]:
+def _group_lines(groups: list[dict[str, Any]]) -> list[str]:
     """The busiest groups (none without groups); a group id is escaped (from the rows)."""
     if not groups:
         return []
     return ["", "GROUPS (most due jobs)"] + [
         "  %-16s %-32s due %d, running %d%s%s%s" % (
-            u.queue, printable(u.group), u.due, u.running,
-            ", limit %s" % u.limit if u.limit else "", ", paused" if u.paused else "",
-            ", held by its limit" if u.held else "")
+            u["queue"], printable(u["group"]), u["due"], u["running"],
+            ", limit %s" % u["limit"] if u["limit"] else "", ", paused" if u["paused"] else "",
+            ", held by its limit" if u["held"] else "")
         for u in groups]
 
 
@@ -281,7 +270,7 @@ class Command(BaseCommand):
                indent: int | None = 2) -> str:
         status = collect(engine, settings, queues)
         if as_json:
-            return json.dumps(asdict(status), indent=indent) + "\n"
+            return json.dumps(status, indent=indent) + "\n"
         return render_text(status)
 
     def watch(self, engine: Engine, settings: Settings, queues: list[str], interval: float,
