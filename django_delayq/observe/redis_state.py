@@ -37,6 +37,7 @@ A worker's info entry is JSON any process with access to Redis could have writte
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -52,6 +53,8 @@ from django_delayq.observe.limit_usage import describe_limit
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
     from django_delayq.engine.outcomes import QueueLimit
+
+logger = logging.getLogger(__name__)
 
 #: A worker's registry info field for each figure.
 RUNNING_FIELD = "running"
@@ -144,7 +147,8 @@ def with_progress(rows: list[WorkerRow]) -> list[WorkerRow]:
     jobs = [job for w in rows for job in w.jobs]
     try:
         found = progress_of(job.id for job in jobs)
-    except DatabaseError:
+    except DatabaseError as exc:
+        logger.warning("cannot read the running jobs' progress: %s", exc)
         found = {}
     for job in jobs:
         job.progress = found.get(job.id)
