@@ -71,11 +71,12 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
     spec = JobSpec(args=(1,), kwargs={}, delay=3600)
     checked = spec.check(path, clash=True)
     values, _ = api.build(checked, spec.args, spec.kwargs, limit)  # as schedule() gives it
-    sql = row_insert._statement("default").sql
     now = timezone.now()
     row = Job(id=ids.new_id(), queue="default", callable_path=path, args=[1], kwargs={},
               run_at=now, scheduled_for=now, max_attempts=3)
-    params = row_insert.params(row, "default")
+    every = {f.attname: getattr(row, f.attname) for f in Job._meta.local_concrete_fields}
+    plan, params = row_insert._fill(every, "default", connection)  # every column bound
+    sql = plan.sql
     engine = get_engine()
     client = engine.client
     sha = client.script_load("return 1")
