@@ -54,11 +54,11 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.core import commit_batch, ids
+from django_delayq.core import commit_batch, ids, queues
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.options import DROP, KEEP, Checked
-from django_delayq.engine.outcomes import CancelOutcome, NewJob
+from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.engine.replies import chunks
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import (
@@ -221,19 +221,14 @@ def _decrement(count: dict[str, int], using: str) -> list[str]:
 
 def _release(ids: list[str], using: str) -> None:
     """Waiting -> scheduled, due at its own due time or now, whichever is later; to Redis
-    when the transaction commits."""
+    when the transaction commits (with its priority and group)."""
     now = timezone.now()
     jobs = Job.objects.using(using)
-    by_queue: dict[str, list[NewJob]] = defaultdict(list)
     for chunk in chunks(ids, CHUNK):
         jobs.filter(pk__in=chunk, run_at__lt=now).update(run_at=now)
         jobs.filter(pk__in=chunk, status=JobStatus.WAITING).update(
             status=JobStatus.SCHEDULED, updated_at=now)
-        for job_id, queue, run_at, priority in jobs.filter(pk__in=chunk).values_list(
-                "id", "queue", "run_at", "priority"):
-            by_queue[queue].append(NewJob(id=job_id, at_ms=int(run_at.timestamp() * 1000),
-                                          delay_ms=0, priority=priority))
-    for queue, new in by_queue.items():
+    for queue, new in queues.scheduled_jobs(ids, using).items():
         if get_settings().eager:  # no Redis: each runs inline after commit, as schedule()'s
             run = commit_batch.eager_runner()
             for job in new:
