@@ -50,7 +50,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from schedule_path import bench_session, run_calls  # noqa: E402
+from schedule_path import bare_insert, bench_session, run_calls  # noqa: E402
 
 
 def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
@@ -74,9 +74,7 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
     now = timezone.now()
     row = Job(id=ids.new_id(), queue="default", callable_path=path, args=[1], kwargs={},
               run_at=now, scheduled_for=now, max_attempts=3)
-    every = {f.attname: getattr(row, f.attname) for f in Job._meta.local_concrete_fields}
-    plan, params = row_insert._fill(every, "default", connection)  # every column bound
-    sql = plan.sql
+    sql, params = bare_insert(row, connection)
     engine = get_engine()
     client = engine.client
     sha = client.script_load("return 1")
