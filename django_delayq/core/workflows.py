@@ -325,6 +325,8 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
             outcome = CancelOutcome.NOT_FOUND
         if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
                                                                  JobStatus.RETRYING):
+            # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides;
+            # Redis's side after the job's own send, when this transaction scheduled it
             outcome = CancelOutcome.CANCELLED
             commit_batch.after_sends(using, lambda: get_engine().cancel(row.queue, row.id))
     now, running = timezone.now(), outcome is CancelOutcome.ALREADY_RUNNING
