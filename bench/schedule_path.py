@@ -114,21 +114,31 @@ def _schedule(i: int) -> None:
     schedule("bench_jobs.noop", i, delay=3600)
 
 
+def bare_insert(row: Any, connection: Any) -> tuple[str, list[Any]]:
+    """The INSERT of every column of ``row`` and its values as ``save()`` prepares them
+    (``get_db_prep_save``): what ``schedule()``'s prepared INSERT sends at most."""
+    fields = type(row)._meta.local_concrete_fields
+    qn = connection.ops.quote_name
+    sql = "INSERT INTO %s (%s) VALUES (%s)" % (
+        qn(type(row)._meta.db_table), ", ".join(qn(f.column) for f in fields),
+        ", ".join(["%s"] * len(fields)))
+    return sql, [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+
+
 def floors(n: int, repeat: int) -> dict[str, float]:
     """Bare INSERTs of a job's row (autocommit, and one transaction) and bare Redis round
     trips: per second and CPU µs per call."""
     from django.db import connection
     from django.utils import timezone
 
-    from django_delayq.core import ids, row_insert
+    from django_delayq.core import ids
     from django_delayq.core.connection import get_engine
     from django_delayq.models import Job
 
-    sql = row_insert._statement("default").sql
     now = timezone.now()
     row = Job(id=ids.new_id(), queue="default", callable_path="bench_jobs.noop", args=[1],
               kwargs={}, run_at=now, scheduled_for=now, max_attempts=3)
-    params = row_insert.params(row, "default")
+    sql, params = bare_insert(row, connection)
 
     def insert(i: int) -> None:
         params[0] = ids.new_id()

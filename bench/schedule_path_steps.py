@@ -50,7 +50,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from schedule_path import bench_session, run_calls  # noqa: E402
+from schedule_path import bare_insert, bench_session, run_calls  # noqa: E402
 
 
 def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
@@ -71,11 +71,10 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
     spec = JobSpec(args=(1,), kwargs={}, delay=3600)
     checked = spec.check(path, clash=True)
     values, _ = api.build(checked, spec.args, spec.kwargs, limit)  # as schedule() gives it
-    sql = row_insert._statement("default").sql
     now = timezone.now()
     row = Job(id=ids.new_id(), queue="default", callable_path=path, args=[1], kwargs={},
               run_at=now, scheduled_for=now, max_attempts=3)
-    params = row_insert.params(row, "default")
+    sql, params = bare_insert(row, connection)
     engine = get_engine()
     client = engine.client
     sha = client.script_load("return 1")

@@ -91,3 +91,12 @@ def test_the_tasks_backend_s_group_option(delayq_settings) -> None:  # type: ign
     delayq_settings.TASKS = {"default": {"BACKEND": backend, "OPTIONS": {"GROUP": "a\x00"}}}
     with pytest.raises(ImproperlyConfigured, match=r"\['GROUP'\]"):
         compat.tasks.task_backends["default"]  # noqa: B018
+
+
+def test_a_child_released_by_its_parent_keeps_its_group(delayq_engine) -> None:  # type: ignore[no-untyped-def]
+    parent = schedule("tests.jobs.noop", delay=3600)
+    child = schedule("tests.jobs.noop", group="g", after=[parent], after_failure="run")
+    assert stored(child.id) == ("g", "")  # waiting: not in Redis yet
+    parent.cancel()  # the child is released (after_failure="run")
+    assert Job.objects.get(pk=child.id).status == "scheduled"
+    assert stored(child.id) == ("g", "g")

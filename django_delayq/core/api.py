@@ -38,7 +38,7 @@ from django_delayq.core.results import read, result_of, wait
 from django_delayq.core.workflows import Signature
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome, NewJob
 from django_delayq.exceptions import InvalidJob
-from django_delayq.models import UNFINISHED_STATUSES, Job, JobStatus
+from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -282,40 +282,13 @@ def get_job(job_id: str) -> Job:
                          "%d levels)" % (job_id, validation.MAX_DEPTH)) from None
 
 
-def _mark_cancelled(row: Job, running: bool) -> None:
-    now = timezone.now()
-    if running:
-        Job.objects.filter(pk=row.pk).update(cancel_requested=True, updated_at=now)
-    else:
-        using = router.db_for_write(Job)
-        with transaction.atomic(using=using):  # its waiting children follow: workflows.py
-            Job.objects.filter(pk=row.pk, status__in=UNFINISHED_STATUSES + (JobStatus.DEAD,)
-                               ).update(status=JobStatus.CANCELLED, finished_at=now,
-                                        updated_at=now)
-            workflows.resolve([row.pk], using)
-    signals.send(signals.job_cancelled, job_id=row.id, queue=row.queue,
-                 callable_path=row.callable_path, running=running)
-
-
 def cancel(job_id: str) -> CancelOutcome:
     """Cancel a job: CANCELLED (it will never run), ALREADY_RUNNING (it runs to its end
     but is not retried), or NOT_FOUND (it already finished)."""
     row = get_job(job_id)
     if row.is_final and row.status != JobStatus.DEAD:
         return CancelOutcome.NOT_FOUND
-    outcome = get_engine().cancel(row.queue, row.id)
-    if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
-                                                             JobStatus.RETRYING):
-        # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides.
-        outcome = CancelOutcome.CANCELLED
-        # Redis's side, after the job's own send when this transaction scheduled it
-        commit_batch.after_sends(router.db_for_write(Job),
-                                 lambda: get_engine().cancel(row.queue, row.id))
-    if row.status == JobStatus.WAITING:  # not in Redis until its parents release it
-        outcome = CancelOutcome.CANCELLED
-    if outcome is not CancelOutcome.NOT_FOUND:
-        _mark_cancelled(row, running=outcome is CancelOutcome.ALREADY_RUNNING)
-    return outcome
+    return workflows.cancel(row, router.db_for_write(Job))
 
 
 def reschedule(job_id: str, *, delay: float | timedelta | None = None,

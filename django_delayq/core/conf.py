@@ -24,10 +24,6 @@ from django_delayq.core import limits, schedules
 from django_delayq.core.validation import name_problem
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine import client as urls
-from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
-
-# QUEUE_OPTIONS keys a sharded queue refuses: each shard's claim.lua would count its own
-LIMIT_KEYS = ("rate_limit", "concurrency", "group_rate_limit", "group_concurrency")
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 NO_LIMIT = limits.Limit()
@@ -240,45 +236,14 @@ def _retention(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, P
                  if v is not None), []
 
 
-def _shards(options: dict[str, Any]) -> dict[str, int]:
-    """queue -> shard count, for the entries of (checked) QUEUE_OPTIONS giving more than one."""
-    return {queue: entry["shards"] for queue, entry in options.items()
-            if isinstance(entry, dict) and isinstance(entry.get("shards"), int)
-            and entry["shards"] > 1}
-
-
-def _queue_options(name: str, options: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    """QUEUE_OPTIONS: each queue's limits (``core/limits.py``) and shards. A shard count is
-    an integer 1..MAX_SHARDS, on a queue without rate_limit or concurrency (a limit cannot
-    be split exactly between shards), whose shard names (``queue#1`` ...) are no other
-    queue's name."""
-    found = limits.queue_options_problems(options)
-    if not isinstance(options, dict):
-        return None, found
-    queues = merged["QUEUES"]
-    names = set(queues) if isinstance(queues, (list, tuple)) else set()
-    names |= {q for q in options if isinstance(q, str)}
-    for queue, entry in options.items():
-        count = entry.get("shards", 1) if isinstance(entry, dict) else 1
-        where = "DELAYQ['QUEUE_OPTIONS'][%r]['shards']" % (queue,)
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SHARDS:
-            found.append("%s must be an integer from 1 to %d, not %r" % (where, MAX_SHARDS, count))
-        elif count > 1 and any(entry.get(k) for k in LIMIT_KEYS):
-            found.append("%s is %d: a sharded queue takes no rate_limit or concurrency, nor "
-                         "group limits (each shard would enforce its own; given: %s); remove "
-                         "the limit or the shards" % (where, count, ", ".join(
-                             "%s=%r" % (k, entry[k]) for k in LIMIT_KEYS if entry.get(k))))
-        elif count > 1 and (taken := sorted(n for n in names if isinstance(n, str)
-                                            and n.startswith("%s%s" % (queue, SHARD_MARK)))):
-            found.append("%s is %d: the shards of %r are named %r#1... and would share keys "
-                         "with queue %r; rename that queue" % (where, count, queue, queue,
-                                                               taken[0]))
-    return None if found else limits.parse_all(options), found
-
-
-def _callable_limits(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    found = limits.callable_limits_problems(value, merged["ALLOWED_CALLABLES"])
-    return None if found else limits.parse_all(cast("dict[str, Any]", value)), found
+def _limits(problems: Callable[[object, object], Problems], other: str) -> Reader:
+    """QUEUE_OPTIONS (``other``: QUEUES, whose names its queues' shards must not take)
+    or CALLABLE_LIMITS (``other``: ALLOWED_CALLABLES, where its paths must be): checked
+    and parsed by ``core/limits.py``."""
+    def read(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
+        found = problems(value, merged[other])
+        return None if found else limits.parse_all(cast("dict[str, Any]", value)), found
+    return read
 
 
 def _queues(name: str, queues: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
@@ -327,7 +292,8 @@ READERS: dict[str, Reader] = {
     "JOB_TIMEOUT_SECONDS": _number(False, "no limit"),
     "REDIS_URL": _url, "PREFIX": _prefix, "QUEUES": _queues, "DEFAULT_QUEUE": _default_queue,
     "DEFAULT_BACKOFF": _backoff, "ALLOWED_CALLABLES": _allowed,
-    "QUEUE_OPTIONS": _queue_options, "CALLABLE_LIMITS": _callable_limits,
+    "QUEUE_OPTIONS": _limits(limits.queue_options_problems, "QUEUES"),
+    "CALLABLE_LIMITS": _limits(limits.callable_limits_problems, "ALLOWED_CALLABLES"),
     "HTTP_CALLBACK_ALLOWED_NETWORKS": _networks, "REPORT_DIR": _report_dir,
     "SCHEDULES": _schedules, "RETENTION": _retention,
 }
@@ -352,12 +318,11 @@ def problems(user: dict[str, Any] | None = None) -> list[tuple[str, str]]:
 
 @cache
 def get_settings() -> Settings:
-    user = _user_settings()
-    values, found = _read(user)
+    values, found = _read(_user_settings())
     if found:
         raise ImproperlyConfigured("; ".join(msg for _, msg in found))
-    return Settings(**values, queue_shards=_shards(user.get("QUEUE_OPTIONS",
-                                                             DEFAULTS["QUEUE_OPTIONS"])))
+    shards = {q: o.shards for q, o in values["queue_options"].items() if o.shards > 1}
+    return Settings(**values, queue_shards=shards)
 
 
 @receiver(setting_changed)

@@ -25,13 +25,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.core.validation import name_problem
+from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
 
 Rate = tuple[int, int]  # (starts, per_ms)
 
 UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000}
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*([smh])\s*")
 QUEUE_KEYS = ("timeout", "rate_limit", "concurrency", "group_rate_limit", "group_concurrency",
-              "shards")  # the shards: conf checks them
+              "shards")
+# the keys a sharded queue refuses: each shard's claim.lua would count its own
+LIMIT_KEYS = ("rate_limit", "concurrency", "group_rate_limit", "group_concurrency")
 CALLABLE_KEYS = ("rate_limit", "concurrency")
 MAX_RATE_MS = 7 * 24 * 3_600_000  # a window of at most a week
 MAX_COUNT = 2**31 - 1  # a concurrency or a rate's N: what GroupLimit's column holds anywhere
@@ -40,13 +43,14 @@ MAX_COUNT = 2**31 - 1  # a concurrency or a rate's N: what GroupLimit's column h
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Limit:
     """A parsed entry: ``rate`` (starts, per_ms), ``concurrency``; ``timeout`` and each
-    group's defaults ``group_rate``, ``group_concurrency`` (queues)."""
+    group's defaults ``group_rate``, ``group_concurrency`` and ``shards`` (queues)."""
 
     rate: Rate | None = None
     concurrency: int | None = None
     timeout: float | None = None
     group_rate: Rate | None = None
     group_concurrency: int | None = None
+    shards: int = 1
 
 
 def parse_rate(text: object) -> Rate | None:
@@ -111,9 +115,12 @@ def _entry_problems(where: str, entry: object, keys: Sequence[str]) -> list[str]
     return found
 
 
-def queue_options_problems(value: object) -> list[str]:
+def queue_options_problems(value: object, queues: object = ()) -> list[str]:
     """QUEUE_OPTIONS: a dict of queue name -> options (any queue name: a queue served
-    through the Tasks backend need not be in QUEUES; ``checks`` warns about the others)."""
+    through the Tasks backend need not be in QUEUES; ``checks`` warns about the others).
+    A shard count is an integer 1..MAX_SHARDS, on a queue without limits (a limit cannot
+    be split exactly between shards), whose shard names (``queue#1`` ...) are no other
+    queue's name (of ``queues``, DELAYQ["QUEUES"], or of QUEUE_OPTIONS)."""
     if not isinstance(value, dict):
         return ["DELAYQ['QUEUE_OPTIONS'] must be a dict of queue name -> options such as "
                 "{'payments': {'timeout': 30, 'rate_limit': '100/m', 'concurrency': 5}}, "
@@ -125,6 +132,23 @@ def queue_options_problems(value: object) -> list[str]:
             found.append("%s: a queue name must be a non-empty string without braces" % where)
             continue
         found += _entry_problems(where, entry, QUEUE_KEYS)
+    names = set(queues) if isinstance(queues, (list, tuple)) else set()
+    names |= {q for q in value if isinstance(q, str)}
+    for queue, entry in value.items():
+        count = entry.get("shards", 1) if isinstance(entry, dict) else 1
+        where = "DELAYQ['QUEUE_OPTIONS'][%r]['shards']" % (queue,)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SHARDS:
+            found.append("%s must be an integer from 1 to %d, not %r" % (where, MAX_SHARDS, count))
+        elif count > 1 and any(entry.get(k) for k in LIMIT_KEYS):
+            found.append("%s is %d: a sharded queue takes no rate_limit or concurrency, nor "
+                         "group limits (each shard would enforce its own; given: %s); remove "
+                         "the limit or the shards" % (where, count, ", ".join(
+                             "%s=%r" % (k, entry[k]) for k in LIMIT_KEYS if entry.get(k))))
+        elif count > 1 and (taken := sorted(n for n in names if isinstance(n, str)
+                                            and n.startswith("%s%s" % (queue, SHARD_MARK)))):
+            found.append("%s is %d: the shards of %r are named %r#1... and would share keys "
+                         "with queue %r; rename that queue" % (where, count, queue, queue,
+                                                               taken[0]))
     return found
 
 
@@ -157,5 +181,5 @@ def parse_all(value: dict[str, Any]) -> dict[str, Limit]:
     return {name: Limit(rate=parse_rate(e.get("rate_limit")), concurrency=e.get("concurrency"),
                         timeout=None if e.get("timeout") is None else float(e["timeout"]),
                         group_rate=parse_rate(e.get("group_rate_limit")),
-                        group_concurrency=e.get("group_concurrency"))
+                        group_concurrency=e.get("group_concurrency"), shards=e.get("shards", 1))
             for name, e in value.items()}

@@ -286,18 +286,11 @@ def expires_at(value: object, *, now: datetime, due: datetime, use_tz: bool) -> 
     if value is None:
         return None
     if isinstance(value, datetime):
-        try:
-            moment = validation.check_at(value, use_tz)
-        except InvalidJob as exc:
-            raise InvalidJob(str(exc).replace("at=", "expires=", 1)) from None
+        moment = validation.check_at(value, use_tz, "expires")
         if moment.tzinfo is not None and now.tzinfo is None:  # USE_TZ = False
             moment = timezone.make_naive(moment)
     elif isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
-        try:
-            seconds = validation.delay_seconds(value)
-        except InvalidJob as exc:
-            raise InvalidJob("expires: %s" % str(exc).replace("delay", "seconds")) from None
-        moment = now + timedelta(seconds=seconds)
+        moment = now + timedelta(seconds=validation.delay_seconds(value, "expires: seconds"))
     else:
         raise InvalidJob("expires must be a datetime, or seconds (int/float) or a timedelta "
                          "from now, not %s" % validation.short(value))

@@ -56,6 +56,7 @@ from django_delayq.core import validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.outcomes import CancelOutcome, NewJob
+from django_delayq.engine.replies import chunks
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
 
@@ -201,17 +202,24 @@ def pending_ticks(job_ids: Iterable[str], *, to_run: bool = False) -> set[str]:
                .values_list("pk", flat=True))
 
 
+def scheduled_jobs(job_ids: Iterable[str], using: str | None = None) -> dict[str, list[NewJob]]:
+    """The jobs of those of ``job_ids`` whose row is ``scheduled``, by queue, for Redis:
+    each due as its row says, with its priority and group."""
+    by_queue: dict[str, list[NewJob]] = {}
+    for chunk in chunks(list(job_ids), PURGE_BATCH):
+        for job_id, queue, run_at, priority, group in Job.objects.using(using).filter(
+                pk__in=chunk, status=JobStatus.SCHEDULED).values_list(
+                "id", "queue", "run_at", "priority", "group"):
+            by_queue.setdefault(queue, []).append(NewJob(
+                id=job_id, at_ms=validation.at_ms(run_at), priority=priority, group=group))
+    return by_queue
+
+
 def enqueue_rows(job_ids: Iterable[str]) -> int:
     """Enqueue the jobs of ``job_ids`` whose row is ``scheduled`` again, due as their rows
     say (idempotent by id); returns how many Redis took."""
-    by_queue: dict[str, list[NewJob]] = {}
-    for job_id, queue, run_at, priority, group in Job.objects.filter(
-            pk__in=list(job_ids), status=JobStatus.SCHEDULED).values_list(
-            "id", "queue", "run_at", "priority", "group"):
-        by_queue.setdefault(queue, []).append(NewJob(id=job_id, at_ms=validation.at_ms(run_at),
-                                                     priority=priority, group=group))
     engine = get_engine()
-    return sum(engine.enqueue(queue, jobs) for queue, jobs in by_queue.items())
+    return sum(engine.enqueue(queue, jobs) for queue, jobs in scheduled_jobs(job_ids).items())
 
 
 def _waiting_batches(engine: Engine, queue: str, using: str | None,

@@ -21,7 +21,9 @@ stores with the rows ``save()`` stores, column by column, on each database. The 
 runs through Django's cursor, so ``DEBUG``, query capture and execute wrappers see it; on
 PostgreSQL, Django's ``OPTIONS["server_side_binding"]`` has the server bind its values
 instead of psycopg merging them into the SQL text. ``Job`` has no ``pre_save`` work (no
-``auto_now``) and no save signals are sent: ``schedule()`` sends its own.
+``auto_now``) and no save signals are sent: ``schedule()`` sends its own. When a
+``Job`` must be built (``pre_init``/``post_init`` receivers, a column left to the
+database), ``insert_values`` calls ``save()`` itself: one interface, two ways.
 """
 
 from __future__ import annotations
@@ -49,8 +51,7 @@ _PLAIN = {"CharField": str, "TextField": str, "IntegerField": int, "BigIntegerFi
 
 @dataclass(frozen=True, slots=True)
 class _Statement:
-    sql: str
-    head: str  # ``sql`` up to its VALUES' parenthesis (a plan's statement follows)
+    head: str  # the INSERT of every column up to its VALUES' parenthesis (a plan's follows)
     # per field, in the statement's column order: its attname, its preparer, its default
     # prepared once (a constant default whose prepared value is immutable; else
     # _EACH_TIME: prepared per row), whether it is one of Django's DateTimeFields (a
@@ -120,11 +121,10 @@ def _statement(using: str) -> _Statement:
         fields: list[Field[Any, Any]] = list(Job._meta.local_concrete_fields)
         head = "INSERT INTO %s (%s) VALUES (" % (
             qn(str(Job._meta.db_table)), ", ".join(qn(str(f.column)) for f in fields))
-        sql = head + ", ".join(["%s"] * len(fields)) + ")"
         by_name = [(f.attname, prep, _prepared_default(f, prep, connection),
                     type(f) is DateTimeField, _plain_type(f), _immutable(prep, None, connection))
                    for f, prep in ((f, _preparer(f)) for f in fields)]
-        found = _statements[using] = _Statement(sql, head, by_name, connection.vendor == "sqlite")
+        found = _statements[using] = _Statement(head, by_name, connection.vendor == "sqlite")
     return found
 
 
@@ -155,15 +155,11 @@ def new_row(**values: object) -> Job:
     return Job(*by_position)
 
 
-def params(row: Job, using: str) -> list[Any]:
-    """The values of ``row`` as the INSERT sends them, in the statement's column order."""
-    st, connection = _statement(using), connections[using]
-    return [prep(getattr(row, name), connection) for name, prep, *_ in st.by_name]
-
-
 def values_params(values: dict[str, Any], using: str, connection: Any = None) -> list[Any]:
-    """``params(new_row(**values), using)`` without building the row: each field's value
-    from ``values``, else its default (a constant one prepared once per alias). A datetime
+    """The values of ``new_row(**values)`` as ``save()`` prepares them
+    (``get_db_prep_save``), in the statement's column order, without building the row:
+    each field's value from ``values``, else its default (a constant one prepared once
+    per alias). A datetime
     given for two columns (due and scheduled, created and updated) is adapted once.
     ``values`` holds column names only (``new_row`` checks that for ``insert_values``).
     ``connection``: ``connections[using]``, when the caller has it."""
@@ -281,30 +277,20 @@ def _getter(indexes: list[int]) -> Callable[[list[Any]], Sequence[Any]]:
 
 
 def insert_values(values: dict[str, Any], using: str, connection: Any = None) -> None:
-    """``insert(new_row(**values), using)`` for a caller that needs no ``Job`` object (a
-    ``schedule()`` without key or parents): the same statement and values. ``connection``:
-    ``connections[using]``, when the caller has it."""
+    """``new_row(**values).save(force_insert=True, using=using)`` for a caller that needs
+    no ``Job`` object (a ``schedule()`` without key or parents): the row ``save()`` would
+    store, through the prepared statement. ``connection``: ``connections[using]``, when
+    the caller has it."""
     # ``Job(...)`` with ``pre_init``/``post_init`` receivers: they are sent to
     if (not _ONLY_PLAIN or not values.keys() <= _ATTNAMES or pre_init.has_listeners(Job)
-            or post_init.has_listeners(Job)):
-        insert(new_row(**values), using)  # Job(**values) raises for a name not a column's
+            or post_init.has_listeners(Job)):  # Job(**values) raises for a name not a column's
+        new_row(**values).save(force_insert=True, using=using)
         return
     if connection is None:
         connection = connections[using]
     plan, out = _fill(values, using, connection, full=False)
     with connection.cursor() as cursor:
         cursor.execute(plan.sql, plan.bound(out))
-
-
-def insert(row: Job, using: str) -> None:
-    """INSERT ``row`` (a new job: an existing id raises ``IntegrityError``)."""
-    if not _ONLY_PLAIN:
-        row.save(force_insert=True, using=using)
-        return
-    with connections[using].cursor() as cursor:
-        cursor.execute(_statement(using).sql, params(row, using))
-    row._state.adding = False
-    row._state.db = using
 
 
 # No column left to the database (``db_default`` without ``default``): the values of a

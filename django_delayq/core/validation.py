@@ -230,37 +230,38 @@ def as_seconds(value: object) -> float | None:
     return None
 
 
-def delay_seconds(delay: object) -> float:
+def delay_seconds(delay: object, what: str = "delay") -> float:
+    """``delay`` checked (``what``: its name in the errors)."""
     if (seconds := as_seconds(delay)) is None:
-        raise InvalidJob("delay must be seconds (int/float) or a timedelta, not %s"
-                         % short(delay))
+        raise InvalidJob("%s must be seconds (int/float) or a timedelta, not %s"
+                         % (what, short(delay)))
     if not seconds >= 0:  # NaN too
-        raise InvalidJob("delay must be >= 0, got %s" % short(delay))
+        raise InvalidJob("%s must be >= 0, got %s" % (what, short(delay)))
     if seconds > MAX_DELAY_SECONDS:
-        raise InvalidJob("delay must be at most %d seconds (100 years), got %s"
-                         % (MAX_DELAY_SECONDS, short(delay)))
+        raise InvalidJob("%s must be at most %d seconds (100 years), got %s"
+                         % (what, MAX_DELAY_SECONDS, short(delay)))
     return seconds
 
 
-def check_at(at: object, use_tz: bool) -> datetime:
+def check_at(at: object, use_tz: bool, what: str = "at") -> datetime:
     """``at`` checked: a datetime (aware with ``USE_TZ``) that converts to UTC and to
-    epoch milliseconds without overflowing."""
+    epoch milliseconds without overflowing (``what``: its name in the errors)."""
     if not isinstance(at, datetime):
-        raise InvalidJob("at must be a datetime, not %s" % short(at))
+        raise InvalidJob("%s must be a datetime, not %s" % (what, short(at)))
     try:
         if (offset := at.utcoffset()) is not None:
             at.astimezone(UTC)
         at.timestamp()
     except (OverflowError, ValueError, OSError, TypeError) as exc:
-        raise InvalidJob("at=%s cannot be converted to a time (%s); use a year from 1 to "
-                         "9999" % (short(at), exc)) from None
+        raise InvalidJob("%s=%s cannot be converted to a time (%s); use a year from 1 to "
+                         "9999" % (what, short(at), exc)) from None
     if use_tz and offset is None:
-        raise InvalidJob("at=%s is a naive datetime while USE_TZ=True; pass an aware one "
+        raise InvalidJob("%s=%s is a naive datetime while USE_TZ=True; pass an aware one "
                          "(django.utils.timezone.make_aware or datetime(..., tzinfo=...))"
-                         % at.isoformat())
+                         % (what, at.isoformat()))
     if at.timestamp() - time.time() > MAX_DELAY_SECONDS:
-        raise InvalidJob("at=%s is more than 100 years from now (at most %d seconds ahead, "
-                         "as delay)" % (at.isoformat(), MAX_DELAY_SECONDS))
+        raise InvalidJob("%s=%s is more than 100 years from now (at most %d seconds ahead, "
+                         "as delay)" % (what, at.isoformat(), MAX_DELAY_SECONDS))
     return at
 
 

@@ -54,11 +54,11 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.core import commit_batch, ids
+from django_delayq.core import commit_batch, ids, queues
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.options import DROP, KEEP, Checked
-from django_delayq.engine.outcomes import CancelOutcome, NewJob
+from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.engine.replies import chunks
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import (
@@ -221,19 +221,14 @@ def _decrement(count: dict[str, int], using: str) -> list[str]:
 
 def _release(ids: list[str], using: str) -> None:
     """Waiting -> scheduled, due at its own due time or now, whichever is later; to Redis
-    when the transaction commits."""
+    when the transaction commits (with its priority and group)."""
     now = timezone.now()
     jobs = Job.objects.using(using)
-    by_queue: dict[str, list[NewJob]] = defaultdict(list)
     for chunk in chunks(ids, CHUNK):
         jobs.filter(pk__in=chunk, run_at__lt=now).update(run_at=now)
         jobs.filter(pk__in=chunk, status=JobStatus.WAITING).update(
             status=JobStatus.SCHEDULED, updated_at=now)
-        for job_id, queue, run_at, priority in jobs.filter(pk__in=chunk).values_list(
-                "id", "queue", "run_at", "priority"):
-            by_queue[queue].append(NewJob(id=job_id, at_ms=int(run_at.timestamp() * 1000),
-                                          delay_ms=0, priority=priority))
-    for queue, new in by_queue.items():
+    for queue, new in queues.scheduled_jobs(ids, using).items():
         if get_settings().eager:  # no Redis: each runs inline after commit, as schedule()'s
             run = commit_batch.eager_runner()
             for job in new:
@@ -297,7 +292,7 @@ def take(row: Job, mode: str, using: str) -> str | None:
         if live is not None and mode == DROP:
             return live.id
         if live is not None:
-            _replace(live, row.id, using)
+            cancel(live, using, replaced_by=row.id)
         if keys.filter(**which, job_id=holder).update(job_id=row.id):
             return None
     raise DelayQError("key %r of queue %r: its holder changed %d times in a row while this "
@@ -310,30 +305,48 @@ def _live(job_id: str, using: str) -> Job | None:
             .only("id", "queue", "status", "callable_path").first())
 
 
-def _replace(old: Job, new_id: str, using: str) -> None:
-    """Cancel ``old``, replaced by ``new_id``, the way ``cancel()`` does: Redis first (a
-    job it cancels never runs; one already running runs on, marked not to be retried);
-    the row decides when Redis does not hold the job yet, and Redis is told after commit
-    (a worker never runs a job whose row is final). Eager mode has no Redis: the row."""
-    if old.status == JobStatus.WAITING or get_settings().eager:  # not in Redis
+def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
+    """Cancel ``row``'s job (``cancel()``; ``replaced_by``: ``on_conflict="replace"``'s
+    new job): Redis first (a job it cancels never runs; one already running runs on,
+    marked not to be retried, its row marked ``cancel_requested`` by ``cancel()``); the
+    row decides when Redis does not hold the job yet, and Redis is told after commit (a
+    worker never runs a job whose row is final). A waiting job is not in Redis. A
+    replace goes on without Redis, or in eager mode (no Redis): the row decides."""
+    if row.status == JobStatus.WAITING or (replaced_by and get_settings().eager):
         outcome = CancelOutcome.CANCELLED
     else:
         try:
-            outcome = get_engine().cancel(old.queue, old.id)
+            outcome = get_engine().cancel(row.queue, row.id)
         except RedisError as exc:  # as when it is not in Redis: the row decides
+            if not replaced_by:
+                raise
             logger.warning("job %s: Redis unavailable for its cancel (%s); its row decides "
-                           "(a worker does not run a job whose row is final)", old.id, exc)
+                           "(a worker does not run a job whose row is final)", row.id, exc)
             outcome = CancelOutcome.NOT_FOUND
-        if outcome is CancelOutcome.NOT_FOUND and old.status in (JobStatus.SCHEDULED,
+        if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
                                                                  JobStatus.RETRYING):
+            # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides;
+            # Redis's side after the job's own send, when this transaction scheduled it
             outcome = CancelOutcome.CANCELLED
-            commit_batch.after_sends(using, lambda: get_engine().cancel(old.queue, old.id))
-    if outcome is not CancelOutcome.CANCELLED:
-        return  # running (or its end not recorded yet): it runs on, the key moves on
-    now, reason = timezone.now(), "replaced by %s" % new_id
-    if Job.objects.using(using).filter(pk=old.pk, status__in=UNFINISHED_STATUSES).update(
-            status=JobStatus.CANCELLED, last_error=reason, finished_at=now, updated_at=now):
-        resolve([old.pk], using)  # its waiting children follow
-        logger.info("job %s cancelled: %s", old.id, reason)
-        signals.send(signals.job_cancelled, job_id=old.id, queue=old.queue,
-                     callable_path=old.callable_path, running=False)
+            commit_batch.after_sends(using, lambda: get_engine().cancel(row.queue, row.id))
+    now, running = timezone.now(), outcome is CancelOutcome.ALREADY_RUNNING
+    jobs = Job.objects.using(using).filter(pk=row.pk)
+    if running and not replaced_by:
+        jobs.update(cancel_requested=True, updated_at=now)
+    elif outcome is not CancelOutcome.CANCELLED:
+        return outcome  # not found; or running, replaced: it runs on, the key moves on
+    else:
+        reason = "replaced by %s" % replaced_by if replaced_by else ""
+        extra = {"last_error": reason} if reason else {}
+        with transaction.atomic(using=using):
+            changed = jobs.filter(status__in=UNFINISHED_STATUSES + (
+                () if replaced_by else (JobStatus.DEAD,))).update(
+                status=JobStatus.CANCELLED, finished_at=now, updated_at=now, **extra)
+            resolve([row.pk], using)  # its waiting children follow
+        if replaced_by and not changed:
+            return outcome  # final meanwhile
+        if reason:
+            logger.info("job %s cancelled: %s", row.id, reason)
+    signals.send(signals.job_cancelled, job_id=row.id, queue=row.queue,
+                 callable_path=row.callable_path, running=running)
+    return outcome
