@@ -202,11 +202,12 @@ def pending_ticks(job_ids: Iterable[str], *, to_run: bool = False) -> set[str]:
                .values_list("pk", flat=True))
 
 
-def scheduled_jobs(job_ids: Iterable[str], using: str | None = None) -> dict[str, list[NewJob]]:
+def scheduled_jobs(job_ids: Iterable[str], using: str | None = None,
+                   per_read: int = PURGE_BATCH) -> dict[str, list[NewJob]]:
     """The jobs of those of ``job_ids`` whose row is ``scheduled``, by queue, for Redis:
-    each due as its row says, with its priority and group."""
+    each due as its row says, with its priority and group (``per_read`` rows a query)."""
     by_queue: dict[str, list[NewJob]] = {}
-    for chunk in chunks(list(job_ids), PURGE_BATCH):
+    for chunk in chunks(list(job_ids), per_read):
         for job_id, queue, run_at, priority, group in Job.objects.using(using).filter(
                 pk__in=chunk, status=JobStatus.SCHEDULED).values_list(
                 "id", "queue", "run_at", "priority", "group"):

@@ -21,9 +21,10 @@ stores with the rows ``save()`` stores, column by column, on each database. The 
 runs through Django's cursor, so ``DEBUG``, query capture and execute wrappers see it; on
 PostgreSQL, Django's ``OPTIONS["server_side_binding"]`` has the server bind its values
 instead of psycopg merging them into the SQL text. ``Job`` has no ``pre_save`` work (no
-``auto_now``) and no save signals are sent: ``schedule()`` sends its own. When a
-``Job`` must be built (``pre_init``/``post_init`` receivers, a column left to the
-database), ``insert_values`` calls ``save()`` itself: one interface, two ways.
+``auto_now``) and no save signals are sent: ``schedule()`` sends its own. With
+``pre_init``/``post_init`` receivers, ``insert_values`` builds the ``Job`` (they see it)
+and inserts its values; with a column left to the database (``db_default``), it calls
+``save()``: one interface.
 """
 
 from __future__ import annotations
@@ -281,11 +282,12 @@ def insert_values(values: dict[str, Any], using: str, connection: Any = None) ->
     no ``Job`` object (a ``schedule()`` without key or parents): the row ``save()`` would
     store, through the prepared statement. ``connection``: ``connections[using]``, when
     the caller has it."""
-    # ``Job(...)`` with ``pre_init``/``post_init`` receivers: they are sent to
-    if (not _ONLY_PLAIN or not values.keys() <= _ATTNAMES or pre_init.has_listeners(Job)
-            or post_init.has_listeners(Job)):  # Job(**values) raises for a name not a column's
-        new_row(**values).save(force_insert=True, using=using)
+    if not _ONLY_PLAIN or not values.keys() <= _ATTNAMES:  # a column left to the database;
+        new_row(**values).save(force_insert=True, using=using)  # Job raises for a bad name
         return
+    if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
+        row = new_row(**values)  # its receivers see the Job (and may change it) as before
+        values = {f.attname: getattr(row, f.attname) for f in _CONCRETE}  # save(): no save
     if connection is None:
         connection = connections[using]
     plan, out = _fill(values, using, connection, full=False)

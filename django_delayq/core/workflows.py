@@ -44,6 +44,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -228,7 +229,7 @@ def _release(ids: list[str], using: str) -> None:
         jobs.filter(pk__in=chunk, run_at__lt=now).update(run_at=now)
         jobs.filter(pk__in=chunk, status=JobStatus.WAITING).update(
             status=JobStatus.SCHEDULED, updated_at=now)
-    for queue, new in queues.scheduled_jobs(ids, using).items():
+    for queue, new in queues.scheduled_jobs(ids, using, CHUNK).items():
         if get_settings().eager:  # no Redis: each runs inline after commit, as schedule()'s
             run = commit_batch.eager_runner()
             for job in new:
@@ -338,11 +339,13 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
     else:
         reason = "replaced by %s" % replaced_by if replaced_by else ""
         extra = {"last_error": reason} if reason else {}
-        with transaction.atomic(using=using):
+        # a replace runs inside its key's transaction already: no savepoint of its own
+        with nullcontext() if replaced_by else transaction.atomic(using=using):
             changed = jobs.filter(status__in=UNFINISHED_STATUSES + (
                 () if replaced_by else (JobStatus.DEAD,))).update(
                 status=JobStatus.CANCELLED, finished_at=now, updated_at=now, **extra)
-            resolve([row.pk], using)  # its waiting children follow
+            if changed or not replaced_by:
+                resolve([row.pk], using)  # its waiting children follow
         if replaced_by and not changed:
             return outcome  # final meanwhile
         if reason:

@@ -78,7 +78,7 @@ def test_values_in_another_order_or_with_fewer_names_give_the_same_params() -> N
 
 
 def test_insert_values_stores_the_row_save_stores_with_receivers_or_without() -> None:
-    # with a post_init receiver insert_values builds the Job and saves it (the ORM)
+    # with a post_init receiver insert_values builds the Job and inserts its values
     from django.db.models.signals import post_init
 
     now = datetime.now(UTC)
@@ -99,20 +99,32 @@ def test_insert_values_stores_the_row_save_stores_with_receivers_or_without() ->
     assert _stored(first) == _stored(second)
 
 
-def test_insert_values_sends_post_init_when_it_has_receivers() -> None:
-    from django.db.models.signals import post_init
+def test_insert_values_sends_post_init_when_it_has_receivers_and_no_save_signal() -> None:
+    from django.db.models.signals import post_init, post_save, pre_save
 
     seen: list[Any] = []
+    saved: list[Any] = []
 
     def listener(sender: Any, instance: Any, **kwargs: Any) -> None:
         seen.append(instance.id)
+        instance.last_error = "set by a post_init receiver"  # kept, as save() would keep it
+
+    def on_save(sender: Any, instance: Any, **kwargs: Any) -> None:
+        saved.append(instance.id)
 
     post_init.connect(listener, sender=Job)
+    pre_save.connect(on_save, sender=Job)
+    post_save.connect(on_save, sender=Job)
     try:
         handle = schedule("tests.jobs.noop", 1, delay=60)
     finally:
         post_init.disconnect(listener, sender=Job)
+        pre_save.disconnect(on_save, sender=Job)
+        post_save.disconnect(on_save, sender=Job)
     assert handle.id in seen
+    assert saved == []  # schedule() sends its own signal, never the ORM's save signals
+    assert Job.objects.values_list("last_error", flat=True).get(pk=handle.id) == (
+        "set by a post_init receiver")
     with pytest.raises(TypeError):  # a name that is no column's, as Job(...) says
         row_insert.insert_values({"id": ids.new_id(), "nonsense": 1}, "default")
 
