@@ -30,7 +30,9 @@
 -- A job due already goes straight to ready unless pending holds a job due before it
 -- (lib.lua line). Everything is read (ZMSCORE, HMGET) before the first write; a plain
 -- call reads whether the queue is idle only when its earliest job comes before the head
--- of pending (lib.lua line_reads: else no wake-up depends on it).
+-- of pending (lib.lua line_reads: else no wake-up depends on it). A plain call of one
+-- job due later than now (it can only go to pending) does not read pending's scores: its
+-- ZADD NX adds it only if pending does not hold it, and its reply says which.
 -- Key types: a plain call (no envelope, priority 0, no group) writes only keys its reads
 -- met (pending or ready, and the untyped epoch and channel) unless a job goes to ready
 -- in a grouped queue (index_ready); a read meeting a wrong type ends it, before any
@@ -46,13 +48,18 @@ local now = now_ms(ARGV[1])
 local function priority_at(i)
   return math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 4]) or 0)))
 end
-local ids, plain = {}, true
+local ids, dues, plain = {}, {}, true
 for i = 3, #ARGV, 6 do
   ids[#ids + 1] = ARGV[i]
+  local due = tonumber(ARGV[i + 1])
+  dues[#dues + 1] = clamp_ms(due < 0 and now + tonumber(ARGV[i + 2]) or due)
   plain = plain and ARGV[i + 3] == '' and ARGV[i + 5] == '' and priority_at(i) == 0
 end
 if #ids == 0 then return {0, now} end
-local read, line, found = pcall(function() return new_line(pending, ready, plain), held(ids) end)
+local solo = plain and #ids == 1 and dues[1] > now  -- to pending: its ZADD NX reads pending
+local read, line, found = pcall(function()
+  return new_line(pending, ready, plain), held(ids, solo)
+end)
 if not read then  -- a key of the wrong type: say which (before any write), else fail
   local err = wrong_type(KINDS)
   if err then return err end
@@ -67,11 +74,8 @@ for j = 1, #ids do
     seen[id] = true
     added = added + 1
     local i = 6 * j - 3
-    local due = tonumber(ARGV[i + 1])
-    if due < 0 then due = now + tonumber(ARGV[i + 2]) end
-    due = clamp_ms(due)
     local priority = priority_at(i)
-    enter(line, id, due, priority, now)
+    enter(line, id, dues[j], priority, now)
     if ARGV[i + 3] ~= '' then envs[#envs + 1] = id; envs[#envs + 1] = ARGV[i + 3] end
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
     if ARGV[i + 5] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 5] end
@@ -89,7 +93,8 @@ if not plain or line.grouped then
   if err then return err end
 end
 if #groups > 0 then call_many('HSET', group, {}, groups) end  -- before line_write indexes
-line_write(line, pending, ready, ARGV[2])
+line.nx = solo and added > 0
+if line_write(line, pending, ready, ARGV[2]) == 0 then added = 0 end  -- (solo) in pending
 if #envs > 0 then call_many('HSET', jobs, {}, envs) end
 if #prios > 0 then call_many('HSET', prio, {}, prios) end
 if redis.call('EXISTS', epoch) == 0 then

@@ -226,8 +226,10 @@ end
 -- Which of ``ids`` the queue holds already, one flag each: in pending, ready, in flight or
 -- dead, or with an envelope (keys ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs``,
 -- declared by the including script). Reads only: call it before the first write.
-local function held(ids)
-  local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
+-- ``nx``: the caller adds the jobs to pending with ZADD NX, whose reply tells whether
+-- pending held them: pending is not read here.
+local function held(ids, nx)
+  local in_pending = nx and {} or redis.call('ZMSCORE', pending, unpack(ids))
   local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
   local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
   local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
@@ -517,6 +519,8 @@ end
 -- `no_urgent`: the caller enters no job of priority above 0: urgent is not read, and
 -- whether the queue is idle is read only if a wake-up depends on it (line_reads, which
 -- the caller then calls after its enters, before its first write).
+-- ``line.nx`` (enqueue.lua): the line holds one job, for pending, written with ZADD NX;
+-- line_write returns 0 (and tells nobody) when pending held it already.
 
 -- Whether no claim would take a job now (in a grouped queue: no group in the rotation).
 local function queue_idle()
@@ -563,7 +567,9 @@ local function enter(line, id, due, priority, now)
 end
 
 local function line_write(line, pending, ready, channel, moved)
-  if #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
+  if line.nx then  -- one job known to go to pending: ZADD NX tells whether it was there
+    if redis.call('ZADD', pending, 'NX', unpack(line.to_pending)) == 0 then return 0 end
+  elseif #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
   if #line.to_ready > 0 then call_many('ZADD', ready, {}, line.to_ready) end
   index_ready(line.to_ready, line.grouped)
   if #line.to_urgent > 0 then call_many('ZADD', urgent, {}, line.to_urgent) end
