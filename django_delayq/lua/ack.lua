@@ -85,10 +85,7 @@ if holder ~= '' then known[runs] = true else known[settled], known[settled_by] =
 if plain then for _, key in ipairs(rare) do known[key] = true end end
 local err = wrong_type(KINDS, known)
 if err then return err end
-local gs = nil
-if not plain then gs = slot_groups(done) end
-redis.call('ZREM', inflight, unpack(done))
-if free_slots(done, gs) then redis.call('PUBLISH', ARGV[3], string.format('%.0f', now)) end
+leave_flight(done, ARGV[3], now, plain)
 -- plain: nothing of these jobs in cancel, prio, urgent or group; runs read with a holder
 forget(jobs, attempts, cancel, prio, done, plain and {jobs = envelopes ~= 'none',
                                                       runs = holder ~= '' and unmark or nil})

@@ -2,7 +2,7 @@
 -- limits' override (docs/groups.md).
 --
 -- KEYS: group_ready:zset group_turns:zset group_paused:set group:hash
--- KEYS: group_limits:hash group_held:zset group_running:zset
+-- KEYS: group_limits:hash group_held:zset group_running:zset inflight
 -- used, in that order (the names of keys.QueueKeys):
 --          group_ready   ZSET  the due jobs indexed by group (lib.lua group_index)
 --          group_turns   ZSET  group -> turn: the rotation
@@ -13,6 +13,7 @@
 --          group_held    ZSET  group -> ms: groups a limit took out of the rotation
 --          group_running ZSET  the groups' slots in flight (not used here; lib.lua
 --                        group_slots names it)
+--          inflight      ZSET  (not used here; lib.lua group_slots names it)
 -- ARGV[1]  op        "pause", "resume", "limit" or "unlimit"
 -- ARGV[2]  group     the group id
 -- ARGV[3]  channel   PUBLISH target, told now when a resumed group has due jobs

@@ -309,20 +309,13 @@ end
 --@include now
 --@include group_index
 -- The concurrency slots of a grouped queue's jobs in flight (docs/groups.md, "Limits";
--- the including script declares ``group``, ``group_ready``, ``group_turns``,
+-- the including script declares ``inflight``, ``group``, ``group_ready``, ``group_turns``,
 -- ``group_running`` and ``group_held``). ``group_running`` (all scores 0) holds one
 -- member "<group>\n<id>" per job of a group in flight: a group's count is one ZLEXCOUNT.
 -- claim.lua adds the members; every script that takes a job out of inflight frees them
 -- (ack, nack, release, defer, recover). A member is an id, not a count: freeing twice, or
 -- freeing a job that held none, changes nothing. ``group_held`` (group -> ms) holds the
 -- groups a limit took out of the rotation; a freed slot puts its group back.
-
--- The groups of `ids` (the group hash's values), read before the caller's writes; nil
--- when no job of a group is in flight (nothing to free).
-local function slot_groups(ids)
-  if #ids == 0 or redis.call('EXISTS', group_running) == 0 then return nil end
-  return redis.call('HMGET', group, unpack(ids))
-end
 
 -- The held groups among `groups` leave group_held; those with due jobs join the rotation
 -- at its end. True when the rotation was empty and got a group back (nothing else was
@@ -344,11 +337,16 @@ local function unhold(groups)
   return idle and #back > 0
 end
 
--- Frees the slots of `ids` (jobs that left inflight; `gs`: slot_groups(ids)) and puts
--- their held groups back (unhold). True when the workers should be told: with a
--- `channel`, they are (now, `now`).
-local function free_slots(ids, gs, channel, now)
-  if gs == nil then return false end
+-- Takes `ids` out of inflight (the declared key ``inflight``) and frees their slots: their
+-- groups are read first (not when ``plain``: the caller read that no group key exists;
+-- nor when no job of a group is in flight), then their held groups are put back (unhold).
+-- True when the workers should be told: with a `channel`, they are (now, `now`).
+local function leave_flight(ids, channel, now, plain)
+  if #ids == 0 then return false end
+  local gs = not plain and redis.call('EXISTS', group_running) == 1 and
+             redis.call('HMGET', group, unpack(ids))
+  redis.call('ZREM', inflight, unpack(ids))
+  if not gs then return false end
   local members, groups, seen = {}, {}, {}
   for j, job in ipairs(ids) do
     local g = gs[j]
@@ -691,12 +689,8 @@ local function give_back(pending, inflight, attempts, ready, prio, now, channel)
       out[j] = 0
     end
   end
-  if #back > 0 then
-    local gs = slot_groups(back)
-    redis.call('ZREM', inflight, unpack(back))
-    if #counts > 0 then call_many('HSET', attempts, {}, counts) end
-    if #fresh > 0 then redis.call('HDEL', attempts, unpack(fresh)) end
-    free_slots(back, gs, channel, now)
-  end
+  leave_flight(back, channel, now)
+  if #counts > 0 then call_many('HSET', attempts, {}, counts) end
+  if #fresh > 0 then redis.call('HDEL', attempts, unpack(fresh)) end
   return out, line
 end

@@ -76,9 +76,7 @@ if #ids > 0 then
       end
     end
   end
-  local gs = slot_groups(settled)
-  if #settled > 0 then redis.call('ZREM', inflight, unpack(settled)) end
-  free_slots(settled, gs, ARGV[2], now)
+  leave_flight(settled, ARGV[2], now)
   forget(jobs, attempts, cancel, prio, dropped)
   record_settled(ARGV[4], now, records)
   line_write(line, pending, ready, ARGV[2])

@@ -81,7 +81,6 @@ local marks = {}  -- runs entries rewritten: id, "<token> <offset> <streak>"
 local cancelled = redis.call('SMISMEMBER', cancel, unpack(ids))
 local prios = redis.call('HMGET', prio, unpack(ids))
 local line = new_line(pending, ready)
-local slot_gs = slot_groups(ids)
 local gone, died, reset, results = {}, {}, {}, {}  -- gone: forgotten (poison, cancelled)
 for j, id in ipairs(ids) do
   local why = bad_id(id)
@@ -129,8 +128,7 @@ for j, id in ipairs(ids) do
 end
 out[2] = (#out - 2) / 3  -- the entries set aside
 -- writes: everything above was only read
-redis.call('ZREM', inflight, unpack(ids))
-local woke = free_slots(ids, slot_gs)  -- told below
+local woke = leave_flight(ids)  -- told below
 forget(jobs, attempts, cancel, prio, gone)
 if #reset > 0 then
   redis.call('HDEL', attempts, unpack(reset))
