@@ -151,7 +151,9 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         """The entries ``reply``'s section at ``at`` set aside (logged), ``make`` of each
         item (``size`` values) after them, and where the items start; the id of an item
         that cannot be decoded is removed from Redis and set aside too."""
-        aside, start = _aside(reply, at)
+        start = at + 1 + 3 * int(reply[at])  # n, then n triples: id, reason, removed (1/0)
+        aside = [SetAside(id=replies.loose(reply[i]), reason=replies.text(reply[i + 1]),
+                          removed=bool(int(reply[i + 2]))) for i in range(at + 1, start, 3)]
         self._log_aside(queue, script, aside)
         found: list[_T] = []
         bad: list[Any] = []
@@ -175,9 +177,8 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         neither does no ``group``."""
         rows = [(job.id, -1 if job.at_ms is None else int(job.at_ms), int(job.delay_ms),
                  job.envelope or "", int(job.priority), job.group) for job in checked(jobs)]
-        keys = self._keys_of("enqueue", queue)  # its epoch key: the one the reconciler reads
-        return sum(int(self._run("enqueue", keys, [self._now(now_ms), self.keys(queue).channel,
-                                                   *(v for row in part for v in row)])[0])
+        return sum(int(self._script("enqueue", queue, [self._now(now_ms), self.keys(queue).channel,
+                                                       *(v for row in part for v in row)])[0])
                    for part in replies.chunks(rows, scripts.MAX_ENQUEUE))
 
     # -- consuming ------------------------------------------------------------------
@@ -218,7 +219,12 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         each acked job (``codes[i]``: "s" succeeded, the default, or "x" expired) until
         ``forget_settled``: the reconciler reads it instead of taking the job for lost."""
         marks = list(codes) if codes is not None else ["s"] * len(leases)
-        rows = [(id_, token, code) for (id_, token), code in zip(leases, marks)]
+        return self._acked(queue, [(i, t, c) for (i, t), c in zip(leases, marks)], holder,
+                           now_ms)
+
+    def _acked(self, queue: str, rows: Sequence[tuple[str, int, str]], holder: str,
+               now_ms: int | None) -> list[bool]:
+        """``ack`` of (id, token, code) ``rows`` (a sharded queue's go to their shards)."""
         return self._flags("ack", queue, now_ms, [holder, self.keys(queue).channel], rows)
 
     def nack(self, queue: str, failures: Sequence[tuple[str, int, int | None]], *,
@@ -253,11 +259,8 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         for job in jobs:
             keys, args = self.start_mark(job)
             calls.setdefault(keys, []).extend(args)
-        done = 0
-        for keys, args in calls.items():
-            for i in range(0, len(args), 3 * scripts.MAX_MARK):
-                done += int(self._run("mark", keys, args[i:i + 3 * scripts.MAX_MARK]))
-        return done
+        return sum(int(self._run("mark", keys, list(part))) for keys, args in calls.items()
+                   for part in replies.chunks(args, 3 * scripts.MAX_MARK))
 
     def expiring(self, queue: str, within_ms: int, limit: int = 100) -> list[str]:
         """Ids whose lease ends within ``within_ms`` of the local clock (or has ended):
@@ -391,15 +394,3 @@ def checked(jobs: Iterable[NewJob]) -> list[NewJob]:
             raise ValueError("job id %s: %s" % (replies.shown(job.id), why))
     return jobs
 
-
-def _aside(reply: Sequence[Any], start: int) -> tuple[list[SetAside], int]:
-    """The ``n, (id, reason, removed) * n`` section of a reply at ``start``; returns the
-    entries and the index after them. Ids the script moved to dead are valid UTF-8."""
-    count = int(reply[start])
-    out = []
-    for i in range(start + 1, start + 1 + 3 * count, 3):
-        raw = reply[i]
-        id_ = raw.decode("utf-8", "backslashreplace") if isinstance(raw, bytes) else str(raw)
-        out.append(SetAside(id=id_, reason=replies.text(reply[i + 1]),
-                            removed=bool(int(reply[i + 2]))))
-    return out, start + 1 + 3 * count

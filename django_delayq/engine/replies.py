@@ -23,6 +23,12 @@ def text(value: object) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def loose(value: object) -> str:
+    """Text of a reply item, bytes that are not UTF-8 as \\xHH (the ids a script set
+    aside: those it moved to dead are UTF-8, those it removed came escaped already)."""
+    return value.decode("utf-8", "backslashreplace") if isinstance(value, bytes) else str(value)
+
+
 def shown(value: object) -> str:
     """A reply item for a log line, whatever it holds (repr-escaped, cut to 100 chars)."""
     seen = repr(value)

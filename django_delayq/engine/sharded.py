@@ -259,14 +259,7 @@ class ShardedEngine(Engine):
             limited=any(r.limited for r in results),
             next_urgent_ms=_min(r.next_urgent_ms for r in results))
 
-    def ack(self, queue: str, leases: Sequence[tuple[str, int]], *, holder: str = "",
-            codes: Sequence[str] | None = None, now_ms: int | None = None) -> list[bool]:
-        items = list(zip(leases, codes if codes is not None else ["s"] * len(leases)))
-        return self._routed(queue, items, lambda item: item[0][0], lambda name, part: super(
-            ShardedEngine, self).ack(name, [lease for lease, _ in part], holder=holder,
-                                     codes=[code for _, code in part], now_ms=now_ms),
-                            operator.not_)
-
+    _acked = _by_ids(Engine._acked, lambda row: row[0], operator.not_)
     nack = _by_ids(Engine.nack, lambda f: f[0], lambda outcome: outcome == NackOutcome.LEASE_LOST)
 
     def ack_stream(self, holder: str) -> Any:
