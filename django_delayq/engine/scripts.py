@@ -326,10 +326,11 @@ def prelude(keys: Sequence[Key], own_check: bool = False) -> tuple[str, str]:
 def with_prelude(name: str, raw: str) -> tuple[str, tuple[Key, ...]]:
     """``raw`` (a script's text) with its keys made locals at the top and their types
     checked after its last top-level include (or its header), and the keys. A script that
-    calls ``wrong_type(KINDS)`` itself (enqueue.lua: only when a read cannot tell) gets
-    ``KINDS`` instead of the check; it must still check before its first write."""
+    checks ``KINDS`` itself (``wrong_type(KINDS)``, ``read_failed(KINDS, err)``: enqueue.lua
+    and ack.lua, only when a read cannot tell) gets ``KINDS`` instead of the check; it must
+    still check before its first write."""
     keys = declared_keys(raw, name + ".lua")
-    local, check = prelude(keys, own_check="wrong_type(KINDS)" in raw)
+    local, check = prelude(keys, own_check="(KINDS" in raw)
     lines = raw.splitlines(keepends=True)
     includes = [i for i, line in enumerate(lines) if line.startswith("--@include")]
     at = includes[-1] + 1 if includes else next(

@@ -51,11 +51,7 @@ local read, tokens, leased, marked = pcall(function()
   return redis.call('HMGET', attempts, unpack(ids)), redis.call('ZMSCORE', inflight, unpack(ids)),
          holder ~= '' and redis.call('HMGET', runs, unpack(ids)) or {}
 end)
-if not read then  -- a key of the wrong type: say which (before any write), else fail
-  local err = wrong_type(KINDS)
-  if err then return err end
-  error(tokens)
-end
+if not read then return read_failed(KINDS, tokens) end
 local out, done, seen, records, unmark = {}, {}, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]

@@ -60,18 +60,12 @@ local solo = plain and #ids == 1 and dues[1] > now  -- to pending: its ZADD NX r
 local read, line, found = pcall(function()
   return new_line(pending, ready, plain), held(ids, solo)
 end)
-if not read then  -- a key of the wrong type: say which (before any write), else fail
-  local err = wrong_type(KINDS)
-  if err then return err end
-  error(line)
-end
-local seen = {}
+if not read then return read_failed(KINDS, line) end
 local envs, prios, groups = {}, {}, {}
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
-  if not (found[j] or seen[id]) then
-    seen[id] = true
+  if not found[j] then
     added = added + 1
     local i = 6 * j - 3
     local priority = priority_at(i)
@@ -88,10 +82,8 @@ if plain then
   line_reads(line)
   if #line.to_ready > 0 then line.grouped = redis.call('EXISTS', group) == 1 end
 end
-if not plain or line.grouped then
-  local err = wrong_type(KINDS)
-  if err then return err end
-end
+local err = (not plain or line.grouped) and wrong_type(KINDS)
+if err then return err end
 if #groups > 0 then call_many('HSET', group, {}, groups) end  -- before line_write indexes
 line.nx = solo and added > 0
 if line_write(line, pending, ready, ARGV[2]) == 0 then added = 0 end  -- (solo) in pending

@@ -107,6 +107,12 @@ local function wrong_type(kinds, known)
   return nil
 end
 
+-- A read of the script's that failed (pcall's error `err`): wrong_type's reply when a key
+-- is of the wrong type (nothing was written yet), else `err` raised again.
+local function read_failed(kinds, err)
+  return wrong_type(kinds) or error(err)
+end
+
 --@define poison
 -- What cannot be an entry django-delayq wrote (a job id: bad_id; an attempts value:
 -- bad_count), and an entry shown for the caller's log (shown).
@@ -224,7 +230,7 @@ end
 
 --@define held
 -- Which of ``ids`` the queue holds already, one flag each: in pending, ready, in flight or
--- dead, or with an envelope (keys ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs``,
+-- dead, or with an envelope, or repeated (an id met earlier in ``ids``) (keys ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs``,
 -- declared by the including script). Reads only: call it before the first write.
 -- ``nx``: the caller adds the jobs to pending with ZADD NX, whose reply tells whether
 -- pending held them: pending is not read here.
@@ -235,10 +241,11 @@ local function held(ids, nx)
   local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
   local has_env = {}
   if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
-  local out = {}
-  for j = 1, #ids do
-    out[j] = (in_pending[j] or in_ready[j] or in_flight[j] or in_dead[j] or has_env[j]) and true
-             or false
+  local out, seen = {}, {}
+  for j, job in ipairs(ids) do
+    out[j] = (in_pending[j] or in_ready[j] or in_flight[j] or in_dead[j] or has_env[j]
+              or seen[job]) and true or false
+    seen[job] = true
   end
   return out
 end

@@ -58,13 +58,12 @@ local found = held(ids)
 local in_settled = redis.call('ZMSCORE', settled, unpack(ids))
 local lately = redis.call('ZMSCORE', reconciled, unpack(ids))
 local counters = redis.call('HMGET', attempts, unpack(ids))
-local seen, prios, seeds, offsets, fresh, remembered, groups = {}, {}, {}, {}, {}, {}, {}
+local prios, seeds, offsets, fresh, remembered, groups = {}, {}, {}, {}, {}, {}
 local added = 0
 for j = 1, #ids do
   local id = ids[j]
   local recently = lately[j] and tonumber(lately[j]) >= now - keep_ms
-  if not (found[j] or in_settled[j] or recently or seen[id]) then
-    seen[id] = true
+  if not (found[j] or in_settled[j] or recently) then
     added = added + 1
     local i = 5 * j + 1
     local priority = math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 2]) or 0)))
