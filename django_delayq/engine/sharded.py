@@ -69,8 +69,8 @@ def _by_id(method: _F, missed: Callable[[Any], bool]) -> _F:
     others until one holds it (``missed``: the reply of a shard that does not)."""
     def on_shards(self: ShardedEngine, queue: str, job_id: str, *args: object,
                   **kwargs: object) -> object:
-        return self._first(queue, job_id, lambda name: method(self, name, job_id, *args,
-                                                               **kwargs), missed)
+        return self._routed(queue, [job_id], str, lambda name, part: [
+            method(self, name, job_id, *args, **kwargs)], missed)[0]
     return cast(_F, on_shards)
 
 
@@ -161,22 +161,6 @@ class ShardedEngine(Engine):
         if picked:
             found = self.health.run(name, lambda: call(name, [items[i] for i in picked]))
             out.update(zip(picked, found))
-
-    def _first(self, queue: str, job_id: str, call: Callable[[str], _R],
-               missed: Callable[[_R], bool]) -> _R:
-        """``call`` on the home shard of ``job_id``, then the others until one holds it
-        (a failing one among the others is skipped)."""
-        home = self.shard_map.home(queue, job_id)
-        found = call(home)
-        for name in self.shard_queues(queue):
-            if not missed(found):
-                break
-            if name != home and not self.health.down(name):
-                try:
-                    found = self.health.run(name, lambda: call(name))  # noqa: B023
-                except ERRORS:
-                    continue
-        return found
 
     def _each(self, names: Sequence[str], call: Callable[[str], _R],
               every: bool = False) -> list[_R]:
