@@ -345,18 +345,19 @@ class Engine(OutboxOps, ServerReads, QueueControls):
                    delay_ms: int = 0, now_ms: int | None = None
                    ) -> tuple[MoveOutcome, int | None]:
         """Move a pending job; ``delay_ms=0`` with no ``at_ms`` is "run now"."""
-        return self._move("reschedule", queue, now_ms, job_id,
-                          -1 if at_ms is None else int(at_ms), int(delay_ms))
+        return self._move(queue, now_ms, job_id, "waiting", at_ms, delay_ms)
 
     def requeue(self, queue: str, job_id: str, *, delay_ms: int = 0,
                 now_ms: int | None = None) -> tuple[MoveOutcome, int | None]:
         """Dead -> pending with a fresh set of attempts."""
-        return self._move("requeue", queue, now_ms, job_id, int(delay_ms))
+        return self._move(queue, now_ms, job_id, "dead", None, delay_ms)
 
-    def _move(self, name: str, queue: str, now_ms: int | None, *args: Any
-              ) -> tuple[MoveOutcome, int | None]:
-        """Script ``name`` (reschedule, requeue) moving one job: its outcome and due time."""
-        reply = self._script(name, queue, [self._now(now_ms), self.keys(queue).channel, *args])
+    def _move(self, queue: str, now_ms: int | None, job_id: str, place: str,
+              at_ms: int | None, delay_ms: int) -> tuple[MoveOutcome, int | None]:
+        """lua/move.lua moving one job from ``place``: its outcome and due time."""
+        reply = self._script("move", queue, [self._now(now_ms), self.keys(queue).channel, job_id,
+                                             place, -1 if at_ms is None else int(at_ms),
+                                             int(delay_ms)])
         return MoveOutcome(int(reply[0])), replies.opt(reply[1])
 
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:

@@ -12,7 +12,7 @@ On the session's private redis-server, with ``slowlog-log-slower-than 5000``:
     priorities that all came due at once, so that every claim promotes (claim.lua's
     bound ``scripts.MAX_PROMOTE``), under queue limits (a 100,000-entry window log) and
     with every other script of the engine called along the way: nack, release, defer,
-    extend, recover, cancel, reschedule, requeue, stats, inspect, purge, acquire and
+    extend, recover, cancel, move (reschedule, requeue), stats, inspect, purge, acquire and
     release_callable.
 
 Then no call of one of our scripts may be in the SLOWLOG. A MULTI is not logged there

@@ -1,0 +1,50 @@
+-- move.lua : move one job back in line at a new due time: a waiting job (reschedule; "run
+-- now" is delay 0), or a dead one with a fresh set of attempts (requeue).
+--
+-- KEYS: pending:zset inflight:zset attempts:hash dead:zset ready:zset prio:hash urgent
+-- KEYS: runs:hash group:hash group_ready:zset group_turns:zset
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          inflight  ZSET  lease_deadline_ms -> id
+--          attempts  HASH  id -> lease token
+--          dead      ZSET  died_ms -> id
+--          ready     ZSET  ready score -> id
+--          prio      HASH  id -> priority (kept while the job waits, or is dead)
+--          runs      HASH  id -> "<token> <offset> <streak>" (start marks): a requeued
+--                    job's is forgotten
+--          group_ready, group_turns (and group)  a grouped queue's index, its rotation
+--                    (lib.lua group_index, written by line_write; docs/groups.md)
+-- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
+-- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
+-- ARGV[3]  id
+-- ARGV[4]  from      "waiting" (pending or ready: reschedule) or "dead" (requeue)
+-- ARGV[5]  at_ms     absolute due time; "-1" = now_ms + delay_ms (clamped to years 1..9999)
+-- ARGV[6]  delay_ms
+--
+-- A waiting job leaves its place; a dead one leaves dead with its attempt counter back
+-- at 0 (it gets its max_attempts again). Either goes back in line at the new due time
+-- with its priority (lib.lua line).
+-- Returns: {outcome, due_ms}  outcome 1 moved, 2 already running (reschedule), 0 not
+--          found (not waiting, or not dead)
+-- Cost: O(log N), one job per call.
+--@include ms_range
+--@include line
+local now = now_ms(ARGV[1])
+local id = ARGV[3]
+local due = tonumber(ARGV[5])
+due = clamp_ms(due < 0 and now + tonumber(ARGV[6]) or due)
+if ARGV[4] == 'dead' then
+  if not redis.call('ZSCORE', dead, id) then return {0, -1} end
+  redis.call('ZREM', dead, id)
+  redis.call('HDEL', attempts, id)
+  redis.call('HDEL', runs, id)  -- a requeued job starts its attempts afresh
+elseif redis.call('ZSCORE', pending, id) or redis.call('ZSCORE', ready, id) then
+  redis.call('ZREM', pending, id)
+  redis.call('ZREM', ready, id)
+else
+  return {redis.call('ZSCORE', inflight, id) and 2 or 0, -1}
+end
+local line = new_line(pending, ready)
+enter(line, id, due, priority_of(redis.call('HGET', prio, id)), now)
+line_write(line, pending, ready, ARGV[2], id)
+return {1, due}
