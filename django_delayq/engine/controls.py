@@ -8,7 +8,7 @@ waiting jobs, set its limits, and put jobs in flight back for later (``defer``).
   flight, in calls of at most ``scripts.MAX_PURGE``; callers loop until it returns [].
 * **Queue limits** live in ``QueueKeys.limit`` (HASH rate, per_ms, concurrency) and are
   enforced inside claim.lua (lua/claim.lua's header).
-* **Defer** (defer.lua): a job a callable limit refused goes back in line at a later
+* **Defer** (give_back.lua): a job a callable limit refused goes back in line at a later
   time with its attempt given back.
 * **Pause one group** (group_control.lua): claim.lua takes none of its jobs until it is
   resumed (docs/groups.md).
@@ -185,7 +185,8 @@ class QueueControls(RedisOwner):
         """Put jobs in flight, (id, token, at_ms), back in line due at ``at_ms`` with the
         attempt they were charged given back. False: the lease was lost, nothing done."""
         rows = [(id_, int(token), int(at_ms)) for id_, token, at_ms in leases]
-        return self._flags("defer", queue, now_ms, [self.keys(queue).channel], rows)
+        return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "defer"],
+                           rows)
 
 
     # -- callable limits ------------------------------------------------------------

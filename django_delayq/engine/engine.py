@@ -299,7 +299,8 @@ class Engine(OutboxOps, ServerReads, QueueControls):
                 now_ms: int | None = None) -> list[bool]:
         """Undo claims of jobs that never started (graceful shutdown)."""
         rows = [(job.id, job.token, job.due_ms) for job in claimed]
-        return self._flags("release", queue, now_ms, [self.keys(queue).channel], rows)
+        return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "release"],
+                           rows)
 
     def recover(self, queue: str, *, limit: int = 100, default_max_attempts: int = 3,
                 dead_max: int = 100_000, max_attempts: Mapping[str, int] | None = None,

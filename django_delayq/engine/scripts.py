@@ -72,8 +72,7 @@ MAX_FORGET = 250  # ids whose settled records go (forget_settled.lua), plus 100 
 MAX_NACK = 200  # (id, token, delay) triples
 MAX_EXTEND = 250  # (id, token) pairs
 MAX_MARK = 100  # (id, token, offset) triples
-MAX_RELEASE = 200  # (id, token, due) triples
-MAX_DEFER = 200  # (id, token, at_ms) triples
+MAX_GIVE_BACK = 200  # (id, token, due) triples (release, defer)
 MAX_PURGE = 200  # waiting jobs removed (purge.lua caps its ``limit`` at this)
 MAX_RELEASE_CALLABLE = 250  # job ids whose callable-limit slot is freed
 MAX_RECOVER = 100  # expired leases (recover.lua caps its ``limit``), and max_attempts pairs
@@ -113,11 +112,10 @@ BOUNDS: dict[str, Bound] = {
     "recover": Bound(6, 2, MAX_RECOVER),
     "cancel": Bound(1, 0, 0),
     "move": Bound(6, 0, 0),
-    "release": Bound(2, 3, MAX_RELEASE),
+    "give_back": Bound(3, 3, MAX_GIVE_BACK),
     "stats": Bound(1, 0, 0),
     "inspect": Bound(1, 0, 0),
     "events_add": Bound(1, 0, MAX_EVENTS, args=MAX_EVENT_ARGS),
-    "defer": Bound(2, 3, MAX_DEFER),
     "purge": Bound(1, 0, 0),
     "acquire": Bound(8, 0, 0),
     "release_callable": Bound(0, 1, MAX_RELEASE_CALLABLE),

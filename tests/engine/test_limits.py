@@ -1,5 +1,5 @@
 """Queue limits (claim.lua: claims per window, jobs in flight), callable limits
-(acquire.lua, release_callable.lua) and defer.lua, on the Redis clock given as ``now_ms``.
+(acquire.lua, release_callable.lua) and give_back.lua (defer), on the Redis clock given as ``now_ms``.
 Every Redis target, the cluster included."""
 
 from __future__ import annotations

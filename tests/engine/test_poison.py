@@ -309,8 +309,8 @@ def test_a_script_refuses_a_call_beyond_its_bound(engine: Engine) -> None:
 def test_each_header_states_the_bound_its_callers_use() -> None:
     expected = {"enqueue": scripts.MAX_ENQUEUE, "claim": scripts.MAX_CLAIM,
                 "ack": scripts.MAX_ACK, "nack": scripts.MAX_NACK, "extend": scripts.MAX_EXTEND,
-                "release": scripts.MAX_RELEASE, "recover": scripts.MAX_RECOVER,
-                "events_add": scripts.MAX_EVENTS, "defer": scripts.MAX_DEFER,
+                "give_back": scripts.MAX_GIVE_BACK, "recover": scripts.MAX_RECOVER,
+                "events_add": scripts.MAX_EVENTS,
                 "purge": scripts.MAX_PURGE, "release_callable": scripts.MAX_RELEASE_CALLABLE,
                 "forget_settled": scripts.MAX_FORGET, "reenqueue": scripts.MAX_REENQUEUE,
                 "mark": scripts.MAX_MARK}

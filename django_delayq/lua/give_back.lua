@@ -1,0 +1,68 @@
+-- give_back.lua : hand jobs in flight back, their attempt given back: claimed jobs that
+-- never started (release: graceful shutdown), or jobs put back in line for later (defer:
+-- a job a callable limit refused, not its fault).
+--
+-- KEYS: pending:zset inflight:zset attempts:hash ready:zset prio:hash urgent
+-- KEYS: group:hash group_ready:zset group_turns:zset group_running:zset group_held:zset
+-- used, in that order (the names of keys.QueueKeys):
+--          pending   ZSET  due_ms -> id
+--          inflight  ZSET  lease_deadline_ms -> id
+--          attempts  HASH  id -> lease token
+--          ready     ZSET  ready score -> id
+--          prio      HASH  id -> priority
+--          group_ready, group_turns (and group)  a grouped queue's index, its rotation
+--                    (lib.lua group_index, written by line_write; docs/groups.md)
+--          group_running, group_held  the jobs' group slots are freed and their held
+--                    groups put back (lib.lua group_slots)
+-- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
+-- ARGV[2]  channel   PUBLISH target: release, told the earliest released due time; defer,
+--                    when the queue's next claim moves earlier, or now when a held group
+--                    is put back in an empty rotation
+-- ARGV[3]  why       "release" or "defer"
+-- ARGV[4..] triples: id, token, due_ms (release: the due time the job had when claimed;
+--           defer: the new due time; clamped to years 1..9999)
+--
+-- A job whose token is current goes back in line at due_ms with its priority (lib.lua
+-- line), the attempt it was charged is given back (its attempts count lowered by one)
+-- and its group slot freed. A stale token changes nothing. Tokens and leases are read
+-- for the whole call before the first write.
+-- Returns: one integer per triple: 1 given back, 0 refused (lease lost)
+-- Cost: at most 200 triples per call (scripts.MAX_GIVE_BACK; callers split bigger
+--       batches): O(n log N); group slots: one HMGET and one ZREM, one index read per
+--       held group (at most n).
+--@include line
+--@include ms_range
+--@include group_slots
+local now = now_ms(ARGV[1])
+local release = ARGV[3] == 'release'
+local ids = {}
+for i = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
+if #ids == 0 then return {} end
+local held = redis.call('HMGET', attempts, unpack(ids))
+local leased = redis.call('ZMSCORE', inflight, unpack(ids))
+local prio_of = redis.call('HMGET', prio, unpack(ids))
+local line = new_line(pending, ready)  -- reads, before any write
+local out, back, counts, fresh, seen = {}, {}, {}, {}, {}
+for j = 1, #ids do
+  local id = ids[j]
+  local i = 3 * j + 1
+  if leased[j] and held[j] == ARGV[i + 1] and not seen[id] then
+    seen[id] = true
+    back[#back + 1] = id
+    local left = tonumber(held[j]) - 1
+    if left > 0 then counts[#counts + 1] = id; counts[#counts + 1] = left
+    else fresh[#fresh + 1] = id end
+    enter(line, id, clamp_ms(tonumber(ARGV[i + 2])), priority_of(prio_of[j]), now)
+    out[j] = 1
+  else
+    out[j] = 0
+  end
+end
+leave_flight(back, not release and ARGV[2] or nil, now)
+if #counts > 0 then call_many('HSET', attempts, {}, counts) end
+if #fresh > 0 then redis.call('HDEL', attempts, unpack(fresh)) end
+-- released jobs: told whatever the line's state (other workers take them)
+if release then line.idle = false end
+line_write(line, pending, ready, ARGV[2])
+if release and line.earliest ~= nil then tell(ARGV[2], line.earliest) end
+return out
