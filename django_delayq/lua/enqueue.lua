@@ -28,11 +28,12 @@
 -- A job whose id is already known (pending, ready, in flight, dead, or with an envelope),
 -- or repeated within the call, is left alone. Due times are clamped to years 1..9999.
 -- A job due already goes straight to ready unless pending holds a job due before it
--- (lib.lua line). Everything is read (ZMSCORE, HMGET) before the first write; a plain
--- call reads whether the queue is idle only when its earliest job comes before the head
--- of pending (lib.lua line_reads: else no wake-up depends on it). A plain call of one
--- job due later than now (it can only go to pending) does not read pending's scores: its
--- ZADD NX adds it only if pending does not hold it, and its reply says which.
+-- (lib.lua line). Everything is read (ZMSCORE; one EXISTS for the epoch and the envelopes,
+-- HMGET) before the first write; a plain call reads whether the queue is idle only when
+-- its earliest job comes before the head of pending (lib.lua line_reads: else no wake-up
+-- depends on it). A plain call of one job due later than now (it can only go to pending)
+-- does not read pending's scores: its ZADD NX adds it only if pending does not hold it,
+-- and its reply says which.
 -- Key types: a plain call (no envelope, priority 0, no group) writes only keys its reads
 -- met (pending or ready, and the untyped epoch and channel) unless a job goes to ready
 -- in a grouped queue (index_ready); a read meeting a wrong type ends it, before any
@@ -57,7 +58,7 @@ for i = 3, #ARGV, 6 do
 end
 if #ids == 0 then return {0, now} end
 local solo = plain and #ids == 1 and dues[1] > now  -- to pending: its ZADD NX reads pending
-local read, line, found = pcall(function()
+local read, line, found, epoch_exists = pcall(function()
   return new_line(pending, ready, plain), held(ids, solo)
 end)
 if not read then return read_failed(KINDS, line) end
@@ -89,8 +90,5 @@ line.nx = solo and added > 0
 if line_write(line, pending, ready, ARGV[2]) == 0 then added = 0 end  -- (solo) in pending
 if #envs > 0 then call_many('HSET', jobs, {}, envs) end
 if #prios > 0 then call_many('HSET', prio, {}, prios) end
-if redis.call('EXISTS', epoch) == 0 then
-  local t = server_time()
-  redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')
-end
+mark_epoch(epoch_exists)
 return {added, now}

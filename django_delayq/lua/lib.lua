@@ -229,25 +229,36 @@ local function priority_of(value)
 end
 
 --@define held
+--@include now
 -- Which of ``ids`` the queue holds already, one flag each: in pending, ready, in flight or
--- dead, or with an envelope, or repeated (an id met earlier in ``ids``) (keys ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs``,
--- declared by the including script). Reads only: call it before the first write.
--- ``nx``: the caller adds the jobs to pending with ZADD NX, whose reply tells whether
--- pending held them: pending is not read here.
+-- dead, or with an envelope, or repeated (an id met earlier in ``ids``) (keys ``pending``,
+-- ``ready``, ``inflight``, ``dead``, ``jobs`` and ``epoch``, declared by the including
+-- script); and whether the queue's epoch exists (for mark_epoch). Reads only: call it
+-- before the first write. ``nx``: the caller adds the jobs to pending with ZADD NX, whose
+-- reply tells whether pending held them: pending is not read here.
 local function held(ids, nx)
   local in_pending = nx and {} or redis.call('ZMSCORE', pending, unpack(ids))
   local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
   local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
   local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
-  local has_env = {}
-  if redis.call('EXISTS', jobs) == 1 then has_env = redis.call('HMGET', jobs, unpack(ids)) end
+  -- one read for two keys: EXISTS counts a key named twice twice (2 epoch + 1 jobs)
+  local known = redis.call('EXISTS', epoch, epoch, jobs)
+  local has_env = known % 2 == 1 and redis.call('HMGET', jobs, unpack(ids)) or {}
   local out, seen = {}, {}
   for j, job in ipairs(ids) do
     out[j] = (in_pending[j] or in_ready[j] or in_flight[j] or in_dead[j] or has_env[j]
               or seen[job]) and true or false
     seen[job] = true
   end
-  return out
+  return out, known >= 2
+end
+
+-- Creates the queue's epoch, "<ms>:<us>:e" of the server's clock (enqueue.lua's header),
+-- unless it ``exists`` (held's second answer); a caller that was given jobs calls it.
+local function mark_epoch(exists)
+  if exists then return end
+  local t = server_time()
+  redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')
 end
 
 --@define group_index

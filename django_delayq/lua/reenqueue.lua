@@ -54,7 +54,7 @@ local ids = {}
 for i = 6, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
 local line = new_line(pending, ready)
-local found = held(ids)
+local found, epoch_exists = held(ids)
 local in_settled = redis.call('ZMSCORE', settled, unpack(ids))
 local lately = redis.call('ZMSCORE', reconciled, unpack(ids))
 local counters = redis.call('HMGET', attempts, unpack(ids))
@@ -98,8 +98,5 @@ local old = redis.call('ZCOUNT', reconciled, '-inf', string.format('(%.0f', now 
 local over = redis.call('ZCARD', reconciled) - keep_max
 local drop = math.min(math.max(old, over), 1000)
 if drop > 0 then redis.call('ZREMRANGEBYRANK', reconciled, 0, drop - 1) end
-if redis.call('EXISTS', epoch) == 0 then
-  local t = server_time()
-  redis.call('SET', epoch, string.format('%.0f', time_ms(t)) .. ':' .. t[2] .. ':e', 'NX')
-end
+mark_epoch(epoch_exists)
 return {added, now}
