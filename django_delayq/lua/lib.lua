@@ -239,10 +239,11 @@ end
 local function held(ids, nx)
   local in_pending = nx and {} or redis.call('ZMSCORE', pending, unpack(ids))
   local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
-  local in_flight = redis.call('ZMSCORE', inflight, unpack(ids))
+  -- one read for three keys: EXISTS counts a key named n times n times (jobs 1, epoch 2,
+  -- inflight 4); an absent key holds none of the ids
+  local known = redis.call('EXISTS', jobs, epoch, epoch, inflight, inflight, inflight, inflight)
+  local in_flight = known >= 4 and redis.call('ZMSCORE', inflight, unpack(ids)) or {}
   local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
-  -- one read for two keys: EXISTS counts a key named twice twice (2 epoch + 1 jobs)
-  local known = redis.call('EXISTS', epoch, epoch, jobs)
   local has_env = known % 2 == 1 and redis.call('HMGET', jobs, unpack(ids)) or {}
   local out, seen = {}, {}
   for j, job in ipairs(ids) do
@@ -250,7 +251,7 @@ local function held(ids, nx)
               or seen[job]) and true or false
     seen[job] = true
   end
-  return out, known >= 2
+  return out, known % 4 >= 2
 end
 
 -- Creates the queue's epoch, "<ms>:<us>:e" of the server's clock (enqueue.lua's header),
