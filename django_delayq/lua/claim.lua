@@ -119,7 +119,7 @@ local out = {now, -1, 0, -1, 0, -1, 0}
 -- What the steps below share: the queue's limits (1), what was read (2), chosen (3) and
 -- leased (4); everything before step 6 only reads.
 local grant, rate, per_ms, in_window, cutoff = want, nil, nil, 0, 0
-local cand, tail, tail_ids, lead, jump, from_ready, unindex = {}, {}, {}, {}, {}, {}, {}
+local cand, by_id, lead, from_ready, unindex = {}, {}, {}, {}, {}
 local gone, died, entries = {}, {}, {}  -- entries: {score, id, promoted, due}
 local take, promoted, seen, left = {}, {}, {}, 0
 local leased, tokens, reset, claimed, n = {}, {}, {}, {}, 0
@@ -188,18 +188,19 @@ end
 -- the head of ready; entries are the candidates, by ready score
 local function read_candidates()
   cand = redis.call('ZRANGEBYSCORE', pending, '-inf', now, 'WITHSCORES', 'LIMIT', 0, PROMOTE)
+  -- leaving pending by id (cand leaves by rank): up to 10 entries past year 9999 (set
+  -- aside), and the due jobs of priority above 0 not among cand (out of its due order)
   if now <= MAX_MS then
-    tail = redis.call('ZRANGEBYSCORE', pending, '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
-                      'LIMIT', 0, 10)
+    by_id = redis.call('ZRANGEBYSCORE', pending, '(' .. MAX_MS_ARG, '+inf', 'WITHSCORES',
+                       'LIMIT', 0, 10)
   end
-  -- due jobs of priority above 0 not among cand: promoted out of pending's due order
   lead = redis.call('ZRANGEBYSCORE', urgent, '-inf', now, 'LIMIT', 0, URGENT)
-  local in_cand, jump_due = {}, {}
+  local in_cand = {}
   for i = 1, #cand, 2 do in_cand[cand[i]] = true end
   for _, id in ipairs(lead) do
     if not in_cand[id] then
       local s = tonumber(redis.call('ZSCORE', pending, id))
-      if s and s <= now then jump[#jump + 1] = id; jump_due[#jump_due + 1] = s end
+      if s and s <= now then by_id[#by_id + 1] = id; by_id[#by_id + 1] = s end
     end
   end
   local head = redis.call('ZRANGE', ready, 0, grant, 'WITHSCORES')  -- one more: held back?
@@ -209,11 +210,9 @@ local function read_candidates()
     if due then entries[#entries + 1] = {tonumber(head[i + 1]), id, false, due} end
   end
   local ids, scores = {}, {}
-  for i = 1, #cand, 2 do ids[#ids + 1] = cand[i]; scores[#scores + 1] = cand[i + 1] end
-  for i = 1, #tail, 2 do
-    ids[#ids + 1] = tail[i]; scores[#scores + 1] = tail[i + 1]; tail_ids[#tail_ids + 1] = tail[i]
+  for _, found in ipairs({cand, by_id}) do
+    for i = 1, #found, 2 do ids[#ids + 1] = found[i]; scores[#scores + 1] = found[i + 1] end
   end
-  for j = 1, #jump do ids[#ids + 1] = jump[j]; scores[#scores + 1] = jump_due[j] end
   local prios = {}
   if #ids > 0 and redis.call('EXISTS', prio) == 1 then
     prios = redis.call('HMGET', prio, unpack(ids))
@@ -302,8 +301,9 @@ end
 -- 6. write: everything above was only read (a grouped queue's 3g wrote already)
 local function write_moves()
   if #cand > 0 then redis.call('ZREMRANGEBYRANK', pending, 0, #cand / 2 - 1) end
-  if #tail_ids > 0 then redis.call('ZREM', pending, unpack(tail_ids)) end
-  if #jump > 0 then redis.call('ZREM', pending, unpack(jump)) end
+  local off = {}
+  for i = 1, #by_id, 2 do off[#off + 1] = by_id[i] end
+  if #off > 0 then redis.call('ZREM', pending, unpack(off)) end
   if #unindex > 0 then redis.call('ZREM', urgent, unpack(unindex)) end
   if #from_ready > 0 then  -- the leased (whatever copy was taken) and the set aside
     local off = {}
