@@ -189,30 +189,27 @@ class WakeListener:
         return _own_client(self.client, node).pubsub(ignore_subscribe_messages=True)
 
     def _record(self, message: dict[str, Any]) -> None:
-        """Announce the due time a message carries; ignore (DEBUG) anything else."""
+        """Announce the due time a message carries; ignore (DEBUG) anything else: a
+        message on a channel not ours, or not a due time a script could have sent."""
         try:
-            queue, due = self._parse(message)
+            channel = message.get("channel")
+            if isinstance(channel, bytes):
+                channel = channel.decode("utf-8", "replace")
+            queue = self.channels.get(channel) if isinstance(channel, str) else None
+            if queue is None:
+                raise ValueError("not one of our channels")
+            data = message.get("data")
+            if isinstance(data, bytes):
+                data = data.decode("ascii")
+            if not isinstance(data, (str, int, float)) or len(str(data)) > MAX_MESSAGE_BYTES:
+                raise ValueError("not a due time")
+            value = float(data)
+            if not MIN_DUE_MS <= value <= MAX_DUE_MS:  # also inf and nan
+                raise ValueError("not a due time in years 1..9999")
         except Exception as exc:  # noqa: BLE001 - a message can hold anything
             logger.debug("wake listener: ignored message %.100r: %s", message, exc)
             return
-        self._announce({queue: due})
-
-    def _parse(self, message: dict[str, Any]) -> tuple[str, int]:
-        channel = message.get("channel")
-        if isinstance(channel, bytes):
-            channel = channel.decode("utf-8", "replace")
-        queue = self.channels.get(channel) if isinstance(channel, str) else None
-        if queue is None:
-            raise ValueError("not one of our channels")
-        data = message.get("data")
-        if isinstance(data, bytes):
-            data = data.decode("ascii")
-        if not isinstance(data, (str, int, float)) or len(str(data)) > MAX_MESSAGE_BYTES:
-            raise ValueError("not a due time")
-        value = float(data)
-        if not MIN_DUE_MS <= value <= MAX_DUE_MS:  # also inf and nan
-            raise ValueError("not a due time in years 1..9999")
-        return queue, int(value)
+        self._announce({queue: int(value)})
 
     def _announce(self, earliest: dict[str, int]) -> None:
         with self._lock:
