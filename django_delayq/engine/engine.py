@@ -101,12 +101,9 @@ class Engine(OutboxOps, ServerReads, QueueControls):
 
     def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
                   rows: Sequence[Sequence[Any]]) -> list[int]:
-        keys, size = self._keys_of(name, queue), scripts.BOUNDS[name].items
-        out: list[int] = []
-        for part in replies.chunks(rows, size):
-            args = [self._now(now_ms), *head, *(value for row in part for value in row)]
-            out += [int(r) for r in self._run(name, keys, args)]
-        return out
+        return [int(r) for part in replies.chunks(rows, scripts.BOUNDS[name].items)
+                for r in self._script(name, queue, [self._now(now_ms), *head,
+                                                    *(value for row in part for value in row)])]
 
     def event_log(self, maxlen: int) -> EventLog:
         """The event streams of this prefix, each capped near ``maxlen`` entries; each
