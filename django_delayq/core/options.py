@@ -149,7 +149,9 @@ _UNSET = {"priority": 0, "on_conflict": KEEP, "after_failure": "cancel"}
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec(JobOptions):
     """One job: its arguments and its own options (those it leaves ``None`` take the
-    call's: ``schedule_many(..., priority=...)``, ``schedule_spec(..., queue=...)``)."""
+    call's: ``schedule_many(..., priority=...)``, ``schedule_spec(..., queue=...)``).
+    ``args`` (a list or tuple) and ``kwargs`` (a dict) are checked when it is scheduled
+    (``arguments``), not here."""
 
     args: Sequence[Any] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
