@@ -75,7 +75,11 @@ class CallbackFailed(Exception):
 class CallbackRefused(PermissionError, ValueError):
     """The URL is not one ``post_json`` may call: not http(s), credentials in it, or a
     host whose addresses are not public (and not allowed by
-    ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``). No connection was made."""
+    ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``). No connection was made. Its message
+    starts with ``not allowed:``, and so does the dead job's ``last_error``."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__("not allowed: " + why)
 
 
 class _Deadline:

@@ -115,6 +115,9 @@ def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | N
     with ``QUEUES: []``, as Django's rule is); a worker must serve it with ``--queues``.
     ``task_backend``: the alias of the Django Tasks backend enqueuing it (kept on the row,
     so ``get_result()`` reports it)."""
+    if not isinstance(spec, JobSpec):
+        raise InvalidJob("schedule_spec takes a JobSpec, not %s (%s)"
+                         % (validation.short(spec), type(spec).__name__))
     if queue is not None or max_attempts is not None or backoff is not None:
         spec = spec.under(JobOptions(queue=queue, max_attempts=max_attempts, backoff=backoff))
     return _schedule(fn, spec, any_queue=any_queue, task_backend=task_backend)
@@ -158,7 +161,7 @@ def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
           max_payload: int) -> tuple[dict[str, Any], NewJob]:
     """One job's row values and its entry for Redis (``schedule``; ``schedule_many`` uses
     ``rows.batch``, with the same checks)."""
-    args, kwargs = list(args), dict(kwargs)
+    args, kwargs = options.arguments(args, kwargs)
     _, _, size = validation.encode_args(args, kwargs)
     options.check_arguments(c.path, args, kwargs)
     run_at, at_ms, delay_ms = c.due()
@@ -203,7 +206,7 @@ def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
 
 def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call: JobOptions,
                    batch_size: int) -> list[str]:
-    specs = specs if isinstance(specs, (list, tuple)) else list(specs)
+    specs = _specs(specs)
     using = router.db_for_write(Job)
     if call.after is not None or any(_alone(spec) for spec in specs):
         with transaction.atomic(using=using):
@@ -218,6 +221,20 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
                          job_ids=[job.id for job in jobs])
         commit_batch.enqueue_after_commit(using, c.queue, jobs)
     return job_ids
+
+
+def _specs(specs: object) -> list[JobSpec]:
+    """``schedule_many``'s specs as a list, ``InvalidJob`` naming an item that is not a
+    ``JobSpec`` (its position and type), or an argument that is no iterable of them."""
+    if not isinstance(specs, Iterable):
+        raise InvalidJob("schedule_many takes an iterable of JobSpec objects, not %s (%s)"
+                         % (validation.short(specs), type(specs).__name__))
+    out = list(specs)
+    for i, spec in enumerate(out):
+        if not isinstance(spec, JobSpec):
+            raise InvalidJob("schedule_many takes JobSpec objects: item %d is %s (%s)"
+                             % (i, validation.short(spec), type(spec).__name__))
+    return out
 
 
 def _alone(spec: JobSpec) -> bool:

@@ -30,7 +30,9 @@ naming the option and the bad value:
 * ``after``: jobs (handles or ids) that must succeed first; ``after_failure``: ``cancel``
   (the default) or ``run`` when one of them fails (core/workflows.py).
 
-The job's arguments are checked against its function's signature here too.
+The job's arguments are checked here too: ``arguments`` (``args`` a list or tuple,
+``kwargs`` a dict: a ``JobSpec`` is checked when it is scheduled, not when it is made)
+and ``check_arguments`` (against the function's signature).
 """
 
 from __future__ import annotations
@@ -147,7 +149,9 @@ _UNSET = {"priority": 0, "on_conflict": KEEP, "after_failure": "cancel"}
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobSpec(JobOptions):
     """One job: its arguments and its own options (those it leaves ``None`` take the
-    call's: ``schedule_many(..., priority=...)``, ``schedule_spec(..., queue=...)``)."""
+    call's: ``schedule_many(..., priority=...)``, ``schedule_spec(..., queue=...)``).
+    ``args`` (a list or tuple) and ``kwargs`` (a dict) are checked when it is scheduled
+    (``arguments``), not here."""
 
     args: Sequence[Any] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -378,7 +382,21 @@ def run_on_failure(after_failure: object) -> bool:
                      "dead, cancelled or expired cancels the job) or 'run'" % (after_failure,))
 
 
-# -- the arguments against the function's signature ---------------------------------------
+# -- the arguments: their types, then against the function's signature --------------------
+
+def arguments(args: object, kwargs: object) -> tuple[list[Any], dict[str, Any]]:
+    """A job's ``args`` and ``kwargs`` as its row stores them (a list, a dict of their own).
+    ``args`` must be a list or tuple and ``kwargs`` a dict, else ``InvalidJob`` naming the
+    value: a string, bytes or a dict given as ``args`` is refused, not iterated into its
+    characters or keys. Their values (JSON, string keys) are ``validation.encode_args``'."""
+    if not isinstance(args, (tuple, list)):
+        raise InvalidJob("args must be a list or tuple of the job's positional arguments, "
+                         "not %s (%s)" % (validation.short(args), type(args).__name__))
+    if not isinstance(kwargs, dict):
+        raise InvalidJob("kwargs must be a dict of the job's keyword arguments (str keys), "
+                         "not %s (%s)" % (validation.short(kwargs), type(kwargs).__name__))
+    return list(args), dict(kwargs)
+
 
 def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -> None:
     """``InvalidJob`` when ``fn(*args, **kwargs)`` would fail to bind (a missing or an

@@ -271,7 +271,7 @@ def batch(using: str, specs: Iterable[options.JobSpec], call: options.Checked, *
     job_ids: list[str] = []
     keyed: list[str] = []
     for spec in specs:
-        args, kwargs = list(spec.args), dict(spec.kwargs)
+        args, kwargs = options.arguments(spec.args, spec.kwargs)
         args_json, kwargs_json, size = validation.encode_args(args, kwargs)
         if binder is not None:
             binder.check(args, kwargs)

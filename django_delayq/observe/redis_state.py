@@ -9,8 +9,9 @@ of Redis for them.
   one round trip for all) and its limit (``Engine.queue_limit``: what the workers wrote).
   ``names`` defaults to the known queues (``QUEUES`` and ``QUEUE_OPTIONS``).
 * ``workers(engine)``: a ``WorkerRow`` per worker of the registry (``Engine.workers``,
-  oldest heartbeat first), with its heartbeat's age on the Redis clock, its info entry
-  and the jobs it runs (``RunningJob``: from the entry the worker wrote, any JSON value
+  oldest heartbeat first), with its heartbeat's age on the Redis clock, whether it is
+  ``stale`` (its heartbeat older than ``LEASE_SECONDS``: killed, or its host is gone), its
+  info entry and the jobs it runs (``RunningJob``: from the entry the worker wrote, any JSON value
   of a job's ``queue`` and ``callable`` as its text). An entry that is not a worker's
   JSON, or that is over the registry's read limit, has its ``error`` and an empty
   ``info``. ``with_progress`` gives each running job its row's progress.
@@ -26,9 +27,13 @@ the sum of three figures, each with one name:
 
 Each worker publishes ``running`` and ``prefetched`` (its registry info's ``running``
 and ``waiting`` fields) at every heartbeat; ``settling`` is what is left of ``in flight``
-once both are taken away. The workers' figures are as of their last heartbeat, the
-``in flight`` count as of now: when the two disagree (a worker's info is older than a
-claim), ``settling`` is 0, never negative.
+once both are taken away. A stale worker counts in neither: it runs nothing any more, and
+its last report would count jobs that recovery took back (and another worker may have
+finished); until recovery takes them back, its jobs are in the rest, ``settling``. The
+workers' figures are as of their last heartbeat, the ``in flight`` count as of now: when
+the two disagree (a worker's info is older than a claim or an acknowledgement),
+``running`` is capped at ``in flight`` and ``prefetched`` at what is left, so the three
+always add up to ``in flight``, none negative.
 
 A worker's info entry is JSON any process with access to Redis could have written
 (``parse_info``): each field is used only when it has the expected type.
@@ -46,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError
 
 from django_delayq.core import stored
+from django_delayq.core.conf import get_settings
 from django_delayq.core.queues import known_queues
 from django_delayq.models import Job
 from django_delayq.observe.limit_usage import describe_limit
@@ -102,6 +108,7 @@ class RunningJob:
 class WorkerRow:
     id: str
     heartbeat_age_s: float
+    stale: bool = False  # its heartbeat is older than LEASE_SECONDS: in no split (held)
     info: dict[str, Any]  # {} when the entry is absent or ``error`` says why it was not used
     error: str | None
     processes: int | None  # each figure None when the info has no such count
@@ -126,16 +133,17 @@ def queues(engine: Engine, names: Sequence[str] | None = None) -> list[QueueRow]
 
 
 def workers(engine: Engine) -> list[WorkerRow]:
-    now_ms = engine.time_ms()
+    now_ms, stale_after_s = engine.time_ms(), get_settings().lease_seconds
     out = []
     for entry in engine.workers():
         info, error = parse_info(entry.info)  # absent or not read: {}
         if entry.info_bytes_unread:
             error = "%d bytes, over the registry's read limit: not read" % (
                 entry.info_bytes_unread)
+        age_s = round(max(0.0, (now_ms - entry.beat_ms) / 1000), 3)
         out.append(WorkerRow(
-            id=entry.id, heartbeat_age_s=round(max(0.0, (now_ms - entry.beat_ms) / 1000), 3),
-            info=info, error=error, processes=integer(info.get("processes")),
+            id=entry.id, heartbeat_age_s=age_s, stale=age_s > stale_after_s, info=info,
+            error=error, processes=integer(info.get("processes")),
             running=count(info, RUNNING_FIELD), prefetched=count(info, PREFETCHED_FIELD),
             jobs=_jobs(info.get("jobs"), now_ms)))
     return out
@@ -156,9 +164,10 @@ def with_progress(rows: list[WorkerRow]) -> list[WorkerRow]:
 
 
 def held(queue_rows: Sequence[QueueRow], worker_rows: Sequence[WorkerRow]) -> Holding:
-    """The queues' jobs in flight, split into running, prefetched and settling."""
+    """The queues' jobs in flight, split into running, prefetched and settling by the
+    workers that are not stale."""
     return split(sum(q.inflight for q in queue_rows),
-                 ((w.running, w.prefetched) for w in worker_rows))
+                 ((w.running, w.prefetched) for w in worker_rows if not w.stale))
 
 
 def integer(value: object) -> int | None:
@@ -213,8 +222,10 @@ def progress_of(ids: Iterable[str]) -> dict[str, Any]:
 
 def split(in_flight: int, workers: Iterable[tuple[int | None, int | None]]) -> Holding:
     """The split of ``in flight`` (summed over the queues shown) by the workers'
-    ``(running, prefetched)`` counts (``None`` for a count a worker's info lacks)."""
+    ``(running, prefetched)`` counts (``None`` for a count a worker's info lacks): running
+    at most ``in flight``, prefetched at most what is left, settling the rest."""
     pairs = list(workers)
-    running, prefetched = sum(r or 0 for r, _ in pairs), sum(w or 0 for _, w in pairs)
+    running = min(in_flight, sum(r or 0 for r, _ in pairs))
+    prefetched = min(in_flight - running, sum(w or 0 for _, w in pairs))
     return Holding(in_flight=in_flight, running=running, prefetched=prefetched,
-                   settling=max(0, in_flight - running - prefetched))
+                   settling=in_flight - running - prefetched)

@@ -342,3 +342,21 @@ def test_scheduled_callback_to_the_metadata_service_is_dead_at_once(delayq_setti
     assert job.error_type == "django_delayq.contrib.http.CallbackRefused"
     assert "169.254.169.254 is link-local" in job.last_error
     assert job.result is None
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://169.254.169.254/latest/meta-data/", "169.254.169.254 is link-local"),
+    ("https://user:hunter2@partner.example/hook", "post_json refuses a URL with credentials"),
+    ("ftp://partner.example/hook", "post_json needs an http:// or https:// URL"),
+    ("http://partner.example:99999/hook", "post_json: bad port"),
+])
+@pytest.mark.django_db
+def test_a_refused_url_leaves_not_allowed_in_the_audit_row(delayq_settings, delayq,  # noqa: F811
+                                                           refuse_local, url, why):
+    """docs/http-callbacks.md: dead at once, ``not allowed: …`` in its audit row."""
+    handle = schedule(PATH, url, {}, backoff=UPSTREAM_BACKOFF)
+    assert delayq.run_due_jobs() == 1
+    job = Job.objects.get(pk=handle.id)
+    assert (job.status, job.attempts) == ("dead", 1), job.last_error
+    assert job.last_error.startswith("not allowed: "), job.last_error
+    assert why in job.last_error and "hunter2" not in job.last_error

@@ -37,6 +37,41 @@ def test_split_never_goes_negative_and_skips_missing_counts():
     assert split(1, [(2, 3)]).settling == 0  # worker info older than the inflight count
 
 
+def test_split_always_adds_up_to_in_flight():
+    """A worker's info is a heartbeat old: it may count jobs acknowledged since (or, with
+    --queues, jobs of queues not shown). Running is capped at in flight, prefetched at
+    what is left."""
+    assert split(1, [(2, 3)]) == Holding(in_flight=1, running=1, prefetched=0, settling=0)
+    assert split(0, [(1, 0)]) == Holding(in_flight=0, running=0, prefetched=0, settling=0)
+    assert split(4, [(1, 5)]) == Holding(in_flight=4, running=1, prefetched=3, settling=0)
+
+
+def test_a_stale_worker_is_listed_but_counts_in_no_split(delayq_engine):
+    """A killed worker's registry entry stays (it never unregistered) with its last
+    report: listed, flagged STALE, its jobs not counted as running or prefetched."""
+    _hold_five(delayq_engine)
+    delayq_engine.register_worker("gone", json.dumps({
+        "host": "c", "running": 3, "waiting": 2,
+        "jobs": [{"id": "01m82p8b0q4k3w1x2y3z4a5b6c", "queue": "default",
+                  "callable": "tests.jobs.noop", "started_ms": 1}]}))
+    registry = "{%s}:workers" % delayq_engine.prefix  # its last heartbeat: an hour ago
+    delayq_engine.client.zadd(registry, {"gone": delayq_engine.time_ms() - 3_600_000})
+    out = StringIO()
+    call_command("delayq_status", "--json", stdout=out)
+    doc = json.loads(out.getvalue())
+    assert doc["holding"] == EXPECTED
+    assert {w["id"]: w["stale"] for w in doc["workers"]} == {
+        "gone": True, "w-1": False, "w-2": False}
+    out = StringIO()
+    call_command("delayq_status", stdout=out)
+    text = out.getvalue()
+    assert "IN FLIGHT 5 = 2 running + 1 prefetched + 2 settling" in text
+    assert "(STALE)" in text and "running 01m82p8b0q4k3w1x2y3z4a5b6c" in text
+    data = json.loads(staff_client().get(reverse("admin:django_delayq_job_dashboard_data"))
+                      .content)
+    assert data["holding"] == EXPECTED and len(data["workers"]) == 3
+
+
 def test_delayq_status_splits_in_flight(delayq_engine):
     _hold_five(delayq_engine)
     out = StringIO()

@@ -81,11 +81,11 @@ def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dic
                 "concurrency": limit.concurrency}, "waiting": waiting}
 
 
-def worker_data(w: redis_state.WorkerRow, stale_after_s: float) -> dict[str, Any]:
+def worker_data(w: redis_state.WorkerRow) -> dict[str, Any]:
     """A worker as shown; ``info_error`` says why its info entry was ignored."""
-    return {"id": w.id, "heartbeat_age_s": w.heartbeat_age_s,
-            "stale": w.heartbeat_age_s > stale_after_s, "info": w.info, "info_error": w.error,
-            "processes": w.processes, "jobs": [asdict(job) for job in w.jobs]}
+    return {"id": w.id, "heartbeat_age_s": w.heartbeat_age_s, "stale": w.stale, "info": w.info,
+            "info_error": w.error, "processes": w.processes,
+            "jobs": [asdict(job) for job in w.jobs]}
 
 
 def waiting_counts(queues: list[str]) -> dict[str, int]:
@@ -105,7 +105,7 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, 
     workers = redis_state.with_progress(redis_state.workers(engine))
     return {"now": _iso(engine.time_ms()) or "", "prefix": settings.prefix,
             "queues": [queue_data(engine, q, waiting.get(q.queue, 0)) for q in states],
-            "workers": [worker_data(w, settings.lease_seconds) for w in workers],
+            "workers": [worker_data(w) for w in workers],
             "paused": [q.queue for q in states if q.paused],
             # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list)
             "callable_limits": [asdict(c) for c in limit_usage.callable_limits(engine, settings)],
