@@ -6,8 +6,8 @@ another address: the metrics page names queues and callables and has no authenti
 With ``--processes N`` the child of slot i (0..N-1) serves its own metrics on port + i.
 
 Exit codes (``worker.loop``): 0 stopped cleanly (drained, or ``--burst``/``--max-jobs``
-done), 1 an error stopped the worker, 2 a bad setting or option (nothing ran),
-3 stopped hard (a second SIGTERM/SIGINT).
+done), 1 an error stopped the worker, 2 a bad setting or option (nothing ran; an error
+of the system checks run first included), 3 stopped hard (a second SIGTERM/SIGINT).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, SystemCheckError
 
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
@@ -82,6 +82,17 @@ class Command(BaseCommand):
                                  "only; 0.0.0.0 or :: for every interface)." % METRICS_ADDR)
         # set by --processes on the command line of each child
         parser.add_argument("--supervised", default=None, help=argparse.SUPPRESS)
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """Django's system checks (unless ``--skip-checks``), whose errors exit 2, as a bad
+        setting that ``get_settings()`` refuses does: Django's own code for any
+        ``CommandError`` is 1, and ``run_from_argv`` exits with the error's ``returncode``
+        (Django 5.2 and 6.x alike)."""
+        try:
+            super().check(*args, **kwargs)
+        except SystemCheckError as exc:
+            exc.returncode = EXIT_CONFIG
+            raise
 
     def handle(self, *args: object, **options: Any) -> None:
         try:

@@ -1,0 +1,56 @@
+"""``manage.py delayq_worker`` with a bad DELAYQ setting exits 2 ("a bad setting or option,
+nothing ran"), whether Django's system checks find it or, with ``--skip-checks``,
+``get_settings()`` does; the message names the setting, without a traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from django_delayq.worker.tracking import EXIT_CONFIG
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BAD = {
+    "CONCURRENCY=0": ({"CONCURRENCY": 0}, "delayq.E018"),
+    "a typo'd key": ({"CONCURENCY": 2}, "delayq.E001"),
+    "ALLOWED_CALLABLES unset": ({"ALLOWED_CALLABLES": None}, "delayq.E025"),
+    "no such cache": ({"CACHE_ALIAS": "nope"}, "delayq.E003"),
+    "not a django-redis cache": ({"CACHE_ALIAS": "default"}, "delayq.E003"),
+}
+
+
+def _worker(tmp_path: Path, overrides: dict[str, object], *args: str,
+            ) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.management.delayq_overrides",
+           "DELAYQ_TEST_OVERRIDES": json.dumps(overrides),
+           "DELAYQ_TEST_SQLITE": str(tmp_path / "db.sqlite3"),
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return subprocess.run([sys.executable, "-m", "django", "delayq_worker", "--burst", *args],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_setting_found_by_the_checks_exits_2(tmp_path: Path, case: str) -> None:
+    overrides, check_id = BAD[case]
+    proc = _worker(tmp_path, overrides)
+    assert proc.returncode == EXIT_CONFIG == 2, proc.stderr
+    assert "SystemCheckError" in proc.stderr and check_id in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("case", ["CONCURRENCY=0", "a typo'd key", "no such cache",
+                                  "not a django-redis cache"])
+def test_a_bad_setting_with_skip_checks_exits_2_naming_it(tmp_path: Path, case: str) -> None:
+    overrides, _check_id = BAD[case]
+    proc = _worker(tmp_path, overrides, "--skip-checks")
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    (key,) = overrides
+    assert "delayq_worker: " in proc.stderr and "DELAYQ[%r]" % key in proc.stderr \
+        or "unknown DELAYQ key %r" % key in proc.stderr
+    assert "Traceback" not in proc.stderr
