@@ -21,9 +21,10 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from django_delayq.core import limits, schedules
-from django_delayq.core.validation import name_problem
+from django_delayq.core.validation import check_max_attempts, name_problem
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine import client as urls
+from django_delayq.exceptions import InvalidJob
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 NO_LIMIT = limits.Limit()
@@ -176,6 +177,20 @@ def _url(name: str, url: object, merged: dict[str, Any]) -> tuple[Any, Problems]
     return url, []
 
 
+def _cache_alias(name: str, alias: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    """CACHE_ALIAS: None or the name of a django-redis cache of CACHES."""
+    if alias is None:
+        return None, []
+    caches = getattr(settings, "CACHES", {}) or {}
+    if not isinstance(alias, str) or alias not in caches:
+        return None, ["DELAYQ['CACHE_ALIAS'] %r is not a key of CACHES %r" % (alias, list(caches))]
+    backend = str(caches[alias].get("BACKEND", ""))
+    if not backend.startswith("django_redis."):
+        return None, ["DELAYQ['CACHE_ALIAS'] %r uses BACKEND %r; only django-redis caches "
+                      "expose a Redis client" % (alias, backend)]
+    return alias, []
+
+
 def _allowed(name: str, allowed: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """ALLOWED_CALLABLES: None or a list of module names (an empty list is a check error)."""
     if allowed is None:
@@ -263,6 +278,14 @@ def _default_queue(name: str, queue: object, merged: dict[str, Any]) -> tuple[An
     return queue, []
 
 
+def _max_attempts(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    """DEFAULT_MAX_ATTEMPTS: what ``schedule()`` takes as ``max_attempts``."""
+    try:
+        return check_max_attempts(value), []
+    except InvalidJob as exc:
+        return None, ["DELAYQ['DEFAULT_MAX_ATTEMPTS']: %s" % exc]
+
+
 def _backoff(name: str, backoff: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     why = backoff_mod.validate(backoff)
     return backoff, ["DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)] if why else []
@@ -290,7 +313,8 @@ READERS: dict[str, Reader] = {
     **{key: _flag for key, value in DEFAULTS.items() if type(value) is bool},
     "METRICS_GROUPS": _number(True, "no metrics per group"),
     "JOB_TIMEOUT_SECONDS": _number(False, "no limit"),
-    "REDIS_URL": _url, "PREFIX": _prefix, "QUEUES": _queues, "DEFAULT_QUEUE": _default_queue,
+    "REDIS_URL": _url, "CACHE_ALIAS": _cache_alias, "PREFIX": _prefix, "QUEUES": _queues,
+    "DEFAULT_QUEUE": _default_queue, "DEFAULT_MAX_ATTEMPTS": _max_attempts,
     "DEFAULT_BACKOFF": _backoff, "ALLOWED_CALLABLES": _allowed,
     "QUEUE_OPTIONS": _limits(limits.queue_options_problems, "QUEUES"),
     "CALLABLE_LIMITS": _limits(limits.callable_limits_problems, "ALLOWED_CALLABLES"),

@@ -202,6 +202,10 @@ def settings_problems(value: object) -> list[str]:
         if not isinstance(d.get("callable"), str):
             found.append("%s: 'callable' must be a dotted path, not %r"
                          % (where, d.get("callable")))
+        args, kwargs = d.get("args", []), d.get("kwargs", {})
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+            found.append("%s: 'args' must be a list and 'kwargs' a dict, not %r, %r"
+                         % (where, args, kwargs))
         if not isinstance(d.get("atomic", False), bool):
             found.append("%s: 'atomic' must be True or False, not %r" % (where, d["atomic"]))
         if "group" in d:

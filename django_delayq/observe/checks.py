@@ -4,18 +4,23 @@
 check id (``ERROR_IDS``, documented in docs/settings.md) and a hint saying what is
 accepted. Ids never change meaning: a new key gets a new number. One check is not a
 bad value but a missing one: ``ALLOWED_CALLABLES`` unset or empty allows no job at all
-(``delayq.E025``), since job functions are never allowed by default.
+(``delayq.E025``), since job functions are never allowed by default. Once the setting is
+valid, what needs the job modules imported is checked here as ``schedule()`` checks it
+(``registry``, ``periodic.check``): CALLABLE_LIMITS paths and the jobs of SCHEDULES.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
-from django.conf import settings
 from django.core import checks
 
-from django_delayq.core import conf, registry
+from django_delayq.core import conf, periodic, registry
+from django_delayq.core.validation import MAX_ATTEMPTS
 from django_delayq.exceptions import InvalidJob
+from django_delayq.models import Schedule
 
 NOT_A_DICT = "delayq.E000"
 UNKNOWN_KEY = "delayq.E001"
@@ -40,7 +45,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "QUEUES": ("delayq.E005", "A non-empty list of names without braces, e.g. ['default', "
                               "'emails']."),
     "DEFAULT_QUEUE": ("delayq.E006", "One of the names in DELAYQ['QUEUES']."),
-    "DEFAULT_MAX_ATTEMPTS": ("delayq.E007", "An integer >= 1, e.g. 3."),
+    "DEFAULT_MAX_ATTEMPTS": ("delayq.E007", "An integer from 1 to %d (what schedule() takes "
+                                            "as max_attempts), e.g. 3." % MAX_ATTEMPTS),
     "DEFAULT_BACKOFF": ("delayq.E008", "A list of seconds such as [15, 180, 600], or a policy "
                                        "dict; see docs/settings.md#default_backoff."),
     "ALLOWED_CALLABLES": ("delayq.E009", "A list of module names such as ['shop.tasks', "
@@ -109,21 +115,6 @@ def hint_for(key: str) -> str:
     return HINTS.get(key, DEFAULT_HINT if key in conf.DEFAULTS else UNKNOWN_HINT)
 
 
-def _cache_alias_problem(user: dict[str, Any]) -> str | None:
-    """CACHE_ALIAS must name a django-redis cache (not validated by conf.problems())."""
-    alias = user.get("CACHE_ALIAS")
-    if alias is None:
-        return None
-    caches = getattr(settings, "CACHES", {}) or {}
-    if not isinstance(alias, str) or alias not in caches:
-        return "DELAYQ['CACHE_ALIAS'] %r is not a key of CACHES %r" % (alias, list(caches))
-    backend = str(caches[alias].get("BACKEND", ""))
-    if not backend.startswith("django_redis."):
-        return ("DELAYQ['CACHE_ALIAS'] %r uses BACKEND %r; only django-redis caches expose a "
-                "Redis client" % (alias, backend))
-    return None
-
-
 def _no_allowed_callables(user: dict[str, Any]) -> checks.CheckMessage | None:
     """Unset or empty ALLOWED_CALLABLES: every schedule() and every job would be refused."""
     allowed = user.get("ALLOWED_CALLABLES")
@@ -136,18 +127,30 @@ def _no_allowed_callables(user: dict[str, Any]) -> checks.CheckMessage | None:
         hint=NO_ALLOWED_HINT, obj="DELAYQ['ALLOWED_CALLABLES']", id=NO_ALLOWED_CALLABLES)
 
 
-def _limits_messages() -> list[checks.CheckMessage]:
-    """CALLABLE_LIMITS paths that do not import as job functions (checked once the setting
-    is valid: importing runs the job modules), and QUEUE_OPTIONS for unknown queues."""
-    settings = conf.get_settings()
+def _job_messages(key: str, checked: dict[str, Callable[[], object]]
+                  ) -> list[checks.CheckMessage]:
+    """``DELAYQ[key][name]``'s error for each ``checked[name]()`` raising ``InvalidJob``."""
     found: list[checks.CheckMessage] = []
-    for path in settings.callable_limits:
+    for name, check in checked.items():
         try:
-            registry.check_schedulable(path)
+            check()
         except InvalidJob as exc:
-            found.append(checks.Error(
-                "DELAYQ['CALLABLE_LIMITS'][%r]: %s" % (path, exc), hint=HINTS["CALLABLE_LIMITS"],
-                obj="DELAYQ['CALLABLE_LIMITS']", id=ERROR_IDS["CALLABLE_LIMITS"]))
+            found.append(checks.Error("DELAYQ[%r][%r]: %s" % (key, name, exc), hint=HINTS[key],
+                                      obj="DELAYQ[%r]" % key, id=ERROR_IDS[key]))
+    return found
+
+
+def _valid_settings_messages() -> list[checks.CheckMessage]:
+    """What ``schedule()`` would refuse, checked once the setting is valid (importing runs
+    the job modules): CALLABLE_LIMITS paths that do not import as job functions, and
+    SCHEDULES whose jobs it would refuse (``periodic.check``: the allow-list, the
+    function, its arguments, the queue); and QUEUE_OPTIONS for unknown queues."""
+    settings = conf.get_settings()
+    found = _job_messages("CALLABLE_LIMITS", {
+        path: partial(registry.check_schedulable, path) for path in settings.callable_limits})
+    found += _job_messages("SCHEDULES", {
+        name: partial(periodic.check, Schedule(name=name, **periodic.settings_values(d)))
+        for name, d in settings.schedules.items()})
     found += [checks.Warning(
         "DELAYQ['QUEUE_OPTIONS'] names queue %r, which DELAYQ['QUEUES'] %r does not list"
         % (queue, list(settings.queues)),
@@ -166,14 +169,11 @@ def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.
         return [checks.Error(str(exc), hint="DELAYQ = {'REDIS_URL': 'redis://...', ...}",
                              obj="DELAYQ", id=NOT_A_DICT)]
     found = conf.problems(user)
-    if not any(key == "CACHE_ALIAS" for key, _ in found) and (
-            msg := _cache_alias_problem(user)):
-        found.append(("CACHE_ALIAS", msg))
     messages: list[checks.CheckMessage] = [
         checks.Error(text, hint=hint_for(key), obj="DELAYQ[%r]" % key, id=error_id(key))
         for key, text in found]
     if error := _no_allowed_callables(user):
         messages.append(error)
     if not found:
-        messages += _limits_messages()
+        messages += _valid_settings_messages()
     return messages

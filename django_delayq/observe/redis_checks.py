@@ -26,6 +26,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
 from django_delayq.core import conf
@@ -50,9 +51,11 @@ def _client() -> Any:
 
 
 def _settings_usable() -> bool:
+    """Valid settings (a bad REDIS_URL or CACHE_ALIAS is not connected through) and not
+    EAGER."""
     try:
-        return not conf.problems() and not conf.get_settings().eager
-    except Exception:  # noqa: BLE001 - checks.py reports bad settings
+        return not conf.get_settings().eager
+    except ImproperlyConfigured:  # checks.py reports bad settings
         return False
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from io import StringIO
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 
-from django_delayq.core import conf
+from django_delayq.core import conf, validation
 from django_delayq.observe import checks
 
 BAD_VALUES = {
@@ -157,3 +158,46 @@ def test_the_test_settings_have_no_delayq_errors():
     from django.core.checks import run_checks
 
     assert [m.id for m in run_checks() if (m.id or "").startswith("delayq.E")] == []
+
+
+LOCMEM_AND_REDIS = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    "redis": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://h:1/0"},
+}
+
+
+@pytest.mark.django_db  # Django 6 model checks query the database (JSONField support)
+@pytest.mark.parametrize("alias, said", [("nope", "is not a key of CACHES"),
+                                         ("default", "LocMemCache")])
+def test_a_bad_cache_alias_is_reported_by_check_not_a_traceback(settings, alias, said):
+    """The Redis checks skip bad connection settings instead of connecting through them."""
+    settings.CACHES = LOCMEM_AND_REDIS
+    settings.DELAYQ = {"QUEUES": ["default"], "ALLOWED_CALLABLES": ["tests.jobs"],
+                       "CACHE_ALIAS": alias}
+    with pytest.raises(SystemCheckError) as info:
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+    assert "delayq.E003" in str(info.value) and said in str(info.value)
+    assert "delayq.W011" not in str(info.value)
+
+
+@pytest.mark.parametrize("alias, said", [("nope", "is not a key of CACHES"),
+                                         ("default", "LocMemCache")])
+def test_get_settings_raises_for_a_bad_cache_alias(settings, alias, said):
+    settings.CACHES = LOCMEM_AND_REDIS
+    settings.DELAYQ = {"ALLOWED_CALLABLES": ["tests.jobs"], "CACHE_ALIAS": alias}
+    with pytest.raises(ImproperlyConfigured, match=said):
+        conf.get_settings()
+    settings.DELAYQ = {"ALLOWED_CALLABLES": ["tests.jobs"], "CACHE_ALIAS": "redis"}
+    assert conf.get_settings().cache_alias == "redis"
+
+
+def test_default_max_attempts_takes_what_schedule_takes(settings):
+    """Not a value every schedule() without max_attempts would refuse."""
+    assert _errors(settings, DEFAULT_MAX_ATTEMPTS=validation.MAX_ATTEMPTS) == []
+    for bad in (validation.MAX_ATTEMPTS + 1, 5000):
+        [error] = _errors(settings, DEFAULT_MAX_ATTEMPTS=bad)
+        assert error.id == "delayq.E007" and repr(bad) in error.msg
+        assert "1 to %d" % validation.MAX_ATTEMPTS in error.msg
+        assert "1 to %d" % validation.MAX_ATTEMPTS in error.hint
+        with pytest.raises(ImproperlyConfigured, match="DEFAULT_MAX_ATTEMPTS"):
+            conf.get_settings()

@@ -1,0 +1,60 @@
+"""``manage.py check`` refuses a ``DELAYQ["SCHEDULES"]`` entry no tick of which could run
+(``delayq.E032``, naming the schedule and the value), as ``schedule()`` would refuse its
+job: a callable the allow-list refuses or that does not exist, arguments that do not fit
+the function, a queue ``QUEUES`` does not list."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_delayq.observe import checks
+
+BAD = {
+    "a module not allowed": ({"callable": "os.system"}, "'os.system'"),
+    "no such function": ({"callable": "tests.jobs.nosuchfn"}, "nosuchfn"),
+    "args that do not fit": ({"callable": "tests.jobs.add", "args": [1]}, "tests.jobs.add"),
+    "kwargs that do not fit": ({"callable": "tests.jobs.add",
+                                "kwargs": {"a": 1, "b": 2, "c": 3}}, "'c'"),
+    "a queue not in QUEUES": ({"callable": "tests.jobs.noop", "queue": "nope"}, "'nope'"),
+}
+
+
+def _errors(settings, **schedules):  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {"QUEUES": ["default"], "ALLOWED_CALLABLES": ["tests.jobs"],
+                       "SCHEDULES": schedules}
+    return checks.check_settings()
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_schedule_no_tick_of_which_could_run_is_e032(settings, case) -> None:  # type: ignore[no-untyped-def]
+    definition, value = BAD[case]
+    [error] = _errors(settings, bad={**definition, "interval": 5},
+                      good={"callable": "tests.jobs.add", "args": [1, 2], "interval": 5})
+    assert (error.id, error.obj) == ("delayq.E032", "DELAYQ['SCHEDULES']")
+    assert "DELAYQ['SCHEDULES']['bad']" in error.msg and value in error.msg, error.msg
+    assert error.hint == checks.HINTS["SCHEDULES"]
+
+
+def test_good_schedules_pass(settings) -> None:  # type: ignore[no-untyped-def]
+    assert _errors(settings, nightly={"callable": "tests.jobs.add", "kwargs": {"a": 1, "b": 2},
+                                      "cron": "0 2 * * *", "queue": "default"},
+                   often={"callable": "tests.jobs.noop", "args": [1, "x"], "interval": 60}) == []
+
+
+@pytest.mark.parametrize("key, value", [("args", 5), ("args", "ab"), ("kwargs", [1])])
+def test_args_and_kwargs_of_the_wrong_type_are_e032_not_a_crash(settings, key, value) -> None:  # type: ignore[no-untyped-def]
+    [error] = _errors(settings, bad={"callable": "tests.jobs.noop", "interval": 5, key: value})
+    assert error.id == "delayq.E032" and "'bad'" in error.msg and repr(value) in error.msg
+
+
+@pytest.mark.django_db  # Django 6 model checks query the database (JSONField support)
+def test_manage_py_check_fails_on_a_schedule_that_cannot_run(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {"QUEUES": ["default"], "ALLOWED_CALLABLES": ["tests.jobs"],
+                       "SCHEDULES": {"bad": {"callable": "os.system", "interval": 5}}}
+    with pytest.raises(SystemCheckError) as info:
+        call_command("check", stdout=StringIO(), stderr=StringIO())
+    assert "delayq.E032" in str(info.value) and "'bad'" in str(info.value)
