@@ -8,7 +8,8 @@ Enable in your ``conftest.py``::
   afterwards) and the test clock; yields ``django_delayq.testing.DelayQ`` with
   ``run_due_jobs(now=None)``, ``advance(timedelta)``, ``jobs(**filters)``, ``engine``.
 * ``delayq_eager``: ``DELAYQ["EAGER"] = True`` for the test: ``schedule()`` runs the job
-  inline once the surrounding transaction commits (no Redis involved).
+  inline once the surrounding transaction commits (no Redis involved); a failing job's
+  exception is raised out of the commit (or of ``schedule()`` in autocommit).
 
 Both need the database (``@pytest.mark.django_db``); pytest-django must be installed.
 """

@@ -4,15 +4,18 @@
   synchronously, in this thread and this database transaction, then return how many
   ran (a job whose ``expires`` passed ends ``expired`` instead, as with a worker). Rows
   scheduled inside a test transaction whose on-commit enqueue never fired are enqueued
-  first (the outbox), so it works in ``TestCase`` tests too.
+  first (the outbox), and again once nothing is due if jobs ran (those they scheduled),
+  so it works in ``TestCase`` tests too.
 * ``advance(timedelta)``: move the test clock forward (and freezegun's frozen time, when
   a ``freeze_time`` is active) and run what became due.
 * ``use_test_clock()``: make ``schedule(delay=...)`` measure from the test clock (which
   follows freezegun) instead of the Redis server's; the ``delayq`` fixture does this.
 * ``isolated()``: a unique ``DELAYQ["PREFIX"]`` plus the test clock; yields a ``DelayQ``
-  helper and deletes the prefix's keys on exit (``django_delayq.pytest_plugin`` wraps it).
+  helper and deletes the prefix's keys on exit, once the event stream's flusher wrote
+  the test's events (``django_delayq.pytest_plugin`` wraps it).
 * ``run_worker()``: a real ``Worker`` in burst mode (threads, batched audit).
-* ``run_eager(job_id)``: run one job inline right away (``DELAYQ["EAGER"]`` uses it).
+* ``run_eager(job_id)``: run one job inline right away, raising its exception if it fails
+  (``DELAYQ["EAGER"]`` uses it; ``core.commit_batch`` raises it out of the commit).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from django_delayq.core import connection, payloads, periodic
+from django_delayq.core import connection, events, payloads, periodic
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.core.reconcile import Reconciler
@@ -99,11 +102,15 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     clock = clock_ms if fixed is None else (lambda: fixed)
     engine = _clocked(clock)
     names = tuple(queues or settings.queues)
-    if flush_outbox:  # live rows Redis does not hold (their on-commit enqueue never fired)
-        Reconciler(engine, settings, names).run_all(grace_seconds=0.0)
+    # Live rows Redis does not hold: their on-commit enqueue never fired (the test's
+    # transaction never commits). Again once Redis has nothing due, if jobs ran since:
+    # those they scheduled are in the same case.
+    reconciler = Reconciler(engine, settings, names) if flush_outbox else None
+    if reconciler is not None:
+        reconciler.run_all(grace_seconds=0.0)
     audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
     settler = Settler(engine, settings, audit, WORKER_ID, on_start=periodic.started)
-    ran = 0
+    ran = flushed = 0
     while ran < max_jobs:
         progressed = False
         for queue in names:
@@ -112,7 +119,10 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
             ran += _run_claimed(engine, settings, settler, queue, claimed, clock())
             audit.flush()
         if not progressed:
-            break
+            if reconciler is None or flushed == ran:
+                break
+            reconciler.run_all(grace_seconds=0.0)
+            flushed = ran
     return ran
 
 
@@ -242,5 +252,8 @@ def isolated() -> Iterator[DelayQ]:
         try:
             yield helper
         finally:
+            events.reset()  # its flusher writes under the prefix: done before the keys go
             helper.purge()
+            helper.engine.purge_global()
             reset_clock()
+

@@ -7,7 +7,7 @@ import os
 import time
 from typing import Any
 
-from django_delayq import Retry, current_job
+from django_delayq import Retry, current_job, schedule
 
 
 def noop(*args: Any, **kwargs: Any) -> None:
@@ -168,3 +168,10 @@ async def report_steps_async(total: int) -> int:
     for i in range(1, total + 1):
         report_progress(i)
     return total
+
+
+def countdown(n: int) -> int:
+    """A job that schedules itself with ``n - 1`` until ``n`` is 0 (jobs scheduled by jobs)."""
+    if n > 0:
+        schedule("tests.jobs.countdown", n - 1)
+    return n

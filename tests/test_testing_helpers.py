@@ -6,9 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
+from django.db import transaction
 from freezegun import freeze_time
 
-from django_delayq import schedule
+from django_delayq import JobSpec, schedule, schedule_many, testing
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job
 from django_delayq.pytest_plugin import delayq, delayq_eager  # noqa: F401
@@ -17,8 +18,8 @@ from django_delayq.testing import run_due_jobs
 
 @pytest.fixture
 def project(delayq_settings):  # type: ignore[no-untyped-def]
-    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ,
-                              "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_tasks"]}
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "ALLOWED_CALLABLES": [
+        "tests.jobs", "tests.jobs_more", "tests.jobs_tasks"]}
     delayq_settings.TASKS = {"default": {"BACKEND": "django_delayq.backends.DelayQBackend"}}
     return delayq_settings
 
@@ -77,8 +78,6 @@ def test_max_jobs_bounds_a_run(project, delayq):  # noqa: F811
 @pytest.mark.django_db
 def test_delayq_fixture_uses_its_own_prefix_and_cleans_up(project):
     base = settings.DELAYQ["PREFIX"]
-    from django_delayq import testing
-
     with testing.isolated() as helper:
         prefix = settings.DELAYQ["PREFIX"]
         assert prefix.startswith(base + "-test-")
@@ -91,12 +90,83 @@ def test_delayq_fixture_uses_its_own_prefix_and_cleans_up(project):
 
 
 @pytest.mark.django_db
+def test_delayq_fixture_leaves_no_key_of_its_prefix(project):
+    """Not even the event stream, which a background thread writes: the prefix's keys
+    are deleted once it wrote the test's events."""
+    with testing.isolated() as helper:
+        prefix = settings.DELAYQ["PREFIX"]
+        schedule("tests.jobs.add", 1, 1)
+        assert helper.run_due_jobs() == 1  # a `succeeded` event, buffered
+        client = helper.engine.client
+    assert sorted(client.scan_iter(match="*%s*" % prefix)) == []
+
+
+@pytest.mark.parametrize("transactional", [
+    pytest.param(False, marks=pytest.mark.django_db, id="testcase"),
+    pytest.param(True, marks=pytest.mark.django_db(transaction=True), id="transactional")])
+def test_run_due_jobs_runs_jobs_scheduled_by_jobs(project, delayq, transactional):  # noqa: F811
+    """In a TestCase-style test the on-commit sends of the jobs' own schedule() never
+    fire: run_due_jobs takes those jobs from the outbox too, as it does the test's."""
+    schedule("tests.jobs.countdown", 3)
+    assert delayq.run_due_jobs() == 4
+    assert sorted(Job.objects.values_list("result", flat=True)) == [0, 1, 2, 3]
+    assert delayq.run_due_jobs() == 0
+
+
+@pytest.mark.django_db
 def test_eager_runs_inline_on_commit(project, delayq_eager, django_capture_on_commit_callbacks):  # noqa: F811
     with django_capture_on_commit_callbacks(execute=True):
         handle = schedule("tests.jobs.add", 20, 22)
     job = Job.objects.get(pk=handle.id)
     assert (job.status, job.result, job.worker_id) == ("succeeded", 42, "eager")
     assert get_engine().inspect("default", handle.id).place == ""  # Redis never saw it
+
+
+@pytest.mark.django_db
+def test_eager_failure_raises_from_the_commit(project, delayq_eager,  # noqa: F811
+                                             django_capture_on_commit_callbacks):
+    with pytest.raises(ValueError, match="eager"), django_capture_on_commit_callbacks(
+            execute=True):
+        handle = schedule("tests.jobs_more.raise_value_error", "eager")
+    job = Job.objects.get(pk=handle.id)
+    assert (job.status, job.error_type, job.last_error) == ("dead", "builtins.ValueError", "eager")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eager_failure_raises_from_schedule_in_autocommit(project, delayq_eager):  # noqa: F811
+    with pytest.raises(ValueError, match="alone"):
+        schedule("tests.jobs_more.raise_value_error", "alone")
+    with pytest.raises(ValueError, match="first"):  # schedule_many's batch: each job runs
+        schedule_many("tests.jobs_more.raise_value_error", [JobSpec(args=["first"]),
+                                                             JobSpec(args=["second"])])
+    assert sorted(Job.objects.values_list("status", "last_error")) == [
+        ("dead", "alone"), ("dead", "first"), ("dead", "second")]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eager_commit_runs_every_job_then_raises_the_first_failure(project, delayq_eager):  # noqa: F811
+    with pytest.raises(ValueError, match="first"), transaction.atomic():
+        handles = [schedule("tests.jobs.add", 1, 2),
+                   schedule("tests.jobs_more.raise_value_error", "first"),
+                   schedule("tests.jobs_more.raise_value_error", "second"),
+                   schedule("tests.jobs.add", 3, 4)]
+    assert [Job.objects.get(pk=h.id).status for h in handles] == [
+        "succeeded", "dead", "dead", "succeeded"]
+    with transaction.atomic():  # nothing left over from that commit
+        ok = schedule("tests.jobs.add", 5, 6)
+    assert ok.result == 11
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eager_children_released_at_commit_raise_too(project, delayq_eager):  # noqa: F811
+    with pytest.raises(ValueError, match="child"), transaction.atomic():
+        parent = schedule("tests.jobs.add", 1, 2)
+        failing = schedule("tests.jobs_more.raise_value_error", "child", after=[parent],
+                           after_failure="run")
+        sibling = schedule("tests.jobs.add", 3, 4, after=[parent], after_failure="run")
+        parent.cancel()  # releases its children, which run at the commit
+    assert [Job.objects.get(pk=h.id).status for h in (parent, failing, sibling)] == [
+        "cancelled", "dead", "succeeded"]
 
 
 @pytest.mark.django_db

@@ -147,13 +147,9 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
         row_insert.insert_values(values, using, conn)
     signals.send(signals.job_scheduled, job_id=job_id, queue=queue, callable_path=c.path,
                  run_at=values["run_at"])
-    if status != JobStatus.SCHEDULED:
-        pass  # waiting for its parents, or cancelled by one that failed already
-    elif s.eager:  # unit tests: run inline after commit, no Redis involved
-        run_eager = commit_batch.eager_runner()  # a job replaced before the commit: not run
-        commit_batch.after_commit(using, lambda: run_eager(job_id))
-    else:
-        commit_batch.enqueue_after_commit(using, queue, [new], conn)  # a callback per call
+    if status == JobStatus.SCHEDULED:  # else waiting for its parents, or cancelled by one
+        # a callback per call; in eager mode (unit tests) it runs the job, no Redis involved
+        commit_batch.enqueue_after_commit(using, queue, [new], conn)
     return JobHandle(job_id, queue)
 
 

@@ -30,8 +30,13 @@ autocommit returns with its job in Redis, and a worker, ``cancel()`` or a test h
 the same process reading Redis next finds it there.
 
 Eager mode (``DELAYQ["EAGER"]``) sends nothing: every way of scheduling runs its jobs at
-commit through ``eager_runner()``, the runner ``django_delayq.testing`` plugs in when the
-app is ready (``set_eager_runner``: a hook, this layer never imports it).
+commit (at once in autocommit), in its own callback, through ``eager_runner()``, the
+runner ``django_delayq.testing`` plugs in when the app is ready (``set_eager_runner``: a
+hook, this layer never imports it). Every job of the commit runs; the exceptions of
+those that fail (their rows ``dead``) are kept on the connection, and the last eager
+callback to run (found as the last sender is) raises the first: out of the commit, or of
+``schedule()`` in autocommit. That callback is not ``robust``: Django runs none of the
+on-commit callbacks registered after it, as with any callback of the user's that raises.
 
 **Invariant: a job whose row committed reaches Redis, or the reconciler brings it
 there.** The row is committed before the send; a send that fails (Redis down) is logged
@@ -50,6 +55,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, transaction
 from redis.exceptions import RedisError
 
+from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 
 if TYPE_CHECKING:
@@ -60,13 +66,15 @@ logger = logging.getLogger(__name__)
 
 class _Pending:
     """One database connection's jobs whose callbacks ran and that are not sent yet, by
-    queue, and weak references to the callbacks registered, in their order."""
+    queue, weak references to the callbacks registered, in their order, and (eager mode)
+    the exceptions of the jobs run at this commit, for the last callback to raise."""
 
-    __slots__ = ("callbacks", "jobs")
+    __slots__ = ("callbacks", "failures", "jobs")
 
     def __init__(self) -> None:
         self.jobs: dict[str, list[NewJob]] = {}
         self.callbacks: list[weakref.ref[Callable[[], None]]] = []
+        self.failures: list[Exception] = []
 
     def add(self, queue: str, jobs: list[NewJob]) -> None:
         self.jobs.setdefault(queue, []).extend(jobs)
@@ -77,13 +85,16 @@ class _Pending:
         self.callbacks.append(me)
         return me
 
-    def send_if_last(self, me: weakref.ref[Callable[[], None]]) -> None:
-        """Send, unless a callback registered after ``me`` is still registered (it runs
-        later and sends). Django dropped the discarded ones: their references are dead."""
+    def last(self, me: weakref.ref[Callable[[], None]]) -> bool:
+        """Whether no callback registered after ``me`` is still registered (one that is
+        runs later). Django dropped the discarded ones: their references are dead. The
+        last forgets itself; those before it are dead once run, but for one still running
+        up the stack (an eager job that scheduled ``me``): it is not the last."""
         self._forget_discarded()
-        if not self.callbacks or self.callbacks[-1] is me:
-            self.callbacks.clear()
-            self.send()
+        if self.callbacks and self.callbacks[-1] is not me:
+            return False
+        del self.callbacks[-1:]
+        return True
 
     def _forget_discarded(self) -> None:
         while self.callbacks and self.callbacks[-1]() is None:
@@ -101,30 +112,58 @@ _by_connection: weakref.WeakKeyDictionary[Any, _Pending] = weakref.WeakKeyDictio
 
 def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any = None) -> None:
     """Send ``jobs`` to Redis once the transaction of ``using`` commits (at once in
-    autocommit), in one send with the other jobs that transaction scheduled. ``conn``:
-    ``connections[using]``, when the caller has it."""
+    autocommit), in one send with the other jobs that transaction scheduled; in eager mode
+    run them then instead (``_run_at_commit``). ``conn``: ``connections[using]``, when the
+    caller has it."""
     if not jobs:
         return
     if conn is None:
         conn = connections[using]
     pending = _by_connection.get(conn)
+    if pending is None:
+        pending = _by_connection[conn] = _Pending()
+    if get_settings().eager:
+        _run_at_commit(using, pending, [job.id for job in jobs])
+        return
     if conn.get_autocommit():  # no transaction: the rows are committed already
-        if pending is not None and pending.jobs:  # jobs left pending go with these
+        if pending.jobs:  # jobs left pending go with these
             pending.add(queue, jobs)
             pending.send()
         else:
             send(queue, jobs)
         return
-    if pending is None:
-        pending = _by_connection[conn] = _Pending()
     jobs = list(jobs)
 
     def send_at_commit() -> None:  # holds no reference to itself: freed when discarded
         pending.add(queue, jobs)
-        pending.send_if_last(me)
+        if pending.last(me):
+            pending.send()
 
     me = pending.register(send_at_commit)
     after_commit(using, send_at_commit)
+
+
+def _run_at_commit(using: str, pending: _Pending, job_ids: list[str]) -> None:
+    """Eager mode: run the jobs inline, in order, when the transaction commits (at once in
+    autocommit). Every job of the commit runs; a failing one ends ``dead`` and the last
+    eager callback of the commit raises the first failure, out of the commit (or of
+    ``schedule()`` in autocommit): not ``robust``, so Django runs none of the on-commit
+    callbacks registered after it, as with any callback that raises."""
+    run = eager_runner()  # at schedule() time: a job replaced before the commit is not run
+
+    def run_at_commit() -> None:  # holds no reference to itself: freed when discarded
+        for job_id in job_ids:
+            try:
+                run(job_id)
+            except Exception as exc:  # noqa: BLE001 - raised below, once the others ran
+                pending.failures.append(exc)
+        if pending.last(me) and pending.failures:
+            first = pending.failures[0]
+            pending.failures.clear()
+            raise first
+
+    me = pending.register(run_at_commit)
+    transaction.on_commit(run_at_commit, using=using)
 
 
 def after_commit(using: str, fn: Callable[[], object]) -> None:

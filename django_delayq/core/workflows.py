@@ -46,7 +46,6 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -229,13 +228,8 @@ def _release(ids: list[str], using: str) -> None:
         jobs.filter(pk__in=chunk, run_at__lt=now).update(run_at=now)
         jobs.filter(pk__in=chunk, status=JobStatus.WAITING).update(
             status=JobStatus.SCHEDULED, updated_at=now)
-    for queue, new in queues.scheduled_jobs(ids, using, CHUNK).items():
-        if get_settings().eager:  # no Redis: each runs inline after commit, as schedule()'s
-            run = commit_batch.eager_runner()
-            for job in new:
-                commit_batch.after_commit(using, partial(run, job.id))
-        else:
-            commit_batch.enqueue_after_commit(using, queue, new)
+    for queue, new in queues.scheduled_jobs(ids, using, CHUNK).items():  # eager: run at commit
+        commit_batch.enqueue_after_commit(using, queue, new)
 
 
 def sweep(using: str, limit: int = SWEEP_EDGES) -> int:

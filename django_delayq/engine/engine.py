@@ -378,10 +378,18 @@ class Engine(OutboxOps, ServerReads, QueueControls):
     def purge(self, queue: str) -> None:
         """Delete every key of ``queue``: the engine's and any other under its hash tag
         (the reconciler's epoch, ...). SCANs the keyspace: for tests and admin tools."""
-        tag = self.keys(queue).tag
+        self._delete_tagged(self.keys(queue).tag, *self.keys(queue).all())
+
+    def purge_global(self) -> None:
+        """Delete the keys under the prefix's own hash tag (``{prefix}``: the workers
+        registry, the event stream, ...), not the queues'. SCANs the keyspace: for tests."""
+        self._delete_tagged(self.global_keys.tag)
+
+    def _delete_tagged(self, tag: str, *known: str) -> None:
         pattern = "".join("\\" + c if c in "*?[]\\" else c for c in tag) + "*"
-        extra = list(self.client.scan_iter(match=pattern, count=1000))
-        self.client.delete(*self.keys(queue).all(), *extra)
+        keys = [*known, *self.client.scan_iter(match=pattern, count=1000)]
+        if keys:
+            self.client.delete(*keys)
 
 
 def checked(jobs: Iterable[NewJob]) -> list[NewJob]:

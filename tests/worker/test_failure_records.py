@@ -56,7 +56,8 @@ def test_retry_and_refusal_record_their_exception_types(delayq_settings) -> None
 
 def test_eager_run_records_type_message_and_traceback(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EAGER": True}
-    schedule(RAISES, "eager failure")  # runs inline after commit; Django logs the error
+    with pytest.raises(ValueError, match="eager failure"):  # runs inline after commit
+        schedule(RAISES, "eager failure")
     row = Job.objects.get()
     assert (row.status, row.error_type, row.last_error) == (
         JobStatus.DEAD, "builtins.ValueError", "eager failure")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from django_delayq import schedule
-from django_delayq.exceptions import JobFailed
+from django_delayq.exceptions import JobFailed, ResultTooLarge
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
 
@@ -40,7 +40,8 @@ def test_a_result_over_the_limit_ends_the_job_dead_without_retry(small_limit) ->
 
 def test_eager_mode_marks_the_row_dead_as_a_worker_would(small_limit) -> None:  # type: ignore[no-untyped-def]
     small_limit.DELAYQ = {**small_limit.DELAYQ, "EAGER": True}
-    schedule("tests.jobs_more.big_result", 3000)  # runs inline after commit; Django logs it
+    with pytest.raises(ResultTooLarge, match="not kept"):  # runs inline after commit
+        schedule("tests.jobs_more.big_result", 3000)
     row = Job.objects.get()
     assert (row.status, row.result) == (JobStatus.DEAD, None)
     assert row.error_type == "django_delayq.exceptions.ResultTooLarge"
