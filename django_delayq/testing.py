@@ -212,13 +212,17 @@ def run_eager(job_id: str) -> None:
         record(JobStatus.DEAD, error_type=outcome.error_type(exc),
                last_error=outcome.text(exc, 2000),
                traceback=outcome.text(traceback.format_exc())[-20000:])
-        raise
+        if not job.task_backend:  # a Django task's failure is its result's, as Django's
+            raise  # ImmediateBackend records it
+        return
     kept, size = runner.stored_result(result)
     limit = get_settings().max_payload_bytes
     if size > limit:  # as a worker: dead, not retried, the value not kept
         error = runner.too_large(size, limit)
         record(JobStatus.DEAD, error_type=runner.RESULT_TOO_LARGE, last_error=error)
-        raise ResultTooLarge("job %s: %s" % (job_id, error))
+        if not job.task_backend:
+            raise ResultTooLarge("job %s: %s" % (job_id, error))
+        return
     record(JobStatus.SUCCEEDED, result=kept)
 
 
