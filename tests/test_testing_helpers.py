@@ -158,6 +158,36 @@ def test_eager_commit_runs_every_job_then_raises_the_first_failure(project, dela
 
 
 @pytest.mark.django_db(transaction=True)
+def test_an_eager_failure_is_raised_by_its_own_commit_only(project, delayq_eager):  # noqa: F811
+    """A job run at a commit that schedules in autocommit, a user's on-commit callback
+    that schedules, and the next commit see none of the commit's earlier failure."""
+    seen: list[str] = []
+
+    def schedules() -> None:
+        schedule("tests.jobs.add", 1, 2)
+        seen.append("ok")
+
+    with pytest.raises(ValueError, match="first"), transaction.atomic():
+        bad = schedule("tests.jobs_more.raise_value_error", "first")
+        spawner = schedule("tests.jobs.countdown", 1)  # schedules once more, in autocommit
+        transaction.on_commit(schedules)
+        last = schedule("tests.jobs.add", 3, 4)
+    assert (bad.status, spawner.status, last.status) == ("dead", "succeeded", "succeeded")
+    assert seen == ["ok"]
+
+    def stops() -> None:
+        raise RuntimeError("a user's callback")
+
+    with pytest.raises(RuntimeError), transaction.atomic():  # Django stops short of the
+        schedule("tests.jobs_more.raise_value_error", "second")  # last eager callback
+        transaction.on_commit(stops)
+        schedule("tests.jobs.add", 5, 6)
+    with transaction.atomic():
+        ok = schedule("tests.jobs.add", 7, 8)  # raises nothing left from that commit
+    assert ok.result == 15
+
+
+@pytest.mark.django_db(transaction=True)
 def test_eager_children_released_at_commit_raise_too(project, delayq_eager):  # noqa: F811
     with pytest.raises(ValueError, match="child"), transaction.atomic():
         parent = schedule("tests.jobs.add", 1, 2)

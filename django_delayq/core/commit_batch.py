@@ -69,18 +69,20 @@ class _Pending:
     queue, weak references to the callbacks registered, in their order, and (eager mode)
     the exceptions of the jobs run at this commit, for the last callback to raise."""
 
-    __slots__ = ("callbacks", "failures", "jobs")
+    __slots__ = ("callbacks", "failures", "jobs", "ran", "running")
 
     def __init__(self) -> None:
         self.jobs: dict[str, list[NewJob]] = {}
         self.callbacks: list[weakref.ref[Callable[[], None]]] = []
         self.failures: list[Exception] = []
+        self.ran = False  # (eager) a callback ran since the last one was registered
+        self.running = 0  # (eager) callbacks running now, one inside the other
 
     def add(self, queue: str, jobs: list[NewJob]) -> None:
         self.jobs.setdefault(queue, []).extend(jobs)
 
     def register(self, callback: Callable[[], None]) -> weakref.ref[Callable[[], None]]:
-        self._forget_discarded()  # after a rollback: none is alive any more
+        self.forget_discarded()  # after a rollback: none is alive any more
         me = weakref.ref(callback)
         self.callbacks.append(me)
         return me
@@ -90,13 +92,13 @@ class _Pending:
         runs later). Django dropped the discarded ones: their references are dead. The
         last forgets itself; those before it are dead once run, but for one still running
         up the stack (an eager job that scheduled ``me``): it is not the last."""
-        self._forget_discarded()
+        self.forget_discarded()
         if self.callbacks and self.callbacks[-1] is not me:
             return False
         del self.callbacks[-1:]
         return True
 
-    def _forget_discarded(self) -> None:
+    def forget_discarded(self) -> None:
         while self.callbacks and self.callbacks[-1]() is None:
             self.callbacks.pop()
 
@@ -123,7 +125,7 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
     if pending is None:
         pending = _by_connection[conn] = _Pending()
     if get_settings().eager:
-        _run_at_commit(using, pending, [job.id for job in jobs])
+        _run_at_commit(using, pending, [job.id for job in jobs], conn.get_autocommit())
         return
     if conn.get_autocommit():  # no transaction: the rows are committed already
         if pending.jobs:  # jobs left pending go with these
@@ -143,27 +145,53 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
     after_commit(using, send_at_commit)
 
 
-def _run_at_commit(using: str, pending: _Pending, job_ids: list[str]) -> None:
-    """Eager mode: run the jobs inline, in order, when the transaction commits (at once in
-    autocommit). Every job of the commit runs; a failing one ends ``dead`` and the last
-    eager callback of the commit raises the first failure, out of the commit (or of
-    ``schedule()`` in autocommit): not ``robust``, so Django runs none of the on-commit
-    callbacks registered after it, as with any callback that raises."""
+def _run_at_commit(using: str, pending: _Pending, job_ids: list[str],
+                   autocommit: bool) -> None:
+    """Eager mode: run the jobs inline, in order, when the transaction commits. Every job
+    of a commit runs; a failing one ends ``dead`` and the last eager callback of the
+    commit raises the commit's first failure, out of the commit: not ``robust``, so Django
+    runs none of the on-commit callbacks registered after it, as with any callback that
+    raises. The failures are the commit's (a list begun by its first eager callback: one
+    left by a commit Django stopped short is dropped). In autocommit (a ``schedule()``
+    outside a transaction, or by a job run at a commit) the jobs run at once and this call
+    raises its own first failure."""
     run = eager_runner()  # at schedule() time: a job replaced before the commit is not run
+    if autocommit:
+        if failures := _run_all(run, job_ids):
+            raise failures[0]
+        return
+    pending.forget_discarded()
+    # the transaction's first: its own list of failures (a callback ran since the last
+    # registration, none running now: a commit came between, whatever Django kept)
+    if not pending.callbacks or (pending.ran and not pending.running):
+        pending.failures = []
+    pending.ran = False
+    failures = pending.failures
 
     def run_at_commit() -> None:  # holds no reference to itself: freed when discarded
-        for job_id in job_ids:
-            try:
-                run(job_id)
-            except Exception as exc:  # noqa: BLE001 - raised below, once the others ran
-                pending.failures.append(exc)
-        if pending.last(me) and pending.failures:
-            first = pending.failures[0]
-            pending.failures.clear()
+        pending.ran, pending.running = True, pending.running + 1
+        try:
+            failures.extend(_run_all(run, job_ids))
+        finally:
+            pending.running -= 1
+        if pending.last(me) and failures:
+            first = failures[0]
+            failures.clear()
             raise first
 
     me = pending.register(run_at_commit)
     transaction.on_commit(run_at_commit, using=using)
+
+
+def _run_all(run: Callable[[str], object], job_ids: list[str]) -> list[Exception]:
+    """Run each job; the exceptions of those that failed (their rows are ``dead``)."""
+    failures = []
+    for job_id in job_ids:
+        try:
+            run(job_id)
+        except Exception as exc:  # noqa: BLE001 - raised by the caller, once the others ran
+            failures.append(exc)
+    return failures
 
 
 def after_commit(using: str, fn: Callable[[], object]) -> None:

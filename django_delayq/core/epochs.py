@@ -132,7 +132,9 @@ class Epochs:
         """The epochs of ``names`` in one round trip; when it fails (a cluster node
         down), one by one: the names whose node does not answer are in ``unreadable``
         (their value here is None). Raises when none can be read (Redis is down)."""
-        self.unreadable = set()
+        # a data set its engine still sets aside (ShardHealth) is judged once it is used
+        # again: its loss pass would find none of its rows (their look-ups skip it)
+        self.unreadable = {n for n in names if self.engine.health.down(n)}
         try:
             return list(self.engine.epochs(names))
         except ERRORS as exc:
