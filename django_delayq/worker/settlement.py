@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING
 from django_delayq.engine.replies import chunks
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.outcome import Kind, Outcome
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff, grouped
-from django_delayq.worker.settle import SEND_AT, SEND_EVERY, Sent, Settler
+from django_delayq.worker.settle import ACKED, SEND_AT, SEND_EVERY, Sent, Settler, acks
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
     from django_delayq.engine.acks import AckReply
-    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.ledger import Ledger
+    from django_delayq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -50,14 +49,12 @@ class Settlement:
                  on_settled: Callable[[list[Outcome]], None],
                  on_start: Callable[[str], object] | None = None) -> None:
         self.ledger = ledger
-        self.settler = Settler(engine, settings, audit, worker_id, release, on_start)
-        audit.after_write = self.settler.landed  # their settled records may go
-        self.on_settled = on_settled
         # successes are acked from the job thread as it finishes, replies read here
         self.stream = engine.ack_stream(worker_id)
         ledger.notify_done = self.stream is None  # else finished() wakes it for leftovers
-        if self.stream is not None:
-            self.settler.mark = self.mark
+        self.settler = Settler(engine, settings, audit, worker_id, release, on_start, self.stream)
+        audit.after_write = self.settler.landed  # their settled records may go
+        self.on_settled = on_settled
         self._reader: threading.Thread | None = None
         self.backoff = QueueBackoff()
         self._stop = threading.Event()
@@ -167,10 +164,7 @@ class Settlement:
                 sent = self._to_record.popleft()
             except IndexError:
                 return
-            try:
-                self.settler.record(sent)
-            except Exception:  # noqa: BLE001 - a receiver's error must not stop the rest
-                logger.exception("recording %d settled job(s) failed", len(sent))
+            self.settler.record(sent)
 
     def _wait_seconds(self) -> float:
         """Until the unsettled outcomes may be settled again: their queue's delay ends,
@@ -206,15 +200,10 @@ class Settlement:
             self.ledger.keep_unsettled(outcomes, outcomes)
             raise
         finally:
-            try:
-                if sent:
-                    self.settler.record(sent)
-            except Exception:  # noqa: BLE001 - a receiver's error: they are settled all the same
-                logger.exception("recording %d settled job(s) failed", len(sent))
-            finally:
-                with self._recording:
-                    self._unrecorded -= ids
-                    self._recording.notify_all()
+            self.settler.record(sent)  # never raises: they are settled all the same
+            with self._recording:
+                self._unrecorded -= ids
+                self._recording.notify_all()
         self.ledger.keep_unsettled([o for q in left for o in by_queue[q]] + kept, outcomes)
         self.on_settled(outcomes)
 
@@ -225,14 +214,6 @@ class Settlement:
             return
         with self._recording:
             self._recording.wait_for(lambda: job_id not in self._unrecorded, timeout)
-
-    def mark(self, job: ClaimedJob) -> None:
-        """A start mark through the stream (not waited for), else a call. Any job's: a mark
-        names the keys of the data set that holds the job (``Engine.start_mark``: its
-        shard's), all on the stream's one server."""
-        assert self.stream is not None
-        if not self.stream.mark(*self.settler.engine.start_mark(job)):
-            self.settler.engine.mark_started([job])
 
     def finished(self) -> None:
         """A job thread's outcome is done. With an ack stream, the thread sends the
@@ -295,16 +276,14 @@ class Settlement:
             # the data set whose keys hold it (its claim's); "" when unknown and its queue
             # spans several (then Engine.ack finds it)
             home = o.job.home or (queue if self.stream.covers(queue) else "")
-            if home and not held and (o.kind is Kind.SUCCESS or o.kind is Kind.EXPIRED):
+            if home and not held and o.kind in ACKED:
                 by_home.setdefault((queue, home), []).append(o)
             else:
                 rest.append(o)
         for (queue, home), wins in by_home.items():
             for part in (wins,) if len(wins) <= MAX_ACK else chunks(wins, MAX_ACK):
                 self.settler.note_sent(part)
-                codes = ["x" if o.kind is Kind.EXPIRED else "s" for o in part]
-                if self.stream.send(home, [(o.job.id, o.job.token) for o in part], codes,
-                                    (queue, part)):
+                if self.stream.send(home, *acks(part), (queue, part)):
                     sent.append(part)
                 else:
                     rest += part
