@@ -195,6 +195,12 @@ class Child:
         self.settled.extend(left)
         return bool(left)
 
+    def drain(self) -> None:
+        """Tell it to drain (stop claiming, finish, exit), once."""
+        if not self.draining:
+            self.draining = True
+            self.tell("drain")
+
     def tell(self, word: str) -> None:
         """Send ``drain`` or ``stop``; a child that is gone cannot hear it."""
         with contextlib.suppress(OSError):

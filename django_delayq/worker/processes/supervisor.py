@@ -190,8 +190,7 @@ class Supervisor:
         if self._acted_on == 0:
             logger.info("supervisor: draining %d worker process(es)", len(self._everyone()))
             for child in self._everyone():
-                child.draining = True
-                child.tell("drain")
+                child.drain()
         if self.signals >= 2 and self.stop_deadline is None:
             logger.warning("supervisor: hard stop")
             self.code = EXIT_HARD_STOP
@@ -275,9 +274,9 @@ class Supervisor:
         if aside:
             self._after_aside_exit(child, code)
         else:
-            self._after_exit(child.slot, child, code)
+            self._after_exit(child, code)
 
-    def _after_exit(self, slot: int, child: Child, code: int) -> None:
+    def _after_exit(self, child: Child, code: int) -> None:
         how = describe_exit(code)
         if code == EXIT_CONFIG:
             logger.error("supervisor: worker process %d: bad settings (%s); stopping",
@@ -291,7 +290,7 @@ class Supervisor:
         if code == EXIT_OK and self.options.burst and not self._recycled(child):
             logger.info("supervisor: worker process %d done", child.pid)
             return
-        delay = 0.0
+        slot, delay = child.slot, 0.0
         if code == EXIT_OK or child.killed_for or time.monotonic() - child.started >= STARTUP_S:
             self.crashes[slot] = 0
         else:
@@ -362,17 +361,12 @@ class Supervisor:
         no other job short: now when it is ripe; else drain it, set it aside and start
         its replacement (``_kill_ripe`` kills it once ripe)."""
         child.doomed.update(why)
-        child.read_all()  # its latest reports: a job that ended, one that started
-        if self._may_kill(child):
-            logger.warning("supervisor: %s: killing worker process %d", what, child.pid)
-            child.kill(child.doomed_running())
+        if self._kill_if_ripe(child, "supervisor: %s: killing worker process %%d" % what):
             return
         logger.warning("supervisor: %s: worker process %d stops claiming and is killed once "
                        "its %d other job(s) are done", what, child.pid,
                        len(set(child.running) | set(child.ended)) - len(child.doomed_running()))
-        if not child.draining:
-            child.draining = True
-            child.tell("drain")
+        child.drain()
         if self.children.get(child.slot) is child:  # a process takes its place at once
             del self.children[child.slot]
             self.dying.append(child)
@@ -384,15 +378,15 @@ class Supervisor:
     def _kill_ripe(self) -> None:
         for child in self.dying:
             if not child.killed and child.ripe():
-                child.read_all()
-                if self._may_kill(child):
-                    logger.warning("supervisor: worker process %d runs only the job(s) it "
-                                   "is killed for now: killing it", child.pid)
-                    child.kill(child.doomed_running())
+                self._kill_if_ripe(child, "supervisor: worker process %d runs only the job(s) "
+                                          "it is killed for now: killing it")
 
-    def _may_kill(self, child: Child) -> bool:
-        """Ripe, and the rows of the jobs it settled are written (not when the database
-        cannot say: the doomed job runs on, its lease extended, until it can)."""
+    def _kill_if_ripe(self, child: Child, message: str) -> bool:
+        """Kill ``child`` (logging ``message`` % its pid) when, by its latest reports (a job
+        that ended, one that started), it is ripe and the rows of the jobs it settled are
+        written (not when the database cannot say: the doomed job runs on, its lease
+        extended, until it can). Whether it was killed."""
+        child.read_all()
         if not child.ripe():
             return False
         try:
@@ -402,6 +396,9 @@ class Supervisor:
             close_old_connections()
             return False
         self._rows_outage.ok()
+        if not unwritten:
+            logger.warning(message, child.pid)
+            child.kill(child.doomed_running())
         return not unwritten
 
     def _check_memory(self) -> None:
@@ -415,8 +412,7 @@ class Supervisor:
             if used is not None and used > limit:
                 logger.info("supervisor: worker process %d uses %.0f MB (over %g): recycling",
                             child.pid, used, limit)
-                child.draining = True
-                child.tell("drain")
+                child.drain()
 
     def _leave_no_child(self) -> None:
         """On the way out (also after an error of ours): no child outlives us."""
