@@ -248,7 +248,7 @@ class Worker:
 
     def _shutdown_hard(self) -> None:
         logger.warning("hard stop: abandoning %d running job(s); their leases will expire",
-                       self.ledger.running())
+                       len(self.ledger.running_jobs()))
         self.claiming.release_unstarted()
         try:
             self.audit.flush()
@@ -271,6 +271,7 @@ def attach(worker: Worker, supervision: Supervision) -> None:
 
     signal.signal(ORPHAN_SIGNAL, lambda signum, frame: drain())
     supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
-    supervision.link.listen(drain, stop, worker.ledger.running_jobs)
+    threading.Thread(target=supervision.link.listen, args=(drain, stop, worker.ledger.running_jobs),
+                     name="delayq-link", daemon=True).start()
     if supervision.orphaned():  # it died before the child asked for the signal
         drain()

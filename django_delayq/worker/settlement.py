@@ -247,44 +247,39 @@ class Settlement:
                 return
             finally:
                 self._leading.release()
-            if not self.ledger.has_done():  # done while this round ran: settle them too
+            if not self.ledger.done_count():  # done while this round ran: settle them too
                 return
 
     def _stream(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """Send the successes among ``outcomes`` through the stream; returns the rest (all
-        of them when something failed here: settled the usual way)."""
-        sent: list[Sequence[Outcome]] = []  # the parts written
-        try:
-            return self._stream_some(outcomes, sent)
-        except Exception as exc:  # noqa: BLE001 - what was sent is answered by the reader
-            logger.debug("ack stream send failed: %s", exc)
-            written = {id(o) for part in sent for o in part}
-            return [o for o in outcomes if id(o) not in written]
-
-    def _stream_some(self, outcomes: list[Outcome], sent: list[Sequence[Outcome]]
-                     ) -> list[Outcome]:
-        """Each success is acked in the data set that holds it (``job.home``: its queue's,
-        or a shard's), unless its queue backs off."""
+        """Send the successes among ``outcomes`` through the stream, each acked in the data
+        set that holds it (``job.home``: its queue's, or a shard's), unless its queue backs
+        off; returns the rest (all those not written when something failed here: settled
+        the usual way; what was written is answered by the reader)."""
         assert self.stream is not None
         rest: list[Outcome] = []
         by_home: dict[tuple[str, str], list[Outcome]] = {}  # (queue, home) -> successes
         waiting: dict[str, bool] = {}  # queue -> backing off: settled the usual way
-        for o in outcomes:
-            queue = o.job.queue
-            if (held := waiting.get(queue)) is None:
-                held = waiting[queue] = self.backoff.waiting(queue)
-            # the data set whose keys hold it (its claim's); "" when unknown and its queue
-            # spans several (then Engine.ack finds it)
-            home = o.job.home or (queue if self.stream.covers(queue) else "")
-            if home and not held and o.kind in ACKED:
-                by_home.setdefault((queue, home), []).append(o)
-            else:
-                rest.append(o)
-        for (queue, home), wins in by_home.items():
-            for part in (wins,) if len(wins) <= MAX_ACK else chunks(wins, MAX_ACK):
-                self.settler.note_sent(part)
-                if self.stream.send(home, *acks(part), (queue, part)):
-                    sent.append(part)
+        written: set[int] = set()  # id() of the outcomes whose ack was written
+        try:
+            for o in outcomes:
+                queue = o.job.queue
+                if (held := waiting.get(queue)) is None:
+                    held = waiting[queue] = self.backoff.waiting(queue)
+                # the data set whose keys hold it (its claim's); "" when unknown and its
+                # queue spans several (then Engine.ack finds it)
+                home = o.job.home or (queue if self.stream.covers(queue) else "")
+                if home and not held and o.kind in ACKED:
+                    by_home.setdefault((queue, home), []).append(o)
                 else:
-                    rest += part
+                    rest.append(o)
+            for (queue, home), wins in by_home.items():
+                for part in (wins,) if len(wins) <= MAX_ACK else chunks(wins, MAX_ACK):
+                    self.settler.note_sent(part)
+                    if self.stream.send(home, *acks(part), (queue, part)):
+                        written.update(id(o) for o in part)
+                    else:
+                        rest += part
+        except Exception as exc:  # noqa: BLE001 - what was sent is answered by the reader
+            logger.debug("ack stream send failed: %s", exc)
+            return [o for o in outcomes if id(o) not in written]
         return rest
