@@ -55,7 +55,6 @@ class Settlement:
         self.settler = Settler(engine, settings, audit, worker_id, release, on_start, self.stream)
         audit.after_write = self.settler.landed  # their settled records may go
         self.on_settled = on_settled
-        self._reader: threading.Thread | None = None
         self.backoff = QueueBackoff()
         self._stop = threading.Event()
         self._leading = threading.Lock()  # a job thread settling (``finished``)
@@ -64,15 +63,14 @@ class Settlement:
         self._to_record: deque[Sent] = deque()  # settled in Redis, recorded by this thread
         self._unrecorded: set[str] = set()  # ids being settled by a round, not recorded yet
         self._recording = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []  # settling, then the reader
         self._outage = OutageLog(logger, "settling finished jobs", quiet=ERRORS)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="delayq-settle", daemon=True)
-        self._thread.start()
-        if self.stream is not None:
-            self._reader = threading.Thread(target=self._read, name="delayq-acks", daemon=True)
-            self._reader.start()
+        for target, name in [(self._run, "delayq-settle")] + (
+                [(self._read, "delayq-acks")] if self.stream is not None else []):
+            self._threads.append(threading.Thread(target=target, name=name, daemon=True))
+            self._threads[-1].start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Settle what is done, then end: the settling thread's last round settles with
@@ -81,10 +79,8 @@ class Settlement:
         is unknown) is settled here."""
         self._stop.set()
         self.ledger.wake_settling()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self._reader is not None:
-            self._reader.join(timeout)
+        for thread in self._threads:  # the reader after the settling thread's last round
+            thread.join(timeout)
         if self.stream is not None:
             self.stream.close()
             try:
@@ -131,7 +127,6 @@ class Settlement:
             self.on_settled(settled)
 
     def _run(self) -> None:
-        pause = 0.0
         while True:
             stopping = self._stop.is_set()
             if not stopping and (self.stream is not None or not self._to_record):
@@ -143,16 +138,12 @@ class Settlement:
             try:
                 self.settle_once(stream=not stopping)
             except Exception as exc:  # noqa: BLE001 - kept for the next round; never the thread
-                pause = min(max(pause * 2, 0.1), 5.0)
-                self._outage.failed(exc, pause)
-                if self._stop.wait(pause) and stopping:
-                    self.record_pending()
-                    return
+                if self._stop.wait(self._outage.backoff(exc)) and stopping:
+                    return  # what was settled is recorded (finally)
                 continue
             finally:
                 if self.stream is None or stopping:  # else the stream's reader records
                     self.record_pending()
-            pause = 0.0
             self._outage.ok()
             if stopping:
                 return
