@@ -374,7 +374,7 @@ class Execution:
 
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
-        if self.settlement.settler.started(job, keep_due=admitted.limited):
+        if self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
             outcome = run(job, worker_id=self.worker_id,
                                  default_max_attempts=self.settings.default_max_attempts,
                                  default_backoff=self.settings.default_backoff)
