@@ -57,8 +57,7 @@ from django_delayq.worker.outcome import storable
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-COLUMN_NAMES = {f.name: str(f.column) for f in Job._meta.concrete_fields}
-FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)  # the final statuses
+_COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +87,7 @@ def committed(job_id: str, using: str | None = None) -> Committed | None:
     """The success committed for ``job_id``, or ``None`` (one primary-key read)."""
     conn = connections[using or database()]
     qn = conn.ops.quote_name
-    attempts, result, pk, status = (qn(COLUMN_NAMES[name])
+    attempts, result, pk, status = (qn(_COLUMNS[name])
                                     for name in ("attempts", "result", "id", "status"))
     with conn.cursor() as cursor:
         cursor.execute("SELECT %s, %s FROM %s WHERE %s = %%s AND %s = %%s" % (
@@ -144,20 +143,21 @@ def commit(using: str, job_id: str, attempt: int, *, worker_id: str, started_at:
         workflows.resolve([job_id], using)
 
 
+_FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
 _EDGE_COLUMNS = {f.name: str(f.column) for f in JobDependency._meta.concrete_fields}
 
 
 def _success_sql(conn: BaseDatabaseWrapper, returning: bool) -> str:
     """The fenced UPDATE of ``commit``; with ``returning``, it also answers whether the job
     has edges to children not resolved yet (the probe ``workflows.resolve`` makes)."""
-    def col(name: str, columns: dict[str, str] = COLUMN_NAMES) -> str:
+    def col(name: str, columns: dict[str, str] = _COLUMNS) -> str:
         return str(conn.ops.quote_name(columns[name]))
 
     sets = ", ".join("%s = %%s" % col(name) for name in (
         "status", "attempts", "started_at", "finished_at", "result", "worker_id", "updated_at"))
     sql = "UPDATE %s SET %s WHERE %s = %%s AND %s <= %%s AND %s NOT IN (%s)" % (
         conn.ops.quote_name(Job._meta.db_table), sets, col("id"), col("attempts"),
-        col("status"), FINAL_SQL)
+        col("status"), _FINAL_SQL)
     if returning:
         sql += " RETURNING EXISTS (SELECT 1 FROM %s WHERE %s = %%s AND NOT %s)" % (
             conn.ops.quote_name(JobDependency._meta.db_table), col("parent_id", _EDGE_COLUMNS),
