@@ -43,7 +43,6 @@ import math
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -168,23 +167,20 @@ _local = threading.local()
 FRESH_S = 1.0
 
 
-def call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-    result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):  # on this thread's event loop
-        loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-        if loop is None or loop.is_closed():
-            loop = _local.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(result)
-    return result
-
-
 def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext) -> Any:
     """Resolve ``path`` through the allow-list and call it inside the job context
     (``current_job()``, ``report_progress()``: its last value is written before this
-    returns, so before the worker settles the attempt)."""
+    returns, so before the worker settles the attempt); an ``async def`` runs on this
+    thread's event loop."""
     fn = registry.resolve(path)
     with progress.running(ctx):
-        return call(fn, args, kwargs)
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+            if loop is None or loop.is_closed():
+                loop = _local.loop = asyncio.new_event_loop()
+            return loop.run_until_complete(result)
+        return result
 
 
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
