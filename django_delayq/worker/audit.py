@@ -64,7 +64,15 @@ class OutageLog:
         self.log, self.what, self.every, self.quiet = log, what, every, quiet
         self.since: float | None = None
         self.failures = 0
+        self.pause = 0.0  # ``backoff``'s last pause
         self._next = 0.0
+
+    def backoff(self, exc: BaseException) -> float:
+        """Log ``exc`` (``failed``) and return the pause before the next try: 0.1 s,
+        doubling to 5 s while the failures go on (``ok`` starts again)."""
+        self.pause = min(max(self.pause * 2, 0.1), 5.0)
+        self.failed(exc, self.pause)
+        return self.pause
 
     def failed(self, exc: BaseException, retry_in: float) -> None:
         now = time.monotonic()
@@ -82,6 +90,7 @@ class OutageLog:
                          _safe(exc))
 
     def ok(self) -> None:
+        self.pause = 0.0
         if self.since is not None:
             self.log.warning("%s works again after %.1fs (%d failures)", self.what,
                              time.monotonic() - self.since, self.failures)

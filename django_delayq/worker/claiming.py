@@ -129,7 +129,7 @@ class Claiming:
         if self.prefetch is not None:
             return self.prefetch
         cap = self.settings.claim_batch
-        pace = self.ledger.pace()
+        pace = self.ledger.pace
         if pace is None:
             return 0
         return min(cap, int(self.concurrency * PREFETCH_SECONDS / max(pace, 1e-4)))
@@ -138,8 +138,7 @@ class Claiming:
 
     def claim_due(self) -> None:
         for queue, due in self.listener.take().items():
-            known = self.next_due.get(queue)
-            self.next_due[queue] = due if known is None else min(known, due)
+            self._due_by(queue, due)
             self.urgent.earlier(queue, due)  # full, the main loop claims nothing: the timer
         poll_all = monotonic_ms() - self._last_poll >= self.settings.wake_interval_seconds * 1000
         if poll_all:
@@ -187,10 +186,13 @@ class Claiming:
             self.handover.take(queue, claimed)
         except Exception:
             close_old_connections()
-            known = self.next_due.get(queue)
-            due = min(job.due_ms for job in claimed)
-            self.next_due[queue] = due if known is None else min(known, due)
+            self._due_by(queue, min(job.due_ms for job in claimed))
             raise
+
+    def _due_by(self, queue: str, due: int) -> None:
+        """``queue`` is due at ``due`` (server ms) at the latest."""
+        known = self.next_due.get(queue)
+        self.next_due[queue] = due if known is None else min(known, due)
 
     def settled(self, outcomes: list[Outcome]) -> None:
         """``outcomes`` were settled (the settling thread's hook): a queue limit may have

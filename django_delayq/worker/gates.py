@@ -121,13 +121,11 @@ class QueueGate:
 @dataclass(frozen=True, slots=True)
 class Admission:
     """``ended``: the job does not run (expired, deferred); ``callable_limit``: the
-    callable whose limit's slot the attempt holds (released after it is settled);
-    ``limited``: its callable has a limit (its row's due time is kept at start: it may
-    have been deferred)."""
+    callable whose limit granted the start (its slot, if any, released after the attempt
+    is settled; its row's due time is kept at start: the job may have been deferred)."""
 
     ended: Outcome | None = None
     callable_limit: str | None = None
-    limited: bool = False
 
 
 class StartGate:
@@ -160,15 +158,15 @@ class StartGate:
         except RedisError as exc:  # not the job's fault: try it again a little later
             logger.warning("job %s: could not ask for a start of %s (%s); deferred", job.id,
                            env.path, exc)
-            return Admission(ended=self.retry_later(job), limited=True)
+            return Admission(ended=self.retry_later(job))
         if grant.granted:
             if concurrency is not None:  # a slot: renewed while the function runs
                 with self._lock:
                     self._slots[job.id] = (env.path, rate, concurrency)
-            return Admission(callable_limit=env.path, limited=True)
+            return Admission(callable_limit=env.path)
         at: int = (grant.retry_at_ms if grant.retry_at_ms is not None
                    else int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
-        return Admission(ended=deferred(job, env.path, at), limited=True)
+        return Admission(ended=deferred(job, env.path, at))
 
     def retry_later(self, job: ClaimedJob) -> Outcome:
         """A start Redis could not decide on (a limit not asked, a start mark not

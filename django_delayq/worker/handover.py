@@ -94,25 +94,23 @@ class Handover:
             raise
         for bad in loaded.broken:
             logger.warning("job %s: %s; it ends dead without running", bad.job.id, bad.reason)
-        if loaded.broken or loaded.cancelled:
-            self.ledger.claimed((), [outcome.unusable(bad.job, bad.path, bad.reason)
-                                     for bad in loaded.broken]
-                                + [outcome.cancelled_unstarted(job) for job in loaded.cancelled])
+        ended = ([outcome.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
+                 + [outcome.cancelled_unstarted(job) for job in loaded.cancelled])
         self.set_aside += len(loaded.aside)
         try:
             set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
         except RedisError as exc:  # their leases expire; the next claim sets them aside again
             logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
         run: list[ClaimedJob] = []
-        spent: list[ClaimedJob] = []
         counted = {job.id: job.attempt for job in jobs}  # as Redis counted them
         for job in loaded.run:  # raised to its row's count + 1 (payloads._counted) past its
             limit = (job.payload.max_attempts if job.payload else None) \
                 or self.settings.default_max_attempts  # limit: only then it does not run
-            (spent if counted[job.id] < job.attempt > limit else run).append(job)
-        if spent:  # its last attempt ran, its start mark lost with its worker: ends dead
-            self.ledger.claimed((), [_spent(job) for job in spent])
-        self.ledger.claimed(run)
+            if counted[job.id] < job.attempt > limit:  # its last attempt ran, its start mark
+                ended.append(_spent(job))  # lost with its worker: it ends dead
+            else:
+                run.append(job)
+        self.ledger.claimed(run, ended)
         return run
 
 

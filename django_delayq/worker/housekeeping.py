@@ -81,7 +81,6 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from redis.exceptions import RedisError
 
-from django_delayq import signals
 from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.outcomes import Contact, NackOutcome
@@ -91,6 +90,7 @@ from django_delayq.worker.claiming import Claiming, monotonic_ms
 from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE, STATUS_OF
 from django_delayq.worker.queue_backoff import ERRORS, grouped
 from django_delayq.worker.retention import Retention
+from django_delayq.worker.settle import record_failure
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -293,18 +293,8 @@ class LeaseRecovery:
     def _record(self, queue: str, job_id: str, status: JobStatus, attempt: int,
                 now: datetime) -> None:
         logger.warning("job %s: %s (attempt %d) -> %s", job_id, LOST_LEASE, attempt, status)
-        fields: dict[str, Any] = {"status": status, "attempts": attempt, "error_type": LEASE_LOST,
-                                  "last_error": LOST_LEASE, "traceback": "", "updated_at": now}
+        fields: dict[str, Any] = {"status": status, "attempts": attempt, "updated_at": now}
         fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
-        self.audit.update(job_id, **fields)
-        self.audit.attempt(job_id=job_id, number=attempt, outcome=status,
-                           finished_at=now, error_type=LEASE_LOST, error=LOST_LEASE)
-        base = {"job_id": job_id, "queue": queue, "callable_path": ""}
-        if status is JobStatus.RETRYING:
-            signals.send(signals.job_retrying, attempt=attempt, worker_id="", error=LOST_LEASE,
-                         error_type=LEASE_LOST, retry_at=now, **base)
-        elif status is JobStatus.DEAD:
-            signals.send(signals.job_dead, attempt=attempt, worker_id="", error=LOST_LEASE,
-                         error_type=LEASE_LOST, **base)
-        else:
-            signals.send(signals.job_cancelled, running=True, **base)
+        record_failure(self.audit, {"job_id": job_id, "queue": queue, "callable_path": ""},
+                       status, fields, traceback="", error_type=LEASE_LOST, error=LOST_LEASE,
+                       worker_id="")

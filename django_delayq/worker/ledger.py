@@ -58,7 +58,7 @@ class Ledger:
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
         # taken by ``take_done`` (maybe by several threads at once), being settled
         self._settling: dict[int, Outcome] = {}
-        self._pace: float | None = None  # moving average of a job's run time (seconds)
+        self.pace: float | None = None  # moving average of a job's run time (seconds)
         self.notify_done = True  # finish() wakes wait_done (not when job threads settle)
 
     # -- transitions ---------------------------------------------------------------
@@ -100,7 +100,7 @@ class Ledger:
             late = run is None and (run := self._timed_out.pop(key, None)) is not None
             if run is not None:  # the recent pace of this worker's jobs (prefetch)
                 took = time.monotonic() - run.started_mono
-                self._pace = took if self._pace is None else 0.8 * self._pace + 0.2 * took
+                self.pace = took if self.pace is None else 0.8 * self.pace + 0.2 * took
             if not late:
                 first = not self._done
                 self._done.append(outcome)
@@ -135,12 +135,8 @@ class Ledger:
     def _changed(self) -> None:
         """The running jobs changed (called holding the lock): a supervised child's dead
         man's switch is armed while a job runs, never disarmed while one does."""
-        if self.link is None:
-            return
-        if self._running:
-            self.link.dead_man.arm()
-        else:
-            self.link.dead_man.disarm()
+        if self.link is not None:
+            self.link.dead_man.arm(bool(self._running))
 
     def next_limit(self) -> float | None:
         """The earliest moment (monotonic) a running attempt reaches its time limit (None
@@ -224,17 +220,9 @@ class Ledger:
         with self._lock:
             return len(self._running) + len(self._unstarted) + len(self._timed_out)
 
-    def has_done(self) -> bool:
-        with self._lock:
-            return bool(self._done)
-
     def done_count(self) -> int:
         """Outcomes finished and not taken yet (read without the lock: a hint)."""
         return len(self._done)
-
-    def running(self) -> int:
-        with self._lock:
-            return len(self._running)
 
     def running_jobs(self) -> list[RunningJob]:
         """The jobs running now, longest-running first."""
@@ -246,11 +234,6 @@ class Ledger:
         """Claimed jobs no thread has taken yet."""
         with self._lock:
             return len(self._unstarted)
-
-    def pace(self) -> float | None:
-        """The recent average run time of a job, in seconds (None before the first)."""
-        with self._lock:
-            return self._pace
 
     def unsettled_queues(self) -> set[str]:
         with self._lock:

@@ -134,7 +134,6 @@ class Worker:
         self.draining = False
         self.hard_stop = False
         self._interrupt = threading.Event()  # cuts a failure pause short: stop requested
-        self._backoff_s = 0.0
         self._round_failed = False
         self._outage = OutageLog(logger, "worker loop step", quiet=(RedisError,))
 
@@ -217,7 +216,6 @@ class Worker:
                 self._step(self.claiming.claim_due)
             self._step(self._housekeeping)
             if not self._round_failed:  # every step of this round worked
-                self._backoff_s = 0.0
                 self._outage.ok()
             self.wake.wait(self._wait_seconds())
 
@@ -228,9 +226,7 @@ class Worker:
             step()
         except Exception as exc:  # noqa: BLE001 - nothing may escape the loop
             self._round_failed = True
-            self._backoff_s = min(max(self._backoff_s * 2, 0.1), 5.0)
-            self._outage.failed(exc, self._backoff_s)
-            if self._interrupt.wait(self._backoff_s):
+            if self._interrupt.wait(self._outage.backoff(exc)):
                 self._interrupt.clear()
 
     def _housekeeping(self) -> None:
@@ -248,7 +244,7 @@ class Worker:
 
     def _shutdown_hard(self) -> None:
         logger.warning("hard stop: abandoning %d running job(s); their leases will expire",
-                       self.ledger.running())
+                       len(self.ledger.running_jobs()))
         self.claiming.release_unstarted()
         try:
             self.audit.flush()
@@ -271,6 +267,7 @@ def attach(worker: Worker, supervision: Supervision) -> None:
 
     signal.signal(ORPHAN_SIGNAL, lambda signum, frame: drain())
     supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
-    supervision.link.listen(drain, stop, worker.ledger.running_jobs)
+    threading.Thread(target=supervision.link.listen, args=(drain, stop, worker.ledger.running_jobs),
+                     name="delayq-link", daemon=True).start()
     if supervision.orphaned():  # it died before the child asked for the signal
         drain()

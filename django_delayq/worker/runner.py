@@ -43,7 +43,6 @@ import math
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -168,23 +167,20 @@ _local = threading.local()
 FRESH_S = 1.0
 
 
-def call(fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]) -> Any:
-    result = fn(*args, **kwargs)
-    if inspect.isawaitable(result):  # on this thread's event loop
-        loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-        if loop is None or loop.is_closed():
-            loop = _local.loop = asyncio.new_event_loop()
-        return loop.run_until_complete(result)
-    return result
-
-
 def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext) -> Any:
     """Resolve ``path`` through the allow-list and call it inside the job context
     (``current_job()``, ``report_progress()``: its last value is written before this
-    returns, so before the worker settles the attempt)."""
+    returns, so before the worker settles the attempt); an ``async def`` runs on this
+    thread's event loop."""
     fn = registry.resolve(path)
     with progress.running(ctx):
-        return call(fn, args, kwargs)
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+            if loop is None or loop.is_closed():
+                loop = _local.loop = asyncio.new_event_loop()
+            return loop.run_until_complete(result)
+        return result
 
 
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
@@ -235,9 +231,8 @@ def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope
         logger.warning("job %s raised %s; treated as a failure", shown(common["job"].id),
                        shown(repr(exc)))
     asked = exc if isinstance(exc, Retry) else None  # retried whatever retry_on says
-    kind, error, delay = _decide(
-        text(exc), common["error_type"], asked is None and not retried(type(exc), env.retry_on),
-        asked, env, common["job"], common["max_attempts"], default_backoff)
+    kind, error, delay = _decide(text(exc), type(exc), asked, env, common["job"],
+                                 common["max_attempts"], default_backoff)
     return _failed(common, kind, error, t0, delay)
 
 
@@ -277,14 +272,16 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
                    duration_s=time.perf_counter() - t0, **common)
 
 
-def _decide(error: str, kind_of: str, refused: bool, asked: Retry | None, env: Envelope,
+def _decide(error: str, failure: type[BaseException], asked: Retry | None, env: Envelope,
             job: ClaimedJob, max_attempts: int, default_backoff: backoff_mod.Policy
             ) -> tuple[Kind, str, int | None]:
-    """(kind, error, retry delay) of a failed attempt: retried after its delay, or dead
-    when ``retry_on`` does not list its type (``refused``), no delay can be computed, or
-    it was the last attempt (the row shows attempts n of n)."""
-    if refused:
-        return Kind.DEAD, error + " (not retried: %s is not in retry_on)" % kind_of, None
+    """(kind, error, retry delay) of a failed attempt (its exception's class: ``failure``):
+    retried after its delay, or dead when ``retry_on`` does not list its type (unless the
+    job ``asked`` for the retry: ``Retry``), no delay can be computed, or it was the last
+    attempt (the row shows attempts n of n)."""
+    if asked is None and not retried(failure, env.retry_on):
+        return Kind.DEAD, error + " (not retried: %s is not in retry_on)" % text(
+            type_path(failure), 255), None
     try:
         delay = _retry_delay(asked, env, default_backoff, job.attempt)
     except Exception as why:  # noqa: BLE001 - a bad backoff ends this job, not the thread
@@ -308,10 +305,8 @@ def timed_out(job: ClaimedJob, started_at: datetime, seconds: float,
     except ValueError:
         env = Envelope(path="")
     max_attempts = max_attempts or env.max_attempts or settings.default_max_attempts
-    kind, error, delay = _decide(
-        "timed out: still running after %gs (its time limit)" % seconds, JOB_TIMEOUT,
-        not retried(JobTimeout, env.retry_on), None, env, job, max_attempts,
-        settings.default_backoff)
+    kind, error, delay = _decide("timed out: still running after %gs (its time limit)" % seconds,
+                                 JobTimeout, None, env, job, max_attempts, settings.default_backoff)
     now = datetime.now(UTC)
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
                    duration_s=(now - started_at).total_seconds(), retry_delay_ms=delay,
@@ -374,7 +369,7 @@ class Execution:
 
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
-        if self.settlement.settler.started(job, keep_due=admitted.limited):
+        if self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
             outcome = run(job, worker_id=self.worker_id,
                                  default_max_attempts=self.settings.default_max_attempts,
                                  default_backoff=self.settings.default_backoff)

@@ -42,6 +42,7 @@ from django_delayq.worker.queue_backoff import grouped
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
+    from django_delayq.engine.acks import AckStream
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.audit import AuditWriter
 
@@ -51,8 +52,10 @@ logger = logging.getLogger(__name__)
 class Settler:
     def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter, worker_id: str,
                  release: Callable[[Sequence[Outcome]], None] | None = None,
-                 on_start: Callable[[str], object] | None = None) -> None:
+                 on_start: Callable[[str], object] | None = None,
+                 stream: AckStream | None = None) -> None:
         self.engine = engine
+        self.stream = stream  # start marks go through it (Settlement's), else calls
         # told each job id that starts: the schedules' next tick (core/periodic.py's
         # ``started``, which the worker passes in); None: nothing to tell
         self.on_start = on_start
@@ -68,8 +71,13 @@ class Settler:
         self._records: dict[str, str] = {}
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
         self._records_lock = threading.Lock()
-        # how a start is marked (Settlement: through its stream)
-        self.mark: Callable[[ClaimedJob], object] = lambda job: engine.mark_started([job])
+
+    def mark(self, job: ClaimedJob) -> None:
+        """A start mark through the stream (not waited for), else a call. Any job's: a mark
+        names the keys of the data set that holds the job (``Engine.start_mark``: its
+        shard's), all on the stream's one server."""
+        if self.stream is None or not self.stream.mark(*self.engine.start_mark(job)):
+            self.engine.mark_started([job])
 
     def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
         """Tell Redis the run starts (the start mark, before the function is called);
@@ -120,12 +128,11 @@ class Settler:
 
     def _send(self, queue: str, items: list[Outcome]) -> Sent:
         """Settle the outcomes of one queue (or one shard of it)."""
-        wins = [o for o in items if o.kind in (Kind.SUCCESS, Kind.EXPIRED)]
+        wins = [o for o in items if o.kind in ACKED]
         fails = [o for o in items if o.kind in (Kind.RETRY, Kind.DEAD)]
         self.note_sent(items)
-        acked = self.engine.ack(queue, [(o.job.id, o.job.token) for o in wins],
-                                holder=self.worker_id,
-                                codes=["x" if o.kind is Kind.EXPIRED else "s" for o in wins])
+        leases, codes = acks(wins)
+        acked = self.engine.ack(queue, leases, holder=self.worker_id, codes=codes)
         self._defer(queue, [o for o in items if o.kind is Kind.DEFER])
         nacked = self.engine.nack(
             queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
@@ -172,10 +179,14 @@ class Settler:
 
     def record(self, sent: Sent) -> None:
         """Record what ``send`` settled (audit rows, signals, logs) and free the callable
-        limit slots of the settled attempts."""
+        limit slots of the settled attempts. One job's failure here is logged: they are
+        settled all the same, and the others are recorded."""
         for o, status in sent:
-            if o.kind is not Kind.DEFER:
-                self._record(o, status)
+            try:
+                if o.kind is not Kind.DEFER:
+                    self._record(o, status)
+            except Exception:  # noqa: BLE001 - never the settling thread
+                logger.exception("recording settled job %s failed", o.job.id)
         if limited := [o for o, _ in sent if o.callable_limit is not None]:
             self.release(limited)  # settled: their callable-limit slots are free
         self.processed += sum(o.kind is not Kind.DEFER for o, _ in sent)
@@ -240,28 +251,45 @@ class Settler:
         if status is JobStatus.RETRYING:
             fields["run_at"] = o.finished_at + timedelta(milliseconds=o.retry_delay_ms or 0)
             fields["finished_at"] = None
-        self.audit.update(job.id, error_type=o.error_type, last_error=o.error,
-                          traceback=o.traceback, **fields)
-        self.audit.attempt(job_id=job.id, number=job.attempt, outcome=status,
-                           started_at=o.started_at, finished_at=o.finished_at,
-                           error_type=o.error_type, error=o.error, traceback=o.traceback,
-                           worker_id=self.worker_id)
-        if status is JobStatus.RETRYING:
             joblog.retrying(self.settings, o, fields["run_at"])
-            signals.send(signals.job_retrying, attempt=job.attempt, worker_id=self.worker_id,
-                         error=o.error, error_type=o.error_type, retry_at=fields["run_at"],
-                         **base)
         elif status is JobStatus.DEAD:
             logger.error("job %s %s is dead after %d attempt(s): %s: %s", job.id, o.path,
                          job.attempt, o.error_type, o.error)
-            signals.send(signals.job_dead, attempt=job.attempt, worker_id=self.worker_id,
-                         error=o.error, error_type=o.error_type, **base)
-        else:
-            signals.send(signals.job_cancelled, running=True, **base)
+        record_failure(self.audit, base, status, fields, traceback=o.traceback,
+                       error_type=o.error_type, error=o.error, worker_id=self.worker_id)
+
+
+def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
+                   fields: dict[str, Any], *, traceback: str, error_type: str, error: str,
+                   worker_id: str) -> None:
+    """A failed attempt of job ``base`` (``job_id``, ``queue``, ``callable_path``) settled
+    as ``status``: its row changes (``fields`` and the error), its ``JobAttempt``, its
+    signal. Settlements and lease recovery (``housekeeping.py``) record them so."""
+    job_id, attempt = base["job_id"], fields["attempts"]
+    audit.update(job_id, error_type=error_type, last_error=error, traceback=traceback, **fields)
+    audit.attempt(job_id=job_id, number=attempt, outcome=status,
+                  started_at=fields.get("started_at"), finished_at=fields["updated_at"],
+                  error_type=error_type, error=error, traceback=traceback, worker_id=worker_id)
+    if status is JobStatus.RETRYING:
+        signals.send(signals.job_retrying, attempt=attempt, worker_id=worker_id, error=error,
+                     error_type=error_type, retry_at=fields["run_at"], **base)
+    elif status is JobStatus.DEAD:
+        signals.send(signals.job_dead, attempt=attempt, worker_id=worker_id, error=error,
+                     error_type=error_type, **base)
+    else:
+        signals.send(signals.job_cancelled, running=True, **base)
+
+
+def acks(wins: Sequence[Outcome]) -> tuple[list[tuple[str, int]], list[str]]:
+    """The leases of ``wins`` (successes and expired jobs) to ack, and each one's code in
+    its settled record (``s`` succeeded, ``x`` expired)."""
+    return ([(o.job.id, o.job.token) for o in wins],
+            ["x" if o.kind is Kind.EXPIRED else "s" for o in wins])
 
 
 SEND_EVERY = 0.002  # seconds: a job thread sends the acks done at most this often,
 SEND_AT = 5  # unless this many wait (a kill re-runs them: finished, not yet acked)
 _RECORDED = (JobStatus.SUCCEEDED, JobStatus.EXPIRED, JobStatus.CANCELLED)
+ACKED = (Kind.SUCCESS, Kind.EXPIRED)  # settled with an ack (``acks``); the rest nacked
 
 Sent = list[tuple[Outcome, "JobStatus | None"]]  # what ``Settler.send`` made of each

@@ -17,16 +17,15 @@ from typing import TYPE_CHECKING
 from django_delayq.engine.replies import chunks
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.outcome import Kind, Outcome
 from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff, grouped
-from django_delayq.worker.settle import SEND_AT, SEND_EVERY, Sent, Settler
+from django_delayq.worker.settle import ACKED, SEND_AT, SEND_EVERY, Sent, Settler, acks
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
     from django_delayq.engine.acks import AckReply
-    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.ledger import Ledger
+    from django_delayq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -50,15 +49,12 @@ class Settlement:
                  on_settled: Callable[[list[Outcome]], None],
                  on_start: Callable[[str], object] | None = None) -> None:
         self.ledger = ledger
-        self.settler = Settler(engine, settings, audit, worker_id, release, on_start)
-        audit.after_write = self.settler.landed  # their settled records may go
-        self.on_settled = on_settled
         # successes are acked from the job thread as it finishes, replies read here
         self.stream = engine.ack_stream(worker_id)
         ledger.notify_done = self.stream is None  # else finished() wakes it for leftovers
-        if self.stream is not None:
-            self.settler.mark = self.mark
-        self._reader: threading.Thread | None = None
+        self.settler = Settler(engine, settings, audit, worker_id, release, on_start, self.stream)
+        audit.after_write = self.settler.landed  # their settled records may go
+        self.on_settled = on_settled
         self.backoff = QueueBackoff()
         self._stop = threading.Event()
         self._leading = threading.Lock()  # a job thread settling (``finished``)
@@ -67,15 +63,14 @@ class Settlement:
         self._to_record: deque[Sent] = deque()  # settled in Redis, recorded by this thread
         self._unrecorded: set[str] = set()  # ids being settled by a round, not recorded yet
         self._recording = threading.Condition()
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []  # settling, then the reader
         self._outage = OutageLog(logger, "settling finished jobs", quiet=ERRORS)
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="delayq-settle", daemon=True)
-        self._thread.start()
-        if self.stream is not None:
-            self._reader = threading.Thread(target=self._read, name="delayq-acks", daemon=True)
-            self._reader.start()
+        for target, name in [(self._run, "delayq-settle")] + (
+                [(self._read, "delayq-acks")] if self.stream is not None else []):
+            self._threads.append(threading.Thread(target=target, name=name, daemon=True))
+            self._threads[-1].start()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Settle what is done, then end: the settling thread's last round settles with
@@ -84,10 +79,8 @@ class Settlement:
         is unknown) is settled here."""
         self._stop.set()
         self.ledger.wake_settling()
-        if self._thread is not None:
-            self._thread.join(timeout)
-        if self._reader is not None:
-            self._reader.join(timeout)
+        for thread in self._threads:  # the reader after the settling thread's last round
+            thread.join(timeout)
         if self.stream is not None:
             self.stream.close()
             try:
@@ -134,7 +127,6 @@ class Settlement:
             self.on_settled(settled)
 
     def _run(self) -> None:
-        pause = 0.0
         while True:
             stopping = self._stop.is_set()
             if not stopping and (self.stream is not None or not self._to_record):
@@ -146,16 +138,12 @@ class Settlement:
             try:
                 self.settle_once(stream=not stopping)
             except Exception as exc:  # noqa: BLE001 - kept for the next round; never the thread
-                pause = min(max(pause * 2, 0.1), 5.0)
-                self._outage.failed(exc, pause)
-                if self._stop.wait(pause) and stopping:
-                    self.record_pending()
-                    return
+                if self._stop.wait(self._outage.backoff(exc)) and stopping:
+                    return  # what was settled is recorded (finally)
                 continue
             finally:
                 if self.stream is None or stopping:  # else the stream's reader records
                     self.record_pending()
-            pause = 0.0
             self._outage.ok()
             if stopping:
                 return
@@ -167,10 +155,7 @@ class Settlement:
                 sent = self._to_record.popleft()
             except IndexError:
                 return
-            try:
-                self.settler.record(sent)
-            except Exception:  # noqa: BLE001 - a receiver's error must not stop the rest
-                logger.exception("recording %d settled job(s) failed", len(sent))
+            self.settler.record(sent)
 
     def _wait_seconds(self) -> float:
         """Until the unsettled outcomes may be settled again: their queue's delay ends,
@@ -206,15 +191,10 @@ class Settlement:
             self.ledger.keep_unsettled(outcomes, outcomes)
             raise
         finally:
-            try:
-                if sent:
-                    self.settler.record(sent)
-            except Exception:  # noqa: BLE001 - a receiver's error: they are settled all the same
-                logger.exception("recording %d settled job(s) failed", len(sent))
-            finally:
-                with self._recording:
-                    self._unrecorded -= ids
-                    self._recording.notify_all()
+            self.settler.record(sent)  # never raises: they are settled all the same
+            with self._recording:
+                self._unrecorded -= ids
+                self._recording.notify_all()
         self.ledger.keep_unsettled([o for q in left for o in by_queue[q]] + kept, outcomes)
         self.on_settled(outcomes)
 
@@ -225,14 +205,6 @@ class Settlement:
             return
         with self._recording:
             self._recording.wait_for(lambda: job_id not in self._unrecorded, timeout)
-
-    def mark(self, job: ClaimedJob) -> None:
-        """A start mark through the stream (not waited for), else a call. Any job's: a mark
-        names the keys of the data set that holds the job (``Engine.start_mark``: its
-        shard's), all on the stream's one server."""
-        assert self.stream is not None
-        if not self.stream.mark(*self.settler.engine.start_mark(job)):
-            self.settler.engine.mark_started([job])
 
     def finished(self) -> None:
         """A job thread's outcome is done. With an ack stream, the thread sends the
@@ -266,46 +238,39 @@ class Settlement:
                 return
             finally:
                 self._leading.release()
-            if not self.ledger.has_done():  # done while this round ran: settle them too
+            if not self.ledger.done_count():  # done while this round ran: settle them too
                 return
 
     def _stream(self, outcomes: list[Outcome]) -> list[Outcome]:
-        """Send the successes among ``outcomes`` through the stream; returns the rest (all
-        of them when something failed here: settled the usual way)."""
-        sent: list[Sequence[Outcome]] = []  # the parts written
-        try:
-            return self._stream_some(outcomes, sent)
-        except Exception as exc:  # noqa: BLE001 - what was sent is answered by the reader
-            logger.debug("ack stream send failed: %s", exc)
-            written = {id(o) for part in sent for o in part}
-            return [o for o in outcomes if id(o) not in written]
-
-    def _stream_some(self, outcomes: list[Outcome], sent: list[Sequence[Outcome]]
-                     ) -> list[Outcome]:
-        """Each success is acked in the data set that holds it (``job.home``: its queue's,
-        or a shard's), unless its queue backs off."""
+        """Send the successes among ``outcomes`` through the stream, each acked in the data
+        set that holds it (``job.home``: its queue's, or a shard's), unless its queue backs
+        off; returns the rest (all those not written when something failed here: settled
+        the usual way; what was written is answered by the reader)."""
         assert self.stream is not None
         rest: list[Outcome] = []
         by_home: dict[tuple[str, str], list[Outcome]] = {}  # (queue, home) -> successes
         waiting: dict[str, bool] = {}  # queue -> backing off: settled the usual way
-        for o in outcomes:
-            queue = o.job.queue
-            if (held := waiting.get(queue)) is None:
-                held = waiting[queue] = self.backoff.waiting(queue)
-            # the data set whose keys hold it (its claim's); "" when unknown and its queue
-            # spans several (then Engine.ack finds it)
-            home = o.job.home or (queue if self.stream.covers(queue) else "")
-            if home and not held and (o.kind is Kind.SUCCESS or o.kind is Kind.EXPIRED):
-                by_home.setdefault((queue, home), []).append(o)
-            else:
-                rest.append(o)
-        for (queue, home), wins in by_home.items():
-            for part in (wins,) if len(wins) <= MAX_ACK else chunks(wins, MAX_ACK):
-                self.settler.note_sent(part)
-                codes = ["x" if o.kind is Kind.EXPIRED else "s" for o in part]
-                if self.stream.send(home, [(o.job.id, o.job.token) for o in part], codes,
-                                    (queue, part)):
-                    sent.append(part)
+        written: set[int] = set()  # id() of the outcomes whose ack was written
+        try:
+            for o in outcomes:
+                queue = o.job.queue
+                if (held := waiting.get(queue)) is None:
+                    held = waiting[queue] = self.backoff.waiting(queue)
+                # the data set whose keys hold it (its claim's); "" when unknown and its
+                # queue spans several (then Engine.ack finds it)
+                home = o.job.home or (queue if self.stream.covers(queue) else "")
+                if home and not held and o.kind in ACKED:
+                    by_home.setdefault((queue, home), []).append(o)
                 else:
-                    rest += part
+                    rest.append(o)
+            for (queue, home), wins in by_home.items():
+                for part in (wins,) if len(wins) <= MAX_ACK else chunks(wins, MAX_ACK):
+                    self.settler.note_sent(part)
+                    if self.stream.send(home, *acks(part), (queue, part)):
+                        written.update(id(o) for o in part)
+                    else:
+                        rest += part
+        except Exception as exc:  # noqa: BLE001 - what was sent is answered by the reader
+            logger.debug("ack stream send failed: %s", exc)
+            return [o for o in outcomes if id(o) not in written]
         return rest

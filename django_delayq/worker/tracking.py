@@ -128,23 +128,17 @@ class DeadMan:
         self._lock = threading.Lock()
         self._armed = False
 
-    def arm(self) -> None:
-        """Armed once when the first job starts (each heartbeat pushes it back): no
-        system call per job while jobs keep running."""
+    def arm(self, running: bool) -> None:
+        """Armed once when the first job starts (each heartbeat pushes it back), disarmed
+        when none runs: no system call per job while jobs keep running."""
         with self._lock:
-            if not self._armed:
-                self._armed = self._set(self.horizon_s)
+            if running != self._armed:
+                self._armed = self._set(self.horizon_s if running else 0.0) and running
 
     def rearm(self) -> None:
         with self._lock:
             if self._armed:
                 self._set(self.horizon_s)
-
-    def disarm(self) -> None:
-        with self._lock:
-            if self._armed:
-                self._set(0.0)
-                self._armed = False
 
     @staticmethod
     def _set(seconds: float) -> bool:
@@ -214,11 +208,7 @@ class Link:
 
     def listen(self, on_drain: Callable[[], None], on_stop: Callable[[], None],
                running: Callable[[], list[RunningJob]]) -> None:
-        threading.Thread(target=self._listen, args=(on_drain, on_stop, running),
-                         name="delayq-link", daemon=True).start()
-
-    def _listen(self, on_drain: Callable[[], None], on_stop: Callable[[], None],
-                running: Callable[[], list[RunningJob]]) -> None:
+        """The listener thread (``delayq-link``): the supervisor's words, then its end."""
         for word in self._words():
             if word == "drain":
                 on_drain()

@@ -23,7 +23,7 @@ def test_a_job_goes_from_claimed_to_done_and_is_taken_once() -> None:
     assert (ledger.capacity_used(), ledger.idle()) == (2, False)
     assert ledger.start(key_of(a)) and ledger.start(key_of(b))
     assert not ledger.start(key_of(a))  # a job starts once
-    assert ledger.running() == 2 and {j.id for j in ledger.held()} == {"a", "b"}
+    assert len(ledger.running_jobs()) == 2 and {j.id for j in ledger.held()} == {"a", "b"}
     ledger.finish(key_of(a), failed(a))
     ledger.finish(key_of(b), failed(b))
     taken = ledger.take_done()
@@ -71,7 +71,7 @@ def test_a_timed_out_attempt_is_done_at_once_and_its_late_outcome_dropped() -> N
 def test_unsettled_outcomes_come_back_first_and_keep_the_ledger_busy() -> None:
     ledger, a, b = Ledger(), job("a", "down"), job("b")
     ledger.claimed([], [failed(a)])  # ended without running (an unusable row)
-    assert ledger.has_done()
+    assert ledger.done_count()
     kept = ledger.take_done()
     ledger.keep_unsettled(kept, kept)  # its queue is backing off
     assert not ledger.idle() and ledger.unsettled_queues() == {"down"}

@@ -74,7 +74,8 @@ class Child:
     ended: dict[Key, Run] = field(default_factory=dict)  # finished, not settled yet
     settled: deque[Settled] = field(default_factory=lambda: deque(maxlen=SETTLED_KEPT))
     doomed: dict[Key, str] = field(default_factory=dict)  # to be killed for (why)
-    replace_on_exit: bool = False  # doomed, its replacement waits for its exit
+    aside: bool = False  # doomed and draining: out of its slot, killed once ripe
+    replace_on_exit: bool = False  # set aside, its replacement waits for its exit
     killed_for: dict[Key, str] = field(default_factory=dict)
     draining: bool = False  # told to drain (recycled, or the supervisor stops)
     killed: bool = False  # SIGKILL sent
@@ -194,6 +195,12 @@ class Child:
         self.settled.clear()
         self.settled.extend(left)
         return bool(left)
+
+    def drain(self) -> None:
+        """Tell it to drain (stop claiming, finish, exit), once."""
+        if not self.draining:
+            self.draining = True
+            self.tell("drain")
 
     def tell(self, word: str) -> None:
         """Send ``drain`` or ``stop``; a child that is gone cannot hear it."""

@@ -110,8 +110,8 @@ class Supervisor:
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         self.takeback = TakeBack(engine, settings, self.audit)
         self.silence_s = silence_allowed_s(settings.lease_ms / 1000)
-        self.children: dict[int, Child] = {}  # slot -> child
-        self.dying: list[Child] = []  # doomed, draining, replaced already: killed when ripe
+        # every live child: one per slot, and those set aside (``Child.aside``)
+        self.children: list[Child] = []
         self.next_start: dict[int, float] = dict.fromkeys(range(options.processes), 0.0)
         self.crashes: dict[int, int] = dict.fromkeys(range(options.processes), 0)
         self.signals = 0
@@ -157,10 +157,10 @@ class Supervisor:
         self._act_on_signals()
         if not self._stopping():
             self._start_children()
-        if not self.children and not self.dying and (self._stopping() or not self.next_start):
+        if not self.children and (self._stopping() or not self.next_start):
             return False
         self._wait()
-        for child in self._everyone():  # reap those that exited
+        for child in list(self.children):  # reap those that exited
             code = child.proc.poll()
             if code is not None:
                 self._gone(child, code)
@@ -173,13 +173,9 @@ class Supervisor:
             self._check_memory()
         self._kill_ripe()
         if self.stop_deadline is not None and now >= self.stop_deadline:
-            for child in self._everyone():
+            for child in self.children:
                 child.kill({})
         return True
-
-    def _everyone(self) -> list[Child]:
-        """Every live child: one per slot, and those set aside to be killed."""
-        return [*self.children.values(), *self.dying]
 
     def _stopping(self) -> bool:
         return self.signals > 0 or self.code == EXIT_CONFIG
@@ -188,15 +184,14 @@ class Supervisor:
         if self.signals == self._acted_on:
             return
         if self._acted_on == 0:
-            logger.info("supervisor: draining %d worker process(es)", len(self._everyone()))
-            for child in self._everyone():
-                child.draining = True
-                child.tell("drain")
+            logger.info("supervisor: draining %d worker process(es)", len(self.children))
+            for child in self.children:
+                child.drain()
         if self.signals >= 2 and self.stop_deadline is None:
             logger.warning("supervisor: hard stop")
             self.code = EXIT_HARD_STOP
             self.stop_deadline = time.monotonic() + HARD_STOP_S
-            for child in self._everyone():
+            for child in self.children:
                 child.tell("stop")
         self._acted_on = self.signals
 
@@ -235,13 +230,13 @@ class Supervisor:
         theirs.close()
         ours.setblocking(False)
         child = Child(slot=slot, proc=proc, sock=ours)
-        self.children[slot] = child
+        self.children.append(child)
         self._selector.register(ours, selectors.EVENT_READ, child)
         logger.info("supervisor: worker process %d started (slot %d)", proc.pid, slot)
 
     def _wait(self) -> None:
         now = time.monotonic()
-        deadlines = (c.next_deadline(self.silence_s) for c in self._everyone() if not c.killed)
+        deadlines = (c.next_deadline(self.silence_s) for c in self.children if not c.killed)
         timeout = min([TICK_S, *(max(0.0, d - now + 0.01) for d in deadlines if d is not None)])
         reports = False
         for key, _ in self._selector.select(timeout):
@@ -258,11 +253,7 @@ class Supervisor:
         child.read_all()
         self._selector.unregister(child.sock)
         child.sock.close()
-        aside = child in self.dying
-        if aside:
-            self.dying.remove(child)
-        else:
-            del self.children[child.slot]
+        self.children.remove(child)
         try:
             self.takeback.child_gone(child, code)
         except Exception:  # noqa: BLE001 - Redis or the database down: the leases expire
@@ -272,18 +263,22 @@ class Supervisor:
         if self._stopping() and code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for \
                 and self.code == EXIT_OK:
             self.code = EXIT_ERROR
-        if aside:
-            self._after_aside_exit(child, code)
-        else:
-            self._after_exit(child.slot, child, code)
+        self._after_exit(child, code)
 
-    def _after_exit(self, slot: int, child: Child, code: int) -> None:
+    def _after_exit(self, child: Child, code: int) -> None:
         how = describe_exit(code)
+        if child.aside:  # replaced already, unless its metrics port was in the way (then now)
+            bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for
+            logger.log(logging.WARNING if bad else logging.INFO,
+                       "supervisor: worker process %d ended (%s)", child.pid, how)
+            if child.replace_on_exit and not self._stopping():
+                self.next_start[child.slot] = time.monotonic()
+            return
         if code == EXIT_CONFIG:
             logger.error("supervisor: worker process %d: bad settings (%s); stopping",
                          child.pid, how)
             self.code = EXIT_CONFIG
-            for other in self.children.values():
+            for other in self.children:
                 other.tell("drain")
             return
         if self._stopping():  # a bad exit meanwhile set EXIT_ERROR (``_gone``)
@@ -291,7 +286,7 @@ class Supervisor:
         if code == EXIT_OK and self.options.burst and not self._recycled(child):
             logger.info("supervisor: worker process %d done", child.pid)
             return
-        delay = 0.0
+        slot, delay = child.slot, 0.0
         if code == EXIT_OK or child.killed_for or time.monotonic() - child.started >= STARTUP_S:
             self.crashes[slot] = 0
         else:
@@ -302,15 +297,6 @@ class Supervisor:
                    "%.1fs", child.pid, how, delay)
         self.next_start[slot] = time.monotonic() + delay
 
-    def _after_aside_exit(self, child: Child, code: int) -> None:
-        """A child set aside to be killed is gone: replaced already, unless its metrics
-        port was in the way (then now)."""
-        bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for
-        logger.log(logging.WARNING if bad else logging.INFO,
-                   "supervisor: worker process %d ended (%s)", child.pid, describe_exit(code))
-        if child.replace_on_exit and not self._stopping():
-            self.next_start[child.slot] = time.monotonic()
-
     def _recycled(self, child: Child) -> bool:
         """Did ``child`` exit to be replaced (max jobs, memory), not because it was done?"""
         most = self.options.max_jobs_per_child
@@ -319,7 +305,7 @@ class Supervisor:
     # -- limits, cancels, memory -------------------------------------------------------
 
     def _enforce_limits(self, now: float) -> None:
-        for child in self._everyone():
+        for child in self.children:
             overdue = [] if child.killed else child.overdue(now)
             if overdue:
                 self._doom(child, dict.fromkeys(overdue, TIMED_OUT), "job(s) %s past their time "
@@ -328,7 +314,7 @@ class Supervisor:
     def _enforce_heartbeats(self, now: float) -> None:
         away = now - self._judged_at > AWAY_S
         self._judged_at = now
-        for child in self._everyone():
+        for child in self.children:
             if away:  # this supervisor was stopped or slow: the silence may be its own (its
                 child.leases_since = max(child.leases_since, now)  # socket backed up)
             if child.silent(now, self.silence_s):
@@ -341,7 +327,7 @@ class Supervisor:
                 child.kill(dict.fromkeys(child.held, SILENT))
 
     def _check_cancels(self) -> None:
-        running = {key[1]: (child, key) for child in self._everyone() if not child.killed
+        running = {key[1]: (child, key) for child in self.children if not child.killed
                    for key in child.running if key not in child.doomed}
         if not running:
             return
@@ -362,37 +348,31 @@ class Supervisor:
         no other job short: now when it is ripe; else drain it, set it aside and start
         its replacement (``_kill_ripe`` kills it once ripe)."""
         child.doomed.update(why)
-        child.read_all()  # its latest reports: a job that ended, one that started
-        if self._may_kill(child):
-            logger.warning("supervisor: %s: killing worker process %d", what, child.pid)
-            child.kill(child.doomed_running())
+        if self._kill_if_ripe(child, "supervisor: %s: killing worker process %%d" % what):
             return
         logger.warning("supervisor: %s: worker process %d stops claiming and is killed once "
                        "its %d other job(s) are done", what, child.pid,
                        len(set(child.running) | set(child.ended)) - len(child.doomed_running()))
-        if not child.draining:
-            child.draining = True
-            child.tell("drain")
-        if self.children.get(child.slot) is child:  # a process takes its place at once
-            del self.children[child.slot]
-            self.dying.append(child)
+        child.drain()
+        if not child.aside:  # a process takes its place at once
+            child.aside = True
             if self.options.metrics_port is None:
                 self.next_start[child.slot] = time.monotonic()
             else:  # the replacement serves on its port: only once it is free
                 child.replace_on_exit = True
 
     def _kill_ripe(self) -> None:
-        for child in self.dying:
-            if not child.killed and child.ripe():
-                child.read_all()
-                if self._may_kill(child):
-                    logger.warning("supervisor: worker process %d runs only the job(s) it "
-                                   "is killed for now: killing it", child.pid)
-                    child.kill(child.doomed_running())
+        for child in self.children:
+            if child.aside and not child.killed and child.ripe():
+                self._kill_if_ripe(child, "supervisor: worker process %d runs only the job(s) "
+                                          "it is killed for now: killing it")
 
-    def _may_kill(self, child: Child) -> bool:
-        """Ripe, and the rows of the jobs it settled are written (not when the database
-        cannot say: the doomed job runs on, its lease extended, until it can)."""
+    def _kill_if_ripe(self, child: Child, message: str) -> bool:
+        """Kill ``child`` (logging ``message`` % its pid) when, by its latest reports (a job
+        that ended, one that started), it is ripe and the rows of the jobs it settled are
+        written (not when the database cannot say: the doomed job runs on, its lease
+        extended, until it can). Whether it was killed."""
+        child.read_all()
         if not child.ripe():
             return False
         try:
@@ -402,25 +382,27 @@ class Supervisor:
             close_old_connections()
             return False
         self._rows_outage.ok()
+        if not unwritten:
+            logger.warning(message, child.pid)
+            child.kill(child.doomed_running())
         return not unwritten
 
     def _check_memory(self) -> None:
         limit = self.options.max_memory_mb
         if limit is None:
             return
-        for child in self.children.values():
+        for child in self.children:
             if child.draining or not child.runs:  # one over at start would never run a job
                 continue
             used = rss_mb(child.pid)
             if used is not None and used > limit:
                 logger.info("supervisor: worker process %d uses %.0f MB (over %g): recycling",
                             child.pid, used, limit)
-                child.draining = True
-                child.tell("drain")
+                child.drain()
 
     def _leave_no_child(self) -> None:
         """On the way out (also after an error of ours): no child outlives us."""
-        for child in self._everyone():
+        for child in self.children:
             child.kill({})
-        for child in self._everyone():
+        for child in list(self.children):
             self._gone(child, child.proc.wait())

@@ -106,9 +106,9 @@ class TakeBack:
         return outcome
 
     def _settle(self, child: Child, failed: list[Failure], back: list[ClaimedJob]) -> None:
-        loaded = payloads.read([f[0] for f in failed]) if failed else None
-        usable = ({job.id: job for job in [*loaded.run, *loaded.cancelled]}  # one cancelled
-                  if loaded is not None else {})  # while it ran: settled, never handed back
+        loaded = payloads.read([f[0] for f in failed])  # none: no query
+        # one cancelled while it ran is settled, never handed back
+        usable = {job.id: job for job in [*loaded.run, *loaded.cancelled]}
         outcomes = [self._outcome(usable[job.id], started, limit, why)
                     for job, started, limit, why in failed if job.id in usable]
         _paths(outcomes)
