@@ -145,14 +145,18 @@ def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: backoff_mod.
 
 
 def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
-        default_backoff: backoff_mod.Policy, manage_connections: bool = True) -> Outcome:
+        default_backoff: backoff_mod.Policy, manage_connections: bool = True,
+        soft_limit: bool = False) -> Outcome:
     """Run one attempt; never raises. ``manage_connections`` closes stale database
     connections around it (a worker thread); ``django_delayq.testing`` turns that off,
-    since it would close the test's connection inside a ``TestCase`` transaction."""
+    since it would close the test's connection inside a ``TestCase`` transaction.
+    ``soft_limit`` (a worker without a supervisor): an attempt that ends past its time
+    limit is timed out, however late the main loop looked (under a supervisor, one that
+    ends before its kill keeps its outcome)."""
     started = datetime.now(UTC)
     try:
         return _run(job, started, worker_id, default_max_attempts, default_backoff,
-                    manage_connections)
+                    manage_connections, soft_limit)
     except Exception as exc:  # noqa: BLE001 - a bug of ours, or input nobody foresaw
         logger.exception("job %s: could not run or settle its attempt; it ends dead", shown(job.id))
         return crashed(job, exc, started)
@@ -184,7 +188,8 @@ def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext
 
 
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
-         default_backoff: backoff_mod.Policy, manage_connections: bool) -> Outcome:
+         default_backoff: backoff_mod.Policy, manage_connections: bool,
+         soft_limit: bool) -> Outcome:
     t0 = time.perf_counter()
     common: dict[str, Any] = {"job": job, "started_at": started}
     try:
@@ -204,18 +209,19 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
             return _atomic(common, env, ctx, t0, limit, worker_id)
         result = call_job(env.path, env.args, env.kwargs, ctx)
     except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
-        return _past(limit, t0, common) or _raised(exc, common, t0, env, default_backoff)
+        return (soft_limit and _past(limit, t0, common)) or _raised(
+            exc, common, t0, env, default_backoff)
     finally:
         if manage_connections:
             close_old_connections()
             _local.closed = time.monotonic()
-    return _past(limit, t0, common) or _succeeded(common, result, t0)
+    return (soft_limit and _past(limit, t0, common)) or _succeeded(common, result, t0)
 
 
 def _past(limit: float | None, t0: float, common: dict[str, Any]) -> Outcome | None:
     """The outcome of an attempt that ended past its time limit: timed out, whatever it
-    returned or raised, however late the main loop (busy) or the supervisor looked for it
-    (the outcome they recorded first stands: this one comes late and is dropped)."""
+    returned or raised, however late the main loop (busy) looked for it (the outcome it
+    recorded first stands: this one comes late and is dropped)."""
     if limit is None or time.perf_counter() - t0 <= limit:
         return None
     return timed_out(common["job"], common["started_at"], limit, common["max_attempts"])
@@ -371,8 +377,9 @@ class Execution:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
         if self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
             outcome = run(job, worker_id=self.worker_id,
-                                 default_max_attempts=self.settings.default_max_attempts,
-                                 default_backoff=self.settings.default_backoff)
+                          default_max_attempts=self.settings.default_max_attempts,
+                          default_backoff=self.settings.default_backoff,
+                          soft_limit=self.ledger.link is None)
         else:  # no start mark (Redis unreachable): not run, its row untouched
             outcome = self.gate.retry_later(job)
         outcome.callable_limit = admitted.callable_limit  # its slot, freed once settled
