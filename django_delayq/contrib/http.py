@@ -78,8 +78,8 @@ class CallbackRefused(PermissionError, ValueError):
     ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``). No connection was made. Its message
     starts with ``not allowed:``, and so does the dead job's ``last_error``."""
 
-    def __init__(self, why: str) -> None:
-        super().__init__("not allowed: " + why)
+    def __init__(self, why: str) -> None:  # once: a copy is made from the prefixed text
+        super().__init__(why if why.startswith("not allowed: ") else "not allowed: " + why)
 
 
 class _Deadline:

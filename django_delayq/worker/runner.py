@@ -76,6 +76,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 JOB_TIMEOUT = type_path(JobTimeout)
+NOT_ALLOWED = "not allowed: "  # a refused job's error (docs/guarantees.md)
 RESULT_TOO_LARGE = type_path(ResultTooLarge)
 
 
@@ -232,7 +233,9 @@ def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope
     """The outcome of an attempt whose function raised ``exc``."""
     common["error_type"] = error_type(exc)
     if isinstance(exc, PermissionError):  # not allowed (registry.NotAllowed, a refused URL)
-        return _failed(common, Kind.DEAD, text(exc), t0)
+        why = text(exc)
+        return _failed(common, Kind.DEAD, why if why.startswith(NOT_ALLOWED) else
+                       NOT_ALLOWED + why, t0)
     if isinstance(exc, (KeyboardInterrupt, SystemExit)):
         logger.warning("job %s raised %s; treated as a failure", shown(common["job"].id),
                        shown(repr(exc)))

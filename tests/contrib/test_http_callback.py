@@ -360,3 +360,13 @@ def test_a_refused_url_leaves_not_allowed_in_the_audit_row(delayq_settings, dela
     assert (job.status, job.attempts) == ("dead", 1), job.last_error
     assert job.last_error.startswith("not allowed: "), job.last_error
     assert why in job.last_error and "hunter2" not in job.last_error
+
+
+def test_a_refusal_copied_or_pickled_keeps_one_prefix() -> None:
+    import copy
+    import pickle
+
+    from django_delayq.contrib.http import CallbackRefused
+    refused = CallbackRefused("x")
+    assert str(refused) == str(copy.copy(refused)) == str(pickle.loads(pickle.dumps(refused))) \
+        == "not allowed: x"

@@ -96,7 +96,7 @@ def assert_refused_dead(job_id: str, why: str) -> None:
     row = Job.objects.get(pk=job_id)
     assert (row.status, row.attempts) == (JobStatus.DEAD, 1), (row.callable_path, row.last_error)
     assert row.error_type == NOT_ALLOWED, (row.error_type, row.last_error)
-    assert row.last_error.startswith("%r" % row.callable_path), row.last_error
+    assert row.last_error.startswith("not allowed: %r" % row.callable_path), row.last_error
     assert why in row.last_error, (why, row.last_error)
 
 

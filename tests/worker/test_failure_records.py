@@ -51,7 +51,7 @@ def test_retry_and_refusal_record_their_exception_types(delayq_settings) -> None
     row = Job.objects.get(pk=refused.id)
     assert (row.status, row.error_type) == (JobStatus.DEAD,
                                             "django_delayq.core.registry.NotAllowed")
-    assert row.last_error.startswith("'os.system'") and "ALLOWED_CALLABLES" in row.last_error
+    assert row.last_error.startswith("not allowed: 'os.system'") and "ALLOWED_CALLABLES" in row.last_error
 
 
 def test_eager_run_records_type_message_and_traceback(delayq_settings) -> None:  # type: ignore[no-untyped-def]

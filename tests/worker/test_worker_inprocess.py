@@ -79,7 +79,7 @@ def test_payload_outside_allow_list_never_runs(delayq_settings, tmp_path) -> Non
     evil, junk = Job.objects.get(pk="evil"), Job.objects.get(pk="junk")
     # The envelopes in Redis are ignored: what ran is each row's callable ("?": refused).
     for row in (evil, junk):
-        assert row.status == JobStatus.DEAD and row.last_error.startswith("'?'")
+        assert row.status == JobStatus.DEAD and row.last_error.startswith("not allowed: '?'")
         assert row.error_type == "django_delayq.core.registry.NotAllowed"
     assert not marker.exists()
 
