@@ -19,6 +19,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 from django_delayq.core import limits, schedules
 from django_delayq.core.validation import check_max_attempts, name_problem
@@ -185,10 +186,21 @@ def _cache_alias(name: str, alias: object, merged: dict[str, Any]) -> tuple[Any,
     if not isinstance(alias, str) or alias not in caches:
         return None, ["DELAYQ['CACHE_ALIAS'] %r is not a key of CACHES %r" % (alias, list(caches))]
     backend = str(caches[alias].get("BACKEND", ""))
-    if not backend.startswith("django_redis."):
+    if not backend.startswith("django_redis.") and not _django_redis_cache(backend):
         return None, ["DELAYQ['CACHE_ALIAS'] %r uses BACKEND %r; only django-redis caches "
                       "expose a Redis client" % (alias, backend)]
     return alias, []
+
+
+def _django_redis_cache(backend: str) -> bool:
+    """Whether ``backend`` names a subclass of django-redis's cache (a project's own)."""
+    try:
+        cls = import_string(backend)
+    except ImportError:
+        return False
+    return isinstance(cls, type) and any(
+        "%s.%s" % (c.__module__, c.__qualname__) == "django_redis.cache.RedisCache"
+        for c in cls.__mro__)
 
 
 def _allowed(name: str, allowed: object, merged: dict[str, Any]) -> tuple[Any, Problems]:

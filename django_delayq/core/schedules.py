@@ -197,26 +197,38 @@ def settings_problems(value: object) -> list[str]:
         if not isinstance(name, str) or not 0 < len(name) <= 100 or not isinstance(d, dict):
             found.append("%s: a name of 1-100 characters -> a dict, not %r" % (where, d))
             continue
-        if unknown := sorted(set(d) - SETTINGS_KEYS):
-            found.append("%s: unknown keys %s" % (where, unknown))
-        if not isinstance(d.get("callable"), str):
-            found.append("%s: 'callable' must be a dotted path, not %r"
-                         % (where, d.get("callable")))
-        args, kwargs = d.get("args", []), d.get("kwargs", {})
-        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
-            found.append("%s: 'args' must be a list and 'kwargs' a dict, not %r, %r"
-                         % (where, args, kwargs))
-        if not isinstance(d.get("atomic", False), bool):
-            found.append("%s: 'atomic' must be True or False, not %r" % (where, d["atomic"]))
-        if "group" in d:
-            try:
-                validation.check_group(d["group"])
-            except InvalidJob as exc:
-                found.append("%s: %s" % (where, exc))
-        if d.get("missed", "skip") not in ("skip", "once"):
-            found.append("%s: 'missed' must be 'skip' or 'once', not %r" % (where, d["missed"]))
+        found += _definition_problems(where, d)
+    return found
+
+
+def _definition_problems(where: str, d: dict[str, Any]) -> list[str]:
+    """The problems of one schedule's definition, each named with ``where``."""
+    found = []
+    if unknown := sorted(set(d) - SETTINGS_KEYS):
+        found.append("%s: unknown keys %s" % (where, unknown))
+    if not isinstance(d.get("callable"), str):
+        found.append("%s: 'callable' must be a dotted path, not %r"
+                     % (where, d.get("callable")))
+    args, kwargs = d.get("args", []), d.get("kwargs", {})
+    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+        found.append("%s: 'args' must be a list and 'kwargs' a dict, not %r, %r"
+                     % (where, args, kwargs))
+    if not isinstance(d.get("atomic", False), bool):
+        found.append("%s: 'atomic' must be True or False, not %r" % (where, d["atomic"]))
+    if "group" in d:
         try:
-            check_rule(d.get("cron", ""), d.get("interval"), d.get("timezone", "UTC"))
+            validation.check_group(d["group"])
         except InvalidJob as exc:
             found.append("%s: %s" % (where, exc))
+    for bound in ("start", "end"):  # compared with aware moments
+        moment = d.get(bound)
+        if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
+            found.append("%s: %r must be an aware datetime or None, not %r"
+                         % (where, bound, moment))
+    if d.get("missed", "skip") not in ("skip", "once"):
+        found.append("%s: 'missed' must be 'skip' or 'once', not %r" % (where, d["missed"]))
+    try:
+        check_rule(d.get("cron", ""), d.get("interval"), d.get("timezone", "UTC"))
+    except InvalidJob as exc:
+        found.append("%s: %s" % (where, exc))
     return found

@@ -129,13 +129,16 @@ def _no_allowed_callables(user: dict[str, Any]) -> checks.CheckMessage | None:
 
 def _job_messages(key: str, checked: dict[str, Callable[[], object]]
                   ) -> list[checks.CheckMessage]:
-    """``DELAYQ[key][name]``'s error for each ``checked[name]()`` raising ``InvalidJob``."""
+    """``DELAYQ[key][name]``'s error for each ``checked[name]()`` that raises: ``InvalidJob``,
+    or anything else (a job module failing at import, a value nobody foresaw), named with
+    its type: a check reports, it never crashes the command running it."""
     found: list[checks.CheckMessage] = []
     for name, check in checked.items():
         try:
             check()
-        except InvalidJob as exc:
-            found.append(checks.Error("DELAYQ[%r][%r]: %s" % (key, name, exc), hint=HINTS[key],
+        except Exception as exc:  # noqa: BLE001 - reported, as a check must
+            why = exc if isinstance(exc, InvalidJob) else "%s: %s" % (type(exc).__name__, exc)
+            found.append(checks.Error("DELAYQ[%r][%r]: %s" % (key, name, why), hint=HINTS[key],
                                       obj="DELAYQ[%r]" % key, id=ERROR_IDS[key]))
     return found
 
@@ -148,9 +151,10 @@ def _valid_settings_messages() -> list[checks.CheckMessage]:
     settings = conf.get_settings()
     found = _job_messages("CALLABLE_LIMITS", {
         path: partial(registry.check_schedulable, path) for path in settings.callable_limits})
-    found += _job_messages("SCHEDULES", {
-        name: partial(periodic.check, Schedule(name=name, **periodic.settings_values(d)))
-        for name, d in settings.schedules.items()})
+    if settings.allowed_callables:  # else E025 says it, once
+        found += _job_messages("SCHEDULES", {
+            name: partial(periodic.check, Schedule(name=name, **periodic.settings_values(d)))
+            for name, d in settings.schedules.items()})
     found += [checks.Warning(
         "DELAYQ['QUEUE_OPTIONS'] names queue %r, which DELAYQ['QUEUES'] %r does not list"
         % (queue, list(settings.queues)),

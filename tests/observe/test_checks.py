@@ -8,6 +8,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django_redis.cache import RedisCache
 
 from django_delayq.core import conf, validation
 from django_delayq.observe import checks
@@ -143,6 +144,16 @@ def test_cache_alias_must_name_a_django_redis_cache(settings):
     assert missing.id == "delayq.E003" and "'nope'" in missing.msg
     [wrong] = _errors(settings, CACHE_ALIAS="default")
     assert wrong.id == "delayq.E003" and "LocMemCache" in wrong.msg
+
+
+class ProjectRedisCache(RedisCache):
+    """A project's own django-redis cache (a subclass): it exposes the client too."""
+
+
+def test_cache_alias_may_name_a_subclass_of_the_django_redis_cache(settings):
+    settings.CACHES = {"own": {"BACKEND": "tests.observe.test_checks.ProjectRedisCache",
+                               "LOCATION": "redis://h:1/0"}}
+    assert _errors(settings, CACHE_ALIAS="own") == []
 
 
 @pytest.mark.django_db  # Django 6 model checks query the database (JSONField support)

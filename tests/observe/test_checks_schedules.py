@@ -58,3 +58,25 @@ def test_manage_py_check_fails_on_a_schedule_that_cannot_run(settings) -> None: 
     with pytest.raises(SystemCheckError) as info:
         call_command("check", stdout=StringIO(), stderr=StringIO())
     assert "delayq.E032" in str(info.value) and "'bad'" in str(info.value)
+
+
+def test_a_schedule_whose_module_fails_at_import_is_reported_not_raised(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {"QUEUES": ["default"], "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_broken"],
+                       "SCHEDULES": {"broken": {"callable": "tests.jobs_broken.job", "interval": 5}}}
+    [error] = checks.check_settings()
+    assert error.id == "delayq.E032" and "RuntimeError: this module fails at import" in error.msg
+
+
+def test_a_naive_or_non_datetime_start_or_end_is_reported(settings) -> None:  # type: ignore[no-untyped-def]
+    from datetime import UTC, datetime
+    naive, aware = datetime(2030, 1, 1), datetime(2031, 1, 1, tzinfo=UTC)
+    for bad in ({"start": naive, "end": aware}, {"start": "2030-01-01"}, {"end": naive}):
+        errors = _errors(settings, s={"callable": "tests.jobs.add", "args": [1, 2],
+                                      "interval": 5, **bad})
+        assert errors and all("must be an aware datetime" in e.msg for e in errors), errors
+
+
+def test_without_allowed_callables_only_e025_is_said(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.DELAYQ = {"QUEUES": ["default"], "SCHEDULES": {
+        "a": {"callable": "tests.jobs.add", "args": [1, 2], "interval": 5}}}
+    assert [e.id for e in checks.check_settings()] == ["delayq.E025"]
