@@ -13,8 +13,9 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
 * Methods by id (ack, nack, extend, release, defer, cancel, reschedule, requeue,
   inspect, the reconciler's presence) ask the home shard, then the other shards of the
   span for the ids it did not hold (a job enqueued under another shard count): an id
-  is found wherever it is. Every such call checks the lease token, so asking a shard
-  that does not hold the job changes nothing.
+  is found wherever it is, while its home shard answers (one that failed, or is set
+  aside after failing, raises ``ShardDown`` for its ids). Every such call checks the
+  lease token, so asking a shard that does not hold the job changes nothing.
 * Reads and operations of the whole queue (stats, purge, pause, resume, recover,
   expiring, the wake channels) cover every shard of the span; jobs come back under the
   logical queue name.

@@ -1,7 +1,7 @@
 -- move.lua : move one job back in line at a new due time: a waiting job (reschedule; "run
 -- now" is delay 0), or a dead one with a fresh set of attempts (requeue).
 --
--- KEYS: pending:zset inflight:zset attempts:hash dead:zset ready:zset prio:hash urgent
+-- KEYS: pending:zset inflight:zset attempts:hash dead:zset ready:zset prio:hash urgent:zset
 -- KEYS: runs:hash group:hash group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id

@@ -56,3 +56,23 @@ def test_a_plain_claim_types_only_the_keys_that_exist(any_redis_server) -> None:
     assert stats["cmdstat_type"]["calls"] == 5, stats["cmdstat_type"]
     assert stats["cmdstat_exists"]["calls"] <= 6  # the count, paused, groups, jobs, prio
     engine.client.close()
+
+
+@pytest.mark.parametrize("dead", [True, False], ids=["requeue", "reschedule"])
+def test_a_move_meeting_a_wrong_typed_urgent_index_loses_nothing(engine: Engine,
+                                                                dead: bool) -> None:
+    """The planted key is caught before any write (moved aside by the engine, which calls
+    again): the job is back in line, not half-moved and lost."""
+    k = engine.keys("q")
+    engine.enqueue("q", [NewJob(id="x", at_ms=NOW - 5, envelope='["x"]')], now_ms=NOW)
+    if dead:
+        [c] = engine.claim("q", 1, LEASE, now_ms=NOW).jobs
+        engine.nack("q", [("x", c.token, None)], now_ms=NOW)
+    engine.client.set(k.urgent, "planted")
+    if dead:
+        engine.requeue("q", "x", now_ms=NOW)
+    else:
+        engine.reschedule("q", "x", now_ms=NOW)
+    assert engine.client.type(k.urgent) != b"string"  # set aside
+    assert engine.inspect("q", "x").place in ("pending", "ready")
+    assert engine.client.hexists(k.jobs, "x")
