@@ -8,9 +8,10 @@
 # database) and `django6` (they touch Django). While the SQLite pass runs, the linters and
 # the Django 6.x install run beside it; the PostgreSQL and Django 6.x passes then run side
 # by side. The SQLite pass spreads its tests over DELAYQ_TEST_WORKERS processes (pytest-xdist;
-# default 3: most tests wait on real workers and servers, not on the CPU), the two later
-# passes over 2 each. The PostgreSQL pass starts once the SQLite pass's Spark and Redis
-# Cluster process is done (the SQLite pass's other processes may still run).
+# default 3: most tests wait on real workers and servers, not on the CPU), the PostgreSQL
+# pass over 2, the Django 6.x pass over as many as the SQLite pass (it takes their places).
+# The PostgreSQL pass starts once the SQLite pass's Spark and Redis Cluster process is
+# done (the SQLite pass's other processes may still run).
 set -u
 cd "$(dirname "$0")/.."
 PY="${1:-.venv/bin/python}"
@@ -114,9 +115,10 @@ sqlite_pid=$!
 # The PostgreSQL pass, the longer of the two, starts as soon as the SQLite pass's own
 # process (Spark, Redis Cluster) is done, a minute or more before its other processes
 # are: its first tests (real worker processes, waiting more than computing) then run
-# beside the SQLite pass's last ones in the place of that process, and no more pytest
-# processes run at once than while the two later passes run side by side. The Django
-# 6.x pass starts once the SQLite pass is done.
+# beside the SQLite pass's last ones in the place of that process. The Django 6.x pass
+# starts once the SQLite pass is done, in the places of its processes (as many): no
+# more pytest processes run at once than while the SQLite and PostgreSQL passes overlap,
+# and the Django 6.x pass, started later, ends about when the PostgreSQL pass does.
 while [ ! -e "$LOGS/pytest-sqlite-own.rc" ] && kill -0 "$sqlite_pid" 2>/dev/null; do
   sleep 1
 done
@@ -134,7 +136,7 @@ show ruff mypy import-layers django-check migrations pytest-sqlite
 if [ -n "$PY6" ]; then
   echo "Django 6.x on $PY6: the tests marked django6 run there too"
   wait "$dj6_pid"
-  pytest_pass pytest-django6 2 .venv-dj6/bin/python -m django6
+  pytest_pass pytest-django6 "$WORKERS" .venv-dj6/bin/python -m django6
 else
   echo "no Python 3.12+ found: Django 6.x tests not run"
 fi

@@ -126,6 +126,7 @@ FIRST_PASS_ONLY = {
     "tests/management/test_status.py::test_a_supervised_worker_shows_its_processes_and_running_job":
         "a worker's processes and jobs, as its entry in Redis holds them (the command's "
         "database counts run on both in the lighter tests of the file)",
+    "tests/observe/test_metrics_bind.py": "the address the metrics server listens on",
     "tests/management/test_status.py::test_live_workers_with_heartbeat_age":
         "workers' heartbeats in Redis (the command on both: the lighter tests of the file)",
     "tests/engine/test_script_bounds.py": "Redis-side time of the Lua scripts",
@@ -169,6 +170,9 @@ POSTGRES_NOT_DJANGO6 = {
     "tests/worker/test_workflows_worker.py": "children released by a worker SIGKILLed",
 }
 DJANGO6_NOT_POSTGRES = {
+    "tests/admin/test_admin_report.py": "reports served from files (REPORT_DIR): their "
+        "listing, paths and headers; the staff checks in front of them run on PostgreSQL "
+        "in the other tests of tests/admin",
     "tests/e2e/": "the admin in a browser: its pages' layout and scripts (Django's admin "
                   "templates); the queries behind those pages run on PostgreSQL in tests/admin",
 }

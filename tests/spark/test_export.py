@@ -77,7 +77,7 @@ def test_command_prints_progress_and_summary(tmp_path: Any) -> None:
         call_command("delayq_export", "--out", str(tmp_path), "--since", "yesterday")
 
 
-@pytest.mark.timeout(900)  # a whole local Spark report: 70 s on a quiet CI machine, 4x loaded
+@pytest.mark.timeout(900)  # a whole local Spark report, often the JVM's first: 25 s alone, 4x loaded
 def test_report_command_reads_the_export(tmp_path: Any, spark: Any) -> None:
     save_jobs(known_jobs())
     export_jobs(tmp_path / "export", now=NOW, progress=False)
