@@ -137,7 +137,11 @@ class GroupFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         top = (Job.objects.filter(status__in=LIVE_STATUSES).exclude(group="")
                .values("group").annotate(n=Count("pk")).order_by("-n", "group")[:20])
-        return [(row["group"], row["group"]) for row in top]
+        found = [(row["group"], row["group"]) for row in top]
+        value = self.value()
+        if value is not None and (value, value) not in found:  # any group by ?group=<id>:
+            found.append((value, value))  # listed, else Django would not apply the filter
+        return found
 
     def queryset(self, request: HttpRequest, queryset: Any) -> Any:
         value = self.value()

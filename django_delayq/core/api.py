@@ -299,7 +299,7 @@ def cancel(job_id: str) -> CancelOutcome:
     """Cancel a job: CANCELLED (it will never run), ALREADY_RUNNING (it runs to its end
     but is not retried), or NOT_FOUND (it already finished)."""
     row = get_job(job_id)
-    if row.is_final and row.status != JobStatus.DEAD:
+    if row.is_final:  # dead included: final, kept for investigation and requeue
         return CancelOutcome.NOT_FOUND
     return workflows.cancel(row, router.db_for_write(Job))
 

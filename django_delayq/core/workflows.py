@@ -335,8 +335,7 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
         extra = {"last_error": reason} if reason else {}
         # a replace runs inside its key's transaction already: no savepoint of its own
         with nullcontext() if replaced_by else transaction.atomic(using=using):
-            changed = jobs.filter(status__in=UNFINISHED_STATUSES + (
-                () if replaced_by else (JobStatus.DEAD,))).update(
+            changed = jobs.filter(status__in=UNFINISHED_STATUSES).update(
                 status=JobStatus.CANCELLED, finished_at=now, updated_at=now, **extra)
             if changed or not replaced_by:
                 resolve([row.pk], using)  # its waiting children follow

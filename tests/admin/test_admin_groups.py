@@ -30,3 +30,16 @@ def test_the_dashboard_data_has_the_busiest_groups(delayq_engine) -> None:  # ty
     assert [(g["queue"], g["group"], g["due"], g["running"], g["paused"])
             for g in data["groups"]] == [("default", "acme", 2, 0, False),
                                          ("default", "bob", 1, 0, False)]
+
+
+def test_the_job_list_filters_by_a_group_with_no_live_job(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """A finished tenant's jobs: no live job lists its group, ``?group=`` still filters."""
+    from django_delayq.models import Job, JobStatus
+    done = schedule("tests.jobs.noop", group="gone-tenant", delay=3600)
+    other = schedule("tests.jobs.noop", group="acme-done", delay=3600)
+    Job.objects.filter(pk__in=[done.id, other.id]).update(status=JobStatus.DEAD)
+    client = staff_client()
+    page = client.get("/admin/django_delayq/job/?group=gone-tenant").content.decode()
+    assert done.id in page and other.id not in page
+    page = client.get("/admin/django_delayq/job/?group=%3Cb%3Ex").content.decode()
+    assert done.id not in page and "<b>x" not in page  # none of that group; escaped

@@ -243,3 +243,16 @@ def test_job_using_after_and_a_function_argument_named_after(dq) -> None:  # typ
     assert (row.status, row.queue, row.kwargs) == ("waiting", "emails", {"after": "an argument"})
     with pytest.raises(InvalidJob, match="after"):
         schedule("tests.jobs_more.named_like_after", after=[a])
+
+
+def test_cancel_leaves_a_dead_job_dead(dq) -> None:  # type: ignore[no-untyped-def]
+    """A dead job is final (kept for investigation and requeue): cancel() answers
+    NOT_FOUND, its row stays dead and Redis keeps it in dead, for requeue by id."""
+    from django_delayq.engine.outcomes import CancelOutcome
+    dead = schedule("tests.jobs_more.raise_value_error", "once", max_attempts=1)
+    assert burst() == 0
+    assert dead.status == JobStatus.DEAD
+    assert get_engine().inspect("default", dead.id).place == "dead"
+    assert cancel(dead.id) is CancelOutcome.NOT_FOUND
+    assert dead.status == JobStatus.DEAD
+    assert get_engine().inspect("default", dead.id).place == "dead"

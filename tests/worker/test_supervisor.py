@@ -144,7 +144,8 @@ def test_registry_info_names_supervisor_processes_and_running_jobs(  # type: ign
     ("--concurrency", "0"), ("--concurrency", "-2"), ("--processes", "0"),
     ("--processes", "many"), ("--max-jobs-per-child", "5"),
     ("--processes", "2", "--max-jobs", "5"), ("--processes", "2", "--max-jobs-per-child", "0"),
-    ("--queues", "nope"),
+    ("--queues", "nope"), ("--metrics-port", "70000"), ("--metrics-port", "0"),
+    ("--metrics-port", "-1"), ("--processes", "2", "--metrics-port", "65535"),
 ])
 def test_bad_options_exit_with_exit_config(start_worker, args) -> None:  # type: ignore[no-untyped-def]
     proc = start_worker(*args)

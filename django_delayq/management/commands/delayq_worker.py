@@ -110,6 +110,10 @@ class Command(BaseCommand):
             raise usage_error("--concurrency must be >= 1 (threads running jobs in each "
                               "process), not %d" % concurrency)
         processes = self.check_processes(options)
+        port = options["metrics_port"]  # with --processes N: port .. port + N - 1
+        if port is not None and not 1 <= port <= 65536 - (processes or 1):
+            raise usage_error("--metrics-port must be a port 1..65535 (with --processes N, "
+                              "each of port .. port + N - 1), not %d" % port)
         # a no-op when the root logger has handlers (the project's LOGGING)
         logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else logging.WARNING,
                             format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
