@@ -97,6 +97,14 @@ class WorkerLost(DelayQError):
     """
 
 
+class Refused(PermissionError):
+    """A job the worker refuses to run: a path the allow-list refuses
+    (``core.registry.NotAllowed``), a callback URL ``post_json`` refuses
+    (``contrib.http.CallbackRefused``). It ends dead at once, not retried, with
+    ``not allowed: …`` in its audit row; any other ``PermissionError`` is a failure
+    like the rest."""
+
+
 class Retry(Exception):
     """Raise from a job function to ask for another attempt.
 

@@ -31,6 +31,21 @@ def raise_value_error(message: str) -> None:
     raise ValueError(message)
 
 
+def schedules_in_a_transaction(n: int) -> int:
+    """A job that schedules another inside a transaction of its own."""
+    from django.db import transaction
+
+    from django_delayq import schedule
+    with transaction.atomic():
+        schedule("tests.jobs.add", n, n)
+    return n
+
+
+def raise_permission_error(message: str) -> None:
+    """A job whose own code meets a ``PermissionError`` (a file it may not open)."""
+    raise PermissionError(13, message)
+
+
 def stamp(path: str, tag: str) -> None:
     """Append ``tag``, the wall-clock time at entry and the pid (one line per start)."""
     import os

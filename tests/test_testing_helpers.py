@@ -170,9 +170,11 @@ def test_an_eager_failure_is_raised_by_its_own_commit_only(project, delayq_eager
     with pytest.raises(ValueError, match="first"), transaction.atomic():
         bad = schedule("tests.jobs_more.raise_value_error", "first")
         spawner = schedule("tests.jobs.countdown", 1)  # schedules once more, in autocommit
+        in_own = schedule("tests.jobs_more.schedules_in_a_transaction", 2)
         transaction.on_commit(schedules)
         last = schedule("tests.jobs.add", 3, 4)
-    assert (bad.status, spawner.status, last.status) == ("dead", "succeeded", "succeeded")
+    assert (bad.status, spawner.status, in_own.status, last.status) == (
+        "dead", "succeeded", "succeeded", "succeeded")
     assert seen == ["ok"]
 
     def stops() -> None:

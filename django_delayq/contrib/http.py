@@ -47,6 +47,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.context import current_job
+from django_delayq.exceptions import Refused
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer
@@ -72,7 +73,7 @@ class CallbackFailed(Exception):
         self.status = status
 
 
-class CallbackRefused(PermissionError, ValueError):
+class CallbackRefused(Refused, ValueError):
     """The URL is not one ``post_json`` may call: not http(s), credentials in it, or a
     host whose addresses are not public (and not allowed by
     ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``). No connection was made. Its message

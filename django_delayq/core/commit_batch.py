@@ -69,7 +69,7 @@ class _Pending:
     queue, weak references to the callbacks registered, in their order, and (eager mode)
     the exceptions of the jobs run at this commit, for the last callback to raise."""
 
-    __slots__ = ("callbacks", "failures", "jobs", "ran", "running")
+    __slots__ = ("after_commit", "callbacks", "failures", "jobs", "ran", "running")
 
     def __init__(self) -> None:
         self.jobs: dict[str, list[NewJob]] = {}
@@ -77,6 +77,7 @@ class _Pending:
         self.failures: list[Exception] = []
         self.ran = False  # (eager) a callback ran since the last one was registered
         self.running = 0  # (eager) callbacks running now, one inside the other
+        self.after_commit = False  # (eager) the one running runs after a real commit
 
     def add(self, queue: str, jobs: list[NewJob]) -> None:
         self.jobs.setdefault(queue, []).extend(jobs)
@@ -162,18 +163,24 @@ def _run_at_commit(using: str, pending: _Pending, job_ids: list[str],
         return
     pending.forget_discarded()
     # the transaction's first: its own list of failures (a callback ran since the last
-    # registration, none running now: a commit came between, whatever Django kept)
-    if not pending.callbacks or (pending.ran and not pending.running):
+    # registration, none running now: a commit came between, whatever Django kept; or a
+    # job run after a real commit opened a transaction of its own)
+    if not pending.callbacks or (pending.ran and not pending.running) or (
+            pending.running and pending.after_commit):
         pending.failures = []
     pending.ran = False
     failures = pending.failures
+    connection = transaction.get_connection(using)
 
     def run_at_commit() -> None:  # holds no reference to itself: freed when discarded
+        outer = pending.after_commit  # False under django_capture_on_commit_callbacks
         pending.ran, pending.running = True, pending.running + 1
+        pending.after_commit = connection.get_autocommit()
         try:
             failures.extend(_run_all(run, job_ids))
         finally:
             pending.running -= 1
+            pending.after_commit = outer
         if pending.last(me) and failures:
             first = failures[0]
             failures.clear()

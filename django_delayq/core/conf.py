@@ -196,7 +196,7 @@ def _django_redis_cache(backend: str) -> bool:
     """Whether ``backend`` names a subclass of django-redis's cache (a project's own)."""
     try:
         cls = import_string(backend)
-    except ImportError:
+    except Exception:  # noqa: BLE001 - any failure to import it: not one, reported as such
         return False
     return isinstance(cls, type) and any(
         "%s.%s" % (c.__module__, c.__qualname__) == "django_redis.cache.RedisCache"

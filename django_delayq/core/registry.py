@@ -45,12 +45,12 @@ from django.dispatch import receiver
 from django_delayq import compat
 from django_delayq.core.conf import get_settings
 from django_delayq.core.validation import Binder, name_problem
-from django_delayq.exceptions import InvalidJob
+from django_delayq.exceptions import InvalidJob, Refused
 
 EXAMPLE = "'shop.tasks.close_order'"
 
 
-class NotAllowed(PermissionError):
+class NotAllowed(Refused):
     """A job path the allow-list refuses; the worker ends such a job dead."""
 
 

@@ -11,6 +11,7 @@ valid, what needs the job modules imported is checked here as ``schedule()`` che
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -21,6 +22,8 @@ from django_delayq.core import conf, periodic, registry
 from django_delayq.core.validation import MAX_ATTEMPTS
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Schedule
+
+logger = logging.getLogger(__name__)
 
 NOT_A_DICT = "delayq.E000"
 UNKNOWN_KEY = "delayq.E001"
@@ -137,6 +140,8 @@ def _job_messages(key: str, checked: dict[str, Callable[[], object]]
         try:
             check()
         except Exception as exc:  # noqa: BLE001 - reported, as a check must
+            if not isinstance(exc, InvalidJob):  # its traceback, for a bug of ours
+                logger.debug("DELAYQ[%r][%r]: the check failed", key, name, exc_info=True)
             why = exc if isinstance(exc, InvalidJob) else "%s: %s" % (type(exc).__name__, exc)
             found.append(checks.Error("DELAYQ[%r][%r]: %s" % (key, name, why), hint=HINTS[key],
                                       obj="DELAYQ[%r]" % key, id=ERROR_IDS[key]))

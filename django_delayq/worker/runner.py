@@ -53,7 +53,14 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
-from django_delayq.exceptions import JobTimeout, LeaseLost, ResultTooLarge, Retry, type_path
+from django_delayq.exceptions import (
+    JobTimeout,
+    LeaseLost,
+    Refused,
+    ResultTooLarge,
+    Retry,
+    type_path,
+)
 from django_delayq.worker import atomic, gates
 from django_delayq.worker.ledger import Ledger, key_of
 from django_delayq.worker.outcome import (
@@ -147,17 +154,18 @@ def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: backoff_mod.
 
 def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         default_backoff: backoff_mod.Policy, manage_connections: bool = True,
-        soft_limit: bool = False) -> Outcome:
+        soft_since: float | None = None) -> Outcome:
     """Run one attempt; never raises. ``manage_connections`` closes stale database
     connections around it (a worker thread); ``django_delayq.testing`` turns that off,
     since it would close the test's connection inside a ``TestCase`` transaction.
-    ``soft_limit`` (a worker without a supervisor): an attempt that ends past its time
-    limit is timed out, however late the main loop looked (under a supervisor, one that
-    ends before its kill keeps its outcome)."""
+    ``soft_since`` (a worker without a supervisor: when its ledger started the attempt,
+    ``time.monotonic()``, as the main loop counts): an attempt that ends past its time
+    limit from then is timed out, however late the main loop looked (under a supervisor,
+    one that ends before its kill keeps its outcome)."""
     started = datetime.now(UTC)
     try:
         return _run(job, started, worker_id, default_max_attempts, default_backoff,
-                    manage_connections, soft_limit)
+                    manage_connections, soft_since)
     except Exception as exc:  # noqa: BLE001 - a bug of ours, or input nobody foresaw
         logger.exception("job %s: could not run or settle its attempt; it ends dead", shown(job.id))
         return crashed(job, exc, started)
@@ -190,7 +198,7 @@ def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext
 
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
          default_backoff: backoff_mod.Policy, manage_connections: bool,
-         soft_limit: bool) -> Outcome:
+         soft_since: float | None) -> Outcome:
     t0 = time.perf_counter()
     common: dict[str, Any] = {"job": job, "started_at": started}
     try:
@@ -210,29 +218,36 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
             return _atomic(common, env, ctx, t0, limit, worker_id)
         result = call_job(env.path, env.args, env.kwargs, ctx)
     except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
-        return (soft_limit and _past(limit, t0, common)) or _raised(
+        return _soft_past(limit, soft_since, common) or _raised(
             exc, common, t0, env, default_backoff)
     finally:
         if manage_connections:
             close_old_connections()
             _local.closed = time.monotonic()
-    return (soft_limit and _past(limit, t0, common)) or _succeeded(common, result, t0)
+    return _soft_past(limit, soft_since, common) or _succeeded(common, result, t0)
 
 
-def _past(limit: float | None, t0: float, common: dict[str, Any]) -> Outcome | None:
-    """The outcome of an attempt that ended past its time limit: timed out, whatever it
-    returned or raised, however late the main loop (busy) looked for it (the outcome it
-    recorded first stands: this one comes late and is dropped)."""
-    if limit is None or time.perf_counter() - t0 <= limit:
+def _past(limit: float | None, elapsed: float, common: dict[str, Any]) -> Outcome | None:
+    """The outcome of an attempt that ended past its time limit (``elapsed`` seconds after
+    it started): timed out, whatever it returned or raised, however late the main loop
+    (busy) looked for it (the outcome it recorded first stands: this one comes late and is
+    dropped)."""
+    if limit is None or elapsed <= limit:
         return None
     return timed_out(common["job"], common["started_at"], limit, common["max_attempts"])
+
+
+def _soft_past(limit: float | None, since: float | None,
+               common: dict[str, Any]) -> Outcome | None:
+    """``_past`` in thread mode, counted from the ledger's start (``since``, monotonic)."""
+    return None if since is None else _past(limit, time.monotonic() - since, common)
 
 
 def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope,
             default_backoff: backoff_mod.Policy) -> Outcome:
     """The outcome of an attempt whose function raised ``exc``."""
     common["error_type"] = error_type(exc)
-    if isinstance(exc, PermissionError):  # not allowed (registry.NotAllowed, a refused URL)
+    if isinstance(exc, Refused):  # not allowed (registry.NotAllowed, a refused URL)
         why = text(exc)
         return _failed(common, Kind.DEAD, why if why.startswith(NOT_ALLOWED) else
                        NOT_ALLOWED + why, t0)
@@ -257,7 +272,7 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
         try:
             with atomic.transaction_of() as using:
                 outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
-                if (late := _past(limit, t0, common)) is not None:
+                if (late := _past(limit, time.perf_counter() - t0, common)) is not None:
                     atomic.roll_back(using)  # the worker failed this attempt already
                     return late
                 if outcome.kind is not Kind.SUCCESS:
@@ -362,12 +377,12 @@ class Execution:
                 connections.close_all()  # this thread's connections, not the caller's
                 return
             key = key_of(job)
-            if not self.ledger.start(key, self.gate.time_limit(job)):
+            if not (running := self.ledger.start(key, self.gate.time_limit(job))):
                 continue  # released during drain
             admitted: gates.Admission | None = None
             try:
                 admitted = self.gate.admit(job)  # expired? refused by a callable limit?
-                outcome = admitted.ended or self._attempt(job, admitted)
+                outcome = admitted.ended or self._attempt(job, admitted, running.started_mono)
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", job.id)
                 outcome = crashed(job, exc)
@@ -376,13 +391,13 @@ class Execution:
             self.ledger.finish(key, outcome)
             self.settlement.finished()  # acked now, on this thread
 
-    def _attempt(self, job: ClaimedJob, admitted: gates.Admission) -> Outcome:
+    def _attempt(self, job: ClaimedJob, admitted: gates.Admission, since: float) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
         if self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
             outcome = run(job, worker_id=self.worker_id,
                           default_max_attempts=self.settings.default_max_attempts,
                           default_backoff=self.settings.default_backoff,
-                          soft_limit=self.ledger.link is None)
+                          soft_since=since if self.ledger.link is None else None)
         else:  # no start mark (Redis unreachable): not run, its row untouched
             outcome = self.gate.retry_later(job)
         outcome.callable_limit = admitted.callable_limit  # its slot, freed once settled

@@ -150,6 +150,12 @@ class ProjectRedisCache(RedisCache):
     """A project's own django-redis cache (a subclass): it exposes the client too."""
 
 
+def test_a_cache_backend_that_fails_at_import_is_e003(settings):
+    settings.CACHES = {"bad": {"BACKEND": "tests.jobs_broken.Cache"}}
+    [error] = _errors(settings, CACHE_ALIAS="bad")
+    assert error.id == "delayq.E003" and "tests.jobs_broken.Cache" in error.msg
+
+
 def test_cache_alias_may_name_a_subclass_of_the_django_redis_cache(settings):
     settings.CACHES = {"own": {"BACKEND": "tests.observe.test_checks.ProjectRedisCache",
                                "LOCATION": "redis://h:1/0"}}

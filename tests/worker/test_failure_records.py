@@ -54,6 +54,16 @@ def test_retry_and_refusal_record_their_exception_types(delayq_settings) -> None
     assert row.last_error.startswith("not allowed: 'os.system'") and "ALLOWED_CALLABLES" in row.last_error
 
 
+def test_a_job_s_own_permission_error_is_a_failure_retried_by_its_policy(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """Only a refusal (the allow-list, a refused callback URL) ends a job dead at once."""
+    denied = schedule("tests.jobs_more.raise_permission_error", "Permission denied",
+                      max_attempts=3, backoff=[3600])
+    run_due_jobs()
+    row = Job.objects.get(pk=denied.id)
+    assert (row.status, row.error_type) == (JobStatus.RETRYING, "builtins.PermissionError")
+    assert not row.last_error.startswith("not allowed")
+
+
 def test_eager_run_records_type_message_and_traceback(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EAGER": True}
     with pytest.raises(ValueError, match="eager failure"):  # runs inline after commit
