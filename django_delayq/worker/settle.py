@@ -188,7 +188,11 @@ class Settler:
             except Exception:  # noqa: BLE001 - never the settling thread
                 logger.exception("recording settled job %s failed", o.job.id)
         if limited := [o for o, _ in sent if o.callable_limit is not None]:
-            self.release(limited)  # settled: their callable-limit slots are free
+            try:
+                self.release(limited)  # settled: their callable-limit slots are free
+            except Exception:  # noqa: BLE001 - never the settling thread (a cluster error
+                logger.exception("freeing %d callable-limit slot(s) failed: their leases "
+                                 "free them", len(limited))  # is no RedisError)
         self.processed += sum(o.kind is not Kind.DEFER for o, _ in sent)
 
     def _defer(self, queue: str, outcomes: list[Outcome]) -> None:

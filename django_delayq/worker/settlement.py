@@ -191,10 +191,12 @@ class Settlement:
             self.ledger.keep_unsettled(outcomes, outcomes)
             raise
         finally:
-            self.settler.record(sent)  # never raises: they are settled all the same
-            with self._recording:
-                self._unrecorded -= ids
-                self._recording.notify_all()
+            try:
+                self.settler.record(sent)  # never raises: they are settled all the same
+            finally:
+                with self._recording:
+                    self._unrecorded -= ids
+                    self._recording.notify_all()
         self.ledger.keep_unsettled([o for q in left for o in by_queue[q]] + kept, outcomes)
         self.on_settled(outcomes)
 

@@ -348,7 +348,8 @@ class Supervisor:
         no other job short: now when it is ripe; else drain it, set it aside and start
         its replacement (``_kill_ripe`` kills it once ripe)."""
         child.doomed.update(why)
-        if self._kill_if_ripe(child, "supervisor: %s: killing worker process %%d" % what):
+        if self._kill_if_ripe(child, "supervisor: %s: killing worker process %%d"
+                              % what.replace("%", "%%")):  # a format of one argument
             return
         logger.warning("supervisor: %s: worker process %d stops claiming and is killed once "
                        "its %d other job(s) are done", what, child.pid,
