@@ -53,7 +53,8 @@ class Ledger:
         self._lock = threading.Condition(threading.Lock())
         self._unstarted: dict[Key, ClaimedJob] = {}
         self._running: dict[Key, RunningJob] = {}
-        self._timed_out: dict[Key, RunningJob] = {}  # their threads are still busy
+        # their threads are still busy; by delivery (a retry of the job may run meanwhile)
+        self._timed_out: dict[tuple[Key, int], RunningJob] = {}
         self._done: deque[Outcome] = deque()
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
         # taken by ``take_done`` (maybe by several threads at once), being settled
@@ -96,8 +97,13 @@ class Ledger:
         """Record a job's outcome. A timed-out attempt's late outcome is dropped (its
         failure was already recorded), after ``on_late`` has seen it."""
         with self._lock:
-            run = self._running.pop(key, None)
-            late = run is None and (run := self._timed_out.pop(key, None)) is not None
+            run = self._running.get(key)
+            late = False
+            if run is not None and run.job.token == outcome.job.token:
+                del self._running[key]
+            else:  # a timed-out delivery's (its retry may be running now, under this key)
+                run = self._timed_out.pop((key, outcome.job.token), None)
+                late = run is not None
             if run is not None:  # the recent pace of this worker's jobs (prefetch)
                 took = time.monotonic() - run.started_mono
                 self.pace = took if self.pace is None else 0.8 * self.pace + 0.2 * took
@@ -125,7 +131,7 @@ class Ledger:
                     if run.limit is not None and run.started_mono + run.limit <= now]
             for key, run in over:
                 del self._running[key]
-                self._timed_out[key] = run
+                self._timed_out[key, run.job.token] = run
                 self._done.append(outcome_of(run.job, run.started_at, run.limit or 0.0))
             if over:
                 self._lock.notify_all()

@@ -101,3 +101,20 @@ def test_an_attempt_that_ends_past_its_time_limit_times_out_however_late_the_loo
         "number", "error_type")) == [(1, JOB_TIMEOUT)]
     assert in_time.status == JobStatus.SUCCEEDED
     assert sorted(tags(out)) == ["in-time", "plain"]  # soft: the function ran to its end
+
+
+def test_the_retry_of_a_timed_out_attempt_keeps_its_own_limit_while_the_first_runs_on(delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Attempt 1 times out and its thread runs on; attempt 2 starts meanwhile in the same
+    worker. Attempt 1's late end is dropped without touching attempt 2, which keeps its
+    heartbeat and its own time limit: dead after two timed-out attempts, no lease lost."""
+    out = tmp_path / "runs.txt"
+    # attempt 1 times out at 1 s and returns at 1.6 s: while attempt 2 (from ~1 s) runs,
+    # before attempt 2's own limit (~2 s)
+    slow = schedule("tests.jobs.sleep_then_record", str(out), "slow", 1.6, timeout=1.0,
+                    max_attempts=2, backoff=[0])
+    assert burst(concurrency=2) == EXIT_OK
+    wait_until(lambda: slow.job.status == JobStatus.DEAD, timeout=30)
+    row = slow.job
+    assert (row.attempts, row.error_type) == (2, JOB_TIMEOUT), row.last_error
+    assert list(JobAttempt.objects.filter(job_id=slow.id).order_by("number").values_list(
+        "number", "error_type")) == [(1, JOB_TIMEOUT), (2, JOB_TIMEOUT)]
