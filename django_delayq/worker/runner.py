@@ -79,6 +79,7 @@ if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.handover import Handover
     from django_delayq.worker.settlement import Settlement
+    from django_delayq.worker.tracking import RunningJob
 
 logger = logging.getLogger(__name__)
 
@@ -154,18 +155,18 @@ def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: backoff_mod.
 
 def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         default_backoff: backoff_mod.Policy, manage_connections: bool = True,
-        soft_since: float | None = None) -> Outcome:
+        soft_limit: tuple[float, float] | None = None) -> Outcome:
     """Run one attempt; never raises. ``manage_connections`` closes stale database
     connections around it (a worker thread); ``django_delayq.testing`` turns that off,
     since it would close the test's connection inside a ``TestCase`` transaction.
-    ``soft_since`` (a worker without a supervisor: when its ledger started the attempt,
-    ``time.monotonic()``, as the main loop counts): an attempt that ends past its time
-    limit from then is timed out, however late the main loop looked (under a supervisor,
-    one that ends before its kill keeps its outcome)."""
+    ``soft_limit`` (a worker without a supervisor: when its ledger started the attempt,
+    ``time.monotonic()``, and its time limit, as the main loop counts them): an attempt
+    that ends past that limit is timed out, however late the main loop looked (under a
+    supervisor, one that ends before its kill keeps its outcome)."""
     started = datetime.now(UTC)
     try:
         return _run(job, started, worker_id, default_max_attempts, default_backoff,
-                    manage_connections, soft_since)
+                    manage_connections, soft_limit)
     except Exception as exc:  # noqa: BLE001 - a bug of ours, or input nobody foresaw
         logger.exception("job %s: could not run or settle its attempt; it ends dead", shown(job.id))
         return crashed(job, exc, started)
@@ -198,7 +199,7 @@ def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext
 
 def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
          default_backoff: backoff_mod.Policy, manage_connections: bool,
-         soft_since: float | None) -> Outcome:
+         soft_limit: tuple[float, float] | None) -> Outcome:
     t0 = time.perf_counter()
     common: dict[str, Any] = {"job": job, "started_at": started}
     try:
@@ -212,19 +213,18 @@ def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempt
                      due_at=ms_to_dt(job.due_ms), worker_id=worker_id)
     if manage_connections and time.monotonic() - getattr(_local, "closed", -FRESH_S) >= FRESH_S:
         close_old_connections()  # else this thread's last attempt just closed them
-    limit = get_settings().timeout_for(job.queue, env.timeout)
     try:
         if env.atomic:
-            return _atomic(common, env, ctx, t0, limit, worker_id)
+            return _atomic(common, env, ctx, t0, worker_id)
         result = call_job(env.path, env.args, env.kwargs, ctx)
     except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
-        return _soft_past(limit, soft_since, common) or _raised(
+        return _soft_past(soft_limit, common) or _raised(
             exc, common, t0, env, default_backoff)
     finally:
         if manage_connections:
             close_old_connections()
             _local.closed = time.monotonic()
-    return _soft_past(limit, soft_since, common) or _succeeded(common, result, t0)
+    return _soft_past(soft_limit, common) or _succeeded(common, result, t0)
 
 
 def _past(limit: float | None, elapsed: float, common: dict[str, Any]) -> Outcome | None:
@@ -237,10 +237,13 @@ def _past(limit: float | None, elapsed: float, common: dict[str, Any]) -> Outcom
     return timed_out(common["job"], common["started_at"], limit, common["max_attempts"])
 
 
-def _soft_past(limit: float | None, since: float | None,
+def _soft_past(soft_limit: tuple[float, float] | None,
                common: dict[str, Any]) -> Outcome | None:
-    """``_past`` in thread mode, counted from the ledger's start (``since``, monotonic)."""
-    return None if since is None else _past(limit, time.monotonic() - since, common)
+    """``_past`` in thread mode: ``(since, limit)``, from the ledger's start (monotonic)."""
+    if soft_limit is None:
+        return None
+    since, limit = soft_limit
+    return _past(limit, time.monotonic() - since, common)
 
 
 def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope,
@@ -261,7 +264,7 @@ def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope
 
 
 def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
-            limit: float | None, worker_id: str) -> Outcome:
+            worker_id: str) -> Outcome:
     """An attempt of an atomic job (``atomic.py``): the function and the write of its
     success in one transaction. A success a delivery committed before is settled without
     calling the function. An exception of the function rolls back and reaches ``_run``;
@@ -269,6 +272,7 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
     job: ClaimedJob = common["job"]
     done = atomic.committed(job.id)
     if done is None:
+        limit = get_settings().timeout_for(job.queue, env.timeout)
         try:
             with atomic.transaction_of() as using:
                 outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
@@ -382,7 +386,7 @@ class Execution:
             admitted: gates.Admission | None = None
             try:
                 admitted = self.gate.admit(job)  # expired? refused by a callable limit?
-                outcome = admitted.ended or self._attempt(job, admitted, running.started_mono)
+                outcome = admitted.ended or self._attempt(job, admitted, running)
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", job.id)
                 outcome = crashed(job, exc)
@@ -391,13 +395,15 @@ class Execution:
             self.ledger.finish(key, outcome)
             self.settlement.finished()  # acked now, on this thread
 
-    def _attempt(self, job: ClaimedJob, admitted: gates.Admission, since: float) -> Outcome:
+    def _attempt(self, job: ClaimedJob, admitted: gates.Admission,
+                 running: RunningJob) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
         if self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
             outcome = run(job, worker_id=self.worker_id,
                           default_max_attempts=self.settings.default_max_attempts,
                           default_backoff=self.settings.default_backoff,
-                          soft_since=since if self.ledger.link is None else None)
+                          soft_limit=None if self.ledger.link is not None or running.limit
+                          is None else (running.started_mono, running.limit))
         else:  # no start mark (Redis unreachable): not run, its row untouched
             outcome = self.gate.retry_later(job)
         outcome.callable_limit = admitted.callable_limit  # its slot, freed once settled
