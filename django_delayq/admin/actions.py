@@ -231,8 +231,9 @@ def _reschedule_page(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
         request, modeladmin, "reschedule", _("Reschedule jobs"), form=form, jobs=jobs[:100],
         more=max(0, queryset.count() - 100) if len(jobs) > 100 else 0,
         live_count=queryset.filter(status__in=(JobStatus.SCHEDULED, JobStatus.RETRYING)).count(),
-        selected_ids=[] if request.POST.get("select_across") == "1" else
-        queryset.values_list("pk", flat=True),
+        # the boxes ticked on the list: Django refuses an action posted without one, even
+        # when "all N jobs" (select_across) makes it act on the whole filtered list
+        selected_ids=request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
         action_checkbox_name=helpers.ACTION_CHECKBOX_NAME, action="reschedule_jobs",
         select_across=request.POST.get("select_across", "0"),
         index=request.POST.get("index", "0"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 
 import pytest
@@ -128,6 +129,22 @@ def test_reschedule_shows_a_form_then_moves_the_jobs(delayq_settings, admin_clie
     assert _messages(done)[0] == "1 moved."
     run_at = Job.objects.get(pk=job_id).run_at
     assert before + timedelta(seconds=7190) < run_at < before + timedelta(seconds=7300)
+
+
+def test_reschedule_all_jobs_across_pages(delayq_settings, admin_client):
+    """"Select all N jobs": the form posts back what the list posted, and every job of the
+    filtered list moves, not only the ticked one."""
+    ids = [schedule("tests.jobs.noop", delay=5).id for _ in range(3)]
+    page = _act(admin_client, "reschedule_jobs", [ids[0]], select_across="1").content.decode()
+    hidden = re.findall(r'<input type="hidden" name="([^"]+)" value="([^"]*)"', page)
+    data: dict[str, list[str]] = {}
+    for name, value in hidden:
+        data.setdefault(name, []).append(value)
+    assert data["select_across"] == ["1"] and data["_selected_action"] == [ids[0]]
+    done = admin_client.post(_url(), {**data, "apply": "1", "delay": "7200"}, follow=True)
+    assert _messages(done)[0] == "3 moved."
+    later = timezone.now() + timedelta(seconds=7000)
+    assert all(job.run_at > later for job in Job.objects.filter(pk__in=ids))
 
 
 def test_reschedule_to_a_date_time(delayq_settings, admin_client):

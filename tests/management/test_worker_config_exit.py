@@ -54,3 +54,21 @@ def test_a_bad_setting_with_skip_checks_exits_2_naming_it(tmp_path: Path, case: 
     assert "delayq_worker: " in proc.stderr and "DELAYQ[%r]" % key in proc.stderr \
         or "unknown DELAYQ key %r" % key in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_metrics_port_without_prometheus_client_exits_2_naming_the_extra(tmp_path: Path,
+                                                                         ) -> None:
+    """Without the ``prometheus`` extra, asking for metrics is a bad option: one line
+    naming the extra, nothing ran (it was a traceback from inside the worker)."""
+    hide = ("import sys; sys.modules['prometheus_client'] = None; "
+            "from django.core.management import execute_from_command_line as run; "
+            "run(['manage.py', 'delayq_worker', '--burst', '--skip-checks', "
+            "'--metrics-port', '18397'])")
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.management.delayq_overrides",
+           "DELAYQ_TEST_OVERRIDES": "{}", "DELAYQ_TEST_SQLITE": str(tmp_path / "db.sqlite3"),
+           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-c", hide], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert "--metrics-port needs prometheus-client" in proc.stderr
+    assert "django-delayq[prometheus]" in proc.stderr and "Traceback" not in proc.stderr

@@ -114,6 +114,9 @@ class Command(BaseCommand):
         if port is not None and not 1 <= port <= 65536 - (processes or 1):
             raise usage_error("--metrics-port must be a port 1..65535 (with --processes N, "
                               "each of port .. port + N - 1), not %d" % port)
+        if port is not None and prometheus.prom is None:
+            raise usage_error("--metrics-port needs prometheus-client: "
+                              "pip install 'django-delayq[prometheus]'")
         # a no-op when the root logger has handlers (the project's LOGGING)
         logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else logging.WARNING,
                             format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
