@@ -76,23 +76,41 @@ class WorkerOptions:
     supervision: Supervision | None = None  # a child of `delayq_worker --processes`
 
 
+class StopAsked:
+    """Set by the first SIGTERM or SIGINT that arrives before the worker (or supervisor)
+    installs its own handlers, i.e. while ``wait_for_redis`` waits: the handler only sets
+    the flag; the wait ends and the command exits 0, nothing having run."""
+
+    def __init__(self) -> None:
+        self.asked = False
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        self.asked = True
+
+
 def wait_for_redis(make_engine: Callable[[], Engine],
-                   orphaned: Callable[[], bool] | None = None) -> Engine | None:
+                   give_up: Callable[[], bool] = lambda: False) -> Engine | None:
     """The engine once Redis answers: the worker waits out an outage at start-up (a Redis
-    Cluster client cannot even be created while no node answers). None when ``orphaned``
-    says the process that started this one is gone (a supervised child started as its
-    supervisor died, before it could ask for the death signal): nobody waits for it."""
+    Cluster client cannot even be created while no node answers). None once ``give_up``
+    says so: a stop was asked (``StopAsked``), or the process that started this one is
+    gone (a supervised child started as its supervisor died, before it could ask for the
+    death signal): nobody waits for it."""
     delay = 0.1
-    while orphaned is None or not orphaned():
+    while not give_up():
         try:
             engine = make_engine()
             engine.ping()
             return engine
         except RedisError as exc:
             logger.warning("waiting for Redis (%s); next try in %.1fs", exc, delay)
-            time.sleep(delay)
+            until = time.monotonic() + delay
+            while time.monotonic() < until and not give_up():  # a stop ends the wait
+                time.sleep(0.05)
             delay = min(delay * 2, 5.0)
-    logger.warning("the supervisor is gone: this child stops before it starts")
+    logger.warning("the worker stops before it starts: a stop was asked or its supervisor "
+                   "is gone")
     return None
 
 

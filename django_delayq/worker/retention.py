@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 from django.db import router, transaction
 from django.utils import timezone
+from redis.exceptions import RedisError
 
 from django_delayq.core import workflows
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobDependency, JobKey
@@ -104,7 +105,8 @@ class Retention:
     def __init__(self, engine: Engine, settings: Settings, worker_id: str) -> None:
         self.engine, self.settings, self.worker_id = engine, settings, worker_id
         self.next_round = time.monotonic() + INTERVAL_S  # a short-lived worker never prunes
-        self._outage = OutageLog(logger, "retention")
+        # a Redis outage (the registry's node down) is a warning line, not a traceback
+        self._outage = OutageLog(logger, "retention", quiet=(RedisError,))
 
     def tick(self) -> None:
         """A round when it is time: forget dead workers, delete a batch of old rows per

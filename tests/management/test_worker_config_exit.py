@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from django_delayq.worker.tracking import EXIT_CONFIG
+from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_OK
+from tests.helpers import wait_until
+from tests.redis_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,14 +28,18 @@ BAD = {
 }
 
 
+def _env(tmp_path: Path, overrides: dict[str, object]) -> dict[str, str]:
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.management.delayq_overrides",
+            "DELAYQ_TEST_OVERRIDES": json.dumps(overrides),
+            "DELAYQ_TEST_SQLITE": str(tmp_path / "db.sqlite3"),
+            "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
 def _worker(tmp_path: Path, overrides: dict[str, object], *args: str,
             ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.management.delayq_overrides",
-           "DELAYQ_TEST_OVERRIDES": json.dumps(overrides),
-           "DELAYQ_TEST_SQLITE": str(tmp_path / "db.sqlite3"),
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     return subprocess.run([sys.executable, "-m", "django", "delayq_worker", "--burst", *args],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+                          cwd=ROOT, env=_env(tmp_path, overrides), capture_output=True,
+                          text=True, timeout=120)
 
 
 @pytest.mark.parametrize("case", sorted(BAD))
@@ -64,11 +71,28 @@ def test_metrics_port_without_prometheus_client_exits_2_naming_the_extra(tmp_pat
             "from django.core.management import execute_from_command_line as run; "
             "run(['manage.py', 'delayq_worker', '--burst', '--skip-checks', "
             "'--metrics-port', '18397'])")
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.management.delayq_overrides",
-           "DELAYQ_TEST_OVERRIDES": "{}", "DELAYQ_TEST_SQLITE": str(tmp_path / "db.sqlite3"),
-           "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-c", hide], cwd=ROOT, env=env,
+    proc = subprocess.run([sys.executable, "-c", hide], cwd=ROOT, env=_env(tmp_path, {}),
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == EXIT_CONFIG, proc.stderr
     assert "--metrics-port needs prometheus-client" in proc.stderr
     assert "django-delayq[prometheus]" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("processes", [[], ["--processes", "2"]])
+def test_sigterm_while_waiting_for_redis_exits_0(tmp_path: Path, processes: list[str]) -> None:
+    """A worker (or supervisor) asked to stop while it waits for Redis at start-up stops
+    cleanly, exit 0, nothing having run: it was killed by the signal (exit 143)."""
+    log = tmp_path / "worker.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "django", "delayq_worker", "--skip-checks", *processes],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
+            env=_env(tmp_path, {"REDIS_URL": "redis://127.0.0.1:%d/0" % free_port()}))
+    try:
+        wait_until(lambda: "waiting for Redis" in log.read_text(), timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == EXIT_OK, log.read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert "stops before it starts" in log.read_text()

@@ -25,10 +25,10 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues, positive, usage_error
 from django_delayq.observe import prometheus
-from django_delayq.worker.loop import Worker, WorkerOptions, attach, wait_for_redis
+from django_delayq.worker.loop import StopAsked, Worker, WorkerOptions, attach, wait_for_redis
 from django_delayq.worker.processes.children import can_measure_memory
 from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
-from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_ERROR, Supervision
+from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, Supervision
 
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
 
@@ -147,9 +147,11 @@ class Command(BaseCommand):
                    options: dict[str, Any]) -> int:
         supervision = (Supervision.decode(options["supervised"])
                        if options["supervised"] else None)
-        engine = wait_for_redis(get_engine, supervision.orphaned if supervision else None)
+        stop = StopAsked()  # until the worker's own handlers
+        orphaned = supervision.orphaned if supervision else lambda: False
+        engine = wait_for_redis(get_engine, lambda: stop.asked or orphaned())
         if engine is None:
-            return EXIT_ERROR
+            return EXIT_OK if stop.asked else EXIT_ERROR
         worker = Worker(engine, settings, WorkerOptions(
             queues=queues, concurrency=concurrency, burst=options["burst"],
             max_jobs=options["max_jobs"], worker_id=options["worker_id"],
@@ -164,6 +166,8 @@ class Command(BaseCommand):
         if supervision is not None:
             attach(worker, supervision)
         worker.install_signal_handlers()
+        if stop.asked:  # between the wait and the handlers: drain at once
+            worker.request_stop()
         code = worker.run()
         if supervision is not None:
             supervision.link.flush()
@@ -177,13 +181,16 @@ class Command(BaseCommand):
             argv += ["--max-jobs", str(options["max_jobs_per_child"])]
         if options["burst"]:
             argv.append("--burst")
-        engine = wait_for_redis(get_engine)
-        if engine is None:  # only a supervised child's wait gives up
-            return EXIT_ERROR
+        stop = StopAsked()  # until the supervisor's own handlers
+        engine = wait_for_redis(get_engine, lambda: stop.asked)
+        if engine is None:
+            return EXIT_OK
         supervisor = Supervisor(engine, settings, SupervisorOptions(
             processes=processes, child_argv=argv, burst=options["burst"],
             max_jobs_per_child=options["max_jobs_per_child"],
             max_memory_mb=options["max_memory_per_child"], worker_id=options["worker_id"],
             metrics_port=options["metrics_port"], metrics_addr=options["metrics_addr"]))
         supervisor.install_signal_handlers()
+        if stop.asked:  # between the wait and the handlers: drain at once
+            supervisor.signals += 1
         return supervisor.run()
