@@ -90,14 +90,18 @@ class StopAsked:
         self.asked = True
 
 
-def wait_for_redis(make_engine: Callable[[], Engine],
-                   give_up: Callable[[], bool] = lambda: False) -> Engine | None:
+def wait_for_redis(make_engine: Callable[[], Engine], stop: StopAsked | None = None,
+                   orphaned: Callable[[], bool] = lambda: False) -> Engine | None:
     """The engine once Redis answers: the worker waits out an outage at start-up (a Redis
-    Cluster client cannot even be created while no node answers). None once ``give_up``
-    says so: a stop was asked (``StopAsked``), or the process that started this one is
-    gone (a supervised child started as its supervisor died, before it could ask for the
-    death signal): nobody waits for it."""
+    Cluster client cannot even be created while no node answers). None when a stop was
+    asked (``stop``), or when ``orphaned`` says the process that started this one is gone
+    (a supervised child started as its supervisor died, before it could ask for the death
+    signal): nobody waits for it."""
     delay = 0.1
+
+    def give_up() -> bool:
+        return (stop is not None and stop.asked) or orphaned()
+
     while not give_up():
         try:
             engine = make_engine()
@@ -109,8 +113,10 @@ def wait_for_redis(make_engine: Callable[[], Engine],
             while time.monotonic() < until and not give_up():  # a stop ends the wait
                 time.sleep(0.05)
             delay = min(delay * 2, 5.0)
-    logger.warning("the worker stops before it starts: a stop was asked or its supervisor "
-                   "is gone")
+    if stop is not None and stop.asked:
+        logger.warning("stopped while waiting for Redis: the worker stops before it starts")
+    else:
+        logger.warning("the supervisor is gone: this child stops before it starts")
     return None
 
 

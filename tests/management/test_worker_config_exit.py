@@ -95,4 +95,4 @@ def test_sigterm_while_waiting_for_redis_exits_0(tmp_path: Path, processes: list
     finally:
         proc.kill()
         proc.wait()
-    assert "stops before it starts" in log.read_text()
+    assert "stopped while waiting for Redis" in log.read_text()

@@ -148,8 +148,8 @@ class Command(BaseCommand):
         supervision = (Supervision.decode(options["supervised"])
                        if options["supervised"] else None)
         stop = StopAsked()  # until the worker's own handlers
-        orphaned = supervision.orphaned if supervision else lambda: False
-        engine = wait_for_redis(get_engine, lambda: stop.asked or orphaned())
+        engine = wait_for_redis(get_engine, stop,
+                                supervision.orphaned if supervision else lambda: False)
         if engine is None:
             return EXIT_OK if stop.asked else EXIT_ERROR
         worker = Worker(engine, settings, WorkerOptions(
@@ -182,7 +182,7 @@ class Command(BaseCommand):
         if options["burst"]:
             argv.append("--burst")
         stop = StopAsked()  # until the supervisor's own handlers
-        engine = wait_for_redis(get_engine, lambda: stop.asked)
+        engine = wait_for_redis(get_engine, stop)
         if engine is None:
             return EXIT_OK
         supervisor = Supervisor(engine, settings, SupervisorOptions(
