@@ -13,19 +13,14 @@ def bulk(parts: Iterable[str | int], seen: dict[str | int, bytes] | None = None)
     batch) each distinct part is encoded once: an event log call repeats its field names,
     queue and callable hundreds of times (a third of redis-py's cost); a start mark's
     three parts are all different, and skip the look-ups."""
-    out = []
     if seen is None:
-        for part in parts:
-            raw = part.encode() if isinstance(part, str) else b"%d" % part
-            out.append(b"$%d\r\n%s\r\n" % (len(raw), raw))
-        return b"".join(out)
-    for part in parts:
-        chunk = seen.get(part)
-        if chunk is None:
-            raw = part.encode() if isinstance(part, str) else b"%d" % part
-            chunk = seen[part] = b"$%d\r\n%s\r\n" % (len(raw), raw)
-        out.append(chunk)
-    return b"".join(out)
+        return b"".join(map(_encoded, parts))
+    return b"".join(seen.get(part) or seen.setdefault(part, _encoded(part)) for part in parts)
+
+
+def _encoded(part: str | int) -> bytes:
+    raw = part.encode() if isinstance(part, str) else b"%d" % part
+    return b"$%d\r\n%s\r\n" % (len(raw), raw)
 
 
 def command(*parts: str | int, count: int = 0,

@@ -61,8 +61,7 @@ class ShardLimitError(ValueError):
 
 
 def _min(values: Iterable[int | None]) -> int | None:
-    found = [v for v in values if v is not None]
-    return min(found) if found else None
+    return min((v for v in values if v is not None), default=None)
 
 
 def _by_id(method: _F, missed: Callable[[Any], bool]) -> _F:
@@ -125,6 +124,8 @@ class ShardedEngine(Engine):
                                        lambda i: self.keys(shard_name(queue, i)).shards)
         return [shard_name(queue, i) for i in range(span)]
 
+    data_sets = shard_queues  # a shard is a data set (OutboxOps.data_sets)
+
     def _routed(self, queue: str, items: Sequence[_T], id_of: Callable[[_T], str],
                 call: Callable[[str, list[_T]], list[_R]], missed: Callable[[_R], bool],
                 unknown: Callable[[_T], _R] | None = None) -> list[_R]:
@@ -182,10 +183,9 @@ class ShardedEngine(Engine):
     # -- producing and consuming ----------------------------------------------------
 
     def enqueue(self, queue: str, jobs: Iterable[NewJob], now_ms: int | None = None) -> int:
-        if self.shard_map.count(queue) == 1:  # a node that just failed: fail at once
-            return self.health.run(queue, lambda: super(ShardedEngine, self).enqueue(
-                queue, jobs, now_ms))
-        self.shard_queues(queue)  # the record covers every shard written to
+        if self.shard_map.count(queue) > 1:
+            self.shard_queues(queue)  # the record covers every shard written to
+        # one shard (the queue itself) too: a node that just failed fails the call at once
         return self._by_home(queue, checked(jobs), lambda job: job.id, lambda name, part: super(
             ShardedEngine, self).enqueue(name, part, now_ms))
 
@@ -336,9 +336,6 @@ class ShardedEngine(Engine):
         heads = [head for name in self.shard_queues(queue)
                  if (head := Engine.oldest_pending(self, name)) is not None]
         return min(heads, key=lambda head: head[1]) if heads else None
-
-    def data_sets(self, queue: str) -> list[str]:
-        return self.shard_queues(queue)
 
     def home_of(self, queue: str, job_id: str) -> str:
         return self.shard_map.home(queue, job_id)

@@ -126,7 +126,6 @@ local leased, tokens, reset, claimed, n = {}, {}, {}, {}, 0
 local slots = {}  -- a grouped queue: {group, id, token} of each job leased
 local rec_parts = {nonce, '|'}  -- the claim record (with a record key): lease() adds a line a job
 local grouped = false  -- the queue has groups: steps 2g and 3g
-local group_conf = {}  -- limit's group_* fields (the groups' defaults)
 
 local function aside(id, why, removed)
   if removed then gone[#gone + 1] = id; id = shown(id)
@@ -163,11 +162,11 @@ local function replayed()
   return again
 end
 
--- 1. the queue's limits: how many may be claimed (grant)
+-- 1. the queue's limits: how many may be claimed (grant); a grouped queue's group defaults
 local function limits()
   local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency', 'group_rate',
                           'group_per_ms', 'group_concurrency')
-  group_conf = {conf[4], conf[5], conf[6]}
+  if grouped then group_defaults(conf[4], conf[5], conf[6]) end
   -- whole numbers only (a planted 1.5 would make the ZRANGE bounds below invalid)
   local function floor(v) return tonumber(v) and math.floor(tonumber(v)) end
   local conc
@@ -337,7 +336,7 @@ local function write_leases()
     redis.call('HDEL', attempts, unpack(reset))
     redis.call('HDEL', runs, unpack(reset))
   end
-  forget(jobs, attempts, cancel, prio, gone)
+  forget(gone)
 end
 
 -- 7. when to claim next; when the urgent index's first job is due (a worker's timer)
@@ -444,7 +443,8 @@ local function serve(g, per, quota, picked, turns, done, off, holds)
 end
 
 local function take_turns()
-  unhold_due(now)
+  -- the held groups whose time came are looked at again (GROUP_UNHOLD a claim)
+  unhold(redis.call('ZRANGEBYSCORE', group_held, '-inf', now, 'LIMIT', 0, GROUP_UNHOLD))
   local turn, skips, rounds = last_turn(), 0, 0
   while #take < grant and skips < SKIPS and rounds < ROUNDS do
     rounds = rounds + 1
@@ -478,12 +478,12 @@ end
 local again = replayed()
 if again then return again end
 if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
-limits()
 local has = redis.call('EXISTS', group, group_ready, group_turns, group_held)  -- one read
 grouped = has > 0 and redis.call('EXISTS', group) == 1  -- without groups: nothing more
 if has > 0 and not grouped then
   redis.call('UNLINK', group_ready, group_turns, group_held)  -- O(1) here: freed apart
 end
+limits()
 if not grouped then
   read_candidates()
   choose()
@@ -492,7 +492,6 @@ if not grouped then
   write_moves()
 else  -- a grouped queue: promote (2, 3 with nothing to lease), index (2g), take turns (3g)
   want = math.min(want, TURNS)
-  group_defaults(group_conf[1], group_conf[2], group_conf[3])
   local share = math.min(grant, want)
   grant, PROMOTE = 0, GROUP_PROMOTE
   read_candidates()

@@ -482,11 +482,6 @@ local function group_room(g, now, lease_ms)
   return room, until_ms
 end
 
--- The held groups whose time came are looked at again (GROUP_UNHOLD a claim).
-local function unhold_due(now)
-  unhold(redis.call('ZRANGEBYSCORE', group_held, '-inf', now, 'LIMIT', 0, GROUP_UNHOLD))
-end
-
 -- The slots and window entries of the leased jobs (`taken`: {group, id, token} each),
 -- and the window entries that expired dropped.
 local function log_starts(taken, now)
@@ -619,14 +614,15 @@ end
 --@define forget
 -- Forgets jobs that are final (done, cancelled, purged, trimmed from dead, set aside as
 -- poison): their envelope, attempts count (lease token), cancel mark, priority, start
--- marks and group. Where they were listed (pending, ready, inflight, dead) is the
--- caller's to clear, except the index of urgent pending jobs, the runs and the groups
--- (the keys ``urgent``, ``runs`` and ``group`` the including script declares). At most a
+-- marks and group (the keys ``jobs``, ``attempts``, ``cancel``, ``prio``, ``runs`` and
+-- ``group`` the including script declares). Where they were listed (pending, ready,
+-- inflight, dead) is the caller's to clear, except the index of urgent pending jobs
+-- (``urgent``, declared too). At most a
 -- few hundred ids a call. ``plain`` (optional): the caller read that ``cancel``, ``prio``,
 -- ``urgent`` and ``group`` are absent (a queue without cancels, priorities or groups):
 -- nothing to remove there; ``plain.jobs`` false: ``jobs`` is absent too; ``plain.runs``
 -- (when given): the only ids of ``ids`` with a runs entry (the caller read them).
-local function forget(jobs, attempts, cancel, prio, ids, plain)
+local function forget(ids, plain)
   if #ids == 0 then return end
   if plain then
     redis.call('HDEL', attempts, unpack(ids))
