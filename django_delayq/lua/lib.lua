@@ -116,34 +116,18 @@ end
 --@define poison
 -- What cannot be an entry django-delayq wrote (a job id: bad_id; an attempts value:
 -- bad_count), and an entry shown for the caller's log (shown).
--- Strict UTF-8 (what Python's decode accepts: no overlong forms, no surrogates).
+-- Strict UTF-8 (what Python's decode accepts: no overlong forms, no surrogates): each
+-- valid multi-byte sequence (the forms below, by lead byte) becomes an ASCII byte, which
+-- no later form can match; a byte above 127 left over is not UTF-8.
+local UTF8_FORMS = {'[\194-\223][\128-\191]', '\224[\160-\191][\128-\191]',
+                    '[\225-\236\238\239][\128-\191][\128-\191]', '\237[\128-\159][\128-\191]',
+                    '\240[\144-\191][\128-\191][\128-\191]',
+                    '[\241-\243][\128-\191][\128-\191][\128-\191]',
+                    '\244[\128-\143][\128-\191][\128-\191]'}
+
 local function utf8_ok(s)
-  local i, n = 1, #s
-  while i <= n do
-    local c = string.byte(s, i)
-    if c < 128 then
-      i = i + 1
-    else
-      local len, lo, hi
-      if c >= 194 and c <= 223 then len, lo, hi = 2, 128, 191
-      elseif c == 224 then len, lo, hi = 3, 160, 191
-      elseif c == 237 then len, lo, hi = 3, 128, 159
-      elseif c >= 225 and c <= 239 then len, lo, hi = 3, 128, 191
-      elseif c == 240 then len, lo, hi = 4, 144, 191
-      elseif c >= 241 and c <= 243 then len, lo, hi = 4, 128, 191
-      elseif c == 244 then len, lo, hi = 4, 128, 143
-      else return false end
-      if i + len - 1 > n then return false end
-      local c2 = string.byte(s, i + 1)
-      if c2 < lo or c2 > hi then return false end
-      for j = i + 2, i + len - 1 do
-        local cj = string.byte(s, j)
-        if cj < 128 or cj > 191 then return false end
-      end
-      i = i + len
-    end
-  end
-  return true
+  for _, form in ipairs(UTF8_FORMS) do s = string.gsub(s, form, 'u') end
+  return not string.find(s, '[\128-\255]')
 end
 
 local MAX_ID_BYTES = 256
