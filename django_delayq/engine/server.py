@@ -192,10 +192,7 @@ class WakeListener:
         """Announce the due time a message carries; ignore (DEBUG) anything else: a
         message on a channel not ours, or not a due time a script could have sent."""
         try:
-            channel = message.get("channel")
-            if isinstance(channel, bytes):
-                channel = channel.decode("utf-8", "replace")
-            queue = self.channels.get(channel) if isinstance(channel, str) else None
+            queue = self.channels.get(envelope_text(message.get("channel")))
             if queue is None:
                 raise ValueError("not one of our channels")
             data = message.get("data")

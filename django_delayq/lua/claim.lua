@@ -271,10 +271,8 @@ local function lease()
       claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
       claimed[#claimed + 1] = token - offset_of(marked[j], token); claimed[#claimed + 1] = envs[j] or ''
       if e[5] then slots[#slots + 1] = {e[5], id, token} end
-      if record and nonce ~= '' then  -- the claim record's line, in pieces (one table.concat: no copies)
-        local r = rec_parts
-        r[#r + 1] = id; r[#r + 1] = '\t'; r[#r + 1] = string.format('%d', e[4])
-        r[#r + 1] = '\t'; r[#r + 1] = tok; r[#r + 1] = '\n'
+      if record and nonce ~= '' then  -- the claim record's line (one table.concat at the end)
+        rec_parts[#rec_parts + 1] = id .. '\t' .. string.format('%d', e[4]) .. '\t' .. tok .. '\n'
       end
     end
   end
