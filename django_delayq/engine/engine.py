@@ -61,8 +61,8 @@ class Engine(OutboxOps, ServerReads, QueueControls):
 
     The scripts' methods and the leases' reads and start marks are here; the
     reconciler's look-ups and re-enqueues (``outbox.py``), the operators' reads and the
-    workers registry (``server.py``), pause, purge, queue limits, defer and the callable
-    limits (``controls.py``) come from the classes in their own modules."""
+    workers registry (``server.py``), pause, purge, queue limits and the callable limits
+    (``controls.py``) come from the classes in their own modules."""
 
     def __init__(self, client: Any, prefix: str = "delayq",
                  clock: Callable[[], int] | None = None) -> None:
@@ -101,9 +101,16 @@ class Engine(OutboxOps, ServerReads, QueueControls):
 
     def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
                   rows: Sequence[Sequence[Any]]) -> list[int]:
+        """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
+        of items, each with ARGV now, ``head``, then its rows; one integer per row."""
         return [int(r) for part in replies.chunks(rows, scripts.BOUNDS[name].items)
                 for r in self._script(name, queue, [self._now(now_ms), *head,
                                                     *(value for row in part for value in row)])]
+
+    def _flags(self, name: str, queue: str, now_ms: int | None, head: list[Any],
+               rows: Sequence[Sequence[Any]]) -> list[bool]:
+        """``_per_item`` of a script answering 1 (done) or 0 (the lease was lost) per row."""
+        return [bool(r) for r in self._per_item(name, queue, now_ms, head, rows)]
 
     def event_log(self, maxlen: int) -> EventLog:
         """The event streams of this prefix, each capped near ``maxlen`` entries; each
@@ -297,6 +304,14 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         """Undo claims of jobs that never started (graceful shutdown)."""
         rows = [(job.id, job.token, job.due_ms) for job in claimed]
         return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "release"],
+                           rows)
+
+    def defer(self, queue: str, leases: Sequence[tuple[str, int, int]],
+              now_ms: int | None = None) -> list[bool]:
+        """Put jobs in flight, (id, token, at_ms), back in line due at ``at_ms`` with the
+        attempt they were charged given back. False: the lease was lost, nothing done."""
+        rows = [(id_, int(token), int(at_ms)) for id_, token, at_ms in leases]
+        return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "defer"],
                            rows)
 
     def recover(self, queue: str, *, limit: int = 100, default_max_attempts: int = 3,
