@@ -376,7 +376,7 @@ class Engine(OutboxOps, ServerReads, QueueControls):
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
         """Counts of ``queue``: ``ready`` counts every due job (promoted to ready or not),
         ``oldest_ready_ms`` is the earliest due time among them."""
-        r = [int(v) for v in self._script("stats", queue, [self._now(now_ms)])]
+        r = [int(v) for v in self._script("stats", queue, [self._now(now_ms)])[:8]]
         return QueueStats(now_ms=r[0], scheduled=r[1], ready=r[2], inflight=r[3], dead=r[4],
                           next_due_ms=replies.opt(r[5]), oldest_ready_ms=replies.opt(r[6]),
                           expired_leases=r[7])
