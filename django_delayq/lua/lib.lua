@@ -256,10 +256,6 @@ end
 -- next job (a group id holds no control character). ``group_turns`` (group -> turn)
 -- holds the groups with indexed jobs; the lowest turn is served next. An entry whose job
 -- left ready (claimed, cancelled, moved) is dropped by the claim that meets it.
-local function index_member(g, score, id)
-  return g .. '\n' .. string.format('%016.0f', score) .. id
-end
-
 -- The lex range of group g's members, in group_ready and in the ZSETs of group_slots and
 -- group_limits (each member starts "<group>\n").
 local function group_range(g) return '[' .. g .. '\n', '(' .. g .. '\11' end
@@ -301,7 +297,7 @@ local function index_ready(placed, grouped)
   for j, job in ipairs(ids) do
     local g = gs[j] or ''
     members[#members + 1] = 0
-    members[#members + 1] = index_member(g, tonumber(placed[2 * j - 1]), job)
+    members[#members + 1] = g .. '\n' .. string.format('%016.0f', placed[2 * j - 1]) .. job
     if not seen[g] then seen[g] = true; fresh[#fresh + 1] = g end
   end
   call_many('ZADD', group_ready, {}, members)
