@@ -78,25 +78,20 @@ end
 -- keys left are absent (a plain queue's claim types 5 keys, not 22). Every key that
 -- exists is typed: the check is as strict as a TYPE each.
 local function wrong_type(kinds, known)
-  local order, todo = kinds.order or '', {}  -- todo: index, key, index, key, ...
+  local order, todo, names = kinds.order or '', {}, {}  -- the indices to check, their keys
   for j = 1, #kinds do
     local i = string.byte(order, j) or j
     local key = KEYS[i]
     if kinds[i] ~= '' and not (known and known[key]) then
       todo[#todo + 1] = i
-      todo[#todo + 1] = key
+      names[#names + 1] = key
     end
   end
-  local left = #todo / 2
-  if left > 2 then
-    local names = {}
-    for t = 2, #todo, 2 do names[#names + 1] = todo[t] end
-    left = redis.call('EXISTS', unpack(names))
-  end
-  for t = 1, #todo, 2 do
+  local left = #names
+  if left > 2 then left = redis.call('EXISTS', unpack(names)) end
+  for t, i in ipairs(todo) do
     if left == 0 then return nil end
-    local i = todo[t]
-    local found = redis.call('TYPE', todo[t + 1])['ok']
+    local found = redis.call('TYPE', names[t])['ok']
     if found ~= 'none' then
       left = left - 1
       if found ~= kinds[i] then
