@@ -393,20 +393,16 @@ local function keep_valid(picked)
   for j, m in ipairs(picked) do ids[j] = string.sub(m[1], m[2] + 18); members[j] = m[1] end
   local scores = redis.call('ZMSCORE', ready, unpack(ids))
   redis.call('ZREM', group_ready, unpack(members))
-  local stale = 0
   for j, id in ipairs(ids) do
-    local m = picked[j]
-    local s = scores[j]
+    local m, s = picked[j], scores[j]
     if s and tonumber(s) == tonumber(string.sub(m[1], m[2] + 2, m[2] + 17)) then
       off[#off + 1] = id
       local due = ready_ok(id, s)
       if due then take[#take + 1] = {tonumber(s), id, false, due, string.sub(m[1], 1, m[2])} end
-    else
-      stale = stale + 1
     end
   end
   if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
-  return stale
+  return #ids - #off  -- the stale entries
 end
 
 -- The groups of `gs` not paused (a paused one leaves the rotation); nil when `gs` is empty.
