@@ -86,12 +86,11 @@ def _by_ids(method: _F, id_of: Callable[[Any], str], missed: Callable[[Any], boo
     return cast(_F, on_shards)
 
 
-def _on_all(method: _F) -> _F:
+def _on_all(method: _F, combine: Callable[[list[Any]], Any] = any) -> _F:
     """``method`` (of ``Engine``: pause, resume, ...) on every shard (no short-circuit:
-    every shard is changed); True when any changed."""
-    def on_shards(self: ShardedEngine, queue: str, *args: object, **kwargs: object) -> bool:
-        return any([method(self, name, *args, **kwargs)  # noqa: C419 - each shard changed
-                    for name in self.shard_queues(queue)])
+    every shard is changed); the answers ``combine``d (default: True when any changed)."""
+    def on_shards(self: ShardedEngine, queue: str, *args: object, **kwargs: object) -> object:
+        return combine([method(self, name, *args, **kwargs) for name in self.shard_queues(queue)])
     return cast(_F, on_shards)
 
 
@@ -332,10 +331,8 @@ class ShardedEngine(Engine):
             self._each(names, lambda name: super(ShardedEngine, self).set_queue_limit(
                 name, rate=None, concurrency=None))
 
-    def oldest_pending(self, queue: str) -> tuple[str, float] | None:
-        heads = [head for name in self.shard_queues(queue)
-                 if (head := Engine.oldest_pending(self, name)) is not None]
-        return min(heads, key=lambda head: head[1]) if heads else None
+    oldest_pending = _on_all(Engine.oldest_pending, lambda heads: min(
+        (head for head in heads if head is not None), key=lambda head: head[1], default=None))
 
     def home_of(self, queue: str, job_id: str) -> str:
         return self.shard_map.home(queue, job_id)
