@@ -41,7 +41,7 @@ from redis.connection import Connection
 from redis.exceptions import ResponseError
 
 from django_delayq.engine import scripts
-from django_delayq.engine.resp import bulk, command
+from django_delayq.engine.resp import bulk, command, own_connection
 
 if TYPE_CHECKING:
     from django_delayq.engine.keys import QueueKeys
@@ -91,15 +91,6 @@ def _cork(conn: object) -> None:
                                                                   socket.AF_INET6):
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.IPPROTO_TCP, cork, 1)
-
-
-def _connection(pool: ConnectionPool) -> Connection:
-    """A connection of ``pool`` for this stream alone (redis-py 5.3 dropped the
-    command name argument; older versions need it)."""
-    try:
-        return pool.get_connection()
-    except TypeError:
-        return pool.get_connection("EVALSHA")
 
 
 def plain_sockets(pool: ConnectionPool) -> bool:
@@ -192,7 +183,7 @@ class AckStream:
         with self._marks_lock:
             try:
                 if self._marks is None:
-                    self._marks = _connection(self._client.connection_pool)
+                    self._marks = own_connection(self._client.connection_pool)
                     self._marks.connect()
                     _cork(self._marks)
                     # the script loaded first, on the same connection: EVALSHA finds it
@@ -216,7 +207,7 @@ class AckStream:
                     self._drop()
                 if self._conn is None:
                     self._client.script_load(self._script.source)  # EVALSHA finds it
-                    self._conn = _connection(self._client.connection_pool)
+                    self._conn = own_connection(self._client.connection_pool)
                     self._conn.connect()
                     self._stale = False
                 _write(self._conn, data)

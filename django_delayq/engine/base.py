@@ -10,7 +10,7 @@ itself (and this module imports none of it: it stays at the bottom of the chains
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -59,14 +59,3 @@ class RedisOwner:
     def _script(self, name: str, queue: str, args: list[Any], **extra: str | None) -> Any:
         """Run script ``name`` on ``queue``'s keys (``extra``: keys the caller names)."""
         raise NotImplementedError
-
-    def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
-                  rows: Sequence[Sequence[Any]]) -> list[int]:
-        """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
-        of items, each with ARGV now, ``head``, then its rows; one integer per row."""
-        raise NotImplementedError
-
-    def _flags(self, name: str, queue: str, now_ms: int | None, head: list[Any],
-               rows: Sequence[Sequence[Any]]) -> list[bool]:
-        """``_per_item`` of a script answering 1 (done) or 0 (the lease was lost) per row."""
-        return [bool(r) for r in self._per_item(name, queue, now_ms, head, rows)]

@@ -1,5 +1,6 @@
 """What operators and workers do to a queue as a whole: pause and resume it, purge its
-waiting jobs, set its limits, and put jobs in flight back for later (``defer``).
+waiting jobs, set its limits (``Engine.defer``, next to ``release``, puts jobs in flight
+back for later).
 
 * **Pause** is one key in the queue's slot (``QueueKeys.paused``): claim.lua claims
   nothing while it exists. Due times are kept; resuming deletes the key and PUBLISHes on
@@ -8,8 +9,8 @@ waiting jobs, set its limits, and put jobs in flight back for later (``defer``).
   flight, in calls of at most ``scripts.MAX_PURGE``; callers loop until it returns [].
 * **Queue limits** live in ``QueueKeys.limit`` (HASH rate, per_ms, concurrency) and are
   enforced inside claim.lua (lua/claim.lua's header).
-* **Defer** (give_back.lua): a job a callable limit refused goes back in line at a later
-  time with its attempt given back.
+* **Defer** (give_back.lua, ``Engine.defer``): a job a callable limit refused goes back in
+  line at a later time with its attempt given back.
 * **Pause one group** (group_control.lua): claim.lua takes none of its jobs until it is
   resumed (docs/groups.md).
 * **Group limits**: every group's defaults are fields of ``QueueKeys.limit``
@@ -179,15 +180,6 @@ class QueueControls(RedisOwner):
         if rate is None and concurrency is None:
             return None
         return QueueLimit(rate=rate, concurrency=concurrency)
-
-    def defer(self, queue: str, leases: Sequence[tuple[str, int, int]],
-              now_ms: int | None = None) -> list[bool]:
-        """Put jobs in flight, (id, token, at_ms), back in line due at ``at_ms`` with the
-        attempt they were charged given back. False: the lease was lost, nothing done."""
-        rows = [(id_, int(token), int(at_ms)) for id_, token, at_ms in leases]
-        return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "defer"],
-                           rows)
-
 
     # -- callable limits ------------------------------------------------------------
 

@@ -61,8 +61,8 @@ class Engine(OutboxOps, ServerReads, QueueControls):
 
     The scripts' methods and the leases' reads and start marks are here; the
     reconciler's look-ups and re-enqueues (``outbox.py``), the operators' reads and the
-    workers registry (``server.py``), pause, purge, queue limits, defer and the callable
-    limits (``controls.py``) come from the classes in their own modules."""
+    workers registry (``server.py``), pause, purge, queue limits and the callable limits
+    (``controls.py``) come from the classes in their own modules."""
 
     def __init__(self, client: Any, prefix: str = "delayq",
                  clock: Callable[[], int] | None = None) -> None:
@@ -101,9 +101,16 @@ class Engine(OutboxOps, ServerReads, QueueControls):
 
     def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
                   rows: Sequence[Sequence[Any]]) -> list[int]:
+        """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
+        of items, each with ARGV now, ``head``, then its rows; one integer per row."""
         return [int(r) for part in replies.chunks(rows, scripts.BOUNDS[name].items)
                 for r in self._script(name, queue, [self._now(now_ms), *head,
                                                     *(value for row in part for value in row)])]
+
+    def _flags(self, name: str, queue: str, now_ms: int | None, head: list[Any],
+               rows: Sequence[Sequence[Any]]) -> list[bool]:
+        """``_per_item`` of a script answering 1 (done) or 0 (the lease was lost) per row."""
+        return [bool(r) for r in self._per_item(name, queue, now_ms, head, rows)]
 
     def event_log(self, maxlen: int) -> EventLog:
         """The event streams of this prefix, each capped near ``maxlen`` entries; each
@@ -299,6 +306,14 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "release"],
                            rows)
 
+    def defer(self, queue: str, leases: Sequence[tuple[str, int, int]],
+              now_ms: int | None = None) -> list[bool]:
+        """Put jobs in flight, (id, token, at_ms), back in line due at ``at_ms`` with the
+        attempt they were charged given back. False: the lease was lost, nothing done."""
+        rows = [(id_, int(token), int(at_ms)) for id_, token, at_ms in leases]
+        return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "defer"],
+                           rows)
+
     def recover(self, queue: str, *, limit: int = 100, default_max_attempts: int = 3,
                 dead_max: int = 100_000, max_attempts: Mapping[str, int] | None = None,
                 now_ms: int | None = None, set_aside: list[SetAside] | None = None,
@@ -361,7 +376,7 @@ class Engine(OutboxOps, ServerReads, QueueControls):
     def stats(self, queue: str, now_ms: int | None = None) -> QueueStats:
         """Counts of ``queue``: ``ready`` counts every due job (promoted to ready or not),
         ``oldest_ready_ms`` is the earliest due time among them."""
-        r = [int(v) for v in self._script("stats", queue, [self._now(now_ms)])]
+        r = [int(v) for v in self._script("stats", queue, [self._now(now_ms)])[:8]]
         return QueueStats(now_ms=r[0], scheduled=r[1], ready=r[2], inflight=r[3], dead=r[4],
                           next_due_ms=replies.opt(r[5]), oldest_ready_ms=replies.opt(r[6]),
                           expired_leases=r[7])

@@ -28,7 +28,7 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from django_delayq.engine import scripts
-from django_delayq.engine.resp import command
+from django_delayq.engine.resp import command, own_connection
 
 logger = logging.getLogger(__name__)
 _F = TypeVar("_F", bound=Mapping[str, str])
@@ -118,7 +118,7 @@ class EventLog:
         # from the first call answered with an error on: (call, written or None: again)
         later: list[tuple[tuple[list[Any], int, int], int | None]] = []
         pool = self.client.connection_pool
-        conn = pool.get_connection()
+        conn = own_connection(pool)
         try:
             conn.send_packed_command(data)
             for call in todo:

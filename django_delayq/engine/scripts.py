@@ -231,41 +231,37 @@ def _directive(line: str, where: str) -> tuple[str, str] | None:
 def library(text: str, where: str = "lib.lua") -> dict[str, str]:
     """The blocks of ``text``: name -> its lines after ``--@define name`` up to the next
     ``--@define`` (the text before the first one is left out)."""
-    blocks: dict[str, list[str]] = {}
-    current: list[str] | None = None
+    blocks: dict[str, str] = {}
+    name = None
     for line in text.splitlines(keepends=True):
         found = _directive(line, where)
         if found is not None and found[0] == "define":
             if found[1] in blocks:
                 raise IncludeError("%s: block %r defined twice" % (where, found[1]))
-            current = blocks[found[1]] = []
-        elif current is not None:
-            current.append(line)
-    return {name: "".join(lines).rstrip("\n") + "\n" for name, lines in blocks.items()}
+            name, blocks[found[1]] = found[1], ""
+        elif name is not None:
+            blocks[name] += line
+    return {name: block.rstrip("\n") + "\n" for name, block in blocks.items()}
 
 
-def expand(script: str, source: str, blocks: dict[str, str]) -> str:
+def expand(script: str, source: str, blocks: dict[str, str], done: set[str] | None = None
+           ) -> str:
     """``source`` (of ``script``, for messages) with each ``--@include name`` line replaced
-    by ``blocks[name]``, itself expanded; a block already inlined is not inlined again."""
-    done: set[str] = set()
-
-    def inline(text: str) -> str:
-        out: list[str] = []
-        for line in text.splitlines(keepends=True):
-            found = _directive(line, script)
-            if found is None:
-                out.append(line)
-                continue
-            kind, name = found
-            if kind != "include" or name not in blocks:
-                raise IncludeError("%s: --@%s %s: lib.lua defines no block %r (it has: %s)"
-                                   % (script, kind, name, name, ", ".join(sorted(blocks))))
-            if name not in done:
-                done.add(name)
-                out.append(inline(blocks[name]))
-        return "".join(out)
-
-    return inline(source)
+    by ``blocks[name]``, itself expanded; a block in ``done`` (inlined already) is not
+    inlined again."""
+    done = set() if done is None else done
+    out: list[str] = []
+    for line in source.splitlines(keepends=True):
+        found = _directive(line, script)
+        if found is None:
+            out.append(line)
+        elif found[0] != "include" or found[1] not in blocks:
+            raise IncludeError("%s: --@%s %s: lib.lua defines no block %r (it has: %s)" % (
+                script, *found, found[1], ", ".join(sorted(blocks))))
+        elif found[1] not in done:
+            done.add(found[1])
+            out.append(expand(script, blocks[found[1]], blocks, done))
+    return "".join(out)
 
 
 _KEYS_LINE = re.compile(r"^-- KEYS:(.*)$", re.MULTILINE)

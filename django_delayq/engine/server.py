@@ -73,8 +73,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-READY_LEVEL = 2 ** 44  # a ready score is (100 - priority) * READY_LEVEL + due_ms (lib.lua)
-PRIORITY_LEVELS = 201
 POLL_SECONDS = 0.05  # read_events over several streams: how often they are polled
 Entry = tuple[Any, dict[Any, Any]]  # a stream entry as redis-py returns it: (id, fields)
 MAX_WORKERS_READ = 1000  # the most recent heartbeats read by ``workers``
@@ -192,10 +190,7 @@ class WakeListener:
         """Announce the due time a message carries; ignore (DEBUG) anything else: a
         message on a channel not ours, or not a due time a script could have sent."""
         try:
-            channel = message.get("channel")
-            if isinstance(channel, bytes):
-                channel = channel.decode("utf-8", "replace")
-            queue = self.channels.get(channel) if isinstance(channel, str) else None
+            queue = self.channels.get(envelope_text(message.get("channel")))
             if queue is None:
                 raise ValueError("not one of our channels")
             data = message.get("data")
@@ -254,25 +249,12 @@ class ServerReads(RedisOwner):
 
     def oldest_pending(self, queue: str) -> tuple[str, float] | None:
         """(id, due ms) of the earliest job of ``queue`` waiting to be claimed, if any
-        (the id decoded, bytes that are not UTF-8 replaced). Every job of ``ready`` is
-        due no later than every job of ``pending``, so it is the earliest of ready when
-        ready holds any: the first of one of its priority levels, read level by level
-        (one command per level present, at most 201); else the head of pending."""
-        k = self.keys(queue)
-        head = self.client.zrange(k.pending, 0, 0, withscores=True)
-        found = [(raw, float(due)) for raw, due in head]
-        start: float | str = "-inf"
-        for _ in range(PRIORITY_LEVELS):
-            top = self.client.zrangebyscore(k.ready, start, "+inf", 0, 1, withscores=True)
-            if not top or not 0 <= top[0][1] < PRIORITY_LEVELS * READY_LEVEL:
-                break
-            level = int(top[0][1] // READY_LEVEL)
-            found.append((top[0][0], top[0][1] - level * READY_LEVEL))
-            start = (level + 1) * READY_LEVEL
-        if not found:
-            return None
-        raw, due_ms = min(found, key=lambda item: item[1])
-        return envelope_text(raw), float(due_ms)
+        (the id decoded, bytes that are not UTF-8 replaced): the oldest due job, else the
+        next one to come due, as lua/stats.lua reads them (a job whose score is not a
+        time is left out)."""
+        r = self._script("stats", queue, [self._now(None)])
+        due, raw = (r[6], r[8]) if int(r[6]) >= 0 else (r[5], r[9])
+        return None if int(due) < 0 else (envelope_text(raw), float(due))
 
     # -- the event stream ---------------------------------------------------------------
 

@@ -61,8 +61,7 @@ class ShardLimitError(ValueError):
 
 
 def _min(values: Iterable[int | None]) -> int | None:
-    found = [v for v in values if v is not None]
-    return min(found) if found else None
+    return min((v for v in values if v is not None), default=None)
 
 
 def _by_id(method: _F, missed: Callable[[Any], bool]) -> _F:
@@ -87,12 +86,11 @@ def _by_ids(method: _F, id_of: Callable[[Any], str], missed: Callable[[Any], boo
     return cast(_F, on_shards)
 
 
-def _on_all(method: _F) -> _F:
+def _on_all(method: _F, combine: Callable[[list[Any]], Any] = any) -> _F:
     """``method`` (of ``Engine``: pause, resume, ...) on every shard (no short-circuit:
-    every shard is changed); True when any changed."""
-    def on_shards(self: ShardedEngine, queue: str, *args: object, **kwargs: object) -> bool:
-        return any([method(self, name, *args, **kwargs)  # noqa: C419 - each shard changed
-                    for name in self.shard_queues(queue)])
+    every shard is changed); the answers ``combine``d (default: True when any changed)."""
+    def on_shards(self: ShardedEngine, queue: str, *args: object, **kwargs: object) -> object:
+        return combine([method(self, name, *args, **kwargs) for name in self.shard_queues(queue)])
     return cast(_F, on_shards)
 
 
@@ -124,6 +122,8 @@ class ShardedEngine(Engine):
             span = self.shard_map.span(self.client, queue,
                                        lambda i: self.keys(shard_name(queue, i)).shards)
         return [shard_name(queue, i) for i in range(span)]
+
+    data_sets = shard_queues  # a shard is a data set (OutboxOps.data_sets)
 
     def _routed(self, queue: str, items: Sequence[_T], id_of: Callable[[_T], str],
                 call: Callable[[str, list[_T]], list[_R]], missed: Callable[[_R], bool],
@@ -182,10 +182,9 @@ class ShardedEngine(Engine):
     # -- producing and consuming ----------------------------------------------------
 
     def enqueue(self, queue: str, jobs: Iterable[NewJob], now_ms: int | None = None) -> int:
-        if self.shard_map.count(queue) == 1:  # a node that just failed: fail at once
-            return self.health.run(queue, lambda: super(ShardedEngine, self).enqueue(
-                queue, jobs, now_ms))
-        self.shard_queues(queue)  # the record covers every shard written to
+        if self.shard_map.count(queue) > 1:
+            self.shard_queues(queue)  # the record covers every shard written to
+        # one shard (the queue itself) too: a node that just failed fails the call at once
         return self._by_home(queue, checked(jobs), lambda job: job.id, lambda name, part: super(
             ShardedEngine, self).enqueue(name, part, now_ms))
 
@@ -332,13 +331,8 @@ class ShardedEngine(Engine):
             self._each(names, lambda name: super(ShardedEngine, self).set_queue_limit(
                 name, rate=None, concurrency=None))
 
-    def oldest_pending(self, queue: str) -> tuple[str, float] | None:
-        heads = [head for name in self.shard_queues(queue)
-                 if (head := Engine.oldest_pending(self, name)) is not None]
-        return min(heads, key=lambda head: head[1]) if heads else None
-
-    def data_sets(self, queue: str) -> list[str]:
-        return self.shard_queues(queue)
+    oldest_pending = _on_all(Engine.oldest_pending, lambda heads: min(
+        (head for head in heads if head is not None), key=lambda head: head[1], default=None))
 
     def home_of(self, queue: str, job_id: str) -> str:
         return self.shard_map.home(queue, job_id)

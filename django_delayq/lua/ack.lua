@@ -83,7 +83,6 @@ local err = wrong_type(KINDS, known)
 if err then return err end
 leave_flight(done, ARGV[3], now, plain)
 -- plain: nothing of these jobs in cancel, prio, urgent or group; runs read with a holder
-forget(jobs, attempts, cancel, prio, done, plain and {jobs = envelopes ~= 'none',
-                                                      runs = holder ~= '' and unmark or nil})
+forget(done, plain and {jobs = envelopes ~= 'none', runs = holder ~= '' and unmark or nil})
 record_settled(holder, now, records)
 return out

@@ -22,7 +22,7 @@
 local id = ARGV[1]
 if redis.call('ZREM', pending, id) == 1 or redis.call('ZREM', ready, id) == 1
    or redis.call('ZREM', dead, id) == 1 then
-  forget(jobs, attempts, cancel, prio, {id})
+  forget({id})
   return 1
 end
 if redis.call('ZSCORE', inflight, id) then

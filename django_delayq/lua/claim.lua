@@ -126,7 +126,6 @@ local leased, tokens, reset, claimed, n = {}, {}, {}, {}, 0
 local slots = {}  -- a grouped queue: {group, id, token} of each job leased
 local rec_parts = {nonce, '|'}  -- the claim record (with a record key): lease() adds a line a job
 local grouped = false  -- the queue has groups: steps 2g and 3g
-local group_conf = {}  -- limit's group_* fields (the groups' defaults)
 
 local function aside(id, why, removed)
   if removed then gone[#gone + 1] = id; id = shown(id)
@@ -163,11 +162,11 @@ local function replayed()
   return again
 end
 
--- 1. the queue's limits: how many may be claimed (grant)
+-- 1. the queue's limits: how many may be claimed (grant); a grouped queue's group defaults
 local function limits()
   local conf = redis.call('HMGET', limit, 'rate', 'per_ms', 'concurrency', 'group_rate',
                           'group_per_ms', 'group_concurrency')
-  group_conf = {conf[4], conf[5], conf[6]}
+  if grouped then group_defaults(conf[4], conf[5], conf[6]) end
   -- whole numbers only (a planted 1.5 would make the ZRANGE bounds below invalid)
   local function floor(v) return tonumber(v) and math.floor(tonumber(v)) end
   local conc
@@ -272,10 +271,8 @@ local function lease()
       claimed[#claimed + 1] = id; claimed[#claimed + 1] = e[4]; claimed[#claimed + 1] = token
       claimed[#claimed + 1] = token - offset_of(marked[j], token); claimed[#claimed + 1] = envs[j] or ''
       if e[5] then slots[#slots + 1] = {e[5], id, token} end
-      if record and nonce ~= '' then  -- the claim record's line, in pieces (one table.concat: no copies)
-        local r = rec_parts
-        r[#r + 1] = id; r[#r + 1] = '\t'; r[#r + 1] = string.format('%d', e[4])
-        r[#r + 1] = '\t'; r[#r + 1] = tok; r[#r + 1] = '\n'
+      if record and nonce ~= '' then  -- the claim record's line (one table.concat at the end)
+        rec_parts[#rec_parts + 1] = id .. '\t' .. string.format('%d', e[4]) .. '\t' .. tok .. '\n'
       end
     end
   end
@@ -337,7 +334,7 @@ local function write_leases()
     redis.call('HDEL', attempts, unpack(reset))
     redis.call('HDEL', runs, unpack(reset))
   end
-  forget(jobs, attempts, cancel, prio, gone)
+  forget(gone)
 end
 
 -- 7. when to claim next; when the urgent index's first job is due (a worker's timer)
@@ -396,20 +393,16 @@ local function keep_valid(picked)
   for j, m in ipairs(picked) do ids[j] = string.sub(m[1], m[2] + 18); members[j] = m[1] end
   local scores = redis.call('ZMSCORE', ready, unpack(ids))
   redis.call('ZREM', group_ready, unpack(members))
-  local stale = 0
   for j, id in ipairs(ids) do
-    local m = picked[j]
-    local s = scores[j]
+    local m, s = picked[j], scores[j]
     if s and tonumber(s) == tonumber(string.sub(m[1], m[2] + 2, m[2] + 17)) then
       off[#off + 1] = id
       local due = ready_ok(id, s)
       if due then take[#take + 1] = {tonumber(s), id, false, due, string.sub(m[1], 1, m[2])} end
-    else
-      stale = stale + 1
     end
   end
   if #off > 0 then redis.call('ZREM', ready, unpack(off)) end
-  return stale
+  return #ids - #off  -- the stale entries
 end
 
 -- The groups of `gs` not paused (a paused one leaves the rotation); nil when `gs` is empty.
@@ -444,7 +437,8 @@ local function serve(g, per, quota, picked, turns, done, off, holds)
 end
 
 local function take_turns()
-  unhold_due(now)
+  -- the held groups whose time came are looked at again (GROUP_UNHOLD a claim)
+  unhold(redis.call('ZRANGEBYSCORE', group_held, '-inf', now, 'LIMIT', 0, GROUP_UNHOLD))
   local turn, skips, rounds = last_turn(), 0, 0
   while #take < grant and skips < SKIPS and rounds < ROUNDS do
     rounds = rounds + 1
@@ -478,12 +472,12 @@ end
 local again = replayed()
 if again then return again end
 if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
-limits()
 local has = redis.call('EXISTS', group, group_ready, group_turns, group_held)  -- one read
 grouped = has > 0 and redis.call('EXISTS', group) == 1  -- without groups: nothing more
 if has > 0 and not grouped then
   redis.call('UNLINK', group_ready, group_turns, group_held)  -- O(1) here: freed apart
 end
+limits()
 if not grouped then
   read_candidates()
   choose()
@@ -492,7 +486,6 @@ if not grouped then
   write_moves()
 else  -- a grouped queue: promote (2, 3 with nothing to lease), index (2g), take turns (3g)
   want = math.min(want, TURNS)
-  group_defaults(group_conf[1], group_conf[2], group_conf[3])
   local share = math.min(grant, want)
   grant, PROMOTE = 0, GROUP_PROMOTE
   read_candidates()

@@ -78,25 +78,20 @@ end
 -- keys left are absent (a plain queue's claim types 5 keys, not 22). Every key that
 -- exists is typed: the check is as strict as a TYPE each.
 local function wrong_type(kinds, known)
-  local order, todo = kinds.order or '', {}  -- todo: index, key, index, key, ...
+  local order, todo, names = kinds.order or '', {}, {}  -- the indices to check, their keys
   for j = 1, #kinds do
     local i = string.byte(order, j) or j
     local key = KEYS[i]
     if kinds[i] ~= '' and not (known and known[key]) then
       todo[#todo + 1] = i
-      todo[#todo + 1] = key
+      names[#names + 1] = key
     end
   end
-  local left = #todo / 2
-  if left > 2 then
-    local names = {}
-    for t = 2, #todo, 2 do names[#names + 1] = todo[t] end
-    left = redis.call('EXISTS', unpack(names))
-  end
-  for t = 1, #todo, 2 do
+  local left = #names
+  if left > 2 then left = redis.call('EXISTS', unpack(names)) end
+  for t, i in ipairs(todo) do
     if left == 0 then return nil end
-    local i = todo[t]
-    local found = redis.call('TYPE', todo[t + 1])['ok']
+    local found = redis.call('TYPE', names[t])['ok']
     if found ~= 'none' then
       left = left - 1
       if found ~= kinds[i] then
@@ -116,34 +111,18 @@ end
 --@define poison
 -- What cannot be an entry django-delayq wrote (a job id: bad_id; an attempts value:
 -- bad_count), and an entry shown for the caller's log (shown).
--- Strict UTF-8 (what Python's decode accepts: no overlong forms, no surrogates).
+-- Strict UTF-8 (what Python's decode accepts: no overlong forms, no surrogates): each
+-- valid multi-byte sequence (the forms below, by lead byte) becomes an ASCII byte, which
+-- no later form can match; a byte above 127 left over is not UTF-8.
+local UTF8_FORMS = {'[\194-\223][\128-\191]', '\224[\160-\191][\128-\191]',
+                    '[\225-\236\238\239][\128-\191][\128-\191]', '\237[\128-\159][\128-\191]',
+                    '\240[\144-\191][\128-\191][\128-\191]',
+                    '[\241-\243][\128-\191][\128-\191][\128-\191]',
+                    '\244[\128-\143][\128-\191][\128-\191]'}
+
 local function utf8_ok(s)
-  local i, n = 1, #s
-  while i <= n do
-    local c = string.byte(s, i)
-    if c < 128 then
-      i = i + 1
-    else
-      local len, lo, hi
-      if c >= 194 and c <= 223 then len, lo, hi = 2, 128, 191
-      elseif c == 224 then len, lo, hi = 3, 160, 191
-      elseif c == 237 then len, lo, hi = 3, 128, 159
-      elseif c >= 225 and c <= 239 then len, lo, hi = 3, 128, 191
-      elseif c == 240 then len, lo, hi = 4, 144, 191
-      elseif c >= 241 and c <= 243 then len, lo, hi = 4, 128, 191
-      elseif c == 244 then len, lo, hi = 4, 128, 143
-      else return false end
-      if i + len - 1 > n then return false end
-      local c2 = string.byte(s, i + 1)
-      if c2 < lo or c2 > hi then return false end
-      for j = i + 2, i + len - 1 do
-        local cj = string.byte(s, j)
-        if cj < 128 or cj > 191 then return false end
-      end
-      i = i + len
-    end
-  end
-  return true
+  for _, form in ipairs(UTF8_FORMS) do s = string.gsub(s, form, 'u') end
+  return not string.find(s, '[\128-\255]')
 end
 
 local MAX_ID_BYTES = 256
@@ -272,10 +251,6 @@ end
 -- next job (a group id holds no control character). ``group_turns`` (group -> turn)
 -- holds the groups with indexed jobs; the lowest turn is served next. An entry whose job
 -- left ready (claimed, cancelled, moved) is dropped by the claim that meets it.
-local function index_member(g, score, id)
-  return g .. '\n' .. string.format('%016.0f', score) .. id
-end
-
 -- The lex range of group g's members, in group_ready and in the ZSETs of group_slots and
 -- group_limits (each member starts "<group>\n").
 local function group_range(g) return '[' .. g .. '\n', '(' .. g .. '\11' end
@@ -317,7 +292,7 @@ local function index_ready(placed, grouped)
   for j, job in ipairs(ids) do
     local g = gs[j] or ''
     members[#members + 1] = 0
-    members[#members + 1] = index_member(g, tonumber(placed[2 * j - 1]), job)
+    members[#members + 1] = g .. '\n' .. string.format('%016.0f', placed[2 * j - 1]) .. job
     if not seen[g] then seen[g] = true; fresh[#fresh + 1] = g end
   end
   call_many('ZADD', group_ready, {}, members)
@@ -482,11 +457,6 @@ local function group_room(g, now, lease_ms)
   return room, until_ms
 end
 
--- The held groups whose time came are looked at again (GROUP_UNHOLD a claim).
-local function unhold_due(now)
-  unhold(redis.call('ZRANGEBYSCORE', group_held, '-inf', now, 'LIMIT', 0, GROUP_UNHOLD))
-end
-
 -- The slots and window entries of the leased jobs (`taken`: {group, id, token} each),
 -- and the window entries that expired dropped.
 local function log_starts(taken, now)
@@ -619,14 +589,15 @@ end
 --@define forget
 -- Forgets jobs that are final (done, cancelled, purged, trimmed from dead, set aside as
 -- poison): their envelope, attempts count (lease token), cancel mark, priority, start
--- marks and group. Where they were listed (pending, ready, inflight, dead) is the
--- caller's to clear, except the index of urgent pending jobs, the runs and the groups
--- (the keys ``urgent``, ``runs`` and ``group`` the including script declares). At most a
+-- marks and group (the keys ``jobs``, ``attempts``, ``cancel``, ``prio``, ``runs`` and
+-- ``group`` the including script declares). Where they were listed (pending, ready,
+-- inflight, dead) is the caller's to clear, except the index of urgent pending jobs
+-- (``urgent``, declared too). At most a
 -- few hundred ids a call. ``plain`` (optional): the caller read that ``cancel``, ``prio``,
 -- ``urgent`` and ``group`` are absent (a queue without cancels, priorities or groups):
 -- nothing to remove there; ``plain.jobs`` false: ``jobs`` is absent too; ``plain.runs``
 -- (when given): the only ids of ``ids`` with a runs entry (the caller read them).
-local function forget(jobs, attempts, cancel, prio, ids, plain)
+local function forget(ids, plain)
   if #ids == 0 then return end
   if plain then
     redis.call('HDEL', attempts, unpack(ids))

@@ -77,14 +77,14 @@ if #ids > 0 then
     end
   end
   leave_flight(settled, ARGV[2], now)
-  forget(jobs, attempts, cancel, prio, dropped)
+  forget(dropped)
   record_settled(ARGV[4], now, records)
   line_write(line, pending, ready, ARGV[2])
   if #died > 0 then call_many('ZADD', dead, {}, died) end
 end
 local excess = math.min(redis.call('ZCARD', dead) - tonumber(ARGV[3]), 100)
 if excess > 0 then  -- the oldest dead jobs
-  forget(jobs, attempts, cancel, prio, redis.call('ZRANGE', dead, 0, excess - 1))
+  forget(redis.call('ZRANGE', dead, 0, excess - 1))
   redis.call('ZREMRANGEBYRANK', dead, 0, excess - 1)
 end
 return out

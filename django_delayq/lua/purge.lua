@@ -26,5 +26,5 @@ if #waiting > 0 then
   redis.call('ZREM', pending, unpack(waiting))
   for _, id in ipairs(waiting) do ids[#ids + 1] = id end
 end
-forget(jobs, attempts, cancel, prio, ids)
+forget(ids)
 return ids

@@ -129,7 +129,7 @@ end
 out[2] = (#out - 2) / 3  -- the entries set aside
 -- writes: everything above was only read
 local woke = leave_flight(ids)  -- told below
-forget(jobs, attempts, cancel, prio, gone)
+forget(gone)
 if #reset > 0 then
   redis.call('HDEL', attempts, unpack(reset))
   redis.call('HDEL', runs, unpack(reset))
