@@ -27,7 +27,7 @@ from django.db import router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import workflows
+from django_delayq.core import reconcile_state, workflows
 from django_delayq.exceptions import WorkerLost, type_path
 from django_delayq.models import Job, JobAttempt, JobStatus
 
@@ -80,12 +80,9 @@ def settle(found: list[Finding], engine: Engine) -> int:
     since it was read; returns how many were settled. The settled records of the rows
     written go (through ``engine``)."""
     count = sum(settle_one(f) for f in found)
-    records: dict[str, list[str]] = {}
-    for f in found:
-        if f.settled is not None:
-            records.setdefault(f.row.queue, []).append(f.row.pk)
-    for queue, ids in records.items():  # the rows say it now
-        engine.forget_settled(queue, ids, keep_ms=SETTLED_KEEP_MS)
+    recorded = reconcile_state.by_queue([f.row for f in found if f.settled is not None])
+    for queue, rows in recorded.items():  # the rows say it now
+        engine.forget_settled(queue, [r.pk for r in rows], keep_ms=SETTLED_KEEP_MS)
     return count
 
 

@@ -42,7 +42,7 @@ the count on purpose.
 from __future__ import annotations
 
 import time
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
@@ -58,7 +58,9 @@ from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
+    from django_delayq.engine.outbox import Presence
 
+BATCH = 500  # rows a query of a walk reads
 OUTAGE_MARGIN_SECONDS = 5.0  # rows changed this long before the first failure seen
 OUTAGE_GRACE_SECONDS = 2.0  # after Redis answers again: then the rows are looked at
 
@@ -66,13 +68,16 @@ OUTAGE_GRACE_SECONDS = 2.0  # after Redis answers again: then the rows are looke
 @dataclass(slots=True)
 class Cursor:
     """A walk over the live rows of ``queues`` changed at least ``grace`` seconds ago (and
-    at or after ``since``, None: all); ``lost``: rows of data Redis lost. Its position:
-    status index, then (run_at, pk)."""
+    at or after ``since``, None: all), ``batch`` rows at a time; ``lost``: rows of data
+    Redis lost; ``dry_run``: found, never acted on. Its position: status index, then
+    (run_at, pk)."""
 
     queues: tuple[str, ...]
     grace: float
     lost: bool = False
     since: datetime | None = None
+    batch: int = BATCH
+    dry_run: bool = False
     status: int = 0
     after: tuple[datetime, str] | None = None
 
@@ -140,8 +145,8 @@ LIGHT = ("id", "queue", "status", "worker_id", "run_at", "created_at", "updated_
          "attempts", "cancel_requested", "callable_path", "priority", "group")
 
 
-def live_rows(cursor: Cursor, batch: int) -> list[Job]:
-    """Up to ``batch`` rows of ``cursor``'s walk from where it is; advances it (wraps to
+def live_rows(cursor: Cursor) -> list[Job]:
+    """Up to ``cursor.batch`` rows of ``cursor``'s walk from where it is; advances it (wraps to
     the start)."""
     cutoff = timezone.now() - timedelta(seconds=cursor.grace)
     while cursor.status < len(LIVE_STATUSES):
@@ -152,8 +157,8 @@ def live_rows(cursor: Cursor, batch: int) -> list[Job]:
         if cursor.after is not None:
             at, pk = cursor.after
             rows = rows.filter(Q(run_at__gt=at) | Q(run_at=at, pk__gt=pk))
-        found = list(rows.order_by("run_at", "pk")[:batch])
-        if len(found) == batch:
+        found = list(rows.order_by("run_at", "pk")[:cursor.batch])
+        if len(found) == cursor.batch:
             cursor.after = (found[-1].run_at, found[-1].pk)
         else:
             cursor.status, cursor.after = cursor.status + 1, None
@@ -161,6 +166,19 @@ def live_rows(cursor: Cursor, batch: int) -> list[Job]:
             return found
     cursor.status, cursor.after = 0, None
     return []
+
+
+def by_queue(rows: Sequence[Job]) -> dict[str, list[Job]]:
+    found: dict[str, list[Job]] = {}
+    for row in rows:
+        found.setdefault(row.queue, []).append(row)
+    return found
+
+
+def places(engine: Engine, rows: Sequence[Job]) -> Iterator[tuple[Job, Presence]]:
+    """Each row with where Redis holds its job (``Engine.presence``, by queue)."""
+    for queue, items in by_queue(rows).items():
+        yield from zip(items, engine.presence(queue, [r.pk for r in items]), strict=True)
 
 
 # A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
