@@ -160,9 +160,8 @@ class Epochs:
         host's clock), for the queues whose epoch says it began empty (not ``K``): a
         missing row created and due before it was lost with earlier data, or never sent.
         Dated with one ``TIME`` call per queue; nothing else is read."""
-        known = {q: self.known[q] for q in self.queues
-                 if q in self.known and epoch_kind(self.known[q]) != KEPT}
-        return {q: self._dated(value) for q, value in known.items()} if known else {}
+        return {q: self._dated(value) for q in self.queues
+                if (value := self.known.get(q)) is not None and epoch_kind(value) != KEPT}
 
     def took(self, queue: str, job_id: str) -> bool:
         """Whether the last loss of ``queue`` took the data set ``job_id`` is homed in: a

@@ -137,12 +137,8 @@ def tick_started(job_id: str, now: datetime | None = None) -> None:
     next tick's job now (the keeper pass would, a little later). Never raises."""
     try:
         s = Schedule.objects.filter(next_job_id=job_id).first()
-        if s is None or s.next_tick_at is None:
-            return
-        Schedule.objects.filter(pk=s.pk, next_job_id=job_id).update(
-            last_tick_at=s.next_tick_at, last_job_id=job_id)
-        created = advance(s, s.next_tick_at, now)
-        if created:  # its send may fail (Redis unreachable): the keeper thread looks
+        # its send may fail (Redis unreachable): the keeper thread looks
+        if s is not None and (created := _consumed(s, now)):
             tick_presence.watch([created])
     except Exception:  # noqa: BLE001 - the keeper pass covers it
         logger.exception("schedule: could not create the tick after job %s", job_id)
@@ -181,14 +177,22 @@ def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None
                 return advance(s, now, now)  # it was due while no worker ran
             return s.next_job_id  # pending: nothing to do
         if status is not None:  # started or finished: that tick is consumed
-            Schedule.objects.filter(pk=s.pk, next_job_id=s.next_job_id).update(
-                last_tick_at=s.next_tick_at, last_job_id=s.next_job_id)
-            return advance(s, s.next_tick_at, now)
+            return _consumed(s, now)
         # lost (no row): the same tick again, or as the missed-run policy says
         return advance(s, s.next_tick_at - timedelta(microseconds=1), now,
                        catch_up=s.missed == MissedPolicy.ONCE)
     after = now - timedelta(microseconds=1)  # new or edited: a tick due right now counts
     return advance(s, max(after, s.last_tick_at or after), now)
+
+
+def _consumed(s: Schedule, now: datetime | None) -> str | None:
+    """The next tick's job of ``s`` started (or ended): it is the last tick now, and the
+    tick after it is created (``advance``)."""
+    if s.next_tick_at is None:
+        return None
+    Schedule.objects.filter(pk=s.pk, next_job_id=s.next_job_id).update(
+        last_tick_at=s.next_tick_at, last_job_id=s.next_job_id)
+    return advance(s, s.next_tick_at, now)
 
 
 def missed(queue: str, due: datetime, now: datetime, own: Registered | None = None) -> bool:
