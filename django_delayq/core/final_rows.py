@@ -33,7 +33,7 @@ from django_delayq.models import Job, JobAttempt, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
-    from django_delayq.engine.outbox import Settled
+    from django_delayq.engine.outbox import Presence, Settled
 
 logger = logging.getLogger(__name__)
 
@@ -51,13 +51,20 @@ _FROM_RECORD = {"s": (JobStatus.SUCCEEDED, SUCCEEDED_IN_REDIS),
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A live row whose job Redis does not hold (``dead`` False) or holds as dead."""
+    """A live row whose job Redis does not hold (``dead`` False) or holds as dead, and
+    where Redis holds it."""
 
     row: Job
-    dead: bool = False
-    redis_attempts: int = 0
-    died_ms: int | None = None
-    settled: Settled | None = None  # a worker settled it; its audit row has not landed
+    place: Presence
+
+    @property
+    def settled(self) -> Settled | None:
+        """A worker settled it; its audit row has not landed."""
+        return self.place.settled
+
+    @property
+    def dead(self) -> bool:  # a settled record tells more
+        return self.place.dead and self.place.settled is None
 
     @property
     def owner(self) -> str:
@@ -96,8 +103,9 @@ def settle_one(f: Finding) -> bool:
         finished = datetime.fromtimestamp(f.settled.at_ms / 1000, UTC)
     elif f.dead:
         status, reason, number = JobStatus.DEAD, DEAD_IN_REDIS, max(row.attempts,
-                                                                     f.redis_attempts, 1)
-        finished = datetime.fromtimestamp(f.died_ms / 1000, UTC) if f.died_ms else now
+                                                                     f.place.attempts, 1)
+        died = f.place.died_ms
+        finished = datetime.fromtimestamp(died / 1000, UTC) if died else now
     else:
         status, reason, number, finished = (JobStatus.CANCELLED, CANCELLED_IN_REDIS,
                                             row.attempts, now)

@@ -320,20 +320,17 @@ class Reconciler:
         for row, place in reconcile_state.places(self.engine, rows):
             if place.queued:
                 continue
-            if place.settled is not None:  # settled by a worker; its audit row is coming
-                found.append(Finding(row, redis_attempts=place.attempts, settled=place.settled))
-            elif place.dead:
-                found.append(Finding(row, dead=True, redis_attempts=place.attempts,
-                                     died_ms=place.died_ms))
-            elif place.envelope:
+            # settled by a worker (its audit row is coming) or dead: final in Redis
+            final = place.settled is not None or place.dead
+            if not final and place.envelope:
                 self.stats.orphans += 1
                 logger.error("reconciler: job %s has an envelope but is in no queue set of %r "
                              "(partial data loss or eviction?); it cannot run until repaired",
                              row.pk, row.queue)
-            elif place.reconciled_ms is not None and place.reconciled_ms >= horizon:
+            elif not final and place.reconciled_ms is not None and place.reconciled_ms >= horizon:
                 logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
             else:
-                found.append(Finding(row, redis_attempts=place.attempts))
+                found.append(Finding(row, place))
         return found
 
     def _leave_to_live_workers(self, found: list[Finding]) -> list[Finding]:
