@@ -64,7 +64,7 @@ by a reconciler that did not see the loss: ``Epochs.began``) and written into th
 before the re-enqueue (``reconcile_state.record_charges``).
 
 Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
-then are settled (``core/final_rows.py``); who counts as alive:
+then are settled (``reconcile_state.settle``); who counts as alive:
 ``reconcile_state.Liveness``.
 After a Redis outage the rows changed during it get a look at once (``Outage``).
 
@@ -82,10 +82,9 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, router
 
-from django_delayq.core import final_rows, group_limits, reconcile_state, workflows
+from django_delayq.core import group_limits, reconcile_state, workflows
 from django_delayq.core.epochs import Epochs
-from django_delayq.core.final_rows import Finding
-from django_delayq.core.reconcile_state import BATCH, Cursor, Liveness, Suspect
+from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
@@ -306,7 +305,7 @@ class Reconciler:
              lost: bool = False) -> int:
         """Settle what is final in Redis; re-enqueue the rest (``seen``: their first look;
         ``lost``: rows of data Redis lost)."""
-        self.stats.settled += final_rows.settle([f for f in found if f.settles], self.engine)
+        self.stats.settled += reconcile_state.settle([f for f in found if f.settles], self.engine)
         return self._enqueue([f.row for f in found if not f.settles], seen, lost)
 
     # -- where the jobs are -------------------------------------------------------------
