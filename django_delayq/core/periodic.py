@@ -306,26 +306,15 @@ def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
     return bumped
 
 
-def settings_values(d: dict[str, Any]) -> dict[str, Any]:
-    """The row fields of a definition of ``DELAYQ["SCHEDULES"]`` (``enabled`` aside)."""
-    return {"callable_path": d["callable"], "args": list(d.get("args", [])),
-            "kwargs": dict(d.get("kwargs", {})), "queue": d.get("queue", ""),
-            "priority": d.get("priority", 0), "group": d.get("group", ""),
-            "atomic": d.get("atomic", False), "cron": d.get("cron", ""),
-            "interval_seconds": d.get("interval"), "time_zone": d.get("timezone", "UTC"),
-            "start_at": d.get("start"), "end_at": d.get("end"),
-            "jitter_seconds": d.get("jitter", 0), "missed": d.get("missed", "skip")}
-
-
 def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
     """Upsert ``DELAYQ["SCHEDULES"]`` as rows marked ``from_settings``; a changed definition
     is replaced (``enabled`` stays as operators set it); rows gone from settings are
     disabled."""
     for name, d in definitions.items():
-        values = settings_values(d)
+        values = schedules.settings_values(d)
+        enabled = values.pop("enabled")  # as operators set it, once the row exists
         s, created = Schedule.objects.get_or_create(
-            name=name, defaults={**values, "from_settings": True,
-                                 "enabled": d.get("enabled", True)})
+            name=name, defaults={**values, "from_settings": True, "enabled": enabled})
         changed = [f for f, v in values.items() if getattr(s, f) != v]
         if not created and (changed or not s.from_settings):
             replace(s, {**values, "from_settings": True})
