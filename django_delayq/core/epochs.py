@@ -191,9 +191,8 @@ class Epochs:
             log = logger.info if known is None else logger.warning
             log("reconciler: queue %r had no epoch key but holds data in Redis (evicted or "
                 "deleted by hand?); not a data loss, no pass without grace", name)
-        if known is None:
-            return value if create else None, kind == LOST
-        return value if create else None, kind != KEPT
+        # a first look: a loss only when the queue held nothing; else unless it held data
+        return value if create else None, kind == LOST if known is None else kind != KEPT
 
     def _dated(self, value: str | None) -> datetime:
         """When the loss was recorded (the new epoch's creation), on this host's clock."""
