@@ -231,18 +231,18 @@ def _networks(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Pr
     if not isinstance(value, (list, tuple)):
         return (), ["DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] must be a list of IP addresses or "
                     "networks such as ['10.1.0.0/16'], not %r" % (value,)]
-    nets, bad = [], []
-    for entry in value:
-        try:
-            if not isinstance(entry, str):
-                raise TypeError(entry)
-            nets.append(ipaddress.ip_network(entry, strict=False))
-        except (TypeError, ValueError):
-            bad.append(entry)
-    if bad:
+    nets = [_network(entry) for entry in value]
+    if bad := [entry for entry, net in zip(value, nets, strict=True) if net is None]:
         return (), ["DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] %r: not IP addresses or networks: "
                     "%s" % (value, ", ".join(map(repr, bad)))]
     return tuple(nets), []
+
+
+def _network(entry: object) -> IPNetwork | None:
+    try:
+        return ipaddress.ip_network(entry, strict=False) if isinstance(entry, str) else None
+    except ValueError:
+        return None
 
 
 def _retention(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
