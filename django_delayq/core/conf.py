@@ -153,9 +153,19 @@ def _number(integer: bool, none: str | None = None) -> Reader:
     return read
 
 
-def _flag(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    return value, [] if isinstance(value, bool) else [
-        "DELAYQ[%r] must be True or False, not %r" % (name, value)]
+def _must(test: Callable[[Any], bool], text: str, parse: Callable[[Any], Any] = lambda v: v
+          ) -> Reader:
+    """A key whose value passes ``test`` (its value: ``parse``d), else the problem
+    "DELAYQ[key] ``text``, not <the value>"."""
+    def read(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
+        if test(value):
+            return parse(value), []
+        return None, ["DELAYQ[%r] %s, not %r" % (name, text, value)]
+    return read
+
+
+def _braceless(name: object) -> bool:
+    return isinstance(name, str) and bool(name) and "{" not in name and "}" not in name
 
 
 URL_SCHEMES = ("redis://", "rediss://", "unix://", *urls.CLUSTER_SCHEMES, *urls.SENTINEL_SCHEMES)
@@ -221,29 +231,18 @@ def _networks(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Pr
     if not isinstance(value, (list, tuple)):
         return (), ["DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] must be a list of IP addresses or "
                     "networks such as ['10.1.0.0/16'], not %r" % (value,)]
-    nets, bad = [], []
-    for entry in value:
-        try:
-            if not isinstance(entry, str):
-                raise TypeError(entry)
-            nets.append(ipaddress.ip_network(entry, strict=False))
-        except (TypeError, ValueError):
-            bad.append(entry)
-    if bad:
+    nets = [_network(entry) for entry in value]
+    if bad := [entry for entry, net in zip(value, nets, strict=True) if net is None]:
         return (), ["DELAYQ['HTTP_CALLBACK_ALLOWED_NETWORKS'] %r: not IP addresses or networks: "
                     "%s" % (value, ", ".join(map(repr, bad)))]
     return tuple(nets), []
 
 
-def _report_dir(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    """REPORT_DIR: None or an absolute path (whether it exists is the admin view's concern:
-    reports may be written there after the site starts)."""
-    if value is None:
-        return None, []
-    if not isinstance(value, (str, os.PathLike)) or not Path(value).is_absolute():
-        return None, ["DELAYQ['REPORT_DIR'] must be None or an absolute directory path such as "
-                      "'/srv/delayq-reports', not %r" % (value,)]
-    return os.fspath(value), []
+def _network(entry: object) -> IPNetwork | None:
+    try:
+        return ipaddress.ip_network(entry, strict=False) if isinstance(entry, str) else None
+    except ValueError:
+        return None
 
 
 def _retention(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
@@ -273,16 +272,6 @@ def _limits(problems: Callable[[object, object], Problems], other: str) -> Reade
     return read
 
 
-def _queues(name: str, queues: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    if not isinstance(queues, (list, tuple)) or not queues or not all(
-        isinstance(q, str) and q and q.isprintable() and "{" not in q and "}" not in q
-        for q in queues
-    ):
-        return None, ["DELAYQ['QUEUES'] must be a non-empty list of queue names "
-                      "without braces, not %r" % (queues,)]
-    return tuple(queues), []
-
-
 def _default_queue(name: str, queue: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     queues = merged["QUEUES"]
     if isinstance(queues, (list, tuple)) and queues and queue not in queues:
@@ -307,13 +296,6 @@ def _schedules(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, P
     return value, schedules.settings_problems(value)
 
 
-def _prefix(name: str, prefix: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    if isinstance(prefix, str) and prefix and "{" not in prefix and "}" not in prefix:
-        return prefix, []
-    return None, ["DELAYQ['PREFIX'] must be a non-empty string without braces, not %r"
-                  % (prefix,)]
-
-
 def _as_is(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     return value, []
 
@@ -322,15 +304,24 @@ def _as_is(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Probl
 READERS: dict[str, Reader] = {
     **{key: _number(type(value) is int) for key, value in DEFAULTS.items()
        if type(value) in (int, float)},
-    **{key: _flag for key, value in DEFAULTS.items() if type(value) is bool},
+    **{key: _must(lambda v: isinstance(v, bool), "must be True or False")
+       for key, value in DEFAULTS.items() if type(value) is bool},
     "METRICS_GROUPS": _number(True, "no metrics per group"),
     "JOB_TIMEOUT_SECONDS": _number(False, "no limit"),
-    "REDIS_URL": _url, "CACHE_ALIAS": _cache_alias, "PREFIX": _prefix, "QUEUES": _queues,
+    "REDIS_URL": _url, "CACHE_ALIAS": _cache_alias,
+    "PREFIX": _must(_braceless, "must be a non-empty string without braces"),
+    "QUEUES": _must(lambda v: isinstance(v, (list, tuple)) and bool(v) and all(
+        _braceless(q) and q.isprintable() for q in v),
+        "must be a non-empty list of queue names without braces", tuple),
     "DEFAULT_QUEUE": _default_queue, "DEFAULT_MAX_ATTEMPTS": _max_attempts,
     "DEFAULT_BACKOFF": _backoff, "ALLOWED_CALLABLES": _allowed,
     "QUEUE_OPTIONS": _limits(limits.queue_options_problems, "QUEUES"),
     "CALLABLE_LIMITS": _limits(limits.callable_limits_problems, "ALLOWED_CALLABLES"),
-    "HTTP_CALLBACK_ALLOWED_NETWORKS": _networks, "REPORT_DIR": _report_dir,
+    "HTTP_CALLBACK_ALLOWED_NETWORKS": _networks,
+    # whether it exists is the admin view's concern: reports may be written there later
+    "REPORT_DIR": _must(lambda v: v is None or isinstance(v, (str, os.PathLike))
+                        and Path(v).is_absolute(), "must be None or an absolute directory path "
+                        "such as '/srv/delayq-reports'", lambda v: v and os.fspath(v)),
     "SCHEDULES": _schedules, "RETENTION": _retention,
 }
 

@@ -160,9 +160,8 @@ class Epochs:
         host's clock), for the queues whose epoch says it began empty (not ``K``): a
         missing row created and due before it was lost with earlier data, or never sent.
         Dated with one ``TIME`` call per queue; nothing else is read."""
-        known = {q: self.known[q] for q in self.queues
-                 if q in self.known and epoch_kind(self.known[q]) != KEPT}
-        return {q: self._dated(value) for q, value in known.items()} if known else {}
+        return {q: self._dated(value) for q in self.queues
+                if (value := self.known.get(q)) is not None and epoch_kind(value) != KEPT}
 
     def took(self, queue: str, job_id: str) -> bool:
         """Whether the last loss of ``queue`` took the data set ``job_id`` is homed in: a
@@ -192,9 +191,8 @@ class Epochs:
             log = logger.info if known is None else logger.warning
             log("reconciler: queue %r had no epoch key but holds data in Redis (evicted or "
                 "deleted by hand?); not a data loss, no pass without grace", name)
-        if known is None:
-            return value if create else None, kind == LOST
-        return value if create else None, kind != KEPT
+        # a first look: a loss only when the queue held nothing; else unless it held data
+        return value if create else None, kind == LOST if known is None else kind != KEPT
 
     def _dated(self, value: str | None) -> datetime:
         """When the loss was recorded (the new epoch's creation), on this host's clock."""

@@ -90,7 +90,6 @@ class EventStream:
                  flush_seconds: float = FLUSH_SECONDS, buffer_max: int = BUFFER_MAX,
                  idle_seconds: float = IDLE_FLUSH_SECONDS) -> None:
         self.log = client if isinstance(client, EventLog) else EventLog(client, key, maxlen)
-        self.key = self.log.key
         self.flush_seconds = flush_seconds  # the tick while busy
         self.idle_seconds = idle_seconds  # the tick otherwise (never below flush_seconds)
         self._buffer: deque[Fields] = deque(maxlen=buffer_max)
@@ -139,7 +138,7 @@ class EventStream:
             for covered, sent, written in self.log.append(batch):
                 if written < sent:
                     logger.warning("event stream %r refused %d event(s) (a damaged stream? "
-                                   "they are dropped)", self.key, sent - written)
+                                   "they are dropped)", self.log.key, sent - written)
                     self.dropped += sent - written
                 done += covered
         except (RedisError, OSError) as exc:

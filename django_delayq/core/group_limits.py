@@ -122,10 +122,9 @@ def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:
             logger.warning("queue %r: its limits were missing from Redis; written again "
                            "from the settings", queue)
     have = {queue: engine.group_limit_overrides(queue) for queue in names}
-    wanted: dict[str, dict[str, str]] = {queue: {} for queue in names}
-    for row in GroupLimit.objects.filter(queue__in=names):  # one query for every queue
-        wanted[row.queue][row.group] = override_value(limits.parse_rate(row.rate_limit or None),
-                                                      row.concurrency)
+    rows = by_queue(names)
+    wanted = {queue: {o.group: override_value(limits.parse_rate(o.rate_limit), o.concurrency)
+                      for o in rows.get(queue, [])} for queue in names}
     changed = sum(engine.sync_group_limits(queue, wanted[queue], have[queue])
                   for queue in names if have[queue] != wanted[queue])
     if changed:

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import random
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,12 +135,8 @@ def tick_started(job_id: str, now: datetime | None = None) -> None:
     next tick's job now (the keeper pass would, a little later). Never raises."""
     try:
         s = Schedule.objects.filter(next_job_id=job_id).first()
-        if s is None or s.next_tick_at is None:
-            return
-        Schedule.objects.filter(pk=s.pk, next_job_id=job_id).update(
-            last_tick_at=s.next_tick_at, last_job_id=job_id)
-        created = advance(s, s.next_tick_at, now)
-        if created:  # its send may fail (Redis unreachable): the keeper thread looks
+        # its send may fail (Redis unreachable): the keeper thread looks
+        if s is not None and (created := _consumed(s, now)):
             tick_presence.watch([created])
     except Exception:  # noqa: BLE001 - the keeper pass covers it
         logger.exception("schedule: could not create the tick after job %s", job_id)
@@ -156,17 +150,17 @@ def started(job_id: str) -> None:
         tick_started(job_id)
 
 
-def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None,
+def keep(s: Schedule, now: datetime | None = None, own: str | None = None,
          judge: bool = True) -> str | None:
     """Make sure enabled ``s`` has its next tick's job (new schedule, a lost or consumed
     tick job, downtime under the missed-run policy). Returns the pending job's id.
 
     A tick job still pending after its due time while no worker ran (``missed``): ``skip``
     cancels it and materialises the next future tick; ``once`` lets it run (late, once)
-    -- the tick after it is then the next future one. ``own``: the registry entry of the
-    worker whose keeper pass this is (``Keeper.own``); ``judge``: whether to judge a late
-    tick missed (the full pass does; the keeper's every-second pass leaves it to it, as
-    each judgement reads the whole workers registry)."""
+    -- the tick after it is then the next future one. ``own``: the id of the worker whose
+    keeper pass this is, once the registry holds it (``Keeper.own``); ``judge``: whether
+    to judge a late tick missed (the full pass does; the keeper's every-second pass leaves
+    it to it, as each judgement reads the whole workers registry)."""
     now = now or timezone.now()
     if not s.enabled:
         return None
@@ -181,9 +175,7 @@ def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None
                 return advance(s, now, now)  # it was due while no worker ran
             return s.next_job_id  # pending: nothing to do
         if status is not None:  # started or finished: that tick is consumed
-            Schedule.objects.filter(pk=s.pk, next_job_id=s.next_job_id).update(
-                last_tick_at=s.next_tick_at, last_job_id=s.next_job_id)
-            return advance(s, s.next_tick_at, now)
+            return _consumed(s, now)
         # lost (no row): the same tick again, or as the missed-run policy says
         return advance(s, s.next_tick_at - timedelta(microseconds=1), now,
                        catch_up=s.missed == MissedPolicy.ONCE)
@@ -191,14 +183,24 @@ def keep(s: Schedule, now: datetime | None = None, own: Registered | None = None
     return advance(s, max(after, s.last_tick_at or after), now)
 
 
-def missed(queue: str, due: datetime, now: datetime, own: Registered | None = None) -> bool:
+def _consumed(s: Schedule, now: datetime | None) -> str | None:
+    """The next tick's job of ``s`` started (or ended): it is the last tick now, and the
+    tick after it is created (``advance``)."""
+    if s.next_tick_at is None:
+        return None
+    Schedule.objects.filter(pk=s.pk, next_job_id=s.next_job_id).update(
+        last_tick_at=s.next_tick_at, last_job_id=s.next_job_id)
+    return advance(s, s.next_tick_at, now)
+
+
+def missed(queue: str, due: datetime, now: datetime, own: str | None = None) -> bool:
     """Whether a tick job of ``queue`` due at ``due`` (its tick plus jitter) and not
     started by ``now`` was missed because no worker ran: it is late by more than
     ``MISSED_GRACE``, and no live worker serving ``queue`` has been running since before
     it was due (one that has is merely busy: the job runs, late). A worker's first
     keeper pass runs before its first claim, so a worker starting after a downtime
-    cancels what was missed before it could claim it. ``own``: the registry entry of the
-    worker asking (see ``_served_since``)."""
+    cancels what was missed before it could claim it. ``own``: the id of the worker
+    asking (see ``_served_since``)."""
     if timezone.is_naive(due):  # USE_TZ = False: the database's local time
         due, now = timezone.make_aware(due), (timezone.make_aware(now)
                                               if timezone.is_naive(now) else now)
@@ -212,11 +214,9 @@ class Registered:
     worker_id: str
     started: datetime
     queues: tuple[str, ...]
-    host: str = ""
-    pid: int = 0
 
 
-def _served_since(queue: str, moment: datetime, own: Registered | None = None) -> bool:
+def _served_since(queue: str, moment: datetime, own: str | None = None) -> bool:
     """A worker heard from within two leases serves ``queue`` and started before
     ``moment`` (the workers registry; its info as each worker writes it). When the
     registry lacks ``own`` (the asking worker, alive, whose heartbeat wrote it before),
@@ -224,7 +224,7 @@ def _served_since(queue: str, moment: datetime, own: Registered | None = None) -
     are not all back in it yet: it cannot tell, so the tick is not judged missed now (a
     later pass judges it once they are)."""
     live = _live_workers()
-    return (own is not None and own.worker_id not in live) or any(
+    return (own is not None and own not in live) or any(
         queue in w.queues and w.started <= moment for w in live.values())
 
 
@@ -242,11 +242,10 @@ def _entry(worker_id: str, raw: str | None) -> Registered | None:
         info = json.loads(raw or "")
         started = datetime.fromisoformat(info["started"])
         queues = tuple(str(q) for q in info["queues"])
-        host, pid = str(info.get("host", "")), int(info.get("pid", 0))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
     return Registered(worker_id, started if started.tzinfo else started.replace(tzinfo=UTC),
-                      queues, host, pid)
+                      queues)
 
 
 def _cancelled(job_id: str) -> bool:
@@ -256,7 +255,7 @@ def _cancelled(job_id: str) -> bool:
         return False
 
 
-def keep_all(now: datetime | None = None, own: Registered | None = None,
+def keep_all(now: datetime | None = None, own: str | None = None,
              schedules: list[Schedule] | None = None, judge: bool = True) -> int:
     """One keeper pass over the enabled schedules (or over ``schedules``); returns how
     many failed. Their pending tick jobs are then looked for in Redis, and put back where
@@ -302,26 +301,15 @@ def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
     return bumped
 
 
-def settings_values(d: dict[str, Any]) -> dict[str, Any]:
-    """The row fields of a definition of ``DELAYQ["SCHEDULES"]`` (``enabled`` aside)."""
-    return {"callable_path": d["callable"], "args": list(d.get("args", [])),
-            "kwargs": dict(d.get("kwargs", {})), "queue": d.get("queue", ""),
-            "priority": d.get("priority", 0), "group": d.get("group", ""),
-            "atomic": d.get("atomic", False), "cron": d.get("cron", ""),
-            "interval_seconds": d.get("interval"), "time_zone": d.get("timezone", "UTC"),
-            "start_at": d.get("start"), "end_at": d.get("end"),
-            "jitter_seconds": d.get("jitter", 0), "missed": d.get("missed", "skip")}
-
-
 def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
     """Upsert ``DELAYQ["SCHEDULES"]`` as rows marked ``from_settings``; a changed definition
     is replaced (``enabled`` stays as operators set it); rows gone from settings are
     disabled."""
     for name, d in definitions.items():
-        values = settings_values(d)
+        values = schedules.settings_values(d)
+        enabled = values.pop("enabled")  # as operators set it, once the row exists
         s, created = Schedule.objects.get_or_create(
-            name=name, defaults={**values, "from_settings": True,
-                                 "enabled": d.get("enabled", True)})
+            name=name, defaults={**values, "from_settings": True, "enabled": enabled})
         changed = [f for f, v in values.items() if getattr(s, f) != v]
         if not created and (changed or not s.from_settings):
             replace(s, {**values, "from_settings": True})
@@ -341,12 +329,13 @@ class Keeper:
 
     active = False  # some schedule is enabled (set by the last pass): tick_started is wanted
 
-    def __init__(self, every_s: float = 10.0) -> None:
+    def __init__(self, every_s: float = 10.0, worker_id: str | None = None) -> None:
         self.every_s = every_s
         self._last: float | None = None
         self._last_stalled = -1e18
         self._synced = False  # DELAYQ["SCHEDULES"] synced (retried each pass until it is)
-        self.own: Registered | None = None  # this worker's registry entry, once read
+        self.worker_id = worker_id  # the worker whose keeper this is (None: none)
+        self.own: str | None = None  # its id, once read back from the workers registry
 
     def tick(self, first: Callable[[], None] | None = None) -> None:
         """Runs ``first`` (the worker's retention pass, on the same keeper thread), then
@@ -391,13 +380,11 @@ class Keeper:
             logger.debug("schedules: the pass over stalled schedules failed: %s", exc)
 
     def _learn_own(self) -> None:
-        """Read this worker's registry entry until found (from the pass after its first
+        """Look for this worker in the registry until found (from the pass after its first
         heartbeat on): ``missed`` then knows the registry lost it when it is gone."""
-        if self.own is None and self._last is not None:
-            host, pid = socket.gethostname(), os.getpid()
-            try:  # this process's worker, if exactly one (a test may run several in one)
-                mine = [w for w in _live_workers().values() if w.host == host and w.pid == pid]
-                self.own = mine[0] if len(mine) == 1 else None
+        if self.own is None and self._last is not None and self.worker_id is not None:
+            try:
+                self.own = self.worker_id if self.worker_id in _live_workers() else None
             except Exception as exc:  # noqa: BLE001 - Redis down: read at the next pass
                 logger.debug("schedules: the workers registry could not be read: %s", exc)
 

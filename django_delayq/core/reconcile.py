@@ -64,7 +64,7 @@ by a reconciler that did not see the loss: ``Epochs.began``) and written into th
 before the re-enqueue (``reconcile_state.record_charges``).
 
 Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
-then are settled (``core/final_rows.py``); who counts as alive:
+then are settled (``reconcile_state.settle``); who counts as alive:
 ``reconcile_state.Liveness``.
 After a Redis outage the rows changed during it get a look at once (``Outage``).
 
@@ -77,16 +77,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, router
 
-from django_delayq.core import final_rows, group_limits, reconcile_state, workflows
+from django_delayq.core import group_limits, reconcile_state, workflows
 from django_delayq.core.epochs import Epochs
-from django_delayq.core.final_rows import Finding
-from django_delayq.core.reconcile_state import Cursor, Liveness, Suspect
+from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
@@ -97,7 +95,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-BATCH = 500
 BATCHES_PER_TICK = 4
 MULTI_ROWS = scripts.RECONCILE_CHUNK  # rows per MULTI: see the module's last paragraph
 MAX_SUSPECTS = 10_000
@@ -105,6 +102,7 @@ RECENT_SECONDS = 30.0
 MAX_RECENT = 100_000
 EPOCH_CHECK_SECONDS = 1.0
 URGENT_BUDGET_SECONDS = 0.5  # per tick (a quarter lease at most); ticked again while busy
+AFTER_OUTAGE = ""  # the pass after an outage among the urgent walks (no queue is named "")
 # In a loss pass, rows changed less than this before the loss (or after it) may describe
 # jobs written into the new data: they get the second look instead of an instant re-enqueue.
 LOSS_MARGIN_SECONDS = 2.0
@@ -118,6 +116,9 @@ class Reconciler:
         self._live = Liveness(engine, settings)
         self.queues = tuple(queues)
         self._cursor = Cursor(self.queues, settings.reconcile_grace_seconds)
+        # walks without the long grace, within the urgent budget: a loss pass by queue,
+        # and the pass after an outage (``AFTER_OUTAGE``: rows changed since it began get
+        # the second look, ``reconcile_state.Outage``)
         self._urgent: dict[str, Cursor] = {}
         self._epochs = Epochs(engine, self.queues)
         self._suspects: dict[str, Suspect] = {}
@@ -127,7 +128,6 @@ class Reconciler:
         self.stats = reconcile_state.PassStats()
         # Redis failing, as seen here: a pass once it answers
         self._outage = reconcile_state.Outage()
-        self._after_outage: Cursor | None = None
 
     # -- worker entry point -----------------------------------------------------------
 
@@ -157,23 +157,19 @@ class Reconciler:
                 self._outage.failed()
             else:
                 self._outage.worked()
-        # the loss passes, then the pass after an outage (``reconcile_state.Outage``: rows
-        # changed since it began get the second look), each within the urgent budget
-        budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
-        deadline = time.monotonic() + budget
-        for queue, cursor in list(self._urgent.items()):
-            if self._walk(cursor, deadline):
-                del self._urgent[queue]
-                logger.info("reconciler: loss pass of queue %r done", queue)
-        if self._after_outage is None and (
+        if AFTER_OUTAGE not in self._urgent and (
                 walk := self._outage.take_pass(self.queues)) is not None:
-            self._after_outage = walk
+            self._urgent[AFTER_OUTAGE] = walk
             self.stats.outage_passes += 1
             logger.info("reconciler: Redis answers again; looking at the rows changed since "
                         "%s without the long grace", walk.since)
-        if self._after_outage is not None and self._walk(self._after_outage,
-                                                         time.monotonic() + budget):
-            self._after_outage = None
+        # the loss passes, then the pass after an outage, within the urgent budget
+        deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        for queue, cursor in list(self._urgent.items()):
+            if self._walk(cursor, deadline):
+                del self._urgent[queue]
+                if cursor.lost:
+                    logger.info("reconciler: loss pass of queue %r done", queue)
         self._confirm()
         if now - self._last_orphans >= self.settings.lease_seconds:
             self._last_orphans = now
@@ -189,15 +185,14 @@ class Reconciler:
 
     @property
     def busy(self) -> bool:  # a loss pass or the pass after an outage has rows left
-        return bool(self._urgent) or self._after_outage is not None
+        return bool(self._urgent)
 
-    def _walk(self, cursor: Cursor, deadline: float = math.inf, batches: int = -1, *,
-              batch: int = BATCH, dry_run: bool = False) -> bool:
+    def _walk(self, cursor: Cursor, deadline: float = math.inf, batches: int = -1) -> bool:
         """Batches of ``cursor``'s walk until it wraps around (True: a full walk is done),
         ``deadline`` (monotonic) passes or ``batches`` were looked at."""
         while batches != 0 and time.monotonic() < deadline:
             batches -= 1
-            self._batch(cursor, batch=batch, dry_run=dry_run)
+            self._batch(cursor)
             if cursor.wrapped:
                 return True
         return False
@@ -222,8 +217,8 @@ class Reconciler:
         grace = self.settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
         enqueued, missing = self.stats.enqueued, len(self.stats.missing)
         for queue in self.queues:
-            self._walk(Cursor((queue,), 0.0 if queue in lost else grace, lost=queue in lost),
-                       batch=batch, dry_run=dry_run)
+            self._walk(Cursor((queue,), 0.0 if queue in lost else grace, lost=queue in lost,
+                              batch=batch, dry_run=dry_run))
         if self._suspects and not dry_run:
             if self._live.any_alive():
                 time.sleep(self.confirm_seconds)
@@ -247,10 +242,10 @@ class Reconciler:
 
     # -- one batch ----------------------------------------------------------------------
 
-    def _batch(self, cursor: Cursor, *, batch: int = BATCH, dry_run: bool = False) -> int:
+    def _batch(self, cursor: Cursor) -> int:
         """One batch of ``cursor``'s walk; returns how many jobs were (or, in a dry run,
         would be) re-enqueued at once."""
-        if not (rows := reconcile_state.live_rows(cursor, batch)):
+        if not (rows := reconcile_state.live_rows(cursor)):
             return 0
         self.stats.examined += len(rows)
         seen_ms = self.engine.time_ms()  # before the look: whoever beats later was alive
@@ -259,7 +254,7 @@ class Reconciler:
         if len(took) < len(found):  # rows of data sets the loss did not take: no loss
             found = [f for f in found if f.row.pk in took] + self._leave_to_live_workers(
                 [f for f in found if f.row.pk not in took])
-        if dry_run:
+        if cursor.dry_run:
             self.stats.missing += [f.row.pk for f in found if not f.settles]
             self.stats.to_settle += [f.row.pk for f in found if f.settles]
             return sum(not f.settles for f in found)
@@ -310,7 +305,7 @@ class Reconciler:
              lost: bool = False) -> int:
         """Settle what is final in Redis; re-enqueue the rest (``seen``: their first look;
         ``lost``: rows of data Redis lost)."""
-        self.stats.settled += final_rows.settle([f for f in found if f.settles], self.engine)
+        self.stats.settled += reconcile_state.settle([f for f in found if f.settles], self.engine)
         return self._enqueue([f.row for f in found if not f.settles], seen, lost)
 
     # -- where the jobs are -------------------------------------------------------------
@@ -321,25 +316,20 @@ class Reconciler:
         ``now_ms``: Redis's time, when the caller has just read it."""
         now_ms = self.engine.time_ms() if now_ms is None else now_ms
         found, horizon = [], now_ms - RECENT_SECONDS * 1000
-        for queue, items in _by_queue(rows).items():
-            for row, place in zip(items, self.engine.presence(queue, [r.pk for r in items])):
-                if place.queued:
-                    continue
-                if place.settled is not None:  # settled by a worker; its audit row is coming
-                    found.append(Finding(row, redis_attempts=place.attempts,
-                                         settled=place.settled))
-                elif place.dead:
-                    found.append(Finding(row, dead=True, redis_attempts=place.attempts,
-                                         died_ms=place.died_ms))
-                elif place.envelope:
-                    self.stats.orphans += 1
-                    logger.error("reconciler: job %s has an envelope but is in no queue set of "
-                                 "%r (partial data loss or eviction?); it cannot run until "
-                                 "repaired", row.pk, queue)
-                elif place.reconciled_ms is not None and place.reconciled_ms >= horizon:
-                    logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
-                else:
-                    found.append(Finding(row, redis_attempts=place.attempts))
+        for row, place in reconcile_state.places(self.engine, rows):
+            if place.queued:
+                continue
+            # settled by a worker (its audit row is coming) or dead: final in Redis
+            final = place.settled is not None or place.dead
+            if not final and place.envelope:
+                self.stats.orphans += 1
+                logger.error("reconciler: job %s has an envelope but is in no queue set of %r "
+                             "(partial data loss or eviction?); it cannot run until repaired",
+                             row.pk, row.queue)
+            elif not final and place.reconciled_ms is not None and place.reconciled_ms >= horizon:
+                logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
+            else:
+                found.append(Finding(row, place))
         return found
 
     def _leave_to_live_workers(self, found: list[Finding]) -> list[Finding]:
@@ -379,7 +369,7 @@ class Reconciler:
         # the audit counts them before Redis does
         reconcile_state.record_charges(ready, seeds, lost)
         added = 0
-        for queue, items in _by_queue(ready).items():
+        for queue, items in reconcile_state.by_queue(ready).items():
             # Per MULTI of MULTI_ROWS rows (``Engine.reenqueue``): remember the ids, seed
             # their attempts, run enqueue.lua with each row's due time, priority and group.
             # Atomic, so a reconciler killed half-way never leaves ids "remembered" but not
@@ -396,10 +386,3 @@ class Reconciler:
                                r.pk, r.status, " on %s" % r.worker_id if r.worker_id else "",
                                (seeds[r.pk] or 0) + 1) for r in ready[:5]))
         return added
-
-
-def _by_queue(rows: Sequence[Job]) -> dict[str, list[Job]]:
-    by_queue: dict[str, list[Job]] = {}
-    for row in rows:
-        by_queue.setdefault(row.queue, []).append(row)
-    return by_queue

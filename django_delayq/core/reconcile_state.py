@@ -1,6 +1,7 @@
 """What one reconciler remembers between ticks: where its walks are, the rows it looks
 at twice, what it did, and the Redis outage it saw (``core/reconcile.py``); which workers
-are alive (``Liveness``), and what a re-enqueued job's attempts counter starts from.
+are alive (``Liveness``), what a re-enqueued job's attempts counter starts from, and how
+a row of a job final in Redis is settled (``settle``).
 
 **After an outage, no long grace.** The incremental pass leaves alone rows changed
 within ``RECONCILE_GRACE_SECONDS``: their on-commit enqueue may still be on its way.
@@ -37,28 +38,54 @@ delivery's token is higher than any token the job may have been given:
 ``JobAttempt`` numbers are not a further source: they are written in the same
 transaction as the row's attempts, and exceed them only after a requeue, which restarts
 the count on purpose.
+
+Rows of jobs final in Redis
+---------------------------
+The reconciler settles them (``settle``) instead of re-enqueueing.
+
+A live row whose job has a settled record in Redis (``Engine.ack``/``nack`` with a
+holder: succeeded, expired, or cancelled while it ran) was settled by a worker whose
+audit row has not landed: while that worker heartbeats its flush is coming (a stalled
+database delays it, nothing more); once it is silent the row is settled from the record
+(status, attempt, when), without the result or error text the worker kept, and the job
+is not run again.
+
+A live row whose id is in the dead set (a final nack or a lease recovery out of
+attempts reached Redis; the worker died before its audit flush) is settled ``dead``
+after the reconciler's second look: attempts from Redis's counter, the reason
+``DEAD_IN_REDIS`` and a ``JobAttempt``. A ``running`` row whose cancel was asked and
+whose job is gone is settled ``cancelled`` (the cancel forbade another run). Neither is
+counted as "held": such a row would otherwise stay live forever. The update is
+conditional on the row being unchanged, so a late flush of a live worker wins.
 """
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from django_delayq import signals
+from django_delayq.core import workflows
 from django_delayq.core.validation import at_ms
-from django_delayq.exceptions import LeaseLost, type_path
+from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
+    from django_delayq.engine.outbox import Presence, Settled
 
+logger = logging.getLogger(__name__)
+
+BATCH = 500  # rows a query of a walk reads
 OUTAGE_MARGIN_SECONDS = 5.0  # rows changed this long before the first failure seen
 OUTAGE_GRACE_SECONDS = 2.0  # after Redis answers again: then the rows are looked at
 
@@ -66,13 +93,16 @@ OUTAGE_GRACE_SECONDS = 2.0  # after Redis answers again: then the rows are looke
 @dataclass(slots=True)
 class Cursor:
     """A walk over the live rows of ``queues`` changed at least ``grace`` seconds ago (and
-    at or after ``since``, None: all); ``lost``: rows of data Redis lost. Its position:
-    status index, then (run_at, pk)."""
+    at or after ``since``, None: all), ``batch`` rows at a time; ``lost``: rows of data
+    Redis lost; ``dry_run``: found, never acted on. Its position: status index, then
+    (run_at, pk)."""
 
     queues: tuple[str, ...]
     grace: float
     lost: bool = False
     since: datetime | None = None
+    batch: int = BATCH
+    dry_run: bool = False
     status: int = 0
     after: tuple[datetime, str] | None = None
 
@@ -140,8 +170,8 @@ LIGHT = ("id", "queue", "status", "worker_id", "run_at", "created_at", "updated_
          "attempts", "cancel_requested", "callable_path", "priority", "group")
 
 
-def live_rows(cursor: Cursor, batch: int) -> list[Job]:
-    """Up to ``batch`` rows of ``cursor``'s walk from where it is; advances it (wraps to
+def live_rows(cursor: Cursor) -> list[Job]:
+    """Up to ``cursor.batch`` rows of ``cursor``'s walk from where it is; advances it (wraps to
     the start)."""
     cutoff = timezone.now() - timedelta(seconds=cursor.grace)
     while cursor.status < len(LIVE_STATUSES):
@@ -152,8 +182,8 @@ def live_rows(cursor: Cursor, batch: int) -> list[Job]:
         if cursor.after is not None:
             at, pk = cursor.after
             rows = rows.filter(Q(run_at__gt=at) | Q(run_at=at, pk__gt=pk))
-        found = list(rows.order_by("run_at", "pk")[:batch])
-        if len(found) == batch:
+        found = list(rows.order_by("run_at", "pk")[:cursor.batch])
+        if len(found) == cursor.batch:
             cursor.after = (found[-1].run_at, found[-1].pk)
         else:
             cursor.status, cursor.after = cursor.status + 1, None
@@ -161,6 +191,19 @@ def live_rows(cursor: Cursor, batch: int) -> list[Job]:
             return found
     cursor.status, cursor.after = 0, None
     return []
+
+
+def by_queue(rows: Sequence[Job]) -> dict[str, list[Job]]:
+    found: dict[str, list[Job]] = {}
+    for row in rows:
+        found.setdefault(row.queue, []).append(row)
+    return found
+
+
+def places(engine: Engine, rows: Sequence[Job]) -> Iterator[tuple[Job, Presence]]:
+    """Each row with where Redis holds its job (``Engine.presence``, by queue)."""
+    for queue, items in by_queue(rows).items():
+        yield from zip(items, engine.presence(queue, [r.pk for r in items]), strict=True)
 
 
 # A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
@@ -303,3 +346,105 @@ def record_charges(rows: Sequence[Job], seeds: Mapping[str, int | None], lost: b
                          .values_list("pk", flat=True) for n in numbers]
         JobAttempt.objects.using(using).bulk_create(attempts)
     return len({a.job_id for a in attempts})
+
+
+DEAD_IN_REDIS = "ended dead in Redis; its worker stopped before recording it"
+WORKER_LOST = type_path(WorkerLost)  # the error_type of such a row: its own error is lost
+CANCELLED_IN_REDIS = "cancelled while it ran; its worker stopped before recording the end"
+SUCCEEDED_IN_REDIS = "succeeded; its worker stopped before recording it (its result was not kept)"
+EXPIRED_IN_REDIS = "expired before it ran; its worker stopped before recording it"
+SETTLED_KEEP_MS = 24 * 3600 * 1000  # settled records older than this are dropped
+_FROM_RECORD = {"s": (JobStatus.SUCCEEDED, SUCCEEDED_IN_REDIS),
+                "x": (JobStatus.EXPIRED, EXPIRED_IN_REDIS),
+                "c": (JobStatus.CANCELLED, CANCELLED_IN_REDIS)}
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A live row whose job Redis does not hold (``dead`` False) or holds as dead, and
+    where Redis holds it."""
+
+    row: Job
+    place: Presence
+
+    @property
+    def settled(self) -> Settled | None:  # a worker settled it; its audit row has not landed
+        return self.place.settled
+
+    @property
+    def dead(self) -> bool:  # a settled record tells more
+        return self.place.dead and self.place.settled is None
+
+    @property
+    def owner(self) -> str:
+        """The worker whose audit flush may still write this row ("" when none): the one
+        that settled the job in Redis, else the one a running row names."""
+        if self.settled is not None:
+            return self.settled.holder
+        return self.row.worker_id if self.row.status == JobStatus.RUNNING else ""
+
+    @property
+    def settles(self) -> bool:
+        """Final in Redis: the row is settled, the job not run again."""
+        return self.dead or self.settled is not None or (
+            self.row.status == JobStatus.RUNNING and self.row.cancel_requested)
+
+
+def settle(found: list[Finding], engine: Engine) -> int:
+    """Rows of jobs final in Redis become final too: dead (with a ``JobAttempt``),
+    cancelled, or as their settled record says. Conditional on the row being unchanged
+    since it was read; returns how many were settled. The settled records of the rows
+    written go (through ``engine``)."""
+    count = sum(settle_one(f) for f in found)
+    recorded = by_queue([f.row for f in found if f.settled is not None])
+    for queue, rows in recorded.items():  # the rows say it now
+        engine.forget_settled(queue, [r.pk for r in rows], keep_ms=SETTLED_KEEP_MS)
+    return count
+
+
+def settle_one(f: Finding) -> bool:
+    """Settle one row; False when the row changed meanwhile (a late flush wins)."""
+    row, now = f.row, timezone.now()
+    if f.settled is not None and not f.dead:
+        status, reason = _FROM_RECORD[f.settled.code]
+        expired = status == JobStatus.EXPIRED  # the attempt it was claimed for never started
+        number = max(f.settled.attempt - 1 if expired else f.settled.attempt, row.attempts)
+        finished = datetime.fromtimestamp(f.settled.at_ms / 1000, UTC)
+    elif f.dead:
+        status, reason, number = JobStatus.DEAD, DEAD_IN_REDIS, max(row.attempts,
+                                                                     f.place.attempts, 1)
+        died = f.place.died_ms
+        finished = datetime.fromtimestamp(died / 1000, UTC) if died else now
+    else:
+        status, reason, number, finished = (JobStatus.CANCELLED, CANCELLED_IN_REDIS,
+                                            row.attempts, now)
+    using = router.db_for_write(Job)
+    with transaction.atomic(using=using):
+        changed = Job.objects.using(using).filter(
+            pk=row.pk, status=row.status, updated_at=row.updated_at,
+            attempts__lte=number).update(status=status, attempts=number,
+                                         finished_at=finished, last_error=reason,
+                                         error_type=WORKER_LOST if f.dead else "",
+                                         traceback="", updated_at=now,
+                                         worker_id=f.settled.holder if f.settled else row.worker_id)
+        if changed and status == JobStatus.DEAD:
+            JobAttempt.objects.using(using).create(job_id=row.pk, number=number,
+                                                   outcome=status, finished_at=finished,
+                                                   error_type=WORKER_LOST, error=reason)
+        if changed:  # its waiting children follow in this transaction (workflows.py)
+            workflows.resolve([row.pk], using)
+    if not changed:
+        return False
+    logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
+                   row.pk, reason, row.status, number, status)
+    base = {"job_id": row.pk, "queue": row.queue, "callable_path": row.callable_path}
+    # no signal for an expiry (the worker sends none either)
+    if status == JobStatus.SUCCEEDED:
+        signals.send(signals.job_succeeded, attempt=number, worker_id=f.settled.holder
+                     if f.settled else "", result=None, duration=None, **base)
+    elif status == JobStatus.DEAD:
+        signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
+                     error_type=WORKER_LOST, **base)
+    elif status == JobStatus.CANCELLED:
+        signals.send(signals.job_cancelled, running=True, **base)
+    return True

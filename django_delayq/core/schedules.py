@@ -182,8 +182,21 @@ def check_start(start: datetime | None, now: datetime) -> None:
                          "scheduled" % start.isoformat())
 
 
-SETTINGS_KEYS = {"callable", "args", "kwargs", "queue", "priority", "group", "atomic", "cron",
-                 "interval", "timezone", "start", "end", "jitter", "missed", "enabled"}
+# The keys of a definition of DELAYQ["SCHEDULES"]: the ``Schedule`` field each fills, and
+# its value when the definition leaves it out.
+SETTINGS_FIELDS: dict[str, tuple[str, Any]] = {
+    "callable": ("callable_path", None), "args": ("args", []), "kwargs": ("kwargs", {}),
+    "queue": ("queue", ""), "priority": ("priority", 0), "group": ("group", ""),
+    "atomic": ("atomic", False), "cron": ("cron", ""), "interval": ("interval_seconds", None),
+    "timezone": ("time_zone", "UTC"), "start": ("start_at", None), "end": ("end_at", None),
+    "jitter": ("jitter_seconds", 0), "missed": ("missed", "skip"), "enabled": ("enabled", True)}
+
+
+def settings_values(d: dict[str, Any]) -> dict[str, Any]:
+    """The ``Schedule`` fields of a definition of ``DELAYQ["SCHEDULES"]``, each given or
+    its default."""
+    values = {name: d.get(key, default) for key, (name, default) in SETTINGS_FIELDS.items()}
+    return {**values, "args": list(values["args"]), "kwargs": dict(values["kwargs"])}
 
 
 def settings_problems(value: object) -> list[str]:
@@ -204,31 +217,30 @@ def settings_problems(value: object) -> list[str]:
 def _definition_problems(where: str, d: dict[str, Any]) -> list[str]:
     """The problems of one schedule's definition, each named with ``where``."""
     found = []
-    if unknown := sorted(set(d) - SETTINGS_KEYS):
+    if unknown := sorted(set(d) - set(SETTINGS_FIELDS)):
         found.append("%s: unknown keys %s" % (where, unknown))
-    if not isinstance(d.get("callable"), str):
-        found.append("%s: 'callable' must be a dotted path, not %r"
-                     % (where, d.get("callable")))
-    args, kwargs = d.get("args", []), d.get("kwargs", {})
-    if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+    v = {key: default for key, (_, default) in SETTINGS_FIELDS.items()} | d
+    if not isinstance(v["callable"], str):
+        found.append("%s: 'callable' must be a dotted path, not %r" % (where, v["callable"]))
+    if not isinstance(v["args"], (list, tuple)) or not isinstance(v["kwargs"], dict):
         found.append("%s: 'args' must be a list and 'kwargs' a dict, not %r, %r"
-                     % (where, args, kwargs))
-    if not isinstance(d.get("atomic", False), bool):
-        found.append("%s: 'atomic' must be True or False, not %r" % (where, d["atomic"]))
+                     % (where, v["args"], v["kwargs"]))
+    if not isinstance(v["atomic"], bool):
+        found.append("%s: 'atomic' must be True or False, not %r" % (where, v["atomic"]))
     if "group" in d:
         try:
             validation.check_group(d["group"])
         except InvalidJob as exc:
             found.append("%s: %s" % (where, exc))
     for bound in ("start", "end"):  # compared with aware moments
-        moment = d.get(bound)
+        moment = v[bound]
         if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
             found.append("%s: %r must be an aware datetime or None, not %r"
                          % (where, bound, moment))
-    if d.get("missed", "skip") not in ("skip", "once"):
-        found.append("%s: 'missed' must be 'skip' or 'once', not %r" % (where, d["missed"]))
+    if v["missed"] not in ("skip", "once"):
+        found.append("%s: 'missed' must be 'skip' or 'once', not %r" % (where, v["missed"]))
     try:
-        check_rule(d.get("cron", ""), d.get("interval"), d.get("timezone", "UTC"))
+        check_rule(v["cron"], v["interval"], v["timezone"])
     except InvalidJob as exc:
         found.append("%s: %s" % (where, exc))
     return found

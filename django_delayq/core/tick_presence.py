@@ -41,13 +41,11 @@ from django.db import DatabaseError
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_delayq.core import queues
+from django_delayq.core import queues, reconcile_state
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
-
-Row = tuple[str, str, datetime]  # id, queue, updated_at
 
 SEND_GRACE = timedelta(seconds=2)  # a row younger than this: its own send may be on its way
 CONFIRM_EVERY_S = 0.5  # how often the keeper thread looks at the watched ids
@@ -102,25 +100,15 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
     docstring); returns the ids to look at again (rows too young to tell) and how many
     were enqueued. Redis and database errors propagate."""
     now = now or timezone.now()
-    rows: list[Row] = list(Job.objects.filter(pk__in=job_ids, status=JobStatus.SCHEDULED)
-                           .values_list("id", "queue", "updated_at"))
-    missing = _missing(rows)
-    young = {r[0] for r in missing if r[2] > now - SEND_GRACE}
-    back = queues.pending_ticks((r[0] for r in missing if r[0] not in young), to_run=True)
+    rows = Job.objects.filter(pk__in=job_ids, status=JobStatus.SCHEDULED).only(
+        "id", "queue", "updated_at")
+    # Redis holds it nowhere (nor a record of its settle, nor a recent re-enqueue of it)
+    missing = [row for row, p in reconcile_state.places(get_engine(), list(rows)) if not (
+        p.queued or p.dead or p.settled is not None or p.reconciled_ms is not None)]
+    young = {r.pk for r in missing if r.updated_at > now - SEND_GRACE}
+    back = queues.pending_ticks((r.pk for r in missing if r.pk not in young), to_run=True)
     if back:
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(back),
                        ", ".join(sorted(back)[:5]))
     return young, queues.enqueue_rows(back)
-
-
-def _missing(rows: list[Row]) -> list[Row]:
-    """The rows whose job Redis holds nowhere (nor a record of its settle, nor a recent
-    re-enqueue of it by a reconciler)."""
-    engine = get_engine()
-    by_queue: dict[str, list[Row]] = {}
-    for row in rows:
-        by_queue.setdefault(row[1], []).append(row)
-    return [row for queue, items in by_queue.items()
-            for row, p in zip(items, engine.presence(queue, [r[0] for r in items]), strict=True)
-            if not (p.queued or p.dead or p.settled is not None or p.reconciled_ms is not None)]

@@ -143,7 +143,7 @@ class Worker:
                                  prefetch=options.prefetch, max_jobs=options.max_jobs,
                                  burst=options.burst)
         # Periodic schedules: the keeper thread's pass, and the next tick at a tick's start
-        schedules = periodic.Keeper()
+        schedules = periodic.Keeper(worker_id=self.id)
         self.settlement = Settlement(engine, settings, self.audit, self.ledger, self.id,
                                      release=gate.release, on_settled=self.claiming.settled,
                                      on_start=periodic.started)

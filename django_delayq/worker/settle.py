@@ -31,7 +31,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
-from django_delayq.core.final_rows import SETTLED_KEEP_MS
+from django_delayq.core.reconcile_state import SETTLED_KEEP_MS
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog

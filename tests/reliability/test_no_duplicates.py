@@ -14,9 +14,9 @@ import sys
 import pytest
 
 from django_delayq import schedule
-from django_delayq.core import final_rows
+from django_delayq.core import reconcile_state
 from django_delayq.core.connection import get_engine
-from django_delayq.core.final_rows import DEAD_IN_REDIS
+from django_delayq.core.reconcile_state import DEAD_IN_REDIS
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 from tests import jobs_chaos
 from tests.conftest import unique_prefix
@@ -122,7 +122,7 @@ def test_a_run_its_worker_never_recorded_is_settled_from_redis_not_run_again(  #
     stop(second)
     assert [e[1] for e in jobs_chaos.executions(h.id)] == [1]  # ran once, under token 1
     row = h.job
-    assert row.attempts == 1 and row.last_error == final_rows.SUCCEEDED_IN_REDIS
+    assert row.attempts == 1 and row.last_error == reconcile_state.SUCCEEDED_IN_REDIS
     assert engine.presence("default", [h.id])[0].settled is None  # the record is gone
 
 
@@ -145,5 +145,5 @@ def test_a_killed_workers_running_row_ends_from_redis_without_the_grace(  # type
     second = start_with(SHORT_LEASE)
     wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=30)
     stop(second)
-    assert h.job.last_error == final_rows.SUCCEEDED_IN_REDIS
+    assert h.job.last_error == reconcile_state.SUCCEEDED_IN_REDIS
     assert engine.inspect("default", h.id).place == ""  # not put back to run again

@@ -15,8 +15,8 @@ from django_delayq import JobSpec, cancel, schedule, schedule_many
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.epochs import epoch_kind
-from django_delayq.core.final_rows import CANCELLED_IN_REDIS, DEAD_IN_REDIS
 from django_delayq.core.reconcile import MULTI_ROWS, Reconciler
+from django_delayq.core.reconcile_state import CANCELLED_IN_REDIS, DEAD_IN_REDIS
 from django_delayq.engine import CancelOutcome, Engine, NackOutcome
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs

@@ -16,7 +16,8 @@ from redis.exceptions import RedisError
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.reconcile import BATCH, Reconciler
+from django_delayq.core.reconcile import Reconciler
+from django_delayq.core.reconcile_state import BATCH
 from django_delayq.management.command_options import parse_queues, usage_error
 
 
