@@ -28,16 +28,7 @@ from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin import (
-    actions,
-    dashboard,
-    display,
-    lineage,
-    queue_page,
-    reports,
-    tracebacks,
-    workflow_graph,
-)
+from django_delayq.admin import actions, dashboard, display, queue_page, reports, workflow_graph
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import column, error_line, pre
 from django_delayq.core import progress, stored
@@ -120,7 +111,7 @@ class JobAttemptInline(ReadOnly, _InlineBase):
         if not obj.traceback:
             return head or "-"
         return format_html("<details><summary>{}</summary>{}</details>",
-                           head or _("traceback"), tracebacks.render(obj.traceback))
+                           head or _("traceback"), display.traceback_html(obj.traceback))
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return request.user.has_perm("django_delayq.view_job")
@@ -198,8 +189,8 @@ class JobAdmin(ReadOnly, _JobAdminBase):
     kwargs_display = _stored("kwargs", _("kwargs"))
     result_display = _stored("result", _("result"))
     progress_display = _stored("progress", _("progress"))
-    requeued_from_display = _on_site(lineage.requeued_from, _("requeued from"))
-    requeued_as_display = _on_site(lineage.requeued_as, _("requeued as"))
+    requeued_from_display = _on_site(workflow_graph.requeued_from, _("requeued from"))
+    requeued_as_display = _on_site(workflow_graph.requeued_as, _("requeued as"))
     parents_display = _on_site(workflow_graph.parents, _("waits for"))
     children_display = _on_site(workflow_graph.children, _("waited for by"))
     workflow_graph_display = _on_site(workflow_graph.render, _("graph"))
@@ -214,7 +205,7 @@ class JobAdmin(ReadOnly, _JobAdminBase):
     last_error_display = column(_("last error"),
                                 lambda job: error_line(job.error_type, job.last_error) or "-")
     traceback_display = column(_("traceback of the last error"),
-                               lambda job: tracebacks.render(job.traceback))
+                               lambda job: display.traceback_html(job.traceback))
 
     class Media:
         css = {"all": ("django_delayq/admin.css",)}
