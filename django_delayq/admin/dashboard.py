@@ -26,7 +26,7 @@ from redis.exceptions import RedisError
 from django_delayq.admin import display, history
 from django_delayq.core import progress
 from django_delayq.core.connection import get_engine
-from django_delayq.observe import limit_usage, redis_state
+from django_delayq.observe import redis_state
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def snapshot() -> dict[str, Any]:
         data["queues"] = [queue_data(q) for q in queues]
         data["workers"] = [worker_data(w) for w in workers]
         data["holding"] = asdict(redis_state.held(queues, workers))
-        data["groups"] = [asdict(g) for g in limit_usage.busiest(  # docs/groups.md
+        data["groups"] = [asdict(g) for g in redis_state.busiest(  # docs/groups.md
             engine, [q.queue for q in queues])]
     except RedisError as exc:
         logger.warning("dashboard: Redis unavailable: %s", exc)

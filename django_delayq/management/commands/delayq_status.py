@@ -38,8 +38,8 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
-from django_delayq.observe import limit_usage, redis_state
-from django_delayq.observe.limit_usage import describe_limit
+from django_delayq.observe import redis_state
+from django_delayq.observe.redis_state import describe_limit
 from django_delayq.worker import outcome
 
 if TYPE_CHECKING:
@@ -109,8 +109,8 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, 
             "workers": [worker_data(w) for w in workers],
             "paused": [q.queue for q in states if q.paused],
             # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list)
-            "callable_limits": [asdict(c) for c in limit_usage.callable_limits(engine, settings)],
-            "groups": [asdict(u) for u in limit_usage.busiest(engine, queues)],  # docs/groups.md
+            "callable_limits": [asdict(c) for c in redis_state.callable_limits(engine, settings)],
+            "groups": [asdict(u) for u in redis_state.busiest(engine, queues)],  # docs/groups.md
             "schedules": periodic.status_rows(),  # core/periodic.py
             # in flight = running + prefetched + settling
             "holding": asdict(redis_state.held(states, workers))}
