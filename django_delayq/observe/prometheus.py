@@ -1,7 +1,8 @@
 """Prometheus metrics (the ``prometheus`` extra: ``pip install prometheus-client``).
 
-Counters and histograms are updated in-process (observe/counters.py: receivers of the
-lifecycle signals, cheap, no I/O; the worker's count of jobs set aside); queue depths are
+Counters and histograms are updated in-process (observe/counters.py, imported by the app's
+``ready()``: receivers of the lifecycle signals, cheap, no I/O; the worker's count of jobs
+set aside), in the default registry served here; queue depths are
 read from Redis (``Engine.stats``, one script call per queue) when Prometheus scrapes,
 with each queue's paused state (``Engine.paused``)
 and limit (``Engine.queue_limit``), and the limit and running jobs of each callable of
@@ -26,10 +27,7 @@ from django_delayq import compat
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues
-from django_delayq.observe import (
-    counters,  # noqa: F401 - served here; receivers connect on import
-    redis_state,
-)
+from django_delayq.observe import redis_state
 
 logger = logging.getLogger(__name__)
 
