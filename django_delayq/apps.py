@@ -11,14 +11,14 @@ class DelayQConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # checks and redis_checks register system checks; events and metrics connect
-        # signal receivers (metrics only when prometheus-client is installed).
+        # checks registers the system checks; events and counters connect signal receivers,
+        # prometheus its gauges (both only when prometheus-client is installed).
         # The hooks the core takes from the surface above it: eager mode, and how a
         # Django Tasks ``Task`` that takes a context is called (when Tasks is installed).
         # Imported here, not at the top: apps.py is imported before the models load.
         from django_delayq import compat, testing  # lazy: models load after apps.py
         from django_delayq.core import api, conf, events  # lazy  # noqa: F401
-        from django_delayq.observe import checks, prometheus, redis_checks  # lazy  # noqa: F401
+        from django_delayq.observe import checks, counters, prometheus  # lazy  # noqa: F401
 
         api.set_eager_runner(testing.run_eager)
         if compat.tasks is not None:

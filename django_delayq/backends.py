@@ -21,7 +21,6 @@ the audit rows (``django_delayq.tasks_results``), which also sends Django's
 from __future__ import annotations
 
 import dataclasses
-import logging
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -39,8 +38,6 @@ from django_delayq.models import Job, JobAttempt
 
 if TYPE_CHECKING:
     from django_delayq.tasks_results import AnyResult, AnyTask
-
-logger = logging.getLogger(__name__)
 
 OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "GROUP"})
 DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once, as Django's docs describe

@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 import traceback
@@ -48,8 +47,6 @@ from django_delayq.worker.audit import AuditWriter
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.settle import Settler
-
-logger = logging.getLogger(__name__)
 
 WORKER_ID = "testing"
 _offset_ms = 0

@@ -1,5 +1,5 @@
 """``delayq_status`` shows the groups with the most due jobs, their running jobs, their
-limits and whether they are paused or held (observe/limit_usage.py)."""
+limits and whether they are paused or held (observe/redis_state.py)."""
 
 from __future__ import annotations
 

@@ -13,9 +13,8 @@ no actions at all.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
@@ -28,16 +27,7 @@ from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from django_delayq.admin import (
-    actions,
-    dashboard,
-    display,
-    lineage,
-    queue_page,
-    reports,
-    tracebacks,
-    workflow_graph,
-)
+from django_delayq.admin import actions, dashboard, display, queue_page, reports, workflow_graph
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import column, error_line, pre
 from django_delayq.core import progress, stored
@@ -120,7 +110,7 @@ class JobAttemptInline(ReadOnly, _InlineBase):
         if not obj.traceback:
             return head or "-"
         return format_html("<details><summary>{}</summary>{}</details>",
-                           head or _("traceback"), tracebacks.render(obj.traceback))
+                           head or _("traceback"), display.traceback_html(obj.traceback))
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return request.user.has_perm("django_delayq.view_job")
@@ -198,8 +188,8 @@ class JobAdmin(ReadOnly, _JobAdminBase):
     kwargs_display = _stored("kwargs", _("kwargs"))
     result_display = _stored("result", _("result"))
     progress_display = _stored("progress", _("progress"))
-    requeued_from_display = _on_site(lineage.requeued_from, _("requeued from"))
-    requeued_as_display = _on_site(lineage.requeued_as, _("requeued as"))
+    requeued_from_display = _on_site(workflow_graph.requeued_from, _("requeued from"))
+    requeued_as_display = _on_site(workflow_graph.requeued_as, _("requeued as"))
     parents_display = _on_site(workflow_graph.parents, _("waits for"))
     children_display = _on_site(workflow_graph.children, _("waited for by"))
     workflow_graph_display = _on_site(workflow_graph.render, _("graph"))
@@ -214,7 +204,7 @@ class JobAdmin(ReadOnly, _JobAdminBase):
     last_error_display = column(_("last error"),
                                 lambda job: error_line(job.error_type, job.last_error) or "-")
     traceback_display = column(_("traceback of the last error"),
-                               lambda job: tracebacks.render(job.traceback))
+                               lambda job: display.traceback_html(job.traceback))
 
     class Media:
         css = {"all": ("django_delayq/admin.css",)}
@@ -342,54 +332,47 @@ UNFINISHED = (JobStatus.WAITING, JobStatus.SCHEDULED, JobStatus.RETRYING, JobSta
 FINISHED = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Button:
-    op: str  # also the action's permission: JobAdmin.has_<op>_permission
+class Button(NamedTuple):
     label: Any
     statuses: tuple[str, ...]  # where it is shown
-    action: Callable[..., Any]
-    danger: bool = False
+    action: Callable[..., Any]  # the list's action, performed on this job alone
 
 
-BUTTONS = (
-    Button(op="run_now", label=_("Run now"), statuses=WAITING,
-           action=actions.run_jobs_now),
-    Button(op="reschedule", label=_("Reschedule"), statuses=WAITING,
-           action=actions.reschedule_jobs),
-    Button(op="requeue", label=_("Requeue"), statuses=FINISHED,
-           action=actions.requeue_jobs),
-    Button(op="cancel", label=_("Cancel job…"), statuses=UNFINISHED,
-           action=actions.cancel_jobs, danger=True),
-)
-BY_OP = {b.op: b for b in BUTTONS}
+#: Each button by its op, which is also its action's permission (``has_<op>_permission``),
+#: in the page's order; "cancel" destroys: marked on the page, confirmed before it acts.
+BUTTONS = {"run_now": Button(_("Run now"), WAITING, actions.run_jobs_now),
+           "reschedule": Button(_("Reschedule"), WAITING, actions.reschedule_jobs),
+           "requeue": Button(_("Requeue"), FINISHED, actions.requeue_jobs),
+           "cancel": Button(_("Cancel job…"), UNFINISHED, actions.cancel_jobs)}
 
 
-def _allowed(admin: JobAdmin, request: HttpRequest, button: Button) -> bool:
-    return bool(getattr(admin, "has_%s_permission" % button.op)(request))
+def _allowed(admin: JobAdmin, request: HttpRequest, op: str) -> bool:
+    return bool(getattr(admin, "has_%s_permission" % op)(request))
 
 
 def page_context(admin: JobAdmin, request: HttpRequest, job: Job) -> dict[str, Any]:
     """What the job's page shows above its fields: the buttons this user may press for
     this job, the URL they post to, and the reschedule form when it is one of them."""
-    shown = [b for b in BUTTONS if job.status in b.statuses and _allowed(admin, request, b)]
+    shown = [{"op": op, "label": b.label} for op, b in BUTTONS.items()
+             if job.status in b.statuses and _allowed(admin, request, op)]
     return {"delayq_buttons": shown,
             "delayq_act_url": display.job_url(admin.admin_site.name, "act", job.pk),
             "delayq_reschedule_form": actions.RescheduleForm()
-            if any(b.op == "reschedule" for b in shown) else None}
+            if any(b["op"] == "reschedule" for b in shown) else None}
 
 
 def act(request: HttpRequest, admin: JobAdmin, object_id: str) -> HttpResponse:
-    button = BY_OP.get(request.POST.get("op", ""))
-    if request.method != "POST" or button is None or not _allowed(admin, request, button):
+    op = request.POST.get("op", "")
+    if request.method != "POST" or op not in BUTTONS or not _allowed(admin, request, op):
         raise PermissionDenied
     job = get_object_or_404(Job, pk=unquote(object_id))
     page = display.job_url(admin.admin_site.name, "change", job.pk)
-    if button.op == "cancel" and request.POST.get("confirm") != "yes":
+    if op == "cancel" and request.POST.get("confirm") != "yes":
         return display.render(request, admin, "confirm_cancel", _("Cancel job %s?") % job.pk,
                             job=job, act_url=request.path, page_url=page)
     jobs = Job.objects.filter(pk=job.pk)
-    if button.op != "reschedule":
-        button.action(admin, request, jobs)
+    if op != "reschedule":
+        BUTTONS[op].action(admin, request, jobs)
     elif (form := actions.RescheduleForm(request.POST)).is_valid():
         actions.reschedule(admin, request, jobs, form)
     else:

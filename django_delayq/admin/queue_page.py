@@ -38,7 +38,7 @@ from django_delayq.core.queue_controls import control
 from django_delayq.core.queues import known_queues
 from django_delayq.exceptions import DelayQError
 from django_delayq.observe import redis_state
-from django_delayq.observe.limit_usage import callable_limits, group_limit_text, queue_group_limits
+from django_delayq.observe.redis_state import callable_limits, group_limit_text, queue_group_limits
 
 logger = logging.getLogger(__name__)
 

@@ -10,7 +10,12 @@ script and no outside asset; every text is escaped.
 The graph is read from the ``JobDependency`` edges (indexed both ways), breadth first
 from the job, one query per step, and cut at ``MAX_JOBS`` jobs (the picture says so);
 then one query reads the jobs' status and callable. Jobs are placed in columns by their
-depth (the longest run of parents before them), in the order they were found."""
+depth (the longest run of parents before them), in the order they were found.
+
+And the requeue lineage, both ways: the job a requeue copied (``requeued_from``) and the
+jobs requeued from this one (an indexed lookup on ``requeued_from``; at most ``LISTED``).
+Where a requeue under the same id started the attempts over is marked in the attempt
+history (``job_admin.JobAttemptInline.requeue_mark``)."""
 
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ from django.template.loader import render_to_string
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
-from django_delayq.admin.display import LINK, STATUS_COLOURS, job_link, job_list, job_url
+from django_delayq.admin.display import LINK, STATUS_COLOURS, job_link, job_list, job_url, seconds
 from django_delayq.models import Job, JobDependency, JobStatus
 
 LISTED = 20
@@ -145,3 +150,21 @@ def _listed(site: str, other: str, **edge: str) -> str:
                       _("waited for") if other == "parent_id" and not resolved else "")
                      for pk, resolved in rows],
                     _("… %(n)d in all") % {"n": total} if total > len(rows) else "")
+
+
+# -- requeue lineage ---------------------------------------------------------------------
+
+def requeued_from(job: Job, admin_site: str = "admin") -> str:
+    """A link to the original of a copy made by a requeue; "-" for an original."""
+    return job_link(job.requeued_from, site=admin_site, css=LINK) if job.requeued_from else "-"
+
+
+def requeued_as(job: Job, admin_site: str = "admin") -> str:
+    """Links to the jobs copied from ``job`` by a requeue, oldest first (at most ``LISTED``)."""
+    copies = list(Job.objects.filter(requeued_from=job.pk).order_by("created_at")
+                  .values_list("pk", "status", "created_at")[:LISTED + 1])
+    if not copies:
+        return "-"
+    return job_list([(job_link(pk, site=admin_site, css=LINK), status, seconds(created))
+                     for pk, status, created in copies[:LISTED]],
+                    _("… and more") if len(copies) > LISTED else "")

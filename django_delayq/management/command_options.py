@@ -3,6 +3,8 @@ and bad options (exit 2, nothing done, as argparse's own usage errors)."""
 
 from __future__ import annotations
 
+import importlib
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -20,6 +22,15 @@ EXIT_USAGE = 2  # bad options, as argparse's own usage errors (the worker's EXIT
 def usage_error(message: str) -> CommandError:
     """A bad option or setting: exit code 2, nothing ran."""
     return CommandError(message, returncode=EXIT_USAGE)
+
+
+def spark_extra(command: str, module: str, needs: str = "pyarrow: ") -> ModuleType:
+    """``django_delayq.spark.<module>``, or a ``CommandError`` saying what to install."""
+    try:
+        return importlib.import_module("django_delayq.spark." + module)
+    except ImportError as exc:
+        raise CommandError("%s needs %spip install 'django-delayq[spark]' (%s)"
+                           % (command, needs, exc)) from exc
 
 
 def positive(name: str, value: float | None) -> None:

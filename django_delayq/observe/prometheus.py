@@ -1,12 +1,13 @@
 """Prometheus metrics (the ``prometheus`` extra: ``pip install prometheus-client``).
 
-Counters and histograms are updated in-process (observe/counters.py: receivers of the
-lifecycle signals, cheap, no I/O; the worker's count of jobs set aside); queue depths are
+Counters and histograms are updated in-process (observe/counters.py, imported by the app's
+``ready()``: receivers of the lifecycle signals, cheap, no I/O; the worker's count of jobs
+set aside), in the default registry served here; queue depths are
 read from Redis (``Engine.stats``, one script call per queue) when Prometheus scrapes,
 with each queue's paused state (``Engine.paused``)
 and limit (``Engine.queue_limit``), and the limit and running jobs of each callable of
 ``DELAYQ['CALLABLE_LIMITS']`` (``Engine.limit_state``), and, opt-in (``METRICS_GROUPS``:
-label cardinality), the due and running jobs of the busiest groups (observe/limit_usage.py,
+label cardinality), the due and running jobs of the busiest groups (observe/redis_state.py,
 docs/groups.md). Expose them from the worker with
 ``start_http_server(port)`` and from Django with ``django_delayq.metrics_views.metrics``.
 
@@ -26,11 +27,7 @@ from django_delayq import compat
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues
-from django_delayq.observe import (
-    counters,  # noqa: F401 - served here; receivers connect on import
-    limit_usage,
-    redis_state,
-)
+from django_delayq.observe import redis_state
 
 logger = logging.getLogger(__name__)
 
@@ -103,10 +100,10 @@ class QueueCollector:
             f["delayq_queue_paused"].add_metric([q.queue], 1 if q.paused else 0)
             if q.limit is not None:
                 _limit(f, "queue", q.queue, q.limit.rate, q.limit.concurrency)
-        for c in limit_usage.callable_limits(engine, settings):
+        for c in redis_state.callable_limits(engine, settings):
             _limit(f, "callable", c.callable, c.rate, c.concurrency)
             f["delayq_callable_running"].add_metric([c.callable], c.running)
-        for u in (limit_usage.busiest(engine, queues, settings.metrics_groups)
+        for u in (redis_state.busiest(engine, queues, settings.metrics_groups)
                   if settings.metrics_groups else []):
             f["delayq_group_due_jobs"].add_metric([u.queue, u.group], u.due)
             f["delayq_group_running"].add_metric([u.queue, u.group], u.running)

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from django_delayq import schedule
-from django_delayq.admin import history
+from django_delayq.admin import dashboard
 from django_delayq.models import Job, JobStatus
 from tests.helpers import staff_client
 
@@ -61,7 +61,7 @@ def test_data_has_queue_counts_and_paused_state(delayq_engine):
     emails = {q["queue"]: q for q in data["queues"]}["emails"]
     assert (emails["due_now"], emails["scheduled"], emails["paused"]) == (1, 1, True)
     assert emails["next_due_ms"] > data["now_ms"] + 3_500_000
-    assert len(data["minutes"]) == history.WINDOW_MINUTES and data["redis_error"] is None
+    assert len(data["minutes"]) == dashboard.WINDOW_MINUTES and data["redis_error"] is None
 
 
 def test_workers_with_their_running_jobs_as_the_registry_has_them(delayq_engine):
@@ -100,7 +100,7 @@ def test_last_minutes_count_finished_jobs_and_lateness_percentiles(delayq_settin
     _finished(20, 5)  # before the window
     _finished(1, 5, status=JobStatus.CANCELLED)  # never ran: not a finished run
     _finished(0, 5, due_hours_ago=3)  # due before the bounded range: left out
-    past = history.last_minutes(timezone.now())
+    past = dashboard.last_minutes(timezone.now())
     assert sum(m["finished"] for m in past["minutes"]) == 6
     current = past["minutes"][-1]
     if current["finished"] == 5:  # the minute did not turn while the rows were written
@@ -110,16 +110,16 @@ def test_last_minutes_count_finished_jobs_and_lateness_percentiles(delayq_settin
 
 
 def test_percentile_is_nearest_rank():
-    assert history.percentile([], 0.5) is None
-    assert history.percentile([1.0], 0.95) == 1.0
+    assert dashboard.percentile([], 0.5) is None
+    assert dashboard.percentile([1.0], 0.95) == 1.0
     values = [float(v) for v in range(1, 101)]
-    assert history.percentile(values, 0.5) == 50 and history.percentile(values, 0.95) == 95
+    assert dashboard.percentile(values, 0.5) == 50 and dashboard.percentile(values, 0.95) == 95
 
 
 @pytest.mark.skipif(os.environ.get("DELAYQ_TEST_DB") == "postgres",
                     reason="a plan on a tiny PostgreSQL table may be a sequential scan")
 def test_the_chart_queries_go_through_the_status_run_at_index(delayq_settings):
     now = timezone.now()
-    query = Job.objects.filter(status__in=history.FINISHED, finished_at__gte=now,
-                               run_at__gte=now - history.DUE_LOOKBACK, run_at__lte=now)
+    query = Job.objects.filter(status__in=dashboard.FINISHED, finished_at__gte=now,
+                               run_at__gte=now - dashboard.DUE_LOOKBACK, run_at__lte=now)
     assert "delayq_status_run_at" in query.explain()

@@ -7,7 +7,7 @@ import pytest
 from django.urls import reverse
 
 from django_delayq import schedule
-from django_delayq.admin import tracebacks
+from django_delayq.admin.display import traceback_html
 from django_delayq.models import Job
 from django_delayq.testing import run_due_jobs
 
@@ -53,7 +53,7 @@ def test_a_real_failure_shows_the_exception_first_and_folds_the_worker(delayq_se
 
 
 def test_a_chained_traceback_keeps_both_parts_and_leads_with_the_last_exception():
-    html = str(tracebacks.render(CHAINED))
+    html = str(traceback_html(CHAINED))
     head = html.split("</p>", 1)[0]
     assert head == ('<p class="delayq-exception">shop.tasks.PaymentError: &lt;b&gt;card'
                     "&lt;/b&gt; declined\nsecond line of the message")
@@ -63,7 +63,7 @@ def test_a_chained_traceback_keeps_both_parts_and_leads_with_the_last_exception(
 
 
 def test_text_that_is_not_a_traceback_is_shown_as_it_is():
-    assert tracebacks.render("") == "-" and tracebacks.render(None) == "-"
-    html = str(tracebacks.render("killed <by> the OOM killer"))
+    assert traceback_html("") == "-" and traceback_html(None) == "-"
+    html = str(traceback_html("killed <by> the OOM killer"))
     assert html == ('<p class="delayq-exception">killed &lt;by&gt; the OOM killer</p>'
                     '<div class="delayq-traceback">killed &lt;by&gt; the OOM killer</div>')

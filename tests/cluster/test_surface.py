@@ -16,7 +16,7 @@ from django_delayq.core import events
 from django_delayq.core.conf import problems
 from django_delayq.core.connection import get_engine, make_client, split_cluster_url
 from django_delayq.models import JobStatus
-from django_delayq.observe.redis_checks import check_redis
+from django_delayq.observe.checks import check_redis
 from django_delayq.testing import run_due_jobs
 from tests.cluster.conftest import SPREAD
 from tests.cluster.server import free_cluster_port

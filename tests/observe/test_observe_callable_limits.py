@@ -10,7 +10,7 @@ import pytest
 from django.core.management import call_command
 
 from django_delayq.core.conf import get_settings
-from django_delayq.observe.limit_usage import CallableLimitState, callable_limits, describe_limit
+from django_delayq.observe.redis_state import CallableLimitState, callable_limits, describe_limit
 
 
 @pytest.mark.django_db

@@ -7,7 +7,7 @@ from io import StringIO
 import pytest
 from django.core.management import call_command
 
-from django_delayq.observe.redis_checks import check_redis
+from django_delayq.observe.checks import check_redis
 from tests.helpers import point_at
 from tests.redis_server import RedisServer, binaries
 

@@ -18,7 +18,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
-from django_delayq.management.command_options import positive, usage_error
+from django_delayq.management.command_options import positive, spark_extra, usage_error
 
 MAX_OVERLAP = 365 * 86400  # a longer re-read is a --full export
 
@@ -59,25 +59,20 @@ class Command(BaseCommand):
                             help="Write '[redacted]' instead of these text columns' values.")
 
     def handle(self, *args: object, **options: Any) -> None:
-        try:
-            from django_delayq.spark.export import DEFAULT_OVERLAP, export_jobs  # lazy: Spark extra
-        except ImportError as exc:
-            raise CommandError("delayq_export needs pyarrow: pip install "
-                               "'django-delayq[spark]' (%s)" % exc) from exc
+        export = spark_extra("delayq_export", "export")
         positive("--chunk-size", options["chunk_size"])
         overlap = options["overlap"]
         if overlap is not None and not 0 <= overlap <= MAX_OVERLAP:  # also refuses nan
             raise usage_error("--overlap must be a number of seconds from 0 to %d (a year), "
                               "not %r" % (MAX_OVERLAP, overlap))
         try:
-            result = export_jobs(options["out"], since=options["since"], until=options["until"],
-                                 full=options["full"], chunk_size=options["chunk_size"],
-                                 settle=timedelta(seconds=options["settle"]),
-                                 progress=options["verbosity"] > 0,
-                                 stream=getattr(self.stderr, "_out", None),
-                                 exclude=options["exclude"], redact=options["redact"],
-                                 overlap=DEFAULT_OVERLAP if overlap is None
-                                 else timedelta(seconds=overlap))
+            result = export.export_jobs(
+                options["out"], since=options["since"], until=options["until"],
+                full=options["full"], chunk_size=options["chunk_size"],
+                settle=timedelta(seconds=options["settle"]), progress=options["verbosity"] > 0,
+                stream=getattr(self.stderr, "_out", None), exclude=options["exclude"],
+                redact=options["redact"], overlap=export.DEFAULT_OVERLAP if overlap is None
+                else timedelta(seconds=overlap))
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         attempts = "" if result.attempt_rows is None else \

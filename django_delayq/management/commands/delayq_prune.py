@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_delayq.management.command_options import positive, usage_error
+from django_delayq.management.command_options import positive, spark_extra, usage_error
 
 
 class Command(BaseCommand):
@@ -22,18 +22,14 @@ class Command(BaseCommand):
         parser.add_argument("--dry-run", action="store_true", help="Only count what would go.")
 
     def handle(self, *args: object, **options: Any) -> None:
-        try:
-            from django_delayq.spark.prune import parse_age, prune_jobs  # lazy: the Spark extra
-        except ImportError as exc:
-            raise CommandError("delayq_prune needs pyarrow: pip install "
-                               "'django-delayq[spark]' (%s)" % exc) from exc
+        prune = spark_extra("delayq_prune", "prune")
         positive("--batch-size", options["batch_size"])
         try:
-            age = parse_age(options["older_than"])
+            age = prune.parse_age(options["older_than"])
         except ValueError as exc:
             raise usage_error("--older-than: %s" % exc) from exc
         try:
-            result = prune_jobs(age, archive=options["archive"],
+            result = prune.prune_jobs(age, archive=options["archive"],
                                 batch_size=options["batch_size"], dry_run=options["dry_run"],
                                 progress=options["verbosity"] > 0,
                                 stream=getattr(self.stderr, "_out", None))

@@ -37,7 +37,7 @@ from django_delayq.exceptions import InvalidJob
 from django_delayq.management.command_options import usage_error
 from django_delayq.management.commands.delayq_status import printable
 from django_delayq.observe import redis_state
-from django_delayq.observe.limit_usage import group_limit_text, queue_group_limits
+from django_delayq.observe.redis_state import group_limit_text, queue_group_limits
 
 if TYPE_CHECKING:
     from django_delayq.core.group_limits import GroupOverride

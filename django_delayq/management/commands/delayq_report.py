@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_delayq.management.command_options import usage_error
+from django_delayq.management.command_options import spark_extra, usage_error
 from django_delayq.models import Job, JobAttempt
 
 
@@ -16,12 +16,7 @@ class Command(BaseCommand):
             "with PySpark; write report.json, CSV files, PNG charts and report.html.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        try:
-            from django_delayq.spark.report import add_arguments  # lazy: the Spark extra
-        except ImportError as exc:  # pragma: no cover - only without the extra
-            raise CommandError("delayq_report needs pip install 'django-delayq[spark]' (%s)"
-                               % exc) from exc
-        add_arguments(parser)
+        spark_extra("delayq_report", "report", needs="").add_arguments(parser)
 
     def _jdbc_properties(self, options: dict[str, Any]) -> dict[str, str | None]:
         db: dict[str, Any] = dict(settings.DATABASES.get("default", {}))

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 import time
 from dataclasses import asdict
 from datetime import UTC, datetime
@@ -37,8 +38,9 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
-from django_delayq.observe import limit_usage, redis_state
-from django_delayq.observe.limit_usage import describe_limit
+from django_delayq.observe import redis_state
+from django_delayq.observe.redis_state import describe_limit
+from django_delayq.worker import outcome
 
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
@@ -55,8 +57,7 @@ def _s(value: object) -> str:
 def printable(value: object) -> str:
     """``value`` as text safe for a terminal: every non-printable character (escape,
     carriage return, newline, bidirectional overrides, ...) becomes its Python escape."""
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in _s(value))
+    return outcome.shown(_s(value), sys.maxsize)
 
 
 def _iso(ms: int | None) -> str | None:
@@ -108,8 +109,8 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, 
             "workers": [worker_data(w) for w in workers],
             "paused": [q.queue for q in states if q.paused],
             # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list)
-            "callable_limits": [asdict(c) for c in limit_usage.callable_limits(engine, settings)],
-            "groups": [asdict(u) for u in limit_usage.busiest(engine, queues)],  # docs/groups.md
+            "callable_limits": [asdict(c) for c in redis_state.callable_limits(engine, settings)],
+            "groups": [asdict(u) for u in redis_state.busiest(engine, queues)],  # docs/groups.md
             "schedules": periodic.status_rows(),  # core/periodic.py
             # in flight = running + prefetched + settling
             "holding": asdict(redis_state.held(states, workers))}
@@ -196,9 +197,7 @@ def _info_field(info: dict[str, Any], key: str) -> str:
     if value is None or value == []:
         return "-"
     text = ",".join(map(_s, value)) if isinstance(value, list) else _s(value)
-    if len(text) > FIELD_CHARS:
-        text = text[:FIELD_CHARS] + "..."
-    return printable(text)
+    return outcome.shown(text, FIELD_CHARS)
 
 
 def _event_time(entry_id: str, ts: str | None) -> str:
