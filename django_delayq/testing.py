@@ -40,7 +40,7 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.core.validation import at_ms
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
-from django_delayq.models import Job, JobStatus
+from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker import handover, outcome, runner
 from django_delayq.worker.audit import AuditWriter
 
@@ -198,10 +198,18 @@ def run_eager(job_id: str) -> None:
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
                      due_at=job.run_at, worker_id="eager")
 
-    def record(status: str, **fields: object) -> None:
+    def record(status: str, **fields: Any) -> None:
+        """The row's outcome and, for a failure, its ``JobAttempt`` as a worker writes it
+        (the Spark report counts failed attempts from those rows)."""
+        finished = timezone.now()
         Job.objects.filter(pk=job_id).update(status=status, attempts=1, started_at=started,
-                                             finished_at=timezone.now(), worker_id="eager",
-                                             **fields)
+                                             finished_at=finished, worker_id="eager", **fields)
+        if status == JobStatus.DEAD:
+            JobAttempt.objects.create(
+                job_id=job_id, number=1, outcome=status, started_at=started,
+                finished_at=finished, error_type=fields["error_type"],
+                error=fields["last_error"], traceback=fields.get("traceback", ""),
+                worker_id="eager")
 
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)

@@ -46,3 +46,17 @@ def test_eager_mode_marks_the_row_dead_as_a_worker_would(small_limit) -> None:  
     assert (row.status, row.result) == (JobStatus.DEAD, None)
     assert row.error_type == "django_delayq.exceptions.ResultTooLarge"
     assert row.last_error.startswith(TOO_LARGE)
+    [attempt] = row.attempt_history.all()  # as a worker writes it: the report counts them
+    assert (attempt.number, attempt.outcome, attempt.error) == (1, JobStatus.DEAD,
+                                                                row.last_error)
+    assert attempt.error_type == row.error_type and attempt.worker_id == "eager"
+
+
+def test_eager_mode_failure_leaves_its_attempt_row(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EAGER": True}
+    with pytest.raises(RuntimeError, match="kaput"):
+        schedule("tests.jobs.boom", "kaput")
+    row = Job.objects.get()
+    [attempt] = row.attempt_history.all()
+    assert (row.status, row.attempts, attempt.outcome) == (JobStatus.DEAD, 1, JobStatus.DEAD)
+    assert attempt.error == row.last_error and "kaput" in attempt.traceback
