@@ -17,6 +17,9 @@ Two modes, both bounded per call:
 * **Loss pass** (data loss detected): a full walk of the queue's live rows without
   grace, at most ``URGENT_BUDGET_SECONDS`` (and a quarter of the lease) per tick, ticked
   again at once until done (``busy``), so heartbeats and the schedules' pass keep flowing.
+  The loss passes share that budget (a queue lost again starts its pass over, behind the
+  others); the pass after an outage has a budget of its own, so neither waits for the
+  other to finish.
 
 Telling a data loss from a new Redis: the epoch
 -----------------------------------------------
@@ -151,8 +154,9 @@ class Reconciler:
         if now - self._last_epoch >= min(EPOCH_CHECK_SECONDS,
                                          self.settings.reconcile_interval_seconds):
             self._last_epoch = now
-            self._urgent.update((queue, Cursor((queue,), 0.0, lost=True))
-                                for queue in self.check_epochs())
+            for queue in self.check_epochs():  # lost again: its pass starts over, last
+                self._urgent.pop(queue, None)
+                self._urgent[queue] = Cursor((queue,), 0.0, lost=True)
             if self._epochs.unreadable:  # a node down: its rows wait for a pass after it
                 self._outage.failed()
             else:
@@ -163,13 +167,16 @@ class Reconciler:
             self.stats.outage_passes += 1
             logger.info("reconciler: Redis answers again; looking at the rows changed since "
                         "%s without the long grace", walk.since)
-        # the loss passes, then the pass after an outage, within the urgent budget
-        deadline = time.monotonic() + min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
-        for queue, cursor in list(self._urgent.items()):
-            if self._walk(cursor, deadline):
-                del self._urgent[queue]
-                if cursor.lost:
-                    logger.info("reconciler: loss pass of queue %r done", queue)
+        # the loss passes share one urgent budget, then the pass after an outage has one
+        # of its own: neither waits for the other to finish
+        budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        for lost in (True, False):
+            deadline = time.monotonic() + budget
+            for queue, cursor in [(q, c) for q, c in self._urgent.items() if c.lost is lost]:
+                if self._walk(cursor, deadline):
+                    del self._urgent[queue]
+                    if lost:
+                        logger.info("reconciler: loss pass of queue %r done", queue)
         self._confirm()
         if now - self._last_orphans >= self.settings.lease_seconds:
             self._last_orphans = now
