@@ -164,13 +164,15 @@ class ShardedEngine(Engine):
             out.update(zip(picked, found))
 
     def _each(self, names: Sequence[str], call: Callable[[str], _R],
-              every: bool = False) -> list[_R]:
-        """``call`` on each of the shards ``names`` that works; a failing one is skipped
-        (``ShardHealth``). Raises only when none worked, or (``every``) when one failed,
-        once every other was served."""
+              every: bool = False, first: bool = False) -> list[_R]:
+        """``call`` on each of the shards ``names`` that works (``first``: until one
+        did); a failing one is skipped (``ShardHealth``). Raises only when none worked,
+        or (``every``) when one failed, once every other was served."""
         done: list[_R] = []
         errors: list[BaseException] = []
         for name in names:
+            if first and done:
+                break
             try:
                 done.append(self.health.run(name, lambda: call(name)))  # noqa: B023
             except ERRORS as exc:
@@ -315,9 +317,26 @@ class ShardedEngine(Engine):
     resume_group = _on_all(Engine.resume_group)
 
     def paused(self, queues: Sequence[str]) -> list[str]:
+        """One round trip for all; when it fails (a node down), or a shard is set aside,
+        each queue's shards one by one: a failing shard is left out (``_each``; a queue
+        none of whose shards answers raises)."""
         names = {q: self.shard_queues(q) for q in queues}
-        found = set(Engine.paused(self, [n for q in queues for n in names[q]]))  # one trip
-        return [q for q in queues if found.intersection(names[q])]
+        sets = [n for q in queues for n in names[q]]
+        if not any(self.health.down(n) for n in sets):
+            try:
+                found = set(Engine.paused(self, sets))
+            except ERRORS:
+                pass
+            else:
+                return [q for q in queues if found.intersection(names[q])]
+        return [q for q in queues if any(self._each(
+            names[q], lambda name: bool(Engine.paused(self, [name]))))]
+
+    def queue_limit(self, queue: str) -> QueueLimit | None:
+        """Shard 0's (the others hold the same: none, ``set_queue_limit``); while its
+        node is down, the first other shard's that answers."""
+        return next(iter(self._each(self.shard_queues(queue),
+                                    lambda name: Engine.queue_limit(self, name), first=True)))
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
                         concurrency: int | None, groups: QueueLimit | None = None) -> None:
@@ -331,8 +350,12 @@ class ShardedEngine(Engine):
             self._each(names, lambda name: super(ShardedEngine, self).set_queue_limit(
                 name, rate=None, concurrency=None))
 
-    oldest_pending = _on_all(Engine.oldest_pending, lambda heads: min(
-        (head for head in heads if head is not None), key=lambda head: head[1], default=None))
+    def oldest_pending(self, queue: str) -> tuple[str, float] | None:
+        """The earliest head of the shards that answer (a failing one left out)."""
+        heads = self._each(self.shard_queues(queue), lambda name: Engine.oldest_pending(
+            self, name))
+        return min((head for head in heads if head is not None), key=lambda head: head[1],
+                   default=None)
 
     def home_of(self, queue: str, job_id: str) -> str:
         return self.shard_map.home(queue, job_id)

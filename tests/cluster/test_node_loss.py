@@ -6,16 +6,19 @@ runs, each once."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
 from datetime import timedelta
+from io import StringIO
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from django.core.management import call_command
 
-from django_delayq import schedule, schedule_many
+from django_delayq import compat, pause_queue, schedule, schedule_many
 from django_delayq.core.connection import get_engine
 from django_delayq.core.options import JobSpec
 from django_delayq.engine.shard_map import shard_name
@@ -144,3 +147,61 @@ def test_a_shard_lost_under_load_runs_no_unstarted_job_twice(  # type: ignore[no
 def _lines(path: Path) -> int:
     with path.open("rb") as f:
         return sum(1 for _ in f)
+
+
+def _sparing(cluster: LocalCluster, lost: int) -> str:
+    """A prefix that spreads the shards of ``emails`` over the nodes, with the queues that
+    are not sharded and the workers registry away from shard ``lost``'s node."""
+    for _ in range(300):
+        prefix = spread_prefix(cluster, NAMES)
+        others = ["{%s:default}" % prefix, "{%s:slow}" % prefix, "{%s}" % prefix]
+        down = cluster.node_of("{%s:%s}" % (prefix, NAMES[lost]))
+        if all(cluster.node_of(key) != down for key in others):
+            return prefix
+    raise RuntimeError("no prefix keeps the other queues off shard %d's node" % lost)
+
+
+@pytest.mark.parametrize("lost", [1, 0])  # shard 0 also holds the span record and the limit
+def test_status_and_metrics_count_the_shards_that_answer(  # type: ignore[no-untyped-def]
+        settings, redis_cluster: LocalCluster, lost: int) -> None:
+    """docs/cluster.md, "What an operator sees during a node loss": ``delayq_status``
+    (text and ``--json``) and the metrics go on counting a sharded queue's other shards
+    while one shard's node is down."""
+    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_cluster.url,
+                       "PREFIX": _sparing(redis_cluster, lost),
+                       "QUEUE_OPTIONS": {"emails": {"shards": SHARDS}}}
+    engine = get_engine()
+    pause_queue("emails")  # nothing claims them: counts and the paused flag to check
+    due = [schedule("tests.jobs.noop", queue="emails") for _ in range(30)]
+    later = [schedule("tests.jobs.noop", queue="emails", delay=3600) for _ in range(30)]
+    schedule("tests.jobs.noop", queue="slow", delay=3600)
+    kept = {h.id for h in due + later if engine.home_of("emails", h.id) != NAMES[lost]}
+    want = {"ready": len(kept.intersection(h.id for h in due)),
+            "scheduled": len(kept.intersection(h.id for h in later))}
+    assert 0 < want["ready"] < len(due) and 0 < want["scheduled"] < len(later)
+    down = redis_cluster.node_of(engine.keys(NAMES[lost]).pending)
+    # the node of keyless commands (TIME) too, as when the lost node is the first primary
+    assert engine.client.set_default_node(engine.client.get_node("127.0.0.1", down))
+    _kill(redis_cluster, down)
+    try:
+        out = StringIO()
+        call_command("delayq_status", "--json", stdout=out)
+        doc = json.loads(out.getvalue())
+        emails = next(q for q in doc["queues"] if q["queue"] == "emails")
+        assert {k: emails[k] for k in want} == want
+        assert emails["paused"] and emails["oldest_overdue_id"] in kept
+        assert next(q for q in doc["queues"] if q["queue"] == "slow")["scheduled"] == 1
+        out = StringIO()
+        call_command("delayq_status", stdout=out)
+        line = next(s for s in out.getvalue().splitlines() if s.startswith("emails "))
+        assert line.split()[1:3] == [str(want["scheduled"]), str(want["ready"])]
+        if compat.prometheus_client is not None:
+            from django_delayq.observe import prometheus
+
+            text = prometheus.exposition()[0].decode()
+            for state, n in want.items():
+                assert 'delayq_queue_jobs{queue="emails",state="%s"} %d.0' % (state, n) in text
+            assert 'delayq_queue_paused{queue="emails"} 1.0' in text
+            assert "delayq_redis_up 1.0" in text
+    finally:
+        redis_cluster.restart(down)
