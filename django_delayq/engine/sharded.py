@@ -18,7 +18,10 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
   lease token, so asking a shard that does not hold the job changes nothing.
 * Reads and operations of the whole queue (stats, purge, pause, resume, recover,
   expiring, the wake channels) cover every shard of the span; jobs come back under the
-  logical queue name.
+  logical queue name. The reads (stats, paused, the oldest pending job, recover,
+  expiring) leave out a shard whose node fails (``ShardHealth``), and those every shard
+  answers alike (the queue limit, the paused and held groups) ask the next shard; they
+  raise only when no shard answers.
 * Queue limits (rate, concurrency, the groups') are refused on a queue of more than one
   shard: each shard would enforce its own (so are group overrides, by the core API).
   Each shard has its own epoch (the reconciler's data-loss mark: ``data_sets``).
@@ -54,6 +57,15 @@ UNREADABLE = Presence(queued=True, dead=False, died_ms=None, envelope=False,
 _R = TypeVar("_R")
 _S = TypeVar("_S", bound="ShardedEngine")
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _first_answer(method: _F) -> _F:
+    """``method`` (of ``Engine``: a read every shard answers alike) on shard 0, or, while
+    its node is down, on the first other shard that answers (``ShardedEngine._each``)."""
+    def on_shards(self: ShardedEngine, queue: str, *args: object, **kwargs: object) -> object:
+        return self._each(self.shard_queues(queue), lambda name: method(
+            self, name, *args, **kwargs), first=True)[0]
+    return cast(_F, on_shards)
 
 
 class ShardLimitError(ValueError):
@@ -315,6 +327,10 @@ class ShardedEngine(Engine):
     resume = _on_all(Engine.resume)
     pause_group = _on_all(Engine.pause_group)
     resume_group = _on_all(Engine.resume_group)
+    # every shard holds the same (none for a queue limit: ``set_queue_limit``)
+    queue_limit = _first_answer(Engine.queue_limit)
+    paused_groups = _first_answer(Engine.paused_groups)
+    held_groups = _first_answer(Engine.held_groups)
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         """One round trip for all; when it fails (a node down), or a shard is set aside,
@@ -331,12 +347,6 @@ class ShardedEngine(Engine):
                 return [q for q in queues if found.intersection(names[q])]
         return [q for q in queues if any(self._each(
             names[q], lambda name: bool(Engine.paused(self, [name]))))]
-
-    def queue_limit(self, queue: str) -> QueueLimit | None:
-        """Shard 0's (the others hold the same: none, ``set_queue_limit``); while its
-        node is down, the first other shard's that answers."""
-        return next(iter(self._each(self.shard_queues(queue),
-                                    lambda name: Engine.queue_limit(self, name), first=True)))
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
                         concurrency: int | None, groups: QueueLimit | None = None) -> None:

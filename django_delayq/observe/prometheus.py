@@ -27,6 +27,7 @@ from django_delayq import compat
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues
+from django_delayq.engine.shard_health import ERRORS
 from django_delayq.observe import redis_state
 
 logger = logging.getLogger(__name__)
@@ -90,8 +91,12 @@ class QueueCollector:
     def _read(self, f: dict[str, Any]) -> None:
         settings, engine = get_settings(), get_engine()
         now_ms = 0
-        queues = known_queues(settings)
-        for q in redis_state.queues(engine, queues):
+        rows = redis_state.queues(engine, known_queues(settings), partial=True)
+        queues = [q.queue for q in rows if not q.unavailable]  # else its node is down
+        for q in rows:
+            if q.unavailable:
+                logger.warning("metrics: queue %r unavailable: %s", q.queue, q.unavailable)
+                continue
             now_ms = q.now_ms
             for state in STATES:
                 f["delayq_queue_jobs"].add_metric([q.queue, state], getattr(q, state))
@@ -100,15 +105,21 @@ class QueueCollector:
             f["delayq_queue_paused"].add_metric([q.queue], 1 if q.paused else 0)
             if q.limit is not None:
                 _limit(f, "queue", q.queue, q.limit.rate, q.limit.concurrency)
-        for c in redis_state.callable_limits(engine, settings):
+        for c in redis_state.callable_limits(engine, settings, partial=True):
             _limit(f, "callable", c.callable, c.rate, c.concurrency)
-            f["delayq_callable_running"].add_metric([c.callable], c.running)
+            if c.unavailable is None:  # else its node is down
+                f["delayq_callable_running"].add_metric([c.callable], c.running)
         for u in (redis_state.busiest(engine, queues, settings.metrics_groups)
                   if settings.metrics_groups else []):
             f["delayq_group_due_jobs"].add_metric([u.queue, u.group], u.due)
             f["delayq_group_running"].add_metric([u.queue, u.group], u.running)
             f["delayq_group_paused"].add_metric([u.queue, u.group], 1 if u.paused else 0)
-        f["delayq_workers"].add_metric([], engine.count_workers(now_ms - 2 * settings.lease_ms))
+        try:
+            live = engine.count_workers(now_ms - 2 * settings.lease_ms)
+        except ERRORS as exc:  # the registry's cluster node is down: the gauge left out
+            logger.warning("metrics: could not read the workers registry: %s", exc)
+        else:
+            f["delayq_workers"].add_metric([], live)
 
 
 def _limit(f: dict[str, Any], kind: str, label: str, rate: tuple[int, int] | None,

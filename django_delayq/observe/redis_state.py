@@ -7,7 +7,11 @@ of Redis for them.
 * ``queues(engine, names)``: a ``QueueRow`` per queue: its counts and next due time
   (``Engine.stats``, one atomic script each), whether it is paused (``Engine.paused``,
   one round trip for all) and its limit (``Engine.queue_limit``: what the workers wrote).
-  ``names`` defaults to the known queues (``QUEUES`` and ``QUEUE_OPTIONS``).
+  ``names`` defaults to the known queues (``QUEUES`` and ``QUEUE_OPTIONS``). With
+  ``partial`` (``delayq_status``, the metrics), a queue whose Redis Cluster node is down
+  gets a row with counts of 0 and ``unavailable`` (its error) instead of failing the
+  read, while Redis answers at all (a sharded queue counts the shards that answer:
+  engine/sharded.py); so does a callable's ``callable_limits`` row.
 * ``workers(engine)``: a ``WorkerRow`` per worker of the registry (``Engine.workers``,
   oldest heartbeat first), with its heartbeat's age on the Redis clock, whether it is
   ``stale`` (its heartbeat older than ``LEASE_SECONDS``: killed, or its host is gone), its
@@ -78,6 +82,8 @@ from django_delayq.core import group_limits, stored
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.limits import Rate, parse_rate, rate_text
 from django_delayq.core.queues import known_queues
+from django_delayq.engine.outcomes import LimitState
+from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import GroupLimit, Job, JobStatus
 
 if TYPE_CHECKING:
@@ -106,6 +112,7 @@ class QueueRow:
     oldest_ready_ms: int | None
     paused: bool
     limit: QueueLimit | None  # None when the queue has none
+    unavailable: str | None = None  # why it could not be read (its node is down: counts 0)
 
     @property
     def next_due(self) -> datetime | None:
@@ -149,11 +156,30 @@ class Holding:
     settling: int
 
 
-def queues(engine: Engine, names: Sequence[str] | None = None) -> list[QueueRow]:
+def queues(engine: Engine, names: Sequence[str] | None = None, *,
+           partial: bool = False) -> list[QueueRow]:
     names = known_queues() if names is None else names
-    paused = set(engine.paused(names))
-    return [QueueRow(queue=queue, paused=queue in paused, limit=engine.queue_limit(queue),
-                     **asdict(engine.stats(queue))) for queue in names]
+    try:
+        paused: set[str] | None = set(engine.paused(names))
+    except ERRORS:
+        if not partial:
+            raise
+        engine.time_ms()  # does Redis answer at all? (else its error, at once)
+        paused = None  # a node is down: each queue read on its own
+    rows = []
+    for queue in names:
+        try:
+            rows.append(QueueRow(queue=queue, paused=queue in (
+                paused if paused is not None else engine.paused([queue])),
+                limit=engine.queue_limit(queue), **asdict(engine.stats(queue))))
+        except ERRORS as exc:
+            if not partial:
+                raise
+            rows.append(QueueRow(queue=queue, scheduled=0, ready=0, inflight=0, dead=0,
+                                 expired_leases=0, now_ms=0, next_due_ms=None,
+                                 oldest_ready_ms=None, paused=False, limit=None,
+                                 unavailable=str(exc) or type(exc).__name__))
+    return rows
 
 
 def workers(engine: Engine) -> list[WorkerRow]:
@@ -264,6 +290,7 @@ class CallableLimitState:
     concurrency: int | None
     running: int  # slots held now
     started_in_window: int  # grants within the rate's window
+    unavailable: str | None = None  # why they could not be read (its node is down: 0)
 
     @property
     def limit(self) -> str:
@@ -271,14 +298,24 @@ class CallableLimitState:
         return describe_limit(self.rate, self.concurrency)
 
 
-def callable_limits(engine: Engine, settings: Settings) -> list[CallableLimitState]:
+def callable_limits(engine: Engine, settings: Settings,
+                    partial: bool = False) -> list[CallableLimitState]:
     """Each callable of ``DELAYQ['CALLABLE_LIMITS']`` (sorted by path): its limit and what
-    it runs now."""
-    found = ((path, e, engine.limit_state(path, rate=e.rate, concurrency=e.concurrency))
-             for path, e in sorted(settings.callable_limits.items()))
-    return [CallableLimitState(callable=path, rate=e.rate, concurrency=e.concurrency,
-                               running=s.running, started_in_window=s.started_in_window)
-            for path, e, s in found]
+    it runs now; with ``partial``, one whose Redis Cluster node is down is ``unavailable``
+    instead of failing the read."""
+    out = []
+    for path, e in sorted(settings.callable_limits.items()):
+        why: str | None = None
+        try:
+            s = engine.limit_state(path, rate=e.rate, concurrency=e.concurrency)
+        except ERRORS as exc:
+            if not partial:
+                raise
+            s, why = LimitState(started_in_window=0, running=0), str(exc)
+        out.append(CallableLimitState(callable=path, rate=e.rate, concurrency=e.concurrency,
+                                      running=s.running, started_in_window=s.started_in_window,
+                                      unavailable=why))
+    return out
 
 
 def describe_limit(rate: Sequence[int] | None, concurrency: int | None,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 from datetime import timedelta
@@ -149,16 +150,21 @@ def _lines(path: Path) -> int:
         return sum(1 for _ in f)
 
 
-def _sparing(cluster: LocalCluster, lost: int) -> str:
-    """A prefix that spreads the shards of ``emails`` over the nodes, with the queues that
-    are not sharded and the workers registry away from shard ``lost``'s node."""
-    for _ in range(300):
+ON_A_NODE = ("default", "slow", "", "limit:tests.jobs.noop", "limit:tests.jobs.add")
+LIMITS = {"tests.jobs.noop": {"concurrency": 5}, "tests.jobs.add": {"rate_limit": "10/s"}}
+
+
+def _placed(cluster: LocalCluster, lost: int, with_it: tuple[str, ...] = ()) -> str:
+    """A prefix that spreads the shards of ``emails`` over the nodes, with the other data
+    sets (``ON_A_NODE``: ``""`` is the workers registry) away from shard ``lost``'s node,
+    but those of ``with_it`` on it."""
+    for _ in range(3000):
         prefix = spread_prefix(cluster, NAMES)
-        others = ["{%s:default}" % prefix, "{%s:slow}" % prefix, "{%s}" % prefix]
         down = cluster.node_of("{%s:%s}" % (prefix, NAMES[lost]))
-        if all(cluster.node_of(key) != down for key in others):
+        if all((cluster.node_of("{%s%s}" % (prefix, ":" + n if n else "")) == down)
+               == (n in with_it) for n in ON_A_NODE):
             return prefix
-    raise RuntimeError("no prefix keeps the other queues off shard %d's node" % lost)
+    raise RuntimeError("no prefix puts %r (only) with shard %d" % (with_it, lost))
 
 
 @pytest.mark.parametrize("lost", [1, 0])  # shard 0 also holds the span record and the limit
@@ -168,7 +174,7 @@ def test_status_and_metrics_count_the_shards_that_answer(  # type: ignore[no-unt
     (text and ``--json``) and the metrics go on counting a sharded queue's other shards
     while one shard's node is down."""
     settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_cluster.url,
-                       "PREFIX": _sparing(redis_cluster, lost),
+                       "PREFIX": _placed(redis_cluster, lost),
                        "QUEUE_OPTIONS": {"emails": {"shards": SHARDS}}}
     engine = get_engine()
     pause_queue("emails")  # nothing claims them: counts and the paused flag to check
@@ -203,5 +209,57 @@ def test_status_and_metrics_count_the_shards_that_answer(  # type: ignore[no-unt
                 assert 'delayq_queue_jobs{queue="emails",state="%s"} %d.0' % (state, n) in text
             assert 'delayq_queue_paused{queue="emails"} 1.0' in text
             assert "delayq_redis_up 1.0" in text
+    finally:
+        redis_cluster.restart(down)
+
+
+def test_status_and_metrics_show_a_lost_nodes_queue_and_registry_unavailable(  # type: ignore[no-untyped-def]
+        settings, redis_cluster: LocalCluster) -> None:
+    """A queue that is not sharded and the workers registry on the lost node: the
+    command and the metrics show them unavailable, and the rest as usual."""
+    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_cluster.url,
+                       "PREFIX": _placed(redis_cluster, 2, ("default", "", ON_A_NODE[3])),
+                       "QUEUE_OPTIONS": {"emails": {"shards": SHARDS}},
+                       "CALLABLE_LIMITS": LIMITS}
+    engine = get_engine()
+    later = [schedule("tests.jobs.noop", queue="emails", delay=3600) for _ in range(30)]
+    schedule("tests.jobs.noop", queue="slow", delay=3600)
+    schedule("tests.jobs.noop", queue="default", delay=3600)
+    kept = sum(engine.home_of("emails", h.id) != NAMES[2] for h in later)
+    down = redis_cluster.node_of(engine.keys(NAMES[2]).pending)
+    _kill(redis_cluster, down)
+    try:
+        out = StringIO()
+        call_command("delayq_status", "--json", stdout=out)
+        doc = json.loads(out.getvalue())
+        found = {q["queue"]: q for q in doc["queues"]}
+        assert (found["emails"]["scheduled"], found["slow"]["scheduled"]) == (kept, 1)
+        assert found["default"]["scheduled"] is None
+        assert "Connection refused" in found["default"]["unavailable"]
+        assert found["slow"]["unavailable"] is None and doc["workers"] == []
+        assert "Connection refused" in doc["workers_unavailable"]
+        limited = {c["callable"]: c for c in doc["callable_limits"]}
+        assert "Connection refused" in limited["tests.jobs.noop"]["unavailable"]
+        assert (limited["tests.jobs.add"]["running"], limited["tests.jobs.add"]["unavailable"]
+                ) == (0, None)
+        out = StringIO()
+        call_command("delayq_status", stdout=out)
+        text = out.getvalue()
+        assert re.search(r"^default +unavailable: .*Connection refused", text, re.M), text
+        assert re.search(r"^emails +%d +0 " % kept, text, re.M), text
+        assert "  registry unavailable: " in text
+        assert re.search(r"^  tests.jobs.noop +5 at once +unavailable: ", text, re.M), text
+        if compat.prometheus_client is not None:
+            from django_delayq.observe import prometheus
+
+            metrics = prometheus.exposition()[0].decode()
+            assert 'state="scheduled"} %d.0' % kept in metrics
+            assert 'queue="slow",state="scheduled"} 1.0' in metrics
+            assert 'delayq_queue_jobs{queue="default"' not in metrics
+            assert "delayq_redis_up 1.0" in metrics
+            assert "\ndelayq_workers " not in metrics
+            assert 'delayq_callable_running{callable="tests.jobs.add"} 0.0' in metrics
+            assert 'delayq_callable_running{callable="tests.jobs.noop"}' not in metrics
+            assert 'delayq_callable_concurrency_limit{callable="tests.jobs.noop"} 5.0' in metrics
     finally:
         redis_cluster.restart(down)

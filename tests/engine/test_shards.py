@@ -20,6 +20,7 @@ from django_delayq.engine import (
     ShardLimitError,
 )
 from django_delayq.engine.engine import MoveOutcome
+from django_delayq.engine.shard_health import ShardDown, ShardHealth
 from django_delayq.engine.shard_map import shard_index, shard_name
 from tests.conftest import unique_prefix
 
@@ -223,3 +224,31 @@ def test_the_span_survives_the_loss_of_shard_zero(make: Callable[[int], ShardedE
         claimed += [j.id for j in jobs]
     assert retired <= set(claimed)
     assert int(engine.client.get(record)) == 3
+
+
+def test_reads_of_the_whole_queue_leave_out_a_shard_set_aside(
+        make: Callable[[int], ShardedEngine]) -> None:
+    """A shard whose node failed moments ago (``ShardHealth`` sets it aside) is left out
+    of the reads ``delayq_status`` and the metrics do; the others answer. No shard
+    answering raises."""
+    engine = make(3)
+    ids = _ids_by_shard(3, 2)
+    engine.enqueue("hot", [NewJob(id=job_id, at_ms=NOW - 100 * (i + 1))
+                           for i, job_id in enumerate(j for group in ids for j in group)],
+                   now_ms=NOW)
+    engine.pause("hot")
+    engine.pause_group("hot", "g")
+    engine.health = ShardHealth(clock=lambda: 0.0)  # a shard set aside stays aside
+    oldest = engine.oldest_pending("hot")
+    assert oldest is not None and oldest[0] == ids[2][1]  # the earliest due of all
+    for i in (2, 0):  # shard 0: the span record, the limit, the groups ask the next shard
+        engine.health.failed(shard_name("hot", i), ConnectionError("node down"))
+        assert engine.stats("hot", now_ms=NOW).ready == 2 * (3 - (1 if i == 2 else 2))
+        assert engine.paused(["hot"]) == ["hot"]
+        assert engine.queue_limit("hot") is None and engine.paused_groups("hot") == ["g"]
+        assert engine.held_groups("hot") == {}
+        head = engine.oldest_pending("hot")
+        assert head is not None and head[0] == ids[1][1]  # shard 2's left out
+    engine.health.failed(shard_name("hot", 1), ConnectionError("node down"))
+    with pytest.raises(ShardDown, match="unavailable"):
+        engine.paused(["hot"])

@@ -241,7 +241,7 @@ def test_paused_queues_and_queue_and_callable_limits(delayq_engine, settings):
     assert queues["emails"]["limit"] is None
     [limit] = doc["callable_limits"]
     assert limit == {"callable": "tests.jobs.add", "rate": [10, 1000], "concurrency": 2,
-                     "running": 0, "started_in_window": 0}
+                     "running": 0, "started_in_window": 0, "unavailable": None}
     text = _status()
     assert "PAUSED: emails" in text
     assert "  limit: 100/m, 5 at once" in text

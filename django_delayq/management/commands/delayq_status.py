@@ -36,6 +36,7 @@ from redis.exceptions import RedisError
 from django_delayq.core import periodic, progress
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.engine.shard_health import ERRORS
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import redis_state
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from django_delayq.engine import Engine
 
 CLEAR = "\x1b[H\x1b[2J"
+QUEUE_KEYS = ("scheduled", "ready", "inflight", "dead", "expired_leases", "next_due",
+              "next_due_in_s", "oldest_overdue_id", "oldest_overdue_s", "limit")
 FIELD_CHARS = 200  # of one worker info field in the text output
 UNITS = (("s", 1, 120), ("m", 60, 7200))  # unit, its seconds, used below; else hours
 
@@ -69,6 +72,9 @@ def _iso(ms: int | None) -> str | None:
 def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dict[str, Any]:
     """A queue as shown: its row, its oldest overdue job (``Engine.oldest_pending``) and
     its rows ``waiting`` for their parents (after=...: not in Redis yet)."""
+    if q.unavailable:  # its node is down (a Redis Cluster): no figure
+        return {**dict.fromkeys(QUEUE_KEYS), "queue": q.queue, "paused": None,
+                "waiting": waiting, "unavailable": q.unavailable}
     head = engine.oldest_pending(q.queue) if q.ready else None  # (job id, due ms)
     limit = q.limit  # {"rate": [starts, per_ms] | None, "concurrency"}
     return {"queue": q.queue, "scheduled": q.scheduled, "ready": q.ready,
@@ -79,7 +85,7 @@ def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dic
             "oldest_overdue_s": max(0.0, (q.now_ms - head[1]) / 1000) if head else None,
             "paused": q.paused, "limit": None if limit is None else {
                 "rate": None if limit.rate is None else list(limit.rate),
-                "concurrency": limit.concurrency}, "waiting": waiting}
+                "concurrency": limit.concurrency}, "waiting": waiting, "unavailable": None}
 
 
 def worker_data(w: redis_state.WorkerRow) -> dict[str, Any]:
@@ -101,16 +107,21 @@ def waiting_counts(queues: list[str]) -> dict[str, int]:
 
 def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, Any]:
     """The status as ``--json`` prints it; the text output renders the same."""
-    states = redis_state.queues(engine, queues)
+    states = redis_state.queues(engine, queues, partial=True)
     waiting = waiting_counts(queues)
-    workers = redis_state.with_progress(redis_state.workers(engine))
+    try:
+        workers, registry = redis_state.with_progress(redis_state.workers(engine)), None
+    except ERRORS as exc:  # the registry's cluster node is down: the rest is shown
+        workers, registry = [], str(exc)
     return {"now": _iso(engine.time_ms()) or "", "prefix": settings.prefix,
             "queues": [queue_data(engine, q, waiting.get(q.queue, 0)) for q in states],
-            "workers": [worker_data(w) for w in workers],
+            "workers": [worker_data(w) for w in workers], "workers_unavailable": registry,
             "paused": [q.queue for q in states if q.paused],
             # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list)
-            "callable_limits": [asdict(c) for c in redis_state.callable_limits(engine, settings)],
-            "groups": [asdict(u) for u in redis_state.busiest(engine, queues)],  # docs/groups.md
+            "callable_limits": [asdict(c) for c in redis_state.callable_limits(
+                engine, settings, partial=True)],
+            "groups": [asdict(u) for u in redis_state.busiest(  # docs/groups.md
+                engine, [q.queue for q in states if not q.unavailable])],
             "schedules": periodic.status_rows(),  # core/periodic.py
             # in flight = running + prefetched + settling
             "holding": asdict(redis_state.held(states, workers))}
@@ -128,6 +139,9 @@ def render_text(status: dict[str, Any]) -> str:
              "%-16s %10s %8s %9s %8s  %-29s %s" % ("QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT",
                                                    "DEAD", "NEXT DUE", "OLDEST OVERDUE")]
     for q in status["queues"]:
+        if q["unavailable"]:
+            lines.append("%-16s unavailable: %s" % (q["queue"], printable(q["unavailable"])))
+            continue
         nxt = "-" if q["next_due"] is None else "%s (in %s)" % (q["next_due"][11:23],
                                                                 _fmt_s(q["next_due_in_s"]))
         old = "-" if q["oldest_overdue_id"] is None else "%s late %s" % (
@@ -146,14 +160,17 @@ def render_text(status: dict[str, Any]) -> str:
               "", "PAUSED: %s" % (", ".join(status["paused"]) or "none")]
     if status["callable_limits"]:
         lines += ["", "CALLABLE LIMITS"] + [
-            "  %-40s %-24s running %d, started in window %d" % (
+            "  %-40s %-24s %s" % (
                 c["callable"], describe_limit(c["rate"], c["concurrency"], "none"),
-                c["running"], c["started_in_window"])
+                "unavailable: %s" % printable(c["unavailable"]) if c["unavailable"] else
+                "running %d, started in window %d" % (c["running"], c["started_in_window"]))
             for c in status["callable_limits"]]
     lines += _group_lines(status["groups"])
     lines += periodic.status_lines(status["schedules"])
     lines += ["", "WORKERS (%d)" % len(status["workers"])]
-    if not status["workers"]:
+    if status["workers_unavailable"]:
+        lines.append("  registry unavailable: %s" % printable(status["workers_unavailable"]))
+    elif not status["workers"]:
         lines.append("  none registered")
     for w in status["workers"]:
         lines += _worker_lines(w)
