@@ -157,14 +157,10 @@ def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
           max_payload: int) -> tuple[dict[str, Any], NewJob]:
     """One job's row values and its entry for Redis (``schedule``; ``schedule_many`` uses
     ``rows.batch``, with the same checks)."""
-    args, kwargs = options.arguments(args, kwargs)
-    _, _, size = validation.encode_args(args, kwargs)
-    options.check_arguments(c.path, args, kwargs)
+    args, kwargs, _, _ = c.arguments(args, kwargs, max_payload)
     run_at, at_ms, delay_ms = c.due()
     columns = c.columns(run_at)
     new_id = c.job_id()
-    validation.check_size(size + validation.payload_head_size(c.path, c.max_attempts, c.backoff),
-                          max_payload)
     row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args,
                run_at=run_at, scheduled_for=run_at, created_at=c.now, updated_at=c.now,
                max_attempts=c.max_attempts, **columns)

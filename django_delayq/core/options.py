@@ -129,12 +129,13 @@ class JobOptions:
         check_on_conflict(self.on_conflict, self.key)
         if self.key is not None:
             validation.check_key(self.key)
+        head = validation.payload_head_size(path, max_attempts, backoff)
         return Checked(path=path, queue=queue, max_attempts=max_attempts,
                        backoff=list(backoff) if isinstance(backoff, tuple) else backoff,
                        key=self.key, on_conflict=self.on_conflict, at=at, delay_s=delay_s,
                        parents=tuple(parent_ids(self.after)),
                        run_on_failure=run_on_failure(self.after_failure), now=now,
-                       use_tz=use_tz, **own)
+                       use_tz=use_tz, head=head, **own)
 
 
 NAMES = frozenset(f.name for f in fields(JobOptions))
@@ -188,12 +189,23 @@ class Checked:
     run_on_failure: bool = False
     now: datetime
     use_tz: bool = True
+    head: int = 0  # UTF-8 bytes of the payload besides the arguments (its size limit)
 
     def over(self, spec: JobOptions) -> Checked:
         """These options with the run-time options ``spec`` sets, checked, in their place
         (a job of ``schedule_many`` with a priority of its own ...)."""
         own = _own(spec, self.path)
         return replace(self, **own) if own else self
+
+    def arguments(self, args: object, kwargs: object,
+                  max_payload: int) -> tuple[list[Any], dict[str, Any], str, str]:
+        """A job's ``args`` and ``kwargs`` checked (``arguments``, their JSON, the function's
+        signature, the payload's size), and their JSON texts."""
+        args, kwargs = arguments(args, kwargs)
+        args_json, kwargs_json, size = validation.encode_args(args, kwargs)
+        check_arguments(self.path, args, kwargs)
+        validation.check_size(size + self.head, max_payload)
+        return args, kwargs, args_json, kwargs_json
 
     def due(self, delay: object = None, at: object = None) -> tuple[datetime, int | None, int]:
         """``(run_at, at_ms, delay_ms)`` of a job due at ``delay``/``at`` (checked), or at
@@ -215,20 +227,13 @@ class Checked:
         at ``due`` (``expires`` must be after it; ``retry_on`` a list: a JSON column),
         those whose value is not the column's default only (a row left without one gets
         that default: ``schedule()``'s INSERT writes it as a literal, core/row_insert.py)."""
-        out: dict[str, Any] = {}
-        if self.priority:
-            out["priority"] = self.priority
-        if self.timeout is not None:
-            out["timeout"] = self.timeout
-        if self.expires is not None:
-            out["expires_at"] = expires_at(self.expires, now=self.now, due=due,
+        out = {name: value for name, default in _RUNTIME.items()
+               if (value := getattr(self, name)) != default}
+        if "expires" in out:
+            out["expires_at"] = expires_at(out.pop("expires"), now=self.now, due=due,
                                            use_tz=self.use_tz)
-        if self.retry_on is not None:
-            out["retry_on"] = list(self.retry_on)
-        if self.atomic:
-            out["atomic"] = True
-        if self.group:
-            out["group"] = self.group
+        if "retry_on" in out:
+            out["retry_on"] = list(out["retry_on"])
         return out
 
 
@@ -430,3 +435,5 @@ _CHECKS: tuple[tuple[str, Callable[[Any], Any] | None], ...] = (
     ("priority", check_priority), ("timeout", timeout_seconds),
     ("expires", lambda value: value),  # its type checked; its moment depends on the due time
     ("retry_on", retry_on_paths), ("atomic", None), ("group", validation.check_group))
+# Their values in a ``Checked`` that leaves them unset: the columns' defaults.
+_RUNTIME = {f.name: f.default for f in fields(Checked) if f.name in dict(_CHECKS)}

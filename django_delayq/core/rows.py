@@ -28,7 +28,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 from django.db.models.constants import OnConflict
 
-from django_delayq.core import ids, options, registry, validation
+from django_delayq.core import ids, options, validation
 from django_delayq.engine.outcomes import NewJob
 from django_delayq.models import Job
 
@@ -261,8 +261,6 @@ def batch(using: str, specs: Iterable[options.JobSpec], call: options.Checked, *
     so that replaying the same input adds nothing."""
     writer = RowWriter(using, queue=call.queue, path=call.path,
                        max_attempts=call.max_attempts, backoff=call.backoff, now=call.now)
-    fixed = validation.payload_head_size(call.path, call.max_attempts, call.backoff)
-    binder = registry.binder(call.path)
     # The call's options, as row columns: a spec without options of its own gets them
     # (None: they depend on each job's due time, through ``expires``).
     call_columns = None if call.expires is not None else call.columns(call.now)
@@ -271,10 +269,7 @@ def batch(using: str, specs: Iterable[options.JobSpec], call: options.Checked, *
     job_ids: list[str] = []
     keyed: list[str] = []
     for spec in specs:
-        args, kwargs = options.arguments(spec.args, spec.kwargs)
-        args_json, kwargs_json, size = validation.encode_args(args, kwargs)
-        if binder is not None:
-            binder.check(args, kwargs)
+        _, _, args_json, kwargs_json = call.arguments(spec.args, spec.kwargs, max_payload)
         run_at, at_ms, delay_ms = call.due(spec.delay, spec.at)
         if spec.key is None:
             job_id = ids.new_id()
@@ -282,7 +277,6 @@ def batch(using: str, specs: Iterable[options.JobSpec], call: options.Checked, *
             validation.check_key(spec.key)
             job_id = ids.id_for_key(call.queue, spec.key)
             keyed.append(job_id)
-        validation.check_size(fixed + size, max_payload)
         job = call.over(spec)  # the job's options (its priority and group for Redis)
         if job is call and call_columns is not None:  # none of its own: the call's
             columns = dict(call_columns)
