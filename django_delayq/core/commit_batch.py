@@ -143,7 +143,7 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
             pending.send()
 
     me = pending.register(send_at_commit)
-    after_commit(using, send_at_commit)
+    transaction.on_commit(send_at_commit, using=using, robust=True)  # its errors: logged
 
 
 def _run_at_commit(using: str, pending: _Pending, job_ids: list[str],
@@ -201,12 +201,6 @@ def _run_all(run: Callable[[str], object], job_ids: list[str]) -> list[Exception
     return failures
 
 
-def after_commit(using: str, fn: Callable[[], object]) -> None:
-    """Run ``fn`` when the transaction of ``using`` commits (at once in autocommit); an
-    error it raises is logged by Django, never the caller's."""
-    transaction.on_commit(fn, using=using, robust=True)
-
-
 def after_sends(using: str, fn: Callable[[], object]) -> None:
     """Run ``fn`` after the commit of ``using``'s transaction (at once in autocommit), once
     the jobs of the callbacks registered before it are sent: a cancel of a job scheduled in
@@ -218,7 +212,7 @@ def after_sends(using: str, fn: Callable[[], object]) -> None:
             pending.send()
         fn()
 
-    after_commit(using, run)
+    transaction.on_commit(run, using=using, robust=True)
 
 
 def send(queue: str, jobs: list[NewJob]) -> None:
