@@ -10,17 +10,16 @@ backend's own adapters and the driver runs one prepared statement per batch.
 payload array's); the call's options are checked once (``JobOptions.check``) and a spec's
 own per spec (``Checked.over``), as ``schedule()`` checks them; the arguments are bound to
 the function's signature. Redis gets ids, due times and priorities only; constant columns
-are adapted once per call; no model instances are made.
+are adapted once per call; no model instances are made. Spark's ``schedule_dataframe``
+writes its rows with the same ``RowWriter``, column-wise (``spark/column_rows.py``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
-from itertools import repeat
 from typing import Any
 
 from django.db import connections
@@ -33,7 +32,6 @@ from django_delayq.engine.outcomes import NewJob
 from django_delayq.models import Job
 
 VARYING = ("id", "key", "args", "kwargs", "run_at")  # differ between one writer's rows
-COPY_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\r", "\\r"))
 
 
 def datetime_adapter(using: str) -> Callable[[datetime | None], Any]:
@@ -50,32 +48,7 @@ def datetime_adapter(using: str) -> Callable[[datetime | None], Any]:
     return adapter
 
 
-def text_datetimes(using: str) -> str | None:
-    """How this backend takes a datetime as text in ``insert_columns``/``copy``:
-    ``"sqlite"`` (naive UTC ``YYYY-MM-DD HH:MM:SS[.ffffff]``, what the SQLite adapter
-    writes), ``"copy"`` (PostgreSQL COPY, ISO 8601 with an offset), or ``None``
-    (adapt datetime objects with ``RowWriter.adapt``)."""
-    conn = connections[using]
-    if conn.vendor == "sqlite" and conn.timezone_name == "UTC":
-        return "sqlite"
-    return "copy" if conn.vendor == "postgresql" and _has_copy(conn) else None
-
-
-def copy_escape(value: object) -> str:
-    """One value in PostgreSQL's COPY text format."""
-    if value is None:
-        return "\\N"
-    if isinstance(value, bool):
-        return "t" if value else "f"
-    if isinstance(value, datetime):
-        value = value.isoformat()
-    text = str(value)
-    for char, escaped in COPY_ESCAPES:
-        text = text.replace(char, escaped)
-    return text
-
-
-def _has_copy(conn: BaseDatabaseWrapper) -> bool:
+def has_copy(conn: BaseDatabaseWrapper) -> bool:
     conn.ensure_connection()
     return hasattr(conn.connection, "pipeline")  # psycopg 3: cursor.copy() streams rows
 
@@ -87,14 +60,6 @@ def _default(field: Field[Any, Any]) -> Any:
     if isinstance(value, (list, dict)):
         return json.dumps(value)
     return str.__str__(value) if isinstance(value, str) else value
-
-
-@dataclass(frozen=True, slots=True)
-class PreparedInsert:
-    """An INSERT statement and its parameter rows (``RowWriter.prepare_columns``)."""
-
-    sql: str
-    rows: Sequence[Sequence[Any]]
 
 
 class RowWriter:
@@ -139,7 +104,7 @@ class RowWriter:
         if not rows:
             return
         conn = connections[self.using]
-        if conn.vendor == "postgresql" and not ignore_conflicts and _has_copy(conn):
+        if conn.vendor == "postgresql" and not ignore_conflicts and has_copy(conn):
             # PostgreSQL: stream the rows with COPY (several times faster than INSERTs)
             sql = "COPY %s (%s) FROM STDIN" % (conn.ops.quote_name(Job._meta.db_table),
                                                self._columns(conn))
@@ -148,52 +113,12 @@ class RowWriter:
                     copy.write_row(row)
         else:
             sql = self._insert_sql(conn, ignore_conflicts, ", ".join(["%s"] * len(self.fields)))
-            self.insert_prepared(PreparedInsert(sql=sql, rows=rows), batch_size)
+            with conn.cursor() as cursor:
+                for i in range(0, len(rows), batch_size):
+                    cursor.executemany(sql, rows[i:i + batch_size])
 
     def _columns(self, conn: BaseDatabaseWrapper) -> str:
         return ", ".join(conn.ops.quote_name(str(f.column)) for f in self.fields)
-
-    # -- column-wise (Spark's schedule_dataframe) -------------------------------------
-
-    def _sqlite_literals(self, conn: BaseDatabaseWrapper) -> list[str]:
-        """SQLite: the constant columns as SQL literals (its own ``quote()``), so that
-        ``executemany`` binds only the varying ones."""
-        with conn.cursor() as cursor:
-            cursor.execute("SELECT " + ", ".join(["quote(%s)"] * len(self.template)),
-                           self.template)
-            return [str(v).replace("%", "%%") for v in cursor.fetchone()]
-
-    def prepare_columns(self, columns: Mapping[str, Sequence[Any]], *,
-                        ignore_conflicts: bool) -> PreparedInsert:
-        """The INSERT of rows given column-wise: ``columns`` maps each name of ``VARYING``
-        to its values, already adapted (see ``text_datetimes``). Built outside the
-        transaction, so that SQLite's write lock is held only while inserting."""
-        conn = connections[self.using]
-        literals = self._sqlite_literals(conn) if conn.vendor == "sqlite" else None
-        marks: list[str] = []
-        values: list[Iterable[Any]] = []
-        for i, field in enumerate(self.fields):
-            if field.attname in columns:
-                marks.append("%s")
-                values.append(columns[field.attname])
-            elif literals is not None:
-                marks.append(literals[i])
-            else:
-                marks.append("%s")
-                values.append(repeat(self.template[i]))
-        return PreparedInsert(sql=self._insert_sql(conn, ignore_conflicts, ", ".join(marks)),
-                              rows=list(zip(*values)))
-
-    def insert_prepared(self, prepared: PreparedInsert, batch_size: int = 10000) -> None:
-        """One ``executemany`` per ``batch_size`` rows."""
-        with connections[self.using].cursor() as cursor:
-            for i in range(0, len(prepared.rows), batch_size):
-                cursor.executemany(prepared.sql, prepared.rows[i:i + batch_size])
-
-    def insert_columns(self, columns: Mapping[str, Sequence[Any]], *, ignore_conflicts: bool,
-                       batch_size: int = 10000) -> None:
-        self.insert_prepared(self.prepare_columns(columns, ignore_conflicts=ignore_conflicts),
-                             batch_size)
 
     def _insert_sql(self, conn: BaseDatabaseWrapper, ignore_conflicts: bool, values: str) -> str:
         ops = conn.ops
@@ -202,37 +127,6 @@ class RowWriter:
             ops.insert_statement(on_conflict=on_conflict), ops.quote_name(Job._meta.db_table),
             self._columns(conn), values,
             ops.on_conflict_suffix_sql(self.fields, on_conflict, None, None))
-
-    def copy_layout(self) -> list[str | None]:
-        """Per column, in table order: its COPY text when constant, ``None`` when it is
-        one of ``VARYING`` (the caller supplies those, escaped with ``copy_escape``)."""
-        return [None if f.attname in VARYING else copy_escape(v)
-                for f, v in zip(self.fields, self.template, strict=True)]
-
-    def copy_text(self, payload: str, *, new_only: bool) -> list[str] | None:
-        """PostgreSQL: COPY ``payload`` (rows laid out by ``copy_layout``, one per line).
-        ``new_only``: rows whose id exists are skipped (COPY into a temporary table, then
-        ``INSERT … ON CONFLICT DO NOTHING RETURNING id``) and the new ids returned.
-        Run it inside ``transaction.atomic``."""
-        conn = connections[self.using]
-        ops = conn.ops
-        table = ops.quote_name(Job._meta.db_table)
-        cols = self._columns(conn)
-        with conn.cursor() as wrapper:
-            target = table
-            if new_only:
-                target = "delayq_copy_rows"
-                wrapper.execute("CREATE TEMPORARY TABLE %s (LIKE %s) ON COMMIT DROP"
-                                % (target, table))
-            with wrapper.cursor.copy("COPY %s (%s) FROM STDIN" % (target, cols)) as copy:
-                copy.write(payload)
-            if not new_only:
-                return None
-            wrapper.execute("INSERT INTO %s (%s) SELECT %s FROM %s ON CONFLICT DO NOTHING "
-                            "RETURNING %s" % (table, cols, cols, target, ops.quote_name("id")))
-            new = [row[0] for row in wrapper.fetchall()]
-            wrapper.execute("DROP TABLE %s" % target)
-            return new
 
     def existing(self, ids: Collection[str], batch_size: int = 1000) -> set[str]:
         """Which of ``ids`` already have a row (SQLite: one query, the ids as a JSON array)."""
