@@ -157,20 +157,10 @@ def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
           max_payload: int) -> tuple[dict[str, Any], NewJob]:
     """One job's row values and its entry for Redis (``schedule``; ``schedule_many`` uses
     ``rows.batch``, with the same checks)."""
-    args, kwargs, _, _ = c.arguments(args, kwargs, max_payload)
+    args, kwargs = c.arguments(args, kwargs, max_payload)
     run_at, at_ms, delay_ms = c.due()
-    columns = c.columns(run_at)
     new_id = c.job_id()
-    row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args,
-               run_at=run_at, scheduled_for=run_at, created_at=c.now, updated_at=c.now,
-               max_attempts=c.max_attempts, **columns)
-    # a column left out takes its default (None, {}): the INSERT writes it as a literal
-    if kwargs:
-        row["kwargs"] = kwargs
-    if c.key is not None:
-        row["key"] = c.key
-    if c.backoff is not None:
-        row["backoff"] = c.backoff
+    row = c.row(new_id, args, kwargs, run_at, c.columns(run_at), c.key)
     # The payload stays in the row: Redis gets the id, the due time, priority and group.
     return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=c.priority,
                        group=c.group)

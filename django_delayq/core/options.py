@@ -198,14 +198,14 @@ class Checked:
         return replace(self, **own) if own else self
 
     def arguments(self, args: object, kwargs: object,
-                  max_payload: int) -> tuple[list[Any], dict[str, Any], str, str]:
+                  max_payload: int) -> tuple[list[Any], dict[str, Any]]:
         """A job's ``args`` and ``kwargs`` checked (``arguments``, their JSON, the function's
-        signature, the payload's size), and their JSON texts."""
+        signature, the payload's size), as its row stores them."""
         args, kwargs = arguments(args, kwargs)
-        args_json, kwargs_json, size = validation.encode_args(args, kwargs)
+        size = validation.encode_args(args, kwargs)[2]
         check_arguments(self.path, args, kwargs)
         validation.check_size(size + self.head, max_payload)
-        return args, kwargs, args_json, kwargs_json
+        return args, kwargs
 
     def due(self, delay: object = None, at: object = None) -> tuple[datetime, int | None, int]:
         """``(run_at, at_ms, delay_ms)`` of a job due at ``delay``/``at`` (checked), or at
@@ -221,6 +221,22 @@ class Checked:
         if self.key is None or self.on_conflict != KEEP:
             return ids.new_id()
         return ids.id_for_key(self.queue, self.key)
+
+    def row(self, job_id: str, args: list[Any], kwargs: dict[str, Any], run_at: datetime,
+            columns: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+        """A job's row values (``core/row_insert.py``): its id, arguments, due time, key and
+        option columns (``columns``), with the call's. A column left out takes its default
+        (None, {}): the INSERT writes it as a literal."""
+        row = dict(id=job_id, queue=self.queue, callable_path=self.path, args=args,
+                   run_at=run_at, scheduled_for=run_at, created_at=self.now,
+                   updated_at=self.now, max_attempts=self.max_attempts, **columns)
+        if kwargs:
+            row["kwargs"] = kwargs
+        if key is not None:
+            row["key"] = key
+        if self.backoff is not None:
+            row["backoff"] = self.backoff
+        return row
 
     def columns(self, due: datetime) -> dict[str, Any]:
         """The row's columns of the run-time options (``priority`` ... ``group``) for a job due

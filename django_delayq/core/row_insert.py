@@ -39,6 +39,7 @@ from typing import Any
 
 from django.db import connections
 from django.db.models import DateTimeField, Field, JSONField
+from django.db.models.constants import OnConflict
 from django.db.models.signals import post_init, pre_init
 
 from django_delayq.models import Job
@@ -52,6 +53,7 @@ _PLAIN = {"CharField": str, "TextField": str, "IntegerField": int, "BigIntegerFi
 
 @dataclass(frozen=True, slots=True)
 class _Statement:
+    table: str  # the table and its columns: ``"table" ("id", ...)``
     head: str  # the INSERT of every column up to its VALUES' parenthesis (a plan's follows)
     # per field, in the statement's column order: its attname, its preparer, its default
     # prepared once (a constant default whose prepared value is immutable; else
@@ -120,12 +122,13 @@ def _statement(using: str) -> _Statement:
         connection = connections[using]
         qn = connection.ops.quote_name
         fields: list[Field[Any, Any]] = list(Job._meta.local_concrete_fields)
-        head = "INSERT INTO %s (%s) VALUES (" % (
-            qn(str(Job._meta.db_table)), ", ".join(qn(str(f.column)) for f in fields))
+        table = "%s (%s)" % (qn(str(Job._meta.db_table)),
+                             ", ".join(qn(str(f.column)) for f in fields))
         by_name = [(f.attname, prep, _prepared_default(f, prep, connection),
                     type(f) is DateTimeField, _plain_type(f), _immutable(prep, None, connection))
                    for f, prep in ((f, _preparer(f)) for f in fields)]
-        found = _statements[using] = _Statement(head, by_name, connection.vendor == "sqlite")
+        found = _statements[using] = _Statement(table, "INSERT INTO %s VALUES (" % table,
+                                                by_name, connection.vendor == "sqlite")
     return found
 
 
@@ -293,6 +296,39 @@ def insert_values(values: dict[str, Any], using: str, connection: Any = None) ->
     plan, out = _fill(values, using, connection, full=False)
     with connection.cursor() as cursor:
         cursor.execute(plan.sql, plan.bound(out))
+
+
+def insert_many(rows: Sequence[dict[str, Any]], using: str, *, ignore_conflicts: bool,
+                batch_size: int) -> None:
+    """``insert_values`` of many rows (``schedule_many``; no ``Job`` is built for a
+    ``pre_init`` receiver): on PostgreSQL (psycopg 3) one COPY of every column, else one
+    ``executemany`` per plan and ``batch_size`` rows; ``ignore_conflicts``: the INSERT
+    skips a row whose id exists (then never COPY)."""
+    connection = connections[using]
+    if not rows:
+        return
+    if connection.vendor == "postgresql" and not ignore_conflicts and has_copy(connection):
+        sql = "COPY %s FROM STDIN" % _statement(using).table  # several times faster
+        with connection.cursor() as wrapper, wrapper.cursor.copy(sql) as copy:
+            for values in rows:
+                copy.write_row(_fill(values, using, connection)[1])
+        return
+    by_plan: dict[str, list[Sequence[Any]]] = {}
+    for values in rows:
+        plan, out = _fill(values, using, connection, full=False)
+        by_plan.setdefault(plan.sql, []).append(plan.bound(out))
+    ops, skip = connection.ops, OnConflict.IGNORE if ignore_conflicts else None
+    with connection.cursor() as cursor:
+        for plain, params in by_plan.items():  # INSERT OR IGNORE, ON CONFLICT DO NOTHING
+            sql = "%s%s %s" % (ops.insert_statement(on_conflict=skip), plain[len("INSERT INTO"):],
+                               ops.on_conflict_suffix_sql(_CONCRETE, skip, None, None))
+            for i in range(0, len(params), batch_size):
+                cursor.executemany(sql, params[i:i + batch_size])
+
+
+def has_copy(connection: Any) -> bool:
+    connection.ensure_connection()
+    return hasattr(connection.connection, "pipeline")  # psycopg 3: cursor.copy() streams rows
 
 
 # No column left to the database (``db_default`` without ``default``): the values of a
