@@ -30,9 +30,10 @@ naming the option and the bad value:
 * ``after``: jobs (handles or ids) that must succeed first; ``after_failure``: ``cancel``
   (the default) or ``run`` when one of them fails (core/workflows.py).
 
-The job's arguments are checked here too: ``arguments`` (``args`` a list or tuple,
-``kwargs`` a dict: a ``JobSpec`` is checked when it is scheduled, not when it is made)
-and ``check_arguments`` (against the function's signature).
+The job's arguments are checked here too: ``Checked.arguments`` (``args`` a list or
+tuple, ``kwargs`` a dict: a ``JobSpec`` is checked when it is scheduled, not when it is
+made; their JSON, the payload's size) and ``check_arguments`` (against the function's
+signature).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class JobSpec(JobOptions):
     """One job: its arguments and its own options (those it leaves ``None`` take the
     call's: ``schedule_many(..., priority=...)``, ``schedule_spec(..., queue=...)``).
     ``args`` (a list or tuple) and ``kwargs`` (a dict) are checked when it is scheduled
-    (``arguments``), not here."""
+    (``Checked.arguments``), not here."""
 
     args: Sequence[Any] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -199,9 +200,19 @@ class Checked:
 
     def arguments(self, args: object, kwargs: object,
                   max_payload: int) -> tuple[list[Any], dict[str, Any]]:
-        """A job's ``args`` and ``kwargs`` checked (``arguments``, their JSON, the function's
-        signature, the payload's size), as its row stores them."""
-        args, kwargs = arguments(args, kwargs)
+        """A job's ``args`` and ``kwargs`` checked, as its row stores them (a list, a dict
+        of their own): ``args`` must be a list or tuple and ``kwargs`` a dict, else
+        ``InvalidJob`` naming the value (a string, bytes or a dict given as ``args`` is
+        refused, not iterated into its characters or keys); their values JSON (string
+        keys: ``validation.encode_args``), bound to the function's signature, the payload
+        within ``max_payload`` bytes."""
+        if not isinstance(args, (tuple, list)):
+            raise InvalidJob("args must be a list or tuple of the job's positional arguments, "
+                             "not %s (%s)" % (validation.short(args), type(args).__name__))
+        if not isinstance(kwargs, dict):
+            raise InvalidJob("kwargs must be a dict of the job's keyword arguments (str keys), "
+                             "not %s (%s)" % (validation.short(kwargs), type(kwargs).__name__))
+        args, kwargs = list(args), dict(kwargs)
         size = validation.encode_args(args, kwargs)[2]
         check_arguments(self.path, args, kwargs)
         validation.check_size(size + self.head, max_payload)
@@ -339,14 +350,12 @@ def retry_on_paths(value: object) -> tuple[str, ...] | None:
     paths = []
     for item in items:
         if isinstance(item, type) and issubclass(item, BaseException):
-            paths.append(type_path(item))
-        elif isinstance(item, str) and not path_problem(item):
-            paths.append(item)
-        else:
-            why = path_problem(item) if isinstance(item, str) else "not an exception class"
+            item = type_path(item)  # noqa: PLW2901 - stored as its path
+        elif why := path_problem(item) if isinstance(item, str) else "not an exception class":
             raise InvalidJob("retry_on: %s is %s; give exception classes or dotted paths "
                              "such as 'requests.exceptions.Timeout'"
                              % (validation.short(item), why))
+        paths.append(item)
     if problem := retry_on_problem(paths):
         raise InvalidJob("retry_on: %s" % problem)
     return tuple(dict.fromkeys(paths))
@@ -404,20 +413,6 @@ def run_on_failure(after_failure: object) -> bool:
 
 
 # -- the arguments: their types, then against the function's signature --------------------
-
-def arguments(args: object, kwargs: object) -> tuple[list[Any], dict[str, Any]]:
-    """A job's ``args`` and ``kwargs`` as its row stores them (a list, a dict of their own).
-    ``args`` must be a list or tuple and ``kwargs`` a dict, else ``InvalidJob`` naming the
-    value: a string, bytes or a dict given as ``args`` is refused, not iterated into its
-    characters or keys. Their values (JSON, string keys) are ``validation.encode_args``'."""
-    if not isinstance(args, (tuple, list)):
-        raise InvalidJob("args must be a list or tuple of the job's positional arguments, "
-                         "not %s (%s)" % (validation.short(args), type(args).__name__))
-    if not isinstance(kwargs, dict):
-        raise InvalidJob("kwargs must be a dict of the job's keyword arguments (str keys), "
-                         "not %s (%s)" % (validation.short(kwargs), type(kwargs).__name__))
-    return list(args), dict(kwargs)
-
 
 def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -> None:
     """``InvalidJob`` when ``fn(*args, **kwargs)`` would fail to bind (a missing or an
