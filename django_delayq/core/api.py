@@ -36,7 +36,7 @@ from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, r
 from django_delayq.core.registry import check_schedulable
 from django_delayq.core.results import read, result_of, wait
 from django_delayq.core.workflows import Signature
-from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome, NewJob
+from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus
 
@@ -128,7 +128,7 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
               clash: bool = False) -> JobHandle:
     s = get_settings()
     c = spec.check(fn, any_queue=any_queue, clash=clash)
-    values, new = build(c, spec.args, spec.kwargs, s.max_payload_bytes)
+    values, new = c.new(spec.args, spec.kwargs, s.max_payload_bytes)
     if requeued_from is not None:  # else the columns' defaults (None, "")
         values["requeued_from"] = requeued_from
     if task_backend:
@@ -151,19 +151,6 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
         # a callback per call; in eager mode (unit tests) it runs the job, no Redis involved
         commit_batch.enqueue_after_commit(using, queue, [new], conn)
     return JobHandle(job_id, queue)
-
-
-def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
-          max_payload: int) -> tuple[dict[str, Any], NewJob]:
-    """One job's row values and its entry for Redis (``schedule``; ``schedule_many`` uses
-    ``rows.batch``, with the same checks)."""
-    args, kwargs = c.arguments(args, kwargs, max_payload)
-    run_at, at_ms, delay_ms = c.due()
-    new_id = c.job_id()
-    row = c.row(new_id, args, kwargs, run_at, c.columns(run_at), c.key)
-    # The payload stays in the row: Redis gets the id, the due time, priority and group.
-    return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=c.priority,
-                       group=c.group)
 
 
 def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,

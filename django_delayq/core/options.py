@@ -49,6 +49,7 @@ from django.utils import timezone
 
 from django_delayq.core import ids, registry, validation
 from django_delayq.core.conf import get_settings
+from django_delayq.engine.outcomes import NewJob
 from django_delayq.exceptions import InvalidJob, type_path
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
@@ -193,10 +194,40 @@ class Checked:
     head: int = 0  # UTF-8 bytes of the payload besides the arguments (its size limit)
 
     def over(self, spec: JobOptions) -> Checked:
-        """These options with the run-time options ``spec`` sets, checked, in their place
-        (a job of ``schedule_many`` with a priority of its own ...)."""
+        """These options with those ``spec`` sets, checked, in their place: its run-time
+        options, its key and its due time (a job of ``schedule_many``)."""
         own = _own(spec, self.path)
+        if spec.key is not None:
+            validation.check_key(spec.key)
+            own["key"] = spec.key
+        if spec.delay is not None or spec.at is not None:
+            own["at"], own["delay_s"] = validation.when(spec.delay, spec.at, self.use_tz)
         return replace(self, **own) if own else self
+
+    def new(self, args: object, kwargs: object, max_payload: int) -> tuple[dict[str, Any], NewJob]:
+        """One job of these options: its row's values (a column left out takes its default,
+        None or {}: the INSERT writes it as a literal, core/row_insert.py) and its entry for
+        Redis. Its id derives from the key for ``keep`` (same key, same id), else fresh."""
+        args, kwargs = self.arguments(args, kwargs, max_payload)
+        if self.at is None:
+            at_ms, delay_ms = None, int(self.delay_s * 1000)
+            run_at = self.now + timedelta(seconds=self.delay_s)
+        else:
+            run_at, at_ms, delay_ms = self.at, validation.at_ms(self.at), 0
+        keep = self.key is not None and self.on_conflict == KEEP
+        job_id = ids.id_for_key(self.queue, str(self.key)) if keep else ids.new_id()
+        row = dict(id=job_id, queue=self.queue, callable_path=self.path, args=args,
+                   run_at=run_at, scheduled_for=run_at, created_at=self.now,
+                   updated_at=self.now, max_attempts=self.max_attempts, **self.columns(run_at))
+        if kwargs:
+            row["kwargs"] = kwargs
+        if self.key is not None:
+            row["key"] = self.key
+        if self.backoff is not None:
+            row["backoff"] = self.backoff
+        # The payload stays in the row: Redis gets the id, the due time, priority and group.
+        return row, NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms, priority=self.priority,
+                           group=self.group)
 
     def arguments(self, args: object, kwargs: object,
                   max_payload: int) -> tuple[list[Any], dict[str, Any]]:
@@ -217,37 +248,6 @@ class Checked:
         check_arguments(self.path, args, kwargs)
         validation.check_size(size + self.head, max_payload)
         return args, kwargs
-
-    def due(self, delay: object = None, at: object = None) -> tuple[datetime, int | None, int]:
-        """``(run_at, at_ms, delay_ms)`` of a job due at ``delay``/``at`` (checked), or at
-        the call's due time when it gives neither."""
-        at, seconds = ((self.at, self.delay_s) if delay is None and at is None
-                       else validation.when(delay, at, self.use_tz))
-        if at is not None:
-            return at, validation.at_ms(at), 0
-        return self.now + timedelta(seconds=seconds), None, int(seconds * 1000)
-
-    def job_id(self) -> str:
-        """Derived from the key for ``keep`` (same key, same id), else fresh."""
-        if self.key is None or self.on_conflict != KEEP:
-            return ids.new_id()
-        return ids.id_for_key(self.queue, self.key)
-
-    def row(self, job_id: str, args: list[Any], kwargs: dict[str, Any], run_at: datetime,
-            columns: dict[str, Any], key: str | None = None) -> dict[str, Any]:
-        """A job's row values (``core/row_insert.py``): its id, arguments, due time, key and
-        option columns (``columns``), with the call's. A column left out takes its default
-        (None, {}): the INSERT writes it as a literal."""
-        row = dict(id=job_id, queue=self.queue, callable_path=self.path, args=args,
-                   run_at=run_at, scheduled_for=run_at, created_at=self.now,
-                   updated_at=self.now, max_attempts=self.max_attempts, **columns)
-        if kwargs:
-            row["kwargs"] = kwargs
-        if key is not None:
-            row["key"] = key
-        if self.backoff is not None:
-            row["backoff"] = self.backoff
-        return row
 
     def columns(self, due: datetime) -> dict[str, Any]:
         """The row's columns of the run-time options (``priority`` ... ``group``) for a job due

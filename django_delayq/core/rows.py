@@ -2,9 +2,9 @@
 bulk by ``row_insert.insert_many`` (one ``executemany`` per 1,000 rows; on PostgreSQL
 without keys, one ``COPY``), no model instances made, and one Redis call per 1,000 jobs.
 The call's options are checked once (``JobOptions.check``) and a spec's own per spec
-(``Checked.over``), its arguments as ``schedule()``'s (``Checked.arguments``: JSON, the
-function's signature, the payload's size), its row made as ``schedule()`` makes one
-(``Checked.row``). Redis gets ids, due times, priorities and groups only.
+(``Checked.over``: its run-time options, key and due time); its row is made as
+``schedule()`` makes one (``Checked.new``: the arguments' JSON, their binding to the
+function's signature, the payload's size, the id). Redis gets ids, due times, priorities and groups only.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Collection, Iterable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
-from django_delayq.core import ids, options, row_insert, validation
-from django_delayq.engine.outcomes import NewJob
+from django_delayq.core import options, row_insert
 from django_delayq.models import Job
+
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import NewJob
 
 
 def existing(using: str, ids: Collection[str], batch_size: int = 1000) -> set[str]:
@@ -46,29 +48,17 @@ def batch(using: str, specs: Iterable[options.JobSpec], call: options.Checked, *
     """Each spec checked and made a row: every spec's id, the jobs to send and the INSERT
     of their rows (to run in the transaction). Keyed jobs that exist already are left out,
     so that replaying the same input adds nothing."""
-    # The call's options, as row columns: a spec without options of its own gets them
-    # (None: they depend on each job's due time, through ``expires``).
-    call_columns = None if call.expires is not None else call.columns(call.now)
     rows: list[dict[str, Any]] = []
     jobs: list[NewJob] = []
-    job_ids: list[str] = []
     keyed: list[str] = []
     for spec in specs:
-        args, kwargs = call.arguments(spec.args, spec.kwargs, max_payload)
-        run_at, at_ms, delay_ms = call.due(spec.delay, spec.at)
-        if spec.key is None:
-            job_id = ids.new_id()
-        else:
-            validation.check_key(spec.key)
-            job_id = ids.id_for_key(call.queue, spec.key)
-            keyed.append(job_id)
-        job = call.over(spec)  # the job's options (its priority and group for Redis)
-        # none of its own: the call's columns; else the row columns of its run-time options
-        own = call_columns if job is call and call_columns is not None else job.columns(run_at)
-        rows.append(call.row(job_id, args, kwargs, run_at, own, spec.key))
-        jobs.append(NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms,  # payload: the row
-                           priority=job.priority, group=job.group))
-        job_ids.append(job_id)
+        job = call.over(spec)  # the job's options: the call's, with those it sets
+        row, new = job.new(spec.args, spec.kwargs, max_payload)
+        rows.append(row)
+        jobs.append(new)
+        if job.key is not None:
+            keyed.append(new.id)
+    job_ids = [job.id for job in jobs]
     if keyed and (found := existing(using, keyed, batch_size)):
         keep = [i for i, job in enumerate(jobs) if job.id not in found]
         rows, jobs = [rows[i] for i in keep], [jobs[i] for i in keep]
