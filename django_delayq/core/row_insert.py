@@ -24,13 +24,16 @@ instead of psycopg merging them into the SQL text. ``Job`` has no ``pre_save`` w
 ``auto_now``) and no save signals are sent: ``schedule()`` sends its own. With
 ``pre_init``/``post_init`` receivers, ``insert_values`` builds the ``Job`` (they see it)
 and inserts its values; with a column left to the database (``db_default``), it calls
-``save()``: one interface.
+``save()``: one interface. ``insert_many`` writes ``schedule_many``'s rows through the
+same plans (one ``executemany`` per plan, or one COPY on PostgreSQL); ``existing`` says
+which ids have a row already.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
@@ -324,6 +327,26 @@ def insert_many(rows: Sequence[dict[str, Any]], using: str, *, ignore_conflicts:
                                ops.on_conflict_suffix_sql(_CONCRETE, skip, None, None))
             for i in range(0, len(params), batch_size):
                 cursor.executemany(sql, params[i:i + batch_size])
+
+
+def existing(using: str, ids: Collection[str], batch_size: int = 1000) -> set[str]:
+    """Which of ``ids`` already have a row (SQLite: one query, the ids as a JSON array)."""
+    conn = connections[using]
+    ops = conn.ops
+    sql = "SELECT %s FROM %s WHERE %s IN (%%s)" % (
+        ops.quote_name("id"), ops.quote_name(Job._meta.db_table), ops.quote_name("id"))
+    chunk = list(ids)
+    found: set[str] = set()
+    with conn.cursor() as cursor:
+        if conn.vendor == "sqlite":
+            cursor.execute(sql % "SELECT value FROM json_each(%s)", [json.dumps(chunk)])
+            return {row[0] for row in cursor.fetchall()}
+        size = min(batch_size, conn.features.max_query_params or batch_size)
+        for i in range(0, len(chunk), size):
+            part = chunk[i:i + size]
+            cursor.execute(sql % ", ".join(["%s"] * len(part)), part)
+            found.update(row[0] for row in cursor.fetchall())
+    return found
 
 
 def has_copy(connection: Any) -> bool:

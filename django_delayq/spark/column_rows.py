@@ -17,7 +17,7 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Field
 from django.db.models.constants import OnConflict
 
-from django_delayq.core import rows
+from django_delayq.core import row_insert
 from django_delayq.core.row_insert import has_copy
 from django_delayq.models import Job
 
@@ -113,7 +113,7 @@ class ColumnWriter:
             ops.on_conflict_suffix_sql(self.fields, on_conflict, None, None))
 
     def existing(self, ids: Collection[str]) -> set[str]:
-        return rows.existing(self.using, ids)
+        return row_insert.existing(self.using, ids)
 
     def _sqlite_literals(self, conn: BaseDatabaseWrapper) -> list[str]:
         """SQLite: the constant columns as SQL literals (its own ``quote()``), so that
