@@ -129,11 +129,8 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
         _run_at_commit(using, pending, [job.id for job in jobs], conn.get_autocommit())
         return
     if conn.get_autocommit():  # no transaction: the rows are committed already
-        if pending.jobs:  # jobs left pending go with these
-            pending.add(queue, jobs)
-            pending.send()
-        else:
-            send(queue, jobs)
+        pending.add(queue, jobs)  # jobs left pending go with these
+        pending.send()
         return
     jobs = list(jobs)
 
