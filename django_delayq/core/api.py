@@ -124,15 +124,11 @@ def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | N
 
 
 def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = False,
-              requeued_from: str | None = None, task_backend: str = "",
-              clash: bool = False) -> JobHandle:
-    s = get_settings()
+              clash: bool = False, **columns: str | None) -> JobHandle:
+    """``columns``: ``requeued_from``, ``task_backend`` (unset or empty: their defaults)."""
     c = spec.check(fn, any_queue=any_queue, clash=clash)
-    values, new = c.new(spec.args, spec.kwargs, s.max_payload_bytes)
-    if requeued_from is not None:  # else the columns' defaults (None, "")
-        values["requeued_from"] = requeued_from
-    if task_backend:
-        values["task_backend"] = task_backend
+    values, new = c.new(spec.args, spec.kwargs, get_settings().max_payload_bytes)
+    values.update((name, value) for name, value in columns.items() if value)
     using = router.db_for_write(Job)
     conn = connections[using]  # looked up once (a thread-local read)
     job_id, queue = new.id, c.queue
