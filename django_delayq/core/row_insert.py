@@ -41,6 +41,7 @@ from operator import itemgetter
 from typing import Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, Field, JSONField
 from django.db.models.constants import OnConflict
 from django.db.models.signals import post_init, pre_init
@@ -349,7 +350,7 @@ def existing(using: str, ids: Collection[str], batch_size: int = 1000) -> set[st
     return found
 
 
-def has_copy(connection: Any) -> bool:
+def has_copy(connection: BaseDatabaseWrapper) -> bool:
     connection.ensure_connection()
     return hasattr(connection.connection, "pipeline")  # psycopg 3: cursor.copy() streams rows
 
