@@ -179,7 +179,8 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
     # One INSERT (per 1,000 rows) and one Redis call (per 1,000 jobs) for the specs, each
     # made as schedule() makes one: the call's options checked once, a spec's own per spec
     c, max_payload = call.check(fn), get_settings().max_payload_bytes
-    made = [c.over(spec).new(spec.args, spec.kwargs, max_payload) for spec in specs]
+    made = [c.over(spec).new(spec.args, spec.kwargs, max_payload, spec.delay, spec.at)
+            for spec in specs]
     job_ids = [new.id for _, new in made]
     keyed = [new.id for row, new in made if "key" in row]  # replaying them adds nothing
     if keyed and (found := row_insert.existing(using, keyed, batch_size)):

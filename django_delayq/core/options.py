@@ -195,25 +195,27 @@ class Checked:
 
     def over(self, spec: JobOptions) -> Checked:
         """These options with those ``spec`` sets, checked, in their place: its run-time
-        options, its key and its due time (a job of ``schedule_many``)."""
+        options and its key (a job of ``schedule_many``; its due time: ``new``'s)."""
         own = _own(spec, self.path)
         if spec.key is not None:
             validation.check_key(spec.key)
             own["key"] = spec.key
-        if spec.delay is not None or spec.at is not None:
-            own["at"], own["delay_s"] = validation.when(spec.delay, spec.at, self.use_tz)
         return replace(self, **own) if own else self
 
-    def new(self, args: object, kwargs: object, max_payload: int) -> tuple[dict[str, Any], NewJob]:
-        """One job of these options: its row's values (a column left out takes its default,
-        None or {}: the INSERT writes it as a literal, core/row_insert.py) and its entry for
-        Redis. Its id derives from the key for ``keep`` (same key, same id), else fresh."""
+    def new(self, args: object, kwargs: object, max_payload: int, delay: object = None,
+            at: object = None) -> tuple[dict[str, Any], NewJob]:
+        """One job of these options, due at ``delay``/``at`` (checked; neither: the due time
+        of these options): its row's values (a column left out takes its default, None or
+        {}: the INSERT writes it as a literal, core/row_insert.py) and its entry for Redis.
+        Its id derives from the key for ``keep`` (same key, same id), else fresh."""
         args, kwargs = self.arguments(args, kwargs, max_payload)
-        if self.at is None:
-            at_ms, delay_ms = None, int(self.delay_s * 1000)
-            run_at = self.now + timedelta(seconds=self.delay_s)
+        due, seconds = ((self.at, self.delay_s) if delay is None and at is None
+                        else validation.when(delay, at, self.use_tz))
+        if due is None:
+            at_ms, delay_ms = None, int(seconds * 1000)
+            run_at = self.now + timedelta(seconds=seconds)
         else:
-            run_at, at_ms, delay_ms = self.at, validation.at_ms(self.at), 0
+            run_at, at_ms, delay_ms = due, validation.at_ms(due), 0
         keep = self.key is not None and self.on_conflict == KEEP
         job_id = ids.id_for_key(self.queue, str(self.key)) if keep else ids.new_id()
         row = dict(id=job_id, queue=self.queue, callable_path=self.path, args=args,
