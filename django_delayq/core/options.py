@@ -107,7 +107,7 @@ class JobOptions:
         ``any_queue``: accept a queue ``DELAYQ["QUEUES"]`` does not list (the Tasks
         backend with ``QUEUES: []``). ``clash``: ``schedule()``, whose keywords share one
         namespace with the function's, refuses an option the function takes as an
-        argument (``check_no_clash``)."""
+        argument (``Binder.refuse_options``)."""
         s, use_tz = get_settings(), django_settings.USE_TZ
         now = timezone.now() if now is None else now
         validation.check_text(fn, "the callable path")
@@ -122,8 +122,8 @@ class JobOptions:
             max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
         validation.check_max_attempts(max_attempts)
         expires_at(self.expires, now=now, due=now, use_tz=use_tz)  # its moment: per job
-        if clash and (names := self.given()):
-            check_no_clash(path, names)
+        if clash and (names := self.given()) and (binder := registry.binder(path)):
+            binder.refuse_options(names)
         at, delay_s = validation.when(self.delay, self.at, use_tz)
         own = _own(self, path)
         if self.atomic is None:
@@ -422,25 +422,6 @@ def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -
     ``TaskContext`` excluded). Paths that passed ``registry.check_schedulable`` only."""
     if (binder := registry.binder(path)) is not None:
         binder.check(args, kwargs)
-
-
-def check_no_clash(path: str, names: list[str]) -> None:
-    """``schedule(fn, ..., timeout=5)`` when ``fn`` itself takes ``timeout``: the value would
-    silently become the job's option instead of the function's argument (the meaning it had
-    before these options existed), so ``InvalidJob`` says how to pass either."""
-    if (binder := registry.binder(path)) is None:
-        return
-    signature = binder.signature
-    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    clash = [n for n in names if n in signature.parameters
-             and signature.parameters[n].kind in named]
-    if clash:
-        option = clash[0]
-        raise InvalidJob(
-            "%s takes an argument named %r, and schedule(..., %s=...) sets the job's option "
-            "of that name, not the argument: pass the argument with job(fn).schedule(..., "
-            "%s=...) (every keyword goes to the function) and the option with "
-            "job(fn).using(%s=...)" % (path, option, option, option, option))
 
 
 # The run-time options' checks, in order (``_own``; None: ``check_atomic``, of the function).
