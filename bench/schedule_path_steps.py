@@ -12,7 +12,7 @@ in the order ``schedule()`` runs them:
 
 - ``options``: ``JobSpec`` made and checked (``JobOptions.check``: the allow-list, queue,
   retries, due time...);
-- ``build``: the row's values and the entry for Redis (``api.build``: the arguments'
+- ``build``: the row's values and the entry for Redis (``Checked.new``: the arguments'
   JSON and size, their binding to the function, the id);
 - ``values``: the INSERT's parameters from those values (``row_insert.values_params``);
 - ``insert``: the prepared INSERT through ``connection.cursor()`` with values prepared
@@ -59,7 +59,7 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
     from django.utils import timezone
 
     from django_delayq import schedule, signals
-    from django_delayq.core import api, commit_batch, ids, row_insert
+    from django_delayq.core import commit_batch, ids, row_insert
     from django_delayq.core.conf import get_settings
     from django_delayq.core.connection import get_engine
     from django_delayq.core.options import JobSpec
@@ -70,7 +70,7 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
     path, limit = "bench_jobs.noop", get_settings().max_payload_bytes
     spec = JobSpec(args=(1,), kwargs={}, delay=3600)
     checked = spec.check(path, clash=True)
-    values, _ = api.build(checked, spec.args, spec.kwargs, limit)  # as schedule() gives it
+    values, _ = checked.new(spec.args, spec.kwargs, limit)  # as schedule() gives it
     now = timezone.now()
     row = Job(id=ids.new_id(), queue="default", callable_path=path, args=[1], kwargs={},
               run_at=now, scheduled_for=now, max_attempts=3)
@@ -91,7 +91,7 @@ def _steps() -> dict[str, tuple[Callable[[int], object], bool]]:
     return {
         "options": (lambda i: JobSpec(args=(i,), kwargs={}, delay=3600).check(
             path, clash=True), False),
-        "build": (lambda i: api.build(checked, (i,), {}, limit), False),
+        "build": (lambda i: checked.new((i,), {}, limit), False),
         "values": (lambda i: row_insert.values_params(values, "default"), False),
         "insert": (insert, True),
         "insert_auto": (insert, False),

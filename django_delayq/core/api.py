@@ -26,7 +26,7 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import commit_batch, options, row_insert, rows, validation, workflows
+from django_delayq.core import commit_batch, options, row_insert, validation, workflows
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
 from django_delayq.core.commit_batch import set_eager_runner
 from django_delayq.core.conf import get_settings
@@ -36,7 +36,7 @@ from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, r
 from django_delayq.core.registry import check_schedulable
 from django_delayq.core.results import read, result_of, wait
 from django_delayq.core.workflows import Signature
-from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome, NewJob
+from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus
 
@@ -124,15 +124,11 @@ def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | N
 
 
 def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = False,
-              requeued_from: str | None = None, task_backend: str = "",
-              clash: bool = False) -> JobHandle:
-    s = get_settings()
+              clash: bool = False, **columns: str | None) -> JobHandle:
+    """``columns``: ``requeued_from``, ``task_backend`` (unset or empty: their defaults)."""
     c = spec.check(fn, any_queue=any_queue, clash=clash)
-    values, new = build(c, spec.args, spec.kwargs, s.max_payload_bytes)
-    if requeued_from is not None:  # else the columns' defaults (None, "")
-        values["requeued_from"] = requeued_from
-    if task_backend:
-        values["task_backend"] = task_backend
+    values, new = c.new(spec.args, spec.kwargs, get_settings().max_payload_bytes)
+    values.update((name, value) for name, value in columns.items() if value)
     using = router.db_for_write(Job)
     conn = connections[using]  # looked up once (a thread-local read)
     job_id, queue = new.id, c.queue
@@ -151,33 +147,6 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
         # a callback per call; in eager mode (unit tests) it runs the job, no Redis involved
         commit_batch.enqueue_after_commit(using, queue, [new], conn)
     return JobHandle(job_id, queue)
-
-
-def build(c: options.Checked, args: Sequence[Any], kwargs: dict[str, Any],
-          max_payload: int) -> tuple[dict[str, Any], NewJob]:
-    """One job's row values and its entry for Redis (``schedule``; ``schedule_many`` uses
-    ``rows.batch``, with the same checks)."""
-    args, kwargs = options.arguments(args, kwargs)
-    _, _, size = validation.encode_args(args, kwargs)
-    options.check_arguments(c.path, args, kwargs)
-    run_at, at_ms, delay_ms = c.due()
-    columns = c.columns(run_at)
-    new_id = c.job_id()
-    validation.check_size(size + validation.payload_head_size(c.path, c.max_attempts, c.backoff),
-                          max_payload)
-    row = dict(id=new_id, queue=c.queue, callable_path=c.path, args=args,
-               run_at=run_at, scheduled_for=run_at, created_at=c.now, updated_at=c.now,
-               max_attempts=c.max_attempts, **columns)
-    # a column left out takes its default (None, {}): the INSERT writes it as a literal
-    if kwargs:
-        row["kwargs"] = kwargs
-    if c.key is not None:
-        row["key"] = c.key
-    if c.backoff is not None:
-        row["backoff"] = c.backoff
-    # The payload stays in the row: Redis gets the id, the due time, priority and group.
-    return row, NewJob(id=new_id, at_ms=at_ms, delay_ms=delay_ms, priority=c.priority,
-                       group=c.group)
 
 
 def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
@@ -207,15 +176,22 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
     if call.after is not None or any(_alone(spec) for spec in specs):
         with transaction.atomic(using=using):
             return [_schedule(fn, spec.under(call)).id for spec in specs]
-    c = call.check(fn)
-    job_ids, jobs, insert = rows.batch(using, specs, c, batch_size=batch_size,
-                                       max_payload=get_settings().max_payload_bytes)
+    # One INSERT (per 1,000 rows) and one Redis call (per 1,000 jobs) for the specs, each
+    # made as schedule() makes one: the call's options checked once, a spec's own per spec
+    c, max_payload = call.check(fn), get_settings().max_payload_bytes
+    made = [c.over(spec).new(spec.args, spec.kwargs, max_payload, spec.delay, spec.at)
+            for spec in specs]
+    job_ids = [new.id for _, new in made]
+    keyed = [new.id for row, new in made if "key" in row]  # replaying them adds nothing
+    if keyed and (found := row_insert.existing(using, keyed, batch_size)):
+        made = [(row, new) for row, new in made if new.id not in found]
     with transaction.atomic(using=using):
-        insert()
-        if jobs:
+        row_insert.insert_many([row for row, _ in made], using, ignore_conflicts=bool(keyed),
+                               batch_size=batch_size)
+        if made:
             signals.send(signals.jobs_scheduled, queue=c.queue, callable_path=c.path,
-                         job_ids=[job.id for job in jobs])
-        commit_batch.enqueue_after_commit(using, c.queue, jobs)
+                         job_ids=[new.id for _, new in made])
+        commit_batch.enqueue_after_commit(using, c.queue, [new for _, new in made])
     return job_ids
 
 

@@ -129,11 +129,8 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
         _run_at_commit(using, pending, [job.id for job in jobs], conn.get_autocommit())
         return
     if conn.get_autocommit():  # no transaction: the rows are committed already
-        if pending.jobs:  # jobs left pending go with these
-            pending.add(queue, jobs)
-            pending.send()
-        else:
-            send(queue, jobs)
+        pending.add(queue, jobs)  # jobs left pending go with these
+        pending.send()
         return
     jobs = list(jobs)
 
@@ -143,7 +140,7 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
             pending.send()
 
     me = pending.register(send_at_commit)
-    after_commit(using, send_at_commit)
+    transaction.on_commit(send_at_commit, using=using, robust=True)  # its errors: logged
 
 
 def _run_at_commit(using: str, pending: _Pending, job_ids: list[str],
@@ -201,12 +198,6 @@ def _run_all(run: Callable[[str], object], job_ids: list[str]) -> list[Exception
     return failures
 
 
-def after_commit(using: str, fn: Callable[[], object]) -> None:
-    """Run ``fn`` when the transaction of ``using`` commits (at once in autocommit); an
-    error it raises is logged by Django, never the caller's."""
-    transaction.on_commit(fn, using=using, robust=True)
-
-
 def after_sends(using: str, fn: Callable[[], object]) -> None:
     """Run ``fn`` after the commit of ``using``'s transaction (at once in autocommit), once
     the jobs of the callbacks registered before it are sent: a cancel of a job scheduled in
@@ -218,7 +209,7 @@ def after_sends(using: str, fn: Callable[[], object]) -> None:
             pending.send()
         fn()
 
-    after_commit(using, run)
+    transaction.on_commit(run, using=using, robust=True)
 
 
 def send(queue: str, jobs: list[NewJob]) -> None:

@@ -125,6 +125,8 @@ def queue_options_problems(value: object, queues: object = ()) -> list[str]:
         return ["DELAYQ['QUEUE_OPTIONS'] must be a dict of queue name -> options such as "
                 "{'payments': {'timeout': 30, 'rate_limit': '100/m', 'concurrency': 5}}, "
                 "not %r" % (value,)]
+    names = set(queues) if isinstance(queues, (list, tuple)) else set()
+    names |= {q for q in value if isinstance(q, str)}
     found: list[str] = []
     for queue, entry in value.items():
         where = "DELAYQ['QUEUE_OPTIONS'][%r]" % (queue,)
@@ -132,11 +134,8 @@ def queue_options_problems(value: object, queues: object = ()) -> list[str]:
             found.append("%s: a queue name must be a non-empty string without braces" % where)
             continue
         found += _entry_problems(where, entry, QUEUE_KEYS)
-    names = set(queues) if isinstance(queues, (list, tuple)) else set()
-    names |= {q for q in value if isinstance(q, str)}
-    for queue, entry in value.items():
         count = entry.get("shards", 1) if isinstance(entry, dict) else 1
-        where = "DELAYQ['QUEUE_OPTIONS'][%r]['shards']" % (queue,)
+        where += "['shards']"
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_SHARDS:
             found.append("%s must be an integer from 1 to %d, not %r" % (where, MAX_SHARDS, count))
         elif count > 1 and any(entry.get(k) for k in LIMIT_KEYS):

@@ -30,9 +30,10 @@ naming the option and the bad value:
 * ``after``: jobs (handles or ids) that must succeed first; ``after_failure``: ``cancel``
   (the default) or ``run`` when one of them fails (core/workflows.py).
 
-The job's arguments are checked here too: ``arguments`` (``args`` a list or tuple,
-``kwargs`` a dict: a ``JobSpec`` is checked when it is scheduled, not when it is made)
-and ``check_arguments`` (against the function's signature).
+The job's arguments are checked here too: ``Checked.arguments`` (``args`` a list or
+tuple, ``kwargs`` a dict: a ``JobSpec`` is checked when it is scheduled, not when it is
+made; their JSON, the payload's size) and ``check_arguments`` (against the function's
+signature).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from django.utils import timezone
 
 from django_delayq.core import ids, registry, validation
 from django_delayq.core.conf import get_settings
+from django_delayq.engine.outcomes import NewJob
 from django_delayq.exceptions import InvalidJob, type_path
 
 MIN_PRIORITY, MAX_PRIORITY = -100, 100
@@ -105,7 +107,7 @@ class JobOptions:
         ``any_queue``: accept a queue ``DELAYQ["QUEUES"]`` does not list (the Tasks
         backend with ``QUEUES: []``). ``clash``: ``schedule()``, whose keywords share one
         namespace with the function's, refuses an option the function takes as an
-        argument (``check_no_clash``)."""
+        argument (``Binder.refuse_options``)."""
         s, use_tz = get_settings(), django_settings.USE_TZ
         now = timezone.now() if now is None else now
         validation.check_text(fn, "the callable path")
@@ -120,8 +122,8 @@ class JobOptions:
             max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
         validation.check_max_attempts(max_attempts)
         expires_at(self.expires, now=now, due=now, use_tz=use_tz)  # its moment: per job
-        if clash and (names := self.given()):
-            check_no_clash(path, names)
+        if clash and (names := self.given()) and (binder := registry.binder(path)):
+            binder.refuse_options(names)
         at, delay_s = validation.when(self.delay, self.at, use_tz)
         own = _own(self, path)
         if self.atomic is None:
@@ -129,12 +131,13 @@ class JobOptions:
         check_on_conflict(self.on_conflict, self.key)
         if self.key is not None:
             validation.check_key(self.key)
+        head = validation.payload_head_size(path, max_attempts, backoff)
         return Checked(path=path, queue=queue, max_attempts=max_attempts,
                        backoff=list(backoff) if isinstance(backoff, tuple) else backoff,
                        key=self.key, on_conflict=self.on_conflict, at=at, delay_s=delay_s,
                        parents=tuple(parent_ids(self.after)),
                        run_on_failure=run_on_failure(self.after_failure), now=now,
-                       use_tz=use_tz, **own)
+                       use_tz=use_tz, head=head, **own)
 
 
 NAMES = frozenset(f.name for f in fields(JobOptions))
@@ -151,7 +154,7 @@ class JobSpec(JobOptions):
     """One job: its arguments and its own options (those it leaves ``None`` take the
     call's: ``schedule_many(..., priority=...)``, ``schedule_spec(..., queue=...)``).
     ``args`` (a list or tuple) and ``kwargs`` (a dict) are checked when it is scheduled
-    (``arguments``), not here."""
+    (``Checked.arguments``), not here."""
 
     args: Sequence[Any] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
@@ -188,47 +191,78 @@ class Checked:
     run_on_failure: bool = False
     now: datetime
     use_tz: bool = True
+    head: int = 0  # UTF-8 bytes of the payload besides the arguments (its size limit)
 
     def over(self, spec: JobOptions) -> Checked:
-        """These options with the run-time options ``spec`` sets, checked, in their place
-        (a job of ``schedule_many`` with a priority of its own ...)."""
+        """These options with those ``spec`` sets, checked, in their place: its run-time
+        options and its key (a job of ``schedule_many``; its due time: ``new``'s)."""
         own = _own(spec, self.path)
+        if spec.key is not None:
+            validation.check_key(spec.key)
+            own["key"] = spec.key
         return replace(self, **own) if own else self
 
-    def due(self, delay: object = None, at: object = None) -> tuple[datetime, int | None, int]:
-        """``(run_at, at_ms, delay_ms)`` of a job due at ``delay``/``at`` (checked), or at
-        the call's due time when it gives neither."""
-        at, seconds = ((self.at, self.delay_s) if delay is None and at is None
-                       else validation.when(delay, at, self.use_tz))
-        if at is not None:
-            return at, validation.at_ms(at), 0
-        return self.now + timedelta(seconds=seconds), None, int(seconds * 1000)
+    def new(self, args: object, kwargs: object, max_payload: int, delay: object = None,
+            at: object = None) -> tuple[dict[str, Any], NewJob]:
+        """One job of these options, due at ``delay``/``at`` (checked; neither: the due time
+        of these options): its row's values (a column left out takes its default, None or
+        {}: the INSERT writes it as a literal, core/row_insert.py) and its entry for Redis.
+        Its id derives from the key for ``keep`` (same key, same id), else fresh."""
+        args, kwargs = self.arguments(args, kwargs, max_payload)
+        due, seconds = ((self.at, self.delay_s) if delay is None and at is None
+                        else validation.when(delay, at, self.use_tz))
+        if due is None:
+            at_ms, delay_ms = None, int(seconds * 1000)
+            run_at = self.now + timedelta(seconds=seconds)
+        else:
+            run_at, at_ms, delay_ms = due, validation.at_ms(due), 0
+        keep = self.key is not None and self.on_conflict == KEEP
+        job_id = ids.id_for_key(self.queue, str(self.key)) if keep else ids.new_id()
+        row = dict(id=job_id, queue=self.queue, callable_path=self.path, args=args,
+                   run_at=run_at, scheduled_for=run_at, created_at=self.now,
+                   updated_at=self.now, max_attempts=self.max_attempts, **self.columns(run_at))
+        if kwargs:
+            row["kwargs"] = kwargs
+        if self.key is not None:
+            row["key"] = self.key
+        if self.backoff is not None:
+            row["backoff"] = self.backoff
+        # The payload stays in the row: Redis gets the id, the due time, priority and group.
+        return row, NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms, priority=self.priority,
+                           group=self.group)
 
-    def job_id(self) -> str:
-        """Derived from the key for ``keep`` (same key, same id), else fresh."""
-        if self.key is None or self.on_conflict != KEEP:
-            return ids.new_id()
-        return ids.id_for_key(self.queue, self.key)
+    def arguments(self, args: object, kwargs: object,
+                  max_payload: int) -> tuple[list[Any], dict[str, Any]]:
+        """A job's ``args`` and ``kwargs`` checked, as its row stores them (a list, a dict
+        of their own): ``args`` must be a list or tuple and ``kwargs`` a dict, else
+        ``InvalidJob`` naming the value (a string, bytes or a dict given as ``args`` is
+        refused, not iterated into its characters or keys); their values JSON (string
+        keys: ``validation.encode_args``), bound to the function's signature, the payload
+        within ``max_payload`` bytes."""
+        if not isinstance(args, (tuple, list)):
+            raise InvalidJob("args must be a list or tuple of the job's positional arguments, "
+                             "not %s (%s)" % (validation.short(args), type(args).__name__))
+        if not isinstance(kwargs, dict):
+            raise InvalidJob("kwargs must be a dict of the job's keyword arguments (str keys), "
+                             "not %s (%s)" % (validation.short(kwargs), type(kwargs).__name__))
+        args, kwargs = list(args), dict(kwargs)
+        size = validation.encode_args(args, kwargs)[2]
+        check_arguments(self.path, args, kwargs)
+        validation.check_size(size + self.head, max_payload)
+        return args, kwargs
 
     def columns(self, due: datetime) -> dict[str, Any]:
         """The row's columns of the run-time options (``priority`` ... ``group``) for a job due
         at ``due`` (``expires`` must be after it; ``retry_on`` a list: a JSON column),
         those whose value is not the column's default only (a row left without one gets
         that default: ``schedule()``'s INSERT writes it as a literal, core/row_insert.py)."""
-        out: dict[str, Any] = {}
-        if self.priority:
-            out["priority"] = self.priority
-        if self.timeout is not None:
-            out["timeout"] = self.timeout
-        if self.expires is not None:
-            out["expires_at"] = expires_at(self.expires, now=self.now, due=due,
+        out = {name: value for name, default in _RUNTIME.items()
+               if (value := getattr(self, name)) != default}
+        if "expires" in out:
+            out["expires_at"] = expires_at(out.pop("expires"), now=self.now, due=due,
                                            use_tz=self.use_tz)
-        if self.retry_on is not None:
-            out["retry_on"] = list(self.retry_on)
-        if self.atomic:
-            out["atomic"] = True
-        if self.group:
-            out["group"] = self.group
+        if "retry_on" in out:
+            out["retry_on"] = list(out["retry_on"])
         return out
 
 
@@ -318,14 +352,12 @@ def retry_on_paths(value: object) -> tuple[str, ...] | None:
     paths = []
     for item in items:
         if isinstance(item, type) and issubclass(item, BaseException):
-            paths.append(type_path(item))
-        elif isinstance(item, str) and not path_problem(item):
-            paths.append(item)
-        else:
-            why = path_problem(item) if isinstance(item, str) else "not an exception class"
+            item = type_path(item)  # noqa: PLW2901 - stored as its path
+        elif why := path_problem(item) if isinstance(item, str) else "not an exception class":
             raise InvalidJob("retry_on: %s is %s; give exception classes or dotted paths "
                              "such as 'requests.exceptions.Timeout'"
                              % (validation.short(item), why))
+        paths.append(item)
     if problem := retry_on_problem(paths):
         raise InvalidJob("retry_on: %s" % problem)
     return tuple(dict.fromkeys(paths))
@@ -384,20 +416,6 @@ def run_on_failure(after_failure: object) -> bool:
 
 # -- the arguments: their types, then against the function's signature --------------------
 
-def arguments(args: object, kwargs: object) -> tuple[list[Any], dict[str, Any]]:
-    """A job's ``args`` and ``kwargs`` as its row stores them (a list, a dict of their own).
-    ``args`` must be a list or tuple and ``kwargs`` a dict, else ``InvalidJob`` naming the
-    value: a string, bytes or a dict given as ``args`` is refused, not iterated into its
-    characters or keys. Their values (JSON, string keys) are ``validation.encode_args``'."""
-    if not isinstance(args, (tuple, list)):
-        raise InvalidJob("args must be a list or tuple of the job's positional arguments, "
-                         "not %s (%s)" % (validation.short(args), type(args).__name__))
-    if not isinstance(kwargs, dict):
-        raise InvalidJob("kwargs must be a dict of the job's keyword arguments (str keys), "
-                         "not %s (%s)" % (validation.short(kwargs), type(kwargs).__name__))
-    return list(args), dict(kwargs)
-
-
 def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -> None:
     """``InvalidJob`` when ``fn(*args, **kwargs)`` would fail to bind (a missing or an
     unexpected argument). A Django ``@task`` is checked against the function it wraps (its
@@ -406,27 +424,10 @@ def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -
         binder.check(args, kwargs)
 
 
-def check_no_clash(path: str, names: list[str]) -> None:
-    """``schedule(fn, ..., timeout=5)`` when ``fn`` itself takes ``timeout``: the value would
-    silently become the job's option instead of the function's argument (the meaning it had
-    before these options existed), so ``InvalidJob`` says how to pass either."""
-    if (binder := registry.binder(path)) is None:
-        return
-    signature = binder.signature
-    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    clash = [n for n in names if n in signature.parameters
-             and signature.parameters[n].kind in named]
-    if clash:
-        option = clash[0]
-        raise InvalidJob(
-            "%s takes an argument named %r, and schedule(..., %s=...) sets the job's option "
-            "of that name, not the argument: pass the argument with job(fn).schedule(..., "
-            "%s=...) (every keyword goes to the function) and the option with "
-            "job(fn).using(%s=...)" % (path, option, option, option, option))
-
-
 # The run-time options' checks, in order (``_own``; None: ``check_atomic``, of the function).
 _CHECKS: tuple[tuple[str, Callable[[Any], Any] | None], ...] = (
     ("priority", check_priority), ("timeout", timeout_seconds),
     ("expires", lambda value: value),  # its type checked; its moment depends on the due time
     ("retry_on", retry_on_paths), ("atomic", None), ("group", validation.check_group))
+# Their values in a ``Checked`` that leaves them unset: the columns' defaults.
+_RUNTIME = {f.name: f.default for f in fields(Checked) if f.name in dict(_CHECKS)}

@@ -65,24 +65,15 @@ def check(value: object) -> str:
     return encoded
 
 
-def row_writer(job_id: str) -> Callable[[Any], None]:
-    """Writes one progress value on ``job_id``'s row unless the row is final."""
-
-    def write(value: object) -> None:
-        using = router.db_for_write(Job)
-        (Job.objects.using(using).filter(pk=job_id).exclude(status__in=FINAL_STATUSES)
-         .update(progress=value))
-
-    return write
-
-
 class Reporter:
-    """The throttled progress of one attempt. ``writes`` counts the values written."""
+    """The throttled progress of one attempt. ``writes`` counts the values written;
+    ``write`` writes one (by default on the job's row, unless the row is final)."""
 
-    def __init__(self, job_id: str, write: Callable[[Any], None],
+    def __init__(self, job_id: str, write: Callable[[Any], None] | None = None,
                  interval: float = INTERVAL_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.job_id, self._write, self.interval, self._clock = job_id, write, interval, clock
+        self.job_id, self.interval, self._clock = job_id, interval, clock
+        self._write = write or self._write_row
         self._lock = threading.Lock()  # a job may report from threads of its own
         self._write_lock = threading.Lock()  # one write at a time, in the order sent
         self._last: float | None = None
@@ -121,6 +112,10 @@ class Reporter:
             with self._write_lock:
                 self._write_logged(value)
 
+    def _write_row(self, value: object) -> None:
+        (Job.objects.using(router.db_for_write(Job)).filter(pk=self.job_id)
+         .exclude(status__in=FINAL_STATUSES).update(progress=value))
+
     def _write_logged(self, value: object) -> None:
         try:
             self._write(value)
@@ -145,11 +140,10 @@ def report_progress(value: object) -> None:
 
 
 @contextmanager
-def running(ctx: context.JobContext,
-            write: Callable[[Any], None] | None = None) -> Iterator[Reporter]:
+def running(ctx: context.JobContext) -> Iterator[Reporter]:
     """Run the block as job ``ctx``: ``current_job()`` returns it and ``report_progress``
-    writes to its row (or ``write``); the last value pending is written on exit."""
-    reporter = Reporter(ctx.id, write or row_writer(ctx.id))
+    writes to its row; the last value pending is written on exit."""
+    reporter = Reporter(ctx.id)
     job_token = context._current.set(ctx)
     token = _reporter.set(reporter)
     try:

@@ -24,13 +24,16 @@ instead of psycopg merging them into the SQL text. ``Job`` has no ``pre_save`` w
 ``auto_now``) and no save signals are sent: ``schedule()`` sends its own. With
 ``pre_init``/``post_init`` receivers, ``insert_values`` builds the ``Job`` (they see it)
 and inserts its values; with a column left to the database (``db_default``), it calls
-``save()``: one interface.
+``save()``: one interface. ``insert_many`` writes ``schedule_many``'s rows through the
+same plans (one ``executemany`` per plan, or one COPY on PostgreSQL); ``existing`` says
+which ids have a row already.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from datetime import UTC, datetime
@@ -38,7 +41,9 @@ from operator import itemgetter
 from typing import Any
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import DateTimeField, Field, JSONField
+from django.db.models.constants import OnConflict
 from django.db.models.signals import post_init, pre_init
 
 from django_delayq.models import Job
@@ -52,6 +57,7 @@ _PLAIN = {"CharField": str, "TextField": str, "IntegerField": int, "BigIntegerFi
 
 @dataclass(frozen=True, slots=True)
 class _Statement:
+    table: str  # the table and its columns: ``"table" ("id", ...)``
     head: str  # the INSERT of every column up to its VALUES' parenthesis (a plan's follows)
     # per field, in the statement's column order: its attname, its preparer, its default
     # prepared once (a constant default whose prepared value is immutable; else
@@ -120,12 +126,13 @@ def _statement(using: str) -> _Statement:
         connection = connections[using]
         qn = connection.ops.quote_name
         fields: list[Field[Any, Any]] = list(Job._meta.local_concrete_fields)
-        head = "INSERT INTO %s (%s) VALUES (" % (
-            qn(str(Job._meta.db_table)), ", ".join(qn(str(f.column)) for f in fields))
+        table = "%s (%s)" % (qn(str(Job._meta.db_table)),
+                             ", ".join(qn(str(f.column)) for f in fields))
         by_name = [(f.attname, prep, _prepared_default(f, prep, connection),
                     type(f) is DateTimeField, _plain_type(f), _immutable(prep, None, connection))
                    for f, prep in ((f, _preparer(f)) for f in fields)]
-        found = _statements[using] = _Statement(head, by_name, connection.vendor == "sqlite")
+        found = _statements[using] = _Statement(table, "INSERT INTO %s VALUES (" % table,
+                                                by_name, connection.vendor == "sqlite")
     return found
 
 
@@ -293,6 +300,59 @@ def insert_values(values: dict[str, Any], using: str, connection: Any = None) ->
     plan, out = _fill(values, using, connection, full=False)
     with connection.cursor() as cursor:
         cursor.execute(plan.sql, plan.bound(out))
+
+
+def insert_many(rows: Sequence[dict[str, Any]], using: str, *, ignore_conflicts: bool,
+                batch_size: int) -> None:
+    """``insert_values`` of many rows (``schedule_many``; no ``Job`` is built for a
+    ``pre_init`` receiver): on PostgreSQL (psycopg 3) one COPY of every column, else one
+    ``executemany`` per plan and ``batch_size`` rows; ``ignore_conflicts``: the INSERT
+    skips a row whose id exists (then never COPY)."""
+    connection = connections[using]
+    if not rows:
+        return
+    if connection.vendor == "postgresql" and not ignore_conflicts and has_copy(connection):
+        sql = "COPY %s FROM STDIN" % _statement(using).table  # several times faster
+        with connection.cursor() as wrapper, wrapper.cursor.copy(sql) as copy:
+            for values in rows:
+                copy.write_row(_fill(values, using, connection)[1])
+        return
+    by_plan: dict[str, list[Sequence[Any]]] = {}
+    for values in rows:
+        plan, out = _fill(values, using, connection, full=False)
+        by_plan.setdefault(plan.sql, []).append(plan.bound(out))
+    ops, skip = connection.ops, OnConflict.IGNORE if ignore_conflicts else None
+    with connection.cursor() as cursor:
+        for plain, params in by_plan.items():  # INSERT OR IGNORE, ON CONFLICT DO NOTHING
+            sql = "%s%s %s" % (ops.insert_statement(on_conflict=skip), plain[len("INSERT INTO"):],
+                               ops.on_conflict_suffix_sql(_CONCRETE, skip, None, None))
+            for i in range(0, len(params), batch_size):
+                cursor.executemany(sql, params[i:i + batch_size])
+
+
+def existing(using: str, ids: Collection[str], batch_size: int = 1000) -> set[str]:
+    """Which of ``ids`` already have a row (SQLite: one query, the ids as a JSON array)."""
+    conn = connections[using]
+    ops = conn.ops
+    sql = "SELECT %s FROM %s WHERE %s IN (%%s)" % (
+        ops.quote_name("id"), ops.quote_name(Job._meta.db_table), ops.quote_name("id"))
+    chunk = list(ids)
+    found: set[str] = set()
+    with conn.cursor() as cursor:
+        if conn.vendor == "sqlite":
+            cursor.execute(sql % "SELECT value FROM json_each(%s)", [json.dumps(chunk)])
+            return {row[0] for row in cursor.fetchall()}
+        size = min(batch_size, conn.features.max_query_params or batch_size)
+        for i in range(0, len(chunk), size):
+            part = chunk[i:i + size]
+            cursor.execute(sql % ", ".join(["%s"] * len(part)), part)
+            found.update(row[0] for row in cursor.fetchall())
+    return found
+
+
+def has_copy(connection: BaseDatabaseWrapper) -> bool:
+    connection.ensure_connection()
+    return hasattr(connection.connection, "pipeline")  # psycopg 3: cursor.copy() streams rows
 
 
 # No column left to the database (``db_default`` without ``default``): the values of a

@@ -362,6 +362,21 @@ class Binder:
         if not (self.anything or counted):
             bind(self.signature, self.path, args, kwargs)
 
+    def refuse_options(self, names: list[str]) -> None:
+        """``schedule(fn, ..., timeout=5)`` when ``fn`` itself takes ``timeout``: the value
+        would silently become the job's option (``names``: those given) instead of the
+        function's argument (the meaning it had before these options existed), so
+        ``InvalidJob`` says how to pass either."""
+        params = self.signature.parameters
+        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        if clash := [n for n in names if n in params and params[n].kind in named]:
+            option = clash[0]
+            raise InvalidJob(
+                "%s takes an argument named %r, and schedule(..., %s=...) sets the job's "
+                "option of that name, not the argument: pass the argument with "
+                "job(fn).schedule(..., %s=...) (every keyword goes to the function) and the "
+                "option with job(fn).using(%s=...)" % (self.path, option, option, option, option))
+
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 

@@ -283,7 +283,8 @@ def take(row: Job, mode: str, using: str) -> str | None:
                                                                       flat=True).first()
         if holder is None:
             continue  # deleted meanwhile: create it again
-        live = _live(holder, using)
+        live = (Job.objects.using(using).filter(pk=holder, status__in=UNFINISHED_STATUSES)
+                .only("id", "queue", "status", "callable_path").first())  # pending or running
         if live is not None and mode == DROP:
             return live.id
         if live is not None:
@@ -292,12 +293,6 @@ def take(row: Job, mode: str, using: str) -> str | None:
             return None
     raise DelayQError("key %r of queue %r: its holder changed %d times in a row while this "
                       "call tried to take it" % (row.key, row.queue, ROUNDS))
-
-
-def _live(job_id: str, using: str) -> Job | None:
-    """The holder's row if it is not final (pending or running)."""
-    return (Job.objects.using(using).filter(pk=job_id, status__in=UNFINISHED_STATUSES)
-            .only("id", "queue", "status", "callable_path").first())
 
 
 def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:

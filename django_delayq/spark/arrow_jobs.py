@@ -5,7 +5,7 @@ microseconds for ``at_col``, seconds for ``delay_col``), ``_key``, ``_a0..`` and
 ``_k0..``. Everything a job needs (id, run_at, args/kwargs JSON, at_ms/delay_ms) is
 computed one column at a time with pyarrow or numpy; the checks of ``schedule()`` run
 once per column, with the limits of ``validation`` (the payload size in UTF-8 bytes,
-like ``rows.batch``; Redis gets ids and due times only), and an error names the bad
+like ``schedule_many``; Redis gets ids and due times only), and an error names the bad
 value and its row. The checks find a bad value by its position in the batch; ``build``
 then replaces that position (``row N of the batch``, meaningless to the caller, whose
 DataFrame is cut into batches by Spark) by the row itself: its key when it has one, else
@@ -155,7 +155,7 @@ def _payload(t: Target, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
 
 def _check_size(t: Target, args: pa.Array, kwargs: pa.Array) -> None:
     """The payload is limited in UTF-8 bytes as the compact array
-    ``[path,args,kwargs,max_attempts(,backoff)]``, like ``rows.batch``."""
+    ``[path,args,kwargs,max_attempts(,backoff)]``, like ``schedule_many``."""
     fixed = validation.payload_head_size(t.path, t.max_attempts, t.backoff)
     sizes = pc.add(pc.add(pc.binary_length(args), pc.binary_length(kwargs)), fixed)
     if len(sizes) and pc.max(sizes).as_py() > t.max_payload:

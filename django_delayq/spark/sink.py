@@ -28,8 +28,8 @@ from django.utils import timezone
 
 from django_delayq import signals
 from django_delayq.core.api import enqueue_or_outbox
-from django_delayq.core.rows import COPY_ESCAPES, RowWriter, text_datetimes
 from django_delayq.engine.outcomes import NewJob
+from django_delayq.spark.column_rows import COPY_ESCAPES, ColumnWriter, text_datetimes
 
 if TYPE_CHECKING:
     from django_delayq.spark.arrow_jobs import JobColumns, Target
@@ -44,7 +44,7 @@ def _run_at_text(cols: JobColumns, mode: str) -> pa.Array:
     return text
 
 
-def _run_at_objects(cols: JobColumns, writer: RowWriter) -> list[Any]:
+def _run_at_objects(cols: JobColumns, writer: ColumnWriter) -> list[Any]:
     moments = pc.cast(cols.run_at_us, pa.timestamp("us", tz="UTC")).to_pylist()
     if not django_settings.USE_TZ:
         moments = [timezone.make_naive(m) for m in moments]
@@ -57,7 +57,7 @@ def _escape(text: pa.Array) -> pa.Array:
     return text
 
 
-def _copy_payload(cols: JobColumns, writer: RowWriter) -> str:
+def _copy_payload(cols: JobColumns, writer: ColumnWriter) -> str:
     """Every row as a line of COPY text, in the table's column order."""
     n = len(cols.ids)
     varying: dict[str, Any] = {
@@ -75,7 +75,7 @@ def _copy_payload(cols: JobColumns, writer: RowWriter) -> str:
     return str(pc.binary_join(whole, "")[0].as_py())
 
 
-def _prepare(cols: JobColumns, writer: RowWriter, mode: str | None,
+def _prepare(cols: JobColumns, writer: ColumnWriter, mode: str | None,
              batch_size: int) -> Callable[[], JobColumns]:
     """Build the statement or COPY text, outside the transaction; the returned function
     inserts the rows and returns the jobs to enqueue (the new ones)."""
@@ -111,7 +111,7 @@ def _enqueue(queue: str, cols: JobColumns) -> None:
 def _commit(t: Target, cols: JobColumns, *, using: str, now: datetime,
             batch_size: int) -> JobColumns:
     """Insert and commit the audit rows of ``cols``; return the jobs to enqueue."""
-    writer = RowWriter(using, queue=t.queue, path=t.path, max_attempts=t.max_attempts,
+    writer = ColumnWriter(using, queue=t.queue, path=t.path, max_attempts=t.max_attempts,
                        backoff=t.backoff, now=now)
     mode = text_datetimes(using)
     if cols.keyed and mode != "copy":

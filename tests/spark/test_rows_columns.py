@@ -1,4 +1,4 @@
-"""RowWriter's column-wise writes (schedule_dataframe's sink) on the test database:
+"""ColumnWriter's column-wise writes (schedule_dataframe's sink) on the test database:
 SQLite here, PostgreSQL too with DELAYQ_TEST_DB=postgres."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import transaction
 
-from django_delayq.core.rows import RowWriter, copy_escape, text_datetimes
 from django_delayq.models import Job
+from django_delayq.spark.column_rows import ColumnWriter, copy_escape, text_datetimes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -18,12 +18,12 @@ NOW = datetime(2030, 1, 2, 3, 4, 5, 123456, tzinfo=UTC)
 ADD = "tests.jobs.add"
 
 
-def _writer() -> RowWriter:
-    return RowWriter("default", queue="emails", path=ADD, max_attempts=2, backoff=[1, 2],
+def _writer() -> ColumnWriter:
+    return ColumnWriter("default", queue="emails", path=ADD, max_attempts=2, backoff=[1, 2],
                      now=NOW)
 
 
-def _run_at(writer: RowWriter, moment: datetime) -> object:
+def _run_at(writer: ColumnWriter, moment: datetime) -> object:
     if text_datetimes("default") == "sqlite":
         return str(moment.replace(tzinfo=None))
     return writer.adapt(moment)
