@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from django_delayq.spark import charts, html
+from django_delayq.spark import charts, report_html
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES
 from django_delayq.spark.preflight import check_paths, writable_dir
 from django_delayq.spark.session import build_session
@@ -93,7 +93,7 @@ def write_outputs(report: dict[str, Any], out: Path | str) -> ReportFiles:
     }
     pngs = charts.write_charts(report, out)
     html_path = out / "report.html"
-    html_path.write_text(html.render(report, pngs), encoding="utf-8")
+    html_path.write_text(report_html.render(report, pngs), encoding="utf-8")
     return ReportFiles(json=json_path, html=html_path, csv=csvs, charts=pngs, report=report)
 
 
