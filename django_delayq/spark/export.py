@@ -62,6 +62,7 @@ from django.utils import timezone
 
 from django_delayq.models import Job
 from django_delayq.spark import export_attempts, pending, records, schema
+from django_delayq.spark.export_arguments import BadArgument, check_arguments
 from django_delayq.spark.preflight import writable_dir
 from django_delayq.spark.progress_bar import Progress
 from django_delayq.spark.writer import DayPartitionedWriter
@@ -69,8 +70,8 @@ from django_delayq.spark.writer import DayPartitionedWriter
 STATE_FILE = "_delayq_export_state.json"
 DEFAULT_CHUNK = 5000
 REDACTED = schema.REDACTED
-KEEP = frozenset({"id", "created_at", "updated_at"})  # paging, partitions, newest version
 DEFAULT_OVERLAP = timedelta(seconds=60)
+__all__ = ["BadArgument", "ExportResult", "export_jobs"]  # BadArgument: delayq_export's
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -191,37 +192,6 @@ def _write_state(root: Path, state: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-def _names(value: str | Iterable[str] | None) -> tuple[str, ...]:
-    """Column names from ``"a,b"`` or ``["a", "b,c"]``, sorted, without duplicates."""
-    if value is None:
-        return ()
-    parts = [value] if isinstance(value, str) else list(value)
-    return tuple(sorted({n.strip() for p in parts for n in p.split(",") if n.strip()}))
-
-
-def column_choice(exclude: str | Iterable[str] | None,
-                  redact: str | Iterable[str] | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Validated ``(exclude, redact)``; a ValueError names every bad column."""
-    left_out, hidden = _names(exclude), _names(redact)
-    known = set(schema.JOB_COLUMNS)
-    text = {f.name for f in schema.JOB_SCHEMA if pa.types.is_string(f.type)}
-    problems = []
-    if unknown := sorted((set(left_out) | set(hidden)) - known):
-        problems.append("unknown column(s) %s (columns: %s)"
-                        % (", ".join(unknown), ", ".join(schema.JOB_COLUMNS)))
-    if needed := sorted((set(left_out) | set(hidden)) & KEEP):
-        problems.append("%s cannot be excluded or redacted (needed to page, partition and "
-                        "deduplicate)" % ", ".join(needed))
-    if both := sorted(set(left_out) & set(hidden)):
-        problems.append("%s both excluded and redacted; pick one" % ", ".join(both))
-    if not_text := sorted(set(hidden) & (known - text - KEEP)):
-        problems.append("only text columns can be redacted, not %s (exclude them instead)"
-                        % ", ".join(not_text))
-    if problems:
-        raise ValueError("; ".join(problems))
-    return left_out, hidden
 
 
 def _check_columns(state: dict[str, Any] | None, exclude: tuple[str, ...],
@@ -366,7 +336,8 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
                 stream: TextIO | None = None, exclude: str | Iterable[str] | None = None,
                 redact: str | Iterable[str] | None = None,
                 overlap: timedelta = DEFAULT_OVERLAP) -> ExportResult:
-    excluded, redacted = column_choice(exclude, redact)
+    excluded, redacted = check_arguments(since, until, chunk_size, settle, overlap,
+                                         exclude, redact)
     root = Path(root)
     prepare_root(root)
     state = read_state(root)

@@ -18,7 +18,7 @@ from typing import Any, TextIO
 
 from django_delayq.spark import charts, report_html
 from django_delayq.spark.constants import FINAL, PERCENTILE_NAMES, STATUSES
-from django_delayq.spark.preflight import check_paths, writable_dir
+from django_delayq.spark.preflight import check_paths, is_url, writable_dir
 from django_delayq.spark.session import build_session
 from django_delayq.spark.stages import StageProgress
 
@@ -109,6 +109,9 @@ def run_report(spark: Any, out: Path | str, *, input: Path | str | None = None,
     any row is read."""
     from django_delayq.spark import source, summary  # lazy: pyspark, once the paths are checked
 
+    if _bad_bucket(bucket_seconds):
+        raise ValueError("bucket_seconds must be an int > 0, or None (chosen from the data's "
+                         "span), not %r" % (bucket_seconds,))
     check_paths(out, None if jdbc_url else input)
     with StageProgress(spark, stream, enabled=progress, every=progress_every) as steps:
         with steps.step("reading jobs from %s" % (jdbc_url.split("?")[0] if jdbc_url
@@ -155,11 +158,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Time-series bucket (default: chosen from the data's span).")
 
 
-def check_arguments(opts: Mapping[str, Any]) -> str | None:
+def _bad_bucket(seconds: object) -> bool:
+    return seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, int)
+                                    or seconds <= 0)
+
+
+def check_arguments(opts: Mapping[str, Any], *, local_jar: bool = True) -> str | None:
+    """The options' problem, in one line, or None. With ``local_jar``, ``--jdbc-jar``
+    must be a file on this machine (else Spark starts, then dies in a Py4J traceback);
+    not under ``spark-submit``, whose driver may run on a node ``--jars`` shipped it to."""
+    jar = opts.get("jdbc_jar")
     if not opts.get("input") and not opts.get("jdbc_url"):
         return "give --input DIR (a delayq_export directory) or --jdbc-url"
-    if opts.get("jdbc_url") and not opts.get("jdbc_jar"):
+    if opts.get("jdbc_url") and not jar:
         return "--jdbc-url needs --jdbc-jar (the driver jar, e.g. postgresql-42.x.jar)"
+    if jar and local_jar and not is_url(jar) and not Path(jar).is_file():
+        return "--jdbc-jar %s is not a file (give the driver jar, e.g. postgresql-42.x.jar)" \
+            % jar
+    if _bad_bucket(opts.get("bucket_seconds")):
+        return ("--bucket-seconds must be > 0, not %s (leave it out to have one chosen from "
+                "the data's span)" % opts["bucket_seconds"])
     return None
 
 
@@ -167,7 +185,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="delayq report on Spark")
     add_arguments(parser)
     opts = vars(parser.parse_args(argv))
-    if problem := check_arguments(opts):
+    if problem := check_arguments(opts, local_jar=False):
         parser.error(problem)
     try:  # before Spark starts: seconds to start, minutes to compute
         check_paths(opts["out"], None if opts["jdbc_url"] else opts["input"])

@@ -54,6 +54,35 @@ def test_other_bad_options_exit_2_without_a_traceback(args: tuple[str, ...]) -> 
     assert "Traceback" not in proc.stderr and "CommandError" in proc.stderr
 
 
+@pytest.mark.parametrize("args, named", [
+    (("delayq_export", "--exclude", "nope"), "unknown column(s) nope"),
+    (("delayq_export", "--exclude", "id"), "id cannot be excluded or redacted"),
+    (("delayq_export", "--redact", "created_at"), "created_at cannot be excluded or redacted"),
+    (("delayq_export", "--redact", "attempts"), "only text columns can be redacted, not attempts"),
+    (("delayq_export", "--settle", "-3"), "--settle must be a number of seconds from 0 to "
+                                          "31536000 (a year), not -3.0"),
+    (("delayq_export", "--settle", "nan"), "--settle must be a number of seconds"),
+    (("delayq_export", "--since", "2026-11-30", "--until", "2026-11-29"),
+     "since 2026-11-30T00:00:00+00:00 is not before until 2026-11-29T00:00:00+00:00"),
+    (("delayq_report", "--input", "/no-such-export"), "no exported jobs at /no-such-export"),
+    (("delayq_report", "--input", "/tmp", "--bucket-seconds", "0"),
+     "--bucket-seconds must be > 0, not 0 (leave it out"),
+    (("delayq_report", "--input", "/tmp", "--bucket-seconds", "-5"),
+     "--bucket-seconds must be > 0, not -5"),
+    (("delayq_report", "--jdbc-url", "jdbc:postgresql://db:5432/shop", "--jdbc-jar",
+      "/nonexistent.jar"), "--jdbc-jar /nonexistent.jar is not a file"),
+])
+def test_export_and_report_name_a_bad_value_and_exit_2(tmp_path: Path, args: tuple[str, ...],
+                                                       named: str) -> None:
+    """Nothing read, written or started: one line naming the value, exit 2 (1 is for
+    failures while working). A missing jar failed after Spark started, ~10 s and a
+    Py4J traceback later."""
+    proc = manage(*args, "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and named in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def _finished_jobs(n: int, attempts_each: int, *, days_ago: float) -> None:
     when = timezone.now() - timedelta(days=days_ago)
     Job.objects.bulk_create([

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from django_delayq.models import Job
-from django_delayq.spark.export import STATE_FILE, export_jobs
+from django_delayq.spark.export import STATE_FILE, BadArgument, export_jobs
 from tests.spark.data import BASE, known_jobs, save_jobs
 
 pytestmark = pytest.mark.django_db
@@ -216,3 +217,29 @@ def test_overlap_option_reaches_the_export_and_bad_values_are_refused(tmp_path: 
     for bad in ("-1", "nan", "inf", "1e12"):
         with pytest.raises(CommandError, match="--overlap must be a number of seconds"):
             call_command("delayq_export", "--out", str(tmp_path), "--overlap", bad, verbosity=0)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"overlap": timedelta(seconds=-5)}, "overlap must be a timedelta from 0 to 365 days "
+                                         "(a year), not timedelta(seconds=-5.0)"),
+    ({"overlap": 600}, "overlap must be a timedelta from 0 to 365 days (a year), not 600"),
+    ({"overlap": timedelta(days=366)}, "overlap must be a timedelta from 0 to 365 days (a "
+                                       "year), not timedelta(seconds=31622400.0)"),
+    ({"settle": timedelta(seconds=-3)}, "settle must be a timedelta from 0 to 365 days (a "
+                                        "year), not timedelta(seconds=-3.0)"),
+    ({"settle": 2.0}, "settle must be a timedelta from 0 to 365 days (a year), not 2.0"),
+    ({"chunk_size": 0}, "chunk_size must be an int > 0, not 0"),
+    ({"chunk_size": "5000"}, "chunk_size must be an int > 0, not '5000'"),
+    ({"since": NOW, "until": NOW}, "since %s is not before until %s: the range is empty"
+                                   % (NOW.isoformat(), NOW.isoformat())),
+    ({"since": NOW.replace(tzinfo=None)}, "since must be a datetime with a time zone, not "
+                                          "datetime.datetime(2025, 3, 3, 12, 0)"),
+    ({"until": "2025-03-01"}, "until must be a datetime with a time zone, not '2025-03-01'"),
+])
+def test_export_jobs_checks_its_arguments_before_anything(tmp_path: Any, arguments: Any,
+                                                          message: str) -> None:
+    """A negative overlap was written to the state file (which the next run refused), a
+    negative settle put the mark in the future, an int overlap failed in a TypeError."""
+    with pytest.raises(BadArgument, match="^%s$" % re.escape(message)):
+        export_jobs(tmp_path / "export", now=NOW, progress=False, **arguments)
+    assert not (tmp_path / "export").exists()

@@ -98,8 +98,8 @@ def test_error_bars_keep_whole_distinct_labels() -> None:
 
 
 def test_summary_fits_without_sideways_scrolling(spark: Any, tmp_path: Any) -> None:
-    from django_delayq.spark.report_html import MAX_COLUMNS
     from django_delayq.spark.report import write_outputs
+    from django_delayq.spark.report_html import MAX_COLUMNS
     from django_delayq.spark.summary import compute_report
 
     jobs, _ = _retrying_and_finished()

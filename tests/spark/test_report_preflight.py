@@ -5,9 +5,11 @@ just that."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,7 +41,9 @@ print("pyspark" in sys.modules)
 
 
 def _cases(tmp_path: Path) -> dict[str, tuple[list[str], str]]:
-    """name: (arguments, the one line expected)."""
+    """name: (arguments, the one line expected). An unwritable ``--out`` is a failure
+    while working (exit 1, as for delayq_export); a missing ``--input`` a bad option
+    (exit 2)."""
     export = tmp_path / "export"
     export.mkdir()  # an export that found no rows yet: a report of 0 jobs, were --out good
     in_the_way = tmp_path / "a-file"
@@ -68,7 +72,7 @@ def _run(code: str, args: list[str]) -> list[str]:
 def test_delayq_report_checks_its_paths_before_spark_starts(tmp_path: Path, case: str) -> None:
     args, line = _cases(tmp_path)[case]
     error, seconds, imported = _run(COMMAND, args)
-    assert error == "1 " + line  # a failure while working: exit 1, one line
+    assert error == "%d %s" % (1 if case == "unwritable out" else 2, line)  # one line
     assert imported == "False" and float(seconds) < 1.0
     assert not (tmp_path / "report").exists()  # a missing input creates no output
 
@@ -82,3 +86,16 @@ def test_spark_submit_entry_point_checks_them_too(tmp_path: Path, case: str) -> 
     code, seconds, imported = done.stdout.splitlines()
     assert (code, done.stderr) == ("2", "delayq report: %s\n" % line)
     assert imported == "False" and float(seconds) < 1.0
+
+
+@pytest.mark.parametrize("bad", [0, -5, 2.5, True])
+def test_run_report_refuses_a_bucket_that_is_no_positive_int(tmp_path: Path,
+                                                              bad: Any) -> None:
+    """Before the paths and before Spark: 0 was taken silently as "choose one", -5 gave
+    a report of -5 s buckets and misplaced points."""
+    from django_delayq.spark.report import run_report
+
+    with pytest.raises(ValueError, match=r"bucket_seconds must be an int > 0, or None \(chosen "
+                       r"from the data's span\), not %s" % re.escape(repr(bad))):
+        run_report(None, tmp_path / "report", input=tmp_path, bucket_seconds=bad)
+    assert not (tmp_path / "report").exists()

@@ -20,7 +20,15 @@ from django.utils import timezone
 
 from django_delayq.management.command_options import positive, spark_extra, usage_error
 
-MAX_OVERLAP = 365 * 86400  # a longer re-read is a --full export
+MAX_OVERLAP = 365 * 86400  # a longer re-read (or settle) is a --full export
+
+
+def seconds(option: str, value: float) -> timedelta:
+    """``--settle`` or ``--overlap``: from 0 to a year, else a usage error naming it."""
+    if not 0 <= value <= MAX_OVERLAP:  # also refuses nan
+        raise usage_error("%s must be a number of seconds from 0 to %d (a year), not %r"
+                          % (option, MAX_OVERLAP, value))
+    return timedelta(seconds=value)
 
 
 def parse_when(text: str) -> datetime:
@@ -62,17 +70,16 @@ class Command(BaseCommand):
         export = spark_extra("delayq_export", "export")
         positive("--chunk-size", options["chunk_size"])
         overlap = options["overlap"]
-        if overlap is not None and not 0 <= overlap <= MAX_OVERLAP:  # also refuses nan
-            raise usage_error("--overlap must be a number of seconds from 0 to %d (a year), "
-                              "not %r" % (MAX_OVERLAP, overlap))
+        settle = seconds("--settle", options["settle"])
+        overlap = export.DEFAULT_OVERLAP if overlap is None else seconds("--overlap", overlap)
         try:
             result = export.export_jobs(
                 options["out"], since=options["since"], until=options["until"],
-                full=options["full"], chunk_size=options["chunk_size"],
-                settle=timedelta(seconds=options["settle"]), progress=options["verbosity"] > 0,
-                stream=getattr(self.stderr, "_out", None), exclude=options["exclude"],
-                redact=options["redact"], overlap=export.DEFAULT_OVERLAP if overlap is None
-                else timedelta(seconds=overlap))
+                full=options["full"], chunk_size=options["chunk_size"], settle=settle,
+                progress=options["verbosity"] > 0, stream=getattr(self.stderr, "_out", None),
+                exclude=options["exclude"], redact=options["redact"], overlap=overlap)
+        except export.BadArgument as exc:  # nothing read or written: exit 2
+            raise usage_error(str(exc)) from exc
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
         attempts = "" if result.attempt_rows is None else \

@@ -31,7 +31,9 @@ class Command(BaseCommand):
         try:  # before Spark starts (seconds), let alone computes (minutes)
             preflight.check_paths(options["out"],
                                   None if options["jdbc_url"] else options["input"])
-        except (FileNotFoundError, ValueError) as exc:
+        except FileNotFoundError as exc:  # --input names no export: a bad option
+            raise usage_error(str(exc)) from exc
+        except ValueError as exc:  # --out cannot be written: a failure, exit 1
             raise CommandError(str(exc)) from exc
         spark = session.build_session(options["master"] or "local[*]",
                                       app_name="delayq-report", jars=[options["jdbc_jar"] or ""])
