@@ -347,9 +347,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
     now = now or timezone.now()
     started = time.monotonic()  # with ``now``: the attempts' clock (export_attempts)
     previous = _checked_mark(root, state, since, until, full, now + overlap)
-    mark = now - settle
-    if previous is not None and mark < previous:
-        mark = previous
+    mark = now - settle if previous is None else max(now - settle, previous)  # never back
     recorded = _recorded(root, state) if previous else None
     captured = pending.capture(now + overlap)  # before reading anything: see ``pending``
     lower = None if previous is None else previous - overlap
