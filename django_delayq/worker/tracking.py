@@ -99,10 +99,19 @@ class RunningJob:
     started_at: datetime
     limit: float | None
 
+    def over(self, now: float) -> bool:
+        """Has it reached its time limit at ``now`` (monotonic)?"""
+        return self.limit is not None and self.started_mono + self.limit <= now
+
     def info(self) -> dict[str, Any]:
         return {"id": self.job.id, "queue": self.job.queue,
                 "callable": getattr(self.job.payload, "path", ""),
                 "started_ms": int(self.started_at.timestamp() * 1000)}
+
+
+def next_limit(runs: Iterable[RunningJob]) -> float | None:
+    """The earliest moment (monotonic) one of ``runs`` reaches its time limit."""
+    return min((r.started_mono + r.limit for r in runs if r.limit is not None), default=None)
 
 
 def set_parent_death_signal(signum: int) -> bool:
@@ -219,7 +228,7 @@ class Link:
         on_drain()
         while True:  # nobody else enforces the time limits now
             now = time.monotonic()
-            over = [r for r in running() if r.limit is not None and now - r.started_mono > r.limit]
+            over = [r for r in running() if r.over(now)]
             if over:
                 logger.error("job %s: past its %gs time limit with no supervisor to stop "
                              "it; exiting (its lease will expire)", over[0].job.id, over[0].limit)

@@ -32,12 +32,13 @@ import subprocess
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
-from django_delayq.worker.tracking import EXIT_HARD_STOP
+from django_delayq.worker.tracking import EXIT_HARD_STOP, RunningJob
 
 if TYPE_CHECKING:
     from django_delayq.worker.ledger import Key
@@ -56,12 +57,6 @@ class Settled:
     failed: bool  # a failed attempt (retried, dead, cancelled): it has an attempt row
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Run:
-    started: float  # monotonic
-    limit: float | None
-
-
 @dataclass(slots=True, kw_only=True)
 class Child:
     slot: int
@@ -70,8 +65,8 @@ class Child:
     started: float = field(default_factory=time.monotonic)
     worker_id: str = ""
     held: dict[Key, ClaimedJob] = field(default_factory=dict)
-    running: dict[Key, Run] = field(default_factory=dict)
-    ended: dict[Key, Run] = field(default_factory=dict)  # finished, not settled yet
+    running: dict[Key, RunningJob] = field(default_factory=dict)
+    ended: dict[Key, RunningJob] = field(default_factory=dict)  # finished, not settled yet
     settled: deque[Settled] = field(default_factory=lambda: deque(maxlen=SETTLED_KEPT))
     doomed: dict[Key, str] = field(default_factory=dict)  # to be killed for (why)
     aside: bool = False  # doomed and draining: out of its slot, killed once ripe
@@ -117,43 +112,47 @@ class Child:
         fields = line.decode(errors="replace").split("\t")
         try:
             self._event(fields[0], fields[1:])
-        except (ValueError, IndexError):
+        except (ValueError, IndexError, KeyError):
             logger.warning("child %d: unreadable report %r", self.pid, line[:200])
 
     def _event(self, kind: str, f: list[str]) -> None:
-        if kind == "c":
-            self.claimed += 1
-            self.held[(f[0], f[1])] = ClaimedJob(
-                queue=f[0], id=f[1], token=int(f[2]), due_ms=int(f[3]), envelope="",
-                attempt=int(f[4]) if len(f) > 4 else 0, home=f[5] if len(f) > 5 else "")
-        elif kind == "s":
-            self.runs += 1
-            self.running[(f[0], f[1])] = Run(started=float(f[3]),
-                                             limit=float(f[4]) if f[4] else None)
-        elif kind == "e":
-            run = self.running.pop((f[0], f[1]), None)
-            if run is not None and (f[0], f[1]) in self.held:
-                self.ended[(f[0], f[1])] = run
-        elif kind == "x":
-            self.ended.pop((f[0], f[1]), None)
-            self.held.pop((f[0], f[1]), None)
-            if f[3] != "d":  # a deferred job's row is not touched
-                self.settled.append(Settled((f[0], f[1]), int(f[2]), f[3] == "f"))
-        elif kind == "r":
-            self.held.pop((f[0], f[1]), None)
-        elif kind == "b":
+        if kind == "b":
             self.leases_since = max(self.leases_since, float(f[0]))
-        elif kind == "h":
+            return
+        if kind == "h":
             self.worker_id = f[1]
             self.leases_since = time.monotonic()  # before its first claim
+            return
+        key = (f[0], f[1])
+        if kind == "c":
+            self.claimed += 1
+            self.held[key] = ClaimedJob(
+                queue=f[0], id=f[1], token=int(f[2]), due_ms=int(f[3]), envelope="",
+                attempt=int(f[4]) if len(f) > 4 else 0, home=f[5] if len(f) > 5 else "")
+        elif kind == "s":  # the wall clock of its start: one the ledger's record needs
+            self.runs += 1
+            started = float(f[3])
+            at = datetime.now(UTC) - timedelta(seconds=time.monotonic() - started)
+            self.running[key] = RunningJob(self.held[key], started, at,
+                                           float(f[4]) if f[4] else None)
+        elif kind == "e":
+            run = self.running.pop(key, None)
+            if run is not None and key in self.held:
+                self.ended[key] = run
+        elif kind == "x":
+            self.ended.pop(key, None)
+            self.held.pop(key, None)
+            if f[3] != "d":  # a deferred job's row is not touched
+                self.settled.append(Settled(key, int(f[2]), f[3] == "f"))
+        elif kind == "r":
+            self.held.pop(key, None)
 
     # -- decisions ------------------------------------------------------------------
 
     def overdue(self, now: float) -> list[Key]:
         """Running jobs past their time limit at ``now`` (monotonic), not doomed yet."""
         return [key for key, run in self.running.items()
-                if run.limit is not None and now - run.started > run.limit
-                and key not in self.doomed]
+                if run.over(now) and key not in self.doomed]
 
     def doomed_running(self) -> dict[Key, str]:
         """The doomed jobs still running (job key -> why)."""
@@ -170,12 +169,12 @@ class Child:
         """It holds jobs and its heartbeat has been silent for over ``allowed_s``."""
         return bool(self.held) and not self.killed and now - self.leases_since > allowed_s
 
-    def next_deadline(self, allowed_s: float | None = None) -> float | None:
+    def next_deadline(self, allowed_s: float) -> float | None:
         """The next time limit of its running jobs, or the end of its allowed silence
         (``allowed_s``, while it holds jobs), whichever comes first."""
-        ends = [run.started + run.limit for key, run in self.running.items()
+        ends = [run.started_mono + run.limit for key, run in self.running.items()
                 if run.limit is not None and key not in self.doomed]
-        if allowed_s is not None and self.held:
+        if self.held:
             ends.append(self.leases_since + allowed_s)
         return min(ends, default=None)
 

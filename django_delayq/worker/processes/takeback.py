@@ -39,23 +39,22 @@ the jobs back as for any dead worker.
 from __future__ import annotations
 
 import logging
-import time
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django_delayq.core import payloads
-from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker import runner
 from django_delayq.worker.outcome import LEASE_LOST
 from django_delayq.worker.processes.children import Child, describe_exit
 from django_delayq.worker.queue_backoff import grouped
 from django_delayq.worker.settle import Settler
-from django_delayq.worker.tracking import EXIT_OK
+from django_delayq.worker.tracking import EXIT_OK, RunningJob
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
+    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.audit import AuditWriter
     from django_delayq.worker.ledger import Key
     from django_delayq.worker.outcome import Outcome
@@ -72,7 +71,7 @@ KILLED = {  # why -> (error_type, error) of the attempt its process was killed f
 }
 
 
-Failure = tuple[ClaimedJob, float, float | None, str]  # job, started (monotonic), limit, why
+Failure = tuple[RunningJob, str]  # its run, why it failed
 
 
 class TakeBack:
@@ -90,30 +89,29 @@ class TakeBack:
             if run is None:
                 back.append(job)
             elif code != EXIT_OK:  # after a clean exit it settled what it ran itself
-                failed.append((job, run.started, run.limit, why_failed(child, key, code)))
+                failed.append((run, why_failed(child, key, code)))
         self._settle(child, failed, back)
 
-    def _outcome(self, job: ClaimedJob, started: float, limit: float | None, why: str) -> Outcome:
-        now = datetime.now(UTC)
-        started_at = datetime.fromtimestamp(now.timestamp() - (time.monotonic() - started), tz=UTC)
-        outcome = runner.timed_out(job, started_at, limit or 0.0)
+    def _outcome(self, job: ClaimedJob, run: RunningJob, why: str) -> Outcome:
+        """The failure of ``run``, whose job (with its payload) is ``job``."""
+        outcome = runner.timed_out(job, run.started_at, run.limit or 0.0)
         if why == TIMED_OUT:  # a failure of type JobTimeout, as timed_out made it
             outcome.error = ("timed out: still running after its %gs time limit; its "
-                             "process was killed" % (limit or 0.0))
+                             "process was killed" % (run.limit or 0.0))
         else:
             outcome.error_type, outcome.error = KILLED.get(why) or (
                 LEASE_LOST, "the worker process running it died (%s)" % why)
         return outcome
 
     def _settle(self, child: Child, failed: list[Failure], back: list[ClaimedJob]) -> None:
-        loaded = payloads.read([f[0] for f in failed])  # none: no query
+        loaded = payloads.read([run.job for run, _ in failed])  # none: no query
         # one cancelled while it ran is settled, never handed back
         usable = {job.id: job for job in [*loaded.run, *loaded.cancelled]}
-        outcomes = [self._outcome(usable[job.id], started, limit, why)
-                    for job, started, limit, why in failed if job.id in usable]
+        outcomes = [self._outcome(usable[run.job.id], run, why)
+                    for run, why in failed if run.job.id in usable]
         _paths(outcomes)
         # no live row: handed back, and the next claim sets it aside
-        self._hand_back(child, back + [f[0] for f in failed if f[0].id not in usable])
+        self._hand_back(child, back + [run.job for run, _ in failed if run.job.id not in usable])
         if outcomes:
             Settler(self.engine, self.settings, self.audit, child.worker_id).settle(outcomes)
             for o in outcomes:
