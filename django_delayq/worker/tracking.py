@@ -59,6 +59,7 @@ fails no attempt on its own (``Ledger.time_out_limits`` finds nothing).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -67,7 +68,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -235,18 +236,11 @@ class Link:
                 os._exit(EXIT_HARD_STOP)  # as a hard stop
             time.sleep(0.2)
 
-    def _words(self) -> Iterable[str]:
-        buffer = b""
-        while True:
-            try:
-                data = self.sock.recv(4096)
-            except OSError:
-                return
-            if not data:
-                return
-            buffer += data
-            *lines, buffer = buffer.split(b"\n")
-            yield from (line.decode(errors="replace").strip() for line in lines)
+    def _words(self) -> Iterator[str]:
+        """The supervisor's words, one a line, until its end of file."""
+        with contextlib.suppress(OSError):
+            for line in self.sock.makefile("rb"):
+                yield line.decode(errors="replace").strip()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -70,7 +70,6 @@ class Child:
     settled: deque[Settled] = field(default_factory=lambda: deque(maxlen=SETTLED_KEPT))
     doomed: dict[Key, str] = field(default_factory=dict)  # to be killed for (why)
     aside: bool = False  # doomed and draining: out of its slot, killed once ripe
-    replace_on_exit: bool = False  # set aside, its replacement waits for its exit
     killed_for: dict[Key, str] = field(default_factory=dict)
     draining: bool = False  # told to drain (recycled, or the supervisor stops)
     killed: bool = False  # SIGKILL sent
@@ -85,14 +84,12 @@ class Child:
 
     # -- reports -----------------------------------------------------------------
 
-    def read(self, *, wait: bool = True) -> bool:
-        """Read what the child sent; False at end of file (it exited or is exiting), or
-        when nothing is there and ``wait`` is False."""
+    def read(self) -> bool:
+        """Read what the child sent; False when nothing is there, or at end of file (it
+        exited or is exiting)."""
         try:
             data = self.sock.recv(65536)
-        except BlockingIOError:
-            return wait
-        except OSError:
+        except OSError:  # BlockingIOError: nothing there
             return False
         if not data:
             return False
@@ -105,7 +102,7 @@ class Child:
     def read_all(self) -> None:
         """Everything left in the socket (the process is gone; a process it started may
         still hold its end, so stop when nothing is there)."""
-        while self.read(wait=False):
+        while self.read():
             pass
 
     def _apply(self, line: bytes) -> None:

@@ -112,6 +112,8 @@ class Supervisor:
         self.silence_s = silence_allowed_s(settings.lease_ms / 1000)
         # every live child: one per slot, and those set aside (``Child.aside``)
         self.children: list[Child] = []
+        # the slots to keep a child in, and when the next may start (a slot whose child
+        # is done under --burst is left empty: dropped)
         self.next_start: dict[int, float] = dict.fromkeys(range(options.processes), 0.0)
         self.crashes: dict[int, int] = dict.fromkeys(range(options.processes), 0)
         self.signals = 0
@@ -198,10 +200,13 @@ class Supervisor:
     # -- children --------------------------------------------------------------------
 
     def _start_children(self) -> None:
+        """A child for each slot without one whose start time has come. A child set aside
+        leaves its slot at once, or, when the slot's metrics port is its, once it is gone."""
         now = time.monotonic()
-        for slot, at in list(self.next_start.items()):
-            if at <= now:
-                del self.next_start[slot]
+        taken = {c.slot for c in self.children
+                 if not c.aside or self.options.metrics_port is not None}
+        for slot, at in self.next_start.items():
+            if at <= now and slot not in taken:
                 try:
                     self._spawn(slot)
                 except OSError as exc:  # out of processes or file descriptors
@@ -271,8 +276,6 @@ class Supervisor:
             bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for
             logger.log(logging.WARNING if bad else logging.INFO,
                        "supervisor: worker process %d ended (%s)", child.pid, how)
-            if child.replace_on_exit and not self._stopping():
-                self.next_start[child.slot] = time.monotonic()
             return
         if code == EXIT_CONFIG:
             logger.error("supervisor: worker process %d: bad settings (%s); stopping",
@@ -285,6 +288,7 @@ class Supervisor:
             return
         if code == EXIT_OK and self.options.burst and not self._recycled(child):
             logger.info("supervisor: worker process %d done", child.pid)
+            self.next_start.pop(child.slot, None)
             return
         slot, delay = child.slot, 0.0
         if code == EXIT_OK or child.killed_for or time.monotonic() - child.started >= STARTUP_S:
@@ -355,12 +359,7 @@ class Supervisor:
                        "its %d other job(s) are done", what, child.pid,
                        len(set(child.running) | set(child.ended)) - len(child.doomed_running()))
         child.drain()
-        if not child.aside:  # a process takes its place at once
-            child.aside = True
-            if self.options.metrics_port is None:
-                self.next_start[child.slot] = time.monotonic()
-            else:  # the replacement serves on its port: only once it is free
-                child.replace_on_exit = True
+        child.aside = True  # a process takes its place (``_start_children``)
 
     def _kill_ripe(self) -> None:
         for child in self.children:
