@@ -60,8 +60,7 @@ from django.db import close_old_connections
 
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.processes.children import STARTUP_S, Child, describe_exit, rss_mb
-from django_delayq.worker.processes.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack
+from django_delayq.worker.processes.children import Child, TakeBack, describe_exit, rss_mb
 from django_delayq.worker.tracking import (
     EXIT_CONFIG,
     EXIT_ERROR,
@@ -78,6 +77,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 HARD_STOP_S = 10.0
+STARTUP_S = 10.0  # a child that dies sooner than this crashed at start: back off
 CHECK_S = 1.0  # cancel requests and memory, looked at this often
 TICK_S = 0.25  # the longest wait of the loop
 AWAY_S = 1.0  # a round this late: the supervisor itself was stopped or slow
@@ -265,15 +265,14 @@ class Supervisor:
             logger.exception("supervisor: could not take back the jobs of worker process "
                              "%d; their leases will expire", child.pid)
             close_old_connections()
-        if self._stopping() and code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for \
-                and self.code == EXIT_OK:
+        bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for  # on its own
+        if self._stopping() and bad and self.code == EXIT_OK:
             self.code = EXIT_ERROR
-        self._after_exit(child, code)
+        self._after_exit(child, code, bad)
 
-    def _after_exit(self, child: Child, code: int) -> None:
+    def _after_exit(self, child: Child, code: int, bad: bool) -> None:
         how = describe_exit(code)
         if child.aside:  # replaced already, unless its metrics port was in the way (then now)
-            bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for
             logger.log(logging.WARNING if bad else logging.INFO,
                        "supervisor: worker process %d ended (%s)", child.pid, how)
             return
@@ -312,8 +311,8 @@ class Supervisor:
         for child in self.children:
             overdue = [] if child.killed else child.overdue(now)
             if overdue:
-                self._doom(child, dict.fromkeys(overdue, TIMED_OUT), "job(s) %s past their time "
-                           "limit" % ", ".join(i for _, i in overdue))
+                self._doom(child, dict.fromkeys(overdue, TakeBack.TIMED_OUT),
+                           "job(s) %s past their time limit" % ", ".join(i for _, i in overdue))
 
     def _enforce_heartbeats(self, now: float) -> None:
         away = now - self._judged_at > AWAY_S
@@ -328,7 +327,7 @@ class Supervisor:
                              "has been silent for %.1fs (a job holding the GIL?): killing it "
                              "before its leases lapse", child.pid, len(child.held),
                              now - child.leases_since)
-                child.kill(dict.fromkeys(child.held, SILENT))
+                child.kill(dict.fromkeys(child.held, TakeBack.SILENT))
 
     def _check_cancels(self) -> None:
         running = {key[1]: (child, key) for child in self.children if not child.killed
@@ -345,7 +344,8 @@ class Supervisor:
         for job_id in asked:
             child, key = running[job_id]
             if not child.killed:
-                self._doom(child, {key: CANCELLED}, "job %s cancelled while it runs" % job_id)
+                self._doom(child, {key: TakeBack.CANCELLED},
+                           "job %s cancelled while it runs" % job_id)
 
     def _doom(self, child: Child, why: dict[Key, str], what: str) -> None:
         """Kill ``child`` for the jobs of ``why`` (job key -> why) as soon as that cuts
