@@ -228,8 +228,7 @@ class Link:
         logger.warning("the supervisor is gone: draining")
         on_drain()
         while True:  # nobody else enforces the time limits now
-            now = time.monotonic()
-            over = [r for r in running() if r.over(now)]
+            over = [r for r in running() if r.over(time.monotonic())]
             if over:
                 logger.error("job %s: past its %gs time limit with no supervisor to stop "
                              "it; exiting (its lease will expire)", over[0].job.id, over[0].limit)

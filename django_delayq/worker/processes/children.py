@@ -187,9 +187,7 @@ class Child:
     def unwritten(self) -> bool:
         """Is a row of a job it settled not written yet (so a kill now would lose it)?
         Reads the rows (and attempt rows) in the database; each found written is
-        forgotten. Raises when the database cannot be read."""
-        if not self.settled:
-            return False
+        forgotten. Raises when the database cannot be read (none settled: no query)."""
         ids = [s.key[1] for s in self.settled]
         rows = {pk: (status, attempts) for pk, status, attempts in
                 Job.objects.filter(pk__in=ids).values_list("pk", "status", "attempts")}
@@ -277,7 +275,7 @@ class TakeBack:
       dead by its policy) or as cancelled (its cancel was asked while it ran: ``nack`` finds
       the cancel mark, the job ends ``cancelled``, "cancelled while it ran", not retried).
       The supervisor kills a child for a job only once no other job of it runs or waits to
-      be settled (``children.Child.ripe``), so no other job is cut short by that kill;
+      be settled (``Child.ripe``), so no other job is cut short by that kill;
     - the running jobs of a child killed because its heartbeat fell silent (a job holding
       the GIL starves it) before its leases lapsed: their attempt fails with ``error_type``
       ``django_delayq.exceptions.LeaseLost``, as the lapsed lease would have (which job held
@@ -320,8 +318,6 @@ class TakeBack:
 
     def child_gone(self, child: Child, code: int) -> None:
         """Settle every job ``child`` (exited with ``code``) still held."""
-        if not child.held:
-            return
         failed: list[Failure] = []
         back: list[ClaimedJob] = []
         for key, job in child.held.items():
@@ -385,9 +381,7 @@ def why_failed(child: Child, key: Key, code: int) -> str:
 def _paths(outcomes: list[Outcome]) -> None:
     """The callable of each outcome without a payload (a job cancelled while it ran: its
     row is read only for it), for the logs and signals of its settlement."""
-    missing = [o for o in outcomes if not o.path]
-    if not missing:
-        return
+    missing = [o for o in outcomes if not o.path]  # none: no query
     paths = dict(Job.objects.filter(pk__in=[o.job.id for o in missing])
                  .values_list("pk", "callable_path"))
     for o in missing:

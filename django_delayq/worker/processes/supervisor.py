@@ -15,7 +15,7 @@ The supervisor
 - enforces hard time limits and cancels: a job running past its limit
   (``Settings.timeout_for``), or whose cancel was asked (``Job.cancel_requested``), gets
   its process SIGKILLed and its attempt recorded as timed out, or cancelled
-  (``takeback.py``). A kill for one job touches no other (*drain, then kill*): a process
+  (``TakeBack``). A kill for one job touches no other (*drain, then kill*): a process
   that still runs or settles other jobs is told to drain (its unstarted jobs go back to
   Redis, uncharged), set aside and replaced at once (N + 1 processes for a while; with
   ``--metrics-port`` the replacement waits for its port), and killed once the doomed job
@@ -27,7 +27,7 @@ The supervisor
   holds jobs, ``silence_allowed_s`` after its last beat (read after draining its socket), a
   margin before its leases lapse: so no other worker takes its jobs over while it still
   runs them. Its running jobs fail as a lapsed lease would fail them, the others are
-  handed back (``takeback.py``);
+  handed back (``TakeBack``);
 - recycles: a child that claimed ``--max-jobs-per-child`` jobs finishes them and exits;
   one whose resident memory passes ``--max-memory-per-child`` MB (looked at every
   second, once it has started a job) is told to drain; either is replaced;
@@ -332,9 +332,7 @@ class Supervisor:
     def _check_cancels(self) -> None:
         running = {key[1]: (child, key) for child in self.children if not child.killed
                    for key in child.running if key not in child.doomed}
-        if not running:
-            return
-        try:
+        try:  # none running: no query
             asked = list(Job.objects.filter(pk__in=list(running), cancel_requested=True)
                          .values_list("pk", flat=True))
         except Exception as exc:  # noqa: BLE001 - the database is down: look again later
