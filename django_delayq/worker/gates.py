@@ -135,12 +135,6 @@ class StartGate:
         self._lock = threading.Lock()
         self._slots: dict[str, tuple[str, tuple[int, int] | None, int]] = {}  # id -> its limit
 
-
-    def time_limit(self, job: ClaimedJob) -> float | None:
-        """The attempt's time limit in seconds: the job's, its queue's or the global one."""
-        env = job.payload
-        return self.settings.timeout_for(job.queue, None if env is None else env.timeout)
-
     def admit(self, job: ClaimedJob) -> Admission:
         """Whether ``job`` may start now; call right before its function."""
         env = job.payload

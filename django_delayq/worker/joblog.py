@@ -38,21 +38,22 @@ def wanted(settings: Settings) -> bool:
     return settings.log_jobs and logger.isEnabledFor(logging.INFO)
 
 
-def started(settings: Settings, job: ClaimedJob, path: str) -> None:
+def _line(settings: Settings, job: ClaimedJob, path: str, what: str, *args: object) -> None:
+    """A job's line: its id, callable, queue and attempt, then ``what`` % ``args``."""
     if wanted(settings):
-        logger.info("job %s %s queue=%s attempt=%d started", shown(job.id),
-                    shown(path or "?"), shown(job.queue), job.attempt)
+        logger.info("job %s %s queue=%s attempt=%d " + what, shown(job.id), shown(path),
+                    shown(job.queue), job.attempt, *args)
+
+
+def started(settings: Settings, job: ClaimedJob, path: str) -> None:
+    _line(settings, job, path or "?", "started")
 
 
 def succeeded(settings: Settings, o: Outcome) -> None:
-    if wanted(settings):
-        logger.info("job %s %s queue=%s attempt=%d succeeded in %.3fs", shown(o.job.id),
-                    shown(o.path), shown(o.job.queue), o.job.attempt, o.duration_s)
+    _line(settings, o.job, o.path, "succeeded in %.3fs", o.duration_s)
 
 
 def retrying(settings: Settings, o: Outcome, retry_at: datetime) -> None:
-    if wanted(settings):
-        logger.info("job %s %s queue=%s attempt=%d failed in %.3fs, retry at %s: %s: %s",
-                    shown(o.job.id), shown(o.path), shown(o.job.queue), o.job.attempt,
-                    o.duration_s, retry_at.isoformat(timespec="seconds"),
-                    shown(o.error_type), shown(o.error, 2000))
+    if wanted(settings):  # not the texts of a line that is not written
+        _line(settings, o.job, o.path, "failed in %.3fs, retry at %s: %s: %s", o.duration_s,
+              retry_at.isoformat(timespec="seconds"), shown(o.error_type), shown(o.error, 2000))

@@ -30,7 +30,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from django_delayq.worker.outcome import Kind
-from django_delayq.worker.tracking import Link, RunningJob
+from django_delayq.worker.tracking import Link, RunningJob, next_limit
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
@@ -127,8 +127,7 @@ class Ledger:
         if self.link is not None:
             return []  # hard limits: the supervisor stops the process
         with self._lock:
-            over = [(key, run) for key, run in self._running.items()
-                    if run.limit is not None and run.started_mono + run.limit <= now]
+            over = [(key, run) for key, run in self._running.items() if run.over(now)]
             for key, run in over:
                 del self._running[key]
                 self._timed_out[key, run.job.token] = run
@@ -150,9 +149,7 @@ class Ledger:
         if self.link is not None:
             return None
         with self._lock:
-            ends = [run.started_mono + run.limit for run in self._running.values()
-                    if run.limit is not None]
-        return min(ends, default=None)
+            return next_limit(self._running.values())
 
     def release_unstarted(self) -> list[ClaimedJob]:
         """Drop the jobs no thread has taken yet (to hand them back to Redis)."""

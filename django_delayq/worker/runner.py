@@ -381,7 +381,9 @@ class Execution:
                 connections.close_all()  # this thread's connections, not the caller's
                 return
             key = key_of(job)
-            if not (running := self.ledger.start(key, self.gate.time_limit(job))):
+            env = job.payload  # its time limit: the job's, its queue's or the global one
+            limit = self.settings.timeout_for(job.queue, None if env is None else env.timeout)
+            if not (running := self.ledger.start(key, limit)):
                 continue  # released during drain
             admitted: gates.Admission | None = None
             try:

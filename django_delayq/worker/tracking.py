@@ -59,6 +59,7 @@ fails no attempt on its own (``Ledger.time_out_limits`` finds nothing).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import os
@@ -67,7 +68,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -99,10 +100,19 @@ class RunningJob:
     started_at: datetime
     limit: float | None
 
+    def over(self, now: float) -> bool:
+        """Has it reached its time limit at ``now`` (monotonic)?"""
+        return self.limit is not None and self.started_mono + self.limit <= now
+
     def info(self) -> dict[str, Any]:
         return {"id": self.job.id, "queue": self.job.queue,
                 "callable": getattr(self.job.payload, "path", ""),
                 "started_ms": int(self.started_at.timestamp() * 1000)}
+
+
+def next_limit(runs: Iterable[RunningJob]) -> float | None:
+    """The earliest moment (monotonic) one of ``runs`` reaches its time limit."""
+    return min((r.started_mono + r.limit for r in runs if r.limit is not None), default=None)
 
 
 def set_parent_death_signal(signum: int) -> bool:
@@ -218,26 +228,18 @@ class Link:
         logger.warning("the supervisor is gone: draining")
         on_drain()
         while True:  # nobody else enforces the time limits now
-            now = time.monotonic()
-            over = [r for r in running() if r.limit is not None and now - r.started_mono > r.limit]
+            over = [r for r in running() if r.over(time.monotonic())]
             if over:
                 logger.error("job %s: past its %gs time limit with no supervisor to stop "
                              "it; exiting (its lease will expire)", over[0].job.id, over[0].limit)
                 os._exit(EXIT_HARD_STOP)  # as a hard stop
             time.sleep(0.2)
 
-    def _words(self) -> Iterable[str]:
-        buffer = b""
-        while True:
-            try:
-                data = self.sock.recv(4096)
-            except OSError:
-                return
-            if not data:
-                return
-            buffer += data
-            *lines, buffer = buffer.split(b"\n")
-            yield from (line.decode(errors="replace").strip() for line in lines)
+    def _words(self) -> Iterator[str]:
+        """The supervisor's words, one a line, until its end of file."""
+        with contextlib.suppress(OSError):
+            for line in self.sock.makefile("rb"):
+                yield line.decode(errors="replace").strip()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -15,7 +15,7 @@ The supervisor
 - enforces hard time limits and cancels: a job running past its limit
   (``Settings.timeout_for``), or whose cancel was asked (``Job.cancel_requested``), gets
   its process SIGKILLed and its attempt recorded as timed out, or cancelled
-  (``takeback.py``). A kill for one job touches no other (*drain, then kill*): a process
+  (``TakeBack``). A kill for one job touches no other (*drain, then kill*): a process
   that still runs or settles other jobs is told to drain (its unstarted jobs go back to
   Redis, uncharged), set aside and replaced at once (N + 1 processes for a while; with
   ``--metrics-port`` the replacement waits for its port), and killed once the doomed job
@@ -27,7 +27,7 @@ The supervisor
   holds jobs, ``silence_allowed_s`` after its last beat (read after draining its socket), a
   margin before its leases lapse: so no other worker takes its jobs over while it still
   runs them. Its running jobs fail as a lapsed lease would fail them, the others are
-  handed back (``takeback.py``);
+  handed back (``TakeBack``);
 - recycles: a child that claimed ``--max-jobs-per-child`` jobs finishes them and exits;
   one whose resident memory passes ``--max-memory-per-child`` MB (looked at every
   second, once it has started a job) is told to drain; either is replaced;
@@ -60,8 +60,7 @@ from django.db import close_old_connections
 
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.processes.children import STARTUP_S, Child, describe_exit, rss_mb
-from django_delayq.worker.processes.takeback import CANCELLED, SILENT, TIMED_OUT, TakeBack
+from django_delayq.worker.processes.children import Child, TakeBack, describe_exit, rss_mb
 from django_delayq.worker.tracking import (
     EXIT_CONFIG,
     EXIT_ERROR,
@@ -78,6 +77,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 HARD_STOP_S = 10.0
+STARTUP_S = 10.0  # a child that dies sooner than this crashed at start: back off
 CHECK_S = 1.0  # cancel requests and memory, looked at this often
 TICK_S = 0.25  # the longest wait of the loop
 AWAY_S = 1.0  # a round this late: the supervisor itself was stopped or slow
@@ -112,6 +112,8 @@ class Supervisor:
         self.silence_s = silence_allowed_s(settings.lease_ms / 1000)
         # every live child: one per slot, and those set aside (``Child.aside``)
         self.children: list[Child] = []
+        # the slots to keep a child in, and when the next may start (a slot whose child
+        # is done under --burst is left empty: dropped)
         self.next_start: dict[int, float] = dict.fromkeys(range(options.processes), 0.0)
         self.crashes: dict[int, int] = dict.fromkeys(range(options.processes), 0)
         self.signals = 0
@@ -198,10 +200,13 @@ class Supervisor:
     # -- children --------------------------------------------------------------------
 
     def _start_children(self) -> None:
+        """A child for each slot without one whose start time has come. A child set aside
+        leaves its slot at once, or, when the slot's metrics port is its, once it is gone."""
         now = time.monotonic()
-        for slot, at in list(self.next_start.items()):
-            if at <= now:
-                del self.next_start[slot]
+        taken = {c.slot for c in self.children
+                 if not c.aside or self.options.metrics_port is not None}
+        for slot, at in self.next_start.items():
+            if at <= now and slot not in taken:
                 try:
                     self._spawn(slot)
                 except OSError as exc:  # out of processes or file descriptors
@@ -260,19 +265,16 @@ class Supervisor:
             logger.exception("supervisor: could not take back the jobs of worker process "
                              "%d; their leases will expire", child.pid)
             close_old_connections()
-        if self._stopping() and code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for \
-                and self.code == EXIT_OK:
+        bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for  # on its own
+        if self._stopping() and bad and self.code == EXIT_OK:
             self.code = EXIT_ERROR
-        self._after_exit(child, code)
+        self._after_exit(child, code, bad)
 
-    def _after_exit(self, child: Child, code: int) -> None:
+    def _after_exit(self, child: Child, code: int, bad: bool) -> None:
         how = describe_exit(code)
         if child.aside:  # replaced already, unless its metrics port was in the way (then now)
-            bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for
             logger.log(logging.WARNING if bad else logging.INFO,
                        "supervisor: worker process %d ended (%s)", child.pid, how)
-            if child.replace_on_exit and not self._stopping():
-                self.next_start[child.slot] = time.monotonic()
             return
         if code == EXIT_CONFIG:
             logger.error("supervisor: worker process %d: bad settings (%s); stopping",
@@ -285,6 +287,7 @@ class Supervisor:
             return
         if code == EXIT_OK and self.options.burst and not self._recycled(child):
             logger.info("supervisor: worker process %d done", child.pid)
+            self.next_start.pop(child.slot, None)
             return
         slot, delay = child.slot, 0.0
         if code == EXIT_OK or child.killed_for or time.monotonic() - child.started >= STARTUP_S:
@@ -308,8 +311,8 @@ class Supervisor:
         for child in self.children:
             overdue = [] if child.killed else child.overdue(now)
             if overdue:
-                self._doom(child, dict.fromkeys(overdue, TIMED_OUT), "job(s) %s past their time "
-                           "limit" % ", ".join(i for _, i in overdue))
+                self._doom(child, dict.fromkeys(overdue, TakeBack.TIMED_OUT),
+                           "job(s) %s past their time limit" % ", ".join(i for _, i in overdue))
 
     def _enforce_heartbeats(self, now: float) -> None:
         away = now - self._judged_at > AWAY_S
@@ -324,14 +327,12 @@ class Supervisor:
                              "has been silent for %.1fs (a job holding the GIL?): killing it "
                              "before its leases lapse", child.pid, len(child.held),
                              now - child.leases_since)
-                child.kill(dict.fromkeys(child.held, SILENT))
+                child.kill(dict.fromkeys(child.held, TakeBack.SILENT))
 
     def _check_cancels(self) -> None:
         running = {key[1]: (child, key) for child in self.children if not child.killed
                    for key in child.running if key not in child.doomed}
-        if not running:
-            return
-        try:
+        try:  # none running: no query
             asked = list(Job.objects.filter(pk__in=list(running), cancel_requested=True)
                          .values_list("pk", flat=True))
         except Exception as exc:  # noqa: BLE001 - the database is down: look again later
@@ -341,7 +342,8 @@ class Supervisor:
         for job_id in asked:
             child, key = running[job_id]
             if not child.killed:
-                self._doom(child, {key: CANCELLED}, "job %s cancelled while it runs" % job_id)
+                self._doom(child, {key: TakeBack.CANCELLED},
+                           "job %s cancelled while it runs" % job_id)
 
     def _doom(self, child: Child, why: dict[Key, str], what: str) -> None:
         """Kill ``child`` for the jobs of ``why`` (job key -> why) as soon as that cuts
@@ -355,12 +357,7 @@ class Supervisor:
                        "its %d other job(s) are done", what, child.pid,
                        len(set(child.running) | set(child.ended)) - len(child.doomed_running()))
         child.drain()
-        if not child.aside:  # a process takes its place at once
-            child.aside = True
-            if self.options.metrics_port is None:
-                self.next_start[child.slot] = time.monotonic()
-            else:  # the replacement serves on its port: only once it is free
-                child.replace_on_exit = True
+        child.aside = True  # a process takes its place (``_start_children``)
 
     def _kill_ripe(self) -> None:
         for child in self.children:
