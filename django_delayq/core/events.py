@@ -84,12 +84,18 @@ def stream_key(prefix: str) -> str:
 
 class EventStream:
     """A bounded buffer of events and the daemon thread that writes them to ``log``
-    (the engine's ``EventLog``; or give a redis-py client, the stream's key and cap)."""
+    (the engine's ``EventLog``; or give a redis-py client, the stream's key and cap; or
+    ``connect``, which makes the ``EventLog`` at a flush, tried again at each one until it
+    works: a cluster client connects when it is made, so while no node answers the
+    events wait in the buffer like any others kept for a retry)."""
 
-    def __init__(self, client: object, key: str = "", maxlen: int = DEFAULT_MAXLEN,
+    def __init__(self, client: object = None, key: str = "", maxlen: int = DEFAULT_MAXLEN,
                  flush_seconds: float = FLUSH_SECONDS, buffer_max: int = BUFFER_MAX,
-                 idle_seconds: float = IDLE_FLUSH_SECONDS) -> None:
-        self.log = client if isinstance(client, EventLog) else EventLog(client, key, maxlen)
+                 idle_seconds: float = IDLE_FLUSH_SECONDS,
+                 connect: Callable[[], EventLog] | None = None) -> None:
+        self._connect = connect
+        self._log = None if connect is not None else (
+            client if isinstance(client, EventLog) else EventLog(client, key, maxlen))
         self.flush_seconds = flush_seconds  # the tick while busy
         self.idle_seconds = idle_seconds  # the tick otherwise (never below flush_seconds)
         self._buffer: deque[Fields] = deque(maxlen=buffer_max)
@@ -115,6 +121,14 @@ class EventStream:
     def pending(self) -> int:
         return len(self._buffer)
 
+    @property
+    def log(self) -> EventLog:
+        """The writer; made by ``connect`` on first use (raises a Redis error meanwhile)."""
+        if self._log is None:
+            assert self._connect is not None
+            self._log = self._connect()
+        return self._log
+
     def flush(self) -> int:
         """Write every buffered event (bounded script calls); return how many were written.
         On a Redis error the events not yet written go back to the buffer.
@@ -132,19 +146,20 @@ class EventStream:
             self._buffer.clear()
         if not raw:
             return 0
-        batch = self.log.order(_materialise(raw))  # grouped by stream: see engine/event_log.py
-        done = 0
+        batch, done = raw, 0
         try:
-            for covered, sent, written in self.log.append(batch):
+            log = self.log  # made here when ``connect`` is given: it may fail like a write
+            batch = log.order(_materialise(raw))  # grouped by stream: see engine/event_log.py
+            for covered, sent, written in log.append(batch):
                 if written < sent:
                     logger.warning("event stream %r refused %d event(s) (a damaged stream? "
-                                   "they are dropped)", self.log.key, sent - written)
+                                   "they are dropped)", log.key, sent - written)
                     self.dropped += sent - written
                 done += covered
         except (RedisError, OSError) as exc:
             self._requeue(batch[done:])  # what was written stays written
-            log = logger.debug if self.failing else logger.warning  # once per outage
-            log("event stream: could not write %d event(s), kept for a retry: %s",
+            say = logger.debug if self.failing else logger.warning  # once per outage
+            say("event stream: could not write %d event(s), kept for a retry: %s",
                 len(batch) - done, exc)
             self.failing = True
             return done
@@ -244,7 +259,8 @@ def get_stream() -> EventStream | None:
         return None
     with _lock:
         if _stream is None:
-            _stream = EventStream(get_engine().event_log(s.events_maxlen))
+            # no client yet: schedule() never waits on (nor fails of) a connect here
+            _stream = EventStream(connect=lambda: get_engine().event_log(s.events_maxlen))
         return _stream
 
 

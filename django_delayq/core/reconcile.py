@@ -64,7 +64,9 @@ whatever it holds was re-enqueued after the loss. An epoch change clears the sus
 Tokens and attempts after a loss (docs/internals.md, "Lease tokens"): a lost delivery
 that may have run unrecorded is counted (``reconcile_state.count_lost_deliveries``, also
 by a reconciler that did not see the loss: ``Epochs.began``) and written into the row
-before the re-enqueue (``reconcile_state.record_charges``).
+before the re-enqueue (``reconcile_state.record_charges``). A row whose send failed
+before reaching Redis says so (``never_sent``): no delivery to count, its job goes as a
+first one (attempt 1, as an outbox row goes without a loss), and its mark goes first.
 
 Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
 then are settled (``reconcile_state.settle``); who counts as alive:
@@ -85,13 +87,13 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, router
 
-from django_delayq.core import group_limits, reconcile_state, workflows
+from django_delayq.core import commit_batch, group_limits, reconcile_state, workflows
 from django_delayq.core.epochs import Epochs
 from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.models import LIVE_STATUSES, Job
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -367,14 +369,18 @@ class Reconciler:
         reconcile_state.count_lost_deliveries(
             rows, seeds, self._epochs.lost_at if lost else self._epochs.began(),
             self._epochs.witnessed, LOSS_MARGIN_SECONDS, 2 * self.settings.lease_seconds)
+        unsent = never_sent(rows)  # Redis never held them: no delivery to count
+        seeds.update(dict.fromkeys(unsent, 0))
         ready = []
         for row in rows:
             if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:
                 self._suspects.setdefault(row.pk, seen[row.pk])  # look again next time
             else:
                 ready.append(row)
-        # the audit counts them before Redis does
+        # the audit counts them before Redis does; the rows never sent lose their mark
+        # first (a later loss may have taken their delivery: then it is counted)
         reconcile_state.record_charges(ready, seeds, lost)
+        commit_batch.forget_not_sent([r.pk for r in ready if r.pk in unsent])
         added = 0
         for queue, items in reconcile_state.by_queue(ready).items():
             # Per MULTI of MULTI_ROWS rows (``Engine.reenqueue``): remember the ids, seed
@@ -393,3 +399,11 @@ class Reconciler:
                                r.pk, r.status, " on %s" % r.worker_id if r.worker_id else "",
                                (seeds[r.pk] or 0) + 1) for r in ready[:5]))
         return added
+
+
+def never_sent(rows: list[Job]) -> set[str]:
+    """The rows whose send failed before reaching Redis (``commit_batch``'s ``NotSent``
+    mark) and that did not change since their insert: Redis never held their job, so no
+    delivery of theirs was lost with its data and their first run is attempt 1."""
+    return {r.pk for r in rows if r.error_type == commit_batch.NOT_SENT and r.attempts == 0
+            and r.status == JobStatus.SCHEDULED and r.updated_at == r.created_at}

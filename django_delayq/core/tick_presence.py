@@ -39,10 +39,10 @@ from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 from django.utils import timezone
-from redis.exceptions import RedisError
 
-from django_delayq.core import queues, reconcile_state
+from django_delayq.core import commit_batch, queues, reconcile_state
 from django_delayq.core.connection import get_engine
+from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def confirm(force: bool = False) -> int:
     undecided, added = set(ids), 0  # unless the look decides
     try:
         undecided, added = put_back(ids)
-    except (RedisError, DatabaseError) as exc:
+    except (*ERRORS, DatabaseError) as exc:  # a node down: no traceback each half second
         logger.debug("schedules: could not look at %d tick job(s) yet: %s", len(ids), exc)
     except Exception:  # noqa: BLE001 - the keeper thread must live on
         logger.exception("schedules: looking at %d tick job(s) failed", len(ids))
@@ -111,4 +111,5 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(back),
                        ", ".join(sorted(back)[:5]))
+    commit_batch.forget_not_sent(sorted(back))  # sent now: a later loss may take it
     return young, queues.enqueue_rows(back)

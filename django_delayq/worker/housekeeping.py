@@ -79,7 +79,6 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
-from redis.exceptions import RedisError
 
 from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
@@ -235,7 +234,7 @@ class Housekeeping:
                 self.schedules.tick(self.retention.tick)  # retention, then schedules
                 try:
                     self.reconciler.tick()
-                except RedisError as exc:  # the main loop reports outages; try next time
+                except ERRORS as exc:  # the main loop reports outages; try next time
                     logger.debug("reconciler: Redis unavailable: %s", exc)
                 except Exception as exc:  # noqa: BLE001 - never let the keeper die
                     self._reconcile_outage.failed(exc, min(beat_s, 0.5))

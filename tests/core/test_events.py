@@ -3,6 +3,7 @@ by a background thread, never on the job's hot path."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -11,6 +12,7 @@ import redis
 
 from django_delayq import schedule
 from django_delayq.core import conf, events
+from django_delayq.engine.event_log import EventLog
 from django_delayq.testing import run_due_jobs
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -289,3 +291,30 @@ def test_close_stops_a_sleeping_flusher_at_once(redis_server):
     stream.close()
     assert not thread.is_alive()  # close() joined it: its wait ended, not timed out
     client.delete("{tclose}:events")
+
+
+@pytest.mark.django_db
+def test_no_cluster_node_answers_the_scheduled_event_waits_without_an_error(
+        delayq_settings, redis_server, caplog, django_capture_on_commit_callbacks):
+    # A cluster client connects when it is made: the stream is made without one, so
+    # schedule() neither logs an error per call nor loses its event.
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ,
+                              "REDIS_URL": "redis+cluster://127.0.0.1:1/"}
+    with caplog.at_level(logging.WARNING):
+        with django_capture_on_commit_callbacks(execute=True):
+            schedule("tests.jobs.add", 1, 2)
+            schedule("tests.jobs.add", 3, 4)
+        stream = events.get_stream()
+        assert stream is not None and stream.pending() == 2
+        assert stream.flush() == 0 and stream.pending() == 2  # no node yet: kept
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not errors, [r.getMessage() for r in errors]
+    good = redis.Redis.from_url(redis_server.url)
+    key = "{tnocluster}:events"
+    stream._connect = lambda: EventLog(good, key, 100)  # a node answers again
+    try:
+        assert stream.flush() == 2
+        assert [f[b"event"] for _, f in good.xrange(key)] == [b"scheduled"] * 2
+    finally:
+        events.reset()
+        good.delete(key)
