@@ -70,6 +70,22 @@ def test_keep_is_the_default_and_the_first_job_stands_even_after_it_finished(dq)
     assert Job.objects.count() == 1 and not JobKey.objects.exists()
 
 
+def test_the_first_spec_of_a_key_stands_within_one_schedule_many(dq) -> None:  # type: ignore[no-untyped-def]
+    """Duplicates of a key in one batch: the row and Redis hold the first spec's job,
+    whatever options the later ones have (their rows are written in groups)."""
+    made = schedule_many("tests.jobs.noop", [
+        JobSpec(args=[0], key="a", kwargs={"x": 0}, group="g2"),
+        JobSpec(args=[1], key="k", group="g1"),
+        JobSpec(args=[2], key="k", kwargs={"x": 2}, group="g2", delay=86400)])
+    assert made[1] == made[2] == ids.id_for_key("default", "k")
+    job = row(made[1])
+    assert (job.args, job.kwargs, job.group) == ([1], {}, "g1")
+    where = dq.inspect("default", job.id)  # due now, as the row says: not in a day
+    assert where.place == "ready" or (where.place == "pending"
+                                      and where.score_ms < dq.time_ms() + 60_000), where
+    assert Job.objects.count() == 2
+
+
 def test_no_key_adds_no_query(dq) -> None:  # type: ignore[no-untyped-def]
     with CaptureQueriesContext(connection) as queries:
         schedule(jobs.noop)
