@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError
 from django.utils import timezone
 
-from django_delayq.core import commit_batch, queues, reconcile_state
+from django_delayq.core import queues, reconcile_state
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import Job, JobStatus
@@ -111,5 +111,4 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(back),
                        ", ".join(sorted(back)[:5]))
-    commit_batch.forget_not_sent(sorted(back))  # sent now: a later loss may take it
     return young, queues.enqueue_rows(back)
