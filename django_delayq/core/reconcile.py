@@ -66,7 +66,7 @@ that may have run unrecorded is counted (``reconcile_state.count_lost_deliveries
 by a reconciler that did not see the loss: ``Epochs.began``) and written into the row
 before the re-enqueue (``reconcile_state.record_charges``). A row whose send failed
 before reaching Redis says so (``never_sent``): no delivery to count, its job goes as a
-first one (attempt 1, as an outbox row goes without a loss), and its mark goes first.
+first one (attempt 1) under a fresh token, and its mark goes first.
 
 Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
 then are settled (``reconcile_state.settle``); who counts as alive:
@@ -113,6 +113,9 @@ AFTER_OUTAGE = ""  # the pass after an outage among the urgent walks (no queue i
 LOSS_MARGIN_SECONDS = 2.0
 # workflows.sweep(): the net for edges whose parent became final without the release hook.
 SWEEP_SECONDS = 10.0
+# The seed of a job never sent (reenqueue.lua): no attempt counted, its next claim's token
+# above any a delivery may have had all the same.
+FRESH_TOKEN = -1
 
 
 class Reconciler:
@@ -369,8 +372,8 @@ class Reconciler:
         reconcile_state.count_lost_deliveries(
             rows, seeds, self._epochs.lost_at if lost else self._epochs.began(),
             self._epochs.witnessed, LOSS_MARGIN_SECONDS, 2 * self.settings.lease_seconds)
-        unsent = never_sent(rows)  # Redis never held them: no delivery to count
-        seeds.update(dict.fromkeys(unsent, 0))
+        unsent = never_sent(rows)  # no delivery to count: a first one, under a fresh token
+        seeds.update(dict.fromkeys(unsent, FRESH_TOKEN))
         ready = []
         for row in rows:
             if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:
@@ -397,7 +400,7 @@ class Reconciler:
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
                            ", ".join("%s (%s%s, next attempt %d)" % (
                                r.pk, r.status, " on %s" % r.worker_id if r.worker_id else "",
-                               (seeds[r.pk] or 0) + 1) for r in ready[:5]))
+                               max(seeds[r.pk] or 0, 0) + 1) for r in ready[:5]))
         return added
 
 

@@ -174,7 +174,7 @@ def test_a_job_redis_never_held_runs_as_attempt_1_after_a_restart_without_persis
     held = schedule("tests.jobs.noop")
     reconciler = _reconciler()
     reconciler.tick()  # its first look: the epoch is remembered
-    _claim(held.id)  # run, its worker killed before recording it
+    lost = _claim(held.id)  # run, its worker killed before recording it
     volatile_server.stop()
     unsent = schedule("tests.jobs.noop", max_attempts=1)  # Redis down: the outbox
     volatile_server.start()  # empty
@@ -184,7 +184,7 @@ def test_a_job_redis_never_held_runs_as_attempt_1_after_a_restart_without_persis
     _put_back(reconciler, held.id)
     claimed = {j.id: j for j in get_engine().claim("default", 10, lease_ms=LEASE_MS).jobs}
     first = claimed[unsent.id]
-    assert first.attempt == 1  # a first delivery, as an outbox row's without a loss
+    assert first.attempt == 1 and first.token > lost.token  # a token of its own all the same
     row = Job.objects.get(pk=unsent.id)
     assert (row.attempts, row.error_type) == (0, "")  # the outbox mark went with the enqueue
     assert not JobAttempt.objects.filter(job_id=unsent.id).exists()
