@@ -90,15 +90,6 @@ class ResultTooLarge(DelayQError, ValueError):
     """
 
 
-class NotSent(DelayQError):
-    """A job's send to Redis failed before reaching it (Redis or its node down at the
-    commit): the job waits in the outbox, its row for the reconciler.
-
-    Never raised: its path is the ``error_type`` of such a row (``scheduled``, never run)
-    until the reconciler enqueues it; its first run is then attempt 1.
-    """
-
-
 class WorkerLost(DelayQError):
     """A job ended dead in Redis but the worker stopped before recording its error.
 

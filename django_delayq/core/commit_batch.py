@@ -52,22 +52,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, connections, router, transaction
-from django.db.models import F
-from redis.exceptions import TimeoutError as RedisTimeout
+from django.db import connections, transaction
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.exceptions import NotSent, type_path
-from django_delayq.models import Job, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import NewJob
 
 logger = logging.getLogger(__name__)
-
-NOT_SENT = type_path(NotSent)  # the error_type of a row whose send failed before Redis
 
 
 class _Pending:
@@ -225,34 +219,9 @@ def send(queue: str, jobs: list[NewJob]) -> None:
     except ERRORS as exc:  # a slot no node serves too: a warning, no traceback per call
         logger.warning("Redis unavailable; %d job(s) of queue %r stay in the outbox for the "
                        "reconciler: %s", len(jobs), queue, exc)
-        if not isinstance(exc, (RedisTimeout, TimeoutError)):  # a timeout: it may have run
-            _mark_not_sent(jobs, exc)
     except Exception:  # noqa: BLE001 - the rows are committed: never fail the caller
         logger.exception("sending %d job(s) of queue %r to Redis failed; the reconciler "
                          "enqueues them", len(jobs), queue)
-
-
-def _mark_not_sent(jobs: list[NewJob], exc: BaseException) -> None:
-    """Write on the rows of ``jobs`` that their send failed before reaching Redis
-    (``NotSent``): no delivery of theirs can have been lost with Redis's data, so the
-    reconciler enqueues them as first deliveries (``reconcile.never_sent``). Only rows
-    unchanged since their insert; best effort (unmarked, a row is counted as a loss
-    would count it)."""
-    try:
-        Job.objects.using(router.db_for_write(Job)).filter(
-            pk__in=[job.id for job in jobs], status=JobStatus.SCHEDULED, attempts=0,
-            updated_at=F("created_at")).update(error_type=NOT_SENT,
-                                               last_error="not sent to Redis: %s" % exc)
-    except DatabaseError as db_exc:
-        logger.debug("could not mark %d row(s) as not sent: %s", len(jobs), db_exc)
-
-
-def forget_not_sent(job_ids: list[str]) -> None:
-    """The ``NotSent`` marks of ``job_ids`` go: their jobs are about to be sent (by the
-    reconciler, the keeper), after which a loss of Redis's data may take a delivery."""
-    if job_ids:
-        Job.objects.filter(pk__in=job_ids, error_type=NOT_SENT).update(error_type="",
-                                                                      last_error="")
 
 
 _eager: list[Callable[[str], object]] = []

@@ -158,8 +158,8 @@ class EventStream:
                 done += covered
         except (RedisError, OSError) as exc:
             self._requeue(batch[done:])  # what was written stays written
-            say = logger.debug if self.failing else logger.warning  # once per outage
-            say("event stream: could not write %d event(s), kept for a retry: %s",
+            log = logger.debug if self.failing else logger.warning  # once per outage
+            log("event stream: could not write %d event(s), kept for a retry: %s",
                 len(batch) - done, exc)
             self.failing = True
             return done

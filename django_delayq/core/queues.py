@@ -52,7 +52,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import commit_batch, validation
+from django_delayq.core import validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.outcomes import CancelOutcome, NewJob
@@ -219,9 +219,8 @@ def scheduled_jobs(job_ids: Iterable[str], using: str | None = None,
 def enqueue_rows(job_ids: Iterable[str]) -> int:
     """Enqueue the jobs of ``job_ids`` whose row is ``scheduled`` again, due as their rows
     say (idempotent by id); returns how many Redis took."""
-    engine, by_queue = get_engine(), scheduled_jobs(job_ids)
-    commit_batch.forget_not_sent([job.id for jobs in by_queue.values() for job in jobs])
-    return sum(engine.enqueue(queue, jobs) for queue, jobs in by_queue.items())
+    engine = get_engine()
+    return sum(engine.enqueue(queue, jobs) for queue, jobs in scheduled_jobs(job_ids).items())
 
 
 def _waiting_batches(engine: Engine, queue: str, using: str | None,

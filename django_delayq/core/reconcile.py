@@ -64,9 +64,7 @@ whatever it holds was re-enqueued after the loss. An epoch change clears the sus
 Tokens and attempts after a loss (docs/internals.md, "Lease tokens"): a lost delivery
 that may have run unrecorded is counted (``reconcile_state.count_lost_deliveries``, also
 by a reconciler that did not see the loss: ``Epochs.began``) and written into the row
-before the re-enqueue (``reconcile_state.record_charges``). A row whose send failed
-before reaching Redis says so (``never_sent``): no delivery to count, its job goes as a
-first one (attempt 1) under a fresh token, and its mark goes first.
+before the re-enqueue (``reconcile_state.record_charges``).
 
 Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
 then are settled (``reconcile_state.settle``); who counts as alive:
@@ -87,13 +85,13 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, router
 
-from django_delayq.core import commit_batch, group_limits, reconcile_state, workflows
+from django_delayq.core import group_limits, reconcile_state, workflows
 from django_delayq.core.epochs import Epochs
 from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -113,9 +111,6 @@ AFTER_OUTAGE = ""  # the pass after an outage among the urgent walks (no queue i
 LOSS_MARGIN_SECONDS = 2.0
 # workflows.sweep(): the net for edges whose parent became final without the release hook.
 SWEEP_SECONDS = 10.0
-# The seed of a job never sent (reenqueue.lua): no attempt counted, its next claim's token
-# above any a delivery may have had all the same.
-FRESH_TOKEN = -1
 
 
 class Reconciler:
@@ -372,18 +367,14 @@ class Reconciler:
         reconcile_state.count_lost_deliveries(
             rows, seeds, self._epochs.lost_at if lost else self._epochs.began(),
             self._epochs.witnessed, LOSS_MARGIN_SECONDS, 2 * self.settings.lease_seconds)
-        unsent = never_sent(rows)  # no delivery to count: a first one, under a fresh token
-        seeds.update(dict.fromkeys(unsent, FRESH_TOKEN))
         ready = []
         for row in rows:
             if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:
                 self._suspects.setdefault(row.pk, seen[row.pk])  # look again next time
             else:
                 ready.append(row)
-        # the audit counts them before Redis does; the rows never sent lose their mark
-        # first (a later loss may have taken their delivery: then it is counted)
+        # the audit counts them before Redis does
         reconcile_state.record_charges(ready, seeds, lost)
-        commit_batch.forget_not_sent([r.pk for r in ready if r.pk in unsent])
         added = 0
         for queue, items in reconcile_state.by_queue(ready).items():
             # Per MULTI of MULTI_ROWS rows (``Engine.reenqueue``): remember the ids, seed
@@ -400,13 +391,5 @@ class Reconciler:
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
                            ", ".join("%s (%s%s, next attempt %d)" % (
                                r.pk, r.status, " on %s" % r.worker_id if r.worker_id else "",
-                               max(seeds[r.pk] or 0, 0) + 1) for r in ready[:5]))
+                               (seeds[r.pk] or 0) + 1) for r in ready[:5]))
         return added
-
-
-def never_sent(rows: list[Job]) -> set[str]:
-    """The rows whose send failed before reaching Redis (``commit_batch``'s ``NotSent``
-    mark) and that did not change since their insert: Redis never held their job, so no
-    delivery of theirs was lost with its data and their first run is attempt 1."""
-    return {r.pk for r in rows if r.error_type == commit_batch.NOT_SENT and r.attempts == 0
-            and r.status == JobStatus.SCHEDULED and r.updated_at == r.created_at}

@@ -167,7 +167,7 @@ UNRECORDED = ("may have run without being recorded (Redis lost its data, or the 
 LOST_WITH_DATA = "its lease was lost with Redis's data; the job was put back to run again"
 
 LIGHT = ("id", "queue", "status", "worker_id", "run_at", "created_at", "updated_at",
-         "attempts", "cancel_requested", "callable_path", "priority", "group", "error_type")
+         "attempts", "cancel_requested", "callable_path", "priority", "group")
 
 
 def live_rows(cursor: Cursor) -> list[Job]:

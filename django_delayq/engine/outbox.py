@@ -166,8 +166,7 @@ class OutboxOps(RedisOwner):
         skip the ids Redis holds, has a settled record of, or re-enqueued within
         ``keep_ms``; enqueue the others, remember them in ``reconciled`` (at most
         ``keep_max``) and raise their attempts counters to ``seeds[id]`` (the highest
-        token a delivery may have had: the next claim's is higher; -1: a job never sent,
-        attempt 1 under a fresh token). ``epochs``: the epoch
+        token a delivery may have had: the next claim's is higher). ``epochs``: the epoch
         the caller last saw of each data set (queue or shard name); where Redis now holds
         another (the data was lost since), that data set's jobs are left alone."""
         k = self.keys(queue)

@@ -33,9 +33,7 @@
 --           the counter max(its value, now_ms, its last re-enqueue's ms + 1) — the Redis
 --           clock in ms, above any count of deliveries (those since an earlier seed come a
 --           lease apart), so the next claim's token is one no earlier delivery had — and
---           the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1; a
---           seed of -1 (a job never sent: nothing to count) is a seed of 0 with the
---           counter all the same: attempt 1 under a token no lost delivery had
+--           the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1
 --
 -- A job is left alone (not counted) when Redis holds it (pending, ready, in flight,
 -- dead, an envelope), holds a settled record of it, or re-enqueued it within keep_ms
@@ -72,10 +70,9 @@ for j = 1, #ids do
     enter(line, id, clamp_ms(tonumber(ARGV[i + 1])), priority, now)
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
     if ARGV[i + 3] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 3] end
-    local asked = math.floor(tonumber(ARGV[i + 4]) or 0)
-    local seed = math.max(0, asked)
+    local seed = math.max(0, math.floor(tonumber(ARGV[i + 4]) or 0))
     local counter = tonumber(counters[j]) or 0
-    if asked ~= 0 or counter > 0 then
+    if seed > 0 or counter > 0 then
       -- a later seed of the same job is higher even within the same ms (its last one is
       -- remembered in reconciled); deliveries since a seed come a lease apart at least
       local token = math.max(now, counter, (tonumber(lately[j]) or 0) + 1)

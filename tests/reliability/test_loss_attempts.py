@@ -12,7 +12,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import schedule
@@ -162,30 +161,3 @@ def test_a_running_attempt_whose_lease_went_with_the_data_gets_its_job_attempt( 
     assert (lost.number, lost.error) == (1, LOST_WITH_DATA)
     assert Job.objects.get(pk=h.id).status == JobStatus.RETRYING  # as after a lost lease
     assert _claim(h.id).attempt == 2
-
-
-def test_a_job_redis_never_held_runs_as_attempt_1_after_a_restart_without_persistence(  # type: ignore[no-untyped-def]
-        settings, volatile_server) -> None:
-    """Scheduled while Redis was down, its row waited in the outbox (its send failed
-    before reaching Redis, and the row says so); Redis restarts empty. The loss pass counts
-    the delivery the lost data may have had of a job it held, never one of a job it did
-    not hold."""
-    point_at(settings, volatile_server, RECONCILE_GRACE_SECONDS=3600)
-    held = schedule("tests.jobs.noop")
-    reconciler = _reconciler()
-    reconciler.tick()  # its first look: the epoch is remembered
-    lost = _claim(held.id)  # run, its worker killed before recording it
-    volatile_server.stop()
-    unsent = schedule("tests.jobs.noop", max_attempts=1)  # Redis down: the outbox
-    volatile_server.start()  # empty
-    _age(600)  # long before the loss was seen
-    Job.objects.filter(pk=unsent.id).update(created_at=F("updated_at"))  # written then
-    _put_back(reconciler, unsent.id)
-    _put_back(reconciler, held.id)
-    claimed = {j.id: j for j in get_engine().claim("default", 10, lease_ms=LEASE_MS).jobs}
-    first = claimed[unsent.id]
-    assert first.attempt == 1 and first.token > lost.token  # a token of its own all the same
-    row = Job.objects.get(pk=unsent.id)
-    assert (row.attempts, row.error_type) == (0, "")  # the outbox mark went with the enqueue
-    assert not JobAttempt.objects.filter(job_id=unsent.id).exists()
-    assert claimed[held.id].attempt == 2  # the delivery the lost data may have had counts
