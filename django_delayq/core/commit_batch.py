@@ -56,7 +56,7 @@ from django.db import connections, transaction
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.shard_health import ERRORS
+from django_delayq.engine.shard_health import OUTAGES
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import NewJob
@@ -216,7 +216,7 @@ def send(queue: str, jobs: list[NewJob]) -> None:
     """Send committed jobs to Redis (the engine of the current settings)."""
     try:
         get_engine().enqueue(queue, jobs)  # a cluster client connects when it is made
-    except ERRORS as exc:  # a slot no node serves too: a warning, no traceback per call
+    except OUTAGES as exc:  # a slot no node serves too: a warning, no traceback per call
         logger.warning("Redis unavailable; %d job(s) of queue %r stay in the outbox for the "
                        "reconciler: %s", len(jobs), queue, exc)
     except Exception:  # noqa: BLE001 - the rows are committed: never fail the caller

@@ -49,13 +49,13 @@ from typing import Any
 
 from django.core.signals import setting_changed
 from django.db import router, transaction
-from redis.exceptions import RedisError
 
 from django_delayq import signals
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.event_log import EventLog
 from django_delayq.engine.keys import GlobalKeys
+from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import Job
 
 logger = logging.getLogger(__name__)
@@ -156,10 +156,10 @@ class EventStream:
                                    "they are dropped)", log.key, sent - written)
                     self.dropped += sent - written
                 done += covered
-        except (RedisError, OSError) as exc:
+        except OUTAGES as exc:  # a slot no node serves too
             self._requeue(batch[done:])  # what was written stays written
-            log = logger.debug if self.failing else logger.warning  # once per outage
-            log("event stream: could not write %d event(s), kept for a retry: %s",
+            say = logger.debug if self.failing else logger.warning  # once per outage
+            say("event stream: could not write %d event(s), kept for a retry: %s",
                 len(batch) - done, exc)
             self.failing = True
             return done

@@ -42,7 +42,7 @@ from django.utils import timezone
 
 from django_delayq.core import queues, reconcile_state
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.shard_health import ERRORS
+from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def confirm(force: bool = False) -> int:
     undecided, added = set(ids), 0  # unless the look decides
     try:
         undecided, added = put_back(ids)
-    except (*ERRORS, DatabaseError) as exc:  # a node down: no traceback each half second
+    except (*OUTAGES, DatabaseError) as exc:  # a node down: no traceback each half second
         logger.debug("schedules: could not look at %d tick job(s) yet: %s", len(ids), exc)
     except Exception:  # noqa: BLE001 - the keeper thread must live on
         logger.exception("schedules: looking at %d tick job(s) failed", len(ids))

@@ -22,13 +22,16 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError
+from redis.exceptions import RedisClusterException, RedisError, SlotNotCoveredError
 
 logger = logging.getLogger(__name__)
 
 # What a node that is down (or a slot no node serves) raises: RedisClusterException is not
 # a RedisError (SlotNotCoveredError, "no node answers" at start).
 ERRORS = (RedisError, RedisClusterException, OSError)
+# An outage only, for the callers that log it as one line without a traceback: the
+# other RedisClusterExceptions are bugs ("keys must map to the same slot", bad arguments)
+OUTAGES = (RedisError, SlotNotCoveredError, OSError)
 FIRST_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 5.0
 

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from redis.exceptions import RedisError, SlotNotCoveredError
+from django_delayq.engine.shard_health import OUTAGES
 
 logger = logging.getLogger(__name__)
 
-ERRORS = (RedisError, SlotNotCoveredError, OSError)
+ERRORS = OUTAGES
 FIRST_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 5.0
 _T = TypeVar("_T")
