@@ -18,9 +18,10 @@ IPv4 address) is refused unless a network of
 ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]`` contains it. The socket then connects to
 that vetted address itself, while the ``Host`` header, TLS SNI and certificate check use
 the URL's host name: a DNS answer that changes between the check and the connection
-(rebinding) changes nothing. A refused URL raises ``CallbackRefused``, a
-``PermissionError``, so the job is dead at once ("not allowed: ...") instead of being
-retried for hours.
+(rebinding) changes nothing. A URL that is not a string, or holds a space or a control
+character, is refused too (it could never be sent as written). A refused URL raises
+``CallbackRefused``, a ``PermissionError``, so the job is dead at once ("not allowed:
+...") instead of being retried for hours.
 
 ``timeout`` bounds the whole call: name resolution, connect, TLS handshake, sending,
 status line, headers and body. Every socket operation gets the time left before one
@@ -232,6 +233,11 @@ class _Connection(HTTPConnection):
 
 def _target(url: str) -> tuple[SplitResult, str, int]:
     """The URL's parts, host and port; ``CallbackRefused`` for what is never called."""
+    if not isinstance(url, str):
+        raise CallbackRefused("post_json needs an http:// or https:// URL, not %r" % (url,))
+    if any(c <= " " or c == "\x7f" for c in url):  # never sent: urlsplit drops some
+        raise CallbackRefused("post_json: a URL may not contain spaces or control "
+                              "characters, not %r" % (url,))
     parts = urlsplit(url)
     if parts.scheme not in DEFAULT_PORTS:
         raise CallbackRefused("post_json needs an http:// or https:// URL, not %r" % (url,))

@@ -349,6 +349,10 @@ def test_scheduled_callback_to_the_metadata_service_is_dead_at_once(delayq_setti
     ("https://user:hunter2@partner.example/hook", "post_json refuses a URL with credentials"),
     ("ftp://partner.example/hook", "post_json needs an http:// or https:// URL"),
     ("http://partner.example:99999/hook", "post_json: bad port"),
+    ("http://partner.example/a hook", "spaces or control characters"),
+    ("http://partner.example/hook\r\nX-Injected: 1", "spaces or control characters"),
+    (" http://partner.example/hook", "spaces or control characters"),
+    (5, "post_json needs an http:// or https:// URL, not 5"),
 ])
 @pytest.mark.django_db
 def test_a_refused_url_leaves_not_allowed_in_the_audit_row(delayq_settings, delayq,  # noqa: F811
