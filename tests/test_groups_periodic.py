@@ -1,5 +1,6 @@
 """A periodic schedule's ``group``: every tick's job, and a run-now, carries it; a bad one
-in ``DELAYQ["SCHEDULES"]`` is reported naming the schedule and the value."""
+in ``DELAYQ["SCHEDULES"]`` is reported naming the schedule and the value; an empty one is
+none."""
 
 from __future__ import annotations
 
@@ -34,3 +35,15 @@ def test_a_bad_group_in_settings_is_named() -> None:
     [problem] = schedules.settings_problems({"nightly": {"callable": "tests.jobs.noop",
                                                          "interval": 60, "group": "a\nb"}})
     assert "'nightly'" in problem and "group" in problem and "'a\\nb'" in problem
+
+
+def test_an_empty_group_in_settings_is_no_group(settings, redis_server) -> None:  # type: ignore[no-untyped-def]
+    """As in the admin (docs/periodic.md: "group empty: none")."""
+    point_at(settings, redis_server, ALLOWED_CALLABLES=["tests.jobs"])
+    definitions = {"nightly": {"callable": "tests.jobs.noop", "interval": 3600, "group": ""}}
+    assert schedules.settings_problems(definitions) == []
+    assert periodic.sync_settings(definitions) == 0
+    tick = Job.objects.get(pk=periodic.keep(Schedule.objects.get(name="nightly")))
+    assert tick.group == ""
+    engine = get_engine()
+    assert engine.client.hget(engine.keys("default").group, tick.id) is None

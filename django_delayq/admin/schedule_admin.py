@@ -91,13 +91,16 @@ class ScheduleForm(_ScheduleFormBase):
         data = super().clean() or {}
         values = {f: getattr(self.instance, f) for f in DEFINITION}
         values.update({f: data.get(f) for f in DEFINITION if f in self.fields})
+        if "callable_path" in self.fields and values["callable_path"] is None:
+            # not one of the choices: the check names the value posted, as manage.py
+            # check names the setting's
+            values["callable_path"] = self.data.get(self.add_prefix("callable_path"), "")
         probe = Schedule(**values)
         probe.args = values["args"] if values["args"] is not None else []
         probe.kwargs = values["kwargs"] if values["kwargs"] is not None else {}
         probe.cron = values["cron"] or ""
         try:
-            periodic.check(probe)
-            schedules.check_start(probe.start_at, timezone.now())
+            periodic.check(probe)  # a start more than 100 years ahead too
         except InvalidJob as exc:
             raise forms.ValidationError(str(exc)) from exc
         return data

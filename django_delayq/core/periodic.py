@@ -38,9 +38,13 @@ STALLED_EVERY_S = 1.0  # how often the keeper looks for such schedules
 
 
 def check(s: Schedule) -> None:
-    """Raises ``InvalidJob`` naming the bad value of a definition (the admin form, sync)."""
+    """Raises ``InvalidJob`` naming the bad value of a definition (the admin form,
+    ``manage.py check``)."""
     registry.check_schedulable(s.callable_path)
     schedules.check_rule(s.cron, s.interval_seconds, s.time_zone)
+    start = s.start_at  # naive from a form under USE_TZ = False: the local time
+    schedules.check_start(timezone.make_aware(start) if start and timezone.is_naive(start)
+                          else start, datetime.now(UTC))
     if not isinstance(s.args, list) or not isinstance(s.kwargs, dict):
         raise InvalidJob("args must be a JSON list and kwargs a JSON object, not %r, %r"
                          % (s.args, s.kwargs))
@@ -301,26 +305,41 @@ def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
     return bumped
 
 
-def sync_settings(definitions: dict[str, dict[str, Any]]) -> None:
+def sync_settings(definitions: dict[str, dict[str, Any]]) -> int:
     """Upsert ``DELAYQ["SCHEDULES"]`` as rows marked ``from_settings``; a changed definition
     is replaced (``enabled`` stays as operators set it); rows gone from settings are
-    disabled."""
+    disabled. A definition that cannot be stored (its problems, or the database's
+    refusal) is skipped with a warning naming it, its row left as it was: it never stops
+    the others. Returns how many were skipped."""
+    failed = 0
     for name, d in definitions.items():
-        values = schedules.settings_values(d)
-        enabled = values.pop("enabled")  # as operators set it, once the row exists
-        s, created = Schedule.objects.get_or_create(
-            name=name, defaults={**values, "from_settings": True, "enabled": enabled})
-        changed = [f for f, v in values.items() if getattr(s, f) != v]
-        if not created and (changed or not s.from_settings):
-            replace(s, {**values, "from_settings": True})
+        try:
+            _sync_one(name, d)
+        except Exception as exc:  # noqa: BLE001 - one bad definition never stops the others
+            failed += 1
+            logger.warning("schedule %r from DELAYQ['SCHEDULES'] not synced: %s", name, exc)
     gone = Schedule.objects.filter(from_settings=True, enabled=True).exclude(
         name__in=list(definitions))
     for s in gone:
         replace(s, {"enabled": False})
+    return failed
 
 
-def sync_from_settings() -> None:
-    sync_settings(get_settings().schedules or {})
+def _sync_one(name: str, d: dict[str, Any]) -> None:
+    """Upsert one definition (``sync_settings``); ``InvalidJob`` naming its problems."""
+    if problems := schedules.settings_problems({name: d}):
+        raise InvalidJob("; ".join(problems))
+    values = schedules.settings_values(d)
+    enabled = values.pop("enabled")  # as operators set it, once the row exists
+    s, created = Schedule.objects.get_or_create(
+        name=name, defaults={**values, "from_settings": True, "enabled": enabled})
+    changed = [f for f, v in values.items() if getattr(s, f) != v]
+    if not created and (changed or not s.from_settings):
+        replace(s, {**values, "from_settings": True})
+
+
+def sync_from_settings() -> int:
+    return sync_settings(get_settings().schedules or {})
 
 
 class Keeper:
@@ -353,9 +372,8 @@ class Keeper:
         self._learn_own()
         self._last = now_s
         try:
-            if not self._synced:
-                sync_from_settings()  # racing workers: a unique-name clash retries next pass
-                self._synced = True
+            if not self._synced:  # a skipped definition (a racing worker's unique-name
+                self._synced = sync_from_settings() == 0  # clash) retries next pass
             Keeper.active = Schedule.objects.filter(enabled=True).exists()
             if Keeper.active:
                 keep_all(own=self.own)

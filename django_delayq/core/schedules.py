@@ -34,6 +34,7 @@ ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 
            "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
            "@hourly": "0 * * * *"}
 _MAX_STEPS = 50  # strictly-later search: a repeated hour needs one or two
+MAX_JITTER = 2**31 - 1  # seconds: the largest ``jitter_seconds`` every database stores
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,9 +226,13 @@ def _definition_problems(where: str, d: dict[str, Any]) -> list[str]:
     if not isinstance(v["args"], (list, tuple)) or not isinstance(v["kwargs"], dict):
         found.append("%s: 'args' must be a list and 'kwargs' a dict, not %r, %r"
                      % (where, v["args"], v["kwargs"]))
-    if not isinstance(v["atomic"], bool):
-        found.append("%s: 'atomic' must be True or False, not %r" % (where, v["atomic"]))
-    if "group" in d:
+    found += ["%s: %r must be True or False, not %r" % (where, flag, v[flag])
+              for flag in ("atomic", "enabled") if not isinstance(v[flag], bool)]
+    jitter = v["jitter"]
+    if isinstance(jitter, bool) or not isinstance(jitter, int) or not 0 <= jitter <= MAX_JITTER:
+        found.append("%s: 'jitter' must be a whole number of seconds from 0 to %d, not %r"
+                     % (where, MAX_JITTER, jitter))
+    if d.get("group", "") != "":  # empty: no group, as in the admin
         try:
             validation.check_group(d["group"])
         except InvalidJob as exc:

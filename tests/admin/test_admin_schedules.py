@@ -65,6 +65,9 @@ def test_the_callable_is_picked_from_the_allowed_job_functions(dq):  # type: ign
                               "cron": "* * * * *", "time_zone": "UTC", "jitter_seconds": "0",
                               "missed": "skip", "enabled": "on"})
     assert not form.is_valid() and "callable_path" in form.errors
+    # the definition's error names the value posted, as manage.py check does
+    [why] = form.non_field_errors()
+    assert why.startswith("'os.system'") and "None" not in why, why
     gone = Schedule(name="old", callable_path="tests.jobs.removed_long_ago")
     assert ScheduleForm(instance=gone).fields["callable_path"].choices[1] == (  # type: ignore[attr-defined]
         "tests.jobs.removed_long_ago", "tests.jobs.removed_long_ago")

@@ -25,6 +25,9 @@ BAD = {
     "ALLOWED_CALLABLES unset": ({"ALLOWED_CALLABLES": None}, "delayq.E025"),
     "no such cache": ({"CACHE_ALIAS": "nope"}, "delayq.E003"),
     "not a django-redis cache": ({"CACHE_ALIAS": "default"}, "delayq.E003"),
+    "a schedule's negative jitter": ({"SCHEDULES": {
+        "good": {"callable": "tests.jobs.noop", "interval": 600},
+        "bad": {"callable": "tests.jobs.noop", "interval": 600, "jitter": -1}}}, "delayq.E032"),
 }
 
 
@@ -52,7 +55,7 @@ def test_a_bad_setting_found_by_the_checks_exits_2(tmp_path: Path, case: str) ->
 
 
 @pytest.mark.parametrize("case", ["CONCURRENCY=0", "a typo'd key", "no such cache",
-                                  "not a django-redis cache"])
+                                  "not a django-redis cache", "a schedule's negative jitter"])
 def test_a_bad_setting_with_skip_checks_exits_2_naming_it(tmp_path: Path, case: str) -> None:
     overrides, _check_id = BAD[case]
     proc = _worker(tmp_path, overrides, "--skip-checks")

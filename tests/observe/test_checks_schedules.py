@@ -80,3 +80,29 @@ def test_without_allowed_callables_only_e025_is_said(settings) -> None:  # type:
     settings.DELAYQ = {"QUEUES": ["default"], "SCHEDULES": {
         "a": {"callable": "tests.jobs.add", "args": [1, 2], "interval": 5}}}
     assert [e.id for e in checks.check_settings()] == ["delayq.E025"]
+
+
+@pytest.mark.parametrize("key, value", [
+    ("jitter", -1), ("jitter", "abc"), ("jitter", 1.5), ("jitter", True), ("jitter", 2**31),
+    ("enabled", "no"), ("enabled", 1), ("enabled", None)])
+def test_a_bad_jitter_or_enabled_is_e032_naming_the_schedule_and_value(settings, key, value) -> None:  # type: ignore[no-untyped-def]
+    """Else the check passed and the keeper's sync failed on the row, every pass."""
+    [error] = _errors(settings, good={"callable": "tests.jobs.noop", "interval": 600},
+                      bad={"callable": "tests.jobs.noop", "interval": 600, key: value})
+    assert (error.id, error.obj) == ("delayq.E032", "DELAYQ['SCHEDULES']")
+    assert "['bad']" in error.msg and repr(key) in error.msg and repr(value) in error.msg
+
+
+def test_a_start_more_than_100_years_ahead_is_e032(settings) -> None:  # type: ignore[no-untyped-def]
+    """No tick of it could be scheduled; the admin form refuses it too."""
+    from datetime import UTC, datetime
+    [error] = _errors(settings, good={"callable": "tests.jobs.noop", "interval": 600},
+                      bad={"callable": "tests.jobs.noop", "interval": 600,
+                           "start": datetime(2200, 1, 1, tzinfo=UTC)})
+    assert error.id == "delayq.E032" and "['bad']" in error.msg
+    assert "2200-01-01" in error.msg and "more than 100 years" in error.msg
+
+
+def test_an_empty_group_or_queue_is_none_and_the_default(settings) -> None:  # type: ignore[no-untyped-def]
+    assert _errors(settings, s={"callable": "tests.jobs.noop", "interval": 60, "group": "",
+                                "queue": ""}) == []

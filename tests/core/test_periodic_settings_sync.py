@@ -1,0 +1,37 @@
+"""A definition of ``DELAYQ["SCHEDULES"]`` that cannot be stored never stops the others:
+``sync_settings`` skips it, logging a warning naming it and the reason, and the other
+schedules are upserted and tick (a bad ``jitter`` used to fail every keeper pass)."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from django_delayq.core import periodic
+from django_delayq.models import Schedule
+from tests.helpers import point_at
+
+pytestmark = pytest.mark.django_db(transaction=True)
+GOOD = {"callable": "tests.jobs.noop", "interval": 600}
+
+
+@pytest.mark.parametrize("key, value", [("jitter", -1), ("jitter", "abc"),
+                                        ("enabled", "no"), ("group", "a\nb")])
+def test_a_bad_definition_is_skipped_and_the_others_tick(settings, redis_server, caplog,  # type: ignore[no-untyped-def]
+                                                         key, value) -> None:
+    point_at(settings, redis_server, ALLOWED_CALLABLES=["tests.jobs"])
+    with caplog.at_level(logging.WARNING, logger="django_delayq.core.periodic"):
+        periodic.sync_settings({"bad": {**GOOD, key: value}, "good": GOOD})
+    assert list(Schedule.objects.values_list("name", flat=True)) == ["good"]
+    assert periodic.keep_all() == 0
+    assert Schedule.objects.get(name="good").next_tick_at is not None
+    [warning] = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "'bad'" in warning and repr(value) in warning, warning
+
+
+def test_a_definition_turned_bad_leaves_its_row_as_it_was(settings, redis_server) -> None:  # type: ignore[no-untyped-def]
+    point_at(settings, redis_server, ALLOWED_CALLABLES=["tests.jobs"])
+    periodic.sync_settings({"s": GOOD})
+    periodic.sync_settings({"s": {**GOOD, "interval": 60, "jitter": -1}})
+    assert Schedule.objects.get(name="s").interval_seconds == 600
