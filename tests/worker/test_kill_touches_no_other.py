@@ -166,3 +166,19 @@ def gone_then_stop(proc: subprocess.Popen[str], doomed: int) -> None:
     wait_until(lambda: not alive(doomed), timeout=30)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(60) == EXIT_OK
+
+
+def test_an_attempt_claimed_before_the_last_ones_report_still_meets_its_limit(  # type: ignore[no-untyped-def]
+        start) -> None:
+    """A job retried at once is claimed again (its claim reported at once) before the
+    report of its last attempt, which a slow ``job_retrying`` receiver holds back, and
+    starts late, behind another job: the supervisor still tracks the new attempt, kills
+    it at its time limit and records it timed out."""
+    handle = schedule(kill_settings.JOBS + ".retry_at_once_then_hang", "r", timeout=3,
+                      max_attempts=2)
+    schedule(kill_settings.JOBS + ".sleep", 4.0, "other", delay=0.5)
+    start("--processes", "1", "--concurrency", "1")
+    wait_until(lambda: handle.job.attempt_history.filter(number=2).exists(), timeout=60)
+    second = handle.job.attempt_history.get(number=2)
+    assert second.error_type == JOB_TIMEOUT, (second.error_type, second.error)
+    assert len(pids(handle.id)) == 2  # once per attempt

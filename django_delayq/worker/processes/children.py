@@ -137,17 +137,22 @@ class Child:
                 attempt=int(f[4]) if len(f) > 4 else 0, home=f[5] if len(f) > 5 else "")
         elif kind == "s":  # the wall clock of its start: one the ledger's record needs
             self.runs += 1
-            started = float(f[3])
+            started, token = float(f[3]), int(f[2])
             at = datetime.now(UTC) - timedelta(seconds=time.monotonic() - started)
-            self.running[key] = RunningJob(self.held[key], started, at,
-                                           float(f[4]) if f[4] else None)
+            job = self.held.get(key)
+            if job is None or job.token != token:  # its claim unseen: tracked all the same
+                job = ClaimedJob(queue=f[0], id=f[1], token=token, due_ms=0, envelope="")
+            self.running[key] = RunningJob(job, started, at, float(f[4]) if f[4] else None)
         elif kind == "e":
             run = self.running.pop(key, None)
             if run is not None and key in self.held:
                 self.ended[key] = run
-        elif kind == "x":
-            self.ended.pop(key, None)
-            self.held.pop(key, None)
+        elif kind == "x":  # only that attempt's entries: the job may be claimed again
+            attempt = int(f[2])  # (due at once) before this report of the last attempt
+            if (run := self.ended.get(key)) is not None and run.job.attempt in (attempt, 0):
+                del self.ended[key]
+            if (held := self.held.get(key)) is not None and held.attempt in (attempt, 0):
+                del self.held[key]
             if f[3] != "d":  # a deferred job's row is not touched
                 self.settled.append(Settled(key, int(f[2]), f[3] == "f"))
         elif kind == "r":
