@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.cluster import RedisCluster
+
 if TYPE_CHECKING:
     from django_delayq.engine.keys import GlobalKeys, QueueKeys
 
@@ -29,6 +31,12 @@ class RedisOwner:
         self.client = client
         self.prefix = prefix
         self.clock = clock
+
+    @property
+    def nodes_fail_alone(self) -> bool:
+        """Whether one node can fail while the others answer (a Redis Cluster's client);
+        else a failure means Redis is unavailable."""
+        return isinstance(self.client, RedisCluster)
 
     def time_ms(self) -> int:
         """Now on the Redis clock (ms), or the engine's ``clock``."""

@@ -21,8 +21,14 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from redis.exceptions import (
+    ClusterDownError,
+    RedisClusterException,
+    RedisError,
+    SlotNotCoveredError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, SlotNotCoveredError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +38,11 @@ ERRORS = (RedisError, RedisClusterException, OSError)
 # An outage only, for the callers that log it as one line without a traceback: the
 # other RedisClusterExceptions are bugs ("keys must map to the same slot", bad arguments)
 OUTAGES = (RedisError, SlotNotCoveredError, OSError)
+# A node that does not answer (down, unreachable, its slots served by none; ShardDown is a
+# ConnectionError), as the status reads show one "unavailable": an error the node answered
+# (WRONGTYPE, NOPERM, a script's) is not one, and fails the read as a whole
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError, SlotNotCoveredError, ClusterDownError,
+               OSError)
 FIRST_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 5.0
 
@@ -43,7 +54,12 @@ def _named(name: str) -> tuple[str, str]:
 
 
 class ShardDown(RedisConnectionError):
-    """A call skipped because its shard failed moments ago and is still set aside."""
+    """A call skipped because its shard failed moments ago and is still set aside;
+    ``reason``: the error of that failure."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class ShardHealth:
@@ -71,8 +87,9 @@ class ShardHealth:
         """``call()`` on shard ``name``, unless it is set aside (``ShardDown``, at once);
         a failure sets it aside, a success forgets its failure."""
         if self.down(name):
+            reason = self._error.get(name, "failed")
             raise ShardDown("%s %r is unavailable (%s); tried again in %.1fs" % (
-                *_named(name), self._error.get(name, "failed"), self.remaining_ms(name) / 1000))
+                *_named(name), reason, self.remaining_ms(name) / 1000), reason)
         try:
             result = call()
         except ERRORS as exc:

@@ -21,7 +21,8 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
   logical queue name. The reads (stats, paused, the oldest pending job, recover,
   expiring) leave out a shard whose node fails (``ShardHealth``), and those every shard
   answers alike (the queue limit, the paused and held groups) ask the next shard; they
-  raise only when no shard answers.
+  raise only when no shard answers. The status reads (all but recover and expiring)
+  leave out only a node that does not answer: an error a node answers is raised.
 * Queue limits (rate, concurrency, the groups') are refused on a queue of more than one
   shard: each shard would enforce its own (so are group overrides, by the core API).
   Each shard has its own epoch (the reconciler's data-loss mark: ``data_sets``).
@@ -47,7 +48,7 @@ from django_delayq.engine.outcomes import (
     QueueStats,
     Recovered,
 )
-from django_delayq.engine.shard_health import ERRORS, ShardHealth
+from django_delayq.engine.shard_health import ERRORS, UNREACHABLE, ShardHealth
 from django_delayq.engine.shard_map import ShardMap, shard_name
 
 _T = TypeVar("_T")
@@ -64,7 +65,7 @@ def _first_answer(method: _F) -> _F:
     its node is down, on the first other shard that answers (``ShardedEngine._each``)."""
     def on_shards(self: ShardedEngine, queue: str, *args: object, **kwargs: object) -> object:
         return self._each(self.shard_queues(queue), lambda name: method(
-            self, name, *args, **kwargs), first=True)[0]
+            self, name, *args, **kwargs), first=True, skip=UNREACHABLE)[0]
     return cast(_F, on_shards)
 
 
@@ -175,11 +176,13 @@ class ShardedEngine(Engine):
             found = self.health.run(name, lambda: call(name, [items[i] for i in picked]))
             out.update(zip(picked, found))
 
-    def _each(self, names: Sequence[str], call: Callable[[str], _R],
-              every: bool = False, first: bool = False) -> list[_R]:
+    def _each(self, names: Sequence[str], call: Callable[[str], _R], every: bool = False,
+              first: bool = False, skip: tuple[type[BaseException], ...] = ERRORS) -> list[_R]:
         """``call`` on each of the shards ``names`` that works (``first``: until one
         did); a failing one is skipped (``ShardHealth``). Raises only when none worked,
-        or (``every``) when one failed, once every other was served."""
+        or (``every``) when one failed, once every other was served, or at once on an
+        error not of ``skip`` (the reads of the whole queue skip only a node that does
+        not answer: ``UNREACHABLE``)."""
         done: list[_R] = []
         errors: list[BaseException] = []
         for name in names:
@@ -187,7 +190,7 @@ class ShardedEngine(Engine):
                 break
             try:
                 done.append(self.health.run(name, lambda: call(name)))  # noqa: B023
-            except ERRORS as exc:
+            except skip as exc:
                 errors.append(exc)
         if errors and (every or not done):
             raise errors[0]
@@ -308,7 +311,7 @@ class ShardedEngine(Engine):
         if len(names) == 1:
             return super().stats(queue, now_ms)
         parts = self._each(names, lambda name: super(ShardedEngine, self).stats(
-            name, now_ms))  # a shard whose node is down is left out of the counts
+            name, now_ms), skip=UNREACHABLE)  # a shard whose node is down: not counted
         counts = {f: sum(getattr(p, f) for p in parts)
                   for f in ("scheduled", "ready", "inflight", "dead", "expired_leases")}
         return QueueStats(now_ms=parts[0].now_ms, next_due_ms=_min(p.next_due_ms for p in parts),
@@ -333,20 +336,22 @@ class ShardedEngine(Engine):
     held_groups = _first_answer(Engine.held_groups)
 
     def paused(self, queues: Sequence[str]) -> list[str]:
-        """One round trip for all; when it fails (a node down), or a shard is set aside,
-        each queue's shards one by one: a failing shard is left out (``_each``; a queue
-        none of whose shards answers raises)."""
+        """One round trip for all; on a Redis Cluster, when it fails (a node down), or a
+        shard is set aside, each queue's shards one by one: a failing shard is left out
+        (``_each``; a queue none of whose shards answers raises). On one Redis its failure
+        is raised at once: Redis is unavailable."""
         names = {q: self.shard_queues(q) for q in queues}
         sets = [n for q in queues for n in names[q]]
         if not any(self.health.down(n) for n in sets):
             try:
                 found = set(Engine.paused(self, sets))
-            except ERRORS:
-                pass
+            except UNREACHABLE:
+                if not self.nodes_fail_alone:
+                    raise
             else:
                 return [q for q in queues if found.intersection(names[q])]
         return [q for q in queues if any(self._each(
-            names[q], lambda name: bool(Engine.paused(self, [name]))))]
+            names[q], lambda name: bool(Engine.paused(self, [name])), skip=UNREACHABLE))]
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
                         concurrency: int | None, groups: QueueLimit | None = None) -> None:
@@ -363,7 +368,7 @@ class ShardedEngine(Engine):
     def oldest_pending(self, queue: str) -> tuple[str, float] | None:
         """The earliest head of the shards that answer (a failing one left out)."""
         heads = self._each(self.shard_queues(queue), lambda name: Engine.oldest_pending(
-            self, name))
+            self, name), skip=UNREACHABLE)
         return min((head for head in heads if head is not None), key=lambda head: head[1],
                    default=None)
 

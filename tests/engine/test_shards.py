@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from redis.exceptions import ResponseError
 
 from django_delayq.engine import (
     CancelOutcome,
@@ -252,3 +253,14 @@ def test_reads_of_the_whole_queue_leave_out_a_shard_set_aside(
     engine.health.failed(shard_name("hot", 1), ConnectionError("node down"))
     with pytest.raises(ShardDown, match="unavailable"):
         engine.paused(["hot"])
+
+
+def test_reads_of_the_whole_queue_raise_an_error_a_shard_answers(
+        make: Callable[[int], ShardedEngine]) -> None:
+    """Only a shard whose node does not answer is left out of those reads: an error a
+    shard answers (WRONGTYPE here) is raised, not taken for a node loss."""
+    engine = make(3)
+    engine.enqueue("hot", [NewJob(id="j", at_ms=NOW)], now_ms=NOW)
+    engine.client.set(engine.keys(shard_name("hot", 0)).limit, "not a hash")
+    with pytest.raises(ResponseError, match="WRONGTYPE"):
+        engine.queue_limit("hot")
