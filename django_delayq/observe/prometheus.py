@@ -90,14 +90,12 @@ class QueueCollector:
 
     def _read(self, f: dict[str, Any]) -> None:
         settings, engine = get_settings(), get_engine()
-        now_ms = 0
         rows = redis_state.queues(engine, known_queues(settings), partial=True)
         queues = [q.queue for q in rows if not q.unavailable]  # else its node is down
         for q in rows:
             if q.unavailable:
                 logger.warning("metrics: queue %r unavailable: %s", q.queue, q.unavailable)
                 continue
-            now_ms = q.now_ms
             for state in STATES:
                 f["delayq_queue_jobs"].add_metric([q.queue, state], getattr(q, state))
             age = 0.0 if q.oldest_ready_ms is None else (q.now_ms - q.oldest_ready_ms) / 1000
@@ -114,10 +112,14 @@ class QueueCollector:
             f["delayq_group_due_jobs"].add_metric([u.queue, u.group], u.due)
             f["delayq_group_running"].add_metric([u.queue, u.group], u.running)
             f["delayq_group_paused"].add_metric([u.queue, u.group], 1 if u.paused else 0)
+        # the Redis clock: as a queue read it, else (none answered) its own read
+        now_ms = next((q.now_ms for q in rows if not q.unavailable), None)
         try:
-            live = engine.count_workers(now_ms - 2 * settings.lease_ms)
+            live = engine.count_workers((engine.time_ms() if now_ms is None else now_ms)
+                                        - 2 * settings.lease_ms)
         except ERRORS as exc:  # the registry's cluster node is down: the gauge left out
-            logger.warning("metrics: could not read the workers registry: %s", exc)
+            logger.warning("metrics: could not read the workers registry: %s",
+                           redis_state.unreadable(engine, exc))
         else:
             f["delayq_workers"].add_metric([], live)
 

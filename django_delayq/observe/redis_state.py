@@ -11,7 +11,10 @@ of Redis for them.
   ``partial`` (``delayq_status``, the metrics), a queue whose Redis Cluster node is down
   gets a row with counts of 0 and ``unavailable`` (its error) instead of failing the
   read, while Redis answers at all (a sharded queue counts the shards that answer:
-  engine/sharded.py); so does a callable's ``callable_limits`` row.
+  engine/sharded.py); so does a callable's ``callable_limits`` row (its counts None).
+  Only a node that does not answer is unavailable (``unreadable``): an error it answers
+  (WRONGTYPE, NOPERM, a script's), or any error of one Redis (not a cluster), fails the
+  read as before.
 * ``workers(engine)``: a ``WorkerRow`` per worker of the registry (``Engine.workers``,
   oldest heartbeat first), with its heartbeat's age on the Redis clock, whether it is
   ``stale`` (its heartbeat older than ``LEASE_SECONDS``: killed, or its host is gone), its
@@ -82,13 +85,12 @@ from django_delayq.core import group_limits, stored
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.limits import Rate, parse_rate, rate_text
 from django_delayq.core.queues import known_queues
-from django_delayq.engine.outcomes import LimitState
-from django_delayq.engine.shard_health import ERRORS
+from django_delayq.engine.shard_health import ERRORS, UNREACHABLE, ShardDown
 from django_delayq.models import GroupLimit, Job, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
-    from django_delayq.engine.outcomes import QueueLimit
+    from django_delayq.engine.outcomes import LimitState, QueueLimit
 
 logger = logging.getLogger(__name__)
 
@@ -161,9 +163,10 @@ def queues(engine: Engine, names: Sequence[str] | None = None, *,
     names = known_queues() if names is None else names
     try:
         paused: set[str] | None = set(engine.paused(names))
-    except ERRORS:
+    except ERRORS as exc:
         if not partial:
             raise
+        unreadable(engine, exc)
         engine.time_ms()  # does Redis answer at all? (else its error, at once)
         paused = None  # a node is down: each queue read on its own
     rows = []
@@ -178,8 +181,18 @@ def queues(engine: Engine, names: Sequence[str] | None = None, *,
             rows.append(QueueRow(queue=queue, scheduled=0, ready=0, inflight=0, dead=0,
                                  expired_leases=0, now_ms=0, next_due_ms=None,
                                  oldest_ready_ms=None, paused=False, limit=None,
-                                 unavailable=str(exc) or type(exc).__name__))
+                                 unavailable=unreadable(engine, exc)))
     return rows
+
+
+def unreadable(engine: Engine, exc: BaseException) -> str:
+    """Why a read of one Redis Cluster node's data failed while the others may answer:
+    its node does not (``UNREACHABLE``; a shard set aside after failing gives that
+    failure's error). ``exc`` is raised again when it is another error (the node
+    answered it), or when the client is one Redis' (then Redis is unavailable)."""
+    if not engine.nodes_fail_alone or not isinstance(exc, UNREACHABLE):
+        raise exc
+    return exc.reason if isinstance(exc, ShardDown) else str(exc) or type(exc).__name__
 
 
 def workers(engine: Engine) -> list[WorkerRow]:
@@ -288,9 +301,9 @@ class CallableLimitState:
     callable: str  # the dotted path
     rate: Rate | None  # (starts, per_ms)
     concurrency: int | None
-    running: int  # slots held now
-    started_in_window: int  # grants within the rate's window
-    unavailable: str | None = None  # why they could not be read (its node is down: 0)
+    running: int | None  # slots held now (None: ``unavailable``)
+    started_in_window: int | None  # grants within the rate's window (None: ``unavailable``)
+    unavailable: str | None = None  # why they could not be read (its node is down)
 
     @property
     def limit(self) -> str:
@@ -306,15 +319,17 @@ def callable_limits(engine: Engine, settings: Settings,
     out = []
     for path, e in sorted(settings.callable_limits.items()):
         why: str | None = None
+        s: LimitState | None = None
         try:
             s = engine.limit_state(path, rate=e.rate, concurrency=e.concurrency)
         except ERRORS as exc:
             if not partial:
                 raise
-            s, why = LimitState(started_in_window=0, running=0), str(exc)
-        out.append(CallableLimitState(callable=path, rate=e.rate, concurrency=e.concurrency,
-                                      running=s.running, started_in_window=s.started_in_window,
-                                      unavailable=why))
+            why = unreadable(engine, exc)
+        out.append(CallableLimitState(
+            callable=path, rate=e.rate, concurrency=e.concurrency,
+            running=None if s is None else s.running,
+            started_in_window=None if s is None else s.started_in_window, unavailable=why))
     return out
 
 

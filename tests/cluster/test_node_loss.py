@@ -235,19 +235,26 @@ def test_status_and_metrics_show_a_lost_nodes_queue_and_registry_unavailable(  #
         found = {q["queue"]: q for q in doc["queues"]}
         assert (found["emails"]["scheduled"], found["slow"]["scheduled"]) == (kept, 1)
         assert found["default"]["scheduled"] is None
+        # the node's own error, not when this process tries it again
         assert "Connection refused" in found["default"]["unavailable"]
+        assert "tried again" not in found["default"]["unavailable"]
+        assert (found["default"]["paused"], found["default"]["waiting"]) == (None, 0)
         assert found["slow"]["unavailable"] is None and doc["workers"] == []
         assert "Connection refused" in doc["workers_unavailable"]
         limited = {c["callable"]: c for c in doc["callable_limits"]}
         assert "Connection refused" in limited["tests.jobs.noop"]["unavailable"]
+        assert (limited["tests.jobs.noop"]["running"],
+                limited["tests.jobs.noop"]["started_in_window"]) == (None, None)
         assert (limited["tests.jobs.add"]["running"], limited["tests.jobs.add"]["unavailable"]
                 ) == (0, None)
         out = StringIO()
         call_command("delayq_status", stdout=out)
         text = out.getvalue()
-        assert re.search(r"^default +unavailable: .*Connection refused", text, re.M), text
+        assert re.search(r"^default +unavailable: Error 111 connecting to .*Connection refused",
+                         text, re.M), text
         assert re.search(r"^emails +%d +0 " % kept, text, re.M), text
         assert "  registry unavailable: " in text
+        assert "PAUSED: none (unknown: default)" in text
         assert re.search(r"^  tests.jobs.noop +5 at once +unavailable: ", text, re.M), text
         if compat.prometheus_client is not None:
             from django_delayq.observe import prometheus
@@ -261,5 +268,33 @@ def test_status_and_metrics_show_a_lost_nodes_queue_and_registry_unavailable(  #
             assert 'delayq_callable_running{callable="tests.jobs.add"} 0.0' in metrics
             assert 'delayq_callable_running{callable="tests.jobs.noop"}' not in metrics
             assert 'delayq_callable_concurrency_limit{callable="tests.jobs.noop"} 5.0' in metrics
+    finally:
+        redis_cluster.restart(down)
+
+
+def test_the_workers_gauge_counts_on_the_redis_clock_when_no_queue_answers(  # type: ignore[no-untyped-def]
+        settings, redis_cluster: LocalCluster) -> None:
+    """Every queue on the lost node, the registry on another: ``delayq_workers`` counts the
+    workers heard from within two leases on the Redis clock (not one silent for an hour)."""
+    if compat.prometheus_client is None:
+        pytest.skip("no prometheus")
+    from django_delayq.observe import prometheus
+
+    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_cluster.url, "QUEUES": ["default"],
+                       "PREFIX": _placed(redis_cluster, 0, ("default",))}
+    engine = get_engine()
+    engine.register_worker("fresh", "{}")
+    engine.register_worker("silent", "{}")
+    registry = engine.global_keys.workers
+    engine.client.zadd(registry, {"silent": engine.time_ms() - 3_600_000})
+    down = redis_cluster.node_of(engine.keys("default").pending)
+    alive = redis_cluster.node_of(registry)
+    assert engine.client.set_default_node(engine.client.get_node("127.0.0.1", alive))
+    _kill(redis_cluster, down)
+    try:
+        metrics = prometheus.exposition()[0].decode()
+        assert 'delayq_queue_jobs{queue="default"' not in metrics
+        assert "delayq_redis_up 1.0" in metrics
+        assert "\ndelayq_workers 1.0" in metrics, metrics
     finally:
         redis_cluster.restart(down)

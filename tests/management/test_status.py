@@ -84,6 +84,24 @@ def test_redis_down_is_a_command_error(delayq_settings):
         _status()
 
 
+def test_one_redis_down_fails_at_once_even_with_a_sharded_queue(delayq_settings, caplog):
+    """On one Redis (not a cluster) the failing read of the paused flags means Redis is
+    unavailable: no read of each queue's shards follows, nothing speaks of other nodes."""
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "REDIS_URL": "redis://127.0.0.1:1/0",
+                              "QUEUE_OPTIONS": {"hot": {"shards": 3}}}
+    with pytest.raises(CommandError, match="Redis is unavailable"):
+        _status()
+    assert "other nodes" not in caplog.text
+
+
+def test_an_error_redis_answers_fails_the_command(delayq_engine):
+    """A queue's limit key of the wrong type is no outage: the command fails as a whole (it
+    does not show that queue as unavailable)."""
+    delayq_engine.client.set(delayq_engine.keys("default").limit, "not a hash")
+    with pytest.raises(CommandError, match="WRONGTYPE"):
+        _status("--json")
+
+
 def _start(settings, tmp_path, name: str, *args: str) -> subprocess.Popen[bytes]:  # type: ignore[no-untyped-def]
     log = open(tmp_path / ("%s.log" % name), "wb")
     return subprocess.Popen(

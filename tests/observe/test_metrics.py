@@ -83,6 +83,13 @@ def test_scrape_says_redis_down_instead_of_failing(m, delayq_settings):
                                        {"queue": "default", "state": "ready"}) is None
 
 
+def test_an_error_redis_answers_is_no_partial_scrape(m, delayq_engine):
+    """WRONGTYPE on a queue's limit key is no node loss: the scrape says Redis is not read
+    (``delayq_redis_up 0``) instead of leaving that queue's gauges out."""
+    delayq_engine.client.set(delayq_engine.keys("default").limit, "not a hash")
+    assert value(m, "delayq_redis_up") == 0
+
+
 def test_django_view_serves_the_text_format(m):
     from django_delayq.metrics_views import metrics
 

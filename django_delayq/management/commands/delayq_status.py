@@ -112,7 +112,7 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, 
     try:
         workers, registry = redis_state.with_progress(redis_state.workers(engine)), None
     except ERRORS as exc:  # the registry's cluster node is down: the rest is shown
-        workers, registry = [], str(exc)
+        workers, registry = [], redis_state.unreadable(engine, exc)
     return {"now": _iso(engine.time_ms()) or "", "prefix": settings.prefix,
             "queues": [queue_data(engine, q, waiting.get(q.queue, 0)) for q in states],
             "workers": [worker_data(w) for w in workers], "workers_unavailable": registry,
@@ -158,6 +158,8 @@ def render_text(status: dict[str, Any]) -> str:
     lines += ["IN FLIGHT %(in_flight)d = %(running)d running + %(prefetched)d prefetched + "
               "%(settling)d settling" % status["holding"],
               "", "PAUSED: %s" % (", ".join(status["paused"]) or "none")]
+    if unknown := [q["queue"] for q in status["queues"] if q["unavailable"]]:
+        lines[-1] += " (unknown: %s)" % ", ".join(unknown)  # their node is down
     if status["callable_limits"]:
         lines += ["", "CALLABLE LIMITS"] + [
             "  %-40s %-24s %s" % (
