@@ -165,7 +165,8 @@ class Housekeeping:
         """Extend the leases of held jobs and publish this worker's liveness; under a
         supervisor, tell it the heartbeat ran (``tracking.Link.beat``). ``holding``: what
         the worker holds now; a lease not extended is reported lost only when its job is
-        still held (one settled since ``held`` was read has simply ended)."""
+        still held (one settled since ``held`` was read has simply ended), and a job it
+        holds unstarted is dropped (``Ledger.lost``: the redelivered copy runs instead)."""
         beat_at = time.monotonic()
         failed: list[Exception] = []
         lost: list[ClaimedJob] = []
@@ -182,6 +183,8 @@ class Housekeeping:
             lost = [j for j in lost if (j.queue, j.id, j.token) in now_held]
         for job in lost:
             logger.warning("job %s: lease lost while held by this worker", job.id)
+        for job in self.ledger.lost(lost):  # held unstarted: dropped, never to start here
+            logger.warning("job %s: not started here; the redelivered copy runs", job.id)
         if self.supervision is not None:  # the leases run from beat_at at least
             self.supervision.link.beat(beat_at)
         self.engine.register_worker(self.worker_id, self.info(held, claimed, processed))

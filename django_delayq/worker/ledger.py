@@ -10,6 +10,13 @@ busy (it still counts against capacity) and whatever it returns later is dropped
 ``on_late`` has seen it (the callable-limit slot it held is freed only then: its function
 was still running).
 
+A job is held by delivery: after a lost lease (Redis lost its data, or the lease
+expired) the same job may come back under a newer token while this worker still holds the
+older copy. That copy is *stale*: unstarted, it is dropped (``claimed`` of the newer copy
+replaces it, ``lost`` drops it when the heartbeat finds its lease gone), so a thread that
+takes it finds nothing to start; running, it keeps its thread's slot until it ends (its
+settlement is refused: the redelivered copy owns the job).
+
 Threads change the ledger only through its named transitions; each one takes the lock
 once, so the hot path (a job starts, a job finishes) costs one acquisition per step. The
 heartbeat thread reads ``held()`` and ``running_jobs()``.
@@ -37,11 +44,16 @@ if TYPE_CHECKING:
     from django_delayq.worker.outcome import Outcome
 
 Key = tuple[str, str]  # (queue, job id)
+Delivery = tuple[str, str, int]  # (queue, job id, lease token)
 SETTLED_AS = {Kind.RETRY: "f", Kind.DEAD: "f", Kind.DEFER: "d"}  # else "s" (the ``x`` report)
 
 
 def key_of(job: ClaimedJob) -> Key:
     return (job.queue, job.id)
+
+
+def delivery(job: ClaimedJob) -> Delivery:
+    return (job.queue, job.id, job.token)
 
 
 class Ledger:
@@ -51,10 +63,11 @@ class Ledger:
         self.link = link  # a supervised child's: each transition is reported over it
         # A condition: the settling thread waits on it for outcomes (``wait_done``)
         self._lock = threading.Condition(threading.Lock())
-        self._unstarted: dict[Key, ClaimedJob] = {}
-        self._running: dict[Key, RunningJob] = {}
+        self._unstarted: dict[Key, ClaimedJob] = {}  # its newest delivery (older ones: stale)
+        # by delivery: a stale copy may still run while the redelivered one does
+        self._running: dict[Delivery, RunningJob] = {}
         # their threads are still busy; by delivery (a retry of the job may run meanwhile)
-        self._timed_out: dict[tuple[Key, int], RunningJob] = {}
+        self._timed_out: dict[Delivery, RunningJob] = {}
         self._done: deque[Outcome] = deque()
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
         # taken by ``take_done`` (maybe by several threads at once), being settled
@@ -65,7 +78,8 @@ class Ledger:
     # -- transitions ---------------------------------------------------------------
 
     def claimed(self, jobs: Sequence[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
-        """Jobs claimed to run, and outcomes of claimed jobs that end without running."""
+        """Jobs claimed to run, and outcomes of claimed jobs that end without running. A
+        job held unstarted under an older token is replaced: that copy's lease is lost."""
         with self._lock:
             self._unstarted.update((key_of(job), job) for job in jobs)
             self._done.extend(ended)
@@ -78,14 +92,18 @@ class Ledger:
             self.link.flush()  # now, not within FLUSH_S: a child killed meanwhile (its
             # flusher starved on a busy machine) would leave them to lease expiry, charged
 
-    def start(self, key: Key, limit_s: float | None = None) -> RunningJob | None:
+    def start(self, job: ClaimedJob, limit_s: float | None = None) -> RunningJob | None:
         """A thread takes the job, whose attempt may run ``limit_s`` seconds (None: no
-        limit); None when it was released meanwhile (drain)."""
+        limit); None when this copy is no longer held unstarted: released meanwhile
+        (drain), or stale (its lease lost, maybe a newer delivery claimed)."""
+        key = key_of(job)
         with self._lock:
-            job = self._unstarted.pop(key, None)
-            if job is None:
+            held = self._unstarted.get(key)
+            if held is None or held.token != job.token:
                 return None
-            run = self._running[key] = RunningJob(job, time.monotonic(), datetime.now(UTC), limit_s)
+            del self._unstarted[key]
+            run = RunningJob(job, time.monotonic(), datetime.now(UTC), limit_s)
+            self._running[delivery(job)] = run
             self._changed()
         if self.link is not None:
             self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
@@ -97,12 +115,10 @@ class Ledger:
         """Record a job's outcome. A timed-out attempt's late outcome is dropped (its
         failure was already recorded), after ``on_late`` has seen it."""
         with self._lock:
-            run = self._running.get(key)
+            run = self._running.pop(delivery(outcome.job), None)
             late = False
-            if run is not None and run.job.token == outcome.job.token:
-                del self._running[key]
-            else:  # a timed-out delivery's (its retry may be running now, under this key)
-                run = self._timed_out.pop((key, outcome.job.token), None)
+            if run is None:  # a timed-out delivery's (its retry may be running now)
+                run = self._timed_out.pop(delivery(outcome.job), None)
                 late = run is not None
             if run is not None:  # the recent pace of this worker's jobs (prefetch)
                 took = time.monotonic() - run.started_mono
@@ -116,7 +132,7 @@ class Ledger:
         if late and self._on_late is not None:
             self._on_late(outcome)
         if self.link is not None:
-            self.link.send("e", *key)
+            self.link.send("e", *key, outcome.job.token)
 
     def time_out_limits(self, now: float, outcome_of: Callable[[ClaimedJob, datetime, float],
                                                                 Outcome]) -> list[ClaimedJob]:
@@ -127,10 +143,10 @@ class Ledger:
         if self.link is not None:
             return []  # hard limits: the supervisor stops the process
         with self._lock:
-            over = [(key, run) for key, run in self._running.items() if run.over(now)]
-            for key, run in over:
-                del self._running[key]
-                self._timed_out[key, run.job.token] = run
+            over = [(d, run) for d, run in self._running.items() if run.over(now)]
+            for d, run in over:
+                del self._running[d]
+                self._timed_out[d] = run
                 self._done.append(outcome_of(run.job, run.started_at, run.limit or 0.0))
             if over:
                 self._lock.notify_all()
@@ -151,13 +167,29 @@ class Ledger:
         with self._lock:
             return next_limit(self._running.values())
 
+    def lost(self, jobs: Iterable[ClaimedJob]) -> list[ClaimedJob]:
+        """The leases of ``jobs`` are gone (the heartbeat's extend was refused): those
+        still held unstarted under that token are dropped, never to start (the copy
+        redelivered from Redis runs instead; no outcome: the job is not this worker's).
+        Returns them. Running copies run on (the function cannot be stopped); their
+        outcome's settlement is refused."""
+        with self._lock:
+            dropped = [j for j in jobs if (held := self._unstarted.get(key_of(j))) is not None
+                       and held.token == j.token]
+            for j in dropped:
+                del self._unstarted[key_of(j)]
+        if self.link is not None and dropped:
+            for j in dropped:
+                self.link.send("r", j.queue, j.id, j.token)
+        return dropped
+
     def release_unstarted(self) -> list[ClaimedJob]:
         """Drop the jobs no thread has taken yet (to hand them back to Redis)."""
         with self._lock:
             jobs, self._unstarted = list(self._unstarted.values()), {}
         if self.link is not None:
             for j in jobs:
-                self.link.send("r", j.queue, j.id)
+                self.link.send("r", j.queue, j.id, j.token)
         return jobs
 
     def take_done(self) -> list[Outcome]:
@@ -196,7 +228,7 @@ class Ledger:
             for o in taken:
                 if id(o) not in kept:
                     self.link.send("x", o.job.queue, o.job.id, o.job.attempt,
-                                   SETTLED_AS.get(o.kind, "s"))
+                                   SETTLED_AS.get(o.kind, "s"), o.job.token)
 
     # -- reads ---------------------------------------------------------------------
 

@@ -380,11 +380,10 @@ class Execution:
             if job is None:
                 connections.close_all()  # this thread's connections, not the caller's
                 return
-            key = key_of(job)
             env = job.payload  # its time limit: the job's, its queue's or the global one
             limit = self.settings.timeout_for(job.queue, None if env is None else env.timeout)
-            if not (running := self.ledger.start(key, limit)):
-                continue  # released during drain
+            if not (running := self.ledger.start(job, limit)):
+                continue  # released during drain, or stale (its lease lost)
             admitted: gates.Admission | None = None
             try:
                 admitted = self.gate.admit(job)  # expired? refused by a callable limit?
@@ -394,7 +393,7 @@ class Execution:
                 outcome = crashed(job, exc)
                 if admitted is not None:  # its callable-limit slot, freed once settled
                     outcome.callable_limit = admitted.callable_limit
-            self.ledger.finish(key, outcome)
+            self.ledger.finish(key_of(job), outcome)
             self.settlement.finished()  # acked now, on this thread
 
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission,

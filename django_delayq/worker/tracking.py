@@ -13,12 +13,17 @@ which its ledger also reports every transition of its jobs, one line each:
                                                home: the shard holding it, or empty)
     s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
                                                empty for none
-    e <queue> <id>                             ended (its outcome is settled next;
+    e <queue> <id> <token>                     ended (its outcome is settled next;
                                                still held until then)
-    x <queue> <id> <attempt> <how>             settled in Redis: no longer held; how:
+    x <queue> <id> <attempt> <how> <token>     settled in Redis: no longer held; how:
                                                s acked, f nacked (an attempt row
                                                follows), d deferred (row untouched)
-    r <queue> <id>                             handed back unstarted (drain)
+    r <queue> <id> <token>                     handed back unstarted (drain), or
+                                               dropped unstarted (its lease lost)
+
+``e``, ``x`` and ``r`` name the delivery (its token): after a lost lease the child may
+hold a newer copy of the same job (claimed since) while the stale one ends; the
+supervisor's record of the newer copy stays.
 
 fields separated by tabs (queue names are printable, ids are ours: neither holds a tab or
 a newline; a line that does not parse is ignored). Text, not JSON: the supervisor reads

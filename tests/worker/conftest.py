@@ -66,7 +66,7 @@ def run_claimed(worker, claimed) -> None:  # type: ignore[no-untyped-def]
 
     worker.ledger.claimed(claimed)
     for job in claimed:
-        assert worker.ledger.start(key_of(job))
+        assert worker.ledger.start(job)
         outcome = runner.run(job, worker_id=worker.id, default_max_attempts=3,
                              default_backoff=get_settings().default_backoff,
                              manage_connections=False)

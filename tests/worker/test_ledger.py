@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from datetime import UTC, datetime
 
 from django_delayq.engine import ClaimedJob
 from django_delayq.worker import runner
 from django_delayq.worker.ledger import Ledger, key_of
+from django_delayq.worker.processes.children import Child
+from django_delayq.worker.tracking import Link
 
 
-def job(job_id: str, queue: str = "q") -> ClaimedJob:
-    return ClaimedJob(queue=queue, id=job_id, due_ms=0, token=1, envelope="")
+def job(job_id: str, queue: str = "q", token: int = 1) -> ClaimedJob:
+    return ClaimedJob(queue=queue, id=job_id, due_ms=0, token=token, envelope="")
 
 
 def failed(claimed: ClaimedJob, started_at: datetime | None = None) -> runner.Outcome:
@@ -21,8 +26,8 @@ def test_a_job_goes_from_claimed_to_done_and_is_taken_once() -> None:
     ledger, a, b = Ledger(), job("a"), job("b")
     ledger.claimed([a, b])
     assert (ledger.capacity_used(), ledger.idle()) == (2, False)
-    assert ledger.start(key_of(a)) and ledger.start(key_of(b))
-    assert not ledger.start(key_of(a))  # a job starts once
+    assert ledger.start(a) and ledger.start(b)
+    assert not ledger.start(a)  # a job starts once
     assert len(ledger.running_jobs()) == 2 and {j.id for j in ledger.held()} == {"a", "b"}
     ledger.finish(key_of(a), failed(a))
     ledger.finish(key_of(b), failed(b))
@@ -37,7 +42,7 @@ def test_released_jobs_do_not_start() -> None:
     ledger, a = Ledger(), job("a")
     ledger.claimed([a])
     assert ledger.release_unstarted() == [a]
-    assert not ledger.start(key_of(a))
+    assert not ledger.start(a)
     assert ledger.idle() and ledger.capacity_used() == 0
 
 
@@ -46,7 +51,7 @@ def test_a_timed_out_attempt_is_done_at_once_and_its_late_outcome_dropped() -> N
     ledger, a = Ledger(on_late=late.append), job("a")
     ledger.claimed([a])
     before = datetime.now(UTC)
-    assert ledger.start(key_of(a), limit_s=5.0)
+    assert ledger.start(a, limit_s=5.0)
     seen: list[tuple[datetime, float]] = []
 
     def outcome_of(claimed: ClaimedJob, started_at: datetime, limit: float) -> runner.Outcome:
@@ -76,10 +81,79 @@ def test_unsettled_outcomes_come_back_first_and_keep_the_ledger_busy() -> None:
     ledger.keep_unsettled(kept, kept)  # its queue is backing off
     assert not ledger.idle() and ledger.unsettled_queues() == {"down"}
     ledger.claimed([b])
-    assert ledger.start(key_of(b))
+    assert ledger.start(b)
     ledger.finish(key_of(b), failed(b))
     taken = ledger.take_done()
     assert [o.job.id for o in taken] == ["a", "b"]
     assert not ledger.idle() and {j.id for j in ledger.held()} == {"a", "b"}  # settling
     ledger.keep_unsettled([], taken)  # both settled
     assert ledger.unsettled_queues() == set() and ledger.idle() and ledger.held() == []
+
+
+def test_a_redelivered_copy_replaces_the_stale_one_no_thread_took() -> None:
+    ledger, stale, fresh = Ledger(), job("a"), job("a", token=2)
+    ledger.claimed([stale])
+    ledger.claimed([fresh])  # its lease was lost; the job came back under a newer token
+    assert ledger.held() == [fresh] and ledger.capacity_used() == 1
+    assert not ledger.start(stale)  # the thread that takes the stale copy: nothing to run
+    assert ledger.start(fresh)  # the redelivered copy runs, once
+    assert not ledger.start(fresh)
+    ledger.finish(key_of(fresh), failed(fresh))
+    ledger.keep_unsettled([], ledger.take_done())
+    assert ledger.idle() and ledger.capacity_used() == 0
+
+
+def test_a_stale_copy_that_runs_keeps_its_slot_until_it_ends() -> None:
+    ledger, stale, fresh = Ledger(), job("a"), job("a", token=2)
+    ledger.claimed([stale])
+    assert ledger.start(stale)
+    ledger.claimed([fresh])
+    assert ledger.start(fresh)  # both run: the stale copy's function cannot be stopped
+    assert ledger.capacity_used() == 2 and len(ledger.running_jobs()) == 2
+    ledger.finish(key_of(stale), failed(stale))  # its slot is freed, not the other's
+    assert ledger.capacity_used() == 1 and [r.job for r in ledger.running_jobs()] == [fresh]
+    ledger.finish(key_of(fresh), failed(fresh))
+    taken = ledger.take_done()  # both outcomes are settled (the stale one's is refused)
+    assert [o.job.token for o in taken] == [1, 2]
+    ledger.keep_unsettled([], taken)
+    assert ledger.idle() and ledger.capacity_used() == 0
+
+
+def test_a_lost_lease_drops_the_unstarted_copy_only() -> None:
+    ledger, a, b, c = Ledger(), job("a"), job("b"), job("c")
+    ledger.claimed([a, b, c])
+    assert ledger.start(b)
+    ledger.claimed([fresh := job("c", token=2)])
+    assert ledger.lost([a, b, c]) == [a]  # b runs on; c's copy here is already newer
+    assert not ledger.start(a)
+    assert ledger.capacity_used() == 2 and set(ledger.held()) == {b, fresh}
+
+
+def test_a_supervisor_keeps_its_record_of_the_redelivered_copy() -> None:
+    ours, theirs = socket.socketpair()
+    theirs.setblocking(False)
+    ledger = Ledger(link=Link(ours.detach()))
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()
+    child = Child(slot=0, proc=proc, sock=theirs)  # type: ignore[arg-type]
+    stale, fresh = job("a"), job("a", token=2)
+    ledger.claimed([stale])
+    assert ledger.start(stale)
+    ledger.claimed([fresh])
+    assert ledger.start(fresh)
+    ledger.finish(key_of(stale), failed(stale))  # the stale copy ends and is settled
+    ledger.keep_unsettled([], ledger.take_done())
+    assert ledger.link is not None
+    ledger.link.flush()
+    child.read_all()
+    key = key_of(fresh)
+    assert child.held[key] == fresh and child.running[key].job.token == 2
+    assert key not in child.ended and not child.settled
+    ledger.finish(key, failed(fresh))
+    ledger.keep_unsettled([], ledger.take_done())
+    ledger.link.flush()
+    child.read_all()
+    assert not child.held and not child.running and len(child.settled) == 1
+    ledger.link.orphaned.set()  # its threads end
+    ledger.link.sock.close()
+    theirs.close()

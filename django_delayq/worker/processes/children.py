@@ -143,20 +143,23 @@ class Child:
             if job is None or job.token != token:  # its claim unseen: tracked all the same
                 job = ClaimedJob(queue=f[0], id=f[1], token=token, due_ms=0, envelope="")
             self.running[key] = RunningJob(job, started, at, float(f[4]) if f[4] else None)
-        elif kind == "e":
-            run = self.running.pop(key, None)
-            if run is not None and key in self.held:
-                self.ended[key] = run
-        elif kind == "x":  # only that attempt's entries: the job may be claimed again
-            attempt = int(f[2])  # (due at once) before this report of the last attempt
-            if (run := self.ended.get(key)) is not None and run.job.attempt in (attempt, 0):
+        elif kind == "e":  # of that delivery: a stale copy (its lease lost) may end
+            run = self.running.get(key)  # while the redelivered copy runs
+            if run is not None and run.job.token == int(f[2]):
+                del self.running[key]
+                if key in self.held:
+                    self.ended[key] = run
+        elif kind == "x":  # only that delivery's entries: the job may be claimed again
+            token = int(f[4])  # (due at once, or redelivered) before this report
+            if (run := self.ended.get(key)) is not None and run.job.token == token:
                 del self.ended[key]
-            if (held := self.held.get(key)) is not None and held.attempt in (attempt, 0):
+            if (held := self.held.get(key)) is not None and held.token == token:
                 del self.held[key]
             if f[3] != "d":  # a deferred job's row is not touched
                 self.settled.append(Settled(key, int(f[2]), f[3] == "f"))
-        elif kind == "r":
-            self.held.pop(key, None)
+        elif kind == "r" and (held := self.held.get(key)) is not None \
+                and held.token == int(f[2]):  # not a newer copy claimed since
+            del self.held[key]
 
     # -- decisions ------------------------------------------------------------------
 
