@@ -149,16 +149,20 @@ class Child:
                 del self.running[key]
                 if key in self.held:
                     self.ended[key] = run
-        elif kind == "x":  # only that delivery's entries: the job may be claimed again
-            token = int(f[4])  # (due at once, or redelivered) before this report
-            if (run := self.ended.get(key)) is not None and run.job.token == token:
-                del self.ended[key]
-            if (held := self.held.get(key)) is not None and held.token == token:
-                del self.held[key]
+        elif kind == "x":
+            self._forget(key, int(f[4]))
             if f[3] != "d":  # a deferred job's row is not touched
                 self.settled.append(Settled(key, int(f[2]), f[3] == "f"))
-        elif kind == "r" and (held := self.held.get(key)) is not None \
-                and held.token == int(f[2]):  # not a newer copy claimed since
+        elif kind == "r":
+            self._forget(key, int(f[2]))
+
+    def _forget(self, key: Key, token: int) -> None:
+        """Drop the entries of that delivery of the job, not those of a newer copy claimed
+        before this report came (a retry due at once, a copy redelivered after a lost
+        lease)."""
+        if (run := self.ended.get(key)) is not None and run.job.token == token:
+            del self.ended[key]
+        if (held := self.held.get(key)) is not None and held.token == token:
             del self.held[key]
 
     # -- decisions ------------------------------------------------------------------
