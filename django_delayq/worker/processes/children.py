@@ -334,7 +334,7 @@ class TakeBack:
         back: list[ClaimedJob] = []
         for key, job in child.held.items():
             run = child.running.get(key) or child.ended.get(key)
-            if run is None:
+            if run is None or run.job.token != job.token:  # a stale copy's run: not this one's
                 back.append(job)
             elif code != EXIT_OK:  # after a clean exit it settled what it ran itself
                 failed.append((run, why_failed(child, key, code)))
