@@ -82,6 +82,8 @@ def send(signal: Signal, **kwargs: object) -> None:
             fn(sender=job, **kwargs)
         except Exception as exc:  # noqa: BLE001 - like send_robust: never affect the job
             logger.error("signal receiver %r failed: %s", fn, exc, exc_info=exc)
+    if not signal.receivers:  # the common case on the job path: no call at all
+        return
     for receiver, result in signal.send_robust(sender=job, **kwargs):
         if isinstance(result, Exception):
             logger.error("signal receiver %r failed: %s", receiver, result, exc_info=result)

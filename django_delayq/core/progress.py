@@ -73,7 +73,7 @@ class Reporter:
                  interval: float = INTERVAL_SECONDS,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.job_id, self.interval, self._clock = job_id, interval, clock
-        self._write = write or self._write_row
+        self._write = write  # None: the row (a bound method here would be a cycle per job)
         self._lock = threading.Lock()  # a job may report from threads of its own
         self._write_lock = threading.Lock()  # one write at a time, in the order sent
         self._last: float | None = None
@@ -118,7 +118,7 @@ class Reporter:
 
     def _write_logged(self, value: object) -> None:
         try:
-            self._write(value)
+            (self._write or self._write_row)(value)
         except DatabaseError as exc:
             logger.warning("job %s: its progress could not be written: %s", self.job_id, exc)
 

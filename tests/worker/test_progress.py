@@ -3,6 +3,7 @@ the row when the job ends; in worker threads, ``--processes`` children and async
 
 from __future__ import annotations
 
+import gc
 import math
 import signal
 from collections.abc import Iterator
@@ -140,3 +141,12 @@ def test_reporter_writes_once_per_interval_and_the_last_value_at_the_end() -> No
     reporter.finish()  # the last value, kept, written at the end
     reporter.finish()  # nothing more
     assert written == [0, 10, 11] and reporter.writes == 3
+
+
+def test_a_reporter_leaves_no_cycle_for_the_garbage_collector() -> None:
+    """One reporter a job: freed by its reference count when the job ends, so a drain of
+    many jobs gives the cyclic collector nothing to do (it cost ~8 µs a job)."""
+    gc.collect()
+    reporters = [Reporter("job-%d" % i) for i in range(100)]
+    del reporters
+    assert gc.collect() < 50  # a cycle each: 500 (other threads' garbage may add a few)
