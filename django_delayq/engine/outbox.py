@@ -165,8 +165,9 @@ class OutboxOps(RedisOwner):
         new. Per call of ``reenqueue.lua`` (at most ``scripts.RECONCILE_CHUNK`` jobs):
         skip the ids Redis holds, has a settled record of, or re-enqueued within
         ``keep_ms``; enqueue the others, remember them in ``reconciled`` (at most
-        ``keep_max``) and raise their attempts counters to ``seeds[id]`` (the highest
-        token a delivery may have had: the next claim's is higher). ``epochs``: the epoch
+        ``keep_max``) and give each job in ``seeds`` (its value: the most attempts it
+        may have had, None as 0) a token from the Redis clock, one no delivery had, even
+        a delivery in data lost unseen. ``epochs``: the epoch
         the caller last saw of each data set (queue or shard name); where Redis now holds
         another (the data was lost since), that data set's jobs are left alone."""
         k = self.keys(queue)
@@ -175,7 +176,7 @@ class OutboxOps(RedisOwner):
         for chunk in chunks(jobs, scripts.RECONCILE_CHUNK):
             args = head + [value for job in chunk for value in (
                 job[0], job[1], job[2] if len(job) > 2 else 0, job[3] if len(job) > 3 else "",
-                seeds.get(job[0]) or 0)]
+                "" if job[0] not in seeds else seeds[job[0]] or 0)]
             reply = self._run("reenqueue", scripts.keys_of("reenqueue", k), args)
             if len(reply) > 2:
                 logger.info("queue %r: its Redis data changed since the reconciler last looked; "

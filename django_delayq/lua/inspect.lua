@@ -19,7 +19,8 @@
 --          score: the due time (of a ready job, as ready_score keeps it: 1970..2527), the
 --          lease deadline or the time of death; -1 when it is not a time (+-inf);
 --          attempts: the attempt number of its latest delivery (its lease token minus the
---          runs entry's offset; 0 before the first), -1 when the token is not an integer;
+--          runs entry's offset; 0 before the first, also after a re-enqueue that counted
+--          none), -1 when the token is not an integer;
 --          priority 0 when none (or not one)
 -- Cost: O(log N), one job per call.
 --@include ms_range
@@ -39,9 +40,10 @@ else
 end
 local count = redis.call('HGET', attempts, id)
 local tries = 0
-if count then
-  tries = bad_count(count) and -1
-          or math.max(0, tonumber(count) - offset_of(redis.call('HGET', runs, id), count))
+local entry = count and redis.call('HGET', runs, id)
+if count and entry ~= '0 ' .. count .. ' 0' then  -- that entry: re-enqueued with seed 0
+  tries = bad_count(count) and -1                  -- (reenqueue.lua), not delivered since
+          or math.max(0, tonumber(count) - offset_of(entry, count))
 end
 return {place, score, tries, redis.call('HGET', jobs, id),
         redis.call('SISMEMBER', cancel, id), priority_of(redis.call('HGET', prio, id))}

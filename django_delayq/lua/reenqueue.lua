@@ -28,12 +28,15 @@
 --                      and {0, now_ms, 1} comes back (a loss pass, which seeds the
 --                      attempts a lost delivery may have had, is the one to put them back)
 -- ARGV[6..] 5 per job: id, due_ms (absolute), priority (-100..100), group ("": none),
---           seed: the most
---           attempts the job may have had (0: none). A job with a seed or a counter gets
+--           seed: the most attempts the job may have had (0: none; "": no seed, for a
+--           job never delivered). A job with a seed (0 too) or a counter gets
 --           the counter max(its value, now_ms, its last re-enqueue's ms + 1) — the Redis
 --           clock in ms, above any count of deliveries (those since an earlier seed come a
 --           lease apart), so the next claim's token is one no earlier delivery had — and
---           the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1
+--           the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1.
+--           The reconciler seeds every job, 0 too: a job whose row says it never ran
+--           may still have been delivered in data lost unseen (a copy held unstarted
+--           there counted no attempt), so no token restarts from 1
 --
 -- A job is left alone (not counted) when Redis holds it (pending, ready, in flight,
 -- dead, an envelope), holds a settled record of it, or re-enqueued it within keep_ms
@@ -72,7 +75,7 @@ for j = 1, #ids do
     if ARGV[i + 3] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 3] end
     local seed = math.max(0, math.floor(tonumber(ARGV[i + 4]) or 0))
     local counter = tonumber(counters[j]) or 0
-    if seed > 0 or counter > 0 then
+    if ARGV[i + 4] ~= '' or counter > 0 then
       -- a later seed of the same job is higher even within the same ms (its last one is
       -- remembered in reconciled); deliveries since a seed come a lease apart at least
       local token = math.max(now, counter, (tonumber(lately[j]) or 0) + 1)
