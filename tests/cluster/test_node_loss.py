@@ -272,12 +272,11 @@ def test_status_and_metrics_show_a_lost_nodes_queue_and_registry_unavailable(  #
         redis_cluster.restart(down)
 
 
+@pytest.mark.skipif(compat.prometheus_client is None, reason="the prometheus extra")
 def test_the_workers_gauge_counts_on_the_redis_clock_when_no_queue_answers(  # type: ignore[no-untyped-def]
         settings, redis_cluster: LocalCluster) -> None:
     """Every queue on the lost node, the registry on another: ``delayq_workers`` counts the
     workers heard from within two leases on the Redis clock (not one silent for an hour)."""
-    if compat.prometheus_client is None:
-        pytest.skip("no prometheus")
     from django_delayq.observe import prometheus
 
     settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": redis_cluster.url, "QUEUES": ["default"],

@@ -16,16 +16,10 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.models import Job
 from tests.helpers import point_at, wait_until
+from tests.reliability.test_loss_attempts import LEASE_MS, _claim
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-LEASE_MS = 60_000
-
-
-def _claim(job_id: str):  # type: ignore[no-untyped-def]
-    [job] = [j for j in get_engine().claim("default", 10, lease_ms=LEASE_MS).jobs
-             if j.id == job_id]
-    return job
 
 
 def test_a_copy_held_across_an_unseen_loss_keeps_a_token_of_its_own(  # type: ignore[no-untyped-def]
