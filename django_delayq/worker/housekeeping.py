@@ -83,11 +83,12 @@ from django.db import connections
 from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.outcomes import Contact, NackOutcome
+from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, monotonic_ms
 from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE, STATUS_OF
-from django_delayq.worker.queue_backoff import ERRORS, grouped
+from django_delayq.worker.queue_backoff import grouped
 from django_delayq.worker.retention import Retention
 from django_delayq.worker.settle import record_failure
 
@@ -174,7 +175,7 @@ class Housekeeping:
             try:  # each queue on its own: on a cluster, one node down must not cost the
                 results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
                                              self.settings.lease_ms)  # others their leases
-            except ERRORS as exc:
+            except OUTAGES as exc:
                 failed.append(exc)
                 continue
             lost += [job for job, ok in zip(jobs, results) if not ok]
@@ -237,7 +238,7 @@ class Housekeeping:
                 self.schedules.tick(self.retention.tick)  # retention, then schedules
                 try:
                     self.reconciler.tick()
-                except ERRORS as exc:  # the main loop reports outages; try next time
+                except OUTAGES as exc:  # the main loop reports outages; try next time
                     logger.debug("reconciler: Redis unavailable: %s", exc)
                 except Exception as exc:  # noqa: BLE001 - never let the keeper die
                     self._reconcile_outage.failed(exc, min(beat_s, 0.5))

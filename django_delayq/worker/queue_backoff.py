@@ -25,7 +25,6 @@ from django_delayq.engine.shard_health import OUTAGES
 
 logger = logging.getLogger(__name__)
 
-ERRORS = OUTAGES
 FIRST_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 5.0
 _T = TypeVar("_T")
@@ -69,7 +68,7 @@ class QueueBackoff:
             self._tried.add(queue)
             try:
                 step(queue)
-            except ERRORS as exc:
+            except OUTAGES as exc:
                 left.append(queue)
                 failed.append((queue, exc))
             else:

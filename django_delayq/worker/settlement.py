@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING
 
 from django_delayq.engine.replies import chunks
 from django_delayq.engine.scripts import MAX_ACK
+from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff, grouped
+from django_delayq.worker.queue_backoff import QueueBackoff, grouped
 from django_delayq.worker.settle import ACKED, SEND_AT, SEND_EVERY, Sent, Settler, acks
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ class Settlement:
         self._unrecorded: set[str] = set()  # ids being settled by a round, not recorded yet
         self._recording = threading.Condition()
         self._threads: list[threading.Thread] = []  # settling, then the reader
-        self._outage = OutageLog(logger, "settling finished jobs", quiet=ERRORS)
+        self._outage = OutageLog(logger, "settling finished jobs", quiet=OUTAGES)
 
     def start(self) -> None:
         for target, name in [(self._run, "delayq-settle")] + (

@@ -18,8 +18,9 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import CancelOutcome
+from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import JobStatus
-from django_delayq.worker.queue_backoff import ERRORS, QueueBackoff
+from django_delayq.worker.queue_backoff import QueueBackoff
 from tests.cluster.conftest import SPREAD, grouped_prefix, running_worker
 from tests.helpers import wait_until
 
@@ -153,7 +154,7 @@ def test_the_queues_of_a_node_that_is_down_back_off_alone(cluster_settings, redi
         assert backoff.waiting("default") and backoff.waiting("emails")
         assert backoff.remaining_ms("emails") > 0  # the loop sleeps that long for them
         assert backoff.each(SPREAD, engine.stats) == ["default", "emails"]
-        with pytest.raises(ERRORS):  # never reached a queue that works
+        with pytest.raises(OUTAGES):  # never reached a queue that works
             QueueBackoff().each(["default", "emails"], engine.stats)
     finally:
         redis_cluster.restart(down)
