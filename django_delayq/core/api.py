@@ -182,8 +182,10 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
     made = [c.over(spec).new(spec.args, spec.kwargs, max_payload, spec.delay, spec.at)
             for spec in specs]
     job_ids = [new.id for _, new in made]
-    first = {new.id: (row, new) for row, new in reversed(made)}  # a key's first spec stands
-    made = [first.pop(job_id) for job_id in job_ids if job_id in first]
+    first: dict[str, Any] = {}
+    for row, new in made:
+        first.setdefault(new.id, (row, new))  # a key's first spec stands
+    made = list(first.values())
     keyed = [new.id for row, new in made if "key" in row]  # replaying them adds nothing
     if keyed and (found := row_insert.existing(using, keyed, batch_size)):
         made = [(row, new) for row, new in made if new.id not in found]

@@ -44,7 +44,7 @@ from django_delayq.worker import runner
 from django_delayq.worker.outcome import LEASE_LOST
 from django_delayq.worker.queue_backoff import grouped
 from django_delayq.worker.settle import Settler
-from django_delayq.worker.tracking import EXIT_HARD_STOP, EXIT_OK, RunningJob
+from django_delayq.worker.tracking import EXIT_HARD_STOP, EXIT_OK, RunningJob, next_limit
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -190,11 +190,10 @@ class Child:
     def next_deadline(self, allowed_s: float) -> float | None:
         """The next time limit of its running jobs, or the end of its allowed silence
         (``allowed_s``, while it holds jobs), whichever comes first."""
-        ends = [run.started_mono + run.limit for key, run in self.running.items()
-                if run.limit is not None and key not in self.doomed]
+        ends = [next_limit(r for key, r in self.running.items() if key not in self.doomed)]
         if self.held:
             ends.append(self.leases_since + allowed_s)
-        return min(ends, default=None)
+        return min((end for end in ends if end is not None), default=None)
 
     def unwritten(self) -> bool:
         """Is a row of a job it settled not written yet (so a kill now would lose it)?
