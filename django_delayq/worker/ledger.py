@@ -96,12 +96,9 @@ class Ledger:
         """A thread takes the job, whose attempt may run ``limit_s`` seconds (None: no
         limit); None when this copy is no longer held unstarted: released meanwhile
         (drain), or stale (its lease lost, maybe a newer delivery claimed)."""
-        key = key_of(job)
         with self._lock:
-            held = self._unstarted.get(key)
-            if held is None or held.token != job.token:
+            if not self._take_unstarted(job):
                 return None
-            del self._unstarted[key]
             run = RunningJob(job, time.monotonic(), datetime.now(UTC), limit_s)
             self._running[delivery(job)] = run
             self._changed()
@@ -153,6 +150,15 @@ class Ledger:
                 self._changed()
         return [run.job for _, run in over]
 
+    def _take_unstarted(self, job: ClaimedJob) -> bool:
+        """Take ``job`` off the unstarted ones if that copy is the one held (called holding
+        the lock): False when it was released, or replaced by a newer delivery."""
+        held = self._unstarted.get(key_of(job))
+        if held is None or held.token != job.token:
+            return False
+        del self._unstarted[key_of(job)]
+        return True
+
     def _changed(self) -> None:
         """The running jobs changed (called holding the lock): a supervised child's dead
         man's switch is armed while a job runs, never disarmed while one does."""
@@ -174,10 +180,7 @@ class Ledger:
         Returns them. Running copies run on (the function cannot be stopped); their
         outcome's settlement is refused."""
         with self._lock:
-            dropped = [j for j in jobs if (held := self._unstarted.get(key_of(j))) is not None
-                       and held.token == j.token]
-            for j in dropped:
-                del self._unstarted[key_of(j)]
+            dropped = [j for j in jobs if self._take_unstarted(j)]
         if self.link is not None and dropped:
             for j in dropped:
                 self.link.send("r", j.queue, j.id, j.token)
