@@ -1,8 +1,9 @@
 """pytest fixtures for projects that use django-delayq.
 
-Enable in your ``conftest.py``::
-
-    pytest_plugins = ["django_delayq.pytest_plugin"]
+Installed with django-delayq, pytest loads it by itself (its ``pytest11`` entry point):
+do not list it in ``pytest_plugins`` (pytest refuses a plugin registered twice). With
+``PYTEST_DISABLE_PLUGIN_AUTOLOAD=1``, pass ``-p django_delayq.pytest_plugin`` (and
+``-p pytest_django.plugin``). See docs/testing.md.
 
 * ``delayq``: a unique ``DELAYQ["PREFIX"]`` for the test (its Redis keys are deleted
   afterwards) and the test clock; yields ``django_delayq.testing.DelayQ`` with

@@ -79,12 +79,12 @@ KEYS: dict[str, tuple[str, str]] = {
     "DEFAULT_MAX_ATTEMPTS": ("delayq.E007", "An integer from 1 to %d (what schedule() takes "
                                             "as max_attempts), e.g. 3." % MAX_ATTEMPTS),
     "DEFAULT_BACKOFF": ("delayq.E008", "A list of seconds such as [15, 180, 600], or a policy "
-                                       "dict; see docs/settings.md#default_backoff."),
+                                       "dict; see docs/settings.md#keys."),
     "ALLOWED_CALLABLES": ("delayq.E009", "A list of module names such as ['shop.tasks', "
                                          "'django_delayq.contrib.http']: each listed module's "
                                          "top-level functions may run as jobs (not its "
                                          "submodules)."),
-    "LEASE_SECONDS": ("delayq.E010", _SECONDS % "60"),
+    "LEASE_SECONDS": ("delayq.E010", _SECONDS % "6"),
     "WAKE_INTERVAL_SECONDS": ("delayq.E011", _SECONDS % "2"),
     "RECOVER_INTERVAL_SECONDS": ("delayq.E012", _SECONDS % "1"),
     "DEAD_MAX": ("delayq.E013", "An integer >= 1: how many dead jobs Redis keeps, e.g. 100000."),
