@@ -2,7 +2,7 @@
 -- never started (release: graceful shutdown), or jobs put back in line for later (defer:
 -- a job a callable limit refused, not its fault).
 --
--- KEYS: pending:zset inflight:zset attempts:hash ready:zset prio:hash urgent
+-- KEYS: pending:zset inflight:zset attempts:hash ready:zset prio:hash urgent runs:hash
 -- KEYS: group:hash group_ready:zset group_turns:zset group_running:zset group_held:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
@@ -10,6 +10,8 @@
 --          attempts  HASH  id -> lease token
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority
+--          runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs): the
+--                    given-back attempt's offset + 1
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
 --                    (lib.lua group_index, written by line_write; docs/groups.md)
 --          group_running, group_held  the jobs' group slots are freed and their held
@@ -23,16 +25,21 @@
 --           defer: the new due time; clamped to years 1..9999)
 --
 -- A job whose token is current goes back in line at due_ms with its priority (lib.lua
--- line), the attempt it was charged is given back (its attempts count lowered by one)
--- and its group slot freed. A stale token changes nothing. Tokens and leases are read
--- for the whole call before the first write.
+-- line), the attempt it was charged is given back and its group slot freed. The token
+-- is not: the counter stays and the runs entry's offset grows by one (its start mark and
+-- streak kept), so the next claim's token is new and its attempt number the same. A
+-- lowered counter would hand the token out again, and the same give-back sent twice (a
+-- lost reply, the call sent again) would take that next delivery from its worker. A
+-- stale token changes nothing. Tokens, leases and runs entries are read for the whole
+-- call before the first write.
 -- Returns: one integer per triple: 1 given back, 0 refused (lease lost)
 -- Cost: at most 200 triples per call (scripts.MAX_GIVE_BACK; callers split bigger
---       batches): O(n log N); group slots: one HMGET and one ZREM, one index read per
---       held group (at most n).
+--       batches): O(n log N), one HMGET and one HSET of runs; group slots: one HMGET
+--       and one ZREM, one index read per held group (at most n).
 --@include line
 --@include ms_range
 --@include group_slots
+--@include offset
 local now = now_ms(ARGV[1])
 local release = ARGV[3] == 'release'
 local ids = {}
@@ -41,17 +48,20 @@ if #ids == 0 then return {} end
 local held = redis.call('HMGET', attempts, unpack(ids))
 local leased = redis.call('ZMSCORE', inflight, unpack(ids))
 local prio_of = redis.call('HMGET', prio, unpack(ids))
+local marked = redis.call('HMGET', runs, unpack(ids))
 local line = new_line(pending, ready)  -- reads, before any write
-local out, back, counts, fresh, seen = {}, {}, {}, {}, {}
+local out, back, marks, seen = {}, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
   local i = 3 * j + 1
   if leased[j] and held[j] == ARGV[i + 1] and not seen[id] then
     seen[id] = true
     back[#back + 1] = id
-    local left = tonumber(held[j]) - 1
-    if left > 0 then counts[#counts + 1] = id; counts[#counts + 1] = left
-    else fresh[#fresh + 1] = id end
+    local token = tonumber(held[j])
+    local k, streak = offset_of(marked[j], token)
+    marks[#marks + 1] = id  -- attempt = token - offset: this delivery's is given back
+    marks[#marks + 1] = (marked[j] and string.match(marked[j], '^(%d+) ') or '0') .. ' '
+                        .. string.format('%.0f', math.min(k + 1, token)) .. ' ' .. streak
     enter(line, id, clamp_ms(tonumber(ARGV[i + 2])), priority_of(prio_of[j]), now)
     out[j] = 1
   else
@@ -59,8 +69,7 @@ for j = 1, #ids do
   end
 end
 leave_flight(back, not release and ARGV[2] or nil, now)
-if #counts > 0 then call_many('HSET', attempts, {}, counts) end
-if #fresh > 0 then redis.call('HDEL', attempts, unpack(fresh)) end
+if #marks > 0 then call_many('HSET', runs, {}, marks) end
 -- released jobs: told whatever the line's state (other workers take them)
 if release then line.idle = false end
 line_write(line, pending, ready, ARGV[2])

@@ -6,12 +6,12 @@
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
---          attempts  HASH  id -> lease token
+--          attempts  HASH  id -> lease token (the last one handed out)
 --          dead      ZSET  died_ms -> id
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority (kept while the job waits, or is dead)
 --          runs      HASH  id -> "<token> <offset> <streak>" (start marks): a requeued
---                    job's is forgotten
+--                    job's becomes "0 <counter> 0" (its next attempt is 1)
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
 --                    (lib.lua group_index, written by line_write; docs/groups.md)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
@@ -21,9 +21,13 @@
 -- ARGV[5]  at_ms     absolute due time; "-1" = now_ms + delay_ms (clamped to years 1..9999)
 -- ARGV[6]  delay_ms
 --
--- A waiting job leaves its place; a dead one leaves dead with its attempt counter back
--- at 0 (it gets its max_attempts again). Either goes back in line at the new due time
--- with its priority (lib.lua line).
+-- A waiting job leaves its place; a dead one leaves dead with a fresh set of attempts (it
+-- gets its max_attempts again) but not its tokens: its counter becomes max(its value,
+-- now_ms) — the Redis clock in ms, above any count of deliveries, also when the counter
+-- is gone (a bad value dropped) — and its runs entry's offset that counter, so its next
+-- claim's token is one no earlier delivery had (a worker that hung past its lease until
+-- the job went dead still holds one) and its attempt number is 1. Either goes back in
+-- line at the new due time with its priority (lib.lua line).
 -- Returns: {outcome, due_ms}  outcome 1 moved, 2 already running (reschedule), 0 not
 --          found (not waiting, or not dead)
 -- Cost: O(log N), one job per call.
@@ -36,8 +40,12 @@ due = clamp_ms(due < 0 and now + tonumber(ARGV[6]) or due)
 if ARGV[4] == 'dead' then
   if not redis.call('ZSCORE', dead, id) then return {0, -1} end
   redis.call('ZREM', dead, id)
-  redis.call('HDEL', attempts, id)
-  redis.call('HDEL', runs, id)  -- a requeued job starts its attempts afresh
+  -- attempts afresh (offset = counter: the next is 1), tokens never again
+  local n = tonumber(redis.call('HGET', attempts, id)) or 0
+  if not (n >= 0 and n < 2^53) then n = 0 end  -- not a count (nan, inf): the clock
+  local counter = string.format('%.0f', math.max(now, n))
+  redis.call('HSET', attempts, id, counter)
+  redis.call('HSET', runs, id, '0 ' .. counter .. ' 0')
 elseif redis.call('ZSCORE', pending, id) or redis.call('ZSCORE', ready, id) then
   redis.call('ZREM', pending, id)
   redis.call('ZREM', ready, id)

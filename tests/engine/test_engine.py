@@ -78,11 +78,14 @@ def test_invariant_1_job_in_exactly_one_place_through_its_life(engine: Engine) -
     assert engine.requeue("q", "a", now_ms=NOW)[0] is MoveOutcome.MOVED
     assert places(engine, "q", "a") == ["ready"]
     claimed = engine.claim("q", 1, 1000, now_ms=NOW).jobs[0]
-    assert claimed.token == 1  # requeue gives fresh attempts
-    assert engine.ack("q", [("a", 1)]) == [True]
+    # requeue gives fresh attempts, not tokens: the clock's, above any delivery's
+    assert (claimed.attempt, claimed.token) == (1, NOW + 1)
+    assert engine.ack("q", [("a", 2)]) == [False]  # the dead delivery's: refused
+    assert engine.ack("q", [("a", claimed.token)]) == [True]
     assert places(engine, "q", "a") == []
     k = engine.keys("q")
     assert not engine.client.hexists(k.jobs, "a") and not engine.client.hexists(k.attempts, "a")
+    assert not engine.client.hexists(k.runs, "a")
 
 
 def test_invariant_2_every_transition_is_one_script_call(engine: Engine) -> None:

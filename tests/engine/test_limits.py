@@ -103,7 +103,8 @@ def test_defer_puts_a_job_back_for_later_with_its_attempt_given_back(engine: Eng
     assert engine.inspect("q", b.id).place == "inflight"
     assert engine.claim("q", 5, LEASE, now_ms=NOW + 699).jobs == []
     [again] = engine.claim("q", 5, LEASE, now_ms=NOW + 700).jobs
-    assert (again.id, again.token, again.due_ms) == (a.id, 1, NOW + 700)
+    assert (again.id, again.attempt, again.due_ms) == (a.id, 1, NOW + 700)
+    assert again.token == 2  # a token of its own: a.token's holder deferred it
 
 
 # -- callable limits ----------------------------------------------------------------------

@@ -77,7 +77,7 @@ def test_claim_sets_aside_a_job_whose_attempts_value_is_not_a_number(engine: Eng
     housekeeping_survives(engine)
     engine.requeue("q", "b", now_ms=NOW)
     [again] = engine.claim("q", 10, LEASE, now_ms=NOW).jobs
-    assert (again.id, again.token) == ("b", 1)
+    assert (again.id, again.attempt, again.token) == ("b", 1, NOW + 1)  # the clock's
 
 
 @pytest.mark.parametrize("score", ["-inf", "+inf"])

@@ -112,7 +112,7 @@ def test_priority_survives_a_release_and_a_defer(engine: Engine) -> None:
     assert engine.release("q", [vip], now_ms=NOW) == [True]
     _with_rivals(engine, NOW)
     vip = engine.claim("q", 1, LEASE, now_ms=NOW).jobs[0]
-    assert (vip.id, vip.token) == ("vip", 1)
+    assert (vip.id, vip.attempt, vip.token) == ("vip", 1, 2)  # the attempt given back
     assert engine.defer("q", [("vip", vip.token, NOW + 50)], now_ms=NOW) == [True]
     assert claim_ids(engine, 1, NOW + 50) == ["vip"]
 
