@@ -66,6 +66,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PURGE_BATCH = 200  # jobs removed per Redis call (Engine.purge_pending's bound)
+# a re-enqueue (reenqueue.lua) is remembered this long, at most this many ids: another
+# put-back of the same job within it is skipped (core/reconcile.py)
+RECENT_SECONDS = 30.0
+MAX_RECENT = 100_000
 PURGED = "purged from queue %s"
 PURGED_GROUP = "purged from group %s of queue %s"
 
@@ -178,7 +182,7 @@ def purge_queue_report(queue: str) -> PurgeReport:
             purged = [i for i in ids if i not in kept]
             removed += len(purged)
             _cancel_rows(queue, purged)  # only rows still live: jobs scheduled meanwhile
-        kept_count = enqueue_rows(ticks)  # due as before
+        kept_count = reenqueue_rows(ticks)  # due as before, under a new token
     finally:
         if paused_here:  # a job left in Redis by a failure has a final row: set aside
             engine.resume(queue)
@@ -216,11 +220,26 @@ def scheduled_jobs(job_ids: Iterable[str], using: str | None = None,
     return by_queue
 
 
-def enqueue_rows(job_ids: Iterable[str]) -> int:
-    """Enqueue the jobs of ``job_ids`` whose row is ``scheduled`` again, due as their rows
-    say (idempotent by id); returns how many Redis took."""
+def reenqueue_rows(job_ids: Iterable[str]) -> int:
+    """Put the jobs of ``job_ids`` whose row is ``scheduled`` back in Redis, due as their
+    rows say, as the reconciler does (``Engine.reenqueue``, seeded with each row's
+    attempts): the next delivery's token comes from the Redis clock, one no earlier
+    delivery had (a worker may still hold one: from data Redis lost, or a delivery whose
+    lease it outlived before a purge forgot the counter), and its attempt number is the
+    row's attempts + 1. Returns how many Redis took (none it holds, holds a settled
+    record of, or re-enqueued within ``RECENT_SECONDS``)."""
+    by_queue: dict[str, list[tuple[str, int, int, str]]] = {}
+    seeds: dict[str, int | None] = {}
+    for chunk in chunks(list(job_ids), PURGE_BATCH):
+        for job_id, queue, run_at, priority, group, attempts in Job.objects.filter(
+                pk__in=chunk, status=JobStatus.SCHEDULED).values_list(
+                "id", "queue", "run_at", "priority", "group", "attempts"):
+            by_queue.setdefault(queue, []).append(
+                (job_id, validation.at_ms(run_at), priority, group or ""))
+            seeds[job_id] = attempts
     engine = get_engine()
-    return sum(engine.enqueue(queue, jobs) for queue, jobs in scheduled_jobs(job_ids).items())
+    return sum(engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
+                                keep_max=MAX_RECENT) for queue, jobs in by_queue.items())
 
 
 def _waiting_batches(engine: Engine, queue: str, using: str | None,

@@ -87,6 +87,7 @@ from django.db import DatabaseError, close_old_connections, router
 
 from django_delayq.core import group_limits, reconcile_state, workflows
 from django_delayq.core.epochs import Epochs
+from django_delayq.core.queues import MAX_RECENT, RECENT_SECONDS
 from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
@@ -101,8 +102,6 @@ logger = logging.getLogger(__name__)
 BATCHES_PER_TICK = 4
 MULTI_ROWS = scripts.RECONCILE_CHUNK  # rows per MULTI: see the module's last paragraph
 MAX_SUSPECTS = 10_000
-RECENT_SECONDS = 30.0
-MAX_RECENT = 100_000
 EPOCH_CHECK_SECONDS = 1.0
 URGENT_BUDGET_SECONDS = 0.5  # per tick (a quarter lease at most); ticked again while busy
 AFTER_OUTAGE = ""  # the pass after an outage among the urgent walks (no queue is named "")

@@ -28,7 +28,7 @@ than the reconciler's grace, or one Redis lost with its data (the reconciler's l
 then walks every live row of the queue, behind whatever backlog it holds), is one row per
 schedule, put back within a second of Redis answering.
 
-It goes back as the reconciler puts a job back (``Engine.reenqueue``, reenqueue.lua,
+It goes back as the reconciler puts a job back (``queues.reenqueue_rows``: reenqueue.lua,
 seeded with its row's attempts): its next delivery's token comes from the Redis clock, so
 a worker still holding a copy delivered in the lost data (unstarted: its row says
 ``scheduled``) has a token no new delivery gets, and its ack or extend is refused; its
@@ -48,8 +48,6 @@ from django.utils import timezone
 
 from django_delayq.core import queues, reconcile_state
 from django_delayq.core.connection import get_engine
-from django_delayq.core.reconcile import MAX_RECENT, RECENT_SECONDS
-from django_delayq.core.validation import at_ms
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import Job, JobStatus
 
@@ -119,22 +117,4 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(back),
                        ", ".join(sorted(back)[:5]))
-    return young, _reenqueue(back)
-
-
-def _reenqueue(job_ids: set[str]) -> int:
-    """Put back the jobs of ``job_ids`` whose row is ``scheduled``, due as their rows say,
-    each under a token from the Redis clock (see the module docstring); how many Redis
-    took (none it holds, holds a settled record of, or re-enqueued lately)."""
-    if not job_ids:
-        return 0
-    by_queue: dict[str, list[tuple[str, int, int, str]]] = {}
-    seeds: dict[str, int | None] = {}
-    for job_id, queue, run_at, priority, group, attempts in Job.objects.filter(
-            pk__in=list(job_ids), status=JobStatus.SCHEDULED).values_list(
-            "id", "queue", "run_at", "priority", "group", "attempts"):
-        by_queue.setdefault(queue, []).append((job_id, at_ms(run_at), priority, group or ""))
-        seeds[job_id] = attempts
-    engine = get_engine()
-    return sum(engine.reenqueue(queue, jobs, seeds, keep_ms=RECENT_SECONDS * 1000,
-                                keep_max=MAX_RECENT) for queue, jobs in by_queue.items())
+    return young, queues.reenqueue_rows(back)

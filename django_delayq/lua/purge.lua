@@ -2,7 +2,7 @@
 -- in flight; the operator's purge of a queue, called until it returns nothing.
 --
 -- KEYS: pending:zset jobs:hash attempts:hash cancel:set ready:zset prio:hash urgent
--- KEYS: runs:hash group:hash
+-- KEYS: runs:hash group:hash reconciled:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          jobs      HASH  id -> envelope
@@ -11,9 +11,14 @@
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority
 --          runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
+--          group     HASH  id -> group: forgotten with the job
+--          reconciled ZSET id -> ms a reconciler re-enqueued it: forgotten with the job (a
+--                    schedule's tick the caller keeps goes back through reenqueue.lua,
+--                    which would skip an id re-enqueued lately)
 -- ARGV[1]  limit     most jobs to remove (1..200; more is capped)
 --
--- The removed jobs are forgotten (envelope, attempts count, cancel mark, priority).
+-- The removed jobs are forgotten (envelope, attempts count, cancel mark, priority, start
+-- marks, group, a recent re-enqueue).
 -- Returns: the removed ids (as stored)
 -- Cost: at most 200 jobs per call (scripts.MAX_PURGE): O(limit log N).
 --@include forget
@@ -27,4 +32,5 @@ if #waiting > 0 then
   for _, id in ipairs(waiting) do ids[#ids + 1] = id end
 end
 forget(ids)
+if #ids > 0 then redis.call('ZREM', reconciled, unpack(ids)) end
 return ids

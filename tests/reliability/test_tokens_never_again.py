@@ -1,8 +1,8 @@
 """A lease token is never handed out twice by the put-backs that are not a delivery's
 end: ``requeue()`` of a job that went dead while a hung worker still held it, the
-keeper's put-back of a periodic tick Redis lost under a worker holding it, and a
-give-back sent twice (a reply lost, the call sent again) after another worker claimed
-the job. Each time the stale holder's extend, ack or give-back is refused, and the
+keeper's put-back of a periodic tick Redis lost under a worker holding it, a purge's
+put-back of a tick whose earlier lease a hung worker outlived, and a give-back sent twice
+(a reply lost, the call sent again) after another worker claimed the job. Each time the stale holder's extend, ack or give-back is refused, and the
 attempt numbering is unchanged."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from django_delayq import requeue, schedule
-from django_delayq.core import periodic, tick_presence
+from django_delayq.core import periodic, queues, tick_presence
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus, Schedule
@@ -59,14 +59,20 @@ def test_a_requeued_dead_job_never_hands_its_hung_worker_s_token_out_again(  # t
     assert engine.ack("default", [(again.id, again.token)]) == [True]
 
 
-def test_a_tick_put_back_after_a_loss_never_hands_a_held_copy_s_token_out_again(  # type: ignore[no-untyped-def]
-        settings, volatile_server) -> None:
-    point_at(settings, volatile_server)
+def _tick_due_now() -> str:
+    """A schedule's first tick job, due now (in Redis, its row ``scheduled``)."""
     start = timezone.now().replace(microsecond=0)
     s = Schedule.objects.create(name="each-minute", callable_path="tests.jobs.noop",
                                 interval_seconds=60, start_at=start)
-    job_id = periodic.keep(s, now=start)  # its first tick, due now
+    job_id = periodic.keep(s, now=start)
     assert job_id is not None
+    return job_id
+
+
+def test_a_tick_put_back_after_a_loss_never_hands_a_held_copy_s_token_out_again(  # type: ignore[no-untyped-def]
+        settings, volatile_server) -> None:
+    point_at(settings, volatile_server)
+    job_id = _tick_due_now()
     held = _claim(job_id)  # a worker W holds the tick, not started (its row: scheduled)
     volatile_server.restart()  # every key gone
     Job.objects.filter(pk=job_id).update(updated_at=timezone.now() - timedelta(seconds=10))
@@ -76,6 +82,24 @@ def test_a_tick_put_back_after_a_loss_never_hands_a_held_copy_s_token_out_again(
     assert again.token > held.token, (again.token, held.token)
     _refused(held)
     assert get_engine().ack("default", [(again.id, again.token)]) == [True]
+
+
+def test_a_tick_a_purge_keeps_never_hands_a_hung_worker_s_token_out_again(  # type: ignore[no-untyped-def]
+        settings, redis_server) -> None:
+    point_at(settings, redis_server)
+    job_id = _tick_due_now()
+    engine = get_engine()
+    [hung] = engine.claim("default", 10, lease_ms=1).jobs  # worker W, hung before starting
+    wait_until(lambda: engine.stats("default").expired_leases == 1)
+    [back] = engine.recover("default")
+    assert back.id == job_id and back.outcome.name == "NOT_STARTED"  # waiting again
+    report = queues.purge_queue_report("default")  # an operator's: the tick is kept
+    assert (report.removed, report.ticks_kept) == (0, 1)
+    again = _claim(job_id)
+    assert again.attempt == 1  # never ran: not charged
+    assert again.token > hung.token, (again.token, hung.token)
+    _refused(hung)  # W wakes: its copy's lease is not the new delivery's
+    assert engine.ack("default", [(again.id, again.token)]) == [True]
 
 
 def test_a_give_back_sent_again_never_takes_the_next_delivery(  # type: ignore[no-untyped-def]
@@ -95,3 +119,18 @@ def test_a_give_back_sent_again_never_takes_the_next_delivery(  # type: ignore[n
     assert last.attempt == 1 and last.token not in (first.token, taken.token)
     assert not engine.ack("default", [(taken.id, taken.token)])[0]
     assert engine.ack("default", [(last.id, last.token)]) == [True]
+
+
+def test_a_purge_keeps_a_tick_the_keeper_just_put_back(  # type: ignore[no-untyped-def]
+        settings, redis_server) -> None:
+    """The put-back remembers the id (reenqueue.lua skips it for a while): the purge
+    forgets that with the job, so the tick it keeps goes back at once."""
+    point_at(settings, redis_server)
+    job_id = _tick_due_now()
+    engine = get_engine()
+    assert engine.purge_pending("default") == [job_id]  # as if its send had failed
+    Job.objects.filter(pk=job_id).update(updated_at=timezone.now() - timedelta(seconds=10))
+    assert tick_presence.put_back([job_id]) == (set(), 1)
+    report = queues.purge_queue_report("default")
+    assert (report.removed, report.ticks_kept) == (0, 1)
+    assert engine.inspect("default", job_id).place in ("pending", "ready")
