@@ -12,9 +12,10 @@ running on the same Redis directory (it would share the database with a Redis of
 two workers would each run the jobs): if either is not so, nothing is started and the exit
 status is 1.
 
-Ctrl-C (or SIGTERM) stops the web server and drains the worker: it claims nothing more
-and its running jobs finish; a second Ctrl-C stops the worker at once (its interrupted
-jobs run again or end ``dead``, by their ``max_attempts``). Redis stops last. The worker
+Ctrl-C (or SIGTERM, or SIGHUP: the terminal closed) stops the web server and drains the
+worker: it claims nothing more and its running jobs finish; a second Ctrl-C stops the
+worker at once (its interrupted jobs run again or end ``dead``, by their
+``max_attempts``). Redis stops last, also after an error or a Ctrl-C at start-up. The worker
 and Redis run in sessions of their own, so the terminal's Ctrl-C reaches this script only,
 which passes it on once. ``--smoke`` starts everything, places an order through
 HTTP, waits until the worker closes it, and exits 0 (used by the test suite).
@@ -23,6 +24,7 @@ HTTP, waits until the worker closes it, and exits 0 (used by the test suite).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import os
 import re
@@ -35,6 +37,7 @@ import urllib.parse
 import urllib.request
 from http.cookiejar import CookieJar
 from pathlib import Path
+from typing import TextIO
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -75,6 +78,12 @@ def prepare_database() -> None:
     subprocess.run([sys.executable, "manage.py", "shell", "-c", code], cwd=HERE, check=True)
     # what a first visit of the admin shows: a retry, a dead job, a slow one, a chain
     subprocess.run([sys.executable, "manage.py", "shop_demo"], cwd=HERE, check=True)
+
+
+def say(text: str, file: TextIO = sys.stdout) -> None:
+    """Print, unless the terminal is gone (a SIGHUP: shutting down goes on regardless)."""
+    with contextlib.suppress(OSError):
+        print(text, file=file, flush=True)
 
 
 def port_problem(port: int) -> str | None:
@@ -140,11 +149,11 @@ def main() -> int:
         os.environ.setdefault("SHOP_TIMEOUT", "1")
         os.environ.setdefault("SHOP_DB", str(HERE / ".smoke.sqlite3"))
         Path(os.environ["SHOP_DB"]).unlink(missing_ok=True)
-    children: list[subprocess.Popen[bytes]] = []
     redis_dir = (HERE / ".redis-smoke" if opts.smoke
                  else Path(os.environ.get("SHOP_REDIS_DIR") or HERE / ".redis"))
     held = lock(redis_dir)  # noqa: F841 - held until this process exits
     url_file = redis_dir / "url"
+    redis_proc = None
     if not os.environ.get("DELAYQ_REDIS_URL"):
         sys.path.insert(0, str(HERE.parent))
         from django_delayq import embedded
@@ -153,28 +162,41 @@ def main() -> int:
         os.environ["DELAYQ_REDIS_URL"] = url
         url_file.write_text(url + "\n")  # for manage.py run from another terminal
         print("embedded Redis: %s (its URL is in %s)" % (url, url_file))
-    else:
-        redis_proc = None
-    prepare_database()
-    children.append(manage("delayq_worker", "--concurrency", "4"))
-    children.append(manage("runserver", "127.0.0.1:%d" % opts.port, "--noreload",
-                           *(["-v", "0"] if opts.smoke else [])))
-    base = "http://127.0.0.1:%d" % opts.port
+    try:  # Redis runs in a session of its own: stopped here, whatever happens
+        return serve(opts.port, opts.smoke)
+    finally:
+        if redis_proc is not None:
+            url_file.unlink(missing_ok=True)
+            redis_proc.terminate()
+            redis_proc.wait(10)
+
+
+def serve(port: int, smoke_test: bool) -> int:
+    """Migrate, start the worker and the web server, run until a signal (or, with
+    ``smoke_test``, the smoke test), then stop them: the worker drained, or stopped at
+    once on a second signal."""
     stop = {"now": False, "draining": False}
-    worker = children[0]
+    children: list[subprocess.Popen[bytes]] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        if stop["draining"] and worker.poll() is None:  # the second: the worker stops hard
-            print("stopping the worker at once", flush=True)
-            worker.send_signal(signal.SIGTERM)
+        if stop["draining"] and children and children[0].poll() is None:  # the second
+            say("stopping the worker at once")
+            children[0].send_signal(signal.SIGTERM)
         stop["now"] = True
 
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # HUP: terminal closed
+        signal.signal(signum, on_signal)
+    base = "http://127.0.0.1:%d" % port
     code = 0
     try:
+        prepare_database()
+        if stop["now"]:
+            return 1
+        children.append(manage("delayq_worker", "--concurrency", "4"))
+        children.append(manage("runserver", "127.0.0.1:%d" % port, "--noreload",
+                               *(["-v", "0"] if smoke_test else [])))
         wait_for_http(base + "/", children)
-        if opts.smoke:
+        if smoke_test:
             smoke(base)
         else:
             print("\n  The shop is running: open %s/  (admin: %s/admin/, admin/admin)\n"
@@ -186,27 +208,32 @@ def main() -> int:
             while not stop["now"] and all(c.poll() is None for c in children):
                 time.sleep(0.3)
     except BaseException as exc:  # noqa: BLE001 - report and shut everything down
-        print("error: %s" % exc, file=sys.stderr)
+        say("error: %s" % (exc or type(exc).__name__), sys.stderr)
         code = 1
     finally:
         stop["draining"] = True
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
-        if worker.poll() is None:
-            print("stopping: the worker finishes its running jobs (Ctrl-C again stops it "
-                  "at once)", flush=True)
-        for child in children:
-            try:
-                child.wait(None if child is worker else 15)
-            except subprocess.TimeoutExpired:
-                child.kill()
-        print("worker stopped (exit %s)" % worker.returncode, flush=True)
-        if redis_proc is not None:
-            url_file.unlink(missing_ok=True)
-            redis_proc.terminate()
-            redis_proc.wait(10)
+        stop_children(children)
     return code
+
+
+def stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM to each; the web server is killed after 15 s, the worker (the first) is
+    waited for: it drains (its running jobs finish), or stops at once on a second signal
+    (``serve``'s handler)."""
+    for child in children:
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    if not children:
+        return
+    worker = children[0]
+    if worker.poll() is None:
+        say("stopping: the worker finishes its running jobs (Ctrl-C again stops it at once)")
+    for child in children:
+        try:
+            child.wait(None if child is worker else 15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    say("worker stopped (exit %s)" % worker.returncode)
 
 
 if __name__ == "__main__":

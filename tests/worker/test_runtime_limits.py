@@ -88,7 +88,10 @@ def test_a_callable_rate_limit_holds_across_four_worker_processes(start_limited,
     # window can run in the next)
     rows = Job.objects.filter(pk__in=[h.id for h in handles])
     starts = [t.timestamp() for t in rows.values_list("started_at", flat=True)]
-    assert most_in_window(starts, 1.0) <= limits_settings.RATE
+    # A row's start is stamped by the thread after Redis granted it, late by up to d: the
+    # stamps inside any window of 1 - d come from grants inside a window of 1 s. d = 0.25
+    # leaves room for a busy machine; twice the rate would still show (30 in 0.75 s).
+    assert most_in_window(starts, 0.75) <= limits_settings.RATE
     # Refused starts were deferred, not charged: one attempt each, and the row's lateness
     # counts from the time the job was first due (all were due at once).
     assert set(rows.values_list("attempts", flat=True)) == {1}

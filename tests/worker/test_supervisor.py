@@ -90,13 +90,15 @@ def test_first_sigterm_drains_second_stops_hard(start_worker, tmp_path) -> None:
 
 
 def test_drain_finishes_running_jobs_and_exits_ok(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    out = tmp_path / "runs.txt"
-    slow = [schedule("tests.jobs.sleep_then_record", str(out), "s%d" % i, 1.5) for i in range(2)]
+    gate = tmp_path / "gate"  # the jobs run until it exists: both are running at the SIGTERM
+    slow = [schedule("tests.jobs.report_then_wait", i, str(gate)) for i in range(2)]
     proc = start_worker("--processes", "2", "--concurrency", "2")
-    wait_until(lambda: all(h.status == JobStatus.RUNNING for h in slow), timeout=30)
+    wait_until(lambda: all(h.status == JobStatus.RUNNING for h in slow), timeout=90)
     kids = children(proc.pid)
     proc.send_signal(signal.SIGTERM)
-    assert proc.wait(30) == EXIT_OK
+    wait_until(lambda: all(h.status == JobStatus.RUNNING for h in slow), timeout=5)  # still
+    gate.touch()
+    assert proc.wait(60) == EXIT_OK
     assert {h.status for h in slow} == {JobStatus.SUCCEEDED}
     assert not any(alive(pid) for pid in kids)
 
