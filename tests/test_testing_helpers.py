@@ -60,6 +60,31 @@ def test_run_due_jobs_at_a_given_time_runs_retries_on_their_backoff(project, del
 
 
 @pytest.mark.django_db
+def test_a_retry_row_is_due_on_the_clock_it_ran_on(project, delayq):  # noqa: F811
+    """A retry's row is due ``now + backoff`` on the clock the job ran on (``now=``), as
+    Redis holds it: not wall-clock + backoff."""
+    now = datetime(2031, 1, 1, tzinfo=UTC)
+    handle = schedule("tests.jobs.boom", max_attempts=2, backoff=[60], at=now)
+    assert delayq.run_due_jobs(now=now) == 1
+    job = Job.objects.get(pk=handle.id)
+    assert (job.status, job.run_at) == ("retrying", now + timedelta(seconds=60))
+    assert get_engine().inspect("default", handle.id).score_ms == int(job.run_at.timestamp() * 1000)
+    assert delayq.run_due_jobs(now=now + timedelta(seconds=59)) == 0
+    assert delayq.run_due_jobs(now=now + timedelta(seconds=60)) == 1
+    assert Job.objects.get(pk=handle.id).status == "dead"
+
+
+@pytest.mark.django_db
+def test_a_retry_row_is_due_on_the_test_clock(project, delayq):  # noqa: F811
+    """After ``advance`` without freezegun, the row is due on the moved test clock."""
+    later = schedule("tests.jobs.boom", max_attempts=2, backoff=[3600])
+    assert delayq.advance(timedelta(days=2)) == 1  # the test clock, without freezegun
+    run_at = Job.objects.get(pk=later.id).run_at
+    expected = datetime.now(UTC) + timedelta(days=2, hours=1)
+    assert abs((run_at - expected).total_seconds()) < 60
+
+
+@pytest.mark.django_db
 def test_advance_without_freezegun_moves_the_test_clock(project, delayq):  # noqa: F811
     handle = schedule("tests.jobs.add", 1, 1, delay=3600)
     assert delayq.advance(3590) == 0

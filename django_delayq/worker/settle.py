@@ -227,6 +227,11 @@ class Settler:
             except Exception as exc:  # noqa: BLE001 - Redis down: the keep time drops them
                 logger.debug("could not forget %d settled record(s): %s", len(ids), exc)
 
+    def _retry_from(self, o: Outcome) -> datetime:
+        """When a retry's delay starts, as Redis counted it: the engine's clock when it has
+        one (``django_delayq.testing``'s ``now=`` or test clock), else the attempt's end."""
+        return o.finished_at if self.engine.clock is None else ms_to_dt(self.engine.clock())
+
     def _record(self, o: Outcome, status: JobStatus | None) -> None:
         job = o.job
         if status is None:
@@ -253,7 +258,7 @@ class Settler:
                          result=o.result, duration=o.duration_s, **base)
             return
         if status is JobStatus.RETRYING:
-            fields["run_at"] = o.finished_at + timedelta(milliseconds=o.retry_delay_ms or 0)
+            fields["run_at"] = self._retry_from(o) + timedelta(milliseconds=o.retry_delay_ms or 0)
             fields["finished_at"] = None
             joblog.retrying(self.settings, o, fields["run_at"])
         elif status is JobStatus.DEAD:
