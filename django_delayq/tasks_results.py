@@ -164,7 +164,8 @@ def previous_attempts(row: Job | None, attempts: list[JobAttempt],
             errors.append(task_error(a.error_type, a.error, a.traceback))
         if a is None and n in recent:
             errors.append(recent[n][1])
-        remembered = recent.get(n, (default, None))[0]  # a retry whose row is not written yet
+        # a retry whose row is not written yet (a lost lease's names no worker: "")
+        remembered = recent.get(n, (default, None))[0] or default
         workers.append(remembered if a is None else a.worker_id or default)
     return errors, workers
 
@@ -255,7 +256,9 @@ def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
 
 def on_retrying(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
                 error: str, error_type: str, **kwargs: object) -> None:
-    if task_at(callable_path) is not None:
+    """Remember a task's failed attempt until its row is written; a lost lease's too,
+    whose recovery names no callable (``callable_path=""``: any job's, then)."""
+    if not callable_path or task_at(callable_path) is not None:
         with _recent_lock:
             _recent.setdefault(job_id, {})[attempt] = (worker_id,
                                                        task_error(error_type, error, ""))

@@ -5,6 +5,8 @@ decorators validate against the backend at import time)."""
 from __future__ import annotations
 
 import asyncio
+import os
+import time
 from typing import Any
 
 from django_delayq import cancel, current_job
@@ -36,6 +38,21 @@ def flaky(context: Any, succeed_on: int) -> dict[str, Any]:
     result = context.task_result
     return {"attempt": context.attempt, "worker_ids": list(result.worker_ids),
             "id": result.id, "errors": len(result.errors), "status": str(result.status)}
+
+
+@task(takes_context=True)
+def lost_first(context: Any, directory: str, seconds: float) -> dict[str, Any]:
+    """Attempt 1 notes its start (the file ``started``) and takes ``seconds`` (its worker
+    is killed meanwhile); a later attempt returns what its context said."""
+    if context.attempt == 1:
+        with open(os.path.join(directory, "started"), "a") as out:
+            out.write("%s\n" % context.task_result.id)
+        time.sleep(seconds)
+    result = context.task_result
+    return {"attempt": context.attempt, "worker_ids": list(result.worker_ids),
+            "errors": [e.exception_class_path for e in result.errors],
+            "started_at": result.started_at.isoformat(),
+            "last_attempted_at": result.last_attempted_at.isoformat()}
 
 
 @task

@@ -437,3 +437,22 @@ def test_task_arguments_are_bound_to_the_function_when_enqueued(jt):
     with pytest.raises(compat.InvalidTask, match="unexpected keyword argument 'c'"):
         jt.add.enqueue(1, 2, c=3)
     assert Job.objects.count() == 0
+
+
+def test_a_lost_lease_not_written_yet_is_seen_by_the_next_attempt(jt):
+    """Lease recovery sends ``job_retrying`` with no callable (``callable_path=""``); its
+    attempt row comes with the recovering worker's next audit flush. A next attempt that
+    starts before it still sees the ``LeaseLost``, with the row's worker for it."""
+    from django_delayq import signals
+    from django_delayq.tasks_results import live_result
+    from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE
+
+    result = jt.flaky.enqueue(2)
+    Job.objects.filter(pk=result.id).update(attempts=1, worker_id="victim:abcdef")
+    signals.send(signals.job_retrying, job_id=result.id, queue="default", callable_path="",
+                 attempt=1, worker_id="", error=LOST_LEASE, error_type=LEASE_LOST,
+                 retry_at=timezone.now())
+    running = live_result(jt.flaky, result.id, 2, "rescuer:012345", timezone.now(),
+                          Status().RUNNING)
+    assert [e.exception_class_path for e in running.errors] == [LEASE_LOST]
+    assert running.worker_ids == ["victim:abcdef", "rescuer:012345"]

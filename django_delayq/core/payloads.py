@@ -211,11 +211,13 @@ def _printable(value: object) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
 
 
-def max_attempts(ids: Iterable[str]) -> dict[str, int]:
-    """The ``max_attempts`` of each job id that has a row (for lease recovery)."""
+def lease_rows(ids: Iterable[str]) -> dict[str, tuple[int, int, datetime | None, str]]:
+    """For lease recovery, each job id that has a row: its ``max_attempts``, and the
+    attempt its row last saw start (``attempts``), when (``started_at``) and on which
+    worker (``worker_id``): the start a lost attempt's worker wrote."""
     using = router.db_for_write(Job)  # never a lagging replica; no ids: no query
-    return dict(Job.objects.using(using).filter(pk__in=list(ids))
-                .values_list("id", "max_attempts"))
+    return {row[0]: row[1:] for row in Job.objects.using(using).filter(pk__in=list(ids))
+            .values_list("id", "max_attempts", "attempts", "started_at", "worker_id")}
 
 
 def of(job: ClaimedJob) -> Envelope:

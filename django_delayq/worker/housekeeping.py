@@ -43,12 +43,17 @@ A job whose worker died, or stopped heartbeating, keeps its lease until it expir
 main loop of every worker then takes it back (``Engine.recover``, bounded batches of 100,
 at most ten per queue and round). Redis decides what becomes of each job, as for a nack:
 retried, dead (no attempts left) or cancelled. The attempt is recorded as failed with
-``error_type`` ``django_delayq.exceptions.LeaseLost`` and ``LOST_LEASE`` as its message,
-with no worker id: the worker that lost it is gone or no longer owns it.
+``error_type`` ``django_delayq.exceptions.LeaseLost`` and ``LOST_LEASE`` as its message.
+Its ``JobAttempt`` keeps when and on which worker it started: the ``started_at`` and
+``worker_id`` its worker's start wrote on the row (read with the ``max_attempts``, when
+the row shows that attempt started; else none). The signals name no worker
+(``worker_id=""``): the worker that lost it is gone or no longer owns it. The lost
+attempts are written (an audit flush) before this loop claims again, so the next attempt's
+start reads them (a task's ``TaskContext`` and ``task_started`` list the ``LeaseLost``).
 
 A job's ``max_attempts`` lives in its audit row, not in Redis: the rows of the leases
 about to expire (``Engine.expiring``, a margin for clock skew with Redis: ``margin_ms``)
-are read first and passed along.
+are read first (``payloads.lease_rows``, with the last start they saw) and passed along.
 
 With the default ``LEASE_SECONDS`` (6 s, extended every 2 s by the heartbeat thread) and
 ``RECOVER_INTERVAL_SECONDS`` (1 s), a killed worker's jobs are taken back 4-7 s after the
@@ -269,7 +274,8 @@ class LeaseRecovery:
             # Jobs keep their max_attempts in the audit row: read those of the leases that
             # are about to be taken back (a margin covers clock skew with Redis).
             expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
-            limits = payloads.max_attempts(expiring) if expiring else {}
+            rows = payloads.lease_rows(expiring) if expiring else {}
+            limits = {job_id: row[0] for job_id, row in rows.items()}
             contact = self._contact.setdefault(queue, self._new_contact())
             found = self.engine.recover(queue, limit=BATCH,
                                         default_max_attempts=self.settings.default_max_attempts,
@@ -279,12 +285,23 @@ class LeaseRecovery:
             for r in found:
                 status = STATUS_OF.get(r.outcome)
                 if status is not None:
-                    self._record(queue, r.id, status, r.attempts, now)
+                    self._record(queue, r.id, status, r.attempts, now, rows.get(r.id))
                 elif r.outcome is NackOutcome.NOT_STARTED:
                     logger.info("job %s: claimed by a worker that stopped before starting it; "
                                 "due again, no attempt charged (%d run so far)", r.id, r.attempts)
+            if any(STATUS_OF.get(r.outcome) is not None for r in found):
+                self._flush()
             if len(found) < BATCH:
                 return
+
+    def _flush(self) -> None:
+        """Write the lost attempts now, before this loop claims their jobs again (due at
+        once): the next attempt's start reads them (a task's context, ``task_started``).
+        A database outage leaves them to the audit writer's next flush."""
+        try:
+            self.audit.flush()
+        except Exception as exc:  # noqa: BLE001 - kept by the writer; never the main loop
+            logger.debug("lost attempts not written yet: %s", exc)
 
     def _new_contact(self) -> Contact:
         """Half a lease of unbroken calls; a gap of more than half a lease, or of two
@@ -294,10 +311,16 @@ class LeaseRecovery:
         return Contact(need_ms=lease_ms // 2, gap_ms=max(lease_ms // 2, 2 * interval_ms))
 
     def _record(self, queue: str, job_id: str, status: JobStatus, attempt: int,
-                now: datetime) -> None:
+                now: datetime, row: tuple[int, int, datetime | None, str] | None) -> None:
+        """The lost attempt ``attempt``, failed. Its start (when, on which worker) is the
+        one its row shows, when the row saw that attempt start (its worker's audit wrote
+        it): its ``JobAttempt`` keeps them."""
         logger.warning("job %s: %s (attempt %d) -> %s", job_id, LOST_LEASE, attempt, status)
         fields: dict[str, Any] = {"status": status, "attempts": attempt, "updated_at": now}
         fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
+        ran_on = ""
+        if row is not None and row[1] == attempt and row[2] is not None:
+            fields["started_at"], ran_on = row[2], row[3]
         record_failure(self.audit, {"job_id": job_id, "queue": queue, "callable_path": ""},
                        status, fields, traceback="", error_type=LEASE_LOST, error=LOST_LEASE,
-                       worker_id="")
+                       worker_id="", ran_on=ran_on)

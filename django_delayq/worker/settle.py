@@ -270,15 +270,17 @@ class Settler:
 
 def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
                    fields: dict[str, Any], *, traceback: str, error_type: str, error: str,
-                   worker_id: str) -> None:
+                   worker_id: str, ran_on: str | None = None) -> None:
     """A failed attempt of job ``base`` (``job_id``, ``queue``, ``callable_path``) settled
-    as ``status``: its row changes (``fields`` and the error), its ``JobAttempt``, its
-    signal. Settlements and lease recovery (``housekeeping.py``) record them so."""
+    as ``status`` by ``worker_id``: its row changes (``fields`` and the error), its
+    ``JobAttempt`` (the attempt's worker: ``ran_on``, default ``worker_id``), its signal.
+    Settlements and lease recovery (``housekeeping.py``) record them so."""
     job_id, attempt = base["job_id"], fields["attempts"]
     audit.update(job_id, error_type=error_type, last_error=error, traceback=traceback, **fields)
     audit.attempt(job_id=job_id, number=attempt, outcome=status,
                   started_at=fields.get("started_at"), finished_at=fields["updated_at"],
-                  error_type=error_type, error=error, traceback=traceback, worker_id=worker_id)
+                  error_type=error_type, error=error, traceback=traceback,
+                  worker_id=worker_id if ran_on is None else ran_on)
     if status is JobStatus.RETRYING:
         signals.send(signals.job_retrying, attempt=attempt, worker_id=worker_id, error=error,
                      error_type=error_type, retry_at=fields["run_at"], **base)

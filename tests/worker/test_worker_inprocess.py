@@ -130,12 +130,12 @@ class _ReadsFromAReplica:
 
 def test_payloads_are_read_where_rows_are_written(delayq_settings, settings) -> None:  # type: ignore[no-untyped-def]
     """A lagging read replica could miss a row committed a millisecond ago: payloads (and
-    the max_attempts of expired leases) come from the database the rows are written to."""
+    the rows of expired leases) come from the database the rows are written to."""
     h = schedule("tests.jobs.add", 20, 22)
     settings.DATABASE_ROUTERS = [__name__ + "._ReadsFromAReplica"]
     [job] = payloads.load(get_engine().claim("default", 10, 60_000, now_ms=10**14).jobs)
     assert job.payload is not None and job.payload.args == [20, 22]
-    assert payloads.max_attempts([h.id]) == {h.id: 3}
+    assert payloads.lease_rows([h.id]) == {h.id: (3, 0, None, "")}
 
 
 def test_database_down_at_claim_hands_the_jobs_back(delayq_settings, caplog) -> None:  # type: ignore[no-untyped-def]
