@@ -38,6 +38,7 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.core.validation import at_ms
+from django_delayq.engine.logtext import text
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobAttempt, JobStatus
@@ -215,8 +216,8 @@ def run_eager(job_id: str) -> None:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except Exception as exc:
         record(JobStatus.DEAD, error_type=outcome.error_type(exc),
-               last_error=outcome.text(exc, 2000),
-               traceback=outcome.text(traceback.format_exc())[-20000:])
+               last_error=text(exc, 2000),
+               traceback=text(traceback.format_exc())[-20000:])
         if not job.task_backend:  # a Django task's failure is its result's, as Django's
             raise  # ImmediateBackend records it
         return

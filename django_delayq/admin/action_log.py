@@ -19,6 +19,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
+from django_delayq.engine.logtext import shown
 from django_delayq.exceptions import DelayQError, JobNotFound
 from django_delayq.models import Job
 
@@ -91,7 +92,7 @@ def each(modeladmin: admin.ModelAdmin[Any], request: HttpRequest, items: Iterabl
         except JobNotFound:
             tally.add(GONE)
         except (DelayQError, RedisError) as exc:
-            logger.warning("admin action on %s %s failed: %s", kind, name(item), exc)
+            logger.warning("admin action on %s %s failed: %s", kind, shown(name(item)), shown(exc))
             tally.fail(name(item), exc)
         else:
             tally.add(label)

@@ -31,6 +31,7 @@ from django.utils.translation import gettext_lazy
 from django_delayq.admin.action_log import Done, Tally, each, log_job
 from django_delayq.admin.display import job_link, render
 from django_delayq.core import api, registry
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus
@@ -64,7 +65,7 @@ def _runnable(queryset: QuerySet[Job], tally: Tally) -> Iterable[Row]:
         try:
             registry.check_schedulable(path)
         except InvalidJob as exc:
-            logger.warning("admin action refused job %s: %s", job_id, exc)
+            logger.warning("admin action refused job %s: %s", shown(job_id), shown(exc))
             tally.fail(job_id, exc, NOT_ALLOWED)
         else:
             yield job_id, path

@@ -40,6 +40,7 @@ from redis.exceptions import RedisError
 from django_delayq.admin import display
 from django_delayq.core import progress
 from django_delayq.core.connection import get_engine
+from django_delayq.engine.logtext import shown
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import redis_state
 
@@ -82,7 +83,7 @@ def snapshot() -> dict[str, Any]:
         data["groups"] = [asdict(g) for g in redis_state.busiest(  # docs/groups.md
             engine, [q.queue for q in queues])]
     except RedisError as exc:
-        logger.warning("dashboard: Redis unavailable: %s", exc)
+        logger.warning("dashboard: Redis unavailable: %s", shown(exc))
         data["redis_error"] = str(exc)
     return data
 

@@ -36,6 +36,7 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queue_controls import control
 from django_delayq.core.queues import known_queues
+from django_delayq.engine.logtext import shown
 from django_delayq.exceptions import DelayQError
 from django_delayq.observe import redis_state
 from django_delayq.observe.redis_state import callable_limits, group_limit_text, queue_group_limits
@@ -70,7 +71,7 @@ def queues_page(request: HttpRequest, admin: ModelAdmin[Any]) -> HttpResponse:
         context["paused_groups"] = [(q.queue, ", ".join(groups)) for q in context["queues"]
                                     if (groups := engine.paused_groups(q.queue))]
     except RedisError as exc:
-        logger.warning("queues page: Redis unavailable: %s", exc)
+        logger.warning("queues page: Redis unavailable: %s", shown(exc))
         context["redis_error"] = str(exc)
     return display.render(request, admin, "queues", _("Queues"), **context)
 
@@ -89,7 +90,7 @@ def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
     try:  # a group as typed (it may hold spaces); a blank one is refused
         text, changed = _perform(op, queue, group, request.POST)
     except (DelayQError, RedisError) as exc:
-        logger.warning("queue %s: %s failed: %s", queue, op, exc)
+        logger.warning("queue %s: %s failed: %s", shown(queue), shown(op), shown(exc))
         return _("%(op)s %(queue)s failed: %(error)s") % {
             "op": op, "queue": queue, "error": exc}, messages.ERROR
     if changed:

@@ -48,6 +48,7 @@ from urllib.parse import SplitResult, urlsplit
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.context import current_job
+from django_delayq.engine.logtext import shown
 from django_delayq.exceptions import Refused
 
 if TYPE_CHECKING:
@@ -303,5 +304,5 @@ def post_json(url: str, body: object = None, *, timeout: float = DEFAULT_TIMEOUT
     if status not in (range(200, 300) if expected is None else
                       {expected} if isinstance(expected, int) else set(expected)):
         raise CallbackFailed("POST %s answered %d: %s" % (url, status, text[:200]), status)
-    logger.debug("POST %s answered %d", url, status)
+    logger.debug("POST %s answered %d", shown(url), status)
     return {"status": status, "body": text[:RESULT_BODY_CHARS]}

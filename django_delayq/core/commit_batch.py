@@ -56,6 +56,7 @@ from django.db import connections, transaction
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import OUTAGES
 
 if TYPE_CHECKING:
@@ -218,7 +219,7 @@ def send(queue: str, jobs: list[NewJob]) -> None:
         get_engine().enqueue(queue, jobs)  # a cluster client connects when it is made
     except OUTAGES as exc:  # a slot no node serves too: a warning, no traceback per call
         logger.warning("Redis unavailable; %d job(s) of queue %r stay in the outbox for the "
-                       "reconciler: %s", len(jobs), queue, exc)
+                       "reconciler: %s", len(jobs), queue, shown(exc))
     except Exception:  # noqa: BLE001 - the rows are committed: never fail the caller
         logger.exception("sending %d job(s) of queue %r to Redis failed; the reconciler "
                          "enqueues them", len(jobs), queue)

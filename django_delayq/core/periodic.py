@@ -25,6 +25,7 @@ from django.utils import timezone
 from django_delayq.core import api, options, registry, schedules, tick_presence, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus, MissedPolicy, Schedule
@@ -143,7 +144,7 @@ def tick_started(job_id: str, now: datetime | None = None) -> None:
         if s is not None and (created := _consumed(s, now)):
             tick_presence.watch([created])
     except Exception:  # noqa: BLE001 - the keeper pass covers it
-        logger.exception("schedule: could not create the tick after job %s", job_id)
+        logger.exception("schedule: could not create the tick after job %s", shown(job_id))
 
 
 def started(job_id: str) -> None:
@@ -272,7 +273,7 @@ def keep_all(now: datetime | None = None, own: str | None = None,
             pending.append(keep(s, now, own, judge))
         except Exception as exc:  # noqa: BLE001 - one bad schedule never stops the others
             failed += 1
-            logger.warning("schedule %r: %s", s.name, exc)
+            logger.warning("schedule %r: %s", s.name, shown(exc))
     tick_presence.watch(job_id for job_id in pending if job_id)
     tick_presence.confirm(force=True)
     return failed
@@ -284,7 +285,7 @@ def cancel_pending(s: Schedule) -> None:
         try:
             api.cancel(s.next_job_id)
         except DelayQError as exc:
-            logger.info("schedule %r: tick job %s: %s", s.name, s.next_job_id, exc)
+            logger.info("schedule %r: tick job %s: %s", s.name, shown(s.next_job_id), shown(exc))
 
 
 def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
@@ -317,7 +318,7 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> int:
             _sync_one(name, d)
         except Exception as exc:  # noqa: BLE001 - one bad definition never stops the others
             failed += 1
-            logger.warning("schedule %r from DELAYQ['SCHEDULES'] not synced: %s", name, exc)
+            logger.warning("schedule %r from DELAYQ['SCHEDULES'] not synced: %s", name, shown(exc))
     gone = Schedule.objects.filter(from_settings=True, enabled=True).exclude(
         name__in=list(definitions))
     for s in gone:
@@ -378,7 +379,7 @@ class Keeper:
             if Keeper.active:
                 keep_all(own=self.own)
         except Exception as exc:  # noqa: BLE001 - never let the keeper thread die
-            logger.warning("schedules keeper pass failed: %s", exc)
+            logger.warning("schedules keeper pass failed: %s", shown(exc))
 
     def _stalled(self, now_s: float) -> None:
         """Keep the schedules whose next tick is over ``STALLED`` past: its job was lost
@@ -395,7 +396,7 @@ class Keeper:
             if overdue:
                 keep_all(own=self.own, schedules=overdue, judge=False)
         except Exception as exc:  # noqa: BLE001 - the full pass reports a lasting failure
-            logger.debug("schedules: the pass over stalled schedules failed: %s", exc)
+            logger.debug("schedules: the pass over stalled schedules failed: %s", shown(exc))
 
     def _learn_own(self) -> None:
         """Look for this worker in the registry until found (from the pass after its first
@@ -404,7 +405,7 @@ class Keeper:
             try:
                 self.own = self.worker_id if self.worker_id in _live_workers() else None
             except Exception as exc:  # noqa: BLE001 - Redis down: read at the next pass
-                logger.debug("schedules: the workers registry could not be read: %s", exc)
+                logger.debug("schedules: the workers registry could not be read: %s", shown(exc))
 
 
 def status_rows() -> list[dict[str, Any]]:

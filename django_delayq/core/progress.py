@@ -37,6 +37,7 @@ from typing import Any
 from django.db import DatabaseError, connections, router
 
 from django_delayq.core import context, validation
+from django_delayq.engine.logtext import shown
 from django_delayq.exceptions import InvalidJob, NotInJob
 from django_delayq.models import FINAL_STATUSES, Job
 
@@ -120,7 +121,8 @@ class Reporter:
         try:
             (self._write or self._write_row)(value)
         except DatabaseError as exc:
-            logger.warning("job %s: its progress could not be written: %s", self.job_id, exc)
+            logger.warning("job %s: its progress could not be written: %s", shown(self.job_id),
+                           shown(exc))
 
 
 _reporter: contextvars.ContextVar[Reporter | None] = contextvars.ContextVar(
@@ -154,7 +156,7 @@ def running(ctx: context.JobContext) -> Iterator[Reporter]:
         try:
             reporter.finish()
         except Exception:  # noqa: BLE001 - never the job's outcome
-            logger.exception("job %s: its last progress could not be written", ctx.id)
+            logger.exception("job %s: its last progress could not be written", shown(ctx.id))
 
 
 def _in_event_loop() -> bool:

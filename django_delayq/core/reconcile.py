@@ -85,12 +85,13 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, router
 
-from django_delayq.core import group_limits, reconcile_state, workflows
+from django_delayq.core import group_limits, reconcile_state, unqueueable, workflows
 from django_delayq.core.epochs import Epochs
 from django_delayq.core.queues import MAX_RECENT, RECENT_SECONDS
 from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import LIVE_STATUSES, Job
 
@@ -144,7 +145,7 @@ class Reconciler:
             self._outage.failed()
             raise
         except DatabaseError as exc:
-            logger.warning("reconciler: database unavailable (%s); will retry", exc)
+            logger.warning("reconciler: database unavailable (%s); will retry", shown(exc))
             close_old_connections()
             return 0
 
@@ -331,9 +332,9 @@ class Reconciler:
                 self.stats.orphans += 1
                 logger.error("reconciler: job %s has an envelope but is in no queue set of %r "
                              "(partial data loss or eviction?); it cannot run until repaired",
-                             row.pk, row.queue)
+                             shown(row.pk), row.queue)
             elif not final and place.reconciled_ms is not None and place.reconciled_ms >= horizon:
-                logger.debug("reconciler: job %s was re-enqueued moments ago", row.pk)
+                logger.debug("reconciler: job %s was re-enqueued moments ago", shown(row.pk))
             else:
                 found.append(Finding(row, place))
         return found
@@ -357,7 +358,8 @@ class Reconciler:
 
     def _enqueue(self, rows: list[Job], seen: dict[str, Suspect] | None,
                  lost: bool = False) -> int:
-        if not rows:
+        # an id no script takes: dead with its reason, not put back for claims to refuse
+        if not (rows := unqueueable.end_dead(rows)):
             return 0
         seen_ms = {pk: sus.seen_ms for pk, sus in seen.items()} if seen else None
         seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)
@@ -389,6 +391,7 @@ class Reconciler:
             self.stats.enqueued += added
             logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
                            ", ".join("%s (%s%s, next attempt %d)" % (
-                               r.pk, r.status, " on %s" % r.worker_id if r.worker_id else "",
+                               shown(r.pk), shown(r.status),
+                               " on %s" % shown(r.worker_id) if r.worker_id else "",
                                (seeds[r.pk] or 0) + 1) for r in ready[:5]))
         return added

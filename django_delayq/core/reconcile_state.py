@@ -75,6 +75,7 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core import workflows
 from django_delayq.core.validation import at_ms
+from django_delayq.engine.logtext import shown
 from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
@@ -413,8 +414,7 @@ def settle_one(f: Finding) -> bool:
     elif f.dead:
         status, reason, number = JobStatus.DEAD, DEAD_IN_REDIS, max(row.attempts,
                                                                      f.place.attempts, 1)
-        died = f.place.died_ms
-        finished = datetime.fromtimestamp(died / 1000, UTC) if died else now
+        finished = datetime.fromtimestamp(f.place.died_ms / 1000, UTC) if f.place.died_ms else now
     else:
         status, reason, number, finished = (JobStatus.CANCELLED, CANCELLED_IN_REDIS,
                                             row.attempts, now)
@@ -436,7 +436,7 @@ def settle_one(f: Finding) -> bool:
     if not changed:
         return False
     logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
-                   row.pk, reason, row.status, number, status)
+                   shown(row.pk), reason, shown(row.status), number, status)
     base = {"job_id": row.pk, "queue": row.queue, "callable_path": row.callable_path}
     # no signal for an expiry (the worker sends none either)
     if status == JobStatus.SUCCEEDED:

@@ -48,6 +48,7 @@ from django.utils import timezone
 
 from django_delayq.core import queues, reconcile_state
 from django_delayq.core.connection import get_engine
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import Job, JobStatus
 
@@ -91,7 +92,8 @@ def confirm(force: bool = False) -> int:
     try:
         undecided, added = put_back(ids)
     except (*OUTAGES, DatabaseError) as exc:  # a node down: no traceback each half second
-        logger.debug("schedules: could not look at %d tick job(s) yet: %s", len(ids), exc)
+        logger.debug("schedules: could not look at %d tick job(s) yet: %s", len(ids),
+                     shown(exc))
     except Exception:  # noqa: BLE001 - the keeper thread must live on
         logger.exception("schedules: looking at %d tick job(s) failed", len(ids))
     with _lock:
@@ -116,5 +118,5 @@ def put_back(job_ids: list[str], now: datetime | None = None) -> tuple[set[str],
     if back:
         logger.warning("schedules: %d tick job(s) missing from Redis (a failed send, or "
                        "data Redis lost) enqueued again: %s", len(back),
-                       ", ".join(sorted(back)[:5]))
+                       ", ".join(shown(i) for i in sorted(back)[:5]))
     return young, queues.reenqueue_rows(back)

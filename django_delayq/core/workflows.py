@@ -58,6 +58,7 @@ from django_delayq.core import commit_batch, ids, queues
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.options import DROP, KEEP, Checked
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.engine.replies import chunks
 from django_delayq.exceptions import DelayQError, InvalidJob
@@ -197,7 +198,7 @@ def _cancel_children(failed: dict[str, str], using: str) -> list[str]:
         if jobs.filter(pk=child, status=JobStatus.WAITING).update(
                 status=JobStatus.CANCELLED, last_error=reason, finished_at=now,
                 updated_at=now, parents_left=0):
-            logger.info("job %s cancelled: %s", child, reason)
+            logger.info("job %s cancelled: %s", shown(child), shown(reason, 2000))
             out.append(child)
     for job_id, queue, path in jobs.filter(pk__in=out).values_list("id", "queue",
                                                                     "callable_path"):
@@ -311,7 +312,8 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
             if not replaced_by:
                 raise
             logger.warning("job %s: Redis unavailable for its cancel (%s); its row decides "
-                           "(a worker does not run a job whose row is final)", row.id, exc)
+                           "(a worker does not run a job whose row is final)", shown(row.id),
+                           shown(exc))
             outcome = CancelOutcome.NOT_FOUND
         if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
                                                                  JobStatus.RETRYING):
@@ -337,7 +339,7 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
         if replaced_by and not changed:
             return outcome  # final meanwhile
         if reason:
-            logger.info("job %s cancelled: %s", row.id, reason)
+            logger.info("job %s cancelled: %s", shown(row.id), shown(reason, 2000))
     signals.send(signals.job_cancelled, job_id=row.id, queue=row.queue,
                  callable_path=row.callable_path, running=running)
     return outcome

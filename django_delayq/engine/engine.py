@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from django_delayq.engine import replies, scripts
+from django_delayq.engine import logtext, replies, scripts
 from django_delayq.engine.acks import AckStream, plain_sockets
 from django_delayq.engine.controls import QueueControls
 from django_delayq.engine.event_log import EventLog
@@ -166,7 +166,8 @@ class Engine(OutboxOps, ServerReads, QueueControls):
                 found.append(make(reply[i:i + size]))
             except (UnicodeDecodeError, ValueError, TypeError) as exc:
                 bad.append(reply[i])
-                logger.debug("%s reply item %s: %s", script, replies.shown(reply[i]), exc)
+                logger.debug("%s reply item %s: %s", script, replies.shown(reply[i]),
+                             logtext.shown(exc))
         if bad:
             aside += self._drop_undecodable(queue, bad, "%s id could not be decoded" % (
                 "claimed" if script == "claim" else "recovered"))

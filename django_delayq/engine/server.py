@@ -65,6 +65,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import entry_order, envelope_text
 from django_delayq.engine.shard_health import ERRORS
 
@@ -167,7 +168,7 @@ class WakeListener:
                 if self._stop.is_set():
                     return
                 if isinstance(exc, (RedisError, OSError)):
-                    logger.warning("wake listener lost Redis (%s); retrying in %.1fs", exc,
+                    logger.warning("wake listener lost Redis (%s); retrying in %.1fs", shown(exc),
                                    backoff)
                 else:
                     logger.exception("wake listener failed; reconnecting in %.1fs", backoff)
@@ -202,7 +203,7 @@ class WakeListener:
             if not MIN_DUE_MS <= value <= MAX_DUE_MS:  # also inf and nan
                 raise ValueError("not a due time in years 1..9999")
         except Exception as exc:  # noqa: BLE001 - a message can hold anything
-            logger.debug("wake listener: ignored message %.100r: %s", message, exc)
+            logger.debug("wake listener: ignored message %.100r: %s", message, shown(exc))
             return
         self._announce({queue: int(value)})
 

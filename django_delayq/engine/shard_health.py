@@ -30,6 +30,8 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from django_delayq.engine.logtext import shown
+
 logger = logging.getLogger(__name__)
 
 # What a node that is down (or a slot no node serves) raises: RedisClusterException is not
@@ -109,7 +111,7 @@ class ShardHealth:
             self._error[name] = str(exc)[:200]
         log = logger.warning if first or delay >= MAX_DELAY_SECONDS else logger.debug
         log("%s %r: Redis unavailable (%s); the queues and shards of the other nodes go "
-            "on, this one is tried again in %.1fs", *_named(name), exc, delay)
+            "on, this one is tried again in %.1fs", *_named(name), shown(exc), delay)
 
     def worked(self, name: str) -> None:
         with self._lock:

@@ -27,6 +27,7 @@ from django_delayq import compat
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.observe import redis_state
 
@@ -81,7 +82,7 @@ class QueueCollector:
         try:
             self._read(families)
         except Exception as exc:  # noqa: BLE001 - a scrape must answer even when Redis is down
-            logger.warning("metrics: could not read queue stats: %s", exc)
+            logger.warning("metrics: could not read queue stats: %s", shown(exc))
             up.add_metric([], 0)
             yield up
             return
@@ -94,7 +95,7 @@ class QueueCollector:
         queues = [q.queue for q in rows if not q.unavailable]  # else its node is down
         for q in rows:
             if q.unavailable:
-                logger.warning("metrics: queue %r unavailable: %s", q.queue, q.unavailable)
+                logger.warning("metrics: queue %r unavailable: %s", q.queue, shown(q.unavailable))
                 continue
             for state in STATES:
                 f["delayq_queue_jobs"].add_metric([q.queue, state], getattr(q, state))
@@ -119,7 +120,7 @@ class QueueCollector:
                                         - 2 * settings.lease_ms)
         except ERRORS as exc:  # the registry's cluster node is down: the gauge left out
             logger.warning("metrics: could not read the workers registry: %s",
-                           redis_state.unreadable(engine, exc))
+                           shown(redis_state.unreadable(engine, exc)))
         else:
             f["delayq_workers"].add_metric([], live)
 

@@ -85,6 +85,7 @@ from django_delayq.core import group_limits, stored
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.limits import Rate, parse_rate, rate_text
 from django_delayq.core.queues import known_queues
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import ERRORS, UNREACHABLE, ShardDown
 from django_delayq.models import GroupLimit, Job, JobStatus
 
@@ -219,7 +220,7 @@ def with_progress(rows: list[WorkerRow]) -> list[WorkerRow]:
     try:
         found = progress_of(job.id for job in jobs)
     except DatabaseError as exc:
-        logger.warning("cannot read the running jobs' progress: %s", exc)
+        logger.warning("cannot read the running jobs' progress: %s", shown(exc))
         found = {}
     for job in jobs:
         job.progress = found.get(job.id)

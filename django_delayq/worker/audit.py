@@ -35,6 +35,7 @@ from django.db import (
 )
 
 from django_delayq.core import workflows
+from django_delayq.engine.logtext import shown
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
 from django_delayq.worker.outcome import storable
 
@@ -99,7 +100,7 @@ class OutageLog:
 
 def _safe(exc: BaseException) -> str:
     try:
-        return storable(str(exc)) or type(exc).__name__
+        return shown(str(exc), 2000) or type(exc).__name__
     except Exception:  # noqa: BLE001
         return type(exc).__name__
 
@@ -243,7 +244,7 @@ class AuditWriter:
                 self._write({}, [attempt])
             except DATA_ERRORS as exc:
                 logger.error("audit: job %s: attempt %s dropped, the database refuses it: %s",
-                             attempt.job_id, attempt.number, _safe(exc))
+                             shown(attempt.job_id), attempt.number, _safe(exc))
             except BaseException:
                 self._keep({}, attempts[i:])
                 raise
@@ -261,10 +262,10 @@ class AuditWriter:
             self._write({job_id: bare}, [])
         except DATA_ERRORS as exc:
             logger.error("audit: job %s: row change dropped, the database refuses it (%s): %s",
-                         job_id, _safe(first), _safe(exc))
+                         shown(job_id), _safe(first), _safe(exc))
             return 0
         logger.error("audit: job %s: written without its result and traceback, which the "
-                     "database refuses: %s", job_id, _safe(first))
+                     "database refuses: %s", shown(job_id), _safe(first))
         return 1
 
     def _write(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:

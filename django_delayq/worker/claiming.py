@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 from django.db import close_old_connections
 from redis.exceptions import RedisError
 
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.scripts import MAX_TURNS
 from django_delayq.worker import gates
 from django_delayq.worker.handover import Handover
@@ -242,7 +243,7 @@ class Claiming:
             try:
                 self.engine.release(queue, claimed)
             except RedisError as exc:  # their leases will expire; recovery runs them
-                logger.warning("could not release %d job(s): %s", len(claimed), exc)
+                logger.warning("could not release %d job(s): %s", len(claimed), shown(exc))
         if jobs:
             logger.info("released %d claimed job(s) that had not started", len(jobs))
 
@@ -302,6 +303,6 @@ class UrgentTimer:
             try:
                 self._claim(queue)
             except Exception as exc:  # noqa: BLE001 - the main loop claims it at its next round
-                logger.debug("urgent claim of %s failed: %s", queue, exc)
+                logger.debug("urgent claim of %s failed: %s", shown(queue), shown(exc))
                 with self._cond:
                     self._cond.wait(0.1)

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from django_delayq.core import group_limits
+from django_delayq.engine.logtext import shown
 from django_delayq.worker.outcome import Kind, Outcome, deferred, expired
 
 if TYPE_CHECKING:
@@ -150,8 +151,8 @@ class StartGate:
             grant = self.engine.acquire(env.path, job.id, lease_ms=self.settings.lease_ms,
                                         rate=rate, concurrency=concurrency)
         except RedisError as exc:  # not the job's fault: try it again a little later
-            logger.warning("job %s: could not ask for a start of %s (%s); deferred", job.id,
-                           env.path, exc)
+            logger.warning("job %s: could not ask for a start of %s (%s); deferred",
+                           shown(job.id), shown(env.path), shown(exc))
             return Admission(ended=self.retry_later(job))
         if grant.granted:
             if concurrency is not None:  # a slot: renewed while the function runs
@@ -197,4 +198,4 @@ def release_callable_slots(engine: Engine, outcomes: Iterable[Outcome]) -> None:
             engine.release_callable(path, ids)
         except RedisError as exc:
             logger.warning("could not free %d slot(s) of %s (%s); they free themselves when "
-                           "their lease passes", len(ids), path, exc)
+                           "their lease passes", len(ids), shown(path), shown(exc))

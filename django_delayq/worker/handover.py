@@ -32,6 +32,7 @@ from redis.exceptions import RedisError
 
 from django_delayq.core import payloads
 from django_delayq.core.payloads import NO_ROW, Aside
+from django_delayq.engine.logtext import shown, text
 from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.observe import counters
 from django_delayq.worker import outcome
@@ -56,7 +57,7 @@ def _spent(job: ClaimedJob) -> outcome.Outcome:
     ``JobAttempt`` says so)."""
     last = dataclasses.replace(job, attempt=job.attempt - 1)
     path = job.payload.path if job.payload else ""
-    return outcome.not_run(last, outcome.Kind.DEAD, outcome.text(path, 255),
+    return outcome.not_run(last, outcome.Kind.DEAD, text(path, 255),
                            error_type=outcome.LEASE_LOST, error=outcome.LOST_LEASE)
 
 
@@ -93,14 +94,15 @@ class Handover:
             self.engine.release(queue, jobs)
             raise
         for bad in loaded.broken:
-            logger.warning("job %s: %s; it ends dead without running", bad.job.id, bad.reason)
+            logger.warning("job %s: %s; it ends dead without running", shown(bad.job.id),
+                           shown(bad.reason, 2000))
         ended = ([outcome.unusable(bad.job, bad.path, bad.reason) for bad in loaded.broken]
                  + [outcome.cancelled_unstarted(job) for job in loaded.cancelled])
         self.set_aside += len(loaded.aside)
         try:
             set_aside(self.engine, queue, loaded.aside, self.settings.dead_max)
         except RedisError as exc:  # their leases expire; the next claim sets them aside again
-            logger.warning("could not set aside %d job(s): %s", len(loaded.aside), exc)
+            logger.warning("could not set aside %d job(s): %s", len(loaded.aside), shown(exc))
         run: list[ClaimedJob] = []
         counted = {job.id: job.attempt for job in jobs}  # as Redis counted them
         for job in loaded.run:  # raised to its row's count + 1 (payloads._counted) past its
@@ -128,5 +130,6 @@ def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int)
     engine.nack(queue, [(a.job.id, a.job.token, None) for a in no_row], dead_max=dead_max)
     engine.ack(queue, [(a.job.id, a.job.token) for a in final])
     for a in items:
-        logger.warning("job %s (queue %r) set aside, not run: %s", a.job.id, queue, a.reason)
+        logger.warning("job %s (queue %r) set aside, not run: %s", shown(a.job.id), queue,
+                       shown(a.reason))
         counters.count_set_aside(queue, a.kind)

@@ -87,6 +87,7 @@ from django.db import connections
 
 from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import Contact, NackOutcome
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import JobStatus
@@ -188,9 +189,9 @@ class Housekeeping:
             now_held = {(j.queue, j.id, j.token) for j in holding()}
             lost = [j for j in lost if (j.queue, j.id, j.token) in now_held]
         for job in lost:
-            logger.warning("job %s: lease lost while held by this worker", job.id)
+            logger.warning("job %s: lease lost while held by this worker", shown(job.id))
         for job in self.ledger.lost(lost):  # held unstarted: dropped, never to start here
-            logger.warning("job %s: not started here; the redelivered copy runs", job.id)
+            logger.warning("job %s: not started here; the redelivered copy runs", shown(job.id))
         if self.supervision is not None:  # the leases run from beat_at at least
             self.supervision.link.beat(beat_at)
         self.engine.register_worker(self.worker_id, self.info(held, claimed, processed))
@@ -216,7 +217,7 @@ class Housekeeping:
         try:
             self.engine.unregister_worker(self.worker_id)
         except Exception:  # noqa: BLE001 - best effort on the way out
-            logger.debug("could not unregister worker %s", self.worker_id)
+            logger.debug("could not unregister worker %s", shown(self.worker_id))
 
     # -- the threads ---------------------------------------------------------------
 
@@ -231,7 +232,7 @@ class Housekeeping:
                                holding=lambda: self.ledger.held(sent=False))
                 self.gate.renew()  # callable-limit slots of the functions running
             except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
-                logger.warning("heartbeat failed: %s", exc)
+                logger.warning("heartbeat failed: %s", shown(exc))
             if self._stop.wait(beat_s):
                 return
 
@@ -244,7 +245,7 @@ class Housekeeping:
                 try:
                     self.reconciler.tick()
                 except OUTAGES as exc:  # the main loop reports outages; try next time
-                    logger.debug("reconciler: Redis unavailable: %s", exc)
+                    logger.debug("reconciler: Redis unavailable: %s", shown(exc))
                 except Exception as exc:  # noqa: BLE001 - never let the keeper die
                     self._reconcile_outage.failed(exc, min(beat_s, 0.5))
                 else:
@@ -288,7 +289,8 @@ class LeaseRecovery:
                     self._record(queue, r.id, status, r.attempts, now, rows.get(r.id))
                 elif r.outcome is NackOutcome.NOT_STARTED:
                     logger.info("job %s: claimed by a worker that stopped before starting it; "
-                                "due again, no attempt charged (%d run so far)", r.id, r.attempts)
+                                "due again, no attempt charged (%d run so far)", shown(r.id),
+                                r.attempts)
             if any(STATUS_OF.get(r.outcome) is not None for r in found):
                 self._flush()
             if len(found) < BATCH:
@@ -315,7 +317,8 @@ class LeaseRecovery:
         """The lost attempt ``attempt``, failed. Its start (when, on which worker) is the
         one its row shows, when the row saw that attempt start (its worker's audit wrote
         it): its ``JobAttempt`` keeps them."""
-        logger.warning("job %s: %s (attempt %d) -> %s", job_id, LOST_LEASE, attempt, status)
+        logger.warning("job %s: %s (attempt %d) -> %s", shown(job_id), LOST_LEASE, attempt,
+                       status)
         fields: dict[str, Any] = {"status": status, "attempts": attempt, "updated_at": now}
         fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
         ran_on = ""

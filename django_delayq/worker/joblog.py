@@ -9,7 +9,7 @@ attempt, and (once it ran) the attempt's duration::
     job 01J... shop.tasks.close_order queue=default attempt=1 failed in 0.480s, retry at
         2026-01-31T12:00:15+00:00: shop.errors.Timeout: gateway did not answer
 
-Every value on a line is escaped (``outcome.shown``): a control character, a line break or a
+Every value on a line is escaped (``logtext.shown``): a control character, a line break or a
 bidirectional override in a job id, callable path, queue or error text (an id or a row
 written into Redis or the database directly) is written as its Python escape
 (``\\n``, ``\\x1b``, ``\\u202e``), so it cannot forge a log line or recolour a terminal.
@@ -24,11 +24,12 @@ import logging
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from django_delayq.worker.outcome import Outcome, shown
+from django_delayq.engine.logtext import shown
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.outcome import Outcome
 
 logger = logging.getLogger(__name__)
 

@@ -41,6 +41,7 @@ from django.db import connections
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic
+from django_delayq.engine.logtext import shown
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
 from django_delayq.worker.gates import StartGate
@@ -108,7 +109,7 @@ def wait_for_redis(make_engine: Callable[[], Engine], stop: StopAsked | None = N
             engine.ping()
             return engine
         except RedisError as exc:
-            logger.warning("waiting for Redis (%s); next try in %.1fs", exc, delay)
+            logger.warning("waiting for Redis (%s); next try in %.1fs", shown(exc), delay)
             until = time.monotonic() + delay
             while time.monotonic() < until and not give_up():  # a stop ends the wait
                 time.sleep(0.05)
@@ -186,8 +187,8 @@ class Worker:
     # -- lifecycle -----------------------------------------------------------------
 
     def run(self) -> int:
-        logger.info("worker %s starting: queues=%s concurrency=%d", self.id,
-                    ",".join(self.options.queues), self.options.concurrency)
+        logger.info("worker %s starting: queues=%s concurrency=%d", shown(self.id),
+                    shown(",".join(self.options.queues)), self.options.concurrency)
         # Schedules first: a tick missed while no worker ran is cancelled (skip policy)
         # before this worker could claim it; then on the keeper thread every 10 s.
         self.housekeeping.schedules.tick()
@@ -199,7 +200,7 @@ class Worker:
         try:
             code = self._loop()
         except Exception:  # a step outside _step failed: stop as hard, but deregistered
-            logger.exception("worker %s: the claim loop failed; stopping", self.id)
+            logger.exception("worker %s: the claim loop failed; stopping", shown(self.id))
             code = EXIT_ERROR
         finally:
             self.housekeeping.stop()
@@ -218,7 +219,7 @@ class Worker:
                 self.housekeeping.unregister()
         if threading.current_thread() is not threading.main_thread():
             connections.close_all()  # run() on a thread of its own: close what it opened
-        logger.info("worker %s stopped (exit %d, %d jobs claimed)", self.id, code,
+        logger.info("worker %s stopped (exit %d, %d jobs claimed)", shown(self.id), code,
                     self.claimed_total)
         return code
 

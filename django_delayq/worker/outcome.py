@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from django_delayq.engine.logtext import text
 from django_delayq.engine.outcomes import NackOutcome
 from django_delayq.exceptions import InvalidRow, LeaseLost, type_path
 from django_delayq.models import JobStatus
@@ -60,40 +61,12 @@ def ms_to_dt(ms: int) -> datetime:
         return datetime.now(UTC)
 
 
-def text(value: object, limit: int | None = None) -> str:
-    """``str(value)`` that never raises and is storable (lone surrogates escaped)."""
-    try:
-        out = value if isinstance(value, str) else str(value)
-    except Exception:  # noqa: BLE001 - a broken __str__ of a job's exception
-        out = "<unprintable %s>" % type(value).__name__
-    if not out.isascii():
-        out = out.encode("utf-8", "backslashreplace").decode("utf-8")
-    return out if limit is None else out[:limit]
-
-
 def storable(value: object) -> str | None:
     """Text any database takes: lone surrogates become ``\\udXXX``, NUL becomes ``\\x00``."""
     if value is None:
         return None
     out = text(value if type(value) is str else str(value))  # TextChoices: str subclasses
     return out.replace("\x00", "\\x00") if "\x00" in out else out
-
-
-SHOWN_CHARS = 300  # of one value on a log line
-
-
-def shown(value: object, limit: int = SHOWN_CHARS) -> str:
-    """``value`` as one line of printable text for a log: each character that is not
-    printable (control characters, line breaks, bidirectional overrides, lone surrogates)
-    as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``); cut to ``limit`` characters
-    with "..."."""
-    out = text(value) if not isinstance(value, str) else value
-    if len(out) > limit:
-        out = out[:limit] + "..."
-    if out.isprintable():
-        return out
-    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
-                   for ch in out)
 
 
 def error_type(exc: BaseException) -> str:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import OUTAGES
 
 logger = logging.getLogger(__name__)
@@ -94,4 +95,4 @@ class QueueBackoff:
         self._delay[queue] = delay
         self._until[queue] = self.clock() + delay
         logger.warning("queue %r: Redis unavailable (%s); the other queues go on, this one "
-                       "is retried in %.1fs", queue, exc, delay)
+                       "is retried in %.1fs", queue, shown(exc), delay)

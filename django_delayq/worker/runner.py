@@ -53,6 +53,7 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
+from django_delayq.engine.logtext import shown, text
 from django_delayq.exceptions import (
     JobTimeout,
     LeaseLost,
@@ -70,8 +71,6 @@ from django_delayq.worker.outcome import (
     crashed,
     error_type,
     ms_to_dt,
-    shown,
-    text,
 )
 
 if TYPE_CHECKING:
@@ -389,7 +388,7 @@ class Execution:
                 admitted = self.gate.admit(job)  # expired? refused by a callable limit?
                 outcome = admitted.ended or self._attempt(job, admitted, running)
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
-                logger.exception("job %s: the worker failed around its attempt", job.id)
+                logger.exception("job %s: the worker failed around its attempt", shown(job.id))
                 outcome = crashed(job, exc)
                 if admitted is not None:  # its callable-limit slot, freed once settled
                     outcome.callable_limit = admitted.callable_limit
@@ -418,7 +417,7 @@ class Execution:
         overdue = self.ledger.time_out_limits(time.monotonic(), timed_out)
         for job in overdue:
             logger.warning("job %s: still running past its time limit; failing this attempt "
-                           "(its thread stays busy until the function returns)", job.id)
+                           "(its thread stays busy until the function returns)", shown(job.id))
 
     def wait_ms(self, wait_ms: float) -> float:
         """``wait_ms``, or less: until the earliest time limit of a running attempt (the main

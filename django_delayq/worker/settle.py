@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
 from django_delayq.core.reconcile_state import SETTLED_KEEP_MS
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
@@ -91,7 +92,7 @@ class Settler:
             self.mark(job)
         except Exception as exc:  # noqa: BLE001 - the caller defers the job
             logger.warning("job %s: start mark not written (%s): not started, deferred",
-                           job.id, exc)
+                           shown(job.id), shown(exc))
             return False
         now = datetime.now(UTC)
         due_at = ms_to_dt(job.due_ms)
@@ -186,7 +187,7 @@ class Settler:
                 if o.kind is not Kind.DEFER:
                     self._record(o, status)
             except Exception:  # noqa: BLE001 - never the settling thread
-                logger.exception("recording settled job %s failed", o.job.id)
+                logger.exception("recording settled job %s failed", shown(o.job.id))
         if limited := [o for o, _ in sent if o.callable_limit is not None]:
             try:
                 self.release(limited)  # settled: their callable-limit slots are free
@@ -204,7 +205,7 @@ class Settler:
         for o, ok in zip(outcomes, self.engine.defer(queue, leases)):
             if not ok:
                 logger.warning("job %s (attempt %d): lease lost before it was deferred; the "
-                               "redelivered copy owns it now", o.job.id, o.job.token)
+                               "redelivered copy owns it now", shown(o.job.id), o.job.token)
 
     def landed(self, job_ids: Sequence[str]) -> None:
         """The audit rows of ``job_ids`` are written (the audit writer's hook, on its
@@ -225,7 +226,7 @@ class Settler:
             try:
                 self.engine.forget_settled(queue, ids, keep_ms=SETTLED_KEEP_MS)
             except Exception as exc:  # noqa: BLE001 - Redis down: the keep time drops them
-                logger.debug("could not forget %d settled record(s): %s", len(ids), exc)
+                logger.debug("could not forget %d settled record(s): %s", len(ids), shown(exc))
 
     def _retry_from(self, o: Outcome) -> datetime:
         """When a retry's delay starts, as Redis counted it: the engine's clock when it has
@@ -236,7 +237,7 @@ class Settler:
         job = o.job
         if status is None:
             logger.warning("job %s (attempt %d): lease lost before it was settled; the "
-                           "redelivered copy owns it now", job.id, job.token)
+                           "redelivered copy owns it now", shown(job.id), job.token)
             return
         if status in _RECORDED:  # Redis keeps a settled record until the row lands
             with self._records_lock:
@@ -249,7 +250,7 @@ class Settler:
             del fields["started_at"]
             fields.update(attempts=job.attempt - 1, error_type="", last_error=o.error)
             self.audit.update(job.id, **fields)
-            logger.info("job %s %s: %s", job.id, o.path, o.error)
+            logger.info("job %s %s: %s", shown(job.id), shown(o.path), shown(o.error, 2000))
             return
         if status is JobStatus.SUCCEEDED:
             self.audit.update(job.id, result=o.result, **fields)
@@ -262,8 +263,8 @@ class Settler:
             fields["finished_at"] = None
             joblog.retrying(self.settings, o, fields["run_at"])
         elif status is JobStatus.DEAD:
-            logger.error("job %s %s is dead after %d attempt(s): %s: %s", job.id, o.path,
-                         job.attempt, o.error_type, o.error)
+            logger.error("job %s %s is dead after %d attempt(s): %s: %s", shown(job.id),
+                         shown(o.path), job.attempt, shown(o.error_type), shown(o.error, 2000))
         record_failure(self.audit, base, status, fields, traceback=o.traceback,
                        error_type=o.error_type, error=o.error, worker_id=self.worker_id)
 

@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import chunks
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.engine.shard_health import OUTAGES
@@ -88,7 +89,7 @@ class Settlement:
                 self.settle_once(stream=False)
             except Exception as exc:  # noqa: BLE001 - their leases expire; recovery settles
                 logger.warning("could not settle %d finished job(s) at stop: %s",
-                               self.ledger.done_count(), exc)
+                               self.ledger.done_count(), shown(exc))
             self.record_pending()
 
     def _read(self) -> None:
@@ -117,7 +118,7 @@ class Settlement:
                     raise reply.error
                 sent = self.settler.acked(queue, wins, reply.acked)
             except Exception as exc:  # noqa: BLE001 - never the reader thread
-                logger.debug("ack stream: %s; settling %d job(s) again", exc, len(wins))
+                logger.debug("ack stream: %s; settling %d job(s) again", shown(exc), len(wins))
                 self.ledger.keep_unsettled(wins, wins)
                 self.ledger.wake_settling()
                 continue
@@ -236,7 +237,7 @@ class Settlement:
                 self.settle_once()
             except Exception as exc:  # noqa: BLE001 - kept for the settling thread
                 logger.debug("settling on a job thread failed; the settling thread retries: "
-                             "%s", exc)
+                             "%s", shown(exc))
                 self.ledger.wake_settling()
                 return
             finally:
@@ -274,6 +275,6 @@ class Settlement:
                     else:
                         rest += part
         except Exception as exc:  # noqa: BLE001 - what was sent is answered by the reader
-            logger.debug("ack stream send failed: %s", exc)
+            logger.debug("ack stream send failed: %s", shown(exc))
             return [o for o in outcomes if id(o) not in written]
         return rest

@@ -78,6 +78,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from django_delayq.engine.logtext import shown
+
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
 
@@ -236,7 +238,8 @@ class Link:
             over = [r for r in running() if r.over(time.monotonic())]
             if over:
                 logger.error("job %s: past its %gs time limit with no supervisor to stop "
-                             "it; exiting (its lease will expire)", over[0].job.id, over[0].limit)
+                             "it; exiting (its lease will expire)", shown(over[0].job.id),
+                             over[0].limit)
                 os._exit(EXIT_HARD_STOP)  # as a hard stop
             time.sleep(0.2)
 

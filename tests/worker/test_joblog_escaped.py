@@ -10,8 +10,8 @@ from datetime import UTC, datetime
 import pytest
 
 from django_delayq.core.conf import get_settings
-from django_delayq.engine import ClaimedJob
-from django_delayq.worker import joblog, runner
+from django_delayq.engine import ClaimedJob, logtext
+from django_delayq.worker import joblog
 from django_delayq.worker.runner import Kind, Outcome
 
 EVIL_ID = "01J\u202eevil\n2026 job 01X forged line"
@@ -43,5 +43,5 @@ def test_ids_paths_queues_and_errors_are_escaped(delayq_settings, caplog) -> Non
 
 
 def test_shown_cuts_long_values() -> None:
-    assert runner.shown("a" * 400) == "a" * 300 + "..."
-    assert runner.shown("plain") == "plain"
+    assert logtext.shown("a" * 400) == "a" * 300 + "..."
+    assert logtext.shown("plain") == "plain"

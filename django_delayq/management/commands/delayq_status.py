@@ -36,12 +36,12 @@ from redis.exceptions import RedisError
 from django_delayq.core import periodic, progress
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.engine import logtext
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.observe import redis_state
 from django_delayq.observe.redis_state import describe_limit
-from django_delayq.worker import outcome
 
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
@@ -60,7 +60,7 @@ def _s(value: object) -> str:
 def printable(value: object) -> str:
     """``value`` as text safe for a terminal: every non-printable character (escape,
     carriage return, newline, bidirectional overrides, ...) becomes its Python escape."""
-    return outcome.shown(_s(value), sys.maxsize)
+    return logtext.shown(_s(value), sys.maxsize)
 
 
 def _iso(ms: int | None) -> str | None:
@@ -216,7 +216,7 @@ def _info_field(info: dict[str, Any], key: str) -> str:
     if value is None or value == []:
         return "-"
     text = ",".join(map(_s, value)) if isinstance(value, list) else _s(value)
-    return outcome.shown(text, FIELD_CHARS)
+    return logtext.shown(text, FIELD_CHARS)
 
 
 def _event_time(entry_id: str, ts: str | None) -> str:

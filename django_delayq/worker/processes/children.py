@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from django_delayq.core import payloads
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import ClaimedJob
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 from django_delayq.worker import runner
@@ -362,8 +363,8 @@ class TakeBack:
         if outcomes:
             Settler(self.engine, self.settings, self.audit, child.worker_id).settle(outcomes)
             for o in outcomes:
-                logger.warning("job %s: %s%s", o.job.id, o.error,
-                               " (%s)" % o.error_type if o.error_type else "")
+                logger.warning("job %s: %s%s", shown(o.job.id), shown(o.error, 2000),
+                               " (%s)" % shown(o.error_type) if o.error_type else "")
         self.audit.flush()
 
     def _hand_back(self, child: Child, jobs: list[ClaimedJob]) -> None:

@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 
+from django_delayq.engine.logtext import shown
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.processes.children import Child, TakeBack, describe_exit, rss_mb
@@ -210,7 +211,7 @@ class Supervisor:
                 try:
                     self._spawn(slot)
                 except OSError as exc:  # out of processes or file descriptors
-                    logger.error("supervisor: cannot start a worker process: %s", exc)
+                    logger.error("supervisor: cannot start a worker process: %s", shown(exc))
                     self.next_start[slot] = now + 5.0
 
     def _argv(self, slot: int, fd: int) -> list[str]:
@@ -312,7 +313,8 @@ class Supervisor:
             overdue = [] if child.killed else child.overdue(now)
             if overdue:
                 self._doom(child, dict.fromkeys(overdue, TakeBack.TIMED_OUT),
-                           "job(s) %s past their time limit" % ", ".join(i for _, i in overdue))
+                           "job(s) %s past their time limit"
+                           % ", ".join(shown(i) for _, i in overdue))
 
     def _enforce_heartbeats(self, now: float) -> None:
         away = now - self._judged_at > AWAY_S
@@ -336,14 +338,14 @@ class Supervisor:
             asked = list(Job.objects.filter(pk__in=list(running), cancel_requested=True)
                          .values_list("pk", flat=True))
         except Exception as exc:  # noqa: BLE001 - the database is down: look again later
-            logger.warning("supervisor: could not read cancel requests: %s", exc)
+            logger.warning("supervisor: could not read cancel requests: %s", shown(exc))
             close_old_connections()
             return
         for job_id in asked:
             child, key = running[job_id]
             if not child.killed:
                 self._doom(child, {key: TakeBack.CANCELLED},
-                           "job %s cancelled while it runs" % job_id)
+                           "job %s cancelled while it runs" % shown(job_id))
 
     def _doom(self, child: Child, why: dict[Key, str], what: str) -> None:
         """Kill ``child`` for the jobs of ``why`` (job key -> why) as soon as that cuts

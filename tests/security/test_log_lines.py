@@ -1,0 +1,93 @@
+"""The worker's and the reconciler's log lines cannot be forged by what they show.
+
+From the side of whoever controls a job's error text or a row in the database: an error
+with a line break, an escape sequence and a NUL, an id copied into the database with the
+same. What must hold: each value reaches the log as its Python escape (``\\n``,
+``\\x1b``, ``\\u202e``), one log record per line; a row whose id can never be enqueued
+ends ``dead`` with the reason on its row, alone, and the rest of its batch runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+
+import pytest
+
+from django_delayq import schedule
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile import Reconciler
+from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
+from tests import jobs_chaos
+from tests.helpers import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FORGED = "INFO django_delayq.worker.joblog: job FAKE succeeded"
+EVIL_ID = "ev\nINFO fake\x1b[31m\u202e"
+
+
+@pytest.fixture
+def chaos_table() -> None:
+    jobs_chaos.create_table()
+
+
+def status(job_id: str) -> str:
+    return str(Job.objects.filter(pk=job_id).values_list("status", flat=True).get())
+
+
+def test_a_dead_job_s_error_text_cannot_forge_a_line(cfg, chaos_table, start_worker,  # type: ignore[no-untyped-def]
+                                                     tmp_path) -> None:
+    """A real worker process: the ERROR line of a job dead after its attempts shows its
+    error escaped; no forged line, no escape sequence, no NUL reaches the log."""
+    bad = schedule("tests.jobs_chaos.raise_text",
+                   "line1\\n%s\\x1b[31m \\x00 end" % FORGED, max_attempts=2, backoff=[0.1])
+    good = [schedule("tests.jobs_chaos.record", "ok-%d" % i) for i in range(3)]
+    proc = start_worker("--concurrency", "2")
+    wait_until(lambda: status(bad.id) == JobStatus.DEAD
+               and all(status(h.id) == JobStatus.SUCCEEDED for h in good), timeout=30)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
+    log = (tmp_path / "worker-0.log").read_text("utf-8", "backslashreplace")
+    assert "\x1b" not in log and "\x00" not in log
+    dead = [line for line in log.splitlines() if "is dead after 2 attempt(s)" in line]
+    assert len(dead) == 1, log
+    assert dead[0].endswith(r"builtins.ValueError: line1\n%s\x1b[31m \x00 end" % FORGED)
+    assert [line for line in log.splitlines() if "FAKE" in line] == dead
+
+
+def _copy_row(job_id: str, new_id: str) -> None:
+    """Copy ``job_id``'s row under ``new_id``, as someone with database access could."""
+    row = Job.objects.get(pk=job_id)
+    row.pk = new_id
+    row.save(force_insert=True)
+
+
+def test_a_row_whose_id_cannot_be_enqueued_ends_dead_and_its_batch_runs(  # type: ignore[no-untyped-def]
+        cfg, chaos_table, caplog) -> None:
+    """A row copied in the database under an id with control characters, Redis empty:
+    the reconciler logs nothing raw, ends that row ``dead`` with the reason (row and
+    attempt), and re-enqueues the rest of the batch, which a worker then runs."""
+    caplog.set_level(logging.INFO, logger="django_delayq")
+    engine = get_engine()
+    good = [schedule("tests.jobs_chaos.record", "g%d" % i) for i in range(3)]
+    _copy_row(good[0].id, EVIL_ID)
+    engine.purge("default")  # Redis lost everything: the reconciler must put it back
+    Reconciler(engine, get_settings(), ("default",)).run_all(assume_lost=True)
+    for record in caplog.records:
+        assert record.getMessage().isprintable(), record.getMessage()
+    assert status(EVIL_ID) == JobStatus.DEAD
+    error = Job.objects.filter(pk=EVIL_ID).values_list("last_error", flat=True).get()
+    assert error == "invalid row: id has control characters: it cannot be enqueued"
+    assert list(JobAttempt.objects.filter(job_id=EVIL_ID).values_list("outcome", "error")) \
+        == [(JobStatus.DEAD, error)]
+    assert engine.inspect("default", EVIL_ID).place == ""
+    worker = Worker(engine, get_settings(),
+                    WorkerOptions(queues=("default",), concurrency=2, burst=True))
+    assert worker.run() == EXIT_OK
+    assert [status(h.id) for h in good] == [JobStatus.SUCCEEDED] * 3
+    assert status(EVIL_ID) == JobStatus.DEAD
+    for record in caplog.records:
+        assert record.getMessage().isprintable(), record.getMessage()
