@@ -30,8 +30,6 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_delayq.engine.logtext import shown
-
 logger = logging.getLogger(__name__)
 
 # What a node that is down (or a slot no node serves) raises: RedisClusterException is not
@@ -110,8 +108,10 @@ class ShardHealth:
             self._until[name] = self.clock() + delay
             self._error[name] = str(exc)[:200]
         log = logger.warning if first or delay >= MAX_DELAY_SECONDS else logger.debug
-        log("%s %r: Redis unavailable (%s); the queues and shards of the other nodes go "
-            "on, this one is tried again in %.1fs", *_named(name), shown(exc), delay)
+        # the error as Python's repr (escaped), not logtext.shown: this module stays at
+        # the end of the import chain (docs/internals.md, "Shape")
+        log("%s %r: Redis unavailable (%r); the queues and shards of the other nodes go "
+            "on, this one is tried again in %.1fs", *_named(name), str(exc)[:300], delay)
 
     def worked(self, name: str) -> None:
         with self._lock:
