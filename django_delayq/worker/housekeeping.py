@@ -302,7 +302,7 @@ class LeaseRecovery:
         try:
             self.audit.flush()
         except Exception as exc:  # noqa: BLE001 - kept by the writer; never the main loop
-            logger.debug("lost attempts not written yet: %s", exc)
+            logger.debug("lost attempts not written yet: %s", shown(exc))
 
     def _new_contact(self) -> Contact:
         """Half a lease of unbroken calls; a gap of more than half a lease, or of two
