@@ -163,7 +163,7 @@ def test_follow_tails_the_events_of_every_worker(delayq_settings, delayq_engine,
     a = _start(delayq_settings, tmp_path, "wa", "--queues", "default")
     b = _start(delayq_settings, tmp_path, "wb", "--queues", "emails")
     try:
-        follow.join(timeout=30)
+        follow.join(timeout=120)  # two Djangos starting on a busy machine
         assert not follow.is_alive(), out.getvalue()
     finally:
         _stop(a, b)
