@@ -11,7 +11,7 @@ from freezegun import freeze_time
 
 from django_delayq import JobSpec, schedule, schedule_many, testing
 from django_delayq.core.connection import get_engine
-from django_delayq.models import Job
+from django_delayq.models import Job, JobAttempt
 from django_delayq.pytest_plugin import delayq, delayq_eager  # noqa: F401
 from django_delayq.testing import run_due_jobs
 
@@ -82,6 +82,48 @@ def test_a_retry_row_is_due_on_the_test_clock(project, delayq):  # noqa: F811
     run_at = Job.objects.get(pk=later.id).run_at
     expected = datetime.now(UTC) + timedelta(days=2, hours=1)
     assert abs((run_at - expected).total_seconds()) < 60
+
+
+def _attempts(job_id: str) -> list[tuple[int, str]]:
+    return list(JobAttempt.objects.filter(job_id=job_id).order_by("number")
+                .values_list("number", "outcome"))
+
+
+@pytest.mark.django_db
+def test_a_job_is_charged_no_attempt_after_a_run_at_a_later_now(project, delayq):  # noqa: F811
+    """After ``run_due_jobs(now=...)`` years ahead, a later call (on the test clock,
+    behind it) charges the jobs it takes from the outbox no lost attempt: a new job with
+    ``max_attempts=2`` fails once and retries after its backoff, as with a worker."""
+    now = datetime(2031, 1, 1, tzinfo=UTC)
+    first = schedule("tests.jobs.boom", max_attempts=2, backoff=[60], at=now)
+    assert delayq.run_due_jobs(now=now) == 1
+    assert delayq.run_due_jobs(now=now + timedelta(seconds=60)) == 1
+    assert Job.objects.get(pk=first.id).status == "dead"
+    later = schedule("tests.jobs.boom", max_attempts=2, backoff=[3600])
+    assert delayq.advance(timedelta(days=2)) == 1
+    job = Job.objects.get(pk=later.id)
+    assert (job.status, job.attempts) == ("retrying", 1)
+    assert _attempts(later.id) == [(1, "retrying")]
+    assert delayq.advance(timedelta(minutes=59)) == 0
+    assert delayq.advance(timedelta(minutes=2)) == 1
+    assert (Job.objects.get(pk=later.id).status, _attempts(later.id)) == (
+        "dead", [(1, "retrying"), (2, "dead")])
+
+
+@pytest.mark.django_db
+def test_a_job_is_charged_no_attempt_after_a_frozen_time_ahead(project, delayq):  # noqa: F811
+    """The same once a ``freeze_time`` ahead of the wall clock ended: the test clock is
+    back behind what it stamped in Redis under it."""
+    with freeze_time("2031-01-01 12:00:00"):
+        schedule("tests.jobs.add", 1, 1)
+        assert delayq.run_due_jobs() == 1
+    failing = schedule("tests.jobs.boom", max_attempts=2, backoff=[600])
+    assert delayq.run_due_jobs() == 1
+    assert _attempts(failing.id) == [(1, "retrying")]
+    later = schedule("tests.jobs.boom", max_attempts=2, backoff=[600])
+    assert delayq.run_due_jobs() == 1
+    job = Job.objects.get(pk=later.id)
+    assert (job.status, job.attempts, _attempts(later.id)) == ("retrying", 1, [(1, "retrying")])
 
 
 @pytest.mark.django_db

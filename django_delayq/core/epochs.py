@@ -107,7 +107,7 @@ class Epochs:
             known = self.known.get(name)
             value, loss = self._look_at(queue, name, known, found, create)
             if loss and (known is not None or name == queue):
-                at = self._dated(value)
+                at = self._dated(value) or timezone.now()  # stamped ahead: seen now
                 lost[queue] = min(at, lost.get(queue, at))
                 sets = took.setdefault(queue, set())
                 if known is None or sets is None:  # a first look: nothing anywhere
@@ -159,9 +159,15 @@ class Epochs:
         """When the data each queue holds now began (its known epoch's creation, this
         host's clock), for the queues whose epoch says it began empty (not ``K``): a
         missing row created and due before it was lost with earlier data, or never sent.
-        Dated with one ``TIME`` call per queue; nothing else is read."""
-        return {q: self._dated(value) for q in self.queues
-                if (value := self.known.get(q)) is not None and epoch_kind(value) != KEPT}
+        A queue whose epoch is stamped ahead of the clock now is left out: that clock was
+        set back since (a Redis clock stepped back; in the test helpers, a ``now=`` or a
+        ``freeze_time`` later than the call's), so when its data began is unknown, and
+        "now" would take every row written before for one lost with earlier data (charged
+        an attempt it never had). Dated with one ``TIME`` call per queue; nothing else is
+        read."""
+        dated = {q: self._dated(value) for q in self.queues
+                 if (value := self.known.get(q)) is not None and epoch_kind(value) != KEPT}
+        return {q: at for q, at in dated.items() if at is not None}
 
     def took(self, queue: str, job_id: str) -> bool:
         """Whether the last loss of ``queue`` took the data set ``job_id`` is homed in: a
@@ -194,10 +200,11 @@ class Epochs:
         # a first look: a loss only when the queue held nothing; else unless it held data
         return value if create else None, kind == LOST if known is None else kind != KEPT
 
-    def _dated(self, value: str | None) -> datetime:
-        """When the loss was recorded (the new epoch's creation), on this host's clock."""
+    def _dated(self, value: str | None) -> datetime | None:
+        """When the epoch ``value`` was created, on this host's clock; None when it is
+        stamped ahead of the engine's clock now (set back since: no date to give)."""
         now, created = timezone.now(), (value or "").split(":")[0]
         if not created.isdigit():
             return now
         age_ms = self.engine.time_ms() - int(created)
-        return now - timedelta(milliseconds=age_ms) if age_ms >= 0 else now
+        return now - timedelta(milliseconds=age_ms) if age_ms >= 0 else None
