@@ -12,9 +12,10 @@ in a stated order; the main thread runs the loop that decides when the worker is
 They share the ``Ledger`` of the jobs the worker holds (``ledger.py``, ``tracking.py``)
 and the ``AuditWriter`` (``audit.py``), which starts first and stops last.
 
-Signal handlers only set flags: the first SIGINT/SIGTERM drains (no new claims, running
-jobs finish, claimed-but-unstarted jobs go back to Redis), the second stops hard (running
-jobs are abandoned; their leases expire). Exit codes: ``EXIT_*`` (``tracking.py``).
+Signals are acted on off the main thread (``SignalRelay``): the first SIGINT/SIGTERM drains
+(no new claims, running jobs finish, claimed-but-unstarted jobs go back to Redis), the
+second stops hard (running jobs are abandoned; their leases expire). Exit codes:
+``EXIT_*`` (``tracking.py``).
 
 What runs is what the database says: a claimed job runs only when its audit row is live
 and its payload usable (``payloads.read``); Redis supplies ids, never code or arguments.
@@ -26,6 +27,7 @@ work.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
@@ -79,15 +81,67 @@ class WorkerOptions:
 class StopAsked:
     """Set by the first SIGTERM or SIGINT that arrives before the worker (or supervisor)
     installs its own handlers, i.e. while ``wait_for_redis`` waits: the handler only sets
-    the flag; the wait ends and the command exits 0, nothing having run."""
+    the flag; the wait ends and the command exits 0, nothing having run. Given a
+    ``relay`` (a worker's: ``Worker.install_signal_handlers`` takes it over), the flag is
+    set by the relay's thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, relay: SignalRelay | None = None) -> None:
         self.asked = False
+        self.relay = relay
         for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, self._on_signal)
+            if relay is None:
+                signal.signal(signum, self._on_signal)
+            else:
+                relay.on(signum, self._ask)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         self.asked = True
+
+    def _ask(self) -> None:
+        self.asked = True
+
+
+class SignalRelay:
+    """Signals acted on by a thread of their own (``delayq-signals``), never on the main
+    thread: a Python handler runs there between two bytecodes, maybe while that thread
+    holds a lock the action takes (the main loop holds its wake-up ``Event``'s lock for a
+    moment each round), and would wait for it forever, the worker never stopping. The
+    handlers do nothing; the interpreter writes each signal's number to a socket as it
+    arrives (``signal.set_wakeup_fd``), and the relay's thread reads it and acts, holding
+    ``lock`` (hold it to change actions and act on what the old ones did, at once)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self._actions: dict[int, Callable[[], object]] = {}
+        self._thread: threading.Thread | None = None
+
+    def on(self, signum: int, action: Callable[[], object]) -> None:
+        """Call ``action`` on the relay's thread at each ``signum`` (main thread only)."""
+        with self.lock:
+            self._actions[signum] = action
+        if self._thread is None:
+            read, write = socket.socketpair()
+            write.setblocking(False)
+            signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
+            self._thread = threading.Thread(target=self._run, args=(read, write),
+                                            name="delayq-signals", daemon=True)
+            self._thread.start()
+        signal.signal(signum, _nothing)  # a handler is needed for the wakeup fd's write
+
+    def _run(self, read: socket.socket, write: socket.socket) -> None:
+        while data := read.recv(64):  # ``write`` stays open while this thread reads
+            for signum in data:
+                with self.lock:
+                    action = self._actions.get(signum)
+                    try:
+                        if action is not None:
+                            action()
+                    except Exception:  # noqa: BLE001 - the next signal is acted on too
+                        logger.exception("acting on signal %d failed", signum)
+
+
+def _nothing(signum: int, frame: object) -> None:
+    """The Python handler of a relayed signal: the relay acts (``SignalRelay``)."""
 
 
 def wait_for_redis(make_engine: Callable[[], Engine], stop: StopAsked | None = None,
@@ -160,6 +214,8 @@ class Worker:
         self._interrupt = threading.Event()  # cuts a failure pause short: stop requested
         self._round_failed = False
         self._outage = OutageLog(logger, "worker loop step", quiet=(RedisError,))
+        self.signals = SignalRelay()
+        self._stop_asked = 0.0  # monotonic: the first request_stop (the drain's start)
 
     @property
     def claimed_total(self) -> int:
@@ -169,15 +225,24 @@ class Worker:
     def set_aside(self) -> int:  # claimed jobs not run: no row, or a final one
         return self.claiming.handover.set_aside
 
-    # -- signals: flags only --------------------------------------------------------
+    # -- signals: acted on by the relay's thread -------------------------------------
 
-    def install_signal_handlers(self) -> None:
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, lambda signum, frame: self.request_stop())
+    def install_signal_handlers(self, stop: StopAsked | None = None) -> None:
+        """SIGTERM and SIGINT request a stop; ``stop``: the handlers until now (a relay of
+        theirs becomes this worker's; a stop they were asked is requested now, once)."""
+        if stop is not None and stop.relay is not None:
+            self.signals = stop.relay
+        with self.signals.lock:  # a signal is the old action's or the new one's
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                self.signals.on(signum, self.request_stop)
+            if stop is not None and stop.asked:
+                self.request_stop()
 
     def request_stop(self) -> None:
         if self.draining:
             self.hard_stop = True
+        else:
+            self._stop_asked = time.monotonic()
         self.draining = True
         self.housekeeping.draining = True  # no keeper pass from now on
         self.claiming.drain()  # wakes the main loop
@@ -202,15 +267,16 @@ class Worker:
             logger.exception("worker %s: the claim loop failed; stopping", shown(self.id))
             code = EXIT_ERROR
         finally:
-            self.housekeeping.stop()
-            self.claiming.stop()
-            self.settlement.stop()  # what finished is acked before the audit's last flush
+            self._stage("housekeeping threads", self.housekeeping.stop)
+            self._stage("claiming threads", self.claiming.stop)
+            # what finished is acked before the audit's last flush
+            self._stage("settlement", self.settlement.stop)
         if code in (EXIT_HARD_STOP, EXIT_ERROR):
             self._shutdown_hard()
             self.housekeeping.unregister()
         else:
-            self.execution.stop()
-            self.audit.stop()
+            self._stage("job threads", self.execution.stop)
+            self._stage("audit flush", self.audit.stop)
             # Only now: while this worker is registered, reconcilers wait for its audit
             # flush instead of re-enqueueing rows it settled; changes it could not write
             # leave it registered until it falls silent, as a crashed worker would.
@@ -222,6 +288,14 @@ class Worker:
                     self.claimed_total)
         return code
 
+    def _stage(self, name: str, stop: Callable[[], object]) -> None:
+        """A stage of the stop, with its duration: DEBUG, INFO from a second on."""
+        started = time.monotonic()
+        stop()
+        took = time.monotonic() - started
+        logger.log(logging.INFO if took >= 1.0 else logging.DEBUG, "worker %s: stopping %s "
+                   "took %.2fs", shown(self.id), name, took)
+
     def _loop(self) -> int:
         while True:
             self.wake.clear()
@@ -230,6 +304,8 @@ class Worker:
                 return EXIT_HARD_STOP
             if self.draining:
                 if self.claiming.hand_back():  # nothing held any more
+                    logger.info("worker %s: drained in %.2fs", shown(self.id),
+                                time.monotonic() - self._stop_asked)
                     return EXIT_OK
             elif self.options.burst and self.claiming.burst_finished():
                 return EXIT_OK
@@ -279,7 +355,7 @@ class Worker:
 def attach(worker: Worker, supervision: Supervision) -> None:
     """Wire a child worker to its supervisor: say hello, obey ``drain``/``stop``, drain
     when the supervisor is gone (end of file of the link, or ``ORPHAN_SIGNAL`` from the
-    kernel: its handler only drains, as a signal handler only sets flags)."""
+    kernel, relayed like the worker's other signals: ``SignalRelay``)."""
 
     def drain() -> None:
         if not worker.draining:
@@ -289,7 +365,7 @@ def attach(worker: Worker, supervision: Supervision) -> None:
         drain()
         worker.request_stop()
 
-    signal.signal(ORPHAN_SIGNAL, lambda signum, frame: drain())
+    worker.signals.on(ORPHAN_SIGNAL, drain)
     supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
     threading.Thread(target=supervision.link.listen, args=(drain, stop, worker.ledger.running_jobs),
                      name="delayq-link", daemon=True).start()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -15,6 +16,7 @@ from django.db import connection
 from tests.helpers import wait_until as wait_until  # shared helper, importable from here too
 
 ROOT = Path(__file__).resolve().parents[2]
+LOGS: dict[int, Path] = {}  # pid -> the log of a worker subprocess (its stdout and stderr)
 
 
 def worker_env(settings, module: str = "tests.settings") -> dict[str, str]:  # type: ignore[no-untyped-def]
@@ -26,7 +28,24 @@ def worker_env(settings, module: str = "tests.settings") -> dict[str, str]:  # t
     name = str(connection.settings_dict["NAME"])
     env["DELAYQ_TEST_SQLITE" if connection.vendor == "sqlite" else "DELAYQ_TEST_DBNAME"] = name
     env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONFAULTHANDLER"] = "1"  # SIGABRT (``wait_or_dump``): every thread's stack
     return env
+
+
+def wait_or_dump(proc: subprocess.Popen[str], timeout: float) -> int:
+    """``proc``'s exit code. Still running after ``timeout`` seconds: SIGABRT, on which it
+    writes the stack of each of its threads to its log (``PYTHONFAULTHANDLER``), and an
+    AssertionError that shows the log's end: where the worker was stuck."""
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(30)
+        log = LOGS.get(proc.pid)
+        tail = log.read_text(errors="replace")[-12000:] if log else "(no log)"
+        raise AssertionError("worker %d still running %gs on; its log ends:\n%s"
+                             % (proc.pid, timeout, tail)) from None
 
 
 def worker_starter(settings, tmp_path, module: str = "tests.settings",  # type: ignore[no-untyped-def]
@@ -43,6 +62,7 @@ def worker_starter(settings, tmp_path, module: str = "tests.settings",  # type: 
             cwd=ROOT, env=worker_env(settings, module), stdout=log, stderr=subprocess.STDOUT,
             text=True)
         procs.append(proc)
+        LOGS[proc.pid] = Path(log.name)
         return proc
 
     yield start

@@ -19,7 +19,7 @@ from django_delayq.models import Job, JobStatus
 from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
 from tests.helpers import burst, wait_until
 from tests.worker import limits_settings
-from tests.worker.conftest import worker_starter
+from tests.worker.conftest import wait_or_dump, worker_starter
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -46,7 +46,7 @@ def stop(procs: list[Popen[str]]) -> None:
     for proc in procs:
         proc.send_signal(signal.SIGTERM)
     for proc in procs:
-        assert proc.wait(60) == EXIT_OK
+        assert wait_or_dump(proc, 60) == EXIT_OK
 
 
 def most_in_window(starts: list[float], window_s: float) -> int:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -12,6 +14,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
 from django_delayq.worker.loop import EXIT_HARD_STOP, EXIT_OK
 from tests.helpers import wait_until
+from tests.worker.conftest import ROOT, worker_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
@@ -108,3 +111,32 @@ def test_worker_survives_redis_outage(start_worker, redis_server, tmp_path) -> N
     assert proc.poll() is None
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(20) == EXIT_OK
+
+
+# The worker's signal handling as its own process: SIGTERM arrives while the main thread holds
+# the lock of the loop's wake-up (as it does for a moment each round, clearing it or about to
+# wait on it). A handler acting on the main thread would wait for that lock forever.
+DRAIN_WHILE_HELD = """
+import faulthandler, signal, time
+import django
+django.setup()
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.worker.loop import Worker, WorkerOptions
+faulthandler.dump_traceback_later(20, exit=True)  # stuck: every thread's stack, then exit
+worker = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",)))
+worker.install_signal_handlers()
+with worker.wake._cond:  # threading.Event's lock, as wake.clear() and wake.wait() hold it
+    signal.raise_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 15
+    while not worker.draining and time.monotonic() < deadline:
+        time.sleep(0.01)
+print("draining", worker.draining, "woken", worker.wake.wait(15), flush=True)
+"""
+
+
+def test_sigterm_while_the_loop_holds_its_wake_up_lock_drains(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    proc = subprocess.run([sys.executable, "-c", DRAIN_WHILE_HELD], cwd=ROOT,
+                          env=worker_env(delayq_settings), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stdout.split() == ["draining", "True", "woken", "True"], proc.stderr[-3000:]

@@ -25,7 +25,14 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues, positive, usage_error
 from django_delayq.observe import prometheus
-from django_delayq.worker.loop import StopAsked, Worker, WorkerOptions, attach, wait_for_redis
+from django_delayq.worker.loop import (
+    SignalRelay,
+    StopAsked,
+    Worker,
+    WorkerOptions,
+    attach,
+    wait_for_redis,
+)
 from django_delayq.worker.processes.children import can_measure_memory
 from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
 from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, Supervision
@@ -147,7 +154,7 @@ class Command(BaseCommand):
                    options: dict[str, Any]) -> int:
         supervision = (Supervision.decode(options["supervised"])
                        if options["supervised"] else None)
-        stop = StopAsked()  # until the worker's own handlers
+        stop = StopAsked(SignalRelay())  # until the worker's own handlers
         engine = wait_for_redis(get_engine, stop,
                                 supervision.orphaned if supervision else lambda: False)
         if engine is None:
@@ -163,11 +170,9 @@ class Command(BaseCommand):
             except OSError as exc:
                 raise CommandError("cannot serve metrics on %s port %d: %s" % (addr, port, exc)
                                    ) from exc
+        worker.install_signal_handlers(stop)  # asked meanwhile: it drains at once
         if supervision is not None:
             attach(worker, supervision)
-        worker.install_signal_handlers()
-        if stop.asked:  # between the wait and the handlers: drain at once
-            worker.request_stop()
         code = worker.run()
         if supervision is not None:
             supervision.link.flush()
