@@ -15,10 +15,12 @@ status is 1.
 Ctrl-C (or SIGTERM, or SIGHUP: the terminal closed) stops the web server and drains the
 worker: it claims nothing more and its running jobs finish; a second Ctrl-C stops the
 worker at once (its interrupted jobs run again or end ``dead``, by their
-``max_attempts``). Redis stops last, also after an error or a Ctrl-C at start-up. The worker
-and Redis run in sessions of their own, so the terminal's Ctrl-C reaches this script only,
-which passes it on once. ``--smoke`` starts everything, places an order through
-HTTP, waits until the worker closes it, and exits 0 (used by the test suite).
+``max_attempts``). Redis stops last, also after an error or a Ctrl-C at start-up. The worker,
+the web server and Redis run in sessions of their own, so the terminal's Ctrl-C reaches
+this script only, which passes it on once; on Linux each is killed if this script dies
+without stopping them (``kill -9``: a hard stop of everything), and the worker and web
+server hold the checkout's lock while they live. ``--smoke`` starts everything, places an
+order through HTTP, waits until the worker closes it, and exits 0 (used by the test suite).
 """
 
 from __future__ import annotations
@@ -37,20 +39,25 @@ import urllib.parse
 import urllib.request
 from http.cookiejar import CookieJar
 from pathlib import Path
-from typing import TextIO
+from typing import IO, TextIO
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+
+from django_delayq import embedded  # noqa: E402 - after the checkout is on the path
 
 
-def manage(*args: str) -> subprocess.Popen[bytes]:
-    """A manage.py command in a session of its own: the terminal's Ctrl-C is ours to pass
-    on (a worker sent two signals would stop hard instead of draining)."""
+def manage(held: IO[str], *args: str) -> subprocess.Popen[bytes]:
+    """A manage.py command in a session of its own (the terminal's Ctrl-C is ours to pass
+    on: a worker sent two signals would stop hard instead of draining), holding the lock
+    file ``held`` (a stray one left by a killed run.py keeps the next one out), and killed
+    when this process dies without stopping it (Linux: ``embedded.die_with_parent``)."""
     return subprocess.Popen([sys.executable, str(HERE / "manage.py"), *args], cwd=HERE,
-                            start_new_session=True)
+                            start_new_session=True, pass_fds=[held.fileno()],
+                            preexec_fn=embedded.die_with_parent)  # noqa: PLW1509 - prctl
 
 
-def lock(redis_dir: Path) -> object:
+def lock(redis_dir: Path) -> IO[str]:
     """Hold ``redis_dir``'s lock while this runs (the open file; freed when this process
     exits), or exit 1: another run.py uses that Redis directory and the same database."""
     redis_dir.mkdir(parents=True, exist_ok=True)
@@ -59,10 +66,10 @@ def lock(redis_dir: Path) -> object:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         held.seek(0)
-        raise SystemExit("error: another `make example` (pid %s) is running in this checkout; "
-                         "stop it first (a second one would share its database with a Redis "
-                         "of its own, and both workers would run each job)"
-                         % (held.read().strip() or "?")) from None
+        raise SystemExit("error: another `make example` (pid %s, or a process it started) is "
+                         "running on %s; stop it first (a second one would share its database "
+                         "with a Redis of its own, and both workers would run each job)"
+                         % (held.read().strip() or "?", redis_dir)) from None
     held.truncate(0)
     held.write("%d\n" % os.getpid())
     held.flush()
@@ -149,21 +156,18 @@ def main() -> int:
         os.environ.setdefault("SHOP_TIMEOUT", "1")
         os.environ.setdefault("SHOP_DB", str(HERE / ".smoke.sqlite3"))
         Path(os.environ["SHOP_DB"]).unlink(missing_ok=True)
-    redis_dir = (HERE / ".redis-smoke" if opts.smoke
-                 else Path(os.environ.get("SHOP_REDIS_DIR") or HERE / ".redis"))
-    held = lock(redis_dir)  # noqa: F841 - held until this process exits
+    redis_dir = Path(os.environ.get("SHOP_REDIS_DIR")
+                     or HERE / (".redis-smoke" if opts.smoke else ".redis"))
+    held = lock(redis_dir)  # held until this process and the children it passes it to end
     url_file = redis_dir / "url"
     redis_proc = None
     if not os.environ.get("DELAYQ_REDIS_URL"):
-        sys.path.insert(0, str(HERE.parent))
-        from django_delayq import embedded
-
         redis_proc, url = embedded.start(redis_dir)
         os.environ["DELAYQ_REDIS_URL"] = url
         url_file.write_text(url + "\n")  # for manage.py run from another terminal
         print("embedded Redis: %s (its URL is in %s)" % (url, url_file))
     try:  # Redis runs in a session of its own: stopped here, whatever happens
-        return serve(opts.port, opts.smoke)
+        return serve(held, opts.port, opts.smoke)
     finally:
         if redis_proc is not None:
             url_file.unlink(missing_ok=True)
@@ -171,15 +175,16 @@ def main() -> int:
             redis_proc.wait(10)
 
 
-def serve(port: int, smoke_test: bool) -> int:
+def serve(held: IO[str], port: int, smoke_test: bool) -> int:
     """Migrate, start the worker and the web server, run until a signal (or, with
     ``smoke_test``, the smoke test), then stop them: the worker drained, or stopped at
-    once on a second signal."""
-    stop = {"now": False, "draining": False}
+    once on a second signal (``--smoke``: after 15 s, the demo's slow job not waited for)."""
+    stop = {"now": False, "draining": False, "hard": False}
     children: list[subprocess.Popen[bytes]] = []
 
     def on_signal(signum: int, frame: object) -> None:
-        if stop["draining"] and children and children[0].poll() is None:  # the second
+        if stop["draining"] and not stop["hard"] and children and children[0].poll() is None:
+            stop["hard"] = True  # the second signal, once: a third would kill it by SIGTERM
             say("stopping the worker at once")
             children[0].send_signal(signal.SIGTERM)
         stop["now"] = True
@@ -192,8 +197,8 @@ def serve(port: int, smoke_test: bool) -> int:
         prepare_database()
         if stop["now"]:
             return 1
-        children.append(manage("delayq_worker", "--concurrency", "4"))
-        children.append(manage("runserver", "127.0.0.1:%d" % port, "--noreload",
+        children.append(manage(held, "delayq_worker", "--concurrency", "4"))
+        children.append(manage(held, "runserver", "127.0.0.1:%d" % port, "--noreload",
                                *(["-v", "0"] if smoke_test else [])))
         wait_for_http(base + "/", children)
         if smoke_test:
@@ -203,7 +208,8 @@ def serve(port: int, smoke_test: bool) -> int:
                   "  Redis: %s\n"
                   "  In another terminal, python example_project/manage.py <command> uses "
                   "this Redis\n  (e.g. delayq_status).\n"
-                  "  Ctrl-C stops the web server, the worker and Redis.\n"
+                  "  Ctrl-C stops the web server, drains the worker (a second Ctrl-C stops it "
+                  "at once),\n  then stops Redis.\n"
                   % (base, base, os.environ["DELAYQ_REDIS_URL"]), flush=True)
             while not stop["now"] and all(c.poll() is None for c in children):
                 time.sleep(0.3)
@@ -212,14 +218,14 @@ def serve(port: int, smoke_test: bool) -> int:
         code = 1
     finally:
         stop["draining"] = True
-        stop_children(children)
+        stop_children(children, drain_s=15.0 if smoke_test else None)
     return code
 
 
-def stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+def stop_children(children: list[subprocess.Popen[bytes]], drain_s: float | None) -> None:
     """SIGTERM to each; the web server is killed after 15 s, the worker (the first) is
     waited for: it drains (its running jobs finish), or stops at once on a second signal
-    (``serve``'s handler)."""
+    (``serve``'s handler) or, with ``drain_s``, after that many seconds."""
     for child in children:
         if child.poll() is None:
             child.send_signal(signal.SIGTERM)
@@ -228,6 +234,10 @@ def stop_children(children: list[subprocess.Popen[bytes]]) -> None:
     worker = children[0]
     if worker.poll() is None:
         say("stopping: the worker finishes its running jobs (Ctrl-C again stops it at once)")
+    try:
+        worker.wait(drain_s)
+    except subprocess.TimeoutExpired:
+        worker.send_signal(signal.SIGTERM)  # the second: it stops at once (exit 3)
     for child in children:
         try:
             child.wait(None if child is worker else 15)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -25,6 +26,7 @@ def test_example_shop_closes_an_unpaid_order(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items()
            if k not in ("DELAYQ_REDIS_URL", "DJANGO_SETTINGS_MODULE")}
     env["SHOP_DB"] = str(tmp_path / "shop.sqlite3")
+    env["SHOP_REDIS_DIR"] = str(tmp_path / "redis")  # passes of the suite run side by side
     proc = subprocess.run(
         [sys.executable, str(ROOT / "example_project" / "run.py"), "--smoke",
          "--port", str(free_port())],
@@ -140,6 +142,43 @@ def test_ctrl_c_drains_the_worker_and_a_second_stops_it(tmp_path: Path) -> None:
     assert "stopping the worker at once" in out and "worker stopped (exit 3)" in out, out
 
 
+def _children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG: Linux")
+def test_a_killed_example_leaves_nothing_behind(tmp_path: Path) -> None:
+    """``kill -9`` of run.py (an IDE's stop button): its worker, web server and Redis go
+    with it (in sessions of their own, the group's kill does not reach them), and the
+    next start is not refused."""
+    shop, _ = _start(tmp_path)
+    try:
+        kids = _children_of(shop.pid)
+        assert len(kids) == 3, kids  # Redis, the worker, the web server
+        shop.kill()
+        shop.wait(30)
+
+        def alive(pid: int) -> bool:
+            try:
+                return Path("/proc/%d/stat" % pid).read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            except OSError:
+                return False
+
+        wait_until(lambda: not any(alive(pid) for pid in kids), timeout=30)
+    finally:
+        _stop(shop)
+    with (tmp_path / "redis" / "run.lock").open("a") as held:  # free: nothing holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
 def test_a_second_example_in_the_same_checkout_is_refused(tmp_path: Path) -> None:
     """It would share the database with a Redis of its own: both workers would run each
     job."""
@@ -149,7 +188,8 @@ def test_a_second_example_in_the_same_checkout_is_refused(tmp_path: Path) -> Non
                                "--port", str(free_port())], env=_env(tmp_path),
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert "another `make example` (pid %d) is running" % shop.pid in proc.stderr
+        assert "another `make example` (pid %d, or a process it started)" % shop.pid \
+            in proc.stderr
         assert "The shop is running" not in proc.stdout
         assert shop.poll() is None and (tmp_path / "redis" / "url").exists()
     finally:
