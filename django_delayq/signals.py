@@ -25,13 +25,14 @@ and never affect the job (``send_robust``).
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 
 from django.dispatch import Signal
 
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 job_scheduled = Signal(use_caching=True)
 job_started = Signal(use_caching=True)
