@@ -8,6 +8,7 @@ no import of the rest of the engine.
 from __future__ import annotations
 
 SHOWN_CHARS = 300  # of one value on a log line
+ERROR_CHARS = 2000  # of an error's text (an exception's, a job's error)
 
 
 def text(value: object, limit: int | None = None) -> str:
@@ -21,12 +22,15 @@ def text(value: object, limit: int | None = None) -> str:
     return out if limit is None else out[:limit]
 
 
-def shown(value: object, limit: int = SHOWN_CHARS) -> str:
+def shown(value: object, limit: int | None = None) -> str:
     """``value`` as one line of printable text for a log: each character that is not
     printable (control characters, line breaks, bidirectional overrides, lone surrogates)
     as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``); cut to ``limit`` characters
-    with "..." (an error text is given 2,000). A traceback of the package's own code is
-    not passed here: ``logger.exception`` writes it on its lines, as Python formats it."""
+    with "...": by default ``ERROR_CHARS`` for an exception (a libpq error names each host
+    it tried), else ``SHOWN_CHARS`` (a job's error text is given ``ERROR_CHARS``). A
+    traceback is not passed here: ``exc_info`` leaves it to the project's formatter."""
+    if limit is None:
+        limit = ERROR_CHARS if isinstance(value, BaseException) else SHOWN_CHARS
     out = text(value) if not isinstance(value, str) else value
     if len(out) > limit:
         out = out[:limit] + "..."

@@ -250,7 +250,8 @@ class Settler:
             del fields["started_at"]
             fields.update(attempts=job.attempt - 1, error_type="", last_error=o.error)
             self.audit.update(job.id, **fields)
-            logger.info("job %s %s: %s", shown(job.id), shown(o.path), shown(o.error, 2000))
+            if logger.isEnabledFor(logging.INFO):  # not the texts of a line not written
+                logger.info("job %s %s: %s", shown(job.id), shown(o.path), shown(o.error, 2000))
             return
         if status is JobStatus.SUCCEEDED:
             self.audit.update(job.id, result=o.result, **fields)
