@@ -25,13 +25,12 @@ and never affect the job (``send_robust``).
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 
 from django.dispatch import Signal
 
-from django_delayq.engine.logtext import module_logger, shown
-
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 job_scheduled = Signal(use_caching=True)
 job_started = Signal(use_caching=True)
@@ -82,9 +81,9 @@ def send(signal: Signal, **kwargs: object) -> None:
         try:
             fn(sender=job, **kwargs)
         except Exception as exc:  # noqa: BLE001 - like send_robust: never affect the job
-            logger.error("signal receiver %r failed: %s", fn, shown(exc), exc_info=exc)
+            logger.error("signal receiver %r failed: %s", fn, exc, exc_info=exc)
     if not signal.receivers:  # the common case on the job path: no call at all
         return
     for receiver, result in signal.send_robust(sender=job, **kwargs):
         if isinstance(result, Exception):
-            logger.error("signal receiver %r failed: %s", receiver, shown(result), exc_info=result)
+            logger.error("signal receiver %r failed: %s", receiver, result, exc_info=result)

@@ -25,6 +25,7 @@ recorded failure, so the ``django.tasks`` log line shows it.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
@@ -35,7 +36,6 @@ from django.utils import timezone
 from django_delayq import compat, signals
 from django_delayq.core import registry
 from django_delayq.core.context import current_job
-from django_delayq.engine.logtext import module_logger, shown
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 
 if TYPE_CHECKING:  # the backport's classes; Django 6.x's django.tasks has the same ones
@@ -52,7 +52,7 @@ if TYPE_CHECKING:  # the backport's classes; Django 6.x's django.tasks has the s
 compat.require_tasks()
 assert compat.tasks_base is not None and compat.task_signals is not None
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 base = compat.tasks_base
 task_signals = compat.task_signals
@@ -243,7 +243,7 @@ _sender: list[type] = []  # the backend class, given by connect()
 def _send(signal: Signal, result: AnyResult) -> None:
     for receiver, outcome in signal.send_robust(sender=_sender[0], task_result=result):
         if isinstance(outcome, Exception):
-            logger.error("%r receiver %r failed: %s", signal, receiver, shown(outcome),
+            logger.error("%r receiver %r failed: %s", signal, receiver, outcome,
                          exc_info=outcome)
 
 

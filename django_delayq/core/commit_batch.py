@@ -46,6 +46,7 @@ reconciler enqueues them.
 
 from __future__ import annotations
 
+import logging
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -55,13 +56,13 @@ from django.db import connections, transaction
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import OUTAGES
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import NewJob
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class _Pending:

@@ -38,6 +38,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import logging
 import os
 import threading
 import time
@@ -54,11 +55,10 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.event_log import EventLog
 from django_delayq.engine.keys import GlobalKeys
-from django_delayq.engine.logtext import module_logger
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import Job
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 # The flusher's tick while busy. The loop before this one waited 50 ms after its wake and,
 # when events had come during a flush (always, in a drain), another 50 ms: 100 ms a

@@ -10,6 +10,7 @@ singleton: every worker may do both, the key decides. docs/periodic.md.
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -24,12 +25,12 @@ from django.utils import timezone
 from django_delayq.core import api, options, registry, schedules, tick_presence, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus, MissedPolicy, Schedule
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "delayq.tick:"
 MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed

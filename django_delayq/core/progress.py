@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import logging
 import os
 import threading
 import time
@@ -36,11 +37,11 @@ from typing import Any
 from django.db import DatabaseError, connections, router
 
 from django_delayq.core import context, validation
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.exceptions import InvalidJob, NotInJob
 from django_delayq.models import FINAL_STATUSES, Job
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 MAX_PROGRESS_BYTES = 4096  # of the value encoded as compact JSON, in UTF-8
 INTERVAL_SECONDS = 0.5  # at most one write per job in this time, plus the last value

@@ -37,6 +37,7 @@ attempt number is the row's attempts + 1, as before.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterable
@@ -47,11 +48,11 @@ from django.utils import timezone
 
 from django_delayq.core import queues, reconcile_state
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import Job, JobStatus
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 SEND_GRACE = timedelta(seconds=2)  # a row younger than this: its own send may be on its way
 CONFIRM_EVERY_S = 0.5  # how often the keeper thread looks at the watched ids

@@ -2,18 +2,13 @@
 value read from Redis or the database, a job's error text, an id, a callable path or a
 queue name can neither forge a line nor recolour a terminal; ``text`` is ``str()`` that
 never raises. Every layer's log calls use them (the engine is the lowest layer that logs);
-no import of the rest of the engine. ``module_logger`` is the logger of a module that
-logs tracebacks: its records' tracebacks keep their line breaks, every other character
-that is not printable escaped as ``shown`` does (an exception's message may hold a
-job's text or a value from Redis or the database).
+no import of the rest of the engine.
 """
 
 from __future__ import annotations
 
-import logging
-import traceback
-
 SHOWN_CHARS = 300  # of one value on a log line
+ERROR_CHARS = 2000  # of an error's text (an exception's, a job's error)
 
 
 def text(value: object, limit: int | None = None) -> str:
@@ -27,47 +22,19 @@ def text(value: object, limit: int | None = None) -> str:
     return out if limit is None else out[:limit]
 
 
-def shown(value: object, limit: int = SHOWN_CHARS, *, lines: bool = False) -> str:
+def shown(value: object, limit: int | None = None) -> str:
     """``value`` as one line of printable text for a log: each character that is not
     printable (control characters, line breaks, bidirectional overrides, lone surrogates)
     as its Python escape (``\\n``, ``\\x1b``, ``\\u202e``); cut to ``limit`` characters
-    with "..." (an error text is given 2,000). ``lines``: keep the line breaks (``\\n``)
-    of a traceback, which a log record writes on its lines (``module_logger``)."""
+    with "...": by default ``ERROR_CHARS`` for an exception (a libpq error names each host
+    it tried), else ``SHOWN_CHARS`` (a job's error text is given ``ERROR_CHARS``). A
+    traceback is not passed here: ``exc_info`` leaves it to the project's formatter."""
+    if limit is None:
+        limit = ERROR_CHARS if isinstance(value, BaseException) else SHOWN_CHARS
     out = text(value) if not isinstance(value, str) else value
     if len(out) > limit:
         out = out[:limit] + "..."
     if out.isprintable():
         return out
-    return "".join(ch if ch.isprintable() or (lines and ch == "\n")
-                   else ch.encode("unicode_escape").decode("ascii") for ch in out)
-
-
-def _traceback_part(part: str) -> str:
-    """One part of a formatted traceback: a frame (``  File ...`` and its source line) or
-    a chain's header keeps its line breaks; an exception's message (``Type: text``) is
-    one line, whatever its text holds."""
-    if part.startswith(("  ", "\n", "Traceback (most recent call last):")):
-        return shown(part, len(part), lines=True)
-    return shown(part.rstrip("\n"), len(part)) + "\n"
-
-
-class _Tracebacks(logging.Filter):
-    """Formats a record's traceback once, escaped (``_traceback_part``); a handler's
-    ``logging.Formatter`` writes ``exc_text`` when it is set."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.exc_info and record.exc_info[0] is not None and not record.exc_text:
-            parts = traceback.TracebackException(*record.exc_info).format()
-            record.exc_text = "".join(map(_traceback_part, parts)).rstrip("\n")
-        return True
-
-
-_TRACEBACKS = _Tracebacks()
-
-
-def module_logger(name: str) -> logging.Logger:
-    """``logging.getLogger(name)`` whose records' tracebacks are escaped."""
-    logger = logging.getLogger(name)
-    if _TRACEBACKS not in logger.filters:
-        logger.addFilter(_TRACEBACKS)
-    return logger
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
+                   for ch in out)

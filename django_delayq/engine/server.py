@@ -53,6 +53,7 @@ how large it was; and entries of the info hash without a heartbeat are never rea
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -64,14 +65,14 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import entry_order, envelope_text
 from django_delayq.engine.shard_health import ERRORS
 
 if TYPE_CHECKING:
     from django_delayq.engine.client import RedisClient
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 POLL_SECONDS = 0.05  # read_events over several streams: how often they are polled
 Entry = tuple[Any, dict[Any, Any]]  # a stream entry as redis-py returns it: (id, fields)

@@ -109,9 +109,9 @@ class ShardHealth:
             self._error[name] = str(exc)[:200]
         log = logger.warning if first or delay >= MAX_DELAY_SECONDS else logger.debug
         # the error as Python's repr (escaped), not logtext.shown: this module stays at
-        # the end of the import chain (docs/internals.md, "Shape")
+        # the end of the import chain (docs/internals.md, "Shape"); cut as an error's text
         log("%s %r: Redis unavailable (%r); the queues and shards of the other nodes go "
-            "on, this one is tried again in %.1fs", *_named(name), str(exc)[:300], delay)
+            "on, this one is tried again in %.1fs", *_named(name), str(exc)[:2000], delay)
 
     def worked(self, name: str) -> None:
         with self._lock:

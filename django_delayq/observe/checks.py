@@ -32,6 +32,7 @@ settings (the checks above report those).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -43,7 +44,6 @@ from redis.exceptions import RedisError
 from django_delayq.core import conf, periodic, registry, schedules
 from django_delayq.core.validation import MAX_ATTEMPTS
 from django_delayq.engine.client import make_client
-from django_delayq.engine.logtext import module_logger
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Schedule
@@ -51,7 +51,7 @@ from django_delayq.models import Schedule
 if TYPE_CHECKING:
     from django_delayq.engine.server import ServerInfo
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 NOT_A_DICT = "delayq.E000"
 UNKNOWN_KEY = "delayq.E001"

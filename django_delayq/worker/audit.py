@@ -35,14 +35,14 @@ from django.db import (
 )
 
 from django_delayq.core import workflows
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
 from django_delayq.worker.outcome import storable
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_id",
            "error_type", "last_error", "traceback", "result", "updated_at")

@@ -74,6 +74,7 @@ default).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import threading
@@ -86,7 +87,7 @@ from django.db import connections
 
 from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import Contact, NackOutcome
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import JobStatus
@@ -107,7 +108,7 @@ if TYPE_CHECKING:
     from django_delayq.worker.settlement import Settlement
     from django_delayq.worker.tracking import Supervision
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 MAX_JOBS_SHOWN = 50
 BATCH = 100  # leases taken back per recover call

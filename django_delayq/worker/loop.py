@@ -42,7 +42,7 @@ from django.db import connections
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
 from django_delayq.worker.gates import StartGate
@@ -64,7 +64,7 @@ if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -29,6 +29,7 @@ worker stays listed: ``forget_after_ms``.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from datetime import timedelta
@@ -39,7 +40,7 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_delayq.core import workflows
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobDependency, JobKey
 from django_delayq.worker.audit import OutageLog
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 BATCH = 500  # rows deleted per transaction
 INTERVAL_S = 20.0  # between deletion rounds once caught up

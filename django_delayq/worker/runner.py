@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import math
 import threading
 import time
@@ -52,7 +53,7 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
-from django_delayq.engine.logtext import module_logger, shown, text
+from django_delayq.engine.logtext import shown, text
 from django_delayq.exceptions import (
     JobTimeout,
     LeaseLost,
@@ -79,7 +80,7 @@ if TYPE_CHECKING:
     from django_delayq.worker.settlement import Settlement
     from django_delayq.worker.tracking import RunningJob
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 JOB_TIMEOUT = type_path(JobTimeout)
 NOT_ALLOWED = "not allowed: "  # a refused job's error (docs/guarantees.md)

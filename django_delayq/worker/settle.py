@@ -23,6 +23,7 @@ rather than retry its outcomes every millisecond.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from django_delayq import signals
 from django_delayq.core.reconcile_state import SETTLED_KEEP_MS
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import JobStatus
 from django_delayq.worker import joblog
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.audit import AuditWriter
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class Settler:
@@ -249,7 +250,8 @@ class Settler:
             del fields["started_at"]
             fields.update(attempts=job.attempt - 1, error_type="", last_error=o.error)
             self.audit.update(job.id, **fields)
-            logger.info("job %s %s: %s", shown(job.id), shown(o.path), shown(o.error, 2000))
+            if logger.isEnabledFor(logging.INFO):  # not the texts of a line not written
+                logger.info("job %s %s: %s", shown(job.id), shown(o.path), shown(o.error, 2000))
             return
         if status is JobStatus.SUCCEEDED:
             self.audit.update(job.id, result=o.result, **fields)

@@ -7,13 +7,14 @@ reader ``delayq-acks``. See docs/internals.md, "Settlement"."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import chunks
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.engine.shard_health import OUTAGES
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     from django_delayq.worker.ledger import Ledger
     from django_delayq.worker.outcome import Outcome
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 
 class Settlement:

@@ -4,7 +4,8 @@ From the side of whoever controls a job's error text or a row in the database: a
 with a line break, an escape sequence and a NUL, an id copied into the database with the
 same. What must hold: each value reaches the log as its Python escape (``\\n``,
 ``\\x1b``, ``\\u202e``), one log record per line; a row whose id can never be enqueued
-ends ``dead`` with the reason on its row, alone, and the rest of its batch runs.
+ends ``dead`` with the reason on its row, alone, and the rest of its batch runs. A
+traceback is the project's formatter's to write: its ``formatException`` is used.
 """
 
 from __future__ import annotations
@@ -93,14 +94,34 @@ def test_a_row_whose_id_cannot_be_enqueued_ends_dead_and_its_batch_runs(  # type
         assert record.getMessage().isprintable(), record.getMessage()
 
 
-def test_a_traceback_keeps_its_lines_and_escapes_the_rest(cfg, chaos_table, caplog) -> None:  # type: ignore[no-untyped-def]
+class _OneLine(logging.Formatter):
+    """A log shipper's formatter: the traceback on one line, escaped."""
+
+    def formatException(self, ei) -> str:  # type: ignore[no-untyped-def]
+        return "ONE-LINE " + repr(super().formatException(ei))
+
+
+class _Kept(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: list[tuple[logging.LogRecord, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.kept.append((record, self.format(record)))
+
+
+def test_a_traceback_is_written_by_the_project_s_formatter(cfg, chaos_table) -> None:  # type: ignore[no-untyped-def]
     """A ``job_succeeded`` receiver raising an error whose text holds a line break and an
-    escape sequence, under a real worker: the ERROR line's traceback is on its own lines,
-    its message escaped; the job and the next ones succeed."""
+    escape sequence, under a real worker: the ERROR line's traceback is the one the
+    project's ``formatException`` writes (here on one line, escaped), the record's args
+    hold the exception itself; the job and the next ones succeed."""
     def receiver(**kwargs: object) -> None:
         raise ValueError("boom\n%s\x1b[31m" % FORGED)
 
-    caplog.set_level(logging.INFO, logger="django_delayq")
+    handler = _Kept()
+    handler.setFormatter(_OneLine("%(levelname)s %(name)s: %(message)s"))
+    ours = logging.getLogger("django_delayq")
+    ours.addHandler(handler)
     signals.job_succeeded.connect(receiver)
     try:
         handles = [schedule("tests.jobs_chaos.record", "t%d" % i) for i in range(2)]
@@ -109,12 +130,14 @@ def test_a_traceback_keeps_its_lines_and_escapes_the_rest(cfg, chaos_table, capl
         assert worker.run() == EXIT_OK
     finally:
         signals.job_succeeded.disconnect(receiver)
+        ours.removeHandler(handler)
     assert [status(h.id) for h in handles] == [JobStatus.SUCCEEDED] * 2
-    formatter = logging.Formatter("%(levelname)s %(name)s: %(message)s")
-    ours = [formatter.format(r) for r in caplog.records if r.name.startswith("django_delayq")]
-    failed = [text for text in ours if "signal receiver" in text]
+    failed = [(r, text) for r, text in handler.kept if "signal receiver" in r.msg]
     assert len(failed) == 2  # one per job
-    for text in failed:
-        assert "\x1b" not in text and "\nINFO" not in text, text
-        assert "\nTraceback (most recent call last):\n" in text
-        assert text.endswith("ValueError: boom\\n%s\\x1b[31m" % FORGED)
+    for record, text in failed:
+        assert isinstance(record.args, tuple) and isinstance(record.args[-1], ValueError)
+        assert record.exc_info is not None and record.exc_info[1] is record.args[-1]
+        trace = text.split("\nONE-LINE ", 1)[1]
+        assert trace.startswith("'Traceback (most recent call last):\\n")
+        assert "\n" not in trace and "\x1b" not in trace, trace
+        assert trace.endswith("ValueError: boom\\n%s\\x1b[31m'" % FORGED), trace

@@ -11,6 +11,7 @@ import pytest
 
 from django_delayq.core.conf import get_settings
 from django_delayq.engine import ClaimedJob, logtext
+from django_delayq.engine.shard_health import ShardHealth
 from django_delayq.worker import joblog
 from django_delayq.worker.runner import Kind, Outcome
 
@@ -45,3 +46,19 @@ def test_ids_paths_queues_and_errors_are_escaped(delayq_settings, caplog) -> Non
 def test_shown_cuts_long_values() -> None:
     assert logtext.shown("a" * 400) == "a" * 300 + "..."
     assert logtext.shown("plain") == "plain"
+
+
+LIBPQ = "\n".join('connection to server at "db%d.internal" (10.0.0.%d), port 5432 failed: '
+                   "%s" % (i, i, "timeout expired " * 12) for i in (1, 2))
+
+
+def test_an_error_s_text_is_cut_at_the_error_limit(caplog) -> None:  # type: ignore[no-untyped-def]
+    """A database or Redis error naming each host it tried (libpq with several hosts)
+    keeps them all on an outage line: an exception is cut at 2,000 characters, escaped."""
+    assert 300 < len(LIBPQ) < 2000
+    assert logtext.shown(ConnectionError(LIBPQ)) == LIBPQ.replace("\n", "\\n")
+    assert logtext.shown(ConnectionError("e" * 2500)) == "e" * 2000 + "..."
+    caplog.set_level(logging.WARNING, logger="django_delayq")
+    ShardHealth().failed("node-1", ConnectionError(LIBPQ))
+    [line] = [r.getMessage() for r in caplog.records]
+    assert line.isprintable() and "db2.internal" in line, line

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 
-from django_delayq.engine.logtext import module_logger, shown
+from django_delayq.engine.logtext import shown
 from django_delayq.models import Job
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.processes.children import Child, TakeBack, describe_exit, rss_mb
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
     from django_delayq.engine import Engine
     from django_delayq.worker.ledger import Key
 
-logger = module_logger(__name__)
+logger = logging.getLogger(__name__)
 
 HARD_STOP_S = 10.0
 STARTUP_S = 10.0  # a child that dies sooner than this crashed at start: back off
