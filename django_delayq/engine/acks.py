@@ -176,7 +176,7 @@ class AckStream:
         try:
             if head is None:
                 head = self._mark_heads[(keys, len(args))] = command(
-                    "EVALSHA", mark.sha, 2, *keys, count=5 + len(args))
+                    "EVALSHA", mark.sha, len(keys), *keys, count=3 + len(keys) + len(args))
             data = head + bulk(args)
         except UnicodeError:
             return False

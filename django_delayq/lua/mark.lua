@@ -2,30 +2,37 @@
 -- this before calling the functions; lua/recover.lua charges a lost delivery an attempt
 -- only when its run was marked).
 --
--- KEYS: attempts runs
+-- KEYS: attempts runs inflight
 --          attempts  HASH  id -> lease token (keys.QueueKeys.attempts)
 --          runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs)
+--          inflight  ZSET  lease_deadline_ms -> id (keys.QueueKeys.inflight)
 -- ARGV[1..] triples: id, token, offset (token - attempt: what claim.lua read)
 --
--- A mark is written only while the job is held under that token: one arriving after its
--- job ended (it travels on a connection of its own, maybe behind the job's ack) or after
--- its lease passed to another delivery writes nothing, so no entry outlives its job.
+-- A mark is written only while the job is held under that token: in flight (inflight
+-- holds its id) and its counter that token. One arriving after its job ended (it travels
+-- on a connection of its own, maybe behind the job's ack), after its lease passed to
+-- another delivery, or after the delivery was given back (give_back.lua keeps the counter
+-- while the job waits: a late mark would overwrite the runs entry's raised offset, and
+-- the next claim's attempt number would be one too many) writes nothing, so no entry
+-- outlives its job or its delivery.
 -- Returns: the number of marks written (the stream's connection never reads it).
--- Cost: at most 100 triples per call (scripts.MAX_MARK): O(n). One triple (a job
--- thread's mark, the usual call) is one HGET, and one HSET when still held.
+-- Cost: at most 100 triples per call (scripts.MAX_MARK): O(n log N). One triple (a job
+-- thread's mark, the usual call) is one HGET and one ZSCORE, and one HSET when held.
 if #ARGV == 0 then return 0 end
 if #ARGV == 3 then  -- one mark: no tables
   if redis.call('HGET', attempts, ARGV[1]) ~= ARGV[2] then return 0 end
+  if not redis.call('ZSCORE', inflight, ARGV[1]) then return 0 end  -- given back: waits
   redis.call('HSET', runs, ARGV[1], ARGV[2] .. ' ' .. ARGV[3] .. ' 0')  -- started: no streak
   return 1
 end
 local ids = {}
 for i = 1, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
 local tokens = redis.call('HMGET', attempts, unpack(ids))
+local leased = redis.call('ZMSCORE', inflight, unpack(ids))
 local marks = {}
 for j, id in ipairs(ids) do
   local i = 3 * j - 2
-  if tokens[j] == ARGV[i + 1] then
+  if leased[j] and tokens[j] == ARGV[i + 1] then
     marks[#marks + 1] = id
     marks[#marks + 1] = ARGV[i + 1] .. ' ' .. ARGV[i + 2] .. ' 0'  -- started: no streak
   end

@@ -23,8 +23,9 @@
 --
 -- A waiting job leaves its place; a dead one leaves dead with a fresh set of attempts (it
 -- gets its max_attempts again) but not its tokens: its counter becomes max(its value,
--- now_ms) — the Redis clock in ms, above any count of deliveries, also when the counter
--- is gone (a bad value dropped) — and its runs entry's offset that counter, so its next
+-- now_ms) — the Redis clock in ms, above any token handed out in an earlier ms
+-- (reenqueue.lua says why), also when the counter is gone (a bad value dropped) — and
+-- its runs entry's offset that counter, so its next
 -- claim's token is one no earlier delivery had (a worker that hung past its lease until
 -- the job went dead still holds one) and its attempt number is 1. Either goes back in
 -- line at the new due time with its priority (lib.lua line).

@@ -31,9 +31,15 @@
 --           seed: the most attempts the job may have had (0: none; "": no seed, for a
 --           job never delivered). A job with a seed (0 too) or a counter gets
 --           the counter max(its value, now_ms, its last re-enqueue's ms + 1) — the Redis
---           clock in ms, above any count of deliveries (those since an earlier seed come a
---           lease apart), so the next claim's token is one no earlier delivery had — and
---           the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1.
+--           clock in ms, above any token handed out in an earlier ms, so the next claim's
+--           token is one no earlier delivery had, even when the old counter was lost —
+--           and the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1.
+--           A counter from the clock never runs ahead of it: a claim hands out counter + 1
+--           no sooner than the clock reaches the counter (the clock seed, or the last
+--           delivery's token), so a token is at most its claim's ms + 1: a lost delivery
+--           comes back a lease later, and a give-back or a retry puts the job back due no
+--           sooner than its token read as ms (give_back.lua, nack.lua: neither needs a
+--           lease to end, and a job may bounce between workers faster than the clock)
 --           The reconciler seeds every job, 0 too: a job whose row says it never ran
 --           may still have been delivered in data lost unseen (a copy held unstarted
 --           there counted no attempt), so no token restarts from 1
@@ -77,7 +83,7 @@ for j = 1, #ids do
     local counter = tonumber(counters[j]) or 0
     if ARGV[i + 4] ~= '' or counter > 0 then
       -- a later seed of the same job is higher even within the same ms (its last one is
-      -- remembered in reconciled); deliveries since a seed come a lease apart at least
+      -- remembered in reconciled); tokens since a seed stay within a ms of the clock
       local token = math.max(now, counter, (tonumber(lately[j]) or 0) + 1)
       seeds[#seeds + 1] = id; seeds[#seeds + 1] = string.format('%.0f', token)
       offsets[#offsets + 1] = id

@@ -165,7 +165,7 @@ def test_a_call_passes_the_declared_keys_in_their_order() -> None:
     claim = scripts.load("claim")
     assert claim.keys_of(k)[-1] == k.group_held  # the optional record left out
     assert claim.keys_of(k, record="r")[-1] == "r"
-    assert scripts.keys_of("mark", k) == (k.attempts, k.runs)
+    assert scripts.keys_of("mark", k) == (k.attempts, k.runs, k.inflight)
     with pytest.raises(TypeError, match="grants"):
         scripts.keys_of("acquire", k)
 

@@ -163,3 +163,66 @@ def test_a_planted_offset_never_makes_an_attempt_number_below_one(engine: Engine
             break
     assert outcomes[-1][0] == NackOutcome.DEAD and len(outcomes) <= 2
     assert engine.inspect("q", "a").attempts >= 1
+
+
+def test_a_mark_arriving_after_its_delivery_was_given_back_writes_nothing(
+        engine: Engine) -> None:
+    """A give-back keeps the token counter while the job waits (a token is never handed
+    out twice): a late start mark of the given-back delivery (its call timed out while
+    still queued, a child's corked stream flushed after the parent handed the job back)
+    still names the counter's token, yet the job is no longer in flight: it writes
+    nothing, so the next claim's attempt number is the one given back."""
+    engine.enqueue("q", [NewJob(id=i, at_ms=NOW) for i in "abcd"], now_ms=NOW)
+    a, b, c, d = claim(engine, 4)
+    assert engine.defer("q", [("a", a.token, NOW)], now_ms=NOW) == [True]
+    assert engine.release("q", [b], now_ms=NOW) == [True]
+    runs = engine.keys("q").runs
+    given_back = engine.client.hmget(runs, ["a", "b"])
+    assert engine.mark_started([a]) == 0  # one mark: the single-triple path
+    assert engine.mark_started([b, c]) == 1  # several in a call: only c is held
+    stream = engine.ack_stream("w:1")
+    if stream is None:  # a cluster: marks are calls
+        assert engine.mark_started([d]) == 1
+    else:  # the marks' connection (the job threads' path), in order: a's, then d's
+        try:
+            assert stream.mark(*engine.start_mark(a)) and stream.mark(*engine.start_mark(d))
+            wait_until(lambda: engine.client.hget(runs, "d") == b"1 0 0")
+        finally:
+            stream.close()
+    assert engine.client.hmget(runs, ["a", "b"]) == given_back
+    again = {j.id: j for j in claim(engine, 2)}
+    assert again["a"].token > a.token and again["b"].token > b.token
+    assert (again["a"].attempt, again["b"].attempt) == (1, 1)
+
+
+def test_a_job_bouncing_faster_than_the_clock_never_takes_its_tokens_past_it(
+        engine: Engine) -> None:
+    """A token from the Redis clock (a re-enqueue's seed) is handed out by a claim no
+    sooner than the clock reaches its counter: a give-back (no lease to wait for) or a
+    retry within the ms of the claim puts the job back due at the next ms. So a seed
+    taken after a loss, from the clock, is above every token handed out before it."""
+    k = engine.keys("q")
+    assert engine.reenqueue("q", [("a", 0), ("b", 0)], {"a": 0, "b": 0}, keep_ms=1,
+                            keep_max=10) == 2
+    seed = int(engine.client.hget(k.attempts, "a") or 0)
+    assert seed > 10**12 and int(engine.client.hget(k.attempts, "b") or 0) >= seed
+    seed = int(engine.client.hget(k.attempts, "b") or 0)  # the later, if they differ
+    tokens: list[int] = []
+    for _ in range(50):  # workers handing it back within one ms, as fast as they go
+        jobs = claim(engine, 2, seed)
+        if not jobs:
+            break
+        tokens += [j.token for j in jobs]
+        for j in jobs:
+            if j.id == "a":
+                assert engine.release("q", [j], now_ms=seed) == [True]
+            else:
+                assert engine.nack("q", [("b", j.token, 0)], now_ms=seed) == [
+                    NackOutcome.RETRYING]
+    assert max(tokens) <= seed + 1 and len(tokens) == 2, tokens
+    assert {j.id for j in claim(engine, 2, seed + 1)} == {"a", "b"}  # the next ms
+    wait_until(lambda: engine.client.time()[0] * 1000 > seed + 1000)  # a later ms
+    engine.client.delete(k.attempts, k.runs, k.reconciled, k.inflight)  # data lost
+    assert engine.reenqueue("q", [("a", 0)], {"a": 0}, keep_ms=1, keep_max=10) == 1
+    (again,) = claim(engine, 1, seed + 10_000)
+    assert again.token > seed + 2 and again.attempt == 1
