@@ -56,15 +56,11 @@ class ClaimedJob:
     queue: str
     id: str
     due_ms: int
-    token: int  # the lease token: deliveries so far (fencing)
+    token: int  # the lease token (fencing): new at each delivery, maybe from the clock
     envelope: str
+    attempt: int  # runs started so far, this one included if it starts (not the token)
     payload: Envelope | None = None
-    attempt: int = 0  # runs started so far, this one included if it starts; 0: the token
     home: str = ""  # the queue (shard) whose keys hold it, when not ``queue``
-
-    def __post_init__(self) -> None:
-        if not self.attempt:
-            object.__setattr__(self, "attempt", self.token)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

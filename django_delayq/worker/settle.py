@@ -205,7 +205,7 @@ class Settler:
         for o, ok in zip(outcomes, self.engine.defer(queue, leases)):
             if not ok:
                 logger.warning("job %s (attempt %d): lease lost before it was deferred; the "
-                               "redelivered copy owns it now", shown(o.job.id), o.job.token)
+                               "redelivered copy owns it now", shown(o.job.id), o.job.attempt)
 
     def landed(self, job_ids: Sequence[str]) -> None:
         """The audit rows of ``job_ids`` are written (the audit writer's hook, on its
@@ -237,7 +237,7 @@ class Settler:
         job = o.job
         if status is None:
             logger.warning("job %s (attempt %d): lease lost before it was settled; the "
-                           "redelivered copy owns it now", shown(job.id), job.token)
+                           "redelivered copy owns it now", shown(job.id), job.attempt)
             return
         if status in _RECORDED:  # Redis keeps a settled record until the row lands
             with self._records_lock:

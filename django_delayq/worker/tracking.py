@@ -11,8 +11,10 @@ which its ledger also reports every transition of its jobs, one line each:
                                                were extended (``housekeeping.py``)
     c <queue> <id> <token> <due_ms> <attempt> <home>   a job claimed (one line per job;
                                                home: the shard holding it, or empty)
-    s <queue> <id> <token> <at> <limit>        started at ``at`` (monotonic s); limit in s,
-                                               empty for none
+    s <queue> <id> <token> <at> <limit> <attempt>  started at ``at`` (monotonic s); limit
+                                               in s, empty for none; its attempt number
+                                               (a copy whose claim the supervisor missed
+                                               is recorded with it, not its token)
     e <queue> <id> <token>                     ended (its outcome is settled next;
                                                still held until then)
     x <queue> <id> <attempt> <how> <token>     settled in Redis: no longer held; how:

@@ -7,7 +7,8 @@ attempt numbering is unchanged."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import logging
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
@@ -19,6 +20,8 @@ from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus, Schedule
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.housekeeping import LeaseRecovery
+from django_delayq.worker.outcome import Kind, Outcome
+from django_delayq.worker.settle import Settler
 from tests.helpers import point_at, wait_until
 from tests.reliability.test_loss_attempts import LEASE_MS, _claim
 
@@ -134,3 +137,28 @@ def test_a_purge_keeps_a_tick_the_keeper_just_put_back(  # type: ignore[no-untyp
     report = queues.purge_queue_report("default")
     assert (report.removed, report.ticks_kept) == (0, 1)
     assert engine.inspect("default", job_id).place in ("pending", "ready")
+
+
+def test_a_lost_lease_is_logged_with_its_attempt_number_not_its_token(  # type: ignore[no-untyped-def]
+        settings, redis_server, caplog) -> None:
+    """A token from the Redis clock is no attempt number: a copy whose lease was lost
+    logs its attempt, settled or deferred."""
+    point_at(settings, redis_server)
+    h = schedule("tests.jobs.noop")
+    engine = get_engine()
+    assert engine.purge_pending("default") == [h.id]  # Redis lost it; its row: scheduled
+    assert queues.reenqueue_rows([h.id]) == 1  # back under a token from the Redis clock
+    stale = _claim(h.id)
+    assert stale.attempt == 1 and stale.token > 10**12, stale
+    assert engine.release("default", [stale]) == [True]  # due once the clock reaches
+    claims: list = []  # its token (within the ms of the re-enqueue: the next ms)
+    wait_until(lambda: claims.extend(engine.claim("default", 10, lease_ms=LEASE_MS).jobs)
+               or claims)
+    assert [(j.id, j.attempt) for j in claims] == [(h.id, 1)]  # the delivery holding it
+    settler = Settler(engine, get_settings(), AuditWriter(), "w")
+    now = datetime.now(UTC)
+    for kind in (Kind.SUCCESS, Kind.DEFER):
+        with caplog.at_level(logging.WARNING, logger="django_delayq.worker.settle"):
+            settler.settle([Outcome(job=stale, kind=kind, started_at=now, finished_at=now)])
+    lost = [r.getMessage() for r in caplog.records if "lease lost" in r.getMessage()]
+    assert len(lost) == 2 and all("(attempt 1)" in m for m in lost), lost

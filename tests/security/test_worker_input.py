@@ -179,7 +179,8 @@ def test_payloads_read_survives_any_row(cfg) -> None:  # type: ignore[no-untyped
                            run_at=now, max_attempts=3)
         forge(job_id, column, text)
     good = schedule("tests.jobs_chaos.record", "good")
-    claimed = [ClaimedJob(queue="default", id=i, due_ms=0, token=1, envelope="")
+    claimed = [ClaimedJob(queue="default", id=i, due_ms=0, token=1, envelope="",
+                          attempt=1)
                for i in [*forged, good.id]]
     loaded = payloads.read(claimed)
     assert [j.id for j in loaded.run] == [good.id] and not loaded.aside
@@ -212,7 +213,7 @@ def test_runner_never_raises_on_a_delay_it_cannot_compute(cfg, chaos_table, poli
     path, args = (("tests.jobs_chaos.always_raises", ["x"]) if retry_delay is None
                   else ("tests.jobs_chaos.retry_with", [retry_delay]))
     job = ClaimedJob(queue="default", id="01RUNNERRUNNERRUNNERRUNNER", due_ms=10**300,
-                     token=1, envelope="",
+                     token=1, envelope="", attempt=1,
                      payload=Envelope(path=path, args=args, max_attempts=3, backoff=policy))
     outcome = runner.run(job, worker_id="t", default_max_attempts=3, default_backoff=None)
     assert outcome.kind is runner.Kind.DEAD
@@ -222,7 +223,7 @@ def test_runner_never_raises_on_a_delay_it_cannot_compute(cfg, chaos_table, poli
 
 def test_retry_delay_is_capped_at_a_hundred_years(cfg, chaos_table) -> None:  # type: ignore[no-untyped-def]
     job = ClaimedJob(queue="default", id="01RUNNERRUNNERRUNNERRUNNER", due_ms=0, token=1,
-                     envelope="", payload=Envelope(path="tests.jobs_chaos.retry_with",
+                     envelope="", attempt=1, payload=Envelope(path="tests.jobs_chaos.retry_with",
                                                    args=[1e308], max_attempts=3))
     outcome = runner.run(job, worker_id="t", default_max_attempts=3, default_backoff=None)
     assert outcome.kind is runner.Kind.RETRY

@@ -26,7 +26,7 @@ def _lines(caplog: pytest.LogCaptureFixture) -> list[str]:
 def test_ids_paths_queues_and_errors_are_escaped(delayq_settings, caplog) -> None:  # type: ignore[no-untyped-def]
     caplog.set_level(logging.INFO, logger="django_delayq")
     settings = get_settings()
-    job = ClaimedJob(queue="q\tq", id=EVIL_ID, due_ms=0, token=1, envelope="")
+    job = ClaimedJob(queue="q\tq", id=EVIL_ID, due_ms=0, token=1, envelope="", attempt=1)
     now = datetime.now(UTC)
     done = Outcome(job=job, kind=Kind.SUCCESS, path=EVIL_PATH, started_at=now, finished_at=now)
     failed = Outcome(job=job, kind=Kind.RETRY, path=EVIL_PATH, started_at=now, finished_at=now,

@@ -15,7 +15,8 @@ from django_delayq.worker.tracking import Link
 
 
 def job(job_id: str, queue: str = "q", token: int = 1) -> ClaimedJob:
-    return ClaimedJob(queue=queue, id=job_id, due_ms=0, token=token, envelope="")
+    return ClaimedJob(queue=queue, id=job_id, due_ms=0, token=token, envelope="",
+                      attempt=token)
 
 
 def failed(claimed: ClaimedJob, started_at: datetime | None = None) -> runner.Outcome:
@@ -154,6 +155,34 @@ def test_a_supervisor_keeps_its_record_of_the_redelivered_copy() -> None:
     ledger.link.flush()
     child.read_all()
     assert not child.held and not child.running and not child.ended
+    ledger.link.orphaned.set()  # its threads end
+    ledger.link.sock.close()
+    theirs.close()
+
+
+def test_a_supervisor_that_missed_a_claim_records_the_attempt_not_the_token() -> None:
+    """A start whose claim report the supervisor did not see (the copy it holds is older)
+    is tracked from the start report: with its attempt number, never its token (a token
+    may come from the Redis clock)."""
+    ours, theirs = socket.socketpair()
+    ledger = Ledger(link=Link(ours.detach()))
+    proc = subprocess.Popen([sys.executable, "-c", ""])
+    proc.wait()
+    child = Child(slot=0, proc=proc, sock=theirs)  # type: ignore[arg-type]
+    copy = ClaimedJob(queue="q", id="a", due_ms=0, token=1_800_000_000_001, envelope="",
+                      attempt=2)
+    ledger.claimed([copy])
+    assert ledger.start(copy)
+    assert ledger.link is not None
+    ledger.link.flush()
+    got = b""
+    while got.count(b"\n") < 2:
+        got += theirs.recv(65536)
+    for line in got.split(b"\n"):
+        if line and not line.startswith(b"c\t"):  # the claim report lost
+            child._apply(line)
+    run = child.running[key_of(copy)]
+    assert (run.job.token, run.job.attempt) == (copy.token, 2)
     ledger.link.orphaned.set()  # its threads end
     ledger.link.sock.close()
     theirs.close()

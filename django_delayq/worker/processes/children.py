@@ -135,14 +135,15 @@ class Child:
             self.claimed += 1
             self.held[key] = ClaimedJob(
                 queue=f[0], id=f[1], token=int(f[2]), due_ms=int(f[3]), envelope="",
-                attempt=int(f[4]) if len(f) > 4 else 0, home=f[5] if len(f) > 5 else "")
+                attempt=int(f[4]), home=f[5] if len(f) > 5 else "")
         elif kind == "s":  # the wall clock of its start: one the ledger's record needs
             self.runs += 1
             started, token = float(f[3]), int(f[2])
             at = datetime.now(UTC) - timedelta(seconds=time.monotonic() - started)
             job = self.held.get(key)
             if job is None or job.token != token:  # its claim unseen: tracked all the same
-                job = ClaimedJob(queue=f[0], id=f[1], token=token, due_ms=0, envelope="")
+                job = ClaimedJob(queue=f[0], id=f[1], token=token, due_ms=0, envelope="",
+                                 attempt=int(f[5]))  # the attempt, never the token
             self.running[key] = RunningJob(job, started, at, float(f[4]) if f[4] else None)
         elif kind == "e":  # of that delivery: a stale copy (its lease lost) may end
             run = self.running.get(key)  # while the redelivered copy runs
