@@ -32,12 +32,6 @@
 -- lost reply, the call sent again) would take that next delivery from its worker. A
 -- stale token changes nothing. Tokens, leases and runs entries are read for the whole
 -- call before the first write.
--- A job goes back due no sooner than its counter read as a time in ms (capped at 1 s
--- past now): a counter from the Redis clock (reenqueue.lua, move.lua) then never runs
--- ahead of that clock however fast a job bounces between workers (a give-back needs no
--- lease to end), which reenqueue.lua's clock seed relies on. A counter of deliveries
--- (a job enqueued once) is far below any clock: nothing changes for it; a clock token
--- given back within the ms of its claim waits that ms.
 -- Returns: one integer per triple: 1 given back, 0 refused (lease lost)
 -- Cost: at most 200 triples per call (scripts.MAX_GIVE_BACK; callers split bigger
 --       batches): O(n log N), one HMGET and one HSET of runs; group slots: one HMGET
@@ -47,7 +41,6 @@
 --@include group_slots
 --@include offset
 local now = now_ms(ARGV[1])
-local AHEAD_MS = 1000  -- the most a kept counter delays a job (see below)
 local release = ARGV[3] == 'release'
 local ids = {}
 for i = 4, #ARGV, 3 do ids[#ids + 1] = ARGV[i] end
@@ -69,10 +62,7 @@ for j = 1, #ids do
     marks[#marks + 1] = id  -- attempt = token - offset: this delivery's is given back
     marks[#marks + 1] = (marked[j] and string.match(marked[j], '^(%d+) ') or '0') .. ' '
                         .. string.format('%.0f', math.min(k + 1, token)) .. ' ' .. streak
-    -- due no sooner than the kept counter, read as ms (at most AHEAD_MS past now): the
-    -- next token is never handed out before the Redis clock reaches it (reenqueue.lua)
-    local due = math.max(tonumber(ARGV[i + 2]) or 0, math.min(token, now + AHEAD_MS))
-    enter(line, id, clamp_ms(due), priority_of(prio_of[j]), now)
+    enter(line, id, clamp_ms(tonumber(ARGV[i + 2])), priority_of(prio_of[j]), now)
     out[j] = 1
   else
     out[j] = 0

@@ -27,10 +27,7 @@
 -- ARGV[5..] triples: id, token, retry_delay_ms ("-1" = no retry: dead)
 --
 -- A retry keeps its priority: due already (delay 0), it goes straight to ready unless
--- pending holds a job due before it (lib.lua line). It is due no sooner than its token
--- read as a time in ms, at most 1 s past now (a token from the Redis clock retried
--- within the ms of its claim waits that ms: see give_back.lua; a count of deliveries is
--- far below any clock). A job whose cancel was asked while it
+-- pending holds a job due before it (lib.lua line). A job whose cancel was asked while it
 -- ran is not retried: it is forgotten. Tokens, leases, cancel marks and priorities are
 -- read for the whole call before the first write.
 -- Returns: one integer per triple: 0 refused (lease lost), 1 retrying, 2 dead, 3 cancelled
@@ -70,9 +67,7 @@ if #ids > 0 then
                                 - offset_of(redis.call('HGET', runs, id), ARGV[i + 1]))
         out[j] = 3
       elseif delay >= 0 then
-        -- no sooner than its token read as ms (at most 1 s past now): give_back.lua
-        local due = math.max(now + delay, math.min(tonumber(ARGV[i + 1]), now + 1000))
-        enter(line, id, clamp_ms(due), priority_of(prios[j]), now)
+        enter(line, id, clamp_ms(now + delay), priority_of(prios[j]), now)
         out[j] = 1
       else
         died[#died + 1] = now

@@ -34,12 +34,11 @@
 --           clock in ms, above any token handed out in an earlier ms, so the next claim's
 --           token is one no earlier delivery had, even when the old counter was lost —
 --           and the runs entry "0 <counter - seed> 0", so its next attempt is seed + 1.
---           A counter from the clock never runs ahead of it: a claim hands out counter + 1
---           no sooner than the clock reaches the counter (the clock seed, or the last
---           delivery's token), so a token is at most its claim's ms + 1: a lost delivery
---           comes back a lease later, and a give-back or a retry puts the job back due no
---           sooner than its token read as ms (give_back.lua, nack.lua: neither needs a
---           lease to end, and a job may bounce between workers faster than the clock)
+--           The counter kept, it is above every token (max with it); only when Redis lost
+--           it does the clock alone stand above the earlier tokens: it does while the job
+--           was delivered less than once a ms on average since its last clock seed (a
+--           give-back or an immediate retry needs no lease to end: a job bouncing faster
+--           between workers for longer could hand out a token the clock has not reached)
 --           The reconciler seeds every job, 0 too: a job whose row says it never ran
 --           may still have been delivered in data lost unseen (a copy held unstarted
 --           there counted no attempt), so no token restarts from 1
@@ -83,7 +82,7 @@ for j = 1, #ids do
     local counter = tonumber(counters[j]) or 0
     if ARGV[i + 4] ~= '' or counter > 0 then
       -- a later seed of the same job is higher even within the same ms (its last one is
-      -- remembered in reconciled); tokens since a seed stay within a ms of the clock
+      -- remembered in reconciled); with the counter lost, see the header on the clock
       local token = math.max(now, counter, (tonumber(lately[j]) or 0) + 1)
       seeds[#seeds + 1] = id; seeds[#seeds + 1] = string.format('%.0f', token)
       offsets[#offsets + 1] = id

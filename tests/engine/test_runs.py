@@ -193,36 +193,3 @@ def test_a_mark_arriving_after_its_delivery_was_given_back_writes_nothing(
     again = {j.id: j for j in claim(engine, 2)}
     assert again["a"].token > a.token and again["b"].token > b.token
     assert (again["a"].attempt, again["b"].attempt) == (1, 1)
-
-
-def test_a_job_bouncing_faster_than_the_clock_never_takes_its_tokens_past_it(
-        engine: Engine) -> None:
-    """A token from the Redis clock (a re-enqueue's seed) is handed out by a claim no
-    sooner than the clock reaches its counter: a give-back (no lease to wait for) or a
-    retry within the ms of the claim puts the job back due at the next ms. So a seed
-    taken after a loss, from the clock, is above every token handed out before it."""
-    k = engine.keys("q")
-    assert engine.reenqueue("q", [("a", 0), ("b", 0)], {"a": 0, "b": 0}, keep_ms=1,
-                            keep_max=10) == 2
-    seed = int(engine.client.hget(k.attempts, "a") or 0)
-    assert seed > 10**12 and int(engine.client.hget(k.attempts, "b") or 0) >= seed
-    seed = int(engine.client.hget(k.attempts, "b") or 0)  # the later, if they differ
-    tokens: list[int] = []
-    for _ in range(50):  # workers handing it back within one ms, as fast as they go
-        jobs = claim(engine, 2, seed)
-        if not jobs:
-            break
-        tokens += [j.token for j in jobs]
-        for j in jobs:
-            if j.id == "a":
-                assert engine.release("q", [j], now_ms=seed) == [True]
-            else:
-                assert engine.nack("q", [("b", j.token, 0)], now_ms=seed) == [
-                    NackOutcome.RETRYING]
-    assert max(tokens) <= seed + 1 and len(tokens) == 2, tokens
-    assert {j.id for j in claim(engine, 2, seed + 1)} == {"a", "b"}  # the next ms
-    wait_until(lambda: engine.client.time()[0] * 1000 > seed + 1000)  # a later ms
-    engine.client.delete(k.attempts, k.runs, k.reconciled, k.inflight)  # data lost
-    assert engine.reenqueue("q", [("a", 0)], {"a": 0}, keep_ms=1, keep_max=10) == 1
-    (again,) = claim(engine, 1, seed + 10_000)
-    assert again.token > seed + 2 and again.attempt == 1
