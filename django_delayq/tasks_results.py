@@ -12,7 +12,9 @@ The Tasks backend (``django_delayq.backends``) builds results here:
 
 The worker writes attempt rows in batches, so a retry that starts at once may not find
 its previous attempt's row yet: the errors of recent retries are also kept in memory
-(``job_retrying``, bounded, dropped when the job finishes) and merged in by number.
+(``job_retrying``: a task's, and any lost lease's, whose recovery names no callable;
+bounded) and merged in by number, dropped when the job ends in this process (succeeded,
+dead, cancelled).
 
 Signals: ``task_started`` when a worker starts an attempt of a task (``job_started``),
 ``task_finished`` when it ends for good (``job_succeeded``, ``job_dead``); a failed
@@ -272,6 +274,7 @@ def on_finished(*, job_id: str, callable_path: str, attempt: int, worker_id: str
     """``job_succeeded`` (its ``result``) and ``job_dead`` (its ``error``, ``error_type``)."""
     task = task_at(callable_path)
     if task is None:
+        forget(job_id=job_id)  # any job's: a lost lease's entry names no callable
         return
     now = timezone.now()
     failure = None if error is None else task_error(error_type, error, "")
@@ -281,14 +284,20 @@ def on_finished(*, job_id: str, callable_path: str, attempt: int, worker_id: str
         finished.errors.append(failure)
     object.__setattr__(finished, "finished_at", now)
     object.__setattr__(finished, "_return_value", result)
-    with _recent_lock:
-        _recent.pop(job_id, None)
+    forget(job_id=job_id)
     try:  # Django's receivers log sys.exc_info() with a FAILED result
         if failure is not None:
             raise TaskFailed(failure.traceback)
         _send(task_signals.task_finished, finished)
     except TaskFailed:
         _send(task_signals.task_finished, finished)
+
+
+def forget(*, job_id: str, **kwargs: object) -> None:
+    """The job ended here (``job_succeeded``, ``job_dead``, ``job_cancelled``): its
+    remembered retries go, whatever its callable (a lost lease's names none)."""
+    with _recent_lock:
+        _recent.pop(job_id, None)
 
 
 class TaskFailed(Exception):
@@ -300,5 +309,6 @@ def connect(sender: type) -> None:
     """Observe the worker's lifecycle signals, sending Django's as ``sender`` (idempotent)."""
     _sender[:] = [sender]
     for signal, fn in ((signals.job_started, on_started), (signals.job_retrying, on_retrying),
-                       (signals.job_succeeded, on_finished), (signals.job_dead, on_finished)):
+                       (signals.job_succeeded, on_finished), (signals.job_dead, on_finished),
+                       (signals.job_cancelled, forget)):
         signals.observe(signal, fn)

@@ -456,3 +456,27 @@ def test_a_lost_lease_not_written_yet_is_seen_by_the_next_attempt(jt):
                           Status().RUNNING)
     assert [e.exception_class_path for e in running.errors] == [LEASE_LOST]
     assert running.worker_ids == ["victim:abcdef", "rescuer:012345"]
+
+
+def test_remembered_lost_leases_go_when_their_jobs_end(jt):
+    """Lease recovery names no callable (``callable_path=""``), so the tasks cache keeps
+    any recovered job's lost attempt until its row is written: it drops it when the job
+    ends here, task or not (succeeded, dead by recovery, cancelled)."""
+    from django_delayq import cancel, schedule, signals, tasks_results
+    from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE
+
+    plain = schedule("tests.jobs.noop")
+    dead, cancelled = (schedule("tests.jobs.noop", delay=3600) for _ in range(2))
+    for handle in (plain, dead, cancelled):
+        signals.send(signals.job_retrying, job_id=handle.id, queue="default",
+                     callable_path="", attempt=1, worker_id="", error=LOST_LEASE,
+                     error_type=LEASE_LOST, retry_at=timezone.now())
+        assert handle.id in tasks_results._recent
+    assert run_due_jobs() == 1  # plain: job_succeeded, callable_path "tests.jobs.noop"
+    assert plain.id not in tasks_results._recent
+    # a lost last attempt: recovery's job_dead names no callable either
+    signals.send(signals.job_dead, job_id=dead.id, queue="default", callable_path="",
+                 attempt=2, worker_id="", error=LOST_LEASE, error_type=LEASE_LOST)
+    assert dead.id not in tasks_results._recent
+    cancel(cancelled.id)  # job_cancelled
+    assert cancelled.id not in tasks_results._recent

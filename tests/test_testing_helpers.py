@@ -127,6 +127,18 @@ def test_a_job_is_charged_no_attempt_after_a_frozen_time_ahead(project, delayq):
 
 
 @pytest.mark.django_db
+def test_a_retry_row_is_due_when_redis_holds_it_on_a_moving_clock(project, delayq):  # noqa: F811
+    """The test clock moves while the job is settled (here a second per read): the row
+    is due on the same instant of it as Redis's due time."""
+    handle = schedule("tests.jobs.boom", max_attempts=2, backoff=[3600])
+    with freeze_time(datetime.now(UTC), auto_tick_seconds=1):
+        assert delayq.run_due_jobs() == 1
+    job = Job.objects.get(pk=handle.id)
+    assert job.status == "retrying"
+    assert get_engine().inspect("default", handle.id).score_ms == int(job.run_at.timestamp() * 1000)
+
+
+@pytest.mark.django_db
 def test_advance_without_freezegun_moves_the_test_clock(project, delayq):  # noqa: F811
     handle = schedule("tests.jobs.add", 1, 1, delay=3600)
     assert delayq.advance(3590) == 0

@@ -106,7 +106,8 @@ def _safe(exc: BaseException) -> str:
 
 
 class AuditWriter:
-    """Thread-safe buffer of row changes, flushed by its own thread (``start``) or ``flush``."""
+    """Thread-safe buffer of row changes, flushed by its own thread (``start``; at once after
+    ``flush_soon``) or ``flush``."""
 
     def __init__(self, flush_seconds: float = 0.05, batch: int = 500) -> None:
         self.flush_seconds, self.batch = flush_seconds, batch
@@ -117,6 +118,7 @@ class AuditWriter:
         # it, so what was buffered before the call is written when flush() returns.
         self._flushing = threading.RLock()
         self._stopping = False
+        self._soon = False  # flush_soon() asked: the thread flushes without waiting
         # Called before each write: a supervised child sends its supervisor the reports
         # of its claimed and started jobs first, so a row that says ``running`` is never
         # ahead of what the supervisor knows (it takes back a killed child's jobs by them).
@@ -143,6 +145,13 @@ class AuditWriter:
         with self._lock:
             self._attempts.append(JobAttempt(**fields))
 
+    def flush_soon(self) -> None:
+        """Have the writer's thread flush now rather than after its interval; never waits
+        (a caller that must not block on the database, as the main loop)."""
+        with self._lock:
+            self._soon = True
+            self._lock.notify()
+
     def pending(self) -> int:
         with self._lock:
             return len(self._changes) + len(self._attempts)
@@ -168,9 +177,9 @@ class AuditWriter:
     def _loop(self) -> None:
         while True:
             with self._lock:
-                if not self._stopping and len(self._changes) < self.batch:
+                if not (self._stopping or self._soon) and len(self._changes) < self.batch:
                     self._lock.wait(self.flush_seconds)
-                stopping = self._stopping
+                stopping, self._soon = self._stopping, False
             self._flush_or_keep()
             if stopping:
                 connections.close_all()  # this thread's own connections

@@ -45,11 +45,18 @@ at most ten per queue and round). Redis decides what becomes of each job, as for
 retried, dead (no attempts left) or cancelled. The attempt is recorded as failed with
 ``error_type`` ``django_delayq.exceptions.LeaseLost`` and ``LOST_LEASE`` as its message.
 Its ``JobAttempt`` keeps when and on which worker it started: the ``started_at`` and
-``worker_id`` its worker's start wrote on the row (read with the ``max_attempts``, when
-the row shows that attempt started; else none). The signals name no worker
-(``worker_id=""``): the worker that lost it is gone or no longer owns it. The lost
-attempts are written (an audit flush) before this loop claims again, so the next attempt's
-start reads them (a task's ``TaskContext`` and ``task_started`` list the ``LeaseLost``).
+``worker_id`` its worker's start wrote on the row (read with the ``max_attempts``), when
+that write landed before the worker died (the row shows that attempt started; else none:
+the start is batched, ``AUDIT_FLUSH_SECONDS``). The signals name no worker
+(``worker_id=""``): the worker that lost it is gone or no longer owns it. After a call
+that recorded lost attempts, the audit writer's thread is asked to write them at once
+(``AuditWriter.flush_soon``); this loop never waits for that write: a writer holding the
+database (an atomic job's transaction on SQLite, a row lock) would stall its claims, time
+limits and the other queues' recovery. A next attempt's start reads them best effort (a
+task's ``TaskContext`` and ``task_started`` list the ``LeaseLost``): one started by this
+worker finds them in its tasks cache until they are written (``tasks_results.py``); one
+another worker (or a sibling child under ``--processes``) starts before they are written
+misses them.
 
 A job's ``max_attempts`` lives in its audit row, not in Redis: the rows of the leases
 about to expire (``Engine.expiring``, a margin for clock skew with Redis: ``margin_ms``)
@@ -270,40 +277,44 @@ class LeaseRecovery:
         return min(5000, self.settings.lease_ms // 3)
 
     def recover(self, queue: str) -> None:
-        """Take back expired leases (bounded batches) and record the lost attempts."""
-        for _ in range(ROUNDS):
-            # Jobs keep their max_attempts in the audit row: read those of the leases that
-            # are about to be taken back (a margin covers clock skew with Redis).
-            expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
-            rows = payloads.lease_rows(expiring) if expiring else {}
-            limits = {job_id: row[0] for job_id, row in rows.items()}
-            contact = self._contact.setdefault(queue, self._new_contact())
-            found = self.engine.recover(queue, limit=BATCH,
-                                        default_max_attempts=self.settings.default_max_attempts,
-                                        dead_max=self.settings.dead_max, max_attempts=limits,
-                                        contact=contact)
-            now = datetime.now(UTC)
-            for r in found:
-                status = STATUS_OF.get(r.outcome)
-                if status is not None:
-                    self._record(queue, r.id, status, r.attempts, now, rows.get(r.id))
-                elif r.outcome is NackOutcome.NOT_STARTED:
-                    logger.info("job %s: claimed by a worker that stopped before starting it; "
-                                "due again, no attempt charged (%d run so far)", shown(r.id),
-                                r.attempts)
-            if any(STATUS_OF.get(r.outcome) is not None for r in found):
-                self._flush()
-            if len(found) < BATCH:
-                return
-
-    def _flush(self) -> None:
-        """Write the lost attempts now, before this loop claims their jobs again (due at
-        once): the next attempt's start reads them (a task's context, ``task_started``).
-        A database outage leaves them to the audit writer's next flush."""
+        """Take back expired leases (bounded batches) and record the lost attempts; then
+        have the audit writer write them at once (``AuditWriter.flush_soon``: never waits
+        on the database, which a writer may hold locked)."""
+        recorded = False
         try:
-            self.audit.flush()
-        except Exception as exc:  # noqa: BLE001 - kept by the writer; never the main loop
-            logger.debug("lost attempts not written yet: %s", shown(exc))
+            for _ in range(ROUNDS):
+                found, done = self._round(queue)
+                recorded = recorded or found
+                if done:
+                    return
+        finally:
+            if recorded:
+                self.audit.flush_soon()
+
+    def _round(self, queue: str) -> tuple[bool, bool]:
+        """One batch: whether it recorded a lost attempt, and whether it was the last."""
+        # Jobs keep their max_attempts in the audit row: read those of the leases that
+        # are about to be taken back (a margin covers clock skew with Redis).
+        expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
+        rows = payloads.lease_rows(expiring) if expiring else {}
+        limits = {job_id: row[0] for job_id, row in rows.items()}
+        contact = self._contact.setdefault(queue, self._new_contact())
+        found = self.engine.recover(queue, limit=BATCH,
+                                    default_max_attempts=self.settings.default_max_attempts,
+                                    dead_max=self.settings.dead_max, max_attempts=limits,
+                                    contact=contact)
+        now = datetime.now(UTC)
+        recorded = False
+        for r in found:
+            status = STATUS_OF.get(r.outcome)
+            if status is not None:
+                self._record(queue, r.id, status, r.attempts, now, rows.get(r.id))
+                recorded = True
+            elif r.outcome is NackOutcome.NOT_STARTED:
+                logger.info("job %s: claimed by a worker that stopped before starting it; "
+                            "due again, no attempt charged (%d run so far)", shown(r.id),
+                            r.attempts)
+        return recorded, len(found) < BATCH
 
     def _new_contact(self) -> Contact:
         """Half a lease of unbroken calls; a gap of more than half a lease, or of two

@@ -48,7 +48,7 @@ class Outcome:
     error: str = ""
     traceback: str = ""
     max_attempts: int = 0
-    retry_at_ms: int | None = None  # DEFER: server time it is due again
+    retry_at_ms: int | None = None  # DEFER (or RETRY on a test clock): when it is due again
     callable_limit: str | None = None  # whose slot it holds, freed after settle
 
 

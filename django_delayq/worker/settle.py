@@ -135,9 +135,10 @@ class Settler:
         leases, codes = acks(wins)
         acked = self.engine.ack(queue, leases, holder=self.worker_id, codes=codes)
         self._defer(queue, [o for o in items if o.kind is Kind.DEFER])
+        now_ms = self._retry_times(fails)
         nacked = self.engine.nack(
             queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
-            dead_max=self.settings.dead_max, holder=self.worker_id)
+            dead_max=self.settings.dead_max, holder=self.worker_id, now_ms=now_ms)
         # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
         # (the retry was refused), or Redis lost the job: nobody else owns it. The
         # audit guard on attempts keeps this from overwriting a later attempt's record.
@@ -228,10 +229,18 @@ class Settler:
             except Exception as exc:  # noqa: BLE001 - Redis down: the keep time drops them
                 logger.debug("could not forget %d settled record(s): %s", len(ids), shown(exc))
 
-    def _retry_from(self, o: Outcome) -> datetime:
-        """When a retry's delay starts, as Redis counted it: the engine's clock when it has
-        one (``django_delayq.testing``'s ``now=`` or test clock), else the attempt's end."""
-        return o.finished_at if self.engine.clock is None else ms_to_dt(self.engine.clock())
+    def _retry_times(self, fails: list[Outcome]) -> int | None:
+        """With an engine clock (``django_delayq.testing``'s ``now=`` or test clock): one
+        instant of it for the nack, each retry's due time on it (``retry_at_ms``), so the
+        row is due when Redis holds it. Else None: Redis's time, the row due from the
+        attempt's end."""
+        if self.engine.clock is None or not fails:
+            return None
+        now_ms = int(self.engine.clock())
+        for o in fails:
+            if o.kind is Kind.RETRY:
+                o.retry_at_ms = now_ms + (o.retry_delay_ms or 0)
+        return now_ms
 
     def _record(self, o: Outcome, status: JobStatus | None) -> None:
         job = o.job
@@ -260,7 +269,8 @@ class Settler:
                          result=o.result, duration=o.duration_s, **base)
             return
         if status is JobStatus.RETRYING:
-            fields["run_at"] = self._retry_from(o) + timedelta(milliseconds=o.retry_delay_ms or 0)
+            fields["run_at"] = (o.finished_at + timedelta(milliseconds=o.retry_delay_ms or 0)
+                                if o.retry_at_ms is None else ms_to_dt(o.retry_at_ms))
             fields["finished_at"] = None
             joblog.retrying(self.settings, o, fields["run_at"])
         elif status is JobStatus.DEAD:
