@@ -79,13 +79,15 @@ def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # t
                 pk__in=healthy, status=JobStatus.SUCCEEDED).count() == len(healthy), 20)
             _started_within(healthy, 1.0)  # due after the kill: served on time
             assert engine.stats("emails").inflight == 0  # the lost shard left out
-            during, slowest = [], 0.0
+            during, took = [], []
             for i in range(60):  # the lost shard's stay in the outbox, at once
                 began = time.monotonic()
                 during.append(schedule("tests.jobs.record", str(out), "d%d" % i,
                                        queue="emails"))
-                slowest = max(slowest, time.monotonic() - began)
-            assert slowest < 1.0, slowest
+                took.append(time.monotonic() - began)
+            # no call waits on the lost node (a connect timeout a call would add up to a
+            # minute here; a busy machine stretches a few calls, not all of them)
+            assert sum(took) < 20 and max(took) < 3, took
             ok = [h.id for h in during if engine.home_of("emails", h.id) != NAMES[lost]]
             wait_until(lambda: Job.objects.filter(
                 pk__in=ok, status=JobStatus.SUCCEEDED).count() == len(ok), 20)

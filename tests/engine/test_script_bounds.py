@@ -30,7 +30,9 @@ script can hide in: the run makes at least ``MIN_CALLS`` calls of our scripts (e
 them may be slow, none over ``CEILING_US``. A script over its bound is slow call after
 call (the unbounded calls this test was written against left over a hundred entries in
 one run: events_add 10-28 ms, ack 16-33 ms on every large batch), and a single oversized
-call (a whole backlog in one script) is far over the ceiling.
+call (a whole backlog in one script) is far over the ceiling. A run judged over the rule
+is measured once more (``twice``): a machine loaded enough to stall more than one call in
+a hundred seldom does so twice running, while a script over its bound is slow in both.
 
 Select it with ``-m script_bounds``; skip it with ``-m "not script_bounds"``.
 """
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
@@ -144,29 +146,40 @@ def test_no_script_or_multi_over_5ms_scheduling_and_draining_100k(
         delayq_settings, watched) -> None:  # type: ignore[no-untyped-def]
     delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EVENTS": True,
                               "LEASE_SECONDS": 60, "CLAIM_BATCH": CLAIM_BATCH}
-    events.reset()
-    started = time.monotonic()
-    ids = schedule_many("tests.jobs.noop", (JobSpec() for _ in range(JOBS)))
-    scheduled_s = time.monotonic() - started
-    assert len(ids) == JOBS
-    assert get_engine().stats("default").ready == JOBS
-    assert burst(concurrency=4) == 0
-    events.flush()
-    drained_s = time.monotonic() - started - scheduled_s
-    entries = watched.slowlog_get(10_000)
-    ours = [e for e in entries if _ours(e)]
-    spikes = _unexplained_spikes(watched, entries)
-    allowed = int(MIN_CALLS * SLOW_SHARE)
-    report = "\n".join(["SLOWLOG (%d entries, %d of our scripts; at least %d calls made, %d "
-                         "slow ones allowed):" % (len(entries), len(ours), MIN_CALLS, allowed),
-                         *map(_describe, entries[:50]),
-                         "latency spikes no SLOWLOG entry explains (a MULTI): %r" % spikes])
-    print("scheduled %d in %.1fs, drained in %.1fs\n%s" % (JOBS, scheduled_s, drained_s, report))
-    assert all(e["duration"] < CEILING_US for e in ours), report  # no oversized call
-    assert all(ms < CEILING_US // 1000 for _, ms in spikes), report
-    assert len(ours) + len(spikes) <= allowed, report  # stalls, not call after call
-    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == JOBS
-    get_engine().purge("default")
+
+    def run() -> int:
+        events.reset()
+        Job.objects.all().delete()
+        started = time.monotonic()
+        ids = schedule_many("tests.jobs.noop", (JobSpec() for _ in range(JOBS)))
+        scheduled_s = time.monotonic() - started
+        assert len(ids) == JOBS
+        assert get_engine().stats("default").ready == JOBS
+        assert burst(concurrency=4) == 0
+        events.flush()
+        print("scheduled %d in %.1fs, drained in %.1fs" % (
+            JOBS, scheduled_s, time.monotonic() - started - scheduled_s))
+        assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == JOBS
+        get_engine().purge("default")
+        return MIN_CALLS
+
+    twice(watched, run)
+
+
+def twice(watched: Any, run: Callable[[], int]) -> None:
+    """``run()`` (it returns how many calls of our scripts it made at least) judged by
+    ``_judge``; judged over the rule, run and judged once more (a loaded machine)."""
+    for last in (False, True):
+        watched.slowlog_reset()
+        watched.execute_command("LATENCY", "RESET")
+        calls = run()
+        try:
+            print(_judge(watched, calls))
+            return
+        except AssertionError as exc:
+            if last:
+                raise
+            print("over the rule once, measured again (a loaded machine?):\n%s" % exc)
 
 
 def _judge(watched: Any, calls: int) -> str:
@@ -241,7 +254,12 @@ def _exercise(e: Counted, jobs: list[ClaimedJob], now: int, round_: int) -> list
 
 def test_no_script_over_5ms_draining_100k_due_jobs_of_mixed_priorities(
         redis_server, watched) -> None:  # type: ignore[no-untyped-def]
-    e = Counted(Engine(redis_server.client(), prefix=unique_prefix()))
+    twice(watched, lambda: _drain_mixed(Counted(Engine(redis_server.client(),
+                                                       prefix=unique_prefix()))))
+
+
+def _drain_mixed(e: Counted) -> int:
+    """The backlog of (c) drained; returns the script calls made."""
     now = 1_800_000_000_000
     _enqueue_due_backlog(e, now)
     e.set_queue_limit("q", rate=(10**9, 3_600_000), concurrency=10**9)
@@ -256,12 +274,12 @@ def test_no_script_over_5ms_draining_100k_due_jobs_of_mixed_priorities(
         claimed += len(result.jobs)
         leased = _exercise(e, result.jobs, now, rounds)
         rounds += 1
-        pass
+        assert rounds <= 10 * JOBS // CLAIM_BATCH  # no endless loop (jobs put back included)
     e.ack("q", [(j.id, j.token) for j in leased])
     while e.purge_pending("q"):
         pass
     print("claimed %d jobs in %d rounds, %d script calls, %.1fs" % (
         claimed, rounds, e.calls, time.monotonic() - started))
-    print(_judge(watched, e.calls))
     assert claimed >= JOBS and e.stats("q", now_ms=now).inflight == 0
     e.purge("q")
+    return e.calls
