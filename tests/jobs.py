@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
 import os
 import time
 from typing import Any
@@ -44,6 +45,29 @@ def record(path: str, tag: str) -> None:
 def sleep_then_record(path: str, tag: str, seconds: float) -> None:
     time.sleep(seconds)
     record(path, tag)
+
+
+def _ready_then_sleep(ready: Any) -> None:
+    ready.set()
+    time.sleep(60)
+
+
+def fork_and_terminate(count: int) -> list[int | None]:
+    """Fork ``count`` children (``multiprocessing``, fork), SIGTERM each once it runs its
+    own code, as ``Pool.terminate()`` does: their exit codes (None: still running 20s on)."""
+    context = multiprocessing.get_context("fork")
+    ready = [context.Event() for _ in range(count)]
+    children = [context.Process(target=_ready_then_sleep, args=(r,)) for r in ready]
+    for child in children:
+        child.start()
+    for child, r in zip(children, ready):
+        r.wait(20)
+        child.terminate()
+    for child in children:
+        child.join(20)
+        if child.exitcode is None:
+            child.kill()
+    return [child.exitcode for child in children]
 
 
 def echo_context() -> dict[str, Any]:

@@ -108,12 +108,19 @@ class SignalRelay:
     moment each round), and would wait for it forever, the worker never stopping. The
     handlers do nothing; the interpreter writes each signal's number to a socket as it
     arrives (``signal.set_wakeup_fd``), and the relay's thread reads it and acts, holding
-    ``lock`` (hold it to change actions and act on what the old ones did, at once)."""
+    ``lock`` (hold it to change actions and act on what the old ones did, at once).
+
+    One per process (``signal_relay()``): a later ``on`` re-points it, its thread and
+    sockets stay. A process forked from this one (a job's ``multiprocessing`` child, a
+    ``Pool``'s) gets neither the wakeup fd nor the do-nothing handlers
+    (``_after_fork_in_child``): its SIGTERM would otherwise reach this process's relay
+    and stop this worker, and the child would not end on it."""
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self._actions: dict[int, Callable[[], object]] = {}
         self._thread: threading.Thread | None = None
+        self._sockets: tuple[socket.socket, socket.socket] | None = None
 
     def on(self, signum: int, action: Callable[[], object]) -> None:
         """Call ``action`` on the relay's thread at each ``signum`` (main thread only)."""
@@ -122,14 +129,20 @@ class SignalRelay:
         if self._thread is None:
             read, write = socket.socketpair()
             write.setblocking(False)
-            signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
-            self._thread = threading.Thread(target=self._run, args=(read, write),
+            try:
+                signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
+            except ValueError:  # not the main thread: nothing of this call stays
+                read.close()
+                write.close()
+                raise
+            self._sockets = (read, write)
+            self._thread = threading.Thread(target=self._run, args=(read,),
                                             name="delayq-signals", daemon=True)
             self._thread.start()
         signal.signal(signum, _nothing)  # a handler is needed for the wakeup fd's write
 
-    def _run(self, read: socket.socket, write: socket.socket) -> None:
-        while data := read.recv(64):  # ``write`` stays open while this thread reads
+    def _run(self, read: socket.socket) -> None:
+        while data := read.recv(64):  # the write end stays open (``_sockets``)
             for signum in data:
                 with self.lock:
                     action = self._actions.get(signum)
@@ -138,6 +151,45 @@ class SignalRelay:
                             action()
                     except Exception:  # noqa: BLE001 - the next signal is acted on too
                         logger.exception("acting on signal %d failed", signum)
+
+    def forget_in_child(self) -> None:
+        """In a process just forked from this one (its only thread; the relay's thread and
+        ``lock``'s holder are gone): no wakeup fd, the relayed signals' default handlers
+        (SIGINT: ``KeyboardInterrupt``), the relay's sockets closed."""
+        if self._sockets is None:
+            return
+        read, write = self._sockets
+        old = signal.set_wakeup_fd(-1)
+        if old not in (-1, write.fileno()):  # not ours: left as it was
+            signal.set_wakeup_fd(old, warn_on_full_buffer=False)
+        for signum in list(self._actions):
+            if signal.getsignal(signum) is _nothing:
+                signal.signal(signum, signal.default_int_handler
+                              if signum == signal.SIGINT else signal.SIG_DFL)
+        read.close()
+        write.close()
+
+
+_relay: SignalRelay | None = None
+
+
+def signal_relay() -> SignalRelay:
+    """This process's relay (main thread only): one thread and one socket pair per
+    process, whatever the number of workers or ``StopAsked`` made in it."""
+    global _relay  # noqa: PLW0603 - one per process, made on the main thread
+    if _relay is None:
+        _relay = SignalRelay()
+    return _relay
+
+
+def _after_fork_in_child() -> None:
+    global _relay  # noqa: PLW0603 - the child makes its own if it asks for one
+    if _relay is not None:
+        _relay.forget_in_child()
+    _relay = None
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)  # once: at this module's import
 
 
 def _nothing(signum: int, frame: object) -> None:
@@ -214,7 +266,7 @@ class Worker:
         self._interrupt = threading.Event()  # cuts a failure pause short: stop requested
         self._round_failed = False
         self._outage = OutageLog(logger, "worker loop step", quiet=(RedisError,))
-        self.signals = SignalRelay()
+        self.signals = signal_relay()
         self._stop_asked = 0.0  # monotonic: the first request_stop (the drain's start)
 
     @property

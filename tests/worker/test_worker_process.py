@@ -140,3 +140,51 @@ def test_sigterm_while_the_loop_holds_its_wake_up_lock_drains(delayq_settings) -
                           env=worker_env(delayq_settings), capture_output=True, text=True,
                           timeout=60)
     assert proc.stdout.split() == ["draining", "True", "woken", "True"], proc.stderr[-3000:]
+
+
+def test_a_jobs_forked_children_signals_are_not_the_workers(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # A child a job forks gets its default signal handlers back and not the worker's wakeup
+    # socket: a SIGTERM to it ends it, and no longer drains (one) or stops (two) the worker.
+    out = tmp_path / "runs.txt"
+    proc = start_worker("--concurrency", "2")
+    other = schedule("tests.jobs.sleep_then_record", str(out), "other", 3)
+    wait_until(lambda: other.status == JobStatus.RUNNING, timeout=20)
+    forking = schedule("tests.jobs.fork_and_terminate", 2)
+    wait_until(lambda: forking.status == JobStatus.SUCCEEDED, timeout=60)
+    assert forking.job.result == [-signal.SIGTERM, -signal.SIGTERM]
+    later = schedule("tests.jobs.record", str(out), "later")  # a drained worker claims none
+    wait_until(lambda: later.status == JobStatus.SUCCEEDED, timeout=30)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(30) == EXIT_OK
+    assert sorted(r[0] for r in runs(out)) == ["later", "other"]
+
+
+# Each worker, and each StopAsked, of a process uses its one relay: one thread, one socket pair.
+RELAY_PER_PROCESS = """
+import os, signal, threading
+import django
+django.setup()
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.worker.loop import StopAsked, Worker, WorkerOptions, signal_relay
+def fds(): return len(os.listdir("/proc/self/fd"))
+def make(): return Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",)))
+make().install_signal_handlers()
+before = fds()
+for _ in range(5):
+    make().install_signal_handlers(StopAsked(signal_relay()))
+last = make()
+last.install_signal_handlers()
+signal.raise_signal(signal.SIGTERM)
+print("threads", [t.name for t in threading.enumerate()].count("delayq-signals"),
+      "fds", fds() - before, "draining", last.wake.wait(15) and last.draining, flush=True)
+"""
+
+
+def test_one_signal_relay_per_process(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    proc = subprocess.run([sys.executable, "-c", RELAY_PER_PROCESS], cwd=ROOT,
+                          env=worker_env(delayq_settings), capture_output=True, text=True,
+                          timeout=60)
+    assert proc.stdout.split() == ["threads", "1", "fds", "0", "draining", "True"], (
+        proc.stderr[-3000:])

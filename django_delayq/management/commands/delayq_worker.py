@@ -26,11 +26,11 @@ from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues, positive, usage_error
 from django_delayq.observe import prometheus
 from django_delayq.worker.loop import (
-    SignalRelay,
     StopAsked,
     Worker,
     WorkerOptions,
     attach,
+    signal_relay,
     wait_for_redis,
 )
 from django_delayq.worker.processes.children import can_measure_memory
@@ -154,7 +154,7 @@ class Command(BaseCommand):
                    options: dict[str, Any]) -> int:
         supervision = (Supervision.decode(options["supervised"])
                        if options["supervised"] else None)
-        stop = StopAsked(SignalRelay())  # until the worker's own handlers
+        stop = StopAsked(signal_relay())  # until the worker's own handlers
         engine = wait_for_redis(get_engine, stop,
                                 supervision.orphaned if supervision else lambda: False)
         if engine is None:
