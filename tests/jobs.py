@@ -52,17 +52,21 @@ def _ready_then_sleep(ready: Any) -> None:
     time.sleep(60)
 
 
-def fork_and_terminate(count: int) -> list[int | None]:
+def fork_and_terminate(count: int, at_once: bool = False) -> list[int | None]:
     """Fork ``count`` children (``multiprocessing``, fork), SIGTERM each once it runs its
-    own code, as ``Pool.terminate()`` does: their exit codes (None: still running 20s on)."""
+    own code (``at_once``: right after it started, maybe before), as ``Pool.terminate()``
+    does: their exit codes (None: still running 20s on)."""
     context = multiprocessing.get_context("fork")
     ready = [context.Event() for _ in range(count)]
     children = [context.Process(target=_ready_then_sleep, args=(r,)) for r in ready]
     for child in children:
         child.start()
+        if at_once:
+            child.terminate()
     for child, r in zip(children, ready):
-        r.wait(20)
-        child.terminate()
+        if not at_once:
+            r.wait(20)
+            child.terminate()
     for child in children:
         child.join(20)
         if child.exitcode is None:

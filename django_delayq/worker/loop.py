@@ -152,6 +152,9 @@ class SignalRelay:
                     except Exception:  # noqa: BLE001 - the next signal is acted on too
                         logger.exception("acting on signal %d failed", signum)
 
+    def active(self) -> bool:
+        return self._sockets is not None
+
     def forget_in_child(self) -> None:
         """In a process just forked from this one (its only thread; the relay's thread and
         ``lock``'s holder are gone): no wakeup fd, the relayed signals' default handlers
@@ -168,6 +171,8 @@ class SignalRelay:
                               if signum == signal.SIGINT else signal.SIG_DFL)
         read.close()
         write.close()
+        # as new: an object carried across the fork (a Worker's) starts its own relay
+        self.__init__()  # type: ignore[misc]
 
 
 _relay: SignalRelay | None = None
@@ -182,14 +187,30 @@ def signal_relay() -> SignalRelay:
     return _relay
 
 
-def _after_fork_in_child() -> None:
-    global _relay  # noqa: PLW0603 - the child makes its own if it asks for one
-    if _relay is not None:
+# The relayed signals are blocked in the forking thread from just before a fork until the
+# child has forgotten the relay: one arriving in between (a job that starts a process and
+# terminates it at once) is then delivered to the child's default handler, not written
+# to this process's relay (which would stop the worker, and the child would live on).
+_RELAYED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+_fork_mask = threading.local()
+
+
+def _before_fork() -> None:
+    if _relay is not None and _relay.active():
+        _fork_mask.old = signal.pthread_sigmask(signal.SIG_BLOCK, _RELAYED)
+
+
+def _after_fork(in_child: bool) -> None:
+    if in_child and _relay is not None:
         _relay.forget_in_child()
-    _relay = None
+    old = getattr(_fork_mask, "old", None)
+    if old is not None:
+        _fork_mask.old = None
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a pending one is delivered now
 
 
-os.register_at_fork(after_in_child=_after_fork_in_child)  # once: at this module's import
+os.register_at_fork(before=_before_fork, after_in_parent=lambda: _after_fork(False),
+                    after_in_child=lambda: _after_fork(True))  # once: at import
 
 
 def _nothing(signum: int, frame: object) -> None:

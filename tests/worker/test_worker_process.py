@@ -152,6 +152,10 @@ def test_a_jobs_forked_children_signals_are_not_the_workers(start_worker, tmp_pa
     forking = schedule("tests.jobs.fork_and_terminate", 2)
     wait_until(lambda: forking.status == JobStatus.SUCCEEDED, timeout=60)
     assert forking.job.result == [-signal.SIGTERM, -signal.SIGTERM]
+    # terminated right after the fork, before the child forgot the worker's relay
+    at_once = schedule("tests.jobs.fork_and_terminate", 20, True)
+    wait_until(lambda: at_once.status == JobStatus.SUCCEEDED, timeout=90)
+    assert at_once.job.result == [-signal.SIGTERM] * 20
     later = schedule("tests.jobs.record", str(out), "later")  # a drained worker claims none
     wait_until(lambda: later.status == JobStatus.SUCCEEDED, timeout=30)
     assert proc.poll() is None
