@@ -206,7 +206,7 @@ def _after_fork(in_child: bool) -> None:
     old = getattr(_fork_mask, "old", None)
     if old is not None:
         _fork_mask.old = None
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a pending one is delivered now
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a pending one: delivered
 
 
 os.register_at_fork(before=_before_fork, after_in_parent=lambda: _after_fork(False),
