@@ -3,7 +3,8 @@ the lost attempts (a writer holding the lock, as an atomic job's transaction on 
 would stall claims, time limits and the other queues' recovery). It asks the audit
 writer's thread to write them at once instead.
 
-Real SQLite locking (another connection's open write transaction), a real redis-server."""
+Real locking (another connection's open write transaction: SQLite's database lock, a
+PostgreSQL row lock), a real redis-server."""
 
 from __future__ import annotations
 
@@ -61,16 +62,15 @@ def _recover_until_retrying(recovery: LeaseRecovery, job_id: str) -> float:
 
 def test_recovery_does_not_wait_for_a_writer_holding_the_database(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     lost = _lapsed()
-    other = schedule("tests.jobs.noop", delay=3600)
     audit = AuditWriter()
     audit.start()  # as in the worker: its own thread flushes
     recovery = LeaseRecovery(get_engine(), get_settings(), audit)
     held, release = threading.Event(), threading.Event()
 
-    def writer() -> None:  # an atomic job on SQLite: the write lock for its whole run
-        try:
+    def writer() -> None:  # an atomic job holding the lock for its whole run: on SQLite
+        try:  # the database's, on PostgreSQL the row's the lost attempt is written to
             with transaction.atomic():
-                Job.objects.filter(pk=other.id).update(priority=1)
+                Job.objects.filter(pk=lost).update(priority=1)
                 held.set()
                 release.wait(20)
         finally:
