@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -179,8 +180,18 @@ def test_a_killed_example_leaves_nothing_behind(tmp_path: Path) -> None:
         wait_until(lambda: not any(alive(pid) for pid in kids), timeout=30)
     finally:
         _stop(shop)
-    with (tmp_path / "redis" / "run.lock").open("a") as held:  # free: nothing holds it
+    with (tmp_path / "redis" / "run.lock").open("a") as held:
+        # free once they are gone (a multi-threaded process's leader shows "Z" while its
+        # other threads, holding its files, are still ending)
+        wait_until(lambda: _locked(held), timeout=30)
+
+
+def _locked(held: IO[str]) -> bool:
+    try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
 
 
 def test_a_second_example_in_the_same_checkout_is_refused(tmp_path: Path) -> None:
