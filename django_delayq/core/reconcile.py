@@ -93,7 +93,7 @@ from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.models import LIVE_STATUSES, Job
+from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -359,7 +359,11 @@ class Reconciler:
     def _enqueue(self, rows: list[Job], seen: dict[str, Suspect] | None,
                  lost: bool = False) -> int:
         # an id no script takes: dead with its reason, not put back for claims to refuse
-        if not (rows := unqueueable.end_dead(rows)):
+        rows, never = unqueueable.split(rows)
+        for row, reason in never:  # at the attempt a claim would have charged
+            reconcile_state.settle_row(row, JobStatus.DEAD, row.attempts + 1, reason,
+                                       error_type=unqueueable.INVALID_ROW)
+        if not rows:
             return 0
         seen_ms = {pk: sus.seen_ms for pk, sus in seen.items()} if seen else None
         seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)

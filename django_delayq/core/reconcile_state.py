@@ -405,46 +405,46 @@ def settle(found: list[Finding], engine: Engine) -> int:
 
 def settle_one(f: Finding) -> bool:
     """Settle one row; False when the row changed meanwhile (a late flush wins)."""
-    row, now = f.row, timezone.now()
-    if f.settled is not None and not f.dead:
-        status, reason = _FROM_RECORD[f.settled.code]
-        expired = status == JobStatus.EXPIRED  # the attempt it was claimed for never started
-        number = max(f.settled.attempt - 1 if expired else f.settled.attempt, row.attempts)
-        finished = datetime.fromtimestamp(f.settled.at_ms / 1000, UTC)
-    elif f.dead:
-        status, reason, number = JobStatus.DEAD, DEAD_IN_REDIS, max(row.attempts,
-                                                                     f.place.attempts, 1)
-        finished = datetime.fromtimestamp(f.place.died_ms / 1000, UTC) if f.place.died_ms else now
-    else:
-        status, reason, number, finished = (JobStatus.CANCELLED, CANCELLED_IN_REDIS,
-                                            row.attempts, now)
-    using = router.db_for_write(Job)
+    if f.dead:
+        died = datetime.fromtimestamp(f.place.died_ms / 1000, UTC) if f.place.died_ms else None
+        return settle_row(f.row, JobStatus.DEAD, max(f.row.attempts, f.place.attempts, 1),
+                          DEAD_IN_REDIS, error_type=WORKER_LOST, finished=died)
+    if f.settled is None:  # cancelled while it ran, its job gone
+        return settle_row(f.row, JobStatus.CANCELLED, f.row.attempts, CANCELLED_IN_REDIS)
+    status, reason = _FROM_RECORD[f.settled.code]
+    expired = status == JobStatus.EXPIRED  # the attempt it was claimed for never started
+    number = max(f.settled.attempt - 1 if expired else f.settled.attempt, f.row.attempts)
+    return settle_row(f.row, status, number, reason, worker_id=f.settled.holder,
+                      finished=datetime.fromtimestamp(f.settled.at_ms / 1000, UTC))
+
+
+def settle_row(row: Job, status: JobStatus, number: int, reason: str, *, error_type: str = "",
+               worker_id: str | None = None, finished: datetime | None = None) -> bool:
+    """``row`` ended by the reconciler (``settle_one``, ``unqueueable``) if unchanged since it
+    was read (else False: a late flush wins): ``status`` at attempt ``number`` (dead: with a
+    ``JobAttempt``), ``worker_id`` None: the row's, ``finished`` None: now; logged, signalled."""
+    now, using = timezone.now(), router.db_for_write(Job)
+    finished, worker_id = finished or now, row.worker_id if worker_id is None else worker_id
     with transaction.atomic(using=using):
-        changed = Job.objects.using(using).filter(
-            pk=row.pk, status=row.status, updated_at=row.updated_at,
-            attempts__lte=number).update(status=status, attempts=number,
-                                         finished_at=finished, last_error=reason,
-                                         error_type=WORKER_LOST if f.dead else "",
-                                         traceback="", updated_at=now,
-                                         worker_id=f.settled.holder if f.settled else row.worker_id)
-        if changed and status == JobStatus.DEAD:
-            JobAttempt.objects.using(using).create(job_id=row.pk, number=number,
-                                                   outcome=status, finished_at=finished,
-                                                   error_type=WORKER_LOST, error=reason)
-        if changed:  # its waiting children follow in this transaction (workflows.py)
-            workflows.resolve([row.pk], using)
-    if not changed:
-        return False
-    logger.warning("reconciler: job %s %s (row said %s, attempt %d); row settled %s",
-                   shown(row.pk), reason, shown(row.status), number, status)
+        if not Job.objects.using(using).filter(
+                pk=row.pk, status=row.status, updated_at=row.updated_at, attempts__lte=number
+        ).update(status=status, attempts=number, finished_at=finished, last_error=reason,
+                 error_type=error_type, traceback="", updated_at=now, worker_id=worker_id):
+            return False
+        if status == JobStatus.DEAD:
+            JobAttempt.objects.using(using).create(job_id=row.pk, number=number, outcome=status,
+                                                   finished_at=finished, error_type=error_type,
+                                                   error=reason)
+        workflows.resolve([row.pk], using)  # its waiting children follow in this transaction
+    logger.warning("reconciler: job %s (queue %s): %s (row said %s, attempt %d); row settled %s",
+                   shown(row.pk), shown(row.queue), reason, shown(row.status), number, status)
     base = {"job_id": row.pk, "queue": row.queue, "callable_path": row.callable_path}
-    # no signal for an expiry (the worker sends none either)
-    if status == JobStatus.SUCCEEDED:
-        signals.send(signals.job_succeeded, attempt=number, worker_id=f.settled.holder
-                     if f.settled else "", result=None, duration=None, **base)
+    if status == JobStatus.SUCCEEDED:  # none for an expiry (the worker sends none either)
+        signals.send(signals.job_succeeded, attempt=number, worker_id=worker_id, result=None,
+                     duration=None, **base)
     elif status == JobStatus.DEAD:
         signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
-                     error_type=WORKER_LOST, **base)
+                     error_type=error_type, **base)
     elif status == JobStatus.CANCELLED:
         signals.send(signals.job_cancelled, running=True, **base)
     return True
