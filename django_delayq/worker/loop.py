@@ -12,10 +12,10 @@ in a stated order; the main thread runs the loop that decides when the worker is
 They share the ``Ledger`` of the jobs the worker holds (``ledger.py``, ``tracking.py``)
 and the ``AuditWriter`` (``audit.py``), which starts first and stops last.
 
-Signals are acted on off the main thread (``SignalRelay``): the first SIGINT/SIGTERM drains
-(no new claims, running jobs finish, claimed-but-unstarted jobs go back to Redis), the
-second stops hard (running jobs are abandoned; their leases expire). Exit codes:
-``EXIT_*`` (``tracking.py``).
+Signals are acted on off the main thread (``SignalRelay``, ``signals_relay.py``): the
+first SIGINT/SIGTERM drains (no new claims, running jobs finish, claimed-but-unstarted
+jobs go back to Redis), the second stops hard (running jobs are abandoned; their leases
+expire). Exit codes: ``EXIT_*`` (``tracking.py``).
 
 What runs is what the database says: a claimed job runs only when its audit row is live
 and its payload usable (``payloads.read``); Redis supplies ids, never code or arguments.
@@ -50,6 +50,7 @@ from django_delayq.worker.housekeeping import Housekeeping
 from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.runner import Execution
 from django_delayq.worker.settlement import Settlement
+from django_delayq.worker.signals_relay import SignalRelay, signal_relay
 from django_delayq.worker.tracking import (  # noqa: F401 - EXIT_*: named here too
     DEAD_MAN_LEASES,
     EXIT_CONFIG,
@@ -99,122 +100,6 @@ class StopAsked:
 
     def _ask(self) -> None:
         self.asked = True
-
-
-class SignalRelay:
-    """Signals acted on by a thread of their own (``delayq-signals``), never on the main
-    thread: a Python handler runs there between two bytecodes, maybe while that thread
-    holds a lock the action takes (the main loop holds its wake-up ``Event``'s lock for a
-    moment each round), and would wait for it forever, the worker never stopping. The
-    handlers do nothing; the interpreter writes each signal's number to a socket as it
-    arrives (``signal.set_wakeup_fd``), and the relay's thread reads it and acts, holding
-    ``lock`` (hold it to change actions and act on what the old ones did, at once).
-
-    One per process (``signal_relay()``): a later ``on`` re-points it, its thread and
-    sockets stay. A process forked from this one (a job's ``multiprocessing`` child, a
-    ``Pool``'s) gets neither the wakeup fd nor the do-nothing handlers
-    (``_after_fork_in_child``): its SIGTERM would otherwise reach this process's relay
-    and stop this worker, and the child would not end on it."""
-
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self._actions: dict[int, Callable[[], object]] = {}
-        self._thread: threading.Thread | None = None
-        self._sockets: tuple[socket.socket, socket.socket] | None = None
-
-    def on(self, signum: int, action: Callable[[], object]) -> None:
-        """Call ``action`` on the relay's thread at each ``signum`` (main thread only)."""
-        with self.lock:
-            self._actions[signum] = action
-        if self._thread is None:
-            read, write = socket.socketpair()
-            write.setblocking(False)
-            try:
-                signal.set_wakeup_fd(write.fileno(), warn_on_full_buffer=False)
-            except ValueError:  # not the main thread: nothing of this call stays
-                read.close()
-                write.close()
-                raise
-            self._sockets = (read, write)
-            self._thread = threading.Thread(target=self._run, args=(read,),
-                                            name="delayq-signals", daemon=True)
-            self._thread.start()
-        signal.signal(signum, _nothing)  # a handler is needed for the wakeup fd's write
-
-    def _run(self, read: socket.socket) -> None:
-        while data := read.recv(64):  # the write end stays open (``_sockets``)
-            for signum in data:
-                with self.lock:
-                    action = self._actions.get(signum)
-                    try:
-                        if action is not None:
-                            action()
-                    except Exception:  # noqa: BLE001 - the next signal is acted on too
-                        logger.exception("acting on signal %d failed", signum)
-
-    def active(self) -> bool:
-        return self._sockets is not None
-
-    def forget_in_child(self) -> None:
-        """In a process just forked from this one (its only thread; the relay's thread and
-        ``lock``'s holder are gone): no wakeup fd, the relayed signals' default handlers
-        (SIGINT: ``KeyboardInterrupt``), the relay's sockets closed."""
-        if self._sockets is None:
-            return
-        read, write = self._sockets
-        old = signal.set_wakeup_fd(-1)
-        if old not in (-1, write.fileno()):  # not ours: left as it was
-            signal.set_wakeup_fd(old, warn_on_full_buffer=False)
-        for signum in list(self._actions):
-            if signal.getsignal(signum) is _nothing:
-                signal.signal(signum, signal.default_int_handler
-                              if signum == signal.SIGINT else signal.SIG_DFL)
-        read.close()
-        write.close()
-        # as new: an object carried across the fork (a Worker's) starts its own relay
-        self.__init__()  # type: ignore[misc]
-
-
-_relay: SignalRelay | None = None
-
-
-def signal_relay() -> SignalRelay:
-    """This process's relay (main thread only): one thread and one socket pair per
-    process, whatever the number of workers or ``StopAsked`` made in it."""
-    global _relay  # noqa: PLW0603 - one per process, made on the main thread
-    if _relay is None:
-        _relay = SignalRelay()
-    return _relay
-
-
-# The relayed signals are blocked in the forking thread from just before a fork until the
-# child has forgotten the relay: one arriving in between (a job that starts a process and
-# terminates it at once) is then delivered to the child's default handler, not written
-# to this process's relay (which would stop the worker, and the child would live on).
-_RELAYED = {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
-_fork_mask = threading.local()
-
-
-def _before_fork() -> None:
-    if _relay is not None and _relay.active():
-        _fork_mask.old = signal.pthread_sigmask(signal.SIG_BLOCK, _RELAYED)
-
-
-def _after_fork(in_child: bool) -> None:
-    if in_child and _relay is not None:
-        _relay.forget_in_child()
-    old = getattr(_fork_mask, "old", None)
-    if old is not None:
-        _fork_mask.old = None
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)  # a pending one: delivered
-
-
-os.register_at_fork(before=_before_fork, after_in_parent=lambda: _after_fork(False),
-                    after_in_child=lambda: _after_fork(True))  # once: at import
-
-
-def _nothing(signum: int, frame: object) -> None:
-    """The Python handler of a relayed signal: the relay acts (``SignalRelay``)."""
 
 
 def wait_for_redis(make_engine: Callable[[], Engine], stop: StopAsked | None = None,

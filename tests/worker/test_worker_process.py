@@ -171,7 +171,8 @@ import django
 django.setup()
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.worker.loop import StopAsked, Worker, WorkerOptions, signal_relay
+from django_delayq.worker.loop import StopAsked, Worker, WorkerOptions
+from django_delayq.worker.signals_relay import signal_relay
 def fds(): return len(os.listdir("/proc/self/fd"))
 def make(): return Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",)))
 make().install_signal_handlers()

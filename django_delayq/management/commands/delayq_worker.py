@@ -30,11 +30,11 @@ from django_delayq.worker.loop import (
     Worker,
     WorkerOptions,
     attach,
-    signal_relay,
     wait_for_redis,
 )
 from django_delayq.worker.processes.children import can_measure_memory
 from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
+from django_delayq.worker.signals_relay import signal_relay
 from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_ERROR, EXIT_OK, Supervision
 
 METRICS_ADDR = "127.0.0.1"  # loopback: a scraper on another host needs --metrics-addr
