@@ -101,6 +101,20 @@ class Bound:
     def max_args(self) -> int:
         return self.args or self.fixed + self.per_item * self.items
 
+    def items_in(self, args: list[Any]) -> int:
+        """The items of ``args`` (items that vary in size), counted as the script reads
+        them: up to the first that is not a whole count of pairs all given."""
+        count, i = 0, self.fixed
+        while i < len(args):
+            try:
+                n = int(args[i])
+            except (TypeError, ValueError):
+                break
+            if n < 1 or i + 2 * n >= len(args):
+                break
+            count, i = count + 1, i + 1 + 2 * n
+        return count
+
 
 BOUNDS: dict[str, Bound] = {
     "enqueue": Bound(2, 6, MAX_ENQUEUE),
@@ -171,6 +185,10 @@ class Script:
             raise TooManyArguments(
                 "%s.lua takes at most %d arguments per call (%d given): split the batch"
                 % (self.name, self.bound.max_args, len(args)))
+        if self.bound.args and (n := self.bound.items_in(args)) > self.bound.items:
+            raise TooManyArguments(
+                "%s.lua takes at most %d events per call (%d given): split the batch"
+                % (self.name, self.bound.items, n))
 
     def __call__(self, client: Any, keys: tuple[str, ...], args: list[Any]) -> Any:
         self.check(args)
