@@ -80,17 +80,19 @@ MAX_RECOVER = 100  # expired leases (recover.lua caps its ``limit``), and max_at
 # up to ~15 fields and a 500-character error); 25 keep a call near 1 ms
 MAX_EVENTS = 25  # events
 MAX_EVENT_ARGS = 800  # arguments of events_add (a count and the field/value pairs)
-# Rows per MULTI of the reconciler (reconcile.py): each row costs six reads (and, when
-# re-enqueued, two writes and its share of enqueue.lua). At most MAX_ENQUEUE. 100 rows stay
-# under 1 ms at a 100,000-job backlog (latency monitor); 200 took up to 4 ms, 500 10 ms.
+# Rows per MULTI of the reconciler (reconcile.py): each row costs ten reads (outbox.py's
+# presence; when re-enqueued, its share of a reenqueue.lua call). At most MAX_ENQUEUE.
+# 100 rows stay under 1 ms at a 100,000-job backlog (~4 us a row, 0.4 ms a MULTI in INFO
+# commandstats); 200 took up to 4 ms, 500 10 ms (latency monitor, at fewer reads a row).
 RECONCILE_CHUNK = 100
 MAX_REENQUEUE = RECONCILE_CHUNK  # jobs per reenqueue.lua call (the reconciler's chunk)
 
 
 @dataclass(frozen=True, slots=True)
 class Bound:
-    """``fixed`` leading ARGV, then at most ``items`` groups of ``per_item`` ARGV
-    (``max_args`` overrides the total when items vary in size)."""
+    """``fixed`` leading ARGV, then at most ``items`` groups of ``per_item`` ARGV. Items
+    that vary in size (``args``: the most ARGV in all) are each a count n and n pairs
+    (events_add's events): ``items`` then bounds the number counted (``items_in``)."""
 
     fixed: int
     per_item: int
