@@ -128,8 +128,9 @@ class QueueKeys:
     # worker (its registry id).
     settled_by = Key()
 
-    # STRING: the highest shard count the queue's data was written with (only on
-    # shard 0 of a queue ever sharded; engine/shard_map.py).
+    # STRING: the highest shard count the queue's data was written with (only for a
+    # queue ever sharded: on shard 0, and the same value on each other shard;
+    # engine/shard_map.py).
     shards = Key()
 
     # STREAM: the event stream of the jobs of one shard of a sharded queue, on the

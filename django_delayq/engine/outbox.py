@@ -5,14 +5,14 @@
 * **Presence**: where each job of a list is (pending, ready or in flight, dead, an envelope
   without a place, re-enqueued moments ago) and its attempts counter, read atomically
   (one MULTI, one slot; no TIME inside: a Redis Cluster pipeline refuses keyless
-  commands). Nine reads a job (the settled record among them).
+  commands). Ten reads a job (the settled record and the runs entry among them).
 * **Re-enqueue**: ``reenqueue.lua`` puts back the jobs Redis holds nowhere, has no
   settled record of and did not re-enqueue within the keep time, remembers them in
   ``{prefix:queue}:reconciled`` and raises their attempts counters to the seeds (never
   lowering one): one script, so two reconcilers never both put a job back.
 
 Each MULTI (and each re-enqueue call) carries at most ``scripts.RECONCILE_CHUNK`` jobs:
-a MULTI blocks Redis like a script (nine reads a job).
+a MULTI blocks Redis like a script (ten reads a job: ~4 us a row, ~0.4 ms for 100).
 """
 
 from __future__ import annotations

@@ -80,17 +80,19 @@ MAX_RECOVER = 100  # expired leases (recover.lua caps its ``limit``), and max_at
 # up to ~15 fields and a 500-character error); 25 keep a call near 1 ms
 MAX_EVENTS = 25  # events
 MAX_EVENT_ARGS = 800  # arguments of events_add (a count and the field/value pairs)
-# Rows per MULTI of the reconciler (reconcile.py): each row costs six reads (and, when
-# re-enqueued, two writes and its share of enqueue.lua). At most MAX_ENQUEUE. 100 rows stay
-# under 1 ms at a 100,000-job backlog (latency monitor); 200 took up to 4 ms, 500 10 ms.
+# Rows per MULTI of the reconciler (reconcile.py): each row costs ten reads (outbox.py's
+# presence; when re-enqueued, its share of a reenqueue.lua call). At most MAX_ENQUEUE.
+# 100 rows stay under 1 ms at a 100,000-job backlog (~4 us a row, 0.4 ms a MULTI in INFO
+# commandstats); 200 took up to 4 ms, 500 10 ms (latency monitor, at fewer reads a row).
 RECONCILE_CHUNK = 100
 MAX_REENQUEUE = RECONCILE_CHUNK  # jobs per reenqueue.lua call (the reconciler's chunk)
 
 
 @dataclass(frozen=True, slots=True)
 class Bound:
-    """``fixed`` leading ARGV, then at most ``items`` groups of ``per_item`` ARGV
-    (``max_args`` overrides the total when items vary in size)."""
+    """``fixed`` leading ARGV, then at most ``items`` groups of ``per_item`` ARGV. Items
+    that vary in size (``args``: the most ARGV in all) are each a count n and n pairs
+    (events_add's events): ``items`` then bounds the number counted (``items_in``)."""
 
     fixed: int
     per_item: int
@@ -100,6 +102,20 @@ class Bound:
     @property
     def max_args(self) -> int:
         return self.args or self.fixed + self.per_item * self.items
+
+    def items_in(self, args: list[Any]) -> int:
+        """The items of ``args`` (items that vary in size), counted as the script reads
+        them: up to the first that is not a whole count of pairs all given."""
+        count, i = 0, self.fixed
+        while i < len(args):
+            try:
+                n = int(args[i])
+            except (TypeError, ValueError):
+                break
+            if n < 1 or i + 2 * n >= len(args):
+                break
+            count, i = count + 1, i + 1 + 2 * n
+        return count
 
 
 BOUNDS: dict[str, Bound] = {
@@ -171,6 +187,10 @@ class Script:
             raise TooManyArguments(
                 "%s.lua takes at most %d arguments per call (%d given): split the batch"
                 % (self.name, self.bound.max_args, len(args)))
+        if self.bound.args and (n := self.bound.items_in(args)) > self.bound.items:
+            raise TooManyArguments(
+                "%s.lua takes at most %d events per call (%d given): split the batch"
+                % (self.name, self.bound.items, n))
 
     def __call__(self, client: Any, keys: tuple[str, ...], args: list[Any]) -> Any:
         self.check(args)

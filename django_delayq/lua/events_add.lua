@@ -8,9 +8,11 @@
 -- ARGV[1]  maxlen    approximate cap (XADD MAXLEN ~)
 -- ARGV[2..] events, each as: n (number of field/value pairs), f1, v1, ..., fn, vn
 --
--- A malformed event (n not a count, or more pairs than are left), or an XADD the stream
--- refuses (say an entry with the largest possible ID was planted in it), ends the
--- batch: what came before it is written, nothing after; the script does not fail.
+-- A malformed event (n not a count, or more pairs than are left), an XADD the stream
+-- refuses (say an entry with the largest possible ID was planted in it), or an event past
+-- the 25th ends the batch: what came before it is written, nothing after; the script
+-- does not fail. (scripts.Script refuses a call of more events before it is sent; the
+-- script holds the bound for a caller that sends it by other means.)
 -- Returns: number of events written (fewer than sent: the rest was refused)
 -- Cost: at most 25 events and 800 arguments per call (scripts.MAX_EVENTS,
 --       scripts.MAX_EVENT_ARGS; callers split bigger batches): O(total fields);
@@ -21,7 +23,8 @@ local entry = {'XADD', events, 'MAXLEN', '~', ARGV[1], '*'}
 local argc = #ARGV
 local i = 2
 local written = 0
-while i <= argc do
+local MAX_EVENTS = 25
+while i <= argc and written < MAX_EVENTS do
   local n = tonumber(ARGV[i])
   if n == nil or n < 1 or n ~= math.floor(n) or i + 2 * n > argc then break end
   for j = 1, 2 * n do entry[6 + j] = ARGV[i + j] end

@@ -16,7 +16,8 @@
 --           next_due_ms (-1 none), oldest_due_ms of the due jobs (-1 none),
 --           expired leases, the id of the oldest due job and of the next one ('' none)}
 --          (Engine.oldest_pending reads the last two: the head of the queue's line)
--- Cost: O(log N) per command, a constant number of commands per call (at most 209).
+-- Cost: O(log N) per command, a constant number of commands per call (at most 210: TIME,
+--       8 reads and up to 201 levels of ready).
 --@include now
 --@include ms_range
 --@include priority

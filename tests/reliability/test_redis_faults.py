@@ -99,7 +99,8 @@ def test_worker_rides_out_stop_restart_and_killed_connections(settings, fault_se
 def test_claim_whose_reply_is_lost_in_a_pause_is_recovered(settings, fault_server,  # type: ignore[no-untyped-def]
                                                             exec_table) -> None:
     """CLIENT PAUSE: the worker's claim times out on the client but runs after the pause;
-    nobody holds those leases, they expire, the jobs run (attempt 2). Nothing lost."""
+    the worker's next claim asks again under the same nonce and gets those jobs (a lease
+    that ended meanwhile is taken back, uncharged). Nothing lost, each job runs once."""
     point_at(settings, fault_server, **FAST)
     w = Running(fault_server, timeout=0.3)
     try:
