@@ -6,16 +6,18 @@
   (aware datetimes; lateness = started_at - due_at)
 * ``job_succeeded``: ``attempt``, ``worker_id``, ``result`` (JSON value or None), ``duration`` (s)
 * ``job_retrying``: ``attempt``, ``worker_id``, ``error`` (str: the message), ``error_type``
-  (str: the exception's dotted path), ``retry_at`` (aware datetime)
-* ``job_dead``: ``attempt``, ``worker_id``, ``error``, ``error_type``
+  (str: the exception's dotted path), ``started_at`` (aware datetime: the failed attempt's
+  start, or None when unknown), ``retry_at`` (aware datetime)
+* ``job_dead``: ``attempt``, ``worker_id``, ``error``, ``error_type``, ``started_at``
 * ``job_cancelled``: ``running`` (bool: the job was running and only its retries were cancelled)
 * ``jobs_scheduled`` (bulk: ``schedule_many``, ``schedule_dataframe``), once per batch:
   ``queue``, ``callable_path``, ``job_ids`` (list of the ids this batch scheduled)
 
 A job whose worker died is recovered by another worker's housekeeping: its
 ``job_retrying`` / ``job_dead`` / ``job_cancelled`` is then sent with ``worker_id=""``,
-``callable_path=""``, ``error_type="django_delayq.exceptions.LeaseLost"`` and an
-``error`` that starts with "lease expired".
+``callable_path=""``, ``error_type="django_delayq.exceptions.LeaseLost"``, an
+``error`` that starts with "lease expired" and the ``started_at`` the lost attempt's
+worker wrote on the job's row (None when that write had not landed).
 
 Worker-side signals are sent from the worker thread that ran the job, after Redis
 has recorded the outcome. Receivers must be quick; exceptions in receivers are logged

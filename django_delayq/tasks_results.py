@@ -11,10 +11,10 @@ The Tasks backend (``django_delayq.backends``) builds results here:
   worker, for ``TaskContext.task_result`` and for ``task_started`` / ``task_finished``.
 
 The worker writes attempt rows in batches, so a retry that starts at once may not find
-its previous attempt's row yet: the errors of recent retries are also kept in memory
-(``job_retrying``: a task's, and any lost lease's, whose recovery names no callable;
-bounded) and merged in by number, dropped when the job ends in this process (succeeded,
-dead, cancelled).
+its previous attempt's row yet: the errors, worker ids and starts of recent retries are
+also kept in memory (``job_retrying``: a task's, and any lost lease's, whose recovery
+names no callable; bounded) and merged in by number, dropped when the job ends in this
+process (succeeded, dead, cancelled).
 
 Signals: ``task_started`` when a worker starts an attempt of a task (``job_started``),
 ``task_finished`` when it ends for good (``job_succeeded``, ``job_dead``); a failed
@@ -148,18 +148,20 @@ def task_error(error_type: str, error: str, traceback: str) -> TaskErrorT:
                      traceback=traceback or "%s: %s" % (path, error))
 
 
-_recent: dict[str, dict[int, tuple[str, TaskErrorT]]] = {}  # job id -> attempt -> (worker, error)
+Remembered = tuple[str, "TaskErrorT", datetime | None]  # worker, error, start
+_recent: dict[str, dict[int, Remembered]] = {}  # job id -> attempt -> what it was
 _recent_lock = threading.Lock()
 
 
-def previous_attempts(row: Job | None, attempts: list[JobAttempt],
-                      upto: int) -> tuple[list[TaskErrorT], list[str]]:
-    """Errors and worker ids of attempts ``1..upto``: rows first, then what this process
-    remembers of retries whose rows are not written yet."""
+def previous_attempts(row: Job | None, attempts: list[JobAttempt], upto: int
+                      ) -> tuple[list[TaskErrorT], list[str], datetime | None]:
+    """Errors, worker ids and the first known start of attempts ``1..upto``: rows first,
+    then what this process remembers of retries whose rows are not written yet."""
     with _recent_lock:
         recent = dict(_recent.get(row.pk, {})) if row is not None else {}
     by_number = {a.number: a for a in attempts if a.number <= upto}
     errors, workers, default = [], [], row.worker_id if row is not None else ""
+    first: datetime | None = None
     for n in range(1, upto + 1):
         a = by_number.get(n)
         if a is not None and (a.error_type or a.error):
@@ -167,9 +169,10 @@ def previous_attempts(row: Job | None, attempts: list[JobAttempt],
         if a is None and n in recent:
             errors.append(recent[n][1])
         # a retry whose row is not written yet (a lost lease's names no worker: "")
-        remembered = recent.get(n, (default, None))[0] or default
-        workers.append(remembered if a is None else a.worker_id or default)
-    return errors, workers
+        remembered = recent.get(n, (default, None, None))
+        workers.append(remembered[0] or default if a is None else a.worker_id or default)
+        first = first or (remembered[2] if a is None else a.started_at)
+    return errors, workers, first
 
 
 # -- results -----------------------------------------------------------------------------
@@ -177,11 +180,12 @@ def previous_attempts(row: Job | None, attempts: list[JobAttempt],
 def stored_result(row: Job, attempts: list[JobAttempt], alias: str,
                   task_class: type[AnyTask]) -> AnyResult:
     """``get_result()``: the row as it is stored."""
-    errors, workers = previous_attempts(row, attempts, row.attempts)
+    errors, workers, first = previous_attempts(row, attempts, row.attempts)
     if not errors and row.status == JobStatus.DEAD and (row.error_type or row.last_error):
         # e.g. DELAYQ["EAGER"] runs, which record no JobAttempt
         errors.append(task_error(row.error_type, row.last_error, row.traceback))
-    first_start = next((a.started_at for a in attempts if a.started_at), row.started_at)
+    first_start = first or next((a.started_at for a in attempts if a.started_at),
+                                row.started_at)
     task = task_of(row, alias, task_class)
     result = TaskResult(
         task=task, id=row.pk, status=STATUS[JobStatus(row.status)],
@@ -202,8 +206,8 @@ def live_result(task: AnyTask, job_id: str, attempt: int, worker_id: str, starte
     row = Job.objects.filter(pk=job_id).first()
     attempts = list(JobAttempt.objects.filter(job_id=job_id, number__lt=attempt)
                     .order_by("number", "pk")) if row is not None else []
-    errors, workers = previous_attempts(row, attempts, attempt - 1)
-    first_start = next((a.started_at for a in attempts if a.started_at), started_at)
+    errors, workers, first = previous_attempts(row, attempts, attempt - 1)
+    first_start = first or started_at
     return TaskResult(
         task=task, id=job_id, status=status,
         enqueued_at=row.created_at if row else None, started_at=first_start,
@@ -257,13 +261,15 @@ def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
 
 
 def on_retrying(*, job_id: str, callable_path: str, attempt: int, worker_id: str,
-                error: str, error_type: str, **kwargs: object) -> None:
+                error: str, error_type: str, started_at: datetime | None = None,
+                **kwargs: object) -> None:
     """Remember a task's failed attempt until its row is written; a lost lease's too,
-    whose recovery names no callable (``callable_path=""``: any job's, then)."""
+    whose recovery names no callable (``callable_path=""``: any job's, then), with the
+    start its row will keep (a lost one's: the start its worker wrote on the job's row)."""
     if not callable_path or task_at(callable_path) is not None:
+        failed = (worker_id, task_error(error_type, error, ""), started_at)
         with _recent_lock:
-            _recent.setdefault(job_id, {})[attempt] = (worker_id,
-                                                       task_error(error_type, error, ""))
+            _recent.setdefault(job_id, {})[attempt] = failed
             while len(_recent) > REMEMBERED_JOBS:
                 del _recent[next(iter(_recent))]
 

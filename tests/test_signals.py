@@ -3,6 +3,7 @@ api and by a real burst worker (its own threads, the batched settler)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -11,8 +12,12 @@ import pytest
 from django.utils import timezone
 
 from django_delayq import cancel, schedule, signals
-from django_delayq.models import Job
+from django_delayq.core.conf import get_settings
+from django_delayq.core.connection import get_engine
+from django_delayq.models import Job, JobAttempt
 from django_delayq.testing import run_worker
+from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.housekeeping import LeaseRecovery
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -23,8 +28,9 @@ DOCUMENTED = {
     "job_scheduled": COMMON | {"run_at"},
     "job_started": COMMON | {"attempt", "worker_id", "due_at", "started_at"},
     "job_succeeded": COMMON | {"attempt", "worker_id", "result", "duration"},
-    "job_retrying": COMMON | {"attempt", "worker_id", "error", "error_type", "retry_at"},
-    "job_dead": COMMON | {"attempt", "worker_id", "error", "error_type"},
+    "job_retrying": COMMON | {"attempt", "worker_id", "error", "error_type", "started_at",
+                              "retry_at"},
+    "job_dead": COMMON | {"attempt", "worker_id", "error", "error_type", "started_at"},
     "job_cancelled": COMMON | {"running"},
 }
 
@@ -101,6 +107,32 @@ def test_worker_sends_retrying_then_dead(sent):
     assert retry["error_type"] == dead["error_type"] == "builtins.RuntimeError"
     assert _aware(retry["retry_at"])
     assert retry["worker_id"] == dead["worker_id"] != ""
+    # each failed attempt's start, the one its JobAttempt row keeps
+    assert [retry["started_at"], dead["started_at"]] == list(
+        JobAttempt.objects.filter(job_id=handle.id).order_by("number")
+        .values_list("started_at", flat=True))
+    assert _aware(retry["started_at"]) and retry["started_at"] < dead["started_at"]
+
+
+def test_recovery_sends_the_start_the_lost_attempt_wrote_on_its_row(sent):
+    """A lost lease's ``job_retrying`` names no worker; its ``started_at`` is the start the
+    lost attempt's worker wrote on the job's row (what its ``JobAttempt`` keeps)."""
+    handle = schedule("tests.jobs.noop", max_attempts=3)
+    engine = get_engine()
+    claimed = engine.claim("default", 1, 50).jobs
+    assert [j.id for j in claimed] == [handle.id]
+    engine.mark_started(claimed)
+    start = timezone.now() - timedelta(seconds=2)
+    Job.objects.filter(pk=handle.id).update(attempts=1, started_at=start, worker_id="victim:1")
+    recovery = LeaseRecovery(engine, get_settings(), AuditWriter())
+    deadline = time.monotonic() + 10
+    while not _only(sent, "job_retrying"):  # until the 50 ms lease is taken back
+        assert time.monotonic() < deadline, "the lease was never taken back"
+        time.sleep(0.02)
+        recovery.recover("default")
+    (retry,) = _only(sent, "job_retrying")
+    assert (retry["job_id"], retry["worker_id"], retry["callable_path"]) == (handle.id, "", "")
+    assert retry["started_at"] == start
 
 
 def test_cancel_while_running_sends_job_cancelled_running(sent):

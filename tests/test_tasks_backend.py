@@ -458,6 +458,50 @@ def test_a_lost_lease_not_written_yet_is_seen_by_the_next_attempt(jt):
     assert running.worker_ids == ["victim:abcdef", "rescuer:012345"]
 
 
+def test_a_lost_attempt_not_written_yet_keeps_its_start_for_the_next_attempt(jt):
+    """The worker that takes a lease back starts the next attempt before its audit writer
+    has written the lost attempt's row: that attempt's context still has the lost one's
+    start (copied from the job's row by the recovery) as its ``started_at``, as it has its
+    worker. The writer is never flushed here: the row is not written."""
+    from django_delayq.core.conf import get_settings
+    from django_delayq.models import JobAttempt
+    from django_delayq.tasks_results import live_result
+    from django_delayq.worker.audit import AuditWriter
+    from django_delayq.worker.housekeeping import LeaseRecovery
+
+    result = jt.flaky.enqueue(2)
+    engine = get_engine()
+    claimed = engine.claim("default", 10, 50).jobs
+    assert [j.id for j in claimed] == [result.id]
+    engine.mark_started(claimed)
+    first_start = timezone.now() - timedelta(seconds=4)  # the victim's start, on the row
+    Job.objects.filter(pk=result.id).update(attempts=1, started_at=first_start,
+                                            worker_id="victim:abcdef", status=JobStatus.RUNNING)
+    recovery = LeaseRecovery(engine, get_settings(), AuditWriter())
+    deadline = time.monotonic() + 10
+    while result.id not in _recent_ids():  # job_retrying, remembered
+        assert time.monotonic() < deadline, "the 50 ms lease was never taken back"
+        time.sleep(0.02)
+        recovery.recover("default")
+    assert not JobAttempt.objects.filter(job_id=result.id).exists()
+    now = timezone.now()
+    running = live_result(jt.flaky, result.id, 2, "rescuer:012345", now, Status().RUNNING)
+    assert running.errors[0].exception_class_path == "django_delayq.exceptions.LeaseLost"
+    assert running.worker_ids == ["victim:abcdef", "rescuer:012345"]
+    assert (running.started_at, running.last_attempted_at) == (first_start, now)
+    # get_result() in this process, the rescuer's start on the row: the same start
+    Job.objects.filter(pk=result.id).update(attempts=2, started_at=now)
+    result.refresh()
+    assert (result.started_at, result.last_attempted_at) == (first_start, now)
+
+
+def _recent_ids() -> set[str]:
+    from django_delayq import tasks_results
+
+    with tasks_results._recent_lock:
+        return set(tasks_results._recent)
+
+
 def test_remembered_lost_leases_go_when_their_jobs_end(jt):
     """Lease recovery names no callable (``callable_path=""``), so the tasks cache keeps
     any recovered job's lost attempt until its row is written: it drops it when the job

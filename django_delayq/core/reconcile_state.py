@@ -444,7 +444,7 @@ def settle_row(row: Job, status: JobStatus, number: int, reason: str, *, error_t
                      duration=None, **base)
     elif status == JobStatus.DEAD:
         signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
-                     error_type=error_type, **base)
+                     error_type=error_type, started_at=None, **base)  # as its JobAttempt
     elif status == JobStatus.CANCELLED:
         signals.send(signals.job_cancelled, running=True, **base)
     return True

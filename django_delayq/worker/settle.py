@@ -285,20 +285,23 @@ def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
                    worker_id: str, ran_on: str | None = None) -> None:
     """A failed attempt of job ``base`` (``job_id``, ``queue``, ``callable_path``) settled
     as ``status`` by ``worker_id``: its row changes (``fields`` and the error), its
-    ``JobAttempt`` (the attempt's worker: ``ran_on``, default ``worker_id``), its signal.
+    ``JobAttempt`` (the attempt's worker: ``ran_on``, default ``worker_id``; its start:
+    ``fields["started_at"]``, none when absent), its signal (with that start).
     Settlements and lease recovery (``housekeeping.py``) record them so."""
-    job_id, attempt = base["job_id"], fields["attempts"]
+    job_id, attempt, started_at = base["job_id"], fields["attempts"], fields.get("started_at")
     audit.update(job_id, error_type=error_type, last_error=error, traceback=traceback, **fields)
     audit.attempt(job_id=job_id, number=attempt, outcome=status,
-                  started_at=fields.get("started_at"), finished_at=fields["updated_at"],
+                  started_at=started_at, finished_at=fields["updated_at"],
                   error_type=error_type, error=error, traceback=traceback,
                   worker_id=worker_id if ran_on is None else ran_on)
+    # the signals carry the attempt's start its JobAttempt keeps (written later, batched)
     if status is JobStatus.RETRYING:
         signals.send(signals.job_retrying, attempt=attempt, worker_id=worker_id, error=error,
-                     error_type=error_type, retry_at=fields["run_at"], **base)
+                     error_type=error_type, started_at=started_at, retry_at=fields["run_at"],
+                     **base)
     elif status is JobStatus.DEAD:
         signals.send(signals.job_dead, attempt=attempt, worker_id=worker_id, error=error,
-                     error_type=error_type, **base)
+                     error_type=error_type, started_at=started_at, **base)
     else:
         signals.send(signals.job_cancelled, running=True, **base)
 
