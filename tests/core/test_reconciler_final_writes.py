@@ -88,7 +88,8 @@ def test_a_row_whose_id_cannot_be_enqueued(engine, sent, caplog) -> None:  # typ
         (1, JobStatus.DEAD, row.finished_at, INVALID_ROW, reason)]
     assert sent == [(signals.job_dead, {
         "job_id": BAD_ID, "queue": "default", "callable_path": "tests.jobs.noop",
-        "attempt": 1, "worker_id": "", "error": reason, "error_type": INVALID_ROW})]
+        "attempt": 1, "worker_id": "", "error": reason, "error_type": INVALID_ROW,
+        "started_at": None})]
     line = _line(caplog, "bad\\x01id")
     assert "default" in line and reason in line and "dead" in line
 
@@ -109,7 +110,8 @@ def test_a_row_of_a_job_dead_in_redis(engine, sent, caplog) -> None:  # type: ig
         (1, JobStatus.DEAD, row.finished_at, WORKER_LOST, DEAD_IN_REDIS)]
     assert sent == [(signals.job_dead, {
         "job_id": h.id, "queue": "default", "callable_path": "tests.jobs.noop",
-        "attempt": 1, "worker_id": "", "error": DEAD_IN_REDIS, "error_type": WORKER_LOST})]
+        "attempt": 1, "worker_id": "", "error": DEAD_IN_REDIS, "error_type": WORKER_LOST,
+        "started_at": None})]
     line = _line(caplog, h.id)
     assert DEAD_IN_REDIS in line and "running" in line and "attempt 1" in line
     assert line.endswith("dead")
