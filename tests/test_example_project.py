@@ -5,14 +5,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import runpy
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
 import threading
+from functools import partial
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import pytest
 
@@ -40,8 +42,8 @@ def test_example_shop_closes_an_unpaid_order(tmp_path: Path) -> None:
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if k not in ("DELAYQ_REDIS_URL", "DJANGO_SETTINGS_MODULE", "PORT")}
-    env.update(SHOP_DB=str(tmp_path / "shop.sqlite3"), SHOP_REDIS_DIR=str(tmp_path / "redis"),
-               **extra)
+    env.update(SHOP_DB=str(tmp_path / "shop.sqlite3"), SHOP_REDIS_DIR=str(tmp_path / "redis"))
+    env.update(extra)
     return env
 
 
@@ -180,10 +182,11 @@ def test_a_killed_example_leaves_nothing_behind(tmp_path: Path) -> None:
         wait_until(lambda: not any(alive(pid) for pid in kids), timeout=30)
     finally:
         _stop(shop)
-    with (tmp_path / "redis" / "run.lock").open("a") as held:
-        # free once they are gone (a multi-threaded process's leader shows "Z" while its
-        # other threads, holding its files, are still ending)
-        wait_until(lambda: _locked(held), timeout=30)
+    for lock in (tmp_path / "shop.sqlite3.run.lock", tmp_path / "redis" / "run.lock"):
+        with lock.open("a") as held:
+            # free once they are gone (a multi-threaded process's leader shows "Z" while
+            # its other threads, holding its files, are still ending)
+            wait_until(partial(_locked, held), timeout=30)
 
 
 def _locked(held: IO[str]) -> bool:
@@ -194,18 +197,28 @@ def _locked(held: IO[str]) -> bool:
     return True
 
 
-def test_a_second_example_in_the_same_checkout_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("other", "shared"), [
+    pytest.param({}, "the database", id="same"),
+    # the lock guards the database, wherever the Redis directory is
+    pytest.param({"SHOP_REDIS_DIR": "redis-2"}, "the database", id="other-redis-dir"),
+    # and the embedded Redis's directory: two Redis servers would share its files
+    pytest.param({"SHOP_DB": "other.sqlite3"}, "the Redis directory", id="other-database"),
+])
+def test_a_second_example_in_the_same_checkout_is_refused(
+        tmp_path: Path, other: dict[str, str], shared: str) -> None:
     """It would share the database with a Redis of its own: both workers would run each
-    job."""
+    job (or two Redis servers would share one directory)."""
     shop, _ = _start(tmp_path)
     try:
+        env = _env(tmp_path, **{k: str(tmp_path / v) for k, v in other.items()})
         proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "run.py"),
-                               "--port", str(free_port())], env=_env(tmp_path),
+                               "--port", str(free_port())], env=env,
                               capture_output=True, text=True, timeout=120)
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert "another `make example` (pid %d, or a process it started)" % shop.pid \
-            in proc.stderr
+        assert "another `make example` (pid %d, or a process it started) is using %s" \
+            % (shop.pid, shared) in proc.stderr
         assert "The shop is running" not in proc.stdout
+        assert "embedded Redis" not in proc.stdout  # refused before anything started
         assert shop.poll() is None and (tmp_path / "redis" / "url").exists()
     finally:
         _stop(shop)
@@ -223,3 +236,44 @@ def test_example_on_a_port_in_use_fails_instead_of_claiming_to_run(tmp_path: Pat
     assert "The shop is running" not in proc.stdout
     assert "port %d is in use" % port in proc.stderr and "PORT=" in proc.stderr
     assert not (tmp_path / "redis").exists()  # nothing was started
+
+
+def _run_py(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """run.py's functions (it puts example_project/ first on ``sys.path``: restored)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    return runpy.run_path(str(ROOT / "example_project" / "run.py"))
+
+
+def _tcp_states(port: int) -> list[str]:
+    """The states (hex, as /proc/net/tcp writes them: 06 is TIME_WAIT, 0A LISTEN) of the
+    IPv4 TCP sockets on local ``port``."""
+    lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    return [f[3] for f in (line.split() for line in lines)
+            if int(f[1].rsplit(":", 1)[1], 16) == port]
+
+
+def test_a_port_left_in_time_wait_is_free_and_a_listening_one_is_not(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A browser's keep-alive connection, closed by the web server as the example stops,
+    leaves its port in TIME_WAIT for a minute: runserver binds it anyway (SO_REUSEADDR),
+    so a restart at once is not refused; a server listening on it still is."""
+    port_problem = _run_py(monkeypatch)["port_problem"]
+    with socket.socket() as server:
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as runserver's
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            conn, _ = server.accept()
+            conn.close()  # the server closes first: its end of it waits in TIME_WAIT
+            assert client.recv(1) == b""  # its FIN
+    if Path("/proc/net/tcp").exists():
+        wait_until(lambda: "06" in _tcp_states(port), timeout=30)
+    with socket.socket() as plain, pytest.raises(OSError):
+        plain.bind(("127.0.0.1", port))  # not free for a bind without SO_REUSEADDR
+    assert port_problem(port) is None
+    with socket.socket() as listening:  # a server on it, as runserver would be
+        listening.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listening.bind(("127.0.0.1", port))
+        listening.listen()
+        assert "port %d is in use" % port in port_problem(port)
