@@ -179,6 +179,12 @@ local function pending_head(pending)
   return redis.call('ZRANGE', pending, 0, 0, 'WITHSCORES')
 end
 
+-- The due time of a head pending_head read: nil when pending is empty, -inf for a score
+-- that is no number (none is: a ZSET's scores are doubles; kept as due long ago).
+local function head_due(head)
+  return head[2] and (tonumber(head[2]) or -math.huge)
+end
+
 -- Where a due job stands in the ready ZSET (lowest score claimed first): priority first,
 -- then due time. score = (100 - priority) * 2^44 + due_ms, the due time kept within
 -- [0, 2^44) (years 1970..2527: a job due earlier stands as due at 1970, one due later
@@ -209,20 +215,28 @@ end
 
 --@define held
 --@include now
+-- Whether the queue holds jobs already, for enqueue.lua and reenqueue.lua (keys
+-- ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs`` and ``epoch``, declared by the
+-- including script). Reads only: call them before the first write. Each also tells
+-- whether the queue's epoch exists (for mark_epoch) and whether ready exists.
+
+-- Which of the keys that can hold a job exist, in one read: EXISTS counts a key named n
+-- times n times (jobs 1, epoch 2, inflight 4, ready 8, dead 16). An absent key holds no
+-- job: it is not read.
+local function existing()
+  local i, e, r, d = inflight, epoch, ready, dead
+  return redis.call('EXISTS', jobs, e, e, i, i, i, i, r, r, r, r, r, r, r, r,
+                    d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d)
+end
+
 -- Which of ``ids`` the queue holds already, one flag each: in pending, ready, in flight or
--- dead, or with an envelope, or repeated (an id met earlier in ``ids``) (keys ``pending``,
--- ``ready``, ``inflight``, ``dead``, ``jobs`` and ``epoch``, declared by the including
--- script); and whether the queue's epoch exists (for mark_epoch). Reads only: call it
--- before the first write. ``nx``: the caller adds the jobs to pending with ZADD NX, whose
--- reply tells whether pending held them: pending is not read here.
-local function held(ids, nx)
-  local in_pending = nx and {} or redis.call('ZMSCORE', pending, unpack(ids))
-  local in_ready = redis.call('ZMSCORE', ready, unpack(ids))
-  -- one read for three keys: EXISTS counts a key named n times n times (jobs 1, epoch 2,
-  -- inflight 4); an absent key holds none of the ids
-  local known = redis.call('EXISTS', jobs, epoch, epoch, inflight, inflight, inflight, inflight)
-  local in_flight = known >= 4 and redis.call('ZMSCORE', inflight, unpack(ids)) or {}
-  local in_dead = redis.call('ZMSCORE', dead, unpack(ids))
+-- dead, or with an envelope, or repeated (an id met earlier in ``ids``).
+local function held(ids)
+  local known = existing()
+  local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
+  local in_dead = known >= 16 and redis.call('ZMSCORE', dead, unpack(ids)) or {}
+  local in_ready = known % 16 >= 8 and redis.call('ZMSCORE', ready, unpack(ids)) or {}
+  local in_flight = known % 8 >= 4 and redis.call('ZMSCORE', inflight, unpack(ids)) or {}
   local has_env = known % 2 == 1 and redis.call('HMGET', jobs, unpack(ids)) or {}
   local out, seen = {}, {}
   for j, job in ipairs(ids) do
@@ -230,7 +244,21 @@ local function held(ids, nx)
               or seen[job]) and true or false
     seen[job] = true
   end
-  return out, known % 4 >= 2
+  return out, known % 4 >= 2, known % 16 >= 8
+end
+
+-- Whether the queue holds job ``id`` in ready, in flight or dead, or with an envelope
+-- (pending is not read: the caller adds the job with ZADD NX, whose reply tells whether
+-- pending held it): held's reads for one job, without its tables. Every key that exists
+-- is read, as by held (one of the wrong type ends the call: read_failed).
+local function held_one(id)
+  local known = existing()
+  local in_dead = known >= 16 and redis.call('ZSCORE', dead, id)
+  local in_ready = known % 16 >= 8 and redis.call('ZSCORE', ready, id)
+  local in_flight = known % 8 >= 4 and redis.call('ZSCORE', inflight, id)
+  local has_env = known % 2 == 1 and redis.call('HEXISTS', jobs, id) == 1
+  return (in_dead or in_ready or in_flight or has_env) and true or false, known % 4 >= 2,
+         known % 16 >= 8
 end
 
 -- Creates the queue's epoch, "<ms>:<us>:e" of the server's clock (enqueue.lua's header),
@@ -483,10 +511,22 @@ local function log_starts(taken, now)
   end
 end
 
+--@define idle
+-- Whether no claim would take a job now (in a grouped queue: no group in the rotation):
+-- an idle worker then sleeps until the head of pending (the keys ``ready``, ``group`` and
+-- ``group_turns``, declared by the including script). ``ready_exists`` (optional): read
+-- already.
+local function queue_idle(ready_exists)
+  if ready_exists == nil then ready_exists = redis.call('EXISTS', ready) == 1 end
+  return not ready_exists or
+         (redis.call('EXISTS', group) == 1 and redis.call('EXISTS', group_turns) == 0)
+end
+
 --@define line
 --@include now
 --@include priority
 --@include group_index
+--@include idle
 -- Puts jobs back in line. A job due by `now` goes straight to ready when no job of
 -- pending is due before it; any other job goes to pending, from where claim.lua promotes
 -- due jobs in due order. So every job of ready is due no later than every job of pending,
@@ -506,19 +546,11 @@ end
 -- `no_urgent`: the caller enters no job of priority above 0: urgent is not read, and
 -- whether the queue is idle is read only if a wake-up depends on it (line_reads, which
 -- the caller then calls after its enters, before its first write).
--- ``line.nx`` (enqueue.lua): the line holds one job, for pending, written with ZADD NX;
--- line_write returns 0 (and tells nobody) when pending held it already.
-
--- Whether no claim would take a job now (in a grouped queue: no group in the rotation).
-local function queue_idle()
-  return redis.call('EXISTS', ready) == 0 or
-         (redis.call('EXISTS', group) == 1 and redis.call('EXISTS', group_turns) == 0)
-end
 
 local function new_line(pending, ready, no_urgent)
   local head = pending_head(pending)
-  local first = head[2] and (tonumber(head[2]) or -math.huge)  -- nil: pending is empty
-  local line = {head = head[1], first = first, to_pending = {}, to_ready = {}, to_urgent = {}}
+  local line = {head = head[1], first = head_due(head), to_pending = {}, to_ready = {},
+                to_urgent = {}}
   if not no_urgent then
     line.urgent_first = tonumber(pending_head(urgent)[2])
     line.idle = queue_idle()
@@ -528,10 +560,12 @@ end
 
 -- The rest of a `no_urgent` line's reads: whether the queue is idle, when the earliest
 -- job entered comes before the head of pending (or none is there); else line_write tells
--- nobody whatever the answer.
-local function line_reads(line)
+-- nobody whatever the answer. ``ready_exists``: as queue_idle's.
+local function line_reads(line, ready_exists)
   local due = line.earliest
-  if due ~= nil and (line.first == nil or due < line.first) then line.idle = queue_idle() end
+  if due ~= nil and (line.first == nil or due < line.first) then
+    line.idle = queue_idle(ready_exists)
+  end
 end
 
 local function enter(line, id, due, priority, now)
@@ -554,9 +588,7 @@ local function enter(line, id, due, priority, now)
 end
 
 local function line_write(line, pending, ready, channel, moved)
-  if line.nx then  -- one job known to go to pending: ZADD NX tells whether it was there
-    if redis.call('ZADD', pending, 'NX', unpack(line.to_pending)) == 0 then return 0 end
-  elseif #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
+  if #line.to_pending > 0 then call_many('ZADD', pending, {}, line.to_pending) end
   if #line.to_ready > 0 then call_many('ZADD', ready, {}, line.to_ready) end
   index_ready(line.to_ready, line.grouped)
   if #line.to_urgent > 0 then call_many('ZADD', urgent, {}, line.to_urgent) end

@@ -1,7 +1,7 @@
 """What enqueue.lua reads for a plain job, and that reading less kept its checks: a job
 of one call due later than now is added with ``ZADD NX`` (pending is not read first),
-one ``EXISTS`` tells whether the epoch, the envelopes hash and ``inflight`` exist, and
-``inflight`` is read only when it does."""
+one ``EXISTS`` tells whether the epoch, the envelopes hash, ``inflight``, ``ready`` and
+``dead`` exist, and each of those is read only when it does."""
 
 from __future__ import annotations
 
@@ -80,17 +80,46 @@ def test_the_epoch_is_created_when_absent_envelopes_or_not(plain: Engine) -> Non
     plain.client.close()
 
 
-def test_a_plain_job_reads_inflight_only_when_it_exists(plain: Engine) -> None:
-    def reads(job_id: str) -> tuple[int, int]:
-        plain.client.config_resetstat()
-        assert plain.enqueue("q", [NewJob(id=job_id, at_ms=LATER)], now_ms=NOW) == 1
-        stats = plain.client.info("commandstats")
-        return stats["cmdstat_zmscore"]["calls"], stats["cmdstat_exists"]["calls"]
+def _commands(engine: Engine, jobs: list[NewJob], now_ms: int | None = NOW) -> dict[str, int]:
+    """The commands (INFO commandstats names) one enqueue of ``jobs`` ran inside its script;
+    each job must be new."""
+    engine.client.config_resetstat()
+    assert engine.enqueue("q", jobs, now_ms=now_ms) == len(jobs)
+    stats = engine.client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): v["calls"] for name, v in stats.items()
+            if name not in ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_config|resetstat",
+                            "cmdstat_config")}  # 6.2 names no subcommand
 
-    plain.enqueue("q", [NewJob(id="due", at_ms=NOW - 5)], now_ms=NOW)
+
+def test_a_plain_job_reads_only_the_keys_that_exist(plain: Engine) -> None:
     # a head of pending due before them: whether the queue is idle is not read either
     plain.enqueue("q", [NewJob(id="head", at_ms=NOW + 1000)], now_ms=NOW)
-    assert reads("a") == (2, 1)  # ready and dead; one EXISTS (pending: its ZADD NX)
-    plain.claim("q", 1, 30_000, now_ms=NOW)
-    assert reads("b") == (3, 1)  # inflight too
+    short = {"zrange": 1, "exists": 1, "zadd": 1}  # pending's head, the keys, ZADD NX
+    assert _commands(plain, [NewJob(id="a", at_ms=LATER)]) == short
+    plain.enqueue("q", [NewJob(id="due", at_ms=NOW - 5)], now_ms=NOW)
+    assert _commands(plain, [NewJob(id="b", at_ms=LATER)]) == dict(short, zscore=1)  # ready
+    [claimed] = plain.claim("q", 1, 30_000, now_ms=NOW).jobs  # ready is gone, inflight not
+    assert _commands(plain, [NewJob(id="c", at_ms=LATER)]) == dict(short, zscore=1)
+    plain.nack("q", [("due", claimed.token, None)], now_ms=NOW)  # dead, inflight gone
+    assert _commands(plain, [NewJob(id="d", at_ms=LATER)]) == dict(short, zscore=1)
+    # the server's clock: one TIME, the due time counted from it (before the head or not,
+    # as the machine's clock stands: then the workers are told)
+    got = _commands(plain, [NewJob(id="e", delay_ms=3_600_000)], now_ms=None)
+    assert got.pop("time") == 1 and got.pop("publish", 1) == 1
+    assert got == dict(short, zscore=1)
+    # two jobs: pending's scores, then the one key that exists (dead); no ZADD NX
+    assert _commands(plain, [NewJob(id="f", at_ms=LATER), NewJob(id="g", at_ms=LATER)]) == {
+        "zrange": 1, "exists": 1, "zmscore": 2, "zadd": 1}
+    plain.client.close()
+
+
+def test_a_plain_job_due_first_reads_the_queue_idle_from_that_one_exists(plain: Engine) -> None:
+    plain.enqueue("q", [NewJob(id="head", at_ms=LATER)], now_ms=NOW)
+    # before the head, nothing ready: the workers are told, ready's EXISTS was the one read
+    assert _commands(plain, [NewJob(id="a", at_ms=NOW + 10)]) == {
+        "zrange": 1, "exists": 1, "zadd": 1, "publish": 1}
+    plain.enqueue("q", [NewJob(id="due", at_ms=NOW - 5)], now_ms=NOW)
+    # ready holds a job: nobody is told (a grouped queue's rotation is read: is it empty?)
+    assert _commands(plain, [NewJob(id="b", at_ms=NOW + 5)]) == {
+        "zrange": 1, "exists": 2, "zscore": 1, "zadd": 1}
     plain.client.close()
