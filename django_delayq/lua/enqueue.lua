@@ -32,13 +32,14 @@
 -- inflight, ready and dead, each of these read only when it exists, HMGET) before the
 -- first write; a plain call reads whether the queue is idle only when its earliest job
 -- comes before the head of pending (lib.lua line_reads: else no wake-up depends on it).
--- The usual call, schedule()'s: one plain job due later than now (it can only go to
--- pending) takes the short path below, before the line's blocks are defined (a script's
+-- A delayed schedule() (one plain job due later than now: it can only go to pending;
+-- one due now, schedule()'s default, takes the general path) takes the short path below, before the line's blocks are defined (a script's
 -- whole text runs at each call: every function it includes is made anew). Its commands:
 -- TIME, the head of pending (ZRANGE: a wake-up depends on it), the one EXISTS and a
 -- ZSCORE (HEXISTS: jobs) of each key it found, then ZADD NX, which adds the job only if
 -- pending does not hold it (its reply says which: pending's scores are not read); then,
--- as any call, the wake-up and the epoch. A read of it meeting a wrong type hands the
+-- as any call, the wake-up (when the job comes first and ready exists, whether the queue
+-- is idle: EXISTS of group, and of group_turns when grouped) and the epoch. A read of it meeting a wrong type hands the
 -- call to the general path, which reads again and replies wrong_type's error.
 -- The clock is the server's TIME (ARGV[1] "0"; tests pass their own), not the caller's:
 -- a delay counts from the clock every claim compares due times with, whichever host sent
