@@ -57,6 +57,7 @@ NO_ROW = "no_row"
 FINAL_ROW = "final_row"
 # The row's JSON text may nest one level more than the value it holds (the args list).
 _ROW_DEPTH = validation.MAX_DEPTH + 1
+ASKED_CHUNK = 500  # ids per query of ``cancels_asked`` (SQLite's bound variables)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -209,6 +210,19 @@ def _printable(value: object) -> str:
     except Exception:  # noqa: BLE001
         text = "<unprintable %s>" % type(value).__name__
     return text.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
+
+
+def cancels_asked(ids: Sequence[str]) -> set[str]:
+    """The ids among ``ids`` whose row has ``cancel_requested`` (one query per
+    ``ASKED_CHUNK`` ids; none for no ids), read where rows are written, as ``read``. A
+    worker asks this of the jobs it holds for a thread (``worker/held_cancels.py``)."""
+    using = router.db_for_write(Job)  # never a lagging replica
+    asked: set[str] = set()
+    for start in range(0, len(ids), ASKED_CHUNK):
+        asked.update(Job.objects.using(using).filter(
+            pk__in=list(ids[start:start + ASKED_CHUNK]), cancel_requested=True)
+            .values_list("pk", flat=True))
+    return asked
 
 
 def lease_rows(ids: Iterable[str]) -> dict[str, tuple[int, int, datetime | None, str]]:

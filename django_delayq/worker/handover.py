@@ -2,12 +2,14 @@
 
 A claim returns ids; ``Handover.take`` reads their payloads from their audit rows
 (``payloads.read``: Redis supplies ids, never code or arguments), ends a live row with an
-unusable payload dead, sets aside a job with no row or a final one, and puts the jobs that
-may run in the local queue, ordered by priority, then claim order. Claims and their
-hand-overs hold one lock (``lock``), so claim order is the order Redis gave: due order
-among ungrouped jobs of one priority, the groups' turns among grouped ones (a heavy
-group's older jobs claimed later never jump ahead of the light groups' turns), also when
-the main loop and the urgent timer claim on two threads.
+unusable payload dead, ends a job whose cancel was asked ``cancelled``, sets aside a job
+with no row or a final one, and puts the jobs that may run in the local queue, ordered by
+priority, then claim order (a cancel asked while a job waits there is read before a
+thread takes it: ``held_cancels.py``). Claims and their hand-overs hold one lock
+(``lock``), so claim order is the order Redis gave: due order among ungrouped jobs of one
+priority, the groups' turns among grouped ones (a heavy group's older jobs claimed later
+never jump ahead of the light groups' turns), also when the main loop and the urgent
+timer claim on two threads.
 
 ``lock`` is held across a claim and its hand-over, and across a decision that nothing is
 held (drain, burst end): a claim on one thread cannot put jobs in the local queue after
@@ -25,6 +27,7 @@ import itertools
 import logging
 import queue as queue_mod
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -88,7 +91,8 @@ class Handover:
         return self.local.get()[2]
 
     def _loaded(self, queue: str, jobs: list[ClaimedJob]) -> list[ClaimedJob]:
-        try:
+        read_at = time.monotonic()  # sent after this: a cancel asked later is read again
+        try:  # before a thread takes a job held longer (held_cancels.py)
             loaded = payloads.read(jobs, claimed=True)
         except Exception:
             self.engine.release(queue, jobs)
@@ -112,7 +116,7 @@ class Handover:
                 ended.append(_spent(job))  # lost with its worker: it ends dead
             else:
                 run.append(job)
-        self.ledger.claimed(run, ended)
+        self.ledger.claimed(run, ended, read_at)
         return run
 
 

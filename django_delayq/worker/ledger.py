@@ -17,6 +17,11 @@ replaces it, ``lost`` drops it when the heartbeat finds its lease gone), so a th
 takes it finds nothing to start; running, it keeps its thread's slot until it ends (its
 settlement is refused: the redelivered copy owns the job).
 
+Each job held unstarted has the time its row was last read (``read_at``: when the query
+was sent, monotonic): at its claim, then whenever the worker reads the cancels of the
+jobs it holds again (``reread``, ``held_cancels.py``); one found cancelled then ends
+without starting.
+
 Threads change the ledger only through its named transitions; each one takes the lock
 once, so the hot path (a job starts, a job finishes) costs one acquisition per step. The
 heartbeat thread reads ``held()`` and ``running_jobs()``.
@@ -32,7 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -64,6 +69,7 @@ class Ledger:
         # A condition: the settling thread waits on it for outcomes (``wait_done``)
         self._lock = threading.Condition(threading.Lock())
         self._unstarted: dict[Key, ClaimedJob] = {}  # its newest delivery (older ones: stale)
+        self._read_at: dict[Key, float] = {}  # an unstarted job's last row read (monotonic)
         # by delivery: a stale copy may still run while the redelivered one does
         self._running: dict[Delivery, RunningJob] = {}
         # their threads are still busy; by delivery (a retry of the job may run meanwhile)
@@ -77,11 +83,15 @@ class Ledger:
 
     # -- transitions ---------------------------------------------------------------
 
-    def claimed(self, jobs: Sequence[ClaimedJob], ended: Iterable[Outcome] = ()) -> None:
-        """Jobs claimed to run, and outcomes of claimed jobs that end without running. A
-        job held unstarted under an older token is replaced: that copy's lease is lost."""
+    def claimed(self, jobs: Sequence[ClaimedJob], ended: Iterable[Outcome] = (),
+                read_at: float | None = None) -> None:
+        """Jobs claimed to run, whose rows were read at ``read_at`` (monotonic, when the
+        query was sent; None: now), and outcomes of claimed jobs that end without running.
+        A job held unstarted under an older token is replaced: that copy's lease is lost."""
+        at = time.monotonic() if read_at is None else read_at
         with self._lock:
             self._unstarted.update((key_of(job), job) for job in jobs)
+            self._read_at.update((key_of(job), at) for job in jobs)
             self._done.extend(ended)
             if self._done:
                 self._lock.notify_all()
@@ -157,6 +167,7 @@ class Ledger:
         if held is None or held.token != job.token:
             return False
         del self._unstarted[key_of(job)]
+        del self._read_at[key_of(job)]
         return True
 
     def _changed(self) -> None:
@@ -190,6 +201,7 @@ class Ledger:
         """Drop the jobs no thread has taken yet (to hand them back to Redis)."""
         with self._lock:
             jobs, self._unstarted = list(self._unstarted.values()), {}
+            self._read_at = {}
         if self.link is not None:
             for j in jobs:
                 self.link.send("r", j.queue, j.id, j.token)
@@ -233,7 +245,47 @@ class Ledger:
                     self.link.send("x", o.job.queue, o.job.id, o.job.attempt,
                                    SETTLED_AS.get(o.kind, "s"), o.job.token)
 
+    def reread(self, jobs: Iterable[ClaimedJob], at: float, asked: Collection[str],
+               ended: Callable[[ClaimedJob], Outcome]) -> list[ClaimedJob]:
+        """The rows of ``jobs`` were read again by a query sent at ``at`` (monotonic):
+        ``asked`` holds the ids whose cancel was asked. Of those still held unstarted (the
+        same delivery), these end now with ``ended(job)``'s outcome, never to start (a
+        thread that takes one finds nothing to start); the others count as read at
+        ``at``. Returns the jobs ended."""
+        out: list[ClaimedJob] = []
+        with self._lock:
+            for job in jobs:
+                key = key_of(job)
+                held = self._unstarted.get(key)
+                if held is None or held.token != job.token:
+                    continue
+                if job.id in asked:
+                    self._take_unstarted(job)
+                    self._done.append(ended(job))
+                    out.append(job)
+                else:
+                    self._read_at[key] = max(self._read_at[key], at)
+            if out:
+                self._lock.notify_all()
+        return out
+
     # -- reads ---------------------------------------------------------------------
+
+    def read_at(self, job: ClaimedJob) -> float | None:
+        """When the row of ``job``, held unstarted, was last read (monotonic); None when it
+        is not held unstarted. Read without the lock (one dict look-up, a job thread's
+        per job): ``reread`` and ``start`` take it and decide."""
+        return self._read_at.get(key_of(job))
+
+    def oldest_read(self) -> float | None:
+        """The oldest ``read_at`` of the jobs held unstarted; None: none is."""
+        with self._lock:
+            return min(self._read_at.values(), default=None)
+
+    def unstarted(self) -> list[ClaimedJob]:
+        """The jobs held unstarted (no thread has taken them yet)."""
+        with self._lock:
+            return list(self._unstarted.values())
 
     def held(self, *, sent: bool = True) -> list[ClaimedJob]:
         """The jobs whose leases this worker keeps: running, waiting for a thread, or

@@ -46,6 +46,7 @@ from django_delayq.engine.logtext import shown
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
 from django_delayq.worker.gates import StartGate
+from django_delayq.worker.held_cancels import HeldCancels
 from django_delayq.worker.housekeeping import Housekeeping
 from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.runner import Execution
@@ -159,8 +160,9 @@ class Worker:
         self.settlement = Settlement(engine, settings, self.audit, self.ledger, self.id,
                                      release=gate.release, on_settled=self.claiming.settled,
                                      on_start=periodic.started)
+        self.cancels = HeldCancels(self.ledger)  # asked while a job waits for a thread
         self.execution = Execution(settings, gate, self.ledger, self.claiming.handover,
-                                   self.settlement, worker_id=self.id,
+                                   self.settlement, self.cancels, worker_id=self.id,
                                    concurrency=options.concurrency)
         self.housekeeping = Housekeeping(engine, settings, self.ledger, self.audit, gate=gate,
                                          claiming=self.claiming, schedules=schedules,
@@ -289,9 +291,10 @@ class Worker:
 
     def _housekeeping(self) -> None:
         """The main loop's housekeeping: attempts past their time limit fail, expired
-        leases are taken back."""
+        leases are taken back, jobs held a while have their cancels read again."""
         self.execution.expire_overdue()
         self.housekeeping.recover()
+        self.cancels.sweep()
 
     def _wait_seconds(self) -> float:
         """Until the next due time of a queue with room, the next recovery or the next

@@ -21,12 +21,14 @@ Error texts are made storable (lone surrogates escaped) before they reach the au
 claimed job at a time.
 
 A thread takes the next job from the handover (``handover.py``: by priority, due time,
-claim order), marks it started in the ledger (``ledger.py``), asks the start gate
-whether it may start (``gates.StartGate``: expired? refused by a callable limit?), has
-its start recorded (``Settler.started``: the start mark, the row ``running``), runs it
-(``run``) and hands its outcome to the settlement (``settlement.py``), which acks
-it at once on this thread when it may. No failure of ours stops a thread: the job ends
-dead with it.
+claim order), makes sure its cancel was not asked since its row was read
+(``held_cancels.py``: read again when that read is older than ``FRESH_S``; a cancelled
+job ends there, never started), marks it started in the ledger (``ledger.py``), asks the
+start gate whether it may start (``gates.StartGate``: expired? refused by a callable
+limit?), has its start recorded (``Settler.started``: the start mark, the row
+``running``), runs it (``run``) and hands its outcome to the settlement
+(``settlement.py``), which acks it at once on this thread when it may. No failure of ours
+stops a thread: the job ends dead with it.
 
 Time limits (``Settings.timeout_for``): the main loop calls ``expire_overdue``, which fails
 the attempts running past theirs; their threads stay busy until the function returns.
@@ -77,6 +79,7 @@ if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.handover import Handover
+    from django_delayq.worker.held_cancels import HeldCancels
     from django_delayq.worker.settlement import Settlement
     from django_delayq.worker.tracking import RunningJob
 
@@ -354,10 +357,11 @@ class Execution:
     handed over before it have run)."""
 
     def __init__(self, settings: Settings, gate: gates.StartGate, ledger: Ledger,
-                 handover: Handover, settlement: Settlement, *, worker_id: str,
-                 concurrency: int) -> None:
+                 handover: Handover, settlement: Settlement, cancels: HeldCancels, *,
+                 worker_id: str, concurrency: int) -> None:
         self.settings = settings
         self.gate = gate  # expiry, callable limits
+        self.cancels = cancels  # cancels asked while a job waited for a thread
         self.ledger, self.handover, self.settlement = ledger, handover, settlement
         self.worker_id, self.concurrency = worker_id, concurrency
         self._threads: list[threading.Thread] = []
@@ -381,11 +385,13 @@ class Execution:
                 return
             env = job.payload  # its time limit: the job's, its queue's or the global one
             limit = self.settings.timeout_for(job.queue, None if env is None else env.timeout)
+            read = self.cancels.check(job)  # cancelled since its row was read? (then ended)
             if not (running := self.ledger.start(job, limit)):
-                continue  # released during drain, or stale (its lease lost)
+                continue  # released during drain, stale (its lease lost), or cancelled
             admitted: gates.Admission | None = None
-            try:
-                admitted = self.gate.admit(job)  # expired? refused by a callable limit?
+            try:  # its cancels unread (the database down): deferred; else expired? limited?
+                admitted = self.gate.admit(job) if read else gates.Admission(
+                    ended=self.gate.retry_later(job))
                 outcome = admitted.ended or self._attempt(job, admitted, running)
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", shown(job.id))

@@ -1,0 +1,109 @@
+"""Cancels of the jobs a worker holds for a thread, read again before they start.
+
+A claimed job's row is read when it is claimed (``handover.py``: ``payloads.read``); one
+whose cancel was asked by then ends cancelled without running. The others wait in the
+worker for a free thread (the prefetch: what the threads start within
+``claiming.PREFETCH_SECONDS`` at their pace; or behind a long job), in flight in Redis: a
+cancel meanwhile finds them there (``cancel.lua`` answers ``ALREADY_RUNNING`` and marks the
+job: never retried) and sets the row's ``cancel_requested``. So that such a job does not
+start after all:
+
+* a job thread about to take a job whose row was last read more than ``FRESH_S`` ago
+  (``HeldCancels.check``, before ``Ledger.start``) first reads the ``cancel_requested`` of
+  every job held unstarted again, in one query (``payloads.cancels_asked``); each job
+  whose cancel was asked ends as one cancelled at its claim ends
+  (``outcome.cancelled_unstarted``: nacked; Redis's cancel mark makes it ``cancelled``),
+  and the others count as read when that query was sent (``Ledger.reread``). A thread
+  therefore takes a job only on a read of its row sent at most ``FRESH_S`` before: a
+  cancel committed earlier than that keeps it from starting. The read failing (the
+  database down), the job does not start: it is deferred (back to Redis, uncharged).
+* the main loop (``sweep``) reads them again the same way once one has waited ``SWEEP_S``
+  since its row's last read (looking at most every ``SWEEP_S``): a job cancelled behind
+  a long job ends ``cancelled`` within a second or two, not when a thread frees up.
+
+A job a thread takes within ``FRESH_S`` of its claim (a drain's: the prefetch holds
+``PREFETCH_SECONDS`` of work) costs no query: the check is a dict look-up and a clock
+read. One query reads every held job, so a worker whose jobs wait longer makes about one
+such query per ``FRESH_S`` at most (one a thread waits for, under ``_lock``).
+
+Start marks are sent without waiting (``settle.Settler.mark``), so Redis cannot tell a
+held job from one whose run began and whose mark has not landed: ``cancel.lua`` answers
+``ALREADY_RUNNING`` for both, and the worker, which knows, decides here.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING
+
+from django.db import close_old_connections
+
+from django_delayq.core import payloads
+from django_delayq.engine.logtext import shown
+from django_delayq.worker.outcome import cancelled_unstarted
+
+if TYPE_CHECKING:
+    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.worker.ledger import Ledger
+
+logger = logging.getLogger(__name__)
+
+FRESH_S = 0.2  # a thread takes a job on a read of its row at most this old
+SWEEP_S = 1.0  # the main loop reads again the rows of jobs held this long, looking this often
+
+
+class HeldCancels:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self._lock = threading.Lock()  # one read at a time: the others wait for its answer
+        self._next_sweep = 0.0  # monotonic
+        self.reads = 0  # queries made (tests, benchmarks)
+
+    def check(self, job: ClaimedJob) -> bool:
+        """Before a thread takes ``job``: reads the held jobs' cancels again when its row's
+        last read is older than ``FRESH_S`` (a job found cancelled is ended: ``start``
+        then finds it gone). False: that read failed, ``job`` must not start."""
+        at = self.ledger.read_at(job)
+        if at is None or time.monotonic() - at <= FRESH_S:  # not held, or read just now
+            return True
+        with self._lock:
+            at = self.ledger.read_at(job)  # another thread may have read it meanwhile
+            if at is None or time.monotonic() - at <= FRESH_S:
+                return True
+            try:
+                self._read_again()
+            except Exception as exc:  # noqa: BLE001 - the database is down: not started
+                logger.warning("job %s: could not read the cancels of held jobs (%s): not "
+                               "started, deferred", shown(job.id), shown(exc))
+                return False
+        return True
+
+    def sweep(self) -> None:
+        """The main loop's: reads the held jobs' cancels again when one has waited
+        ``SWEEP_S`` since its row's last read (raises what the read raises)."""
+        now = time.monotonic()
+        if now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_S
+        oldest = self.ledger.oldest_read()
+        if oldest is not None and now - oldest >= SWEEP_S:
+            with self._lock:
+                self._read_again()
+
+    def _read_again(self) -> None:
+        """One read of the cancels of every job held unstarted (call holding ``_lock``)."""
+        jobs = self.ledger.unstarted()
+        if not jobs:
+            return
+        at = time.monotonic()  # before the query is sent: what it reads is at least this new
+        try:
+            asked = payloads.cancels_asked([job.id for job in jobs])
+        except Exception:
+            close_old_connections()  # a connection the database closed: a new one next time
+            raise
+        self.reads += 1
+        for job in self.ledger.reread(jobs, at, asked, cancelled_unstarted):
+            logger.info("job %s: cancelled while it waited for a thread; it does not start",
+                        shown(job.id))
