@@ -29,28 +29,31 @@ def _held_then_cancelled(start_worker, tmp_path, *mode: str) -> None:  # type: i
         for i in range(300):
             schedule("tests.jobs.noop", i)
     proc = start_worker(*mode, "--concurrency", "1")
-    wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 300,
-               timeout=120)
-    slow = schedule("tests.jobs.report_then_wait", "slow", str(gate))
-    wait_until(lambda: slow.status == JobStatus.RUNNING, timeout=60)
-    mark = schedule("tests.jobs.record", str(marker), "mark")
-    wait_until(lambda: get_engine().inspect("default", mark.id).place == "inflight",
-               timeout=60)  # claimed behind the running job: held, not started
-    assert mark.status == JobStatus.SCHEDULED
-    assert cancel(mark.id) is CancelOutcome.ALREADY_RUNNING
-    # ended while the only thread still runs the other job: it never reaches a thread
-    wait_until(lambda: mark.status == JobStatus.CANCELLED, timeout=30)
-    assert slow.status == JobStatus.RUNNING
-    gate.touch()
-    wait_until(lambda: slow.status == JobStatus.SUCCEEDED, timeout=60)
-    assert not marker.exists()  # its function was never called
-    row = Job.objects.get(pk=mark.id)
-    assert row.status == JobStatus.CANCELLED
-    assert row.last_error == "cancelled before it started; it did not run"
-    assert get_engine().inspect("default", mark.id).place == ""  # forgotten by Redis
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(60) == EXIT_OK
-
+    try:
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 300,
+                   timeout=120)
+        slow = schedule("tests.jobs.report_then_wait", "slow", str(gate))
+        wait_until(lambda: slow.status == JobStatus.RUNNING, timeout=60)
+        mark = schedule("tests.jobs.record", str(marker), "mark")
+        wait_until(lambda: get_engine().inspect("default", mark.id).place == "inflight",
+                   timeout=60)  # claimed behind the running job: held, not started
+        assert mark.status == JobStatus.SCHEDULED
+        assert cancel(mark.id) is CancelOutcome.ALREADY_RUNNING
+        # ended while the only thread still runs the other job: it never reaches a thread
+        wait_until(lambda: mark.status == JobStatus.CANCELLED, timeout=30)
+        assert slow.status == JobStatus.RUNNING
+        gate.touch()
+        wait_until(lambda: slow.status == JobStatus.SUCCEEDED, timeout=60)
+        assert not marker.exists()  # its function was never called
+        row = Job.objects.get(pk=mark.id)
+        assert row.status == JobStatus.CANCELLED
+        assert row.last_error == "cancelled before it started; it did not run"
+        assert get_engine().inspect("default", mark.id).place == ""  # forgotten by Redis
+    finally:  # failed or not: the waiting job ends, the worker (its processes) drains
+        gate.touch()
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    assert code == EXIT_OK
 
 def test_prefetched_job_cancelled_never_starts(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
     _held_then_cancelled(start_worker, tmp_path)
