@@ -278,8 +278,8 @@ def get_job(job_id: str) -> Job:
 def cancel(job_id: str) -> CancelOutcome:
     """Cancel a job: CANCELLED (it will never run), ALREADY_RUNNING (a worker holds it:
     it runs to its end but is not retried; held for a free thread, it does not start,
-    unless within about 0.2 s: ``worker/held_cancels.py``), or NOT_FOUND (it already
-    finished)."""
+    unless within about 0.2 s, or one read of its row's duration when the database is
+    slower: ``worker/held_cancels.py``), or NOT_FOUND (it already finished)."""
     row = get_job(job_id)
     if row.is_final:  # dead included: final, kept for investigation and requeue
         return CancelOutcome.NOT_FOUND

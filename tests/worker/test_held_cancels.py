@@ -2,10 +2,12 @@
 
 A job held for a thread whose row was read more than ``FRESH_S`` ago has its cancel read
 again, with every other held job, in one query, before a thread takes it; a job taken
-sooner costs no query. The main loop's sweep does the same for jobs held ``SWEEP_S``."""
+sooner costs no query. The main loop's sweep does the same for jobs held ``SWEEP_S``,
+without ever waiting for a thread's read or failing the loop's round."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 
@@ -90,6 +92,115 @@ def test_cancels_that_cannot_be_read_keep_the_job_from_starting(  # type: ignore
     monkeypatch.setattr(payloads, "cancels_asked", down)
     assert not cancels.check(job)
     assert ledger.unstarted() == [job]  # still held: the worker defers it
+
+
+class _Down:
+    """``payloads.cancels_asked`` while the database is down: each call counted, refused."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, ids: object) -> set[str]:
+        self.calls += 1
+        raise DatabaseError("the database is down")
+
+
+def test_after_a_failed_read_the_other_threads_defer_without_a_query(  # type: ignore[no-untyped-def]
+        delayq_settings, monkeypatch) -> None:
+    """Several threads coming to held jobs while the database is down: the first one's
+    read fails, the others defer theirs without trying again (one connection attempt,
+    not one per thread), until ``FAILED_S`` has passed."""
+    monkeypatch.setattr(held_cancels, "FAILED_S", 3600.0)
+    ledger = Ledger()
+    cancels = HeldCancels(ledger)
+    first, second = _held(ledger, 2, FRESH_S + 5)
+    real, down = payloads.cancels_asked, _Down()
+    monkeypatch.setattr(payloads, "cancels_asked", down)
+    assert not cancels.check(first)
+    assert not cancels.check(second)
+    assert not cancels.check(first)
+    assert down.calls == 1
+    assert ledger.unstarted() == [first, second]  # both still held: deferred by the runner
+    monkeypatch.setattr(held_cancels, "FAILED_S", 0.0)  # the pause is over: read again
+    assert not cancels.check(second)
+    assert down.calls == 2
+    monkeypatch.setattr(payloads, "cancels_asked", real)  # the database is back
+    assert cancels.check(second) and cancels.reads == 1
+
+
+def test_a_failing_sweep_is_a_warning_and_does_not_raise(  # type: ignore[no-untyped-def]
+        delayq_settings, monkeypatch, caplog) -> None:
+    ledger = Ledger()
+    cancels = HeldCancels(ledger)
+    _held(ledger, 1, held_cancels.SWEEP_S + 5)
+    down = _Down()
+    monkeypatch.setattr(payloads, "cancels_asked", down)
+    monkeypatch.setattr(held_cancels, "FAILED_S", 0.0)  # each sweep tries
+    with caplog.at_level(logging.WARNING, logger=held_cancels.__name__):
+        for _ in range(3):
+            cancels._next_sweep = 0.0  # looks at most every SWEEP_S
+            cancels.sweep()  # raises nothing
+    assert down.calls == 3
+    logged = [r for r in caplog.records if r.name == held_cancels.__name__]
+    assert [r.levelno for r in logged] == [logging.WARNING]  # once: rate-limited
+    assert "the database is down" in logged[0].getMessage()
+
+
+def test_the_sweep_does_not_wait_for_a_threads_read(  # type: ignore[no-untyped-def]
+        delayq_settings) -> None:
+    """A job thread's read runs (a database that hangs): the main loop's sweep returns at
+    once instead of waiting for it (that read reads every held job)."""
+    ledger = Ledger()
+    cancels = HeldCancels(ledger)
+    _held(ledger, 1, held_cancels.SWEEP_S + 5)
+    sweep = threading.Thread(target=cancels.sweep)
+    with cancels._lock:  # what a thread holds while its query runs
+        sweep.start()
+        sweep.join(30)
+        assert not sweep.is_alive()
+    assert cancels.reads == 0
+
+
+def test_the_main_loop_keeps_its_rounds_when_the_sweep_cannot_read(  # type: ignore[no-untyped-def]
+        delayq_settings, monkeypatch, tmp_path, caplog) -> None:
+    """A real worker in this process, one job running, one held behind it, the database
+    refusing the sweep's reads: the loop's rounds go on without a failure or a backoff
+    (its time limits and a drain are not delayed), and nothing is logged as an error."""
+    monkeypatch.setattr(held_cancels, "FAILED_S", 0.0)  # each sweep tries
+    gate = tmp_path / "gate"
+    worker = Worker(get_engine(), get_settings(),
+                    WorkerOptions(queues=("default",), concurrency=1, prefetch=4))
+    rounds: list[float] = []
+    expire = worker.execution.expire_overdue
+
+    def counted() -> None:
+        rounds.append(time.monotonic())
+        expire()
+
+    monkeypatch.setattr(worker.execution, "expire_overdue", counted)
+    real, down = payloads.cancels_asked, _Down()
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        slow = schedule("tests.jobs.report_then_wait", "slow", str(gate))
+        wait_until(lambda: slow.status == JobStatus.RUNNING, timeout=60)
+        held = schedule("tests.jobs.noop")
+        wait_until(lambda: any(j.id == held.id for j in worker.ledger.unstarted()),
+                   timeout=60)
+        monkeypatch.setattr(payloads, "cancels_asked", down)
+        wait_until(lambda: down.calls >= 3, timeout=60)  # one a sweep: every SWEEP_S
+        seen = len(rounds)
+        wait_until(lambda: len(rounds) >= seen + 2, timeout=60)  # the rounds go on
+        assert worker._outage.failures == 0  # no round failed: none backed off
+        assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+        assert any(r.name == held_cancels.__name__ and r.levelno == logging.WARNING
+                   for r in caplog.records)
+    finally:
+        monkeypatch.setattr(payloads, "cancels_asked", real)
+        gate.touch()
+        worker.request_stop()
+        thread.join(30)
+    assert not thread.is_alive()
 
 
 def test_the_sweep_reads_jobs_held_a_while(delayq_settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]

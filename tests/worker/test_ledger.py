@@ -47,6 +47,27 @@ def test_released_jobs_do_not_start() -> None:
     assert ledger.idle() and ledger.capacity_used() == 0
 
 
+def test_a_reread_ends_only_the_copies_still_held() -> None:
+    """The cancels of held jobs are read again (``reread``) while the ledger moves on: a
+    copy redelivered meanwhile (a newer token) and a drain's hand-back are not ended by
+    the answer about the copy the query was sent for."""
+    ledger, a, b, c = Ledger(), job("a"), job("b"), job("c")
+    ledger.claimed([a, b, c], read_at=1.0)
+    sent = ledger.unstarted()  # what the query reads
+    newer = job("b", token=2)
+    ledger.claimed([newer], read_at=5.0)  # b redelivered while the query ran
+    assert ledger.reread(sent, 3.0, {"a", "b"}, failed) == [a]
+    assert [o.job for o in ledger.take_done()] == [a]
+    assert ledger.unstarted() == [newer, c]
+    assert (ledger.read_at(newer), ledger.read_at(c)) == (5.0, 3.0)  # never older
+    assert ledger.reread([c], 2.0, set(), failed) == [] and ledger.read_at(c) == 3.0
+    sent = ledger.unstarted()
+    assert ledger.release_unstarted() == [newer, c]  # a drain hands them back meanwhile
+    assert ledger.reread(sent, 4.0, {"b", "c"}, failed) == []
+    assert ledger.take_done() == [] and ledger.read_at(c) is None
+    assert not ledger.start(c)  # nothing to start: handed back
+
+
 def test_a_timed_out_attempt_is_done_at_once_and_its_late_outcome_dropped() -> None:
     late: list[runner.Outcome] = []
     ledger, a = Ledger(on_late=late.append), job("a")

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
 import pytest
+from django.db import DatabaseError
 
 from django_delayq import schedule
 from django_delayq.core import payloads
+from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine import NewJob
 from django_delayq.engine.envelope import Envelope
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
+from django_delayq.worker import held_cancels
+from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -166,4 +171,40 @@ def test_database_down_at_claim_hands_the_jobs_back(delayq_settings, caplog) -> 
     finally:
         worker.request_stop()
         thread.join(10)
+    assert not thread.is_alive()
+
+
+def test_a_job_whose_cancel_cannot_be_read_is_deferred_then_runs_once(  # type: ignore[no-untyped-def]
+        delayq_settings, monkeypatch, tmp_path) -> None:
+    """A thread comes to a held job whose row's read is too old (every one is here) and
+    cannot read its cancel again (the database down): the job does not start, it goes
+    back to Redis pending, no attempt charged; once the read works it runs, once."""
+    monkeypatch.setattr(held_cancels, "FRESH_S", -1.0)  # every start reads its cancel
+    marker = tmp_path / "ran.txt"
+    real, failed = payloads.cancels_asked, []
+
+    def down(ids: object) -> set[str]:
+        failed.append(ids)
+        raise DatabaseError("the database is down")
+
+    monkeypatch.setattr(payloads, "cancels_asked", down)
+    worker = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",)))
+    h = schedule("tests.jobs.record", str(marker), "ran")
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        try:  # deferred: back in Redis (each time it is claimed again, while reads fail)
+            wait_until(lambda: marker.exists() or bool(failed) and
+                       get_engine().inspect("default", h.id).place == "pending", timeout=60)
+            assert not marker.exists()  # not started while its cancel could not be read
+            assert get_engine().inspect("default", h.id).attempts == 0
+            assert h.job.attempts == 0 and h.job.status != JobStatus.SUCCEEDED
+        finally:
+            monkeypatch.setattr(payloads, "cancels_asked", real)  # the database is back
+        wait_until(lambda: h.job.status == JobStatus.SUCCEEDED, timeout=60)
+        assert h.job.attempts == 1
+        assert marker.read_text().split() == ["ran", h.id, "1", str(os.getpid())]
+    finally:
+        worker.request_stop()
+        thread.join(30)
     assert not thread.is_alive()
