@@ -47,6 +47,19 @@ def sleep_then_record(path: str, tag: str, seconds: float) -> None:
     record(path, tag)
 
 
+def wait_then_work(path: str, tag: str, gate: str, seconds: float, spin: bool = False) -> None:
+    """Run until the file ``gate`` exists (at most two minutes), then work ``seconds`` more
+    (``spin``: CPU-bound, a pure Python loop; else asleep), then ``record`` the run."""
+    deadline = time.monotonic() + 120
+    while not os.path.exists(gate) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    until = time.monotonic() + seconds
+    while spin and time.monotonic() < until:
+        sum(range(1000))
+    time.sleep(max(0.0, until - time.monotonic()))
+    record(path, tag)
+
+
 def _ready_then_sleep(ready: Any) -> None:
     ready.set()
     time.sleep(60)

@@ -15,7 +15,8 @@ and the ``AuditWriter`` (``audit.py``), which starts first and stops last.
 Signals are acted on off the main thread (``SignalRelay``, ``signals_relay.py``): the
 first SIGINT/SIGTERM drains (no new claims, running jobs finish, claimed-but-unstarted
 jobs go back to Redis), the second stops hard (running jobs are abandoned; their leases
-expire). Exit codes: ``EXIT_*`` (``tracking.py``).
+expire). Only signals to the process count: a supervised child's supervisor telling it
+to drain is not one (``Worker.request_stop``). Exit codes: ``EXIT_*`` (``tracking.py``).
 
 What runs is what the database says: a claimed job runs only when its audit row is live
 and its payload usable (``payloads.read``); Redis supplies ids, never code or arguments.
@@ -175,7 +176,9 @@ class Worker:
         self._round_failed = False
         self._outage = OutageLog(logger, "worker loop step", quiet=(RedisError,))
         self.signals = signal_relay()
-        self._stop_asked = 0.0  # monotonic: the first request_stop (the drain's start)
+        self._stop_lock = threading.RLock()  # the relay's thread, the link's listener
+        self._signals = 0  # SIGTERM/SIGINT acted on (request_stop)
+        self._stop_asked = 0.0  # monotonic: the drain's start
 
     @property
     def claimed_total(self) -> int:
@@ -199,10 +202,43 @@ class Worker:
                 self.request_stop()
 
     def request_stop(self) -> None:
-        if self.draining:
-            self.hard_stop = True
-        else:
+        """A SIGTERM or SIGINT to this process (the relay's action): the first drains,
+        the second stops hard. Only signals count: a child's supervisor telling it to
+        drain (``drain``) is no signal of its own. One signal sent to the whole process
+        group reaches the child and its supervisor, which tells the child to drain: the
+        two, in either order, are one request, and the child drains."""
+        with self._stop_lock:
+            self._signals += 1
+            if self._signals > 1:
+                self.stop_hard("a second signal")
+            elif self.draining:
+                logger.info("worker %s: a signal: draining already (a second one stops it "
+                            "hard)", shown(self.id))
+            else:
+                self.drain("a signal; a second one stops it hard")
+
+    def drain(self, why: str) -> None:
+        """No new claims, running jobs finish, unstarted ones go back to Redis; then
+        ``run`` returns ``EXIT_OK``. Once: a later call does nothing."""
+        with self._stop_lock:
+            if self.draining:
+                return
             self._stop_asked = time.monotonic()
+            logger.info("worker %s: draining (%s)", shown(self.id), why)
+            self._wind_down()
+
+    def stop_hard(self, why: str) -> None:
+        """Running jobs are abandoned (their leases expire); ``run`` returns
+        ``EXIT_HARD_STOP``."""
+        with self._stop_lock:
+            if not self.draining:
+                self._stop_asked = time.monotonic()
+            if not self.hard_stop:
+                logger.warning("worker %s: stopping hard (%s)", shown(self.id), why)
+            self.hard_stop = True
+            self._wind_down()
+
+    def _wind_down(self) -> None:
         self.draining = True
         self.housekeeping.draining = True  # no keeper pass from now on
         self.claiming.drain()  # wakes the main loop
@@ -318,17 +354,14 @@ def attach(worker: Worker, supervision: Supervision) -> None:
     when the supervisor is gone (end of file of the link, or ``ORPHAN_SIGNAL`` from the
     kernel, relayed like the worker's other signals: ``SignalRelay``)."""
 
-    def drain() -> None:
-        if not worker.draining:
-            worker.request_stop()
+    def orphaned() -> None:
+        worker.drain("its supervisor is gone")
 
-    def stop() -> None:
-        drain()
-        worker.request_stop()
-
-    worker.signals.on(ORPHAN_SIGNAL, drain)
+    worker.signals.on(ORPHAN_SIGNAL, orphaned)
     supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
-    threading.Thread(target=supervision.link.listen, args=(drain, stop, worker.ledger.running_jobs),
+    # the supervisor's words are no signals: its drain never counts as the first of two
+    threading.Thread(target=supervision.link.listen,
+                     args=(worker.drain, worker.stop_hard, worker.ledger.running_jobs),
                      name="delayq-link", daemon=True).start()
     if supervision.orphaned():  # it died before the child asked for the signal
-        drain()
+        orphaned()

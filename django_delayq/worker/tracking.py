@@ -225,17 +225,18 @@ class Link:
         while not self.orphaned.wait(TICK_S):
             self.beat(time.monotonic())
 
-    def listen(self, on_drain: Callable[[], None], on_stop: Callable[[], None],
+    def listen(self, on_drain: Callable[[str], None], on_stop: Callable[[str], None],
                running: Callable[[], list[RunningJob]]) -> None:
-        """The listener thread (``delayq-link``): the supervisor's words, then its end."""
+        """The listener thread (``delayq-link``): the supervisor's words, then its end
+        (each callback is given why)."""
         for word in self._words():
             if word == "drain":
-                on_drain()
+                on_drain("its supervisor asked")
             elif word == "stop":
-                on_stop()
+                on_stop("its supervisor asked")
         self.orphaned.set()
         logger.warning("the supervisor is gone: draining")
-        on_drain()
+        on_drain("its supervisor is gone")
         while True:  # nobody else enforces the time limits now
             over = [r for r in running() if r.over(time.monotonic())]
             if over:

@@ -32,11 +32,15 @@ The supervisor
   one whose resident memory passes ``--max-memory-per-child`` MB (looked at every
   second, once it has started a job) is told to drain; either is replaced;
 - forwards SIGTERM/SIGINT: the first tells every child to drain (it exits when they all
-  have: ``EXIT_OK``), the second to stop hard (``EXIT_HARD_STOP``); a child still there
+  have: ``EXIT_OK``), the second to stop hard (``EXIT_HARD_STOP``, also when a child
+  stopped hard on its own meanwhile: two signals sent to it); a child still there
   ``HARD_STOP_S`` after that is SIGKILLed and its jobs taken back. It never leaves a child
-  behind. Each child asks the kernel for ``SIGHUP`` should the supervisor die
-  (``worker/tracking.py``: it drains; one stuck holding the GIL is ended by its dead man's
-  switch).
+  behind. A signal sent to the whole process group (Ctrl-C, systemd's
+  ``KillMode=control-group``) reaches each child too: a child counts only the signals
+  sent to it, never this drain (``Worker.request_stop``), and one still starting holds
+  them until it can drain (``_spawn``). Each child asks the kernel for ``SIGHUP`` should
+  the supervisor die (``worker/tracking.py``: it drains; one stuck holding the GIL is
+  ended by its dead man's switch).
 """
 
 from __future__ import annotations
@@ -83,6 +87,7 @@ CHECK_S = 1.0  # cancel requests and memory, looked at this often
 TICK_S = 0.25  # the longest wait of the loop
 AWAY_S = 1.0  # a round this late: the supervisor itself was stopped or slow
 REPORTS_S = 0.01  # after reading reports, the next read waits this long (a batch)
+STARTUP_BLOCKED = {signal.SIGTERM, signal.SIGINT}  # in a child until its relay acts on them
 
 
 def silence_allowed_s(lease_s: float) -> float:
@@ -231,8 +236,16 @@ class Supervisor:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             # abspath normalises ".." without following symlinks, as Path cannot
             [os.path.abspath(p or ".") for p in sys.path]))  # noqa: PTH100
-        proc = subprocess.Popen(self._argv(slot, theirs.fileno()), env=env,
-                                pass_fds=(theirs.fileno(),))
+        # It starts with SIGTERM and SIGINT blocked (the mask outlives exec) and unblocks
+        # them once its relay acts on them (``SignalRelay.on``): a signal sent to the whole
+        # process group while it starts waits for it, and it drains, not dies (SIGINT's
+        # ``KeyboardInterrupt`` while Django loads). Here a signal waits only this long.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTUP_BLOCKED)
+        try:
+            proc = subprocess.Popen(self._argv(slot, theirs.fileno()), env=env,
+                                    pass_fds=(theirs.fileno(),))
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         theirs.close()
         ours.setblocking(False)
         child = Child(slot=slot, proc=proc, sock=ours)
@@ -267,8 +280,9 @@ class Supervisor:
                              "%d; their leases will expire", child.pid)
             close_old_connections()
         bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for  # on its own
-        if self._stopping() and bad and self.code == EXIT_OK:
-            self.code = EXIT_ERROR
+        if self._stopping() and self.code == EXIT_OK and (bad or code == EXIT_HARD_STOP):
+            # not a clean stop: a process failed, or stopped hard (two signals sent to it)
+            self.code = EXIT_ERROR if bad else EXIT_HARD_STOP
         self._after_exit(child, code, bad)
 
     def _after_exit(self, child: Child, code: int, bad: bool) -> None:
