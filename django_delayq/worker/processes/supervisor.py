@@ -239,7 +239,7 @@ class Supervisor:
         # It starts with SIGTERM and SIGINT blocked (the mask outlives exec) and unblocks
         # them once its relay acts on them (``SignalRelay.on``): a signal sent to the whole
         # process group while it starts waits for it, and it drains, not dies (SIGINT's
-        # ``KeyboardInterrupt`` while Django loads). Here a signal waits only this long.
+        # ``KeyboardInterrupt`` while Django loads). Here they are blocked for this call only.
         mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTUP_BLOCKED)
         try:
             proc = subprocess.Popen(self._argv(slot, theirs.fileno()), env=env,
