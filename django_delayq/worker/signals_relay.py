@@ -12,13 +12,6 @@ number, as it arrives, to one end of a ``socket.socketpair``, and the relay's th
 blocks reading the other end and calls the action (``Worker.request_stop``, a child's
 drain, ``StopAsked``) under ``SignalRelay.lock``, on a thread that holds nothing else.
 
-**Blocked until acted on.** A supervised child starts with SIGTERM and SIGINT blocked
-(``Supervisor._spawn``; the mask outlives ``exec``): one sent to the whole process group
-while Django loads waits, instead of ending the child (SIGINT's ``KeyboardInterrupt``
-traceback, SIGTERM's default action). ``on`` unblocks its signal in the calling (main)
-thread once the relay acts on it, so a waiting one is delivered then, and acted on.
-Threads started before (the relay's own, the link's) keep it blocked; they start nothing.
-
 **One relay per process** (``signal_relay()``): there is one wakeup fd per process, so
 each worker or ``StopAsked`` made in it re-points the one relay (``on``); its thread and
 socket pair stay, however many are made.
@@ -78,9 +71,6 @@ class SignalRelay:
                                             name="delayq-signals", daemon=True)
             self._thread.start()
         signal.signal(signum, _nothing)  # a handler is needed for the wakeup fd's write
-        # acted on from now: one blocked since this process started (a supervised child,
-        # ``Supervisor._spawn``) is delivered now, to the relay
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signum})
 
     def _run(self, read: socket.socket) -> None:
         while data := read.recv(64):  # the write end stays open (``_sockets``)

@@ -37,10 +37,11 @@ The supervisor
   ``HARD_STOP_S`` after that is SIGKILLed and its jobs taken back. It never leaves a child
   behind. A signal sent to the whole process group (Ctrl-C, systemd's
   ``KillMode=control-group``) reaches each child too: a child counts only the signals
-  sent to it, never this drain (``Worker.request_stop``), and one still starting holds
-  them until it can drain (``_spawn``). Each child asks the kernel for ``SIGHUP`` should
-  the supervisor die (``worker/tracking.py``: it drains; one stuck holding the GIL is
-  ended by its dead man's switch).
+  sent to it, never this drain (``Worker.request_stop``); one still starting (Django
+  loading) or already exiting dies by it, which during the stop counts as clean unless
+  it held a running job (``_count_stop_exit``). Each child asks the kernel for
+  ``SIGHUP`` should the supervisor die (``worker/tracking.py``: it drains; one stuck
+  holding the GIL is ended by its dead man's switch).
 """
 
 from __future__ import annotations
@@ -87,7 +88,11 @@ CHECK_S = 1.0  # cancel requests and memory, looked at this often
 TICK_S = 0.25  # the longest wait of the loop
 AWAY_S = 1.0  # a round this late: the supervisor itself was stopped or slow
 REPORTS_S = 0.01  # after reading reports, the next read waits this long (a batch)
-STARTUP_BLOCKED = {signal.SIGTERM, signal.SIGINT}  # in a child until its relay acts on them
+# a signal sent to the whole group ended it (before its relay acted on it: Django loading,
+# or Python's shutdown); an uncaught KeyboardInterrupt: -2, or 130 when CPython cannot
+# end itself by SIGINT; 1 when it lands while the interpreter starts (``site``): counted
+# so only before the child's hello, after a SIGINT (``_count_stop_exit``)
+SIGNAL_DEATHS = (-signal.SIGTERM, -signal.SIGINT, 128 + signal.SIGINT)
 
 
 def silence_allowed_s(lease_s: float) -> float:
@@ -123,6 +128,7 @@ class Supervisor:
         self.next_start: dict[int, float] = dict.fromkeys(range(options.processes), 0.0)
         self.crashes: dict[int, int] = dict.fromkeys(range(options.processes), 0)
         self.signals = 0
+        self.sigint = False  # one of them was SIGINT (Ctrl-C)
         self.code = EXIT_OK
         self.stop_deadline: float | None = None
         self._acted_on = 0
@@ -144,6 +150,7 @@ class Supervisor:
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
+        self.sigint = self.sigint or signum == signal.SIGINT
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -236,16 +243,8 @@ class Supervisor:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
             # abspath normalises ".." without following symlinks, as Path cannot
             [os.path.abspath(p or ".") for p in sys.path]))  # noqa: PTH100
-        # It starts with SIGTERM and SIGINT blocked (the mask outlives exec) and unblocks
-        # them once its relay acts on them (``SignalRelay.on``): a signal sent to the whole
-        # process group while it starts waits for it, and it drains, not dies (SIGINT's
-        # ``KeyboardInterrupt`` while Django loads). Here they are blocked for this call only.
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTUP_BLOCKED)
-        try:
-            proc = subprocess.Popen(self._argv(slot, theirs.fileno()), env=env,
-                                    pass_fds=(theirs.fileno(),))
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        proc = subprocess.Popen(self._argv(slot, theirs.fileno()), env=env,
+                                pass_fds=(theirs.fileno(),))
         theirs.close()
         ours.setblocking(False)
         child = Child(slot=slot, proc=proc, sock=ours)
@@ -270,6 +269,7 @@ class Supervisor:
 
     def _gone(self, child: Child, code: int) -> None:
         child.read_all()
+        running = len(child.running) + len(child.ended)  # started, not settled: its reports
         self._selector.unregister(child.sock)
         child.sock.close()
         self.children.remove(child)
@@ -280,10 +280,36 @@ class Supervisor:
                              "%d; their leases will expire", child.pid)
             close_old_connections()
         bad = code not in (EXIT_OK, EXIT_HARD_STOP) and not child.killed_for  # on its own
-        if self._stopping() and self.code == EXIT_OK and (bad or code == EXIT_HARD_STOP):
-            # not a clean stop: a process failed, or stopped hard (two signals sent to it)
-            self.code = EXIT_ERROR if bad else EXIT_HARD_STOP
+        if self._stopping():
+            bad = self._count_stop_exit(child, code, bad, running)
         self._after_exit(child, code, bad)
+
+    def _count_stop_exit(self, child: Child, code: int, bad: bool, running: int) -> bool:
+        """During the supervisor's stop: how ``child``'s exit counts toward its exit code
+        (the first that is not clean sets it), logged. A death by SIGTERM or SIGINT holding
+        no running job (its reports say) is clean: it was starting, idle, or exiting
+        already; holding one, it is a hard stop. Exit 1 before its hello, after a SIGINT,
+        is taken for a ``KeyboardInterrupt`` while Python started. Returns whether it is a
+        failure."""
+        interrupted = code == EXIT_ERROR and self.sigint and not child.worker_id
+        if (code in SIGNAL_DEATHS or interrupted) and not child.killed_for:
+            counted, why = ((EXIT_HARD_STOP, "holding %d running job(s): a hard stop" % running)
+                            if running else (EXIT_OK, "holding no running job: a clean stop"))
+            why = ("exit 1 before its hello, after a SIGINT (a KeyboardInterrupt while "
+                   "Python started), " if interrupted else "a signal's death, ") + why
+            bad = False
+        elif code == EXIT_HARD_STOP or (child.killed and not child.killed_for):
+            counted, why = EXIT_HARD_STOP, "a hard stop"
+        elif bad:
+            counted, why = EXIT_ERROR, "a failure"
+        else:
+            counted, why = EXIT_OK, "a clean stop"
+        logger.info("supervisor: worker process %d ended during the stop (%s, code %d), "
+                    "counted as %s (exit %d)", child.pid, describe_exit(code), code, why,
+                    counted)
+        if self.code == EXIT_OK:
+            self.code = counted
+        return bad
 
     def _after_exit(self, child: Child, code: int, bad: bool) -> None:
         how = describe_exit(code)
