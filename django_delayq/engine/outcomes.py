@@ -6,6 +6,7 @@ Redis: callers in every layer may hold them.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -61,6 +62,11 @@ class ClaimedJob:
     attempt: int  # runs started so far, this one included if it starts (not the token)
     payload: Envelope | None = None
     home: str = ""  # the queue (shard) whose keys hold it, when not ``queue``
+    # When its lease ends at the earliest (this process's ``time.monotonic()``, which
+    # counts on while the process is stopped): the claim's lease from the moment the claim
+    # was first sent (a claim asked again after a lost reply: its first send). inf: not
+    # known (an engine clock of its own, a job not from a claim). Not part of its identity.
+    lease_until: float = field(default=math.inf, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

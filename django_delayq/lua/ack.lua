@@ -11,7 +11,7 @@
 --          cancel      SET   ids whose cancel was asked while they ran
 --          prio        HASH  id -> priority
 --          settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
---          settled_by  HASH  id -> "<code> <attempt> <holder>"
+--          settled_by  HASH  id -> "<code> <attempt> <token> <holder>"
 --          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
 --          group_running, group_held (group_ready, group_turns)  the acked jobs' group
@@ -24,7 +24,11 @@
 --
 -- An ack whose token is stale (the lease expired and the job was recovered or
 -- claimed again) is refused and changes nothing. Tokens and leases are read for the
--- whole call (HMGET, ZMSCORE) before the first write.
+-- whole call (HMGET, ZMSCORE) before the first write. An ack sent again after its reply
+-- was lost (the first one took the job out: its token is no longer in flight) finds its
+-- own settled record (the same code, token and holder) and is answered 1 again, changing
+-- nothing; any other ack of a job not in flight under its token is refused, whoever
+-- settled or holds the job now (a record of another token or holder, or none).
 -- Key types: the reads meet attempts, inflight and runs (with a holder): one of the wrong
 -- type ends the call there, with wrong_type's reply. Before the first write one EXISTS
 -- reads whether any of cancel, prio, urgent and the group keys exists (none does in a
@@ -33,10 +37,12 @@
 -- (TYPE each; jobs absent, as django-delayq leaves it, is not written either). With a
 -- holder, the runs entries read are the only ones deleted: a plain call of a plain queue
 -- runs 12 commands (13 when a start mark came before the ack, 14 with envelopes), not 28.
--- Returns: one integer per triple: 1 acked, 0 refused (lease lost)
+-- Returns: one integer per triple: 1 acked (now, or by this holder under this token
+--          before: its settled record), 0 refused (lease lost)
 -- Cost: at most 250 triples per call (scripts.MAX_ACK; callers split bigger batches):
 --       O(n log N); group slots: one HMGET and one ZREM, one index read per held group
---       (at most n).
+--       (at most n); with a holder, a call with refused triples reads their records (one
+--       HMGET).
 --@include wrong_type
 --@include forget
 --@include record_settled
@@ -52,7 +58,7 @@ local read, tokens, leased, marked = pcall(function()
          holder ~= '' and redis.call('HMGET', runs, unpack(ids)) or {}
 end)
 if not read then return read_failed(KINDS, tokens) end
-local out, done, seen, records, unmark = {}, {}, {}, {}, {}
+local out, done, seen, records, unmark, refused = {}, {}, {}, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
   local i = 3 * j + 1
@@ -65,10 +71,22 @@ for j = 1, #ids do
       attempt = string.format('%.0f', tonumber(attempt) - offset_of(marked[j], attempt))
       unmark[#unmark + 1] = id
     end
-    records[#records + 1] = ARGV[i + 2] .. ' ' .. attempt
+    records[#records + 1] = ARGV[i + 2] .. ' ' .. attempt .. ' ' .. ARGV[i + 1]
     out[j] = 1
   else
     out[j] = 0
+    if holder ~= '' then refused[#refused + 1] = j end
+  end
+end
+if #refused > 0 then  -- acked before by this holder under this token (a lost reply)?
+  local ids_refused = {}
+  for r = 1, #refused do ids_refused[r] = ids[refused[r]] end
+  local ok, recorded = pcall(redis.call, 'HMGET', settled_by, unpack(ids_refused))
+  if not ok then return read_failed(KINDS, recorded) end
+  for r = 1, #refused do
+    local j = refused[r]
+    local code, token, by = string.match(recorded[r] or '', '^(%a) %d+ (%d+) (.+)$')
+    if code == ARGV[3 * j + 3] and token == ARGV[3 * j + 2] and by == holder then out[j] = 1 end
   end
 end
 if #done == 0 then return out end

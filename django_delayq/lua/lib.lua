@@ -649,9 +649,10 @@ end
 
 --@define record_settled
 -- Records how jobs ended (the declared keys settled: id -> ms, settled_by: id ->
--- "<code> <attempt> <holder>") for the worker ``holder`` until its audit row lands
--- (forget_settled.lua); ``entries`` holds id, "<code> <attempt>" pairs (at most 250: one
--- ZADD and one HSET, their arguments built once). No record when ``holder`` is "" (the
+-- "<code> <attempt> <token> <holder>") for the worker ``holder`` until its audit row
+-- lands (forget_settled.lua); ``entries`` holds id, "<code> <attempt> <token>" pairs (at
+-- most 250: one ZADD and one HSET, their arguments built once; the token lets ack.lua
+-- tell an ack sent again after a lost reply). No record when ``holder`` is "" (the
 -- bare engine, jobs set aside). ``at``: the script's now (integer ms), read before its
 -- first write, formatted once.
 local function record_settled(holder, at, entries)

@@ -29,6 +29,52 @@ def test_an_ack_with_a_holder_leaves_a_record_until_it_is_forgotten(engine: Engi
     assert [p.settled for p in engine.presence("q", ["a", "b"])] == [None, None]
 
 
+def test_an_ack_sent_again_after_a_lost_reply_is_answered_from_its_own_record(
+        engine: Engine) -> None:
+    """The first ack took the job out (its reply lost): the same holder's ack of the same
+    token and code is acked again, changing nothing; any other ack of the job is refused,
+    as is one of a holder that kept no record."""
+    tokens = claimed(engine, "a", "b")
+    a, b = ("a", tokens["a"]), ("b", tokens["b"])
+    assert engine.ack("q", [a], holder="w 1:abc", codes=["s"]) == [True]
+    assert engine.ack("q", [b]) == [True]  # no holder: no record
+    assert engine.ack("q", [a, b], holder="w 1:abc", codes=["s", "s"]) == [True, False]
+    assert engine.ack("q", [a], holder="w 1:abd") == [False]  # another worker
+    assert engine.ack("q", [a], holder="w 1:abc", codes=["x"]) == [False]  # another outcome
+    assert engine.ack("q", [("a", tokens["a"] + 1)], holder="w 1:abc") == [False]  # delivery
+    settled = engine.presence("q", ["a"])[0].settled
+    assert settled is not None
+    assert (settled.code, settled.attempt, settled.token, settled.holder) == (
+        "s", tokens["a"], tokens["a"], "w 1:abc")
+    assert engine.forget_settled("q", ["a"], keep_ms=3_600_000) == 1
+    assert engine.ack("q", [a], holder="w 1:abc") == [False]  # its row landed: no record
+
+
+def test_a_stale_ack_is_refused_whoever_settled_the_job_since(engine: Engine) -> None:
+    """A worker stalled past its leases acks its old copies: refused, whether the delivery
+    that ran since was settled by another worker ("a") or by this one ("b"), while that
+    record is kept and once it is forgotten."""
+    stale = claimed(engine, "a", "b", lease_ms=10)
+    assert {r.id for r in engine.recover("q", now_ms=NOW + 20)} == {"a", "b"}
+    copies = {j.id: j.token for j in engine.claim("q", 2, 1000, now_ms=NOW + 30).jobs}
+    assert copies.keys() == {"a", "b"} and all(copies[i] > stale[i] for i in copies)
+    assert engine.ack("q", [("a", copies["a"])], holder="w:2") == [True]
+    assert engine.ack("q", [("b", copies["b"])], holder="w:1") == [True]
+    old = [("a", stale["a"]), ("b", stale["b"])]
+    assert engine.ack("q", old, holder="w:1") == [False, False]
+    assert engine.forget_settled("q", ["a", "b"], keep_ms=3_600_000) == 2
+    assert engine.ack("q", old, holder="w:1") == [False, False]
+
+
+def test_a_record_written_before_records_named_their_token_still_reads(engine: Engine) -> None:
+    k = engine.keys("q")
+    engine.client.zadd(k.settled, {"a": NOW, "b": NOW})
+    engine.client.hset(k.settled_by, mapping={"a": "s 2 w:1", "b": "c 1 my host:1:abc"})
+    a, b = (p.settled for p in engine.presence("q", ["a", "b"]))
+    assert a is not None and (a.code, a.attempt, a.token, a.holder) == ("s", 2, 0, "w:1")
+    assert b is not None and (b.code, b.attempt, b.token, b.holder) == ("c", 1, 0, "my host:1:abc")
+
+
 def test_a_refused_ack_leaves_no_record(engine: Engine) -> None:
     tokens = claimed(engine, "a")
     assert engine.ack("q", [("a", tokens["a"] + 1)], holder="w:1") == [False]

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 
 from django_delayq.engine import ClaimedJob
 from django_delayq.worker import runner
-from django_delayq.worker.ledger import Ledger, key_of
+from django_delayq.worker.ledger import Ledger, delivery, key_of
 from django_delayq.worker.processes.children import Child
 from django_delayq.worker.tracking import Link
 
@@ -207,3 +210,21 @@ def test_a_supervisor_that_missed_a_claim_records_the_attempt_not_the_token() ->
     ledger.link.orphaned.set()  # its threads end
     ledger.link.sock.close()
     theirs.close()
+
+
+def test_a_lease_is_known_from_its_claim_then_from_each_heartbeat() -> None:
+    """``lease_left``: the claim's lease until a heartbeat extends it; an extend refused
+    leaves none; a queue whose extend failed keeps what was known; a beat forgets the
+    deliveries it no longer holds."""
+    now = time.monotonic()
+    ledger = Ledger()
+    a = dataclasses.replace(job("a"), lease_until=now - 1)  # claimed, then a stall
+    b, c = job("b"), job("c", queue="other")
+    assert ledger.lease_left(a) < 0 and ledger.lease_left(b) == math.inf  # not known
+    ledger.extended({delivery(a): now + 10, delivery(b): -math.inf, delivery(c): now + 5})
+    assert 9 < ledger.lease_left(a) <= 10 and ledger.lease_left(b) == -math.inf
+    ledger.extended({delivery(a): now + 20}, kept={"other"})  # "other": Redis unreachable
+    assert 19 < ledger.lease_left(a) <= 20 and 4 < ledger.lease_left(c) <= 5
+    assert ledger.lease_left(b) == math.inf  # no longer held: forgotten
+    ledger.extended({})
+    assert ledger.lease_left(a) < 0 and ledger.lease_left(c) == math.inf  # the claim's
