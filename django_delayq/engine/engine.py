@@ -46,6 +46,7 @@ from django_delayq.engine.outcomes import (
     QueueStats,
     Recovered,
     SetAside,
+    lease_clock,
 )
 from django_delayq.engine.replies import bad_id
 from django_delayq.engine.server import ServerReads
@@ -70,7 +71,7 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         super().__init__(client, prefix, clock)
         self._claimer = os.urandom(6).hex()  # names this engine's claims (claim_record)
         self._claim_seq = itertools.count(1)
-        # claims whose reply was lost: their nonce, and when the first was sent (monotonic)
+        # claims whose reply was lost: their nonce, and when the first was sent (lease_clock)
         self._claim_nonces: dict[tuple[str, str], tuple[str, float]] = {}
         self._keys: dict[str, QueueKeys] = {}
         self._script_keys: dict[tuple[str, str], tuple[str, ...]] = {}  # (script, queue)
@@ -203,7 +204,7 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         claimer = "%s:%d" % (self._claimer, threading.get_ident())
         lost = self._claim_nonces.pop((queue, claimer), None)
         nonce, sent = lost if lost is not None else ("%x%s" % (
-            next(self._claim_seq), os.urandom(6).hex()), time.monotonic())  # not guessable
+            next(self._claim_seq), os.urandom(6).hex()), lease_clock())  # not guessable
         try:
             reply = self._script("claim", queue, [self._now(now_ms), max(1, min(limit, MAX_BATCH)),
                                                   int(lease_ms), nonce],

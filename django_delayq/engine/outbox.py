@@ -64,28 +64,22 @@ class Presence:
 class Settled:
     """A settled record (``keys.QueueKeys.settled``): the job ended ``code`` ("s"
     succeeded, "x" expired, "c" cancelled while it ran) in its attempt number ``attempt``,
-    settled by the worker ``holder`` at ``at_ms`` (server clock), under the lease token
-    ``token`` (0: a record written before records named it)."""
+    settled by the worker ``holder`` at ``at_ms`` (server clock)."""
 
     code: str
     attempt: int
     holder: str
     at_ms: int
-    token: int = 0
 
     @classmethod
     def parse(cls, raw: bytes | str | None, score: Scalar) -> Settled | None:
-        """The record from its HASH value (``<code> <attempt> <token> <holder>``, or
-        ``<code> <attempt> <holder>`` as written before) and ZSET score; None when either
-        is missing or not what a script wrote (a value planted by hand is ignored)."""
+        """The record from its HASH value and ZSET score; None when either is missing or
+        not what a script wrote (a value planted by hand is ignored)."""
         parts = (_str(raw) or "").split(" ", 2)
         if len(parts) != 3 or parts[0] not in ("s", "x", "c") or score is None:
             return None
-        attempt, token, holder = _int(parts[1]), 0, parts[2]
-        head, _, rest = holder.partition(" ")
-        if rest and head.isascii() and head.isdigit():
-            token, holder = int(head), rest
-        return cls(parts[0], attempt, holder, _int(score), token) if attempt > 0 else None
+        attempt = _int(parts[1])
+        return cls(parts[0], attempt, parts[2], _int(score)) if attempt > 0 else None
 
 
 def _offset(runs: bytes | str | None) -> int:

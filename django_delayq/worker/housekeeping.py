@@ -21,7 +21,7 @@ lives. The heartbeat thread calls ``heartbeat`` every ``LEASE_SECONDS /
 are extended on their own: on a cluster, one node down must not cost the other queues
 their leases. A lease that could not be extended was already taken back (the job is
 redelivered) and is logged. The ledger is told when each extended lease ends at the
-earliest (the call's send plus the lease, on the monotonic clock; ``Ledger.extended``):
+earliest (the call's send plus the lease, on ``lease_clock``; ``Ledger.extended``):
 a job thread starts a held job only while its lease has time left (``runner.py``). The
 worker's info (host, pid, queues, concurrency, start time,
 jobs held, claimed and settled; ``supervisor``: the id of the ``delayq_worker --processes`` that
@@ -99,7 +99,7 @@ from django.db import connections
 from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.outcomes import Contact, NackOutcome
+from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter, OutageLog
@@ -192,7 +192,7 @@ class Housekeeping:
         unknown: set[str] = set()  # the queues whose extend failed: nothing new known
         lease_s = self.settings.lease_ms / 1000 if self.engine.clock is None else math.inf
         for queue, jobs in grouped(held, lambda job: job.queue).items():
-            sent = time.monotonic()
+            sent = lease_clock()
             try:  # each queue on its own: on a cluster, one node down must not cost the
                 results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
                                              self.settings.lease_ms)  # others their leases

@@ -41,6 +41,7 @@ from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from django_delayq.engine.outcomes import lease_clock
 from django_delayq.worker.outcome import Kind
 from django_delayq.worker.tracking import Link, RunningJob, next_limit
 
@@ -86,7 +87,7 @@ class Ledger:
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
         # taken by ``take_done`` (maybe by several threads at once), being settled
         self._settling: dict[int, Outcome] = {}
-        # when the leases the heartbeat extended end at the earliest (monotonic; -inf: its
+        # when the leases the heartbeat extended end at the earliest (lease_clock; -inf: its
         # extend was refused), by delivery; replaced at each heartbeat (``extended``)
         self._until: dict[Delivery, float] = {}
         self.pace: float | None = None  # moving average of a job's run time (seconds)
@@ -282,13 +283,13 @@ class Ledger:
 
     def extended(self, until: dict[Delivery, float], kept: Container[str] = ()) -> None:
         """The heartbeat extended the leases of the deliveries in ``until`` (each: when
-        its lease ends at the earliest, ``time.monotonic()``; -inf: refused, the lease is
+        its lease ends at the earliest, ``lease_clock()``; -inf: refused, the lease is
         lost). What was known of the others is forgotten (they are no longer held), but
         for those of the queues in ``kept`` (their extend failed: nothing new is known)."""
-        with self._lock:
-            old = self._until
-            self._until = {d: t for d, t in old.items() if d[0] in kept} if kept else {}
-            self._until.update(until)
+        with self._lock:  # built whole, then assigned: ``lease_left`` reads it unlocked
+            known = {d: t for d, t in self._until.items() if d[0] in kept} if kept else {}
+            known.update(until)
+            self._until = known
 
     # -- reads ---------------------------------------------------------------------
 
@@ -310,11 +311,12 @@ class Ledger:
 
     def lease_left(self, job: ClaimedJob) -> float:
         """Seconds left of ``job``'s lease as this worker last extended it (its claim, or
-        the last heartbeat whose extend Redis accepted), on the monotonic clock, which
-        counts on while the process is stopped: not above 0 once it may have passed (the
-        process was stalled past it, or could not extend it); -inf when its extend was
-        refused; inf when not known. No lock: one dict read (the dict is replaced whole)."""
-        return self._until.get(delivery(job), job.lease_until) - time.monotonic()
+        the last heartbeat whose extend Redis accepted), on ``lease_clock`` (CLOCK_BOOTTIME
+        or the monotonic clock), which counts on while the process is stopped: not above 0
+        once it may have passed (the process was stalled past it, or could not extend it);
+        -inf when its extend was refused; inf when not known. No lock: one dict read (the
+        dict is replaced whole)."""
+        return self._until.get(delivery(job), job.lease_until) - lease_clock()
 
     def held(self, *, sent: bool = True) -> list[ClaimedJob]:
         """The jobs whose leases this worker keeps: running, waiting for a thread, or

@@ -405,8 +405,8 @@ class Execution:
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission,
                  running: RunningJob) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
-        if not self._lease_holds(job):  # not run: back to Redis (refused if not ours)
-            outcome = self.gate.retry_later(job)
+        if self.ledger.lease_left(job) < self.margin and not self.settlement.settler.renewed(job):
+            outcome = self.gate.retry_later(job)  # not run: back to Redis (refused if not ours)
         elif self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
             outcome = run(job, worker_id=self.worker_id,
                           default_max_attempts=self.settings.default_max_attempts,
@@ -417,24 +417,6 @@ class Execution:
             outcome = self.gate.retry_later(job)
         outcome.callable_limit = admitted.callable_limit  # its slot, freed once settled
         return outcome
-
-    def _lease_holds(self, job: ClaimedJob) -> bool:
-        """Whether ``job`` may start: its lease as this worker last extended it has
-        ``margin`` left (``Ledger.lease_left``; no Redis call), or else Redis accepts one
-        extend of it now (refused: another delivery may have taken it back and run it)."""
-        if self.ledger.lease_left(job) >= self.margin:
-            return True
-        try:
-            [ok] = self.settlement.settler.engine.extend(job.queue, [(job.id, job.token)],
-                                                         self.settings.lease_ms)
-        except Exception as exc:  # noqa: BLE001 - unknown: not started, handed back
-            ok, why = False, "Redis cannot say (%s)" % shown(exc)
-        else:
-            why = "another delivery holds it now"
-        if not ok:
-            logger.warning("job %s (attempt %d): not started: its lease may have passed; %s",
-                           shown(job.id), job.attempt, why)
-        return ok
 
     # -- time limits (the main loop's) ---------------------------------------------
 

@@ -83,6 +83,21 @@ class Settler:
         if self.stream is None or not self.stream.mark(*self.engine.start_mark(job)):
             self.engine.mark_started([job])
 
+    def renewed(self, job: ClaimedJob) -> bool:
+        """Whether Redis accepts one extend of ``job``'s lease now, asked before a held job
+        whose lease may have passed starts (``Ledger.lease_left`` below the runner's
+        margin); refused (another delivery may have taken it back and run it) or not
+        answered: logged, and the job is not to start."""
+        why = "another delivery holds it now"
+        try:
+            [ok] = self.engine.extend(job.queue, [(job.id, job.token)], self.settings.lease_ms)
+        except Exception as exc:  # noqa: BLE001 - unknown: not started, handed back
+            ok, why = False, "Redis cannot say (%s)" % shown(exc)
+        if not ok:
+            logger.warning("job %s (attempt %d): not started: its lease may have passed; %s",
+                           shown(job.id), job.attempt, why)
+        return ok
+
     def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
         """Tell Redis the run starts (the start mark, before the function is called);
         False (nothing else done) when the mark could not be written (Redis unreachable):

@@ -44,9 +44,11 @@ def test_an_ack_sent_again_after_a_lost_reply_is_answered_from_its_own_record(
     assert engine.ack("q", [("a", tokens["a"] + 1)], holder="w 1:abc") == [False]  # delivery
     settled = engine.presence("q", ["a"])[0].settled
     assert settled is not None
-    assert (settled.code, settled.attempt, settled.token, settled.holder) == (
-        "s", tokens["a"], tokens["a"], "w 1:abc")
+    assert (settled.code, settled.attempt, settled.holder) == ("s", tokens["a"], "w 1:abc")
+    k = engine.keys("q")
+    assert engine.client.hgetall(k.settled_tokens) == {b"a": str(tokens["a"]).encode()}
     assert engine.forget_settled("q", ["a"], keep_ms=3_600_000) == 1
+    assert engine.client.exists(k.settled_tokens) == 0  # dropped with the record
     assert engine.ack("q", [a], holder="w 1:abc") == [False]  # its row landed: no record
 
 
@@ -66,13 +68,40 @@ def test_a_stale_ack_is_refused_whoever_settled_the_job_since(engine: Engine) ->
     assert engine.ack("q", old, holder="w:1") == [False, False]
 
 
-def test_a_record_written_before_records_named_their_token_still_reads(engine: Engine) -> None:
+def _read_as_before(raw: bytes) -> tuple[str, int, str] | None:
+    """A settled record read as workers before lease tokens were kept read it (their
+    ``Settled.parse``), as one may during a rolling deploy: code, attempt, holder."""
+    parts = raw.decode().split(" ", 2)
+    if len(parts) != 3 or parts[0] not in ("s", "x", "c") or not parts[1].isdigit():
+        return None
+    return parts[0], int(parts[1]), parts[2]
+
+
+def test_records_read_as_before_name_their_holder(engine: Engine) -> None:
+    """The record's format is the one earlier workers read: their reconciler finds the
+    live worker that holds a pending flush by its name (the token is kept apart)."""
+    tokens = claimed(engine, "a", "b")
+    assert engine.ack("q", [("a", tokens["a"])], holder="w1:abc123") == [True]
+    engine.cancel("q", "b")  # running: only marked
+    assert engine.nack("q", [("b", tokens["b"], 0)],
+                       holder="my host:1:abc") == [NackOutcome.CANCELLED]
+    raw = engine.client.hgetall(engine.keys("q").settled_by)
+    assert _read_as_before(raw[b"a"]) == ("s", tokens["a"], "w1:abc123")
+    assert _read_as_before(raw[b"b"]) == ("c", tokens["b"], "my host:1:abc")
+    assert engine.client.hgetall(engine.keys("q").settled_tokens) == {
+        b"a": str(tokens["a"]).encode(), b"b": str(tokens["b"]).encode()}
+
+
+def test_a_record_an_earlier_worker_wrote_is_no_workers_own(engine: Engine) -> None:
+    """A record with no token beside it (a worker before tokens were kept wrote it) answers
+    no ack sent again: refused, even for its holder and code."""
+    tokens = claimed(engine, "a")
     k = engine.keys("q")
-    engine.client.zadd(k.settled, {"a": NOW, "b": NOW})
-    engine.client.hset(k.settled_by, mapping={"a": "s 2 w:1", "b": "c 1 my host:1:abc"})
-    a, b = (p.settled for p in engine.presence("q", ["a", "b"]))
-    assert a is not None and (a.code, a.attempt, a.token, a.holder) == ("s", 2, 0, "w:1")
-    assert b is not None and (b.code, b.attempt, b.token, b.holder) == ("c", 1, 0, "my host:1:abc")
+    assert engine.ack("q", [("a", tokens["a"])], holder="w:1") == [True]
+    engine.client.hdel(k.settled_tokens, "a")  # as an earlier worker's ack left it
+    assert engine.ack("q", [("a", tokens["a"])], holder="w:1") == [False]
+    settled = engine.presence("q", ["a"])[0].settled
+    assert settled is not None and (settled.code, settled.holder) == ("s", "w:1")
 
 
 def test_a_refused_ack_leaves_no_record(engine: Engine) -> None:
