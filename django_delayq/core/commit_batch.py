@@ -130,6 +130,9 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
         _run_at_commit(using, pending, [job.id for job in jobs], conn.get_autocommit())
         return
     if conn.get_autocommit():  # no transaction: the rows are committed already
+        if not pending.jobs:  # schedule()'s usual case: these jobs alone
+            send(queue, list(jobs))
+            return
         pending.add(queue, jobs)  # jobs left pending go with these
         pending.send()
         return

@@ -183,11 +183,14 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         an id the scripts would refuse (``bad_id``), before anything is sent. A job's
         ``priority`` (-100..100) orders it among due jobs; 0 costs no extra memory, and
         neither does no ``group``."""
-        rows = [(job.id, -1 if job.at_ms is None else int(job.at_ms), int(job.delay_ms),
-                 job.envelope or "", int(job.priority), job.group) for job in checked(jobs)]
+        flat: list[Any] = []  # each job's 6 ARGV, one after the other
+        for job in checked(jobs):
+            flat += (job.id, -1 if job.at_ms is None else int(job.at_ms), int(job.delay_ms),
+                     job.envelope or "", int(job.priority), job.group)
+        step = 6 * scripts.MAX_ENQUEUE
         return sum(int(self._script("enqueue", queue, [self._now(now_ms), self.keys(queue).channel,
-                                                       *(v for row in part for v in row)])[0])
-                   for part in replies.chunks(rows, scripts.MAX_ENQUEUE))
+                                                       *flat[i:i + step]])[0])
+                   for i in range(0, len(flat), step))
 
     # -- consuming ------------------------------------------------------------------
 

@@ -201,9 +201,15 @@ class ShardedEngine(Engine):
     def enqueue(self, queue: str, jobs: Iterable[NewJob], now_ms: int | None = None) -> int:
         if self.shard_map.count(queue) > 1:
             self.shard_queues(queue)  # the record covers every shard written to
-        # one shard (the queue itself) too: a node that just failed fails the call at once
-        return self._by_home(queue, checked(jobs), lambda job: job.id, lambda name, part: super(
-            ShardedEngine, self).enqueue(name, part, now_ms))
+            return self._by_home(queue, checked(jobs), lambda job: job.id,
+                                 lambda name, part: super(ShardedEngine, self).enqueue(
+                                     name, part, now_ms))
+        # one shard, the queue itself (every job's home; schedule()'s path): no grouping.
+        # A node that just failed fails the call at once here too
+        if not (jobs := checked(jobs)):
+            return 0
+        return self.health.run(queue, lambda: super(ShardedEngine, self).enqueue(
+            queue, jobs, now_ms))
 
     def _by_home(self, queue: str, items: Iterable[_T], id_of: Callable[[_T], str],
                  call: Callable[[str, list[_T]], int]) -> int:

@@ -264,3 +264,24 @@ def test_reads_of_the_whole_queue_raise_an_error_a_shard_answers(
     engine.client.set(engine.keys(shard_name("hot", 0)).limit, "not a hash")
     with pytest.raises(ResponseError, match="WRONGTYPE"):
         engine.queue_limit("hot")
+
+
+def test_a_queue_of_one_shard_enqueues_on_the_queue_itself(
+        make: Callable[[int], ShardedEngine]) -> None:
+    """One shard (``schedule()``'s send): the jobs go to the queue's own keys in one call,
+    an id the scripts refuse raises ``ValueError`` before anything is sent, an empty list
+    sends nothing (even while the node is set aside), and a node set aside after failing
+    refuses the call at once (``ShardDown``), as on a queue of many shards."""
+    engine = make(1)
+    assert engine.enqueue("hot", [NewJob(id="a", at_ms=NOW), NewJob(id="b", at_ms=NOW + 1),
+                                  NewJob(id="a", at_ms=NOW)], now_ms=NOW) == 2
+    assert _in_shard(engine, 0) == {"a", "b"}
+    with pytest.raises(ValueError, match="control characters"):
+        engine.enqueue("hot", [NewJob(id="c", at_ms=NOW), NewJob(id="d\n", at_ms=NOW)])
+    assert _in_shard(engine, 0) == {"a", "b"}
+    engine.health = ShardHealth(clock=lambda: 0.0)  # a shard set aside stays aside
+    engine.health.failed("hot", ConnectionError("node down"))
+    assert engine.enqueue("hot", []) == 0
+    with pytest.raises(ShardDown, match="unavailable"):
+        engine.enqueue("hot", [NewJob(id="e", at_ms=NOW)], now_ms=NOW)
+    assert _in_shard(engine, 0) == {"a", "b"}
