@@ -234,6 +234,26 @@ def test_a_scheduled_event_keeps_its_fields(delayq_engine):
     assert before_ms <= int(found["ts_ms"]) <= int(time.time() * 1000)
 
 
+def test_a_scheduled_event_is_formatted_as_every_event(delayq_settings, monkeypatch):
+    """``job_scheduled``'s receiver buffers the fields ``_fields`` makes of its arguments,
+    in the same order (its own formatting, without the general case)."""
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from django_delayq.models import Job
+
+    buffered: list[object] = []
+    monkeypatch.setattr(events, "_add", buffered.append)
+    monkeypatch.setattr(events.time, "time", lambda: 1_800_000_000.1234)
+    moments = [datetime(2031, 1, 2, 3, 4, 5, 678, tzinfo=UTC), None,
+               datetime(2031, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))]
+    for run_at in moments:
+        for sent in ({"job_id": "01j", "queue": "q", "callable_path": "m.f", "run_at": run_at},
+                     {"job_id": "01j", "queue": "q", "callable_path": None, "run_at": run_at}):
+            events._on_scheduled(sender=Job, **sent)
+            got, expected = buffered.pop(), events._fields("scheduled", sent)
+            assert got == expected and list(got) == list(expected)
+
+
 def test_adding_an_event_does_not_wake_a_ticking_flusher(redis_server):
     """The flusher writes on its own clock: an event is appended, nobody is woken."""
     client = redis.Redis.from_url(redis_server.url)
