@@ -184,7 +184,8 @@ def _fill(values: dict[str, Any], using: str, connection: Any,
     plan = st.plans.get(names) or _plan(names, st)
     out = plan.template.copy()
     # SQLite with USE_TZ and the connection in UTC: an aware UTC datetime is adapted as
-    # its adapter would (``make_naive`` to UTC, then ``str``), without the calls
+    # its adapter would (``make_naive`` to UTC, then ``str``: its ISO text with a space,
+    # without the offset), without the calls
     utc = st.sqlite and connection.timezone is UTC
     moments: dict[int, Any] = {}  # id of a datetime of ``values`` -> its adapted value
     for index, name, plain, prep, is_moment, null in plan.given:
@@ -198,7 +199,7 @@ def _fill(values: dict[str, Any], using: str, connection: Any,
         elif (done := moments.get(id(value))) is not None:
             out[index] = done
         elif utc and type(value) is datetime and value.tzinfo is UTC:
-            out[index] = moments[id(value)] = str(value.replace(tzinfo=None))
+            out[index] = moments[id(value)] = value.isoformat(" ")[:-6]  # "+00:00" cut
         else:
             out[index] = moments[id(value)] = prep(value, connection)
     for index, name, prep in plan.each_time:

@@ -22,7 +22,7 @@ PARIS = timezone(timedelta(hours=1))
 
 
 def _rows() -> list[Job]:
-    now = datetime.now(UTC)
+    now, whole = datetime.now(UTC), datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
     common: dict[str, Any] = {"queue": "default", "callable_path": "tests.jobs.noop",
                               "max_attempts": 3, "created_at": now, "updated_at": now}
     return [
@@ -33,6 +33,10 @@ def _rows() -> list[Job]:
             retry_on=["builtins.ValueError"], expires_at=now + timedelta(hours=1),
             requeued_from="x" * 26, task_backend="default", parents_left=2,
             cancel_requested=True, **common),
+        # whole seconds (a text without a fraction) next to one microsecond past them
+        Job(id=ids.new_id(), args=[], kwargs={}, run_at=whole, max_attempts=1,
+            scheduled_for=whole + timedelta(microseconds=1), queue="default",
+            callable_path="tests.jobs.noop", created_at=whole, updated_at=whole),
     ]
 
 
