@@ -101,8 +101,13 @@ def schedule(fn: Callable[..., Any] | str, *args: object,
     ``after``: jobs (handles or ids) that must succeed first; ``after_failure="run"``
     runs it even when one of them fails (docs/workflows.md).
     """
-    given = {name: value for name, value in locals().items() if name in options.NAMES}
-    return _schedule(fn, JobSpec(args=args, kwargs=kwargs, **given), clash=True)
+    # every option by name (a dict of ``locals()`` took ~1.7 µs more a call); each of
+    # options.NAMES, as tests/core/test_schedule.py checks
+    spec = JobSpec(args=args, kwargs=kwargs, delay=delay, at=at, queue=queue,
+                   max_attempts=max_attempts, backoff=backoff, key=key, on_conflict=on_conflict,
+                   priority=priority, timeout=timeout, expires=expires, retry_on=retry_on,
+                   atomic=atomic, group=group, after=after, after_failure=after_failure)
+    return _schedule(fn, spec, clash=True)
 
 
 def schedule_spec(fn: Callable[..., Any] | str, spec: JobSpec, *, queue: str | None = None,
@@ -128,7 +133,8 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
     """``columns``: ``requeued_from``, ``task_backend`` (unset or empty: their defaults)."""
     c = spec.check(fn, any_queue=any_queue, clash=clash)
     values, new = c.new(spec.args, spec.kwargs, get_settings().max_payload_bytes)
-    values.update((name, value) for name, value in columns.items() if value)
+    if columns:
+        values.update((name, value) for name, value in columns.items() if value)
     using = router.db_for_write(Job)
     conn = connections[using]  # looked up once (a thread-local read)
     job_id, queue = new.id, c.queue

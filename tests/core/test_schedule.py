@@ -155,6 +155,25 @@ def test_using_refuses_a_name_that_is_no_option(delayq_settings) -> None:  # typ
         job("tests.jobs.noop").using(retries=3)
 
 
+def test_schedule_hands_every_option_to_the_job_spec(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """``schedule()`` names each option when it makes the job's ``JobSpec``: every one of
+    ``JobOptions``' fields is a keyword of ``schedule()`` and reaches the spec as given."""
+    import inspect
+
+    from django_delayq.core import api, options
+
+    keywords = {name for name, p in inspect.signature(schedule).parameters.items()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY}
+    assert keywords == options.NAMES
+    made: list[JobSpec] = []
+    monkeypatch.setattr(api, "_schedule", lambda fn, spec, **extra: made.append(spec))
+    given = {name: object() for name in sorted(options.NAMES)}  # a value of each its own
+    schedule("tests.jobs.noop", 1, 2, x=3, **given)
+    [spec] = made
+    assert spec.args == (1, 2) and spec.kwargs == {"x": 3}
+    assert {name: getattr(spec, name) for name in options.NAMES} == given
+
+
 def test_schedule_many_validates_every_spec(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidJob, match=r"args\[0\]"):
         schedule_many("tests.jobs.noop", [JobSpec(args=[1]), JobSpec(args=[{1, 2}])])
