@@ -108,8 +108,12 @@ class JobOptions:
         backend with ``QUEUES: []``). ``clash``: ``schedule()``, whose keywords share one
         namespace with the function's, refuses an option the function takes as an
         argument (``Binder.refuse_options``)."""
-        s, use_tz = get_settings(), django_settings.USE_TZ
-        now = timezone.now() if now is None else now
+        s = get_settings()
+        if now is None:  # Django's now: aware (UTC) exactly when USE_TZ is on
+            now = timezone.now()
+            use_tz = now.tzinfo is not None
+        else:
+            use_tz = django_settings.USE_TZ
         validation.check_text(fn, "the callable path")
         path = registry.path_of(fn)
         registry.check_schedulable(path)
@@ -121,9 +125,11 @@ class JobOptions:
             is_list = isinstance(backoff, (list, tuple))
             max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
         validation.check_max_attempts(max_attempts)
-        expires_at(self.expires, now=now, due=now, use_tz=use_tz)  # its moment: per job
-        if clash and (names := self.given()) and (binder := registry.binder(path)):
-            binder.refuse_options(names)
+        if self.expires is not None:  # its moment: per job
+            expires_at(self.expires, now=now, due=now, use_tz=use_tz)
+        if clash and (binder := registry.binder(path)) is not None and not \
+                binder.keywords.isdisjoint(_CLASH) and (names := self.given()):
+            binder.refuse_options(names)  # a function taking none of them: nothing to ask
         at, delay_s = validation.when(self.delay, self.at, use_tz)
         own = _own(self, path)
         if self.atomic is None:
@@ -135,7 +141,7 @@ class JobOptions:
         return Checked(path=path, queue=queue, max_attempts=max_attempts,
                        backoff=list(backoff) if isinstance(backoff, tuple) else backoff,
                        key=self.key, on_conflict=self.on_conflict, at=at, delay_s=delay_s,
-                       parents=tuple(parent_ids(self.after)),
+                       parents=() if self.after is None else tuple(parent_ids(self.after)),
                        run_on_failure=run_on_failure(self.after_failure), now=now,
                        use_tz=use_tz, head=head, **own)
 

@@ -171,8 +171,14 @@ def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, int]
 def payload_head_size(path: str, max_attempts: int, backoff: object) -> int:
     """UTF-8 bytes of a payload besides its arguments: ``[path,`` ... ``,{max},{backoff}]``
     (the size limit counts the payload as the compact array ``[path,args,kwargs,...]``)."""
-    tail = "" if backoff is None else "," + dumps(backoff)
-    return _path_size(path) + 1 + utf8_size(",%d%s]" % (max_attempts, tail))
+    if backoff is None:  # the same on each call of a job's path
+        return _head_size(path, max_attempts)
+    return _path_size(path) + 1 + utf8_size(",%d,%s]" % (max_attempts, dumps(backoff)))
+
+
+@lru_cache(maxsize=256)
+def _head_size(path: str, max_attempts: int) -> int:
+    return _path_size(path) + 1 + utf8_size(",%d]" % max_attempts)
 
 
 @lru_cache(maxsize=256)
@@ -355,6 +361,8 @@ class Binder:
         most = math.inf if inspect.Parameter.VAR_POSITIONAL in kinds else len(positional)
         countable = all(p.default is not inspect.Parameter.empty for p in keyword_only)
         self.counts = (required, most) if countable else None
+        # the names an argument can be given by (``refuse_options`` looks no further)
+        self.keywords = frozenset(p.name for p in params if p.kind in _NAMED)
 
     def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         counted = self.counts is not None and not kwargs and (
@@ -367,9 +375,7 @@ class Binder:
         would silently become the job's option (``names``: those given) instead of the
         function's argument (the meaning it had before these options existed), so
         ``InvalidJob`` says how to pass either."""
-        params = self.signature.parameters
-        named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-        if clash := [n for n in names if n in params and params[n].kind in named]:
+        if clash := [n for n in names if n in self.keywords]:
             option = clash[0]
             raise InvalidJob(
                 "%s takes an argument named %r, and schedule(..., %s=...) sets the job's "
@@ -379,6 +385,7 @@ class Binder:
 
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
 
 
 def bind(signature: inspect.Signature, path: str, args: Sequence[object],

@@ -182,6 +182,21 @@ def test_an_option_named_like_an_argument_of_the_function_is_refused(dq) -> None
     assert schedule(post, "https://example.com/hook", priority=3).id  # no clash
 
 
+def test_the_checked_options_follow_use_tz(dq, settings) -> None:  # type: ignore[no-untyped-def]
+    """``USE_TZ`` on: "now" is aware and a naive ``at`` is refused; off: "now" is naive and
+    a naive ``at`` is the due time (the same with "now" given by the caller)."""
+    naive = dt.datetime(2031, 1, 2, 3, 4, 5)
+    with pytest.raises(InvalidJob, match="naive datetime while USE_TZ=True"):
+        JobSpec(at=naive).check("tests.jobs.noop")
+    c = JobSpec(delay=5).check("tests.jobs.noop")
+    assert c.use_tz and c.now.tzinfo is not None
+    settings.USE_TZ = False
+    for now in (None, dt.datetime(2030, 1, 1)):
+        c = JobSpec(at=naive).check("tests.jobs.noop", now=now)
+        assert not c.use_tz and c.now.tzinfo is None and c.at == naive
+        assert c.now == now or now is None
+
+
 def test_tasks_bind_against_the_wrapped_function_without_their_context(settings,
                                                                       redis_server) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("django_delayq.backends")

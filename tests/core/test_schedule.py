@@ -389,6 +389,22 @@ def test_payload_limit_counts_utf8_bytes(delayq_settings) -> None:  # type: igno
     assert Job.objects.count() == 1
 
 
+def test_the_payload_size_is_that_of_the_compact_array() -> None:
+    """The size checked is the UTF-8 length of ``[path,args,kwargs,max_attempts(,backoff)]``
+    as compact JSON: the arguments' part plus ``payload_head_size``, with or without a
+    backoff, for each path and count (kept per path and count without a backoff)."""
+    from django_delayq.core import validation
+
+    for path in ("tests.jobs.noop", "tests.jobs.été"):
+        for max_attempts, backoff in ((3, None), (12, None), (3, [1, 2.5]), (1, "exponential"),
+                                      (3, None)):
+            args, kwargs = ["é", 1], {"k": None}
+            _, _, size = validation.encode_args(args, kwargs)
+            array = [path, args, kwargs, max_attempts, *([] if backoff is None else [backoff])]
+            assert size + validation.payload_head_size(path, max_attempts, backoff) == len(
+                validation.dumps(array).encode())
+
+
 @pytest.mark.parametrize(("move", "message"), [
     (lambda jid: reschedule(jid, delay=1e12), "delay must be at most"),
     (lambda jid: reschedule(jid, delay=10**400), "delay must be at most"),
