@@ -224,9 +224,11 @@ class Checked:
             run_at, at_ms, delay_ms = due, validation.at_ms(due), 0
         keep = self.key is not None and self.on_conflict == KEEP
         job_id = ids.id_for_key(self.queue, str(self.key)) if keep else ids.new_id()
-        row = dict(id=job_id, queue=self.queue, callable_path=self.path, args=args,
-                   run_at=run_at, scheduled_for=run_at, created_at=self.now,
-                   updated_at=self.now, max_attempts=self.max_attempts, **self.columns(run_at))
+        row = {"id": job_id, "queue": self.queue, "callable_path": self.path, "args": args,
+               "run_at": run_at, "scheduled_for": run_at, "created_at": self.now,
+               "updated_at": self.now, "max_attempts": self.max_attempts}
+        if columns := self.columns(run_at):
+            row.update(columns)
         if kwargs:
             row["kwargs"] = kwargs
         if self.key is not None:

@@ -157,7 +157,7 @@ def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, int]
     if kwargs or "{" in args_json:
         check_json(args, kwargs)
     for text in (args_json, kwargs_json):
-        if too_deep(text, MAX_DEPTH):
+        if len(text) > MAX_DEPTH and too_deep(text, MAX_DEPTH):  # shorter: too few brackets
             check_json(args, kwargs)
             raise not_json("a value nested more than %d levels deep" % MAX_DEPTH)
     try:
