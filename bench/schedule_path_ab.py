@@ -8,12 +8,16 @@ round after round, so that a busy machine's swings fall on both alike.
     python bench/schedule_path_ab.py --before DIR [-n 500] [--rounds 12] [--db sqlite|postgres]
 
 ``DIR`` is a checkout of the older tree (``git worktree add DIR <commit> --detach``). The
-modules outside that list (signals, events, the engine) are this tree's for both. Each
-round schedules ``-n`` jobs in autocommit and ``-n`` in one transaction with each tree;
-printed: the median and the best of the rounds, jobs/s and CPU µs per job of this process
-(each loop ends by writing its events). Starts its own redis-server; SQLite in a temporary
-directory or PostgreSQL (``delayq_bench_schedule_ab``, created fresh; Django's server-side
-binding with ``BENCH_PG_SERVER_BINDING=1``).
+older tree's engine (``engine/engine.py`` and ``engine/sharded.py``: the older copies'
+commit path sends through an older ``ShardedEngine`` on this tree's client) and its
+``job_scheduled`` receiver of the event stream (``core/events.py``'s ``_on_scheduled``,
+swapped in for the older tree's rounds, buffering into this tree's stream) are the older
+tree's too; the other modules (signals, the event stream, the scripts) are this tree's
+for both. Each round schedules ``-n`` jobs in autocommit and ``-n`` in one transaction
+with each tree; printed: the median and the best of the rounds, jobs/s and CPU µs per
+job of this process (each loop ends by writing its events). Starts its own redis-server;
+SQLite in a temporary directory or PostgreSQL (``delayq_bench_schedule_ab``, created
+fresh; Django's server-side binding with ``BENCH_PG_SERVER_BINDING=1``).
 """
 
 from __future__ import annotations
@@ -40,11 +44,14 @@ MODULES = ("validation", "ids", "registry", "options", "row_insert", "commit_bat
 
 
 def _load(tree: Path, name: str) -> ModuleType:
-    path = tree / "django_delayq" / "core" / ("%s.py" % name)
-    spec = importlib.util.spec_from_file_location("before_%s" % name, path)
+    return _load_file(tree / "django_delayq" / "core" / ("%s.py" % name), "before_%s" % name)
+
+
+def _load_file(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -62,6 +69,47 @@ def _older_schedule(tree: Path) -> Any:
                       and getattr(mine, attr, None) is value and hasattr(older[name], attr)):
                     setattr(module, attr, getattr(older[name], attr))  # ``import JobSpec``
     return older["api"].schedule
+
+
+def _older_engine_and_receiver(tree: Path) -> Any:
+    """The older tree's engine made to send the older commit path's jobs; returns its
+    receiver of ``job_scheduled`` (buffering into this tree's stream; observing only once
+    swapped in)."""
+    from django_delayq import signals
+    from django_delayq.core import events
+    from django_delayq.core.conf import get_settings
+    from django_delayq.core.connection import get_engine
+
+    engine_module = _load_file(tree / "django_delayq/engine/engine.py", "before_engine")
+    mine = sys.modules["django_delayq.engine.engine"]
+    sys.modules["django_delayq.engine.engine"] = engine_module  # its ShardedEngine's base
+    try:
+        sharded = _load_file(tree / "django_delayq/engine/sharded.py", "before_sharded")
+    finally:
+        sys.modules["django_delayq.engine.engine"] = mine
+    s = get_settings()
+    engine = sharded.ShardedEngine(get_engine().client, prefix=s.prefix, shards=s.queue_shards)
+    sys.modules["before_commit_batch"].get_engine = lambda: engine
+    observers = dict(signals._observers)
+    older_events = _load_file(tree / "django_delayq/core/events.py", "before_events")
+    signals._observers.clear()  # its import observed the signals: undone
+    signals._observers.update(observers)
+    older_events._add = events._add
+    return older_events._on_scheduled
+
+
+def _receiver(older: Any) -> Any:
+    """``use(label)``: the ``job_scheduled`` receiver of that tree observing."""
+    from django_delayq import signals
+    from django_delayq.core import events
+
+    def use(label: str) -> None:
+        gone, kept = (events._on_scheduled, older) if label == "before" else (
+            older, events._on_scheduled)
+        signals._observers[signals.job_scheduled] = tuple(
+            kept if fn is gone else fn for fn in signals._observers[signals.job_scheduled])
+
+    return use
 
 
 def _round(n: int, schedule: Any) -> tuple[float, float, float, float]:
@@ -84,14 +132,17 @@ def compare(before_tree: Path, n: int, rounds: int) -> dict[str, Any]:
     from django_delayq.core import api
 
     trees = {"after": api.schedule, "before": _older_schedule(before_tree)}
+    use = _receiver(_older_engine_and_receiver(before_tree))
     names = ("autocommit_jobs_per_s", "autocommit_cpu_us_per_job",
              "one_transaction_jobs_per_s", "one_transaction_cpu_us_per_job")
     seen: dict[str, list[tuple[float, ...]]] = {label: [] for label in trees}
     for r in range(rounds + 1):
         for label in (("before", "after") if r % 2 else ("after", "before")):
+            use(label)
             figures = _round(n, trees[label])
             if r:  # round 0 warms both up
                 seen[label].append(figures)
+    use("after")
     out: dict[str, Any] = {}
     for i, name in enumerate(names):
         row: dict[str, Any] = {}
