@@ -187,10 +187,12 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         for job in checked(jobs):
             flat += (job.id, -1 if job.at_ms is None else int(job.at_ms), int(job.delay_ms),
                      job.envelope or "", int(job.priority), job.group)
-        step = 6 * scripts.MAX_ENQUEUE
-        return sum(int(self._script("enqueue", queue, [self._now(now_ms), self.keys(queue).channel,
-                                                       *flat[i:i + step]])[0])
-                   for i in range(0, len(flat), step))
+        step, added = 6 * scripts.MAX_ENQUEUE, 0
+        for i in range(0, len(flat), step):
+            added += int(self._script("enqueue", queue, [self._now(now_ms),
+                                                         self.keys(queue).channel,
+                                                         *flat[i:i + step]])[0])
+        return added
 
     # -- consuming ------------------------------------------------------------------
 
