@@ -660,19 +660,19 @@ local function record_settled(holder, at, entries)
   if holder == '' or #entries == 0 then return end
   local stamp = string.format('%d', at)
   local scored, described = {'ZADD', settled}, {'HSET', settled_by}
-  local tokens = {'HSET', settled_tokens}
+  local toks = {'HSET', settled_tokens}
   for i = 1, #entries, 3 do
     local id = entries[i]
     scored[#scored + 1] = stamp
     scored[#scored + 1] = id
     described[#described + 1] = id
     described[#described + 1] = entries[i + 1] .. ' ' .. holder
-    tokens[#tokens + 1] = id
-    tokens[#tokens + 1] = entries[i + 2]
+    toks[#toks + 1] = id
+    toks[#toks + 1] = entries[i + 2]
   end
   redis.call(unpack(scored))
   redis.call(unpack(described))
-  redis.call(unpack(tokens))
+  redis.call(unpack(toks))
 end
 
 --@define trim_log
