@@ -50,9 +50,11 @@ def wait_or_dump(proc: subprocess.Popen[str], timeout: float) -> int:
 
 def worker_starter(settings, tmp_path, module: str = "tests.settings",  # type: ignore[no-untyped-def]
                    entry: tuple[str, ...] = ("django", "delayq_worker"),
-                   ) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+                   session: bool = False) -> Iterator[Callable[..., subprocess.Popen[str]]]:
     """Yield start(*args) -> a `delayq_worker` subprocess (``python -m *entry *args``);
-    SIGKILL the survivors after."""
+    SIGKILL the survivors after. ``session``: each the leader of a session (and process
+    group) of its own, as a terminal or a service manager starts it; each group still there
+    is SIGKILLed after."""
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: str) -> subprocess.Popen[str]:
@@ -60,16 +62,19 @@ def worker_starter(settings, tmp_path, module: str = "tests.settings",  # type: 
         proc = subprocess.Popen(
             [sys.executable, "-m", *entry, *args],
             cwd=ROOT, env=worker_env(settings, module), stdout=log, stderr=subprocess.STDOUT,
-            text=True)
+            text=True, start_new_session=session)
         procs.append(proc)
         LOGS[proc.pid] = Path(log.name)
         return proc
 
     yield start
     for proc in procs:
-        if proc.poll() is None:
+        if session:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        elif proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
-            proc.wait()
+        proc.wait()
 
 
 @pytest.fixture

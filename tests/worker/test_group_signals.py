@@ -8,7 +8,6 @@ exit code is 0. A second signal stops them all hard (3). A process that the sign
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -22,7 +21,7 @@ from django_delayq import schedule
 from django_delayq.models import JobAttempt, JobStatus
 from django_delayq.worker.loop import EXIT_HARD_STOP, EXIT_OK
 from tests.helpers import wait_until
-from tests.worker.conftest import LOGS, ROOT, wait_or_dump, worker_env
+from tests.worker.conftest import LOGS, ROOT, wait_or_dump, worker_env, worker_starter
 from tests.worker.test_hard_time_limit import alive, children
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -37,26 +36,8 @@ TWO_EACH = ("--processes", "2", "--concurrency", "2", "--max-jobs-per-child", "2
 
 @pytest.fixture
 def start_group(delayq_settings, tmp_path) -> Iterator[Callable[..., subprocess.Popen[str]]]:  # type: ignore[no-untyped-def]
-    """start(*args) -> ``delayq_worker *args`` as the leader of a session (and process
-    group) of its own, as a terminal or a service manager starts it; each group still
-    there is SIGKILLed after."""
-    procs: list[subprocess.Popen[str]] = []
-
-    def start(*args: str) -> subprocess.Popen[str]:
-        with open(tmp_path / ("group-%d.log" % len(procs)), "w") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "django", "delayq_worker", *args],
-                                    cwd=ROOT, env=worker_env(delayq_settings, SETTINGS),
-                                    stdout=log, stderr=subprocess.STDOUT, text=True,
-                                    start_new_session=True)
-        procs.append(proc)
-        LOGS[proc.pid] = Path(log.name)
-        return proc
-
-    yield start
-    for proc in procs:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    """start(*args) -> ``delayq_worker *args``, each the leader of a process group."""
+    yield from worker_starter(delayq_settings, tmp_path, SETTINGS, session=True)
 
 
 def log_of(proc: subprocess.Popen[str]) -> str:
