@@ -128,12 +128,6 @@ class QueueKeys:
     # worker (its registry id).
     settled_by = Key()
 
-    # HASH id -> lease token: the delivery ``settled_by``'s record settled, kept and
-    # dropped with it (a record apart: workers before it read ``settled_by`` as it was).
-    # ack.lua answers an ack sent again after a lost reply from it; a record without one
-    # (written by such a worker) is no worker's own.
-    settled_tokens = Key()
-
     # STRING: the highest shard count the queue's data was written with (only for a
     # queue ever sharded: on shard 0, and the same value on each other shard;
     # engine/shard_map.py).
@@ -147,9 +141,9 @@ class QueueKeys:
         """The keys holding jobs (not the queue's settings: paused, limit, starts,
         group_limits)."""
         return (self.pending, self.inflight, self.jobs, self.attempts, self.cancel, self.dead,
-                self.ready, self.prio, self.urgent, self.settled, self.settled_by,
-                self.settled_tokens, self.runs, self.group, self.group_ready, self.group_turns,
-                self.group_running, self.group_starts, self.group_expiry, self.group_held)
+                self.ready, self.prio, self.urgent, self.settled, self.settled_by, self.runs,
+                self.group, self.group_ready, self.group_turns, self.group_running,
+                self.group_starts, self.group_expiry, self.group_held)
 
     # HASH id -> ``<token> <offset> <streak>``: the last delivery (lease token) whose
     # run started, marked by its worker before the function is called; how far the

@@ -3,7 +3,7 @@
 --
 -- KEYS: inflight:zset jobs:hash attempts:hash cancel:set prio:hash urgent settled:zset
 -- KEYS: settled_by:hash runs:hash group:hash group_running:zset group_held:zset
--- KEYS: group_ready:zset group_turns:zset settled_tokens:hash
+-- KEYS: group_ready:zset group_turns:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          inflight    ZSET  lease_deadline_ms -> id
 --          jobs        HASH  id -> envelope
@@ -12,7 +12,6 @@
 --          prio        HASH  id -> priority
 --          settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
 --          settled_by  HASH  id -> "<code> <attempt> <holder>"
---          settled_tokens HASH id -> the lease token the record settled
 --          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
 --          group_running, group_held (group_ready, group_turns)  the acked jobs' group
@@ -25,12 +24,7 @@
 --
 -- An ack whose token is stale (the lease expired and the job was recovered or
 -- claimed again) is refused and changes nothing. Tokens and leases are read for the
--- whole call (HMGET, ZMSCORE) before the first write. An ack sent again after its reply
--- was lost (the first one took the job out: its token is no longer in flight) finds its
--- own settled record (the same code and holder, and its token in settled_tokens) and is
--- answered 1 again, changing nothing; any other ack of a job not in flight under its
--- token is refused, whoever settled or holds the job now (a record of another token or
--- holder, one without a token: an older worker's, or none).
+-- whole call (HMGET, ZMSCORE) before the first write.
 -- Key types: the reads meet attempts, inflight and runs (with a holder): one of the wrong
 -- type ends the call there, with wrong_type's reply. Before the first write one EXISTS
 -- reads whether any of cancel, prio, urgent and the group keys exists (none does in a
@@ -38,14 +32,11 @@
 -- keys still unchecked (jobs, settled, settled_by, and those the EXISTS found) are typed
 -- (TYPE each; jobs absent, as django-delayq leaves it, is not written either). With a
 -- holder, the runs entries read are the only ones deleted: a plain call of a plain queue
--- runs 15 commands (16 when a start mark came before the ack, 17 with envelopes), not 28
--- (with a holder, settled_tokens costs one HSET, and one EXISTS and one TYPE more).
--- Returns: one integer per triple: 1 acked (now, or by this holder under this token
---          before: its settled record), 0 refused (lease lost)
+-- runs 12 commands (13 when a start mark came before the ack, 14 with envelopes), not 28.
+-- Returns: one integer per triple: 1 acked, 0 refused (lease lost)
 -- Cost: at most 250 triples per call (scripts.MAX_ACK; callers split bigger batches):
 --       O(n log N); group slots: one HMGET and one ZREM, one index read per held group
---       (at most n); with a holder, a call with refused triples reads their records (two
---       HMGETs: settled_by, settled_tokens).
+--       (at most n).
 --@include wrong_type
 --@include forget
 --@include record_settled
@@ -61,7 +52,7 @@ local read, tokens, leased, marked = pcall(function()
          holder ~= '' and redis.call('HMGET', runs, unpack(ids)) or {}
 end)
 if not read then return read_failed(KINDS, tokens) end
-local out, done, seen, records, unmark, refused = {}, {}, {}, {}, {}, {}
+local out, done, seen, records, unmark = {}, {}, {}, {}, {}
 for j = 1, #ids do
   local id = ids[j]
   local i = 3 * j + 1
@@ -75,26 +66,9 @@ for j = 1, #ids do
       unmark[#unmark + 1] = id
     end
     records[#records + 1] = ARGV[i + 2] .. ' ' .. attempt
-    records[#records + 1] = ARGV[i + 1]
     out[j] = 1
   else
     out[j] = 0
-    if holder ~= '' then refused[#refused + 1] = j end
-  end
-end
-if #refused > 0 then  -- acked before by this holder under this token (a lost reply)?
-  local ids_refused = {}
-  for r = 1, #refused do ids_refused[r] = ids[refused[r]] end
-  local ok, recorded = pcall(redis.call, 'HMGET', settled_by, unpack(ids_refused))
-  if not ok then return read_failed(KINDS, recorded) end
-  local read_tokens, settled_as = pcall(redis.call, 'HMGET', settled_tokens, unpack(ids_refused))
-  if not read_tokens then return read_failed(KINDS, settled_as) end
-  for r = 1, #refused do
-    local j = refused[r]
-    local code, by = string.match(recorded[r] or '', '^(%a) %d+ (.+)$')
-    if code == ARGV[3 * j + 3] and settled_as[r] == ARGV[3 * j + 2] and by == holder then
-      out[j] = 1
-    end
   end
 end
 if #done == 0 then return out end
@@ -103,8 +77,7 @@ local plain = redis.call('EXISTS', unpack(rare)) == 0
 local envelopes = redis.call('TYPE', jobs)['ok']  -- 'none': no HDEL of jobs either
 local known = {[attempts] = true, [inflight] = true}
 known[jobs] = envelopes == 'none' or envelopes == 'hash'  -- else wrong_type says so
-if holder ~= '' then known[runs] = true
-else known[settled], known[settled_by], known[settled_tokens] = true, true, true end
+if holder ~= '' then known[runs] = true else known[settled], known[settled_by] = true, true end
 if plain then for _, key in ipairs(rare) do known[key] = true end end
 local err = wrong_type(KINDS, known)
 if err then return err end

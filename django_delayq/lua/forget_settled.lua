@@ -2,11 +2,10 @@
 -- and records older than the keep time (a worker gone before its rows landed, whose
 -- rows the reconciler settled long ago).
 --
--- KEYS: settled:zset settled_by:hash settled_tokens:hash
+-- KEYS: settled:zset settled_by:hash
 -- used, in that order (the names of keys.QueueKeys):
 --          settled     ZSET  id -> settled ms
 --          settled_by  HASH  id -> "<code> <attempt> <holder>"
---          settled_tokens HASH id -> the lease token the record settled
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  keep_ms     records settled before now - keep_ms are dropped (100 at most)
 -- ARGV[3..] ids whose records go
@@ -20,13 +19,11 @@ local gone = 0
 if #ARGV > 2 then  -- the ids straight from ARGV (at most 250: within unpack's reach)
   gone = redis.call('ZREM', settled, unpack(ARGV, 3))
   redis.call('HDEL', settled_by, unpack(ARGV, 3))
-  redis.call('HDEL', settled_tokens, unpack(ARGV, 3))
 end
 local old = redis.call('ZRANGEBYSCORE', settled, '-inf',
                        string.format('%.0f', now - tonumber(ARGV[2])), 'LIMIT', 0, 100)
 if #old > 0 then
   redis.call('ZREM', settled, unpack(old))
   redis.call('HDEL', settled_by, unpack(old))
-  redis.call('HDEL', settled_tokens, unpack(old))
 end
 return {gone, #old}

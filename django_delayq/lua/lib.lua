@@ -649,30 +649,24 @@ end
 
 --@define record_settled
 -- Records how jobs ended (the declared keys settled: id -> ms, settled_by: id ->
--- "<code> <attempt> <holder>", settled_tokens: id -> lease token) for the worker
--- ``holder`` until its audit row lands (forget_settled.lua); ``entries`` holds id,
--- "<code> <attempt>", token triples (at most 250: one ZADD and two HSETs, their arguments
--- built once; the token lets ack.lua tell an ack sent again after a lost reply, in a hash
--- of its own: workers before it read settled_by as it was). No record when ``holder`` is
--- "" (the bare engine, jobs set aside). ``at``: the script's now (integer ms), read before its
+-- "<code> <attempt> <holder>") for the worker ``holder`` until its audit row lands
+-- (forget_settled.lua); ``entries`` holds id, "<code> <attempt>" pairs (at most 250: one
+-- ZADD and one HSET, their arguments built once). No record when ``holder`` is "" (the
+-- bare engine, jobs set aside). ``at``: the script's now (integer ms), read before its
 -- first write, formatted once.
 local function record_settled(holder, at, entries)
   if holder == '' or #entries == 0 then return end
   local stamp = string.format('%d', at)
   local scored, described = {'ZADD', settled}, {'HSET', settled_by}
-  local toks = {'HSET', settled_tokens}
-  for i = 1, #entries, 3 do
+  for i = 1, #entries, 2 do
     local id = entries[i]
     scored[#scored + 1] = stamp
     scored[#scored + 1] = id
     described[#described + 1] = id
     described[#described + 1] = entries[i + 1] .. ' ' .. holder
-    toks[#toks + 1] = id
-    toks[#toks + 1] = entries[i + 2]
   end
   redis.call(unpack(scored))
   redis.call(unpack(described))
-  redis.call(unpack(toks))
 end
 
 --@define trim_log

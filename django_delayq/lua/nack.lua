@@ -3,7 +3,6 @@
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
 -- KEYS: ready:zset prio:hash urgent settled:zset settled_by:hash runs:hash group:hash
 -- KEYS: group_ready:zset group_turns:zset group_running:zset group_held:zset
--- KEYS: settled_tokens:hash
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -15,7 +14,6 @@
 --          prio      HASH  id -> priority (kept while the job lives, dead included)
 --          settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
 --          settled_by  HASH  id -> "c <attempt> <holder>"
---          settled_tokens HASH id -> the lease token the record settled
 --          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
@@ -67,7 +65,6 @@ if #ids > 0 then
         records[#records + 1] = id
         records[#records + 1] = 'c ' .. string.format('%.0f', tonumber(ARGV[i + 1])
                                 - offset_of(redis.call('HGET', runs, id), ARGV[i + 1]))
-        records[#records + 1] = ARGV[i + 1]
         out[j] = 3
       elseif delay >= 0 then
         enter(line, id, clamp_ms(now + delay), priority_of(prios[j]), now)

@@ -2,10 +2,7 @@
 
 Redis decides first; the audit row follows what Redis accepted. A settlement that
 Redis refuses (the lease was lost and the job redelivered) is logged and leaves the
-row to the redelivered copy: no row change, attempt row or signal (the run's attempt, if
-it started, was recorded by the lease recovery that took it back). An ack sent again after
-its reply was lost is answered from the settled record of the first one (lua/ack.lua:
-this worker's record of that token): acked, recorded once.
+row to the redelivered copy.
 
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
@@ -83,21 +80,6 @@ class Settler:
         if self.stream is None or not self.stream.mark(*self.engine.start_mark(job)):
             self.engine.mark_started([job])
 
-    def renewed(self, job: ClaimedJob) -> bool:
-        """Whether Redis accepts one extend of ``job``'s lease now, asked before a held job
-        whose lease may have passed starts (``Ledger.lease_left`` below the runner's
-        margin); refused (another delivery may have taken it back and run it) or not
-        answered: logged, and the job is not to start."""
-        why = "another delivery holds it now"
-        try:
-            [ok] = self.engine.extend(job.queue, [(job.id, job.token)], self.settings.lease_ms)
-        except Exception as exc:  # noqa: BLE001 - unknown: not started, handed back
-            ok, why = False, "Redis cannot say (%s)" % shown(exc)
-        if not ok:
-            logger.warning("job %s (attempt %d): not started: its lease may have passed; %s",
-                           shown(job.id), job.attempt, why)
-        return ok
-
     def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
         """Tell Redis the run starts (the start mark, before the function is called);
         False (nothing else done) when the mark could not be written (Redis unreachable):
@@ -157,7 +139,10 @@ class Settler:
         nacked = self.engine.nack(
             queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
             dead_max=self.settings.dead_max, holder=self.worker_id, now_ms=now_ms)
-        return (self.acked(wins, acked)
+        # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
+        # (the retry was refused), or Redis lost the job: nobody else owns it. The
+        # audit guard on attempts keeps this from overwriting a later attempt's record.
+        return (self.acked(queue, wins, acked)
                 + [(o, STATUS_OF.get(res)) for o, res in zip(fails, nacked)]
                 + [(o, None) for o in items if o.kind is Kind.DEFER])
 
@@ -184,14 +169,15 @@ class Settler:
         at = datetime.now(UTC)
         self.lags.extend((at - o.finished_at).total_seconds() * 1000 for o in outcomes)
 
-    @staticmethod
-    def acked(wins: list[Outcome], acked: list[bool]) -> Sent:
+    def acked(self, queue: str, wins: list[Outcome], acked: list[bool]) -> Sent:
         """What an ack of ``wins`` made of them (``acked``: one bool each), for
-        ``record``. Redis answers an ack sent again after its reply was lost from the
-        settled record of this worker's first one (acked); a refused ack is a lease lost
-        (another delivery holds or settled the job, or Redis lost it), whatever Redis
-        holds of the job now: that run is not the job's outcome (``_record``)."""
-        return [(o, STATUS_OF[o.kind] if ok else None) for o, ok in zip(wins, acked)]
+        ``record``; a refused one that Redis no longer holds was ours (its reply was lost
+        before, or Redis lost the job), as in ``send``."""
+        refused = [o.job.id for o, ok in zip(wins, acked) if not ok]
+        gone = {job_id for job_id, p in zip(refused, self.engine.presence(queue, refused))
+                if not (p.queued or p.dead)} if refused else set()
+        return [(o, STATUS_OF[o.kind] if ok or o.job.id in gone else None)
+                for o, ok in zip(wins, acked)]
 
     def record(self, sent: Sent) -> None:
         """Record what ``send`` settled (audit rows, signals, logs) and free the callable
@@ -258,10 +244,9 @@ class Settler:
 
     def _record(self, o: Outcome, status: JobStatus | None) -> None:
         job = o.job
-        if status is None:  # no row, attempt row or signal: the job is not this run's
+        if status is None:
             logger.warning("job %s (attempt %d): lease lost before it was settled; the "
-                           "redelivered copy owns it now (its %s outcome is refused)",
-                           shown(job.id), job.attempt, o.kind.value)
+                           "redelivered copy owns it now", shown(job.id), job.attempt)
             return
         if status in _RECORDED:  # Redis keeps a settled record until the row lands
             with self._records_lock:

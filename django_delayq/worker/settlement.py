@@ -112,11 +112,11 @@ class Settlement:
         hands a reply's outcomes back to be settled through ``Engine.ack``."""
         settled: list[Outcome] = []
         for reply in replies:
-            _, wins = reply.tag
+            queue, wins = reply.tag
             try:
                 if reply.error is not None:
                     raise reply.error
-                sent = self.settler.acked(wins, reply.acked)
+                sent = self.settler.acked(queue, wins, reply.acked)
             except Exception as exc:  # noqa: BLE001 - never the reader thread
                 logger.debug("ack stream: %s; settling %d job(s) again", shown(exc), len(wins))
                 self.ledger.keep_unsettled(wins, wins)

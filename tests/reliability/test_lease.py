@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from django_delayq import schedule, signals
+from django_delayq import schedule
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
@@ -69,68 +69,6 @@ def test_stale_settlement_is_refused_logged_and_leaves_the_copy_alone(cfg, caplo
     settler.settle([outcome(copy, Kind.SUCCESS)])
     audit.flush()
     assert (h.job.status, h.job.attempts) == (JobStatus.SUCCEEDED, 2)
-
-
-@pytest.mark.parametrize("forgotten", [False, True], ids=["record-kept", "record-forgotten"])
-def test_a_stale_success_after_the_copy_was_settled_is_refused_not_recorded(  # type: ignore[no-untyped-def]
-        cfg, caplog, forgotten) -> None:
-    """The copy ran and was acked by another worker (its settled record kept, or gone once
-    its row landed): the stale copy's late success is a lost lease, not the job's second
-    success (no signal, no row change), though Redis holds the job nowhere now."""
-    h = schedule("tests.jobs_chaos.record")
-    stale, copy = expire_and_reclaim("default", h.id)
-    engine = get_engine()
-    assert engine.ack("default", [(h.id, copy.token)], holder="new-worker") == [True]
-    if forgotten:
-        assert engine.forget_settled("default", [h.id], keep_ms=3_600_000) == 1
-    audit = AuditWriter()
-    sent: list[dict] = []
-    receiver = lambda **kw: sent.append(kw)  # noqa: E731
-    signals.job_succeeded.connect(receiver, weak=False)
-    try:
-        with caplog.at_level(logging.WARNING, logger="django_delayq.worker.settle"):
-            Settler(engine, get_settings(), audit, "old-worker").settle(
-                [outcome(stale, Kind.SUCCESS)])
-    finally:
-        signals.job_succeeded.disconnect(receiver)
-    audit.flush()
-    assert "lease lost before it was settled" in caplog.text and sent == []
-    assert (h.job.status, h.job.attempts) == (JobStatus.SCHEDULED, 0)
-
-
-def test_a_held_job_whose_lease_passed_starts_only_if_redis_still_gives_it(cfg) -> None:  # type: ignore[no-untyped-def]
-    """What a worker stopped past its leases finds when continued, before its heartbeat
-    has run (none here: nothing extends them): a job it holds whose lease, as it last
-    extended it, has passed is extended first. "taken" was taken back (and claimed again)
-    meanwhile: refused, it is not started (its copy runs elsewhere). "kept" was not:
-    extended, it runs. "fresh" still had its lease: it runs, nothing asked."""
-    engine, settings = get_engine(), get_settings()
-    worker = Worker(engine, settings, WorkerOptions(queues=("default",), concurrency=1))
-    held, sent = [], time.monotonic()
-    for tag in ("taken", "kept"):  # leases of 0.3 s, taken's ending first
-        schedule("tests.jobs_chaos.record", tag)
-        held += engine.claim("default", 10, 300).jobs
-    taken, kept = (Job.objects.get(pk=j.id) for j in held)
-    wait_until(lambda: any(r.id == taken.id for r in engine.recover("default", limit=1)))
-    assert [j.id for j in engine.claim("default", 10, 60_000).jobs] == [taken.id]  # elsewhere
-    wait_until(lambda: time.monotonic() > sent + 0.3)  # the stall: both leases went by
-    fresh = schedule("tests.jobs_chaos.record", "fresh")
-    held += engine.claim("default", 10, 60_000).jobs
-    with worker.claiming.handover.lock:
-        worker.claiming.handover.take("default", held)
-    worker.execution.start()
-    try:
-        wait_until(lambda: worker.ledger.capacity_used() == 0 and all(
-            len(jobs_chaos.executions(job_id)) == 1 for job_id in (kept.pk, fresh.id)))
-    finally:
-        worker.execution.stop()
-    assert jobs_chaos.executions(taken.pk) == []
-    [handed] = [o for o in worker.ledger.take_done() if o.job.id == taken.pk]
-    assert handed.kind is Kind.DEFER  # back to Redis: refused, the other copy's
-    loc = engine.inspect("default", taken.pk)
-    assert (loc.place, loc.attempts) == ("inflight", 1)  # the copy claimed elsewhere
-    taken.refresh_from_db()
-    assert (taken.status, taken.attempts) == (JobStatus.SCHEDULED, 0)  # untouched
 
 
 def test_long_job_that_heartbeats_is_never_redelivered(cfg) -> None:  # type: ignore[no-untyped-def]
