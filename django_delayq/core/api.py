@@ -297,7 +297,8 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
     """Move a pending job to ``at`` or ``delay`` from now; ``run_now`` is ``delay=0``."""
     row = get_job(job_id)
     at, seconds = validation.when(delay, at, django_settings.USE_TZ)
-    run_at = timezone.now() + timedelta(seconds=seconds) if at is None else at
+    run_at = (timezone.now() + timedelta(seconds=seconds) if at is None
+              else validation.stored_time(at, django_settings.USE_TZ))  # before Redis moves it
     outcome, _ = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
                                          at_ms=None if at is None else validation.at_ms(at))
     if outcome is MoveOutcome.MOVED:

@@ -8,7 +8,8 @@ means "not given": the call's value, else the default. Each check raises ``Inval
 naming the option and the bad value:
 
 * ``queue``: one of ``DELAYQ["QUEUES"]`` (default ``DEFAULT_QUEUE``);
-* ``delay`` (seconds or a ``timedelta``) or ``at`` (a datetime), not both: the due time;
+* ``delay`` (seconds or a ``timedelta``) or ``at`` (a datetime; an aware one without
+  ``USE_TZ``: stored as its wall time in ``TIME_ZONE``), not both: the due time;
 * ``key``: an idempotency key (``validation.check_key``); ``on_conflict``: what a second
   job of the key does, ``keep`` (the default), ``replace`` or ``drop`` (core/workflows.py);
 * ``priority``: an integer from -100 to 100 (``bool`` refused); among the due jobs of a
@@ -221,7 +222,8 @@ class Checked:
             at_ms, delay_ms = None, int(seconds * 1000)
             run_at = self.now + timedelta(seconds=seconds)
         else:
-            run_at, at_ms, delay_ms = due, validation.at_ms(due), 0
+            run_at, at_ms = validation.stored_time(due, self.use_tz), validation.at_ms(due)
+            delay_ms = 0
         keep = self.key is not None and self.on_conflict == KEEP
         job_id = ids.id_for_key(self.queue, str(self.key)) if keep else ids.new_id()
         row = {"id": job_id, "queue": self.queue, "callable_path": self.path, "args": args,
@@ -332,9 +334,8 @@ def expires_at(value: object, *, now: datetime, due: datetime, use_tz: bool) -> 
     if value is None:
         return None
     if isinstance(value, datetime):
-        moment = validation.check_at(value, use_tz, "expires")
-        if moment.tzinfo is not None and now.tzinfo is None:  # USE_TZ = False
-            moment = timezone.make_naive(moment)
+        moment = validation.stored_time(validation.check_at(value, use_tz, "expires"),
+                                        use_tz, "expires")
     elif isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
         moment = now + timedelta(seconds=validation.delay_seconds(value, "expires: seconds"))
     else:

@@ -7,7 +7,8 @@ an ``OverflowError``, ``RecursionError`` or ``UnicodeEncodeError`` from deeper d
 * arguments are JSON, nested at most ``MAX_DEPTH`` levels, and their strings (dict keys
   too) are valid Unicode: no lone surrogate, which no database can store as UTF-8;
 * a delay is at most ``MAX_DELAY_SECONDS`` (100 years); ``at`` converts to epoch
-  milliseconds (years 1 to 9999 do) and is at most as far ahead as a delay;
+  milliseconds (years 1 to 9999 do) and is at most as far ahead as a delay; an aware one
+  without ``USE_TZ`` has a local wall time, which its row stores (``stored_time``);
 * a key is a non-empty string of at most ``MAX_KEY_LENGTH`` characters, storable: no
   lone surrogate, no control character (PostgreSQL cannot store NUL);
 * ``max_attempts`` is 1 to ``MAX_ATTEMPTS``; a backoff passes ``engine.backoff.validate``
@@ -32,6 +33,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
+
+from django.conf import settings
 
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob, JobNotFound
@@ -269,6 +272,22 @@ def check_at(at: object, use_tz: bool, what: str = "at") -> datetime:
         raise InvalidJob("%s=%s is more than 100 years from now (at most %d seconds ahead, "
                          "as delay)" % (what, at.isoformat(), MAX_DELAY_SECONDS))
     return at
+
+
+def stored_time(at: datetime, use_tz: bool, what: str = "at") -> datetime:
+    """The datetime a row stores for ``at`` (passed ``check_at``): ``at`` itself with
+    ``USE_TZ`` or when naive; else an aware ``at``'s wall time in the local time zone,
+    naive, as Django stores datetimes without ``USE_TZ`` (SQLite and MySQL refuse an aware
+    one). Local: this process's, which Django sets to ``TIME_ZONE``, the zone of Django's
+    naive ``now()`` and of the epoch time Redis gets for a naive ``at`` (``at_ms``)."""
+    if use_tz or at.tzinfo is None:
+        return at
+    try:
+        return at.astimezone().replace(tzinfo=None)
+    except (OverflowError, ValueError, OSError) as exc:
+        raise InvalidJob("%s=%s has no wall time in TIME_ZONE %r (%s), the naive time "
+                         "USE_TZ=False stores; use a time from year 1 to 9999 there"
+                         % (what, at.isoformat(), settings.TIME_ZONE, exc)) from None
 
 
 def when(delay: object, at: object, use_tz: bool) -> tuple[datetime | None, float]:

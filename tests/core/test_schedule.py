@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import decimal
 import uuid
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.db import transaction
@@ -46,6 +47,41 @@ def test_schedule_at_aware_datetime(delayq_engine) -> None:  # type: ignore[no-u
     at = timezone.now() + dt.timedelta(hours=2)
     h = schedule("tests.jobs.noop", at=at)
     assert delayq_engine.inspect("default", h.id).score_ms == int(at.timestamp() * 1000)
+
+
+def test_an_aware_at_without_use_tz_is_stored_as_time_zone_wall_time(delayq_engine,
+                                                                     settings) -> None:  # type: ignore[no-untyped-def]
+    """``USE_TZ=False``: an aware ``at`` (and ``expires``) is the instant it names: Redis
+    gets its epoch milliseconds and the row its wall time in ``TIME_ZONE``, the naive time
+    Django stores, whichever way in (SQLite refuses an aware datetime then: the row
+    insert raised its own ``ValueError``). One that has no wall time there is refused."""
+    from django_delayq import job, schedule_spec
+
+    settings.USE_TZ, settings.TIME_ZONE = False, "America/New_York"
+    at = dt.datetime.now(dt.UTC).replace(microsecond=0) + dt.timedelta(hours=2)
+    wall = at.astimezone(ZoneInfo("America/New_York")).replace(tzinfo=None)
+    expires = at + dt.timedelta(hours=1)
+    with timezone.override("Asia/Tokyo"):  # an active zone is not the one rows are in
+        ids = [schedule(jobs.noop, at=at, expires=expires).id,
+               schedule_spec(jobs.noop, JobSpec(at=at)).id,
+               *schedule_many(jobs.noop, [JobSpec(at=at)]),
+               *job(jobs.noop).using(at=at).schedule_many([JobSpec(), JobSpec(at=at)]),
+               job(jobs.noop).using(at=at).schedule().id]
+    later = schedule(jobs.noop, delay=60).id
+    assert reschedule(later, at=at) is MoveOutcome.MOVED
+    for job_id in [*ids, later]:
+        row = Job.objects.get(pk=job_id)
+        assert row.run_at == wall and (row.scheduled_for == wall or job_id == later)
+        assert delayq_engine.inspect("default", job_id).score_ms == int(at.timestamp() * 1000)
+    assert Job.objects.get(pk=ids[0]).expires_at == wall + dt.timedelta(hours=1)
+    first = dt.datetime(1, 1, 1, 1, tzinfo=dt.UTC)  # 8 p.m. on the eve of year 1 in New York
+    for move in (lambda: schedule(jobs.noop, at=first), lambda: reschedule(later, at=first),
+                 lambda: schedule_many(jobs.noop, [JobSpec(at=first)])):
+        with pytest.raises(InvalidJob, match=r"at=0001-01-01T01:00:00\+00:00 has no wall time "
+                                             "in TIME_ZONE 'America/New_York'"):
+            move()
+    assert Job.objects.count() == len(ids) + 1 and Job.objects.get(pk=later).run_at == wall
+    assert delayq_engine.inspect("default", later).score_ms == int(at.timestamp() * 1000)
 
 
 def test_job_reaches_redis_only_after_commit(delayq_engine) -> None:  # type: ignore[no-untyped-def]
