@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import threading
 import time
@@ -45,6 +46,7 @@ from django_delayq.engine.outcomes import (
     QueueStats,
     Recovered,
     SetAside,
+    lease_clock,
 )
 from django_delayq.engine.replies import bad_id
 from django_delayq.engine.server import ServerReads
@@ -69,7 +71,8 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         super().__init__(client, prefix, clock)
         self._claimer = os.urandom(6).hex()  # names this engine's claims (claim_record)
         self._claim_seq = itertools.count(1)
-        self._claim_nonces: dict[tuple[str, str], str] = {}  # claims whose reply was lost
+        # claims whose reply was lost: their nonce, and when the first was sent (lease_clock)
+        self._claim_nonces: dict[tuple[str, str], tuple[str, float]] = {}
         self._keys: dict[str, QueueKeys] = {}
         self._script_keys: dict[tuple[str, str], tuple[str, ...]] = {}  # (script, queue)
 
@@ -204,18 +207,23 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         # knows of: the next claim of this thread on this queue asks again under the same
         # nonce and gets them (lua/claim.lua), instead of leaving them to their lease's end.
         claimer = "%s:%d" % (self._claimer, threading.get_ident())
-        nonce = self._claim_nonces.pop((queue, claimer), None) or "%x%s" % (
-            next(self._claim_seq), os.urandom(6).hex())  # not guessable from outside
+        lost = self._claim_nonces.pop((queue, claimer), None)
+        nonce, sent = lost if lost is not None else ("%x%s" % (
+            next(self._claim_seq), os.urandom(6).hex()), lease_clock())  # not guessable
         try:
             reply = self._script("claim", queue, [self._now(now_ms), max(1, min(limit, MAX_BATCH)),
                                                   int(lease_ms), nonce],
                                  record=k.claim_record(claimer))
         except Exception:
-            self._claim_nonces[(queue, claimer)] = nonce
+            self._claim_nonces[(queue, claimer)] = (nonce, sent)
             raise
+        # the leases run on the server's clock from the call at the earliest: this
+        # process's clock from the send is behind them (unknown on a clock of our own)
+        until = sent + lease_ms / 1000 if now_ms is None and self.clock is None else math.inf
         jobs, aside, _ = self._decoded(queue, "claim", reply, 6, 5, lambda r: ClaimedJob(
             queue=queue, id=replies.text(r[0]), due_ms=int(r[1]), token=int(r[2]),
-            attempt=int(r[3]), envelope=replies.envelope_text(r[4]), home=queue))
+            attempt=int(r[3]), envelope=replies.envelope_text(r[4]), home=queue,
+            lease_until=until))
         return ClaimResult(now_ms=int(reply[0]), next_due_ms=replies.opt(reply[1]), jobs=jobs,
                            set_aside=aside, paused=bool(int(reply[2])),
                            blocked_until_ms=replies.opt(reply[3]), limited=bool(int(reply[4])),

@@ -6,11 +6,23 @@ Redis: callers in every layer may hold them.
 from __future__ import annotations
 
 import enum
+import functools
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from django_delayq.engine.envelope import Envelope
+
+# The clock leases are timed on in this process (``ClaimedJob.lease_until``, the worker's
+# ledger): CLOCK_BOOTTIME where there is one (Linux), which counts on while the process is
+# stopped and while the system is suspended, else the monotonic clock (stopped processes
+# only). Neither counts the time a paused VM's guest clock was held.
+lease_clock: Callable[[], float] = (
+    functools.partial(time.clock_gettime, time.CLOCK_BOOTTIME)
+    if hasattr(time, "CLOCK_BOOTTIME") else time.monotonic)
 
 
 class CancelOutcome(enum.IntEnum):
@@ -61,6 +73,11 @@ class ClaimedJob:
     attempt: int  # runs started so far, this one included if it starts (not the token)
     payload: Envelope | None = None
     home: str = ""  # the queue (shard) whose keys hold it, when not ``queue``
+    # When its lease ends at the earliest (this process's ``lease_clock()``, which counts
+    # on while the process is stopped): the claim's lease from the moment the claim
+    # was first sent (a claim asked again after a lost reply: its first send). inf: not
+    # known (an engine clock of its own, a job not from a claim). Not part of its identity.
+    lease_until: float = field(default=math.inf, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -20,7 +20,10 @@ lives. The heartbeat thread calls ``heartbeat`` every ``LEASE_SECONDS /
 3`` with the jobs the worker holds (running or waiting for a thread). Each queue's leases
 are extended on their own: on a cluster, one node down must not cost the other queues
 their leases. A lease that could not be extended was already taken back (the job is
-redelivered) and is logged. The worker's info (host, pid, queues, concurrency, start time,
+redelivered) and is logged. The ledger is told when each extended lease ends at the
+earliest (the call's send plus the lease, on ``lease_clock``; ``Ledger.extended``):
+a job thread starts a held job only while its lease has time left (``runner.py``). The
+worker's info (host, pid, queues, concurrency, start time,
 jobs held, claimed and settled; ``supervisor``: the id of the ``delayq_worker --processes`` that
 started it, or null; ``processes``: how many children that supervisor runs, else 1;
 ``jobs``: the running jobs, longest-running first, at most 50, each ``{"id", "queue",
@@ -82,6 +85,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import socket
 import threading
@@ -95,11 +99,12 @@ from django.db import connections
 from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.outcomes import Contact, NackOutcome
+from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, monotonic_ms
+from django_delayq.worker.ledger import Delivery, Ledger, delivery
 from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE, STATUS_OF
 from django_delayq.worker.queue_backoff import grouped
 from django_delayq.worker.retention import Retention
@@ -111,7 +116,6 @@ if TYPE_CHECKING:
     from django_delayq.engine import Engine
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.gates import StartGate
-    from django_delayq.worker.ledger import Ledger
     from django_delayq.worker.settlement import Settlement
     from django_delayq.worker.tracking import Supervision
 
@@ -184,14 +188,22 @@ class Housekeeping:
         beat_at = time.monotonic()
         failed: list[Exception] = []
         lost: list[ClaimedJob] = []
+        until: dict[Delivery, float] = {}  # when each extended lease ends, at the earliest
+        unknown: set[str] = set()  # the queues whose extend failed: nothing new known
+        lease_s = self.settings.lease_ms / 1000 if self.engine.clock is None else math.inf
         for queue, jobs in grouped(held, lambda job: job.queue).items():
+            sent = lease_clock()
             try:  # each queue on its own: on a cluster, one node down must not cost the
                 results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
                                              self.settings.lease_ms)  # others their leases
             except OUTAGES as exc:
                 failed.append(exc)
+                unknown.add(queue)
                 continue
             lost += [job for job, ok in zip(jobs, results) if not ok]
+            until.update((delivery(j), sent + lease_s if ok else -math.inf)
+                         for j, ok in zip(jobs, results))
+        self.ledger.extended(until, unknown)  # read before each start (Ledger.lease_left)
         if lost and holding is not None:
             now_held = {(j.queue, j.id, j.token) for j in holding()}
             lost = [j for j in lost if (j.queue, j.id, j.token) in now_held]

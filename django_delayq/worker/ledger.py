@@ -37,10 +37,11 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from django_delayq.engine.outcomes import lease_clock
 from django_delayq.worker.outcome import Kind
 from django_delayq.worker.tracking import Link, RunningJob, next_limit
 
@@ -51,6 +52,14 @@ if TYPE_CHECKING:
 Key = tuple[str, str]  # (queue, job id)
 Delivery = tuple[str, str, int]  # (queue, job id, lease token)
 SETTLED_AS = {Kind.RETRY: "f", Kind.DEAD: "f", Kind.DEFER: "d"}  # else "s" (the ``x`` report)
+
+
+def start_margin(lease_ms: int) -> float:
+    """Seconds of lease a held job must have left to start without asking Redis
+    (``Ledger.lease_left``): a tenth of the lease, at most half a second. A heartbeat every
+    third of a lease leaves a live worker two thirds; one that was stopped (SIGSTOP, a VM
+    pause) or cut off from Redis past its leases may find them taken back."""
+    return min(0.5, lease_ms / 10_000)
 
 
 def key_of(job: ClaimedJob) -> Key:
@@ -78,6 +87,9 @@ class Ledger:
         self._unsettled: list[Outcome] = []  # of queues backing off (a node down)
         # taken by ``take_done`` (maybe by several threads at once), being settled
         self._settling: dict[int, Outcome] = {}
+        # when the leases the heartbeat extended end at the earliest (lease_clock; -inf: its
+        # extend was refused), by delivery; replaced at each heartbeat (``extended``)
+        self._until: dict[Delivery, float] = {}
         self.pace: float | None = None  # moving average of a job's run time (seconds)
         self.notify_done = True  # finish() wakes wait_done (not when job threads settle)
 
@@ -269,6 +281,16 @@ class Ledger:
                 self._lock.notify_all()
         return out
 
+    def extended(self, until: dict[Delivery, float], kept: Container[str] = ()) -> None:
+        """The heartbeat extended the leases of the deliveries in ``until`` (each: when
+        its lease ends at the earliest, ``lease_clock()``; -inf: refused, the lease is
+        lost). What was known of the others is forgotten (they are no longer held), but
+        for those of the queues in ``kept`` (their extend failed: nothing new is known)."""
+        with self._lock:  # built whole, then assigned: ``lease_left`` reads it unlocked
+            known = {d: t for d, t in self._until.items() if d[0] in kept} if kept else {}
+            known.update(until)
+            self._until = known
+
     # -- reads ---------------------------------------------------------------------
 
     def read_at(self, job: ClaimedJob) -> float | None:
@@ -286,6 +308,15 @@ class Ledger:
         """The jobs held unstarted (no thread has taken them yet)."""
         with self._lock:
             return list(self._unstarted.values())
+
+    def lease_left(self, job: ClaimedJob) -> float:
+        """Seconds left of ``job``'s lease as this worker last extended it (its claim, or
+        the last heartbeat whose extend Redis accepted), on ``lease_clock`` (CLOCK_BOOTTIME
+        or the monotonic clock), which counts on while the process is stopped: not above 0
+        once it may have passed (the process was stalled past it, or could not extend it);
+        -inf when its extend was refused; inf when not known. No lock: one dict read (the
+        dict is replaced whole)."""
+        return self._until.get(delivery(job), job.lease_until) - lease_clock()
 
     def held(self, *, sent: bool = True) -> list[ClaimedJob]:
         """The jobs whose leases this worker keeps: running, waiting for a thread, or

@@ -65,7 +65,7 @@ from django_delayq.exceptions import (
     type_path,
 )
 from django_delayq.worker import atomic, gates
-from django_delayq.worker.ledger import Ledger, key_of
+from django_delayq.worker.ledger import Ledger, key_of, start_margin
 from django_delayq.worker.outcome import (
     INVALID_ROW,
     Kind,
@@ -364,6 +364,7 @@ class Execution:
         self.cancels = cancels  # cancels asked while a job waited for a thread
         self.ledger, self.handover, self.settlement = ledger, handover, settlement
         self.worker_id, self.concurrency = worker_id, concurrency
+        self.margin = start_margin(settings.lease_ms)  # lease a job must have left to start
         self._threads: list[threading.Thread] = []
 
     def start(self) -> None:
@@ -404,7 +405,9 @@ class Execution:
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission,
                  running: RunningJob) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
-        if self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
+        if self.ledger.lease_left(job) < self.margin and not self.settlement.settler.renewed(job):
+            outcome = self.gate.retry_later(job)  # not run: back to Redis (refused if not ours)
+        elif self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
             outcome = run(job, worker_id=self.worker_id,
                           default_max_attempts=self.settings.default_max_attempts,
                           default_backoff=self.settings.default_backoff,

@@ -2,7 +2,12 @@
 
 Redis decides first; the audit row follows what Redis accepted. A settlement that
 Redis refuses (the lease was lost and the job redelivered) is logged and leaves the
-row to the redelivered copy.
+row to the redelivered copy: no row change, attempt row or signal (the run's attempt, if
+it started, was recorded by the lease recovery that took it back).
+
+A refused ack is not always a lost lease: Redis may have applied an earlier send whose
+reply was lost, or lost the job itself (a node that came back empty). ``Settler.acked``
+tells them apart: see the "Settlement" section of docs/internals.md (a refused ack).
 
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
@@ -30,11 +35,14 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.db import DatabaseError, router
+
 from django_delayq import signals
 from django_delayq.core.reconcile_state import SETTLED_KEEP_MS
 from django_delayq.engine.logtext import shown
+from django_delayq.engine.outcomes import lease_clock
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.models import JobStatus
+from django_delayq.models import FINAL_STATUSES, Job, JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
@@ -44,6 +52,7 @@ if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
     from django_delayq.engine.acks import AckStream
+    from django_delayq.engine.outbox import Presence
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.audit import AuditWriter
 
@@ -72,6 +81,11 @@ class Settler:
         self._records: dict[str, str] = {}
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
         self._records_lock = threading.Lock()
+        # seconds left of a job's lease as this worker last extended it (the ledger's
+        # ``lease_left``, which Settlement sets; else from its claim): not above 0 once it
+        # may have passed
+        self.lease_left: Callable[[ClaimedJob], float] = lambda job: (
+            job.lease_until - lease_clock())
 
     def mark(self, job: ClaimedJob) -> None:
         """A start mark through the stream (not waited for), else a call. Any job's: a mark
@@ -79,6 +93,21 @@ class Settler:
         shard's), all on the stream's one server."""
         if self.stream is None or not self.stream.mark(*self.engine.start_mark(job)):
             self.engine.mark_started([job])
+
+    def renewed(self, job: ClaimedJob) -> bool:
+        """Whether Redis accepts one extend of ``job``'s lease now, asked before a held job
+        whose lease may have passed starts (``Ledger.lease_left`` below the runner's
+        margin); refused (another delivery may have taken it back and run it) or not
+        answered: logged, and the job is not to start."""
+        why = "another delivery holds it now"
+        try:
+            [ok] = self.engine.extend(job.queue, [(job.id, job.token)], self.settings.lease_ms)
+        except Exception as exc:  # noqa: BLE001 - unknown: not started, handed back
+            ok, why = False, "Redis cannot say (%s)" % shown(exc)
+        if not ok:
+            logger.warning("job %s (attempt %d): not started: its lease may have passed; %s",
+                           shown(job.id), job.attempt, why)
+        return ok
 
     def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
         """Tell Redis the run starts (the start mark, before the function is called);
@@ -171,13 +200,28 @@ class Settler:
 
     def acked(self, queue: str, wins: list[Outcome], acked: list[bool]) -> Sent:
         """What an ack of ``wins`` made of them (``acked``: one bool each), for
-        ``record``; a refused one that Redis no longer holds was ours (its reply was lost
-        before, or Redis lost the job), as in ``send``."""
-        refused = [o.job.id for o, ok in zip(wins, acked) if not ok]
-        gone = {job_id for job_id, p in zip(refused, self.engine.presence(queue, refused))
-                if not (p.queued or p.dead)} if refused else set()
-        return [(o, STATUS_OF[o.kind] if ok or o.job.id in gone else None)
+        ``record``. A refused one is this run's outcome when Redis holds the job nowhere
+        and nothing says another delivery settled it: no settled record but this worker's
+        of this attempt (an earlier send of this ack whose reply was lost), and, when this
+        worker's lease may have passed (stopped or cut off past it: ``lease_left``), a row
+        not yet final (another delivery's record may be gone with its row landed)."""
+        refused = [o for o, ok in zip(wins, acked) if not ok]
+        if not refused:
+            return [(o, STATUS_OF[o.kind]) for o in wins]
+        where = self.engine.presence(queue, [o.job.id for o in refused])
+        ours = {o.job.id for o, p in zip(refused, where) if self._mine(o.job, p)}
+        if doubtful := [o.job.id for o, p in zip(refused, where) if o.job.id in ours
+                        and p.settled is None and self.lease_left(o.job) <= 0]:
+            ours -= final_rows(doubtful)
+        return [(o, STATUS_OF[o.kind] if ok or o.job.id in ours else None)
                 for o, ok in zip(wins, acked)]
+
+    def _mine(self, job: ClaimedJob, where: Presence) -> bool:
+        """Whether nothing Redis holds says another delivery has ``job`` (refused ack)."""
+        if where.queued or where.dead:
+            return False
+        return where.settled is None or (where.settled.holder, where.settled.attempt) == (
+            self.worker_id, job.attempt)
 
     def record(self, sent: Sent) -> None:
         """Record what ``send`` settled (audit rows, signals, logs) and free the callable
@@ -304,6 +348,17 @@ def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
                      error_type=error_type, started_at=started_at, **base)
     else:
         signals.send(signals.job_cancelled, running=True, **base)
+
+
+def final_rows(job_ids: list[str]) -> set[str]:
+    """Which of ``job_ids`` have final rows (read where the audit writes); none when the
+    database cannot say (as before this check: the audit's guard keeps final rows)."""
+    try:
+        return set(Job.objects.using(router.db_for_write(Job)).filter(
+            pk__in=job_ids, status__in=FINAL_STATUSES).values_list("pk", flat=True))
+    except DatabaseError as exc:
+        logger.warning("could not read %d row(s) of refused acks: %s", len(job_ids), shown(exc))
+        return set()
 
 
 def acks(wins: Sequence[Outcome]) -> tuple[list[tuple[str, int]], list[str]]:

@@ -55,6 +55,7 @@ class Settlement:
         self.stream = engine.ack_stream(worker_id)
         ledger.notify_done = self.stream is None  # else finished() wakes it for leftovers
         self.settler = Settler(engine, settings, audit, worker_id, release, on_start, self.stream)
+        self.settler.lease_left = ledger.lease_left  # a refused ack's lease may have passed
         audit.after_write = self.settler.landed  # their settled records may go
         self.on_settled = on_settled
         self.backoff = QueueBackoff()

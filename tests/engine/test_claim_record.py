@@ -11,6 +11,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_delayq.engine import Engine, NewJob, scripts
+from django_delayq.engine.outcomes import lease_clock
 from tests.conftest import unique_prefix
 
 NOW = 1_800_000_000_000
@@ -70,3 +71,29 @@ def test_a_claim_whose_reply_timed_out_is_answered_by_the_next(redis_server) -> 
     assert len(got.jobs) == 2 and all(j.token == 1 for j in got.jobs)
     admin.close()
     slow.close()
+
+
+def test_jobs_answered_again_keep_the_lease_of_the_claim_first_sent(engine: Engine,  # type: ignore[no-untyped-def]
+                                                                    monkeypatch) -> None:
+    """A claimed job tells when its lease ends at the earliest on this process's clock
+    (``lease_until``): from the claim's send; for jobs a claim asked again answers, from
+    the send of the claim whose reply was lost (their lease began then)."""
+    engine.enqueue("q", [NewJob(id="a")])  # due now, on the Redis clock
+    run = engine._script
+
+    def reply_lost(*args, **kwargs):  # type: ignore[no-untyped-def]
+        run(*args, **kwargs)
+        raise redis.ConnectionError("the reply is lost")
+
+    monkeypatch.setattr(engine, "_script", reply_lost)
+    before = lease_clock()
+    with pytest.raises(redis.ConnectionError):
+        engine.claim("q", 1, 60_000)
+    monkeypatch.setattr(engine, "_script", run)
+    lost_at = lease_clock()
+    [job] = engine.claim("q", 1, 60_000).jobs
+    assert job.id == "a" and before <= job.lease_until - 60 <= lost_at
+    engine.enqueue("q", [NewJob(id="b")])
+    sent = lease_clock()
+    [b] = engine.claim("q", 1, 60_000).jobs
+    assert sent <= b.lease_until - 60 <= lease_clock()

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from django_delayq import schedule
+from django_delayq import schedule, signals
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
@@ -69,6 +69,82 @@ def test_stale_settlement_is_refused_logged_and_leaves_the_copy_alone(cfg, caplo
     settler.settle([outcome(copy, Kind.SUCCESS)])
     audit.flush()
     assert (h.job.status, h.job.attempts) == (JobStatus.SUCCEEDED, 2)
+
+
+@pytest.mark.parametrize("case", ["record-kept", "record-forgotten", "redis-lost-it"])
+def test_a_refused_success_is_the_jobs_only_when_no_other_delivery_settled_it(  # type: ignore[no-untyped-def]
+        cfg, caplog, case) -> None:
+    """A stale copy (its lease passed: a worker stopped past it) acks after another
+    worker ran the job and acked it: refused, and no second success is recorded (no
+    signal, no row change), though Redis holds the job nowhere now, whether that worker's
+    settled record is still kept or went once its row landed. "redis-lost-it": the job's
+    keys went (a node that came back empty) and its row is not final: nobody else ran it,
+    so the refused success is the job's (recorded once)."""
+    h = schedule("tests.jobs_chaos.record")
+    stale, copy = expire_and_reclaim("default", h.id)
+    engine = get_engine()
+    if case == "redis-lost-it":
+        for key in list(engine.client.scan_iter(match="{%s*" % engine.prefix, count=1000)):
+            engine.client.delete(key)
+    else:
+        assert engine.ack("default", [(h.id, copy.token)], holder="new-worker") == [True]
+    if case == "record-forgotten":  # its row landed, then the record was dropped
+        Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED, attempts=2)
+        assert engine.forget_settled("default", [h.id], keep_ms=3_600_000) == 1
+    audit = AuditWriter()
+    sent: list[dict] = []
+    receiver = lambda **kw: sent.append(kw)  # noqa: E731
+    signals.job_succeeded.connect(receiver, weak=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_delayq.worker.settle"):
+            Settler(engine, get_settings(), audit, "old-worker").settle(
+                [outcome(stale, Kind.SUCCESS)])
+    finally:
+        signals.job_succeeded.disconnect(receiver)
+    audit.flush()
+    row = Job.objects.get(pk=h.id)
+    if case == "redis-lost-it":
+        assert [kw["attempt"] for kw in sent] == [1]
+        assert (row.status, row.attempts) == (JobStatus.SUCCEEDED, 1)
+        return
+    assert "lease lost before it was settled" in caplog.text and sent == []
+    assert (row.status, row.attempts) == (
+        (JobStatus.SUCCEEDED, 2) if case == "record-forgotten" else (JobStatus.SCHEDULED, 0))
+
+
+def test_a_held_job_whose_lease_passed_starts_only_if_redis_still_gives_it(cfg) -> None:  # type: ignore[no-untyped-def]
+    """What a worker stopped past its leases finds when continued, before its heartbeat
+    has run (none here: nothing extends them): a job it holds whose lease, as it last
+    extended it, has passed is extended first. "taken" was taken back (and claimed again)
+    meanwhile: refused, it is not started (its copy runs elsewhere). "kept" was not:
+    extended, it runs. "fresh" still had its lease: it runs, nothing asked."""
+    engine, settings = get_engine(), get_settings()
+    worker = Worker(engine, settings, WorkerOptions(queues=("default",), concurrency=1))
+    held, sent = [], time.monotonic()
+    for tag in ("taken", "kept"):  # leases of 0.3 s, taken's ending first
+        schedule("tests.jobs_chaos.record", tag)
+        held += engine.claim("default", 10, 300).jobs
+    taken, kept = (Job.objects.get(pk=j.id) for j in held)
+    wait_until(lambda: any(r.id == taken.id for r in engine.recover("default", limit=1)))
+    assert [j.id for j in engine.claim("default", 10, 60_000).jobs] == [taken.id]  # elsewhere
+    wait_until(lambda: time.monotonic() > sent + 0.3)  # the stall: both leases went by
+    fresh = schedule("tests.jobs_chaos.record", "fresh")
+    held += engine.claim("default", 10, 60_000).jobs
+    with worker.claiming.handover.lock:
+        worker.claiming.handover.take("default", held)
+    worker.execution.start()
+    try:
+        wait_until(lambda: worker.ledger.capacity_used() == 0 and all(
+            len(jobs_chaos.executions(job_id)) == 1 for job_id in (kept.pk, fresh.id)))
+    finally:
+        worker.execution.stop()
+    assert jobs_chaos.executions(taken.pk) == []
+    [handed] = [o for o in worker.ledger.take_done() if o.job.id == taken.pk]
+    assert handed.kind is Kind.DEFER  # back to Redis: refused, the other copy's
+    loc = engine.inspect("default", taken.pk)
+    assert (loc.place, loc.attempts) == ("inflight", 1)  # the copy claimed elsewhere
+    taken.refresh_from_db()
+    assert (taken.status, taken.attempts) == (JobStatus.SCHEDULED, 0)  # untouched
 
 
 def test_long_job_that_heartbeats_is_never_redelivered(cfg) -> None:  # type: ignore[no-untyped-def]

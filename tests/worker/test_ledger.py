@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 
+import pytest
+
 from django_delayq.engine import ClaimedJob
+from django_delayq.engine.outcomes import lease_clock
 from django_delayq.worker import runner
-from django_delayq.worker.ledger import Ledger, key_of
+from django_delayq.worker.ledger import Ledger, delivery, key_of
 from django_delayq.worker.processes.children import Child
 from django_delayq.worker.tracking import Link
 
@@ -207,3 +213,48 @@ def test_a_supervisor_that_missed_a_claim_records_the_attempt_not_the_token() ->
     ledger.link.orphaned.set()  # its threads end
     ledger.link.sock.close()
     theirs.close()
+
+
+def test_a_lease_is_known_from_its_claim_then_from_each_heartbeat() -> None:
+    """``lease_left``: the claim's lease until a heartbeat extends it; an extend refused
+    leaves none; a queue whose extend failed keeps what was known; a beat forgets the
+    deliveries it no longer holds."""
+    now = lease_clock()
+    ledger = Ledger()
+    a = dataclasses.replace(job("a"), lease_until=now - 1)  # claimed, then a stall
+    b, c = job("b"), job("c", queue="other")
+    assert ledger.lease_left(a) < 0 and ledger.lease_left(b) == math.inf  # not known
+    ledger.extended({delivery(a): now + 10, delivery(b): -math.inf, delivery(c): now + 5})
+    assert 9 < ledger.lease_left(a) <= 10 and ledger.lease_left(b) == -math.inf
+    ledger.extended({delivery(a): now + 20}, kept={"other"})  # "other": Redis unreachable
+    assert 19 < ledger.lease_left(a) <= 20 and 4 < ledger.lease_left(c) <= 5
+    assert ledger.lease_left(b) == math.inf  # no longer held: forgotten
+    ledger.extended({})
+    assert ledger.lease_left(a) < 0 and ledger.lease_left(c) == math.inf  # the claim's
+
+
+def test_the_leases_known_are_replaced_whole() -> None:
+    """``lease_left`` reads without the lock: ``extended`` assigns the new leases built
+    whole, never a dict it fills afterwards."""
+    assigned: list[dict] = []
+
+    class Watched(Ledger):
+        def __setattr__(self, name: str, value: object) -> None:
+            if name == "_until":
+                assigned.append(dict(value))  # type: ignore[call-overload]
+            super().__setattr__(name, value)
+
+    ledger = Watched()
+    a, c = job("a"), job("c", queue="other")
+    ledger.extended({delivery(c): 5.0})
+    ledger.extended({delivery(a): 10.0}, kept={"other"})
+    assert assigned[-2:] == [{delivery(c): 5.0}, {delivery(c): 5.0, delivery(a): 10.0}]
+
+
+@pytest.mark.skipif(not hasattr(time, "CLOCK_BOOTTIME"), reason="no CLOCK_BOOTTIME here")
+def test_leases_are_timed_on_the_clock_that_counts_a_suspend() -> None:
+    """Where there is CLOCK_BOOTTIME (Linux), leases are timed on it: it counts on while
+    the system is suspended, as the server's lease does; the monotonic clock does not."""
+    before = time.clock_gettime(time.CLOCK_BOOTTIME)
+    now = lease_clock()
+    assert before <= now <= time.clock_gettime(time.CLOCK_BOOTTIME)
