@@ -390,9 +390,9 @@ class Execution:
             if not (running := self.ledger.start(job, limit)):
                 continue  # released during drain, stale (its lease lost), or cancelled
             admitted: gates.Admission | None = None
-            try:  # its cancels unread (the database down): deferred; else expired? limited?
-                admitted = self.gate.admit(job) if read else gates.Admission(
-                    ended=self.gate.retry_later(job))
+            try:  # its cancels unread (the database down) or its lease maybe gone: deferred;
+                admitted = self.gate.admit(job) if read and self._leased(job) else (  # else
+                    gates.Admission(ended=self.gate.retry_later(job)))  # expired? limited?
                 outcome = admitted.ended or self._attempt(job, admitted, running)
             except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
                 logger.exception("job %s: the worker failed around its attempt", shown(job.id))
@@ -402,12 +402,15 @@ class Execution:
             self.ledger.finish(key_of(job), outcome)
             self.settlement.finished()  # acked now, on this thread
 
+    def _leased(self, job: ClaimedJob) -> bool:
+        """Whether ``job``'s lease has time left to start it (asked before its limits: a
+        job handed back uses no grant): as this worker last extended it, else renewed."""
+        return self.ledger.lease_left(job) >= self.margin or self.settlement.settler.renewed(job)
+
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission,
                  running: RunningJob) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
-        if self.ledger.lease_left(job) < self.margin and not self.settlement.settler.renewed(job):
-            outcome = self.gate.retry_later(job)  # not run: back to Redis (refused if not ours)
-        elif self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
+        if self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
             outcome = run(job, worker_id=self.worker_id,
                           default_max_attempts=self.settings.default_max_attempts,
                           default_backoff=self.settings.default_backoff,

@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, router
+from django.db import DatabaseError, connections, router
 
 from django_delayq import signals
 from django_delayq.core.reconcile_state import SETTLED_KEEP_MS
@@ -210,9 +210,9 @@ class Settler:
             return [(o, STATUS_OF[o.kind]) for o in wins]
         where = self.engine.presence(queue, [o.job.id for o in refused])
         ours = {o.job.id for o, p in zip(refused, where) if self._mine(o.job, p)}
-        if doubtful := [o.job.id for o, p in zip(refused, where) if o.job.id in ours
+        if doubtful := [o.job for o, p in zip(refused, where) if o.job.id in ours
                         and p.settled is None and self.lease_left(o.job) <= 0]:
-            ours -= final_rows(doubtful)
+            ours -= settled_elsewhere(doubtful, self.worker_id)
         return [(o, STATUS_OF[o.kind] if ok or o.job.id in ours else None)
                 for o, ok in zip(wins, acked)]
 
@@ -350,14 +350,20 @@ def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
         signals.send(signals.job_cancelled, running=True, **base)
 
 
-def final_rows(job_ids: list[str]) -> set[str]:
-    """Which of ``job_ids`` have final rows (read where the audit writes); none when the
-    database cannot say (as before this check: the audit's guard keeps final rows)."""
+def settled_elsewhere(jobs: list[ClaimedJob], worker_id: str) -> set[str]:
+    """The ids of ``jobs`` whose rows another delivery made final (read where the audit
+    writes): final, and not by this worker's attempt (an atomic job's own commit). None
+    when the database cannot say (as before this check: the audit's guard keeps final
+    rows); a connection that failed is closed, the next check opens another."""
+    using = router.db_for_write(Job)
+    attempt = {job.id: job.attempt for job in jobs}
     try:
-        return set(Job.objects.using(router.db_for_write(Job)).filter(
-            pk__in=job_ids, status__in=FINAL_STATUSES).values_list("pk", flat=True))
+        connections[using].close_if_unusable_or_obsolete()
+        rows = Job.objects.using(using).filter(pk__in=list(attempt), status__in=FINAL_STATUSES)
+        return {pk for pk, by, n in rows.values_list("pk", "worker_id", "attempts")
+                if (by, n) != (worker_id, attempt[pk])}
     except DatabaseError as exc:
-        logger.warning("could not read %d row(s) of refused acks: %s", len(job_ids), shown(exc))
+        logger.warning("could not read %d row(s) of refused acks: %s", len(jobs), shown(exc))
         return set()
 
 

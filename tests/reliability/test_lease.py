@@ -10,8 +10,10 @@ import time
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection
 
 from django_delayq import schedule, signals
+from django_delayq.core import payloads
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
@@ -20,8 +22,8 @@ from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.loop import Worker, WorkerOptions
 from django_delayq.worker.outcome import LOST_LEASE
-from django_delayq.worker.runner import Kind, Outcome
-from django_delayq.worker.settle import Settler
+from django_delayq.worker.runner import Kind, Outcome, run
+from django_delayq.worker.settle import Settler, settled_elsewhere
 from tests import jobs_chaos
 from tests.helpers import point_at, wait_until
 
@@ -112,6 +114,53 @@ def test_a_refused_success_is_the_jobs_only_when_no_other_delivery_settled_it(  
         (JobStatus.SUCCEEDED, 2) if case == "record-forgotten" else (JobStatus.SCHEDULED, 0))
 
 
+def test_an_atomic_jobs_only_run_is_recorded_once_after_redis_lost_it(cfg) -> None:  # type: ignore[no-untyped-def]
+    """An atomic job commits its row ``succeeded`` itself, before its ack; Redis then loses
+    the job (a node back empty) and the worker's lease passes: its refused ack is the only
+    run's, so ``job_succeeded`` is sent once (the final row is this worker's attempt's)."""
+    h = schedule("tests.jobs_chaos.record", "x", atomic=True)
+    engine, settings = get_engine(), get_settings()
+    [job] = engine.claim("default", 10, 200).jobs
+    engine.mark_started([job])
+    [job] = payloads.read([job]).run
+    done = run(job, worker_id="w1", default_max_attempts=3,
+               default_backoff=settings.default_backoff)
+    assert (done.kind, h.job.status) == (Kind.SUCCESS, JobStatus.SUCCEEDED)
+    for key in list(engine.client.scan_iter(match="{%s*" % engine.prefix, count=1000)):
+        engine.client.delete(key)
+    settler = Settler(engine, settings, AuditWriter(), "w1")
+    wait_until(lambda: settler.lease_left(job) <= 0)
+    sent: list[dict] = []
+    receiver = lambda **kw: sent.append(kw)  # noqa: E731
+    signals.job_succeeded.connect(receiver, weak=False)
+    try:
+        settler.settle([done])
+    finally:
+        signals.job_succeeded.disconnect(receiver)
+    assert [kw["attempt"] for kw in sent] == [1]
+
+
+def test_the_row_check_of_refused_acks_recovers_from_a_dropped_connection(cfg) -> None:  # type: ignore[no-untyped-def]
+    """On the ack reader's thread, a connection the database dropped fails at most one
+    check (the run taken for the job's, as without it); the next opens another."""
+    h = schedule("tests.jobs_chaos.record")
+    Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED, worker_id="w2", attempts=1)
+    [job] = get_engine().claim("default", 10, 60_000).jobs
+    out: list[set[str]] = []
+
+    def reader() -> None:
+        out.append(settled_elsewhere([job], "w1"))
+        connection.connection.close()  # the server closed it (a restart, an idle timeout)
+        out.append(settled_elsewhere([job], "w1"))
+        out.append(settled_elsewhere([job], "w1"))
+        connection.close()
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    thread.join()
+    assert out[0] == out[2] == {h.id} and out[1] in ({h.id}, set())
+
+
 def test_a_held_job_whose_lease_passed_starts_only_if_redis_still_gives_it(cfg) -> None:  # type: ignore[no-untyped-def]
     """What a worker stopped past its leases finds when continued, before its heartbeat
     has run (none here: nothing extends them): a job it holds whose lease, as it last
@@ -145,6 +194,34 @@ def test_a_held_job_whose_lease_passed_starts_only_if_redis_still_gives_it(cfg) 
     assert (loc.place, loc.attempts) == ("inflight", 1)  # the copy claimed elsewhere
     taken.refresh_from_db()
     assert (taken.status, taken.attempts) == (JobStatus.SCHEDULED, 0)  # untouched
+
+
+def test_a_held_job_handed_back_uses_no_grant_of_its_callable_limit(cfg) -> None:  # type: ignore[no-untyped-def]
+    """A held job whose lease passed, taken back and run elsewhere under its callable's
+    only concurrency slot, is handed back before its limits are asked: it takes no grant,
+    and its settlement frees no slot (the other delivery's stays held)."""
+    path = "tests.jobs_chaos.sleep_record"
+    cfg.DELAYQ = {**cfg.DELAYQ, "CALLABLE_LIMITS": {path: {"concurrency": 1}}}
+    engine, settings = get_engine(), get_settings()
+    worker = Worker(engine, settings, WorkerOptions(queues=("default",), concurrency=1))
+    h = schedule(path, 5.0, "j")
+    stale = engine.claim("default", 10, 300).jobs
+    wait_until(lambda: any(r.id == h.id for r in engine.recover("default", limit=1)))
+    assert [j.id for j in engine.claim("default", 10, 60_000).jobs] == [h.id]  # elsewhere,
+    assert engine.acquire(path, h.id, lease_ms=60_000, rate=None, concurrency=1).granted
+    wait_until(lambda: worker.ledger.lease_left(stale[0]) <= 0)  # running with the slot
+    with worker.claiming.handover.lock:
+        worker.claiming.handover.take("default", stale)
+    worker.execution.start()
+    done: list[Outcome] = []
+    try:
+        wait_until(lambda: bool(done.extend(worker.ledger.take_done()) or done))
+    finally:
+        worker.execution.stop()
+    assert [o.kind for o in done] == [Kind.DEFER] and done[0].callable_limit is None
+    worker.settlement.settler.settle(done)
+    late = schedule(path, 0.1, "k")
+    assert not engine.acquire(path, late.id, lease_ms=60_000, rate=None, concurrency=1).granted
 
 
 def test_long_job_that_heartbeats_is_never_redelivered(cfg) -> None:  # type: ignore[no-untyped-def]
