@@ -14,7 +14,7 @@ stream ``{prefix}:events``. On a Redis Cluster the stream work is then spread li
 queue's own work (one stream on one node took half of a 3-shard queue's Redis CPU).
 Each stream is capped near ``maxlen``. Readers (``Engine.last_events``,
 ``Engine.read_events``) merge the streams by entry id, which each node draws from its
-clock.
+clock; ``read_events`` takes a cursor per stream, as two streams' ids are in no one order.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,8 +74,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-POLL_SECONDS = 0.05  # read_events over several streams: how often they are polled
+POLL_SECONDS = 0.05  # read_events over several streams of a cluster: how often polled
 Entry = tuple[Any, dict[Any, Any]]  # a stream entry as redis-py returns it: (id, fields)
+StreamEntry = tuple[str, Any, dict[Any, Any]]  # (its stream's name, id, fields)
 MAX_WORKERS_READ = 1000  # the most recent heartbeats read by ``workers``
 MAX_WORKER_ID_BYTES = 512  # a longer id is skipped (ids are host:pid:token, a --worker-id)
 MAX_INFO_BYTES = 64 * 1024  # one info entry (a worker's: under 40 KiB with 50 jobs shown)
@@ -83,6 +84,15 @@ MAX_INFO_TOTAL_BYTES = 4 * 1024 * 1024  # all info entries of one read
 # The due times a script can announce: what a datetime can hold (years 1..9999), in ms.
 MIN_DUE_MS, MAX_DUE_MS = -62_135_596_800_000, 253_402_300_799_999
 MAX_MESSAGE_BYTES = 32  # a due time is at most 16 digits; anything longer is noise
+
+
+def _merged(reply: Any, count: int) -> list[StreamEntry]:
+    """The entries of XREAD replies ([(stream, entries)], RESP2) by entry id, the first
+    ``count``. Each stream gave at most ``count`` in its order, so none left unread
+    comes before the last one kept: the next read goes on in order."""
+    found = [(envelope_text(stream), entry_id, fields)
+             for stream, entries in reply or [] for entry_id, fields in entries]
+    return sorted(found, key=lambda e: entry_order(e[1]))[:count]
 
 
 def _size(value: bytes | str) -> int:
@@ -269,35 +279,54 @@ class ServerReads(RedisOwner):
 
     def last_events(self, count: int) -> list[Entry]:
         """The last ``count`` entries of the event streams, oldest first (raw replies)."""
-        found: list[Entry] = []
-        for key in self.event_streams():
-            try:
-                found += self.client.xrevrange(key, count=max(1, count))
-            except ERRORS:  # a node down: its stream is left out
-                if len(self.event_streams()) == 1:
-                    raise
-        return sorted(found, key=lambda e: entry_order(e[0]))[-max(1, count):]
+        return self.event_tail(count)[0]
 
-    def read_events(self, after: str, *, block_ms: int = 1000, count: int = 100
-                    ) -> list[Entry]:
-        """Up to ``count`` entries of the event streams after id ``after``, waiting up to
-        ``block_ms`` for the first one (``[]`` when none came). Several streams (on
-        several nodes) are polled every ``POLL_SECONDS`` and merged by entry id."""
-        keys = self.event_streams()
-        if len(keys) == 1:
-            reply = self.client.xread({keys[0]: after}, block=block_ms, count=count)
-            return [entry for _stream, entries in reply or [] for entry in entries]
+    def event_tail(self, count: int) -> tuple[list[Entry], dict[str, str]]:
+        """``last_events(count)``, and the cursors to follow them with (``read_events``):
+        each stream's last entry id, "0-0" for an empty one. A stream that cannot be read
+        (its node down) is left out of the entries; its cursor is the highest of the
+        others."""
+        streams = self.event_streams()
+        found: list[Entry] = []
+        cursors: dict[str, str] = {}
+        for key in streams:
+            try:
+                tail = self.client.xrevrange(key, count=max(1, count))
+            except ERRORS:  # a node down: its stream is left out
+                if len(streams) == 1:
+                    raise
+                continue
+            found += tail
+            cursors[key] = envelope_text(tail[0][0]) if tail else "0-0"
+        top = max(cursors.values(), key=entry_order, default="0-0")
+        return (sorted(found, key=lambda e: entry_order(e[0]))[-max(1, count):],
+                {key: cursors.get(key, top) for key in streams})
+
+    def read_events(self, cursors: Mapping[str, str], *, block_ms: int = 1000,
+                    count: int = 100) -> list[StreamEntry]:
+        """Up to ``count`` entries of the streams of ``cursors`` (stream -> id of the
+        last entry read from it; ``event_tail`` gives the first ones), each stream's after
+        its own id, as (stream, id, fields) merged by entry id; waits up to ``block_ms``
+        for the first one (``[]`` when none came). The caller moves the cursor of each
+        stream to the last entry it took of it: ids of two streams are in no one order
+        (each node's clock, and a count of its own within a millisecond), so one cursor
+        for all would skip entries. One Redis: one XREAD BLOCK for all the streams. A
+        Redis Cluster (a sharded queue's streams are on their shards' nodes, each in a
+        slot of its own): one XREAD per stream, polled every ``POLL_SECONDS``, a stream
+        whose node is down left out."""
+        if not isinstance(self.client, RedisCluster) or len(cursors) == 1:
+            return _merged(self.client.xread(dict(cursors), block=block_ms, count=count),
+                           count)
         deadline = time.monotonic() + block_ms / 1000
         while True:
-            found: list[Entry] = []
-            for key in keys:
+            replies: list[Any] = []
+            for key, after in cursors.items():
                 try:
-                    reply = self.client.xread({key: after}, count=count)
+                    replies += self.client.xread({key: after}, count=count) or []
                 except ERRORS:
                     continue
-                found += [entry for _stream, entries in reply or [] for entry in entries]
-            if found or time.monotonic() >= deadline:
-                return sorted(found, key=lambda e: entry_order(e[0]))[:count]
+            if replies or time.monotonic() >= deadline:
+                return _merged(replies, count)
             time.sleep(min(POLL_SECONDS, max(0.0, deadline - time.monotonic())))
 
     # -- the wake channels --------------------------------------------------------------

@@ -37,12 +37,15 @@ def test_a_sharded_queues_events_go_to_its_shards_streams_and_read_merged(  # ty
     for name, key in streams.items():  # each event is on its job's home shard
         jobs = {_text(fields[b"job"]) for _id, fields in engine.client.xrange(key)}
         assert {engine.home_of("emails", job) for job in jobs} == {name}
-    merged = engine.read_events("0-0", block_ms=100, count=1000)
+    merged = engine.read_events(dict.fromkeys(engine.event_streams(), "0-0"), block_ms=100,
+                                count=1000)
     assert len(merged) == sum(held.values())
-    assert sum(_text(f[b"event"]) == "succeeded" for _, f in merged) == 30
-    ids = [_text(entry_id) for entry_id, _ in merged]
+    assert sum(_text(f[b"event"]) == "succeeded" for _, _, f in merged) == 30
+    ids = [_text(entry_id) for _, entry_id, _ in merged]
     assert ids == sorted(ids, key=lambda i: tuple(int(p) for p in i.split("-")))
-    assert {_text(f[b"job"]) for _, f in merged} == {h.id for h in handles}
+    assert {_text(f[b"job"]) for _, _, f in merged} == {h.id for h in handles}
+    assert all(engine.client.xrange(key, entry_id, entry_id)  # named with its stream
+               for key, entry_id, _ in merged)
     out = StringIO()
     call_command("delayq_status", "--follow", "--json", "--last", "60", "--count", "60",
                  stdout=out)

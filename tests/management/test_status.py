@@ -18,6 +18,7 @@ from django.core.management.base import CommandError
 
 from django_delayq import schedule
 from django_delayq.core import events
+from django_delayq.core.connection import get_engine
 from django_delayq.testing import run_due_jobs
 from tests.helpers import wait_until
 from tests.worker.conftest import ROOT, worker_env
@@ -197,6 +198,65 @@ def test_follow_text_lines(delayq_engine):
     assert all(job_id in line for line in lines)
     assert "error_type=builtins.RuntimeError error=kaput" in lines[1]
     assert "lateness_ms=" in lines[1]
+
+
+def _hot_shards(settings, shards: int) -> list[str]:  # type: ignore[no-untyped-def]
+    """The event streams of a queue "hot" of ``shards`` shards (the prefix's left out)."""
+    settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {"hot": {"shards": shards}}}
+    streams = get_engine().event_streams()
+    assert len(streams) == 1 + shards
+    return streams[1:]
+
+
+def _planted(job: str) -> dict[str, str]:
+    return {"event": "started", "queue": "hot", "job": job, "ts_ms": "1000"}
+
+
+def test_follow_reads_each_shards_stream_after_its_own_last_entry(delayq_settings):
+    """Two streams' ids are in no one order (each node's clock, and a count of its own
+    within a millisecond): an entry of one shard's stream with a lower id than the last
+    entry read from another shard's stream is still shown."""
+    first, second = _hot_shards(delayq_settings, 2)
+    client = get_engine().client
+    client.xadd(first, _planted("on-first"), id="1000-5")
+    out = StringIO()
+    follow = threading.Thread(target=call_command, daemon=True, args=(
+        "delayq_status", "--follow", "--json", "--last", "1", "--count", "2"),
+        kwargs={"stdout": out})
+    follow.start()
+    wait_until(lambda: "on-first" in out.getvalue(), timeout=60)  # read: its cursor set
+    client.xadd(second, _planted("on-second"), id="1000-3")  # same ms, lower sequence
+    follow.join(timeout=60)
+    assert not follow.is_alive(), out.getvalue()
+    seen = [(e["id"], e["job"]) for e in map(json.loads, out.getvalue().splitlines())]
+    assert seen == [("1000-5", "on-first"), ("1000-3", "on-second")]
+
+
+def _xread_calls(client) -> int:  # type: ignore[no-untyped-def]
+    return int(client.info("commandstats").get("cmdstat_xread", {}).get("calls", 0))
+
+
+def test_read_events_merges_the_streams_by_id_in_one_xread_a_read(delayq_settings):
+    """On one Redis every stream is read with one XREAD; the entries come merged by id,
+    named with their stream, in order across reads of ``count`` each."""
+    streams = _hot_shards(delayq_settings, 3)
+    engine = get_engine()
+    planted = {streams[0]: ["5-1", "5-2", "7-0", "9-0"], streams[1]: ["5-0", "8-0"],
+               streams[2]: ["6-0"]}
+    for key, ids in planted.items():
+        for entry_id in ids:
+            engine.client.xadd(key, _planted(entry_id), id=entry_id)
+    cursors = dict.fromkeys(engine.event_streams(), "0-0")
+    read: list[tuple[str, str]] = []
+    xreads = _xread_calls(engine.client)
+    for _ in range(4):
+        for key, entry_id, fields in engine.read_events(cursors, block_ms=100, count=2):
+            cursors[key] = entry_id.decode()
+            read.append((key, fields[b"job"].decode()))
+    assert _xread_calls(engine.client) - xreads == 4  # one a read, not one a stream
+    assert read == sorted(((k, i) for k, ids in planted.items() for i in ids),
+                          key=lambda e: tuple(map(int, e[1].split("-"))))
+    assert engine.read_events(cursors, block_ms=100, count=2) == []
 
 
 def test_malformed_worker_info_is_shown_not_a_crash(delayq_settings, delayq_engine):

@@ -6,8 +6,8 @@ Reads only, through the engine: the queues' counts, paused state and limits and 
 workers registry (heartbeat and JSON info of each, with the jobs each runs) as
 ``observe.redis_state`` reads them, ``Engine.oldest_pending`` (the head of the queue's
 pending ZSET: the oldest overdue job), ``Engine.limit_state`` for each callable of
-``DELAYQ['CALLABLE_LIMITS']`` and the event stream (``Engine.last_events``,
-``Engine.read_events``).
+``DELAYQ['CALLABLE_LIMITS']`` and the event streams (``Engine.event_tail``, then
+``Engine.read_events`` with a cursor per stream).
 
 Whatever it prints came from Redis, where any process with access can write anything:
 an entry that is not what a worker writes (invalid JSON, a list, a number where a list
@@ -306,15 +306,17 @@ class Command(BaseCommand):
 
     def follow(self, engine: Engine, last: int, count: int | None,
                *, json_lines: bool) -> None:
-        past = engine.last_events(last)
-        cursor = _s(past[-1][0]) if past else "0-0"  # not "$": no gap between two XREADs
+        # a cursor per stream (their ids are in no one order), each at its last entry:
+        # not "$", no gap between two XREADs
+        past, cursors = engine.event_tail(last)
         shown = past[-last:] if last > 0 else []
         for entry_id, fields in shown:
             self._emit(entry_id, fields, json_lines)
         seen = len(shown)
         while count is None or seen < count:
-            for entry_id, fields in engine.read_events(cursor, block_ms=1000, count=100):
-                cursor = _s(entry_id)
+            for stream, entry_id, fields in engine.read_events(cursors, block_ms=1000,
+                                                               count=100):
+                cursors[stream] = _s(entry_id)
                 self._emit(entry_id, fields, json_lines)
                 seen += 1
                 if count is not None and seen >= count:
