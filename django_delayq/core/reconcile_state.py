@@ -76,6 +76,7 @@ from django_delayq import signals
 from django_delayq.core import workflows
 from django_delayq.core.validation import at_ms
 from django_delayq.engine.logtext import shown
+from django_delayq.engine.replies import grouped
 from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
@@ -195,10 +196,7 @@ def live_rows(cursor: Cursor) -> list[Job]:
 
 
 def by_queue(rows: Sequence[Job]) -> dict[str, list[Job]]:
-    found: dict[str, list[Job]] = {}
-    for row in rows:
-        found.setdefault(row.queue, []).append(row)
-    return found
+    return grouped(rows, lambda row: row.queue)
 
 
 def places(engine: Engine, rows: Sequence[Job]) -> Iterator[tuple[Job, Presence]]:

@@ -28,6 +28,7 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from django_delayq.engine import scripts
+from django_delayq.engine.replies import grouped
 from django_delayq.engine.resp import command, own_connection
 
 logger = logging.getLogger(__name__)
@@ -77,10 +78,7 @@ class EventLog:
         ``append`` writes them in."""
         if self.route is None:
             return list(batch)
-        groups: dict[str, list[_F]] = {}
-        for fields in batch:
-            groups.setdefault(self.route(fields), []).append(fields)
-        return [fields for group in groups.values() for fields in group]
+        return [fields for group in grouped(batch, self.route).values() for fields in group]
 
     def append(self, batch: Sequence[Mapping[str, str]]) -> Iterator[tuple[int, int, int]]:
         """Write ``batch`` (as ``order`` returns it) in order, in bounded calls; yields

@@ -1,12 +1,13 @@
 """Reading script replies: text of reply items (strict, or for a log), ids as the scripts
-check them (``bad_id``), stream entry ids in order, and list chunks for bounded calls.
+check them (``bad_id``), stream entry ids in order, and list chunks for bounded calls
+(and items grouped by a key: by queue, by shard, by stream).
 Shared by the ``Engine``'s method groups; no Redis here, and no import of the rest of the
 engine.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 # A scalar reply of redis-py: bytes, or text with decode_responses; a number; nil.
@@ -45,6 +46,14 @@ def escaped(raw: object) -> str:
 def chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
     for start in range(0, len(items), size):
         yield items[start:start + size]
+
+
+def grouped(items: Iterable[_T], key: Callable[[_T], str]) -> dict[str, list[_T]]:
+    """``items`` by ``key`` (their queue, their shard), each list in their order."""
+    groups: dict[str, list[_T]] = {}
+    for item in items:
+        groups.setdefault(key(item), []).append(item)
+    return groups
 
 
 def bad_id(job_id: str) -> str | None:

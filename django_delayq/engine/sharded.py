@@ -48,6 +48,7 @@ from django_delayq.engine.outcomes import (
     QueueStats,
     Recovered,
 )
+from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import ERRORS, UNREACHABLE, ShardHealth
 from django_delayq.engine.shard_map import ShardMap, shard_name
 
@@ -215,9 +216,7 @@ class ShardedEngine(Engine):
                  call: Callable[[str, list[_T]], int]) -> int:
         """The sum of ``call`` on each shard with the items homed there; a failing shard
         costs the others nothing (its jobs stay in the outbox), then its error is raised."""
-        groups: dict[str, list[_T]] = {}
-        for item in items:
-            groups.setdefault(self.shard_map.home(queue, id_of(item)), []).append(item)
+        groups = grouped(items, lambda item: self.shard_map.home(queue, id_of(item)))
         return sum(self._each(list(groups), lambda name: call(name, groups[name]), every=True))
 
     def claim(self, queue: str, limit: int, lease_ms: int,
@@ -280,10 +279,8 @@ class ShardedEngine(Engine):
                        now_ms: int | None = None) -> int:
         """Each shard forgets the ids homed in it; a record written in another shard
         (an id found away from home) goes with the keep time."""
-        names = self.shard_queues(queue)
-        homes: dict[str, list[str]] = {name: [] for name in names}
-        for job_id in job_ids:
-            homes.setdefault(self.shard_map.home(queue, job_id), []).append(job_id)
+        homes: dict[str, list[str]] = {name: [] for name in self.shard_queues(queue)} | grouped(
+            job_ids, lambda job_id: self.shard_map.home(queue, job_id))
         return sum(super(ShardedEngine, self).forget_settled(name, ids, keep_ms=keep_ms,
                                                              now_ms=now_ms)
                    for name, ids in homes.items())

@@ -19,24 +19,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import TypeVar
 
 from django_delayq.engine.logtext import shown
+from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import OUTAGES
+
+__all__ = ["QueueBackoff", "grouped"]  # grouped: the worker's modules import it from here
 
 logger = logging.getLogger(__name__)
 
 FIRST_DELAY_SECONDS = 0.1
 MAX_DELAY_SECONDS = 5.0
-_T = TypeVar("_T")
-
-
-def grouped(items: Iterable[_T], key: Callable[[_T], str]) -> dict[str, list[_T]]:
-    """``items`` by ``key`` (their queue, their shard), each list in their order."""
-    groups: dict[str, list[_T]] = {}
-    for item in items:
-        groups.setdefault(key(item), []).append(item)
-    return groups
 
 
 class QueueBackoff:
