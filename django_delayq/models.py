@@ -26,6 +26,7 @@ class JobStatus(models.TextChoices):
 LIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.RETRYING)
 UNFINISHED_STATUSES = (JobStatus.WAITING, *LIVE_STATUSES)
 FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
+FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)  # raw SQL's IN (...)
 
 
 class Job(models.Model):
@@ -135,6 +136,9 @@ class Job(models.Model):
     def describe(self) -> dict[str, Any]:
         return {"id": self.id, "queue": self.queue, "callable": self.callable_path,
                 "status": self.status, "attempts": self.attempts}
+
+
+JOB_COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}  # of raw SQL
 
 
 class JobAttempt(models.Model):

@@ -41,7 +41,7 @@ from django.utils.dateparse import parse_datetime
 
 from django_delayq.core import options, validation
 from django_delayq.engine.envelope import Envelope
-from django_delayq.models import LIVE_STATUSES, Job
+from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, Job
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
@@ -52,7 +52,6 @@ _FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "b
            "queue", "priority", "timeout", "expires_at", "retry_on", "cancel_requested",
            "atomic", "attempts")
 OTHER_QUEUE = "other_queue"
-_COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 NO_ROW = "no_row"
 FINAL_ROW = "final_row"
 # The row's JSON text may nest one level more than the value it holds (the args list).
@@ -141,7 +140,7 @@ def _select(ids: list[str]) -> list[tuple[Any, ...]]:
     using = router.db_for_write(Job)  # never a lagging replica
     conn = connections[using]
     qn = conn.ops.quote_name
-    columns = ", ".join(qn(_COLUMNS[f]) for f in _FIELDS)
+    columns = ", ".join(qn(JOB_COLUMNS[f]) for f in _FIELDS)
     sql = "SELECT %s FROM %s WHERE %s IN (%s)" % (
         columns, qn(Job._meta.db_table), qn("id"), ", ".join(["%s"] * len(ids)))
     with conn.cursor() as cursor:

@@ -51,13 +51,11 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, router, transaction
 
 from django_delayq.core import workflows
-from django_delayq.models import FINAL_STATUSES, Job, JobDependency, JobStatus
+from django_delayq.models import FINAL_SQL, JOB_COLUMNS, Job, JobDependency, JobStatus
 from django_delayq.worker.outcome import storable
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
-
-_COLUMNS = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +85,7 @@ def committed(job_id: str, using: str | None = None) -> Committed | None:
     """The success committed for ``job_id``, or ``None`` (one primary-key read)."""
     conn = connections[using or database()]
     qn = conn.ops.quote_name
-    attempts, result, pk, status = (qn(_COLUMNS[name])
+    attempts, result, pk, status = (qn(JOB_COLUMNS[name])
                                     for name in ("attempts", "result", "id", "status"))
     with conn.cursor() as cursor:
         cursor.execute("SELECT %s, %s FROM %s WHERE %s = %%s AND %s = %%s" % (
@@ -143,21 +141,20 @@ def commit(using: str, job_id: str, attempt: int, *, worker_id: str, started_at:
         workflows.resolve([job_id], using)
 
 
-_FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
 _EDGE_COLUMNS = {f.name: str(f.column) for f in JobDependency._meta.concrete_fields}
 
 
 def _success_sql(conn: BaseDatabaseWrapper, returning: bool) -> str:
     """The fenced UPDATE of ``commit``; with ``returning``, it also answers whether the job
     has edges to children not resolved yet (the probe ``workflows.resolve`` makes)."""
-    def col(name: str, columns: dict[str, str] = _COLUMNS) -> str:
+    def col(name: str, columns: dict[str, str] = JOB_COLUMNS) -> str:
         return str(conn.ops.quote_name(columns[name]))
 
     sets = ", ".join("%s = %%s" % col(name) for name in (
         "status", "attempts", "started_at", "finished_at", "result", "worker_id", "updated_at"))
     sql = "UPDATE %s SET %s WHERE %s = %%s AND %s <= %%s AND %s NOT IN (%s)" % (
         conn.ops.quote_name(Job._meta.db_table), sets, col("id"), col("attempts"),
-        col("status"), _FINAL_SQL)
+        col("status"), FINAL_SQL)
     if returning:
         sql += " RETURNING EXISTS (SELECT 1 FROM %s WHERE %s = %%s AND NOT %s)" % (
             conn.ops.quote_name(JobDependency._meta.db_table), col("parent_id", _EDGE_COLUMNS),

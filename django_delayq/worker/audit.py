@@ -36,7 +36,7 @@ from django.db import (
 
 from django_delayq.core import workflows
 from django_delayq.engine.logtext import shown
-from django_delayq.models import FINAL_STATUSES, Job, JobAttempt
+from django_delayq.models import FINAL_SQL, FINAL_STATUSES, JOB_COLUMNS, Job, JobAttempt
 from django_delayq.worker.outcome import storable
 
 if TYPE_CHECKING:
@@ -49,7 +49,6 @@ COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_
 _COLUMN_SET = frozenset(COLUMNS)
 _DATETIMES = {"run_at", "started_at", "finished_at", "updated_at"}
 _JSON = {"result"}
-_COLUMN_NAMES = {f.name: str(f.column) for f in Job._meta.concrete_fields}
 _TEXT = ("status", "worker_id", "error_type", "last_error", "traceback")
 # Errors that one row's values cause; anything else (OperationalError, ...) is an outage.
 DATA_ERRORS = (DataError, IntegrityError, ValueError, TypeError, OverflowError)
@@ -300,7 +299,7 @@ class AuditWriter:
                                       qn("id")), sorted(changes))
                 for cols, rows in sorted(groups.items()):
                     rows.sort(key=lambda params: params[len(cols)])  # by id
-                    sets = ", ".join("%s = %%s" % qn(_COLUMN_NAMES[c]) for c in cols)
+                    sets = ", ".join("%s = %%s" % qn(JOB_COLUMNS[c]) for c in cols)
                     where = "%s = %%s" % qn("id")
                     if "attempts" in cols:
                         # Workers flush independently: a late write about attempt n (a
@@ -309,7 +308,7 @@ class AuditWriter:
                     # A final row stays final: a lease taken back after the job settled (a
                     # Redis failover that lost the ack) must not reopen it; only requeue()
                     # does, through the API.
-                    where += " AND %s NOT IN (%s)" % (qn("status"), _FINAL_SQL)
+                    where += " AND %s NOT IN (%s)" % (qn("status"), FINAL_SQL)
                     cursor.executemany("UPDATE %s SET %s WHERE %s" % (table, sets, where), rows)
             if attempts:
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
@@ -322,9 +321,6 @@ class AuditWriter:
 def _final(changes: dict[str, dict[str, Any]]) -> list[str]:
     """The ids of the jobs whose rows ``changes`` make final."""
     return [job_id for job_id, fields in changes.items() if fields.get("status") in FINAL_STATUSES]
-
-
-_FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)
 
 
 def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:
