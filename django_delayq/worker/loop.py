@@ -93,14 +93,11 @@ class StopAsked:
         self.relay = relay
         for signum in (signal.SIGTERM, signal.SIGINT):
             if relay is None:
-                signal.signal(signum, self._on_signal)
+                signal.signal(signum, self._ask)
             else:
                 relay.on(signum, self._ask)
 
-    def _on_signal(self, signum: int, frame: object) -> None:
-        self.asked = True
-
-    def _ask(self) -> None:
+    def _ask(self, *handler_args: object) -> None:  # a handler's (signum, frame), or none
         self.asked = True
 
 
