@@ -37,6 +37,7 @@ from django_delayq.core import periodic, progress
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine import logtext
+from django_delayq.engine.replies import envelope_text as _s  # bytes: U+FFFD for non-UTF-8
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
@@ -51,10 +52,6 @@ QUEUE_KEYS = ("scheduled", "ready", "inflight", "dead", "expired_leases", "next_
               "next_due_in_s", "oldest_overdue_id", "oldest_overdue_s", "limit")
 FIELD_CHARS = 200  # of one worker info field in the text output
 UNITS = (("s", 1, 120), ("m", 60, 7200))  # unit, its seconds, used below; else hours
-
-
-def _s(value: object) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def printable(value: object) -> str:
