@@ -3,9 +3,10 @@
 On a Redis Cluster each queue lives on one node (one hash slot). When a node is down,
 every command on its queues fails while the queues on the other nodes work. The worker
 runs each per-queue step (claim, settle, recover) through ``QueueBackoff.each``: a
-queue whose step failed is skipped for a growing delay (0.1 s doubling to 5 s), the
-others go on, and the loop sleeps no shorter than that delay for a queue that is due
-(``remaining_ms``): a queue backing off never makes it spin.
+queue whose step failed is skipped for a growing delay (0.1 s doubling to 5 s, the
+delays of a shard set aside: engine/shard_health.py), the others go on, and the loop
+sleeps no shorter than that delay for a queue that is due (``remaining_ms``): a queue
+backing off never makes it spin.
 
 Only when nothing works (every queue this worker has tried is failing: a single Redis
 is down, or every node) is the error raised as before, and the worker loop backs off
@@ -22,14 +23,11 @@ from collections.abc import Callable, Iterable
 
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import grouped
-from django_delayq.engine.shard_health import OUTAGES
+from django_delayq.engine.shard_health import FIRST_DELAY_SECONDS, MAX_DELAY_SECONDS, OUTAGES
 
 __all__ = ["QueueBackoff", "grouped"]  # grouped: the worker's modules import it from here
 
 logger = logging.getLogger(__name__)
-
-FIRST_DELAY_SECONDS = 0.1
-MAX_DELAY_SECONDS = 5.0
 
 
 class QueueBackoff:
