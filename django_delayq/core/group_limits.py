@@ -33,6 +33,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queue
 from django_delayq.engine.controls import override_value
 from django_delayq.engine.outcomes import QueueLimit
+from django_delayq.engine.replies import grouped
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import GroupLimit
 
@@ -100,12 +101,10 @@ def group_limits(queue: str) -> list[GroupOverride]:
 
 def by_queue(queues: Iterable[str]) -> dict[str, list[GroupOverride]]:
     """The overrides of the groups of ``queues`` (one query), by queue, each by group."""
-    out: dict[str, list[GroupOverride]] = {}
-    for row in GroupLimit.objects.filter(queue__in=list(queues)).order_by("queue", "group"):
-        out.setdefault(row.queue, []).append(GroupOverride(
-            queue=row.queue, group=row.group, concurrency=row.concurrency,
-            rate_limit=row.rate_limit or None))
-    return out
+    rows = GroupLimit.objects.filter(queue__in=list(queues)).order_by("queue", "group")
+    return grouped((GroupOverride(queue=row.queue, group=row.group, concurrency=row.concurrency,
+                                  rate_limit=row.rate_limit or None) for row in rows),
+                   lambda override: override.queue)
 
 
 def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:
