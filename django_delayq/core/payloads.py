@@ -41,6 +41,7 @@ from django.utils.dateparse import parse_datetime
 
 from django_delayq.core import options, validation
 from django_delayq.engine.envelope import Envelope
+from django_delayq.engine.logtext import text  # never raises; lone surrogates escaped
 from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, Job
 
 if TYPE_CHECKING:
@@ -97,11 +98,11 @@ def read(jobs: Sequence[ClaimedJob], claimed: bool = False) -> Loaded:
                                             "through django-delayq, or the row was deleted)"))
         elif (status := row[1]) not in LIVE_STATUSES:
             aside.append(Aside(job, FINAL_ROW, "its audit row is %s, not live: it does not run "
-                                               "again" % _printable(status)))
+                                               "again" % text(status, 500)))
         elif row[7] != job.queue:  # an id copied into another queue's keys in Redis
             aside.append(Aside(job, OTHER_QUEUE, "its audit row belongs to queue %s, not %s: "
                                "it runs only where it was scheduled"
-                               % (_printable(row[7]), _printable(job.queue))))
+                               % (text(row[7], 500), text(job.queue, 500))))
         else:
             _sort_live(_counted(job, row[14]) if claimed else job, row, out)
     return out
@@ -126,7 +127,7 @@ def _sort_live(job: ClaimedJob, row: tuple[Any, ...], out: Loaded) -> None:
             out.run.append(dataclasses.replace(job, payload=_payload(row)))
         except Exception as exc:  # noqa: BLE001 - one row never fails the batch
             path = row[2] if isinstance(row[2], str) else ""
-            out.broken.append(Broken(job, path, "invalid row: %s" % _printable(exc)))
+            out.broken.append(Broken(job, path, "invalid row: %s" % text(exc, 500)))
 
 
 def load(jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
@@ -200,15 +201,6 @@ def _json(value: object, name: str) -> Any:
     if validation.too_deep(value, _ROW_DEPTH):
         raise ValueError("%s is nested more than %d levels deep" % (name, validation.MAX_DEPTH))
     return json.loads(value)
-
-
-def _printable(value: object) -> str:
-    """``str(value)``, never raising, with lone surrogates escaped."""
-    try:
-        text = str(value)
-    except Exception:  # noqa: BLE001
-        text = "<unprintable %s>" % type(value).__name__
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")[:500]
 
 
 def cancels_asked(ids: Sequence[str]) -> set[str]:
