@@ -60,7 +60,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.options import DROP, KEEP, Checked
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome
-from django_delayq.engine.replies import chunks
+from django_delayq.engine.replies import chunks, grouped
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import (
     FINAL_STATUSES,
@@ -208,11 +208,8 @@ def _cancel_children(failed: dict[str, str], using: str) -> list[str]:
 
 
 def _decrement(count: dict[str, int], using: str) -> list[str]:
-    by_n: dict[int, list[str]] = defaultdict(list)
-    for child, n in count.items():
-        by_n[n].append(child)
     jobs = Job.objects.using(using)
-    for n, children in by_n.items():
+    for n, children in grouped(count, lambda child: count[child]).items():
         for chunk in chunks(children, CHUNK):
             jobs.filter(pk__in=chunk, parents_left__gte=n).update(
                 parents_left=F("parents_left") - n)

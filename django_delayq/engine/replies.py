@@ -14,6 +14,7 @@ from typing import TypeVar
 Scalar = bytes | str | int | float | None
 
 _T = TypeVar("_T")
+_K = TypeVar("_K")
 
 # Poison entries: what the scripts refuse as a job id (lib.lua's bad_id says the same).
 MAX_ID_BYTES = 256
@@ -48,9 +49,9 @@ def chunks(items: Sequence[_T], size: int) -> Iterator[Sequence[_T]]:
         yield items[start:start + size]
 
 
-def grouped(items: Iterable[_T], key: Callable[[_T], str]) -> dict[str, list[_T]]:
+def grouped(items: Iterable[_T], key: Callable[[_T], _K]) -> dict[_K, list[_T]]:
     """``items`` by ``key`` (their queue, their shard), each list in their order."""
-    groups: dict[str, list[_T]] = {}
+    groups: dict[_K, list[_T]] = {}
     for item in items:
         groups.setdefault(key(item), []).append(item)
     return groups
