@@ -15,14 +15,14 @@
 Neither a busy main loop nor a slow reconcile or retention round can let this worker's
 leases lapse (which would run its jobs twice), and a reconcile pass cannot delay a due job.
 
-**Worker liveness**: extending the leases this worker holds and publishing that it
-lives. The heartbeat thread calls ``heartbeat`` every ``LEASE_SECONDS /
-3`` with the jobs the worker holds (running or waiting for a thread). Each queue's leases
-are extended on their own: on a cluster, one node down must not cost the other queues
-their leases. A lease that could not be extended was already taken back (the job is
-redelivered) and is logged. The ledger is told when each extended lease ends at the
-earliest (the call's send plus the lease, on ``lease_clock``; ``Ledger.extended``):
-a job thread starts a held job only while its lease has time left (``runner.py``). The
+**Worker liveness**: extending the leases this worker holds and publishing that it lives.
+The heartbeat thread calls ``heartbeat`` every ``LEASE_SECONDS / 3`` with the jobs the
+worker holds (running or waiting for a thread). Each queue's leases (a sharded queue's:
+each shard's) are extended on their own: on a cluster, one node down must not cost the
+other queues their leases. A lease that could not be extended was already taken back (the
+job is redelivered) and is logged. The ledger is told when each extended lease ends at the
+earliest (the call's send plus the lease, on ``lease_clock``; ``Ledger.extended``): a job
+thread starts a held job only while its lease has time left (``runner.py``). The
 worker's info (host, pid, queues, concurrency, start time,
 jobs held, claimed and settled; ``supervisor``: the id of the ``delayq_worker --processes`` that
 started it, or null; ``processes``: how many children that supervisor runs, else 1;
@@ -189,16 +189,17 @@ class Housekeeping:
         failed: list[Exception] = []
         lost: list[ClaimedJob] = []
         until: dict[Delivery, float] = {}  # when each extended lease ends, at the earliest
-        unknown: set[str] = set()  # the queues whose extend failed: nothing new known
+        unknown: set[Delivery] = set()  # those whose extend failed: nothing new known
         lease_s = self.settings.lease_ms / 1000 if self.engine.clock is None else math.inf
-        for queue, jobs in grouped(held, lambda job: job.queue).items():
+        for (queue, _), jobs in grouped(held, lambda job: (
+                job.queue, self.engine.home_of(job.queue, job.id))).items():
             sent = lease_clock()
-            try:  # each queue on its own: on a cluster, one node down must not cost the
+            try:  # each queue (a sharded one: each shard) on its own: on a cluster, one
                 results = self.engine.extend(queue, [(j.id, j.token) for j in jobs],
-                                             self.settings.lease_ms)  # others their leases
-            except OUTAGES as exc:
+                                             self.settings.lease_ms)  # node down must not
+            except OUTAGES as exc:  # cost the others their leases
                 failed.append(exc)
-                unknown.add(queue)
+                unknown.update(map(delivery, jobs))
                 continue
             lost += [job for job, ok in zip(jobs, results) if not ok]
             until.update((delivery(j), sent + lease_s if ok else -math.inf)

@@ -281,13 +281,13 @@ class Ledger:
                 self._lock.notify_all()
         return out
 
-    def extended(self, until: dict[Delivery, float], kept: Container[str] = ()) -> None:
+    def extended(self, until: dict[Delivery, float], kept: Container[Delivery] = ()) -> None:
         """The heartbeat extended the leases of the deliveries in ``until`` (each: when
         its lease ends at the earliest, ``lease_clock()``; -inf: refused, the lease is
         lost). What was known of the others is forgotten (they are no longer held), but
-        for those of the queues in ``kept`` (their extend failed: nothing new is known)."""
+        for the deliveries in ``kept`` (their extend failed: nothing new is known)."""
         with self._lock:  # built whole, then assigned: ``lease_left`` reads it unlocked
-            known = {d: t for d, t in self._until.items() if d[0] in kept} if kept else {}
+            known = {d: t for d, t in self._until.items() if d in kept} if kept else {}
             known.update(until)
             self._until = known
 

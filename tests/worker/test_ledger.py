@@ -217,7 +217,7 @@ def test_a_supervisor_that_missed_a_claim_records_the_attempt_not_the_token() ->
 
 def test_a_lease_is_known_from_its_claim_then_from_each_heartbeat() -> None:
     """``lease_left``: the claim's lease until a heartbeat extends it; an extend refused
-    leaves none; a queue whose extend failed keeps what was known; a beat forgets the
+    leaves none; a delivery whose extend failed keeps what was known; a beat forgets the
     deliveries it no longer holds."""
     now = lease_clock()
     ledger = Ledger()
@@ -226,7 +226,7 @@ def test_a_lease_is_known_from_its_claim_then_from_each_heartbeat() -> None:
     assert ledger.lease_left(a) < 0 and ledger.lease_left(b) == math.inf  # not known
     ledger.extended({delivery(a): now + 10, delivery(b): -math.inf, delivery(c): now + 5})
     assert 9 < ledger.lease_left(a) <= 10 and ledger.lease_left(b) == -math.inf
-    ledger.extended({delivery(a): now + 20}, kept={"other"})  # "other": Redis unreachable
+    ledger.extended({delivery(a): now + 20}, kept={delivery(c)})  # c's node unreachable
     assert 19 < ledger.lease_left(a) <= 20 and 4 < ledger.lease_left(c) <= 5
     assert ledger.lease_left(b) == math.inf  # no longer held: forgotten
     ledger.extended({})
@@ -247,7 +247,7 @@ def test_the_leases_known_are_replaced_whole() -> None:
     ledger = Watched()
     a, c = job("a"), job("c", queue="other")
     ledger.extended({delivery(c): 5.0})
-    ledger.extended({delivery(a): 10.0}, kept={"other"})
+    ledger.extended({delivery(a): 10.0}, kept={delivery(c)})
     assert assigned[-2:] == [{delivery(c): 5.0}, {delivery(c): 5.0, delivery(a): 10.0}]
 
 
