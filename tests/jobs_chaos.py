@@ -62,6 +62,12 @@ def hang(seconds: float) -> None:
     _release.wait(seconds)
 
 
+def hang_then_raise(seconds: float) -> None:
+    """``hang``, then raise: a failure at the moment the test releases it."""
+    hang(seconds)
+    raise ValueError("released")
+
+
 def release_hung() -> None:
     _release.set()
 

@@ -103,12 +103,14 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         return self._run(name, keys, args)
 
     def _per_item(self, name: str, queue: str, now_ms: int | None, head: list[Any],
-                  rows: Sequence[Sequence[Any]]) -> list[int]:
+                  rows: Sequence[Sequence[Any]], **extra: str | None) -> list[int]:
         """Script ``name`` over ``rows`` (each item's ARGV), in calls of at most its bound
-        of items, each with ARGV now, ``head``, then its rows; one integer per row."""
+        of items, each with ARGV now, ``head``, then its rows (``extra``: named keys, as
+        ``_script``); one integer per row."""
         return [int(r) for part in replies.chunks(rows, scripts.BOUNDS[name].items)
                 for r in self._script(name, queue, [self._now(now_ms), *head,
-                                                    *(value for row in part for value in row)])]
+                                                    *(value for row in part for value in row)],
+                                      **extra)]
 
     def _flags(self, name: str, queue: str, now_ms: int | None, head: list[Any],
                rows: Sequence[Sequence[Any]]) -> list[bool]:
@@ -249,11 +251,15 @@ class Engine(OutboxOps, ServerReads, QueueControls):
              dead_max: int = 100_000, now_ms: int | None = None,
              holder: str = "") -> list[NackOutcome]:
         """Settle failures: (id, token, retry_delay_ms or None for dead). With a
-        ``holder``, a job cancelled while it ran keeps a settled record (see ``ack``)."""
+        ``holder``, a job cancelled while it ran keeps a settled record (see ``ack``), and
+        the holder's nack record (``QueueKeys.nack_record``, of ``queue``: a shard's own)
+        answers the same nack sent again after its reply was lost with the first's outcome."""
         rows = [(id_, token, -1 if delay is None else max(0, int(delay)))
                 for id_, token, delay in failures]
+        k = self.keys(queue)
         return [NackOutcome(r) for r in self._per_item(
-            "nack", queue, now_ms, [self.keys(queue).channel, dead_max, holder], rows)]
+            "nack", queue, now_ms, [k.channel, dead_max, holder], rows,
+            **({"nacked": k.nack_record(holder)} if holder else {}))]
 
     def ack_stream(self, holder: str) -> AckStream | None:
         """An ``AckStream`` (engine/acks.py) settling successes for ``holder`` on a

@@ -159,6 +159,12 @@ class QueueKeys:
         same nonce and answered from it (lua/claim.lua), never claimed twice."""
         return self.tag + ":claimed:" + claimer
 
+    def nack_record(self, holder: str) -> str:
+        """HASH id -> ``<token> <result>``: what ``holder``'s nacks made of the jobs they
+        settled (kept an hour, at most 1,000 jobs): a nack sent again after its reply was
+        lost is answered from it, not refused as a lost lease (lua/nack.lua)."""
+        return self.tag + ":nacked:" + holder
+
 
 @dataclass(frozen=True, slots=True)
 class CallableLimitKeys:

@@ -308,7 +308,7 @@ def declared_keys(source: str, where: str) -> tuple[Key, ...]:
 # The keys a busy queue always has, which ``wrong_type`` types first: once it has met as
 # many existing keys as its one EXISTS counted, the others are absent and not typed.
 LIKELY_KEYS = ("ready", "inflight", "attempts", "pending", "settled", "settled_by", "record",
-               "runs", "epoch", "reconciled", "dead", "events")
+               "nacked", "runs", "epoch", "reconciled", "dead", "events")
 
 
 def check_order(keys: Sequence[Key]) -> list[int]:

@@ -7,7 +7,9 @@ it started, was recorded by the lease recovery that took it back).
 
 A refused ack is not always a lost lease: Redis may have applied an earlier send whose
 reply was lost, or lost the job itself (a node that came back empty). ``Settler.acked``
-tells them apart: see the "Settlement" section of docs/internals.md (a refused ack).
+tells them apart: see the "Settlement" section of docs/internals.md (a refused ack). A
+nack sent again after its reply was lost is not refused: Redis answers it from this
+worker's nack record with what the first send did (lua/nack.lua), recorded as usual.
 
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its

@@ -116,7 +116,7 @@ def test_a_script_includes_only_blocks_it_uses() -> None:
 
 KNOWN = {name for name in dir(QueueKeys("p", "q")) + dir(CallableLimitKeys("p", "g"))
          if not name.startswith("_")}
-EXTRA = {"claim": {"record"}, "events_add": {"events"}}  # keys a caller passes by name
+EXTRA = {"claim": {"record"}, "nack": {"nacked"}, "events_add": {"events"}}  # keys a caller passes by name
 
 
 def _identifiers(code: str) -> set[str]:
