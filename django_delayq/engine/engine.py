@@ -249,17 +249,18 @@ class Engine(OutboxOps, ServerReads, QueueControls):
 
     def nack(self, queue: str, failures: Sequence[tuple[str, int, int | None]], *,
              dead_max: int = 100_000, now_ms: int | None = None,
-             holder: str = "") -> list[NackOutcome]:
+             holder: str = "", record: bool = True) -> list[NackOutcome]:
         """Settle failures: (id, token, retry_delay_ms or None for dead). With a
         ``holder``, a job cancelled while it ran keeps a settled record (see ``ack``), and
-        the holder's nack record (``QueueKeys.nack_record``, of ``queue``: a shard's own)
-        answers the same nack sent again after its reply was lost with the first's outcome."""
+        the holder's nack record (``QueueKeys.nack_record``, of ``queue``: a shard's own;
+        not with ``record=False``) answers the same nack sent again after its reply was
+        lost with the first's outcome."""
         rows = [(id_, token, -1 if delay is None else max(0, int(delay)))
                 for id_, token, delay in failures]
         k = self.keys(queue)
         return [NackOutcome(r) for r in self._per_item(
             "nack", queue, now_ms, [k.channel, dead_max, holder], rows,
-            **({"nacked": k.nack_record(holder)} if holder else {}))]
+            **({"nacked": k.nack_record(holder)} if holder and record else {}))]
 
     def ack_stream(self, holder: str) -> AckStream | None:
         """An ``AckStream`` (engine/acks.py) settling successes for ``holder`` on a

@@ -50,6 +50,7 @@ class Outcome:
     max_attempts: int = 0
     retry_at_ms: int | None = None  # DEFER (or RETRY on a test clock): when it is due again
     callable_limit: str | None = None  # whose slot it holds, freed after settle
+    nack_sent: bool = False  # a nack of it got no reply: a later one may be answered twice
 
 
 def ms_to_dt(ms: int) -> datetime:

@@ -42,9 +42,9 @@ from django.db import DatabaseError, connections, router
 from django_delayq import signals
 from django_delayq.core.reconcile_state import SETTLED_KEEP_MS
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.outcomes import lease_clock
+from django_delayq.engine.outcomes import NackOutcome, lease_clock
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.models import FINAL_STATUSES, Job, JobStatus
+from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
@@ -88,6 +88,9 @@ class Settler:
         # may have passed
         self.lease_left: Callable[[ClaimedJob], float] = lambda job: (
             job.lease_until - lease_clock())
+        # a nack sent again is answered from this worker's nack record; not for nacks of
+        # another worker's jobs under its id (the --processes supervisor's take-back)
+        self.answer_nacks = True
 
     def mark(self, job: ClaimedJob) -> None:
         """A start mark through the stream (not waited for), else a call. Any job's: a mark
@@ -167,9 +170,20 @@ class Settler:
         acked = self.engine.ack(queue, leases, holder=self.worker_id, codes=codes)
         self._defer(queue, [o for o in items if o.kind is Kind.DEFER])
         now_ms = self._retry_times(fails)
-        nacked = self.engine.nack(
-            queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
-            dead_max=self.settings.dead_max, holder=self.worker_id, now_ms=now_ms)
+        try:
+            nacked = self.engine.nack(
+                queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
+                dead_max=self.settings.dead_max, holder=self.worker_id, now_ms=now_ms,
+                record=self.answer_nacks)
+        except BaseException:
+            for o in fails:  # its reply lost, it may have run: sent again, it is answered
+                o.nack_sent = True  # from this worker's nack record (lua/nack.lua)
+            raise
+        if doubtful := [o.job for o, res in zip(fails, nacked) if o.nack_sent and res
+                        and self.lease_left(o.job) <= 0]:  # recorded since by a reconciler?
+            gone = attempted_elsewhere(doubtful)
+            nacked = [NackOutcome.LEASE_LOST if o.job.id in gone else res
+                      for o, res in zip(fails, nacked)]
         # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
         # (the retry was refused), or Redis lost the job: nobody else owns it. The
         # audit guard on attempts keeps this from overwriting a later attempt's record.
@@ -366,6 +380,28 @@ def settled_elsewhere(jobs: list[ClaimedJob], worker_id: str) -> set[str]:
                 if (by, n) != (worker_id, attempt[pk])}
     except DatabaseError as exc:
         logger.warning("could not read %d row(s) of refused acks: %s", len(jobs), shown(exc))
+        return set()
+
+
+def attempted_elsewhere(jobs: list[ClaimedJob]) -> set[str]:
+    """The ids of ``jobs`` (failed attempts whose nack, sent again, was answered from the
+    first send's record while this worker's lease may have passed) whose attempt was
+    recorded meanwhile by another (a reconciler's, the worker silent past two leases): an
+    attempt row of that number, a later attempt, or a final row. None when the database
+    cannot say (then the answer stands)."""
+    using = router.db_for_write(Job)
+    attempt = {job.id: job.attempt for job in jobs}
+    try:
+        connections[using].close_if_unusable_or_obsolete()
+        rows = Job.objects.using(using).filter(pk__in=list(attempt))
+        found = {pk for pk, status, n in rows.values_list("pk", "status", "attempts")
+                 if status in FINAL_STATUSES or n > attempt[pk]}
+        tried = JobAttempt.objects.using(using).filter(job_id__in=list(attempt))
+        return found | {pk for pk, n in tried.values_list("job_id", "number")
+                        if n == attempt[pk]}
+    except DatabaseError as exc:
+        logger.warning("could not read %d row(s) of nacks sent again: %s", len(jobs),
+                       shown(exc))
         return set()
 
 

@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -18,9 +19,14 @@ import redis
 
 from django_delayq import schedule, signals
 from django_delayq.core.conf import get_settings
-from django_delayq.engine import Engine, scripts
+from django_delayq.core.connection import get_engine
+from django_delayq.core.reconcile_state import DEAD_IN_REDIS, WORKER_LOST, settle_row
+from django_delayq.engine import Engine, NackOutcome, scripts
 from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.loop import Worker, WorkerOptions
+from django_delayq.worker.outcome import Kind, Outcome
+from django_delayq.worker.settle import Settler
 from tests import jobs_chaos
 from tests.helpers import point_at, wait_until
 from tests.reliability.proxy import LossyProxy
@@ -140,3 +146,69 @@ def test_a_nack_sent_while_redis_is_stopped_is_recorded(
         worker.request_stop()
         thread.join(15)
     assert len(jobs_chaos.executions(h.id)) == 1
+
+
+def _failed(job: Any, **fields: Any) -> Outcome:
+    now = datetime.now(UTC)
+    return Outcome(job=job, kind=Kind.DEAD, started_at=now, finished_at=now,
+                   path="tests.jobs.noop", error_type="builtins.ValueError", error="always",
+                   **fields)
+
+
+def test_a_nack_answered_again_after_a_reconciler_recorded_its_attempt_is_not_recorded_twice(
+        settings: Any, redis_server: Any, exec_table: None, failures: list[Any]) -> None:
+    """The worker's dead-making nack ran, its reply lost, and the worker was cut off past
+    its lease: a reconciler settled the row from Redis's dead set (attempt row, signal).
+    Sent again and answered from the record, the nack records nothing more."""
+    point_at(settings, redis_server)
+    h = schedule("tests.jobs.noop", max_attempts=1)
+    engine = get_engine()
+    [job] = engine.claim("default", 1, 200).jobs  # a lease of 0.2 s: it passes
+    Job.objects.filter(pk=h.id).update(status=JobStatus.RUNNING, attempts=1, worker_id="H")
+    assert engine.nack("default", [(job.id, job.token, None)], holder="H") == [
+        NackOutcome.DEAD]  # the send whose reply was lost
+    assert settle_row(Job.objects.get(pk=h.id), JobStatus.DEAD, 1, DEAD_IN_REDIS,
+                      error_type=WORKER_LOST)
+    settler = Settler(engine, get_settings(), AuditWriter(), "H")
+    wait_until(lambda: settler.lease_left(job) <= 0)
+    settler.settle([_failed(job, nack_sent=True)])
+    settler.audit.flush()
+    assert list(JobAttempt.objects.filter(job_id=h.id).values_list("number", "error_type")) == [
+        (1, WORKER_LOST)]
+    assert [f for f in failures if f[1] == h.id] == [("job_dead", h.id, 1)]
+
+
+def test_a_nack_sent_again_is_recorded_once_when_nothing_else_recorded_it(
+        settings: Any, redis_server: Any, exec_table: None, failures: list[Any]) -> None:
+    """The same, the worker's lease passed (a stall of Redis past it), no reconciler: the
+    answer is the first send's, recorded once."""
+    point_at(settings, redis_server)
+    h = schedule("tests.jobs.noop", max_attempts=1)
+    engine = get_engine()
+    [job] = engine.claim("default", 1, 200).jobs
+    assert engine.nack("default", [(job.id, job.token, None)], holder="H") == [
+        NackOutcome.DEAD]
+    settler = Settler(engine, get_settings(), AuditWriter(), "H")
+    wait_until(lambda: settler.lease_left(job) <= 0)
+    settler.settle([_failed(job, nack_sent=True)])
+    settler.audit.flush()
+    assert list(JobAttempt.objects.filter(job_id=h.id).values_list("number", "outcome")) == [
+        (1, JobStatus.DEAD)]
+    assert [f for f in failures if f[1] == h.id] == [("job_dead", h.id, 1)]
+
+
+def test_a_nack_under_a_childs_id_by_its_supervisor_is_not_answered_from_the_childs_record(
+        settings: Any, redis_server: Any, exec_table: None) -> None:
+    """A --processes child nacked a job, then died before telling its supervisor; the
+    supervisor's take-back nacks it under the child's id: refused, as before (the
+    child's own nack was recorded by the child), not answered from the child's record."""
+    point_at(settings, redis_server)
+    h = schedule("tests.jobs.noop", max_attempts=3)
+    engine = get_engine()
+    [job] = engine.claim("default", 1, 60_000).jobs
+    assert engine.nack("default", [(job.id, job.token, 60_000)], holder="child") == [
+        NackOutcome.RETRYING]
+    taking_back = Settler(engine, get_settings(), AuditWriter(), "child")
+    taking_back.answer_nacks = False  # as worker/processes/children.py builds it
+    assert [status for _, status in taking_back.send([_failed(job)])] == [None]
+    assert Job.objects.get(pk=h.id).status == JobStatus.SCHEDULED

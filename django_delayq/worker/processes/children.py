@@ -362,7 +362,9 @@ class TakeBack:
         # no live row: handed back, and the next claim sets it aside
         self._hand_back(child, back + [run.job for run, _ in failed if run.job.id not in usable])
         if outcomes:
-            Settler(self.engine, self.settings, self.audit, child.worker_id).settle(outcomes)
+            settler = Settler(self.engine, self.settings, self.audit, child.worker_id)
+            settler.answer_nacks = False  # the child's nack record answers only its own
+            settler.settle(outcomes)
             for o in outcomes:
                 logger.warning("job %s: %s%s", shown(o.job.id), shown(o.error, 2000),
                                " (%s)" % shown(o.error_type) if o.error_type else "")
