@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, connections, router
 
 from django_delayq import signals
-from django_delayq.core.reconcile_state import SETTLED_KEEP_MS
+from django_delayq.core.reconcile_state import SETTLED_KEEP_MS, SUCCEEDED_IN_REDIS
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import NackOutcome, lease_clock
 from django_delayq.engine.shard_health import ERRORS
@@ -368,7 +368,7 @@ def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
 
 def settled_elsewhere(jobs: list[ClaimedJob], worker_id: str) -> set[str]:
     """The ids of ``jobs`` whose rows another delivery made final (read where the audit
-    writes): final, and not by this worker's attempt (an atomic job's own commit). None
+    writes): final, and not this worker's attempt's own commit (``_own_commit``). None
     when the database cannot say (as before this check: the audit's guard keeps final
     rows); a connection that failed is closed, the next check opens another."""
     using = router.db_for_write(Job)
@@ -376,11 +376,21 @@ def settled_elsewhere(jobs: list[ClaimedJob], worker_id: str) -> set[str]:
     try:
         connections[using].close_if_unusable_or_obsolete()
         rows = Job.objects.using(using).filter(pk__in=list(attempt), status__in=FINAL_STATUSES)
-        return {pk for pk, by, n in rows.values_list("pk", "worker_id", "attempts")
-                if (by, n) != (worker_id, attempt[pk])}
+        return {pk for pk, status, by, n, why in rows.values_list(
+                    "pk", "status", "worker_id", "attempts", "last_error")
+                if not _own_commit(status, by, n, why, worker_id, attempt[pk])}
     except DatabaseError as exc:
         logger.warning("could not read %d row(s) of refused acks: %s", len(jobs), shown(exc))
         return set()
+
+
+def _own_commit(status: str, by: str, number: int, why: str, worker_id: str,
+                attempt: int) -> bool:
+    """Whether a final row is this worker's attempt's own success, committed by an atomic
+    job before its ack: not a lease recovery's end (cancelled, dead: it keeps the row's
+    worker and attempt) nor a reconciler's from this worker's settled record."""
+    return (status == JobStatus.SUCCEEDED and (by, number) == (worker_id, attempt)
+            and why != SUCCEEDED_IN_REDIS)
 
 
 def attempted_elsewhere(jobs: list[ClaimedJob]) -> set[str]:

@@ -17,6 +17,7 @@ from django_delayq.core import payloads
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
+from django_delayq.core.reconcile_state import SUCCEEDED_IN_REDIS
 from django_delayq.engine import ClaimedJob, NackOutcome
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.audit import AuditWriter
@@ -138,6 +139,38 @@ def test_an_atomic_jobs_only_run_is_recorded_once_after_redis_lost_it(cfg) -> No
     finally:
         signals.job_succeeded.disconnect(receiver)
     assert [kw["attempt"] for kw in sent] == [1]
+
+
+@pytest.mark.parametrize("ended", [
+    (JobStatus.DEAD, LOST_LEASE), (JobStatus.CANCELLED, LOST_LEASE),
+    (JobStatus.SUCCEEDED, SUCCEEDED_IN_REDIS)], ids=["recovered-dead", "recovered-cancelled",
+                                                      "reconciled-from-its-record"])
+def test_a_row_another_ended_in_this_workers_name_is_not_its_own_success(  # type: ignore[no-untyped-def]
+        cfg, ended) -> None:
+    """A lease recovery ends a row keeping its worker and attempt (dead, or cancelled when
+    its cancel was asked), and a reconciler settles a silent worker's row from its settled
+    record in its name: the worker, continued, its lease passed and Redis holding the job
+    nowhere, finds its refused ack's row final under its own name and attempt. Not an
+    atomic job's own commit: no ``job_succeeded``."""
+    h = schedule("tests.jobs_chaos.record")
+    engine = get_engine()
+    [job] = engine.claim("default", 10, 200).jobs
+    status, why = ended
+    Job.objects.filter(pk=h.id).update(status=status, attempts=job.attempt, worker_id="A",
+                                       last_error=why)
+    for key in list(engine.client.scan_iter(match="{%s*" % engine.prefix, count=1000)):
+        engine.client.delete(key)
+    settler = Settler(engine, get_settings(), AuditWriter(), "A")
+    wait_until(lambda: settler.lease_left(job) <= 0)
+    sent: list[dict] = []
+    receiver = lambda **kw: sent.append(kw)  # noqa: E731
+    signals.job_succeeded.connect(receiver, weak=False)
+    try:
+        settler.settle([outcome(job, Kind.SUCCESS)])
+    finally:
+        signals.job_succeeded.disconnect(receiver)
+    assert sent == []
+    assert Job.objects.get(pk=h.id).status == status
 
 
 def test_the_row_check_of_refused_acks_recovers_from_a_dropped_connection(cfg) -> None:  # type: ignore[no-untyped-def]
