@@ -42,10 +42,11 @@ from django.db import close_old_connections
 from redis.exceptions import RedisError
 
 from django_delayq.engine.logtext import shown
+from django_delayq.engine.replies import grouped
 from django_delayq.engine.scripts import MAX_TURNS
 from django_delayq.worker import gates
 from django_delayq.worker.handover import Handover
-from django_delayq.worker.queue_backoff import QueueBackoff, grouped
+from django_delayq.worker.queue_backoff import QueueBackoff
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings

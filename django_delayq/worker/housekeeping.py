@@ -100,13 +100,13 @@ from django_delayq.core import payloads
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
+from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import JobStatus
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, monotonic_ms
 from django_delayq.worker.ledger import Delivery, Ledger, delivery
 from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE, STATUS_OF
-from django_delayq.worker.queue_backoff import grouped
 from django_delayq.worker.retention import Retention
 from django_delayq.worker.settle import record_failure
 

@@ -22,10 +22,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import FIRST_DELAY_SECONDS, MAX_DELAY_SECONDS, OUTAGES
-
-__all__ = ["QueueBackoff", "grouped"]  # grouped: the worker's modules import it from here
 
 logger = logging.getLogger(__name__)
 

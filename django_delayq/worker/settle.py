@@ -43,12 +43,12 @@ from django_delayq import signals
 from django_delayq.core.reconcile_state import SETTLED_KEEP_MS, SUCCEEDED_IN_REDIS
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import NackOutcome, lease_clock
+from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
-from django_delayq.worker.queue_backoff import grouped
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -184,9 +184,6 @@ class Settler:
             gone = attempted_elsewhere(doubtful)
             nacked = [NackOutcome.LEASE_LOST if o.job.id in gone else res
                       for o, res in zip(fails, nacked)]
-        # A refused ack of a job Redis no longer holds: ours ran but its reply was lost
-        # (the retry was refused), or Redis lost the job: nobody else owns it. The
-        # audit guard on attempts keeps this from overwriting a later attempt's record.
         return (self.acked(queue, wins, acked)
                 + [(o, STATUS_OF.get(res)) for o, res in zip(fails, nacked)]
                 + [(o, None) for o in items if o.kind is Kind.DEFER])
@@ -366,22 +363,30 @@ def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
         signals.send(signals.job_cancelled, running=True, **base)
 
 
-def settled_elsewhere(jobs: list[ClaimedJob], worker_id: str) -> set[str]:
-    """The ids of ``jobs`` whose rows another delivery made final (read where the audit
-    writes): final, and not this worker's attempt's own commit (``_own_commit``). None
-    when the database cannot say (as before this check: the audit's guard keeps final
-    rows); a connection that failed is closed, the next check opens another."""
+def _rows_say(jobs: list[ClaimedJob], what: str,
+              read: Callable[[str, dict[str, int]], set[str]]) -> set[str]:
+    """``read(database, {job id: attempt})`` where the audit writes (never a lagging
+    replica); none when the database cannot say (logged, as ``what``). A connection that
+    failed is closed first: on the settling threads nothing else renews it."""
     using = router.db_for_write(Job)
-    attempt = {job.id: job.attempt for job in jobs}
     try:
         connections[using].close_if_unusable_or_obsolete()
+        return read(using, {job.id: job.attempt for job in jobs})
+    except DatabaseError as exc:
+        logger.warning("could not read %d row(s) of %s: %s", len(jobs), what, shown(exc))
+        return set()
+
+
+def settled_elsewhere(jobs: list[ClaimedJob], worker_id: str) -> set[str]:
+    """The ids of ``jobs`` whose rows another delivery made final: final, and not this
+    worker's attempt's own commit (``_own_commit``). None when the database cannot say (as
+    before this check: the audit's guard keeps final rows)."""
+    def read(using: str, attempt: dict[str, int]) -> set[str]:
         rows = Job.objects.using(using).filter(pk__in=list(attempt), status__in=FINAL_STATUSES)
         return {pk for pk, status, by, n, why in rows.values_list(
                     "pk", "status", "worker_id", "attempts", "last_error")
                 if not _own_commit(status, by, n, why, worker_id, attempt[pk])}
-    except DatabaseError as exc:
-        logger.warning("could not read %d row(s) of refused acks: %s", len(jobs), shown(exc))
-        return set()
+    return _rows_say(jobs, "refused acks", read)
 
 
 def _own_commit(status: str, by: str, number: int, why: str, worker_id: str,
@@ -399,20 +404,13 @@ def attempted_elsewhere(jobs: list[ClaimedJob]) -> set[str]:
     recorded meanwhile by another (a reconciler's, the worker silent past two leases): an
     attempt row of that number, a later attempt, or a final row. None when the database
     cannot say (then the answer stands)."""
-    using = router.db_for_write(Job)
-    attempt = {job.id: job.attempt for job in jobs}
-    try:
-        connections[using].close_if_unusable_or_obsolete()
+    def read(using: str, attempt: dict[str, int]) -> set[str]:
         rows = Job.objects.using(using).filter(pk__in=list(attempt))
-        found = {pk for pk, status, n in rows.values_list("pk", "status", "attempts")
-                 if status in FINAL_STATUSES or n > attempt[pk]}
         tried = JobAttempt.objects.using(using).filter(job_id__in=list(attempt))
-        return found | {pk for pk, n in tried.values_list("job_id", "number")
-                        if n == attempt[pk]}
-    except DatabaseError as exc:
-        logger.warning("could not read %d row(s) of nacks sent again: %s", len(jobs),
-                       shown(exc))
-        return set()
+        return {pk for pk, status, n in rows.values_list("pk", "status", "attempts")
+                if status in FINAL_STATUSES or n > attempt[pk]} | {
+                pk for pk, n in tried.values_list("job_id", "number") if n == attempt[pk]}
+    return _rows_say(jobs, "nacks sent again", read)
 
 
 def acks(wins: Sequence[Outcome]) -> tuple[list[tuple[str, int]], list[str]]:

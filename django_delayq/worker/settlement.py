@@ -15,11 +15,11 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.replies import chunks
+from django_delayq.engine.replies import chunks, grouped
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.queue_backoff import QueueBackoff, grouped
+from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.settle import ACKED, SEND_AT, SEND_EVERY, Sent, Settler, acks
 
 if TYPE_CHECKING:

@@ -40,10 +40,10 @@ from typing import TYPE_CHECKING
 from django_delayq.core import payloads
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import ClaimedJob
+from django_delayq.engine.replies import grouped
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 from django_delayq.worker import runner
 from django_delayq.worker.outcome import LEASE_LOST
-from django_delayq.worker.queue_backoff import grouped
 from django_delayq.worker.settle import Settler
 from django_delayq.worker.tracking import EXIT_HARD_STOP, EXIT_OK, RunningJob, next_limit
 
