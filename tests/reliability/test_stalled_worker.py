@@ -128,6 +128,16 @@ def _writable() -> bool:
         db.close()
 
 
+def _wait_logged(predicate: Callable[[], bool], *procs: subprocess.Popen[str]) -> None:
+    """``wait_until(predicate)``; not met: the row and the workers' logs in the error."""
+    try:
+        wait_until(predicate, timeout=90, step=0.1)
+    except AssertionError as exc:
+        rows = list(Job.objects.values_list("id", "status", "attempts", "worker_id"))
+        raise AssertionError("%s; rows %s; logs:\n%s" % (exc, rows, "\n".join(
+            "-- %d:\n%s" % (p.pid, _log(p)[-6000:]) for p in procs))) from None
+
+
 def _all_final() -> bool:
     return not Job.objects.filter(status__in=LIVE_STATUSES).exists()
 
@@ -144,7 +154,7 @@ def test_a_late_success_of_a_stalled_worker_is_refused_never_recorded(  # type: 
     _stall(w1)
     try:
         w2 = start("w2", "--concurrency", "1")
-        wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=90, step=0.1)
+        _wait_logged(lambda: h.status == JobStatus.SUCCEEDED, w1, w2)
     finally:
         os.kill(w1.pid, signal.SIGCONT)
     wait_until(lambda: any(pid == w1.pid for _, pid in _runs(runs_dir).get(h.id, [])),
