@@ -38,7 +38,6 @@ import json
 import logging
 import socket
 import ssl
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -116,16 +115,12 @@ def _is_allowed(ip: IPAddress, networks: Sequence[Any]) -> bool:
     return any(c in net for c in (ip, mapped) if c is not None for net in networks)
 
 
-_resolver: ThreadPoolExecutor | None = None
-_resolver_lock = threading.Lock()
+# one pool per process; its threads start with its first lookups, not at import
+_resolver = ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="delayq-dns")
 
 
 def _resolve(host: str, port: int, deadline: _Deadline) -> list[SockAddr]:
     """``getaddrinfo`` on a small thread pool, so the deadline covers a slow DNS answer."""
-    global _resolver  # noqa: PLW0603 - one pool per process, made under a lock
-    with _resolver_lock:
-        if _resolver is None:
-            _resolver = ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="delayq-dns")
     future = _resolver.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM,
                               proto=socket.IPPROTO_TCP)
     infos = future.result(timeout=deadline.left())

@@ -42,7 +42,6 @@ from django_delayq.observe.redis_state import group_limit_text, queue_group_limi
 if TYPE_CHECKING:
     from django_delayq.core.group_limits import GroupOverride
 
-EXIT_UNAVAILABLE = 1  # Redis could not be reached
 ACTIONS = (*CONTROLS, "list")
 
 
@@ -68,30 +67,28 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         settings = get_settings()
-        names = self._queues(options["action"], options["queues"], settings)
-        if options["group"] is not None and options["action"] == "list":
+        action, group = options["action"], options["group"]
+        names = self._queues(action, options["queues"], settings)
+        if group is not None and action == "list":
             raise usage_error("--group goes with pause, resume and purge")
-        if options["group"] is None and options["action"] in ("limit", "unlimit"):
-            raise usage_error("%s needs --group: the group whose limits change"
-                              % options["action"])
-        if options["action"] != "limit" and (options["concurrency"] is not None
-                                             or options["rate"] is not None):
+        if group is None and action in ("limit", "unlimit"):
+            raise usage_error("%s needs --group: the group whose limits change" % action)
+        if action != "limit" and (options["concurrency"], options["rate"]) != (None, None):
             raise usage_error("--concurrency and --rate go with limit")
-        if options["action"] == "purge" and not options["yes"]:
-            what = ", ".join(names) if options["group"] is None else "group %r of %s" % (
-                options["group"], ", ".join(names))
+        if action == "purge" and not options["yes"]:
+            what = ", ".join(names)
+            what = what if group is None else "group %r of %s" % (group, what)
             raise usage_error("purge removes every waiting job of %s and cancels their rows; "
                               "run it again with --yes to confirm" % what)
         try:
-            if options["action"] == "list":
+            if action == "list":
                 self._list(names, settings)
             else:
-                self._control(options["action"], names, options)
+                self._control(action, names, options)
         except InvalidJob as exc:
             raise usage_error(str(exc)) from exc
-        except RedisError as exc:
-            raise CommandError("Redis is unavailable: %s" % exc,
-                               returncode=EXIT_UNAVAILABLE) from exc
+        except RedisError as exc:  # exit 1, CommandError's own code
+            raise CommandError("Redis is unavailable: %s" % exc) from exc
 
     def _queues(self, action: str, given: list[str], settings: Settings) -> list[str]:
         known = queues.known_queues(settings)
@@ -128,10 +125,9 @@ class Command(BaseCommand):
                           str(q.scheduled), str(q.inflight), str(q.dead), rate_text(rate),
                           "-" if concurrency is None else str(concurrency),
                           "-" if timeout is None else "%gs" % timeout))
-        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        widths = [max(map(len, column)) for column in zip(*lines, strict=True)]
         for line in lines:
-            self.stdout.write("  ".join(cell.ljust(w) for cell, w in zip(line, widths,
-                                                                         strict=True)).rstrip())
+            self.stdout.write("  ".join(map(str.ljust, line, widths)).rstrip())
         limits = queue_group_limits(settings, names)
         for queue in names:
             if groups := engine.paused_groups(queue):

@@ -284,9 +284,7 @@ class Command(BaseCommand):
     def render(self, engine: Engine, settings: Settings, queues: list[str], as_json: bool,
                indent: int | None = 2) -> str:
         status = collect(engine, settings, queues)
-        if as_json:
-            return json.dumps(status, indent=indent) + "\n"
-        return render_text(status)
+        return json.dumps(status, indent=indent) + "\n" if as_json else render_text(status)
 
     def watch(self, engine: Engine, settings: Settings, queues: list[str], interval: float,
               count: int | None, *, as_json: bool) -> None:
