@@ -183,8 +183,7 @@ class JobDependency(models.Model):
         verbose_name_plural = _("job dependencies")
         constraints = [models.UniqueConstraint(fields=["parent_id", "child_id"],
                                                name="delayq_dependency_unique")]
-        indexes = [models.Index(fields=["resolved", "parent_id"],
-                                name="delayq_dependency_open")]
+        indexes = [models.Index(fields=["resolved", "parent_id"], name="delayq_dependency_open")]
 
     def __str__(self) -> str:
         return "%s -> %s" % (self.parent_id, self.child_id)

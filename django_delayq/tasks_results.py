@@ -144,8 +144,7 @@ def task_error(error_type: str, error: str, traceback: str) -> TaskErrorT:
     """A ``TaskError`` from an attempt's recorded failure: its exception class path as
     recorded, and its traceback (``"Type: message"`` when it has none, as a lost lease)."""
     path = error_type or "builtins.Exception"  # rows written before error_type existed
-    return TaskError(exception_class_path=path,
-                     traceback=traceback or "%s: %s" % (path, error))
+    return TaskError(exception_class_path=path, traceback=traceback or "%s: %s" % (path, error))
 
 
 Remembered = tuple[str, "TaskErrorT", datetime | None]  # worker, error, start
@@ -184,8 +183,7 @@ def stored_result(row: Job, attempts: list[JobAttempt], alias: str,
     if not errors and row.status == JobStatus.DEAD and (row.error_type or row.last_error):
         # e.g. DELAYQ["EAGER"] runs, which record no JobAttempt
         errors.append(task_error(row.error_type, row.last_error, row.traceback))
-    first_start = first or next((a.started_at for a in attempts if a.started_at),
-                                row.started_at)
+    first_start = first or next((a.started_at for a in attempts if a.started_at), row.started_at)
     task = task_of(row, alias, task_class)
     result = TaskResult(
         task=task, id=row.pk, status=STATUS[JobStatus(row.status)],
@@ -207,10 +205,9 @@ def live_result(task: AnyTask, job_id: str, attempt: int, worker_id: str, starte
     attempts = list(JobAttempt.objects.filter(job_id=job_id, number__lt=attempt)
                     .order_by("number", "pk")) if row is not None else []
     errors, workers, first = previous_attempts(row, attempts, attempt - 1)
-    first_start = first or started_at
     return TaskResult(
         task=task, id=job_id, status=status,
-        enqueued_at=row.created_at if row else None, started_at=first_start,
+        enqueued_at=row.created_at if row else None, started_at=first or started_at,
         last_attempted_at=started_at, finished_at=None,
         args=row.args if row else [], kwargs=row.kwargs if row else {}, backend=task.backend,
         errors=errors, worker_ids=workers + [worker_id])
@@ -226,8 +223,7 @@ def task_callable(task: AnyTask) -> Callable[..., object]:
         if task.takes_context:
             ctx = current_job()
             if ctx is None:
-                raise RuntimeError("%s takes a context: it runs only as a job"
-                                   % task.module_path)
+                raise RuntimeError("%s takes a context: it runs only as a job" % task.module_path)
             running = live_result(task, ctx.id, ctx.attempt, ctx.worker_id, timezone.now(),
                                   TaskResultStatus.RUNNING)  # the attempt running now
             args = (TaskContext(task_result=running), *args)
@@ -249,8 +245,7 @@ _sender: list[type] = []  # the backend class, given by connect()
 def _send(signal: Signal, result: AnyResult) -> None:
     for receiver, outcome in signal.send_robust(sender=_sender[0], task_result=result):
         if isinstance(outcome, Exception):
-            logger.error("%r receiver %r failed: %s", signal, receiver, outcome,
-                         exc_info=outcome)
+            logger.error("%r receiver %r failed: %s", signal, receiver, outcome, exc_info=outcome)
 
 
 def on_started(*, job_id: str, callable_path: str, attempt: int, worker_id: str,

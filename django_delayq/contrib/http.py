@@ -283,8 +283,7 @@ def post_json(url: str, body: object = None, *, timeout: float = DEFAULT_TIMEOUT
     ``timeout`` bounds the whole call; a URL that may not be called raises
     ``CallbackRefused`` before any connection (see the module docstring)."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError("post_json timeout must be a number of seconds > 0, not %r"
-                         % (timeout,))
+        raise ValueError("post_json timeout must be a number of seconds > 0, not %r" % (timeout,))
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
     deadline = _Deadline(float(timeout))
     try:

@@ -14,8 +14,7 @@ class Command(BaseCommand):
             "--older-than, with their attempt rows; with --archive, write them to Parquet first.")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--older-than", required=True,
-                            help="Age such as 30d, 12h, 90m, 2w.")
+        parser.add_argument("--older-than", required=True, help="Age such as 30d, 12h, 90m, 2w.")
         parser.add_argument("--archive", help="Archive directory (same layout as delayq_export).")
         parser.add_argument("--batch-size", type=int, default=2000,
                             help="Rows archived and deleted per transaction (default 2000).")

@@ -29,8 +29,7 @@ class Command(BaseCommand):
         if problem := report.check_arguments(options):
             raise usage_error(problem)  # bad options: exit 2, as argparse
         try:  # before Spark starts (seconds), let alone computes (minutes)
-            preflight.check_paths(options["out"],
-                                  None if options["jdbc_url"] else options["input"])
+            preflight.check_paths(options["out"], None if options["jdbc_url"] else options["input"])
         except FileNotFoundError as exc:  # --input names no export: a bad option
             raise usage_error(str(exc)) from exc
         except ValueError as exc:  # --out cannot be written: a failure, exit 1

@@ -268,14 +268,12 @@ class Command(BaseCommand):
         engine = get_engine()
         try:
             if options["follow"]:
-                self.follow(engine, options["last"], options["count"],
-                            json_lines=options["json"])
+                self.follow(engine, options["last"], options["count"], json_lines=options["json"])
             elif options["watch"]:
                 self.watch(engine, settings, queues, options["interval"], options["count"],
                            as_json=options["json"])
             else:
-                self.stdout.write(self.render(engine, settings, queues, options["json"]),
-                                  ending="")
+                self.stdout.write(self.render(engine, settings, queues, options["json"]), ending="")
         except RedisError as exc:
             raise CommandError("Redis is unavailable: %s" % exc) from exc
         except KeyboardInterrupt:

@@ -25,13 +25,7 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues, positive, usage_error
 from django_delayq.observe import prometheus
-from django_delayq.worker.loop import (
-    StopAsked,
-    Worker,
-    WorkerOptions,
-    attach,
-    wait_for_redis,
-)
+from django_delayq.worker.loop import StopAsked, Worker, WorkerOptions, attach, wait_for_redis
 from django_delayq.worker.processes.children import can_measure_memory
 from django_delayq.worker.processes.supervisor import Supervisor, SupervisorOptions
 from django_delayq.worker.signals_relay import signal_relay
@@ -152,8 +146,7 @@ class Command(BaseCommand):
 
     def run_worker(self, settings: Settings, queues: tuple[str, ...], concurrency: int,
                    options: dict[str, Any]) -> int:
-        supervision = (Supervision.decode(options["supervised"])
-                       if options["supervised"] else None)
+        supervision = Supervision.decode(options["supervised"]) if options["supervised"] else None
         stop = StopAsked(signal_relay())  # until the worker's own handlers
         engine = wait_for_redis(get_engine, stop,
                                 supervision.orphaned if supervision else lambda: False)
