@@ -328,11 +328,10 @@ def timeout_seconds(value: object) -> float | None:
     return seconds
 
 
-def expires_at(value: object, *, now: datetime, due: datetime, use_tz: bool) -> datetime | None:
-    """The moment of ``expires`` (a datetime, or seconds/timedelta from ``now``), after
-    ``now`` and after the due time ``due``."""
-    if value is None:
-        return None
+def expires_at(value: object, *, now: datetime, due: datetime, use_tz: bool) -> datetime:
+    """The moment of ``expires`` (a datetime, or seconds/timedelta from ``now``; never
+    ``None``: an unset ``expires`` has no moment), after ``now`` and after the due time
+    ``due``."""
     if isinstance(value, datetime):
         moment = validation.stored_time(validation.check_at(value, use_tz, "expires"),
                                         use_tz, "expires")
@@ -350,10 +349,9 @@ def expires_at(value: object, *, now: datetime, due: datetime, use_tz: bool) -> 
     return moment
 
 
-def retry_on_paths(value: object) -> tuple[str, ...] | None:
-    """Exception classes or dotted paths -> their dotted paths (the row's ``retry_on``)."""
-    if value is None:
-        return None
+def retry_on_paths(value: object) -> tuple[str, ...]:
+    """Exception classes or dotted paths -> their dotted paths (the row's ``retry_on``;
+    ``_own`` never passes an unset one)."""
     items = [value] if isinstance(value, (str, type)) else value
     if not isinstance(items, (list, tuple)):
         raise InvalidJob("retry_on must be exception classes or their dotted paths (a list or "
