@@ -49,6 +49,7 @@ from typing import Any
 
 from django.core.signals import setting_changed
 from django.db import router, transaction
+from django.dispatch import receiver
 
 from django_delayq import signals
 from django_delayq.core.conf import get_settings
@@ -292,10 +293,9 @@ def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None,
     out: Fields = {"event": event, "job": str(get("job_id", "")), "queue": str(get("queue", "")),
                    "callable": str(path or ""),
                    "ts_ms": str(int((time.time() if ts is None else ts) * 1000))}
-    if "attempt" in kwargs:
-        out["attempt"] = str(kwargs["attempt"])
-    if "worker_id" in kwargs:
-        out["worker"] = str(kwargs["worker_id"])
+    for name, given in (("attempt", "attempt"), ("worker", "worker_id")):
+        if given in kwargs:
+            out[name] = str(kwargs[given])
     if "running" in kwargs:
         out["running"] = str(int(kwargs["running"]))
     for name, value in (("run_at", get("run_at")), ("retry_at", get("retry_at")),
@@ -397,11 +397,11 @@ def _close_at_exit() -> None:
         reset()
 
 
+@receiver(setting_changed, dispatch_uid="delayq.events.settings")
 def _on_setting_changed(*, setting: str, **kwargs: object) -> None:
     if setting == "DELAYQ":
         reset()
 
 
-setting_changed.connect(_on_setting_changed, dispatch_uid="delayq.events.settings")
 atexit.register(_close_at_exit)
 connect()
