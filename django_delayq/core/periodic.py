@@ -216,7 +216,6 @@ def missed(queue: str, due: datetime, now: datetime, own: str | None = None) -> 
 class Registered:
     """A worker's entry of the workers registry: what ``missed`` needs of it."""
 
-    worker_id: str
     started: datetime
     queues: tuple[str, ...]
 
@@ -238,19 +237,18 @@ def _live_workers() -> dict[str, Registered]:
     wrote are left out)."""
     engine = get_engine()
     alive_ms = engine.time_ms() - 2 * get_settings().lease_ms
-    return {w.worker_id: w for entry in engine.workers()
-            if entry.beat_ms >= alive_ms and (w := _entry(entry.id, entry.info))}
+    return {entry.id: w for entry in engine.workers()
+            if entry.beat_ms >= alive_ms and (w := _entry(entry.info))}
 
 
-def _entry(worker_id: str, raw: str | None) -> Registered | None:
+def _entry(raw: str | None) -> Registered | None:
     try:
         info = json.loads(raw or "")
         started = datetime.fromisoformat(info["started"])
         queues = tuple(str(q) for q in info["queues"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return Registered(worker_id, started if started.tzinfo else started.replace(tzinfo=UTC),
-                      queues)
+    return Registered(started if started.tzinfo else started.replace(tzinfo=UTC), queues)
 
 
 def _cancelled(job_id: str) -> bool:

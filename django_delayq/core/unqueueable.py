@@ -29,11 +29,6 @@ def why_not(row: Job) -> str | None:
 
 def split(rows: list[Job]) -> tuple[list[Job], list[tuple[Job, str]]]:
     """Those of ``rows`` that can be enqueued, and those that never can, with the reason."""
-    keep, never = [], []
-    for row in rows:
-        reason = why_not(row)
-        if reason is None:
-            keep.append(row)
-        else:
-            never.append((row, reason))
-    return keep, never
+    reasons = [(row, why_not(row)) for row in rows]
+    return ([row for row, why in reasons if why is None],
+            [(row, why) for row, why in reasons if why is not None])
