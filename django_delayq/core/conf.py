@@ -296,11 +296,8 @@ def _schedules(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, P
     return value, schedules.settings_problems(value)
 
 
-def _as_is(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    return value, []
-
-
-# The keys with a number or a flag by default take numbers > 0 (seconds, or integers) or flags.
+# Every key's reader. The keys with a number or a flag by default take numbers > 0 (seconds,
+# or integers) or flags.
 READERS: dict[str, Reader] = {
     **{key: _number(type(value) is int) for key, value in DEFAULTS.items()
        if type(value) in (int, float)},
@@ -333,7 +330,7 @@ def _read(user: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
              for name in sorted(set(user) - set(DEFAULTS))]
     values = {}
     for key in DEFAULTS:
-        values[key.lower()], why = READERS.get(key, _as_is)(key, merged[key], merged)
+        values[key.lower()], why = READERS[key](key, merged[key], merged)
         found += [(key, msg) for msg in why]
     return values, found
 
