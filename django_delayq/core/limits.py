@@ -55,9 +55,7 @@ class Limit:
 
 def parse_rate(text: object) -> Rate | None:
     """``"10/s"`` -> ``(10, 1000)``, ``"5/10s"`` -> ``(5, 10000)``; ``None`` when invalid."""
-    if not isinstance(text, str):
-        return None
-    match = _RATE.fullmatch(text)
+    match = _RATE.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         return None
     count, multiplier, unit = int(match[1]), int(match[2] or 1), match[3]

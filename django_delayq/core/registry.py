@@ -125,7 +125,7 @@ def path_of(fn: object) -> str:
     qualname = getattr(target, "__qualname__", None)
     if not module or not qualname:
         raise InvalidJob("%r has no importable dotted path (no __module__/__qualname__)" % (fn,))
-    if qualname == "<lambda>" or "<lambda>" in qualname:
+    if "<lambda>" in qualname:
         raise InvalidJob("%r is a lambda; schedule a module-level function instead" % (fn,))
     if "<locals>" in qualname:
         raise InvalidJob("%s.%s is a nested function or closure; a worker cannot import it. "
