@@ -1,8 +1,8 @@
 """What an admin action leaves behind: one CHANGE ``LogEntry`` per change, on the job
-(``log_job``: its history page lists it) or on a queue (``log_queue``), and the message
-counting its outcomes, most common first (``Tally``: "3 cancelled, 1 already running").
-The job actions (``actions``), the queues page (``queue_page``) and the schedules' actions
-(in ``schedule_admin``) share them."""
+(its history page lists it) or on a queue (``log_change``), and the message counting its
+outcomes, most common first (``Tally``: "3 cancelled, 1 already running"). The job actions
+(``actions``), the queues page (``queue_page``) and the schedules' actions (in
+``schedule_admin``) share them."""
 
 from __future__ import annotations
 
@@ -32,20 +32,12 @@ T = TypeVar("T")
 Done = tuple[object, str | None]  # an outcome's label, and what the log says (if any)
 
 
-def log_job(request: HttpRequest, job_id: str, callable_path: str, message: str) -> None:
-    """One CHANGE entry on the job ``job_id`` (its history page lists it)."""
-    _log(request, job_id, "%s %s" % (callable_path, job_id), message)
-
-
-def log_queue(request: HttpRequest, queue: str, message: str) -> None:
-    """One CHANGE entry on no job in particular: ``queue <name>`` with ``message``."""
-    _log(request, None, "queue %s" % queue, message)
-
-
-def _log(request: HttpRequest, object_id: str | None, text: str, message: str) -> None:
+def log_change(request: HttpRequest, text: str, message: str, job_id: str | None = None) -> None:
+    """One CHANGE entry saying ``message``: on the job ``job_id`` (its history page lists
+    it; ``text`` is "<callable path> <id>"), or on no job in particular (``queue <name>``)."""
     LogEntry.objects.create(
         user_id=cast(Any, request.user.pk), content_type=ContentType.objects.get_for_model(Job),
-        object_id=object_id, object_repr=text[:REPR_CHARS], action_flag=CHANGE,
+        object_id=job_id, object_repr=text[:REPR_CHARS], action_flag=CHANGE,
         change_message=message)
 
 

@@ -2,8 +2,8 @@
 reports what happened per outcome ("3 cancelled, 1 already running").
 
 Every change an action makes is written to the admin's log: one CHANGE ``LogEntry`` per
-job, saying what happened to it (``action_log.log_job``); the queues page logs its changes
-to queues the same way (``log_queue``), so "who paused payments at 03:12?" has an answer
+job, saying what happened to it (``action_log.log_change``); the queues page logs its
+changes to queues the same way, so "who paused payments at 03:12?" has an answer
 in the admin's history.
 
 "Run now" and "Requeue" make a job run, so they first check the row's callable path
@@ -28,7 +28,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from django_delayq.admin.action_log import Done, Tally, each, log_job
+from django_delayq.admin.action_log import Done, Tally, each, log_change
 from django_delayq.admin.display import job_link, render
 from django_delayq.core import api, registry
 from django_delayq.engine.logtext import shown
@@ -38,10 +38,11 @@ from django_delayq.models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
-CANCEL_LABELS = {
-    CancelOutcome.CANCELLED: gettext_lazy("cancelled"),
-    CancelOutcome.ALREADY_RUNNING: gettext_lazy("already running (retries cancelled)"),
-    CancelOutcome.NOT_FOUND: gettext_lazy("already finished"),
+CANCELS = {  # outcome: its label, and what the log says (None: nothing changed)
+    CancelOutcome.CANCELLED: (gettext_lazy("cancelled"), gettext_lazy("Cancelled.")),
+    CancelOutcome.ALREADY_RUNNING: (gettext_lazy("already running (retries cancelled)"),
+                                    gettext_lazy("Cancel requested while running: not retried.")),
+    CancelOutcome.NOT_FOUND: (gettext_lazy("already finished"), None),
 }
 MOVE_LABELS = {
     MoveOutcome.MOVED: gettext_lazy("moved"),
@@ -75,8 +76,8 @@ def _each(modeladmin: admin.ModelAdmin[Job], request: HttpRequest, rows: Iterabl
           call: Callable[[str], Done], *success: object, tally: Tally | None = None) -> Tally:
     """``call`` each job; count the label it returns, log its message, report."""
     return each(modeladmin, request, rows, "job", lambda row: row[0], lambda row: call(row[0]),
-                lambda row, message: log_job(request, row[0], row[1], message), *success,
-                tally=tally)
+                lambda row, message: log_change(request, "%s %s" % (row[1], row[0]), message,
+                                                row[0]), *success, tally=tally)
 
 
 def _move(move: Callable[[str], MoveOutcome], done: object, message: str) -> Callable[[str], Done]:
@@ -89,10 +90,6 @@ def _move(move: Callable[[str], MoveOutcome], done: object, message: str) -> Cal
 
 
 ALREADY_CANCELLED = gettext_lazy("already cancelled")
-CANCEL_CHANGES = {
-    CancelOutcome.CANCELLED: gettext_lazy("Cancelled."),
-    CancelOutcome.ALREADY_RUNNING: gettext_lazy("Cancel requested while running: not retried."),
-}
 
 
 @admin.action(description=gettext_lazy("Cancel selected jobs"), permissions=["cancel"])
@@ -110,11 +107,10 @@ def cancel_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
                 yield job_id, path
 
     def cancel(job_id: str) -> Done:
-        outcome = api.cancel(job_id)
-        change = CANCEL_CHANGES.get(outcome)
-        return CANCEL_LABELS[outcome], None if change is None else str(change)
+        label, change = CANCELS[api.cancel(job_id)]
+        return label, None if change is None else str(change)
 
-    _each(modeladmin, request, not_cancelled(), cancel, CANCEL_LABELS[CancelOutcome.CANCELLED],
+    _each(modeladmin, request, not_cancelled(), cancel, CANCELS[CancelOutcome.CANCELLED][0],
           tally=tally)
 
 

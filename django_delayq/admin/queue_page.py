@@ -31,7 +31,7 @@ from django.utils.translation import gettext_lazy
 from redis.exceptions import RedisError
 
 from django_delayq.admin import display
-from django_delayq.admin.action_log import log_queue
+from django_delayq.admin.action_log import log_change
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queue_controls import control
@@ -94,7 +94,7 @@ def _act(request: HttpRequest, op: str, queue: str) -> tuple[str, int]:
         return _("%(op)s %(queue)s failed: %(error)s") % {
             "op": op, "queue": queue, "error": exc}, messages.ERROR
     if changed:
-        log_queue(request, queue, text)
+        log_change(request, "queue %s" % queue, text)
     return text, messages.SUCCESS if changed else messages.INFO
 
 
