@@ -165,9 +165,7 @@ def queues(engine: Engine, names: Sequence[str] | None = None, *,
     try:
         paused: set[str] | None = set(engine.paused(names))
     except ERRORS as exc:
-        if not partial:
-            raise
-        unreadable(engine, exc)
+        unreadable(engine, exc, partial)
         engine.time_ms()  # does Redis answer at all? (else its error, at once)
         paused = None  # a node is down: each queue read on its own
     rows = []
@@ -177,21 +175,20 @@ def queues(engine: Engine, names: Sequence[str] | None = None, *,
                 paused if paused is not None else engine.paused([queue])),
                 limit=engine.queue_limit(queue), **asdict(engine.stats(queue))))
         except ERRORS as exc:
-            if not partial:
-                raise
             rows.append(QueueRow(queue=queue, scheduled=0, ready=0, inflight=0, dead=0,
                                  expired_leases=0, now_ms=0, next_due_ms=None,
                                  oldest_ready_ms=None, paused=False, limit=None,
-                                 unavailable=unreadable(engine, exc)))
+                                 unavailable=unreadable(engine, exc, partial)))
     return rows
 
 
-def unreadable(engine: Engine, exc: BaseException) -> str:
+def unreadable(engine: Engine, exc: BaseException, partial: bool = True) -> str:
     """Why a read of one Redis Cluster node's data failed while the others may answer:
     its node does not (``UNREACHABLE``; a shard set aside after failing gives that
-    failure's error). ``exc`` is raised again when it is another error (the node
-    answered it), or when the client is one Redis' (then Redis is unavailable)."""
-    if not engine.nodes_fail_alone or not isinstance(exc, UNREACHABLE):
+    failure's error). ``exc`` is raised again without ``partial`` (the caller wants every
+    node read), when it is another error (the node answered it), or when the client is
+    one Redis' (then Redis is unavailable)."""
+    if not partial or not engine.nodes_fail_alone or not isinstance(exc, UNREACHABLE):
         raise exc
     return exc.reason if isinstance(exc, ShardDown) else str(exc) or type(exc).__name__
 
@@ -324,9 +321,7 @@ def callable_limits(engine: Engine, settings: Settings,
         try:
             s = engine.limit_state(path, rate=e.rate, concurrency=e.concurrency)
         except ERRORS as exc:
-            if not partial:
-                raise
-            why = unreadable(engine, exc)
+            why = unreadable(engine, exc, partial)
         out.append(CallableLimitState(
             callable=path, rate=e.rate, concurrency=e.concurrency,
             running=None if s is None else s.running,
