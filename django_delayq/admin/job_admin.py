@@ -55,16 +55,12 @@ def _stored(field: str, label: StrOrPromise) -> Callable[[Any, Any], str]:
 
 def _on_site(render: Callable[[Job, str], str], label: StrOrPromise) -> Callable[[Any, Any], str]:
     """A display method showing ``render(job, admin site name)`` (links to other jobs)."""
-    def show(self: admin.ModelAdmin[Job], obj: Job) -> str:
-        return render(obj, self.admin_site.name)
-    return admin.display(description=label)(show)
+    return admin.display(description=label)(lambda self, obj: render(obj, self.admin_site.name))
 
 
 def _may(codename: str) -> Callable[[Any, HttpRequest], bool]:
     """An action's permission check (``@admin.action(permissions=[...])``)."""
-    def check(self: object, request: HttpRequest) -> bool:
-        return request.user.has_perm("django_delayq." + codename)
-    return check
+    return lambda self, request: request.user.has_perm("django_delayq." + codename)
 
 
 def _never(self: object, request: HttpRequest, obj: object = None) -> bool:
@@ -285,14 +281,13 @@ class JobAdmin(ReadOnly, _JobAdminBase):
                 own("<path:object_id>/act/", "act", partial(act, admin=self)),
                 *super().get_urls()]
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
+                           change: bool = False, form_url: str = "", obj: Job | None = None
+                           ) -> HttpResponse:
         """The job's page, with buttons for the actions this user may take on it."""
-        job = Job.objects.filter(pk=unquote(object_id)).only("pk", "status").first()
-        if job is not None:
-            extra_context = {**(extra_context or {}),
-                             **page_context(self, request, job)}
-        return super().change_view(request, object_id, form_url, extra_context)
+        if obj is not None:
+            context.update(page_context(self, request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def report_link(self, request: HttpRequest) -> str | None:
         """The report page's URL for users who may see it, when REPORT_DIR is set."""

@@ -260,12 +260,9 @@ class ScheduleAdmin(_ScheduleAdminBase):
     @admin.display(description=_("last outcome"))
     def last_outcome(self, obj: Schedule) -> Any:
         """The status of the last tick's job, linked to it."""
-        status = getattr(obj, "last_status", None)
-        if not obj.last_job_id:
-            return "-"
-        if status is None:
-            return job_link(obj.last_job_id, _("(no row)"))
-        return job_link(obj.last_job_id, status_badge(status, JobStatus(status).label))
+        status = getattr(obj, "last_status", None)  # job_link: "-" without a job
+        return job_link(obj.last_job_id, _("(no row)") if status is None
+                        else status_badge(status, JobStatus(status).label))
 
     def get_readonly_fields(self, request: HttpRequest, obj: Schedule | None = None) -> Any:
         if obj is not None and obj.from_settings:  # defined in settings: only ``enabled``

@@ -83,10 +83,8 @@ class QueueCollector:
             self._read(families)
         except Exception as exc:  # noqa: BLE001 - a scrape must answer even when Redis is down
             logger.warning("metrics: could not read queue stats: %s", shown(exc))
-            up.add_metric([], 0)
-            yield up
-            return
-        up.add_metric([], 1)
+            families = {}  # nothing read: delayq_redis_up alone, 0
+        up.add_metric([], 1 if families else 0)
         yield from (*families.values(), up)
 
     def _read(self, f: dict[str, Any]) -> None:
