@@ -5,7 +5,8 @@ late outcome of the job it was running is refused, never recorded as the job's.
 Real ``delayq_worker`` subprocesses (``--worker-id w1`` stalls, ``w2`` takes over), the
 test database, a private redis-server, leases of 2 s. Each job appends its completed run
 (job id, attempt, pid) to a file (``jobs_chaos.mark_run``); the settings module below has
-each worker append every ``job_succeeded`` it sends to another file.
+each worker append every ``job_succeeded`` it sends to another file. The last test checks
+the helper that stops a worker (``_stall``): stopped, it holds no write lock of SQLite.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import os
 import signal
 import sqlite3
 import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -49,6 +52,22 @@ def _succeeded(sender, job_id, attempt, worker_id, **kwargs):
 
 
 _signals.job_succeeded.connect(_succeeded, weak=False)
+"""
+# told a line on stdin: 0.3 s later, holds the write lock of the SQLite database argv[1]
+# for a second
+HOLDER = """
+import sqlite3, sys, time
+
+db = sqlite3.connect(sys.argv[1], isolation_level=None, timeout=30)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("CREATE TABLE IF NOT EXISTS t (x)")
+print("ready", flush=True)
+while sys.stdin.readline():
+    time.sleep(0.3)
+    db.execute("BEGIN IMMEDIATE")
+    db.execute("INSERT INTO t VALUES (1)")
+    time.sleep(1.0)
+    db.execute("COMMIT")
 """
 
 
@@ -103,21 +122,41 @@ def _log(proc: subprocess.Popen[str]) -> str:
     return worker.LOGS[proc.pid].read_text(errors="replace")
 
 
-def _stall(proc: subprocess.Popen[str]) -> None:
-    """SIGSTOP ``proc`` at a moment it holds no write lock of the SQLite test database: a
-    process stopped inside a transaction would hold off every other writer (a fault of
-    its own, not the one under test). Stopped in one, it is continued and stopped again."""
+def _stall(proc: subprocess.Popen[str], database: str | None = None) -> None:
+    """SIGSTOP ``proc`` at a moment it holds no write lock of the SQLite database
+    ``database`` (None: the test database, if SQLite): a process stopped inside a
+    transaction would hold off every other writer (a fault of its own, not the one under
+    test). Stopped in one, it is continued and stopped again."""
+    if database is None and connection.vendor == "sqlite":
+        database = str(connection.settings_dict["NAME"])
     for _ in range(100):
         os.kill(proc.pid, signal.SIGSTOP)
-        if connection.vendor != "sqlite" or _writable():
+        _wait_stopped(proc)  # only then is the check below true for the whole stop
+        if database is None or _writable(database):
             return
         os.kill(proc.pid, signal.SIGCONT)
         time.sleep(0.02)  # lets it end the transaction
     raise AssertionError("worker %d held the database at each stop" % proc.pid)
 
 
-def _writable() -> bool:
-    db = sqlite3.connect(str(connection.settings_dict["NAME"]), timeout=0.5)
+def _wait_stopped(proc: subprocess.Popen[str]) -> None:
+    """Until every thread of ``proc`` has stopped. kill() returns before: one of its threads
+    must be scheduled to act on the SIGSTOP, and on a loaded machine the others run on
+    meanwhile; a transaction one of them begins then is held through the stop."""
+
+    def stopped() -> bool:
+        pid, status = os.waitpid(proc.pid, os.WUNTRACED | os.WNOHANG)
+        if pid and not os.WIFSTOPPED(status):
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            raise AssertionError("worker %d ended (exit %d) instead of stopping" % (
+                proc.pid, proc.returncode))
+        return bool(pid)
+
+    wait_until(stopped, timeout=60, step=0.005)
+
+
+def _writable(database: str) -> bool:
+    db = sqlite3.connect(database, timeout=0.5)
     try:
         db.execute("BEGIN IMMEDIATE")
         db.rollback()
@@ -210,3 +249,47 @@ def test_a_stalled_worker_starts_none_of_the_jobs_it_held_once_continued(  # typ
     wait_until(_all_final, timeout=90)
     stop(w1)
     stop(w2)
+
+
+def _stopped(pid: int) -> bool:
+    """Whether every thread of the process ``pid`` is stopped (/proc)."""
+    return all(Path(task, "stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
+               for task in Path("/proc/%d/task" % pid).iterdir())
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="reads /proc")
+def test_a_stalled_process_holds_no_write_lock_when_its_stop_lands_late(  # type: ignore[no-untyped-def]
+        tmp_path, monkeypatch) -> None:
+    """kill() returns before the process stops: one of its threads must be scheduled to act
+    on the SIGSTOP, and on a loaded machine the others run on meanwhile. A transaction one
+    of them begins then is held through the stop, and every other writer waits for ever
+    (w2 could not record the job it took back and ran). Here the first SIGSTOP lands 0.5 s
+    after it is sent, and the process begins a transaction in between: ``_stall`` returns
+    only once the process is stopped holding no write lock."""
+    database = str(tmp_path / "held.sqlite3")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, database], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    stdin, stdout = holder.stdin, holder.stdout
+    assert stdin is not None and stdout is not None
+    real_kill, sent = os.kill, list[threading.Timer]()
+
+    def late(pid: int, signum: int) -> None:
+        if signum == signal.SIGSTOP and not sent:
+            stdin.write("begin\n")
+            stdin.flush()
+            sent.append(threading.Timer(0.5, real_kill, (pid, signum)))
+            sent[-1].start()
+        else:
+            real_kill(pid, signum)
+
+    try:
+        assert stdout.readline() == "ready\n"
+        monkeypatch.setattr(os, "kill", late)
+        _stall(holder, database)
+        sent[0].join()
+        wait_until(lambda: _stopped(holder.pid), timeout=30)
+        assert _writable(database), "stopped holding the write lock"
+    finally:
+        monkeypatch.undo()
+        holder.kill()
+        holder.wait()
