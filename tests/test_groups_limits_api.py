@@ -24,7 +24,8 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.group_limits import sync
 from django_delayq.core.reconcile import Reconciler
-from django_delayq.models import GroupLimit
+from django_delayq.models import GroupLimit, Job
+from django_delayq.testing import run_worker
 from django_delayq.worker.gates import QueueGate
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -194,3 +195,17 @@ def test_defaults_reach_the_claim(settings, delayq_engine) -> None:  # type: ign
         schedule("tests.jobs.noop", group="acme")
     assert len(engine.claim("default", 10, 60_000).jobs) == 1
     assert engine.group_slots("default") == {"acme": 1}
+
+
+def test_a_worker_writes_the_rows_limits_before_its_first_claim(settings, delayq_engine,  # type: ignore[no-untyped-def]
+                                                                tmp_path) -> None:
+    """A Redis without the overrides (a new PREFIX, lost data) and a worker starting on
+    it: its first claim already keeps a group's override, not the queue's default."""
+    settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {"default": {"group_concurrency": 3}}}
+    GroupLimit.objects.create(queue="default", group="acme", concurrency=1)  # not in Redis
+    assert get_engine().group_limit_overrides("default") == {}
+    ids = [schedule("tests.jobs.sleep_then_record", str(tmp_path / "runs"), "x", 0.3,
+                    group="acme").id for _ in range(3)]
+    assert run_worker(concurrency=3) == 3
+    rows = sorted(Job.objects.filter(id__in=ids).values_list("started_at", "finished_at"))
+    assert all(later[0] >= earlier[1] for earlier, later in zip(rows, rows[1:])), rows

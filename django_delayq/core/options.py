@@ -40,7 +40,7 @@ signature).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from typing import Any, Self
@@ -403,6 +403,9 @@ def parent_ids(after: object) -> list[str]:
     """The ids ``after=`` names (``JobHandle`` objects or job ids), in order, once each."""
     if after is None:
         return []
+    if isinstance(after, Mapping | bytes | bytearray):  # not a list of ids: refused whole
+        raise InvalidJob("after= takes JobHandle objects or job ids; got %s"
+                         % validation.short(after))
     if isinstance(after, str) or not hasattr(after, "__iter__"):
         after = [after]
     out: dict[str, None] = {}

@@ -320,7 +320,8 @@ def check_lookup_id(job_id: object) -> None:
     """``JobNotFound`` for an id no row can have and no database can be asked for (not a
     string, a lone surrogate, NUL), naming it escaped."""
     if not isinstance(job_id, str) or "\x00" in job_id or not utf8_ok(job_id):
-        raise JobNotFound("no job with id %s" % short(job_id))
+        hint = "; pass its .id" if isinstance(getattr(job_id, "id", None), str) else ""
+        raise JobNotFound("no job with id %s%s" % (short(job_id), hint))
 
 
 def at_ms(at: datetime) -> int:

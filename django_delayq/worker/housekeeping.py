@@ -94,9 +94,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import connections
+from django.db import DatabaseError, connections
 
-from django_delayq.core import payloads
+from django_delayq.core import group_limits, payloads
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
@@ -150,6 +150,16 @@ class Housekeeping:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._reconcile_outage = OutageLog(logger, "reconciler tick")
+
+    def limits_first(self) -> None:
+        """Redis's group limits as the rows say, before this worker's first claim: a Redis
+        that holds none (a new ``PREFIX``, lost data) would let claims past a group's
+        override until the reconciler's first pass. Failing, that pass writes them."""
+        try:
+            group_limits.sync(self.engine, self.settings, self.queues)
+        except (DatabaseError, *OUTAGES) as exc:
+            logger.warning("worker %s: group limits not checked before the first claim "
+                           "(the reconciler writes them): %s", shown(self.worker_id), shown(exc))
 
     def start(self) -> None:
         for target, name in ((self._keeper_loop, "delayq-keeper"),

@@ -247,8 +247,10 @@ class Worker:
         logger.info("worker %s starting: queues=%s concurrency=%d", shown(self.id),
                     shown(",".join(self.options.queues)), self.options.concurrency)
         # Schedules first: a tick missed while no worker ran is cancelled (skip policy)
-        # before this worker could claim it; then on the keeper thread every 10 s.
+        # before this worker could claim it; then on the keeper thread every 10 s. The
+        # group limits the rows hold too, before the first claim.
         self.housekeeping.schedules.tick()
+        self.housekeeping.limits_first()
         self.audit.start()
         self.settlement.start()
         self.claiming.start()

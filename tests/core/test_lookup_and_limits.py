@@ -39,6 +39,13 @@ def test_an_id_no_row_can_have_is_not_found(delayq_settings, bad, shown) -> None
         assert str(info.value) == "no job with id %s" % shown
 
 
+def test_a_handle_given_for_an_id_is_named_with_a_hint(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    handle = schedule("tests.jobs.noop", delay=60)
+    with pytest.raises(JobNotFound, match=r"no job with id JobHandle\(.*\); pass its \.id$"):
+        cancel(handle)  # type: ignore[arg-type]
+    assert Job.objects.get(pk=handle.id).status == "scheduled"
+
+
 @pytest.mark.parametrize(("key", "shown"), [("a\x00b", r"'a\x00b'"), ("line\nbreak", r"'line\nbreak'"),
                                             ("esc\x1b[31m", r"'esc\x1b[31m'"), ("c1\x85", r"'c1\x85'")])
 def test_a_key_with_a_control_character_is_refused(delayq_settings, key, shown) -> None:  # type: ignore[no-untyped-def]

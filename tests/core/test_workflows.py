@@ -79,6 +79,8 @@ def test_a_parent_already_finished_is_honoured_at_once(dq) -> None:  # type: ign
     (["0" * 26], "no job with id '%s'" % ("0" * 26)),
     ([42], "42"),
     ([{"id": 1}], "{'id': 1}"),
+    ({"a": 1}, "{'a': 1}"),  # a dict is not a list of ids, nor are bytes
+    (b"01m8", "b'01m8'"),
 ])
 def test_bad_parents_are_refused_naming_them(dq, bad, named) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidJob, match=named.replace("{", r"\{").replace("}", r"\}")):
