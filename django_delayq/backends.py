@@ -15,11 +15,14 @@ so a task's keyword arguments may have any name (the scheduling options stay apa
 its arguments must be JSON (``TypeError`` otherwise, as Django checks them). ``run_after``
 may be an aware datetime or a ``timedelta`` (from enqueue time). Results are read from
 the audit rows (``django_delayq.tasks_results``), which also sends Django's
-``task_started`` / ``task_finished`` from the worker's lifecycle signals.
+``task_started`` / ``task_finished`` from the worker's lifecycle signals. In eager mode
+(``DELAYQ["EAGER"]``) in autocommit the task runs before ``enqueue()`` returns, which
+returns the finished run (as Django's ``ImmediateBackend``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
-from django.db import router
+from django.db import router, transaction
 
 from django_delayq import compat, tasks_results  # tasks_results: compat.require_tasks()
 from django_delayq.core import api, registry, validation
@@ -91,21 +94,30 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
                            at=after if isinstance(after, datetime) else None,
                            priority=task.priority, max_attempts=self.max_attempts,
                            backoff=self.backoff, group=self.group)
-        try:
-            handle = api.schedule_spec(task.module_path, spec, any_queue=self.any_queue,
-                                       task_backend=self.alias)
-        except InvalidJob as exc:
-            raise compat.InvalidTask(str(exc)) from exc
-        # The stored times, so that get_result(result.id) == result.
-        created_at, run_at = Job.objects.using(router.db_for_write(Job)).filter(
-            pk=handle.id).values_list("created_at", "run_at").get()
-        if isinstance(task.run_after, timedelta):
-            task = dataclasses.replace(task, run_after=run_at)
-        result = tasks_results.TaskResult(
-            task=task, id=handle.id, status=tasks_results.TaskResultStatus.READY,
-            enqueued_at=created_at, started_at=None, finished_at=None, last_attempted_at=None,
-            args=json_args, kwargs=json_kwargs, backend=self.alias, errors=[], worker_ids=[])
-        tasks_results.task_signals.task_enqueued.send(sender=type(self), task_result=result)
+        using = router.db_for_write(Job)
+        # Eager mode (DELAYQ["EAGER"]) in autocommit: the task runs when this block commits,
+        # after task_enqueued (as Django's ImmediateBackend sends them); the result returned
+        # is then the finished run's. In a transaction it runs at its commit: READY here.
+        runs_now = get_settings().eager and transaction.get_autocommit(using)
+        with transaction.atomic(using=using) if runs_now else contextlib.nullcontext():
+            try:
+                handle = api.schedule_spec(task.module_path, spec, any_queue=self.any_queue,
+                                           task_backend=self.alias)
+            except InvalidJob as exc:
+                raise compat.InvalidTask(str(exc)) from exc
+            # The stored times, so that get_result(result.id) == result.
+            created_at, run_at = Job.objects.using(using).filter(
+                pk=handle.id).values_list("created_at", "run_at").get()
+            if isinstance(task.run_after, timedelta):
+                task = dataclasses.replace(task, run_after=run_at)
+            result = tasks_results.TaskResult(
+                task=task, id=handle.id, status=tasks_results.TaskResultStatus.READY,
+                enqueued_at=created_at, started_at=None, finished_at=None,
+                last_attempted_at=None, args=json_args, kwargs=json_kwargs, backend=self.alias,
+                errors=[], worker_ids=[])
+            tasks_results.task_signals.task_enqueued.send(sender=type(self), task_result=result)
+        if runs_now:
+            result.refresh()
         return result
 
     # -- results ------------------------------------------------------------------

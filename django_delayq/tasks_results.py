@@ -19,9 +19,9 @@ process (succeeded, dead, cancelled).
 Signals: ``task_started`` when a worker starts an attempt of a task (``job_started``),
 ``task_finished`` when it ends for good (``job_succeeded``, ``job_dead``); a failed
 attempt that will be retried sends no ``task_finished``. They are sent by observers of
-the worker's lifecycle signals, only for jobs whose function is a Django ``Task``. A
-FAILED ``task_finished`` is sent while handling a ``TaskFailed`` that carries the
-recorded failure, so the ``django.tasks`` log line shows it.
+the worker's lifecycle signals (which eager runs send too), only for jobs whose function
+is a Django ``Task``. A FAILED ``task_finished`` is sent while handling a ``TaskFailed``
+that carries the recorded failure, so the ``django.tasks`` log line shows it.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@
   the test's events (``django_delayq.pytest_plugin`` wraps it).
 * ``run_worker()``: a real ``Worker`` in burst mode (threads, batched audit).
 * ``run_eager(job_id)``: run one job inline right away, raising its exception if it fails
-  (``DELAYQ["EAGER"]`` uses it; ``core.commit_batch`` raises it out of the commit).
+  (``DELAYQ["EAGER"]`` uses it; ``core.commit_batch`` raises it out of the commit), with
+  the lifecycle signals a worker sends (worker id ``"eager"``).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from django_delayq.engine.logtext import text
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobAttempt, JobStatus
-from django_delayq.worker import handover, outcome, runner
+from django_delayq.worker import handover, outcome, runner, settle
 from django_delayq.worker.audit import AuditWriter
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from django_delayq.worker.settle import Settler
 
 WORKER_ID = "testing"
+EAGER_ID = "eager"  # the worker id of DELAYQ["EAGER"] runs
 _offset_ms = 0
 _offset_lock = threading.Lock()
 
@@ -191,33 +193,22 @@ def run_worker(queues: list[str] | None = None, concurrency: int = 1) -> int:
 
 
 def run_eager(job_id: str) -> None:
-    """Run job ``job_id`` now, in this thread, and record the outcome on its row."""
+    """Run job ``job_id`` now, in this thread, and record the outcome on its row; the
+    lifecycle signals are sent as a worker sends them (``job_started``, then
+    ``job_succeeded`` or ``job_dead``; worker id ``"eager"``)."""
     job = Job.objects.get(pk=job_id)
     if job.is_final:  # cancelled before the commit that runs it: a worker would not run it
         return
-    started = timezone.now()
+    started, t0 = timezone.now(), time.perf_counter()
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
-                     due_at=job.run_at, worker_id="eager")
-
-    def record(status: str, **fields: Any) -> None:
-        """The row's outcome and, for a failure, its ``JobAttempt`` as a worker writes it
-        (the Spark report counts failed attempts from those rows)."""
-        finished = timezone.now()
-        Job.objects.filter(pk=job_id).update(status=status, attempts=1, started_at=started,
-                                             finished_at=finished, worker_id="eager", **fields)
-        if status == JobStatus.DEAD:
-            JobAttempt.objects.create(
-                job_id=job_id, number=1, outcome=status, started_at=started,
-                finished_at=finished, error_type=fields["error_type"],
-                error=fields["last_error"], traceback=fields.get("traceback", ""),
-                worker_id="eager")
-
+                     due_at=job.run_at, worker_id=EAGER_ID)
+    base = {"job_id": job.id, "queue": job.queue, "callable_path": job.callable_path}
+    settle.signal_started(base, 1, EAGER_ID, job.run_at, started)
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except Exception as exc:
-        record(JobStatus.DEAD, error_type=outcome.error_type(exc),
-               last_error=text(exc, 2000),
-               traceback=text(traceback.format_exc())[-20000:])
+        _eager_dead(base, started, outcome.error_type(exc), text(exc, 2000),
+                    text(traceback.format_exc())[-20000:])
         if not job.task_backend:  # a Django task's failure is its result's, as Django's
             raise  # ImmediateBackend records it
         return
@@ -225,11 +216,34 @@ def run_eager(job_id: str) -> None:
     limit = get_settings().max_payload_bytes
     if size > limit:  # as a worker: dead, not retried, the value not kept
         error = runner.too_large(size, limit)
-        record(JobStatus.DEAD, error_type=runner.RESULT_TOO_LARGE, last_error=error)
+        _eager_dead(base, started, runner.RESULT_TOO_LARGE, error, "")
         if not job.task_backend:
             raise ResultTooLarge("job %s: %s" % (job_id, error))
         return
-    record(JobStatus.SUCCEEDED, result=kept)
+    _eager_record(job_id, JobStatus.SUCCEEDED, started, result=kept)
+    settle.signal_succeeded(base, 1, EAGER_ID, kept, time.perf_counter() - t0)
+
+
+def _eager_record(job_id: str, status: str, started: datetime, **fields: Any) -> datetime:
+    """An eager run's outcome on its row (attempt 1, worker ``"eager"``); returns its end."""
+    finished = timezone.now()
+    Job.objects.filter(pk=job_id).update(status=status, attempts=1, started_at=started,
+                                         finished_at=finished, worker_id=EAGER_ID, **fields)
+    return finished
+
+
+def _eager_dead(base: dict[str, Any], started: datetime, error_type: str, error: str,
+                trace: str) -> None:
+    """A failed eager run: its row ``dead``, its ``JobAttempt`` as a worker writes it (the
+    Spark report counts failed attempts from those rows), then ``job_dead``."""
+    job_id = base["job_id"]
+    finished = _eager_record(job_id, JobStatus.DEAD, started, error_type=error_type,
+                             last_error=error, traceback=trace)
+    JobAttempt.objects.create(job_id=job_id, number=1, outcome=JobStatus.DEAD,
+                              started_at=started, finished_at=finished, error_type=error_type,
+                              error=error, traceback=trace, worker_id=EAGER_ID)
+    settle.signal_failed(base, JobStatus.DEAD, 1, EAGER_ID, error=error, error_type=error_type,
+                         started_at=started)
 
 
 # -- an isolated prefix for one test ---------------------------------------------------

@@ -288,6 +288,73 @@ def test_eager_failure_is_an_error_of_its_exception_class(jt, tasks_settings):
     assert error.traceback.rstrip().endswith("CustomError: inline")
 
 
+@pytest.fixture
+def eager_signals(jt, tasks_settings):  # type: ignore[no-untyped-def]
+    """DELAYQ["EAGER"] on, one run per task; yields the Tasks and lifecycle signals sent:
+    (name, job id, status or attempt, worker id)."""
+    from django_delayq import signals
+
+    tasks_settings.DELAYQ = {**tasks_settings.DELAYQ, "EAGER": True}
+    tasks_settings.TASKS = {"default": {"BACKEND": BACKEND}}
+    seen: list[tuple[str, str, object, object]] = []
+    receivers = {}
+    for name in ("task_enqueued", "task_started", "task_finished"):
+        def on_task(sender, task_result, name=name, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append((name, task_result.id, task_result.status, task_result.worker_ids))
+        receivers[getattr(compat.task_signals, name)] = on_task
+    for name in ("job_started", "job_succeeded", "job_dead"):
+        def on_job(sender, job_id, name=name, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append((name, job_id, kwargs["attempt"], kwargs["worker_id"]))
+        receivers[getattr(signals, name)] = on_job
+    for signal, receiver in receivers.items():
+        signal.connect(receiver, weak=False)
+    yield seen
+    for signal, receiver in receivers.items():
+        signal.disconnect(receiver)
+
+
+def test_eager_enqueue_in_autocommit_returns_the_finished_run(jt, eager_signals):
+    """As Django's ImmediateBackend: SUCCESSFUL with its value, or FAILED with its error,
+    straight from enqueue(); the same as get_result() reads."""
+    ok = jt.add.enqueue(1, 2)
+    assert (ok.status, ok.return_value, ok.errors, ok.worker_ids) == (
+        Status().SUCCESSFUL, 3, [], ["eager"])
+    assert ok.finished_at is not None and jt.add.get_result(ok.id) == ok
+    bad = jt.fail.enqueue("at once")
+    assert bad.status == Status().FAILED
+    [error] = bad.errors
+    assert error.exception_class is jt.CustomError
+    assert error.traceback.rstrip().endswith("CustomError: at once")
+    assert jt.fail.get_result(bad.id) == bad
+
+
+def test_eager_runs_send_each_lifecycle_and_tasks_signal_once(jt, eager_signals):
+    ok, bad = jt.add.enqueue(2, 3), jt.fail.enqueue("boom")
+    R, S, F = Status().RUNNING, Status().SUCCESSFUL, Status().FAILED  # noqa: N806
+    for result, end, job_end in ((ok, S, "job_succeeded"), (bad, F, "job_dead")):
+        mine = [s for s in eager_signals if s[1] == result.id]
+        tasks = [s for s in mine if s[0].startswith("task_")]
+        assert tasks == [("task_enqueued", result.id, Status().READY, []),
+                         ("task_started", result.id, R, ["eager"]),
+                         ("task_finished", result.id, end, ["eager"])]  # ImmediateBackend's order
+        assert [s for s in mine if s[0].startswith("job_")] == [
+            ("job_started", result.id, 1, "eager"), (job_end, result.id, 1, "eager")]
+
+
+def test_eager_enqueue_in_a_transaction_runs_at_its_commit(jt, eager_signals):
+    """Django's ImmediateBackend runs the task inside the transaction; here it runs at the
+    commit, like every eager job: READY until then, refresh() shows the outcome."""
+    with transaction.atomic():
+        result = jt.add.enqueue(4, 5)
+        assert result.status == Status().READY
+        assert [s[0] for s in eager_signals] == ["task_enqueued"]
+    assert [s[0] for s in eager_signals if s[0] != "job_started"] == [
+        "task_enqueued", "task_started", "task_finished", "job_succeeded"]
+    assert result.status == Status().READY
+    result.refresh()
+    assert (result.status, result.return_value) == (Status().SUCCESSFUL, 9)
+
+
 # -- Django's contract: results, signals, errors -------------------------------------------
 
 def test_enqueue_returns_what_get_result_reads(jt, tasks_settings):

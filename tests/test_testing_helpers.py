@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db import transaction
 from freezegun import freeze_time
 
-from django_delayq import JobSpec, schedule, schedule_many, testing
+from django_delayq import JobSpec, schedule, schedule_many, signals, testing
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobAttempt
 from django_delayq.pytest_plugin import delayq, delayq_eager  # noqa: F401
@@ -278,6 +278,58 @@ def test_eager_children_released_at_commit_raise_too(project, delayq_eager):  # 
         parent.cancel()  # releases its children, which run at the commit
     assert [Job.objects.get(pk=h.id).status for h in (parent, failing, sibling)] == [
         "cancelled", "dead", "succeeded"]
+
+
+@pytest.fixture
+def lifecycle():  # type: ignore[no-untyped-def]
+    """The lifecycle signals sent, as (name, their keyword arguments)."""
+    seen: list[tuple[str, dict[str, object]]] = []
+    receivers = {}
+    for name in ("job_started", "job_succeeded", "job_retrying", "job_dead", "job_cancelled"):
+        def receiver(sender, name=name, **kwargs):  # type: ignore[no-untyped-def]
+            seen.append((name, kwargs))
+        receivers[getattr(signals, name)] = receiver
+    for signal, receiver in receivers.items():
+        signal.connect(receiver, weak=False)
+    yield seen
+    for signal, receiver in receivers.items():
+        signal.disconnect(receiver)
+
+
+def _sent(seen, job_id):  # type: ignore[no-untyped-def]
+    return [(name, kw["attempt"], kw["worker_id"]) for name, kw in seen if kw["job_id"] == job_id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eager_runs_send_the_lifecycle_signals_of_a_worker(project, delayq, lifecycle):  # noqa: F811
+    """Each once, with the arguments run_due_jobs (a worker's settle path) sends; worker
+    id "eager"; at the commit when scheduled in a transaction."""
+    ran = schedule("tests.jobs.add", 1, 2)  # not eager: the worker's signals, to compare
+    assert run_due_jobs() == 1
+    failed = schedule("tests.jobs_more.raise_value_error", "worker", max_attempts=1)
+    assert run_due_jobs() == 1
+    project.DELAYQ = {**project.DELAYQ, "EAGER": True}
+    ok = schedule("tests.jobs.add", 20, 22)
+    with pytest.raises(ValueError, match="inline"):
+        schedule("tests.jobs_more.raise_value_error", "inline")
+    [bad_id] = Job.objects.filter(last_error="inline").values_list("pk", flat=True)
+    assert _sent(lifecycle, ok.id) == [("job_started", 1, "eager"), ("job_succeeded", 1, "eager")]
+    assert _sent(lifecycle, bad_id) == [("job_started", 1, "eager"), ("job_dead", 1, "eager")]
+    by_job = {kw["job_id"]: {} for _, kw in lifecycle}
+    for name, kw in lifecycle:
+        by_job[kw["job_id"]][name] = kw
+    for worker_run, eager_run in ((ran.id, ok.id), (failed.id, bad_id)):
+        assert {n: set(kw) for n, kw in by_job[worker_run].items()} == {
+            n: set(kw) for n, kw in by_job[eager_run].items()}
+    assert by_job[ok.id]["job_succeeded"]["result"] == 42
+    dead = by_job[bad_id]["job_dead"]
+    assert (dead["error_type"], dead["error"]) == ("builtins.ValueError", "inline")
+    assert dead["started_at"] == Job.objects.get(pk=bad_id).started_at
+    with transaction.atomic():
+        later = schedule("tests.jobs.add", 3, 4)
+        assert _sent(lifecycle, later.id) == []  # runs at the commit
+    assert _sent(lifecycle, later.id) == [("job_started", 1, "eager"),
+                                          ("job_succeeded", 1, "eager")]
 
 
 @pytest.mark.django_db

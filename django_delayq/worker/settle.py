@@ -139,9 +139,8 @@ class Settler:
         if self.on_start is not None:  # a tick's job: its schedule's next tick is created
             self.on_start(job.id)
         if signalled:
-            signals.send(signals.job_started, job_id=job.id, queue=job.queue, callable_path=path,
-                         attempt=job.attempt, worker_id=self.worker_id, due_at=due_at,
-                         started_at=now)
+            signal_started({"job_id": job.id, "queue": job.queue, "callable_path": path},
+                           job.attempt, self.worker_id, due_at, now)
         return True
 
     def settle(self, outcomes: list[Outcome]) -> None:
@@ -322,8 +321,7 @@ class Settler:
         if status is JobStatus.SUCCEEDED:
             self.audit.update(job.id, result=o.result, **fields)
             joblog.succeeded(self.settings, o)
-            signals.send(signals.job_succeeded, attempt=job.attempt, worker_id=self.worker_id,
-                         result=o.result, duration=o.duration_s, **base)
+            signal_succeeded(base, job.attempt, self.worker_id, o.result, o.duration_s)
             return
         if status is JobStatus.RETRYING:
             fields["run_at"] = (o.finished_at + timedelta(milliseconds=o.retry_delay_ms or 0)
@@ -352,10 +350,32 @@ def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
                   error_type=error_type, error=error, traceback=traceback,
                   worker_id=worker_id if ran_on is None else ran_on)
     # the signals carry the attempt's start its JobAttempt keeps (written later, batched)
+    signal_failed(base, status, attempt, worker_id, error=error, error_type=error_type,
+                  started_at=started_at, retry_at=fields.get("run_at"))
+
+
+# The lifecycle signals of an attempt, as a worker sends them; ``base``: ``job_id``,
+# ``queue``, ``callable_path``. Eager runs (``testing.run_eager``) send them through these.
+
+def signal_started(base: dict[str, Any], attempt: int, worker_id: str, due_at: datetime,
+                   started_at: datetime) -> None:
+    signals.send(signals.job_started, attempt=attempt, worker_id=worker_id, due_at=due_at,
+                 started_at=started_at, **base)
+
+
+def signal_succeeded(base: dict[str, Any], attempt: int, worker_id: str, result: object,
+                     duration: float | None) -> None:
+    signals.send(signals.job_succeeded, attempt=attempt, worker_id=worker_id, result=result,
+                 duration=duration, **base)
+
+
+def signal_failed(base: dict[str, Any], status: JobStatus, attempt: int, worker_id: str, *,
+                  error: str, error_type: str, started_at: datetime | None,
+                  retry_at: datetime | None = None) -> None:
+    """``job_retrying`` (``retry_at``), ``job_dead``, or a running job's ``job_cancelled``."""
     if status is JobStatus.RETRYING:
         signals.send(signals.job_retrying, attempt=attempt, worker_id=worker_id, error=error,
-                     error_type=error_type, started_at=started_at, retry_at=fields["run_at"],
-                     **base)
+                     error_type=error_type, started_at=started_at, retry_at=retry_at, **base)
     elif status is JobStatus.DEAD:
         signals.send(signals.job_dead, attempt=attempt, worker_id=worker_id, error=error,
                      error_type=error_type, started_at=started_at, **base)
