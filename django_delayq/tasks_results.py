@@ -181,7 +181,7 @@ def stored_result(row: Job, attempts: list[JobAttempt], alias: str,
     """``get_result()``: the row as it is stored."""
     errors, workers, first = previous_attempts(row, attempts, row.attempts)
     if not errors and row.status == JobStatus.DEAD and (row.error_type or row.last_error):
-        # e.g. DELAYQ["EAGER"] runs, which record no JobAttempt
+        # a row written without its JobAttempt (an attempt row lost with a killed worker)
         errors.append(task_error(row.error_type, row.last_error, row.traceback))
     first_start = first or next((a.started_at for a in attempts if a.started_at), row.started_at)
     task = task_of(row, alias, task_class)
