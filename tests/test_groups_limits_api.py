@@ -5,12 +5,14 @@ from the rows and the settings."""
 
 from __future__ import annotations
 
+import logging
 from io import StringIO
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.db import transaction
+from django.db import InterfaceError, transaction
+from redis.exceptions import RedisClusterException
 
 from django_delayq import (
     GroupOverride,
@@ -20,6 +22,7 @@ from django_delayq import (
     schedule,
     set_group_limit,
 )
+from django_delayq.core import group_limits as group_limits_module
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.group_limits import sync
@@ -209,3 +212,26 @@ def test_a_worker_writes_the_rows_limits_before_its_first_claim(settings, delayq
     assert run_worker(concurrency=3) == 3
     rows = sorted(Job.objects.filter(id__in=ids).values_list("started_at", "finished_at"))
     assert all(later[0] >= earlier[1] for earlier, later in zip(rows, rows[1:])), rows
+
+
+def test_a_first_start_on_an_empty_redis_reports_no_loss(settings, delayq_engine,  # type: ignore[no-untyped-def]
+                                                          caplog) -> None:
+    """The limits written before the first claim are the settings' first write, not a
+    restore: no "missing from Redis" warning (an operator's sign of a data loss)."""
+    settings.DELAYQ = {**settings.DELAYQ, "QUEUE_OPTIONS": {"default": {"rate_limit": "100/s"}}}
+    schedule("tests.jobs.noop")
+    caplog.set_level(logging.INFO)
+    assert run_worker() == 1
+    assert not [r for r in caplog.records if "missing from Redis" in r.getMessage()]
+
+
+@pytest.mark.parametrize("error", [InterfaceError("connection already closed"),
+                                   RedisClusterException("cluster not reachable")])
+def test_a_failing_limits_write_at_start_does_not_stop_the_worker(delayq_engine, monkeypatch,  # type: ignore[no-untyped-def]
+                                                                   error) -> None:
+    def boom(queues: object) -> None:
+        raise error
+
+    monkeypatch.setattr(group_limits_module, "by_queue", boom)
+    schedule("tests.jobs.noop")
+    assert run_worker() == 1

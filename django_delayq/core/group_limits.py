@@ -127,7 +127,8 @@ def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:
     changed = sum(engine.sync_group_limits(queue, wanted[queue], have[queue])
                   for queue in names if have[queue] != wanted[queue])
     if changed:
-        logger.warning("reconciler: %d group limit(s) written to Redis from the rows", changed)
+        logger.warning("%d group limit(s) written to Redis from the rows (Redis did not hold "
+                       "them as the rows say)", changed)
     return changed
 
 

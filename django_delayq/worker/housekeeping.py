@@ -94,7 +94,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError, connections
+from django.db import connections
 
 from django_delayq.core import group_limits, payloads
 from django_delayq.core.reconcile import Reconciler
@@ -156,8 +156,10 @@ class Housekeeping:
         that holds none (a new ``PREFIX``, lost data) would let claims past a group's
         override until the reconciler's first pass. Failing, that pass writes them."""
         try:
+            for queue in self.queues:  # the settings' limits first, as the first claim would
+                self.claiming.queue_gate.write_limit(queue)
             group_limits.sync(self.engine, self.settings, self.queues)
-        except (DatabaseError, *OUTAGES) as exc:
+        except Exception as exc:  # noqa: BLE001 - the reconciler's pass writes them later
             logger.warning("worker %s: group limits not checked before the first claim "
                            "(the reconciler writes them): %s", shown(self.worker_id), shown(exc))
 
