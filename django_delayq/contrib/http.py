@@ -18,10 +18,17 @@ IPv4 address) is refused unless a network of
 ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]`` contains it. The socket then connects to
 that vetted address itself, while the ``Host`` header, TLS SNI and certificate check use
 the URL's host name: a DNS answer that changes between the check and the connection
-(rebinding) changes nothing. A URL that is not a string, or holds a space or a control
-character, is refused too (it could never be sent as written). A refused URL raises
-``CallbackRefused``, a ``PermissionError``, so the job is dead at once ("not allowed:
-...") instead of being retried for hours.
+(rebinding) changes nothing. A URL that is not a string, or holds a space, a control or
+a format character (Unicode categories Zs, Zl, Zp, Cc, Cf, Cs: U+0085, U+00A0, U+2028,
+U+200B...), is refused too. Other non-ASCII characters are sent as a browser sends
+them: percent-encoded UTF-8 in the path and query, IDNA (``xn--``) in the host, unless
+IDNA would map the host to another name (``straße`` to ``strasse``). A header is sent
+as passed, replacing a default of the same name in any letter case; a header name that
+is no HTTP token, a value with a control character (CR, LF, NUL) or beyond Latin-1, two
+passed names differing only in case, or ``Content-Length`` / ``Transfer-Encoding`` (set
+from the body) are refused. A refused URL or header raises
+``CallbackRefused``, a ``PermissionError``, before any lookup or connection, so the job is
+dead at once ("not allowed: ...") instead of being retried for hours.
 
 ``timeout`` bounds the whole call: name resolution, connect, TLS handshake, sending,
 status line, headers and body. Every socket operation gets the time left before one
@@ -36,14 +43,16 @@ import io
 import ipaddress
 import json
 import logging
+import re
 import socket
 import ssl
 import time
-from collections.abc import Iterable, Sequence
+import unicodedata
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection, HTTPException, HTTPResponse
 from typing import TYPE_CHECKING, Any
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, quote, urlsplit
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.context import current_job
@@ -61,6 +70,11 @@ MAX_BODY_BYTES = 64 * 1024  # of the answer read back; the rest is never read
 RESULT_BODY_CHARS = 1000  # of the answer kept in the job's result
 RESOLVER_THREADS = 4
 DEFAULT_PORTS = {"http": 80, "https": 443}
+# never sent in a URL: spaces, line and paragraph separators, control, format and surrogate
+REFUSED_URL_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Cs"})
+VISIBLE_ASCII = "".join(map(chr, range(0x21, 0x7F)))  # kept as written in a path or query
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
+BODY_HEADERS = frozenset({"content-length", "transfer-encoding"})  # set from the body
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 SockAddr = tuple[socket.AddressFamily, tuple[Any, ...]]
@@ -75,9 +89,10 @@ class CallbackFailed(Exception):
 
 
 class CallbackRefused(Refused, ValueError):
-    """The URL is not one ``post_json`` may call: not http(s), credentials in it, or a
-    host whose addresses are not public (and not allowed by
-    ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``). No connection was made. Its message
+    """The URL is not one ``post_json`` may call: not http(s), credentials, spaces or
+    control characters in it, or a host whose addresses are not public (and not allowed by
+    ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``); or a header may not be sent (see the
+    module docstring). No connection was made. Its message
     starts with ``not allowed:``, and so does the dead job's ``last_error``."""
 
     def __init__(self, why: str) -> None:  # once: a copy is made from the prefixed text
@@ -227,14 +242,36 @@ class _Connection(HTTPConnection):
             sent += self.sock.send(view[sent:])
 
 
-def _target(url: str) -> tuple[SplitResult, str, int]:
-    """The URL's parts, host and port; ``CallbackRefused`` for what is never called."""
+def _ascii_host(url: str, host: str) -> str:
+    """``host`` as sent: IDNA (``xn--``) for each non-ASCII label; ``CallbackRefused``
+    when IDNA would turn a label into another name (``straße`` into ``strasse``)."""
+    labels = []
+    for label in host.split("."):
+        try:
+            encoded = label if label.isascii() else label.encode("idna").decode("ascii")
+            same = encoded == label or encoded.encode("ascii").decode("idna") == label
+        except UnicodeError:
+            same = False
+        if not same:
+            raise CallbackRefused("post_json: the host of %r cannot be sent as written (IDNA "
+                                  "would change %r); write it in its xn-- form" % (url, label))
+        labels.append(encoded)
+    return ".".join(labels)
+
+
+def _target(url: str) -> tuple[SplitResult, str, int, str]:
+    """The URL's parts, host and port as sent, and its path and query as sent (non-ASCII
+    percent-encoded); ``CallbackRefused`` for what is never called."""
     if not isinstance(url, str):
         raise CallbackRefused("post_json needs an http:// or https:// URL, not %r" % (url,))
-    if any(c <= " " or c == "\x7f" for c in url):  # never sent: urlsplit drops some
+    bad = [c for c in url if unicodedata.category(c) in REFUSED_URL_CATEGORIES]
+    if bad:  # never sent: urlsplit drops some
         raise CallbackRefused("post_json: a URL may not contain spaces or control "
-                              "characters, not %r" % (url,))
-    parts = urlsplit(url)
+                              "characters (U+%04X), not %r" % (ord(bad[0]), url))
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise CallbackRefused("post_json: %r is no URL: %s" % (url, exc)) from exc
     if parts.scheme not in DEFAULT_PORTS:
         raise CallbackRefused("post_json needs an http:// or https:// URL, not %r" % (url,))
     if parts.username is not None or parts.password is not None:
@@ -247,23 +284,59 @@ def _target(url: str) -> tuple[SplitResult, str, int]:
         raise CallbackRefused("post_json: bad port in %r" % (url,)) from exc
     if not parts.hostname:
         raise CallbackRefused("post_json: no host in %r" % (url,))
-    return parts, parts.hostname, port
+    path = (parts.path or "/") + ("?" + parts.query if parts.query else "")
+    return parts, _ascii_host(url, parts.hostname), port, quote(path, safe=VISIBLE_ASCII)
 
 
-def _headers(headers: dict[str, str] | None) -> dict[str, str]:
+def _passed(headers: object) -> Iterator[tuple[str, str]]:
+    """The headers passed, each checked; ``CallbackRefused`` naming one that may not be
+    sent (its value is not shown: it may be a secret)."""
+    if not isinstance(headers, Mapping):
+        raise CallbackRefused("post_json: headers must be a dict of names to values, not a %s"
+                              % type(headers).__name__)
+    for name, given in headers.items():
+        if not isinstance(name, str) or not HEADER_NAME.fullmatch(name):
+            raise CallbackRefused("post_json: %r is no header name (letters, digits and "
+                                  "!#$%%&'*+-.^_`|~ only)" % (name,))
+        value = str(given) if isinstance(given, int) and not isinstance(given, bool) else given
+        if not isinstance(value, str):
+            raise CallbackRefused("post_json: header %s needs a str value, not a %s"
+                                  % (name, type(value).__name__))
+        bad = [c for c in value if not (c == "\t" or " " <= c <= "~" or "\xa0" <= c <= "\xff")]
+        if bad:
+            raise CallbackRefused("post_json: the value of header %s holds U+%04X: no control "
+                                  "characters (CR, LF, NUL...) nor any beyond Latin-1"
+                                  % (name, ord(bad[0])))
+        if name.lower() in BODY_HEADERS:
+            raise CallbackRefused("post_json sets %s from the body: do not pass it" % name)
+        yield name, value
+
+
+def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
+    """The defaults, each replaced by a passed header of the same name in any letter case,
+    then the other passed headers; ``CallbackRefused`` for two passed names that differ
+    only in case (which one was meant?)."""
     job = current_job()
     ids = {} if job is None else {"Idempotency-Key": job.id, "X-DelayQ-Attempt": str(job.attempt)}
-    return {"Content-Type": "application/json", "User-Agent": "django-delayq", **ids,
-            **(headers or {})}
+    defaults = {"Content-Type": "application/json", "User-Agent": "django-delayq", **ids}
+    sent = {name.lower(): (name, value) for name, value in defaults.items()}
+    passed: dict[str, str] = {}
+    for name, value in _passed({} if headers is None else headers):
+        if name.lower() in passed:
+            raise CallbackRefused("post_json: headers %r and %r differ only in letter case "
+                                  "(HTTP names are case-insensitive); pass one"
+                                  % (passed[name.lower()], name))
+        passed[name.lower()] = name
+        sent[name.lower()] = (name, value)
+    return dict(sent.values())
 
 
 def _exchange(url: str, body: bytes, headers: dict[str, str],
               deadline: _Deadline) -> tuple[int, bytes]:
-    parts, host, port = _target(url)
+    parts, host, port, path = _target(url)
     addresses = vetted_addresses(url, host, port, deadline)
     tls = ssl.create_default_context() if parts.scheme == "https" else None
     conn = _Connection(host, port, addresses, deadline, tls)
-    path = (parts.path or "/") + ("?" + parts.query if parts.query else "")
     try:
         conn.request("POST", path, body=body, headers=headers)
         response = conn.getresponse()
@@ -276,7 +349,7 @@ def _exchange(url: str, body: bytes, headers: dict[str, str],
 
 
 def post_json(url: str, body: object = None, *, timeout: float = DEFAULT_TIMEOUT,
-              headers: dict[str, str] | None = None,
+              headers: Mapping[str, str] | None = None,
               expected: int | Iterable[int] | None = None) -> dict[str, Any]:
     """POST ``body`` as JSON to ``url``; return ``{"status", "body"}`` on an expected
     status (default: any 2xx), else raise ``CallbackFailed`` (the job is retried).

@@ -355,6 +355,10 @@ def test_scheduled_callback_to_the_metadata_service_is_dead_at_once(delayq_setti
     ("http://partner.example/a hook", "spaces or control characters"),
     ("http://partner.example/hook\r\nX-Injected: 1", "spaces or control characters"),
     (" http://partner.example/hook", "spaces or control characters"),
+    ("http://partner.example/a\u2028hook", "spaces or control characters (U+2028)"),
+    ("http://partner.example/a\x85hook", "spaces or control characters (U+0085)"),
+    ("http://partner.example/a\xa0hook", "spaces or control characters (U+00A0)"),
+    ("http://straße.example/hook", "write it in its xn-- form"),
     (5, "post_json needs an http:// or https:// URL, not 5"),
 ])
 @pytest.mark.django_db
