@@ -315,7 +315,8 @@ class JobAdmin(ReadOnly, _JobAdminBase):
 # Buttons on a job's page for the actions of the list: cancel, run now, reschedule,
 # requeue. Each button is a POST form (CSRF-checked by the admin) to ``<id>/act/``, shown
 # only to users with the action's permission and only where the job's status allows it;
-# the view checks the permission again and performs the list's own action on that one job
+# the view checks the permissions again (the view permission too, as Django does for the
+# list's actions) and performs the list's own action on that one job
 # (``actions``: the same API call, the same outcome message, the same ``LogEntry``).
 #
 # Cancelling destroys (the job will never run): its button leads to a confirmation page,
@@ -342,7 +343,9 @@ BUTTONS = {"run_now": Button(_("Run now"), WAITING, actions.run_jobs_now),
 
 
 def _allowed(admin: JobAdmin, request: HttpRequest, op: str) -> bool:
-    return bool(getattr(admin, "has_%s_permission" % op)(request))
+    """As Django gates the list's actions: the view permission and the action's own."""
+    return admin.has_view_or_change_permission(request) and bool(
+        getattr(admin, "has_%s_permission" % op)(request))
 
 
 def page_context(admin: JobAdmin, request: HttpRequest, job: Job) -> dict[str, Any]:
@@ -357,6 +360,8 @@ def page_context(admin: JobAdmin, request: HttpRequest, job: Job) -> dict[str, A
 
 
 def act(request: HttpRequest, admin: JobAdmin, object_id: str) -> HttpResponse:
+    """Refused (403) before the row is read unless the user may view jobs and take the
+    action: the same answer whether the id exists or not."""
     op = request.POST.get("op", "")
     if request.method != "POST" or op not in BUTTONS or not _allowed(admin, request, op):
         raise PermissionDenied
