@@ -23,6 +23,7 @@ from django.db.models import Count, F, Window
 from django.db.models.functions import Lag
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
@@ -269,11 +270,11 @@ class JobAdmin(ReadOnly, _JobAdminBase):
                          "delayq_dashboard_url": display.job_url(self.admin_site.name,
                                                                  "dashboard")}
         response = super().changelist_view(request, extra_context=extra_context)
-        cl = getattr(response, "context_data", None) and response.context_data.get("cl")
-        if cl is not None and getattr(cl.paginator, "more", False):  # not "All 10000 selected"
-            response.context_data["selection_note_all"] = _("All %s selected") % (
-                cl.paginator.shown_count)
-        return response
+        context = response.context_data if isinstance(response, TemplateResponse) else None
+        cl = (context or {}).get("cl")
+        if context is not None and cl is not None and getattr(cl.paginator, "more", False):
+            context["selection_note_all"] = _("All %s selected") % cl.paginator.shown_count
+        return response  # "All 10000+ selected", not "All 10000 selected"
 
     # -- the Spark report (django_delayq.admin.reports) ---------------------------------
 

@@ -9,13 +9,18 @@ it shows the number (``shown_count``), and refuses "show all" (more rows than
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
+if TYPE_CHECKING:  # generic for the type checker only: Django's classes take no [...]
+    _PaginatorBase = Paginator[Any]
+else:
+    _PaginatorBase = Paginator
 
-class CappedPaginator(Paginator):
+
+class CappedPaginator(_PaginatorBase):
     #: At most this many rows are counted; the pages reach this far.
     cap = 10_000
 
@@ -28,7 +33,7 @@ class CappedPaginator(Paginator):
         return int(rows.values("pk").order_by()[:self.cap + 1].count())
 
     @cached_property
-    def count(self) -> int:  # type: ignore[override]
+    def count(self) -> int:
         return min(self._counted, self.cap)
 
     @cached_property
