@@ -23,6 +23,7 @@ from django.db.models import Count, F, Window
 from django.db.models.functions import Lag
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
@@ -30,6 +31,7 @@ from django.utils.translation import gettext_lazy as _
 from django_delayq.admin import actions, dashboard, display, queue_page, reports, workflow_graph
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import column, error_line, pre
+from django_delayq.admin.paging import CappedPaginator
 from django_delayq.core import progress, stored
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
@@ -149,9 +151,13 @@ class JobAdmin(ReadOnly, _JobAdminBase):
     search_help_text = _("An exact job id or idempotency key, or part of a dotted path, of "
                          "the last error (its text or exception class) or of the arguments "
                          "(as JSON text).")
-    date_hierarchy = "created_at"
+    # No date_hierarchy: its links read every row's creation date (SELECT DISTINCT over
+    # the table); the due and finish date filters above and the newest-first order stand
+    # in. The paginator counts at most CappedPaginator.cap rows ("10000+"), and
+    # show_full_result_count = False drops Django's second count, of the whole table.
     list_per_page = 50
-    show_full_result_count = False  # no COUNT(*) of a huge table on every page
+    paginator = CappedPaginator
+    show_full_result_count = False
     ordering = ("-created_at",)
     actions = ACTIONS
     inlines = [JobAttemptInline]
@@ -263,7 +269,12 @@ class JobAdmin(ReadOnly, _JobAdminBase):
                          "delayq_queues_url": display.job_url(self.admin_site.name, "queues"),
                          "delayq_dashboard_url": display.job_url(self.admin_site.name,
                                                                  "dashboard")}
-        return super().changelist_view(request, extra_context=extra_context)
+        response = super().changelist_view(request, extra_context=extra_context)
+        context = response.context_data if isinstance(response, TemplateResponse) else None
+        cl = (context or {}).get("cl")
+        if context is not None and cl is not None and getattr(cl.paginator, "more", False):
+            context["selection_note_all"] = _("All %s selected") % cl.paginator.shown_count
+        return response  # "All 10000+ selected", not "All 10000 selected"
 
     # -- the Spark report (django_delayq.admin.reports) ---------------------------------
 
@@ -315,7 +326,8 @@ class JobAdmin(ReadOnly, _JobAdminBase):
 # Buttons on a job's page for the actions of the list: cancel, run now, reschedule,
 # requeue. Each button is a POST form (CSRF-checked by the admin) to ``<id>/act/``, shown
 # only to users with the action's permission and only where the job's status allows it;
-# the view checks the permission again and performs the list's own action on that one job
+# the view checks the permissions again (the view permission too, as Django does for the
+# list's actions) and performs the list's own action on that one job
 # (``actions``: the same API call, the same outcome message, the same ``LogEntry``).
 #
 # Cancelling destroys (the job will never run): its button leads to a confirmation page,
@@ -342,7 +354,9 @@ BUTTONS = {"run_now": Button(_("Run now"), WAITING, actions.run_jobs_now),
 
 
 def _allowed(admin: JobAdmin, request: HttpRequest, op: str) -> bool:
-    return bool(getattr(admin, "has_%s_permission" % op)(request))
+    """As Django gates the list's actions: the view permission and the action's own."""
+    return admin.has_view_or_change_permission(request) and bool(
+        getattr(admin, "has_%s_permission" % op)(request))
 
 
 def page_context(admin: JobAdmin, request: HttpRequest, job: Job) -> dict[str, Any]:
@@ -357,6 +371,8 @@ def page_context(admin: JobAdmin, request: HttpRequest, job: Job) -> dict[str, A
 
 
 def act(request: HttpRequest, admin: JobAdmin, object_id: str) -> HttpResponse:
+    """Refused (403) before the row is read unless the user may view jobs and take the
+    action: the same answer whether the id exists or not."""
     op = request.POST.get("op", "")
     if request.method != "POST" or op not in BUTTONS or not _allowed(admin, request, op):
         raise PermissionDenied

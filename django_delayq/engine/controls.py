@@ -120,15 +120,48 @@ class QueueControls(RedisOwner):
         members = self.client.zscan_iter(self.keys(queue).group_running, count=1000)
         return dict(Counter(envelope_text(member).partition("\n")[0] for member, _ in members))
 
-    def held_groups(self, queue: str, among: Sequence[str] | None = None) -> dict[str, int]:
-        """group -> server ms a claim looks at it again: the groups a limit holds back
-        (all of them, or those of ``among``: one read)."""
+    def held_groups(self, queue: str, among: Sequence[str] | None = None,
+                    now_ms: int | None = None) -> dict[str, int]:
+        """group -> server ms a claim looks at it again: the groups a limit holds back now
+        (all of them, or those of ``among``: one read), on the Redis clock (``now_ms``:
+        given). Only a claim takes a group out of ``group_held`` when its time comes: a
+        mark whose time has passed (a paused or idle queue) still counts while the group's
+        jobs in flight fill its concurrency (a concurrency hold, ``now + lease``, ends
+        when a slot frees, and every way out of flight takes the mark away), not after
+        (a rate hold ends at its time)."""
         key = self.keys(queue).group_held
         if among is not None:
             found = self.client.zmscore(key, list(among)) if among else []
-            return {g: int(ms) for g, ms in zip(among, found) if ms is not None}
-        return {envelope_text(g): int(ms)
-                for g, ms in self.client.zrange(key, 0, -1, withscores=True)}
+            marks = {g: int(ms) for g, ms in zip(among, found) if ms is not None}
+        else:
+            marks = {envelope_text(g): int(ms)
+                     for g, ms in self.client.zrange(key, 0, -1, withscores=True)}
+        if not marks:
+            return {}
+        now = self.time_ms() if now_ms is None else int(now_ms)
+        passed = [g for g, ms in marks.items() if ms <= now]
+        full = self._at_concurrency(queue, passed) if passed else set()
+        return {g: ms for g, ms in marks.items() if ms > now or g in full}
+
+    def _at_concurrency(self, queue: str, groups: list[str]) -> set[str]:
+        """Those of ``groups`` whose jobs in flight (``group_running``) reach their
+        concurrency: the override's, else the queue's default (as lib.lua's
+        ``round_limits``); one round trip."""
+        k = self.keys(queue)
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(k.limit, "group_concurrency")
+        pipe.hmget(k.group_limits, groups)
+        for g in groups:  # lib.lua's group_range
+            pipe.zlexcount(k.group_running, "[%s\n" % g, "(%s\x0b" % g)
+        default, overrides, *running = pipe.execute()
+        full = set()
+        for g, override, n in zip(groups, overrides, running):
+            fields = envelope_text(override).split() if override is not None else []
+            own = _int(fields[2]) if len(fields) == 3 else None
+            limit = own if own is not None and own >= 0 else _int(default)
+            if limit is not None and limit >= 1 and int(n) >= limit:  # lib.lua's whole()
+                full.add(g)
+        return full
 
     def paused(self, queues: Sequence[str]) -> list[str]:
         """The paused ones among ``queues`` (one round trip)."""

@@ -160,7 +160,7 @@ def test_a_window_stuffed_by_hand_costs_no_walk_through_it(engine: Engine) -> No
     assert got.jobs == [] and got.limited
     # the entry that would let a claim in is not looked for 1,995 entries deep (a walk as
     # long as what was planted): the group is held for one window
-    assert engine.held_groups("q") == {"a": NOW + 1000}
+    assert engine.held_groups("q", now_ms=NOW) == {"a": NOW + 1000}
 
 
 def test_a_queue_without_group_limits_counts_slots_only(engine: Engine) -> None:
