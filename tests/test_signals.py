@@ -189,3 +189,27 @@ def test_bulk_scheduling_sends_one_signal_per_batch(delayq_settings) -> None:  #
     assert {k: v for k, v in got[0].items() if k != "signal"} == {
         "sender": Job, "queue": "default", "callable_path": "tests.jobs.add",
         "job_ids": first}
+
+
+def test_schedule_many_sends_one_jobs_scheduled_for_its_batch_and_job_scheduled_per_spec_alone(sent):
+    """A spec with its own queue or retries is scheduled as schedule() would (its
+    ``job_scheduled``); the others stay one batch (one ``jobs_scheduled``)."""
+    from django_delayq.core.api import JobSpec, schedule_many
+
+    batches: list[list[str]] = []
+
+    def receiver(job_ids: list[str], **kwargs: Any) -> None:
+        batches.append(job_ids)
+
+    signals.jobs_scheduled.connect(receiver, weak=False)
+    try:
+        ids = schedule_many("tests.jobs.add", [
+            JobSpec(args=(1, 2)), JobSpec(args=(3, 4), queue="emails"), JobSpec(args=(5, 6)),
+            JobSpec(args=(7, 8), max_attempts=2)])
+    finally:
+        signals.jobs_scheduled.disconnect(receiver)
+    assert batches == [[ids[0], ids[2]]]
+    assert [kw["job_id"] for kw in _only(sent, "job_scheduled")] == [ids[1], ids[3]]
+    rows = {row.pk: (row.args, row.queue, row.max_attempts) for row in Job.objects.all()}
+    assert [rows[i] for i in ids] == [([1, 2], "default", 3), ([3, 4], "emails", 3),
+                                      ([5, 6], "default", 3), ([7, 8], "default", 2)]
