@@ -96,6 +96,23 @@ def test_worker_sends_started_then_succeeded(sent):
     assert isinstance(done["duration"], float) and done["duration"] >= 0
 
 
+def returns_a_tuple() -> tuple[dict[int, str], tuple[int, int]]:
+    """A job whose return value is not the JSON value its row stores."""
+    return {3: "three"}, (1, 2)
+
+
+def test_job_succeeded_sends_the_json_value_the_row_stores(sent, delayq_settings):
+    """``result`` is the JSON value (docs/signals.md), as ``Job.result`` and
+    ``handle.result`` read it: a tuple is a list, a dict's keys are strings."""
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "ALLOWED_CALLABLES": [
+        *delayq_settings.DELAYQ["ALLOWED_CALLABLES"], "tests.test_signals"]}
+    handle = schedule("tests.test_signals.returns_a_tuple")
+    assert run_worker() == 1
+    (done,) = _only(sent, "job_succeeded")
+    assert done["result"] == [{"3": "three"}, [1, 2]] == handle.result
+    assert Job.objects.get(pk=handle.id).result == done["result"]
+
+
 def test_worker_sends_retrying_then_dead(sent):
     handle = schedule("tests.jobs.boom", "kaput", max_attempts=2, backoff=[0])
     assert run_worker() == 2

@@ -142,6 +142,16 @@ def check_json(args: object, kwargs: dict[str, Any]) -> None:
 dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+_OWN_JSON = frozenset((type(None), bool, int, float, str))
+
+
+def json_value(value: Any) -> Any:
+    """The JSON value of ``value`` a JSON column stores and reads back (a tuple becomes a
+    list, a dict's keys strings, a subclass its base), ``value`` itself when it is one
+    already (a number, a string: most job results). ``value`` must encode."""
+    return value if type(value) in _OWN_JSON else json.loads(dumps(value))
+
+
 def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
     """Whether JSON ``text`` nests deeper than ``limit`` (cheap when it has few brackets:
     no deeper than their count). Its depth is measured without recursion: O(len) in C
