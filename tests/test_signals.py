@@ -111,6 +111,10 @@ def test_job_succeeded_sends_the_json_value_the_row_stores(sent, delayq_settings
     (done,) = _only(sent, "job_succeeded")
     assert done["result"] == [{"3": "three"}, [1, 2]] == handle.result
     assert Job.objects.get(pk=handle.id).result == done["result"]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EAGER": True}  # run by schedule()
+    eager = schedule("tests.test_signals.returns_a_tuple")
+    assert [kw["result"] for kw in _only(sent, "job_succeeded")] == [done["result"]] * 2
+    assert eager.result == done["result"]
 
 
 def test_worker_sends_retrying_then_dead(sent):
