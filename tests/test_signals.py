@@ -96,6 +96,27 @@ def test_worker_sends_started_then_succeeded(sent):
     assert isinstance(done["duration"], float) and done["duration"] >= 0
 
 
+def returns_a_tuple() -> tuple[dict[int, str], tuple[int, int]]:
+    """A job whose return value is not the JSON value its row stores."""
+    return {3: "three"}, (1, 2)
+
+
+def test_job_succeeded_sends_the_json_value_the_row_stores(sent, delayq_settings):
+    """``result`` is the JSON value (docs/signals.md), as ``Job.result`` and
+    ``handle.result`` read it: a tuple is a list, a dict's keys are strings."""
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "ALLOWED_CALLABLES": [
+        *delayq_settings.DELAYQ["ALLOWED_CALLABLES"], "tests.test_signals"]}
+    handle = schedule("tests.test_signals.returns_a_tuple")
+    assert run_worker() == 1
+    (done,) = _only(sent, "job_succeeded")
+    assert done["result"] == [{"3": "three"}, [1, 2]] == handle.result
+    assert Job.objects.get(pk=handle.id).result == done["result"]
+    delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "EAGER": True}  # run by schedule()
+    eager = schedule("tests.test_signals.returns_a_tuple")
+    assert [kw["result"] for kw in _only(sent, "job_succeeded")] == [done["result"]] * 2
+    assert eager.result == done["result"]
+
+
 def test_worker_sends_retrying_then_dead(sent):
     handle = schedule("tests.jobs.boom", "kaput", max_attempts=2, backoff=[0])
     assert run_worker() == 2
@@ -189,3 +210,27 @@ def test_bulk_scheduling_sends_one_signal_per_batch(delayq_settings) -> None:  #
     assert {k: v for k, v in got[0].items() if k != "signal"} == {
         "sender": Job, "queue": "default", "callable_path": "tests.jobs.add",
         "job_ids": first}
+
+
+def test_schedule_many_sends_one_jobs_scheduled_for_its_batch_and_job_scheduled_per_spec_alone(sent):
+    """A spec with its own queue or retries is scheduled as schedule() would (its
+    ``job_scheduled``); the others stay one batch (one ``jobs_scheduled``)."""
+    from django_delayq.core.api import JobSpec, schedule_many
+
+    batches: list[list[str]] = []
+
+    def receiver(job_ids: list[str], **kwargs: Any) -> None:
+        batches.append(job_ids)
+
+    signals.jobs_scheduled.connect(receiver, weak=False)
+    try:
+        ids = schedule_many("tests.jobs.add", [
+            JobSpec(args=(1, 2)), JobSpec(args=(3, 4), queue="emails"), JobSpec(args=(5, 6)),
+            JobSpec(args=(7, 8), max_attempts=2)])
+    finally:
+        signals.jobs_scheduled.disconnect(receiver)
+    assert batches == [[ids[0], ids[2]]]
+    assert [kw["job_id"] for kw in _only(sent, "job_scheduled")] == [ids[1], ids[3]]
+    rows = {row.pk: (row.args, row.queue, row.max_attempts) for row in Job.objects.all()}
+    assert [rows[i] for i in ids] == [([1, 2], "default", 3), ([3, 4], "emails", 3),
+                                      ([5, 6], "default", 3), ([7, 8], "default", 2)]

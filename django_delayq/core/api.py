@@ -166,10 +166,11 @@ def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
 
     Specs with a ``key`` whose job already exists are skipped (their id is still
     returned), so replaying the same input never schedules a row twice. The call's
-    options apply to the specs that leave theirs ``None``. ``after`` (the specs' own, else
-    the call's), another ``on_conflict``, or a spec's own ``queue``, ``max_attempts`` or
-    ``backoff`` take the path of ``schedule()``, one job at a time in one transaction
-    (docs/workflows.md).
+    options apply to the specs that leave theirs ``None``. A spec with its own ``queue``,
+    ``max_attempts``, ``backoff`` or ``after`` takes the path of ``schedule()``, one job at
+    a time, after the bulk insert of the others, in one transaction; the call's ``after``,
+    or any spec with another ``on_conflict``, makes every spec take it, in order
+    (docs/workflows.md). The ids come back in the order of the specs.
     """
     given = {name: value for name, value in locals().items() if name in options.NAMES}
     return _schedule_many(fn, specs, JobOptions(**given), batch_size)
@@ -179,9 +180,21 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
                    batch_size: int) -> list[str]:
     specs = _specs(specs)
     using = router.db_for_write(Job)
-    if call.after is not None or any(_alone(spec) for spec in specs):
-        with transaction.atomic(using=using):
+    alone = [_alone(spec) for spec in specs]
+    if call.after is None and not any(alone):
+        return _bulk(fn, specs, call, batch_size, using)
+    with transaction.atomic(using=using):
+        if call.after is not None or _in_order(specs, alone):
             return [_schedule(fn, spec.under(call)).id for spec in specs]
+        bulk = iter(_bulk(fn, [s for s, a in zip(specs, alone) if not a], call, batch_size,
+                          using))
+        single = iter([_schedule(fn, s.under(call)).id for s, a in zip(specs, alone) if a])
+        return [next(single) if a else next(bulk) for a in alone]
+
+
+def _bulk(fn: Callable[..., Any] | str, specs: list[JobSpec], call: JobOptions,
+          batch_size: int, using: str) -> list[str]:
+    """The specs that take the call's options (none alone), in bulk: their ids in order."""
     # One INSERT (per 1,000 rows) and one Redis call (per 1,000 jobs) for the specs, each
     # made as schedule() makes one: the call's options checked once, a spec's own per spec
     c, max_payload = call.check(fn), get_settings().max_payload_bytes
@@ -217,6 +230,16 @@ def _specs(specs: object) -> list[JobSpec]:
             raise InvalidJob("schedule_many takes JobSpec objects: item %d is %s (%s)"
                              % (i, validation.short(spec), type(spec).__name__))
     return out
+
+
+def _in_order(specs: list[JobSpec], alone: list[bool]) -> bool:
+    """Whether ``schedule_many`` schedules every spec one at a time, in order: one has
+    another ``on_conflict`` (a later spec replaces an earlier one of its key), or a spec
+    alone shares its key with one of the batch (the key's first spec stands)."""
+    if any(spec.on_conflict != KEEP for spec in specs):
+        return True
+    keys = {spec.key for spec, a in zip(specs, alone) if a and spec.key is not None}
+    return bool(keys) and any(spec.key in keys for spec, a in zip(specs, alone) if not a)
 
 
 def _alone(spec: JobSpec) -> bool:

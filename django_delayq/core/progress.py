@@ -51,14 +51,12 @@ _NOTHING = object()
 
 def check(value: object) -> str:
     """The compact JSON of ``value``; ``InvalidJob`` naming it when it is not JSON, holds a
-    NUL (PostgreSQL's jsonb refuses it) or is over ``MAX_PROGRESS_BYTES``."""
+    NUL (PostgreSQL's jsonb refuses it: ``find_bad`` names it, in a string or a key) or is
+    over ``MAX_PROGRESS_BYTES``."""
     if bad := validation.find_bad(value, "progress"):
         raise InvalidJob("report_progress() takes a number or small JSON (str, int, float, "
                          "bool, None, list, dict); %s is not" % bad)
     encoded = validation.dumps(value)
-    if "\\u0000" in encoded or "\x00" in encoded:
-        raise InvalidJob("report_progress(%s): a NUL character cannot be stored"
-                         % validation.short(value))
     if (size := validation.utf8_size(encoded)) > MAX_PROGRESS_BYTES:
         raise InvalidJob("report_progress(%s) is %d bytes of JSON, over the %d a progress "
                          "value may take; report a number or a few fields"

@@ -2,10 +2,12 @@
 
 Every way in (``schedule``, ``schedule_spec``, ``schedule_many``, ``schedule_dataframe``,
 ``reschedule``, ``requeue``) runs these same checks, and each raises ``InvalidJob``, never
-an ``OverflowError``, ``RecursionError`` or ``UnicodeEncodeError`` from deeper down:
+an ``OverflowError``, ``RecursionError``, ``UnicodeEncodeError`` or a database's
+``DataError`` from deeper down, the same on every database:
 
 * arguments are JSON, nested at most ``MAX_DEPTH`` levels, and their strings (dict keys
-  too) are valid Unicode: no lone surrogate, which no database can store as UTF-8;
+  too) are storable: no lone surrogate, which no database can store as UTF-8, and no NUL,
+  which PostgreSQL cannot store (``text_problem``);
 * a delay is at most ``MAX_DELAY_SECONDS`` (100 years); ``at`` converts to epoch
   milliseconds (years 1 to 9999 do) and is at most as far ahead as a delay; an aware one
   without ``USE_TZ`` has a local wall time, which its row stores (``stored_time``);
@@ -58,7 +60,9 @@ _LINE_BREAK = re.compile("[\u2028\u2029]")  # line and paragraph separators (Zl,
 def find_bad(value: object, where: str, depth: int = 0) -> str | None:
     """What in ``value`` is not JSON (or not storable), named with its place, or None."""
     if isinstance(value, str):
-        return None if utf8_ok(value) else "%s = %s (%s)" % (where, short(value), SURROGATE)
+        if "\x00" not in value and utf8_ok(value):  # text_problem's test, inline: per string
+            return None
+        return "%s = %s (%s)" % (where, short(value), text_problem(value))
     if value is None or isinstance(value, (bool, int)):
         return None
     if isinstance(value, float):
@@ -79,14 +83,22 @@ def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, obj
         if is_dict and not isinstance(key, str):
             return "%s has the key %r (%s); JSON keys must be strings" % (
                 where, key, type(key).__name__)
-        if isinstance(key, str) and not utf8_ok(key):
-            return "%s has the key %s (%s)" % (where, short(key), SURROGATE)
+        if isinstance(key, str) and ("\x00" in key or not utf8_ok(key)):
+            return "%s has the key %s (%s)" % (where, short(key), text_problem(key))
         if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):  # a list's index: %d
             return bad
     return None
 
 
 SURROGATE = "a lone surrogate: not valid Unicode, cannot be stored as UTF-8"
+NUL = "a NUL character, which PostgreSQL cannot store: refused on every database"
+
+
+def text_problem(text: str) -> str | None:
+    """Why the string ``text`` cannot be stored (``NUL``, ``SURROGATE``), or None."""
+    if "\x00" in text:
+        return NUL
+    return None if utf8_ok(text) else SURROGATE
 
 
 def utf8_ok(text: str) -> bool:
@@ -130,6 +142,16 @@ def check_json(args: object, kwargs: dict[str, Any]) -> None:
 dumps = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 
 
+_OWN_JSON = frozenset((type(None), bool, int, float, str))
+
+
+def json_value(value: Any) -> Any:
+    """The JSON value of ``value`` a JSON column stores and reads back (a tuple becomes a
+    list, a dict's keys strings, a subclass its base), ``value`` itself when it is one
+    already (a number, a string: most job results). ``value`` must encode."""
+    return value if type(value) in _OWN_JSON else json.loads(dumps(value))
+
+
 def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
     """Whether JSON ``text`` nests deeper than ``limit`` (cheap when it has few brackets:
     no deeper than their count). Its depth is measured without recursion: O(len) in C
@@ -145,16 +167,18 @@ def too_deep(text: str, limit: int = MAX_DEPTH) -> bool:
 def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, int]:
     """Check both and return their JSON and its size in UTF-8 bytes, at the C encoder's
     speed when the values are plain: the walk that names a bad value runs only when
-    encoding fails, when the text nests deeply or is not valid Unicode, or when a dict is
-    involved (``json.dumps`` would quietly turn non-string keys into strings)."""
+    encoding fails, when the text nests deeply or is not valid Unicode, when a dict is
+    involved (``json.dumps`` would quietly turn non-string keys into strings), or when the
+    text holds ``\\u0000``, the encoder's escape of NUL (the walk refuses a NUL; a string
+    with a backslash followed by ``u0000`` passes it)."""
     try:
         args_json = dumps(args)
         kwargs_json = dumps(kwargs) if kwargs else "{}"
     except (TypeError, ValueError, RecursionError) as exc:
         check_json(args, kwargs)  # names the value; the depth limit bounds the walk
         raise InvalidJob("job arguments must be JSON: %s" % type(exc).__name__) from None
-    if kwargs or "{" in args_json:
-        check_json(args, kwargs)
+    if kwargs or "{" in args_json or ("\\" in args_json and "\\u0000" in args_json):
+        check_json(args, kwargs)  # a backslash first: a one-character scan runs at memchr speed
     for text in (args_json, kwargs_json):
         if len(text) > MAX_DEPTH and too_deep(text, MAX_DEPTH):  # shorter: too few brackets
             check_json(args, kwargs)

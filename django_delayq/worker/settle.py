@@ -41,6 +41,7 @@ from django.db import DatabaseError, connections, router
 
 from django_delayq import signals
 from django_delayq.core.reconcile_state import SETTLED_KEEP_MS, SUCCEEDED_IN_REDIS
+from django_delayq.core.validation import json_value
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import NackOutcome, lease_clock
 from django_delayq.engine.replies import grouped
@@ -365,8 +366,9 @@ def signal_started(base: dict[str, Any], attempt: int, worker_id: str, due_at: d
 
 def signal_succeeded(base: dict[str, Any], attempt: int, worker_id: str, result: object,
                      duration: float | None) -> None:
-    signals.send(signals.job_succeeded, attempt=attempt, worker_id=worker_id, result=result,
-                 duration=duration, **base)
+    if signals.wanted(signals.job_succeeded):  # result: the JSON value its row stores
+        signals.send(signals.job_succeeded, attempt=attempt, worker_id=worker_id,
+                     result=json_value(result), duration=duration, **base)
 
 
 def signal_failed(base: dict[str, Any], status: JobStatus, attempt: int, worker_id: str, *,
