@@ -79,3 +79,8 @@ def big_result(size: int) -> str:
 def takes_group(group: str = "") -> str:
     """A job whose keyword argument is named like the ``group`` option: returns it."""
     return group
+
+
+def returns(kind: str) -> object:
+    """A result hard to store: a NUL, the text of NUL's JSON escape, a huge integer."""
+    return {"nul": "a\x00b", "escape": "a\\u0000b", "huge": 10**5000}[kind]

@@ -30,6 +30,7 @@ import json
 import keyword
 import math
 import re
+import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
@@ -63,13 +64,21 @@ def find_bad(value: object, where: str, depth: int = 0) -> str | None:
         if "\x00" not in value and utf8_ok(value):  # text_problem's test, inline: per string
             return None
         return "%s = %s (%s)" % (where, short(value), text_problem(value))
-    if value is None or isinstance(value, (bool, int)):
+    if value is None or isinstance(value, bool):
         return None
-    if isinstance(value, float):
-        return None if math.isfinite(value) else "%s = %r (not finite)" % (where, value)
+    if isinstance(value, int | float):
+        return _bad_number(value, where)
     if isinstance(value, (list, tuple, dict)):
         return _find_bad_inside(value, where, depth)
     return "%s = %s (%s)" % (where, short(value), type(value).__name__)
+
+
+def _bad_number(value: float, where: str) -> str | None:
+    if isinstance(value, float):
+        return None if math.isfinite(value) else "%s = %r (not finite)" % (where, value)
+    return None if (digits := too_long_int(value)) is None else (
+        "%s = an integer of more than %d digits (JSON text of it is refused here: "
+        "sys.set_int_max_str_digits)" % (where, digits))
 
 
 def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, object],
@@ -87,6 +96,19 @@ def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, obj
             return "%s has the key %s (%s)" % (where, short(key), text_problem(key))
         if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):  # a list's index: %d
             return bad
+    return None
+
+
+def too_long_int(value: int) -> int | None:
+    """The digit limit of int-to-text conversions (``sys.get_int_max_str_digits``) when
+    ``value`` is past it, else None; a bit length test first, so any usual int costs one."""
+    limit = sys.get_int_max_str_digits()
+    if not limit or value.bit_length() < limit * 3:  # 3 bits a digit at least: shorter
+        return None
+    try:
+        str(value)
+    except ValueError:
+        return limit
     return None
 
 

@@ -94,15 +94,16 @@ def stored_result(value: object) -> tuple[object, int]:
     """``(value, its size)``: the result as the database can store it as JSON (``None``
     when it cannot: circular, too deep for the encoder, not JSON, a lone surrogate, NUL)
     and the UTF-8 bytes of its JSON (0 for ``None``)."""
-    if value is None or value is True or value is False or type(value) is int:
+    if value is None or value is True or value is False or (
+            type(value) is int and validation.too_long_int(value) is None):
         return value, 0 if value is None else len(str(value).lower())  # most results
     try:
         encoded = json.dumps(value, allow_nan=False, ensure_ascii=False)
         size = validation.utf8_size(encoded)  # UnicodeEncodeError: a lone surrogate
     except Exception:  # noqa: BLE001 - circular, too deep, not JSON: no result kept
         return None, 0
-    if "\\u0000" in encoded:  # PostgreSQL's jsonb refuses NUL
-        return None, 0
+    if "\\u0000" in encoded and validation.find_bad(value, "result"):  # a NUL: PostgreSQL's
+        return None, 0  # jsonb refuses it (a backslash before "u0000" is text: kept)
     return value, size
 
 

@@ -115,3 +115,16 @@ def test_progress_refuses_a_nul_not_a_backslash_before_u0000() -> None:
     for bad in ("a\x00b", {"k\x00": 1}, ["\\\x00"]):
         with pytest.raises(InvalidJob, match="NUL"):
             progress.check(bad)
+
+
+@pytest.mark.parametrize(("args", "kwargs", "named"), [
+    ((10**4300, 2), {}, r"args\[0\] = an integer of more than 4300 digits"),
+    ((1,), {"b": [1, {"x": -(10**5000)}]}, r"kwargs\['b'\]\[1\]\['x'\] = an integer of more"),
+])
+def test_an_integer_too_long_for_json_text_is_named_too(delayq_settings, args, kwargs, named) -> None:  # type: ignore[no-untyped-def]
+    """Python refuses int-to-text past ``sys.get_int_max_str_digits()`` (4,300 digits by
+    default): its place is named as a NUL's is, by every way in."""
+    for way, call in ways_in(args, kwargs).items():
+        with pytest.raises(InvalidJob, match=named):
+            call()
+        assert not Job.objects.exists(), way

@@ -60,3 +60,15 @@ def test_eager_mode_failure_leaves_its_attempt_row(delayq_settings) -> None:  # 
     [attempt] = row.attempt_history.all()
     assert (row.status, row.attempts, attempt.outcome) == (JobStatus.DEAD, 1, JobStatus.DEAD)
     assert attempt.error == row.last_error and "kaput" in attempt.traceback
+
+
+def test_a_result_the_database_cannot_store_is_not_kept_and_its_text_alike_is(  # type: ignore[no-untyped-def]
+        delayq_settings) -> None:
+    """A NUL or an integer past Python's int-to-text limit: the job succeeds, its result is
+    not kept (None); a string holding a backslash before ``u0000`` is text, kept."""
+    handles = {kind: schedule("tests.jobs_more.returns", kind) for kind in ("nul", "escape", "huge")}
+    assert run_due_jobs() == 3
+    rows = {kind: Job.objects.get(pk=h.id) for kind, h in handles.items()}
+    assert {kind: (row.status, row.result) for kind, row in rows.items()} == {
+        "nul": (JobStatus.SUCCEEDED, None), "escape": (JobStatus.SUCCEEDED, "a\\u0000b"),
+        "huge": (JobStatus.SUCCEEDED, None)}
