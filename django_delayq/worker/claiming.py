@@ -4,8 +4,7 @@ The main loop calls ``claim_due`` each round: it claims only from the queues who
 due time has come (known from the last claim's reply or a wake message; every queue at
 each ``WAKE_INTERVAL_SECONDS``), at most the room the threads fill soon (``capacity``:
 free threads plus the prefetch by pace). The urgent timer (``UrgentTimer``) claims a few
-jobs of priority above 0 at their due time, on its own thread (``claim_urgent``). A queue
-with a ``rate_limit`` is claimed for the free threads only, by either (``rated``). Every
+jobs of priority above 0 at their due time, on its own thread (``claim_urgent``). Every
 claim asks the queue's gate first (limits and pause: ``gates.QueueGate``) and hands its
 jobs over to the threads (``handover.py``). The wake listener (``Engine.wake_listener``:
 the subscription, its reconnects) hears of jobs due earlier than known. A queue whose
@@ -16,16 +15,6 @@ it (``ServerClock``: offset = server now - the midpoint of the claim's round tri
 the loop waits on a local timer, never on Redis's own (late by up to 100 ms at ``hz 10``).
 
 A drain hands the claimed jobs no thread has started back to Redis (``hand_back``).
-
-**A queue with a rate limit** (its ``rate_limit``, ``QUEUE_OPTIONS``): the claim is the
-start Redis grants (claim.lua counts claims in the rate's window), so its jobs are
-claimed only for threads free now: no prefetch (``WorkerOptions.prefetch`` included), no
-urgent claim past the free threads. A claimed job of it is taken by a free thread at
-once, and the starts the rows record keep the rate; jobs claimed ahead would have waited
-for a thread on grants that grew old, then started together (two windows' grants within
-milliseconds). It waits in Redis meanwhile; a thread that frees wakes the main loop
-(``settled``), which claims it. A group's rate counts claims (docs/groups.md): a grouped
-queue without a ``rate_limit`` of its own is prefetched as any other.
 
 **The urgent timer**: a thread that claims a queue's job of priority above 0 at its due time.
 
@@ -103,8 +92,6 @@ class Claiming:
         self.max_jobs, self.burst = max_jobs, burst
         self.wake = wake  # the main loop's: a wake message, a settled job with room now
         self.queue_gate = gates.QueueGate(engine, settings)  # queue limits and pauses
-        # claimed for the free threads only: a claim is a start its rate counts
-        self.rated = frozenset(q for q in queues if settings.queue_limit(q)[0] is not None)
         # Claimed jobs wait for a thread by priority, then due time (not behind a backlog)
         self.handover = Handover(engine, settings, ledger)
         self.urgent = UrgentTimer(self.claim_urgent, clock.now_ms)
@@ -130,11 +117,8 @@ class Claiming:
 
     # -- room ----------------------------------------------------------------------
 
-    def capacity(self, queue: str | None = None) -> int:
-        """Jobs a claim may take now: the free threads plus the prefetch; for a queue with a
-        rate limit (``rated``), the free threads only."""
-        ahead = 0 if queue in self.rated else self._prefetch()
-        room = self.concurrency + ahead - self.ledger.capacity_used()
+    def capacity(self) -> int:
+        room = self.concurrency + self._prefetch() - self.ledger.capacity_used()
         if self.max_jobs is not None:
             room = min(room, self.max_jobs - self.handover.claimed_total)
         return room
@@ -168,7 +152,7 @@ class Claiming:
 
     def claim(self, queue: str) -> None:
         for _ in range(CLAIMS_PER_ROUND):  # then the round goes on (other queues, limits)
-            room = self.capacity(queue)
+            room = self.capacity()
             if room <= 0 or not self.queue_gate.open(queue, self.clock.now_ms()):
                 return
             before = monotonic_ms()
@@ -184,17 +168,14 @@ class Claiming:
                 return  # grouped queue's claim takes at most MAX_TURNS): settle first
 
     def claim_urgent(self, queue: str) -> None:
-        """The urgent timer's claim, on its thread: a few jobs over the room (a queue with a
-        rate limit: within the free threads); not in --max-jobs or --burst (their main loop
-        claims all it may run), nor once draining."""
+        """The urgent timer's claim, on its thread: a few jobs over the room; not in --max-jobs
+        or --burst (their main loop claims all it may run), nor once draining."""
         with self.handover.lock:
-            room = self.capacity(queue)
-            asked = min(URGENT_BATCH, room) if queue in self.rated else URGENT_BATCH
             if self.draining or self.max_jobs is not None or self.burst or \
-                    room <= -4 * URGENT_BATCH or asked <= 0 or \
+                    self.capacity() <= -4 * URGENT_BATCH or \
                     not self.queue_gate.open(queue, self.clock.now_ms()):
                 return
-            result = self.engine.claim(queue, asked, self.settings.lease_ms)
+            result = self.engine.claim(queue, URGENT_BATCH, self.settings.lease_ms)
             self.urgent.note(queue, result.next_urgent_ms)
             self._hand_over(queue, result.jobs)
 
@@ -239,16 +220,13 @@ class Claiming:
                     and all(d is None or d > now for d in self.next_due.values()))
 
     def wait_ms(self, wait_ms: float) -> float:
-        """``wait_ms``, or less: until the next due time of a queue with room to claim (a
-        queue with a rate limit and no free thread: a thread that frees wakes the loop)."""
+        """``wait_ms``, or less: until the next due time of a queue with room to claim."""
         if not self.draining and self.capacity() > 0:
             now = self.clock.now_ms()
             for queue, due in self.next_due.items():
-                if due is None or (queue in self.rated and self.capacity(queue) <= 0):
-                    continue
-                # a queue backing off is due when its delay ends
-                wait_ms = min(wait_ms, max(self.queue_gate.due(queue, due) - now,
-                                           self.backoff.remaining_ms(queue)))
+                if due is not None:  # a queue backing off is due when its delay ends
+                    wait_ms = min(wait_ms, max(self.queue_gate.due(queue, due) - now,
+                                               self.backoff.remaining_ms(queue)))
         return wait_ms
 
     def hand_back(self) -> bool:

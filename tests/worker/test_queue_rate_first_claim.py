@@ -49,8 +49,7 @@ def window_log(redis_url: str) -> tuple[redis.Redis, str]:
 def test_the_urgent_timers_claim_before_the_main_loops_first_one_is_limited(limited, tmp_path) -> None:  # type: ignore[no-untyped-def]
     waiting_jobs(tmp_path)
     worker = Worker(get_engine(), get_settings(),
-                    WorkerOptions(queues=("slow",), concurrency=100))  # free threads: room
-    # for the window (a rate-limited queue is claimed for free threads only, no prefetch)
+                    WorkerOptions(queues=("slow",), prefetch=100))  # room for the window
     client, starts = window_log(limited.DELAYQ["REDIS_URL"])
     worker.claiming.claim_urgent("slow")  # what the start-up wake-up makes the urgent timer do
     limit = get_engine().queue_limit("slow")
