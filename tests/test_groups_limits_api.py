@@ -30,6 +30,7 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.models import GroupLimit, Job
 from django_delayq.testing import run_worker
 from django_delayq.worker.gates import QueueGate
+from django_delayq.worker.loop import Worker
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -235,3 +236,22 @@ def test_a_failing_limits_write_at_start_does_not_stop_the_worker(delayq_engine,
     monkeypatch.setattr(group_limits_module, "by_queue", boom)
     schedule("tests.jobs.noop")
     assert run_worker() == 1
+
+
+def test_one_queue_failing_at_start_costs_the_others_nothing(delayq_engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A queue whose limit cannot be written at start (say, a shard's node is down) leaves
+    the other queues' overrides written before the first claim all the same."""
+    GroupLimit.objects.create(queue="default", group="acme", concurrency=1)  # not in Redis
+    write = QueueGate.write_limit
+
+    def fails_for_emails(self: QueueGate, queue: str) -> None:
+        if queue == "emails":
+            raise RedisClusterException("node down")
+        write(self, queue)
+
+    monkeypatch.setattr(QueueGate, "write_limit", fails_for_emails)
+    seen: list[dict[str, str]] = []
+    monkeypatch.setattr(Worker, "_loop", lambda self: seen.append(
+        get_engine().group_limit_overrides("default")) or 0)
+    run_worker(queues=["emails", "default"])
+    assert seen == [{"acme": "-1 -1 1"}]

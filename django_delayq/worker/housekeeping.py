@@ -155,13 +155,14 @@ class Housekeeping:
         """Redis's group limits as the rows say, before this worker's first claim: a Redis
         that holds none (a new ``PREFIX``, lost data) would let claims past a group's
         override until the reconciler's first pass. Failing, that pass writes them."""
-        try:
-            for queue in self.queues:  # the settings' limits first, as the first claim would
-                self.claiming.queue_gate.write_limit(queue)
-            group_limits.sync(self.engine, self.settings, self.queues)
-        except Exception as exc:  # noqa: BLE001 - the reconciler's pass writes them later
-            logger.warning("worker %s: group limits not checked before the first claim "
-                           "(the reconciler writes them): %s", shown(self.worker_id), shown(exc))
+        for queue in self.queues:  # one at a time: a failing queue (a shard's node down)
+            try:  # costs the others nothing
+                self.claiming.queue_gate.write_limit(queue)  # the settings', as a claim would
+                group_limits.sync(self.engine, self.settings, [queue])
+            except Exception as exc:  # noqa: BLE001 - the reconciler's pass writes them later
+                logger.warning("worker %s: the limits of queue %s not checked before the first "
+                               "claim (the reconciler writes them): %s", shown(self.worker_id),
+                               shown(queue), shown(exc))
 
     def start(self) -> None:
         for target, name in ((self._keeper_loop, "delayq-keeper"),
