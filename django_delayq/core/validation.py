@@ -24,7 +24,6 @@ The worker applies the same limits to what it reads back from a row (``payloads`
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import json
 import keyword
@@ -32,7 +31,6 @@ import math
 import re
 import sys
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
@@ -403,64 +401,3 @@ def name_problem(dotted: object, *, what: str = "module name") -> str | None:
             return "%r is a Python keyword" % segment
     return None
 
-
-# -- the arguments against the function's signature ---------------------------------------
-
-class Binder:
-    """``bind`` for the jobs of one function (one kept per path: ``registry.binder``):
-    positional arguments alone, for a signature whose parameters are positional (or
-    ``*args``, ``**kwargs``, keyword-only ones with defaults), are checked by counting, as
-    Python binds them; anything else binds."""
-
-    def __init__(self, path: str, signature: inspect.Signature) -> None:
-        self.path, self.signature = path, signature
-        params = list(signature.parameters.values())
-        kinds = {p.kind for p in params}
-        self.anything = kinds == {inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD}
-        positional = [p for p in params if p.kind in _POSITIONAL]
-        keyword_only = [p for p in params if p.kind is inspect.Parameter.KEYWORD_ONLY]
-        required = sum(p.default is inspect.Parameter.empty for p in positional)
-        most = math.inf if inspect.Parameter.VAR_POSITIONAL in kinds else len(positional)
-        countable = all(p.default is not inspect.Parameter.empty for p in keyword_only)
-        self.counts = (required, most) if countable else None
-        # the names an argument can be given by (``refuse_options`` looks no further)
-        self.keywords = frozenset(p.name for p in params if p.kind in _NAMED)
-
-    def check(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
-        counted = self.counts is not None and not kwargs and (
-            self.counts[0] <= len(args) <= self.counts[1])
-        if not (self.anything or counted):
-            bind(self.signature, self.path, args, kwargs)
-
-    def refuse_options(self, names: list[str]) -> None:
-        """``schedule(fn, ..., timeout=5)`` when ``fn`` itself takes ``timeout``: the value
-        would silently become the job's option (``names``: those given) instead of the
-        function's argument (the meaning it had before these options existed), so
-        ``InvalidJob`` says how to pass either."""
-        if clash := [n for n in names if n in self.keywords]:
-            option = clash[0]
-            raise InvalidJob(
-                "%s takes an argument named %r, and schedule(..., %s=...) sets the job's "
-                "option of that name, not the argument: pass the argument with "
-                "job(fn).schedule(..., %s=...) (every keyword goes to the function) and the "
-                "option with job(fn).using(%s=...)" % (self.path, option, option, option, option))
-
-
-_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-_NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-def bind(signature: inspect.Signature, path: str, args: Sequence[object],
-         kwargs: dict[str, Any]) -> None:
-    try:
-        signature.bind(*args, **kwargs)
-    except TypeError as exc:
-        raise InvalidJob("the arguments do not match %s%s: %s"
-                         % (path, _plain(signature), exc)) from None
-
-
-def _plain(signature: inspect.Signature) -> str:
-    """The parameters without annotations: ``(a, b=1, *args)``."""
-    empty = inspect.Parameter.empty
-    params = [p.replace(annotation=empty) for p in signature.parameters.values()]
-    return str(signature.replace(parameters=params, return_annotation=empty))

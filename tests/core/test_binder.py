@@ -1,4 +1,4 @@
-"""``validation.Binder`` checks positional arguments by counting where it can: it must
+"""``registry.Binder`` checks positional arguments by counting where it can: it must
 accept exactly what ``inspect.Signature.bind`` (Python's own binding) accepts."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from django_delayq import InvalidJob
-from django_delayq.core.validation import Binder
+from django_delayq.core.registry import Binder
 
 
 def _pair(a: Any, b: Any = 1) -> None:
