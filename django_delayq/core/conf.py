@@ -133,21 +133,16 @@ Problems = list[str]
 Reader = Callable[[str, object, dict[str, Any]], tuple[Any, Problems]]
 
 
-def _positive(name: str, value: object, *, integer: bool = False) -> str | None:
-    kinds = (int,) if integer else (int, float)
-    if isinstance(value, bool) or not isinstance(value, kinds) or value <= 0:
-        kind = "an integer" if integer else "a number"
-        return "DELAYQ[%r] must be %s > 0, not %r" % (name, kind, value)
-    return None
-
-
 def _number(integer: bool, none: str | None = None) -> Reader:
-    """A number > 0 (seconds: read as a float), or an integer; ``none``: what None means
-    when the key takes it."""
+    """A number > 0 (seconds: read as a float, at most ``limits.MAX_SECONDS``), or an
+    integer (at most ``limits.MAX_COUNT``); ``none``: what None means when the key takes it."""
+    most = limits.MAX_COUNT if integer else limits.MAX_SECONDS
+
     def read(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
         if value is None and none is not None:
             return None, []
-        if why := _positive(name, value, integer=integer):
+        if why := limits.number_problem(value, most, integer=integer):
+            why = "DELAYQ[%r] %s" % (name, why)
             return None, [why if none is None else "%s (or None for %s)" % (why, none)]
         return value if integer else float(cast("float", value)), []  # checked: a number
     return read
@@ -171,20 +166,29 @@ def _braceless(name: object) -> bool:
 URL_SCHEMES = ("redis://", "rediss://", "unix://", *urls.CLUSTER_SCHEMES, *urls.SENTINEL_SCHEMES)
 
 
+URL_EXAMPLES = ((urls.SENTINEL_SCHEMES, "'redis+sentinel://host1:26379,host2:26379/mymaster/0'"),
+                (urls.CLUSTER_SCHEMES, "'redis+cluster://host1:7000,host2:7000/'"),
+                ("unix://", "'unix:///run/redis.sock?db=0'"), ("", "'redis://host:6379/0'"))
+
+
 def _url(name: str, url: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    """REDIS_URL, else the environment's DELAYQ_REDIS_URL."""
+    """REDIS_URL, else the environment's DELAYQ_REDIS_URL; named with its password masked."""
+    where = "DELAYQ['REDIS_URL']"
     if url is None:
-        return os.environ.get("DELAYQ_REDIS_URL") or None, []
+        url = os.environ.get("DELAYQ_REDIS_URL") or None
+        where += " (None: the environment's DELAYQ_REDIS_URL)"
+        if url is None:
+            return None, []
     if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
-        return None, ["DELAYQ['REDIS_URL'] must start with redis://, rediss://, unix://, "
-                      "redis+cluster://, rediss+cluster://, redis+sentinel:// or "
-                      "rediss+sentinel://, not %r" % (url,)]
-    if urls.is_sentinel_url(url) and (why := urls.sentinel_url_problem(url)):
-        return None, ["DELAYQ['REDIS_URL'] %r: %s (e.g. 'redis+sentinel://host1:26379,"
-                      "host2:26379/mymaster/0')" % (url, why)]
+        return None, ["%s must start with redis://, rediss://, unix://, redis+cluster://, "
+                      "rediss+cluster://, redis+sentinel:// or rediss+sentinel://, not %r"
+                      % (where, urls.masked(url) if isinstance(url, str) else url)]
+    if why := urls.url_problem(url):
+        example = next(e for scheme, e in URL_EXAMPLES if url.startswith(scheme))
+        return None, ["%s %r: %s (e.g. %s)" % (where, urls.masked(url), why, example)]
     if urls.is_cluster_url(url) and urlsplit(url).path.strip("/") not in ("", "0"):
-        return None, ["DELAYQ['REDIS_URL'] %r: a Redis Cluster has only database 0; drop the "
-                      "database number" % (url,)]
+        return None, ["%s %r: a Redis Cluster has only database 0; drop the database number"
+                      % (where, urls.masked(url))]
     return url, []
 
 
@@ -255,9 +259,11 @@ def _retention(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, P
         return (), ["DELAYQ['RETENTION'] must be None or a dict with keys %s (days, or None "
                     "to keep), not %r" % (", ".join(known), value)]
     days = {**known, **value}
-    if bad := {k: v for k, v in days.items() if v is not None and _positive(k, v)}:
-        return (), ["DELAYQ['RETENTION'] %r: days must be numbers > 0 or None, not %s"
-                    % (value, ", ".join("%s=%r" % kv for kv in bad.items()))]
+    if bad := {k: v for k, v in days.items()
+               if v is not None and limits.number_problem(v, limits.MAX_DAYS)}:
+        return (), ["DELAYQ['RETENTION'] %r: days must be numbers > 0, at most %s, or None, "
+                    "not %s" % (value, limits.BOUND_NAMES[limits.MAX_DAYS],
+                                ", ".join("%s=%r" % kv for kv in bad.items()))]
     return tuple((k.removesuffix("_days"), float(v)) for k, v in days.items()
                  if v is not None), []
 
@@ -296,8 +302,8 @@ def _schedules(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, P
     return value, schedules.settings_problems(value)
 
 
-# Every key's reader. The keys with a number or a flag by default take numbers > 0 (seconds,
-# or integers) or flags.
+# Every key's reader. The keys with a number or a flag by default take numbers > 0 (seconds
+# up to a year, or integers up to 2**31 - 1; never NaN, an infinity or a bool) or flags.
 READERS: dict[str, Reader] = {
     **{key: _number(type(value) is int) for key, value in DEFAULTS.items()
        if type(value) in (int, float)},

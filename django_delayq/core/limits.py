@@ -9,11 +9,11 @@
 Every key of an entry is optional. A rate is ``"N/<unit>"``: at most N starts per unit
 (``s``, ``m``, ``h``), the unit optionally with a whole multiplier (``"5/10s"``, ``"100/15m"``);
 N >= 1. ``concurrency`` is an integer >= 1: at most that many running at once.
-``timeout`` (queues only) is seconds > 0: the time limit of an attempt of that queue's
-jobs that set none. ``group_rate_limit`` and ``group_concurrency`` (queues only) are the
-same for each group of the queue (docs/groups.md, "Limits"): every group's default, which
-an override of one group replaces (``core/group_limits.py``). Each problem is a message
-naming the key and the value; ``conf`` reports them (``manage.py check``,
+``timeout`` (queues only) is seconds > 0, at most a year: the time limit of an attempt of
+that queue's jobs that set none. ``group_rate_limit`` and ``group_concurrency`` (queues
+only) are the same for each group of the queue (docs/groups.md, "Limits"): every group's
+default, which an override of one group replaces (``core/group_limits.py``). Each problem
+is a message naming the key and the value; ``conf`` reports them (``manage.py check``,
 ``ImproperlyConfigured``).
 """
 
@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_delayq.core.validation import name_problem
+from django_delayq.engine import backoff
 from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
 
 Rate = tuple[int, int]  # (starts, per_ms)
@@ -38,6 +39,22 @@ LIMIT_KEYS = ("rate_limit", "concurrency", "group_rate_limit", "group_concurrenc
 CALLABLE_KEYS = ("rate_limit", "concurrency")
 MAX_RATE_MS = 7 * 24 * 3_600_000  # a window of at most a week
 MAX_COUNT = 2**31 - 1  # a concurrency or a rate's N: what GroupLimit's column holds anywhere
+MAX_SECONDS = backoff.MAX_SECONDS  # any duration a setting gives: a year, as a retry's wait
+MAX_DAYS = 100 * 365  # the longest retention: a cutoff that far back is a date anywhere
+BOUND_NAMES = {MAX_SECONDS: "%d (a year)" % MAX_SECONDS, MAX_DAYS: "%d (100 years)" % MAX_DAYS}
+
+
+def number_problem(value: object, most: int, *, integer: bool = False,
+                   kind: str | None = None) -> str | None:
+    """Why ``value`` is not a number (``integer``: an int), never a bool, > 0 and at most
+    ``most`` (NaN and the infinities are not), naming it as ``kind``; None when it is."""
+    kind = kind or ("an integer" if integer else "a number")
+    if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) \
+            or value <= 0:
+        return "must be %s > 0, not %r" % (kind, value)
+    if not value <= most:  # NaN too
+        return "must be %s > 0, at most %s, not %r" % (kind, BOUND_NAMES.get(most, most), value)
+    return None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,9 +124,9 @@ def _entry_problems(where: str, entry: object, keys: Sequence[str]) -> list[str]
     found += ["%s[%r] %s" % (where, key, why) for key, check in checks
               if key in keys and (why := check(entry.get(key))) is not None]
     timeout = entry.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                or not 0 < timeout < float("inf")):
-        found.append("%s['timeout'] must be a number of seconds > 0, not %r" % (where, timeout))
+    if timeout is not None and (why := number_problem(timeout, MAX_SECONDS,
+                                                      kind="a number of seconds")):
+        found.append("%s['timeout'] %s" % (where, why))
     return found
 
 

@@ -18,11 +18,12 @@ worker, nor a ``schedule()`` call, for long), TCP keepalive and a health check u
 caller says otherwise (the URL's query options win). No Django here: a cache
 alias is resolved by django-redis itself, imported only when one is asked for; the
 settings checks read the URL schemes and their problems (``is_cluster_url``,
-``sentinel_url_problem``) from here too.
+``url_problem``) from here too.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
@@ -80,13 +81,46 @@ def host_port(netloc: str, default_port: int) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-def sentinel_url_problem(url: str) -> str | None:
-    """What is wrong with a Sentinel URL, or None."""
+def url_problem(url: str) -> str | None:
+    """What is wrong with a URL ``make_client`` takes, or None: what redis-py would raise
+    on first use (a port that is not a number in 1..65535, which 0 is not either: it would
+    be dropped for 6379; a query option it cannot read), a database that is not a number
+    (it would use 0) or is negative; a Sentinel URL's own (``sentinel_parts``). Names no
+    password."""
     try:
-        sentinel_parts(url)
+        parts = urlsplit(url)
+        if is_sentinel_url(url):
+            sentinel_parts(url)
+            url = "redis://localhost?" + parts.query  # the master's options
+        elif parts.scheme != "unix":  # a socket's path is no host, its db in the query
+            for host in parts.netloc.rpartition("@")[2].split(","):
+                host_port(host.strip(), 6379)
+            db = unquote(parts.path).strip("/")  # redis-py: 0 for one int() refuses
+            if db and not (db.isascii() and db.isdigit()):
+                raise ValueError("the database must be a number, not %r" % db)
+        if parse_url(split_cluster_url(url)[0] if is_cluster_url(url) else url
+                     ).get("db", 0) < 0:
+            raise ValueError("the database must be a number >= 0")
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def masked(url: str) -> str:
+    """``url`` with its password, and any ``*password=`` query option, shown as ``***``
+    (one ``urlsplit`` refuses: all between ``://`` and its last ``@``)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        head, sep, rest = url.partition("://")
+        return head + sep + ("***@" + rest.rpartition("@")[2] if "@" in rest else rest)
+    userinfo, at, hosts = parts.netloc.rpartition("@")
+    user, colon, _password = userinfo.partition(":")
+    query = re.sub(r"(^|&)([^=&]*password=)[^&]*", r"\1\2***", parts.query, flags=re.I)
+    if (colon, query) == ("", parts.query):
+        return url
+    return urlunsplit((parts.scheme, user + (colon and ":***") + at + hosts, parts.path,
+                       query, parts.fragment))
 
 
 # A client of one Redis server (or a Sentinel's primary), or of a Redis Cluster.

@@ -60,7 +60,7 @@ NO_ALLOWED_CALLABLES = "delayq.E025"  # ALLOWED_CALLABLES unset or empty: no job
 QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
 
 
-_SECONDS = "a number of seconds > 0, e.g. %s"
+_SECONDS = "A number of seconds > 0, at most a year (31536000), e.g. %s."
 #: Each DELAYQ key's check id (documented in docs/settings.md; an id never changes meaning:
 #: a new key gets a new number) and its hint: what is accepted.
 KEYS: dict[str, tuple[str, str]] = {
@@ -100,8 +100,9 @@ KEYS: dict[str, tuple[str, str]] = {
     "EVENTS": ("delayq.E022", "True or False: write every transition to the capped event stream."),
     "EVENTS_MAXLEN": ("delayq.E023", "An integer >= 1: about how many events the stream keeps, "
                                      "e.g. 10000."),
-    "JOB_TIMEOUT_SECONDS": ("delayq.E024", "None (no limit) or seconds > 0 after which a running "
-                                           "attempt is failed and retried, e.g. 300."),
+    "JOB_TIMEOUT_SECONDS": ("delayq.E024", "None (no limit) or seconds > 0, at most a year, after "
+                                           "which a running attempt is failed and retried, "
+                                           "e.g. 300."),
     "HTTP_CALLBACK_ALLOWED_NETWORKS": ("delayq.E026", "A list of IP addresses or networks "
                                                       "post_json may reach although not public, "
                                                       "e.g. ['10.1.0.0/16']; default []."),
@@ -120,7 +121,8 @@ KEYS: dict[str, tuple[str, str]] = {
     "LOG_JOBS": ("delayq.E030", "True or False: an INFO log line per job start, success and "
                                 "retry."),
     "RETENTION": ("delayq.E031", "None (keep every row) or a dict such as {'succeeded_days': 7, "
-                                 "'dead_days': 30}: days a finished row is kept (None: forever)."),
+                                 "'dead_days': 30}: days a finished row is kept, at most "
+                                 "36500 (None: forever)."),
     "SCHEDULES": ("delayq.E032", "{'nightly': {'callable': 'shop.tasks.report', "
                                  "'cron': '0 2 * * *', 'timezone': 'Europe/Berlin'}}: see "
                                  "docs/periodic.md."),

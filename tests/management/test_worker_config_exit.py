@@ -28,6 +28,11 @@ BAD = {
     "a schedule's negative jitter": ({"SCHEDULES": {
         "good": {"callable": "tests.jobs.noop", "interval": 600},
         "bad": {"callable": "tests.jobs.noop", "interval": 600, "jitter": -1}}}, "delayq.E032"),
+    # JSON's NaN and Infinity: the lease in ms was a ValueError, an OverflowError (exit 1)
+    "LEASE_SECONDS=NaN": ({"LEASE_SECONDS": float("nan")}, "delayq.E010"),
+    "LEASE_SECONDS=Infinity": ({"LEASE_SECONDS": float("inf")}, "delayq.E010"),
+    # redis-py's ValueError when the engine was made (exit 1: a supervisor restarts it)
+    "a port out of range": ({"REDIS_URL": "redis://127.0.0.1:99999/0"}, "delayq.E002"),
 }
 
 
@@ -55,7 +60,9 @@ def test_a_bad_setting_found_by_the_checks_exits_2(tmp_path: Path, case: str) ->
 
 
 @pytest.mark.parametrize("case", ["CONCURRENCY=0", "a typo'd key", "no such cache",
-                                  "not a django-redis cache", "a schedule's negative jitter"])
+                                  "not a django-redis cache", "a schedule's negative jitter",
+                                  "LEASE_SECONDS=NaN", "LEASE_SECONDS=Infinity",
+                                  "a port out of range"])
 def test_a_bad_setting_with_skip_checks_exits_2_naming_it(tmp_path: Path, case: str) -> None:
     overrides, _check_id = BAD[case]
     proc = _worker(tmp_path, overrides, "--skip-checks")
