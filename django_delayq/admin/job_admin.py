@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, Window
 from django.db.models.functions import Lag
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
@@ -31,7 +31,7 @@ from django.utils.translation import gettext_lazy as _
 from django_delayq.admin import actions, dashboard, display, queue_page, reports, workflow_graph
 from django_delayq.admin.actions import ACTIONS
 from django_delayq.admin.display import column, error_line, pre
-from django_delayq.admin.paging import CappedPaginator
+from django_delayq.admin.paging import CappedChangeList, CappedPaginator, PastLastPage
 from django_delayq.core import progress, stored
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
@@ -153,8 +153,8 @@ class JobAdmin(ReadOnly, _JobAdminBase):
                          "(as JSON text).")
     # No date_hierarchy: its links read every row's creation date (SELECT DISTINCT over
     # the table); the due and finish date filters above and the newest-first order stand
-    # in. The paginator counts at most CappedPaginator.cap rows ("10000+"), and
-    # show_full_result_count = False drops Django's second count, of the whole table.
+    # in. The paginator counts at most CappedPaginator.cap rows (a note says when there are
+    # more), and show_full_result_count = False drops Django's second count, of the table.
     list_per_page = 50
     paginator = CappedPaginator
     show_full_result_count = False
@@ -269,12 +269,13 @@ class JobAdmin(ReadOnly, _JobAdminBase):
                          "delayq_queues_url": display.job_url(self.admin_site.name, "queues"),
                          "delayq_dashboard_url": display.job_url(self.admin_site.name,
                                                                  "dashboard")}
-        response = super().changelist_view(request, extra_context=extra_context)
-        context = response.context_data if isinstance(response, TemplateResponse) else None
-        cl = (context or {}).get("cl")
-        if context is not None and cl is not None and getattr(cl.paginator, "more", False):
-            context["selection_note_all"] = _("All %s selected") % cl.paginator.shown_count
-        return response  # "All 10000+ selected", not "All 10000 selected"
+        try:
+            return super().changelist_view(request, extra_context=extra_context)
+        except PastLastPage as past:  # the last page, with the same filters and search
+            return HttpResponseRedirect(request.path + past.url)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return CappedChangeList
 
     # -- the Spark report (django_delayq.admin.reports) ---------------------------------
 
