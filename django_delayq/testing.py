@@ -16,7 +16,8 @@
 * ``run_worker()``: a real ``Worker`` in burst mode (threads, batched audit).
 * ``run_eager(job_id)``: run one job inline right away, raising its exception if it fails
   (``DELAYQ["EAGER"]`` uses it; ``core.commit_batch`` raises it out of the commit), with
-  the lifecycle signals a worker sends (worker id ``"eager"``).
+  the row a worker writes (``running`` while it runs) and the lifecycle signals a worker
+  sends (worker id ``"eager"``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 WORKER_ID = "testing"
 EAGER_ID = "eager"  # the worker id of DELAYQ["EAGER"] runs
+_STARTABLE = (JobStatus.SCHEDULED, JobStatus.RETRYING)  # rows an eager run marks running
 _offset_ms = 0
 _offset_lock = threading.Lock()
 
@@ -193,13 +195,19 @@ def run_worker(queues: list[str] | None = None, concurrency: int = 1) -> int:
 
 
 def run_eager(job_id: str) -> None:
-    """Run job ``job_id`` now, in this thread, and record the outcome on its row; the
-    lifecycle signals are sent as a worker sends them (``job_started``, then
-    ``job_succeeded`` or ``job_dead``; worker id ``"eager"``)."""
+    """Run job ``job_id`` now, in this thread, and record the outcome on its row; the row
+    and the lifecycle signals are a worker's (``job_started``, then ``job_succeeded`` or
+    ``job_dead``; worker id ``"eager"``): the row is ``running`` (attempt 1) while the
+    function runs, so a ``cancel()`` of it then finds it running (``ALREADY_RUNNING``:
+    it runs on, a failure is not retried but ends ``cancelled``, as with a worker)."""
     job = Job.objects.get(pk=job_id)
     if job.is_final:  # cancelled before the commit that runs it: a worker would not run it
         return
     started, t0 = timezone.now(), time.perf_counter()
+    if not Job.objects.filter(pk=job_id, status__in=_STARTABLE).update(
+            status=JobStatus.RUNNING, started_at=started, finished_at=None, attempts=1,
+            worker_id=EAGER_ID, updated_at=started):  # a worker's start (Settler.started)
+        return  # final meanwhile, or running already
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
                      due_at=job.run_at, worker_id=EAGER_ID)
     base = {"job_id": job.id, "queue": job.queue, "callable_path": job.callable_path}
@@ -207,43 +215,54 @@ def run_eager(job_id: str) -> None:
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except Exception as exc:
-        _eager_dead(base, started, outcome.error_type(exc), text(exc, 2000),
-                    text(traceback.format_exc())[-20000:])
-        if not job.task_backend:  # a Django task's failure is its result's, as Django's
-            raise  # ImmediateBackend records it
+        dead = _eager_failed(base, started, outcome.error_type(exc), text(exc, 2000),
+                             text(traceback.format_exc())[-20000:])
+        if dead and not job.task_backend:  # a Django task's failure is its result's, as
+            raise  # Django's ImmediateBackend records it; a cancelled job's is its row's
         return
     kept, size = runner.stored_result(result)
     limit = get_settings().max_payload_bytes
-    if size > limit:  # as a worker: dead, not retried, the value not kept
+    if size > limit:  # as a worker: dead (cancelled if asked), not retried, the value not kept
         error = runner.too_large(size, limit)
-        _eager_dead(base, started, runner.RESULT_TOO_LARGE, error, "")
-        if not job.task_backend:
+        dead = _eager_failed(base, started, runner.RESULT_TOO_LARGE, error, "")
+        if dead and not job.task_backend:
             raise ResultTooLarge("job %s: %s" % (job_id, error))
         return
-    _eager_record(job_id, JobStatus.SUCCEEDED, started, result=kept)
-    settle.signal_succeeded(base, 1, EAGER_ID, kept, time.perf_counter() - t0)
+    if _eager_record(job_id, JobStatus.SUCCEEDED, started, result=kept) is not None:
+        settle.signal_succeeded(base, 1, EAGER_ID, kept, time.perf_counter() - t0)
 
 
-def _eager_record(job_id: str, status: str, started: datetime, **fields: Any) -> datetime:
-    """An eager run's outcome on its row (attempt 1, worker ``"eager"``); returns its end."""
+def _eager_record(job_id: str, status: str, started: datetime,
+                  **fields: Any) -> datetime | None:
+    """An eager run's outcome on its row (attempt 1, worker ``"eager"``); returns its end,
+    or None when the row is no longer ``running`` (made final meanwhile: left as it is)."""
     finished = timezone.now()
-    Job.objects.filter(pk=job_id).update(status=status, attempts=1, started_at=started,
-                                         finished_at=finished, worker_id=EAGER_ID, **fields)
+    if not Job.objects.filter(pk=job_id, status=JobStatus.RUNNING).update(
+            status=status, attempts=1, started_at=started, finished_at=finished,
+            worker_id=EAGER_ID, updated_at=finished, **fields):
+        return None
     return finished
 
 
-def _eager_dead(base: dict[str, Any], started: datetime, error_type: str, error: str,
-                trace: str) -> None:
-    """A failed eager run: its row ``dead``, its ``JobAttempt`` as a worker writes it (the
-    Spark report counts failed attempts from those rows), then ``job_dead``."""
+def _eager_failed(base: dict[str, Any], started: datetime, error_type: str, error: str,
+                  trace: str) -> bool:
+    """A failed eager run: its row ``dead`` (``cancelled`` when a cancel was asked while
+    it ran: not retried, as a worker records it), its ``JobAttempt`` as a worker writes it
+    (the Spark report counts failed attempts from those rows), then ``job_dead`` (or the
+    worker's ``job_cancelled``, ``running=True``). Whether it ended ``dead``."""
     job_id = base["job_id"]
-    finished = _eager_record(job_id, JobStatus.DEAD, started, error_type=error_type,
+    asked = Job.objects.filter(pk=job_id, cancel_requested=True).exists()
+    status = JobStatus.CANCELLED if asked else JobStatus.DEAD
+    finished = _eager_record(job_id, status, started, error_type=error_type,
                              last_error=error, traceback=trace)
-    JobAttempt.objects.create(job_id=job_id, number=1, outcome=JobStatus.DEAD,
-                              started_at=started, finished_at=finished, error_type=error_type,
-                              error=error, traceback=trace, worker_id=EAGER_ID)
-    settle.signal_failed(base, JobStatus.DEAD, 1, EAGER_ID, error=error, error_type=error_type,
+    if finished is None:
+        return False
+    JobAttempt.objects.create(job_id=job_id, number=1, outcome=status, started_at=started,
+                              finished_at=finished, error_type=error_type, error=error,
+                              traceback=trace, worker_id=EAGER_ID)
+    settle.signal_failed(base, status, 1, EAGER_ID, error=error, error_type=error_type,
                          started_at=started)
+    return status is JobStatus.DEAD
 
 
 # -- an isolated prefix for one test ---------------------------------------------------

@@ -9,7 +9,16 @@ from django.conf import settings
 from django.db import transaction
 from freezegun import freeze_time
 
-from django_delayq import JobSpec, schedule, schedule_many, signals, testing
+from django_delayq import (
+    JobHandle,
+    JobSpec,
+    cancel,
+    current_job,
+    schedule,
+    schedule_many,
+    signals,
+    testing,
+)
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobAttempt
 from django_delayq.pytest_plugin import delayq, delayq_eager  # noqa: F401
@@ -340,3 +349,136 @@ def test_eager_does_not_run_a_job_cancelled_before_the_commit(
         handle.cancel()
     job = Job.objects.get(pk=handle.id)
     assert (job.status, job.result, job.started_at) == ("cancelled", None, None)
+
+
+# -- a job that cancels itself (or another) while it runs: eager as run_due_jobs ---------
+
+# worker id -> the job's handle.status during its run, and what its cancel() answered
+STATUS_WHILE_RUNNING: dict[str, tuple[str, str]] = {}
+
+
+def cancels_itself(fail: bool) -> str:
+    """A job that cancels itself while it runs, then returns (or raises)."""
+    ctx = current_job()
+    assert ctx is not None
+    status = JobHandle(ctx.id, ctx.queue).status
+    STATUS_WHILE_RUNNING[ctx.worker_id] = (status, cancel(ctx.id).name)
+    if fail:
+        raise ValueError("failed after its cancel")
+    return "ran"
+
+
+def cancels_the_next(path: str) -> str:
+    """A job that cancels the job of ``path`` that has not run yet (its row scheduled)."""
+    [pending] = Job.objects.filter(callable_path=path, status="scheduled").values_list(
+        "pk", flat=True)
+    return cancel(pending).name
+
+
+def replaces_itself(key: str) -> str:
+    """A job holding ``key`` that schedules its replacement while it runs."""
+    return schedule("tests.test_testing_helpers.plain", False, key=key,
+                    on_conflict="replace").id
+
+
+def plain(fail: bool) -> str:
+    if fail:
+        raise ValueError("plain failure")
+    return "ran"
+
+
+def _trace(seen, job_id):  # type: ignore[no-untyped-def]
+    """The signals of ``job_id``, their worker id left out (``"testing"``, ``"eager"``)."""
+    return [(name, kw.get("running"), kw.get("attempt"), kw.get("result"), kw.get("error"))
+            for name, kw in seen if kw["job_id"] == job_id]
+
+
+def _row(job_id):  # type: ignore[no-untyped-def]
+    job = Job.objects.get(pk=job_id)
+    return (job.status, job.attempts, job.worker_id in ("testing", "eager"), job.result,
+            job.error_type, job.last_error, bool(job.traceback), job.cancel_requested,
+            job.started_at is not None, job.finished_at is not None,
+            list(JobAttempt.objects.filter(job_id=job_id).values_list(
+                "number", "outcome", "error_type", "error")))
+
+
+def _eager(project):  # type: ignore[no-untyped-def]
+    project.DELAYQ = {**project.DELAYQ, "EAGER": True}
+
+
+@pytest.fixture
+def own_jobs(project):  # type: ignore[no-untyped-def]
+    project.DELAYQ = {**project.DELAYQ, "ALLOWED_CALLABLES": [
+        *project.DELAYQ["ALLOWED_CALLABLES"], "tests.test_testing_helpers"]}
+    STATUS_WHILE_RUNNING.clear()
+    return project
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("path", "fail"), [("cancels_itself", False), ("cancels_itself", True),
+                                            ("plain", False), ("plain", True)])
+def test_an_eager_run_ends_as_a_worker_run_does(own_jobs, delayq, lifecycle, path, fail):  # noqa: F811
+    """A job that cancels itself while it runs: a worker's cancel of a running job
+    (``job_cancelled``, running=True), then its success (``succeeded``) or, failed, not
+    retried (``cancelled``, the worker's second ``job_cancelled``): one final signal.
+    Eager mode: the same row and signals, its row ``running`` during the run, and no
+    exception raised for a job that ended cancelled. Plain runs: unchanged."""
+    path = "tests.test_testing_helpers." + path
+    by_worker = schedule(path, fail, max_attempts=3 if path.endswith("itself") else 1)
+    assert run_due_jobs() == 1
+    _eager(own_jobs)
+    if fail and path.endswith("plain"):
+        with pytest.raises(ValueError, match="plain failure"):
+            schedule(path, fail, max_attempts=1)
+        [eager_id] = Job.objects.exclude(pk=by_worker.id).values_list("pk", flat=True)
+    else:
+        eager_id = schedule(path, fail, max_attempts=3).id
+    assert _trace(lifecycle, eager_id) == _trace(lifecycle, by_worker.id)
+    assert _row(eager_id) == _row(by_worker.id)
+    assert Job.objects.get(pk=eager_id).worker_id == "eager"
+    if path.endswith("itself"):
+        assert STATUS_WHILE_RUNNING["eager"] == ("running", "ALREADY_RUNNING")
+        assert STATUS_WHILE_RUNNING["testing"][1] == "ALREADY_RUNNING"
+        assert [name for name, *_ in _trace(lifecycle, eager_id)] == [
+            "job_started", "job_cancelled", "job_cancelled" if fail else "job_succeeded"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_eager_job_cancelling_one_not_run_yet_as_a_worker(own_jobs, delayq, lifecycle):  # noqa: F811
+    """The job it cancels never runs: cancelled (``running=False``), never started."""
+    other = "tests.test_testing_helpers.plain"
+    with transaction.atomic():  # claimed first: its priority
+        by_worker = schedule("tests.test_testing_helpers.cancels_the_next", other, priority=10)
+        worker_other = schedule(other, False)
+    assert run_due_jobs() == 1  # the cancelled job is never claimed
+    _eager(own_jobs)
+    with transaction.atomic():  # run at the commit in this order
+        eager = schedule("tests.test_testing_helpers.cancels_the_next", other)
+        eager_other = schedule(other, False)
+    assert _trace(lifecycle, eager_other.id) == _trace(lifecycle, worker_other.id) == [
+        ("job_cancelled", False, None, None, None)]
+    assert _row(eager_other.id) == _row(worker_other.id)
+    assert _row(eager_other.id)[:2] == ("cancelled", 0)
+    assert _trace(lifecycle, eager.id) == _trace(lifecycle, by_worker.id)
+    assert _row(eager.id) == _row(by_worker.id)
+    assert Job.objects.get(pk=eager.id).result == "CANCELLED"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_eager_job_replaced_while_it_runs_runs_on_as_with_a_worker(own_jobs, delayq,  # noqa: F811
+                                                                      lifecycle):
+    """``on_conflict="replace"`` of a running job lets it run on (no cancel signal); its
+    replacement takes the key and runs."""
+    path = "tests.test_testing_helpers.replaces_itself"
+    by_worker = schedule(path, "w", key="w", on_conflict="replace")
+    assert run_due_jobs() == 2
+    _eager(own_jobs)
+    eager = schedule(path, "e", key="e", on_conflict="replace")
+    def ran(job_id):  # type: ignore[no-untyped-def]  # the results: the replacements' ids
+        return [(name, running) for name, running, *_ in _trace(lifecycle, job_id)]
+    assert ran(eager.id) == ran(by_worker.id)
+    assert [name for name, *_ in _trace(lifecycle, eager.id)] == ["job_started", "job_succeeded"]
+    assert _row(eager.id)[:2] == _row(by_worker.id)[:2] == ("succeeded", 1)
+    for handle in (by_worker, eager):
+        replacement = Job.objects.get(pk=handle.job.result)
+        assert (replacement.status, replacement.result) == ("succeeded", "ran")

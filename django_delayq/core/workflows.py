@@ -299,8 +299,12 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
     marked not to be retried, its row marked ``cancel_requested`` by ``cancel()``); the
     row decides when Redis does not hold the job yet, and Redis is told after commit (a
     worker never runs a job whose row is final). A waiting job is not in Redis. A
-    replace goes on without Redis, or in eager mode (no Redis): the row decides."""
-    if row.status == JobStatus.WAITING or (replaced_by and get_settings().eager):
+    replace goes on without Redis, or in eager mode (no Redis): the row decides; there a
+    ``running`` row is an eager run (``testing.run_eager``): already running."""
+    eager = get_settings().eager
+    if eager and row.status == JobStatus.RUNNING:
+        outcome = CancelOutcome.ALREADY_RUNNING
+    elif row.status == JobStatus.WAITING or (replaced_by and eager):
         outcome = CancelOutcome.CANCELLED
     else:
         try:
