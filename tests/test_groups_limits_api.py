@@ -13,6 +13,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 from django.db import InterfaceError, transaction
 from redis.exceptions import RedisClusterException
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_delayq import (
     GroupOverride,
@@ -255,3 +256,16 @@ def test_one_queue_failing_at_start_costs_the_others_nothing(delayq_engine, monk
         get_engine().group_limit_overrides("default")) or 0)
     run_worker(queues=["emails", "default"])
     assert seen == [{"acme": "-1 -1 1"}]
+
+
+def test_a_stalled_redis_at_start_costs_one_wait_not_one_a_queue(delayq_engine, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    asked: list[str] = []
+
+    def times_out(self: QueueGate, queue: str) -> None:
+        asked.append(queue)
+        raise RedisTimeoutError("Timeout reading from socket")
+
+    monkeypatch.setattr(QueueGate, "write_limit", times_out)
+    monkeypatch.setattr(Worker, "_loop", lambda self: 0)
+    run_worker(queues=["emails", "default", "slow"])
+    assert asked == ["emails"]

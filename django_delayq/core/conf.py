@@ -175,6 +175,8 @@ def _url(name: str, url: object, merged: dict[str, Any]) -> tuple[Any, Problems]
     """REDIS_URL, else the environment's DELAYQ_REDIS_URL; named with its password masked."""
     where = "DELAYQ['REDIS_URL']"
     if url is None:
+        if merged.get("CACHE_ALIAS"):  # the cache's client: the environment's URL unused
+            return None, []
         url = os.environ.get("DELAYQ_REDIS_URL") or None
         where += " (None: the environment's DELAYQ_REDIS_URL)"
         if url is None:

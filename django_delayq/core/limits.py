@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django_delayq.core.validation import name_problem
+from django_delayq.core.validation import name_problem, too_long_int
 from django_delayq.engine import backoff
 from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
 
@@ -49,6 +49,9 @@ def number_problem(value: object, most: int, *, integer: bool = False,
     """Why ``value`` is not a number (``integer``: an int), never a bool, > 0 and at most
     ``most`` (NaN and the infinities are not), naming it as ``kind``; None when it is."""
     kind = kind or ("an integer" if integer else "a number")
+    if type(value) is int and too_long_int(value) is not None:  # %r of it would raise
+        return "must be %s > 0, at most %s, not an integer of %d bits" % (
+            kind, BOUND_NAMES.get(most, most), value.bit_length())
     if isinstance(value, bool) or not isinstance(value, int if integer else (int, float)) \
             or value <= 0:
         return "must be %s > 0, not %r" % (kind, value)

@@ -53,7 +53,7 @@ def check(value: object) -> str:
     """The compact JSON of ``value``; ``InvalidJob`` naming it when it is not JSON, holds a
     NUL (PostgreSQL's jsonb refuses it: ``find_bad`` names it, in a string or a key) or is
     over ``MAX_PROGRESS_BYTES``."""
-    if bad := validation.find_bad(value, "progress"):
+    if bad := validation.find_bad(value, "progress", ints=True):
         raise InvalidJob("report_progress() takes a number or small JSON (str, int, float, "
                          "bool, None, list, dict); %s is not" % bad)
     encoded = validation.dumps(value)

@@ -16,7 +16,7 @@ an ``OverflowError``, ``RecursionError``, ``UnicodeEncodeError`` or a database's
 * ``max_attempts`` is 1 to ``MAX_ATTEMPTS``; a backoff passes ``engine.backoff.validate``
   (finite seconds, at most a year per step);
 * a queue is one of ``DELAYQ["QUEUES"]`` (with ``any_queue``, any storable name);
-* the arguments bind to the function's signature (``bind``; ``Binder`` for many jobs);
+* the arguments bind to the function's signature (``registry.bind``, ``registry.Binder``);
 * the payload limit ``MAX_PAYLOAD_BYTES`` counts UTF-8 bytes.
 
 The worker applies the same limits to what it reads back from a row (``payloads``).
@@ -56,18 +56,20 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (
 _LINE_BREAK = re.compile("[\u2028\u2029]")  # line and paragraph separators (Zl, Zp)
 
 
-def find_bad(value: object, where: str, depth: int = 0) -> str | None:
-    """What in ``value`` is not JSON (or not storable), named with its place, or None."""
+def find_bad(value: object, where: str, depth: int = 0, ints: bool = False) -> str | None:
+    """What in ``value`` is not JSON (or not storable), named with its place, or None;
+    ``ints``: an int past the int-to-text digit limit too (only the encoder's ValueError
+    says one may be there: looking for it costs every int a call)."""
     if isinstance(value, str):
         if "\x00" not in value and utf8_ok(value):  # text_problem's test, inline: per string
             return None
         return "%s = %s (%s)" % (where, short(value), text_problem(value))
-    if value is None or isinstance(value, bool):
+    if value is None or isinstance(value, bool) or (isinstance(value, int) and not ints):
         return None
     if isinstance(value, int | float):
         return _bad_number(value, where)
     if isinstance(value, (list, tuple, dict)):
-        return _find_bad_inside(value, where, depth)
+        return _find_bad_inside(value, where, depth, ints)
     return "%s = %s (%s)" % (where, short(value), type(value).__name__)
 
 
@@ -80,7 +82,7 @@ def _bad_number(value: float, where: str) -> str | None:
 
 
 def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, object],
-                     where: str, depth: int) -> str | None:
+                     where: str, depth: int, ints: bool) -> str | None:
     """``find_bad`` of a list, a tuple or a dict: its depth, then its items."""
     if depth >= MAX_DEPTH:
         place = where if len(where) <= 120 else where[:57] + "..." + where[-60:]
@@ -92,7 +94,7 @@ def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, obj
                 where, key, type(key).__name__)
         if isinstance(key, str) and ("\x00" in key or not utf8_ok(key)):
             return "%s has the key %s (%s)" % (where, short(key), text_problem(key))
-        if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1):  # a list's index: %d
+        if bad := find_bad(item, "%s[%r]" % (where, key), depth + 1, ints):  # index: %d
             return bad
     return None
 
@@ -151,10 +153,19 @@ def not_json(bad: str) -> InvalidJob:
                       "%s is not. Pass an id or a plain value instead." % bad)
 
 
-def check_json(args: object, kwargs: dict[str, Any]) -> None:
+def check_json(args: object, kwargs: dict[str, Any], ints: bool = False) -> None:
     for value, name in ((args, "args"), (kwargs, "kwargs")):
-        if bad := find_bad(value, name):
+        if bad := find_bad(value, name, ints=ints):
             raise not_json(bad)
+
+
+def holds_nul(value: object) -> bool:
+    """Whether a JSON value (one the encoder took) holds a NUL in a string or a key."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(holds_nul(k) or holds_nul(v) for k, v in value.items())
+    return isinstance(value, (list, tuple)) and any(holds_nul(v) for v in value)
 
 
 # Compact JSON, non-ASCII kept, NaN refused (``json.dumps`` with these options makes an
@@ -195,7 +206,8 @@ def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, int]
         args_json = dumps(args)
         kwargs_json = dumps(kwargs) if kwargs else "{}"
     except (TypeError, ValueError, RecursionError) as exc:
-        check_json(args, kwargs)  # names the value; the depth limit bounds the walk
+        # names the value (the depth limit bounds the walk; a ValueError: a long int too)
+        check_json(args, kwargs, ints=isinstance(exc, ValueError))
         raise InvalidJob("job arguments must be JSON: %s" % type(exc).__name__) from None
     if kwargs or "{" in args_json or ("\\" in args_json and "\\u0000" in args_json):
         check_json(args, kwargs)  # a backslash first: a one-character scan runs at memchr speed

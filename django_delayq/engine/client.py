@@ -89,14 +89,17 @@ def url_problem(url: str) -> str | None:
     password."""
     try:
         parts = urlsplit(url)
+        if "@" in url.partition("://")[2] and "@" not in parts.netloc:
+            return ("its user or password holds '/', '?' or '#' (the URL's host part ends "
+                    "there): percent-encode them (%2F, %3F, %23)")
         if is_sentinel_url(url):
             sentinel_parts(url)
             url = "redis://localhost?" + parts.query  # the master's options
         elif parts.scheme != "unix":  # a socket's path is no host, its db in the query
             for host in parts.netloc.rpartition("@")[2].split(","):
                 host_port(host.strip(), 6379)
-            db = unquote(parts.path).strip("/")  # redis-py: 0 for one int() refuses
-            if db and not (db.isascii() and db.isdigit()):
+            db = unquote(parts.path).strip("/").strip()  # redis-py: 0 for one int() refuses
+            if db and "db" not in parse_qs(parts.query) and not (db.isascii() and db.isdigit()):
                 raise ValueError("the database must be a number, not %r" % db)
         if parse_url(split_cluster_url(url)[0] if is_cluster_url(url) else url
                      ).get("db", 0) < 0:
@@ -109,10 +112,12 @@ def url_problem(url: str) -> str | None:
 def masked(url: str) -> str:
     """``url`` with its password, and any ``*password=`` query option, shown as ``***``
     (one ``urlsplit`` refuses: all between ``://`` and its last ``@``)."""
+    head, sep, rest = url.partition("://")
     try:
         parts = urlsplit(url)
+        if "@" in rest and "@" not in parts.netloc:  # a '/', '?' or '#' in the password
+            raise ValueError(url)
     except ValueError:
-        head, sep, rest = url.partition("://")
         return head + sep + ("***@" + rest.rpartition("@")[2] if "@" in rest else rest)
     userinfo, at, hosts = parts.netloc.rpartition("@")
     user, colon, _password = userinfo.partition(":")

@@ -60,6 +60,7 @@ NO_ALLOWED_CALLABLES = "delayq.E025"  # ALLOWED_CALLABLES unset or empty: no job
 QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
 
 
+_INT = "An integer from 1 to 2147483647"  # every integer key's bound
 _SECONDS = "A number of seconds > 0, at most a year (31536000), e.g. %s."
 #: Each DELAYQ key's check id (documented in docs/settings.md; an id never changes meaning:
 #: a new key gets a new number) and its hint: what is accepted.
@@ -87,18 +88,18 @@ KEYS: dict[str, tuple[str, str]] = {
     "LEASE_SECONDS": ("delayq.E010", _SECONDS % "6"),
     "WAKE_INTERVAL_SECONDS": ("delayq.E011", _SECONDS % "2"),
     "RECOVER_INTERVAL_SECONDS": ("delayq.E012", _SECONDS % "1"),
-    "DEAD_MAX": ("delayq.E013", "An integer >= 1: how many dead jobs Redis keeps, e.g. 100000."),
-    "MAX_PAYLOAD_BYTES": ("delayq.E014", "An integer >= 1, e.g. 524288 (512 KiB); pass ids, not "
+    "DEAD_MAX": ("delayq.E013", _INT + ": how many dead jobs Redis keeps, e.g. 100000."),
+    "MAX_PAYLOAD_BYTES": ("delayq.E014", _INT + ", e.g. 524288 (512 KiB); pass ids, not "
                                          "data."),
     "AUDIT_FLUSH_SECONDS": ("delayq.E015", _SECONDS % "0.05"),
-    "AUDIT_BATCH": ("delayq.E016", "An integer >= 1, e.g. 500."),
-    "CLAIM_BATCH": ("delayq.E017", "An integer >= 1, e.g. 100."),
-    "CONCURRENCY": ("delayq.E018", "An integer >= 1: job threads per worker, e.g. 4."),
+    "AUDIT_BATCH": ("delayq.E016", _INT + ", e.g. 500."),
+    "CLAIM_BATCH": ("delayq.E017", _INT + ", e.g. 100."),
+    "CONCURRENCY": ("delayq.E018", _INT + ": job threads per worker, e.g. 4."),
     "RECONCILE_INTERVAL_SECONDS": ("delayq.E019", _SECONDS % "30"),
     "RECONCILE_GRACE_SECONDS": ("delayq.E020", _SECONDS % "60"),
     "EAGER": ("delayq.E021", "True or False (True runs jobs inline: unit tests only)."),
     "EVENTS": ("delayq.E022", "True or False: write every transition to the capped event stream."),
-    "EVENTS_MAXLEN": ("delayq.E023", "An integer >= 1: about how many events the stream keeps, "
+    "EVENTS_MAXLEN": ("delayq.E023", _INT + ": about how many events the stream keeps, "
                                      "e.g. 10000."),
     "JOB_TIMEOUT_SECONDS": ("delayq.E024", "None (no limit) or seconds > 0, at most a year, after "
                                            "which a running attempt is failed and retried, "

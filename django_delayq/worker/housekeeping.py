@@ -95,6 +95,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_delayq.core import group_limits, payloads
 from django_delayq.core.reconcile import Reconciler
@@ -163,6 +164,8 @@ class Housekeeping:
                 logger.warning("worker %s: the limits of queue %s not checked before the first "
                                "claim (the reconciler writes them): %s", shown(self.worker_id),
                                shown(queue), shown(exc))
+                if isinstance(exc, RedisTimeoutError):  # a stalled Redis: one wait, not one
+                    return  # a queue (a node refusing fails at once: the others go on)
 
     def start(self) -> None:
         for target, name in ((self._keeper_loop, "delayq-keeper"),

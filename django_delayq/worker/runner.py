@@ -102,8 +102,8 @@ def stored_result(value: object) -> tuple[object, int]:
         size = validation.utf8_size(encoded)  # UnicodeEncodeError: a lone surrogate
     except Exception:  # noqa: BLE001 - circular, too deep, not JSON: no result kept
         return None, 0
-    if "\\u0000" in encoded and validation.find_bad(value, "result"):  # a NUL: PostgreSQL's
-        return None, 0  # jsonb refuses it (a backslash before "u0000" is text: kept)
+    if "\\u0000" in encoded and validation.holds_nul(value):  # PostgreSQL's jsonb refuses
+        return None, 0  # a NUL (a backslash before "u0000" is text: kept)
     return value, size
 
 

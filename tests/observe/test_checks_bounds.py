@@ -113,7 +113,9 @@ def test_a_bad_port_or_database_is_e002_naming_the_url(settings, url):
 @pytest.mark.parametrize("url", ["redis://localhost:6379/0", "rediss://h:6380/15",
                                  "redis://[::1]:6379/0", "redis://h", "redis://h/",
                                  "unix:///run/redis.sock?db=2", "redis+cluster://a:7000,b/",
-                                 "redis+sentinel://h1,h2:26380/mymaster/1?socket_timeout=1"])
+                                 "redis+sentinel://h1,h2:26380/mymaster/1?socket_timeout=1",
+                                 "redis://h:6379/0 ", "redis://h:6379/ 1", "redis://h/x?db=1",
+                                 "redis://:p%2Fw@h:6379/0"])
 def test_good_urls_have_no_problem(url):
     assert url_problem(url) is None
 
@@ -123,7 +125,9 @@ def test_good_urls_have_no_problem(url):
                                  "redis+cluster://:s3cret@h:7000/2",
                                  "redis://h:1/0?password=s3cret&socket_timeout=x",
                                  "redis+sentinel://h1/m/x?sentinel_password=s3cret",
-                                 "redis://:s3cret@[::1:6379/0", "http://:s3cret@h/"])
+                                 "redis://:s3cret@[::1:6379/0", "http://:s3cret@h/",
+                                 "redis://:s3c/ret@h:6379/0", "redis://u:s3cret#x@h/0",
+                                 "redis://:s3cret?x@h:6379/0"])
 def test_e002_masks_the_password(settings, url):
     error = _refused(settings, "REDIS_URL", url)
     assert "s3cret" not in error.msg and "***" in error.msg
@@ -156,3 +160,17 @@ def test_schedule_refuses_to_run_with_a_bad_port_and_writes_no_row(settings):
     with pytest.raises(ImproperlyConfigured, match="REDIS_URL"):
         schedule("tests.jobs.noop")
     assert not Job.objects.exists()
+
+
+def test_a_cache_alias_leaves_the_environments_url_unread(settings, monkeypatch):
+    """With CACHE_ALIAS the cache's client is used: an odd DELAYQ_REDIS_URL left in the
+    environment is no error."""
+    settings.CACHES = {**settings.CACHES, "dq": {
+        "BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://localhost:6379/0"}}
+    monkeypatch.setenv("DELAYQ_REDIS_URL", "redis://h:99999/0")
+    assert _errors(settings, CACHE_ALIAS="dq") == []
+
+
+def test_an_integer_too_long_for_text_is_refused_not_a_traceback(settings):
+    error = _refused(settings, "LEASE_SECONDS", 10**5000)
+    assert "an integer of 16610 bits" in error.msg

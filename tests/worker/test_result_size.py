@@ -10,6 +10,7 @@ from django_delayq import schedule
 from django_delayq.exceptions import JobFailed, ResultTooLarge
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.testing import run_due_jobs
+from django_delayq.worker.runner import stored_result
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -72,3 +73,14 @@ def test_a_result_the_database_cannot_store_is_not_kept_and_its_text_alike_is(  
     assert {kind: (row.status, row.result) for kind, row in rows.items()} == {
         "nul": (JobStatus.SUCCEEDED, None), "escape": (JobStatus.SUCCEEDED, "a\\u0000b"),
         "huge": (JobStatus.SUCCEEDED, None)}
+
+
+def test_only_a_real_nul_drops_a_result() -> None:
+    """The text of NUL's escape beside what JSON stores differently (an int key, deep
+    nesting) is kept; a NUL in a key is not."""
+    deep: object = "C:\\u0000"
+    for _ in range(150):
+        deep = [deep]
+    for value in ({1: "C:\\u0000"}, deep):
+        assert stored_result(value)[0] is value
+    assert stored_result({"k\x00": 1}) == (None, 0)
