@@ -37,7 +37,7 @@ from typing import Any
 from django_delayq.engine import scripts
 from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.keys import CallableLimitKeys
-from django_delayq.engine.outcomes import ClaimedJob, Grant, LimitState, QueueLimit
+from django_delayq.engine.outcomes import Grant, LimitState, QueueLimit
 from django_delayq.engine.replies import chunks, envelope_text
 
 INHERIT = -1  # an override's field that keeps the queue's default (lib.lua group_limits)
@@ -236,19 +236,6 @@ class QueueControls(RedisOwner):
         reply = self._run("acquire", scripts.keys_of("acquire", self.callable_keys(path)), args)
         granted = bool(int(reply[0]))
         return Grant(granted=granted, retry_at_ms=None if granted else int(reply[1]))
-
-    def regrant(self, job: ClaimedJob, now_ms: int | None = None) -> Grant | None:
-        """Renew the rate grant of ``job``, claimed a while ago, right before it starts
-        (lua/regrant.lua): its claim's window entry leaves the window and, while the
-        queue's current rate has room, a new one is logged at now (granted); else
-        ``retry_at_ms`` is when the window next has room (nothing of its own left in it).
-        None: the job is not held under its token any more (its lease was lost)."""
-        reply = self._script("regrant", job.home or job.queue, [
-            self._now(now_ms), job.id, str(job.token), str(job.claimed_ms)])
-        answer, ms = int(reply[0]), int(reply[1])
-        if answer < 0:
-            return None
-        return Grant(granted=answer == 1, retry_at_ms=None if answer == 1 else ms)
 
     def release_callable(self, path: str, job_ids: Sequence[str]) -> int:
         """Free the concurrency slots of ``job_ids`` (their attempts are settled); returns

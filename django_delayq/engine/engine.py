@@ -225,7 +225,7 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         jobs, aside, _ = self._decoded(queue, "claim", reply, 6, 5, lambda r: ClaimedJob(
             queue=queue, id=replies.text(r[0]), due_ms=int(r[1]), token=int(r[2]),
             attempt=int(r[3]), envelope=replies.envelope_text(r[4]), home=queue,
-            lease_until=until, claimed_ms=int(reply[0])))
+            lease_until=until))
         return ClaimResult(now_ms=int(reply[0]), next_due_ms=replies.opt(reply[1]), jobs=jobs,
                            set_aside=aside, paused=bool(int(reply[2])),
                            blocked_until_ms=replies.opt(reply[3]), limited=bool(int(reply[4])),

@@ -78,9 +78,6 @@ class ClaimedJob:
     # was first sent (a claim asked again after a lost reply: its first send). inf: not
     # known (an engine clock of its own, a job not from a claim). Not part of its identity.
     lease_until: float = field(default=math.inf, compare=False)
-    # The server ms of its claim (0: not known): a rated queue's window entry for this
-    # delivery is "<id>:<token>:<claimed_ms>" (lua/claim.lua, lua/regrant.lua).
-    claimed_ms: int = field(default=0, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -138,7 +138,6 @@ BOUNDS: dict[str, Bound] = {
     "forget_settled": Bound(2, 1, MAX_FORGET),
     "reenqueue": Bound(5, 5, MAX_REENQUEUE),
     "group_control": Bound(4, 0, 0),
-    "regrant": Bound(4, 0, 0),
 }
 
 SCRIPT_NAMES = tuple(BOUNDS)  # every script of lua/ (lib.lua is not one)

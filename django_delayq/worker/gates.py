@@ -17,13 +17,6 @@ arrives (``resume`` publishes one) or at the next poll, so it never spins on it.
 
 * a job whose row's ``expires_at`` has passed (on the Redis server's clock, as the loop
   estimates it) is never run: it ends ``expired`` (acked);
-* a job of a queue with a ``rate_limit`` (this worker's settings) whose claim is older
-  than ``STALE_GRANT_S`` (it waited for a thread: the worker claims ahead of its free
-  threads) has its grant renewed (``Engine.regrant``, lua/regrant.lua): its claim's entry
-  leaves the queue's window and, while the queue's current rate has room, one at now
-  takes its place; else it is handed back unstarted, due when the window has room, its
-  attempt given back and no grant kept (a *deferral*, below). So a rate counts starts
-  within ``STALE_GRANT_S``, however long jobs wait behind busy threads;
 * a job whose callable has ``DELAYQ["CALLABLE_LIMITS"]`` asks Redis for a start
   (``Engine.acquire``) right before its function is called. Refused, it is *deferred*:
   back to ``pending`` due at the time the engine named, the attempt given back, its row
@@ -47,7 +40,6 @@ from redis.exceptions import RedisError
 
 from django_delayq.core import group_limits
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.outcomes import lease_clock
 from django_delayq.worker.outcome import Kind, Outcome, deferred, expired
 
 if TYPE_CHECKING:
@@ -58,10 +50,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RETRY_AFTER_ERROR_MS = 1000  # a start Redis could not decide on is tried again this late
-# A rated queue's grant older than this at its start is renewed (``StartGate.regranted``):
-# a job handed to a free thread starts within a few ms of its claim (no extra call); one
-# that waited behind busy threads would start on a grant that may be seconds old.
-STALE_GRANT_S = 0.05
 
 
 class QueueGate:
@@ -153,12 +141,8 @@ class StartGate:
         env = job.payload
         if env is None:  # the runner ends it as an invalid row
             return Admission()
-        # expired, else a stale rate grant refused: not started (before the callable limit
-        # is asked, so a job handed back takes no slot of it)
-        ended = expired(job, env.path, env.expires_ms) if env.expires_ms is not None and \
-            self.server_now_ms() >= env.expires_ms else self.regranted(job)
-        if ended is not None:
-            return Admission(ended=ended)
+        if env.expires_ms is not None and self.server_now_ms() >= env.expires_ms:
+            return Admission(ended=expired(job, env.path, env.expires_ms))
         limit = self.settings.callable_limit(env.path)
         if limit is None:
             return Admission()
@@ -178,31 +162,6 @@ class StartGate:
         at: int = (grant.retry_at_ms if grant.retry_at_ms is not None
                    else int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
         return Admission(ended=deferred(job, env.path, at))
-
-    def regranted(self, job: ClaimedJob) -> Outcome | None:
-        """None when ``job`` may start as far as its queue's rate goes; else how it ends
-        unstarted. A job of a queue with a rate (this worker's settings) whose claim is
-        older than ``STALE_GRANT_S`` asks Redis to renew its grant (``Engine.regrant``):
-        refused, it is handed back due when the window has room (its grant given back, the
-        attempt too); its lease lost or no answer: handed back as ``retry_later``."""
-        if self.settings.queue_limit(job.queue)[0] is None or (
-                lease_clock() - (job.lease_until - self.settings.lease_ms / 1000)
-                < STALE_GRANT_S):
-            return None  # unlimited, or a fresh grant: it starts (no extra call)
-        try:
-            grant = self.engine.regrant(job)
-        except RedisError as exc:  # not the job's fault: try it again a little later
-            logger.warning("job %s: could not renew its rate grant (%s); deferred",
-                           shown(job.id), shown(exc))
-            return self.retry_later(job)
-        if grant is None:
-            logger.warning("job %s (attempt %d): not started: its lease was lost",
-                           shown(job.id), job.attempt)
-            return self.retry_later(job)  # its token is stale: the hand-back is refused
-        if grant.granted:
-            return None
-        return deferred(job, job.payload.path if job.payload else "",
-                        grant.retry_at_ms or int(self.server_now_ms()) + RETRY_AFTER_ERROR_MS)
 
     def retry_later(self, job: ClaimedJob) -> Outcome:
         """A start Redis could not decide on (a limit not asked, a start mark not
