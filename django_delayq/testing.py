@@ -214,11 +214,11 @@ def run_eager(job_id: str) -> None:
     settle.signal_started(base, 1, EAGER_ID, job.run_at, started)
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
-    except Exception as exc:
-        dead = _eager_failed(base, started, outcome.error_type(exc), text(exc, 2000),
+    except BaseException as exc:  # a worker records a SystemExit too: the row never stays
+        dead = _eager_failed(base, started, outcome.error_type(exc), text(exc, 2000),  # running
                              text(traceback.format_exc())[-20000:])
-        if dead and not job.task_backend:  # a Django task's failure is its result's, as
-            raise  # Django's ImmediateBackend records it; a cancelled job's is its row's
+        if not isinstance(exc, Exception) or (dead and not job.task_backend):  # a Django
+            raise  # task's failure is its result's, as Django's ImmediateBackend records it
         return
     kept, size = runner.stored_result(result)
     limit = get_settings().max_payload_bytes

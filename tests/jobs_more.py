@@ -84,3 +84,8 @@ def takes_group(group: str = "") -> str:
 def returns(kind: str) -> object:
     """A result hard to store: a NUL, the text of NUL's JSON escape, a huge integer."""
     return {"nul": "a\x00b", "escape": "a\\u0000b", "huge": 10**5000}[kind]
+
+
+def exits() -> None:
+    """A job raising ``SystemExit`` (a BaseException, not an Exception)."""
+    raise SystemExit(3)

@@ -482,3 +482,15 @@ def test_an_eager_job_replaced_while_it_runs_runs_on_as_with_a_worker(own_jobs, 
     for handle in (by_worker, eager):
         replacement = Job.objects.get(pk=handle.job.result)
         assert (replacement.status, replacement.result) == ("succeeded", "ran")
+
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_eager_job_raising_a_base_exception_ends_dead_and_it_propagates(
+        project, delayq_eager) -> None:  # type: ignore[no-untyped-def]  # noqa: F811
+    """A ``SystemExit`` from a job in eager mode: its row ends ``dead`` (as a worker
+    records it), never left ``running``, and the exception goes on up."""
+    with pytest.raises(SystemExit):
+        schedule("tests.jobs_more.exits")
+    row = Job.objects.get()
+    assert (row.status, row.error_type) == ("dead", "builtins.SystemExit")
