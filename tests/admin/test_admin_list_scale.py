@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from django_delayq.admin.job_admin import JobAdmin
 from django_delayq.admin.paging import CappedPaginator
@@ -126,7 +126,10 @@ def test_the_counts_are_in_djangos_own_words(admin_client, monkeypatch, settings
                            *settings.MIDDLEWARE[1:]]
     _capped(monkeypatch)
     _jobs(8)
-    html = admin_client.get(LIST, headers={"accept-language": "fr"}).content.decode()
+    try:
+        html = admin_client.get(LIST, headers={"accept-language": "fr"}).content.decode()
+    finally:  # LocaleMiddleware leaves French active in this thread: later tests are not
+        translation.deactivate()
     assert "Tous les 5 sélectionnés" in html and "5 résultats" in html
     assert "All 5 selected" not in html
 
