@@ -28,11 +28,9 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
-from redis.backoff import NoBackoff
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.exceptions import RedisClusterException
-from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -203,49 +201,14 @@ def sentinel_client(url: str, **options: Any) -> Any:
     return Sentinel(sentinels, sentinel_kwargs=own).master_for(service, **kwargs)
 
 
-class DelayqCluster(RedisCluster):
-    """A ``RedisCluster`` that makes one try per call (see ``cluster_client``), except when
-    the default node (the one of keyless commands: TIME, PING) refused the connection:
-    nothing was sent, so the call is made once more, the default node moved to another
-    primary. redis-py points the default node at the first primary at every refresh of
-    the layout and moves it off a dead one only on a retry: with none, every key's node
-    would answer while TIME kept failing."""
-
-    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        cluster: Any = super()  # redis-py's cluster module is untyped
-        default = cluster.get_default_node()
-        try:
-            return cluster.execute_command(*args, **kwargs)
-        except redis.ConnectionError as exc:  # refused, dropped; never a TimeoutError
-            failed = getattr(exc, "connection", None)  # a node: no connection, nothing sent
-            if not isinstance(failed, ClusterNode) or default is None or (
-                    failed.name != default.name):
-                raise
-            if cluster.get_default_node().name == failed.name:  # a refresh may have moved it
-                self.replace_default_node()
-                if cluster.get_default_node().name == failed.name:  # no other node
-                    raise
-            return cluster.execute_command(*args, **kwargs)
-
-
 def cluster_client(url: str, **options: Any) -> Any:
     """A ``RedisCluster``. It must reach a node to start: when none answers, the error is
     a ``redis.ConnectionError`` like any outage (``schedule()`` keeps the row in the
-    outbox, ``manage.py check`` warns) rather than a ``RedisClusterException``.
-
-    No retries by redis-py (unless the caller passes its own ``retry``): RedisCluster's
-    default (10) runs a command again, on the same node, after every TimeoutError and
-    ConnectionError whatever the ``Retry``'s supported errors, so a stalled node would
-    hold a call eleven reply timeouts (55 s) and every shard behind it. With none, it
-    costs one reply timeout and raises, and ``ShardHealth`` sets its shards aside.
-    MOVED and ASK are still followed (redis-py's redirection loop does not count as a
-    retry), a pooled connection the server dropped is reconnected when taken, and a
-    keyless command refused by a dead default node goes to another (``DelayqCluster``)."""
-    options.setdefault("retry", Retry(NoBackoff(), retries=0))
+    outbox, ``manage.py check`` warns) rather than a ``RedisClusterException``."""
     base, others = split_cluster_url(url)
     startup = [ClusterNode(host, port) for host, port in others]
     try:
-        return DelayqCluster(url=base, startup_nodes=startup, **options)
+        return RedisCluster(url=base, startup_nodes=startup, **options)
     except RedisClusterException as exc:
         hosts = urlsplit(url).netloc.rpartition("@")[2]  # never the password
         raise redis.ConnectionError("Redis Cluster at %s: %s" % (hosts, exc)) from exc
