@@ -261,11 +261,11 @@ def _retention(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, P
         return (), ["DELAYQ['RETENTION'] must be None or a dict with keys %s (days, or None "
                     "to keep), not %r" % (", ".join(known), value)]
     days = {**known, **value}
-    if bad := {k: v for k, v in days.items()
-               if v is not None and limits.number_problem(v, limits.MAX_DAYS)}:
-        return (), ["DELAYQ['RETENTION'] %r: days must be numbers > 0, at most %s, or None, "
-                    "not %s" % (value, limits.BOUND_NAMES[limits.MAX_DAYS],
-                                ", ".join("%s=%r" % kv for kv in bad.items()))]
+    if bad := {k: why for k, v in days.items()
+               if v is not None and (why := limits.number_problem(v, limits.MAX_DAYS))}:
+        return (), ["DELAYQ['RETENTION']: days must be numbers > 0, at most %s, or None: %s"
+                    % (limits.BOUND_NAMES[limits.MAX_DAYS],
+                       "; ".join("%s %s" % kv for kv in bad.items()))]
     return tuple((k.removesuffix("_days"), float(v)) for k, v in days.items()
                  if v is not None), []
 

@@ -69,8 +69,13 @@ def test_a_number_key_takes_its_bound_and_names_it_past_it(settings, key):
 @pytest.mark.parametrize("status", ["succeeded", "dead"])
 def test_retention_days_are_finite_and_at_most_100_years(settings, status, days):
     error = _refused(settings, "RETENTION", {"%s_days" % status: days})
-    assert "%s_days=%r" % (status, days) in error.msg
+    assert "%s_days must be a number > 0" % status in error.msg and repr(days) in error.msg
     assert "at most %d (100 years)" % limits.MAX_DAYS in error.msg
+
+
+def test_retention_days_too_long_for_text_are_refused_not_a_traceback(settings):
+    error = _refused(settings, "RETENTION", {"dead_days": 10**5000})
+    assert "dead_days must be a number > 0" in error.msg and "16610 bits" in error.msg
 
 
 def test_retention_takes_100_years(settings):
