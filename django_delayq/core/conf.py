@@ -22,7 +22,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_delayq.core import limits, schedules
-from django_delayq.core.validation import check_max_attempts, name_problem
+from django_delayq.core.validation import check_max_attempts, name_problem, short
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine import client as urls
 from django_delayq.exceptions import InvalidJob
@@ -263,8 +263,8 @@ def _retention(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, P
     days = {**known, **value}
     if bad := {k: why for k, v in days.items()
                if v is not None and (why := limits.number_problem(v, limits.MAX_DAYS))}:
-        return (), ["DELAYQ['RETENTION']: days must be numbers > 0, at most %s, or None: %s"
-                    % (limits.BOUND_NAMES[limits.MAX_DAYS],
+        return (), ["DELAYQ['RETENTION'] %s: days must be numbers > 0, at most %s, or None: %s"
+                    % (short(value), limits.BOUND_NAMES[limits.MAX_DAYS],
                        "; ".join("%s %s" % kv for kv in bad.items()))]
     return tuple((k.removesuffix("_days"), float(v)) for k, v in days.items()
                  if v is not None), []
