@@ -28,6 +28,7 @@ from tests import jobs_chaos
 from tests.conftest import unique_prefix
 from tests.helpers import ALLOWED, wait_until
 from tests.reliability.sentinel_servers import SentinelSet
+from tests.worker import conftest as worker_conftest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -101,7 +102,14 @@ def test_worker_follows_a_failover_and_the_outbox_brings_back_what_it_lost(  # t
         reconciler.run_all(grace_seconds=0)
         return succeeded(everything) == len(everything)
 
-    wait_until(finished, timeout=180, step=0.5)
+    try:
+        wait_until(finished, timeout=180, step=0.5)
+    except AssertionError as exc:  # it failed once under load: the rows and the log say why
+        rows = list(Job.objects.filter(pk__in=everything).values_list(
+            "id", "status", "attempts", "worker_id"))
+        raise AssertionError("%s; worker %s; rows %s; log:\n%s" % (
+            exc, worker.poll(), rows,
+            worker_conftest.LOGS[worker.pid].read_text(errors="replace")[-8000:])) from None
     assert worker.poll() is None  # the worker rode it out
     ran = {job_id for job_id, *_ in jobs_chaos.executions()}
     assert ran == set(everything)
