@@ -7,8 +7,9 @@ fails with a clear message when it stays false past its (generous) timeout.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tests.conftest import unique_prefix
@@ -60,3 +61,14 @@ def staff_client(*codenames: str) -> Any:
     client.force_login(user)
     return client
 
+
+@contextlib.contextmanager
+def connected(receivers: dict[Any, Callable[..., Any]]) -> Iterator[None]:
+    """Each signal of ``receivers`` connected to its receiver (strongly) while in the block."""
+    for signal, receiver in receivers.items():
+        signal.connect(receiver, weak=False)
+    try:
+        yield
+    finally:
+        for signal, receiver in receivers.items():
+            signal.disconnect(receiver)

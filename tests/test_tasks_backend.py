@@ -20,7 +20,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.management.command_options import parse_queues
 from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs, run_worker
-from tests.helpers import burst
+from tests.helpers import burst, connected
 
 pytestmark = [pytest.mark.django_db(transaction=True),
               pytest.mark.skipif(compat.tasks is None, reason="no Django Tasks framework")]
@@ -306,11 +306,8 @@ def eager_signals(jt, tasks_settings):  # type: ignore[no-untyped-def]
         def on_job(sender, job_id, name=name, **kwargs):  # type: ignore[no-untyped-def]
             seen.append((name, job_id, kwargs["attempt"], kwargs["worker_id"]))
         receivers[getattr(signals, name)] = on_job
-    for signal, receiver in receivers.items():
-        signal.connect(receiver, weak=False)
-    yield seen
-    for signal, receiver in receivers.items():
-        signal.disconnect(receiver)
+    with connected(receivers):
+        yield seen
 
 
 def test_eager_enqueue_in_autocommit_returns_the_finished_run(jt, eager_signals):

@@ -23,6 +23,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobAttempt
 from django_delayq.pytest_plugin import delayq, delayq_eager  # noqa: F401
 from django_delayq.testing import run_due_jobs
+from tests.helpers import connected
 
 
 @pytest.fixture
@@ -298,11 +299,8 @@ def lifecycle():  # type: ignore[no-untyped-def]
         def receiver(sender, name=name, **kwargs):  # type: ignore[no-untyped-def]
             seen.append((name, kwargs))
         receivers[getattr(signals, name)] = receiver
-    for signal, receiver in receivers.items():
-        signal.connect(receiver, weak=False)
-    yield seen
-    for signal, receiver in receivers.items():
-        signal.disconnect(receiver)
+    with connected(receivers):
+        yield seen
 
 
 def _sent(seen, job_id):  # type: ignore[no-untyped-def]
