@@ -94,8 +94,9 @@ async def await_result(job_id: str, timeout: float | None = None, poll: float = 
     """``wait()`` for async code: the job's result once it is final (``JobFailed`` when
     it ended otherwise), ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
     waiting = results.Waiting(job_id, timeout, poll)
+    # on the thread of the synchronous code: inside its atomic block, refused as by wait()
+    row = await sync_to_async(results.first_read)(job_id, "await_result()")
     read = sync_to_async(results.read)
-    row = await read(job_id)
     while row.status not in FINAL_STATUSES:
         await asyncio.sleep(waiting.pause(row))
         row = await read(job_id)

@@ -92,17 +92,24 @@ class Waiting:
         return interval if left is None else min(interval, left)
 
 
-def wait(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
-    """Block until job ``job_id`` is final and return ``result_of`` its row;
-    ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
-    waiting = Waiting(job_id, timeout, poll)
+def first_read(job_id: str, caller: str) -> Job:
+    """The first read of a wait: ``TransactionManagementError`` when the row is not final
+    and this thread is inside an atomic block (the row cannot change under it)."""
     row = read(job_id)
     if row.status not in FINAL_STATUSES and transaction.get_connection(
             router.db_for_read(Job)).in_atomic_block:
         raise TransactionManagementError(
-            "wait() for job %s inside an atomic block: the row (%s) cannot change under this "
+            "%s for job %s inside an atomic block: the row (%s) cannot change under this "
             "transaction; wait after it commits (transaction.on_commit) or outside it"
-            % (job_id, row.status))
+            % (caller, job_id, row.status))
+    return row
+
+
+def wait(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
+    """Block until job ``job_id`` is final and return ``result_of`` its row;
+    ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
+    waiting = Waiting(job_id, timeout, poll)
+    row = first_read(job_id, "wait()")
     while row.status not in FINAL_STATUSES:
         time.sleep(waiting.pause(row))
         row = read(job_id)

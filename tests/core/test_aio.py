@@ -9,6 +9,8 @@ import threading
 import pytest
 from asgiref.sync import async_to_sync
 from django.core.exceptions import SynchronousOnlyOperation
+from django.db import transaction
+from django.db.transaction import TransactionManagementError
 from django.test import AsyncClient
 
 from django_delayq import AsyncJobHandle, CancelOutcome, aschedule, await_result, schedule
@@ -114,3 +116,15 @@ def test_the_sync_api_in_async_code_is_refused_by_django(delayq_settings):
 
     with pytest.raises(SynchronousOnlyOperation):
         async_to_sync(scenario)()
+
+
+def test_await_result_inside_an_atomic_block_is_refused_at_once_as_wait_is(delayq_settings):
+    """Driven from synchronous code (``async_to_sync``), its reads run on the caller's
+    thread, inside its atomic block: the row cannot change there, so the wait would only
+    time out (or, without a timeout, never end)."""
+    with transaction.atomic():
+        job_id = schedule("tests.jobs.noop", 1).id
+        with pytest.raises(TransactionManagementError, match="await_result"):
+            async_to_sync(await_result)(job_id, 5)
+        with pytest.raises(TransactionManagementError, match="wait"):
+            schedule("tests.jobs.noop", 2).wait()
