@@ -78,6 +78,10 @@ CHUNK = 500  # ids per IN (...) query
 MAX_ANCESTORS = 10_000  # the cycle check walks at most this many ancestors
 SWEEP_EDGES = 500  # edges per sweep() call
 ROUNDS = 5  # a key's compare-and-set attempts; the row lock makes the first one succeed
+# How long Redis holds back a job a cancel found nowhere (its send under way), should it
+# arrive before the cancel's commit makes its row final (lua/cancel.lua): longer than a
+# transaction that cancels stays open; a rolled-back cancel delays such a job as long
+HOLD_MS = 300_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,8 +311,10 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
     elif row.status == JobStatus.WAITING or (replaced_by and eager):
         outcome = CancelOutcome.CANCELLED
     else:
+        # an unfinished row decides if Redis does not hold the job: held back meanwhile
+        hold = HOLD_MS if row.status in (JobStatus.SCHEDULED, JobStatus.RETRYING) else 0
         try:
-            outcome = get_engine().cancel(row.queue, row.id)
+            outcome = get_engine().cancel(row.queue, row.id, hold)
         except RedisError as exc:  # as when it is not in Redis: the row decides
             if not replaced_by:
                 raise
@@ -318,8 +324,9 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
             outcome = CancelOutcome.NOT_FOUND
         if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
                                                                  JobStatus.RETRYING):
-            # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides;
-            # Redis's side after the job's own send, when this transaction scheduled it
+            # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides,
+            # Redis holding the job back until it is final; Redis's side (job and hold
+            # gone) after the job's own send, when this transaction scheduled it
             outcome = CancelOutcome.CANCELLED
             commit_batch.after_sends(using, lambda: get_engine().cancel(row.queue, row.id))
     now, running = timezone.now(), outcome is CancelOutcome.ALREADY_RUNNING

@@ -372,8 +372,10 @@ class Engine(OutboxOps, ServerReads, QueueControls):
 
     # -- managing -------------------------------------------------------------------
 
-    def cancel(self, queue: str, job_id: str) -> CancelOutcome:
-        return CancelOutcome(int(self._script("cancel", queue, [job_id])))
+    def cancel(self, queue: str, job_id: str, hold_ms: int = 0) -> CancelOutcome:
+        """lua/cancel.lua; ``hold_ms``: a job not found is held back that long, should
+        it arrive (a cancel whose row decides, its transaction still open)."""
+        return CancelOutcome(int(self._script("cancel", queue, [job_id, int(hold_ms)])))
 
     def reschedule(self, queue: str, job_id: str, *, at_ms: int | None = None,
                    delay_ms: int = 0, now_ms: int | None = None

@@ -110,6 +110,12 @@ class QueueKeys:
     # STRING, present while the queue is paused (value: when, Redis ms).
     paused = Key()
 
+    # ZSET id -> server ms: cancels whose row decided (cancel.lua found the job nowhere
+    # in Redis: its send not landed yet, inside the canceller's open transaction). A job
+    # of it that arrives (enqueue.lua, reenqueue.lua) waits in pending until that ms, and
+    # the cancel sent after the canceller's commit removes job and hold together.
+    hold = Key()
+
     # HASH of the queue's limits: ``rate`` and ``per_ms`` (starts per window),
     # ``concurrency`` (jobs in flight at once). Absent: no limit.
     limit = Key()

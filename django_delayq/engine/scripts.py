@@ -126,7 +126,7 @@ BOUNDS: dict[str, Bound] = {
     "nack": Bound(4, 3, MAX_NACK),
     "extend": Bound(2, 2, MAX_EXTEND),
     "recover": Bound(6, 2, MAX_RECOVER),
-    "cancel": Bound(1, 0, 0),
+    "cancel": Bound(2, 0, 0),
     "move": Bound(6, 0, 0),
     "give_back": Bound(3, 3, MAX_GIVE_BACK),
     "stats": Bound(1, 0, 0),

@@ -1,7 +1,7 @@
 -- cancel.lua : cancel one job, atomically, and say whether the cancel won the race.
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
--- KEYS: ready:zset prio:hash urgent runs:hash group:hash
+-- KEYS: ready:zset prio:hash urgent runs:hash group:hash hold:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -12,21 +12,39 @@
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority
 --          runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
+--          hold      ZSET  id -> ms: cancels whose row decides (below)
 -- ARGV[1]  id
+-- ARGV[2]  hold_ms   "0", or how long a job not found is held back (a cancel whose row
+--                    decides: core/workflows.py asks it when the row is unfinished)
 --
 -- Pending, ready or dead: removed, it will never run (again). In flight: it keeps running,
--- but it is marked so that a failure or a lost lease does not retry it.
+-- but it is marked so that a failure or a lost lease does not retry it. Not found, with
+-- hold_ms: the job's send may be under way (its row committed by another process, the
+-- canceller's transaction still open): ``hold`` keeps it, should it arrive
+-- (enqueue.lua and reenqueue.lua put it in pending, due when the hold ends), from being
+-- claimed before the canceller's commit makes its row final; the cancel sent after that
+-- commit (hold_ms "0") removes it and the hold. A rolled-back cancel leaves the hold to
+-- end: the job then waits until it does. Found, or with hold_ms "0": no hold is kept.
 -- Returns: 1 cancelled, 2 already running (marked: no retry), 0 not found (done or unknown)
--- Cost: O(log N), one job per call.
+-- Cost: O(log N), one job per call; a hold written drops at most 100 holds that ended.
 --@include forget
-local id = ARGV[1]
+--@include now
+local id, hold_ms = ARGV[1], tonumber(ARGV[2])
+local outcome = 0
 if redis.call('ZREM', pending, id) == 1 or redis.call('ZREM', ready, id) == 1
    or redis.call('ZREM', dead, id) == 1 then
   forget({id})
-  return 1
-end
-if redis.call('ZSCORE', inflight, id) then
+  outcome = 1
+elseif redis.call('ZSCORE', inflight, id) then
   redis.call('SADD', cancel, id)
-  return 2
+  outcome = 2
 end
-return 0
+if outcome == 0 and hold_ms > 0 then
+  local now = time_ms(server_time())
+  local ended = redis.call('ZRANGEBYSCORE', hold, '-inf', now, 'LIMIT', 0, 100)
+  if #ended > 0 then redis.call('ZREM', hold, unpack(ended)) end
+  redis.call('ZADD', hold, now + hold_ms, id)
+else
+  redis.call('ZREM', hold, id)
+end
+return outcome

@@ -2,7 +2,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash dead:zset epoch ready:zset prio:hash urgent
 -- KEYS: group:hash
--- KEYS: group_ready:zset group_turns:zset
+-- KEYS: group_ready:zset group_turns:zset hold:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id   (jobs not yet due, and due jobs waiting their
 --                          turn to be promoted to ready by claim.lua)
@@ -16,6 +16,9 @@
 --          prio      HASH  id -> priority, only for priorities other than 0
 --          group     HASH  id -> group, only for jobs of a group (docs/groups.md)
 --          group_ready, group_turns  the group index of a grouped queue (lib.lua group_index)
+--          hold      ZSET  id -> ms: cancels whose row decided (cancel.lua); a job of it
+--                          waits in pending until that ms (lib.lua hold_back), whatever
+--                          its own due time
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target, told the due time when the queue's next claim moves
 --                    earlier (lib.lua line_write)
@@ -62,10 +65,12 @@ if #ARGV == 8 and ARGV[6] == '' and ARGV[7] == '0' and ARGV[8] == '' then
   local id, at = ARGV[3], tonumber(ARGV[4])
   local due = at and clamp_ms(at < 0 and now + tonumber(ARGV[5]) or at)
   if due and due > now then  -- the short path (see above)
-    local read, head, found, epoch_exists, ready_exists = pcall(function()
+    local read, head, found, epoch_exists, ready_exists, holding = pcall(function()
       return pending_head(pending), held_one(id)
     end)
-    if read then  -- else a key of the wrong type: the general path tells which
+    -- else a key of the wrong type: the general path tells which; a cancel hold: the
+    -- general path moves the due time (rare: only while such a cancel is under way)
+    if read and not holding then
       local added, first = 0, head_due(head)
       if not found then
         local idle = (first == nil or due < first) and queue_idle(ready_exists)
@@ -90,7 +95,10 @@ for i = 3, #ARGV, 6 do
 end
 if #ids == 0 then return {0, now} end
 local read, line, found, epoch_exists, ready_exists = pcall(function()
-  return new_line(pending, ready, plain), held(ids)
+  local l = new_line(pending, ready, plain)
+  local f, e, r, holding = held(ids)
+  hold_back(holding, ids, dues, now)
+  return l, f, e, r
 end)
 if not read then return read_failed(KINDS, line) end
 local envs, prios, groups = {}, {}, {}

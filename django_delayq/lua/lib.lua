@@ -216,23 +216,40 @@ end
 --@define held
 --@include now
 -- Whether the queue holds jobs already, for enqueue.lua and reenqueue.lua (keys
--- ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs`` and ``epoch``, declared by the
--- including script). Reads only: call them before the first write. Each also tells
--- whether the queue's epoch exists (for mark_epoch) and whether ready exists.
+-- ``pending``, ``ready``, ``inflight``, ``dead``, ``jobs``, ``epoch`` and ``hold``,
+-- declared by the including script). Reads only: call them before the first write. Each
+-- also tells whether the queue's epoch exists (for mark_epoch), whether ready exists and
+-- whether cancel holds exist (for hold_back).
 
 -- Which of the keys that can hold a job exist, in one read: EXISTS counts a key named n
--- times n times (jobs 1, epoch 2, inflight 4, ready 8, dead 16). An absent key holds no
--- job: it is not read.
+-- times n times (jobs 1, epoch 2, inflight 4, ready 8, dead 16, hold 32). An absent key
+-- holds no job: it is not read.
 local function existing()
-  local i, e, r, d = inflight, epoch, ready, dead
+  local i, e, r, d, h = inflight, epoch, ready, dead, hold
   return redis.call('EXISTS', jobs, e, e, i, i, i, i, r, r, r, r, r, r, r, r,
-                    d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d)
+                    d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d,
+                    h, h, h, h, h, h, h, h, h, h, h, h, h, h, h, h,
+                    h, h, h, h, h, h, h, h, h, h, h, h, h, h, h, h)
+end
+
+-- The due times of ``ids`` (``dues``, changed in place) moved to the end of their cancel
+-- holds (key ``hold``: a cancel whose row decided, its transaction maybe still open) when
+-- ``holding`` (held's fourth answer: the key exists). A hold already ended is left to
+-- cancel.lua's pruning.
+local function hold_back(holding, ids, dues, now)
+  if not holding then return end
+  local ends = redis.call('ZMSCORE', hold, unpack(ids))
+  for j = 1, #ids do
+    local h = tonumber(ends[j])
+    if h and h > now and h > dues[j] then dues[j] = h end
+  end
 end
 
 -- Which of ``ids`` the queue holds already, one flag each: in pending, ready, in flight or
 -- dead, or with an envelope, or repeated (an id met earlier in ``ids``).
 local function held(ids)
-  local known = existing()
+  local present = existing()
+  local holding, known = present >= 32, present % 32
   local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
   local in_dead = known >= 16 and redis.call('ZMSCORE', dead, unpack(ids)) or {}
   local in_ready = known % 16 >= 8 and redis.call('ZMSCORE', ready, unpack(ids)) or {}
@@ -244,7 +261,7 @@ local function held(ids)
               or seen[job]) and true or false
     seen[job] = true
   end
-  return out, known % 4 >= 2, known % 16 >= 8
+  return out, known % 4 >= 2, known % 16 >= 8, holding
 end
 
 -- Whether the queue holds job ``id`` in ready, in flight or dead, or with an envelope
@@ -252,13 +269,14 @@ end
 -- pending held it): held's reads for one job, without its tables. Every key that exists
 -- is read, as by held (one of the wrong type ends the call: read_failed).
 local function held_one(id)
-  local known = existing()
+  local present = existing()
+  local known = present % 32
   local in_dead = known >= 16 and redis.call('ZSCORE', dead, id)
   local in_ready = known % 16 >= 8 and redis.call('ZSCORE', ready, id)
   local in_flight = known % 8 >= 4 and redis.call('ZSCORE', inflight, id)
   local has_env = known % 2 == 1 and redis.call('HEXISTS', jobs, id) == 1
   return (in_dead or in_ready or in_flight or has_env) and true or false, known % 4 >= 2,
-         known % 16 >= 8
+         known % 16 >= 8, present >= 32
 end
 
 -- Creates the queue's epoch, "<ms>:<us>:e" of the server's clock (enqueue.lua's header),

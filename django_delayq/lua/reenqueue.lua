@@ -3,7 +3,7 @@
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash dead:zset epoch:string
 -- KEYS: ready:zset prio:hash urgent:zset settled:zset runs:hash reconciled:zset group:hash
--- KEYS: group_ready:zset group_turns:zset
+-- KEYS: group_ready:zset group_turns:zset hold:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending     ZSET  due_ms -> id
 --          inflight    ZSET  lease_deadline_ms -> id
@@ -19,6 +19,8 @@
 --          group       HASH  id -> group, only for jobs of a group
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
 --                    (lib.lua group_index, written by line_write; docs/groups.md)
+--          hold        ZSET  id -> ms: cancels whose row decided (cancel.lua); a job of
+--                      it waits in pending until that ms (lib.lua hold_back)
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel     PUBLISH target (lib.lua line_write)
 -- ARGV[3]  keep_ms     how long a re-enqueue is remembered (ms)
@@ -62,7 +64,10 @@ local ids = {}
 for i = 6, #ARGV, 5 do ids[#ids + 1] = ARGV[i] end
 if #ids == 0 then return {0, now} end
 local line = new_line(pending, ready)
-local found, epoch_exists = held(ids)
+local found, epoch_exists, _, holding = held(ids)
+local dues = {}
+for j = 1, #ids do dues[j] = clamp_ms(tonumber(ARGV[5 * j + 2])) end
+hold_back(holding, ids, dues, now)
 local in_settled = redis.call('ZMSCORE', settled, unpack(ids))
 local lately = redis.call('ZMSCORE', reconciled, unpack(ids))
 local counters = redis.call('HMGET', attempts, unpack(ids))
@@ -75,7 +80,7 @@ for j = 1, #ids do
     added = added + 1
     local i = 5 * j + 1
     local priority = math.max(-100, math.min(100, math.floor(tonumber(ARGV[i + 2]) or 0)))
-    enter(line, id, clamp_ms(tonumber(ARGV[i + 1])), priority, now)
+    enter(line, id, dues[j], priority, now)
     if priority ~= 0 then prios[#prios + 1] = id; prios[#prios + 1] = priority end
     if ARGV[i + 3] ~= '' then groups[#groups + 1] = id; groups[#groups + 1] = ARGV[i + 3] end
     local seed = math.max(0, math.floor(tonumber(ARGV[i + 4]) or 0))
