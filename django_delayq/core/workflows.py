@@ -301,34 +301,17 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
     """Cancel ``row``'s job (``cancel()``; ``replaced_by``: ``on_conflict="replace"``'s
     new job): Redis first (a job it cancels never runs; one already running runs on,
     marked not to be retried, its row marked ``cancel_requested`` by ``cancel()``); the
-    row decides when Redis does not hold the job yet, and Redis is told after commit (a
-    worker never runs a job whose row is final). A waiting job is not in Redis. A
-    replace goes on without Redis, or in eager mode (no Redis): the row decides; there a
-    ``running`` row is an eager run (``testing.run_eager``): already running."""
-    eager = get_settings().eager
+    row decides when Redis does not hold the job (``_in_redis``), and Redis is told after
+    the row's commit (a worker never runs a job whose row is final). In eager mode (no
+    Redis) the row decides; there a ``running`` row is an eager run
+    (``testing.run_eager``): already running."""
+    eager, held = get_settings().eager, False
     if eager and row.status == JobStatus.RUNNING:
         outcome = CancelOutcome.ALREADY_RUNNING
-    elif row.status == JobStatus.WAITING or (replaced_by and eager):
+    elif eager and (row.status == JobStatus.WAITING or replaced_by):
         outcome = CancelOutcome.CANCELLED
     else:
-        # an unfinished row decides if Redis does not hold the job: held back meanwhile
-        hold = HOLD_MS if row.status in (JobStatus.SCHEDULED, JobStatus.RETRYING) else 0
-        try:
-            outcome = get_engine().cancel(row.queue, row.id, hold)
-        except RedisError as exc:  # as when it is not in Redis: the row decides
-            if not replaced_by:
-                raise
-            logger.warning("job %s: Redis unavailable for its cancel (%s); its row decides "
-                           "(a worker does not run a job whose row is final)", shown(row.id),
-                           shown(exc))
-            outcome = CancelOutcome.NOT_FOUND
-        if outcome is CancelOutcome.NOT_FOUND and row.status in (JobStatus.SCHEDULED,
-                                                                 JobStatus.RETRYING):
-            # Not in Redis yet (enqueue waits for commit, or Redis lost it): the row decides,
-            # Redis holding the job back until it is final; Redis's side (job and hold
-            # gone) after the job's own send, when this transaction scheduled it
-            outcome = CancelOutcome.CANCELLED
-            commit_batch.after_sends(using, lambda: get_engine().cancel(row.queue, row.id))
+        outcome, held = _in_redis(row, replaced_by)
     now, running = timezone.now(), outcome is CancelOutcome.ALREADY_RUNNING
     jobs = Job.objects.using(using).filter(pk=row.pk)
     if running and not replaced_by:
@@ -344,10 +327,34 @@ def cancel(row: Job, using: str, replaced_by: str = "") -> CancelOutcome:
                 status=JobStatus.CANCELLED, finished_at=now, updated_at=now, **extra)
             if changed or not replaced_by:
                 resolve([row.pk], using)  # its waiting children follow
-        if replaced_by and not changed:
-            return outcome  # final meanwhile
+        if held:  # after the row's commit (just made, in autocommit): job and hold go
+            commit_batch.after_sends(using, lambda: get_engine().cancel(row.queue, row.id))
+        if not changed:  # final meanwhile (its worker's row landed): not cancelled
+            return outcome if replaced_by else CancelOutcome.NOT_FOUND
         if reason:
             logger.info("job %s cancelled: %s", shown(row.id), shown(reason, 2000))
     signals.send(signals.job_cancelled, job_id=row.id, queue=row.queue,
                  callable_path=row.callable_path, running=running)
     return outcome
+
+
+def _in_redis(row: Job, replaced_by: str) -> tuple[CancelOutcome, bool]:
+    """Redis's cancel of ``row``'s job, and whether the row decides with Redis holding
+    the job back (lua/cancel.lua's hold) until the cancel the caller sends after the
+    row's commit. A row not final and not running whose job Redis holds nowhere decides:
+    its send may be under way (committed by another process; a waiting job's release
+    committing now), Redis lost it, or it is waiting. Redis not answering: a replace, or
+    the cancel of a waiting job, goes on with the row deciding, no hold."""
+    unsent = row.status in (JobStatus.SCHEDULED, JobStatus.RETRYING, JobStatus.WAITING)
+    try:
+        outcome = get_engine().cancel(row.queue, row.id, HOLD_MS if unsent else 0)
+    except RedisError as exc:
+        if not (replaced_by or row.status == JobStatus.WAITING):
+            raise
+        logger.warning("job %s: Redis unavailable for its cancel (%s); its row decides "
+                       "(a worker does not run a job whose row is final)", shown(row.id),
+                       shown(exc))
+        outcome = CancelOutcome.NOT_FOUND
+    if outcome is CancelOutcome.NOT_FOUND and unsent:
+        return CancelOutcome.CANCELLED, True
+    return outcome, False

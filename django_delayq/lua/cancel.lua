@@ -25,6 +25,8 @@
 -- claimed before the canceller's commit makes its row final; the cancel sent after that
 -- commit (hold_ms "0") removes it and the hold. A rolled-back cancel leaves the hold to
 -- end: the job then waits until it does. Found, or with hold_ms "0": no hold is kept.
+-- The key expires when its last hold ends; a reschedule moves a held job no earlier than
+-- its hold's end (move.lua).
 -- Returns: 1 cancelled, 2 already running (marked: no retry), 0 not found (done or unknown)
 -- Cost: O(log N), one job per call; a hold written drops at most 100 holds that ended.
 --@include forget
@@ -44,6 +46,9 @@ if outcome == 0 and hold_ms > 0 then
   local ended = redis.call('ZRANGEBYSCORE', hold, '-inf', now, 'LIMIT', 0, 100)
   if #ended > 0 then redis.call('ZREM', hold, unpack(ended)) end
   redis.call('ZADD', hold, now + hold_ms, id)
+  -- the key goes when its last hold ends (a hold no cancel removed: a rollback, a shard
+  -- the cancel after commit did not ask)
+  if redis.call('PTTL', hold) < hold_ms then redis.call('PEXPIRE', hold, hold_ms) end
 else
   redis.call('ZREM', hold, id)
 end

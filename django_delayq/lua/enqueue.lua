@@ -69,7 +69,8 @@ if #ARGV == 8 and ARGV[6] == '' and ARGV[7] == '0' and ARGV[8] == '' then
       return pending_head(pending), held_one(id)
     end)
     -- else a key of the wrong type: the general path tells which; a cancel hold: the
-    -- general path moves the due time (rare: only while such a cancel is under way)
+    -- general path moves the due time (while the queue has one: the key expires when
+    -- its last hold ends, at most 5 minutes after such a cancel)
     if read and not holding then
       local added, first = 0, head_due(head)
       if not found then

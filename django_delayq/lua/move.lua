@@ -2,7 +2,7 @@
 -- now" is delay 0), or a dead one with a fresh set of attempts (requeue).
 --
 -- KEYS: pending:zset inflight:zset attempts:hash dead:zset ready:zset prio:hash urgent:zset
--- KEYS: runs:hash group:hash group_ready:zset group_turns:zset
+-- KEYS: runs:hash group:hash group_ready:zset group_turns:zset hold:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -14,6 +14,8 @@
 --                    job's becomes "0 <counter> 0" (its next attempt is 1)
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
 --                    (lib.lua group_index, written by line_write; docs/groups.md)
+--          hold      ZSET  id -> ms: cancels whose row decides (cancel.lua): a waiting
+--                    job of it moves no earlier than that ms
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id
@@ -50,6 +52,9 @@ if ARGV[4] == 'dead' then
 elseif redis.call('ZSCORE', pending, id) or redis.call('ZSCORE', ready, id) then
   redis.call('ZREM', pending, id)
   redis.call('ZREM', ready, id)
+  -- held back by a cancel whose transaction may be open: not before the hold ends
+  local held_until = tonumber(redis.call('ZSCORE', hold, id))
+  if held_until and held_until > due then due = held_until end
 else
   return {redis.call('ZSCORE', inflight, id) and 2 or 0, -1}
 end

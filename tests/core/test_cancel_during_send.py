@@ -7,10 +7,13 @@ in Redis until the hold ends, then runs as scheduled. Real Redis, real database.
 
 from __future__ import annotations
 
-import pytest
-from django.db import transaction
+from collections.abc import Callable
+from typing import Any
 
-from django_delayq import cancel, schedule
+import pytest
+from django.db import connection, transaction
+
+from django_delayq import cancel, schedule, signals
 from django_delayq.core.connection import get_engine
 from django_delayq.core.workflows import HOLD_MS
 from django_delayq.engine import CancelOutcome, NewJob
@@ -76,3 +79,54 @@ def test_a_rolled_back_cancel_leaves_the_job_to_run_when_the_hold_ends(
     loc = get_engine().inspect("default", job_id)
     assert loc.place == "pending" and before + HOLD_MS <= (loc.score_ms or 0)
     assert (loc.score_ms or 0) <= get_engine().time_ms() + HOLD_MS
+
+
+def _during_the_cancels_update(job_id: str, then: Callable[[], None]) -> Any:
+    """A query wrapper calling ``then`` just before the UPDATE that cancels ``job_id``'s
+    row runs: what lands meanwhile lands before that row is committed."""
+    def wrapper(execute, sql, params, many, context):  # type: ignore[no-untyped-def]
+        if sql.lstrip().upper().startswith("UPDATE") and "cancelled" in [
+                str(p) for p in params or ()] and job_id in [str(p) for p in params or ()]:
+            then()
+        return execute(sql, params, many, context)
+    return connection.execute_wrapper(wrapper)
+
+
+def test_a_cancel_in_autocommit_keeps_the_hold_until_its_row_is_committed(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    job_id = _unsent(delayq_settings, 1)
+    seen: list[list[str]] = []
+    with _during_the_cancels_update(job_id, lambda: (_send_lands(job_id),
+                                                     seen.append(_claimable()))):
+        assert cancel(job_id) is CancelOutcome.CANCELLED
+    assert seen == [[]]  # landed while the row still read scheduled: held back
+    assert get_engine().inspect("default", job_id).place == ""
+    assert Job.objects.get(pk=job_id).status == JobStatus.CANCELLED
+
+
+def test_a_cancel_whose_row_became_final_meanwhile_answers_not_found(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    job_id = _unsent(delayq_settings, 1)
+    sent: list[str] = []
+    signals.job_cancelled.connect(lambda **kw: sent.append(kw["job_id"]), weak=False,
+                                  dispatch_uid="test-final-meanwhile")
+    try:
+        with _during_the_cancels_update(job_id, lambda: Job.objects.filter(pk=job_id).update(
+                status=JobStatus.SUCCEEDED)):
+            assert cancel(job_id) is CancelOutcome.NOT_FOUND
+    finally:
+        signals.job_cancelled.disconnect(dispatch_uid="test-final-meanwhile")
+    assert Job.objects.get(pk=job_id).status == JobStatus.SUCCEEDED and sent == []
+
+
+def test_the_cancel_of_a_waiting_job_holds_back_its_release_landing_before_the_commit(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    parent = schedule("tests.jobs.noop", 1, delay=3600)
+    child = schedule("tests.jobs.noop", 2, after=parent).id
+    assert Job.objects.get(pk=child).status == JobStatus.WAITING
+    with transaction.atomic():
+        assert cancel(child) is CancelOutcome.CANCELLED
+        _send_lands(child)  # its parent's release, committed by a worker meanwhile
+        assert child not in _claimable()
+    assert get_engine().inspect("default", child).place == ""
+    assert Job.objects.get(pk=child).status == JobStatus.CANCELLED

@@ -84,3 +84,24 @@ def test_a_hold_that_ended_holds_nothing_and_each_new_hold_drops_100_ended_ones(
     assert engine.client.zcard(hold_key) == 51  # 100 ended ones dropped, "fresh" added
     engine.cancel("q", "fresh2", HOLD)
     assert engine.client.zcard(hold_key) == 2
+
+
+def test_a_reschedule_moves_a_held_job_no_earlier_than_its_hold(engine: Engine) -> None:
+    engine.cancel("q", "held", HOLD)
+    hold_end = _held(engine, "q", "held") or 0
+    engine.enqueue("q", [NewJob(id="held")])
+    outcome, due = engine.reschedule("q", "held", delay_ms=0)
+    assert due == hold_end and engine.inspect("q", "held").score_ms == hold_end
+    assert _claimed(engine, "q") == []
+    engine.enqueue("q", [NewJob(id="free", delay_ms=60_000)])
+    assert engine.reschedule("q", "free", delay_ms=0)[0] is outcome
+    assert _claimed(engine, "q") == ["free"]
+
+
+def test_the_hold_key_expires_with_its_last_hold(engine: Engine) -> None:
+    hold_key = engine.keys("q").hold
+    engine.cancel("q", "a", HOLD)
+    assert HOLD - 60_000 < engine.client.pttl(hold_key) <= HOLD
+    engine.client.pexpire(hold_key, 1_000)  # as if most of its time had passed
+    engine.cancel("q", "b", HOLD)
+    assert engine.client.pttl(hold_key) > HOLD - 60_000  # kept as long as "b" holds
