@@ -1,9 +1,10 @@
 """redis-py clients from a URL (or a django-redis cache alias), for an ``Engine``.
 
 ``redis+cluster://host:7000,host:7001/`` (``rediss+cluster://`` with TLS) gives a
-``redis.cluster.RedisCluster``: every listed host is a startup node (any one that
-answers tells the client the whole cluster); credentials and query options apply to
-every node. See docs/cluster.md.
+``redis.cluster.RedisCluster`` (``StallAwareCluster``: a node that stalls costs one reply
+timeout, engine/stalls.py): every listed host is a startup node (any one that answers
+tells the client the whole cluster); credentials and query options apply to every node.
+See docs/cluster.md.
 
 ``redis+sentinel://[user:password@]s1:26379,s2:26379/<service>/<db>`` (``rediss+sentinel://``
 with TLS to the master) gives ``Sentinel(...).master_for(service)``: every connection asks
@@ -32,6 +33,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
 from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
+
+from django_delayq.engine.stalls import StallAwareCluster
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
 SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
@@ -202,13 +205,15 @@ def sentinel_client(url: str, **options: Any) -> Any:
 
 
 def cluster_client(url: str, **options: Any) -> Any:
-    """A ``RedisCluster``. It must reach a node to start: when none answers, the error is
-    a ``redis.ConnectionError`` like any outage (``schedule()`` keeps the row in the
-    outbox, ``manage.py check`` warns) rather than a ``RedisClusterException``."""
+    """A ``RedisCluster`` on which a node that stalls costs one reply timeout, then fails
+    at once until it answers (``engine/stalls.py``). It must reach a node to start: when
+    none answers, the error is a ``redis.ConnectionError`` like any outage (``schedule()``
+    keeps the row in the outbox, ``manage.py check`` warns) rather than a
+    ``RedisClusterException``."""
     base, others = split_cluster_url(url)
     startup = [ClusterNode(host, port) for host, port in others]
     try:
-        return RedisCluster(url=base, startup_nodes=startup, **options)
+        return StallAwareCluster(url=base, startup_nodes=startup, **options)
     except RedisClusterException as exc:
         hosts = urlsplit(url).netloc.rpartition("@")[2]  # never the password
         raise redis.ConnectionError("Redis Cluster at %s: %s" % (hosts, exc)) from exc

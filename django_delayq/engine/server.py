@@ -20,7 +20,9 @@ connection after a back-off (a dropped connection does too), never in a dead thr
 
 On a Redis Cluster a classic PUBLISH (the scripts') reaches every node, so one
 subscription on any node hears every queue. Each (re)connection takes the next
-primary in turn: a node that is down never silences the queues of the others. The
+primary in turn: a node that is down never silences the queues of the others. A node
+the client marked stalled (engine/stalls.py: a call on it timed out) is left at once
+and skipped while marked, as its subscription hears nothing. The
 subscription holds a connection of its own, outside the cluster client's pools: their
 refreshes (one per command failing on a node that is down) would reconnect it
 silently and lose the messages of the gap.
@@ -68,6 +70,7 @@ from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import entry_order, envelope_text
 from django_delayq.engine.shard_health import ERRORS
+from django_delayq.engine.stalls import check_stall, own_connection_kwargs
 
 if TYPE_CHECKING:
     from django_delayq.engine.client import RedisClient
@@ -174,6 +177,7 @@ class WakeListener:
                     message = pubsub.get_message(timeout=0.25)
                     if message and message.get("type") == "message":
                         self._record(message)
+                    check_stall(pubsub.connection)  # a stalled node: the next one
             except Exception as exc:  # noqa: BLE001 - the listener must never die
                 if self._stop.is_set():
                     return
@@ -193,7 +197,9 @@ class WakeListener:
         self._connections += 1
         if not isinstance(self.client, RedisCluster):
             return self.client.pubsub(ignore_subscribe_messages=True)
-        nodes = self.client.get_primaries()
+        stalls = getattr(self.client, "stalls", None)  # StallAwareCluster's
+        nodes = [n for n in self.client.get_primaries()
+                 if stalls is None or not stalls.stalled(n.name)] or self.client.get_primaries()
         node = nodes[self._connections % len(nodes)]
         return _own_client(self.client, node).pubsub(ignore_subscribe_messages=True)
 
@@ -225,12 +231,6 @@ class WakeListener:
         self.event.set()
 
 
-# What ties a node's pool to the cluster client that made it (its connect hook, shared
-# registries): not for a connection of the listener's own.
-_CLUSTER_BOUND = ("redis_connect_func", "himport_registry",
-                  "oss_cluster_maint_notifications_handler")
-
-
 def _own_client(cluster: RedisCluster, node: ClusterNode) -> Redis:
     """A client of ``node`` with a pool of its own (same address, credentials, TLS and
     timeouts). The cluster client's pools do not suit a subscription: every command that
@@ -241,9 +241,8 @@ def _own_client(cluster: RedisCluster, node: ClusterNode) -> Redis:
     job waited for the next poll). This connection ends only on a real error, which
     ``_run`` answers with a new connection and a claim of every queue."""
     pool = cluster.get_redis_connection(node).connection_pool
-    kwargs = {k: v for k, v in pool.connection_kwargs.items() if k not in _CLUSTER_BOUND}
     return Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class,
-                                                **kwargs))
+                                                **own_connection_kwargs(pool)))
 
 
 class ServerReads(RedisOwner):

@@ -16,6 +16,7 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
+from django_delayq.engine.stalls import StallAwareCluster
 from tests.redis_server import RedisServer, binaries, free_port
 
 SLOTS = 16384
@@ -83,8 +84,9 @@ class LocalCluster:
         return info.get("cluster_state") == "ok" and len(known) == self.size
 
     def client(self, **options: object) -> RedisCluster:
-        return RedisCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port)
-                                           for n in self.nodes], **options)
+        """The client ``make_client`` gives for this cluster's URL (``StallAwareCluster``)."""
+        return StallAwareCluster(startup_nodes=[ClusterNode("127.0.0.1", n.port)
+                                                for n in self.nodes], **options)
 
     def node_of(self, key: str) -> int:
         """The port of the master that holds ``key``'s slot (slots never move here)."""
