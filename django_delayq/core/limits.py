@@ -6,9 +6,10 @@
                                    "group_rate_limit": "10/m", "group_concurrency": 2}},
     "CALLABLE_LIMITS": {"shop.tasks.call_api": {"rate_limit": "10/s", "concurrency": 2}},
 
-Every key of an entry is optional. A rate is ``"N/<unit>"``: at most N starts per unit
-(``s``, ``m``, ``h``), the unit optionally with a whole multiplier (``"5/10s"``, ``"100/15m"``);
-N >= 1. ``concurrency`` is an integer >= 1: at most that many running at once.
+Every key of an entry is optional. A rate is ``"N/<unit>"``: at most N per unit (a
+queue's claims, a callable's starts) (``s``, ``m``, ``h``), the unit optionally with a
+whole multiplier (``"5/10s"``, ``"100/15m"``); N >= 1. ``concurrency`` is an integer
+>= 1: at most that many running at once.
 ``timeout`` (queues only) is seconds > 0, at most a year: the time limit of an attempt of
 that queue's jobs that set none. ``group_rate_limit`` and ``group_concurrency`` (queues
 only) are the same for each group of the queue (docs/groups.md, "Limits"): every group's

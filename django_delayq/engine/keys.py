@@ -116,7 +116,7 @@ class QueueKeys:
     # the cancel sent after the canceller's commit removes job and hold together.
     hold = Key()
 
-    # HASH of the queue's limits: ``rate`` and ``per_ms`` (starts per window),
+    # HASH of the queue's limits: ``rate`` and ``per_ms`` (claims per window),
     # ``concurrency`` (jobs in flight at once). Absent: no limit.
     limit = Key()
 

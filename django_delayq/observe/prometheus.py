@@ -41,7 +41,7 @@ GAUGES = (  # name, help, labels
     ("delayq_queue_oldest_ready_age_seconds",
      "How long the oldest due job has waited for a worker", Q),
     ("delayq_queue_paused", "1 when the queue is paused (its jobs are not claimed)", Q),
-    ("delayq_queue_rate_limit_per_second", "A queue's rate limit: job starts per second", Q),
+    ("delayq_queue_rate_limit_per_second", "A queue's rate limit: job claims per second", Q),
     ("delayq_queue_concurrency_limit",
      "A queue's concurrency limit: most of its jobs in flight", Q),
     ("delayq_callable_rate_limit_per_second",
