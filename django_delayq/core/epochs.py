@@ -83,6 +83,9 @@ class Epochs:
         # queue -> the data sets its last loss took (None: all of them)
         self.lost_sets: dict[str, set[str] | None] = {}
         self.unreadable: set[str] = set()  # data sets whose epoch the last check missed
+        # the last check's read of every epoch failed (a node down or stalled), whatever
+        # the reads one by one found after it: an outage, if a short one
+        self.faltered = False
         # queues whose data this reconciler saw go (a known epoch vanished), not a first
         # look at a Redis that never held them: deliveries may have been lost with it
         self.witnessed: set[str] = set()
@@ -135,10 +138,12 @@ class Epochs:
         # a data set its engine still sets aside (ShardHealth) is judged once it is used
         # again: its loss pass would find none of its rows (their look-ups skip it)
         self.unreadable = {n for n in names if self.engine.health.down(n)}
+        self.faltered = False
         try:
             return list(self.engine.epochs(names))
         except ERRORS as exc:
             failure: BaseException = exc
+            self.faltered = True
         found: list[str | None] = []
         for name in names:
             try:

@@ -69,7 +69,8 @@ before the re-enqueue (``reconcile_state.record_charges``).
 Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
 then are settled (``reconcile_state.settle``); who counts as alive:
 ``reconcile_state.Liveness``.
-After a Redis outage the rows changed during it get a look at once (``Outage``).
+After a Redis outage the rows changed during it get a look within seconds, and again
+until no web process can still be backing off (``core/outage.py``).
 
 Every MULTI (and re-enqueue call) carries at most ``MULTI_ROWS`` (100) rows: a MULTI
 blocks Redis like a script; 100 rows (ten reads each) take ~0.4 ms, 500 rows took ~11 ms
@@ -88,6 +89,7 @@ from django.db import DatabaseError, close_old_connections, router
 
 from django_delayq.core import group_limits, reconcile_state, unqueueable, workflows
 from django_delayq.core.epochs import Epochs
+from django_delayq.core.outage import Outage
 from django_delayq.core.queues import MAX_RECENT, RECENT_SECONDS
 from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
@@ -97,6 +99,8 @@ from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from django_delayq.core.conf import Settings
 
 logger = logging.getLogger(__name__)
@@ -115,14 +119,18 @@ SWEEP_SECONDS = 10.0
 
 
 class Reconciler:
-    def __init__(self, engine: Engine, settings: Settings, queues: tuple[str, ...]) -> None:
+    def __init__(self, engine: Engine, settings: Settings, queues: tuple[str, ...],
+                 failures: Callable[[], int] | None = None) -> None:
+        """``failures``: how many Redis calls of the rest of this process found a node
+        unreachable so far (the worker's backed off queues), beside its engine's own
+        (``ShardHealth.failures``): a sign of an outage this reconciler's looks missed."""
         self.engine, self.settings = engine, settings
         self._live = Liveness(engine, settings)
         self.queues = tuple(queues)
         self._cursor = Cursor(self.queues, settings.reconcile_grace_seconds)
         # walks without the long grace, within the urgent budget: a loss pass by queue,
-        # and the pass after an outage (``AFTER_OUTAGE``: rows changed since it began get
-        # the second look, ``reconcile_state.Outage``)
+        # and the passes after an outage (``AFTER_OUTAGE``: rows changed since it began get
+        # the second look, ``core/outage.py``)
         self._urgent: dict[str, Cursor] = {}
         self._epochs = Epochs(engine, self.queues)
         self._suspects: dict[str, Suspect] = {}
@@ -130,8 +138,10 @@ class Reconciler:
         self._last = self._last_epoch = self._last_orphans = -1e18
         self._last_sweep = time.monotonic()  # the first sweep after one SWEEP_SECONDS
         self.stats = reconcile_state.PassStats()
-        # Redis failing, as seen here: a pass once it answers
-        self._outage = reconcile_state.Outage()
+        # Redis failing, as seen here: passes once it answers
+        self._outage = Outage()
+        self._failures_of = failures
+        self._failures = self._failure_count()
 
     # -- worker entry point -----------------------------------------------------------
 
@@ -155,19 +165,14 @@ class Reconciler:
         if now - self._last_epoch >= min(EPOCH_CHECK_SECONDS,
                                          self.settings.reconcile_interval_seconds):
             self._last_epoch = now
-            for queue in self.check_epochs():  # lost again: its pass starts over, last
-                self._urgent.pop(queue, None)
-                self._urgent[queue] = Cursor((queue,), 0.0, lost=True)
-            if self._epochs.unreadable:  # a node down: its rows wait for a pass after it
-                self._outage.failed()
-            else:
-                self._outage.worked()
+            self._look_at_epochs()
         if AFTER_OUTAGE not in self._urgent and (
                 walk := self._outage.take_pass(self.queues)) is not None:
             self._urgent[AFTER_OUTAGE] = walk
             self.stats.outage_passes += 1
-            logger.info("reconciler: Redis answers again; looking at the rows changed since "
-                        "%s without the long grace", walk.since)
+            (logger.info if self._outage.taken == 1 else logger.debug)(
+                "reconciler: Redis answers again; looking at the rows changed since %s "
+                "without the long grace (pass %d)", walk.since, self._outage.taken)
         # the loss passes share one urgent budget, then the pass after an outage has one
         # of its own: neither waits for the other to finish
         budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
@@ -178,6 +183,8 @@ class Reconciler:
                     del self._urgent[queue]
                     if lost:
                         logger.info("reconciler: loss pass of queue %r done", queue)
+                    else:
+                        self._outage.done()
         self._confirm()
         if now - self._last_orphans >= self.settings.lease_seconds:
             self._last_orphans = now
@@ -191,8 +198,26 @@ class Reconciler:
             self._walk(self._cursor, batches=BATCHES_PER_TICK)
         return self.stats.enqueued - enqueued
 
+    def _look_at_epochs(self) -> None:
+        """The epoch check: a loss pass for each queue lost; an outage, begun or over."""
+        for queue in self.check_epochs():  # lost again: its pass starts over, last
+            self._urgent.pop(queue, None)
+            self._urgent[queue] = Cursor((queue,), 0.0, lost=True)
+        failures, self._failures = self._failures, self._failure_count()
+        # a node down (its rows wait for a pass after it), a read that failed before its
+        # retry worked, or a failure elsewhere in this process since the last check (it
+        # begins an outage; during one, this look working again ends it)
+        if self._epochs.unreadable or self._epochs.faltered or (
+                self._failures != failures and not self._outage.down):
+            self._outage.failed()
+        else:
+            self._outage.worked()
+
+    def _failure_count(self) -> int:
+        return self.engine.health.failures + (self._failures_of() if self._failures_of else 0)
+
     @property
-    def busy(self) -> bool:  # a loss pass or the pass after an outage has rows left
+    def busy(self) -> bool:  # a loss pass or the passes after an outage have rows left
         return bool(self._urgent)
 
     def _walk(self, cursor: Cursor, deadline: float = math.inf, batches: int = -1) -> bool:

@@ -1,18 +1,8 @@
 """What one reconciler remembers between ticks: where its walks are, the rows it looks
-at twice, what it did, and the Redis outage it saw (``core/reconcile.py``); which workers
-are alive (``Liveness``), what a re-enqueued job's attempts counter starts from, and how
-a row of a job final in Redis is settled (``settle``).
-
-**After an outage, no long grace.** The incremental pass leaves alone rows changed
-within ``RECONCILE_GRACE_SECONDS``: their on-commit enqueue may still be on its way.
-When this reconciler saw Redis (or some of a queue's data sets) fail and then answer
-again, the cause of a missing job is known: ``schedule()`` calls during the outage
-could not enqueue. ``Outage`` then asks for one pass over the rows changed since
-``OUTAGE_MARGIN_SECONDS`` before the first failure it saw, starting
-``OUTAGE_GRACE_SECONDS`` after Redis answered (an enqueue in flight at that moment has
-landed by then), with the incremental pass's second look: a row found missing is
-re-enqueued only when a later look finds it unchanged and still missing, so a job acked
-moments ago (its settled record or its audit row on the way) is not run again.
+at twice and what it did (``core/reconcile.py``; the Redis outage it saw:
+``core/outage.py``); which workers are alive (``Liveness``), what a re-enqueued job's
+attempts counter starts from, and how a row of a job final in Redis is settled
+(``settle``).
 
 The workers registry (``Engine.workers`` & co.: each worker's last heartbeat, Redis ms)
 tells the reconciler whether a row's worker may still flush it (alive: it heartbeated
@@ -62,7 +52,6 @@ conditional on the row being unchanged, so a late flush of a live worker wins.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -88,8 +77,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 BATCH = 500  # rows a query of a walk reads
-OUTAGE_MARGIN_SECONDS = 5.0  # rows changed this long before the first failure seen
-OUTAGE_GRACE_SECONDS = 2.0  # after Redis answers again: then the rows are looked at
 
 
 @dataclass(slots=True)
@@ -133,34 +120,6 @@ class PassStats:
     outage_passes: int = 0
     missing: list[str] = field(default_factory=list)
     to_settle: list[str] = field(default_factory=list)
-
-
-class Outage:
-    """A Redis outage as this reconciler saw it: from its first failed look to the first
-    look that worked again (module docstring)."""
-
-    def __init__(self) -> None:
-        self.since: datetime | None = None  # the first failure seen, this host's clock
-        self.pass_at: float | None = None  # monotonic: when the pass after it may start
-        self.pass_since: datetime | None = None
-
-    def failed(self) -> None:
-        if self.since is None:
-            self.since = timezone.now()
-        self.pass_at = None
-
-    def worked(self) -> None:
-        if self.since is not None:
-            self.pass_since = self.since - timedelta(seconds=OUTAGE_MARGIN_SECONDS)
-            self.pass_at = time.monotonic() + OUTAGE_GRACE_SECONDS
-            self.since = None
-
-    def take_pass(self, queues: tuple[str, ...]) -> Cursor | None:
-        """A walk over ``queues`` to start now, once per outage (None: nothing to do yet)."""
-        if self.pass_at is None or time.monotonic() < self.pass_at:
-            return None
-        self.pass_at = None
-        return Cursor(queues, OUTAGE_GRACE_SECONDS, since=self.pass_since)
 
 
 # The JobAttempt of a delivery a re-enqueue counts without knowing whether it ran.

@@ -69,6 +69,7 @@ class ShardHealth:
         self._until: dict[str, float] = {}
         self._delay: dict[str, float] = {}
         self._error: dict[str, str] = {}
+        self.failures = 0  # calls that found a node unreachable (a sign of an outage)
 
     def down(self, name: str) -> bool:
         """Whether shard ``name`` is set aside now (it failed, its delay is running)."""
@@ -107,6 +108,7 @@ class ShardHealth:
             self._delay[name] = delay
             self._until[name] = self.clock() + delay
             self._error[name] = str(exc)[:200]
+            self.failures += isinstance(exc, UNREACHABLE)
         log = logger.warning if first or delay >= MAX_DELAY_SECONDS else logger.debug
         # the error as Python's repr (escaped), not logtext.shown: this module stays at
         # the end of the import chain (docs/internals.md, "Shape"); cut as an error's text

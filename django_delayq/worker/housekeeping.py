@@ -143,7 +143,9 @@ class Housekeeping:
         self.supervision = supervision
         self.started_ts = datetime.now(UTC)
         self.recovery = LeaseRecovery(engine, settings, audit)
-        self.reconciler = Reconciler(engine, settings, self.queues)
+        # the queues the claims backed off: an outage the reconciler's own looks missed
+        self.reconciler = Reconciler(engine, settings, self.queues,
+                                     failures=lambda: claiming.backoff.failures)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
         self.schedules = schedules  # the keeper thread's pass (core/periodic.py)
         self.draining = False  # no keeper pass once set (by a signal handler)

@@ -22,7 +22,12 @@ import time
 from collections.abc import Callable, Iterable
 
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.shard_health import FIRST_DELAY_SECONDS, MAX_DELAY_SECONDS, OUTAGES
+from django_delayq.engine.shard_health import (
+    FIRST_DELAY_SECONDS,
+    MAX_DELAY_SECONDS,
+    OUTAGES,
+    UNREACHABLE,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +40,7 @@ class QueueBackoff:
         self._until: dict[str, float] = {}
         self._delay: dict[str, float] = {}  # the queues whose last try failed
         self._tried: set[str] = set()
+        self.failures = 0  # steps that found a node unreachable (a sign of an outage)
 
     def waiting(self, queue: str) -> bool:
         return self.clock() < self._until.get(queue, 0.0)
@@ -60,6 +66,7 @@ class QueueBackoff:
             except OUTAGES as exc:
                 left.append(queue)
                 failed.append((queue, exc))
+                self.failures += isinstance(exc, UNREACHABLE)
             else:
                 self._until.pop(queue, None)
                 self._delay.pop(queue, None)
