@@ -22,9 +22,10 @@ leaves after Redis answers again are written within ``BACKOFF_TAIL_SECONDS`` of 
 the last pass, that long after, finds them. A pass is taken once the previous one is
 done: passes due meanwhile make one.
 
-When the outage began. Not when a failure was reported: a call on a stalled node hangs
-through its reply timeouts (and a cluster client's retries) before it fails, a minute
-at most, and ``schedule()`` calls that began with it wrote their rows then. The outage
+When the outage began. Not when a failure was reported: a call on a stalled node waits
+its reply timeout before it fails (5 s, or the URL's ``socket_timeout``), and the
+keeper thread may have been held up before it, and ``schedule()`` calls that began
+with the outage wrote their rows then. The outage
 is dated from this reconciler's last look that worked (``worked``), which came before
 any of them. Its failures are its own looks (a tick that raised, an epoch that could not
 be read, or a read that failed before a retry worked) and the failures the other parts
