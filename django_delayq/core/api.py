@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from itertools import groupby
 from typing import Any
 
@@ -322,9 +322,14 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
     at, seconds = validation.when(delay, at, django_settings.USE_TZ)
     run_at = (timezone.now() + timedelta(seconds=seconds) if at is None
               else validation.stored_time(at, django_settings.USE_TZ))  # before Redis moves it
-    outcome, _ = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
-                                         at_ms=None if at is None else validation.at_ms(at))
+    asked = None if at is None else validation.at_ms(at)
+    outcome, due = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
+                                           at_ms=asked)
     if outcome is MoveOutcome.MOVED:
+        if due is not None and due > int(run_at.timestamp() * 1000) + 1000:
+            # held back by a cancel under way (lua/move.lua): the row says when Redis has it
+            run_at = validation.stored_time(datetime.fromtimestamp(due / 1000, tz=UTC),
+                                            django_settings.USE_TZ)
         Job.objects.filter(pk=row.pk).update(run_at=run_at, updated_at=timezone.now())
     return outcome
 

@@ -343,11 +343,17 @@ def _in_redis(row: Job, replaced_by: str) -> tuple[CancelOutcome, bool]:
     the job back (lua/cancel.lua's hold) until the cancel the caller sends after the
     row's commit. A row not final and not running whose job Redis holds nowhere decides:
     its send may be under way (committed by another process; a waiting job's release
-    committing now), Redis lost it, or it is waiting. Redis not answering: a replace, or
+    committing now), Redis lost it, or it is waiting; not when Redis settled the job a
+    moment ago (it ran: its worker's row is coming). Redis not answering: a replace, or
     the cancel of a waiting job, goes on with the row deciding, no hold."""
     unsent = row.status in (JobStatus.SCHEDULED, JobStatus.RETRYING, JobStatus.WAITING)
+    engine = get_engine()
     try:
-        outcome = get_engine().cancel(row.queue, row.id, HOLD_MS if unsent else 0)
+        found = (engine.cancel_held(row.queue, row.id, HOLD_MS) if unsent
+                 else engine.cancel(row.queue, row.id))
+        if found is None:  # settled: not found, and the row must not say cancelled
+            return CancelOutcome.NOT_FOUND, False
+        outcome = found
     except RedisError as exc:
         if not (replaced_by or row.status == JobStatus.WAITING):
             raise

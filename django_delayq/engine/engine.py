@@ -372,10 +372,19 @@ class Engine(OutboxOps, ServerReads, QueueControls):
 
     # -- managing -------------------------------------------------------------------
 
-    def cancel(self, queue: str, job_id: str, hold_ms: int = 0) -> CancelOutcome:
-        """lua/cancel.lua; ``hold_ms``: a job not found is held back that long, should
-        it arrive (a cancel whose row decides, its transaction still open)."""
-        return CancelOutcome(int(self._script("cancel", queue, [job_id, int(hold_ms)])))
+    def cancel(self, queue: str, job_id: str) -> CancelOutcome:
+        """lua/cancel.lua: a job finished a moment ago (settled) is not found."""
+        return self._cancel(queue, job_id, 0) or CancelOutcome.NOT_FOUND
+
+    def cancel_held(self, queue: str, job_id: str, hold_ms: int) -> CancelOutcome | None:
+        """lua/cancel.lua, a job found nowhere held back ``hold_ms``, should it arrive (a
+        cancel whose row decides, its transaction still open); None: Redis settled the
+        job a moment ago (its worker's row is coming, no hold)."""
+        return self._cancel(queue, job_id, hold_ms)
+
+    def _cancel(self, queue: str, job_id: str, hold_ms: int) -> CancelOutcome | None:
+        reply = int(self._script("cancel", queue, [job_id, int(hold_ms)]))
+        return None if reply == 3 else CancelOutcome(reply)
 
     def reschedule(self, queue: str, job_id: str, *, at_ms: int | None = None,
                    delay_ms: int = 0, now_ms: int | None = None

@@ -305,6 +305,8 @@ class ShardedEngine(Engine):
     # -- managing -------------------------------------------------------------------
 
     cancel = _by_id(Engine.cancel, lambda outcome: outcome == CancelOutcome.NOT_FOUND)
+    cancel_held = _by_id(Engine.cancel_held,
+                         lambda outcome: outcome == CancelOutcome.NOT_FOUND)
     reschedule = _by_id(Engine.reschedule, lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
     requeue = _by_id(Engine.requeue, lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
     inspect = _by_id(Engine.inspect, lambda found: found.place == "")

@@ -1,7 +1,7 @@
 -- cancel.lua : cancel one job, atomically, and say whether the cancel won the race.
 --
 -- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
--- KEYS: ready:zset prio:hash urgent runs:hash group:hash hold:zset
+-- KEYS: ready:zset prio:hash urgent runs:hash group:hash hold:zset settled:zset
 -- used, in that order (the names of keys.QueueKeys):
 --          pending   ZSET  due_ms -> id
 --          inflight  ZSET  lease_deadline_ms -> id
@@ -13,6 +13,7 @@
 --          prio      HASH  id -> priority
 --          runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
 --          hold      ZSET  id -> ms: cancels whose row decides (below)
+--          settled   ZSET  id -> ms: jobs settled here whose worker's row has not landed
 -- ARGV[1]  id
 -- ARGV[2]  hold_ms   "0", or how long a job not found is held back (a cancel whose row
 --                    decides: core/workflows.py asks it when the row is unfinished)
@@ -27,7 +28,10 @@
 -- end: the job then waits until it does. Found, or with hold_ms "0": no hold is kept.
 -- The key expires when its last hold ends; a reschedule moves a held job no earlier than
 -- its hold's end (move.lua).
--- Returns: 1 cancelled, 2 already running (marked: no retry), 0 not found (done or unknown)
+-- Settled (it finished a moment ago, its worker's row not landed yet): 3, no hold (the row
+-- must not decide: the worker's row records the run).
+-- Returns: 1 cancelled, 2 already running (marked: no retry), 3 settled, its row coming,
+--          0 not found (done or unknown)
 -- Cost: O(log N), one job per call; a hold written drops at most 100 holds that ended.
 --@include forget
 --@include now
@@ -40,6 +44,8 @@ if redis.call('ZREM', pending, id) == 1 or redis.call('ZREM', ready, id) == 1
 elseif redis.call('ZSCORE', inflight, id) then
   redis.call('SADD', cancel, id)
   outcome = 2
+elseif redis.call('ZSCORE', settled, id) then
+  outcome = 3
 end
 if outcome == 0 and hold_ms > 0 then
   local now = time_ms(server_time())

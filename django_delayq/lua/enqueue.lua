@@ -39,7 +39,7 @@
 -- one due now, schedule()'s default, takes the general path) takes the short path below, before the line's blocks are defined (a script's
 -- whole text runs at each call: every function it includes is made anew). Its commands:
 -- TIME, the head of pending (ZRANGE: a wake-up depends on it), the one EXISTS and a
--- ZSCORE (HEXISTS: jobs) of each key it found, then ZADD NX, which adds the job only if
+-- ZSCORE (HEXISTS: jobs) of each key it found, the EXISTS of the cancel holds, then ZADD NX, which adds the job only if
 -- pending does not hold it (its reply says which: pending's scores are not read); then,
 -- as any call, the wake-up (when the job comes first and ready exists, whether the queue
 -- is idle: EXISTS of group, and of group_turns when grouped) and the epoch. A read of it meeting a wrong type hands the

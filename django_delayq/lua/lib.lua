@@ -222,14 +222,13 @@ end
 -- whether cancel holds exist (for hold_back).
 
 -- Which of the keys that can hold a job exist, in one read: EXISTS counts a key named n
--- times n times (jobs 1, epoch 2, inflight 4, ready 8, dead 16, hold 32). An absent key
--- holds no job: it is not read.
+-- times n times (jobs 1, epoch 2, inflight 4, ready 8, dead 16). An absent key holds no
+-- job: it is not read. Whether cancel holds exist is an EXISTS of its own: named 32 more
+-- times here, it cost every call 2 us; alone, about 0.4 us.
 local function existing()
-  local i, e, r, d, h = inflight, epoch, ready, dead, hold
+  local i, e, r, d = inflight, epoch, ready, dead
   return redis.call('EXISTS', jobs, e, e, i, i, i, i, r, r, r, r, r, r, r, r,
-                    d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d,
-                    h, h, h, h, h, h, h, h, h, h, h, h, h, h, h, h,
-                    h, h, h, h, h, h, h, h, h, h, h, h, h, h, h, h)
+                    d, d, d, d, d, d, d, d, d, d, d, d, d, d, d, d)
 end
 
 -- The due times of ``ids`` (``dues``, changed in place) moved to the end of their cancel
@@ -248,8 +247,8 @@ end
 -- Which of ``ids`` the queue holds already, one flag each: in pending, ready, in flight or
 -- dead, or with an envelope, or repeated (an id met earlier in ``ids``).
 local function held(ids)
-  local present = existing()
-  local holding, known = present >= 32, present % 32
+  local known = existing()
+  local holding = redis.call('EXISTS', hold) == 1
   local in_pending = redis.call('ZMSCORE', pending, unpack(ids))
   local in_dead = known >= 16 and redis.call('ZMSCORE', dead, unpack(ids)) or {}
   local in_ready = known % 16 >= 8 and redis.call('ZMSCORE', ready, unpack(ids)) or {}
@@ -269,14 +268,13 @@ end
 -- pending held it): held's reads for one job, without its tables. Every key that exists
 -- is read, as by held (one of the wrong type ends the call: read_failed).
 local function held_one(id)
-  local present = existing()
-  local known = present % 32
+  local known = existing()
   local in_dead = known >= 16 and redis.call('ZSCORE', dead, id)
   local in_ready = known % 16 >= 8 and redis.call('ZSCORE', ready, id)
   local in_flight = known % 8 >= 4 and redis.call('ZSCORE', inflight, id)
   local has_env = known % 2 == 1 and redis.call('HEXISTS', jobs, id) == 1
   return (in_dead or in_ready or in_flight or has_env) and true or false, known % 4 >= 2,
-         known % 16 >= 8, present >= 32
+         known % 16 >= 8, redis.call('EXISTS', hold) == 1
 end
 
 -- Creates the queue's epoch, "<ms>:<us>:e" of the server's clock (enqueue.lua's header),

@@ -13,10 +13,11 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from django_delayq import cancel, schedule, signals
+from django_delayq import cancel, run_now, schedule, signals
 from django_delayq.core.connection import get_engine
 from django_delayq.core.workflows import HOLD_MS
 from django_delayq.engine import CancelOutcome, NewJob
+from django_delayq.engine.engine import MoveOutcome
 from django_delayq.models import Job, JobStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,3 +131,36 @@ def test_the_cancel_of_a_waiting_job_holds_back_its_release_landing_before_the_c
         assert child not in _claimable()
     assert get_engine().inspect("default", child).place == ""
     assert Job.objects.get(pk=child).status == JobStatus.CANCELLED
+
+
+def _ran_and_settled(job_id: str) -> None:
+    """A worker ran ``job_id`` and Redis settled it; its audit row has not landed yet."""
+    engine = get_engine()
+    token = next(j.token for j in engine.claim("default", 50, 30_000).jobs if j.id == job_id)
+    assert engine.ack("default", [(job_id, token)], holder="w:test") == [True]
+
+
+def test_a_cancel_or_replace_of_a_job_that_just_ran_leaves_its_row_to_its_worker(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    ran = schedule("tests.jobs.noop", 1).id
+    _ran_and_settled(ran)
+    assert cancel(ran) is CancelOutcome.NOT_FOUND
+    replaced = schedule("tests.jobs.noop", 2, key="k", on_conflict="replace").id
+    _ran_and_settled(replaced)
+    new = schedule("tests.jobs.noop", 3, key="k", on_conflict="replace").id
+    assert new != replaced
+    rows = dict(Job.objects.filter(pk__in=[ran, replaced]).values_list("pk", "status"))
+    assert rows == {ran: JobStatus.SCHEDULED, replaced: JobStatus.SCHEDULED}  # not cancelled
+    assert get_engine().inspect("default", ran).place == ""
+
+
+def test_a_run_now_of_a_held_job_writes_the_time_redis_holds_it_until(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    job_id = _unsent(delayq_settings, 1)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        cancel(job_id)
+        raise RuntimeError("rolled back")
+    _send_lands(job_id)
+    assert run_now(job_id) is MoveOutcome.MOVED
+    due = get_engine().inspect("default", job_id).score_ms or 0
+    assert abs(Job.objects.get(pk=job_id).run_at.timestamp() * 1000 - due) < 1000
