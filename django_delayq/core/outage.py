@@ -26,10 +26,12 @@ When the outage began. Not when a failure was reported: a call on a stalled node
 its reply timeout before it fails (5 s, or the URL's ``socket_timeout``), and the
 keeper thread may have been held up before it, and ``schedule()`` calls that began
 with the outage wrote their rows then. The outage
-is dated from this reconciler's last look that worked (``worked``), which came before
-any of them. Its failures are its own looks (a tick that raised, an epoch that could not
-be read, or a read that failed before a retry worked) and the failures the other parts
-of its process count (``failures``: a data set or queue the worker backed off).
+is dated from this reconciler's last look that worked (``worked``), less the margin: a
+look that did not touch the stalled node works until a call on it fails (a reply
+timeout after it began), so that look may come a few seconds after the stall began.
+Its failures are its own looks (a tick that raised, an epoch that could not be read, or
+a read that failed before a retry worked) and the failures the other parts of its
+process count (``failures``: a data set or queue the worker backed off).
 
 An outage that begins again before its passes ran keeps the rows of the earlier one:
 the window begins where the earliest outage not yet walked to its end began
@@ -45,9 +47,14 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from django_delayq.core.reconcile_state import Cursor
+from django_delayq.engine.client import SOCKET_TIMEOUT_SECONDS
 from django_delayq.engine.shard_health import MAX_DELAY_SECONDS
 
-OUTAGE_MARGIN_SECONDS = 5.0  # rows changed this long before the outage began
+# rows changed this long before the look that worked last before the outage: a look that
+# did not touch a stalled node works on until a call on it fails, a reply timeout after
+# it began (that call may itself have begun up to a poll interval after the stall), and
+# the rows the web processes wrote when the stall began are older than that look
+OUTAGE_MARGIN_SECONDS = 5.0 + SOCKET_TIMEOUT_SECONDS
 OUTAGE_GRACE_SECONDS = 2.0  # after Redis answers again: then the rows are looked at
 # how long after Redis answers again a web process may still skip its sends without
 # trying: the longest backoff of a data set, after a last try of a connect timeout (1 s)

@@ -13,6 +13,7 @@ from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from django_delayq import schedule
+from django_delayq.core import outage as outage_module
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.outage import BACKOFF_TAIL_SECONDS, OUTAGE_MARGIN_SECONDS, Outage
@@ -119,11 +120,12 @@ def test_an_outage_is_dated_from_the_last_look_that_worked(cfg, monkeypatch) -> 
     ids = _outbox(monkeypatch)
     engine, calls = get_engine(), []
     epochs = engine.epochs
+    monkeypatch.setattr(outage_module, "OUTAGE_MARGIN_SECONDS", 1.0)  # a shorter hang
 
     def hangs_then_fails(names: Any) -> Any:
         calls.append(names)
         if len(calls) == 1:  # the fault: a call that hangs, then fails (the others at once)
-            time.sleep(OUTAGE_MARGIN_SECONDS + 1)
+            time.sleep(outage_module.OUTAGE_MARGIN_SECONDS + 1)
         raise RedisConnectionError("Timeout reading from socket")
 
     monkeypatch.setattr(engine, "epochs", hangs_then_fails)
@@ -209,3 +211,21 @@ def test_the_passes_last_until_no_web_process_can_still_back_off() -> None:
     clocks.advance(2)
     walk = outage.take_pass(("default",))
     assert walk is not None and walk.since == first - margin
+
+
+def test_rows_of_a_stalls_start_are_in_the_pass_though_a_look_worked_after_it() -> None:
+    """A stall begins as a row is written; this worker's looks that do not touch the
+    stalled node go on working until a call on it fails, its reply timeout later (and it
+    may have begun up to a 2 s poll after the stall): the pass covers that row."""
+    clocks = _Clocks()
+    outage = Outage(clock=lambda: clocks.mono, now=lambda: clocks.wall)
+    row_written = clocks.wall  # the stall begins
+    clocks.advance(2 + 5 - 0.1)  # a poll, then a call on the node that times out
+    outage.worked()  # a look that did not touch the stalled node
+    clocks.advance(0.1)
+    outage.failed()
+    clocks.advance(3)
+    outage.worked()
+    clocks.advance(3)
+    walk = outage.take_pass(("default",))
+    assert walk is not None and walk.since is not None and walk.since <= row_written
