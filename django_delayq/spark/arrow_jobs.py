@@ -1,11 +1,12 @@
 """An Arrow batch of a DataFrame -> the column-wise values of its jobs (no per-row objects).
 
-The batch holds the columns ``schedule_dataframe`` selected: ``_when`` (epoch
-microseconds for ``at_col``, seconds for ``delay_col``), ``_key``, ``_a0..`` and
-``_k0..``. Everything a job needs (id, run_at, args/kwargs JSON, at_ms/delay_ms) is
-computed one column at a time with pyarrow or numpy; the checks of ``schedule()`` run
-once per column, with the limits of ``validation`` (the payload size in UTF-8 bytes,
-like ``schedule_many``; Redis gets ids and due times only), and an error names the bad
+The batch holds the columns ``schedule_dataframe`` selected: ``_when`` (for ``at_col``
+epoch microseconds of a timestamp, or epoch seconds as float64 of a number; seconds for
+``delay_col``), ``_key``, ``_a0..`` and ``_k0..``. Everything a job needs (id, run_at,
+args/kwargs JSON, at_ms/delay_ms) is computed one column at a time with pyarrow or
+numpy; the checks of ``schedule()`` run once per column, with the limits of
+``validation`` (a due time from year 1 to 100 years from now; the payload size in UTF-8
+bytes, like ``schedule_many``; Redis gets ids and due times only), and an error names the bad
 value and its row. The checks find a bad value by its position in the batch; ``build``
 then replaces that position (``row N of the batch``, meaningless to the caller, whose
 DataFrame is cut into batches by Spark) by the row itself: its key when it has one, else
@@ -18,6 +19,7 @@ join, a missing date) than a wish to run the job at once.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -31,6 +33,7 @@ from django_delayq.exceptions import InvalidJob
 from django_delayq.spark import arrow_json, batch_ids
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_FIRST_US = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)  # year 1
 _BATCH_ROW = re.compile(r"row (\d+) of the batch")
 NULL_WHEN = ("error", "now")
 MAX_ROW_TEXT = 300
@@ -99,6 +102,7 @@ def _when(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[pa.Array, Any,
                          "pass null_when='now' to make a null mean due now"
                          % ("at_col" if t.when == "at" else "delay_col", t.when_name, bad))
     if t.when == "at":
+        when = _at_micros(t, when, now_us)
         at_ms = pc.divide(when, 1000).to_pylist() if when.null_count < n else None
         return pc.fill_null(when, now_us) if when.null_count else when, at_ms, None
     seconds = pc.fill_null(when, 0.0) if when.null_count else when
@@ -117,6 +121,48 @@ def _when(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[pa.Array, Any,
     run_at = pc.add(pc.cast(micros, pa.int64()), now_us)
     delay_ms = pc.cast(pc.floor(pc.multiply(seconds, 1000.0)), pa.int64())
     return run_at, None, delay_ms.to_pylist()
+
+
+def _at_micros(t: Target, when: pa.Array, now_us: int) -> pa.Array:
+    """An ``at_col`` as epoch microseconds, every value within ``schedule(at=...)``'s
+    bounds (``validation.check_at``): from year 1 to at most ``MAX_DELAY_SECONDS`` (100
+    years) from now. A timestamp column arrives as int64 microseconds; a numeric one as
+    float64 epoch seconds, converted here (rounded to the microsecond, as
+    ``datetime.fromtimestamp``), never by a Spark cast, which fails on NaN or infinity
+    without naming the row."""
+    seconds = pa.types.is_floating(when.type)
+    scale = 1e6 if seconds else 1
+    latest = now_us + validation.MAX_DELAY_SECONDS * 1_000_000
+    ok = pc.and_(pc.greater_equal(when, _FIRST_US / scale), pc.less_equal(when, latest / scale))
+    ok = pc.fill_null(ok, True)  # a null is due now (null_when="now"), checked before
+    if not pc.all(ok).as_py():
+        bad = int(pc.index(ok, False).as_py())
+        raise _bad_at(t, when[bad].as_py(), seconds, bad)
+    if not seconds:
+        return when
+    return pc.cast(pc.round(pc.multiply(when, 1e6), round_mode="half_to_even"), pa.int64())
+
+
+def _bad_at(t: Target, value: float, seconds: bool, row: int) -> InvalidJob:
+    """The error of an ``at_col`` value ``_at_micros`` refuses, in ``check_at``'s words."""
+    if seconds and not math.isfinite(value):
+        return InvalidJob("at_col %r = %r (epoch seconds: not finite, row %d of the batch)"
+                          % (t.when_name, value, row))
+    micros = round(value * 1e6) if seconds else int(value)
+    try:
+        moment = (_EPOCH + timedelta(microseconds=micros)).isoformat()
+    except OverflowError:  # outside years 1 to 9999
+        moment = None
+    if seconds:
+        shown = "%r (epoch seconds%s)" % (value, "" if moment is None else ": " + moment)
+    else:
+        shown = moment or "%d microseconds from the epoch" % micros
+    if micros < _FIRST_US:
+        return InvalidJob("at_col %r = %s cannot be converted to a time; use a year from 1 to "
+                          "9999 (row %d of the batch)" % (t.when_name, shown, row))
+    return InvalidJob("at_col %r = %s is more than 100 years from now (at most %d seconds "
+                      "ahead, as delay) (row %d of the batch)"
+                      % (t.when_name, shown, validation.MAX_DELAY_SECONDS, row))
 
 
 def _ids(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[list[str], pa.Array | None]:

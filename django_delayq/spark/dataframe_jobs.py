@@ -90,12 +90,14 @@ def _not_json(kind: Any) -> str | None:
 
 
 def _at_expr(df: Any, col: str) -> Any:
-    """Due time as epoch microseconds: from a timestamp, or from epoch seconds."""
+    """Due time: epoch microseconds (long) of a timestamp, or epoch seconds (double) of a
+    number, which the executor checks and converts (``arrow_jobs``): a cast to long here
+    would fail on NaN or infinity inside Spark, naming neither column nor row."""
     kind = df.schema[col].dataType
     if isinstance(kind, (T.TimestampType, T.TimestampNTZType)):
         return F.unix_micros(F.col(col).cast("timestamp"))
     if isinstance(kind, T.NumericType):
-        return (F.col(col).cast("double") * 1e6).cast("long")
+        return F.col(col).cast("double")
     raise InvalidJob("at_col %r has type %s; it must be a timestamp or epoch seconds"
                      % (col, kind.simpleString()))
 
@@ -117,9 +119,30 @@ def _settings_module(explicit: str | None) -> str:
 
 
 def _validate_on_driver(plan: Plan) -> None:
-    """Reject a bad callable, queue, attempts or backoff before any executor starts."""
-    if apps.ready:
+    """Reject a bad callable, queue, attempts or backoff before any executor starts. A
+    driver that has not set Django up sets it up as the executors will (``setup_django``),
+    unless the settings module cannot be imported here: then each executor checks them,
+    before it writes a row."""
+    if apps.ready or _set_up_on_driver(plan):
         _check_options(plan)
+
+
+def _set_up_on_driver(plan: Plan) -> bool:
+    """``setup_django`` on the driver; False (nothing changed) when the settings module,
+    or a package of its path, is not importable here (it may be on the executors')."""
+    before = os.environ.get("DJANGO_SETTINGS_MODULE")
+    try:
+        setup_django(plan)
+    except ModuleNotFoundError as exc:
+        parts = plan.settings_module.split(".")
+        if exc.name not in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}:
+            raise  # the settings module is there, something it imports is not
+        if before is None:
+            os.environ.pop("DJANGO_SETTINGS_MODULE", None)
+        else:
+            os.environ["DJANGO_SETTINGS_MODULE"] = before
+        return False
+    return True
 
 
 def _check_options(plan: Plan) -> None:

@@ -25,8 +25,9 @@ The state file is written to a fresh temporary file in ``ROOT`` (random name, cr
 with ``O_EXCL``) and renamed over the old one, and a symlink at its path is refused: a
 link planted in the export directory can neither redirect the write to another file nor
 feed the export someone else's state. A value in it that is not what this module writes
-(a negative or fractional id, a text where a list belongs, a time without a zone, a
-mark later than this run, a pending record that is not there) is refused with one line
+(a negative or fractional id, an attempt id above any the database handed out, a
+version it never wrote, a text where a list belongs, a time without a zone, a mark later
+than this run, a pending record that is not there) is refused with one line
 naming the file, the key and the value: read as anything else, it would make a run skip
 rows without a word.
 
@@ -49,25 +50,30 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import pyarrow as pa
 from django.db import connections
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.utils import timezone
 
-from django_delayq.models import Job
+from django_delayq.models import Job, JobAttempt
 from django_delayq.spark import export_attempts, pending, records, schema
 from django_delayq.spark.export_arguments import BadArgument, check_arguments
+from django_delayq.spark.job_files import JobFiles
 from django_delayq.spark.preflight import writable_dir
 from django_delayq.spark.progress_bar import Progress
-from django_delayq.spark.writer import DayPartitionedWriter
+
+if TYPE_CHECKING:
+    from django_delayq.spark.writer import DayPartitionedWriter
 
 STATE_FILE = "_delayq_export_state.json"
+VERSION = 3  # of the state file; 1 and 2 (no attempts, database, pending) are still read
+VERSIONS = (1, 2, VERSION)
 DEFAULT_CHUNK = 5000
 REDACTED = schema.REDACTED
 DEFAULT_OVERLAP = timedelta(seconds=60)
@@ -124,7 +130,11 @@ def check_state(state: object, path: Path) -> dict[str, Any]:
                    "an ISO datetime with a time zone")
     for key in ("since", "until"):
         _when(path, key, state.get(key))
-    for key in ("version", "runs", "last_run_rows", "last_run_attempt_rows"):
+    version = state.get("version")
+    if type(version) is not int or version not in VERSIONS:  # not True, not 3.0
+        raise _bad(path, "version", version,
+                   "a version delayq_export writes (%s)" % ", ".join(map(str, VERSIONS)))
+    for key in ("runs", "last_run_rows", "last_run_attempt_rows"):
         value = state.get(key, 0)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise _bad(path, key, value, "an integer >= 0")
@@ -244,49 +254,10 @@ def rows_to_export(previous_mark: datetime | None, mark: datetime,
     return qs
 
 
-def keyset_pages(qs: QuerySet[Any], columns: tuple[str, ...], chunk_size: int,
-                 order: tuple[str, str] = ("created_at", "id")) -> Iterator[list[tuple[Any, ...]]]:
-    """Pages of ``values_list(*columns)`` ordered by ``order``, each one query, O(chunk) memory."""
-    first, second = order
-    i, j = columns.index(first), columns.index(second)
-    qs = qs.order_by(first, second)
-    after: tuple[Any, Any] | None = None
-    while True:
-        page_qs = qs
-        if after is not None:
-            page_qs = qs.filter(Q(**{first + "__gt": after[0]})
-                                | Q(**{first: after[0], second + "__gt": after[1]}))
-        page = list(page_qs.values_list(*columns)[:chunk_size])
-        if not page:
-            return
-        yield page
-        after = (page[-1][i], page[-1][j])
-
-
 def prepare_root(root: Path) -> None:
     """Create ``root`` and prove it writable before anything is read: a clear ValueError
     (the command's error message) instead of a traceback from deep inside the writer."""
     writable_dir(root, "export to")
-
-
-def _stamped(page: list[tuple[Any, ...]], positions: tuple[int, ...], out: pa.Schema,
-             read_at: datetime) -> pa.Table:
-    table = schema.to_table(schema.redacted(page, positions), out.remove(len(out) - 1),
-                            schema.JOB_JSON_FIELDS)
-    return table.append_column(out.field("read_at"),
-                               pa.array([read_at] * len(page), type=schema.TS))
-
-
-def _pages(qs: QuerySet[Any], columns: tuple[str, ...],
-           chunk_size: int) -> Iterator[tuple[datetime, list[tuple[Any, ...]]]]:
-    """Keyset pages, each with the time just before its query (its ``read_at``)."""
-    pages = keyset_pages(qs, columns, chunk_size)
-    while True:
-        read_at = timezone.now()
-        page = next(pages, None)
-        if page is None:
-            return
-        yield read_at, page
 
 
 def _recorded(root: Path, state: dict[str, Any] | None) -> pa.Table | None:
@@ -309,24 +280,25 @@ def _checked_mark(root: Path, state: dict[str, Any] | None, since: datetime | No
     if state is not None and state.get(export_attempts.STATE_KEY):
         _not_later(root / STATE_FILE, "attempts.before",
                    _parse(state[export_attempts.STATE_KEY].get("before")), latest)
+        export_attempts.check_issued(state[export_attempts.STATE_KEY], str(root / STATE_FILE))
     return previous
 
 
-def _write_jobs(root: Path, querysets: Iterable[QuerySet[Job]], excluded: tuple[str, ...],
-                redacted: tuple[str, ...], chunk_size: int, bar: Progress,
-                ) -> DayPartitionedWriter:
-    """Write the rows of ``querysets`` to the jobs' day files; the closed writer."""
-    columns = tuple(c for c in schema.JOB_COLUMNS if c not in excluded)
-    out_schema = pa.schema([*(schema.JOB_SCHEMA.field(c) for c in columns),
-                            pa.field("read_at", schema.TS)])
-    positions = tuple(columns.index(c) for c in redacted)
-    with DayPartitionedWriter(root / schema.JOBS_DIR, out_schema, kind="export",
-                              day_column="created_at") as writer:
+def _write_files(root: Path, querysets: Iterable[QuerySet[Job]],
+                 attempt_qs: QuerySet[JobAttempt] | None, excluded: tuple[str, ...],
+                 redacted: tuple[str, ...], chunk_size: int, bar: Progress,
+                 changed_after: datetime) -> tuple[DayPartitionedWriter,
+                                                   DayPartitionedWriter | None]:
+    """The job rows of ``querysets``, then the attempt rows of ``attempt_qs`` (None: not
+    exported) with the job rows of those whose job changed after ``changed_after``
+    (``export_attempts``); the closed writers of jobs and attempts."""
+    with JobFiles(root, excluded, redacted, bar) as jobs:
         for qs in querysets:
-            for read_at, page in _pages(qs, columns, chunk_size):
-                writer.write(_stamped(page, positions, out_schema, read_at))
-                bar.update(len(page))
-    return writer
+            jobs.write(qs, chunk_size)
+        attempts = None if attempt_qs is None else export_attempts.write_attempts(
+            root, attempt_qs, exclude=excluded, redact=redacted, chunk_size=chunk_size,
+            bar=bar, job_rows=jobs.by_id, changed_after=changed_after)
+    return jobs.writer, attempts
 
 
 def export_jobs(root: Path | str, *, since: datetime | None = None,
@@ -363,9 +335,8 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
         attempts, since, until)
     total = window.count() + len(late) + (0 if attempt_qs is None else attempt_qs.count())
     bar = Progress(total, "delayq_export", stream=stream, enabled=progress)
-    writer = _write_jobs(root, (window, *again), excluded, redacted, chunk_size, bar)
-    attempt_writer = None if attempt_qs is None else export_attempts.write_attempts(
-        root, attempt_qs, exclude=excluded, redact=redacted, chunk_size=chunk_size, bar=bar)
+    writer, attempt_writer = _write_files(root, (window, *again), attempt_qs, excluded,
+                                          redacted, chunk_size, bar, mark - overlap)
     attempt_rows = None if attempt_writer is None else attempt_writer.rows
     attempt_files = [] if attempt_writer is None else attempt_writer.files
     bar.close()
@@ -376,7 +347,7 @@ def export_jobs(root: Path | str, *, since: datetime | None = None,
                       files=records.written(root, files))
     name = pending.write(root, captured)
     runs = (state or {}).get("runs", 0) + 1
-    new_state = {"version": 3, "high_water": _iso(mark), "since": _iso(since),
+    new_state = {"version": VERSION, "high_water": _iso(mark), "since": _iso(since),
                  "until": _iso(until), "runs": runs, "last_run_rows": writer.rows,
                  "exclude": list(excluded), "redact": list(redacted), "pending": name,
                  "overlap_seconds": overlap.total_seconds(), "database": database}

@@ -22,8 +22,17 @@ attempt, or is final), so no change of a job announces it. So attempt rows are r
 On SQLite the write lock makes id order commit order and the overlap only costs the
 re-read. Rows read twice are the same row; readers keep one per id.
 
-``upper`` is taken before the job rows are read, so every attempt row written has its
-job row in the export (a job row is committed before any attempt of it).
+Every attempt row written has its job row in the export. The attempt query reads each
+row's job ``updated_at`` with it (one statement, one snapshot). A job changed after the
+run's mark minus the overlap may not be in this run's window (it failed inside
+``settle``: left to the next run), so its row is written with its attempt rows, read by
+id just after (``job_files.JobFiles.by_id``; an attempt row whose job is gone by then,
+deleted with it, is left out). Any other job was last changed at or before the mark
+minus the overlap, and its row existed before the attempt row (a job row is committed
+before any attempt of it), so before ``upper`` and before the job rows were read: the
+version that read saw is in this run's window or an earlier run's, or it was stamped
+after the mark, and then the version read here, written later but stamped more than the
+overlap earlier, would take clocks further apart than the export allows.
 
 Files are partitioned by their job's day (``job_created_at``, like ``delayq_prune``'s
 archive), and ``--since``/``--until`` select by the job's ``created_at``. The jobs'
@@ -44,13 +53,14 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+from django.db import DatabaseError, connections, transaction
 from django.db.models import Max, QuerySet
 
 from django_delayq.models import JobAttempt
@@ -125,6 +135,54 @@ def check_state(part: object, where: str) -> None:
         _id(where, key + "[1]", mark[1])
 
 
+def highest_issued() -> int | None:
+    """The highest attempt id the database has handed out, deleted rows' too (SQLite's
+    ``sqlite_sequence``, PostgreSQL's sequence), never less than the highest id in the
+    table; None where it cannot say (another database, a sequence it may not read)."""
+    using = JobAttempt.objects.db
+    conn, table = connections[using], JobAttempt._meta.db_table
+    top = JobAttempt.objects.using(using).aggregate(top=Max("id"))["top"] or 0
+    if conn.vendor == "sqlite":  # no transaction: BEGIN IMMEDIATE would take the write lock
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute("SELECT seq FROM sqlite_sequence WHERE name = %s", [table])
+                found = cursor.fetchone()
+        except DatabaseError:  # no sqlite_sequence yet: nothing inserted
+            return top
+        return max(top, int(found[0]) if found else 0)
+    if conn.vendor != "postgresql":
+        return None
+    try:
+        with transaction.atomic(using=using), conn.cursor() as cursor:  # a savepoint
+            sequences = conn.introspection.get_sequences(cursor, table)
+            if not sequences:
+                return None
+            cursor.execute("SELECT last_value, is_called FROM %s"
+                           % conn.ops.quote_name(sequences[0]["name"]))
+            last, called = cursor.fetchone()
+    except DatabaseError:  # a sequence this user may not read
+        return None
+    return max(top, int(last) if called else 0)
+
+
+def check_issued(part: dict[str, Any] | None, where: str) -> None:
+    """Every id of the attempts part of a state file (``where``) at most the highest
+    attempt id the database has handed out (``highest_issued``): ``delayq_export`` writes
+    none higher, and the next run would skip every attempt row up to it."""
+    if not part:
+        return
+    named = [(STATE_KEY + ".floor", part.get("floor", 0))]
+    named += [("%s.marks[%d][1]" % (STATE_KEY, i), mark[1])
+              for i, mark in enumerate(part.get("marks", []))]
+    if all(value == 0 for _, value in named) or (top := highest_issued()) is None:
+        return
+    for key, value in named:
+        if value > top:
+            raise ValueError("%s: %s is %d, above the highest attempt id this database has "
+                             "handed out (%d): a run would skip every attempt row up to it; fix "
+                             "the file, or export to a new directory" % (where, key, value, top))
+
+
 def tracked(state: dict[str, Any] | None) -> dict[str, Any] | None:
     """The attempts part of the export state: empty for a new directory, None for one
     begun before attempt rows were exported (they are not exported there)."""
@@ -178,23 +236,40 @@ def rows_to_export(window: Window, since: datetime | None,
 
 def _pages(qs: QuerySet[JobAttempt], columns: tuple[str, ...],
            chunk_size: int) -> Iterator[list[tuple[Any, ...]]]:
-    """Keyset pages by id (the first column), each with its job's ``created_at`` last."""
+    """Keyset pages by id (the first column), each row with its job's ``created_at`` and
+    ``updated_at`` last, read in the same query."""
     qs = qs.order_by("id")
     after: int | None = None
     while True:
         page_qs = qs if after is None else qs.filter(id__gt=after)
-        page = list(page_qs.values_list(*columns, "job__created_at")[:chunk_size])
+        page = list(page_qs.values_list(*columns, "job__created_at", "job__updated_at")
+                    [:chunk_size])
         if not page:
             return
         yield page
         after = page[-1][0]
 
 
+def _with_jobs(page: list[tuple[Any, ...]], job_at: int, changed_after: datetime,
+               job_rows: Callable[[list[str]], set[str]]) -> list[tuple[Any, ...]]:
+    """``page`` once ``job_rows`` has written the job rows of its attempt rows whose job
+    changed after ``changed_after`` (as read with them); without the attempt rows whose
+    job is no longer there (deleted with them since)."""
+    fresh = sorted({row[job_at] for row in page if row[-1] > changed_after})
+    if not fresh:
+        return page
+    gone = set(fresh) - job_rows(fresh)
+    return [row for row in page if row[job_at] not in gone] if gone else page
+
+
 def write_attempts(root: Path, qs: QuerySet[JobAttempt], *, exclude: tuple[str, ...],
-                   redact: tuple[str, ...], chunk_size: int,
-                   bar: Progress) -> DayPartitionedWriter:
+                   redact: tuple[str, ...], chunk_size: int, bar: Progress,
+                   job_rows: Callable[[list[str]], set[str]],
+                   changed_after: datetime) -> DayPartitionedWriter:
     """Write the rows of ``qs`` under ``root/attempts``; returns the closed writer (its
-    rows, files and what each file holds)."""
+    rows, files and what each file holds). The job rows of the attempt rows whose job
+    changed after ``changed_after`` (the run's mark minus the overlap) are written first
+    with ``job_rows`` (``JobFiles.by_id``): see the module docstring."""
     columns = tuple(c for c in schema.ATTEMPT_COLUMNS if c not in covered(exclude))
     out = pa.schema([*(schema.ATTEMPT_SCHEMA.field(c) for c in columns),
                      pa.field(schema.ATTEMPT_DAY, schema.TS)])
@@ -202,7 +277,8 @@ def write_attempts(root: Path, qs: QuerySet[JobAttempt], *, exclude: tuple[str, 
     with DayPartitionedWriter(root / schema.ATTEMPTS_DIR, out, kind="export",
                               day_column=schema.ATTEMPT_DAY, max_column="id") as writer:
         for page in _pages(qs, columns, chunk_size):
-            writer.write(schema.to_table(schema.redacted(page, positions), out))
+            rows = _with_jobs(page, columns.index("job_id"), changed_after, job_rows)
+            writer.write(schema.to_table(schema.redacted(rows, positions), out))
             bar.update(len(page))
     return writer
 

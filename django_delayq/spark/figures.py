@@ -17,8 +17,8 @@ Definitions (docs/pipeline.md, "Lateness", is the reference):
   nearest ranks, as numpy's default), rounded to the microsecond;
 - success_rate = succeeded / (succeeded + dead); cancelled and expired jobs are neither;
 - throughput: finished jobs (succeeded, dead, cancelled, expired) per minute, the mean
-  over the span from first to last finish (at least one minute) and the peak of any one
-  wall-clock minute;
+  over the wall-clock minutes from the first finish's to the last finish's (both
+  counted whole, empty ones too) and the peak of any one of them, so mean <= peak;
 - errors: per exception type, the failed attempts that raised it (attempt rows, whatever
   became of their job: later succeeded, retrying, cancelled or dead), the jobs that ended
   dead with it, and the jobs whose last failure it was (a job row keeps only its last).

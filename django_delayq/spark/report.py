@@ -149,6 +149,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jdbc-url", help="Read the audit table over JDBC instead, e.g. "
                                            "jdbc:postgresql://host:5432/db")
     parser.add_argument("--jdbc-jar", help="Path of the JDBC driver jar.")
+    parser.add_argument("--jdbc-driver", default=None,
+                        help="JDBC driver class (default: the one of the URL's database: "
+                             "org.postgresql.Driver, com.mysql.cj.jdbc.Driver, "
+                             "org.mariadb.jdbc.Driver, org.sqlite.JDBC).")
     parser.add_argument("--jdbc-table", default=None, help="Audit table (django_delayq_job).")
     parser.add_argument("--jdbc-attempts-table", default=None,
                         help="Attempt table (django_delayq_jobattempt).")
@@ -192,7 +196,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         parser.exit(2, "delayq report: %s\n" % exc)
     spark = build_session(opts["master"], app_name="delayq-report", jars=[opts["jdbc_jar"] or ""])
-    props = {"user": opts["jdbc_user"], "password": opts["jdbc_password"]}
+    props = {"user": opts["jdbc_user"], "password": opts["jdbc_password"],
+             "driver": opts["jdbc_driver"]}
     try:
         files = run_report(spark, opts["out"], input=opts["input"], jdbc_url=opts["jdbc_url"],
                            jdbc_table=opts["jdbc_table"],

@@ -8,7 +8,8 @@ append-only: a job row exported again after it changed is a newer version of the
 ``id``. Exported and archived job rows carry one more column, ``read_at`` (when the
 query that read them started), and readers keep per id the version read last, then the
 latest ``updated_at`` (see ``source.read_jobs``); an attempt row never changes, so a copy
-read twice is the same row. JSON fields are stored as JSON text.
+read twice is the same row. Job files hold every column of the audit row; JSON fields
+are stored as JSON text.
 """
 
 from __future__ import annotations
@@ -46,8 +47,19 @@ JOB_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     ("worker_id", pa.string()),
     ("result", pa.string()),
     ("cancel_requested", pa.bool_()),
-)
-JOB_JSON_FIELDS = frozenset({"args", "kwargs", "backoff", "result"})
+    ("priority", pa.int16()),
+    ("timeout", pa.float64()),
+    ("expires_at", TS),
+    ("retry_on", pa.string()),
+    ("scheduled_for", TS),
+    ("requeued_from", pa.string()),
+    ("progress", pa.string()),
+    ("task_backend", pa.string()),
+    ("parents_left", pa.int32()),
+    ("group", pa.string()),
+    ("atomic", pa.bool_()),
+)  # every column of the audit row (``Job``), in the model's order
+JOB_JSON_FIELDS = frozenset({"args", "kwargs", "backoff", "result", "retry_on", "progress"})
 
 ATTEMPT_FIELDS: tuple[tuple[str, pa.DataType], ...] = (
     ("id", pa.int64()),

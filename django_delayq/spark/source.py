@@ -51,6 +51,9 @@ DEFAULT_TABLE = "django_delayq_job"
 # written before the column existed
 ATTEMPT_SCHEMA = "id bigint, job_id string, error_type string, error string"
 DEFAULT_ATTEMPT_TABLE = "django_delayq_jobattempt"
+# the driver class of a JDBC URL's database, when the caller names none
+JDBC_DRIVERS = {"postgresql": "org.postgresql.Driver", "mysql": "com.mysql.cj.jdbc.Driver",
+                "mariadb": "org.mariadb.jdbc.Driver", "sqlite": "org.sqlite.JDBC"}
 
 
 def latest_versions(df: DataFrame) -> DataFrame:
@@ -181,15 +184,47 @@ def read_parquet(spark: SparkSession, root: Path | str,
     return raw
 
 
+def jdbc_driver(url: str) -> str | None:
+    """The driver class of a JDBC URL's database (``jdbc:postgresql:...``), or None."""
+    parts = url.split(":", 2)
+    if len(parts) < 3 or parts[0].lower() != "jdbc":
+        return None
+    return JDBC_DRIVERS.get(parts[1].lower())
+
+
+def _jdbc_error(exc: Exception) -> str:
+    """The JVM's exception of a failed JDBC read in one line (``java.sql.SQLException: No
+    suitable driver``), not Py4J's call and stack."""
+    java = getattr(exc, "java_exception", None)
+    text = str(java.toString()) if java is not None else str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def read_jdbc(spark: SparkSession, url: str, *, table: str = DEFAULT_TABLE,
               properties: Mapping[str, str | None] | None = None) -> DataFrame:
-    """Read the audit table over JDBC (the driver jar must be on ``spark.jars``)."""
+    """Read ``table`` over JDBC (the driver jar must be on ``spark.jars``). The driver
+    class is ``properties["driver"]``, else the one of the URL's database
+    (``JDBC_DRIVERS``): without it, Java's ``DriverManager`` does not see a driver that
+    Spark loaded from ``spark.jars`` ("No suitable driver"). A read that fails (no driver,
+    no connection, no table) is a ValueError in one line naming the table, the URL (up to
+    its ``?``, which may carry a password) and the JVM's error."""
+    from py4j.protocol import Py4JJavaError  # lazy: pyspark's, as pyspark itself
+    from pyspark.errors import PySparkException  # lazy: as above
+
+    options = {key: value for key, value in (properties or {}).items() if value is not None}
+    if "driver" not in options and (driver := jdbc_driver(url)) is not None:
+        options["driver"] = driver
     reader = spark.read.format("jdbc").option("url", url).option("dbtable", table)
     reader = reader.option("fetchsize", "10000")
-    for key, value in (properties or {}).items():
-        if value is not None:
-            reader = reader.option(key, value)
-    return reader.load()
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    try:
+        return reader.load()
+    except (Py4JJavaError, PySparkException) as exc:
+        raise ValueError("cannot read %s over JDBC from %s: %s (driver class %s; give the "
+                         "driver's jar with --jdbc-jar and its class with --jdbc-driver)"
+                         % (table, url.split("?", 1)[0], _jdbc_error(exc),
+                            options.get("driver", "not given"))) from None
 
 
 def read_jobs(spark: SparkSession, root: Path | str | None = None, *, jdbc_url: str | None = None,

@@ -31,9 +31,15 @@ def _dist(row: Row, name: str) -> dict[str, float | None]:
     return out
 
 
+MINUTE_US = 60_000_000
+
+
 def _throughput(row: Row, peak: int | None) -> dict[str, Any]:
+    """The mean per wall-clock minute over every minute from the first finish's to the
+    last finish's, both counted whole, empty ones too: the peak's minutes, so the mean
+    is never above the peak (a span inside one minute is one minute)."""
     first, last, n = row["first_finished_us"], row["last_finished_us"], row["finished"] or 0
-    minutes = max(1.0, (last - first) / 60e6) if first is not None else 1.0
+    minutes = 1 if first is None else last // MINUTE_US - first // MINUTE_US + 1
     return {"finished": n, "per_min_mean": _r(n / minutes) if n else 0.0,
             "per_min_peak": peak or 0, "first_finished": _utc_us(first),
             "last_finished": _utc_us(last)}

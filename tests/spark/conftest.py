@@ -40,6 +40,7 @@ def spark(redis_server: Any) -> Iterator[Any]:
     from django.conf import settings
 
     from django_delayq.spark.session import build_session
+    from tests.spark.jars import JDBC_JAR
 
     db = settings.DATABASES["default"]
     os.environ["DELAYQ_SPARK_TEST_DBNAME"] = str(db.get("TEST", {}).get("NAME") or db["NAME"])
@@ -47,7 +48,7 @@ def spark(redis_server: Any) -> Iterator[Any]:
     os.environ["DELAYQ_REDIS_URL"] = redis_server.url
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    session = build_session("local[2]", app_name="delayq-tests", conf={
+    session = build_session("local[2]", app_name="delayq-tests", jars=[JDBC_JAR or ""], conf={
         "spark.sql.shuffle.partitions": "2",
         "spark.default.parallelism": "2",
         "spark.ui.enabled": "false",

@@ -41,9 +41,10 @@ def _throughput(df: pd.DataFrame) -> dict[str, Any]:
     done = df[df.status.isin(FINAL) & df.finished_at.notna()]
     if done.empty:
         return {"finished": 0, "per_min_mean": 0.0, "per_min_peak": 0}
-    span = (done.finished_at.max() - done.finished_at.min()).total_seconds() / 60
-    peak = done.finished_at.dt.floor("min").value_counts().max()
-    return {"finished": len(done), "per_min_mean": _r(len(done) / max(1.0, span)),
+    minutes = done.finished_at.dt.floor("min")
+    spanned = (minutes.max() - minutes.min()) // pd.Timedelta(minutes=1) + 1  # both whole
+    peak = minutes.value_counts().max()
+    return {"finished": len(done), "per_min_mean": _r(len(done) / spanned),
             "per_min_peak": int(peak)}
 
 

@@ -146,3 +146,38 @@ def test_payload_size_is_that_of_the_envelope() -> None:
     arrow_jobs.build(_target(backoff=[5, 60], max_payload=size), batch, NOW)
     with pytest.raises(InvalidJob, match="payload is %d bytes" % size):
         arrow_jobs.build(_target(backoff=[5, 60], max_payload=size - 1), batch, NOW)
+
+
+@pytest.mark.parametrize(("when", "message"), [
+    (pa.array([1.9e9, 3e11]), r"at_col 'd' = 300000000000.0 \(epoch seconds\) is more than 100 "
+                              r"years from now \(at most 3153600000 seconds ahead, as delay\)"),
+    (pa.array([1.9e9, 1e11]), r"at_col 'd' = 100000000000.0 \(epoch seconds: "
+                              r"5138-11-16T09:46:40\+00:00\) is more than 100 years from now"),
+    (pa.array([-1e11, 1.9e9]), r"at_col 'd' = -100000000000.0 \(epoch seconds\) cannot be "
+                               r"converted to a time; use a year from 1 to 9999"),
+    (pa.array([1.9e9, float("nan")]), r"at_col 'd' = nan \(epoch seconds: not finite, the "
+                                      r"DataFrame row with k = 'o-2'\)"),
+    (pa.array([float("-inf"), 1.9e9]), r"at_col 'd' = -inf \(epoch seconds: not finite, the "
+                                       r"DataFrame row with k = 'o-1'\)"),
+    (pa.array([0, 7_000_000_000_000_000], pa.int64()),
+     r"at_col 'd' = 2191-10-27T12:26:40\+00:00 is more than 100 years from now"),
+])
+def test_due_times_schedule_refuses_are_named(when: Any, message: str) -> None:
+    """``at_col`` takes the bounds of ``schedule(at=...)``: a time from year 1 to 100 years
+    from now; epoch seconds that are NaN or infinite are named, with their row."""
+    batch = pa.RecordBatch.from_pydict({"_when": when, "_key": pa.array(["o-1", "o-2"]),
+                                        "_a0": pa.array([1, 2])})
+    with pytest.raises(InvalidJob, match=message) as caught:
+        arrow_jobs.build(_target(when="at"), batch, NOW)
+    assert "of the batch" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_epoch_seconds_become_microseconds_up_to_the_bound() -> None:
+    now_s = arrow_jobs.epoch_us(NOW) / 1e6
+    limit = now_s + 100 * 365 * 24 * 3600
+    batch = pa.RecordBatch.from_pydict({"_when": pa.array([1.5, -62135596800.0, limit, None]),
+                                        "_a0": pa.array([1, 2, 3, 4])})
+    cols = arrow_jobs.build(_target(when="at", null_when="now"), batch, NOW)
+    assert cols.run_at_us.to_pylist() == [1_500_000, -62135596800_000_000, round(limit * 1e6),
+                                          arrow_jobs.epoch_us(NOW)]
+    assert cols.at_ms == [1500, -62135596800_000, round(limit * 1e6) // 1000, None]

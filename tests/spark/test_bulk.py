@@ -73,6 +73,33 @@ def test_at_column_sets_the_due_time(spark: Any, spark_delayq: Any) -> None:
     assert _pending("emails") == 10
 
 
+def test_epoch_seconds_set_the_due_time_within_schedules_bounds(spark: Any,
+                                                               spark_delayq: Any) -> None:
+    """Epoch seconds are converted in the executor: NaN is named with its row (not Spark's
+    cast error), and a time ``schedule(at=...)`` refuses (more than 100 years ahead) is
+    refused, not stored."""
+    from pyspark.sql import functions as F
+
+    from django_delayq.spark import schedule_dataframe
+
+    due = datetime(2030, 1, 2, 3, 4, 5, 678000, tzinfo=UTC)
+    df = _frame(spark, 10).withColumn("due", F.lit(due.timestamp()) + F.col("id"))
+    assert schedule_dataframe(df, ADD, at_col="due", args_cols=["a"], key_col="key",
+                              settings_module=SETTINGS) == 10
+    assert sorted(Job.objects.values_list("run_at", flat=True)) == [
+        due + timedelta(seconds=i) for i in range(10)]
+    for value, message in ((float("nan"), r"at_col 'due' = nan \(epoch seconds: not finite, "
+                                          r"the DataFrame row with key = 'order-3'\)"),
+                           (3e11, r"at_col 'due' = 300000000000.0 \(epoch seconds\) is more "
+                                  r"than 100 years from now .* \(the DataFrame row with key = "
+                                  r"'order-3'\)")):
+        bad = df.withColumn("due", F.when(F.col("id") == 3, F.lit(value)).otherwise(F.col("due")))
+        with pytest.raises(Exception, match=message):
+            schedule_dataframe(bad.coalesce(1), ADD, at_col="due", key_col="key",
+                               settings_module=SETTINGS)
+    assert Job.objects.count() == 10 and _pending() == 10
+
+
 def test_bad_input_fails_on_the_driver_naming_it(spark: Any, spark_delayq: Any) -> None:
     from django_delayq.spark import schedule_dataframe
 

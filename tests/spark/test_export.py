@@ -41,6 +41,32 @@ def test_export_partitions_by_day_in_chunks(tmp_path: Any) -> None:
     assert not list(tmp_path.rglob(".*.tmp"))
 
 
+FULL_ROW = {"priority": 5, "timeout": 2.5, "expires_at": BASE + timedelta(hours=1),
+            "retry_on": ["shop.errors.Timeout"], "scheduled_for": BASE,
+            "requeued_from": "01JOLDJOBOLDJOBOLDJOBOLDJO", "progress": {"done": 3},
+            "task_backend": "default", "parents_left": 2, "group": "tenant-7", "atomic": True}
+
+
+def test_the_files_hold_every_column_of_the_audit_row(tmp_path: Any) -> None:
+    """Every column of ``Job`` is exported (JSON fields as JSON text), and archived by
+    ``delayq_prune``; each may be excluded, and a text one redacted."""
+    jobs = known_jobs()
+    jobs[0].update(FULL_ROW)
+    save_jobs(jobs)
+    export_jobs(tmp_path / "all", now=NOW, progress=False)
+    table = _read(tmp_path / "all")
+    fields = {f.attname for f in Job._meta.concrete_fields}
+    assert set(table.column_names) == fields | {"read_at", "day"}
+    row = table.filter(ds.field("id") == jobs[0]["id"]).to_pylist()[0]
+    json_fields = {"retry_on", "progress"}
+    assert {k: json.loads(row[k]) if k in json_fields else row[k] for k in FULL_ROW} == FULL_ROW
+    export_jobs(tmp_path / "some", now=NOW, progress=False, exclude="group,retry_on",
+                redact="progress,task_backend")
+    row = _read(tmp_path / "some").filter(ds.field("id") == jobs[0]["id"]).to_pylist()[0]
+    assert "group" not in row and "retry_on" not in row and row["priority"] == 5
+    assert (json.loads(row["progress"]), row["task_backend"]) == ("[redacted]", "[redacted]")
+
+
 def test_second_run_exports_only_new_and_changed_rows(tmp_path: Any) -> None:
     save_jobs(known_jobs())
     first = export_jobs(tmp_path, now=NOW, progress=False)

@@ -109,6 +109,48 @@ def test_each_run_reads_the_ids_the_runs_before_leave_open(tmp_path: Path) -> No
     assert five.attempt_rows == 0
 
 
+def test_an_attempt_row_is_exported_with_its_job_row_even_inside_the_settle_window(
+        tmp_path: Path) -> None:
+    """Jobs that changed after the mark (inside ``settle``: left to the next run) but whose
+    attempt rows are below the run's highest id: their job rows are written with them, so
+    every attempt row exported has its job row in the export; the next run exports them
+    again as usual."""
+    save_jobs(known_jobs())
+    export_jobs(tmp_path, now=NOW, progress=False)
+    now = NOW + timedelta(minutes=5)
+    inside = now - timedelta(seconds=1)  # after the mark, now - 2 s
+    fresh = dict(known_jobs()[0], id="fresh", created_at=inside, updated_at=inside)
+    save_jobs([fresh])
+    Job.objects.filter(pk="a001").update(status="retrying", attempts=2, updated_at=inside)
+    _fail(["fresh", "a001", "a002"])
+    result = export_jobs(tmp_path, now=now, progress=False)
+    assert result.attempt_rows == 3
+    assert result.rows == 2  # the window held none of them: the two jobs of the new rows
+    jobs = ds.dataset(tmp_path / "jobs", format="parquet", partitioning="hive").to_table()
+    exported = set(jobs.column("id").to_pylist())
+    assert set(_read(tmp_path).column("job_id").to_pylist()) <= exported
+    latest = jobs.filter(ds.field("id") == "a001").sort_by([("read_at", "descending")])
+    assert latest.to_pylist()[0]["status"] == "retrying"
+    later = export_jobs(tmp_path, now=now + timedelta(minutes=5), progress=False)
+    assert later.rows == 2  # the window of the next run holds them
+
+
+def test_an_attempt_row_whose_job_is_gone_is_left_out() -> None:
+    """A job deleted between the attempt page and the read of its row went with its
+    attempt rows: they are not written (their job row could not be)."""
+    from django_delayq.spark.export_attempts import _with_jobs
+
+    page = [(1, "a", NOW, NOW), (2, "b", NOW, NOW), (3, "c", NOW, BASE)]
+    asked = []
+
+    def job_rows(ids: list[str]) -> set[str]:
+        asked.append(ids)
+        return {"a"}
+
+    assert _with_jobs(page, 1, NOW - timedelta(seconds=1), job_rows) == page[::2]
+    assert asked == [["a", "b"]]  # c last changed before: in the export already
+
+
 def test_the_jobs_column_choice_covers_their_attempts(tmp_path: Path) -> None:
     save_jobs(known_jobs())
     _fail(["a091"], times=2)

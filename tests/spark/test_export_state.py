@@ -73,6 +73,14 @@ def _refused(root: Path, message: str) -> None:
     ("attempts", {"floor": 0, "marks": 7}, r"attempts.marks is 7, not a list"),
     ("attempts", {"floor": 0, "before": "2999-01-01T00:00:00+00:00"},
      r"attempts.before is 2999-01-01T00:00:00\+00:00, later than this run's time"),
+    ("attempts", {"floor": 10**9}, r"attempts.floor is 1000000000, above the highest attempt "
+                                   r"id this database has handed out \(\d+\): a run would "
+                                   r"skip every attempt row up to it"),
+    ("attempts", {"floor": 0, "marks": [[MARK, 1], [MARK, 10**9]]},
+     r"attempts.marks\[1\]\[1\] is 1000000000, above the highest attempt id"),
+    ("version", 99, r"version is 99, not a version delayq_export writes \(1, 2, 3\)"),
+    ("version", True, r"version is true, not a version delayq_export writes"),
+    ("version", None, r"version is null, not a version delayq_export writes"),
 ])
 def test_a_value_delayq_export_never_writes_is_refused(tmp_path: Path, key: str, value: Any,
                                                        message: str) -> None:
@@ -111,3 +119,23 @@ def test_the_states_earlier_versions_wrote_are_still_read(tmp_path: Path) -> Non
     (tmp_path / STATE_FILE).write_text(json.dumps({**old, "version": 1}))
     assert export_jobs(tmp_path, now=NOW + timedelta(minutes=1), progress=False).rows == 0
     assert json.loads((tmp_path / STATE_FILE).read_text())["runs"] == 2
+
+
+def test_attempt_ids_are_bounded_by_what_the_database_handed_out(tmp_path: Path) -> None:
+    """The bound is the highest id ever handed out, not the highest id left in the table:
+    after the newest attempt rows were deleted (pruned), the marks a run wrote before are
+    still accepted, and attempt rows inserted since are exported."""
+    from django_delayq.models import JobAttempt
+    from django_delayq.spark import export_attempts
+
+    state = _exported(tmp_path)
+    top = max(JobAttempt.objects.values_list("id", flat=True))
+    assert export_attempts.highest_issued() == top == state["attempts"]["marks"][-1][1]
+    JobAttempt.objects.filter(id=top).delete()
+    assert export_attempts.highest_issued() == top
+    later = NOW + timedelta(minutes=5)
+    result = export_jobs(tmp_path, now=later, progress=False)  # the mark names the deleted id
+    assert result.attempt_rows is not None
+    _fail(_jobs(96, 97))
+    assert export_jobs(tmp_path, now=later + timedelta(minutes=5), progress=False) \
+        .attempt_rows == 2

@@ -43,6 +43,8 @@ def test_prune_archives_then_deletes_finished_rows_in_batches(tmp_path: Any) -> 
     assert not JobAttempt.objects.exists()
     jobs = ds.dataset(tmp_path / "jobs", format="parquet", partitioning="hive").to_table()
     assert jobs.num_rows == 109
+    fields = {f.attname for f in Job._meta.concrete_fields}
+    assert set(jobs.column_names) == fields | {"read_at", "day"}  # every column of the row
     attempts = ds.dataset(tmp_path / "attempts", format="parquet",
                           partitioning="hive").to_table()
     assert sorted(attempts.column("error").to_pylist()) == ["first", "second"]

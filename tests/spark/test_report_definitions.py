@@ -193,3 +193,20 @@ def test_labels_written_into_the_database_are_plain_text(tmp_path: Any) -> None:
               "groups": [{"queue": "*", "top_errors": [error]}]}
     charts = write_charts(report, tmp_path)
     assert charts["failures"].stat().st_size > 0
+
+
+def test_the_mean_per_minute_is_never_above_the_peak_minute(spark: Any) -> None:
+    """Ten jobs finishing 20 s apart across a minute boundary (five at 12:00:50, five at
+    12:01:10): two wall-clock minutes, each counted whole, so 5 a minute on average and
+    at the peak (a span under a minute counted as one minute made the mean 10)."""
+    from django_delayq.spark.summary import compute_report
+
+    jobs = [_job("m%02d" % i, "default", ADD, "succeeded",
+                 BASE + timedelta(seconds=50 if i < 5 else 70), 0.0, 0.0, 1)
+            for i in range(10)]
+    throughput = _group(compute_report(_frame(spark, jobs)), "default", ADD)["throughput"]
+    assert (throughput["per_min_mean"], throughput["per_min_peak"]) == (5.0, 5)
+    three = jobs + [_job("m10", "default", ADD, "succeeded", BASE + timedelta(seconds=179),
+                         0.0, 0.0, 1)]  # 12:02:59: minutes 12:00, 12:01 and 12:02
+    throughput = _group(compute_report(_frame(spark, three)), "default", ADD)["throughput"]
+    assert (throughput["per_min_mean"], throughput["per_min_peak"]) == (round(11 / 3, 3), 5)

@@ -21,6 +21,7 @@ class Command(BaseCommand):
     def _jdbc_properties(self, options: dict[str, Any]) -> dict[str, str | None]:
         db: dict[str, Any] = dict(settings.DATABASES.get("default", {}))
         given = {key: options["jdbc_" + key] or db.get(key.upper()) for key in ("user", "password")}
+        given["driver"] = options["jdbc_driver"]  # None: the one of the URL's database
         return {key: str(value) if value else None for key, value in given.items()}
 
     def handle(self, *args: object, **options: Any) -> None:
