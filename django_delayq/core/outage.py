@@ -46,7 +46,6 @@ from datetime import datetime, timedelta
 
 from django.utils import timezone
 
-from django_delayq.core.reconcile_state import Cursor
 from django_delayq.engine.client import SOCKET_TIMEOUT_SECONDS
 from django_delayq.engine.shard_health import MAX_DELAY_SECONDS
 
@@ -94,16 +93,16 @@ class Outage:
             self.last_at = now + BACKOFF_TAIL_SECONDS + OUTAGE_GRACE_SECONDS
             self.taken = 0
 
-    def take_pass(self, queues: tuple[str, ...]) -> Cursor | None:
-        """A walk over ``queues`` to start now (None: nothing to do yet)."""
+    def take_pass(self) -> datetime | None:
+        """The start of the rows a pass to start now walks (None: nothing to do yet); the
+        pass skips the rows changed in the last ``OUTAGE_GRACE_SECONDS``."""
         now = self.clock()
         if self.since is None or self.next_at is None or now < self.next_at:
             return None
         self.next_at = None if now >= self.last_at else min(now + OUTAGE_GRACE_SECONDS,
                                                              self.last_at)
         self.taken += 1
-        return Cursor(queues, OUTAGE_GRACE_SECONDS,
-                      since=self.since - timedelta(seconds=OUTAGE_MARGIN_SECONDS))
+        return self.since - timedelta(seconds=OUTAGE_MARGIN_SECONDS)
 
     def done(self) -> None:
         """A pass was walked to its end: when it was the last one, its rows are owed

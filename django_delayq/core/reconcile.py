@@ -89,7 +89,7 @@ from django.db import DatabaseError, close_old_connections, router
 
 from django_delayq.core import group_limits, reconcile_state, unqueueable, workflows
 from django_delayq.core.epochs import Epochs
-from django_delayq.core.outage import Outage
+from django_delayq.core.outage import OUTAGE_GRACE_SECONDS, Outage
 from django_delayq.core.queues import MAX_RECENT, RECENT_SECONDS
 from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
@@ -166,13 +166,12 @@ class Reconciler:
                                          self.settings.reconcile_interval_seconds):
             self._last_epoch = now
             self._look_at_epochs()
-        if AFTER_OUTAGE not in self._urgent and (
-                walk := self._outage.take_pass(self.queues)) is not None:
-            self._urgent[AFTER_OUTAGE] = walk
+        if AFTER_OUTAGE not in self._urgent and (since := self._outage.take_pass()):
+            self._urgent[AFTER_OUTAGE] = Cursor(self.queues, OUTAGE_GRACE_SECONDS, since=since)
             self.stats.outage_passes += 1
             (logger.info if self._outage.taken == 1 else logger.debug)(
                 "reconciler: Redis answers again; looking at the rows changed since %s "
-                "without the long grace (pass %d)", walk.since, self._outage.taken)
+                "without the long grace (pass %d)", since, self._outage.taken)
         # the loss passes share one urgent budget, then the pass after an outage has one
         # of its own: neither waits for the other to finish
         budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)

@@ -184,14 +184,14 @@ def test_the_passes_last_until_no_web_process_can_still_back_off() -> None:
     clocks.advance(60)  # the failing look hung a minute
     outage.failed()
     clocks.advance(10)
-    assert outage.take_pass(("default",)) is None
+    assert outage.take_pass() is None
     outage.worked()
     back, starts, since = clocks.mono, [], set()
     for _ in range(100):
         clocks.advance(0.5)
-        if (walk := outage.take_pass(("default",))) is not None:
+        if (start := outage.take_pass()) is not None:
             starts.append(clocks.mono - back)
-            since.add(walk.since)
+            since.add(start)
             outage.done()
     assert since == {ok_at - margin}
     assert starts[0] == 2.0 and starts[-1] >= BACKOFF_TAIL_SECONDS + 2.0, starts
@@ -207,10 +207,9 @@ def test_the_passes_last_until_no_web_process_can_still_back_off() -> None:
     outage.failed()  # again, before its passes ran
     clocks.advance(1)
     outage.worked()
-    assert outage.take_pass(("default",)) is None
+    assert outage.take_pass() is None
     clocks.advance(2)
-    walk = outage.take_pass(("default",))
-    assert walk is not None and walk.since == first - margin
+    assert outage.take_pass() == first - margin
 
 
 def test_rows_of_a_stalls_start_are_in_the_pass_though_a_look_worked_after_it() -> None:
@@ -227,5 +226,5 @@ def test_rows_of_a_stalls_start_are_in_the_pass_though_a_look_worked_after_it() 
     clocks.advance(3)
     outage.worked()
     clocks.advance(3)
-    walk = outage.take_pass(("default",))
-    assert walk is not None and walk.since is not None and walk.since <= row_written
+    start = outage.take_pass()
+    assert start is not None and start <= row_written
