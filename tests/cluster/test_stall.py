@@ -7,6 +7,7 @@ still followed."""
 
 from __future__ import annotations
 
+import random
 import signal
 import time
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import pytest
+import redis
 from redis.crc import key_slot
 
 from django_delayq import schedule
@@ -195,5 +197,84 @@ def test_a_multi_follows_moved_after_its_slot_moved(redis_cluster: LocalCluster)
             _move_slot(redis_cluster, slot, target, source)
         assert client.get(key) == b"ab"  # a command follows MOVED (back) too
     finally:
+        client.delete(key)
+        client.close()
+
+
+def _key_on(cluster: LocalCluster, port: int, tag: str) -> str:
+    return next("{%s%d}:k" % (tag, i) for i in range(10_000)
+                if cluster.node_of("{%s%d}:k" % (tag, i)) == port)
+
+
+def test_a_client_built_while_a_node_stalls_lifts_its_mark(  # type: ignore[no-untyped-def]
+        redis_cluster: LocalCluster, monkeypatch) -> None:
+    """redis-py asks its startup nodes for the slots in a random order; the stalled one
+    asked first (forced here) is marked before the client has its slot map. The mark is
+    lifted once the node answers (before, its probe died and the client was refused the
+    node for good)."""
+    port = redis_cluster.nodes[1].port
+    name, key = "127.0.0.1:%d" % port, _key_on(redis_cluster, port, "built")
+    monkeypatch.setattr(random, "shuffle", lambda nodes: nodes.sort(
+        key=lambda n: getattr(n, "port", 0) != port))
+    with stalled(redis_cluster, port):
+        client = make_client(redis_cluster.url, socket_timeout=1.0)
+        assert client.stalls.stalled(name)  # met by the refresh inside its constructor
+    monkeypatch.undo()
+    try:
+        wait_until(lambda: not client.stalls.stalled(name), timeout=20)
+        client.set(key, "x")
+        assert client.get(key) == b"x"
+    finally:
+        client.delete(key)
+        client.close()
+
+
+def _slots_asked(cluster: LocalCluster, but: int) -> int:
+    """CLUSTER SLOTS calls the nodes other than ``but`` answered so far."""
+    total = 0
+    for node in cluster.nodes:
+        if node.port != but:
+            stats = node.client().info("commandstats")
+            total += (stats.get("cmdstat_cluster|slots") or stats.get("cmdstat_cluster")
+                      or {}).get("calls", 0)
+    return total
+
+
+def test_calls_on_a_stalled_node_refresh_the_slots_once_a_second(
+        redis_cluster: LocalCluster) -> None:
+    """Every call that meets a marked node refreshes the client's slot map (a replica
+    promoted meanwhile is followed, tests/cluster/test_stall_failover.py), one a second
+    at most: a pipeline no longer sends itself again 10 times with a refresh each, and a
+    GET's refresh is not repeated at each call (before: 120 CLUSTER SLOTS here)."""
+    port = redis_cluster.nodes[2].port
+    key, other = _key_on(redis_cluster, port, "rf"), _key_on(redis_cluster,
+                                                             redis_cluster.nodes[0].port, "rf")
+    client = make_client(redis_cluster.url, socket_timeout=1.0)
+
+    def pipeline(transaction: bool) -> object:
+        pipe = client.pipeline(transaction=transaction)
+        pipe.get(key)
+        if not transaction:
+            pipe.get(other)
+        return pipe.execute()
+
+    try:
+        client.set(key, "1")
+        with stalled(redis_cluster, port):
+            with pytest.raises(redis.ConnectionError):
+                client.get(key)  # one reply timeout: marked
+            before, began = _slots_asked(redis_cluster, port), time.monotonic()
+            for _ in range(10):
+                for call in (lambda: client.get(key), lambda: pipeline(False),
+                             lambda: pipeline(True)):
+                    with pytest.raises(redis.ConnectionError):
+                        call()
+                assert client.get(other) is None
+            took = time.monotonic() - began
+            asked = _slots_asked(redis_cluster, port) - before
+        assert took < 5, took  # each at once
+        assert asked <= 2 + took, (asked, took)
+    finally:
+        wait_until(lambda: not client.stalls.stalled("127.0.0.1:%d" % port), timeout=20)
         client.delete(key)
         client.close()
