@@ -119,30 +119,13 @@ def _settings_module(explicit: str | None) -> str:
 
 
 def _validate_on_driver(plan: Plan) -> None:
-    """Reject a bad callable, queue, attempts or backoff before any executor starts. A
-    driver that has not set Django up sets it up as the executors will (``setup_django``),
-    unless the settings module cannot be imported here: then each executor checks them,
-    before it writes a row."""
-    if apps.ready or _set_up_on_driver(plan):
+    """Reject a bad callable, queue, attempts or backoff before any executor starts, when
+    the driver has set Django up. A driver that has not is left as it is: the settings
+    module may need what only the executors have (an ``spark.executorEnv`` variable, an
+    app on their ``PYTHONPATH``), and a failed ``django.setup()`` cannot be undone in this
+    process. Each executor checks them then, before it writes a row."""
+    if apps.ready:
         _check_options(plan)
-
-
-def _set_up_on_driver(plan: Plan) -> bool:
-    """``setup_django`` on the driver; False (nothing changed) when the settings module,
-    or a package of its path, is not importable here (it may be on the executors')."""
-    before = os.environ.get("DJANGO_SETTINGS_MODULE")
-    try:
-        setup_django(plan)
-    except ModuleNotFoundError as exc:
-        parts = plan.settings_module.split(".")
-        if exc.name not in {".".join(parts[:i]) for i in range(1, len(parts) + 1)}:
-            raise  # the settings module is there, something it imports is not
-        if before is None:
-            os.environ.pop("DJANGO_SETTINGS_MODULE", None)
-        else:
-            os.environ["DJANGO_SETTINGS_MODULE"] = before
-        return False
-    return True
 
 
 def _check_options(plan: Plan) -> None:
