@@ -131,9 +131,11 @@ def _at_micros(t: Target, when: pa.Array, now_us: int) -> pa.Array:
     ``datetime.fromtimestamp``), never by a Spark cast, which fails on NaN or infinity
     without naming the row."""
     seconds = pa.types.is_floating(when.type)
-    scale = 1e6 if seconds else 1
     latest = now_us + validation.MAX_DELAY_SECONDS * 1_000_000
-    ok = pc.and_(pc.greater_equal(when, _FIRST_US / scale), pc.less_equal(when, latest / scale))
+    # integer bounds for int64 microseconds: a float one would make Arrow cast the column
+    # to float64, which it refuses past 2**53 (years before 1685 or after 2255)
+    low, high = (_FIRST_US / 1e6, latest / 1e6) if seconds else (_FIRST_US, latest)
+    ok = pc.and_(pc.greater_equal(when, low), pc.less_equal(when, high))
     ok = pc.fill_null(ok, True)  # a null is due now (null_when="now"), checked before
     if not pc.all(ok).as_py():
         bad = int(pc.index(ok, False).as_py())

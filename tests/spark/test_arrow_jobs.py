@@ -181,3 +181,21 @@ def test_epoch_seconds_become_microseconds_up_to_the_bound() -> None:
     assert cols.run_at_us.to_pylist() == [1_500_000, -62135596800_000_000, round(limit * 1e6),
                                           arrow_jobs.epoch_us(NOW)]
     assert cols.at_ms == [1500, -62135596800_000, round(limit * 1e6) // 1000, None]
+
+
+def _us(year: int) -> int:
+    return (datetime(year, 1, 1, tzinfo=UTC) - arrow_jobs._EPOCH) // timedelta(microseconds=1)
+
+
+def test_timestamps_far_from_1970_are_checked_as_integers() -> None:
+    """Microseconds more than 2**53 from 1970 (before 1685, after 2255) are compared as
+    int64: a float bound made Arrow refuse to cast them (ArrowInvalid, no row named)."""
+    batch = pa.RecordBatch.from_pydict({"_when": pa.array([_us(1), _us(1600)], pa.int64()),
+                                        "_key": pa.array(["o-1", "o-2"]), "_a0": pa.array([1, 2])})
+    cols = arrow_jobs.build(_target(when="at"), batch, NOW)
+    assert cols.run_at_us.to_pylist() == [_us(1), _us(1600)]  # schedule(at=...) takes them
+    batch = pa.RecordBatch.from_pydict({"_when": pa.array([_us(2000), _us(3000)], pa.int64()),
+                                        "_key": pa.array(["o-1", "o-2"]), "_a0": pa.array([1, 2])})
+    with pytest.raises(InvalidJob, match=r"at_col 'd' = 3000-01-01T00:00:00\+00:00 is more than "
+                                         r"100 years from now .*the DataFrame row with k = 'o-2'"):
+        arrow_jobs.build(_target(when="at"), batch, NOW)
