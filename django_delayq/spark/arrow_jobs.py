@@ -34,6 +34,7 @@ from django_delayq.spark import arrow_json, batch_ids
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FIRST_US = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)  # year 1
+_DAY_US = 86_400 * 1_000_000
 _BATCH_ROW = re.compile(r"row (\d+) of the batch")
 NULL_WHEN = ("error", "now")
 MAX_ROW_TEXT = 300
@@ -145,6 +146,27 @@ def _at_micros(t: Target, when: pa.Array, now_us: int) -> pa.Array:
     return pc.cast(pc.round(pc.multiply(when, 1e6), round_mode="half_to_even"), pa.int64())
 
 
+def _check_wall_times(t: Target, given: pa.Array, run_at_us: pa.Array) -> None:
+    """Without ``USE_TZ`` a row stores the local wall time (``validation.stored_time``):
+    a time within a day of year 1 has none west of UTC, refused here as ``schedule()``
+    refuses it, naming the row, not by an ``OverflowError`` in the sink."""
+    near = pc.less(run_at_us, _FIRST_US + _DAY_US)
+    if not pc.any(near).as_py():
+        return
+    for row in pc.indices_nonzero(near).to_pylist():
+        moment = _EPOCH + timedelta(microseconds=run_at_us[row].as_py())
+        try:
+            moment.astimezone()
+        except (OverflowError, ValueError, OSError) as exc:
+            value = given[row].as_py()
+            shown = ("%r (epoch seconds: %s)" % (value, moment.isoformat())
+                     if pa.types.is_floating(given.type) else moment.isoformat())
+            raise InvalidJob("at_col %r = %s has no wall time in the local TIME_ZONE (%s), the "
+                             "naive time USE_TZ=False stores; use a time from year 1 to 9999 "
+                             "there (row %d of the batch)" % (t.when_name, shown, exc, row)
+                             ) from None
+
+
 def _bad_at(t: Target, value: float, seconds: bool, row: int) -> InvalidJob:
     """The error of an ``at_col`` value ``_at_micros`` refuses, in ``check_at``'s words."""
     if seconds and not math.isfinite(value):
@@ -243,6 +265,8 @@ def build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:
 def _build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:
     now_us = epoch_us(now)
     run_at_us, at_ms, delay_ms = _when(t, batch, now_us)
+    if t.when == "at" and now.tzinfo is None:  # USE_TZ = False: stored as local wall time
+        _check_wall_times(t, batch.column("_when"), run_at_us)
     ids, keys = _ids(t, batch, now_us)
     args, kwargs = _payload(t, batch)
     _check_size(t, args, kwargs)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -199,3 +200,31 @@ def test_timestamps_far_from_1970_are_checked_as_integers() -> None:
     with pytest.raises(InvalidJob, match=r"at_col 'd' = 3000-01-01T00:00:00\+00:00 is more than "
                                          r"100 years from now .*the DataFrame row with k = 'o-2'"):
         arrow_jobs.build(_target(when="at"), batch, NOW)
+
+
+@pytest.fixture()
+def west_of_utc(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The process' local zone (Django's TIME_ZONE) 5 hours west of UTC."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.parametrize(("when", "shown"), [
+    (pa.array([_us(2000), _us(1)], pa.int64()), "0001-01-01T00:00:00"),
+    (pa.array([9.5e8, -62135596800.0]), r"-62135596800.0 \(epoch seconds: 0001-01-01T00:00:00"),
+])
+def test_without_use_tz_a_time_with_no_local_wall_time_is_named(west_of_utc: Any, when: Any,
+                                                                 shown: str) -> None:
+    """USE_TZ=False (a naive now) stores the local wall time: year 1 at midnight UTC has
+    none 5 hours west; refused naming column, value and row, as ``schedule()`` does."""
+    batch = pa.RecordBatch.from_pydict({"_when": when, "_key": pa.array(["o-1", "o-2"]),
+                                        "_a0": pa.array([1, 2])})
+    with pytest.raises(InvalidJob, match=r"at_col 'd' = %s.* has no wall time in the local "
+                                         r"TIME_ZONE .*the DataFrame row with k = 'o-2'" % shown):
+        arrow_jobs.build(_target(when="at"), batch, NOW.replace(tzinfo=None))
+    ok = pa.RecordBatch.from_pydict({"_when": pa.array([_us(1) + 86_400 * 10**6], pa.int64()),
+                                     "_key": pa.array(["o-3"]), "_a0": pa.array([3])})
+    assert arrow_jobs.build(_target(when="at"), ok, NOW.replace(tzinfo=None)).ids
