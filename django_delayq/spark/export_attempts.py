@@ -162,7 +162,7 @@ def highest_issued() -> int | None:
             last, called = cursor.fetchone()
     except DatabaseError:  # a sequence this user may not read
         return None
-    return max(top, int(last) if called else 0)
+    return max(top, int(last) if called else int(last) - 1)  # not called: last is the next
 
 
 def check_issued(part: dict[str, Any] | None, where: str) -> None:
