@@ -292,7 +292,7 @@ def _write_files(root: Path, querysets: Iterable[QuerySet[Job]],
     """The job rows of ``querysets``, then the attempt rows of ``attempt_qs`` (None: not
     exported) with the job rows of those whose job changed after ``changed_after``
     (``export_attempts``); the closed writers of jobs and attempts."""
-    with JobFiles(root, excluded, redacted, bar) as jobs:
+    with JobFiles(root, excluded, redacted, bar, recent_after=changed_after) as jobs:
         for qs in querysets:
             jobs.write(qs, chunk_size)
         attempts = None if attempt_qs is None else export_attempts.write_attempts(

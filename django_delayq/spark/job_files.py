@@ -57,7 +57,7 @@ class JobFiles:
     ``bar``; use it with ``with`` (closed on success, aborted on an error)."""
 
     def __init__(self, root: Path, excluded: tuple[str, ...], redacted: tuple[str, ...],
-                 bar: Progress) -> None:
+                 bar: Progress, recent_after: datetime | None = None) -> None:
         self.columns = tuple(c for c in schema.JOB_COLUMNS if c not in excluded)
         self.schema = pa.schema([*(schema.JOB_SCHEMA.field(c) for c in self.columns),
                                  pa.field("read_at", schema.TS)])
@@ -65,6 +65,12 @@ class JobFiles:
         self.writer = DayPartitionedWriter(root / schema.JOBS_DIR, self.schema, kind="export",
                                            day_column="created_at")
         self.bar = bar
+        # the ids written whose row changed after ``recent_after``: the only ones ``by_id``
+        # may be asked for, so each job is written at most once in a run, in memory bounded
+        # by the jobs changed lately, not by the run
+        self.recent_after = recent_after
+        self.written: set[str] = set()
+        self.changed_at = self.columns.index("updated_at")
 
     def __enter__(self) -> JobFiles:
         return self
@@ -73,6 +79,8 @@ class JobFiles:
         self.writer.__exit__(exc_type, exc, tb)
 
     def _write(self, page: list[tuple[Any, ...]], read_at: datetime) -> None:
+        if self.recent_after is not None:
+            self.written.update(row[0] for row in page if row[self.changed_at] > self.recent_after)
         table = schema.to_table(schema.redacted(page, self.positions),
                                 self.schema.remove(len(self.schema) - 1), schema.JOB_JSON_FIELDS)
         self.writer.write(table.append_column(self.schema.field("read_at"),
@@ -91,8 +99,10 @@ class JobFiles:
 
     def by_id(self, ids: Sequence[str]) -> set[str]:
         """Write the rows of the jobs ``ids`` as they are now; the ids found (a job deleted
-        meanwhile is gone with its attempt rows)."""
-        found: set[str] = set()
+        meanwhile is gone with its attempt rows). A job this run has written already (its
+        window held it, or an earlier call) is not written again."""
+        found = {i for i in ids if i in self.written}
+        ids = [i for i in ids if i not in found]
         for start in range(0, len(ids), BY_ID):
             read_at = timezone.now()
             page = list(Job.objects.filter(pk__in=ids[start:start + BY_ID])
@@ -102,4 +112,5 @@ class JobFiles:
                 self.bar.total += len(page)  # not counted at the start: found on the way
                 self.bar.update(len(page))
                 found.update(row[0] for row in page)
+                self.written.update(row[0] for row in page)
         return found

@@ -247,3 +247,22 @@ def test_the_marks_kept_stay_few_and_keep_the_newest() -> None:
     assert len(kept) <= MAX_MARKS and kept[0] == marks[0]
     assert kept[-1] == (window.after.isoformat(), window.upper)
     assert set(kept[:-1]) <= set(marks) and state["floor"] == 7
+
+
+def test_a_run_writes_each_job_row_once(tmp_path: Path) -> None:
+    """A job that failed lately is in the run's window and has attempt rows whose job
+    changed after the mark minus the overlap: its row is written once, not again by id;
+    nor is a job (inside ``settle``) whose attempt rows span two pages written twice."""
+    save_jobs(known_jobs())
+    export_jobs(tmp_path, now=NOW, overlap=OVERLAP, progress=False)
+    now = NOW + timedelta(minutes=5)
+    lately, inside = now - timedelta(seconds=20), now - timedelta(seconds=1)
+    Job.objects.filter(pk__in=["a001", "a002"]).update(status="retrying", updated_at=lately)
+    Job.objects.filter(pk="a003").update(status="retrying", updated_at=inside)
+    _fail(["a001", "a002", "a003"], times=2)
+    result = export_jobs(tmp_path, now=now, overlap=OVERLAP, chunk_size=1, progress=False)
+    assert result.attempt_rows == 6
+    assert result.rows == 3  # a001 and a002 by the window, a003 by id: once each
+    jobs = ds.dataset(tmp_path / "jobs", format="parquet", partitioning="hive").to_table()
+    ids = jobs.filter(ds.field("status") == "retrying").column("id").to_pylist()
+    assert sorted(ids) == ["a001", "a002", "a003"]
