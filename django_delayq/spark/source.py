@@ -18,9 +18,10 @@ was written. Ids are unique within one database, so one directory holds one.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import Window
@@ -47,6 +48,8 @@ REPORT_COLUMNS = ("id", "queue", "callable_path", "status", "attempts", "last_er
 OPTIONAL = frozenset({"error_type", "read_at"})
 TIMESTAMPS = ("run_at", "created_at", "updated_at", "started_at", "finished_at", "read_at")
 DEFAULT_TABLE = "django_delayq_job"
+MAX_CAUSES = 20  # causes followed from a JDBC read's exception to the innermost
+_PASSWORD = re.compile(r"(?i)(password\s*[=:]\s*)[^\s&;,)]+")
 # what the report reads of an attempt row (``JobAttempt``); error_type is null in files
 # written before the column existed
 ATTEMPT_SCHEMA = "id bigint, job_id string, error_type string, error string"
@@ -192,12 +195,40 @@ def jdbc_driver(url: str) -> str | None:
     return JDBC_DRIVERS.get(parts[1].lower())
 
 
-def _jdbc_error(exc: Exception) -> str:
+def _jdbc_error(exc: Exception, secrets: tuple[str, ...] = ()) -> str:
     """The JVM's exception of a failed JDBC read in one line (``java.sql.SQLException: No
-    suitable driver``), not Py4J's call and stack."""
+    suitable driver``), not Py4J's call and stack, with its innermost cause (Spark's
+    "Couldn't connect to the database" says neither which database nor why: the
+    driver's ``PSQLException`` does), passwords redacted."""
     java = getattr(exc, "java_exception", None)
     text = str(java.toString()) if java is not None else str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    line = text.splitlines()[0] if text else type(exc).__name__
+    cause = _innermost_cause(java if java is not None else getattr(exc, "_origin", None))
+    if cause and cause not in line:
+        line = "%s (cause: %s)" % (line, cause)
+    return _redacted(line, secrets)
+
+
+def _innermost_cause(java: Any) -> str | None:
+    """The first line of the deepest ``getCause()`` of a Java exception, or None."""
+    inner, depth = None, 0
+    try:
+        cause = None if java is None else java.getCause()
+        while cause is not None and depth < MAX_CAUSES:
+            inner, cause, depth = cause, cause.getCause(), depth + 1
+        text = None if inner is None else str(inner.toString()).strip()
+    except Exception:  # noqa: BLE001 - a JVM gone meanwhile: the line without it
+        return None
+    return text.splitlines()[0] if text else None
+
+
+def _redacted(text: str, secrets: tuple[str, ...]) -> str:
+    """``text`` without a password: a ``password=...`` and each of ``secrets``."""
+    text = _PASSWORD.sub(r"\1***", text)
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return text
 
 
 def read_jdbc(spark: SparkSession, url: str, *, table: str = DEFAULT_TABLE,
@@ -218,12 +249,13 @@ def read_jdbc(spark: SparkSession, url: str, *, table: str = DEFAULT_TABLE,
     reader = reader.option("fetchsize", "10000")
     for key, value in options.items():
         reader = reader.option(key, value)
+    secrets = (options.get("password", ""), url.split("?", 1)[1] if "?" in url else "")
     try:
         return reader.load()
     except (Py4JJavaError, PySparkException) as exc:
         raise ValueError("cannot read %s over JDBC from %s: %s (driver class %s; give the "
                          "driver's jar with --jdbc-jar and its class with --jdbc-driver)"
-                         % (table, url.split("?", 1)[0], _jdbc_error(exc),
+                         % (table, url.split("?", 1)[0], _jdbc_error(exc, secrets),
                             options.get("driver", "not given"))) from None
 
 

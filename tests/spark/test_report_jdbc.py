@@ -74,3 +74,44 @@ def test_the_documented_command_reads_postgresql(tmp_path: Path, spark: Any) -> 
     assert "111 jobs" in out.getvalue()
     report = json.loads((tmp_path / "report" / "report.json").read_text())
     assert report["jobs"] == 111 and report["failed_attempts_available"] is True
+
+
+class _Java:
+    """A stand-in for a Java exception seen through Py4J: ``toString`` and ``getCause``."""
+
+    def __init__(self, text: str, cause: _Java | None = None) -> None:
+        self.text, self.cause = text, cause
+
+    def toString(self) -> str:  # noqa: N802 - Java's name
+        return self.text
+
+    def getCause(self) -> _Java | None:  # noqa: N802 - Java's name
+        return self.cause
+
+
+class _Failed(Exception):
+    def __init__(self, java: _Java) -> None:
+        super().__init__("py4j call and stack\n...")
+        self.java_exception = java
+
+
+@pytest.mark.parametrize("cause", [
+    'org.postgresql.util.PSQLException: FATAL: database "nodb" does not exist',
+    "org.postgresql.util.PSQLException: Connection to 127.0.0.1:5499 refused. Check that the "
+    "hostname and port are correct",
+])
+def test_the_line_names_the_innermost_cause(cause: str) -> None:
+    """Spark's "Couldn't connect to the database" is the same for a missing database and a
+    closed port: the line carries the driver's own message, a password redacted."""
+    from django_delayq.spark.source import _jdbc_error
+
+    java = _Java("org.apache.spark.SparkSQLException: [FAILED_JDBC.CONNECTION] Couldn't "
+                 "connect to the database\n\tat ...",
+                 _Java("java.sql.SQLException: wrapped", _Java(cause + "\n\tat org...")))
+    line = _jdbc_error(_Failed(java))
+    assert line == ("org.apache.spark.SparkSQLException: [FAILED_JDBC.CONNECTION] Couldn't "
+                    "connect to the database (cause: %s)" % cause)
+    hidden = _jdbc_error(_Failed(_Java("x", _Java("E: user=u password=hunter2, db=x"))),
+                         ("s3cret",))
+    assert "hunter2" not in hidden and "password=***" in hidden
+    assert "s3cret" not in _jdbc_error(_Failed(_Java("x", _Java("E: token s3cret"))), ("s3cret",))
