@@ -94,12 +94,17 @@ class StallLog:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.open: dict[str, float] = {}  # name -> when its stall was first seen
+        self.quiet: dict[str, tuple[float, float]] = {}  # name -> (first seen, all closed)
 
     def marked(self, name: str, why: str) -> None:
         with self.lock:
             if name in self.open:
                 return
-            self.open[name] = time.monotonic()
+            now = time.monotonic()
+            since, closed = self.quiet.pop(name, (now, now - QUIET_SECONDS))
+            self.open[name] = since = since if now - closed < QUIET_SECONDS else now
+            if since != now:  # its clients closed a moment ago (a worker's checks' client)
+                return
             logger.warning("Redis Cluster node %s did not answer (%r): its queues and shards "
                            "are treated as down until it answers a probe", name, why)
 
@@ -117,9 +122,12 @@ class StallLog:
                                time.monotonic() - since)
             elif any(s.stalled(name) for s in list(LIVE)):  # a client closed: the stall
                 self.open[name] = since  # goes on for another client
+            else:
+                self.quiet[name] = (since, time.monotonic())
 
 
 ANSWERED, LEFT, CLOSED = "answered", "left", "closed"
+QUIET_SECONDS = 60.0  # a stall whose clients all closed, met again this soon: the same
 STALL_LOG = StallLog()
 LIVE: weakref.WeakSet[NodeStalls] = weakref.WeakSet()  # for a fork (_after_fork)
 

@@ -196,3 +196,34 @@ def test_a_node_that_left_the_slot_map_has_its_mark_dropped_and_said(
                            r.getMessage() for r in caplog.records), timeout=10)
     assert not stalls.stalled("10.9.9.9:7000")
     stalls.close()
+
+
+def test_a_stall_met_again_after_its_clients_closed_is_the_same_stall(
+        server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A client meets the stall and is closed, its probe ends (a worker's system checks'
+    client), then another client meets it: one "did not answer" line, and "answers
+    again" counts from the first."""
+    name = "127.0.0.1:%d" % server.port
+    caplog.set_level(logging.WARNING, logger="django_delayq.engine.stalls")
+    first, second = NodeStalls(), NodeStalls()
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        met = time.monotonic()
+        for stalls in (first, second):
+            stalls.timed_out(name, RedisTimeoutError("Timeout reading from socket"),
+                             lambda: Connection(host="127.0.0.1", port=server.port))
+            assert stalls.stalled(name)
+            if stalls is first:
+                first.close()
+                wait_until(lambda: not first.stalled(name), timeout=15)
+        later = time.monotonic() - met
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+    wait_until(lambda: not second.stalled(name), timeout=15)
+    wait_until(lambda: any("answers again" in r.getMessage() for r in caplog.records))
+    said = [r.getMessage() for r in caplog.records]
+    assert sum("did not answer" in m for m in said) == 1, said
+    again = next(m for m in said if "answers again" in m)
+    assert float(again.split("after ")[1].rstrip("s)")) >= round(later, 1), (again, later)
+    second.close()
