@@ -139,25 +139,3 @@ def test_attempt_ids_are_bounded_by_what_the_database_handed_out(tmp_path: Path)
     _fail(_jobs(96, 97))
     assert export_jobs(tmp_path, now=later + timedelta(minutes=5), progress=False) \
         .attempt_rows == 2
-
-
-def test_a_restarted_postgresql_sequence_bounds_by_the_id_before_its_next(tmp_path: Path) -> None:
-    """After ``ALTER SEQUENCE ... RESTART WITH n`` (``is_called`` false) the highest id
-    handed out is n - 1, not none: the marks a run wrote are still accepted."""
-    from django.db import connection
-
-    from django_delayq.models import JobAttempt
-    from django_delayq.spark import export_attempts
-
-    if connection.vendor != "postgresql":
-        pytest.skip("a PostgreSQL sequence (DELAYQ_TEST_DB=postgres)")
-    state = _exported(tmp_path)
-    top = state["attempts"]["marks"][-1][1]
-    JobAttempt.objects.filter(id__gt=top - 3).delete()
-    table = JobAttempt._meta.db_table
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_get_serial_sequence(%s, 'id')", [table])
-        cursor.execute("ALTER SEQUENCE %s RESTART WITH %d" % (cursor.fetchone()[0], top + 1))
-    assert export_attempts.highest_issued() == top
-    later = NOW + timedelta(minutes=5)
-    assert export_jobs(tmp_path, now=later, progress=False).attempt_rows is not None
