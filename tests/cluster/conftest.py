@@ -7,12 +7,13 @@ import subprocess
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.conftest import unique_prefix
+from tests.helpers import wait_until
 from tests.worker import conftest as worker
 
 if TYPE_CHECKING:
@@ -69,3 +70,18 @@ def running_worker(queues: tuple[str, ...] = SPREAD, concurrency: int = 2) -> It
         w.request_stop()
         thread.join(30)
         assert not thread.is_alive(), "the worker did not drain"
+
+
+@contextmanager
+def listening_worker(settings: Any, cluster: LocalCluster) -> Iterator[tuple[str, int]]:
+    """A ``running_worker`` whose wake poll is 60 s (a job due soon starts on its wake
+    message, or a minute late): yields the channel of ``default`` and the port of the
+    node its subscription listens on."""
+    from django_delayq.core.connection import get_engine
+
+    settings.DELAYQ = {**settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 60}
+    channel = get_engine().keys("default").channel
+    with running_worker():
+        wait_until(lambda: bool(cluster.subscribed_at(channel)))
+        [listening] = cluster.subscribed_at(channel)
+        yield channel, listening

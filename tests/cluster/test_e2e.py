@@ -21,7 +21,7 @@ from django_delayq.engine import CancelOutcome
 from django_delayq.engine.shard_health import OUTAGES
 from django_delayq.models import JobStatus
 from django_delayq.worker.queue_backoff import QueueBackoff
-from tests.cluster.conftest import SPREAD, grouped_prefix, running_worker
+from tests.cluster.conftest import SPREAD, grouped_prefix, listening_worker, running_worker
 from tests.helpers import wait_until
 
 if TYPE_CHECKING:
@@ -116,12 +116,8 @@ def test_the_wake_subscription_keeps_its_connection_while_a_node_is_down(  # typ
     view of the cluster, and a refresh reconnects the connections of the client's pools.
     The listener's subscription is not one of them: reconnected, it lost the wake messages
     published meanwhile, and their jobs waited for the next poll."""
-    cluster_settings.DELAYQ = {**cluster_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 60}
     engine = get_engine()
-    channel = engine.keys("default").channel
-    with running_worker():
-        wait_until(lambda: bool(redis_cluster.subscribed_at(channel)))
-        [listening] = redis_cluster.subscribed_at(channel)
+    with listening_worker(cluster_settings, redis_cluster) as (_, listening):
         subscription = redis_cluster.subscribers(listening)
         down = next(node.port for node in redis_cluster.nodes if node.port != listening)
         [lost] = [q for q in SPREAD if redis_cluster.node_of(engine.keys(q).pending) == down]

@@ -22,7 +22,7 @@ from redis.crc import key_slot
 from django_delayq import schedule
 from django_delayq.core.connection import get_engine, make_client
 from django_delayq.models import Job, JobStatus
-from tests.cluster.conftest import SPREAD, running_worker
+from tests.cluster.conftest import SPREAD, listening_worker, running_worker
 from tests.helpers import wait_until
 
 if TYPE_CHECKING:
@@ -76,12 +76,8 @@ def test_the_wake_subscription_leaves_a_stalled_node(  # type: ignore[no-untyped
     stall (the reconciler reads every queue's epoch each second), the listener subscribes
     on another node, and jobs due soon on the other queues start on their wake message
     (the poll is 60 s here)."""
-    cluster_settings.DELAYQ = {**cluster_settings.DELAYQ, "WAKE_INTERVAL_SECONDS": 60}
     engine = get_engine()
-    channel = engine.keys("default").channel
-    with running_worker():
-        wait_until(lambda: bool(redis_cluster.subscribed_at(channel)))
-        [listening] = redis_cluster.subscribed_at(channel)
+    with listening_worker(cluster_settings, redis_cluster) as (channel, listening):
         others = [n.port for n in redis_cluster.nodes if n.port != listening]
         with stalled(redis_cluster, listening):
             wait_until(lambda: any(_listens(redis_cluster, p, channel) for p in others),
