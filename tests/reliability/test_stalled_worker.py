@@ -123,16 +123,19 @@ def _log(proc: subprocess.Popen[str]) -> str:
 
 
 def _stall(proc: subprocess.Popen[str], database: str | None = None) -> None:
-    """SIGSTOP ``proc`` at a moment it holds no write lock of the SQLite database
-    ``database`` (None: the test database, if SQLite): a process stopped inside a
-    transaction would hold off every other writer (a fault of its own, not the one under
-    test). Stopped in one, it is continued and stopped again."""
+    """SIGSTOP ``proc`` at a moment it holds no transaction open: on the SQLite database
+    ``database`` (None: the test database) no write lock, on PostgreSQL no transaction
+    of another session of the test database. A process stopped inside one would hold
+    off every other writer of its rows (a fault of its own, not the one under test: w2's
+    take-back would wait on the row's lock for ever). Stopped in one, it is continued
+    and stopped again."""
     if database is None and connection.vendor == "sqlite":
         database = str(connection.settings_dict["NAME"])
     for _ in range(100):
         os.kill(proc.pid, signal.SIGSTOP)
         _wait_stopped(proc)  # only then is the check below true for the whole stop
-        if database is None or _writable(database):
+        if (_writable(database) if database is not None
+                else connection.vendor != "postgresql" or not _others_in_transaction()):
             return
         os.kill(proc.pid, signal.SIGCONT)
         time.sleep(0.02)  # lets it end the transaction
@@ -165,6 +168,16 @@ def _writable(database: str) -> bool:
         return False
     finally:
         db.close()
+
+
+def _others_in_transaction() -> bool:
+    """Whether a session of the test database other than this one is inside a
+    transaction (PostgreSQL): only the workers connect to it besides this test."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname ="
+                       " current_database() AND pid <> pg_backend_pid()"
+                       " AND xact_start IS NOT NULL")
+        return bool(cursor.fetchone()[0])
 
 
 def _wait_logged(predicate: Callable[[], bool], *procs: subprocess.Popen[str]) -> None:
