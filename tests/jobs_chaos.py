@@ -150,6 +150,24 @@ def slow_first(directory: str, seconds: float) -> None:
     mark_run(directory)
 
 
+def gated(directory: str, fail_first: int = 0) -> str:
+    """Note its start (the file ``started``: job id and attempt), wait for the file ``go``
+    of ``directory`` (at most 120 s), end as ``mark_run``; then raise in its first
+    ``fail_first`` attempts. A run the test lets end at a moment of its choosing (Redis
+    cut, say)."""
+    ctx = current_job()
+    attempt = ctx.attempt if ctx else 0
+    with open(os.path.join(directory, "started"), "a") as out:
+        out.write("%s %d\n" % (ctx.id if ctx else "-", attempt))
+    deadline = time.monotonic() + 120
+    while not os.path.exists(os.path.join(directory, "go")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    mark_run(directory)
+    if attempt <= fail_first:
+        raise RuntimeError("gated run %d fails" % attempt)
+    return "done %d" % attempt
+
+
 def marked_runs(directory: str) -> dict[str, list[int]]:
     """Attempts that completed, per job id, as ``mark_run`` wrote them."""
     out: dict[str, list[int]] = {}

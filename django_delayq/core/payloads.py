@@ -216,13 +216,14 @@ def cancels_asked(ids: Sequence[str]) -> set[str]:
     return asked
 
 
-def lease_rows(ids: Iterable[str]) -> dict[str, tuple[int, int, datetime | None, str]]:
+def lease_rows(ids: Iterable[str]) -> dict[str, tuple[int, int, datetime | None, str, str]]:
     """For lease recovery, each job id that has a row: its ``max_attempts``, and the
     attempt its row last saw start (``attempts``), when (``started_at``) and on which
-    worker (``worker_id``): the start a lost attempt's worker wrote."""
+    worker (``worker_id``): the start a lost attempt's worker wrote; and its ``status``."""
     using = router.db_for_write(Job)  # never a lagging replica; no ids: no query
     return {row[0]: row[1:] for row in Job.objects.using(using).filter(pk__in=list(ids))
-            .values_list("id", "max_attempts", "attempts", "started_at", "worker_id")}
+            .values_list("id", "max_attempts", "attempts", "started_at", "worker_id",
+                         "status")}
 
 
 def of(job: ClaimedJob) -> Envelope:

@@ -223,6 +223,19 @@ class AuditWriter:
         self.written += len(changes)
         return len(changes)
 
+    def write_now(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:
+        """Write ``changes`` and ``attempts`` at once on the caller's thread, through the
+        flushes' own write (its fences; the children of the rows made final resolved),
+        nothing buffered: the settler's final rows during a Redis outage
+        (``worker/early_rows.py``), which must land while the lease is the worker's.
+        Raises what the write raises (nothing is kept for a later flush)."""
+        if self.before_write is not None:
+            self.before_write()
+        for attempt in attempts:
+            for name in ("error_type", "error", "traceback", "worker_id"):
+                setattr(attempt, name, storable(getattr(attempt, name)))
+        self._write(changes, attempts)
+
     def _landed(self, changes: dict[str, dict[str, Any]]) -> None:
         if self.after_write is not None and (final := _final(changes)):
             self.after_write(final)

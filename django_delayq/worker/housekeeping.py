@@ -103,7 +103,7 @@ from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
 from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import OUTAGES
-from django_delayq.models import JobStatus
+from django_delayq.models import FINAL_STATUSES, JobStatus
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, monotonic_ms
 from django_delayq.worker.ledger import Delivery, Ledger, delivery
@@ -338,7 +338,11 @@ class LeaseRecovery:
         recorded = False
         for r in found:
             status = STATUS_OF.get(r.outcome)
-            if status is not None:
+            if status is not None and (row := rows.get(r.id)) and row[4] in FINAL_STATUSES:
+                logger.info("job %s: lease taken back (attempt %d) after its row was made "
+                            "final (%s): no lost attempt recorded; its next claim sets it "
+                            "aside", shown(r.id), r.attempts, row[4])
+            elif status is not None:
                 self._record(queue, r.id, status, r.attempts, now, rows.get(r.id))
                 recorded = True
             elif r.outcome is NackOutcome.NOT_STARTED:
@@ -355,7 +359,7 @@ class LeaseRecovery:
         return Contact(need_ms=lease_ms // 2, gap_ms=max(lease_ms // 2, 2 * interval_ms))
 
     def _record(self, queue: str, job_id: str, status: JobStatus, attempt: int,
-                now: datetime, row: tuple[int, int, datetime | None, str] | None) -> None:
+                now: datetime, row: tuple[int, int, datetime | None, str, str] | None) -> None:
         """The lost attempt ``attempt``, failed. Its start (when, on which worker) is the
         one its row shows, when the row saw that attempt start (its worker's audit wrote
         it): its ``JobAttempt`` keeps them."""

@@ -51,6 +51,8 @@ class Outcome:
     retry_at_ms: int | None = None  # DEFER (or RETRY on a test clock): when it is due again
     callable_limit: str | None = None  # whose slot it holds, freed after settle
     nack_sent: bool = False  # a nack of it got no reply: a later one may be answered twice
+    ran: bool = True  # False: decided without running the job (``not_run``)
+    row_final: bool = False  # its final row written before Redis settled it (early_rows.py)
 
 
 def ms_to_dt(ms: int) -> datetime:
@@ -80,7 +82,7 @@ def not_run(job: ClaimedJob, kind: Kind, path: str = "", *, error_type: str = ""
     """An outcome decided without running the job: it starts and finishes now."""
     now = datetime.now(UTC)
     return Outcome(job=job, kind=kind, path=path, started_at=now, finished_at=now,
-                   error_type=error_type, error=error, retry_at_ms=retry_at_ms)
+                   error_type=error_type, error=error, retry_at_ms=retry_at_ms, ran=False)
 
 
 def deferred(job: ClaimedJob, path: str, at_ms: int) -> Outcome:

@@ -13,8 +13,7 @@ worker's nack record with what the first send did (lua/nack.lua), recorded as us
 
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
-``JobAttempt``. Leases that expired are taken back by ``housekeeping.py``, which also
-holds this worker's heartbeat.
+``JobAttempt``. While Redis cannot be reached, the final rows go first (``early_rows.py``).
 
 A sharded queue is settled shard by shard (``Settler.send``): a node that is down holds
 back only the outcomes of its own shard. The settling thread backs off per queue
@@ -333,24 +332,25 @@ class Settler:
             logger.error("job %s %s is dead after %d attempt(s): %s: %s", shown(job.id),
                          shown(o.path), job.attempt, shown(o.error_type), shown(o.error, 2000))
         record_failure(self.audit, base, status, fields, traceback=o.traceback,
-                       error_type=o.error_type, error=o.error, worker_id=self.worker_id)
+                       error_type=o.error_type, error=o.error, worker_id=self.worker_id,
+                       tried=o.row_final)  # its JobAttempt written with its early row
 
 
 def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
                    fields: dict[str, Any], *, traceback: str, error_type: str, error: str,
-                   worker_id: str, ran_on: str | None = None) -> None:
+                   worker_id: str, ran_on: str | None = None, tried: bool = False) -> None:
     """A failed attempt of job ``base`` (``job_id``, ``queue``, ``callable_path``) settled
     as ``status`` by ``worker_id``: its row changes (``fields`` and the error), its
     ``JobAttempt`` (the attempt's worker: ``ran_on``, default ``worker_id``; its start:
-    ``fields["started_at"]``, none when absent), its signal (with that start).
-    Settlements and lease recovery (``housekeeping.py``) record them so."""
+    ``fields["started_at"]``, none when absent; not when ``tried``: written already),
+    its signal (with that start). Settlements and lease recovery record them so."""
     job_id, attempt, started_at = base["job_id"], fields["attempts"], fields.get("started_at")
     audit.update(job_id, error_type=error_type, last_error=error, traceback=traceback, **fields)
-    audit.attempt(job_id=job_id, number=attempt, outcome=status,
-                  started_at=started_at, finished_at=fields["updated_at"],
-                  error_type=error_type, error=error, traceback=traceback,
-                  worker_id=worker_id if ran_on is None else ran_on)
-    # the signals carry the attempt's start its JobAttempt keeps (written later, batched)
+    if not tried:
+        audit.attempt(job_id=job_id, number=attempt, outcome=status,
+                      started_at=started_at, finished_at=fields["updated_at"],
+                      error_type=error_type, error=error, traceback=traceback,
+                      worker_id=worker_id if ran_on is None else ran_on)
     signal_failed(base, status, attempt, worker_id, error=error, error_type=error_type,
                   started_at=started_at, retry_at=fields.get("run_at"))
 

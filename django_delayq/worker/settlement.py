@@ -18,6 +18,7 @@ from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import chunks, grouped
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.engine.shard_health import OUTAGES
+from django_delayq.worker import early_rows
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.settle import ACKED, SEND_AT, SEND_EVERY, Sent, Settler, acks
@@ -56,6 +57,7 @@ class Settlement:
         ledger.notify_done = self.stream is None  # else finished() wakes it for leftovers
         self.settler = Settler(engine, settings, audit, worker_id, release, on_start, self.stream)
         self.settler.lease_left = ledger.lease_left  # a refused ack's lease may have passed
+        self._margin = early_rows.margin_s(settings.lease_ms)  # early rows' lease left
         audit.after_write = self.settler.landed  # their settled records may go
         self.on_settled = on_settled
         self.backoff = QueueBackoff()
@@ -190,8 +192,11 @@ class Settlement:
         try:
             left = self.backoff.each(list(by_queue),
                                      lambda q: sent.extend(self.settler.send(by_queue[q], kept)))
-        except BaseException:
+        except BaseException as exc:
             self.ledger.keep_unsettled(outcomes, outcomes)
+            if isinstance(exc, OUTAGES):  # Redis unreachable: their final rows now
+                done = {id(o) for o, _ in sent}
+                self._write_final([o for o in outcomes if id(o) not in done])
             raise
         finally:
             try:
@@ -200,8 +205,21 @@ class Settlement:
                 with self._recording:
                     self._unrecorded -= ids
                     self._recording.notify_all()
-        self.ledger.keep_unsettled([o for q in left for o in by_queue[q]] + kept, outcomes)
+        held = [o for q in left for o in by_queue[q]] + kept
+        self.ledger.keep_unsettled(held, outcomes)
+        if held:  # their queue or shard cannot reach Redis: their final rows now
+            self._write_final(held)
         self.on_settled(outcomes)
+
+    def _write_final(self, outcomes: list[Outcome]) -> None:
+        """The final rows of ``outcomes`` that Redis could not settle, written now while
+        their leases are this worker's (``early_rows.py``); never raises."""
+        try:
+            early_rows.write(self.settler.audit, outcomes, self.settler.worker_id,
+                             self.ledger.lease_left, self._margin)
+        except Exception:  # noqa: BLE001 - the usual record follows once Redis settles them
+            logger.exception("writing the final rows of %d finished job(s) failed",
+                             len(outcomes))
 
     def wait_recorded(self, job_id: str, timeout: float = 10.0) -> None:
         """Before a job starts: wait while its previous attempt's outcome is being

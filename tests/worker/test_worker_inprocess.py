@@ -140,7 +140,7 @@ def test_payloads_are_read_where_rows_are_written(delayq_settings, settings) -> 
     settings.DATABASE_ROUTERS = [__name__ + "._ReadsFromAReplica"]
     [job] = payloads.load(get_engine().claim("default", 10, 60_000, now_ms=10**14).jobs)
     assert job.payload is not None and job.payload.args == [20, 22]
-    assert payloads.lease_rows([h.id]) == {h.id: (3, 0, None, "")}
+    assert payloads.lease_rows([h.id]) == {h.id: (3, 0, None, "", "scheduled")}
 
 
 def test_database_down_at_claim_hands_the_jobs_back(delayq_settings, caplog) -> None:  # type: ignore[no-untyped-def]
