@@ -27,6 +27,7 @@ from django_delayq import schedule
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
+from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import Job, JobAttempt, JobStatus
 from tests.helpers import point_at, wait_until
 from tests.reliability.conftest import kill, stop
@@ -36,6 +37,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 LEASE = 3.0
 MODULE = "delayq_outage_rows_settings"
+LEASE_LOST = type_path(LeaseLost)
 # every lifecycle signal a worker sends: "<signal> <job id> <attempt> <worker id>"
 SETTINGS = """
 import os
@@ -131,8 +133,8 @@ def _restore_and_take_over(fault_server, start, job_id: str,  # type: ignore[no-
     fault_server.start()
     w2 = start("w2")
     wait_until(lambda: "set aside" in _log(w2) or len(_runs(runs_dir)) > 1
-               or Job.objects.filter(pk=job_id, status=JobStatus.SUCCEEDED, attempts__gt=1)
-               .exists(), timeout=90, step=0.1)
+               or JobAttempt.objects.filter(job_id=job_id, error_type=LEASE_LOST).exists(),
+               timeout=90, step=0.1)
     return w2
 
 
@@ -162,9 +164,14 @@ def test_a_success_ended_during_an_outage_does_not_run_again_after_a_kill(  # ty
     stop(w2)
 
 
+@pytest.mark.parametrize("options", [{"max_attempts": 1},
+                                     {"max_attempts": 3, "retry_on": [LookupError]}],
+                         ids=["last-attempt", "not-retried"])
 def test_a_final_failure_ended_during_an_outage_does_not_run_again_after_a_kill(  # type: ignore[no-untyped-def]
-        start, fault_server, runs_dir, tmp_path) -> None:
-    h = schedule("tests.jobs_chaos.gated", str(runs_dir), 1, max_attempts=1)
+        start, fault_server, runs_dir, tmp_path, options) -> None:
+    """Dead at attempt 1 (its last, or an error it is not retried on): its row says so,
+    with its error; not a lost attempt's, and no second run."""
+    h = schedule("tests.jobs_chaos.gated", str(runs_dir), 1, **options)
     w1 = start("w1")
     _end_during_outage(runs_dir, fault_server, w1)
     _kill_once_final(w1, h.id, JobStatus.DEAD)
