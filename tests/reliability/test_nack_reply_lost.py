@@ -65,9 +65,11 @@ def _run(client: redis.Redis) -> tuple[Worker, threading.Thread]:
 
 
 def _recorded(job_id: str, status: JobStatus, failures: list[tuple[str, str, int]]) -> None:
-    """The failed attempt 1 is on the row, in one JobAttempt and in one signal."""
+    """The failed attempt 1 is on the row, in one JobAttempt and in one signal (sent once
+    Redis settled it: a dead row may be written before, while Redis is unreachable)."""
     wait_until(lambda: Job.objects.get(pk=job_id).status == status, timeout=20)
     wait_until(lambda: JobAttempt.objects.filter(job_id=job_id).exists(), timeout=10)
+    wait_until(lambda: any(f[1] == job_id for f in failures), timeout=20)
     row = Job.objects.get(pk=job_id)
     assert (row.attempts, row.error_type) == (1, "builtins.ValueError"), row.describe()
     assert list(JobAttempt.objects.filter(job_id=job_id).values_list("number", "outcome")) == [
