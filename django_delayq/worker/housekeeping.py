@@ -64,6 +64,9 @@ misses them.
 A job's ``max_attempts`` lives in its audit row, not in Redis: the rows of the leases
 about to expire (``Engine.expiring``, a margin for clock skew with Redis: ``margin_ms``)
 are read first (``payloads.lease_rows``, with the last start they saw) and passed along.
+A row already final then (its worker wrote it before Redis could settle the job:
+``early_rows.py``; an atomic job's commit) records no lost attempt: its run ended and is
+recorded; Redis's retry of it is set aside at its claim.
 
 With the default ``LEASE_SECONDS`` (6 s, extended every 2 s by the heartbeat thread) and
 ``RECOVER_INTERVAL_SECONDS`` (1 s), a killed worker's jobs are taken back 4-7 s after the
