@@ -15,6 +15,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.core.reconcile_state import UNRECORDED
 from django_delayq.models import Job, JobAttempt, StoppedWorker
+from django_delayq.worker.retention import Retention, forget_after_ms
 from tests import jobs_chaos
 from tests.helpers import point_at, wait_until
 from tests.reliability.conftest import stop
@@ -90,3 +91,15 @@ def test_a_silent_worker_charges_an_outbox_row_unless_it_recorded_a_clean_stop( 
     assert _reenqueued_attempt(h.id) == attempt
     charged = JobAttempt.objects.filter(job_id=h.id, error=UNRECORDED).count()
     assert charged == attempt - 1
+
+
+def test_retention_deletes_the_clean_stop_of_a_worker_the_registry_forgets(  # type: ignore[no-untyped-def]
+        settings, fault_server) -> None:
+    point_at(settings, fault_server)
+    s = get_settings()
+    _beat("long-gone", forget_after_ms(s) + 60_000)
+    _beat("lately", s.lease_ms)  # silent, not yet forgotten: its stop still explains it
+    StoppedWorker.objects.bulk_create([StoppedWorker(worker_id=w) for w in ("long-gone", "lately")])
+    Retention(get_engine(), s, "leader")._forget_dead_workers()
+    assert _registered() == {"lately"}
+    assert list(StoppedWorker.objects.values_list("worker_id", flat=True)) == ["lately"]
