@@ -234,6 +234,25 @@ class GroupLimit(models.Model):
         return "%s/%s" % (self.queue, self.group)
 
 
+class StoppedWorker(models.Model):
+    """A worker that drained and wrote its whole audit buffer, but could not take itself
+    out of Redis's workers registry (Redis was unreachable as it stopped): its entry
+    stays there and falls silent like a crashed worker's. Reconcilers read this row to
+    know that silence hides no unrecorded run (``core/reconcile_state.py``, ``Liveness``).
+    Written at the stop; deleted when the registry forgets the entry
+    (``worker/retention.py``)."""
+
+    worker_id = models.CharField(_("worker"), max_length=255, primary_key=True)
+    stopped_at = models.DateTimeField(_("stopped at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("stopped worker")
+        verbose_name_plural = _("stopped workers")
+
+    def __str__(self) -> str:
+        return "%s stopped %s" % (self.worker_id, self.stopped_at)
+
+
 class MissedPolicy(models.TextChoices):
     SKIP = "skip", _("skip: next future tick only")
     ONCE = "once", _("once: run one missed tick, then go on")

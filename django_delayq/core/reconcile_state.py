@@ -7,7 +7,8 @@ attempts counter starts from, and how a row of a job final in Redis is settled
 The workers registry (``Engine.workers`` & co.: each worker's last heartbeat, Redis ms)
 tells the reconciler whether a row's worker may still flush it (alive: it heartbeated
 within two leases) or died with its audit buffer (silent for ``SILENT_BEATS`` heartbeat
-periods).
+periods); a silent entry whose worker recorded a clean stop after its last heartbeat
+(``core/worker_stops.py``) hides no unrecorded run.
 
 Attempts and lease tokens across a re-enqueue
 ---------------------------------------------
@@ -19,7 +20,8 @@ delivery's token is higher than any token the job may have been given:
 * ``scheduled``/``retrying`` row due by now: a worker may have claimed it, run it and
   died before its first audit write (the row says nothing of that run). That happened
   when a worker active since the row was last written has gone silent (its heartbeat
-  is older than ``SILENT_BEATS`` heartbeat periods): the counter is seeded with
+  is older than ``SILENT_BEATS`` heartbeat periods, and it recorded no clean stop since:
+  ``core/worker_stops.py``): the counter is seeded with
   attempts + 1, so the re-run is attempt n + 2, under a token of its own, and the audit
   counts the unrecorded run. While such a worker has been neither heard from since the
   first look nor silent long enough, the decision waits. A row never delivered (the
@@ -62,7 +64,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import workflows
+from django_delayq.core import worker_stops, workflows
 from django_delayq.core.validation import at_ms
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import grouped
@@ -228,8 +230,12 @@ class Liveness:
 
         # The last heartbeats (Redis ms) of the workers heard from since the oldest row's
         # moment, and the beat a worker silent (dead, most likely) last gave at the latest.
+        # A silent worker that stopped cleanly after its last beat (Redis was unreachable
+        # as it left the registry: ``core/worker_stops.py``) recorded its runs: left out.
         silent_before = self.engine.time_ms() - self.silent_ms
-        beats = tuple(self.engine.beats_since(min(since(r) for r in due)))
+        found = self.engine.beats_since(min(since(r) for r in due))
+        clean = worker_stops.stopped([(w, b) for w, b in found if b < silent_before], offset_ms)
+        beats = tuple(b for w, b in found if w not in clean)
         for row in due:
             first, active = seen_ms.get(row.pk) if seen_ms else None, since(row)
             if any(active <= b < silent_before for b in beats):  # one active since has gone silent

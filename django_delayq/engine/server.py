@@ -402,11 +402,12 @@ class ServerReads(RedisOwner):
         scores = self.client.zmscore(self.global_keys.workers, list(worker_ids))
         return [None if s is None else float(s) for s in scores]
 
-    def beats_since(self, since_ms: float) -> list[float]:
-        """The heartbeats (Redis ms) of every worker heard from at or after ``since_ms``."""
+    def beats_since(self, since_ms: float) -> list[tuple[str, float]]:
+        """Every worker heard from at or after ``since_ms``: its id and last heartbeat
+        (Redis ms)."""
         found = self.client.zrangebyscore(self.global_keys.workers, since_ms, "+inf",
                                           withscores=True)
-        return [float(score) for _, score in found]
+        return [(envelope_text(raw), float(score)) for raw, score in found]
 
     def count_workers(self, since_ms: float) -> int:
         """How many workers were heard from at or after ``since_ms`` (Redis ms)."""

@@ -38,7 +38,9 @@ holds jobs (a job holding the GIL starves every thread) is killed before its lea
 lapse.
 
 ``unregister`` removes the worker on a clean exit, best effort: one that cannot be
-removed falls silent, as a crashed worker would.
+removed falls silent, as a crashed worker would; when it drained with its audit buffer
+written, the database records that clean stop (``core/worker_stops.py``), so its
+silence does not count as a crash whose runs may have gone unrecorded.
 
 **Lease recovery**: taking back the leases that expired and recording the lost attempts.
 
@@ -100,7 +102,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_delayq.core import group_limits, payloads
+from django_delayq.core import group_limits, payloads, worker_stops
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
@@ -254,11 +256,16 @@ class Housekeeping:
             "processes": sup.processes if sup is not None else 1,
             "jobs": [r.info() for r in runs[:MAX_JOBS_SHOWN]]})
 
-    def unregister(self) -> None:
+    def unregister(self, *, clean: bool = False) -> None:
+        """Leave the registry, best effort. ``clean``: the worker drained and its audit
+        buffer is written; when Redis does not answer, the database records that stop
+        instead (``core/worker_stops.py``): its silent entry hides no unrecorded run."""
         try:
             self.engine.unregister_worker(self.worker_id)
         except Exception:  # noqa: BLE001 - best effort on the way out
             logger.debug("could not unregister worker %s", shown(self.worker_id))
+            if clean:
+                worker_stops.record(self.worker_id)
 
     # -- the threads ---------------------------------------------------------------
 

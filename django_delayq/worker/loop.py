@@ -274,9 +274,10 @@ class Worker:
             self._stage("audit flush", self.audit.stop)
             # Only now: while this worker is registered, reconcilers wait for its audit
             # flush instead of re-enqueueing rows it settled; changes it could not write
-            # leave it registered until it falls silent, as a crashed worker would.
+            # leave it registered until it falls silent, as a crashed worker would. With
+            # Redis unreachable, the database records the clean stop instead.
             if not self.audit.pending():
-                self.housekeeping.unregister()
+                self.housekeeping.unregister(clean=True)
         if threading.current_thread() is not threading.main_thread():
             connections.close_all()  # run() on a thread of its own: close what it opened
         logger.info("worker %s stopped (exit %d, %d jobs claimed)", shown(self.id), code,

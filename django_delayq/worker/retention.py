@@ -39,7 +39,7 @@ from django.db import router, transaction
 from django.utils import timezone
 from redis.exceptions import RedisError
 
-from django_delayq.core import workflows
+from django_delayq.core import worker_stops, workflows
 from django_delayq.engine.logtext import shown
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobDependency, JobKey
 from django_delayq.worker.audit import OutageLog
@@ -147,6 +147,8 @@ class Retention:
 
     def _forget_dead_workers(self) -> None:
         silent_before = self.engine.time_ms() - forget_after_ms(self.settings)
-        for worker_id in self.engine.forget_silent_workers(silent_before):
+        forgotten = self.engine.forget_silent_workers(silent_before)
+        for worker_id in forgotten:
             logger.info("forgot worker %s: no heartbeat for over %.0fs", shown(worker_id),
                         forget_after_ms(self.settings) / 1000)
+        worker_stops.forget(forgotten)  # their clean stops, if any: no entry to explain

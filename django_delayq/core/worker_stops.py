@@ -1,0 +1,69 @@
+"""Workers that stopped cleanly but are still in Redis's workers registry.
+
+A worker that drains takes itself out of the registry (``Engine.unregister_worker``) once
+its audit buffer is written: from then on, no reconciler waits for its flush or counts
+its silence. When Redis does not answer at that moment, its entry stays, with the last
+heartbeat it gave, and falls silent like a crashed worker's; the reconciler would then
+charge every due row it might have run unrecorded (``reconcile_state.Liveness.seeds``),
+although this worker recorded every run it made. So the worker writes its clean stop
+into the database instead (``StoppedWorker``, ``record``), and the reconciler leaves out
+the silent entries of workers that stopped so after their last heartbeat (``stopped``).
+A worker id names one process start (``worker/loop.py``): no later beat can come under
+it. A row goes when the registry forgets the entry (``forget``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from django.db import DatabaseError, router
+from django.utils import timezone
+
+from django_delayq.core.validation import at_ms
+from django_delayq.engine.logtext import shown
+from django_delayq.models import StoppedWorker
+
+logger = logging.getLogger(__name__)
+
+
+def record(worker_id: str) -> bool:
+    """``worker_id`` drained with its audit buffer written, but is still registered in Redis.
+    Best effort (the database may be down as the worker stops): False when not written."""
+    try:
+        StoppedWorker.objects.using(router.db_for_write(StoppedWorker)).update_or_create(
+            worker_id=worker_id, defaults={"stopped_at": timezone.now()})
+    except DatabaseError as exc:
+        logger.warning("worker %s: could not record its clean stop either (%s); it counts "
+                       "as a worker that may have died", shown(worker_id), shown(exc))
+        return False
+    logger.info("worker %s: Redis unreachable at stop; its clean stop is recorded in the "
+                "database instead of leaving the workers registry", shown(worker_id))
+    return True
+
+
+def forget(worker_ids: Iterable[str]) -> None:
+    """Their entries left the registry: their clean stops explain nothing any more. Best
+    effort: a row left behind is a few bytes, read only with its id's entry."""
+    ids = list(worker_ids)
+    if not ids:
+        return
+    try:
+        StoppedWorker.objects.using(router.db_for_write(StoppedWorker)).filter(
+            worker_id__in=ids).delete()
+    except DatabaseError as exc:
+        logger.debug("could not forget the clean stops of %d worker(s): %s", len(ids),
+                     shown(exc))
+
+
+def stopped(beats: Iterable[tuple[str, float]], offset_ms: int) -> set[str]:
+    """The workers of ``beats`` (id, last heartbeat in Redis ms) that stopped cleanly after
+    that heartbeat. ``offset_ms``: Redis's clock minus this host's (the stop is written
+    on the stopping worker's clock): a stop dated before the beat (that host's clock
+    behind Redis's) is not trusted: the worker counts as one that may have died."""
+    last = dict(beats)
+    if not last:
+        return set()
+    rows = StoppedWorker.objects.filter(worker_id__in=list(last)).values_list(
+        "worker_id", "stopped_at")
+    return {w for w, at in rows if at_ms(at) + offset_ms >= last[w]}
