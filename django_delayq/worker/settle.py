@@ -214,9 +214,9 @@ class Settler:
         """What an ack of ``wins`` made of them (``acked``: one bool each), for
         ``record``. A refused one is this run's outcome when Redis holds the job nowhere
         and nothing says another delivery settled it: no settled record but this worker's
-        of this attempt (an earlier send of this ack whose reply was lost), and, when this
-        worker's lease may have passed (stopped or cut off past it: ``lease_left``), a row
-        not yet final (another delivery's record may be gone with its row landed)."""
+        of this attempt (its reply lost), or of an earlier one (a stale copy's ack took this
+        lease: a lagging replica's failover reuses tokens), and, this lease maybe passed
+        (``lease_left``), a row not final (another's record may be gone, its row landed)."""
         refused = [o for o, ok in zip(wins, acked) if not ok]
         if not refused:
             return [(o, STATUS_OF[o.kind]) for o in wins]
@@ -232,8 +232,8 @@ class Settler:
         """Whether nothing Redis holds says another delivery has ``job`` (refused ack)."""
         if where.queued or where.dead:
             return False
-        return where.settled is None or (where.settled.holder, where.settled.attempt) == (
-            self.worker_id, job.attempt)
+        return where.settled is None or where.settled.attempt < job.attempt or (
+            where.settled.holder, where.settled.attempt) == (self.worker_id, job.attempt)
 
     def record(self, sent: Sent) -> None:
         """Record what ``send`` settled (audit rows, signals, logs) and free the callable
