@@ -20,7 +20,8 @@ that data. When the queue's loss is seen, the snapshot it kept becomes that loss
   found its leases gone: the jobs it held unstarted are dropped, ``Housekeeping.heartbeat``,
   so any run of a lost delivery had started before it and its ``running`` flush has landed
   ``confirm`` seconds later), and the row read that much after: nobody ran it, no charge;
-* else undecided: the row waits for the next look.
+* else undecided: the row waits for the next look; the loss pass does not begin while
+  a remembered worker is neither (``waiting``), so a backlog is read once, judged.
 
 No snapshot (a reconciler started after the loss), a stale one (the next check began
 more than ``FRESH_SECONDS`` after it: workers may have joined unseen), or an empty one
@@ -104,14 +105,20 @@ class Witness:
         # later loss of them; not for a queue whose loss may be older (a node unread)
         self._kept = {q: snapshot for q in self.queues if q not in set(unread)}
 
-    def charges(self, queue: str, rows: Sequence[Job],
-                read_at: float | None) -> dict[str, int | None] | None:
-        """What each of ``rows`` (due before the loss of ``queue``, read at ``read_at``,
-        monotonic; None: unknown) is charged for a delivery in the lost data: 1, 0, or
-        None (decide at the next look). None: no view, the caller decides."""
+    def waiting(self, queue: str) -> bool:
+        """Whether the loss of ``queue`` is still being judged: a remembered worker neither
+        heard from twice after it nor silent. Its loss pass waits meanwhile, rather than
+        leaving every row it reads for a later look."""
         view = self.views.get(queue)
         if view is None:
-            return None
+            return False
+        _, dead, clean, _ = self._judge(view)
+        return not all(w in view.ready or w in dead or w in clean for w in view.beats)
+
+    def _judge(self, view: LossView) -> tuple[dict[str, float], set[str], set[str], int]:
+        """Each remembered worker's last beat (Redis ms), those dead, those that stopped
+        cleanly after their last beat, and Redis's clock minus this host's; notes those
+        heard after the loss (``heard``, ``ready``)."""
         ids = sorted(view.beats)
         now_ms, now = self.engine.time_ms(), time.monotonic()
         offset_ms = now_ms - at_ms(timezone.now())  # Redis's clock - this host's
@@ -128,7 +135,17 @@ class Witness:
         quiet = now_ms - SILENT_BEATS * period
         silent = [(w, b) for w, b in last.items() if b < quiet and view.seen_ms < quiet]
         clean = worker_stops.stopped(silent, offset_ms)  # stopped after its last beat
-        dead = {w for w, _ in silent} - clean
+        return last, {w for w, _ in silent} - clean, clean, offset_ms
+
+    def charges(self, queue: str, rows: Sequence[Job],
+                read_at: float | None) -> dict[str, int | None] | None:
+        """What each of ``rows`` (due before the loss of ``queue``, read at ``read_at``,
+        monotonic; None: unknown) is charged for a delivery in the lost data: 1, 0, or
+        None (decide at the next look). None: no view, the caller decides."""
+        view = self.views.get(queue)
+        if view is None:
+            return None
+        last, dead, clean, offset_ms = self._judge(view)
         found: dict[str, int | None] = {}
         for row in rows:
             active = at_ms(max(row.updated_at, row.run_at)) + offset_ms - self.settings.lease_ms

@@ -138,6 +138,7 @@ class Reconciler:
         self._suspects: dict[str, Suspect] = {}
         self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
         self._witness = Witness(engine, settings, self.queues, self.confirm_seconds)
+        self._held: set[str] = set()  # loss passes waiting for their loss to be judged
         self._last = self._last_epoch = self._last_orphans = -1e18
         self._last_sweep = time.monotonic()  # the first sweep after one SWEEP_SECONDS
         self.stats = reconcile_state.PassStats()
@@ -178,9 +179,12 @@ class Reconciler:
         # the loss passes share one urgent budget, then the pass after an outage has one
         # of its own: neither waits for the other to finish
         budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        # a loss pass waits while its loss is judged (``Witness.waiting``): seconds
+        self._held = {q for q, c in self._urgent.items() if c.lost and self._witness.waiting(q)}
         for lost in (True, False):
             deadline = time.monotonic() + budget
-            for queue, cursor in [(q, c) for q, c in self._urgent.items() if c.lost is lost]:
+            for queue, cursor in [(q, c) for q, c in self._urgent.items()
+                                  if c.lost is lost and q not in self._held]:
                 if self._walk(cursor, deadline):
                     del self._urgent[queue]
                     if lost:
@@ -225,7 +229,7 @@ class Reconciler:
 
     @property
     def busy(self) -> bool:  # a loss pass or the passes after an outage have rows left
-        return bool(self._urgent)
+        return bool(self._urgent.keys() - self._held)
 
     def _walk(self, cursor: Cursor, deadline: float = math.inf, batches: int = -1) -> bool:
         """Batches of ``cursor``'s walk until it wraps around (True: a full walk is done),
