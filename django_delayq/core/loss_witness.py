@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING
 from django.utils import timezone
 
 from django_delayq.core import worker_stops
-from django_delayq.core.reconcile_state import SILENT_BEATS
 from django_delayq.core.validation import at_ms
+from django_delayq.core.worker_stops import SILENT_BEATS
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings

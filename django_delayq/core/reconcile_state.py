@@ -68,6 +68,7 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core import worker_stops, workflows
 from django_delayq.core.validation import at_ms
+from django_delayq.core.worker_stops import SILENT_BEATS
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import grouped
 from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
@@ -166,10 +167,6 @@ def places(engine: Engine, rows: Sequence[Job]) -> Iterator[tuple[Job, Presence]
     """Each row with where Redis holds its job (``Engine.presence``, by queue)."""
     for queue, items in by_queue(rows).items():
         yield from zip(items, engine.presence(queue, [r.pk for r in items]), strict=True)
-
-
-# A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
-SILENT_BEATS = 2
 
 
 class Liveness:

@@ -26,6 +26,9 @@ from django_delayq.models import StoppedWorker
 
 logger = logging.getLogger(__name__)
 
+# A worker whose heartbeat (every LEASE_SECONDS / 3) is this many periods old may be dead.
+SILENT_BEATS = 2
+
 
 def record(worker_id: str) -> bool:
     """``worker_id`` drained with its audit buffer written, but is still registered in Redis.
