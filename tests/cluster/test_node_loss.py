@@ -61,6 +61,9 @@ def _started_within(ids: list[str], seconds: float) -> None:
     assert not late, late
 
 
+LATE_S = 5.0  # how late a healthy shard's job may start: room for a loaded machine
+
+
 @pytest.mark.parametrize("lost", [2, 0])  # shard 0 also holds the queue's span record
 def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # type: ignore[no-untyped-def]
         sharded, redis_cluster: LocalCluster, tmp_path, lost: int) -> None:
@@ -77,7 +80,9 @@ def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # t
             healthy = [h.id for h in before if home[h.id] != NAMES[lost]]
             wait_until(lambda: Job.objects.filter(
                 pk__in=healthy, status=JobStatus.SUCCEEDED).count() == len(healthy), 20)
-            _started_within(healthy, 1.0)  # due after the kill: served on time
+            # due after the kill: served on time (a busy machine makes them up to ~1.5 s
+            # late; a shard held up by the lost node would hold them past the test's end)
+            _started_within(healthy, LATE_S)
             assert engine.stats("emails").inflight == 0  # the lost shard left out
             during, took = [], []
             for i in range(60):  # the lost shard's stay in the outbox, at once
@@ -91,7 +96,7 @@ def test_a_node_down_stops_only_its_shard_and_its_jobs_run_once_it_returns(  # t
             ok = [h.id for h in during if engine.home_of("emails", h.id) != NAMES[lost]]
             wait_until(lambda: Job.objects.filter(
                 pk__in=ok, status=JobStatus.SUCCEEDED).count() == len(ok), 20)
-            _started_within(ok, 1.0)
+            _started_within(ok, LATE_S)
             stranded = [h.id for h in before + during
                         if engine.home_of("emails", h.id) == NAMES[lost]]
             assert stranded and not Job.objects.filter(pk__in=stranded,
