@@ -11,7 +11,8 @@ while batches come back full), the one worker with the smallest id among those h
 from within two leases does a round:
 
 - it forgets the workers whose last heartbeat is older than ``forget_after_ms`` (killed
-  without removing themselves from the registry);
+  without removing themselves from the registry), and deletes their clean stops
+  (``core/worker_stops.py``) and any clean stop older than that;
 - per status, it deletes at most ``BATCH`` rows, with their ``JobAttempt`` rows and
   their ``JobDependency`` edges (as parent and as child), in one transaction
   (``delete_jobs``, which ``delayq_prune`` uses too). An edge still open whose parent is
@@ -151,4 +152,6 @@ class Retention:
         for worker_id in forgotten:
             logger.info("forgot worker %s: no heartbeat for over %.0fs", shown(worker_id),
                         forget_after_ms(self.settings) / 1000)
-        worker_stops.forget(forgotten)  # their clean stops, if any: no entry to explain
+        # their clean stops, and any older than the horizon (an entry a data loss took)
+        worker_stops.forget(forgotten, timezone.now() - timedelta(
+            milliseconds=forget_after_ms(self.settings)))

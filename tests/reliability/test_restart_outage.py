@@ -5,9 +5,12 @@ its silent entry then makes no reconciler charge an attempt it "may have run".""
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 import pytest
+from django.db import connection
+from django.utils import timezone
 
 from django_delayq import schedule
 from django_delayq.core.conf import get_settings
@@ -93,6 +96,31 @@ def test_a_silent_worker_charges_an_outbox_row_unless_it_recorded_a_clean_stop( 
     assert charged == attempt - 1
 
 
+def test_a_reconciler_without_the_clean_stops_table_charges_as_before(  # type: ignore[no-untyped-def]
+        settings, fault_server, caplog) -> None:
+    """Code running before ``migrate`` created the table (a rolling deploy): no clean stop
+    is known, the silent entry is charged, and the pass does not fail."""
+    point_at(settings, fault_server)
+    engine, s = get_engine(), get_settings()
+    r = Reconciler(engine, s, ("default",))
+    r.check_epochs()
+    fault_server.stop()
+    h = schedule("tests.jobs_chaos.record")
+    fault_server.start()
+    _beat("drained", 0.8 * s.lease_ms)
+    with connection.schema_editor() as editor:
+        editor.delete_model(StoppedWorker)
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_delayq.core.worker_stops"):
+            assert r.run_all(grace_seconds=0) == 1
+    finally:
+        with connection.schema_editor() as editor:
+            editor.create_model(StoppedWorker)
+    assert _reenqueued_attempt(h.id) == 2
+    assert JobAttempt.objects.filter(job_id=h.id, error=UNRECORDED).count() == 1
+    assert "clean stops unreadable" in caplog.text
+
+
 def test_retention_deletes_the_clean_stop_of_a_worker_the_registry_forgets(  # type: ignore[no-untyped-def]
         settings, fault_server) -> None:
     point_at(settings, fault_server)
@@ -100,6 +128,9 @@ def test_retention_deletes_the_clean_stop_of_a_worker_the_registry_forgets(  # t
     _beat("long-gone", forget_after_ms(s) + 60_000)
     _beat("lately", s.lease_ms)  # silent, not yet forgotten: its stop still explains it
     StoppedWorker.objects.bulk_create([StoppedWorker(worker_id=w) for w in ("long-gone", "lately")])
+    # an entry a Redis data loss took (never forgotten): its stop goes past the horizon
+    StoppedWorker.objects.create(worker_id="lost", stopped_at=timezone.now() - timedelta(
+        milliseconds=forget_after_ms(s) + 60_000))
     Retention(get_engine(), s, "leader")._forget_dead_workers()
     assert _registered() == {"lately"}
     assert list(StoppedWorker.objects.values_list("worker_id", flat=True)) == ["lately"]
