@@ -68,7 +68,8 @@ def margin_s(lease_ms: int) -> float:
 
 
 class LeaseGone(Exception):
-    """An early write rolled back: the leases of ``ids`` have no more than the margin left."""
+    """An early write rolled back: the leases of ``ids`` have no more than the margin left
+    (or Redis settled them meanwhile: the usual record writes their rows)."""
 
     def __init__(self, ids: list[str]) -> None:
         super().__init__("lease of %d job(s) may pass before the commit" % len(ids))
@@ -77,15 +78,21 @@ class LeaseGone(Exception):
 
 class Fence:
     """The lease check of an early write of ``outcomes`` (``AuditWriter.write_now``):
-    raises ``LeaseGone`` when a job's lease has no more than ``margin`` seconds left, else
-    bounds the database's waits that follow by what is left of the shortest."""
+    raises ``LeaseGone`` when a job's lease has no more than ``margin`` seconds left (or
+    Redis settled it meanwhile: ``unsettled``), else bounds the database's waits that
+    follow by what is left of the shortest."""
 
     def __init__(self, outcomes: list[Outcome], lease_left: Callable[[ClaimedJob], float],
-                 margin: float) -> None:
+                 margin: float,
+                 unsettled: Callable[[list[Outcome]], list[Outcome]] | None = None) -> None:
         self.outcomes, self.lease_left, self.margin = outcomes, lease_left, margin
+        self.unsettled = unsettled
 
     def __call__(self, conn: BaseDatabaseWrapper) -> None:
         left = {o.job.id: self.lease_left(o.job) - self.margin for o in self.outcomes}
+        if self.unsettled is not None:  # settled meanwhile: recorded the usual way
+            held = {id(o) for o in self.unsettled(self.outcomes)}
+            left.update((o.job.id, 0.0) for o in self.outcomes if id(o) not in held)
         if gone := [job_id for job_id, s in left.items() if not s > 0]:
             raise LeaseGone(gone)
         ms = str(max(1, int(min(*left.values(), 3600.0) * 1000)))
@@ -162,7 +169,8 @@ class EarlyRows:
         written = 0
         if todo := self.unsettled(todo):
             try:
-                written = write(self.audit, todo, self.worker_id, self.lease_left, self.margin)
+                written = write(self.audit, todo, self.worker_id, self.lease_left,
+                                self.margin, self.unsettled)
             except Exception:  # noqa: BLE001 - the usual record follows once Redis settles
                 logger.exception("writing the final rows of %d finished job(s) failed",
                                  len(todo))
@@ -174,21 +182,25 @@ class EarlyRows:
 
 
 def write(audit: AuditWriter, outcomes: list[Outcome], worker_id: str,
-          lease_left: Callable[[ClaimedJob], float], margin: float) -> int:
+          lease_left: Callable[[ClaimedJob], float], margin: float,
+          unsettled: Callable[[list[Outcome]], list[Outcome]] | None = None) -> int:
     """Write the final rows of ``outcomes`` whose lease has more than ``margin`` seconds
     left, and still has at their commit (``Fence``: those whose lease has gone are left
-    out, the others written again); returns how many. A database error is logged (they
+    out, the others written again; so are those Redis settled meanwhile: ``unsettled``);
+    returns how many. A database error is logged (they
     are tried again later)."""
     todo = [o for o in outcomes if lease_left(o.job) > margin]
     conn = connections[router.db_for_write(Job)]
     try:
         while todo:
             try:
-                _write_now(audit, todo, worker_id, Fence(todo, lease_left, margin), conn)
+                _write_now(audit, todo, worker_id,
+                           Fence(todo, lease_left, margin, unsettled), conn)
                 break
             except LeaseGone as gone:
                 logger.warning("Redis unreachable: no early final row for %d finished "
-                               "job(s) whose lease may pass before its commit (%s)",
+                               "job(s) whose lease may pass before its commit, or that "
+                               "Redis settled meanwhile (%s)",
                                len(gone.ids), ", ".join(shown(i) for i in gone.ids[:5]))
                 todo = [o for o in todo if o.job.id not in gone.ids]
     except (DatabaseError, *DATA_ERRORS) as exc:

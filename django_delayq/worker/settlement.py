@@ -2,8 +2,9 @@
 
 ``Settlement`` is the worker's component: the settler (``settle.py``: acks, nacks and
 defers in Redis, then the rows, signals and log lines; shard by shard for a sharded
-queue) and its threads: the settling thread ``delayq-settle`` and the ack stream's
-reader ``delayq-acks``. See docs/internals.md, "Settlement"."""
+queue) and its threads: the settling thread ``delayq-settle``, the ack stream's reader
+``delayq-acks``, and the writer of the final rows Redis could not take,
+``delayq-early-rows`` (``early_rows.py``). See docs/internals.md, "Settlement"."""
 
 from __future__ import annotations
 
