@@ -128,6 +128,7 @@ class AuditWriter:
         self._thread: threading.Thread | None = None
         self._outage = OutageLog(logger, "audit flush")
         self.written = 0
+        self._early: set[tuple[str, int]] = set()  # (job id, number): attempts of write_now
 
     def update(self, job_id: str, **fields: Any) -> None:
         if not _COLUMN_SET.issuperset(fields):
@@ -206,6 +207,8 @@ class AuditWriter:
         with self._lock:
             changes, self._changes = self._changes, {}
             attempts, self._attempts = self._attempts, []
+        if self._early and attempts:  # written by write_now already
+            attempts = [a for a in attempts if not self._written_early(a)]
         if not changes and not attempts:
             return 0
         if self.before_write is not None:
@@ -223,18 +226,32 @@ class AuditWriter:
         self.written += len(changes)
         return len(changes)
 
-    def write_now(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:
+    def write_now(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt],
+                  fence: Callable[[BaseDatabaseWrapper], None] | None = None) -> None:
         """Write ``changes`` and ``attempts`` at once on the caller's thread, through the
         flushes' own write (its fences; the children of the rows made final resolved),
-        nothing buffered: the settler's final rows during a Redis outage
-        (``worker/early_rows.py``), which must land while the lease is the worker's.
-        Raises what the write raises (nothing is kept for a later flush)."""
+        nothing buffered: the final rows written during a Redis outage
+        (``worker/early_rows.py``), which must commit while the lease is the worker's:
+        ``fence(connection)`` runs before the transaction, first in it and last before its
+        commit (it bounds the waits, and raises to roll it back). One at a time with the
+        flushes: an attempt written here is not written again by a later flush (the
+        settler records it too when Redis settles the job meanwhile). Raises what the
+        write raises (nothing is kept for a later flush)."""
         if self.before_write is not None:
             self.before_write()
         for attempt in attempts:
             for name in ("error_type", "error", "traceback", "worker_id"):
                 setattr(attempt, name, storable(getattr(attempt, name)))
-        self._write(changes, attempts)
+        with self._flushing:
+            self._write(changes, attempts, fence)
+            self._early.update((a.job_id, a.number) for a in attempts)
+
+    def _written_early(self, attempt: JobAttempt) -> bool:
+        try:
+            self._early.remove((attempt.job_id, attempt.number))
+        except KeyError:
+            return False
+        return True
 
     def _landed(self, changes: dict[str, dict[str, Any]]) -> None:
         if self.after_write is not None and (final := _final(changes)):
@@ -289,9 +306,12 @@ class AuditWriter:
                      "database refuses: %s", shown(job_id), _safe(first))
         return 1
 
-    def _write(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:
+    def _write(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt],
+               fence: Callable[[BaseDatabaseWrapper], None] | None = None) -> None:
         using = router.db_for_write(Job)
         conn = connections[using]
+        if fence is not None:  # SQLite's transaction waits for its lock as it begins
+            fence(conn)
         groups: dict[tuple[str, ...], list[list[Any]]] = {}
         adapt = _adapters(conn)
         for job_id, fields in changes.items():
@@ -303,6 +323,8 @@ class AuditWriter:
         qn = conn.ops.quote_name
         table = qn(Job._meta.db_table)
         with transaction.atomic(using=using):
+            if fence is not None:
+                fence(conn)
             with conn.cursor() as cursor:
                 if conn.vendor == "postgresql" and len(changes) > 1:
                     # Row locks in one order (by id) whatever the column sets: two flushes
@@ -329,6 +351,8 @@ class AuditWriter:
             # same transaction (the release invariant, core/workflows.py).
             if final := _final(changes):
                 workflows.resolve(final, using)
+            if fence is not None:
+                fence(conn)
 
 
 def _final(changes: dict[str, dict[str, Any]]) -> list[str]:

@@ -359,3 +359,10 @@ class Ledger:
     def unsettled_queues(self) -> set[str]:
         with self._lock:
             return {outcome.job.queue for outcome in self._unsettled}
+
+    def unsettled(self, outcomes: Iterable[Outcome]) -> list[Outcome]:
+        """Those of ``outcomes`` Redis has not settled yet: kept unsettled, or taken by a
+        round that has not ended (the early rows write no other: ``early_rows.py``)."""
+        with self._lock:
+            held = {id(o) for o in self._unsettled} | self._settling.keys()
+        return [o for o in outcomes if id(o) in held]

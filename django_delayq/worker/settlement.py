@@ -2,8 +2,9 @@
 
 ``Settlement`` is the worker's component: the settler (``settle.py``: acks, nacks and
 defers in Redis, then the rows, signals and log lines; shard by shard for a sharded
-queue) and its threads: the settling thread ``delayq-settle`` and the ack stream's
-reader ``delayq-acks``. See docs/internals.md, "Settlement"."""
+queue) and its threads: the settling thread ``delayq-settle``, the ack stream's reader
+``delayq-acks``, and the writer of the final rows Redis could not take,
+``delayq-early-rows`` (``early_rows.py``). See docs/internals.md, "Settlement"."""
 
 from __future__ import annotations
 
@@ -57,7 +58,10 @@ class Settlement:
         ledger.notify_done = self.stream is None  # else finished() wakes it for leftovers
         self.settler = Settler(engine, settings, audit, worker_id, release, on_start, self.stream)
         self.settler.lease_left = ledger.lease_left  # a refused ack's lease may have passed
-        self._margin = early_rows.margin_s(settings.lease_ms)  # early rows' lease left
+        # final rows written during a Redis outage, on a thread of their own
+        self.early = early_rows.EarlyRows(audit, worker_id, ledger.lease_left,
+                                          early_rows.margin_s(settings.lease_ms),
+                                          ledger.unsettled)
         audit.after_write = self.settler.landed  # their settled records may go
         self.on_settled = on_settled
         self.backoff = QueueBackoff()
@@ -72,6 +76,7 @@ class Settlement:
         self._outage = OutageLog(logger, "settling finished jobs", quiet=OUTAGES)
 
     def start(self) -> None:
+        self.early.start()
         for target, name in [(self._run, "delayq-settle")] + (
                 [(self._read, "delayq-acks")] if self.stream is not None else []):
             self._threads.append(threading.Thread(target=target, name=name, daemon=True))
@@ -94,6 +99,7 @@ class Settlement:
                 logger.warning("could not settle %d finished job(s) at stop: %s",
                                self.ledger.done_count(), shown(exc))
             self.record_pending()
+        self.early.stop(timeout)  # after the last rounds: what they could not settle
 
     def _read(self) -> None:
         """The ack stream's replies, in order: record what they settled; an ack whose
@@ -196,7 +202,7 @@ class Settlement:
             self.ledger.keep_unsettled(outcomes, outcomes)
             if isinstance(exc, OUTAGES):  # Redis unreachable: their final rows now
                 done = {id(o) for o, _ in sent}
-                self._write_final([o for o in outcomes if id(o) not in done])
+                self.early.submit(o for o in outcomes if id(o) not in done)
             raise
         finally:
             try:
@@ -208,18 +214,8 @@ class Settlement:
         held = [o for q in left for o in by_queue[q]] + kept
         self.ledger.keep_unsettled(held, outcomes)
         if held:  # their queue or shard cannot reach Redis: their final rows now
-            self._write_final(held)
+            self.early.submit(held)
         self.on_settled(outcomes)
-
-    def _write_final(self, outcomes: list[Outcome]) -> None:
-        """The final rows of ``outcomes`` that Redis could not settle, written now while
-        their leases are this worker's (``early_rows.py``); never raises."""
-        try:
-            early_rows.write(self.settler.audit, outcomes, self.settler.worker_id,
-                             self.ledger.lease_left, self._margin)
-        except Exception:  # noqa: BLE001 - the usual record follows once Redis settles them
-            logger.exception("writing the final rows of %d finished job(s) failed",
-                             len(outcomes))
 
     def wait_recorded(self, job_id: str, timeout: float = 10.0) -> None:
         """Before a job starts: wait while its previous attempt's outcome is being

@@ -3,6 +3,8 @@
 ``drop_reply_to(marker)``: the next request containing ``marker`` is forwarded (Redis
 runs it) but its reply is swallowed and the client's connection is closed: the client
 sees a reset after the server acted, the fault a network partition produces.
+``cut()``: every connection reset, new ones refused, until ``restore()``: a partition of
+the one client behind the proxy (the others reach Redis directly).
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ class LossyProxy:
         self._marker: bytes | None = None
         self._lock = threading.Lock()
         self.dropped = 0
+        self._cut = False
+        self._open: set[socket.socket] = set()
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -33,13 +37,32 @@ class LossyProxy:
     def close(self) -> None:
         self.listener.close()
 
+    def cut(self) -> None:
+        with self._lock:
+            self._cut = True
+            sockets, self._open = list(self._open), set()
+        for s in sockets:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def restore(self) -> None:
+        with self._lock:
+            self._cut = False
+
     def _accept(self) -> None:
         while True:
             try:
                 client, _ = self.listener.accept()
             except OSError:
                 return
+            with self._lock:
+                refused = self._cut
+            if refused:
+                client.close()
+                continue
             upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            with self._lock:
+                self._open |= {client, upstream}
             drop = threading.Event()
             threading.Thread(target=self._up, args=(client, upstream, drop), daemon=True).start()
             threading.Thread(target=self._down, args=(upstream, client, drop),

@@ -17,11 +17,13 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sqlite3
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from django.db import connection
 
 from django_delayq import schedule
 from django_delayq.core.conf import get_settings
@@ -31,6 +33,7 @@ from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import Job, JobAttempt, JobStatus
 from tests.helpers import point_at, wait_until
 from tests.reliability.conftest import kill, stop
+from tests.reliability.proxy import LossyProxy
 from tests.worker import conftest as worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -192,7 +195,8 @@ def test_a_retry_ended_during_an_outage_gets_no_early_row_and_runs_again(  # typ
     h = schedule("tests.jobs_chaos.gated", str(runs_dir), 1, max_attempts=3)
     w1 = start("w1")
     _end_during_outage(runs_dir, fault_server, w1)
-    assert _row(h.id) == (JobStatus.RUNNING, 1, "w1")
+    wait_until(lambda: _row(h.id) == (JobStatus.RUNNING, 1, "w1"), timeout=20)  # its start row
+    assert _row(h.id) == (JobStatus.RUNNING, 1, "w1")  # no early row, after the outage's failure
     kill(w1)
     fault_server.start()
     w2 = start("w2")
@@ -225,3 +229,100 @@ def test_a_worker_that_reaches_redis_again_settles_once(  # type: ignore[no-unty
         early.status, 1, early.updated_at, early.result)
     assert JobAttempt.objects.filter(job_id=h.id).count() == fail
     assert _runs(runs_dir) == [(1, w1.pid)]
+
+
+@contextlib.contextmanager
+def _row_locked(job_id: str) -> Iterator[None]:
+    """A database stall of the job's row while the block runs: another connection holds
+    it locked (PostgreSQL: ``SELECT ... FOR UPDATE``; SQLite: the write lock)."""
+    if connection.vendor == "sqlite":
+        lite = sqlite3.connect(str(connection.settings_dict["NAME"]), isolation_level=None)
+        lite.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            lite.execute("ROLLBACK")
+            lite.close()
+        return
+    other = connection.copy()
+    other.ensure_connection()
+    raw = other.connection
+    raw.autocommit = False
+    raw.execute("SELECT 1 FROM %s WHERE id = %%s FOR UPDATE" % Job._meta.db_table, (job_id,))
+    try:
+        yield
+    finally:
+        raw.rollback()
+        other.close()
+
+
+def _start_behind(proxy: LossyProxy, settings, start,  # type: ignore[no-untyped-def]
+                  name: str) -> subprocess.Popen[str]:
+    """start(name) reaching Redis through ``proxy`` (a partition of its own)."""
+    direct = settings.DELAYQ
+    settings.DELAYQ = {**direct, "REDIS_URL": proxy.url}
+    try:
+        return start(name)
+    finally:
+        settings.DELAYQ = direct
+
+
+def test_an_early_row_never_commits_once_the_lease_may_have_passed(  # type: ignore[no-untyped-def]
+        start, fault_server, runs_dir, tmp_path, settings) -> None:
+    """wA, cut from Redis alone, ends the job while its row is locked: its early write
+    waits, its lease lapses, wB takes the job back and runs it again, then the lock goes.
+    wA's early row must not commit then (it would hide run 2 behind run 1's success): the
+    row is wB's, as Redis and the signals say, and run 1 is recorded as a lost attempt."""
+    h = schedule("tests.jobs_chaos.gated", str(runs_dir))
+    proxy = LossyProxy(fault_server.port)
+    wa = _start_behind(proxy, settings, start, "wA")
+    wait_until((runs_dir / "started").exists, timeout=60)
+    wb = start("wB")  # it takes the job back once wA's lease lapsed
+    engine = get_engine()  # its start mark in Redis (sent corked): the run is charged
+    wait_until(lambda: engine.client.hexists(engine.keys("default").runs, h.id), timeout=20)
+    proxy.cut()
+    with _row_locked(h.id):
+        (runs_dir / "go").touch()
+        wait_until(lambda: len(_runs(runs_dir)) == 2, timeout=60, step=0.05)  # wB's run 2
+    wait_until(lambda: ("job_succeeded", 2, "wB") in _signals(tmp_path), timeout=60)
+    wait_until(lambda: _row(h.id)[0] == JobStatus.SUCCEEDED, timeout=60, step=0.05)
+    kill(wa)
+    proxy.close()
+    assert [a for a, _ in _runs(runs_dir)] == [1, 2]
+    assert _row(h.id) == (JobStatus.SUCCEEDED, 2, "wB"), _row(h.id)
+    assert Job.objects.get(pk=h.id).result == "done 2"
+    wait_until(lambda: JobAttempt.objects.filter(job_id=h.id).exists(), timeout=30)
+    assert list(JobAttempt.objects.filter(job_id=h.id).values_list(
+        "number", "error_type")) == [(1, LEASE_LOST)]  # run 1: its outcome died with wA
+    assert _signals(tmp_path).count(("job_succeeded", 2, "wB")) == 1
+    assert not [s for s in _signals(tmp_path) if s[0] == "job_succeeded" and s[2] == "wA"]
+    stop(wb)
+
+
+def test_acks_land_during_a_database_stall(  # type: ignore[no-untyped-def]
+        start, fault_server, runs_dir, settings) -> None:
+    """A Redis blip as the job ends, during a stall of its row: the early write waits on
+    its own thread, the ack lands when Redis is back, stall or not; a kill then does not
+    run the job again."""
+    h = schedule("tests.jobs_chaos.gated", str(runs_dir))
+    proxy = LossyProxy(fault_server.port)
+    wa = _start_behind(proxy, settings, start, "wA")
+    wait_until((runs_dir / "started").exists, timeout=60)
+    wait_until(lambda: _row(h.id)[0] == JobStatus.RUNNING, timeout=20)  # its start row
+    with _row_locked(h.id):
+        proxy.cut()
+        (runs_dir / "go").touch()
+        wait_until(lambda: len(_runs(runs_dir)) == 1, timeout=30, step=0.05)
+        with contextlib.suppress(AssertionError):  # the settling round failed
+            wait_until(lambda: "settling finished jobs failed" in _log(wa), timeout=5,
+                       step=0.05)
+        proxy.restore()
+        wait_until(lambda: get_engine().inspect("default", h.id).place == "", timeout=20,
+                   step=0.05)  # acked, the row still locked
+        kill(wa)
+    proxy.close()
+    w2 = start("w2")
+    wait_until(lambda: _row(h.id)[0] == JobStatus.SUCCEEDED, timeout=60, step=0.1)
+    assert _row(h.id) == (JobStatus.SUCCEEDED, 1, "wA")
+    assert _runs(runs_dir) == [(1, wa.pid)]
+    stop(w2)

@@ -39,8 +39,8 @@ def _worker(monkeypatch: Any) -> tuple[Worker, list[int]]:
     s.stream = s.settler.stream = None
     writes: list[int] = []
     write_now = worker.audit.write_now
-    monkeypatch.setattr(worker.audit, "write_now", lambda changes, attempts: (
-        writes.append(len(changes)), write_now(changes, attempts)))
+    monkeypatch.setattr(worker.audit, "write_now", lambda changes, attempts, fence: (
+        writes.append(len(changes)), write_now(changes, attempts, fence)))
     return worker, writes
 
 
@@ -51,7 +51,7 @@ def test_rows_written_early_only_within_the_lease_and_once(delayq_settings, monk
     worker, writes = _worker(monkeypatch)
     run_claimed(worker, payloads.load(engine.claim("default", 10, 60_000).jobs))
     left = {kept.id: 30.0, lapsed.id: 0.1}  # seconds of lease left, as the ledger counts
-    monkeypatch.setattr(worker.ledger, "lease_left", lambda job: left[job.id])
+    monkeypatch.setattr(worker.settlement.early, "lease_left", lambda job: left[job.id])
     ack = engine.ack
 
     def unreachable(*args: Any, **kwargs: Any) -> Any:
@@ -59,9 +59,10 @@ def test_rows_written_early_only_within_the_lease_and_once(delayq_settings, monk
 
     monkeypatch.setattr(engine, "ack", unreachable)
     s = worker.settlement
-    for _ in range(3):  # three rounds of the outage: one write
+    for _ in range(3):  # three rounds of the outage: one write (on the writer's thread)
         with pytest.raises(RedisConnectionError):
             s.settle_once()
+        s.early.write_pending()
     assert writes == [1]
     assert kept.status == JobStatus.SUCCEEDED and kept.job.result == 2
     assert Job.objects.get(pk=lapsed.id).status != JobStatus.SUCCEEDED  # lease may be gone
@@ -69,6 +70,7 @@ def test_rows_written_early_only_within_the_lease_and_once(delayq_settings, monk
     early = Job.objects.get(pk=kept.id)
     monkeypatch.setattr(engine, "ack", ack)  # Redis answers again
     s.settle_once()
+    s.early.write_pending()
     worker.audit.flush()
     assert writes == [1]
     assert sorted(succeeded) == sorted([kept.id, lapsed.id])
@@ -82,6 +84,7 @@ def test_nothing_is_written_early_while_redis_answers(delayq_settings, monkeypat
     worker, writes = _worker(monkeypatch)
     run_claimed(worker, payloads.load(get_engine().claim("default", 10, 60_000).jobs))
     worker.settlement.settle_once()
+    worker.settlement.early.write_pending()
     worker.audit.flush()
     assert {h.status for h in handles} == {JobStatus.SUCCEEDED}
     assert writes == []
