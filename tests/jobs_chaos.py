@@ -244,22 +244,3 @@ def stamped_runs(directory: str) -> list[dict[str, Any]]:
             runs.append(run)
     runs.sort(key=lambda r: r["start"])
     return runs
-
-
-def fail_first(directory: str) -> None:
-    """Every attempt ends as ``mark_run``; the first then fails."""
-    mark_run(directory)
-    ctx = current_job()
-    if ctx is not None and ctx.attempt == 1:
-        raise RuntimeError("the first attempt fails")
-
-
-def note_start_then_sleep(directory: str, seconds: float) -> None:
-    """Its first attempt notes (job id, pid) in the file ``started``, then takes
-    ``seconds``; every attempt ends as ``mark_run``."""
-    ctx = current_job()
-    if ctx is not None and ctx.attempt == 1:
-        with open(os.path.join(directory, "started"), "a") as out:
-            out.write("%s %d\n" % (ctx.id, os.getpid()))
-        time.sleep(seconds)
-    mark_run(directory)

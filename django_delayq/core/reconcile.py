@@ -63,9 +63,8 @@ whatever it holds was re-enqueued after the loss. An epoch change clears the sus
 
 Tokens and attempts after a loss (docs/internals.md, "Lease tokens"): a lost delivery
 that may have run unrecorded is counted (``reconcile_state.count_lost_deliveries``, also
-by a reconciler that did not see the loss: ``Epochs.began``), judged by the workers
-registry read just before the loss (``core/loss_witness.py``: the epoch check reads it
-first), and written into the row before the re-enqueue (``record_charges``).
+by a reconciler that did not see the loss: ``Epochs.began``) and written into the row
+before the re-enqueue (``reconcile_state.record_charges``).
 
 Jobs final in Redis (dead there, or cancelled while they ran) get the same second look,
 then are settled (``reconcile_state.settle``); who counts as alive:
@@ -90,7 +89,6 @@ from django.db import DatabaseError, close_old_connections, router
 
 from django_delayq.core import group_limits, reconcile_state, unqueueable, workflows
 from django_delayq.core.epochs import Epochs
-from django_delayq.core.loss_witness import Witness
 from django_delayq.core.outage import OUTAGE_GRACE_SECONDS, Outage
 from django_delayq.core.queues import MAX_RECENT, RECENT_SECONDS
 from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
@@ -137,8 +135,6 @@ class Reconciler:
         self._epochs = Epochs(engine, self.queues)
         self._suspects: dict[str, Suspect] = {}
         self.confirm_seconds = max(1.0, 20 * settings.audit_flush_seconds)
-        self._witness = Witness(engine, settings, self.queues, self.confirm_seconds)
-        self._held: set[str] = set()  # loss passes waiting for their loss to be judged
         self._last = self._last_epoch = self._last_orphans = -1e18
         self._last_sweep = time.monotonic()  # the first sweep after one SWEEP_SECONDS
         self.stats = reconcile_state.PassStats()
@@ -179,12 +175,9 @@ class Reconciler:
         # the loss passes share one urgent budget, then the pass after an outage has one
         # of its own: neither waits for the other to finish
         budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
-        # a loss pass waits while its loss is judged (``Witness.waiting``): seconds
-        self._held = {q for q, c in self._urgent.items() if c.lost and self._witness.waiting(q)}
         for lost in (True, False):
             deadline = time.monotonic() + budget
-            for queue, cursor in [(q, c) for q, c in self._urgent.items()
-                                  if c.lost is lost and q not in self._held]:
+            for queue, cursor in [(q, c) for q, c in self._urgent.items() if c.lost is lost]:
                 if self._walk(cursor, deadline):
                     del self._urgent[queue]
                     if lost:
@@ -205,13 +198,8 @@ class Reconciler:
         return self.stats.enqueued - enqueued
 
     def _look_at_epochs(self) -> None:
-        """The epoch check: a loss pass for each queue lost; an outage, begun or over.
-        The workers registry is read first: who was active before a loss (``Witness``)."""
-        registry = self._witness.read()
-        lost = self.check_epochs()
-        self._witness.checked(registry, lost, {q for q in self.queues if any(
-            n in self._epochs.unreadable for n in self.engine.data_sets(q))})
-        for queue in lost:  # lost again: its pass starts over, last
+        """The epoch check: a loss pass for each queue lost; an outage, begun or over."""
+        for queue in self.check_epochs():  # lost again: its pass starts over, last
             self._urgent.pop(queue, None)
             self._urgent[queue] = Cursor((queue,), 0.0, lost=True)
         failures, self._failures = self._failures, self._failure_count()
@@ -229,7 +217,7 @@ class Reconciler:
 
     @property
     def busy(self) -> bool:  # a loss pass or the passes after an outage have rows left
-        return bool(self._urgent.keys() - self._held)
+        return bool(self._urgent)
 
     def _walk(self, cursor: Cursor, deadline: float = math.inf, batches: int = -1) -> bool:
         """Batches of ``cursor``'s walk until it wraps around (True: a full walk is done),
@@ -289,7 +277,6 @@ class Reconciler:
     def _batch(self, cursor: Cursor) -> int:
         """One batch of ``cursor``'s walk; returns how many jobs were (or, in a dry run,
         would be) re-enqueued at once."""
-        read_at = time.monotonic()  # the rows read after it
         if not (rows := reconcile_state.live_rows(cursor)):
             return 0
         self.stats.examined += len(rows)
@@ -312,7 +299,7 @@ class Reconciler:
             elif taken or len(self._suspects) < MAX_SUSPECTS:
                 self._suspects.setdefault(f.row.pk, Suspect(f.row.status, f.row.updated_at,
                                                             now, seen_ms, taken))
-        return self._act(act, None, lost=True, read_at=read_at)
+        return self._act(act, None, lost=True)
 
     def _look_at_orphans(self) -> None:
         """The running rows of silent workers (``Liveness.orphaned``): first look now,
@@ -332,7 +319,6 @@ class Reconciler:
         due = [pk for pk, sus in self._suspects.items() if force or sus.seen <= horizon][:BATCH]
         if not due:
             return
-        read_at = time.monotonic()  # the rows read after it
         rows = {r.pk: r for r in Job.objects.filter(pk__in=due, status__in=LIVE_STATUSES)
                 .only(*reconcile_state.LIGHT)}
         still: dict[bool, list[Job]] = {False: [], True: []}
@@ -345,15 +331,14 @@ class Reconciler:
         for lost, items in still.items():
             if items:
                 found = self._find(items)
-                self._act(found if lost else self._leave_to_live_workers(found), seen, lost=lost,
-                          read_at=read_at)
+                self._act(found if lost else self._leave_to_live_workers(found), seen, lost=lost)
 
     def _act(self, found: list[Finding], seen: dict[str, Suspect] | None, *,
-             lost: bool = False, read_at: float | None = None) -> int:
+             lost: bool = False) -> int:
         """Settle what is final in Redis; re-enqueue the rest (``seen``: their first look;
-        ``lost``: rows of data Redis lost; ``read_at``: when they were read, monotonic)."""
+        ``lost``: rows of data Redis lost)."""
         self.stats.settled += reconcile_state.settle([f for f in found if f.settles], self.engine)
-        return self._enqueue([f.row for f in found if not f.settles], seen, lost, read_at)
+        return self._enqueue([f.row for f in found if not f.settles], seen, lost)
 
     # -- where the jobs are -------------------------------------------------------------
 
@@ -397,7 +382,7 @@ class Reconciler:
     # -- acting -------------------------------------------------------------------------
 
     def _enqueue(self, rows: list[Job], seen: dict[str, Suspect] | None,
-                 lost: bool = False, read_at: float | None = None) -> int:
+                 lost: bool = False) -> int:
         # an id no script takes: dead with its reason, not put back for claims to refuse
         rows, never = unqueueable.split(rows)
         for row, reason in never:  # at the attempt a claim would have charged
@@ -411,14 +396,13 @@ class Reconciler:
         # also when the loss came before this reconciler's first look (it saw no loss).
         reconcile_state.count_lost_deliveries(
             rows, seeds, self._epochs.lost_at if lost else self._epochs.began(),
-            self._epochs.witnessed, LOSS_MARGIN_SECONDS, 2 * self.settings.lease_seconds,
-            lambda queue, items: self._witness.charges(queue, items, read_at))
-        wait = [row for row in rows if seeds[row.pk] is None]
-        first = (time.monotonic(), self.engine.time_ms()) if wait and not seen else (0, 0)
-        for row in wait:  # a worker may be dead or just quiet: look again next time
-            self._suspects.setdefault(row.pk, seen[row.pk] if seen else Suspect(
-                row.status, row.updated_at, first[0], int(first[1]), lost))
-        ready = [row for row in rows if seeds[row.pk] is not None]
+            self._epochs.witnessed, LOSS_MARGIN_SECONDS, 2 * self.settings.lease_seconds)
+        ready = []
+        for row in rows:
+            if seeds[row.pk] is None and seen:  # a worker may be dead or just quiet:
+                self._suspects.setdefault(row.pk, seen[row.pk])  # look again next time
+            else:
+                ready.append(row)
         # the audit counts them before Redis does
         reconcile_state.record_charges(ready, seeds, lost)
         added = 0

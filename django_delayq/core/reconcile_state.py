@@ -25,9 +25,7 @@ delivery's token is higher than any token the job may have been given:
   attempts + 1, so the re-run is attempt n + 2, under a token of its own, and the audit
   counts the unrecorded run. While such a worker has been neither heard from since the
   first look nor silent long enough, the decision waits. A row never delivered (the
-  outbox: Redis was down at commit) keeps its count: its first run is attempt 1. After a
-  data loss, which took the registry too, the same rule is applied to the registry read
-  just before it (``core/loss_witness.py``; ``count_lost_deliveries``).
+  outbox: Redis was down at commit) keeps its count: its first run is attempt 1.
 
 ``JobAttempt`` numbers are not a further source: they are written in the same
 transaction as the row's attempts, and exceed them only after a requeue, which restarts
@@ -56,7 +54,7 @@ conditional on the row being unchanged, so a late flush of a live worker wins.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
@@ -246,9 +244,7 @@ class Liveness:
 
 def count_lost_deliveries(rows: Sequence[Job], seeds: dict[str, int | None],
                           lost_at: Mapping[str, datetime], witnessed: set[str],
-                          margin_s: float, window_s: float,
-                          judge: Callable[[str, list[Job]], Mapping[str, int | None] | None]
-                          ) -> None:
+                          margin_s: float, window_s: float) -> None:
     """Raise the seeds of rows whose job Redis lost (``lost_at``: when each queue's data
     set began): a scheduled or retrying row created and due before it may have been
     claimed (and run) in the lost data without its row saying so yet, under its attempts
@@ -260,28 +256,18 @@ def count_lost_deliveries(rows: Sequence[Job], seeds: dict[str, int | None],
     showing workers delivering before the data set began: a running row, or a delivery
     recorded within ``window_s`` before it (a reconciler started after the loss did not
     see it). A Redis that never held the queue (a new deploy, the test helpers' outbox
-    flush) handed out no token. ``judge`` (``loss_witness.Witness.charges``): the charge
-    (1, 0, None: decide later) of a queue's rows, judged from the workers registry read
-    before the loss; None: not judged, the rule above."""
+    flush) handed out no token."""
     active: dict[str, bool] = {}
-    due = [r for r in rows if (at := lost_at.get(r.queue)) is not None
-           and seeds.get(r.pk) is not None and r.status != JobStatus.RUNNING
-           and max(r.run_at, r.created_at) <= at + timedelta(seconds=margin_s)]
-    judged: dict[str, int | None] = {}
-    for queue, items in by_queue(due).items():
-        judged.update(judge(queue, items) or {})
-    for row in due:
-        seed = seeds[row.pk] or 0
-        if row.pk in judged:
-            charge = judged[row.pk]  # None: wait, unless a silent worker was charged
-            seeds[row.pk] = None if charge is None and seed <= row.attempts else max(
-                seed, row.attempts + (charge or 0))
+    for row in rows:
+        at = lost_at.get(row.queue)
+        seed = seeds.get(row.pk)
+        if at is None or seed is None or row.status == JobStatus.RUNNING \
+                or max(row.run_at, row.created_at) > at + timedelta(seconds=margin_s):
             continue
         if row.queue not in active:
             active[row.queue] = row.queue in witnessed or Job.objects.filter(
-                Q(status=JobStatus.RUNNING)
-                | Q(updated_at__gte=lost_at[row.queue] - timedelta(seconds=window_s)),
-                queue=row.queue, attempts__gt=0, updated_at__lt=lost_at[row.queue]).exists()
+                Q(status=JobStatus.RUNNING) | Q(updated_at__gte=at - timedelta(seconds=window_s)),
+                queue=row.queue, attempts__gt=0, updated_at__lt=at).exists()
         if active[row.queue]:
             seeds[row.pk] = max(seed, row.attempts + 1)
 
