@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
 logger = logging.getLogger(__name__)
+# How long an attempt written early (``write_now``) is remembered, lest a flush write it
+# again: the settler records it only when Redis settled its job while it was written.
+EARLY_KEPT_SECONDS = 600.0
 
 COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_id",
            "error_type", "last_error", "traceback", "result", "updated_at")
@@ -128,7 +131,8 @@ class AuditWriter:
         self._thread: threading.Thread | None = None
         self._outage = OutageLog(logger, "audit flush")
         self.written = 0
-        self._early: set[tuple[str, int]] = set()  # (job id, number): attempts of write_now
+        # (job id, number, start) -> when (monotonic): attempts written by write_now
+        self._early: dict[tuple[str, int, Any], float] = {}
 
     def update(self, job_id: str, **fields: Any) -> None:
         if not _COLUMN_SET.issuperset(fields):
@@ -244,14 +248,16 @@ class AuditWriter:
                 setattr(attempt, name, storable(getattr(attempt, name)))
         with self._flushing:
             self._write(changes, attempts, fence)
-            self._early.update((a.job_id, a.number) for a in attempts)
+            now = time.monotonic()
+            # the settler records one only when Redis settled the job during this write:
+            # the others are forgotten after EARLY_KEPT_SECONDS (a requeued job's next run
+            # has a start of its own: never taken for this one)
+            self._early = {k: t for k, t in self._early.items() if now - t < EARLY_KEPT_SECONDS}
+            self._early.update(((a.job_id, a.number, a.started_at), now) for a in attempts)
 
     def _written_early(self, attempt: JobAttempt) -> bool:
-        try:
-            self._early.remove((attempt.job_id, attempt.number))
-        except KeyError:
-            return False
-        return True
+        return self._early.pop((attempt.job_id, attempt.number, attempt.started_at),
+                               None) is not None
 
     def _landed(self, changes: dict[str, dict[str, Any]]) -> None:
         if self.after_write is not None and (final := _final(changes)):

@@ -4,16 +4,19 @@ usual record follows once Redis settles, its signal sent once."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from django_delayq import schedule, signals
 from django_delayq.core import payloads
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.models import Job, JobStatus
+from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.loop import Worker, WorkerOptions
 from tests.worker.conftest import run_claimed
 
@@ -88,3 +91,21 @@ def test_nothing_is_written_early_while_redis_answers(delayq_settings, monkeypat
     worker.audit.flush()
     assert {h.status for h in handles} == {JobStatus.SUCCEEDED}
     assert writes == []
+
+
+def test_an_attempt_written_early_hides_no_later_run_of_the_same_number(  # type: ignore[no-untyped-def]
+        delayq_settings) -> None:
+    """A dead job requeued (its attempts start again at 1) and dead again on the same
+    worker: its second attempt 1 is written, though the first was written early and the
+    settler never recorded it a second time (Redis settled it after the early write)."""
+    h = schedule("tests.jobs.add", 1, 1)
+    audit = AuditWriter()
+    first = timezone.now()
+    audit.write_now({}, [JobAttempt(job_id=h.id, number=1, outcome=JobStatus.DEAD,
+                                    started_at=first, finished_at=first, error="boom 1")])
+    again = first + timedelta(seconds=5)
+    audit.attempt(job_id=h.id, number=1, outcome=JobStatus.DEAD, started_at=again,
+                  finished_at=again, error="boom 2")
+    audit.flush()
+    assert sorted(JobAttempt.objects.filter(job_id=h.id).values_list("error", flat=True)) == [
+        "boom 1", "boom 2"]
