@@ -165,9 +165,9 @@ class EarlyRows:
         """Write what is pending and may be (``write``); drop what is written, settled by
         Redis, or out of lease. Never raises."""
         with self._cond:
-            todo = list(self._pending.values())
+            taken = list(self._pending.values())
         written = 0
-        if todo := self.unsettled(todo):
+        if todo := self.unsettled(taken):
             try:
                 written = write(self.audit, todo, self.worker_id, self.lease_left,
                                 self.margin, self.unsettled)
@@ -175,9 +175,10 @@ class EarlyRows:
                 logger.exception("writing the final rows of %d finished job(s) failed",
                                  len(todo))
         keep = {id(o) for o in todo if not o.row_final and self.lease_left(o.job) > self.margin}
-        with self._cond:
-            for key in [k for k in self._pending if k not in keep]:
-                del self._pending[key]
+        with self._cond:  # those submitted meanwhile stay for the next round
+            for o in taken:
+                if id(o) not in keep:
+                    self._pending.pop(id(o), None)
         return written
 
 

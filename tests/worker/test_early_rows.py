@@ -109,3 +109,35 @@ def test_an_attempt_written_early_hides_no_later_run_of_the_same_number(  # type
     audit.flush()
     assert sorted(JobAttempt.objects.filter(job_id=h.id).values_list("error", flat=True)) == [
         "boom 1", "boom 2"]
+
+
+def test_an_outcome_handed_over_during_a_write_is_written_next(  # type: ignore[no-untyped-def]
+        delayq_settings, monkeypatch) -> None:
+    """The settling thread hands the writer an outcome while it writes others: kept for
+    its next round, not dropped with what that write took."""
+    first, second = schedule("tests.jobs.add", 1, 1), schedule("tests.jobs.add", 2, 2)
+    engine = get_engine()
+    worker, writes = _worker(monkeypatch)
+    run_claimed(worker, payloads.load(engine.claim("default", 10, 60_000).jobs))
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise RedisConnectionError("Connection refused")
+
+    monkeypatch.setattr(engine, "ack", unreachable)
+    early = worker.settlement.early
+    monkeypatch.setattr(early, "lease_left", lambda job: 30.0)
+    with pytest.raises(RedisConnectionError):
+        worker.settlement.settle_once()
+    late = next(o for o in early._pending.values() if o.job.id == second.id)
+    del early._pending[id(late)]
+    write_now = worker.audit.write_now
+
+    def handed_over_meanwhile(changes: Any, attempts: Any, fence: Any) -> None:
+        early.submit([late])  # as the settling thread would, during this write
+        write_now(changes, attempts, fence)
+
+    monkeypatch.setattr(worker.audit, "write_now", handed_over_meanwhile)
+    early.write_pending()
+    assert Job.objects.get(pk=first.id).status == JobStatus.SUCCEEDED
+    early.write_pending()
+    assert Job.objects.get(pk=second.id).status == JobStatus.SUCCEEDED
