@@ -121,3 +121,14 @@ def kill(proc: subprocess.Popen[str]) -> None:
     proc.wait()
 
 
+
+
+def signals_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str,
+                   text: str) -> None:
+    """The worker settings module ``module`` (``text``) importable by the worker processes,
+    and its file ``signals`` (``DELAYQ_TEST_SIGNALS``) created empty."""
+    (tmp_path / (module + ".py")).write_text(text)
+    (tmp_path / "signals").touch()
+    monkeypatch.setenv("DELAYQ_TEST_SIGNALS", str(tmp_path / "signals"))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))

@@ -15,7 +15,6 @@ module below has each worker append every lifecycle signal it sends to another f
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sqlite3
 import subprocess
@@ -32,7 +31,7 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import Job, JobAttempt, JobStatus
 from tests.helpers import point_at, wait_until
-from tests.reliability.conftest import kill, stop
+from tests.reliability.conftest import kill, signals_module, stop
 from tests.reliability.proxy import LossyProxy
 from tests.worker import conftest as worker
 
@@ -74,11 +73,7 @@ def start(settings, fault_server, tmp_path,  # type: ignore[no-untyped-def]
     """start(name): a ``delayq_worker --worker-id name --concurrency 1``."""
     point_at(settings, fault_server, LEASE_SECONDS=LEASE, RECOVER_INTERVAL_SECONDS=0.2,
              RECONCILE_INTERVAL_SECONDS=0.5, RECONCILE_GRACE_SECONDS=1)
-    (tmp_path / (MODULE + ".py")).write_text(SETTINGS)
-    (tmp_path / "signals").touch()
-    monkeypatch.setenv("DELAYQ_TEST_SIGNALS", str(tmp_path / "signals"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))
+    signals_module(tmp_path, monkeypatch, MODULE, SETTINGS)
     starter = worker.worker_starter(settings, tmp_path, MODULE)
     begin = next(starter)
     yield lambda name: begin("--queues", "default", "--worker-id", name, "--concurrency", "1")

@@ -31,7 +31,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.exceptions import LeaseLost, type_path
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 from tests.helpers import point_at, wait_until
-from tests.reliability.conftest import stop
+from tests.reliability.conftest import signals_module, stop
 from tests.worker import conftest as worker
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
@@ -84,11 +84,7 @@ def start(settings, redis_server, tmp_path,  # type: ignore[no-untyped-def]
     """start(name, *args): a ``delayq_worker --worker-id name`` whose successes go to the
     file ``signals``."""
     point_at(settings, redis_server, LEASE_SECONDS=LEASE)
-    (tmp_path / (MODULE + ".py")).write_text(SETTINGS)
-    (tmp_path / "signals").touch()
-    monkeypatch.setenv("DELAYQ_TEST_SIGNALS", str(tmp_path / "signals"))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
-        p for p in (str(tmp_path), os.environ.get("PYTHONPATH", "")) if p))
+    signals_module(tmp_path, monkeypatch, MODULE, SETTINGS)
     starter = worker.worker_starter(settings, tmp_path, MODULE)
     begin = next(starter)
     yield lambda name, *args: begin("--queues", "default", "--worker-id", name, *args)
