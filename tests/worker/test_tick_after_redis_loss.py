@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,17 +38,29 @@ BACK_WITHIN_S = 5.0  # max(2 intervals, 5 s) for an every-second schedule
 
 
 @pytest.fixture
-def worker(delayq_settings) -> Iterator[Worker]:  # type: ignore[no-untyped-def]
-    """A real worker on a thread of this process: one job thread, nothing claimed beyond
-    it (a tick waits in Redis while the thread is busy)."""
-    w = Worker(get_engine(), get_settings(), WorkerOptions(queues=("default",), concurrency=1,
-                                                           prefetch=0))
-    thread = threading.Thread(target=w.run, daemon=True)
-    thread.start()
-    yield w
-    w.request_stop()
-    w.request_stop()
-    thread.join(30)
+def start_worker(delayq_settings) -> Iterator[Callable[[], Worker]]:  # type: ignore[no-untyped-def]
+    """Starts a real worker on a thread of this process: one job thread, nothing claimed
+    beyond it (a tick waits in Redis while the thread is busy)."""
+    started: list[tuple[Worker, threading.Thread]] = []
+
+    def start() -> Worker:
+        w = Worker(get_engine(), get_settings(), WorkerOptions(
+            queues=("default",), concurrency=1, prefetch=0))
+        thread = threading.Thread(target=w.run, daemon=True)
+        thread.start()
+        started.append((w, thread))
+        return w
+
+    yield start
+    for w, thread in started:
+        w.request_stop()
+        w.request_stop()
+        thread.join(30)
+
+
+@pytest.fixture
+def worker(start_worker) -> Worker:  # type: ignore[no-untyped-def]
+    return start_worker()  # type: ignore[no-any-return]
 
 
 def every_second(out: Path) -> Schedule:
@@ -105,13 +117,17 @@ def test_a_pending_tick_job_is_put_back_however_old_its_row(delayq_settings) -> 
     assert status(job_id) == JobStatus.SCHEDULED and next_job(s) == job_id
 
 
-def test_a_tick_job_redis_lost_is_back_within_the_bound(worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    # The full pass runs once, at the worker's start: what follows is the pass over
-    # stalled schedules (the full pass every 10 s would be too late for the bound).
-    worker.housekeeping.schedules.every_s = 3600.0
+def test_a_tick_job_redis_lost_is_back_within_the_bound(start_worker, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "runs.txt"
     s = every_second(out)
-    periodic.keep(s)  # its first tick (the worker's full pass ran before it existed)
+    periodic.keep(s)  # its first tick
+    # The schedule exists before the worker starts: its first full pass, whenever it
+    # runs, finds a schedule enabled (a pass that found none would leave the worker
+    # creating no next tick at a start until its next full pass). That pass runs once:
+    # what follows is the pass over stalled schedules (the full pass every 10 s would be
+    # too late for the bound).
+    worker = start_worker()
+    worker.housekeeping.schedules.every_s = 3600.0
     wait_until(lambda: out.exists() and len(out.read_text().splitlines()) >= 2, timeout=60)
     wait_until(lambda: get_engine().inspect("default", next_job(s)).place == "pending",
                timeout=30)
