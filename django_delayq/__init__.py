@@ -1,10 +1,11 @@
 """django-delayq: run functions later, reliably, on Redis.
 
-The public API is loaded lazily (PEP 562): ``import django_delayq`` imports nothing
-else, so it works before Django's settings are configured and importing
-``django_delayq.engine`` never imports Django. A name is imported from its module
-the first time it is used (``django_delayq.schedule``, ``from django_delayq import job``)
-and kept in this module from then on.
+The public API is loaded lazily (a module-level ``__getattr__`` imports a name when it
+is first asked for): ``import django_delayq`` imports nothing else, so it works before
+Django's settings are configured and importing ``django_delayq.engine`` never imports
+Django. A name is imported from its module the first time it is used
+(``django_delayq.schedule``, ``from django_delayq import job``) and kept in this module
+from then on.
 """
 
 from __future__ import annotations

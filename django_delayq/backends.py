@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from django_delayq.tasks_results import AnyResult, AnyTask
 
 OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "GROUP"})
-DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once, as Django's docs describe
+DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once: the Tasks API has no retries
 
 
 class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]

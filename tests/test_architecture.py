@@ -8,11 +8,14 @@
 * One file name per concept: no two modules share a file name.
 * The tests mirror the package: a folder of tests/ is a layer of the package, or one of
   the suites that cut across the layers.
+* The map stays true: every module is named in internals.md's feature table, every file
+  it names exists, and every link between the docs lands on a heading.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 import subprocess
 import sys
@@ -119,3 +122,60 @@ def test_the_tests_left_out_of_a_later_pass_exist() -> None:
         if not found or (name and "def %s" % name not in found[0].read_text("utf-8")):
             stale.append(entry)
     assert stale == []
+
+
+def feature_table() -> str:
+    """The rows of internals.md's table of where a feature lives."""
+    text = (ROOT / "docs" / "internals.md").read_text("utf-8")
+    start = text.index("| feature | files |")
+    return text[start:text.index("\n\n", start)]
+
+
+def test_every_module_is_on_the_map() -> None:
+    """Each module and Lua script (``__init__.py`` and migrations aside) is named, by its
+    path under ``django_delayq/``, in the table of docs/internals.md ("Layout"), and
+    every file the table names exists: under the package, at the repository's root
+    (``bench/``), or, named alone, somewhere in the package."""
+    table = feature_table()
+    named = set(re.findall(r"`([\w./-]+\.(?:py|lua|html))`", table))
+    files = {p for p in PACKAGE.rglob("*") if p.suffix in (".py", ".lua")
+             and "migrations" not in p.parts and p.name != "__init__.py"}
+    missing = sorted(str(p.relative_to(PACKAGE)) for p in files
+                     if str(p.relative_to(PACKAGE)) not in named)
+    names = {p.name for p in PACKAGE.rglob("*")}
+    absent = sorted(n for n in named if not (PACKAGE / n).exists()
+                    and not (ROOT / n).exists() and ("/" in n or n not in names))
+    assert (missing, absent) == ([], [])
+
+
+def github_anchor(heading: str) -> str:
+    """The anchor GitHub gives a heading: lower case, punctuation other than ``-`` and
+    ``_`` dropped, each space a ``-``."""
+    text = re.sub(r"`|\*\*|\[([^]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_links_between_the_docs_land_on_a_heading() -> None:
+    """A link ``page.md#anchor`` (or ``#anchor``) between the Markdown files of the
+    repository names a heading of that page: a renamed heading breaks no link silently."""
+    pages = [ROOT / "README.md", ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
+    anchors: dict[Path, set[str]] = {}
+    for page in pages:
+        seen: dict[str, int] = {}
+        found = set()
+        fenced = False
+        for line in page.read_text("utf-8").splitlines():
+            fenced ^= line.startswith("```")
+            if not fenced and re.match(r"#{1,6} ", line):
+                anchor = github_anchor(line.lstrip("#"))
+                found.add(anchor if anchor not in seen else "%s-%d" % (anchor, seen[anchor]))
+                seen[anchor] = seen.get(anchor, 0) + 1
+        anchors[page] = found
+    broken = []
+    for page in pages:
+        for target, anchor in re.findall(r"\]\(([\w./-]*\.md|)#([^)\s]+)\)",
+                                         page.read_text("utf-8")):
+            linked = (page.parent / target).resolve() if target else page
+            if linked in anchors and anchor not in anchors[linked]:
+                broken.append("%s: %s#%s" % (page.relative_to(ROOT), target, anchor))
+    assert broken == []

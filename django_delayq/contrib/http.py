@@ -73,7 +73,9 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 # never sent in a URL: spaces, line and paragraph separators, control, format and surrogate
 REFUSED_URL_CATEGORIES = frozenset({"Zs", "Zl", "Zp", "Cc", "Cf", "Cs"})
 VISIBLE_ASCII = "".join(map(chr, range(0x21, 0x7F)))  # kept as written in a path or query
-HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
+# a header name: one or more ASCII letters, digits or !#$%&'*+-.^_`|~ (no space, colon,
+# separator or control character)
+HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 BODY_HEADERS = frozenset({"content-length", "transfer-encoding"})  # set from the body
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -2,7 +2,8 @@
 
 Install with ``pip install django-delayq[spark]`` (pyspark, pyarrow, matplotlib).
 Nothing in the core package imports this one; import it explicitly. Its own
-names load lazily (PEP 562), so ``delayq_export`` needs pyarrow but not pyspark.
+names load lazily (a module-level ``__getattr__`` imports each when it is first asked
+for), so ``delayq_export`` needs pyarrow but not pyspark.
 """
 
 from __future__ import annotations
