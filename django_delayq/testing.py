@@ -44,7 +44,7 @@ from django_delayq.engine.logtext import text
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
 from django_delayq.models import Job, JobAttempt, JobStatus
-from django_delayq.worker import handover, outcome, runner, settle
+from django_delayq.worker import attempt_signals, handover, outcome, runner
 from django_delayq.worker.audit import AuditWriter
 
 if TYPE_CHECKING:
@@ -211,7 +211,7 @@ def run_eager(job_id: str) -> None:
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
                      due_at=job.run_at, worker_id=EAGER_ID)
     base = {"job_id": job.id, "queue": job.queue, "callable_path": job.callable_path}
-    settle.signal_started(base, 1, EAGER_ID, job.run_at, started)
+    attempt_signals.signal_started(base, 1, EAGER_ID, job.run_at, started)
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except BaseException as exc:  # a worker records a SystemExit too: the row never stays
@@ -229,7 +229,7 @@ def run_eager(job_id: str) -> None:
             raise ResultTooLarge("job %s: %s" % (job_id, error))
         return
     if _eager_record(job_id, JobStatus.SUCCEEDED, started, result=kept) is not None:
-        settle.signal_succeeded(base, 1, EAGER_ID, kept, time.perf_counter() - t0)
+        attempt_signals.signal_succeeded(base, 1, EAGER_ID, kept, time.perf_counter() - t0)
 
 
 def _eager_record(job_id: str, status: str, started: datetime,
@@ -260,8 +260,8 @@ def _eager_failed(base: dict[str, Any], started: datetime, error_type: str, erro
     JobAttempt.objects.create(job_id=job_id, number=1, outcome=status, started_at=started,
                               finished_at=finished, error_type=error_type, error=error,
                               traceback=trace, worker_id=EAGER_ID)
-    settle.signal_failed(base, status, 1, EAGER_ID, error=error, error_type=error_type,
-                         started_at=started)
+    attempt_signals.signal_failed(base, status, 1, EAGER_ID, error=error,
+                                  error_type=error_type, started_at=started)
     return status is JobStatus.DEAD
 
 

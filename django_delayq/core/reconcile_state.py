@@ -315,7 +315,7 @@ CANCELLED_IN_REDIS = "cancelled while it ran; its worker stopped before recordin
 SUCCEEDED_IN_REDIS = "succeeded; its worker stopped before recording it (its result was not kept)"
 EXPIRED_IN_REDIS = "expired before it ran; its worker stopped before recording it"
 SETTLED_KEEP_MS = 24 * 3600 * 1000  # settled records older than this are dropped
-_FROM_RECORD = {"s": (JobStatus.SUCCEEDED, SUCCEEDED_IN_REDIS),
+FROM_RECORD = {"s": (JobStatus.SUCCEEDED, SUCCEEDED_IN_REDIS),
                 "x": (JobStatus.EXPIRED, EXPIRED_IN_REDIS),
                 "c": (JobStatus.CANCELLED, CANCELLED_IN_REDIS)}
 
@@ -371,7 +371,7 @@ def settle_one(f: Finding) -> bool:
                           DEAD_IN_REDIS, error_type=WORKER_LOST, finished=died)
     if f.settled is None:  # cancelled while it ran, its job gone
         return settle_row(f.row, JobStatus.CANCELLED, f.row.attempts, CANCELLED_IN_REDIS)
-    status, reason = _FROM_RECORD[f.settled.code]
+    status, reason = FROM_RECORD[f.settled.code]
     expired = status == JobStatus.EXPIRED  # the attempt it was claimed for never started
     number = max(f.settled.attempt - 1 if expired else f.settled.attempt, f.row.attempts)
     return settle_row(f.row, status, number, reason, worker_id=f.settled.holder,

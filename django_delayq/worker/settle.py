@@ -1,15 +1,12 @@
 """Settling outcomes in Redis (batched ack/nack) and recording them in the audit.
 
-Redis decides first; the audit row follows what Redis accepted. A settlement that
-Redis refuses (the lease was lost and the job redelivered) is logged and leaves the
-row to the redelivered copy: no row change, attempt row or signal (the run's attempt, if
-it started, was recorded by the lease recovery that took it back).
-
-A refused ack is not always a lost lease: Redis may have applied an earlier send whose
-reply was lost, or lost the job itself (a node that came back empty). ``Settler.acked``
-tells them apart: see the "Settlement" section of docs/internals.md (a refused ack). A
-nack sent again after its reply was lost is not refused: Redis answers it from this
-worker's nack record with what the first send did (lua/nack.lua), recorded as usual.
+Redis decides first; the audit row follows what Redis accepted. A settlement Redis refuses
+because its lease was lost (the job redelivered) is logged and changes nothing: no row
+change, attempt row or signal (a started run's attempt is the lease recovery's). Not every
+refusal is a lost lease (``Settler.refused``; docs/internals.md, "Settlement": a refused
+ack): an earlier send's reply was lost, Redis lost the job, or a stale copy's settlement
+took the lease (a failover to a lagging replica). A nack sent again after its reply was
+lost is answered from this worker's nack record (lua/nack.lua), recorded as usual.
 
 A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``error``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
@@ -39,14 +36,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import DatabaseError, connections, router
 
 from django_delayq import signals
-from django_delayq.core.reconcile_state import SETTLED_KEEP_MS, SUCCEEDED_IN_REDIS
-from django_delayq.core.validation import json_value
+from django_delayq.core.reconcile_state import FROM_RECORD, SETTLED_KEEP_MS, SUCCEEDED_IN_REDIS
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import NackOutcome, lease_clock
 from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 from django_delayq.worker import joblog
+from django_delayq.worker.attempt_signals import signal_failed, signal_started, signal_succeeded
 from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
 
@@ -174,6 +171,7 @@ class Settler:
                 queue, [(o.job.id, o.job.token, o.retry_delay_ms) for o in fails],
                 dead_max=self.settings.dead_max, holder=self.worker_id, now_ms=now_ms,
                 record=self.answer_nacks)
+            ours = self.refused(queue, [o for o, res in zip(fails, nacked) if not res])
         except BaseException:
             for o in fails:  # its reply lost, it may have run: sent again, it is answered
                 o.nack_sent = True  # from this worker's nack record (lua/nack.lua)
@@ -184,7 +182,7 @@ class Settler:
             nacked = [NackOutcome.LEASE_LOST if o.job.id in gone else res
                       for o, res in zip(fails, nacked)]
         return (self.acked(queue, wins, acked)
-                + [(o, STATUS_OF.get(res)) for o, res in zip(fails, nacked)]
+                + [(o, STATUS_OF.get(res) or ours.get(o.job.id)) for o, res in zip(fails, nacked)]
                 + [(o, None) for o in items if o.kind is Kind.DEFER])
 
     def _send_shards(self, queue: str, names: list[str], items: list[Outcome],
@@ -211,29 +209,38 @@ class Settler:
         self.lags.extend((at - o.finished_at).total_seconds() * 1000 for o in outcomes)
 
     def acked(self, queue: str, wins: list[Outcome], acked: list[bool]) -> Sent:
-        """What an ack of ``wins`` made of them (``acked``: one bool each), for
-        ``record``. A refused one is this run's outcome when Redis holds the job nowhere
-        and nothing says another delivery settled it: no settled record but this worker's
-        of this attempt (its reply lost), or of an earlier one (a stale copy's ack took this
-        lease: a lagging replica's failover reuses tokens), and, this lease maybe passed
-        (``lease_left``), a row not final (another's record may be gone, its row landed)."""
-        refused = [o for o, ok in zip(wins, acked) if not ok]
-        if not refused:
-            return [(o, STATUS_OF[o.kind]) for o in wins]
-        where = self.engine.presence(queue, [o.job.id for o in refused])
-        ours = {o.job.id for o, p in zip(refused, where) if self._mine(o.job, p)}
-        if doubtful := [o.job for o, p in zip(refused, where) if o.job.id in ours
-                        and p.settled is None and self.lease_left(o.job) <= 0]:
-            ours -= settled_elsewhere(doubtful, self.worker_id)
-        return [(o, STATUS_OF[o.kind] if ok or o.job.id in ours else None)
-                for o, ok in zip(wins, acked)]
+        """What an ack of ``wins`` made of them (``acked``: one bool each), for ``record``."""
+        ours = self.refused(queue, [o for o, ok in zip(wins, acked) if not ok])
+        return [(o, STATUS_OF[o.kind] if ok else ours.get(o.job.id)) for o, ok in zip(wins, acked)]
 
-    def _mine(self, job: ClaimedJob, where: Presence) -> bool:
-        """Whether nothing Redis holds says another delivery has ``job`` (refused ack)."""
-        if where.queued or where.dead:
+    def refused(self, queue: str, refused: list[Outcome]) -> dict[str, JobStatus]:
+        """Which of ``refused`` (settlements Redis refused) are this run's outcome, each with
+        the status it records. A success's (or expiry's) when Redis holds the job nowhere and
+        nothing says another delivery settled it: no settled record but this worker's of this
+        attempt (its reply lost), or of an earlier attempt (a stale copy's settlement took
+        this lease: a lagging replica's failover reuses tokens), and, this lease maybe passed
+        (``lease_left``), a row not final (another's record may be gone, its row landed). A
+        failure's only with a record of an earlier attempt (a nack whose reply was lost is
+        answered from the nack record): the job ends as that record says, not retried."""
+        if not refused:
+            return {}
+        where = dict(zip([o.job.id for o in refused],
+                         self.engine.presence(queue, [o.job.id for o in refused])))
+        ours = {o.job.id: o for o in refused if self._mine(o, where[o.job.id])}
+        if doubtful := [o.job for o in ours.values()
+                        if where[o.job.id].settled is None and self.lease_left(o.job) <= 0]:
+            for job_id in settled_elsewhere(doubtful, self.worker_id):
+                del ours[job_id]
+        return {i: STATUS_OF[o.kind] if o.kind in ACKED else failed_late(o, where[i])
+                for i, o in ours.items()}
+
+    def _mine(self, o: Outcome, where: Presence) -> bool:
+        """Whether nothing Redis holds says another delivery has ``o``'s job (``refused``)."""
+        job, settled = o.job, where.settled
+        if where.queued or where.dead or (o.kind not in ACKED and settled is None):
             return False
-        return where.settled is None or where.settled.attempt < job.attempt or (
-            where.settled.holder, where.settled.attempt) == (self.worker_id, job.attempt)
+        return settled is None or settled.attempt < job.attempt or (
+            o.kind in ACKED and (settled.holder, settled.attempt) == (self.worker_id, job.attempt))
 
     def record(self, sent: Sent) -> None:
         """Record what ``send`` settled (audit rows, signals, logs) and free the callable
@@ -311,14 +318,14 @@ class Settler:
             "status": status, "started_at": o.started_at, "finished_at": o.finished_at,
             "attempts": job.attempt, "worker_id": self.worker_id, "updated_at": o.finished_at}
         base = {"job_id": job.id, "queue": job.queue, "callable_path": o.path}
-        if status is JobStatus.EXPIRED:  # never ran: the attempt claimed is not counted
+        if o.kind is Kind.EXPIRED:  # never ran: the attempt claimed is not counted
             del fields["started_at"]
             fields.update(attempts=job.attempt - 1, error_type="", last_error=o.error)
             self.audit.update(job.id, **fields)
             if logger.isEnabledFor(logging.INFO):  # not the texts of a line not written
                 logger.info("job %s %s: %s", shown(job.id), shown(o.path), shown(o.error, 2000))
             return
-        if status is JobStatus.SUCCEEDED:
+        if o.kind is Kind.SUCCESS:
             self.audit.update(job.id, result=o.result, **fields)
             joblog.succeeded(self.settings, o)
             signal_succeeded(base, job.attempt, self.worker_id, o.result, o.duration_s)
@@ -355,34 +362,14 @@ def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
                   started_at=started_at, retry_at=fields.get("run_at"))
 
 
-# The lifecycle signals of an attempt, as a worker sends them; ``base``: ``job_id``,
-# ``queue``, ``callable_path``. Eager runs (``testing.run_eager``) send them through these.
-
-def signal_started(base: dict[str, Any], attempt: int, worker_id: str, due_at: datetime,
-                   started_at: datetime) -> None:
-    signals.send(signals.job_started, attempt=attempt, worker_id=worker_id, due_at=due_at,
-                 started_at=started_at, **base)
-
-
-def signal_succeeded(base: dict[str, Any], attempt: int, worker_id: str, result: object,
-                     duration: float | None) -> None:
-    if signals.wanted(signals.job_succeeded):  # result: the JSON value its row stores
-        signals.send(signals.job_succeeded, attempt=attempt, worker_id=worker_id,
-                     result=json_value(result), duration=duration, **base)
-
-
-def signal_failed(base: dict[str, Any], status: JobStatus, attempt: int, worker_id: str, *,
-                  error: str, error_type: str, started_at: datetime | None,
-                  retry_at: datetime | None = None) -> None:
-    """``job_retrying`` (``retry_at``), ``job_dead``, or a running job's ``job_cancelled``."""
-    if status is JobStatus.RETRYING:
-        signals.send(signals.job_retrying, attempt=attempt, worker_id=worker_id, error=error,
-                     error_type=error_type, started_at=started_at, retry_at=retry_at, **base)
-    elif status is JobStatus.DEAD:
-        signals.send(signals.job_dead, attempt=attempt, worker_id=worker_id, error=error,
-                     error_type=error_type, started_at=started_at, **base)
-    else:
-        signals.send(signals.job_cancelled, running=True, **base)
+def failed_late(o: Outcome, where: Presence) -> JobStatus:
+    """A failed run's status, when a stale copy's settlement took its lease (``refused``):
+    the job's, as that copy's settled record says."""
+    assert where.settled is not None
+    logger.warning("job %s (attempt %d) failed, but Redis holds it settled by attempt %d (its "
+                   "late settlement took this lease): recorded, not retried", shown(o.job.id),
+                   o.job.attempt, where.settled.attempt)
+    return FROM_RECORD[where.settled.code][0]
 
 
 def _rows_say(jobs: list[ClaimedJob], what: str,

@@ -7,7 +7,8 @@ delivery's lease, and its record (attempt 1) is dropped by the audit's guard (th
 attempt 2). The second run's ack is refused: it must not take the settled record of a
 lower attempt for another delivery's, or its row stays ``running`` for as long as its
 worker lives while Redis holds the job nowhere (the reconciler leaves a live worker's
-rows to it)."""
+rows to it). A second run that fails has its nack refused alike: its failure is recorded,
+and the job, settled in Redis by the first run, is not run a third time."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from django_delayq import schedule
+from django_delayq import schedule, signals
 from django_delayq.core import payloads
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
-from django_delayq.models import Job, JobStatus
+from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.runner import Kind, Outcome
 from django_delayq.worker.settle import Settler
@@ -62,32 +63,88 @@ def fail_over_to(replica: dict[bytes, tuple[int, bytes]]) -> None:
         client.restore(key, ttl, value, replace=True)
 
 
+class Failover:
+    """One job claimed and started by "w1" (attempt 1), a failover to a replica that never
+    saw it, the job claimed again under the same token and started by ``second`` (attempt
+    2), and the first run's success acked late: accepted, it ended the second delivery."""
+
+    def __init__(self, second: str) -> None:
+        self.handle = schedule("tests.jobs_chaos.record")
+        self.engine, settings = get_engine(), get_settings()
+        replica = snapshot()
+        self.audit = {name: AuditWriter() for name in ("w1", "w2")}
+        self.settler = {name: Settler(self.engine, settings, self.audit[name], name)
+                        for name in ("w1", "w2")}
+        [first] = payloads.read(self.engine.claim("default", 10, 60_000).jobs, claimed=True).run
+        assert self.settler["w1"].started(first)  # its run starts; the row says so
+        self.audit["w1"].flush()
+        fail_over_to(replica)  # the claim and the start mark were never replicated
+        [self.second] = payloads.read(
+            self.engine.claim("default", 10, 60_000).jobs, claimed=True).run
+        assert (first.token, first.attempt, self.second.token, self.second.attempt) == (
+            1, 1, 1, 2)
+        assert self.settler[second].started(self.second)
+        self.audit[second].flush()
+        self.settler["w1"].settle([success(first)])  # sent again once Redis answers: accepted
+        self.audit["w1"].flush()
+        assert self.engine.inspect("default", self.handle.id).place == ""  # its lease went
+
+    def reconcile(self) -> None:
+        for name in ("w1", "w2"):  # both alive: the reconciler leaves their rows to them
+            self.engine.register_worker(name, "{}")
+        Reconciler(self.engine, get_settings(), ("default",)).run_all(grace_seconds=0)
+
+
 @pytest.mark.parametrize("second_worker", ["w1", "w2"], ids=["same-worker", "other-worker"])
 def test_a_run_whose_lease_a_stale_ack_took_after_a_failover_ends_its_row(  # type: ignore[no-untyped-def]
         cfg, caplog, second_worker) -> None:
-    h = schedule("tests.jobs_chaos.record")
-    engine, settings = get_engine(), get_settings()
-    replica = snapshot()
-    audit = {name: AuditWriter() for name in ("w1", "w2")}
-    settler = {name: Settler(engine, settings, audit[name], name) for name in ("w1", "w2")}
-    [first] = payloads.read(engine.claim("default", 10, 60_000).jobs, claimed=True).run
-    assert settler["w1"].started(first)  # its run starts; the row says so
-    audit["w1"].flush()
-    fail_over_to(replica)  # the claim and the start mark were never replicated
-    [second] = payloads.read(engine.claim("default", 10, 60_000).jobs, claimed=True).run
-    assert (first.token, first.attempt, second.token, second.attempt) == (1, 1, 1, 2)
-    assert settler[second_worker].started(second)
-    audit[second_worker].flush()
-    settler["w1"].settle([success(first)])  # sent again once Redis answers: accepted
-    audit["w1"].flush()
-    assert engine.inspect("default", h.id).place == ""  # the second delivery's lease went
+    f = Failover(second_worker)
     with caplog.at_level(logging.WARNING, logger="django_delayq.worker.settle"):
-        settler[second_worker].settle([success(second)])  # refused: no longer in flight
-    audit[second_worker].flush()
-    for name in ("w1", "w2"):  # both alive: the reconciler leaves their rows to them
-        engine.register_worker(name, "{}")
-    Reconciler(engine, settings, ("default",)).run_all(grace_seconds=0)
-    row = Job.objects.get(pk=h.id)
+        f.settler[second_worker].settle([success(f.second)])  # refused: no longer in flight
+    f.audit[second_worker].flush()
+    f.reconcile()
+    row = Job.objects.get(pk=f.handle.id)
     assert (row.status, row.attempts, row.worker_id) == (
         JobStatus.SUCCEEDED, 2, second_worker), caplog.text
     assert "lease lost before it was settled" not in caplog.text
+
+
+@pytest.mark.parametrize("kind", [Kind.RETRY, Kind.DEAD])
+@pytest.mark.parametrize("second_worker", ["w1", "w2"], ids=["same-worker", "other-worker"])
+def test_a_failed_run_whose_lease_a_stale_ack_took_after_a_failover_is_recorded(  # type: ignore[no-untyped-def]
+        cfg, caplog, second_worker, kind) -> None:
+    """The second run fails: its nack is refused as the ack was. Redis holds the job
+    settled by the first run's success, so no retry may run (a third run): the failed
+    attempt is recorded (its ``JobAttempt``, with its error) and the row ends as Redis
+    holds the job, ``succeeded``, at attempt 2 (the first run's record of attempt 1 is not
+    written over the row); no ``job_retrying`` or ``job_dead``, whose promise (a retry,
+    an end without success) would be false."""
+    f = Failover(second_worker)
+    now = datetime.now(UTC)
+    failed = Outcome(job=f.second, kind=kind, path="tests.jobs_chaos.record",
+                     started_at=now, finished_at=now, error="boom",
+                     error_type="builtins.ValueError", traceback="Traceback: boom",
+                     retry_delay_ms=0 if kind is Kind.RETRY else None)
+    sent: list[object] = []
+    receiver = lambda signal, **kw: sent.append(signal)  # noqa: E731
+    lifecycle = (signals.job_retrying, signals.job_dead, signals.job_cancelled,
+                 signals.job_succeeded)
+    for signal in lifecycle:
+        signal.connect(receiver, weak=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_delayq.worker.settle"):
+            f.settler[second_worker].settle([failed])  # refused: no longer in flight
+    finally:
+        for signal in lifecycle:
+            signal.disconnect(receiver)
+    f.audit[second_worker].flush()
+    f.reconcile()
+    row = Job.objects.get(pk=f.handle.id)
+    assert (row.status, row.attempts, row.worker_id, row.last_error) == (
+        JobStatus.SUCCEEDED, 2, second_worker, "boom"), caplog.text
+    assert [(a.number, a.outcome, a.error, a.worker_id) for a in JobAttempt.objects.filter(
+        job_id=f.handle.id)] == [(2, JobStatus.SUCCEEDED, "boom", second_worker)]
+    assert sent == [] and "lease lost before it was settled" not in caplog.text
+    assert "Redis holds it settled by attempt 1" in caplog.text
+    loc = f.engine.inspect("default", f.handle.id)
+    assert loc.place == ""  # not retried: Redis holds it nowhere

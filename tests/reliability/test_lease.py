@@ -115,6 +115,46 @@ def test_a_refused_success_is_the_jobs_only_when_no_other_delivery_settled_it(  
         (JobStatus.SUCCEEDED, 2) if case == "record-forgotten" else (JobStatus.SCHEDULED, 0))
 
 
+@pytest.mark.parametrize("kind", [Kind.RETRY, Kind.DEAD])
+@pytest.mark.parametrize("case", ["record-kept", "record-forgotten", "redis-lost-it"])
+def test_a_refused_failure_is_the_jobs_only_when_an_earlier_attempts_settlement_took_it(  # type: ignore[no-untyped-def]
+        cfg, caplog, case, kind) -> None:
+    """A stale copy's failure (its lease passed) refused after another delivery ran the
+    job and acked it (its settled record, of a later attempt, kept or gone once its row
+    landed), or after Redis lost the job: a lost lease, logged, changing nothing (no row
+    change, attempt row or signal). Only a settled record of an earlier attempt makes a
+    refused failure the job's (tests/reliability/test_lagging_failover.py)."""
+    h = schedule("tests.jobs_chaos.record")
+    stale, copy = expire_and_reclaim("default", h.id)
+    engine = get_engine()
+    if case == "redis-lost-it":
+        for key in list(engine.client.scan_iter(match="{%s*" % engine.prefix, count=1000)):
+            engine.client.delete(key)
+    else:
+        assert engine.ack("default", [(h.id, copy.token)], holder="new-worker") == [True]
+    if case == "record-forgotten":  # its row landed, then the record was dropped
+        Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED, attempts=2)
+        assert engine.forget_settled("default", [h.id], keep_ms=3_600_000) == 1
+    audit = AuditWriter()
+    sent: list[dict] = []
+    receiver = lambda **kw: sent.append(kw)  # noqa: E731
+    lifecycle = (signals.job_retrying, signals.job_dead, signals.job_cancelled)
+    for signal_ in lifecycle:
+        signal_.connect(receiver, weak=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_delayq.worker.settle"):
+            Settler(engine, get_settings(), audit, "old-worker").settle([outcome(stale, kind)])
+    finally:
+        for signal_ in lifecycle:
+            signal_.disconnect(receiver)
+    audit.flush()
+    row = Job.objects.get(pk=h.id)
+    assert "lease lost before it was settled" in caplog.text and sent == []
+    assert (row.status, row.attempts) == (
+        (JobStatus.SUCCEEDED, 2) if case == "record-forgotten" else (JobStatus.SCHEDULED, 0))
+    assert not JobAttempt.objects.filter(job_id=h.id).exists()
+
+
 def test_an_atomic_jobs_only_run_is_recorded_once_after_redis_lost_it(cfg) -> None:  # type: ignore[no-untyped-def]
     """An atomic job commits its row ``succeeded`` itself, before its ack; Redis then loses
     the job (a node back empty) and the worker's lease passes: its refused ack is the only
