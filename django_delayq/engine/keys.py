@@ -129,9 +129,9 @@ class QueueKeys:
     # job for lost (a stalled database, a worker killed before its flush).
     settled = Key()
 
-    # HASH id -> ``<code> <attempt> <holder>``: how ``settled`` ended the job (``s``
-    # succeeded, ``x`` expired, ``c`` cancelled), in which attempt, by which
-    # worker (its registry id).
+    # HASH id -> ``<code> <attempt> <holder> <token>``: how ``settled`` ended the job
+    # (``s`` succeeded, ``x`` expired, ``c`` cancelled), in which attempt, by which
+    # worker (its registry id), under which lease token (``outbox.Settled``).
     settled_by = Key()
 
     # STRING: the highest shard count the queue's data was written with (only for a

@@ -64,22 +64,29 @@ class Presence:
 class Settled:
     """A settled record (``keys.QueueKeys.settled``): the job ended ``code`` ("s"
     succeeded, "x" expired, "c" cancelled while it ran) in its attempt number ``attempt``,
-    settled by the worker ``holder`` at ``at_ms`` (server clock)."""
+    settled by the worker ``holder`` at ``at_ms`` (server clock) under the lease token
+    ``token`` (None in a record written before tokens were kept: "<code> <attempt>
+    <holder>")."""
 
     code: str
     attempt: int
     holder: str
     at_ms: int
+    token: int | None = None
 
     @classmethod
     def parse(cls, raw: bytes | str | None, score: Scalar) -> Settled | None:
-        """The record from its HASH value and ZSET score; None when either is missing or
+        """The record from its HASH value ("<code> <attempt> <holder> <token>", or the
+        older "<code> <attempt> <holder>") and ZSET score; None when either is missing or
         not what a script wrote (a value planted by hand is ignored)."""
         parts = (_str(raw) or "").split(" ", 2)
         if len(parts) != 3 or parts[0] not in ("s", "x", "c") or score is None:
             return None
-        attempt = _int(parts[1])
-        return cls(parts[0], attempt, parts[2], _int(score)) if attempt > 0 else None
+        attempt, holder, token = _int(parts[1]), parts[2], None
+        last = holder.rsplit(" ", 1)
+        if len(last) == 2 and last[1].isascii() and last[1].isdigit():  # the token
+            holder, token = last[0], int(last[1])
+        return cls(parts[0], attempt, holder, _int(score), token) if attempt > 0 else None
 
 
 def _offset(runs: bytes | str | None) -> int:

@@ -11,7 +11,7 @@
 --          cancel      SET   ids whose cancel was asked while they ran
 --          prio        HASH  id -> priority
 --          settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
---          settled_by  HASH  id -> "<code> <attempt> <holder>"
+--          settled_by  HASH  id -> "<code> <attempt> <holder> <token>"
 --          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
 --          group_running, group_held (group_ready, group_turns)  the acked jobs' group
@@ -66,6 +66,7 @@ for j = 1, #ids do
       unmark[#unmark + 1] = id
     end
     records[#records + 1] = ARGV[i + 2] .. ' ' .. attempt
+    records[#records + 1] = ARGV[i + 1]
     out[j] = 1
   else
     out[j] = 0

@@ -665,21 +665,22 @@ end
 
 --@define record_settled
 -- Records how jobs ended (the declared keys settled: id -> ms, settled_by: id ->
--- "<code> <attempt> <holder>") for the worker ``holder`` until its audit row lands
--- (forget_settled.lua); ``entries`` holds id, "<code> <attempt>" pairs (at most 250: one
--- ZADD and one HSET, their arguments built once). No record when ``holder`` is "" (the
--- bare engine, jobs set aside). ``at``: the script's now (integer ms), read before its
--- first write, formatted once.
+-- "<code> <attempt> <holder> <token>", the token of the lease settled: a failover to a
+-- lagging replica hands it out again, a requeue never does) for the worker ``holder``
+-- until its audit row lands (forget_settled.lua); ``entries`` holds id, "<code>
+-- <attempt>", token triples (at most 250: one ZADD and one HSET, their arguments built
+-- once). No record when ``holder`` is "" (the bare engine, jobs set aside). ``at``: the
+-- script's now (integer ms), read before its first write, formatted once.
 local function record_settled(holder, at, entries)
   if holder == '' or #entries == 0 then return end
   local stamp = string.format('%d', at)
   local scored, described = {'ZADD', settled}, {'HSET', settled_by}
-  for i = 1, #entries, 2 do
+  for i = 1, #entries, 3 do
     local id = entries[i]
     scored[#scored + 1] = stamp
     scored[#scored + 1] = id
     described[#described + 1] = id
-    described[#described + 1] = entries[i + 1] .. ' ' .. holder
+    described[#described + 1] = entries[i + 1] .. ' ' .. holder .. ' ' .. entries[i + 2]
   end
   redis.call(unpack(scored))
   redis.call(unpack(described))

@@ -14,7 +14,7 @@
 --          ready     ZSET  ready score -> id
 --          prio      HASH  id -> priority (kept while the job lives, dead included)
 --          settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
---          settled_by  HASH  id -> "c <attempt> <holder>"
+--          settled_by  HASH  id -> "c <attempt> <holder> <token>"
 --          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
 --                      minus the offset; forgotten with the job
 --          group_ready, group_turns (and group)  a grouped queue's index, its rotation
@@ -82,6 +82,7 @@ if #ids > 0 then
         records[#records + 1] = id
         records[#records + 1] = 'c ' .. string.format('%.0f', tonumber(ARGV[i + 1])
                                 - offset_of(redis.call('HGET', runs, id), ARGV[i + 1]))
+        records[#records + 1] = ARGV[i + 1]
         out[j] = 3
       elseif delay >= 0 then
         enter(line, id, clamp_ms(now + delay), priority_of(prios[j]), now)

@@ -218,7 +218,7 @@ class AuditWriter:
         if self.before_write is not None:
             self.before_write()
         try:
-            self._write(changes, attempts)
+            landed = self._write(changes, attempts)
         except DATA_ERRORS as exc:
             logger.warning("audit: a batch of %d row change(s) was refused (%s); writing them "
                            "one by one", len(changes), _safe(exc))
@@ -226,7 +226,7 @@ class AuditWriter:
         except BaseException:
             self._keep(changes, attempts)
             raise
-        self._landed(changes)
+        self._landed(landed)
         self.written += len(changes)
         return len(changes)
 
@@ -259,8 +259,8 @@ class AuditWriter:
         return self._early.pop((attempt.job_id, attempt.number, attempt.started_at),
                                None) is not None
 
-    def _landed(self, changes: dict[str, dict[str, Any]]) -> None:
-        if self.after_write is not None and (final := _final(changes)):
+    def _landed(self, final: list[str]) -> None:
+        if self.after_write is not None and final:
             self.after_write(final)
 
     def _keep(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt]) -> None:
@@ -280,9 +280,9 @@ class AuditWriter:
             except BaseException:
                 self._keep(dict(items[i:]), attempts)
                 raise
-            written += one
-            if one:  # a change dropped leaves Redis's settled record for the reconciler
-                self._landed({job_id: fields})
+            if one is not None:  # a change dropped leaves Redis's settled record
+                written += 1
+                self._landed(one)
         for i, attempt in enumerate(attempts):
             try:
                 self._write({}, [attempt])
@@ -295,25 +295,27 @@ class AuditWriter:
         self.written += written
         return written
 
-    def _write_one(self, job_id: str, fields: dict[str, Any]) -> int:
+    def _write_one(self, job_id: str, fields: dict[str, Any]) -> list[str] | None:
+        """The row change written (the ids it made final, as ``_write``), else None."""
         try:
-            self._write({job_id: fields}, [])
-            return 1
+            return self._write({job_id: fields}, [])
         except DATA_ERRORS as exc:
             first = exc
         bare = {k: v for k, v in fields.items() if k not in ("result", "traceback")}
         try:
-            self._write({job_id: bare}, [])
+            final = self._write({job_id: bare}, [])
         except DATA_ERRORS as exc:
             logger.error("audit: job %s: row change dropped, the database refuses it (%s): %s",
                          shown(job_id), _safe(first), _safe(exc))
-            return 0
+            return None
         logger.error("audit: job %s: written without its result and traceback, which the "
                      "database refuses: %s", shown(job_id), _safe(first))
-        return 1
+        return final
 
     def _write(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt],
-               fence: Callable[[BaseDatabaseWrapper], None] | None = None) -> None:
+               fence: Callable[[BaseDatabaseWrapper], None] | None = None) -> list[str]:
+        """Write ``changes`` and ``attempts`` in one transaction; the ids of the rows it made
+        final whose rows are final after it (``_final_rows``): the guard may have kept one."""
         using = router.db_for_write(Job)
         conn = connections[using]
         if fence is not None:  # SQLite's transaction waits for its lock as it begins
@@ -357,13 +359,27 @@ class AuditWriter:
             # same transaction (the release invariant, core/workflows.py).
             if final := _final(changes):
                 workflows.resolve(final, using)
+                final = _final_rows(conn, final)
             if fence is not None:
                 fence(conn)
+        return final
 
 
 def _final(changes: dict[str, dict[str, Any]]) -> list[str]:
     """The ids of the jobs whose rows ``changes`` make final."""
     return [job_id for job_id, fields in changes.items() if fields.get("status") in FINAL_STATUSES]
+
+
+def _final_rows(conn: BaseDatabaseWrapper, ids: list[str]) -> list[str]:
+    """Which of ``ids`` have final rows, read in the write's transaction: a change making a
+    row final that the guard kept (the row says a later attempt: a redelivered copy runs
+    it) did not land, and its settled record stays in Redis (``after_write``)."""
+    qn = conn.ops.quote_name
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT %s FROM %s WHERE %s IN (%s) AND %s IN (%s)" % (
+            qn("id"), qn(Job._meta.db_table), qn("id"), ", ".join(["%s"] * len(ids)),
+            qn("status"), FINAL_SQL), ids)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:

@@ -53,6 +53,7 @@ class Outcome:
     nack_sent: bool = False  # a nack of it got no reply: a later one may be answered twice
     ran: bool = True  # False: decided without running the job (``not_run``)
     row_final: bool = False  # its final row written before Redis settled it (early_rows.py)
+    settled_late: bool = False  # failed, its job settled by a stale copy's run: no signal
 
 
 def ms_to_dt(ms: int) -> datetime:

@@ -12,16 +12,12 @@ A failed attempt is recorded as ``error_type`` (the exception's dotted path), ``
 (its message) and ``traceback``, on the row (``last_error`` holds the message) and on its
 ``JobAttempt``. While Redis cannot be reached, the final rows go first (``early_rows.py``).
 
-A sharded queue is settled shard by shard (``Settler.send``): a node that is down holds
-back only the outcomes of its own shard. The settling thread backs off per queue
-(``queue_backoff.py``); a sharded queue spans several nodes, so the unit that fails
-together is the shard: ``Settler.send`` settles each shard's outcomes with calls of
-their own; the outcomes of a shard whose node fails (or that ``ShardHealth`` sets aside)
-are kept for a later round, still held (their leases extended like a running job's),
-while the other shards' are settled and recorded now. Only when every shard of the queue
-fails is the error raised, and the queue backs off as a whole, as a plain queue does.
-The settling thread waits for the set-aside shard's delay (``Settlement._wait_seconds``)
-rather than retry its outcomes every millisecond.
+A sharded queue is settled shard by shard (``Settler.send``, calls of their own): the
+outcomes of a shard whose node fails (or that ``ShardHealth`` sets aside) are kept for a
+later round, still held (their leases extended like a running job's), while the other
+shards' are settled and recorded now. Only when every shard fails is the error raised,
+and the queue backs off as a whole (``queue_backoff.py``), as a plain queue does. The
+settling thread waits for the set-aside shard's delay (``Settlement._wait_seconds``).
 """
 
 from __future__ import annotations
@@ -51,7 +47,7 @@ if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
     from django_delayq.engine.acks import AckStream
-    from django_delayq.engine.outbox import Presence
+    from django_delayq.engine.outbox import Presence, Settled
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.audit import AuditWriter
 
@@ -216,12 +212,11 @@ class Settler:
     def refused(self, queue: str, refused: list[Outcome]) -> dict[str, JobStatus]:
         """Which of ``refused`` (settlements Redis refused) are this run's outcome, each with
         the status it records. A success's (or expiry's) when Redis holds the job nowhere and
-        nothing says another delivery settled it: no settled record but this worker's of this
-        attempt (its reply lost), or of an earlier attempt (a stale copy's settlement took
-        this lease: a lagging replica's failover reuses tokens), and, this lease maybe passed
-        (``lease_left``), a row not final (another's record may be gone, its row landed). A
-        failure's only with a record of an earlier attempt (a nack whose reply was lost is
-        answered from the nack record): the job ends as that record says, not retried."""
+        nothing says another delivery settled it: no settled record (and, this lease maybe
+        passed, ``lease_left``, a row not final: another's record may be gone, its row
+        landed), or one of this lease (``_took``). A failure's only with a record of an
+        earlier attempt under this lease's token: the job ends as that record says, not
+        retried (a nack whose reply was lost is answered from the nack record)."""
         if not refused:
             return {}
         where = dict(zip([o.job.id for o in refused],
@@ -236,11 +231,23 @@ class Settler:
 
     def _mine(self, o: Outcome, where: Presence) -> bool:
         """Whether nothing Redis holds says another delivery has ``o``'s job (``refused``)."""
-        job, settled = o.job, where.settled
-        if where.queued or where.dead or (o.kind not in ACKED and settled is None):
+        if where.queued or where.dead:
             return False
-        return settled is None or settled.attempt < job.attempt or (
-            o.kind in ACKED and (settled.holder, settled.attempt) == (self.worker_id, job.attempt))
+        if where.settled is None:
+            return o.kind in ACKED
+        return self._took(o, where.settled)
+
+    def _took(self, o: Outcome, settled: Settled) -> bool:
+        """Whether ``settled`` is of ``o``'s lease: its token (a requeue restarts attempt
+        numbers, never tokens), and an earlier attempt (a stale copy's settlement took it:
+        a failover to a lagging replica hands a token out again) or, for a success, this
+        worker's of this attempt (its reply lost; that alone in a record without token)."""
+        job = o.job
+        own = o.kind in ACKED and (settled.holder, settled.attempt) == (
+            self.worker_id, job.attempt)
+        if settled.token is None:
+            return own
+        return settled.token == job.token and (settled.attempt < job.attempt or own)
 
     def record(self, sent: Sent) -> None:
         """Record what ``send`` settled (audit rows, signals, logs) and free the callable
@@ -340,17 +347,20 @@ class Settler:
                          shown(o.path), job.attempt, shown(o.error_type), shown(o.error, 2000))
         record_failure(self.audit, base, status, fields, traceback=o.traceback,
                        error_type=o.error_type, error=o.error, worker_id=self.worker_id,
-                       tried=o.row_final)  # its JobAttempt written with its early row
+                       tried=o.row_final,  # its JobAttempt written with its early row
+                       signal=not o.settled_late)
 
 
 def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
                    fields: dict[str, Any], *, traceback: str, error_type: str, error: str,
-                   worker_id: str, ran_on: str | None = None, tried: bool = False) -> None:
+                   worker_id: str, ran_on: str | None = None, tried: bool = False,
+                   signal: bool = True) -> None:
     """A failed attempt of job ``base`` (``job_id``, ``queue``, ``callable_path``) settled
     as ``status`` by ``worker_id``: its row changes (``fields`` and the error), its
     ``JobAttempt`` (the attempt's worker: ``ran_on``, default ``worker_id``; its start:
     ``fields["started_at"]``, none when absent; not when ``tried``: written already),
-    its signal (with that start). Settlements and lease recovery record them so."""
+    its signal (with that start; none unless ``signal``). Settlements and lease recovery
+    record them so."""
     job_id, attempt, started_at = base["job_id"], fields["attempts"], fields.get("started_at")
     audit.update(job_id, error_type=error_type, last_error=error, traceback=traceback, **fields)
     if not tried:
@@ -358,14 +368,17 @@ def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
                       started_at=started_at, finished_at=fields["updated_at"],
                       error_type=error_type, error=error, traceback=traceback,
                       worker_id=worker_id if ran_on is None else ran_on)
-    signal_failed(base, status, attempt, worker_id, error=error, error_type=error_type,
-                  started_at=started_at, retry_at=fields.get("run_at"))
+    if signal:
+        signal_failed(base, status, attempt, worker_id, error=error, error_type=error_type,
+                      started_at=started_at, retry_at=fields.get("run_at"))
 
 
 def failed_late(o: Outcome, where: Presence) -> JobStatus:
     """A failed run's status, when a stale copy's settlement took its lease (``refused``):
-    the job's, as that copy's settled record says."""
+    the job's, as that copy's settled record says. Its record sends no lifecycle signal
+    (``settled_late``): that copy's run sent the job's."""
     assert where.settled is not None
+    o.settled_late = True
     logger.warning("job %s (attempt %d) failed, but Redis holds it settled by attempt %d (its "
                    "late settlement took this lease): recorded, not retried", shown(o.job.id),
                    o.job.attempt, where.settled.attempt)

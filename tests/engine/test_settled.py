@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 from django_delayq.engine import Contact, Engine, NackOutcome, NewJob
+from django_delayq.engine.outbox import Settled
 
 NOW = 1_800_000_000_000
 
@@ -23,7 +24,8 @@ def test_an_ack_with_a_holder_leaves_a_record_until_it_is_forgotten(engine: Engi
     assert engine.ack("q", [("c", tokens["c"])]) == [True]  # no holder: no record
     a, b, c = engine.presence("q", ["a", "b", "c"])
     assert not a.queued and a.settled is not None
-    assert (a.settled.code, a.settled.attempt, a.settled.holder) == ("s", tokens["a"], "w:1")
+    assert (a.settled.code, a.settled.attempt, a.settled.holder, a.settled.token) == (
+        "s", tokens["a"], "w:1", tokens["a"])
     assert b.settled is not None and b.settled.code == "x" and c.settled is None
     assert engine.forget_settled("q", ["a", "b", "zz"], keep_ms=3_600_000) == 2
     assert [p.settled for p in engine.presence("q", ["a", "b"])] == [None, None]
@@ -40,7 +42,16 @@ def test_a_job_cancelled_while_it_ran_is_recorded_as_cancelled(engine: Engine) -
     engine.cancel("q", "a")  # running: only marked
     assert engine.nack("q", [("a", tokens["a"], 0)], holder="w:1") == [NackOutcome.CANCELLED]
     settled = engine.presence("q", ["a"])[0].settled
-    assert settled is not None and settled.code == "c"
+    assert settled is not None and (settled.code, settled.holder, settled.token) == (
+        "c", "w:1", tokens["a"])
+
+
+def test_a_record_keeps_the_token_of_the_lease_it_settled() -> None:
+    """"<code> <attempt> <holder> <token>"; the older "<code> <attempt> <holder>" (written
+    before tokens were kept, read during an upgrade) has none; a holder may hold spaces."""
+    assert Settled.parse("s 2 w 1 7", 5) == Settled("s", 2, "w 1", 5, 7)
+    assert Settled.parse("x 1 host:9", 5) == Settled("x", 1, "host:9", 5, None)
+    assert Settled.parse("c 1 w x", 5) == Settled("c", 1, "w x", 5, None)
 
 
 def test_old_records_are_dropped_by_any_later_forget(engine: Engine) -> None:

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 from django.db import connection
 
-from django_delayq import schedule, signals
+from django_delayq import requeue, schedule, signals
 from django_delayq.core import payloads
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
@@ -21,6 +21,7 @@ from django_delayq.core.reconcile_state import SUCCEEDED_IN_REDIS
 from django_delayq.engine import ClaimedJob, NackOutcome
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.housekeeping import LeaseRecovery
 from django_delayq.worker.loop import Worker, WorkerOptions
 from django_delayq.worker.outcome import LOST_LEASE
 from django_delayq.worker.runner import Kind, Outcome, run
@@ -153,6 +154,69 @@ def test_a_refused_failure_is_the_jobs_only_when_an_earlier_attempts_settlement_
     assert (row.status, row.attempts) == (
         (JobStatus.SUCCEEDED, 2) if case == "record-forgotten" else (JobStatus.SCHEDULED, 0))
     assert not JobAttempt.objects.filter(job_id=h.id).exists()
+
+
+def recovered(recovery: LeaseRecovery, job_id: str) -> bool:
+    """One recovery round; whether the job's lease was taken back."""
+    recovery.recover("default")
+    return get_engine().inspect("default", job_id).place != "inflight"
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["row-pending", "row-landed"])
+@pytest.mark.parametrize("kind", [Kind.SUCCESS, Kind.DEAD], ids=["ack", "nack"])
+def test_a_stale_run_of_a_requeued_job_does_not_take_the_next_runs_settlement(  # type: ignore[no-untyped-def]
+        cfg, caplog, kind, landed) -> None:
+    """Worker A's run of attempt 2 (of 2) stalls past its lease; the lease recovery ends
+    the job dead; ``requeue()`` puts it back and B runs it again as attempt 1 (a requeue
+    restarts attempt numbers, not tokens), whose success settles it (a settled record of
+    attempt 1). A's run then ends: its settlement is refused, and the record of a lower
+    attempt is not a stale copy of A's lease (its token is another): a lost lease, logged,
+    changing nothing (B's row, its result; no attempt row, no signal of A's)."""
+    h = schedule("tests.jobs_chaos.record", max_attempts=2)
+    engine, settings = get_engine(), get_settings()
+    audit = {name: AuditWriter() for name in ("A", "B", "recovery")}
+    settler = {name: Settler(engine, settings, audit[name], name) for name in ("A", "B")}
+    for name in ("A", "B"):  # as Settlement wires them
+        audit[name].after_write = settler[name].landed
+    recovery = LeaseRecovery(engine, settings, audit["recovery"])
+    for _ in range(2):  # attempt 1 lost to a stall too, then attempt 2 (A's, stalled)
+        [stale] = payloads.read(engine.claim("default", 10, 50).jobs, claimed=True).run
+        assert settler["A"].started(stale)
+        audit["A"].flush()
+        wait_until(lambda: recovered(recovery, h.id))
+        audit["recovery"].flush()
+        if engine.inspect("default", h.id).place != "dead":
+            engine.reschedule("default", h.id, delay_ms=0)
+    assert stale.attempt == 2 and Job.objects.get(pk=h.id).status == JobStatus.DEAD
+    requeue(h.id)
+    [again] = payloads.read(engine.claim("default", 10, 60_000).jobs, claimed=True).run
+    assert (again.attempt, again.token > stale.token) == (1, True)
+    assert settler["B"].started(again)
+    audit["B"].flush()
+    done = outcome(again, Kind.SUCCESS)
+    done.result = {"answer": 42}
+    settler["B"].settle([done])  # accepted: the record "s 1 B <token>"
+    if landed:
+        audit["B"].flush()  # its record not forgotten yet
+    sent: list[dict] = []
+    receiver = lambda **kw: sent.append(kw)  # noqa: E731
+    lifecycle = (signals.job_succeeded, signals.job_dead, signals.job_retrying)
+    for signal_ in lifecycle:
+        signal_.connect(receiver, weak=False)
+    try:
+        with caplog.at_level(logging.WARNING, logger="django_delayq.worker.settle"):
+            settler["A"].settle([outcome(stale, kind)])
+    finally:
+        for signal_ in lifecycle:
+            signal_.disconnect(receiver)
+    audit["A"].flush()
+    audit["B"].flush()
+    row = Job.objects.get(pk=h.id)
+    assert (row.status, row.attempts, row.worker_id, row.result) == (
+        JobStatus.SUCCEEDED, 1, "B", {"answer": 42}), caplog.text
+    assert not JobAttempt.objects.filter(job_id=h.id, worker_id="A", number=2,
+                                         error="failed").exists()
+    assert sent == [] and "lease lost before it was settled" in caplog.text
 
 
 def test_an_atomic_jobs_only_run_is_recorded_once_after_redis_lost_it(cfg) -> None:  # type: ignore[no-untyped-def]
