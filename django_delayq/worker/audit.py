@@ -36,6 +36,7 @@ from django.db import (
 
 from django_delayq.core import workflows
 from django_delayq.engine.logtext import shown
+from django_delayq.engine.replies import chunks
 from django_delayq.models import FINAL_SQL, FINAL_STATUSES, JOB_COLUMNS, Job, JobAttempt
 from django_delayq.worker.outcome import storable
 
@@ -374,12 +375,14 @@ def _final_rows(conn: BaseDatabaseWrapper, ids: list[str]) -> list[str]:
     """Which of ``ids`` have final rows, read in the write's transaction: a change making a
     row final that the guard kept (the row says a later attempt: a redelivered copy runs
     it) did not land, and its settled record stays in Redis (``after_write``)."""
-    qn = conn.ops.quote_name
+    qn, final = conn.ops.quote_name, []
     with conn.cursor() as cursor:
-        cursor.execute("SELECT %s FROM %s WHERE %s IN (%s) AND %s IN (%s)" % (
-            qn("id"), qn(Job._meta.db_table), qn("id"), ", ".join(["%s"] * len(ids)),
-            qn("status"), FINAL_SQL), ids)
-        return [row[0] for row in cursor.fetchall()]
+        for chunk in chunks(ids, workflows.CHUNK):  # within SQLite's 999 parameters
+            cursor.execute("SELECT %s FROM %s WHERE %s IN (%s) AND %s IN (%s)" % (
+                qn("id"), qn(Job._meta.db_table), qn("id"), ", ".join(["%s"] * len(chunk)),
+                qn("status"), FINAL_SQL), list(chunk))
+            final += [row[0] for row in cursor.fetchall()]
+    return final
 
 
 def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:

@@ -240,14 +240,13 @@ class Settler:
     def _took(self, o: Outcome, settled: Settled) -> bool:
         """Whether ``settled`` is of ``o``'s lease: its token (a requeue restarts attempt
         numbers, never tokens), and an earlier attempt (a stale copy's settlement took it:
-        a failover to a lagging replica hands a token out again) or, for a success, this
-        worker's of this attempt (its reply lost; that alone in a record without token)."""
+        a failover to a lagging replica hands a token out again; an expired delivery never
+        ran: its end is the earlier run's) or, for a success, this worker's of this attempt
+        (its reply lost; that alone in a record without token)."""
         job = o.job
-        own = o.kind in ACKED and (settled.holder, settled.attempt) == (
-            self.worker_id, job.attempt)
-        if settled.token is None:
-            return own
-        return settled.token == job.token and (settled.attempt < job.attempt or own)
+        own = o.kind in ACKED and (settled.holder, settled.attempt) == (self.worker_id, job.attempt)
+        return own if settled.token is None else settled.token == job.token and (own or (
+            settled.attempt < job.attempt and o.kind is not Kind.EXPIRED))
 
     def record(self, sent: Sent) -> None:
         """Record what ``send`` settled (audit rows, signals, logs) and free the callable

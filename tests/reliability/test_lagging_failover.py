@@ -30,6 +30,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.outcome import expired
 from django_delayq.worker.runner import Kind, Outcome
 from django_delayq.worker.settle import Settler
 from tests.helpers import point_at
@@ -200,3 +201,33 @@ def test_a_failed_run_of_a_job_a_stale_copy_settled_cancelled_sends_no_second_si
         JobStatus.CANCELLED, 2, "w2", "second")
     assert [(a.number, a.error, a.worker_id) for a in JobAttempt.objects.filter(
         job_id=f.handle.id).order_by("id")] == [(1, "first", "w1"), (2, "second", "w2")]
+
+
+def test_an_expired_second_delivery_leaves_the_job_to_the_run_that_settled_it(  # type: ignore[no-untyped-def]
+        cfg) -> None:
+    """The second delivery (attempt 2, the reused token) came after the job's expiry and was
+    never run: its ``expired`` ack, refused (the first run's late success took its lease),
+    is no outcome of a run and records nothing. The first run's success lands: the row
+    ends ``succeeded`` with its result, not ``expired``."""
+    handle = schedule("tests.jobs_chaos.record")
+    engine, settings = get_engine(), get_settings()
+    replica = snapshot()
+    audit = {name: AuditWriter() for name in ("w1", "w2")}
+    settler = {name: Settler(engine, settings, audit[name], name) for name in ("w1", "w2")}
+    for name in ("w1", "w2"):
+        audit[name].after_write = settler[name].landed
+    [first] = payloads.read(engine.claim("default", 10, 60_000).jobs, claimed=True).run
+    assert settler["w1"].started(first)
+    audit["w1"].flush()
+    fail_over_to(replica)
+    [second] = payloads.read(engine.claim("default", 10, 60_000).jobs, claimed=True).run
+    assert (second.token, second.attempt) == (1, 2)
+    ok = success(first)
+    ok.result = {"answer": 42}
+    settler["w1"].settle([ok])  # accepted; its row write not flushed yet
+    settler["w2"].settle([expired(second, "tests.jobs_chaos.record", 0)])  # refused
+    audit["w2"].flush()
+    audit["w1"].flush()
+    row = Job.objects.get(pk=handle.id)
+    assert (row.status, row.attempts, row.worker_id, row.result) == (
+        JobStatus.SUCCEEDED, 1, "w1", {"answer": 42})
