@@ -54,13 +54,19 @@ logger = logging.getLogger(__name__)
 
 # Most items per call of each script (the ``Cost:`` line of its header says the same).
 MAX_ENQUEUE = 200  # jobs
-MAX_CLAIM = 200  # jobs leased (claim.lua caps its ``limit`` at this)
+# Jobs leased per call (claim.lua caps its ``limit`` at this, its MAX_CLAIM; a larger
+# CLAIM_BATCH claims in calls of this many). With MAX_PROMOTE promoted too, a claim under
+# a 100,000-job due backlog takes ~3 ms median on an idle 2-core machine (200 and 250:
+# ~9 ms; 100 and 100: ~3.3 ms, a third of the drain's claims still over the 5 ms bound
+# in tests/engine/test_script_bounds.py). ``python bench/claim_cost.py`` measures it.
+MAX_CLAIM = 50
 # Due jobs claim.lua promotes from pending to ready per call (its PROMOTE), in due order,
 # and due jobs of priority above 0 it promotes ahead of them from the urgent index (its
 # URGENT): such a job is promoted by the first claim after it is due when at most
 # MAX_URGENT of them are due before it; one of priority 0 or below, with n jobs of pending
-# due before it, waits at most ceil(n / MAX_PROMOTE) claims.
-MAX_PROMOTE = 250
+# due before it, waits at most ceil(n / MAX_PROMOTE) claims. MAX_PROMOTE keeps pace with
+# MAX_CLAIM: below it, a claim on a backlog in pending would lease fewer than asked.
+MAX_PROMOTE = 50
 MAX_URGENT = 50
 # Jobs claim.lua leases per call in a grouped queue (its TURNS: docs/groups.md): a turn
 # costs an index read per group and per job a few more writes than the plain path: 25 keep

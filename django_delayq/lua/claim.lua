@@ -26,7 +26,7 @@
 --                    limits: overrides, slots in flight, window log, the log's expiry, the
 --                    groups a limit took out of the rotation (lib.lua group_limits)
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
--- ARGV[2]  limit     most jobs to claim (1..200; more is capped)
+-- ARGV[2]  limit     most jobs to claim (1..50; more is capped)
 -- ARGV[3]  lease_ms  lease length; the job is redelivered if not settled or extended by then
 --          runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs): read only
 --          record    STRING (optional) the claimer's last claim: "<nonce>|" then per job
@@ -37,7 +37,7 @@
 --          now: claim again), so a lost reply never strands jobs until their lease ends.
 --
 -- Order. Jobs wait in pending (due_ms) until due; ready holds due jobs by priority, then
--- due time. Each call first promotes up to 250 due jobs of pending (in due order) and up
+-- due time. Each call first promotes up to 50 due jobs of pending (in due order) and up
 -- to 50 due jobs of the urgent index (priority above 0, in due order, wherever they stand
 -- in pending), then leases the lowest ready scores (the promoted ones included). Jobs
 -- enqueued, retried or released already due go straight to ready when pending holds
@@ -46,7 +46,7 @@
 -- either door). A due job of priority above 0 is promoted by the first claim after it is
 -- due when at most 50 such jobs are due before it, however long the backlog of pending
 -- due before it (a job of priority 0 or below waits for that backlog's promotion, at most
--- ceil(n / 250) claims with n jobs due before it). An index entry whose job left pending
+-- ceil(n / 50) claims with n jobs due before it). An index entry whose job left pending
 -- (claimed, cancelled, moved) is dropped when read or forgotten with its job.
 -- Groups. While the queue is grouped (`group` exists: a job of it has a group; once the
 -- last is gone the index, the rotation and the held groups are dropped, left over they
@@ -91,15 +91,16 @@
 --          with no group left in the rotation next_due_ms is the first held group's time.
 --          envelope "" = not in Redis: the caller loads the payload (the audit row);
 --          a removed id is shown ASCII-escaped and cut to 64 bytes (it is for the log)
--- Cost: at most 200 jobs leased (scripts.MAX_CLAIM; a grouped queue 25, scripts.MAX_TURNS
+-- Cost: at most 50 jobs leased (scripts.MAX_CLAIM; a grouped queue 25, scripts.MAX_TURNS
 --       over at most 20 rounds, one index read per group a round, 100 stale entries
---       dropped, 10 of ready indexed), 250 promoted (scripts.MAX_PROMOTE) and
---       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old window entries dropped per call;
+--       dropped, 10 of ready indexed), 50 promoted (scripts.MAX_PROMOTE) and
+--       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old
+--       window entries dropped per call;
 --       group limits: two ZLEXCOUNT per limited group met (within the 100 skips), 100
 --       slots checked against inflight, 25 held groups looked at again and 100 expired
 --       window entries dropped per call:
---       O((limit + 300) log N), never a scan of the backlog or of the groups. A repeated nonce: one GET,
---       and per recorded job (at most 200) one ZSCORE and three HGET.
+--       O((limit + 100) log N), never a scan of the backlog or of the groups. A repeated
+--       nonce: one GET, and per recorded job (at most 50) one ZSCORE and three HGET.
 --@include ms_range
 --@include poison
 --@include priority
@@ -108,13 +109,14 @@
 --@include trim_log
 --@include group_limits
 -- (group_limits brings now, call_many, group_index and group_slots)
-local PROMOTE, TRIM = 250, 1000
+local PROMOTE, TRIM = 50, 1000
+local MAX_CLAIM = 50  -- most jobs leased a call (scripts.MAX_CLAIM)
 local URGENT = 50
 local TURNS, SKIPS, ROUNDS, HEAD = 25, 100, 20, 10  -- a grouped queue: 2g, 3g
 local GROUP_PROMOTE = 50  -- promoted per claim in a grouped queue (each is indexed too)
 local now = now_ms(ARGV[1])
 local nonce = ARGV[4] or ''
-local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, 200))
+local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, MAX_CLAIM))
 local out = {now, -1, 0, -1, 0, -1, 0}
 -- What the steps below share: the queue's limits (1), what was read (2), chosen (3) and
 -- leased (4); everything before step 6 only reads.
@@ -151,7 +153,7 @@ local function replayed()
   local read = 0
   for id, due, token in string.gmatch(string.sub(prev, #nonce + 2), '([^\t\n]+)\t(-?%d+)\t(%d+)\n') do
     read = read + 1
-    if read > 200 then break end  -- a claim leases at most 200 (a longer record is not ours)
+    if read > MAX_CLAIM then break end  -- a longer record is not a claim's
     if redis.call('ZSCORE', inflight, id) and redis.call('HGET', attempts, id) == token then
       again[#again + 1] = id; again[#again + 1] = tonumber(due)
       again[#again + 1] = tonumber(token)
@@ -180,6 +182,30 @@ local function limits()
   end
   if conc and conc >= 0 then
     grant = math.min(grant, math.max(0, conc - redis.call('ZCARD', inflight)))
+  end
+end
+
+-- entries in their order: score, then id. The scores are sorted as plain numbers (a Lua
+-- comparator called some 3,000 times cost more than the rest of a promotion); only the
+-- entries sharing a score are sorted by id.
+local function sort_entries()
+  local first, ties, scores = {}, {}, {}
+  for _, e in ipairs(entries) do
+    local s, e1 = e[1], first[e[1]]
+    if e1 == nil then first[s] = e; scores[#scores + 1] = s
+    elseif ties[s] then ties[s][#ties[s] + 1] = e
+    else ties[s] = {e1, e} end
+  end
+  table.sort(scores)
+  local k = 0
+  for _, s in ipairs(scores) do
+    local same = ties[s]
+    if same then
+      table.sort(same, function(a, b) return a[2] < b[2] end)
+      for _, e in ipairs(same) do k = k + 1; entries[k] = e end
+    else
+      k = k + 1; entries[k] = first[s]
+    end
   end
 end
 
@@ -218,15 +244,14 @@ local function read_candidates()
   end
   unindex = lead  -- the urgent entries read, and those of the jobs leaving pending
   for j = 1, #ids do
-    local id, due = ids[j], as_ms(scores[j])
-    if priority_of(prios[j]) > 0 then unindex[#unindex + 1] = id end
-    if bad_id(id) then aside(id, bad_id(id), true)
+    local id, due, p = ids[j], as_ms(scores[j]), prios[j] and priority_of(prios[j]) or 0
+    local why = bad_id(id)
+    if p > 0 then unindex[#unindex + 1] = id end
+    if why then aside(id, why, true)
     elseif due == nil then aside(id, 'due score ' .. scores[j] .. ' is not a time', false)
-    else entries[#entries + 1] = {ready_score(priority_of(prios[j]), due), id, true, due} end
+    else entries[#entries + 1] = {ready_score(p, due), id, true, due} end
   end
-  if #ids > 0 then  -- else the head of ready only: in its order (score, then id) already
-    table.sort(entries, function(a, b) return a[1] < b[1] or (a[1] == b[1] and a[2] < b[2]) end)
-  end
+  if #ids > 0 then sort_entries() end  -- else the head of ready only: in order already
 end
 
 -- 3. choose: the `grant` lowest scores are leased, the other promoted ones become ready
@@ -236,7 +261,9 @@ local function choose()
       seen[e[2]] = true
       if #take < grant then take[#take + 1] = e
       elseif e[3] then
-        promoted[#promoted + 1] = string.format('%.0f', e[1]); promoted[#promoted + 1] = e[2]
+        -- the score as a number: redis.call passes it as '%.17g', exact below 2^53 (and
+        -- no string.format a job, a third of choose's time)
+        promoted[#promoted + 1] = e[1]; promoted[#promoted + 1] = e[2]
       end
     end
   end
@@ -313,7 +340,7 @@ end
 
 local function write_leases()
   if grouped then log_starts(slots, now) end
-  if n > 0 then  -- at most 200 leases: 400 arguments, within unpack's reach
+  if n > 0 then  -- at most MAX_CLAIM leases: 100 arguments, within unpack's reach
     redis.call('HSET', attempts, unpack(tokens))
     redis.call('ZADD', inflight, unpack(leased))
   end

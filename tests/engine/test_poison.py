@@ -326,6 +326,9 @@ def test_each_header_states_the_bound_its_callers_use() -> None:
             assert "one job per call" in cost or "constant number" in cost, (name, cost)
     assert f"{scripts.MAX_PROMOTE:,} promoted" in scripts._read("claim")
     assert f"PROMOTE, TRIM = {scripts.MAX_PROMOTE}," in scripts._read("claim")
+    assert f"local MAX_CLAIM = {scripts.MAX_CLAIM} " in scripts._read("claim")
+    assert f"(1..{scripts.MAX_CLAIM}; more is capped)" in scripts._read("claim")
+    assert scripts.MAX_PROMOTE >= scripts.MAX_CLAIM  # a claim on a backlog gets a full batch
     assert scripts.RECONCILE_CHUNK <= scripts.MAX_ENQUEUE
     assert f"{scripts.MAX_EVENT_ARGS:,} arguments per call" in scripts._read(
         "events_add")

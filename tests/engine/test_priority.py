@@ -38,6 +38,19 @@ def test_equal_priority_keeps_due_order_and_reports_the_due_time(engine: Engine)
                                                ("c", NOW - 1)]
 
 
+def test_candidates_of_ready_and_pending_are_taken_by_score_then_id(engine: Engine) -> None:
+    """claim.lua orders the head of ready and the jobs it promotes by score, then id (its
+    scores sorted as numbers, the ties by id), whichever set a job was in."""
+    engine.enqueue("q", [new(i, NOW, p) for i, p in (("p3", 2), ("p1", 2), ("p5", 0),
+                                                     ("p0", -1))], now_ms=NOW - 1)
+    engine.enqueue("q", [new("r2", NOW - 5, 2)], now_ms=NOW - 1)  # due: ready at once
+    engine.enqueue("q", [new("r4", NOW, 2), new("r6", NOW, 0)], now_ms=NOW)
+    k = engine.keys("q")
+    assert engine.client.zcard(k.ready) == 3 and engine.client.zcard(k.pending) == 4
+    assert claim_ids(engine, 3) == ["r2", "p1", "p3"]
+    assert claim_ids(engine, 10) == ["r4", "p5", "r6", "p0"]
+
+
 def test_a_later_due_job_never_overtakes_an_earlier_one_of_its_priority(engine: Engine) -> None:
     """A backlog of due jobs still in pending (more than one claim promotes): jobs enqueued,
     retried or released due now wait behind it, not in front of it."""

@@ -36,7 +36,8 @@ def test_jobs_of_one_priority_leave_in_due_order_through_either_door(engine: Eng
     """More due priority jobs than one claim's URGENT read, some among the backlog's
     promotion (cand) and some behind it: claimed strictly in due order."""
     n = backlog(engine)
-    vips = [new("v%03d" % i, NOW + 7 * i, 5) for i in range(2 * scripts.MAX_URGENT)]
+    k = 2 * scripts.MAX_URGENT  # spread over the backlog's due times: all due at `now`
+    vips = [new("v%03d" % i, NOW + n * i // k, 5) for i in range(k)]
     engine.enqueue("q", vips, now_ms=NOW - 1)
     now = NOW + n
     claimed: list[str] = []
