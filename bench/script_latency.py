@@ -96,15 +96,18 @@ def exercise(engine: Engine, calls: int) -> dict[str, list[float]]:
         job = NewJob(id=new_id(), envelope=envelope(i), delay_ms=3_600_000 + i)
         timed(samples, "enqueue x1", lambda: engine.enqueue(Q, [job]))
         if i % 20 == 0:
-            batch = [NewJob(id=new_id(), envelope=envelope(j), at_ms=now - 1) for j in range(200)]
-            timed(samples, "enqueue x200", lambda: engine.enqueue(Q, batch))
-            got = timed(samples, "claim 200", lambda: engine.claim(Q, 200, 60_000)).jobs
+            # as many due jobs as a claim takes (scripts.MAX_CLAIM): none pile up in ready
+            batch = [NewJob(id=new_id(), envelope=envelope(j), at_ms=now - 1)
+                     for j in range(scripts.MAX_CLAIM)]
+            timed(samples, "enqueue x%d" % len(batch), lambda: engine.enqueue(Q, batch))
+            got = timed(samples, "claim %d" % len(batch),
+                        lambda: engine.claim(Q, len(batch), 60_000)).jobs
             leases = [(j.id, j.token) for j in got]
-            timed(samples, "extend 200", lambda: engine.extend(Q, leases, 60_000))
+            timed(samples, "extend %d" % len(leases), lambda: engine.extend(Q, leases, 60_000))
             half = len(leases) // 2
-            timed(samples, "ack 100", lambda: engine.ack(Q, leases[:half]))
+            timed(samples, "ack %d" % half, lambda: engine.ack(Q, leases[:half]))
             fails = [(jid, tok, 3_600_000) for jid, tok in leases[half:]]
-            timed(samples, "nack 100", lambda: engine.nack(Q, fails))
+            timed(samples, "nack %d" % len(fails), lambda: engine.nack(Q, fails))
         victim = pending[i % len(pending)] if pending else job.id
         timed(samples, "reschedule", lambda: engine.reschedule(Q, victim, delay_ms=7_200_000))
         timed(samples, "inspect", lambda: engine.inspect(Q, victim))
@@ -196,7 +199,8 @@ def main() -> int:
     p.add_argument("--sizes", default="10000,1000000")
     p.add_argument("--calls", type=int, default=2000)
     p.add_argument("--drain", type=int, default=1_000_000, help="0 skips the backlog drain")
-    p.add_argument("--claim-batch", type=int, default=200)
+    p.add_argument("--claim-batch", type=int, default=scripts.MAX_CLAIM,
+                   help="jobs a drain's claim asks for (default and most: scripts.MAX_CLAIM)")
     p.add_argument("--json", action="store_true")
     opts = p.parse_args()
     import redis
