@@ -73,6 +73,11 @@ MAX_URGENT = 50
 # a grouped claim (with its 50 promoted) under half the 5 ms bound with 10,000 groups
 # (bench/groups_claim.py, tests/engine/test_groups_bounds.py).
 MAX_TURNS = 25
+# Due jobs a grouped claim promotes from pending, and as many from the urgent index (its
+# GROUP_PROMOTE, each one indexed by group too): with MAX_PROMOTE and MAX_URGENT (50 and
+# 50) claims over 10,000 limited groups went over the 5 ms bound too often on an idle
+# 2-core machine (docs/performance.md, "Claim cost under a due backlog").
+MAX_GROUP_PROMOTE = 25
 MAX_ACK = 250  # (id, token, code) triples
 MAX_FORGET = 250  # ids whose settled records go (forget_settled.lua), plus 100 old ones
 MAX_NACK = 200  # (id, token, delay) triples

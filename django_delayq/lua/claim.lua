@@ -57,6 +57,8 @@
 -- of what is still wanted, in the queue's order inside the group; a group served goes to
 -- the end of the rotation, one with nothing left leaves it (3g). Jobs without a group are
 -- the group "". Index entries whose job left ready are dropped when met (at most 100).
+-- A grouped claim promotes at most 25 due jobs of pending and 25 of the urgent index
+-- (GROUP_PROMOTE: read 25 for the 50s above).
 -- Group limits (3g): a group takes at most what its concurrency and rate leave room for;
 -- a group with no room leaves the rotation for group_held (counted among the 100 skips),
 -- so the other groups are served; it comes back when one of its jobs leaves inflight
@@ -94,8 +96,9 @@
 -- Cost: at most 50 jobs leased (scripts.MAX_CLAIM; a grouped queue 25, scripts.MAX_TURNS
 --       over at most 20 rounds, one index read per group a round, 100 stale entries
 --       dropped, 10 of ready indexed), 50 promoted (scripts.MAX_PROMOTE) and
---       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each), 10 set aside and 1,000 old
---       window entries dropped per call;
+--       50 urgent ones (scripts.MAX_URGENT, one ZSCORE each; a grouped queue 25 and 25,
+--       scripts.MAX_GROUP_PROMOTE), 10 set aside and 1,000 old window entries dropped
+--       per call;
 --       group limits: two ZLEXCOUNT per limited group met (within the 100 skips), 100
 --       slots checked against inflight, 25 held groups looked at again and 100 expired
 --       window entries dropped per call:
@@ -113,7 +116,7 @@ local PROMOTE, TRIM = 50, 1000
 local MAX_CLAIM = 50  -- most jobs leased a call (scripts.MAX_CLAIM)
 local URGENT = 50
 local TURNS, SKIPS, ROUNDS, HEAD = 25, 100, 20, 10  -- a grouped queue: 2g, 3g
-local GROUP_PROMOTE = 50  -- promoted per claim in a grouped queue (each is indexed too)
+local GROUP_PROMOTE = 25  -- a grouped queue: PROMOTE and URGENT (each one is indexed too)
 local now = now_ms(ARGV[1])
 local nonce = ARGV[4] or ''
 local want = math.max(1, math.min(tonumber(ARGV[2]) or 1, MAX_CLAIM))
@@ -514,7 +517,7 @@ if not grouped then
 else  -- a grouped queue: promote (2, 3 with nothing to lease), index (2g), take turns (3g)
   want = math.min(want, TURNS)
   local share = math.min(grant, want)
-  grant, PROMOTE = 0, GROUP_PROMOTE
+  grant, PROMOTE, URGENT = 0, GROUP_PROMOTE, GROUP_PROMOTE
   read_candidates()
   choose()
   write_moves()

@@ -81,3 +81,13 @@ def test_no_script_over_5ms_claiming_100k_jobs_of_10_001_limited_groups(
         claimed, LIMITED_ROUNDS, limited, time.monotonic() - started))
     assert claimed > 10 * LIMITED_ROUNDS and limited > LIMITED_ROUNDS // 10
     assert e.engine.group_slots("q") == {}
+
+
+def test_the_grouped_caps_are_the_scripts_own() -> None:
+    """scripts.MAX_TURNS and MAX_GROUP_PROMOTE state claim.lua's TURNS and GROUP_PROMOTE
+    (the worker's batching and the docs go by them), and a grouped claim promotes
+    GROUP_PROMOTE of the urgent index too."""
+    claim = scripts._read("claim")
+    assert f"local TURNS, SKIPS, ROUNDS, HEAD = {scripts.MAX_TURNS}," in claim
+    assert f"local GROUP_PROMOTE = {scripts.MAX_GROUP_PROMOTE} " in claim
+    assert "grant, PROMOTE, URGENT = 0, GROUP_PROMOTE, GROUP_PROMOTE" in claim
