@@ -69,9 +69,10 @@ MAX_CLAIM = 50
 MAX_PROMOTE = 50
 MAX_URGENT = 50
 # Jobs claim.lua leases per call in a grouped queue (its TURNS: docs/groups.md): a turn
-# costs an index read per group and per job a few more writes than the plain path: 25 keep
-# a grouped claim (with its 50 promoted) under half the 5 ms bound with 10,000 groups
-# (bench/groups_claim.py, tests/engine/test_groups_bounds.py).
+# costs an index read per group and per job a few more writes than the plain path: 25
+# (with its 25 + 25 promoted) keep a grouped claim within the 5 ms bound with 10,000
+# limited groups, p99 ~4.5 ms on an idle 2-core machine (bench/groups_claim.py,
+# tests/engine/test_groups_bounds.py; docs/performance.md).
 MAX_TURNS = 25
 # Due jobs a grouped claim promotes from pending, and as many from the urgent index (its
 # GROUP_PROMOTE, each one indexed by group too): with MAX_PROMOTE and MAX_URGENT (50 and
