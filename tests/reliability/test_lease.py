@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -75,15 +76,10 @@ def test_stale_settlement_is_refused_logged_and_leaves_the_copy_alone(cfg, caplo
     assert (h.job.status, h.job.attempts) == (JobStatus.SUCCEEDED, 2)
 
 
-@pytest.mark.parametrize("case", ["record-kept", "record-forgotten", "redis-lost-it"])
-def test_a_refused_success_is_the_jobs_only_when_no_other_delivery_settled_it(  # type: ignore[no-untyped-def]
-        cfg, caplog, case) -> None:
-    """A stale copy (its lease passed: a worker stopped past it) acks after another
-    worker ran the job and acked it: refused, and no second success is recorded (no
-    signal, no row change), though Redis holds the job nowhere now, whether that worker's
-    settled record is still kept or went once its row landed. "redis-lost-it": the job's
-    keys went (a node that came back empty) and its row is not final: nobody else ran it,
-    so the refused success is the job's (recorded once)."""
+def stale_after(case: str) -> tuple[Any, ClaimedJob]:
+    """A job whose stale copy (its lease passed) is still held after another delivery
+    settled it (``case``: its settled record kept, or gone once its row landed) or after
+    Redis lost its keys ("redis-lost-it"); the handle and the stale copy."""
     h = schedule("tests.jobs_chaos.record")
     stale, copy = expire_and_reclaim("default", h.id)
     engine = get_engine()
@@ -95,6 +91,20 @@ def test_a_refused_success_is_the_jobs_only_when_no_other_delivery_settled_it(  
     if case == "record-forgotten":  # its row landed, then the record was dropped
         Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED, attempts=2)
         assert engine.forget_settled("default", [h.id], keep_ms=3_600_000) == 1
+    return h, stale
+
+
+@pytest.mark.parametrize("case", ["record-kept", "record-forgotten", "redis-lost-it"])
+def test_a_refused_success_is_the_jobs_only_when_no_other_delivery_settled_it(  # type: ignore[no-untyped-def]
+        cfg, caplog, case) -> None:
+    """A stale copy (its lease passed: a worker stopped past it) acks after another
+    worker ran the job and acked it: refused, and no second success is recorded (no
+    signal, no row change), though Redis holds the job nowhere now, whether that worker's
+    settled record is still kept or went once its row landed. "redis-lost-it": the job's
+    keys went (a node that came back empty) and its row is not final: nobody else ran it,
+    so the refused success is the job's (recorded once)."""
+    h, stale = stale_after(case)
+    engine = get_engine()
     audit = AuditWriter()
     sent: list[dict] = []
     receiver = lambda **kw: sent.append(kw)  # noqa: E731
@@ -125,17 +135,8 @@ def test_a_refused_failure_is_the_jobs_only_when_an_earlier_attempts_settlement_
     landed), or after Redis lost the job: a lost lease, logged, changing nothing (no row
     change, attempt row or signal). Only a settled record of an earlier attempt makes a
     refused failure the job's (tests/reliability/test_lagging_failover.py)."""
-    h = schedule("tests.jobs_chaos.record")
-    stale, copy = expire_and_reclaim("default", h.id)
+    h, stale = stale_after(case)
     engine = get_engine()
-    if case == "redis-lost-it":
-        for key in list(engine.client.scan_iter(match="{%s*" % engine.prefix, count=1000)):
-            engine.client.delete(key)
-    else:
-        assert engine.ack("default", [(h.id, copy.token)], holder="new-worker") == [True]
-    if case == "record-forgotten":  # its row landed, then the record was dropped
-        Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED, attempts=2)
-        assert engine.forget_settled("default", [h.id], keep_ms=3_600_000) == 1
     audit = AuditWriter()
     sent: list[dict] = []
     receiver = lambda **kw: sent.append(kw)  # noqa: E731
