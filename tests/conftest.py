@@ -144,6 +144,7 @@ FIRST_PASS_ONLY = {
     "tests/spark/test_prune.py": "Spark: files pruned",
     "tests/spark/test_report": "Spark: reports computed from exported files",
     "tests/spark/test_session.py": "Spark: the session's settings",
+    "tests/worker/test_group_signals.py": "worker processes and signals",
     "tests/worker/test_hard_time_limit.py": "the supervisor's SIGKILLs",
     "tests/worker/test_kill_touches_no_other.py": "the supervisor's SIGKILLs",
     "tests/worker/test_queue_rate_first_claim.py": "a queue's rate limit held in Redis",

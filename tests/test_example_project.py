@@ -82,12 +82,17 @@ def _start(tmp_path: Path) -> tuple[subprocess.Popen[str], list[str]]:
     return shop, lines
 
 
-def _stop(shop: subprocess.Popen[str]) -> None:
-    """Ctrl-C, and a second one if the worker is still draining (the demo's slow job)."""
+def _stop(shop: subprocess.Popen[str], lines: list[str] | None = None) -> None:
+    """Ctrl-C, and a second one if the worker is still draining (the demo's slow job):
+    after 30 s, or, given the shop's output ``lines``, as soon as the worker said it
+    drains (the two would otherwise arrive as one signal)."""
     if shop.poll() is None:
         os.killpg(shop.pid, signal.SIGINT)
+        if lines is not None:
+            wait_until(lambda: shop.poll() is not None or "draining (a signal" in "".join(lines),
+                       timeout=30)
         try:
-            shop.wait(30)
+            shop.wait(1 if lines is not None else 30)
         except subprocess.TimeoutExpired:
             os.killpg(shop.pid, signal.SIGINT)
             try:
@@ -112,7 +117,21 @@ def _status(tmp_path: Path, job_id: str) -> str | None:
     return row[0] if row else None
 
 
-def test_manage_py_uses_the_embedded_redis_of_the_running_example(tmp_path: Path) -> None:
+# A second example in the same checkout, with what it would share with the running one
+# (and how refusals name it): the same settings; its own Redis directory (the lock guards
+# the database, wherever the Redis directory is); its own database (the embedded Redis's
+# directory is guarded too: two Redis servers would share its files).
+SECOND_EXAMPLES = {"same": ({}, "the database"),
+                   "other-redis-dir": ({"SHOP_REDIS_DIR": "redis-2"}, "the database"),
+                   "other-database": ({"SHOP_DB": "other.sqlite3"}, "the Redis directory")}
+
+
+def test_a_running_example_serves_manage_py_and_refuses_a_second(tmp_path: Path) -> None:
+    """One running example (each start costs seconds): ``manage.py`` uses its embedded
+    Redis; a second example in the same checkout is refused before it starts anything (it
+    would share the database with a Redis of its own: both workers would run each job; or
+    two Redis servers would share one directory); after Ctrl-C the Redis URL file and the
+    locks are gone."""
     shop, lines = _start(tmp_path)
     try:
         url = (tmp_path / "redis" / "url").read_text().strip()
@@ -124,9 +143,27 @@ def test_manage_py_uses_the_embedded_redis_of_the_running_example(tmp_path: Path
                 "print(json.dumps([w.id for w in get_engine().workers()]))"))))
 
         wait_until(lambda: len(workers()) == 1, timeout=60, step=0.5)  # run.py's worker
+        for name, (other, shared) in SECOND_EXAMPLES.items():
+            env = _env(tmp_path, **{k: str(tmp_path / v) for k, v in other.items()})
+            proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "run.py"),
+                                   "--port", str(free_port())], env=env,
+                                  capture_output=True, text=True, timeout=120)
+            seen = "%s: %s" % (name, proc.stdout + proc.stderr)
+            assert proc.returncode == 1, seen
+            assert "another `make example` (pid %d, or a process it started) is using %s" \
+                % (shop.pid, shared) in proc.stderr, seen
+            assert "The shop is running" not in proc.stdout, seen
+            assert "embedded Redis" not in proc.stdout, seen  # refused before anything started
+            assert shop.poll() is None and (tmp_path / "redis" / "url").exists(), seen
     finally:
-        _stop(shop)
+        _stop(shop, lines)
     assert not (tmp_path / "redis" / "url").exists()  # gone with the Redis it named
+
+    for lock in (tmp_path / "shop.sqlite3.run.lock", tmp_path / "redis" / "run.lock"):
+        with lock.open("a") as held:
+            # free once they are gone (a multi-threaded process's leader shows "Z" while
+            # its other threads, holding its files, are still ending)
+            wait_until(partial(_locked, held), timeout=30)
 
 
 def test_ctrl_c_drains_the_worker_and_a_second_stops_it(tmp_path: Path) -> None:
@@ -195,33 +232,6 @@ def _locked(held: IO[str]) -> bool:
     except BlockingIOError:
         return False
     return True
-
-
-@pytest.mark.parametrize(("other", "shared"), [
-    pytest.param({}, "the database", id="same"),
-    # the lock guards the database, wherever the Redis directory is
-    pytest.param({"SHOP_REDIS_DIR": "redis-2"}, "the database", id="other-redis-dir"),
-    # and the embedded Redis's directory: two Redis servers would share its files
-    pytest.param({"SHOP_DB": "other.sqlite3"}, "the Redis directory", id="other-database"),
-])
-def test_a_second_example_in_the_same_checkout_is_refused(
-        tmp_path: Path, other: dict[str, str], shared: str) -> None:
-    """It would share the database with a Redis of its own: both workers would run each
-    job (or two Redis servers would share one directory)."""
-    shop, _ = _start(tmp_path)
-    try:
-        env = _env(tmp_path, **{k: str(tmp_path / v) for k, v in other.items()})
-        proc = subprocess.run([sys.executable, str(ROOT / "example_project" / "run.py"),
-                               "--port", str(free_port())], env=env,
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert "another `make example` (pid %d, or a process it started) is using %s" \
-            % (shop.pid, shared) in proc.stderr
-        assert "The shop is running" not in proc.stdout
-        assert "embedded Redis" not in proc.stdout  # refused before anything started
-        assert shop.poll() is None and (tmp_path / "redis" / "url").exists()
-    finally:
-        _stop(shop)
 
 
 def test_example_on_a_port_in_use_fails_instead_of_claiming_to_run(tmp_path: Path) -> None:
