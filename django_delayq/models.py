@@ -258,6 +258,11 @@ class MissedPolicy(models.TextChoices):
     ONCE = "once", _("once: run one missed tick, then go on")
 
 
+# The idempotency key of a schedule's tick jobs starts so (core/periodic.py): a worker that
+# starts such a job creates the schedule's next tick then (core/payloads.py reads the key).
+TICK_KEY_PREFIX = "delayq.tick:"
+
+
 class Schedule(models.Model):
     """A periodic job: a cron expression or an interval, materialised one tick at a time as
     an ordinary keyed job (core/periodic.py; docs/periodic.md)."""

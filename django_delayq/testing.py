@@ -111,7 +111,7 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     if reconciler is not None:
         reconciler.run_all(grace_seconds=0.0)
     audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
-    settler = Settler(engine, settings, audit, WORKER_ID, on_start=periodic.started)
+    settler = Settler(engine, settings, audit, WORKER_ID, on_start=periodic.tick_started)
     ran = flushed = 0
     while ran < max_jobs:
         progressed = False

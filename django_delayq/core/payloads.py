@@ -42,7 +42,7 @@ from django.utils.dateparse import parse_datetime
 from django_delayq.core import options, validation
 from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.logtext import text  # never raises; lone surrogates escaped
-from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, Job
+from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, TICK_KEY_PREFIX, Job
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 
 _FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff",
            "queue", "priority", "timeout", "expires_at", "retry_on", "cancel_requested",
-           "atomic", "attempts")
+           "atomic", "attempts", "key")
 OTHER_QUEUE = "other_queue"
 NO_ROW = "no_row"
 FINAL_ROW = "final_row"
@@ -151,7 +151,7 @@ def _select(ids: list[str]) -> list[tuple[Any, ...]]:
 
 def _payload(row: tuple[Any, ...]) -> Envelope:
     (_, _, path, args, kwargs, max_attempts, backoff, _, priority, timeout, expires, retry_on,
-     _, atomic, _) = row
+     _, atomic, _, key) = row
     if not isinstance(path, str) or not path:
         raise ValueError("callable path %s is not a string" % validation.short(path, 80))
     args, kwargs = _json(args, "args"), _json(kwargs, "kwargs")
@@ -173,7 +173,8 @@ def _payload(row: tuple[Any, ...]) -> Envelope:
     return Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
                     backoff=backoff, priority=priority, timeout=options.timeout_seconds(timeout),
                     expires_ms=_epoch_ms(expires), retry_on=None if retry_on is None
-                    else tuple(retry_on), atomic=bool(atomic))
+                    else tuple(retry_on), atomic=bool(atomic),
+                    tick=isinstance(key, str) and key.startswith(TICK_KEY_PREFIX))
 
 
 def _epoch_ms(moment: object) -> int | None:

@@ -28,11 +28,11 @@ from django_delayq.core.connection import get_engine
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob
-from django_delayq.models import Job, JobStatus, MissedPolicy, Schedule
+from django_delayq.models import TICK_KEY_PREFIX, Job, JobStatus, MissedPolicy, Schedule
 
 logger = logging.getLogger(__name__)
 
-KEY_PREFIX = "delayq.tick:"
+KEY_PREFIX = TICK_KEY_PREFIX
 MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed
 STALLED = timedelta(seconds=1)  # a next tick this far past whose job has not started
 STALLED_EVERY_S = 1.0  # how often the keeper looks for such schedules
@@ -136,8 +136,9 @@ def _point(s: Schedule, tick: datetime, now: datetime) -> str:
 
 
 def tick_started(job_id: str, now: datetime | None = None) -> None:
-    """A worker started ``job_id``: if it is a schedule's materialised tick, create the
-    next tick's job now (the keeper pass would, a little later). Never raises."""
+    """A worker started ``job_id``, a tick's job (``Settler.on_start``: its row's key names a
+    schedule, ``Envelope.tick``): if it is its schedule's current tick, create the next
+    tick's job now (the keeper pass would, a little later). Never raises."""
     try:
         s = Schedule.objects.filter(next_job_id=job_id).first()
         # its send may fail (Redis unreachable): the keeper thread looks
@@ -145,14 +146,6 @@ def tick_started(job_id: str, now: datetime | None = None) -> None:
             tick_presence.watch([created])
     except Exception:  # noqa: BLE001 - the keeper pass covers it
         logger.exception("schedule: could not create the tick after job %s", shown(job_id))
-
-
-def started(job_id: str) -> None:
-    """The worker's hook at each start (``Settler.on_start``): ``tick_started`` when
-    ``job_id`` may be a tick's (an id from a key) and some schedule is enabled
-    (``Keeper.active``). Never raises."""
-    if job_id[0] == "k" and Keeper.active:
-        tick_started(job_id)
 
 
 def keep(s: Schedule, now: datetime | None = None, own: str | None = None,

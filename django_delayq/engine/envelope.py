@@ -12,9 +12,10 @@ Django worker never runs from an envelope; it reads each claimed job's audit row
 so a bare-engine consumer can end such a job instead of failing.
 
 The run-time options (``priority``, ``timeout`` in seconds, ``expires_ms`` in epoch
-milliseconds, ``retry_on`` exception class paths, ``atomic``) come from the row only:
-``encode`` and ``decode`` leave them out (a bare-engine job has the defaults: priority 0, no
-time limit of its own, no expiry, every exception retried, not atomic).
+milliseconds, ``retry_on`` exception class paths, ``atomic``, and ``tick``: the row's key
+names a periodic schedule's tick) come from the row only: ``encode`` and ``decode`` leave
+them out (a bare-engine job has the defaults: priority 0, no time limit of its own, no
+expiry, every exception retried, not atomic, no tick).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Envelope:
     expires_ms: int | None = None
     retry_on: tuple[str, ...] | None = None
     atomic: bool = False
+    tick: bool = False  # a periodic schedule's tick job: its start creates the next tick
 
     def encode(self) -> str:
         parts: list[Any] = [self.path, self.args, self.kwargs, self.max_attempts, self.backoff]

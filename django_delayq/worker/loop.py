@@ -157,7 +157,7 @@ class Worker:
         schedules = periodic.Keeper(worker_id=self.id)
         self.settlement = Settlement(engine, settings, self.audit, self.ledger, self.id,
                                      release=gate.release, on_settled=self.claiming.settled,
-                                     on_start=periodic.started)
+                                     on_start=periodic.tick_started)
         self.cancels = HeldCancels(self.ledger)  # asked while a job waits for a thread
         self.execution = Execution(settings, gate, self.ledger, self.claiming.handover,
                                    self.settlement, self.cancels, worker_id=self.id,

@@ -61,8 +61,8 @@ class Settler:
                  stream: AckStream | None = None) -> None:
         self.engine = engine
         self.stream = stream  # start marks go through it (Settlement's), else calls
-        # told each job id that starts: the schedules' next tick (core/periodic.py's
-        # ``started``, which the worker passes in); None: nothing to tell
+        # told the id of each tick's job that starts: the schedule's next tick
+        # (core/periodic.py's ``tick_started``, which the worker passes in); None: not told
         self.on_start = on_start
         # frees the callable-limit slots of settled attempts (the worker's StartGate)
         self.release = release or (lambda outcomes: release_callable_slots(engine, outcomes))
@@ -129,8 +129,8 @@ class Settler:
         signalled = signals.wanted(signals.job_started)
         path = job.payload.path if job.payload is not None else ""
         joblog.started(self.settings, job, path)
-        if self.on_start is not None:  # a tick's job: its schedule's next tick is created
-            self.on_start(job.id)
+        if self.on_start is not None and job.payload is not None and job.payload.tick:
+            self.on_start(job.id)  # a tick's job: its schedule's next tick is created
         if signalled:
             signal_started({"job_id": job.id, "queue": job.queue, "callable_path": path},
                            job.attempt, self.worker_id, due_at, now)

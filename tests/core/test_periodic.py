@@ -14,6 +14,7 @@ from django_delayq.core import periodic
 from django_delayq.core.connection import get_engine
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus, Schedule
+from django_delayq.testing import run_due_jobs
 from tests.helpers import burst, point_at, staff_client
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -57,6 +58,21 @@ def test_a_started_tick_creates_the_next_one(dq) -> None:  # type: ignore[no-unt
     assert ticks_of(s) == [(t0, JobStatus.SUCCEEDED), (t0 + timedelta(hours=1),
                                                        JobStatus.SCHEDULED)]
     assert s.last_tick_at == t0 and s.next_tick_at == t0 + timedelta(hours=1)
+
+
+def test_a_tick_started_where_no_schedule_was_seen_yet_creates_the_next_one(  # type: ignore[no-untyped-def]
+        dq, monkeypatch) -> None:
+    """A worker whose last keeper pass found no schedule enabled (the first schedule was
+    created since, by another process): the tick's start still creates the next tick at
+    once, from the key on the job's row, not at the next keeper pass (up to 10 s on)."""
+    t0 = timezone.now().replace(microsecond=0) - timedelta(seconds=1)
+    s = every(3600, t0)
+    periodic.keep(s, now=t0)  # tick t0 due now (a second ago)
+    monkeypatch.setattr(periodic.Keeper, "active", False)  # that worker's view
+    assert run_due_jobs(now=timezone.now()) == 1  # the tick's start, no keeper pass
+    s.refresh_from_db()
+    assert ticks_of(s) == [(t0, JobStatus.SUCCEEDED), (t0 + timedelta(hours=1),
+                                                       JobStatus.SCHEDULED)]
 
 
 def downtime(missed: str) -> tuple[Schedule, datetime, datetime]:
