@@ -338,7 +338,7 @@ class Keeper:
     """The keeper pass of one worker: ``keep_all`` at most every ``every_s`` seconds, and
     every ``STALLED_EVERY_S`` over the schedules whose next tick is overdue."""
 
-    active = False  # some schedule is enabled (set by the last pass): tick_started is wanted
+    active = False  # some schedule is enabled (set by the last pass): the stalled pass runs
 
     def __init__(self, every_s: float = 10.0, worker_id: str | None = None) -> None:
         self.every_s = every_s
