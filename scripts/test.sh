@@ -9,7 +9,7 @@
 # the Django 6.x install run beside it; the PostgreSQL and Django 6.x passes then run side
 # by side. The SQLite pass spreads its tests over DELAYQ_TEST_WORKERS processes (pytest-xdist;
 # default 3: most tests wait on real workers and servers, not on the CPU), the PostgreSQL
-# pass over 2, the Django 6.x pass over as many as the SQLite pass (it takes their places).
+# pass over 3, the Django 6.x pass over as many as the SQLite pass (it takes their places).
 # The PostgreSQL pass starts once the SQLite pass's Spark and Redis Cluster process is
 # done (the SQLite pass's other processes may still run).
 set -u
@@ -125,15 +125,15 @@ sqlite_pid=$!
 # process (Spark, Redis Cluster) is done, a minute or more before its other processes
 # are: its first tests (real worker processes, waiting more than computing) then run
 # beside the SQLite pass's last ones in the place of that process. The Django 6.x pass
-# starts once the SQLite pass is done, in the places of its processes (as many): no
-# more pytest processes run at once than while the SQLite and PostgreSQL passes overlap,
-# and the Django 6.x pass, started later, ends about when the PostgreSQL pass does.
+# starts once the SQLite pass is done, in the places of its processes (as many), and
+# ends about when the PostgreSQL pass does: neither runs alone for long at the end,
+# while the machine's cores would be idle.
 while [ ! -e "$LOGS/pytest-sqlite-own.rc" ] && kill -0 "$sqlite_pid" 2>/dev/null; do
   sleep 1
 done
 if "$PY" scripts/pg_available.py; then
   echo "PostgreSQL reachable: the tests marked postgres run on it too"
-  (export DELAYQ_TEST_DB=postgres; pytest_pass pytest-postgres 2 "$PY" -m postgres) &
+  (export DELAYQ_TEST_DB=postgres; pytest_pass pytest-postgres "$WORKERS" "$PY" -m postgres) &
   pg_pid=$!
 else
   echo "PostgreSQL not reachable: SQLite only"
