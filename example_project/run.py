@@ -193,7 +193,7 @@ def main() -> int:
 def serve(held: list[IO[str]], port: int, smoke_test: bool) -> int:
     """Migrate, start the worker and the web server, run until a signal (or, with
     ``smoke_test``, the smoke test), then stop them: the worker drained, or stopped at
-    once on a second signal (``--smoke``: after 15 s, the demo's slow job not waited for)."""
+    once on a second signal (``--smoke``: after 3 s, the demo's slow job not waited for)."""
     stop = {"now": False, "draining": False, "hard": False}
     children: list[subprocess.Popen[bytes]] = []
 
@@ -233,7 +233,7 @@ def serve(held: list[IO[str]], port: int, smoke_test: bool) -> int:
         code = 1
     finally:
         stop["draining"] = True
-        stop_children(children, drain_s=15.0 if smoke_test else None)
+        stop_children(children, drain_s=3.0 if smoke_test else None)
     return code
 
 
