@@ -161,7 +161,13 @@ POSTGRES_NOT_DJANGO6 = {
         "the lighter tests of the file)",
     "tests/reliability/test_loss_once_outbox.py": "rows scheduled during a Redis outage, back "
         "through a worker's reconciler (its queries run on Django 6.x in test_outbox.py)",
+    "tests/reliability/test_loss_stale_copies.py": "a worker's stale copies after Redis "
+        "restarted empty, under real processes (its ledger and threads; its rows' writes "
+        "run on Django 6.x in the lighter tests of tests/worker)",
     "tests/reliability/test_once.py": "database and Redis stalls longer than a lease",
+    "tests/reliability/test_outage_final_rows.py": "final rows written while Redis cannot "
+        "be reached, under real processes (the writer's queries run on Django 6.x in "
+        "tests/worker/test_early_rows.py)",
     "tests/worker/test_retention_joblog.py::test_a_real_worker_deletes_old_rows":
         "rows deleted in batches by a worker process (delete_batch runs on Django 6.x)",
     "tests/worker/test_tick_after_redis_loss.py": "ticks Redis lost, back through the keeper",
