@@ -400,12 +400,13 @@ class Keeper:
 
 
 def status_rows() -> list[dict[str, Any]]:
-    """The schedules and their next tick, for ``delayq_status`` (empty if the database
-    cannot be read)."""
+    """The schedules and their next tick (none for a disabled one), for ``delayq_status``
+    (empty if the database cannot be read)."""
     try:
         return [{"name": s.name, "enabled": s.enabled, "rule": s.cron or "every %ss"
                  % s.interval_seconds, "time_zone": s.time_zone,
-                 "next_tick": s.next_tick_at.isoformat() if s.next_tick_at else None,
+                 "next_tick": s.next_tick_at.isoformat()
+                 if s.enabled and s.next_tick_at else None,
                  "next_job": s.next_job_id or None} for s in Schedule.objects.all()]
     except DatabaseError:
         return []

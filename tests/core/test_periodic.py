@@ -194,6 +194,15 @@ def test_delayq_status_lists_schedules_with_their_next_tick(dq) -> None:  # type
     call_command("delayq_status", stdout=out)
     line = next(x for x in out.getvalue().splitlines() if x.strip().startswith("s60"))
     assert "enabled" in line and "every 60s" in line and t0.isoformat() in line
+    off = every(30, t0)
+    periodic.keep(off)
+    off.refresh_from_db()
+    off.enabled = False
+    off.save()  # a plain save: its tick fields stay as they were, no tick is next
+    out = StringIO()
+    call_command("delayq_status", stdout=out)
+    line = next(x for x in out.getvalue().splitlines() if x.strip().startswith("s30"))
+    assert "disabled" in line and line.endswith("next tick -")
 
 
 def test_a_tick_created_from_a_stale_version_is_cancelled_and_replace_bumps_once(dq) -> None:  # type: ignore[no-untyped-def]
