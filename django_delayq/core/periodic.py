@@ -32,7 +32,6 @@ from django_delayq.models import TICK_KEY_PREFIX, Job, JobStatus, MissedPolicy, 
 
 logger = logging.getLogger(__name__)
 
-KEY_PREFIX = TICK_KEY_PREFIX
 MISSED_GRACE = timedelta(seconds=5)  # a tick later than this (or half its period) is missed
 STALLED = timedelta(seconds=1)  # a next tick this far past whose job has not started
 STALLED_EVERY_S = 1.0  # how often the keeper looks for such schedules
@@ -65,8 +64,8 @@ def job_options(s: Schedule) -> options.JobOptions:
 
 def schedule_of_key(key: str | None) -> int | None:
     """The schedule id a tick job's key names (``None``: not a tick job)."""
-    return (int(key[len(KEY_PREFIX):].split(":", 1)[0])
-            if key and key.startswith(KEY_PREFIX) else None)
+    return (int(key[len(TICK_KEY_PREFIX):].split(":", 1)[0])
+            if key and key.startswith(TICK_KEY_PREFIX) else None)
 
 
 def tick_of_key(key: str | None) -> datetime | None:
@@ -94,7 +93,7 @@ def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     """Create (or find: same key) the job of ``tick``; returns its id."""
     jitter = random.uniform(0, s.jitter_seconds) if s.jitter_seconds else 0.0
     due = max(tick + timedelta(seconds=jitter), now)
-    key = "%s%d:%d:%d" % (KEY_PREFIX, s.pk, s.version, validation.at_ms(tick))
+    key = "%s%d:%d:%d" % (TICK_KEY_PREFIX, s.pk, s.version, validation.at_ms(tick))
     spec = options.JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
                    key=key).under(job_options(s))
     return api.schedule_spec(s.callable_path, spec).id

@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_delayq.core import periodic
 from django_delayq.core.connection import get_engine
 from django_delayq.exceptions import InvalidJob
-from django_delayq.models import Job, JobStatus, Schedule
+from django_delayq.models import TICK_KEY_PREFIX, Job, JobStatus, Schedule
 from django_delayq.testing import run_due_jobs
 from tests.helpers import burst, point_at, staff_client
 
@@ -33,7 +33,7 @@ def every(seconds: int, start: datetime, **extra) -> Schedule:  # type: ignore[n
 
 def ticks_of(s: Schedule) -> list[tuple[datetime, str]]:
     """(tick, status) of the schedule's tick jobs, oldest first."""
-    rows = Job.objects.filter(key__startswith="%s%d:" % (periodic.KEY_PREFIX, s.pk))
+    rows = Job.objects.filter(key__startswith="%s%d:" % (TICK_KEY_PREFIX, s.pk))
     return sorted((periodic.tick_of_key(r.key), r.status) for r in rows)  # type: ignore[misc]
 
 
@@ -216,7 +216,7 @@ def test_a_tick_created_from_a_stale_version_is_cancelled_and_replace_bumps_once
     assert periodic.advance(stale, t0) is None  # its job for t0 + 600 s, version 1
     s.refresh_from_db()
     assert s.version == 2
-    v1 = Job.objects.filter(key__startswith="%s%d:1:" % (periodic.KEY_PREFIX, s.pk))
+    v1 = Job.objects.filter(key__startswith="%s%d:1:" % (TICK_KEY_PREFIX, s.pk))
     assert sorted(v1.values_list("status", flat=True)) == [JobStatus.CANCELLED] * 2
     assert Job.objects.get(pk=s.next_job_id).status == JobStatus.SCHEDULED
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from django_delayq.core import periodic
-from django_delayq.models import Job, JobStatus, Schedule
+from django_delayq.models import TICK_KEY_PREFIX, Job, JobStatus, Schedule
 from django_delayq.pytest_plugin import delayq  # noqa: F401
 from tests.core.test_periodic_ticks import CHANGES, DAILY, utc
 
@@ -37,7 +37,7 @@ def run_ticks(dq, start: datetime, count: int, **definition) -> list[datetime]: 
             assert s.next_tick_at is not None
             seen.append(s.next_tick_at)
             assert dq.advance(s.next_tick_at + timedelta(seconds=1) - timezone.now()) == 1
-    rows = Job.objects.filter(key__startswith="%s%d:" % (periodic.KEY_PREFIX, s.pk))
+    rows = Job.objects.filter(key__startswith="%s%d:" % (TICK_KEY_PREFIX, s.pk))
     ran = sorted(periodic.tick_of_key(r.key) for r in rows  # type: ignore[type-var]
                  if r.status == JobStatus.SUCCEEDED)
     assert ran == seen  # every tick noted ran, once
