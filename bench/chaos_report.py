@@ -153,10 +153,10 @@ class Held:
 
 def tick_times() -> dict[str, float]:
     """Tick job id -> its tick (the key's; a job put back after a loss is due later)."""
-    from django_delayq.core.periodic import KEY_PREFIX, tick_of_key
-    from django_delayq.models import Job
+    from django_delayq.core.periodic import tick_of_key
+    from django_delayq.models import TICK_KEY_PREFIX, Job
 
-    rows = Job.objects.filter(key__startswith=KEY_PREFIX).values_list("id", "key")
+    rows = Job.objects.filter(key__startswith=TICK_KEY_PREFIX).values_list("id", "key")
     return {job: tick.timestamp() for job, key in rows if (tick := tick_of_key(key))}
 
 
