@@ -56,7 +56,7 @@ from redis.cluster import (
 )
 from redis.connection import Connection, ConnectionPool, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -361,11 +361,6 @@ class StallPipeline(ClusterPipeline):
     """The pipelines of a ``StallAwareCluster``: one that met a stalled node refreshes the
     slots (one a second at most), so a MULTI follows a replica promoted meanwhile."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if type(self._execution_strategy) is PipelineStrategy:
-            self._execution_strategy = StallPipelineStrategy(self)
-
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
@@ -433,17 +428,11 @@ class StallAwareCluster(RedisCluster):
         return node
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
-        if shard_hint:
-            raise RedisClusterException("shard_hint is deprecated in cluster mode")
-        return StallPipeline(
-            nodes_manager=self.nodes_manager, commands_parser=self.commands_parser,
-            startup_nodes=self.nodes_manager.startup_nodes,
-            result_callbacks=self.result_callbacks,
-            cluster_response_callbacks=self.cluster_response_callbacks,
-            read_from_replicas=self.read_from_replicas,
-            load_balancing_strategy=self.load_balancing_strategy,
-            reinitialize_steps=self.reinitialize_steps, retry=self.retry, lock=self._lock,
-            transaction=transaction, event_dispatcher=self._event_dispatcher)
+        pipe = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        pipe.__class__ = StallPipeline  # redis-py's ClusterPipeline, made a StallPipeline
+        if type(pipe._execution_strategy) is PipelineStrategy:
+            pipe._execution_strategy = StallPipelineStrategy(pipe)
+        return pipe
 
     def close(self) -> None:
         self.stalls.close()
