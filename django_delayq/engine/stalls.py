@@ -54,7 +54,7 @@ from redis.cluster import (
     PipelineStrategy,
     RedisCluster,
 )
-from redis.connection import Connection, ConnectionPool, SSLConnection
+from redis.connection import Connection, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -80,10 +80,10 @@ class NodeStalled(RedisConnectionError):
     has not answered a probe since."""
 
 
-def own_connection_kwargs(pool: ConnectionPool) -> dict[str, Any]:
-    """The keyword arguments of a connection to ``pool``'s node (address, credentials,
-    TLS, timeouts), without what binds them to the cluster client."""
-    return {k: v for k, v in pool.connection_kwargs.items() if k not in CLUSTER_BOUND}
+def own_connection_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``kwargs`` of a connection to a node (a pool's: address,
+    credentials, TLS, timeouts) without what binds them to the cluster client."""
+    return {k: v for k, v in kwargs.items() if k not in CLUSTER_BOUND}
 
 
 class StallLog:
@@ -262,8 +262,7 @@ class StallGuard(Connection):
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
         # a probe's connections: the same node and options, no CLIENT SETINFO at connect
         # (its reply would be one more wait), nothing of the cluster client's
-        self.probe_kwargs = {**{k: v for k, v in kwargs.items() if k not in CLUSTER_BOUND},
-                             "driver_info": None}
+        self.probe_kwargs = {**own_connection_kwargs(kwargs), "driver_info": None}
 
     @property
     def node_name(self) -> str:
@@ -362,15 +361,14 @@ class StallPipeline(ClusterPipeline):
     slots (one a second at most), so a MULTI follows a replica promoted meanwhile."""
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
-        except NodeStalled:  # a WATCH, sent at once
-            self.nodes_manager.initialize()
-            raise
+        return self._refreshing(super().execute_command, *args, **kwargs)  # a WATCH: at once
 
     def execute(self, raise_on_error: bool = True) -> Any:
+        return self._refreshing(super().execute, raise_on_error)
+
+    def _refreshing(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().execute(raise_on_error)
+            return call(*args, **kwargs)
         except NodeStalled:
             self.nodes_manager.initialize()
             raise
