@@ -242,7 +242,7 @@ def _own_client(cluster: RedisCluster, node: ClusterNode) -> Redis:
     ``_run`` answers with a new connection and a claim of every queue."""
     pool = cluster.get_redis_connection(node).connection_pool
     return Redis(connection_pool=ConnectionPool(connection_class=pool.connection_class,
-                                                **own_connection_kwargs(pool)))
+                                                **own_connection_kwargs(pool.connection_kwargs)))
 
 
 class ServerReads(RedisOwner):

@@ -54,9 +54,9 @@ from redis.cluster import (
     PipelineStrategy,
     RedisCluster,
 )
-from redis.connection import Connection, ConnectionPool, SSLConnection
+from redis.connection import Connection, SSLConnection
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisClusterException, RedisError, ResponseError
+from redis.exceptions import RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
@@ -80,10 +80,10 @@ class NodeStalled(RedisConnectionError):
     has not answered a probe since."""
 
 
-def own_connection_kwargs(pool: ConnectionPool) -> dict[str, Any]:
-    """The keyword arguments of a connection to ``pool``'s node (address, credentials,
-    TLS, timeouts), without what binds them to the cluster client."""
-    return {k: v for k, v in pool.connection_kwargs.items() if k not in CLUSTER_BOUND}
+def own_connection_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments ``kwargs`` of a connection to a node (a pool's: address,
+    credentials, TLS, timeouts) without what binds them to the cluster client."""
+    return {k: v for k, v in kwargs.items() if k not in CLUSTER_BOUND}
 
 
 class StallLog:
@@ -262,8 +262,7 @@ class StallGuard(Connection):
         super().__init__(**kwargs)  # type: ignore[no-untyped-call]
         # a probe's connections: the same node and options, no CLIENT SETINFO at connect
         # (its reply would be one more wait), nothing of the cluster client's
-        self.probe_kwargs = {**{k: v for k, v in kwargs.items() if k not in CLUSTER_BOUND},
-                             "driver_info": None}
+        self.probe_kwargs = {**own_connection_kwargs(kwargs), "driver_info": None}
 
     @property
     def node_name(self) -> str:
@@ -361,21 +360,15 @@ class StallPipeline(ClusterPipeline):
     """The pipelines of a ``StallAwareCluster``: one that met a stalled node refreshes the
     slots (one a second at most), so a MULTI follows a replica promoted meanwhile."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        if type(self._execution_strategy) is PipelineStrategy:
-            self._execution_strategy = StallPipelineStrategy(self)
-
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().execute_command(*args, **kwargs)  # type: ignore[no-untyped-call]
-        except NodeStalled:  # a WATCH, sent at once
-            self.nodes_manager.initialize()
-            raise
+        return self._refreshing(super().execute_command, *args, **kwargs)  # a WATCH: at once
 
     def execute(self, raise_on_error: bool = True) -> Any:
+        return self._refreshing(super().execute, raise_on_error)
+
+    def _refreshing(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().execute(raise_on_error)
+            return call(*args, **kwargs)
         except NodeStalled:
             self.nodes_manager.initialize()
             raise
@@ -433,17 +426,11 @@ class StallAwareCluster(RedisCluster):
         return node
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> Any:
-        if shard_hint:
-            raise RedisClusterException("shard_hint is deprecated in cluster mode")
-        return StallPipeline(
-            nodes_manager=self.nodes_manager, commands_parser=self.commands_parser,
-            startup_nodes=self.nodes_manager.startup_nodes,
-            result_callbacks=self.result_callbacks,
-            cluster_response_callbacks=self.cluster_response_callbacks,
-            read_from_replicas=self.read_from_replicas,
-            load_balancing_strategy=self.load_balancing_strategy,
-            reinitialize_steps=self.reinitialize_steps, retry=self.retry, lock=self._lock,
-            transaction=transaction, event_dispatcher=self._event_dispatcher)
+        pipe = super().pipeline(transaction, shard_hint)  # type: ignore[no-untyped-call]
+        pipe.__class__ = StallPipeline  # redis-py's ClusterPipeline, made a StallPipeline
+        if type(pipe._execution_strategy) is PipelineStrategy:
+            pipe._execution_strategy = StallPipelineStrategy(pipe)
+        return pipe
 
     def close(self) -> None:
         self.stalls.close()

@@ -52,9 +52,7 @@ if rate >= 1 then
   local from = '(' .. string.format('%.0f', cutoff)
   local in_window = redis.call('ZCOUNT', grants, from, '+inf')
   if in_window >= rate then
-    local s = redis.call('ZRANGEBYSCORE', grants, from, '+inf', 'WITHSCORES', 'LIMIT',
-                         in_window - rate, 1)
-    opens = s[2] and tonumber(s[2]) + window or now + window
+    opens = window_opens(grants, cutoff, in_window - rate, window, now)
   end
 end
 if opens == nil and not full then

@@ -315,13 +315,7 @@ local function held_back()
   out[5] = 1
   if rate and in_window + n >= rate then  -- the window is full: when its oldest leaves
     local at = in_window + n - rate
-    local opens = now + per_ms
-    if at < in_window then
-      local s = redis.call('ZRANGEBYSCORE', starts, '(' .. string.format('%.0f', cutoff),
-                           '+inf', 'WITHSCORES', 'LIMIT', at, 1)
-      if s[2] then opens = tonumber(s[2]) + per_ms end
-    end
-    out[4] = opens
+    out[4] = at < in_window and window_opens(starts, cutoff, at, per_ms, now) or now + per_ms
   end
 end
 
@@ -484,11 +478,7 @@ local function take_turns()
       quota, skips = quota - k, skips + skipped
     end
     if #picked > 0 then skips = skips + keep_valid(picked) end
-    local scored = {}
-    for _, g in ipairs(turns) do
-      turn = turn + 1; scored[#scored + 1] = turn; scored[#scored + 1] = g
-    end
-    if #scored > 0 then redis.call('ZADD', group_turns, unpack(scored)) end
+    turn = join_turns(turns, turn)
     if #done > 0 then redis.call('ZREM', group_turns, unpack(done)) end
     if #off > 0 then
       redis.call('ZREM', group_turns, unpack(off))

@@ -314,12 +314,15 @@ local function last_turn()
   return tonumber(top[2]) or 0
 end
 
--- Groups `gs` join the rotation at its end; a group in it keeps its turn (NX).
-local function join_turns(gs)
-  local turn = last_turn()
-  local args = {}
+-- Groups `gs` join the rotation at its end; a group in it keeps its turn (NX). Given the
+-- last `turn` handed out (claim.lua's rounds), they go to the end from there, those in it
+-- too. Returns the last turn handed out.
+local function join_turns(gs, turn)
+  local args, flags = {}, turn and {} or {'NX'}
+  turn = turn or last_turn()
   for _, g in ipairs(gs) do turn = turn + 1; args[#args + 1] = turn; args[#args + 1] = g end
-  if #args > 0 then call_many('ZADD', group_turns, {'NX'}, args) end
+  if #args > 0 then call_many('ZADD', group_turns, flags, args) end
+  return turn
 end
 
 -- Index jobs placed in ready (`placed`: score, id, score, id, ... as ZADD takes them),
@@ -687,9 +690,21 @@ local function record_settled(holder, at, entries)
 end
 
 --@define trim_log
+-- Window logs (ZSETs of starts or grants by ms: claim.lua's rate limit, acquire.lua's):
+-- what left the window dropped (trim_log), when a full window lets one more in
+-- (window_opens).
+
 -- Drops up to `most` entries scored at or before `cutoff` from the ZSET `log` (a window
 -- log of starts or grants: what left the window), oldest first.
 local function trim_log(log, cutoff, most)
   local old = redis.call('ZCOUNT', log, '-inf', string.format('%.0f', cutoff))
   if old > 0 then redis.call('ZREMRANGEBYRANK', log, 0, math.min(old, most) - 1) end
+end
+
+-- When a full window lets one more in: its entry `at` (0: the oldest) of those scored after
+-- `cutoff` leaves the window `width` ms after its score (now + width when there is none).
+local function window_opens(log, cutoff, at, width, now)
+  local s = redis.call('ZRANGEBYSCORE', log, '(' .. string.format('%.0f', cutoff), '+inf',
+                       'WITHSCORES', 'LIMIT', at, 1)
+  return s[2] and tonumber(s[2]) + width or now + width
 end
