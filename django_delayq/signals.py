@@ -75,17 +75,15 @@ def _job_model() -> type:
 
 def send(signal: Signal, **kwargs: object) -> None:
     """``send_robust`` that costs nothing without receivers and logs receiver errors."""
-    observers = _observers.get(signal)
-    if not observers and not signal.receivers:
+    if not wanted(signal):
         return
     job = _job_model()
-    for fn in observers or ():
+    for fn in _observers.get(signal, ()):
         try:
             fn(sender=job, **kwargs)
         except Exception as exc:  # noqa: BLE001 - like send_robust: never affect the job
             logger.error("signal receiver %r failed: %s", fn, exc, exc_info=exc)
-    if not signal.receivers:  # the common case on the job path: no call at all
-        return
+    # without receivers send_robust returns at once, before any call
     for receiver, result in signal.send_robust(sender=job, **kwargs):
         if isinstance(result, Exception):
             logger.error("signal receiver %r failed: %s", receiver, result, exc_info=result)

@@ -69,6 +69,7 @@ A database that cannot be read shows no groups.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -91,7 +92,7 @@ from django_delayq.models import GroupLimit, Job, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.engine import Engine
-    from django_delayq.engine.outcomes import LimitState, QueueLimit
+    from django_delayq.engine.outcomes import QueueLimit
 
 logger = logging.getLogger(__name__)
 
@@ -104,17 +105,17 @@ MAX_PROGRESS_IDS = 1000
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class QueueRow:
-    queue: str
-    scheduled: int
-    ready: int  # due now
-    inflight: int
-    dead: int
-    expired_leases: int
-    now_ms: int  # the Redis clock when the counts were read
-    next_due_ms: int | None
-    oldest_ready_ms: int | None
-    paused: bool
-    limit: QueueLimit | None  # None when the queue has none
+    queue: str  # the rest as read; the defaults are an unavailable queue's
+    scheduled: int = 0
+    ready: int = 0  # due now
+    inflight: int = 0
+    dead: int = 0
+    expired_leases: int = 0
+    now_ms: int = 0  # the Redis clock when the counts were read
+    next_due_ms: int | None = None
+    oldest_ready_ms: int | None = None
+    paused: bool = False
+    limit: QueueLimit | None = None  # None when the queue has none
     unavailable: str | None = None  # why it could not be read (its node is down: counts 0)
 
     @property
@@ -175,10 +176,7 @@ def queues(engine: Engine, names: Sequence[str] | None = None, *,
                 paused if paused is not None else engine.paused([queue])),
                 limit=engine.queue_limit(queue), **asdict(engine.stats(queue))))
         except ERRORS as exc:
-            rows.append(QueueRow(queue=queue, scheduled=0, ready=0, inflight=0, dead=0,
-                                 expired_leases=0, now_ms=0, next_due_ms=None,
-                                 oldest_ready_ms=None, paused=False, limit=None,
-                                 unavailable=unreadable(engine, exc, partial)))
+            rows.append(QueueRow(queue=queue, unavailable=unreadable(engine, exc, partial)))
     return rows
 
 
@@ -299,8 +297,8 @@ class CallableLimitState:
     callable: str  # the dotted path
     rate: Rate | None  # (starts, per_ms)
     concurrency: int | None
-    running: int | None  # slots held now (None: ``unavailable``)
-    started_in_window: int | None  # grants within the rate's window (None: ``unavailable``)
+    running: int | None = None  # slots held now (None: ``unavailable``)
+    started_in_window: int | None = None  # grants within the rate's window (ditto)
     unavailable: str | None = None  # why they could not be read (its node is down)
 
     @property
@@ -316,16 +314,14 @@ def callable_limits(engine: Engine, settings: Settings,
     instead of failing the read."""
     out = []
     for path, e in sorted(settings.callable_limits.items()):
-        why: str | None = None
-        s: LimitState | None = None
+        row = functools.partial(CallableLimitState, callable=path, rate=e.rate,
+                                concurrency=e.concurrency)
         try:
             s = engine.limit_state(path, rate=e.rate, concurrency=e.concurrency)
         except ERRORS as exc:
-            why = unreadable(engine, exc, partial)
-        out.append(CallableLimitState(
-            callable=path, rate=e.rate, concurrency=e.concurrency,
-            running=None if s is None else s.running,
-            started_in_window=None if s is None else s.started_in_window, unavailable=why))
+            out.append(row(unavailable=unreadable(engine, exc, partial)))
+        else:
+            out.append(row(running=s.running, started_in_window=s.started_in_window))
     return out
 
 
