@@ -201,13 +201,13 @@ def run_eager(job_id: str) -> None:
     function runs, so a ``cancel()`` of it then finds it running (``ALREADY_RUNNING``:
     it runs on, a failure is not retried but ends ``cancelled``, as with a worker)."""
     job = Job.objects.get(pk=job_id)
-    if job.is_final:  # cancelled before the commit that runs it: a worker would not run it
-        return
     started, t0 = timezone.now(), time.perf_counter()
     if not Job.objects.filter(pk=job_id, status__in=_STARTABLE).update(
             status=JobStatus.RUNNING, started_at=started, finished_at=None, attempts=1,
             worker_id=EAGER_ID, updated_at=started):  # a worker's start (Settler.started)
-        return  # final meanwhile, or running already
+        # final (cancelled before the commit that runs it: a worker would not run it),
+        # or running already
+        return
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
                      due_at=job.run_at, worker_id=EAGER_ID)
     base = {"job_id": job.id, "queue": job.queue, "callable_path": job.callable_path}
@@ -232,8 +232,7 @@ def run_eager(job_id: str) -> None:
         attempt_signals.signal_succeeded(base, 1, EAGER_ID, kept, time.perf_counter() - t0)
 
 
-def _eager_record(job_id: str, status: str, started: datetime,
-                  **fields: Any) -> datetime | None:
+def _eager_record(job_id: str, status: str, started: datetime, **fields: Any) -> datetime | None:
     """An eager run's outcome on its row (attempt 1, worker ``"eager"``); returns its end,
     or None when the row is no longer ``running`` (made final meanwhile: left as it is)."""
     finished = timezone.now()
