@@ -14,7 +14,6 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -204,12 +203,9 @@ def missed(queue: str, due: datetime, now: datetime, own: str | None = None) -> 
     return due < now - MISSED_GRACE and not _served_since(queue, due, own)
 
 
-@dataclass(frozen=True)
-class Registered:
-    """A worker's entry of the workers registry: what ``missed`` needs of it."""
-
-    started: datetime
-    queues: tuple[str, ...]
+# A worker's entry of the workers registry, what ``missed`` needs of it: when it started,
+# the queues it serves.
+Registered = tuple[datetime, tuple[str, ...]]
 
 
 def _served_since(queue: str, moment: datetime, own: str | None = None) -> bool:
@@ -221,7 +217,7 @@ def _served_since(queue: str, moment: datetime, own: str | None = None) -> bool:
     later pass judges it once they are)."""
     live = _live_workers()
     return (own is not None and own not in live) or any(
-        queue in w.queues and w.started <= moment for w in live.values())
+        queue in queues and started <= moment for started, queues in live.values())
 
 
 def _live_workers() -> dict[str, Registered]:
@@ -240,7 +236,7 @@ def _entry(raw: str | None) -> Registered | None:
         queues = tuple(str(q) for q in info["queues"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return Registered(started if started.tzinfo else started.replace(tzinfo=UTC), queues)
+    return started if started.tzinfo else started.replace(tzinfo=UTC), queues
 
 
 def _cancelled(job_id: str) -> bool:

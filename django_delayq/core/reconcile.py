@@ -390,8 +390,7 @@ class Reconciler:
                                        error_type=unqueueable.INVALID_ROW)
         if not rows:
             return 0
-        seen_ms = {pk: sus.seen_ms for pk, sus in seen.items()} if seen else None
-        seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)
+        seeds = self._live.seeds(rows, seen, LOSS_MARGIN_SECONDS)
         # A delivery lost data held may be unrecorded: never its attempt number again,
         # also when the loss came before this reconciler's first look (it saw no loss).
         reconcile_state.count_lost_deliveries(
