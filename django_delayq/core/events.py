@@ -372,17 +372,13 @@ def _add(item: Fields | tuple[str, float, dict[str, Any]]) -> None:
         stream.add(item)  # type: ignore[arg-type]
 
 
-def _receiver(event: str) -> Callable[..., None]:
-    def receive(sender: object, **kwargs: object) -> None:
-        _add((event, time.time(), kwargs))
-
-    receive.__name__ = "delayq_event_%s" % event
-    return receive
+def _receive(event: str, sender: object, **kwargs: object) -> None:
+    _add((event, time.time(), kwargs))  # the receiver of the other events, one partial each
 
 
 _RECEIVERS: dict[str, Callable[..., None]] = {
     "scheduled": _on_scheduled,
-    **{name: _receiver(name) for name in EVENT_NAMES if name != "scheduled"},
+    **{name: functools.partial(_receive, name) for name in EVENT_NAMES if name != "scheduled"},
 }
 
 
