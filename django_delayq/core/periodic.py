@@ -164,13 +164,12 @@ def keep(s: Schedule, now: datetime | None = None, own: str | None = None,
     if s.next_job_id and s.next_tick_at is not None:
         row = Job.objects.filter(pk=s.next_job_id).values_list("status", "run_at",
                                                                "queue").first()
-        status = row[0] if row is not None else None
-        if row is not None and status in (JobStatus.SCHEDULED, JobStatus.RETRYING):
+        if row is not None and row[0] in (JobStatus.SCHEDULED, JobStatus.RETRYING):
             if (judge and s.missed == MissedPolicy.SKIP and missed(row[2], row[1], now, own)
-                    and _cancelled(s.next_job_id)):
+                    and cancel_pending(s)):
                 return advance(s, now, now)  # it was due while no worker ran
             return s.next_job_id  # pending: nothing to do
-        if status is not None:  # started or finished: that tick is consumed
+        if row is not None:  # started or finished: that tick is consumed
             return _consumed(s, now)
         # lost (no row): the same tick again, or as the missed-run policy says
         return advance(s, s.next_tick_at - timedelta(microseconds=1), now,
@@ -239,13 +238,6 @@ def _entry(raw: str | None) -> Registered | None:
     return started if started.tzinfo else started.replace(tzinfo=UTC), queues
 
 
-def _cancelled(job_id: str) -> bool:
-    try:
-        return api.cancel(job_id) == CancelOutcome.CANCELLED
-    except DelayQError:
-        return False
-
-
 def keep_all(now: datetime | None = None, own: str | None = None,
              schedules: list[Schedule] | None = None, judge: bool = True) -> int:
     """One keeper pass over the enabled schedules (or over ``schedules``); returns how
@@ -265,13 +257,14 @@ def keep_all(now: datetime | None = None, own: str | None = None,
     return failed
 
 
-def cancel_pending(s: Schedule) -> None:
-    """Cancel the materialised future tick's job (a deleted or replaced schedule)."""
-    if s.next_job_id:
-        try:
-            api.cancel(s.next_job_id)
-        except DelayQError as exc:
-            logger.info("schedule %r: tick job %s: %s", s.name, shown(s.next_job_id), shown(exc))
+def cancel_pending(s: Schedule) -> bool:
+    """Cancel the materialised future tick's job (a deleted or replaced schedule, a missed
+    tick); whether it was cancelled."""
+    try:
+        return bool(s.next_job_id) and api.cancel(s.next_job_id) == CancelOutcome.CANCELLED
+    except DelayQError as exc:
+        logger.info("schedule %r: tick job %s: %s", s.name, shown(s.next_job_id), shown(exc))
+        return False
 
 
 def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
