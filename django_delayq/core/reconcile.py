@@ -369,10 +369,8 @@ class Reconciler:
         is a job settled in Redis by a worker that heartbeats: its audit flush is on its
         way (however long the database keeps it waiting)."""
         owners = [f.owner for f in found]
-        if not any(owners):
-            return found
-        alive = self._live.alive({w for w in owners if w})
-        keep = [f for f, owner in zip(found, owners) if not owner or owner not in alive]
+        alive = self._live.alive(set(owners))  # none named (""): no look
+        keep = [f for f, owner in zip(found, owners) if owner not in alive]
         if waiting := len(found) - len(keep):
             self.stats.waiting_on_live_worker += waiting
             logger.debug("reconciler: %d running row(s) missing from Redis left to their live "
