@@ -66,7 +66,6 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core import worker_stops, workflows
 from django_delayq.core.validation import at_ms
-from django_delayq.core.worker_stops import SILENT_BEATS
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import grouped
 from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
@@ -185,7 +184,7 @@ class Liveness:
     @property
     def silent_ms(self) -> int:
         """How old a heartbeat is when its worker may be dead (``SILENT_BEATS`` periods)."""
-        return SILENT_BEATS * self.settings.lease_ms // 3
+        return worker_stops.SILENT_BEATS * self.settings.lease_ms // 3
 
     def orphaned(self, queues: Sequence[str], skip: Container[str], batch: int) -> list[Job]:
         """The oldest ``batch`` running rows of ``queues`` (not in ``skip``) unchanged for two
