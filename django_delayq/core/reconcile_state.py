@@ -200,8 +200,7 @@ class Liveness:
 
     def any_alive(self) -> bool:
         """Whether any worker heartbeated lately (its audit flush may be on its way)."""
-        now = self.engine.time_ms()
-        return bool(self.engine.count_workers(now - self.silent_ms))
+        return bool(self.engine.count_workers(self.engine.time_ms() - self.silent_ms))
 
     def seeds(self, rows: Sequence[Job], seen: Mapping[str, Suspect] | None,
               margin_s: float) -> dict[str, int | None]:
@@ -212,8 +211,8 @@ class Liveness:
         gone silent; not counted when every such worker was heard from after the first
         look (its flush would have changed the row); undecided otherwise. ``seen``: each
         row's first look (``Suspect.seen_ms``: when it was found missing, Redis ms), None
-        on a first look;
-        ``margin_s``: how far ahead of now a row's due time still counts as due."""
+        on a first look; ``margin_s``: how far ahead of now a row's due time still counts
+        as due."""
         seeds: dict[str, int | None] = {r.pk: r.attempts for r in rows}
         now = timezone.now()
         due = [r for r in rows if r.status != JobStatus.RUNNING
