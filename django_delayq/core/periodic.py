@@ -90,8 +90,7 @@ def _choose(rule: schedules.Rule, after: datetime, now: datetime, catch_up: bool
 
 def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     """Create (or find: same key) the job of ``tick``; returns its id."""
-    jitter = random.uniform(0, s.jitter_seconds) if s.jitter_seconds else 0.0
-    due = max(tick + timedelta(seconds=jitter), now)
+    due = max(tick + timedelta(seconds=random.uniform(0, s.jitter_seconds)), now)  # 0: none
     key = "%s%d:%d:%d" % (TICK_KEY_PREFIX, s.pk, s.version, validation.at_ms(tick))
     spec = options.JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
                    key=key).under(job_options(s))
