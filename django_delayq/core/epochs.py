@@ -112,17 +112,15 @@ class Epochs:
             if loss and (known is not None or name == queue):
                 at = self._dated(value) or timezone.now()  # stamped ahead: seen now
                 lost[queue] = min(at, lost.get(queue, at))
-                sets = took.setdefault(queue, set())
-                if known is None or sets is None:  # a first look: nothing anywhere
-                    took[queue] = None
-                else:
-                    sets.add(name)
-                    self.witnessed.add(queue)
                 where = queue if name == queue else "%s (shard %s)" % (queue, name)
                 if known is None:  # first look: a new Redis, or one lost while nobody watched
+                    took[queue] = None  # nothing anywhere: every data set
                     logger.info("reconciler: queue %r has no epoch key and no data in Redis; "
                                 "full pass without grace", where)
-                else:
+                else:  # its data sets taken, unless a first look took them all
+                    if (sets := took.setdefault(queue, set())) is not None:
+                        sets.add(name)
+                        self.witnessed.add(queue)
                     logger.warning("reconciler: queue %r lost its Redis data (epoch key gone); "
                                    "re-enqueueing its live rows without grace", where)
             if value is not None:

@@ -139,36 +139,33 @@ class EventStream:
         the stream (or back in the buffer after a Redis error), not in another thread's
         hands."""
         with self._flushing:
-            return self._flush()
-
-    def _flush(self) -> int:
-        with self._lock:
-            raw = list(self._buffer)
-            self._buffer.clear()
-        if not raw:
-            return 0
-        batch, done = raw, 0
-        try:
-            log = self.log  # made here when ``connect`` is given: it may fail like a write
-            batch = log.order(_materialise(raw))  # grouped by stream: see engine/event_log.py
-            for covered, sent, written in log.append(batch):
-                if written < sent:
-                    logger.warning("event stream %r refused %d event(s) (a damaged stream? "
-                                   "they are dropped)", log.key, sent - written)
-                    self.dropped += sent - written
-                done += covered
-        except OUTAGES as exc:  # a slot no node serves too
-            self._requeue(batch[done:])  # what was written stays written
-            say = logger.debug if self.failing else logger.warning  # once per outage
-            say("event stream: could not write %d event(s), kept for a retry: %s",
-                len(batch) - done, exc)
-            self.failing = True
-            return done
-        if self.failing:
-            self.failing = False
-            logger.info("event stream: Redis is back; %d event(s) dropped meanwhile",
-                        self.dropped)
-        return len(raw)
+            with self._lock:
+                raw = list(self._buffer)
+                self._buffer.clear()
+            if not raw:
+                return 0
+            batch, done = raw, 0
+            try:
+                log = self.log  # made here when ``connect`` is given: it may fail like a write
+                batch = log.order(_materialise(raw))  # grouped by stream: see engine/event_log.py
+                for covered, sent, written in log.append(batch):
+                    if written < sent:
+                        logger.warning("event stream %r refused %d event(s) (a damaged stream? "
+                                       "they are dropped)", log.key, sent - written)
+                        self.dropped += sent - written
+                    done += covered
+            except OUTAGES as exc:  # a slot no node serves too
+                self._requeue(batch[done:])  # what was written stays written
+                say = logger.debug if self.failing else logger.warning  # once per outage
+                say("event stream: could not write %d event(s), kept for a retry: %s",
+                    len(batch) - done, exc)
+                self.failing = True
+                return done
+            if self.failing:
+                self.failing = False
+                logger.info("event stream: Redis is back; %d event(s) dropped meanwhile",
+                            self.dropped)
+            return len(raw)
 
     def _requeue(self, batch: list[Fields]) -> None:
         with self._lock:
@@ -372,17 +369,13 @@ def _add(item: Fields | tuple[str, float, dict[str, Any]]) -> None:
         stream.add(item)  # type: ignore[arg-type]
 
 
-def _receiver(event: str) -> Callable[..., None]:
-    def receive(sender: object, **kwargs: object) -> None:
-        _add((event, time.time(), kwargs))
-
-    receive.__name__ = "delayq_event_%s" % event
-    return receive
+def _receive(event: str, sender: object, **kwargs: object) -> None:
+    _add((event, time.time(), kwargs))  # the receiver of the other events, one partial each
 
 
 _RECEIVERS: dict[str, Callable[..., None]] = {
     "scheduled": _on_scheduled,
-    **{name: _receiver(name) for name in EVENT_NAMES if name != "scheduled"},
+    **{name: functools.partial(_receive, name) for name in EVENT_NAMES if name != "scheduled"},
 }
 
 

@@ -14,7 +14,6 @@ import logging
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -91,8 +90,7 @@ def _choose(rule: schedules.Rule, after: datetime, now: datetime, catch_up: bool
 
 def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     """Create (or find: same key) the job of ``tick``; returns its id."""
-    jitter = random.uniform(0, s.jitter_seconds) if s.jitter_seconds else 0.0
-    due = max(tick + timedelta(seconds=jitter), now)
+    due = max(tick + timedelta(seconds=random.uniform(0, s.jitter_seconds)), now)  # 0: none
     key = "%s%d:%d:%d" % (TICK_KEY_PREFIX, s.pk, s.version, validation.at_ms(tick))
     spec = options.JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
                    key=key).under(job_options(s))
@@ -165,13 +163,12 @@ def keep(s: Schedule, now: datetime | None = None, own: str | None = None,
     if s.next_job_id and s.next_tick_at is not None:
         row = Job.objects.filter(pk=s.next_job_id).values_list("status", "run_at",
                                                                "queue").first()
-        status = row[0] if row is not None else None
-        if row is not None and status in (JobStatus.SCHEDULED, JobStatus.RETRYING):
+        if row is not None and row[0] in (JobStatus.SCHEDULED, JobStatus.RETRYING):
             if (judge and s.missed == MissedPolicy.SKIP and missed(row[2], row[1], now, own)
-                    and _cancelled(s.next_job_id)):
+                    and cancel_pending(s)):
                 return advance(s, now, now)  # it was due while no worker ran
             return s.next_job_id  # pending: nothing to do
-        if status is not None:  # started or finished: that tick is consumed
+        if row is not None:  # started or finished: that tick is consumed
             return _consumed(s, now)
         # lost (no row): the same tick again, or as the missed-run policy says
         return advance(s, s.next_tick_at - timedelta(microseconds=1), now,
@@ -204,12 +201,9 @@ def missed(queue: str, due: datetime, now: datetime, own: str | None = None) -> 
     return due < now - MISSED_GRACE and not _served_since(queue, due, own)
 
 
-@dataclass(frozen=True)
-class Registered:
-    """A worker's entry of the workers registry: what ``missed`` needs of it."""
-
-    started: datetime
-    queues: tuple[str, ...]
+# A worker's entry of the workers registry, what ``missed`` needs of it: when it started,
+# the queues it serves.
+Registered = tuple[datetime, tuple[str, ...]]
 
 
 def _served_since(queue: str, moment: datetime, own: str | None = None) -> bool:
@@ -221,7 +215,7 @@ def _served_since(queue: str, moment: datetime, own: str | None = None) -> bool:
     later pass judges it once they are)."""
     live = _live_workers()
     return (own is not None and own not in live) or any(
-        queue in w.queues and w.started <= moment for w in live.values())
+        queue in queues and started <= moment for started, queues in live.values())
 
 
 def _live_workers() -> dict[str, Registered]:
@@ -240,14 +234,7 @@ def _entry(raw: str | None) -> Registered | None:
         queues = tuple(str(q) for q in info["queues"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    return Registered(started if started.tzinfo else started.replace(tzinfo=UTC), queues)
-
-
-def _cancelled(job_id: str) -> bool:
-    try:
-        return api.cancel(job_id) == CancelOutcome.CANCELLED
-    except DelayQError:
-        return False
+    return started if started.tzinfo else started.replace(tzinfo=UTC), queues
 
 
 def keep_all(now: datetime | None = None, own: str | None = None,
@@ -269,13 +256,14 @@ def keep_all(now: datetime | None = None, own: str | None = None,
     return failed
 
 
-def cancel_pending(s: Schedule) -> None:
-    """Cancel the materialised future tick's job (a deleted or replaced schedule)."""
-    if s.next_job_id:
-        try:
-            api.cancel(s.next_job_id)
-        except DelayQError as exc:
-            logger.info("schedule %r: tick job %s: %s", s.name, shown(s.next_job_id), shown(exc))
+def cancel_pending(s: Schedule) -> bool:
+    """Cancel the materialised future tick's job (a deleted or replaced schedule, a missed
+    tick); whether it was cancelled."""
+    try:
+        return bool(s.next_job_id) and api.cancel(s.next_job_id) == CancelOutcome.CANCELLED
+    except DelayQError as exc:
+        logger.info("schedule %r: tick job %s: %s", s.name, shown(s.next_job_id), shown(exc))
+        return False
 
 
 def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:

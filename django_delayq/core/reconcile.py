@@ -369,10 +369,8 @@ class Reconciler:
         is a job settled in Redis by a worker that heartbeats: its audit flush is on its
         way (however long the database keeps it waiting)."""
         owners = [f.owner for f in found]
-        if not any(owners):
-            return found
-        alive = self._live.alive({w for w in owners if w})
-        keep = [f for f, owner in zip(found, owners) if not owner or owner not in alive]
+        alive = self._live.alive(set(owners))  # none named (""): no look
+        keep = [f for f, owner in zip(found, owners) if owner not in alive]
         if waiting := len(found) - len(keep):
             self.stats.waiting_on_live_worker += waiting
             logger.debug("reconciler: %d running row(s) missing from Redis left to their live "
@@ -390,8 +388,7 @@ class Reconciler:
                                        error_type=unqueueable.INVALID_ROW)
         if not rows:
             return 0
-        seen_ms = {pk: sus.seen_ms for pk, sus in seen.items()} if seen else None
-        seeds = self._live.seeds(rows, seen_ms, LOSS_MARGIN_SECONDS)
+        seeds = self._live.seeds(rows, seen, LOSS_MARGIN_SECONDS)
         # A delivery lost data held may be unrecorded: never its attempt number again,
         # also when the loss came before this reconciler's first look (it saw no loss).
         reconcile_state.count_lost_deliveries(

@@ -66,7 +66,6 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core import worker_stops, workflows
 from django_delayq.core.validation import at_ms
-from django_delayq.core.worker_stops import SILENT_BEATS
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import grouped
 from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
@@ -75,7 +74,7 @@ from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
-    from django_delayq.engine.outbox import Presence, Settled
+    from django_delayq.engine.outbox import Presence
 
 logger = logging.getLogger(__name__)
 
@@ -185,7 +184,7 @@ class Liveness:
     @property
     def silent_ms(self) -> int:
         """How old a heartbeat is when its worker may be dead (``SILENT_BEATS`` periods)."""
-        return SILENT_BEATS * self.settings.lease_ms // 3
+        return worker_stops.SILENT_BEATS * self.settings.lease_ms // 3
 
     def orphaned(self, queues: Sequence[str], skip: Container[str], batch: int) -> list[Job]:
         """The oldest ``batch`` running rows of ``queues`` (not in ``skip``) unchanged for two
@@ -201,19 +200,19 @@ class Liveness:
 
     def any_alive(self) -> bool:
         """Whether any worker heartbeated lately (its audit flush may be on its way)."""
-        now = self.engine.time_ms()
-        return bool(self.engine.count_workers(now - self.silent_ms))
+        return bool(self.engine.count_workers(self.engine.time_ms() - self.silent_ms))
 
-    def seeds(self, rows: Sequence[Job], seen_ms: Mapping[str, int] | None,
+    def seeds(self, rows: Sequence[Job], seen: Mapping[str, Suspect] | None,
               margin_s: float) -> dict[str, int | None]:
         """The attempts counter each re-enqueued job starts from (None: decide later).
 
         A scheduled or retrying row due by now may describe a job a worker ran and died
         before recording: counted (+1) when a worker active since the row was written has
         gone silent; not counted when every such worker was heard from after the first
-        look (its flush would have changed the row); undecided otherwise. ``seen_ms``:
-        when each row was first found missing (Redis ms), None on a first look;
-        ``margin_s``: how far ahead of now a row's due time still counts as due."""
+        look (its flush would have changed the row); undecided otherwise. ``seen``: each
+        row's first look (``Suspect.seen_ms``: when it was found missing, Redis ms), None
+        on a first look; ``margin_s``: how far ahead of now a row's due time still counts
+        as due."""
         seeds: dict[str, int | None] = {r.pk: r.attempts for r in rows}
         now = timezone.now()
         due = [r for r in rows if r.status != JobStatus.RUNNING
@@ -234,7 +233,7 @@ class Liveness:
         clean = worker_stops.stopped([(w, b) for w, b in found if b < silent_before], offset_ms)
         beats = tuple(b for w, b in found if w not in clean)
         for row in due:
-            first, active = seen_ms.get(row.pk) if seen_ms else None, since(row)
+            first, active = seen[row.pk].seen_ms if seen else None, since(row)
             if any(active <= b < silent_before for b in beats):  # one active since has gone silent
                 seeds[row.pk] = row.attempts + 1
             elif first is not None and not all(b > first for b in beats if b >= active):
@@ -329,25 +328,22 @@ class Finding:
     place: Presence
 
     @property
-    def settled(self) -> Settled | None:  # a worker settled it; its audit row has not landed
-        return self.place.settled
-
-    @property
-    def dead(self) -> bool:  # a settled record tells more
+    def dead(self) -> bool:  # a settled record (a worker settled it; its audit row has not
+        # landed) tells more
         return self.place.dead and self.place.settled is None
 
     @property
     def owner(self) -> str:
         """The worker whose audit flush may still write this row ("" when none): the one
         that settled the job in Redis, else the one a running row names."""
-        if self.settled is not None:
-            return self.settled.holder
+        if self.place.settled is not None:
+            return self.place.settled.holder
         return self.row.worker_id if self.row.status == JobStatus.RUNNING else ""
 
     @property
     def settles(self) -> bool:
         """Final in Redis: the row is settled, the job not run again."""
-        return self.dead or self.settled is not None or (
+        return self.dead or self.place.settled is not None or (
             self.row.status == JobStatus.RUNNING and self.row.cancel_requested)
 
 
@@ -357,7 +353,7 @@ def settle(found: list[Finding], engine: Engine) -> int:
     since it was read; returns how many were settled. The settled records of the rows
     written go (through ``engine``)."""
     count = sum(settle_one(f) for f in found)
-    recorded = by_queue([f.row for f in found if f.settled is not None])
+    recorded = by_queue([f.row for f in found if f.place.settled is not None])
     for queue, rows in recorded.items():  # the rows say it now
         engine.forget_settled(queue, [r.pk for r in rows], keep_ms=SETTLED_KEEP_MS)
     return count
@@ -369,13 +365,13 @@ def settle_one(f: Finding) -> bool:
         died = datetime.fromtimestamp(f.place.died_ms / 1000, UTC) if f.place.died_ms else None
         return settle_row(f.row, JobStatus.DEAD, max(f.row.attempts, f.place.attempts, 1),
                           DEAD_IN_REDIS, error_type=WORKER_LOST, finished=died)
-    if f.settled is None:  # cancelled while it ran, its job gone
+    if (settled := f.place.settled) is None:  # cancelled while it ran, its job gone
         return settle_row(f.row, JobStatus.CANCELLED, f.row.attempts, CANCELLED_IN_REDIS)
-    status, reason = FROM_RECORD[f.settled.code]
+    status, reason = FROM_RECORD[settled.code]
     expired = status == JobStatus.EXPIRED  # the attempt it was claimed for never started
-    number = max(f.settled.attempt - 1 if expired else f.settled.attempt, f.row.attempts)
-    return settle_row(f.row, status, number, reason, worker_id=f.settled.holder,
-                      finished=datetime.fromtimestamp(f.settled.at_ms / 1000, UTC))
+    number = max(settled.attempt - 1 if expired else settled.attempt, f.row.attempts)
+    return settle_row(f.row, status, number, reason, worker_id=settled.holder,
+                      finished=datetime.fromtimestamp(settled.at_ms / 1000, UTC))
 
 
 def settle_row(row: Job, status: JobStatus, number: int, reason: str, *, error_type: str = "",

@@ -117,16 +117,12 @@ def plan(row: Job, c: Checked, using: str) -> list[JobDependency]:
         raise InvalidJob("after=: no job with id %r" % missing[0])
     if c.key is not None and c.on_conflict == KEEP:  # its id may be named already
         check_no_cycle(child_id, parents, using)
-    edges, left, reason = [], 0, ""
-    for p in parents:
-        done = status[p] in FINAL_STATUSES
-        edges.append(JobDependency(parent_id=p, child_id=child_id, resolved=done,
-                                   run_on_failure=c.run_on_failure))
-        if not done:
-            left += 1
-        elif status[p] in FAILED and not c.run_on_failure and not reason:
-            reason = cancel_reason(p, status[p])
-    if reason:
+    edges = [JobDependency(parent_id=p, child_id=child_id, resolved=status[p] in FINAL_STATUSES,
+                           run_on_failure=c.run_on_failure) for p in parents]
+    left = sum(not edge.resolved for edge in edges)
+    failed = [p for p in parents if status[p] in FAILED]
+    if failed and not c.run_on_failure:  # cancelled, naming the first parent that failed
+        reason = cancel_reason(failed[0], status[failed[0]])
         row.status, row.last_error, row.finished_at = JobStatus.CANCELLED, reason, c.now
     elif left:
         row.status, row.parents_left = JobStatus.WAITING, left
