@@ -202,11 +202,8 @@ def _fill(values: dict[str, Any], using: str, connection: Any,
             out[index] = moments[id(value)] = value.isoformat(" ")[:-6]  # "+00:00" cut
         else:
             out[index] = moments[id(value)] = prep(value, connection)
-    for index, name, prep in plan.each_time:
+    for index, name, prep in plan.each_time + plan.each_literal if full else plan.each_time:
         out[index] = prep(_FIELDS[name].get_default(), connection)
-    if full:
-        for index, name, prep in plan.each_literal:
-            out[index] = prep(_FIELDS[name].get_default(), connection)
     return plan, out
 
 
