@@ -14,7 +14,6 @@ job of one helper call is scheduled in one transaction: all of them or none.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -28,11 +27,9 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core import commit_batch, options, row_insert, validation, workflows
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
-from django_delayq.core.commit_batch import set_eager_runner
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.options import KEEP, JobOptions, JobSpec, parent_ids
-from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
 from django_delayq.core.registry import check_schedulable
 from django_delayq.core.results import read, result_of, wait
 from django_delayq.core.workflows import Signature
@@ -40,12 +37,9 @@ from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus
 
-logger = logging.getLogger(__name__)
-
 __all__ = ["JobCall", "JobHandle", "JobOptions", "JobSpec", "cancel", "enqueue_or_outbox",
-           "get_job", "job", "pause_queue", "paused_queues", "purge_queue", "requeue", "reschedule",
-           "resume_queue", "run_now", "schedule", "schedule_many", "schedule_spec",
-           "set_eager_runner"]
+           "get_job", "job", "requeue", "reschedule", "run_now", "schedule", "schedule_many",
+           "schedule_spec"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -46,8 +45,6 @@ from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, TICK_KEY_PREFIX, Jo
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
-
-logger = logging.getLogger(__name__)
 
 _FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff",
            "queue", "priority", "timeout", "expires_at", "retry_on", "cancel_requested",
