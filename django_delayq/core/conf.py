@@ -300,10 +300,6 @@ def _backoff(name: str, backoff: object, merged: dict[str, Any]) -> tuple[Any, P
     return backoff, ["DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)] if why else []
 
 
-def _schedules(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    return value, schedules.settings_problems(value)
-
-
 # Every key's reader. The keys with a number or a flag by default take numbers > 0 (seconds
 # up to a year, or integers up to 2**31 - 1; never NaN, an infinity or a bool) or flags.
 READERS: dict[str, Reader] = {
@@ -327,7 +323,8 @@ READERS: dict[str, Reader] = {
     "REPORT_DIR": _must(lambda v: v is None or isinstance(v, (str, os.PathLike))
                         and Path(v).is_absolute(), "must be None or an absolute directory path "
                         "such as '/srv/delayq-reports'", lambda v: v and os.fspath(v)),
-    "SCHEDULES": _schedules, "RETENTION": _retention,
+    "SCHEDULES": lambda name, value, merged: (value, schedules.settings_problems(value)),
+    "RETENTION": _retention,
 }
 
 
