@@ -41,6 +41,7 @@ from django.utils.dateparse import parse_datetime
 from django_delayq.core import options, validation
 from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.logtext import text  # never raises; lone surrogates escaped
+from django_delayq.engine.replies import chunks
 from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, TICK_KEY_PREFIX, Job
 
 if TYPE_CHECKING:
@@ -206,12 +207,8 @@ def cancels_asked(ids: Sequence[str]) -> set[str]:
     ``ASKED_CHUNK`` ids; none for no ids), read where rows are written, as ``read``. A
     worker asks this of the jobs it holds for a thread (``worker/held_cancels.py``)."""
     using = router.db_for_write(Job)  # never a lagging replica
-    asked: set[str] = set()
-    for start in range(0, len(ids), ASKED_CHUNK):
-        asked.update(Job.objects.using(using).filter(
-            pk__in=list(ids[start:start + ASKED_CHUNK]), cancel_requested=True)
-            .values_list("pk", flat=True))
-    return asked
+    return {pk for part in chunks(ids, ASKED_CHUNK) for pk in Job.objects.using(using).filter(
+        pk__in=list(part), cancel_requested=True).values_list("pk", flat=True)}
 
 
 def lease_rows(ids: Iterable[str]) -> dict[str, tuple[int, int, datetime | None, str, str]]:
