@@ -174,13 +174,11 @@ URL_EXAMPLES = ((urls.SENTINEL_SCHEMES, "'redis+sentinel://host1:26379,host2:263
 def _url(name: str, url: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """REDIS_URL, else the environment's DELAYQ_REDIS_URL; named with its password masked."""
     where = "DELAYQ['REDIS_URL']"
-    if url is None:
-        if merged.get("CACHE_ALIAS"):  # the cache's client: the environment's URL unused
-            return None, []
+    if url is None and not merged.get("CACHE_ALIAS"):  # with one: the cache's client
         url = os.environ.get("DELAYQ_REDIS_URL") or None
         where += " (None: the environment's DELAYQ_REDIS_URL)"
-        if url is None:
-            return None, []
+    if url is None:
+        return None, []
     if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
         return None, ["%s must start with redis://, rediss://, unix://, redis+cluster://, "
                       "rediss+cluster://, redis+sentinel:// or rediss+sentinel://, not %r"
