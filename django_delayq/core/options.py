@@ -226,9 +226,10 @@ class Checked:
             delay_ms = 0
         keep = self.key is not None and self.on_conflict == KEEP
         job_id = ids.id_for_key(self.queue, str(self.key)) if keep else ids.new_id()
-        row = {"id": job_id, "queue": self.queue, "callable_path": self.path, "args": args,
-               "run_at": run_at, "scheduled_for": run_at, "created_at": self.now,
-               "updated_at": self.now, "max_attempts": self.max_attempts}
+        row: dict[str, Any] = {"id": job_id, "queue": self.queue, "callable_path": self.path,
+                               "args": args, "run_at": run_at, "scheduled_for": run_at,
+                               "created_at": self.now, "updated_at": self.now,
+                               "max_attempts": self.max_attempts}
         # the run-time options' columns (``priority`` ... ``group``) whose value is not the
         # column's default (a row left without one gets that default: the INSERT writes it
         # as a literal, core/row_insert.py); ``expires`` must be after the due time
