@@ -174,7 +174,10 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
                    batch_size: int) -> list[str]:
     specs = _specs(specs)
     using = router.db_for_write(Job)
-    alone = [_alone(spec) for spec in specs]
+    # a spec alone is scheduled as schedule() schedules one: it has parents, another
+    # on_conflict, or a queue or retries of its own (a batch has the call's)
+    alone = [spec.after is not None or spec.on_conflict != KEEP or spec.queue is not None
+             or spec.max_attempts is not None or spec.backoff is not None for spec in specs]
     if call.after is None and not any(alone):
         return _bulk(fn, specs, call, batch_size, using)
     with transaction.atomic(using=using):
@@ -234,13 +237,6 @@ def _in_order(specs: list[JobSpec], alone: list[bool]) -> bool:
         return True
     keys = {spec.key for spec, a in zip(specs, alone) if a and spec.key is not None}
     return bool(keys) and any(spec.key in keys for spec, a in zip(specs, alone) if not a)
-
-
-def _alone(spec: JobSpec) -> bool:
-    """Whether ``schedule_many`` schedules ``spec`` as ``schedule()`` does: it has parents,
-    another ``on_conflict``, or a queue or retries of its own (a batch has the call's)."""
-    return (spec.after is not None or spec.on_conflict != KEEP or spec.queue is not None
-            or spec.max_attempts is not None or spec.backoff is not None)
 
 
 @dataclass(frozen=True, slots=True)
