@@ -312,9 +312,8 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
     at, seconds = validation.when(delay, at, django_settings.USE_TZ)
     run_at = (timezone.now() + timedelta(seconds=seconds) if at is None
               else validation.stored_time(at, django_settings.USE_TZ))  # before Redis moves it
-    asked = None if at is None else validation.at_ms(at)
     outcome, due = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
-                                           at_ms=asked)
+                                           at_ms=None if at is None else validation.at_ms(at))
     if outcome is MoveOutcome.MOVED:
         if due is not None and due > int(run_at.timestamp() * 1000) + 1000:
             # held back by a cancel under way (lua/move.lua): the row says when Redis has it

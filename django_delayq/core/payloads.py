@@ -136,8 +136,7 @@ def load(jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
 
 def _select(ids: list[str]) -> list[tuple[Any, ...]]:
     """The rows' columns as the database stores them: JSON as text, decoded per row."""
-    using = router.db_for_write(Job)  # never a lagging replica
-    conn = connections[using]
+    conn = connections[router.db_for_write(Job)]  # never a lagging replica
     qn = conn.ops.quote_name
     columns = ", ".join(qn(JOB_COLUMNS[f]) for f in _FIELDS)
     sql = "SELECT %s FROM %s WHERE %s IN (%s)" % (
