@@ -17,9 +17,9 @@ class DelayQConfig(AppConfig):
         # Django Tasks ``Task`` that takes a context is called (when Tasks is installed).
         # Imported here, not at the top: apps.py is imported before the models load.
         from django_delayq import compat, testing  # lazy: models load after apps.py
-        from django_delayq.core import api, conf, events  # lazy  # noqa: F401
+        from django_delayq.core import api, commit_batch, conf, events  # lazy  # noqa: F401
         from django_delayq.observe import checks, counters, prometheus  # lazy  # noqa: F401
 
-        api.set_eager_runner(testing.run_eager)
+        commit_batch.set_eager_runner(testing.run_eager)
         if compat.tasks is not None:
             from django_delayq import backends  # lazy: with Tasks only  # noqa: F401

@@ -14,7 +14,6 @@ job of one helper call is scheduled in one transaction: all of them or none.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -28,11 +27,9 @@ from django.utils import timezone
 from django_delayq import signals
 from django_delayq.core import commit_batch, options, row_insert, validation, workflows
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
-from django_delayq.core.commit_batch import set_eager_runner
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.options import KEEP, JobOptions, JobSpec, parent_ids
-from django_delayq.core.queues import pause_queue, paused_queues, purge_queue, resume_queue
 from django_delayq.core.registry import check_schedulable
 from django_delayq.core.results import read, result_of, wait
 from django_delayq.core.workflows import Signature
@@ -40,12 +37,9 @@ from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobStatus
 
-logger = logging.getLogger(__name__)
-
 __all__ = ["JobCall", "JobHandle", "JobOptions", "JobSpec", "cancel", "enqueue_or_outbox",
-           "get_job", "job", "pause_queue", "paused_queues", "purge_queue", "requeue", "reschedule",
-           "resume_queue", "run_now", "schedule", "schedule_many", "schedule_spec",
-           "set_eager_runner"]
+           "get_job", "job", "requeue", "reschedule", "run_now", "schedule", "schedule_many",
+           "schedule_spec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +174,10 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
                    batch_size: int) -> list[str]:
     specs = _specs(specs)
     using = router.db_for_write(Job)
-    alone = [_alone(spec) for spec in specs]
+    # a spec alone is scheduled as schedule() schedules one: it has parents, another
+    # on_conflict, or a queue or retries of its own (a batch has the call's)
+    alone = [spec.after is not None or spec.on_conflict != KEEP or spec.queue is not None
+             or spec.max_attempts is not None or spec.backoff is not None for spec in specs]
     if call.after is None and not any(alone):
         return _bulk(fn, specs, call, batch_size, using)
     with transaction.atomic(using=using):
@@ -240,13 +237,6 @@ def _in_order(specs: list[JobSpec], alone: list[bool]) -> bool:
         return True
     keys = {spec.key for spec, a in zip(specs, alone) if a and spec.key is not None}
     return bool(keys) and any(spec.key in keys for spec, a in zip(specs, alone) if not a)
-
-
-def _alone(spec: JobSpec) -> bool:
-    """Whether ``schedule_many`` schedules ``spec`` as ``schedule()`` does: it has parents,
-    another ``on_conflict``, or a queue or retries of its own (a batch has the call's)."""
-    return (spec.after is not None or spec.on_conflict != KEEP or spec.queue is not None
-            or spec.max_attempts is not None or spec.backoff is not None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,9 +312,8 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
     at, seconds = validation.when(delay, at, django_settings.USE_TZ)
     run_at = (timezone.now() + timedelta(seconds=seconds) if at is None
               else validation.stored_time(at, django_settings.USE_TZ))  # before Redis moves it
-    asked = None if at is None else validation.at_ms(at)
     outcome, due = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
-                                           at_ms=asked)
+                                           at_ms=None if at is None else validation.at_ms(at))
     if outcome is MoveOutcome.MOVED:
         if due is not None and due > int(run_at.timestamp() * 1000) + 1000:
             # held back by a cancel under way (lua/move.lua): the row says when Redis has it

@@ -121,8 +121,7 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
     caller has it."""
     if not jobs:
         return
-    if conn is None:
-        conn = connections[using]
+    conn = conn or connections[using]
     pending = _by_connection.get(conn)
     if pending is None:
         pending = _by_connection[conn] = _Pending()

@@ -174,13 +174,11 @@ URL_EXAMPLES = ((urls.SENTINEL_SCHEMES, "'redis+sentinel://host1:26379,host2:263
 def _url(name: str, url: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
     """REDIS_URL, else the environment's DELAYQ_REDIS_URL; named with its password masked."""
     where = "DELAYQ['REDIS_URL']"
-    if url is None:
-        if merged.get("CACHE_ALIAS"):  # the cache's client: the environment's URL unused
-            return None, []
+    if url is None and not merged.get("CACHE_ALIAS"):  # with one: the cache's client
         url = os.environ.get("DELAYQ_REDIS_URL") or None
         where += " (None: the environment's DELAYQ_REDIS_URL)"
-        if url is None:
-            return None, []
+    if url is None:
+        return None, []
     if not isinstance(url, str) or not url.startswith(URL_SCHEMES):
         return None, ["%s must start with redis://, rediss://, unix://, redis+cluster://, "
                       "rediss+cluster://, redis+sentinel:// or rediss+sentinel://, not %r"
@@ -300,10 +298,6 @@ def _backoff(name: str, backoff: object, merged: dict[str, Any]) -> tuple[Any, P
     return backoff, ["DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)] if why else []
 
 
-def _schedules(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    return value, schedules.settings_problems(value)
-
-
 # Every key's reader. The keys with a number or a flag by default take numbers > 0 (seconds
 # up to a year, or integers up to 2**31 - 1; never NaN, an infinity or a bool) or flags.
 READERS: dict[str, Reader] = {
@@ -327,7 +321,8 @@ READERS: dict[str, Reader] = {
     "REPORT_DIR": _must(lambda v: v is None or isinstance(v, (str, os.PathLike))
                         and Path(v).is_absolute(), "must be None or an absolute directory path "
                         "such as '/srv/delayq-reports'", lambda v: v and os.fspath(v)),
-    "SCHEDULES": _schedules, "RETENTION": _retention,
+    "SCHEDULES": lambda name, value, merged: (value, schedules.settings_problems(value)),
+    "RETENTION": _retention,
 }
 
 

@@ -226,11 +226,20 @@ class Checked:
             delay_ms = 0
         keep = self.key is not None and self.on_conflict == KEEP
         job_id = ids.id_for_key(self.queue, str(self.key)) if keep else ids.new_id()
-        row = {"id": job_id, "queue": self.queue, "callable_path": self.path, "args": args,
-               "run_at": run_at, "scheduled_for": run_at, "created_at": self.now,
-               "updated_at": self.now, "max_attempts": self.max_attempts}
-        if columns := self.columns(run_at):
-            row.update(columns)
+        row: dict[str, Any] = {"id": job_id, "queue": self.queue, "callable_path": self.path,
+                               "args": args, "run_at": run_at, "scheduled_for": run_at,
+                               "created_at": self.now, "updated_at": self.now,
+                               "max_attempts": self.max_attempts}
+        # the run-time options' columns (``priority`` ... ``group``) whose value is not the
+        # column's default (a row left without one gets that default: the INSERT writes it
+        # as a literal, core/row_insert.py); ``expires`` must be after the due time
+        row.update({name: value for name, default in _RUNTIME.items()
+                    if (value := getattr(self, name)) != default})
+        if "expires" in row:
+            row["expires_at"] = expires_at(row.pop("expires"), now=self.now, due=run_at,
+                                           use_tz=self.use_tz)
+        if "retry_on" in row:  # a list: a JSON column
+            row["retry_on"] = list(row["retry_on"])
         if kwargs:
             row["kwargs"] = kwargs
         if self.key is not None:
@@ -260,20 +269,6 @@ class Checked:
         check_arguments(self.path, args, kwargs)
         validation.check_size(size + self.head, max_payload)
         return args, kwargs
-
-    def columns(self, due: datetime) -> dict[str, Any]:
-        """The row's columns of the run-time options (``priority`` ... ``group``) for a job due
-        at ``due`` (``expires`` must be after it; ``retry_on`` a list: a JSON column),
-        those whose value is not the column's default only (a row left without one gets
-        that default: ``schedule()``'s INSERT writes it as a literal, core/row_insert.py)."""
-        out = {name: value for name, default in _RUNTIME.items()
-               if (value := getattr(self, name)) != default}
-        if "expires" in out:
-            out["expires_at"] = expires_at(out.pop("expires"), now=self.now, due=due,
-                                           use_tz=self.use_tz)
-        if "retry_on" in out:
-            out["retry_on"] = list(out["retry_on"])
-        return out
 
 
 # -- each option's check -------------------------------------------------------------

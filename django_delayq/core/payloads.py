@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -42,12 +41,11 @@ from django.utils.dateparse import parse_datetime
 from django_delayq.core import options, validation
 from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.logtext import text  # never raises; lone surrogates escaped
+from django_delayq.engine.replies import chunks
 from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, TICK_KEY_PREFIX, Job
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
-
-logger = logging.getLogger(__name__)
 
 _FIELDS = ("id", "status", "callable_path", "args", "kwargs", "max_attempts", "backoff",
            "queue", "priority", "timeout", "expires_at", "retry_on", "cancel_requested",
@@ -138,8 +136,7 @@ def load(jobs: Sequence[ClaimedJob]) -> list[ClaimedJob]:
 
 def _select(ids: list[str]) -> list[tuple[Any, ...]]:
     """The rows' columns as the database stores them: JSON as text, decoded per row."""
-    using = router.db_for_write(Job)  # never a lagging replica
-    conn = connections[using]
+    conn = connections[router.db_for_write(Job)]  # never a lagging replica
     qn = conn.ops.quote_name
     columns = ", ".join(qn(JOB_COLUMNS[f]) for f in _FIELDS)
     sql = "SELECT %s FROM %s WHERE %s IN (%s)" % (
@@ -209,12 +206,8 @@ def cancels_asked(ids: Sequence[str]) -> set[str]:
     ``ASKED_CHUNK`` ids; none for no ids), read where rows are written, as ``read``. A
     worker asks this of the jobs it holds for a thread (``worker/held_cancels.py``)."""
     using = router.db_for_write(Job)  # never a lagging replica
-    asked: set[str] = set()
-    for start in range(0, len(ids), ASKED_CHUNK):
-        asked.update(Job.objects.using(using).filter(
-            pk__in=list(ids[start:start + ASKED_CHUNK]), cancel_requested=True)
-            .values_list("pk", flat=True))
-    return asked
+    return {pk for part in chunks(ids, ASKED_CHUNK) for pk in Job.objects.using(using).filter(
+        pk__in=list(part), cancel_requested=True).values_list("pk", flat=True)}
 
 
 def lease_rows(ids: Iterable[str]) -> dict[str, tuple[int, int, datetime | None, str, str]]:

@@ -272,8 +272,7 @@ def _cancel_rows(queue: str, ids: list[str], why: str = "") -> int:
     ``running`` one too: its job was waiting in Redis, its lease given up or lost);
     returns how many rows changed."""
     now = timezone.now()
-    using = router.db_for_write(Job)
-    rows = Job.objects.using(using).filter(pk__in=ids, status__in=LIVE_STATUSES)
+    rows = Job.objects.using(router.db_for_write(Job)).filter(pk__in=ids, status__in=LIVE_STATUSES)
     found = list(rows.values_list("id", "callable_path"))
     changed = rows.update(status=JobStatus.CANCELLED, last_error=why or PURGED % queue,
                           finished_at=now, updated_at=now)

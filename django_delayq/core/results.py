@@ -42,10 +42,9 @@ def result_of(row: Job) -> Any:
     """The result of a final ``row``, or the error saying why there is none."""
     if row.status == JobStatus.SUCCEEDED:
         return row.result
-    if row.status == JobStatus.DEAD:
-        raise JobFailed(row.id, row.status, row.error_type, row.last_error)
     if row.status in FINAL_STATUSES:  # cancelled, expired: the reason, when one was kept
-        raise JobFailed(row.id, row.status, "", row.last_error)
+        dead = row.status == JobStatus.DEAD
+        raise JobFailed(row.id, row.status, row.error_type if dead else "", row.last_error)
     raise JobNotFinished(row.id, row.status)
 
 

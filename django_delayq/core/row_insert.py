@@ -179,8 +179,7 @@ def _fill(values: dict[str, Any], using: str, connection: Any,
     """``values_params`` and the plan of ``values``' names; not ``full``: without the
     defaults the plan's statement writes as literals (``plan.each_literal``)."""
     st, names = _statement(using), tuple(values)
-    if connection is None:
-        connection = connections[using]
+    connection = connection or connections[using]
     plan = st.plans.get(names) or _plan(names, st)
     out = plan.template.copy()
     # SQLite with USE_TZ and the connection in UTC: an aware UTC datetime is adapted as
@@ -202,11 +201,8 @@ def _fill(values: dict[str, Any], using: str, connection: Any,
             out[index] = moments[id(value)] = value.isoformat(" ")[:-6]  # "+00:00" cut
         else:
             out[index] = moments[id(value)] = prep(value, connection)
-    for index, name, prep in plan.each_time:
+    for index, name, prep in plan.each_time + plan.each_literal if full else plan.each_time:
         out[index] = prep(_FIELDS[name].get_default(), connection)
-    if full:
-        for index, name, prep in plan.each_literal:
-            out[index] = prep(_FIELDS[name].get_default(), connection)
     return plan, out
 
 
@@ -296,8 +292,7 @@ def insert_values(values: dict[str, Any], using: str, connection: Any = None) ->
     if pre_init.has_listeners(Job) or post_init.has_listeners(Job):
         row = new_row(**values)  # its receivers see the Job (and may change it) as before
         values = {f.attname: getattr(row, f.attname) for f in _CONCRETE}  # save(): no save
-    if connection is None:
-        connection = connections[using]
+    connection = connection or connections[using]
     plan, out = _fill(values, using, connection, full=False)
     with connection.cursor() as cursor:
         cursor.execute(plan.sql, plan.bound(out))

@@ -145,8 +145,7 @@ def _cron_before(rule: Rule, until: datetime) -> datetime | None:
     """The latest cron tick at or before ``until``: ``cronsim`` steps back two ticks from
     it (its reverse iteration, however far back they are), and the walk forward from there
     (``_cron_after``, the ticks ``next_tick`` gives) confirms the latest one."""
-    cronsim = _cronsim()
-    back = cronsim.CronSim(expand(rule.cron), _plain(until).astimezone(rule.zone), reverse=True)
+    back = _cronsim().CronSim(expand(rule.cron), _plain(until).astimezone(rule.zone), reverse=True)
     probe = (next(back), next(back))[1].astimezone(UTC) - timedelta(microseconds=1)
     found = None
     tick = _cron_after(rule, probe)
@@ -177,8 +176,7 @@ def last_tick(rule: Rule, after: datetime, until: datetime) -> datetime | None:
 def check_start(start: datetime | None, now: datetime) -> None:
     """``InvalidJob`` for a start more than 100 years after ``now``: its first tick could
     not be a job's due time (``schedule(at=...)`` takes at most that)."""
-    limit = timedelta(seconds=validation.MAX_DELAY_SECONDS)
-    if start is not None and start - now > limit:
+    if start is not None and start - now > timedelta(seconds=validation.MAX_DELAY_SECONDS):
         raise InvalidJob("start %s is more than 100 years from now: no tick of it could be "
                          "scheduled" % start.isoformat())
 

@@ -21,14 +21,10 @@ if TYPE_CHECKING:
 INVALID_ROW = type_path(InvalidRow)
 
 
-def why_not(row: Job) -> str | None:
-    """Why ``row``'s job can never be enqueued, as its ``last_error``; None if it can."""
-    why = bad_id(row.pk)
-    return None if why is None else "invalid row: %s: it cannot be enqueued" % why
-
-
 def split(rows: list[Job]) -> tuple[list[Job], list[tuple[Job, str]]]:
-    """Those of ``rows`` that can be enqueued, and those that never can, with the reason."""
-    reasons = [(row, why_not(row)) for row in rows]
+    """Those of ``rows`` that can be enqueued, and those that never can, with the reason
+    (their ``last_error``)."""
+    reasons = [(row, bad_id(row.pk)) for row in rows]
     return ([row for row, why in reasons if why is None],
-            [(row, why) for row, why in reasons if why is not None])
+            [(row, "invalid row: %s: it cannot be enqueued" % why) for row, why in reasons
+             if why is not None])
