@@ -30,9 +30,11 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 
-def _on_time(queue: str, delay_ms: int = 500, within_ms: float = 2000) -> None:
+def _on_time(queue: str, delay_ms: int = 500, within_ms: float = 5000) -> None:
     """A job due in ``delay_ms`` starts within ``within_ms`` of its due time: woken by its
-    wake message, not by the 60 s poll these tests set (room for a busy machine)."""
+    wake message, not by the 60 s poll these tests set. The room is a busy machine's: the
+    first job after a node stops waited 2.8 s at a load of 15 on two cores (the cluster
+    client's slot refresh and the listener's move to another node, each on a starved CPU)."""
     h = schedule("tests.jobs.noop", delay=timedelta(milliseconds=delay_ms), queue=queue)
     wait_until(lambda: h.status == JobStatus.SUCCEEDED, timeout=10)
     lateness = h.job.lateness_ms()
