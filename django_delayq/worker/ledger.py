@@ -268,14 +268,10 @@ class Ledger:
         with self._lock:
             for job in jobs:
                 key = key_of(job)
-                held = self._unstarted.get(key)
-                if held is None or held.token != job.token:
-                    continue
-                if job.id in asked:
-                    self._take_unstarted(job)
+                if job.id in asked and self._take_unstarted(job):  # the same delivery held
                     self._done.append(ended(job))
                     out.append(job)
-                else:
+                elif (held := self._unstarted.get(key)) is not None and held.token == job.token:
                     self._read_at[key] = max(self._read_at[key], at)
             if out:
                 self._lock.notify_all()
