@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections, router
@@ -53,18 +53,12 @@ from django_delayq.worker.outcome import Kind, Outcome, row_fields
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.audit import AuditWriter
+    from django_delayq.worker.ledger import Ledger
 
 logger = logging.getLogger(__name__)
 
 FINAL_KINDS = {Kind.SUCCESS: JobStatus.SUCCEEDED, Kind.DEAD: JobStatus.DEAD}
-
-
-def margin_s(lease_ms: int) -> float:
-    """Seconds of lease an outcome's job must have left for its early row: a fifth of the
-    lease, at most 2 s (the time the write itself may take)."""
-    return min(2.0, lease_ms / 5000)
 
 
 class LeaseGone(Exception):
@@ -118,11 +112,14 @@ class EarlyRows:
 
     RETRY_SECONDS = 0.2
 
-    def __init__(self, audit: AuditWriter, worker_id: str,
-                 lease_left: Callable[[ClaimedJob], float], margin: float,
-                 unsettled: Callable[[list[Outcome]], list[Outcome]]) -> None:
+    def __init__(self, audit: AuditWriter, worker_id: str, ledger: Ledger, lease_ms: int) -> None:
         self.audit, self.worker_id = audit, worker_id
-        self.lease_left, self.margin, self.unsettled = lease_left, margin, unsettled
+        # the ledger's: a job's lease left by this worker's estimate, and which outcomes
+        # Redis has not settled yet
+        self.lease_left, self.unsettled = ledger.lease_left, ledger.unsettled
+        # seconds of lease an outcome's job must have left for its early row: a fifth of
+        # the lease, at most 2 s (the time the write itself may take)
+        self.margin = min(2.0, lease_ms / 5000)
         self._pending: dict[int, Outcome] = {}
         self._cond = threading.Condition()
         self._stopping = False
