@@ -172,6 +172,7 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
     that ends past that limit is timed out, however late the main loop looked (under a
     supervisor, one that ends before its kill keeps its outcome)."""
     started = datetime.now(UTC)
+    since, limit = soft_limit or (0.0, None)  # thread mode: from the ledger's start (monotonic)
     try:
         t0 = time.perf_counter()
         common: dict[str, Any] = {"job": job, "started_at": started}
@@ -193,13 +194,13 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
                 return _atomic(common, env, ctx, t0, worker_id)
             result = call_job(env.path, env.args, env.kwargs, ctx)
         except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
-            return _soft_past(soft_limit, common) or _raised(exc, common, t0, env,
-                                                             default_backoff)
+            return _past(limit, time.monotonic() - since, common) or _raised(
+                exc, common, t0, env, default_backoff)
         finally:
             if manage_connections:
                 close_old_connections()
                 _local.closed = time.monotonic()
-        return _soft_past(soft_limit, common) or _succeeded(common, result, t0)
+        return _past(limit, time.monotonic() - since, common) or _succeeded(common, result, t0)
     except Exception as exc:  # noqa: BLE001 - a bug of ours, or input nobody foresaw
         logger.exception("job %s: could not run or settle its attempt; it ends dead", shown(job.id))
         return crashed(job, exc, started)
@@ -238,15 +239,6 @@ def _past(limit: float | None, elapsed: float, common: dict[str, Any]) -> Outcom
     if limit is None or elapsed <= limit:
         return None
     return timed_out(common["job"], common["started_at"], limit, common["max_attempts"])
-
-
-def _soft_past(soft_limit: tuple[float, float] | None,
-               common: dict[str, Any]) -> Outcome | None:
-    """``_past`` in thread mode: ``(since, limit)``, from the ledger's start (monotonic)."""
-    if soft_limit is None:
-        return None
-    since, limit = soft_limit
-    return _past(limit, time.monotonic() - since, common)
 
 
 def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope,
