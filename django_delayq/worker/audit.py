@@ -131,7 +131,6 @@ class AuditWriter:
         self.after_write: Callable[[list[str]], None] | None = None
         self._thread: threading.Thread | None = None
         self._outage = OutageLog(logger, "audit flush")
-        self.written = 0
         # (job id, number, start) -> when (monotonic): attempts written by write_now
         self._early: dict[tuple[str, int, Any], float] = {}
 
@@ -226,7 +225,6 @@ class AuditWriter:
                 self._keep(changes, attempts)
                 raise
             self._landed(landed)
-            self.written += len(changes)
             return len(changes)
 
     def write_now(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt],
@@ -287,7 +285,6 @@ class AuditWriter:
             except BaseException:
                 self._keep({}, attempts[i:])
                 raise
-        self.written += written
         return written
 
     def _write_one(self, job_id: str, fields: dict[str, Any]) -> list[str] | None:
