@@ -243,19 +243,21 @@ def _past(limit: float | None, elapsed: float, common: dict[str, Any]) -> Outcom
 
 def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope,
             default_backoff: backoff_mod.Policy) -> Outcome:
-    """The outcome of an attempt whose function raised ``exc``."""
-    common["error_type"] = error_type(exc)
+    """The outcome of an attempt whose function raised ``exc``; its traceback is the one
+    being handled (the job's: called in the handler of the job's exception, never inside
+    one of ours)."""
+    kind, error, delay = Kind.DEAD, text(exc), None
     if isinstance(exc, Refused):  # not allowed (registry.NotAllowed, a refused URL)
-        why = text(exc)
-        return _failed(common, Kind.DEAD, why if why.startswith(NOT_ALLOWED) else
-                       NOT_ALLOWED + why, t0)
-    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        logger.warning("job %s raised %s; treated as a failure", shown(common["job"].id),
-                       shown(repr(exc)))
-    asked = exc if isinstance(exc, Retry) else None  # retried whatever retry_on says
-    kind, error, delay = _decide(text(exc), type(exc), asked, env, common["job"],
-                                 common["max_attempts"], default_backoff)
-    return _failed(common, kind, error, t0, delay)
+        error = error if error.startswith(NOT_ALLOWED) else NOT_ALLOWED + error
+    else:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            logger.warning("job %s raised %s; treated as a failure", shown(common["job"].id),
+                           shown(repr(exc)))
+        asked = exc if isinstance(exc, Retry) else None  # retried whatever retry_on says
+        kind, error, delay = _decide(error, type(exc), asked, env, common["job"],
+                                     common["max_attempts"], default_backoff)
+    return _ended(common, t0, kind, error_type=error_type(exc), error=text(error, 2000),
+                  retry_delay_ms=delay, traceback=text(traceback.format_exc())[-20000:])
 
 
 def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
@@ -332,14 +334,6 @@ def timed_out(job: ClaimedJob, started_at: datetime, seconds: float,
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
                    duration_s=(now - started_at).total_seconds(), retry_delay_ms=delay,
                    error_type=JOB_TIMEOUT, error=error, max_attempts=max_attempts)
-
-
-def _failed(common: dict[str, Any], kind: Kind, error: str, t0: float,
-            delay: int | None = None) -> Outcome:
-    """The outcome of a failed attempt; its traceback is the one being handled (the job's:
-    called in the handler of the job's exception, never inside one of ours)."""
-    return _ended(common, t0, kind, error=text(error, 2000), retry_delay_ms=delay,
-                  traceback=text(traceback.format_exc())[-20000:])
 
 
 class Execution:
