@@ -52,7 +52,6 @@ COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_
            "error_type", "last_error", "traceback", "result", "updated_at")
 _COLUMN_SET = frozenset(COLUMNS)
 _DATETIMES = {"run_at", "started_at", "finished_at", "updated_at"}
-_JSON = {"result"}
 _TEXT = ("status", "worker_id", "error_type", "last_error", "traceback")
 # Errors that one row's values cause; anything else (OperationalError, ...) is an outage.
 DATA_ERRORS = (DataError, IntegrityError, ValueError, TypeError, OverflowError)
@@ -390,4 +389,4 @@ def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:
 
     return {**dict.fromkeys(COLUMNS, lambda value: value), **dict.fromkeys(_TEXT, storable),
             **dict.fromkeys(_DATETIMES, moment),
-            **dict.fromkeys(_JSON, lambda value: None if value is None else json.dumps(value))}
+            "result": lambda value: None if value is None else json.dumps(value)}  # JSON
