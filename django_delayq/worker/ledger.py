@@ -164,8 +164,7 @@ class Ledger:
         with self._lock:
             over = [(d, run) for d, run in self._running.items() if run.over(now)]
             for d, run in over:
-                del self._running[d]
-                self._timed_out[d] = run
+                self._timed_out[d] = self._running.pop(d)
                 self._done.append(outcome_of(run.job, run.started_at, run.limit or 0.0))
             if over:
                 self._lock.notify_all()
