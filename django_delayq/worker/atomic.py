@@ -76,14 +76,9 @@ class NotOurs(Exception):
         self.committed = committed
 
 
-def database() -> str:
-    """The database of the job rows: the one an atomic job's transaction runs on."""
-    return router.db_for_write(Job)
-
-
 def committed(job_id: str, using: str | None = None) -> Committed | None:
     """The success committed for ``job_id``, or ``None`` (one primary-key read)."""
-    conn = connections[using or database()]
+    conn = connections[using or router.db_for_write(Job)]
     qn = conn.ops.quote_name
     attempts, result, pk, status = (qn(JOB_COLUMNS[name])
                                     for name in ("attempts", "result", "id", "status"))
@@ -104,16 +99,11 @@ _sqlite_turns = threading.RLock()  # one atomic transaction at a time per proces
 @contextmanager
 def transaction_of() -> Iterator[str]:
     """The attempt's transaction on the job rows' database; yields its alias."""
-    using = database()
+    using = router.db_for_write(Job)  # the database of the job rows
     turn: AbstractContextManager[Any] = (
         _sqlite_turns if connections[using].vendor == "sqlite" else nullcontext())
     with turn, transaction.atomic(using=using):
         yield using
-
-
-def roll_back(using: str) -> None:
-    """End the attempt's transaction without committing anything of it."""
-    transaction.set_rollback(True, using=using)
 
 
 def commit(using: str, job_id: str, attempt: int, *, worker_id: str, started_at: datetime,

@@ -52,7 +52,6 @@ COLUMNS = ("status", "run_at", "started_at", "finished_at", "attempts", "worker_
            "error_type", "last_error", "traceback", "result", "updated_at")
 _COLUMN_SET = frozenset(COLUMNS)
 _DATETIMES = {"run_at", "started_at", "finished_at", "updated_at"}
-_JSON = {"result"}
 _TEXT = ("status", "worker_id", "error_type", "last_error", "traceback")
 # Errors that one row's values cause; anything else (OperationalError, ...) is an outage.
 DATA_ERRORS = (DataError, IntegrityError, ValueError, TypeError, OverflowError)
@@ -131,7 +130,6 @@ class AuditWriter:
         self.after_write: Callable[[list[str]], None] | None = None
         self._thread: threading.Thread | None = None
         self._outage = OutageLog(logger, "audit flush")
-        self.written = 0
         # (job id, number, start) -> when (monotonic): attempts written by write_now
         self._early: dict[tuple[str, int, Any], float] = {}
 
@@ -206,30 +204,27 @@ class AuditWriter:
         raises and keeps everything for the next flush. Waits for a flush under way in
         another thread (its batch is written, or kept, when this returns)."""
         with self._flushing:
-            return self._flush()
-
-    def _flush(self) -> int:
-        with self._lock:
-            changes, self._changes = self._changes, {}
-            attempts, self._attempts = self._attempts, []
-        if self._early and attempts:  # written by write_now already
-            attempts = [a for a in attempts if not self._written_early(a)]
-        if not changes and not attempts:
-            return 0
-        if self.before_write is not None:
-            self.before_write()
-        try:
-            landed = self._write(changes, attempts)
-        except DATA_ERRORS as exc:
-            logger.warning("audit: a batch of %d row change(s) was refused (%s); writing them "
-                           "one by one", len(changes), _safe(exc))
-            return self._write_each(changes, attempts)
-        except BaseException:
-            self._keep(changes, attempts)
-            raise
-        self._landed(landed)
-        self.written += len(changes)
-        return len(changes)
+            with self._lock:
+                changes, self._changes = self._changes, {}
+                attempts, self._attempts = self._attempts, []
+            if self._early and attempts:  # written by write_now already
+                attempts = [a for a in attempts
+                            if self._early.pop((a.job_id, a.number, a.started_at), None) is None]
+            if not changes and not attempts:
+                return 0
+            if self.before_write is not None:
+                self.before_write()
+            try:
+                landed = self._write(changes, attempts)
+            except DATA_ERRORS as exc:
+                logger.warning("audit: a batch of %d row change(s) was refused (%s); writing "
+                               "them one by one", len(changes), _safe(exc))
+                return self._write_each(changes, attempts)
+            except BaseException:
+                self._keep(changes, attempts)
+                raise
+            self._landed(landed)
+            return len(changes)
 
     def write_now(self, changes: dict[str, dict[str, Any]], attempts: list[JobAttempt],
                   fence: Callable[[BaseDatabaseWrapper], None] | None = None) -> None:
@@ -255,10 +250,6 @@ class AuditWriter:
             # has a start of its own: never taken for this one)
             self._early = {k: t for k, t in self._early.items() if now - t < EARLY_KEPT_SECONDS}
             self._early.update(((a.job_id, a.number, a.started_at), now) for a in attempts)
-
-    def _written_early(self, attempt: JobAttempt) -> bool:
-        return self._early.pop((attempt.job_id, attempt.number, attempt.started_at),
-                               None) is not None
 
     def _landed(self, final: list[str]) -> None:
         if self.after_write is not None and final:
@@ -293,7 +284,6 @@ class AuditWriter:
             except BaseException:
                 self._keep({}, attempts[i:])
                 raise
-        self.written += written
         return written
 
     def _write_one(self, job_id: str, fields: dict[str, Any]) -> list[str] | None:
@@ -358,17 +348,12 @@ class AuditWriter:
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
             # Children of parents this flush made final: released or cancelled in this
             # same transaction (the release invariant, core/workflows.py).
-            if final := _final(changes):
+            if final := [i for i, f in changes.items() if f.get("status") in FINAL_STATUSES]:
                 workflows.resolve(final, using)
                 final = _final_rows(conn, final)
             if fence is not None:
                 fence(conn)
         return final
-
-
-def _final(changes: dict[str, dict[str, Any]]) -> list[str]:
-    """The ids of the jobs whose rows ``changes`` make final."""
-    return [job_id for job_id, fields in changes.items() if fields.get("status") in FINAL_STATUSES]
 
 
 def _final_rows(conn: BaseDatabaseWrapper, ids: list[str]) -> list[str]:
@@ -390,9 +375,6 @@ def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:
     adapt_dt, iso = conn.ops.adapt_datetimefield_value, datetime.isoformat
     sqlite_utc = conn.vendor == "sqlite" and conn.timezone_name == "UTC"
 
-    def json_value(value: object) -> str | None:
-        return None if value is None else json.dumps(value)
-
     last: list[Any] = [None, None]  # the last value adapted, and what it became
 
     def moment(value: datetime | None) -> Any:
@@ -405,8 +387,6 @@ def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:
         last[0], last[1] = value, out
         return out
 
-    def plain(value: object) -> object:
-        return value
-
-    return {**dict.fromkeys(COLUMNS, plain), **dict.fromkeys(_TEXT, storable),
-            **dict.fromkeys(_DATETIMES, moment), **dict.fromkeys(_JSON, json_value)}
+    return {**dict.fromkeys(COLUMNS, lambda value: value), **dict.fromkeys(_TEXT, storable),
+            **dict.fromkeys(_DATETIMES, moment),
+            "result": lambda value: None if value is None else json.dumps(value)}  # JSON

@@ -40,7 +40,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections, router
@@ -48,23 +48,17 @@ from django.db import DatabaseError, connections, router
 from django_delayq.engine.logtext import shown
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.audit import DATA_ERRORS
-from django_delayq.worker.outcome import Kind, Outcome
+from django_delayq.worker.outcome import Kind, Outcome, row_fields
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
 
-    from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.audit import AuditWriter
+    from django_delayq.worker.ledger import Ledger
 
 logger = logging.getLogger(__name__)
 
 FINAL_KINDS = {Kind.SUCCESS: JobStatus.SUCCEEDED, Kind.DEAD: JobStatus.DEAD}
-
-
-def margin_s(lease_ms: int) -> float:
-    """Seconds of lease an outcome's job must have left for its early row: a fifth of the
-    lease, at most 2 s (the time the write itself may take)."""
-    return min(2.0, lease_ms / 5000)
 
 
 class LeaseGone(Exception):
@@ -77,22 +71,19 @@ class LeaseGone(Exception):
 
 
 class Fence:
-    """The lease check of an early write of ``outcomes`` (``AuditWriter.write_now``):
-    raises ``LeaseGone`` when a job's lease has no more than ``margin`` seconds left (or
-    Redis settled it meanwhile: ``unsettled``), else bounds the database's waits that
-    follow by what is left of the shortest."""
+    """The lease check of an early write of ``outcomes`` (``AuditWriter.write_now``) by
+    ``rows``: raises ``LeaseGone`` when a job's lease has no more than ``rows.margin``
+    seconds left (``rows.lease_left``) or Redis settled it meanwhile (``rows.unsettled``),
+    else bounds the database's waits that follow by what is left of the shortest."""
 
-    def __init__(self, outcomes: list[Outcome], lease_left: Callable[[ClaimedJob], float],
-                 margin: float,
-                 unsettled: Callable[[list[Outcome]], list[Outcome]] | None = None) -> None:
-        self.outcomes, self.lease_left, self.margin = outcomes, lease_left, margin
-        self.unsettled = unsettled
+    def __init__(self, outcomes: list[Outcome], rows: EarlyRows) -> None:
+        self.outcomes, self.rows = outcomes, rows
 
     def __call__(self, conn: BaseDatabaseWrapper) -> None:
-        left = {o.job.id: self.lease_left(o.job) - self.margin for o in self.outcomes}
-        if self.unsettled is not None:  # settled meanwhile: recorded the usual way
-            held = {id(o) for o in self.unsettled(self.outcomes)}
-            left.update((o.job.id, 0.0) for o in self.outcomes if id(o) not in held)
+        left = {o.job.id: self.rows.lease_left(o.job) - self.rows.margin for o in self.outcomes}
+        # settled meanwhile: recorded the usual way
+        held = {id(o) for o in self.rows.unsettled(self.outcomes)}
+        left.update((o.job.id, 0.0) for o in self.outcomes if id(o) not in held)
         if gone := [job_id for job_id, s in left.items() if not s > 0]:
             raise LeaseGone(gone)
         ms = str(max(1, int(min(*left.values(), 3600.0) * 1000)))
@@ -121,11 +112,14 @@ class EarlyRows:
 
     RETRY_SECONDS = 0.2
 
-    def __init__(self, audit: AuditWriter, worker_id: str,
-                 lease_left: Callable[[ClaimedJob], float], margin: float,
-                 unsettled: Callable[[list[Outcome]], list[Outcome]]) -> None:
+    def __init__(self, audit: AuditWriter, worker_id: str, ledger: Ledger, lease_ms: int) -> None:
         self.audit, self.worker_id = audit, worker_id
-        self.lease_left, self.margin, self.unsettled = lease_left, margin, unsettled
+        # the ledger's: a job's lease left by this worker's estimate, and which outcomes
+        # Redis has not settled yet
+        self.lease_left, self.unsettled = ledger.lease_left, ledger.unsettled
+        # seconds of lease an outcome's job must have left for its early row: a fifth of
+        # the lease, at most 2 s (the time the write itself may take)
+        self.margin = min(2.0, lease_ms / 5000)
         self._pending: dict[int, Outcome] = {}
         self._cond = threading.Condition()
         self._stopping = False
@@ -169,8 +163,7 @@ class EarlyRows:
         written = 0
         if todo := self.unsettled(taken):
             try:
-                written = write(self.audit, todo, self.worker_id, self.lease_left,
-                                self.margin, self.unsettled)
+                written = self.write(todo)
             except Exception:  # noqa: BLE001 - the usual record follows once Redis settles
                 logger.exception("writing the final rows of %d finished job(s) failed",
                                  len(todo))
@@ -181,61 +174,51 @@ class EarlyRows:
                     self._pending.pop(id(o), None)
         return written
 
+    def write(self, outcomes: list[Outcome]) -> int:
+        """Write the final rows of ``outcomes`` whose lease has more than ``margin`` seconds
+        left, and still has at their commit (``Fence``: those whose lease has gone are left
+        out, the others written again; so are those Redis settled meanwhile: ``unsettled``);
+        returns how many. A database error is logged (they are tried again later)."""
+        todo = [o for o in outcomes if self.lease_left(o.job) > self.margin]
+        conn = connections[router.db_for_write(Job)]
+        try:
+            while todo:
+                try:
+                    self._write_now(todo, Fence(todo, self), conn)
+                    break
+                except LeaseGone as gone:
+                    logger.warning("Redis unreachable: no early final row for %d finished "
+                                   "job(s) whose lease may pass before its commit, or that "
+                                   "Redis settled meanwhile (%s)",
+                                   len(gone.ids), ", ".join(shown(i) for i in gone.ids[:5]))
+                    todo = [o for o in todo if o.job.id not in gone.ids]
+        except (DatabaseError, *DATA_ERRORS) as exc:
+            logger.warning("Redis unreachable: could not write the final rows of %d finished "
+                           "job(s) before it settles them: %s", len(todo), shown(exc))
+            return 0
+        finally:
+            Fence.reset(conn)
+        for o in todo:
+            o.row_final = True
+        if todo:
+            logger.info("Redis unreachable: final rows of %d finished job(s) written before "
+                        "Redis settles them (%s)", len(todo),
+                        ", ".join(shown(o.job.id) for o in todo[:5]))
+        return len(todo)
 
-def write(audit: AuditWriter, outcomes: list[Outcome], worker_id: str,
-          lease_left: Callable[[ClaimedJob], float], margin: float,
-          unsettled: Callable[[list[Outcome]], list[Outcome]] | None = None) -> int:
-    """Write the final rows of ``outcomes`` whose lease has more than ``margin`` seconds
-    left, and still has at their commit (``Fence``: those whose lease has gone are left
-    out, the others written again; so are those Redis settled meanwhile: ``unsettled``);
-    returns how many. A database error is logged (they
-    are tried again later)."""
-    todo = [o for o in outcomes if lease_left(o.job) > margin]
-    conn = connections[router.db_for_write(Job)]
-    try:
-        while todo:
-            try:
-                _write_now(audit, todo, worker_id,
-                           Fence(todo, lease_left, margin, unsettled), conn)
-                break
-            except LeaseGone as gone:
-                logger.warning("Redis unreachable: no early final row for %d finished "
-                               "job(s) whose lease may pass before its commit, or that "
-                               "Redis settled meanwhile (%s)",
-                               len(gone.ids), ", ".join(shown(i) for i in gone.ids[:5]))
-                todo = [o for o in todo if o.job.id not in gone.ids]
-    except (DatabaseError, *DATA_ERRORS) as exc:
-        logger.warning("Redis unreachable: could not write the final rows of %d finished "
-                       "job(s) before it settles them: %s", len(todo), shown(exc))
-        return 0
-    finally:
-        Fence.reset(conn)
-    for o in todo:
-        o.row_final = True
-    if todo:
-        logger.info("Redis unreachable: final rows of %d finished job(s) written before "
-                    "Redis settles them (%s)", len(todo),
-                    ", ".join(shown(o.job.id) for o in todo[:5]))
-    return len(todo)
-
-
-def _write_now(audit: AuditWriter, todo: list[Outcome], worker_id: str, fence: Fence,
-               conn: BaseDatabaseWrapper) -> None:
-    changes = {o.job.id: final_fields(o, worker_id) for o in todo}
-    attempts = [JobAttempt(job_id=o.job.id, number=o.job.attempt, outcome=JobStatus.DEAD,
-                           started_at=o.started_at, finished_at=o.finished_at,
-                           error_type=o.error_type, error=o.error, traceback=o.traceback,
-                           worker_id=worker_id) for o in todo if o.kind is Kind.DEAD]
-    conn.close_if_unusable_or_obsolete()
-    audit.write_now(changes, attempts, fence)
+    def _write_now(self, todo: list[Outcome], fence: Fence, conn: BaseDatabaseWrapper) -> None:
+        changes = {o.job.id: final_fields(o, self.worker_id) for o in todo}
+        attempts = [JobAttempt(job_id=o.job.id, number=o.job.attempt, outcome=JobStatus.DEAD,
+                               started_at=o.started_at, finished_at=o.finished_at,
+                               error_type=o.error_type, error=o.error, traceback=o.traceback,
+                               worker_id=self.worker_id) for o in todo if o.kind is Kind.DEAD]
+        conn.close_if_unusable_or_obsolete()
+        self.audit.write_now(changes, attempts, fence)
 
 
 def final_fields(o: Outcome, worker_id: str) -> dict[str, Any]:
     """The row change the settlement records for ``o`` (``Settler._record``)."""
-    fields: dict[str, Any] = {
-        "status": FINAL_KINDS[o.kind], "started_at": o.started_at,
-        "finished_at": o.finished_at, "attempts": o.job.attempt, "worker_id": worker_id,
-        "updated_at": o.finished_at}
+    fields = row_fields(o, FINAL_KINDS[o.kind], worker_id)
     if o.kind is Kind.SUCCESS:
         fields["result"] = o.result
     else:

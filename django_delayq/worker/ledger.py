@@ -164,8 +164,7 @@ class Ledger:
         with self._lock:
             over = [(d, run) for d, run in self._running.items() if run.over(now)]
             for d, run in over:
-                del self._running[d]
-                self._timed_out[d] = run
+                self._timed_out[d] = self._running.pop(d)
                 self._done.append(outcome_of(run.job, run.started_at, run.limit or 0.0))
             if over:
                 self._lock.notify_all()
@@ -268,14 +267,10 @@ class Ledger:
         with self._lock:
             for job in jobs:
                 key = key_of(job)
-                held = self._unstarted.get(key)
-                if held is None or held.token != job.token:
-                    continue
-                if job.id in asked:
-                    self._take_unstarted(job)
+                if job.id in asked and self._take_unstarted(job):  # the same delivery held
                     self._done.append(ended(job))
                     out.append(job)
-                else:
+                elif (held := self._unstarted.get(key)) is not None and held.token == job.token:
                     self._read_at[key] = max(self._read_at[key], at)
             if out:
                 self._lock.notify_all()

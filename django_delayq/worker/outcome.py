@@ -56,6 +56,13 @@ class Outcome:
     settled_late: bool = False  # failed, its job settled by a stale copy's run: no signal
 
 
+def row_fields(o: Outcome, status: JobStatus, worker_id: str) -> dict[str, Any]:
+    """The row change recording ``o`` as ``status`` by ``worker_id`` (its attempt, its times):
+    the settlement's (``Settler._record``) and the early rows' (``early_rows.final_fields``)."""
+    return {"status": status, "started_at": o.started_at, "finished_at": o.finished_at,
+            "attempts": o.job.attempt, "worker_id": worker_id, "updated_at": o.finished_at}
+
+
 def ms_to_dt(ms: int) -> datetime:
     """An aware datetime of epoch ``ms``; now for a value no datetime can hold (a due
     time Redis was made to hold)."""

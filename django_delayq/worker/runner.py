@@ -48,7 +48,7 @@ import traceback
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from django.db import close_old_connections, connections
+from django.db import close_old_connections, connections, transaction
 
 from django_delayq.core import payloads, progress, registry, validation
 from django_delayq.core.conf import get_settings
@@ -58,7 +58,6 @@ from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.logtext import shown, text
 from django_delayq.exceptions import (
     JobTimeout,
-    LeaseLost,
     Refused,
     ResultTooLarge,
     Retry,
@@ -68,6 +67,7 @@ from django_delayq.worker import atomic, gates
 from django_delayq.worker.ledger import Ledger, key_of, start_margin
 from django_delayq.worker.outcome import (
     INVALID_ROW,
+    LEASE_LOST,
     Kind,
     Outcome,
     crashed,
@@ -119,12 +119,17 @@ def _succeeded(common: dict[str, Any], value: object, t0: float) -> Outcome:
     retried) when its JSON is over ``MAX_PAYLOAD_BYTES``."""
     kept, size = stored_result(value)
     limit = get_settings().max_payload_bytes
-    now, duration = datetime.now(UTC), time.perf_counter() - t0
     if size > limit:
-        return Outcome(kind=Kind.DEAD, finished_at=now, duration_s=duration,
-                       **{**common, "error_type": RESULT_TOO_LARGE,
-                          "error": too_large(size, limit)})
-    return Outcome(kind=Kind.SUCCESS, finished_at=now, result=kept, duration_s=duration, **common)
+        return _ended(common, t0, Kind.DEAD, error_type=RESULT_TOO_LARGE,
+                      error=too_large(size, limit))
+    return _ended(common, t0, Kind.SUCCESS, result=kept)
+
+
+def _ended(common: dict[str, Any], t0: float, kind: Kind, **fields: Any) -> Outcome:
+    """The outcome of the attempt of ``common`` begun at ``t0`` (``time.perf_counter``),
+    ending now: ``kind``, with ``fields`` (over those of ``common``)."""
+    return Outcome(kind=kind, finished_at=datetime.now(UTC), duration_s=time.perf_counter() - t0,
+                   **{**common, **fields})
 
 
 def retried(kind: type[BaseException], retry_on: tuple[str, ...] | None) -> bool:
@@ -167,9 +172,35 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
     that ends past that limit is timed out, however late the main loop looked (under a
     supervisor, one that ends before its kill keeps its outcome)."""
     started = datetime.now(UTC)
+    since, limit = soft_limit or (0.0, None)  # thread mode: from the ledger's start (monotonic)
     try:
-        return _run(job, started, worker_id, default_max_attempts, default_backoff,
-                    manage_connections, soft_limit)
+        t0 = time.perf_counter()
+        common: dict[str, Any] = {"job": job, "started_at": started}
+        try:
+            env = payloads.of(job)
+        except ValueError as exc:
+            return Outcome(kind=Kind.DEAD, finished_at=datetime.now(UTC),
+                           error_type=INVALID_ROW, error="invalid row: %s" % text(exc), **common)
+        max_attempts = env.max_attempts or default_max_attempts
+        common.update(path=env.path, max_attempts=max_attempts)
+        ctx = JobContext(id=job.id, queue=job.queue, attempt=job.attempt,
+                         max_attempts=max_attempts, due_at=ms_to_dt(job.due_ms),
+                         worker_id=worker_id)
+        if manage_connections and time.monotonic() - getattr(
+                _local, "closed", -FRESH_S) >= FRESH_S:
+            close_old_connections()  # else this thread's last attempt just closed them
+        try:
+            if env.atomic:
+                return _atomic(common, env, ctx, t0, worker_id)
+            result = call_job(env.path, env.args, env.kwargs, ctx)
+        except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
+            return _past(limit, time.monotonic() - since, common) or _raised(
+                exc, common, t0, env, default_backoff)
+        finally:
+            if manage_connections:
+                close_old_connections()
+                _local.closed = time.monotonic()
+        return _past(limit, time.monotonic() - since, common) or _succeeded(common, result, t0)
     except Exception as exc:  # noqa: BLE001 - a bug of ours, or input nobody foresaw
         logger.exception("job %s: could not run or settle its attempt; it ends dead", shown(job.id))
         return crashed(job, exc, started)
@@ -200,36 +231,6 @@ def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext
         return result
 
 
-def _run(job: ClaimedJob, started: datetime, worker_id: str, default_max_attempts: int,
-         default_backoff: backoff_mod.Policy, manage_connections: bool,
-         soft_limit: tuple[float, float] | None) -> Outcome:
-    t0 = time.perf_counter()
-    common: dict[str, Any] = {"job": job, "started_at": started}
-    try:
-        env = payloads.of(job)
-    except ValueError as exc:
-        return Outcome(kind=Kind.DEAD, finished_at=datetime.now(UTC), error_type=INVALID_ROW,
-                       error="invalid row: %s" % text(exc), **common)
-    max_attempts = env.max_attempts or default_max_attempts
-    common.update(path=env.path, max_attempts=max_attempts)
-    ctx = JobContext(id=job.id, queue=job.queue, attempt=job.attempt, max_attempts=max_attempts,
-                     due_at=ms_to_dt(job.due_ms), worker_id=worker_id)
-    if manage_connections and time.monotonic() - getattr(_local, "closed", -FRESH_S) >= FRESH_S:
-        close_old_connections()  # else this thread's last attempt just closed them
-    try:
-        if env.atomic:
-            return _atomic(common, env, ctx, t0, worker_id)
-        result = call_job(env.path, env.args, env.kwargs, ctx)
-    except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
-        return _soft_past(soft_limit, common) or _raised(
-            exc, common, t0, env, default_backoff)
-    finally:
-        if manage_connections:
-            close_old_connections()
-            _local.closed = time.monotonic()
-    return _soft_past(soft_limit, common) or _succeeded(common, result, t0)
-
-
 def _past(limit: float | None, elapsed: float, common: dict[str, Any]) -> Outcome | None:
     """The outcome of an attempt that ended past its time limit (``elapsed`` seconds after
     it started): timed out, whatever it returned or raised, however late the main loop
@@ -240,37 +241,30 @@ def _past(limit: float | None, elapsed: float, common: dict[str, Any]) -> Outcom
     return timed_out(common["job"], common["started_at"], limit, common["max_attempts"])
 
 
-def _soft_past(soft_limit: tuple[float, float] | None,
-               common: dict[str, Any]) -> Outcome | None:
-    """``_past`` in thread mode: ``(since, limit)``, from the ledger's start (monotonic)."""
-    if soft_limit is None:
-        return None
-    since, limit = soft_limit
-    return _past(limit, time.monotonic() - since, common)
-
-
 def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope,
             default_backoff: backoff_mod.Policy) -> Outcome:
-    """The outcome of an attempt whose function raised ``exc``."""
-    common["error_type"] = error_type(exc)
+    """The outcome of an attempt whose function raised ``exc``; its traceback is the one
+    being handled (the job's: called in the handler of the job's exception, never inside
+    one of ours)."""
+    kind, error, delay = Kind.DEAD, text(exc), None
     if isinstance(exc, Refused):  # not allowed (registry.NotAllowed, a refused URL)
-        why = text(exc)
-        return _failed(common, Kind.DEAD, why if why.startswith(NOT_ALLOWED) else
-                       NOT_ALLOWED + why, t0)
-    if isinstance(exc, (KeyboardInterrupt, SystemExit)):
-        logger.warning("job %s raised %s; treated as a failure", shown(common["job"].id),
-                       shown(repr(exc)))
-    asked = exc if isinstance(exc, Retry) else None  # retried whatever retry_on says
-    kind, error, delay = _decide(text(exc), type(exc), asked, env, common["job"],
-                                 common["max_attempts"], default_backoff)
-    return _failed(common, kind, error, t0, delay)
+        error = error if error.startswith(NOT_ALLOWED) else NOT_ALLOWED + error
+    else:
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+            logger.warning("job %s raised %s; treated as a failure", shown(common["job"].id),
+                           shown(repr(exc)))
+        asked = exc if isinstance(exc, Retry) else None  # retried whatever retry_on says
+        kind, error, delay = _decide(error, type(exc), asked, env, common["job"],
+                                     common["max_attempts"], default_backoff)
+    return _ended(common, t0, kind, error_type=error_type(exc), error=text(error, 2000),
+                  retry_delay_ms=delay, traceback=text(traceback.format_exc())[-20000:])
 
 
 def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
             worker_id: str) -> Outcome:
     """An attempt of an atomic job (``atomic.py``): the function and the write of its
     success in one transaction. A success a delivery committed before is settled without
-    calling the function. An exception of the function rolls back and reaches ``_run``;
+    calling the function. An exception of the function rolls back and reaches ``run``;
     a result too large, or an end past the attempt's time limit, rolls back too."""
     job: ClaimedJob = common["job"]
     done = atomic.committed(job.id)
@@ -279,12 +273,12 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
         try:
             with atomic.transaction_of() as using:
                 outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
-                if (late := _past(limit, time.perf_counter() - t0, common)) is not None:
-                    atomic.roll_back(using)  # the worker failed this attempt already
-                    return late
-                if outcome.kind is not Kind.SUCCESS:
-                    atomic.roll_back(using)  # its result is too large: dead, nothing kept
-                    return outcome
+                late = _past(limit, time.perf_counter() - t0, common)
+                if late is not None or outcome.kind is not Kind.SUCCESS:
+                    # rolled back: past its limit (the worker failed this attempt already),
+                    # or its result is too large (dead, nothing kept)
+                    transaction.set_rollback(True, using=using)
+                    return late or outcome
                 atomic.commit(using, job.id, job.attempt, worker_id=worker_id,
                               started_at=common["started_at"], finished_at=outcome.finished_at,
                               result=outcome.result)
@@ -293,14 +287,12 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
             done = refused.committed
         if done is None:  # a later attempt holds its row: rolled back, and its outcome
             # settled like a lost lease's (Redis refuses it unless this lease is still valid)
-            return Outcome(kind=Kind.RETRY, finished_at=datetime.now(UTC), retry_delay_ms=0,
-                           duration_s=time.perf_counter() - t0, error_type=type_path(LeaseLost),
-                           error="attempt %d lost its lease before its commit: rolled back"
-                                 % job.attempt, **common)
+            return _ended(common, t0, Kind.RETRY, retry_delay_ms=0, error_type=LEASE_LOST,
+                          error="attempt %d lost its lease before its commit: rolled back"
+                                % job.attempt)
     logger.info("job %s: attempt %d committed its success; settled without running it again",
                 shown(job.id), done.attempt)
-    return Outcome(kind=Kind.SUCCESS, finished_at=datetime.now(UTC), result=done.result,
-                   duration_s=time.perf_counter() - t0, **common)
+    return _ended(common, t0, Kind.SUCCESS, result=done.result)
 
 
 def _decide(error: str, failure: type[BaseException], asked: Retry | None, env: Envelope,
@@ -342,15 +334,6 @@ def timed_out(job: ClaimedJob, started_at: datetime, seconds: float,
     return Outcome(job=job, kind=kind, path=env.path, started_at=started_at, finished_at=now,
                    duration_s=(now - started_at).total_seconds(), retry_delay_ms=delay,
                    error_type=JOB_TIMEOUT, error=error, max_attempts=max_attempts)
-
-
-def _failed(common: dict[str, Any], kind: Kind, error: str, t0: float,
-            delay: int | None = None) -> Outcome:
-    """The outcome of a failed attempt; its traceback is the one being handled (the job's:
-    called in the handler of the job's exception, never inside one of ours)."""
-    return Outcome(kind=kind, finished_at=datetime.now(UTC), error=text(error, 2000),
-                   traceback=text(traceback.format_exc())[-20000:], retry_delay_ms=delay,
-                   duration_s=time.perf_counter() - t0, **common)
 
 
 class Execution:

@@ -41,7 +41,7 @@ from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
 from django_delayq.worker import joblog
 from django_delayq.worker.attempt_signals import signal_failed, signal_started, signal_succeeded
 from django_delayq.worker.gates import release_callable_slots
-from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt
+from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt, row_fields
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -320,9 +320,7 @@ class Settler:
         if status in _RECORDED:  # Redis keeps a settled record until the row lands
             with self._records_lock:
                 self._records[job.id] = job.queue
-        fields: dict[str, Any] = {
-            "status": status, "started_at": o.started_at, "finished_at": o.finished_at,
-            "attempts": job.attempt, "worker_id": self.worker_id, "updated_at": o.finished_at}
+        fields = row_fields(o, status, self.worker_id)
         base = {"job_id": job.id, "queue": job.queue, "callable_path": o.path}
         if o.kind is Kind.EXPIRED:  # never ran: the attempt claimed is not counted
             del fields["started_at"]

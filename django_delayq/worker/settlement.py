@@ -19,8 +19,8 @@ from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import chunks, grouped
 from django_delayq.engine.scripts import MAX_ACK
 from django_delayq.engine.shard_health import OUTAGES
-from django_delayq.worker import early_rows
 from django_delayq.worker.audit import AuditWriter, OutageLog
+from django_delayq.worker.early_rows import EarlyRows
 from django_delayq.worker.queue_backoff import QueueBackoff
 from django_delayq.worker.settle import ACKED, SEND_AT, SEND_EVERY, Sent, Settler, acks
 
@@ -59,9 +59,7 @@ class Settlement:
         self.settler = Settler(engine, settings, audit, worker_id, release, on_start, self.stream)
         self.settler.lease_left = ledger.lease_left  # a refused ack's lease may have passed
         # final rows written during a Redis outage, on a thread of their own
-        self.early = early_rows.EarlyRows(audit, worker_id, ledger.lease_left,
-                                          early_rows.margin_s(settings.lease_ms),
-                                          ledger.unsettled)
+        self.early = EarlyRows(audit, worker_id, ledger, settings.lease_ms)
         audit.after_write = self.settler.landed  # their settled records may go
         self.on_settled = on_settled
         self.backoff = QueueBackoff()
