@@ -237,7 +237,7 @@ def run_partition(plan: Plan, batches: Iterator[Any]) -> Iterator[Any]:
     setup_django(plan)
 
     from django_delayq.models import Job  # lazy: Django is set up just above
-    from django_delayq.spark import arrow_jobs, sink  # lazy: as above
+    from django_delayq.spark import arrow_jobs, sink  # lazy: sink imports core.api, so the models
 
     target, using = _target(plan), router.db_for_write(Job)
     done = 0

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, PySparkException
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
@@ -239,8 +239,7 @@ def read_jdbc(spark: SparkSession, url: str, *, table: str = DEFAULT_TABLE,
     Spark loaded from ``spark.jars`` ("No suitable driver"). A read that fails (no driver,
     no connection, no table) is a ValueError in one line naming the table, the URL (up to
     its ``?``, which may carry a password) and the JVM's error."""
-    from py4j.protocol import Py4JJavaError  # lazy: pyspark's, as pyspark itself
-    from pyspark.errors import PySparkException  # lazy: as above
+    from py4j.protocol import Py4JJavaError  # lazy: pyspark-client (Spark Connect) has no py4j
 
     options = {key: value for key, value in (properties or {}).items() if value is not None}
     if "driver" not in options and (driver := jdbc_driver(url)) is not None:

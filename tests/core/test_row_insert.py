@@ -1,18 +1,21 @@
 """The prepared INSERT of ``schedule()`` (``core/row_insert.py``, through Django's cursor)
 stores a row exactly as the ORM's ``Job.save()`` stores it, column by column, on every
-database the tests run on; its short cuts give what ``get_db_prep_save`` gives; query
-capture and execute wrappers see the INSERT."""
+database the tests run on, and so do ``schedule_many``'s rows written by ``insert_many``
+(executemany, or COPY on PostgreSQL); its short cuts give what ``get_db_prep_save``
+gives; query capture and execute wrappers see the INSERT."""
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from django_delayq import job, schedule
+from django_delayq import JobSpec, job, schedule, schedule_many
 from django_delayq.core import ids, row_insert
 from django_delayq.models import Job
 
@@ -265,3 +268,96 @@ def test_a_plan_binds_what_is_not_a_literal_in_column_order() -> None:
     assert list(plan.bound(out)) == [v for v, mark in zip(
         out, plan.sql.split("VALUES (", 1)[1].rstrip(")").split(", "), strict=True)
         if mark == "%s"]
+
+
+def _many_specs(keyed: bool) -> list[JobSpec]:
+    """Jobs covering every kind of column ``schedule_many`` writes: options left at their
+    defaults and given (explicit defaults too), JSON kwargs, unicode args (no NUL), aware
+    datetimes in UTC and another zone, whole seconds; ``keyed``: each with a key, one
+    given twice (the key's first spec stands)."""
+    whole = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    specs = [
+        JobSpec(args=[1]),
+        JobSpec(args=["é", "日本語 ✓", "\u2028", -0.5, [True, None]],
+                kwargs={"a": {"b": "ü"}, "n": None}, priority=-7, timeout=1.5,
+                retry_on=[ValueError], expires=timedelta(hours=1), group="g-ü",
+                atomic=True, delay=30),
+        JobSpec(args=[], at=datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=PARIS),
+                priority=100, timeout=timedelta(seconds=2), retry_on=[],
+                expires=datetime(2031, 5, 7, tzinfo=PARIS), group="it's 100%"),
+        JobSpec(args=["x"], at=whole, priority=0, atomic=False, retry_on="builtins.KeyError",
+                expires=whole + timedelta(microseconds=1)),
+    ]
+    specs += [JobSpec(args=[i, "ß" * i], kwargs={"i": i} if i % 2 else {}, delay=i,
+                      priority=i - 5, group="g%d" % (i % 3) if i % 3 else None)
+              for i in range(8)]
+    if keyed:
+        specs = [replace(spec, key="k-%d-é" % i) for i, spec in enumerate(specs)]
+        specs.append(replace(specs[1], args=["a later spec of the same key"]))
+    return specs
+
+
+def _read(pks: set[str]) -> dict[str, dict[str, Any]]:
+    """These rows as the database holds them, by id then column (every column, the id
+    too), read with a plain cursor."""
+    names = [f.column for f in Job._meta.local_concrete_fields]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT %s FROM %s WHERE id IN (%s)" % (
+            ", ".join(connection.ops.quote_name(n) for n in names),
+            connection.ops.quote_name(Job._meta.db_table), ", ".join(["%s"] * len(pks))),
+            sorted(pks))
+        return {row[0]: dict(zip(names, row, strict=True)) for row in cursor.fetchall()}
+
+
+@pytest.mark.parametrize("keyed", [False, True], ids=["unkeyed", "keyed"])
+def test_insert_many_stores_the_rows_the_orm_stores(
+        keyed: bool, monkeypatch: pytest.MonkeyPatch,
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """``schedule_many``'s rows, written by ``row_insert.insert_many``, against the same
+    values saved one by one with ``Job(**values).save()``, every column compared (the id
+    and the created time too: each write runs in a transaction rolled back, so the ORM's
+    rows take the same ids; the created time is in the values). The path taken:
+
+    - unkeyed, on PostgreSQL (psycopg 3: ``has_copy``): one COPY of every column. COPY
+      goes through psycopg's cursor, not Django's, so an execute wrapper sees no INSERT
+      while the rows arrive: asserted below. Any number of rows takes it.
+    - unkeyed, on SQLite: one ``executemany`` per plan (set of names), ``batch_size`` rows
+      at a time (4 here, so a plan of more rows takes several);
+    - keyed, on both: ``executemany`` of INSERT ... ON CONFLICT DO NOTHING (or INSERT OR
+      IGNORE): never COPY."""
+    given: list[dict[str, Any]] = []  # what schedule_many hands insert_many, as given
+    real = row_insert.insert_many
+
+    def spy(rows: Any, using: str, **options: Any) -> None:
+        given.extend(copy.deepcopy(list(rows)))
+        real(rows, using, **options)
+
+    seen: list[tuple[str, bool]] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((sql, many))
+        return execute(sql, params, many, context)
+
+    monkeypatch.setattr(row_insert, "insert_many", spy)
+    with transaction.atomic(), connection.execute_wrapper(wrapper):
+        job_ids = set(schedule_many("tests.jobs.noop", _many_specs(keyed), max_attempts=4,
+                                    backoff=[1, 2.5], queue="emails", batch_size=4))
+        ours = _read(job_ids)
+        transaction.set_rollback(True)
+    inserts = [many for sql, many in seen if "INSERT" in sql.upper()]
+    if connection.vendor == "postgresql" and not keyed:
+        assert row_insert.has_copy(connection)  # psycopg 3: insert_many takes COPY
+        assert inserts == []  # the rows arrived through COPY, no INSERT through Django's
+    else:
+        assert inserts and all(inserts)  # executemany (many=True) only
+    assert {values["id"] for values in given} == job_ids == ours.keys()
+    assert len(job_ids) == 12
+    with transaction.atomic():
+        for values in given:
+            Job(**values).save(force_insert=True)
+        orm = _read(job_ids)
+        transaction.set_rollback(True)
+    for pk, columns in ours.items():
+        assert columns.keys() == orm[pk].keys()
+        for column, value in columns.items():
+            assert (pk, column, value) == (pk, column, orm[pk][column])
