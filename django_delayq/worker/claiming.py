@@ -130,11 +130,10 @@ class Claiming:
         a due job does not wait here while another worker has an idle thread for it."""
         if self.prefetch is not None:
             return self.prefetch
-        cap = self.settings.claim_batch
-        pace = self.ledger.pace
-        if pace is None:
+        if (pace := self.ledger.pace) is None:
             return 0
-        return min(cap, int(self.concurrency * PREFETCH_SECONDS / max(pace, 1e-4)))
+        pace_room = int(self.concurrency * PREFETCH_SECONDS / max(pace, 1e-4))
+        return min(self.settings.claim_batch, pace_room)
 
     # -- claims --------------------------------------------------------------------
 

@@ -181,10 +181,6 @@ class Worker:
     def claimed_total(self) -> int:
         return self.claiming.handover.claimed_total
 
-    @property
-    def set_aside(self) -> int:  # claimed jobs not run: no row, or a final one
-        return self.claiming.handover.set_aside
-
     # -- signals: acted on by the relay's thread -------------------------------------
 
     def install_signal_handlers(self, stop: StopAsked | None = None) -> None:

@@ -83,9 +83,6 @@ class SignalRelay:
                     except Exception:  # noqa: BLE001 - the next signal is acted on too
                         logger.exception("acting on signal %d failed", signum)
 
-    def active(self) -> bool:
-        return self._sockets is not None
-
     def forget_in_child(self) -> None:
         """In a process just forked from this one (its only thread; the relay's thread and
         ``lock``'s holder are gone): no wakeup fd, the relayed signals' default handlers
@@ -127,7 +124,7 @@ _fork_mask = threading.local()
 
 
 def _before_fork() -> None:
-    if _relay is not None and _relay.active():
+    if _relay is not None and _relay._sockets is not None:  # it runs
         _fork_mask.old = signal.pthread_sigmask(signal.SIG_BLOCK, _RELAYED)
 
 

@@ -208,8 +208,7 @@ class Child:
             job_id__in=[s.key[1] for s in self.settled if s.failed])
             .values_list("job_id", "number"))
         left = [s for s in self.settled if not _written(s, rows.get(s.key[1]), tried)]
-        self.settled.clear()
-        self.settled.extend(left)
+        self.settled = deque(left, maxlen=SETTLED_KEPT)
         return bool(left)
 
     def drain(self) -> None:

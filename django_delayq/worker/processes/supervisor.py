@@ -176,8 +176,7 @@ class Supervisor:
             return False
         self._wait()
         for child in list(self.children):  # reap those that exited
-            code = child.proc.poll()
-            if code is not None:
+            if (code := child.proc.poll()) is not None:
                 self._gone(child, code)
         now = time.monotonic()
         self._enforce_limits(now)
@@ -350,8 +349,7 @@ class Supervisor:
 
     def _enforce_limits(self, now: float) -> None:
         for child in self.children:
-            overdue = [] if child.killed else child.overdue(now)
-            if overdue:
+            if not child.killed and (overdue := child.overdue(now)):
                 self._doom(child, dict.fromkeys(overdue, TakeBack.TIMED_OUT),
                            "job(s) %s past their time limit"
                            % ", ".join(shown(i) for _, i in overdue))
@@ -429,11 +427,9 @@ class Supervisor:
 
     def _check_memory(self) -> None:
         limit = self.options.max_memory_mb
-        if limit is None:
-            return
         for child in self.children:
-            if child.draining or not child.runs:  # one over at start would never run a job
-                continue
+            if limit is None or child.draining or not child.runs:  # one over at start would
+                continue  # never run a job
             used = rss_mb(child.pid)
             if used is not None and used > limit:
                 logger.info("supervisor: worker process %d uses %.0f MB (over %g): recycling",
