@@ -62,6 +62,7 @@ class QueueGate:
         self.blocked: dict[str, int] = {}  # queue -> server ms it may be claimed again
         self.limited: set[str] = set()  # a queue limit held due jobs back at the last claim
         self.deferred_until = 0  # server ms: the latest due time of a job this worker deferred
+        self.paused: set[str] = set()  # paused at the last claim
 
     def write_limit(self, queue: str) -> None:
         """Store the queue's limit from the settings in Redis (none: clear it), once.
@@ -80,8 +81,10 @@ class QueueGate:
         else:
             self.limited.discard(queue)
         if result.paused:
+            self.paused.add(queue)
             self.blocked.pop(queue, None)
             return None  # wait for a wake-up (resume publishes one) or the next poll
+        self.paused.discard(queue)
         if result.blocked_until_ms is None:
             self.blocked.pop(queue, None)
             return result.next_due_ms

@@ -138,14 +138,13 @@ class Housekeeping:
 
     def __init__(self, engine: Engine, settings: Settings, ledger: Ledger,
                  audit: AuditWriter, *, gate: StartGate, claiming: Claiming, schedules: Keeper,
-                 settlement: Settlement, worker_id: str, name: str, concurrency: int,
+                 settlement: Settlement, worker_id: str, name: str,
                  supervision: Supervision | None) -> None:
         self.engine, self.settings, self.ledger, self.gate = engine, settings, ledger, gate
         self.claiming, self.settlement = claiming, settlement
         self.queues = claiming.queues
         # what the heartbeat publishes (``info``)
-        self.worker_id, self.name, self.concurrency = worker_id, name, concurrency
-        self.supervision = supervision
+        self.worker_id, self.name, self.supervision = worker_id, name, supervision
         self.started_ts = datetime.now(UTC)
         self.recovery = LeaseRecovery(engine, settings, audit)
         # the queues the claims backed off: an outage the reconciler's own looks missed
@@ -153,7 +152,6 @@ class Housekeeping:
                                      failures=lambda: claiming.backoff.failures)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
         self.schedules = schedules  # the keeper thread's pass (core/periodic.py)
-        self.draining = False  # no keeper pass once set (by a signal handler)
         self._last_recover = -1e18
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -248,7 +246,7 @@ class Housekeeping:
         return json.dumps({
             "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": list(self.queues),
-            "concurrency": self.concurrency, "started": self.started_ts.isoformat(),
+            "concurrency": self.claiming.concurrency, "started": self.started_ts.isoformat(),
             # running: jobs a thread runs; waiting: claimed, no thread yet (prefetch)
             "running": len(runs), "waiting": self.ledger.waiting(),
             "claimed": claimed, "processed": processed,
@@ -288,7 +286,7 @@ class Housekeeping:
         """Retention and the reconciler, on their own thread: not held up by the main loop."""
         beat_s = self.settings.lease_ms / 3000
         while not self._stop.is_set():
-            if not self.draining:
+            if not self.claiming.draining:  # no keeper pass once draining
                 self.schedules.tick(self.retention.tick)  # retention, then schedules
                 try:
                     self.reconciler.tick()

@@ -165,8 +165,7 @@ class Worker:
         self.housekeeping = Housekeeping(engine, settings, self.ledger, self.audit, gate=gate,
                                          claiming=self.claiming, schedules=schedules,
                                          settlement=self.settlement, worker_id=self.id,
-                                         name=self.name, concurrency=options.concurrency,
-                                         supervision=options.supervision)
+                                         name=self.name, supervision=options.supervision)
         self.draining = False
         self.hard_stop = False
         self._interrupt = threading.Event()  # cuts a failure pause short: stop requested
@@ -233,8 +232,7 @@ class Worker:
 
     def _wind_down(self) -> None:
         self.draining = True
-        self.housekeeping.draining = True  # no keeper pass from now on
-        self.claiming.drain()  # wakes the main loop
+        self.claiming.drain()  # no keeper pass from now on either; wakes the main loop
         self._interrupt.set()
 
     # -- lifecycle -----------------------------------------------------------------
