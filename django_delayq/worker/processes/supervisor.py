@@ -65,15 +65,10 @@ from django.db import close_old_connections
 
 from django_delayq.engine.logtext import shown
 from django_delayq.models import Job
+from django_delayq.worker import tracking
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.processes.children import Child, TakeBack, describe_exit, rss_mb
-from django_delayq.worker.tracking import (
-    EXIT_CONFIG,
-    EXIT_ERROR,
-    EXIT_HARD_STOP,
-    EXIT_OK,
-    Supervision,
-)
+from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -229,7 +224,7 @@ class Supervisor:
         opts = self.options
         self._spawned += 1
         argv = [*opts.child_argv, "--supervised",
-                Supervision.encode(fd, opts.processes, self.id, os.getpid())]
+                tracking.Supervision.encode(fd, opts.processes, self.id, os.getpid())]
         if opts.worker_id is not None:
             argv += ["--worker-id", "%s-%d" % (opts.worker_id, self._spawned)]
         if opts.metrics_port is not None:
