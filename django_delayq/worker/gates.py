@@ -143,8 +143,7 @@ class StartGate:
             return Admission()
         if env.expires_ms is not None and self.server_now_ms() >= env.expires_ms:
             return Admission(ended=expired(job, env.path, env.expires_ms))
-        limit = self.settings.callable_limit(env.path)
-        if limit is None:
+        if (limit := self.settings.callable_limit(env.path)) is None:
             return Admission()
         rate, concurrency = limit
         try:

@@ -337,11 +337,10 @@ class LeaseRecovery:
         expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
         rows = payloads.lease_rows(expiring) if expiring else {}
         limits = {job_id: row[0] for job_id, row in rows.items()}
-        contact = self._contact.setdefault(queue, self._new_contact())
         found = self.engine.recover(queue, limit=BATCH,
                                     default_max_attempts=self.settings.default_max_attempts,
                                     dead_max=self.settings.dead_max, max_attempts=limits,
-                                    contact=contact)
+                                    contact=self._contact.setdefault(queue, self._new_contact()))
         now = datetime.now(UTC)
         recorded = False
         for r in found:
