@@ -51,7 +51,7 @@ from django_delayq.worker.queue_backoff import QueueBackoff
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
-    from django_delayq.engine.outcomes import ClaimedJob
+    from django_delayq.engine.outcomes import ClaimResult
     from django_delayq.worker.ledger import Ledger
     from django_delayq.worker.outcome import Outcome
 
@@ -130,11 +130,10 @@ class Claiming:
         a due job does not wait here while another worker has an idle thread for it."""
         if self.prefetch is not None:
             return self.prefetch
-        cap = self.settings.claim_batch
-        pace = self.ledger.pace
-        if pace is None:
+        if (pace := self.ledger.pace) is None:
             return 0
-        return min(cap, int(self.concurrency * PREFETCH_SECONDS / max(pace, 1e-4)))
+        pace_room = int(self.concurrency * PREFETCH_SECONDS / max(pace, 1e-4))
+        return min(self.settings.claim_batch, pace_room)
 
     # -- claims --------------------------------------------------------------------
 
@@ -161,8 +160,7 @@ class Claiming:
                 result = self.engine.claim(queue, asked, self.settings.lease_ms)
                 self.clock.offset_ms = result.now_ms - (before + monotonic_ms()) / 2
                 self.next_due[queue] = self.queue_gate.note(queue, result)  # paused: None
-                self.urgent.note(queue, result.next_urgent_ms)
-                self._hand_over(queue, result.jobs)
+                self._hand_over(queue, result)
             more = result.next_due_ms is not None and result.next_due_ms <= result.now_ms
             if not more or len(result.jobs) < min(asked, MAX_TURNS):  # all there was (a
                 return  # grouped queue's claim takes at most MAX_TURNS): settle first
@@ -175,20 +173,19 @@ class Claiming:
                     self.capacity() <= -4 * URGENT_BATCH or \
                     not self.queue_gate.open(queue, self.clock.now_ms()):
                 return
-            result = self.engine.claim(queue, URGENT_BATCH, self.settings.lease_ms)
-            self.urgent.note(queue, result.next_urgent_ms)
-            self._hand_over(queue, result.jobs)
+            self._hand_over(queue, self.engine.claim(queue, URGENT_BATCH, self.settings.lease_ms))
 
-    def _hand_over(self, queue: str, claimed: list[ClaimedJob]) -> None:
-        """Hand claimed jobs to the threads (``handover.py``). When their rows cannot be
-        read they are back in Redis, due again at once: the next round claims them (and
-        fails or works) instead of sleeping until a poll, so a working round means the
-        rows are back."""
+    def _hand_over(self, queue: str, result: ClaimResult) -> None:
+        """Note the queue's next urgent job for the timer, and hand the claimed jobs to the
+        threads (``handover.py``). When their rows cannot be read they are back in Redis,
+        due again at once: the next round claims them (and fails or works) instead of
+        sleeping until a poll, so a working round means the rows are back."""
+        self.urgent.note(queue, result.next_urgent_ms)
         try:
-            self.handover.take(queue, claimed)
+            self.handover.take(queue, result.jobs)
         except Exception:
             close_old_connections()
-            self._due_by(queue, min(job.due_ms for job in claimed))
+            self._due_by(queue, min(job.due_ms for job in result.jobs))
             raise
 
     def _due_by(self, queue: str, due: int) -> None:

@@ -62,7 +62,7 @@ class QueueGate:
         self.blocked: dict[str, int] = {}  # queue -> server ms it may be claimed again
         self.limited: set[str] = set()  # a queue limit held due jobs back at the last claim
         self.deferred_until = 0  # server ms: the latest due time of a job this worker deferred
-        self.paused: set[str] = set()
+        self.paused: set[str] = set()  # paused at the last claim
 
     def write_limit(self, queue: str) -> None:
         """Store the queue's limit from the settings in Redis (none: clear it), once.
@@ -143,8 +143,7 @@ class StartGate:
             return Admission()
         if env.expires_ms is not None and self.server_now_ms() >= env.expires_ms:
             return Admission(ended=expired(job, env.path, env.expires_ms))
-        limit = self.settings.callable_limit(env.path)
-        if limit is None:
+        if (limit := self.settings.callable_limit(env.path)) is None:
             return Admission()
         rate, concurrency = limit
         try:

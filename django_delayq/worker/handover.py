@@ -129,10 +129,9 @@ def set_aside(engine: Engine, queue: str, items: Sequence[Aside], dead_max: int)
     again)."""
     if not items:
         return
-    no_row = [a for a in items if a.kind == NO_ROW]
-    final = [a for a in items if a.kind != NO_ROW]
-    engine.nack(queue, [(a.job.id, a.job.token, None) for a in no_row], dead_max=dead_max)
-    engine.ack(queue, [(a.job.id, a.job.token) for a in final])
+    engine.nack(queue, [(a.job.id, a.job.token, None) for a in items if a.kind == NO_ROW],
+                dead_max=dead_max)
+    engine.ack(queue, [(a.job.id, a.job.token) for a in items if a.kind != NO_ROW])
     for a in items:
         logger.warning("job %s (queue %r) set aside, not run: %s", shown(a.job.id), queue,
                        shown(a.reason))

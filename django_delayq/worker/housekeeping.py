@@ -138,14 +138,13 @@ class Housekeeping:
 
     def __init__(self, engine: Engine, settings: Settings, ledger: Ledger,
                  audit: AuditWriter, *, gate: StartGate, claiming: Claiming, schedules: Keeper,
-                 settlement: Settlement, worker_id: str, name: str, concurrency: int,
+                 settlement: Settlement, worker_id: str, name: str,
                  supervision: Supervision | None) -> None:
         self.engine, self.settings, self.ledger, self.gate = engine, settings, ledger, gate
         self.claiming, self.settlement = claiming, settlement
         self.queues = claiming.queues
         # what the heartbeat publishes (``info``)
-        self.worker_id, self.name, self.concurrency = worker_id, name, concurrency
-        self.supervision = supervision
+        self.worker_id, self.name, self.supervision = worker_id, name, supervision
         self.started_ts = datetime.now(UTC)
         self.recovery = LeaseRecovery(engine, settings, audit)
         # the queues the claims backed off: an outage the reconciler's own looks missed
@@ -153,11 +152,11 @@ class Housekeeping:
                                      failures=lambda: claiming.backoff.failures)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
         self.schedules = schedules  # the keeper thread's pass (core/periodic.py)
-        self.draining = False  # no keeper pass once set (by a signal handler)
         self._last_recover = -1e18
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._reconcile_outage = OutageLog(logger, "reconciler tick")
+        self.beat_s = settings.lease_ms / 3000  # the heartbeat's period: a third of a lease
 
     def limits_first(self) -> None:
         """Redis's group limits as the rows say, before this worker's first claim: a Redis
@@ -248,7 +247,7 @@ class Housekeeping:
         return json.dumps({
             "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
             "queues": list(self.queues),
-            "concurrency": self.concurrency, "started": self.started_ts.isoformat(),
+            "concurrency": self.claiming.concurrency, "started": self.started_ts.isoformat(),
             # running: jobs a thread runs; waiting: claimed, no thread yet (prefetch)
             "running": len(runs), "waiting": self.ledger.waiting(),
             "claimed": claimed, "processed": processed,
@@ -272,7 +271,6 @@ class Housekeeping:
     def _beat_loop(self) -> None:
         """Heartbeats every ``LEASE_SECONDS / 3``, on a thread that does nothing else: neither
         a busy main loop nor a slow reconcile or retention round can let the leases lapse."""
-        beat_s = self.settings.lease_ms / 3000
         while True:
             try:
                 self.heartbeat(self.ledger.held(), claimed=self.claiming.handover.claimed_total,
@@ -281,26 +279,25 @@ class Housekeeping:
                 self.gate.renew()  # callable-limit slots of the functions running
             except Exception as exc:  # noqa: BLE001 - Redis down: try again next beat
                 logger.warning("heartbeat failed: %s", shown(exc))
-            if self._stop.wait(beat_s):
+            if self._stop.wait(self.beat_s):
                 return
 
     def _keeper_loop(self) -> None:
         """Retention and the reconciler, on their own thread: not held up by the main loop."""
-        beat_s = self.settings.lease_ms / 3000
         while not self._stop.is_set():
-            if not self.draining:
+            if not self.claiming.draining:  # no keeper pass once draining
                 self.schedules.tick(self.retention.tick)  # retention, then schedules
                 try:
                     self.reconciler.tick()
                 except OUTAGES as exc:  # the main loop reports outages; try next time
                     logger.debug("reconciler: Redis unavailable: %s", shown(exc))
                 except Exception as exc:  # noqa: BLE001 - never let the keeper die
-                    self._reconcile_outage.failed(exc, min(beat_s, 0.5))
+                    self._reconcile_outage.failed(exc, min(self.beat_s, 0.5))
                 else:
                     self._reconcile_outage.ok()
                     if self.reconciler.busy:  # a loss pass in slices: schedules between them
                         continue
-            self._stop.wait(min(beat_s, 0.5))
+            self._stop.wait(min(self.beat_s, 0.5))
         connections.close_all()  # this thread's own database connections
 
 
@@ -308,14 +305,11 @@ class LeaseRecovery:
     def __init__(self, engine: Engine, settings: Settings, audit: AuditWriter) -> None:
         self.engine, self.settings, self.audit = engine, settings, audit
         self._contact: dict[str, Contact] = {}  # per queue: this worker's run of calls
-
-    @property
-    def margin_ms(self) -> int:
-        """How far ahead of this host's clock a lease counts as expiring (skew with Redis):
-        a third of the lease, at most 5 s. A held lease always has more than two thirds of
-        it left (it is extended every third), so rows are read only for leases whose
-        worker missed a heartbeat, not for every job running."""
-        return min(5000, self.settings.lease_ms // 3)
+        # How far ahead of this host's clock a lease counts as expiring (skew with Redis):
+        # a third of the lease, at most 5 s. A held lease always has more than two thirds of
+        # it left (it is extended every third), so rows are read only for leases whose
+        # worker missed a heartbeat, not for every job running.
+        self.margin_ms = min(5000, settings.lease_ms // 3)
 
     def recover(self, queue: str) -> None:
         """Take back expired leases (bounded batches) and record the lost attempts; then
@@ -339,11 +333,10 @@ class LeaseRecovery:
         expiring = self.engine.expiring(queue, within_ms=self.margin_ms, limit=BATCH)
         rows = payloads.lease_rows(expiring) if expiring else {}
         limits = {job_id: row[0] for job_id, row in rows.items()}
-        contact = self._contact.setdefault(queue, self._new_contact())
         found = self.engine.recover(queue, limit=BATCH,
                                     default_max_attempts=self.settings.default_max_attempts,
                                     dead_max=self.settings.dead_max, max_attempts=limits,
-                                    contact=contact)
+                                    contact=self._contact.setdefault(queue, self._new_contact()))
         now = datetime.now(UTC)
         recorded = False
         for r in found:

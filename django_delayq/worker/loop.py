@@ -44,6 +44,7 @@ from redis.exceptions import RedisError
 
 from django_delayq.core import periodic
 from django_delayq.engine.logtext import shown
+from django_delayq.worker import tracking
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming, ServerClock
 from django_delayq.worker.gates import StartGate
@@ -53,19 +54,11 @@ from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.runner import Execution
 from django_delayq.worker.settlement import Settlement
 from django_delayq.worker.signals_relay import SignalRelay, signal_relay
-from django_delayq.worker.tracking import (  # noqa: F401 - EXIT_*: named here too
-    DEAD_MAN_LEASES,
-    EXIT_CONFIG,
-    EXIT_ERROR,
-    EXIT_HARD_STOP,
-    EXIT_OK,
-    ORPHAN_SIGNAL,
-    Supervision,
-)
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
+    from django_delayq.worker.tracking import Supervision
 
 logger = logging.getLogger(__name__)
 
@@ -146,7 +139,7 @@ class Worker:
         link = None if options.supervision is None else options.supervision.link
         if link is not None:
             self.audit.before_write = link.flush
-            link.dead_man.horizon_s = DEAD_MAN_LEASES * settings.lease_ms / 1000
+            link.dead_man.horizon_s = tracking.DEAD_MAN_LEASES * settings.lease_ms / 1000
         # a timed-out attempt's function returned at last: its slot is freed now
         self.ledger = Ledger(lambda late: gate.release([late]), link)  # a child's reports
         self.claiming = Claiming(engine, settings, self.ledger, clock, self.wake,
@@ -165,8 +158,7 @@ class Worker:
         self.housekeeping = Housekeeping(engine, settings, self.ledger, self.audit, gate=gate,
                                          claiming=self.claiming, schedules=schedules,
                                          settlement=self.settlement, worker_id=self.id,
-                                         name=self.name, concurrency=options.concurrency,
-                                         supervision=options.supervision)
+                                         name=self.name, supervision=options.supervision)
         self.draining = False
         self.hard_stop = False
         self._interrupt = threading.Event()  # cuts a failure pause short: stop requested
@@ -180,10 +172,6 @@ class Worker:
     @property
     def claimed_total(self) -> int:
         return self.claiming.handover.claimed_total
-
-    @property
-    def set_aside(self) -> int:  # claimed jobs not run: no row, or a final one
-        return self.claiming.handover.set_aside
 
     # -- signals: acted on by the relay's thread -------------------------------------
 
@@ -237,8 +225,7 @@ class Worker:
 
     def _wind_down(self) -> None:
         self.draining = True
-        self.housekeeping.draining = True  # no keeper pass from now on
-        self.claiming.drain()  # wakes the main loop
+        self.claiming.drain()  # no keeper pass from now on either; wakes the main loop
         self._interrupt.set()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -260,13 +247,13 @@ class Worker:
             code = self._loop()
         except Exception:  # a step outside _step failed: stop as hard, but deregistered
             logger.exception("worker %s: the claim loop failed; stopping", shown(self.id))
-            code = EXIT_ERROR
+            code = tracking.EXIT_ERROR
         finally:
             self._stage("housekeeping threads", self.housekeeping.stop)
             self._stage("claiming threads", self.claiming.stop)
             # what finished is acked before the audit's last flush
             self._stage("settlement", self.settlement.stop)
-        if code in (EXIT_HARD_STOP, EXIT_ERROR):
+        if code in (tracking.EXIT_HARD_STOP, tracking.EXIT_ERROR):
             self._shutdown_hard()
             self.housekeeping.unregister()
         else:
@@ -297,17 +284,17 @@ class Worker:
             self.wake.clear()
             self._round_failed = False
             if self.hard_stop:
-                return EXIT_HARD_STOP
+                return tracking.EXIT_HARD_STOP
             if self.draining:
                 if self.claiming.hand_back():  # nothing held any more
                     logger.info("worker %s: drained in %.2fs", shown(self.id),
                                 time.monotonic() - self._stop_asked)
-                    return EXIT_OK
+                    return tracking.EXIT_OK
             elif self.options.burst and self.claiming.burst_finished():
-                return EXIT_OK
+                return tracking.EXIT_OK
             elif (self.options.max_jobs or 1 << 62) <= self.claimed_total:  # --max-jobs: run
                 if self.ledger.idle():
-                    return EXIT_OK
+                    return tracking.EXIT_OK
             else:
                 self._step(self.claiming.claim_due)
             self._step(self._housekeeping)
@@ -357,7 +344,7 @@ def attach(worker: Worker, supervision: Supervision) -> None:
     def orphaned() -> None:
         worker.drain("its supervisor is gone")
 
-    worker.signals.on(ORPHAN_SIGNAL, orphaned)
+    worker.signals.on(tracking.ORPHAN_SIGNAL, orphaned)
     supervision.link.send("h", os.getpid(), worker.id.replace("\t", " ").replace("\n", " "))
     # the supervisor's words are no signals: its drain never counts as the first of two
     threading.Thread(target=supervision.link.listen,

@@ -35,19 +35,18 @@ logger = logging.getLogger(__name__)
 class QueueBackoff:
     """Which queues are backing off after a Redis error, and until when (main thread)."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
+    def __init__(self) -> None:
         self._until: dict[str, float] = {}
         self._delay: dict[str, float] = {}  # the queues whose last try failed
         self._tried: set[str] = set()
         self.failures = 0  # steps that found a node unreachable (a sign of an outage)
 
     def waiting(self, queue: str) -> bool:
-        return self.clock() < self._until.get(queue, 0.0)
+        return time.monotonic() < self._until.get(queue, 0.0)
 
     def remaining_ms(self, queue: str) -> float:
         """How long ``queue`` is still skipped, in ms (0 when it may be tried)."""
-        return max(0.0, self._until.get(queue, 0.0) - self.clock()) * 1000
+        return max(0.0, self._until.get(queue, 0.0) - time.monotonic()) * 1000
 
     def each(self, queues: Iterable[str], step: Callable[[str], object]) -> list[str]:
         """Run ``step(queue)`` for every queue not backing off; return the queues not done
@@ -88,6 +87,6 @@ class QueueBackoff:
     def _back_off(self, queue: str, exc: BaseException) -> None:
         delay = min(max(2 * self._delay.get(queue, 0.0), FIRST_DELAY_SECONDS), MAX_DELAY_SECONDS)
         self._delay[queue] = delay
-        self._until[queue] = self.clock() + delay
+        self._until[queue] = time.monotonic() + delay
         logger.warning("queue %r: Redis unavailable (%s); the other queues go on, this one "
                        "is retried in %.1fs", queue, shown(exc), delay)

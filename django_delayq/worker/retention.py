@@ -147,11 +147,10 @@ class Retention:
         return bool(live) and min(live) == self.worker_id
 
     def _forget_dead_workers(self) -> None:
-        silent_before = self.engine.time_ms() - forget_after_ms(self.settings)
-        forgotten = self.engine.forget_silent_workers(silent_before)
+        forget_ms = forget_after_ms(self.settings)
+        forgotten = self.engine.forget_silent_workers(self.engine.time_ms() - forget_ms)
         for worker_id in forgotten:
             logger.info("forgot worker %s: no heartbeat for over %.0fs", shown(worker_id),
-                        forget_after_ms(self.settings) / 1000)
+                        forget_ms / 1000)
         # their clean stops, and any older than the horizon (an entry a data loss took)
-        worker_stops.forget(forgotten, timezone.now() - timedelta(
-            milliseconds=forget_after_ms(self.settings)))
+        worker_stops.forget(forgotten, timezone.now() - timedelta(milliseconds=forget_ms))

@@ -50,14 +50,13 @@ class SignalRelay:
     def __init__(self) -> None:
         self.lock = threading.RLock()
         self._actions: dict[int, Callable[[], object]] = {}
-        self._thread: threading.Thread | None = None
         self._sockets: tuple[socket.socket, socket.socket] | None = None
 
     def on(self, signum: int, action: Callable[[], object]) -> None:
         """Call ``action`` on the relay's thread at each ``signum`` (main thread only)."""
         with self.lock:
             self._actions[signum] = action
-        if self._thread is None:
+        if self._sockets is None:  # the relay's thread and sockets, once
             read, write = socket.socketpair()
             write.setblocking(False)
             try:
@@ -67,24 +66,19 @@ class SignalRelay:
                 write.close()
                 raise
             self._sockets = (read, write)
-            self._thread = threading.Thread(target=self._run, args=(read,),
-                                            name="delayq-signals", daemon=True)
-            self._thread.start()
+            threading.Thread(target=self._run, args=(read,), name="delayq-signals",
+                             daemon=True).start()
         signal.signal(signum, _nothing)  # a handler is needed for the wakeup fd's write
 
     def _run(self, read: socket.socket) -> None:
         while data := read.recv(64):  # the write end stays open (``_sockets``)
             for signum in data:
                 with self.lock:
-                    action = self._actions.get(signum)
                     try:
-                        if action is not None:
+                        if (action := self._actions.get(signum)) is not None:
                             action()
                     except Exception:  # noqa: BLE001 - the next signal is acted on too
                         logger.exception("acting on signal %d failed", signum)
-
-    def active(self) -> bool:
-        return self._sockets is not None
 
     def forget_in_child(self) -> None:
         """In a process just forked from this one (its only thread; the relay's thread and
@@ -127,7 +121,7 @@ _fork_mask = threading.local()
 
 
 def _before_fork() -> None:
-    if _relay is not None and _relay.active():
+    if _relay is not None and _relay._sockets is not None:  # it runs
         _fork_mask.old = signal.pthread_sigmask(signal.SIG_BLOCK, _RELAYED)
 
 

@@ -134,7 +134,7 @@ def test_finished_job_pushed_back_into_pending_never_runs_again(cfg, caplog, fin
         for _ in range(3):
             engine.client.zadd(engine.keys("default").pending, {h.id: 0})
             worker = burst_worker()
-            assert worker.set_aside == 1
+            assert worker.claiming.handover.set_aside == 1
     finally:
         signals.job_succeeded.disconnect(on_succeeded)
     assert succeeded == [] and len(jobs_chaos.executions(h.id)) == 1
@@ -151,7 +151,7 @@ def test_id_without_a_row_is_set_aside_to_dead(cfg, caplog) -> None:  # type: ig
     engine.client.hset(engine.keys("default").jobs, "01NOROWFORTHISID0000000000",
                        Envelope(path="tests.jobs_chaos.record", args=["evil"]).encode())
     worker = burst_worker()
-    assert worker.set_aside == 1 and jobs_chaos.executions() == []
+    assert worker.claiming.handover.set_aside == 1 and jobs_chaos.executions() == []
     assert engine.inspect("default", "01NOROWFORTHISID0000000000").place == "dead"
     assert not Job.objects.exists()
     assert "no audit row" in caplog.text

@@ -20,7 +20,8 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.models import Job, JobAttempt, JobStatus
-from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
+from django_delayq.worker.tracking import EXIT_OK
 from tests import jobs_chaos
 from tests.helpers import wait_until
 

@@ -30,7 +30,8 @@ from django_delayq.engine.envelope import Envelope
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker import runner
 from django_delayq.worker.audit import AuditWriter
-from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
+from django_delayq.worker.tracking import EXIT_OK
 from tests import jobs_chaos
 from tests.helpers import wait_until
 

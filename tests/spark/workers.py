@@ -70,7 +70,7 @@ def make_rows(midway: Callable[[], object] | None = None) -> list[dict[str, Any]
     scheduled, before the worker starts); returns the audit rows as they are."""
     from django_delayq import cancel
     from django_delayq.models import Job
-    from django_delayq.worker.loop import EXIT_OK
+    from django_delayq.worker.tracking import EXIT_OK
     from tests.helpers import burst, wait_until
 
     _expired()

@@ -17,7 +17,7 @@ from django_delayq import cancel, schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.engine import CancelOutcome
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker.loop import EXIT_OK
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

@@ -10,7 +10,7 @@ import pytest
 from django_delayq import schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.models import JobAttempt, JobStatus
-from django_delayq.worker.loop import EXIT_OK
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import burst, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -19,7 +19,7 @@ import pytest
 
 from django_delayq import schedule
 from django_delayq.models import JobAttempt, JobStatus
-from django_delayq.worker.loop import EXIT_HARD_STOP, EXIT_OK
+from django_delayq.worker.tracking import EXIT_HARD_STOP, EXIT_OK
 from tests.helpers import wait_until
 from tests.worker.conftest import LOGS, ROOT, wait_or_dump, worker_env, worker_starter
 from tests.worker.test_hard_time_limit import alive, children

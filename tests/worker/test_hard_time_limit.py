@@ -16,7 +16,7 @@ import pytest
 
 from django_delayq import cancel, schedule
 from django_delayq.models import JobStatus
-from django_delayq.worker.loop import EXIT_OK
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

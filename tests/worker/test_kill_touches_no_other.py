@@ -22,7 +22,7 @@ from django.db import connection
 
 from django_delayq import cancel, schedule
 from django_delayq.models import JobStatus
-from django_delayq.worker.loop import EXIT_OK
+from django_delayq.worker.tracking import EXIT_OK
 from tests import jobs_chaos
 from tests.helpers import ALLOWED, wait_until
 from tests.worker import kill_settings

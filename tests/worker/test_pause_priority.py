@@ -14,8 +14,9 @@ from django_delayq import pause_queue, resume_queue, schedule
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import JobStatus
-from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
 from django_delayq.worker.runner import ms_to_dt
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import burst, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)

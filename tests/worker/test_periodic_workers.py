@@ -13,7 +13,7 @@ import pytest
 
 from django_delayq.core import periodic
 from django_delayq.models import Job, Schedule
-from django_delayq.worker.loop import EXIT_OK
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker, pytest.mark.slow]

@@ -15,7 +15,7 @@ from django_delayq import report_progress, schedule
 from django_delayq.core.progress import INTERVAL_SECONDS, Reporter
 from django_delayq.exceptions import InvalidJob, NotInJob
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker.loop import EXIT_OK
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]

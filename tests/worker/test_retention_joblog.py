@@ -15,8 +15,8 @@ from django_delayq import schedule
 from django_delayq.core.conf import get_settings, problems
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobAttempt, JobStatus
-from django_delayq.worker.loop import EXIT_OK
 from django_delayq.worker.retention import BATCH, delete_batch, forget_after_ms
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import burst, wait_until
 from tests.worker.conftest import worker_starter
 

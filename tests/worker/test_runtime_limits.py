@@ -16,7 +16,8 @@ from django_delayq import schedule
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker.loop import EXIT_OK, Worker, WorkerOptions
+from django_delayq.worker.loop import Worker, WorkerOptions
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import burst, wait_until
 from tests.worker import limits_settings
 from tests.worker.conftest import wait_or_dump, worker_starter

@@ -16,8 +16,8 @@ import pytest
 
 from django_delayq import schedule
 from django_delayq.models import JobStatus
-from django_delayq.worker.loop import EXIT_OK
 from django_delayq.worker.processes.supervisor import silence_allowed_s
+from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import wait_until
 from tests.worker.test_hard_time_limit import alive, children
 

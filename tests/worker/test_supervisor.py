@@ -18,7 +18,7 @@ import pytest
 from django_delayq import schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.models import JobStatus
-from django_delayq.worker.loop import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK
+from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK
 from tests.helpers import wait_until
 from tests.worker.test_hard_time_limit import alive, children
 

@@ -12,7 +12,7 @@ import pytest
 from django_delayq import schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus
-from django_delayq.worker.loop import EXIT_HARD_STOP, EXIT_OK
+from django_delayq.worker.tracking import EXIT_HARD_STOP, EXIT_OK
 from tests.helpers import wait_until
 from tests.worker.conftest import ROOT, worker_env
 

@@ -140,14 +140,14 @@ class Child:
             self.runs += 1
             started, token = float(f[3]), int(f[2])
             at = datetime.now(UTC) - timedelta(seconds=time.monotonic() - started)
-            job = self.held.get(key)
-            if job is None or job.token != token:  # its claim unseen: tracked all the same
+            # its claim unseen: tracked all the same
+            if (job := self.held.get(key)) is None or job.token != token:
                 job = ClaimedJob(queue=f[0], id=f[1], token=token, due_ms=0, envelope="",
                                  attempt=int(f[5]))  # the attempt, never the token
             self.running[key] = RunningJob(job, started, at, float(f[4]) if f[4] else None)
         elif kind == "e":  # of that delivery: a stale copy (its lease lost) may end
-            run = self.running.get(key)  # while the redelivered copy runs
-            if run is not None and run.job.token == int(f[2]):
+            # while the redelivered copy runs
+            if (run := self.running.get(key)) is not None and run.job.token == int(f[2]):
                 del self.running[key]
                 if key in self.held:
                     self.ended[key] = run
@@ -208,8 +208,7 @@ class Child:
             job_id__in=[s.key[1] for s in self.settled if s.failed])
             .values_list("job_id", "number"))
         left = [s for s in self.settled if not _written(s, rows.get(s.key[1]), tried)]
-        self.settled.clear()
-        self.settled.extend(left)
+        self.settled = deque(left, maxlen=SETTLED_KEPT)
         return bool(left)
 
     def drain(self) -> None:

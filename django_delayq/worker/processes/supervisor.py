@@ -65,15 +65,10 @@ from django.db import close_old_connections
 
 from django_delayq.engine.logtext import shown
 from django_delayq.models import Job
+from django_delayq.worker import tracking
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.processes.children import Child, TakeBack, describe_exit, rss_mb
-from django_delayq.worker.tracking import (
-    EXIT_CONFIG,
-    EXIT_ERROR,
-    EXIT_HARD_STOP,
-    EXIT_OK,
-    Supervision,
-)
+from django_delayq.worker.tracking import EXIT_CONFIG, EXIT_ERROR, EXIT_HARD_STOP, EXIT_OK
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -176,8 +171,7 @@ class Supervisor:
             return False
         self._wait()
         for child in list(self.children):  # reap those that exited
-            code = child.proc.poll()
-            if code is not None:
+            if (code := child.proc.poll()) is not None:
                 self._gone(child, code)
         now = time.monotonic()
         self._enforce_limits(now)
@@ -230,7 +224,7 @@ class Supervisor:
         opts = self.options
         self._spawned += 1
         argv = [*opts.child_argv, "--supervised",
-                Supervision.encode(fd, opts.processes, self.id, os.getpid())]
+                tracking.Supervision.encode(fd, opts.processes, self.id, os.getpid())]
         if opts.worker_id is not None:
             argv += ["--worker-id", "%s-%d" % (opts.worker_id, self._spawned)]
         if opts.metrics_port is not None:
@@ -350,8 +344,7 @@ class Supervisor:
 
     def _enforce_limits(self, now: float) -> None:
         for child in self.children:
-            overdue = [] if child.killed else child.overdue(now)
-            if overdue:
+            if not child.killed and (overdue := child.overdue(now)):
                 self._doom(child, dict.fromkeys(overdue, TakeBack.TIMED_OUT),
                            "job(s) %s past their time limit"
                            % ", ".join(shown(i) for _, i in overdue))
@@ -429,11 +422,9 @@ class Supervisor:
 
     def _check_memory(self) -> None:
         limit = self.options.max_memory_mb
-        if limit is None:
-            return
         for child in self.children:
-            if child.draining or not child.runs:  # one over at start would never run a job
-                continue
+            if limit is None or child.draining or not child.runs:  # one over at start would
+                continue  # never run a job
             used = rss_mb(child.pid)
             if used is not None and used > limit:
                 logger.info("supervisor: worker process %d uses %.0f MB (over %g): recycling",
