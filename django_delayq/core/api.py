@@ -172,6 +172,7 @@ def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
 
 def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call: JobOptions,
                    batch_size: int) -> list[str]:
+    validation.check_batch_size(batch_size)  # before anything is written or sent
     specs = _specs(specs)
     using = router.db_for_write(Job)
     # a spec alone is scheduled as schedule() schedules one: it has parents, another

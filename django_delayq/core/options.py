@@ -396,7 +396,8 @@ def check_on_conflict(on_conflict: object, key: object) -> None:
 
 def parent_ids(after: object) -> list[str]:
     """The ids ``after=`` names (``JobHandle`` objects or job ids), in order, once each;
-    ``InvalidJob`` for anything else (a string with NUL too: no database is asked it)."""
+    ``InvalidJob`` for anything else (a string with NUL or a lone surrogate too: no
+    database is asked it)."""
     if after is None:
         return []
     if isinstance(after, Mapping | bytes | bytearray):  # not a list of ids: refused whole
@@ -407,7 +408,8 @@ def parent_ids(after: object) -> list[str]:
     out: dict[str, None] = {}
     for item in after:
         job_id = item if isinstance(item, str) else getattr(item, "id", None)
-        if not isinstance(job_id, str) or not job_id or len(job_id) > 26 or "\x00" in job_id:
+        if (not isinstance(job_id, str) or not job_id or len(job_id) > 26 or "\x00" in job_id
+                or not validation.utf8_ok(job_id)):
             raise InvalidJob("after= takes JobHandle objects or job ids; got %r" % (item,))
         out[job_id] = None
     return list(out)

@@ -17,7 +17,8 @@ an ``OverflowError``, ``RecursionError``, ``UnicodeEncodeError`` or a database's
   (finite seconds, at most a year per step);
 * a queue is one of ``DELAYQ["QUEUES"]`` (with ``any_queue``, any storable name);
 * the arguments bind to the function's signature (``registry.bind``, ``registry.Binder``);
-* the payload limit ``MAX_PAYLOAD_BYTES`` counts UTF-8 bytes.
+* the payload limit ``MAX_PAYLOAD_BYTES`` counts UTF-8 bytes;
+* a bulk call's ``batch_size`` is an int of at least 1 (``check_batch_size``).
 
 The worker applies the same limits to what it reads back from a row (``payloads``).
 """
@@ -389,6 +390,15 @@ def check_max_attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
         raise InvalidJob("max_attempts must be an integer from 1 to %d, got %s"
                          % (MAX_ATTEMPTS, short(value)))
+    return value
+
+
+def check_batch_size(value: object) -> int:
+    """``batch_size`` (``schedule_many``, ``schedule_dataframe``): an int of at least 1,
+    checked before anything is written or sent (the INSERT loop steps by it)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidJob("batch_size must be an integer of at least 1 (not a bool), not %s"
+                         % short(value))
     return value
 
 

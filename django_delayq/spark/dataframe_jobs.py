@@ -26,6 +26,7 @@ from django.utils import timezone
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from django_delayq.core import validation
 from django_delayq.core.conf import get_settings
 from django_delayq.exceptions import InvalidJob
 from django_delayq.spark.arrow_jobs import Target
@@ -156,8 +157,7 @@ def schedule_dataframe(
     if not isinstance(fn, str):
         fn = "%s.%s" % (fn.__module__, fn.__qualname__)
     _check_columns(df, at_col, delay_col, key_col, args_cols, kwargs_cols)
-    if batch_size <= 0:
-        raise InvalidJob("batch_size must be > 0, not %r" % (batch_size,))
+    validation.check_batch_size(batch_size)
     if null_when not in ("error", "now"):
         raise InvalidJob("null_when must be 'error' or 'now', not %r" % (null_when,))
     plan = Plan(fn_path=fn, settings_module=_settings_module(settings_module),

@@ -1,10 +1,12 @@
 """Inputs no database can take end in clean errors naming the value, escaped: a job id
 with a lone surrogate or NUL is not found (it raised UnicodeEncodeError / the driver's
-error), a key with a control character is refused (PostgreSQL cannot store NUL), and
-``at`` is capped at 100 years ahead, as ``delay`` is."""
+error), a key with a control character is refused (PostgreSQL cannot store NUL), a lone
+surrogate in ``after=`` or any other string option is refused by every way in, and ``at``
+is capped at 100 years ahead, as ``delay`` is."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -16,14 +18,19 @@ from django_delayq import (
     JobNotFound,
     JobSpec,
     cancel,
+    chain,
     get_job,
+    job,
     requeue,
     reschedule,
     run_now,
     schedule,
     schedule_many,
+    schedule_spec,
 )
 from django_delayq.core import results
+from django_delayq.core.aio import aschedule, aschedule_spec
+from django_delayq.core.api import JobCall, JobHandle
 from django_delayq.models import Job
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -74,3 +81,59 @@ def test_at_is_capped_at_100_years_like_delay(delayq_settings) -> None:  # type:
         reschedule(h.id, at=far)
     with pytest.raises(InvalidJob, match="expires=9999-01-01T00:00:00"):
         schedule("tests.jobs.noop", expires=far)
+
+
+SURROGATE_AFTER = ["01j\ud800", "\udfff"]  # no database stores these as UTF-8
+
+
+@pytest.mark.parametrize("bad", SURROGATE_AFTER)
+def test_a_lone_surrogate_in_after_is_refused_by_every_way_in(delayq_settings, bad) -> None:  # type: ignore[no-untyped-def]
+    """``after=`` an id with a lone surrogate reached the database's driver, which raised
+    ``UnicodeEncodeError``; ``job(fn).using(after=...)`` took it. Now ``InvalidJob``
+    naming it, as for NUL, before anything is written."""
+    add = "tests.jobs.add"
+    ways = {
+        "schedule": lambda: schedule(add, 1, 2, after=[bad]),
+        "schedule, one id": lambda: schedule(add, 1, 2, after=bad),
+        "schedule, a handle": lambda: schedule(add, 1, 2, after=[JobHandle(bad, "default")]),
+        "schedule_many": lambda: schedule_many(add, [JobSpec(args=(1, 2))], after=[bad]),
+        "schedule_many, a spec's": lambda: schedule_many(
+            add, [JobSpec(args=(1, 2)), JobSpec(args=(3, 4), after=[bad])]),
+        "schedule_spec": lambda: schedule_spec(add, JobSpec(args=(1, 2), after=[bad])),
+        "job().using()": lambda: job(add).using(after=[bad]),
+        "job().schedule_many": lambda: JobCall(add, after=bad).schedule_many(
+            [JobSpec(args=(1, 2))]),
+        "chain": lambda: chain(job(add).s(1, 2), JobCall(add, after=[bad]).s(3, 4)),
+        "aschedule": lambda: asyncio.run(aschedule(add, 1, 2, after=[bad])),
+        "aschedule_spec": lambda: asyncio.run(aschedule_spec(add, JobSpec(args=(1, 2),
+                                                                          after=[bad]))),
+    }
+    for way, call in ways.items():
+        with pytest.raises(InvalidJob) as info:
+            call()
+        named = JobHandle(bad, "default") if "handle" in way else bad
+        assert str(info.value) == "after= takes JobHandle objects or job ids; got %r" % (
+            named,), way
+        assert not Job.objects.exists(), way
+
+
+@pytest.mark.parametrize(("option", "named"), [
+    ({"key": "k\ud800"}, r"key 'k\\ud800' contains a lone surrogate"),
+    ({"group": "g\ud800"}, r"group 'g\\ud800' contains a lone surrogate"),
+    ({"queue": "q\ud800"}, r"unknown queue 'q\\ud800'"),
+    ({"retry_on": "builtins.Value\ud800Error"}, r"retry_on: 'builtins.Value\\ud800Error' is not"),
+    ({"retry_on": ["builtins.Value\ud800Error"]}, r"retry_on: 'builtins.Value\\ud800Error' is not"),
+    ({"key": "k", "on_conflict": "keep\ud800"}, r"on_conflict='keep\\ud800'"),
+    ({"after": [], "after_failure": "run\ud800"}, r"after_failure='run\\ud800'"),
+])
+def test_a_lone_surrogate_in_a_string_option_is_refused_by_every_way_in(delayq_settings, option, named) -> None:  # type: ignore[no-untyped-def]
+    """Each string option a row or Redis stores: ``InvalidJob`` naming it, escaped, never a
+    driver's ``UnicodeEncodeError``; ``using()`` refuses it at once."""
+    add = "tests.jobs.add"
+    for call in (lambda: schedule(add, 1, 2, **option),
+                 lambda: schedule_spec(add, JobSpec(args=(1, 2), **option)),
+                 lambda: schedule_many(add, [JobSpec(args=(1, 2), **option)]),
+                 lambda: job(add).using(**option)):
+        with pytest.raises(InvalidJob, match=named):
+            call()
+    assert not Job.objects.exists()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -114,6 +115,10 @@ def test_bad_input_fails_on_the_driver_naming_it(spark: Any, spark_delayq: Any) 
         schedule_dataframe(df, ADD, at_col="key", settings_module=SETTINGS)
     with pytest.raises(InvalidJob, match="unknown queue"):
         schedule_dataframe(df, ADD, queue="nowhere", settings_module=SETTINGS)
+    for bad, shown in ((1.5, "1.5"), ("x", "'x'"), (True, "True"), (0, "0"), (-1, "-1")):
+        with pytest.raises(InvalidJob, match=r"^batch_size must be an integer of at least 1 "
+                                             r"\(not a bool\), not %s$" % re.escape(shown)):
+            schedule_dataframe(df, ADD, batch_size=bad, settings_module=SETTINGS)
     assert not Job.objects.exists()
 
 
