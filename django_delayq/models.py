@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
+from typing import Any, overload
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -27,6 +29,30 @@ LIVE_STATUSES = (JobStatus.SCHEDULED, JobStatus.RUNNING, JobStatus.RETRYING)
 UNFINISHED_STATUSES = (JobStatus.WAITING, *LIVE_STATUSES)
 FINAL_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD, JobStatus.CANCELLED, JobStatus.EXPIRED)
 FINAL_SQL = ", ".join("'%s'" % status.value for status in FINAL_STATUSES)  # raw SQL's IN (...)
+
+
+@overload
+def db_datetime(value: datetime) -> datetime: ...
+@overload
+def db_datetime(value: None) -> None: ...
+def db_datetime(value: datetime | None) -> datetime | None:
+    """``value`` as a row stores it, the one conversion of every datetime written or
+    compared in a query: itself with ``USE_TZ`` (or naive, or None); without ``USE_TZ`` an
+    aware value's wall time in ``TIME_ZONE``, naive, as Django's own naive ``now()`` (the
+    ORM converts nothing there: SQLite and MySQL refuse an aware value, and PostgreSQL's
+    ``timestamp without time zone`` takes its time in the connection's zone, ``TIME_ZONE``).
+    The worker, the reconciler and the schedules work in aware UTC times."""
+    if value is None or value.tzinfo is None or settings.USE_TZ:
+        return value
+    return timezone.make_naive(value, timezone.get_default_timezone())
+
+
+def aware_datetime(value: datetime) -> datetime:
+    """A datetime read from a row, aware: a naive one (``USE_TZ = False``) is the wall time
+    in ``TIME_ZONE`` (``db_datetime``'s inverse), comparable with aware times."""
+    if value.tzinfo is not None:
+        return value
+    return timezone.make_aware(value, timezone.get_default_timezone())
 
 
 class Job(models.Model):

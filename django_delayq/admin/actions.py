@@ -34,7 +34,7 @@ from django_delayq.core import api, registry
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob
-from django_delayq.models import Job, JobStatus
+from django_delayq.models import Job, JobStatus, aware_datetime
 
 logger = logging.getLogger(__name__)
 
@@ -191,9 +191,9 @@ class RescheduleForm(forms.Form):
         09:00:00 UTC``; for a delay, the time it gives from now, and the delay."""
         at = self.cleaned_data.get("at")
         if at is not None:
-            return timezone.localtime(at).strftime("%Y-%m-%d %H:%M:%S %Z")
+            return timezone.localtime(aware_datetime(at)).strftime("%Y-%m-%d %H:%M:%S %Z")
         delay = timedelta(seconds=float(self.cleaned_data["delay"]))
-        due = timezone.localtime(timezone.now() + delay)
+        due = timezone.localtime(aware_datetime(timezone.now() + delay))  # naive: no USE_TZ
         return "%s (in %s)" % (due.strftime("%Y-%m-%d %H:%M:%S %Z"), delay)
 
 

@@ -35,7 +35,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_delayq.core import stored, validation
-from django_delayq.models import JobStatus
+from django_delayq.models import JobStatus, aware_datetime
 
 if TYPE_CHECKING:
     from django.contrib.admin import ModelAdmin
@@ -120,7 +120,7 @@ def seconds(value: datetime | None, shown: str = "%Y-%m-%d %H:%M:%S") -> str:
     ``<time>`` element whose title names the zone (``2026-11-23 19:24:07 CET``)."""
     if value is None:
         return "-"
-    local = timezone.localtime(value)
+    local = timezone.localtime(aware_datetime(value))  # naive: USE_TZ = False's rows
     return format_html('<time datetime="{}" title="{}">{}</time>', local.isoformat(),
                        zoned(local), local.strftime(shown))
 

@@ -39,7 +39,7 @@ from django_delayq.admin.display import column, job_link, short_seconds, status_
 from django_delayq.core import api, periodic, registry, schedules, validation
 from django_delayq.core.options import JobSpec
 from django_delayq.exceptions import DelayQError, InvalidJob
-from django_delayq.models import Job, JobStatus, Schedule
+from django_delayq.models import Job, JobStatus, Schedule, aware_datetime
 
 if TYPE_CHECKING:  # generic for the type checker only: Django's classes take no [...]
     _ScheduleFormBase = forms.ModelForm[Schedule]
@@ -139,6 +139,7 @@ def _tick(value: datetime | None, zone: str,
     time there (``= 02:00:00 CET``; the date and zone name in a title)."""
     if value is None:
         return "-"
+    value = aware_datetime(value)  # naive: a row's time under USE_TZ = False
     try:
         there = value.astimezone(schedules.zone_of(zone))
     except InvalidJob:

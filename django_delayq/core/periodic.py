@@ -27,7 +27,15 @@ from django_delayq.core.connection import get_engine
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.exceptions import DelayQError, InvalidJob
-from django_delayq.models import TICK_KEY_PREFIX, Job, JobStatus, MissedPolicy, Schedule
+from django_delayq.models import (
+    TICK_KEY_PREFIX,
+    Job,
+    JobStatus,
+    MissedPolicy,
+    Schedule,
+    aware_datetime,
+    db_datetime,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -102,12 +110,15 @@ def advance(s: Schedule, after: datetime, now: datetime | None = None,
     """Materialise the tick after ``after`` and point the schedule at it (only if nobody
     moved the schedule meanwhile). Missed ticks are skipped unless ``catch_up`` (the lost
     job of a ``once`` schedule). Returns the job id, ``None`` past the end."""
-    now = now or timezone.now()
     if not s.enabled:
         return None
+    # aware: a row's times are naive under USE_TZ = False (the wall time of TIME_ZONE), the
+    # rule's ticks aware; written back through ``db_datetime``
+    now, after = aware_datetime(now or timezone.now()), aware_datetime(after)
+    start, end = (None if t is None else aware_datetime(t) for t in (s.start_at, s.end_at))
     rule = schedules.Rule(cron=s.cron, interval_s=s.interval_seconds,
                           zone=schedules.zone_of(s.time_zone),
-                          anchor=s.start_at or s.created_at, start=s.start_at, end=s.end_at)
+                          anchor=start or aware_datetime(s.created_at), start=start, end=end)
     tick = _choose(rule, after, now, catch_up)
     if tick is None:
         return None
@@ -126,9 +137,10 @@ def _point(s: Schedule, tick: datetime, now: datetime) -> str:
     with transaction.atomic(using=router.db_for_write(Job)), \
             transaction.atomic(using=router.db_for_write(Schedule)):
         job_id = materialise(s, tick, now)
-        later = Q(next_tick_at__isnull=True) | Q(next_tick_at__lt=tick)
+        stored = db_datetime(tick)
+        later = Q(next_tick_at__isnull=True) | Q(next_tick_at__lt=stored)
         Schedule.objects.filter(later, pk=s.pk, version=s.version).update(
-            next_tick_at=tick, next_job_id=job_id)
+            next_tick_at=stored, next_job_id=job_id)
     return job_id
 
 
@@ -308,7 +320,9 @@ def _sync_one(name: str, d: dict[str, Any]) -> None:
     """Upsert one definition (``sync_settings``); ``InvalidJob`` naming its problems."""
     if problems := schedules.settings_problems({name: d}):
         raise InvalidJob("; ".join(problems))
-    values = schedules.settings_values(d)
+    values: dict[str, Any] = {  # its start and end (aware) as the row stores them
+        f: db_datetime(v) if isinstance(v, datetime) else v
+        for f, v in schedules.settings_values(d).items()}
     enabled = values.pop("enabled")  # as operators set it, once the row exists
     s, created = Schedule.objects.get_or_create(
         name=name, defaults={**values, "from_settings": True, "enabled": enabled})

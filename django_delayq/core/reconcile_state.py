@@ -69,7 +69,7 @@ from django_delayq.core.validation import at_ms
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import grouped
 from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
-from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus, db_datetime
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -380,7 +380,8 @@ def settle_row(row: Job, status: JobStatus, number: int, reason: str, *, error_t
     was read (else False: a late flush wins): ``status`` at attempt ``number`` (dead: with a
     ``JobAttempt``), ``worker_id`` None: the row's, ``finished`` None: now; logged, signalled."""
     now, using = timezone.now(), router.db_for_write(Job)
-    finished, worker_id = finished or now, row.worker_id if worker_id is None else worker_id
+    finished = now if finished is None else db_datetime(finished)  # Redis's instants: UTC
+    worker_id = row.worker_id if worker_id is None else worker_id
     with transaction.atomic(using=using):
         if not Job.objects.using(using).filter(
                 pk=row.pk, status=row.status, updated_at=row.updated_at, attempts__lte=number

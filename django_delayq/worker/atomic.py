@@ -51,7 +51,14 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections, router, transaction
 
 from django_delayq.core import workflows
-from django_delayq.models import FINAL_SQL, JOB_COLUMNS, Job, JobDependency, JobStatus
+from django_delayq.models import (
+    FINAL_SQL,
+    JOB_COLUMNS,
+    Job,
+    JobDependency,
+    JobStatus,
+    db_datetime,
+)
 from django_delayq.worker.outcome import storable
 
 if TYPE_CHECKING:
@@ -112,7 +119,10 @@ def commit(using: str, job_id: str, attempt: int, *, worker_id: str, started_at:
     module docstring) and resolve the job's waiting children; ``NotOurs`` when the fence
     refuses (the caller's ``with transaction_of()`` then rolls everything back)."""
     conn = connections[using]
-    moment = conn.ops.adapt_datetimefield_value
+
+    def moment(value: datetime) -> Any:  # as the ORM writes it (the audit writer's too)
+        return conn.ops.adapt_datetimefield_value(db_datetime(value))
+
     params: list[Any] = [JobStatus.SUCCEEDED.value, attempt, moment(started_at),
                          moment(finished_at), None if result is None else json.dumps(result),
                          storable(worker_id), moment(finished_at), job_id, attempt]

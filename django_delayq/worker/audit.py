@@ -25,6 +25,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import (
     DataError,
     IntegrityError,
@@ -37,7 +38,14 @@ from django.db import (
 from django_delayq.core import workflows
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import chunks
-from django_delayq.models import FINAL_SQL, FINAL_STATUSES, JOB_COLUMNS, Job, JobAttempt
+from django_delayq.models import (
+    FINAL_SQL,
+    FINAL_STATUSES,
+    JOB_COLUMNS,
+    Job,
+    JobAttempt,
+    db_datetime,
+)
 from django_delayq.worker.outcome import storable
 
 if TYPE_CHECKING:
@@ -142,11 +150,10 @@ class AuditWriter:
                 self._lock.notify()
 
     def attempt(self, **fields: Any) -> None:
-        for name in ("error_type", "error", "traceback", "worker_id"):
-            if name in fields:
-                fields[name] = storable(fields[name])
+        attempt = JobAttempt(**fields)
+        _storable(attempt)
         with self._lock:
-            self._attempts.append(JobAttempt(**fields))
+            self._attempts.append(attempt)
 
     def flush_soon(self) -> None:
         """Have the writer's thread flush now rather than after its interval; never waits
@@ -240,8 +247,7 @@ class AuditWriter:
         if self.before_write is not None:
             self.before_write()
         for attempt in attempts:
-            for name in ("error_type", "error", "traceback", "worker_id"):
-                setattr(attempt, name, storable(getattr(attempt, name)))
+            _storable(attempt)
         with self._flushing:
             self._write(changes, attempts, fence)
             now = time.monotonic()
@@ -356,6 +362,15 @@ class AuditWriter:
         return final
 
 
+def _storable(attempt: JobAttempt) -> None:
+    """``attempt``'s text made storable, its times as its row stores them (``db_datetime``:
+    ``bulk_create`` converts none; the start also keys ``write_now``'s attempts)."""
+    for name in ("error_type", "error", "traceback", "worker_id"):
+        setattr(attempt, name, storable(getattr(attempt, name)))
+    attempt.started_at = db_datetime(attempt.started_at)
+    attempt.finished_at = db_datetime(attempt.finished_at)
+
+
 def _final_rows(conn: BaseDatabaseWrapper, ids: list[str]) -> list[str]:
     """Which of ``ids`` have final rows, read in the write's transaction: a change making a
     row final that the guard kept (the row says a later attempt: a redelivered copy runs
@@ -371,9 +386,12 @@ def _final_rows(conn: BaseDatabaseWrapper, ids: list[str]) -> list[str]:
 
 
 def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:
-    """One value adapter per column for ``conn``, decided once per flush."""
+    """One value adapter per column for ``conn``, decided once per flush. A datetime is
+    written as the ORM stores it: ``db_datetime`` (without ``USE_TZ``, the wall time of
+    ``TIME_ZONE``), then the backend's adapter."""
     adapt_dt, iso = conn.ops.adapt_datetimefield_value, datetime.isoformat
-    sqlite_utc = conn.vendor == "sqlite" and conn.timezone_name == "UTC"
+    naive = not settings.USE_TZ
+    sqlite_utc = conn.vendor == "sqlite" and conn.timezone_name == "UTC" and not naive
 
     last: list[Any] = [None, None]  # the last value adapted, and what it became
 
@@ -383,7 +401,8 @@ def _adapters(conn: BaseDatabaseWrapper) -> dict[str, Callable[[Any], Any]]:
         if value is last[0]:  # a row's updated_at is its started_at or finished_at
             return last[1]
         # on SQLite in UTC, what the adapter returns, 10x faster: without the "+00:00"
-        out = iso(value, " ")[:-6] if sqlite_utc and value.tzinfo is UTC else adapt_dt(value)
+        out = (iso(value, " ")[:-6] if sqlite_utc and value.tzinfo is UTC
+               else adapt_dt(db_datetime(value) if naive else value))
         last[0], last[1] = value, out
         return out
 
