@@ -7,13 +7,17 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 from freezegun import freeze_time
 
 from django_delayq import (
     JobHandle,
     JobSpec,
+    MoveOutcome,
     cancel,
     current_job,
+    reschedule,
+    run_now,
     schedule,
     schedule_many,
     signals,
@@ -347,6 +351,20 @@ def test_eager_does_not_run_a_job_cancelled_before_the_commit(
         handle.cancel()
     job = Job.objects.get(pk=handle.id)
     assert (job.status, job.result, job.started_at) == ("cancelled", None, None)
+
+
+@pytest.mark.django_db
+def test_eager_a_job_moved_before_its_commit_runs_at_the_commit(
+        project, delayq_eager, django_capture_on_commit_callbacks):  # noqa: F811
+    """Eager runs every job of the commit, due or not: a move there changes its row."""
+    with django_capture_on_commit_callbacks(execute=True):
+        later, now = (schedule("tests.jobs.add", i, 1, delay=3600) for i in range(2))
+        assert reschedule(later.id, delay=60) is MoveOutcome.MOVED
+        assert run_now(now.id) is MoveOutcome.MOVED
+        assert abs((later.job.run_at - timezone.now()).total_seconds() - 60) < 30
+    assert [(h.status, h.job.result) for h in (later, now)] == [("succeeded", 1), ("succeeded", 2)]
+    assert get_engine().inspect("default", later.id).place == ""  # Redis never saw them
+    assert reschedule(later.id, delay=60) is MoveOutcome.NOT_FOUND  # it finished
 
 
 # -- a job that cancels itself (or another) while it runs: eager as run_due_jobs ---------

@@ -308,13 +308,18 @@ def cancel(job_id: str) -> CancelOutcome:
 
 def reschedule(job_id: str, *, delay: float | timedelta | None = None,
                at: datetime | None = None) -> MoveOutcome:
-    """Move a pending job to ``at`` or ``delay`` from now; ``run_now`` is ``delay=0``."""
+    """Move a pending job to ``at`` or ``delay`` from now; ``run_now`` is ``delay=0``. One
+    this transaction scheduled moves with its send at the commit (``move_unsent``)."""
     row = get_job(job_id)
     at, seconds = validation.when(delay, at, django_settings.USE_TZ)
     run_at = (timezone.now() + timedelta(seconds=seconds) if at is None
               else validation.stored_time(at, django_settings.USE_TZ))  # before Redis moves it
-    outcome, due = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
-                                           at_ms=None if at is None else validation.at_ms(at))
+    at_ms, delay_ms = None if at is None else validation.at_ms(at), int(seconds * 1000)
+    if row.status == JobStatus.SCHEDULED and commit_batch.move_unsent(
+            router.db_for_write(Job), row.id, at_ms, delay_ms):  # not sent yet: its send moves
+        outcome, due = MoveOutcome.MOVED, None
+    else:
+        outcome, due = get_engine().reschedule(row.queue, row.id, delay_ms=delay_ms, at_ms=at_ms)
     if outcome is MoveOutcome.MOVED:
         if due is not None and due > int(run_at.timestamp() * 1000) + 1000:
             # held back by a cancel under way (lua/move.lua): the row says when Redis has it

@@ -20,6 +20,13 @@ runs before either job is sent; one registered after the last call runs after th
 ``after_sends`` runs a function at commit after the jobs of the callbacks registered
 before it are sent (a cancel in the transaction that scheduled the job).
 
+``move_unsent``: a ``reschedule()`` or ``run_now()`` in the transaction that scheduled the
+job, before its send. The connection keeps, by job id, a weak reference to the callback
+that sends it (found in one dict lookup; alive: Django will run it at this commit). The
+move is kept with a callback of its own: it stands if that one ran, or is still alive
+when the send happens (a savepoint rolled back discards it, and its move with it); the
+send gives the job the due time of its last move that stands.
+
 In autocommit the rows are committed by their INSERT: the jobs are sent at once.
 
 ``send(queue, jobs)`` is the one send of committed jobs (at commit, or at once in
@@ -49,6 +56,7 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -65,16 +73,35 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 
+class _Move:
+    """A due time given to a job not sent yet: it stands once its callback ran at the
+    commit, or while Django holds that callback (its savepoint was not rolled back)."""
+
+    __slots__ = ("at_ms", "callback", "delay_ms")
+
+    def __init__(self, at_ms: int | None, delay_ms: int) -> None:
+        self.at_ms, self.delay_ms = at_ms, delay_ms
+        self.callback: weakref.ref[Callable[[], None]] | None = None
+
+    def stands(self) -> bool:
+        return self.callback is None or self.callback() is not None
+
+
 class _Pending:
     """One database connection's jobs whose callbacks ran and that are not sent yet, by
     queue, weak references to the callbacks registered, in their order, and (eager mode)
-    the exceptions of the jobs run at this commit, for the last callback to raise."""
+    the exceptions of the jobs run at this commit, for the last callback to raise. And,
+    by job id, the callback that sends (eager: runs) each job of the open transaction
+    (``unsent``) and the moves given to them (``moves``: ``move_unsent``)."""
 
-    __slots__ = ("after_commit", "callbacks", "failures", "jobs", "ran", "running")
+    __slots__ = ("after_commit", "callbacks", "failures", "jobs", "moves", "ran", "running",
+                 "unsent")
 
     def __init__(self) -> None:
         self.jobs: dict[str, list[NewJob]] = {}
         self.callbacks: list[weakref.ref[Callable[[], None]]] = []
+        self.unsent: dict[str, weakref.ref[Callable[[], None]]] = {}
+        self.moves: dict[str, list[_Move]] = {}
         self.failures: list[Exception] = []
         self.ran = False  # (eager) a callback ran since the last one was registered
         self.running = 0  # (eager) callbacks running now, one inside the other
@@ -85,6 +112,9 @@ class _Pending:
 
     def register(self, callback: Callable[[], None]) -> weakref.ref[Callable[[], None]]:
         self.forget_discarded()  # after a rollback: none is alive any more
+        if not self.callbacks and (self.unsent or self.moves):  # none alive: none unsent
+            self.unsent.clear()
+            self.moves.clear()
         me = weakref.ref(callback)
         self.callbacks.append(me)
         return me
@@ -106,8 +136,16 @@ class _Pending:
 
     def send(self) -> None:
         jobs, self.jobs = self.jobs, {}
+        self.unsent.clear()  # at (or after) the commit: no reschedule() finds them here
         for queue, queued in jobs.items():
-            send(queue, queued)
+            send(queue, [self.moved(job) for job in queued] if self.moves else queued)
+
+    def moved(self, job: NewJob) -> NewJob:
+        """``job`` due at its last move that stands, if any."""
+        for move in reversed(self.moves.pop(job.id, ())):
+            if move.stands():
+                return replace(job, at_ms=move.at_ms, delay_ms=move.delay_ms)
+        return job
 
 
 # Keyed by Django's connection object: one per thread (or async context) and alias.
@@ -143,6 +181,8 @@ def enqueue_after_commit(using: str, queue: str, jobs: list[NewJob], conn: Any =
             pending.send()
 
     me = pending.register(send_at_commit)
+    for job in jobs:
+        pending.unsent[job.id] = me
     transaction.on_commit(send_at_commit, using=using, robust=True)  # its errors: logged
 
 
@@ -187,6 +227,8 @@ def _run_at_commit(using: str, pending: _Pending, job_ids: list[str],
             raise first
 
     me = pending.register(run_at_commit)
+    for job_id in job_ids:
+        pending.unsent[job_id] = me
     transaction.on_commit(run_at_commit, using=using)
 
 
@@ -213,6 +255,30 @@ def after_sends(using: str, fn: Callable[[], object]) -> None:
         fn()
 
     transaction.on_commit(run, using=using, robust=True)
+
+
+def move_unsent(using: str, job_id: str, at_ms: int | None, delay_ms: int) -> bool:
+    """Whether ``job_id`` is a job the open transaction of ``using`` scheduled, whose send
+    (eager mode: its run) is still to come at its commit. If so that send gives it the due
+    time ``at_ms`` (epoch ms) or ``delay_ms`` after the server's time then, as a ``NewJob``
+    is due, unless the savepoint of this call rolls back; eager mode runs it at the commit
+    anyway. False: sent already, or scheduled by another transaction (Redis's to move)."""
+    conn = connections[using]
+    pending = _by_connection.get(conn)
+    sender = None if pending is None else pending.unsent.get(job_id)
+    if pending is None or sender is None or sender() is None or conn.get_autocommit():
+        return False
+    if get_settings().eager:
+        return True
+    move = _Move(at_ms, delay_ms)
+
+    def stands() -> None:  # holds no reference to itself: freed when discarded
+        move.callback = None  # ran at the commit: its savepoint was not rolled back
+
+    move.callback = weakref.ref(stands)
+    pending.moves.setdefault(job_id, []).append(move)
+    transaction.on_commit(stands, using=using, robust=True)
+    return True
 
 
 def send(queue: str, jobs: list[NewJob]) -> None:

@@ -13,8 +13,16 @@ from django.db import transaction
 from django.db.transaction import TransactionManagementError
 from django.test import AsyncClient
 
-from django_delayq import AsyncJobHandle, CancelOutcome, aschedule, await_result, schedule
+from django_delayq import (
+    AsyncJobHandle,
+    CancelOutcome,
+    MoveOutcome,
+    aschedule,
+    await_result,
+    schedule,
+)
 from django_delayq.core import aio
+from django_delayq.core.connection import get_engine
 from django_delayq.exceptions import InvalidJob, JobFailed, JobNotFound, WaitTimeout
 from django_delayq.models import Job, JobStatus
 from tests.helpers import burst
@@ -128,3 +136,17 @@ def test_await_result_inside_an_atomic_block_is_refused_at_once_as_wait_is(delay
             async_to_sync(await_result)(job_id, 5)
         with pytest.raises(TransactionManagementError, match="wait"):
             schedule("tests.jobs.noop", 2).wait()
+
+
+def test_areschedule_and_arun_now_in_the_scheduling_transaction_move_its_send(
+        delayq_settings):
+    """Driven from synchronous code inside its atomic block (``async_to_sync``): they run
+    on the caller's thread, in its transaction, as ``reschedule`` and ``run_now`` do."""
+    with transaction.atomic():
+        later, now = (schedule("tests.jobs.noop", i, delay=3600) for i in range(2))
+        assert async_to_sync(aio.areschedule)(later.id, delay=120) is MoveOutcome.MOVED
+        assert async_to_sync(aio.arun_now)(now.id) is MoveOutcome.MOVED
+    engine = get_engine()
+    assert engine.time_ms() + 60_000 < engine.inspect("default", later.id).score_ms < \
+        engine.time_ms() + 120_000
+    assert [j.id for j in engine.claim("default", 10, 30_000).jobs] == [now.id]

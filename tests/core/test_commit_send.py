@@ -5,14 +5,16 @@ reconciler; a process that exits right after scheduling has sent its jobs."""
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
 import textwrap
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
-from django_delayq import cancel, run_now, schedule
+from django_delayq import cancel, reschedule, run_now, schedule
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile import Reconciler
@@ -84,3 +86,78 @@ def test_a_cancel_in_the_scheduling_transaction_leaves_nothing_in_redis(
         cancel(handle.id)
     assert _places([handle]) == {""}  # sent at the commit, then cancelled after its send
     assert Job.objects.get(pk=handle.id).status == JobStatus.CANCELLED
+
+
+class _Boom(Exception):
+    pass
+
+
+def _score(job_id: str) -> int:
+    score = get_engine().inspect("default", job_id).score_ms
+    assert score is not None, job_id
+    return score
+
+
+def _run_at_in(job_id: str, seconds: float) -> bool:
+    """Whether the row is due ``seconds`` from now (within the test's own slowness)."""
+    left = (Job.objects.get(pk=job_id).run_at - timezone.now()).total_seconds()
+    return seconds - 30 <= left <= seconds
+
+
+def _claimable() -> list[str]:
+    return [j.id for j in get_engine().claim("default", 50, 30_000).jobs]
+
+
+def test_reschedule_and_run_now_in_the_scheduling_transaction_move_its_send(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """The job is not in Redis yet: its send at the commit carries the new due time, and
+    the row says the same."""
+    at = timezone.now().replace(microsecond=0) + dt.timedelta(hours=2)
+    with transaction.atomic():
+        later, now, fixed, kept = (schedule("tests.jobs.noop", i, delay=3600) for i in range(4))
+        assert reschedule(later.id, delay=120) is MoveOutcome.MOVED
+        assert run_now(now.id) is MoveOutcome.MOVED
+        assert reschedule(fixed.id, at=at) is MoveOutcome.MOVED
+        before = get_engine().time_ms()
+    after = get_engine().time_ms()
+    assert before + 120_000 <= _score(later.id) <= after + 120_000
+    assert _run_at_in(later.id, 120) and _run_at_in(now.id, 0) and _run_at_in(kept.id, 3600)
+    assert _score(fixed.id) == int(at.timestamp() * 1000)
+    assert Job.objects.get(pk=fixed.id).run_at == at
+    assert before + 3_600_000 <= _score(kept.id) <= after + 3_600_000
+    assert _claimable() == [now.id]  # due now: a worker runs it; the others wait
+
+
+def test_a_move_rolled_back_with_its_savepoint_leaves_the_earlier_one(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    with transaction.atomic():
+        handle = schedule("tests.jobs.noop", 1, delay=3600)
+        assert reschedule(handle.id, delay=120) is MoveOutcome.MOVED
+        with pytest.raises(_Boom), transaction.atomic():
+            assert run_now(handle.id) is MoveOutcome.MOVED
+            raise _Boom
+        before = get_engine().time_ms()
+    assert before + 120_000 <= _score(handle.id) <= get_engine().time_ms() + 120_000
+    assert _run_at_in(handle.id, 120) and _claimable() == []
+
+
+def test_a_move_after_a_cancel_in_the_same_transaction_reaches_the_send(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """The cancel's call after the commit sends the jobs registered before it first: the
+    move registered after it still applies to that send."""
+    with transaction.atomic():
+        handle, gone = (schedule("tests.jobs.noop", i, delay=3600) for i in range(2))
+        assert cancel(gone.id) is CancelOutcome.CANCELLED
+        assert run_now(handle.id) is MoveOutcome.MOVED
+    assert _places([gone]) == {""} and _claimable() == [handle.id]
+
+
+def test_a_rolled_back_transaction_leaves_no_job_and_no_move(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(_Boom), transaction.atomic():
+        handle = schedule("tests.jobs.noop", 1, delay=3600)
+        assert run_now(handle.id) is MoveOutcome.MOVED
+        raise _Boom
+    assert not Job.objects.filter(pk=handle.id).exists() and _places([handle]) == {""}
+    again = schedule("tests.jobs.noop", 2, delay=3600)  # the next send: nothing moved
+    assert _run_at_in(again.id, 3600) and _claimable() == []

@@ -5,8 +5,9 @@ the release invariant") with real workers on a private Redis."""
 from __future__ import annotations
 
 import pytest
+from django.db import transaction
 
-from django_delayq import InvalidJob, cancel, job, schedule
+from django_delayq import InvalidJob, MoveOutcome, cancel, job, reschedule, run_now, schedule
 from django_delayq.core import workflows
 from django_delayq.core.api import JobSpec, chain, group, schedule_many
 from django_delayq.core.connection import get_engine
@@ -47,9 +48,13 @@ def in_redis(engine, job_id: str, queue: str = "default") -> bool:  # type: igno
 def test_a_child_waits_outside_redis_until_its_parent_succeeded(dq, tmp_path) -> None:  # type: ignore[no-untyped-def]
     out = tmp_path / "log"
     a = schedule(jobs.record, str(out), "a", delay=3600)
-    b = schedule(jobs.record, str(out), "b", after=[a])
+    with transaction.atomic():  # waiting from its scheduling transaction on: not moved
+        b = schedule(jobs.record, str(out), "b", after=[a])
+        assert run_now(b.id) is MoveOutcome.NOT_FOUND
     row = Job.objects.get(pk=b.id)
     assert (row.status, row.parents_left) == (JobStatus.WAITING, 1)
+    assert reschedule(b.id, delay=0) is MoveOutcome.NOT_FOUND
+    assert Job.objects.get(pk=b.id).run_at == row.run_at
     assert not in_redis(dq, b.id)
     assert list(JobDependency.objects.filter(child_id=b.id).values_list(
         "parent_id", "resolved")) == [(a.id, False)]
