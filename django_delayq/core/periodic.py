@@ -66,7 +66,7 @@ def job_options(s: Schedule) -> options.JobOptions:
     """The options of a schedule's jobs: its queue (else the default), its priority and
     group, and ``atomic`` when it asks for it (else the function's default)."""
     return options.JobOptions(queue=s.queue or None, priority=s.priority, group=s.group or None,
-                      atomic=True if s.atomic else None)
+                              atomic=True if s.atomic else None)
 
 
 def schedule_of_key(key: str | None) -> int | None:
@@ -101,7 +101,7 @@ def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     due = max(tick + timedelta(seconds=random.uniform(0, s.jitter_seconds)), now)  # 0: none
     key = "%s%d:%d:%d" % (TICK_KEY_PREFIX, s.pk, s.version, validation.at_ms(tick))
     spec = options.JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
-                   key=key).under(job_options(s))
+                           key=key).under(job_options(s))
     return api.schedule_spec(s.callable_path, spec).id
 
 
