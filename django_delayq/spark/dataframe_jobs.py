@@ -217,7 +217,8 @@ def setup_django(plan: Plan) -> None:
 
 
 def _target(plan: Plan) -> Any:
-    """The call's constants with DELAYQ's defaults, checked like ``schedule_many``."""
+    """The call's constants: its options checked and given DELAYQ's defaults as
+    ``schedule()`` does (``JobOptions.check``)."""
     c, s = _check_options(plan), get_settings()
     return Target(queue=c.queue, path=c.path, max_attempts=c.max_attempts, backoff=c.backoff,
                   max_payload=s.max_payload_bytes, when=plan.when, n_args=plan.n_args,
