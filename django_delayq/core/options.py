@@ -101,17 +101,15 @@ class JobOptions:
         return [name for name in _CLASH if (value := getattr(self, name)) is not None
                 and value is not False and value != _UNSET.get(name)]
 
-    def retries(self, default: int | None = None) -> tuple[int, Any]:
-        """``(max_attempts, backoff)`` checked, as a row stores them: ``max_attempts`` unset
-        is ``len(backoff) + 1`` for a list backoff, else ``default`` (``None``:
-        ``DEFAULT_MAX_ATTEMPTS``); a tuple backoff is a list. ``InvalidJob.option`` names
-        the bad one (the Tasks backend's ``OPTIONS`` key)."""
+    def retries(self) -> tuple[int, Any]:
+        """``(max_attempts, backoff)`` checked, as a row stores them (a tuple backoff a list;
+        ``max_attempts`` unset: ``len(backoff) + 1`` for a list, else ``DEFAULT_MAX_ATTEMPTS``);
+        ``InvalidJob.option`` names the bad one (the Tasks backend's ``OPTIONS`` key)."""
         backoff, max_attempts = self.backoff, self.max_attempts
         validation.check_backoff(backoff)
-        if max_attempts is None and isinstance(backoff, (list, tuple)):
-            max_attempts = len(backoff) + 1
-        elif max_attempts is None:
-            max_attempts = get_settings().default_max_attempts if default is None else default
+        if max_attempts is None:
+            is_list = isinstance(backoff, (list, tuple))
+            max_attempts = len(backoff) + 1 if is_list else get_settings().default_max_attempts
         validation.check_max_attempts(max_attempts)
         return max_attempts, list(backoff) if isinstance(backoff, tuple) else backoff
 
@@ -134,7 +132,10 @@ class JobOptions:
         registry.check_schedulable(path)
         queue = validation.check_queue(s.default_queue if self.queue is None else self.queue,
                                        s.queues, any_queue)
-        max_attempts, backoff = self.retries(s.default_max_attempts)
+        if self.max_attempts is None and self.backoff is None:  # DELAYQ's, checked when read
+            max_attempts, backoff = s.default_max_attempts, None
+        else:
+            max_attempts, backoff = self.retries()
         if self.expires is not None:  # its moment: per job
             expires_at(self.expires, now=now, due=now, use_tz=use_tz)
         if clash and (binder := registry.binder(path)) is not None and not \
