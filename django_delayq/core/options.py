@@ -132,10 +132,8 @@ class JobOptions:
         registry.check_schedulable(path)
         queue = validation.check_queue(s.default_queue if self.queue is None else self.queue,
                                        s.queues, any_queue)
-        if self.max_attempts is None and self.backoff is None:  # DELAYQ's, checked when read
-            max_attempts, backoff = s.default_max_attempts, None
-        else:
-            max_attempts, backoff = self.retries()
+        unset = self.max_attempts is None and self.backoff is None  # DELAYQ's: checked already
+        max_attempts, backoff = (s.default_max_attempts, None) if unset else self.retries()
         if self.expires is not None:  # its moment: per job
             expires_at(self.expires, now=now, due=now, use_tz=use_tz)
         if clash and (binder := registry.binder(path)) is not None and not \
