@@ -35,7 +35,6 @@ from django.db import router, transaction
 from django_delayq import compat, tasks_results  # tasks_results: compat.require_tasks()
 from django_delayq.core import api, registry, validation
 from django_delayq.core.conf import get_settings
-from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt
 
@@ -131,16 +130,16 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
 
 
 def retry_options(alias: str, options: dict[str, Any]) -> tuple[int, Any]:
-    """``(max_attempts, backoff)`` from a backend's OPTIONS: one attempt unless
-    ``MAX_ATTEMPTS`` asks for more; ``BACKOFF`` (any DELAYQ backoff policy) only with it."""
+    """``(max_attempts, backoff)`` from a backend's OPTIONS, checked as ``schedule()``
+    checks them (``JobOptions.retries``): one attempt unless ``MAX_ATTEMPTS`` asks for
+    more; ``BACKOFF`` (any DELAYQ backoff policy) only with it."""
     where = "TASKS[%r]['OPTIONS']" % alias
-    max_attempts = options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS)
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ImproperlyConfigured("%s['MAX_ATTEMPTS'] must be an integer >= 1, not %r"
-                                   % (where, max_attempts))
-    backoff = options.get("BACKOFF")
-    if why := backoff_mod.validate(backoff):
-        raise ImproperlyConfigured("%s['BACKOFF'] %r: %s" % (where, backoff, why))
+    wanted = api.JobOptions(max_attempts=options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
+                            backoff=options.get("BACKOFF"))
+    try:
+        max_attempts, backoff = wanted.retries()
+    except InvalidJob as exc:  # the message names the option; the key its OPTIONS key
+        raise ImproperlyConfigured("%s[%r]: %s" % (where, str(exc.option).upper(), exc)) from None
     if backoff is not None and max_attempts == 1:
         raise ImproperlyConfigured("%s['BACKOFF'] %r has no effect with one attempt: set "
                                    "MAX_ATTEMPTS > 1 to retry" % (where, backoff))

@@ -18,8 +18,13 @@ class DelayQError(Exception):
 class InvalidJob(DelayQError, ValueError):
     """``schedule()`` was given something it cannot turn into a job.
 
-    The message names the bad value and says what would be accepted.
+    The message names the bad value and says what would be accepted; ``option``: the name
+    of the option at fault, where a check of one option raised it (else ``None``).
     """
+
+    def __init__(self, *args: object, option: str | None = None) -> None:
+        super().__init__(*args)
+        self.option = option
 
 
 class JobNotFound(DelayQError, LookupError):

@@ -126,11 +126,16 @@ def test_retries_are_opt_in_through_the_backend_options(jt, tasks_settings):
 
 
 @pytest.mark.parametrize("options, named", [
-    ({"MAX_ATTEMPTS": 0}, "['MAX_ATTEMPTS'] must be an integer >= 1, not 0"),
-    ({"MAX_ATTEMPTS": "3"}, "not '3'"),
-    ({"MAX_ATTEMPTS": True}, "not True"),
-    ({"MAX_ATTEMPTS": 3, "BACKOFF": "sometimes"}, "['BACKOFF'] 'sometimes'"),
-    ({"MAX_ATTEMPTS": 3, "BACKOFF": [-1]}, "['BACKOFF'] [-1]"),
+    ({"MAX_ATTEMPTS": 0}, "['MAX_ATTEMPTS']: max_attempts must be an integer from 1 to 1000, "
+                          "got 0"),
+    ({"MAX_ATTEMPTS": "3"}, "['MAX_ATTEMPTS']: max_attempts must be an integer from 1 to 1000, "
+                            "got '3'"),
+    ({"MAX_ATTEMPTS": True}, "['MAX_ATTEMPTS']: max_attempts must be an integer from 1 to 1000, "
+                             "got True"),
+    ({"MAX_ATTEMPTS": 1001}, "['MAX_ATTEMPTS']: max_attempts must be an integer from 1 to 1000, "
+                             "got 1001"),  # as schedule() refuses it, when the backend is built
+    ({"MAX_ATTEMPTS": 3, "BACKOFF": "sometimes"}, "['BACKOFF']: backoff 'sometimes' is not valid"),
+    ({"MAX_ATTEMPTS": 3, "BACKOFF": [-1]}, "['BACKOFF']: backoff [-1] is not valid"),
     ({"BACKOFF": [60]}, "has no effect with one attempt"),
 ])
 def test_bad_retry_options_are_improperly_configured(tasks_settings, options, named):

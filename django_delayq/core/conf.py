@@ -22,7 +22,7 @@ from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
 from django_delayq.core import limits, schedules
-from django_delayq.core.validation import check_max_attempts, name_problem, short
+from django_delayq.core.validation import check_backoff, check_max_attempts, name_problem, short
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine import client as urls
 from django_delayq.exceptions import InvalidJob
@@ -293,9 +293,13 @@ def _max_attempts(name: str, value: object, merged: dict[str, Any]) -> tuple[Any
         return None, ["DELAYQ['DEFAULT_MAX_ATTEMPTS']: %s" % exc]
 
 
-def _backoff(name: str, backoff: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
-    why = backoff_mod.validate(backoff)
-    return backoff, ["DELAYQ['DEFAULT_BACKOFF'] %r: %s" % (backoff, why)] if why else []
+def _backoff(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    """DEFAULT_BACKOFF: what ``schedule()`` takes as ``backoff``."""
+    try:
+        check_backoff(value)
+    except InvalidJob as exc:
+        return value, ["DELAYQ['DEFAULT_BACKOFF']: %s" % exc]
+    return value, []
 
 
 # Every key's reader. The keys with a number or a flag by default take numbers > 0 (seconds

@@ -101,6 +101,18 @@ class JobOptions:
         return [name for name in _CLASH if (value := getattr(self, name)) is not None
                 and value is not False and value != _UNSET.get(name)]
 
+    def retries(self) -> tuple[int, Any]:
+        """``(max_attempts, backoff)`` checked, as a row stores them (a tuple backoff a list;
+        ``max_attempts`` unset: ``len(backoff) + 1`` for a list, else ``DEFAULT_MAX_ATTEMPTS``);
+        ``InvalidJob.option`` names the bad one (the Tasks backend's ``OPTIONS`` key)."""
+        backoff, max_attempts = self.backoff, self.max_attempts
+        validation.check_backoff(backoff)
+        if max_attempts is None:
+            is_list = isinstance(backoff, (list, tuple))
+            max_attempts = len(backoff) + 1 if is_list else get_settings().default_max_attempts
+        validation.check_max_attempts(max_attempts)
+        return max_attempts, list(backoff) if isinstance(backoff, tuple) else backoff
+
     def check(self, fn: object, *, now: datetime | None = None, any_queue: bool = False,
               clash: bool = False) -> Checked:
         """Every option checked (``InvalidJob`` naming the bad value), resolved for ``fn``.
@@ -120,12 +132,8 @@ class JobOptions:
         registry.check_schedulable(path)
         queue = validation.check_queue(s.default_queue if self.queue is None else self.queue,
                                        s.queues, any_queue)
-        backoff, max_attempts = self.backoff, self.max_attempts
-        validation.check_backoff(backoff)
-        if max_attempts is None:
-            is_list = isinstance(backoff, (list, tuple))
-            max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
-        validation.check_max_attempts(max_attempts)
+        unset = self.max_attempts is None and self.backoff is None  # DELAYQ's: checked already
+        max_attempts, backoff = (s.default_max_attempts, None) if unset else self.retries()
         if self.expires is not None:  # its moment: per job
             expires_at(self.expires, now=now, due=now, use_tz=use_tz)
         if clash and (binder := registry.binder(path)) is not None and not \
@@ -140,7 +148,7 @@ class JobOptions:
             validation.check_key(self.key)
         head = validation.payload_head_size(path, max_attempts, backoff)
         return Checked(path=path, queue=queue, max_attempts=max_attempts,
-                       backoff=list(backoff) if isinstance(backoff, tuple) else backoff,
+                       backoff=backoff,
                        key=self.key, on_conflict=self.on_conflict, at=at, delay_s=delay_s,
                        parents=() if self.after is None else tuple(parent_ids(self.after)),
                        run_on_failure=run_on_failure(self.after_failure), now=now,

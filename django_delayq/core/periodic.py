@@ -63,10 +63,16 @@ def check(s: Schedule) -> None:
 
 
 def job_options(s: Schedule) -> options.JobOptions:
-    """The options of a schedule's jobs: its queue (else the default), its priority and
-    group, and ``atomic`` when it asks for it (else the function's default)."""
-    return options.JobOptions(queue=s.queue or None, priority=s.priority, group=s.group or None,
-                      atomic=True if s.atomic else None)
+    """The options of a schedule's jobs: its fields named like an option (its queue,
+    priority, group and atomic); one at its default (empty, 0, False) leaves the option
+    unset: the default queue, priority 0, no group, the function's own ``atomic``."""
+    given: dict[str, Any] = {name: getattr(s, name) or None for name in _OPTIONS}
+    return options.JobOptions(**given)
+
+
+# The Schedule fields that are job options (DELAYQ["SCHEDULES"]' keys of the same name).
+_OPTIONS = tuple(name for name, _ in schedules.SETTINGS_FIELDS.values()
+                 if name in options.NAMES)
 
 
 def schedule_of_key(key: str | None) -> int | None:
@@ -101,7 +107,7 @@ def materialise(s: Schedule, tick: datetime, now: datetime) -> str:
     due = max(tick + timedelta(seconds=random.uniform(0, s.jitter_seconds)), now)  # 0: none
     key = "%s%d:%d:%d" % (TICK_KEY_PREFIX, s.pk, s.version, validation.at_ms(tick))
     spec = options.JobSpec(args=list(s.args or []), kwargs=dict(s.kwargs or {}), at=due,
-                   key=key).under(job_options(s))
+                           key=key).under(job_options(s))
     return api.schedule_spec(s.callable_path, spec).id
 
 

@@ -389,7 +389,7 @@ def at_ms(at: datetime) -> int:
 def check_max_attempts(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
         raise InvalidJob("max_attempts must be an integer from 1 to %d, got %s"
-                         % (MAX_ATTEMPTS, short(value)))
+                         % (MAX_ATTEMPTS, short(value)), option="max_attempts")
     return value
 
 
@@ -404,7 +404,8 @@ def check_batch_size(value: object) -> int:
 
 def check_backoff(backoff: object) -> None:
     if why := backoff_mod.validate(backoff):
-        raise InvalidJob("backoff %s is not valid: %s" % (short(backoff), why))
+        raise InvalidJob("backoff %s is not valid: %s" % (short(backoff), why),
+                         option="backoff")
 
 
 def name_problem(dotted: object, *, what: str = "module name") -> str | None:

@@ -57,6 +57,12 @@ class Target:
     key_name: str | None = None
     null_when: str = "error"  # "now": a null at_col/delay_col means due now
 
+    def shared(self) -> dict[str, Any]:
+        """What every row of the call stores alike (``ColumnWriter``'s keywords): the
+        options ``JobOptions.check`` resolved (``dataframe_jobs._target``)."""
+        return {"queue": self.queue, "path": self.path, "max_attempts": self.max_attempts,
+                "backoff": self.backoff}
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobColumns:

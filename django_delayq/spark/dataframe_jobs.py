@@ -28,6 +28,7 @@ from pyspark.sql import types as T
 
 from django_delayq.core import validation
 from django_delayq.core.conf import get_settings
+from django_delayq.core.options import Checked, JobOptions
 from django_delayq.exceptions import InvalidJob
 from django_delayq.spark.arrow_jobs import Target
 
@@ -129,13 +130,12 @@ def _validate_on_driver(plan: Plan) -> None:
         _check_options(plan)
 
 
-def _check_options(plan: Plan) -> None:
-    """``InvalidJob`` on a bad callable, queue, attempts or backoff (``schedule_many``'s
-    checks, scheduling nothing)."""
-    from django_delayq.core.api import schedule_many  # lazy: needs Django's apps loaded
-
-    schedule_many(plan.fn_path, [], queue=plan.queue, max_attempts=plan.max_attempts,
-                  backoff=plan.backoff)
+def _check_options(plan: Plan) -> Checked:
+    """The callable, queue, attempts and backoff checked and resolved as ``schedule()``
+    resolves them (``JobOptions.check``: ``InvalidJob`` naming a bad one), scheduling
+    nothing."""
+    return JobOptions(queue=plan.queue, max_attempts=plan.max_attempts,
+                      backoff=plan.backoff).check(plan.fn_path)
 
 
 def schedule_dataframe(
@@ -217,16 +217,10 @@ def setup_django(plan: Plan) -> None:
 
 
 def _target(plan: Plan) -> Any:
-    """The call's constants with DELAYQ's defaults, checked like ``schedule_many``."""
-    _check_options(plan)
-    s = get_settings()
-    backoff = list(plan.backoff) if isinstance(plan.backoff, tuple) else plan.backoff
-    max_attempts = plan.max_attempts
-    if max_attempts is None:
-        is_list = isinstance(backoff, list)
-        max_attempts = len(backoff) + 1 if is_list else s.default_max_attempts
-    return Target(queue=s.default_queue if plan.queue is None else plan.queue,
-                  path=plan.fn_path, max_attempts=max_attempts, backoff=backoff,
+    """The call's constants: its options checked and given DELAYQ's defaults as
+    ``schedule()`` does (``JobOptions.check``)."""
+    c, s = _check_options(plan), get_settings()
+    return Target(queue=c.queue, path=c.path, max_attempts=c.max_attempts, backoff=c.backoff,
                   max_payload=s.max_payload_bytes, when=plan.when, n_args=plan.n_args,
                   kwargs_names=plan.kwargs_names, arg_names=plan.arg_names,
                   when_name=plan.when_name, key_name=plan.key_name, null_when=plan.null_when)

@@ -111,8 +111,7 @@ def _enqueue(queue: str, cols: JobColumns) -> None:
 def _commit(t: Target, cols: JobColumns, *, using: str, now: datetime,
             batch_size: int) -> JobColumns:
     """Insert and commit the audit rows of ``cols``; return the jobs to enqueue."""
-    writer = ColumnWriter(using, queue=t.queue, path=t.path, max_attempts=t.max_attempts,
-                       backoff=t.backoff, now=now)
+    writer = ColumnWriter(using, now=now, **t.shared())
     mode = text_datetimes(using)
     if cols.keyed and mode != "copy":
         existing = writer.existing(cols.ids)
