@@ -136,7 +136,8 @@ def retry_options(alias: str, options: dict[str, Any]) -> tuple[int, Any]:
     where = "TASKS[%r]['OPTIONS']" % alias
     wanted = api.JobOptions(max_attempts=options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
                             backoff=options.get("BACKOFF"))
-    try:
+    try:  # None is refused: DELAYQ's default (what retries() gives for None) is not a task's
+        validation.check_max_attempts(wanted.max_attempts)
         max_attempts, backoff = wanted.retries()
     except InvalidJob as exc:  # the message names the option; the key its OPTIONS key
         raise ImproperlyConfigured("%s[%r]: %s" % (where, str(exc.option).upper(), exc)) from None

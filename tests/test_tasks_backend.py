@@ -134,6 +134,11 @@ def test_retries_are_opt_in_through_the_backend_options(jt, tasks_settings):
                              "got True"),
     ({"MAX_ATTEMPTS": 1001}, "['MAX_ATTEMPTS']: max_attempts must be an integer from 1 to 1000, "
                              "got 1001"),  # as schedule() refuses it, when the backend is built
+    # None is no "use DELAYQ's default" here (a task's default is one attempt)
+    ({"MAX_ATTEMPTS": None}, "['MAX_ATTEMPTS']: max_attempts must be an integer from 1 to 1000, "
+                             "got None"),
+    ({"MAX_ATTEMPTS": None, "BACKOFF": [1, 2]}, "['MAX_ATTEMPTS']: max_attempts must be an "
+                                                "integer from 1 to 1000, got None"),
     ({"MAX_ATTEMPTS": 3, "BACKOFF": "sometimes"}, "['BACKOFF']: backoff 'sometimes' is not valid"),
     ({"MAX_ATTEMPTS": 3, "BACKOFF": [-1]}, "['BACKOFF']: backoff [-1] is not valid"),
     ({"BACKOFF": [60]}, "has no effect with one attempt"),
