@@ -117,10 +117,14 @@ class _Deadline:
 # -- which addresses may be called ----------------------------------------------------
 
 def refusal(ip: IPAddress) -> str | None:
-    """Why ``ip`` is not a public unicast address, or None when it is."""
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        why = refusal(ip.ipv4_mapped)
-        return None if why is None else "IPv4-mapped " + why
+    """Why ``ip`` is not a public unicast address, or None when it is. An IPv6 address
+    holding an IPv4 one (IPv4-mapped, or 6to4: 2002::/16, which Python calls global) is
+    judged by that IPv4 address."""
+    if isinstance(ip, ipaddress.IPv6Address):
+        for form, inner in (("IPv4-mapped ", ip.ipv4_mapped), ("6to4 ", ip.sixtofour)):
+            if inner is not None:
+                why = refusal(inner)
+                return None if why is None else form + why
     for kind in ("unspecified", "loopback", "link_local", "multicast", "reserved", "private"):
         if getattr(ip, "is_" + kind):
             return kind.replace("_", "-")

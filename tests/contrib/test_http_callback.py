@@ -191,6 +191,9 @@ def test_only_http_urls_and_no_credentials_in_them():
     ("0", "0.0.0.0 is unspecified"),  # Linux routes 0.0.0.0 to this host
     ("[::1]", "::1 is loopback"),
     ("[::ffff:127.0.0.1]", "is IPv4-mapped loopback"),
+    ("[2002:7f00:1::]", "is 6to4 loopback"),  # 6to4: an IPv4 address inside (127.0.0.1)
+    ("[2002:a9fe:a9fe::]", "is 6to4 link-local"),  # 169.254.169.254
+    ("[2002:a00:1::1]", "is 6to4 private"),  # 10.0.0.1
     ("169.254.169.254", "169.254.169.254 is link-local"),  # cloud metadata service
     ("10.0.0.1", "10.0.0.1 is private"),
     ("100.64.0.1", "100.64.0.1 is not public"),
