@@ -84,10 +84,12 @@ class Claiming:
     gates and backoff, the handover to the threads. ``start``/``stop``: the listener's and
     the timer's threads."""
 
-    def __init__(self, engine: Engine, settings: Settings, ledger: Ledger, clock: ServerClock,
+    def __init__(self, engine: Engine, settings: Settings, ledger: Ledger,
                  wake: threading.Event, *, queues: tuple[str, ...], concurrency: int,
                  prefetch: int | None, max_jobs: int | None, burst: bool) -> None:
-        self.engine, self.settings, self.ledger, self.clock = engine, settings, ledger, clock
+        self.engine, self.settings, self.ledger = engine, settings, ledger
+        # Redis's clock, as each claim measures it: the start gate reads it too (``clock``)
+        self.clock = clock = ServerClock()
         self.queues, self.concurrency, self.prefetch = queues, concurrency, prefetch
         self.max_jobs, self.burst = max_jobs, burst
         self.wake = wake  # the main loop's: a wake message, a settled job with room now

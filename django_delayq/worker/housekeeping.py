@@ -118,10 +118,9 @@ from django_delayq.worker.settle import record_failure
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
-    from django_delayq.core.periodic import Keeper
     from django_delayq.engine import Engine
     from django_delayq.engine.outcomes import ClaimedJob
-    from django_delayq.worker.gates import StartGate
+    from django_delayq.worker.runner import Execution
     from django_delayq.worker.settlement import Settlement
     from django_delayq.worker.tracking import Supervision
 
@@ -134,13 +133,15 @@ ROUNDS = 10  # batches per queue and call: a large backlog of lapsed leases is s
 
 class Housekeeping:
     """Who keeps house: the heartbeat and keeper threads (``start``, ``stop``) and the main
-    loop's lease recovery (``recover``)."""
+    loop's lease recovery (``recover``). It builds what only its threads run: the
+    schedules' ``Keeper`` (``schedules``), the reconciler, retention, lease recovery."""
 
     def __init__(self, engine: Engine, settings: Settings, ledger: Ledger,
-                 audit: AuditWriter, *, gate: StartGate, claiming: Claiming, schedules: Keeper,
+                 audit: AuditWriter, *, claiming: Claiming, execution: Execution,
                  settlement: Settlement, worker_id: str, name: str,
                  supervision: Supervision | None) -> None:
-        self.engine, self.settings, self.ledger, self.gate = engine, settings, ledger, gate
+        self.engine, self.settings, self.ledger = engine, settings, ledger
+        self.gate = execution.gate  # the heartbeat renews its callable-limit slots
         self.claiming, self.settlement = claiming, settlement
         self.queues = claiming.queues
         # what the heartbeat publishes (``info``)
@@ -151,7 +152,8 @@ class Housekeeping:
         self.reconciler = Reconciler(engine, settings, self.queues,
                                      failures=lambda: claiming.backoff.failures)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
-        self.schedules = schedules  # the keeper thread's pass (core/periodic.py)
+        from django_delayq.core.periodic import Keeper  # lazy: a 13-module import chain else
+        self.schedules = Keeper(worker_id=worker_id)  # the keeper thread's pass (periodic.py)
         self._last_recover = -1e18
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -46,9 +46,7 @@ from django_delayq.core import periodic
 from django_delayq.engine.logtext import shown
 from django_delayq.worker import tracking
 from django_delayq.worker.audit import AuditWriter, OutageLog
-from django_delayq.worker.claiming import Claiming, ServerClock
-from django_delayq.worker.gates import StartGate
-from django_delayq.worker.held_cancels import HeldCancels
+from django_delayq.worker.claiming import Claiming
 from django_delayq.worker.housekeeping import Housekeeping
 from django_delayq.worker.ledger import Ledger
 from django_delayq.worker.runner import Execution
@@ -58,6 +56,7 @@ from django_delayq.worker.signals_relay import SignalRelay, signal_relay
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
+    from django_delayq.worker.outcome import Outcome
     from django_delayq.worker.tracking import Supervision
 
 logger = logging.getLogger(__name__)
@@ -133,32 +132,35 @@ class Worker:
         self.name = options.worker_id or "%s:%d" % (socket.gethostname(), os.getpid())
         self.id = "%s:%s" % (self.name, uuid.uuid4().hex[:6])
         self.wake = threading.Event()
-        clock = ServerClock()  # Redis's clock, as each claim measures it
-        gate = StartGate(engine, settings, clock.now_ms)  # at start: expiry, callable limits
+        # Six collaborators: the two shared parts, then the four components. Each builds
+        # what only it needs: Claiming the server clock (``claiming.clock``), Execution the
+        # start gate (``execution.gate``) and the held jobs' cancels, Housekeeping the
+        # schedules' keeper. The gate's slots are released through ``_release``.
         self.audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
         link = None if options.supervision is None else options.supervision.link
         if link is not None:
             self.audit.before_write = link.flush
             link.dead_man.horizon_s = tracking.DEAD_MAN_LEASES * settings.lease_ms / 1000
         # a timed-out attempt's function returned at last: its slot is freed now
-        self.ledger = Ledger(lambda late: gate.release([late]), link)  # a child's reports
-        self.claiming = Claiming(engine, settings, self.ledger, clock, self.wake,
+        self.ledger = Ledger(lambda late: self._release([late]), link)  # a child's reports
+        self.claiming = Claiming(engine, settings, self.ledger, self.wake,
                                  queues=options.queues, concurrency=options.concurrency,
                                  prefetch=options.prefetch, max_jobs=options.max_jobs,
                                  burst=options.burst)
-        # Periodic schedules: the keeper thread's pass, and the next tick at a tick's start
-        schedules = periodic.Keeper(worker_id=self.id)
+        # the next tick of a schedule at its tick's start (the keeper's pass: housekeeping)
         self.settlement = Settlement(engine, settings, self.audit, self.ledger, self.id,
-                                     release=gate.release, on_settled=self.claiming.settled,
+                                     release=self._release,
+                                     on_settled=self.claiming.settled,
                                      on_start=periodic.tick_started)
-        self.cancels = HeldCancels(self.ledger)  # asked while a job waits for a thread
-        self.execution = Execution(settings, gate, self.ledger, self.claiming.handover,
-                                   self.settlement, self.cancels, worker_id=self.id,
+        self.execution = Execution(engine, settings, self.ledger, self.claiming,
+                                   self.settlement, worker_id=self.id,
                                    concurrency=options.concurrency)
-        self.housekeeping = Housekeeping(engine, settings, self.ledger, self.audit, gate=gate,
-                                         claiming=self.claiming, schedules=schedules,
+        self.housekeeping = Housekeeping(engine, settings, self.ledger, self.audit,
+                                         claiming=self.claiming, execution=self.execution,
                                          settlement=self.settlement, worker_id=self.id,
                                          name=self.name, supervision=options.supervision)
+        # The worker's own state, no collaborator: its stop, its loop's failure log, and
+        # the process's one signal relay (made once per process, not for this worker)
         self.draining = False
         self.hard_stop = False
         self._interrupt = threading.Event()  # cuts a failure pause short: stop requested
@@ -172,6 +174,12 @@ class Worker:
     @property
     def claimed_total(self) -> int:
         return self.claiming.handover.claimed_total
+
+    def _release(self, ended: Sequence[Outcome]) -> None:
+        """Free the callable-limit slots of ended attempts (the ledger's late ones, the
+        settlement's settled ones) in the start gate: Execution's, built after the two,
+        which call this only once jobs run."""
+        self.execution.gate.release(ended)
 
     # -- signals: acted on by the relay's thread -------------------------------------
 
@@ -317,7 +325,7 @@ class Worker:
         leases are taken back, jobs held a while have their cancels read again."""
         self.execution.expire_overdue()
         self.housekeeping.recover()
-        self.cancels.sweep()
+        self.execution.cancels.sweep()
 
     def _wait_seconds(self) -> float:
         """Until the next due time of a queue with room, the next recovery or the next

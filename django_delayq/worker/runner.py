@@ -77,9 +77,9 @@ from django_delayq.worker.outcome import (
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
+    from django_delayq.engine import Engine
     from django_delayq.engine.outcomes import ClaimedJob
-    from django_delayq.worker.handover import Handover
-    from django_delayq.worker.held_cancels import HeldCancels
+    from django_delayq.worker.claiming import Claiming
     from django_delayq.worker.settlement import Settlement
     from django_delayq.worker.tracking import RunningJob
 
@@ -338,15 +338,18 @@ def timed_out(job: ClaimedJob, started_at: datetime, seconds: float,
 
 class Execution:
     """Who runs: ``concurrency`` job threads (``start``; ``stop`` ends them once the jobs
-    handed over before it have run)."""
+    handed over before it have run). It builds what a start checks: the start gate
+    (``gate``: expiry on claiming's server clock, callable limits; the ledger, the
+    settlement and the heartbeat release or renew its slots) and the held jobs' cancels
+    (``cancels``: the job threads check them, the main loop sweeps them)."""
 
-    def __init__(self, settings: Settings, gate: gates.StartGate, ledger: Ledger,
-                 handover: Handover, settlement: Settlement, cancels: HeldCancels, *,
-                 worker_id: str, concurrency: int) -> None:
+    def __init__(self, engine: Engine, settings: Settings, ledger: Ledger, claiming: Claiming,
+                 settlement: Settlement, *, worker_id: str, concurrency: int) -> None:
         self.settings = settings
-        self.gate = gate  # expiry, callable limits
-        self.cancels = cancels  # cancels asked while a job waited for a thread
-        self.ledger, self.handover, self.settlement = ledger, handover, settlement
+        self.gate = gates.StartGate(engine, settings, claiming.clock.now_ms)
+        from django_delayq.worker.held_cancels import HeldCancels  # lazy: a 13-module chain
+        self.cancels = HeldCancels(ledger)  # cancels asked while a job waited for a thread
+        self.ledger, self.handover, self.settlement = ledger, claiming.handover, settlement
         self.worker_id, self.concurrency = worker_id, concurrency
         self.margin = start_margin(settings.lease_ms)  # lease a job must have left to start
         self._threads: list[threading.Thread] = []

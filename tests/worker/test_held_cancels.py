@@ -235,7 +235,7 @@ def test_a_thread_reads_the_cancel_of_a_job_held_behind_a_long_one(  # type: ign
     try:
         slow = schedule("tests.jobs.report_then_wait", "slow", str(gate))
         wait_until(lambda: slow.status == JobStatus.RUNNING, timeout=60)
-        reads = worker.cancels.reads  # one if the thread took ``slow`` late (a loaded machine)
+        reads = worker.execution.cancels.reads  # one if the thread took ``slow`` late (a loaded machine)
         mark = schedule("tests.jobs.record", str(marker), "mark")
         key = ("default", mark.id)
         wait_until(lambda: any(key_of(j) == key for j in worker.ledger.unstarted()), timeout=60)
@@ -244,12 +244,12 @@ def test_a_thread_reads_the_cancel_of_a_job_held_behind_a_long_one(  # type: ign
         # its row's read is older than FRESH_S: the thread reads it again before the start
         wait_until(lambda: time.monotonic() - (worker.ledger.read_at(held) or 0) > FRESH_S,
                    timeout=60)
-        assert mark.status == JobStatus.SCHEDULED and worker.cancels.reads == reads
+        assert mark.status == JobStatus.SCHEDULED and worker.execution.cancels.reads == reads
         gate.touch()
         wait_until(lambda: mark.status == JobStatus.CANCELLED, timeout=60)
         wait_until(lambda: slow.status == JobStatus.SUCCEEDED, timeout=60)
         assert not marker.exists()
-        assert worker.cancels.reads == reads + 1
+        assert worker.execution.cancels.reads == reads + 1
         assert Job.objects.get(pk=mark.id).last_error == UNSTARTED
     finally:
         worker.request_stop()
