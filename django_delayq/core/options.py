@@ -416,8 +416,7 @@ def parent_ids(after: object) -> list[str]:
     out: dict[str, None] = {}
     for item in after:
         job_id = item if isinstance(item, str) else getattr(item, "id", None)
-        if (not isinstance(job_id, str) or not job_id or len(job_id) > 26 or "\x00" in job_id
-                or not validation.utf8_ok(job_id)):
+        if not validation.askable_id(job_id) or not job_id or len(job_id) > 26:
             raise InvalidJob("after= takes JobHandle objects or job ids; got %r" % (item,))
         out[job_id] = None
     return list(out)

@@ -34,7 +34,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.conf import settings
 
@@ -373,10 +373,16 @@ def not_a_queue_name(queue: str) -> bool:
             or "{" in queue or "}" in queue or re.fullmatch(r".+#[0-9]+", queue) is not None)
 
 
+def askable_id(job_id: object) -> TypeGuard[str]:
+    """Whether a database can be asked for ``job_id``: a string without NUL or a lone
+    surrogate (a lookup by id, ``after=``)."""
+    return isinstance(job_id, str) and "\x00" not in job_id and utf8_ok(job_id)
+
+
 def check_lookup_id(job_id: object) -> None:
-    """``JobNotFound`` for an id no row can have and no database can be asked for (not a
-    string, a lone surrogate, NUL), naming it escaped."""
-    if not isinstance(job_id, str) or "\x00" in job_id or not utf8_ok(job_id):
+    """``JobNotFound`` for an id no row can have and no database can be asked for
+    (``askable_id``), naming it escaped."""
+    if not askable_id(job_id):
         hint = "; pass its .id" if isinstance(getattr(job_id, "id", None), str) else ""
         raise JobNotFound("no job with id %s%s" % (short(job_id), hint))
 
