@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import forms
@@ -193,7 +193,7 @@ class RescheduleForm(forms.Form):
         if at is not None:
             return timezone.localtime(aware_datetime(at)).strftime("%Y-%m-%d %H:%M:%S %Z")
         delay = timedelta(seconds=float(self.cleaned_data["delay"]))
-        due = timezone.localtime(aware_datetime(timezone.now() + delay))  # naive: no USE_TZ
+        due = timezone.localtime(datetime.now(UTC) + delay)  # aware, with USE_TZ or not
         return "%s (in %s)" % (due.strftime("%Y-%m-%d %H:%M:%S %Z"), delay)
 
 
