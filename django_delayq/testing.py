@@ -43,7 +43,7 @@ from django_delayq.core.validation import at_ms
 from django_delayq.engine.logtext import text
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
-from django_delayq.models import Job, JobAttempt, JobStatus
+from django_delayq.models import Job, JobAttempt, JobStatus, aware_datetime
 from django_delayq.worker import attempt_signals, handover, outcome, runner
 from django_delayq.worker.audit import AuditWriter
 
@@ -208,10 +208,11 @@ def run_eager(job_id: str) -> None:
         # final (cancelled before the commit that runs it: a worker would not run it),
         # or running already
         return
+    due = aware_datetime(job.run_at)  # naive in the row without USE_TZ: aware as a worker's
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
-                     due_at=job.run_at, worker_id=EAGER_ID)
+                     due_at=due, worker_id=EAGER_ID)
     base = {"job_id": job.id, "queue": job.queue, "callable_path": job.callable_path}
-    attempt_signals.signal_started(base, 1, EAGER_ID, job.run_at, started)
+    attempt_signals.signal_started(base, 1, EAGER_ID, due, aware_datetime(started))
     try:
         result = runner.call_job(job.callable_path, job.args, job.kwargs, ctx)
     except BaseException as exc:  # a worker records a SystemExit too: the row never stays
@@ -260,7 +261,7 @@ def _eager_failed(base: dict[str, Any], started: datetime, error_type: str, erro
                               finished_at=finished, error_type=error_type, error=error,
                               traceback=trace, worker_id=EAGER_ID)
     attempt_signals.signal_failed(base, status, 1, EAGER_ID, error=error,
-                                  error_type=error_type, started_at=started)
+                                  error_type=error_type, started_at=aware_datetime(started))
     return status is JobStatus.DEAD
 
 

@@ -510,3 +510,33 @@ def test_an_eager_job_raising_a_base_exception_ends_dead_and_it_propagates(
         schedule("tests.jobs_more.exits")
     row = Job.objects.get()
     assert (row.status, row.error_type) == ("dead", "builtins.SystemExit")
+
+
+def due_at_seen() -> str:
+    """The running job's ``due_at``, as the job sees it."""
+    ctx = current_job()
+    assert ctx is not None
+    return ctx.due_at.isoformat()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_eager_run_without_use_tz_hands_out_aware_times(own_jobs, delayq, lifecycle):  # noqa: F811
+    """``USE_TZ = False``: the rows hold naive local times, but what a job and the
+    lifecycle signals are given is aware, as from a worker (signals.md: "aware
+    datetimes"), and the same instants as the row's."""
+    own_jobs.USE_TZ, own_jobs.TIME_ZONE = False, "Europe/Berlin"
+    _eager(own_jobs)
+    ran = schedule("tests.test_testing_helpers.due_at_seen")
+    with pytest.raises(ValueError, match="plain failure"):
+        schedule("tests.test_testing_helpers.plain", True, max_attempts=1)
+    row = Job.objects.get(pk=ran.id)
+    zone = timezone.get_default_timezone()
+    assert datetime.fromisoformat(row.result) == row.run_at.replace(tzinfo=zone)
+    for name, kw in lifecycle:
+        for field in ("due_at", "started_at"):
+            if field in kw:
+                assert kw[field].tzinfo is not None, (name, field)
+                stored = Job.objects.get(pk=kw["job_id"])
+                assert kw[field] == getattr(stored, field.replace("due_at", "run_at")
+                                            ).replace(tzinfo=zone), (name, field)
+    assert {name for name, _ in lifecycle} >= {"job_started", "job_dead", "job_succeeded"}
