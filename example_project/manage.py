@@ -3,7 +3,7 @@
 
 ``make example`` (run.py) starts an embedded redis-server and writes its URL to
 ``.redis/url`` (``SHOP_REDIS_DIR`` moves that directory); this script reads it, so
-``python example_project/manage.py delayq_status`` looks at the shop's own Redis. With
+``.venv/bin/python example_project/manage.py delayq_status`` looks at the shop's own Redis. With
 DELAYQ_REDIS_URL set, that Redis is used instead. With neither, it refuses to start rather
 than fall back to a Redis on localhost:6379 that the shop does not use.
 """
@@ -43,7 +43,7 @@ def find_redis() -> str:
     if url is None:
         refuse("no Redis for the example shop. Start the shop first with "
                  "`make example` (it writes its embedded Redis URL to %s), or point this "
-                 "script at a Redis: DELAYQ_REDIS_URL=redis://host:6379/0 python "
+                 "script at a Redis: DELAYQ_REDIS_URL=redis://host:6379/0 .venv/bin/python "
                  "example_project/manage.py ..." % (redis_dir() / "url"))
     sys.path.insert(0, str(HERE.parent))
     from django_delayq.engine.client import answers

