@@ -1,7 +1,8 @@
 """Print the package's shape: code lines, the longest import chain, imports inside
-functions, module file names used more than once, the share of bare ``Any`` parameters;
-and the test files by the folder of tests/ they sit in (a layer of the package, or a
-suite across the layers).
+functions, module file names used more than once, the share of bare ``Any`` parameters,
+the job options spelled in more than three modules (``option_spellings``); and the test
+files by the folder of tests/ they sit in (a layer of the package, or a suite across the
+layers).
 
 ``make shape`` runs it; docs/internals.md ("Shape") keeps the last figures. Scope:
 django_delayq/ without migrations/; the line counts also leave out spark/.
@@ -150,6 +151,63 @@ def longest_chain(graph: dict[str, set[str]]) -> list[str]:
     return max((chain(m, frozenset({m})) for m in sorted(graph)), key=len)
 
 
+# -- where a job option is spelled (docs/internals.md, "Shape") ---------------------------
+
+# The modules that store, send, run, show or export jobs already made, never a caller's
+# options: their spellings of an option's name are a row's columns or values read back.
+NOT_OPTIONS = (
+    "migrations/", "engine/", "worker/", "admin/", "observe/", "management/",  # layers
+    "models.py",  # the columns
+    "tasks_results.py", "testing.py",  # a stored row as Django's TaskResult; run in tests
+    "core/payloads.py", "core/reconcile.py", "core/reconcile_state.py",  # rows read back
+    "core/queues.py", "core/results.py", "core/context.py",
+)
+# spark/: only schedule_dataframe's modules make jobs (the others export stored rows)
+SPARK_JOBS = ("spark/dataframe_jobs.py", "spark/arrow_jobs.py", "spark/column_rows.py",
+              "spark/sink.py")
+
+
+def option_names() -> tuple[str, ...]:
+    """``JobOptions``' fields, read from core/options.py's source (no Django needed)."""
+    tree = ast.parse((PACKAGE / "core" / "options.py").read_text("utf-8"))
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "JobOptions")
+    return tuple(n.target.id for n in cls.body
+                 if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name))
+
+
+def spelled(tree: ast.Module, names: tuple[str, ...]) -> set[str]:
+    """The options ``tree`` spells: as a string literal (either case: the Tasks backend's
+    OPTIONS keys are upper case), a class's field, a parameter of a function whose
+    parameters name two options or more, a keyword of a call whose keywords do."""
+    words: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            words += [node.value, node.value.lower()]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            words.append(node.target.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+            a = node.args
+            given = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs)]
+            words += given if len(set(given) & set(names)) >= 2 else []
+        elif isinstance(node, ast.Call):
+            given = [k.arg for k in node.keywords if k.arg]
+            words += given if len(set(given) & set(names)) >= 2 else []
+    return set(words) & set(names)
+
+
+def option_spellings() -> dict[str, list[str]]:
+    """Each job option -> the modules spelling it (``spelled``), but ``NOT_OPTIONS``."""
+    names = option_names()
+    found: dict[str, list[str]] = {name: [] for name in names}
+    for path in modules():
+        rel = path.relative_to(PACKAGE).as_posix()
+        if rel.startswith(NOT_OPTIONS) or rel.startswith("spark/") and rel not in SPARK_JOBS:
+            continue
+        for name in spelled(ast.parse(path.read_text("utf-8")), names):
+            found[name].append(rel.removesuffix(".py"))
+    return found
+
+
 def is_reason(comment: str | None) -> bool:
     return bool(comment) and not PRAGMA.fullmatch(comment or "")
 
@@ -196,6 +254,12 @@ def main() -> int:
         print("  " + ", ".join("%s x%d" % (n, names[n]) for n in shared))
     print("bare Any parameters                          %5.1f%% (%d of %d parameters)"
           % (100 * bare_any / max(params, 1), bare_any, params))
+    spellings = option_spellings()
+    over = sorted((n for n, m in spellings.items() if len(m) > 3),
+                  key=lambda n: (-len(spellings[n]), n))
+    print("job options spelled in more than 3 modules   %6d (of %d)" % (len(over), len(spellings)))
+    for name in over:
+        print("  %s %d: %s" % (name, len(spellings[name]), ", ".join(spellings[name])))
     mirror, across = test_files()
     print("test files                                   %6d (%d of a layer, %d across)"
           % (sum(mirror.values()) + sum(across.values()), sum(mirror.values()),
