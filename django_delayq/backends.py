@@ -5,9 +5,11 @@
     TASKS = {"default": {"BACKEND": "django_delayq.backends.DelayQBackend",
                          "OPTIONS": {"MAX_ATTEMPTS": 5, "BACKOFF": [15, 180, 600, 1800]}}}
 
-A task runs once by default: Django's Tasks framework promises ``FAILED`` once the
-function raised, so retries are opt-in through ``OPTIONS["MAX_ATTEMPTS"]`` (and its
-``BACKOFF``), not inherited from ``DELAYQ["DEFAULT_MAX_ATTEMPTS"]``. Bad options are an
+``OPTIONS`` sets the job options ``core.options.TASKS`` names (its keys are their names in
+upper case), checked by ``core.options.of_tasks`` as ``schedule()`` checks them. A task
+runs once by default: Django's Tasks framework promises ``FAILED`` once the function
+raised, so retries are opt-in through ``OPTIONS["MAX_ATTEMPTS"]`` (and its ``BACKOFF``),
+not inherited from ``DELAYQ["DEFAULT_MAX_ATTEMPTS"]``. Bad options are an
 ``ImproperlyConfigured`` naming the alias, the key and the value when the backend is built.
 
 ``task.enqueue()`` is ``django_delayq.schedule_spec()`` with the task's function path,
@@ -33,7 +35,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import router, transaction
 
 from django_delayq import compat, tasks_results  # tasks_results: compat.require_tasks()
-from django_delayq.core import api, registry, validation
+from django_delayq.core import api, options, registry
 from django_delayq.core.conf import get_settings
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Job, JobAttempt
@@ -41,8 +43,7 @@ from django_delayq.models import Job, JobAttempt
 if TYPE_CHECKING:
     from django_delayq.tasks_results import AnyResult, AnyTask
 
-OPTIONS = frozenset({"MAX_ATTEMPTS", "BACKOFF", "GROUP"})
-DEFAULT_MAX_ATTEMPTS = 1  # a raising task is FAILED at once: the Tasks API has no retries
+OPTIONS = frozenset(name.upper() for name in options.TASKS)  # the keys OPTIONS takes
 
 
 class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
@@ -59,8 +60,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         self.any_queue = self.own_queues and not self.queues
         if not self.own_queues:
             self.queues: set[str] = set()
-        self.max_attempts, self.backoff = retry_options(alias, self.options)
-        self.group = group_option(alias, self.options)
+        self.job_options = task_options(alias, self.options)  # of every task it enqueues
 
     # -- validation ---------------------------------------------------------------
 
@@ -91,8 +91,7 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         spec = api.JobSpec(args=json_args, kwargs=json_kwargs, queue=task.queue_name,
                            delay=after if isinstance(after, timedelta) else None,
                            at=after if isinstance(after, datetime) else None,
-                           priority=task.priority, max_attempts=self.max_attempts,
-                           backoff=self.backoff, group=self.group)
+                           priority=task.priority).under(self.job_options)
         using = router.db_for_write(Job)
         # Eager mode (DELAYQ["EAGER"]) in autocommit: the task runs when this block commits,
         # after task_enqueued (as Django's ImmediateBackend sends them); the result returned
@@ -129,34 +128,19 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         return tasks_results.stored_result(row, attempts, self.alias, self.task_class)
 
 
-def retry_options(alias: str, options: dict[str, Any]) -> tuple[int, Any]:
-    """``(max_attempts, backoff)`` from a backend's OPTIONS, checked as ``schedule()``
-    checks them (``JobOptions.retries``): one attempt unless ``MAX_ATTEMPTS`` asks for
-    more; ``BACKOFF`` (any DELAYQ backoff policy) only with it."""
+def task_options(alias: str, given: dict[str, Any]) -> api.JobOptions:
+    """The job options of a backend's ``OPTIONS`` (``options.of_tasks``): one attempt unless
+    ``MAX_ATTEMPTS`` asks for more; ``BACKOFF`` (any DELAYQ backoff policy) only with it.
+    ``ImproperlyConfigured`` names the bad key."""
     where = "TASKS[%r]['OPTIONS']" % alias
-    wanted = api.JobOptions(max_attempts=options.get("MAX_ATTEMPTS", DEFAULT_MAX_ATTEMPTS),
-                            backoff=options.get("BACKOFF"))
-    try:  # None is refused: DELAYQ's default (what retries() gives for None) is not a task's
-        validation.check_max_attempts(wanted.max_attempts)
-        max_attempts, backoff = wanted.retries()
+    try:
+        job_options = options.of_tasks(given)
     except InvalidJob as exc:  # the message names the option; the key its OPTIONS key
         raise ImproperlyConfigured("%s[%r]: %s" % (where, str(exc.option).upper(), exc)) from None
-    if backoff is not None and max_attempts == 1:
+    if job_options.backoff is not None and job_options.max_attempts == 1:
         raise ImproperlyConfigured("%s['BACKOFF'] %r has no effect with one attempt: set "
-                                   "MAX_ATTEMPTS > 1 to retry" % (where, backoff))
-    return max_attempts, backoff
-
-
-def group_option(alias: str, options: dict[str, Any]) -> str | None:
-    """``GROUP`` of a backend's OPTIONS: the group of every task it enqueues
-    (docs/groups.md); ``None``: no group."""
-    group = options.get("GROUP")
-    if group is None:
-        return None
-    try:
-        return validation.check_group(group)
-    except InvalidJob as exc:
-        raise ImproperlyConfigured("TASKS[%r]['OPTIONS']['GROUP']: %s" % (alias, exc)) from None
+                                   "MAX_ATTEMPTS > 1 to retry" % (where, job_options.backoff))
+    return job_options
 
 
 registry.set_task_caller(tasks_results.task_callable)

@@ -29,7 +29,8 @@ from django_delayq.core import commit_batch, options, row_insert, validation, wo
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.options import KEEP, JobOptions, JobSpec, parent_ids
+from django_delayq.core.option_checks import KEEP, parent_ids
+from django_delayq.core.options import JobOptions, JobSpec
 from django_delayq.core.registry import check_schedulable
 from django_delayq.core.results import read, result_of, wait
 from django_delayq.core.workflows import Signature

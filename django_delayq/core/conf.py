@@ -10,6 +10,7 @@ import ipaddress
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any, cast
@@ -21,8 +22,9 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from django_delayq.core import limits, schedules
-from django_delayq.core.validation import check_backoff, check_max_attempts, name_problem, short
+from django_delayq.core import limits, option_checks, schedules
+from django_delayq.core.option_checks import check_backoff, check_max_attempts
+from django_delayq.core.validation import name_problem, short
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine import client as urls
 from django_delayq.exceptions import InvalidJob
@@ -302,6 +304,82 @@ def _backoff(name: str, value: object, merged: dict[str, Any]) -> tuple[Any, Pro
     return value, []
 
 
+# -- DELAYQ["SCHEDULES"] ---------------------------------------------------------------
+
+# The keys of a definition of DELAYQ["SCHEDULES"]: the ``Schedule`` field each fills, and
+# its value when the definition leaves it out; the job options' keys are their names
+# (``option_checks.SCHEDULES``).
+SETTINGS_FIELDS: dict[str, tuple[str, Any]] = {
+    "callable": ("callable_path", None), "args": ("args", []), "kwargs": ("kwargs", {}),
+    **{name: (name, unset) for name, (unset, _) in option_checks.SCHEDULES.items()},
+    "cron": ("cron", ""), "interval": ("interval_seconds", None),
+    "timezone": ("time_zone", "UTC"), "start": ("start_at", None), "end": ("end_at", None),
+    "jitter": ("jitter_seconds", 0), "missed": ("missed", "skip"), "enabled": ("enabled", True)}
+# The definition's flags: ``enabled`` and the options that are one.
+_FLAGS = (*(name for name, (unset, _) in option_checks.SCHEDULES.items()
+            if isinstance(unset, bool)), "enabled")
+
+
+def settings_values(d: dict[str, Any]) -> dict[str, Any]:
+    """The ``Schedule`` fields of a definition of ``DELAYQ["SCHEDULES"]``, each given or
+    its default."""
+    values = {name: d.get(key, default) for key, (name, default) in SETTINGS_FIELDS.items()}
+    return {**values, "args": list(values["args"]), "kwargs": dict(values["kwargs"])}
+
+
+def settings_problems(value: object) -> list[str]:
+    """Problems of ``DELAYQ["SCHEDULES"]``: ``{name: {"callable": ..., "cron"|"interval":
+    ..., ...}}``; each message names the schedule and the bad value."""
+    if not isinstance(value, dict):
+        return ["DELAYQ['SCHEDULES'] must be a dict of name -> definition, not %r" % (value,)]
+    found = []
+    for name, d in value.items():
+        where = "DELAYQ['SCHEDULES'][%r]" % (name,)
+        if not isinstance(name, str) or not 0 < len(name) <= 100 or not isinstance(d, dict):
+            found.append("%s: a name of 1-100 characters -> a dict, not %r" % (where, d))
+            continue
+        found += _definition_problems(where, d)
+    return found
+
+
+def _definition_problems(where: str, d: dict[str, Any]) -> list[str]:
+    """The problems of one schedule's definition, each named with ``where``."""
+    found = []
+    if unknown := sorted(set(d) - set(SETTINGS_FIELDS)):
+        found.append("%s: unknown keys %s" % (where, unknown))
+    v = {key: default for key, (_, default) in SETTINGS_FIELDS.items()} | d
+    if not isinstance(v["callable"], str):
+        found.append("%s: 'callable' must be a dotted path, not %r" % (where, v["callable"]))
+    if not isinstance(v["args"], (list, tuple)) or not isinstance(v["kwargs"], dict):
+        found.append("%s: 'args' must be a list and 'kwargs' a dict, not %r, %r"
+                     % (where, v["args"], v["kwargs"]))
+    found += ["%s: %r must be True or False, not %r" % (where, flag, v[flag])
+              for flag in _FLAGS if not isinstance(v[flag], bool)]
+    jitter, most = v["jitter"], schedules.MAX_JITTER
+    if isinstance(jitter, bool) or not isinstance(jitter, int) or not 0 <= jitter <= most:
+        found.append("%s: 'jitter' must be a whole number of seconds from 0 to %d, not %r"
+                     % (where, most, jitter))
+    for name, (unset, check) in option_checks.SCHEDULES.items():  # as schedule() checks it
+        value = v[name]  # the value that leaves it unset (an empty group: none) is no option
+        if check is not None and not (type(value) is type(unset) and value == unset):
+            try:
+                check(value)
+            except InvalidJob as exc:
+                found.append("%s: %s" % (where, exc))
+    for bound in ("start", "end"):  # compared with aware moments
+        moment = v[bound]
+        if moment is not None and (not isinstance(moment, datetime) or moment.tzinfo is None):
+            found.append("%s: %r must be an aware datetime or None, not %r"
+                         % (where, bound, moment))
+    if v["missed"] not in ("skip", "once"):
+        found.append("%s: 'missed' must be 'skip' or 'once', not %r" % (where, v["missed"]))
+    try:
+        schedules.check_rule(v["cron"], v["interval"], v["timezone"])
+    except InvalidJob as exc:
+        found.append("%s: %s" % (where, exc))
+    return found
+
+
 # Every key's reader. The keys with a number or a flag by default take numbers > 0 (seconds
 # up to a year, or integers up to 2**31 - 1; never NaN, an infinity or a bool) or flags.
 READERS: dict[str, Reader] = {
@@ -325,7 +403,7 @@ READERS: dict[str, Reader] = {
     "REPORT_DIR": _must(lambda v: v is None or isinstance(v, (str, os.PathLike))
                         and Path(v).is_absolute(), "must be None or an absolute directory path "
                         "such as '/srv/delayq-reports'", lambda v: v and os.fspath(v)),
-    "SCHEDULES": lambda name, value, merged: (value, schedules.settings_problems(value)),
+    "SCHEDULES": lambda name, value, merged: (value, settings_problems(value)),
     "RETENTION": _retention,
 }
 

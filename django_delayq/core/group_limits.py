@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, cast
 
 from django.db import router, transaction
 
-from django_delayq.core import limits, validation
+from django_delayq.core import limits, option_checks
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queue
@@ -83,7 +83,7 @@ def set_group_limit(queue: str, group: str, *, concurrency: int | None = None,
 
 def clear_group_limit(queue: str, group: str) -> bool:
     """``group`` of ``queue`` back to the queue's defaults; True when it had an override."""
-    queue, group = _queue(queue), validation.check_group(group)
+    queue, group = _queue(queue), option_checks.check_group(group)
     using = router.db_for_write(GroupLimit)
     with transaction.atomic(using=using):
         deleted, _ = GroupLimit.objects.using(using).filter(queue=queue, group=group).delete()
@@ -134,7 +134,7 @@ def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:
 
 def _checked(queue: str, group: str, concurrency: object, rate_limit: object
              ) -> GroupOverride:
-    queue, group = _queue(queue), validation.check_group(group)
+    queue, group = _queue(queue), option_checks.check_group(group)
     if concurrency is None and rate_limit is None:
         raise InvalidJob("set_group_limit(%r, %r) needs a concurrency, a rate_limit or both "
                          "(clear_group_limit gives the group its queue's defaults)"

@@ -3,14 +3,14 @@
 ``schedule()``, ``schedule_spec()``, ``schedule_many()``, ``job(fn).using()``, the Tasks
 backend and periodic schedules all build or carry a ``JobOptions`` (``JobSpec`` is one
 with the job's arguments, ``JobCall`` one with its function); ``JobOptions.check`` is
-the one place its values are checked, and returns them resolved (``Checked``). ``None``
-means "not given": the call's value, else the default. Each check raises ``InvalidJob``
-naming the option and the bad value:
+the one place its values are checked, each by its own check (core/option_checks.py), and
+returns them resolved (``Checked``). ``None`` means "not given": the call's value, else
+the default. Each check raises ``InvalidJob`` naming the option and the bad value:
 
 * ``queue``: one of ``DELAYQ["QUEUES"]`` (default ``DEFAULT_QUEUE``);
 * ``delay`` (seconds or a ``timedelta``) or ``at`` (a datetime; an aware one without
   ``USE_TZ``: stored as its wall time in ``TIME_ZONE``), not both: the due time;
-* ``key``: an idempotency key (``validation.check_key``); ``on_conflict``: what a second
+* ``key``: an idempotency key (``option_checks.check_key``); ``on_conflict``: what a second
   job of the key does, ``keep`` (the default), ``replace`` or ``drop`` (core/workflows.py);
 * ``priority``: an integer from -100 to 100 (``bool`` refused); among the due jobs of a
   queue, higher runs first;
@@ -25,7 +25,8 @@ naming the option and the bad value:
   function decorated with ``atomic_job``). An atomic job runs in one transaction with the
   write of its success (``worker/atomic.py``);
 * ``max_attempts`` (1 to 1000; default ``len(backoff) + 1`` for a list backoff, else
-  ``DEFAULT_MAX_ATTEMPTS``) and ``backoff`` (``engine.backoff.validate``);
+  ``DEFAULT_MAX_ATTEMPTS``) and ``backoff`` (``engine.backoff.validate``); the Tasks
+  backend's ``OPTIONS`` set these two and ``group`` (``TASKS``, ``of_tasks``);
 * ``group``: the job's group inside its queue (a tenant, a customer: docs/groups.md), a
   string of 1 to 128 characters without control characters; ``None``: no group;
 * ``after``: jobs (handles or ids) that must succeed first; ``after_failure``: ``cancel``
@@ -43,22 +44,33 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
-from typing import Any, Self
+from functools import lru_cache
+from typing import Any, Self, TypeVar
 
 from django.conf import settings as django_settings
 from django.utils import timezone
 
 from django_delayq.core import ids, registry, validation
 from django_delayq.core.conf import get_settings
+from django_delayq.core.option_checks import (
+    KEEP,
+    check_backoff,
+    check_group,
+    check_key,
+    check_max_attempts,
+    check_on_conflict,
+    check_priority,
+    expires_at,
+    parent_ids,
+    retry_on_paths,
+    run_on_failure,
+    timeout_seconds,
+)
 from django_delayq.engine.outcomes import NewJob
-from django_delayq.exceptions import InvalidJob, type_path
+from django_delayq.exceptions import InvalidJob
 
-MIN_PRIORITY, MAX_PRIORITY = -100, 100
-MAX_TIMEOUT_SECONDS = 365 * 24 * 3600.0  # a year
-MAX_RETRY_ON = 50  # exception classes in one retry_on
-KEEP, REPLACE, DROP = "keep", "replace", "drop"  # on_conflict= (core/workflows.py)
-ON_CONFLICT = (KEEP, REPLACE, DROP)
-AFTER_FAILURE = {"cancel": False, "run": True}
+T = TypeVar("T")
+
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -106,11 +118,11 @@ class JobOptions:
         ``max_attempts`` unset: ``len(backoff) + 1`` for a list, else ``DEFAULT_MAX_ATTEMPTS``);
         ``InvalidJob.option`` names the bad one (the Tasks backend's ``OPTIONS`` key)."""
         backoff, max_attempts = self.backoff, self.max_attempts
-        validation.check_backoff(backoff)
+        named("backoff", check_backoff, backoff)
         if max_attempts is None:
             is_list = isinstance(backoff, (list, tuple))
             max_attempts = len(backoff) + 1 if is_list else get_settings().default_max_attempts
-        validation.check_max_attempts(max_attempts)
+        named("max_attempts", check_max_attempts, max_attempts)
         return max_attempts, list(backoff) if isinstance(backoff, tuple) else backoff
 
     def check(self, fn: object, *, now: datetime | None = None, any_queue: bool = False,
@@ -145,8 +157,8 @@ class JobOptions:
             own["atomic"] = check_atomic(None, path)
         check_on_conflict(self.on_conflict, self.key)
         if self.key is not None:
-            validation.check_key(self.key)
-        head = validation.payload_head_size(path, max_attempts, backoff)
+            check_key(self.key)
+        head = payload_head_size(path, max_attempts, backoff)
         return Checked(path=path, queue=queue, max_attempts=max_attempts,
                        backoff=backoff,
                        key=self.key, on_conflict=self.on_conflict, at=at, delay_s=delay_s,
@@ -213,7 +225,7 @@ class Checked:
         options and its key (a job of ``schedule_many``; its due time: ``new``'s)."""
         own = _own(spec, self.path)
         if spec.key is not None:
-            validation.check_key(spec.key)
+            check_key(spec.key)
             own["key"] = spec.key
         return replace(self, **own) if own else self
 
@@ -234,29 +246,36 @@ class Checked:
             delay_ms = 0
         keep = self.key is not None and self.on_conflict == KEEP
         job_id = ids.id_for_key(self.queue, str(self.key)) if keep else ids.new_id()
-        row: dict[str, Any] = {"id": job_id, "queue": self.queue, "callable_path": self.path,
-                               "args": args, "run_at": run_at, "scheduled_for": run_at,
-                               "created_at": self.now, "updated_at": self.now,
-                               "max_attempts": self.max_attempts}
-        # the run-time options' columns (``priority`` ... ``group``) whose value is not the
-        # column's default (a row left without one gets that default: the INSERT writes it
-        # as a literal, core/row_insert.py); ``expires`` must be after the due time
-        row.update({name: value for name, default in _RUNTIME.items()
-                    if (value := getattr(self, name)) != default})
-        if "expires" in row:
+        row = self.columns()
+        row.update(id=job_id, args=args, run_at=run_at, scheduled_for=run_at,
+                   created_at=self.now, updated_at=self.now)
+        if "expires" in row:  # its moment: after the due time
             row["expires_at"] = expires_at(row.pop("expires"), now=self.now, due=run_at,
                                            use_tz=self.use_tz)
-        if "retry_on" in row:  # a list: a JSON column
-            row["retry_on"] = list(row["retry_on"])
         if kwargs:
             row["kwargs"] = kwargs
         if self.key is not None:
             row["key"] = self.key
-        if self.backoff is not None:
-            row["backoff"] = self.backoff
         # The payload stays in the row: Redis gets the id, the due time, priority and group.
         return row, NewJob(id=job_id, at_ms=at_ms, delay_ms=delay_ms, priority=self.priority,
                            group=self.group)
+
+    def columns(self) -> dict[str, Any]:
+        """What every row of these options stores alike (``new`` adds a job's own values;
+        Spark's ``ColumnWriter`` writes these once per batch): the queue, the path, the
+        retries, and the run-time options' columns (``priority`` ... ``group``) whose value
+        is not the column's default (a row left without one gets that default: the INSERT
+        writes it as a literal, core/row_insert.py). ``expires`` as given: ``new`` makes it
+        the row's ``expires_at``, a moment after the job's due time."""
+        row: dict[str, Any] = {"queue": self.queue, "callable_path": self.path,
+                               "max_attempts": self.max_attempts}
+        row.update({name: value for name, default in _RUNTIME.items()
+                    if (value := getattr(self, name)) != default})
+        if "retry_on" in row:  # a list: a JSON column
+            row["retry_on"] = list(row["retry_on"])
+        if self.backoff is not None:
+            row["backoff"] = self.backoff
+        return row
 
     def arguments(self, args: object, kwargs: object,
                   max_payload: int) -> tuple[list[Any], dict[str, Any]]:
@@ -277,6 +296,55 @@ class Checked:
         check_arguments(self.path, args, kwargs)
         validation.check_size(size + self.head, max_payload)
         return args, kwargs
+
+
+def payload_head_size(path: str, max_attempts: int, backoff: object) -> int:
+    """UTF-8 bytes of a payload besides its arguments: ``[path,`` ... ``,{max},{backoff}]``
+    (the size limit counts the payload as the compact array ``[path,args,kwargs,...]``)."""
+    if backoff is None:  # the same on each call of a job's path
+        return _head_size(path, max_attempts)
+    return _path_size(path) + 1 + validation.utf8_size(",%d,%s]" % (max_attempts,
+                                                                   validation.dumps(backoff)))
+
+
+@lru_cache(maxsize=256)
+def _head_size(path: str, max_attempts: int) -> int:
+    return _path_size(path) + 1 + validation.utf8_size(",%d]" % max_attempts)
+
+
+@lru_cache(maxsize=256)
+def _path_size(path: str) -> int:
+    """UTF-8 bytes of ``[path,`` (a job's path: the same on each of its calls)."""
+    return validation.utf8_size("[" + validation.dumps(path) + ",")
+
+
+# -- the Tasks backend's OPTIONS ------------------------------------------------------
+
+# The options a Tasks backend's ``OPTIONS`` sets (its keys: these names in upper case), and
+# each one's value when ``OPTIONS`` leaves it out: one attempt, as Django's Tasks promise
+# ``FAILED`` once the function raised (retries are opt-in, not ``DEFAULT_MAX_ATTEMPTS``).
+TASKS: dict[str, Any] = {"max_attempts": 1, "backoff": None, "group": None}
+
+
+def of_tasks(given: Mapping[str, Any]) -> JobOptions:
+    """The options of every task a Tasks backend enqueues, from its ``OPTIONS`` (``given``,
+    ``TASKS``), checked as ``schedule()`` checks them, as a row stores them;
+    ``InvalidJob.option`` names the bad one. ``None`` is no "DELAYQ's default" here:
+    ``max_attempts`` must be given as a number (a task's default is one attempt)."""
+    o = JobOptions(**{name: given.get(name.upper(), default) for name, default in TASKS.items()})
+    named("max_attempts", check_max_attempts, o.max_attempts)
+    max_attempts, backoff = o.retries()
+    group = o.group if o.group is None else named("group", check_group, o.group)
+    return replace(o, max_attempts=max_attempts, backoff=backoff, group=group)
+
+
+def named(option: str, check: Callable[[Any], T], value: object) -> T:
+    """``check(value)``; its ``InvalidJob`` names ``option`` (``InvalidJob.option``)."""
+    try:
+        return check(value)
+    except InvalidJob as exc:
+        exc.option = option
+        raise
 
 
 # -- each option's check -------------------------------------------------------------
@@ -311,124 +379,6 @@ def check_atomic(value: object, path: str) -> bool:
     return value
 
 
-def check_priority(value: object) -> int:
-    if (isinstance(value, bool) or not isinstance(value, int)
-            or not MIN_PRIORITY <= value <= MAX_PRIORITY):
-        raise InvalidJob("priority must be an integer from %d to %d, not %s"
-                         % (MIN_PRIORITY, MAX_PRIORITY, validation.short(value)))
-    return value
-
-
-def timeout_seconds(value: object) -> float | None:
-    if value is None:
-        return None
-    if (seconds := validation.as_seconds(value)) is None:
-        raise InvalidJob("timeout must be seconds (int/float) > 0, a timedelta or None, not %s"
-                         % validation.short(value))
-    if not 0 < seconds <= MAX_TIMEOUT_SECONDS:  # NaN too
-        raise InvalidJob("timeout must be more than 0 and at most %d seconds (a year), not %s"
-                         % (MAX_TIMEOUT_SECONDS, validation.short(value)))
-    return seconds
-
-
-def expires_at(value: object, *, now: datetime, due: datetime, use_tz: bool) -> datetime:
-    """The moment of ``expires`` (a datetime, or seconds/timedelta from ``now``; never
-    ``None``: an unset ``expires`` has no moment), after ``now`` and after the due time
-    ``due``."""
-    if isinstance(value, datetime):
-        moment = validation.stored_time(validation.check_at(value, use_tz, "expires"),
-                                        use_tz, "expires")
-    elif isinstance(value, (int, float, timedelta)) and not isinstance(value, bool):
-        moment = now + timedelta(seconds=validation.delay_seconds(value, "expires: seconds"))
-    else:
-        raise InvalidJob("expires must be a datetime, or seconds (int/float) or a timedelta "
-                         "from now, not %s" % validation.short(value))
-    if moment <= now:
-        raise InvalidJob("expires=%s is not after now (%s): the job could never run"
-                         % (moment.isoformat(), now.isoformat()))
-    if moment <= due:
-        raise InvalidJob("expires=%s is not after the job's due time %s: it could never run"
-                         % (moment.isoformat(), due.isoformat()))
-    return moment
-
-
-def retry_on_paths(value: object) -> tuple[str, ...]:
-    """Exception classes or dotted paths -> their dotted paths (the row's ``retry_on``;
-    ``_own`` never passes an unset one)."""
-    items = [value] if isinstance(value, (str, type)) else value
-    if not isinstance(items, (list, tuple)):
-        raise InvalidJob("retry_on must be exception classes or their dotted paths (a list or "
-                         "tuple), not %s" % validation.short(value))
-    paths = []
-    for item in items:
-        if isinstance(item, type) and issubclass(item, BaseException):
-            item = type_path(item)  # noqa: PLW2901 - stored as its path
-        elif why := path_problem(item) if isinstance(item, str) else "not an exception class":
-            raise InvalidJob("retry_on: %s is %s; give exception classes or dotted paths "
-                             "such as 'requests.exceptions.Timeout'"
-                             % (validation.short(item), why))
-        paths.append(item)
-    if problem := retry_on_problem(paths):
-        raise InvalidJob("retry_on: %s" % problem)
-    return tuple(dict.fromkeys(paths))
-
-
-def path_problem(path: str) -> str | None:
-    """Why ``path`` is not the dotted path of a class (``module.Class``), or ``None``."""
-    if not validation.utf8_ok(path) or not 3 <= len(path) <= validation.MAX_PATH:
-        return "not a dotted path of 3 to %d characters" % validation.MAX_PATH
-    parts = path.split(".")
-    dotted = len(parts) >= 2 and all(part.isidentifier() for part in parts)
-    return None if dotted else "not a dotted path (module.Class)"
-
-
-def retry_on_problem(paths: list[Any]) -> str | None:
-    """What is wrong with a stored ``retry_on`` list (``payloads`` reads rows with it)."""
-    if len(paths) > MAX_RETRY_ON:
-        return "at most %d exception classes, not %d" % (MAX_RETRY_ON, len(paths))
-    bad = [p for p in paths if not isinstance(p, str) or path_problem(p)]
-    return "not dotted paths: %s" % validation.short(bad) if bad else None
-
-
-def check_on_conflict(on_conflict: object, key: object) -> None:
-    """``on_conflict`` one of ``ON_CONFLICT``, and other than ``keep`` only with a key."""
-    if not isinstance(on_conflict, str) or on_conflict not in ON_CONFLICT:
-        raise InvalidJob("on_conflict=%s: use 'keep' (the default: the key's first job "
-                         "stands, forever), 'replace' (the key's pending job is cancelled, "
-                         "the new one takes the key) or 'drop' (nothing is scheduled while "
-                         "the key's job is pending or running)" % validation.short(on_conflict))
-    if on_conflict != KEEP and key is None:
-        raise InvalidJob("on_conflict=%r needs a key: it says what a job with the same key "
-                         "does, and this call gives none (key=None)" % on_conflict)
-
-
-def parent_ids(after: object) -> list[str]:
-    """The ids ``after=`` names (``JobHandle`` objects or job ids), in order, once each;
-    ``InvalidJob`` for anything else (a string with NUL or a lone surrogate too: no
-    database is asked it)."""
-    if after is None:
-        return []
-    if isinstance(after, Mapping | bytes | bytearray):  # not a list of ids: refused whole
-        raise InvalidJob("after= takes JobHandle objects or job ids; got %s"
-                         % validation.short(after))
-    if isinstance(after, str) or not hasattr(after, "__iter__"):
-        after = [after]
-    out: dict[str, None] = {}
-    for item in after:
-        job_id = item if isinstance(item, str) else getattr(item, "id", None)
-        if not validation.askable_id(job_id) or not job_id or len(job_id) > 26:
-            raise InvalidJob("after= takes JobHandle objects or job ids; got %r" % (item,))
-        out[job_id] = None
-    return list(out)
-
-
-def run_on_failure(after_failure: object) -> bool:
-    if isinstance(after_failure, str) and after_failure in AFTER_FAILURE:
-        return AFTER_FAILURE[after_failure]
-    raise InvalidJob("after_failure=%r: use 'cancel' (the default: a parent that ends "
-                     "dead, cancelled or expired cancels the job) or 'run'" % (after_failure,))
-
-
 # -- the arguments: their types, then against the function's signature --------------------
 
 def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -> None:
@@ -443,6 +393,6 @@ def check_arguments(path: str, args: Sequence[object], kwargs: dict[str, Any]) -
 _CHECKS: tuple[tuple[str, Callable[[Any], Any] | None], ...] = (
     ("priority", check_priority), ("timeout", timeout_seconds),
     ("expires", lambda value: value),  # its type checked; its moment depends on the due time
-    ("retry_on", retry_on_paths), ("atomic", None), ("group", validation.check_group))
+    ("retry_on", retry_on_paths), ("atomic", None), ("group", check_group))
 # Their values in a ``Checked`` that leaves them unset: the columns' defaults.
 _RUNTIME = {f.name: f.default for f in fields(Checked) if f.name in dict(_CHECKS)}

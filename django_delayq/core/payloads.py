@@ -38,7 +38,7 @@ from django.db import connections, router
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from django_delayq.core import options, validation
+from django_delayq.core import option_checks, validation
 from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.logtext import text  # never raises; lone surrogates escaped
 from django_delayq.engine.replies import chunks
@@ -157,18 +157,19 @@ def _payload(row: tuple[Any, ...]) -> Envelope:
                          "expected a list and a dict)" % (type(args).__name__,
                                                           type(kwargs).__name__))
     # schedule()'s checks: their InvalidJob is a ValueError naming the value
-    validation.check_max_attempts(max_attempts)
+    option_checks.check_max_attempts(max_attempts)
     backoff = _json(backoff, "backoff")
-    validation.check_backoff(backoff)
+    option_checks.check_backoff(backoff)
     # the run-time options, checked as ``schedule()`` checks them
-    priority = options.check_priority(0 if priority is None else priority)
+    priority = option_checks.check_priority(0 if priority is None else priority)
     retry_on = _json(retry_on, "retry_on")
     if retry_on is not None and (not isinstance(retry_on, list)
-                                 or options.retry_on_problem(retry_on)):
+                                 or option_checks.retry_on_problem(retry_on)):
         raise ValueError("retry_on %s is not a list of exception class paths"
                          % validation.short(retry_on, 80))
+    timeout = option_checks.timeout_seconds(timeout)
     return Envelope(path=path, args=args, kwargs=kwargs, max_attempts=max_attempts,
-                    backoff=backoff, priority=priority, timeout=options.timeout_seconds(timeout),
+                    backoff=backoff, priority=priority, timeout=timeout,
                     expires_ms=_epoch_ms(expires), retry_on=None if retry_on is None
                     else tuple(retry_on), atomic=bool(atomic),
                     tick=isinstance(key, str) and key.startswith(TICK_KEY_PREFIX))

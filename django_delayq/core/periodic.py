@@ -21,7 +21,16 @@ from django.db import DatabaseError, router, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from django_delayq.core import api, options, registry, schedules, tick_presence, validation
+from django_delayq.core import (
+    api,
+    conf,
+    option_checks,
+    options,
+    registry,
+    schedules,
+    tick_presence,
+    validation,
+)
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.logtext import shown
@@ -66,13 +75,9 @@ def job_options(s: Schedule) -> options.JobOptions:
     """The options of a schedule's jobs: its fields named like an option (its queue,
     priority, group and atomic); one at its default (empty, 0, False) leaves the option
     unset: the default queue, priority 0, no group, the function's own ``atomic``."""
-    given: dict[str, Any] = {name: getattr(s, name) or None for name in _OPTIONS}
+    given: dict[str, Any] = {name: getattr(s, name) or None
+                             for name in option_checks.SCHEDULES}
     return options.JobOptions(**given)
-
-
-# The Schedule fields that are job options (DELAYQ["SCHEDULES"]' keys of the same name).
-_OPTIONS = tuple(name for name, _ in schedules.SETTINGS_FIELDS.values()
-                 if name in options.NAMES)
 
 
 def schedule_of_key(key: str | None) -> int | None:
@@ -324,11 +329,11 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> int:
 
 def _sync_one(name: str, d: dict[str, Any]) -> None:
     """Upsert one definition (``sync_settings``); ``InvalidJob`` naming its problems."""
-    if problems := schedules.settings_problems({name: d}):
+    if problems := conf.settings_problems({name: d}):
         raise InvalidJob("; ".join(problems))
     values: dict[str, Any] = {  # its start and end (aware) as the row stores them
         f: db_datetime(v) if isinstance(v, datetime) else v
-        for f, v in schedules.settings_values(d).items()}
+        for f, v in conf.settings_values(d).items()}
     enabled = values.pop("enabled")  # as operators set it, once the row exists
     s, created = Schedule.objects.get_or_create(
         name=name, defaults={**values, "from_settings": True, "enabled": enabled})

@@ -52,7 +52,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import validation
+from django_delayq.core import option_checks, validation
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.outcomes import CancelOutcome, NewJob
@@ -112,13 +112,13 @@ def paused_queues() -> list[str]:
 
 def pause_group(queue: str, group: str) -> bool:
     """Claim none of ``group``'s jobs of ``queue``; True when it was not paused before."""
-    changed = get_engine().pause_group(known_queue(queue), validation.check_group(group))
+    changed = get_engine().pause_group(known_queue(queue), option_checks.check_group(group))
     return _logged(changed, "group %r of queue %r" % (group, queue), "paused")
 
 
 def resume_group(queue: str, group: str) -> bool:
     """Claim ``group``'s jobs of ``queue`` again; True when it was paused."""
-    changed = get_engine().resume_group(known_queue(queue), validation.check_group(group))
+    changed = get_engine().resume_group(known_queue(queue), option_checks.check_group(group))
     return _logged(changed, "group %r of queue %r" % (group, queue), "resumed")
 
 
@@ -130,7 +130,7 @@ def paused_groups(queue: str) -> list[str]:
 def purge_group(queue: str, group: str) -> int:
     """Remove ``group``'s waiting jobs of ``queue`` (not the running ones, nor schedules'
     next ticks) and cancel their rows, rows first; returns how many left Redis."""
-    engine, queue, group = get_engine(), known_queue(queue), validation.check_group(group)
+    engine, queue, group = get_engine(), known_queue(queue), option_checks.check_group(group)
     paused_here = engine.pause_group(queue, group)  # none claimed between look and cancel
     removed = 0
     try:

@@ -11,14 +11,12 @@ an ``OverflowError``, ``RecursionError``, ``UnicodeEncodeError`` or a database's
 * a delay is at most ``MAX_DELAY_SECONDS`` (100 years); ``at`` converts to epoch
   milliseconds (years 1 to 9999 do) and is at most as far ahead as a delay; an aware one
   without ``USE_TZ`` has a local wall time, which its row stores (``stored_time``);
-* a key is a non-empty string of at most ``MAX_KEY_LENGTH`` characters, storable: no
-  lone surrogate, no control character (PostgreSQL cannot store NUL);
-* ``max_attempts`` is 1 to ``MAX_ATTEMPTS``; a backoff passes ``engine.backoff.validate``
-  (finite seconds, at most a year per step);
 * a queue is one of ``DELAYQ["QUEUES"]`` (with ``any_queue``, any storable name);
 * the arguments bind to the function's signature (``registry.bind``, ``registry.Binder``);
 * the payload limit ``MAX_PAYLOAD_BYTES`` counts UTF-8 bytes;
 * a bulk call's ``batch_size`` is an int of at least 1 (``check_batch_size``).
+
+Each job option's own check (its key, retries, group ...) is in core/option_checks.py.
 
 The worker applies the same limits to what it reads back from a row (``payloads``).
 """
@@ -33,28 +31,21 @@ import re
 import sys
 import time
 from datetime import UTC, datetime, timedelta
-from functools import lru_cache
 from typing import Any, TypeGuard
 
 from django.conf import settings
 
-from django_delayq.engine import backoff as backoff_mod
 from django_delayq.exceptions import InvalidJob, JobNotFound
 
 MAX_PATH = 255  # characters of a job path or an allow-list entry
 _SEGMENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 MAX_DEPTH = 100  # deeper than this is a mistake (or a circular structure)
 MAX_DELAY_SECONDS = 100 * 365 * 24 * 3600  # 100 years
-MAX_ATTEMPTS = 1000
-MAX_KEY_LENGTH = 255  # the row's ``key`` column
 MAX_QUEUE_NAME = 100  # the row's ``queue`` column
-MAX_GROUP = 128  # characters of a group id (the row's ``group`` column)
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # Unicode's control characters (Cc)
-_LINE_BREAK = re.compile("[\u2028\u2029]")  # line and paragraph separators (Zl, Zp)
 
 
 def find_bad(value: object, where: str, depth: int = 0, ints: bool = False) -> str | None:
@@ -224,25 +215,6 @@ def encode_args(args: list[Any], kwargs: dict[str, Any]) -> tuple[str, str, int]
     return args_json, kwargs_json, size
 
 
-def payload_head_size(path: str, max_attempts: int, backoff: object) -> int:
-    """UTF-8 bytes of a payload besides its arguments: ``[path,`` ... ``,{max},{backoff}]``
-    (the size limit counts the payload as the compact array ``[path,args,kwargs,...]``)."""
-    if backoff is None:  # the same on each call of a job's path
-        return _head_size(path, max_attempts)
-    return _path_size(path) + 1 + utf8_size(",%d,%s]" % (max_attempts, dumps(backoff)))
-
-
-@lru_cache(maxsize=256)
-def _head_size(path: str, max_attempts: int) -> int:
-    return _path_size(path) + 1 + utf8_size(",%d]" % max_attempts)
-
-
-@lru_cache(maxsize=256)
-def _path_size(path: str) -> int:
-    """UTF-8 bytes of ``[path,`` (a job's path: the same on each of its calls)."""
-    return utf8_size("[" + dumps(path) + ",")
-
-
 def check_size(size: int, limit: int, where: str = "") -> None:
     if size > limit:
         raise InvalidJob("job payload is %d bytes, over DELAYQ['MAX_PAYLOAD_BYTES'] = %d%s; "
@@ -254,30 +226,6 @@ def check_text(value: object, what: str) -> None:
     """A string option (key, callable path) that must be storable."""
     if isinstance(value, str) and not utf8_ok(value):
         raise InvalidJob("%s %s contains %s" % (what, short(value), SURROGATE))
-
-
-def check_key(key: object) -> None:
-    if not isinstance(key, str) or not key:
-        raise InvalidJob("key must be a non-empty string, not %s" % short(key))
-    check_text(key, "key")
-    if not key.isprintable() and _CONTROL.search(key):
-        raise InvalidJob("key %s contains control characters (PostgreSQL cannot store NUL; "
-                         "none belongs in a key)" % short(key))
-    if len(key) > MAX_KEY_LENGTH:
-        raise InvalidJob("key must be at most %d characters, not %d" % (MAX_KEY_LENGTH, len(key)))
-
-
-def check_group(group: object) -> str:
-    """A group id (``group=``): a string of 1 to ``MAX_GROUP`` characters, no control
-    characters (the separator of Redis's group index is one: docs/groups.md) and no line
-    breaks (a group id is printed in log lines, ``delayq_status`` and the admin)."""
-    if not isinstance(group, str) or not 1 <= len(group) <= MAX_GROUP:
-        raise InvalidJob("group must be a string of 1 to %d characters, not %s"
-                         % (MAX_GROUP, short(group)))
-    check_text(group, "group")
-    if _CONTROL.search(group) or _LINE_BREAK.search(group):
-        raise InvalidJob("group %s contains control characters or line breaks" % short(group))
-    return group
 
 
 def as_seconds(value: object) -> float | None:
@@ -392,13 +340,6 @@ def at_ms(at: datetime) -> int:
     return int(at.timestamp() * 1000)
 
 
-def check_max_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_ATTEMPTS:
-        raise InvalidJob("max_attempts must be an integer from 1 to %d, got %s"
-                         % (MAX_ATTEMPTS, short(value)), option="max_attempts")
-    return value
-
-
 def check_batch_size(value: object) -> int:
     """``batch_size`` (``schedule_many``, ``schedule_dataframe``): an int of at least 1,
     checked before anything is written or sent (the INSERT loop steps by it)."""
@@ -406,12 +347,6 @@ def check_batch_size(value: object) -> int:
         raise InvalidJob("batch_size must be an integer of at least 1 (not a bool), not %s"
                          % short(value))
     return value
-
-
-def check_backoff(backoff: object) -> None:
-    if why := backoff_mod.validate(backoff):
-        raise InvalidJob("backoff %s is not valid: %s" % (short(backoff), why),
-                         option="backoff")
 
 
 def name_problem(dotted: object, *, what: str = "module name") -> str | None:

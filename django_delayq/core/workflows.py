@@ -46,7 +46,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -57,7 +57,7 @@ from django_delayq import signals
 from django_delayq.core import commit_batch, ids, queues
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.options import DROP, KEEP, Checked
+from django_delayq.core.option_checks import DROP, KEEP
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.engine.replies import chunks, grouped
@@ -70,6 +70,9 @@ from django_delayq.models import (
     JobKey,
     JobStatus,
 )
+
+if TYPE_CHECKING:
+    from django_delayq.core.options import Checked
 
 logger = logging.getLogger(__name__)
 

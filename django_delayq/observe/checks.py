@@ -41,8 +41,8 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
-from django_delayq.core import conf, periodic, registry, schedules
-from django_delayq.core.validation import MAX_ATTEMPTS
+from django_delayq.core import conf, periodic, registry
+from django_delayq.core.option_checks import MAX_ATTEMPTS
 from django_delayq.engine.client import make_client
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import InvalidJob
@@ -187,7 +187,7 @@ def _valid_settings_messages() -> list[checks.CheckMessage]:
         path: partial(registry.check_schedulable, path) for path in settings.callable_limits})
     if settings.allowed_callables:  # else E025 says it, once
         found += _job_messages("SCHEDULES", {
-            name: partial(periodic.check, Schedule(name=name, **schedules.settings_values(d)))
+            name: partial(periodic.check, Schedule(name=name, **conf.settings_values(d)))
             for name, d in settings.schedules.items()})
     found += [checks.Warning(
         "DELAYQ['QUEUE_OPTIONS'] names queue %r, which DELAYQ['QUEUES'] %r does not list"

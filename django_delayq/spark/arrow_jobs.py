@@ -23,14 +23,17 @@ import math
 import re
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from django_delayq.core import validation
+from django_delayq.core import option_checks, validation
 from django_delayq.exceptions import InvalidJob
 from django_delayq.spark import arrow_json, batch_ids
+
+if TYPE_CHECKING:
+    from django_delayq.core.options import Checked
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _FIRST_US = (datetime(1, 1, 1, tzinfo=UTC) - _EPOCH) // timedelta(microseconds=1)  # year 1
@@ -42,12 +45,10 @@ MAX_ROW_TEXT = 300
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Target:
-    """One call's constants, resolved in the executor (defaults from DELAYQ)."""
+    """One call's constants, resolved in the executor (defaults from DELAYQ): ``job``, its
+    options as ``JobOptions.check`` resolved them (``dataframe_jobs._target``)."""
 
-    queue: str
-    path: str
-    max_attempts: int
-    backoff: Any
+    job: Checked
     max_payload: int
     when: str | None  # "at" | "delay" | None
     n_args: int
@@ -56,12 +57,6 @@ class Target:
     when_name: str | None = None
     key_name: str | None = None
     null_when: str = "error"  # "now": a null at_col/delay_col means due now
-
-    def shared(self) -> dict[str, Any]:
-        """What every row of the call stores alike (``ColumnWriter``'s keywords): the
-        options ``JobOptions.check`` resolved (``dataframe_jobs._target``)."""
-        return {"queue": self.queue, "path": self.path, "max_attempts": self.max_attempts,
-                "backoff": self.backoff}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -205,16 +200,16 @@ def _ids(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[list[str], pa.A
         bad = int(pc.index(empty, True).as_py())
         raise InvalidJob("key_col %r: key must be a non-empty string, not '' (row %d of the "
                          "batch)" % (t.key_name, bad))
-    long = pc.fill_null(pc.greater(pc.utf8_length(keys), validation.MAX_KEY_LENGTH), False)
+    long = pc.fill_null(pc.greater(pc.utf8_length(keys), option_checks.MAX_KEY_LENGTH), False)
     if pc.any(long).as_py():
         bad = int(pc.index(long, True).as_py())
         raise InvalidJob("key_col %r: key must be at most %d characters (row %d of the batch)"
-                         % (t.key_name, validation.MAX_KEY_LENGTH, bad))
+                         % (t.key_name, option_checks.MAX_KEY_LENGTH, bad))
     values = keys.to_pylist()
     if not keys.null_count:
-        return batch_ids.ids_for_keys(t.queue, values), keys
+        return batch_ids.ids_for_keys(t.job.queue, values), keys
     fresh = iter(batch_ids.new_ids(keys.null_count, now_us // 1000))
-    keyed = iter(batch_ids.ids_for_keys(t.queue, [k for k in values if k is not None]))
+    keyed = iter(batch_ids.ids_for_keys(t.job.queue, [k for k in values if k is not None]))
     return [next(fresh) if k is None else next(keyed) for k in values], keys
 
 
@@ -232,7 +227,7 @@ def _payload(t: Target, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
 def _check_size(t: Target, args: pa.Array, kwargs: pa.Array) -> None:
     """The payload is limited in UTF-8 bytes as the compact array
     ``[path,args,kwargs,max_attempts(,backoff)]``, like ``schedule_many``."""
-    fixed = validation.payload_head_size(t.path, t.max_attempts, t.backoff)
+    fixed = t.job.head
     sizes = pc.add(pc.add(pc.binary_length(args), pc.binary_length(kwargs)), fixed)
     if len(sizes) and pc.max(sizes).as_py() > t.max_payload:
         bad = int(pc.index(pc.greater(sizes, t.max_payload), True).as_py())

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field
+from django.db.models import Field, JSONField
 from django.db.models.constants import OnConflict
 
 from django_delayq.core import row_insert
@@ -83,21 +83,24 @@ def _default(field: Field[Any, Any]) -> Any:
     return str.__str__(value) if isinstance(value, str) else value
 
 
+def _stored(field: Field[Any, Any], value: object) -> Any:
+    """``value`` as a row of ``ColumnWriter`` holds it: JSON as its text."""
+    return json.dumps(value) if isinstance(field, JSONField) and value is not None else value
+
+
 class ColumnWriter:
     """Writes the audit rows of one queue and callable given column-wise (``prepare_columns``)
     or as COPY text (``copy_layout``, ``copy_text``); the constant columns adapted once."""
 
-    def __init__(self, using: str, *, queue: str, path: str, max_attempts: int, backoff: object,
-                 now: datetime) -> None:
+    def __init__(self, using: str, columns: Mapping[str, Any], *, now: datetime) -> None:
+        """``columns``: what every row stores alike (``Checked.columns``: the queue, the
+        path, the retries, the run-time options); ``now``: their creation time."""
         self.using = using
         self.fields = list(Job._meta.concrete_fields)
         adapt = datetime_adapter(using)
-        const: dict[str, Any] = {
-            "queue": queue, "callable_path": path, "created_at": adapt(now),
-            "updated_at": adapt(now), "max_attempts": max_attempts,
-            "backoff": None if backoff is None else json.dumps(backoff)}
+        const = {**columns, "created_at": adapt(now), "updated_at": adapt(now)}
         # every other column holds its field's default, as ``save()`` would write it
-        self.template = [const[f.attname] if f.attname in const else _default(f)
+        self.template = [_stored(f, const[f.attname]) if f.attname in const else _default(f)
                          for f in self.fields]
         self.adapt = adapt
 

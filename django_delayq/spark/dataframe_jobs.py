@@ -42,9 +42,7 @@ class Plan:
     fn_path: str
     settings_module: str
     sys_path: tuple[str, ...]
-    queue: str | None
-    max_attempts: int | None
-    backoff: Any
+    options: JobOptions  # the call's: its queue and retries
     batch_size: int
     when: str | None  # "at" | "delay" | None
     has_key: bool
@@ -134,8 +132,7 @@ def _check_options(plan: Plan) -> Checked:
     """The callable, queue, attempts and backoff checked and resolved as ``schedule()``
     resolves them (``JobOptions.check``: ``InvalidJob`` naming a bad one), scheduling
     nothing."""
-    return JobOptions(queue=plan.queue, max_attempts=plan.max_attempts,
-                      backoff=plan.backoff).check(plan.fn_path)
+    return plan.options.check(plan.fn_path)
 
 
 def schedule_dataframe(
@@ -161,8 +158,9 @@ def schedule_dataframe(
     if null_when not in ("error", "now"):
         raise InvalidJob("null_when must be 'error' or 'now', not %r" % (null_when,))
     plan = Plan(fn_path=fn, settings_module=_settings_module(settings_module),
-                sys_path=tuple(p for p in sys.path if p), queue=queue,
-                max_attempts=max_attempts, backoff=backoff, batch_size=batch_size,
+                sys_path=tuple(p for p in sys.path if p),
+                options=JobOptions(queue=queue, max_attempts=max_attempts, backoff=backoff),
+                batch_size=batch_size,
                 when="at" if at_col else ("delay" if delay_col else None),
                 has_key=key_col is not None, n_args=len(args_cols),
                 kwargs_names=tuple(kwargs_cols), arg_names=tuple(args_cols),
@@ -219,9 +217,8 @@ def setup_django(plan: Plan) -> None:
 def _target(plan: Plan) -> Any:
     """The call's constants: its options checked and given DELAYQ's defaults as
     ``schedule()`` does (``JobOptions.check``)."""
-    c, s = _check_options(plan), get_settings()
-    return Target(queue=c.queue, path=c.path, max_attempts=c.max_attempts, backoff=c.backoff,
-                  max_payload=s.max_payload_bytes, when=plan.when, n_args=plan.n_args,
+    return Target(job=_check_options(plan), max_payload=get_settings().max_payload_bytes,
+                  when=plan.when, n_args=plan.n_args,
                   kwargs_names=plan.kwargs_names, arg_names=plan.arg_names,
                   when_name=plan.when_name, key_name=plan.key_name, null_when=plan.null_when)
 

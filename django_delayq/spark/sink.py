@@ -111,7 +111,7 @@ def _enqueue(queue: str, cols: JobColumns) -> None:
 def _commit(t: Target, cols: JobColumns, *, using: str, now: datetime,
             batch_size: int) -> JobColumns:
     """Insert and commit the audit rows of ``cols``; return the jobs to enqueue."""
-    writer = ColumnWriter(using, now=now, **t.shared())
+    writer = ColumnWriter(using, t.job.columns(), now=now)
     mode = text_datetimes(using)
     if cols.keyed and mode != "copy":
         existing = writer.existing(cols.ids)
@@ -123,7 +123,7 @@ def _commit(t: Target, cols: JobColumns, *, using: str, now: datetime,
     with transaction.atomic(using=using):
         new = insert()
         if new.ids:
-            signals.send(signals.jobs_scheduled, queue=t.queue, callable_path=t.path,
+            signals.send(signals.jobs_scheduled, queue=t.job.queue, callable_path=t.job.path,
                          job_ids=list(new.ids))
         return new
 
@@ -146,7 +146,7 @@ class Sink:
 
     def _submit(self, new: JobColumns) -> None:
         self._wait()
-        self._pending = self._pool.submit(_enqueue, self.target.queue, new)
+        self._pending = self._pool.submit(_enqueue, self.target.job.queue, new)
 
     def _wait(self) -> None:
         pending, self._pending = self._pending, None

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from django_delayq.admin.schedule_admin import run_once
-from django_delayq.core import periodic, schedules
+from django_delayq.core import conf, periodic
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, Schedule
 from tests.helpers import point_at
@@ -32,7 +32,7 @@ def test_a_schedule_s_jobs_carry_its_group(settings, redis_server) -> None:  # t
 
 
 def test_a_bad_group_in_settings_is_named() -> None:
-    [problem] = schedules.settings_problems({"nightly": {"callable": "tests.jobs.noop",
+    [problem] = conf.settings_problems({"nightly": {"callable": "tests.jobs.noop",
                                                          "interval": 60, "group": "a\nb"}})
     assert "'nightly'" in problem and "group" in problem and "'a\\nb'" in problem
 
@@ -41,7 +41,7 @@ def test_an_empty_group_in_settings_is_no_group(settings, redis_server) -> None:
     """As in the admin (docs/periodic.md: "group empty: none")."""
     point_at(settings, redis_server, ALLOWED_CALLABLES=["tests.jobs"])
     definitions = {"nightly": {"callable": "tests.jobs.noop", "interval": 3600, "group": ""}}
-    assert schedules.settings_problems(definitions) == []
+    assert conf.settings_problems(definitions) == []
     assert periodic.sync_settings(definitions) == 0
     tick = Job.objects.get(pk=periodic.keep(Schedule.objects.get(name="nightly")))
     assert tick.group == ""

@@ -1,6 +1,7 @@
 """A definition of ``DELAYQ["SCHEDULES"]`` that cannot be stored never stops the others:
 ``sync_settings`` skips it, logging a warning naming it and the reason, and the other
-schedules are upserted and tick (a bad ``jitter`` used to fail every keeper pass)."""
+schedules are upserted and tick (a bad ``jitter`` used to fail every keeper pass, and so
+did a bad ``priority``: its option keys are checked as ``schedule()`` checks them)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import logging
 
 import pytest
 
-from django_delayq.core import periodic
+from django_delayq.core import conf, periodic
 from django_delayq.models import Schedule
 from tests.helpers import point_at
 
@@ -17,7 +18,9 @@ GOOD = {"callable": "tests.jobs.noop", "interval": 600}
 
 
 @pytest.mark.parametrize("key, value", [("jitter", -1), ("jitter", "abc"),
-                                        ("enabled", "no"), ("group", "a\nb")])
+                                        ("enabled", "no"), ("group", "a\nb"),
+                                        ("priority", 1000), ("priority", "high"),
+                                        ("atomic", "yes")])
 def test_a_bad_definition_is_skipped_and_the_others_tick(settings, redis_server, caplog,  # type: ignore[no-untyped-def]
                                                          key, value) -> None:
     point_at(settings, redis_server, ALLOWED_CALLABLES=["tests.jobs"])
@@ -35,3 +38,12 @@ def test_a_definition_turned_bad_leaves_its_row_as_it_was(settings, redis_server
     periodic.sync_settings({"s": GOOD})
     periodic.sync_settings({"s": {**GOOD, "interval": 60, "jitter": -1}})
     assert Schedule.objects.get(name="s").interval_seconds == 600
+
+
+@pytest.mark.parametrize("priority, shown", [(101, "101"), (-101, "-101"), ("high", "'high'"),
+                                             (True, "True"), (1.5, "1.5")])
+def test_a_bad_priority_is_named_as_schedule_names_it(priority, shown) -> None:  # type: ignore[no-untyped-def]
+    """The message of ``schedule(priority=...)``, after the schedule's name."""
+    assert conf.settings_problems({"nightly": {**GOOD, "priority": priority}}) == [
+        "DELAYQ['SCHEDULES']['nightly']: priority must be an integer from -100 to 100, not %s"
+        % shown]

@@ -429,7 +429,7 @@ def test_the_payload_size_is_that_of_the_compact_array() -> None:
     """The size checked is the UTF-8 length of ``[path,args,kwargs,max_attempts(,backoff)]``
     as compact JSON: the arguments' part plus ``payload_head_size``, with or without a
     backoff, for each path and count (kept per path and count without a backoff)."""
-    from django_delayq.core import validation
+    from django_delayq.core import options, validation
 
     for path in ("tests.jobs.noop", "tests.jobs.été"):
         for max_attempts, backoff in ((3, None), (12, None), (3, [1, 2.5]), (1, "exponential"),
@@ -437,7 +437,7 @@ def test_the_payload_size_is_that_of_the_compact_array() -> None:
             args, kwargs = ["é", 1], {"k": None}
             _, _, size = validation.encode_args(args, kwargs)
             array = [path, args, kwargs, max_attempts, *([] if backoff is None else [backoff])]
-            assert size + validation.payload_head_size(path, max_attempts, backoff) == len(
+            assert size + options.payload_head_size(path, max_attempts, backoff) == len(
                 validation.dumps(array).encode())
 
 

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django_redis.cache import RedisCache
 
-from django_delayq.core import conf, validation
+from django_delayq.core import conf, option_checks
 from django_delayq.observe import checks
 
 BAD_VALUES = {
@@ -210,11 +210,11 @@ def test_get_settings_raises_for_a_bad_cache_alias(settings, alias, said):
 
 def test_default_max_attempts_takes_what_schedule_takes(settings):
     """Not a value every schedule() without max_attempts would refuse."""
-    assert _errors(settings, DEFAULT_MAX_ATTEMPTS=validation.MAX_ATTEMPTS) == []
-    for bad in (validation.MAX_ATTEMPTS + 1, 5000):
+    assert _errors(settings, DEFAULT_MAX_ATTEMPTS=option_checks.MAX_ATTEMPTS) == []
+    for bad in (option_checks.MAX_ATTEMPTS + 1, 5000):
         [error] = _errors(settings, DEFAULT_MAX_ATTEMPTS=bad)
         assert error.id == "delayq.E007" and repr(bad) in error.msg
-        assert "1 to %d" % validation.MAX_ATTEMPTS in error.msg
-        assert "1 to %d" % validation.MAX_ATTEMPTS in error.hint
+        assert "1 to %d" % option_checks.MAX_ATTEMPTS in error.msg
+        assert "1 to %d" % option_checks.MAX_ATTEMPTS in error.hint
         with pytest.raises(ImproperlyConfigured, match="DEFAULT_MAX_ATTEMPTS"):
             conf.get_settings()

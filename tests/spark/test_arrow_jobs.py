@@ -12,16 +12,21 @@ import pytest
 
 pa = pytest.importorskip("pyarrow")
 
-from django_delayq.core import ids  # noqa: E402
+from django_delayq.core import ids, options  # noqa: E402
 from django_delayq.exceptions import InvalidJob  # noqa: E402
 from django_delayq.spark import arrow_jobs, arrow_json, batch_ids  # noqa: E402
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
-def _target(**changes: Any) -> arrow_jobs.Target:
-    values: dict[str, Any] = {"queue": "default", "path": "tests.jobs.add", "max_attempts": 5,
-                              "backoff": None, "max_payload": 10_000, "when": None, "n_args": 1,
+def _target(backoff: Any = None, **changes: Any) -> arrow_jobs.Target:
+    """A call's constants: its options as ``JobOptions.check`` resolves them (five attempts,
+    ``backoff``), the rest as given."""
+    path, max_attempts = "tests.jobs.add", 5
+    job = options.Checked(path=path, queue="default", max_attempts=max_attempts,
+                          backoff=backoff, now=NOW,
+                          head=options.payload_head_size(path, max_attempts, backoff))
+    values: dict[str, Any] = {"job": job, "max_payload": 10_000, "when": None, "n_args": 1,
                               "kwargs_names": (), "arg_names": ("a",), "when_name": "d",
                               "key_name": "k"}
     return arrow_jobs.Target(**{**values, **changes})

@@ -19,8 +19,8 @@ ADD = "tests.jobs.add"
 
 
 def _writer() -> ColumnWriter:
-    return ColumnWriter("default", queue="emails", path=ADD, max_attempts=2, backoff=[1, 2],
-                     now=NOW)
+    columns = {"queue": "emails", "callable_path": ADD, "max_attempts": 2, "backoff": [1, 2]}
+    return ColumnWriter("default", columns, now=NOW)
 
 
 def _run_at(writer: ColumnWriter, moment: datetime) -> object:

@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from django_delayq import InvalidJob, JobSpec, job, requeue, schedule, schedule_many
-from django_delayq.core import payloads, periodic, schedules
+from django_delayq.core import conf, payloads, periodic
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobStatus, Schedule
 from django_delayq.worker import atomic, runner
@@ -101,7 +101,7 @@ def test_a_schedule_s_ticks_are_atomic_when_it_says_so(dq, settings) -> None:  #
         "callable": BUMP, "args": ["b"], "cron": "0 2 * * *", "atomic": True}}}
     periodic.sync_from_settings()
     assert Schedule.objects.get(name="nightly").atomic is True
-    problems = schedules.settings_problems({"x": {"callable": BUMP, "cron": "0 2 * * *",
+    problems = conf.settings_problems({"x": {"callable": BUMP, "cron": "0 2 * * *",
                                                   "atomic": "yes"}})
     assert problems == ["DELAYQ['SCHEDULES']['x']: 'atomic' must be True or False, not 'yes'"]
 
