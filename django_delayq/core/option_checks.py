@@ -11,7 +11,9 @@ here needs Django's settings or the job's function (``check_atomic`` does: it st
 * ``timeout``: seconds > 0 (a number or a ``timedelta``), at most ``MAX_TIMEOUT_SECONDS``;
 * ``expires``: a datetime, or seconds / a ``timedelta`` from now, after now and after the
   job's due time (``expires_at``);
-* ``retry_on``: exception classes or their dotted paths, at most ``MAX_RETRY_ON``;
+* ``retry_on``: exception classes or their dotted paths, at most ``MAX_RETRY_ON``; a path
+  (``module.Class``) is imported and stored as the path of the class it names, the one
+  the worker compares (``socket.error`` is ``builtins.OSError``);
 * ``key``: a non-empty string of at most ``MAX_KEY_LENGTH`` characters, storable: no lone
   surrogate, no control character (PostgreSQL cannot store NUL); ``on_conflict``: one of
   ``ON_CONFLICT``, other than ``keep`` only with a key;
@@ -26,6 +28,7 @@ here needs Django's settings or the job's function (``check_atomic`` does: it st
 
 from __future__ import annotations
 
+import importlib
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
@@ -97,18 +100,41 @@ def retry_on_paths(value: object) -> tuple[str, ...]:
     if not isinstance(items, (list, tuple)):
         raise InvalidJob("retry_on must be exception classes or their dotted paths (a list or "
                          "tuple), not %s" % short(value))
+    if len(items) > MAX_RETRY_ON:
+        raise InvalidJob("retry_on: at most %d exception classes, not %d"
+                         % (MAX_RETRY_ON, len(items)))
     paths = []
     for item in items:
+        why = path_problem(item) if isinstance(item, str) else "not an exception class"
         if isinstance(item, type) and issubclass(item, BaseException):
-            item = type_path(item)  # noqa: PLW2901 - stored as its path
-        elif why := path_problem(item) if isinstance(item, str) else "not an exception class":
+            paths.append(type_path(item))
+        elif why:
             raise InvalidJob("retry_on: %s is %s; give exception classes or dotted paths "
-                             "such as 'requests.exceptions.Timeout'"
-                             % (short(item), why))
-        paths.append(item)
+                             "such as 'requests.exceptions.Timeout'" % (short(item), why))
+        else:
+            paths.append(type_path(exception_class(item)))
     if problem := retry_on_problem(paths):
         raise InvalidJob("retry_on: %s" % problem)
     return tuple(dict.fromkeys(paths))
+
+
+def exception_class(path: str) -> type[BaseException]:
+    """The exception class a ``retry_on`` path names: its module imported (the caller's
+    code named it, as a setting's dotted path), then one name of it, nothing further."""
+    module_name, _, name = path.rpartition(".")
+    where = "retry_on: %s names no exception class" % short(path)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - not found, or the module's own error
+        raise InvalidJob("%s: module %r cannot be imported (%s: %s)"
+                         % (where, module_name, type(exc).__name__, exc)) from None
+    found = getattr(module, name, None)
+    if found is None:
+        raise InvalidJob("%s: module %r has no %r" % (where, module_name, name))
+    if not (isinstance(found, type) and issubclass(found, BaseException)):
+        raise InvalidJob("%s: it is %s" % (where, "a class, not an exception" if isinstance(
+            found, type) else "a " + type(found).__name__))
+    return found
 
 
 def path_problem(path: str) -> str | None:

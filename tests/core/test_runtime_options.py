@@ -42,10 +42,10 @@ def claim_order(engine, queue: str = "default") -> list[str]:  # type: ignore[no
 def test_options_are_stored_on_the_row_with_the_due_time_asked(dq) -> None:  # type: ignore[no-untyped-def]
     before = timezone.now()
     h = schedule(jobs.add, 1, 2, delay=60, priority=7, timeout=dt.timedelta(seconds=90),
-                 expires=dt.timedelta(hours=2), retry_on=[ValueError, "requests.exceptions.Timeout"])
+                 expires=dt.timedelta(hours=2), retry_on=[ValueError, "json.decoder.JSONDecodeError"])
     row = Job.objects.get(pk=h.id)
     assert (row.priority, row.timeout) == (7, 90.0)
-    assert row.retry_on == ["builtins.ValueError", "requests.exceptions.Timeout"]
+    assert row.retry_on == ["builtins.ValueError", "json.decoder.JSONDecodeError"]
     assert row.scheduled_for == row.run_at
     assert dt.timedelta(seconds=59) < row.scheduled_for - before < dt.timedelta(seconds=65)
     assert dt.timedelta(hours=2) <= row.expires_at - before < dt.timedelta(hours=2, seconds=5)
@@ -133,6 +133,15 @@ def test_a_row_with_a_bad_option_is_broken_alone(dq) -> None:  # type: ignore[no
     ({"retry_on": [ValueError, 3]}, "3 is not an exception class"),
     ({"retry_on": 42}, "retry_on must be exception classes"),
     ({"retry_on": ["builtins.E%d" % i for i in range(51)]}, "at most 50"),
+    ({"retry_on": ["builtins.ValueErorr"]},
+     "retry_on: 'builtins.ValueErorr' names no exception class: module 'builtins' has no "
+     "'ValueErorr'"),
+    ({"retry_on": ["no_such_module_here.Error"]},
+     "'no_such_module_here.Error' names no exception class: module 'no_such_module_here' "
+     "cannot be imported (ModuleNotFoundError"),
+    ({"retry_on": "json.dumps"}, "'json.dumps' names no exception class: it is a function"),
+    ({"retry_on": ["json.decoder.JSONDecodeError.msg"]}, "module 'json.decoder.JSONDecodeError' "
+     "cannot be imported"),
 ])
 def test_bad_options_are_refused_naming_the_value(dq, options, named) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidJob, match=named.replace("(", r"\(").replace(")", r"\)")):
@@ -148,6 +157,20 @@ def test_retry_on_accepts_one_class_or_path_and_drops_repeats(dq) -> None:  # ty
     assert Job.objects.get(pk=schedule(jobs.noop, retry_on=[KeyError, "builtins.KeyError"]).id
                            ).retry_on == ["builtins.KeyError"]
     assert Job.objects.get(pk=schedule(jobs.noop, retry_on=[]).id).retry_on == []
+
+
+def test_retry_on_a_path_is_stored_as_the_class_it_names(dq) -> None:  # type: ignore[no-untyped-def]
+    """A path is imported at schedule() and stored as its class's own path, the one the
+    worker compares: a re-exported name (``socket.error`` is ``OSError``) is retried."""
+    h = schedule("tests.jobs_more.raise_permission_error", "no", max_attempts=2, backoff=[0],
+                 retry_on=["socket.error", "json.JSONDecodeError"])
+    assert Job.objects.get(pk=h.id).retry_on == ["builtins.OSError",
+                                                 "json.decoder.JSONDecodeError"]
+    with pytest.raises(InvalidJob, match="module 'socket' has no 'tiemout'"):
+        job(jobs.noop).using(retry_on="socket.tiemout")  # at once
+    assert burst() == 0
+    row = Job.objects.get(pk=h.id)
+    assert (row.status, row.attempts, row.error_type) == ("dead", 2, "builtins.PermissionError")
 
 
 # -- arguments against the signature ---------------------------------------------------------
