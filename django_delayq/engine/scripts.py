@@ -8,17 +8,19 @@ with the block (its own includes filled the same way), inlines each block at mos
 per script, and refuses a name lib.lua does not define (``IncludeError``, naming the
 script and the include). The expanded text is what is sent and what the SHA is of.
 
-**Keys.** A script declares the keys it uses on its ``-- KEYS:`` header line, in the
-order of its ``KEYS``: each a name of the caller's keys object (``QueueKeys``,
-``CallableLimitKeys``: ``inflight``, ``runs``, ...), with the Redis type it must have
-(``inflight:zset``; ``record:string?`` for a last key a caller may leave out). ``load``
-makes those names locals at the top of the script (``local inflight, runs = KEYS[1],
-KEYS[2]``, before the lib.lua blocks, which use the same names) and, when any has a type,
-checks the types after the script's includes (``wrong_type``); ``Script.keys_of`` builds
-a call's ``KEYS`` from the same declaration (``tests/engine/test_lua_include.py``
-compares each declaration with what the script and its blocks use). A server that lost
-its script cache (restart, SCRIPT FLUSH, a new cluster node) answers NOSCRIPT; the
-script is then sent with EVAL once, which also caches it.
+**Keys.** A script declares the keys it uses on one header line, ``-- KEYS: inflight
+jobs ... record?``, in the order of its ``KEYS``: each a name of the caller's keys object
+(``QueueKeys``, ``CallableLimitKeys``) or of ``keys.BY_NAME``, names only (``?`` after a
+last key a caller may leave out). A key's Redis type, and what it holds, are the key's
+own, written once in ``engine/keys.py`` (``keys.kinds()``); ``declared_keys`` refuses a
+second ``-- KEYS:`` line, an unknown name and a type in the header (``IncludeError``).
+``load`` makes those names locals at the top of the script (``local inflight, runs =
+KEYS[1], KEYS[2]``, before the lib.lua blocks, which use the same names) and checks
+their types after the script's includes (``wrong_type``); ``Script.keys_of`` builds a
+call's ``KEYS`` from the same declaration (``tests/engine/test_lua_include.py`` compares
+each declaration with what the script and its blocks use). A server that lost its script
+cache (restart, SCRIPT FLUSH, a new cluster node) answers NOSCRIPT; the script is then
+sent with EVAL once, which also caches it.
 
 **Bounds.** Every script does a bounded amount of work per call, so none holds Redis
 for more than a few milliseconds whatever the backlog (a script blocks every other
@@ -164,8 +166,9 @@ class TooManyArguments(ValueError):
 @dataclass(frozen=True, slots=True)
 class Key:
     """One key a script declares (``-- KEYS:``): its ``name`` on the caller's keys object,
-    the Redis ``kind`` checked before the script's first write ('' = not checked), and
-    whether a caller may leave it out (``optional``: the last ones only)."""
+    the Redis ``kind`` checked before the script's first write (``keys.kinds()``; '' = not
+    checked: ``keys.ANY``), and whether a caller may leave it out (``optional``: the last
+    ones only)."""
 
     name: str
     kind: str = ""
@@ -297,24 +300,36 @@ def expand(script: str, source: str, blocks: dict[str, str], done: set[str] | No
 
 
 _KEYS_LINE = re.compile(r"^-- KEYS:(.*)$", re.MULTILINE)
-_KEY = re.compile(r"([a-z_][a-z0-9_]*)(?::([a-z]+))?(\?)?")
+_KEY = re.compile(r"([a-z_][a-z0-9_]*)(\?)?")
 
 
 def declared_keys(source: str, where: str) -> tuple[Key, ...]:
-    """The keys ``source`` declares on its ``-- KEYS:`` line(s), in order."""
-    keys: list[Key] = []
-    for item in " ".join(_KEYS_LINE.findall(source)).split():
+    """The keys ``source`` declares on its one ``-- KEYS:`` line, in order, each with its
+    type from ``keys.kinds()``."""
+    from django_delayq.engine import keys  # lazy: at module level, 13 modules in a chain
+    lines = _KEYS_LINE.findall(source)
+    if len(lines) != 1:
+        raise IncludeError("%s: %s -- KEYS: line (one line names every key)"
+                           % (where, "no" if not lines else "more than one"))
+    kinds, found = keys.kinds(), []
+    for item in lines[0].split():
         match = _KEY.fullmatch(item)
         if match is None:
-            raise IncludeError("%s: malformed key %r in its -- KEYS: line (name, name:type "
-                               "or name:type?)" % (where, item))
-        keys.append(Key(match.group(1), match.group(2) or "", bool(match.group(3))))
-    if not keys:
-        raise IncludeError("%s: no -- KEYS: line" % where)
+            raise IncludeError("%s: %r in its -- KEYS: line: a key name (name? when optional)"
+                               "%s" % (where, item, "; its type is keys.py's, not the header's"
+                                       if ":" in item else ", malformed"))
+        if match.group(1) not in kinds:
+            raise IncludeError("%s: unknown key %r in its -- KEYS: line (engine/keys.py names "
+                               "no such key)" % (where, match.group(1)))
+        kind = kinds[match.group(1)]
+        found.append(Key(match.group(1), "" if kind == keys.ANY else kind,
+                         bool(match.group(2))))
+    if not found:
+        raise IncludeError("%s: no key on its -- KEYS: line" % where)
     if any(k.optional and not later.optional
-           for i, k in enumerate(keys) for later in keys[i + 1:]):
+           for i, k in enumerate(found) for later in found[i + 1:]):
         raise IncludeError("%s: only the last keys may be optional" % where)
-    return tuple(keys)
+    return tuple(found)
 
 
 # The keys a busy queue always has, which ``wrong_type`` types first: once it has met as
@@ -352,8 +367,9 @@ def with_prelude(name: str, raw: str) -> tuple[str, tuple[Key, ...]]:
     """``raw`` (a script's text) with its keys made locals at the top and their types
     checked after its last top-level include (or its header), and the keys. A script that
     checks ``KINDS`` itself (``wrong_type(KINDS)``, ``read_failed(KINDS, err)``: enqueue.lua
-    and ack.lua, only when a read cannot tell) gets ``KINDS`` instead of the check; it must
-    still check before its first write."""
+    and ack.lua, only when a read cannot tell; mark.lua, only when a command failed) gets
+    ``KINDS`` instead of the check; it must still check before its first write, or write
+    with one command whose failure it answers so."""
     keys = declared_keys(raw, name + ".lua")
     local, check = prelude(keys, own_check="(KINDS" in raw)
     lines = raw.splitlines(keepends=True)

@@ -1,21 +1,9 @@
 -- ack.lua : settle finished jobs (success, or expired before it ran): forget them, and
 -- record how they ended until their worker's audit row has landed.
 --
--- KEYS: inflight:zset jobs:hash attempts:hash cancel:set prio:hash urgent settled:zset
--- KEYS: settled_by:hash runs:hash group:hash group_running:zset group_held:zset
--- KEYS: group_ready:zset group_turns:zset
--- used, in that order (the names of keys.QueueKeys):
---          inflight    ZSET  lease_deadline_ms -> id
---          jobs        HASH  id -> envelope
---          attempts    HASH  id -> lease token
---          cancel      SET   ids whose cancel was asked while they ran
---          prio        HASH  id -> priority
---          settled     ZSET  id -> settled ms (written when ARGV[2] is not "")
---          settled_by  HASH  id -> "<code> <attempt> <holder> <token>"
---          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
---                      minus the offset; forgotten with the job
---          group_running, group_held (group_ready, group_turns)  the acked jobs' group
---                      slots are freed and their held groups put back (lib.lua group_slots)
+-- KEYS: inflight jobs attempts cancel prio urgent settled settled_by runs group group_running group_held group_ready group_turns
+-- settled and settled_by are written only with a holder (ARGV[2]); the acked jobs' group
+-- slots are freed and their held groups put back (lib.lua group_slots).
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  holder      the settling worker's registry id; "" = keep no record
 -- ARGV[3]  channel     PUBLISH target, told now when a held group is put back in an

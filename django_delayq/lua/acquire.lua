@@ -1,10 +1,6 @@
 -- acquire.lua : may job `id` start now under its callable's limits? (callable limits)
 --
--- KEYS: grants:zset running:zset next_free:string
---          grants   ZSET  "<id>:<ms>" -> grant ms: the rate limit's window log
---          running  ZSET  id -> slot deadline ms: the jobs holding a concurrency slot
---          next_free STRING the next retry time (ms) to hand to a refused job
---          (keys.CallableLimitKeys: one hash tag {prefix:limit:<path>})
+-- KEYS: grants running next_free
 -- ARGV[1]  now_ms     integer ms, or "0" to read the server's TIME
 -- ARGV[2]  id         the job asking
 -- ARGV[3]  lease_ms   how long its slot lasts unless released (release_callable.lua): the

@@ -1,24 +1,8 @@
 -- enqueue.lua : add jobs to a queue; idempotent by job id.
 --
--- KEYS: pending:zset inflight:zset jobs:hash dead:zset epoch ready:zset prio:hash urgent
--- KEYS: group:hash
--- KEYS: group_ready:zset group_turns:zset hold:zset
--- used, in that order (the names of keys.QueueKeys):
---          pending   ZSET  due_ms -> id   (jobs not yet due, and due jobs waiting their
---                          turn to be promoted to ready by claim.lua)
---          inflight  ZSET  lease_deadline_ms -> id
---          jobs      HASH  id -> envelope (JSON), only for jobs that carry one
---          dead      ZSET  died_ms -> id
---          epoch     STRING the queue's epoch (core/reconcile.py): set, if absent, to
---                    "<ms>:<us>:e" whenever jobs are given: whoever first writes a queue's
---                    data creates it, so "no epoch" means "nothing written since empty"
---          ready     ZSET  ready score -> id (due jobs in claim order: lib.lua ready_score)
---          prio      HASH  id -> priority, only for priorities other than 0
---          group     HASH  id -> group, only for jobs of a group (docs/groups.md)
---          group_ready, group_turns  the group index of a grouped queue (lib.lua group_index)
---          hold      ZSET  id -> ms: cancels whose row decided (cancel.lua); a job of it
---                          waits in pending until that ms (lib.lua hold_back), whatever
---                          its own due time
+-- KEYS: pending inflight jobs dead epoch ready prio urgent group group_ready group_turns hold
+-- epoch is set, if absent, whenever jobs are given (lib.lua mark_epoch); a job of hold
+-- waits in pending until its hold ends (lib.lua hold_back), whatever its own due time.
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target, told the due time when the queue's next claim moves
 --                    earlier (lib.lua line_write)
@@ -49,7 +33,7 @@
 -- the job (a web host's clock off by a second would shift its jobs by that much), and
 -- whether a job is due already (ready or pending) is asked of that clock too.
 -- Key types: a plain call (no envelope, priority 0, no group) writes only keys its reads
--- met or found absent (pending or ready, and the untyped epoch and channel) unless a job
+-- met or found absent (pending or ready; the epoch only when absent) unless a job
 -- goes to ready in a grouped queue (index_ready); a read meeting a wrong type ends it,
 -- before any write, with wrong_type's reply. Any other call checks every key's type (TYPE
 -- each) after its reads, before its first write.

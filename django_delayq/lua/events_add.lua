@@ -3,8 +3,9 @@
 -- Not a job transition: the worker's and the API's signal receivers buffer events in
 -- memory and a background thread writes them with a few calls of this script.
 --
--- KEYS: events:stream
---          events    STREAM  the capped event stream of one prefix
+-- KEYS: events
+-- events: the capped event stream of one prefix (GlobalKeys.events), or of one shard of a
+-- sharded queue (QueueKeys.events).
 -- ARGV[1]  maxlen    approximate cap (XADD MAXLEN ~)
 -- ARGV[2..] events, each as: n (number of field/value pairs), f1, v1, ..., fn, vn
 --

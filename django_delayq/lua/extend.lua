@@ -1,9 +1,6 @@
 -- extend.lua : heartbeat; push the lease deadline of running jobs forward.
 --
--- KEYS: inflight:zset attempts:hash
--- used, in that order (the names of keys.QueueKeys):
---          inflight  ZSET  lease_deadline_ms -> id
---          attempts  HASH  id -> lease token
+-- KEYS: inflight attempts
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  lease_ms  new deadline = now_ms + lease_ms
 -- ARGV[3..] pairs: id, token

@@ -2,10 +2,7 @@
 -- and records older than the keep time (a worker gone before its rows landed, whose
 -- rows the reconciler settled long ago).
 --
--- KEYS: settled:zset settled_by:hash
--- used, in that order (the names of keys.QueueKeys):
---          settled     ZSET  id -> settled ms
---          settled_by  HASH  id -> "<code> <attempt> <holder> <token>"
+-- KEYS: settled settled_by
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  keep_ms     records settled before now - keep_ms are dropped (100 at most)
 -- ARGV[3..] ids whose records go

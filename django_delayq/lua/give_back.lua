@@ -2,20 +2,9 @@
 -- never started (release: graceful shutdown), or jobs put back in line for later (defer:
 -- a job a callable limit refused, not its fault).
 --
--- KEYS: pending:zset inflight:zset attempts:hash ready:zset prio:hash urgent runs:hash
--- KEYS: group:hash group_ready:zset group_turns:zset group_running:zset group_held:zset
--- used, in that order (the names of keys.QueueKeys):
---          pending   ZSET  due_ms -> id
---          inflight  ZSET  lease_deadline_ms -> id
---          attempts  HASH  id -> lease token
---          ready     ZSET  ready score -> id
---          prio      HASH  id -> priority
---          runs      HASH  id -> "<token> <offset> <streak>" (keys.QueueKeys.runs): the
---                    given-back attempt's offset + 1
---          group_ready, group_turns (and group)  a grouped queue's index, its rotation
---                    (lib.lua group_index, written by line_write; docs/groups.md)
---          group_running, group_held  the jobs' group slots are freed and their held
---                    groups put back (lib.lua group_slots)
+-- KEYS: pending inflight attempts ready prio urgent runs group group_ready group_turns group_running group_held
+-- runs: the given-back attempt's offset + 1; the jobs' group slots are freed and their
+-- held groups put back (lib.lua group_slots).
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target: release, told the earliest released due time; defer,
 --                    when the queue's next claim moves earlier, or now when a held group

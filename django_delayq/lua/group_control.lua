@@ -1,19 +1,9 @@
 -- group_control.lua : pause or resume one group of a grouped queue, or set or lift its
 -- limits' override (docs/groups.md).
 --
--- KEYS: group_ready:zset group_turns:zset group_paused:set group:hash
--- KEYS: group_limits:hash group_held:zset group_running:zset inflight
--- used, in that order (the names of keys.QueueKeys):
---          group_ready   ZSET  the due jobs indexed by group (lib.lua group_index)
---          group_turns   ZSET  group -> turn: the rotation
---          group_paused  SET   the paused groups: claim.lua takes none of their jobs
---          group         HASH  id -> group (not used here; lib.lua group_index names it)
---          group_limits  HASH  group -> "<rate> <per_ms> <concurrency>" (lib.lua
---                        group_limits: -1 keeps the queue's default)
---          group_held    ZSET  group -> ms: groups a limit took out of the rotation
---          group_running ZSET  the groups' slots in flight (not used here; lib.lua
---                        group_slots names it)
---          inflight      ZSET  (not used here; lib.lua group_slots names it)
+-- KEYS: group_ready group_turns group_paused group group_limits group_held group_running inflight
+-- group, group_running and inflight are not used here: lib.lua group_index and
+-- group_slots name them.
 -- ARGV[1]  op        "pause", "resume", "limit" or "unlimit"
 -- ARGV[2]  group     the group id
 -- ARGV[3]  channel   PUBLISH target, told now when a resumed group has due jobs

@@ -1,17 +1,6 @@
 -- inspect.lua : where one job is, read atomically (admin, tests, reconciler).
 --
--- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
--- KEYS: ready:zset prio:hash runs:hash
--- used, in that order (the names of keys.QueueKeys):
---          pending   ZSET  due_ms -> id
---          inflight  ZSET  lease_deadline_ms -> id
---          jobs      HASH  id -> envelope
---          attempts  HASH  id -> lease token
---          cancel    SET   ids whose cancel was asked while they ran
---          dead      ZSET  died_ms -> id
---          ready     ZSET  ready score -> id
---          prio      HASH  id -> priority
---          runs      HASH  id -> "<token> <offset> <streak>" (the attempt: token - offset)
+-- KEYS: pending inflight jobs attempts cancel dead ready prio runs
 -- ARGV[1]  id
 --
 -- Returns: {place, score, attempts, envelope or false, cancel_requested, priority}

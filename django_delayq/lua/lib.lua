@@ -6,6 +6,11 @@
 -- same way), puts each block at most once in a script, and refuses a name not defined
 -- here. The text above the first block is not sent to Redis.
 --
+-- Keys: a script's one "-- KEYS:" line names the keys it is given, in the order of its
+-- KEYS, by their names in engine/keys.py, which says once what each holds and its Redis
+-- type; scripts.load makes the names locals of the script (the blocks below use them)
+-- and checks the types (wrong_type) before the script's first write.
+--
 -- Every script reads and checks what it found in Redis before its first write, so a
 -- value planted by hand (or by a bug) can never make it fail half-way: Redis does not
 -- roll a script back, and a script that errors after a write has committed that write.

@@ -1,21 +1,9 @@
 -- move.lua : move one job back in line at a new due time: a waiting job (reschedule; "run
 -- now" is delay 0), or a dead one with a fresh set of attempts (requeue).
 --
--- KEYS: pending:zset inflight:zset attempts:hash dead:zset ready:zset prio:hash urgent:zset
--- KEYS: runs:hash group:hash group_ready:zset group_turns:zset hold:zset
--- used, in that order (the names of keys.QueueKeys):
---          pending   ZSET  due_ms -> id
---          inflight  ZSET  lease_deadline_ms -> id
---          attempts  HASH  id -> lease token (the last one handed out)
---          dead      ZSET  died_ms -> id
---          ready     ZSET  ready score -> id
---          prio      HASH  id -> priority (kept while the job waits, or is dead)
---          runs      HASH  id -> "<token> <offset> <streak>" (start marks): a requeued
---                    job's becomes "0 <counter> 0" (its next attempt is 1)
---          group_ready, group_turns (and group)  a grouped queue's index, its rotation
---                    (lib.lua group_index, written by line_write; docs/groups.md)
---          hold      ZSET  id -> ms: cancels whose row decides (cancel.lua): a waiting
---                    job of it moves no earlier than that ms
+-- KEYS: pending inflight attempts dead ready prio urgent runs group group_ready group_turns hold
+-- A requeued job's runs entry becomes "0 <counter> 0" (its next attempt is 1); a waiting
+-- job of hold moves no earlier than its hold's end.
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when the job moves the queue's next claim earlier
 -- ARGV[3]  id

@@ -1,29 +1,10 @@
 -- nack.lua : settle failed jobs: back in line after a delay, or to dead.
 --
--- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
--- KEYS: ready:zset prio:hash urgent settled:zset settled_by:hash runs:hash group:hash
--- KEYS: group_ready:zset group_turns:zset group_running:zset group_held:zset
--- KEYS: nacked:hash?
--- used, in that order (the names of keys.QueueKeys):
---          pending   ZSET  due_ms -> id
---          inflight  ZSET  lease_deadline_ms -> id
---          jobs      HASH  id -> envelope
---          attempts  HASH  id -> lease token
---          cancel    SET   ids whose cancel was asked while they ran
---          dead      ZSET  died_ms -> id
---          ready     ZSET  ready score -> id
---          prio      HASH  id -> priority (kept while the job lives, dead included)
---          settled     ZSET  id -> settled ms (a cancelled job, when ARGV[4] is not "")
---          settled_by  HASH  id -> "c <attempt> <holder> <token>"
---          runs        HASH  id -> "<token> <offset> <streak>": the attempt is the token
---                      minus the offset; forgotten with the job
---          group_ready, group_turns (and group)  a grouped queue's index, its rotation
---                    (lib.lua group_index, written by line_write; docs/groups.md)
---          group_running, group_held  the settled jobs' group slots are freed and their
---                    held groups put back (lib.lua group_slots)
---          nacked    HASH (optional) id -> "<token> <result>": what this holder's nacks
---                    made of the jobs they settled (keys.QueueKeys.nack_record), kept an
---                    hour after its last write (NACKED_KEEP_MS), at most 1,000 jobs
+-- KEYS: pending inflight jobs attempts cancel dead ready prio urgent settled settled_by runs group group_ready group_turns group_running group_held nacked?
+-- settled and settled_by record a cancelled job (with a holder, ARGV[4]); the settled
+-- jobs' group slots are freed and their held groups put back (lib.lua group_slots);
+-- nacked (optional: keys.QueueKeys.nack_record) is kept an hour after its last write
+-- (NACKED_KEEP_MS), at most 1,000 jobs.
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel   PUBLISH target when a retry moves the queue's next claim earlier
 -- ARGV[3]  dead_max  dead jobs kept; the oldest beyond it are dropped (at most 100 per call)

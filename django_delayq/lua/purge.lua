@@ -1,20 +1,9 @@
 -- purge.lua : remove up to `limit` waiting jobs (ready first, then pending), never one
 -- in flight; the operator's purge of a queue, called until it returns nothing.
 --
--- KEYS: pending:zset jobs:hash attempts:hash cancel:set ready:zset prio:hash urgent
--- KEYS: runs:hash group:hash reconciled:zset
--- used, in that order (the names of keys.QueueKeys):
---          pending   ZSET  due_ms -> id
---          jobs      HASH  id -> envelope
---          attempts  HASH  id -> lease token
---          cancel    SET   ids whose cancel was asked while they ran
---          ready     ZSET  ready score -> id
---          prio      HASH  id -> priority
---          runs      HASH  id -> "<token> <offset> <streak>" (start marks): forgotten with the job
---          group     HASH  id -> group: forgotten with the job
---          reconciled ZSET id -> ms a reconciler re-enqueued it: forgotten with the job (a
---                    schedule's tick the caller keeps goes back through reenqueue.lua,
---                    which would skip an id re-enqueued lately)
+-- KEYS: pending jobs attempts cancel ready prio urgent runs group reconciled
+-- A removed job is forgotten from reconciled too (a schedule's tick the caller keeps goes
+-- back through reenqueue.lua, which would skip an id re-enqueued lately).
 -- ARGV[1]  limit     most jobs to remove (1..200; more is capped)
 --
 -- The removed jobs are forgotten (envelope, attempts count, cancel mark, priority, start

@@ -1,22 +1,8 @@
 -- recover.lua : take back jobs whose lease expired (their worker died or hung).
 --
--- KEYS: pending:zset inflight:zset jobs:hash attempts:hash cancel:set dead:zset
--- KEYS: ready:zset prio:hash urgent runs:hash group:hash
--- KEYS: group_ready:zset group_turns:zset group_running:zset group_held:zset
--- used, in that order (the names of keys.QueueKeys):
---          pending   ZSET  due_ms -> id
---          inflight  ZSET  lease_deadline_ms -> id
---          jobs      HASH  id -> envelope
---          attempts  HASH  id -> lease token (= deliveries so far)
---          cancel    SET   ids whose cancel was asked while they ran
---          dead      ZSET  died_ms -> id
---          ready     ZSET  ready score -> id
---          prio      HASH  id -> priority
---          runs      HASH  id -> "<token> <offset> <streak>": the delivery whose run started
---          group_ready, group_turns (and group)  a grouped queue's index, its rotation
---                    (lib.lua group_index, written by line_write; docs/groups.md)
---          group_running, group_held  the jobs' group slots are freed (a dead worker's
---                    included) and their held groups put back (lib.lua group_slots)
+-- KEYS: pending inflight jobs attempts cancel dead ready prio urgent runs group group_ready group_turns group_running group_held
+-- The jobs' group slots are freed (a dead worker's included) and their held groups put
+-- back (lib.lua group_slots).
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 -- ARGV[2]  limit     most expired leases to handle in this call (1..100; more is capped)
 -- ARGV[3]  default_max_attempts   used when the envelope does not carry its own

@@ -1,26 +1,9 @@
 -- reenqueue.lua : the reconciler puts back jobs Redis does not hold; at most once per
 -- job however many reconcilers find it missing at once, under a fresh lease token.
 --
--- KEYS: pending:zset inflight:zset jobs:hash attempts:hash dead:zset epoch:string
--- KEYS: ready:zset prio:hash urgent:zset settled:zset runs:hash reconciled:zset group:hash
--- KEYS: group_ready:zset group_turns:zset hold:zset
--- used, in that order (the names of keys.QueueKeys):
---          pending     ZSET  due_ms -> id
---          inflight    ZSET  lease_deadline_ms -> id
---          jobs        HASH  id -> envelope
---          attempts    HASH  id -> lease token (the last one handed out)
---          dead        ZSET  died_ms -> id
---          epoch       STRING set, if absent, as enqueue.lua does
---          ready       ZSET  ready score -> id
---          prio        HASH  id -> priority, only for priorities other than 0
---          settled     ZSET  id -> settled ms (a worker settled it; its row is coming)
---          runs        HASH  id -> "<token> <offset> <streak>" (start marks; see below)
---          reconciled  ZSET  id -> ms a reconciler re-enqueued it
---          group       HASH  id -> group, only for jobs of a group
---          group_ready, group_turns (and group)  a grouped queue's index, its rotation
---                    (lib.lua group_index, written by line_write; docs/groups.md)
---          hold        ZSET  id -> ms: cancels whose row decided (cancel.lua); a job of
---                      it waits in pending until that ms (lib.lua hold_back)
+-- KEYS: pending inflight jobs attempts dead epoch ready prio urgent settled runs reconciled group group_ready group_turns hold
+-- epoch is set, if absent, as enqueue.lua does; settled: a worker settled the job, its
+-- row is coming; a job of hold waits in pending until its hold ends (lib.lua hold_back).
 -- ARGV[1]  now_ms      integer ms, or "0" to read the server's TIME
 -- ARGV[2]  channel     PUBLISH target (lib.lua line_write)
 -- ARGV[3]  keep_ms     how long a re-enqueue is remembered (ms)

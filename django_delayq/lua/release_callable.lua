@@ -1,10 +1,6 @@
 -- release_callable.lua : free the concurrency slots of settled jobs (callable limits).
 --
--- KEYS: running:zset
---          grants   ZSET  "<id>:<ms>" -> grant ms (not used here)
---          running  ZSET  id -> slot deadline ms
---          next_free STRING (not used here)
---          (keys.CallableLimitKeys: one hash tag {prefix:limit:<path>})
+-- KEYS: running
 -- ARGV     job ids
 --
 -- A grant in the rate window stays counted (the job did start). An id holding no slot

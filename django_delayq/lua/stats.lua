@@ -1,11 +1,6 @@
 -- stats.lua : counts and times of one queue, read atomically.
 --
--- KEYS: pending:zset inflight:zset dead:zset ready:zset
--- used, in that order (the names of keys.QueueKeys):
---          pending   ZSET  due_ms -> id
---          inflight  ZSET  lease_deadline_ms -> id
---          dead      ZSET  died_ms -> id
---          ready     ZSET  ready score -> id
+-- KEYS: pending inflight dead ready
 -- ARGV[1]  now_ms    integer ms, or "0" to read the server's TIME
 --
 -- Due jobs are those of ready and those of pending due by now (not promoted yet). Times

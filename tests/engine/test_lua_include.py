@@ -3,8 +3,9 @@
 The expansion itself (inlining, once only, unknown names) is checked on small texts; the
 real scripts are checked for what the step is for: each shared block is written once, in
 lib.lua, a script includes only blocks it uses, declares the keys it and its blocks use
-(``-- KEYS:``, made locals by ``scripts.load``), and the expanded text (the one whose SHA is used) is what a
-real Redis compiles and caches under that SHA.
+on its one ``-- KEYS:`` line, by name only (made locals by ``scripts.load``, their types
+checked from ``keys.kinds()``), and the expanded text (the one whose SHA is used) is what
+a real Redis compiles and caches under that SHA.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import re
 
 import pytest
 
-from django_delayq.engine import Engine, scripts
-from django_delayq.engine.keys import CallableLimitKeys, QueueKeys
+from django_delayq.engine import Engine, keys, scripts
+from django_delayq.engine.keys import CallableLimitKeys, GlobalKeys, QueueKeys
 from django_delayq.engine.scripts import IncludeError, expand, library
 
 LIB = {"a": "A = 1\n", "b": "--@include a\nB = A\n", "c": "--@include b\n--@include a\nC = B\n"}
@@ -140,6 +141,7 @@ def test_every_script_declares_the_keys_it_and_its_blocks_use() -> None:
         declared = [key.name for key in scripts.declared_keys(scripts._read(name), name)]
         assert len(set(declared)) == len(declared), name
         assert set(declared) <= KNOWN | EXTRA.get(name, set()), name
+        assert set(declared) & set(keys.BY_NAME) <= EXTRA.get(name, set()), name
         code = _code(name)
         assert "KEYS[" not in code, "%s.lua reads KEYS[i]: declare the key instead" % name
         wanted = set().union(*[_block_keys(b) for b in
@@ -170,19 +172,57 @@ def test_a_call_passes_the_declared_keys_in_their_order() -> None:
         scripts.keys_of("acquire", k)
 
 
+def test_each_header_declares_its_keys_on_one_line_by_name_only() -> None:
+    for name in scripts.SCRIPT_NAMES:
+        lines = [line for line in scripts._read(name).splitlines() if "KEYS:" in line]
+        assert len(lines) == 1, "%s.lua: %d lines declare keys" % (name, len(lines))
+        assert re.fullmatch(r"-- KEYS:( [a-z_]+\??)+", lines[0]), lines[0]
+
+
+def test_every_key_has_its_type_once_in_keys_py() -> None:
+    kinds = keys.kinds()
+    declared = {name for cls in (QueueKeys, CallableLimitKeys, GlobalKeys)
+                for name, k in vars(cls).items() if isinstance(k, keys.Key)}
+    for cls in (QueueKeys, CallableLimitKeys, GlobalKeys):
+        for name, key in vars(cls).items():
+            if isinstance(key, keys.Key):
+                assert key.kind in (*keys.TYPES, keys.ANY), name
+                assert kinds.get(name, key.kind) == key.kind, name  # one name, one type
+    assert set(kinds) - declared == set(keys.BY_NAME)
+    assert set(keys.BY_NAME.values()) <= set(keys.TYPES)
+    for name in scripts.SCRIPT_NAMES:  # each script checks exactly what the table says
+        for key in scripts.load(name).keys:
+            assert key.kind == ("" if kinds[key.name] == keys.ANY else kinds[key.name]), name
+
+
+def test_a_key_checked_in_one_script_is_checked_in_every_script() -> None:
+    checked: dict[str, set[str]] = {}
+    for name in scripts.SCRIPT_NAMES:
+        for key in scripts.load(name).keys:
+            checked.setdefault(key.name, set()).add(key.kind)
+    assert {n: k for n, k in checked.items() if len(k) > 1} == {}
+    assert {n for n, k in checked.items() if k == {""}} == {"paused"}  # keys.ANY
+
+
 @pytest.mark.parametrize(("header", "message"), [
-    ("-- no keys\n", "no -- KEYS"), ("-- KEYS: a:Hash\n", "malformed"),
-    ("-- KEYS: a:hash? b:zset\n", "only the last")])
+    ("-- no keys\n", "no -- KEYS"),
+    ("-- KEYS: pending\n-- KEYS: ready\n", "one -- KEYS: line"),
+    ("-- KEYS: pending nowhere\n", "unknown key 'nowhere'"),
+    ("-- KEYS: pending:zset\n", "'pending:zset'.* type"),
+    ("-- KEYS: Pending\n", "malformed"),
+    ("-- KEYS: record? pending\n", "only the last")])
 def test_a_bad_declaration_is_an_error_naming_the_script(header: str, message: str) -> None:
     with pytest.raises(IncludeError, match="s.lua: .*" + message):
         scripts.declared_keys(header, "s.lua")
 
 
 def test_the_types_are_checked_after_the_includes_before_the_code() -> None:
-    text, keys = scripts.with_prelude("s", "-- KEYS: a:zset b c:hash?\n--@include now\nx()\n")
-    assert [k.name for k in keys] == ["a", "b", "c"]
-    assert text == ("local a, b, c = KEYS[1], KEYS[2], KEYS[3]\n"
-                    "-- KEYS: a:zset b c:hash?\n--@include now\n--@include wrong_type\n"
-                    "do local err = wrong_type({'zset', '', (KEYS[3] and 'hash' or ''), "
-                    "order = '\\001\\002\\003'}) "
+    text, declared = scripts.with_prelude("s", "-- KEYS: pending paused record?\n"
+                                               "--@include now\nx()\n")
+    assert [(k.name, k.kind, k.optional) for k in declared] == [
+        ("pending", "zset", False), ("paused", "", False), ("record", "string", True)]
+    assert text == ("local pending, paused, record = KEYS[1], KEYS[2], KEYS[3]\n"
+                    "-- KEYS: pending paused record?\n--@include now\n--@include wrong_type\n"
+                    "do local err = wrong_type({'zset', '', (KEYS[3] and 'string' or ''), "
+                    "order = '\\001\\003\\002'}) "
                     "if err then return err end end\nx()\n")

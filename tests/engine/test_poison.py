@@ -207,7 +207,11 @@ def test_enqueue_moves_a_key_of_the_wrong_type_aside_before_any_write(
         engine: Engine, name: str, job: NewJob) -> None:
     k = engine.keys("q")
     key = getattr(k, name)
-    engine.client.set(key, "planted")
+    planted = b"hash" if name == "epoch" else b"string"  # the epoch is a string
+    if name == "epoch":
+        engine.client.hset(key, "planted", "1")
+    else:
+        engine.client.set(key, "planted")
     others = [getattr(k, n.name) for n in scripts.load("enqueue").keys if n.name != name]
     written: list[int] = []
     original = scripts.move_aside
@@ -223,10 +227,12 @@ def test_enqueue_moves_a_key_of_the_wrong_type_aside_before_any_write(
         scripts.move_aside = original
     if written:
         assert written == [0]  # the script ended before its first write
-        assert engine.client.type(key) != b"string"  # moved aside, maybe written since
-    else:  # a plain job never touches the priorities, nor the groups unless due
-        assert job.priority == 0 and name in ("prio", "group", "group_ready", "group_turns")
-        assert engine.client.get(key) == b"planted"
+        assert engine.client.type(key) != planted  # moved aside, maybe written since
+    else:  # a plain job never touches the priorities (nor their urgent index), nor the
+        # groups unless due, and writes the epoch only where there is none
+        assert job.priority == 0 and name in ("prio", "urgent", "group", "group_ready",
+                                              "group_turns", "epoch")
+        assert engine.client.type(key) == planted
     assert engine.inspect("q", "new").place in ("pending", "ready")
     assert engine.enqueue("q", [job], now_ms=NOW) == 0  # known: still idempotent
 

@@ -76,3 +76,48 @@ def test_a_move_meeting_a_wrong_typed_urgent_index_loses_nothing(engine: Engine,
     assert engine.client.type(k.urgent) != b"string"  # set aside
     assert engine.inspect("q", "x").place in ("pending", "ready")
     assert engine.client.hexists(k.jobs, "x")
+
+
+@pytest.mark.parametrize("how", ["nack", "release", "defer", "enqueue"])
+def test_a_write_of_the_urgent_index_meeting_a_wrong_type_loses_nothing(engine: Engine,
+                                                                        how: str) -> None:
+    """Every script writing the urgent index types it first (keys.py: one type per key):
+    the planted key is moved aside before any write and the call goes through whole."""
+    k = engine.keys("q")
+    job = NewJob(id="x", at_ms=NOW + 60_000 if how == "enqueue" else NOW - 5, priority=5,
+                 envelope='["x"]')
+    if how != "enqueue":
+        engine.enqueue("q", [job], now_ms=NOW)
+        [c] = engine.claim("q", 1, LEASE, now_ms=NOW).jobs
+    engine.client.set(k.urgent, "planted")
+    if how == "nack":
+        assert [int(o) for o in engine.nack("q", [("x", c.token, 60_000)], now_ms=NOW)] == [1]
+    elif how == "release":
+        assert engine.release("q", [c], now_ms=NOW) == [True]
+    elif how == "defer":
+        assert engine.defer("q", [("x", c.token, NOW + 60_000)], now_ms=NOW) == [True]
+    else:
+        assert engine.enqueue("q", [job], now_ms=NOW) == 1
+    assert engine.client.type(k.urgent) != b"string"  # set aside
+    assert engine.inspect("q", "x").place == "pending"
+    assert engine.client.zcard(k.inflight) == 0
+
+
+@pytest.mark.parametrize("name", ["attempts", "runs", "inflight"])
+@pytest.mark.parametrize("many", [False, True], ids=["one", "many"])
+def test_a_mark_meeting_a_key_of_the_wrong_type_moves_it_aside(engine: Engine, name: str,
+                                                               many: bool) -> None:
+    """mark.lua types nothing first (its usual call is three commands): a read or its one
+    write failing on a planted key writes nothing, and the engine moves the key aside."""
+    k = engine.keys("q")
+    engine.enqueue("q", [NewJob(id=i, at_ms=NOW - 5) for i in ("a", "b")], now_ms=NOW)
+    jobs = engine.claim("q", 2 if many else 1, LEASE, now_ms=NOW).jobs
+    engine.client.delete(getattr(k, name))
+    engine.client.set(getattr(k, name), "planted")
+    marked = engine.mark_started(jobs)
+    assert engine.client.type(getattr(k, name)) != b"string"  # moved aside
+    if name == "runs":  # the leases stand: marked
+        assert marked == len(jobs)
+        assert sorted(engine.client.hkeys(k.runs)) == sorted(j.id.encode() for j in jobs)
+    else:  # the leases went with the key
+        assert marked == 0
