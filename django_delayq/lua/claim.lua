@@ -462,23 +462,35 @@ local function take_turns()
   left = redis.call('EXISTS', group_turns)
 end
 
--- The steps.
-local again = replayed()
-if again then return again end
-if redis.call('EXISTS', paused) == 1 then return {now, -1, 1, -1, 0, -1, 0} end
-local has = redis.call('EXISTS', group, group_ready, group_turns, group_held)  -- one read
-grouped = has > 0 and redis.call('EXISTS', group) == 1  -- without groups: nothing more
-if has > 0 and not grouped then
-  redis.call('UNLINK', group_ready, group_turns, group_held)  -- O(1) here: freed apart
+-- 0. a paused queue claims and promotes nothing: its reply, else nil
+local function paused_reply()
+  if redis.call('EXISTS', paused) == 0 then return nil end
+  out[3] = 1
+  return out
 end
-limits()
-if not grouped then
+
+-- Whether the queue is grouped (`group` exists); the index, rotation and held groups a
+-- queue no longer grouped left over are dropped (they would hide its jobs from 2 and 3).
+local function grouped_queue()
+  local has = redis.call('EXISTS', group, group_ready, group_turns, group_held)  -- one read
+  if has == 0 then return false end  -- without groups: nothing more
+  if redis.call('EXISTS', group) == 1 then return true end
+  redis.call('UNLINK', group_ready, group_turns, group_held)  -- O(1) here: freed apart
+  return false
+end
+
+-- A plain queue: read, choose, lease, held back?, then the moves written.
+local function claim_plain()
   read_candidates()
   choose()
   lease()
   held_back()
   write_moves()
-else  -- a grouped queue: promote (2, 3 with nothing to lease), index (2g), take turns (3g)
+end
+
+-- A grouped queue: promote (2, 3 with nothing to lease), index (2g), take turns (3g),
+-- then lease what the turns took.
+local function claim_grouped()
   want = math.min(want, TURNS)
   local share = math.min(grant, want)
   grant, PROMOTE, URGENT = 0, GROUP_PROMOTE, GROUP_PROMOTE
@@ -491,9 +503,21 @@ else  -- a grouped queue: promote (2, 3 with nothing to lease), index (2g), take
   lease()
   held_back()
 end
+
+-- 8. the reply: `out`'s head, the jobs set aside (aside() added them), the jobs claimed
+local function reply()
+  out[7] = (#out - 7) / 3
+  for j = 1, #claimed do out[#out + 1] = claimed[j] end
+  next_claim()
+  if glim.refused > 0 then out[5] = 1 end
+  return out
+end
+
+-- The steps.
+local early = replayed() or paused_reply()
+if early then return early end
+grouped = grouped_queue()
+limits()
+if grouped then claim_grouped() else claim_plain() end
 write_leases()
-out[7] = (#out - 7) / 3
-for j = 1, #claimed do out[#out + 1] = claimed[j] end
-next_claim()
-if glim.refused > 0 then out[5] = 1 end
-return out
+return reply()
