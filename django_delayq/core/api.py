@@ -29,7 +29,7 @@ from django_delayq.core import commit_batch, options, row_insert, validation, wo
 from django_delayq.core.commit_batch import send as enqueue_or_outbox  # Spark's sink's send
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.option_checks import KEEP, parent_ids
+from django_delayq.core.option_checks import KEEP, StoredPaths, parent_ids
 from django_delayq.core.options import JobOptions, JobSpec
 from django_delayq.core.registry import check_schedulable
 from django_delayq.core.results import read, result_of, wait
@@ -348,10 +348,11 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
         return JobHandle(row.id, row.queue)
     if not row.is_final:
         raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
+    retry_on = row.retry_on  # as stored, checked as text (not imported again)
     spec = JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds, queue=row.queue,
                    max_attempts=row.max_attempts, backoff=row.backoff, priority=row.priority,
-                   timeout=row.timeout, retry_on=row.retry_on, atomic=row.atomic,
-                   group=row.group or None)
+                   timeout=row.timeout, atomic=row.atomic, group=row.group or None,
+                   retry_on=StoredPaths(retry_on) if isinstance(retry_on, list) else retry_on)
     return _schedule(row.callable_path, spec, any_queue=True, requeued_from=row.id,
                      task_backend=row.task_backend)
 

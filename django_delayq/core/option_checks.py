@@ -3,7 +3,7 @@
 ``JobOptions.check`` (core/options.py) runs them; so do the places that take one option
 on its own: ``DELAYQ["DEFAULT_MAX_ATTEMPTS"]`` and ``["DEFAULT_BACKOFF"]`` (core/conf.py),
 a group of the group controls (core/queues.py, core/group_limits.py) and of
-``DELAYQ["SCHEDULES"]`` (core/schedules.py), a row read back (core/payloads.py). Nothing
+``DELAYQ["SCHEDULES"]`` (core/conf.py), a row read back (core/payloads.py). Nothing
 here needs Django's settings or the job's function (``check_atomic`` does: it stays with
 ``JobOptions``), so the settings' own checks may use them.
 
@@ -96,6 +96,10 @@ def expires_at(value: object, *, now: datetime, due: datetime, use_tz: bool) -> 
 def retry_on_paths(value: object) -> tuple[str, ...]:
     """Exception classes or dotted paths -> their dotted paths (the row's ``retry_on``;
     ``_own`` never passes an unset one)."""
+    if isinstance(value, StoredPaths):
+        if problem := retry_on_problem(list(value)):
+            raise InvalidJob("retry_on: %s" % problem)
+        return tuple(value)
     items = [value] if isinstance(value, (str, type)) else value
     if not isinstance(items, (list, tuple)):
         raise InvalidJob("retry_on must be exception classes or their dotted paths (a list or "
@@ -118,19 +122,39 @@ def retry_on_paths(value: object) -> tuple[str, ...]:
     return tuple(dict.fromkeys(paths))
 
 
+class StoredPaths(tuple[str, ...]):
+    """A row's ``retry_on`` given again (``requeue``): paths its writer resolved, checked
+    as text (``retry_on_problem``), not imported again."""
+
+    __slots__ = ()
+
+
 def exception_class(path: str) -> type[BaseException]:
-    """The exception class a ``retry_on`` path names: its module imported (the caller's
-    code named it, as a setting's dotted path), then one name of it, nothing further."""
-    module_name, _, name = path.rpartition(".")
+    """The exception class a ``retry_on`` path names: the longest importable module of
+    its head (the caller's code named it, as a setting's dotted path), then the rest as
+    names of classes in it (``app.models.Order.DoesNotExist``)."""
     where = "retry_on: %s names no exception class" % short(path)
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - not found, or the module's own error
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            found: object = importlib.import_module(module_name)
+            break
+        except ModuleNotFoundError as exc:
+            if cut > 1 and (module_name + ".").startswith("%s." % exc.name):
+                continue  # no such module (not one it imports): a class further up
+            error: BaseException = exc
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the module's own error
+            error = exc
         raise InvalidJob("%s: module %r cannot be imported (%s: %s)"
-                         % (where, module_name, type(exc).__name__, exc)) from None
-    found = getattr(module, name, None)
-    if found is None:
-        raise InvalidJob("%s: module %r has no %r" % (where, module_name, name))
+                         % (where, module_name, type(error).__name__, error)) from None
+    for i in range(cut, len(parts)):
+        if i > cut and not isinstance(found, type):
+            raise InvalidJob("%s: %r is no class" % (where, ".".join(parts[:i])))
+        found = getattr(found, parts[i], None)
+        if found is None:
+            raise InvalidJob("%s: %s %r has no %r" % (
+                where, "module" if i == cut else "class", ".".join(parts[:i]), parts[i]))
     if not (isinstance(found, type) and issubclass(found, BaseException)):
         raise InvalidJob("%s: it is %s" % (where, "a class, not an exception" if isinstance(
             found, type) else "a " + type(found).__name__))
@@ -230,7 +254,7 @@ def check_backoff(backoff: object) -> None:
 
 
 # The options a periodic schedule sets: the keys of a definition of DELAYQ["SCHEDULES"] and
-# the ``Schedule`` model's fields of the same name (core/schedules.py, core/periodic.py),
+# the ``Schedule`` model's fields of the same name (core/conf.py, core/periodic.py),
 # each with the value that leaves it unset (the default queue, priority 0, no group, the
 # function's own ``atomic``) and its check of a definition (a bool one: a flag, True or
 # False; ``queue``: ``JobOptions.check``'s, against DELAYQ["QUEUES"], by ``manage.py check``).

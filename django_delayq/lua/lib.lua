@@ -108,9 +108,14 @@ local function wrong_type(kinds, known)
 end
 
 -- A read of the script's that failed (pcall's error `err`): wrong_type's reply when a key
--- is of the wrong type (nothing was written yet), else `err` raised again.
+-- is of the wrong type (nothing was written yet), else Redis's own error as it gave it
+-- (`OOM ...`, `READONLY ...`: error() would put its place in front, and the client
+-- would no longer know its kind; Redis 6 puts one in front of a call's error too).
 local function read_failed(kinds, err)
-  return wrong_type(kinds) or error(err)
+  local found = wrong_type(kinds)
+  if found then return found end
+  local text = type(err) == "table" and err.err or tostring(err)
+  return redis.error_reply((string.gsub(text, "^@?user_script:? ?%d+: %-?", "")))
 end
 
 --@define poison

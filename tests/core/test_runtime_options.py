@@ -140,8 +140,10 @@ def test_a_row_with_a_bad_option_is_broken_alone(dq) -> None:  # type: ignore[no
      "'no_such_module_here.Error' names no exception class: module 'no_such_module_here' "
      "cannot be imported (ModuleNotFoundError"),
     ({"retry_on": "json.dumps"}, "'json.dumps' names no exception class: it is a function"),
-    ({"retry_on": ["json.decoder.JSONDecodeError.msg"]}, "module 'json.decoder.JSONDecodeError' "
-     "cannot be imported"),
+    ({"retry_on": ["json.decoder.JSONDecodeError.msg"]},
+     "class 'json.decoder.JSONDecodeError' has no 'msg'"),
+    ({"retry_on": ["django_delayq.nowhere.Error"]},
+     "module 'django_delayq' has no 'nowhere'"),
 ])
 def test_bad_options_are_refused_naming_the_value(dq, options, named) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(InvalidJob, match=named.replace("(", r"\(").replace(")", r"\)")):
@@ -347,3 +349,18 @@ def test_run_due_jobs_ends_a_job_past_its_expiry_expired(dq) -> None:  # type: i
     assert (late_row.status, late_row.result) == (JobStatus.EXPIRED, None)
     assert "expired" in late_row.last_error
     assert (in_time_row.status, in_time_row.result) == (JobStatus.SUCCEEDED, 7)
+
+
+def test_retry_on_a_class_nested_in_a_class_by_its_path(dq) -> None:  # type: ignore[no-untyped-def]
+    """``app.models.Order.DoesNotExist``: the module, then classes in it; a row holding
+    paths is requeued with them as stored, not imported again."""
+    h = schedule(jobs.noop, retry_on="django_delayq.models.Job.DoesNotExist")
+    assert Job.objects.get(pk=h.id).retry_on == ["django_delayq.models.Job.DoesNotExist"]
+    with pytest.raises(InvalidJob, match="class 'django_delayq.models.Job' has no 'Missing'"):
+        schedule(jobs.noop, retry_on="django_delayq.models.Job.Missing")
+    with pytest.raises(InvalidJob, match="'django_delayq.models.Job.objects' is no class"):
+        schedule(jobs.noop, retry_on="django_delayq.models.Job.objects.model")
+    Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED,
+                                       retry_on=["gone_module.Error", "builtins.OSError"])
+    again = Job.objects.get(pk=requeue(h.id).id)
+    assert again.retry_on == ["gone_module.Error", "builtins.OSError"]

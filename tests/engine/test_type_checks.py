@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from django_delayq.engine import Engine, NewJob, scripts
 from tests.conftest import unique_prefix
@@ -121,3 +122,19 @@ def test_a_mark_meeting_a_key_of_the_wrong_type_moves_it_aside(engine: Engine, n
         assert sorted(engine.client.hkeys(k.runs)) == sorted(j.id.encode() for j in jobs)
     else:  # the leases went with the key
         assert marked == 0
+
+
+def test_a_failed_write_under_pcall_keeps_its_redis_error(engine: Engine) -> None:
+    """A script whose reads and writes run under pcall (mark.lua, enqueue.lua) re-raises
+    any other failure as Redis gave it, so redis-py knows its kind (an OOM here; a
+    READONLY after a failover is how a Sentinel client notices the demoted master)."""
+    engine.enqueue("q", [NewJob(id="a", at_ms=NOW - 5)], now_ms=NOW)
+    jobs = engine.claim("q", 1, LEASE, now_ms=NOW).jobs
+    every = {"target_nodes": "all"} if isinstance(engine.client, RedisCluster) else {}
+    engine.client.config_set("maxmemory", 1, **every)
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError, match="^command not allowed"):
+            engine.mark_started(jobs)
+    finally:
+        engine.client.config_set("maxmemory", 0, **every)
+    assert engine.mark_started(jobs) == 1
