@@ -415,9 +415,9 @@ class Reconciler:
                                            epochs=None if lost else self._epochs.known)
         if added:
             self.stats.enqueued += added
-            logger.warning("reconciler re-enqueued %d job(s) missing from Redis: %s", added,
-                           ", ".join("%s (%s%s, next attempt %d)" % (
-                               shown(r.pk), shown(r.status),
-                               " on %s" % shown(r.worker_id) if r.worker_id else "",
-                               (seeds[r.pk] or 0) + 1) for r in ready[:5]))
+            tried = ", ".join("%s (%s%s, next attempt %d)" % (
+                shown(r.pk), shown(r.status), " on %s" % shown(r.worker_id) if r.worker_id
+                else "", (seeds[r.pk] or 0) + 1) for r in ready[:5])
+            logger.warning("reconciler re-enqueued %d job(s) missing from Redis, of %d it "
+                           "tried (the first tried: %s)", added, len(ready), tried)
         return added

@@ -44,6 +44,7 @@ from django_delayq.models import (
     JOB_COLUMNS,
     Job,
     JobAttempt,
+    JobStatus,
     db_datetime,
 )
 from django_delayq.worker.outcome import storable
@@ -350,6 +351,8 @@ class AuditWriter:
                     # does, through the API.
                     where += " AND %s NOT IN (%s)" % (qn("status"), FINAL_SQL)
                     cursor.executemany("UPDATE %s SET %s WHERE %s" % (table, sets, where), rows)
+                    if "attempts" in cols and "status" in cols and cursor.rowcount < len(rows):
+                        _count_late_runs(cursor, table, qn, cols, rows)  # the guard kept some
             if attempts:
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
             # Children of parents this flush made final: released or cancelled in this
@@ -369,6 +372,20 @@ def _storable(attempt: JobAttempt) -> None:
         setattr(attempt, name, storable(getattr(attempt, name)))
     attempt.started_at = db_datetime(attempt.started_at)
     attempt.finished_at = db_datetime(attempt.finished_at)
+
+
+def _count_late_runs(cursor: Any, table: str, qn: Callable[[str], str],
+                     cols: tuple[str, ...], rows: list[list[Any]]) -> None:
+    """A success recorded about a later attempt than a final row counts (after a loss of
+    Redis's data a job settled there whose row had not landed may run again): the row
+    stays as it ended but counts the run in ``attempts``; a failure's run has its
+    ``JobAttempt`` already. One statement, only when the guard kept rows of a flush."""
+    status, n = cols.index("status"), len(cols)  # a row: values of cols, id, attempts
+    late = [[p[-1], p[n], p[-1]] for p in rows if p[status] == JobStatus.SUCCEEDED]
+    if late:
+        cursor.executemany("UPDATE %s SET %s = %%s WHERE %s = %%s AND %s < %%s AND %s IN (%s)"
+                           % (table, qn("attempts"), qn("id"), qn("attempts"), qn("status"),
+                              FINAL_SQL), late)
 
 
 def _final_rows(conn: BaseDatabaseWrapper, ids: list[str]) -> list[str]:
