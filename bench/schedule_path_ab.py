@@ -59,7 +59,15 @@ def _load_file(path: Path, name: str) -> ModuleType:
 def _older_schedule(tree: Path) -> Any:
     """The older tree's ``api.schedule``, its modules calling one another's older copies."""
     current = {name: importlib.import_module("django_delayq.core." + name) for name in MODULES}
-    older = {name: _load(tree, name) for name in MODULES}
+    package = importlib.import_module("django_delayq.core")
+    older: dict[str, ModuleType] = {}
+    try:  # each older module sees the older copies loaded before it (a module-level use)
+        for name in MODULES:
+            older[name] = _load(tree, name)
+            setattr(package, name, older[name])
+    finally:
+        for name, mine in current.items():
+            setattr(package, name, mine)
     for module in older.values():
         for attr, value in list(vars(module).items()):
             for name, mine in current.items():
