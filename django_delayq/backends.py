@@ -133,6 +133,9 @@ def task_options(alias: str, given: dict[str, Any]) -> api.JobOptions:
     ``MAX_ATTEMPTS`` asks for more; ``BACKOFF`` (any DELAYQ backoff policy) only with it.
     ``ImproperlyConfigured`` names the bad key."""
     where = "TASKS[%r]['OPTIONS']" % alias
+    if not isinstance(given, dict):
+        raise ImproperlyConfigured("%s must be a dict (its keys: %s), not %r"
+                                   % (where, ", ".join(sorted(OPTIONS)), given))
     try:
         job_options = options.of_tasks(given)
     except InvalidJob as exc:  # the message names the option; the key its OPTIONS key

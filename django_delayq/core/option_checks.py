@@ -32,6 +32,7 @@ import importlib
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
+from types import ModuleType
 from typing import Any
 
 from django_delayq.core import validation
@@ -150,7 +151,10 @@ def exception_class(path: str) -> type[BaseException]:
                          % (where, module_name, type(error).__name__, error)) from None
     for i in range(cut, len(parts)):
         if i > cut and not isinstance(found, type):
-            raise InvalidJob("%s: %r is no class" % (where, ".".join(parts[:i])))
+            raise InvalidJob("%s: %r is %s, not a class%s" % (
+                where, ".".join(parts[:i]), "a module" if isinstance(found, ModuleType) else
+                "a " + type(found).__name__, ": give a class by the path of the module it is "
+                "defined in" if isinstance(found, ModuleType) else ""))
         found = getattr(found, parts[i], None)
         if found is None:
             raise InvalidJob("%s: %s %r has no %r" % (

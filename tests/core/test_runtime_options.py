@@ -358,8 +358,12 @@ def test_retry_on_a_class_nested_in_a_class_by_its_path(dq) -> None:  # type: ig
     assert Job.objects.get(pk=h.id).retry_on == ["django_delayq.models.Job.DoesNotExist"]
     with pytest.raises(InvalidJob, match="class 'django_delayq.models.Job' has no 'Missing'"):
         schedule(jobs.noop, retry_on="django_delayq.models.Job.Missing")
-    with pytest.raises(InvalidJob, match="'django_delayq.models.Job.objects' is no class"):
+    with pytest.raises(InvalidJob, match="'django_delayq.models.Job.objects' is a Manager, "
+                       "not a class$"):
         schedule(jobs.noop, retry_on="django_delayq.models.Job.objects.model")
+    with pytest.raises(InvalidJob, match="'tests.jobs.os' is a module, not a class: give a "
+                       "class by the path of the module it is defined in"):
+        schedule(jobs.noop, retry_on="tests.jobs.os.error")
     Job.objects.filter(pk=h.id).update(status=JobStatus.SUCCEEDED,
                                        retry_on=["gone_module.Error", "builtins.OSError"])
     again = Job.objects.get(pk=requeue(h.id).id)

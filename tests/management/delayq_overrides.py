@@ -1,9 +1,11 @@
 """Settings of the ``manage.py`` subprocesses of tests/management/test_worker_config_exit.py:
 the test settings, with the DELAYQ keys of the JSON object in ``DELAYQ_TEST_OVERRIDES``
-replaced (a ``null`` value sets the key to None)."""
+replaced (a ``null`` value sets the key to None), and with ``DELAYQ_TEST_TASK_OPTIONS`` the
+Tasks backend's ``OPTIONS`` (JSON) in ``TASKS``."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 
@@ -11,3 +13,8 @@ from tests.settings import *  # noqa: F403
 from tests.settings import DELAYQ as _BASE
 
 DELAYQ = {**_BASE, **json.loads(os.environ.get("DELAYQ_TEST_OVERRIDES", "{}"))}
+if "DELAYQ_TEST_TASK_OPTIONS" in os.environ:  # a Tasks backend's OPTIONS, checked too
+    TASKS = {"default": {"BACKEND": "django_delayq.backends.DelayQBackend",
+                         "OPTIONS": json.loads(os.environ["DELAYQ_TEST_TASK_OPTIONS"])}}
+    if importlib.util.find_spec("django_tasks"):  # Django 5.2: its checks run once installed
+        INSTALLED_APPS = [*INSTALLED_APPS, "django_tasks"]  # noqa: F405

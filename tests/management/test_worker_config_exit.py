@@ -73,6 +73,21 @@ def test_a_bad_setting_with_skip_checks_exits_2_naming_it(tmp_path: Path, case: 
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.parametrize(("options", "named"), [
+    ({"MAX_ATTEMPTS": 0}, "TASKS['default']['OPTIONS']['MAX_ATTEMPTS']: max_attempts must be"),
+    ([], "TASKS['default']['OPTIONS'] must be a dict (its keys: BACKOFF, GROUP, MAX_ATTEMPTS)"),
+])
+def test_a_bad_tasks_backend_option_exits_2_naming_it(tmp_path: Path, options: object,
+                                                      named: str) -> None:
+    """The checks build the Tasks backend (Django 6.x; on 5.2 with ``django_tasks``
+    installed): a bad ``OPTIONS`` value is a bad setting, one line, nothing ran."""
+    env = {**_env(tmp_path, {}), "DELAYQ_TEST_TASK_OPTIONS": json.dumps(options)}
+    proc = subprocess.run([sys.executable, "-m", "django", "delayq_worker", "--burst"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert "delayq_worker: " + named in proc.stderr and "Traceback" not in proc.stderr
+
+
 def test_metrics_port_without_prometheus_client_exits_2_naming_the_extra(tmp_path: Path,
                                                                          ) -> None:
     """Without the ``prometheus`` extra, asking for metrics is a bad option: one line

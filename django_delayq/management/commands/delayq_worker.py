@@ -94,6 +94,9 @@ class Command(BaseCommand):
         except SystemCheckError as exc:
             exc.returncode = EXIT_CONFIG
             raise
+        except ImproperlyConfigured as exc:  # a check that could not run: a bad setting it
+            self.stderr.write("delayq_worker: %s" % exc)  # reads (a Tasks backend's OPTIONS)
+            sys.exit(EXIT_CONFIG)
 
     def handle(self, *args: object, **options: Any) -> None:
         try:
