@@ -56,8 +56,12 @@ def spark(redis_server: Any) -> Iterator[Any]:
         # The JVM's quick compiler only, and the serial collector: the tests' Spark jobs
         # are many small ones on a hundred rows, where the optimising compiler spends
         # more CPU compiling than it saves (a report: 34 s cold, 14 s so). The plans and
-        # the code Spark runs are the same.
-        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        # the code Spark runs are the same. Room for the compiled code of the session's
+        # hundreds of generated classes: a loaded run filled the code cache ("CodeCache
+        # is full. Compiler has been disabled", then "Out of space in CodeCache for method
+        # handle intrinsic" failed a task and every Spark test after it).
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC "
+                                         "-XX:ReservedCodeCacheSize=512m",
     })
     session.sparkContext.setLogLevel("ERROR")
     yield session
