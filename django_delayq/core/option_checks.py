@@ -151,10 +151,10 @@ def exception_class(path: str) -> type[BaseException]:
                          % (where, module_name, type(error).__name__, error)) from None
     for i in range(cut, len(parts)):
         if i > cut and not isinstance(found, type):
-            raise InvalidJob("%s: %r is %s, not a class%s" % (
-                where, ".".join(parts[:i]), "a module" if isinstance(found, ModuleType) else
-                "a " + type(found).__name__, ": give a class by the path of the module it is "
-                "defined in" if isinstance(found, ModuleType) else ""))
+            hint = (": give a class by the path of the module it is defined in"
+                    if isinstance(found, ModuleType) else "")
+            raise InvalidJob("%s: %r is a %s, not a class%s"
+                             % (where, ".".join(parts[:i]), type(found).__name__, hint))
         found = getattr(found, parts[i], None)
         if found is None:
             raise InvalidJob("%s: %s %r has no %r" % (
