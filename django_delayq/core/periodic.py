@@ -9,9 +9,11 @@ singleton: every worker may do both, the key decides. docs/periodic.md.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import random
+import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -293,7 +295,18 @@ def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
     """After an edit (or to apply ``values``): a new version, the materialised future
     tick's job cancelled; the next tick is created from the new definition (none when
     disabled). Only one of racing callers bumps version ``s.version``: the others return
-    False. A job a racer creates for the old version is cancelled by ``advance``."""
+    False. A job a racer creates for the old version is cancelled by ``advance``. Values
+    of the definition (any field but ``enabled``) over ``s`` (the version updated) are
+    checked first, as by the admin form (``check``): ``InvalidJob``, nothing written."""
+    if set(values or {}) - {"enabled"}:
+        probe = copy.copy(s)
+        vars(probe).update(values or {})  # the fields' values (no relation among them)
+        check(probe)
+    return _replace(s, values)
+
+
+def _replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
+    """``replace`` unchecked (``sync_settings`` checked its definitions)."""
     with transaction.atomic():
         row = Schedule.objects.select_for_update().filter(pk=s.pk, version=s.version).first()
         bumped = row is not None and Schedule.objects.filter(
@@ -310,9 +323,9 @@ def replace(s: Schedule, values: dict[str, Any] | None = None) -> bool:
 def sync_settings(definitions: dict[str, dict[str, Any]]) -> int:
     """Upsert ``DELAYQ["SCHEDULES"]`` as rows marked ``from_settings``; a changed definition
     is replaced (``enabled`` stays as operators set it); rows gone from settings are
-    disabled. A definition that cannot be stored (its problems, or the database's
-    refusal) is skipped with a warning naming it, its row left as it was: it never stops
-    the others. Returns how many were skipped."""
+    disabled with a warning (docs/periodic.md: a rolling deploy). A definition that cannot
+    be stored (its problems, or the database's refusal) is skipped with a warning naming
+    it, its row left as it was: it never stops the others. Returns how many were skipped."""
     failed = 0
     for name, d in definitions.items():
         try:
@@ -323,7 +336,10 @@ def sync_settings(definitions: dict[str, dict[str, Any]]) -> int:
     gone = Schedule.objects.filter(from_settings=True, enabled=True).exclude(
         name__in=list(definitions))
     for s in gone:
-        replace(s, {"enabled": False})
+        if _replace(s, {"enabled": False}):
+            logger.warning("schedule %r disabled: not in this process's DELAYQ['SCHEDULES'] "
+                           "(removed from them, or this worker's settings are older than "
+                           "those that added it: then enable it again)", s.name)
     return failed
 
 
@@ -339,7 +355,7 @@ def _sync_one(name: str, d: dict[str, Any]) -> None:
         name=name, defaults={**values, "from_settings": True, "enabled": enabled})
     changed = [f for f, v in values.items() if getattr(s, f) != v]
     if not created and (changed or not s.from_settings):
-        replace(s, {**values, "from_settings": True})
+        _replace(s, {**values, "from_settings": True})
 
 
 def sync_from_settings() -> int:
@@ -425,8 +441,10 @@ def status_rows() -> list[dict[str, Any]]:
 
 
 def status_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """``delayq_status``'s text; each control character escaped, as in a worker's id."""
     return ["", "SCHEDULES (%d)" % len(rows)] + [
         "  %-24s %-8s %-16s %-16s next tick %s" % (
-            r["name"], "enabled" if r["enabled"] else "disabled", r["rule"], r["time_zone"],
+            shown(r["name"], sys.maxsize), "enabled" if r["enabled"] else "disabled",
+            shown(r["rule"], sys.maxsize), shown(r["time_zone"], sys.maxsize),
             r["next_tick"] or "-")
         for r in rows]

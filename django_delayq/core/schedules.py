@@ -35,6 +35,9 @@ ALIASES = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 
            "@hourly": "0 * * * *"}
 _MAX_STEPS = 50  # strictly-later search: a repeated hour needs one or two
 MAX_JITTER = 2**31 - 1  # seconds: the largest ``jitter_seconds`` every database stores
+# seconds: the largest ``interval_seconds`` every database stores (about 68 years: a tick
+# is then within the 100 years ``schedule(at=...)`` takes)
+MAX_INTERVAL = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +97,10 @@ def check_rule(cron: str, interval_s: object, zone: str) -> None:
                          "both or neither (cron=%r, interval=%r)" % (cron, interval_s))
     if cron:
         check_cron(cron)
-    elif isinstance(interval_s, bool) or not isinstance(interval_s, int) or interval_s < 1:
-        raise InvalidJob("interval must be a whole number of seconds >= 1, not %r"
-                         % (interval_s,))
+    elif (isinstance(interval_s, bool) or not isinstance(interval_s, int)
+          or not 1 <= interval_s <= MAX_INTERVAL):
+        raise InvalidJob("interval must be a whole number of seconds from 1 to %d, not %r"
+                         % (MAX_INTERVAL, interval_s))
     zone_of(zone)
 
 

@@ -205,6 +205,24 @@ def test_delayq_status_lists_schedules_with_their_next_tick(dq) -> None:  # type
     assert "disabled" in line and line.endswith("next tick -")
 
 
+def test_delayq_status_escapes_the_control_characters_of_a_schedule(dq) -> None:  # type: ignore[no-untyped-def]
+    """A schedule's name, rule and zone are anyone's with ``add_schedule``: printed as
+    their Python escapes, as a worker's id is (docs/status.md), never raw to the terminal."""
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    hostile = "evil\x1b]0;TITLE\x07\x1b[2Jsched\rX\u202e"
+    Schedule.objects.create(name=hostile, callable_path="tests.jobs.noop", enabled=False,
+                            cron="0 2 * * *\x1b[31m", time_zone="UTC\x1b[8m")
+    out = StringIO()
+    call_command("delayq_status", stdout=out)
+    text = out.getvalue()
+    assert not {"\x1b", "\x07", "\r", "\u202e"} & set(text), text
+    assert "evil\\x1b]0;TITLE\\x07\\x1b[2Jsched\\rX\\u202e" in text
+    assert "0 2 * * *\\x1b[31m" in text and "UTC\\x1b[8m" in text
+
+
 def test_a_tick_created_from_a_stale_version_is_cancelled_and_replace_bumps_once(dq) -> None:  # type: ignore[no-untyped-def]
     t0 = timezone.now().replace(microsecond=0) + timedelta(minutes=5)
     s = every(600, t0)

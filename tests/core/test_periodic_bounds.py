@@ -2,7 +2,9 @@
 the latest missed tick (a cron schedule a year behind gave the 1,000th tick after the
 last one run), found in a few steps; no tick past the year 9999; and the admin form
 answers with form errors, not a server error, for a start in the year 9999 (cronsim and
-datetime overflow there) or arguments nested 3,000 levels deep."""
+datetime overflow there) or arguments nested 3,000 levels deep; an interval is at most
+2**31 - 1 s (settings, the admin form, ``replace``); ``replace`` refuses a bad definition
+before writing anything."""
 
 from __future__ import annotations
 
@@ -12,9 +14,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from django_delayq.core import periodic
+from django_delayq.core import conf, periodic, schedules, validation
 from django_delayq.core.schedules import Rule, last_tick, next_tick, zone_of
-from django_delayq.models import Job, Schedule
+from django_delayq.exceptions import InvalidJob
+from django_delayq.models import Job, JobStatus, Schedule
 from tests.core.test_periodic import dq as _dq  # noqa: F401 - a fixture, used by name
 from tests.helpers import staff_client
 
@@ -108,4 +111,58 @@ def test_the_admin_form_answers_with_an_error(extra, error) -> None:  # type: ig
     client = staff_client("view_schedule", "add_schedule", "change_schedule")
     page = client.post("/admin/django_delayq/schedule/add/", {**FORM, **extra})
     assert page.status_code == 200 and error in page.content.decode()
+    assert not Schedule.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("values", "named"), [
+    ({"cron": "61 * * * *", "interval_seconds": None}, "'61 * * * *'"),
+    ({"interval_seconds": 0}, "not 0"),
+    ({"interval_seconds": 4_000_000_000}, "not 4000000000"),
+    ({"callable_path": "os.system"}, "os.system"),
+])
+@pytest.mark.usefixtures("_dq")
+def test_replace_refuses_a_bad_definition_before_writing_anything(values, named) -> None:  # type: ignore[no-untyped-def]
+    """``periodic.replace`` checks the definition it would write as the admin form does:
+    ``InvalidJob`` naming the value, the row and its pending tick's job as they were (a
+    bad cron raised cronsim's error, an interval of 0 ZeroDivisionError, each after the
+    row was written and its tick cancelled: the schedule never ticked again)."""
+    s = Schedule.objects.create(name="s", callable_path="tests.jobs.noop", interval_seconds=60)
+    pending = periodic.keep(s)
+    s.refresh_from_db()
+    with pytest.raises(InvalidJob) as info:
+        periodic.replace(s, values)
+    assert named in str(info.value), str(info.value)
+    after = Schedule.objects.get(pk=s.pk)
+    assert (after.version, after.interval_seconds, after.cron, after.next_job_id) == (
+        1, 60, "", pending)
+    assert Job.objects.get(pk=pending).status == JobStatus.SCHEDULED
+    assert periodic.replace(s, {"enabled": False})  # a disable alone is not checked
+
+
+TOO_LONG = 2**31  # seconds: more than the column holds (and a tick a century away)
+
+
+def test_an_interval_longer_than_the_column_holds_is_refused_naming_it() -> None:
+    """At settings load (``delayq.E032``), by ``periodic.check`` (the admin form) and so by
+    ``replace``: 4,000,000,000 s used to be accepted, then every keeper pass logged that its
+    tick was more than 100 years away and it never ticked."""
+    most = schedules.MAX_INTERVAL
+    assert most == 2**31 - 1 and timedelta(seconds=most) < timedelta(
+        seconds=validation.MAX_DELAY_SECONDS)
+    for seconds in (TOO_LONG, 4_000_000_000):
+        [problem] = conf.settings_problems({"x": {"callable": "tests.jobs.noop",
+                                                  "interval": seconds}})
+        assert "DELAYQ['SCHEDULES']['x']" in problem and "not %d" % seconds in problem
+        assert "from 1 to 2147483647" in problem
+    assert conf.settings_problems({"x": {"callable": "tests.jobs.noop", "interval": most}}) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("_dq")
+def test_the_admin_form_refuses_an_interval_longer_than_the_column_holds() -> None:
+    client = staff_client("view_schedule", "add_schedule", "change_schedule")
+    page = client.post("/admin/django_delayq/schedule/add/",
+                       {**FORM, "cron": "", "interval_seconds": "4000000000"})
+    assert page.status_code == 200 and "not 4000000000" in page.content.decode()
     assert not Schedule.objects.exists()

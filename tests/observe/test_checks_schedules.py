@@ -106,3 +106,11 @@ def test_a_start_more_than_100_years_ahead_is_e032(settings) -> None:  # type: i
 def test_an_empty_group_or_queue_is_none_and_the_default(settings) -> None:  # type: ignore[no-untyped-def]
     assert _errors(settings, s={"callable": "tests.jobs.noop", "interval": 60, "group": "",
                                 "queue": ""}) == []
+
+
+def test_an_interval_longer_than_the_column_holds_is_e032(settings) -> None:  # type: ignore[no-untyped-def]
+    """4,000,000,000 s was accepted, then the keeper never ticked it (its tick a century
+    away) and PostgreSQL's column could not hold it."""
+    [error] = _errors(settings, bad={"callable": "tests.jobs.noop", "interval": 4_000_000_000},
+                      good={"callable": "tests.jobs.noop", "interval": 2**31 - 1})
+    assert error.id == "delayq.E032" and "'bad'" in error.msg and "4000000000" in error.msg
