@@ -79,12 +79,24 @@ class DelayQBackend(compat.BaseTaskBackend):  # type: ignore[misc]
         if unknown := sorted(set(self.options) - OPTIONS):
             yield checks.Error("TASKS[%r]['OPTIONS'] has unknown key(s) %s" % (self.alias, unknown),
                                hint="Known: %s" % ", ".join(sorted(OPTIONS)), id="delayq.E101")
+        try:
+            known = get_settings().queues
+        except ImproperlyConfigured:  # a bad DELAYQ setting: its own check says it
+            return
+        if missing := sorted(self.queues - set(known)):  # QUEUES [] (any queue): none missing
+            yield checks.Error(
+                "TASKS[%r]['QUEUES'] names queue(s) %s that DELAYQ['QUEUES'] %r does not list: "
+                "every task enqueued to them would be refused" % (self.alias, missing, list(known)),
+                hint="Add them to DELAYQ['QUEUES'], or give the backend QUEUES [] (any queue "
+                     "name, each served by a worker started with --queues).", id="delayq.E102")
 
     # -- enqueue ------------------------------------------------------------------
 
     def enqueue(self, task: AnyTask, args: Iterable[object],
                 kwargs: Mapping[str, object]) -> AnyResult:
         self.validate_task(task)
+        if isinstance(task.priority, float):  # a whole number (validate_task): as Django's
+            task = dataclasses.replace(task, priority=int(task.priority))  # Task takes it
         json_args = compat.normalize_json(list(args))  # TypeError naming a non-JSON value
         json_kwargs = compat.normalize_json(dict(kwargs))
         after = task.run_after

@@ -22,7 +22,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from django.utils.module_loading import import_string
 
-from django_delayq.core import limits, option_checks, schedules
+from django_delayq.core import limits, option_checks, schedules, validation
 from django_delayq.core.option_checks import check_backoff, check_max_attempts
 from django_delayq.core.validation import name_problem, short
 from django_delayq.engine import backoff as backoff_mod
@@ -280,7 +280,15 @@ def _limits(problems: Callable[[object, object], Problems], other: str) -> Reade
     return read
 
 
+def _queues(name: str, queues: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    found = validation.queue_list_problems(queues)
+    return None if found else tuple(cast("list[str]", queues)), found
+
+
 def _default_queue(name: str, queue: object, merged: dict[str, Any]) -> tuple[Any, Problems]:
+    if validation.not_a_queue_name(queue):
+        return None, ["DELAYQ['DEFAULT_QUEUE'] %s is not a queue name: %s"
+                      % (short(queue), validation.QUEUE_NAME_RULE)]
     queues = merged["QUEUES"]
     if isinstance(queues, (list, tuple)) and queues and queue not in queues:
         return None, ["DELAYQ['DEFAULT_QUEUE'] %r is not in QUEUES %r" % (queue, list(queues))]
@@ -391,9 +399,7 @@ READERS: dict[str, Reader] = {
     "JOB_TIMEOUT_SECONDS": _number(False, "no limit"),
     "REDIS_URL": _url, "CACHE_ALIAS": _cache_alias,
     "PREFIX": _must(_braceless, "must be a non-empty string without braces"),
-    "QUEUES": _must(lambda v: isinstance(v, (list, tuple)) and bool(v) and all(
-        _braceless(q) and q.isprintable() for q in v),
-        "must be a non-empty list of queue names without braces", tuple),
+    "QUEUES": _queues,
     "DEFAULT_QUEUE": _default_queue, "DEFAULT_MAX_ATTEMPTS": _max_attempts,
     "DEFAULT_BACKOFF": _backoff, "ALLOWED_CALLABLES": _allowed,
     "QUEUE_OPTIONS": _limits(limits.queue_options_problems, "QUEUES"),

@@ -25,7 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django_delayq.core.validation import name_problem, too_long_int
+from django_delayq.core.validation import (
+    QUEUE_NAME_RULE,
+    name_problem,
+    not_a_queue_name,
+    too_long_int,
+)
 from django_delayq.engine import backoff
 from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
 
@@ -149,8 +154,8 @@ def queue_options_problems(value: object, queues: object = ()) -> list[str]:
     found: list[str] = []
     for queue, entry in value.items():
         where = "DELAYQ['QUEUE_OPTIONS'][%r]" % (queue,)
-        if not isinstance(queue, str) or not queue or "{" in queue or "}" in queue:
-            found.append("%s: a queue name must be a non-empty string without braces" % where)
+        if not_a_queue_name(queue):
+            found.append("%s: not a queue name: %s" % (where, QUEUE_NAME_RULE))
             continue
         found += _entry_problems(where, entry, QUEUE_KEYS)
         count = entry.get("shards", 1) if isinstance(entry, dict) else 1

@@ -301,24 +301,48 @@ def when(delay: object, at: object, use_tz: bool) -> tuple[datetime | None, floa
 
 def check_queue(queue: object, queues: tuple[str, ...], any_queue: bool) -> str:
     """A queue of ``DELAYQ["QUEUES"]`` (``queues``); with ``any_queue`` (a Tasks backend
-    whose QUEUES is empty) any storable name, served by a worker started with ``--queues``."""
+    whose QUEUES is empty) any name a worker can be started for with ``--queues``."""
     if isinstance(queue, str) and queue in queues:
         return queue
     if not any_queue:
         raise InvalidJob("unknown queue %r; DELAYQ['QUEUES'] is %r" % (queue, list(queues)))
     if not isinstance(queue, str) or not_a_queue_name(queue):
-        raise InvalidJob("queue %s is not a queue name: 1 to %d printable characters without "
-                         "braces, not ending in #<digits> (a sharded queue's data set names)"
-                         % (short(queue), MAX_QUEUE_NAME))
+        raise InvalidJob("queue %s is not a queue name: %s" % (short(queue), QUEUE_NAME_RULE))
     return queue
 
 
-def not_a_queue_name(queue: str) -> bool:
-    """Whether a queue ``DELAYQ["QUEUES"]`` does not list cannot be one: empty, too long,
-    not printable, with braces (a hash tag), or named like shard i of another queue
-    (``q#i``, engine/shard_map.py): its jobs would land in that shard's keys."""
-    return (not queue or len(queue) > MAX_QUEUE_NAME or not queue.isprintable()
-            or "{" in queue or "}" in queue or re.fullmatch(r".+#[0-9]+", queue) is not None)
+# The one rule for a queue name: DELAYQ["QUEUES"], DEFAULT_QUEUE, QUEUE_OPTIONS' keys, a
+# queue a Tasks backend with QUEUES [] lets through, ``--queues``.
+QUEUE_NAME_RULE = ("1 to %d printable characters without braces or commas, neither starting "
+                   "nor ending with a space, not ending in #<digits> (a sharded queue's "
+                   "shard names)" % MAX_QUEUE_NAME)
+
+
+def not_a_queue_name(queue: object) -> bool:
+    """Whether ``queue`` cannot name a queue: not a string, empty, longer than the row's
+    column, not printable (control characters), with braces (a hash tag), with a comma
+    or a leading or trailing space (``--queues`` splits on commas and strips spaces: no
+    worker could be started for it), or named like shard i of another queue (``q#i``,
+    engine/shard_map.py): its jobs would land in that shard's keys."""
+    return (not isinstance(queue, str) or not queue or len(queue) > MAX_QUEUE_NAME
+            or not queue.isprintable() or queue != queue.strip()
+            or any(c in queue for c in "{},") or re.fullmatch(r".+#[0-9]+", queue) is not None)
+
+
+def queue_list_problems(queues: object) -> list[str]:
+    """The problems of ``DELAYQ["QUEUES"]``: not a non-empty list, a name that is no
+    queue's (``not_a_queue_name``), a name listed more than once; each names the value."""
+    if not isinstance(queues, (list, tuple)) or not queues:
+        return ["DELAYQ['QUEUES'] must be a non-empty list of queue names such as ['default', "
+                "'emails'], not %s" % short(queues)]
+    found = []
+    if bad := [q for q in queues if not_a_queue_name(q)]:
+        found.append("DELAYQ['QUEUES'] %s: not queue names: %s (a queue name is %s)"
+                     % (short(queues), ", ".join(map(short, bad)), QUEUE_NAME_RULE))
+    if twice := list(dict.fromkeys(short(q) for i, q in enumerate(queues) if q in queues[:i])):
+        found.append("DELAYQ['QUEUES'] %s lists %s twice: name each queue once"
+                     % (short(queues), ", ".join(twice)))
+    return found
 
 
 def askable_id(job_id: object) -> TypeGuard[str]:

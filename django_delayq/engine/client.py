@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
@@ -104,12 +104,30 @@ def url_problem(url: str) -> str | None:
             db = unquote(parts.path).strip("/").strip()  # redis-py: 0 for one int() refuses
             if db and "db" not in parse_qs(parts.query) and not (db.isascii() and db.isdigit()):
                 raise ValueError("the database must be a number, not %r" % db)
-        if parse_url(split_cluster_url(url)[0] if is_cluster_url(url) else url
-                     ).get("db", 0) < 0:
+        node = split_cluster_url(url)[0] if is_cluster_url(url) else url
+        if parse_url(node).get("db", 0) < 0:
             raise ValueError("the database must be a number >= 0")
+        unknown_option(node)
     except ValueError as exc:
         return str(exc)
     return None
+
+
+def unknown_option(url: str) -> None:
+    """ValueError naming a query option of ``url`` (one node's, no Sentinel's own) that
+    redis-py's connection takes no keyword for (its ``TypeError`` at the first command), or
+    whose value the connection refuses. The connection is built, not connected; the error
+    names the option (and a refused value: never a password's)."""
+    query = [(k, v) for k, v in parse_qsl(urlsplit(url).query) if k not in SENTINEL_ONLY]
+    try:  # (urlunsplit would drop a socket path's "//")
+        redis.ConnectionPool.from_url(url.partition("?")[0] + "?" + urlencode(query)
+                                      ).make_connection()
+    except TypeError as exc:
+        name = re.search(r"keyword argument '([^']*)'", str(exc))
+        raise ValueError("unknown query option %r: redis-py's connection takes no such "
+                         "keyword" % (name.group(1) if name else str(exc))) from None
+    except redis.RedisError as exc:  # a value it refuses: "protocol must be either 2 or 3"
+        raise ValueError(str(exc)) from None
 
 
 def masked(url: str) -> str:

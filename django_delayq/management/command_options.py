@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import CommandError
 from django.utils.module_loading import import_string
 
-from django_delayq.core.validation import MAX_QUEUE_NAME, not_a_queue_name
+from django_delayq.core.validation import QUEUE_NAME_RULE, not_a_queue_name
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
@@ -54,8 +54,7 @@ def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
                            % (unknown, list(settings.queues)))
     bad = [q for q in unknown if not_a_queue_name(q)]
     if bad:
-        raise CommandError("not queue names: %s (1 to %d printable characters without braces, "
-                           "not ending in #<digits>)" % (bad, MAX_QUEUE_NAME))
+        raise CommandError("not queue names: %s (a queue name is %s)" % (bad, QUEUE_NAME_RULE))
     return queues
 
 

@@ -74,8 +74,9 @@ KEYS: dict[str, tuple[str, str]] = {
                                    "'django_redis.cache.RedisCache', e.g. 'default'; or set "
                                    "REDIS_URL instead."),
     "PREFIX": ("delayq.E004", "A short non-empty string without '{' or '}', e.g. 'delayq'."),
-    "QUEUES": ("delayq.E005", "A non-empty list of names without braces, e.g. ['default', "
-                              "'emails']."),
+    "QUEUES": ("delayq.E005", "A non-empty list of queue names, each once, e.g. ['default', "
+                              "'emails']: no braces or commas, no leading or trailing space, "
+                              "no #<digits> at the end."),
     "DEFAULT_QUEUE": ("delayq.E006", "One of the names in DELAYQ['QUEUES']."),
     "DEFAULT_MAX_ATTEMPTS": ("delayq.E007", "An integer from 1 to %d (what schedule() takes "
                                             "as max_attempts), e.g. 3." % MAX_ATTEMPTS),

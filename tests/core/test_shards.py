@@ -46,8 +46,9 @@ def test_a_sharded_queue_takes_no_queue_limit(settings) -> None:  # type: ignore
 def test_shard_names_may_not_be_another_queues_name(settings) -> None:  # type: ignore[no-untyped-def]
     [msg] = _problems(settings, {"emails": {"shards": 2}})
     assert "would share keys with queue 'emails#1'" in msg
-    errors = checks.check_settings()
-    assert [e.id for e in errors] == ["delayq.E028"]
+    errors = checks.check_settings()  # a queue named like a shard is refused itself (E005)
+    assert [e.id for e in errors] == ["delayq.E005", "delayq.E028"]
+    assert "not queue names: 'emails#1'" in errors[0].msg
 
 
 def test_the_shard_counts_reach_the_engine(settings) -> None:  # type: ignore[no-untyped-def]

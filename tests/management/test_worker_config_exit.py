@@ -33,6 +33,10 @@ BAD = {
     "LEASE_SECONDS=Infinity": ({"LEASE_SECONDS": float("inf")}, "delayq.E010"),
     # redis-py's ValueError when the engine was made (exit 1: a supervisor restarts it)
     "a port out of range": ({"REDIS_URL": "redis://127.0.0.1:99999/0"}, "delayq.E002"),
+    # redis-py's TypeError when the first connection was made (exit 1, a traceback)
+    "an unknown query option": ({"REDIS_URL": "redis://127.0.0.1:7324/0?foo=bar"},
+                                "delayq.E002"),
+    "a queue name no --queues can name": ({"QUEUES": ["default", "a,b"]}, "delayq.E005"),
 }
 
 
@@ -62,7 +66,8 @@ def test_a_bad_setting_found_by_the_checks_exits_2(tmp_path: Path, case: str) ->
 @pytest.mark.parametrize("case", ["CONCURRENCY=0", "a typo'd key", "no such cache",
                                   "not a django-redis cache", "a schedule's negative jitter",
                                   "LEASE_SECONDS=NaN", "LEASE_SECONDS=Infinity",
-                                  "a port out of range"])
+                                  "a port out of range", "an unknown query option",
+                                  "a queue name no --queues can name"])
 def test_a_bad_setting_with_skip_checks_exits_2_naming_it(tmp_path: Path, case: str) -> None:
     overrides, _check_id = BAD[case]
     proc = _worker(tmp_path, overrides, "--skip-checks")

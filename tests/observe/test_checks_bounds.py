@@ -106,6 +106,14 @@ BAD_URLS = {
     "redis://host/0?socket_timeout=soon": "'socket_timeout'",
     "redis+sentinel://h1/mymaster/0?socket_timeout=soon": "'socket_timeout'",
     "redis://[::1:6379/0": "IPv6",
+    # a name redis-py's connection does not take: its TypeError at the first command
+    "redis://127.0.0.1:7324/0?foo=bar": "unknown query option 'foo'",
+    "rediss://h/0?ssl_cert_reqs=none&Socket_Timeout=1": "unknown query option 'Socket_Timeout'",
+    "unix:///tmp/x.sock?db=0&foo=1": "unknown query option 'foo'",
+    "redis://h/0?protocol=7": "protocol must be either 2 or 3",
+    "rediss://h/0?ssl_cert_reqs=bogus": "Invalid SSL Certificate Requirements Flag: bogus",
+    "redis+cluster://h:7000/?foo=bar": "unknown query option 'foo'",
+    "redis+sentinel://h1/mymaster/0?socket_timeout=1&foo=bar": "unknown query option 'foo'",
 }
 
 
@@ -120,7 +128,9 @@ def test_a_bad_port_or_database_is_e002_naming_the_url(settings, url):
                                  "unix:///run/redis.sock?db=2", "redis+cluster://a:7000,b/",
                                  "redis+sentinel://h1,h2:26380/mymaster/1?socket_timeout=1",
                                  "redis://h:6379/0 ", "redis://h:6379/ 1", "redis://h/x?db=1",
-                                 "redis://:p%2Fw@h:6379/0"])
+                                 "redis://:p%2Fw@h:6379/0", "redis://h/0?max_connections=5",
+                                 "rediss://h/0?ssl_cert_reqs=none&socket_keepalive=true",
+                                 "redis+sentinel://h1/m/0?sentinel_password=sp&password=p"])
 def test_good_urls_have_no_problem(url):
     assert url_problem(url) is None
 
@@ -132,7 +142,8 @@ def test_good_urls_have_no_problem(url):
                                  "redis+sentinel://h1/m/x?sentinel_password=s3cret",
                                  "redis://:s3cret@[::1:6379/0", "http://:s3cret@h/",
                                  "redis://:s3c/ret@h:6379/0", "redis://u:s3cret#x@h/0",
-                                 "redis://:s3cret?x@h:6379/0"])
+                                 "redis://:s3cret?x@h:6379/0", "redis://:s3cret@h/0?foo=bar",
+                                 "redis://h/0?password=s3cret&foo=bar"])
 def test_e002_masks_the_password(settings, url):
     error = _refused(settings, "REDIS_URL", url)
     assert "s3cret" not in error.msg and "***" in error.msg
@@ -143,25 +154,31 @@ def test_the_environments_url_is_checked_too(settings, monkeypatch):
     monkeypatch.setenv("DELAYQ_REDIS_URL", "redis://:s3cret@h:99999/0")
     error = _refused(settings, "REDIS_URL", None)
     assert "DELAYQ_REDIS_URL" in error.msg and "redis://:***@h:99999/0" in error.msg
+    monkeypatch.setenv("DELAYQ_REDIS_URL", "redis://:s3cret@h:6380/1?foo=bar")
+    error = _refused(settings, "REDIS_URL", None)
+    assert "unknown query option 'foo'" in error.msg and "s3cret" not in error.msg
     monkeypatch.setenv("DELAYQ_REDIS_URL", "redis://h:6380/1")
     assert _errors(settings) == []
     assert conf.get_settings().redis_url == "redis://h:6380/1"
 
 
 @pytest.mark.django_db  # Django 6 model checks query the database (JSONField support)
-def test_manage_py_check_reports_a_bad_port_not_a_traceback(settings):
+@pytest.mark.parametrize("url, named", [("redis://127.0.0.1:99999/0", "99999"),
+                                        ("redis://127.0.0.1:7324/0?foo=bar", "'foo'")])
+def test_manage_py_check_reports_a_bad_port_not_a_traceback(settings, url, named):
     settings.DELAYQ = {"QUEUES": ["default"], "ALLOWED_CALLABLES": ["tests.jobs"],
-                       "REDIS_URL": "redis://127.0.0.1:99999/0"}
+                       "REDIS_URL": url}
     with pytest.raises(SystemCheckError) as info:
         call_command("check", stdout=StringIO(), stderr=StringIO())
-    assert "delayq.E002" in str(info.value) and "99999" in str(info.value)
+    assert "delayq.E002" in str(info.value) and named in str(info.value)
     assert "delayq.W011" not in str(info.value)
 
 
 @pytest.mark.django_db
-def test_schedule_refuses_to_run_with_a_bad_port_and_writes_no_row(settings):
-    """It took the job and only logged redis-py's ValueError when it sent it."""
-    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": "redis://127.0.0.1:99999/0"}
+@pytest.mark.parametrize("url", ["redis://127.0.0.1:99999/0", "redis://127.0.0.1:7324/0?foo=bar"])
+def test_schedule_refuses_to_run_with_a_bad_port_and_writes_no_row(settings, url):
+    """It took the job and only logged redis-py's ValueError (TypeError) when it sent it."""
+    settings.DELAYQ = {**settings.DELAYQ, "REDIS_URL": url}
     with pytest.raises(ImproperlyConfigured, match="REDIS_URL"):
         schedule("tests.jobs.noop")
     assert not Job.objects.exists()
