@@ -25,7 +25,8 @@ back for later).
   path). ``GRANT_MARGIN_MS`` widens the rate window by the delay allowed between a grant
   and the call it allows (acquire.lua's header): if the call starts within that margin,
   at most N calls start in any window of ``per_ms``. ``SPREAD_MS`` spaces the retry
-  times of jobs refused for concurrency (when a slot frees is unknown).
+  times of jobs refused for concurrency (when a slot frees is unknown), each refusal
+  since the last grant waiting twice as long, at most ``MOST_WAIT_MS``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from django_delayq.engine.replies import chunks, envelope_text
 INHERIT = -1  # an override's field that keeps the queue's default (lib.lua group_limits)
 GRANT_MARGIN_MS = 50
 SPREAD_MS = 50
+MOST_WAIT_MS = 1000
 
 
 def _int(value: Any) -> int | None:
@@ -223,16 +225,17 @@ class QueueControls(RedisOwner):
     def acquire(self, path: str, job_id: str, *, lease_ms: int,
                 rate: tuple[int, int] | None, concurrency: int | None,
                 margin_ms: int = GRANT_MARGIN_MS, spread_ms: int = SPREAD_MS,
-                now_ms: int | None = None) -> Grant:
+                most_wait_ms: int = MOST_WAIT_MS, now_ms: int | None = None) -> Grant:
         """May ``job_id`` start now under the limits of ``path``? Granted: it holds a
         concurrency slot for ``lease_ms`` unless released first (``release_callable``).
-        Refused: ``retry_at_ms``, spread so that refused jobs come back one by one.
+        Refused: ``retry_at_ms``, spread so that refused jobs come back one by one (for
+        concurrency, backing off up to ``most_wait_ms`` while no start is granted).
         With a concurrency limit, a job that holds its slot already is granted again
         with its deadline renewed and nothing counted twice: a long call's heartbeat."""
         count, per_ms = rate if rate is not None else (-1, 0)
         args: list[Any] = [self._now(now_ms), job_id, int(lease_ms), int(count), int(per_ms),
                            -1 if concurrency is None else int(concurrency), int(margin_ms),
-                           int(spread_ms)]
+                           int(spread_ms), int(most_wait_ms)]
         reply = self._run("acquire", scripts.keys_of("acquire", self.callable_keys(path)), args)
         granted = bool(int(reply[0]))
         return Grant(granted=granted, retry_at_ms=None if granted else int(reply[1]))

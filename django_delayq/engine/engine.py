@@ -225,7 +225,7 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         jobs, aside, _ = self._decoded(queue, "claim", reply, 6, 5, lambda r: ClaimedJob(
             queue=queue, id=replies.text(r[0]), due_ms=int(r[1]), token=int(r[2]),
             attempt=int(r[3]), envelope=replies.envelope_text(r[4]), home=queue,
-            lease_until=until))
+            lease_until=until, claimed_ms=int(reply[0])))
         return ClaimResult(now_ms=int(reply[0]), next_due_ms=replies.opt(reply[1]), jobs=jobs,
                            set_aside=aside, paused=bool(int(reply[2])),
                            blocked_until_ms=replies.opt(reply[3]), limited=bool(int(reply[4])),
@@ -323,15 +323,15 @@ class Engine(OutboxOps, ServerReads, QueueControls):
     def release(self, queue: str, claimed: Sequence[ClaimedJob],
                 now_ms: int | None = None) -> list[bool]:
         """Undo claims of jobs that never started (graceful shutdown)."""
-        rows = [(job.id, job.token, job.due_ms) for job in claimed]
-        return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "release"],
-                           rows)
+        rows = [(job.id, job.token, job.due_ms, -1) for job in claimed]
+        return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "release"], rows)
 
-    def defer(self, queue: str, leases: Sequence[tuple[str, int, int]],
+    def defer(self, queue: str, leases: Sequence[tuple[Any, ...]],
               now_ms: int | None = None) -> list[bool]:
-        """Put jobs in flight, (id, token, at_ms), back in line due at ``at_ms`` with the
-        attempt they were charged given back. False: the lease was lost, nothing done."""
-        rows = [(id_, int(token), int(at_ms)) for id_, token, at_ms in leases]
+        """Put jobs in flight, (id, token, at_ms[, claimed_ms]), back in line due at ``at_ms``,
+        their attempt and (``ClaimedJob.claimed_ms`` given) rate claims given back. False:
+        the lease was lost, nothing done."""
+        rows = [(x[0], int(x[1]), int(x[2]), int(x[3]) if len(x) > 3 else -1) for x in leases]
         return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "defer"],
                            rows)
 

@@ -228,6 +228,10 @@ class CallableLimitKeys:
     # The next retry time (ms) to hand to a refused job (spreading).
     next_free = Key("string")
 
+    # How many starts its concurrency refused since the last grant: the back-off of the
+    # next refused job (acquire.lua).
+    refusals = Key("string")
+
 
 @dataclass(frozen=True, slots=True)
 class GlobalKeys:

@@ -78,6 +78,9 @@ class ClaimedJob:
     # was first sent (a claim asked again after a lost reply: its first send). inf: not
     # known (an engine clock of its own, a job not from a claim). Not part of its identity.
     lease_until: float = field(default=math.inf, compare=False)
+    # The claim's server time (ms): the stamp of its rate windows' entries, which a
+    # deferral takes out (give_back.lua). -1: not from a claim. Not part of its identity.
+    claimed_ms: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,7 +19,9 @@ arrives (``resume`` publishes one) or at the next poll, so it never spins on it.
   estimates it) is never run: it ends ``expired`` (acked);
 * a job whose callable has ``DELAYQ["CALLABLE_LIMITS"]`` asks Redis for a start
   (``Engine.acquire``) right before its function is called. Refused, it is *deferred*:
-  back to ``pending`` due at the time the engine named, the attempt given back, its row
+  back to ``pending`` due at the time the engine named (for a full concurrency: after a
+  back-off up to a second), the attempt and its claim's rate-window entries given back
+  (``ClaimedJob.claimed_ms``: the claim cost its queue no rate), its row
   untouched (still ``scheduled`` or ``retrying`` with its due time, so its lateness
   still counts from the time it was due). Granted, it holds a slot of the callable's
   concurrency until its attempt is settled (``release``). The slot has a lease of

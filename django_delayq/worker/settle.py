@@ -268,10 +268,12 @@ class Settler:
 
     def _defer(self, queue: str, outcomes: list[Outcome]) -> None:
         """Jobs a callable limit refused: back to pending, due at their retry time, the
-        attempt given back. Their rows are untouched (never marked running)."""
+        attempt and their claims' rate-window entries given back (they never started).
+        Their rows are untouched (never marked running)."""
         if not outcomes:
             return
-        leases = [(o.job.id, o.job.token, o.retry_at_ms or o.job.due_ms) for o in outcomes]
+        leases = [(o.job.id, o.job.token, o.retry_at_ms or o.job.due_ms, o.job.claimed_ms)
+                  for o in outcomes]
         for o, ok in zip(outcomes, self.engine.defer(queue, leases)):
             if not ok:
                 logger.warning("job %s (attempt %d): lease lost before it was deferred; the "

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from django_delayq.engine import Engine, Grant, LimitState, NewJob, QueueLimit
-from django_delayq.engine.controls import GRANT_MARGIN_MS, SPREAD_MS
+from django_delayq.engine.controls import GRANT_MARGIN_MS, MOST_WAIT_MS, SPREAD_MS
 
 NOW = 1_800_000_000_000
 LEASE = 30_000
@@ -107,6 +107,27 @@ def test_defer_puts_a_job_back_for_later_with_its_attempt_given_back(engine: Eng
     assert again.token == 2  # a token of its own: a.token's holder deferred it
 
 
+def test_a_deferred_job_gives_its_claim_back_to_the_queue_and_group_rates(
+        engine: Engine) -> None:
+    """A job a callable limit refused never started: given back with its claim's server
+    time, its claim leaves the queue's rate window and its group's, so the refusal costs
+    the other jobs of the queue nothing."""
+    engine.set_queue_limit("q", rate=(3, 60_000), concurrency=None,
+                           groups=QueueLimit(rate=(2, 60_000)))
+    engine.enqueue("q", [NewJob(id="j%d" % i, at_ms=NOW - 100 + i, group="g")
+                         for i in range(6)], now_ms=NOW)
+    a, b = engine.claim("q", 2, LEASE, now_ms=NOW).jobs
+    assert a.claimed_ms == NOW and engine.claim("q", 5, LEASE, now_ms=NOW + 1).jobs == []
+    assert engine.defer("q", [(a.id, a.token, NOW + 10, a.claimed_ms)], now_ms=NOW + 2) == [
+        True]
+    assert engine.client.zcard(engine.keys("q").starts) == 1  # b's claim only
+    [c] = engine.claim("q", 5, LEASE, now_ms=NOW + 10).jobs  # the group's second claim
+    # given back without its claim's time (-1): the claim stays counted, as before
+    assert engine.defer("q", [(c.id, c.token, NOW + 20)], now_ms=NOW + 11) == [True]
+    assert engine.claim("q", 5, LEASE, now_ms=NOW + 20).jobs == []  # the group's 2 used
+    assert engine.client.zcard(engine.keys("q").starts) == 2
+
+
 # -- callable limits ----------------------------------------------------------------------
 
 
@@ -156,13 +177,34 @@ def test_callable_concurrency_slots_are_released_or_expire(engine: Engine) -> No
     assert acquire(engine, "b", NOW, rate=None, concurrency=2, lease_ms=5000).granted
     refused = [acquire(engine, "c%d" % i, NOW + 1, rate=None, concurrency=2) for i in range(3)]
     assert [g.granted for g in refused] == [False] * 3
-    assert [g.retry_at_ms for g in refused] == [NOW + 1 + SPREAD_MS * i for i in (1, 2, 3)]
+    # the k-th refusal since the last grant waits SPREAD_MS * 2^(k-1): 50, 100, 200 ms
+    assert [g.retry_at_ms for g in refused] == [NOW + 1 + SPREAD_MS * i for i in (1, 2, 4)]
     assert acquire(engine, "a", NOW + 2, rate=None, concurrency=2, lease_ms=5000).granted
     assert engine.release_callable(path, ["a", "zzz"]) == 1
     assert acquire(engine, "c0", NOW + 3, rate=None, concurrency=2, lease_ms=5000).granted
     # b's worker died: its slot comes back when its lease ends
     assert not acquire(engine, "d", NOW + 4999, rate=None, concurrency=2).granted
     assert acquire(engine, "d", NOW + 5000, rate=None, concurrency=2).granted
+
+
+def test_a_job_waiting_for_a_slot_backs_off_instead_of_asking_in_a_loop(
+        engine: Engine) -> None:
+    """Refused for concurrency while a long call holds the slot, a job comes back after
+    50, 100, 200 ... ms, then every MOST_WAIT_MS: not every SPREAD_MS. A grant starts the
+    back-off over."""
+    assert acquire(engine, "long", NOW, rate=None, concurrency=1).granted
+    now, waits = NOW + 1, []
+    while now < NOW + 20_000:  # the waiting job asks again at each retry time
+        grant = acquire(engine, "w", now, rate=None, concurrency=1)
+        assert not grant.granted and grant.retry_at_ms is not None
+        waits.append(grant.retry_at_ms - now)
+        now = grant.retry_at_ms
+    assert waits[:6] == [SPREAD_MS * 2 ** k for k in range(5)] + [MOST_WAIT_MS]
+    assert set(waits[5:]) == {MOST_WAIT_MS} and len(waits) <= 25  # not 400 asks in 20 s
+    assert engine.release_callable("shop.tasks.call_api", ["long"]) == 1
+    assert acquire(engine, "w", now, rate=None, concurrency=1).granted
+    refused = acquire(engine, "x", now + 1, rate=None, concurrency=1)
+    assert refused.retry_at_ms is not None and refused.retry_at_ms - (now + 1) <= SPREAD_MS * 2
 
 
 def test_limit_state_counts_the_window_and_the_slots(engine: Engine) -> None:

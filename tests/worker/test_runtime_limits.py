@@ -175,3 +175,47 @@ def test_a_burst_waits_for_the_jobs_a_callable_limit_deferred(delayq_settings, t
     assert burst(concurrency=4) == EXIT_OK
     starts = [float(t) for _, t, _ in lines(out)]
     assert len(starts) == 5 and most_in_window(starts, 1.0) <= 2
+
+
+def test_a_job_waiting_for_its_callable_costs_its_queue_no_rate_and_backs_off(delayq_settings, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A job its callable's concurrency refuses goes back uncharged: its claims leave the
+    queue's rate window (the queue's other jobs start on time), and it is claimed again
+    after a growing back-off while the slot stays taken, not every 50 ms."""
+    delayq_settings.DELAYQ = {
+        **delayq_settings.DELAYQ,
+        "QUEUE_OPTIONS": {"default": {"rate_limit": "10/m", "concurrency": 5}},
+        "CALLABLE_LIMITS": {"tests.jobs_more.hold": {"concurrency": 1}}}
+    out, fast = tmp_path / "spans.txt", tmp_path / "fast.txt"
+    engine = get_engine()
+    worker = Worker(engine, get_settings(), WorkerOptions(queues=("default",),
+                                                          concurrency=4))
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    claims: list[int] = [0]  # the waiting job's lease token: its claims so far
+
+    def claimed() -> int:  # read on each poll: the last token is gone once it succeeds
+        token = engine.client.hget(engine.keys("default").attempts, waiter.id)
+        claims[0] = max(claims[0], int(token or 0))
+        return claims[0]
+
+    try:
+        first = schedule("tests.jobs_more.hold", str(out), "first", 4.0)
+        wait_until(lambda: first.status == JobStatus.RUNNING, timeout=20)
+        waiter = schedule("tests.jobs_more.hold", str(out), "waiter", 0.1)
+        wait_until(lambda: claimed() >= 3, timeout=20)  # refused twice, waiting
+        others = [schedule("tests.jobs_more.stamp", str(fast), "ok%d" % i) for i in range(3)]
+        # the rate budget (10/m) is the queue's: its other jobs start while the waiter waits
+        # (refused claims counted, the window fills within a second and they wait ~60 s)
+        wait_until(lambda: all(h.status == JobStatus.SUCCEEDED for h in others), timeout=20)
+        wait_until(lambda: claimed() >= 0 and waiter.status == JobStatus.SUCCEEDED,
+                   timeout=30)
+    finally:
+        worker.request_stop()
+        thread.join(30)
+    assert waiter.job.attempts == 1  # its refusals were not charged
+    spans = {tag: (float(start), float(end)) for tag, start, end in lines(out)}
+    assert spans["waiter"][0] >= spans["first"][1]
+    # ~4 s refused: about 8 claims with the back-off (50 ms ... 1 s), 40 and more without
+    assert claims[0] <= 16, claims[0]
+    # the window logs the claims of the jobs that started, and no refused one
+    assert engine.client.zcard(engine.keys("default").starts) == 5
