@@ -15,6 +15,15 @@ class DelayQError(Exception):
     """Base class of every error raised by django-delayq."""
 
 
+# ``cancel()``'s error on SQLite when the job's row stays locked past the busy timeout: a
+# running atomic job holds the database's write lock to its end (docs/guarantees.md).
+CANCEL_LOCKED = (
+    "cancel of job %s not recorded: the SQLite database stayed locked past its busy timeout "
+    "(a running atomic job holds its write lock to its end). Redis took the cancel: a running "
+    "job runs to its end and is not retried, and is not killed under --processes; a waiting "
+    "job is cancelled by calling cancel() again once the lock is free")
+
+
 class InvalidJob(DelayQError, ValueError):
     """``schedule()`` was given something it cannot turn into a job.
 

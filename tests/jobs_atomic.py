@@ -8,6 +8,7 @@ second row instead of failing.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -91,3 +92,20 @@ def summary(ids: Any) -> tuple[int, int]:
     found = effects()
     return (sum(1 for i in ids if i not in found),
             sum(n - 1 for i, n in found.items() if i in ids and n > 1))
+
+
+CALLS: list[int] = []  # the attempts that called ``bump_held`` in this process
+HELD = threading.Event()  # set by its first call, inside its transaction
+RELEASE = threading.Event()  # lets its first call return
+
+
+def bump_held(counter: str) -> str:
+    """``bump``, each call noted in ``CALLS``; the first call then holds its transaction
+    open (``HELD``) until the test sets ``RELEASE``."""
+    ctx = current_job()
+    CALLS.append(ctx.attempt if ctx else 0)
+    bump(counter)
+    if len(CALLS) == 1:
+        HELD.set()
+        RELEASE.wait(60)
+    return counter

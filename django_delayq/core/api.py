@@ -21,7 +21,7 @@ from itertools import groupby
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.db import connections, router, transaction
+from django.db import OperationalError, connections, router, transaction
 from django.utils import timezone
 
 from django_delayq import signals
@@ -35,7 +35,7 @@ from django_delayq.core.registry import check_schedulable
 from django_delayq.core.results import read, result_of, wait
 from django_delayq.core.workflows import Signature
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
-from django_delayq.exceptions import InvalidJob
+from django_delayq.exceptions import CANCEL_LOCKED, DelayQError, InvalidJob
 from django_delayq.models import Job, JobStatus
 
 __all__ = ["JobCall", "JobHandle", "JobOptions", "JobSpec", "cancel", "enqueue_or_outbox",
@@ -304,7 +304,12 @@ def cancel(job_id: str) -> CancelOutcome:
     row = get_job(job_id)
     if row.is_final:  # dead included: final, kept for investigation and requeue
         return CancelOutcome.NOT_FOUND
-    return workflows.cancel(row, router.db_for_write(Job))
+    try:
+        return workflows.cancel(row, router.db_for_write(Job))
+    except OperationalError as exc:
+        if "database is locked" in str(exc):  # SQLite, past its busy timeout
+            raise DelayQError(CANCEL_LOCKED % row.id) from exc
+        raise
 
 
 def reschedule(job_id: str, *, delay: float | timedelta | None = None,

@@ -19,8 +19,10 @@ retries as usual. After it the row is final, and no delivery calls the function 
   finds the row final, and rolls back (``NotOurs``). A delivery whose lease a later
   attempt took over (the row records that attempt) is refused the same way;
 * **a delivery after the commit reads the row before the call** (``committed``: one
-  primary-key read) and settles the job as succeeded without calling the function; a
-  claim that reads the row final sets the job aside (``core/payloads.py``).
+  primary-key read, inside its transaction once it holds it: on SQLite after the write
+  lock, which a delivery waits for while another's transaction runs) and settles the job
+  as succeeded without calling the function, counting no run; a claim that reads the row
+  final sets the job aside (``core/payloads.py``).
 
 The audit writer's later write of the same success finds the row final and changes
 nothing (it never overwrites a final row). Only writes through the row's database

@@ -47,7 +47,7 @@ from django_delayq.models import (
     JobStatus,
     db_datetime,
 )
-from django_delayq.worker.outcome import storable
+from django_delayq.worker.outcome import LEASE_LOST, storable
 
 if TYPE_CHECKING:
     from django.db.backends.base.base import BaseDatabaseWrapper
@@ -353,7 +353,7 @@ class AuditWriter:
                     cursor.executemany("UPDATE %s SET %s WHERE %s" % (table, sets, where), rows)
                     if "attempts" in cols and "status" in cols and cursor.rowcount < len(rows):
                         _count_late_runs(cursor, table, qn, cols, rows)  # the guard kept some
-            if attempts:
+            if attempts := _unrefuted(using, attempts):
                 JobAttempt.objects.using(using).bulk_create(attempts, batch_size=self.batch)
             # Children of parents this flush made final: released or cancelled in this
             # same transaction (the release invariant, core/workflows.py).
@@ -363,6 +363,21 @@ class AuditWriter:
             if fence is not None:
                 fence(conn)
         return final
+
+
+def _unrefuted(using: str, attempts: list[JobAttempt]) -> list[JobAttempt]:
+    """``attempts`` but the lost leases their rows refute: attempt n recorded as lost
+    (a lease taken back) whose row says attempt n succeeded. An atomic attempt that held
+    SQLite's write lock through its lease's recovery committed first; that record, which
+    waited for the lock, is wrong. One read, only for flushes with lost leases."""
+    lost = {(a.job_id, a.number) for a in attempts if a.error_type == LEASE_LOST}
+    if not lost:
+        return attempts
+    done: set[tuple[str, int]] = set()
+    for chunk in chunks(sorted({job_id for job_id, _ in lost}), workflows.CHUNK):
+        done.update(Job.objects.using(using).filter(
+            pk__in=chunk, status=JobStatus.SUCCEEDED).values_list("pk", "attempts"))
+    return [a for a in attempts if (a.job_id, a.number) not in done or a.error_type != LEASE_LOST]
 
 
 def _storable(attempt: JobAttempt) -> None:

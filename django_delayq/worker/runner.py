@@ -264,14 +264,17 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
             worker_id: str) -> Outcome:
     """An attempt of an atomic job (``atomic.py``): the function and the write of its
     success in one transaction. A success a delivery committed before is settled without
-    calling the function. An exception of the function rolls back and reaches ``run``;
-    a result too large, or an end past the attempt's time limit, rolls back too."""
+    calling the function: the row is read inside the transaction, once it holds its
+    turn (on SQLite the write lock: a read before it would be stale once another
+    delivery's commit ends the wait). An exception of the function rolls back and
+    reaches ``run``; a result too large, or an end past the attempt's time limit, rolls
+    back too."""
     job: ClaimedJob = common["job"]
-    done = atomic.committed(job.id)
-    if done is None:
-        limit = get_settings().timeout_for(job.queue, env.timeout)
-        try:
-            with atomic.transaction_of() as using:
+    limit = get_settings().timeout_for(job.queue, env.timeout)
+    try:
+        with atomic.transaction_of() as using:
+            done = atomic.committed(job.id, using)
+            if done is None:
                 outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
                 late = _past(limit, time.perf_counter() - t0, common)
                 if late is not None or outcome.kind is not Kind.SUCCESS:
@@ -282,17 +285,21 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
                 atomic.commit(using, job.id, job.attempt, worker_id=worker_id,
                               started_at=common["started_at"], finished_at=outcome.finished_at,
                               result=outcome.result)
-            return outcome
-        except atomic.NotOurs as refused:
-            done = refused.committed
+                return outcome
+    except atomic.NotOurs as refused:
+        done = refused.committed
         if done is None:  # a later attempt holds its row: rolled back, and its outcome
             # settled like a lost lease's (Redis refuses it unless this lease is still valid)
             return _ended(common, t0, Kind.RETRY, retry_delay_ms=0, error_type=LEASE_LOST,
                           error="attempt %d lost its lease before its commit: rolled back"
                                 % job.attempt)
+        logger.warning("job %s: attempt %d committed its success while attempt %d ran: "
+                       "attempt %d rolled back", shown(job.id), done.attempt, job.attempt,
+                       job.attempt)
+        return _ended(common, t0, Kind.SUCCESS, result=done.result)
     logger.info("job %s: attempt %d committed its success; settled without running it again",
                 shown(job.id), done.attempt)
-    return _ended(common, t0, Kind.SUCCESS, result=done.result)
+    return _ended(common, t0, Kind.SUCCESS, result=done.result, ran=False)  # not a run
 
 
 def _decide(error: str, failure: type[BaseException], asked: Retry | None, env: Envelope,

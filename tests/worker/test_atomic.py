@@ -6,19 +6,36 @@ The jobs add one to a counter row and insert a row keyed by their id
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+import threading
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
-from django_delayq import InvalidJob, JobSpec, job, requeue, schedule, schedule_many
+from django_delayq import (
+    DelayQError,
+    InvalidJob,
+    JobSpec,
+    cancel,
+    job,
+    requeue,
+    schedule,
+    schedule_many,
+)
 from django_delayq.core import conf, payloads, periodic
+from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.models import Job, JobStatus, Schedule
+from django_delayq.models import Job, JobAttempt, JobStatus, Schedule
 from django_delayq.worker import atomic, runner
+from django_delayq.worker.audit import AuditWriter
+from django_delayq.worker.housekeeping import LeaseRecovery
+from django_delayq.worker.settle import Settler
 from tests import jobs_atomic
-from tests.helpers import ALLOWED, burst, point_at
+from tests.helpers import ALLOWED, burst, point_at, wait_until
 
 if TYPE_CHECKING:
     from django_delayq.engine import ClaimedJob
@@ -190,3 +207,116 @@ def test_the_commit_releases_the_job_s_waiting_children(dq) -> None:  # type: ig
     assert burst() == 0
     assert [h.status for h in (parent, child, plain_parent)] == [JobStatus.SUCCEEDED] * 3
     assert jobs_atomic.counters() == {"a": 2, "b": 1}
+
+
+def waiting_for_its_turn(thread: threading.Thread) -> bool:
+    """Whether ``thread`` is inside ``atomic.transaction_of`` (waiting for the lock)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    while frame is not None and frame.f_code is not atomic.transaction_of.__wrapped__.__code__:
+        frame = frame.f_back
+    return frame is not None
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's single writer")
+def test_a_delivery_waiting_for_the_write_lock_sees_the_commit_made_meanwhile(dq) -> None:  # type: ignore[no-untyped-def]
+    """Attempt 1 holds SQLite's write lock (stopped, say) while its lease is taken back;
+    attempt 2 waits for the lock, and once attempt 1 has committed it settles the job
+    without calling the function: it reads the row after it got the lock."""
+    jobs_atomic.CALLS.clear()
+    jobs_atomic.HELD.clear()
+    jobs_atomic.RELEASE.clear()
+    h = schedule("tests.jobs_atomic.bump_held", "a", atomic=True)
+    first = claimed(dq, h.id)
+    second = dataclasses.replace(first, attempt=first.attempt + 1, token=first.token + 1)
+    outcomes: dict[int, runner.Outcome] = {}
+
+    def deliver(job_: ClaimedJob) -> None:
+        outcomes[job_.attempt] = attempt(job_)
+
+    threads = [threading.Thread(target=deliver, args=(j,)) for j in (first, second)]
+    threads[0].start()
+    assert jobs_atomic.HELD.wait(30)  # attempt 1 holds the write lock
+    threads[1].start()
+    wait_until(lambda: waiting_for_its_turn(threads[1]), 30)
+    jobs_atomic.RELEASE.set()
+    for t in threads:
+        t.join(60)
+    assert jobs_atomic.CALLS == [1]  # attempt 2 never called the function
+    assert [(outcomes[n].kind, outcomes[n].result) for n in (1, 2)] == [
+        (runner.Kind.SUCCESS, "a")] * 2
+    assert jobs_atomic.counters()["a"] == 1 and jobs_atomic.effects() == {h.id: 1}
+    assert (h.job.status, h.job.attempts) == (JobStatus.SUCCEEDED, 1)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's single writer")
+def test_a_stopped_attempt_s_commit_is_recorded_as_its_own_success(dq) -> None:  # type: ignore[no-untyped-def]
+    """The same through the lease recovery and the settlement: attempt 1 (worker A) holds
+    SQLite's write lock past its lease; the recovery takes the lease back, its record of
+    the lost attempt waits for the lock; attempt 2 (worker B) waits for it too. Attempt 1
+    commits: the row says attempt 1 succeeded, run once, and stays so: no record of
+    attempt 1 as lost (written after its commit), and B's settlement, which did not call
+    the function, counts no run."""
+    for event in (jobs_atomic.HELD, jobs_atomic.RELEASE):
+        event.clear()
+    jobs_atomic.CALLS.clear()
+    h = schedule("tests.jobs_atomic.bump_held", "a", atomic=True)
+    settings = get_settings()
+    audit = {name: AuditWriter() for name in ("recovery", "B")}
+    recovery = LeaseRecovery(dq, settings, audit["recovery"])
+    [first] = payloads.read(dq.claim("default", 10, 50).jobs, claimed=True).run
+    dq.mark_started([first])
+    outcomes: dict[int, runner.Outcome] = {}
+
+    def deliver(job_: ClaimedJob, worker_id: str) -> None:
+        outcomes[job_.attempt] = runner.run(job_, worker_id=worker_id, default_max_attempts=3,
+                                            default_backoff=None)
+
+    threads = [threading.Thread(target=deliver, args=(first, "A"))]
+    threads[0].start()
+    assert jobs_atomic.HELD.wait(30)  # attempt 1 holds the write lock
+    wait_until(lambda: (recovery.recover("default"),
+                        dq.inspect("default", h.id).place != "inflight")[1])
+    threads.append(threading.Thread(target=audit["recovery"].flush))  # waits for the lock
+    [second] = payloads.read(dq.claim("default", 10, 60_000).jobs, claimed=True).run
+    settler = Settler(dq, settings, audit["B"], "B")
+    assert second.attempt == 2 and settler.started(second)
+    threads.append(threading.Thread(target=deliver, args=(second, "B")))
+    for t in threads[1:]:
+        t.start()
+    wait_until(lambda: waiting_for_its_turn(threads[2]), 30)
+    jobs_atomic.RELEASE.set()
+    for t in threads:
+        t.join(60)
+    settler.settle([outcomes[2]])
+    audit["B"].flush()
+    assert jobs_atomic.CALLS == [1] and jobs_atomic.counters()["a"] == 1
+    row = h.job
+    assert (row.status, row.attempts, row.worker_id, row.result) == (
+        JobStatus.SUCCEEDED, 1, "A", "a")
+    assert not JobAttempt.objects.filter(job_id=h.id).exists()
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's single writer")
+def test_cancel_of_a_running_atomic_job_on_sqlite_says_why_it_cannot_be_recorded(dq) -> None:  # type: ignore[no-untyped-def]
+    """The running atomic job holds SQLite's write lock: ``cancel()`` cannot write the row's
+    ``cancel_requested`` and, past the busy timeout, raises a ``DelayQError`` saying so (not
+    a bare ``OperationalError``); Redis has the job marked not to be retried."""
+    for event in (jobs_atomic.HELD, jobs_atomic.RELEASE):
+        event.clear()
+    jobs_atomic.CALLS.clear()
+    h = schedule("tests.jobs_atomic.bump_held", "a", atomic=True)
+    running = threading.Thread(target=attempt, args=(claimed(dq, h.id),))
+    running.start()
+    try:
+        assert jobs_atomic.HELD.wait(30)  # it holds the write lock
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout = 200")
+        with pytest.raises(DelayQError, match="cancel of job %s not recorded: the SQLite" % h.id):
+            cancel(h.id)
+        assert dq.inspect("default", h.id).cancel_requested
+    finally:
+        jobs_atomic.RELEASE.set()
+        running.join(60)
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA busy_timeout = 30000")
+    assert (h.status, h.job.cancel_requested) == (JobStatus.SUCCEEDED, False)
