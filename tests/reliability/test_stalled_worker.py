@@ -186,6 +186,12 @@ def _wait_logged(predicate: Callable[[], bool], *procs: subprocess.Popen[str]) -
             "-- %d:\n%s" % (p.pid, _log(p)[-6000:]) for p in procs))) from None
 
 
+def _held(job_id: str) -> int:
+    """The attempt of ``job_id`` a lease holds in Redis, 0 when none does."""
+    found = get_engine().inspect("default", job_id)
+    return found.attempts if found.place == "inflight" else 0
+
+
 def _all_final() -> bool:
     return not Job.objects.filter(status__in=LIVE_STATUSES).exists()
 
@@ -219,6 +225,35 @@ def test_a_late_success_of_a_stalled_worker_is_refused_never_recorded(  # type: 
     assert sorted(a for a, _ in _runs(runs_dir)[h.id]) == [1, 2]
     stop(w1)
     stop(w2)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's single writer")
+def test_an_atomic_attempt_stalled_in_its_transaction_commits_and_runs_once(  # type: ignore[no-untyped-def]
+        start, runs_dir) -> None:
+    """w1 runs an atomic 3 s job and is stopped inside its transaction, holding SQLite's
+    write lock; w2 takes the lease back (its record of attempt 1 as lost waits for the
+    lock) and starts attempt 2, whose transaction waits for the lock. w1 continued
+    commits attempt 1; w2 then reads that commit and settles the job without calling
+    the function: one run, the row attempt 1's, no record of attempt 1 as lost."""
+    h = schedule("tests.jobs_chaos.slow_first", runs_dir, 3.0, atomic=True)
+    w1 = start("w1", "--concurrency", "2")
+    wait_until((Path(runs_dir) / "started").exists, timeout=60)
+    os.kill(w1.pid, signal.SIGSTOP)
+    _wait_stopped(w1)
+    try:
+        assert not _writable(str(connection.settings_dict["NAME"]))  # w1 holds the lock
+        w2 = start("w2", "--concurrency", "2")
+        _wait_logged(lambda: _held(h.id) == 2, w1, w2)  # w2 took attempt 2
+    finally:
+        os.kill(w1.pid, signal.SIGCONT)
+    _wait_logged(lambda: _held(h.id) == 0, w1, w2)  # settled
+    stop(w1)
+    stop(w2)  # its audit written
+    assert [a for a, _ in _runs(runs_dir)[h.id]] == [1], _log(w2)[-4000:]
+    row = Job.objects.get(pk=h.id)
+    assert (row.status, row.attempts, row.worker_id.split(":")[0]) == (
+        JobStatus.SUCCEEDED, 1, "w1")
+    assert not JobAttempt.objects.filter(job_id=h.id).exists()
 
 
 def test_a_stalled_worker_starts_none_of_the_jobs_it_held_once_continued(  # type: ignore[no-untyped-def]
