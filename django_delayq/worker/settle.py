@@ -332,8 +332,7 @@ class Settler:
                 logger.info("job %s %s: %s", shown(job.id), shown(o.path), shown(o.error, 2000))
             return
         if o.kind is Kind.SUCCESS:
-            if not o.ran:  # settled from an atomic job's commit, not called: not a run;
-                fields["attempts"] = 0  # the guard keeps the row as that commit wrote it
+            fields["attempts"] *= o.ran  # 0 when not run (an atomic commit read): row kept
             self.audit.update(job.id, result=o.result, **fields)
             joblog.succeeded(self.settings, o)
             signal_succeeded(base, job.attempt, self.worker_id, o.result, o.duration_s)
