@@ -12,7 +12,10 @@
   the purge instead of the queue; each job leaves Redis by ``Engine.cancel``).
 * ``purge_queue(queue)``: removes every job waiting in Redis (pending: due or not; not the
   running ones) and marks their rows ``cancelled`` with ``last_error`` "purged from queue
-  <queue>"; returns how many. ``purge_queue_report(queue)`` does the same and tells also
+  <queue>"; returns how many. Its ``waiting`` rows (workflow children, not in Redis) are
+  cancelled too, first, and counted; the children of every row a purge cancels are
+  resolved in the transaction that cancels it, as ``cancel()`` resolves them
+  (core/workflows.py). ``purge_queue_report(queue)`` does the same and tells also
   how many schedule ticks it kept (``PurgeReport``). **Schedule ticks stay**: the pending
   job of a periodic schedule's next tick (``Schedule.next_job_id``, its row
   ``scheduled``) is not purged: its row stays as it is and the job is back in Redis, due
@@ -47,15 +50,15 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from django.db import router
+from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import option_checks, validation
+from django_delayq.core import option_checks, validation, workflows
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.outcomes import CancelOutcome, NewJob
+from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.engine.replies import chunks
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
@@ -129,13 +132,15 @@ def paused_groups(queue: str) -> list[str]:
 
 def purge_group(queue: str, group: str) -> int:
     """Remove ``group``'s waiting jobs of ``queue`` (not the running ones, nor schedules'
-    next ticks) and cancel their rows, rows first; returns how many left Redis."""
+    next ticks) and cancel their rows, rows first, its ``waiting`` rows (workflow
+    children) with them; returns how many left Redis plus those waiting rows."""
     engine, queue, group = get_engine(), known_queue(queue), option_checks.check_group(group)
     paused_here = engine.pause_group(queue, group)  # none claimed between look and cancel
-    removed = 0
+    why, removed = PURGED_GROUP % (group, queue), 0
     try:
+        removed = _cancel_waiting(queue, why, group=group)  # workflow children: not in Redis
         for waiting in _waiting_batches(engine, queue, None, group=group):
-            _cancel_rows(queue, waiting, PURGED_GROUP % (group, queue))
+            _cancel_rows(queue, waiting, why)
             removed += sum(engine.cancel(queue, i) == CancelOutcome.CANCELLED for i in waiting)
     finally:
         if paused_here:
@@ -173,6 +178,7 @@ def purge_queue_report(queue: str) -> PurgeReport:
     paused_here = engine.pause(queue)  # no claim between the look and the rows' cancel
     removed, ticks = 0, set()
     try:
+        removed = _cancel_waiting(queue, PURGED % queue)  # workflow children: not in Redis
         # the rows of the jobs waiting in Redis first, each batch committed before the next
         for waiting in _waiting_batches(engine, queue, router.db_for_write(Job)):
             _cancel_rows(queue, waiting)
@@ -204,20 +210,6 @@ def pending_ticks(job_ids: Iterable[str], *, to_run: bool = False) -> set[str]:
     named = set(schedules.values_list("next_job_id", flat=True))
     return set(Job.objects.filter(pk__in=named, status=JobStatus.SCHEDULED)
                .values_list("pk", flat=True))
-
-
-def scheduled_jobs(job_ids: Iterable[str], using: str | None = None,
-                   per_read: int = PURGE_BATCH) -> dict[str, list[NewJob]]:
-    """The jobs of those of ``job_ids`` whose row is ``scheduled``, by queue, for Redis:
-    each due as its row says, with its priority and group (``per_read`` rows a query)."""
-    by_queue: dict[str, list[NewJob]] = {}
-    for chunk in chunks(list(job_ids), per_read):
-        for job_id, queue, run_at, priority, group in Job.objects.using(using).filter(
-                pk__in=chunk, status=JobStatus.SCHEDULED).values_list(
-                "id", "queue", "run_at", "priority", "group"):
-            by_queue.setdefault(queue, []).append(NewJob(
-                id=job_id, at_ms=validation.at_ms(run_at), priority=priority, group=group))
-    return by_queue
 
 
 def reenqueue_rows(job_ids: Iterable[str]) -> int:
@@ -267,15 +259,30 @@ def _waiting_in_redis(engine: Engine, queue: str, ids: list[str]) -> list[str]:
     return [i for i, p in zip(ids, engine.presence(queue, ids)) if p.waiting]
 
 
-def _cancel_rows(queue: str, ids: list[str], why: str = "") -> int:
-    """The purged jobs' live rows -> cancelled (a row already final stays as it is; a
-    ``running`` one too: its job was waiting in Redis, its lease given up or lost);
-    returns how many rows changed."""
-    now = timezone.now()
-    rows = Job.objects.using(router.db_for_write(Job)).filter(pk__in=ids, status__in=LIVE_STATUSES)
-    found = list(rows.values_list("id", "callable_path"))
-    changed = rows.update(status=JobStatus.CANCELLED, last_error=why or PURGED % queue,
-                          finished_at=now, updated_at=now)
+def _cancel_waiting(queue: str, why: str, **filters: str) -> int:
+    """The ``waiting`` rows of ``queue`` (and ``filters``: a group), workflow children
+    not in Redis, -> cancelled as ``cancel()`` cancels a waiting job: every one of them
+    first, then their own children, in one transaction. Returns how many rows changed."""
+    ids = list(Job.objects.using(router.db_for_write(Job)).filter(
+        queue=queue, status=JobStatus.WAITING, **filters).values_list("pk", flat=True))
+    return _cancel_rows(queue, ids, why, JobStatus.WAITING) if ids else 0
+
+
+def _cancel_rows(queue: str, ids: list[str], why: str = "", *statuses: str) -> int:
+    """The purged jobs' rows of ``statuses`` (live ones unless told) -> cancelled (a row
+    already final stays as it is; a ``running`` one too: its job was waiting in Redis,
+    its lease given up or lost), then their workflow children resolved as ``cancel()``
+    resolves them, in one transaction; returns how many rows changed."""
+    now, using, changed = timezone.now(), router.db_for_write(Job), 0
+    found: list[tuple[str, str]] = []
+    with transaction.atomic(using=using):
+        for chunk in chunks(ids, PURGE_BATCH):
+            rows = Job.objects.using(using).filter(pk__in=chunk,
+                                                   status__in=statuses or LIVE_STATUSES)
+            found.extend(rows.values_list("id", "callable_path"))
+            changed += rows.update(status=JobStatus.CANCELLED, last_error=why or PURGED % queue,
+                                   finished_at=now, updated_at=now, parents_left=0)
+        workflows.resolve([job_id for job_id, _ in found], using)  # children: cancelled
     for job_id, path in found:
         signals.send(signals.job_cancelled, job_id=job_id, queue=queue, callable_path=path,
                      running=False)

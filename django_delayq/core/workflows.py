@@ -4,7 +4,7 @@ A child waits, row ``waiting`` and absent from Redis, until each of its parents 
 Edges are ``JobDependency`` rows; the child's ``parents_left`` counts its unresolved
 edges. **Release invariant**: an edge is resolved exactly once, in the database
 transaction that makes its parent's row final (the audit writer's flush, the
-reconciler's settle, ``cancel()``), and that transaction decrements the child's
+reconciler's settle, ``cancel()``, a purge), and that transaction decrements the child's
 ``parents_left`` by the number of edges it resolved itself (an ``UPDATE ... WHERE
 resolved = false`` count) and, when it reaches 0, turns the child ``scheduled``. The child
 reaches Redis on commit; a crash in between leaves a live ``scheduled`` row missing from
@@ -54,12 +54,12 @@ from django.utils import timezone
 from redis.exceptions import RedisError
 
 from django_delayq import signals
-from django_delayq.core import commit_batch, ids, queues
+from django_delayq.core import commit_batch, ids, validation
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.option_checks import DROP, KEEP
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.outcomes import CancelOutcome
+from django_delayq.engine.outcomes import CancelOutcome, NewJob
 from django_delayq.engine.replies import chunks, grouped
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import (
@@ -229,8 +229,22 @@ def _release(ids: list[str], using: str) -> None:
         jobs.filter(pk__in=chunk, run_at__lt=now).update(run_at=now)
         jobs.filter(pk__in=chunk, status=JobStatus.WAITING).update(
             status=JobStatus.SCHEDULED, updated_at=now)
-    for queue, new in queues.scheduled_jobs(ids, using, CHUNK).items():  # eager: run at commit
+    for queue, new in scheduled_jobs(ids, using).items():  # eager: run at commit
         commit_batch.enqueue_after_commit(using, queue, new)
+
+
+def scheduled_jobs(job_ids: Iterable[str], using: str | None = None,
+                   per_read: int = CHUNK) -> dict[str, list[NewJob]]:
+    """The jobs of those of ``job_ids`` whose row is ``scheduled``, by queue, for Redis:
+    each due as its row says, with its priority and group (``per_read`` rows a query)."""
+    by_queue: dict[str, list[NewJob]] = {}
+    for chunk in chunks(list(job_ids), per_read):
+        for job_id, queue, run_at, priority, group in Job.objects.using(using).filter(
+                pk__in=chunk, status=JobStatus.SCHEDULED).values_list(
+                "id", "queue", "run_at", "priority", "group"):
+            by_queue.setdefault(queue, []).append(NewJob(
+                id=job_id, at_ms=validation.at_ms(run_at), priority=priority, group=group))
+    return by_queue
 
 
 def sweep(using: str, limit: int = SWEEP_EDGES) -> int:
