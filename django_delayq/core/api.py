@@ -343,9 +343,10 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     """Run a finished job again. A dead job still in Redis gets fresh attempts under the
     same id; any other finished job (or a dead one Redis trimmed) is copied to a new job
     (its row's values checked like ``schedule()``'s) with its priority, time limit,
-    retry_on, atomic and group (not its expiry), whose ``requeued_from`` names the
-    original. Either way the row's callable path must pass the allow-list first, as at
-    ``schedule()``."""
+    retry_on, atomic and group (not its expiry) and its parents (``after``, with its
+    ``after_failure``: it waits for them, or is born cancelled by one that failed),
+    whose ``requeued_from`` names the original. Either way the row's callable path must
+    pass the allow-list first, as at ``schedule()``."""
     row = get_job(job_id)
     check_schedulable(row.callable_path)
     seconds = validation.delay_seconds(delay)
@@ -354,7 +355,9 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     if not row.is_final:
         raise InvalidJob("job %s is %s; only finished jobs can be requeued" % (row.id, row.status))
     retry_on = row.retry_on  # as stored, checked as text (not imported again)
+    after, after_failure = workflows.parents_of(row.id)  # a workflow child's copy waits too
     spec = JobSpec(args=row.args, kwargs=row.kwargs, delay=seconds, queue=row.queue,
+                   after=after or None, after_failure=after_failure,
                    max_attempts=row.max_attempts, backoff=row.backoff, priority=row.priority,
                    timeout=row.timeout, atomic=row.atomic, group=row.group or None,
                    retry_on=StoredPaths(retry_on) if isinstance(retry_on, list) else retry_on)

@@ -132,6 +132,15 @@ def plan(row: Job, c: Checked, using: str) -> list[JobDependency]:
     return edges
 
 
+def parents_of(job_id: str, using: str | None = None) -> tuple[list[str], str]:
+    """The parents ``job_id`` was scheduled ``after`` (those retention has not deleted),
+    in the order of their edges, and its ``after_failure``: what ``requeue()`` gives the
+    copy of a workflow child, so that it waits for them as the original did."""
+    edges = list(JobDependency.objects.using(using).filter(child_id=job_id).order_by("pk")
+                 .values_list("parent_id", "run_on_failure"))
+    return [p for p, _ in edges], "run" if any(run for _, run in edges) else "cancel"
+
+
 def check_no_cycle(child_id: str, parents: list[str], using: str) -> None:
     """A keyed id may be named before its job exists: refuse an ancestor that is it."""
     seen, frontier = set(parents), list(parents)
