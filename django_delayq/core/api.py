@@ -41,6 +41,7 @@ from django_delayq.models import Job, JobStatus
 __all__ = ["JobCall", "JobHandle", "JobOptions", "JobSpec", "cancel", "enqueue_or_outbox",
            "get_job", "job", "requeue", "reschedule", "run_now", "schedule", "schedule_many",
            "schedule_spec"]
+MANY = "schedule_many"  # an error of one of its specs: "schedule_many item 3 (args ...): ..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +175,7 @@ def schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], *,
 def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call: JobOptions,
                    batch_size: int) -> list[str]:
     validation.check_batch_size(batch_size)  # before anything is written or sent
-    specs = _specs(specs)
+    specs = options.spec_list(specs)
     using = router.db_for_write(Job)
     # a spec alone is scheduled as schedule() schedules one: it has parents, another
     # on_conflict, or a queue or retries of its own (a batch has the call's)
@@ -183,22 +184,25 @@ def _schedule_many(fn: Callable[..., Any] | str, specs: Iterable[JobSpec], call:
     if call.after is None and not any(alone):
         return _bulk(fn, specs, call, batch_size, using)
     with transaction.atomic(using=using):
-        if call.after is not None or _in_order(specs, alone):
-            return [_schedule(fn, spec.under(call)).id for spec in specs]
-        bulk = iter(_bulk(fn, [s for s, a in zip(specs, alone) if not a], call, batch_size,
-                          using))
-        single = iter([_schedule(fn, s.under(call)).id for s, a in zip(specs, alone) if a])
+        if call.after is not None or options.one_by_one(specs, alone):
+            call.check(fn)  # the call's own options first: their error names no spec
+            return validation.each(MANY, specs, lambda s: _schedule(fn, s.under(call)).id)
+        at = [i for i, a in enumerate(alone) if not a], [i for i, a in enumerate(alone) if a]
+        bulk = iter(_bulk(fn, [specs[i] for i in at[0]], call, batch_size, using, at[0]))
+        single = iter(validation.each(MANY, [specs[i] for i in at[1]],
+                                      lambda s: _schedule(fn, s.under(call)).id, at[1]))
         return [next(single) if a else next(bulk) for a in alone]
 
 
 def _bulk(fn: Callable[..., Any] | str, specs: list[JobSpec], call: JobOptions,
-          batch_size: int, using: str) -> list[str]:
-    """The specs that take the call's options (none alone), in bulk: their ids in order."""
+          batch_size: int, using: str, at: list[int] | None = None) -> list[str]:
+    """The specs that take the call's options (none alone), in bulk: their ids in order
+    (``at``: their positions among the call's specs, which an error names)."""
     # One INSERT (per 1,000 rows) and one Redis call (per 1,000 jobs) for the specs, each
     # made as schedule() makes one: the call's options checked once, a spec's own per spec
     c, max_payload = call.check(fn), get_settings().max_payload_bytes
-    made = [c.over(spec).new(spec.args, spec.kwargs, max_payload, spec.delay, spec.at)
-            for spec in specs]
+    made = validation.each(MANY, specs, lambda spec: c.over(spec).new(
+        spec.args, spec.kwargs, max_payload, spec.delay, spec.at), at)
     job_ids = [new.id for _, new in made]
     first: dict[str, Any] = {}
     for row, new in made:
@@ -215,30 +219,6 @@ def _bulk(fn: Callable[..., Any] | str, specs: list[JobSpec], call: JobOptions,
                          job_ids=[new.id for _, new in made])
         commit_batch.enqueue_after_commit(using, c.queue, [new for _, new in made])
     return job_ids
-
-
-def _specs(specs: object) -> list[JobSpec]:
-    """``schedule_many``'s specs as a list, ``InvalidJob`` naming an item that is not a
-    ``JobSpec`` (its position and type), or an argument that is no iterable of them."""
-    if not isinstance(specs, Iterable):
-        raise InvalidJob("schedule_many takes an iterable of JobSpec objects, not %s (%s)"
-                         % (validation.short(specs), type(specs).__name__))
-    out = list(specs)
-    for i, spec in enumerate(out):
-        if not isinstance(spec, JobSpec):
-            raise InvalidJob("schedule_many takes JobSpec objects: item %d is %s (%s)"
-                             % (i, validation.short(spec), type(spec).__name__))
-    return out
-
-
-def _in_order(specs: list[JobSpec], alone: list[bool]) -> bool:
-    """Whether ``schedule_many`` schedules every spec one at a time, in order: one has
-    another ``on_conflict`` (a later spec replaces an earlier one of its key), or a spec
-    alone shares its key with one of the batch (the key's first spec stands)."""
-    if any(spec.on_conflict != KEEP for spec in specs):
-        return True
-    keys = {spec.key for spec, a in zip(specs, alone) if a and spec.key is not None}
-    return bool(keys) and any(spec.key in keys for spec, a in zip(specs, alone) if not a)
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,12 +377,23 @@ class GroupResult:
     then: JobHandle | None
 
 
-def _checked(pieces: Iterable[Any], what: str) -> list[Signature]:
+SIGS = "job(fn).s(*args, **kwargs) signatures"
+
+
+def _checked(pieces: object, what: str) -> list[Signature]:
+    """``pieces`` as a list of signatures, else an ``InvalidJob`` naming the argument or
+    the first item that is none (its position)."""
+    if isinstance(pieces, Signature):
+        raise InvalidJob("%s takes an iterable of %s, not one signature: %s([sig])"
+                         % (what, SIGS, what[:-2]))
+    if isinstance(pieces, str | bytes | bytearray) or not isinstance(pieces, Iterable):
+        raise InvalidJob("%s takes an iterable of %s; not %s (%s)"
+                         % (what, SIGS, validation.short(pieces), type(pieces).__name__))
     out = list(pieces)
-    for piece in out:
+    for i, piece in enumerate(out):
         if not isinstance(piece, Signature):
-            raise InvalidJob("%s takes job(fn).s(*args, **kwargs) signatures; got %r"
-                             % (what, piece))
+            raise InvalidJob("%s item %d is %s (%s); it takes %s" % (
+                what, i, validation.short(piece), type(piece).__name__, SIGS))
     return out
 
 
@@ -422,9 +413,9 @@ def chain(*pieces: Signature) -> list[JobHandle]:
     if not sigs:
         raise InvalidJob("chain() needs at least one signature")
     handles: list[JobHandle] = []
-    with transaction.atomic(using=router.db_for_write(Job)):
-        for sig in sigs:
-            handles.append(schedule_signature(sig, [handles[-1].id] if handles else ()))
+    with transaction.atomic(using=router.db_for_write(Job)):  # errors name the piece
+        validation.each("chain()", sigs, lambda sig: handles.append(
+            schedule_signature(sig, [handles[-1].id] if handles else ())))
     return handles
 
 
@@ -433,16 +424,29 @@ def group(pieces: Iterable[Signature], *, then: Signature | None = None) -> Grou
     once all of them succeeded. Runs of pieces with the same call go through
     ``schedule_many`` (bulk inserts): 10,000 pieces are one call per 1,000."""
     sigs = _checked(pieces, "group()")
-    if then is not None:
-        _checked([then], "group(then=...)")
+    if then is not None and not isinstance(then, Signature):
+        raise InvalidJob("group(then=...) takes one of the %s; not %s (%s)"
+                         % (SIGS, validation.short(then), type(then).__name__))
     ids: list[str] = []
-    with transaction.atomic(using=router.db_for_write(Job)):
+    with transaction.atomic(using=router.db_for_write(Job)):  # errors name the piece
         for call, run in groupby(sigs, key=lambda sig: sig.call):
-            batch = list(run)
+            batch, at = list(run), range(len(ids), len(ids) + len(sigs))
             if len(batch) == 1 or call.key is not None:
-                ids.extend(schedule_signature(sig).id for sig in batch)
-            else:
+                ids.extend(validation.each("group()", batch, lambda s: schedule_signature(s).id,
+                                           at))
+                continue
+            try:
                 ids.extend(call.schedule_many([JobSpec(args=sig.args, kwargs=sig.kwargs)
                                                for sig in batch]))
-        last = None if then is None else schedule_signature(then, ids)
+            except InvalidJob as exc:  # schedule_many's names its position in the batch
+                i = exc.index or 0 if isinstance(exc, validation.ItemError) else 0
+                raise validation.ItemError("group()", at[i], batch[i].args, batch[i].kwargs,
+                                           exc) from None
+        last = None
+        if then is not None:
+            try:
+                last = schedule_signature(then, ids)
+            except InvalidJob as exc:
+                raise validation.ItemError("group(then=...)", None, then.args, then.kwargs,
+                                           exc) from None
     return GroupResult(ids=ids, then=last)

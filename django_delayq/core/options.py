@@ -41,7 +41,7 @@ signature).
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -185,6 +185,30 @@ class JobSpec(JobOptions):
 
     args: Sequence[Any] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def spec_list(specs: object) -> list[JobSpec]:
+    """``schedule_many``'s specs as a list, ``InvalidJob`` naming an item that is not a
+    ``JobSpec`` (its position and type), or an argument that is no iterable of them."""
+    if not isinstance(specs, Iterable):
+        raise InvalidJob("schedule_many takes an iterable of JobSpec objects, not %s (%s)"
+                         % (validation.short(specs), type(specs).__name__))
+    out = list(specs)
+    for i, spec in enumerate(out):
+        if not isinstance(spec, JobSpec):
+            raise InvalidJob("schedule_many takes JobSpec objects: item %d is %s (%s)"
+                             % (i, validation.short(spec), type(spec).__name__))
+    return out
+
+
+def one_by_one(specs: list[JobSpec], alone: list[bool]) -> bool:
+    """Whether ``schedule_many`` schedules every spec one at a time, in order: one has
+    another ``on_conflict`` (a later spec replaces an earlier one of its key), or a spec
+    alone shares its key with one of the batch (the key's first spec stands)."""
+    if any(spec.on_conflict != KEEP for spec in specs):
+        return True
+    keys = {spec.key for spec, a in zip(specs, alone) if a and spec.key is not None}
+    return bool(keys) and any(spec.key in keys for spec, a in zip(specs, alone) if not a)
 
 
 def _own(o: JobOptions, path: str) -> dict[str, Any]:

@@ -30,8 +30,9 @@ import math
 import re
 import sys
 import time
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeGuard
+from typing import Any, TypeGuard, TypeVar
 
 from django.conf import settings
 
@@ -137,6 +138,43 @@ def short(value: object, limit: int = 200) -> str:
     except Exception:  # noqa: BLE001 - a broken __repr__ must not hide the real error
         text = "<%s>" % type(value).__name__
     return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+class ItemError(InvalidJob):
+    """The ``InvalidJob`` of one job among many (``chain``, ``group``, ``schedule_many``):
+    its position ``index`` (``None``: the only one of its kind, ``group``'s ``then``) and
+    a short form of its arguments, before ``detail``, the job's own error."""
+
+    index: int | None
+    detail: str
+
+    def __init__(self, where: str, index: int | None, args: object, kwargs: object,
+                 error: InvalidJob) -> None:
+        self.index, self.detail = index, (error.detail if isinstance(error, ItemError)
+                                          else str(error))
+        shown = "args %s" % short(tuple(args) if isinstance(args, list) else args, 80)
+        if kwargs:
+            shown += ", kwargs %s" % short(kwargs, 80)
+        at = where if index is None else "%s item %d" % (where, index)
+        super().__init__("%s (%s): %s" % (at, shown, self.detail), option=error.option)
+
+
+T = TypeVar("T")
+
+
+def each(where: str, items: Sequence[Any], make: Callable[[Any], T],
+         positions: Sequence[int] | None = None) -> list[T]:
+    """``make(item)`` for each of ``items`` (each with ``args`` and ``kwargs``: a
+    ``JobSpec``, a ``Signature``); an ``InvalidJob`` names the item's position (its index,
+    or ``positions[index]``) and arguments (``ItemError``)."""
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(make(item))
+        except InvalidJob as exc:
+            at = i if positions is None else positions[i]
+            raise ItemError(where, at, item.args, item.kwargs, exc) from None
+    return out
 
 
 def not_json(bad: str) -> InvalidJob:

@@ -112,7 +112,9 @@ def test_a_lone_surrogate_in_after_is_refused_by_every_way_in(delayq_settings, b
         with pytest.raises(InvalidJob) as info:
             call()
         named = JobHandle(bad, "default") if "handle" in way else bad
-        assert str(info.value) == "after= takes JobHandle objects or job ids; got %r" % (
+        at = {"chain": "chain() item 1 (args (3, 4)): ",  # one piece's, named
+              "schedule_many, a spec's": "schedule_many item 1 (args (3, 4)): "}.get(way, "")
+        assert str(info.value) == at + "after= takes JobHandle objects or job ids; got %r" % (
             named,), way
         assert not Job.objects.exists(), way
 

@@ -189,9 +189,9 @@ def test_group_then_runs_the_summary_once_after_every_member(dq, tmp_path) -> No
 
 
 def test_chain_and_group_refuse_what_is_not_a_signature(dq) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(InvalidJob, match="got 'oops'"):
+    with pytest.raises(InvalidJob, match="item 1 is 'oops'"):
         chain(job(jobs.noop).s(), "oops")  # type: ignore[arg-type]
-    with pytest.raises(InvalidJob, match="got 3"):
+    with pytest.raises(InvalidJob, match=r"not 3 \(int\)"):
         group([job(jobs.noop).s()], then=3)  # type: ignore[arg-type]
     assert not Job.objects.exists()
 
