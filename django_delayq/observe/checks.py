@@ -26,6 +26,9 @@ And the checks on the Redis server itself: can it evict or forget queue keys?
 On a Redis Cluster every primary is inspected (each holds some queues) and the
 messages name the node.
 
+And one on the database: ``delayq.W020``, a database alias delayq writes to is SQLite in
+its default (``DEFERRED``) transaction mode (``check_sqlite_transactions``).
+
 The Redis checks are skipped with ``DELAYQ["EAGER"]`` (no Redis involved) or invalid
 settings (the checks above report those).
 """
@@ -39,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connections, router
 from redis.exceptions import RedisError
 
 from django_delayq.core import conf, periodic, registry
@@ -58,6 +62,7 @@ UNKNOWN_KEY = "delayq.E001"
 UNMAPPED_KEY = "delayq.E099"
 NO_ALLOWED_CALLABLES = "delayq.E025"  # ALLOWED_CALLABLES unset or empty: no job may run
 QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
+SQLITE_DEFERRED = "delayq.W020"  # a database delayq writes to: SQLite, not IMMEDIATE
 
 
 _INT = "An integer from 1 to 2147483647"  # every integer key's bound
@@ -216,6 +221,28 @@ def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.
     if not found:
         messages += _valid_settings_messages()
     return messages
+
+
+@checks.register("delayq")
+def check_sqlite_transactions(app_configs: object = None,
+                              **kwargs: object) -> list[checks.CheckMessage]:
+    """``delayq.W020``: a database alias delayq's models are written to is SQLite in its
+    default ``DEFERRED`` transaction mode. A transaction that reads, then writes
+    (``schedule(..., after=...)``, ``set_group_limit``) cannot turn its read lock into
+    the write lock while a worker writes: it fails at once with "database is locked",
+    its ``timeout`` never applied. ``IMMEDIATE`` (Django 5.1+)
+    takes the write lock at ``BEGIN``, where the timeout waits."""
+    aliases = sorted({router.db_for_write(m) for m in Schedule._meta.app_config.get_models()})
+    return [checks.Warning(
+        "database %r is SQLite in the DEFERRED transaction mode: a delayq transaction that "
+        "reads then writes (schedule(..., after=...), set_group_limit) fails at once with "
+        "'database is locked' while a worker writes" % alias,
+        hint="Set DATABASES[%r]['OPTIONS'] to {'transaction_mode': 'IMMEDIATE', 'timeout': "
+             "20, 'init_command': 'PRAGMA journal_mode=WAL;'} (Django 5.1 or later); see "
+             "docs/deployment.md." % alias, obj="DATABASES[%r]" % alias, id=SQLITE_DEFERRED)
+        for alias in aliases if connections[alias].vendor == "sqlite"
+        and str(connections[alias].settings_dict.get("OPTIONS", {}).get(
+            "transaction_mode") or "DEFERRED").upper() not in ("IMMEDIATE", "EXCLUSIVE")]
 
 
 # -- the Redis server ---------------------------------------------------------------------
