@@ -42,6 +42,7 @@ __all__ = ["JobCall", "JobHandle", "JobOptions", "JobSpec", "cancel", "enqueue_o
            "get_job", "job", "requeue", "reschedule", "run_now", "schedule", "schedule_many",
            "schedule_spec"]
 MANY = "schedule_many"  # an error of one of its specs: "schedule_many item 3 (args ...): ..."
+SIGS = "job(fn).s(*args, **kwargs) signatures"  # what chain() and group() take
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,10 +324,9 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
     """Run a finished job again. A dead job still in Redis gets fresh attempts under the
     same id; any other finished job (or a dead one Redis trimmed) is copied to a new job
     (its row's values checked like ``schedule()``'s) with its priority, time limit,
-    retry_on, atomic and group (not its expiry) and its parents (``after``, with its
-    ``after_failure``: it waits for them, or is born cancelled by one that failed),
-    whose ``requeued_from`` names the original. Either way the row's callable path must
-    pass the allow-list first, as at ``schedule()``."""
+    retry_on, atomic, group and parents (``after``, ``after_failure``: it waits for them)
+    (not its expiry), whose ``requeued_from`` names the original. Either way the row's
+    callable path must pass the allow-list first, as at ``schedule()``."""
     row = get_job(job_id)
     check_schedulable(row.callable_path)
     seconds = validation.delay_seconds(delay)
@@ -377,12 +377,8 @@ class GroupResult:
     then: JobHandle | None
 
 
-SIGS = "job(fn).s(*args, **kwargs) signatures"
-
-
 def _checked(pieces: object, what: str) -> list[Signature]:
-    """``pieces`` as a list of signatures, else an ``InvalidJob`` naming the argument or
-    the first item that is none (its position)."""
+    """``pieces`` as a list of signatures; ``InvalidJob`` naming what is not one."""
     if isinstance(pieces, Signature):
         raise InvalidJob("%s takes an iterable of %s, not one signature: %s([sig])"
                          % (what, SIGS, what[:-2]))
