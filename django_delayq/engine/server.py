@@ -67,6 +67,7 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from django_delayq.engine.base import RedisOwner
+from django_delayq.engine.client import check_server_mode
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import entry_order, envelope_text
 from django_delayq.engine.shard_health import ERRORS
@@ -106,22 +107,30 @@ def _size(value: bytes | str) -> int:
 class ServerInfo:
     """What one Redis server says of its memory and persistence. ``node`` names the
     cluster primary ("host:port"), None for a single server; ``save`` is None when
-    CONFIG is disabled (managed Redis)."""
+    CONFIG is disabled (managed Redis), as ``full_coverage`` is (a cluster node's
+    ``cluster-require-full-coverage`` is ``yes``), which is also None for a single server."""
 
     node: str | None
     memory: dict[str, Any]
     persistence: dict[str, Any]
     save: str | None
+    full_coverage: bool | None = None
+
+
+def _config(client: RedisClient, name: str) -> str | None:
+    """``CONFIG GET name``'s value, or None when CONFIG is refused (managed Redis, ACL)."""
+    try:
+        reply: dict[Any, Any] = client.config_get(name)  # bytes keys, or text ones
+    except ResponseError:
+        return None
+    return envelope_text(reply.get(name, reply.get(name.encode(), "")))
 
 
 def _server_info(client: RedisClient, node: str | None) -> ServerInfo:
-    try:
-        reply: dict[Any, Any] = client.config_get("save")  # bytes keys, or text ones
-        save: str | None = envelope_text(reply.get("save", reply.get(b"save", "")))
-    except ResponseError:
-        save = None
+    coverage = None if node is None else _config(client, "cluster-require-full-coverage")
     return ServerInfo(node=node, memory=client.info("memory"),
-                      persistence=client.info("persistence"), save=save)
+                      persistence=client.info("persistence"), save=_config(client, "save"),
+                      full_coverage=None if coverage is None else coverage == "yes")
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,8 +256,12 @@ def _own_client(cluster: RedisCluster, node: ClusterNode) -> Redis:
 
 class ServerReads(RedisOwner):
     def ping(self) -> bool:
-        """Whether Redis answers (raises the client's error when it does not)."""
-        return bool(self.client.ping())
+        """Whether Redis answers (raises the client's error when it does not), in the mode
+        its URL names: ``WrongRedisMode`` for a Redis Cluster node behind a plain URL
+        (``check_server_mode``; a cluster URL's client checked it when it was made)."""
+        answered = bool(self.client.ping())
+        check_server_mode(self.client)
+        return answered
 
     def server_info(self) -> list[ServerInfo]:
         """Memory and persistence settings of the server, or of each cluster primary."""

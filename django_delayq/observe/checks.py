@@ -19,6 +19,12 @@ And the checks on the Redis server itself: can it evict or forget queue keys?
   django-delayq never sets one on its keys.
 * ``delayq.W011`` Redis could not be reached (never an error: ``manage.py check`` must
   work on a build machine without Redis).
+* ``delayq.E034`` Redis answers, but not in the mode the URL names: a Redis Cluster node
+  behind ``redis://`` (its keys answer MOVED), or a server without cluster mode behind
+  ``redis+cluster://``. An error: ``delayq_worker`` exits 2 instead of starting.
+* ``delayq.W013`` a cluster node has ``cluster-require-full-coverage yes``: while one
+  node is down, every node refuses every command (docs/cluster.md). Said only when
+  ``CONFIG GET`` answers.
 * ``delayq.I010`` no persistence at all (no AOF, no RDB save points): a restart loses
   every job in Redis; the reconciler puts them back from the audit rows. Reported by
   ``manage.py check --deploy`` only (``DEPLOY_ONLY``).
@@ -47,7 +53,7 @@ from redis.exceptions import RedisError
 
 from django_delayq.core import conf, periodic, registry
 from django_delayq.core.option_checks import MAX_ATTEMPTS
-from django_delayq.engine.client import make_client
+from django_delayq.engine.client import WrongRedisMode, check_server_mode, make_client
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Schedule
@@ -63,6 +69,8 @@ UNMAPPED_KEY = "delayq.E099"
 NO_ALLOWED_CALLABLES = "delayq.E025"  # ALLOWED_CALLABLES unset or empty: no job may run
 QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
 SQLITE_DEFERRED = "delayq.W020"  # a database delayq writes to: SQLite, not IMMEDIATE
+WRONG_REDIS_MODE = "delayq.E034"  # a cluster node behind redis://, a server behind +cluster
+FULL_COVERAGE = "delayq.W013"  # a cluster node with cluster-require-full-coverage yes
 
 
 _INT = "An integer from 1 to 2147483647"  # every integer key's bound
@@ -247,6 +255,9 @@ def check_sqlite_transactions(app_configs: object = None,
 
 # -- the Redis server ---------------------------------------------------------------------
 
+WRONG_MODE_HINT = ("A Redis Cluster needs 'redis+cluster://host1:7000,host2:7000/' "
+                   "('rediss+cluster://' with TLS), a single server 'redis://host:6379/0'; see "
+                   "docs/cluster.md.")
 SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
 TIMEOUT_SECONDS = 1.0
 
@@ -291,6 +302,12 @@ def _inspect_node(info: ServerInfo) -> list[checks.CheckMessage]:
             hint="Set appendonly yes (appendfsync everysec) for at most ~1 s of loss on a "
                  "crash. See docs/guarantees.md.",
             id="delayq.I010"))
+    if info.full_coverage:
+        found.append(checks.Warning(
+            "%s has cluster-require-full-coverage yes: while any node is down, every node "
+            "refuses every command, so the queues of the nodes that are up stop too." % server,
+            hint="Set cluster-require-full-coverage no on every node. See docs/cluster.md.",
+            id=FULL_COVERAGE))
     return found
 
 
@@ -314,14 +331,20 @@ def check_redis_persistence(app_configs: object = None,
 
 
 def check_redis(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
-    """Every finding about the Redis server (``W010``, ``W011``, ``I010``)."""
+    """Every finding about the Redis server (``W010``, ``W011``, ``I010``, ``E034``,
+    ``W013``)."""
     if not _settings_usable():
         return []
     client = None
     try:
         client = _client()
+        check_server_mode(client)
         # the server, or each primary of a cluster
         return [message for info in Engine(client).server_info() for message in _inspect_node(info)]
+    except WrongRedisMode as exc:
+        key = "CACHE_ALIAS" if conf.get_settings().cache_alias else "REDIS_URL"
+        return [checks.Error(str(exc), hint=WRONG_MODE_HINT, obj="DELAYQ[%r]" % key,
+                             id=WRONG_REDIS_MODE)]
     except (RedisError, OSError) as exc:
         return [checks.Warning(
             "cannot reach Redis to check its eviction and persistence settings: %s" % exc,

@@ -43,6 +43,7 @@ from django.db import connections
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic
+from django_delayq.engine.client import WrongRedisMode
 from django_delayq.engine.logtext import shown
 from django_delayq.worker import tracking
 from django_delayq.worker.audit import AuditWriter, OutageLog
@@ -99,7 +100,9 @@ def wait_for_redis(make_engine: Callable[[], Engine], stop: StopAsked | None = N
     Cluster client cannot even be created while no node answers). None when a stop was
     asked (``stop``), or when ``orphaned`` says the process that started this one is gone
     (a supervised child started as its supervisor died, before it could ask for the death
-    signal): nobody waits for it."""
+    signal): nobody waits for it. A server that answers in the wrong mode (a cluster node
+    behind ``redis://``, a single server behind ``redis+cluster://``) is no outage to wait
+    out: ``WrongRedisMode`` is raised."""
     delay = 0.1
 
     def give_up() -> bool:
@@ -108,8 +111,10 @@ def wait_for_redis(make_engine: Callable[[], Engine], stop: StopAsked | None = N
     while not give_up():
         try:
             engine = make_engine()
-            engine.ping()
+            engine.ping()  # and in the mode its URL names
             return engine
+        except WrongRedisMode:
+            raise
         except RedisError as exc:
             logger.warning("waiting for Redis (%s); next try in %.1fs", shown(exc), delay)
             until = time.monotonic() + delay

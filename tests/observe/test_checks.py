@@ -61,7 +61,8 @@ def test_ids_are_stable_and_unique():
     assert checks.ERROR_IDS["QUEUES"] == "delayq.E005"
     assert checks.ERROR_IDS["CONCURRENCY"] == "delayq.E018"
     ids = list(checks.ERROR_IDS.values()) + [checks.NOT_A_DICT, checks.UNKNOWN_KEY,
-                                             checks.UNMAPPED_KEY, checks.NO_ALLOWED_CALLABLES]
+                                             checks.UNMAPPED_KEY, checks.NO_ALLOWED_CALLABLES,
+                                             checks.WRONG_REDIS_MODE]
     assert len(ids) == len(set(ids))
 
 
@@ -77,7 +78,8 @@ def test_ids_are_documented():
     doc = (Path(__file__).parents[2] / "docs" / "settings.md").read_text()
     for key, error_id in checks.ERROR_IDS.items():
         assert "`%s`" % error_id in doc and key in doc, key
-    assert "`%s`" % checks.NO_ALLOWED_CALLABLES in doc
+    for check_id in (checks.NO_ALLOWED_CALLABLES, checks.WRONG_REDIS_MODE, checks.FULL_COVERAGE):
+        assert "`%s`" % check_id in doc, check_id
 
 
 @pytest.mark.parametrize("value, state", [(None, "is not set"), ([], "is empty"),

@@ -23,6 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
+from django_delayq.engine.client import WrongRedisMode
 from django_delayq.management.command_options import parse_queues, positive, usage_error
 from django_delayq.observe import prometheus
 from django_delayq.worker.loop import StopAsked, Worker, WorkerOptions, attach, wait_for_redis
@@ -124,10 +125,14 @@ class Command(BaseCommand):
         # a no-op when the root logger has handlers (the project's LOGGING)
         logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else logging.WARNING,
                             format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
-        if processes is None:
-            code = self.run_worker(settings, queues, concurrency, options)
-        else:
-            code = self.run_supervisor(settings, queues, concurrency, processes, options)
+        try:
+            if processes is None:
+                code = self.run_worker(settings, queues, concurrency, options)
+            else:
+                code = self.run_supervisor(settings, queues, concurrency, processes, options)
+        except WrongRedisMode as exc:  # at start-up (wait_for_redis): a setting to fix
+            self.stderr.write("delayq_worker: %s" % exc)
+            sys.exit(EXIT_CONFIG)
         if code:
             sys.exit(code)
 
