@@ -22,8 +22,8 @@ And the checks on the Redis server itself: can it evict or forget queue keys?
 * ``delayq.E034`` Redis answers, but not in the mode the URL names: a Redis Cluster node
   behind ``redis://`` (its keys answer MOVED), or a server without cluster mode behind
   ``redis+cluster://``. An error: ``delayq_worker`` exits 2 instead of starting.
-* ``delayq.W013`` a cluster node has ``cluster-require-full-coverage yes``: while one
-  node is down, every node refuses every command (docs/cluster.md). Said only when
+* ``delayq.W013`` a cluster node has ``cluster-require-full-coverage yes``: once a master
+  is judged failed, every node refuses every command (docs/cluster.md). Said only when
   ``CONFIG GET`` answers.
 * ``delayq.I010`` no persistence at all (no AOF, no RDB save points): a restart loses
   every job in Redis; the reconciler puts them back from the audit rows. Reported by
@@ -304,8 +304,9 @@ def _inspect_node(info: ServerInfo) -> list[checks.CheckMessage]:
             id="delayq.I010"))
     if info.full_coverage:
         found.append(checks.Warning(
-            "%s has cluster-require-full-coverage yes: while any node is down, every node "
-            "refuses every command, so the queues of the nodes that are up stop too." % server,
+            "%s has cluster-require-full-coverage yes: once a master is judged failed and no "
+            "replica takes its slots over, every node refuses every command (CLUSTERDOWN), "
+            "so the queues of the nodes that are up stop too." % server,
             hint="Set cluster-require-full-coverage no on every node. See docs/cluster.md.",
             id=FULL_COVERAGE))
     return found
