@@ -30,9 +30,7 @@ from django.db import router, transaction
 from django_delayq.core import limits, option_checks
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.core.queues import known_queue
 from django_delayq.engine.controls import override_value
-from django_delayq.engine.outcomes import QueueLimit
 from django_delayq.engine.replies import grouped
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import GroupLimit
@@ -53,13 +51,6 @@ class GroupOverride:
     group: str
     concurrency: int | None = None
     rate_limit: str | None = None
-
-
-def defaults(settings: Settings, queue: str) -> QueueLimit | None:
-    """Every group's limits in ``queue`` by default (the settings), None when none."""
-    rate, concurrency = settings.group_limit(queue)
-    return None if rate is None and concurrency is None else QueueLimit(
-        rate=rate, concurrency=concurrency)
 
 
 def set_group_limit(queue: str, group: str, *, concurrency: int | None = None,
@@ -117,7 +108,7 @@ def sync(engine: Engine, settings: Settings, queues: Iterable[str]) -> int:
     for queue in names:
         rate, concurrency = settings.queue_limit(queue)
         if engine.restore_queue_limit(queue, rate=rate, concurrency=concurrency,
-                                      groups=defaults(settings, queue)):
+                                      groups=limits.group_defaults(*settings.group_limit(queue))):
             logger.warning("queue %r: its limits were missing from Redis; written again "
                            "from the settings", queue)
     have = {queue: engine.group_limit_overrides(queue) for queue in names}
@@ -149,8 +140,9 @@ def _checked(queue: str, group: str, concurrency: object, rate_limit: object
 
 
 def _queue(queue: str) -> str:
-    queue = known_queue(queue)
-    if queue in get_settings().queue_shards:
+    s = get_settings()
+    queue = limits.known_queue(queue, limits.known_queues(s.queues, s.queue_options))
+    if queue in s.queue_shards:
         raise InvalidJob("queue %r is sharded: a group limit cannot be split exactly between "
                          "its shards" % (queue,))
     return queue

@@ -32,7 +32,9 @@ from django_delayq.core.validation import (
     too_long_int,
 )
 from django_delayq.engine import backoff
+from django_delayq.engine.outcomes import QueueLimit
 from django_delayq.engine.shard_map import MAX_SHARDS, SHARD_MARK
+from django_delayq.exceptions import InvalidJob
 
 Rate = tuple[int, int]  # (starts, per_ms)
 
@@ -206,3 +208,23 @@ def parse_all(value: dict[str, Any]) -> dict[str, Limit]:
                         group_rate=parse_rate(e.get("group_rate_limit")),
                         group_concurrency=e.get("group_concurrency"), shards=e.get("shards", 1))
             for name, e in value.items()}
+
+
+def group_defaults(rate: Rate | None, concurrency: int | None) -> QueueLimit | None:
+    """Every group's limits in a queue by default (``Settings.group_limit``), None when
+    none."""
+    return None if rate is None and concurrency is None else QueueLimit(
+        rate=rate, concurrency=concurrency)
+
+
+def known_queues(queues: Sequence[str], options: dict[str, Limit]) -> tuple[str, ...]:
+    """The queues the settings name: ``QUEUES``, then ``QUEUE_OPTIONS``' others."""
+    return tuple(dict.fromkeys([*queues, *options]))
+
+
+def known_queue(queue: str, known: tuple[str, ...]) -> str:
+    """``queue`` when ``known`` (``known_queues``) holds it, else an ``InvalidJob``."""
+    if queue not in known:
+        raise InvalidJob("unknown queue %r; the queues are %r (DELAYQ['QUEUES'] and "
+                         "DELAYQ['QUEUE_OPTIONS'])" % (queue, list(known)))
+    return queue

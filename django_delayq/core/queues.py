@@ -55,12 +55,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import option_checks, validation, workflows
+from django_delayq.core import limits, option_checks, validation, workflows
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.engine.replies import chunks
-from django_delayq.exceptions import InvalidJob
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
 
 if TYPE_CHECKING:
@@ -79,16 +78,12 @@ PURGED_GROUP = "purged from group %s of queue %s"
 
 def known_queues(s: Settings | None = None) -> tuple[str, ...]:
     s = get_settings() if s is None else s
-    return tuple(dict.fromkeys([*s.queues, *s.queue_options]))
+    return limits.known_queues(s.queues, s.queue_options)
 
 
 def known_queue(queue: str) -> str:
     """``queue`` when the settings name it, else an ``InvalidJob`` naming it."""
-    known = known_queues()
-    if queue not in known:
-        raise InvalidJob("unknown queue %r; the queues are %r (DELAYQ['QUEUES'] and "
-                         "DELAYQ['QUEUE_OPTIONS'])" % (queue, list(known)))
-    return queue
+    return limits.known_queue(queue, known_queues())
 
 
 def _logged(changed: bool, what: str, done: str) -> bool:

@@ -21,9 +21,9 @@ alias is resolved by django-redis itself, imported only when one is asked for; t
 settings checks read the URL schemes and their problems (``is_cluster_url``,
 ``url_problem``) from here too.
 
-A URL whose scheme does not match the server is ``WrongRedisMode``, a setting to fix
-rather than an outage: a plain client's MOVED or ASK reply (its server is a cluster
-node: ``PLAIN_CONNECTIONS``, ``check_server_mode``), a cluster client whose node has no
+A URL whose scheme does not match the server is ``WrongRedisMode``
+(``engine/server_mode.py``), a setting to fix rather than an outage: a plain client's
+MOVED or ASK reply (its server is a cluster node), a cluster client whose node has no
 cluster mode (``cluster_client``).
 """
 
@@ -36,9 +36,10 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlu
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
-from redis.exceptions import AskError, MovedError, RedisClusterException, ResponseError
+from redis.exceptions import RedisClusterException
 from redis.sentinel import Sentinel
 
+from django_delayq.engine.server_mode import PLAIN_CONNECTIONS, WrongRedisMode
 from django_delayq.engine.stalls import StallAwareCluster
 
 CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
@@ -186,71 +187,6 @@ def make_client(url: str | None = None, cache_alias: str | None = None, **option
     if plain := PLAIN_CONNECTIONS.get(urlsplit(url).scheme):  # MOVED and ASK: WrongRedisMode
         options.setdefault("connection_class", plain)
     return redis.Redis.from_url(url, **options)
-
-
-class WrongRedisMode(ResponseError):
-    """The URL's scheme and the server disagree: a Redis Cluster node reached through a
-    ``redis://`` (``rediss://``, ``unix://``) URL, or a server without cluster mode behind
-    ``redis+cluster://``. A setting to fix, not an outage: ``manage.py check`` reports it
-    (``delayq.E034``) and ``delayq_worker`` exits 2 instead of waiting. A ``ResponseError``:
-    a pipeline reads its other replies and names the command, as for any error reply."""
-
-
-def cluster_node_error(server: str, reply: str) -> WrongRedisMode:
-    """The error for a Redis Cluster node at ``server`` reached by a plain client."""
-    return WrongRedisMode(
-        "the Redis server at %s is a Redis Cluster node (%s): set DELAYQ['REDIS_URL'] to a "
-        "redis+cluster:// URL, e.g. 'redis+cluster://%s/'" % (server, reply, server))
-
-
-class _ClusterNodeReplies:
-    """A plain client's connection that reports a MOVED or ASK reply (only a Redis Cluster
-    node sends one) as ``WrongRedisMode`` naming the cause, not as a bare
-    ``6041 host:port``."""
-
-    def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return super().read_response(*args, **kwargs)  # type: ignore[misc]
-        except AskError as exc:
-            reply = "%s %s" % ("MOVED" if isinstance(exc, MovedError) else "ASK", exc)
-            raise cluster_node_error(self._server(), reply) from exc
-
-    def _server(self) -> str:
-        path = getattr(self, "path", None)
-        return str(path) if path else "%s:%s" % (getattr(self, "host", "?"),
-                                                 getattr(self, "port", "?"))
-
-
-class PlainConnection(_ClusterNodeReplies, redis.Connection):
-    pass
-
-
-class PlainSSLConnection(_ClusterNodeReplies, redis.SSLConnection):
-    pass
-
-
-class PlainUnixConnection(_ClusterNodeReplies, redis.UnixDomainSocketConnection):
-    pass
-
-
-PLAIN_CONNECTIONS: dict[str, type[redis.Connection] | type[redis.UnixDomainSocketConnection]] = {
-    "redis": PlainConnection, "rediss": PlainSSLConnection, "unix": PlainUnixConnection}
-
-
-def check_server_mode(client: Any) -> None:
-    """``WrongRedisMode`` when a plain client's server is a Redis Cluster node (``INFO
-    cluster`` says ``cluster_enabled:1``); a cluster client's nodes were asked when it was
-    made (``cluster_client``). An INFO that is refused (ACL) says nothing."""
-    if isinstance(client, RedisCluster):
-        return
-    try:
-        enabled = client.info("cluster").get("cluster_enabled", 0)
-    except ResponseError:
-        return
-    if str(enabled) == "1":
-        kwargs = client.connection_pool.connection_kwargs
-        server = kwargs.get("path") or "%s:%s" % (kwargs.get("host"), kwargs.get("port"))
-        raise cluster_node_error(server, "INFO cluster: cluster_enabled:1")
 
 
 def cache_client(alias: str) -> Any:

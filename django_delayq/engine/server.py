@@ -67,9 +67,9 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from django_delayq.engine.base import RedisOwner
-from django_delayq.engine.client import check_server_mode
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import entry_order, envelope_text
+from django_delayq.engine.server_mode import check_server_mode
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.engine.stalls import check_stall, own_connection_kwargs
 

@@ -53,7 +53,8 @@ from redis.exceptions import RedisError
 
 from django_delayq.core import conf, periodic, registry
 from django_delayq.core.option_checks import MAX_ATTEMPTS
-from django_delayq.engine.client import WrongRedisMode, check_server_mode, make_client
+from django_delayq.engine.client import make_client
+from django_delayq.engine.server_mode import WrongRedisMode, check_server_mode
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import InvalidJob
 from django_delayq.models import Schedule

@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
-from django_delayq.core import group_limits
+from django_delayq.core import limits
 from django_delayq.engine.logtext import shown
 from django_delayq.worker.outcome import Kind, Outcome, deferred, expired
 
@@ -73,7 +73,7 @@ class QueueGate:
         if queue not in self.written:
             rate, concurrency = self.settings.queue_limit(queue)
             self.engine.set_queue_limit(queue, rate=rate, concurrency=concurrency,
-                                        groups=group_limits.defaults(self.settings, queue))
+                                        groups=limits.group_defaults(*self.settings.group_limit(queue)))
             self.written.add(queue)
 
     def note(self, queue: str, result: ClaimResult) -> int | None:

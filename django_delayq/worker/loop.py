@@ -43,8 +43,8 @@ from django.db import connections
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic
-from django_delayq.engine.client import WrongRedisMode
 from django_delayq.engine.logtext import shown
+from django_delayq.engine.server_mode import WrongRedisMode
 from django_delayq.worker import tracking
 from django_delayq.worker.audit import AuditWriter, OutageLog
 from django_delayq.worker.claiming import Claiming

@@ -8,7 +8,8 @@ import pytest
 from redis.exceptions import ResponseError
 
 from django_delayq.core.conf import problems
-from django_delayq.engine.client import WrongRedisMode, make_client
+from django_delayq.engine.client import make_client
+from django_delayq.engine.server_mode import WrongRedisMode
 from django_delayq.observe.checks import check_redis
 from django_delayq.worker.loop import wait_for_redis
 from tests.cluster.conftest import SPREAD, spread_prefix

@@ -23,7 +23,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
-from django_delayq.engine.client import WrongRedisMode
+from django_delayq.engine.server_mode import WrongRedisMode
 from django_delayq.management.command_options import parse_queues, positive, usage_error
 from django_delayq.observe import prometheus
 from django_delayq.worker.loop import StopAsked, Worker, WorkerOptions, attach, wait_for_redis
