@@ -14,11 +14,12 @@ allowed" with the reason and left as it is."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.db.models import QuerySet
@@ -30,7 +31,7 @@ from django.utils.translation import gettext_lazy
 
 from django_delayq.admin.action_log import Done, Tally, each, log_change
 from django_delayq.admin.display import job_link, render
-from django_delayq.core import api, registry
+from django_delayq.core import api, registry, validation
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome
 from django_delayq.exceptions import InvalidJob
@@ -55,8 +56,29 @@ NOT_ALLOWED = gettext_lazy("not allowed")
 Row = tuple[str, str]  # (job id, callable path)
 
 
-def _rows(queryset: QuerySet[Job]) -> Iterable[Row]:
-    return queryset.values_list("pk", "callable_path").iterator()
+PAGE_ROWS = 500
+
+
+def pages(queryset: QuerySet[Job], *fields: str, size: int | None = None
+          ) -> Iterator[list[Any]]:
+    """The ``(pk, *fields)`` rows of ``queryset`` in pk order, ``PAGE_ROWS`` at a time,
+    each page read in full before the caller writes: memory bounded, not one read kept
+    open as ``.iterator()`` keeps it (on SQLite an open read holds its snapshot, and once
+    another connection commits, the action's next write fails at once: "database is
+    locked"). Up to the largest pk matching at the start: a job the action creates (a
+    requeue's copy, a later id) is not acted on in turn; each row is read once."""
+    size = size or PAGE_ROWS
+    last = queryset.order_by("-pk").values_list("pk", flat=True).first()
+    rows = queryset.order_by("pk").values_list("pk", *fields).filter(pk__lte=last)
+    page = list(rows[:size]) if last is not None else []
+    while page:
+        yield page
+        page = list(rows.filter(pk__gt=page[-1][0])[:size]) if len(page) == size else []
+
+
+def _rows(queryset: QuerySet[Job], *fields: str) -> Iterator[Any]:
+    for page in pages(queryset, "callable_path", *fields):
+        yield from page
 
 
 def _runnable(queryset: QuerySet[Job], tally: Tally) -> Iterable[Row]:
@@ -99,8 +121,7 @@ def cancel_jobs(modeladmin: admin.ModelAdmin[Job], request: HttpRequest,
     tally = Tally()
 
     def not_cancelled() -> Iterable[Row]:  # one read: each job counted once, whatever
-        for job_id, path, status in queryset.values_list(  # cancels it meanwhile
-                "pk", "callable_path", "status").iterator():
+        for job_id, path, status in _rows(queryset, "status"):  # cancels it meanwhile
             if status == JobStatus.CANCELLED:
                 tally.add(ALREADY_CANCELLED)
             else:
@@ -179,6 +200,12 @@ class RescheduleForm(forms.Form):
         if not self.errors and (data.get("delay") is None) == (data.get("at") is None):
             raise forms.ValidationError(_("Give either a delay or a date and time, not both."),
                                         code="one_of")
+        if data.get("at") is not None:  # what api.reschedule refuses, refused here: a time
+            try:  # past year 9999 in UTC, or more than 100 years ahead
+                validation.check_at(data["at"], settings.USE_TZ)
+            except InvalidJob:
+                self.add_error("at", _("Give a time at most 100 years from now (and before "
+                                       "the year 10000 in UTC)."))
         return data  # a naive "at" is already aware: DateTimeField reads it in the current zone
 
     def when(self) -> dict[str, float | datetime]:

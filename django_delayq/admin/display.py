@@ -53,6 +53,7 @@ STATUS_COLOURS = {
 #: The ``error_type`` of an attempt stopped by its time limit.
 TIMEOUT_ERROR = "django_delayq.exceptions.JobTimeout"
 SHORT_ERROR_CHARS = 80
+TITLE_ERROR_CHARS = 300  # the hover title of the list's error: the message's first 300
 SHOWN_CHARS = 100_000  # of one stored value on a job's page
 #: ``duration``'s format, its milliseconds, the durations it is used below; else hours
 DURATIONS = (("%.0f ms", 1, 1000), ("%.3g s", 1000, 120_000), ("%.1f min", 60_000, 7_200_000))
@@ -73,24 +74,27 @@ def error_line(error_type: str, message: str) -> str:
 
 
 def short_error(error_type: str, message: str) -> str:
-    """One escaped line for the list: "timed out" or the class name, and the message cut
-    to ``SHORT_ERROR_CHARS``; "-" without an error."""
+    """One escaped line for the list: "timed out" or the class name, and the message's
+    first line cut to ``SHORT_ERROR_CHARS``, its title the message's first
+    ``TITLE_ERROR_CHARS`` (every line); "-" without an error."""
     if not error_type and not message:
         return "-"
-    first = message.splitlines()[0] if message else ""
-    return _error("_short_error", error_type, Truncator(first).chars(SHORT_ERROR_CHARS),
-                  title=Truncator(first).chars(300))
+    return _error("_short_error", error_type, message, short=True)
 
 
-def _error(template: str, error_type: str, message: str, **context: object) -> str:
+def _error(template: str, error_type: str, message: str, short: bool = False) -> str:
     """The error ``template``; the message of a timed-out attempt without its own leading
-    "timed out: " (the mark says it already: never "timed out timed out: ...")."""
+    "timed out: " (the mark says it already: never "timed out timed out: ..."); ``short``:
+    its first line cut, the title its first ``TITLE_ERROR_CHARS``."""
     timed_out = error_type == TIMEOUT_ERROR
     if timed_out and message.lower().startswith("timed out: "):
         message = message[len("timed out: "):]
+    title = Truncator(message).chars(TITLE_ERROR_CHARS) if short else ""
+    if short:
+        message = Truncator((message.splitlines() or [""])[0]).chars(SHORT_ERROR_CHARS)
     return render_to_string("admin/django_delayq/job/%s.html" % template, {
         "type": error_type, "name": error_type.rsplit(".", 1)[-1], "message": message,
-        "timed_out": timed_out, **context})
+        "timed_out": timed_out, "title": title})
 
 
 def pre(value: object) -> str:

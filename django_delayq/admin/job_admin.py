@@ -20,7 +20,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, F, Window
+from django.db.models import Count, F, Q, Window
 from django.db.models.functions import Lag
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -252,6 +252,17 @@ class JobAdmin(ReadOnly, _JobAdminBase):
         methods (``core.stored``): a row holding JSON too deeply nested to load still
         shows, on the list and on its page."""
         return stored.with_text(super().get_queryset(request))
+
+    def get_search_results(self, request: HttpRequest, queryset: Any,
+                           search_term: str) -> tuple[Any, bool]:
+        """Django's search (each word a term, quotes grouping words), and a search the
+        words would split (a space, a quote: ``two words``, ``say "hi"``) also finds the
+        job whose id or idempotency key is the whole text."""
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.split() != [search_term] or '"' in search_term or "'" in search_term:
+            whole = {search_term, search_term.strip()}
+            found = found | queryset.filter(Q(key__in=whole) | Q(pk__in=whole))
+        return found, duplicates
 
     # -- action permissions (checked by @admin.action(permissions=[...])) ------------
 

@@ -40,7 +40,8 @@ def positive(name: str, value: float | None) -> None:
 
 
 def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
-    """``--queues a,b`` -> the queues, in order; empty means every DELAYQ queue.
+    """``--queues a,b`` -> the queues, in order; empty means every DELAYQ queue (a value
+    of only commas and spaces is refused).
 
     A queue ``DELAYQ["QUEUES"]`` does not list is accepted only while a DelayQ Tasks
     backend has ``QUEUES: []`` (Django's "any queue": its tasks may name any queue, and a
@@ -48,6 +49,8 @@ def parse_queues(value: str | None, settings: Settings) -> tuple[str, ...]:
     if not value:
         return settings.queues
     queues = tuple(q.strip() for q in value.split(",") if q.strip())
+    if not queues:  # "," or " ": not "every queue", which an empty value says
+        raise CommandError("--queues %r names no queue" % value)
     unknown = [q for q in queues if q not in settings.queues]
     if unknown and not any_queue_backends():
         raise CommandError("unknown queue(s) %s; DELAYQ['QUEUES'] is %s"

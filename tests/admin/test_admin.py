@@ -62,6 +62,18 @@ def test_search_by_id_and_path(delayq_settings, admin_client):
     assert [j.pk for j in found] == [b]
 
 
+@pytest.mark.parametrize("key", ["two words", 'say "hi"', "it's"])
+def test_search_by_a_whole_key_that_django_would_split(delayq_settings, admin_client, key):
+    """Django splits a search into words (quotes group them): an idempotency key with a
+    space or a quote is still found whole, within the list's filters."""
+    job_id = schedule("tests.jobs.noop", delay=60, key=key).id
+    schedule("tests.jobs.noop", delay=60, key="two")
+    found = admin_client.get(_url(), {"q": key}).context["cl"].result_list
+    assert [j.pk for j in found] == [job_id]
+    dead_only = admin_client.get(_url(), {"q": key, "status__exact": "dead"})
+    assert list(dead_only.context["cl"].result_list) == []
+
+
 def test_creation_date_filters_in_the_address(delayq_settings, admin_client):
     """No date hierarchy (its links read every row's date), but the creation date still
     filters when given in the address."""

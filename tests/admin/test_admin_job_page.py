@@ -95,3 +95,23 @@ def test_run_now_reschedule_and_requeue_from_the_page(delayq_settings, admin_cli
     assert log[0] == "Made due now (run now)."
     assert log[1].startswith("Rescheduled: due %d-" % due.year)  # a time, not "in 0:02:00"
     assert _log(dead) == ["Requeued with fresh attempts."]
+
+
+@pytest.mark.parametrize("at, said", [
+    ("9999-12-31T23:00", "at most 100 years from now"),  # 10000-01-01 04:00 UTC
+    ("9999-12-31T09:00", "at most 100 years from now"),
+    ("2030-03-10T02:30", "2030-03-10 02:30:00 couldn’t be interpreted"),  # DST gap
+])
+def test_a_time_reschedule_refuses_is_a_form_error(delayq_settings, admin_client, at, said):
+    """A time ``api.reschedule`` would refuse is the form's error, as an invalid one is,
+    not "1 failed": on the job's page and in the list's action."""
+    delayq_settings.TIME_ZONE = "America/New_York"
+    job_id = schedule("tests.jobs.noop", delay=3600).id
+    due = Job.objects.get(pk=job_id).run_at
+    [message] = _said(_act(admin_client, job_id, op="reschedule", at=at))
+    assert message.startswith("Not rescheduled: ") and said in message, message
+    listed = admin_client.post(reverse("admin:django_delayq_job_changelist"), {
+        "action": "reschedule_jobs", "_selected_action": [job_id], "apply": "1", "at": at})
+    assert listed.status_code == 200 and said in listed.content.decode()
+    assert not list(listed.context["messages"])
+    assert Job.objects.get(pk=job_id).run_at == due

@@ -10,6 +10,7 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 from django.utils.http import urlencode
 
 from django_delayq import schedule
@@ -62,6 +63,23 @@ def test_list_shows_lateness_short_error_and_seconds_on_one_line(delayq_settings
     assert '>%s</time>' % timezone.localtime(due).strftime("%m-%d %H:%M:%S") in row
     page = _page(admin_client, job_id)  # the priority and time limit are on the job's page
     assert '<div class="readonly">7</div>' in page and '<div class="readonly">2.5 s</div>' in page
+
+
+@pytest.mark.parametrize("error_type, stored, shown", [
+    ("builtins.ValueError", "first line\nsecond <line>", "first line"),
+    (TIMEOUT, "timed out: after 0.2 s\nin step 3", "after 0.2 s"),  # no "timed out" twice
+])
+def test_the_error_columns_title_is_the_messages_first_300_characters(
+        delayq_settings, admin_client, error_type, stored, shown):
+    """Hovering the list's error shows the message's first 300 characters, every line of
+    them, on a timed-out row too; the cell shows its first line."""
+    job_id = schedule("tests.jobs.noop", delay=3600).id
+    message = stored + "z" * 400
+    Job.objects.filter(pk=job_id).update(error_type=error_type, last_error=message)
+    whole = message.removeprefix("timed out: ")
+    title = escape(whole[:299] + "\u2026")
+    row = _list(admin_client)[1].split('class="field-last_error_short"', 1)[1].split("</td>")[0]
+    assert '<span title="%s">%s</span>' % (title, shown) in row, row
 
 
 def test_search_by_error_text_and_type_and_filters(delayq_settings, admin_client):

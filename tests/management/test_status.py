@@ -79,6 +79,30 @@ def test_watch_refreshes_until_count(delayq_engine):
     assert [_by_queue(json.loads(line))["default"]["scheduled"] for line in lines] == [1, 1]
 
 
+@pytest.mark.parametrize("args, said", [
+    (["--watch", "--count", "0"], "--count must be >= 1, not 0"),
+    (["--watch", "--count", "-1"], "--count must be >= 1, not -1"),
+    (["--follow", "--count", "0"], "--count must be >= 1, not 0"),
+    (["--follow", "--last", "-5"], "--last must be >= 0, not -5"),
+    (["--watch", "--interval", "0"], "--interval must be > 0, not 0.0"),
+    (["--watch", "--interval", "nan"], "--interval must be > 0, not nan"),
+    (["--count", "3"], "--count 3 goes with --watch or --follow"),
+    (["--last", "2"], "--last 2 goes with --follow"),
+    (["--watch", "--last", "2"], "--last 2 goes with --follow, not --watch"),
+    (["--interval", "5"], "--interval 5.0 goes with --watch"),
+    (["--follow", "--interval", "5"], "--interval 5.0 goes with --watch, not --follow"),
+    (["--queues", ","], "--queues ',' names no queue"),
+    (["--queues", " , "], "--queues ' , ' names no queue"),
+])
+def test_an_option_it_would_ignore_or_cannot_take_is_refused(delayq_engine, args, said):
+    """Refused before anything is shown, naming the option and its value (they printed
+    nothing and exited 0, or were ignored, or showed every queue)."""
+    out = StringIO()
+    with pytest.raises(CommandError) as refused:
+        call_command("delayq_status", *args, stdout=out)
+    assert str(refused.value) == said and out.getvalue() == ""
+
+
 def test_redis_down_is_a_command_error(delayq_settings):
     delayq_settings.DELAYQ = {**delayq_settings.DELAYQ, "REDIS_URL": "redis://127.0.0.1:1/0"}
     with pytest.raises(CommandError, match="Redis is unavailable"):

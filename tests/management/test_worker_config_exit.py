@@ -126,3 +126,12 @@ def test_sigterm_while_waiting_for_redis_exits_0(tmp_path: Path, processes: list
         proc.kill()
         proc.wait()
     assert "stopped while waiting for Redis" in log.read_text()
+
+
+def test_metrics_addr_without_metrics_port_exits_2(tmp_path: Path) -> None:
+    """``--metrics-addr`` alone serves nothing: refused, as other bad options are (it was
+    ignored, the worker running without the metrics its operator asked for)."""
+    proc = _worker(tmp_path, {}, "--skip-checks", "--metrics-addr", "0.0.0.0")
+    assert proc.returncode == EXIT_CONFIG, proc.stderr
+    assert "--metrics-addr 0.0.0.0 needs --metrics-port" in proc.stderr
+    assert "Traceback" not in proc.stderr

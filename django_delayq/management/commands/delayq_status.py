@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import sys
 import time
 from dataclasses import asdict
@@ -51,6 +52,7 @@ CLEAR = "\x1b[H\x1b[2J"
 QUEUE_KEYS = ("scheduled", "ready", "inflight", "dead", "expired_leases", "next_due",
               "next_due_in_s", "oldest_overdue_id", "oldest_overdue_s", "limit")
 FIELD_CHARS = 200  # of one worker info field in the text output
+INTERVAL = 2.0  # seconds between --watch refreshes, by default
 UNITS = (("s", 1, 120), ("m", 60, 7200))  # unit, its seconds, used below; else hours
 
 
@@ -240,6 +242,25 @@ def format_event(entry_id: str, fields: dict[str, str]) -> str:
         " ".join(extra))
 
 
+def check_options(options: dict[str, Any]) -> None:
+    """Each option with a value it can take, where it means something: a ``CommandError``
+    naming it otherwise (nothing shown), never an option silently ignored."""
+    count, interval, last = options["count"], options["interval"], options["last"]
+    if count is not None and count < 1:
+        raise CommandError("--count must be >= 1, not %d" % count)
+    if interval is not None and not (interval > 0 and math.isfinite(interval)):
+        raise CommandError("--interval must be > 0, not %r" % interval)
+    if last is not None and last < 0:
+        raise CommandError("--last must be >= 0, not %d" % last)
+    mode = "--follow" if options["follow"] else "--watch" if options["watch"] else None
+    for name, value, modes in (("--count", count, ("--watch", "--follow")),
+                               ("--interval", interval, ("--watch",)),
+                               ("--last", last, ("--follow",))):
+        if value is not None and mode not in modes:
+            raise CommandError("%s %s goes with %s%s" % (
+                name, value, " or ".join(modes), "" if mode is None else ", not " + mode))
+
+
 class Command(BaseCommand):
     help = ("Show per queue the scheduled, due-now, in-flight and dead counts, the next due "
             "time, the oldest overdue job and the live workers; or tail the event stream.")
@@ -250,11 +271,11 @@ class Command(BaseCommand):
         parser.add_argument("--json", action="store_true", help="Print one JSON document.")
         parser.add_argument("--watch", "-w", action="store_true",
                             help="Refresh in place until interrupted.")
-        parser.add_argument("--interval", type=float, default=2.0,
+        parser.add_argument("--interval", type=float, default=None,
                             help="Seconds between --watch refreshes (default 2).")
         parser.add_argument("--follow", "-f", action="store_true",
                             help="Tail the event stream of every worker.")
-        parser.add_argument("--last", type=int, default=0,
+        parser.add_argument("--last", type=int, default=None,
                             help="With --follow: first print this many past events.")
         parser.add_argument("--count", type=int, default=None,
                             help="Stop after this many refreshes (--watch) or events (--follow).")
@@ -264,14 +285,16 @@ class Command(BaseCommand):
             settings = get_settings()
         except ImproperlyConfigured as exc:
             raise CommandError("DELAYQ is not valid: %s" % exc) from exc
+        check_options(options)
         queues = list(parse_queues(options["queues"], settings))
         engine = get_engine()
         try:
             if options["follow"]:
-                self.follow(engine, options["last"], options["count"], json_lines=options["json"])
+                self.follow(engine, options["last"] or 0, options["count"],
+                            json_lines=options["json"])
             elif options["watch"]:
-                self.watch(engine, settings, queues, options["interval"], options["count"],
-                           as_json=options["json"])
+                self.watch(engine, settings, queues, options["interval"] or INTERVAL,
+                           options["count"], as_json=options["json"])
             else:
                 self.stdout.write(self.render(engine, settings, queues, options["json"]), ending="")
         except RedisError as exc:
@@ -286,8 +309,6 @@ class Command(BaseCommand):
 
     def watch(self, engine: Engine, settings: Settings, queues: list[str], interval: float,
               count: int | None, *, as_json: bool) -> None:
-        if interval <= 0:
-            raise CommandError("--interval must be > 0, not %r" % interval)
         tty = not as_json and hasattr(self.stdout, "isatty") and self.stdout.isatty()
         for shown in itertools.count() if count is None else range(count):
             if shown:

@@ -79,7 +79,7 @@ class Command(BaseCommand):
         parser.add_argument("--metrics-port", type=int, default=None,
                             help="Serve Prometheus /metrics on this port (needs "
                                  "django-delayq[prometheus]).")
-        parser.add_argument("--metrics-addr", default=METRICS_ADDR,
+        parser.add_argument("--metrics-addr", default=None,
                             help="Address --metrics-port listens on (default %s, this host "
                                  "only; 0.0.0.0 or :: for every interface)." % METRICS_ADDR)
         # set by --processes on the command line of each child
@@ -119,6 +119,11 @@ class Command(BaseCommand):
         if port is not None and not 1 <= port <= 65536 - (processes or 1):
             raise usage_error("--metrics-port must be a port 1..65535 (with --processes N, "
                               "each of port .. port + N - 1), not %d" % port)
+        if port is None and options["metrics_addr"] is not None:
+            raise usage_error("--metrics-addr %s needs --metrics-port: no metrics are served "
+                              "without it" % options["metrics_addr"])
+        if options["metrics_addr"] is None:
+            options["metrics_addr"] = METRICS_ADDR
         if port is not None and prometheus.prom is None:
             raise usage_error("--metrics-port needs prometheus-client: "
                               "pip install 'django-delayq[prometheus]'")
