@@ -28,7 +28,10 @@ is no HTTP token, a value with a control character (CR, LF, NUL) or beyond Latin
 passed names differing only in case, or ``Content-Length`` / ``Transfer-Encoding`` (set
 from the body) are refused. A refused URL or header raises
 ``CallbackRefused``, a ``PermissionError``, before any lookup or connection, so the job is
-dead at once ("not allowed: ...") instead of being retried for hours.
+dead at once ("not allowed: ...") instead of being retried for hours; so do a ``timeout``
+that is no number of seconds > 0 (at most ``MAX_TIMEOUT_SECONDS``) and an ``expected``
+that is no status from 100 to 599 or non-empty list of them (``"200"`` would match no
+status: each attempt would POST, then fail).
 
 ``timeout`` bounds the whole call: name resolution, connect, TLS handshake, sending,
 status line, headers and body. Every socket operation gets the time left before one
@@ -48,7 +51,7 @@ import socket
 import ssl
 import time
 import unicodedata
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.client import HTTPConnection, HTTPException, HTTPResponse
 from typing import TYPE_CHECKING, Any
@@ -56,6 +59,7 @@ from urllib.parse import SplitResult, quote, urlsplit
 
 from django_delayq.core.conf import get_settings
 from django_delayq.core.context import current_job
+from django_delayq.core.option_checks import MAX_TIMEOUT_SECONDS
 from django_delayq.engine.logtext import shown
 from django_delayq.exceptions import Refused
 
@@ -93,9 +97,9 @@ class CallbackFailed(Exception):
 class CallbackRefused(Refused, ValueError):
     """The URL is not one ``post_json`` may call: not http(s), credentials, spaces or
     control characters in it, or a host whose addresses are not public (and not allowed by
-    ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``); or a header may not be sent (see the
-    module docstring). No connection was made. Its message
-    starts with ``not allowed:``, and so does the dead job's ``last_error``."""
+    ``DELAYQ["HTTP_CALLBACK_ALLOWED_NETWORKS"]``); or a header may not be sent, or a
+    ``timeout`` or ``expected`` is bad (see the module docstring). No connection was made.
+    Its message starts with ``not allowed:``, and so does the dead job's ``last_error``."""
 
     def __init__(self, why: str) -> None:  # once: a copy is made from the prefixed text
         super().__init__(why if why.startswith("not allowed: ") else "not allowed: " + why)
@@ -354,17 +358,43 @@ def _exchange(url: str, body: bytes, headers: dict[str, str],
         conn.close()
 
 
+def _seconds(timeout: object) -> float:
+    """``timeout`` as a float; ``CallbackRefused`` unless a finite number of seconds > 0 and
+    at most ``MAX_TIMEOUT_SECONDS`` (a job's own limit; a socket takes no more)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) \
+            or not 0 < timeout <= MAX_TIMEOUT_SECONDS:
+        raise CallbackRefused("post_json: timeout must be a number of seconds > 0 and at most "
+                              "%d, not %r" % (MAX_TIMEOUT_SECONDS, timeout))
+    return float(timeout)
+
+
+def _statuses(expected: object) -> Container[int]:
+    """The statuses that are success: any 2xx for None, else ``expected`` (one status or a
+    list of them, each an int from 100 to 599); ``CallbackRefused`` for anything else (a
+    string's characters would match no status: each attempt would POST and fail)."""
+    if expected is None:
+        return range(200, 300)
+    given = [expected] if isinstance(expected, int) or not isinstance(expected, Iterable) \
+        or isinstance(expected, (str, bytes, Mapping)) else list(expected)
+    statuses = [s for s in given if isinstance(s, int) and not isinstance(s, bool)
+                and 100 <= s <= 599]
+    if not given or len(statuses) < len(given):
+        raise CallbackRefused("post_json: expected must be a status (an int from 100 to 599) "
+                              "or a non-empty list of them, not %r" % (expected,))
+    return frozenset(statuses)
+
+
 def post_json(url: str, body: object = None, *, timeout: float = DEFAULT_TIMEOUT,
               headers: Mapping[str, str] | None = None,
               expected: int | Iterable[int] | None = None) -> dict[str, Any]:
     """POST ``body`` as JSON to ``url``; return ``{"status", "body"}`` on an expected
     status (default: any 2xx), else raise ``CallbackFailed`` (the job is retried).
-    ``timeout`` bounds the whole call; a URL that may not be called raises
-    ``CallbackRefused`` before any connection (see the module docstring)."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-        raise ValueError("post_json timeout must be a number of seconds > 0, not %r" % (timeout,))
+    ``timeout`` bounds the whole call; a URL that may not be called, or a bad ``timeout``
+    or ``expected``, raises ``CallbackRefused`` before any connection (see the module
+    docstring)."""
+    statuses = _statuses(expected)
     data = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-    deadline = _Deadline(float(timeout))
+    deadline = _Deadline(_seconds(timeout))
     try:
         status, raw = _exchange(url, data, _headers(headers), deadline)
     except (CallbackFailed, CallbackRefused):
@@ -374,8 +404,7 @@ def post_json(url: str, body: object = None, *, timeout: float = DEFAULT_TIMEOUT
     except (OSError, HTTPException) as exc:
         raise CallbackFailed("POST %s: %s" % (url, exc or type(exc).__name__)) from exc
     text = raw.decode("utf-8", errors="replace")
-    if status not in (range(200, 300) if expected is None else
-                      {expected} if isinstance(expected, int) else set(expected)):
+    if status not in statuses:
         raise CallbackFailed("POST %s answered %d: %s" % (url, status, text[:200]), status)
     logger.debug("POST %s answered %d", shown(url), status)
     return {"status": status, "body": text[:RESULT_BODY_CHARS]}

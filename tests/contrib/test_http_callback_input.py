@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from django_delayq import job as job_of
-from django_delayq.contrib.http import CallbackRefused, post_json
+from django_delayq.contrib.http import CallbackFailed, CallbackRefused, post_json
 from django_delayq.models import Job
 from django_delayq.pytest_plugin import delayq  # noqa: F401  (the fixture under test)
 
@@ -205,3 +205,48 @@ def test_a_job_to_a_non_ascii_url_succeeds_at_once(delayq_settings, delayq, raw,
     job = Job.objects.get(pk=handle.id)
     assert (job.status, job.attempts) == ("succeeded", 1), job.last_error
     assert raw.request_line() == "POST /caf%C3%A9 HTTP/1.1"
+
+
+@pytest.mark.parametrize("options, why", [
+    ({"expected": "200"}, "expected must be a status"),  # its characters, never a status
+    ({"expected": ["200"]}, "expected must be a status"),
+    ({"expected": True}, "expected must be a status"),
+    ({"expected": 2000}, "expected must be a status"),
+    ({"expected": [200, 99]}, "expected must be a status"),
+    ({"expected": []}, "expected must be a status"),
+    ({"expected": 200.0}, "expected must be a status"),
+    ({"timeout": 0}, "timeout must be a number of seconds"),
+    ({"timeout": -1}, "timeout must be a number of seconds"),
+    ({"timeout": float("nan")}, "timeout must be a number of seconds"),
+    ({"timeout": float("inf")}, "timeout must be a number of seconds"),
+    ({"timeout": 1e300}, "timeout must be a number of seconds"),
+    ({"timeout": "10"}, "timeout must be a number of seconds"),
+    ({"timeout": True}, "timeout must be a number of seconds"),
+])
+def test_a_bad_expected_or_timeout_is_refused_before_connecting(raw, allow_local, options,
+                                                                 why):
+    with pytest.raises(CallbackRefused, match="not allowed: post_json") as info:
+        post_json(raw.url, {}, **options)
+    assert why in str(info.value)
+    assert raw.connections == 0
+
+
+def test_expected_statuses_as_an_int_or_a_list_are_still_checked(raw, allow_local):
+    assert post_json(raw.url, {}, expected=200)["status"] == 200
+    assert post_json(raw.url, {}, expected=[201, 200], timeout=5)["status"] == 200
+    with pytest.raises(CallbackFailed, match="answered 200"):
+        post_json(raw.url, {}, expected=(201,))
+    assert raw.connections == 3
+
+
+@pytest.mark.parametrize("options", [{"expected": "200"}, {"timeout": 0}, {"timeout": -1}])
+@pytest.mark.django_db
+def test_a_job_with_a_bad_expected_or_timeout_is_dead_at_once(delayq_settings, delayq,  # noqa: F811
+                                                              raw, allow_local, options):
+    """Not retried: each attempt would POST, count as failed and be retried."""
+    handle = job_of(PATH).using(max_attempts=3).schedule(raw.url, {}, **options)
+    assert delayq.run_due_jobs() == 1
+    job = Job.objects.get(pk=handle.id)
+    assert (job.status, job.attempts) == ("dead", 1), job.last_error
+    assert job.last_error.startswith("not allowed: post_json"), job.last_error
+    assert raw.connections == 0
