@@ -5,8 +5,9 @@ The Tasks backend (``django_delayq.backends``) builds results here:
 * ``stored_result(row, attempts, alias)``: what ``get_result()`` returns, from a ``Job``
   row and its ``JobAttempt`` rows. The task is the module's ``@task`` object with the
   row's queue, the enqueuing backend's alias (``enqueuing_alias``) and the row's
-  ``run_after`` (its ``scheduled_for``); ``enqueued_at`` is the row's ``created_at``, so
-  ``get_result(r.id) == r`` for a result just enqueued.
+  ``run_after`` (its ``scheduled_for``, which a ``reschedule()`` before the first start
+  moves); ``enqueued_at`` is the row's ``created_at``, so ``get_result(r.id) == r`` for a
+  result just enqueued. ``TaskResult.refresh()`` reloads the task too.
 * ``live_result(...)``: the result of the attempt running (or just finished) in this
   worker, for ``TaskContext.task_result`` and for ``task_started`` / ``task_finished``.
 
@@ -61,8 +62,29 @@ task_signals = compat.task_signals
 Task: type[AnyTask] = base.Task
 TaskContext: type[TaskContextT] = base.TaskContext
 TaskError: type[TaskErrorT] = base.TaskError
-TaskResult: type[AnyResult] = base.TaskResult
 TaskResultStatus: type[TaskResultStatusT] = base.TaskResultStatus
+
+
+if TYPE_CHECKING:
+    _StoredResult = TaskResultT[Any]
+else:
+    _StoredResult = base.TaskResult
+
+
+class TaskResult(_StoredResult):
+    """Django's ``TaskResult``, whose ``refresh()`` / ``arefresh()`` also reload its
+    ``task``: Django's reload only the status, times, errors and value, so a task's
+    ``run_after`` would keep the due time of its enqueue after a ``reschedule()``."""
+
+    def refresh(self) -> None:
+        self._reload(self.task.get_backend().get_result(self.id))
+
+    async def arefresh(self) -> None:
+        self._reload(await self.task.get_backend().aget_result(self.id))
+
+    def _reload(self, stored: AnyResult) -> None:
+        for name in (*base.TASK_REFRESH_ATTRS, "task"):
+            object.__setattr__(self, name, getattr(stored, name))
 
 STATUS = {
     # retrying: "ready to be executed again"; waiting: for its parents (after=...)

@@ -400,6 +400,25 @@ def test_timedelta_run_after_is_stored_as_its_due_time(jt):
     assert jt.add.get_result(result.id) == result
 
 
+def test_run_after_follows_a_reschedule_before_the_first_start(jt):
+    """docs/tasks.md: the result's task says when it runs, after ``reschedule()`` too."""
+    from django_delayq import reschedule, run_now
+
+    result = jt.add.using(run_after=timedelta(hours=1)).enqueue(2, 2)
+    reschedule(result.id, delay=7200)
+    result.refresh()
+    row = Job.objects.get(pk=result.id)
+    assert result.task.run_after == row.run_at == row.scheduled_for
+    assert timedelta(minutes=119) < row.run_at - timezone.now() <= timedelta(hours=2)
+    assert run_due_jobs(now=timezone.now() + timedelta(hours=1, minutes=1)) == 0
+    assert run_due_jobs(now=row.run_at + timedelta(seconds=1)) == 1
+    assert jt.add.get_result(result.id).task.run_after == row.run_at  # kept once started
+    plain = jt.add.enqueue(1, 1)  # no run_after; run now: due when it was moved
+    assert plain.task.run_after is None and run_now(plain.id).name == "MOVED"
+    plain.refresh()
+    assert plain.task.run_after == Job.objects.get(pk=plain.id).run_at is not None
+
+
 def test_task_started_and_finished_are_sent_and_logged(jt, tasks_settings, caplog):
     tasks_settings.TASKS = {"default": {"BACKEND": BACKEND}}
     log_name = compat.task_signals.logger.name  # django.tasks (django_tasks: the backport)

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import OperationalError, connections, router, transaction
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from django_delayq import signals
@@ -296,7 +297,8 @@ def cancel(job_id: str) -> CancelOutcome:
 def reschedule(job_id: str, *, delay: float | timedelta | None = None,
                at: datetime | None = None) -> MoveOutcome:
     """Move a pending job to ``at`` or ``delay`` from now; ``run_now`` is ``delay=0``. One
-    this transaction scheduled moves with its send at the commit (``move_unsent``)."""
+    this transaction scheduled moves with its send at the commit (``move_unsent``). A job
+    not started yet gets its ``scheduled_for`` (the Tasks ``run_after``) moved too."""
     row = get_job(job_id)
     at, seconds = validation.when(delay, at, django_settings.USE_TZ)
     run_at = (timezone.now() + timedelta(seconds=seconds) if at is None
@@ -312,7 +314,9 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
             # held back by a cancel under way (lua/move.lua): the row says when Redis has it
             run_at = validation.stored_time(datetime.fromtimestamp(due / 1000, tz=UTC),
                                             django_settings.USE_TZ)
-        Job.objects.filter(pk=row.pk).update(run_at=run_at, updated_at=timezone.now())
+        first = Case(When(attempts=0, then=Value(run_at)), default=F("scheduled_for"))
+        Job.objects.filter(pk=row.pk).update(  # not started yet: its first due time moves
+            run_at=run_at, scheduled_for=first, updated_at=timezone.now())
     return outcome
 
 
