@@ -246,7 +246,8 @@ def task_callable(task: AnyTask) -> Callable[..., object]:
             ctx = current_job()
             if ctx is None:
                 raise RuntimeError("%s takes a context: it runs only as a job" % task.module_path)
-            running = live_result(task, ctx.id, ctx.attempt, ctx.worker_id, timezone.now(),
+            running = live_result(task, ctx.id, ctx.attempt, ctx.worker_id,
+                                  ctx.started_at or timezone.now(),  # the attempt's start
                                   TaskResultStatus.RUNNING)  # the attempt running now
             args = (TaskContext(task_result=running), *args)
         value = task.func(*args, **kwargs)

@@ -142,8 +142,7 @@ def _run_claimed(engine: Engine, settings: Settings, settler: Settler, queue: st
         if env.expires_ms is not None and now_ms >= env.expires_ms:
             outcomes.append(outcome.expired(job, env.path, env.expires_ms))
             continue
-        settler.started(job)
-        outcomes.append(execute(job, settings))
+        outcomes.append(execute(job, settings, settler.started(job)))
     settler.settle(outcomes)
     return len(outcomes)
 
@@ -174,10 +173,13 @@ def _tick_freezegun(delta: timedelta) -> bool:
     return bool(factories)
 
 
-def execute(job: ClaimedJob, settings: Settings) -> outcome.Outcome:
-    """One attempt of ``job`` in this thread, on the test's own database connection."""
+def execute(job: ClaimedJob, settings: Settings,
+            started_at: datetime | None = None) -> outcome.Outcome:
+    """One attempt of ``job`` in this thread, on the test's own database connection;
+    ``started_at``: its start, as ``Settler.started`` wrote it (None: now)."""
     return runner.run(job, worker_id=WORKER_ID, default_max_attempts=settings.default_max_attempts,
-                      default_backoff=settings.default_backoff, manage_connections=False)
+                      default_backoff=settings.default_backoff, manage_connections=False,
+                      started_at=started_at)
 
 
 # -- a real worker, eager runs --------------------------------------------------------
@@ -210,7 +212,7 @@ def run_eager(job_id: str) -> None:
         return
     due = aware_datetime(job.run_at)  # naive in the row without USE_TZ: aware as a worker's
     ctx = JobContext(id=job.id, queue=job.queue, attempt=1, max_attempts=job.max_attempts,
-                     due_at=due, worker_id=EAGER_ID)
+                     due_at=due, worker_id=EAGER_ID, started_at=aware_datetime(started))
     base = {"job_id": job.id, "queue": job.queue, "callable_path": job.callable_path}
     attempt_signals.signal_started(base, 1, EAGER_ID, due, aware_datetime(started))
     try:

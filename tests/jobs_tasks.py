@@ -96,3 +96,15 @@ def now_iso() -> str:
     from django.utils import timezone
 
     return timezone.now().isoformat()
+
+
+@task(takes_context=True)
+def starts(context: Any) -> dict[str, str]:
+    """Attempt 1 fails with its context's start (first and latest) as the message; attempt
+    2 returns them."""
+    result = context.task_result
+    seen = {"started_at": result.started_at.isoformat(),
+            "last_attempted_at": result.last_attempted_at.isoformat()}
+    if context.attempt == 1:
+        raise ValueError("%(started_at)s %(last_attempted_at)s" % seen)
+    return seen

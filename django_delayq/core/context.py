@@ -15,6 +15,8 @@ class JobContext:
     max_attempts: int
     due_at: datetime
     worker_id: str
+    # the attempt's start: its row's started_at and job_started's (None: not known)
+    started_at: datetime | None = None
 
 
 _current: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("delayq_job",

@@ -126,7 +126,8 @@ class Ledger:
             self._changed()
         if self.link is not None:
             self.link.send("s", job.queue, job.id, job.token, repr(run.started_mono),
-                           "" if run.limit is None else repr(run.limit), job.attempt)
+                           "" if run.limit is None else repr(run.limit), job.attempt,
+                           run.started_at.isoformat())  # the attempt's start instant
             self.link.flush()  # sent before the call: a function that holds the GIL from
         return run  # its first line is still known to run (its limit, its silence)
 

@@ -163,15 +163,18 @@ def _retry_delay(exc: Retry | None, env: Envelope, default_backoff: backoff_mod.
 
 def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         default_backoff: backoff_mod.Policy, manage_connections: bool = True,
-        soft_limit: tuple[float, float] | None = None) -> Outcome:
+        soft_limit: tuple[float, float] | None = None,
+        started_at: datetime | None = None) -> Outcome:
     """Run one attempt; never raises. ``manage_connections`` closes stale database
     connections around it (a worker thread); ``django_delayq.testing`` turns that off,
     since it would close the test's connection inside a ``TestCase`` transaction.
     ``soft_limit`` (a worker without a supervisor: when its ledger started the attempt,
     ``time.monotonic()``, and its time limit, as the main loop counts them): an attempt
     that ends past that limit is timed out, however late the main loop looked (under a
-    supervisor, one that ends before its kill keeps its outcome)."""
-    started = datetime.now(UTC)
+    supervisor, one that ends before its kill keeps its outcome). ``started_at``: the
+    attempt's start instant (``Settler.started``'s), which its outcome and its
+    ``JobContext`` carry; now when not given."""
+    started = started_at or datetime.now(UTC)
     since, limit = soft_limit or (0.0, None)  # thread mode: from the ledger's start (monotonic)
     try:
         t0 = time.perf_counter()
@@ -185,7 +188,7 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         common.update(path=env.path, max_attempts=max_attempts)
         ctx = JobContext(id=job.id, queue=job.queue, attempt=job.attempt,
                          max_attempts=max_attempts, due_at=ms_to_dt(job.due_ms),
-                         worker_id=worker_id)
+                         worker_id=worker_id, started_at=started)
         if manage_connections and time.monotonic() - getattr(
                 _local, "closed", -FRESH_S) >= FRESH_S:
             close_old_connections()  # else this thread's last attempt just closed them
@@ -404,12 +407,13 @@ class Execution:
     def _attempt(self, job: ClaimedJob, admitted: gates.Admission,
                  running: RunningJob) -> Outcome:
         self.settlement.wait_recorded(job.id)  # a quick retry sees its previous attempt
-        if self.settlement.settler.started(job, keep_due=admitted.callable_limit is not None):
+        if at := self.settlement.settler.started(job, admitted.callable_limit is not None,
+                                                 running.started_at):  # one instant
             outcome = run(job, worker_id=self.worker_id,
                           default_max_attempts=self.settings.default_max_attempts,
                           default_backoff=self.settings.default_backoff,
                           soft_limit=None if self.ledger.link is not None or running.limit
-                          is None else (running.started_mono, running.limit))
+                          is None else (running.started_mono, running.limit), started_at=at)
         else:  # no start mark (Redis unreachable): not run, its row untouched
             outcome = self.gate.retry_later(job)
         outcome.callable_limit = admitted.callable_limit  # its slot, freed once settled

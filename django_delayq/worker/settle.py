@@ -107,10 +107,12 @@ class Settler:
                            shown(job.id), job.attempt, why)
         return ok
 
-    def started(self, job: ClaimedJob, keep_due: bool = False) -> bool:
-        """Tell Redis the run starts (the start mark, before the function is called);
-        False (nothing else done) when the mark could not be written (Redis unreachable):
-        the job must not start, or a kill of this worker would make its run look unstarted
+    def started(self, job: ClaimedJob, keep_due: bool = False,
+                at: datetime | None = None) -> datetime | None:
+        """Tell Redis the run starts (the start mark, before the function is called); the
+        attempt's one start instant (``at``, the ledger's, else now: its row, outcome and
+        signals carry it), or None (nothing else done) when the mark could not be written
+        (Redis unreachable): the job must not start, or a kill would make its run look unstarted
         (re-run under the same attempt). Then the row is ``running``, due at the time
         Redis held it, unless ``keep_due``: a job of a limited callable keeps its row's
         due time (a deferral moved its due time in Redis only), so its lateness counts
@@ -120,12 +122,13 @@ class Settler:
         except Exception as exc:  # noqa: BLE001 - the caller defers the job
             logger.warning("job %s: start mark not written (%s): not started, deferred",
                            shown(job.id), shown(exc))
-            return False
+            return None
         now = datetime.now(UTC)
-        due_at = ms_to_dt(job.due_ms)
+        started, due_at = at or now, ms_to_dt(job.due_ms)
         due = {} if keep_due else {"run_at": due_at}
-        self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
-                          attempts=job.attempt, worker_id=self.worker_id, updated_at=now, **due)
+        self.audit.update(job.id, status=JobStatus.RUNNING, started_at=started,
+                          finished_at=None, attempts=job.attempt, worker_id=self.worker_id,
+                          updated_at=now, **due)
         signalled = signals.wanted(signals.job_started)
         path = job.payload.path if job.payload is not None else ""
         joblog.started(self.settings, job, path)
@@ -133,8 +136,8 @@ class Settler:
             self.on_start(job.id)  # a tick's job: its schedule's next tick is created
         if signalled:
             signal_started({"job_id": job.id, "queue": job.queue, "callable_path": path},
-                           job.attempt, self.worker_id, due_at, now)
-        return True
+                           job.attempt, self.worker_id, due_at, started)
+        return started
 
     def settle(self, outcomes: list[Outcome]) -> None:
         """Settle ``outcomes`` in Redis, then record them (``send`` and ``record``)."""

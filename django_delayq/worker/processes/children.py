@@ -136,10 +136,11 @@ class Child:
             self.held[key] = ClaimedJob(
                 queue=f[0], id=f[1], token=int(f[2]), due_ms=int(f[3]), envelope="",
                 attempt=int(f[4]), home=f[5] if len(f) > 5 else "")
-        elif kind == "s":  # the wall clock of its start: one the ledger's record needs
+        elif kind == "s":  # its start: monotonic, and the instant its rows carry
             self.runs += 1
             started, token = float(f[3]), int(f[2])
-            at = datetime.now(UTC) - timedelta(seconds=time.monotonic() - started)
+            at = datetime.fromisoformat(f[6]) if len(f) > 6 else datetime.now(UTC) - timedelta(
+                seconds=time.monotonic() - started)
             # its claim unseen: tracked all the same
             if (job := self.held.get(key)) is None or job.token != token:
                 job = ClaimedJob(queue=f[0], id=f[1], token=token, due_ms=0, envelope="",
