@@ -43,7 +43,7 @@ from django_delayq.core.validation import at_ms
 from django_delayq.engine.logtext import text
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
-from django_delayq.models import Job, JobAttempt, JobStatus, aware_datetime
+from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus, aware_datetime
 from django_delayq.worker import attempt_signals, handover, outcome, runner
 from django_delayq.worker.audit import AuditWriter
 
@@ -56,6 +56,7 @@ EAGER_ID = "eager"  # the worker id of DELAYQ["EAGER"] runs
 _STARTABLE = (JobStatus.SCHEDULED, JobStatus.RETRYING)  # rows an eager run marks running
 _offset_ms = 0
 _offset_lock = threading.Lock()
+_outside: list[frozenset[str]] = []  # per isolated() block: the live rows not its own
 
 
 # -- the test clock -----------------------------------------------------------------
@@ -108,8 +109,9 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
     # transaction never commits). Again once Redis has nothing due, if jobs ran since:
     # those they scheduled are in the same case.
     reconciler = Reconciler(engine, settings, names) if flush_outbox else None
+    skip = _outside[-1] if _outside else frozenset()  # isolated(): the rows not its own
     if reconciler is not None:
-        reconciler.run_all(grace_seconds=0.0)
+        reconciler.run_all(grace_seconds=0.0, skip=skip)
     audit = AuditWriter(settings.audit_flush_seconds, settings.audit_batch)
     settler = Settler(engine, settings, audit, WORKER_ID, on_start=periodic.tick_started)
     ran = flushed = 0
@@ -123,7 +125,7 @@ def run_due_jobs(queues: list[str] | None = None, *, now: datetime | None = None
         if not progressed:
             if reconciler is None or flushed == ran:
                 break
-            reconciler.run_all(grace_seconds=0.0)
+            reconciler.run_all(grace_seconds=0.0, skip=skip)
             flushed = ran
     return ran
 
@@ -287,16 +289,30 @@ class DelayQ:
             self.engine.purge(queue)
 
 
+def _live_ids() -> frozenset[str]:
+    """The ids of the live rows there are now; none when the test has no database access
+    (pytest-django refuses it with a ``RuntimeError``)."""
+    try:
+        return frozenset(Job.objects.filter(status__in=LIVE_STATUSES).values_list("pk", flat=True))
+    except RuntimeError:
+        return frozenset()
+
+
 @contextmanager
 def isolated() -> Iterator[DelayQ]:
-    """A unique ``DELAYQ["PREFIX"]`` and the test clock for the duration of one test."""
+    """A unique ``DELAYQ["PREFIX"]`` and the test clock for the duration of one test.
+    ``run_due_jobs`` inside it runs only jobs of the block: the live rows there were when
+    it began (another prefix's: the real queues', an outer block's) are not taken from
+    the outbox into its prefix."""
     current = dict(getattr(settings, "DELAYQ", {}) or {})
     prefix = "%s-test-%s" % (current.get("PREFIX", "delayq"), uuid.uuid4().hex[:10])
     helper = DelayQ()
     with override_settings(DELAYQ={**current, "PREFIX": prefix}), use_test_clock():
+        _outside.append(_live_ids())
         try:
             yield helper
         finally:
+            _outside.pop()
             events.reset()  # its flusher writes under the prefix: done before the keys go
             helper.purge()
             helper.engine.purge_global()

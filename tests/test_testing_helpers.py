@@ -197,6 +197,26 @@ def test_delayq_fixture_leaves_no_key_of_its_prefix(project):
 @pytest.mark.parametrize("transactional", [
     pytest.param(False, marks=pytest.mark.django_db, id="testcase"),
     pytest.param(True, marks=pytest.mark.django_db(transaction=True), id="transactional")])
+def test_isolated_runs_only_the_jobs_scheduled_in_it(project, transactional):
+    """docs/testing.md: a test's prefix never sees other jobs; live rows scheduled outside
+    the block (the real queues' jobs) are not taken from the outbox and run there."""
+    outside = [schedule("tests.jobs.add", n, n).id for n in range(3)]
+    with testing.isolated() as helper:
+        inside = schedule("tests.jobs.add", 5, 5).id
+        assert helper.run_due_jobs() == 1
+        assert Job.objects.get(pk=inside).result == 10
+        assert set(Job.objects.filter(pk__in=outside).values_list("status", flat=True)) \
+            == {"scheduled"}
+        with testing.isolated() as nested:  # the outer block's jobs are outside it
+            assert nested.run_due_jobs() == 0
+    assert run_due_jobs() == 3  # the real prefix's own, after the block
+    assert sorted(Job.objects.filter(pk__in=outside).values_list("result", flat=True)) \
+        == [0, 2, 4]
+
+
+@pytest.mark.parametrize("transactional", [
+    pytest.param(False, marks=pytest.mark.django_db, id="testcase"),
+    pytest.param(True, marks=pytest.mark.django_db(transaction=True), id="transactional")])
 def test_run_due_jobs_runs_jobs_scheduled_by_jobs(project, delayq, transactional):  # noqa: F811
     """In a TestCase-style test the on-commit sends of the jobs' own schedule() never
     fire: run_due_jobs takes those jobs from the outbox too, as it does the test's."""

@@ -232,8 +232,10 @@ class Reconciler:
     # -- on demand (manage.py delayq_reconcile) ---------------------------------------
 
     def run_all(self, batch: int = BATCH, grace_seconds: float | None = None, *,
-                assume_lost: bool = False, dry_run: bool = False) -> int:
-        """Walk every live row once; with data loss (detected or assumed), no grace.
+                assume_lost: bool = False, dry_run: bool = False,
+                skip: frozenset[str] = frozenset()) -> int:
+        """Walk every live row once (but for the ids in ``skip``); with data loss
+        (detected or assumed), no grace.
 
         Suspects get their second look after ``confirm_seconds``; right away when no
         worker is alive (nobody has an audit flush on its way)."""
@@ -250,7 +252,7 @@ class Reconciler:
         enqueued, missing = self.stats.enqueued, len(self.stats.missing)
         for queue in self.queues:
             self._walk(Cursor((queue,), 0.0 if queue in lost else grace, lost=queue in lost,
-                              batch=batch, dry_run=dry_run))
+                              batch=batch, dry_run=dry_run, skip=skip))
         if self._suspects and not dry_run:
             if self._live.any_alive():
                 time.sleep(self.confirm_seconds)

@@ -84,9 +84,9 @@ BATCH = 500  # rows a query of a walk reads
 @dataclass(slots=True)
 class Cursor:
     """A walk over the live rows of ``queues`` changed at least ``grace`` seconds ago (and
-    at or after ``since``, None: all), ``batch`` rows at a time; ``lost``: rows of data
-    Redis lost; ``dry_run``: found, never acted on. Its position: status index, then
-    (run_at, pk)."""
+    at or after ``since``, None: all), ``batch`` rows at a time, but for the ids in
+    ``skip``; ``lost``: rows of data Redis lost; ``dry_run``: found, never acted on. Its
+    position: status index, then (run_at, pk)."""
 
     queues: tuple[str, ...]
     grace: float
@@ -94,6 +94,7 @@ class Cursor:
     since: datetime | None = None
     batch: int = BATCH
     dry_run: bool = False
+    skip: frozenset[str] = frozenset()  # rows left alone (testing.isolated: not its own)
     status: int = 0
     after: tuple[datetime, str] | None = None
 
@@ -150,7 +151,7 @@ def live_rows(cursor: Cursor) -> list[Job]:
             cursor.after = (found[-1].run_at, found[-1].pk)
         else:
             cursor.status, cursor.after = cursor.status + 1, None
-        if found:
+        if found := [row for row in found if row.pk not in cursor.skip]:
             return found
     cursor.status, cursor.after = 0, None
     return []
