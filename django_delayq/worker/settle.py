@@ -109,26 +109,23 @@ class Settler:
 
     def started(self, job: ClaimedJob, keep_due: bool = False,
                 at: datetime | None = None) -> datetime | None:
-        """Tell Redis the run starts (the start mark, before the function is called); the
-        attempt's one start instant (``at``, the ledger's, else now: its row, outcome and
-        signals carry it), or None (nothing else done) when the mark could not be written
-        (Redis unreachable): the job must not start, or a kill would make its run look unstarted
-        (re-run under the same attempt). Then the row is ``running``, due at the time
-        Redis held it, unless ``keep_due``: a job of a limited callable keeps its row's
-        due time (a deferral moved its due time in Redis only), so its lateness counts
-        from when it was first due."""
+        """The start mark in Redis (before the function is called), then the row ``running``,
+        due at the time Redis held it unless ``keep_due`` (a limited callable's job keeps its
+        row's due time: a deferral moved it in Redis only, so lateness counts from the first).
+        Returns the attempt's start instant (``at``, else now: its row and signals carry it);
+        None, nothing else done, when the mark could not be written (Redis unreachable): the
+        job must not start, or a kill would make its run look unstarted (re-run, same attempt)."""
         try:
             self.mark(job)
         except Exception as exc:  # noqa: BLE001 - the caller defers the job
             logger.warning("job %s: start mark not written (%s): not started, deferred",
                            shown(job.id), shown(exc))
             return None
-        now = datetime.now(UTC)
-        started, due_at = at or now, ms_to_dt(job.due_ms)
+        now = at or datetime.now(UTC)  # the attempt's one start instant
+        due_at = ms_to_dt(job.due_ms)
         due = {} if keep_due else {"run_at": due_at}
-        self.audit.update(job.id, status=JobStatus.RUNNING, started_at=started,
-                          finished_at=None, attempts=job.attempt, worker_id=self.worker_id,
-                          updated_at=now, **due)
+        self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
+                          attempts=job.attempt, worker_id=self.worker_id, updated_at=now, **due)
         signalled = signals.wanted(signals.job_started)
         path = job.payload.path if job.payload is not None else ""
         joblog.started(self.settings, job, path)
@@ -136,8 +133,8 @@ class Settler:
             self.on_start(job.id)  # a tick's job: its schedule's next tick is created
         if signalled:
             signal_started({"job_id": job.id, "queue": job.queue, "callable_path": path},
-                           job.attempt, self.worker_id, due_at, started)
-        return started
+                           job.attempt, self.worker_id, due_at, now)
+        return now
 
     def settle(self, outcomes: list[Outcome]) -> None:
         """Settle ``outcomes`` in Redis, then record them (``send`` and ``record``)."""
