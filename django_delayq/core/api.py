@@ -22,7 +22,6 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.db import OperationalError, connections, router, transaction
-from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from django_delayq import signals
@@ -314,9 +313,8 @@ def reschedule(job_id: str, *, delay: float | timedelta | None = None,
             # held back by a cancel under way (lua/move.lua): the row says when Redis has it
             run_at = validation.stored_time(datetime.fromtimestamp(due / 1000, tz=UTC),
                                             django_settings.USE_TZ)
-        first = Case(When(attempts=0, then=Value(run_at)), default=F("scheduled_for"))
-        Job.objects.filter(pk=row.pk).update(  # not started yet: its first due time moves
-            run_at=run_at, scheduled_for=first, updated_at=timezone.now())
+        Job.objects.filter(pk=row.pk).update(run_at=run_at, updated_at=timezone.now())
+        Job.objects.filter(pk=row.pk, attempts=0).update(scheduled_for=run_at)  # not started
     return outcome
 
 
