@@ -121,11 +121,11 @@ class Settler:
             logger.warning("job %s: start mark not written (%s): not started, deferred",
                            shown(job.id), shown(exc))
             return None
-        now = at or datetime.now(UTC)  # the attempt's one start instant
-        due_at = ms_to_dt(job.due_ms)
+        now, due_at = at or datetime.now(UTC), ms_to_dt(job.due_ms)  # its one start instant
         due = {} if keep_due else {"run_at": due_at}
         self.audit.update(job.id, status=JobStatus.RUNNING, started_at=now, finished_at=None,
-                          attempts=job.attempt, worker_id=self.worker_id, updated_at=now, **due)
+                          attempts=job.attempt, worker_id=self.worker_id,
+                          updated_at=datetime.now(UTC), **due)  # changed now (reconciler)
         signalled = signals.wanted(signals.job_started)
         path = job.payload.path if job.payload is not None else ""
         joblog.started(self.settings, job, path)
