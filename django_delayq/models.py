@@ -260,6 +260,26 @@ class GroupLimit(models.Model):
         return "%s/%s" % (self.queue, self.group)
 
 
+class QueuePause(models.Model):
+    """A queue, or one group of it (``group`` not empty), paused by an operator
+    (``pause_queue``, ``pause_group``): the durable copy of the pause Redis enforces
+    (``core/pauses.py`` writes the row, then Redis; the reconciler writes Redis again from
+    these rows, before a lost queue's jobs are re-enqueued). Deleted by the resume."""
+
+    queue = models.CharField(_("queue"), max_length=100)
+    group = models.CharField(_("group"), max_length=128, blank=True, default="")
+    paused_at = models.DateTimeField(_("paused at"), default=timezone.now)
+
+    class Meta:
+        verbose_name = _("queue pause")
+        verbose_name_plural = _("queue pauses")
+        constraints = [models.UniqueConstraint(fields=["queue", "group"],
+                                               name="delayq_queuepause_unique")]
+
+    def __str__(self) -> str:
+        return "%s/%s" % (self.queue, self.group) if self.group else self.queue
+
+
 class StoppedWorker(models.Model):
     """A worker that drained and wrote its whole audit buffer, but could not take itself
     out of Redis's workers registry (Redis was unreachable as it stopped): its entry

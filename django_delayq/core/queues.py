@@ -4,7 +4,10 @@
   and due times are kept (what became due meanwhile runs after ``resume_queue``, late).
   Jobs already running finish. Returns whether the state changed.
 * ``resume_queue(queue)``: claims again at once (the engine wakes the sleeping workers).
-* ``paused_queues()``: the paused ones among the known queues.
+  Both are durable: the row, then Redis (core/pauses.py), written back by the
+  reconciler after Redis lost them.
+* ``paused_queues()``: the paused ones among the known queues (a sharded queue: every
+  shard that answers is paused).
 * ``pause_group(queue, group)``, ``resume_group(queue, group)``, ``paused_groups(queue)``:
   the same for one group of a queue (docs/groups.md): workers claim none of its jobs, the
   queue's other groups go on. ``purge_group(queue, group)``: as ``purge_queue``, for the
@@ -55,7 +58,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from django_delayq import signals
-from django_delayq.core import limits, option_checks, validation, workflows
+from django_delayq.core import limits, option_checks, pauses, validation, workflows
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.outcomes import CancelOutcome
@@ -95,12 +98,12 @@ def _logged(changed: bool, what: str, done: str) -> bool:
 
 def pause_queue(queue: str) -> bool:
     """Stop claiming from ``queue``; True when it was not paused before."""
-    return _logged(get_engine().pause(known_queue(queue)), "queue %r" % queue, "paused")
+    return _logged(pauses.pause(known_queue(queue)), "queue %r" % queue, "paused")
 
 
 def resume_queue(queue: str) -> bool:
     """Claim from ``queue`` again; True when it was paused."""
-    return _logged(get_engine().resume(known_queue(queue)), "queue %r" % queue, "resumed")
+    return _logged(pauses.resume(known_queue(queue)), "queue %r" % queue, "resumed")
 
 
 def paused_queues() -> list[str]:
@@ -110,13 +113,13 @@ def paused_queues() -> list[str]:
 
 def pause_group(queue: str, group: str) -> bool:
     """Claim none of ``group``'s jobs of ``queue``; True when it was not paused before."""
-    changed = get_engine().pause_group(known_queue(queue), option_checks.check_group(group))
+    changed = pauses.pause(known_queue(queue), option_checks.check_group(group))
     return _logged(changed, "group %r of queue %r" % (group, queue), "paused")
 
 
 def resume_group(queue: str, group: str) -> bool:
     """Claim ``group``'s jobs of ``queue`` again; True when it was paused."""
-    changed = get_engine().resume_group(known_queue(queue), option_checks.check_group(group))
+    changed = pauses.resume(known_queue(queue), option_checks.check_group(group))
     return _logged(changed, "group %r of queue %r" % (group, queue), "resumed")
 
 
@@ -138,7 +141,7 @@ def purge_group(queue: str, group: str) -> int:
             _cancel_rows(queue, waiting, why)
             removed += sum(engine.cancel(queue, i) == CancelOutcome.CANCELLED for i in waiting)
     finally:
-        if paused_here:
+        if paused_here and not pauses.kept_group(queue, group):  # an operator's stays
             engine.resume_group(queue, group)
     logger.warning("group %r of queue %r purged: %d waiting job(s) removed", group, queue,
                    removed)
@@ -185,8 +188,8 @@ def purge_queue_report(queue: str) -> PurgeReport:
             _cancel_rows(queue, purged)  # only rows still live: jobs scheduled meanwhile
         kept_count = reenqueue_rows(ticks)  # due as before, under a new token
     finally:
-        if paused_here:  # a job left in Redis by a failure has a final row: set aside
-            engine.resume(queue)
+        if paused_here and queue not in pauses.kept([queue]):  # an operator's pause stays
+            engine.resume(queue)  # a job left by a failure has a final row: set aside
     logger.warning("queue %r purged: %d waiting job(s) removed, %d schedule tick(s) kept",
                    queue, removed, kept_count)
     return PurgeReport(removed=removed, ticks_kept=kept_count)

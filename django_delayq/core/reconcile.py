@@ -36,6 +36,9 @@ new epoch's creation (Redis clock, mapped to this host's clock): a row changed m
 ``LOSS_MARGIN_SECONDS`` before it describes the lost data and is re-enqueued at once,
 running rows included; a row changed later gets the second look (below) first. The
 margin covers clock skew between hosts and an enqueue still on its way at the loss.
+A lost queue's pause (its ``QueuePause`` rows, ``core/pauses.py``) is written back
+before each batch of its loss pass, which waits while that fails (a paused queue's jobs
+never return unpaused); every pause the rows hold is written back at each interval.
 
 The acked-but-not-yet-audited trade-off
 ---------------------------------------
@@ -87,7 +90,7 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError, close_old_connections, router
 
-from django_delayq.core import group_limits, reconcile_state, unqueueable, workflows
+from django_delayq.core import group_limits, pauses, reconcile_state, unqueueable, workflows
 from django_delayq.core.epochs import Epochs
 from django_delayq.core.outage import OUTAGE_GRACE_SECONDS, Outage
 from django_delayq.core.queues import MAX_RECENT, RECENT_SECONDS
@@ -175,9 +178,12 @@ class Reconciler:
         # the loss passes share one urgent budget, then the pass after an outage has one
         # of its own: neither waits for the other to finish
         budget = min(URGENT_BUDGET_SECONDS, self.settings.lease_seconds / 4)
+        # a lost queue's pause first (the rows'): none of its jobs is put back unpaused
+        unpaused = pauses.restore(self.engine, [q for q, c in self._urgent.items() if c.lost])
         for lost in (True, False):
             deadline = time.monotonic() + budget
-            for queue, cursor in [(q, c) for q, c in self._urgent.items() if c.lost is lost]:
+            for queue, cursor in [(q, c) for q, c in self._urgent.items() if c.lost is lost
+                                  and q not in unpaused]:
                 if self._walk(cursor, deadline):
                     del self._urgent[queue]
                     if lost:
@@ -194,6 +200,7 @@ class Reconciler:
         if now - self._last >= self.settings.reconcile_interval_seconds:
             self._last = now
             group_limits.sync(self.engine, self.settings, self.queues)  # limits the rows hold
+            pauses.restore(self.engine, self.queues)  # and pauses
             self._walk(self._cursor, batches=BATCHES_PER_TICK)
         return self.stats.enqueued - enqueued
 
@@ -242,6 +249,8 @@ class Reconciler:
         lost = set(self.check_epochs(create=not dry_run))
         if not dry_run:  # Redis's group limits as the rows and the settings say
             group_limits.sync(self.engine, self.settings, self.queues)
+        # the rows' pauses before any put-back: a queue whose pause fails is not walked
+        unpaused = set() if dry_run else pauses.restore(self.engine, self.queues)
         while not dry_run and workflows.sweep(router.db_for_write(Job)):
             pass  # children of parents final elsewhere: released or cancelled first
         if assume_lost:
@@ -250,7 +259,7 @@ class Reconciler:
             lost |= set(self.queues)
         grace = self.settings.reconcile_grace_seconds if grace_seconds is None else grace_seconds
         enqueued, missing = self.stats.enqueued, len(self.stats.missing)
-        for queue in self.queues:
+        for queue in [q for q in self.queues if q not in unpaused]:
             self._walk(Cursor((queue,), 0.0 if queue in lost else grace, lost=queue in lost,
                               batch=batch, dry_run=dry_run, skip=skip))
         if self._suspects and not dry_run:

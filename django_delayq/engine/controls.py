@@ -172,6 +172,12 @@ class QueueControls(RedisOwner):
             pipe.exists(self.keys(queue).paused)
         return [queue for queue, found in zip(queues, pipe.execute()) if found]
 
+    def pause_counts(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Per queue: (its data sets paused, its data sets that answered): one each here
+        (a sharded queue has one per shard: ``ShardedEngine``)."""
+        found = set(self.paused(queues))
+        return {queue: (int(queue in found), 1) for queue in queues}
+
     def purge_pending(self, queue: str, limit: int = scripts.MAX_PURGE) -> list[str]:
         """Remove up to ``limit`` (at most ``scripts.MAX_PURGE``) waiting jobs, never one
         in flight; returns their ids (bytes that are not UTF-8 replaced). Loop until []."""

@@ -62,6 +62,19 @@ class ShardDown(RedisConnectionError):
         self.reason = reason
 
 
+class PartialControl(RedisConnectionError):
+    """A pause or resume (of a queue, or of one group of it) that reached some shards of a
+    sharded queue and failed on the others: ``reached`` and ``failed`` (shard -> its
+    error) name them. The reached shards keep the change; running it again completes it."""
+
+    def __init__(self, what: str, reached: list[str], failed: dict[str, str]) -> None:
+        total = len(reached) + len(failed)
+        super().__init__("%s reached %d of %d shards (%s), not %s: run it again to complete "
+                         "it" % (what, len(reached), total, ", ".join(reached) or "none",
+                                 "; ".join("%s (%s)" % item for item in failed.items())))
+        self.reached, self.failed = reached, failed
+
+
 class ShardHealth:
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock

@@ -49,7 +49,7 @@ from django_delayq.engine.outcomes import (
     Recovered,
 )
 from django_delayq.engine.replies import grouped
-from django_delayq.engine.shard_health import ERRORS, UNREACHABLE, ShardHealth
+from django_delayq.engine.shard_health import ERRORS, UNREACHABLE, PartialControl, ShardHealth
 from django_delayq.engine.shard_map import ShardMap, shard_name
 
 _T = TypeVar("_T")
@@ -100,11 +100,26 @@ def _by_ids(method: _F, id_of: Callable[[Any], str], missed: Callable[[Any], boo
     return cast(_F, on_shards)
 
 
-def _on_all(method: _F, combine: Callable[[list[Any]], Any] = any) -> _F:
-    """``method`` (of ``Engine``: pause, resume, ...) on every shard (no short-circuit:
-    every shard is changed); the answers ``combine``d (default: True when any changed)."""
-    def on_shards(self: ShardedEngine, queue: str, *args: object, **kwargs: object) -> object:
-        return combine([method(self, name, *args, **kwargs) for name in self.shard_queues(queue)])
+def _on_every(method: _F, what: str) -> _F:
+    """``method`` (of ``Engine``: pause, resume, a group's) on every shard, each tried
+    even when one fails; True when any changed. A failure on some shards raises
+    ``PartialControl`` naming the shards reached (one on every shard, its first error)."""
+    def on_shards(self: ShardedEngine, queue: str, *args: object) -> object:
+        reached, failed, changed = [], {}, False
+        errors: list[BaseException] = []
+        for i, name in enumerate(self.shard_queues(queue)):
+            try:
+                changed |= bool(self.health.run(name, lambda: method(self, name, *args)))  # noqa: B023
+                reached.append("%s#%d" % (queue, i))  # shard 0 too, though its keys say Q
+            except ERRORS as exc:
+                failed["%s#%d" % (queue, i)] = str(exc) or type(exc).__name__
+                errors.append(exc)
+        if errors and not reached:
+            raise errors[0]
+        if failed:
+            group = "group %r of " % (args[0],) if args else ""
+            raise PartialControl("%s of %squeue %r" % (what, group, queue), reached, failed)
+        return changed
     return cast(_F, on_shards)
 
 
@@ -331,20 +346,27 @@ class ShardedEngine(Engine):
         return next((ids for name in self.shard_queues(queue)
                      if (ids := Engine.purge_pending(self, name, limit))), [])
 
-    pause = _on_all(Engine.pause)
-    resume = _on_all(Engine.resume)
-    pause_group = _on_all(Engine.pause_group)
-    resume_group = _on_all(Engine.resume_group)
+    pause = _on_every(Engine.pause, "pause")
+    resume = _on_every(Engine.resume, "resume")
+    pause_group = _on_every(Engine.pause_group, "pause")
+    resume_group = _on_every(Engine.resume_group, "resume")
     # every shard holds the same (none for a queue limit: ``set_queue_limit``)
     queue_limit = _first_answer(Engine.queue_limit)
     paused_groups = _first_answer(Engine.paused_groups)
     held_groups = _first_answer(Engine.held_groups)
 
     def paused(self, queues: Sequence[str]) -> list[str]:
-        """One round trip for all; on a Redis Cluster, when it fails (a node down), or a
-        shard is set aside, each queue's shards one by one: a failing shard is left out
-        (``_each``; a queue none of whose shards answers raises). On one Redis its failure
-        is raised at once: Redis is unavailable."""
+        """The queues every shard that answers holds paused (``pause_counts``): a queue
+        paused on some shards only is not (claims go on in the others)."""
+        counts = self.pause_counts(queues)
+        return [q for q in queues if 0 < counts[q][0] == counts[q][1]]
+
+    def pause_counts(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Per queue: (its shards paused, its shards that answered). One round trip for
+        all; on a Redis Cluster, when it fails (a node down), or a shard is set aside,
+        each queue's shards one by one: a failing shard is left out (``_each``; a queue
+        none of whose shards answers raises). On one Redis its failure is raised at once:
+        Redis is unavailable."""
         names = {q: self.shard_queues(q) for q in queues}
         sets = [n for q in queues for n in names[q]]
         if not any(self.health.down(n) for n in sets):
@@ -354,9 +376,13 @@ class ShardedEngine(Engine):
                 if not self.nodes_fail_alone:
                     raise
             else:
-                return [q for q in queues if found.intersection(names[q])]
-        return [q for q in queues if any(self._each(
-            names[q], lambda name: bool(Engine.paused(self, [name])), skip=UNREACHABLE))]
+                return {q: (len(found.intersection(names[q])), len(names[q])) for q in queues}
+        out = {}
+        for q in queues:
+            answers = self._each(names[q], lambda name: bool(Engine.paused(self, [name])),
+                                 skip=UNREACHABLE)
+            out[q] = (sum(answers), len(answers))
+        return out
 
     def set_queue_limit(self, queue: str, *, rate: tuple[int, int] | None,
                         concurrency: int | None, groups: QueueLimit | None = None) -> None:

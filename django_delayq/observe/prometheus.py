@@ -40,7 +40,10 @@ GAUGES = (  # name, help, labels
     ("delayq_queue_jobs", "Jobs in Redis by queue and state", ["queue", "state"]),
     ("delayq_queue_oldest_ready_age_seconds",
      "How long the oldest due job has waited for a worker", Q),
-    ("delayq_queue_paused", "1 when the queue is paused (its jobs are not claimed)", Q),
+    ("delayq_queue_paused", "1 when the queue is paused (its jobs are not claimed): on every "
+     "shard that answers", Q),
+    ("delayq_queue_paused_shards", "The queue's shards that answered holding it paused "
+     "(a sharded queue partly paused: below its shard count)", Q),
     ("delayq_queue_rate_limit_per_second", "A queue's rate limit: job claims per second", Q),
     ("delayq_queue_concurrency_limit",
      "A queue's concurrency limit: most of its jobs in flight", Q),
@@ -100,6 +103,7 @@ class QueueCollector:
             age = 0.0 if q.oldest_ready_ms is None else (q.now_ms - q.oldest_ready_ms) / 1000
             f["delayq_queue_oldest_ready_age_seconds"].add_metric([q.queue], max(0.0, age))
             f["delayq_queue_paused"].add_metric([q.queue], 1 if q.paused else 0)
+            f["delayq_queue_paused_shards"].add_metric([q.queue], q.paused_shards)
             if q.limit is not None:
                 _limit(f, "queue", q.queue, q.limit.rate, q.limit.concurrency)
         for c in redis_state.callable_limits(engine, settings, partial=True):

@@ -5,8 +5,9 @@ renders these rows its own way (its field names, texts and JSON), reading nothin
 of Redis for them.
 
 * ``queues(engine, names)``: a ``QueueRow`` per queue: its counts and next due time
-  (``Engine.stats``, one atomic script each), whether it is paused (``Engine.paused``,
-  one round trip for all) and its limit (``Engine.queue_limit``: what the workers wrote).
+  (``Engine.stats``, one atomic script each), whether it is paused (``Engine.pause_counts``,
+  one round trip for all: on how many of its shards; and whether the database holds it
+  paused, ``core/pauses.py``) and its limit (``Engine.queue_limit``: what the workers wrote).
   ``names`` defaults to the known queues (``QUEUES`` and ``QUEUE_OPTIONS``). With
   ``partial`` (``delayq_status``, the metrics), a queue whose Redis Cluster node is down
   gets a row with counts of 0 and ``unavailable`` (its error) instead of failing the
@@ -82,7 +83,7 @@ from django.db.models import Count
 from django.utils import timezone
 from django.utils.translation import gettext
 
-from django_delayq.core import group_limits, stored
+from django_delayq.core import group_limits, pauses, stored
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.limits import Rate, parse_rate, rate_text
 from django_delayq.core.queues import known_queues
@@ -114,9 +115,23 @@ class QueueRow:
     now_ms: int = 0  # the Redis clock when the counts were read
     next_due_ms: int | None = None
     oldest_ready_ms: int | None = None
-    paused: bool = False
+    paused: bool = False  # on every shard that answered (``paused_shards == shards``)
+    paused_shards: int = 0  # of ``shards``: those that answered holding it paused
+    shards: int = 1  # its shards that answered (1 unless sharded)
+    pause_kept: bool = False  # the database holds it paused (a ``QueuePause`` row)
     limit: QueueLimit | None = None  # None when the queue has none
     unavailable: str | None = None  # why it could not be read (its node is down: counts 0)
+
+    @property
+    def pause_text(self) -> str:
+        """``"paused"``, ``"active"`` or ``"partly paused: 2 of 3 shards"``, and
+        ``"; paused in the database"`` when the row says paused but Redis does not (on
+        every shard): Redis lost it, or a pause failed part-way; the reconciler pauses it
+        again."""
+        text = "paused" if self.paused else "active" if not self.paused_shards else (
+            "partly paused: %d of %d shards" % (self.paused_shards, self.shards))
+        return text + ("; paused in the database" if self.pause_kept and not self.paused
+                       else "")
 
     @property
     def next_due(self) -> datetime | None:
@@ -164,17 +179,22 @@ def queues(engine: Engine, names: Sequence[str] | None = None, *,
            partial: bool = False) -> list[QueueRow]:
     names = known_queues() if names is None else names
     try:
-        paused: set[str] | None = set(engine.paused(names))
+        paused: dict[str, tuple[int, int]] | None = engine.pause_counts(names)
     except ERRORS as exc:
         unreadable(engine, exc, partial)
         engine.time_ms()  # does Redis answer at all? (else its error, at once)
         paused = None  # a node is down: each queue read on its own
+    try:
+        kept = pauses.kept(names)
+    except DatabaseError:
+        kept = set()  # the intent unknown: Redis's state alone
     rows = []
     for queue in names:
         try:
-            rows.append(QueueRow(queue=queue, paused=queue in (
-                paused if paused is not None else engine.paused([queue])),
-                limit=engine.queue_limit(queue), **asdict(engine.stats(queue))))
+            n, of = (paused if paused is not None else engine.pause_counts([queue]))[queue]
+            rows.append(QueueRow(queue=queue, paused=0 < n == of, paused_shards=n, shards=of,
+                                 pause_kept=queue in kept, limit=engine.queue_limit(queue),
+                                 **asdict(engine.stats(queue))))
         except ERRORS as exc:
             rows.append(QueueRow(queue=queue, unavailable=unreadable(engine, exc, partial)))
     return rows

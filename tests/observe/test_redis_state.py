@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from django_delayq.engine.outcomes import QueueLimit
 from django_delayq.observe import redis_state
 
@@ -14,6 +16,7 @@ INFO = {"host": "h", "processes": 2, "running": 1, "waiting": 0,
         "jobs": [{"id": "j1", "queue": 5, "started_ms": 0}, "junk", {"id": 7}]}
 
 
+@pytest.mark.django_db  # the database's pauses: shown next to Redis's
 def test_the_queues_with_their_counts_paused_state_and_limit(delayq_engine) -> None:  # type: ignore[no-untyped-def]
     delayq_engine.pause("emails")
     delayq_engine.set_queue_limit("emails", rate=(10, 1000), concurrency=3)

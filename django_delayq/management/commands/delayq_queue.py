@@ -121,7 +121,7 @@ class Command(BaseCommand):
         for q in redis_state.queues(engine, names):
             rate, concurrency = settings.queue_limit(q.queue)  # as set, not as the workers wrote
             timeout = settings.timeout_for(q.queue, None)
-            lines.append((q.queue, "paused" if q.paused else "active", str(q.ready),
+            lines.append((q.queue, q.pause_text, str(q.ready),
                           str(q.scheduled), str(q.inflight), str(q.dead), rate_text(rate),
                           "-" if concurrency is None else str(concurrency),
                           "-" if timeout is None else "%gs" % timeout))

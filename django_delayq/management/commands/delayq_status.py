@@ -50,7 +50,8 @@ if TYPE_CHECKING:
 
 CLEAR = "\x1b[H\x1b[2J"
 QUEUE_KEYS = ("scheduled", "ready", "inflight", "dead", "expired_leases", "next_due",
-              "next_due_in_s", "oldest_overdue_id", "oldest_overdue_s", "limit")
+              "next_due_in_s", "oldest_overdue_id", "oldest_overdue_s", "limit",
+              "paused_shards", "shards", "pause")
 FIELD_CHARS = 200  # of one worker info field in the text output
 INTERVAL = 2.0  # seconds between --watch refreshes, by default
 UNITS = (("s", 1, 120), ("m", 60, 7200))  # unit, its seconds, used below; else hours
@@ -73,7 +74,7 @@ def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dic
     its rows ``waiting`` for their parents (after=...: not in Redis yet)."""
     if q.unavailable:  # its node is down (a Redis Cluster): no figure
         return {**dict.fromkeys(QUEUE_KEYS), "queue": q.queue, "paused": None,
-                "waiting": waiting, "unavailable": q.unavailable}
+                "pause_kept": q.pause_kept, "waiting": waiting, "unavailable": q.unavailable}
     head = engine.oldest_pending(q.queue) if q.ready else None  # (job id, due ms)
     limit = q.limit  # {"rate": [starts, per_ms] | None, "concurrency"}
     return {"queue": q.queue, "scheduled": q.scheduled, "ready": q.ready,
@@ -82,7 +83,8 @@ def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dic
             else (q.next_due_ms - q.now_ms) / 1000,
             "oldest_overdue_id": head[0] if head else None,
             "oldest_overdue_s": max(0.0, (q.now_ms - head[1]) / 1000) if head else None,
-            "paused": q.paused, "limit": None if limit is None else {
+            "paused": q.paused, "paused_shards": q.paused_shards, "shards": q.shards,
+            "pause": q.pause_text, "pause_kept": q.pause_kept, "limit": None if limit is None else {
                 "rate": None if limit.rate is None else list(limit.rate),
                 "concurrency": limit.concurrency}, "waiting": waiting, "unavailable": None}
 
@@ -115,7 +117,10 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, 
     return {"now": _iso(engine.time_ms()) or "", "prefix": settings.prefix,
             "queues": [queue_data(engine, q, waiting.get(q.queue, 0)) for q in states],
             "workers": [worker_data(w) for w in workers], "workers_unavailable": registry,
-            "paused": [q.queue for q in states if q.paused],
+            "paused": [q.queue for q in states if q.paused],  # on every shard that answers
+            # paused on some shards only, or by the database only (Redis lost it)
+            "partly_paused": [q.queue for q in states if not q.paused and (
+                q.paused_shards or q.pause_kept)],
             # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list)
             "callable_limits": [asdict(c) for c in redis_state.callable_limits(
                 engine, settings, partial=True)],
@@ -156,7 +161,9 @@ def render_text(status: dict[str, Any]) -> str:
                                                         "none"))
     lines += ["IN FLIGHT %(in_flight)d = %(running)d running + %(prefetched)d prefetched + "
               "%(settling)d settling" % status["holding"],
-              "", "PAUSED: %s" % (", ".join(status["paused"]) or "none")]
+              "", "PAUSED: %s" % (", ".join(status["paused"] + [
+                  "%s (%s)" % (q["queue"], q["pause"]) for q in status["queues"]
+                  if q["queue"] in status["partly_paused"] and not q["unavailable"]]) or "none")]
     if unknown := [q["queue"] for q in status["queues"] if q["unavailable"]]:
         lines[-1] += " (unknown: %s)" % ", ".join(unknown)  # their node is down
     if status["callable_limits"]:
