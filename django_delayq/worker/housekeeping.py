@@ -102,7 +102,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import connections
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from django_delayq.core import group_limits, payloads, worker_stops
+from django_delayq.core import group_limits, pauses, payloads, worker_stops
 from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
@@ -161,13 +161,15 @@ class Housekeeping:
         self.beat_s = settings.lease_ms / 3000  # the heartbeat's period: a third of a lease
 
     def limits_first(self) -> None:
-        """Redis's group limits as the rows say, before this worker's first claim: a Redis
-        that holds none (a new ``PREFIX``, lost data) would let claims past a group's
-        override until the reconciler's first pass. Failing, that pass writes them."""
+        """Redis's group limits and pauses as the rows say, before this worker's first
+        claim: a Redis that holds none (a new ``PREFIX``, lost data) would let claims past
+        a group's override, or from a paused queue, until the reconciler's first pass.
+        Failing, that pass writes them."""
         for queue in self.queues:  # one at a time: a failing queue (a shard's node down)
             try:  # costs the others nothing
                 self.claiming.queue_gate.write_limit(queue)  # the settings', as a claim would
                 group_limits.sync(self.engine, self.settings, [queue])
+                pauses.restore(self.engine, [queue])  # a shard failing: the reconciler
             except Exception as exc:  # noqa: BLE001 - the reconciler's pass writes them later
                 logger.warning("worker %s: the limits of queue %s not checked before the first "
                                "claim (the reconciler writes them): %s", shown(self.worker_id),

@@ -21,8 +21,9 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.engine import Engine as OneDataSet
 from django_delayq.engine.shard_health import PartialControl
 from django_delayq.engine.shard_map import shard_name
-from django_delayq.models import QueuePause
+from django_delayq.models import Job, QueuePause
 from django_delayq.observe import redis_state
+from django_delayq.testing import run_worker
 from tests.helpers import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -127,3 +128,13 @@ def test_a_pause_that_reaches_some_shards_names_them_and_is_completed(sharded) -
     engine.health.worked(NAMES[0])
     assert resume_queue("emails")  # again: completed
     assert _flags() == [False, False, False] and not QueuePause.objects.exists()
+
+
+def test_a_worker_writes_the_rows_pauses_before_its_first_claim(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """A Redis that lost the pause while no worker ran: the first worker to start pauses
+    the queue again before its first claim, not at its reconciler's first pass."""
+    QueuePause.objects.create(queue="emails")  # paused, then Redis lost it
+    job = schedule("tests.jobs.noop", queue="emails")
+    assert paused_queues() == []
+    assert run_worker(["emails"]) == 0
+    assert paused_queues() == ["emails"] and Job.objects.get(pk=job.id).status == "scheduled"
