@@ -22,7 +22,8 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
   expiring) leave out a shard whose node fails (``ShardHealth``), and those every shard
   answers alike (the queue limit, the paused and held groups) ask the next shard; they
   raise only when no shard answers. The status reads (all but recover and expiring)
-  leave out only a node that does not answer: an error a node answers is raised.
+  leave out only a node that does not answer: an error a node answers is raised. Pause
+  and resume try every shard; a failure on some raises ``PartialControl`` naming them.
 * Queue limits (rate, concurrency, the groups') are refused on a queue of more than one
   shard: each shard would enforce its own (so are group overrides, by the core API).
   Each shard has its own epoch (the reconciler's data-loss mark: ``data_sets``).
