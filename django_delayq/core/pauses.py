@@ -16,7 +16,8 @@
   to what Redis says where they differ).
 
 Only pauses: a queue or group paused in Redis with no row (a purge at work, a pause
-made before these rows existed) is not resumed here.
+made before these rows existed) is not resumed here, but for a pause ``restore`` wrote
+itself after a ``resume`` deleted its row (read before, written after): undone.
 """
 
 from __future__ import annotations
@@ -77,10 +78,14 @@ def restore(engine: Engine, queues: Iterable[str]) -> set[str]:
     written = 0
     for row in QueuePause.objects.filter(queue__in=list(queues)).order_by("queue", "group"):
         try:
-            if row.group:
-                written += engine.pause_group(row.queue, row.group)
-            else:
-                written += engine.pause(row.queue)
+            wrote = engine.pause_group(row.queue, row.group) if row.group else \
+                engine.pause(row.queue)
+            if wrote and not QueuePause.objects.filter(pk=row.pk).exists():
+                # resumed since the read (its row deleted, then Redis resumed): undone
+                _ = engine.resume_group(row.queue, row.group) if row.group else \
+                    engine.resume(row.queue)
+                continue
+            written += wrote
         except ERRORS as exc:
             failed.add(row.queue)
             logger.debug("queue %r: its pause not written back yet: %s", row.queue, exc)

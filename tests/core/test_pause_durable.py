@@ -14,6 +14,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from django_delayq import compat, pause_queue, paused_queues, resume_queue, schedule
+from django_delayq.core import pauses
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine, reset
 from django_delayq.core.queues import pause_group, paused_groups
@@ -138,3 +139,23 @@ def test_a_worker_writes_the_rows_pauses_before_its_first_claim(delayq_settings)
     assert paused_queues() == []
     assert run_worker(["emails"]) == 0
     assert paused_queues() == ["emails"] and Job.objects.get(pk=job.id).status == "scheduled"
+
+
+def test_a_resume_between_the_write_back_s_read_and_its_write_is_not_undone(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    class ResumedMeanwhile(type(get_engine())):  # type: ignore[misc]
+        """The real engine; an operator's resume lands after the rows were read."""
+
+        def pause(self, queue):  # type: ignore[no-untyped-def]
+            resume_queue(queue)  # the row deleted, then Redis resumed
+            return super().pause(queue)
+
+    assert pause_queue("emails")
+    get_engine().resume("emails")  # Redis lost the pause: the write-back will write it
+    engine = get_engine()
+    engine.__class__ = ResumedMeanwhile
+    try:
+        assert pauses.restore(engine, QUEUES) == set()
+    finally:
+        engine.__class__ = ResumedMeanwhile.__mro__[1]
+    assert not QueuePause.objects.exists()
+    assert paused_queues() == []  # the resume stands: no pause without its row
