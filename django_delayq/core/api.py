@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from itertools import groupby
 from typing import Any
 
@@ -296,26 +296,12 @@ def cancel(job_id: str) -> CancelOutcome:
 def reschedule(job_id: str, *, delay: float | timedelta | None = None,
                at: datetime | None = None) -> MoveOutcome:
     """Move a pending job to ``at`` or ``delay`` from now; ``run_now`` is ``delay=0``. One
-    this transaction scheduled moves with its send at the commit (``move_unsent``). A job
+    this transaction scheduled moves with its send at the commit (``move_unsent``); one
+    committed before, at the commit (nothing on a rollback: ``workflows.move``). A job
     not started yet gets its ``scheduled_for`` (the Tasks ``run_after``) moved too."""
     row = get_job(job_id)
     at, seconds = validation.when(delay, at, django_settings.USE_TZ)
-    run_at = (timezone.now() + timedelta(seconds=seconds) if at is None
-              else validation.stored_time(at, django_settings.USE_TZ))  # before Redis moves it
-    at_ms, delay_ms = None if at is None else validation.at_ms(at), int(seconds * 1000)
-    if row.status == JobStatus.SCHEDULED and commit_batch.move_unsent(
-            router.db_for_write(Job), row.id, at_ms, delay_ms):  # not sent yet: its send moves
-        outcome, due = MoveOutcome.MOVED, None
-    else:
-        outcome, due = get_engine().reschedule(row.queue, row.id, delay_ms=delay_ms, at_ms=at_ms)
-    if outcome is MoveOutcome.MOVED:
-        if due is not None and due > int(run_at.timestamp() * 1000) + 1000:
-            # held back by a cancel under way (lua/move.lua): the row says when Redis has it
-            run_at = validation.stored_time(datetime.fromtimestamp(due / 1000, tz=UTC),
-                                            django_settings.USE_TZ)
-        Job.objects.filter(pk=row.pk).update(run_at=run_at, updated_at=timezone.now())
-        Job.objects.filter(pk=row.pk, attempts=0).update(scheduled_for=run_at)  # not started
-    return outcome
+    return workflows.move(row, router.db_for_write(Job), at, seconds)
 
 
 def run_now(job_id: str) -> MoveOutcome:

@@ -46,8 +46,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings as django_settings
 from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -59,7 +61,7 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.core.option_checks import DROP, KEEP
 from django_delayq.engine.logtext import shown
-from django_delayq.engine.outcomes import CancelOutcome, NewJob
+from django_delayq.engine.outcomes import CancelOutcome, MoveOutcome, NewJob
 from django_delayq.engine.replies import chunks, grouped
 from django_delayq.exceptions import DelayQError, InvalidJob
 from django_delayq.models import (
@@ -386,3 +388,62 @@ def _in_redis(row: Job, replaced_by: str) -> tuple[CancelOutcome, bool]:
     if outcome is CancelOutcome.NOT_FOUND and unsent:
         return CancelOutcome.CANCELLED, True
     return outcome, False
+
+
+def move(row: Job, using: str, at: datetime | None, seconds: float) -> MoveOutcome:
+    """``reschedule()`` / ``run_now()``: one this transaction scheduled moves with its send
+    (``commit_batch.move_unsent``), its row at once. One committed before: in autocommit
+    Redis moves it now; in a transaction of ``using`` (the row's database) the outcome is
+    where Redis has it now, and a pending job moves at the commit (not if it, or the
+    call's savepoint, rolls back). The row is written only after Redis moved the job: one
+    claimed or finished before the commit is not moved, its row keeps its due time."""
+    at_ms, delay_ms = None if at is None else validation.at_ms(at), int(seconds * 1000)
+    if row.status == JobStatus.SCHEDULED and commit_batch.move_unsent(
+            using, row.id, at_ms, delay_ms):  # not sent yet: its send moves
+        _write_due(row, using, _due(at, seconds))
+        return MoveOutcome.MOVED
+    if transaction.get_connection(using).get_autocommit():
+        return _move_now(row, using, at, seconds)
+    place = get_engine().inspect(row.queue, row.id).place
+    if place != "pending":
+        return MoveOutcome.ALREADY_RUNNING if place == "inflight" else MoveOutcome.NOT_FOUND
+    transaction.on_commit(lambda: _move_at_commit(row, using, at, seconds), using=using,
+                          robust=True)
+    return MoveOutcome.MOVED
+
+
+def _due(at: datetime | None, seconds: float) -> datetime:
+    return (timezone.now() + timedelta(seconds=seconds) if at is None
+            else validation.stored_time(at, django_settings.USE_TZ))
+
+
+def _move_now(row: Job, using: str, at: datetime | None, seconds: float) -> MoveOutcome:
+    run_at = _due(at, seconds)  # before Redis moves it
+    at_ms = None if at is None else validation.at_ms(at)
+    outcome, due = get_engine().reschedule(row.queue, row.id, delay_ms=int(seconds * 1000),
+                                           at_ms=at_ms)
+    if outcome is MoveOutcome.MOVED:
+        if due is not None and due > int(run_at.timestamp() * 1000) + 1000:
+            # held back by a cancel under way (lua/move.lua): the row says when Redis has it
+            run_at = validation.stored_time(datetime.fromtimestamp(due / 1000, tz=UTC),
+                                            django_settings.USE_TZ)
+        _write_due(row, using, run_at)
+    return outcome
+
+
+def _move_at_commit(row: Job, using: str, at: datetime | None, seconds: float) -> None:
+    try:
+        outcome = _move_now(row, using, at, seconds)
+    except RedisError as exc:
+        logger.warning("job %s: Redis unavailable for its move at the commit (%s); it keeps "
+                       "its due time", shown(row.id), shown(exc))
+        return
+    if outcome is not MoveOutcome.MOVED:
+        logger.info("job %s: not moved at the commit: no longer pending in Redis (%s)",
+                    shown(row.id), outcome.name)
+
+
+def _write_due(row: Job, using: str, run_at: datetime) -> None:
+    jobs = Job.objects.using(using).filter(pk=row.pk)
+    jobs.update(run_at=run_at, updated_at=timezone.now())
+    jobs.filter(attempts=0).update(scheduled_for=run_at)  # not started: moved too
