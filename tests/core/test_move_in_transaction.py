@@ -6,6 +6,8 @@ time. Real redis-server and database."""
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from django.db import transaction
 from django.utils import timezone
@@ -104,3 +106,14 @@ def test_a_job_running_when_called_answers_already_running_in_a_transaction(
         assert reschedule(job_id, delay=120) is MoveOutcome.ALREADY_RUNNING
     assert get_engine().inspect("default", job_id).place == "inflight"
     assert Job.objects.get(pk=job_id).run_at == run_at
+
+
+def test_several_moves_in_a_transaction_are_made_in_order_the_last_stands(
+        delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    job_id, _ = _committed()
+    at = timezone.now().replace(microsecond=0) + dt.timedelta(hours=2)
+    with transaction.atomic():
+        assert run_now(job_id) is MoveOutcome.MOVED
+        assert reschedule(job_id, at=at) is MoveOutcome.MOVED
+    assert _score(job_id) == int(at.timestamp() * 1000)
+    assert Job.objects.get(pk=job_id).run_at == at and _claimable() == []
