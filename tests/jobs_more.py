@@ -1,6 +1,8 @@
 """Functions that tests try (and fail) to schedule, a class-level one, and a job whose
 keyword arguments are named like scheduling options."""
 
+import importlib
+
 
 class Holder:
     @staticmethod
@@ -89,3 +91,8 @@ def returns(kind: str) -> object:
 def exits() -> None:
     """A job raising ``SystemExit`` (a BaseException, not an Exception)."""
     raise SystemExit(3)
+
+
+def imports_missing() -> None:
+    """A job whose own code fails to import a module (``ModuleNotFoundError``)."""
+    importlib.import_module("tests.no_module_of_this_name")

@@ -24,8 +24,10 @@ A path is accepted only when all of this holds, checked in this order:
 ``check_schedulable`` raises ``InvalidJob`` for any of these at ``schedule()``. The
 worker's ``resolve`` raises ``NotAllowed`` (a ``PermissionError``: the runner ends the
 job dead, "not allowed: ..."). A listed module that fails to import, or lacks the
-name, raises ``ImportError`` / ``AttributeError`` instead: the job is retried, since a
-worker running a newer deploy may have it. Only successful resolutions are cached
+name, raises ``ImportError`` / ``AttributeError`` instead (any error of the module's
+own import passes through), which the worker's ``resolve_here`` raises as
+``Unresolved``: the job is retried whatever its ``retry_on`` says, since a worker
+running a newer deploy may have it. Only successful resolutions are cached
 (``functools.cache`` keeps no exceptions); ``reset()`` clears the cache when the
 settings change.
 """
@@ -153,6 +155,24 @@ def resolve(path: str) -> Callable[..., Any]:
     if why := refusal(path):
         raise NotAllowed(why)
     return _resolve(path)
+
+
+class Unresolved(Exception):  # noqa: N818 - named for what happened, as NotAllowed
+    """``resolve_here``: the job's function cannot be resolved on this worker (its
+    ``__cause__`` says why: the listed module fails to import, or lacks the function). The
+    job is retried, whatever its ``retry_on`` says (that is about the exceptions of the
+    function itself): a worker running a newer deploy may have it."""
+
+
+def resolve_here(path: str) -> Callable[..., Any]:
+    """``resolve`` for a worker: ``NotAllowed`` as it raises it, any other failure (an
+    ``ImportError``, ``AttributeError``, the module's own error) as ``Unresolved``."""
+    try:
+        return resolve(path)
+    except NotAllowed:
+        raise
+    except Exception as exc:
+        raise Unresolved("cannot resolve %r on this worker" % (path,)) from exc
 
 
 def job_object(path: str) -> Any:

@@ -45,6 +45,7 @@ import math
 import threading
 import time
 import traceback
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +77,8 @@ from django_delayq.worker.outcome import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
     from django_delayq.engine.outcomes import ClaimedJob
@@ -195,7 +198,7 @@ def run(job: ClaimedJob, *, worker_id: str, default_max_attempts: int,
         try:
             if env.atomic:
                 return _atomic(common, env, ctx, t0, worker_id)
-            result = call_job(env.path, env.args, env.kwargs, ctx)
+            result = call_job(env.path, env.args, env.kwargs, ctx, registry.resolve_here)
         except BaseException as exc:  # noqa: BLE001 - a job must never take the worker down
             return _past(limit, time.monotonic() - since, common) or _raised(
                 exc, common, t0, env, default_backoff)
@@ -218,12 +221,14 @@ _local = threading.local()
 FRESH_S = 1.0
 
 
-def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext) -> Any:
-    """Resolve ``path`` through the allow-list and call it inside the job context
+def call_job(path: str, args: list[Any], kwargs: dict[str, Any], ctx: JobContext,
+             resolve: Callable[[str], Callable[..., Any]] = registry.resolve) -> Any:
+    """Resolve ``path`` through the allow-list (the worker's: ``resolve_here``, whose
+    ``Unresolved`` ``_raised`` retries) and call it inside the job context
     (``current_job()``, ``report_progress()``: its last value is written before this
     returns, so before the worker settles the attempt); an ``async def`` runs on this
     thread's event loop."""
-    fn = registry.resolve(path)
+    fn = resolve(path)
     with progress.running(ctx):
         result = fn(*args, **kwargs)
         if inspect.isawaitable(result):
@@ -246,9 +251,12 @@ def _past(limit: float | None, elapsed: float, common: dict[str, Any]) -> Outcom
 
 def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope,
             default_backoff: backoff_mod.Policy) -> Outcome:
-    """The outcome of an attempt whose function raised ``exc``; its traceback is the one
-    being handled (the job's: called in the handler of the job's exception, never inside
-    one of ours)."""
+    """The outcome of an attempt whose function raised ``exc`` (the job's: called in the
+    handler of the job's exception, never inside one of ours). For ``Unresolved`` (this
+    worker cannot resolve the function) it is its cause, retried whatever ``retry_on``
+    says: a worker running a newer deploy may have the function."""
+    if isinstance(exc, registry.Unresolved) and exc.__cause__ is not None:
+        exc, env = exc.__cause__, replace(env, retry_on=None)  # about this worker's code
     kind, error, delay = Kind.DEAD, text(exc), None
     if isinstance(exc, Refused):  # not allowed (registry.NotAllowed, a refused URL)
         error = error if error.startswith(NOT_ALLOWED) else NOT_ALLOWED + error
@@ -259,8 +267,9 @@ def _raised(exc: BaseException, common: dict[str, Any], t0: float, env: Envelope
         asked = exc if isinstance(exc, Retry) else None  # retried whatever retry_on says
         kind, error, delay = _decide(error, type(exc), asked, env, common["job"],
                                      common["max_attempts"], default_backoff)
+    trace = "".join(traceback.format_exception(exc))
     return _ended(common, t0, kind, error_type=error_type(exc), error=text(error, 2000),
-                  retry_delay_ms=delay, traceback=text(traceback.format_exc())[-20000:])
+                  retry_delay_ms=delay, traceback=text(trace)[-20000:])
 
 
 def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
@@ -278,7 +287,8 @@ def _atomic(common: dict[str, Any], env: Envelope, ctx: JobContext, t0: float,
         with atomic.transaction_of() as using:
             done = atomic.committed(job.id, using)
             if done is None:
-                outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx), t0)
+                outcome = _succeeded(common, call_job(env.path, env.args, env.kwargs, ctx,
+                                                      registry.resolve_here), t0)
                 late = _past(limit, time.perf_counter() - t0, common)
                 if late is not None or outcome.kind is not Kind.SUCCESS:
                     # rolled back: past its limit (the worker failed this attempt already),
