@@ -152,10 +152,11 @@ def task_of(row: Job, alias: str, task_class: type[AnyTask]) -> AnyTask:
 
 def task_at(path: str) -> AnyTask | None:
     """The ``Task`` object at ``path`` (a worker ran it, so it is allowed), else ``None``.
-    The registry's own lookup: the same checks as a run, no module ``__getattr__``."""
+    The registry's own lookup: the same checks as a run, no module ``__getattr__``; a
+    module whose import fails in any way (this worker's copy older or broken) gives None."""
     try:
         obj = registry.job_object(path)
-    except (ImportError, AttributeError, PermissionError):
+    except Exception:  # noqa: BLE001 - any import failure: no Task here, the run decides
         return None
     return obj if isinstance(obj, Task) else None
 

@@ -358,3 +358,12 @@ def test_lookups_for_task_results_never_run_a_modules_getattr(settings) -> None:
         registry.job_object("tests.jobs_attack.lazy_thing")
     assert jobs_attack.GETATTR_CALLS == []
 
+
+
+def test_the_tasks_lookup_of_a_module_that_fails_at_import_is_none(settings) -> None:  # type: ignore[no-untyped-def]
+    """The Tasks backend's signal receivers ask ``task_at`` on every attempt: a listed
+    module whose import raises (not ImportError) is no Task here, not a receiver's error."""
+    from django_delayq import tasks_results
+
+    settings.DELAYQ = {**settings.DELAYQ, "ALLOWED_CALLABLES": ["tests.jobs_broken"]}
+    assert tasks_results.task_at("tests.jobs_broken.anything") is None
