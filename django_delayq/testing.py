@@ -35,7 +35,7 @@ from django.conf import settings
 from django.test import override_settings
 from django.utils import timezone
 
-from django_delayq.core import connection, events, payloads, periodic
+from django_delayq.core import api, connection, events, payloads, periodic
 from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.core.reconcile import Reconciler
@@ -43,7 +43,7 @@ from django_delayq.core.validation import at_ms
 from django_delayq.engine.logtext import text
 from django_delayq.engine.sharded import ShardedEngine as Engine
 from django_delayq.exceptions import ResultTooLarge
-from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus, aware_datetime
+from django_delayq.models import UNFINISHED_STATUSES, Job, JobAttempt, JobStatus, aware_datetime
 from django_delayq.worker import attempt_signals, handover, outcome, runner
 from django_delayq.worker.audit import AuditWriter
 
@@ -56,7 +56,7 @@ EAGER_ID = "eager"  # the worker id of DELAYQ["EAGER"] runs
 _STARTABLE = (JobStatus.SCHEDULED, JobStatus.RETRYING)  # rows an eager run marks running
 _offset_ms = 0
 _offset_lock = threading.Lock()
-_outside: list[frozenset[str]] = []  # per isolated() block: the live rows not its own
+_outside: list[frozenset[str]] = []  # per isolated() block: the unfinished rows not its own
 
 
 # -- the test clock -----------------------------------------------------------------
@@ -272,10 +272,14 @@ def _eager_failed(base: dict[str, Any], started: datetime, error_type: str, erro
 # -- an isolated prefix for one test ---------------------------------------------------
 
 class DelayQ:
-    """What the ``delayq`` fixture yields."""
+    """What the ``delayq`` fixture yields; ``outside``: the ids of the rows not finished
+    when its block began (not the test's: ``isolated()``)."""
 
     run_due_jobs = staticmethod(run_due_jobs)
     advance = staticmethod(advance)
+
+    def __init__(self, outside: frozenset[str] = frozenset()) -> None:
+        self.outside = outside
 
     def jobs(self, **filters: object) -> Any:
         return Job.objects.filter(**filters)
@@ -285,15 +289,28 @@ class DelayQ:
         return connection.get_engine()
 
     def purge(self) -> None:
+        """Cancel the test's jobs not finished yet (of the configured queues, but not the
+        rows ``outside``) as ``cancel()`` does, then delete its queues' keys in Redis:
+        none of them runs afterwards, not even from the outbox (docs/testing.md)."""
+        for job_id in _unfinished_ids(get_settings().queues) - self.outside:
+            api.cancel(job_id)
+        self.purge_keys()
+
+    def purge_keys(self) -> None:
+        """Delete the keys of the configured queues in Redis; the rows stay as they are
+        (a live one goes back to Redis at the next ``run_due_jobs``' outbox pass)."""
         for queue in get_settings().queues:
             self.engine.purge(queue)
 
 
-def _live_ids() -> frozenset[str]:
-    """The ids of the live rows there are now; none when the test has no database access
-    (pytest-django refuses it with a ``RuntimeError``)."""
+def _unfinished_ids(queues: tuple[str, ...] | None = None) -> frozenset[str]:
+    """The ids of the rows not finished now (live, or waiting for their parents), of
+    ``queues`` (None: any); none when the test has no database access (pytest-django
+    refuses it with a ``RuntimeError``)."""
+    rows = Job.objects.filter(status__in=UNFINISHED_STATUSES)
     try:
-        return frozenset(Job.objects.filter(status__in=LIVE_STATUSES).values_list("pk", flat=True))
+        return frozenset((rows if queues is None else rows.filter(queue__in=queues))
+                         .values_list("pk", flat=True))
     except RuntimeError:
         return frozenset()
 
@@ -301,20 +318,20 @@ def _live_ids() -> frozenset[str]:
 @contextmanager
 def isolated() -> Iterator[DelayQ]:
     """A unique ``DELAYQ["PREFIX"]`` and the test clock for the duration of one test.
-    ``run_due_jobs`` inside it runs only jobs of the block: the live rows there were when
-    it began (another prefix's: the real queues', an outer block's) are not taken from
-    the outbox into its prefix."""
+    ``run_due_jobs`` inside it runs only jobs of the block, and the helper's ``purge()``
+    cancels only those: the rows not finished when it began (another prefix's: the real
+    queues', an outer block's) are not taken from the outbox into its prefix."""
     current = dict(getattr(settings, "DELAYQ", {}) or {})
     prefix = "%s-test-%s" % (current.get("PREFIX", "delayq"), uuid.uuid4().hex[:10])
-    helper = DelayQ()
+    helper = DelayQ(_unfinished_ids())
     with override_settings(DELAYQ={**current, "PREFIX": prefix}), use_test_clock():
-        _outside.append(_live_ids())
+        _outside.append(helper.outside)
         try:
             yield helper
         finally:
             _outside.pop()
             events.reset()  # its flusher writes under the prefix: done before the keys go
-            helper.purge()
+            helper.purge_keys()  # the rows: the test database's (rolled back, flushed)
             helper.engine.purge_global()
             reset_clock()
 

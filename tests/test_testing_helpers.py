@@ -217,6 +217,32 @@ def test_isolated_runs_only_the_jobs_scheduled_in_it(project, transactional):
 @pytest.mark.parametrize("transactional", [
     pytest.param(False, marks=pytest.mark.django_db, id="testcase"),
     pytest.param(True, marks=pytest.mark.django_db(transaction=True), id="transactional")])
+def test_purge_cancels_the_test_s_jobs_so_none_runs_after_it(project, transactional):
+    """purge(): the test's waiting jobs (in Redis, in the outbox, retrying, waiting for a
+    parent) end ``cancelled``; the next run_due_jobs() or advance() runs none of them. The
+    rows live when the block began are not the test's: left as they are."""
+    outside = schedule("tests.jobs.add", 1, 1).id
+    with testing.isolated() as helper:
+        sent = schedule("tests.jobs.add", 2, 2, delay=60).id
+        helper.run_due_jobs()  # from the outbox into Redis
+        retrying = schedule("tests.jobs.boom", backoff=[30]).id
+        assert helper.run_due_jobs() == 1
+        unsent = schedule("tests.jobs.add", 3, 3, delay=60).id  # in the outbox
+        child = schedule("tests.jobs.add", 4, 4, after=[unsent]).id
+        assert Job.objects.get(pk=retrying).status == "retrying"
+        helper.purge()
+        ours = Job.objects.filter(pk__in=[sent, retrying, unsent, child])
+        assert set(ours.values_list("status", flat=True)) == {"cancelled"}
+        assert helper.engine.stats("default").scheduled == 0
+        assert helper.advance(timedelta(hours=1)) == 0
+        assert Job.objects.get(pk=outside).status == "scheduled"
+    assert run_due_jobs() == 1  # the real prefix's own, after the block
+    assert Job.objects.get(pk=outside).result == 2
+
+
+@pytest.mark.parametrize("transactional", [
+    pytest.param(False, marks=pytest.mark.django_db, id="testcase"),
+    pytest.param(True, marks=pytest.mark.django_db(transaction=True), id="transactional")])
 def test_run_due_jobs_runs_jobs_scheduled_by_jobs(project, delayq, transactional):  # noqa: F811
     """In a TestCase-style test the on-commit sends of the jobs' own schedule() never
     fire: run_due_jobs takes those jobs from the outbox too, as it does the test's."""

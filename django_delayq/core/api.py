@@ -309,12 +309,11 @@ def run_now(job_id: str) -> MoveOutcome:
 
 
 def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
-    """Run a finished job again. A dead job still in Redis gets fresh attempts under the
-    same id; any other finished job (or a dead one Redis trimmed) is copied to a new job
-    (its row's values checked like ``schedule()``'s) with its priority, time limit,
-    retry_on, atomic, group and parents (``after``, ``after_failure``: it waits for them)
-    (not its expiry), whose ``requeued_from`` names the original. Either way the row's
-    callable path must pass the allow-list first, as at ``schedule()``."""
+    """Run a finished job again, without its expiry. A dead job still in Redis gets fresh
+    attempts under its id; any other (or a dead one Redis trimmed) is copied to a new job
+    (its row's values checked as at ``schedule()``) with its priority, time limit, retry_on,
+    atomic, group and parents (``after``, ``after_failure``: it waits for them), whose
+    ``requeued_from`` names it. Either way the row's path must pass the allow-list first."""
     row = get_job(job_id)
     check_schedulable(row.callable_path)
     seconds = validation.delay_seconds(delay)
@@ -334,12 +333,12 @@ def requeue(job_id: str, *, delay: float | timedelta = 0) -> JobHandle:
 
 
 def _requeue_dead(row: Job, seconds: float) -> bool:
-    """Dead -> scheduled under the same id; False when Redis no longer holds the job.
-
-    The row says ``scheduled`` *before* Redis hands the job out again: a worker runs only
-    jobs whose row is live, and sets aside one whose row is final (dead)."""
+    """Dead -> scheduled under the same id, without its expiry (as a copy); False when
+    Redis no longer holds the job. ``attempts`` 0: Redis numbers them from 1 again (its
+    ``JobAttempt`` rows stay, in recording order). The row says ``scheduled`` *before*
+    Redis hands the job out again: a worker runs only jobs whose row is live."""
     now = timezone.now()
-    live = {"status": JobStatus.SCHEDULED, "attempts": 0,
+    live = {"status": JobStatus.SCHEDULED, "attempts": 0, "expires_at": None,
             "run_at": now + timedelta(seconds=seconds), "finished_at": None, "updated_at": now}
     if not Job.objects.filter(pk=row.pk, status=JobStatus.DEAD).update(**live):
         row.refresh_from_db()
@@ -351,7 +350,7 @@ def _requeue_dead(row: Job, seconds: float) -> bool:
         if outcome is not MoveOutcome.MOVED:  # not in Redis's dead set (or Redis failed)
             Job.objects.filter(pk=row.pk, status=JobStatus.SCHEDULED, updated_at=now).update(
                 status=JobStatus.DEAD, attempts=row.attempts, run_at=row.run_at,
-                finished_at=row.finished_at, updated_at=timezone.now())
+                finished_at=row.finished_at, expires_at=row.expires_at, updated_at=timezone.now())
     return outcome is MoveOutcome.MOVED
 
 

@@ -18,7 +18,9 @@ the default. Each check raises ``InvalidJob`` naming the option and the bad valu
   or ``None`` for the queue's (``QUEUE_OPTIONS``) or the global ``JOB_TIMEOUT_SECONDS``;
 * ``expires``: an aware datetime (naive only without ``USE_TZ``), or seconds / a
   ``timedelta`` from now; it must be after now and after the job's due time (else it could
-  never run). A job not started by then ends ``expired``;
+  never run): ``check`` (so ``using()``) refuses one that no later call could accept, a
+  relative one after an ``at`` is checked per job. A job not started by then ends
+  ``expired``;
 * ``retry_on``: exception classes or their dotted paths (one, or a list/tuple), stored as
   dotted paths; only those (and their subclasses) are retried. ``[]`` retries nothing;
 * ``atomic``: ``True`` or ``False`` (``None``: the function's default, ``True`` for a
@@ -146,12 +148,13 @@ class JobOptions:
                                        s.queues, any_queue)
         unset = self.max_attempts is None and self.backoff is None  # DELAYQ's: checked already
         max_attempts, backoff = (s.default_max_attempts, None) if unset else self.retries()
-        if self.expires is not None:  # its moment: per job
-            expires_at(self.expires, now=now, due=now, use_tz=use_tz)
+        at, delay_s = validation.when(self.delay, self.at, use_tz)
+        if self.expires is not None:  # its moment: per job (``new``); here what holds always
+            expires_at(self.expires, now=now, due=_due(at, delay_s, self.expires, now, use_tz),
+                       use_tz=use_tz)
         if clash and (binder := registry.binder(path)) is not None and not \
                 binder.keywords.isdisjoint(_CLASH) and (names := self.given()):
             binder.refuse_options(names)  # a function taking none of them: nothing to ask
-        at, delay_s = validation.when(self.delay, self.at, use_tz)
         own = _own(self, path)
         if self.atomic is None:
             own["atomic"] = check_atomic(None, path)
@@ -209,6 +212,16 @@ def one_by_one(specs: list[JobSpec], alone: list[bool]) -> bool:
         return True
     keys = {spec.key for spec, a in zip(specs, alone) if a and spec.key is not None}
     return bool(keys) and any(spec.key in keys for spec, a in zip(specs, alone) if not a)
+
+
+def _due(at: datetime | None, delay_s: float, expires: object, now: datetime,
+         use_tz: bool) -> datetime:
+    """The due time ``expires`` is checked against before a job's own (``check``): ``now``
+    plus the delay, or ``at``; ``now`` for a relative expiry with an ``at``, whose order
+    depends on when the job is scheduled (``using()`` may come long before)."""
+    if at is None:
+        return now + timedelta(seconds=delay_s)
+    return validation.stored_time(at, use_tz) if isinstance(expires, datetime) else now
 
 
 def _own(o: JobOptions, path: str) -> dict[str, Any]:

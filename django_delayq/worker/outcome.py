@@ -99,10 +99,15 @@ def deferred(job: ClaimedJob, path: str, at_ms: int) -> Outcome:
 
 
 def expired(job: ClaimedJob, path: str, expires_ms: int) -> Outcome:
-    """A job claimed after its ``expires_at``: never run, final ``expired``."""
-    return not_run(job, Kind.EXPIRED, path,
-                   error="expired at %s: not started by then, never run"
-                         % ms_to_dt(expires_ms).isoformat(timespec="milliseconds"))
+    """A job claimed after its ``expires_at``: this attempt not run, final ``expired``;
+    its reason says whether earlier attempts ran (a retry claimed too late)."""
+    at, n = ms_to_dt(expires_ms).isoformat(timespec="milliseconds"), job.attempt
+    if n <= 1:
+        return not_run(job, Kind.EXPIRED, path,
+                       error="expired at %s: not started by then, never run" % at)
+    ran = "attempt 1" if n == 2 else "attempts 1 to %d" % (n - 1)
+    return not_run(job, Kind.EXPIRED, path, error="expired at %s: its retry (attempt %d) was "
+                   "not started by then; %s ran" % (at, n, ran))
 
 
 def crashed(job: ClaimedJob, exc: BaseException, started: datetime | None = None) -> Outcome:

@@ -15,7 +15,7 @@ from django_delayq.core import limits, payloads
 from django_delayq.core.api import JobSpec, schedule_many
 from django_delayq.core.conf import get_settings
 from django_delayq.core.reconcile import Reconciler
-from django_delayq.models import Job, JobStatus
+from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.observe import checks
 from tests import jobs
 from tests.helpers import ALLOWED, burst, point_at
@@ -254,6 +254,38 @@ def test_a_dead_job_requeued_under_its_id_keeps_its_priority(dq) -> None:  # typ
     plain = schedule(jobs.noop, at=timezone.now() - dt.timedelta(seconds=5)).id
     assert requeue(dead).id == dead
     assert claim_order(dq) == [dead, plain]
+
+
+def test_a_dead_job_requeued_under_its_id_drops_its_expiry(dq) -> None:  # type: ignore[no-untyped-def]
+    """As the copy of a finished job does: its expiry passed (the row's, which a worker
+    reads), the requeued job still runs; its history stays (a requeue under the same id
+    numbers its attempts from 1 again)."""
+    dead = schedule(jobs.boom, "kaput", max_attempts=1, expires=dt.timedelta(hours=1)).id
+    assert burst() == 0
+    assert Job.objects.get(pk=dead).status == JobStatus.DEAD
+    Job.objects.filter(pk=dead).update(expires_at=timezone.now() - dt.timedelta(seconds=1))
+    assert requeue(dead).id == dead
+    assert (Job.objects.get(pk=dead).expires_at, Job.objects.get(pk=dead).status) == (
+        None, JobStatus.SCHEDULED)
+    assert burst() == 0
+    row = Job.objects.get(pk=dead)
+    assert (row.status, row.attempts, row.error_type) == (JobStatus.DEAD, 1, "builtins.RuntimeError")
+    assert list(JobAttempt.objects.filter(job_id=dead).order_by("pk").values_list(
+        "number", "outcome")) == [(1, "dead"), (1, "dead")]  # the first run's kept
+
+
+def test_a_dead_job_whose_requeue_redis_refuses_keeps_its_expiry(dq) -> None:  # type: ignore[no-untyped-def]
+    """Redis no longer holds it: the row goes back as it was, expiry included, and the
+    job is copied (without the expiry) to a new one."""
+    dead = schedule(jobs.boom, "kaput", max_attempts=1, expires=dt.timedelta(hours=1)).id
+    assert burst() == 0
+    expires = Job.objects.get(pk=dead).expires_at
+    dq.purge("default")  # Redis lost its dead set
+    copy = requeue(dead).id
+    assert copy != dead
+    row = Job.objects.get(pk=dead)
+    assert (row.status, row.attempts, row.expires_at) == (JobStatus.DEAD, 1, expires)
+    assert Job.objects.get(pk=copy).expires_at is None
 
 
 def test_the_reconciler_re_enqueues_with_the_row_s_priority(dq) -> None:  # type: ignore[no-untyped-def]

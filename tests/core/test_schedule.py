@@ -21,6 +21,7 @@ from django_delayq.models import Job, JobStatus
 from tests import jobs, jobs_more
 
 pytestmark = pytest.mark.django_db(transaction=True)
+NEVER_RUN = r"expires=\S+ is not after the job's due time \S+: it could never run"
 
 
 def in_redis(engine, job_id: str, queue: str = "default") -> str:  # type: ignore[no-untyped-def]
@@ -542,12 +543,31 @@ def test_job_using_options_apply_as_in_schedule(delayq_engine) -> None:  # type:
     ({"max_attempts": 0}, "max_attempts must be an integer from 1 to 1000"),
     ({"backoff": [1e308]}, "backoff"),
     ({"key": ""}, "key must be a non-empty string"),
+    # an expiry not after the due time, whenever .schedule() is called
+    ({"delay": 60, "expires": 30}, NEVER_RUN),
+    ({"delay": dt.timedelta(minutes=1), "expires": 60}, NEVER_RUN),
+    ({"at": dt.datetime(2100, 1, 1, tzinfo=dt.UTC),
+      "expires": dt.datetime(2099, 12, 31, tzinfo=dt.UTC)}, NEVER_RUN),
+    ({"delay": 7200, "expires": dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)}, NEVER_RUN),
 ])
 def test_job_using_refuses_bad_options_at_once(delayq_settings, options, message) -> None:  # type: ignore[no-untyped-def]
     from django_delayq import job
 
     with pytest.raises(InvalidJob, match=message):
         job("tests.jobs.noop").using(**options)
+    assert Job.objects.count() == 0
+
+
+def test_job_using_leaves_a_relative_expiry_after_an_absolute_at_to_schedule(delayq_settings) -> None:  # type: ignore[no-untyped-def]
+    """``expires`` counts from ``.schedule()``'s now, ``at`` does not: whether the expiry
+    falls after the due time depends on when it is called; ``.schedule()`` checks it."""
+    from django_delayq import job
+
+    at = dt.datetime.now(dt.UTC) + dt.timedelta(hours=2)
+    call = job("tests.jobs.noop").using(at=at, expires=3600)
+    with pytest.raises(InvalidJob, match=NEVER_RUN):
+        call.schedule()
+    assert job("tests.jobs.noop").using(delay=30, expires=60).delay == 30
     assert Job.objects.count() == 0
 
 
