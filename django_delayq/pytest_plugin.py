@@ -7,7 +7,8 @@ do not list it in ``pytest_plugins`` (pytest refuses a plugin registered twice).
 
 * ``delayq``: a unique ``DELAYQ["PREFIX"]`` for the test (its Redis keys are deleted
   afterwards) and the test clock; yields ``django_delayq.testing.DelayQ`` with
-  ``run_due_jobs(now=None)``, ``advance(timedelta)``, ``jobs(**filters)``, ``engine``.
+  ``run_due_jobs(now=None)``, ``advance(timedelta)``, ``jobs(**filters)``, ``purge()``,
+  ``engine``.
 * ``delayq_eager``: ``DELAYQ["EAGER"] = True`` for the test: ``schedule()`` runs the job
   inline once the surrounding transaction commits (no Redis involved); a failing job's
   exception is raised out of the commit (or of ``schedule()`` in autocommit).

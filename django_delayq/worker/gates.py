@@ -16,7 +16,7 @@ arrives (``resume`` publishes one) or at the next poll, so it never spins on it.
 **Starts** (``StartGate``), in the job's thread, after its row was read at claim time:
 
 * a job whose row's ``expires_at`` has passed (on the Redis server's clock, as the loop
-  estimates it) is never run: it ends ``expired`` (acked);
+  estimates it) is not started (again): it ends ``expired`` (acked);
 * a job whose callable has ``DELAYQ["CALLABLE_LIMITS"]`` asks Redis for a start
   (``Engine.acquire``) right before its function is called. Refused, it is *deferred*:
   back to ``pending`` due at the time the engine named (for a full concurrency: after a
