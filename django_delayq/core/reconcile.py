@@ -99,7 +99,7 @@ from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.models import LIVE_STATUSES, Job, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -290,7 +290,10 @@ class Reconciler:
         would be) re-enqueued at once."""
         if not (rows := reconcile_state.live_rows(cursor)):
             return 0
-        self.stats.examined += len(rows)
+        self.stats.examined += len(rows)  # a row the reconciler cannot use ends dead alone
+        if not (rows := unqueueable.screen(rows, self.stats.to_settle if cursor.dry_run
+                                           else None)):
+            return 0
         seen_ms = self.engine.time_ms()  # before the look: whoever beats later was alive
         found = self._find(rows, seen_ms)
         took = {f.row.pk for f in found if cursor.lost and self._epochs.took(f.row.queue, f.row.pk)}
@@ -320,7 +323,7 @@ class Reconciler:
             return
         seen_ms = self.engine.time_ms()  # before the look, as in ``_batch``
         seen = time.monotonic() + max(0.0, self.settings.lease_seconds - self.confirm_seconds)
-        found = self._leave_to_live_workers(self._find(rows, seen_ms))
+        found = self._leave_to_live_workers(self._find(unqueueable.screen(rows), seen_ms))
         for f in found[:MAX_SUSPECTS - len(self._suspects)]:
             self._suspects[f.row.pk] = Suspect(f.row.status, f.row.updated_at, seen, seen_ms, False)
 
@@ -330,8 +333,8 @@ class Reconciler:
         due = [pk for pk, sus in self._suspects.items() if force or sus.seen <= horizon][:BATCH]
         if not due:
             return
-        rows = {r.pk: r for r in Job.objects.filter(pk__in=due, status__in=LIVE_STATUSES)
-                .only(*reconcile_state.LIGHT)}
+        rows = {r.pk: r for r in unqueueable.screen(list(Job.objects.filter(
+            pk__in=due, status__in=LIVE_STATUSES).only(*reconcile_state.LIGHT)))}
         still: dict[bool, list[Job]] = {False: [], True: []}
         seen: dict[str, Suspect] = {}
         for pk in due:
@@ -392,11 +395,7 @@ class Reconciler:
 
     def _enqueue(self, rows: list[Job], seen: dict[str, Suspect] | None,
                  lost: bool = False) -> int:
-        # an id no script takes: dead with its reason, not put back for claims to refuse
-        rows, never = unqueueable.split(rows)
-        for row, reason in never:  # at the attempt a claim would have charged
-            reconcile_state.settle_row(row, JobStatus.DEAD, row.attempts + 1, reason,
-                                       error_type=unqueueable.INVALID_ROW)
+        # (rows of ids no script takes, or of values unusable here, ended dead: ``screen``)
         if not rows:
             return 0
         seeds = self._live.seeds(rows, seen, LOSS_MARGIN_SECONDS)

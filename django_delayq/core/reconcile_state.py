@@ -57,7 +57,7 @@ import logging
 from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import router, transaction
 from django.db.models import Q
@@ -147,8 +147,10 @@ def live_rows(cursor: Cursor) -> list[Job]:
             at, pk = cursor.after
             rows = rows.filter(Q(run_at__gt=at) | Q(run_at=at, pk__gt=pk))
         found = list(rows.order_by("run_at", "pk")[:cursor.batch])
-        if len(found) == cursor.batch:
-            cursor.after = (found[-1].run_at, found[-1].pk)
+        # from the last row with a due time (the others' are bad: ``unqueueable`` ends them)
+        if len(found) == cursor.batch and (last := [r for r in found if isinstance(
+                r.run_at, datetime)][-1:]):
+            cursor.after = (last[0].run_at, last[0].pk)
         else:
             cursor.status, cursor.after = cursor.status + 1, None
         if found := [row for row in found if row.pk not in cursor.skip]:
@@ -175,7 +177,7 @@ class Liveness:
 
     def alive(self, worker_ids: set[str]) -> set[str]:
         """Those of ``worker_ids`` that heartbeated within two leases."""
-        ids = sorted(w for w in worker_ids if w)
+        ids = sorted(w for w in worker_ids if w and isinstance(w, str))  # bad: unqueueable
         if not ids:
             return set()
         scores = self.engine.worker_beats(ids)
@@ -376,18 +378,22 @@ def settle_one(f: Finding) -> bool:
 
 
 def settle_row(row: Job, status: JobStatus, number: int, reason: str, *, error_type: str = "",
-               worker_id: str | None = None, finished: datetime | None = None) -> bool:
+               worker_id: str | None = None, finished: datetime | None = None,
+               unchanged: dict[str, Any] | None = None) -> bool:
     """``row`` ended by the reconciler (``settle_one``, ``unqueueable``) if unchanged since it
     was read (else False: a late flush wins): ``status`` at attempt ``number`` (dead: with a
-    ``JobAttempt``), ``worker_id`` None: the row's, ``finished`` None: now; logged, signalled."""
+    ``JobAttempt``), ``worker_id`` None: the row's, ``finished`` None: now; logged, signalled.
+    ``unchanged``: what "unchanged" compares besides the status (None: the change time, and
+    attempts at most ``number``; ``unqueueable`` passes less for a row whose value is bad)."""
     now, using = timezone.now(), router.db_for_write(Job)
     finished = now if finished is None else db_datetime(finished)  # Redis's instants: UTC
     worker_id = row.worker_id if worker_id is None else worker_id
+    if unchanged is None:
+        unchanged = {"updated_at": row.updated_at, "attempts__lte": number}
     with transaction.atomic(using=using):
-        if not Job.objects.using(using).filter(
-                pk=row.pk, status=row.status, updated_at=row.updated_at, attempts__lte=number
-        ).update(status=status, attempts=number, finished_at=finished, last_error=reason,
-                 error_type=error_type, traceback="", updated_at=now, worker_id=worker_id):
+        if not Job.objects.using(using).filter(pk=row.pk, status=row.status, **unchanged).update(
+                status=status, attempts=number, finished_at=finished, last_error=reason,
+                error_type=error_type, traceback="", updated_at=now, worker_id=worker_id):
             return False
         if status == JobStatus.DEAD:
             JobAttempt.objects.using(using).create(job_id=row.pk, number=number, outcome=status,
