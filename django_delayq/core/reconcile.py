@@ -288,7 +288,7 @@ class Reconciler:
     def _batch(self, cursor: Cursor) -> int:
         """One batch of ``cursor``'s walk; returns how many jobs were (or, in a dry run,
         would be) re-enqueued at once."""
-        if not (rows := reconcile_state.live_rows(cursor)):
+        if not (rows := reconcile_state.live_rows(cursor, unqueueable.read)):
             return 0
         self.stats.examined += len(rows)  # a row the reconciler cannot use ends dead alone
         if not (rows := unqueueable.screen(rows, self.stats.to_settle if cursor.dry_run
@@ -319,7 +319,8 @@ class Reconciler:
         """The running rows of silent workers (``Liveness.orphaned``): first look now,
         the second a lease later (a worker whose beats a Redis stall held up has beaten
         again by then)."""
-        if not (rows := self._live.orphaned(self.queues, skip=self._suspects, batch=BATCH)):
+        if not (rows := self._live.orphaned(self.queues, skip=self._suspects, batch=BATCH,
+                                                read=unqueueable.read)):
             return
         seen_ms = self.engine.time_ms()  # before the look, as in ``_batch``
         seen = time.monotonic() + max(0.0, self.settings.lease_seconds - self.confirm_seconds)
@@ -333,8 +334,8 @@ class Reconciler:
         due = [pk for pk, sus in self._suspects.items() if force or sus.seen <= horizon][:BATCH]
         if not due:
             return
-        rows = {r.pk: r for r in unqueueable.screen(list(Job.objects.filter(
-            pk__in=due, status__in=LIVE_STATUSES).only(*reconcile_state.LIGHT)))}
+        rows = {r.pk: r for r in unqueueable.screen(unqueueable.read(Job.objects.filter(
+            pk__in=due, status__in=LIVE_STATUSES).only(*reconcile_state.LIGHT), BATCH))}
         still: dict[bool, list[Job]] = {False: [], True: []}
         seen: dict[str, Suspect] = {}
         for pk in due:

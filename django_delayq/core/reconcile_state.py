@@ -54,7 +54,7 @@ conditional on the row being unchanged, so a late flush of a live worker wins.
 from __future__ import annotations
 
 import logging
-from collections.abc import Container, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -72,6 +72,8 @@ from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus, db_datetime
 
 if TYPE_CHECKING:
+    from django.db.models import QuerySet
+
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
     from django_delayq.engine.outbox import Presence
@@ -130,13 +132,15 @@ UNRECORDED = ("may have run without being recorded (Redis lost its data, or the 
               "that had it died before recording it); counted as an attempt")
 LOST_WITH_DATA = "its lease was lost with Redis's data; the job was put back to run again"
 
+# How rows are read (``unqueueable.read``: a row whose columns cannot be, ended dead alone)
+Read = Callable[["QuerySet[Job]", int], list[Job]]
 LIGHT = ("id", "queue", "status", "worker_id", "run_at", "created_at", "updated_at",
          "attempts", "cancel_requested", "callable_path", "priority", "group")
 
 
-def live_rows(cursor: Cursor) -> list[Job]:
-    """Up to ``cursor.batch`` rows of ``cursor``'s walk from where it is; advances it (wraps to
-    the start)."""
+def live_rows(cursor: Cursor, read: Read) -> list[Job]:
+    """Up to ``cursor.batch`` rows of ``cursor``'s walk from where it is, through ``read``
+    (``unqueueable.read``); advances it (wraps to the start)."""
     cutoff = timezone.now() - timedelta(seconds=cursor.grace)
     while cursor.status < len(LIVE_STATUSES):
         rows = Job.objects.filter(status=LIVE_STATUSES[cursor.status], queue__in=cursor.queues,
@@ -146,7 +150,7 @@ def live_rows(cursor: Cursor) -> list[Job]:
         if cursor.after is not None:
             at, pk = cursor.after
             rows = rows.filter(Q(run_at__gt=at) | Q(run_at=at, pk__gt=pk))
-        found = list(rows.order_by("run_at", "pk")[:cursor.batch])
+        found = read(rows.order_by("run_at", "pk"), cursor.batch)
         # from the last row with a due time (the others' are bad: ``unqueueable`` ends them)
         if len(found) == cursor.batch and (last := [r for r in found if isinstance(
                 r.run_at, datetime)][-1:]):
@@ -189,15 +193,16 @@ class Liveness:
         """How old a heartbeat is when its worker may be dead (``SILENT_BEATS`` periods)."""
         return worker_stops.SILENT_BEATS * self.settings.lease_ms // 3
 
-    def orphaned(self, queues: Sequence[str], skip: Container[str], batch: int) -> list[Job]:
+    def orphaned(self, queues: Sequence[str], skip: Container[str], batch: int,
+                 read: Read) -> list[Job]:
         """The oldest ``batch`` running rows of ``queues`` (not in ``skip``) unchanged for two
         leases whose worker is silent: died (or stopped) with its audit buffer, so its
         flush is not coming. Running rows are as many as the workers' threads: one query,
         one ZMSCORE."""
         cutoff = timezone.now() - timedelta(seconds=2 * self.settings.lease_seconds)
-        rows = [r for r in Job.objects.filter(status=JobStatus.RUNNING, queue__in=queues,
-                                              updated_at__lte=cutoff)
-                .only(*LIGHT).order_by("updated_at")[:batch] if r.pk not in skip]
+        rows = [r for r in read(Job.objects.filter(status=JobStatus.RUNNING, queue__in=queues,
+                                                   updated_at__lte=cutoff)
+                                .only(*LIGHT).order_by("updated_at"), batch) if r.pk not in skip]
         alive = self.alive({r.worker_id for r in rows}) if rows else set()
         return [r for r in rows if r.worker_id not in alive]
 

@@ -14,7 +14,8 @@ count + 1; where the count is the bad value, one more than the job's recorded at
 its reason (``invalid row: ...``, naming the field and its value) on the row and on a
 dead attempt; it sends ``job_dead`` and resolves its waiting children, like any death. A
 row the database refuses to write as well is left as it is, with a warning naming it,
-each time it is read.
+each time it is read. A column the driver cannot read at all fails the query of the whole
+batch: ``read`` then reads the batch row by row and ends such a row the same way.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.db import DatabaseError
+from django.db import DatabaseError, DataError
 
 from django_delayq.core import reconcile_state
 from django_delayq.core.option_checks import MAX_PRIORITY, MIN_PRIORITY
@@ -32,15 +33,19 @@ from django_delayq.core.validation import at_ms, short
 from django_delayq.engine import bad_id
 from django_delayq.engine.logtext import shown
 from django_delayq.exceptions import InvalidRow, type_path
-from django_delayq.models import LIVE_STATUSES, JobAttempt, JobStatus
+from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
 
 if TYPE_CHECKING:
-    from django_delayq.models import Job
+    from django.db.models import QuerySet
 
 logger = logging.getLogger(__name__)
 
 INVALID_ROW = type_path(InvalidRow)
 MAX_COUNT = 2**31 - 2  # the next attempt (+ 1) fits the column on every database
+# A column the driver cannot turn into a value: a date SQLite holds that no calendar has
+# (ValueError), a timestamp PostgreSQL stores that Python cannot hold (DataError)
+UNREADABLE = (ValueError, TypeError, OverflowError, DataError)
+TIMES = ("run_at", "created_at", "updated_at")
 
 
 def _int(value: object, low: int, high: int) -> bool:
@@ -118,3 +123,32 @@ def end(row: Job, reason: str) -> bool:
                        "(%s): left as it is", shown(row.pk), shown(row.queue), reason,
                        shown(exc))
         return False
+
+
+def read(rows: QuerySet[Job], limit: int) -> list[Job]:
+    """The first ``limit`` of ``rows``; when a column of one cannot be read (``UNREADABLE``),
+    they are read one by one and such a row ends ``dead`` (``invalid row: run_at cannot be
+    read (...)``), alone: the query of a batch failed with it, every tick."""
+    try:
+        return list(rows[:limit])
+    except UNREADABLE:
+        pass
+    found: list[Job] = []
+    for pk in list(rows.values_list("pk", flat=True)[:limit]):
+        try:
+            found += Job.objects.filter(pk=pk).only(*reconcile_state.LIGHT)
+        except UNREADABLE as exc:
+            if (row := Job.objects.filter(pk=pk).only(*(
+                    f for f in reconcile_state.LIGHT if f not in TIMES)).first()) is not None:
+                bad = [t for t in TIMES if not _readable(pk, t)] or ["a column"]
+                row.__dict__.update(dict.fromkeys(TIMES))  # None: never loaded (deferred)
+                end(row, "invalid row: %s cannot be read (%s)" % (", ".join(bad), shown(exc)))
+    return found
+
+
+def _readable(pk: str, column: str) -> bool:
+    try:
+        list(Job.objects.filter(pk=pk).values_list(column, flat=True))
+    except UNREADABLE:
+        return False
+    return True

@@ -138,3 +138,19 @@ def test_a_dry_run_names_the_bad_row_and_writes_nothing(engine) -> None:  # type
     r.run_all(grace_seconds=0, dry_run=True)
     assert r.stats.to_settle == [x]
     assert Job.objects.get(pk=x).status == JobStatus.SCHEDULED
+
+
+def test_a_due_time_the_driver_cannot_read_ends_dead_alone(engine) -> None:  # type: ignore[no-untyped-def]
+    """A value the column holds but Python cannot (a month 13 on SQLite; PostgreSQL's
+    'infinity', past year 9999): the query of the whole batch failed with it."""
+    x, w = schedule("tests.jobs.noop").id, schedule("tests.jobs.noop").id
+    engine.purge("default")
+    _backdate(x, w)
+    _raw("run_at", "2026-13-45 00:00:00" if ON_SQLITE else "infinity", x)
+    r = Reconciler(engine, get_settings(), ("default",))
+    _ticks_until(r, lambda: _queued(engine, w) and Job.objects.filter(
+        pk=x, status=JobStatus.DEAD).exists())
+    [(reason, attempts)] = Job.objects.filter(pk=x).values_list("last_error", "attempts")
+    assert reason.startswith("invalid row: run_at cannot be read (") and attempts == 1, reason
+    assert list(JobAttempt.objects.filter(job_id=x).values_list("number", "error")) == [
+        (1, reason)]
