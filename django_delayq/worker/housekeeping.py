@@ -103,7 +103,6 @@ from django.db import connections
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_delayq.core import group_limits, pauses, payloads, worker_stops
-from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
 from django_delayq.engine.replies import grouped
@@ -118,6 +117,7 @@ from django_delayq.worker.settle import record_failure
 
 if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
+    from django_delayq.core.reconcile import Reconciler
     from django_delayq.engine import Engine
     from django_delayq.engine.outcomes import ClaimedJob
     from django_delayq.worker.runner import Execution
@@ -138,7 +138,7 @@ class Housekeeping:
 
     def __init__(self, engine: Engine, settings: Settings, ledger: Ledger,
                  audit: AuditWriter, *, claiming: Claiming, execution: Execution,
-                 settlement: Settlement, worker_id: str, name: str,
+                 settlement: Settlement, reconciler: Reconciler, worker_id: str, name: str,
                  supervision: Supervision | None) -> None:
         self.engine, self.settings, self.ledger = engine, settings, ledger
         self.gate = execution.gate  # the heartbeat renews its callable-limit slots
@@ -148,9 +148,7 @@ class Housekeeping:
         self.worker_id, self.name, self.supervision = worker_id, name, supervision
         self.started_ts = datetime.now(UTC)
         self.recovery = LeaseRecovery(engine, settings, audit)
-        # the queues the claims backed off: an outage the reconciler's own looks missed
-        self.reconciler = Reconciler(engine, settings, self.queues,
-                                     failures=lambda: claiming.backoff.failures)
+        self.reconciler = reconciler  # the worker's (``loop.py``: ``Worker.__init__``)
         self.retention = Retention(engine, settings, worker_id)  # old rows, dead workers
         from django_delayq.core.periodic import Keeper  # lazy: a 13-module import chain else
         self.schedules = Keeper(worker_id=worker_id)  # the keeper thread's pass (periodic.py)

@@ -43,6 +43,7 @@ from django.db import connections
 from redis.exceptions import RedisError
 
 from django_delayq.core import periodic
+from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.server_mode import WrongRedisMode
 from django_delayq.worker import tracking
@@ -160,10 +161,15 @@ class Worker:
         self.execution = Execution(engine, settings, self.ledger, self.claiming,
                                    self.settlement, worker_id=self.id,
                                    concurrency=options.concurrency)
+        # its reconciler is told the queues the claims backed off: an outage its own looks
+        # missed (made here: the housekeeping's import chain stays within 12 modules)
+        reconciler = Reconciler(engine, settings, self.claiming.queues,
+                                failures=lambda: self.claiming.backoff.failures)
         self.housekeeping = Housekeeping(engine, settings, self.ledger, self.audit,
                                          claiming=self.claiming, execution=self.execution,
-                                         settlement=self.settlement, worker_id=self.id,
-                                         name=self.name, supervision=options.supervision)
+                                         settlement=self.settlement, reconciler=reconciler,
+                                         worker_id=self.id, name=self.name,
+                                         supervision=options.supervision)
         # The worker's own state, no collaborator: its stop, its loop's failure log, and
         # the process's one signal relay (made once per process, not for this worker)
         self.draining = False
