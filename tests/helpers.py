@@ -78,3 +78,16 @@ def connected(receivers: dict[Any, Callable[..., Any]]) -> Iterator[None]:
     finally:
         for signal, receiver in receivers.items():
             signal.disconnect(receiver)
+
+
+class RolledBack(Exception):
+    """Raised inside ``transaction.atomic()`` to roll it back."""
+
+
+def score_ms(job_id: str, queue: str = "default") -> int:
+    """The due time (ms) Redis holds job ``job_id`` at; it must hold it."""
+    from django_delayq.core.connection import get_engine
+
+    score = get_engine().inspect(queue, job_id).score_ms
+    assert score is not None, job_id
+    return score

@@ -21,6 +21,7 @@ from django_delayq.core.reconcile import Reconciler
 from django_delayq.engine import CancelOutcome
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.models import Job, JobStatus
+from tests.helpers import RolledBack, score_ms
 from tests.worker.conftest import ROOT, worker_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,16 +89,6 @@ def test_a_cancel_in_the_scheduling_transaction_leaves_nothing_in_redis(
     assert Job.objects.get(pk=handle.id).status == JobStatus.CANCELLED
 
 
-class _Boom(Exception):
-    pass
-
-
-def _score(job_id: str) -> int:
-    score = get_engine().inspect("default", job_id).score_ms
-    assert score is not None, job_id
-    return score
-
-
 def _run_at_in(job_id: str, seconds: float) -> bool:
     """Whether the row is due ``seconds`` from now (within the test's own slowness)."""
     left = (Job.objects.get(pk=job_id).run_at - timezone.now()).total_seconds()
@@ -120,11 +111,11 @@ def test_reschedule_and_run_now_in_the_scheduling_transaction_move_its_send(
         assert reschedule(fixed.id, at=at) is MoveOutcome.MOVED
         before = get_engine().time_ms()
     after = get_engine().time_ms()
-    assert before + 120_000 <= _score(later.id) <= after + 120_000
+    assert before + 120_000 <= score_ms(later.id) <= after + 120_000
     assert _run_at_in(later.id, 120) and _run_at_in(now.id, 0) and _run_at_in(kept.id, 3600)
-    assert _score(fixed.id) == int(at.timestamp() * 1000)
+    assert score_ms(fixed.id) == int(at.timestamp() * 1000)
     assert Job.objects.get(pk=fixed.id).run_at == at
-    assert before + 3_600_000 <= _score(kept.id) <= after + 3_600_000
+    assert before + 3_600_000 <= score_ms(kept.id) <= after + 3_600_000
     assert _claimable() == [now.id]  # due now: a worker runs it; the others wait
 
 
@@ -133,11 +124,11 @@ def test_a_move_rolled_back_with_its_savepoint_leaves_the_earlier_one(
     with transaction.atomic():
         handle = schedule("tests.jobs.noop", 1, delay=3600)
         assert reschedule(handle.id, delay=120) is MoveOutcome.MOVED
-        with pytest.raises(_Boom), transaction.atomic():
+        with pytest.raises(RolledBack), transaction.atomic():
             assert run_now(handle.id) is MoveOutcome.MOVED
-            raise _Boom
+            raise RolledBack
         before = get_engine().time_ms()
-    assert before + 120_000 <= _score(handle.id) <= get_engine().time_ms() + 120_000
+    assert before + 120_000 <= score_ms(handle.id) <= get_engine().time_ms() + 120_000
     assert _run_at_in(handle.id, 120) and _claimable() == []
 
 
@@ -154,10 +145,10 @@ def test_a_move_after_a_cancel_in_the_same_transaction_reaches_the_send(
 
 def test_a_rolled_back_transaction_leaves_no_job_and_no_move(
         delayq_settings) -> None:  # type: ignore[no-untyped-def]
-    with pytest.raises(_Boom), transaction.atomic():
+    with pytest.raises(RolledBack), transaction.atomic():
         handle = schedule("tests.jobs.noop", 1, delay=3600)
         assert run_now(handle.id) is MoveOutcome.MOVED
-        raise _Boom
+        raise RolledBack
     assert not Job.objects.filter(pk=handle.id).exists() and _places([handle]) == {""}
     again = schedule("tests.jobs.noop", 2, delay=3600)  # the next send: nothing moved
     assert _run_at_in(again.id, 3600) and _claimable() == []

@@ -16,24 +16,15 @@ from django_delayq import reschedule, run_now, schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.engine import MoveOutcome
 from django_delayq.models import Job
+from tests.helpers import RolledBack, score_ms
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-class _Boom(Exception):
-    pass
-
-
-def _score(job_id: str) -> int:
-    score = get_engine().inspect("default", job_id).score_ms
-    assert score is not None, job_id
-    return score
 
 
 def _due_in(job_id: str, seconds: float, before_ms: int) -> bool:
     """Whether Redis has the job due ``seconds`` after ``before_ms`` (within the test's
     own slowness) and its row says the same."""
-    score = _score(job_id)
+    score = score_ms(job_id)
     left = (Job.objects.get(pk=job_id).run_at - timezone.now()).total_seconds()
     return (before_ms + seconds * 1000 <= score <= get_engine().time_ms() + seconds * 1000
             and seconds - 30 <= left <= seconds)
@@ -52,10 +43,10 @@ def _committed() -> tuple[str, int]:
 def test_a_move_in_a_transaction_that_rolls_back_leaves_redis_and_row_as_they_were(
         delayq_settings, move: str) -> None:  # type: ignore[no-untyped-def]
     job_id, before = _committed()
-    with pytest.raises(_Boom), transaction.atomic():
+    with pytest.raises(RolledBack), transaction.atomic():
         outcome = reschedule(job_id, delay=120) if move == "reschedule" else run_now(job_id)
         assert outcome is MoveOutcome.MOVED
-        raise _Boom
+        raise RolledBack
     assert _due_in(job_id, 3600, before) and _claimable() == []
 
 
@@ -80,9 +71,9 @@ def test_a_move_rolled_back_with_its_savepoint_leaves_the_earlier_one(
     with transaction.atomic():
         before = get_engine().time_ms()
         assert reschedule(job_id, delay=120) is MoveOutcome.MOVED
-        with pytest.raises(_Boom), transaction.atomic():
+        with pytest.raises(RolledBack), transaction.atomic():
             assert run_now(job_id) is MoveOutcome.MOVED
-            raise _Boom
+            raise RolledBack
     assert _due_in(job_id, 120, before) and _claimable() == []
 
 
@@ -115,5 +106,5 @@ def test_several_moves_in_a_transaction_are_made_in_order_the_last_stands(
     with transaction.atomic():
         assert run_now(job_id) is MoveOutcome.MOVED
         assert reschedule(job_id, at=at) is MoveOutcome.MOVED
-    assert _score(job_id) == int(at.timestamp() * 1000)
+    assert score_ms(job_id) == int(at.timestamp() * 1000)
     assert Job.objects.get(pk=job_id).run_at == at and _claimable() == []
