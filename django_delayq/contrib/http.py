@@ -120,14 +120,14 @@ class _Deadline:
 
 # -- which addresses may be called ----------------------------------------------------
 
-def refusal(ip: IPAddress) -> str | None:
+def _refusal(ip: IPAddress) -> str | None:
     """Why ``ip`` is not a public unicast address, or None when it is. An IPv6 address
     holding an IPv4 one (IPv4-mapped, or 6to4: 2002::/16, which Python calls global) is
     judged by that IPv4 address."""
     if isinstance(ip, ipaddress.IPv6Address):
         for form, inner in (("IPv4-mapped ", ip.ipv4_mapped), ("6to4 ", ip.sixtofour)):
             if inner is not None:
-                why = refusal(inner)
+                why = _refusal(inner)
                 return None if why is None else form + why
     for kind in ("unspecified", "loopback", "link_local", "multicast", "reserved", "private"):
         if getattr(ip, "is_" + kind):
@@ -152,7 +152,7 @@ def _resolve(host: str, port: int, deadline: _Deadline) -> list[SockAddr]:
     return [(family, sockaddr) for family, _type, _proto, _name, sockaddr in infos]
 
 
-def vetted_addresses(url: str, host: str, port: int, deadline: _Deadline) -> list[SockAddr]:
+def _vetted_addresses(url: str, host: str, port: int, deadline: _Deadline) -> list[SockAddr]:
     """The resolved addresses of ``host`` that may be called, in resolver order;
     ``CallbackRefused`` naming each address and why when none may."""
     try:
@@ -163,7 +163,7 @@ def vetted_addresses(url: str, host: str, port: int, deadline: _Deadline) -> lis
     allowed, refused = [], []
     for family, sockaddr in resolved:
         ip = ipaddress.ip_address(str(sockaddr[0]).split("%", 1)[0])
-        why = refusal(ip)
+        why = _refusal(ip)
         if why is None or _is_allowed(ip, networks):
             allowed.append((family, sockaddr))
         else:
@@ -344,7 +344,7 @@ def _headers(headers: Mapping[str, str] | None) -> dict[str, str]:
 def _exchange(url: str, body: bytes, headers: dict[str, str],
               deadline: _Deadline) -> tuple[int, bytes]:
     parts, host, port, path = _target(url)
-    addresses = vetted_addresses(url, host, port, deadline)
+    addresses = _vetted_addresses(url, host, port, deadline)
     tls = ssl.create_default_context() if parts.scheme == "https" else None
     conn = _Connection(host, port, addresses, deadline, tls)
     try:

@@ -42,7 +42,7 @@ from django_delayq.core import option_checks, validation
 from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.logtext import text  # never raises; lone surrogates escaped
 from django_delayq.engine.replies import chunks
-from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, TICK_KEY_PREFIX, Job
+from django_delayq.models import JOB_COLUMNS, LIVE_STATUSES, TICK_KEY_PREFIX, Job, JobStatus
 
 if TYPE_CHECKING:
     from django_delayq.engine.outcomes import ClaimedJob
@@ -94,7 +94,10 @@ def read(jobs: Sequence[ClaimedJob], claimed: bool = False) -> Loaded:
         if row is None:
             aside.append(Aside(job, NO_ROW, "no audit row with this id (never scheduled "
                                             "through django-delayq, or the row was deleted)"))
-        elif (status := row[1]) not in LIVE_STATUSES:
+        elif (status := row[1]) == JobStatus.WAITING:  # its parents' end sends it
+            aside.append(Aside(job, FINAL_ROW, "its audit row is waiting for its parents: it "
+                                               "runs once they end, not from this delivery"))
+        elif status not in LIVE_STATUSES:
             aside.append(Aside(job, FINAL_ROW, "its audit row is %s, not live: it does not run "
                                                "again" % text(status, 500)))
         elif row[7] != job.queue:  # an id copied into another queue's keys in Redis

@@ -257,7 +257,7 @@ def _entry(raw: str | None) -> Registered | None:
         info = json.loads(raw or "")
         started = datetime.fromisoformat(info["started"])
         queues = tuple(str(q) for q in info["queues"])
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
         return None
     return started if started.tzinfo else started.replace(tzinfo=UTC), queues
 

@@ -384,3 +384,18 @@ def test_a_refusal_copied_or_pickled_keeps_one_prefix() -> None:
     refused = CallbackRefused("x")
     assert str(refused) == str(copy.copy(refused)) == str(pickle.loads(pickle.dumps(refused))) \
         == "not allowed: x"
+
+
+def test_listing_the_module_makes_post_json_its_only_job(refuse_local) -> None:  # type: ignore[no-untyped-def]
+    """Every public function of an allowed module can be scheduled (docs/settings.md):
+    the module's helpers are private, so listing it exposes ``post_json`` alone."""
+    import inspect
+
+    from django_delayq import InvalidJob
+    from django_delayq.contrib import http
+    public = [name for name, value in vars(http).items() if inspect.isfunction(value)
+              and value.__module__ == MODULE and not name.startswith("_")]
+    assert public == ["post_json"]
+    for name in ("_refusal", "_vetted_addresses", "_exchange"):
+        with pytest.raises(InvalidJob, match=name):
+            schedule(f"{MODULE}.{name}", "127.0.0.1")

@@ -270,3 +270,21 @@ def test_id_copied_into_another_queues_keys_runs_only_in_its_own_queue(cfg) -> N
     assert engine.inspect("default", h.id).place == ""  # the copy is gone
     assert engine.inspect("emails", h.id).place == "pending"  # the job waits in its queue
 
+
+
+def test_waiting_job_pushed_into_pending_is_set_aside_and_runs_after_its_parent(
+        cfg, caplog) -> None:  # type: ignore[no-untyped-def]
+    """A workflow child's id planted in ``pending`` before its parent finished does not
+    run then; the log says it waits (not that it never runs); it runs once, after."""
+    parent = schedule("tests.jobs_chaos.record", "parent", delay=3600)
+    child = schedule("tests.jobs_chaos.record", "child", after=[parent])
+    engine = get_engine()
+    engine.client.zadd(engine.keys("default").pending, {child.id: 0})
+    assert burst_worker().claiming.handover.set_aside == 1
+    note = next(r.getMessage() for r in caplog.records
+                if child.id in r.getMessage() and "set aside" in r.getMessage())
+    assert "waiting for its parents" in note and "does not run again" not in note, note
+    assert child.status == JobStatus.WAITING and jobs_chaos.executions(child.id) == []
+    engine.reschedule("default", parent.id, delay_ms=0)
+    wait_until(lambda: burst() == 0 and child.status == JobStatus.SUCCEEDED, timeout=30)
+    assert len(jobs_chaos.executions(child.id)) == 1
