@@ -135,3 +135,24 @@ def test_metrics_addr_without_metrics_port_exits_2(tmp_path: Path) -> None:
     assert proc.returncode == EXIT_CONFIG, proc.stderr
     assert "--metrics-addr 0.0.0.0 needs --metrics-port" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_projects_logging_entry_prints_each_line_once(tmp_path: Path) -> None:
+    """docs/guide.md: a ``LOGGING`` entry for ``django_delayq`` shows the worker's lines.
+    The worker adds its own handler only where the project gave none (each line was
+    printed twice: the project's handler, then the root's, through propagation)."""
+    log = tmp_path / "worker.log"
+    env = {**_env(tmp_path, {"REDIS_URL": "redis://127.0.0.1:%d/0" % free_port()}),
+           "DELAYQ_TEST_LOGGING": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "django", "delayq_worker",
+                                 "--skip-checks"], cwd=ROOT, stdout=out,
+                                stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        wait_until(lambda: "waiting for Redis" in log.read_text(), timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == EXIT_OK, log.read_text()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert log.read_text().count("stopped while waiting for Redis") == 1, log.read_text()

@@ -127,9 +127,12 @@ class Command(BaseCommand):
         if port is not None and prometheus.prom is None:
             raise usage_error("--metrics-port needs prometheus-client: "
                               "pip install 'django-delayq[prometheus]'")
-        # a no-op when the root logger has handlers (the project's LOGGING)
-        logging.basicConfig(level=logging.INFO if options["verbosity"] >= 1 else logging.WARNING,
-                            format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+        # the worker's own handler only where the project's LOGGING gave none to the
+        # package's loggers (or the root): else each line would print twice
+        if not logging.getLogger("django_delayq").hasHandlers():
+            logging.basicConfig(
+                level=logging.INFO if options["verbosity"] >= 1 else logging.WARNING,
+                format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
         try:
             if processes is None:
                 code = self.run_worker(settings, queues, concurrency, options)
