@@ -83,7 +83,7 @@ def _find_bad_inside(value: list[object] | tuple[object, ...] | dict[object, obj
     is_dict = isinstance(value, dict)
     for key, item in value.items() if is_dict else enumerate(value):  # type: ignore[union-attr]
         if is_dict and not isinstance(key, str):
-            return "%s has the key %r (%s); JSON keys must be strings" % (
+            return "%s has the key %r (%s), not a string as JSON keys are" % (
                 where, key, type(key).__name__)
         if isinstance(key, str) and ("\x00" in key or not utf8_ok(key)):
             return "%s has the key %s (%s)" % (where, short(key), text_problem(key))
@@ -179,8 +179,8 @@ def each(where: str, items: Sequence[Any], make: Callable[[Any], T],
 
 def not_json(bad: str) -> InvalidJob:
     """The error for a value that is not JSON; ``bad`` names it and its place."""
-    return InvalidJob("job arguments must be JSON (str, int, float, bool, None, list, dict); "
-                      "%s is not. Pass an id or a plain value instead." % bad)
+    return InvalidJob("job arguments must be JSON (str, int, float, bool, None, list, dict): "
+                      "%s. Pass an id or a plain value instead." % bad)
 
 
 def check_json(args: object, kwargs: dict[str, Any], ints: bool = False) -> None:
@@ -272,7 +272,7 @@ def as_seconds(value: object) -> float | None:
     if isinstance(value, timedelta):
         return value.total_seconds()
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if abs(value) < 1e300:
+        if not abs(value) >= 1e300:  # NaN too: kept, named as such
             return float(value)
         return math.inf if value > 0 else -math.inf  # float() of it would overflow
     return None
@@ -283,7 +283,10 @@ def delay_seconds(delay: object, what: str = "delay") -> float:
     if (seconds := as_seconds(delay)) is None:
         raise InvalidJob("%s must be seconds (int/float) or a timedelta, not %s"
                          % (what, short(delay)))
-    if not seconds >= 0:  # NaN too
+    if math.isnan(seconds):
+        raise InvalidJob("%s must be a number of seconds, got %s (not a number)"
+                         % (what, short(delay)))
+    if not seconds >= 0:
         raise InvalidJob("%s must be >= 0, got %s" % (what, short(delay)))
     if seconds > MAX_DELAY_SECONDS:
         raise InvalidJob("%s must be at most %d seconds (100 years), got %s"

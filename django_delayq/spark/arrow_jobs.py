@@ -111,8 +111,12 @@ def _when(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[pa.Array, Any,
     ok = pc.and_(pc.is_finite(seconds), pc.greater_equal(seconds, 0.0))
     if not pc.all(ok).as_py():
         bad = int(pc.index(ok, False).as_py())
-        raise InvalidJob("delay_col %r: delay must be >= 0, got %r (row %d of the batch)"
-                         % (t.when_name, seconds[bad].as_py(), bad))
+        why = "delay must be >= 0, got %r" % seconds[bad].as_py()
+        try:  # schedule()'s own words for a value that is not a number or not finite
+            validation.delay_seconds(seconds[bad].as_py())
+        except InvalidJob as exc:
+            why = str(exc)
+        raise InvalidJob("delay_col %r: %s (row %d of the batch)" % (t.when_name, why, bad))
     ok = pc.less_equal(seconds, float(validation.MAX_DELAY_SECONDS))
     if not pc.all(ok).as_py():
         bad = int(pc.index(ok, False).as_py())

@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from django_delayq.core.conf import Settings
     from django_delayq.engine import Engine
     from django_delayq.worker.outcome import Outcome
-    from django_delayq.worker.tracking import Supervision
+    from django_delayq.worker.tracking import RunningJob, Supervision
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,17 @@ class WorkerOptions:
     prefetch: int | None = None  # claimed-but-unstarted jobs held; None: by pace
     worker_id: str | None = None
     supervision: Supervision | None = None  # a child of `delayq_worker --processes`
+
+
+def _waiting_for(runs: list[RunningJob], now: float) -> str:
+    """What a drain waits for, said when it begins: the running jobs (the first five,
+    longest-running first)."""
+    if not runs:
+        return ""
+    named = ", ".join("%s (running %.0fs)" % (shown(r.job.id), now - r.started_mono)
+                      for r in runs[:5])
+    return "; waiting for %d running job(s): %s%s" % (len(runs), named,
+                                                       ", ..." if len(runs) > 5 else "")
 
 
 class StopAsked:
@@ -228,7 +239,8 @@ class Worker:
             if self.draining:
                 return
             self._stop_asked = time.monotonic()
-            logger.info("worker %s: draining (%s)", shown(self.id), why)
+            logger.info("worker %s: draining (%s)%s", shown(self.id), why,
+                        _waiting_for(self.ledger.running_jobs(), self._stop_asked))
             self._wind_down()
 
     def stop_hard(self, why: str) -> None:

@@ -21,7 +21,8 @@ BAD_SPECS = [
     (JobSpec(kwargs=[1]), r"kwargs must be a dict .*, not \[1\] \(list\)"),  # type: ignore[arg-type]
     (JobSpec(kwargs=None), r"kwargs must be a dict .*, not None \(NoneType\)"),  # type: ignore[arg-type]
     (JobSpec(kwargs="a=1"), r"kwargs must be a dict .*, not 'a=1' \(str\)"),  # type: ignore[arg-type]
-    (JobSpec(kwargs={1: 2}), r"kwargs has the key 1 \(int\); JSON keys must be strings"),  # type: ignore[dict-item]
+    (JobSpec(kwargs={1: 2}),  # type: ignore[dict-item]
+     r"dict\): kwargs has the key 1 \(int\), not a string as JSON keys are\. Pass an id"),
 ]
 
 

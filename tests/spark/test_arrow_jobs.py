@@ -113,7 +113,8 @@ def test_at_times_and_keys() -> None:
 @pytest.mark.parametrize(("columns", "message"), [
     ({"_when": pa.array([3.0, -1.0])},
      r"delay_col 'd': delay must be >= 0, got -1.0 \(the DataFrame row a=2, d=-1.0\)"),
-    ({"_when": pa.array([float("nan"), 1.0])}, r"delay must be >= 0, got nan \(the DataFrame row a=1"),
+    ({"_when": pa.array([float("nan"), 1.0])},
+     r"delay must be a number of seconds, got nan \(not a number\) \(the DataFrame row a=1"),
     ({"_key": pa.array(["a", ""])},
      r"key_col 'k': key must be a non-empty string, not '' \(the DataFrame row with k = ''\)"),
     ({"_a0": pa.array(["x" * 20_000, "y"])}, r"payload is 20028 bytes, over .* \(the DataFrame row a='xxx"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -208,3 +209,27 @@ def test_a_job_whose_cancel_cannot_be_read_is_deferred_then_runs_once(  # type: 
         worker.request_stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+def test_a_drain_names_the_running_jobs_it_waits_for(delayq_settings, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The operator who pressed Ctrl-C learns what the drain waits for (it said only
+    "draining", then nothing until the jobs ended)."""
+    gate = tmp_path / "gate"
+    h = schedule("tests.jobs.wait_then_work", str(tmp_path / "runs"), "slow", str(gate), 0)
+    worker = Worker(get_engine(), get_settings(),
+                    WorkerOptions(queues=("default",), concurrency=1))
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: h.status == JobStatus.RUNNING)
+        with caplog.at_level(logging.INFO, logger="django_delayq.worker.loop"):
+            worker.request_stop()
+        note = next(r.getMessage() for r in caplog.records if "draining (" in r.getMessage())
+        assert "waiting for 1 running job" in note and h.id in note, note
+        gate.touch()
+        thread.join(60)
+        assert not thread.is_alive() and h.status == JobStatus.SUCCEEDED
+    finally:
+        gate.touch()
+        worker.request_stop()
+        thread.join(10)
