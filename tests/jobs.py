@@ -197,6 +197,25 @@ def report_in_transaction() -> None:
         pass
 
 
+def report_twice(first: Any, second: Any, fail: bool = False) -> Any:
+    """Report ``first``, then ``second`` from a thread of the job's own (joined, run in
+    a copy of the job's context), then return ``second``, or raise ``ValueError`` with
+    ``fail``."""
+    import contextvars
+    import threading
+
+    from django_delayq import report_progress
+
+    report_progress(first)
+    thread = threading.Thread(target=contextvars.copy_context().run,
+                              args=(report_progress, second))
+    thread.start()
+    thread.join()
+    if fail:
+        raise ValueError("failed after reporting %r" % (second,))
+    return second
+
+
 def report_bad_progress() -> None:
     from django_delayq import report_progress
 

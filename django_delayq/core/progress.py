@@ -17,6 +17,16 @@ goes to one helper thread of the process instead, on its own connection; the att
 end waits for it. A write that fails is logged, never raised into the job: progress is a
 display, not a result. The value kept for a later write is a copy made when it was
 checked: a job that changes the object afterwards changes nothing written.
+
+An atomic job's attempt (``worker/atomic.py``) runs inside its transaction, which on
+SQLite holds the database's write lock: a write on any other connection would wait for
+that lock while the attempt waits for the write. Its values are written in that
+transaction instead (``in_attempt``): each report only keeps its value (nobody sees the
+row's uncommitted progress before the commit anyway), and the last one is written when
+the function returns, on the attempt's thread and connection, in a savepoint (a failed
+write leaves the attempt's transaction usable). It shows at the commit; an attempt that
+raises writes nothing, and one rolled back later (its time limit, a result too large, a
+lost lease) takes its value back with the rest.
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ from contextlib import contextmanager
 from functools import lru_cache
 from typing import Any
 
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections, router, transaction
 
 from django_delayq.core import context, validation
 from django_delayq.engine.logtext import shown
@@ -66,12 +76,14 @@ def check(value: object) -> str:
 
 class Reporter:
     """The throttled progress of one attempt. ``writes`` counts the values written;
-    ``write`` writes one (by default on the job's row, unless the row is final)."""
+    ``write`` writes one (by default on the job's row, unless the row is final).
+    ``using``: the database of an atomic job's attempt transaction, which this reporter
+    runs in: only the last value is written, by ``finish``, in that transaction."""
 
     def __init__(self, job_id: str, write: Callable[[Any], None] | None = None,
                  interval: float = INTERVAL_SECONDS,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.job_id, self.interval, self._clock = job_id, interval, clock
+                 clock: Callable[[], float] = time.monotonic, using: str | None = None) -> None:
+        self.job_id, self.interval, self._clock, self.using = job_id, interval, clock, using
         self._write = write  # None: the row (a bound method here would be a cycle per job)
         self._lock = threading.Lock()  # a job may report from threads of its own
         self._write_lock = threading.Lock()  # one write at a time, in the order sent
@@ -83,7 +95,8 @@ class Reporter:
     def report(self, value: object) -> None:
         with self._lock:
             now = self._clock()
-            if self._last is not None and now - self._last < self.interval:
+            if self.using is not None or (
+                    self._last is not None and now - self._last < self.interval):
                 self._pending = value  # written by a later report or at the end
                 return
             self._pending, self._last = _NOTHING, now
@@ -96,10 +109,32 @@ class Reporter:
             future.result()
         with self._lock:
             value, self._pending = self._pending, _NOTHING
-        if value is not _NOTHING:
-            self._send(value)
+        if value is _NOTHING:
+            return
+        if self.using is not None:
+            self._write_in_attempt(self.using, value)
+            return
+        self._send(value)
         for future in self._futures:
             future.result()
+
+    def discard(self) -> None:
+        """Forget the value pending (an atomic job that raised: its attempt rolls back)."""
+        with self._lock:
+            self._pending = _NOTHING
+
+    def _write_in_attempt(self, using: str, value: object) -> None:
+        """``value`` written in the attempt's transaction, in a savepoint; nothing when
+        that transaction is broken already (it rolls back: its commit fails)."""
+        if connections[using].needs_rollback:
+            return
+        self.writes += 1
+        try:
+            with transaction.atomic(using=using):
+                (self._write or self._write_row)(value)
+        except DatabaseError as exc:
+            logger.warning("job %s: its progress could not be written: %s", shown(self.job_id),
+                           shown(exc))
 
     def _send(self, value: object) -> None:
         self.writes += 1
@@ -139,16 +174,38 @@ def report_progress(value: object) -> None:
     reporter.report(json.loads(encoded))  # a copy: later changes to ``value`` are not kept
 
 
+_attempt_db: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "delayq_attempt_db", default=None)
+
+
+@contextmanager
+def in_attempt(using: str) -> Iterator[None]:
+    """The block is an atomic job's attempt transaction on database ``using``: the job
+    ``running`` in it writes its progress there (this module's docstring)."""
+    token = _attempt_db.set(using)
+    try:
+        yield
+    finally:
+        _attempt_db.reset(token)
+
+
 @contextmanager
 def running(ctx: context.JobContext) -> Iterator[Reporter]:
     """Run the block as job ``ctx``: ``current_job()`` returns it and ``report_progress``
-    writes to its row; the last value pending is written on exit."""
-    reporter = Reporter(ctx.id)
+    writes to its row; the last value pending is written on exit (in an atomic job's
+    attempt, only if the block returns)."""
+    reporter = Reporter(ctx.id, using=_attempt_db.get())
     job_token = context._current.set(ctx)
     token = _reporter.set(reporter)
+    attempt_token = _attempt_db.set(None)  # a job run inside this one is not in_attempt
     try:
         yield reporter
+    except BaseException:
+        if reporter.using is not None:
+            reporter.discard()  # its attempt rolls back: nothing to write
+        raise
     finally:
+        _attempt_db.reset(attempt_token)
         _reporter.reset(token)
         context._current.reset(job_token)
         try:

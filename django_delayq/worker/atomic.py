@@ -24,6 +24,11 @@ retries as usual. After it the row is final, and no delivery calls the function 
   as succeeded without calling the function, counting no run; a claim that reads the row
   final sets the job aside (``core/payloads.py``).
 
+The job's ``report_progress()`` values are written in the transaction too (the last one,
+when the function returns: ``core/progress.py``, ``in_attempt``): seen at the commit, gone
+with a rollback, and never written on another connection, which on SQLite would wait for
+this transaction's write lock while the attempt waits for the write.
+
 The audit writer's later write of the same success finds the row final and changes
 nothing (it never overwrites a final row). Only writes through the row's database
 connection are in the transaction: another database, an e-mail, an HTTP call, or the
@@ -52,7 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connections, router, transaction
 
-from django_delayq.core import workflows
+from django_delayq.core import progress, workflows
 from django_delayq.models import (
     FINAL_SQL,
     JOB_COLUMNS,
@@ -111,8 +116,8 @@ def transaction_of() -> Iterator[str]:
     using = router.db_for_write(Job)  # the database of the job rows
     turn: AbstractContextManager[Any] = (
         _sqlite_turns if connections[using].vendor == "sqlite" else nullcontext())
-    with turn, transaction.atomic(using=using):
-        yield using
+    with turn, transaction.atomic(using=using), progress.in_attempt(using):
+        yield using  # the job's progress written in it (``core/progress.py``)
 
 
 def commit(using: str, job_id: str, attempt: int, *, worker_id: str, started_at: datetime,
