@@ -93,7 +93,7 @@ async def aget_job(job_id: str) -> Job:
 async def await_result(job_id: str, timeout: float | None = None, poll: float = 0.01) -> Any:
     """``wait()`` for async code: the job's result once it is final (``JobFailed`` when
     it ended otherwise), ``WaitTimeout`` after ``timeout`` seconds (``None``: no limit)."""
-    waiting = results.Waiting(job_id, timeout, poll)
+    waiting = results.Waiting(job_id, timeout, poll, "await_result")
     # on the thread of the synchronous code: inside its atomic block, refused as by wait()
     row = await sync_to_async(results.first_read)(job_id, "await_result()")
     read = sync_to_async(results.read)

@@ -48,12 +48,12 @@ def result_of(row: Job) -> Any:
     raise JobNotFinished(row.id, row.status)
 
 
-def _seconds(value: object, name: str, *, positive: bool) -> float:
+def _seconds(value: object, name: str, *, positive: bool, caller: str) -> float:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(
             value) and (value > 0 if positive else value >= 0):
         return float(value)
-    raise InvalidJob("wait(%s=%r): give %s seconds" % (
-        name, value, "a positive number of" if positive else "None or a number of"))
+    raise InvalidJob("%s(%s=%r): give %s seconds" % (
+        caller, name, value, "a positive number of" if positive else "None or a number of"))
 
 
 RESULT_COLUMNS = ("id", "status", "result", "error_type", "last_error")  # of ``result_of``
@@ -74,10 +74,12 @@ class Waiting:
     """The pauses between the reads of a row that ``wait()`` and ``await_result()`` make:
     ``poll`` seconds at first, growing to ``MAX_POLL_SECONDS``, never past ``timeout``."""
 
-    def __init__(self, job_id: str, timeout: float | None, poll: float) -> None:
+    def __init__(self, job_id: str, timeout: float | None, poll: float,
+                 caller: str = "wait") -> None:
         self.job_id, self.poll = job_id, poll
-        self.limit = None if timeout is None else _seconds(timeout, "timeout", positive=False)
-        self.interval = _seconds(poll, "poll", positive=True)
+        self.limit = None if timeout is None else _seconds(timeout, "timeout", positive=False,
+                                                           caller=caller)
+        self.interval = _seconds(poll, "poll", positive=True, caller=caller)
         self.deadline = None if self.limit is None else time.monotonic() + self.limit
 
     def pause(self, row: Job) -> float:

@@ -113,6 +113,8 @@ def test_bad_input_is_refused_as_by_the_sync_api(delayq_settings):
                 await call
             except (InvalidJob, JobNotFound) as exc:
                 errors.append(type(exc).__name__)
+                if "timeout" in str(exc):  # the call the caller made, named
+                    assert str(exc).startswith("await_result(timeout=-1)"), exc
         return errors
 
     assert async_to_sync(scenario)() == ["InvalidJob", "InvalidJob", "JobNotFound"]
