@@ -65,7 +65,9 @@ Due and running counts come from the rows (one ``GROUP BY`` over the partial ind
 the rows that have a group, one for the running ones of those groups), so they lag Redis
 by the audit writer's flush; limits from the ``GroupLimit`` rows and the settings; paused
 and held groups from Redis (``Engine.paused_groups``, ``Engine.held_groups``).
-A database that cannot be read shows no groups.
+A database that cannot be read shows no groups (``strict``: its error, for
+``delayq_status`` to say they are unknown); nor does it hold a queue paused
+(``QueueRow.pause_kept`` None: unknown).
 """
 
 from __future__ import annotations
@@ -118,7 +120,8 @@ class QueueRow:
     paused: bool = False  # on every shard that answered (``paused_shards == shards``)
     paused_shards: int = 0  # of ``shards``: those that answered holding it paused
     shards: int = 1  # its shards that answered (1 unless sharded)
-    pause_kept: bool = False  # the database holds it paused (a ``QueuePause`` row)
+    pause_kept: bool | None = False  # the database holds it paused (a ``QueuePause`` row);
+    # None: unknown, the database could not be read
     limit: QueueLimit | None = None  # None when the queue has none
     unavailable: str | None = None  # why it could not be read (its node is down: counts 0)
 
@@ -185,15 +188,16 @@ def queues(engine: Engine, names: Sequence[str] | None = None, *,
         engine.time_ms()  # does Redis answer at all? (else its error, at once)
         paused = None  # a node is down: each queue read on its own
     try:
-        kept = pauses.kept(names)
+        kept: set[str] | None = pauses.kept(names)
     except DatabaseError:
-        kept = set()  # the intent unknown: Redis's state alone
+        kept = None  # the intent unknown (pause_kept None): Redis's state alone
     rows = []
     for queue in names:
         try:
             n, of = (paused if paused is not None else engine.pause_counts([queue]))[queue]
             rows.append(QueueRow(queue=queue, paused=0 < n == of, paused_shards=n, shards=of,
-                                 pause_kept=queue in kept, limit=engine.queue_limit(queue),
+                                 pause_kept=None if kept is None else queue in kept,
+                                 limit=engine.queue_limit(queue),
                                  **asdict(engine.stats(queue))))
         except ERRORS as exc:
             rows.append(QueueRow(queue=queue, unavailable=unreadable(engine, exc, partial)))
@@ -390,8 +394,10 @@ class GroupUsage:
     limit: str = ""  # "10/s, 2 at once": its own limits, else its queue's; "": none
 
 
-def busiest(engine: Engine, queues: Sequence[str], shown: int = SHOWN) -> list[GroupUsage]:
-    """The ``shown`` groups of ``queues`` with the most due jobs, most first."""
+def busiest(engine: Engine, queues: Sequence[str], shown: int = SHOWN, *,
+            strict: bool = False) -> list[GroupUsage]:
+    """The ``shown`` groups of ``queues`` with the most due jobs, most first; none when
+    the database cannot be read, or with ``strict`` its ``DatabaseError``."""
     rows = Job.objects.filter(queue__in=list(queues)).exclude(group="")
     try:
         due = list(rows.filter(status__in=(JobStatus.SCHEDULED, JobStatus.RETRYING),
@@ -404,6 +410,8 @@ def busiest(engine: Engine, queues: Sequence[str], shown: int = SHOWN) -> list[G
         own = {(r.queue, r.group): r for r in GroupLimit.objects.filter(
             queue__in={q for q, _, _ in due}, group__in={g for _, g, _ in due})}
     except DatabaseError:
+        if strict:  # delayq_status: unknown, not none
+            raise
         return []
     settings = get_settings()
 

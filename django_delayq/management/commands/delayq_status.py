@@ -15,6 +15,11 @@ is expected, bytes that are not UTF-8) is shown as malformed, never a crash; and
 text from Redis is printed with its control characters escaped (ESC becomes the four
 characters ``\\x1b``), so a job's error text cannot move the cursor, recolour or retitle
 the terminal of whoever runs ``--follow``. ``--json`` output is escaped by JSON itself.
+
+What it counts in the database (rows waiting for their parents, the pauses the rows hold,
+the groups, the schedules) is unknown while the database cannot be read: said so (JSON:
+``database_unavailable`` and those fields null), never shown as none, and the command
+exits ``EXIT_DATABASE`` once it has shown what Redis holds. ``--follow`` reads no database.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
+from django.db import DatabaseError, close_old_connections
 from django.db.models import Count
 from redis.exceptions import RedisError
 
@@ -55,6 +60,8 @@ QUEUE_KEYS = ("scheduled", "ready", "inflight", "dead", "expired_leases", "next_
 FIELD_CHARS = 200  # of one worker info field in the text output
 INTERVAL = 2.0  # seconds between --watch refreshes, by default
 UNITS = (("s", 1, 120), ("m", 60, 7200))  # unit, its seconds, used below; else hours
+EXIT_DATABASE = 3  # the database could not be read: Redis's figures shown, its own unknown
+DB_UNKNOWN = "unknown (database unavailable)"
 
 
 def printable(value: object) -> str:
@@ -69,9 +76,10 @@ def _iso(ms: int | None) -> str | None:
     return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
-def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int = 0) -> dict[str, Any]:
+def queue_data(engine: Engine, q: redis_state.QueueRow, waiting: int | None = 0
+               ) -> dict[str, Any]:
     """A queue as shown: its row, its oldest overdue job (``Engine.oldest_pending``) and
-    its rows ``waiting`` for their parents (after=...: not in Redis yet)."""
+    its rows ``waiting`` for their parents (after=...: not in Redis yet; None: unknown)."""
     if q.unavailable:  # its node is down (a Redis Cluster): no figure
         return {**dict.fromkeys(QUEUE_KEYS), "queue": q.queue, "paused": None,
                 "pause_kept": q.pause_kept, "waiting": waiting, "unavailable": q.unavailable}
@@ -98,24 +106,41 @@ def worker_data(w: redis_state.WorkerRow) -> dict[str, Any]:
 
 def waiting_counts(queues: list[str]) -> dict[str, int]:
     """Rows ``waiting`` for their parents, per queue (from the database: Redis does not
-    hold them); empty when the database cannot be read."""
+    hold them); ``DatabaseError`` when the database cannot be read."""
+    return dict(Job.objects.filter(status=JobStatus.WAITING, queue__in=queues).values(
+        "queue").annotate(n=Count("id")).values_list("queue", "n"))
+
+
+def from_database(engine: Engine, queues: list[str], states: list[redis_state.QueueRow]
+                  ) -> dict[str, Any]:
+    """What the status counts in the database: ``waiting`` (per queue), ``groups`` and
+    ``schedules``, each None and ``database_unavailable`` the error when it cannot be read
+    (also when the queues' pauses could not be: a ``pause_kept`` None); the error on one
+    line (PostgreSQL's has a second, a hint)."""
     try:
-        return dict(Job.objects.filter(status=JobStatus.WAITING, queue__in=queues).values(
-            "queue").annotate(n=Count("id")).values_list("queue", "n"))
-    except DatabaseError:
-        return {}
+        return {"waiting": waiting_counts(queues), "schedules": periodic.status_rows(),
+                "groups": [asdict(u) for u in redis_state.busiest(  # docs/groups.md
+                    engine, [q.queue for q in states if not q.unavailable], strict=True)],
+                "database_unavailable": None if all(q.pause_kept is not None for q in states)
+                else "the paused queues could not be read"}
+    except DatabaseError as exc:
+        return {"waiting": None, "schedules": None, "groups": None,
+                "database_unavailable": " ".join(str(exc).split()) or type(exc).__name__}
 
 
 def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, Any]:
     """The status as ``--json`` prints it; the text output renders the same."""
     states = redis_state.queues(engine, queues, partial=True)
-    waiting = waiting_counts(queues)
+    db = from_database(engine, queues, states)
+    waiting = db["waiting"]
     try:
         workers, registry = redis_state.with_progress(redis_state.workers(engine)), None
     except ERRORS as exc:  # the registry's cluster node is down: the rest is shown
         workers, registry = [], redis_state.unreadable(engine, exc)
     return {"now": _iso(engine.time_ms()) or "", "prefix": settings.prefix,
-            "queues": [queue_data(engine, q, waiting.get(q.queue, 0)) for q in states],
+            "database_unavailable": db["database_unavailable"],
+            "queues": [queue_data(engine, q, None if waiting is None else
+                                  waiting.get(q.queue, 0)) for q in states],
             "workers": [worker_data(w) for w in workers], "workers_unavailable": registry,
             "paused": [q.queue for q in states if q.paused],  # on every shard that answers
             # paused on some shards only, or by the database only (Redis lost it)
@@ -124,9 +149,7 @@ def collect(engine: Engine, settings: Settings, queues: list[str]) -> dict[str, 
             # each callable of DELAYQ['CALLABLE_LIMITS'] (its rate a [starts, per_ms] list)
             "callable_limits": [asdict(c) for c in redis_state.callable_limits(
                 engine, settings, partial=True)],
-            "groups": [asdict(u) for u in redis_state.busiest(  # docs/groups.md
-                engine, [q.queue for q in states if not q.unavailable])],
-            "schedules": periodic.status_rows(),  # core/periodic.py
+            "groups": db["groups"], "schedules": db["schedules"],  # None: unknown
             # in flight = running + prefetched + settling
             "holding": asdict(redis_state.held(states, workers))}
 
@@ -139,7 +162,12 @@ def _fmt_s(seconds: float | None) -> str:
 
 
 def render_text(status: dict[str, Any]) -> str:
-    lines = ["delayq status at %s (prefix %r)" % (status["now"], status["prefix"]), "",
+    lines = ["delayq status at %s (prefix %r)" % (status["now"], status["prefix"])]
+    if status["database_unavailable"]:  # its figures unknown, not 0
+        lines.append("! database unavailable: %s (rows waiting for their parents, pauses "
+                     "kept in the database, groups and schedules unknown)"
+                     % printable(status["database_unavailable"]))
+    lines += ["",
              "%-16s %10s %8s %9s %8s  %-29s %s" % ("QUEUE", "SCHEDULED", "DUE NOW", "IN FLIGHT",
                                                    "DEAD", "NEXT DUE", "OLDEST OVERDUE")]
     for q in status["queues"]:
@@ -174,7 +202,8 @@ def render_text(status: dict[str, Any]) -> str:
                 "running %d, started in window %d" % (c["running"], c["started_in_window"]))
             for c in status["callable_limits"]]
     lines += _group_lines(status["groups"])
-    lines += periodic.status_lines(status["schedules"])
+    lines += (["", "SCHEDULES " + DB_UNKNOWN] if status["schedules"] is None
+              else periodic.status_lines(status["schedules"]))
     lines += ["", "WORKERS (%d)" % len(status["workers"])]
     if status["workers_unavailable"]:
         lines.append("  registry unavailable: %s" % printable(status["workers_unavailable"]))
@@ -204,8 +233,10 @@ def _worker_lines(w: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _group_lines(groups: list[dict[str, Any]]) -> list[str]:
+def _group_lines(groups: list[dict[str, Any]] | None) -> list[str]:
     """The busiest groups (none without groups); a group id is escaped (from the rows)."""
+    if groups is None:
+        return ["", "GROUPS " + DB_UNKNOWN]
     if not groups:
         return []
     return ["", "GROUPS (most due jobs)"] + [
@@ -295,35 +326,49 @@ class Command(BaseCommand):
         check_options(options)
         queues = list(parse_queues(options["queues"], settings))
         engine = get_engine()
+        database = None  # the database's error, as the (last) status shown said it
         try:
-            if options["follow"]:
+            if options["follow"]:  # Redis's streams only: no database read
                 self.follow(engine, options["last"] or 0, options["count"],
                             json_lines=options["json"])
             elif options["watch"]:
-                self.watch(engine, settings, queues, options["interval"] or INTERVAL,
-                           options["count"], as_json=options["json"])
+                database = self.watch(engine, settings, queues, options["interval"] or INTERVAL,
+                                      options["count"], as_json=options["json"])
             else:
-                self.stdout.write(self.render(engine, settings, queues, options["json"]), ending="")
+                text, database = self.render(engine, settings, queues, options["json"])
+                self.stdout.write(text, ending="")
         except RedisError as exc:
             raise CommandError("Redis is unavailable: %s" % exc) from exc
         except KeyboardInterrupt:
             self.stdout.write("")
+        if database is not None:  # shown on stdout too: its figures were unknown, not 0
+            raise CommandError("The database is unavailable: %s" % printable(database),
+                               returncode=EXIT_DATABASE)
 
     def render(self, engine: Engine, settings: Settings, queues: list[str], as_json: bool,
-               indent: int | None = 2) -> str:
+               indent: int | None = 2) -> tuple[str, str | None]:
+        """The status as shown, and why the database could not be read (None if it was)."""
         status = collect(engine, settings, queues)
-        return json.dumps(status, indent=indent) + "\n" if as_json else render_text(status)
+        return (json.dumps(status, indent=indent) + "\n" if as_json else render_text(status),
+                status["database_unavailable"])
 
     def watch(self, engine: Engine, settings: Settings, queues: list[str], interval: float,
-              count: int | None, *, as_json: bool) -> None:
+              count: int | None, *, as_json: bool) -> str | None:
+        """Refreshes until ``count`` (or Ctrl-C); the database's error at the last one. Each
+        refresh closes a connection the database dropped (or past ``CONN_MAX_AGE``), as
+        a request does: the next reads connect again."""
         tty = not as_json and hasattr(self.stdout, "isatty") and self.stdout.isatty()
+        database = None
         for shown in itertools.count() if count is None else range(count):
             if shown:
                 time.sleep(interval)
-            text = self.render(engine, settings, queues, as_json, indent=None)  # JSON: a line each
+                close_old_connections()
+            text, database = self.render(engine, settings, queues, as_json,
+                                         indent=None)  # JSON: a line each
             self.stdout.write((CLEAR if tty else ("" if as_json or not shown else "\n"))
                               + text, ending="")
             self.stdout.flush()
+        return database
 
     def follow(self, engine: Engine, last: int, count: int | None,
                *, json_lines: bool) -> None:
