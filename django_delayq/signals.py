@@ -40,6 +40,7 @@ job_succeeded = Signal(use_caching=True)
 job_retrying = Signal(use_caching=True)
 job_dead = Signal(use_caching=True)
 job_cancelled = Signal(use_caching=True)
+job_expired = Signal(use_caching=True)  # not started before its expires_at: never run
 jobs_scheduled = Signal(use_caching=True)  # schedule_many / schedule_dataframe: per batch
 
 

@@ -5,10 +5,10 @@ events of a sharded queue go to a stream on their shard's node instead,
 ``{<prefix>:<queue>#<i>}:events``, each capped the same (``engine/event_log.py``), and
 readers merge the streams.
 Each entry holds strings: ``event`` (scheduled, started, succeeded, retrying, dead,
-cancelled), ``job``, ``queue``, ``callable``, ``ts_ms`` (wall clock of the process that
-saw it) and, depending on the event, ``attempt``, ``worker``, ``run_at``, ``retry_at``,
-``due_at``, ``lateness_ms``, ``duration_ms``, ``error_type`` and ``error`` (first 500
-characters) and ``running``.
+cancelled, expired), ``job``, ``queue``, ``callable``, ``ts_ms`` (wall clock of the process
+that saw it) and, depending on the event, ``attempt``, ``attempts``, ``worker``,
+``run_at``, ``retry_at``, ``due_at``, ``expires_at``, ``lateness_ms``, ``duration_ms``,
+``error_type`` and ``error`` (first 500 characters) and ``running``.
 
 Events are written with ``events_add.lua`` in calls of at most ``scripts.MAX_EVENTS``
 events (and ``scripts.MAX_EVENT_ARGS`` arguments): a burst of thousands of events is a
@@ -73,7 +73,7 @@ PARK_TICKS = 10  # idle ticks in a row before the flusher sleeps until the next 
 BUFFER_MAX = 50_000
 ERROR_CHARS = 500
 DEFAULT_MAXLEN = 10_000
-EVENT_NAMES = ("scheduled", "started", "succeeded", "retrying", "dead", "cancelled")
+EVENT_NAMES = ("scheduled", "started", "succeeded", "retrying", "dead", "cancelled", "expired")
 
 Fields = dict[str, str]
 
@@ -290,13 +290,13 @@ def _fields(event: str, kwargs: dict[str, Any], ts: float | None = None,
     out: Fields = {"event": event, "job": str(get("job_id", "")), "queue": str(get("queue", "")),
                    "callable": str(path or ""),
                    "ts_ms": str(int((time.time() if ts is None else ts) * 1000))}
-    for name, given in (("attempt", "attempt"), ("worker", "worker_id")):
+    for name, given in (("attempt", "attempt"), ("attempts", "attempts"), ("worker", "worker_id")):
         if given in kwargs:
             out[name] = str(kwargs[given])
     if "running" in kwargs:
         out["running"] = str(int(kwargs["running"]))
     for name, value in (("run_at", get("run_at")), ("retry_at", get("retry_at")),
-                        ("due_at", due)):
+                        ("due_at", due), ("expires_at", get("expires_at"))):
         if value is not None:
             out[name] = _iso(value)
     if due is not None and started is not None:

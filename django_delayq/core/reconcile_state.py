@@ -69,7 +69,14 @@ from django_delayq.core.validation import at_ms
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.replies import grouped
 from django_delayq.exceptions import LeaseLost, WorkerLost, type_path
-from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus, db_datetime
+from django_delayq.models import (
+    LIVE_STATUSES,
+    Job,
+    JobAttempt,
+    JobStatus,
+    aware_datetime,
+    db_datetime,
+)
 
 if TYPE_CHECKING:
     from django.db.models import QuerySet
@@ -408,9 +415,14 @@ def settle_row(row: Job, status: JobStatus, number: int, reason: str, *, error_t
     logger.warning("reconciler: job %s (queue %s): %s (row said %s, attempt %d); row settled %s",
                    shown(row.pk), shown(row.queue), reason, shown(row.status), number, status)
     base = {"job_id": row.pk, "queue": row.queue, "callable_path": row.callable_path}
-    if status == JobStatus.SUCCEEDED:  # none for an expiry (the worker sends none either)
+    if status == JobStatus.SUCCEEDED:
         signals.send(signals.job_succeeded, attempt=number, worker_id=worker_id, result=None,
                      duration=None, **base)
+    elif status == JobStatus.EXPIRED:  # as its worker would have sent it; due: the row's
+        expires = row.expires_at
+        signals.send(signals.job_expired, attempts=number, worker_id=worker_id,
+                     due_at=aware_datetime(row.run_at),
+                     expires_at=None if expires is None else aware_datetime(expires), **base)
     elif status == JobStatus.DEAD:
         signals.send(signals.job_dead, attempt=number, worker_id="", error=reason,
                      error_type=error_type, started_at=None, **base)  # as its JobAttempt

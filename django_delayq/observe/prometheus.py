@@ -18,7 +18,7 @@ connected, and serving the metrics raises ``ImproperlyConfigured``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -29,7 +29,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.core.queues import known_queues
 from django_delayq.engine.logtext import shown
 from django_delayq.engine.shard_health import ERRORS
-from django_delayq.observe import redis_state
+from django_delayq.observe import counters, redis_state
 
 logger = logging.getLogger(__name__)
 
@@ -142,12 +142,17 @@ if prom is not None:
     REGISTRY.register(QueueCollector())
 
 
-def start_http_server(port: int, addr: str = "127.0.0.1") -> Any:
+def start_http_server(port: int, addr: str = "127.0.0.1",
+                      queues: Iterable[str] | None = None) -> Any:
     """Serve ``/metrics`` on ``addr:port`` from a daemon thread (the worker calls this
-    for ``--metrics-port``); returns the server (``.server_address``, ``.shutdown()``).
-    Loopback by default: the page names queues and callables, so exposing it to other
-    hosts (``addr="0.0.0.0"``) is the operator's explicit choice."""
-    server, _thread = _require().start_http_server(port, addr=addr, registry=REGISTRY)
+    for ``--metrics-port``, with its queues); returns the server (``.server_address``,
+    ``.shutdown()``). The job counters of ``queues`` (None: every queue configured) are
+    on the page from the start, at 0 (``counters.zero``). Loopback by default: the page
+    names queues and callables, so exposing it to other hosts (``addr="0.0.0.0"``) is the
+    operator's explicit choice."""
+    client = _require()
+    counters.zero(known_queues(get_settings()) if queues is None else queues)
+    server, _thread = client.start_http_server(port, addr=addr, registry=REGISTRY)
     logger.info("metrics on http://%s:%d/metrics", "[%s]" % addr if ":" in addr else addr,
                 server.server_address[1])
     return server

@@ -1,6 +1,7 @@
 """The lifecycle signals of an attempt, as a worker sends them (``settle.py``); ``base``:
 ``job_id``, ``queue``, ``callable_path``. Eager runs (``testing.run_eager``) send them
-through these."""
+through these. A job claimed after its expiry sends ``job_expired`` instead (it never
+starts: ``signal_expired``)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,12 @@ from typing import TYPE_CHECKING, Any
 from django_delayq import signals
 from django_delayq.core.validation import json_value
 from django_delayq.models import JobStatus
+from django_delayq.worker.outcome import ms_to_dt
 
 if TYPE_CHECKING:
     from datetime import datetime
+
+    from django_delayq.worker.outcome import Outcome
 
 
 def signal_started(base: dict[str, Any], attempt: int, worker_id: str, due_at: datetime,
@@ -40,3 +44,11 @@ def signal_failed(base: dict[str, Any], status: JobStatus, attempt: int, worker_
                      error_type=error_type, started_at=started_at, **base)
     elif status is JobStatus.CANCELLED:
         signals.send(signals.job_cancelled, running=True, **base)
+
+
+def signal_expired(base: dict[str, Any], o: Outcome, worker_id: str) -> None:
+    """``job_expired`` of a job ``o`` found expired at its claim (``outcome.expired``): the
+    attempts that ran before the one claimed, the claimed delivery's due time in Redis
+    and the row's expiry (to the millisecond: as the worker read it)."""
+    signals.send(signals.job_expired, attempts=o.job.attempt - 1, worker_id=worker_id,
+                 due_at=ms_to_dt(o.job.due_ms), expires_at=o.expires_at, **base)

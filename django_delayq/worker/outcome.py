@@ -54,6 +54,7 @@ class Outcome:
     ran: bool = True  # False: decided without running the job (``not_run``)
     row_final: bool = False  # its final row written before Redis settled it (early_rows.py)
     settled_late: bool = False  # failed, its job settled by a stale copy's run: no signal
+    expires_at: datetime | None = None  # EXPIRED: the row's expiry, as the worker read it
 
 
 def row_fields(o: Outcome, status: JobStatus, worker_id: str) -> dict[str, Any]:
@@ -101,13 +102,17 @@ def deferred(job: ClaimedJob, path: str, at_ms: int) -> Outcome:
 def expired(job: ClaimedJob, path: str, expires_ms: int) -> Outcome:
     """A job claimed after its ``expires_at``: this attempt not run, final ``expired``;
     its reason says whether earlier attempts ran (a retry claimed too late)."""
-    at, n = ms_to_dt(expires_ms).isoformat(timespec="milliseconds"), job.attempt
+    moment, n = ms_to_dt(expires_ms), job.attempt
+    at = moment.isoformat(timespec="milliseconds")
     if n <= 1:
-        return not_run(job, Kind.EXPIRED, path,
-                       error="expired at %s: not started by then, never run" % at)
-    ran = "attempt 1" if n == 2 else "attempts 1 to %d" % (n - 1)
-    return not_run(job, Kind.EXPIRED, path, error="expired at %s: its retry (attempt %d) was "
-                   "not started by then; %s ran" % (at, n, ran))
+        error = "expired at %s: not started by then, never run" % at
+    else:
+        ran = "attempt 1" if n == 2 else "attempts 1 to %d" % (n - 1)
+        error = "expired at %s: its retry (attempt %d) was not started by then; %s ran" % (
+            at, n, ran)
+    o = not_run(job, Kind.EXPIRED, path, error=error)
+    o.expires_at = moment  # job_expired's
+    return o
 
 
 def crashed(job: ClaimedJob, exc: BaseException, started: datetime | None = None) -> Outcome:

@@ -38,7 +38,7 @@ from django_delayq.engine.outcomes import NackOutcome, lease_clock
 from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import ERRORS
 from django_delayq.models import FINAL_STATUSES, Job, JobAttempt, JobStatus
-from django_delayq.worker import joblog
+from django_delayq.worker import attempt_signals, joblog
 from django_delayq.worker.attempt_signals import signal_failed, signal_started, signal_succeeded
 from django_delayq.worker.gates import release_callable_slots
 from django_delayq.worker.outcome import STATUS_OF, Kind, Outcome, ms_to_dt, row_fields
@@ -70,8 +70,7 @@ class Settler:
         self.audit = audit
         self.worker_id = worker_id
         self.processed = 0  # outcomes settled, published by the heartbeat
-        # ms from a job's end to its ack write, when a benchmark sets it (bench/settle_lag.py)
-        self.lags: deque[float] | None = None
+        self.lags: deque[float] | None = None  # job end to ack write, ms (bench/settle_lag.py)
         # Jobs whose settled record Redis keeps until their audit row lands: id -> queue
         self._records: dict[str, str] = {}
         self._landed: dict[str, list[str]] = {}  # queue -> ids whose rows were written
@@ -330,6 +329,7 @@ class Settler:
             self.audit.update(job.id, **fields)
             if logger.isEnabledFor(logging.INFO):  # not the texts of a line not written
                 logger.info("job %s %s: %s", shown(job.id), shown(o.path), shown(o.error, 2000))
+            attempt_signals.signal_expired(base, o, self.worker_id)  # it never started
             return
         if o.kind is Kind.SUCCESS:
             fields["attempts"] *= o.ran  # 0 when not run (an atomic commit read): row kept

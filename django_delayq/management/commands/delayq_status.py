@@ -271,8 +271,8 @@ def format_event(entry_id: str, fields: dict[str, str]) -> str:
     """One line for ``--follow``; every value is escaped (see the module docstring)."""
     when = _event_time(entry_id, fields.get("ts_ms"))
     extra = ["%s=%s" % (key, printable(fields[key]))
-             for key in ("attempt", "worker", "run_at", "retry_at", "lateness_ms", "duration_ms",
-                         "running", "error_type", "error")
+             for key in ("attempt", "attempts", "worker", "run_at", "retry_at", "expires_at",
+                         "lateness_ms", "duration_ms", "running", "error_type", "error")
              if key in fields]
     return "%s %-9s %-12s %-26s %s %s" % (
         when[11:23], printable(fields.get("event", "?")), printable(fields.get("queue", "")),

@@ -175,7 +175,7 @@ class Command(BaseCommand):
         if options["metrics_port"] is not None:
             addr, port = options["metrics_addr"], options["metrics_port"]
             try:
-                prometheus.start_http_server(port, addr=addr)
+                prometheus.start_http_server(port, addr=addr, queues=queues)
             except OSError as exc:
                 raise CommandError("cannot serve metrics on %s port %d: %s" % (addr, port, exc)
                                    ) from exc
