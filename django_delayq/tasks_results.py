@@ -319,8 +319,9 @@ def on_finished(*, job_id: str, callable_path: str, attempt: int, worker_id: str
 
 
 def forget(*, job_id: str, **kwargs: object) -> None:
-    """The job ended here (``job_succeeded``, ``job_dead``, ``job_cancelled``): its
-    remembered retries go, whatever its callable (a lost lease's names none)."""
+    """The job ended here (``job_succeeded``, ``job_dead``, ``job_cancelled``,
+    ``job_expired``): its remembered retries go, whatever its callable (a lost lease's
+    names none)."""
     with _recent_lock:
         _recent.pop(job_id, None)
 
@@ -335,5 +336,5 @@ def connect(sender: type) -> None:
     _sender[:] = [sender]
     for signal, fn in ((signals.job_started, on_started), (signals.job_retrying, on_retrying),
                        (signals.job_succeeded, on_finished), (signals.job_dead, on_finished),
-                       (signals.job_cancelled, forget)):
+                       (signals.job_cancelled, forget), (signals.job_expired, forget)):
         signals.observe(signal, fn)

@@ -598,7 +598,7 @@ def _recent_ids() -> set[str]:
 def test_remembered_lost_leases_go_when_their_jobs_end(jt):
     """Lease recovery names no callable (``callable_path=""``), so the tasks cache keeps
     any recovered job's lost attempt until its row is written: it drops it when the job
-    ends here, task or not (succeeded, dead by recovery, cancelled)."""
+    ends here, task or not (succeeded, dead by recovery, cancelled, expired)."""
     from django_delayq import cancel, schedule, signals, tasks_results
     from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE
 
@@ -617,3 +617,11 @@ def test_remembered_lost_leases_go_when_their_jobs_end(jt):
     assert dead.id not in tasks_results._recent
     cancel(cancelled.id)  # job_cancelled
     assert cancelled.id not in tasks_results._recent
+    expired = schedule("tests.jobs.noop", delay=3600)
+    signals.send(signals.job_retrying, job_id=expired.id, queue="default", callable_path="",
+                 attempt=1, worker_id="", error=LOST_LEASE, error_type=LEASE_LOST,
+                 retry_at=timezone.now())
+    signals.send(signals.job_expired, job_id=expired.id, queue="default",
+                 callable_path="tests.jobs.noop", attempts=1, worker_id="w",
+                 due_at=timezone.now(), expires_at=timezone.now())
+    assert expired.id not in tasks_results._recent
