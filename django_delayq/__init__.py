@@ -84,6 +84,7 @@ if TYPE_CHECKING:  # pragma: no cover - the one list of the public names (_publi
 
     # whole queues
     from django_delayq.core.queues import (  # noqa: F401
+        PausedUnknown,
         pause_group,
         pause_queue,
         paused_groups,

@@ -7,7 +7,8 @@
   Both are durable: the row, then Redis (core/pauses.py), written back by the
   reconciler after Redis lost them.
 * ``paused_queues()``: the paused ones among the known queues (a sharded queue: every
-  shard that answers is paused).
+  shard that answers is paused); ``PausedUnknown`` (a ``redis.exceptions.ConnectionError``)
+  names the queues whose node does not answer (a Redis Cluster), with the paused others.
 * ``pause_group(queue, group)``, ``resume_group(queue, group)``, ``paused_groups(queue)``:
   the same for one group of a queue (docs/groups.md): workers claim none of its jobs, the
   queue's other groups go on. ``purge_group(queue, group)``: as ``purge_queue``, for the
@@ -56,6 +57,7 @@ from typing import TYPE_CHECKING
 from django.db import router, transaction
 from django.db.models import F
 from django.utils import timezone
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from django_delayq import signals
 from django_delayq.core import limits, option_checks, pauses, validation, workflows
@@ -63,6 +65,8 @@ from django_delayq.core.conf import Settings, get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.engine.outcomes import CancelOutcome
 from django_delayq.engine.replies import chunks
+from django_delayq.engine.shard_health import UNREACHABLE, ShardDown
+from django_delayq.exceptions import DelayQError
 from django_delayq.models import LIVE_STATUSES, Job, JobStatus, Schedule
 
 if TYPE_CHECKING:
@@ -106,9 +110,42 @@ def resume_queue(queue: str) -> bool:
     return _logged(pauses.resume(known_queue(queue)), "queue %r" % queue, "resumed")
 
 
+class PausedUnknown(DelayQError, RedisConnectionError):
+    """``paused_queues()`` while the Redis Cluster node of some queues does not answer:
+    whether they are paused is unknown. ``unknown``: each such queue -> its node's error;
+    ``paused``: the paused ones among the others, in settings order. A
+    ``redis.exceptions.ConnectionError``, as any call whose node does not answer."""
+
+    def __init__(self, paused: list[str], unknown: dict[str, str]) -> None:
+        super().__init__("whether queue(s) %s are paused is unknown: %s; paused among the "
+                         "others: %s" % (", ".join(unknown), "; ".join(
+                             "%s (%s)" % item for item in unknown.items()),
+                                         ", ".join(paused) or "none"))
+        self.paused, self.unknown = paused, unknown
+
+
 def paused_queues() -> list[str]:
-    """The paused queues among the known ones, in settings order."""
-    return list(get_engine().paused(list(known_queues())))
+    """The paused queues among the known ones, in settings order (a sharded queue: every
+    shard that answers is paused). ``PausedUnknown`` while some queue's node (every
+    shard's, for a sharded one) does not answer; Redis's error when none does."""
+    engine, names = get_engine(), list(known_queues())
+    try:
+        return list(engine.paused(names))
+    except UNREACHABLE:
+        if not engine.nodes_fail_alone:
+            raise  # one Redis: unavailable
+    paused, unknown = [], {}
+    for queue in names:  # one at a time: those that answer
+        try:
+            paused += engine.paused([queue])
+        except UNREACHABLE as exc:
+            unknown[queue] = exc.reason if isinstance(exc, ShardDown) else (
+                str(exc) or type(exc).__name__)
+    if len(unknown) == len(names):
+        engine.time_ms()  # does Redis answer at all? (else its error)
+    if unknown:
+        raise PausedUnknown(paused, unknown)
+    return paused
 
 
 def pause_group(queue: str, group: str) -> bool:

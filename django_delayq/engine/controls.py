@@ -40,6 +40,7 @@ from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.keys import CallableLimitKeys
 from django_delayq.engine.outcomes import Grant, LimitState, QueueLimit
 from django_delayq.engine.replies import chunks, envelope_text
+from django_delayq.engine.shard_health import UNREACHABLE
 
 INHERIT = -1  # an override's field that keeps the queue's default (lib.lua group_limits)
 GRANT_MARGIN_MS = 50
@@ -177,6 +178,17 @@ class QueueControls(RedisOwner):
         (a sharded queue has one per shard: ``ShardedEngine``)."""
         found = set(self.paused(queues))
         return {queue: (int(queue in found), 1) for queue in queues}
+
+    def unanswered(self, data_sets: Sequence[str]) -> dict[str, str]:
+        """Those of ``data_sets`` (a queue's shards: ``data_sets(queue)``) whose node does
+        not answer now, each with its error: a read of its pause flag each, on its node."""
+        out = {}
+        for name in data_sets:
+            try:
+                self.client.exists(self.keys(name).paused)
+            except UNREACHABLE as exc:
+                out[name] = str(exc) or type(exc).__name__
+        return out
 
     def purge_pending(self, queue: str, limit: int = scripts.MAX_PURGE) -> list[str]:
         """Remove up to ``limit`` (at most ``scripts.MAX_PURGE``) waiting jobs, never one

@@ -84,6 +84,18 @@ class ShardHealth:
         self._error: dict[str, str] = {}
         self.failures = 0  # calls that found a node unreachable (a sign of an outage)
 
+    @staticmethod
+    def as_down(name: str, exc: BaseException) -> BaseException:
+        """``exc``, raised by a call on data set ``name`` whose node does not answer, as
+        the ``ShardDown`` the calls after it raise while ``name`` is set aside (its cause
+        ``exc``): one error for the callers of the calls by job id, first try included."""
+        if isinstance(exc, ShardDown):
+            return exc
+        reason = str(exc)[:200] or type(exc).__name__
+        down = ShardDown("%s %r is unavailable (%s)" % (*_named(name), reason), reason)
+        down.__cause__ = exc
+        return down
+
     def down(self, name: str) -> bool:
         """Whether shard ``name`` is set aside now (it failed, its delay is running)."""
         return self.clock() < self._until.get(name, 0.0)

@@ -10,12 +10,11 @@ full queue under a hash tag of its own). A queue of one shard costs nothing extr
   following ones; it reports the earliest next-due time of the shards it asked (now,
   when it stopped with a full batch before asking them all). Due order holds within a
   shard, and across shards to the extent of one claim round.
-* Methods by id (ack, nack, extend, release, defer, cancel, reschedule, requeue,
-  inspect, the reconciler's presence) ask the home shard, then the other shards of the
-  span for the ids it did not hold (a job enqueued under another shard count): an id
-  is found wherever it is, while its home shard answers (one that failed, or is set
-  aside after failing, raises ``ShardDown`` for its ids). Every such call checks the
-  lease token, so asking a shard that does not hold the job changes nothing.
+* Methods by id (ack, nack, extend, release, defer, cancel, reschedule, requeue, inspect,
+  the reconciler's presence) ask the home shard, then the other shards of the span for
+  the ids it did not hold (a job enqueued under another shard count): an id is found
+  wherever it is while its home shard answers (else ``ShardDown``, for the calls on one id
+  on their first try too). Each checks the lease token: a shard not holding the job is untouched.
 * Reads and operations of the whole queue (stats, purge, pause, resume, recover,
   expiring, the wake channels) cover every shard of the span; jobs come back under the
   logical queue name. The reads (stats, paused, the oldest pending job, recover,
@@ -84,8 +83,11 @@ def _by_id(method: _F, missed: Callable[[Any], bool]) -> _F:
     others until one holds it (``missed``: the reply of a shard that does not)."""
     def on_shards(self: ShardedEngine, queue: str, job_id: str, *args: object,
                   **kwargs: object) -> object:
-        return self._routed(queue, [job_id], str, lambda name, part: [
-            method(self, name, job_id, *args, **kwargs)], missed)[0]
+        try:
+            return self._routed(queue, [job_id], str, lambda name, part: [
+                method(self, name, job_id, *args, **kwargs)], missed)[0]
+        except UNREACHABLE as exc:  # its node's error: ShardDown, as on the next tries
+            raise ShardHealth.as_down(self.shard_map.home(queue, job_id), exc)  # noqa: B904
     return cast(_F, on_shards)
 
 
@@ -320,9 +322,8 @@ class ShardedEngine(Engine):
 
     # -- managing -------------------------------------------------------------------
 
-    cancel = _by_id(Engine.cancel, lambda outcome: outcome == CancelOutcome.NOT_FOUND)
-    cancel_held = _by_id(Engine.cancel_held,
-                         lambda outcome: outcome == CancelOutcome.NOT_FOUND)
+    cancel = _by_id(Engine.cancel, CancelOutcome.NOT_FOUND.__eq__)
+    cancel_held = _by_id(Engine.cancel_held, CancelOutcome.NOT_FOUND.__eq__)
     reschedule = _by_id(Engine.reschedule, lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
     requeue = _by_id(Engine.requeue, lambda reply: reply[0] == MoveOutcome.NOT_FOUND)
     inspect = _by_id(Engine.inspect, lambda found: found.place == "")

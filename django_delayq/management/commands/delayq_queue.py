@@ -15,10 +15,17 @@ whole queues, or one group of them.
   from queue <q>"); says how many jobs it removed and how many schedule ticks it kept.
   Without ``--yes`` nothing is removed.
 * ``list [QUEUE ...]``: each queue's state (paused or active), its jobs in Redis and its
-  limits (``DELAYQ["QUEUE_OPTIONS"]``: rate, concurrency, time limit).
+  limits (``DELAYQ["QUEUE_OPTIONS"]``: rate, concurrency, time limit). On a Redis Cluster
+  with a node down, the queues that answer are listed as usual; one whose node does not
+  answer is the line ``plain  unavailable: <its node's error>`` (escaped, as
+  ``delayq_status`` shows it); a sharded queue whose shard's node does not answer has its
+  state and counts from the shards that answer, its state saying which did not
+  (``paused (hot#2 unreachable)``); then the command ends with exit status 1, ``Redis is
+  unavailable for plain, hot#2: the list above leaves it out``.
 
-Exit codes, as the other commands: 0 done; 1 Redis unavailable; 2 a usage error (an
-unknown queue, ``purge`` without ``--yes``, no queue given, a bad limit).
+Exit codes, as the other commands: 0 done; 1 Redis unavailable (for ``list``: any queue
+or shard it could not read; the others are listed first); 2 a usage error (an unknown
+queue, ``purge`` without ``--yes``, no queue given, a bad limit).
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from django_delayq.observe.redis_state import group_limit_text, queue_group_limi
 
 if TYPE_CHECKING:
     from django_delayq.core.group_limits import GroupOverride
+    from django_delayq.engine import Engine
 
 ACTIONS = (*CONTROLS, "list")
 
@@ -117,17 +125,33 @@ class Command(BaseCommand):
         engine = get_engine()
         header = ("queue", "state", "due now", "scheduled", "in flight", "dead", "rate",
                   "concurrency", "timeout")
-        lines = [header]
-        for q in redis_state.queues(engine, names):
+        lines, down, missing = [header], {}, []
+        for q in redis_state.queues(engine, names, partial=True):
+            if q.unavailable:  # its node is down (a Redis Cluster): no figure
+                down[q.queue] = q.unavailable
+                continue
             rate, concurrency = settings.queue_limit(q.queue)  # as set, not as the workers wrote
             timeout = settings.timeout_for(q.queue, None)
-            lines.append((q.queue, q.pause_text, str(q.ready),
+            unreachable = _unreachable(engine, q)  # shards left out of the figures
+            missing += unreachable
+            lines.append((q.queue, q.pause_text + _left_out(unreachable), str(q.ready),
                           str(q.scheduled), str(q.inflight), str(q.dead), rate_text(rate),
                           "-" if concurrency is None else str(concurrency),
                           "-" if timeout is None else "%gs" % timeout))
         widths = [max(map(len, column)) for column in zip(*lines, strict=True)]
-        for line in lines:
-            self.stdout.write("  ".join(map(str.ljust, line, widths)).rstrip())
+        read = iter(lines)
+        for queue in (None, *names):  # the header, then each queue in settings order
+            if queue is not None and queue in down:  # the node's error, escaped
+                self.stdout.write("%s  unavailable: %s" % (queue.ljust(widths[0]),
+                                                          printable(down[queue])))
+            else:
+                self.stdout.write("  ".join(map(str.ljust, next(read), widths)).rstrip())
+        self._group_lines(engine, [q for q in names if q not in down], settings)
+        if down or missing:  # exit 1: what is listed leaves them out
+            raise CommandError("Redis is unavailable for %s: the list above leaves it out" % (
+                ", ".join([*down, *missing])))
+
+    def _group_lines(self, engine: Engine, names: list[str], settings: Settings) -> None:
         limits = queue_group_limits(settings, names)
         for queue in names:
             if groups := engine.paused_groups(queue):
@@ -139,6 +163,22 @@ class Command(BaseCommand):
             if overrides:
                 self.stdout.write("%s: group limits: %s" % (queue, ", ".join(
                     "%s (%s)" % (o.group, _override_text(o)) for o in overrides)))
+
+
+def _unreachable(engine: Engine, q: redis_state.QueueRow) -> list[str]:
+    """The shards of sharded queue ``q`` (``hot#2``) whose node did not answer its read
+    (its figures leave them out), each tried again on its own node; none when every
+    shard answered."""
+    names = engine.data_sets(q.queue)
+    if len(names) <= q.shards:
+        return []
+    down = engine.unanswered(names)
+    return ["%s#%d" % (q.queue, i) for i, name in enumerate(names) if name in down] or [
+        "%d of its %d shards" % (len(names) - q.shards, len(names))]  # answers again now
+
+
+def _left_out(shards: list[str]) -> str:
+    return " (%s unreachable)" % ", ".join(shards) if shards else ""
 
 
 TOGGLED = {  # action: what it did if it changed something, if not
