@@ -19,20 +19,28 @@ A job whose worker died is recovered by another worker's housekeeping: its
 ``error`` that starts with "lease expired" and the ``started_at`` the lost attempt's
 worker wrote on the job's row (None when that write had not landed).
 
-Worker-side signals are sent from the worker thread that ran the job, after Redis
-has recorded the outcome. Receivers must be quick; exceptions in receivers are logged
-and never affect the job (``send_robust``).
+Worker-side signals come from the worker's threads: ``job_started`` from the thread
+that runs the job (``delayq-exec-N``), just before it runs; an attempt's end from the
+thread that settles it (``delayq-acks`` for a success, ``delayq-settle`` otherwise), after
+Redis recorded the outcome; a recovered job's from the main loop, the reconciler's from
+``delayq-keeper``. Receivers must be quick; whatever a receiver raises (``SystemExit``
+included; not ``KeyboardInterrupt``) is logged and never affects the job or the worker
+(``send``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Callable
+from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.dispatch import Signal
 
 logger = logging.getLogger(__name__)
+_dispatch_logger = logging.getLogger("django.dispatch")  # Django's own reports
 
 job_scheduled = Signal(use_caching=True)
 job_started = Signal(use_caching=True)
@@ -75,16 +83,53 @@ def _job_model() -> type:
 
 
 def send(signal: Signal, **kwargs: object) -> None:
-    """``send_robust`` that costs nothing without receivers and logs receiver errors."""
+    """``send_robust`` that costs nothing without receivers and logs receiver errors: any
+    ``BaseException`` but ``KeyboardInterrupt`` (``sys.exit()`` in a receiver would else end
+    the worker thread sending it, silently), and the next receivers are called all the
+    same. Django's receivers are called as ``send_robust`` calls them (``_live_receivers``:
+    the sync ones in order, then the async ones gathered), and a failing one is also
+    reported on Django's ``django.dispatch`` logger, as ``send_robust`` reports it."""
     if not wanted(signal):
         return
     job = _job_model()
+    named: dict[str, Any] = {"sender": job, **kwargs}
     for fn in _observers.get(signal, ()):
+        _call(fn, named, ours=True)
+    if not signal.receivers:  # the usual case: none of Django's
+        return
+    sync, later = signal._live_receivers(job)  # Django >= 5.0: (sync, async)
+    named["signal"] = signal
+    for receiver in sync:
+        _call(receiver, named)
+    if later:
+        _call(async_to_sync(_gather), {"receivers": later, "named": named}, ours=True)
+
+
+def _call(fn: Callable[..., object], kwargs: dict[str, Any], ours: bool = False) -> None:
+    """``fn(**kwargs)``; whatever it raises but ``KeyboardInterrupt`` is logged, never
+    raised (``ours``: not a Django receiver, not reported on ``django.dispatch``)."""
+    try:
+        fn(**kwargs)
+    except KeyboardInterrupt:  # Ctrl-C in a shell's schedule(): interrupts
+        raise
+    except BaseException as exc:  # noqa: BLE001 - never the job's, nor the worker thread's
+        _failed(fn, exc, ours)
+
+
+def _failed(fn: Callable[..., object], exc: BaseException, ours: bool = False) -> None:
+    if not ours:  # as send_robust reports it
+        _dispatch_logger.error("Error calling %s in Signal.send_robust() (%s)",
+                               getattr(fn, "__qualname__", fn), exc, exc_info=exc)
+    logger.error("signal receiver %r failed: %s", fn, exc, exc_info=exc)
+
+
+async def _gather(receivers: list[Callable[..., Any]], named: dict[str, Any]) -> None:
+    """The async receivers, at once (as ``send_robust``); an ``Exception`` logged here (a
+    ``BaseException`` ends the gather: ``_call`` logs it)."""
+    async def each(receiver: Callable[..., Any]) -> None:
         try:
-            fn(sender=job, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - like send_robust: never affect the job
-            logger.error("signal receiver %r failed: %s", fn, exc, exc_info=exc)
-    # without receivers send_robust returns at once, before any call
-    for receiver, result in signal.send_robust(sender=job, **kwargs):
-        if isinstance(result, Exception):
-            logger.error("signal receiver %r failed: %s", receiver, result, exc_info=result)
+            await receiver(**named)
+        except Exception as exc:  # noqa: BLE001 - as send_robust
+            _failed(receiver, exc)
+
+    await asyncio.gather(*(each(r) for r in receivers))

@@ -146,7 +146,10 @@ def _schedule(fn: Callable[..., Any] | str, spec: JobSpec, *, any_queue: bool = 
         row_insert.insert_values(values, using, conn)
     signals.send(signals.job_scheduled, job_id=job_id, queue=queue, callable_path=c.path,
                  run_at=values["run_at"])
-    if status == JobStatus.SCHEDULED:  # else waiting for its parents, or cancelled by one
+    if status == JobStatus.CANCELLED:  # a parent failed before: cancelled as it waited would be
+        signals.send(signals.job_cancelled, job_id=job_id, queue=queue, callable_path=c.path,
+                     running=False)
+    elif status == JobStatus.SCHEDULED:  # else waiting for its parents, or cancelled by one
         # a callback per call; in eager mode (unit tests) it runs the job, no Redis involved
         commit_batch.enqueue_after_commit(using, queue, [new], conn)
     return JobHandle(job_id, queue)

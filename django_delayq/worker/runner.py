@@ -401,7 +401,8 @@ class Execution:
                 admitted = self.gate.admit(job) if read and self._leased(job) else (  # else
                     gates.Admission(ended=self.gate.retry_later(job)))  # expired? limited?
                 outcome = admitted.ended or self._attempt(job, admitted, running)
-            except Exception as exc:  # noqa: BLE001 - the job ends dead; the thread lives on
+            except BaseException as exc:  # noqa: BLE001 - the job ends dead; the thread lives
+                # on, its jobs settled (SystemExit too: a project's log handler raising it)
                 logger.exception("job %s: the worker failed around its attempt", shown(job.id))
                 outcome = crashed(job, exc)
                 if admitted is not None:  # its callable-limit slot, freed once settled

@@ -248,14 +248,13 @@ class Settler:
             settled.attempt < job.attempt and o.kind is not Kind.EXPIRED))
 
     def record(self, sent: Sent) -> None:
-        """Record what ``send`` settled (audit rows, signals, logs) and free the callable
-        limit slots of the settled attempts. One job's failure here is logged: they are
-        settled all the same, and the others are recorded."""
+        """Record what ``send`` settled (audit rows, signals, logs), free the callable limit
+        slots of the settled attempts. A job's failure here is logged; the others go on."""
         for o, status in sent:
             try:
                 if o.kind is not Kind.DEFER:
                     self._record(o, status)
-            except Exception:  # noqa: BLE001 - never the settling thread
+            except BaseException:  # noqa: BLE001 - never the settling thread, SystemExit too
                 logger.exception("recording settled job %s failed", shown(o.job.id))
         if limited := [o for o, _ in sent if o.callable_limit is not None]:
             try:
@@ -341,14 +340,15 @@ class Settler:
             fields["run_at"] = (o.finished_at + timedelta(milliseconds=o.retry_delay_ms or 0)
                                 if o.retry_at_ms is None else ms_to_dt(o.retry_at_ms))
             fields["finished_at"] = None
-            joblog.retrying(self.settings, o, fields["run_at"])
-        elif status is JobStatus.DEAD:
-            logger.error("job %s %s is dead after %d attempt(s): %s: %s", shown(job.id),
-                         shown(o.path), job.attempt, shown(o.error_type), shown(o.error, 2000))
         record_failure(self.audit, base, status, fields, traceback=o.traceback,
                        error_type=o.error_type, error=o.error, worker_id=self.worker_id,
                        tried=o.row_final,  # its JobAttempt written with its early row
                        signal=not o.settled_late)
+        if status is JobStatus.RETRYING:  # after its row: a project's log handler may raise
+            joblog.retrying(self.settings, o, fields["run_at"])
+        elif status is JobStatus.DEAD:
+            logger.error("job %s %s is dead after %d attempt(s): %s: %s", shown(job.id),
+                         shown(o.path), job.attempt, shown(o.error_type), shown(o.error, 2000))
 
 
 def record_failure(audit: AuditWriter, base: dict[str, Any], status: JobStatus,
