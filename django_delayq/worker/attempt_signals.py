@@ -34,8 +34,10 @@ def signal_succeeded(base: dict[str, Any], attempt: int, worker_id: str, result:
 def signal_failed(base: dict[str, Any], status: JobStatus, attempt: int, worker_id: str, *,
                   error: str, error_type: str, started_at: datetime | None,
                   retry_at: datetime | None = None) -> None:
-    """``job_retrying`` (``retry_at``), ``job_dead``, or a running job's ``job_cancelled``;
-    none for a failed run whose job ended as an earlier run settled it (``succeeded``)."""
+    """``job_retrying`` (``retry_at``), ``job_dead``, or a running job's ``job_cancelled``
+    (a recovered one's, ``worker_id=""``, with the lost attempt's ``worker_id``, ``error``,
+    ``error_type``, ``started_at`` as its other signals: docs/signals.md); none for a failed
+    run whose job ended as an earlier run settled it (``succeeded``)."""
     if status is JobStatus.RETRYING:
         signals.send(signals.job_retrying, attempt=attempt, worker_id=worker_id, error=error,
                      error_type=error_type, started_at=started_at, retry_at=retry_at, **base)
@@ -43,7 +45,9 @@ def signal_failed(base: dict[str, Any], status: JobStatus, attempt: int, worker_
         signals.send(signals.job_dead, attempt=attempt, worker_id=worker_id, error=error,
                      error_type=error_type, started_at=started_at, **base)
     elif status is JobStatus.CANCELLED:
-        signals.send(signals.job_cancelled, running=True, **base)
+        lost = {} if worker_id else {"worker_id": "", "error": error, "error_type": error_type,
+                                     "started_at": started_at}  # a lease recovery's
+        signals.send(signals.job_cancelled, running=True, **lost, **base)
 
 
 def signal_expired(base: dict[str, Any], o: Outcome, worker_id: str) -> None:

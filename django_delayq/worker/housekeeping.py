@@ -113,6 +113,7 @@ from django_delayq.worker.claiming import Claiming, monotonic_ms
 from django_delayq.worker.ledger import Delivery, Ledger, delivery
 from django_delayq.worker.outcome import LEASE_LOST, LOST_LEASE, STATUS_OF
 from django_delayq.worker.retention import Retention
+from django_delayq.worker.settle import logger as settle_log
 from django_delayq.worker.settle import record_failure
 
 if TYPE_CHECKING:
@@ -368,8 +369,11 @@ class LeaseRecovery:
         """The lost attempt ``attempt``, failed. Its start (when, on which worker) is the
         one its row shows, when the row saw that attempt start (its worker's audit wrote
         it): its ``JobAttempt`` keeps them."""
-        logger.warning("job %s: %s (attempt %d) -> %s", shown(job_id), LOST_LEASE, attempt,
-                       status)
+        # a dead job at ERROR on the logger of the settled ones' (docs/guide.md), the rest
+        dead = status is JobStatus.DEAD  # a warning here
+        (settle_log if dead else logger).log(logging.ERROR if dead else logging.WARNING,
+                                             "job %s: %s (attempt %d) -> %s", shown(job_id),
+                                             LOST_LEASE, attempt, status)
         fields: dict[str, Any] = {"status": status, "attempts": attempt, "updated_at": now}
         fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
         ran_on = ""
