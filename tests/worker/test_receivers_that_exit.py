@@ -6,6 +6,7 @@ job nor the worker (docs/signals.md): a real worker's threads (``delayq-exec-N``
 from __future__ import annotations
 
 import logging
+import signal
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,9 @@ from django.dispatch import Signal
 from django_delayq import schedule, signals
 from django_delayq.models import Job, JobAttempt
 from django_delayq.testing import run_worker
+from django_delayq.worker.tracking import EXIT_OK
+from tests.helpers import wait_until
+from tests.worker.conftest import LOGS, wait_or_dump, worker_starter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,8 +46,8 @@ def exiting(delayq_settings) -> Iterator[Any]:  # type: ignore[no-untyped-def]
         return calls
 
     yield connect
-    for signal, receiver in connected:
-        signal.disconnect(receiver)
+    for sig, receiver in connected:
+        sig.disconnect(receiver)
 
 
 def _burst(concurrency: int) -> None:
@@ -128,3 +132,23 @@ def test_a_base_exception_from_the_projects_code_kills_no_worker_thread(
             outcome="retrying")) == dict.fromkeys(ids, 1)
     assert any(r.levelno == logging.ERROR and r.exc_info and r.exc_info[0] is SystemExit
                for r in caplog.records)
+
+
+@pytest.mark.worker
+def test_a_worker_process_whose_receivers_exit_runs_every_job_and_drains(
+        delayq_settings, tmp_path):  # type: ignore[no-untyped-def]
+    """``delayq_worker`` with receivers of ``job_started`` and ``job_succeeded`` that call
+    ``sys.exit()``: every job runs and is recorded, and SIGTERM drains it (exit 0)."""
+    starter = worker_starter(delayq_settings, tmp_path, "tests.worker.exiting_receivers_settings")
+    start = next(starter)
+    try:
+        ids = [schedule("tests.jobs.add", i, 1).id for i in range(5)]
+        proc = start("--concurrency", "2")
+        wait_until(lambda: Job.objects.filter(pk__in=ids, status="succeeded").count() == 5,
+                   timeout=60)
+        proc.send_signal(signal.SIGTERM)
+        assert wait_or_dump(proc, 60) == EXIT_OK
+        log = LOGS[proc.pid].read_text(errors="replace")
+        assert log.count("signal receiver") >= 10, log[-4000:]  # 5 started, 5 succeeded
+    finally:
+        starter.close()  # SIGKILLs a survivor
