@@ -134,21 +134,22 @@ def test_a_base_exception_from_the_projects_code_kills_no_worker_thread(
                for r in caplog.records)
 
 
+@pytest.fixture
+def start_exiting(delayq_settings, tmp_path) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    """start(*args) -> a ``delayq_worker`` whose receivers call ``sys.exit()``; SIGKILLed
+    after the test if still running."""
+    yield from worker_starter(delayq_settings, tmp_path, "tests.worker.exiting_receivers_settings")
+
+
 @pytest.mark.worker
-def test_a_worker_process_whose_receivers_exit_runs_every_job_and_drains(
-        delayq_settings, tmp_path):  # type: ignore[no-untyped-def]
+def test_a_worker_process_whose_receivers_exit_runs_every_job_and_drains(start_exiting):
     """``delayq_worker`` with receivers of ``job_started`` and ``job_succeeded`` that call
     ``sys.exit()``: every job runs and is recorded, and SIGTERM drains it (exit 0)."""
-    starter = worker_starter(delayq_settings, tmp_path, "tests.worker.exiting_receivers_settings")
-    start = next(starter)
-    try:
-        ids = [schedule("tests.jobs.add", i, 1).id for i in range(5)]
-        proc = start("--concurrency", "2")
-        wait_until(lambda: Job.objects.filter(pk__in=ids, status="succeeded").count() == 5,
-                   timeout=60)
-        proc.send_signal(signal.SIGTERM)
-        assert wait_or_dump(proc, 60) == EXIT_OK
-        log = LOGS[proc.pid].read_text(errors="replace")
-        assert log.count("signal receiver") >= 10, log[-4000:]  # 5 started, 5 succeeded
-    finally:
-        starter.close()  # SIGKILLs a survivor
+    ids = [schedule("tests.jobs.add", i, 1).id for i in range(5)]
+    proc = start_exiting("--concurrency", "2")
+    wait_until(lambda: Job.objects.filter(pk__in=ids, status="succeeded").count() == 5,
+               timeout=60)
+    proc.send_signal(signal.SIGTERM)
+    assert wait_or_dump(proc, 60) == EXIT_OK
+    log = LOGS[proc.pid].read_text(errors="replace")
+    assert log.count("signal receiver") >= 10, log[-4000:]  # 5 started, 5 succeeded
