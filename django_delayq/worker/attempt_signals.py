@@ -35,9 +35,9 @@ def signal_failed(base: dict[str, Any], status: JobStatus, attempt: int, worker_
                   error: str, error_type: str, started_at: datetime | None,
                   retry_at: datetime | None = None) -> None:
     """``job_retrying`` (``retry_at``), ``job_dead``, or a running job's ``job_cancelled``
-    (a recovered one's, ``worker_id=""``, with the lost attempt's ``worker_id``, ``error``,
-    ``error_type``, ``started_at`` as its other signals: docs/signals.md); none for a failed
-    run whose job ended as an earlier run settled it (``succeeded``)."""
+    (a lease recovery's, ``worker_id=""``, also carries ``worker_id``, ``error``,
+    ``error_type`` and ``started_at``, as its ``job_dead`` would: docs/signals.md); none for
+    a failed run whose job ended as an earlier run settled it (``succeeded``)."""
     if status is JobStatus.RETRYING:
         signals.send(signals.job_retrying, attempt=attempt, worker_id=worker_id, error=error,
                      error_type=error_type, started_at=started_at, retry_at=retry_at, **base)

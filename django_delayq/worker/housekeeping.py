@@ -369,8 +369,7 @@ class LeaseRecovery:
         """The lost attempt ``attempt``, failed. Its start (when, on which worker) is the
         one its row shows, when the row saw that attempt start (its worker's audit wrote
         it): its ``JobAttempt`` keeps them."""
-        # a dead job at ERROR on the logger of the settled ones' (docs/guide.md), the rest
-        dead = status is JobStatus.DEAD  # a warning here
+        dead = status is JobStatus.DEAD  # at ERROR on settle's logger, as any dead job's
         (settle_log if dead else logger).log(logging.ERROR if dead else logging.WARNING,
                                              "job %s: %s (attempt %d) -> %s", shown(job_id),
                                              LOST_LEASE, attempt, status)
