@@ -52,9 +52,11 @@ publish how far their flushes got). A ``running`` row is left alone while the wo
 named on it heartbeats (its flush is coming); once that worker is silent for ``2 *
 LEASE_SECONDS`` its audit buffer died with it: we cannot tell "ran and acked" from "lost",
 and at-least-once means we run it again, a duplicate of a job in flight at a crash. Such
-rows do not wait for the grace (``_look_at_orphans``, every lease). In a loss pass
-running rows are re-enqueued even with a live worker: the ack of the running copy is
-refused (its lease vanished with the data), so the row would stay ``running`` forever.
+rows do not wait for the grace (``_look_at_orphans``, every lease), nor do the rows,
+whatever they say, of the jobs such a worker settled in Redis
+(``core/reconcile_records.py``). In a loss pass running rows are re-enqueued even with a
+live worker: the ack of the running copy is refused (its lease vanished with the data), so
+the row would stay ``running`` forever.
 
 Several workers reconcile the same rows. When one re-enqueues a job, it records the id
 in ``{prefix:queue}:reconciled`` (ZSET id -> server ms, kept ``RECENT_SECONDS``, at most
@@ -94,6 +96,7 @@ from django_delayq.core import group_limits, pauses, reconcile_state, unqueueabl
 from django_delayq.core.epochs import Epochs
 from django_delayq.core.outage import OUTAGE_GRACE_SECONDS, Outage
 from django_delayq.core.queues import MAX_RECENT, RECENT_SECONDS
+from django_delayq.core.reconcile_records import silent_rows
 from django_delayq.core.reconcile_state import BATCH, Cursor, Finding, Liveness, Suspect
 from django_delayq.core.validation import at_ms
 from django_delayq.engine import Engine, scripts
@@ -316,11 +319,14 @@ class Reconciler:
         return self._act(act, None, lost=True)
 
     def _look_at_orphans(self) -> None:
-        """The running rows of silent workers (``Liveness.orphaned``): first look now,
-        the second a lease later (a worker whose beats a Redis stall held up has beaten
-        again by then)."""
-        if not (rows := self._live.orphaned(self.queues, skip=self._suspects, batch=BATCH,
-                                                read=unqueueable.read)):
+        """The running rows of silent workers (``Liveness.orphaned``) and the live rows of
+        jobs they settled in Redis (``reconcile_records``): first look now, the second a
+        lease later (a worker whose beats a Redis stall held up has beaten again by then)."""
+        rows = self._live.orphaned(self.queues, skip=self._suspects, batch=BATCH,
+                                   read=unqueueable.read)
+        rows += silent_rows(self.engine, self._live, self.queues, {
+            r.pk for r in rows} | self._suspects.keys(), BATCH, unqueueable.read)
+        if not rows:
             return
         seen_ms = self.engine.time_ms()  # before the look, as in ``_batch``
         seen = time.monotonic() + max(0.0, self.settings.lease_seconds - self.confirm_seconds)

@@ -6,6 +6,8 @@
   without a place, re-enqueued moments ago) and its attempts counter, read atomically
   (one MULTI, one slot; no TIME inside: a Redis Cluster pipeline refuses keyless
   commands). Ten reads a job (the settled record and the runs entry among them).
+* **Settled records of silent workers** (``settled_before``): the oldest records, by
+  page, for the reconciler's look at the workers gone silent (``core/reconcile_records.py``).
 * **Re-enqueue**: ``reenqueue.lua`` puts back the jobs Redis holds nowhere, has no
   settled record of and did not re-enqueue within the keep time, remembers them in
   ``{prefix:queue}:reconciled`` and raises their attempts counters to the seeds (never
@@ -163,6 +165,21 @@ class OutboxOps(RedisOwner):
                                 settled=Settled.parse(settled_by, settled_at),
                                 waiting=waiting))
         return out
+
+    def settled_before(self, name: str, before_ms: int, count: int,
+                       start: int = 0) -> list[tuple[str, Settled]]:
+        """The settled records of the data set ``name`` written before ``before_ms``
+        (server ms), oldest first: ``count`` of them from the ``start``-th (two reads; a
+        record forgotten in between, or not as a script writes it, is left out)."""
+        k = self.keys(name)
+        found = self.client.zrangebyscore(k.settled, "-inf", int(before_ms), start, count,
+                                          withscores=True)
+        if not found:
+            return []
+        raws = self.client.hmget(k.settled_by, [raw for raw, _ in found])
+        return [(raw.decode(errors="replace") if isinstance(raw, bytes) else raw, record)
+                for (raw, score), value in zip(found, raws, strict=True)
+                if (record := Settled.parse(value, score)) is not None]
 
     def reenqueue(self, queue: str, jobs: Sequence[ReJob],
                   seeds: Mapping[str, int | None], *, keep_ms: float, keep_max: int,

@@ -8,13 +8,17 @@ be killed between its Redis settlement and its audit flush gets ``AUDIT_FLUSH_SE
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
-from django_delayq import schedule
+from django_delayq import job, schedule
 from django_delayq.core import reconcile_state
+from django_delayq.core.api import group
 from django_delayq.core.connection import get_engine
 from django_delayq.core.reconcile_state import DEAD_IN_REDIS
 from django_delayq.models import LIVE_STATUSES, Job, JobAttempt, JobStatus
@@ -147,3 +151,45 @@ def test_a_killed_workers_running_row_ends_from_redis_without_the_grace(  # type
     stop(second)
     assert h.job.last_error == reconcile_state.SUCCEEDED_IN_REDIS
     assert engine.inspect("default", h.id).place == ""  # not put back to run again
+
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["worker", "child"])
+def test_a_killed_workers_unrecorded_runs_end_within_seconds_and_their_summary_follows(  # type: ignore[no-untyped-def]
+        cfg, start_with, processes) -> None:
+    """Members of a group ran and were acked; their worker (a plain one, or the children
+    of a ``--processes 2`` worker that ran them) was SIGKILLed before its first audit
+    write: their rows still say scheduled. With a grace of 300 s, another worker's
+    reconciler settles them from their settled records once the dead worker was silent
+    for two leases (3 s here), not after the grace, and the group's summary runs then.
+    (The killed worker's flush is slow, and so would be its second look:
+    ``20 * AUDIT_FLUSH_SECONDS``.)"""
+    engine = get_engine()
+    rec = job("tests.jobs_chaos.record")
+    res = group([rec.s("m%d" % i) for i in range(8)], then=rec.s("summary"))
+    assert res.then is not None
+    first = start_with({**SLOW_FLUSH, **SHORT_LEASE, "RECONCILE_GRACE_SECONDS": 300},
+                       *(("--processes", "2", "--concurrency", "2") if processes else ()))
+    wait_until(lambda: all(jobs_chaos.executions(pk) for pk in res.ids) and not any(
+        p.queued or p.settled is None for p in engine.presence("default", res.ids)),
+        timeout=60, step=0.005)
+    if processes:  # the children that ran them; the supervisor starts others
+        for pid in {e[2] for pk in res.ids for e in jobs_chaos.executions(pk)} - {first.pid}:
+            os.kill(pid, signal.SIGKILL)
+    else:
+        kill(first)
+    killed_at = time.monotonic()
+    assert set(Job.objects.filter(pk__in=res.ids).values_list("status", flat=True)) == {
+        JobStatus.SCHEDULED}  # never flushed
+    second = start_with({"RECONCILE_GRACE_SECONDS": 300, **SHORT_LEASE})
+    wait_until(lambda: Job.objects.filter(pk__in=res.ids, status=JobStatus.SUCCEEDED).count()
+               == 8, timeout=120)
+    elapsed = time.monotonic() - killed_at
+    wait_until(lambda: bool(jobs_chaos.executions(res.then.id)), timeout=60)  # type: ignore[union-attr]
+    stop(second)
+    if processes:
+        stop(first)
+    assert elapsed < 30, "settled %.1f s after the kill" % elapsed  # the grace: 300 s
+    assert all(len(jobs_chaos.executions(pk)) == 1 for pk in res.ids)  # not run again
+    assert set(Job.objects.filter(pk__in=res.ids).values_list("last_error", flat=True)) == {
+        reconcile_state.SUCCEEDED_IN_REDIS}
