@@ -10,6 +10,8 @@
   start, or None when unknown), ``retry_at`` (aware datetime)
 * ``job_dead``: ``attempt``, ``worker_id``, ``error``, ``error_type``, ``started_at``
 * ``job_cancelled``: ``running`` (bool: the job was running and only its retries were cancelled)
+* ``job_expired``: ``attempts`` (int: the attempts that ran before), ``worker_id``,
+  ``due_at``, ``expires_at`` (aware datetimes)
 * ``jobs_scheduled`` (bulk: ``schedule_many``, ``schedule_dataframe``), once per batch:
   ``queue``, ``callable_path``, ``job_ids`` (list of the ids this batch scheduled)
 
@@ -21,11 +23,11 @@ worker wrote on the job's row (None when that write had not landed).
 
 Worker-side signals come from the worker's threads: ``job_started`` from the thread
 that runs the job (``delayq-exec-N``), just before it runs; an attempt's end from the
-thread that settles it (``delayq-acks`` for a success, ``delayq-settle`` otherwise), after
+thread that settles it (``delayq-acks`` for a success or an expiry, ``delayq-settle``
+otherwise), after
 Redis recorded the outcome; a recovered job's from the main loop, the reconciler's from
-``delayq-keeper``. Receivers must be quick; whatever a receiver raises (``SystemExit``
-included; not ``KeyboardInterrupt``) is logged and never affects the job or the worker
-(``send``).
+``delayq-keeper``. Receivers must be quick; an ``Exception`` or ``SystemExit`` a receiver
+raises is logged and never affects the job or the worker (``send``).
 """
 
 from __future__ import annotations
@@ -83,12 +85,12 @@ def _job_model() -> type:
 
 
 def send(signal: Signal, **kwargs: object) -> None:
-    """``send_robust`` that costs nothing without receivers and logs receiver errors: any
-    ``BaseException`` but ``KeyboardInterrupt`` (``sys.exit()`` in a receiver would else end
-    the worker thread sending it, silently), and the next receivers are called all the
-    same. Django's receivers are called as ``send_robust`` calls them (``_live_receivers``:
-    the sync ones in order, then the async ones gathered), and a failing one is also
-    reported on Django's ``django.dispatch`` logger, as ``send_robust`` reports it."""
+    """``send_robust`` that costs nothing without receivers and logs receiver errors: an
+    ``Exception`` or ``SystemExit`` (``sys.exit()`` in a receiver would else end the worker
+    thread sending it, silently), and the next receivers are called all the same. Django's
+    receivers are called as ``send_robust`` calls them (``_live_receivers``: the sync ones
+    in order, then the async ones gathered), and a failing one is also reported on
+    Django's ``django.dispatch`` logger, as ``send_robust`` reports it."""
     if not wanted(signal):
         return
     job = _job_model()
@@ -97,7 +99,13 @@ def send(signal: Signal, **kwargs: object) -> None:
         _call(fn, named, ours=True)
     if not signal.receivers:  # the usual case: none of Django's
         return
-    sync, later = signal._live_receivers(job)  # Django >= 5.0: (sync, async)
+    try:  # Django 5.0 to 6.1 (checked by the tests): (sync, async)
+        sync, later = signal._live_receivers(job)
+    except (AttributeError, TypeError, ValueError):  # another shape: Django's own call
+        for fn, result in signal.send_robust(**named):
+            if isinstance(result, Exception):
+                _failed(fn, result, ours=True)
+        return
     named["signal"] = signal
     for receiver in sync:
         _call(receiver, named)
@@ -106,13 +114,13 @@ def send(signal: Signal, **kwargs: object) -> None:
 
 
 def _call(fn: Callable[..., object], kwargs: dict[str, Any], ours: bool = False) -> None:
-    """``fn(**kwargs)``; whatever it raises but ``KeyboardInterrupt`` is logged, never
-    raised (``ours``: not a Django receiver, not reported on ``django.dispatch``)."""
+    """``fn(**kwargs)``; an ``Exception`` or ``SystemExit`` it raises is logged, never
+    raised (``ours``: not a Django receiver, not reported on ``django.dispatch``). Other
+    ``BaseException``s go on: ``KeyboardInterrupt`` (Ctrl-C in a shell), a green thread's
+    kill or a test runner's outcome are not a receiver's failure."""
     try:
         fn(**kwargs)
-    except KeyboardInterrupt:  # Ctrl-C in a shell's schedule(): interrupts
-        raise
-    except BaseException as exc:  # noqa: BLE001 - never the job's, nor the worker thread's
+    except (Exception, SystemExit) as exc:  # never the job's, nor the worker thread's
         _failed(fn, exc, ours)
 
 
@@ -124,12 +132,12 @@ def _failed(fn: Callable[..., object], exc: BaseException, ours: bool = False) -
 
 
 async def _gather(receivers: list[Callable[..., Any]], named: dict[str, Any]) -> None:
-    """The async receivers, at once (as ``send_robust``); an ``Exception`` logged here (a
-    ``BaseException`` ends the gather: ``_call`` logs it)."""
+    """The async receivers, at once (as ``send_robust``); each one's ``Exception`` or
+    ``SystemExit`` logged here, the others going on."""
     async def each(receiver: Callable[..., Any]) -> None:
         try:
             await receiver(**named)
-        except Exception as exc:  # noqa: BLE001 - as send_robust
+        except (Exception, SystemExit) as exc:  # as _call
             _failed(receiver, exc)
 
     await asyncio.gather(*(each(r) for r in receivers))

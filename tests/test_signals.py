@@ -3,6 +3,7 @@ api and by a real burst worker (its own threads, the batched settler)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -234,3 +235,48 @@ def test_schedule_many_sends_one_jobs_scheduled_for_its_batch_and_job_scheduled_
     rows = {row.pk: (row.args, row.queue, row.max_attempts) for row in Job.objects.all()}
     assert [rows[i] for i in ids] == [([1, 2], "default", 3), ([3, 4], "emails", 3),
                                       ([5, 6], "default", 3), ([7, 8], "default", 2)]
+
+
+def test_an_async_receiver_that_exits_stops_no_other_receiver(caplog) -> None:  # type: ignore[no-untyped-def]
+    """``sys.exit()`` in one async receiver is logged, naming it; the other async
+    receivers run all the same (it ended the gather: the next one never ran)."""
+    ran: list[str] = []
+
+    async def exits(**kwargs: Any) -> None:
+        raise SystemExit(3)
+
+    async def slower(**kwargs: Any) -> None:
+        await asyncio.sleep(0.05)
+        ran.append("slower")
+
+    for fn in (exits, slower):
+        signals.job_expired.connect(fn, weak=False)
+    try:
+        signals.send(signals.job_expired, job_id="j", queue="default", callable_path="x",
+                     attempts=0, worker_id="w", due_at=timezone.now(),
+                     expires_at=timezone.now())
+    finally:
+        for fn in (exits, slower):
+            signals.job_expired.disconnect(fn)
+    assert ran == ["slower"]
+    failed = [r.getMessage() for r in caplog.records if r.name == "django_delayq.signals"]
+    assert len(failed) == 1 and "exits" in failed[0], failed
+
+
+def test_a_receiver_is_not_handed_other_base_exceptions() -> None:
+    """Only an exception or ``SystemExit`` is a receiver's failure: a green thread's kill
+    or a test runner's outcome (``BaseException``s) goes on to the caller."""
+    class Killed(BaseException):
+        pass
+
+    def killed(**kwargs: Any) -> None:
+        raise Killed
+
+    signals.job_expired.connect(killed, weak=False)
+    try:
+        with pytest.raises(Killed):
+            signals.send(signals.job_expired, job_id="j", queue="default", callable_path="x",
+                         attempts=0, worker_id="w", due_at=timezone.now(),
+                         expires_at=timezone.now())
+    finally:
+        signals.job_expired.disconnect(killed)

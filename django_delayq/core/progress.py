@@ -21,8 +21,8 @@ checked: a job that changes the object afterwards changes nothing written.
 An atomic job's attempt (``worker/atomic.py``) runs inside its transaction, which on
 SQLite holds the database's write lock: a write on any other connection would wait for
 that lock while the attempt waits for the write. Its values are written in that
-transaction instead (``in_attempt``): each report only keeps its value (nobody sees the
-row's uncommitted progress before the commit anyway), and the last one is written when
+transaction instead (``in_attempt``): each report only keeps its value (values written
+in the transaction are seen by nobody before its commit), and the last one is written when
 the function returns, on the attempt's thread and connection, in a savepoint (a failed
 write leaves the attempt's transaction usable). It shows at the commit; an attempt that
 raises writes nothing, and one rolled back later (its time limit, a result too large, a

@@ -1,11 +1,14 @@
 """Text for a log line: ``shown`` escapes every character that is not printable, so a
 value read from Redis or the database, a job's error text, an id, a callable path or a
 queue name can neither forge a line nor recolour a terminal; ``text`` is ``str()`` that
-never raises. Every layer's log calls use them (the engine is the lowest layer that logs);
-no import of the rest of the engine.
+never raises; ``logged`` is a log call that never raises. Every layer's log calls use
+them (the engine is the lowest layer that logs); no import of the rest of the engine.
 """
 
 from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
 
 SHOWN_CHARS = 300  # of one value on a log line
 ERROR_CHARS = 2000  # of an error's text (an exception's, a job's error)
@@ -38,3 +41,11 @@ def shown(value: object, limit: int | None = None) -> str:
         return out
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii")
                    for ch in out)
+
+
+def logged(log: Callable[..., object], *args: object) -> None:
+    """``log(*args)`` where a failing log call must not end the thread's work (a worker
+    thread logging why a job failed around it: the project's handler may be what
+    raised)."""
+    with contextlib.suppress(BaseException):  # the thread's jobs matter more than a line
+        log(*args)

@@ -56,7 +56,7 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.context import JobContext
 from django_delayq.engine import backoff as backoff_mod
 from django_delayq.engine.envelope import Envelope
-from django_delayq.engine.logtext import shown, text
+from django_delayq.engine.logtext import logged, shown, text
 from django_delayq.exceptions import (
     JobTimeout,
     Refused,
@@ -403,7 +403,8 @@ class Execution:
                 outcome = admitted.ended or self._attempt(job, admitted, running)
             except BaseException as exc:  # noqa: BLE001 - the job ends dead; the thread lives
                 # on, its jobs settled (SystemExit too: a project's log handler raising it)
-                logger.exception("job %s: the worker failed around its attempt", shown(job.id))
+                logged(logger.exception, "job %s: the worker failed around its attempt",
+                       shown(job.id))
                 outcome = crashed(job, exc)
                 if admitted is not None:  # its callable-limit slot, freed once settled
                     outcome.callable_limit = admitted.callable_limit

@@ -33,7 +33,7 @@ from django.db import DatabaseError, connections, router
 
 from django_delayq import signals
 from django_delayq.core.reconcile_state import FROM_RECORD, SETTLED_KEEP_MS, SUCCEEDED_IN_REDIS
-from django_delayq.engine.logtext import shown
+from django_delayq.engine.logtext import logged, shown
 from django_delayq.engine.outcomes import NackOutcome, lease_clock
 from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import ERRORS
@@ -255,7 +255,7 @@ class Settler:
                 if o.kind is not Kind.DEFER:
                     self._record(o, status)
             except BaseException:  # noqa: BLE001 - never the settling thread, SystemExit too
-                logger.exception("recording settled job %s failed", shown(o.job.id))
+                logged(logger.exception, "recording settled job %s failed", shown(o.job.id))
         if limited := [o for o, _ in sent if o.callable_limit is not None]:
             try:
                 self.release(limited)  # settled: their callable-limit slots are free

@@ -50,6 +50,18 @@ def parse_processes(value: str | None) -> int | None:
     return n
 
 
+def show_logs(level: int) -> None:
+    """The worker's own handler only where the project's LOGGING gave none to the
+    package's loggers (or the root): else each line would print twice. A project's handler
+    shows the lines at ``level`` (``-v``'s) unless LOGGING set the package's level."""
+    package = logging.getLogger("django_delayq")
+    if not package.hasHandlers():
+        logging.basicConfig(
+            level=level, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+    elif package.level == logging.NOTSET:
+        package.setLevel(level)
+
+
 class Command(BaseCommand):
     help = "Run a django-delayq worker: claim due jobs, run them, settle them."
 
@@ -127,12 +139,7 @@ class Command(BaseCommand):
         if port is not None and prometheus.prom is None:
             raise usage_error("--metrics-port needs prometheus-client: "
                               "pip install 'django-delayq[prometheus]'")
-        # the worker's own handler only where the project's LOGGING gave none to the
-        # package's loggers (or the root): else each line would print twice
-        if not logging.getLogger("django_delayq").hasHandlers():
-            logging.basicConfig(
-                level=logging.INFO if options["verbosity"] >= 1 else logging.WARNING,
-                format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
+        show_logs(logging.INFO if options["verbosity"] >= 1 else logging.WARNING)
         try:
             if processes is None:
                 code = self.run_worker(settings, queues, concurrency, options)
