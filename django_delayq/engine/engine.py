@@ -321,9 +321,9 @@ class Engine(OutboxOps, ServerReads, QueueControls):
         return self._flags("extend", queue, now_ms, [int(lease_ms)], leases)
 
     def release(self, queue: str, claimed: Sequence[ClaimedJob],
-                now_ms: int | None = None) -> list[bool]:
-        """Undo claims of jobs that never started (graceful shutdown)."""
-        rows = [(job.id, job.token, job.due_ms, -1) for job in claimed]
+                now_ms: int | None = None, *, unclaim: bool = False) -> list[bool]:
+        """Undo claims of jobs never started (a drain; ``unclaim``, a trim: rate claims too)."""
+        rows = [(j.id, j.token, j.due_ms, j.claimed_ms if unclaim else -1) for j in claimed]
         return self._flags("give_back", queue, now_ms, [self.keys(queue).channel, "release"], rows)
 
     def defer(self, queue: str, leases: Sequence[tuple[Any, ...]],

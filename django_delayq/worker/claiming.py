@@ -14,7 +14,11 @@ Due times are on the Redis server's clock; each claim aligns a local monotonic c
 it (``ServerClock``: offset = server now - the midpoint of the claim's round trip), so
 the loop waits on a local timer, never on Redis's own (late by up to 100 ms at ``hz 10``).
 
-A drain hands the claimed jobs no thread has started back to Redis (``hand_back``).
+A drain hands the claimed jobs no thread has started back to Redis (``hand_back``). So
+does each round once the pace is stale (``trim``): no job ended for ``PREFETCH_SECONDS``
+while jobs wait, so the threads are busy with jobs slower than the pace that claimed them
+(a batch of slow jobs right after a run of no-op ones); the jobs held beyond the room go
+back for another worker's idle threads, and the urgent timer claims none over the room.
 
 **The urgent timer**: a thread that claims a queue's job of priority above 0 at its due time.
 
@@ -129,17 +133,43 @@ class Claiming:
         """Claimed jobs held beyond the free threads: what the threads start within
         ``PREFETCH_SECONDS`` at the recent pace of this worker's jobs, at most
         ``CLAIM_BATCH``; ``WorkerOptions.prefetch`` fixes it. Slow jobs are not prefetched:
-        a due job does not wait here while another worker has an idle thread for it."""
+        a due job does not wait here while another worker has an idle thread for it. Nor
+        on a stale pace (``_quiet``): no job ended for longer than that, so the jobs now
+        take at least as long (or the worker was idle: its pace is of jobs long gone)."""
         if self.prefetch is not None:
             return self.prefetch
         if (pace := self.ledger.pace) is None:
             return 0
+        pace = max(pace, self._quiet())
         pace_room = int(self.concurrency * PREFETCH_SECONDS / max(pace, 1e-4))
         return min(self.settings.claim_batch, pace_room)
+
+    def _quiet(self) -> float:
+        """Seconds since a job of this worker last ended, once over ``PREFETCH_SECONDS``
+        (the pace is stale); else 0."""
+        quiet = time.monotonic() - self.ledger.ended_at
+        return quiet if quiet > PREFETCH_SECONDS else 0.0
+
+    def _by_pace(self) -> bool:
+        """The prefetch follows the pace: not fixed, nor a --max-jobs or --burst run (their
+        main loop claims all it may run)."""
+        return self.prefetch is None and self.max_jobs is None and not self.burst
+
+    def trim(self) -> None:
+        """Hand back to Redis the jobs held beyond the room once the pace proved stale (no
+        job ended for ``PREFETCH_SECONDS``: the threads are busy with jobs slower than the
+        pace that claimed them): the last in the threads' order, for another worker's idle
+        threads. The main loop's, each round."""
+        if not self._by_pace() or self.draining or not self._quiet():
+            return
+        with self.handover.lock:
+            if (over := -self.capacity()) > 0 and (waiting := self.ledger.waiting()):
+                self.release_unstarted(keep=waiting - over, trimmed=True)
 
     # -- claims --------------------------------------------------------------------
 
     def claim_due(self) -> None:
+        self.trim()
         for queue, due in self.listener.take().items():
             self._due_by(queue, due)
             self.urgent.earlier(queue, due)  # full, the main loop claims nothing: the timer
@@ -169,10 +199,14 @@ class Claiming:
 
     def claim_urgent(self, queue: str) -> None:
         """The urgent timer's claim, on its thread: a few jobs over the room; not in --max-jobs
-        or --burst (their main loop claims all it may run), nor once draining."""
+        or --burst (their main loop claims all it may run), nor once draining, nor with no
+        room on a stale pace (``trim`` would hand them back)."""
         with self.handover.lock:
+            room = self.capacity()  # a stale pace: the threads are busy with slow jobs, a
+            # job claimed now would wait for one; left for another worker's idle thread
             if self.draining or self.max_jobs is not None or self.burst or \
-                    self.capacity() <= -4 * URGENT_BATCH or \
+                    room <= -4 * URGENT_BATCH or \
+                    (room <= 0 and self.prefetch is None and self._quiet()) or \
                     not self.queue_gate.open(queue, self.clock.now_ms()):
                 return
             self._hand_over(queue, self.engine.claim(queue, URGENT_BATCH, self.settings.lease_ms))
@@ -219,7 +253,10 @@ class Claiming:
                     and all(d is None or d > now for d in self.next_due.values()))
 
     def wait_ms(self, wait_ms: float) -> float:
-        """``wait_ms``, or less: until the next due time of a queue with room to claim."""
+        """``wait_ms``, or less: until the next due time of a queue with room to claim;
+        while jobs wait for a thread, ``PREFETCH_SECONDS`` (``trim``)."""
+        if self._by_pace() and not self.draining and self.ledger.waiting():
+            wait_ms = min(wait_ms, PREFETCH_SECONDS * 1000)
         if not self.draining and self.capacity() > 0:
             now = self.clock.now_ms()
             for queue, due in self.next_due.items():
@@ -235,17 +272,20 @@ class Claiming:
             self.release_unstarted()
             return self.ledger.idle()
 
-    def release_unstarted(self) -> None:
-        """Give back (uncharged) the jobs the ledger holds that no thread has started; one
-        that cannot be given back keeps its lease until it expires, then recovery runs it."""
-        jobs = self.ledger.release_unstarted()
+    def release_unstarted(self, keep: int = 0, *, trimmed: bool = False) -> None:
+        """Give back (uncharged) the jobs the ledger holds that no thread has started (but
+        the ``keep`` next to start; ``trimmed``: by ``trim``, their claims given back to the
+        rate windows too); one that cannot be given back keeps its lease until it
+        expires, then recovery runs it."""
+        jobs = self.ledger.release_unstarted(keep)
         for queue, claimed in grouped(jobs, lambda job: job.queue).items():
             try:
-                self.engine.release(queue, claimed)
+                self.engine.release(queue, claimed, unclaim=trimmed)
             except RedisError as exc:  # their leases will expire; recovery runs them
                 logger.warning("could not release %d job(s): %s", len(claimed), shown(exc))
         if jobs:
-            logger.info("released %d claimed job(s) that had not started", len(jobs))
+            logger.log(logging.DEBUG if trimmed else logging.INFO,
+                       "released %d claimed job(s) that had not started", len(jobs))
 
 
 class UrgentTimer:

@@ -3,10 +3,10 @@
 A claimed job's row is read when it is claimed (``handover.py``: ``payloads.read``); one
 whose cancel was asked by then ends cancelled without running. The others wait in the
 worker for a free thread (the prefetch: what the threads start within
-``claiming.PREFETCH_SECONDS`` at their pace; or behind a long job), in flight in Redis: a
-cancel meanwhile finds them there (``cancel.lua`` answers ``ALREADY_RUNNING`` and marks the
-job: never retried) and sets the row's ``cancel_requested``. So that such a job does not
-start after all:
+``claiming.PREFETCH_SECONDS`` at their pace; or behind a long job, a fixed prefetch's),
+in flight in Redis: a cancel meanwhile finds them there (``cancel.lua`` answers
+``ALREADY_RUNNING`` and marks the job: never retried) and sets the row's
+``cancel_requested``. So that such a job does not start after all:
 
 * a job thread about to take a job whose row was last read more than ``FRESH_S`` ago
   (``HeldCancels.check``, before ``Ledger.start``) first reads the ``cancel_requested`` of

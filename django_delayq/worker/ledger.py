@@ -91,6 +91,7 @@ class Ledger:
         # extend was refused), by delivery; replaced at each heartbeat (``extended``)
         self._until: dict[Delivery, float] = {}
         self.pace: float | None = None  # moving average of a job's run time (seconds)
+        self.ended_at = 0.0  # when the last job that ran ended (monotonic): the pace's age
         self.notify_done = True  # finish() wakes wait_done (not when job threads settle)
 
     # -- transitions ---------------------------------------------------------------
@@ -141,7 +142,8 @@ class Ledger:
                 run = self._timed_out.pop(delivery(outcome.job), None)
                 late = run is not None
             if run is not None:  # the recent pace of this worker's jobs (prefetch)
-                took = time.monotonic() - run.started_mono
+                self.ended_at = now = time.monotonic()
+                took = now - run.started_mono
                 self.pace = took if self.pace is None else 0.8 * self.pace + 0.2 * took
             if not late:
                 first = not self._done
@@ -209,11 +211,16 @@ class Ledger:
                 self.link.send("r", j.queue, j.id, j.token)
         return dropped
 
-    def release_unstarted(self) -> list[ClaimedJob]:
-        """Drop the jobs no thread has taken yet (to hand them back to Redis)."""
+    def release_unstarted(self, keep: int = 0) -> list[ClaimedJob]:
+        """Drop the jobs no thread has taken yet (to hand them back to Redis) but the
+        ``keep`` first in the threads' order (priority, then claim order)."""
         with self._lock:
-            jobs, self._unstarted = list(self._unstarted.values()), {}
-            self._read_at = {}
+            held = sorted(self._unstarted.values(),  # a stable sort: claim order kept
+                          key=lambda j: -(j.payload.priority if j.payload else 0))
+            jobs = held[max(0, keep):]
+            for job in jobs:
+                del self._unstarted[key_of(job)]
+                del self._read_at[key_of(job)]
         if self.link is not None:
             for j in jobs:
                 self.link.send("r", j.queue, j.id, j.token)

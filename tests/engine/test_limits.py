@@ -128,6 +128,25 @@ def test_a_deferred_job_gives_its_claim_back_to_the_queue_and_group_rates(
     assert engine.client.zcard(engine.keys("q").starts) == 2
 
 
+def test_a_job_handed_back_unstarted_by_a_busy_worker_gives_its_claim_back(
+        engine: Engine) -> None:
+    """A worker busy with slow jobs hands back the jobs it will not start soon
+    (``Claiming.trim``: ``release(unclaim=True)``): their claims leave the rate windows,
+    as another worker claims them; a drain's release keeps them counted, as before."""
+    engine.set_queue_limit("q", rate=(3, 60_000), concurrency=None,
+                           groups=QueueLimit(rate=(2, 60_000)))
+    engine.enqueue("q", [NewJob(id="j%d" % i, at_ms=NOW - 100 + i, group="g")
+                         for i in range(6)], now_ms=NOW)
+    a, b = engine.claim("q", 2, LEASE, now_ms=NOW).jobs
+    assert engine.release("q", [a], now_ms=NOW + 1, unclaim=True) == [True]
+    assert engine.client.zcard(engine.keys("q").starts) == 1  # b's claim only
+    [again] = engine.claim("q", 5, LEASE, now_ms=NOW + 2).jobs  # the group's second claim
+    assert again.id == a.id
+    assert engine.release("q", [again], now_ms=NOW + 3) == [True]  # a drain's: counted
+    assert engine.claim("q", 5, LEASE, now_ms=NOW + 4).jobs == []  # the group's 2 used
+    assert engine.client.zcard(engine.keys("q").starts) == 2
+
+
 # -- callable limits ----------------------------------------------------------------------
 
 

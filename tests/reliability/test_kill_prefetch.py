@@ -30,8 +30,9 @@ def test_jobs_waiting_for_a_thread_when_the_worker_is_killed_are_not_charged(
     runs = str(tmp_path)
     warm = schedule_many("tests.jobs_chaos.mark_run",
                          [JobSpec(args=(runs, 0.005)) for _ in range(40)])
-    proc = start_with(FAST, "--concurrency", "1")
-    # the worker learns the pace of short jobs: it then claims more than its one thread
+    # it holds jobs beyond its one thread (by pace it would hand them back once the slow
+    # job shows its threads busy: for another worker's idle thread)
+    proc = start_with(FAST, "--concurrency", "1", "--prefetch", "20")
     wait_until(lambda: len(jobs_chaos.marked_runs(runs)) == len(warm), timeout=60)
     slow = schedule("tests.jobs_chaos.slow_first", runs, 120, max_attempts=2, priority=5).id
     waiting = schedule_many("tests.jobs_chaos.mark_run",

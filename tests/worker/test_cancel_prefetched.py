@@ -3,8 +3,10 @@ cancelled meanwhile never starts: cancel() finds it in flight (``ALREADY_RUNNING
 the worker reads the cancel from its row before a thread takes it. Thread mode and
 ``--processes`` (each process a full worker, with its own prefetch).
 
-The worker's pace of no-op jobs makes it prefetch; a job that waits for a file holds the
-only thread while the next job is claimed behind it, and cancelled."""
+``--prefetch 1`` makes the worker hold a job beyond its free thread (by pace it holds
+none behind a slow job: it hands such jobs back, for another worker's idle thread); a job
+that waits for a file holds the only thread while the next job is claimed behind it, and
+cancelled."""
 
 from __future__ import annotations
 
@@ -25,12 +27,12 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.worker]
 
 def _held_then_cancelled(start_worker, tmp_path, *mode: str) -> None:  # type: ignore[no-untyped-def]
     marker, gate = tmp_path / "mark.txt", tmp_path / "gate"
-    with transaction.atomic():  # the pace: no-op jobs make the worker prefetch
-        for i in range(300):
+    with transaction.atomic():  # the worker is up once these ran
+        for i in range(10):
             schedule("tests.jobs.noop", i)
-    proc = start_worker(*mode, "--concurrency", "1")
+    proc = start_worker(*mode, "--concurrency", "1", "--prefetch", "1")
     try:
-        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 300,
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 10,
                    timeout=120)
         slow = schedule("tests.jobs.report_then_wait", "slow", str(gate))
         wait_until(lambda: slow.status == JobStatus.RUNNING, timeout=60)

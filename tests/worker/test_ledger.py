@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 import pytest
 
 from django_delayq.engine import ClaimedJob
+from django_delayq.engine.envelope import Envelope
 from django_delayq.engine.outcomes import lease_clock
 from django_delayq.worker import runner
 from django_delayq.worker.ledger import Ledger, delivery, key_of
@@ -51,6 +52,29 @@ def test_released_jobs_do_not_start() -> None:
     assert ledger.release_unstarted() == [a]
     assert not ledger.start(a)
     assert ledger.idle() and ledger.capacity_used() == 0
+
+
+def test_a_trim_keeps_the_jobs_next_to_start_and_releases_the_rest() -> None:
+    """``release_unstarted(keep)`` (``Claiming.trim``, a stale pace): the ``keep`` jobs a
+    thread takes next (priority, then claim order) stay held, the others are released."""
+    ledger = Ledger()
+    low, a, vip, b = (dataclasses.replace(job(i), payload=Envelope(path="x.y", priority=p))
+                      for i, p in (("low", -5), ("a", 0), ("vip", 10), ("b", 0)))
+    ledger.claimed([low, a, vip, b])
+    assert ledger.release_unstarted(keep=2) == [b, low]
+    assert {j.id for j in ledger.unstarted()} == {"vip", "a"} and ledger.waiting() == 2
+    assert not ledger.start(low) and ledger.start(vip)
+    assert ledger.release_unstarted(keep=5) == [] and ledger.waiting() == 1
+
+
+def test_the_pace_and_its_age_come_from_the_jobs_that_ended() -> None:
+    ledger, a = Ledger(), job("a")
+    assert ledger.pace is None and ledger.ended_at == 0.0
+    ledger.claimed([a])
+    assert ledger.start(a)
+    before = time.monotonic()
+    ledger.finish(key_of(a), failed(a))
+    assert ledger.pace is not None and before <= ledger.ended_at <= time.monotonic()
 
 
 def test_a_reread_ends_only_the_copies_still_held() -> None:

@@ -148,6 +148,7 @@ def test_registry_info_names_supervisor_processes_and_running_jobs(  # type: ign
     ("--processes", "2", "--max-jobs", "5"), ("--processes", "2", "--max-jobs-per-child", "0"),
     ("--queues", "nope"), ("--metrics-port", "70000"), ("--metrics-port", "0"),
     ("--metrics-port", "-1"), ("--processes", "2", "--metrics-port", "65535"),
+    ("--prefetch", "-1"),
 ])
 def test_bad_options_exit_with_exit_config(start_worker, args) -> None:  # type: ignore[no-untyped-def]
     proc = start_worker(*args)

@@ -81,6 +81,10 @@ class Command(BaseCommand):
         parser.add_argument("--max-memory-per-child", type=float, default=None, metavar="MB",
                             help="With --processes: a process using more resident memory "
                                  "finishes its jobs, exits and is replaced.")
+        parser.add_argument("--prefetch", type=int, default=None, metavar="N",
+                            help="Claimed jobs each process holds beyond its free threads "
+                                 "(default: what its threads start within 0.1 s at the pace "
+                                 "of its recent jobs, at most CLAIM_BATCH).")
         parser.add_argument("--burst", action="store_true",
                             help="Run every job due now, then exit.")
         parser.add_argument("--max-jobs", type=int, default=None,
@@ -153,6 +157,8 @@ class Command(BaseCommand):
 
     def check_processes(self, options: dict[str, Any]) -> int | None:
         processes = parse_processes(options["processes"])
+        if options["prefetch"] is not None and options["prefetch"] < 0:
+            raise usage_error("--prefetch must be >= 0, not %d" % options["prefetch"])
         for name in ("max_jobs_per_child", "max_memory_per_child", "max_jobs"):
             positive("--" + name.replace("_", "-"), options[name])
         if processes is None:
@@ -177,7 +183,8 @@ class Command(BaseCommand):
             return EXIT_OK if stop.asked else EXIT_ERROR
         worker = Worker(engine, settings, WorkerOptions(
             queues=queues, concurrency=concurrency, burst=options["burst"],
-            max_jobs=options["max_jobs"], worker_id=options["worker_id"],
+            max_jobs=options["max_jobs"], prefetch=options["prefetch"],
+            worker_id=options["worker_id"],
             supervision=supervision))
         if options["metrics_port"] is not None:
             addr, port = options["metrics_addr"], options["metrics_port"]
@@ -200,6 +207,8 @@ class Command(BaseCommand):
                 "--concurrency", str(concurrency), "-v", str(options["verbosity"])]
         if options["max_jobs_per_child"] is not None:
             argv += ["--max-jobs", str(options["max_jobs_per_child"])]
+        if options["prefetch"] is not None:
+            argv += ["--prefetch", str(options["prefetch"])]
         if options["burst"]:
             argv.append("--burst")
         stop = StopAsked()  # until the supervisor's own handlers
