@@ -57,6 +57,9 @@ class Target:
     when_name: str | None = None
     key_name: str | None = None
     null_when: str = "error"  # "now": a null at_col/delay_col means due now
+    call_id: str = ""  # one per schedule_dataframe call: the ids of rows without a key
+    call_ms: int = 0  # the call's start, the time part of those ids
+    partition: int = 0  # the Spark partition this executor task reads
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -65,7 +68,8 @@ class JobColumns:
 
     ids: list[str]
     keys: pa.Array | None  # strings, null where the row has no key
-    keyed: bool  # some ids derive from keys: rows may exist already
+    keyed: bool  # rows may exist already: ids from keys (or a retried task: sink)
+    own_first: str | None  # the first id derived from the call, not a key (None: all keyed)
     args: pa.Array  # JSON text
     kwargs: pa.Array  # JSON text
     run_at_us: pa.Array  # int64 epoch microseconds
@@ -194,11 +198,15 @@ def _bad_at(t: Target, value: float, seconds: bool, row: int) -> InvalidJob:
                       % (t.when_name, shown, validation.MAX_DELAY_SECONDS, row))
 
 
-def _ids(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[list[str], pa.Array | None]:
-    n = batch.num_rows
-    if "_key" not in batch.schema.names:
-        return batch_ids.new_ids(n, now_us // 1000), None
-    keys = batch.column("_key")
+def _own_ids(t: Target, positions: pa.Array, args: pa.Array, kwargs: pa.Array) -> list[str]:
+    """The ids of rows without a key, from the call, the partition, each row's position
+    in it and its arguments: the same in a retried task (``batch_ids.ids_for_rows``)."""
+    rows = pc.binary_join_element_wise(pc.cast(positions, pa.string()), args, kwargs, "\x00")
+    return batch_ids.ids_for_rows(t.call_id, t.call_ms, t.partition,
+                                  pc.cast(rows, pa.binary()).to_pylist())
+
+
+def _check_keys(t: Target, keys: pa.Array) -> None:
     empty = pc.fill_null(pc.equal(keys, ""), False)
     if pc.any(empty).as_py():
         bad = int(pc.index(empty, True).as_py())
@@ -209,12 +217,30 @@ def _ids(t: Target, batch: pa.RecordBatch, now_us: int) -> tuple[list[str], pa.A
         bad = int(pc.index(long, True).as_py())
         raise InvalidJob("key_col %r: key must be at most %d characters (row %d of the batch)"
                          % (t.key_name, option_checks.MAX_KEY_LENGTH, bad))
+    nul = pc.fill_null(pc.match_substring(keys, "\x00"), False)
+    if pc.any(nul).as_py():
+        bad = int(pc.index(nul, True).as_py())
+        raise InvalidJob("key_col %r: key %s contains %s (row %d of the batch)"
+                         % (t.key_name, validation.short(keys[bad].as_py()), validation.NUL,
+                            bad))
+
+
+def _ids(t: Target, batch: pa.RecordBatch, first: int, args: pa.Array,
+         kwargs: pa.Array) -> tuple[list[str], pa.Array | None]:
+    """Each row's id: from its key, else from the call and the row's place in the
+    partition (``first``: the place of the batch's first row)."""
+    n = batch.num_rows
+    if "_key" not in batch.schema.names:
+        return _own_ids(t, pa.array(range(first, first + n), pa.int64()), args, kwargs), None
+    keys = batch.column("_key")
+    _check_keys(t, keys)
     values = keys.to_pylist()
     if not keys.null_count:
         return batch_ids.ids_for_keys(t.job.queue, values), keys
-    fresh = iter(batch_ids.new_ids(keys.null_count, now_us // 1000))
+    nulls = pc.indices_nonzero(pc.is_null(keys))
+    own = iter(_own_ids(t, pc.add(nulls, first), args.take(nulls), kwargs.take(nulls)))
     keyed = iter(batch_ids.ids_for_keys(t.job.queue, [k for k in values if k is not None]))
-    return [next(fresh) if k is None else next(keyed) for k in values], keys
+    return [next(own) if k is None else next(keyed) for k in values], keys
 
 
 def _payload(t: Target, batch: pa.RecordBatch) -> tuple[pa.Array, pa.Array]:
@@ -253,11 +279,12 @@ def describe_row(t: Target, batch: pa.RecordBatch, index: int) -> str:
     return "the DataFrame row %s" % (values or "(no columns)")
 
 
-def build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:
+def build(t: Target, batch: pa.RecordBatch, now: datetime, first: int = 0) -> JobColumns:
     """Every value of this batch's jobs, checked; raises ``InvalidJob`` naming a bad one
-    and its row (see ``describe_row``)."""
+    and its row (see ``describe_row``). ``first``: the position of the batch's first row
+    in its partition."""
     try:
-        return _build(t, batch, now)
+        return _build(t, batch, now, first)
     except InvalidJob as exc:
         text = str(exc)
         found = _BATCH_ROW.search(text)
@@ -267,14 +294,17 @@ def build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:
         raise InvalidJob(text[:found.start()] + where + text[found.end():]) from None
 
 
-def _build(t: Target, batch: pa.RecordBatch, now: datetime) -> JobColumns:
+def _build(t: Target, batch: pa.RecordBatch, now: datetime, first: int) -> JobColumns:
     now_us = epoch_us(now)
     run_at_us, at_ms, delay_ms = _when(t, batch, now_us)
     if t.when == "at" and now.tzinfo is None:  # USE_TZ = False: stored as local wall time
         _check_wall_times(t, batch.column("_when"), run_at_us)
-    ids, keys = _ids(t, batch, now_us)
     args, kwargs = _payload(t, batch)
+    ids, keys = _ids(t, batch, first, args, kwargs)
     _check_size(t, args, kwargs)
+    own = 0 if keys is None else (int(pc.index(pc.is_null(keys), True).as_py())
+                                  if keys.null_count else -1)
     return JobColumns(ids=ids, keys=keys, keyed=keys is not None and keys.null_count < len(keys),
+                      own_first=ids[own] if ids and own >= 0 else None,
                       args=args, kwargs=kwargs, run_at_us=run_at_us, at_ms=at_ms,
                       delay_ms=delay_ms)

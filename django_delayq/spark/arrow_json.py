@@ -2,10 +2,10 @@
 
 A column of strings, integers or booleans is JSON by its type: integers and booleans
 are cast in C, strings are quoted in C when none of them needs escaping (else
-``json.dumps`` each). Floats are checked for NaN/infinity as one vectorised test and
-rendered with ``float.__repr__`` (exactly what ``json.dumps`` writes). Only nested
-columns (lists, structs, maps) are checked value by value, with the error naming the
-bad value like ``schedule()``.
+``json.dumps`` each; a NUL is refused, as ``schedule()`` refuses it). Floats are
+checked for NaN/infinity as one vectorised test and rendered with ``float.__repr__``
+(exactly what ``json.dumps`` writes). Only nested columns (lists, structs, maps) are
+checked value by value, with the error naming the bad value like ``schedule()``.
 """
 
 from __future__ import annotations
@@ -27,11 +27,16 @@ def _first(mask: pa.Array) -> int:
     return int(pc.index(mask, True).as_py())
 
 
-def _strings(col: pa.Array) -> pa.Array:
+def _strings(col: pa.Array, where: str) -> pa.Array:
     if pa.types.is_large_string(col.type) or pa.types.is_string_view(col.type):
         col = col.cast(pa.string())
     if not pc.any(pc.match_substring_regex(col, _NEEDS_ESCAPE)).as_py():
         return pc.binary_join_element_wise('"', col, '"', "")
+    nul = pc.fill_null(pc.match_substring(col, "\x00"), False)
+    if pc.any(nul).as_py():  # schedule()'s refusal (validation.find_bad), with the row
+        bad = _first(nul)
+        raise validation.not_json("%s (row %d of the batch)"
+                                  % (validation.find_bad(col[bad].as_py(), where), bad))
     return pa.array([None if v is None else _ENCODE(v) for v in col.to_pylist()], pa.string())
 
 
@@ -80,7 +85,7 @@ def json_texts(col: pa.Array, where: str) -> pa.Array:
         text = _floats(col, where)
     elif pa.types.is_string(kind) or pa.types.is_large_string(kind) or \
             pa.types.is_string_view(kind):
-        text = _strings(col)
+        text = _strings(col, where)
     elif pa.types.is_nested(kind):
         text = _nested(col, where)
     else:

@@ -5,14 +5,18 @@ driver's ``DJANGO_SETTINGS_MODULE`` and ``sys.path`` travel in the closure) and 
 each Arrow batch, ``batch_size`` rows at a time, into column-wise job values
 (``arrow_jobs``), one transaction of audit rows and then Redis (``sink``). With
 ``key_col`` the job id derives from the key, so a Spark task that is retried (or a job
-run twice) skips the rows it already scheduled. The per-partition counts are summed on
-the driver, so an error in any executor fails the call there.
+run twice) skips the rows it already scheduled. A row without a key gets an id derived
+from the call (``Plan.call_id``, drawn once on the driver), the partition, its position
+there and its arguments (``batch_ids.ids_for_rows``): a retried task skips the rows its
+failed attempt committed too. The per-partition counts are summed on the driver, so an
+error in any executor fails the call there.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +27,7 @@ from django.apps import apps
 from django.conf import settings
 from django.db import connections, router
 from django.utils import timezone
+from pyspark import TaskContext
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -52,6 +57,8 @@ class Plan:
     when_name: str | None
     key_name: str | None
     null_when: str
+    call_id: str  # random, one per call: the ids of rows without a key derive from it
+    call_ms: int
 
 
 def _check_columns(df: Any, at_col: str | None, delay_col: str | None, key_col: str | None,
@@ -145,7 +152,9 @@ def schedule_dataframe(
     """Schedule ``fn(*args_cols, **kwargs_cols)`` once per row; return the number of rows.
 
     ``at_col``: a timestamp (or epoch seconds) column; ``delay_col``: seconds from now;
-    neither: due now. Null keys are not idempotent. Columns must hold JSON types
+    neither: due now. A retried Spark task schedules none of its rows twice; rows without
+    a key are idempotent within the call only (a new call schedules them again), and
+    need the same rows in the same order on every attempt. Columns must hold JSON types
     (cast decimals and dates first). Rows whose key was already scheduled are counted
     but not scheduled again. ``batch_size``: rows per transaction (at most one Arrow
     batch, ``spark.sql.execution.arrow.maxRecordsPerBatch``). A null in ``at_col`` or
@@ -164,7 +173,8 @@ def schedule_dataframe(
                 when="at" if at_col else ("delay" if delay_col else None),
                 has_key=key_col is not None, n_args=len(args_cols),
                 kwargs_names=tuple(kwargs_cols), arg_names=tuple(args_cols),
-                when_name=at_col or delay_col, key_name=key_col, null_when=null_when)
+                when_name=at_col or delay_col, key_name=key_col, null_when=null_when,
+                call_id=os.urandom(16).hex(), call_ms=time.time_ns() // 1_000_000)
     _validate_on_driver(plan)
     fields = {name: getattr(plan, name) for name in Plan.__dataclass_fields__}
     path = plan.sys_path
@@ -220,7 +230,9 @@ def _target(plan: Plan) -> Any:
     return Target(job=_check_options(plan), max_payload=get_settings().max_payload_bytes,
                   when=plan.when, n_args=plan.n_args,
                   kwargs_names=plan.kwargs_names, arg_names=plan.arg_names,
-                  when_name=plan.when_name, key_name=plan.key_name, null_when=plan.null_when)
+                  when_name=plan.when_name, key_name=plan.key_name, null_when=plan.null_when,
+                  call_id=plan.call_id, call_ms=plan.call_ms,
+                  partition=task.partitionId() if (task := TaskContext.get()) else 0)
 
 
 def run_partition(plan: Plan, batches: Iterator[Any]) -> Iterator[Any]:
@@ -238,7 +250,7 @@ def run_partition(plan: Plan, batches: Iterator[Any]) -> Iterator[Any]:
                 for start in range(0, batch.num_rows, plan.batch_size):
                     chunk = batch.slice(start, plan.batch_size)
                     now = timezone.now()
-                    out.write(arrow_jobs.build(target, chunk, now), now)
+                    out.write(arrow_jobs.build(target, chunk, now, done), now)
                     done += chunk.num_rows
     finally:  # Spark keeps its Python workers: no idle connection left between tasks
         connections[using].close()

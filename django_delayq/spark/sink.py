@@ -2,7 +2,10 @@
 
 Like ``schedule_many``: the rows are committed before the jobs reach Redis, so a crash
 in between leaves rows the reconciler enqueues; if Redis is down the rows stay in the
-outbox. Keyed rows that already exist are neither inserted nor enqueued again.
+outbox. Keyed rows that already exist are neither inserted nor enqueued again, and so
+are the rows a retried Spark task's failed attempt committed: their ids derive from the
+call and the row's place (``batch_ids.ids_for_rows``), and when a partition's first such
+id is stored already, every batch of the task takes the keyed path.
 
 - PostgreSQL (psycopg 3): the rows are streamed as one COPY text built column-wise by
   pyarrow; with keys, through a temporary table and ``INSERT … ON CONFLICT DO NOTHING
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +31,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from django_delayq import signals
+from django_delayq.core import row_insert
 from django_delayq.core.api import enqueue_or_outbox
 from django_delayq.engine.outcomes import NewJob
 from django_delayq.spark.column_rows import COPY_ESCAPES, ColumnWriter, text_datetimes
@@ -138,8 +143,15 @@ class Sink:
         self.target, self.using, self.batch_size = target, using, batch_size
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="delayq-enqueue")
         self._pending: Future[None] | None = None
+        self._retry: bool | None = None  # a retried task's: rows may exist (None: unknown)
 
     def write(self, cols: JobColumns, now: datetime) -> None:
+        if self._retry is None and cols.own_first is not None:
+            # the partition's first row whose id the call made (not a key) is stored: an
+            # earlier attempt of this Spark task committed batches, which are skipped
+            self._retry = bool(row_insert.existing(self.using, [cols.own_first]))
+        if self._retry and not cols.keyed:
+            cols = replace(cols, keyed=True)
         new = _commit(self.target, cols, using=self.using, now=now, batch_size=self.batch_size)
         if new.ids:  # at once, unless an outer transaction is still open
             transaction.on_commit(lambda: self._submit(new), using=self.using)

@@ -41,17 +41,20 @@ def test_ids_for_keys_are_those_of_id_for_key() -> None:
     assert batch_ids.ids_for_keys("emails", []) == []
 
 
-def test_new_ids_look_like_new_id_and_differ() -> None:
-    made = batch_ids.new_ids(5000, now_ms=1_700_000_000_123)
-    assert len(set(made)) == 5000
+def test_ids_for_rows_look_like_new_id_and_differ() -> None:
+    rows = [b"%d\x00[1]\x00{}" % i for i in range(5000)]
+    made = batch_ids.ids_for_rows("call", 1_700_000_000_123, 0, rows)
+    assert len(set(made)) == 5000 and made == batch_ids.ids_for_rows("call", 1_700_000_000_123,
+                                                                     0, rows)
     one = ids.new_id()
     assert all(len(i) == 26 and set(i) <= set(ids._ALPHABET) for i in made)
     assert made[0][:10] == ids._b32(1_700_000_000_123, 10) and len(one) == 26
     assert {i[10] for i in made} == set(ids._ALPHABET)  # every character drawn
+    assert batch_ids.ids_for_rows("call", 1, 0, []) == []
 
 
 @pytest.mark.parametrize("values", [
-    ["plain", "with \"quotes\"", "back\\slash", "tab\tnew\nline\r", "\x00\x1f", "é 中 😀", "", None],
+    ["plain", "with \"quotes\"", "back\\slash", "tab\tnew\nline\r", "\x01\x1f", "é 中 😀", "", None],
     ["all", "clean", None],
     [1, -2, 2**62, None],
     [True, False, None],
@@ -122,6 +125,19 @@ def test_at_times_and_keys() -> None:
      r"payload is 9998 bytes, over .* = 9997 \(the DataFrame row with k = 'o-2'\)"),
     ({"_when": pa.array([1.0, None])},
      r"delay_col 'd' is null \(the DataFrame row a=2, d=None\); .* null_when='now'"),
+    ({"_a0": pa.array(["x", "a\x00b"])},  # schedule()'s words, on every database
+     r"args\[0\] \(column 'a'\) = 'a\\x00b' \(a NUL character, which PostgreSQL cannot "
+     r"store: refused on every database\) \(the DataFrame row a='a\\x00b'\)"),
+    ({"_a0": pa.array([["x"], ["y", "\x00"]])},
+     r"args\[0\] \(column 'a'\)\[1\] = '\\x00' \(a NUL character.* \(the DataFrame row "
+     r"a=\['y', '\\x00'\]\)"),
+    ({"_a0": pa.array([[("k\x00", 1)], None], pa.map_(pa.string(), pa.int64()))},
+     r"args\[0\] \(column 'a'\) has the key 'k\\x00' \(a NUL character"),
+    ({"_a0": pa.array([{"s": "\x00"}], pa.struct([("s", pa.string())])).take([0, 0])},
+     r"args\[0\] \(column 'a'\)\['s'\] = '\\x00' \(a NUL character"),
+    ({"_key": pa.array(["o-1", "o\x002"])},
+     r"key_col 'k': key 'o\\x002' contains a NUL character, which PostgreSQL cannot store: "
+     r"refused on every database \(the DataFrame row with k = 'o\\x002'\)"),
 ])
 def test_bad_values_are_named(columns: dict[str, Any], message: str) -> None:
     """Errors name the DataFrame row (its key, else its values by column name), never a
@@ -132,6 +148,35 @@ def test_bad_values_are_named(columns: dict[str, Any], message: str) -> None:
         arrow_jobs.build(_target(when="delay" if "_when" in data else None, max_payload=limit),
                          pa.RecordBatch.from_pydict(data), NOW)
     assert "of the batch" not in str(caught.value)
+
+
+def test_rows_without_a_key_get_the_same_ids_in_a_retried_task() -> None:
+    """Ids of rows without a key derive from the call, the partition, the row's place in
+    it and its arguments: a retry of the task makes the same ids; another call, another
+    partition or place, or other arguments make others. They sort by the call's time."""
+    batch = pa.RecordBatch.from_pydict({"_a0": pa.array([1, 2, 2])})
+    call = _target(call_id="c1", call_ms=1_700_000_000_123, partition=3)
+    first = arrow_jobs.build(call, batch, NOW, 10)
+    assert arrow_jobs.build(call, batch, NOW + timedelta(seconds=9), 10).ids == first.ids
+    assert len(set(first.ids)) == 3 and first.own_first == first.ids[0] and not first.keyed
+    assert all(i[:10] == ids._b32(1_700_000_000_123, 10) and len(i) == 26 for i in first.ids)
+    others = [arrow_jobs.build(_target(call_id="c2", call_ms=1_700_000_000_123, partition=3),
+                               batch, NOW, 10),
+              arrow_jobs.build(_target(call_id="c1", call_ms=1_700_000_000_123, partition=4),
+                               batch, NOW, 10),
+              arrow_jobs.build(call, batch, NOW, 13),
+              arrow_jobs.build(call, pa.RecordBatch.from_pydict({"_a0": pa.array([1, 2, 3])}),
+                               NOW, 10)]
+    for other in others[:3]:
+        assert not set(other.ids) & set(first.ids)
+    assert others[3].ids[:2] == first.ids[:2] and others[3].ids[2] != first.ids[2]
+    keyed = pa.RecordBatch.from_pydict({"_a0": pa.array([1, 2, 2]),
+                                        "_key": pa.array(["o-1", None, None])})
+    mixed = arrow_jobs.build(call, keyed, NOW, 10)
+    assert mixed.ids[1:] == first.ids[1:] and mixed.own_first == first.ids[1] and mixed.keyed
+    assert mixed.ids[0] == ids.id_for_key("default", "o-1")
+    whole = pa.RecordBatch.from_pydict({"_a0": pa.array([1]), "_key": pa.array(["o-1"])})
+    assert arrow_jobs.build(call, whole, NOW, 10).own_first is None
 
 
 def test_a_null_due_time_is_refused_unless_now_is_asked() -> None:

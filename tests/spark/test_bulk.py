@@ -74,6 +74,35 @@ def test_at_column_sets_the_due_time(spark: Any, spark_delayq: Any) -> None:
     assert _pending("emails") == 10
 
 
+def test_a_timestamp_ntz_column_is_read_in_the_session_time_zone(spark: Any,
+                                                                 spark_delayq: Any) -> None:
+    """A ``timestamp_ntz`` wall time is read in Spark's session time zone (UTC in a
+    ``build_session`` session, whatever TIME_ZONE says), as Spark casts it; in another
+    zone, say so with ``to_utc_timestamp`` (docs/pipeline.md)."""
+    from pyspark.sql import functions as F
+
+    from django_delayq.spark import schedule_dataframe
+
+    df = _frame(spark, 2).withColumn(
+        "due", F.make_timestamp_ntz(F.lit(2030), F.lit(1), F.lit(2), F.lit(3), F.lit(4),
+                                    F.lit(5)))
+    assert df.schema["due"].dataType.simpleString() == "timestamp_ntz"
+    wall = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
+    schedule_dataframe(df, ADD, at_col="due", args_cols=["a"], queue="emails",
+                       settings_module=SETTINGS)
+    schedule_dataframe(df.withColumn("due", F.to_utc_timestamp("due", "America/New_York")),
+                       ADD, at_col="due", args_cols=["a"], queue="slow",
+                       settings_module=SETTINGS)
+    spark.conf.set("spark.sql.session.timeZone", "Asia/Tokyo")
+    try:
+        schedule_dataframe(df, ADD, at_col="due", args_cols=["a"], settings_module=SETTINGS)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", "UTC")
+    for queue, shift in (("emails", 0), ("slow", 5), ("default", -9)):
+        runs = set(Job.objects.filter(queue=queue).values_list("run_at", flat=True))
+        assert runs == {wall + timedelta(hours=shift)}, queue
+
+
 def test_epoch_seconds_set_the_due_time_within_schedules_bounds(spark: Any,
                                                                spark_delayq: Any) -> None:
     """Epoch seconds are converted in the executor: NaN is named with its row (not Spark's
@@ -256,6 +285,15 @@ def test_replay_with_keys_keeps_the_first_jobs(spark: Any, spark_delayq: Any) ->
 @pytest.mark.parametrize(("column", "message"), [
     (lambda F: F.lit(float("nan")), r"args\[1\] \(column 'bad'\) = nan \(not finite"),
     (lambda F: F.array(F.lit(1.0), F.lit(float("inf"))), r"args\[1\] \(column 'bad'\)\[1\] = inf"),
+    # a NUL in a string, refused as schedule() refuses it on every database (PostgreSQL's
+    # COPY failed naming neither column nor row; SQLite stored it)
+    (lambda F: F.concat(F.lit("a\x00"), F.col("id")),
+     r"args\[1\] \(column 'bad'\) = 'a\\x00\d' \(a NUL character, which PostgreSQL cannot "
+     r"store: refused on every database\) \(the DataFrame row a=\d, bad='a\\x00\d'\)"),
+    (lambda F: F.array(F.lit("x"), F.lit("\x00")),
+     r"args\[1\] \(column 'bad'\)\[1\] = '\\x00' \(a NUL character"),
+    (lambda F: F.create_map(F.lit("k\x00"), F.lit(1)),
+     r"args\[1\] \(column 'bad'\) has the key 'k\\x00' \(a NUL character"),
 ])
 def test_bad_values_fail_naming_the_value(spark: Any, spark_delayq: Any, column: Any,
                                           message: str) -> None:
@@ -282,6 +320,11 @@ def test_bad_delays_keys_and_types_fail_naming_them(spark: Any, spark_delayq: An
     with pytest.raises(Exception, match="key_col 'key': key must be a non-empty string, not ''"):
         schedule_dataframe(df.withColumn("key", F.lit("")), ADD, key_col="key",
                            settings_module=SETTINGS)
+    with pytest.raises(Exception, match=r"key_col 'key': key 'o\\x00\d' contains a NUL "
+                                        r"character, which PostgreSQL cannot store: refused "
+                                        r"on every database \(the DataFrame row with key = "):
+        schedule_dataframe(df.withColumn("key", F.concat(F.lit("o\x00"), F.col("id"))), ADD,
+                           key_col="key", settings_module=SETTINGS)
     with pytest.raises(InvalidJob, match="kwargs_cols: column 'price' has type decimal"):
         schedule_dataframe(df.withColumn("price", F.lit(1.5).cast("decimal(10,2)")), ADD,
                            kwargs_cols=["price"], settings_module=SETTINGS)
