@@ -3,3 +3,10 @@
 
 def noop(*args: object) -> None:
     return None
+
+
+def sleep(seconds: float) -> None:
+    """A job that waits (a slow job that uses no CPU)."""
+    import time
+
+    time.sleep(seconds)

@@ -68,8 +68,5 @@ def test_slow_jobs_after_quick_ones_spread_over_the_workers(start_worker, tmp_pa
     by_process = Counter(_pids(runs))
     assert sum(by_process.values()) == SLOW
     # before: 24 (or 20) runs in one process, the other worker's threads idle
+    # (how long the drain took is a benchmark's figure: docs/performance.md)
     assert len(by_process) == PROCESSES and min(by_process.values()) >= SLOW // 4, by_process
-    rows = Job.objects.filter(id__in=slow)
-    took = (max(r.finished_at for r in rows) - min(r.started_at for r in rows)).total_seconds()
-    # one worker needs 3.0 s at the least (6 rounds of its 4 threads); both, 1.5 s
-    assert took < (SLOW / THREADS) * SECONDS, (took, by_process)
