@@ -302,6 +302,9 @@ def check_options(options: dict[str, Any]) -> None:
 class Command(BaseCommand):
     help = ("Show per queue the scheduled, due-now, in-flight and dead counts, the next due "
             "time, the oldest overdue job and the live workers; or tail the event stream.")
+    # A diagnosis runs when something is down: Django 6's model checks open a database
+    # connection (a traceback with the database down); a bad DELAYQ is get_settings()'s.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--queues", "-q", default=None,
