@@ -103,7 +103,7 @@ from django.db import connections
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from django_delayq.core import group_limits, pauses, payloads, worker_stops
-from django_delayq.engine.logtext import shown
+from django_delayq.engine.logtext import logged, shown
 from django_delayq.engine.outcomes import Contact, NackOutcome, lease_clock
 from django_delayq.engine.replies import grouped
 from django_delayq.engine.shard_health import OUTAGES
@@ -345,16 +345,16 @@ class LeaseRecovery:
         for r in found:
             status = STATUS_OF.get(r.outcome)
             if status is not None and (row := rows.get(r.id)) and row[4] in FINAL_STATUSES:
-                logger.info("job %s: lease taken back (attempt %d) after its row was made "
-                            "final (%s): no lost attempt recorded; its next claim sets it "
-                            "aside", shown(r.id), r.attempts, row[4])
+                logged(logger.info, "job %s: lease taken back (attempt %d) after its row was "
+                       "made final (%s): no lost attempt recorded; its next claim sets it "
+                       "aside", shown(r.id), r.attempts, row[4])
             elif status is not None:
                 self._record(queue, r.id, status, r.attempts, now, rows.get(r.id))
                 recorded = True
             elif r.outcome is NackOutcome.NOT_STARTED:
-                logger.info("job %s: claimed by a worker that stopped before starting it; "
-                            "due again, no attempt charged (%d run so far)", shown(r.id),
-                            r.attempts)
+                logged(logger.info, "job %s: claimed by a worker that stopped before "
+                       "starting it; due again, no attempt charged (%d run so far)",
+                       shown(r.id), r.attempts)
         return recorded, len(found) < BATCH
 
     def _new_contact(self) -> Contact:
@@ -370,9 +370,8 @@ class LeaseRecovery:
         one its row shows, when the row saw that attempt start (its worker's audit wrote
         it): its ``JobAttempt`` keeps them."""
         dead = status is JobStatus.DEAD  # at ERROR on settle's logger, as any dead job's
-        (settle_log if dead else logger).log(logging.ERROR if dead else logging.WARNING,
-                                             "job %s: %s (attempt %d) -> %s", shown(job_id),
-                                             LOST_LEASE, attempt, status)
+        logged((settle_log if dead else logger).log, logging.ERROR if dead else logging.WARNING,
+               "job %s: %s (attempt %d) -> %s", shown(job_id), LOST_LEASE, attempt, status)
         fields: dict[str, Any] = {"status": status, "attempts": attempt, "updated_at": now}
         fields["run_at" if status is JobStatus.RETRYING else "finished_at"] = now
         ran_on = ""

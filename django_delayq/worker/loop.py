@@ -44,7 +44,7 @@ from redis.exceptions import RedisError
 
 from django_delayq.core import periodic
 from django_delayq.core.reconcile import Reconciler
-from django_delayq.engine.logtext import shown
+from django_delayq.engine.logtext import logged, shown
 from django_delayq.engine.server_mode import WrongRedisMode
 from django_delayq.worker import tracking
 from django_delayq.worker.audit import AuditWriter, OutageLog
@@ -239,9 +239,9 @@ class Worker:
             if self.draining:
                 return
             self._stop_asked = time.monotonic()
-            logger.info("worker %s: draining (%s)%s", shown(self.id), why,
-                        _waiting_for(self.ledger.running_jobs(), self._stop_asked))
-            self._wind_down()
+            self._wind_down()  # first: a project's log handler that raises stops nothing
+            logged(logger.info, "worker %s: draining (%s)%s", shown(self.id), why,
+                   _waiting_for(self.ledger.running_jobs(), self._stop_asked))
 
     def stop_hard(self, why: str) -> None:
         """Running jobs are abandoned (their leases expire); ``run`` returns
@@ -249,10 +249,11 @@ class Worker:
         with self._stop_lock:
             if not self.draining:
                 self._stop_asked = time.monotonic()
-            if not self.hard_stop:
-                logger.warning("worker %s: stopping hard (%s)", shown(self.id), why)
+            logs = not self.hard_stop
             self.hard_stop = True
             self._wind_down()
+            if logs:
+                logged(logger.warning, "worker %s: stopping hard (%s)", shown(self.id), why)
 
     def _wind_down(self) -> None:
         self.draining = True
@@ -318,8 +319,8 @@ class Worker:
                 return tracking.EXIT_HARD_STOP
             if self.draining:
                 if self.claiming.hand_back():  # nothing held any more
-                    logger.info("worker %s: drained in %.2fs", shown(self.id),
-                                time.monotonic() - self._stop_asked)
+                    logged(logger.info, "worker %s: drained in %.2fs", shown(self.id),
+                           time.monotonic() - self._stop_asked)
                     return tracking.EXIT_OK
             elif self.options.burst and self.claiming.burst_finished():
                 return tracking.EXIT_OK

@@ -35,6 +35,8 @@ import socket
 import threading
 from collections.abc import Callable
 
+from django_delayq.engine.logtext import logged
+
 logger = logging.getLogger(__name__)
 
 
@@ -77,8 +79,8 @@ class SignalRelay:
                     try:
                         if (action := self._actions.get(signum)) is not None:
                             action()
-                    except Exception:  # noqa: BLE001 - the next signal is acted on too
-                        logger.exception("acting on signal %d failed", signum)
+                    except (Exception, SystemExit):  # the next signal is acted on too
+                        logged(logger.exception, "acting on signal %d failed", signum)
 
     def forget_in_child(self) -> None:
         """In a process just forked from this one (its only thread; the relay's thread and

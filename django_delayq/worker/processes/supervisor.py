@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING
 
 from django.db import close_old_connections
 
-from django_delayq.engine.logtext import shown
+from django_delayq.engine.logtext import logged, shown
 from django_delayq.models import Job
 from django_delayq.worker import tracking
 from django_delayq.worker.audit import AuditWriter, OutageLog
@@ -193,11 +193,11 @@ class Supervisor:
         if self.signals == self._acted_on:
             return
         if self._acted_on == 0:
-            logger.info("supervisor: draining %d worker process(es)", len(self.children))
             for child in self.children:
                 child.drain()
+            logged(logger.info, "supervisor: draining %d worker process(es)", len(self.children))
         if self.signals >= 2 and self.stop_deadline is None:
-            logger.warning("supervisor: hard stop")
+            logged(logger.warning, "supervisor: hard stop")
             self.code = EXIT_HARD_STOP
             self.stop_deadline = time.monotonic() + HARD_STOP_S
             for child in self.children:
