@@ -22,6 +22,4 @@ if "DELAYQ_TEST_TASK_OPTIONS" in os.environ:  # a Tasks backend's OPTIONS, check
 if "DELAYQ_TEST_LOGGING" in os.environ:  # a project's LOGGING entry for the package's loggers
     LOGGING = {"version": 1, "disable_existing_loggers": False,
                "handlers": {"console": {"class": "logging.StreamHandler"}},
-               "loggers": {"django_delayq": {"handlers": ["console"]}}}
-    if os.environ["DELAYQ_TEST_LOGGING"] == "INFO":  # else the level is left unset
-        LOGGING["loggers"]["django_delayq"]["level"] = "INFO"
+               "loggers": {"django_delayq": {"handlers": ["console"], "level": "INFO"}}}

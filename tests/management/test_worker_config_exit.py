@@ -157,14 +157,3 @@ def test_a_projects_logging_entry_prints_each_line_once(tmp_path: Path) -> None:
         proc.wait()
     assert log.read_text().count("stopped while waiting for Redis") == 1, log.read_text()
 
-
-def test_a_projects_logging_entry_without_a_level_shows_the_info_lines(
-        tmp_path: Path, redis_server) -> None:  # type: ignore[no-untyped-def]
-    """A ``LOGGING`` entry that gives ``django_delayq`` a handler but no level: the
-    worker's INFO lines show at ``-v``'s level (the root's WARNING hid them)."""
-    env = {**_env(tmp_path, {"REDIS_URL": redis_server.url}), "DELAYQ_TEST_LOGGING": "unset"}
-    proc = subprocess.run([sys.executable, "-m", "django", "delayq_worker", "--burst",
-                           "--skip-checks"], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=120)
-    assert proc.returncode == EXIT_OK, proc.stderr
-    assert proc.stderr.count(" starting: queues=") == 1, proc.stderr

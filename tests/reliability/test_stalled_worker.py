@@ -263,11 +263,12 @@ def test_a_stalled_worker_starts_none_of_the_jobs_it_held_once_continued(  # typ
     """w1 (``--concurrency 1``) runs a 4 s job and holds six more claimed, not started;
     stopped, w2 takes them all back and runs them. Continued after the long job's time
     is up, w1's thread is free at once: it must start none of the six (their leases went
-    while it was stopped), whether its heartbeat found that out first or not."""
-    w1 = start("w1", "--concurrency", "1")
+    while it was stopped), whether its heartbeat found that out first or not. A fixed
+    ``--prefetch`` holds them (by pace, a worker whose jobs stopped ending hands them back)."""
+    w1 = start("w1", "--concurrency", "1", "--prefetch", "6")
     warm = schedule_many("tests.jobs_chaos.mark_run", [JobSpec(args=(runs_dir,))] * 10)
     wait_until(lambda: Job.objects.filter(id__in=warm, status=JobStatus.SUCCEEDED).count()
-               == len(warm), timeout=60)  # its pace is quick now: it holds jobs ahead
+               == len(warm), timeout=60)
     slow = schedule("tests.jobs_chaos.slow_first", runs_dir, 4.0)
     wait_until((Path(runs_dir) / "started").exists, timeout=30)
     began = time.monotonic()

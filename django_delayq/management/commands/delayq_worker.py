@@ -51,15 +51,12 @@ def parse_processes(value: str | None) -> int | None:
 
 
 def show_logs(level: int) -> None:
-    """The worker's own handler only where the project's LOGGING gave none to the
-    package's loggers (or the root): else each line would print twice. A project's handler
-    shows the lines at ``level`` (``-v``'s) unless LOGGING set the package's level."""
-    package = logging.getLogger("django_delayq")
-    if not package.hasHandlers():
+    """The worker's own handler, at ``level`` (``-v``'s), only where the project's LOGGING
+    gave none to the package's loggers (or the root): else each line would print twice.
+    The project's logging decides what its handlers show."""
+    if not logging.getLogger("django_delayq").hasHandlers():
         logging.basicConfig(
             level=level, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s")
-    elif package.level == logging.NOTSET:
-        package.setLevel(level)
 
 
 class Command(BaseCommand):
