@@ -70,7 +70,10 @@ class ReplicationCut:
               from_client: bool) -> None:
         try:
             while data := src.recv(65536):
-                if from_client and b"SYNC" in data.upper():
+                # the command's name as a bulk string of its own, not text that holds the
+                # word (a script's source sent by EVAL or SCRIPT LOAD)
+                if from_client and (b"\r\nSYNC\r\n" in data.upper()
+                                    or b"\r\nPSYNC\r\n" in data.upper()):
                     replication.set()
                 if not from_client and replication.is_set() and self.cutting.is_set():
                     continue  # the replica never hears of it
