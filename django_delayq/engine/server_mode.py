@@ -1,8 +1,10 @@
 """Whether a Redis server answers in the mode its URL names: a Redis Cluster node reached
 through a plain ``redis://`` URL (its MOVED and ASK replies, ``INFO cluster``), or a
 server without cluster mode behind ``redis+cluster://`` (``engine/client.py``'s
-``cluster_client``). Either is ``WrongRedisMode``: a setting to fix, not an outage to
-wait out (``manage.py check``'s ``delayq.E034``; ``delayq_worker`` exits 2)."""
+``cluster_client``), or a Sentinel reached through a plain URL (``INFO server``'s
+``redis_mode:sentinel``: it answers PING but no GET). Each is ``WrongRedisMode``: a
+setting to fix, not an outage to wait out (``manage.py check``'s ``delayq.E034``;
+``delayq_worker`` exits 2)."""
 
 from __future__ import annotations
 
@@ -64,17 +66,29 @@ PLAIN_CONNECTIONS: dict[str, type[redis.Connection] | type[redis.UnixDomainSocke
     "redis": PlainConnection, "rediss": PlainSSLConnection, "unix": PlainUnixConnection}
 
 
+def sentinel_error(server: str) -> WrongRedisMode:
+    """The error for a Sentinel at ``server`` reached by a plain client."""
+    return WrongRedisMode(
+        "the Redis server at %s is a Sentinel (INFO server: redis_mode:sentinel), which "
+        "holds no keys: set DELAYQ['REDIS_URL'] to a redis+sentinel:// URL naming the "
+        "service it monitors, e.g. 'redis+sentinel://%s/mymaster/0'" % (server, server))
+
+
 def check_server_mode(client: Any) -> None:
     """``WrongRedisMode`` when a plain client's server is a Redis Cluster node (``INFO
-    cluster`` says ``cluster_enabled:1``); a cluster client's nodes were asked when it was
-    made (``cluster_client``). An INFO that is refused (ACL) says nothing."""
+    cluster`` says ``cluster_enabled:1``) or a Sentinel (``INFO server`` says
+    ``redis_mode:sentinel``); a cluster client's nodes were asked when it was made
+    (``cluster_client``). An INFO that is refused (ACL) says nothing."""
     if isinstance(client, RedisCluster):
         return
+    kwargs = client.connection_pool.connection_kwargs
+    server = kwargs.get("path") or "%s:%s" % (kwargs.get("host"), kwargs.get("port"))
     try:
         enabled = client.info("cluster").get("cluster_enabled", 0)
+        mode = "" if str(enabled) == "1" else client.info("server").get("redis_mode", "")
     except ResponseError:
         return
     if str(enabled) == "1":
-        kwargs = client.connection_pool.connection_kwargs
-        server = kwargs.get("path") or "%s:%s" % (kwargs.get("host"), kwargs.get("port"))
         raise cluster_node_error(server, "INFO cluster: cluster_enabled:1")
+    if mode == "sentinel":
+        raise sentinel_error(server)

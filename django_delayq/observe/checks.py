@@ -70,7 +70,7 @@ UNMAPPED_KEY = "delayq.E099"
 NO_ALLOWED_CALLABLES = "delayq.E025"  # ALLOWED_CALLABLES unset or empty: no job may run
 QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does not list
 SQLITE_DEFERRED = "delayq.W020"  # a database delayq writes to: SQLite, not IMMEDIATE
-WRONG_REDIS_MODE = "delayq.E034"  # a cluster node behind redis://, a server behind +cluster
+WRONG_REDIS_MODE = "delayq.E034"  # a cluster node or a Sentinel behind redis://, ...
 FULL_COVERAGE = "delayq.W013"  # a cluster node with cluster-require-full-coverage yes
 
 
@@ -257,8 +257,9 @@ def check_sqlite_transactions(app_configs: object = None,
 # -- the Redis server ---------------------------------------------------------------------
 
 WRONG_MODE_HINT = ("A Redis Cluster needs 'redis+cluster://host1:7000,host2:7000/' "
-                   "('rediss+cluster://' with TLS), a single server 'redis://host:6379/0'; see "
-                   "docs/cluster.md.")
+                   "('rediss+cluster://' with TLS), a single server 'redis://host:6379/0', a "
+                   "master through Sentinel 'redis+sentinel://s1:26379,s2:26379/mymaster/0'; "
+                   "see docs/cluster.md and docs/deployment.md.")
 SAFE_POLICIES = ("noeviction", "volatile-lru", "volatile-lfu", "volatile-random", "volatile-ttl")
 TIMEOUT_SECONDS = 1.0
 
