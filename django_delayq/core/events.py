@@ -154,7 +154,8 @@ class EventStream:
                                        "they are dropped)", log.key, sent - written)
                         self.dropped += sent - written
                     done += covered
-            except OUTAGES as exc:  # a slot no node serves too
+            except OUTAGES as exc:  # a slot no node serves too; NOREPLICAS, READONLY ...
+                # (events_add.lua answers a server that cannot write for now with an error)
                 self._requeue(batch[done:])  # what was written stays written
                 say = logger.debug if self.failing else logger.warning  # once per outage
                 say("event stream: could not write %d event(s), kept for a retry: %s",
