@@ -36,8 +36,8 @@ from urllib.parse import parse_qs, parse_qsl, unquote, urlencode, urlsplit, urlu
 import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.connection import parse_url
-from redis.exceptions import RedisClusterException
-from redis.sentinel import Sentinel
+from redis.exceptions import RedisClusterException, ResponseError
+from redis.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 
 from django_delayq.engine.server_mode import PLAIN_CONNECTIONS, WrongRedisMode
 from django_delayq.engine.stalls import StallAwareCluster
@@ -211,6 +211,35 @@ def split_cluster_url(url: str) -> tuple[str, list[tuple[str, int]]]:
 SENTINEL_ONLY = ("sentinel_password", "sentinel_username")
 
 
+class _NoReplicasAsksAgain:
+    """A connection to the master through Sentinel that answers ``NOREPLICAS`` as redis-py
+    answers ``READONLY``: it drops itself (the next connection asks the sentinels for the
+    master) and raises ``ConnectionError``, an outage to retry. ``min-replicas-to-write``
+    gives that reply on an old master the sentinels have replaced but not yet demoted
+    (a planned failover, a partition); before, every command of a pooled connection to it
+    was refused until the demotion (measured: ~16 s). On a master still in place (its
+    replica lagging) the next connection reaches it again."""
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ResponseError as exc:
+            if not str(exc).startswith("NOREPLICAS") \
+                    or not self.connection_pool.is_master:  # type: ignore[attr-defined]
+                raise
+            self.disconnect()  # type: ignore[attr-defined]
+            raise redis.ConnectionError(
+                "the master refuses writes (%s): asking the sentinels again" % exc) from exc
+
+
+class _SentinelConnection(_NoReplicasAsksAgain, SentinelManagedConnection):
+    pass
+
+
+class _SentinelSSLConnection(_NoReplicasAsksAgain, SentinelManagedSSLConnection):
+    pass
+
+
 def sentinel_client(url: str, **options: Any) -> Any:
     """The master of the service a ``redis+sentinel://`` URL names, found through its
     sentinels at every (re)connection (``redis.sentinel.SentinelConnectionPool``)."""
@@ -230,6 +259,8 @@ def sentinel_client(url: str, **options: Any) -> Any:
     own.update({k.removeprefix("sentinel_"): query[k] for k in SENTINEL_ONLY if k in query})
     if kwargs.get("ssl"):  # rediss+sentinel: TLS to the sentinels too (their password, the
         own.update({k: v for k, v in kwargs.items() if k.startswith("ssl")})  # master's address)
+    kwargs["connection_class"] = _SentinelSSLConnection if kwargs.get("ssl") \
+        else _SentinelConnection
     return Sentinel(sentinels, sentinel_kwargs=own).master_for(service, **kwargs)
 
 

@@ -65,6 +65,7 @@ from typing import TYPE_CHECKING, Any
 from redis import ConnectionPool, Redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import RedisError, ResponseError
+from redis.sentinel import SentinelConnectionPool
 
 from django_delayq.engine.base import RedisOwner
 from django_delayq.engine.logtext import shown
@@ -108,13 +109,16 @@ class ServerInfo:
     """What one Redis server says of its memory and persistence. ``node`` names the
     cluster primary ("host:port"), None for a single server; ``save`` is None when
     CONFIG is disabled (managed Redis), as ``full_coverage`` is (a cluster node's
-    ``cluster-require-full-coverage`` is ``yes``), which is also None for a single server."""
+    ``cluster-require-full-coverage`` is ``yes``), which is also None for a single server,
+    and ``min_replicas`` (a master's ``min-replicas-to-write``), asked only of a master
+    reached through Sentinel."""
 
     node: str | None
     memory: dict[str, Any]
     persistence: dict[str, Any]
     save: str | None
     full_coverage: bool | None = None
+    min_replicas: str | None = None
 
 
 def _config(client: RedisClient, name: str) -> str | None:
@@ -128,9 +132,11 @@ def _config(client: RedisClient, name: str) -> str | None:
 
 def _server_info(client: RedisClient, node: str | None) -> ServerInfo:
     coverage = None if node is None else _config(client, "cluster-require-full-coverage")
+    sentinel = isinstance(getattr(client, "connection_pool", None), SentinelConnectionPool)
     return ServerInfo(node=node, memory=client.info("memory"),
                       persistence=client.info("persistence"), save=_config(client, "save"),
-                      full_coverage=None if coverage is None else coverage == "yes")
+                      full_coverage=None if coverage is None else coverage == "yes",
+                      min_replicas=_config(client, "min-replicas-to-write") if sentinel else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,11 +20,15 @@ And the checks on the Redis server itself: can it evict or forget queue keys?
 * ``delayq.W011`` Redis could not be reached (never an error: ``manage.py check`` must
   work on a build machine without Redis).
 * ``delayq.E034`` Redis answers, but not in the mode the URL names: a Redis Cluster node
-  behind ``redis://`` (its keys answer MOVED), or a server without cluster mode behind
-  ``redis+cluster://``. An error: ``delayq_worker`` exits 2 instead of starting.
+  behind ``redis://`` (its keys answer MOVED), a Sentinel behind ``redis://``, or a server
+  without cluster mode behind ``redis+cluster://``. An error: ``delayq_worker`` exits 2
+  instead of starting.
 * ``delayq.W013`` a cluster node has ``cluster-require-full-coverage yes``: once a master
   is judged failed, every node refuses every command (docs/cluster.md). Said only when
   ``CONFIG GET`` answers.
+* ``delayq.W014`` a master reached through Sentinel has ``min-replicas-to-write 0``: an old
+  master that stays up during a failover keeps taking writes the new one never sees
+  (jobs run twice; docs/deployment.md). Said only when ``CONFIG GET`` answers.
 * ``delayq.I010`` no persistence at all (no AOF, no RDB save points): a restart loses
   every job in Redis; the reconciler puts them back from the audit rows. Reported by
   ``manage.py check --deploy`` only (``DEPLOY_ONLY``).
@@ -72,6 +76,7 @@ QUEUE_OPTIONS_UNUSED = "delayq.W012"  # QUEUE_OPTIONS names a queue QUEUES does 
 SQLITE_DEFERRED = "delayq.W020"  # a database delayq writes to: SQLite, not IMMEDIATE
 WRONG_REDIS_MODE = "delayq.E034"  # a cluster node or a Sentinel behind redis://, ...
 FULL_COVERAGE = "delayq.W013"  # a cluster node with cluster-require-full-coverage yes
+NO_MIN_REPLICAS = "delayq.W014"  # a master through Sentinel: min-replicas-to-write 0
 
 
 _INT = "An integer from 1 to 2147483647"  # every integer key's bound
@@ -311,6 +316,16 @@ def _inspect_node(info: ServerInfo) -> list[checks.CheckMessage]:
             "so the queues of the nodes that are up stop too." % server,
             hint="Set cluster-require-full-coverage no on every node. See docs/cluster.md.",
             id=FULL_COVERAGE))
+    if info.min_replicas == "0":
+        found.append(checks.Warning(
+            "Redis (a master reached through Sentinel) has min-replicas-to-write 0: during a "
+            "failover in which the old master stays up (SENTINEL FAILOVER, a partition) it "
+            "keeps taking claims and acks the promoted replica never sees, and jobs run "
+            "twice.",
+            hint="Set min-replicas-to-write 1 and min-replicas-max-lag 1 on the master and "
+                 "every replica (writes are refused while no replica is in sync). See "
+                 "docs/deployment.md.",
+            id=NO_MIN_REPLICAS))
     return found
 
 
@@ -335,7 +350,7 @@ def check_redis_persistence(app_configs: object = None,
 
 def check_redis(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     """Every finding about the Redis server (``W010``, ``W011``, ``I010``, ``E034``,
-    ``W013``)."""
+    ``W013``, ``W014``)."""
     if not _settings_usable():
         return []
     client = None
