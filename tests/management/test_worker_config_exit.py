@@ -108,16 +108,16 @@ def test_metrics_port_without_prometheus_client_exits_2_naming_the_extra(tmp_pat
     assert "django-delayq[prometheus]" in proc.stderr and "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("processes", [[], ["--processes", "2"]])
-def test_sigterm_while_waiting_for_redis_exits_0(tmp_path: Path, processes: list[str]) -> None:
-    """A worker (or supervisor) asked to stop while it waits for Redis at start-up stops
-    cleanly, exit 0, nothing having run: it was killed by the signal (exit 143)."""
+def _stopped_while_waiting(tmp_path: Path, *args: str, **env: str) -> str:
+    """``delayq_worker --skip-checks *args`` (``env`` added to its environment) with no
+    Redis to reach, sent SIGTERM once it waits for one: it must exit 0; its log."""
     log = tmp_path / "worker.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "django", "delayq_worker", "--skip-checks", *processes],
+            [sys.executable, "-m", "django", "delayq_worker", "--skip-checks", *args],
             cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
-            env=_env(tmp_path, {"REDIS_URL": "redis://127.0.0.1:%d/0" % free_port()}))
+            env={**_env(tmp_path, {"REDIS_URL": "redis://127.0.0.1:%d/0" % free_port()}),
+                 **env})
     try:
         wait_until(lambda: "waiting for Redis" in log.read_text(), timeout=60)
         proc.send_signal(signal.SIGTERM)
@@ -125,7 +125,14 @@ def test_sigterm_while_waiting_for_redis_exits_0(tmp_path: Path, processes: list
     finally:
         proc.kill()
         proc.wait()
-    assert "stopped while waiting for Redis" in log.read_text()
+    return log.read_text()
+
+
+@pytest.mark.parametrize("processes", [[], ["--processes", "2"]])
+def test_sigterm_while_waiting_for_redis_exits_0(tmp_path: Path, processes: list[str]) -> None:
+    """A worker (or supervisor) asked to stop while it waits for Redis at start-up stops
+    cleanly, exit 0, nothing having run: it was killed by the signal (exit 143)."""
+    assert "stopped while waiting for Redis" in _stopped_while_waiting(tmp_path, *processes)
 
 
 def test_metrics_addr_without_metrics_port_exits_2(tmp_path: Path) -> None:
@@ -141,19 +148,5 @@ def test_a_projects_logging_entry_prints_each_line_once(tmp_path: Path) -> None:
     """docs/guide.md: a ``LOGGING`` entry for ``django_delayq`` shows the worker's lines.
     The worker adds its own handler only where the project gave none (each line was
     printed twice: the project's handler, then the root's, through propagation)."""
-    log = tmp_path / "worker.log"
-    env = {**_env(tmp_path, {"REDIS_URL": "redis://127.0.0.1:%d/0" % free_port()}),
-           "DELAYQ_TEST_LOGGING": "INFO"}
-    with log.open("w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "django", "delayq_worker",
-                                 "--skip-checks"], cwd=ROOT, stdout=out,
-                                stderr=subprocess.STDOUT, text=True, env=env)
-    try:
-        wait_until(lambda: "waiting for Redis" in log.read_text(), timeout=60)
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(60) == EXIT_OK, log.read_text()
-    finally:
-        proc.kill()
-        proc.wait()
-    assert log.read_text().count("stopped while waiting for Redis") == 1, log.read_text()
-
+    log = _stopped_while_waiting(tmp_path, DELAYQ_TEST_LOGGING="INFO")
+    assert log.count("stopped while waiting for Redis") == 1, log
