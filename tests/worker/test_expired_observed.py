@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.dispatch import Signal
 from django.utils import timezone
 
-from django_delayq import MoveOutcome, compat, run_now, schedule, signals
+from django_delayq import compat, schedule, signals
 from django_delayq.core import events
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
@@ -25,6 +25,7 @@ from django_delayq.models import Job, JobStatus
 from django_delayq.testing import run_due_jobs
 from django_delayq.worker.tracking import EXIT_OK
 from tests.helpers import burst, connected, wait_until
+from tests.worker.test_expiry_retry_on import claim_its_retry_expired
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,11 +106,7 @@ def test_a_retry_a_worker_expires_at_claim_sends_job_expired_after_job_retrying(
     handle = schedule("tests.jobs.boom", "kaput", max_attempts=3, backoff=[3600],
                       expires=timedelta(hours=2))
     assert burst() == EXIT_OK
-    now = datetime.now(UTC)
-    past = now.replace(microsecond=now.microsecond // 1000 * 1000) - timedelta(seconds=1)
-    Job.objects.filter(pk=handle.id).update(expires_at=past)  # its expiry passed
-    assert run_now(handle.id) == MoveOutcome.MOVED  # its retry is due
-    assert burst() == EXIT_OK
+    claim_its_retry_expired(handle)
     row = handle.job
     assert (row.status, row.attempts) == (JobStatus.EXPIRED, 1)
     assert [name for name, _ in sent] == ["job_started", "job_retrying", "job_expired"]

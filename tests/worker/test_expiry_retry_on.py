@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from django_delayq import MoveOutcome, run_now, schedule
+from django_delayq import JobHandle, MoveOutcome, run_now, schedule
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.tracking import EXIT_OK
@@ -39,17 +39,24 @@ def test_a_job_claimed_after_it_expired_never_runs(delayq_settings, tmp_path) ->
     assert get_engine().inspect("default", gone.id).place == ""  # gone from Redis
 
 
+def claim_its_retry_expired(handle: JobHandle) -> datetime:
+    """``handle``'s row (retrying) given an expiry a second ago (whole ms, as stored), its
+    retry made due and claimed by a burst worker; returns that expiry."""
+    now = datetime.now(UTC)
+    past = now.replace(microsecond=now.microsecond // 1000 * 1000) - timedelta(seconds=1)
+    Job.objects.filter(pk=handle.id).update(expires_at=past)  # its expiry passed
+    assert run_now(handle.id) == MoveOutcome.MOVED  # its retry is due
+    assert burst() == EXIT_OK
+    return past
+
+
 def test_a_retry_not_started_before_the_expiry_says_it_ran_before(delayq_settings) -> None:  # type: ignore[no-untyped-def]
     """Its first attempt ran and failed; its retry is claimed after the row's expiry: the
     row ends ``expired`` with that one attempt, and its reason does not say "never run"."""
     handle = schedule("tests.jobs.boom", "kaput", backoff=[3600], expires=timedelta(hours=2))
     assert burst() == EXIT_OK
     assert (handle.job.status, handle.job.attempts) == (JobStatus.RETRYING, 1)
-    now = datetime.now(UTC)
-    past = now.replace(microsecond=now.microsecond // 1000 * 1000) - timedelta(seconds=1)
-    Job.objects.filter(pk=handle.id).update(expires_at=past)  # its expiry passed
-    assert run_now(handle.id) == MoveOutcome.MOVED  # its retry is due
-    assert burst() == EXIT_OK
+    past = claim_its_retry_expired(handle)
     row = handle.job
     assert (row.status, row.attempts) == (JobStatus.EXPIRED, 1)
     assert row.last_error == ("expired at %s: its retry (attempt 2) was not started by then; "
