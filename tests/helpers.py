@@ -80,6 +80,22 @@ def connected(receivers: dict[Any, Callable[..., Any]]) -> Iterator[None]:
             signal.disconnect(receiver)
 
 
+@contextlib.contextmanager
+def signals_sent(*names: str) -> Iterator[list[tuple[str, dict[str, Any]]]]:
+    """The ``django_delayq.signals`` named, as sent while in the block, in order: (name,
+    the receiver's arguments: ``sender`` and ``signal`` too)."""
+    from django_delayq import signals
+
+    log: list[tuple[str, dict[str, Any]]] = []
+
+    def receiver_of(name: str) -> Callable[..., None]:
+        def receiver(**kwargs: Any) -> None:
+            log.append((name, kwargs))
+        return receiver
+    with connected({getattr(signals, name): receiver_of(name) for name in names}):
+        yield log
+
+
 class RolledBack(Exception):
     """Raised inside ``transaction.atomic()`` to roll it back."""
 

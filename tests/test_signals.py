@@ -19,6 +19,7 @@ from django_delayq.models import Job, JobAttempt
 from django_delayq.testing import run_worker
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.housekeeping import LeaseRecovery
+from tests.helpers import signals_sent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,16 +43,8 @@ def sent(delayq_settings) -> Iterator[list[tuple[str, dict[str, Any]]]]:  # type
                               "ALLOWED_CALLABLES": ["tests.jobs", "tests.jobs_tasks"]}
     # tests.jobs_tasks also defines @task functions, validated at import by this backend
     delayq_settings.TASKS = {"default": {"BACKEND": "django_delayq.backends.DelayQBackend"}}
-    log: list[tuple[str, dict[str, Any]]] = []
-    receivers = {}
-    for name in NAMES:
-        def receiver(name: str = name, **kwargs: Any) -> None:
-            log.append((name, kwargs))
-        receivers[name] = receiver
-        getattr(signals, name).connect(receiver, weak=False)
-    yield log
-    for name, receiver in receivers.items():
-        getattr(signals, name).disconnect(receiver)
+    with signals_sent(*NAMES) as log:
+        yield log
 
 
 def _only(log: list[tuple[str, dict[str, Any]]], name: str) -> list[dict[str, Any]]:

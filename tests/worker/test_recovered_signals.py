@@ -19,6 +19,7 @@ from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
 from django_delayq.models import Job
 from django_delayq.worker.loop import Worker, WorkerOptions
+from tests.helpers import signals_sent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,16 +28,8 @@ LEASE_LOST = "django_delayq.exceptions.LeaseLost"
 
 @pytest.fixture
 def sent(delayq_settings) -> Iterator[list[tuple[str, dict[str, Any]]]]:  # type: ignore[no-untyped-def]
-    log: list[tuple[str, dict[str, Any]]] = []
-    receivers = {}
-    for name in ("job_dead", "job_cancelled"):
-        def receiver(name: str = name, **kwargs: Any) -> None:
-            log.append((name, kwargs))
-        receivers[name] = receiver
-        getattr(signals, name).connect(receiver, weak=False)
-    yield log
-    for name, receiver in receivers.items():
-        getattr(signals, name).disconnect(receiver)
+    with signals_sent("job_dead", "job_cancelled") as log:
+        yield log
 
 
 def _lost(max_attempts: int) -> tuple[str, Any]:
