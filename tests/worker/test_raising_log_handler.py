@@ -6,7 +6,6 @@ with ``logtext.logged`` (docs/signals.md)."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Iterator
 from datetime import timedelta
@@ -20,8 +19,7 @@ from django_delayq.core.connection import get_engine
 from django_delayq.models import Job, JobAttempt, JobStatus
 from django_delayq.worker.audit import AuditWriter
 from django_delayq.worker.housekeeping import LeaseRecovery
-from django_delayq.worker.loop import Worker, WorkerOptions
-from tests.helpers import wait_until
+from tests.worker.test_worker_inprocess import one_job_held
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,15 +58,8 @@ def raising() -> Iterator[object]:
 
 def test_a_drain_whose_line_raises_still_drains(delayq_settings, tmp_path, raising) -> None:  # type: ignore[no-untyped-def]
     handler = raising("draining")  # type: ignore[operator]
-    gate = tmp_path / "gate"
-    h = schedule("tests.jobs.wait_then_work", str(tmp_path / "runs"), "slow", str(gate), 0)
     later = schedule("tests.jobs.noop", delay=1)
-    worker = Worker(get_engine(), get_settings(),
-                    WorkerOptions(queues=("default",), concurrency=1))
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: h.status == JobStatus.RUNNING)
+    with one_job_held(tmp_path) as (worker, h, gate, thread):
         worker.request_stop()  # the handler raised inside: it was the drain's end
         assert handler.raised == 1 and worker.draining
         gate.touch()
@@ -77,10 +68,6 @@ def test_a_drain_whose_line_raises_still_drains(delayq_settings, tmp_path, raisi
         assert h.status == JobStatus.SUCCEEDED and (tmp_path / "runs").read_text().count(
             "slow") == 1
         assert later.status == JobStatus.SCHEDULED  # a draining worker claims nothing more
-    finally:
-        gate.touch()
-        worker.stop_hard("the test's end")
-        thread.join(10)
 
 
 def test_recovery_records_every_lost_attempt_when_its_line_raises(delayq_settings, raising) -> None:  # type: ignore[no-untyped-def]

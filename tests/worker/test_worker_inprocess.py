@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.db import DatabaseError
 
-from django_delayq import schedule
+from django_delayq import JobHandle, schedule
 from django_delayq.core import payloads
 from django_delayq.core.conf import get_settings
 from django_delayq.core.connection import get_engine
@@ -211,9 +214,11 @@ def test_a_job_whose_cancel_cannot_be_read_is_deferred_then_runs_once(  # type: 
     assert not thread.is_alive()
 
 
-def test_a_drain_names_the_running_jobs_it_waits_for(delayq_settings, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
-    """The operator who pressed Ctrl-C learns what the drain waits for (it said only
-    "draining", then nothing until the jobs ended)."""
+@contextlib.contextmanager
+def one_job_held(tmp_path: Path) -> Iterator[tuple[Worker, JobHandle, Path, threading.Thread]]:
+    """A one-thread worker of this process (its thread) running a job that waits for the
+    file ``gate`` (then records "slow" in ``tmp_path / "runs"``): (worker, the job, gate,
+    thread), the job running. At the end the gate opens and the worker stops hard."""
     gate = tmp_path / "gate"
     h = schedule("tests.jobs.wait_then_work", str(tmp_path / "runs"), "slow", str(gate), 0)
     worker = Worker(get_engine(), get_settings(),
@@ -222,6 +227,17 @@ def test_a_drain_names_the_running_jobs_it_waits_for(delayq_settings, tmp_path, 
     thread.start()
     try:
         wait_until(lambda: h.status == JobStatus.RUNNING)
+        yield worker, h, gate, thread
+    finally:
+        gate.touch()
+        worker.stop_hard("the test's end")
+        thread.join(10)
+
+
+def test_a_drain_names_the_running_jobs_it_waits_for(delayq_settings, tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The operator who pressed Ctrl-C learns what the drain waits for (it said only
+    "draining", then nothing until the jobs ended)."""
+    with one_job_held(tmp_path) as (worker, h, gate, thread):
         with caplog.at_level(logging.INFO, logger="django_delayq.worker.loop"):
             worker.request_stop()
         note = next(r.getMessage() for r in caplog.records if "draining (" in r.getMessage())
@@ -229,7 +245,3 @@ def test_a_drain_names_the_running_jobs_it_waits_for(delayq_settings, tmp_path, 
         gate.touch()
         thread.join(60)
         assert not thread.is_alive() and h.status == JobStatus.SUCCEEDED
-    finally:
-        gate.touch()
-        worker.request_stop()
-        thread.join(10)
